@@ -1,0 +1,39 @@
+# framegraph — two commands:  make demo   |   make test
+# Both create .venv and install everything they need first.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# torch is installed first and on its own, so a machine's local build (CPU or CUDA) is used when it
+# satisfies the pin; override with e.g. `make test TORCH=torch==2.11.0`.
+TORCH  ?= torch==2.13.0
+STAMP  := $(VENV)/.framegraph-installed
+
+.PHONY: demo test install clean help
+
+help:
+	@echo "make demo   set up .venv and run the main job (renders the test card to out/)"
+	@echo "make test   set up .venv with the test tools and run the whole suite"
+
+$(STAMP): pyproject.toml setup.py
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+	  { echo "framegraph needs Python >= 3.11 (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
+	@$(PYTHON) -m venv --help >/dev/null 2>&1 || \
+	  { echo "missing system package: python3-venv (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; }
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
+	$(BIN)/pip install -q -e ".[dev]"
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+demo: $(STAMP)
+	@mkdir -p out
+	$(BIN)/framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4 \
+	  --report out/testcard.json
+	@echo "demo: wrote out/testcard.mp4 (and its telemetry report out/testcard.json)"
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) out build *.egg-info

@@ -1,0 +1,1 @@
+"""User-facing apps: the framegraph CLI, demo, servers, benches."""

@@ -1,0 +1,73 @@
+"""The ``framegraph`` command line.
+
+    framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4
+    framegraph bench runtime --out benchmarks/results/cpu/runtime.json
+    framegraph info
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Benchmarks: name → module with add_arguments(parser) and run(args) -> int.
+BENCHES = {
+    "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
+    "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
+    "render": ("framegraph.apps.bench_render", "Gaussian-splatting render speed per backend"),
+}
+
+
+def _bench_parsers(sub) -> None:
+    bench = sub.add_parser("bench", help="measure speed and latency; writes JSON (+ PNG)",
+                           description="Benchmarks write JSON with the device, versions and exact command.")
+    kinds = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
+    for name, (module, help_) in BENCHES.items():
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            if exc.name != module:  # the module exists but something it needs is missing
+                raise
+            continue
+        p = kinds.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip().splitlines()[0])
+        mod.add_arguments(p)
+        p.set_defaults(func=mod.run)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from . import info, render
+
+    parser = argparse.ArgumentParser(
+        prog="framegraph",
+        description="Real-time generative video and neural rendering: graphs of stages over preallocated "
+                    "ring buffers, one clock, per-frame budgets.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    p = sub.add_parser("render", help="render offline to an MP4 file",
+                       description="Render offline to MP4 (H.264 + AAC) through a stage graph, with a "
+                                   "progress bar. Ctrl-C finishes a playable file.")
+    render.add_arguments(p)
+    p.set_defaults(func=render.run)
+    _bench_parsers(sub)
+    p = sub.add_parser("info", help="versions, devices and backends available")
+    info.add_arguments(p)
+    p.set_defaults(func=info.run)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    from framegraph.stream import GraphError, StageError
+    from framegraph.stream.media import MediaError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (MediaError, GraphError, StageError, ValueError, FileNotFoundError) as exc:
+        print(f"framegraph {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"framegraph {args.command}: aborted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shipped assets (each with a PROVENANCE note)."""

@@ -1,0 +1,1 @@
+"""Kernels: one folder per op (reference.py, triton.py, dispatch in __init__.py)."""

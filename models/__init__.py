@@ -1,0 +1,1 @@
+"""Models: audio features, video VAE, linear-DiT denoiser, samplers, the avatar."""

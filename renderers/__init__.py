@@ -1,0 +1,1 @@
+"""Neural renderers: 3D/4D Gaussian splatting, NeRF, cameras."""

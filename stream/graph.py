@@ -1,0 +1,577 @@
+"""Graph: stages joined by rings, validated before start, one worker thread per stage.
+
+    g = Graph(Clock("fast"))
+    card = g.add(TestCardVideo(...))
+    sink = g.add(MP4Sink(...))
+    g.connect(card, sink, "video")            # policy="block", capacity=2 by default
+    report = g.run()                           # start() + join(); raises StageError if a stage failed
+
+Life cycle: ``start()`` validates, allocates every ring once, runs each stage's ``setup`` in its own
+thread and waits for all of them; ``drain()`` asks sources to end, and end-of-stream flows through so
+every stage finalizes (a file sink closes a playable file); ``cancel()`` stops everything at once;
+``join()`` waits for the workers and raises :class:`StageError` naming the stage whose exception
+stopped the graph. No thread outlives ``join``.
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from .clock import Clock, FlowLimiter
+from .frame import Flag, Frame, PortSpec
+from .ring import POLICIES, Ring, RingAborted
+from .stage import TRIGGERS, EndOfStream, Outputs, Stage, StageContext
+from .telemetry import Telemetry
+
+
+class GraphError(ValueError):
+    """The graph is malformed (found by validation before anything starts)."""
+
+
+class StageError(RuntimeError):
+    """A stage raised; the graph stopped. ``stage`` names it; the original is ``__cause__``."""
+
+    def __init__(self, stage: str, cause: BaseException):
+        super().__init__(f"stage {stage!r} failed: {type(cause).__name__}: {cause}")
+        self.stage = stage
+        self.__cause__ = cause
+
+
+@dataclass
+class Edge:
+    src: Stage
+    src_port: str
+    dst: Stage
+    dst_port: str
+    policy: str = "block"
+    capacity: int = 2
+
+    @property
+    def name(self) -> str:
+        return f"{self.src.name}.{self.src_port} -> {self.dst.name}.{self.dst_port}"
+
+
+# Step down a fallback level when a stage's smoothed process time exceeds its budget; step back up
+# after this many frames comfortably (below half the budget) inside it.
+_EMA = 0.2
+_RECOVER_FRAMES = 30
+
+
+class _Node:
+    """Runtime state of one stage: its rings, thread, CUDA stream, telemetry and fallback governor."""
+
+    def __init__(self, graph: "Graph", stage: Stage, index: int, max_in_flight: int | None):
+        self.graph, self.stage, self.index = graph, stage, index
+        self.max_in_flight = max_in_flight
+        self.in_rings: dict[str, Ring] = {}
+        self.out_rings: dict[str, list[Ring]] = {}
+        self.scratch: dict[str, Frame] = {}
+        self.limiter: FlowLimiter | None = None
+        self.doorbell = threading.Condition()
+        self.thread: threading.Thread | None = None
+        self.stream = None
+        self.stats = None
+        self.seq = 0
+        self.enter_ns = 0
+        self.reset_requested = False
+        self.setup_done = threading.Event()
+        self.ema_ms = 0.0
+        self.calm_frames = 0
+        self.outputs = Outputs(self)
+        self.source_drops = 0
+        self.discontinuity = False
+        self.terminal = False  # a sink, or every output unconnected: lineages end here
+
+    # ---- device -------------------------------------------------------------------------------
+    @property
+    def device(self) -> torch.device:
+        for spec in list(self.stage.outputs.values()) + list(self.stage.inputs.values()):
+            return torch.device(spec.device)
+        return torch.device("cpu")
+
+    def stream_context(self):
+        return torch.cuda.stream(self.stream) if self.stream is not None else _null_context()
+
+    # ---- producer side, used by Outputs -------------------------------------------------------
+    def acquire(self, port: str) -> Frame:
+        rings = self.out_rings.get(port)
+        if not rings:
+            frame = self.scratch[port]
+            frame.reset_meta()
+            return frame
+        frame = rings[0].acquire_write()
+        if self.stream is not None:
+            self.stream.wait_event(frame.done_event)  # the last reader of this slot has finished
+        return frame
+
+    def unacquire(self, port: str, frame: Frame) -> None:
+        rings = self.out_rings.get(port)
+        if rings:
+            rings[0].cancel_write(frame)
+
+    def publish(self, port: str, frame: Frame) -> None:
+        now = time.monotonic_ns()
+        if self.stage.is_source:
+            frame.seq, frame.origin = self.seq, self.index
+            frame.capture_ns = frame.capture_ns or now
+            if self.discontinuity:
+                frame.flags |= Flag.DISCONTINUITY
+        frame.stage_ns[self.index, 0] = self.enter_ns
+        frame.stage_ns[self.index, 1] = now
+        rings = self.out_rings.get(port)
+        if not rings:
+            return
+        if self.stream is not None:
+            frame.ready_event.record(self.stream)
+        for ring in rings[1:]:  # fan-out: each further consumer gets its own copy
+            copy = ring.acquire_write()
+            if self.stream is not None:
+                self.stream.wait_event(copy.done_event)
+            copy.data.copy_(frame.data, non_blocking=True)
+            copy.copy_meta_from(frame)
+            copy.flags, copy.length = frame.flags, frame.length
+            if self.stream is not None:
+                copy.ready_event.record(self.stream)
+            ring.commit(copy)
+        rings[0].commit(frame)
+
+    def close_outputs(self) -> None:
+        for rings in self.out_rings.values():
+            for ring in rings:
+                ring.close()
+
+    # ---- fallback governor --------------------------------------------------------------------
+    def govern(self, ms: float) -> None:
+        stage, budget = self.stage, self.stage.budget_ms
+        if budget is None or not stage.fallbacks:
+            return
+        self.ema_ms = ms if self.ema_ms == 0 else (1 - _EMA) * self.ema_ms + _EMA * ms
+        level = stage.fallback_level
+        if self.ema_ms > budget and level < len(stage.fallbacks):
+            self._switch(level + 1)
+        elif level > 0 and self.ema_ms < 0.5 * budget:
+            self.calm_frames += 1
+            if self.calm_frames >= _RECOVER_FRAMES:
+                self._switch(level - 1)
+        else:
+            self.calm_frames = 0
+
+    def _switch(self, level: int) -> None:
+        self.stage.set_fallback(level)
+        self.stage.fallback_level = level
+        self.stats.fallback_level = level
+        self.stats.fallback_changes += 1
+        self.ema_ms = 0.0
+        self.calm_frames = 0
+
+
+class _null_context:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+class Graph:
+    """A pipeline of stages joined by rings.
+
+    Args:
+        clock: the session clock (default: fast mode, for offline work).
+        name: used in reports and errors.
+        telemetry_window: latency samples kept per stage for percentiles.
+    """
+
+    def __init__(self, clock: Clock | None = None, name: str = "graph", telemetry_window: int = 4096):
+        self.clock = clock or Clock("fast")
+        self.name = name
+        self.telemetry_window = telemetry_window
+        self.stages: list[Stage] = []
+        self.edges: list[Edge] = []
+        self._max_in_flight: dict[str, int | None] = {}
+        self._nodes: list[_Node] = []
+        self.telemetry: Telemetry | None = None
+        self._go = threading.Event()
+        self._stopping = False
+        self._aborted = False
+        self._error: StageError | None = None
+        self._error_lock = threading.Lock()
+        self._started = False
+
+    # ---- building -----------------------------------------------------------------------------
+    def add(self, stage: Stage, *, max_in_flight: int | None = None) -> Stage:
+        """Add a stage. ``max_in_flight`` (sources only) bounds the frames of this source between it
+        and the sinks: in realtime mode extra frames are dropped at the source (counted); in fast mode
+        the source waits."""
+        if not isinstance(stage, Stage):
+            raise GraphError(f"graph {self.name!r}: add() takes a Stage, got {type(stage).__name__}")
+        if any(s.name == stage.name for s in self.stages):
+            raise GraphError(f"graph {self.name!r}: a stage named {stage.name!r} is already in the graph")
+        if max_in_flight is not None and not stage.is_source:
+            raise GraphError(f"stage {stage.name!r}: max_in_flight applies to sources only")
+        self.stages.append(stage)
+        self._max_in_flight[stage.name] = max_in_flight
+        return stage
+
+    def connect(self, src: Stage, dst: Stage, src_port: str | None = None, dst_port: str | None = None,
+                *, policy: str = "block", capacity: int = 2) -> Edge:
+        """Join ``src.src_port`` to ``dst.dst_port`` with a ring of ``capacity`` slots and ``policy``.
+        A port name may be omitted when the stage has exactly one; ``dst_port`` defaults to
+        ``src_port``'s name when ``dst`` has a port of that name."""
+        for s in (src, dst):
+            if s not in self.stages:
+                raise GraphError(f"graph {self.name!r}: stage {s.name!r} was not added before connect()")
+        src_port = self._pick_port(src, src.outputs, src_port, "output")
+        if dst_port is None and src_port in dst.inputs:
+            dst_port = src_port
+        dst_port = self._pick_port(dst, dst.inputs, dst_port, "input")
+        if policy not in POLICIES:
+            raise GraphError(f"edge {src.name}.{src_port} -> {dst.name}.{dst_port}: unknown policy "
+                             f"{policy!r}; expected one of {POLICIES}")
+        edge = Edge(src, src_port, dst, dst_port, policy, capacity)
+        self.edges.append(edge)
+        return edge
+
+    @staticmethod
+    def _pick_port(stage: Stage, ports: dict, port: str | None, kind: str) -> str:
+        if port is None:
+            if len(ports) != 1:
+                raise GraphError(f"stage {stage.name!r} has {kind} ports {list(ports)}: name one")
+            return next(iter(ports))
+        if port not in ports:
+            raise GraphError(f"stage {stage.name!r} has no {kind} port {port!r}; it has {list(ports)}")
+        return port
+
+    # ---- validation ---------------------------------------------------------------------------
+    def validate(self) -> None:
+        """Check the graph before anything is allocated; raise :class:`GraphError` naming the stages."""
+        if not self.stages:
+            raise GraphError(f"graph {self.name!r} has no stages")
+        if not any(s.is_source for s in self.stages):
+            raise GraphError(f"graph {self.name!r} has no source (a stage without inputs)")
+        for stage in self.stages:
+            if stage.trigger not in TRIGGERS:
+                raise GraphError(f"stage {stage.name!r}: trigger {stage.trigger!r} not in {TRIGGERS}")
+        incoming: dict[tuple[str, str], Edge] = {}
+        for e in self.edges:
+            key = (e.dst.name, e.dst_port)
+            if key in incoming:
+                raise GraphError(f"input {e.dst.name}.{e.dst_port} is fed twice: by {incoming[key].src.name}"
+                                 f".{incoming[key].src_port} and by {e.src.name}.{e.src_port}")
+            incoming[key] = e
+            a, b = e.src.outputs[e.src_port], e.dst.inputs[e.dst_port]
+            for what, x, y in (("shape", a.shape, b.shape), ("dtype", a.dtype, b.dtype),
+                               ("device", a.device, b.device), ("variable length", a.variable, b.variable)):
+                if x != y:
+                    raise GraphError(
+                        f"edge {e.name}: {what} mismatch: {e.src.name!r} produces {a.describe()} but "
+                        f"{e.dst.name!r} expects {b.describe()}")
+            if e.src is e.dst:
+                raise GraphError(f"edge {e.name}: stage {e.src.name!r} is connected to itself")
+        for stage in self.stages:
+            missing = [p for p in stage.inputs if (stage.name, p) not in incoming]
+            if missing:
+                raise GraphError(f"stage {stage.name!r}: input port(s) {missing} not connected")
+            ins = [incoming[(stage.name, p)] for p in stage.inputs]
+            if ins and all(e.policy == "latest" for e in ins):
+                raise GraphError(f"stage {stage.name!r}: every input is a 'latest' edge, so nothing would "
+                                 f"pace it; drive it from a source or another stage")
+        self._check_cycles()
+
+    def _check_cycles(self) -> None:
+        succ: dict[str, list[str]] = {s.name: [] for s in self.stages}
+        for e in self.edges:
+            succ[e.src.name].append(e.dst.name)
+        state: dict[str, int] = {}  # 1 = on the DFS path, 2 = finished
+        path: list[str] = []
+
+        def visit(n: str):
+            state[n] = 1
+            path.append(n)
+            for m in succ[n]:
+                if state.get(m) == 1:
+                    cyc = path[path.index(m):] + [m]
+                    raise GraphError(f"graph {self.name!r} has a cycle: {' -> '.join(cyc)} "
+                                     f"(edge {n} -> {m} closes it)")
+                if m not in state:
+                    visit(m)
+            path.pop()
+            state[n] = 2
+
+        for s in self.stages:
+            if s.name not in state:
+                visit(s.name)
+
+    # ---- running ------------------------------------------------------------------------------
+    def start(self) -> None:
+        """Validate, allocate rings, run every stage's ``setup`` (each in its own thread), then let
+        the sources go. Raises :class:`GraphError` or :class:`StageError` (a failed setup)."""
+        if self._started and any(n.thread and n.thread.is_alive() for n in self._nodes):
+            raise GraphError(f"graph {self.name!r} is already running")
+        self.validate()
+        self._stopping = self._aborted = False
+        self._error = None
+        self._go.clear()
+        n = len(self.stages)
+        self.telemetry = Telemetry([s.name for s in self.stages], [s.budget_ms for s in self.stages],
+                                   self.telemetry_window)
+        self._nodes = [_Node(self, s, i, self._max_in_flight[s.name]) for i, s in enumerate(self.stages)]
+        by_name = {node.stage.name: node for node in self._nodes}
+        for node in self._nodes:
+            node.stats = self.telemetry.stages[node.index]
+            node.stage.fallback_level = 0
+            if node.max_in_flight is not None:
+                node.limiter = FlowLimiter(node.max_in_flight)
+            if node.device.type == "cuda":
+                node.stream = torch.cuda.Stream(device=node.device)
+        for e in self.edges:
+            src, dst = by_name[e.src.name], by_name[e.dst.name]
+            ring = Ring(e.src.outputs[e.src_port], e.capacity, e.policy, n, e.name)
+            ring.attach_consumer(dst.doorbell)
+            ring.on_drop = self._frame_done
+            src.out_rings.setdefault(e.src_port, []).append(ring)
+            dst.in_rings[e.dst_port] = ring
+            if dst.stream is not None:  # slots are read on the consumer's stream too
+                for slot in ring.slots:
+                    slot.data.record_stream(dst.stream)
+        for node in self._nodes:
+            for port, spec in node.stage.outputs.items():
+                if port not in node.out_rings:
+                    node.scratch[port] = Frame(spec, n)
+        for node in self._nodes:
+            node.terminal = not node.out_rings
+            node.thread = threading.Thread(target=self._worker, args=(node,), daemon=True,
+                                           name=f"framegraph:{self.name}:{node.stage.name}")
+            node.thread.start()
+        self._started = True
+        for node in self._nodes:
+            node.setup_done.wait()
+        if self._error is not None:
+            self.cancel()
+            self.join()  # raises the setup error
+        self.clock.start()  # pts 0 is now, after setup
+        self.telemetry.started()
+        self._go.set()
+
+    def run(self, timeout: float | None = None) -> dict:
+        """``start()`` then ``join()``; returns the report."""
+        self.start()
+        return self.join(timeout)
+
+    def drain(self) -> None:
+        """Ask the sources to end; end-of-stream flows through and every stage finalizes.
+        Returns at once; ``join()`` waits for the end."""
+        self._stopping = True
+        self.clock.stop()
+        for node in self._nodes:
+            if node.limiter is not None:
+                node.limiter.cancel()
+            if node.stage.is_source:
+                node.stage.interrupt()
+
+    def cancel(self) -> None:
+        """Stop every stage now (frames in flight are discarded). Returns at once."""
+        self._aborted = self._stopping = True
+        self.clock.stop()
+        self._go.set()
+        for node in self._nodes:
+            if node.limiter is not None:
+                node.limiter.cancel()
+            for ring in node.in_rings.values():
+                ring.abort()
+            for rings in node.out_rings.values():
+                for ring in rings:
+                    ring.abort()
+            with node.doorbell:
+                node.doorbell.notify_all()
+            node.stage.interrupt()
+
+    def join(self, timeout: float | None = None) -> dict:
+        """Wait for every worker to finish; return the report, or raise :class:`StageError`.
+
+        Waits in short steps so Ctrl-C reaches the caller (who typically calls ``drain()`` and joins
+        again). With ``timeout`` (s), raises ``TimeoutError`` if workers are still running."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for node in self._nodes:
+            while node.thread is not None and node.thread.is_alive():
+                if deadline is not None and time.monotonic() > deadline:
+                    raise TimeoutError(f"graph {self.name!r}: stage {node.stage.name!r} still running "
+                                       f"after {timeout} s")
+                node.thread.join(0.05)
+        if self._error is not None:
+            raise self._error
+        return self.report()
+
+    @property
+    def running(self) -> bool:
+        return any(n.thread is not None and n.thread.is_alive() for n in self._nodes)
+
+    def reset(self) -> None:
+        """Barge-in: every stage's ``reset()`` runs before its next frame (in its own thread)."""
+        for node in self._nodes:
+            node.reset_requested = True
+
+    # ---- reports ------------------------------------------------------------------------------
+    def edge_report(self) -> list[dict]:
+        return [{"name": r.name, "policy": r.policy, "capacity": r.capacity, "frames_in": r.frames_in,
+                 "frames_out": r.frames_out, "drops": r.drops, "depth": r.depth}
+                for node in self._nodes for rings in node.out_rings.values() for r in rings]
+
+    def report(self) -> dict:
+        """Telemetry of the current (or last) run as a JSON-ready dict."""
+        if self.telemetry is None:
+            return {"graph": self.name, "started": False}
+        sources = {n.stage.name: {"frames": n.seq, "dropped_in_flight_limit": n.source_drops,
+                                  "max_in_flight": n.max_in_flight}
+                   for n in self._nodes if n.stage.is_source}
+        return self.telemetry.report(self.edge_report(), extra={
+            "graph": self.name, "clock_mode": self.clock.mode, "sources": sources,
+            "error": str(self._error) if self._error else None})
+
+    # ---- workers ------------------------------------------------------------------------------
+    def _fail(self, node: _Node, exc: BaseException) -> None:
+        with self._error_lock:
+            if self._error is None:
+                self._error = StageError(node.stage.name, exc)
+        self.cancel()
+
+    def _frame_done(self, frame: Frame) -> None:
+        """A frame left the graph (sink, consumed without output, dropped): release its source's
+        flow-limiter slot."""
+        if 0 <= frame.origin < len(self._nodes):
+            limiter = self._nodes[frame.origin].limiter
+            if limiter is not None:
+                limiter.done(frame.seq)
+
+    def _worker(self, node: _Node) -> None:
+        stage = node.stage
+        try:
+            try:
+                ctx = StageContext(self.clock, node.device, node.stream, self.telemetry, node.index,
+                                   cancelled=lambda: self._aborted)
+                with node.stream_context():
+                    stage.setup(ctx)
+                    if stage.ctx is None:
+                        stage.ctx = ctx
+            finally:
+                node.setup_done.set()
+            self._go.wait()
+            if not self._aborted:
+                with node.stream_context():
+                    if stage.is_source:
+                        self._source_loop(node)
+                    else:
+                        self._consumer_loop(node)
+        except RingAborted:
+            pass
+        except BaseException as exc:  # noqa: BLE001 - any stage error stops the graph, named
+            self._fail(node, exc)
+        finally:
+            if not self._aborted:
+                node.close_outputs()
+            try:
+                if node.stream is not None:
+                    node.stream.synchronize()  # this stage's work only, never the whole device
+                stage.teardown()
+            except BaseException as exc:  # noqa: BLE001
+                self._fail(node, exc)
+
+    def _source_loop(self, node: _Node) -> None:
+        stage, out, limiter, clock = node.stage, node.outputs, node.limiter, self.clock
+        while not self._stopping:
+            if limiter is not None and clock.mode == "fast" and not limiter.wait_for_room():
+                break
+            if node.reset_requested:
+                node.reset_requested = False
+                stage.reset()
+            node.enter_ns = time.monotonic_ns()
+            out._begin(None)
+            try:
+                stage.process({}, out)
+            except EndOfStream:
+                out._abandon()
+                break
+            except BaseException:
+                out._abandon()
+                raise
+            proc_exit_ns = time.monotonic_ns()
+            if out.emitted == 0:
+                continue
+            pts = max(f.pts for f in out._pending.values())
+            if clock.mode == "realtime" and not clock.wait_until(pts):
+                out._abandon()
+                break
+            if limiter is not None and clock.mode == "realtime" and not limiter.has_room():
+                out._abandon()  # overload: drop at the source rather than queue
+                node.source_drops += 1
+                node.discontinuity = True
+                continue
+            out._finish()
+            node.discontinuity = False
+            node.seq += 1
+            if limiter is not None:
+                limiter.emitted_one()
+            node.stats.record(node.enter_ns, proc_exit_ns)
+
+    def _wait_inputs(self, node: _Node) -> dict[str, Frame] | None:
+        rings = node.in_rings
+        gating = {p: r for p, r in rings.items() if r.policy != "latest"}
+        with node.doorbell:
+            while True:
+                if self._aborted:
+                    return None
+                if node.stage.trigger == "all":
+                    if any(r.finished for r in gating.values()):
+                        return None
+                    if all(r.has_frame() for r in rings.values()):
+                        return {p: r.take() for p, r in rings.items()}
+                else:
+                    ready = [p for p, r in gating.items() if r.has_frame()]
+                    if ready:
+                        frames = {p: gating[p].take() for p in ready}
+                        frames.update({p: r.take() for p, r in rings.items()
+                                       if r.policy == "latest" and r.has_frame()})
+                        return frames
+                    if all(r.finished for r in gating.values()):
+                        return None
+                node.doorbell.wait()
+
+    def _consumer_loop(self, node: _Node) -> None:
+        stage, out, stream = node.stage, node.outputs, node.stream
+        gating = [p for p in stage.inputs if node.in_rings[p].policy != "latest"]
+        primary = gating[0]  # its frames count for end-to-end latency and FPS at a sink
+        while True:
+            inputs = self._wait_inputs(node)
+            if inputs is None:
+                return
+            if node.reset_requested:
+                node.reset_requested = False
+                stage.reset()
+            node.enter_ns = time.monotonic_ns()
+            if stream is not None:
+                for frame in inputs.values():
+                    stream.wait_event(frame.ready_event)
+            out._begin(next(inputs[p] for p in gating if p in inputs))
+            try:
+                stage.process(inputs, out)
+            except BaseException:
+                out._abandon()
+                raise
+            exit_ns = time.monotonic_ns()
+            out._finish()
+            for port, frame in inputs.items():
+                ring = node.in_rings[port]
+                if stream is not None:
+                    frame.done_event.record(stream)
+                if ring.policy == "latest":
+                    continue  # kept and re-read until a newer value arrives
+                if node.terminal or out.emitted == 0:
+                    self._frame_done(frame)
+                if node.terminal and port == primary:
+                    self.telemetry.sink_frame(frame.capture_ns, exit_ns)
+                ring.release(frame)
+            node.stats.record(node.enter_ns, exit_ns)
+            node.govern((exit_ns - node.enter_ns) / 1e6)

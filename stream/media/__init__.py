@@ -1,0 +1,11 @@
+"""Media I/O on PyAV (FFmpeg): audio sources, MP4 / H.264 / JPEG / image-sequence outputs."""
+from .audio import (CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio,
+                    iter_pcm16)
+from .errors import MediaError, open_media
+from .video import PRESETS, H264Encoder, ImageSequenceSink, JpegEncoder, MP4Sink, read_video, video_port
+
+__all__ = [
+    "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
+    "iter_pcm16", "MediaError", "open_media", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
+    "MP4Sink", "read_video", "video_port",
+]

@@ -1,0 +1,273 @@
+"""Video out: MP4 (H.264 + AAC) files, live H.264 and JPEG encoders, image sequences.
+
+Video frames travel as ``uint8 [H, W, 3]`` RGB on the CPU. Encoded payloads travel on variable-length
+``uint8`` ports (``frame.length`` bytes are valid), so a WebSocket sink can send them as they are.
+"""
+from __future__ import annotations
+
+import io
+import os
+from fractions import Fraction
+
+import av
+import numpy as np
+import torch
+from PIL import Image
+
+from ..frame import Flag, PortSpec
+from ..stage import Stage
+from .audio import SAMPLE_RATE, chunk_samples
+from .errors import MediaError, open_media
+
+# x264 settings. "live": every frame leaves the encoder at once (zerolatency: no lookahead, no
+# B-frames, no frame threads). "offline": better compression; the encoder may hold frames back.
+PRESETS = {
+    "live": {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"},
+    "offline": {"preset": "veryfast", "crf": "20"},
+}
+
+
+def video_port(width: int, height: int) -> PortSpec:
+    return PortSpec((height, width, 3), torch.uint8, "cpu")
+
+
+def _check_size(width: int, height: int, what: str) -> None:
+    if width <= 0 or height <= 0 or width % 2 or height % 2:
+        raise ValueError(f"{what}: size {width}x{height} must be positive and even (H.264 yuv420p)")
+
+
+def _partial_name(path: str) -> str:
+    root, ext = os.path.splitext(path)
+    return f"{root}.partial{ext or '.mp4'}"
+
+
+class MP4Sink(Stage):
+    """Sink: writes an MP4 file with H.264 (yuv420p) video and, optionally, AAC audio.
+
+    Inputs: ``"video"`` ``uint8 [H, W, 3]`` and, when ``audio_rate`` is set, ``"audio"`` ``int16
+    [chunk]`` mono PCM. Streams are muxed by pts (session ticks → each stream's own time base), so
+    picture and sound stay in sync whatever order frames arrive in (``trigger = "any"``).
+
+    The file is written as ``NAME.partial.mp4`` and renamed to ``path`` when the stream ends normally
+    (also after Ctrl-C → drain). If the graph is cancelled or a stage fails, what was written is closed
+    properly and kept as ``NAME.partial.mp4`` (``self.partial_path``), never silently half-written.
+    """
+
+    trigger = "any"
+
+    def __init__(self, path, *, width: int, height: int, fps: float, audio_rate: int | None = SAMPLE_RATE,
+                 audio_chunk_ms: int = 20, preset: str = "offline", name: str = "mp4"):
+        super().__init__(name)
+        _check_size(width, height, f"MP4Sink {path}")
+        if preset not in PRESETS:
+            raise ValueError(f"MP4Sink: unknown preset {preset!r}; expected one of {list(PRESETS)}")
+        self.path = os.fspath(path)
+        self.partial_path = _partial_name(self.path)
+        self.width, self.height = width, height
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.audio_rate = audio_rate
+        self.preset = preset
+        self.inputs = {"video": video_port(width, height)}
+        if audio_rate:
+            self.inputs["audio"] = PortSpec((chunk_samples(audio_rate, audio_chunk_ms),), torch.int16, "cpu")
+        self.frames_written = 0
+        self.audio_samples_written = 0
+        self._container = None
+        self._last_audio_pts_ticks = None
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        folder = os.path.dirname(os.path.abspath(self.path))
+        os.makedirs(folder, exist_ok=True)
+        self.frames_written = self.audio_samples_written = 0
+        self._last_video_index = -1
+        self._container = av.open(self.partial_path, mode="w", format="mp4")
+        vs = self._container.add_stream("libx264", rate=self.fps)
+        vs.width, vs.height, vs.pix_fmt = self.width, self.height, "yuv420p"
+        vs.codec_context.time_base = Fraction(1) / self.fps
+        vs.codec_context.options = dict(PRESETS[self.preset], g=str(max(1, round(2 * self.fps))))
+        self._vstream = vs
+        self._astream = None
+        if self.audio_rate:
+            a = self._container.add_stream("aac", rate=self.audio_rate)
+            a.layout = "mono"
+            a.codec_context.time_base = Fraction(1, self.audio_rate)
+            self._astream = a
+
+    def process(self, inputs, out):
+        clock = self.ctx.clock
+        if "audio" in inputs:
+            f = inputs["audio"]
+            samples = f.valid.numpy().reshape(1, -1)
+            af = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+            af.sample_rate = self.audio_rate
+            af.pts = f.pts * self.audio_rate // clock.ticks_per_second
+            af.time_base = Fraction(1, self.audio_rate)
+            self._container.mux(self._astream.encode(af))
+            self.audio_samples_written += f.length
+            self._last_audio_pts_ticks = f.pts + clock.ticks_from_samples(f.length, self.audio_rate)
+        if "video" in inputs:
+            f = inputs["video"]
+            index = clock.frame_at_ticks(f.pts, self.fps)
+            if index <= self._last_video_index:  # two frames map to one slot: keep time monotonic
+                index = self._last_video_index + 1
+            vf = av.VideoFrame.from_ndarray(f.data.numpy(), format="rgb24")
+            vf.pts = index
+            vf.time_base = Fraction(1) / self.fps
+            self._container.mux(self._vstream.encode(vf))
+            self._last_video_index = index
+            self.frames_written += 1
+            if self._last_audio_pts_ticks is not None and self.ctx.telemetry is not None:
+                self.ctx.telemetry.record_av_offset(
+                    1000.0 * clock.seconds(f.pts - self._last_audio_pts_ticks))
+
+    def teardown(self):
+        if self._container is None:
+            return
+        try:
+            self._container.mux(self._vstream.encode(None))
+            if self._astream is not None:
+                self._container.mux(self._astream.encode(None))
+        finally:
+            self._container.close()
+            self._container = None
+        if not self.ctx.cancelled():
+            os.replace(self.partial_path, self.path)
+
+
+class H264Encoder(Stage):
+    """Live H.264 encoder: ``uint8 [H, W, 3]`` frames in, one Annex-B access unit out per frame
+    (zerolatency, no B-frames), on a variable-length ``uint8`` port. Key frames carry
+    :attr:`Flag.KEYFRAME`; one every ``gop`` frames so a client can join mid-stream."""
+
+    def __init__(self, *, width: int, height: int, fps: float, gop: int | None = None,
+                 bitrate_kbps: int | None = None, name: str = "h264"):
+        super().__init__(name)
+        _check_size(width, height, "H264Encoder")
+        self.width, self.height, self.fps = width, height, Fraction(fps).limit_denominator(1001)
+        self.gop = gop or max(1, round(2 * self.fps))
+        self.bitrate_kbps = bitrate_kbps
+        self.inputs = {"video": video_port(width, height)}
+        self.outputs = {"h264": PortSpec((width * height * 3 // 2 + 65536,), torch.uint8, "cpu", variable=True)}
+        self._codec = None
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        c = av.CodecContext.create("libx264", "w")
+        c.width, c.height, c.pix_fmt = self.width, self.height, "yuv420p"
+        c.time_base = Fraction(1) / self.fps
+        c.framerate = self.fps
+        opts = dict(PRESETS["live"], g=str(self.gop))
+        if self.bitrate_kbps:
+            c.bit_rate = self.bitrate_kbps * 1000
+        c.options = opts
+        self._codec = c
+        self._index = 0
+
+    def process(self, inputs, out):
+        vf = av.VideoFrame.from_ndarray(inputs["video"].data.numpy(), format="rgb24")
+        vf.pts = self._index
+        self._index += 1
+        packets = self._codec.encode(vf)
+        if not packets:
+            return
+        payload = b"".join(bytes(p) for p in packets)
+        frame = out.write("h264")
+        _put_bytes(frame, payload, self.name)
+        if any(p.is_keyframe for p in packets):
+            frame.flags |= Flag.KEYFRAME
+
+    def teardown(self):
+        self._codec = None
+
+
+class JpegEncoder(Stage):
+    """``uint8 [H, W, 3]`` RGB in, a JPEG image out on a variable-length ``uint8`` port."""
+
+    def __init__(self, *, width: int, height: int, quality: int = 85, name: str = "jpeg"):
+        super().__init__(name)
+        if not 1 <= quality <= 100:
+            raise ValueError(f"JpegEncoder: quality must be 1..100, got {quality}")
+        self.quality = quality
+        self.inputs = {"video": video_port(width, height)}
+        self.outputs = {"jpeg": PortSpec((width * height * 3 + 65536,), torch.uint8, "cpu", variable=True)}
+        self._buf = io.BytesIO()
+
+    def process(self, inputs, out):
+        self._buf.seek(0)
+        self._buf.truncate()
+        Image.fromarray(inputs["video"].data.numpy()).save(self._buf, "JPEG", quality=self.quality)
+        frame = out.write("jpeg")
+        _put_bytes(frame, self._buf.getbuffer(), self.name)
+        frame.flags |= Flag.KEYFRAME
+
+
+def _put_bytes(frame, payload, who: str) -> None:
+    n = len(payload)
+    if n > frame.data.shape[0]:
+        raise ValueError(f"{who}: encoded frame of {n} bytes exceeds the port capacity "
+                         f"{frame.data.shape[0]} bytes")
+    frame.data[:n] = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
+    frame.length = n
+
+
+class ImageSequenceSink(Stage):
+    """Sink: writes each frame to ``folder/pattern`` (``frame_000000.png`` ...; the extension picks
+    PNG or JPEG). The frame index comes from pts, so dropped frames leave gaps, not shifts."""
+
+    def __init__(self, folder, *, width: int, height: int, fps: float, pattern: str = "frame_{:06d}.png",
+                 name: str = "images"):
+        super().__init__(name)
+        self.folder = os.fspath(folder)
+        self.pattern = pattern
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.inputs = {"video": video_port(width, height)}
+        self.written: list[str] = []
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        os.makedirs(self.folder, exist_ok=True)
+        self.written = []
+
+    def process(self, inputs, out):
+        f = inputs["video"]
+        path = os.path.join(self.folder, self.pattern.format(self.ctx.clock.frame_at_ticks(f.pts, self.fps)))
+        Image.fromarray(f.data.numpy()).save(path)
+        self.written.append(path)
+
+
+def read_video(path) -> dict:
+    """Decode an MP4 (or any video file) for inspection: ``{"frames": uint8 [T, H, W, 3],
+    "frame_times_s": [T], "fps", "audio": int16 [S] or None, "audio_rate", "audio_start_s"}``."""
+    container = open_media(path)
+    try:
+        if not container.streams.video:
+            raise MediaError(path, "has no video stream; expected a video file")
+        vs = container.streams.video[0]
+        frames, times = [], []
+        for f in container.decode(vs):
+            frames.append(f.to_ndarray(format="rgb24"))
+            times.append(float(f.pts * f.time_base) if f.pts is not None else float("nan"))
+        fps = float(vs.average_rate) if vs.average_rate else None
+    finally:
+        container.close()
+    audio, rate, start = None, None, None
+    container = open_media(path)
+    try:
+        if container.streams.audio:
+            a = container.streams.audio[0]
+            rate = a.codec_context.sample_rate
+            blocks = []
+            for f in container.decode(a):
+                if start is None and f.pts is not None:
+                    start = float(f.pts * f.time_base)
+                arr = f.to_ndarray()
+                if arr.dtype != np.int16:  # AAC decodes to float planar
+                    arr = np.clip(np.round(arr * 32767.0), -32768, 32767).astype(np.int16)
+                blocks.append(arr[0])
+            audio = np.concatenate(blocks) if blocks else np.zeros(0, np.int16)
+    finally:
+        container.close()
+    return {"frames": np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8),
+            "frame_times_s": np.array(times), "fps": fps, "audio": audio, "audio_rate": rate,
+            "audio_start_s": start}

@@ -1,0 +1,171 @@
+"""Stage: the unit of work in a graph.
+
+A stage declares its ports and computes; scheduling, threads, queues, pacing and timing belong to
+the graph. Subclasses set ``inputs`` / ``outputs`` (port name → :class:`PortSpec`) in ``__init__`` and
+implement :meth:`Stage.process`::
+
+    class Invert(Stage):
+        def __init__(self, shape):
+            super().__init__("invert")
+            self.inputs = {"video": PortSpec(shape, torch.uint8)}
+            self.outputs = {"video": PortSpec(shape, torch.uint8)}
+
+        def process(self, inputs, out):
+            frame = out.write("video")          # a preallocated slot; metadata copied from the input
+            torch.sub(255, inputs["video"].data, out=frame.data)
+
+A stage with no inputs is a **source**: the graph calls ``process`` repeatedly, paces it by the pts it
+sets (realtime mode), stamps ``seq``/``capture_ns``, and applies the flow limiter. A source ends the
+stream by raising :class:`EndOfStream`. A stage with no outputs is a **sink**.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable
+
+from .frame import Frame, PortSpec
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .clock import Clock
+    from .telemetry import Telemetry
+
+TRIGGERS = ("all", "any")
+
+
+class EndOfStream(Exception):
+    """Raised by a source's ``process`` when it has nothing more to produce."""
+
+
+@dataclass
+class StageContext:
+    """What the graph hands a stage at ``setup``.
+
+    Attributes:
+        clock: the session clock (tick conversions; pts of the stage's outputs).
+        device: the stage's device (from its ports, or ``cpu``).
+        stream: the stage's own CUDA stream (None on CPU). Work inside ``process`` runs on it.
+        telemetry: the graph's telemetry (sinks report A/V offset through it).
+        index: the stage's index in the graph.
+        cancelled: ``cancelled()`` is True when the graph was cancelled or a stage failed (as opposed
+            to a normal end or drain); a file sink's ``teardown`` uses it to keep what it wrote under a
+            name that says it is partial.
+    """
+
+    clock: "Clock"
+    device: Any
+    stream: Any = None
+    telemetry: "Telemetry | None" = None
+    index: int = 0
+    cancelled: Callable[[], bool] = lambda: False
+
+
+class Stage:
+    """Base class of every stage.
+
+    Class or instance attributes a subclass sets:
+        inputs / outputs: ``dict[str, PortSpec]``.
+        budget_ms: per-frame budget of ``process`` (None: no budget). Overruns count as deadline misses
+            and, with ``fallbacks``, make the graph step down to a cheaper level.
+        fallbacks: names of cheaper levels, best first (e.g. ``("2 steps", "1 step")``); the graph
+            calls :meth:`set_fallback` with 1..len(fallbacks), or 0 for full quality.
+        trigger: ``"all"`` — ``process`` runs when every input has a frame (lock-step join);
+            ``"any"`` — whenever at least one has (a muxer taking audio and video at their own rates).
+            An input whose edge has the ``latest`` policy (a camera pose) never gates ``process`` once
+            it holds a value; it is re-read until a newer one arrives.
+    """
+
+    inputs: dict[str, PortSpec] = {}
+    outputs: dict[str, PortSpec] = {}
+    budget_ms: float | None = None
+    fallbacks: tuple[str, ...] = ()
+    trigger: str = "all"
+
+    def __init__(self, name: str | None = None):
+        self.name = name or type(self).__name__.lower()
+        self.inputs = dict(type(self).inputs)
+        self.outputs = dict(type(self).outputs)
+        self.fallback_level = 0
+        self.ctx: StageContext | None = None
+
+    # ---- life cycle (override) ----------------------------------------------------------------
+    def setup(self, ctx: StageContext) -> None:
+        """Called once in the stage's worker thread before the first frame (load weights, warm up)."""
+        self.ctx = ctx
+
+    def process(self, inputs: dict[str, Frame], out: "Outputs") -> None:
+        """Compute one step. ``inputs`` maps port → frame (only the ports that have one, when
+        ``trigger == "any"``); write results into slots from ``out.write(port)``."""
+        raise NotImplementedError
+
+    def teardown(self) -> None:
+        """Called once in the worker thread after the last frame, also after errors and cancel."""
+
+    def reset(self) -> None:
+        """Forget stream state (barge-in). Stateful stages override; called between frames."""
+
+    def set_fallback(self, level: int) -> None:
+        """Switch to cheaper level ``level`` (0 = full quality). Override when ``fallbacks`` is set."""
+        self.fallback_level = level
+
+    def interrupt(self) -> None:
+        """The graph is stopping: return from a ``process`` that waits on outside input soon."""
+
+    # ---- helpers ------------------------------------------------------------------------------
+    @property
+    def is_source(self) -> bool:
+        return not self.inputs
+
+    @property
+    def is_sink(self) -> bool:
+        return not self.outputs
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.name!r})"
+
+
+class Outputs:
+    """Hands a stage writable output slots during one ``process`` call.
+
+    ``write(port)`` acquires a slot (it may block under a ``block`` edge: backpressure), with the
+    lineage metadata of the newest input already copied in; the slot is published when ``process``
+    returns, or when ``write`` is called again for the same port (several outputs from one call).
+    """
+
+    def __init__(self, node):
+        self._node = node
+        self._pending: dict[str, Frame] = {}
+        self._template: Frame | None = None
+        self.emitted = 0
+
+    def _begin(self, template: Frame | None) -> None:
+        self._template = template
+        self.emitted = 0
+
+    def write(self, port: str | None = None) -> Frame:
+        node = self._node
+        if port is None:
+            if len(node.stage.outputs) != 1:
+                raise ValueError(f"stage {node.stage.name!r} has outputs {list(node.stage.outputs)}: "
+                                 f"name the port in out.write(port)")
+            port = next(iter(node.stage.outputs))
+        if port not in node.stage.outputs:
+            raise KeyError(f"stage {node.stage.name!r} has no output port {port!r}; "
+                           f"it has {list(node.stage.outputs)}")
+        if port in self._pending:
+            node.publish(port, self._pending.pop(port))
+        frame = node.acquire(port)
+        if self._template is not None:
+            frame.copy_meta_from(self._template)
+        self._pending[port] = frame
+        self.emitted += 1
+        return frame
+
+    def _finish(self) -> None:
+        for port, frame in self._pending.items():
+            self._node.publish(port, frame)
+        self._pending.clear()
+
+    def _abandon(self) -> None:
+        for port, frame in self._pending.items():
+            self._node.unacquire(port, frame)
+        self._pending.clear()

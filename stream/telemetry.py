@@ -1,0 +1,194 @@
+"""Telemetry: per-stage and end-to-end latency, FPS, drops, deadline misses, time to first frame.
+
+Recording is cheap enough to leave on: each sample goes into a preallocated window (a numpy ring of
+the last ``window`` values) plus cumulative histogram buckets, with no allocation. Percentiles are
+computed only when a report is asked for. ``prometheus_text`` renders a report in the Prometheus text
+exposition format, so any server can mount it at ``/metrics``.
+"""
+from __future__ import annotations
+
+import bisect
+import json
+import threading
+import time
+
+import numpy as np
+
+# Histogram bucket upper bounds in milliseconds (Prometheus convention: cumulative, plus +Inf).
+BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.0, 500.0, 1000.0,
+              2500.0, 10000.0)
+
+
+class LatencyWindow:
+    """The last ``window`` latency samples (ms) plus all-time histogram counts and sum."""
+
+    def __init__(self, window: int = 4096):
+        self.values_ms = np.zeros(window, dtype=np.float64)
+        self.count = 0
+        self.sum_ms = 0.0
+        self.buckets = [0] * (len(BUCKETS_MS) + 1)
+
+    def add(self, ms: float) -> None:
+        self.values_ms[self.count % len(self.values_ms)] = ms
+        self.count += 1
+        self.sum_ms += ms
+        self.buckets[bisect.bisect_left(BUCKETS_MS, ms)] += 1
+
+    def recent(self) -> np.ndarray:
+        return self.values_ms[: min(self.count, len(self.values_ms))]
+
+    def summary(self) -> dict:
+        v = self.recent()
+        if len(v) == 0:
+            return {"count": 0}
+        p50, p95, p99 = np.percentile(v, [50, 95, 99])
+        return {"count": self.count, "mean_ms": float(v.mean()), "p50_ms": float(p50),
+                "p95_ms": float(p95), "p99_ms": float(p99), "max_ms": float(v.max())}
+
+
+class StageStats:
+    """What the runtime records for one stage."""
+
+    def __init__(self, name: str, budget_ms: float | None, window: int):
+        self.name = name
+        self.budget_ms = budget_ms
+        self.process = LatencyWindow(window)  # time inside process(), ms
+        self.deadline_misses = 0
+        self.fallback_level = 0
+        self.fallback_changes = 0
+        self.first_ns = 0
+        self.last_ns = 0
+
+    def record(self, enter_ns: int, exit_ns: int) -> None:
+        ms = (exit_ns - enter_ns) / 1e6
+        self.process.add(ms)
+        if self.budget_ms is not None and ms > self.budget_ms:
+            self.deadline_misses += 1
+        if not self.first_ns:
+            self.first_ns = enter_ns
+        self.last_ns = exit_ns
+
+    def fps(self) -> float:
+        n = self.process.count
+        span = (self.last_ns - self.first_ns) / 1e9
+        return (n - 1) / span if n > 1 and span > 0 else 0.0
+
+    def report(self) -> dict:
+        return {"budget_ms": self.budget_ms, "frames": self.process.count, "fps": self.fps(),
+                "process": self.process.summary(), "deadline_misses": self.deadline_misses,
+                "fallback_level": self.fallback_level, "fallback_changes": self.fallback_changes}
+
+
+class Telemetry:
+    """Per-graph telemetry: one :class:`StageStats` per stage, end-to-end latency at sinks, TTFF,
+    A/V offset. Thread-safe for the graph's workers (each stage writes only its own stats; sinks
+    share the end-to-end window under a lock)."""
+
+    def __init__(self, stage_names: list[str], budgets_ms: list[float | None], window: int = 4096):
+        self.stages = [StageStats(n, b, window) for n, b in zip(stage_names, budgets_ms)]
+        self.end_to_end = LatencyWindow(window)  # sink exit − source capture, ms
+        self.av_offset = LatencyWindow(window)  # video pts − audio pts at the sink, ms (signed)
+        self.start_ns = time.monotonic_ns()
+        self.first_frame_ns = 0
+        self.sink_frames = 0
+        self._last_sink_ns = 0
+        self._lock = threading.Lock()
+
+    def started(self) -> None:
+        self.start_ns = time.monotonic_ns()
+
+    def sink_frame(self, capture_ns: int, now_ns: int) -> None:
+        """A frame reached a sink: end-to-end latency from its capture, and time to first frame."""
+        with self._lock:
+            if capture_ns:
+                self.end_to_end.add((now_ns - capture_ns) / 1e6)
+            if not self.first_frame_ns:
+                self.first_frame_ns = now_ns
+            self.sink_frames += 1
+            self._last_sink_ns = now_ns
+
+    def record_av_offset(self, offset_ms: float) -> None:
+        """A sink that presents audio and video reports how far video leads audio (ms, signed)."""
+        with self._lock:
+            self.av_offset.add(offset_ms)
+
+    def sink_fps(self) -> float:
+        span = (self._last_sink_ns - self.first_frame_ns) / 1e9
+        return (self.sink_frames - 1) / span if self.sink_frames > 1 and span > 0 else 0.0
+
+    def report(self, edges: list[dict] | None = None, extra: dict | None = None) -> dict:
+        ttff = (self.first_frame_ns - self.start_ns) / 1e6 if self.first_frame_ns else None
+        out = {
+            "time_to_first_frame_ms": ttff,
+            "sink_frames": self.sink_frames,
+            "fps": self.sink_fps(),
+            "end_to_end": self.end_to_end.summary(),
+            "av_offset": self.av_offset.summary(),
+            "stages": {s.name: s.report() for s in self.stages},
+            "edges": edges or [],
+        }
+        if extra:
+            out.update(extra)
+        return out
+
+
+def write_json(report: dict, path) -> None:
+    with open(path, "w") as f:
+        json.dump(report, f, indent=2, default=str)
+        f.write("\n")
+
+
+def _labels(**kv) -> str:
+    parts = [f'{k}="{str(v).replace(chr(92), chr(92) * 2).replace(chr(34), chr(92) + chr(34))}"'
+             for k, v in kv.items()]
+    return "{" + ",".join(parts) + "}" if parts else ""
+
+
+def prometheus_text(telemetries: list["Telemetry"] | "Telemetry", edges: list[list[dict]] | None = None,
+                    prefix: str = "framegraph", labels: list[dict] | None = None) -> str:
+    """Prometheus text exposition (format 0.0.4) of one or several graphs' telemetry.
+
+    Args:
+        telemetries: a :class:`Telemetry` or a list of them (one per session of a server).
+        edges: per telemetry, the edge list of :meth:`Graph.edge_report` (drops, queue depth).
+        labels: per telemetry, extra labels (e.g. ``{"session": "3"}``).
+    Returns the text to serve with content type ``text/plain; version=0.0.4``.
+    """
+    if isinstance(telemetries, Telemetry):
+        telemetries = [telemetries]
+    edges = edges or [[] for _ in telemetries]
+    labels = labels or [{} for _ in telemetries]
+    lines: list[str] = []
+
+    def histogram(name: str, help_: str, series: list[tuple[dict, LatencyWindow]]):
+        lines.append(f"# HELP {prefix}_{name} {help_}")
+        lines.append(f"# TYPE {prefix}_{name} histogram")
+        for lab, win in series:
+            cum = 0
+            for bound, n in zip(BUCKETS_MS + (float("inf"),), win.buckets):
+                cum += n
+                le = "+Inf" if bound == float("inf") else repr(bound / 1000.0)
+                lines.append(f"{prefix}_{name}_bucket{_labels(**lab, le=le)} {cum}")
+            lines.append(f"{prefix}_{name}_sum{_labels(**lab)} {win.sum_ms / 1000.0}")
+            lines.append(f"{prefix}_{name}_count{_labels(**lab)} {win.count}")
+
+    def counter(name: str, kind: str, help_: str, series: list[tuple[dict, float]]):
+        lines.append(f"# HELP {prefix}_{name} {help_}")
+        lines.append(f"# TYPE {prefix}_{name} {kind}")
+        for lab, value in series:
+            lines.append(f"{prefix}_{name}{_labels(**lab)} {value}")
+
+    histogram("stage_latency_seconds", "Time spent in a stage's process() per frame.",
+              [({**lab, "stage": s.name}, s.process) for t, lab in zip(telemetries, labels) for s in t.stages])
+    histogram("end_to_end_latency_seconds", "Source capture to sink, per frame.",
+              [(lab, t.end_to_end) for t, lab in zip(telemetries, labels)])
+    counter("deadline_misses_total", "counter", "Frames whose process() exceeded the stage budget.",
+            [({**lab, "stage": s.name}, s.deadline_misses) for t, lab in zip(telemetries, labels) for s in t.stages])
+    counter("sink_frames_total", "counter", "Frames that reached a sink.",
+            [(lab, t.sink_frames) for t, lab in zip(telemetries, labels)])
+    counter("edge_drops_total", "counter", "Frames dropped on an edge by its policy.",
+            [({**lab, "edge": e["name"]}, e["drops"]) for es, lab in zip(edges, labels) for e in es])
+    counter("edge_queue_depth", "gauge", "Frames ready and unread on an edge.",
+            [({**lab, "edge": e["name"]}, e["depth"]) for es, lab in zip(edges, labels) for e in es])
+    counter("sessions", "gauge", "Graphs (sessions) reported.", [({}, len(telemetries))])
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,99 @@
+"""The test card rendered through the CLI: frame count, size, duration, and A/V sync from the file."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+
+from framegraph.apps.cli import main
+from framegraph.stream.media import read_video
+from framegraph.stream.testcard import BEEP_AMP, flash_frames
+
+PY = sys.executable
+
+
+def beep_onsets_s(audio: np.ndarray, rate: int, start_s: float) -> np.ndarray:
+    """Times where the loud beep starts: the smoothed amplitude crosses half the beep level."""
+    env = np.convolve(np.abs(audio.astype(float) / 32767), np.ones(16) / 16, "same")
+    level = BEEP_AMP * 0.5
+    idx = np.where((env[1:] > level) & (env[:-1] <= level))[0] + 1
+    return idx / rate + start_s
+
+
+@pytest.mark.parametrize("fps, size, seconds", [(25, (320, 240), 3.0), (30, (256, 144), 2.5)])
+def test_testcard_mp4_has_requested_frames_size_duration_and_beeps_on_flashes(tmp_path, fps, size, seconds):
+    out = tmp_path / "card.mp4"
+    w, h = size
+    assert main(["render", "--testcard", "--seconds", str(seconds), "--fps", str(fps), "--size", f"{w}x{h}",
+                 "--out", str(out)]) == 0
+    v = read_video(out)
+    n = round(seconds * fps)
+    assert v["frames"].shape == (n, h, w, 3)
+    assert v["fps"] == pytest.approx(fps)
+    assert v["frame_times_s"][-1] == pytest.approx((n - 1) / fps, abs=1e-3)
+    assert len(v["audio"]) / v["audio_rate"] == pytest.approx(seconds, abs=0.1)
+    flashes = np.where(v["frames"].mean(axis=(1, 2, 3)) > 240)[0]
+    assert list(flashes) == flash_frames(fps, n)
+    beeps = beep_onsets_s(v["audio"], v["audio_rate"], v["audio_start_s"] or 0.0)
+    assert len(beeps) == len(flashes)
+    offsets = beeps - v["frame_times_s"][flashes]
+    assert np.all(np.abs(offsets) <= 1.0 / fps), offsets  # every beep within one frame of its flash
+
+
+def test_render_bad_arguments_say_what_was_expected(capsys):
+    with pytest.raises(SystemExit):
+        main(["render", "--testcard", "--size", "640by360", "--out", "x.mp4"])
+    assert "expected WIDTHxHEIGHT" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["render", "--testcard", "--size", "641x360", "--out", "x.mp4"])
+    assert "positive and even" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["render", "--testcard", "--fps", "0", "--out", "x.mp4"])
+    assert "expected a positive number" in capsys.readouterr().err
+
+
+def test_render_report_json(tmp_path):
+    report = tmp_path / "r.json"
+    assert main(["render", "--testcard", "--seconds", "1", "--size", "64x48", "--out", str(tmp_path / "a.mp4"),
+                 "--report", str(report)]) == 0
+    data = json.loads(report.read_text())
+    assert data["sink_frames"] == 25 and data["interrupted"] is False
+    assert set(data["stages"]) == {"testcard_video", "testcard_audio", "mp4"}
+
+
+def test_ctrl_c_during_render_drains_and_leaves_a_playable_file(tmp_path):
+    out = tmp_path / "long.mp4"
+    proc = subprocess.Popen([PY, "-m", "framegraph.apps.cli", "render", "--testcard", "--seconds", "600",
+                             "--size", "640x360", "--out", str(out)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    partial = tmp_path / "long.partial.mp4"
+    deadline = time.monotonic() + 60
+    while not (partial.exists() and partial.stat().st_size > 20000) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 0, stderr
+    assert "interrupted" in stderr
+    v = read_video(out)
+    assert 0 < len(v["frames"]) < 600 * 25
+    assert not partial.exists()
+
+
+def test_info_lists_versions_and_backends(capsys):
+    assert main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["versions"]["torch"] and info["versions"]["av"]
+    assert info["backends"]["encoders"]["libx264"] is True
+    assert "available" in info["cuda"]
+
+
+def test_cli_help_explains_commands():
+    out = subprocess.run([PY, "-m", "framegraph.apps.cli", "--help"], capture_output=True, text=True).stdout
+    for cmd in ("render", "bench", "info"):
+        assert cmd in out
+    out = subprocess.run([PY, "-m", "framegraph.apps.cli", "render", "--help"], capture_output=True, text=True).stdout
+    assert "--testcard" in out and "WIDTHxHEIGHT" in out

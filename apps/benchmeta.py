@@ -1,0 +1,40 @@
+"""What every benchmark JSON records beside its numbers: device, versions, exact command, commit."""
+from __future__ import annotations
+
+import datetime
+import os
+import subprocess
+import sys
+
+
+def git_commit() -> str | None:
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=5)
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=here,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return out.stdout.strip() + ("-dirty" if dirty else "")
+
+
+def bench_metadata(name: str) -> dict:
+    """``{"benchmark", "device", "command", "git_commit", "date", "versions", "cuda"}``."""
+    from .info import collect, device_name
+
+    info = collect()
+    return {
+        "benchmark": name,
+        "device": device_name(),
+        "command": " ".join(["framegraph"] + sys.argv[1:]) if sys.argv and sys.argv[0].endswith("framegraph")
+        else " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "git_commit": git_commit(),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "python": info["python"],
+        "platform": info["platform"],
+        "cpu_count": info["cpu_count"],
+        "versions": info["versions"],
+        "cuda": info["cuda"],
+    }

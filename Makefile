@@ -7,8 +7,11 @@ BIN    := $(VENV)/bin
 # satisfies the pin; override with e.g. `make test TORCH=torch==2.11.0`.
 TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.framegraph-installed
+# Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
+# chromium runs the browser tests). Installed with apt-get when running as root, else named.
+SYSTEM_PACKAGES ?=
 
-.PHONY: demo test install clean help
+.PHONY: demo test install system-deps clean help
 
 help:
 	@echo "make demo   set up .venv and run the main job (renders the test card to out/)"
@@ -26,13 +29,25 @@ $(STAMP): pyproject.toml setup.py
 
 install: $(STAMP)
 
-demo: $(STAMP)
+system-deps:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	    echo "installing system packages:$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	  else \
+	    echo "missing system packages:$$missing — install them (Debian/Ubuntu: sudo apt-get install$$missing)"; exit 1; \
+	  fi; \
+	fi
+
+demo: system-deps $(STAMP)
 	@mkdir -p out
 	$(BIN)/framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4 \
 	  --report out/testcard.json
 	@echo "demo: wrote out/testcard.mp4 (and its telemetry report out/testcard.json)"
 
-test: $(STAMP)
+test: system-deps $(STAMP)
 	$(BIN)/python -m pytest -q
 
 clean:

@@ -1,0 +1,50 @@
+"""The runtime on CUDA: one stream per stage, event hand-off, no device-wide synchronize (GPU only)."""
+import pytest
+import torch
+
+from framegraph.stream import Graph
+from helpers import AddOne, Collect, CountSource
+
+pytestmark = pytest.mark.gpu
+
+
+class CudaAdd(AddOne):
+    def __init__(self, name, shape):
+        super().__init__(name, shape)
+        for ports in (self.inputs, self.outputs):
+            for k, spec in ports.items():
+                ports[k] = type(spec)(spec.shape, spec.dtype, "cuda")
+
+    def process(self, inputs, out):
+        f = out.write("x")
+        x = inputs["x"].data
+        for _ in range(20):  # enough work that a missing wait would read stale data
+            x = x * 1.0001
+        torch.add(inputs["x"].data, 1, out=f.data)
+        assert torch.cuda.current_stream() == self.ctx.stream
+
+
+def test_cuda_chain_hands_frames_on_with_events_in_order():
+    shape = (1 << 20,)
+    g = Graph()
+    src = g.add(CountSource(200, shape=shape, device="cuda"))
+    a, b = g.add(CudaAdd("a", shape)), g.add(CudaAdd("b", shape))
+
+    class ToHost(Collect):
+        def __init__(self):
+            super().__init__(shape=shape)
+            self.inputs = {"x": type(self.inputs["x"])(shape, torch.float32, "cuda")}
+
+        def process(self, inputs, out):
+            d = inputs["x"].data
+            self.got.append(("x", float(d[0].item()), float(d[-1].item()), inputs["x"].seq, 0))
+
+    k = g.add(ToHost())
+    g.connect(src, a)
+    g.connect(a, b)
+    g.connect(b, k)
+    g.run(timeout=60)
+    assert [v for _, v, *_ in k.got] == [i + 2.0 for i in range(200)]
+    assert all(first == last for _, first, last, *_ in k.got)
+    streams = {n.stream for n in g._nodes}
+    assert len(streams) == 4 and None not in streams

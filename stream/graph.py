@@ -88,9 +88,10 @@ class _Node:
     # ---- device -------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        for spec in list(self.stage.outputs.values()) + list(self.stage.inputs.values()):
-            return torch.device(spec.device)
-        return torch.device("cpu")
+        """The stage's device: its CUDA device if any port is on one (an upload or download stage
+        then still orders its work after its producers' with events), else the CPU."""
+        devices = [torch.device(s.device) for s in (*self.stage.outputs.values(), *self.stage.inputs.values())]
+        return next((d for d in devices if d.type == "cuda"), torch.device("cpu"))
 
     def stream_context(self):
         return torch.cuda.stream(self.stream) if self.stream is not None else _null_context()
@@ -103,7 +104,7 @@ class _Node:
             frame.reset_meta()
             return frame
         frame = rings[0].acquire_write()
-        if self.stream is not None:
+        if self.stream is not None and frame.done_event is not None:
             self.stream.wait_event(frame.done_event)  # the last reader of this slot has finished
         return frame
 
@@ -124,16 +125,16 @@ class _Node:
         rings = self.out_rings.get(port)
         if not rings:
             return
-        if self.stream is not None:
+        if self.stream is not None and frame.ready_event is not None:
             frame.ready_event.record(self.stream)
         for ring in rings[1:]:  # fan-out: each further consumer gets its own copy
             copy = ring.acquire_write()
-            if self.stream is not None:
+            if self.stream is not None and copy.done_event is not None:
                 self.stream.wait_event(copy.done_event)
             copy.data.copy_(frame.data, non_blocking=True)
             copy.copy_meta_from(frame)
             copy.flags, copy.length = frame.flags, frame.length
-            if self.stream is not None:
+            if self.stream is not None and copy.ready_event is not None:
                 copy.ready_event.record(self.stream)
             ring.commit(copy)
         rings[0].commit(frame)
@@ -336,7 +337,8 @@ class Graph:
             dst.in_rings[e.dst_port] = ring
             if dst.stream is not None:  # slots are read on the consumer's stream too
                 for slot in ring.slots:
-                    slot.data.record_stream(dst.stream)
+                    if slot.data.is_cuda:
+                        slot.data.record_stream(dst.stream)
         for node in self._nodes:
             for port, spec in node.stage.outputs.items():
                 if port not in node.out_rings:
@@ -553,7 +555,8 @@ class Graph:
             node.enter_ns = time.monotonic_ns()
             if stream is not None:
                 for frame in inputs.values():
-                    stream.wait_event(frame.ready_event)
+                    if frame.ready_event is not None:
+                        stream.wait_event(frame.ready_event)
             out._begin(next(inputs[p] for p in gating if p in inputs))
             try:
                 stage.process(inputs, out)
@@ -564,7 +567,7 @@ class Graph:
             out._finish()
             for port, frame in inputs.items():
                 ring = node.in_rings[port]
-                if stream is not None:
+                if stream is not None and frame.done_event is not None:
                     frame.done_event.record(stream)
                 if ring.policy == "latest":
                     continue  # kept and re-read until a newer value arrives

@@ -48,3 +48,28 @@ def test_cuda_chain_hands_frames_on_with_events_in_order():
     assert all(first == last for _, first, last, *_ in k.got)
     streams = {n.stream for n in g._nodes}
     assert len(streams) == 4 and None not in streams
+
+
+def test_upload_and_download_stages_order_work_with_events():
+    from framegraph.stream import PortSpec, Stage
+
+    shape = (1 << 18,)
+
+    class Move(Stage):
+        def __init__(self, name, src, dst):
+            super().__init__(name)
+            self.inputs = {"x": PortSpec(shape, torch.float32, src)}
+            self.outputs = {"x": PortSpec(shape, torch.float32, dst)}
+
+        def process(self, inputs, out):
+            out.write("x").data.copy_(inputs["x"].data * 2)
+
+    g = Graph()
+    src = g.add(CountSource(50, shape=shape))
+    up, down = g.add(Move("up", "cpu", "cuda")), g.add(Move("down", "cuda", "cpu"))
+    k = g.add(Collect(shape=shape))
+    g.connect(src, up)
+    g.connect(up, down)
+    g.connect(down, k)
+    g.run(timeout=60)
+    assert k.values() == [4.0 * i for i in range(50)]

@@ -90,6 +90,8 @@ class _Node:
     def device(self) -> torch.device:
         """The stage's device: its CUDA device if any port is on one (an upload or download stage
         then still orders its work after its producers' with events), else the CPU."""
+        if self.stage.device is not None:
+            return torch.device(self.stage.device)
         devices = [torch.device(s.device) for s in (*self.stage.outputs.values(), *self.stage.inputs.values())]
         return next((d for d in devices if d.type == "cuda"), torch.device("cpu"))
 

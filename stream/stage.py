@@ -68,6 +68,8 @@ class Stage:
             and, with ``fallbacks``, make the graph step down to a cheaper level.
         fallbacks: names of cheaper levels, best first (e.g. ``("2 steps", "1 step")``); the graph
             calls :meth:`set_fallback` with 1..len(fallbacks), or 0 for full quality.
+        device: where the stage computes, when its ports don't say (a renderer reading CPU poses and
+            writing CPU frames but rendering on ``"cuda"``); None: derived from the ports.
         trigger: ``"all"`` — ``process`` runs when every input has a frame (lock-step join);
             ``"any"`` — whenever at least one has (a muxer taking audio and video at their own rates).
             An input whose edge has the ``latest`` policy (a camera pose) never gates ``process`` once
@@ -79,6 +81,7 @@ class Stage:
     budget_ms: float | None = None
     fallbacks: tuple[str, ...] = ()
     trigger: str = "all"
+    device: str | None = None
 
     def __init__(self, name: str | None = None):
         self.name = name or type(self).__name__.lower()

@@ -1,0 +1,160 @@
+"""A 3D Gaussian scene in memory, and the checks around it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any, Dict, Optional, Union
+
+import torch
+from torch import Tensor
+
+DeviceLike = Union[str, torch.device]
+
+
+class SceneError(ValueError):
+    """A scene file or tensor set that can't be used; the message names the file and the problem."""
+
+
+class SceneTooLargeError(SceneError, MemoryError):
+    """A scene that would not fit the target device's free memory."""
+
+
+@dataclass
+class GaussianScene:
+    """Activated 3DGS parameters, ready for :func:`rasterize`.
+
+    Attributes:
+        means: ``[N, 3]`` world-space centres.
+        quats: ``[N, 4]`` unit quaternions (w, x, y, z).
+        scales: ``[N, 3]`` standard deviations (``exp`` of the PLY's ``scale_*``).
+        opacities: ``[N]`` in [0, 1] (``sigmoid`` of the PLY's ``opacity``).
+        sh: ``[N, K, 3]`` SH coefficients, K = (sh_degree + 1) ** 2; ``sh[:, 0]``
+            is the PLY's ``f_dc``, ``sh[:, 1:]`` its ``f_rest`` (channel-major there).
+        raw: the pre-activation float32 values a loader read (numpy, CPU), so
+            that saving an unedited scene writes back the same bits. Not part
+            of equality; edited Gaussians are re-encoded from the tensors.
+    """
+
+    means: Tensor
+    quats: Tensor
+    scales: Tensor
+    opacities: Tensor
+    sh: Tensor
+    raw: Optional[Dict[str, Any]] = field(default=None, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        n = self.means.shape[0] if self.means.dim() == 2 else -1
+        expected = {"means": (n, 3), "quats": (n, 4), "scales": (n, 3), "opacities": (n,)}
+        for name, shape in expected.items():
+            t = getattr(self, name)
+            if tuple(t.shape) != shape or n < 0:
+                raise SceneError(f"GaussianScene.{name} must have shape {list(shape)}, got {list(t.shape)}")
+        if self.sh.dim() != 3 or self.sh.shape[0] != n or self.sh.shape[2] != 3:
+            raise SceneError(f"GaussianScene.sh must have shape [{n}, K, 3], got {list(self.sh.shape)}")
+        if self.sh.shape[1] not in (1, 4, 9, 16):
+            raise SceneError(f"GaussianScene.sh has K={self.sh.shape[1]} coefficients; expected 1, 4, 9 or 16")
+
+    @property
+    def n(self) -> int:
+        """Number of Gaussians."""
+        return self.means.shape[0]
+
+    @property
+    def sh_degree(self) -> int:
+        """Spherical-harmonic degree, 0..3."""
+        return math.isqrt(self.sh.shape[1]) - 1
+
+    @property
+    def device(self) -> torch.device:
+        return self.means.device
+
+    def to(self, device: DeviceLike, dtype: Optional[torch.dtype] = None) -> "GaussianScene":
+        """A copy on ``device`` (refused with the numbers if it would not fit there)."""
+        device = torch.device(device)
+        if device != self.device:
+            check_fits(self.n, device, self.sh_degree)
+        move = {k: getattr(self, k).to(device=device, dtype=dtype)
+                for k in ("means", "quats", "scales", "opacities", "sh")}
+        return replace(self, **move)
+
+    def rasterize_args(self) -> Dict[str, Any]:
+        """Keyword arguments for :func:`rasterize`: ``rasterize(**scene.rasterize_args(), viewmats=..., ...)``."""
+        return {"means": self.means, "quats": self.quats, "scales": self.scales,
+                "opacities": self.opacities, "colors": self.sh, "sh_degree": self.sh_degree}
+
+
+def random_scene(
+    n: int,
+    sh_degree: int = 3,
+    *,
+    seed: int = 0,
+    extent: float = 1.0,
+    scale_range: tuple = (0.02, 0.15),
+    device: DeviceLike = "cpu",
+    dtype: torch.dtype = torch.float32,
+) -> GaussianScene:
+    """A reproducible random scene: ``n`` Gaussians in a cube of half-size ``extent`` at the origin."""
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = math.log(scale_range[0]), math.log(scale_range[1])
+    K = (sh_degree + 1) ** 2
+    sh = torch.randn(n, K, 3, generator=g) * 0.3
+    sh[:, 0] = (torch.rand(n, 3, generator=g) - 0.5) / 0.28209479177387814  # base colour in [0, 1]
+    scene = GaussianScene(
+        means=(torch.rand(n, 3, generator=g) * 2 - 1) * extent,
+        quats=torch.nn.functional.normalize(torch.randn(n, 4, generator=g), dim=-1),
+        scales=torch.exp(torch.rand(n, 3, generator=g) * (hi - lo) + lo) * extent,
+        opacities=torch.rand(n, generator=g) * 0.9 + 0.05,
+        sh=sh,
+    )
+    return scene.to(device, dtype)
+
+
+# Memory estimate per Gaussian: parameters (3 + 4 + 3 + 1 + 3K floats) plus per-camera
+# projection outputs, colours and tile intersections while rendering one camera.
+_RENDER_BYTES_PER_GAUSSIAN = 160
+
+
+def bytes_per_gaussian(sh_degree: int = 3) -> int:
+    """Estimated bytes one Gaussian needs to be held and rendered (one camera)."""
+    K = (sh_degree + 1) ** 2
+    return 4 * (11 + 3 * K) + _RENDER_BYTES_PER_GAUSSIAN
+
+
+def available_bytes(device: DeviceLike) -> int:
+    """Free memory on ``device`` in bytes (CUDA: free device memory; CPU: available RAM)."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        import psutil
+
+        return int(psutil.virtual_memory().available)
+    except ImportError:  # pragma: no cover - psutil is a dependency
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
+
+
+def check_fits(
+    n_gaussians: int,
+    device: DeviceLike,
+    sh_degree: int = 3,
+    *,
+    available: Optional[int] = None,
+    source: str = "scene",
+) -> int:
+    """Refuse, before allocating, a scene that would not fit ``device``.
+
+    Returns the estimated bytes needed; raises :class:`SceneTooLargeError`
+    naming the Gaussian count, the bytes needed and the bytes free.
+    ``available`` overrides the free-memory query (for tests and planning).
+    """
+    need = int(n_gaussians) * bytes_per_gaussian(sh_degree)
+    free = available_bytes(device) if available is None else int(available)
+    if need > free:
+        raise SceneTooLargeError(
+            f"{source}: {n_gaussians:,} Gaussians (SH degree {sh_degree}) need about "
+            f"{need / 2**20:,.1f} MiB on {torch.device(device)}, but only {free / 2**20:,.1f} MiB is free"
+        )
+    return need

@@ -2,8 +2,14 @@
 import os
 import sys
 
-import pytest
 import torch
+
+# Without a GPU, Triton kernels run through Triton's interpreter. It must be chosen before anything
+# imports triton (triton sets up its language functions at import), so it is set here, first.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
 

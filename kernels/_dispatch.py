@@ -1,0 +1,79 @@
+"""Backend choice and argument checks shared by every op in ``framegraph.kernels``.
+
+Each op's public function calls :func:`resolve_backend` to turn ``backend="auto" | "triton" | "torch"``
+into ``"triton"`` or ``"torch"``:
+
+- ``"auto"``: Triton when the inputs are on CUDA (and Triton imports), the pure-torch reference elsewhere.
+- ``"triton"``: the Triton kernels. On CPU tensors this is only allowed under Triton's interpreter
+  (``TRITON_INTERPRET=1`` set in the environment *before* the op's ``triton.py`` is first imported);
+  that is how the tests check the kernels without a GPU.
+- ``"torch"``: the reference, differentiable by plain autograd.
+"""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import torch
+
+BACKENDS = ("auto", "triton", "torch")
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def triton_interpret_enabled() -> bool:
+    """Whether Triton's interpreter is switched on (``TRITON_INTERPRET=1``)."""
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+
+
+_TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
+
+
+def triton_available() -> bool:
+    return _TRITON_AVAILABLE
+
+
+def resolve_backend(backend: str, *tensors: torch.Tensor | None, op: str) -> str:
+    """Return ``"triton"`` or ``"torch"`` for ``backend`` given the op's input tensors."""
+    if backend not in BACKENDS:
+        raise ValueError(f"{op}: backend={backend!r}; expected one of {BACKENDS}")
+    present = [t for t in tensors if t is not None]
+    on_cuda = bool(present) and all(t.is_cuda for t in present)
+    if backend == "torch":
+        return "torch"
+    if backend == "auto":
+        return "triton" if on_cuda and triton_available() else "torch"
+    # backend == "triton"
+    if not triton_available():
+        raise RuntimeError(f"{op}: backend='triton' but triton is not installed; use backend='torch'")
+    if not on_cuda and not triton_interpret_enabled():
+        devices = sorted({str(t.device) for t in present})
+        raise ValueError(
+            f"{op}: backend='triton' needs CUDA tensors, got tensors on {devices}; "
+            "set TRITON_INTERPRET=1 (before triton is imported) to run the kernels on CPU, or use backend='torch'"
+        )
+    return "triton"
+
+
+def check_float_dtype(op: str, name: str, t: torch.Tensor) -> None:
+    if t.dtype not in FLOAT_DTYPES:
+        raise TypeError(f"{op}: {name}.dtype={t.dtype}; expected one of float32, float16, bfloat16")
+
+
+def check_rank(op: str, name: str, t: torch.Tensor, rank: int, layout: str) -> None:
+    if t.dim() != rank:
+        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)} (rank {t.dim()}); expected rank {rank} {layout}")
+
+
+def check_same_device(op: str, **tensors: torch.Tensor | None) -> None:
+    devices = {name: t.device for name, t in tensors.items() if t is not None}
+    if len(set(devices.values())) > 1:
+        raise ValueError(f"{op}: inputs are on different devices {devices}; expected one device")
+
+
+def check_broadcastable(op: str, name: str, t: torch.Tensor, shape: torch.Size, layout: str) -> None:
+    try:
+        ok = torch.broadcast_shapes(t.shape, shape) == torch.Size(shape)
+    except RuntimeError:
+        ok = False
+    if not ok:
+        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected a shape broadcastable to {layout}={tuple(shape)}")

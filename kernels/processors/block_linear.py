@@ -1,0 +1,159 @@
+"""``BlockLinearAttnProcessor``: diffusers' Sana-Video linear attention on framegraph's block-causal kernel.
+
+A drop-in for ``SanaLinearAttnProcessor3_0`` (the self-attention ``attn1`` of every
+``SanaVideoTransformerBlock`` in ``diffusers.SanaVideoTransformer3DModel``)::
+
+    from framegraph.kernels.processors import BlockLinearAttnProcessor, install_block_linear_processors
+
+    # Same outputs as the stock model (one block = the whole sequence, no state):
+    procs = install_block_linear_processors(model)
+
+    # Block-causal, streaming: tokens attend within their block and to every earlier block, including
+    # blocks of previous calls (one state per attention layer, held by that layer's processor).
+    tokens_per_frame = (height // p_h) * (width // p_w)
+    procs = install_block_linear_processors(model, block_size=tokens_per_frame, stateful=True)
+    for chunk in stream:                       # each chunk: whole blocks, in order
+        for step in denoising_steps:           # re-read the same past while denoising a chunk ...
+            set_update_state(procs, False)
+            model(chunk, ...)
+        set_update_state(procs, True)          # ... and commit the chunk once (e.g. the clean pass)
+        model(chunk_clean, ...)
+    reset_block_linear_state(procs)            # barge-in / new stream
+
+State semantics: with ``stateful=True`` each call continues the stream held in ``processor.state`` (a
+:class:`~framegraph.kernels.block_linear_attention.LinearAttentionState`, detached, fp32,
+``[B, H, Dv, D]`` + ``[B, H, D]``: memory independent of stream length); ``update_state=False`` reads it
+without advancing it; ``reset()`` forgets it. RoPE positions must be absolute in the stream: the stock
+model recomputes its rotary table from frame 0 on every call, so a streaming caller has to pass (or
+patch in) rotary embeddings offset by the frames already seen.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+from ..block_linear_attention import LinearAttentionState, block_linear_attention
+
+__all__ = [
+    "BlockLinearAttnProcessor",
+    "install_block_linear_processors",
+    "reset_block_linear_state",
+    "set_update_state",
+]
+
+STOCK_PROCESSOR = "SanaLinearAttnProcessor3_0"
+
+
+class BlockLinearAttnProcessor:
+    """Sana-Video ReLU linear attention, block-causal, with an optional per-layer streaming state.
+
+    Args:
+        block_size: tokens per block (e.g. tokens per latent frame); ``None`` = the whole sequence is
+            one block, which reproduces ``SanaLinearAttnProcessor3_0``.
+        stateful: carry a :class:`LinearAttentionState` from call to call (see module docs).
+        update_state: when ``stateful``, advance the state past this call's tokens (``False``: read only).
+        backend: kernel backend, ``"auto" | "triton" | "torch"``.
+        eps: denominator epsilon (diffusers uses ``1e-15``).
+    """
+
+    def __init__(
+        self,
+        block_size: int | None = None,
+        *,
+        stateful: bool = False,
+        update_state: bool = True,
+        backend: str = "auto",
+        eps: float = 1e-15,
+    ) -> None:
+        if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):
+            raise ValueError(f"BlockLinearAttnProcessor: block_size={block_size!r}; expected a positive int or None")
+        self.block_size = block_size
+        self.stateful = stateful
+        self.update_state = update_state
+        self.backend = backend
+        self.eps = eps
+        self.state: LinearAttentionState | None = None
+
+    def reset(self) -> None:
+        """Forget the stream: the next call starts from an empty past."""
+        self.state = None
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """hidden_states ``[B, N, C]``; rotary_emb: diffusers' ``(cos, sin)``, each ``[1, N, 1, D]``."""
+        original_dtype = hidden_states.dtype
+        if encoder_hidden_states is None:
+            encoder_hidden_states = hidden_states
+
+        query = attn.to_q(hidden_states)
+        key = attn.to_k(encoder_hidden_states)
+        value = attn.to_v(encoder_hidden_states)
+        if attn.norm_q is not None:
+            query = attn.norm_q(query)
+        if attn.norm_k is not None:
+            key = attn.norm_k(key)
+
+        # [B, N, H*D] -> [B, H, N, D]
+        query, key, value = (t.unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in (query, key, value))
+        rope = None
+        if rotary_emb is not None:
+            rope = tuple(t.transpose(1, 2) for t in rotary_emb)  # [1, N, 1, D] -> [1, 1, N, D]
+
+        n_tokens = query.shape[2]
+        state = self.state if self.stateful else None
+        if state is not None and state.kv.shape[0] != query.shape[0]:
+            raise ValueError(
+                f"BlockLinearAttnProcessor: batch size {query.shape[0]} differs from the streamed state's "
+                f"{state.kv.shape[0]}; call reset() to start a new stream"
+            )
+        out, new_state = block_linear_attention(
+            query, key, value,
+            block_size=self.block_size or n_tokens,
+            rope=rope,
+            state=state,
+            eps=self.eps,
+            backend=self.backend,
+        )
+        if self.stateful and self.update_state:
+            self.state = LinearAttentionState(*(t.detach() for t in new_state))
+
+        hidden_states = out.transpose(1, 2).flatten(2).to(original_dtype)  # [B, N, H*Dv]
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        return hidden_states
+
+
+def install_block_linear_processors(model: torch.nn.Module, **kwargs) -> dict[str, BlockLinearAttnProcessor]:
+    """Replace every ``SanaLinearAttnProcessor3_0`` in ``model`` with its own ``BlockLinearAttnProcessor(**kwargs)``.
+
+    One processor per attention layer, so each layer keeps its own state. Cross-attention processors are
+    left alone. Returns the new processors by module name.
+    """
+    installed = {}
+    for name, module in model.named_modules():
+        processor = getattr(module, "processor", None)
+        if processor is not None and type(processor).__name__ in (STOCK_PROCESSOR, BlockLinearAttnProcessor.__name__):
+            module.set_processor(BlockLinearAttnProcessor(**kwargs))
+            installed[name] = module.processor
+    if not installed:
+        raise ValueError(f"install_block_linear_processors: {type(model).__name__} has no {STOCK_PROCESSOR} to replace")
+    return installed
+
+
+def reset_block_linear_state(processors: dict[str, BlockLinearAttnProcessor] | Iterable[BlockLinearAttnProcessor]) -> None:
+    for processor in processors.values() if isinstance(processors, dict) else processors:
+        processor.reset()
+
+
+def set_update_state(
+    processors: dict[str, BlockLinearAttnProcessor] | Iterable[BlockLinearAttnProcessor], update: bool
+) -> None:
+    for processor in processors.values() if isinstance(processors, dict) else processors:
+        processor.update_state = update

@@ -1,0 +1,28 @@
+"""Rotary position embedding, pure torch: the readable twin of ``triton.py``.
+
+Convention (diffusers' ``apply_rotary_emb`` inside the Sana-Video / Wan linear attention processors):
+channels are rotated in *interleaved pairs* ``(x[2i], x[2i+1])``, and ``cos``/``sin`` come in the full
+head width ``D`` with each angle repeated twice (``get_1d_rotary_pos_embed(..., repeat_interleave_real=True)``).
+Exactly like diffusers, the cosine of pair ``i`` is read at ``cos[..., 2i]`` and the sine at
+``sin[..., 2i+1]``::
+
+    out[2i]   = x[2i] * cos[2i] - x[2i+1] * sin[2i+1]
+    out[2i+1] = x[2i] * sin[2i+1] + x[2i+1] * cos[2i]
+"""
+from __future__ import annotations
+
+import torch
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Rotate interleaved channel pairs of ``x`` (computed in fp32, returned in ``x.dtype``).
+
+    Args:
+        x: ``[..., D]`` with ``D`` even.
+        cos, sin: broadcastable to ``x``, ``[..., D]`` (each angle repeated for both channels of a pair).
+    """
+    x_even, x_odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
+    c = cos[..., 0::2].float()
+    s = sin[..., 1::2].float()
+    out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1).flatten(-2)
+    return out.to(x.dtype)

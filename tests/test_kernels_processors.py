@@ -1,0 +1,126 @@
+"""BlockLinearAttnProcessor inside a tiny random SanaVideoTransformer3DModel (no downloads)."""
+import os
+import sys
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    # Triton's interpreter: read when triton (and each framegraph kernel module) is first imported.
+    os.environ["TRITON_INTERPRET"] = "1"
+    _standard = sys.modules.get("triton.language.standard")
+    if _standard is not None and any(type(f).__name__ == "JITFunction" for f in vars(_standard).values()):
+        pytest.skip(
+            "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module); run the kernel "
+            "tests in their own process or set TRITON_INTERPRET=1 in conftest.py",
+            allow_module_level=True,
+        )
+
+diffusers = pytest.importorskip("diffusers")
+from diffusers import SanaVideoTransformer3DModel  # noqa: E402
+
+from framegraph.kernels.processors import (  # noqa: E402
+    BlockLinearAttnProcessor,
+    install_block_linear_processors,
+    reset_block_linear_state,
+    set_update_state,
+)
+
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
+FRAMES, HEIGHT, WIDTH = 3, 8, 8  # latent; patch (1, 2, 2) -> 16 tokens per frame, 48 tokens
+TOKENS_PER_FRAME = (HEIGHT // 2) * (WIDTH // 2)
+
+
+def tiny_model():
+    torch.manual_seed(0)
+    return SanaVideoTransformer3DModel(
+        in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2,
+        num_cross_attention_heads=2, cross_attention_head_dim=16, cross_attention_dim=32,
+        caption_channels=16, sample_size=8, patch_size=(1, 2, 2),
+    ).to(DEVICE).eval()
+
+
+def model_inputs():
+    g = torch.Generator().manual_seed(1)
+    latents = torch.randn(1, 4, FRAMES, HEIGHT, WIDTH, generator=g).to(DEVICE)
+    text = torch.randn(1, 5, 16, generator=g).to(DEVICE)
+    return latents, text, torch.tensor([500], device=DEVICE)
+
+
+@pytest.mark.parametrize("backend", ["triton", "torch"])
+@torch.no_grad()
+def test_one_block_reproduces_stock_model_output(backend):
+    model = tiny_model()
+    latents, text, timestep = model_inputs()
+    expected = model(latents, text, timestep).sample
+    processors = install_block_linear_processors(model, backend=backend)
+    assert len(processors) == 2 and all(isinstance(p, BlockLinearAttnProcessor) for p in processors.values())
+    torch.testing.assert_close(model(latents, text, timestep).sample, expected, rtol=1e-5, atol=1e-5)
+
+
+def self_attention_inputs(model):
+    """The first block's attention module, hidden states [1, N, C] and the absolute rotary tables."""
+    latents, _, _ = model_inputs()
+    cos, sin = model.rope(latents)  # [1, N, 1, D] each
+    hidden = torch.randn(1, cos.shape[1], 32, generator=torch.Generator().manual_seed(2)).to(DEVICE)
+    return model.transformer_blocks[0].attn1, hidden, (cos.float(), sin.float())
+
+
+@torch.no_grad()
+def test_stateful_streaming_frame_by_frame_equals_block_causal_full_sequence():
+    model = tiny_model()
+    attn, hidden, (cos, sin) = self_attention_inputs(model)
+    attn.set_processor(BlockLinearAttnProcessor(block_size=TOKENS_PER_FRAME))
+    full = attn(hidden, rotary_emb=(cos, sin))
+
+    processor = BlockLinearAttnProcessor(block_size=TOKENS_PER_FRAME, stateful=True)
+    attn.set_processor(processor)
+    outs = []
+    for frame in range(FRAMES):
+        tokens = slice(frame * TOKENS_PER_FRAME, (frame + 1) * TOKENS_PER_FRAME)
+        processor.update_state = False  # e.g. a denoising step: read the past, do not advance
+        peek = attn(hidden[:, tokens], rotary_emb=(cos[:, tokens], sin[:, tokens]))
+        processor.update_state = True
+        outs.append(attn(hidden[:, tokens], rotary_emb=(cos[:, tokens], sin[:, tokens])))
+        torch.testing.assert_close(peek, outs[-1])
+    torch.testing.assert_close(torch.cat(outs, dim=1), full, rtol=1e-5, atol=1e-6)
+
+    processor.reset()
+    first = attn(hidden[:, :TOKENS_PER_FRAME], rotary_emb=(cos[:, :TOKENS_PER_FRAME], sin[:, :TOKENS_PER_FRAME]))
+    torch.testing.assert_close(first, outs[0])
+
+
+@torch.no_grad()
+def test_block_causal_model_first_frame_ignores_later_frames():
+    model = tiny_model()
+    attn, hidden, rope = self_attention_inputs(model)
+    attn.set_processor(BlockLinearAttnProcessor(block_size=TOKENS_PER_FRAME))
+    out = attn(hidden, rotary_emb=rope)
+    changed = hidden.clone()
+    changed[:, -1] += 1.0
+    out2 = attn(changed, rotary_emb=rope)
+    torch.testing.assert_close(out2[:, : 2 * TOKENS_PER_FRAME], out[:, : 2 * TOKENS_PER_FRAME])
+
+
+@torch.no_grad()
+def test_install_helpers_keep_one_state_per_layer():
+    model = tiny_model()
+    processors = install_block_linear_processors(model, block_size=TOKENS_PER_FRAME, stateful=True)
+    latents, text, timestep = model_inputs()
+    model(latents, text, timestep)
+    states = [p.state for p in processors.values()]
+    assert all(s is not None for s in states) and states[0].kv.data_ptr() != states[1].kv.data_ptr()
+    set_update_state(processors, False)
+    assert not any(p.update_state for p in processors.values())
+    reset_block_linear_state(processors)
+    assert all(p.state is None for p in processors.values())
+
+
+def test_bad_block_size_is_refused():
+    with pytest.raises(ValueError, match="block_size=0"):
+        BlockLinearAttnProcessor(block_size=0)
+    model = tiny_model()
+    attn, hidden, rope = self_attention_inputs(model)
+    attn.set_processor(BlockLinearAttnProcessor(block_size=20))
+    with pytest.raises(ValueError, match="does not divide the sequence length N=48"):
+        attn(hidden, rotary_emb=rope)

@@ -2,6 +2,8 @@
 
     framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4
     framegraph bench runtime --out benchmarks/results/cpu/runtime.json
+    framegraph serve --port 8765
+    framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out take.mp4
     framegraph info
 """
 from __future__ import annotations
@@ -35,7 +37,8 @@ def _bench_parsers(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import info, render
+    from . import client, info, render
+    from .server import cli as serve
 
     parser = argparse.ArgumentParser(
         prog="framegraph",
@@ -47,6 +50,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "progress bar. Ctrl-C finishes a playable file.")
     render.add_arguments(p)
     p.set_defaults(func=render.run)
+    p = sub.add_parser("serve", help="WebSocket streaming server (+ /metrics and a browser page)",
+                       description="Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds "
+                                   "127.0.0.1 by default; a token is required to bind beyond it.")
+    serve.add_arguments(p)
+    p.set_defaults(func=serve.run)
+    p = sub.add_parser("client", help="stream to a server, record the MP4, print latency",
+                       description="Stream audio (or nothing, for the test card) to a framegraph server, "
+                                   "record what comes back to MP4, and measure glass-to-glass latency.")
+    client.add_arguments(p)
+    p.set_defaults(func=client.run)
     _bench_parsers(sub)
     p = sub.add_parser("info", help="versions, devices and backends available")
     info.add_arguments(p)

@@ -150,6 +150,12 @@ class H264Encoder(Stage):
         self.inputs = {"video": video_port(width, height)}
         self.outputs = {"h264": PortSpec((width * height * 3 // 2 + 65536,), torch.uint8, "cpu", variable=True)}
         self._codec = None
+        self._keyframe_requested = False
+
+    def request_keyframe(self) -> None:
+        """Make the next frame a key frame (any thread): a live sink dropped frames that later ones
+        depend on, or a client joined mid-stream."""
+        self._keyframe_requested = True
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -168,6 +174,9 @@ class H264Encoder(Stage):
         vf = av.VideoFrame.from_ndarray(inputs["video"].data.numpy(), format="rgb24")
         vf.pts = self._index
         self._index += 1
+        if self._keyframe_requested:
+            self._keyframe_requested = False
+            vf.pict_type = av.video.frame.PictureType.I
         packets = self._codec.encode(vf)
         if not packets:
             return

@@ -1,0 +1,354 @@
+"""``framegraph client``: stream to a ``framegraph serve`` server, record what comes back, measure latency.
+
+    framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out out/scope.mp4
+    framegraph client --pipeline testcard --seconds 5 --out out/card.mp4 --json
+
+The audio file is decoded to 16 kHz mono PCM16 and sent in 20 ms messages paced in real time, each
+stamped with the moment its last sample would have left a microphone. The server stamps every frame
+it sends back with the capture time of the audio that produced it, so **glass-to-glass latency**
+(receipt − capture of that audio) is measured on one clock, the client's, with no clock sync. Frames
+(JPEG or H.264) and returned audio are recorded to MP4 (H.264 + AAC) by a background thread, muxed by
+their pts. Prints time to first frame, FPS and latency percentiles; ``--json`` prints a summary.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import io
+import json
+import os
+import queue
+import sys
+import threading
+import time
+from fractions import Fraction
+
+import numpy as np
+
+from framegraph.apps.server.protocol import (AUDIO_SAMPLE_RATE, TICKS_PER_SECOND, Kind, MediaFlag, MediaHeader,
+                                             ProtocolError, pack_media, parse_media)
+
+DEFAULT_URL = "ws://127.0.0.1:8765/ws"
+CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
+
+
+class ClientError(RuntimeError):
+    """The server refused the session or the exchange went wrong; the message says how."""
+
+
+# ---- recording ------------------------------------------------------------------------------------------
+
+class Recorder:
+    """Decodes received frames (JPEG / H.264) and writes them with the returned audio to an MP4
+    (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
+    did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
+
+    def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,
+                 max_queue: int = 512):
+        self.path, self.partial = path, _partial_name(path)
+        self.width, self.height = width, height
+        self.fps = Fraction(fps).limit_denominator(1001)
+        self.codec, self.audio = codec, audio
+        self.frames = self.samples = self.dropped = 0
+        self.error: BaseException | None = None
+        self._queue: queue.Queue = queue.Queue(maxsize=max_queue)
+        self._thread = threading.Thread(target=self._main, name="client-recorder", daemon=True)
+        self._thread.start()
+
+    def put(self, header: MediaHeader, payload: bytes) -> None:
+        try:
+            self._queue.put_nowait((header, payload))
+        except queue.Full:
+            self.dropped += 1
+
+    def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self.error is not None:
+            raise ClientError(f"recording {self.path} failed: {self.error}") from self.error
+        os.replace(self.partial, self.path)
+
+    def _main(self) -> None:
+        import av
+        from PIL import Image
+
+        os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
+        out = av.open(self.partial, "w", format="mp4")
+        try:
+            vs = out.add_stream("libx264", rate=self.fps)
+            vs.width, vs.height, vs.pix_fmt = self.width, self.height, "yuv420p"
+            vs.codec_context.time_base = 1 / self.fps
+            vs.codec_context.options = {"preset": "veryfast", "crf": "20"}
+            astream = None
+            if self.audio:
+                astream = out.add_stream("aac", rate=AUDIO_SAMPLE_RATE)
+                astream.layout = "mono"
+                astream.codec_context.time_base = Fraction(1, AUDIO_SAMPLE_RATE)
+            decoder = av.CodecContext.create("h264", "r") if self.codec == "h264" else None
+            last_index = -1
+            while True:
+                item = self._queue.get()
+                if item is None:
+                    break
+                header, payload = item
+                if header.kind == Kind.PCM16:
+                    if astream is None:
+                        continue
+                    pcm = np.frombuffer(payload, "<i2").reshape(1, -1)
+                    af = av.AudioFrame.from_ndarray(pcm, format="s16", layout="mono")
+                    af.sample_rate = AUDIO_SAMPLE_RATE
+                    af.pts = header.pts * AUDIO_SAMPLE_RATE // TICKS_PER_SECOND
+                    af.time_base = Fraction(1, AUDIO_SAMPLE_RATE)
+                    out.mux(astream.encode(af))
+                    self.samples += pcm.shape[1]
+                    continue
+                if decoder is not None:
+                    pictures = [f.to_ndarray(format="rgb24") for f in decoder.decode(av.Packet(payload))]
+                else:
+                    pictures = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB"))]
+                for rgb in pictures:
+                    index = int(Fraction(header.pts) * self.fps // TICKS_PER_SECOND)
+                    index = max(index, last_index + 1)
+                    vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(rgb), format="rgb24")
+                    vf.pts, vf.time_base = index, 1 / self.fps
+                    out.mux(vs.encode(vf))
+                    last_index = index
+                    self.frames += 1
+            out.mux(vs.encode(None))
+            if astream is not None:
+                out.mux(astream.encode(None))
+        except BaseException as exc:  # noqa: BLE001 - reported by close()
+            self.error = exc
+            while self._queue.get() is not None:  # let close() finish
+                pass
+        finally:
+            out.close()
+
+
+def _partial_name(path: str) -> str:
+    root, ext = os.path.splitext(path)
+    return f"{root}.partial{ext or '.mp4'}"
+
+
+# ---- the session --------------------------------------------------------------------------------------
+
+def _percentiles(values: list[float]) -> dict:
+    if not values:
+        return {"count": 0}
+    v = np.asarray(values)
+    p50, p95, p99 = np.percentile(v, [50, 95, 99])
+    return {"count": len(v), "p50_ms": round(float(p50), 3), "p95_ms": round(float(p95), 3),
+            "p99_ms": round(float(p99), 3), "max_ms": round(float(v.max()), 3)}
+
+
+async def stream_session(url: str, pipeline: str = "testcard", options: dict | None = None, *,
+                         audio: np.ndarray | None = None, seconds: float | None = None, token: str | None = None,
+                         out: str | None = None, end_timeout_s: float = 15.0) -> dict:
+    """Run one session against a server and return the summary dict (see the module docstring).
+
+    Args:
+        audio: int16 mono 16 kHz samples to stream in real time (needed by pipelines with audio input).
+        seconds: stop after this long (default: when the audio ends, or when the server ends).
+        out: record received video (+ audio) to this MP4.
+    """
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    frames_ns: list[int] = []
+    g2g_ms: list[float] = []
+    server_ms: list[float] = []
+    compute_ms: list[float] = []
+    encode_ms: list[float] = []
+    errors: list[dict] = []
+    seqs = {Kind.PCM16: [], "video": []}
+    state = {"ready": None, "ended": None, "stats": None, "audio_sent": 0, "audio_in": 0}
+    recorder: Recorder | None = None
+    try:
+        ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
+        ws = await ws_cm.__aenter__()
+    except InvalidStatus as exc:
+        raise ClientError(f"{url} refused the connection: HTTP {exc.response.status_code} "
+                          f"{exc.response.body.decode(errors='replace').strip()}") from None
+    except OSError as exc:
+        raise ClientError(f"cannot connect to {url}: {exc}") from None
+    try:
+        t_start = time.monotonic_ns()
+        await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": pipeline, "options": options or {}}))
+        while state["ready"] is None:
+            msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            if msg["type"] == "error":
+                raise ClientError(f"server refused start: {msg['code']}: {msg['message']}")
+            if msg["type"] == "ready":
+                state["ready"] = msg
+        ready = state["ready"]
+        if ready.get("audio_in") and audio is None:
+            await ws.send(json.dumps({"type": "stop"}))
+            raise ClientError(f"pipeline {pipeline!r} takes audio input: pass --audio FILE")
+        video = ready["video"]
+        if out:
+            recorder = Recorder(out, width=video["width"], height=video["height"], fps=video["fps"],
+                                codec=video["codec"], audio=bool(ready.get("audio_out")))
+
+        async def send_audio() -> None:
+            t0 = time.monotonic()
+            n_chunks = (len(audio) + CHUNK_SAMPLES - 1) // CHUNK_SAMPLES
+            for i in range(n_chunks):
+                if seconds is not None and (i + 1) * 0.02 > seconds:
+                    break
+                await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))  # mic pacing
+                block = audio[i * CHUNK_SAMPLES:(i + 1) * CHUNK_SAMPLES]
+                header = MediaHeader(Kind.PCM16, seq=i, pts=i * CHUNK_SAMPLES * 3, capture_ns=time.monotonic_ns())
+                await ws.send(pack_media(header, block.astype("<i2").tobytes()))
+                state["audio_sent"] += 1
+            await ws.send(json.dumps({"type": "stop"}))
+
+        async def stop_after(delay: float) -> None:
+            await asyncio.sleep(delay)
+            await ws.send(json.dumps({"type": "stop"}))
+
+        feeder = None
+        if ready.get("audio_in"):
+            feeder = asyncio.create_task(send_audio())
+        elif seconds is not None:
+            feeder = asyncio.create_task(stop_after(seconds))
+        limit = (seconds or (len(audio) / AUDIO_SAMPLE_RATE if audio is not None else 3600)) + end_timeout_s
+        try:
+            async with asyncio.timeout(limit):
+                async for message in ws:
+                    now = time.monotonic_ns()
+                    if isinstance(message, str):
+                        msg = json.loads(message)
+                        if msg["type"] == "error":
+                            errors.append(msg)
+                        elif msg["type"] == "stats":
+                            state["stats"] = msg
+                        elif msg["type"] == "ended":
+                            state["ended"] = msg
+                        continue
+                    header, payload = parse_media(message)
+                    if header.kind == Kind.PCM16:
+                        seqs[Kind.PCM16].append(header.seq)
+                        state["audio_in"] += 1
+                    else:
+                        seqs["video"].append(header.seq)
+                        frames_ns.append(now)
+                        if header.flags & MediaFlag.CLIENT_CLOCK:
+                            g2g_ms.append((now - header.capture_ns) / 1e6)
+                        server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
+                        compute_ms.append(header.compute_us / 1e3)
+                        encode_ms.append(header.encode_us / 1e3)
+                    if recorder is not None:
+                        recorder.put(header, bytes(payload))
+        except TimeoutError:
+            errors.append({"type": "error", "code": "client_timeout",
+                           "message": f"no end of session within {limit:.0f} s"})
+        except ConnectionClosed:
+            pass
+        if feeder is not None:
+            feeder.cancel()
+    except (ProtocolError, ConnectionClosed) as exc:
+        raise ClientError(f"session failed: {exc}") from None
+    finally:
+        await ws_cm.__aexit__(None, None, None)
+        if recorder is not None:
+            recorder.close()
+    span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
+    return {
+        "url": url, "pipeline": pipeline, "session": state["ready"]["session"], "format": state["ready"],
+        "video_frames": len(frames_ns), "audio_messages_received": state["audio_in"],
+        "audio_messages_sent": state["audio_sent"],
+        "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
+        "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
+        "glass_to_glass": _percentiles(g2g_ms), "server": _percentiles(server_ms),
+        "compute": _percentiles(compute_ms), "encode": _percentiles(encode_ms),
+        "gaps": {"video": _gaps(seqs["video"]), "audio": _gaps(seqs[Kind.PCM16])},
+        "server_stats": state["stats"], "ended": (state["ended"] or {}).get("reason"), "errors": errors,
+        "out": os.path.abspath(out) if out else None,
+        "recorded_frames": recorder.frames if recorder else 0, "record_drops": recorder.dropped if recorder else 0,
+    }
+
+
+def _gaps(seqs: list[int]) -> int:
+    """Messages missing from a per-kind sequence (dropped by the server for a slow reader)."""
+    return int(sum(max(0, b - a - 1) for a, b in zip(seqs, seqs[1:])))
+
+
+# ---- command line -------------------------------------------------------------------------------------
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL})")
+    p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
+    p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
+                                   "16 kHz mono PCM16); needed by pipelines with audio input")
+    p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
+    p.add_argument("--out", help="record the returned video and audio to this MP4")
+    p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
+    p.add_argument("--fps", type=float, help="frames per second requested")
+    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec requested (default jpeg)")
+    p.add_argument("--quality", type=int, help="JPEG quality 1..100")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="another pipeline option; VALUE is parsed as JSON when it can be (repeatable)")
+    p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
+                   help="server token (default $FRAMEGRAPH_TOKEN)")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
+
+
+def options_from_args(args: argparse.Namespace) -> dict:
+    options = {k: v for k, v in (("size", args.size), ("fps", args.fps), ("codec", args.codec),
+                                 ("quality", args.quality)) if v is not None}
+    for item in args.option:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--option {item!r}: expected KEY=VALUE")
+        try:
+            options[key] = json.loads(value)
+        except ValueError:
+            options[key] = value
+    return options
+
+
+def run(args: argparse.Namespace) -> int:
+    from framegraph.stream.media import decode_audio
+
+    options = options_from_args(args)
+    audio = decode_audio(args.audio) if args.audio else None
+    seconds = args.seconds
+    if seconds is None and audio is None and args.pipeline == "testcard":
+        seconds = 5.0
+    if args.pipeline == "testcard" and seconds is not None:
+        options.setdefault("seconds", seconds)
+        seconds += 2.0  # the server ends the card; stop is only the fallback
+    try:
+        summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
+                                             token=args.token, out=args.out))
+    except ClientError as exc:
+        print(f"framegraph client: error: {exc}", file=sys.stderr)
+        return 1
+    print_summary(summary)
+    if args.json:
+        json.dump(summary, sys.stdout, indent=2, default=str)
+        sys.stdout.write("\n")
+    return 0 if not summary["errors"] and summary["video_frames"] else 1
+
+
+def print_summary(s: dict) -> None:
+    def pct(d: dict) -> str:
+        return (f"p50 {d['p50_ms']:.1f} / p95 {d['p95_ms']:.1f} / p99 {d['p99_ms']:.1f} ms" if d.get("count")
+                else "n/a")
+
+    v = s["format"]["video"]
+    lines = [
+        f"session {s['session']} ({s['pipeline']}, {v['codec']} {v['width']}x{v['height']} @ {v['fps']:g} fps): "
+        f"{s['video_frames']} frames, ended: {s['ended']}",
+        f"  time to first frame  {s['time_to_first_frame_ms']} ms",
+        f"  fps                  {s['fps']:.2f}",
+        f"  glass-to-glass       {pct(s['glass_to_glass'])}",
+        f"  server (graph+send)  {pct(s['server'])}",
+        f"  dropped              {s['gaps']['video']} video, {s['gaps']['audio']} audio messages",
+    ]
+    if s["out"]:
+        lines.append(f"  recorded             {s['out']} ({s['recorded_frames']} frames)")
+    for e in s["errors"]:
+        lines.append(f"  error                {e.get('code')}: {e.get('message')}")
+    print("\n".join(lines), file=sys.stderr)

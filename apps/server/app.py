@@ -1,0 +1,272 @@
+"""StreamServer: the asyncio WebSocket server behind ``framegraph serve``.
+
+    config = ServerConfig(port=0)                 # port 0: the OS picks one
+    async with StreamServer(config) as server:
+        print(server.url)                         # ws://127.0.0.1:PORT/ws
+        await server.serve_forever()
+
+or, from synchronous code (tests, a Gradio app): ``with serve_in_thread(config) as handle: handle.url``.
+One session per connection, each with its own graph; HTTP (``/metrics``, ``/healthz``, the web page)
+on the same port.
+"""
+from __future__ import annotations
+
+import asyncio
+import collections
+import ipaddress
+import logging
+import os
+import socket
+import threading
+from dataclasses import dataclass, field
+
+from websockets.asyncio.server import Server, serve
+
+from framegraph.stream import prometheus_text
+
+from .http import WS_PATH, process_request
+from .protocol import ErrorCode
+from .session import Session
+
+log = logging.getLogger("framegraph.server")
+
+WEB_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
+
+
+@dataclass
+class ServerConfig:
+    """Everything ``framegraph serve`` can set.
+
+    Attributes:
+        host / port: where to listen (127.0.0.1 by default; port 0 lets the OS pick).
+        token: required on every WebSocket (and ``/metrics``) when set; mandatory when ``host`` is
+            not a loopback address.
+        max_sessions: concurrent sessions; more are refused with HTTP 503.
+        max_message_bytes: a bigger client message gets a ``too_large`` error; one over 4× this
+            closes the connection (code 1009) before it is even read whole.
+        max_messages_per_s: per connection (token bucket, burst of one second's worth).
+        allowed_origins: browser origins allowed besides the server's own (``"*"``: any).
+        web_root: folder served over HTTP (``apps/web``); None serves no files.
+        stats_interval_s: how often a session sends ``stats``.
+        start_timeout_s: a connection must send ``start`` within this.
+        send_buffer_bytes: kernel send buffer per connection; small keeps latency low under a slow
+            reader (what does not fit is dropped in the outbox, not queued in the kernel).
+        outbox_video / outbox_audio / outbox_control: per-session outbox capacities (messages).
+        max_errors: protocol errors in a row before the connection is closed (code 1008).
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 8765
+    token: str | None = None
+    max_sessions: int = 4
+    max_message_bytes: int = 64 * 1024
+    max_messages_per_s: float = 200.0
+    allowed_origins: tuple[str, ...] = ()
+    web_root: str | None = WEB_ROOT
+    stats_interval_s: float = 1.0
+    start_timeout_s: float = 10.0
+    send_buffer_bytes: int = 128 * 1024
+    outbox_video: int = 4
+    outbox_audio: int = 25
+    outbox_control: int = 16
+    max_errors: int = 32
+
+    def validate(self) -> None:
+        """Refuse unsafe or impossible settings with a message that says what to change."""
+        if not is_loopback(self.host) and not self.token:
+            raise ValueError(f"binding {self.host!r} exposes the server beyond this machine: set a token "
+                             f"(--token or FRAMEGRAPH_TOKEN), or bind 127.0.0.1")
+        for name in ("max_sessions", "max_message_bytes", "max_messages_per_s", "stats_interval_s",
+                     "start_timeout_s", "outbox_video", "outbox_audio", "outbox_control", "max_errors"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
+        if not 0 <= self.port <= 65535:
+            raise ValueError(f"port must be 0..65535, got {self.port}")
+
+
+def is_loopback(host: str) -> bool:
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+class StreamServer:
+    """The server: sessions by id, counters for ``/metrics``, the websockets ``Server``."""
+
+    def __init__(self, config: ServerConfig | None = None):
+        self.config = config or ServerConfig()
+        self.config.validate()
+        self.sessions: dict[str, Session] = {}
+        self.sessions_total = 0
+        self.rejected: collections.Counter = collections.Counter()
+        self.errors: collections.Counter = collections.Counter()
+        self._server: Server | None = None
+
+    # ---- life cycle -----------------------------------------------------------------------------
+    async def start(self) -> "StreamServer":
+        cfg = self.config
+        self._server = await serve(
+            self._handler, cfg.host, cfg.port,
+            process_request=lambda conn, req: process_request(self, conn, req),
+            compression=None,  # JPEG / H.264 / PCM do not deflate; it would only cost CPU and latency
+            max_size=4 * cfg.max_message_bytes, max_queue=16, write_limit=32 * 1024,
+            ping_interval=20, ping_timeout=20, close_timeout=5, server_header="framegraph")
+        return self
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection (sessions free their graphs), wait for them."""
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+    async def serve_forever(self) -> None:
+        await self._server.serve_forever()
+
+    async def __aenter__(self) -> "StreamServer":
+        return await self.start()
+
+    async def __aexit__(self, *exc) -> None:
+        await self.close()
+
+    @property
+    def port(self) -> int:
+        return next(s.getsockname()[1] for s in self._server.sockets)
+
+    @property
+    def url(self) -> str:
+        host = self.config.host if ":" not in self.config.host else f"[{self.config.host}]"
+        if host in ("0.0.0.0", "[::]", ""):
+            host = "127.0.0.1"
+        return f"ws://{host}:{self.port}{WS_PATH}"
+
+    @property
+    def http_url(self) -> str:
+        return self.url.replace("ws://", "http://", 1).removesuffix(WS_PATH) + "/"
+
+    # ---- sessions -------------------------------------------------------------------------------
+    @property
+    def session_count(self) -> int:
+        return len(self.sessions)
+
+    async def _handler(self, ws) -> None:
+        if self.session_count >= self.config.max_sessions:  # two handshakes raced past the HTTP check
+            self.count_rejected("busy")
+            await ws.close(1013, "server busy")
+            return
+        sock = ws.transport.get_extra_info("socket")
+        if sock is not None and self.config.send_buffer_bytes:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
+        session = Session(self, ws)
+        self.sessions[session.id] = session
+        self.sessions_total += 1
+        log.info("session %s opened from %s", session.id, ws.remote_address)
+        try:
+            await session.run()
+        finally:
+            self.sessions.pop(session.id, None)
+            log.info("session %s closed (%s)", session.id, session.end_reason)
+
+    def count_rejected(self, reason: str) -> None:
+        self.rejected[reason] += 1
+
+    def count_error(self, code: ErrorCode) -> None:
+        self.errors[ErrorCode(code).value] += 1
+
+    # ---- metrics --------------------------------------------------------------------------------
+    def metrics_text(self) -> str:
+        """Prometheus text: every running session's graph telemetry (labels ``session``,
+        ``pipeline``) plus the server's own counters (prefix ``framegraph_server_``)."""
+        live = [s for s in list(self.sessions.values())
+                if s.pipeline is not None and s.pipeline.graph.telemetry is not None]
+        text = prometheus_text([s.pipeline.graph.telemetry for s in live],
+                               [s.pipeline.graph.edge_report() for s in live],
+                               labels=[{"session": s.id, "pipeline": s.pipeline_name} for s in live])
+        lines = []
+
+        def family(name: str, kind: str, help_: str, series: list[tuple[dict, float]]):
+            lines.append(f"# HELP framegraph_server_{name} {help_}")
+            lines.append(f"# TYPE framegraph_server_{name} {kind}")
+            for labels, value in series:
+                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
+                lines.append(f"framegraph_server_{name}{{{lab}}} {value}" if lab else
+                             f"framegraph_server_{name} {value}")
+
+        sessions = list(self.sessions.values())
+        family("sessions", "gauge", "Open WebSocket sessions.", [({}, len(sessions))])
+        family("max_sessions", "gauge", "Session limit.", [({}, self.config.max_sessions)])
+        family("sessions_total", "counter", "Sessions opened since start.", [({}, self.sessions_total)])
+        family("rejected_total", "counter", "Connections refused at the handshake, by reason.",
+               [({"reason": r}, n) for r, n in sorted(self.rejected.items())])
+        family("errors_total", "counter", "error messages sent to clients, by code.",
+               [({"code": c}, n) for c, n in sorted(self.errors.items())])
+        family("messages_sent_total", "counter", "Messages sent, by session and kind.",
+               [({"session": s.id, "kind": k}, n) for s in sessions for k, n in s.sent.items()])
+        family("send_drops_total", "counter", "Messages dropped for a slow client, by session and kind.",
+               [({"session": s.id, "kind": k}, n) for s in sessions for k, n in s.outbox.dropped.items()])
+        family("outbox_depth", "gauge", "Messages waiting to be sent, by session.",
+               [({"session": s.id}, s.outbox.depth) for s in sessions])
+        return text + "\n".join(lines) + "\n"
+
+
+class ServerHandle:
+    """A server running on its own event loop in a background thread (see :func:`serve_in_thread`)."""
+
+    def __init__(self, config: ServerConfig):
+        self.config = config
+        self.server: StreamServer | None = None
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name="server-loop", daemon=True)
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()
+        finally:
+            self.loop.close()
+
+    async def _serve(self) -> None:
+        self._stop = asyncio.Event()
+        async with StreamServer(self.config) as server:
+            self.server = server
+            self._ready.set()
+            await self._stop.wait()
+
+    def start(self) -> "ServerHandle":
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        if self._thread.is_alive() and self._stop is not None:
+            self.loop.call_soon_threadsafe(self._stop.set)
+        self._thread.join(timeout)
+
+    @property
+    def url(self) -> str:
+        return self.server.url
+
+    @property
+    def http_url(self) -> str:
+        return self.server.http_url
+
+    def __enter__(self) -> "ServerHandle":
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def serve_in_thread(config: ServerConfig | None = None) -> ServerHandle:
+    """A :class:`ServerHandle` (not yet started; use it as a context manager or call ``start()``)."""
+    return ServerHandle(config or ServerConfig())

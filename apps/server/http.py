@@ -1,0 +1,146 @@
+"""Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
+
+Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
+the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` (JSON), and static files
+from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+"""
+from __future__ import annotations
+
+import email.utils
+import hmac
+import http
+import json
+import mimetypes
+import os
+from typing import TYPE_CHECKING
+from urllib.parse import parse_qs, urlsplit
+
+from websockets.datastructures import Headers, MultipleValuesError
+from websockets.http11 import Request, Response
+
+from . import pipelines
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .app import StreamServer
+
+WS_PATH = "/ws"
+PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+_TYPES = {".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; charset=utf-8",
+          ".html": "text/html; charset=utf-8", ".css": "text/css; charset=utf-8"}
+
+
+def response(status: int, body: bytes | str, content_type: str = "text/plain; charset=utf-8",
+             extra: dict | None = None) -> Response:
+    """A complete HTTP response (the connection closes after it)."""
+    if isinstance(body, str):
+        body = body.encode()
+    status = http.HTTPStatus(status)
+    headers = Headers([("Date", email.utils.formatdate(usegmt=True)), ("Connection", "close"),
+                       ("Content-Length", str(len(body))), ("Content-Type", content_type),
+                       ("Cache-Control", "no-store"), ("X-Content-Type-Options", "nosniff")])
+    for k, v in (extra or {}).items():
+        headers[k] = v
+    return Response(status.value, status.phrase, headers, body)
+
+
+def request_token(request: Request) -> str | None:
+    """The token a client presented: ``Authorization: Bearer T`` or ``?token=T`` (browsers cannot set
+    headers on a WebSocket)."""
+    auth = request.headers.get("Authorization", "")
+    if auth.lower().startswith("bearer "):
+        return auth[7:].strip()
+    values = parse_qs(urlsplit(request.path).query).get("token")
+    return values[0] if values else None
+
+
+def token_ok(expected: str | None, request: Request) -> bool:
+    if not expected:
+        return True
+    given = request_token(request)
+    return given is not None and hmac.compare_digest(given.encode(), expected.encode())
+
+
+def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
+    """No Origin (not a browser): fine, the token guards it. Otherwise the page must come from this
+    server (Origin host:port == Host) or from a configured origin (``*`` allows any)."""
+    try:
+        origin = request.headers.get("Origin")
+    except MultipleValuesError:
+        return False
+    if origin is None:
+        return True
+    if "*" in allowed or origin in allowed:
+        return True
+    host = request.headers.get("Host", "")
+    return bool(host) and urlsplit(origin).netloc.lower() == host.lower()
+
+
+def host_is_loopback(request: Request) -> bool:
+    """The Host header names this machine (``localhost``, ``127.x``, ``[::1]``). Without a token the
+    server only trusts such requests: a page whose DNS name was rebound to 127.0.0.1 sends its own
+    name as Host, so it passes the same-origin check but not this one."""
+    from .app import is_loopback
+
+    try:
+        hostname = urlsplit("//" + request.headers.get("Host", "")).hostname or ""
+    except (MultipleValuesError, ValueError):
+        return False
+    return is_loopback(hostname)
+
+
+def process_request(server: "StreamServer", connection, request: Request) -> Response | None:
+    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake."""
+    try:
+        return _route(server, request)
+    except MultipleValuesError as exc:
+        return response(400, f"header {exc} given more than once\n")
+
+
+def _route(server: "StreamServer", request: Request) -> Response | None:
+    path = urlsplit(request.path).path
+    upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
+    cfg = server.config
+    if path == WS_PATH:
+        if not upgrade:
+            return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
+        if not cfg.token and not host_is_loopback(request):
+            server.count_rejected("host")
+            return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
+                                 f"without a token only answers localhost\n")
+        if not origin_ok(request, cfg.allowed_origins):
+            server.count_rejected("origin")
+            return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
+        if not token_ok(cfg.token, request):
+            server.count_rejected("token")
+            return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
+                            extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+        if server.session_count >= cfg.max_sessions:
+            server.count_rejected("busy")
+            return response(503, f"server busy: {cfg.max_sessions} sessions already\n", extra={"Retry-After": "5"})
+        return None
+    if upgrade:
+        return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
+    if path == "/healthz":
+        return response(200, json.dumps({"status": "ok", "sessions": server.session_count,
+                                         "max_sessions": cfg.max_sessions}), "application/json")
+    if path == "/metrics":
+        if not token_ok(cfg.token, request):
+            return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+        return response(200, server.metrics_text(), PROMETHEUS_TYPE)
+    if path == "/pipelines":
+        return response(200, json.dumps(pipelines.available()), "application/json")
+    return static_file(cfg.web_root, path)
+
+
+def static_file(root: str | None, path: str) -> Response:
+    """A file directly inside ``root`` (no folders, no dot files, no escaping it), or 404."""
+    name = "index.html" if path in ("/", "") else path.lstrip("/")
+    if root is None or "/" in name or "\\" in name or name.startswith(".") or not name:
+        return response(404, f"not found: {path}\n")
+    full = os.path.join(root, name)
+    if not os.path.isfile(full):
+        return response(404, f"not found: {path}\n")
+    ext = os.path.splitext(name)[1].lower()
+    ctype = _TYPES.get(ext) or mimetypes.guess_type(name)[0] or "application/octet-stream"
+    with open(full, "rb") as f:
+        return response(200, f.read(), ctype)

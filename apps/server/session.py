@@ -1,0 +1,348 @@
+"""Session: one WebSocket connection, one pipeline graph, from ``start`` to ``ended``.
+
+Two coroutines per connection: the **receiver** checks and dispatches what the client sends
+(control JSON, PCM audio) and never waits on the client's reading; the **sender** drains the
+session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the socket.
+A slow reader therefore stalls only the sender, and the outbox drops what does not fit.
+
+Every refusal is an ``error`` message with a stable code; none of them ends the session, except
+``timeout`` (no ``start``), ``pipeline_failed`` and too many errors in a row. When the connection
+goes, whatever the reason, the graph is cancelled and joined before the handler returns: no session
+outlives its socket and no thread outlives its session.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import secrets
+import time
+from typing import TYPE_CHECKING
+
+from websockets.exceptions import ConnectionClosed
+
+from framegraph.stream import StageError
+
+from . import pipelines
+from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
+from .protocol import (PROTOCOL_VERSION, ErrorCode, Kind, MediaFlag, ProtocolError, parse_control,
+                       parse_media)
+from .stages import CaptureTimes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .app import StreamServer
+
+log = logging.getLogger("framegraph.server")
+
+
+class TokenBucket:
+    """At most ``rate`` messages per second on average, bursts up to ``burst``."""
+
+    def __init__(self, rate: float, burst: float):
+        self.rate, self.burst = float(rate), float(burst)
+        self.tokens = float(burst)
+        self.t = time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate)
+        self.t = now
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return True
+        return False
+
+
+class Session:
+    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler."""
+
+    def __init__(self, server: "StreamServer", ws):
+        self.server, self.ws = server, ws
+        self.config = server.config
+        self.id = secrets.token_hex(6)
+        self.loop = asyncio.get_running_loop()
+        self.pipeline: pipelines.Pipeline | None = None
+        self.pipeline_name: str | None = None
+        self.outbox = Outbox(self.loop, video=self.config.outbox_video, audio=self.config.outbox_audio,
+                             control=self.config.outbox_control)
+        self.capture_times = CaptureTimes()
+        self.state = "new"  # new → running → stopping → ended
+        self.end_reason: str | None = None
+        self.opened_ns = time.monotonic_ns()
+        self.started_ns = 0
+        self.stats_interval_s = self.config.stats_interval_s
+        self.bucket = TokenBucket(self.config.max_messages_per_s, max(1.0, self.config.max_messages_per_s))
+        self.errors_in_a_row = 0
+        self.counters = {"messages_in": 0, "bytes_in": 0, "audio_samples_in": 0, "poses_in": 0,
+                         "errors": 0, "rate_limited": 0, "bytes_out": 0}
+        self.sent = {VIDEO: 0, AUDIO: 0, CONTROL: 0}
+        self.first_video_ns = self.last_video_ns = 0
+        self._last_rate_error = 0.0
+        self._sender: asyncio.Task | None = None
+        self._stats: asyncio.Task | None = None
+
+    # ---- life cycle -----------------------------------------------------------------------------
+    async def run(self) -> None:
+        self._sender = asyncio.create_task(self._send_loop(), name=f"session {self.id} sender")
+        try:
+            await self._receive_loop()
+        except ConnectionClosed:
+            pass
+        finally:
+            if self.end_reason is None:
+                self.end_reason = "disconnected"
+            await self.close()
+
+    async def close(self) -> None:
+        """Free everything: stop the graph (cancel + join, off the event loop), stop the tasks."""
+        for task in (self._stats, self._sender):
+            if task is not None and task is not asyncio.current_task():
+                task.cancel()
+        if self.pipeline is not None:
+            graph = self.pipeline.graph
+            graph.cancel()
+            try:
+                await asyncio.to_thread(graph.join, 10.0)
+            except StageError:
+                pass  # already reported to the client, or the client is gone
+            except TimeoutError:
+                log.error("session %s: graph did not stop within 10 s", self.id)
+        self.outbox.end()
+        self.state = "ended"
+
+    # ---- receiving ------------------------------------------------------------------------------
+    async def _receive_loop(self) -> None:
+        deadline = self.loop.time() + self.config.start_timeout_s
+        while self.state != "ended":
+            try:
+                if self.state == "new":
+                    async with asyncio.timeout_at(deadline):
+                        message = await self.ws.recv()
+                else:
+                    message = await self.ws.recv()
+            except TimeoutError:
+                self.send_error(ProtocolError(ErrorCode.TIMEOUT, f"no \"start\" within "
+                                                                 f"{self.config.start_timeout_s:g} s"))
+                await self._finish("timeout")
+                return
+            await self._handle(message)
+
+    async def _handle(self, message) -> None:
+        self.counters["messages_in"] += 1
+        self.counters["bytes_in"] += len(message)
+        if not self.bucket.take():
+            self.counters["rate_limited"] += 1
+            now = time.monotonic()
+            if now - self._last_rate_error >= 1.0:  # one error per second, not one per message
+                self._last_rate_error = now
+                self.send_error(ProtocolError(ErrorCode.RATE_LIMITED, f"more than "
+                                              f"{self.config.max_messages_per_s:g} messages/s; dropped "
+                                              f"{self.counters['rate_limited']} so far"))
+            return
+        try:
+            if len(message) > self.config.max_message_bytes:
+                raise ProtocolError(ErrorCode.TOO_LARGE, f"message of {len(message)} bytes exceeds the limit of "
+                                                         f"{self.config.max_message_bytes} bytes")
+            if isinstance(message, str):
+                await self._on_control(parse_control(message))
+            else:
+                self._on_media(message)
+            self.errors_in_a_row = 0
+        except Exception as exc:  # noqa: BLE001 - a client must never take the server down
+            if not isinstance(exc, ProtocolError):
+                log.exception("session %s: internal error handling a message", self.id)
+                exc = ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+            self.send_error(exc)
+            self.errors_in_a_row += 1
+            if self.errors_in_a_row >= self.config.max_errors:
+                log.warning("session %s: %d errors in a row, closing", self.id, self.errors_in_a_row)
+                await self.ws.close(1008, "too many protocol errors")
+
+    async def _on_control(self, msg: dict) -> None:
+        kind = msg["type"]
+        if kind == "ping":
+            self.send_control({"type": "pong", "id": msg.get("id"), "server_ns": time.monotonic_ns()})
+        elif kind == "start":
+            await self._start(msg["pipeline"], msg.get("options"))
+        elif kind == "stop":
+            if self.state == "new":
+                await self._finish("stopped")
+            elif self.state == "running":
+                self.state = "stopping"
+                self.pipeline.stop()
+        else:
+            pipeline = self._require_running(kind)
+            if kind == "interrupt":
+                pipeline.graph.reset()
+                self.outbox.clear_media()
+                pipeline.sink.mark_interrupted()
+            elif kind == "pose":
+                if pipeline.pose_in is None:
+                    raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no "
+                                                               f"camera pose")
+                pipeline.pose_in.push(msg["matrix"])
+                self.counters["poses_in"] += 1
+            elif kind == "config":
+                opts = pipelines.Options(msg["options"], self.pipeline_name)
+                interval = opts.number("stats_interval_ms", None, 100, 60_000)
+                applied = pipeline.apply_config(opts)
+                if interval is not None:
+                    self.stats_interval_s = interval / 1000
+                    applied["stats_interval_ms"] = interval
+                self.send_control({"type": "config", "applied": applied})
+
+    def _require_running(self, what: str) -> pipelines.Pipeline:
+        if self.state != "running":
+            hint = "send \"start\" first" if self.state == "new" else "the session is stopping"
+            raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"{what!r} while the session is {self.state}: {hint}")
+        return self.pipeline
+
+    async def _start(self, name: str, options: dict | None) -> None:
+        if self.state != "new":
+            raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
+                                                        f"pipeline per connection")
+        pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+        pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
+        if isinstance(pipeline.encoder, pipelines.H264Encoder):
+            self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
+        self.pipeline, self.pipeline_name = pipeline, name
+        try:
+            await asyncio.to_thread(pipeline.graph.start)
+        except StageError as exc:
+            self.send_error(ProtocolError(ErrorCode.PIPELINE_FAILED, str(exc)))
+            await self._finish("failed")
+            return
+        self.state = "running"
+        self.started_ns = time.monotonic_ns()
+        self.send_control({"type": "ready", "session": self.id, "protocol": PROTOCOL_VERSION,
+                           "ticks_per_second": 48_000, "header_bytes": 48, **pipeline.format}, front=True)
+        self._stats = asyncio.create_task(self._stats_loop(), name=f"session {self.id} stats")
+
+    def _on_media(self, data: bytes) -> None:
+        header, payload = parse_media(data)
+        pipeline = self._require_running("audio")
+        if pipeline.audio_in is None:
+            raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no audio")
+        if header.kind != Kind.PCM16:
+            raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}); "
+                                                      f"got kind {int(header.kind)}")
+        if len(payload) % 2:
+            raise ProtocolError(ErrorCode.BAD_BINARY, f"PCM16 payload of {len(payload)} bytes is not a whole "
+                                                      f"number of samples")
+        n = pipeline.audio_in.push(bytes(payload))
+        self.capture_times.add(n, header.capture_ns)
+        self.counters["audio_samples_in"] += n
+
+    # ---- sending --------------------------------------------------------------------------------
+    def send_control(self, msg: dict, front: bool = False) -> None:
+        self.outbox.offer(Item(CONTROL, msg, replace_key="stats" if msg["type"] == "stats" else None),
+                          front=front)
+
+    def send_error(self, exc: ProtocolError) -> None:
+        self.counters["errors"] += 1
+        self.server.count_error(exc.code)
+        self.send_control(exc.to_message())
+
+    async def _send_loop(self) -> None:
+        """The only writer of media: outbox → socket, until the outbox ends."""
+        try:
+            while True:
+                item = await self.outbox.get()
+                if item.kind == END:
+                    break
+                if item.kind == CONTROL:
+                    await self.ws.send(json.dumps(item.payload))
+                    self.sent[CONTROL] += 1
+                    continue
+                h = item.header
+                h.send_wait_us = (time.monotonic_ns() - item.queued_ns) // 1000
+                if self.outbox.take_discontinuity(item.kind):
+                    h.flags |= MediaFlag.DISCONTINUITY
+                h.payload_len = len(item.payload)
+                data = h.pack() + item.payload
+                await self.ws.send(data)
+                self.sent[item.kind] += 1
+                self.counters["bytes_out"] += len(data)
+                if item.kind == VIDEO:
+                    self.last_video_ns = time.monotonic_ns()
+                    self.first_video_ns = self.first_video_ns or self.last_video_ns
+        except ConnectionClosed:
+            return
+        if self.end_reason is None:  # the graph ended by itself (end of stream, stop, or failure)
+            await self._finish("stopped" if self.state == "stopping" else "finished")
+
+    async def _finish(self, reason: str) -> None:
+        """End the session in order: everything queued is sent, then a pipeline failure (if any), the
+        final ``stats`` and ``ended``; then the connection closes (code 1000)."""
+        if self.end_reason is not None:
+            return
+        self.end_reason = reason
+        graph_error = None
+        if self.pipeline is not None:
+            try:
+                await asyncio.to_thread(self.pipeline.graph.join, 10.0)
+            except StageError as exc:
+                graph_error, self.end_reason = exc, "failed"
+            except TimeoutError:
+                log.error("session %s: graph did not finish within 10 s", self.id)
+        if self._stats is not None:
+            self._stats.cancel()
+        self.outbox.end()
+        sender = self._sender
+        if sender is not None and sender is not asyncio.current_task():
+            try:  # let it flush what is queued (a client that does not read gets 2 s)
+                await asyncio.wait_for(asyncio.shield(sender), 2.0)
+            except (TimeoutError, ConnectionClosed):
+                sender.cancel()
+        messages = []
+        if graph_error is not None:
+            messages.append(ProtocolError(ErrorCode.PIPELINE_FAILED, str(graph_error)).to_message())
+            self.server.count_error(ErrorCode.PIPELINE_FAILED)
+        if self.pipeline is not None:
+            messages.append(self.stats())
+        messages.append({"type": "ended", "session": self.id, "reason": self.end_reason})
+        self.server.sessions.pop(self.id, None)  # the graph is done: free the slot before the close handshake
+        try:
+            for msg in messages:
+                await self.ws.send(json.dumps(msg))
+            await self.ws.close(1000, self.end_reason)
+        except ConnectionClosed:
+            pass
+        self.state = "ended"
+
+    async def _stats_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.stats_interval_s)
+            self.send_control(self.stats())
+
+    def stats(self) -> dict:
+        """The ``stats`` message: what was sent and dropped, latency and stage timings so far."""
+        report = self.pipeline.graph.report() if self.pipeline is not None else {}
+        span = (self.last_video_ns - self.first_video_ns) / 1e9
+        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"],
+                         "p50_ms": s["process"].get("p50_ms"), "p95_ms": s["process"].get("p95_ms"),
+                         "deadline_misses": s["deadline_misses"], "fallback_level": s["fallback_level"]}
+                  for name, s in report.get("stages", {}).items()}
+        audio_in = self.pipeline.audio_in if self.pipeline is not None else None
+        return {
+            "type": "stats", "session": self.id, "pipeline": self.pipeline_name, "state": self.state,
+            "uptime_s": round((time.monotonic_ns() - self.opened_ns) / 1e9, 3),
+            "sent": dict(self.sent), "bytes_out": self.counters["bytes_out"],
+            "fps": round((self.sent[VIDEO] - 1) / span, 2) if span > 0 else 0.0,
+            "dropped": {"video": self.outbox.dropped[VIDEO], "audio": self.outbox.dropped[AUDIO],
+                        "control": self.outbox.dropped[CONTROL],
+                        "source": sum(s["dropped_in_flight_limit"] for s in report.get("sources", {}).values()),
+                        "edges": sum(e["drops"] for e in report.get("edges", [])),
+                        "input_overflow_samples": audio_in.overflow_samples if audio_in is not None else 0},
+            "outbox_depth": self.outbox.depth,
+            "time_to_first_frame_ms": report.get("time_to_first_frame_ms"),
+            "end_to_end_ms": _percentiles(report.get("end_to_end", {})),
+            "av_offset_ms": _percentiles(report.get("av_offset", {})),
+            "stages": stages,
+            "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in",
+                                                       "errors", "rate_limited")},
+        }
+
+
+def _percentiles(summary: dict) -> dict:
+    return {k.removesuffix("_ms"): round(v, 3) for k, v in summary.items() if k.endswith("_ms")}

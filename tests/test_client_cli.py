@@ -1,0 +1,92 @@
+"""``framegraph client`` against a live server: the recorded MP4 decodes, the summary has the numbers."""
+import argparse
+import json
+
+import av
+import numpy as np
+import pytest
+
+from framegraph.apps import client
+from framegraph.apps.server import ServerConfig, serve_in_thread
+from framegraph.stream.media import read_video
+
+
+@pytest.fixture(scope="module")
+def server():
+    with serve_in_thread(ServerConfig(port=0, token="tok", stats_interval_s=0.25)) as handle:
+        yield handle
+
+
+def write_wav(path, seconds: float, rate: int = 44100):
+    """A stereo 44.1 kHz tone with a loud beep every half second (the client resamples it)."""
+    t = np.arange(int(seconds * rate)) / rate
+    wave = 0.1 * np.sin(2 * np.pi * 220 * t) + 0.7 * np.sin(2 * np.pi * 1000 * t) * ((t % 0.5) < 0.04)
+    pcm = (wave * 32767).astype(np.int16)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("pcm_s16le", rate=rate)
+        s.layout = "stereo"
+        for i in range(0, len(pcm), 4096):
+            block = np.repeat(pcm[None, i:i + 4096], 2, 0).T.reshape(1, -1).copy()
+            frame = av.AudioFrame.from_ndarray(block, format="s16", layout="stereo")
+            frame.sample_rate, frame.pts = rate, i
+            c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    return path
+
+
+def run_client(argv, capsys):
+    parser = argparse.ArgumentParser(prog="framegraph client")
+    client.add_arguments(parser)
+    rc = client.run(parser.parse_args(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err
+
+
+@pytest.mark.parametrize("codec", ["jpeg", "h264"])
+def test_client_streams_audio_records_a_playable_mp4_and_reports_latency(server, tmp_path, capsys, codec):
+    wav = write_wav(tmp_path / "speech.wav", 2.0)
+    out = tmp_path / f"scope_{codec}.mp4"
+    rc, stdout, stderr = run_client(["--url", server.url, "--token", "tok", "--pipeline", "scope",
+                                     "--audio", str(wav), "--out", str(out), "--size", "160x120",
+                                     "--codec", codec, "--json"], capsys)
+    assert rc == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["ended"] == "stopped" and not summary["errors"]
+    assert summary["audio_messages_sent"] == 100 and summary["audio_messages_received"] == 100
+    assert 45 <= summary["video_frames"] <= 51 and summary["recorded_frames"] == summary["video_frames"]
+    assert 20 <= summary["fps"] <= 30
+    g2g = summary["glass_to_glass"]
+    assert g2g["count"] == summary["video_frames"] and 0 < g2g["p50_ms"] <= g2g["p95_ms"] < 1000
+    assert 0 < summary["time_to_first_frame_ms"] < 2000
+    assert summary["server_stats"]["dropped"]["video"] == 0
+    assert "glass-to-glass" in stderr and "time to first frame" in stderr
+    v = read_video(out)
+    assert v["frames"].shape[1:] == (120, 160, 3) and len(v["frames"]) == summary["video_frames"]
+    assert v["fps"] == pytest.approx(25)
+    assert v["audio_rate"] == 16000 and len(v["audio"]) / 16000 == pytest.approx(2.0, abs=0.1)
+    loud = np.abs(v["audio"].astype(float)).max() / 32767
+    assert loud > 0.5  # the beeps came back
+    assert not (tmp_path / f"scope_{codec}.partial.mp4").exists()
+
+
+def test_client_testcard_needs_no_audio(server, tmp_path, capsys):
+    out = tmp_path / "card.mp4"
+    rc, stdout, stderr = run_client(["--url", server.url, "--token", "tok", "--pipeline", "testcard",
+                                     "--seconds", "1", "--size", "128x96", "--out", str(out), "--json"], capsys)
+    assert rc == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["video_frames"] == 25 and summary["ended"] == "finished"
+    assert summary["glass_to_glass"]["count"] == 0 and summary["server"]["count"] == 25
+    v = read_video(out)
+    assert v["frames"].shape == (25, 96, 128, 3)
+    flashes = np.where(v["frames"].mean(axis=(1, 2, 3)) > 200)[0]
+    assert list(flashes) == [0]
+
+
+def test_client_reports_refusals_clearly(server, tmp_path, capsys):
+    rc, _, err = run_client(["--url", server.url, "--token", "wrong", "--pipeline", "testcard"], capsys)
+    assert rc == 1 and "HTTP 401" in err
+    rc, _, err = run_client(["--url", server.url, "--token", "tok", "--pipeline", "nope"], capsys)
+    assert rc == 1 and "unknown_pipeline" in err
+    rc, _, err = run_client(["--url", server.url, "--token", "tok", "--pipeline", "scope"], capsys)
+    assert rc == 1 and "--audio" in err

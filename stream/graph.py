@@ -547,9 +547,12 @@ class Graph:
         stage, out, stream = node.stage, node.outputs, node.stream
         gating = [p for p in stage.inputs if node.in_rings[p].policy != "latest"]
         primary = gating[0]  # its frames count for end-to-end latency and FPS at a sink
+        last: Frame | None = None
         while True:
             inputs = self._wait_inputs(node)
             if inputs is None:
+                if not self._aborted:
+                    self._flush(node, last)
                 return
             if node.reset_requested:
                 node.reset_requested = False
@@ -559,7 +562,8 @@ class Graph:
                 for frame in inputs.values():
                     if frame.ready_event is not None:
                         stream.wait_event(frame.ready_event)
-            out._begin(next(inputs[p] for p in gating if p in inputs))
+            last = next(inputs[p] for p in gating if p in inputs)
+            out._begin(last)
             try:
                 stage.process(inputs, out)
             except BaseException:
@@ -580,3 +584,15 @@ class Graph:
                 ring.release(frame)
             node.stats.record(node.enter_ns, exit_ns)
             node.govern((exit_ns - node.enter_ns) / 1e6)
+
+    def _flush(self, node: _Node, last: Frame | None) -> None:
+        """End of stream: let the stage emit what it still holds (metadata of its last input)."""
+        out = node.outputs
+        node.enter_ns = time.monotonic_ns()
+        out._begin(last)
+        try:
+            node.stage.flush(out)
+        except BaseException:
+            out._abandon()
+            raise
+        out._finish()

@@ -100,6 +100,10 @@ class Stage:
         ``trigger == "any"``); write results into slots from ``out.write(port)``."""
         raise NotImplementedError
 
+    def flush(self, out: "Outputs") -> None:
+        """End of stream reached every input (not called on cancel): emit what is still held back
+        (frames waiting for look-ahead, an encoder's delayed packets). Default: nothing."""
+
     def teardown(self) -> None:
         """Called once in the worker thread after the last frame, also after errors and cancel."""
 

@@ -323,3 +323,30 @@ def test_telemetry_json_and_prometheus_text():
     assert 'framegraph_stage_latency_seconds_bucket{session="1",stage="add",le="+Inf"} 10' in text
     assert 'framegraph_edge_drops_total{session="1",edge="src.x -> add.x"} 0' in text
     assert 'framegraph_sink_frames_total{session="1"} 10' in text
+
+
+def test_flush_lets_a_stage_emit_what_it_holds_at_end_of_stream():
+    class Pairs(AddOne):  # emits the sum of each pair; an odd last frame comes out at flush
+        def __init__(self):
+            super().__init__("pairs")
+            self.held = None
+
+        def process(self, inputs, out):
+            x = float(inputs["x"].data[0])
+            if self.held is None:
+                self.held = x
+                return
+            out.write("x").data.fill_(self.held + x)
+            self.held = None
+
+        def flush(self, out):
+            if self.held is not None:
+                out.write("x").data.fill_(self.held)
+
+    g = Graph()
+    s, p, k = g.add(CountSource(5)), g.add(Pairs()), g.add(Collect())
+    g.connect(s, p)
+    g.connect(p, k)
+    g.run(timeout=10)
+    assert k.values() == [1.0, 5.0, 4.0]
+    assert [seq for _, _, seq, _, _ in k.got] == [1, 3, 4]  # lineage of the newest input

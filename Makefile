@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.framegraph-installed
 # Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
 # chromium runs the browser tests). Installed with apt-get when running as root, else named.
-SYSTEM_PACKAGES ?=
+SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1
 
 .PHONY: demo test install system-deps clean help
 

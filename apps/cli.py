@@ -37,7 +37,7 @@ def _bench_parsers(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import client, info, render
+    from . import avatar, client, info, render
     from .server import cli as serve
 
     parser = argparse.ArgumentParser(
@@ -60,6 +60,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "record what comes back to MP4, and measure glass-to-glass latency.")
     client.add_arguments(p)
     p.set_defaults(func=client.run)
+    p = sub.add_parser("avatar", help="talking avatar: synthetic training clips (synth)",
+                       description="Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth "
+                                   "clips of a portrait speaking espeak-ng sentences.")
+    avatar.add_arguments(p)
+    p.set_defaults(func=avatar.run)
     _bench_parsers(sub)
     p = sub.add_parser("info", help="versions, devices and backends available")
     info.add_arguments(p)

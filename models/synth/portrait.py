@@ -1,0 +1,211 @@
+"""Portraits for synthetic talking clips: the image and where its mouth and eyes are.
+
+The shipped portrait (``assets/portraits/astronaut.png``, public domain, see its PROVENANCE.md) comes
+with measured boxes in ``astronaut.json``. For any other image the face is found with OpenCV's Haar
+cascades (``haarcascade_frontalface_default``, ``haarcascade_eye``, ``haarcascade_smile``, shipped in
+``opencv-python-headless`` < 5) and the mouth placed from the smile detection or, failing that, from
+the face box's proportions; a mouth box given by the user wins over both.
+
+Boxes are ``(x, y, width, height)`` in pixels of the (possibly downscaled) portrait image.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+Box = tuple[float, float, float, float]
+
+
+class PortraitError(ValueError):
+    """The portrait cannot be used (not an image, no face found...)."""
+
+
+@dataclass
+class Portrait:
+    """An RGB portrait and its face geometry.
+
+    Attributes:
+        image: ``uint8 [H, W, 3]`` RGB, H and W even.
+        mouth_box: ``(x, y, w, h)`` px around the lips; lip_line_y: row where the lips part at the
+            mouth's centre; lip_curve: px the corners sit higher than that (a smile; 0: straight).
+        eye_boxes: ``[(x, y, w, h), ...]`` px around each eye's opening (left to right; may be empty).
+        face_box: the face detection, when there was one.
+        name / source: for ground-truth files.
+    """
+
+    image: np.ndarray
+    mouth_box: Box
+    lip_line_y: float
+    eye_boxes: list[Box] = field(default_factory=list)
+    face_box: Box | None = None
+    lip_curve: float = 0.0
+    name: str = "portrait"
+    source: str = ""
+
+    @property
+    def height(self) -> int:
+        return self.image.shape[0]
+
+    @property
+    def width(self) -> int:
+        return self.image.shape[1]
+
+    def to_json(self) -> dict:
+        r = lambda b: [round(float(v), 2) for v in b]  # noqa: E731
+        return {"name": self.name, "source": self.source, "width": self.width, "height": self.height,
+                "mouth_box": r(self.mouth_box), "lip_line_y": round(float(self.lip_line_y), 2),
+                "lip_curve": round(float(self.lip_curve), 2),
+                "eye_boxes": [r(b) for b in self.eye_boxes], "face_box": r(self.face_box) if self.face_box else None}
+
+
+def portraits_folder() -> Path:
+    """``assets/portraits`` of the installed framegraph."""
+    import framegraph.assets
+
+    return Path(framegraph.assets.__file__).parent / "portraits"
+
+
+def astronaut_portrait() -> Portrait:
+    """The shipped public-domain portrait (Eileen Collins, NASA) with its measured boxes."""
+    folder = portraits_folder()
+    meta = json.loads((folder / "astronaut.json").read_text())
+    image = np.asarray(Image.open(folder / meta["image"]).convert("RGB"))
+    return Portrait(image, tuple(meta["mouth_box"]), float(meta["lip_line_y"]),
+                    [tuple(b) for b in meta["eye_boxes"]], tuple(meta["face_box"]), float(meta.get("lip_curve", 0.0)),
+                    meta["name"], str(folder / meta["image"]))
+
+
+def read_image(path, max_side: int = 512) -> tuple[np.ndarray, float]:
+    """Read an image file as ``uint8 [H, W, 3]`` RGB, scaled so its longer side is at most ``max_side``
+    and cropped to even sizes (H.264 yuv420p). Returns the image and the scale applied."""
+    path = os.fspath(path)
+    if not os.path.exists(path):
+        raise FileNotFoundError(f"portrait {path!r} does not exist; expected an image file (PNG, JPEG...)")
+    if os.path.isdir(path):
+        raise PortraitError(f"portrait {path!r} is a folder; expected an image file (PNG, JPEG...)")
+    try:
+        with Image.open(path) as im:
+            im.load()
+            im = im.convert("RGB")
+    except (UnidentifiedImageError, OSError) as exc:
+        raise PortraitError(f"portrait {path!r} is not an image that can be read ({exc}); "
+                            f"expected a PNG or JPEG photo of a face") from None
+    scale = min(1.0, max_side / max(im.size))
+    if scale < 1.0:
+        im = im.resize((max(2, round(im.width * scale)), max(2, round(im.height * scale))), Image.LANCZOS)
+    w, h = im.width - im.width % 2, im.height - im.height % 2
+    if w < 64 or h < 64:
+        raise PortraitError(f"portrait {path!r} is {im.width}x{im.height} px; expected at least 64x64")
+    return np.ascontiguousarray(np.asarray(im)[:h, :w]), scale
+
+
+def _cascade(name: str):
+    try:
+        import cv2
+    except ImportError:
+        raise PortraitError("finding the face needs OpenCV: pip install 'opencv-python-headless<5' "
+                            "(or give the mouth box yourself)") from None
+    folder = getattr(getattr(cv2, "data", None), "haarcascades", None)
+    path = os.path.join(folder, name) if folder else ""
+    if not path or not os.path.isfile(path):
+        raise PortraitError(f"OpenCV {cv2.__version__} has no Haar cascade {name} (opencv-python-headless 5 "
+                            f"dropped them): pip install 'opencv-python-headless<5', or give the mouth box")
+    return cv2.CascadeClassifier(path)
+
+
+def detect_face_regions(image: np.ndarray) -> dict:
+    """Find the largest frontal face and place its mouth and eyes.
+
+    Returns ``{"face_box", "mouth_box", "lip_line_y", "eye_boxes"}`` (px). Raises :class:`PortraitError`
+    when no face is found.
+    """
+    import cv2
+
+    gray = cv2.equalizeHist(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY))
+    side = min(gray.shape)
+    faces = _cascade("haarcascade_frontalface_default.xml").detectMultiScale(
+        gray, scaleFactor=1.1, minNeighbors=5, minSize=(side // 8, side // 8))
+    if len(faces) == 0:
+        raise PortraitError("no frontal face found in the portrait; use a frontal photo or give the mouth "
+                            "box yourself (--mouth-box X,Y,W,H)")
+    fx, fy, fw, fh = (float(v) for v in max(faces, key=lambda f: f[2] * f[3]))
+    # mouth: from the face's proportions; a smile detection in the lower face refines its centre column
+    cx, cy = fx + 0.5 * fw, fy + 0.84 * fh
+    lower = gray[int(fy + 0.55 * fh):int(fy + fh), int(fx):int(fx + fw)]
+    smiles = _cascade("haarcascade_smile.xml").detectMultiScale(lower, scaleFactor=1.1, minNeighbors=15,
+                                                                 minSize=(int(fw * 0.25), int(fh * 0.1)))
+    if len(smiles):
+        sx, sy, sw, sh = max(smiles, key=lambda s: s[2] * s[3])
+        cx = float(np.clip(fx + sx + 0.5 * sw, fx + 0.4 * fw, fx + 0.6 * fw))
+    mw, mh = 0.45 * fw, 0.15 * fh
+    mouth = (cx - mw / 2, cy - mh / 2, mw, mh)
+    eyes = _cascade("haarcascade_eye.xml").detectMultiScale(
+        gray[int(fy):int(fy + 0.6 * fh), int(fx):int(fx + fw)], scaleFactor=1.1, minNeighbors=5,
+        minSize=(int(fw * 0.12), int(fw * 0.12)))
+    eye_boxes = []
+    for ex, ey, ew, eh in sorted(eyes, key=lambda e: -e[2] * e[3])[:2]:
+        # the cascade's box holds brows and lids; the opening is its middle band
+        eye_boxes.append((fx + ex + 0.15 * ew, fy + ey + 0.38 * eh, 0.7 * ew, 0.26 * eh))
+    if len(eye_boxes) < 2:
+        eye_boxes = estimate_eyes(mouth)
+    return {"face_box": (fx, fy, fw, fh), "mouth_box": mouth, "lip_line_y": cy,
+            "eye_boxes": sorted(eye_boxes, key=lambda b: b[0])}
+
+
+def estimate_eyes(mouth_box: Box) -> list[Box]:
+    """Eye boxes guessed from the mouth box alone (typical adult proportions)."""
+    x, y, w, h = mouth_box
+    cx, cy = x + w / 2, y + h / 2
+    ew, eh = 0.45 * w, 0.17 * w
+    ey = cy - 1.05 * w
+    return [(cx - 0.52 * w - ew / 2, ey - eh / 2, ew, eh), (cx + 0.52 * w - ew / 2, ey - eh / 2, ew, eh)]
+
+
+def parse_box(text: str) -> Box:
+    """``"X,Y,W,H"`` → a box, with an error saying what was expected."""
+    try:
+        x, y, w, h = (float(v) for v in text.split(","))
+    except ValueError:
+        raise PortraitError(f"box {text!r}: expected X,Y,W,H in pixels, e.g. 102,119,42,14") from None
+    if w <= 0 or h <= 0:
+        raise PortraitError(f"box {text!r}: width and height must be positive")
+    return (x, y, w, h)
+
+
+def load_portrait(path=None, *, mouth_box: Box | None = None, max_side: int = 512) -> Portrait:
+    """The portrait to animate.
+
+    Args:
+        path: an image file; None for the shipped astronaut portrait.
+        mouth_box: ``(x, y, w, h)`` px in the *original* image (scaled with it); None: detect.
+        max_side: larger images are scaled down to this longer side.
+    Raises:
+        FileNotFoundError / PortraitError with the file name and what was expected.
+    """
+    if path is None:
+        p = astronaut_portrait()
+        if mouth_box is not None:
+            p.mouth_box, p.lip_line_y, p.lip_curve = tuple(mouth_box), mouth_box[1] + mouth_box[3] / 2, 0.0
+        return p
+    image, scale = read_image(path, max_side)
+    h, w = image.shape[:2]
+    if mouth_box is not None:
+        box = tuple(float(v) * scale for v in mouth_box)
+        if box[0] < 0 or box[1] < 0 or box[0] + box[2] > w or box[1] + box[3] > h:
+            raise PortraitError(f"mouth box {tuple(mouth_box)} is outside the {round(w / scale)}x"
+                                f"{round(h / scale)} portrait {os.fspath(path)!r}")
+        try:
+            found = detect_face_regions(image)
+            eyes, face = found["eye_boxes"], found["face_box"]
+        except PortraitError:
+            eyes, face = estimate_eyes(box), None
+        regions = {"mouth_box": box, "lip_line_y": box[1] + box[3] / 2, "eye_boxes": eyes, "face_box": face}
+    else:
+        regions = detect_face_regions(image)
+    return Portrait(image, regions["mouth_box"], regions["lip_line_y"], regions["eye_boxes"], regions["face_box"],
+                    0.0, Path(path).stem, os.fspath(path))

@@ -38,13 +38,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--testcard", action="store_true",
                       help="procedural test card: moving bands, frame counter, a white flash each second "
                            "with a beep exactly on it (checks A/V sync)")
-    what.add_argument("--scene", help="a 3D Gaussian-splatting scene: INRIA .ply or .splat")
+    what.add_argument("--scene", help="a Gaussian-splatting scene: 3DGS INRIA .ply or .splat, or a 4DGS "
+                                      "fudan-zvg checkpoint .pth (rendered at t = video time, looping)")
     cams = p.add_mutually_exclusive_group()
     cams.add_argument("--orbit", action="store_true", help="(with --scene) circle the scene (the default)")
     cams.add_argument("--camera-path", help="(with --scene) a nerfstudio camera_path.json")
     p.add_argument("--device", default=None,
                    help="(with --scene) where to render: cuda (Triton kernels) or cpu (torch reference); "
                         "default cuda when available")
+    p.add_argument("--time-duration", nargs=2, type=float, metavar=("T0", "T1"),
+                   help="(with a 4DGS .pth) the scene's time span, from its training config (e.g. 0 10 for N3V, "
+                        "0 1 for D-NeRF); default: the checkpoint's .json sidecar, else -0.5 0.5")
+    p.add_argument("--time-scale", type=positive_float, default=1.0,
+                   help="(with a 4DGS .pth) scene time units per second of video (default 1)")
     p.add_argument("--seconds", type=positive_float, default=5.0, help="duration (default 5)")
     p.add_argument("--fps", type=positive_float, default=25.0, help="frames per second (default 25)")
     p.add_argument("--size", type=parse_size, default=(640, 360), help="WIDTHxHEIGHT (default 640x360)")
@@ -67,8 +73,10 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
 
 def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: float, seconds: float,
                       camera_path: str | None = None, device: str | None = None,
-                      preset: str = "offline") -> tuple[Graph, MP4Sink, int]:
-    """CameraSource (orbit or nerfstudio path) → GaussianRenderStage → MP4Sink (video only)."""
+                      preset: str = "offline", time_duration: tuple[float, float] | None = None,
+                      time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
+    """CameraSource (orbit or nerfstudio path) → GaussianRenderStage (3DGS) or Gaussian4DRenderStage
+    (4DGS ``.pth``, at t = frame time) → MP4Sink (video only)."""
     import torch
 
     from framegraph.renderers.cameras import load_nerfstudio_camera_path
@@ -76,7 +84,20 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
     from framegraph.renderers.stages import CameraSource, GaussianRenderStage, orbit_for_scene
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    scene = load_scene(scene_path)
+    if str(scene_path).lower().endswith(".pth"):
+        from framegraph.renderers.gaussians4d import Gaussian4DRenderStage, load_checkpoint
+
+        scene = load_checkpoint(scene_path, time_duration=time_duration)
+
+        def make_renderer():
+            return Gaussian4DRenderStage(scene, width=width, height=height, device=device, time_scale=time_scale)
+    else:
+        if time_duration is not None:
+            raise ValueError("--time-duration goes with a 4DGS checkpoint (.pth) scene")
+        scene = load_scene(scene_path)
+
+        def make_renderer():
+            return GaussianRenderStage(scene, width=width, height=height, device=device)
     if camera_path:
         path = load_nerfstudio_camera_path(camera_path)
         if (path.width, path.height) != (width, height):  # render at the requested size, same fov
@@ -90,7 +111,7 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
         path = orbit_for_scene(scene, n_frames, width, height, fps)
     graph = Graph(Clock("fast"), name="render-scene")
     cams = graph.add(CameraSource(path, fps=fps, n_frames=n_frames))
-    render = graph.add(GaussianRenderStage(scene, width=width, height=height, device=device))
+    render = graph.add(make_renderer())
     sink = graph.add(MP4Sink(out, width=width, height=height, fps=fps, audio_rate=None, preset=preset))
     graph.connect(cams, render)
     graph.connect(render, sink)
@@ -103,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
     width, height = args.size
     if args.scene:
         graph, sink, total = build_scene_graph(args.scene, args.out, width, height, args.fps, args.seconds,
-                                               args.camera_path, args.device, args.preset)
+                                               args.camera_path, args.device, args.preset,
+                                               args.time_duration, args.time_scale)
     else:
         if args.camera_path or args.orbit:
             raise ValueError("--orbit and --camera-path go with --scene")

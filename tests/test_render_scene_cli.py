@@ -89,3 +89,20 @@ def test_render_scene_cli_bad_inputs(tmp_path, capsys):
     assert "cams.json" in capsys.readouterr().err
     assert main(["render", "--testcard", "--orbit", "--out", str(tmp_path / "z.mp4")]) == 2
     assert "go with --scene" in capsys.readouterr().err
+
+
+def test_render_4dgs_checkpoint_cli(tmp_path, capsys):
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[1] / "assets" / "scenes4d" / "bouncing_ball.pth"
+    out = tmp_path / "ball.mp4"
+    assert main(["render", "--scene", str(demo), "--seconds", "0.5", "--fps", "8", "--size", "48x32",
+                 "--out", str(out), "--device", "cpu"]) == 0
+    v = read_video(out)
+    assert v["frames"].shape == (4, 32, 48, 3)
+    assert not np.array_equal(v["frames"][0], v["frames"][3])  # the scene moves in time
+    ply = tmp_path / "s.ply"
+    save_ply(random_scene(10, 0), ply)
+    assert main(["render", "--scene", str(ply), "--time-duration", "0", "1", "--out", str(tmp_path / "x.mp4"),
+                 "--size", "48x32"]) == 2
+    assert "goes with a 4DGS checkpoint" in capsys.readouterr().err

@@ -1,0 +1,246 @@
+"""Pure-torch 4D Gaussian splatting: rotation, covariance, temporal slice, colour, projection.
+
+The slow, obvious twin of ``triton.py`` and the definition of "correct" for it. The semantics are
+those of fudan-zvg's "Real-time Photorealistic Dynamic Scene Representation and Rendering with 4D
+Gaussian Splatting" (ICLR 2024), ``rot_4d=True``:
+
+1. :func:`rotation_4d`      ``R = L(q_l) @ R(q_r)``: a left-isoclinic times a right-isoclinic
+                            rotation, built from two unit quaternions (their ``build_rotation_4d``)
+2. :func:`covariance_4d`    ``Sigma = R S S^T R^T`` over (x, y, z, t), ``S = diag(scales)``
+3. :func:`slice_gaussians`  condition every 4D Gaussian on time ``t``: a 3D Gaussian with
+                            mean ``mu_xyz + Sigma_xt / Sigma_tt (t - mu_t)``, covariance
+                            ``Sigma_xx - Sigma_xt Sigma_tx / Sigma_tt`` (the Schur complement) and
+                            opacity ``o * exp(-(t - mu_t)^2 / (2 Sigma_tt))``; Gaussians whose
+                            temporal marginal is not above 0.05 are culled
+4. :func:`sh_colors_4d`     spherical harmonics x a cosine (Fourier) basis in time
+                            (their ``eval_shfs_4d``)
+5. :func:`project_covariances`  EWA projection of the sliced 3D Gaussians; the same math as
+                            :func:`framegraph.renderers.gaussians.reference.project_gaussians`, but
+                            taking covariances instead of quaternions + scales
+
+Conventions: quaternions are ``(w, x, y, z)`` = ``(a, b, c, d)``, real part first, any non-zero norm
+(normalised here); 4D vectors are ``(x, y, z, t)``; cameras as in ``renderers/cameras.py`` (OpenCV,
+world-to-camera). 3D covariances travel as their 6 unique values ``(xx, xy, xz, yy, yz, zz)``.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from framegraph.renderers.gaussians.reference import (
+    ALPHA_THRESHOLD,
+    RADIUS_SIGMAS,
+    perspective_project,
+    sh_basis,
+    world_to_camera,
+)
+
+CULL_THRESHOLD = 0.05  # a Gaussian whose temporal marginal is <= this is not rendered (fudan-zvg)
+
+
+# ----------------------------------------------------------------------------
+# 1. Rotation
+# ----------------------------------------------------------------------------
+def quat_left_matrix(q: Tensor) -> Tensor:
+    """``[..., 4, 4]`` matrix of left multiplication ``v -> q * v`` by quaternion ``q [..., 4]``."""
+    a, b, c, d = q.unbind(-1)
+    rows = [a, -b, -c, -d,
+            b, a, -d, c,
+            c, d, a, -b,
+            d, -c, b, a]
+    return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (4, 4))
+
+
+def quat_right_matrix(q: Tensor) -> Tensor:
+    """``[..., 4, 4]`` matrix of ``v -> v * conj(q)`` for quaternion ``q [..., 4]`` (fudan-zvg's ``M_r``)."""
+    p, q_, r, s = q.unbind(-1)
+    rows = [p, q_, r, s,
+            -q_, p, -s, r,
+            -r, s, p, -q_,
+            -s, -r, q_, p]
+    return torch.stack(rows, dim=-1).reshape(q.shape[:-1] + (4, 4))
+
+
+def rotation_4d(quats_l: Tensor, quats_r: Tensor) -> Tensor:
+    """4D rotations ``[..., 4, 4] = L(q_l) @ R(q_r)`` from left / right quaternions ``[..., 4]``.
+
+    Both are normalised first. Every rotation of R^4 can be written this way (up to the sign
+    of both quaternions), so ``(q_l, q_r)`` is a full parametrisation of SO(4).
+    """
+    return quat_left_matrix(F.normalize(quats_l, dim=-1)) @ quat_right_matrix(F.normalize(quats_r, dim=-1))
+
+
+def rotmat4_to_quats(R: Tensor) -> Tuple[Tensor, Tensor]:
+    """Inverse of :func:`rotation_4d`: unit ``(q_l, q_r)`` ``[..., 4]`` with ``rotation_4d(q_l, q_r) = R``.
+
+    ``R [..., 4, 4]`` must be a rotation (orthonormal, det +1). ``R`` is bilinear in the two
+    quaternions, ``R = sum_mn q_l[m] q_r[n] B_mn`` with 16 signed permutation matrices ``B_mn``
+    that are orthogonal (``<B_mn, B_kl> = 4 delta``), so ``A_mn = <R, B_mn> / 4 = q_l[m] q_r[n]``
+    is a rank-one matrix; its largest column gives ``q_l`` and ``A^T q_l`` gives ``q_r``.
+    """
+    eye = torch.eye(4, dtype=R.dtype, device=R.device)
+    basis = quat_left_matrix(eye)[:, None] @ quat_right_matrix(eye)[None, :]  # [4, 4, 4, 4] = B_mn
+    A = torch.einsum("...ij,mnij->...mn", R, basis) / 4.0
+    col = A.norm(dim=-2).argmax(dim=-1)  # column n with the largest |q_r[n]|
+    ql = torch.gather(A, -1, col[..., None, None].expand(A.shape[:-1] + (1,)))[..., 0]
+    ql = F.normalize(ql, dim=-1)
+    qr = F.normalize((A.transpose(-1, -2) @ ql[..., None])[..., 0], dim=-1)
+    return ql, qr
+
+
+# ----------------------------------------------------------------------------
+# 2. Covariance
+# ----------------------------------------------------------------------------
+def covariance_4d(scales: Tensor, quats_l: Tensor, quats_r: Tensor) -> Tensor:
+    """4D covariances ``[..., 4, 4] = R diag(scales^2) R^T``.
+
+    ``scales [..., 4]`` are activated standard deviations along the Gaussian's own axes
+    (``exp`` of the checkpoint's ``_scaling`` and ``_scaling_t``).
+    """
+    M = rotation_4d(quats_l, quats_r) * scales[..., None, :]  # R @ diag(s)
+    return M @ M.transpose(-1, -2)
+
+
+def covar6_to_mat(c6: Tensor) -> Tensor:
+    """``(xx, xy, xz, yy, yz, zz) [..., 6]`` -> symmetric ``[..., 3, 3]``."""
+    xx, xy, xz, yy, yz, zz = c6.unbind(-1)
+    return torch.stack([xx, xy, xz, xy, yy, yz, xz, yz, zz], dim=-1).reshape(c6.shape[:-1] + (3, 3))
+
+
+def mat_to_covar6(m: Tensor) -> Tensor:
+    """Symmetric ``[..., 3, 3]`` -> its upper triangle ``(xx, xy, xz, yy, yz, zz) [..., 6]``."""
+    return torch.stack([m[..., 0, 0], m[..., 0, 1], m[..., 0, 2], m[..., 1, 1], m[..., 1, 2], m[..., 2, 2]], -1)
+
+
+# ----------------------------------------------------------------------------
+# 3. Temporal slice
+# ----------------------------------------------------------------------------
+def slice_gaussians(
+    means: Tensor,
+    times: Tensor,
+    scales: Tensor,
+    quats_l: Tensor,
+    quats_r: Tensor,
+    opacities: Tensor,
+    t: float,
+    cull_threshold: float = CULL_THRESHOLD,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Condition 4D Gaussians on time ``t``: the 3D Gaussians seen at that instant.
+
+    Args:
+        means: ``[N, 3]`` spatial means ``mu_xyz``; times: ``[N]`` temporal means ``mu_t``.
+        scales: ``[N, 4]`` activated standard deviations (x, y, z, t axes of the Gaussian).
+        quats_l, quats_r: ``[N, 4]`` left / right rotation quaternions (w, x, y, z).
+        opacities: ``[N]`` activated opacities in [0, 1].
+        t: the time to render, in the scene's time units.
+        cull_threshold: Gaussians with ``marginal <= cull_threshold`` are not kept.
+
+    Returns:
+        ``means3d [N, 3]`` conditional means, ``covars [N, 6]`` conditional covariances
+        ``(xx, xy, xz, yy, yz, zz)``, ``opacities_t [N]`` = opacity x temporal marginal
+        ``exp(-(t - mu_t)^2 / (2 Sigma_tt))``, and ``keep [N] bool`` (marginal > threshold).
+        Every Gaussian gets values; ``keep`` says which ones a renderer draws.
+    """
+    cov = covariance_4d(scales, quats_l, quats_r)
+    cov_xx, cov_xt, cov_tt = cov[:, :3, :3], cov[:, :3, 3], cov[:, 3, 3]
+    dt = t - times
+    means3d = means + cov_xt / cov_tt[:, None] * dt[:, None]
+    covars = cov_xx - cov_xt[:, :, None] * cov_xt[:, None, :] / cov_tt[:, None, None]
+    marginal = torch.exp(-0.5 * dt * dt / cov_tt)
+    keep = marginal > cull_threshold
+    return means3d, mat_to_covar6(covars), opacities * marginal, keep
+
+
+# ----------------------------------------------------------------------------
+# 4. Colour: spherical harmonics x temporal cosine basis
+# ----------------------------------------------------------------------------
+def temporal_basis(dt: Tensor, duration: float, degree_t: int) -> Tensor:
+    """``[..., degree_t + 1]``: ``cos(2 pi k dt / duration)`` for ``k = 0..degree_t`` (``k = 0`` is 1).
+
+    ``dt = mu_t - t`` (fudan-zvg's ``dir_t``; the basis is even, so the sign does not matter) and
+    ``duration = time_duration[1] - time_duration[0]``.
+    """
+    k = torch.arange(degree_t + 1, dtype=dt.dtype, device=dt.device)
+    return torch.cos(2 * math.pi * k * dt[..., None] / duration)
+
+
+def sh_colors_4d(
+    sh_degree: int, sh_degree_t: int, dirs: Tensor, dt: Tensor, duration: float, coeffs: Tensor
+) -> Tensor:
+    """Raw colour ``[..., 3]`` (before ``+ 0.5`` and the clamp at 0) of 4D Gaussians.
+
+    Args:
+        dirs: ``[..., 3]`` view directions camera -> Gaussian (normalised here).
+        dt: ``[...]`` ``mu_t - t``.
+        coeffs: ``[..., K, 3]`` with ``K >= (sh_degree_t + 1) * (sh_degree + 1) ** 2``: block ``k`` of
+            ``(sh_degree + 1) ** 2`` coefficients is weighted by ``cos(2 pi k dt / duration)``
+            (fudan-zvg's ``eval_shfs_4d``, whose blocks are 16 wide because it is only used at
+            SH degree 3; the loader compacts their blocks to this layout).
+    """
+    n = (sh_degree + 1) ** 2
+    need = n * (sh_degree_t + 1)
+    if coeffs.shape[-2] < need:
+        raise ValueError(f"sh_degree={sh_degree}, sh_degree_t={sh_degree_t} need {need} coefficients per "
+                         f"colour, got {coeffs.shape[-2]}")
+    spatial = sh_basis(sh_degree, F.normalize(dirs, dim=-1))  # [..., n]
+    temporal = temporal_basis(dt, duration, sh_degree_t)  # [..., deg_t + 1]
+    basis = (temporal[..., :, None] * spatial[..., None, :]).flatten(-2)  # [..., need], block-major
+    return (basis[..., None] * coeffs[..., :need, :]).sum(dim=-2)
+
+
+# ----------------------------------------------------------------------------
+# 5. Projection of 3D Gaussians given by their covariances
+# ----------------------------------------------------------------------------
+def project_covariances(
+    means: Tensor,
+    covars: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    opacities: Optional[Tensor] = None,
+    eps2d: float = 0.3,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    radius_clip: float = 0.0,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """EWA projection of 3D Gaussians ``means [N, 3]`` / ``covars [N, 3, 3]`` into ``C`` cameras.
+
+    Line for line the steps of ``gaussians.reference.project_gaussians`` after its covariance
+    (classic mode, no compensation), so a sliced 4D scene rasterizes exactly like a 3DGS scene.
+
+    Returns ``radii [C, N, 2] int32`` (0 = culled), ``means2d [C, N, 2]``, ``depths [C, N]``,
+    ``conics [C, N, 3]`` (upper triangle of the inverse 2D covariance).
+    """
+    means_c, covars_c = world_to_camera(means, covars, viewmats)
+    depths = means_c[..., 2]
+    in_depth = (depths >= near_plane) & (depths <= far_plane)
+    safe_means_c = torch.where(in_depth[..., None], means_c, torch.ones_like(means_c))
+    means2d, covars2d = perspective_project(safe_means_c, covars_c, Ks, width, height)
+
+    a, b, c = covars2d[..., 0, 0] + eps2d, covars2d[..., 0, 1], covars2d[..., 1, 1] + eps2d
+    det = a * c - b * b
+    ok = in_depth & (det > 0)
+    safe_det = torch.where(ok, det, torch.ones_like(det))
+    conics = torch.stack([c / safe_det, -b / safe_det, a / safe_det], dim=-1)
+
+    with torch.no_grad():
+        extend = torch.full_like(det, RADIUS_SIGMAS)
+        if opacities is not None:
+            opac = opacities.detach().expand_as(det)
+            ok = ok & (opac >= ALPHA_THRESHOLD)
+            tight = torch.sqrt(2.0 * torch.log(torch.clamp(opac, min=ALPHA_THRESHOLD) / ALPHA_THRESHOLD))
+            extend = torch.minimum(extend, tight)
+        radius_x = torch.ceil(extend * torch.sqrt(torch.clamp(a, min=0.0)))
+        radius_y = torch.ceil(extend * torch.sqrt(torch.clamp(c, min=0.0)))
+        ok = ok & ~((radius_x <= radius_clip) & (radius_y <= radius_clip))
+        mx, my = means2d[..., 0], means2d[..., 1]
+        on_screen = (mx + radius_x > 0) & (mx - radius_x < width) & (my + radius_y > 0) & (my - radius_y < height)
+        ok = ok & on_screen
+        radii = (torch.stack([radius_x, radius_y], dim=-1) * ok[..., None]).to(torch.int32)
+    return radii, means2d, depths, conics

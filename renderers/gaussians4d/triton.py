@@ -1,0 +1,176 @@
+"""Triton kernel for the 4DGS temporal slice (the twin of :func:`reference.slice_gaussians`).
+
+One program per block of ``BLOCK`` Gaussians; each lane handles one Gaussian end to end: normalise
+the two quaternions, build the 4D rotation ``R = L(q_l) R(q_r)`` row by row, scale its columns,
+form the 10 unique entries of ``Sigma = (R S)(R S)^T`` and condition on ``t``: conditional mean
+(3), conditional covariance (6 unique values), opacity x temporal marginal, and the cull flag.
+Everything after the slice (projection, tiles, blending) is the 3DGS pipeline.
+
+The op is registered with ``torch.library`` (schema + fake implementation, so graphs capture it)
+and is differentiable: its backward replays :func:`reference.slice_gaussians` under autograd, which
+is cheap next to rendering. Runs on CUDA, or on CPU through Triton's interpreter
+(``TRITON_INTERPRET=1`` set before this module is imported).
+"""
+from typing import Tuple
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from framegraph.renderers.gaussians.triton import interpreter_enabled
+
+from . import reference
+
+BLOCK = 128  # Gaussians per program
+WARPS = 4
+
+
+@triton.jit
+def _row_times_right(x0, x1, x2, x3, p, q, r, s):
+    """Row vector ``x`` times fudan-zvg's ``M_r(p, q, r, s)``: one row of ``R = M_l M_r``."""
+    return (x0 * p - x1 * q - x2 * r - x3 * s,
+            x0 * q + x1 * p + x2 * s - x3 * r,
+            x0 * r - x1 * s + x2 * p + x3 * q,
+            x0 * s + x1 * r - x2 * q + x3 * p)
+
+
+@triton.jit
+def _dot4(a0, a1, a2, a3, b0, b1, b2, b3):
+    return a0 * b0 + a1 * b1 + a2 * b2 + a3 * b3
+
+
+@triton.jit
+def _slice_kernel(
+    means_ptr, times_ptr, scales_ptr, ql_ptr, qr_ptr, opac_ptr,  # [N, 3], [N], [N, 4], [N, 4], [N, 4], [N]
+    out_means_ptr, out_covars_ptr, out_opac_ptr, out_keep_ptr,  # [N, 3], [N, 6], [N], [N] int8
+    N, t, cull_threshold,
+    BLOCK: tl.constexpr,
+):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < N
+    i64 = i.to(tl.int64)
+
+    a = tl.load(ql_ptr + 4 * i64, mask=m, other=1.0)
+    b = tl.load(ql_ptr + 4 * i64 + 1, mask=m, other=0.0)
+    c = tl.load(ql_ptr + 4 * i64 + 2, mask=m, other=0.0)
+    d = tl.load(ql_ptr + 4 * i64 + 3, mask=m, other=0.0)
+    inv = 1.0 / tl.sqrt(a * a + b * b + c * c + d * d)
+    a, b, c, d = a * inv, b * inv, c * inv, d * inv
+    p = tl.load(qr_ptr + 4 * i64, mask=m, other=1.0)
+    q = tl.load(qr_ptr + 4 * i64 + 1, mask=m, other=0.0)
+    r = tl.load(qr_ptr + 4 * i64 + 2, mask=m, other=0.0)
+    s = tl.load(qr_ptr + 4 * i64 + 3, mask=m, other=0.0)
+    inv = 1.0 / tl.sqrt(p * p + q * q + r * r + s * s)
+    p, q, r, s = p * inv, q * inv, r * inv, s * inv
+
+    s0 = tl.load(scales_ptr + 4 * i64, mask=m, other=1.0)
+    s1 = tl.load(scales_ptr + 4 * i64 + 1, mask=m, other=1.0)
+    s2 = tl.load(scales_ptr + 4 * i64 + 2, mask=m, other=1.0)
+    s3 = tl.load(scales_ptr + 4 * i64 + 3, mask=m, other=1.0)
+
+    # Rows of R = M_l(a, b, c, d) @ M_r(p, q, r, s), each scaled by S: U = R S.
+    x00, x01, x02, x03 = _row_times_right(a, -b, -c, -d, p, q, r, s)
+    x10, x11, x12, x13 = _row_times_right(b, a, -d, c, p, q, r, s)
+    x20, x21, x22, x23 = _row_times_right(c, d, a, -b, p, q, r, s)
+    x30, x31, x32, x33 = _row_times_right(d, -c, b, a, p, q, r, s)
+    x00, x01, x02, x03 = x00 * s0, x01 * s1, x02 * s2, x03 * s3
+    x10, x11, x12, x13 = x10 * s0, x11 * s1, x12 * s2, x13 * s3
+    x20, x21, x22, x23 = x20 * s0, x21 * s1, x22 * s2, x23 * s3
+    x30, x31, x32, x33 = x30 * s0, x31 * s1, x32 * s2, x33 * s3
+
+    # Sigma = U U^T: spatial block, space-time column, temporal variance.
+    cxx = _dot4(x00, x01, x02, x03, x00, x01, x02, x03)
+    cxy = _dot4(x00, x01, x02, x03, x10, x11, x12, x13)
+    cxz = _dot4(x00, x01, x02, x03, x20, x21, x22, x23)
+    cyy = _dot4(x10, x11, x12, x13, x10, x11, x12, x13)
+    cyz = _dot4(x10, x11, x12, x13, x20, x21, x22, x23)
+    czz = _dot4(x20, x21, x22, x23, x20, x21, x22, x23)
+    cxt = _dot4(x00, x01, x02, x03, x30, x31, x32, x33)
+    cyt = _dot4(x10, x11, x12, x13, x30, x31, x32, x33)
+    czt = _dot4(x20, x21, x22, x23, x30, x31, x32, x33)
+    ctt = _dot4(x30, x31, x32, x33, x30, x31, x32, x33)
+
+    mu_t = tl.load(times_ptr + i64, mask=m, other=0.0)
+    dt = t - mu_t
+    inv_tt = 1.0 / ctt
+    gx, gy, gz = cxt * inv_tt, cyt * inv_tt, czt * inv_tt  # Sigma_xt / Sigma_tt: the velocity
+    mx = tl.load(means_ptr + 3 * i64, mask=m, other=0.0) + gx * dt
+    my = tl.load(means_ptr + 3 * i64 + 1, mask=m, other=0.0) + gy * dt
+    mz = tl.load(means_ptr + 3 * i64 + 2, mask=m, other=0.0) + gz * dt
+    tl.store(out_means_ptr + 3 * i64, mx, mask=m)
+    tl.store(out_means_ptr + 3 * i64 + 1, my, mask=m)
+    tl.store(out_means_ptr + 3 * i64 + 2, mz, mask=m)
+
+    tl.store(out_covars_ptr + 6 * i64, cxx - cxt * gx, mask=m)
+    tl.store(out_covars_ptr + 6 * i64 + 1, cxy - cxt * gy, mask=m)
+    tl.store(out_covars_ptr + 6 * i64 + 2, cxz - cxt * gz, mask=m)
+    tl.store(out_covars_ptr + 6 * i64 + 3, cyy - cyt * gy, mask=m)
+    tl.store(out_covars_ptr + 6 * i64 + 4, cyz - cyt * gz, mask=m)
+    tl.store(out_covars_ptr + 6 * i64 + 5, czz - czt * gz, mask=m)
+
+    marginal = tl.exp(-0.5 * dt * dt * inv_tt)
+    opac = tl.load(opac_ptr + i64, mask=m, other=0.0)
+    tl.store(out_opac_ptr + i64, opac * marginal, mask=m)
+    tl.store(out_keep_ptr + i64, (marginal > cull_threshold).to(tl.int8), mask=m)
+
+
+def _check_launch(means: Tensor) -> None:
+    if not means.is_cuda and not interpreter_enabled():
+        raise RuntimeError(
+            f"the triton 4DGS slice got tensors on {means.device}; it needs CUDA, or TRITON_INTERPRET=1 "
+            "set before framegraph.renderers.gaussians4d.triton is imported"
+        )
+    if means.dtype != torch.float32:
+        raise TypeError(f"the triton 4DGS slice computes in float32, got {means.dtype}")
+
+
+@torch.library.custom_op("framegraph::gaussians4d_slice", mutates_args=())
+def slice_gaussians(
+    means: Tensor,
+    times: Tensor,
+    scales: Tensor,
+    quats_l: Tensor,
+    quats_r: Tensor,
+    opacities: Tensor,
+    t: float,
+    cull_threshold: float = reference.CULL_THRESHOLD,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Triton twin of :func:`reference.slice_gaussians` (same arguments and returns; float32)."""
+    _check_launch(means)
+    N = means.shape[0]
+    out_means = means.new_empty((N, 3))
+    out_covars = means.new_empty((N, 6))
+    out_opac = means.new_empty((N,))
+    keep = torch.empty((N,), dtype=torch.int8, device=means.device)
+    if N > 0:
+        _slice_kernel[(triton.cdiv(N, BLOCK),)](
+            means.contiguous(), times.contiguous(), scales.contiguous(), quats_l.contiguous(),
+            quats_r.contiguous(), opacities.contiguous(), out_means, out_covars, out_opac, keep,
+            N, float(t), float(cull_threshold), BLOCK=BLOCK, num_warps=WARPS,
+        )
+    return out_means, out_covars, out_opac, keep != 0
+
+
+@slice_gaussians.register_fake
+def _(means, times, scales, quats_l, quats_r, opacities, t, cull_threshold=reference.CULL_THRESHOLD):
+    N = means.shape[0]
+    return (means.new_empty((N, 3)), means.new_empty((N, 6)), means.new_empty((N,)),
+            torch.empty((N,), dtype=torch.bool, device=means.device))
+
+
+def _setup_context(ctx, inputs, output):
+    ctx.save_for_backward(*inputs[:6])
+    ctx.t, ctx.cull_threshold = inputs[6], inputs[7]
+
+
+def _backward(ctx, g_means, g_covars, g_opac, _g_keep):
+    inputs = [x.detach().requires_grad_(True) for x in ctx.saved_tensors]
+    with torch.enable_grad():
+        outs = reference.slice_gaussians(*inputs, ctx.t, ctx.cull_threshold)[:3]
+        pairs = [(o, g) for o, g in zip(outs, (g_means, g_covars, g_opac)) if g is not None]
+        grads = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True)
+    return (*grads, None, None)
+
+
+slice_gaussians.register_autograd(_backward, setup_context=_setup_context)

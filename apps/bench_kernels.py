@@ -5,7 +5,9 @@ reference elsewhere) is compared with peers run on the same inputs:
 
 - ``block_linear_attention``: the naive torch reference, and fla's ``chunk_linear_attn`` when ``fla``
   imports (token-causal rather than block-causal, so a speed peer, not an equivalent);
-- ``norm_modulate``, ``gate_residual``, ``apply_rope``: the unfused torch sequence diffusers runs.
+- ``norm_modulate``, ``gate_residual``, ``apply_rope``: the unfused torch sequence diffusers runs;
+- ``monarch_attention``: exact ``scaled_dot_product_attention`` (the op approximates it), plus the
+  approximation error (relative L2 vs SDPA) for ``num_iters`` 1..3 on video-like and on random q/k/v.
 
 Writes JSON (device, versions, the exact command line, git commit, shapes, median ms, ratio to each
 peer, achieved TB/s and TFLOP/s with the fraction of the device's peak) and a PNG plot beside it.
@@ -27,7 +29,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-OPS = ("block_linear_attention", "norm_modulate", "gate_residual", "apply_rope")
+OPS = ("block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention")
 
 # Dense peaks of the devices we report against: (TB/s, bf16 TFLOP/s).
 PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
@@ -48,6 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--frames", type=int, default=8, help="latent frames (tokens = frames * block size)")
     parser.add_argument("--block-size", type=int, default=1560, help="tokens per block (480p Sana-Video frame: 30x52)")
     parser.add_argument("--channels", type=int, default=2240, help="model width for the elementwise ops")
+    add_monarch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -263,6 +266,115 @@ BENCHES = {
     "gate_residual": bench_gate_residual,
     "apply_rope": bench_apply_rope,
 }
+
+
+# ----------------------------------------------------------------------------- Monarch attention
+# Time vs exact SDPA in the same process, and how well the Monarch fit approximates softmax attention on
+# video-like q/k/v (smooth in space and time) and on i.i.d. noise, for num_iters 1..3.
+
+MONARCH_TINY_GRID = (4, 8, 16)
+
+
+def add_monarch_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--monarch-grid", type=int, nargs=3, default=(21, 30, 52), metavar=("F", "H", "W"),
+                        help="token grid after patching (default: Wan 480p, 81 frames: 21 x 30 x 52)")
+    parser.add_argument("--monarch-iters", type=int, default=2, help="num_iters of the timed Monarch call")
+
+
+def video_like_qkv(shape, grid, generator, sharpness: float = 2.0, noise: float = 0.3):
+    """q, k, v ``[B, H, N, D]`` from one low-frequency random field over ``(f, y, x)`` plus noise.
+
+    The field is trilinear-upsampled Gaussian noise (about one control point per 2 frames and per 4 rows /
+    columns); q and k are the field seen through nearby random projections, so tokens attend to tokens
+    with similar content — mostly their neighbours in space and time — as in video DiTs. v is its own
+    smooth field. ``sharpness`` scales q and k (peakier attention).
+    """
+    B, H, N, D = shape
+    frames, height, width = grid
+    coarse = [max(2, frames // 2), max(2, height // 4), max(2, width // 4)]
+
+    def field():
+        x = torch.randn(B * H, D, *coarse, generator=generator)
+        x = F.interpolate(x, size=(frames, height, width), mode="trilinear", align_corners=True)
+        x = x / x.std()
+        return x.flatten(2).transpose(1, 2).reshape(B, H, N, D)
+
+    base = field()
+    proj = torch.eye(D) + 0.3 * torch.randn(D, D, generator=generator)
+    q = sharpness * (base @ proj + noise * torch.randn(B, H, N, D, generator=generator))
+    k = sharpness * (base @ proj + noise * torch.randn(B, H, N, D, generator=generator))
+    v = field() + 0.1 * torch.randn(B, H, N, D, generator=generator)
+    return q, k, v
+
+
+def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool = False) -> dict:
+    """Relative L2 error ``|monarch - sdpa| / |sdpa|`` per input kind and ``num_iters`` (1..3)."""
+    from framegraph.kernels.monarch_attention import monarch_attention
+    from framegraph.kernels.monarch_attention.reference import token_causal_mask
+
+    g = torch.Generator().manual_seed(0)
+    kinds = {
+        "video_like": video_like_qkv(shape, grid, g),
+        "random": tuple(torch.randn(shape, generator=g) for _ in range(3)),
+    }
+    mask = token_causal_mask(grid, device) if block_causal else None
+    errors = {}
+    with torch.no_grad():
+        for kind, tensors in kinds.items():
+            q, k, v = (t.to(device, dtype) for t in tensors)
+            exact = F.scaled_dot_product_attention(q, k, v, attn_mask=mask).float()
+            errors[kind] = {
+                str(n): ((monarch_attention(q, k, v, grid=grid, num_iters=n, block_causal=block_causal).float()
+                          - exact).norm() / exact.norm()).item()
+                for n in (1, 2, 3)
+            }
+    return errors
+
+
+def bench_monarch_attention(args, device, dtype, backward, timer):
+    from framegraph.kernels.monarch_attention import monarch_attention
+
+    grid = MONARCH_TINY_GRID if args.tiny else tuple(args.monarch_grid)
+    B, H, D = args.batch, args.heads, args.head_dim
+    N = grid[0] * grid[1] * grid[2]
+    rows, width = grid[0] * grid[1], grid[2]
+    q, k, v = (_leaf((B, H, N, D), device, dtype, backward) for _ in range(3))
+    iters = args.monarch_iters
+
+    def ours():
+        return monarch_attention(q, k, v, grid=grid, num_iters=iters)
+
+    def sdpa():
+        return F.scaled_dot_product_attention(q, k, v)
+
+    element = q.element_size()
+    # q, k, v in, out; per iteration fp32 intermediates a_L, a_R, y (~N D each) written and read back
+    bytes_moved = B * H * N * D * (4 * element + iters * 3 * 2 * 4)
+    # per iteration: row step 4 N Ww D (scores + weighted keys), column steps 6 N (F Hh) D; output ~2 N (F Hh + Ww) D
+    flops = B * H * N * D * (iters * (4 * width + 6 * rows) + 2 * (rows + width))
+    shapes = {"q": [B, H, N, D], "k": [B, H, N, D], "v": [B, H, N, D], "grid": list(grid), "num_iters": iters,
+              "block_causal": False}
+    result = _measure(args, timer, ours, {"sdpa_exact": sdpa}, [q, k, v], backward, bytes_moved, flops, shapes,
+                      "monarch_attention")
+    result["flops_note"] = "approximate count of the Monarch fit; SDPA does 4 N^2 D per head"
+    if not backward:  # accuracy does not depend on the pass; measured once, on fresh inputs of the same shape
+        approx_grid = grid if N <= 8192 or device.type == "cuda" else MONARCH_TINY_GRID
+        approx_shape = (1, min(H, 4), approx_grid[0] * approx_grid[1] * approx_grid[2], D)
+        result["approximation"] = {
+            "metric": "relative L2 error of the output vs scaled_dot_product_attention, per num_iters",
+            "shape": list(approx_shape),
+            "grid": list(approx_grid),
+            "bidirectional": monarch_approximation_errors(approx_shape, approx_grid, device, dtype),
+            "block_causal": monarch_approximation_errors(approx_shape, approx_grid, device, dtype, block_causal=True),
+        }
+        for mode in ("bidirectional", "block_causal"):
+            for kind, errs in result["approximation"][mode].items():
+                print(f"{'monarch_attention':>24} rel. L2 error vs SDPA, {mode}, {kind:<10} "
+                      + ", ".join(f"iters={n}: {e:.4f}" for n, e in errs.items()))
+    return result
+
+
+BENCHES["monarch_attention"] = bench_monarch_attention
 
 
 # ----------------------------------------------------------------------------- report helpers

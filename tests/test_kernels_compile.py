@@ -32,6 +32,15 @@ KERNELS = [
     ("modulation", "_gate_residual_kernel", dict(BC=1024), "*bf16", 4),
     ("modulation", "_gate_residual_backward_kernel", dict(BC=1024), "*bf16", 4),
     ("rope", "_rope_kernel", dict(BR=32, BK=128, SIGN=1.0), "*bf16", 4),
+    *[
+        ("monarch_attention", name, dict(consts, SCALE=128 ** -0.5, BD=128, PRECISION=precision), dtype, 8)
+        for name, consts in (
+            ("_row_step_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
+            ("_column_lse_kernel", dict(BL=32, BK=32, BV=128, CAUSAL=True, OUTPUT=True)),
+            ("_column_sum_kernel", dict(BK=32, BL=32, CAUSAL=True)),
+        )
+        for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
+    ],
 ]
 FP32_POINTERS = ("kv", "ksum", "gkv", "gksum", "rope", "dscale", "dw", "dg")
 

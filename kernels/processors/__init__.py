@@ -1,2 +1,3 @@
 """diffusers attention processors backed by framegraph kernels (swap attention without touching a model)."""
 from .block_linear import BlockLinearAttnProcessor, install_block_linear_processors, reset_block_linear_state, set_update_state  # noqa: F401
+from .monarch import MonarchAttnProcessor, grid_from_latents, install_monarch_processors  # noqa: F401

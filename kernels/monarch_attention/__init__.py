@@ -1,0 +1,137 @@
+"""Monarch attention (MonarchAttention / MonarchRT): softmax attention fitted by a Monarch matrix.
+
+``monarch_attention(q, k, v, grid=(F, Hh, Ww))`` is the public entry point; ``reference.py`` is the
+readable pure-torch version (with the maths, the grid mapping and the causal mask written out) and
+``triton.py`` the fused forward kernels. The Triton path is the custom op
+``torch.ops.framegraph.monarch_attention`` (fake implementation + autograd), so it survives
+``torch.compile``; its backward runs autograd through the torch reference — correct, but it recomputes
+and stores the block factors (``O(N (M + b))`` memory per head): there is no Triton backward yet.
+"""
+from __future__ import annotations
+
+import torch
+
+from .._dispatch import check_float_dtype, check_rank, check_same_device, resolve_backend
+from . import reference
+from .reference import MonarchFactors, monarch_factors, monarch_matrix, softmax_attention
+
+__all__ = ["monarch_attention", "monarch_factors", "monarch_matrix", "softmax_attention", "MonarchFactors"]
+
+OP = "monarch_attention"
+
+
+def monarch_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    grid: tuple[int, int, int],
+    num_iters: int = 1,
+    block_causal: bool = False,
+    backend: str = "auto",
+) -> torch.Tensor:
+    """Self-attention over a video token grid, approximated by a fitted Monarch matrix (never N x N).
+
+    Tokens are in row-major ``(frame, y, x)`` order (diffusers' patchified order). Each frame row of
+    ``Ww`` tokens is one Monarch block: one factor mixes the columns inside each key row (the weights
+    depend on the query's column), the other mixes the ``F * Hh`` rows (per query). Both factors are the
+    closed-form alternating updates of MonarchAttention, started from block-diagonal attention; a
+    softmax matrix that is itself Monarch-structured is reproduced exactly. Cost
+    ``O(B H N (F Hh + Ww) D)`` time, ``O(B H N D)`` extra memory. See ``reference.py`` for the maths.
+
+    Args:
+        q: ``[B, H, N, D]`` queries (float32, float16 or bfloat16), ``N = F * Hh * Ww``.
+        k: ``[B, H, N, D]`` keys (same shape and dtype as q: self-attention over the grid).
+        v: ``[B, H, N, Dv]`` values.
+        grid: ``(F, Hh, Ww)`` — latent frames, rows and columns after patching.
+        num_iters: alternating (row factor, column factor) updates, >= 1 (1 to 3 is typical).
+        block_causal: a query sees only keys of its own and earlier frames (autoregressive video).
+        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` (head dims <= 128) or ``"torch"``.
+
+    Returns:
+        ``out [B, H, N, Dv]`` in q's dtype (fp32 accumulation); scores are scaled by ``1 / sqrt(D)``.
+    """
+    grid = _check_args(q, k, v, grid, num_iters, block_causal)
+    if resolve_backend(backend, q, k, v, op=OP) == "torch":
+        return reference.monarch_attention(q, k, v, grid, num_iters, block_causal)
+    return torch.ops.framegraph.monarch_attention(q, k, v, *grid, num_iters, block_causal)
+
+
+def _check_args(q, k, v, grid, num_iters, block_causal) -> tuple[int, int, int]:
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        check_rank(OP, name, t, 4, "[B, H, N, D]")
+        check_float_dtype(OP, name, t)
+    check_same_device(OP, q=q, k=k, v=v)
+    for name, t in (("k", k), ("v", v)):
+        if t.shape[0] != q.shape[0]:
+            raise ValueError(f"{OP}: {name} has batch {t.shape[0]} (shape {tuple(t.shape)}); q has batch {q.shape[0]}")
+        if t.shape[1] != q.shape[1]:
+            raise ValueError(
+                f"{OP}: {name} has {t.shape[1]} heads (shape {tuple(t.shape)}); q has {q.shape[1]} heads "
+                "(expand grouped key/value heads before calling)"
+            )
+        if t.shape[2] != q.shape[2]:
+            raise ValueError(
+                f"{OP}: {name} has N={t.shape[2]} tokens (shape {tuple(t.shape)}); q has N={q.shape[2]} "
+                "(Monarch attention is self-attention over one grid)"
+            )
+    if k.shape[3] != q.shape[3]:
+        raise ValueError(f"{OP}: k has head dim {k.shape[3]}; q has {q.shape[3]}")
+    if k.dtype != q.dtype or v.dtype != q.dtype:
+        raise TypeError(f"{OP}: dtypes q={q.dtype}, k={k.dtype}, v={v.dtype}; expected one dtype")
+    if (
+        not isinstance(grid, (tuple, list))
+        or len(grid) != 3
+        or any(isinstance(g, bool) or not isinstance(g, int) or g <= 0 for g in grid)
+    ):
+        raise ValueError(f"{OP}: grid={grid!r}; expected (frames, height, width), three positive ints")
+    frames, height, width = grid
+    N = q.shape[2]
+    if frames * height * width != N:
+        raise ValueError(
+            f"{OP}: grid={tuple(grid)} has {frames * height * width} tokens; q has N={N} "
+            "(grid must be (frames, height, width) after patching, with frames * height * width == N)"
+        )
+    if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
+        raise ValueError(f"{OP}: num_iters={num_iters!r}; expected an int >= 1")
+    if not isinstance(block_causal, bool):
+        raise TypeError(f"{OP}: block_causal={block_causal!r}; expected a bool")
+    return (frames, height, width)
+
+
+# ----------------------------------------------------------------------------- custom op (Triton path)
+
+
+@torch.library.custom_op("framegraph::monarch_attention", mutates_args=())
+def _forward_op(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    frames: int, height: int, width: int, num_iters: int, block_causal: bool,
+) -> torch.Tensor:
+    from . import triton as kernels
+
+    return kernels.forward(q, k, v, (frames, height, width), num_iters, block_causal)
+
+
+@_forward_op.register_fake
+def _(q, k, v, frames, height, width, num_iters, block_causal):
+    return q.new_empty(*q.shape[:3], v.shape[-1])
+
+
+def _setup_context(ctx, inputs, output):
+    q, k, v, *config = inputs
+    ctx.save_for_backward(q, k, v)
+    ctx.config = config
+
+
+def _backward(ctx, d_out):
+    """Autograd through the torch reference (recomputes the factors; there is no Triton backward yet)."""
+    q, k, v = ctx.saved_tensors
+    frames, height, width, num_iters, block_causal = ctx.config
+    with torch.enable_grad():
+        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
+        out = reference.monarch_attention(*leaves, (frames, height, width), num_iters, block_causal)
+        dq, dk, dv = torch.autograd.grad(out, leaves, d_out)
+    return dq, dk, dv, None, None, None, None, None
+
+
+_forward_op.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,272 @@
+"""Monarch attention in Triton (forward): the maths of ``reference.py`` with online softmaxes.
+
+Notation as in ``reference.py``: query/key token ``n = l * b + j`` (row ``l`` of ``M = F * Hh`` frame
+rows, column ``j`` of ``b = Ww``). Neither factor is ever stored: each kernel streams one softmax and
+keeps only its running max / sum and the weighted sums it needs (fp32):
+
+``_row_step_kernel``      program = (key row k, tile of query columns j); loops over the row's columns i:
+                          R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j]) and from it
+                          a_L[j, k] = sum_i R k,   c_L[j, k] = sum_i R log R,   (last step) y[j, k] = sum_i R v
+``_column_lse_kernel``    program = (column j, tile of query rows l); loops over key rows k:
+                          lse[j, l] = logsumexp_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])   (causal: k's frame
+                          <= l's frame), or on the last step the output out[l, j] = sum_k L[j, k, l] y[j, k]
+``_column_sum_kernel``    program = (column j, tile of key rows k); loops over query rows l with the lse above:
+                          a_R[k, j] = sum_l L[j, k, l] q[l, j],   c_R[k, j] = sum_l L[j, k, l]
+                          (causal: only the l in k's own frame)
+
+``L`` is normalised over ``k`` but summed over ``l``, hence the separate log-sum-exp pass. Iteration 1
+starts from ``L = I``: ``a_R = q``, ``c_R = 1``. Work per step is ``O(N (M + b) D)`` and extra memory
+``O(N D)`` (``a_L``, ``a_R``, ``y``) — never ``N x N``. fp32 inputs use ``input_precision="ieee"``;
+fp16/bf16 inputs are read into fp32 and multiplied with tf32. Head dims up to 128 (padded to powers of
+two >= 16). There is no Triton backward: gradients go through the torch reference (see ``__init__``).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+MAX_HEAD_DIM = 128
+C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
+
+
+@triton.jit
+def _load_tile(ptr, s_row, s_col, rows, row_mask, width, BW: tl.constexpr):
+    """``[len(rows), BW]`` fp32 tile of a row-major view (zeros outside rows / columns)."""
+    cols = tl.arange(0, BW)
+    mask = row_mask[:, None] & (cols[None, :] < width)
+    return tl.load(ptr + rows[:, None] * s_row + cols[None, :] * s_col, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
+def _store_tile(ptr, s_row, s_col, rows, row_mask, width, value, BW: tl.constexpr):
+    cols = tl.arange(0, BW)
+    mask = row_mask[:, None] & (cols[None, :] < width)
+    tl.store(ptr + rows[:, None] * s_row + cols[None, :] * s_col, value.to(ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def _row_step_kernel(
+    a_ptr, s_ab, s_ah, s_an, s_ad,  # a_R, token-indexed like q ([B, H, N, D]; n = k * b + j)
+    c_ptr,  # c_R [B*H, N] fp32 (unused when HAS_C is false: c_R = 1)
+    k_ptr, s_kb, s_kh, s_kn, s_kd,
+    v_ptr, s_vb, s_vh, s_vn, s_vd,
+    al_ptr, cl_ptr, y_ptr,  # outputs: a_L [B*H, b, M, D], c_L [B*H, b, M], y [B*H, b, M, Dv] (fp32, contiguous)
+    H, M, NB, D, Dv,
+    SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+    HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    tiles = tl.cdiv(NB, BJ)
+    row, tile = pid // tiles, pid % tiles  # key row k, tile of query columns j
+    b_, h = bh // H, bh % H
+    a_ptr += b_ * s_ab + h * s_ah
+    k_ptr += b_ * s_kb + h * s_kh
+    v_ptr += b_ * s_vb + h * s_vh
+
+    js = tile * BJ + tl.arange(0, BJ)
+    j_mask = js < NB
+    a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+    if HAS_C:
+        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
+        coef = SCALE / tl.maximum(c, C_MIN)
+    else:
+        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+
+    m_i = tl.full((BJ,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BJ,), dtype=tl.float32)
+    ps_i = tl.zeros((BJ,), dtype=tl.float32)  # sum of p * logit (for the entropy term)
+    acc_k = tl.zeros((BJ, BD), dtype=tl.float32)
+    acc_v = tl.zeros((BJ, BV), dtype=tl.float32)
+    for start in range(0, NB, BI):
+        cols = start + tl.arange(0, BI)
+        i_mask = cols < NB
+        keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+        s = tl.dot(a, tl.trans(keys), input_precision=PRECISION) * coef[:, None]  # [BJ, BI]
+        s = tl.where(i_mask[None, :], s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        ps_i = ps_i * alpha + tl.sum(p * tl.where(i_mask[None, :], s, 0.0), axis=1)
+        acc_k = acc_k * alpha[:, None] + tl.dot(p, keys, input_precision=PRECISION)
+        if WITH_V:
+            vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
+            acc_v = acc_v * alpha[:, None] + tl.dot(p, vals, input_precision=PRECISION)
+        m_i = m_new
+
+    # a_L[j, k], c_L[j, k], y[j, k]: rows j of stride M * width, column k
+    out_rows = bh * NB + js  # index into [B*H*b]
+    _store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
+    tl.store(cl_ptr + out_rows * M + row, ps_i / l_i - (m_i + tl.log(l_i)), mask=j_mask)
+    if WITH_V:
+        _store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
+
+
+@triton.jit
+def _column_lse_kernel(
+    q_ptr, s_qb, s_qh, s_qn, s_qd,
+    al_ptr, cl_ptr, y_ptr,  # a_L [B*H, b, M, D], c_L [B*H, b, M], y [B*H, b, M, Dv]
+    lse_ptr,  # [B*H, b, M] fp32 (when not OUTPUT)
+    o_ptr, s_ob, s_oh, s_on, s_od,  # out [B, H, N, Dv] (when OUTPUT)
+    H, M, NB, D, Dv, ROWS_PER_FRAME,
+    SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
+    CAUSAL: tl.constexpr, OUTPUT: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    tiles = tl.cdiv(M, BL)
+    col, tile = pid // tiles, pid % tiles  # column j, tile of query rows l
+    b_, h = bh // H, bh % H
+    q_ptr += b_ * s_qb + h * s_qh
+    o_ptr += b_ * s_ob + h * s_oh
+    al_ptr += (bh * NB + col) * M * D
+    cl_ptr += (bh * NB + col) * M
+    y_ptr += (bh * NB + col) * M * Dv
+
+    ls = tile * BL + tl.arange(0, BL)
+    l_mask = ls < M
+    qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+    k_end = M
+    if CAUSAL:  # key rows up to the end of the last query row's frame
+        k_end = tl.minimum(M, ((tl.minimum(tile * BL + BL, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+
+    m_i = tl.full((BL,), float("-inf"), dtype=tl.float32)
+    l_i = tl.zeros((BL,), dtype=tl.float32)
+    acc = tl.zeros((BL, BV), dtype=tl.float32)
+    for start in range(0, k_end, BK):
+        ks = start + tl.arange(0, BK)
+        k_mask = ks < k_end
+        a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+        c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
+        s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
+        ok = k_mask[None, :]
+        if CAUSAL:
+            ok = ok & ((ks[None, :] // ROWS_PER_FRAME) <= (ls[:, None] // ROWS_PER_FRAME))
+        s = tl.where(ok, s, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        alpha = tl.exp(m_i - m_new)
+        p = tl.exp(s - m_new[:, None])
+        l_i = l_i * alpha + tl.sum(p, axis=1)
+        if OUTPUT:
+            y = _load_tile(y_ptr, Dv, 1, ks, k_mask, Dv, BV)
+            acc = acc * alpha[:, None] + tl.dot(p, y, input_precision=PRECISION)
+        m_i = m_new
+
+    if OUTPUT:
+        _store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
+    else:
+        tl.store(lse_ptr + (bh * NB + col) * M + ls, m_i + tl.log(l_i), mask=l_mask)
+
+
+@triton.jit
+def _column_sum_kernel(
+    q_ptr, s_qb, s_qh, s_qn, s_qd,
+    al_ptr, cl_ptr, lse_ptr,  # a_L [B*H, b, M, D], c_L and lse [B*H, b, M]
+    ar_ptr, cr_ptr,  # outputs: a_R [B*H, N, D] (token-indexed, n = k * b + j), c_R [B*H, N] (fp32)
+    H, M, NB, D, ROWS_PER_FRAME,
+    SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr,
+    CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    bh = tl.program_id(1)
+    tiles = tl.cdiv(M, BK)
+    col, tile = pid // tiles, pid % tiles  # column j, tile of key rows k
+    b_, h = bh // H, bh % H
+    q_ptr += b_ * s_qb + h * s_qh
+    al_ptr += (bh * NB + col) * M * D
+    cl_ptr += (bh * NB + col) * M
+    lse_ptr += (bh * NB + col) * M
+
+    ks = tile * BK + tl.arange(0, BK)
+    k_mask = ks < M
+    a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+    c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
+    l_start = 0
+    l_end = M
+    if CAUSAL:  # only the queries of each key row's own frame (see reference.py: no leak of later frames)
+        l_start = ((tile * BK) // ROWS_PER_FRAME) * ROWS_PER_FRAME
+        l_end = tl.minimum(M, ((tl.minimum(tile * BK + BK, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+
+    acc = tl.zeros((BK, BD), dtype=tl.float32)
+    c_sum = tl.zeros((BK,), dtype=tl.float32)
+    for start in range(l_start, l_end, BL):
+        ls = start + tl.arange(0, BL)
+        l_mask = ls < l_end
+        qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+        lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
+        s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
+        ok = l_mask[None, :]
+        if CAUSAL:
+            ok = ok & ((ks[:, None] // ROWS_PER_FRAME) == (ls[None, :] // ROWS_PER_FRAME))
+        p = tl.where(ok, tl.exp(s - lse[None, :]), 0.0)  # L[j, k, l]
+        acc += tl.dot(p, qs, input_precision=PRECISION)
+        c_sum += tl.sum(p, axis=1)
+
+    out_rows = ks * NB + col
+    _store_tile(ar_ptr + bh * M * NB * D, D, 1, out_rows, k_mask, D, acc, BD)
+    tl.store(cr_ptr + bh * M * NB + out_rows, c_sum, mask=k_mask)
+
+
+# ----------------------------------------------------------------------------- launcher
+
+
+def _pow2(n: int, lo: int = 16, hi: int = 64) -> int:
+    return max(lo, min(hi, triton.next_power_of_2(n)))
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], num_iters: int,
+            block_causal: bool) -> torch.Tensor:
+    """q, k ``[B, H, N, D]``, v ``[B, H, N, Dv]`` (any strides) -> ``out [B, H, N, Dv]`` in q's dtype."""
+    B, H, N, D = q.shape
+    Dv = v.shape[-1]
+    if D > MAX_HEAD_DIM or Dv > MAX_HEAD_DIM:
+        raise ValueError(
+            f"monarch_attention (triton): head dims D={D}, Dv={Dv}; the Triton kernels support up to "
+            f"{MAX_HEAD_DIM}; use backend='torch'"
+        )
+    frames, height, width = grid
+    M, NB = frames * height, width
+    BD, BV = _pow2(D, hi=128), _pow2(Dv, hi=128)
+    BJ = BI = _pow2(NB, hi=32 if max(BD, BV) > 64 else 64)
+    BL = BK = _pow2(M, hi=32 if max(BD, BV) > 64 else 64)
+    common = dict(PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4 if max(BD, BV) <= 64 else 8)
+    scale = D ** -0.5
+    dev, f32 = q.device, torch.float32
+    a_l = torch.empty(B * H, NB, M, D, device=dev, dtype=f32)
+    c_l = torch.empty(B * H, NB, M, device=dev, dtype=f32)
+    y = torch.empty(B * H, NB, M, Dv, device=dev, dtype=f32)
+    lse = torch.empty(B * H, NB, M, device=dev, dtype=f32)
+    a_r = torch.empty(B, H, N, D, device=dev, dtype=f32)
+    c_r = torch.empty(B * H, N, device=dev, dtype=f32)
+    out = torch.empty(B, H, N, Dv, device=dev, dtype=q.dtype)
+    causal = dict(CAUSAL=bool(block_causal))
+
+    a_src = q  # iteration 1: L = I, so a_R = q and c_R = 1
+    for it in range(num_iters):
+        last = it == num_iters - 1
+        _row_step_kernel[(M * triton.cdiv(NB, BJ), B * H)](
+            a_src, *a_src.stride(), c_r, k, *k.stride(), v, *v.stride(), a_l, c_l, y,
+            H, M, NB, D, Dv,
+            SCALE=scale, BJ=BJ, BI=BI, BD=BD, BV=BV, HAS_C=it > 0, WITH_V=last, **common,
+        )
+        if last:
+            break
+        _column_lse_kernel[(NB * triton.cdiv(M, BL), B * H)](
+            q, *q.stride(), a_l, c_l, y, lse, out, *out.stride(),
+            H, M, NB, D, Dv, height,
+            SCALE=scale, BL=BL, BK=BK, BD=BD, BV=BV, OUTPUT=False, **causal, **common,
+        )
+        _column_sum_kernel[(NB * triton.cdiv(M, BK), B * H)](
+            q, *q.stride(), a_l, c_l, lse, a_r, c_r,
+            H, M, NB, D, height,
+            SCALE=scale, BK=BK, BL=BL, BD=BD, **causal, **common,
+        )
+        a_src = a_r
+    _column_lse_kernel[(NB * triton.cdiv(M, BL), B * H)](
+        q, *q.stride(), a_l, c_l, y, lse, out, *out.stride(),
+        H, M, NB, D, Dv, height,
+        SCALE=scale, BL=BL, BK=BK, BD=BD, BV=BV, OUTPUT=True, **causal, **common,
+    )
+    return out

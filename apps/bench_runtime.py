@@ -205,6 +205,7 @@ def _plot(result: dict, path: str) -> None:
     m = result["memory"]
     xs, ys = zip(*m["rss_mib_samples"])
     axes[2].plot(xs, ys, marker=".")
+    axes[2].ticklabel_format(useOffset=False)
     axes[2].set_title(f"RSS over {m['frames']} frames (MiB)")
     axes[2].set_xlabel("frame")
     fig.tight_layout()

@@ -17,6 +17,7 @@ BENCHES = {
     "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
     "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
     "render": ("framegraph.apps.bench_render", "Gaussian-splatting render speed per backend"),
+    "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
 }
 
 

@@ -36,7 +36,8 @@ class Ring:
 
     Args:
         spec: what each slot holds.
-        capacity: number of slots (1–8; ``latest`` uses at least 3: one written, one ready, one read).
+        capacity: number of slots (1–8; ``drop_oldest`` uses at least 2 — one being written, one waiting
+            for the reader — and ``latest`` at least 3: one written, one ready, one read).
         policy: one of ``block | drop_oldest | drop_newest | latest``.
         n_stages: size of each frame's per-stage timing table.
         name: ``"producer.port -> consumer.port"``, used in errors and telemetry.
@@ -50,6 +51,11 @@ class Ring:
             raise ValueError(f"ring {name}: capacity must be 1..8 slots, got {capacity}")
         if policy == "latest":
             capacity = max(capacity, 3)
+        elif policy == "drop_oldest":
+            # With one slot the producer would take back every frame the moment it starts writing the
+            # next one (it holds the slot while a paced source waits for its pts), so the consumer could
+            # lose every race: one slot to write while one waits for the reader.
+            capacity = max(capacity, 2)
         self.spec, self.capacity, self.policy, self.name = spec, capacity, policy, name
         self.slots = [Frame(spec, n_stages, i) for i in range(capacity)]
         # drop_newest writes a frame it will drop into this spare slot, so a producer never waits.

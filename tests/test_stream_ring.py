@@ -63,6 +63,18 @@ def test_drop_oldest_keeps_the_newest_frames():
     assert not ring.has_frame()
 
 
+def test_drop_oldest_with_one_slot_asked_still_delivers_to_a_slow_paced_consumer():
+    from framegraph.stream import Clock, Graph
+    from helpers import Collect, CountSource
+
+    g = Graph(Clock("realtime"))
+    s, k = g.add(CountSource(20, fps=50)), g.add(Collect(delay_s=0.03))
+    g.connect(s, k, policy="drop_oldest", capacity=1)
+    report = g.run(timeout=10)
+    assert report["edges"][0]["capacity"] == 2
+    assert len(k.got) >= 8 and k.values()[-1] == 19.0  # ~every other frame, and always the newest
+
+
 def test_drop_newest_keeps_the_oldest_frames():
     ring = Ring(SPEC, capacity=2, policy="drop_newest")
     for i in range(5):
@@ -93,10 +105,10 @@ def test_latest_never_blocks_the_writer_while_read():
 
 
 def test_drop_callback_reports_dropped_frames():
-    ring = Ring(SPEC, capacity=1, policy="drop_oldest")
+    ring = Ring(SPEC, capacity=2, policy="drop_oldest")
     dropped = []
     ring.on_drop = lambda f: dropped.append(f.seq)
-    for i in range(3):
+    for i in range(4):
         put(ring, i)
     assert dropped == [0, 1]
 

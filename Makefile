@@ -9,7 +9,7 @@ TORCH  ?= torch==2.13.0
 STAMP  := $(VENV)/.framegraph-installed
 # Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
 # chromium runs the browser tests). Installed with apt-get when running as root, else named.
-SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1
+SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1 chromium
 
 .PHONY: demo test install system-deps clean help
 
@@ -35,7 +35,7 @@ system-deps:
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
 	    echo "installing system packages:$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
 	  else \
 	    echo "missing system packages:$$missing — install them (Debian/Ubuntu: sudo apt-get install$$missing)"; exit 1; \
 	  fi; \

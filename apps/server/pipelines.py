@@ -241,7 +241,7 @@ REGISTRY: dict[str, PipelineSpec] = {}
 # name → module that registers it when imported (heavy pipelines load their models only on first use).
 LAZY: dict[str, str] = {
     # "avatar": "framegraph.apps.avatar_serve",
-    # "scene": "framegraph.apps.scene_serve",
+    "scene": "framegraph.apps.server.scene_pipeline",
 }
 
 

@@ -1,6 +1,15 @@
 // framegraph live page: microphone → server over a WebSocket (protocol: apps/PROTOCOL.md, version 1)
 // → live canvas, with glass-to-glass latency, FPS and drops. JPEG frames are decoded with
-// createImageBitmap; H.264 (Annex-B) with WebCodecs where the browser has it.
+// createImageBitmap; H.264 (Annex-B) with WebCodecs where the browser has it. Pipelines that take
+// camera poses (`ready.pose_in`, e.g. `scene`) get an orbit viewer: drag on the picture to turn the
+// camera around its target, wheel to zoom; each move sends a `pose`.
+//
+// Latency, all on this page's clock (performance.now()): each microphone chunk is stamped with the
+// capture time of its last sample (the AudioContext time of that sample mapped to performance time,
+// minus the input latency the browser reports for the track); the server echoes the capture time of
+// the audio behind each frame in the header (`capture_ns`, flag CLIENT_CLOCK); a frame counts as
+// presented at the first animation frame after it was drawn. Glass-to-glass = presented − captured.
+// `window.fg.stats()` returns the numbers the readout shows (tests read it).
 "use strict";
 
 const HEADER_BYTES = 48;
@@ -12,10 +21,17 @@ const params = new URLSearchParams(location.search);
 const defaultUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host || "127.0.0.1:8765"}/ws`;
 $("url").value = params.get("url") || defaultUrl;
 
-let ws = null, mic = null, player = null, decoder = null;
-let session = null;
+let ws = null, mic = null, decoder = null, audio = null, session = null;
 const view = $("view"), g = view.getContext("2d");
-const m = { frames: [], g2g: [], server: [], drops: 0, firstFrame: null, startedAt: 0, stats: null };
+const m = {};
+const playback = { base: null };
+
+function resetMeasures() {
+  Object.assign(m, { presentedAt: [], g2g: [], server: [], inputMs: [], drops: 0, skipped: 0, presented: 0,
+                     received: 0, firstFrame: null, startedAt: performance.now(), stats: null, lastSeq: -1,
+                     lastQueuedSeq: -1, audioOut: 0, ended: null, closed: null, errors: [] });
+}
+resetMeasures();
 
 function log(text, cls) {
   const line = document.createElement("div");
@@ -23,8 +39,6 @@ function log(text, cls) {
   if (cls) line.className = cls;
   $("log").prepend(line);
 }
-
-function nowNs() { return BigInt(Math.round(performance.now() * 1e6)); }
 
 // ---- media header ----------------------------------------------------------------------------------
 function packHeader(kind, seq, pts, captureNs, payloadLen) {
@@ -55,16 +69,25 @@ function parseHeader(buf) {
 function start() {
   const url = new URL($("url").value);
   if (params.get("token")) url.searchParams.set("token", params.get("token"));
-  Object.assign(m, { frames: [], g2g: [], server: [], drops: 0, firstFrame: null, stats: null, lastSeq: -1 });
+  resetMeasures();
+  playback.base = null;
+  orbit.on = false;
+  view.classList.remove("orbit");
+  // The AudioContext is made (or resumed) here, inside the click: browsers keep one made later suspended.
+  if (!audio) audio = new AudioContext({ latencyHint: "interactive" });
+  audio.resume().catch(() => {});
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
-    m.startedAt = performance.now();
     const options = { size: $("size").value, codec: $("codec").value };
     ws.send(JSON.stringify({ type: "start", version: 1, pipeline: $("pipeline").value, options }));
   };
   ws.onmessage = (ev) => (typeof ev.data === "string" ? onControl(JSON.parse(ev.data)) : onMedia(ev.data));
-  ws.onclose = (ev) => { log(`closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`); teardown(); };
+  ws.onclose = (ev) => {
+    m.closed = ev.code;
+    log(`closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`, ev.code === 1000 ? undefined : "err");
+    teardown();
+  };
   ws.onerror = () => log("WebSocket error (is the server running? token?)", "err");
   setButtons(true);
 }
@@ -76,10 +99,11 @@ function stop() {
 
 function teardown() {
   stopMic();
-  if (player) { player.close(); player = null; }
   if (decoder && decoder.state !== "closed") decoder.close();
   decoder = null; ws = null; session = null;
+  orbit.drag = null;
   setButtons(false);
+  setTimeout(() => { if (!ws && audio) audio.suspend(); }, 500);  // idle: no audio thread running
 }
 
 function setButtons(running) {
@@ -93,38 +117,67 @@ async function onControl(msg) {
     const v = msg.video;
     view.width = v.width; view.height = v.height;
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
+    if (msg.pose_in) startOrbit(msg.camera);
     if (msg.audio_in) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
     m.stats = msg;
   } else if (msg.type === "error") {
+    m.errors.push(msg);
     log(`error ${msg.code}: ${msg.message}`, "err");
   } else if (msg.type === "ended") {
+    m.ended = msg.reason;
     log(`ended: ${msg.reason}`);
   }
 }
 
 function onMedia(buf) {
   const h = parseHeader(buf);
-  if (h.kind === KIND.PCM16) { if ($("play").checked) playAudio(h); return; }
+  if (h.kind === KIND.PCM16) { m.audioOut++; if ($("play").checked) playAudio(h); return; }
+  m.received++;
   if (m.lastSeq >= 0 && h.seq > m.lastSeq + 1) m.drops += h.seq - m.lastSeq - 1;
   m.lastSeq = h.seq;
-  const shown = () => {
-    const t = performance.now();
-    if (m.firstFrame === null) m.firstFrame = t - m.startedAt;
-    push(m.frames, t, 60);
-    if (h.flags & FLAG.CLIENT_CLOCK) push(m.g2g, t - Number(h.captureNs) / 1e6, 200);
-    push(m.server, (h.graphUs + h.sendWaitUs) / 1000, 200);
-  };
   if (h.kind === KIND.JPEG) {
-    createImageBitmap(new Blob([h.payload], { type: "image/jpeg" })).then((bmp) => {
-      g.drawImage(bmp, 0, 0, view.width, view.height); bmp.close(); shown();
-    });
+    createImageBitmap(new Blob([h.payload], { type: "image/jpeg" })).then((bmp) => queueFrame(bmp, h),
+      (e) => log(`JPEG frame ${h.seq}: ${e.message}`, "err"));
   } else if (h.kind === KIND.H264) {
-    decodeH264(h, shown);
+    decodeH264(h);
   }
 }
 
 function push(list, v, n) { list.push(v); if (list.length > n) list.shift(); }
+
+// ---- presenting: newest decoded picture drawn at the next animation frame ----------------------------
+// A frame drawn in one animation frame is on screen by the next one; that is when it counts as shown.
+const present = { pending: null, drawn: null, raf: 0 };
+
+function queueFrame(image, h) {
+  if (h.seq <= m.lastQueuedSeq) { image.close(); m.skipped++; return; }  // decoded out of order: stale
+  m.lastQueuedSeq = h.seq;
+  if (present.pending) { present.pending.image.close(); m.skipped++; }  // never shown: a newer one came
+  present.pending = { image, h };
+  if (!present.raf) present.raf = requestAnimationFrame(onAnimationFrame);
+}
+
+function onAnimationFrame(ts) {
+  present.raf = 0;
+  const now = performance.now();
+  if (present.drawn) { presented(present.drawn, Math.max(ts, present.drawn.drawnAt)); present.drawn = null; }
+  const p = present.pending;
+  if (!p) return;
+  present.pending = null;
+  g.drawImage(p.image, 0, 0, view.width, view.height);
+  p.image.close();
+  present.drawn = { h: p.h, drawnAt: now };
+  present.raf = requestAnimationFrame(onAnimationFrame);  // the next one tells when it was shown
+}
+
+function presented({ h }, t) {
+  m.presented++;
+  if (m.firstFrame === null) m.firstFrame = t - m.startedAt;
+  push(m.presentedAt, t, 60);
+  if (h.flags & FLAG.CLIENT_CLOCK) push(m.g2g, t - Number(h.captureNs) / 1e6, 200);
+  push(m.server, (h.graphUs + h.sendWaitUs) / 1000, 200);
+}
 
 // ---- H.264 through WebCodecs -------------------------------------------------------------------------
 function codecString(annexB) {
@@ -137,21 +190,30 @@ function codecString(annexB) {
   return "avc1.42E01F";
 }
 
-function decodeH264(h, shown) {
+function decodeH264(h) {
   if (!("VideoDecoder" in window)) { log("this browser has no WebCodecs: choose jpeg", "err"); stop(); return; }
   if (!decoder) {
     if (!(h.flags & FLAG.KEYFRAME)) return;  // wait for a key frame
+    const headers = new Map();  // chunk timestamp → media header
     decoder = new VideoDecoder({
-      output: (frame) => { g.drawImage(frame, 0, 0, view.width, view.height); frame.close(); decoder.pending.shift()(); },
-      error: (e) => { log(`H.264 decoder: ${e.message}`, "err"); decoder = null; },
+      output: (frame) => {
+        const fh = headers.get(frame.timestamp);
+        headers.delete(frame.timestamp);
+        if (fh) queueFrame(frame, fh); else frame.close();
+      },
+      error: (e) => {
+        log(`H.264 decoder: ${e.message}`, "err");
+        decoder = null;
+        if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "config", options: { keyframe: true } }));
+      },
     });
-    decoder.pending = [];
+    decoder.headers = headers;
     decoder.configure({ codec: codecString(h.payload), optimizeForLatency: true });
   }
   if (decoder.state !== "configured") return;
-  decoder.pending.push(shown);
-  decoder.decode(new EncodedVideoChunk({ type: h.flags & FLAG.KEYFRAME ? "key" : "delta",
-                                         timestamp: Math.round(h.pts / 48), data: h.payload }));
+  const timestamp = Math.round(h.pts * 1e6 / 48000);  // µs
+  decoder.headers.set(timestamp, h);
+  decoder.decode(new EncodedVideoChunk({ type: h.flags & FLAG.KEYFRAME ? "key" : "delta", timestamp, data: h.payload }));
 }
 
 // ---- microphone → server ---------------------------------------------------------------------------
@@ -159,50 +221,138 @@ async function startMic() {
   const stream = await navigator.mediaDevices.getUserMedia({
     audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: false },
   });
-  const ctx = new AudioContext({ latencyHint: "interactive" });
-  await ctx.audioWorklet.addModule("pcm-worklet.js");
-  const node = new AudioWorkletNode(ctx, "pcm-chunker");
-  const source = ctx.createMediaStreamSource(stream);
+  if (!ws) { stream.getTracks().forEach((t) => t.stop()); return; }  // the session ended meanwhile
+  await audio.audioWorklet.addModule("pcm-worklet.js");
+  const node = new AudioWorkletNode(audio, "pcm-chunker");
+  const source = audio.createMediaStreamSource(stream);
   source.connect(node);
+  const track = stream.getAudioTracks()[0];
   let seq = 0;
   node.port.onmessage = (ev) => {
     if (!ws || ws.readyState !== WebSocket.OPEN) return;
-    const pcm = new Uint8Array(ev.data);
+    const pcm = new Uint8Array(ev.data.pcm);
     const msg = new Uint8Array(HEADER_BYTES + pcm.length);
-    msg.set(packHeader(KIND.PCM16, seq, seq * 320 * 3, nowNs(), pcm.length));
+    const captured = captureTime(ev.data.t, track);
+    msg.set(packHeader(KIND.PCM16, seq, seq * 320 * 3, BigInt(Math.round(captured * 1e6)), pcm.length));
     msg.set(pcm, HEADER_BYTES);
     ws.send(msg);
     seq++;
   };
-  mic = { stream, ctx };
-  log(`microphone at ${ctx.sampleRate} Hz → 16 kHz PCM16`);
+  mic = { stream, source, node };
+  log(`microphone at ${audio.sampleRate} Hz → 16 kHz PCM16`);
+}
+
+// performance.now() time (ms) at which the sample the AudioContext handled at context time `t` was
+// captured. getOutputTimestamp() pairs the context time being heard now with performance time; a
+// sample is rendered the output latency before it is heard. Never later than now (it has arrived),
+// then minus the input latency the browser reports for the track (device → track).
+function captureTime(t, track) {
+  const now = performance.now();
+  let rendered = now;
+  const ts = audio.getOutputTimestamp ? audio.getOutputTimestamp() : null;
+  if (ts && ts.performanceTime > 0) {
+    const lead = (audio.outputLatency || 0) + (audio.baseLatency || 0);
+    rendered = Math.min(now, ts.performanceTime + (t - ts.contextTime - lead) * 1000);
+  }
+  let input = 0;
+  const stats = track.stats;  // MediaStreamTrackAudioStats where available
+  if (stats && Number.isFinite(stats.latency)) input = stats.latency * 1000;
+  else if (track.getSettings().latency > 0) input = track.getSettings().latency * 1000;
+  push(m.inputMs, input, 50);
+  return rendered - input;
 }
 
 function stopMic() {
   if (!mic) return;
   mic.stream.getTracks().forEach((t) => t.stop());
-  mic.ctx.close();
+  mic.source.disconnect();
+  mic.node.port.onmessage = null;
+  mic.node.disconnect();
   mic = null;
 }
 
 // ---- returned audio, scheduled by pts ----------------------------------------------------------------
 function playAudio(h) {
-  if (!player) { player = new AudioContext({ latencyHint: "interactive" }); player.base = null; }
+  if (!audio) return;
   const n = h.payload.byteLength / 2;
   const pcm = new Int16Array(h.payload.buffer.slice(h.payload.byteOffset, h.payload.byteOffset + n * 2));
-  const buffer = player.createBuffer(1, n, 16000);
+  const buffer = audio.createBuffer(1, n, 16000);
   const ch = buffer.getChannelData(0);
   for (let i = 0; i < n; i++) ch[i] = pcm[i] / 32768;
-  let at = player.base === null ? null : player.base + h.pts / 48000;
-  if (at === null || at < player.currentTime || h.flags & (FLAG.INTERRUPTED | FLAG.DISCONTINUITY)) {
-    player.base = player.currentTime + 0.06 - h.pts / 48000;  // 60 ms jitter buffer
-    at = player.base + h.pts / 48000;
+  let at = playback.base === null ? null : playback.base + h.pts / 48000;
+  if (at === null || at < audio.currentTime || h.flags & (FLAG.INTERRUPTED | FLAG.DISCONTINUITY)) {
+    playback.base = audio.currentTime + 0.06 - h.pts / 48000;  // 60 ms jitter buffer
+    at = playback.base + h.pts / 48000;
   }
-  const src = player.createBufferSource();
+  const src = audio.createBufferSource();
   src.buffer = buffer;
-  src.connect(player.destination);
+  src.connect(audio.destination);
   src.start(at);
 }
+
+// ---- orbit viewer: drag turns the camera around its target, wheel zooms ------------------------------
+const orbit = { on: false, target: [0, 0, 0], up: [0, 0, 1], distance: 3, az: 0, el: 20, drag: null, raf: 0,
+                sent: 0, last: null };
+
+function startOrbit(camera) {
+  const c = camera || {};
+  Object.assign(orbit, { on: true, target: c.target || [0, 0, 0], up: c.up || [0, 0, 1], distance: c.distance || 3,
+                         az: c.azimuth_deg || 0, el: c.elevation_deg ?? 20, drag: null, sent: 0, last: null });
+  orbit.last = orbitPose();
+  view.classList.add("orbit");
+  log("drag on the picture to orbit the camera, wheel to zoom");
+}
+
+const sub = (a, b) => a.map((x, i) => x - b[i]);
+const dot = (a, b) => a[0] * b[0] + a[1] * b[1] + a[2] * b[2];
+const cross = (a, b) => [a[1] * b[2] - a[2] * b[1], a[2] * b[0] - a[0] * b[2], a[0] * b[1] - a[1] * b[0]];
+const unit = (a) => { const n = Math.hypot(...a); return a.map((x) => x / n); };
+
+// World-to-camera 4×4 (OpenCV: x right, y down, z forward), rows, as renderers/cameras.py look_at.
+function orbitPose() {
+  const up = unit(orbit.up);
+  let helper = [1, 0, 0];
+  if (Math.abs(dot(helper, up)) > 0.9) helper = [0, 1, 0];
+  const a = unit(cross(up, helper)), b = cross(up, a);  // the orbit plane, as orbit_path builds it
+  const az = orbit.az * Math.PI / 180, el = orbit.el * Math.PI / 180;
+  const eye = orbit.target.map((t, i) => t + orbit.distance * (Math.cos(el) * (Math.cos(az) * a[i] + Math.sin(az) * b[i])
+                                                               + Math.sin(el) * up[i]));
+  const fwd = unit(sub(orbit.target, eye)), right = unit(cross(fwd, up)), down = cross(fwd, right);
+  const row = (r) => [...r, -dot(r, eye)];
+  return [row(right), row(down), row(fwd), [0, 0, 0, 1]];
+}
+
+function sendPose() {
+  orbit.raf = 0;
+  if (!orbit.on || !ws || ws.readyState !== WebSocket.OPEN) return;
+  orbit.last = orbitPose();
+  ws.send(JSON.stringify({ type: "pose", matrix: orbit.last }));
+  orbit.sent++;
+}
+
+function queuePose() { if (!orbit.raf) orbit.raf = requestAnimationFrame(sendPose); }  // at most one per frame
+
+view.addEventListener("pointerdown", (e) => {
+  if (!orbit.on) return;
+  view.setPointerCapture(e.pointerId);
+  orbit.drag = { x: e.clientX, y: e.clientY, az: orbit.az, el: orbit.el };
+  e.preventDefault();
+});
+view.addEventListener("pointermove", (e) => {
+  const d = orbit.drag;
+  if (!orbit.on || !d) return;
+  const degPerPx = 180 / view.clientWidth;  // a drag across the picture turns half way round
+  orbit.az = d.az - (e.clientX - d.x) * degPerPx;  // the scene follows the pointer
+  orbit.el = Math.max(-85, Math.min(85, d.el + (e.clientY - d.y) * degPerPx));
+  queuePose();
+});
+for (const type of ["pointerup", "pointercancel"]) view.addEventListener(type, () => { orbit.drag = null; });
+view.addEventListener("wheel", (e) => {
+  if (!orbit.on) return;
+  e.preventDefault();
+  orbit.distance = Math.max(1e-3, orbit.distance * Math.exp(e.deltaY * 0.001));
+  queuePose();
+}, { passive: false });
 
 // ---- readout ---------------------------------------------------------------------------------------
 function pct(list, p) {
@@ -211,26 +361,50 @@ function pct(list, p) {
   return s[Math.min(s.length - 1, Math.floor(p * s.length))];
 }
 
+function fps() {
+  const f = m.presentedAt, span = f.length > 1 ? (f[f.length - 1] - f[0]) / 1000 : 0;
+  return span > 0 ? (f.length - 1) / span : 0;
+}
+
+function stats() {
+  return {
+    running: session !== null, ready: session, pipeline: session && session.pipeline, video: session && session.video,
+    received: m.received, presented: m.presented, skipped: m.skipped, drops_seen: m.drops, fps: fps(),
+    first_frame_ms: m.firstFrame, audio_out: m.audioOut,
+    g2g_ms: { n: m.g2g.length, p50: pct(m.g2g, 0.5), p95: pct(m.g2g, 0.95), max: m.g2g.length ? Math.max(...m.g2g) : NaN },
+    input_latency_ms: pct(m.inputMs, 0.5),
+    server_ms: { p50: pct(m.server, 0.5), p95: pct(m.server, 0.95) },
+    poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
+    server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
+  };
+}
+
+window.fg = { stats };
+
 setInterval(() => {
   if (!session) { return; }
-  const f = m.frames, span = f.length > 1 ? (f[f.length - 1] - f[0]) / 1000 : 0;
-  const fps = span > 0 ? (f.length - 1) / span : 0;
   const s = m.stats, d = s ? s.dropped : null;
-  $("readout").textContent = [
+  const lines = [
     `${session.pipeline}  ${session.video.codec} ${session.video.width}x${session.video.height}`,
-    `fps           ${fps.toFixed(1)}`,
+    `fps           ${fps().toFixed(1)}`,
     `first frame   ${m.firstFrame === null ? "-" : m.firstFrame.toFixed(0) + " ms"}`,
-    `glass→glass   p50 ${pct(m.g2g, 0.5).toFixed(1)}  p95 ${pct(m.g2g, 0.95).toFixed(1)} ms`,
-    `server        p50 ${pct(m.server, 0.5).toFixed(1)}  p95 ${pct(m.server, 0.95).toFixed(1)} ms`,
-    `dropped       ${m.drops} seen` + (d ? `, server: ${d.video} video ${d.audio} audio ${d.source} source` : ""),
-  ].join("\n");
+  ];
+  if (session.audio_in) {
+    lines.push(`glass→glass   p50 ${pct(m.g2g, 0.5).toFixed(1)}  p95 ${pct(m.g2g, 0.95).toFixed(1)} ms`,
+               `  mic input   ${pct(m.inputMs, 0.5).toFixed(1)} ms (browser-reported, included)`);
+  }
+  lines.push(`server        p50 ${pct(m.server, 0.5).toFixed(1)}  p95 ${pct(m.server, 0.95).toFixed(1)} ms`,
+             `dropped       ${m.drops} seen, ${m.skipped} not shown` +
+             (d ? `, server: ${d.video} video ${d.audio} audio ${d.source} source` : ""));
+  if (orbit.on) lines.push(`camera        az ${orbit.az.toFixed(0)}°  el ${orbit.el.toFixed(0)}°  ${orbit.sent} poses sent`);
+  $("readout").textContent = lines.join("\n");
 }, 250);
 
 // ---- controls --------------------------------------------------------------------------------------
 $("start").onclick = start;
 $("stop").onclick = stop;
 $("interrupt").onclick = () => ws && ws.send(JSON.stringify({ type: "interrupt" }));
-$("pipeline").onchange = () => { $("play").checked = $("pipeline").value !== "scope"; };
+$("pipeline").onchange = () => { $("play").checked = $("pipeline").value === "testcard"; };
 fetch("pipelines").then((r) => r.json()).then((list) => {
   const sel = $("pipeline"), current = sel.value;
   sel.innerHTML = "";
@@ -240,6 +414,6 @@ fetch("pipelines").then((r) => r.json()).then((list) => {
     sel.appendChild(o);
   }
   if (list[current]) sel.value = current;
-}).catch(() => {});
-$("play").checked = $("pipeline").value !== "scope";
-log("ready: Start streams your microphone (scope) or shows the test card; the page never records.");
+}).catch((e) => log(`pipelines: ${e.message}`, "err"));
+$("play").checked = $("pipeline").value === "testcard";
+log("ready: Start streams your microphone (scope), shows the test card, or a scene to orbit; the page never records.");

@@ -1,6 +1,7 @@
 // AudioWorklet: microphone (the context's rate) → 16 kHz mono PCM16 in 20 ms chunks (320 samples),
-// posted to the page as Int16Array buffers. Resampling is linear interpolation: enough for a live
-// probe; the server's models see the same 16 kHz either way.
+// posted to the page as {pcm: ArrayBuffer of Int16, t: the AudioContext time of the chunk's last
+// sample} (the page turns that into the sample's capture time on its own clock). Resampling is linear
+// interpolation: enough for a live probe; the server's models see the same 16 kHz either way.
 class PcmChunker extends AudioWorkletProcessor {
   constructor() {
     super();
@@ -24,7 +25,9 @@ class PcmChunker extends AudioWorkletProcessor {
       const v = Math.max(-1, Math.min(1, a + (b - a) * frac));
       this.chunk[this.fill++] = Math.round(v * 32767);
       if (this.fill === this.chunk.length) {
-        this.port.postMessage(this.chunk.buffer, [this.chunk.buffer]);
+        // currentTime is the context time of this block's first input sample
+        this.port.postMessage({ pcm: this.chunk.buffer, t: currentTime + this.pos / sampleRate },
+                              [this.chunk.buffer]);
         this.chunk = new Int16Array(320);
         this.fill = 0;
       }

@@ -1,0 +1,112 @@
+"""The ``scene`` pipeline behind the web page's orbit viewer (apps/server/scene_pipeline.py), over the
+real WebSocket with the real websockets client (no browser here: test_browser_page.py drives it from
+Chromium). Poses in → Gaussian-splat frames out; scene files only by name from the server's folder."""
+import asyncio
+import io
+import json
+
+import numpy as np
+import pytest
+from PIL import Image
+from websockets.asyncio.client import connect
+
+from browser_util import wait_for
+from framegraph.apps.server import ServerConfig, serve_in_thread
+from framegraph.apps.server import pipelines
+from framegraph.apps.server.protocol import Kind, parse_media
+from framegraph.renderers.cameras import look_at
+from framegraph.renderers.gaussians import random_scene, save_ply
+from helpers import framegraph_threads
+
+
+@pytest.fixture
+def server():
+    with serve_in_thread(ServerConfig(port=0, stats_interval_s=0.5)) as handle:
+        yield handle
+        wait_for(lambda: handle.server.session_count == 0, 10, "sessions to close")
+    wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
+
+
+async def frames(ws, n: int, timeout_s: float = 20) -> list[np.ndarray]:
+    got = []
+    async with asyncio.timeout(timeout_s):
+        while len(got) < n:
+            m = await ws.recv()
+            if isinstance(m, bytes):
+                h, p = parse_media(m)
+                assert h.kind == Kind.JPEG
+                got.append(np.asarray(Image.open(io.BytesIO(bytes(p))).convert("RGB")))
+    return got
+
+
+async def until_ended(ws) -> list[dict]:
+    msgs = []
+    async with asyncio.timeout(15):
+        async for m in ws:
+            if isinstance(m, str):
+                msgs.append(json.loads(m))
+    return msgs
+
+
+def test_scene_renders_and_follows_pushed_poses(server):
+    async def session(url):
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "start", "pipeline": "scene",
+                                      "options": {"size": "96x64", "gaussians": 200, "seed": 3}}))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), 15))
+            first = await frames(ws, 2)
+            cam = ready["camera"]
+            side = look_at([cam["target"][0] + cam["distance"], cam["target"][1], cam["target"][2]],
+                           cam["target"], cam["up"])
+            await ws.send(json.dumps({"type": "pose", "matrix": side.tolist()}))
+            await asyncio.sleep(0.3)
+            later = await frames(ws, 3)
+            session = next(iter(server.server.sessions.values()))
+            camera = session.pipeline.pose_in.camera
+            await ws.send(json.dumps({"type": "stop"}))
+            return ready, first, later, camera, side, await until_ended(ws)
+
+    ready, first, later, camera, side, tail = asyncio.run(session(server.url))
+    assert ready["type"] == "ready" and ready["pose_in"] is True and ready["audio_in"] is None
+    assert ready["gaussians"] == 200 and ready["device"] in ("cpu", "cuda")
+    assert ready["video"]["width"] == 96 and ready["camera"]["fov_deg"] == 50.0
+    assert first[0].shape == (64, 96, 3) and first[0].std() > 5  # Gaussians, not an empty background
+    assert camera.poses_pushed == 1 and np.allclose(camera._pose.numpy(), side.numpy())
+    assert np.abs(later[-1].astype(int) - first[-1].astype(int)).mean() > 3  # seen from the side now
+    assert [m for m in tail if m["type"] == "ended"][-1]["reason"] == "stopped"
+    assert not [m for m in tail if m["type"] == "error"]
+
+
+def test_scene_loads_a_ply_by_name_from_the_server_folder_only(server, tmp_path, monkeypatch):
+    from framegraph.apps.server import scene_pipeline
+    save_ply(random_scene(50, sh_degree=1, seed=1), tmp_path / "tiny.ply")
+    (tmp_path / "notes.txt").write_text("not a scene")
+    monkeypatch.setattr(scene_pipeline, "SCENES_DIR", str(tmp_path))
+
+    async def attempt(url, options):
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "start", "pipeline": "scene", "options": options}))
+            reply = json.loads(await asyncio.wait_for(ws.recv(), 15))
+            if reply["type"] == "ready":
+                await frames(ws, 1)
+            await ws.send(json.dumps({"type": "stop"}))
+            await until_ended(ws)
+            return reply
+
+    def run(options):
+        return asyncio.run(attempt(server.url, {"size": "64x48", **options}))
+
+    ok = run({"ply": "tiny.ply"})
+    assert ok["type"] == "ready" and ok["gaussians"] == 50
+    for bad in ("../tiny.ply", str(tmp_path / "tiny.ply"), "notes.txt", "missing.ply", ".hidden.ply", 7):
+        reply = run({"ply": bad})
+        assert reply["type"] == "error" and reply["code"] == "bad_option" and "ply" in reply["message"], (bad, reply)
+    reply = run({"gaussians": 0})
+    assert reply["code"] == "bad_option"
+    reply = run({"colour": "red"})
+    assert reply["code"] == "bad_option" and "colour" in reply["message"]
+
+
+def test_scene_is_listed_and_loaded_lazily():
+    assert pipelines.LAZY["scene"] == "framegraph.apps.server.scene_pipeline"
+    assert "scene" in pipelines.available()

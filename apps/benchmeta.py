@@ -35,6 +35,8 @@ def bench_metadata(name: str) -> dict:
         "python": info["python"],
         "platform": info["platform"],
         "cpu_count": info["cpu_count"],
+        # other work on the machine inflates CPU timings: recorded so a reader can judge them
+        "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()],
         "versions": info["versions"],
         "cuda": info["cuda"],
     }

@@ -3,4 +3,8 @@
 - :mod:`framegraph.models.audio`: log-mel, the causal audio encoder, Silero voice activity and the
   ``AudioFeatures`` stage.
 - :mod:`framegraph.models.synth`: synthetic talking-portrait clips (eSpeak NG speech, visemes) for training.
+- :mod:`framegraph.models.dit`: ``AvatarDiT``, the block-autoregressive linear DiT with a constant-memory
+  stream state, few-step generation and the ``Denoiser`` stage.
+- :mod:`framegraph.models.sampler`: flow-matching conventions, the few-step Euler sampler, the flow-matching
+  and consistency-distillation losses.
 """

@@ -1,0 +1,31 @@
+"""The avatar denoiser: a block-autoregressive linear DiT with a constant-memory stream state.
+
+    from framegraph.models.dit import AvatarDiT, Denoiser, generate
+
+- :class:`AvatarDiT` (``model.py``): the diffusers ``ModelMixin`` / ``ConfigMixin`` model (velocity
+  prediction; teacher-forced training call; ``init_stream`` / ``commit`` for streaming).
+- :class:`DiTStreamState` (``state.py``): per-layer fp32 linear-attention sums + FFN temporal caches.
+- :func:`generate_block`, :func:`generate` (``generate.py``): few-step Euler denoising + commit.
+- :class:`Denoiser` (``stage.py``): the stream-graph stage (features + state in, latent chunks out).
+
+Training (see :mod:`framegraph.models.sampler` for the conventions)::
+
+    model = AvatarDiT.from_preset("tiny", latent_channels=8, sample_size=8, frames_per_block=1)
+    # x0 [B, 8, T, 8, 8] VAE latents of a clip's face region, ref [B, 8, 8, 8] the portrait's latent,
+    # audio [B, T, 128] AudioFeatures per video frame, label [B, T, 4] state vectors.
+    k = model.config.frames_per_block
+    cond = dict(audio=audio, state_label=label, ref=ref, clean=x0)      # teacher forcing
+    loss = flow_matching_loss(model, x0, cond, time_shape=(B, T // k), time_repeat=k, shift=shift)
+    # few-step distillation (student initialised from the teacher; target = EMA of the student):
+    loss = distill_loss(student, teacher, x0, cond, target=ema, time_shape=(B, T // k), time_repeat=k)
+    # against drift: generate the context with the model itself, then learn to return to the data
+    with torch.no_grad():
+        rollout = generate(model, ref, audio, label, steps=2)
+    loss = flow_matching_loss(model, x0, dict(cond, clean=rollout), time_shape=(B, T // k), time_repeat=k)
+"""
+from .generate import generate, generate_block
+from .model import PRESETS, AvatarDiT
+from .stage import Denoiser
+from .state import DiTStreamState, LayerStreamState
+
+__all__ = ["AvatarDiT", "PRESETS", "DiTStreamState", "LayerStreamState", "generate", "generate_block", "Denoiser"]

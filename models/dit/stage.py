@@ -1,0 +1,167 @@
+"""``Denoiser``: the avatar pipeline's generation stage.
+
+    AudioFeatures ──features float32 [F]──▶ Denoiser ──latent float32 [C, T_chunk, h, w]──▶ VAEDecode ...
+                  └──state float32 [4]───▶
+
+One latent frame per video frame (the VAE does not compress time). The stage collects ``T_chunk``
+input frames, then generates their latents block by block (``frames_per_block`` frames per block:
+few-step Euler denoising from seeded noise, then the clean block is committed to the
+:class:`~.state.DiTStreamState`), and emits one chunk whose ``pts`` is that of its first frame. Memory is
+flat however long the stream runs.
+
+Speed: ``budget_ms`` bounds the time of one ``process`` call, and the expensive call is the one that
+completes a chunk (the others only buffer), so set it to what one chunk may take. Over budget the
+graph steps down the fallbacks: fewer sampler steps (``"2 steps"``, then ``"1 step"`` for a 4-step
+stage); back up when comfortably inside.
+"""
+from __future__ import annotations
+
+import torch
+
+from framegraph.stream import Flag, PortSpec, Stage
+
+from .generate import generate_block
+from .model import AvatarDiT
+
+
+def step_levels(steps: int) -> list[int]:
+    """Sampler steps per fallback level: ``steps`` halved down to 1 (4 → [4, 2, 1], 3 → [3, 1])."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"Denoiser: steps={steps!r}; expected an int >= 1")
+    levels = [steps]
+    while levels[-1] > 1:
+        levels.append(max(1, levels[-1] // 2))
+    return levels
+
+
+class Denoiser(Stage):
+    """Audio features + speaking state in, generated face latents out, one chunk per ``T_chunk`` frames.
+
+    Args:
+        model: an :class:`AvatarDiT` (``attention="linear"``) or a folder saved with ``save_pretrained``.
+        reference: ``[C, h, w]`` reference latent of the portrait (the identity, fixed for the stage).
+        steps: sampler steps at full quality (1-4); fallbacks halve it down to 1.
+        shift: time shift of the sampler's schedule (what the model was trained / distilled with).
+        chunk_frames: latent frames per output chunk (``T_chunk``), a multiple of the model's
+            ``frames_per_block`` (default: ``frames_per_block``).
+        seed: noise seed; the noise sequence restarts from it on :meth:`reset`, so a stream is reproducible.
+        budget_ms: time one chunk may take (see module docs); None: no fallbacks are taken.
+        device: where the model runs and the ports live.
+        torch_threads: intra-op threads of this stage's worker thread (None: leave torch's setting).
+
+    Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``; out ``"latent"``
+    ``float32 [C, T_chunk, h, w]``. At end of stream a partial chunk is completed by repeating its last
+    input frame and emitted. ``reset()`` (barge-in) forgets the stream and the partial chunk; the next
+    chunk carries ``Flag.INTERRUPTED``.
+
+    Counters: ``chunks_out``, ``last_steps``, ``steps_used`` (steps → chunks generated with them).
+    """
+
+    def __init__(self, model: AvatarDiT | str, reference: torch.Tensor, *, steps: int = 4, shift: float = 1.0,
+                 chunk_frames: int | None = None, seed: int = 0, budget_ms: float | None = None,
+                 device: str = "cpu", torch_threads: int | None = None, name: str = "denoiser"):
+        super().__init__(name)
+        self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model)
+        self.model = self.model.to(device).eval()
+        c = self.model.config
+        if c.attention != "linear":
+            raise ValueError(f"Denoiser: the model has attention={c.attention!r}; streaming needs attention='linear'")
+        h, w = (int(s) for s in reference.shape[-2:])
+        if reference.dim() != 3 or reference.shape[0] != c.latent_channels:
+            raise ValueError(f"Denoiser: reference has shape {tuple(reference.shape)}; expected [C={c.latent_channels}, h, w]")
+        if h % c.patch_size or w % c.patch_size:
+            raise ValueError(f"Denoiser: reference latent {h}x{w} is not divisible by patch_size={c.patch_size}")
+        block = c.frames_per_block
+        chunk = block if chunk_frames is None else int(chunk_frames)
+        if chunk < 1 or chunk % block:
+            raise ValueError(f"Denoiser: chunk_frames={chunk_frames}; expected a positive multiple of the model's "
+                             f"frames_per_block={block}")
+        self.levels = step_levels(steps)
+        self.fallbacks = tuple(f"{s} step" + ("s" if s > 1 else "") for s in self.levels[1:])
+        self.steps = self.levels[0]
+        self.shift = shift
+        self.budget_ms = budget_ms
+        self.chunk_frames = chunk
+        self.seed = seed
+        self.torch_threads = torch_threads
+        self.reference = reference.detach().to(device=device, dtype=torch.float32)
+        self.inputs = {"features": PortSpec((c.audio_dim,), torch.float32, device),
+                       "state": PortSpec((c.state_dim,), torch.float32, device)}
+        self.outputs = {"latent": PortSpec((c.latent_channels, chunk, h, w), torch.float32, device)}
+        self._device = device
+        self.stream = None
+        self.chunks_out = 0
+        self.last_steps = 0
+        self.steps_used: dict[int, int] = {}
+
+    # ---- control ------------------------------------------------------------------------------
+    def set_fallback(self, level: int) -> None:
+        if not 0 <= level < len(self.levels):
+            raise ValueError(f"Denoiser: fallback level {level}; expected 0..{len(self.levels) - 1} ({self.fallbacks})")
+        self.fallback_level = level
+        self.steps = self.levels[level]
+
+    def reset(self) -> None:
+        if self.stream is not None:
+            self.stream.reset()
+        self._count = 0
+        self._flags = Flag.INTERRUPTED
+        if self.stream is not None:
+            self._generator.manual_seed(self.seed)
+
+    # ---- life cycle ---------------------------------------------------------------------------
+    def setup(self, ctx):
+        super().setup(ctx)
+        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
+            torch.set_num_threads(self.torch_threads)  # OpenMP: affects this worker thread only
+        c = self.model.config
+        with torch.inference_mode():
+            self.stream = self.model.init_stream(self.reference)
+        self._generator = torch.Generator(device=self._device).manual_seed(self.seed)
+        self._features = torch.zeros(self.chunk_frames, c.audio_dim, device=self._device)
+        self._labels = torch.zeros(self.chunk_frames, c.state_dim, device=self._device)
+        self._count = 0
+        self._flags = Flag.NONE
+        self._pts = 0
+        self.set_fallback(self.fallback_level)  # the graph starts every run at full quality (level 0)
+        self.chunks_out = 0
+        self.steps_used = {}
+
+    def process(self, inputs, out):
+        features, state = inputs["features"], inputs["state"]
+        if self._count == 0:
+            self._pts = features.pts
+        self._features[self._count].copy_(features.data)
+        self._labels[self._count].copy_(state.data)
+        self._flags |= features.flags & (Flag.INTERRUPTED | Flag.DISCONTINUITY)
+        self._count += 1
+        if self._count == self.chunk_frames:
+            self._emit(out)
+
+    def flush(self, out):
+        if self._count == 0:
+            return
+        self._features[self._count:] = self._features[self._count - 1]
+        self._labels[self._count:] = self._labels[self._count - 1]
+        self._count = self.chunk_frames
+        self._emit(out)
+
+    def _emit(self, out) -> None:
+        c = self.model.config
+        block, steps = c.frames_per_block, self.steps
+        h, w = self.reference.shape[-2:]
+        frame = out.write("latent")
+        with torch.inference_mode():
+            for start in range(0, self.chunk_frames, block):
+                noise = torch.randn(1, c.latent_channels, block, h, w, generator=self._generator, device=self._device)
+                x0 = generate_block(self.model, self.stream, noise.to(self.model.dtype),
+                                    self._features[None, start:start + block],
+                                    self._labels[None, start:start + block], steps=steps, shift=self.shift)
+                frame.data[:, start:start + block].copy_(x0[0])
+        frame.pts = self._pts
+        frame.flags = (frame.flags & ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)) | self._flags
+        self._count = 0
+        self._flags = Flag.NONE
+        self.chunks_out += 1
+        self.last_steps = steps
+        self.steps_used[steps] = self.steps_used.get(steps, 0) + 1

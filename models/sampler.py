@@ -1,0 +1,287 @@
+"""Rectified flow (flow matching): the interpolation, the few-step Euler sampler and the training losses.
+
+Convention (the one of SD3, SANA and diffusers' ``FlowMatchEulerDiscreteScheduler``; ``t = sigma``)::
+
+    x_t = (1 - t) * x0 + t * eps          t in [0, 1]; t = 0 is data, t = 1 pure noise, eps ~ N(0, I)
+    v   = d x_t / d t = eps - x0           what a model predicts ("velocity")
+    x0  = x_t - t * v                      the data estimate implied by a velocity (exact on straight paths)
+
+Sampling integrates ``dx/dt = v(x, t)`` from ``t = 1`` down to ``t = 0`` with Euler steps over a
+(shifted) timestep schedule. One step is ``x0 = eps - v(eps, 1)``.
+
+Everything here is pure torch and model-agnostic: a *velocity function* is any callable
+``fn(x_t, t, **cond) -> v`` with ``v`` shaped like ``x_t``. ``t`` is a tensor of shape ``[B]`` (one time
+per sample) or ``[B, T]`` (one time per frame of a video laid out ``[B, C, T, ...]``; see
+:func:`expand_time`). ``AvatarDiT`` is such a function.
+
+Training pieces:
+
+- :func:`flow_matching_loss` — conditional flow matching: ``|| v_theta(x_t, t) - (eps - x0) ||^2``.
+- :func:`distill_loss` — consistency distillation (LCM-style, in the flow parameterisation): the
+  student's data estimate at ``t`` is pulled towards a frozen *target* network's data estimate at the
+  point one teacher ODE step closer to the data. See its docstring.
+"""
+from __future__ import annotations
+
+from typing import Callable, Mapping
+
+import torch
+
+__all__ = [
+    "shift_time", "timestep_schedule", "expand_time", "interpolate", "velocity_target", "predict_x0",
+    "sample_euler", "sample_timesteps", "flow_matching_loss", "distill_loss",
+]
+
+VelocityFn = Callable[..., torch.Tensor]
+
+
+# ----------------------------------------------------------------------------- conventions
+
+
+def shift_time(t: torch.Tensor, shift: float) -> torch.Tensor:
+    """SD3 / SANA time shift ``shift * t / (1 + (shift - 1) * t)``: ``shift > 1`` spends more steps (and
+    training samples) at high noise, which larger latents need. ``shift = 1`` is the identity; the ends
+    ``0`` and ``1`` are fixed."""
+    if shift <= 0:
+        raise ValueError(f"shift_time: shift={shift}; expected a positive number")
+    return shift * t / (1 + (shift - 1) * t)
+
+
+def timestep_schedule(steps: int, shift: float = 1.0, device=None) -> torch.Tensor:
+    """``float32 [steps + 1]`` times from 1 down to 0: ``shift_time(linspace(1, 0, steps + 1), shift)``."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"timestep_schedule: steps={steps!r}; expected an int >= 1")
+    t = torch.linspace(1.0, 0.0, steps + 1, dtype=torch.float64)
+    return shift_time(t, shift).to(device=device, dtype=torch.float32)
+
+
+def expand_time(t: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
+    """Broadcast a time to ``x``'s shape: ``[B]`` → ``[B, 1, 1, ...]``; ``[B, T]`` → ``[B, 1, T, 1, ...]``
+    (per-frame times of a video ``x [B, C, T, ...]``); a scalar stays a scalar tensor."""
+    t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
+    if t.dim() == 0:
+        return t
+    if t.dim() == 1:
+        if t.shape[0] != x.shape[0]:
+            raise ValueError(f"expand_time: t has shape {tuple(t.shape)}; expected [B]=({x.shape[0]},) for x {tuple(x.shape)}")
+        return t.reshape((-1,) + (1,) * (x.dim() - 1))
+    if t.dim() == 2:
+        if x.dim() < 3 or t.shape[0] != x.shape[0] or t.shape[1] != x.shape[2]:
+            raise ValueError(f"expand_time: t has shape {tuple(t.shape)}; expected [B, T] matching x [B, C, T, ...]="
+                             f"{tuple(x.shape)}")
+        return t.reshape(t.shape[0], 1, t.shape[1], *(1,) * (x.dim() - 3))
+    raise ValueError(f"expand_time: t has shape {tuple(t.shape)}; expected a scalar, [B] or [B, T]")
+
+
+def interpolate(x0: torch.Tensor, noise: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+    """``x_t = (1 - t) x0 + t noise``."""
+    t = expand_time(t, x0)
+    return (1 - t) * x0 + t * noise
+
+
+def velocity_target(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
+    """The flow-matching regression target ``noise - x0``."""
+    return noise - x0
+
+
+def predict_x0(x_t: torch.Tensor, v: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
+    """Data estimate ``x_t - t v`` (the endpoint of a straight path through ``x_t`` with velocity ``v``)."""
+    return x_t - expand_time(t, x_t) * v
+
+
+def _full_time(t: torch.Tensor, x: torch.Tensor, time_shape: tuple[int, ...] | None) -> torch.Tensor:
+    """A scalar time as a tensor of ``time_shape`` (default ``[B]``)."""
+    shape = time_shape if time_shape is not None else (x.shape[0],)
+    return torch.full(shape, float(t), dtype=x.dtype, device=x.device)
+
+
+# ----------------------------------------------------------------------------- sampling
+
+
+def sample_euler(
+    velocity_fn: VelocityFn,
+    noise: torch.Tensor,
+    *,
+    steps: int = 4,
+    shift: float = 1.0,
+    timesteps: torch.Tensor | None = None,
+    cond: Mapping | None = None,
+    time_shape: tuple[int, ...] | None = None,
+    renoise: bool = False,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Integrate the flow from noise (``t = 1``) to data (``t = 0``) with Euler steps.
+
+    Args:
+        velocity_fn: ``fn(x_t, t, **cond) -> v``, ``t`` a tensor of ``time_shape``.
+        noise: ``x_1``, any shape ``[B, ...]``.
+        steps: number of model evaluations (1-4 for a distilled model, 20-50 for a teacher).
+        shift: time shift of the schedule (see :func:`shift_time`).
+        timesteps: explicit decreasing schedule ``[steps + 1]`` from 1 to 0 (overrides steps/shift).
+        cond: keyword arguments passed to ``velocity_fn`` on every call.
+        time_shape: shape of the ``t`` tensor handed to ``velocity_fn`` (default ``[B]``; ``[B, T]`` for
+            per-frame times).
+        renoise: consistency-model (LCM) multistep sampling: instead of the deterministic Euler step,
+            estimate ``x0 = x_t - t v`` and re-noise it to the next time with fresh noise from
+            ``generator``. Both coincide for one step.
+
+    Returns:
+        the sample at ``t = 0``, shaped like ``noise``.
+    """
+    ts = timestep_schedule(steps, shift, noise.device) if timesteps is None else timesteps.to(noise.device)
+    if ts.dim() != 1 or ts.numel() < 2:
+        raise ValueError(f"sample_euler: timesteps has shape {tuple(ts.shape)}; expected [steps + 1] (>= 2 values)")
+    cond = dict(cond or {})
+    x = noise
+    for i in range(ts.numel() - 1):
+        t, s = ts[i], ts[i + 1]
+        v = velocity_fn(x, _full_time(t, x, time_shape), **cond)
+        if renoise and float(s) > 0:
+            x0 = x - t * v
+            fresh = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
+            x = (1 - s) * x0 + s * fresh
+        else:
+            x = x + (s - t) * v
+    return x
+
+
+# ----------------------------------------------------------------------------- training
+
+
+def sample_timesteps(
+    shape: tuple[int, ...],
+    *,
+    dist: str = "logit_normal",
+    mean: float = 0.0,
+    std: float = 1.0,
+    shift: float = 1.0,
+    repeat: int = 1,
+    generator: torch.Generator | None = None,
+    device=None,
+) -> torch.Tensor:
+    """Training times in ``(0, 1)``: ``"logit_normal"`` (SD3: ``sigmoid(N(mean, std))``) or ``"uniform"``,
+    then :func:`shift_time`. ``repeat > 1`` repeats each value along the last dim (one time per block of
+    ``repeat`` frames: ``shape=(B, T // repeat), repeat=block`` gives ``[B, T]``)."""
+    if dist == "logit_normal":
+        t = torch.sigmoid(mean + std * torch.randn(shape, generator=generator, device=device))
+    elif dist == "uniform":
+        t = torch.rand(shape, generator=generator, device=device)
+    else:
+        raise ValueError(f"sample_timesteps: dist={dist!r}; expected 'logit_normal' or 'uniform'")
+    t = shift_time(t, shift)
+    return t.repeat_interleave(repeat, dim=-1) if repeat > 1 else t
+
+
+def flow_matching_loss(
+    model: VelocityFn,
+    x0: torch.Tensor,
+    cond: Mapping | None = None,
+    *,
+    t: torch.Tensor | None = None,
+    noise: torch.Tensor | None = None,
+    time_shape: tuple[int, ...] | None = None,
+    time_repeat: int = 1,
+    dist: str = "logit_normal",
+    shift: float = 1.0,
+    weight: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Conditional flow matching: ``mean(weight * (model(x_t, t, **cond) - (noise - x0))^2)``.
+
+    Args:
+        model: velocity function ``fn(x_t, t, **cond)``.
+        x0: clean data ``[B, ...]`` (video latents ``[B, C, T, h, w]``).
+        cond: keyword arguments for the model (conditioning; for ``AvatarDiT`` also ``clean=x0`` to train
+            with a clean past — teacher forcing).
+        t: times (``[B]`` or ``[B, T]``); default drawn by :func:`sample_timesteps` with ``time_shape``
+            (default ``[B]``), ``time_repeat``, ``dist`` and ``shift``.
+        noise: ``eps`` shaped like x0; default ``randn``. Passing a noise *coupled* to x0 trains on that
+            coupling (the loss is then zero for the coupling's exact velocity field).
+        weight: optional weights broadcastable to x0 (a mouth-region mask, per-sample weights).
+
+    Returns:
+        the scalar loss. Its minimum over velocity fields is the conditional variance of ``noise - x0``
+        given ``x_t`` (not zero unless the coupling is deterministic), so compare losses, don't expect 0.
+    """
+    cond = dict(cond or {})
+    if noise is None:
+        noise = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
+    if t is None:
+        t = sample_timesteps(time_shape or (x0.shape[0],), dist=dist, shift=shift, repeat=time_repeat,
+                             generator=generator, device=x0.device).to(x0.dtype)
+    x_t = interpolate(x0, noise, t)
+    err = (model(x_t, t, **cond) - velocity_target(x0, noise)).pow(2)
+    if weight is not None:
+        err = err * weight
+    return err.mean()
+
+
+def distill_loss(
+    student: VelocityFn,
+    teacher: VelocityFn,
+    x0: torch.Tensor,
+    cond: Mapping | None = None,
+    *,
+    target: VelocityFn | None = None,
+    intervals: int = 32,
+    skip: int = 1,
+    shift: float = 1.0,
+    teacher_steps: int = 1,
+    time_shape: tuple[int, ...] | None = None,
+    time_repeat: int = 1,
+    noise: torch.Tensor | None = None,
+    huber_c: float | None = None,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """Consistency distillation (Latent Consistency Models, written in the flow parameterisation).
+
+    The consistency function of a velocity model is ``f(x, t) = x - t v(x, t)`` (its data estimate);
+    ``f(x, 0) = x`` holds by construction (LCM's boundary condition, with ``c_skip = 1, c_out = -t``).
+    For a grid ``tau_0 = 0 < tau_1 < ... < tau_N = 1`` (``N = intervals``, shifted by ``shift``) and
+    ``n`` drawn uniformly in ``skip..N``, with ``t = tau_n`` and ``s = tau_{n - skip}``::
+
+        x_t    = (1 - t) x0 + t eps
+        x_s    = x_t + teacher ODE solve from t to s     (``teacher_steps`` Euler steps; no grad)
+        loss   = d( f_student(x_t, t),  stopgrad f_target(x_s, s) )
+
+    ``d`` is the squared error (or LCM's pseudo-Huber ``sqrt(e^2 + c^2) - c`` per element with
+    ``huber_c``). ``target`` is the EMA of the student (LCM); ``None`` uses the student itself under
+    ``no_grad`` (the "stop-gradient" variant of improved consistency training). A student trained to
+    zero loss maps any ``x_t`` to the teacher's ODE endpoint, so it samples in 1-4 steps with
+    :func:`sample_euler` (``renoise=True`` is LCM's multistep sampler). Classifier-free guidance
+    belongs inside ``teacher`` (a wrapper that mixes conditional and unconditional velocities).
+
+    Args:
+        student, teacher, target: velocity functions ``fn(x_t, t, **cond)``.
+        x0: data ``[B, ...]``; cond: model keyword arguments (``clean=x0`` for teacher forcing).
+        time_shape / time_repeat: shape of the drawn grid indices (default ``[B]``; ``(B, T // k)`` with
+            ``time_repeat=k`` for one time per block of ``k`` frames).
+
+    Returns:
+        the scalar loss (exactly zero when student = target = teacher = a field with straight paths).
+    """
+    if intervals < 1 or not 1 <= skip <= intervals:
+        raise ValueError(f"distill_loss: intervals={intervals}, skip={skip}; expected 1 <= skip <= intervals")
+    cond = dict(cond or {})
+    shape = time_shape or (x0.shape[0],)
+    grid = shift_time(torch.linspace(0.0, 1.0, intervals + 1, dtype=torch.float64), shift).to(x0.device, x0.dtype)
+    n = torch.randint(skip, intervals + 1, shape, generator=generator, device=grid.device)
+    if time_repeat > 1:
+        n = n.repeat_interleave(time_repeat, dim=-1)
+    t, s = grid[n], grid[n - skip]
+    if noise is None:
+        noise = torch.randn(x0.shape, generator=generator, device=x0.device, dtype=x0.dtype)
+    x_t = interpolate(x0, noise, t)
+    with torch.no_grad():
+        x_s = x_t
+        for i in range(teacher_steps):
+            a = t + (s - t) * (i / teacher_steps)
+            b = t + (s - t) * ((i + 1) / teacher_steps)
+            x_s = x_s + expand_time(b - a, x_s) * teacher(x_s, a, **cond)
+        target_fn = target if target is not None else student
+        goal = predict_x0(x_s, target_fn(x_s, s, **cond), s)
+    pred = predict_x0(x_t, student(x_t, t, **cond), t)
+    err = pred - goal
+    if huber_c is None:
+        return err.pow(2).mean()
+    return (torch.sqrt(err.pow(2) + huber_c**2) - huber_c).mean()

@@ -38,7 +38,7 @@ def _bench_parsers(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import avatar, client, info, render
+    from . import avatar, client, demo, info, render
     from .server import cli as serve
 
     parser = argparse.ArgumentParser(
@@ -51,6 +51,11 @@ def build_parser() -> argparse.ArgumentParser:
                                    "progress bar. Ctrl-C finishes a playable file.")
     render.add_arguments(p)
     p.set_defaults(func=render.run)
+    p = sub.add_parser("demo", help="live demo in the browser (Gradio + low-latency WebSocket player)",
+                       description="Gradio page over the streaming server: microphone, typed text or a file in; "
+                                   "live video at sub-second delay out; each take recorded to MP4. Binds 127.0.0.1.")
+    demo.add_arguments(p)
+    p.set_defaults(func=demo.run)
     p = sub.add_parser("serve", help="WebSocket streaming server (+ /metrics and a browser page)",
                        description="Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds "
                                    "127.0.0.1 by default; a token is required to bind beyond it.")

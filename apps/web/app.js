@@ -10,6 +10,15 @@
 // the audio behind each frame in the header (`capture_ns`, flag CLIENT_CLOCK); a frame counts as
 // presented at the first animation frame after it was drawn. Glass-to-glass = presented − captured.
 // `window.fg.stats()` returns the numbers the readout shows (tests read it).
+//
+// Embedding (player.html, used by the Gradio demo in apps/demo): query parameters preset the session —
+// `url` (absolute ws:// URL, or a path on this page's host such as `ws?tab=ID`), `pipeline`, `size`,
+// `codec`, `options` (JSON object merged into the start options), `play` (1: play the returned audio) —
+// and `window.fg` drives it from the embedding page: `start({mic})` (mic: false streams silence instead of
+// the microphone, keeping an audio-clocked pipeline running), `stop()`, `interrupt()`, `config(options)`
+// (live options, remembered and re-sent after each `ready`), `prepare()` (inside a click: unlocks audio
+// and starts a session without the microphone when none runs) and `feed(url)` (fetch 16 kHz PCM16 and
+// stream it in real time, stamped like microphone audio; the microphone is muted while a clip plays).
 "use strict";
 
 const HEADER_BYTES = 48;
@@ -19,7 +28,30 @@ const $ = (id) => document.getElementById(id);
 
 const params = new URLSearchParams(location.search);
 const defaultUrl = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host || "127.0.0.1:8765"}/ws`;
-$("url").value = params.get("url") || defaultUrl;
+$("url").value = wsUrl(params.get("url")) || defaultUrl;
+for (const key of ["pipeline", "size", "codec"]) presetSelect(key, params.get(key));
+const startOptions = parseOptions(params.get("options"));
+
+// A path ("/fg/ws?tab=1", or "ws?tab=1" relative to this page) becomes a WebSocket URL on this page's host.
+function wsUrl(value) {
+  if (!value || /^wss?:/i.test(value)) return value;
+  const u = new URL(value, location.href);
+  u.protocol = location.protocol === "https:" ? "wss:" : "ws:";
+  return u.href;
+}
+
+function presetSelect(id, value) {
+  const el = $(id);
+  if (!value || !el) return;
+  if (el.tagName === "SELECT" && ![...el.options].some((o) => o.value === value)) el.add(new Option(value, value));
+  el.value = value;
+}
+
+function parseOptions(text) {
+  if (!text) return {};
+  try { const o = JSON.parse(text); return o && typeof o === "object" && !Array.isArray(o) ? o : {}; }
+  catch (e) { return {}; }
+}
 
 let ws = null, mic = null, decoder = null, audio = null, session = null;
 const view = $("view"), g = view.getContext("2d");
@@ -29,7 +61,8 @@ const playback = { base: null };
 function resetMeasures() {
   Object.assign(m, { presentedAt: [], g2g: [], server: [], inputMs: [], drops: 0, skipped: 0, presented: 0,
                      received: 0, firstFrame: null, startedAt: performance.now(), stats: null, lastSeq: -1,
-                     lastQueuedSeq: -1, audioOut: 0, ended: null, closed: null, errors: [] });
+                     lastQueuedSeq: -1, audioOut: 0, ended: null, closed: null, errors: [], fedChunks: 0,
+                     clips: 0, configs: 0 });
 }
 resetMeasures();
 
@@ -66,7 +99,12 @@ function parseHeader(buf) {
 }
 
 // ---- session ---------------------------------------------------------------------------------------
-function start() {
+let useMic = true;  // false: the session gets silence (and fed clips) instead of the microphone
+const liveConfig = {};  // live options set through fg.config, re-sent after every ready
+
+function start(opts = {}) {
+  if (ws) return;
+  useMic = opts.mic !== false;
   const url = new URL($("url").value);
   if (params.get("token")) url.searchParams.set("token", params.get("token"));
   resetMeasures();
@@ -79,7 +117,10 @@ function start() {
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
-    const options = { size: $("size").value, codec: $("codec").value };
+    const options = {};
+    if ($("size").value) options.size = $("size").value;
+    if ($("codec").value) options.codec = $("codec").value;
+    Object.assign(options, startOptions);
     ws.send(JSON.stringify({ type: "start", version: 1, pipeline: $("pipeline").value, options }));
   };
   ws.onmessage = (ev) => (typeof ev.data === "string" ? onControl(JSON.parse(ev.data)) : onMedia(ev.data));
@@ -95,10 +136,12 @@ function start() {
 function stop() {
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "stop" }));
   stopMic();
+  stopPump();
 }
 
 function teardown() {
   stopMic();
+  stopPump();
   if (decoder && decoder.state !== "closed") decoder.close();
   decoder = null; ws = null; session = null;
   orbit.drag = null;
@@ -118,7 +161,9 @@ async function onControl(msg) {
     view.width = v.width; view.height = v.height;
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
-    if (msg.audio_in) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
+    if (Object.keys(liveConfig).length) sendConfig();
+    if (msg.audio_in) startPump();
+    if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
     m.stats = msg;
   } else if (msg.type === "error") {
@@ -229,7 +274,7 @@ async function startMic() {
   const track = stream.getAudioTracks()[0];
   let seq = 0;
   node.port.onmessage = (ev) => {
-    if (!ws || ws.readyState !== WebSocket.OPEN) return;
+    if (!ws || ws.readyState !== WebSocket.OPEN || feeding()) return;  // a fed clip has the floor
     const pcm = new Uint8Array(ev.data.pcm);
     const msg = new Uint8Array(HEADER_BYTES + pcm.length);
     const captured = captureTime(ev.data.t, track);
@@ -269,6 +314,97 @@ function stopMic() {
   mic.node.port.onmessage = null;
   mic.node.disconnect();
   mic = null;
+}
+
+// ---- fed audio: clips (typed text, files) and silence, paced in real time ------------------------------
+// 20 ms chunks sent on a 10 ms timer at their real-time due moment; each is stamped with that moment as
+// its capture time (the clock a microphone would give it), so glass-to-glass covers fed speech too.
+// Without the microphone, silence keeps an audio-clocked pipeline's picture moving between clips.
+const CHUNK = 320;
+const feed = { clips: [], clip: null, pos: 0, t0: 0, sent: 0, timer: 0, seq: 0 };
+
+function feeding() { return feed.clip !== null || feed.clips.length > 0; }
+
+function startPump() {
+  stopPump();
+  Object.assign(feed, { t0: performance.now(), sent: 0, seq: 0 });
+  feed.timer = setInterval(pump, 10);
+}
+
+function stopPump() {
+  if (feed.timer) clearInterval(feed.timer);
+  Object.assign(feed, { timer: 0, clips: [], clip: null, pos: 0 });
+}
+
+function nextChunk() {
+  if (!feed.clip && feed.clips.length) { feed.clip = feed.clips.shift(); feed.pos = 0; }
+  if (feed.clip) {
+    const chunk = new Int16Array(CHUNK);
+    chunk.set(feed.clip.subarray(feed.pos, feed.pos + CHUNK));
+    feed.pos += CHUNK;
+    if (feed.pos >= feed.clip.length) feed.clip = null;
+    m.fedChunks++;
+    return chunk;
+  }
+  return useMic ? null : new Int16Array(CHUNK);  // the microphone speaks, or silence
+}
+
+function pump() {
+  if (!ws || ws.readyState !== WebSocket.OPEN || !session) return;
+  const now = performance.now();
+  let due = Math.floor((now - feed.t0) / 20);
+  if (due - feed.sent > 10) {  // timers were throttled (hidden tab): skip the gap rather than burst it
+    feed.t0 = now - 20 * feed.sent;
+    due = feed.sent;
+  }
+  while (feed.sent < due) {
+    feed.sent++;
+    const chunk = nextChunk();
+    if (!chunk) continue;
+    const pcm = new Uint8Array(chunk.buffer);
+    const msg = new Uint8Array(HEADER_BYTES + pcm.length);
+    const captured = feed.t0 + feed.sent * 20;
+    msg.set(packHeader(KIND.PCM16, feed.seq, feed.seq * CHUNK * 3, BigInt(Math.round(captured * 1e6)), pcm.length));
+    msg.set(pcm, HEADER_BYTES);
+    ws.send(msg);
+    feed.seq++;
+  }
+}
+
+// The embedding page's click handler calls this: audio is unlocked inside the user's gesture, and a
+// session without the microphone starts if none runs.
+function prepare() {
+  if (!audio) audio = new AudioContext({ latencyHint: "interactive" });
+  audio.resume().catch(() => {});
+  if (!ws) start({ mic: false });
+}
+
+// Fetch raw 16 kHz mono PCM16 (little-endian) and queue it for the session (starting one if needed).
+async function feedUrl(url) {
+  const r = await fetch(url);
+  if (!r.ok) throw new Error(`${url}: HTTP ${r.status}`);
+  const pcm = new Int16Array(await r.arrayBuffer());
+  if (!ws) start({ mic: false });
+  feed.clips.push(pcm);
+  m.clips++;
+  $("play").checked = true;  // a clip is meant to be heard, in sync with the picture
+  log(`speaking a clip of ${(pcm.length / 16000).toFixed(2)} s`);
+}
+
+function interrupt() {
+  feed.clips = []; feed.clip = null;  // barge-in: what was still to be said is dropped
+  if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "interrupt" }));
+}
+
+function sendConfig() {
+  if (!ws || ws.readyState !== WebSocket.OPEN || !session) return;
+  ws.send(JSON.stringify({ type: "config", options: liveConfig }));
+  m.configs++;
+}
+
+function config(options) {
+  Object.assign(liveConfig, options);
+  sendConfig();
 }
 
 // ---- returned audio, scheduled by pts ----------------------------------------------------------------
@@ -376,10 +512,14 @@ function stats() {
     server_ms: { p50: pct(m.server, 0.5), p95: pct(m.server, 0.95) },
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
     server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
+    mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
   };
 }
 
-window.fg = { stats };
+window.fg = {
+  stats, start, stop, interrupt, config, prepare,
+  feed: (url) => feedUrl(url).catch((e) => log(`clip: ${e.message}`, "err")),
+};
 
 setInterval(() => {
   if (!session) { return; }
@@ -391,7 +531,8 @@ setInterval(() => {
   ];
   if (session.audio_in) {
     lines.push(`glass→glass   p50 ${pct(m.g2g, 0.5).toFixed(1)}  p95 ${pct(m.g2g, 0.95).toFixed(1)} ms`,
-               `  mic input   ${pct(m.inputMs, 0.5).toFixed(1)} ms (browser-reported, included)`);
+               useMic && !feeding() ? `  mic input   ${pct(m.inputMs, 0.5).toFixed(1)} ms (browser-reported, included)`
+                                    : `  audio in    ${feeding() ? "clip" : "silence"}, stamped when sent (no microphone)`);
   }
   lines.push(`server        p50 ${pct(m.server, 0.5).toFixed(1)}  p95 ${pct(m.server, 0.95).toFixed(1)} ms`,
              `dropped       ${m.drops} seen, ${m.skipped} not shown` +
@@ -401,11 +542,11 @@ setInterval(() => {
 }, 250);
 
 // ---- controls --------------------------------------------------------------------------------------
-$("start").onclick = start;
+$("start").onclick = () => start({ mic: true });
 $("stop").onclick = stop;
-$("interrupt").onclick = () => ws && ws.send(JSON.stringify({ type: "interrupt" }));
+$("interrupt").onclick = interrupt;
 $("pipeline").onchange = () => { $("play").checked = $("pipeline").value === "testcard"; };
-fetch("pipelines").then((r) => r.json()).then((list) => {
+if ($("pipeline").tagName === "SELECT") fetch("pipelines").then((r) => r.json()).then((list) => {
   const sel = $("pipeline"), current = sel.value;
   sel.innerHTML = "";
   for (const [name, help] of Object.entries(list)) {
@@ -415,5 +556,5 @@ fetch("pipelines").then((r) => r.json()).then((list) => {
   }
   if (list[current]) sel.value = current;
 }).catch((e) => log(`pipelines: ${e.message}`, "err"));
-$("play").checked = $("pipeline").value === "testcard";
-log("ready: Start streams your microphone (scope), shows the test card, or a scene to orbit; the page never records.");
+$("play").checked = params.has("play") ? params.get("play") === "1" : $("pipeline").value === "testcard";
+log(document.body.dataset.greeting || "ready: Start streams your microphone (scope), shows the test card, or a scene to orbit; the page never records.");

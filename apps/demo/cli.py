@@ -1,0 +1,62 @@
+"""``framegraph demo``: the live demo in the browser (Gradio page + our low-latency WebSocket player)."""
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+import webbrowser
+
+from .app import DemoConfig, serve_demo_in_thread
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    d = DemoConfig()
+    p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}: this machine only)")
+    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument("--pipeline", default=d.pipeline,
+                   help="pipeline to run: auto (the avatar when available, else the microphone scope), "
+                        "avatar, scope (default auto)")
+    p.add_argument("--size", help="video WIDTHxHEIGHT (default: the pipeline's; scope 320x240)")
+    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec to the player (default jpeg)")
+    p.add_argument("--max-sessions", type=int, default=d.max_sessions,
+                   help=f"concurrent takes, all tabs together (default {d.max_sessions})")
+    p.add_argument("--takes-dir", help="folder for the takes' MP4 files (default: a temporary folder)")
+    p.add_argument("--no-browser", action="store_true", help="do not open the page in a browser")
+    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
+
+
+def config_from_args(args: argparse.Namespace) -> DemoConfig:
+    video = {k: v for k, v in (("size", args.size), ("codec", args.codec)) if v}
+    if args.max_sessions <= 0:
+        raise ValueError(f"--max-sessions must be positive, got {args.max_sessions}")
+    return DemoConfig(host=args.host, port=args.port, pipeline=args.pipeline, max_sessions=args.max_sessions,
+                      takes_dir=args.takes_dir, video=video)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    config = config_from_args(args)
+    print("framegraph demo: starting (loading Gradio and the pipeline)…", file=sys.stderr, flush=True)
+    demo = serve_demo_in_thread(config).start()
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    ctx = demo.ctx
+    print(f"framegraph demo: {demo.url}  (pipeline {ctx.choice.name}; takes in {ctx.takes_dir}"
+          f"{'' if args.takes_dir else ', deleted on exit'}; Ctrl-C stops)",
+          flush=True)
+    if ctx.choice.name != "avatar":
+        print(f"framegraph demo: note: {ctx.choice.note.replace('**', '')}", file=sys.stderr, flush=True)
+    if not args.no_browser:
+        threading.Thread(target=webbrowser.open, args=(demo.url,), daemon=True).start()
+    try:
+        while not stop.wait(0.5):
+            if demo._thread is None or not demo._thread.is_alive():
+                print("framegraph demo: the web server stopped", file=sys.stderr)
+                return 1
+    finally:
+        print("framegraph demo: shutting down", file=sys.stderr, flush=True)
+        demo.stop()
+    return 0

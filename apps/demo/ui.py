@@ -1,0 +1,195 @@
+"""The Gradio page: the live player (an iframe of ``apps/web/player.html``) and the demo's controls.
+
+Gradio's own streaming video goes through HLS segments (seconds of delay), so the picture is our
+WebSocket player: JPEG frames drawn on a canvas as they arrive, returned audio scheduled by pts. The
+controls talk to it in two ways:
+
+- in the browser, through the player's ``window.fg`` (same origin): ``prepare`` inside the click (audio
+  unlocked, a session started while the clip is being made), ``feed(url)`` (stream a clip in real time),
+  ``interrupt``, ``config({state})``;
+- on the server, through the relay (:mod:`.relay`): the take's live ``stats`` for the readout, and
+  ``finish_take`` for the MP4.
+
+API (``gradio_client``): ``/take`` (text or an audio file → a recorded take, streamed through a fresh
+session in real time; returns the MP4 and a summary), ``/speak`` and ``/load_file`` (a clip for the page's
+player), ``/stop_take`` (the page's live take → its MP4).
+"""
+from __future__ import annotations
+
+import asyncio
+import html
+
+import gradio as gr
+import numpy as np
+
+from . import clips
+from .app import STATE_OPTION, STATES, DemoContext, portraits
+
+CSS = """
+#fg-player iframe { width: 100%; height: 620px; border: 0; border-radius: 8px; background: #111; display: block; }
+#fg-readout { font-family: ui-monospace, monospace; font-size: 12.5px; }
+"""
+
+# JavaScript run in the Gradio page. The player is a same-origin iframe; its window.fg is the API.
+_PLAYER = "document.querySelector('#fg-player iframe')?.contentWindow?.fg"
+JS_PREPARE = f"(...args) => {{ {_PLAYER}?.prepare(); return args; }}"
+JS_FEED = f"(url) => {{ if (url) {_PLAYER}?.feed(new URL(url, location.href).href); }}"
+JS_INTERRUPT = f"() => {{ {_PLAYER}?.interrupt(); }}"
+JS_STATE = f"(state) => {{ {_PLAYER}?.config({{ {STATE_OPTION}: state }}); }}"
+
+
+def player_html(ctx: DemoContext, tab: str, portrait: str | None = None) -> str:
+    src = html.escape(ctx.player_src(tab, portrait), quote=True)
+    return (f'<iframe src="{src}" allow="microphone; autoplay" title="framegraph live player" '
+            f'data-tab="{tab}"></iframe>')
+
+
+def _ms(v) -> str:
+    return "-" if v is None else f"{v:.0f}"
+
+
+def _readout(take_summary: dict | None, ctx: DemoContext) -> str:
+    if take_summary is None:
+        return f"`{ctx.choice.name}` · no take running"
+    s = take_summary
+    e2e = s.get("end_to_end_ms") or {}
+    dropped = s.get("dropped") or {}
+    fps = s.get("server_fps")
+    lines = [f"`{s['pipeline'] or ctx.choice.name}` · take {s['take']} · "
+             f"{'live' if s['live'] else 'ended (' + str(s['ended']) + ')'} · {s['seconds']:.0f} s",
+             f"server: **{fps if fps is not None else '-'} fps** sent · graph latency p50 "
+             f"{e2e.get('p50', '-')} / p95 {e2e.get('p95', '-')} ms · first frame "
+             f"{_ms(s.get('time_to_first_frame_ms'))} ms",
+             f"dropped: {dropped.get('video', 0)} video, {dropped.get('source', 0)} at the source · "
+             f"{s['frames_relayed']} frames relayed"]
+    if s["errors"]:
+        lines.append("errors: " + "; ".join(s["errors"]))
+    return "  \n".join(lines)
+
+
+def build_blocks(ctx: DemoContext) -> gr.Blocks:
+    choice = ctx.choice
+    voice_list = clips.voices()
+    portrait_list = portraits()
+
+    # ---- handlers -----------------------------------------------------------------------------------
+    def on_load(request: gr.Request):
+        tab = ctx.tab_for(request.session_hash)
+        return player_html(ctx, tab)
+
+    def on_unload(request: gr.Request):
+        tab = ctx.tab_by_session.pop(request.session_hash or "-", None)
+        if tab is not None:
+            ctx.relay.forget_tab(tab)
+
+    def change_portrait(portrait: str, request: gr.Request):
+        return player_html(ctx, ctx.tab_for(request.session_hash), portrait)  # a new player, a new session
+
+    def speak(text: str, voice: str) -> str:
+        """Speak ``text`` with eSpeak NG; returns the clip's URL (relative to the page) for the player."""
+        try:
+            samples = clips.speak(text, voice)
+        except clips.ClipError as exc:
+            raise gr.Error(str(exc)) from None
+        return f"fg/clip/{ctx.clips.put(samples)}"
+
+    def load_file(path: str | None) -> str:
+        """Decode an audio file to 16 kHz PCM; returns the clip's URL for the player."""
+        try:
+            samples = clips.load(path)
+        except clips.ClipError as exc:
+            raise gr.Error(str(exc)) from None
+        return f"fg/clip/{ctx.clips.put(samples)}"
+
+    async def stop_take(request: gr.Request):
+        """End this page's live take and return its MP4 (what the player showed, with its audio)."""
+        take = await ctx.relay.finish_take(ctx.tab_for(request.session_hash))
+        if take is None:
+            raise gr.Error("no take recorded yet: start one (microphone, Speak or Play) first")
+        return take.saved, _readout(take.summary(), ctx), take.saved
+
+    def refresh(shown: str | None, request: gr.Request):
+        tab = ctx.relay.tab(ctx.tab_for(request.session_hash))
+        take = tab.live or (tab.finished[-1] if tab.finished else None)
+        text = _readout(take.summary() if take else None, ctx)
+        newest = tab.finished[-1].saved if tab.finished else None
+        if newest and newest != shown:  # a take ended by itself (Stop in the player): offer its MP4
+            return text, newest, newest
+        return text, gr.skip(), shown
+
+    async def take(text: str, voice: str, audio_file: str | None, portrait: str):
+        """A headless take: text (or an audio file) → a fresh session, streamed in real time → MP4."""
+        from framegraph.apps.client import ClientError, stream_session
+
+        try:
+            samples = await asyncio.to_thread(lambda: clips.load(audio_file) if audio_file
+                                              else clips.speak(text, voice))
+        except clips.ClipError as exc:
+            raise gr.Error(str(exc)) from None
+        samples = np.concatenate([samples, np.zeros(clips.SAMPLE_RATE * 3 // 10, np.int16)])  # 0.3 s tail
+        out = ctx.next_api_take_path()
+        session = stream_session(ctx.server_url, choice.name, choice.start_options(ctx.config.video, portrait),
+                                 audio=samples, out=out)
+        try:  # on its own thread and event loop: the demo's loop keeps relaying the live players meanwhile
+            summary = await asyncio.to_thread(asyncio.run, session)
+        except ClientError as exc:
+            raise gr.Error(str(exc)) from None
+        brief = {k: summary[k] for k in ("pipeline", "session", "video_frames", "audio_messages_received",
+                                         "time_to_first_frame_ms", "fps", "glass_to_glass", "server", "ended",
+                                         "recorded_frames", "record_drops")}
+        brief["audio_seconds"] = round(len(samples) / clips.SAMPLE_RATE, 3)
+        brief["errors"] = [f"{e.get('code')}: {e.get('message')}" for e in summary["errors"]]
+        return out, brief
+
+    # ---- layout -------------------------------------------------------------------------------------
+    with gr.Blocks(title="framegraph live demo", analytics_enabled=False, fill_width=True) as blocks:
+        gr.Markdown("## framegraph · live demo\nSpeak into the microphone, type text, or play a file: the "
+                    "picture comes back over a WebSocket at sub-second delay (the readout on the picture "
+                    "measures it), and every take is recorded to MP4.")
+        with gr.Row(equal_height=False):
+            with gr.Column(scale=3, min_width=420):
+                player = gr.HTML("<p>starting the player…</p>", elem_id="fg-player", js_on_load=None)
+                readout = gr.Markdown(_readout(None, ctx), elem_id="fg-readout", label="readout")
+            with gr.Column(scale=2, min_width=320):
+                gr.Markdown(choice.note, elem_id="fg-pipeline-note")
+                with gr.Tab("Say text"):
+                    text = gr.Textbox(label="text (spoken by eSpeak NG)", lines=3,
+                                      value="Hello! I am a real-time avatar, streamed at sub-second latency.",
+                                      elem_id="fg-text")
+                    voice = gr.Dropdown(voice_list, value=voice_list[0], label="voice", elem_id="fg-voice")
+                    speak_btn = gr.Button("Speak", variant="primary", elem_id="fg-speak")
+                with gr.Tab("Play a file"):
+                    audio_file = gr.Audio(sources=["upload"], type="filepath", label="audio file",
+                                          elem_id="fg-audio-file")
+                    play_btn = gr.Button("Play into the take", variant="primary", elem_id="fg-play-file")
+                portrait = gr.Dropdown(portrait_list, value=portrait_list[0], label="portrait / avatar",
+                                       interactive=choice.avatar, elem_id="fg-portrait")
+                state = gr.Radio(list(STATES), value="auto", label="state (auto: from voice activity)",
+                                 interactive=choice.avatar, elem_id="fg-state",
+                                 info=None if choice.avatar else f"the {choice.name} pipeline has no state")
+                with gr.Row():
+                    interrupt_btn = gr.Button("Interrupt", variant="stop", elem_id="fg-interrupt")
+                    stop_btn = gr.Button("Stop take → MP4", elem_id="fg-stop")
+                take_file = gr.File(label="take (MP4)", interactive=False, elem_id="fg-take")
+        clip_url = gr.Textbox(visible=False, label="clip_url")
+        shown = gr.State(None)
+        take_summary = gr.JSON(visible=False, label="summary")
+        api_take_btn = gr.Button(visible=False)
+        timer = gr.Timer(1.0)
+
+        # ---- events -------------------------------------------------------------------------------------
+        blocks.load(on_load, outputs=player, api_visibility="private")
+        blocks.unload(on_unload)
+        portrait.change(change_portrait, inputs=portrait, outputs=player, api_visibility="private")
+        speak_btn.click(speak, inputs=[text, voice], outputs=clip_url, js=JS_PREPARE, api_name="speak",
+                        concurrency_limit=None).success(None, inputs=clip_url, js=JS_FEED)
+        play_btn.click(load_file, inputs=audio_file, outputs=clip_url, js=JS_PREPARE, api_name="load_file",
+                       concurrency_limit=None).success(None, inputs=clip_url, js=JS_FEED)
+        interrupt_btn.click(None, js=JS_INTERRUPT)
+        state.change(None, inputs=state, js=JS_STATE)
+        stop_btn.click(stop_take, outputs=[take_file, readout, shown], api_name="stop_take", concurrency_limit=None)
+        timer.tick(refresh, inputs=shown, outputs=[readout, take_file, shown], api_visibility="private",
+                   concurrency_limit=None, show_progress="hidden")
+        api_take_btn.click(take, inputs=[text, voice, audio_file, portrait], outputs=[take_file, take_summary],
+                           api_name="take", concurrency_limit=None)
+    return blocks

@@ -1,0 +1,199 @@
+"""The Gradio demo (apps/demo) in a real headless Chromium: the page loads with the WebSocket player
+embedded (an iframe of apps/web/player.html), a microphone take (Chromium's fake microphone plays a
+speech-like WAV) presents frames with the page's own glass-to-glass delay under a second, "Stop take →
+MP4" hands over an MP4 that decodes, typed text spoken by eSpeak NG streams into a take, and two tabs get
+two sessions. A screenshot of each test is saved under its tmp_path.
+
+Needs ``chromium`` (apt) and ``playwright`` (pip; no ``playwright install``): see browser_util.py.
+"""
+import time
+
+import numpy as np
+import pytest
+
+from browser_util import assert_not_blank, chromium, wait_for, write_speech_wav
+from framegraph.apps.demo import DemoConfig, serve_demo_in_thread
+from framegraph.stream.media import read_video
+from helpers import framegraph_threads
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory):
+    config = DemoConfig(port=0, pipeline="scope", takes_dir=str(tmp_path_factory.mktemp("takes")))
+    with serve_demo_in_thread(config) as handle:
+        yield handle
+    wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    wav = tmp_path_factory.mktemp("mic") / "speech.wav"
+    write_speech_wav(wav)
+    with chromium(wav) as b:
+        yield b
+
+
+class DemoPage:
+    """The Gradio page in a fresh browser context; the player is its iframe."""
+
+    def __init__(self, browser, url: str, screenshot):
+        self.screenshot_path = screenshot
+        self.context = browser.new_context(viewport={"width": 1280, "height": 900})
+        self.page = self.context.new_page()
+        self.errors: list[str] = []
+        self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
+        self.page.goto(url)
+        self.page.wait_for_selector("#fg-player iframe", timeout=30_000)
+        self.player = self.page.frame_locator("#fg-player iframe")
+        self.player.locator("#view").wait_for(timeout=30_000)
+        wait_for(lambda: self.frame is not None and self.frame.evaluate("!!window.fg"), 30, "the player")
+
+    @property
+    def frame(self):
+        return next((f for f in self.page.frames if "/fg/player.html" in f.url), None)
+
+    def stats(self) -> dict:
+        return self.frame.evaluate("window.fg.stats()")
+
+    def wait_stats(self, predicate, timeout_s: float, what: str) -> dict:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            s = self.stats()
+            if predicate(s):
+                return s
+            if time.monotonic() > deadline:
+                brief = {k: v for k, v in s.items() if k not in ("server_stats", "ready")}
+                raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; player stats: {brief}\n"
+                                     f"player log:\n{self.frame.inner_text('#log')}\nerrors: {self.errors}")
+            time.sleep(0.1)
+
+    def canvas_rgb(self) -> np.ndarray:
+        import io
+
+        from PIL import Image
+        png = self.player.locator("#view").screenshot()
+        return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
+
+    def screenshot(self) -> None:
+        self.page.screenshot(path=str(self.screenshot_path))
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def page(browser, demo, tmp_path):
+    p = DemoPage(browser, demo.url, tmp_path / "demo.png")
+    yield p
+    if not p.screenshot_path.exists():
+        p.screenshot()
+    p.close()
+    wait_for(lambda: demo.server.server.session_count == 0, 10, "the page's session to close")
+
+
+def test_microphone_take_shows_frames_at_sub_second_delay_and_records_an_mp4(page, demo):
+    assert "scope" in page.page.inner_text("#fg-pipeline-note")  # the page says which pipeline runs
+    page.player.locator("#start").click()
+    s = page.wait_stats(lambda s: s["presented"] >= 50 and s["g2g_ms"]["n"] >= 40, 25, "50 frames presented")
+    rgb = page.canvas_rgb()
+    wait_for(lambda: "fps sent" in page.page.inner_text("#fg-readout"), 5, "the server readout")
+    page.screenshot()
+    assert s["mic"] and s["pipeline"] == "scope" and s["ready"]["session"] in demo.server.server.sessions
+    assert_not_blank(rgb, "the player's canvas")
+    assert rgb[..., 1].max() > 200  # the scope's green level bars: the microphone's speech bursts
+    assert 5 <= s["fps"] <= 40, s["fps"]
+    g2g = s["g2g_ms"]  # microphone capture → frame presented, on the browser's clock
+    assert 0 < g2g["p50"] < 1000 and g2g["p95"] < 1500, g2g
+    assert not s["errors"] and not page.errors, (s["errors"], page.errors)
+
+    page.page.click("#fg-stop")  # the relay stops the session, the recorder finishes the MP4
+    page.page.locator("#fg-take a").first.wait_for(timeout=20_000)  # the download link of the take
+    assert ".mp4" in page.page.inner_text("#fg-take")
+    page.wait_stats(lambda s: s["closed"] == 1000 and s["ended"] == "stopped", 10, "the session to end")
+    take = next(t for tabs in demo.ctx.relay.tabs.values() for t in tabs.finished if t.session == s["ready"]["session"])
+    video = read_video(take.saved)
+    assert len(video["frames"]) >= 40 and video["frames"].shape[1:] == (240, 320, 3)
+    assert video["audio"] is not None and len(video["audio"]) >= 16000  # the returned audio, in sync by pts
+    print(f"\ndemo mic take: {s['presented']} frames at {s['fps']:.1f} fps, glass-to-glass p50 {g2g['p50']:.0f} "
+          f"p95 {g2g['p95']:.0f} ms (browser-reported mic input {s['input_latency_ms']:.0f} ms included)")
+
+
+def test_typed_text_streams_into_the_take_and_interrupt_stops_it(page, demo):
+    page.page.fill("#fg-text textarea", "Good morning. This sentence is long enough to interrupt it halfway.")
+    page.page.click("#fg-speak")  # the player starts a session without the microphone, then streams the clip
+    s = page.wait_stats(lambda s: s["fed_chunks"] >= 40 and s["presented"] >= 30, 25, "the spoken clip streaming")
+    assert not s["mic"] and s["clips"] == 1 and s["feeding"]
+    assert 0 < s["g2g_ms"]["p50"] < 1000, s["g2g_ms"]  # clip chunk sent → its frame presented
+    rgb = page.canvas_rgb()
+    page.screenshot()
+    assert_not_blank(rgb, "the canvas while speaking")
+    page.page.click("#fg-interrupt")
+    s = page.wait_stats(lambda s: not s["feeding"], 5, "the rest of the clip to be dropped")
+    fed = s["fed_chunks"]
+    assert fed < 200  # ~4 s of speech: interrupted well before its end
+    time.sleep(0.5)
+    assert page.stats()["fed_chunks"] == fed
+    assert not page.stats()["errors"] and not page.errors
+
+
+def test_two_tabs_get_two_sessions(browser, demo, tmp_path):
+    pages = [DemoPage(browser, demo.url, tmp_path / f"tab{i}.png") for i in range(2)]
+    try:
+        for p in pages:
+            p.player.locator("#start").click()
+        stats = [p.wait_stats(lambda s: s["presented"] >= 10, 25, "frames in both tabs") for p in pages]
+        sessions = {s["ready"]["session"] for s in stats}
+        assert len(sessions) == 2 and sessions <= set(demo.server.server.sessions)
+        tabs = [p.frame.evaluate("new URLSearchParams(location.search).get('url')") for p in pages]
+        assert len(set(tabs)) == 2  # each page load has its own relay tab
+        pages[1].screenshot()
+    finally:
+        for p in pages:
+            p.close()
+    wait_for(lambda: demo.server.server.session_count == 0, 10, "both sessions to close with their tabs")
+
+
+@pytest.fixture(scope="module")
+def avatar_demo(tmp_path_factory):
+    """The demo with a stand-in ``avatar`` pipeline (the scope, plus the avatar's demo options: start option
+    ``portrait``, live option ``state``), to check the page drives what the real avatar will receive."""
+    from framegraph.apps.demo.app import PORTRAIT_OPTION, STATE_OPTION, STATES
+    from framegraph.apps.server import pipelines
+
+    seen = {"portraits": [], "states": []}
+
+    def build(opts):
+        seen["portraits"].append(opts.choice(PORTRAIT_OPTION, "astronaut", ("astronaut", "other")))
+        pipeline = pipelines.build_scope(opts)
+
+        def configure(o):
+            state = o.choice(STATE_OPTION, None, STATES)
+            seen["states"].append(state)
+            return {STATE_OPTION: state}
+
+        pipeline.configure = configure
+        return pipeline
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(pipelines.REGISTRY, "avatar", pipelines.PipelineSpec("avatar", build, "stand-in avatar"))
+        config = DemoConfig(port=0, takes_dir=str(tmp_path_factory.mktemp("takes")))  # pipeline "auto"
+        with serve_demo_in_thread(config) as handle:
+            handle.seen = seen
+            yield handle
+
+
+def test_avatar_is_chosen_when_registered_and_the_state_control_reaches_it(browser, avatar_demo, tmp_path):
+    p = DemoPage(browser, avatar_demo.url, tmp_path / "avatar.png")
+    try:
+        assert "avatar" in p.page.inner_text("#fg-pipeline-note")
+        p.page.click("#fg-speak")
+        s = p.wait_stats(lambda s: s["presented"] >= 5, 25, "the first frames")
+        assert s["pipeline"] == "avatar" and avatar_demo.seen["portraits"] == ["astronaut"]
+        p.page.get_by_label("speaking").check()
+        p.wait_stats(lambda s: s["configs_sent"] >= 1, 5, "the state to be sent")
+        wait_for(lambda: avatar_demo.seen["states"] == ["speaking"], 5, "the pipeline to get the state")
+        p.screenshot()
+        assert not p.stats()["errors"], p.stats()["errors"]
+    finally:
+        p.close()
+    wait_for(lambda: avatar_demo.server.server.session_count == 0, 10, "the session to close")

@@ -38,7 +38,7 @@ def _bench_parsers(sub) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from . import avatar, client, demo, info, render
+    from . import avatar, client, demo, fit, info, render
     from .server import cli as serve
 
     parser = argparse.ArgumentParser(
@@ -51,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "progress bar. Ctrl-C finishes a playable file.")
     render.add_arguments(p)
     p.set_defaults(func=render.run)
+    p = sub.add_parser("fit", help="fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply",
+                       description=(fit.__doc__ or "").strip().splitlines()[0])
+    fit.add_arguments(p)
+    p.set_defaults(func=fit.run)
     p = sub.add_parser("demo", help="live demo in the browser (Gradio + low-latency WebSocket player)",
                        description="Gradio page over the streaming server: microphone, typed text or a file in; "
                                    "live video at sub-second delay out; each take recorded to MP4. Binds 127.0.0.1.")

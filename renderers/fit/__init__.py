@@ -1,0 +1,17 @@
+"""Fit 3D Gaussians to posed images: the 3DGS training recipe on framegraph's rasterizer.
+
+- :class:`Fitter`, :class:`FitConfig` — the optimisation loop, checkpoints and resume (``trainer.py``).
+- :class:`DensifyConfig` — clone / split / prune / opacity-reset schedule (``densify.py``).
+- :func:`ssim`, :func:`psnr`, :func:`fit_loss` — image metrics (``losses.py``).
+- :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``).
+- ``params.py`` — parameter layout, initialisation and conversion to :class:`GaussianScene`.
+"""
+from .data import DatasetError, PosedImages, load_transforms, synthetic_dataset
+from .densify import DensifyConfig
+from .losses import fit_loss, psnr, ssim
+from .params import init_params, params_to_scene, scene_to_params
+from .trainer import CheckpointError, FitConfig, Fitter, focus_bounds, scene_scale_of
+
+__all__ = ["Fitter", "FitConfig", "DensifyConfig", "CheckpointError", "PosedImages", "DatasetError",
+           "load_transforms", "synthetic_dataset", "ssim", "psnr", "fit_loss", "init_params",
+           "params_to_scene", "scene_to_params", "focus_bounds", "scene_scale_of"]

@@ -1,0 +1,389 @@
+"""The fitting loop: Gaussians optimised against posed images (the 3DGS recipe, as gsplat's trainer).
+
+One view per step, rendered with :func:`rasterize` (``backend="auto"``: the torch
+reference's autograd on CPU, the Triton backward on CUDA); loss
+``0.8 L1 + 0.2 (1 - SSIM)``; one Adam per parameter kind with its own learning
+rate (means decaying exponentially to 1 % over the run); SH degree raised by one
+every ``sh_interval`` steps; densification from the accumulated 2D mean
+gradients (``densify.py``). Deterministic for a seed: the view order and every
+random draw derive from ``(seed, epoch)`` / ``(seed, step)``, so a resumed fit
+continues exactly as an uninterrupted one.
+
+Checkpoint ``PREFIX`` = ``PREFIX.ply`` (the scene, INRIA PLY), ``PREFIX.fit.json``
+(step, config, history) and ``PREFIX.fit.safetensors`` (raw parameters, Adam
+moments, densification statistics).
+"""
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from ..gaussians import GaussianScene, rasterize, save_ply
+from ..cameras import camera_centers
+from .data import PosedImages
+from .densify import DensifyConfig, DensifyState, refine, reset_opacity
+from .losses import fit_loss, psnr, ssim
+from .params import PARAM_NAMES, Params, activated, init_params, params_to_scene, random_points
+
+CHECKPOINT_FORMAT = "framegraph-fit"
+CHECKPOINT_VERSION = 1
+
+
+class CheckpointError(ValueError):
+    """A fit checkpoint that can't be resumed; the message names the file and the problem."""
+
+
+@dataclass
+class FitConfig:
+    """Everything that decides a fit (saved in the checkpoint JSON).
+
+    Learning rates: gsplat's defaults (tuned for 30 000 steps on megapixel
+    images) except ``lr_means`` (1.6e-4 there), ``lr_scales`` (5e-3) and
+    ``lr_sh0`` (2.5e-3), raised for CPU-sized fits of a few thousand steps.
+    ``lr_means`` is multiplied by the scene scale and decays to
+    ``lr_means_final`` of itself by the last step.
+    ``sh_interval`` / densification steps of None scale with ``steps`` (see
+    :meth:`resolved`).
+    """
+
+    steps: int = 3000
+    seed: int = 0
+    sh_degree: int = 3
+    sh_interval: Optional[int] = None
+    init_points: int = 2000
+    init_opacity: float = 0.1
+    init_scale: float = 1.0
+    ssim_weight: float = 0.2
+    lr_means: float = 4e-4
+    lr_means_final: float = 0.01
+    lr_scales: float = 1e-2
+    lr_quats: float = 1e-3
+    lr_opacities: float = 5e-2
+    lr_sh0: float = 1e-2
+    lr_shN: float = 2.5e-3 / 20
+    background: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    densify: DensifyConfig = field(default_factory=DensifyConfig)
+    densify_auto: bool = True  # scale refine_start / stop / every and reset_every with steps
+
+    def resolved(self) -> "FitConfig":
+        """A copy with step-dependent defaults filled in for a run of :attr:`steps`.
+
+        gsplat's schedule is for 30 000 steps; shorter runs scale it
+        (SH degree up every steps/30, densify from 5 % to 50 % of the run,
+        every 1 %, at least every 50 steps; opacity reset every 20 %).
+        """
+        cfg = FitConfig(**{f.name: getattr(self, f.name) for f in fields(self)})
+        cfg.densify = DensifyConfig(**asdict(self.densify))
+        if cfg.sh_interval is None:
+            cfg.sh_interval = max(1, self.steps // 30)
+        if self.densify_auto:
+            d = cfg.densify
+            d.refine_start = max(1, self.steps // 20)
+            d.refine_stop = self.steps // 2
+            d.refine_every = max(50, self.steps // 100)
+            d.reset_every = max(d.refine_every * 3, self.steps // 5)
+            cfg.densify_auto = False
+        return cfg
+
+    def to_json(self) -> Dict[str, Any]:
+        d = asdict(self)
+        d["background"] = list(self.background)
+        return d
+
+    @classmethod
+    def from_json(cls, d: Dict[str, Any]) -> "FitConfig":
+        d = dict(d)
+        d["densify"] = DensifyConfig(**d.get("densify", {}))
+        d["background"] = tuple(d.get("background", (0.0, 0.0, 0.0)))
+        names = {f.name for f in fields(cls)}
+        unknown = set(d) - names
+        if unknown:
+            raise CheckpointError(f"unknown fit config keys {sorted(unknown)}")
+        return cls(**d)
+
+
+def scene_scale_of(viewmats: Tensor) -> float:
+    """gsplat's scene scale: 1.1 x the largest distance of a camera centre from their mean."""
+    c = camera_centers(viewmats.double())
+    return 1.1 * float((c - c.mean(0)).norm(dim=-1).max().clamp(min=1e-6))
+
+
+def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> Tuple[Tensor, Tensor]:
+    """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
+    all optical axes, with half-size ``extent x`` the median camera distance to it."""
+    v = viewmats.double()
+    centers = camera_centers(v)
+    axes = v[:, 2, :3]  # camera +z in world coordinates (rows of R)
+    eye = torch.eye(3, dtype=torch.float64)
+    P = eye - axes[:, :, None] * axes[:, None, :]  # projectors onto each axis' normal plane
+    A, b = P.sum(0), (P @ centers[:, :, None]).sum(0)[:, 0]
+    focus = torch.linalg.lstsq(A, b).solution if len(v) > 1 else centers[0] + axes[0]
+    half = extent * float((centers - focus).norm(dim=-1).median())
+    return (focus - half).float(), (focus + half).float()
+
+
+class Fitter:
+    """Holds a fit in progress: parameters, optimizers, densification state, step, history.
+
+    Args:
+        train: the training views.
+        config: see :class:`FitConfig`.
+        device: where to optimise ("cpu" or "cuda").
+        bounds: ``(lo [3], hi [3])`` box for random initial points (default :func:`focus_bounds`).
+        points / colors: an initial point cloud ``[M, 3]`` (+ ``[M, 3]`` colours in [0, 1])
+            to start from instead of random points.
+        scene_scale: overrides :func:`scene_scale_of`.
+    """
+
+    def __init__(self, train: PosedImages, config: FitConfig, *, device: str | torch.device = "cpu",
+                 bounds: Optional[Tuple[Tensor, Tensor]] = None, points: Optional[Tensor] = None,
+                 colors: Optional[Tensor] = None, scene_scale: Optional[float] = None,
+                 _params: Optional[Params] = None):
+        if len(train) == 0:
+            raise ValueError("Fitter: no training images")
+        self.cfg = config.resolved()
+        self.device = torch.device(device)
+        self.train = train
+        self._images = train.images.to(self.device)
+        self._viewmats = train.viewmats.to(self.device)
+        self._Ks = train.Ks.to(self.device)
+        self._bg = torch.tensor(self.cfg.background, dtype=torch.float32, device=self.device)[None]
+        self.scene_scale = scene_scale if scene_scale is not None else scene_scale_of(train.viewmats)
+        self.step = 0
+        self.history: List[Dict[str, Any]] = []
+        self.wall_s = 0.0
+        if _params is None:
+            g = torch.Generator().manual_seed(self.cfg.seed)
+            if points is None:
+                lo, hi = bounds if bounds is not None else focus_bounds(train.viewmats)
+                points = random_points(lo.float(), hi.float(), self.cfg.init_points, g)
+            _params = init_params(points.float(), colors, sh_degree=self.cfg.sh_degree,
+                                  init_opacity=self.cfg.init_opacity, init_scale=self.cfg.init_scale, generator=g)
+        self.params: Params = {k: v.detach().to(self.device).contiguous().requires_grad_(True)
+                               for k, v in _params.items()}
+        lrs = self._base_lrs()
+        self.optimizers = {k: torch.optim.Adam([self.params[k]], lr=lrs[k], eps=1e-15) for k in PARAM_NAMES}
+        self.densify_state = DensifyState(self.n, device=self.device)
+
+    # ------------------------------------------------------------------
+    @property
+    def n(self) -> int:
+        """Current number of Gaussians."""
+        return self.params["means"].shape[0]
+
+    @property
+    def sh_degree_now(self) -> int:
+        return min(self.step // self.cfg.sh_interval, self.cfg.sh_degree)
+
+    def _base_lrs(self) -> Dict[str, float]:
+        c = self.cfg
+        return {"means": c.lr_means * self.scene_scale, "scales": c.lr_scales, "quats": c.lr_quats,
+                "opacities": c.lr_opacities, "sh0": c.lr_sh0, "shN": c.lr_shN}
+
+    def _set_lrs(self) -> None:
+        lrs = self._base_lrs()
+        lrs["means"] *= self.cfg.lr_means_final ** (min(self.step, self.cfg.steps) / max(1, self.cfg.steps))
+        for k, opt in self.optimizers.items():
+            opt.param_groups[0]["lr"] = lrs[k]
+
+    def view_index(self, step: int) -> int:
+        """Which training view step ``step`` uses: a fresh seeded permutation each epoch."""
+        n = len(self.train)
+        epoch, i = divmod(step, n)
+        g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + epoch)
+        return int(torch.randperm(n, generator=g)[i])
+
+    def render(self, viewmats: Tensor, Ks: Tensor, width: int, height: int,
+               sh_degree: Optional[int] = None) -> Tuple[Tensor, Dict[str, Any]]:
+        """Render the current Gaussians: ``([C, H, W, 3], meta)`` (differentiable)."""
+        d = self.sh_degree_now if sh_degree is None else sh_degree
+        C = viewmats.shape[0]
+        colors, _, meta = rasterize(**activated(self.params), viewmats=viewmats.to(self.device),
+                                    Ks=Ks.to(self.device), width=width, height=height, sh_degree=d,
+                                    backgrounds=self._bg.expand(C, 3), backend="auto", validate=False)
+        return colors, meta
+
+    # ------------------------------------------------------------------
+    def train_step(self) -> Dict[str, float]:
+        """One optimisation step (+ densification when due). Returns ``{"loss", "psnr"}`` of the view."""
+        i = self.view_index(self.step)
+        target = self._images[i:i + 1]
+        W, H = self.train.width, self.train.height
+        colors, meta = self.render(self._viewmats[i:i + 1], self._Ks[i:i + 1], W, H)
+        meta["means2d"].retain_grad()
+        loss = fit_loss(colors, target, self.cfg.ssim_weight)
+        for opt in self.optimizers.values():
+            opt.zero_grad(set_to_none=True)
+        if loss.requires_grad:  # False only when no Gaussian reaches any pixel of this view
+            loss.backward()
+        loss_value = float(loss.detach())
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"fit diverged at step {self.step}: loss is {loss_value}")
+        self._set_lrs()
+        for opt in self.optimizers.values():
+            opt.step()
+
+        d = self.cfg.densify
+        s = self.step
+        if s < d.refine_stop:
+            if meta["means2d"].grad is not None:
+                self.densify_state.update(meta["means2d"].grad, meta["radii"], W, H)
+            if s > d.refine_start and s % d.refine_every == 0:
+                g = torch.Generator().manual_seed(self.cfg.seed * 1_000_003 + 7 * s + 1)
+                counts = refine(self.params, self.optimizers, self.densify_state, d, s, self.scene_scale, g)
+                self.history.append({"step": s, "event": "refine", **counts, "n": self.n})
+            if s % d.reset_every == 0 and s > 0:
+                reset_opacity(self.params, self.optimizers, 2.0 * d.prune_opacity)
+                self.history.append({"step": s, "event": "opacity_reset", "n": self.n})
+        self.step += 1
+        return {"loss": loss_value, "psnr": psnr(colors, target)}
+
+    @torch.no_grad()
+    def evaluate(self, data: PosedImages, chunk: int = 4) -> Dict[str, Any]:
+        """PSNR / SSIM of the current Gaussians on ``data`` (mean over views, and per view)."""
+        per_view, ssims = [], []
+        for j in range(0, len(data), chunk):
+            vm, K = data.viewmats[j:j + chunk], data.Ks[j:j + chunk]
+            out, _ = self.render(vm, K, data.width, data.height)
+            out = out.clamp(0, 1).cpu()
+            for k in range(out.shape[0]):
+                per_view.append(psnr(out[k], data.images[j + k]))
+                ssims.append(float(ssim(out[k:k + 1], data.images[j + k:j + k + 1])))
+        return {"psnr": sum(per_view) / len(per_view), "ssim": sum(ssims) / len(ssims),
+                "psnr_per_view": [round(p, 3) for p in per_view], "n_views": len(per_view)}
+
+    def scene(self) -> GaussianScene:
+        """The Gaussians as a CPU :class:`GaussianScene` (all SH coefficients)."""
+        return params_to_scene(self.params)
+
+    # ------------------------------------------------------------------
+    def run(self, steps: Optional[int] = None, *, progress: bool = True,
+            checkpoint_every: Optional[int] = None, checkpoint: Optional[str] = None,
+            desc: str = "fit") -> None:
+        """Train until step ``steps`` (default ``config.steps``), with a tqdm bar showing PSNR.
+
+        With ``checkpoint`` (a path prefix), saves every ``checkpoint_every``
+        steps and at the end. Ctrl-C saves a checkpoint (when given) and re-raises.
+        """
+        from tqdm import tqdm
+
+        end = self.cfg.steps if steps is None else steps
+        bar = tqdm(total=end, initial=self.step, desc=desc, disable=not progress, dynamic_ncols=True,
+                   unit="step")
+        recent: List[float] = []
+        t0 = time.perf_counter()
+        try:
+            while self.step < end:
+                out = self.train_step()
+                recent = (recent + [out["psnr"]])[-50:]
+                bar.update(1)
+                if self.step % 10 == 0 or self.step == end:
+                    bar.set_postfix(psnr=f"{sum(recent) / len(recent):.2f}", n=self.n, sh=self.sh_degree_now)
+                if self.step % 100 == 0:
+                    self.history.append({"step": self.step, "event": "train", "psnr": round(sum(recent) / len(recent), 3),
+                                         "loss": round(out["loss"], 5), "n": self.n})
+                if checkpoint and checkpoint_every and self.step % checkpoint_every == 0 and self.step < end:
+                    self.wall_s += time.perf_counter() - t0
+                    t0 = time.perf_counter()
+                    self.save(checkpoint)
+        finally:
+            self.wall_s += time.perf_counter() - t0
+            bar.close()
+        if checkpoint:
+            self.save(checkpoint)
+
+    # ------------------------------------------------------------------
+    def data_fingerprint(self) -> Dict[str, Any]:
+        t = self.train
+        return {"n_views": len(t), "width": t.width, "height": t.height, "source": t.source,
+                "image_mean": round(float(t.images.mean()), 6)}
+
+    def save(self, prefix: str) -> Dict[str, str]:
+        """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``; returns the paths."""
+        from safetensors.torch import save_file
+
+        prefix = _strip_ply(prefix)
+        paths = {"ply": prefix + ".ply", "json": prefix + ".fit.json", "state": prefix + ".fit.safetensors"}
+        Path(paths["ply"]).parent.mkdir(parents=True, exist_ok=True)
+        save_ply(self.scene(), paths["ply"])
+        tensors = {f"params.{k}": v.detach().cpu().contiguous() for k, v in self.params.items()}
+        for k, opt in self.optimizers.items():
+            st = opt.state.get(self.params[k], {})
+            for key, v in st.items():
+                tensors[f"adam.{k}.{key}"] = torch.as_tensor(v).detach().cpu().reshape(-1).contiguous() \
+                    if key == "step" else v.detach().cpu().contiguous()
+        tensors["densify.grad2d"] = self.densify_state.grad2d.cpu().contiguous()
+        tensors["densify.count"] = self.densify_state.count.cpu().contiguous()
+        save_file(tensors, paths["state"] + ".partial")
+        Path(paths["state"] + ".partial").replace(paths["state"])
+        doc = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": self.step,
+               "n_gaussians": self.n, "scene_scale": self.scene_scale, "wall_s": round(self.wall_s, 3),
+               "config": self.cfg.to_json(), "data": self.data_fingerprint(),
+               "files": {"ply": Path(paths["ply"]).name, "state": Path(paths["state"]).name},
+               "history": self.history}
+        Path(paths["json"]).write_text(json.dumps(doc, indent=1))
+        return paths
+
+    @classmethod
+    def load(cls, prefix: str, train: PosedImages, *, device: str | torch.device = "cpu",
+             steps: Optional[int] = None) -> "Fitter":
+        """Resume from :meth:`save`'s files. ``train`` must be the same data (checked); ``steps``
+        may extend the run (the learning-rate schedule then follows the new length)."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        prefix = _strip_ply(prefix)
+        jpath, spath = Path(prefix + ".fit.json"), Path(prefix + ".fit.safetensors")
+        if not jpath.is_file():
+            raise CheckpointError(f"{jpath}: no fit checkpoint to resume (run without --resume first)")
+        try:
+            doc = json.loads(jpath.read_text())
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{jpath}: not valid JSON ({e.msg} at line {e.lineno})") from None
+        if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
+            raise CheckpointError(f"{jpath}: not a framegraph fit checkpoint")
+        if doc.get("version") != CHECKPOINT_VERSION:
+            raise CheckpointError(f"{jpath}: checkpoint version {doc.get('version')} (expected {CHECKPOINT_VERSION})")
+        if not spath.is_file():
+            raise CheckpointError(f"{spath}: missing (it holds the optimizer state that goes with {jpath.name})")
+        try:
+            tensors = load_file(str(spath))
+        except (SafetensorError, OSError) as e:
+            raise CheckpointError(f"{spath}: cannot read ({e})") from None
+        cfg = FitConfig.from_json(doc["config"])
+        if steps is not None:
+            cfg.steps = steps
+        params = {k: tensors[f"params.{k}"] for k in PARAM_NAMES}
+        fitter = cls(train, cfg, device=device, scene_scale=float(doc["scene_scale"]), _params=params)
+        want, have = doc.get("data", {}), fitter.data_fingerprint()
+        for key in ("n_views", "width", "height"):
+            if want.get(key) != have[key]:
+                raise CheckpointError(f"{jpath}: was fit on {key}={want.get(key)}, this data has {have[key]}; "
+                                      "resume with the same images and cameras")
+        for k, opt in fitter.optimizers.items():
+            if f"adam.{k}.exp_avg" in tensors:
+                p = fitter.params[k]
+                opt.state[p] = {"step": tensors[f"adam.{k}.step"].reshape(()).clone(),
+                                "exp_avg": tensors[f"adam.{k}.exp_avg"].to(fitter.device),
+                                "exp_avg_sq": tensors[f"adam.{k}.exp_avg_sq"].to(fitter.device)}
+        fitter.densify_state.grad2d = tensors["densify.grad2d"].to(fitter.device)
+        fitter.densify_state.count = tensors["densify.count"].to(fitter.device)
+        fitter.step = int(doc["step"])
+        fitter.history = list(doc.get("history", []))
+        fitter.wall_s = float(doc.get("wall_s", 0.0))
+        return fitter
+
+
+def _strip_ply(prefix: str) -> str:
+    prefix = str(prefix)
+    return prefix[:-4] if prefix.lower().endswith(".ply") else prefix
+
+
+__all__ = ["FitConfig", "Fitter", "CheckpointError", "scene_scale_of", "focus_bounds"]

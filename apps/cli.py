@@ -55,6 +55,13 @@ def build_parser() -> argparse.ArgumentParser:
                        description=(fit.__doc__ or "").strip().splitlines()[0])
     fit.add_arguments(p)
     p.set_defaults(func=fit.run)
+    from framegraph.renderers.nerf import cli as nerf_cli
+
+    p = sub.add_parser("fit-nerf", help="train an instant-ngp-style NeRF from posed images → NeRF directory",
+                       description="Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json; "
+                                   "render the result with `framegraph render --scene OUT_DIR`.")
+    nerf_cli.add_arguments(p)
+    p.set_defaults(func=nerf_cli.run)
     p = sub.add_parser("demo", help="live demo in the browser (Gradio + low-latency WebSocket player)",
                        description="Gradio page over the streaming server: microphone, typed text or a file in; "
                                    "live video at sub-second delay out; each take recorded to MP4. Binds 127.0.0.1.")

@@ -38,8 +38,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--testcard", action="store_true",
                       help="procedural test card: moving bands, frame counter, a white flash each second "
                            "with a beep exactly on it (checks A/V sync)")
-    what.add_argument("--scene", help="a Gaussian-splatting scene: 3DGS INRIA .ply or .splat, or a 4DGS "
-                                      "fudan-zvg checkpoint .pth (rendered at t = video time, looping)")
+    what.add_argument("--scene", help="a scene: 3DGS INRIA .ply or .splat, a 4DGS fudan-zvg checkpoint .pth "
+                                      "(rendered at t = video time, looping), or a NeRF directory "
+                                      "(config.json + model.safetensors, from `framegraph fit-nerf`)")
     cams = p.add_mutually_exclusive_group()
     cams.add_argument("--orbit", action="store_true", help="(with --scene) circle the scene (the default)")
     cams.add_argument("--camera-path", help="(with --scene) a nerfstudio camera_path.json")
@@ -71,33 +72,50 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
-def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: float, seconds: float,
-                      camera_path: str | None = None, device: str | None = None,
-                      preset: str = "offline", time_duration: tuple[float, float] | None = None,
-                      time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
-    """CameraSource (orbit or nerfstudio path) → GaussianRenderStage (3DGS) or Gaussian4DRenderStage
-    (4DGS ``.pth``, at t = frame time) → MP4Sink (video only)."""
-    import torch
+def _scene_renderer(scene_path: str, width: int, height: int, device: str,
+                    time_duration: tuple[float, float] | None, time_scale: float):
+    """``(make_stage, default_orbit(n_frames, fps))`` for a scene file or folder, by its kind:
+    a NeRF directory, a 4DGS checkpoint (``.pth``), or a 3DGS ``.ply`` / ``.splat``."""
+    import os
 
-    from framegraph.renderers.cameras import load_nerfstudio_camera_path
-    from framegraph.renderers.gaussians import load_scene
-    from framegraph.renderers.stages import CameraSource, GaussianRenderStage, orbit_for_scene
+    if time_duration is not None and not str(scene_path).lower().endswith(".pth"):
+        raise ValueError("--time-duration goes with a 4DGS checkpoint (.pth) scene")
+    if os.path.isdir(scene_path):
+        from framegraph.renderers.nerf import load_nerf
+        from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        model = load_nerf(scene_path)
+        return (lambda: NerfRenderStage(model, width=width, height=height, device=device),
+                lambda n, fps: orbit_for_nerf(model, n, width, height, fps))
+    from framegraph.renderers.stages import GaussianRenderStage, orbit_for_scene
+
     if str(scene_path).lower().endswith(".pth"):
         from framegraph.renderers.gaussians4d import Gaussian4DRenderStage, load_checkpoint
 
         scene = load_checkpoint(scene_path, time_duration=time_duration)
-
-        def make_renderer():
-            return Gaussian4DRenderStage(scene, width=width, height=height, device=device, time_scale=time_scale)
+        make = lambda: Gaussian4DRenderStage(scene, width=width, height=height, device=device,  # noqa: E731
+                                             time_scale=time_scale)
     else:
-        if time_duration is not None:
-            raise ValueError("--time-duration goes with a 4DGS checkpoint (.pth) scene")
-        scene = load_scene(scene_path)
+        from framegraph.renderers.gaussians import load_scene
 
-        def make_renderer():
-            return GaussianRenderStage(scene, width=width, height=height, device=device)
+        scene = load_scene(scene_path)
+        make = lambda: GaussianRenderStage(scene, width=width, height=height, device=device)  # noqa: E731
+    return make, lambda n, fps: orbit_for_scene(scene, n, width, height, fps)
+
+
+def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: float, seconds: float,
+                      camera_path: str | None = None, device: str | None = None,
+                      preset: str = "offline", time_duration: tuple[float, float] | None = None,
+                      time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
+    """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
+    MP4Sink (video only)."""
+    import torch
+
+    from framegraph.renderers.cameras import load_nerfstudio_camera_path
+    from framegraph.renderers.stages import CameraSource
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    make_renderer, orbit = _scene_renderer(scene_path, width, height, device, time_duration, time_scale)
     if camera_path:
         path = load_nerfstudio_camera_path(camera_path)
         if (path.width, path.height) != (width, height):  # render at the requested size, same fov
@@ -108,7 +126,7 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
         n_frames = len(path)
     else:
         n_frames = max(1, round(seconds * fps))
-        path = orbit_for_scene(scene, n_frames, width, height, fps)
+        path = orbit(n_frames, fps)
     graph = Graph(Clock("fast"), name="render-scene")
     cams = graph.add(CameraSource(path, fps=fps, n_frames=n_frames))
     render = graph.add(make_renderer())

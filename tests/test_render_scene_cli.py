@@ -106,3 +106,17 @@ def test_render_4dgs_checkpoint_cli(tmp_path, capsys):
     assert main(["render", "--scene", str(ply), "--time-duration", "0", "1", "--out", str(tmp_path / "x.mp4"),
                  "--size", "48x32"]) == 2
     assert "goes with a 4DGS checkpoint" in capsys.readouterr().err
+
+
+def test_render_nerf_directory_cli(tmp_path):
+    from pathlib import Path
+
+    demo = Path(__file__).resolve().parents[1] / "assets" / "nerf" / "spheres"
+    out = tmp_path / "nerf.mp4"
+    assert main(["render", "--scene", str(demo), "--seconds", "0.25", "--fps", "8", "--size", "32x24",
+                 "--out", str(out), "--device", "cpu"]) == 0
+    v = read_video(out)
+    assert v["frames"].shape == (2, 24, 32, 3) and v["frames"].max() > 50
+    empty = tmp_path / "not_a_nerf"
+    empty.mkdir()
+    assert main(["render", "--scene", str(empty), "--out", str(tmp_path / "x.mp4"), "--size", "32x24"]) == 2

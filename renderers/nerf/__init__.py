@@ -1,0 +1,33 @@
+"""NeRF in the instant-ngp style (Müller et al. 2022): hash grid + tiny MLPs + occupancy-skipping marcher.
+
+Public API:
+
+- :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
+  settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
+- :func:`fit` — train on posed images (:func:`psnr` to measure); :func:`load_transforms` reads them
+  from an instant-ngp / nerfstudio ``transforms.json``; ``cli.py`` is ``framegraph fit``.
+- :class:`NerfRenderStage` (in ``stage.py``) — a render stage for stream graphs.
+- building blocks: :func:`hash_encode` / :class:`HashGridConfig` (``hash_encoding/``), :func:`mlp`
+  (``mlp/``), :class:`OccupancyGrid`, :func:`render_rays` / :func:`camera_rays` (``marcher.py``),
+  :class:`NerfField`; :class:`SphereScene` renders analytic training images.
+
+Each kernel folder has ``reference.py`` (pure torch) beside ``triton.py``; ``backend="auto"`` picks
+Triton on CUDA and the reference elsewhere.
+"""
+from .field import NerfField, sh_encode, trunc_exp
+from .fit import FitReport, dataset_rays, fit, psnr
+from .hash_encoding import HashGridConfig, hash_encode
+from .marcher import EARLY_STOP, RenderResult, camera_rays, ray_aabb, render_rays
+from .mlp import mlp
+from .dataset import DatasetError, PosedImages, load_transforms
+from .model import NerfConfig, NerfLoadError, NerfModel, is_nerf_dir, load_nerf
+from .occupancy import OccupancyGrid
+from .spheres import Sphere, SphereScene, demo_scene, sphere_views
+
+__all__ = [
+    "NerfModel", "NerfConfig", "NerfLoadError", "load_nerf", "is_nerf_dir", "load_transforms", "PosedImages",
+    "DatasetError", "fit", "FitReport", "psnr", "dataset_rays",
+    "NerfField", "sh_encode", "trunc_exp", "HashGridConfig", "hash_encode", "mlp", "OccupancyGrid",
+    "render_rays", "camera_rays", "ray_aabb", "RenderResult", "EARLY_STOP",
+    "Sphere", "SphereScene", "demo_scene", "sphere_views",
+]

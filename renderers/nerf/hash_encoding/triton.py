@@ -1,0 +1,106 @@
+"""Triton kernels for the multiresolution hash encoding (same conventions as ``reference.py``).
+
+One program per (block of ``BLOCK`` points, level). It computes the cell of each point at that level,
+then for each of the 8 corners its row (dense index or uint32 spatial hash), the trilinear weight, and
+accumulates ``weight * table[row]`` (``F`` features at once). The backward pass walks the same corners
+and scatter-adds ``weight * grad_out`` into the table gradient with atomics (hash collisions and shared
+corners make atomics necessary). No gradient w.r.t. the positions.
+
+Kernels run on CUDA, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton is
+first imported).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+BLOCK = 128
+
+
+@triton.jit
+def _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK: tl.constexpr):
+    """Rows, mask, level constants, lower cell corner (int64) and fractions for this program."""
+    res = tl.load(meta_ptr + lvl * 4 + 0)
+    size = tl.load(meta_ptr + lvl * 4 + 1)
+    offset = tl.load(meta_ptr + lvl * 4 + 2)
+    dense = tl.load(meta_ptr + lvl * 4 + 3)
+    rows = pid_n * BLOCK + tl.arange(0, BLOCK)
+    mask = rows < N
+    resf = res.to(tl.float32)
+    px = tl.minimum(tl.maximum(tl.load(x_ptr + rows * 3 + 0, mask=mask, other=0.0), 0.0), 1.0) * resf
+    py = tl.minimum(tl.maximum(tl.load(x_ptr + rows * 3 + 1, mask=mask, other=0.0), 0.0), 1.0) * resf
+    pz = tl.minimum(tl.maximum(tl.load(x_ptr + rows * 3 + 2, mask=mask, other=0.0), 0.0), 1.0) * resf
+    lx = tl.minimum(tl.floor(px), resf - 1.0)
+    ly = tl.minimum(tl.floor(py), resf - 1.0)
+    lz = tl.minimum(tl.floor(pz), resf - 1.0)
+    return (rows, mask, res, size, offset, dense, lx.to(tl.int64), ly.to(tl.int64), lz.to(tl.int64),
+            px - lx, py - ly, pz - lz)
+
+
+@triton.jit
+def _corner(c: tl.constexpr, res, size, offset, dense, ix, iy, iz, fx, fy, fz):
+    """Table row (int64) and trilinear weight of corner ``c`` (bit d set = upper vertex along axis d)."""
+    bx = c & 1  # constexpr arithmetic: resolved at compile time
+    by = (c >> 1) & 1
+    bz = (c >> 2) & 1
+    cx = ix + bx
+    cy = iy + by
+    cz = iz + bz
+    wx = fx if bx == 1 else 1.0 - fx
+    wy = fy if by == 1 else 1.0 - fy
+    wz = fz if bz == 1 else 1.0 - fz
+    stride = res + 1
+    dense_row = cx + (cy + cz * stride) * stride
+    h = (cx & 0xFFFFFFFF) ^ ((cy * 2654435761) & 0xFFFFFFFF) ^ ((cz * 805459861) & 0xFFFFFFFF)
+    hashed_row = h % size
+    row = tl.where(dense != 0, dense_row, hashed_row) + offset
+    return row, wx * wy * wz
+
+
+@triton.jit
+def _hash_encode_fwd_kernel(x_ptr, table_ptr, meta_ptr, out_ptr, N,
+                            L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
+    pid_n = tl.program_id(0)
+    lvl = tl.program_id(1)
+    rows, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK)
+    f = tl.arange(0, F)
+    acc = tl.zeros((BLOCK, F), dtype=tl.float32)
+    for c in tl.static_range(8):
+        row, w = _corner(c, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
+        feat = tl.load(table_ptr + row[:, None] * F + f[None, :], mask=mask[:, None], other=0.0)
+        acc += w[:, None] * feat
+    tl.store(out_ptr + rows[:, None] * (L * F) + lvl * F + f[None, :], acc, mask=mask[:, None])
+
+
+@triton.jit
+def _hash_encode_bwd_kernel(x_ptr, meta_ptr, grad_out_ptr, grad_table_ptr, N,
+                            L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
+    pid_n = tl.program_id(0)
+    lvl = tl.program_id(1)
+    rows, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK)
+    f = tl.arange(0, F)
+    g = tl.load(grad_out_ptr + rows[:, None] * (L * F) + lvl * F + f[None, :], mask=mask[:, None], other=0.0)
+    for c in tl.static_range(8):
+        row, w = _corner(c, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
+        tl.atomic_add(grad_table_ptr + row[:, None] * F + f[None, :], w[:, None] * g, mask=mask[:, None])
+
+
+def hash_encode_fwd(x01: Tensor, table: Tensor, meta: Tensor) -> Tensor:
+    """``x01 [N, 3]`` float32, ``table [E, F]`` float32, ``meta [L, 4]`` int64 → ``[N, L * F]`` float32."""
+    N, L, F = x01.shape[0], meta.shape[0], table.shape[1]
+    out = torch.empty((N, L * F), device=x01.device, dtype=torch.float32)
+    if N:
+        _hash_encode_fwd_kernel[(triton.cdiv(N, BLOCK), L)](x01, table, meta, out, N, L=L, F=F, BLOCK=BLOCK)
+    return out
+
+
+def hash_encode_bwd(x01: Tensor, meta: Tensor, grad_out: Tensor, n_entries: int, n_features: int) -> Tensor:
+    """Gradient w.r.t. the table ``[E, F]`` of :func:`hash_encode_fwd` for ``grad_out [N, L * F]``."""
+    N, L = x01.shape[0], meta.shape[0]
+    grad_table = torch.zeros((n_entries, n_features), device=x01.device, dtype=torch.float32)
+    if N:
+        _hash_encode_bwd_kernel[(triton.cdiv(N, BLOCK), L)](x01, meta, grad_out, grad_table, N,
+                                                            L=L, F=n_features, BLOCK=BLOCK)
+    return grad_table

@@ -1,0 +1,87 @@
+"""The shipped demo NeRF, and NeRFs as stream stages (CameraSource -> NerfRenderStage -> sink)."""
+from pathlib import Path
+
+import pytest
+import torch
+
+from framegraph.renderers.nerf import NerfLoadError, demo_scene, load_nerf, psnr
+from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
+from framegraph.renderers.stages import CameraSource
+from framegraph.stream import Graph, PortSpec, Stage
+
+DEMO = Path(__file__).resolve().parents[1] / "assets" / "nerf" / "spheres"
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def demo():
+    return load_nerf(DEMO)
+
+
+class Frames(Stage):
+    def __init__(self, w, h):
+        super().__init__("frames")
+        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
+        self.got = []
+
+    def process(self, inputs, out):
+        self.got.append(inputs["video"].data.clone())
+
+
+def test_demo_loads_and_renders_the_scene_it_was_trained_on(demo):
+    assert (DEMO / "PROVENANCE.md").is_file()
+    assert (DEMO / "model.safetensors").stat().st_size <= 10 * 2 ** 20
+    path = orbit_for_nerf(demo, 2, 48, 48, fps=10)
+    scene = demo_scene()
+    with torch.no_grad():
+        for view, K in zip(path.viewmats, path.Ks):
+            img = demo.render(view, K, 48, 48)
+            truth = scene.render(view, K, 48, 48)
+            assert img.shape == (48, 48, 3) and bool(torch.isfinite(img).all())
+            assert float(img.std()) > 0.05  # not an empty (flat) frame
+            assert float((img - 1).abs().amax(-1).gt(0.2).float().mean()) > 0.1  # a good part is not background
+            assert psnr(img, truth) > 20
+
+
+def test_occupancy_skipping_on_the_trained_demo_changes_little(demo):
+    path = orbit_for_nerf(demo, 1, 32, 32, fps=10, elevation_deg=10.0)
+    view, K = path[0]
+    with torch.no_grad():
+        skipped = demo.render(view, K, 32, 32)
+        full = demo.render(view, K, 32, 32, use_occupancy=False)
+    assert psnr(skipped, full) > 30  # measured 35-37.5 dB: the density left in pruned cells is below threshold
+
+
+def test_render_stage_in_a_graph_matches_the_model(demo):
+    W, H = 32, 24
+    path = orbit_for_nerf(demo, 3, W, H, fps=10)
+    g = Graph()
+    cams = g.add(CameraSource(path, fps=10))
+    r = g.add(NerfRenderStage(demo, width=W, height=H))
+    k = g.add(Frames(W, H))
+    g.connect(cams, r)
+    g.connect(r, k)
+    g.run(timeout=120)
+    assert len(k.got) == 3
+    with torch.no_grad():
+        for i, img in enumerate(k.got):
+            view, K = path[i]
+            expect = (demo.render(view, K, W, H).clamp(0, 1) * 255 + 0.5).to(torch.uint8)
+            assert torch.equal(img, expect)
+    assert not torch.equal(k.got[0], k.got[1])  # the camera moved
+
+
+def test_render_stage_takes_a_directory_and_reports_a_bad_one(tmp_path):
+    stage = NerfRenderStage(DEMO, width=16, height=16)
+    assert stage.outputs["video"].shape == (16, 16, 3) and stage.outputs["video"].dtype == torch.uint8
+    assert stage.inputs["camera"].shape == (2, 4, 4)
+    with pytest.raises(NerfLoadError, match="config.json: missing"):
+        NerfRenderStage(tmp_path, width=16, height=16)

@@ -1,0 +1,25 @@
+"""The video VAE of the avatar: a causal, 16×-compressive autoencoder for the face region, its
+training, and the ``VAEDecode`` stage.
+
+    from framegraph.models.vae import VideoVAE, VAEDecode, train_vae
+
+- :mod:`.model`: ``VideoVAE`` (diffusers ``ModelMixin`` / ``ConfigMixin``), streaming encode / decode
+  with explicit caches.
+- :mod:`.losses`: SSIM, PSNR, KL, the mouth-weighted reconstruction loss.
+- :mod:`.data`: synthetic clips cut to the face region, per-frame mouth boxes.
+- :mod:`.train`: ``train_vae`` (checkpoints, resume, held-out PSNR).
+- :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
+"""
+from .data import (FaceClips, box_to_region, crop_frames, face_clips_from_frames, face_crop_box, load_face_clips,
+                   mouth_box_for_frame)
+from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
+from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames
+from .stage import VAEDecode
+from .train import VAETrainResult, evaluate_vae, measure_latent_stats, train_vae
+
+__all__ = [
+    "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
+    "mouth_box_for_frame", "box_mask", "kl_divergence", "psnr", "reconstruction_loss", "ssim", "ssim_map", "Cache",
+    "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAETrainResult",
+    "evaluate_vae", "measure_latent_stats", "train_vae",
+]

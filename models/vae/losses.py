@@ -1,0 +1,106 @@
+"""Reconstruction losses and metrics for the video VAE.
+
+Images are channels-first ``[N, 3, H, W]`` (or videos ``[B, 3, T, H, W]``, folded to frames) with values
+in [-1, 1] unless a function says otherwise. Written here rather than shared with ``renderers/fit``
+because models must not depend on renderers.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def video_to_frames(x: Tensor) -> Tensor:
+    """``[B, C, T, H, W]`` → ``[B·T, C, H, W]`` (4-D input is returned as is)."""
+    if x.dim() == 4:
+        return x
+    if x.dim() != 5:
+        raise ValueError(f"expected [B, C, T, H, W] or [N, C, H, W], got {list(x.shape)}")
+    b, c, t, h, w = x.shape
+    return x.transpose(1, 2).reshape(b * t, c, h, w)
+
+
+def _gaussian_1d(size: int, sigma: float, device, dtype) -> Tensor:
+    x = torch.arange(size, device=device, dtype=dtype) - (size - 1) / 2
+    g = torch.exp(-(x * x) / (2 * sigma * sigma))
+    return g / g.sum()
+
+
+def ssim_map(a: Tensor, b: Tensor, *, window: int = 7, sigma: float = 1.5, data_range: float = 2.0) -> Tensor:
+    """Per-pixel SSIM (Wang et al. 2004) of two frame batches ``[N, C, H, W]``: Gaussian window
+    (separable, ``window`` taps, ``sigma`` px), valid convolution (no padding), constants
+    ``(0.01 L)²`` and ``(0.03 L)²`` for data range ``L`` (2 for [-1, 1] images).
+    Returns ``[N, C, H - window + 1, W - window + 1]``; identical images give 1 everywhere."""
+    if a.shape != b.shape or a.dim() != 4:
+        raise ValueError(f"ssim: expected two [N, C, H, W] tensors of one shape, got {list(a.shape)} and "
+                         f"{list(b.shape)}")
+    if min(a.shape[-2:]) < window:
+        raise ValueError(f"ssim: images {list(a.shape[-2:])} are smaller than the {window}-px window")
+    c = a.shape[1]
+    g = _gaussian_1d(window, sigma, a.device, a.dtype)
+    gx = g.view(1, 1, 1, window).expand(c, 1, 1, window)
+    gy = g.view(1, 1, window, 1).expand(c, 1, window, 1)
+
+    def blur(t: Tensor) -> Tensor:
+        return F.conv2d(F.conv2d(t, gx, groups=c), gy, groups=c)
+
+    mu_a, mu_b = blur(a), blur(b)
+    var_a = blur(a * a) - mu_a * mu_a
+    var_b = blur(b * b) - mu_b * mu_b
+    cov = blur(a * b) - mu_a * mu_b
+    c1, c2 = (0.01 * data_range) ** 2, (0.03 * data_range) ** 2
+    return ((2 * mu_a * mu_b + c1) * (2 * cov + c2)) / ((mu_a * mu_a + mu_b * mu_b + c1) * (var_a + var_b + c2))
+
+
+def ssim(a: Tensor, b: Tensor, **kw) -> Tensor:
+    """Mean SSIM (a scalar tensor, differentiable) of frames or videos in [-1, 1]; see :func:`ssim_map`."""
+    return ssim_map(video_to_frames(a), video_to_frames(b), **kw).mean()
+
+
+def psnr(a: Tensor, b: Tensor, data_range: float = 2.0) -> float:
+    """PSNR in dB of ``a`` (clamped to [-1, 1], as it would be displayed) against ``b``, both in [-1, 1]."""
+    mse = float(((a.detach().float().clamp(-1, 1) - b.detach().float()) ** 2).mean())
+    return math.inf if mse == 0 else 10.0 * math.log10(data_range * data_range / mse)
+
+
+def box_mask(boxes: Tensor, height: int, width: int) -> Tensor:
+    """Soft-edged rectangles: ``boxes float [N, 4]`` (x, y, w, h in px) → ``float [N, 1, height, width]``,
+    1 inside each box, 0 outside, a 1-px linear ramp at the edges (pixel centres at ``i + 0.5``)."""
+    ys = torch.arange(height, dtype=torch.float32, device=boxes.device) + 0.5
+    xs = torch.arange(width, dtype=torch.float32, device=boxes.device) + 0.5
+    x0, y0 = boxes[:, 0, None], boxes[:, 1, None]
+    x1, y1 = x0 + boxes[:, 2, None], y0 + boxes[:, 3, None]
+    mx = ((xs - x0 + 0.5).clamp(0, 1) * (x1 - xs + 0.5).clamp(0, 1))  # [N, W]
+    my = ((ys - y0 + 0.5).clamp(0, 1) * (y1 - ys + 0.5).clamp(0, 1))  # [N, H]
+    return (my[:, :, None] * mx[:, None, :])[:, None]
+
+
+def kl_divergence(mean: Tensor, logvar: Tensor) -> Tensor:
+    """KL(N(mean, exp(logvar)) ‖ N(0, 1)) averaged over every latent element (nats per element)."""
+    return 0.5 * (mean * mean + logvar.exp() - 1.0 - logvar).mean()
+
+
+def reconstruction_loss(recon: Tensor, target: Tensor, weight: Tensor | None = None, *,
+                        ssim_weight: float = 0.2) -> tuple[Tensor, dict]:
+    """``weighted L1 + ssim_weight · (1 − weighted SSIM)`` of videos ``[B, 3, T, H, W]`` in [-1, 1].
+
+    ``weight`` ``[B·T, 1, H, W]`` (e.g. ``1 + (mouth_weight − 1) · mouth mask``) scales each pixel's
+    share; both terms are normalised by the weights' mean, so the loss scale does not depend on it.
+    Returns the loss and its parts (floats) for logging."""
+    r, t = video_to_frames(recon), video_to_frames(target)
+    if weight is None:
+        weight = torch.ones_like(r[:, :1])
+    l1 = ((r - t).abs() * weight).mean() / weight.mean()
+    parts = {"l1": float(l1.detach())}
+    loss = l1
+    if ssim_weight:
+        s = ssim_map(r, t)
+        k = (weight.shape[-1] - s.shape[-1]) // 2
+        w = weight[..., k:k + s.shape[-2], k:k + s.shape[-1]]
+        s_mean = (s * w).mean() / w.mean()
+        loss = loss + ssim_weight * (1.0 - s_mean)
+        parts["ssim"] = float(s_mean.detach())
+    return loss, parts

@@ -1,0 +1,355 @@
+"""``VideoVAE``: a small causal video autoencoder for the generated face region.
+
+Shapes (defaults: 128² region, 8 latent channels, 16× spatial compression, no temporal compression)::
+
+    x  float32 [B, 3, T, H, W]  in [-1, 1]   ──encode──▶  z  float32 [B, C, T, H/16, W/16]  (~unit variance)
+    z                                          ──decode──▶  x̂  float32 [B, 3, T, H, W]  (≈ [-1, 1], not clamped)
+
+**Architecture.** Per frame it is a plain 2-D conv autoencoder: a ``patch_size`` pixel-unshuffle (no
+conv runs at full resolution), then per level GroupNorm/SiLU residual blocks and a stride-2 conv down to
+the next width (``block_out_channels`` = widths per level), a middle block, and a 3×3 conv to the latent
+moments; the decoder mirrors it (nearest ×2 upsampling, each followed by a conv to the next width) and
+ends in a pixel shuffle. Spatial compression is
+``patch_size · 2^(len(block_out_channels) - 1)`` (2 · 8 = 16 by default). GroupNorm normalises each frame
+on its own, so no statistic mixes frames. Frames run in channels-last layout (about twice as fast on CPU
+with oneDNN, and what cuDNN prefers in half precision).
+
+**Causal in time.** The residual blocks of the coarser levels (``temporal_from_level`` on) and the
+middle blocks also have a temporal branch: a ``(temporal_kernel, 1, 1)``
+convolution that sees frame ``t`` and the ``temporal_kernel - 1`` frames before it, never after
+(zero-initialised, so a fresh model starts as a per-frame image autoencoder). Before the first frame
+of a stream the missing past is the first frame repeated (a still image encodes like a still video).
+Streaming: each temporal conv keeps its last ``temporal_kernel - 1`` input frames in a **cache**,
+a plain ``dict[str, Tensor]`` passed in and returned (flash-linear-attention style, never hidden in
+the module)::
+
+    cache = None
+    for z_chunk in chunks:                      # [B, C, T_chunk, h, w], any T_chunk >= 1
+        frames, cache = vae.decode(z_chunk, cache)
+
+gives the same frames as ``vae.decode(z_all)`` (to float rounding, ~1e-6). The encoder works the same
+way (``encode(x_chunk, cache)``); encoder and decoder caches are separate dicts.
+
+**Latent.** A diagonal Gaussian posterior (KL-regularised with a small weight while training, which
+keeps the latent smooth and bounded so a denoiser's small errors decode gracefully), then a
+per-channel shift/scale stored in the config (``latent_mean`` / ``latent_std``, measured on the
+training frames after training by :func:`~.train.train_vae`) so that what :meth:`VideoVAE.encode`
+returns and :meth:`VideoVAE.decode` takes has about zero mean and unit variance per channel —
+the scale the denoiser expects. ``encode`` returns the posterior mean unless ``sample=True``.
+"""
+from __future__ import annotations
+
+from typing import Sequence
+
+import torch
+import torch.nn.functional as F
+from diffusers import ConfigMixin, ModelMixin
+from diffusers.configuration_utils import register_to_config
+from torch import Tensor, nn
+
+Cache = dict[str, Tensor]
+
+
+class _CacheIO:
+    """Threads a cache dict through one encode/decode call: reads the old one, collects the new one."""
+
+    def __init__(self, old: Cache | None):
+        self.old = old or {}
+        self.new: Cache = {}
+
+
+class CausalTemporalConv(nn.Module):
+    """Convolution along time over ``kernel`` frames that only looks back.
+
+    ``forward(x [B·T, C, H, W], frames=T, io)`` → ``[B·T, C, H, W]``: output frame ``t`` is a linear map
+    of input frames ``t - kernel + 1 .. t`` at the same pixel (a ``(kernel, 1, 1)`` conv, computed as one
+    matmul over the stacked window in channels-last layout). The past comes from
+    ``io.old[self.cache_key]`` (``[B, kernel - 1, H, W, C]``) or, at the start of a stream, from the first
+    frame repeated; the last ``kernel - 1`` frames are put in ``io.new`` for the next call. Weights start
+    at zero (the branch is off until trained).
+    """
+
+    def __init__(self, channels: int, kernel: int):
+        super().__init__()
+        self.kernel = kernel
+        self.cache_key = ""  # set by VideoVAE to the module's name
+        self.proj = nn.Linear(kernel * channels, channels)
+        nn.init.zeros_(self.proj.weight)
+        nn.init.zeros_(self.proj.bias)
+
+    def forward(self, x: Tensor, frames: int, io: _CacheIO) -> Tensor:
+        k = self.kernel
+        bt, c, h, w = x.shape
+        xl = x.permute(0, 2, 3, 1).reshape(bt // frames, frames, h, w, c)  # free for channels-last x
+        if k > 1:
+            past = io.old.get(self.cache_key)
+            if past is None:
+                past = xl[:, :1].expand(-1, k - 1, -1, -1, -1)
+            elif past.shape[0] != xl.shape[0] or past.shape[2:] != xl.shape[2:]:
+                raise ValueError(f"VideoVAE cache entry {self.cache_key!r} has shape {list(past.shape)}, which does "
+                                 f"not fit frames [B={xl.shape[0]}, H={h}, W={w}, C={c}]; was the cache made for "
+                                 f"another batch or size?")
+            xp = torch.cat([past.to(xl.dtype), xl], dim=1)  # [B, k - 1 + T, H, W, C]
+            io.new[self.cache_key] = xp[:, -(k - 1):].detach().clone()
+            xl = torch.cat([xp[:, j:j + frames] for j in range(k)], dim=-1)  # [B, T, H, W, k·C], oldest first
+        y = self.proj(xl)
+        return y.reshape(bt, h, w, c).permute(0, 3, 1, 2)
+
+
+class ResBlock(nn.Module):
+    """Residual block on ``[B·T, C, H, W]`` frames: two GroupNorm→SiLU→3×3 convs, then (when
+    ``temporal_kernel`` is not None) the causal temporal branch ``x + tconv(SiLU(GroupNorm(x)))``."""
+
+    def __init__(self, c_in: int, c_out: int, groups: int, temporal_kernel: int | None):
+        super().__init__()
+        self.norm1 = nn.GroupNorm(groups, c_in)
+        self.conv1 = nn.Conv2d(c_in, c_out, 3, padding=1)
+        self.norm2 = nn.GroupNorm(groups, c_out)
+        self.conv2 = nn.Conv2d(c_out, c_out, 3, padding=1)
+        self.skip = nn.Conv2d(c_in, c_out, 1) if c_in != c_out else nn.Identity()
+        self.temporal = temporal_kernel is not None
+        if self.temporal:
+            self.norm_t = nn.GroupNorm(groups, c_out)
+            self.tconv = CausalTemporalConv(c_out, temporal_kernel)
+
+    def forward(self, x: Tensor, frames: int, io: _CacheIO) -> Tensor:
+        h = self.conv1(F.silu(self.norm1(x)))
+        h = self.conv2(F.silu(self.norm2(h)))
+        x = self.skip(x) + h
+        if self.temporal:
+            x = x + self.tconv(F.silu(self.norm_t(x)), frames, io)
+        return x
+
+
+def _groups(channels: int, groups: int) -> int:
+    if channels % groups:
+        raise ValueError(f"VideoVAE: channel width {channels} is not divisible by norm_groups={groups}")
+    return groups
+
+
+class Encoder(nn.Module):
+    """``[B·T, 3·p², H/p, W/p]`` → moments ``[B·T, 2·C, H/f, W/f]``."""
+
+    def __init__(self, c_in: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
+                 t_from: int):
+        super().__init__()
+        self.conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
+        self.blocks = nn.ModuleList()
+        self.downs = nn.ModuleList()
+        c = widths[0]
+        for i, w in enumerate(widths):
+            level = nn.ModuleList()
+            for _ in range(layers):
+                level.append(ResBlock(c, w, _groups(w, groups), kt if i >= t_from else None))
+                c = w
+            self.blocks.append(level)
+            if i < len(widths) - 1:  # stride-2 conv straight to the next width
+                self.downs.append(nn.Conv2d(c, widths[i + 1], 3, stride=2, padding=1))
+                c = widths[i + 1]
+        self.mid = ResBlock(c, c, groups, kt)
+        self.norm_out = nn.GroupNorm(groups, c)
+        self.conv_out = nn.Conv2d(c, 2 * latent, 3, padding=1)
+
+    def forward(self, x: Tensor, frames: int, io: _CacheIO) -> Tensor:
+        x = self.conv_in(x)
+        for i, level in enumerate(self.blocks):
+            for block in level:
+                x = block(x, frames, io)
+            if i < len(self.downs):
+                x = self.downs[i](x)
+        x = self.mid(x, frames, io)
+        return self.conv_out(F.silu(self.norm_out(x)))
+
+
+class Decoder(nn.Module):
+    """Latent ``[B·T, C, H/f, W/f]`` → ``[B·T, 3·p², H/p, W/p]``."""
+
+    def __init__(self, c_out: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
+                 t_from: int):
+        super().__init__()
+        n = len(widths)
+        widths = list(widths)[::-1]
+        c = widths[0]
+        self.conv_in = nn.Conv2d(latent, c, 3, padding=1)
+        self.mid = ResBlock(c, c, groups, kt)
+        self.blocks = nn.ModuleList()
+        self.ups = nn.ModuleList()
+        for i, w in enumerate(widths):
+            level = nn.ModuleList()
+            for _ in range(layers):
+                level.append(ResBlock(c, w, _groups(w, groups), kt if n - 1 - i >= t_from else None))
+                c = w
+            self.blocks.append(level)
+            if i < len(widths) - 1:  # nearest ×2, then a conv straight to the next (smaller) width
+                self.ups.append(nn.Conv2d(c, widths[i + 1], 3, padding=1))
+                c = widths[i + 1]
+        self.norm_out = nn.GroupNorm(groups, c)
+        self.conv_out = nn.Conv2d(c, c_out, 3, padding=1)
+
+    def forward(self, z: Tensor, frames: int, io: _CacheIO) -> Tensor:
+        x = self.mid(self.conv_in(z), frames, io)
+        for i, level in enumerate(self.blocks):
+            for block in level:
+                x = block(x, frames, io)
+            if i < len(self.ups):
+                x = self.ups[i](F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        return self.conv_out(F.silu(self.norm_out(x)))
+
+
+class VideoVAE(ModelMixin, ConfigMixin):
+    """Causal video autoencoder for the face region (see the module docstring).
+
+    Args:
+        in_channels: image channels (3, RGB in [-1, 1]).
+        latent_channels: C of the latent.
+        block_out_channels: conv width per resolution level; each level after the first halves the size.
+        patch_size: pixel-unshuffle factor in front of the first conv (1, 2 or 4).
+        layers_per_block / decoder_layers_per_block: residual blocks per level (encoder / decoder).
+        temporal_kernel: frames each causal temporal conv sees (itself and ``temporal_kernel - 1`` before).
+        temporal_from_level: residual blocks of levels ``>= temporal_from_level`` (0 = the finest) and the
+            middle blocks have a temporal branch; the finest levels stay per-frame (cheaper; fine detail
+            needs no temporal context).
+        norm_groups: GroupNorm groups (divides every width).
+        sample_size: side of the square region it was built/trained for (px; informational — any size that
+            is a multiple of :attr:`spatial_compression` works).
+        latent_mean / latent_std: per-channel shift and scale of the raw posterior mean (None: 0 and 1);
+            ``encode`` returns ``(raw - mean) / std``, ``decode`` undoes it.
+    """
+
+    @register_to_config
+    def __init__(self, in_channels: int = 3, latent_channels: int = 8,
+                 block_out_channels: tuple[int, ...] = (32, 64, 128, 128), patch_size: int = 2,
+                 layers_per_block: int = 1, decoder_layers_per_block: int = 1, temporal_kernel: int = 3,
+                 temporal_from_level: int = 1, norm_groups: int = 8, sample_size: int = 128,
+                 latent_mean: list[float] | None = None, latent_std: list[float] | None = None):
+        super().__init__()
+        if patch_size < 1 or not block_out_channels or min(block_out_channels) < 1:
+            raise ValueError(f"VideoVAE: patch_size={patch_size}, block_out_channels={block_out_channels} must be >= 1")
+        if temporal_kernel < 1:
+            raise ValueError(f"VideoVAE: temporal_kernel={temporal_kernel} must be >= 1")
+        if latent_channels < 1:
+            raise ValueError(f"VideoVAE: latent_channels={latent_channels} must be >= 1")
+        p2 = in_channels * patch_size * patch_size
+        self.encoder = Encoder(p2, block_out_channels, layers_per_block, latent_channels, norm_groups,
+                               temporal_kernel, temporal_from_level)
+        self.decoder = Decoder(p2, block_out_channels, decoder_layers_per_block, latent_channels, norm_groups,
+                               temporal_kernel, temporal_from_level)
+        for name, m in self.named_modules():
+            if isinstance(m, CausalTemporalConv):
+                m.cache_key = name
+        self.register_buffer("_shift", torch.zeros(1, latent_channels, 1, 1, 1), persistent=False)
+        self.register_buffer("_scale", torch.ones(1, latent_channels, 1, 1, 1), persistent=False)
+        self._load_latent_stats(latent_mean, latent_std)
+
+    # ---- geometry -----------------------------------------------------------------------------
+    @property
+    def spatial_compression(self) -> int:
+        """Image pixels per latent pixel along each side (16 by default)."""
+        c = self.config
+        return c.patch_size * 2 ** (len(c.block_out_channels) - 1)
+
+    @property
+    def latent_channels(self) -> int:
+        return self.config.latent_channels
+
+    def latent_shape(self, frames: int, height: int, width: int) -> tuple[int, int, int, int]:
+        """``(C, T, h, w)`` of the latent of ``frames`` frames of ``height × width`` pixels."""
+        self._check_size(height, width)
+        f = self.spatial_compression
+        return (self.config.latent_channels, frames, height // f, width // f)
+
+    def _check_size(self, height: int, width: int) -> None:
+        f = self.spatial_compression
+        if height % f or width % f or height <= 0 or width <= 0:
+            raise ValueError(f"VideoVAE: frame size {height}x{width} must be a positive multiple of the spatial "
+                             f"compression {f}")
+
+    # ---- latent normalisation -----------------------------------------------------------------
+    def _load_latent_stats(self, mean, std) -> None:
+        c = self.config.latent_channels
+        for name, values, default in (("latent_mean", mean, 0.0), ("latent_std", std, 1.0)):
+            if values is not None and len(values) != c:
+                raise ValueError(f"VideoVAE: {name} has {len(values)} values; expected latent_channels={c}")
+        with torch.no_grad():
+            self._shift.copy_(torch.tensor(mean if mean is not None else [0.0] * c).view(1, c, 1, 1, 1))
+            self._scale.copy_(torch.tensor(std if std is not None else [1.0] * c).view(1, c, 1, 1, 1))
+        if bool((self._scale <= 0).any()):
+            raise ValueError(f"VideoVAE: latent_std must be positive, got {std}")
+
+    def set_latent_stats(self, mean: Sequence[float], std: Sequence[float]) -> None:
+        """Store the per-channel shift/scale (in the config too, so ``save_pretrained`` keeps them)."""
+        mean, std = [float(v) for v in mean], [float(v) for v in std]
+        self._load_latent_stats(mean, std)
+        self.register_to_config(latent_mean=mean, latent_std=std)
+
+    def normalize(self, z_raw: Tensor) -> Tensor:
+        """Raw posterior latent → the ~unit-variance latent that ``encode`` returns."""
+        return (z_raw - self._shift.to(z_raw.dtype)) / self._scale.to(z_raw.dtype)
+
+    def denormalize(self, z: Tensor) -> Tensor:
+        return z * self._scale.to(z.dtype) + self._shift.to(z.dtype)
+
+    # ---- encode / decode ----------------------------------------------------------------------
+    def _check_video(self, x: Tensor, channels: int, what: str) -> None:
+        if x.dim() != 5 or x.shape[1] != channels:
+            raise ValueError(f"VideoVAE.{what}: expected a [B, {channels}, T, H, W] tensor, got {list(x.shape)}")
+
+    def encode_moments(self, x: Tensor, cache: Cache | None = None) -> tuple[Tensor, Tensor, Cache]:
+        """Posterior of ``x float [B, 3, T, H, W]`` in [-1, 1]: raw ``mean`` and ``logvar``
+        ``[B, C, T, H/f, W/f]`` (not normalised), and the encoder cache for the next chunk."""
+        self._check_video(x, self.config.in_channels, "encode")
+        b, c, t, h, w = x.shape
+        self._check_size(h, w)
+        io = _CacheIO(cache)
+        frames = F.pixel_unshuffle(x.transpose(1, 2).reshape(b * t, c, h, w), self.config.patch_size)
+        m = self.encoder(frames.contiguous(memory_format=torch.channels_last), t, io)
+        m = m.reshape(b, t, *m.shape[1:]).transpose(1, 2)
+        mean, logvar = m.chunk(2, dim=1)
+        return mean, logvar.clamp(-20.0, 10.0), io.new
+
+    def encode(self, x: Tensor, cache: Cache | None = None, *, sample: bool = False,
+               generator: torch.Generator | None = None) -> tuple[Tensor, Cache]:
+        """``x float [B, 3, T, H, W]`` in [-1, 1] → (normalised latent ``[B, C, T, H/f, W/f]``, cache).
+        The posterior mean, or a sample of it when ``sample``."""
+        mean, logvar, cache = self.encode_moments(x, cache)
+        z = mean
+        if sample:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            z = mean + torch.exp(0.5 * logvar) * noise
+        return self.normalize(z), cache
+
+    def decode_raw(self, z_raw: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+        """Decode a raw (not normalised) latent; see :meth:`decode`."""
+        self._check_video(z_raw, self.config.latent_channels, "decode")
+        b, c, t, h, w = z_raw.shape
+        io = _CacheIO(cache)
+        frames = z_raw.transpose(1, 2).reshape(b * t, c, h, w).contiguous(memory_format=torch.channels_last)
+        x = self.decoder(frames, t, io)
+        x = F.pixel_shuffle(x, self.config.patch_size)
+        return x.reshape(b, t, *x.shape[1:]).transpose(1, 2), io.new
+
+    def decode(self, z: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+        """Normalised latent ``z float [B, C, T, h, w]`` → (frames ``[B, 3, T, h·f, w·f]`` ≈ [-1, 1],
+        decoder cache). Pass the returned cache with the next chunk of the same stream; None starts one."""
+        self._check_video(z, self.config.latent_channels, "decode")
+        return self.decode_raw(self.denormalize(z), cache)
+
+    def forward(self, x: Tensor, sample: bool = True, generator: torch.Generator | None = None):
+        """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar)."""
+        mean, logvar, _ = self.encode_moments(x)
+        z = mean
+        if sample:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            z = mean + torch.exp(0.5 * logvar) * noise
+        recon, _ = self.decode_raw(z)
+        return recon, mean, logvar
+
+
+def frames_to_uint8(x: Tensor) -> Tensor:
+    """``[..., 3, H, W]`` in [-1, 1] → ``uint8 [..., H, W, 3]`` (rounded, clamped)."""
+    return ((x.float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).movedim(-3, -1)
+
+
+def uint8_to_frames(x: Tensor) -> Tensor:
+    """``uint8 [..., H, W, 3]`` → ``float32 [..., 3, H, W]`` in [-1, 1]."""
+    return x.movedim(-1, -3).float() / 127.5 - 1.0

@@ -1,0 +1,82 @@
+"""``VAEDecode``: latent chunks in, face-region frames out (the avatar pipeline's decode stage).
+
+    Denoiser ──latent float32 [C, T_chunk, h, w]──▶ VAEDecode ──face uint8 [H, W, 3]──▶ Composite
+
+One input frame is a chunk of ``T_chunk`` (1–4) normalised latent frames of one stream; the stage
+decodes it with the decoder cache of the previous chunks (so a stream decodes exactly as a whole video
+would) and writes **one output frame per latent frame**, in order. Frame ``i`` of a chunk gets
+
+    pts = chunk.pts + clock.ticks_from_frame(i, fps)
+
+i.e. the chunk's pts is the pts of its first frame and the next ones follow at the frame period
+(exact at 25 / 30 / 50 / 60 fps with the 48 kHz clock). Flags of the chunk (``INTERRUPTED``,
+``DISCONTINUITY``) go on its first frame only. ``reset()`` (barge-in) drops the cache, so the next chunk
+starts a new stream (its past is its own first frame repeated).
+"""
+from __future__ import annotations
+
+import torch
+
+from framegraph.stream import Flag, PortSpec, Stage
+
+from .model import VideoVAE
+
+
+class VAEDecode(Stage):
+    """Decode streamed latent chunks to face-region frames.
+
+    Args:
+        model: a :class:`VideoVAE` or a folder saved with ``save_pretrained``.
+        size: ``(H, W)`` of the decoded region in px, or one int for a square (default: the model's
+            ``sample_size``); latent size is ``size / model.spatial_compression``.
+        chunk_frames: latent frames per input chunk (1–4).
+        fps: video frame rate (pts spacing of the frames of one chunk).
+        device: where the latent arrives, the model runs and the frames are written.
+        dtype: compute dtype of the decoder (``torch.float16`` / ``bfloat16`` on a GPU for speed).
+
+    Ports: in ``"latent"`` ``float32 [C, chunk_frames, H/f, W/f]``; out ``"face"`` ``uint8 [H, W, 3]``
+    (RGB, one frame per write), both on ``device``.
+    """
+
+    def __init__(self, model: VideoVAE | str, *, size: int | tuple[int, int] | None = None, chunk_frames: int = 1,
+                 fps: float = 25.0, device: str = "cpu", dtype: torch.dtype = torch.float32,
+                 name: str = "vae_decode"):
+        super().__init__(name)
+        self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model)
+        self.model = self.model.to(device).eval().requires_grad_(False)
+        if next(self.model.parameters()).dtype != dtype:
+            self.model = self.model.to(dtype)
+        if not 1 <= int(chunk_frames) <= 4:
+            raise ValueError(f"VAEDecode: chunk_frames={chunk_frames} must be 1..4 latent frames")
+        if fps <= 0:
+            raise ValueError(f"VAEDecode: fps={fps} must be positive")
+        size = size if size is not None else self.model.config.sample_size
+        h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
+        c, t, lh, lw = self.model.latent_shape(int(chunk_frames), h, w)  # checks the size
+        self.size, self.chunk_frames, self.fps, self.dtype = (h, w), int(chunk_frames), fps, dtype
+        self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
+        self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
+        self.cache = None
+        self.frames_out = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.cache = None
+        self.frames_out = 0
+
+    def reset(self) -> None:
+        self.cache = None
+
+    @torch.inference_mode()
+    def process(self, inputs, out):
+        chunk = inputs["latent"]
+        z = chunk.data[None].to(self.dtype)  # [1, C, T, h, w]
+        frames, self.cache = self.model.decode(z, self.cache)
+        rgb = ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0)  # [T, H, W, 3]
+        for i in range(self.chunk_frames):
+            f = out.write("face")
+            f.data.copy_(rgb[i])  # float → uint8 cast in the copy
+            f.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
+            if i:
+                f.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)
+            self.frames_out += 1

@@ -1,0 +1,301 @@
+"""The video VAE: 16× compression, causality, streaming decode, save/load, training, the VAEDecode stage."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
+from framegraph.models.vae import (CausalTemporalConv, VAEDecode, VideoVAE, box_mask, crop_frames,
+                                   face_clips_from_frames, face_crop_box, frames_to_uint8, load_face_clips,
+                                   mouth_box_for_frame, psnr, ssim, train_vae)
+from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+
+# 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
+TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    """Tiny models on a shared CPU run several times faster on one thread than on many."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def tiny_vae(seed: int = 0, **kw) -> VideoVAE:
+    """A tiny VAE whose temporal branches are switched on (random weights), so time mixing is tested."""
+    torch.manual_seed(seed)
+    model = VideoVAE(**{**TINY, **kw}).eval()
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, CausalTemporalConv):
+                m.proj.weight.normal_(0.0, 0.1)
+    return model
+
+
+@pytest.fixture(scope="module")
+def face_regions():
+    """Synthetic talking frames of the shipped portrait (jaw opening, blinks), cut to a 32² face region,
+    with the mouth box of each frame in region px."""
+    portrait = astronaut_portrait()
+    renderer = PortraitRenderer(portrait)
+    crop = face_crop_box((portrait.height, portrait.width), portrait.face_box, portrait.mouth_box)
+    jaw = [0.5 + 0.5 * np.sin(0.9 * i) for i in range(10)]
+    frames = torch.stack([renderer.render(FaceParams(jaw_open=float(j), blink=float(i % 5 == 0)))
+                          for i, j in enumerate(jaw)])
+    pmeta = {"mouth_box": list(portrait.mouth_box)}
+    s = 32 / crop[2]
+    boxes = torch.tensor([[(b[0] - crop[0]) * s, (b[1] - crop[1]) * s, b[2] * s, b[3] * s]
+                          for b in (mouth_box_for_frame(pmeta, {"jaw_open": j}) for j in jaw)], dtype=torch.float32)
+    return crop_frames(frames, crop, 32), boxes
+
+
+# ---- shapes ------------------------------------------------------------------------------------
+def test_default_model_compresses_16x_in_space_and_keeps_every_frame():
+    torch.manual_seed(0)
+    vae = VideoVAE().eval()
+    assert vae.spatial_compression == 16 and vae.latent_channels == 8
+    x = torch.rand(1, 3, 2, 128, 128) * 2 - 1
+    with torch.no_grad():
+        z, _ = vae.encode(x)
+        y, _ = vae.decode(z)
+    assert z.shape == (1, 8, 2, 8, 8)
+    assert y.shape == x.shape and y.dtype == torch.float32
+    assert vae.latent_shape(4, 256, 256) == (8, 4, 16, 16)
+    assert vae.latent_shape(1, 128, 128) == (8, 1, 8, 8)
+
+
+def test_bad_shapes_and_configs_say_what_is_wrong():
+    vae = tiny_vae()
+    with pytest.raises(ValueError, match="multiple of the spatial compression 16"):
+        vae.encode(torch.zeros(1, 3, 1, 40, 32))
+    with pytest.raises(ValueError, match=r"\[B, 3, T, H, W\]"):
+        vae.encode(torch.zeros(1, 3, 32, 32))
+    with pytest.raises(ValueError, match=r"\[B, 4, T, H, W\]"):
+        vae.decode(torch.zeros(1, 8, 1, 2, 2))
+    with pytest.raises(ValueError, match="latent_mean has 3 values"):
+        VideoVAE(**TINY, latent_mean=[0.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match="norm_groups"):
+        VideoVAE(block_out_channels=(12, 24), norm_groups=8)
+    _, cache = vae.decode(torch.zeros(2, 4, 1, 2, 2))
+    with pytest.raises(ValueError, match="another batch or size"):
+        vae.decode(torch.zeros(1, 4, 1, 2, 2), cache)
+
+
+# ---- time ---------------------------------------------------------------------------------------
+def test_changing_a_frame_changes_only_that_frame_and_later_ones():
+    vae = tiny_vae()
+    x = torch.rand(1, 3, 6, 32, 32) * 2 - 1
+    x2 = x.clone()
+    x2[:, :, 3] = -x2[:, :, 3]
+    with torch.no_grad():
+        z, _ = vae.encode(x)
+        z2, _ = vae.encode(x2)
+        y, _ = vae.decode(z)
+        y2, _ = vae.decode(z2)
+        zb = z.clone()
+        zb[:, :, 3] += 1.0
+        yb, _ = vae.decode(zb)
+    assert torch.equal(z[:, :, :3], z2[:, :, :3])  # encoder: the past does not see the future
+    assert torch.equal(y[:, :, :3], y2[:, :, :3])
+    assert torch.equal(y[:, :, :3], yb[:, :, :3])  # decoder alone too
+    for later in (3, 4, 5):  # ... and the change does reach the frame and the ones after it
+        assert (y[:, :, later] - yb[:, :, later]).abs().max() > 1e-3
+        assert (z[:, :, later] - z2[:, :, later]).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("dtype,tol", [(torch.float32, 1e-5), (torch.float64, 1e-10)])
+def test_streaming_chunk_by_chunk_equals_decoding_the_whole_video(dtype, tol):
+    vae = tiny_vae().double() if dtype == torch.float64 else tiny_vae()
+    x = (torch.rand(2, 3, 9, 32, 32) * 2 - 1).to(dtype)
+    with torch.no_grad():
+        z_full, _ = vae.encode(x)
+        y_full, _ = vae.decode(z_full)
+        enc = dec = None
+        zs, ys = [], []
+        start = 0
+        for n in (1, 3, 2, 1, 2):  # chunks of 1-3 frames
+            z, enc = vae.encode(x[:, :, start:start + n], enc)
+            y, dec = vae.decode(z_full[:, :, start:start + n], dec)
+            zs.append(z)
+            ys.append(y)
+            start += n
+    assert start == 9
+    assert (torch.cat(zs, 2) - z_full).abs().max() <= tol
+    assert (torch.cat(ys, 2) - y_full).abs().max() <= tol
+    assert all(v.shape[1] == 2 for v in dec.values())  # the cache: the last temporal_kernel - 1 frames
+
+
+def test_save_and_load_round_trip_keeps_weights_and_latent_scale(tmp_path):
+    vae = tiny_vae()
+    vae.set_latent_stats([0.5, -0.25, 0.0, 1.0], [2.0, 0.5, 1.0, 4.0])
+    vae.save_pretrained(tmp_path)
+    cfg = json.loads((tmp_path / "config.json").read_text())
+    assert cfg["latent_std"] == [2.0, 0.5, 1.0, 4.0] and cfg["_class_name"] == "VideoVAE"
+    back = VideoVAE.from_pretrained(tmp_path).eval()
+    x = torch.rand(1, 3, 3, 32, 32) * 2 - 1
+    with torch.no_grad():
+        z, _ = vae.encode(x)
+        z_back, _ = back.encode(x)
+        raw, _, _ = vae.encode_moments(x)
+        assert torch.equal(z, z_back)
+        assert torch.allclose(z, (raw - torch.tensor([0.5, -0.25, 0.0, 1.0]).view(1, 4, 1, 1, 1))
+                              / torch.tensor([2.0, 0.5, 1.0, 4.0]).view(1, 4, 1, 1, 1))
+        assert torch.equal(vae.decode(z)[0], back.decode(z)[0])
+
+
+# ---- losses and data ----------------------------------------------------------------------------
+def test_ssim_psnr_and_box_mask_basics():
+    x = torch.rand(2, 3, 16, 16) * 2 - 1
+    assert float(ssim(x, x)) == pytest.approx(1.0, abs=1e-6)
+    assert float(ssim(x, torch.rand(2, 3, 16, 16) * 2 - 1)) < 0.2  # unrelated images
+    assert psnr(x, x) == float("inf")
+    assert psnr(x + 0.1, x) == pytest.approx(10 * np.log10(4 / 0.01), abs=0.2)
+    m = box_mask(torch.tensor([[4.0, 2.0, 6.0, 3.0]]), 10, 12)[0, 0]
+    assert m.shape == (10, 12) and float(m.sum()) == pytest.approx(18.0)
+    assert m[3, 6] == 1 and m[0, 0] == 0
+
+
+def test_face_crop_box_and_mouth_boxes_follow_the_ground_truth():
+    portrait = astronaut_portrait()
+    x, y, w, h = face_crop_box((256, 256), portrait.face_box, portrait.mouth_box)
+    assert w == h == 128 and 0 <= x and x + w <= 256 and 0 <= y and y + h <= 256
+    mx, my, mw, mh = portrait.mouth_box
+    assert x < mx and mx + mw < x + w and y < my and my + mh + 0.32 * mw < y + h  # mouth, open jaw inside
+    meta = {"mouth_box": list(portrait.mouth_box)}
+    rest = mouth_box_for_frame(meta, {"jaw_open": 0.0, "head": {"dx": 0.0, "dy": 0.0}})
+    moved = mouth_box_for_frame(meta, {"jaw_open": 1.0, "head": {"dx": 2.0, "dy": -1.0}})
+    assert moved[0] == rest[0] + 2 and moved[1] == rest[1] - 1 and moved[3] > rest[3] + 10
+    with pytest.raises(ValueError, match="too small"):
+        face_crop_box((20, 20), (2, 2, 10, 10))
+
+
+def test_load_face_clips_reads_mp4_and_json(tmp_path):
+    from framegraph.stream.media import MP4Sink
+
+    portrait = astronaut_portrait()
+    renderer = PortraitRenderer(portrait)
+    faces = [FaceParams(jaw_open=j) for j in (0.0, 0.5, 1.0, 0.5)]
+
+    class Faces(Stage):
+        def __init__(self):
+            super().__init__("faces")
+            self.outputs = {"video": PortSpec((256, 256, 3), torch.uint8)}
+            self.i = 0
+
+        def process(self, inputs, out):
+            if self.i == len(faces):
+                raise EndOfStream
+            f = out.write("video")
+            f.data.copy_(renderer.render(faces[self.i]))
+            f.pts = self.ctx.clock.ticks_from_frame(self.i, 25)
+            self.i += 1
+
+    g = Graph(Clock("fast"))
+    src, sink = g.add(Faces()), g.add(MP4Sink(tmp_path / "clip_00000.mp4", width=256, height=256, fps=25,
+                                              audio_rate=None))
+    g.connect(src, sink)
+    g.run()
+    (tmp_path / "clip_00000.json").write_text(json.dumps({
+        "portrait": portrait.to_json(),
+        "frames": [{"index": i, "jaw_open": f.jaw_open, "head": {"dx": 0.0, "dy": 0.0}} for i, f in enumerate(faces)]}))
+    clips = load_face_clips(tmp_path, size=64)
+    assert clips.crop_box == face_crop_box((256, 256), portrait.face_box, portrait.mouth_box)
+    assert len(clips.frames) == 1 and clips.frames[0].shape == (4, 64, 64, 3)
+    assert clips.mouth_boxes[0].shape == (4, 4)
+    assert clips.mouth_boxes[0][2, 3] > clips.mouth_boxes[0][0, 3]  # the open jaw grows the box
+    with pytest.raises(FileNotFoundError, match="avatar synth"):
+        load_face_clips(tmp_path / "nothing")
+
+
+# ---- training -----------------------------------------------------------------------------------
+def test_a_short_training_run_raises_heldout_psnr_and_resumes(face_regions, tmp_path):
+    frames, boxes = face_regions
+    data = face_clips_from_frames(frames, boxes)
+    res = train_vae(data, tmp_path, steps=30, batch=4, clip_frames=2, lr=3e-3, warmup=5, seed=0,
+                    model_config=TINY,
+                    eval_every=1000, progress=False, holdout_fraction=0.2)
+    rep = res.report
+    assert rep["heldout_final"]["psnr_db"] > rep["heldout_initial"]["psnr_db"] + 4.0
+    assert np.mean([h["loss"] for h in res.history[-5:]]) < 0.7 * np.mean([h["loss"] for h in res.history[:3]])
+    saved = json.loads((tmp_path / "train_report.json").read_text())
+    assert saved["steps"] == 30 and (tmp_path / "config.json").exists()
+    # the latent the denoiser sees has ~unit variance per channel on the training frames
+    model = VideoVAE.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        z, _ = model.encode(frames[:8].permute(3, 0, 1, 2)[None].float() / 127.5 - 1)
+    std = z.transpose(0, 1).reshape(z.shape[1], -1).std(dim=1)
+    assert torch.all((std > 0.7) & (std < 1.3)), std
+    # resume from the checkpoint: continues at step 30 up to 33
+    more = train_vae(data, tmp_path, steps=33, batch=4, clip_frames=2, progress=False, eval_every=1000,
+                     holdout_fraction=0.2)
+    assert more.report["steps"] == 33 and [h["step"] for h in more.history[-3:]] == [31, 32, 33]
+    assert len(more.history) == 33
+
+
+# ---- the stage ------------------------------------------------------------------------------------
+class LatentChunks(Stage):
+    """Source: ``latents [C, T_total, h, w]`` in chunks of ``chunk`` frames, pts of each chunk's first frame."""
+
+    def __init__(self, latents: torch.Tensor, chunk: int, fps: float):
+        super().__init__("latents")
+        self.latents, self.chunk, self.fps = latents, chunk, fps
+        c, _, h, w = latents.shape
+        self.outputs = {"latent": PortSpec((c, chunk, h, w), torch.float32)}
+        self.i = 0
+
+    def process(self, inputs, out):
+        start = self.i * self.chunk
+        if start >= self.latents.shape[1]:
+            raise EndOfStream
+        f = out.write("latent")
+        f.data.copy_(self.latents[:, start:start + self.chunk])
+        f.pts = self.ctx.clock.ticks_from_frame(start, self.fps)
+        self.i += 1
+
+
+class CollectFaces(Stage):
+    def __init__(self, h, w):
+        super().__init__("faces")
+        self.inputs = {"face": PortSpec((h, w, 3), torch.uint8)}
+        self.got = []
+
+    def process(self, inputs, out):
+        f = inputs["face"]
+        self.got.append((f.pts, f.data.clone()))
+
+
+def test_vae_decode_stage_streams_frames_with_pts_in_a_graph():
+    vae = tiny_vae()
+    torch.manual_seed(1)
+    latents = torch.randn(4, 12, 2, 2)  # 6 chunks of 2 latent frames
+    with torch.no_grad():
+        expected = frames_to_uint8(vae.decode(latents[None])[0][0].transpose(0, 1))  # [12, 32, 32, 3]
+    g = Graph(Clock("fast"))
+    src = g.add(LatentChunks(latents, chunk=2, fps=25))
+    dec = g.add(VAEDecode(vae, size=32, chunk_frames=2, fps=25))
+    sink = g.add(CollectFaces(32, 32))
+    g.connect(src, dec)
+    g.connect(dec, sink, capacity=4)
+    g.run(timeout=60)
+    assert len(sink.got) == 12 and dec.frames_out == 12
+    assert [p for p, _ in sink.got] == [1920 * k for k in range(12)]  # 25 fps at 48 kHz ticks
+    got = torch.stack([d for _, d in sink.got])
+    assert (got.int() - expected.int()).abs().max() <= 1  # same as decoding the whole video (±1 rounding)
+    assert dec.cache is not None
+    dec.reset()
+    assert dec.cache is None
+
+
+def test_vae_decode_stage_checks_its_arguments():
+    vae = tiny_vae()
+    with pytest.raises(ValueError, match="chunk_frames=5"):
+        VAEDecode(vae, size=32, chunk_frames=5)
+    with pytest.raises(ValueError, match="multiple of the spatial compression"):
+        VAEDecode(vae, size=40)
+    stage = VAEDecode(vae, size=(32, 64), chunk_frames=3)
+    assert stage.inputs["latent"].shape == (4, 3, 2, 4) and stage.outputs["face"].shape == (32, 64, 3)

@@ -17,6 +17,7 @@ BENCHES = {
     "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
     "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
     "render": ("framegraph.apps.bench_render", "Gaussian-splatting render speed per backend"),
+    "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
     "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
 }
 

@@ -143,13 +143,16 @@ def _percentiles(values: list[float]) -> dict:
 
 async def stream_session(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                          audio: np.ndarray | None = None, seconds: float | None = None, token: str | None = None,
-                         out: str | None = None, end_timeout_s: float = 15.0) -> dict:
+                         out: str | None = None, end_timeout_s: float = 15.0,
+                         latency_trace: list | None = None) -> dict:
     """Run one session against a server and return the summary dict (see the module docstring).
 
     Args:
         audio: int16 mono 16 kHz samples to stream in real time (needed by pipelines with audio input).
         seconds: stop after this long (default: when the audio ends, or when the server ends).
         out: record received video (+ audio) to this MP4.
+        latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
+            appended to it (for soak runs that look at latency over time).
     """
     from websockets.asyncio.client import connect
     from websockets.exceptions import ConnectionClosed, InvalidStatus
@@ -235,6 +238,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
                         frames_ns.append(now)
                         if header.flags & MediaFlag.CLIENT_CLOCK:
                             g2g_ms.append((now - header.capture_ns) / 1e6)
+                            if latency_trace is not None:
+                                latency_trace.append((now, g2g_ms[-1]))
                         server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
                         compute_ms.append(header.compute_us / 1e3)
                         encode_ms.append(header.encode_us / 1e3)

@@ -1,0 +1,149 @@
+"""Streaming-server benchmark: RSS over many sessions, and latency / FPS over a long soak.
+
+    framegraph bench server --out benchmarks/results/cpu/server.json            # 100 sessions + 10-min soak
+    framegraph bench server --out /tmp/server.json --quick                       # small, a smoke test
+
+A real server runs in this process on a loopback port (``serve_in_thread``) and a real WebSocket client
+(``framegraph client``'s ``stream_session``) talks to it, so the RSS figures cover both. Two phases:
+
+1. **sessions** — ``--sessions`` sessions one after another, each streaming ``--session-seconds`` of
+   speech-like audio in real time through ``--pipeline`` (default ``scope``); RSS after each (after a
+   garbage collection), and its growth from the end of the warm-up (the first 10 %) to the end.
+2. **soak** — one session streaming ``--soak-seconds`` of audio: glass-to-glass latency p50/p95 per
+   minute (flat means no drift or queue growth), frames presented as a fraction of the target FPS.
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import json
+import os
+import threading
+import time
+
+import numpy as np
+
+from .bench_runtime import _rss_bytes
+from .benchmeta import bench_metadata
+
+
+def speech_like(seconds: float, rate: int = 16_000, seed: int = 0) -> np.ndarray:
+    """Voiced bursts (harmonics of a wandering pitch, 150–600 ms) separated by short silences, int16."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(int(seconds * rate), np.float64)
+    i = 0
+    while i < len(out):
+        n = int(rng.uniform(0.15, 0.6) * rate)
+        t = np.arange(min(n, len(out) - i)) / rate
+        f0 = rng.uniform(100, 220) * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))
+        phase = 2 * np.pi * np.cumsum(f0) / rate
+        burst = sum(np.sin(k * phase) / k for k in range(1, 6)) * np.hanning(len(t))
+        out[i:i + len(t)] = 0.3 * burst
+        i += len(t) + int(rng.uniform(0.05, 0.3) * rate)
+    return (np.clip(out, -1, 1) * 32767).astype(np.int16)
+
+
+def _framegraph_threads() -> int:
+    return sum(1 for t in threading.enumerate() if t.name.startswith("framegraph:"))
+
+
+def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
+    from .client import stream_session
+
+    audio = speech_like(seconds)
+    rss, fps, g2g = [], [], []
+    for i in range(n):
+        s = asyncio.run(stream_session(url, pipeline, {}, audio=audio))
+        gc.collect()
+        rss.append(_rss_bytes())
+        fps.append(s["fps"])
+        g2g.append(s["glass_to_glass"].get("p50_ms"))
+    warm = max(1, n // 10)
+    base, last = rss[warm - 1], rss[-1]
+    time.sleep(0.5)
+    return {"sessions": n, "session_seconds": seconds, "pipeline": pipeline,
+            "rss_mib": [round(b / 2**20, 2) for b in rss],
+            "rss_growth_percent_after_warmup": 100.0 * (last - base) / base,
+            "fps_per_session_median": float(np.median(fps)),
+            "glass_to_glass_p50_ms_median": float(np.median([v for v in g2g if v is not None] or [np.nan])),
+            "framegraph_threads_left": _framegraph_threads()}
+
+
+def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
+    from .client import stream_session
+
+    trace: list[tuple[int, float]] = []
+    s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
+    if not trace:
+        return {"seconds": seconds, "error": "no frames with latency came back", "summary": s}
+    t0 = trace[0][0]
+    bins: dict[int, list[float]] = {}
+    for ns, ms in trace:
+        bins.setdefault(int((ns - t0) / 1e9 // bin_s), []).append(ms)
+    per_bin = [{"from_s": k * bin_s, "frames": len(v), "p50_ms": float(np.percentile(v, 50)),
+                "p95_ms": float(np.percentile(v, 95))} for k, v in sorted(bins.items())]
+    target = s["format"]["video"]["fps"]
+    return {"seconds": seconds, "pipeline": pipeline, "bin_seconds": bin_s, "per_bin": per_bin,
+            "first_bin_p50_ms": per_bin[0]["p50_ms"], "last_bin_p50_ms": per_bin[-1]["p50_ms"],
+            "target_fps": target, "fps": s["fps"], "fraction_of_target_fps": s["fps"] / target if target else None,
+            "time_to_first_frame_ms": s["time_to_first_frame_ms"], "glass_to_glass": s["glass_to_glass"],
+            "video_gaps": s["gaps"]["video"], "errors": s["errors"]}
+
+
+def _plot(result: dict, path: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
+    axes[0].plot(result["sessions"]["rss_mib"], marker=".")
+    axes[0].set_title(f"RSS after each of {result['sessions']['sessions']} sessions (MiB)")
+    axes[0].ticklabel_format(useOffset=False)
+    soak = result["soak"]
+    if "per_bin" in soak:
+        xs = [b["from_s"] for b in soak["per_bin"]]
+        axes[1].plot(xs, [b["p50_ms"] for b in soak["per_bin"]], label="p50")
+        axes[1].plot(xs, [b["p95_ms"] for b in soak["per_bin"]], label="p95")
+        axes[1].legend()
+    axes[1].set_title("glass-to-glass latency over the soak (ms)")
+    axes[1].set_xlabel("seconds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+    plt.close(fig)
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
+    p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
+    p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
+    p.add_argument("--soak-seconds", type=float, default=600.0, help="soak length (default 600 = 10 min)")
+    p.add_argument("--quick", action="store_true", help="10 sessions and a 6 s soak (a smoke test)")
+
+
+def run(args: argparse.Namespace) -> int:
+    from .server.app import ServerConfig, serve_in_thread
+
+    sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
+    if sessions < 2 or soak <= 0:
+        raise ValueError("--sessions must be >= 2 and --soak-seconds > 0")
+    result = bench_metadata("server")
+    with serve_in_thread(ServerConfig(host="127.0.0.1", port=0, web_root=None)) as server:
+        result["sessions"] = run_sessions(server.url, args.pipeline, sessions, args.session_seconds)
+        result["soak"] = run_soak(server.url, args.pipeline, soak, bin_s=1.0 if soak < 120 else 60.0)
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    png = os.path.splitext(args.out)[0] + ".png"
+    _plot(result, png)
+    s, k = result["sessions"], result["soak"]
+    print(f"{s['sessions']} sessions: RSS growth after warm-up {s['rss_growth_percent_after_warmup']:.2f} %, "
+          f"{s['framegraph_threads_left']} runtime threads left")
+    if "per_bin" in k:
+        print(f"soak {k['seconds']:.0f} s: g2g p50 first {k['first_bin_p50_ms']:.1f} ms → last "
+              f"{k['last_bin_p50_ms']:.1f} ms; {k['fps']:.1f} fps = {100 * k['fraction_of_target_fps']:.0f} % of target")
+    print(f"wrote {args.out} and {png}")
+    return 0

@@ -20,6 +20,22 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
+_COMMAND: str | None = None
+
+
+def set_command(argv: list[str]) -> None:
+    """Record the ``framegraph`` command line being run (``cli.main`` calls this), so a benchmark run
+    from Python (``main([...])``) records its own arguments, not the host program's."""
+    global _COMMAND
+    _COMMAND = " ".join(["framegraph", *argv])
+
+
+def _command() -> str:
+    if _COMMAND is not None:
+        return _COMMAND
+    return " ".join([os.path.basename(sys.executable)] + sys.argv)
+
+
 def bench_metadata(name: str) -> dict:
     """``{"benchmark", "device", "command", "git_commit", "date", "versions", "cuda"}``."""
     from .info import collect, device_name
@@ -28,8 +44,7 @@ def bench_metadata(name: str) -> dict:
     return {
         "benchmark": name,
         "device": device_name(),
-        "command": " ".join(["framegraph"] + sys.argv[1:]) if sys.argv and sys.argv[0].endswith("framegraph")
-        else " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": _command(),
         "git_commit": git_commit(),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "python": info["python"],

@@ -94,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     from framegraph.stream import GraphError, StageError
     from framegraph.stream.media import MediaError
 
+    from . import benchmeta
+
+    argv = sys.argv[1:] if argv is None else list(argv)
+    benchmeta.set_command(argv)
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)

@@ -14,7 +14,7 @@ SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1 chromium
 .PHONY: demo test install system-deps clean help
 
 help:
-	@echo "make demo   set up .venv and run the main job (renders the test card to out/)"
+	@echo "make demo   set up .venv, render the test card to out/, then start the live avatar demo"
 	@echo "make test   set up .venv with the test tools and run the whole suite"
 
 $(STAMP): pyproject.toml setup.py
@@ -45,7 +45,8 @@ demo: system-deps $(STAMP)
 	@mkdir -p out
 	$(BIN)/framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4 \
 	  --report out/testcard.json
-	@echo "demo: wrote out/testcard.mp4 (and its telemetry report out/testcard.json)"
+	@echo "demo: wrote out/testcard.mp4; starting the live avatar demo (Ctrl-C to stop)"
+	$(BIN)/framegraph demo
 
 test: system-deps $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -5,7 +5,18 @@
 ``synth`` writes synthetic talking clips of a portrait (MP4: H.264 + AAC 16 kHz) with a JSON of
 ground truth per frame (jaw open, lip width / round, teeth, blink, head pose offsets, state) and the
 eSpeak NG phoneme events, plus ``index.json`` listing the clips. Needs the system package
-``espeak-ng``. (``train`` and ``eval`` will join it.)
+``espeak-ng``.
+
+    framegraph avatar train --clips DIR --out AVATAR_DIR [--steps N] [--device cpu] [--resume/--no-resume]
+    framegraph avatar train --synth 24 --out AVATAR_DIR      # first makes 24 clips into AVATAR_DIR/train/clips
+
+``train`` trains an avatar bundle (VAE, latents + audio features, flow matching, few-step distillation,
+rollout training; checkpoints and resume in ``AVATAR_DIR/train``); see ``models/avatar/train.py``.
+
+    framegraph avatar eval --avatar DIR --clip FILE.mp4 --truth FILE.json --out FILE.json [--video OUT.mp4]
+
+``eval`` generates from the clip's audio and measures mouth-openness correlation with the ground truth,
+closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``).
 """
 from __future__ import annotations
 
@@ -63,6 +74,54 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0); clip i uses (seed, i)")
     s.set_defaults(avatar_func=run_synth)
 
+    t = sub.add_parser("train", help="train an avatar bundle from talking clips (or synthetic ones with --synth)",
+                       description="Train the VAE on the face region, encode the clips once, train the DiT with "
+                                   "flow matching, distil it to few steps and train it on its own rollouts. "
+                                   "Writes an avatar bundle folder (load with `framegraph render --avatar`).")
+    src = t.add_mutually_exclusive_group(required=True)
+    src.add_argument("--clips", help="folder of clip_*.mp4 + clip_*.json (framegraph avatar synth output)")
+    src.add_argument("--synth", type=_positive_int, metavar="N",
+                     help="first make N synthetic clips (into OUT/train/clips) and train on them")
+    t.add_argument("--synth-seconds", type=_positive_float, default=6.0, help="with --synth: seconds per clip (6)")
+    t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
+    t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
+    t.add_argument("--out", required=True, help="the avatar bundle folder to write")
+    t.add_argument("--steps", type=_positive_int, default=1000, help="flow-matching steps of the DiT (1000)")
+    t.add_argument("--vae-steps", type=_positive_int, default=300, help="VAE training steps (300)")
+    t.add_argument("--distill-steps", type=int, default=150, help="few-step distillation steps (150; 0: none)")
+    t.add_argument("--rollout-steps", type=int, default=150, help="rollout (anti-drift) steps (150; 0: none)")
+    t.add_argument("--batch", type=_positive_int, default=8, help="windows per DiT step (8)")
+    t.add_argument("--window", type=_positive_int, default=8, help="frames per training window (8)")
+    t.add_argument("--lr", type=_positive_float, default=1e-3, help="DiT peak learning rate (1e-3)")
+    t.add_argument("--region", type=_positive_int, default=64, help="face region side in px, multiple of 16 (64)")
+    t.add_argument("--vae-preset", choices=["tiny", "small"], default="tiny", help="VAE size (tiny)")
+    t.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny", help="DiT size (tiny)")
+    t.add_argument("--dit-width", type=_positive_int, help="override the preset's DiT width")
+    t.add_argument("--dit-depth", type=_positive_int, help="override the preset's DiT depth")
+    t.add_argument("--dit-heads", type=_positive_int, help="override the preset's DiT heads")
+    t.add_argument("--dit-patch", type=int, choices=[1, 2, 4], help="DiT patch size on the latent (default 1)")
+    t.add_argument("--sample-steps", type=_positive_int, default=2, help="sampler steps of the bundle (2)")
+    t.add_argument("--no-vad", action="store_true", help="no Silero VAD (state idle / listening only)")
+    t.add_argument("--max-clips", type=_positive_int, help="use at most this many clips")
+    t.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
+    t.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads while training")
+    t.add_argument("--seed", type=int, default=0, help="seed (0)")
+    t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue from OUT/train checkpoints (default on)")
+    t.set_defaults(avatar_func=run_train)
+
+    e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the ground truth",
+                       description="Mouth-openness correlation with the ground truth (openness measured as "
+                                   "inner-mouth dark pixels per mouth width; the estimator is also checked on the "
+                                   "real clip), closed lips in silence, identity SSIM outside the mouth.")
+    e.add_argument("--avatar", required=True, help="avatar bundle folder")
+    e.add_argument("--clip", required=True, help="a talking clip (MP4 with audio) not used in training")
+    e.add_argument("--truth", required=True, help="its ground-truth JSON")
+    e.add_argument("--out", required=True, help="where to write the metrics (JSON)")
+    e.add_argument("--video", help="also keep the generated MP4 here")
+    e.add_argument("--steps", type=_positive_int, help="sampler steps (default: the bundle's)")
+    e.set_defaults(avatar_func=run_eval)
+
 
 def run(args: argparse.Namespace) -> int:
     return args.avatar_func(args)
@@ -113,3 +172,65 @@ def run_synth(args: argparse.Namespace) -> int:
           f"to {args.out}", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0 if len(written) == args.clips else 130
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from framegraph.models.avatar.train import train_avatar
+
+    clips = args.clips
+    if args.synth:
+        clips = os.path.join(args.out, "train", "clips")
+        have = len([f for f in os.listdir(clips) if f.endswith(".json") and f.startswith("clip_")]) \
+            if os.path.isdir(clips) else 0
+        if have < args.synth:
+            ns = argparse.Namespace(out=clips, clips=args.synth, seconds=args.synth_seconds, fps=25,
+                                    portrait=args.portrait, mouth_box=None, max_side=512, seed=args.synth_seed)
+            rc = run_synth(ns)
+            if rc:
+                return rc
+    if args.region % 16:
+        print(f"framegraph avatar train: error: --region {args.region} must be a multiple of 16", file=sys.stderr)
+        return 2
+    dit = {k: v for k, v in (("width", args.dit_width), ("depth", args.dit_depth), ("heads", args.dit_heads),
+                                           ("patch_size", args.dit_patch))
+           if v is not None}
+    try:
+        res = train_avatar(clips, args.out, device=args.device, resume=args.resume, torch_threads=args.threads,
+                           vae_steps=args.vae_steps, flow_steps=args.steps, distill_steps=args.distill_steps,
+                           rollout_steps=args.rollout_steps, batch=args.batch, window=args.window, lr=args.lr,
+                           region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
+                           dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
+                           max_clips=args.max_clips, seed=args.seed)
+    except (FileNotFoundError, ValueError) as exc:
+        print(f"framegraph avatar train: error: {exc}", file=sys.stderr)
+        return 2
+    r = res.report
+    print(f"trained on {r['clips']} clips ({r['frames']} frames) in {r['timings']['total_s']:.0f} s; "
+          f"losses {json.dumps(r['losses'])}", file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from framegraph.models.avatar import AvatarError, load_avatar
+    from framegraph.models.avatar.evaluate import evaluate_avatar
+    from framegraph.stream.media import MediaError
+
+    for what, path in (("--clip", args.clip), ("--truth", args.truth)):
+        if not os.path.isfile(path):
+            print(f"framegraph avatar eval: error: {what} {path!r} does not exist", file=sys.stderr)
+            return 2
+    try:
+        avatar = load_avatar(args.avatar)
+        metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps)
+    except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
+        print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
+        return 2
+    metrics["avatar"] = os.path.abspath(args.avatar)
+    tmp = args.out + ".partial"
+    with open(tmp, "w") as f:
+        json.dump(metrics, f, indent=1)
+    os.replace(tmp, args.out)
+    print(json.dumps({k: metrics[k] for k in ("openness_corr", "estimator_corr", "identity_ssim")}), file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0

@@ -78,9 +78,10 @@ def build_parser() -> argparse.ArgumentParser:
                                    "record what comes back to MP4, and measure glass-to-glass latency.")
     client.add_arguments(p)
     p.set_defaults(func=client.run)
-    p = sub.add_parser("avatar", help="talking avatar: synthetic training clips (synth)",
+    p = sub.add_parser("avatar", help="talking avatar: synthetic clips (synth), training (train), evaluation (eval)",
                        description="Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth "
-                                   "clips of a portrait speaking espeak-ng sentences.")
+                                   "clips of a portrait speaking espeak-ng sentences; `train` trains an avatar "
+                                   "bundle (VAE, DiT, audio encoder); `eval` measures one against ground truth.")
     avatar.add_arguments(p)
     p.set_defaults(func=avatar.run)
     _bench_parsers(sub)

@@ -38,12 +38,15 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--testcard", action="store_true",
                       help="procedural test card: moving bands, frame counter, a white flash each second "
                            "with a beep exactly on it (checks A/V sync)")
+    what.add_argument("--avatar", help="an avatar bundle folder (from `framegraph avatar train`, e.g. "
+                                       "assets/avatars/astronaut); needs --audio")
     what.add_argument("--scene", help="a scene: 3DGS INRIA .ply or .splat, a 4DGS fudan-zvg checkpoint .pth "
                                       "(rendered at t = video time, looping), or a NeRF directory "
                                       "(config.json + model.safetensors, from `framegraph fit-nerf`)")
     cams = p.add_mutually_exclusive_group()
     cams.add_argument("--orbit", action="store_true", help="(with --scene) circle the scene (the default)")
     cams.add_argument("--camera-path", help="(with --scene) a nerfstudio camera_path.json")
+    p.add_argument("--audio", help="(with --avatar) the speech to animate: any file FFmpeg decodes")
     p.add_argument("--device", default=None,
                    help="(with --scene) where to render: cuda (Triton kernels) or cpu (torch reference); "
                         "default cuda when available")
@@ -144,6 +147,14 @@ def run(args: argparse.Namespace) -> int:
         graph, sink, total = build_scene_graph(args.scene, args.out, width, height, args.fps, args.seconds,
                                                args.camera_path, args.device, args.preset,
                                                args.time_duration, args.time_scale)
+    elif args.avatar:
+        if not args.audio:
+            raise ValueError("--avatar needs --audio FILE (the speech to animate)")
+        from framegraph.models.avatar import render_avatar_graph
+
+        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
+                                                 preset=args.preset)
+        width, height, args.fps = sink.width, sink.height, float(sink.fps)
     else:
         if args.camera_path or args.orbit:
             raise ValueError("--orbit and --camera-path go with --scene")

@@ -240,7 +240,7 @@ REGISTRY: dict[str, PipelineSpec] = {}
 
 # name → module that registers it when imported (heavy pipelines load their models only on first use).
 LAZY: dict[str, str] = {
-    # "avatar": "framegraph.apps.avatar_serve",
+    "avatar": "framegraph.apps.server.avatar_pipeline",
     "scene": "framegraph.apps.server.scene_pipeline",
 }
 

@@ -56,7 +56,7 @@ class AudioFeatures(Stage):
         elif model is None:
             self.model = default_encoder()
         else:
-            self.model = AudioEncoder.from_pretrained(model)
+            self.model = AudioEncoder.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval()
         self.fps = fps
         self.sample_rate = self.model.config.sample_rate

@@ -61,7 +61,7 @@ class Denoiser(Stage):
                  chunk_frames: int | None = None, seed: int = 0, budget_ms: float | None = None,
                  device: str = "cpu", torch_threads: int | None = None, name: str = "denoiser"):
         super().__init__(name)
-        self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model)
+        self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval()
         c = self.model.config
         if c.attention != "linear":

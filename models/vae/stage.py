@@ -42,7 +42,7 @@ class VAEDecode(Stage):
                  fps: float = 25.0, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  name: str = "vae_decode"):
         super().__init__(name)
-        self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model)
+        self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval().requires_grad_(False)
         if next(self.model.parameters()).dtype != dtype:
             self.model = self.model.to(dtype)

@@ -205,7 +205,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
 
         state = None
         if resume and (ckpt / TRAINER_STATE).exists():
-            model = VideoVAE.from_pretrained(ckpt)
+            model = VideoVAE.from_pretrained(ckpt, low_cpu_mem_usage=False)
             state = torch.load(ckpt / TRAINER_STATE, map_location="cpu", weights_only=True)
         elif model is None:
             with torch.random.fork_rng(devices=[]):

@@ -1,0 +1,165 @@
+"""The avatar's stream graph: audio in, full-resolution talking portrait (and the audio) out.
+
+    audio source ──audio──▶ AudioFeatures ──features──────────────────▶ Denoiser ──latent──▶ VAEDecode
+        │                                └──state──▶ StateOverride ──state──▶                 │ face
+        │                                                                                     ▼
+        └───────────────────────────────────────audio─────────────────▶ sink ◀──video── Composite
+
+Audio pts are the master: ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``
+counted from audio samples, every later stage keeps those pts, and the sink muxes by pts — so the
+video is in sync with the echoed audio however long each stage takes. A stream of ``S`` samples makes
+``ceil(S · fps / 16000)`` frames (with ``chunk_frames = 1``; larger chunks round the last one up).
+
+    from framegraph.models.avatar import load_avatar, build_avatar_graph
+    from framegraph.stream.media import AudioFileSource
+    ag = build_avatar_graph(load_avatar("assets/avatars/astronaut"), AudioFileSource("speech.wav"), out="talk.mp4")
+    ag.graph.run()
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+
+import torch
+
+from framegraph.stream import Clock, Graph, PortSpec, Stage
+
+from .bundle import Avatar
+
+STATE_MODES = ("auto", "speaking", "listening", "idle")
+
+
+class StateOverride(Stage):
+    """Passes the speaking-state vector through, or replaces it: ``mode`` ``"auto"`` (the VAD's state),
+    ``"speaking"`` / ``"listening"`` / ``"idle"`` (forced; the VAD's speech probability is kept).
+    :meth:`set_mode` may be called from any thread; it shows from the next frame."""
+
+    def __init__(self, *, device: str = "cpu", mode: str = "auto", name: str = "state"):
+        super().__init__(name)
+        from framegraph.models.audio import STATE_DIM
+
+        self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self.outputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self._lock = threading.Lock()
+        self.mode = "auto"
+        self.set_mode(mode)
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in STATE_MODES:
+            raise ValueError(f"StateOverride: mode {mode!r}; expected one of {STATE_MODES}")
+        with self._lock:
+            self.mode = mode
+
+    def process(self, inputs, out):
+        from framegraph.models.audio import IDLE, LISTENING, SPEAKING
+
+        src = inputs["state"].data
+        f = out.write("state")
+        f.data.copy_(src)
+        with self._lock:
+            mode = self.mode
+        if mode != "auto":
+            f.data[:3] = 0.0
+            f.data[{"idle": IDLE, "speaking": SPEAKING, "listening": LISTENING}[mode]] = 1.0
+
+
+@dataclass
+class AvatarGraph:
+    """What :func:`build_avatar_graph` made: the graph and its stages (``sink`` / ``audio_sink`` may be
+    None when the caller connects the outputs)."""
+
+    graph: Graph
+    source: Stage
+    features: Stage
+    state: StateOverride
+    denoiser: Stage
+    decode: Stage
+    composite: Stage
+    sink: Stage | None
+    audio_sink: Stage | None
+
+    def set_state(self, mode: str) -> None:
+        """``auto`` (VAD) or a forced ``speaking`` / ``listening`` / ``idle``."""
+        self.state.set_mode(mode)
+        self.features.set_listening(mode == "listening")
+
+
+def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None = None, *, out: str | None = None,
+                       audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: str = "fast",
+                       device: str = "cpu", steps: int | None = None, vad: bool | None = None,
+                       budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
+                       preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
+                       name: str = "avatar") -> AvatarGraph:
+    """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
+    stage with an ``"audio"`` ``int16 [320]`` output).
+
+    Args:
+        avatar: a loaded bundle (:func:`~.bundle.load_avatar`).
+        sink: the stage the composited ``"video"`` goes to (an MP4Sink, an encoder...); None with ``out``:
+            an ``MP4Sink(out)`` at the portrait's size with the audio; None without ``out``: the caller
+            connects ``composite`` itself.
+        audio_sink: where the source's audio is echoed (its ``"audio"`` input): True = ``sink`` when it has
+            an audio input, a stage, or None / False for no echo.
+        graph: add to this graph (default: a new one on ``Clock(clock)``).
+        steps / vad: override the bundle's sampler steps / VAD setting.
+        budget_ms: the Denoiser's per-chunk budget (fallbacks to fewer steps when over it).
+        max_in_flight: bound on frames between the source and the sinks.
+        video_policy: ring policy into ``sink`` (``"drop_oldest"`` for a live encoder).
+    """
+    from framegraph.models.audio import AudioFeatures
+    from framegraph.models.composite import Composite
+    from framegraph.models.dit import Denoiser
+    from framegraph.models.vae import VAEDecode
+    from framegraph.stream.media import MP4Sink
+
+    g = graph if graph is not None else Graph(Clock(clock), name=name)
+    src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
+    use_vad = avatar.vad if vad is None else vad
+    feats = g.add(AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device))
+    state = g.add(StateOverride(device=device))
+    den = g.add(Denoiser(avatar.dit, avatar.reference_latent(), steps=steps or avatar.steps, shift=avatar.shift,
+                         chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
+                         torch_threads=torch_threads))
+    dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
+                          device=device))
+    comp = g.add(Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device))
+    g.connect(src, feats, "audio", "audio", capacity=8)
+    g.connect(feats, den, "features", "features", capacity=8)
+    g.connect(feats, state, "state", "state", capacity=8)
+    g.connect(state, den, "state", "state", capacity=8)
+    g.connect(den, dec, "latent", "latent", capacity=2)
+    g.connect(dec, comp, "face", "face", capacity=max(2, avatar.chunk_frames + 1))
+    if sink is None and out is not None:
+        sink = g.add(MP4Sink(out, width=avatar.width, height=avatar.height, fps=avatar.fps,
+                             audio_rate=16_000 if audio_sink else None, preset=preset))
+    if sink is not None:
+        if sink not in g.stages:
+            g.add(sink)
+        g.connect(comp, sink, "video", "video", capacity=4, policy=video_policy)
+    if audio_sink is True:
+        audio_sink = sink if sink is not None and "audio" in sink.inputs else None
+    if audio_sink:
+        if audio_sink not in g.stages:
+            g.add(audio_sink)
+        g.connect(src, audio_sink, "audio", "audio", capacity=8)
+    return AvatarGraph(g, src, feats, state, den, dec, comp, sink, audio_sink or None)
+
+
+def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
+                        preset: str = "offline") -> tuple[Graph, Stage, int]:
+    """``framegraph render --avatar DIR --audio FILE --out FILE.mp4``: the offline graph (fast clock, MP4 with
+    the audio), its sink and the number of frames it will write (for a progress bar)."""
+    import math
+
+    from framegraph.stream.media import AudioFileSource, decode_audio
+
+    from .bundle import load_avatar
+
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    avatar = load_avatar(avatar_dir)
+    total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / 16_000)
+    ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=out, device=device, steps=steps, preset=preset)
+    return ag.graph, ag.sink, total
+
+
+__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES"]

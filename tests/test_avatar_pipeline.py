@@ -1,0 +1,89 @@
+"""The ``avatar`` WebSocket pipeline end to end on a real server (tiny random bundle in a temporary avatar
+folder): microphone audio in, full-size video + echoed audio out, live ``state`` config, ``interrupt``,
+bad options."""
+import asyncio
+import importlib
+import io
+import json
+import sys
+
+import numpy as np
+import pytest
+from PIL import Image
+from websockets.asyncio.client import connect
+
+from framegraph.apps.server import pipelines
+from framegraph.models.avatar import random_avatar, save_avatar
+
+from test_server_session import of_type, pcm_message, receive_all, running, tone
+
+
+@pytest.fixture(scope="module")
+def avatar_dir(tmp_path_factory):
+    root = tmp_path_factory.mktemp("avatars")
+    save_avatar(root / "astronaut", random_avatar())
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FRAMEGRAPH_AVATARS", str(root))
+    name = "framegraph.apps.server.avatar_pipeline"
+    was_imported, was_registered = name in sys.modules, "avatar" in pipelines.REGISTRY
+    if name in sys.modules:  # imported (and registered) earlier, with the shipped bundles
+        mp.setattr(sys.modules[name], "AVATARS_DIR", str(root))
+    else:
+        importlib.import_module(name)  # reads $FRAMEGRAPH_AVATARS
+    yield root
+    mp.undo()
+    if not was_registered:  # leave the registry as other tests expect it
+        pipelines.REGISTRY.pop("avatar", None)
+    if not was_imported:
+        sys.modules.pop(name, None)
+
+
+def test_module_refuses_to_register_without_bundles(avatar_dir, tmp_path):
+    import framegraph.apps.server.avatar_pipeline as ap
+
+    assert ap.available_avatars(str(tmp_path)) == [] and ap.available_avatars() == ["astronaut"]
+    assert pipelines.LAZY["avatar"] == "framegraph.apps.server.avatar_pipeline"
+
+
+def test_avatar_session_streams_video_and_echo_and_takes_state_and_interrupt(avatar_dir):
+    samples = tone(1.2, amp=0.3)
+
+    async def session(url):
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
+                                      "options": {"portrait": "astronaut", "steps": 1}}))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert ready["type"] == "ready", ready
+            n = len(samples) // 320
+            for i in range(n):
+                await asyncio.sleep(0.02)
+                await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+                if i == 10:
+                    await ws.send(json.dumps({"type": "config", "options": {"state": "listening"}}))
+                if i == 30:
+                    await ws.send(json.dumps({"type": "interrupt"}))
+            await ws.send(json.dumps({"type": "stop"}))
+            return ready, await receive_all(ws, 60)
+
+    with running() as srv:
+        ready, got = asyncio.run(session(srv.url))
+    assert ready["video"]["width"] == 256 and ready["video"]["height"] == 256 and ready["avatar"] == "astronaut"
+    assert ready["audio_in"]["sample_rate"] == 16000 and ready["audio_out"]["sample_rate"] == 16000
+    assert len(got["video"]) >= 20  # 1.2 s at 25 fps; a loaded CPU may drop a few live
+    assert Image.open(io.BytesIO(got["video"][-1][1])).size == (256, 256)
+    assert sum(h.payload_len for h, *_ in got["audio"]) >= 2 * 0.8 * 16000
+    applied = [m for m in of_type(got, "config")]
+    assert any(m.get("applied", {}).get("state") == "listening" for m in applied), got["control"]
+    assert got["control"][-1]["type"] == "ended"
+
+
+def test_bad_options_are_rejected(avatar_dir):
+    from framegraph.apps.server.protocol import ProtocolError
+
+    for options, what in (({"portrait": "../etc"}, "portrait"), ({"state": "shouting"}, "state"),
+                          ({"size": "320x240"}, "size"), ({"steps": 9}, "steps")):
+        with pytest.raises(ProtocolError, match=what):
+            pipelines.build("avatar", options)
+    p = pipelines.build("avatar", {"state": "idle"})
+    assert p.format["state"] == "idle" and p.apply_config(pipelines.Options({"state": "auto"}, "avatar")) == \
+        {"state": "auto"}

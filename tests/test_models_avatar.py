@@ -1,0 +1,231 @@
+"""The avatar bundle, its graph end to end (tiny random bundle: plumbing, not quality), training phases on
+two tiny synthetic clips with resume, the openness estimator and the eval / train command lines."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import wave
+
+import numpy as np
+import pytest
+import torch
+
+from framegraph.models.avatar import (AvatarError, StateOverride, build_avatar_graph, load_avatar, random_avatar,
+                                      save_avatar)
+from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream.media import AudioFileSource, read_video
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_wav(path, seconds: float, freq: float = 220.0, sr: int = 16000) -> str:
+    t = np.arange(int(round(seconds * sr))) / sr
+    x = (0.3 * 32767 * np.sin(2 * np.pi * freq * t) * (t > 0.3)).astype(np.int16)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(sr)
+        w.writeframes(x.tobytes())
+    return str(path)
+
+
+@pytest.fixture(scope="module")
+def bundle(tmp_path_factory):
+    root = tmp_path_factory.mktemp("avatar") / "astronaut"
+    save_avatar(root, random_avatar())
+    return root
+
+
+# ---- the bundle ---------------------------------------------------------------------------------------
+def test_bundle_round_trip(bundle):
+    a = load_avatar(bundle)
+    assert (a.width, a.height) == (256, 256) and a.region_size == 64 and a.crop_box[2] == a.crop_box[3]
+    assert a.reference_latent().shape == (a.vae.latent_channels, 4, 4)
+    cfg = json.loads((bundle / "avatar.json").read_text())
+    for key in ("portrait", "face_box", "region_size", "fps", "chunk_frames", "steps", "latent_norm"):
+        assert key in cfg
+    b = random_avatar()
+    for name, p in a.dit.state_dict().items():
+        assert torch.equal(p, b.dit.state_dict()[name])
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda r: (r / "avatar.json").unlink(), "avatar.json is missing"),
+    (lambda r: (r / "avatar.json").write_text("{not json"), "not valid JSON"),
+    (lambda r: shutil.rmtree(r / "dit"), "dit/ folder"),
+    (lambda r: (r / "vae" / "diffusion_pytorch_model.safetensors").unlink(), "vae/diffusion_pytorch_model"),
+    (lambda r: (r / "audio" / "config.json").write_text("[]"), "audio/"),
+    (lambda r: (r / "portrait.png").unlink(), "portrait 'portrait.png'"),
+    (lambda r: (r / "portrait.png").write_bytes(b"nope"), "not an image"),
+    (lambda r: (r / "avatar.json").write_text(json.dumps({**json.loads((r / "avatar.json").read_text()),
+                                                          "face_box": [200, 200, 128, 128]})), "outside"),
+])
+def test_bad_bundles_name_the_file(bundle, tmp_path, damage, message):
+    root = tmp_path / "a"
+    shutil.copytree(bundle, root)
+    damage(root)
+    with pytest.raises(AvatarError, match=message):
+        load_avatar(root)
+    with pytest.raises(AvatarError, match="does not exist"):
+        load_avatar(tmp_path / "nothing")
+
+
+# ---- the graph ----------------------------------------------------------------------------------------
+def test_graph_renders_full_resolution_mp4_with_audio_in_sync(bundle, tmp_path):
+    wav = write_wav(tmp_path / "a.wav", 1.3)
+    out = tmp_path / "talk.mp4"
+    ag = build_avatar_graph(load_avatar(bundle), AudioFileSource(wav), out=str(out))
+    ag.graph.run()
+    v = read_video(out)
+    assert v["frames"].shape == (33, 256, 256, 3)  # ceil(1.3 s * 25 fps)
+    assert v["fps"] == 25.0
+    assert v["audio"] is not None and abs(len(v["audio"]) / v["audio_rate"] - 1.3) < 0.1
+    assert abs(v["frame_times_s"][0] - (v["audio_start_s"] or 0.0)) < 1e-3
+    # outside the face box the frame is the portrait
+    a = load_avatar(bundle)
+    x, y, s, _ = a.crop_box
+    diff = np.abs(v["frames"][10].astype(int) - a.portrait.numpy().astype(int))
+    diff[y:y + s, x:x + s] = 0
+    assert diff.mean() < 3.0
+
+
+class ListSource(Stage):
+    def __init__(self, rows):
+        super().__init__("src")
+        self.rows, self.i = rows, 0
+        self.outputs = {"state": PortSpec((4,), torch.float32)}
+
+    def process(self, inputs, out):
+        if self.i >= len(self.rows):
+            raise EndOfStream
+        f = out.write("state")
+        f.data.copy_(torch.tensor(self.rows[self.i]))
+        f.pts = self.i
+        self.i += 1
+
+
+class Collect(Stage):
+    def __init__(self):
+        super().__init__("collect")
+        self.inputs = {"state": PortSpec((4,), torch.float32)}
+        self.got = []
+
+    def process(self, inputs, out):
+        self.got.append(inputs["state"].data.clone())
+
+
+@pytest.mark.parametrize("mode, onehot", [("auto", [0, 1, 0]), ("idle", [1, 0, 0]), ("listening", [0, 0, 1]),
+                                          ("speaking", [0, 1, 0])])
+def test_state_override(mode, onehot):
+    g = Graph(Clock("fast"))
+    src, st, sink = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode)), g.add(Collect())
+    g.connect(src, st)
+    g.connect(st, sink)
+    g.run()
+    assert [r.tolist() for r in sink.got] == [[*map(float, onehot), pytest.approx(0.9)]] * 3
+    with pytest.raises(ValueError, match="expected one of"):
+        st.set_mode("shouting")
+
+
+# ---- training, eval ------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def clips(tmp_path_factory):
+    from framegraph.models.synth import espeak_available, load_portrait, make_clip
+
+    if not espeak_available():
+        pytest.skip("needs espeak-ng")
+    folder = tmp_path_factory.mktemp("clips")
+    portrait = load_portrait()
+    for i in range(2):
+        make_clip(str(folder), i, seconds=2.0, fps=25, portrait=portrait, seed=3)
+    return folder
+
+
+TINY_RUN = dict(vae_steps=4, flow_steps=3, distill_steps=2, rollout_steps=2, batch=2, window=4, checkpoint_every=2,
+                warmup=1, dit_overrides=dict(width=32, depth=1, heads=2))
+
+
+def test_training_runs_every_phase_and_resumes(clips, tmp_path):
+    from framegraph.models.avatar.train import train_avatar
+
+    out = tmp_path / "av"
+    res = train_avatar(clips, out, progress=False, **TINY_RUN)
+    phases = [h["phase"] for h in res.history]
+    assert phases == ["flow"] * 3 + ["distill"] * 2 + ["rollout"] * 2
+    assert all(np.isfinite(h["loss"]) for h in res.history)
+    a = load_avatar(out)
+    assert a.region_size == 64 and a.mouth_box is not None and a.steps == 2
+    assert (out / "train" / "data.pt").is_file() and (out / "train_report.json").is_file()
+    # resume: the finished phases are kept, the longer rollout phase continues from its step
+    more = train_avatar(clips, out, progress=False, **{**TINY_RUN, "rollout_steps": 4})
+    assert [h["step"] for h in more.history if h["phase"] == "rollout"] == [1, 2, 3, 4]
+    assert len(more.history) == 9
+
+
+def test_openness_estimator_tracks_ground_truth_on_real_clips(clips):
+    from framegraph.models.avatar.evaluate import estimator_check
+
+    for i in range(2):
+        r = estimator_check(clips / f"clip_0000{i}.mp4", clips / f"clip_0000{i}.json")
+        assert r["corr"] is not None and r["corr"] > 0.8, r["corr"]
+
+
+def test_eval_cli_writes_metrics(clips, bundle, tmp_path):
+    from framegraph.apps.cli import main
+
+    out = tmp_path / "m.json"
+    rc = main(["avatar", "eval", "--avatar", str(bundle), "--clip", str(clips / "clip_00000.mp4"),
+               "--truth", str(clips / "clip_00000.json"), "--out", str(out)])
+    assert rc == 0
+    m = json.loads(out.read_text())
+    assert m["frames"] == 50 and 50 <= m["frames_generated"] <= 53 and m["audio_in_output"]  # AAC pads the track
+    assert m["estimator_corr"] > 0.8
+    for key in ("openness_corr", "identity_ssim", "identity_ssim_real", "silence"):
+        assert key in m
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "none"), "--clip", str(clips / "clip_00000.mp4"),
+                 "--truth", str(clips / "clip_00000.json"), "--out", str(out)]) == 2
+
+
+def test_train_cli_on_clips(clips, tmp_path):
+    from framegraph.apps.cli import main
+
+    out = tmp_path / "bundle"
+    rc = main(["avatar", "train", "--clips", str(clips), "--out", str(out), "--steps", "2", "--vae-steps", "2",
+               "--distill-steps", "1", "--rollout-steps", "1", "--batch", "2", "--window", "4", "--dit-width", "32",
+               "--dit-depth", "1", "--dit-heads", "2"])
+    assert rc == 0 and load_avatar(out).dit.config.width == 32
+    assert main(["avatar", "train", "--clips", str(tmp_path / "none"), "--out", str(out / "x")]) == 2
+
+
+def test_render_avatar_graph_counts_frames(bundle, tmp_path):
+    from framegraph.apps.runner import run_with_progress
+    from framegraph.models.avatar import render_avatar_graph
+
+    wav = write_wav(tmp_path / "b.wav", 0.9)
+    graph, sink, total = render_avatar_graph(bundle, wav, str(tmp_path / "r.mp4"), device="cpu")
+    assert total == 23
+    report = run_with_progress(graph, sink, total, desc="render")
+    assert not report["interrupted"] and sink.frames_written == total
+
+
+def test_train_cli_synth_route(tmp_path):
+    from framegraph.apps.cli import main
+    from framegraph.models.synth import espeak_available
+
+    if not espeak_available():
+        pytest.skip("needs espeak-ng")
+    out = tmp_path / "bundle"
+    rc = main(["avatar", "train", "--synth", "2", "--synth-seconds", "1.5", "--out", str(out), "--steps", "1",
+               "--vae-steps", "1", "--distill-steps", "0", "--rollout-steps", "0", "--batch", "1", "--window", "2",
+               "--dit-width", "32", "--dit-depth", "1", "--dit-heads", "2", "--no-vad"])
+    assert rc == 0
+    assert len(list((out / "train" / "clips").glob("clip_*.mp4"))) == 2
+    a = load_avatar(out)
+    assert a.steps == 4 and not a.vad  # undistilled: more sampler steps

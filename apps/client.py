@@ -144,13 +144,15 @@ def _percentiles(values: list[float]) -> dict:
 async def stream_session(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                          audio: np.ndarray | None = None, seconds: float | None = None, token: str | None = None,
                          out: str | None = None, end_timeout_s: float = 15.0,
-                         latency_trace: list | None = None) -> dict:
+                         latency_trace: list | None = None, orbit_deg_per_s: float | None = None) -> dict:
     """Run one session against a server and return the summary dict (see the module docstring).
 
     Args:
         audio: int16 mono 16 kHz samples to stream in real time (needed by pipelines with audio input).
         seconds: stop after this long (default: when the audio ends, or when the server ends).
         out: record received video (+ audio) to this MP4.
+        orbit_deg_per_s: for pipelines that take camera poses (``ready.pose_in``): send a ``pose`` per
+            frame period that orbits the server's starting camera (``ready.camera``) at this rate.
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
@@ -210,6 +212,20 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
             await asyncio.sleep(delay)
             await ws.send(json.dumps({"type": "stop"}))
 
+        async def send_orbit() -> None:
+            cam = ready.get("camera") or {}
+            fps = video["fps"]
+            t0 = time.monotonic()
+            while True:
+                await asyncio.sleep(1.0 / fps)
+                az = cam.get("azimuth_deg", 0.0) + orbit_deg_per_s * (time.monotonic() - t0)
+                matrix = orbit_pose(cam.get("target", [0, 0, 0]), cam.get("distance", 3.0), az,
+                                    cam.get("elevation_deg", 20.0))
+                await ws.send(json.dumps({"type": "pose", "matrix": matrix}))
+
+        orbiter = None
+        if orbit_deg_per_s and ready.get("pose_in"):
+            orbiter = asyncio.create_task(send_orbit())
         feeder = None
         if ready.get("audio_in"):
             feeder = asyncio.create_task(send_audio())
@@ -250,8 +266,9 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
                            "message": f"no end of session within {limit:.0f} s"})
         except ConnectionClosed:
             pass
-        if feeder is not None:
-            feeder.cancel()
+        for task in (feeder, orbiter):
+            if task is not None:
+                task.cancel()
     except (ProtocolError, ConnectionClosed) as exc:
         raise ClientError(f"session failed: {exc}") from None
     finally:
@@ -272,6 +289,17 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         "out": os.path.abspath(out) if out else None,
         "recorded_frames": recorder.frames if recorder else 0, "record_drops": recorder.dropped if recorder else 0,
     }
+
+
+def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
+    """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
+    import torch
+
+    from framegraph.apps.server.scene_pipeline import orbit_eye
+    from framegraph.renderers.cameras import look_at
+
+    eye = orbit_eye(target, distance, azimuth_deg, elevation_deg)
+    return look_at(torch.tensor(eye), torch.tensor(target, dtype=torch.float64)).tolist()
 
 
 def _gaps(seqs: list[int]) -> int:
@@ -296,6 +324,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="another pipeline option; VALUE is parsed as JSON when it can be (repeatable)")
     p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
                    help="server token (default $FRAMEGRAPH_TOKEN)")
+    p.add_argument("--scene", metavar="NAME",
+                   help="shortcut for --pipeline scene: a .ply/.splat file name in the server's scene folder "
+                        "(e.g. toy.ply), or 'random' for a random scene")
+    p.add_argument("--orbit", type=float, nargs="?", const=30.0, default=None, metavar="DEG_PER_S",
+                   help="(with --scene) orbit the camera by sending poses, at DEG_PER_S (default 30)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
 
 
@@ -319,6 +352,14 @@ def run(args: argparse.Namespace) -> int:
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
     seconds = args.seconds
+    if args.scene:
+        args.pipeline = "scene"
+        if args.scene != "random":
+            options.setdefault("ply", args.scene)
+        if seconds is None:
+            seconds = 5.0
+    elif args.orbit is not None:
+        raise ValueError("--orbit goes with --scene NAME")
     if seconds is None and audio is None and args.pipeline == "testcard":
         seconds = 5.0
     if args.pipeline == "testcard" and seconds is not None:
@@ -326,7 +367,7 @@ def run(args: argparse.Namespace) -> int:
         seconds += 2.0  # the server ends the card; stop is only the fallback
     try:
         summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
-                                             token=args.token, out=args.out))
+                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit))
     except ClientError as exc:
         print(f"framegraph client: error: {exc}", file=sys.stderr)
         return 1

@@ -90,3 +90,20 @@ def test_client_reports_refusals_clearly(server, tmp_path, capsys):
     assert rc == 1 and "unknown_pipeline" in err
     rc, _, err = run_client(["--url", server.url, "--token", "tok", "--pipeline", "scope"], capsys)
     assert rc == 1 and "--audio" in err
+
+
+def test_client_scene_orbit_sends_poses_and_the_view_turns(server, tmp_path, capsys):
+    out = tmp_path / "orbit.mp4"
+    rc, stdout, stderr = run_client(["--url", server.url, "--token", "tok", "--scene", "random", "--orbit", "90",
+                                     "--seconds", "2", "--size", "64x48", "--fps", "8", "--out", str(out),
+                                     "--json"], capsys)
+    assert rc == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["pipeline"] == "scene" and summary["video_frames"] >= 4
+    assert summary["server_stats"]["received"]["poses_in"] >= 4
+    v = read_video(out)
+    assert not np.array_equal(v["frames"][0], v["frames"][-1])  # the camera moved
+    parser = argparse.ArgumentParser()
+    client.add_arguments(parser)
+    with pytest.raises(ValueError, match="--orbit goes with --scene"):
+        client.run(parser.parse_args(["--orbit", "--url", server.url]))

@@ -118,44 +118,9 @@ def rasterize(
         coeffs = colors if colors.dim() == 4 else colors[None].expand(C, -1, -1, -1)
         colors_c = torch.clamp_min(reference.spherical_harmonics(sh_degree, dirs, coeffs) + 0.5, 0.0)
 
-    if backgrounds is not None and backgrounds.dim() == 1:
-        backgrounds = backgrounds[None].expand(C, -1)
-    if render_mode in ("RGB+D", "RGB+ED"):
-        colors_c = torch.cat([colors_c, depths[..., None]], dim=-1)
-        if backgrounds is not None:
-            backgrounds = torch.cat([backgrounds, backgrounds.new_zeros(C, 1)], dim=-1)
-    elif render_mode in ("D", "ED"):
-        colors_c = depths[..., None]
-        if backgrounds is not None:
-            backgrounds = backgrounds.new_zeros(C, 1)
-
-    tile_width, tile_height = reference.tile_grid(width, height, tile_size)
-    tiles_per_gauss, isect_ids, flatten_ids = reference.isect_tiles(
-        means2d, radii, depths, tile_size, tile_width, tile_height
-    )
-    offsets = reference.isect_offsets(isect_ids, C, tile_width, tile_height)
-
-    if chosen == "triton":
-        from . import triton as triton_backend
-
-        to_pixels = triton_backend.rasterize_to_pixels
-    else:
-        to_pixels = reference.rasterize_to_pixels
-    render_colors, render_alphas = to_pixels(
-        means2d, conics, colors_c, opacities_c, width, height, tile_size, offsets, flatten_ids,
-        backgrounds=backgrounds, alpha_cap=alpha_cap,
-    )
-    if render_mode in ("ED", "RGB+ED"):
-        expected = render_colors[..., -1:] / render_alphas.clamp(min=1e-10)
-        render_colors = torch.cat([render_colors[..., :-1], expected], dim=-1)
-
-    meta = {
-        "radii": radii, "means2d": means2d, "depths": depths, "conics": conics,
-        "opacities": opacities_c, "tiles_per_gauss": tiles_per_gauss, "isect_ids": isect_ids,
-        "flatten_ids": flatten_ids, "isect_offsets": offsets, "tile_width": tile_width,
-        "tile_height": tile_height, "tile_size": tile_size, "width": width, "height": height,
-        "n_cameras": C, "backend": chosen,
-    }
+    render_colors, render_alphas, meta = blend_projected(
+        means2d, radii, depths, conics, colors_c, opacities_c, width, height, backgrounds=backgrounds,
+        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen)
     return render_colors, render_alphas, meta
 
 
@@ -256,3 +221,56 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     if not flags[-1]:
         bad = int((quats.detach().norm(dim=-1) == 0).sum())
         raise ValueError(f"quats has {bad} zero-norm quaternions; a rotation needs a non-zero quaternion")
+
+
+def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor, colors_c: Tensor,
+                    opacities_c: Tensor, width: int, height: int, *, backgrounds: Optional[Tensor],
+                    tile_size: int, render_mode: str, alpha_cap: float, backend: str
+                    ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+    """The steps after projection, shared by 3DGS and 4DGS: depth channels for the render mode, tile
+    intersection and sort, front-to-back blending (``backend`` "triton" or "torch"), expected depth.
+
+    Args: projected Gaussians per camera — ``means2d [C, N, 2]``, ``radii [C, N, 2]``, ``depths [C, N]``,
+    ``conics [C, N, 3]``, ``colors_c [C, N, D]``, ``opacities_c [C, N]``; ``backgrounds [C, D]`` or
+    ``[D]`` or None. Returns ``(colors [C, H, W, D'], alphas [C, H, W, 1], meta)``.
+    """
+    C = means2d.shape[0]
+    if backgrounds is not None and backgrounds.dim() == 1:
+        backgrounds = backgrounds[None].expand(C, -1)
+    if render_mode in ("RGB+D", "RGB+ED"):
+        colors_c = torch.cat([colors_c, depths[..., None]], dim=-1)
+        if backgrounds is not None:
+            backgrounds = torch.cat([backgrounds, backgrounds.new_zeros(C, 1)], dim=-1)
+    elif render_mode in ("D", "ED"):
+        colors_c = depths[..., None]
+        if backgrounds is not None:
+            backgrounds = backgrounds.new_zeros(C, 1)
+
+    tile_width, tile_height = reference.tile_grid(width, height, tile_size)
+    tiles_per_gauss, isect_ids, flatten_ids = reference.isect_tiles(
+        means2d, radii, depths, tile_size, tile_width, tile_height
+    )
+    offsets = reference.isect_offsets(isect_ids, C, tile_width, tile_height)
+
+    if backend == "triton":
+        from . import triton as triton_backend
+
+        to_pixels = triton_backend.rasterize_to_pixels
+    else:
+        to_pixels = reference.rasterize_to_pixels
+    render_colors, render_alphas = to_pixels(
+        means2d, conics, colors_c, opacities_c, width, height, tile_size, offsets, flatten_ids,
+        backgrounds=backgrounds, alpha_cap=alpha_cap,
+    )
+    if render_mode in ("ED", "RGB+ED"):
+        expected = render_colors[..., -1:] / render_alphas.clamp(min=1e-10)
+        render_colors = torch.cat([render_colors[..., :-1], expected], dim=-1)
+
+    meta = {
+        "radii": radii, "means2d": means2d, "depths": depths, "conics": conics,
+        "opacities": opacities_c, "tiles_per_gauss": tiles_per_gauss, "isect_ids": isect_ids,
+        "flatten_ids": flatten_ids, "isect_offsets": offsets, "tile_width": tile_width,
+        "tile_height": tile_height, "tile_size": tile_size, "width": width, "height": height,
+        "n_cameras": C, "backend": backend,
+    }
+    return render_colors, render_alphas, meta

@@ -6,8 +6,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from framegraph.renderers.gaussians import reference as ref3d
 from framegraph.renderers.gaussians import triton_available
+from framegraph.renderers.gaussians.rasterization import blend_projected
 from framegraph.renderers.gaussians.reference import DEFAULT_ALPHA_CAP
 
 from . import reference
@@ -124,43 +124,10 @@ def rasterize_4d(
         raw = reference.sh_colors_4d(sh_degree, sh_degree_t, dirs, dt, duration, coeffs)
         colors_c = torch.clamp_min(raw + 0.5, 0.0)
 
-    if backgrounds is not None and backgrounds.dim() == 1:
-        backgrounds = backgrounds[None].expand(C, -1)
-    if render_mode in ("RGB+D", "RGB+ED"):
-        colors_c = torch.cat([colors_c, depths[..., None]], dim=-1)
-        if backgrounds is not None:
-            backgrounds = torch.cat([backgrounds, backgrounds.new_zeros(C, 1)], dim=-1)
-    elif render_mode in ("D", "ED"):
-        colors_c = depths[..., None]
-        if backgrounds is not None:
-            backgrounds = backgrounds.new_zeros(C, 1)
-
-    tile_width, tile_height = ref3d.tile_grid(width, height, tile_size)
-    tiles_per_gauss, isect_ids, flatten_ids = ref3d.isect_tiles(
-        means2d, radii, depths, tile_size, tile_width, tile_height
-    )
-    offsets = ref3d.isect_offsets(isect_ids, C, tile_width, tile_height)
-    if chosen == "triton":
-        from framegraph.renderers.gaussians import triton as triton3d
-
-        to_pixels = triton3d.rasterize_to_pixels
-    else:
-        to_pixels = ref3d.rasterize_to_pixels
-    render_colors, render_alphas = to_pixels(
-        means2d, conics, colors_c, opacities_c, width, height, tile_size, offsets, flatten_ids,
-        backgrounds=backgrounds, alpha_cap=alpha_cap,
-    )
-    if render_mode in ("ED", "RGB+ED"):
-        expected = render_colors[..., -1:] / render_alphas.clamp(min=1e-10)
-        render_colors = torch.cat([render_colors[..., :-1], expected], dim=-1)
-
-    meta = {
-        "means3d": means3d, "covars": covars6, "opacities_t": opacities_t, "keep": keep, "ids": ids,
-        "radii": radii, "means2d": means2d, "depths": depths, "conics": conics, "opacities": opacities_c,
-        "tiles_per_gauss": tiles_per_gauss, "isect_ids": isect_ids, "flatten_ids": flatten_ids,
-        "isect_offsets": offsets, "tile_width": tile_width, "tile_height": tile_height,
-        "tile_size": tile_size, "width": width, "height": height, "n_cameras": C, "backend": chosen,
-    }
+    render_colors, render_alphas, meta = blend_projected(
+        means2d, radii, depths, conics, colors_c, opacities_c, width, height, backgrounds=backgrounds,
+        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen)
+    meta.update({"means3d": means3d, "covars": covars6, "opacities_t": opacities_t, "keep": keep, "ids": ids})
     return render_colors, render_alphas, meta
 
 

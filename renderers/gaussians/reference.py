@@ -154,6 +154,28 @@ def project_gaussians(
         ``compensations [C, N]`` or None.
     """
     covars = quat_scale_to_covar(quats, scales)
+    return project_covariances(means, covars, viewmats, Ks, width, height, opacities=opacities, eps2d=eps2d,
+                               near_plane=near_plane, far_plane=far_plane, radius_clip=radius_clip,
+                               calc_compensations=calc_compensations)
+
+
+def project_covariances(
+    means: Tensor,
+    covars: Tensor,
+    viewmats: Tensor,
+    Ks: Tensor,
+    width: int,
+    height: int,
+    *,
+    opacities: Optional[Tensor] = None,
+    eps2d: float = 0.3,
+    near_plane: float = 0.01,
+    far_plane: float = 1e10,
+    radius_clip: float = 0.0,
+    calc_compensations: bool = False,
+) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
+    """:func:`project_gaussians` from world-space covariances ``covars [N, 3, 3]`` instead of
+    quaternions and scales (4DGS slices give covariances). Same arguments and returns."""
     means_c, covars_c = world_to_camera(means, covars, viewmats)
     depths = means_c[..., 2]
     in_depth = (depths >= near_plane) & (depths <= far_plane)

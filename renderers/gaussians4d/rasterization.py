@@ -107,7 +107,7 @@ def rasterize_4d(
     k_covars = reference.covar6_to_mat(covars6.index_select(0, ids))
     k_opac = opacities_t.index_select(0, ids)
 
-    radii, means2d, depths, conics = reference.project_covariances(
+    radii, means2d, depths, conics, _ = reference.project_covariances(
         k_means, k_covars, viewmats, Ks, width, height, opacities=k_opac, eps2d=eps2d,
         near_plane=near_plane, far_plane=far_plane, radius_clip=radius_clip,
     )

@@ -14,9 +14,8 @@ Gaussian Splatting" (ICLR 2024), ``rot_4d=True``:
                             temporal marginal is not above 0.05 are culled
 4. :func:`sh_colors_4d`     spherical harmonics x a cosine (Fourier) basis in time
                             (their ``eval_shfs_4d``)
-5. :func:`project_covariances`  EWA projection of the sliced 3D Gaussians; the same math as
-                            :func:`framegraph.renderers.gaussians.reference.project_gaussians`, but
-                            taking covariances instead of quaternions + scales
+5. projection of the sliced 3D Gaussians: the 3DGS reference's ``project_covariances`` (the same EWA
+   math as ``project_gaussians``, from covariances instead of quaternions + scales), re-exported here
 
 Conventions: quaternions are ``(w, x, y, z)`` = ``(a, b, c, d)``, real part first, any non-zero norm
 (normalised here); 4D vectors are ``(x, y, z, t)``; cameras as in ``renderers/cameras.py`` (OpenCV,
@@ -31,12 +30,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from framegraph.renderers.gaussians.reference import (
-    ALPHA_THRESHOLD,
-    RADIUS_SIGMAS,
-    perspective_project,
+from framegraph.renderers.gaussians.reference import (  # noqa: F401 - project_covariances re-exported
+    project_covariances,
     sh_basis,
-    world_to_camera,
 )
 
 CULL_THRESHOLD = 0.05  # a Gaussian whose temporal marginal is <= this is not rendered (fudan-zvg)
@@ -190,57 +186,3 @@ def sh_colors_4d(
     temporal = temporal_basis(dt, duration, sh_degree_t)  # [..., deg_t + 1]
     basis = (temporal[..., :, None] * spatial[..., None, :]).flatten(-2)  # [..., need], block-major
     return (basis[..., None] * coeffs[..., :need, :]).sum(dim=-2)
-
-
-# ----------------------------------------------------------------------------
-# 5. Projection of 3D Gaussians given by their covariances
-# ----------------------------------------------------------------------------
-def project_covariances(
-    means: Tensor,
-    covars: Tensor,
-    viewmats: Tensor,
-    Ks: Tensor,
-    width: int,
-    height: int,
-    *,
-    opacities: Optional[Tensor] = None,
-    eps2d: float = 0.3,
-    near_plane: float = 0.01,
-    far_plane: float = 1e10,
-    radius_clip: float = 0.0,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """EWA projection of 3D Gaussians ``means [N, 3]`` / ``covars [N, 3, 3]`` into ``C`` cameras.
-
-    Line for line the steps of ``gaussians.reference.project_gaussians`` after its covariance
-    (classic mode, no compensation), so a sliced 4D scene rasterizes exactly like a 3DGS scene.
-
-    Returns ``radii [C, N, 2] int32`` (0 = culled), ``means2d [C, N, 2]``, ``depths [C, N]``,
-    ``conics [C, N, 3]`` (upper triangle of the inverse 2D covariance).
-    """
-    means_c, covars_c = world_to_camera(means, covars, viewmats)
-    depths = means_c[..., 2]
-    in_depth = (depths >= near_plane) & (depths <= far_plane)
-    safe_means_c = torch.where(in_depth[..., None], means_c, torch.ones_like(means_c))
-    means2d, covars2d = perspective_project(safe_means_c, covars_c, Ks, width, height)
-
-    a, b, c = covars2d[..., 0, 0] + eps2d, covars2d[..., 0, 1], covars2d[..., 1, 1] + eps2d
-    det = a * c - b * b
-    ok = in_depth & (det > 0)
-    safe_det = torch.where(ok, det, torch.ones_like(det))
-    conics = torch.stack([c / safe_det, -b / safe_det, a / safe_det], dim=-1)
-
-    with torch.no_grad():
-        extend = torch.full_like(det, RADIUS_SIGMAS)
-        if opacities is not None:
-            opac = opacities.detach().expand_as(det)
-            ok = ok & (opac >= ALPHA_THRESHOLD)
-            tight = torch.sqrt(2.0 * torch.log(torch.clamp(opac, min=ALPHA_THRESHOLD) / ALPHA_THRESHOLD))
-            extend = torch.minimum(extend, tight)
-        radius_x = torch.ceil(extend * torch.sqrt(torch.clamp(a, min=0.0)))
-        radius_y = torch.ceil(extend * torch.sqrt(torch.clamp(c, min=0.0)))
-        ok = ok & ~((radius_x <= radius_clip) & (radius_y <= radius_clip))
-        mx, my = means2d[..., 0], means2d[..., 1]
-        on_screen = (mx + radius_x > 0) & (mx - radius_x < width) & (my + radius_y > 0) & (my - radius_y < height)
-        ok = ok & on_screen
-        radii = (torch.stack([radius_x, radius_y], dim=-1) * ok[..., None]).to(torch.int32)
-    return radii, means2d, depths, conics

@@ -94,15 +94,22 @@ def chromium(wav_path):
 class Page:
     """The served page in a fresh browser context; records console errors and uncaught exceptions."""
 
-    def __init__(self, browser, url: str, viewport=(1000, 800), screenshot=None):
+    def __init__(self, browser, url: str, viewport=(1000, 800), screenshot=None, console_errors: bool = True):
         self.screenshot_path = screenshot
         self.context = browser.new_context(viewport={"width": viewport[0], "height": viewport[1]})
         self.page = self.context.new_page()
         self.errors: list[str] = []
         self.page.on("pageerror", lambda e: self.errors.append(f"page error: {e}"))
-        self.page.on("console", lambda msg: self.errors.append(f"console.{msg.type}: {msg.text}")
-                     if msg.type == "error" else None)
+        if console_errors:
+            self.page.on("console", lambda msg: self.errors.append(f"console.{msg.type}: {msg.text}")
+                         if msg.type == "error" else None)
         self.page.goto(url)
+
+    @property
+    def player_frame(self):
+        """Where the player (``window.fg``, ``#view``, ``#log``) runs: the page itself here; an iframe when
+        a page embeds it (the Gradio demo)."""
+        return self.page
 
     def start(self, pipeline: str, size: str = "320x240", codec: str = "jpeg") -> None:
         p = self.page
@@ -113,7 +120,7 @@ class Page:
         p.click("#start")
 
     def stats(self) -> dict:
-        return self.page.evaluate("window.fg.stats()")
+        return self.player_frame.evaluate("window.fg.stats()")
 
     def wait_stats(self, predicate, timeout_s: float, what: str) -> dict:
         """Poll the page's own measurements until ``predicate(stats)``; fail with the page's log."""
@@ -125,13 +132,13 @@ class Page:
             if time.monotonic() > deadline:
                 brief = {k: v for k, v in s.items() if k not in ("server_stats", "ready")}
                 raise AssertionError(f"timed out after {timeout_s} s waiting for {what}; page stats: {brief}\n"
-                                     f"page log:\n{self.page.inner_text('#log')}\nerrors: {self.errors}")
+                                     f"page log:\n{self.player_frame.inner_text('#log')}\nerrors: {self.errors}")
             time.sleep(0.1)
 
     def canvas_rgb(self) -> np.ndarray:
         """What the canvas shows on screen (a screenshot of the element), as uint8 RGB."""
         from PIL import Image
-        png = self.page.locator("#view").screenshot()
+        png = self.player_frame.locator("#view").screenshot()
         return np.asarray(Image.open(io.BytesIO(png)).convert("RGB"))
 
     def screenshot(self, path=None) -> None:

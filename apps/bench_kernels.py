@@ -20,14 +20,14 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+from .benchmeta import bench_metadata
 
 OPS = ("block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention")
 
@@ -65,13 +65,11 @@ def run(args: argparse.Namespace) -> int:
         for backward in (False, True) if args.backward else (False,):
             results.append(BENCHES[op](args, device, dtype, backward, timer))
 
-    report = {
+    meta = bench_metadata("kernels")
+    report = meta | {
         "device": _device_name(device),
-        "torch": torch.__version__,
-        "triton": _triton_version(),
-        "python": platform.python_version(),
-        "command": list(sys.argv),
-        "git_commit": _git_commit(),
+        "torch": meta["versions"]["torch"],
+        "triton": meta["versions"]["triton"],
         "dtype": str(dtype).replace("torch.", ""),
         "iters": args.iters,
         "warmup": args.warmup,
@@ -394,25 +392,6 @@ def _peak(device: torch.device):
         if key in name:
             return list(peak)
     return None
-
-
-def _triton_version() -> str | None:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return None
-
-
-def _git_commit() -> str | None:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5, cwd=Path(__file__).resolve().parent
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip() or None if out.returncode == 0 else None
 
 
 def _plot(report: dict, path: Path) -> None:

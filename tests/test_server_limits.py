@@ -18,7 +18,7 @@ from framegraph.apps.server.protocol import MediaFlag
 from framegraph.apps.server.stages import PoseSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.testcard import TestCardVideo
-from test_server_session import http_get, http_request, of_type, receive_all, running, short_card, start, stream_audio, tone
+from test_server_session import http_get, http_request, of_type, receive_all, running, served_short_card, short_card, start, stream_audio, tone
 
 
 def status_of(coro) -> int | None:
@@ -90,7 +90,7 @@ def test_session_limit_refuses_with_503_and_frees_slots():
     with running(max_sessions=1) as srv:
         refused, _ = asyncio.run(scenario(srv.url))
         assert refused == 503
-        assert len(asyncio.run(short_card(srv.url))["video"]) == 10  # the slot is free again
+        assert served_short_card(asyncio.run(short_card(srv.url)))  # the slot is free again
 
 
 def test_message_rate_and_transport_size_limits_do_not_take_the_server_down():
@@ -112,7 +112,7 @@ def test_message_rate_and_transport_size_limits_do_not_take_the_server_down():
     with running(max_messages_per_s=50) as srv:
         got = asyncio.run(flood(srv.url))
         assert asyncio.run(huge(srv.url)) == 1009
-        assert len(asyncio.run(short_card(srv.url))["video"]) == 10
+        assert served_short_card(asyncio.run(short_card(srv.url)))
     errors = of_type(got, "error")
     assert errors and all(e["code"] == "rate_limited" for e in errors)
     assert 1 <= len(of_type(got, "pong")) <= 80  # at most the burst allowance, not all 300

@@ -71,9 +71,9 @@ def check_same_device(op: str, **tensors: torch.Tensor | None) -> None:
 
 
 def check_broadcastable(op: str, name: str, t: torch.Tensor, shape: torch.Size, layout: str) -> None:
-    try:
-        ok = torch.broadcast_shapes(t.shape, shape) == torch.Size(shape)
-    except RuntimeError:
-        ok = False
+    """``t`` broadcasts to exactly ``shape`` (plain Python: ``torch.broadcast_shapes`` costs ~0.2 ms a call on
+    CPU, which the per-frame DiT paid hundreds of times a chunk)."""
+    have, want = tuple(t.shape), tuple(shape)
+    ok = len(have) <= len(want) and all(a == 1 or a == b for a, b in zip(reversed(have), reversed(want)))
     if not ok:
         raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected a shape broadcastable to {layout}={tuple(shape)}")

@@ -15,11 +15,11 @@ from .data import (FaceClips, box_to_region, crop_frames, face_clips_from_frames
 from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames
 from .stage import VAEDecode
-from .train import VAETrainResult, evaluate_vae, measure_latent_stats, train_vae
+from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
 
 __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "psnr", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAETrainResult",
-    "evaluate_vae", "measure_latent_stats", "train_vae",
+    "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae",
 ]

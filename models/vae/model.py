@@ -30,6 +30,15 @@ the module)::
 gives the same frames as ``vae.decode(z_all)`` (to float rounding, ~1e-6). The encoder works the same
 way (``encode(x_chunk, cache)``); encoder and decoder caches are separate dicts.
 
+**Identity reference (optional, ``reference_skip=True``).** The avatar always knows its reference
+portrait, so the decoder may read it: a small per-image :class:`ReferenceEncoder` turns the reference
+region ``[B, 3, H, W]`` into features at every decoder resolution, and after each decoder level (and
+before the output conv) a zero-initialised 3×3 conv of ``[decoder features, reference features]`` is
+added to the decoder features. The latent then has to carry what *changes* (mouth, eyes, pose), while
+fine identity detail (texture, hair, eyes' shape) comes from the reference at full resolution instead of
+being squeezed through the 16× latent. ``decode(z, cache, reference=ref)`` computes the reference
+features once and keeps them in the cache, so later chunks of the stream pass only the cache.
+
 **Latent.** A diagonal Gaussian posterior (KL-regularised with a small weight while training, which
 keeps the latent smooth and bounded so a denoiser's small errors decode gracefully), then a
 per-channel shift/scale stored in the config (``latent_mean`` / ``latent_std``, measured on the
@@ -162,10 +171,11 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Latent ``[B·T, C, H/f, W/f]`` → ``[B·T, 3·p², H/p, W/p]``."""
+    """Latent ``[B·T, C, H/f, W/f]`` → ``[B·T, 3·p², H/p, W/p]``; with ``reference`` it also takes the
+    :class:`ReferenceEncoder` features (per clip, ``[B, ...]``) and fuses them after every level."""
 
     def __init__(self, c_out: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
-                 t_from: int):
+                 t_from: int, reference: bool = False):
         super().__init__()
         n = len(widths)
         widths = list(widths)[::-1]
@@ -185,15 +195,64 @@ class Decoder(nn.Module):
                 c = widths[i + 1]
         self.norm_out = nn.GroupNorm(groups, c)
         self.conv_out = nn.Conv2d(c, c_out, 3, padding=1)
+        self.fuse = None
+        if reference:  # one zero-initialised conv per level, and one before the output conv
+            ins = [2 * w for w in widths] + [2 * widths[-1] + c_out]
+            outs = list(widths) + [widths[-1]]
+            self.fuse = nn.ModuleList(nn.Conv2d(i, o, 3, padding=1) for i, o in zip(ins, outs))
+            for conv in self.fuse:
+                nn.init.zeros_(conv.weight)
+                nn.init.zeros_(conv.bias)
 
-    def forward(self, z: Tensor, frames: int, io: _CacheIO) -> Tensor:
+    def _fused(self, x: Tensor, i: int, ref: list[Tensor] | None, frames: int) -> Tensor:
+        if self.fuse is None:
+            return x
+        r = ref[i].repeat_interleave(frames, dim=0).to(x.dtype)  # [B, c, h, w] → [B·T, c, h, w]
+        return x + self.fuse[i](torch.cat([x, r], dim=1))
+
+    def forward(self, z: Tensor, frames: int, io: _CacheIO, ref: list[Tensor] | None = None) -> Tensor:
         x = self.mid(self.conv_in(z), frames, io)
         for i, level in enumerate(self.blocks):
             for block in level:
                 x = block(x, frames, io)
+            x = self._fused(x, i, ref, frames)
             if i < len(self.ups):
                 x = self.ups[i](F.interpolate(x, scale_factor=2.0, mode="nearest"))
+        x = self._fused(x, len(self.blocks), ref, frames)
         return self.conv_out(F.silu(self.norm_out(x)))
+
+
+class ReferenceEncoder(nn.Module):
+    """Reference image → features at every decoder fusion point, finest last.
+
+    ``[B, 3·p², H/p, W/p]`` (pixel-unshuffled reference) → list of ``[B, c_i, H/f_i, W/f_i]`` in decoder
+    order: one per decoder level (coarsest first, widths as the decoder's), then the finest once more with
+    the unshuffled reference pixels concatenated (what the output conv fuses with).
+    """
+
+    def __init__(self, c_in: int, widths: Sequence[int], groups: int):
+        super().__init__()
+        self.conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
+        self.blocks = nn.ModuleList()
+        self.downs = nn.ModuleList()
+        c = widths[0]
+        for i, w in enumerate(widths):
+            self.blocks.append(ResBlock(c, w, _groups(w, groups), None))
+            c = w
+            if i < len(widths) - 1:
+                self.downs.append(nn.Conv2d(c, widths[i + 1], 3, stride=2, padding=1))
+                c = widths[i + 1]
+
+    def forward(self, pixels: Tensor) -> list[Tensor]:
+        x = self.conv_in(pixels)
+        feats = []
+        for i, block in enumerate(self.blocks):
+            x = block(x, 1, _CacheIO(None))
+            feats.append(x)
+            if i < len(self.downs):
+                x = self.downs[i](x)
+        feats = feats[::-1]  # coarsest first, as the decoder runs
+        return feats + [torch.cat([feats[-1], pixels], dim=1)]
 
 
 class VideoVAE(ModelMixin, ConfigMixin):
@@ -214,6 +273,8 @@ class VideoVAE(ModelMixin, ConfigMixin):
             is a multiple of :attr:`spatial_compression` works).
         latent_mean / latent_std: per-channel shift and scale of the raw posterior mean (None: 0 and 1);
             ``encode`` returns ``(raw - mean) / std``, ``decode`` undoes it.
+        reference_skip: the decoder also reads an identity reference image (see the module docstring);
+            ``decode`` then needs ``reference=`` (or a cache that holds its features).
     """
 
     @register_to_config
@@ -221,7 +282,8 @@ class VideoVAE(ModelMixin, ConfigMixin):
                  block_out_channels: tuple[int, ...] = (32, 64, 128, 128), patch_size: int = 2,
                  layers_per_block: int = 1, decoder_layers_per_block: int = 1, temporal_kernel: int = 3,
                  temporal_from_level: int = 1, norm_groups: int = 8, sample_size: int = 128,
-                 latent_mean: list[float] | None = None, latent_std: list[float] | None = None):
+                 latent_mean: list[float] | None = None, latent_std: list[float] | None = None,
+                 reference_skip: bool = False):
         super().__init__()
         if patch_size < 1 or not block_out_channels or min(block_out_channels) < 1:
             raise ValueError(f"VideoVAE: patch_size={patch_size}, block_out_channels={block_out_channels} must be >= 1")
@@ -233,7 +295,8 @@ class VideoVAE(ModelMixin, ConfigMixin):
         self.encoder = Encoder(p2, block_out_channels, layers_per_block, latent_channels, norm_groups,
                                temporal_kernel, temporal_from_level)
         self.decoder = Decoder(p2, block_out_channels, decoder_layers_per_block, latent_channels, norm_groups,
-                               temporal_kernel, temporal_from_level)
+                               temporal_kernel, temporal_from_level, reference=reference_skip)
+        self.reference_encoder = ReferenceEncoder(p2, block_out_channels, norm_groups) if reference_skip else None
         for name, m in self.named_modules():
             if isinstance(m, CausalTemporalConv):
                 m.cache_key = name
@@ -318,30 +381,77 @@ class VideoVAE(ModelMixin, ConfigMixin):
             z = mean + torch.exp(0.5 * logvar) * noise
         return self.normalize(z), cache
 
-    def decode_raw(self, z_raw: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+    @property
+    def uses_reference(self) -> bool:
+        """True when the decoder reads an identity reference image (``reference_skip``)."""
+        return self.reference_encoder is not None
+
+    def reference_features(self, reference: Tensor) -> list[Tensor]:
+        """``reference float [B, 3, H, W]`` (or ``[B, 3, 1, H, W]``) in [-1, 1] → the decoder's reference
+        features (computed once per stream; :meth:`decode` keeps them in its cache)."""
+        if not self.uses_reference:
+            raise ValueError("VideoVAE.reference_features: this model was built without reference_skip")
+        if reference.dim() == 5:
+            reference = reference[:, :, 0]
+        if reference.dim() != 4 or reference.shape[1] != self.config.in_channels:
+            raise ValueError(f"VideoVAE: expected a reference [B, {self.config.in_channels}, H, W] tensor, got "
+                             f"{list(reference.shape)}")
+        self._check_size(reference.shape[2], reference.shape[3])
+        pixels = F.pixel_unshuffle(reference, self.config.patch_size).contiguous(memory_format=torch.channels_last)
+        return self.reference_encoder(pixels)
+
+    def _reference_for(self, z: Tensor, reference: Tensor | None, io: _CacheIO) -> list[Tensor] | None:
+        if not self.uses_reference:
+            return None
+        n = len(self.decoder.fuse)
+        if reference is not None:
+            feats = self.reference_features(reference.to(z.dtype))
+        elif all(f"reference.{i}" in io.old for i in range(n)):
+            feats = [io.old[f"reference.{i}"] for i in range(n)]
+        else:
+            raise ValueError("VideoVAE.decode: this VAE decodes with an identity reference; pass reference= (the "
+                             "reference region [B, 3, H, W] in [-1, 1]) with the first chunk of a stream")
+        b, h, w = z.shape[0], z.shape[3], z.shape[4]
+        f = self.spatial_compression // self.config.patch_size
+        if feats[0].shape[0] not in (1, b) or feats[0].shape[2:] != (h, w) or feats[-1].shape[2] != h * f:
+            raise ValueError(f"VideoVAE.decode: the reference features {list(feats[0].shape)} do not fit the latent "
+                             f"{list(z.shape)} (another batch or size?)")
+        feats = [t.expand(b, *t.shape[1:]) for t in feats]
+        for i, t in enumerate(feats):
+            io.new[f"reference.{i}"] = t
+        return feats
+
+    def decode_raw(self, z_raw: Tensor, cache: Cache | None = None, *,
+                   reference: Tensor | None = None) -> tuple[Tensor, Cache]:
         """Decode a raw (not normalised) latent; see :meth:`decode`."""
         self._check_video(z_raw, self.config.latent_channels, "decode")
         b, c, t, h, w = z_raw.shape
         io = _CacheIO(cache)
+        ref = self._reference_for(z_raw, reference, io)
         frames = z_raw.transpose(1, 2).reshape(b * t, c, h, w).contiguous(memory_format=torch.channels_last)
-        x = self.decoder(frames, t, io)
+        x = self.decoder(frames, t, io, ref)
         x = F.pixel_shuffle(x, self.config.patch_size)
         return x.reshape(b, t, *x.shape[1:]).transpose(1, 2), io.new
 
-    def decode(self, z: Tensor, cache: Cache | None = None) -> tuple[Tensor, Cache]:
+    def decode(self, z: Tensor, cache: Cache | None = None, *,
+               reference: Tensor | None = None) -> tuple[Tensor, Cache]:
         """Normalised latent ``z float [B, C, T, h, w]`` → (frames ``[B, 3, T, h·f, w·f]`` ≈ [-1, 1],
-        decoder cache). Pass the returned cache with the next chunk of the same stream; None starts one."""
+        decoder cache). Pass the returned cache with the next chunk of the same stream; None starts one.
+        A ``reference_skip`` model needs ``reference float [B, 3, h·f, w·f]`` in [-1, 1] with the first
+        chunk (its features then travel in the cache)."""
         self._check_video(z, self.config.latent_channels, "decode")
-        return self.decode_raw(self.denormalize(z), cache)
+        return self.decode_raw(self.denormalize(z), cache, reference=reference)
 
-    def forward(self, x: Tensor, sample: bool = True, generator: torch.Generator | None = None):
-        """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar)."""
+    def forward(self, x: Tensor, sample: bool = True, generator: torch.Generator | None = None,
+                reference: Tensor | None = None):
+        """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar);
+        ``reference [B, 3, H, W]`` for a ``reference_skip`` model."""
         mean, logvar, _ = self.encode_moments(x)
         z = mean
         if sample:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
             z = mean + torch.exp(0.5 * logvar) * noise
-        recon, _ = self.decode_raw(z)
+        recon, _ = self.decode_raw(z, reference=reference)
         return recon, mean, logvar
 
 

@@ -33,6 +33,8 @@ class VAEDecode(Stage):
         fps: video frame rate (pts spacing of the frames of one chunk).
         device: where the latent arrives, the model runs and the frames are written.
         dtype: compute dtype of the decoder (``torch.float16`` / ``bfloat16`` on a GPU for speed).
+        reference: the identity reference region ``uint8 [H, W, 3]`` (required by a ``reference_skip``
+            model; its features are computed at the start of each stream and kept in the cache).
 
     Ports: in ``"latent"`` ``float32 [C, chunk_frames, H/f, W/f]``; out ``"face"`` ``uint8 [H, W, 3]``
     (RGB, one frame per write), both on ``device``.
@@ -40,7 +42,7 @@ class VAEDecode(Stage):
 
     def __init__(self, model: VideoVAE | str, *, size: int | tuple[int, int] | None = None, chunk_frames: int = 1,
                  fps: float = 25.0, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                 name: str = "vae_decode"):
+                 reference: torch.Tensor | None = None, name: str = "vae_decode"):
         super().__init__(name)
         self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval().requires_grad_(False)
@@ -54,6 +56,17 @@ class VAEDecode(Stage):
         h, w = (size, size) if isinstance(size, int) else (int(size[0]), int(size[1]))
         c, t, lh, lw = self.model.latent_shape(int(chunk_frames), h, w)  # checks the size
         self.size, self.chunk_frames, self.fps, self.dtype = (h, w), int(chunk_frames), fps, dtype
+        self.reference = None
+        if self.model.uses_reference:
+            if reference is None:
+                raise ValueError("VAEDecode: this VAE decodes with an identity reference; pass reference= "
+                                 "(uint8 [H, W, 3] region of the portrait)")
+            if tuple(reference.shape) != (h, w, 3) or reference.dtype != torch.uint8:
+                raise ValueError(f"VAEDecode: reference must be uint8 [{h}, {w}, 3], got {reference.dtype} "
+                                 f"{list(reference.shape)}")
+            from .model import uint8_to_frames
+
+            self.reference = uint8_to_frames(reference.cpu())[None].to(device=device, dtype=dtype)
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
         self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
         self.cache = None
@@ -71,7 +84,8 @@ class VAEDecode(Stage):
     def process(self, inputs, out):
         chunk = inputs["latent"]
         z = chunk.data[None].to(self.dtype)  # [1, C, T, h, w]
-        frames, self.cache = self.model.decode(z, self.cache)
+        ref = self.reference if self.cache is None else None  # later chunks find its features in the cache
+        frames, self.cache = self.model.decode(z, self.cache, reference=ref)
         rgb = ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0)  # [T, H, W, 3]
         for i in range(self.chunk_frames):
             f = out.write("face")

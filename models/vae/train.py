@@ -77,10 +77,11 @@ def _window_batch(clips: FaceClips, batch: int, frames: int, gen: torch.Generato
 
 @torch.no_grad()
 def evaluate_vae(model: VideoVAE, clips: FaceClips, *, max_frames: int = 64, chunk: int = 4,
-                 device="cpu") -> dict:
+                 device="cpu", reference: Tensor | None = None) -> dict:
     """Stream the first ``max_frames`` frames of ``clips`` (spread over the clips) through encode →
     decode, ``chunk`` frames at a time with caches; return PSNR (dB, all pixels), mouth PSNR (dB, inside
-    the mouth boxes; None without boxes), SSIM and the frame count."""
+    the mouth boxes; None without boxes), SSIM and the frame count. ``reference float [1, 3, S, S]``:
+    the identity reference of a ``reference_skip`` model."""
     model.eval()
     per_clip = max(1, max_frames // len(clips.frames))
     se = n = mouth_se = mouth_n = 0.0
@@ -91,13 +92,14 @@ def evaluate_vae(model: VideoVAE, clips: FaceClips, *, max_frames: int = 64, chu
         for s in range(0, frames.shape[0], chunk):
             x = uint8_to_frames(frames[s:s + chunk]).transpose(0, 1)[None].to(device)  # [1, 3, T, S, S]
             z, enc = model.encode(x, enc)
-            y, dec = model.decode(z, dec)
+            y, dec = model.decode(z, dec, reference=None if dec is not None or reference is None
+                                  else reference.to(device))
             y = y.clamp(-1, 1)
             err = (y - x).pow(2).sum(dim=1)[0]  # [T, S, S]
             se += float(err.sum())
             n += err.numel() * 3
             if clips.mouth_boxes is not None:
-                m = box_mask(clips.mouth_boxes[ci][s:s + chunk].to(device), clips.size, clips.size)[:, 0]
+                m = box_mask(clips.mouth_boxes[ci][s:s + x.shape[2]].to(device), clips.size, clips.size)[:, 0]
                 mouth_se += float((err * m).sum())
                 mouth_n += float(m.sum()) * 3
             ssims.append(float(ssim(y, x)) * x.shape[2])
@@ -144,6 +146,26 @@ def _lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float) -
     return lr * (min_fraction + (1 - min_fraction) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def reference_region(reference_image: Tensor | None, clips: FaceClips) -> Tensor:
+    """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1]:
+    ``reference_image`` is ``uint8 [S, S, 3]`` (already the region) or ``[H, W, 3]`` (a full frame, cut
+    with the clips' crop box)."""
+    from .data import crop_frames
+
+    if reference_image is None:
+        raise ValueError("train_vae: this VAE (reference_skip) decodes with an identity reference; pass "
+                         "reference_image= (the portrait, uint8 [H, W, 3])")
+    ref = torch.as_tensor(reference_image)
+    if ref.dtype != torch.uint8 or ref.dim() != 3 or ref.shape[-1] != 3:
+        raise ValueError(f"train_vae: reference_image must be uint8 [H, W, 3], got {ref.dtype} {list(ref.shape)}")
+    if tuple(ref.shape[:2]) != (clips.size, clips.size):
+        if clips.crop_box is None:
+            raise ValueError(f"train_vae: reference_image is {ref.shape[1]}x{ref.shape[0]} but the clips are "
+                             f"{clips.size}² regions with no known crop box; pass the region itself")
+        ref = crop_frames(ref[None], clips.crop_box, clips.size)[0]
+    return uint8_to_frames(ref)[None].contiguous()
+
+
 def _as_clips(data, size: int, max_clips: int | None) -> tuple[FaceClips, str]:
     if isinstance(data, FaceClips):
         return data, "FaceClips"
@@ -161,7 +183,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
               ssim_weight: float = 0.2, kl_weight: float = 1e-4, warmup: int = 20, lr_min_fraction: float = 0.1,
               eval_every: int = 100, eval_frames: int = 64, checkpoint_every: int = 100, resume: bool = True,
               max_clips: int | None = None, holdout_fraction: float = 0.15,
-              torch_threads: int | None = None) -> VAETrainResult:
+              torch_threads: int | None = None, reference_image: Tensor | None = None) -> VAETrainResult:
     """Train (or resume training) a :class:`VideoVAE` on face-region clips.
 
     Args:
@@ -186,6 +208,8 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         torch_threads: intra-op CPU threads while training (restored after; None: leave torch's
             setting). On a CPU shared with other jobs 1 is often several times faster than more:
             OpenMP threads that wait for a busy core spin.
+        reference_image: the identity reference (portrait) for a ``reference_skip`` model: ``uint8
+            [H, W, 3]`` full frame (cut with the clips' crop box) or the ``[S, S, 3]`` region.
 
     Returns :class:`VAETrainResult` (the trained model on ``device`` in eval mode, the report, the
     loss history). Raises ``ValueError`` for bad settings, ``FileNotFoundError`` for a missing folder.
@@ -216,6 +240,8 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         if clips.size % f:
             raise ValueError(f"train_vae: region size {clips.size} px is not a multiple of the model's spatial "
                              f"compression {f}")
+        ref = reference_region(reference_image, clips).to(device) if model.uses_reference else None
+        evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device, reference=ref)  # noqa: E731
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         gen = torch.Generator().manual_seed(seed)
         noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -226,7 +252,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
             step, history = int(state["step"]), list(json.loads(state["history_json"]))
             initial, seconds_before = json.loads(state["initial_json"]), float(state.get("train_seconds", 0.0))
         elif held.n_frames:
-            initial = evaluate_vae(model, held, max_frames=eval_frames, device=device)
+            initial = evaluate(model)
             model.train()
 
         def save_checkpoint():
@@ -250,7 +276,8 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
                 x, weight = _window_batch(train, batch, clip_frames, gen, mouth_weight)
                 x = x.to(device)
                 weight = None if weight is None else weight.to(device)
-                recon, mean, logvar = model(x, sample=True, generator=noise_gen)
+                recon, mean, logvar = model(x, sample=True, generator=noise_gen,
+                                            reference=None if ref is None else ref.expand(x.shape[0], -1, -1, -1))
                 rec, parts = reconstruction_loss(recon, x, weight, ssim_weight=ssim_weight)
                 kl = kl_divergence(mean, logvar)
                 loss = rec + kl_weight * kl
@@ -263,7 +290,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
                 history.append({"step": step, "loss": round(loss_value, 5), "kl": round(float(kl.detach()), 4),
                                 **{k: round(v, 5) for k, v in parts.items()}})
                 if held.n_frames and (step % eval_every == 0 or step == steps):
-                    last_eval = evaluate_vae(model, held, max_frames=eval_frames, device=device)
+                    last_eval = evaluate(model)
                     history[-1]["heldout"] = last_eval
                     model.train()
                 if step % checkpoint_every == 0 and step < steps:
@@ -278,7 +305,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         model.eval()
         mean_c, std_c = measure_latent_stats(model, train, device=device)
         model.set_latent_stats(mean_c, std_c)
-        final = evaluate_vae(model, held, max_frames=eval_frames, device=device) if held.n_frames else None
+        final = evaluate(model) if held.n_frames else None
         model.save_pretrained(out)
         report = {
             "steps": step, "batch": batch, "clip_frames": clip_frames, "lr": lr, "seed": seed, "size": clips.size,
@@ -300,4 +327,4 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         return VAETrainResult(model, report, history)
 
 
-__all__ = ["VAETrainResult", "evaluate_vae", "measure_latent_stats", "train_vae"]
+__all__ = ["VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae"]

@@ -9,9 +9,15 @@ eSpeak NG phoneme events, plus ``index.json`` listing the clips. Needs the syste
 
     framegraph avatar train --clips DIR --out AVATAR_DIR [--steps N] [--device cpu] [--resume/--no-resume]
     framegraph avatar train --synth 24 --out AVATAR_DIR      # first makes 24 clips into AVATAR_DIR/train/clips
+    framegraph avatar train --video me.mp4 --out AVATAR_DIR [--face-box X,Y,W,H] [--mouth-box X,Y,W,H]
 
 ``train`` trains an avatar bundle (VAE, latents + audio features, flow matching, few-step distillation,
 rollout training; checkpoints and resume in ``AVATAR_DIR/train``); see ``models/avatar/train.py``.
+With ``--video`` the data is a person's own talking video (a few minutes, at least 10 s, one person facing
+the camera, with its sound): it is checked, the face and mouth are found once for the whole video (OpenCV
+Haar cascades, or the boxes given), and it is cut into 25 fps clips with 16 kHz audio in
+``AVATAR_DIR/train/video_clips`` (the background frame of the bundle is the median of its first 2 s); see
+``models/avatar/video.py``.
 
     framegraph avatar eval --avatar DIR --clip FILE.mp4 --truth FILE.json --out FILE.json [--video OUT.mp4]
 
@@ -24,6 +30,7 @@ import argparse
 import json
 import os
 import sys
+from pathlib import Path
 
 
 def _positive_int(text: str) -> int:
@@ -74,17 +81,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0); clip i uses (seed, i)")
     s.set_defaults(avatar_func=run_synth)
 
-    t = sub.add_parser("train", help="train an avatar bundle from talking clips (or synthetic ones with --synth)",
+    t = sub.add_parser("train", help="train an avatar bundle from talking clips, synthetic ones (--synth) or a "
+                                     "person's own video (--video)",
                        description="Train the VAE on the face region, encode the clips once, train the DiT with "
                                    "flow matching, distil it to few steps and train it on its own rollouts. "
-                                   "Writes an avatar bundle folder (load with `framegraph render --avatar`).")
+                                   "Writes an avatar bundle folder (load with `framegraph render --avatar`). "
+                                   "With --video: a few minutes (at least 10 s) of one person talking to the "
+                                   "camera, with sound; the face and mouth are found with OpenCV's Haar cascades "
+                                   "(or give --face-box / --mouth-box) and the video is cut into 25 fps clips "
+                                   "with 16 kHz audio in OUT/train/video_clips.")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--clips", help="folder of clip_*.mp4 + clip_*.json (framegraph avatar synth output)")
     src.add_argument("--synth", type=_positive_int, metavar="N",
                      help="first make N synthetic clips (into OUT/train/clips) and train on them")
+    src.add_argument("--video", metavar="FILE",
+                     help="a talking video of the person (MP4, MOV, MKV, WebM... with its audio track, at least "
+                          "10 s; a few minutes is better): cut into clips in OUT/train/video_clips and trained on")
     t.add_argument("--synth-seconds", type=_positive_float, default=6.0, help="with --synth: seconds per clip (6)")
     t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
     t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
+    t.add_argument("--face-box", type=_box, metavar="X,Y,W,H",
+                   help="with --video: the face box in px of the video as it plays (default: found with OpenCV's "
+                        "Haar cascades on frames sampled over the video)")
+    t.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
+                   help="with --video: the mouth box (lips at rest) in px of the video (default: placed from the "
+                        "face box)")
+    t.add_argument("--segment-seconds", type=_positive_float, default=10.0,
+                   help="with --video: length of each training clip cut from it (10)")
+    t.add_argument("--max-side", type=_positive_int, default=512,
+                   help="with --video: scale the video down to this longer side (512; kept larger when the face "
+                        "would be smaller than --region)")
     t.add_argument("--out", required=True, help="the avatar bundle folder to write")
     t.add_argument("--steps", type=_positive_int, default=1000, help="flow-matching steps of the DiT (1000)")
     t.add_argument("--vae-steps", type=_positive_int, default=300, help="VAE training steps (300)")
@@ -101,6 +127,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--dit-heads", type=_positive_int, help="override the preset's DiT heads")
     t.add_argument("--dit-patch", type=int, choices=[1, 2, 4], help="DiT patch size on the latent (default 1)")
     t.add_argument("--sample-steps", type=_positive_int, default=2, help="sampler steps of the bundle (2)")
+    t.add_argument("--vae-reference", action=argparse.BooleanOptionalAction, default=True,
+                   help="the VAE decoder also reads the portrait's face region, for sharp identity (default on)")
+    t.add_argument("--audio-steps", type=int, default=400,
+                   help="steps teaching the audio encoder the clips' ground-truth mouth movement (400; 0: none)")
+    t.add_argument("--audio-from", metavar="DIR",
+                   help="take a trained audio encoder from this avatar (or encoder) folder instead; default for "
+                        "clips without mouth ground truth (--video): the shipped astronaut's")
     t.add_argument("--no-vad", action="store_true", help="no Silero VAD (state idle / listening only)")
     t.add_argument("--max-clips", type=_positive_int, help="use at most this many clips")
     t.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
@@ -120,6 +153,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--out", required=True, help="where to write the metrics (JSON)")
     e.add_argument("--video", help="also keep the generated MP4 here")
     e.add_argument("--steps", type=_positive_int, help="sampler steps (default: the bundle's)")
+    e.add_argument("--dit", metavar="DIR",
+                   help="evaluate this denoiser instead of the bundle's (e.g. AVATAR/train/teacher, the many-step "
+                        "model before distillation, with --steps 16)")
     e.set_defaults(avatar_func=run_eval)
 
 
@@ -174,10 +210,55 @@ def run_synth(args: argparse.Namespace) -> int:
     return 0 if len(written) == args.clips else 130
 
 
+def _train_error(message) -> int:
+    print(f"framegraph avatar train: error: {message}", file=sys.stderr)
+    return 2
+
+
+def _prepare_video(args: argparse.Namespace):
+    """``--video``: the clips folder (OUT/train/video_clips), or an exit code after a clear error."""
+    from framegraph.models.avatar.video import prepare_video
+
+    if args.portrait:
+        return _train_error("--portrait is for --synth; with --video the bundle's background is the median of "
+                            "the video's first 2 s")
+    if not os.path.exists(args.video):
+        return _train_error(f"--video {args.video!r} does not exist")
+    folder = os.path.join(args.out, "train", "video_clips")
+    try:
+        prep = prepare_video(args.video, folder, face_box=args.face_box, mouth_box=args.mouth_box,
+                             segment_seconds=args.segment_seconds, region_size=args.region,
+                             max_side=args.max_side, progress=True)
+    except (FileNotFoundError, ValueError) as exc:  # MediaError / PortraitError are ValueErrors
+        return _train_error(exc)
+    d, p = prep.detection, prep.portrait
+    how = ("given" if d["face_box_given"] else f"found in {d['kept']} of {d['sampled']} sampled frames"
+           if d["sampled"] else "not searched")
+    print(f"{'reusing' if prep.reused else 'prepared'} {len(prep.clips)} clips, {prep.seconds:g} s at {prep.fps} fps "
+          f"({p['width']}x{p['height']}) in {prep.clips_dir}; face {p['face_box']} ({how}), mouth {p['mouth_box']}",
+          file=sys.stderr)
+    return prep
+
+
 def run_train(args: argparse.Namespace) -> int:
     from framegraph.models.avatar.train import train_avatar
 
-    clips = args.clips
+    if args.region % 16:
+        return _train_error(f"--region {args.region} must be a multiple of 16")
+    if not args.video and (args.face_box or args.mouth_box):
+        return _train_error("--face-box / --mouth-box go with --video (for --synth portraits use "
+                            "`framegraph avatar synth --mouth-box`)")
+    clips, portrait, extra = args.clips, None, {}
+    if clips and not (os.path.isdir(clips) and any(Path(clips).glob("clip_*.mp4"))):
+        return _train_error(f"--clips {clips!r}: " + ("no clip_*.mp4 in it" if os.path.isdir(clips) else
+                                                      "no such folder") +
+                            f"; make clips with `framegraph avatar synth --out {clips}` or train on a video "
+                            f"with --video FILE")
+    if args.video:
+        prep = _prepare_video(args)
+        if isinstance(prep, int):
+            return prep
+        clips, portrait, extra = prep.clips_dir, prep.portrait_path, {"fps": prep.fps}
     if args.synth:
         clips = os.path.join(args.out, "train", "clips")
         have = len([f for f in os.listdir(clips) if f.endswith(".json") and f.startswith("clip_")]) \
@@ -188,9 +269,6 @@ def run_train(args: argparse.Namespace) -> int:
             rc = run_synth(ns)
             if rc:
                 return rc
-    if args.region % 16:
-        print(f"framegraph avatar train: error: --region {args.region} must be a multiple of 16", file=sys.stderr)
-        return 2
     dit = {k: v for k, v in (("width", args.dit_width), ("depth", args.dit_depth), ("heads", args.dit_heads),
                                            ("patch_size", args.dit_patch))
            if v is not None}
@@ -200,10 +278,11 @@ def run_train(args: argparse.Namespace) -> int:
                            rollout_steps=args.rollout_steps, batch=args.batch, window=args.window, lr=args.lr,
                            region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
                            dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
-                           max_clips=args.max_clips, seed=args.seed)
+                           max_clips=args.max_clips, seed=args.seed, portrait=portrait,
+                           vae_reference=args.vae_reference, audio_steps=args.audio_steps,
+                           audio_from=args.audio_from, **extra)
     except (FileNotFoundError, ValueError) as exc:
-        print(f"framegraph avatar train: error: {exc}", file=sys.stderr)
-        return 2
+        return _train_error(exc)
     r = res.report
     print(f"trained on {r['clips']} clips ({r['frames']} frames) in {r['timings']['total_s']:.0f} s; "
           f"losses {json.dumps(r['losses'])}", file=sys.stderr)
@@ -222,11 +301,19 @@ def run_eval(args: argparse.Namespace) -> int:
             return 2
     try:
         avatar = load_avatar(args.avatar)
+        if args.dit:
+            from framegraph.models.dit import AvatarDiT
+
+            if not os.path.isfile(os.path.join(args.dit, "config.json")):
+                raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
+            avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()
         metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps)
     except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
         print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
         return 2
     metrics["avatar"] = os.path.abspath(args.avatar)
+    if args.dit:
+        metrics["dit"] = os.path.abspath(args.dit)
     tmp = args.out + ".partial"
     with open(tmp, "w") as f:
         json.dump(metrics, f, indent=1)

@@ -148,7 +148,7 @@ def clips(tmp_path_factory):
     return folder
 
 
-TINY_RUN = dict(vae_steps=4, flow_steps=3, distill_steps=2, rollout_steps=2, batch=2, window=4, checkpoint_every=2,
+TINY_RUN = dict(vae_steps=4, audio_steps=3, vae_reference=True, flow_steps=3, distill_steps=2, rollout_steps=2, batch=2, window=4, checkpoint_every=2,
                 warmup=1, dit_overrides=dict(width=32, depth=1, heads=2))
 
 
@@ -163,6 +163,9 @@ def test_training_runs_every_phase_and_resumes(clips, tmp_path):
     a = load_avatar(out)
     assert a.region_size == 64 and a.mouth_box is not None and a.steps == 2
     assert (out / "train" / "data.pt").is_file() and (out / "train_report.json").is_file()
+    assert a.vae.uses_reference and (out / "train" / "teacher" / "config.json").is_file()
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["audio_encoder"]["source"] == "trained" and report["audio_encoder"]["steps"] == 3
     # resume: the finished phases are kept, the longer rollout phase continues from its step
     more = train_avatar(clips, out, progress=False, **{**TINY_RUN, "rollout_steps": 4})
     assert [h["step"] for h in more.history if h["phase"] == "rollout"] == [1, 2, 3, 4]
@@ -187,8 +190,9 @@ def test_eval_cli_writes_metrics(clips, bundle, tmp_path):
     m = json.loads(out.read_text())
     assert m["frames"] == 50 and 50 <= m["frames_generated"] <= 53 and m["audio_in_output"]  # AAC pads the track
     assert m["estimator_corr"] > 0.8
-    for key in ("openness_corr", "identity_ssim", "identity_ssim_real", "silence"):
+    for key in ("openness_corr", "identity_ssim", "identity_ssim_real", "identity_ssim_mp4", "face_psnr_db", "silence"):
         assert key in m
+    assert 0 < m["identity_ssim"] <= 1 and m["face_psnr_db"] > 5
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "none"), "--clip", str(clips / "clip_00000.mp4"),
                  "--truth", str(clips / "clip_00000.json"), "--out", str(out)]) == 2
 
@@ -229,3 +233,36 @@ def test_train_cli_synth_route(tmp_path):
     assert len(list((out / "train" / "clips").glob("clip_*.mp4"))) == 2
     a = load_avatar(out)
     assert a.steps == 4 and not a.vad  # undistilled: more sampler steps
+
+
+def test_identity_meter_registers_head_motion_and_ignores_the_mouth():
+    """A frame that is the portrait moved by a small head motion scores ~1 once registered (and lower
+    unregistered); a changed mouth does not count; a changed eye does."""
+    import cv2
+
+    from framegraph.models.avatar.evaluate import IdentityMeter, motion_region, search_box
+    from framegraph.models.synth import astronaut_portrait
+
+    p = astronaut_portrait()
+    img = np.array(p.image, dtype=np.uint8)
+    H, W = img.shape[:2]
+    fx, fy, fw, fh = p.face_box
+    s = int(max(fw, fh) * 1.2)
+    crop = (int(fx + fw / 2 - s / 2), int(fy + fh / 2 - s / 2), s, s)
+    meter = IdentityMeter(torch.from_numpy(img), crop, p.mouth_box)
+    m = cv2.getRotationMatrix2D((W / 2, H * 0.8), 0.6, 1.0)
+    m[:, 2] += (1.3, -0.8)
+    moved = cv2.warpAffine(img, m, (W, H), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    ssim_v, psnr_v, raw = meter.measure(moved)
+    assert ssim_v > 0.9 and ssim_v > raw + 0.1 and psnr_v > 28, (ssim_v, raw, psnr_v)
+    assert meter.measure(img)[0] > 0.999
+    mouth = img.copy()
+    x0, y0, x1, y1 = search_box(p.mouth_box, (H, W))
+    mouth[y0:y1, x0:x1] = 0  # a wide-open black mouth
+    assert meter.measure(mouth)[0] > 0.99
+    rx0, ry0, rx1, ry1 = motion_region(p.mouth_box, (H, W))
+    assert rx0 <= x0 and ry0 <= y0 and rx1 >= x1 and ry1 >= y1  # the motion region holds the mouth box
+    eye = img.copy()
+    ex, ey, ew, eh = (int(v) for v in p.eye_boxes[0])
+    eye[ey:ey + eh, ex:ex + ew] = 255
+    assert meter.measure(eye)[0] < 0.99

@@ -5,6 +5,7 @@
 - :mod:`.bundle`: ``Avatar``, ``load_avatar`` / ``save_avatar`` (``DIR/{vae,dit,audio}/`` + ``avatar.json``).
 - :mod:`.graph`: ``build_avatar_graph`` (audio → AudioFeatures → Denoiser → VAEDecode → Composite → sink).
 - :mod:`.data`: clips → face-region latents, audio features and state labels (cached once).
+- :mod:`.video`: ``prepare_video``: a person's own talking video → a clips folder ``train_avatar`` accepts.
 - :mod:`.train`: ``train_avatar`` (VAE, latents, flow matching, distillation, rollout training).
 - :mod:`.evaluate`: mouth-openness estimator and ``evaluate_avatar`` (correlation, closed lips, identity SSIM).
 """
@@ -26,4 +27,7 @@ def __getattr__(name):  # training / eval pull in more; import them on first use
     if name in ("ClipData", "prepare_clips"):
         from . import data
         return getattr(data, name)
+    if name in ("prepare_video", "PreparedVideo"):
+        from . import video
+        return getattr(video, name)
     raise AttributeError(name)

@@ -81,7 +81,8 @@ def _fingerprint(vae, audio_encoder, videos: list[Path], region_size: int, vad: 
             h.update(k.encode())
             h.update(v.detach().cpu().float().numpy().tobytes()[:4096])
             h.update(str(float(v.float().sum())).encode())
-        h.update(json.dumps(dict(model.config), sort_keys=True, default=str).encode())
+        config = {k: v for k, v in dict(model.config).items() if not k.startswith("_")}  # not _name_or_path...
+        h.update(json.dumps(config, sort_keys=True, default=str).encode())
     for p in videos:
         st = p.stat()
         h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())

@@ -121,7 +121,7 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
                          chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
                          torch_threads=torch_threads))
     dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
-                          device=device))
+                          device=device, reference=avatar.region()[0]))
     comp = g.add(Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device))
     g.connect(src, feats, "audio", "audio", capacity=8)
     g.connect(feats, den, "features", "features", capacity=8)

@@ -2,7 +2,11 @@
 
 Phases (each resumable; a finished phase is skipped on ``resume``)::
 
-    vae      VideoVAE on the face region (``models.vae.train_vae``: its own checkpoint / resume)
+    vae      VideoVAE on the face region (``models.vae.train_vae``: its own checkpoint / resume); with
+             ``vae_reference`` its decoder also reads the portrait's face region (sharp identity)
+    audio    the audio encoder learns to predict the clips' ground-truth mouth parameters
+             (``models.audio.train``), when the clips have them; else it comes from ``audio_from`` (a
+             trained encoder or avatar folder) or stays the seeded untrained one
     data     every clip encoded once: latents, offline AudioFeatures, VAD state labels (cached .pt)
     flow     AvatarDiT flow matching, teacher forcing (noisy block b sees the clean blocks < b)
     distill  few-step consistency distillation: student from the teacher, target = EMA of the student
@@ -10,8 +14,9 @@ Phases (each resumable; a finished phase is skipped on ``resume``)::
              streaming state), the target still the data — the model learns to return to the data
 
 Output: ``out_dir`` is an avatar bundle (``load_avatar(out_dir)``) with ``train_report.json``;
-``out_dir/train/`` holds the VAE run, the data cache and the DiT checkpoint (``dit/`` +
-``trainer_state.pt``, every ``checkpoint_every`` steps and at the end of each phase).
+``out_dir/train/`` holds the VAE run, the trained audio encoder, the data cache, the DiT checkpoint
+(``dit/`` + ``trainer_state.pt``, every ``checkpoint_every`` steps and at the end of each phase) and
+``teacher/``: the many-step flow model before distillation (``avatar eval --dit`` compares the two).
 
 Loss of the DiT phases is weighted ``mouth_weight`` on the latent pixels under the mouth (rest box grown
 down by the largest jaw drop), 1 elsewhere: the mouth is what the avatar is judged on.
@@ -32,7 +37,7 @@ import torch
 from .bundle import SMALL_VAE, TINY_VAE, Avatar, save_avatar
 from .data import ClipData, prepare_clips, sample_windows
 
-PHASES = ("vae", "data", "flow", "distill", "rollout")
+PHASES = ("vae", "audio", "data", "flow", "distill", "rollout")
 VAE_PRESETS = {"tiny": TINY_VAE, "small": SMALL_VAE}
 
 
@@ -60,6 +65,9 @@ class TrainConfig:
     sample_steps: int = 2
     distill_intervals: int = 16
     ema: float = 0.95
+    audio_steps: int = 400
+    audio_from: str | None = None
+    vae_reference: bool = True
     vad: bool = True
     fps: float = 25.0
     checkpoint_every: int = 100
@@ -120,6 +128,12 @@ class _Checkpoint:
         os.replace(tmp, self.state_path)
 
 
+def _first_portrait_json(clips_dir: Path) -> dict | None:
+    """The ``portrait`` block of the first clip's JSON (None when absent)."""
+    first = sorted(Path(clips_dir).glob("clip_*.json"))
+    return json.loads(first[0].read_text()).get("portrait") if first else None
+
+
 def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) -> torch.Tensor:
     """The background frame: ``portrait`` (path / array) if given; the shipped astronaut when the clips
     were made from it; else the per-pixel median of the first clip's frames."""
@@ -137,8 +151,51 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
             return torch.from_numpy(np.array(img, copy=True))
     from framegraph.stream.media import read_video
 
-    frames = read_video(sorted(clips_dir.glob("clip_*.mp4"))[0])["frames"][:100]
+    videos = sorted(Path(clips_dir).glob("clip_*.mp4"))
+    if not videos:
+        raise FileNotFoundError(f"no clip_*.mp4 in {os.fspath(clips_dir)!r} to take the portrait from")
+    frames = read_video(videos[0])["frames"][:100]
     return torch.from_numpy(np.median(frames, axis=0).round().astype(np.uint8))
+
+
+def _audio_encoder(cfg: "TrainConfig", clips_dir: Path, work: Path, device: str, resume: bool,
+                   progress: bool) -> tuple[object, dict]:
+    """The audio encoder for this avatar and a report of where it came from (see the module docstring)."""
+    from framegraph.models.audio import AudioEncoder, default_encoder
+    from framegraph.models.audio.train import clip_tensors, load_clip_targets, train_audio_encoder
+
+    from .data import clip_audio
+
+    if cfg.audio_from:
+        src = Path(cfg.audio_from)
+        folder = src / "audio" if (src / "audio" / "config.json").is_file() else src
+        if not (folder / "config.json").is_file():
+            raise FileNotFoundError(f"audio_from={cfg.audio_from!r}: no audio encoder there (expected an avatar "
+                                    f"folder with audio/ or an encoder folder with config.json)")
+        return AudioEncoder.from_pretrained(folder, low_cpu_mem_usage=False).eval(), {"source": str(folder)}
+    encoder = default_encoder(cfg.seed)
+    out = work / "audio"
+    if cfg.audio_steps <= 0:
+        return encoder, {"source": "untrained (seeded)", "seed": cfg.seed}
+    if resume and (out / "train_report.json").is_file() and \
+            json.loads((out / "train_report.json").read_text()).get("steps", 0) >= cfg.audio_steps:
+        return AudioEncoder.from_pretrained(out, low_cpu_mem_usage=False).eval(), \
+            {"source": "trained", **json.loads((out / "train_report.json").read_text())}
+    videos = sorted(clips_dir.glob("clip_*.mp4"))[:cfg.max_clips]
+    clips = []
+    for video in videos:
+        targets = load_clip_targets(json.loads(video.with_suffix(".json").read_text()))
+        if targets is None:  # a person's own video: take the encoder the shipped avatar learned on speech
+            shipped = Path(__file__).resolve().parents[2] / "assets" / "avatars" / "astronaut" / "audio"
+            if (shipped / "config.json").is_file():
+                return AudioEncoder.from_pretrained(shipped, low_cpu_mem_usage=False).eval(), \
+                    {"source": f"{shipped} (the clips have no ground-truth mouth parameters)"}
+            return encoder, {"source": "untrained (seeded): the clips have no ground-truth mouth parameters",
+                             "seed": cfg.seed}
+        clips.append(clip_tensors(encoder, clip_audio(video), cfg.fps, targets, video.stem))
+    report = train_audio_encoder(clips, out, model=encoder, steps=cfg.audio_steps, seed=cfg.seed,
+                                 holdout=1 if len(clips) > 2 else 0, progress=progress)
+    return encoder.eval(), {"source": "trained", **report}
 
 
 def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, device: str = "cpu",
@@ -156,7 +213,6 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
     """
     from tqdm import tqdm
 
-    from framegraph.models.audio import default_encoder
     from framegraph.models.dit import AvatarDiT, generate
     from framegraph.models.sampler import distill_loss, flow_matching_loss
     from framegraph.models.vae import VideoVAE, train_vae
@@ -185,18 +241,23 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
             vae = VideoVAE.from_pretrained(vae_dir, low_cpu_mem_usage=False)
             vae_report = json.loads((vae_dir / "train_report.json").read_text())
         else:
+            vae_config = {**VAE_PRESETS[cfg.vae_preset], "reference_skip": bool(cfg.vae_reference)}
             res = train_vae(clips_dir, vae_dir, steps=cfg.vae_steps, batch=cfg.vae_batch, lr=cfg.vae_lr,
                             device=device, seed=cfg.seed, progress=progress, size=cfg.region_size,
-                            model_config=VAE_PRESETS[cfg.vae_preset], resume=resume, max_clips=cfg.max_clips,
+                            model_config=vae_config, resume=resume, max_clips=cfg.max_clips,
+                            reference_image=_portrait_image(_first_portrait_json(clips_dir), clips_dir, portrait)
+                            if cfg.vae_reference else None,
                             eval_every=max(50, cfg.vae_steps // 4), checkpoint_every=cfg.checkpoint_every,
                             warmup=min(20, max(1, cfg.vae_steps // 10)))
             vae, vae_report = res.model, res.report
         vae = vae.to(device).eval().requires_grad_(False)
         timings["vae_s"] = round(time.monotonic() - t, 1)
 
-        # ---- (2) latents, audio features, labels (once) -----------------------------------------
+        # ---- (2) the audio encoder; latents, audio features, labels (once) ------------------------
         t = time.monotonic()
-        audio_encoder = default_encoder(cfg.seed)
+        audio_encoder, audio_report = _audio_encoder(cfg, clips_dir, work, device, resume, progress)
+        timings["audio_s"] = round(time.monotonic() - t, 1)
+        t = time.monotonic()
         clips, crop_box, portrait_json = prepare_clips(clips_dir, vae, audio_encoder, region_size=cfg.region_size,
                                                        fps=cfg.fps, vad=cfg.vad, max_clips=cfg.max_clips,
                                                        cache_path=work / "data.pt", progress=progress)
@@ -314,6 +375,8 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
             timings[f"{phase}_s"] = round(time.monotonic() - t, 1)
 
         model.eval().requires_grad_(False)
+        if teacher is not None:  # the many-step flow model the student was distilled from (for eval)
+            teacher.cpu().save_pretrained(work / "teacher")
         avatar.dit = model.cpu()
         avatar.vae = vae.cpu()
         if cfg.distill_steps == 0 and cfg.sample_steps < 4:
@@ -323,7 +386,9 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
                    for p, v in losses.items() if v}
         report = {"config": asdict(cfg), "clips_dir": os.fspath(clips_dir), "clips": len(clips),
                   "frames": sum(c.frames for c in clips), "crop_box": list(crop_box), "losses": summary,
-                  "vae": {"heldout_final": vae_report.get("heldout_final"), "steps": vae_report.get("steps")},
+                  "vae": {"heldout_final": vae_report.get("heldout_final"), "steps": vae_report.get("steps"),
+                          "reference_skip": bool(vae.uses_reference)},
+                  "audio_encoder": audio_report,
                   "dit_parameters": sum(p.numel() for p in model.parameters()),
                   "vae_parameters": sum(p.numel() for p in vae.parameters()),
                   "timings": {**timings, "total_s": round(time.monotonic() - t0, 1)}, "device": str(device),

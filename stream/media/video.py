@@ -245,6 +245,19 @@ class ImageSequenceSink(Stage):
         self.written.append(path)
 
 
+def iter_video_frames(path):
+    """Yield the frames of a video file one by one as ``uint8 [H, W, 3]`` RGB (constant memory, for long
+    files that :func:`read_video` would hold in RAM all at once)."""
+    container = open_media(path)
+    try:
+        if not container.streams.video:
+            raise MediaError(path, "has no video stream; expected a video file")
+        for f in container.decode(container.streams.video[0]):
+            yield f.to_ndarray(format="rgb24")
+    finally:
+        container.close()
+
+
 def read_video(path) -> dict:
     """Decode an MP4 (or any video file) for inspection: ``{"frames": uint8 [T, H, W, 3],
     "frame_times_s": [T], "fps", "audio": int16 [S] or None, "audio_rate", "audio_start_s"}``."""

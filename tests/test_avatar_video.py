@@ -1,0 +1,272 @@
+"""Training from a person's own talking video: ``prepare_video`` (checks, face / mouth localisation, fps and
+audio resampling, clips + JSON + background frame) and ``framegraph avatar train --video`` end to end.
+
+The bad-input tests need only PyAV and OpenCV. The end-to-end tests make the "user's video" with
+``framegraph avatar synth`` (needs the system package espeak-ng; skipped without it) and re-encode it the
+way a phone would (30 fps, 48 kHz stereo AAC), so the mouth box found can be checked against the synth
+ground truth and picture / sound against the original clip."""
+from __future__ import annotations
+
+import json
+import wave
+from fractions import Fraction
+
+import av
+import numpy as np
+import pytest
+import torch
+from PIL import Image
+
+from framegraph.models.avatar.video import MIN_SECONDS, prepare_video
+from framegraph.models.synth import astronaut_portrait
+from framegraph.stream.media import MediaError, read_video
+
+SR = 16_000
+TRUTH_MOUTH = (102, 119, 42, 14)  # assets/portraits/astronaut.json
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def write_video(path, frames: np.ndarray, fps: int, audio: np.ndarray | None = None, *, audio_rate: int = SR,
+                out_rate: int | None = None, layout: str = "mono", rotation: int | None = None) -> str:
+    """An MP4 (H.264, and AAC when ``audio`` int16 mono at ``audio_rate`` is given; re-sampled to
+    ``out_rate`` / ``layout`` as a camera would record it)."""
+    c = av.open(str(path), "w", format="mp4")
+    vs = c.add_stream("libx264", rate=fps)
+    vs.width, vs.height, vs.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+    vs.codec_context.options = {"preset": "ultrafast"}
+    if rotation is not None:
+        vs.set_display_rotation(rotation)
+    if audio is not None:
+        a = c.add_stream("aac", rate=out_rate or audio_rate)
+        a.layout = layout
+        res = av.AudioResampler(format="fltp", layout=layout, rate=out_rate or audio_rate)
+        af = av.AudioFrame.from_ndarray(audio.reshape(1, -1).astype(np.int16), format="s16", layout="mono")
+        af.sample_rate, af.pts, af.time_base = audio_rate, 0, Fraction(1, audio_rate)
+        for o in res.resample(af) + res.resample(None):
+            c.mux(a.encode(o))
+        c.mux(a.encode(None))
+    for i, f in enumerate(frames):
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")
+        vf.pts = i
+        c.mux(vs.encode(vf))
+    c.mux(vs.encode(None))
+    c.close()
+    return str(path)
+
+
+def write_wav(path, samples: np.ndarray) -> str:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes(samples.astype(np.int16).tobytes())
+    return str(path)
+
+
+def tone(seconds: float, amplitude: float = 8000.0) -> np.ndarray:
+    t = np.arange(int(seconds * SR)) / SR
+    return (amplitude * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 2 * t) > 0)).astype(np.int16)
+
+
+def still(image: np.ndarray, seconds: float, fps: int = 10) -> np.ndarray:
+    return np.repeat(image[None], int(round(seconds * fps)), axis=0)
+
+
+def astronaut() -> np.ndarray:
+    return np.array(astronaut_portrait().image, copy=True)
+
+
+# ---- bad input: clear errors ---------------------------------------------------------------------------
+def test_no_audio_track_says_the_avatar_learns_from_speech(tmp_path):
+    video = write_video(tmp_path / "mute.mp4", still(astronaut(), 12), 10)
+    with pytest.raises(MediaError, match="no audio track; the avatar learns to move its mouth from the speech"):
+        prepare_video(video, tmp_path / "out", progress=False)
+    assert not (tmp_path / "out").exists()
+
+
+def test_silent_audio_track(tmp_path):
+    video = write_video(tmp_path / "silent.mp4", still(astronaut(), 12), 10, np.zeros(12 * SR, np.int16))
+    with pytest.raises(MediaError, match="audio track is silent"):
+        prepare_video(video, tmp_path / "out", progress=False)
+
+
+@pytest.mark.parametrize("kind", ["flat", "noise"])
+def test_no_face_found(tmp_path, kind):
+    rng = np.random.default_rng(0)
+    frames = (np.full((120, 160, 160, 3), 128, np.uint8) if kind == "flat"
+              else rng.integers(0, 256, (120, 160, 160, 3), dtype=np.uint8))
+    video = write_video(tmp_path / f"{kind}.mp4", frames, 10, tone(12))
+    with pytest.raises(MediaError, match=r"no face found in 24 sampled frames .*--face-box"):
+        prepare_video(video, tmp_path / "out", progress=False)
+
+
+def test_tiny_resolution_says_what_is_needed(tmp_path):
+    small = np.asarray(Image.fromarray(astronaut()).resize((48, 48), Image.LANCZOS))
+    video = write_video(tmp_path / "tiny.mp4", still(small, 12), 10, tone(12))
+    with pytest.raises(MediaError, match=r"is 48x48 px: too small for a face region of 64 px"):
+        prepare_video(video, tmp_path / "out", progress=False)
+
+
+def test_face_too_small_for_the_region_gives_the_numbers(tmp_path):
+    video = write_video(tmp_path / "face.mp4", still(astronaut(), 3), 10, tone(3))
+    short = dict(min_seconds=2, sample_frames=8, progress=False)  # a short video keeps the test fast
+    # the detected face (~95 px, region ~130 px) is too small for a 160 px region
+    with pytest.raises(MediaError, match=r"the face is too small: the face region would be 1[23]\d px \(face \d+x\d+ "
+                                         r"px in the 256x256 video\), the avatar's region is 160 px"):
+        prepare_video(video, tmp_path / "out", region_size=160, **short)
+    # a face box given by the user is measured the same way
+    with pytest.raises(MediaError, match=r"face region would be 40 px \(face 30x30 px in the 256x256 video\).*"
+                                         r"at least about 48 px wide"):
+        prepare_video(video, tmp_path / "out", face_box=(100, 80, 30, 30), **short)
+    with pytest.raises(ValueError, match="--face-box 200,200,80,80 is not inside the 256x256 video"):
+        prepare_video(video, tmp_path / "out", face_box=(200, 200, 80, 80), **short)
+
+
+def test_too_short_states_the_minimum(tmp_path):
+    video = write_video(tmp_path / "short.mp4", still(astronaut(), 4), 10, tone(4))
+    with pytest.raises(MediaError, match=rf"is 4\.0 s long; the avatar needs at least {MIN_SECONDS:g} s"):
+        prepare_video(video, tmp_path / "out", progress=False)
+
+
+def test_unreadable_and_missing_files(tmp_path):
+    bad = tmp_path / "notes.mp4"
+    bad.write_text("this is not a video\n" * 50)
+    with pytest.raises(MediaError, match="not a media file FFmpeg can read"):
+        prepare_video(bad, tmp_path / "out", progress=False)
+    with pytest.raises(MediaError, match="no such file"):
+        prepare_video(tmp_path / "none.mp4", tmp_path / "out", progress=False)
+    wav = write_wav(tmp_path / "speech.wav", tone(12))
+    with pytest.raises(MediaError, match="has no video stream"):
+        prepare_video(wav, tmp_path / "out", progress=False)
+    with pytest.raises(ValueError, match="must be a whole number dividing 16000"):
+        prepare_video(wav, tmp_path / "out", fps=30, progress=False)
+
+
+def test_train_cli_reports_bad_video_with_exit_code_2(tmp_path, capsys):
+    from framegraph.apps.cli import main
+
+    video = write_video(tmp_path / "mute.mp4", still(astronaut(), 12), 10)
+    out = tmp_path / "bundle"
+    assert main(["avatar", "train", "--video", video, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "framegraph avatar train: error:" in err and "no audio track" in err
+    assert main(["avatar", "train", "--video", str(tmp_path / "none.mp4"), "--out", str(out)]) == 2
+    assert "does not exist" in capsys.readouterr().err
+    assert main(["avatar", "train", "--clips", str(tmp_path), "--face-box", "1,2,3,4", "--out", str(out)]) == 2
+    assert "go with --video" in capsys.readouterr().err
+    assert main(["avatar", "train", "--clips", str(tmp_path / "none"), "--out", str(out)]) == 2
+    assert "no such folder" in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exc:  # one source only
+        main(["avatar", "train", "--video", video, "--clips", str(tmp_path), "--out", str(out)])
+    assert exc.value.code == 2
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
+def test_rotated_phone_video_is_turned_upright(tmp_path):
+    canvas = np.full((256, 320, 3), 90, np.uint8)
+    canvas[:, 32:288] = astronaut()
+    stored = np.ascontiguousarray(np.rot90(canvas, -1))  # stored on its side, played upright
+    video = write_video(tmp_path / "phone.mp4", still(stored, 3), 10, tone(3), rotation=90)
+    r = prepare_video(video, tmp_path / "out", min_seconds=2, progress=False)
+    assert (r.portrait["width"], r.portrait["height"]) == (320, 256) and r.source["rotation_turns"] == 1
+    mx, my, mw, mh = r.portrait["mouth_box"]
+    assert abs(mx - (TRUTH_MOUTH[0] + 32)) <= 3 and abs(my - TRUTH_MOUTH[1]) <= 3
+    frames = read_video(r.clips[0])["frames"]
+    assert frames.shape[1:] == (256, 320, 3) and np.abs(frames[0].astype(int) - canvas).mean() < 4
+
+
+# ---- end to end on a synthetic talking clip ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def user_video(tmp_path_factory):
+    """A 12 s talking clip made by `framegraph avatar synth`, re-encoded at 30 fps with 48 kHz stereo."""
+    from framegraph.apps.cli import main
+    from framegraph.models.avatar.data import clip_audio
+    from framegraph.models.synth import espeak_available
+
+    if not espeak_available():
+        pytest.skip("needs the system package espeak-ng (apt-get install espeak-ng) to make a talking clip")
+    root = tmp_path_factory.mktemp("video")
+    assert main(["avatar", "synth", "--out", str(root / "synth"), "--clips", "1", "--seconds", "12",
+                 "--seed", "1"]) == 0
+    clip = root / "synth" / "clip_00000.mp4"
+    frames, audio = read_video(clip)["frames"], clip_audio(clip)
+    n30 = len(frames) * 30 // 25
+    pick = np.minimum(np.round(np.arange(n30) * 25 / 30).astype(int), len(frames) - 1)
+    video = write_video(root / "me talking.mp4", frames[pick], 30, audio, out_rate=48_000, layout="stereo")
+    truth = json.loads(clip.with_suffix(".json").read_text())
+    return {"video": video, "frames": frames, "audio": audio, "truth": truth}
+
+
+def _envelope(x: np.ndarray, n: int) -> np.ndarray:
+    x = np.concatenate([x, np.zeros(max(0, n * 640 - len(x)), np.int16)])[:n * 640].astype(np.float64)
+    return np.sqrt((x.reshape(n, 640) ** 2).mean(axis=1))
+
+
+def test_prepare_video_finds_the_mouth_and_keeps_picture_and_sound_in_sync(user_video, tmp_path):
+    from framegraph.models.avatar.data import clip_audio
+    from framegraph.models.vae import load_face_clips
+
+    r = prepare_video(user_video["video"], tmp_path / "clips", segment_seconds=6, progress=False)
+    assert r.fps == 25 and r.frames == 300 and len(r.clips) == 2 and not r.reused
+    assert r.source["fps"] == 30 and r.detection["found"] >= 20
+    # one stable mouth box, a few px from the synth ground truth (and from the portrait's own)
+    mouth = r.portrait["mouth_box"]
+    assert np.abs(np.array(mouth) - np.array(user_video["truth"]["portrait"]["mouth_box"])).max() <= 3, mouth
+    # the clips: synth-like JSON without mouth ground truth
+    for i, path in enumerate(r.clips):
+        meta = json.loads(open(path[:-4] + ".json").read())
+        assert meta["truth"] is False and meta["portrait"]["mouth_box"] == mouth and meta["n_frames"] == 150
+        assert meta["frames"][3] == {"index": 3, "time_s": 0.12}
+        assert meta["source"]["start_s"] == 6.0 * i
+    frames = np.concatenate([read_video(p)["frames"] for p in r.clips]).astype(np.int16)
+    audio = np.concatenate([clip_audio(p)[:150 * 640] for p in r.clips])
+    assert frames.shape == (300, 256, 256, 3) and len(audio) == 300 * 640
+    # picture: frame k of the clips is frame k of the original (30 fps in between), within codec noise
+    src = user_video["frames"].astype(np.int16)
+    d = np.array([[np.abs(frames[k] - src[j]).mean() for j in (k - 1, k, k + 1)] for k in range(1, 299)])
+    assert (d[:, 1] <= d.min(axis=1) + 0.05).mean() > 0.95 and d[:, 1].mean() < 4
+    # sound: aligned to the picture (48 kHz stereo → 16 kHz mono, AAC priming handled)
+    e1, e2 = _envelope(audio, 300), _envelope(user_video["audio"], 300)
+    corr = {lag: np.corrcoef(e1[max(0, lag):300 + min(0, lag)], e2[max(0, -lag):300 - max(0, lag)])[0, 1]
+            for lag in (-2, -1, 0, 1, 2)}
+    assert max(corr, key=corr.get) == 0 and corr[0] > 0.95, corr
+    # the background frame, and the training data reader copes with clips without ground truth
+    bg = np.asarray(Image.open(r.portrait_path))
+    assert bg.shape == (256, 256, 3) and np.abs(bg.astype(int) - np.median(src[:50], axis=0)).mean() < 4
+    faces = load_face_clips(r.clips_dir, size=64)
+    assert [f.shape[0] for f in faces.frames] == [150, 150] and faces.crop_box[2] >= 64
+    # the same file and settings: the clips are reused, not rewritten
+    again = prepare_video(user_video["video"], tmp_path / "clips", segment_seconds=6, progress=False)
+    assert again.reused and again.clips == r.clips and again.portrait == r.portrait
+
+
+def test_train_cli_on_a_video_end_to_end(user_video, tmp_path):
+    from framegraph.apps.cli import main
+    from framegraph.apps.runner import run_with_progress
+    from framegraph.models.avatar import load_avatar, render_avatar_graph
+
+    out = tmp_path / "me"
+    rc = main(["avatar", "train", "--video", user_video["video"], "--out", str(out), "--vae-steps", "4",
+               "--steps", "4", "--distill-steps", "0", "--rollout-steps", "0", "--region", "64", "--threads", "1",
+               "--batch", "2", "--window", "4", "--dit-width", "32", "--dit-depth", "1", "--dit-heads", "2",
+               "--segment-seconds", "6"])
+    assert rc == 0
+    assert len(list((out / "train" / "video_clips").glob("clip_*.mp4"))) == 2
+    a = load_avatar(out)
+    assert a.fps == 25 and a.region_size == 64 and (a.width, a.height) == (256, 256)
+    assert np.abs(np.array(a.mouth_box) - np.array(TRUTH_MOUTH)).max() <= 3
+    report = json.loads((out / "train_report.json").read_text())
+    assert report["clips"] == 2 and report["frames"] == 300
+    # the bundle speaks: a few frames from half a second of audio
+    wav = write_wav(tmp_path / "hi.wav", user_video["audio"][:SR // 2])
+    graph, sink, total = render_avatar_graph(out, wav, str(tmp_path / "hi.mp4"), device="cpu")
+    rep = run_with_progress(graph, sink, total, desc="render")
+    assert not rep["interrupted"] and sink.frames_written == total >= 12
+    assert read_video(tmp_path / "hi.mp4")["frames"].shape[1:] == (256, 256, 3)

@@ -3,8 +3,9 @@
     framegraph bench report --inputs benchmarks/results --out out/report.html
 
 Each JSON is recognised by its content: the runtime bench (``hop_overhead``), the kernel bench
-(``results`` with ``op``), the render bench (``results`` keyed by backend), the client (``glass to glass``
-summaries) — and anything else is shown as a table of its numbers. Nothing is re-measured: the page shows
+(``results`` with ``op``), the render bench (``results`` keyed by backend), the avatar bench (``benchmark``
+``"avatar"`` with per-size rows), the client (``glass to glass`` summaries) — and anything else is shown
+as a table of its numbers. Nothing is re-measured: the page shows
 what the files say, with their device, versions and commands.
 """
 from __future__ import annotations
@@ -44,6 +45,8 @@ def _load(paths: list[str]) -> list[tuple[str, dict]]:
 def kind_of(data: dict) -> str:
     if "hop_overhead" in data:
         return "runtime"
+    if data.get("benchmark") == "avatar" and isinstance(data.get("sizes"), list):
+        return "avatar"
     results = data.get("results")
     if isinstance(results, list) and results and isinstance(results[0], dict) and "op" in results[0]:
         return "kernels"
@@ -105,6 +108,12 @@ def _plot_render(data: dict, plt):
     return fig
 
 
+def _plot_avatar(data: dict, plt):
+    from .bench_avatar import figure
+
+    return figure(data, plt)
+
+
 def _table(rows: list[tuple[str, object]]) -> str:
     cells = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{html.escape(_fmt(v))}</td></tr>" for k, v in rows)
     return f"<table>{cells}</table>"
@@ -137,7 +146,8 @@ def build_report(inputs: list[str]) -> tuple[str, list]:
     sections, figures = [], []
     for path, data in _load(inputs):
         kind = kind_of(data)
-        plotter = {"runtime": _plot_runtime, "kernels": _plot_kernels, "render": _plot_render}.get(kind)
+        plotter = {"runtime": _plot_runtime, "kernels": _plot_kernels, "render": _plot_render,
+                   "avatar": _plot_avatar}.get(kind)
         img = ""
         if plotter is not None:
             fig = plotter(data, plt)
@@ -147,7 +157,11 @@ def build_report(inputs: list[str]) -> tuple[str, list]:
         meta = [("device", data.get("device")), ("command", data.get("command")),
                 ("git commit", data.get("git_commit")), ("date", data.get("date")),
                 ("versions", ", ".join(f"{k} {v}" for k, v in (versions or {}).items() if v))]
-        numbers = _table(_flat_numbers({k: v for k, v in data.items() if k not in ("versions", "cuda")})[:60])
+        source = data["summary"] if kind == "avatar" and isinstance(data.get("summary"), dict) else \
+            {k: v for k, v in data.items() if k not in ("versions", "cuda")}
+        numbers = _table(_flat_numbers(source)[:60])
+        if data.get("note"):
+            meta.append(("note", data["note"]))
         sections.append(f"<section><h2>{html.escape(kind)}: {html.escape(os.path.basename(path))}</h2>"
                         f"{_table([m for m in meta if m[1]])}{img}<details><summary>numbers</summary>"
                         f"{numbers}</details></section>")

@@ -18,6 +18,7 @@ BENCHES = {
     "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
     "render": ("framegraph.apps.bench_render", "Gaussian-splatting render speed per backend"),
     "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
+    "avatar": ("framegraph.apps.bench_avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
     "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
 }
 

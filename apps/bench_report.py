@@ -98,7 +98,11 @@ def _plot_kernels(data: dict, plt):
 
 
 def _plot_render(data: dict, plt):
-    res = data["results"]
+    if "cases" in data:  # 3DGS / 4DGS / NeRF sections
+        from .bench_render import figure
+
+        return figure(data, plt)
+    res = {k: v for k, v in data["results"].items() if v.get("fps") is not None}  # skipped backends have none
     names = list(res)
     fig, ax = plt.subplots(figsize=(6, 3))
     ax.bar(names, [res[n]["fps"] for n in names], color="#66ccee")

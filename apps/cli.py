@@ -16,7 +16,7 @@ import sys
 BENCHES = {
     "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
     "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
-    "render": ("framegraph.apps.bench_render", "Gaussian-splatting render speed per backend"),
+    "render": ("framegraph.apps.bench_render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
     "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
     "avatar": ("framegraph.apps.bench_avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
     "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),

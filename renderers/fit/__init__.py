@@ -3,7 +3,8 @@
 - :class:`Fitter`, :class:`FitConfig` — the optimisation loop, checkpoints and resume (``trainer.py``).
 - :class:`DensifyConfig` — clone / split / prune / opacity-reset schedule (``densify.py``).
 - :func:`ssim`, :func:`psnr`, :func:`fit_loss` — image metrics (``losses.py``).
-- :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``).
+- :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``; the
+  ``transforms.json`` loader is the shared one in ``renderers/posed_images.py``).
 - ``params.py`` — parameter layout, initialisation and conversion to :class:`GaussianScene`.
 """
 from .data import DatasetError, PosedImages, load_transforms, synthetic_dataset

@@ -5,7 +5,8 @@ Public API:
 - :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
   settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
 - :func:`fit` — train on posed images (:func:`psnr` to measure); :func:`load_transforms` reads them
-  from an instant-ngp / nerfstudio ``transforms.json``; ``cli.py`` is ``framegraph fit``.
+  from an instant-ngp / nerfstudio / Blender ``transforms.json`` (the shared loader of
+  ``renderers/posed_images.py``, white background by default); ``cli.py`` is ``framegraph fit-nerf``.
 - :class:`NerfRenderStage` (in ``stage.py``) — a render stage for stream graphs.
 - building blocks: :func:`hash_encode` / :class:`HashGridConfig` (``hash_encoding/``), :func:`mlp`
   (``mlp/``), :class:`OccupancyGrid`, :func:`render_rays` / :func:`camera_rays` (``marcher.py``),

@@ -41,6 +41,17 @@ KERNELS = [
         )
         for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
     ],
+    *[
+        ("monarch_attention.triton_backward", name, dict(consts, SCALE=128 ** -0.5, BD=128, PRECISION=precision),
+         dtype, 8)
+        for name, consts in (
+            ("_column_grad_query_kernel", dict(BL=32, BK=32, BG=128, CAUSAL=True, OUTPUT_STEP=False)),
+            ("_column_grad_key_kernel", dict(BK=32, BL=32, BG=128, CAUSAL=True, OUTPUT_STEP=True)),
+            ("_row_grad_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
+            ("_row_key_grad_kernel", dict(BI=32, BJ=32, BV=128, HAS_C=True, WITH_V=True)),
+        )
+        for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
+    ],
 ]
 FP32_POINTERS = ("kv", "ksum", "gkv", "gksum", "rope", "dscale", "dw", "dg")
 
@@ -54,7 +65,8 @@ def compile_all() -> list[dict]:
 
     results = []
     for op, name, consts, dtype, num_warps in KERNELS:
-        kernel = getattr(importlib.import_module(f"framegraph.kernels.{op}.triton"), name)
+        module = op if "." in op else f"{op}.triton"  # "op" = the op's triton.py, else the module named
+        kernel = getattr(importlib.import_module(f"framegraph.kernels.{module}"), name)
         signature = {}
         for arg in kernel.arg_names:
             if arg in consts:

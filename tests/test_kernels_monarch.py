@@ -1,4 +1,5 @@
-"""Monarch attention: exactness on Monarch-structured softmax, Triton vs reference, causality, errors.
+"""Monarch attention: exactness on Monarch-structured softmax, Triton vs reference (forward and backward),
+causality, custom-op registration, errors.
 
 Without CUDA the Triton kernels run on CPU through Triton's interpreter; TRITON_INTERPRET must be set
 before framegraph's kernel modules are imported (they are imported lazily, on first use).
@@ -127,20 +128,78 @@ def test_triton_matches_reference(grid, D, Dv, num_iters, block_causal):
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
 
 
-def test_triton_accepts_strided_inputs_and_backpropagates_through_the_reference():
-    grid = (2, 2, 16)
-    q, k, v = make_inputs(grid, H=1)
-    q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, N, H, D] memory, as diffusers' layout
-    grads = {}
+def triton_and_reference_grads(q, k, v, seed=3, **kwargs):
+    """``{backend: (out, (dq, dk, dv))}`` for a random upstream gradient, Triton backward vs autograd."""
+    weights = torch.randn(*q.shape[:3], v.shape[-1], generator=torch.Generator().manual_seed(seed)).to(DEVICE)
+    results = {}
     for backend in ("triton", "torch"):
-        leaves = [t.clone().requires_grad_() for t in (q_strided, k, v)]
-        out = monarch_attention(*leaves, grid=grid, num_iters=2, block_causal=True, backend=backend)
-        weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(DEVICE)
-        grads[backend] = (out, torch.autograd.grad((out * weights).sum(), leaves))
-    (o1, g1), (o2, g2) = grads["triton"], grads["torch"]
+        leaves = [t.detach().clone().requires_grad_() for t in (q, k, v)]
+        out = monarch_attention(*leaves, backend=backend, **kwargs)
+        results[backend] = (out, torch.autograd.grad((out * weights).sum(), leaves))
+    return results
+
+
+def assert_grads_match(results, rtol=1e-4, atol=1e-5):
+    (o1, g1), (o2, g2) = results["triton"], results["torch"]
     torch.testing.assert_close(o1, o2, rtol=1e-5, atol=1e-5)
-    for a, b in zip(g1, g2):
-        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    for name, a, b in zip(("dq", "dk", "dv"), g1, g2):
+        assert a.shape == b.shape and a.dtype == b.dtype, name
+        torch.testing.assert_close(a, b, rtol=rtol, atol=atol, msg=lambda m: f"{name}: {m}")
+
+
+@pytest.mark.parametrize(
+    "grid, B, H, D, Dv, num_iters, block_causal",
+    [
+        ((2, 4, 4), 1, 1, 16, 16, 1, False),
+        ((2, 4, 4), 1, 1, 16, 16, 1, True),
+        ((2, 4, 4), 1, 1, 16, 16, 2, True),
+        ((2, 1, 4), 2, 2, 16, 16, 2, False),  # B > 1, H > 1
+        ((3, 2, 5), 1, 1, 32, 16, 2, True),  # non-square blocks (M = 6 rows of b = 5), D != Dv
+        ((2, 2, 4), 1, 1, 32, 32, 3, True),
+    ],
+)
+def test_triton_backward_matches_autograd_through_the_reference(grid, B, H, D, Dv, num_iters, block_causal):
+    q, k, v = make_inputs(grid, B=B, H=H, D=D, Dv=Dv)
+    results = triton_and_reference_grads(q, k, v, grid=grid, num_iters=num_iters, block_causal=block_causal)
+    assert_grads_match(results)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "grid, num_iters, block_causal",
+    [
+        ((2, 9, 2), 2, True),  # M = 18 rows: two row tiles, a frame boundary inside the first
+        ((1, 2, 17), 2, False),  # b = 17 columns: two column tiles
+    ],
+)
+def test_triton_backward_with_several_tiles_per_row_and_column(monkeypatch, grid, num_iters, block_causal):
+    from framegraph.kernels.monarch_attention import triton as kernels
+
+    monkeypatch.setattr(kernels, "MAX_TILE", 16)  # tl.dot's minimum: every loop runs over several tiles
+    q, k, v = make_inputs(grid, H=1)
+    results = triton_and_reference_grads(q, k, v, grid=grid, num_iters=num_iters, block_causal=block_causal)
+    assert_grads_match(results)
+
+
+def test_triton_forward_and_backward_accept_strided_inputs():
+    grid = (2, 1, 4)
+    q, k, v = make_inputs(grid, H=2)
+    q_strided = q.transpose(1, 2).contiguous().transpose(1, 2)  # [B, N, H, D] memory, as diffusers' layout
+    v_strided = v[..., :8]  # a view with row stride 16, Dv = 8 padded inside the kernels
+    results = triton_and_reference_grads(q_strided, k, v_strided, grid=grid, num_iters=2, block_causal=True)
+    assert_grads_match(results)
+
+
+def test_triton_backward_keeps_future_frames_out_of_past_gradients():
+    """With block_causal, a loss on frame 0's outputs has no gradient into later frames' q, k, v."""
+    grid = (2, 2, 4)
+    q, k, v = (t.requires_grad_() for t in make_inputs(grid, H=1))
+    out = monarch_attention(q, k, v, grid=grid, num_iters=2, block_causal=True, backend="triton")
+    per_frame = 2 * 4
+    dq, dk, dv = torch.autograd.grad(out[:, :, :per_frame].sum(), (q, k, v))
+    for name, grad in (("dq", dq), ("dk", dk), ("dv", dv)):
+        assert grad[:, :, per_frame:].abs().max() == 0, name
+        assert grad[:, :, :per_frame].abs().max() > 0, name
 
 
 @pytest.mark.parametrize("backend", ["torch", "triton"])
@@ -171,24 +230,42 @@ def test_low_precision_inputs_accumulate_in_fp32():
 
 
 def test_custom_op_registration_passes_opcheck():
-    grid = (2, 1, 16)
-    q, k, v = make_inputs(grid, H=1)
-    args = (q.requires_grad_(), k, v, *grid, 1, True)
+    grid = (2, 1, 4)
+    q, k, v = make_inputs(grid, H=2)
+    q = q.transpose(1, 2).contiguous().transpose(1, 2)  # strided: the fakes must still match the kernels' outputs
+    args = (q.requires_grad_(), k, v, *grid, 2, True)
     torch.library.opcheck(
         torch.ops.framegraph.monarch_attention.default, args,
         test_utils=("test_schema", "test_faketensor", "test_autograd_registration"),
     )
+    _, lse_l, a_r, c_r = torch.ops.framegraph.monarch_attention(*args)
+    assert lse_l.shape == (2, 1, 2, 4, 2) and a_r.shape == (1, 1, 2, 8, 16) and c_r.shape == (1, 1, 2, 8)
+    d_out = torch.randn_like(v)
+    backward_args = (d_out, q.detach(), k, v, lse_l, a_r, c_r, *grid, 2, True)
+    torch.library.opcheck(
+        torch.ops.framegraph.monarch_attention_backward.default, backward_args,
+        test_utils=("test_schema", "test_faketensor"),
+    )
 
 
-def test_traces_under_torch_compile():
-    grid = (2, 1, 16)
+def test_forward_and_backward_trace_under_torch_compile():
+    grid = (2, 2, 4)
     q, k, v = make_inputs(grid, H=1)
 
     @torch.compile(backend="aot_eager", fullgraph=True)
     def f(q, k, v):
-        return monarch_attention(q, k, v, grid=grid, num_iters=1, backend="triton")
+        return monarch_attention(q, k, v, grid=grid, num_iters=1, block_causal=True, backend="triton")
 
-    torch.testing.assert_close(f(q, k, v), monarch_attention(q, k, v, grid=grid, backend="torch"), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()
+    leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    out = f(*leaves)
+    grads = torch.autograd.grad(out.square().sum(), leaves)
+    ref_leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+    expected = monarch_attention(*ref_leaves, grid=grid, num_iters=1, block_causal=True, backend="torch")
+    expected_grads = torch.autograd.grad(expected.square().sum(), ref_leaves)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    for a, b in zip(grads, expected_grads):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 @pytest.mark.parametrize(
@@ -224,3 +301,39 @@ def test_gpu_half_precision_matches_fp32_reference(dtype):
     expected = monarch_attention(q, k, v, grid=grid, num_iters=2, block_causal=True, backend="torch")
     out = monarch_attention(*(t.to(dtype) for t in (q, k, v)), grid=grid, num_iters=2, block_causal=True, backend="triton")
     torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
+
+
+@gpu
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_gpu_backward_matches_fp32_reference(dtype):
+    grid = (4, 8, 16)
+    q, k, v = make_inputs(grid, B=2, H=2, D=64, Dv=64, sharpness=1.0)
+    kwargs = dict(grid=grid, num_iters=2, block_causal=True)
+    results = triton_and_reference_grads(q, k, v, **kwargs)
+    if dtype == torch.float32:
+        assert_grads_match(results, rtol=1e-3, atol=1e-4)  # tf32-free ieee dots, different summation order
+    leaves = [t.to(dtype).requires_grad_() for t in (q, k, v)]
+    out = monarch_attention(*leaves, backend="triton", **kwargs)
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(3)).to(DEVICE)
+    grads = torch.autograd.grad((out.float() * weights).sum(), leaves)
+    for a, b in zip(grads, results["torch"][1]):
+        assert a.dtype == dtype
+        torch.testing.assert_close(a.float(), b, rtol=5e-2, atol=5e-2 * b.abs().max().item())
+
+
+@gpu
+def test_gpu_forward_and_backward_capture_in_a_cuda_graph():
+    grid = (2, 4, 16)
+    q, k, v = (t.requires_grad_() for t in make_inputs(grid, B=1, H=2, D=32, Dv=32))
+
+    def step(q, k, v):
+        return monarch_attention(q, k, v, grid=grid, num_iters=2, block_causal=True, backend="triton")
+
+    graphed = torch.cuda.make_graphed_callables(step, (q, k, v))
+    out = graphed(q, k, v)
+    grads = torch.autograd.grad(out.square().sum(), (q, k, v))
+    expected = step(q, k, v)
+    expected_grads = torch.autograd.grad(expected.square().sum(), (q, k, v))
+    torch.testing.assert_close(out, expected)
+    for a, b in zip(grads, expected_grads):
+        torch.testing.assert_close(a, b)

@@ -1,11 +1,12 @@
 """Monarch attention (MonarchAttention / MonarchRT): softmax attention fitted by a Monarch matrix.
 
 ``monarch_attention(q, k, v, grid=(F, Hh, Ww))`` is the public entry point; ``reference.py`` is the
-readable pure-torch version (with the maths, the grid mapping and the causal mask written out) and
-``triton.py`` the fused forward kernels. The Triton path is the custom op
-``torch.ops.framegraph.monarch_attention`` (fake implementation + autograd), so it survives
-``torch.compile``; its backward runs autograd through the torch reference — correct, but it recomputes
-and stores the block factors (``O(N (M + b))`` memory per head): there is no Triton backward yet.
+readable pure-torch version (with the maths, the grid mapping and the causal mask written out),
+``triton.py`` the fused forward kernels and ``triton_backward.py`` the backward kernels (gradients of q,
+k, v through every alternating update, recomputing the factors from the forward's log-sum-exps — the
+maths is in its docstring). The Triton path is the custom op ``torch.ops.framegraph.monarch_attention``
+with its backward ``torch.ops.framegraph.monarch_attention_backward`` (both with fake implementations),
+so it survives ``torch.compile`` and CUDA-graph capture.
 """
 from __future__ import annotations
 
@@ -50,11 +51,14 @@ def monarch_attention(
 
     Returns:
         ``out [B, H, N, Dv]`` in q's dtype (fp32 accumulation); scores are scaled by ``1 / sqrt(D)``.
+        Differentiable in q, k, v on both backends (Triton: backward kernels that recompute the factors
+        from the forward's log-sum-exps, ``O(B H N D)`` extra memory; torch: plain autograd).
     """
     grid = _check_args(q, k, v, grid, num_iters, block_causal)
     if resolve_backend(backend, q, k, v, op=OP) == "torch":
         return reference.monarch_attention(q, k, v, grid, num_iters, block_causal)
-    return torch.ops.framegraph.monarch_attention(q, k, v, *grid, num_iters, block_causal)
+    out, _lse_l, _a_r, _c_r = torch.ops.framegraph.monarch_attention(q, k, v, *grid, num_iters, block_causal)
+    return out
 
 
 def _check_args(q, k, v, grid, num_iters, block_causal) -> tuple[int, int, int]:
@@ -106,7 +110,9 @@ def _check_args(q, k, v, grid, num_iters, block_causal) -> tuple[int, int, int]:
 def _forward_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     frames: int, height: int, width: int, num_iters: int, block_causal: bool,
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``out [B, H, N, Dv]`` and the statistics the backward needs (see ``triton.forward``):
+    ``lse_L [T, B, H, Ww, F*Hh]``, ``a_R [T-1, B, H, N, D]``, ``c_R [T-1, B, H, N]`` (fp32)."""
     from . import triton as kernels
 
     return kernels.forward(q, k, v, (frames, height, width), num_iters, block_causal)
@@ -114,23 +120,45 @@ def _forward_op(
 
 @_forward_op.register_fake
 def _(q, k, v, frames, height, width, num_iters, block_causal):
-    return q.new_empty(*q.shape[:3], v.shape[-1])
+    B, H, N, D = q.shape
+    f32 = torch.float32
+    return (
+        q.new_empty(B, H, N, v.shape[-1]),
+        q.new_empty(num_iters, B, H, width, frames * height, dtype=f32),
+        q.new_empty(num_iters - 1, B, H, N, D, dtype=f32),
+        q.new_empty(num_iters - 1, B, H, N, dtype=f32),
+    )
+
+
+@torch.library.custom_op("framegraph::monarch_attention_backward", mutates_args=())
+def _backward_op(
+    d_out: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+    lse_l: torch.Tensor, a_r: torch.Tensor, c_r: torch.Tensor,
+    frames: int, height: int, width: int, num_iters: int, block_causal: bool,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    from . import triton_backward as kernels
+
+    return kernels.backward(d_out, q, k, v, lse_l, a_r, c_r, (frames, height, width), num_iters, block_causal)
+
+
+@_backward_op.register_fake
+def _(d_out, q, k, v, lse_l, a_r, c_r, frames, height, width, num_iters, block_causal):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)  # contiguous, as the kernels return
 
 
 def _setup_context(ctx, inputs, output):
     q, k, v, *config = inputs
-    ctx.save_for_backward(q, k, v)
+    _, lse_l, a_r, c_r = output
+    ctx.save_for_backward(q, k, v, lse_l, a_r, c_r)
+    ctx.mark_non_differentiable(lse_l, a_r, c_r)
     ctx.config = config
 
 
-def _backward(ctx, d_out):
-    """Autograd through the torch reference (recomputes the factors; there is no Triton backward yet)."""
-    q, k, v = ctx.saved_tensors
-    frames, height, width, num_iters, block_causal = ctx.config
-    with torch.enable_grad():
-        leaves = [t.detach().requires_grad_() for t in (q, k, v)]
-        out = reference.monarch_attention(*leaves, (frames, height, width), num_iters, block_causal)
-        dq, dk, dv = torch.autograd.grad(out, leaves, d_out)
+def _backward(ctx, d_out, _d_lse_l, _d_a_r, _d_c_r):
+    q, k, v, lse_l, a_r, c_r = ctx.saved_tensors
+    if d_out is None:
+        d_out = q.new_zeros(*q.shape[:3], v.shape[-1])
+    dq, dk, dv = _backward_op(d_out, q, k, v, lse_l, a_r, c_r, *ctx.config)
     return dq, dk, dv, None, None, None, None, None
 
 

@@ -7,9 +7,10 @@ keeps only its running max / sum and the weighted sums it needs (fp32):
 ``_row_step_kernel``      program = (key row k, tile of query columns j); loops over the row's columns i:
                           R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j]) and from it
                           a_L[j, k] = sum_i R k,   c_L[j, k] = sum_i R log R,   (last step) y[j, k] = sum_i R v
+                          (and, for the backward's recomputation, lse_R[j, k] = logsumexp_i of R's logits)
 ``_column_lse_kernel``    program = (column j, tile of query rows l); loops over key rows k:
-                          lse[j, l] = logsumexp_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])   (causal: k's frame
-                          <= l's frame), or on the last step the output out[l, j] = sum_k L[j, k, l] y[j, k]
+                          lse_L[j, l] = logsumexp_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])   (causal: k's
+                          frame <= l's frame), and on the last step also out[l, j] = sum_k L[j, k, l] y[j, k]
 ``_column_sum_kernel``    program = (column j, tile of key rows k); loops over query rows l with the lse above:
                           a_R[k, j] = sum_l L[j, k, l] q[l, j],   c_R[k, j] = sum_l L[j, k, l]
                           (causal: only the l in k's own frame)
@@ -18,7 +19,14 @@ keeps only its running max / sum and the weighted sums it needs (fp32):
 starts from ``L = I``: ``a_R = q``, ``c_R = 1``. Work per step is ``O(N (M + b) D)`` and extra memory
 ``O(N D)`` (``a_L``, ``a_R``, ``y``) — never ``N x N``. fp32 inputs use ``input_precision="ieee"``;
 fp16/bf16 inputs are read into fp32 and multiplied with tf32. Head dims up to 128 (padded to powers of
-two >= 16). There is no Triton backward: gradients go through the torch reference (see ``__init__``).
+two >= 16).
+
+For the backward (``triton_backward.py``) :func:`forward` also returns what it cannot cheaply recompute,
+like flash-attention's log-sum-exp: every iteration's ``lse_L`` (``N`` floats per head and iteration)
+and the R-step inputs ``a_R``, ``c_R`` of iterations 2..T (iteration 1's are ``q`` and 1).
+
+Layouts: "token-indexed" tensors are ``[B*H, N, ...]`` with ``n = k * b + j`` (like q); "column-major"
+per-block statistics are ``[B*H, b, M, ...]`` indexed ``[j, k]`` (one contiguous run of ``M`` per column).
 """
 from __future__ import annotations
 
@@ -27,6 +35,7 @@ import triton
 import triton.language as tl
 
 MAX_HEAD_DIM = 128
+MAX_TILE = 64  # rows / columns per tile (32 for head dims > 64); the tests lower it to 16 to exercise multi-tile loops
 C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
 
 
@@ -52,6 +61,7 @@ def _row_step_kernel(
     k_ptr, s_kb, s_kh, s_kn, s_kd,
     v_ptr, s_vb, s_vh, s_vn, s_vd,
     al_ptr, cl_ptr, y_ptr,  # outputs: a_L [B*H, b, M, D], c_L [B*H, b, M], y [B*H, b, M, Dv] (fp32, contiguous)
+    lser_ptr,  # optional output (None: not stored): lse_R [B*H, b, M], the log-normaliser of R[k, j, :]
     H, M, NB, D, Dv,
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
@@ -99,7 +109,10 @@ def _row_step_kernel(
     # a_L[j, k], c_L[j, k], y[j, k]: rows j of stride M * width, column k
     out_rows = bh * NB + js  # index into [B*H*b]
     _store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
-    tl.store(cl_ptr + out_rows * M + row, ps_i / l_i - (m_i + tl.log(l_i)), mask=j_mask)
+    lse_r = m_i + tl.log(l_i)
+    tl.store(cl_ptr + out_rows * M + row, ps_i / l_i - lse_r, mask=j_mask)
+    if lser_ptr is not None:
+        tl.store(lser_ptr + out_rows * M + row, lse_r, mask=j_mask)
     if WITH_V:
         _store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
 
@@ -108,7 +121,7 @@ def _row_step_kernel(
 def _column_lse_kernel(
     q_ptr, s_qb, s_qh, s_qn, s_qd,
     al_ptr, cl_ptr, y_ptr,  # a_L [B*H, b, M, D], c_L [B*H, b, M], y [B*H, b, M, Dv]
-    lse_ptr,  # [B*H, b, M] fp32 (when not OUTPUT)
+    lse_ptr,  # output: lse_L [B*H, b, M] fp32
     o_ptr, s_ob, s_oh, s_on, s_od,  # out [B, H, N, Dv] (when OUTPUT)
     H, M, NB, D, Dv, ROWS_PER_FRAME,
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
@@ -154,10 +167,9 @@ def _column_lse_kernel(
             acc = acc * alpha[:, None] + tl.dot(p, y, input_precision=PRECISION)
         m_i = m_new
 
+    tl.store(lse_ptr + (bh * NB + col) * M + ls, m_i + tl.log(l_i), mask=l_mask)
     if OUTPUT:
         _store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
-    else:
-        tl.store(lse_ptr + (bh * NB + col) * M + ls, m_i + tl.log(l_i), mask=l_mask)
 
 
 @triton.jit
@@ -209,64 +221,91 @@ def _column_sum_kernel(
     tl.store(cr_ptr + bh * M * NB + out_rows, c_sum, mask=k_mask)
 
 
-# ----------------------------------------------------------------------------- launcher
+# ----------------------------------------------------------------------------- launchers
 
 
 def _pow2(n: int, lo: int = 16, hi: int = 64) -> int:
     return max(lo, min(hi, triton.next_power_of_2(n)))
 
 
-def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], num_iters: int,
-            block_causal: bool) -> torch.Tensor:
-    """q, k ``[B, H, N, D]``, v ``[B, H, N, Dv]`` (any strides) -> ``out [B, H, N, Dv]`` in q's dtype."""
-    B, H, N, D = q.shape
-    Dv = v.shape[-1]
+def check_head_dims(D: int, Dv: int) -> None:
     if D > MAX_HEAD_DIM or Dv > MAX_HEAD_DIM:
         raise ValueError(
             f"monarch_attention (triton): head dims D={D}, Dv={Dv}; the Triton kernels support up to "
             f"{MAX_HEAD_DIM}; use backend='torch'"
         )
+
+
+def tiles(q: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], max_tile: int | None = None) -> dict:
+    """Block sizes: ``BD``/``BV`` (head dims), ``BJ``/``BI`` (columns of a row), ``BL``/``BK`` (rows of a
+    column) — at most ``MAX_TILE`` (and ``max_tile`` if given), 32 for head dims > 64 — precision, warps."""
+    D, Dv = q.shape[-1], v.shape[-1]
+    frames, height, width = grid
+    BD, BV = _pow2(D, hi=128), _pow2(Dv, hi=128)
+    wide = max(BD, BV) > 64
+    cap = min(MAX_TILE, max_tile or MAX_TILE, 32 if wide else MAX_TILE)
+    row_tile, column_tile = _pow2(width, hi=cap), _pow2(frames * height, hi=cap)
+    return dict(
+        BD=BD, BV=BV, BJ=row_tile, BI=row_tile, BL=column_tile, BK=column_tile,
+        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=8 if wide else 4,
+    )
+
+
+def row_step(a_src, c_src, k, v, a_l, c_l, y, lse_r, grid, cfg, *, first: bool, with_v: bool) -> None:
+    """One R step for every key row: ``a_L``, ``c_L`` (and ``y`` if ``with_v``, ``lse_R`` if not None).
+
+    ``a_src`` ``[B, H, N, D]`` (any strides) is ``a_R`` — or ``q`` on the ``first`` iteration, where
+    ``c_R = 1`` and ``c_src`` is not read; ``c_src`` ``[B*H, N]`` fp32 is ``c_R``.
+    """
+    B, H, N, D = a_src.shape
+    M, NB = grid[0] * grid[1], grid[2]
+    _row_step_kernel[(M * triton.cdiv(NB, cfg["BJ"]), B * H)](
+        a_src, *a_src.stride(), c_src, k, *k.stride(), v, *v.stride(), a_l, c_l, y, lse_r,
+        H, M, NB, D, v.shape[-1],
+        SCALE=D ** -0.5, BJ=cfg["BJ"], BI=cfg["BI"], BD=cfg["BD"], BV=cfg["BV"], HAS_C=not first,
+        WITH_V=with_v, PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"],
+    )
+
+
+def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], num_iters: int,
+            block_causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """q, k ``[B, H, N, D]``, v ``[B, H, N, Dv]`` (any strides) -> ``out [B, H, N, Dv]`` in q's dtype, and
+    the statistics the backward reads (fp32, contiguous; ``T = num_iters``):
+
+    - ``lse_L [T, B, H, b, M]``: log-normaliser of each iteration's L softmax, indexed ``[j, l]``;
+    - ``a_R [T-1, B, H, N, D]``, ``c_R [T-1, B, H, N]``: the R-step inputs of iterations 2..T, token-indexed.
+    """
+    B, H, N, D = q.shape
+    Dv = v.shape[-1]
+    check_head_dims(D, Dv)
     frames, height, width = grid
     M, NB = frames * height, width
-    BD, BV = _pow2(D, hi=128), _pow2(Dv, hi=128)
-    BJ = BI = _pow2(NB, hi=32 if max(BD, BV) > 64 else 64)
-    BL = BK = _pow2(M, hi=32 if max(BD, BV) > 64 else 64)
-    common = dict(PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=4 if max(BD, BV) <= 64 else 8)
+    cfg = tiles(q, v, grid)
+    BL, BK, BD, BV = cfg["BL"], cfg["BK"], cfg["BD"], cfg["BV"]
+    common = dict(PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"], CAUSAL=bool(block_causal))
     scale = D ** -0.5
     dev, f32 = q.device, torch.float32
     a_l = torch.empty(B * H, NB, M, D, device=dev, dtype=f32)
     c_l = torch.empty(B * H, NB, M, device=dev, dtype=f32)
     y = torch.empty(B * H, NB, M, Dv, device=dev, dtype=f32)
-    lse = torch.empty(B * H, NB, M, device=dev, dtype=f32)
-    a_r = torch.empty(B, H, N, D, device=dev, dtype=f32)
-    c_r = torch.empty(B * H, N, device=dev, dtype=f32)
+    lse_l = torch.empty(num_iters, B, H, NB, M, device=dev, dtype=f32)
+    a_r = torch.empty(num_iters - 1, B, H, N, D, device=dev, dtype=f32)
+    c_r = torch.empty(num_iters - 1, B, H, N, device=dev, dtype=f32)
     out = torch.empty(B, H, N, Dv, device=dev, dtype=q.dtype)
-    causal = dict(CAUSAL=bool(block_causal))
 
-    a_src = q  # iteration 1: L = I, so a_R = q and c_R = 1
     for it in range(num_iters):
         last = it == num_iters - 1
-        _row_step_kernel[(M * triton.cdiv(NB, BJ), B * H)](
-            a_src, *a_src.stride(), c_r, k, *k.stride(), v, *v.stride(), a_l, c_l, y,
-            H, M, NB, D, Dv,
-            SCALE=scale, BJ=BJ, BI=BI, BD=BD, BV=BV, HAS_C=it > 0, WITH_V=last, **common,
-        )
-        if last:
-            break
+        a_src, c_src = (q, c_l) if it == 0 else (a_r[it - 1], c_r[it - 1])  # iteration 1: L = I, a_R = q, c_R = 1
+        row_step(a_src, c_src, k, v, a_l, c_l, y, None, grid, cfg, first=it == 0, with_v=last)
         _column_lse_kernel[(NB * triton.cdiv(M, BL), B * H)](
-            q, *q.stride(), a_l, c_l, y, lse, out, *out.stride(),
+            q, *q.stride(), a_l, c_l, y, lse_l[it], out, *out.stride(),
             H, M, NB, D, Dv, height,
-            SCALE=scale, BL=BL, BK=BK, BD=BD, BV=BV, OUTPUT=False, **causal, **common,
+            SCALE=scale, BL=BL, BK=BK, BD=BD, BV=BV, OUTPUT=last, **common,
         )
-        _column_sum_kernel[(NB * triton.cdiv(M, BK), B * H)](
-            q, *q.stride(), a_l, c_l, lse, a_r, c_r,
-            H, M, NB, D, height,
-            SCALE=scale, BK=BK, BL=BL, BD=BD, **causal, **common,
-        )
-        a_src = a_r
-    _column_lse_kernel[(NB * triton.cdiv(M, BL), B * H)](
-        q, *q.stride(), a_l, c_l, y, lse, out, *out.stride(),
-        H, M, NB, D, Dv, height,
-        SCALE=scale, BL=BL, BK=BK, BD=BD, BV=BV, OUTPUT=True, **causal, **common,
-    )
-    return out
+        if not last:
+            _column_sum_kernel[(NB * triton.cdiv(M, BK), B * H)](
+                q, *q.stride(), a_l, c_l, lse_l[it], a_r[it], c_r[it],
+                H, M, NB, D, height,
+                SCALE=scale, BK=BK, BL=BL, BD=BD, **common,
+            )
+    return out, lse_l, a_r, c_r

@@ -21,6 +21,7 @@ from diffusers import SanaVideoTransformer3DModel  # noqa: E402
 
 from framegraph.kernels.processors import (  # noqa: E402
     BlockLinearAttnProcessor,
+    StreamingRotaryPosEmbed,
     install_block_linear_processors,
     reset_block_linear_state,
     set_update_state,
@@ -31,12 +32,20 @@ FRAMES, HEIGHT, WIDTH = 3, 8, 8  # latent; patch (1, 2, 2) -> 16 tokens per fram
 TOKENS_PER_FRAME = (HEIGHT // 2) * (WIDTH // 2)
 
 
-def tiny_model():
+@pytest.fixture(autouse=True)
+def one_torch_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def tiny_model(**config):
     torch.manual_seed(0)
     return SanaVideoTransformer3DModel(
         in_channels=4, out_channels=4, num_attention_heads=2, attention_head_dim=16, num_layers=2,
         num_cross_attention_heads=2, cross_attention_head_dim=16, cross_attention_dim=32,
-        caption_channels=16, sample_size=8, patch_size=(1, 2, 2),
+        caption_channels=16, sample_size=8, patch_size=(1, 2, 2), **config,
     ).to(DEVICE).eval()
 
 
@@ -124,3 +133,76 @@ def test_bad_block_size_is_refused():
     attn.set_processor(BlockLinearAttnProcessor(block_size=20))
     with pytest.raises(ValueError, match="does not divide the sequence length N=48"):
         attn(hidden, rotary_emb=rope)
+
+
+@torch.no_grad()
+def test_streaming_rope_gives_the_stock_rows_for_later_frames():
+    model = tiny_model()
+    latents, _, _ = model_inputs()
+    cos, sin = model.rope(latents)
+    streaming = StreamingRotaryPosEmbed(model.rope)
+    for offset in range(FRAMES):
+        tokens = slice(offset * TOKENS_PER_FRAME, None)
+        cos_at, sin_at = streaming(latents[:, :, offset:], frame_offset=offset)
+        assert cos_at.dtype == cos.dtype and cos_at.shape == cos[:, tokens].shape
+        assert torch.equal(cos_at, cos[:, tokens]) and torch.equal(sin_at, sin[:, tokens])
+
+
+def stream(model, processors, chunks):
+    """Streams model_inputs() by chunks of latent frames ``(start, stop)``: per chunk a read-only pass,
+    then the committing pass (same input, so equal outputs prove the read-only pass moved nothing).
+    Returns the committed outputs."""
+    latents, text, timestep = model_inputs()
+    outs = []
+    for start, stop in chunks:
+        set_update_state(processors, False)  # e.g. a denoising step: reads the past
+        peek = model(latents[:, :, start:stop], text, timestep).sample
+        set_update_state(processors, True)  # the commit: state and stream position advance
+        outs.append(model(latents[:, :, start:stop], text, timestep).sample)
+        torch.testing.assert_close(peek, outs[-1], rtol=0, atol=0)
+    return outs
+
+
+@torch.no_grad()
+def test_streamed_model_equals_block_causal_model_chunk_for_chunk():
+    """stream_rope=True: streaming the model by chunks of whole frames == one block-causal call.
+
+    The stock feed-forward (GLUMBTempConv) mixes each frame with its neighbours on both sides through
+    ``conv_temp`` (a centred 3-tap convolution over frames), which no causal stream can reproduce; it is
+    zeroed here. Every other part of the model is then per frame (patch embedding, timestep and caption
+    conditioning, cross-attention, output norm and projection) or the block-causal attention, so whole
+    model outputs are compared. Without the rotary offset every chunk after the first is wrong.
+    """
+    model = tiny_model()
+    for block in model.transformer_blocks:
+        block.ff.conv_temp.weight.zero_()
+    latents, text, timestep = model_inputs()
+    install_block_linear_processors(model, block_size=TOKENS_PER_FRAME)
+    full = model(latents, text, timestep).sample
+    chunks = [(0, 1), (1, 3)]
+
+    processors = install_block_linear_processors(model, block_size=TOKENS_PER_FRAME, stateful=True, stream_rope=True)
+    assert isinstance(model.rope, StreamingRotaryPosEmbed)
+    outs = stream(model, processors, chunks)
+    for (start, stop), out in zip(chunks, outs):
+        torch.testing.assert_close(out, full[:, :, start:stop], rtol=1e-5, atol=1e-5)
+    reset_block_linear_state(processors)  # a new stream starts at frame 0 again
+    torch.testing.assert_close(stream(model, processors, chunks[:1])[0], outs[0], rtol=0, atol=0)
+
+    processors = install_block_linear_processors(model, block_size=TOKENS_PER_FRAME, stateful=True)
+    assert type(model.rope).__name__ == "WanRotaryPosEmbed"  # the stock table again: every call from frame 0
+    first, second = stream(model, processors, chunks)
+    torch.testing.assert_close(first, full[:, :, :1], rtol=1e-5, atol=1e-5)
+    assert (second - full[:, :, 1:]).abs().max() > 1e-3  # 100x the tolerance met with the offset
+
+
+@torch.no_grad()
+def test_streaming_past_the_rotary_table_is_refused():
+    with pytest.raises(ValueError, match="stream_rope=True needs stateful=True"):
+        install_block_linear_processors(tiny_model(), stream_rope=True)
+    model = tiny_model(rope_max_seq_len=4)
+    install_block_linear_processors(model, block_size=TOKENS_PER_FRAME, stateful=True, stream_rope=True)
+    latents, text, timestep = model_inputs()
+    model(latents, text, timestep)  # commits frames [0, 3)
+    with pytest.raises(ValueError, match=r"frames \[3, 5\) .* max_seq_len=4"):
+        model(latents[:, :, :2], text, timestep)

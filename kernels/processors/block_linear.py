@@ -10,9 +10,10 @@ A drop-in for ``SanaLinearAttnProcessor3_0`` (the self-attention ``attn1`` of ev
 
     # Block-causal, streaming: tokens attend within their block and to every earlier block, including
     # blocks of previous calls (one state per attention layer, held by that layer's processor).
+    # stream_rope=True also numbers each chunk's frames from where the stream is (see below).
     tokens_per_frame = (height // p_h) * (width // p_w)
-    procs = install_block_linear_processors(model, block_size=tokens_per_frame, stateful=True)
-    for chunk in stream:                       # each chunk: whole blocks, in order
+    procs = install_block_linear_processors(model, block_size=tokens_per_frame, stateful=True, stream_rope=True)
+    for chunk in stream:                       # each chunk: whole latent frames (whole blocks), in order
         for step in denoising_steps:           # re-read the same past while denoising a chunk ...
             set_update_state(procs, False)
             model(chunk, ...)
@@ -22,10 +23,21 @@ A drop-in for ``SanaLinearAttnProcessor3_0`` (the self-attention ``attn1`` of ev
 
 State semantics: with ``stateful=True`` each call continues the stream held in ``processor.state`` (a
 :class:`~framegraph.kernels.block_linear_attention.LinearAttentionState`, detached, fp32,
-``[B, H, Dv, D]`` + ``[B, H, D]``: memory independent of stream length); ``update_state=False`` reads it
-without advancing it; ``reset()`` forgets it. RoPE positions must be absolute in the stream: the stock
-model recomputes its rotary table from frame 0 on every call, so a streaming caller has to pass (or
-patch in) rotary embeddings offset by the frames already seen.
+``[B, H, Dv, D]`` + ``[B, H, D]``: memory independent of stream length) and counts the tokens committed
+in ``processor.tokens_seen``; ``update_state=False`` reads it without advancing it; ``reset()`` forgets it.
+
+RoPE positions must be absolute in the stream, but the stock model recomputes its rotary table from
+frame 0 on every call. ``stream_rope=True`` replaces ``model.rope`` (diffusers' ``WanRotaryPosEmbed``)
+with a :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed` that returns the stock table's
+rows for frames ``[offset, offset + F)``, ``offset = tokens_seen // tokens_per_frame``: it advances by a
+chunk's frames exactly when that chunk is committed (``update_state=True``), stays during read-only
+passes and is 0 again after ``reset_block_linear_state``. Past the table's end (the model's
+``rope_max_seq_len`` frames) it raises ``ValueError`` naming both numbers. Installing again without
+``stream_rope`` puts the stock module back.
+
+The rest of the stock model is not causal in time: ``GLUMBTempConv`` (the feed-forward) mixes each frame
+with its neighbours on both sides through ``conv_temp``, so a streamed model matches the block-causal
+full-sequence model only where that convolution is zero (see ``tests/test_kernels_processors.py``).
 """
 from __future__ import annotations
 
@@ -34,6 +46,7 @@ from typing import Iterable
 import torch
 
 from ..block_linear_attention import LinearAttentionState, block_linear_attention
+from .streaming_rope import StreamingRotaryPosEmbed
 
 __all__ = [
     "BlockLinearAttnProcessor",
@@ -74,10 +87,12 @@ class BlockLinearAttnProcessor:
         self.backend = backend
         self.eps = eps
         self.state: LinearAttentionState | None = None
+        self.tokens_seen = 0  # tokens committed to the stream (the stream position)
 
     def reset(self) -> None:
-        """Forget the stream: the next call starts from an empty past."""
+        """Forget the stream: the next call starts from an empty past, at position 0."""
         self.state = None
+        self.tokens_seen = 0
 
     def __call__(
         self,
@@ -123,6 +138,7 @@ class BlockLinearAttnProcessor:
         )
         if self.stateful and self.update_state:
             self.state = LinearAttentionState(*(t.detach() for t in new_state))
+            self.tokens_seen += n_tokens
 
         hidden_states = out.transpose(1, 2).flatten(2).to(original_dtype)  # [B, N, H*Dv]
         hidden_states = attn.to_out[0](hidden_states)
@@ -130,12 +146,18 @@ class BlockLinearAttnProcessor:
         return hidden_states
 
 
-def install_block_linear_processors(model: torch.nn.Module, **kwargs) -> dict[str, BlockLinearAttnProcessor]:
+def install_block_linear_processors(
+    model: torch.nn.Module, *, stream_rope: bool = False, **kwargs
+) -> dict[str, BlockLinearAttnProcessor]:
     """Replace every ``SanaLinearAttnProcessor3_0`` in ``model`` with its own ``BlockLinearAttnProcessor(**kwargs)``.
 
     One processor per attention layer, so each layer keeps its own state. Cross-attention processors are
-    left alone. Returns the new processors by module name.
+    left alone. ``stream_rope=True`` (needs ``stateful=True``) also wraps ``model.rope`` in a
+    :class:`StreamingRotaryPosEmbed` reading these processors' stream position; otherwise the stock
+    ``model.rope`` is (put back) in place. Returns the new processors by module name.
     """
+    if stream_rope and not kwargs.get("stateful", False):
+        raise ValueError("install_block_linear_processors: stream_rope=True needs stateful=True (a stream)")
     installed = {}
     for name, module in model.named_modules():
         processor = getattr(module, "processor", None)
@@ -144,6 +166,13 @@ def install_block_linear_processors(model: torch.nn.Module, **kwargs) -> dict[st
             installed[name] = module.processor
     if not installed:
         raise ValueError(f"install_block_linear_processors: {type(model).__name__} has no {STOCK_PROCESSOR} to replace")
+    rope = getattr(model, "rope", None)
+    if isinstance(rope, StreamingRotaryPosEmbed):
+        model.rope = rope = rope.rope  # the stock table back; a streaming one below follows the new processors
+    if stream_rope:
+        if rope is None:
+            raise ValueError(f"install_block_linear_processors: stream_rope=True; {type(model).__name__} has no rope")
+        model.rope = StreamingRotaryPosEmbed(rope, installed.values())
     return installed
 
 

@@ -1,0 +1,83 @@
+"""``StreamingRotaryPosEmbed``: the Sana-Video / Wan rotary table for frames later in a stream.
+
+diffusers' ``WanRotaryPosEmbed`` (``SanaVideoTransformer3DModel.rope``) always numbers the latent frames
+of a call from 0. When a model is streamed chunk by chunk, the frames of chunk ``c`` are really frames
+``[offset, offset + F)`` of the stream; this module returns the stock module's ``(cos, sin)`` rows for
+exactly those positions, read from the stock module's own ``freqs_cos`` / ``freqs_sin`` buffers (same
+dtype, device and ``[1, N, 1, D]`` layout). Height and width positions are unchanged.
+
+The offset is not stored here: it is the stream position of the attention processors it was given (their
+``tokens_seen``, advanced only when a call commits its state), divided by the tokens per frame. So it
+advances exactly on committing passes, stays put on read-only ones and returns to 0 on ``reset()``.
+"""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+__all__ = ["StreamingRotaryPosEmbed"]
+
+
+class StreamingRotaryPosEmbed(torch.nn.Module):
+    """Drop-in for a ``WanRotaryPosEmbed`` whose frame positions continue across calls.
+
+    Args:
+        rope: the model's stock ``WanRotaryPosEmbed`` (kept as ``self.rope``; its buffers are used as is).
+        processors: objects with ``tokens_seen`` (e.g. the model's stateful
+            :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor` s): tokens already committed
+            to the stream. All must agree. Empty: the offset is 0 unless passed to :meth:`forward`.
+    """
+
+    def __init__(self, rope: torch.nn.Module, processors: Iterable = ()) -> None:
+        super().__init__()
+        self.rope = rope
+        self.processors = list(processors)
+
+    def stream_tokens(self) -> int:
+        """Tokens committed to the stream so far (0 for a fresh or reset stream)."""
+        positions = {p.tokens_seen for p in self.processors}
+        if len(positions) > 1:
+            raise ValueError(
+                f"StreamingRotaryPosEmbed: attention layers are at different stream positions "
+                f"{sorted(positions)} (tokens); commit and reset them together (set_update_state, "
+                f"reset_block_linear_state)"
+            )
+        return positions.pop() if positions else 0
+
+    def forward(
+        self, hidden_states: torch.Tensor, frame_offset: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """hidden_states ``[B, C, F, H, W]`` (latents; only the shape is read).
+
+        Returns ``(cos, sin)``, each ``[1, F' * H' * W', 1, D]`` (``F' = F // p_t`` etc.), for frames
+        ``[frame_offset, frame_offset + F')``; ``frame_offset=None`` takes it from the stream position.
+        """
+        _, _, num_frames, height, width = hidden_states.shape
+        p_t, p_h, p_w = self.rope.patch_size
+        ppf, pph, ppw = num_frames // p_t, height // p_h, width // p_w
+        if frame_offset is None:
+            tokens = self.stream_tokens()
+            if tokens % (pph * ppw):
+                raise ValueError(
+                    f"StreamingRotaryPosEmbed: stream position {tokens} tokens is not a whole number of "
+                    f"{pph * ppw}-token frames ({pph}x{ppw}); stream whole latent frames of one size"
+                )
+            frame_offset = tokens // (pph * ppw)
+        end, max_seq_len = frame_offset + ppf, self.rope.max_seq_len
+        if end > max_seq_len or max(pph, ppw) > max_seq_len:
+            raise ValueError(
+                f"StreamingRotaryPosEmbed: latent frames [{frame_offset}, {end}) of a {pph}x{ppw} grid run past "
+                f"the rotary table's max_seq_len={max_seq_len} (the model's rope_max_seq_len); reset the "
+                f"stream (reset_block_linear_state) or build the model with rope_max_seq_len >= {max(end, pph, ppw)}"
+            )
+        sizes = [self.rope.t_dim, self.rope.h_dim, self.rope.w_dim]
+
+        def table(freqs: torch.Tensor) -> torch.Tensor:  # the stock forward, frame rows shifted
+            f, h, w = freqs.split(sizes, dim=1)
+            f = f[frame_offset:end].view(ppf, 1, 1, -1).expand(ppf, pph, ppw, -1)
+            h = h[:pph].view(1, pph, 1, -1).expand(ppf, pph, ppw, -1)
+            w = w[:ppw].view(1, 1, ppw, -1).expand(ppf, pph, ppw, -1)
+            return torch.cat([f, h, w], dim=-1).reshape(1, ppf * pph * ppw, 1, -1)
+
+        return table(self.rope.freqs_cos), table(self.rope.freqs_sin)

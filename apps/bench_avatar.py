@@ -268,8 +268,10 @@ def _graph(avatar, device: str, *, clock: str, frames: int, buffer_ms: int, serv
 
     src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
     sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
-    kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest") if server_like \
-        else dict(budget_ms=None, video_policy="block")
+    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
+
+    kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest",
+              max_lag_ms=LIVE_MAX_LAG_MS) if server_like else dict(budget_ms=None, video_policy="block")
     ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
                             torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw)
     timer = None
@@ -377,6 +379,7 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
                     "audio_overflow_samples": int(src.overflow_samples),
                     "edge_drops": sum(e["drops"] for e in rep["edges"]),
                     "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
+                    "frames_skipped_late": int(ag.denoiser.frames_skipped),
                     "denoiser_p50_ms": rep["stages"]["denoiser"]["process"].get("p50_ms")})
     fps_all = [p["presented_fps"] for p in per]
     return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,

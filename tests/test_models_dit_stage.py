@@ -174,3 +174,35 @@ def test_bad_construction_is_refused_with_the_reason():
         Denoiser(tiny(frames_per_block=2), torch.zeros(C, H, W), chunk_frames=3)
     with pytest.raises(ValueError, match="attention='linear'"):
         Denoiser(AvatarDiT(latent_channels=C, width=32, heads=2, depth=1, attention="monarch"), torch.zeros(C, H, W))
+
+
+def test_live_frames_whose_audio_is_too_old_are_skipped_not_queued():
+    """Realtime clock + max_lag_ms: a frame whose audio arrived 1 s ago is skipped (counted), a fresh one
+    is generated; with the fast clock (offline) nothing is ever skipped."""
+    import time
+
+    den = Denoiser(tiny(), torch.randn(C, H, W), steps=1, seed=0, max_lag_ms=200)
+    den.setup(StageContext(Clock("realtime"), torch.device("cpu")))
+    features, state = feature_frames(2)
+    out = FakeOutputs(den.outputs["latent"])
+
+    def frame(i, age_s):
+        inputs = {}
+        for port, data in (("features", features), ("state", state)):
+            f = Frame(den.inputs[port], 1)
+            f.data.copy_(data[i])
+            f.pts = i * 1920
+            f.capture_ns = time.monotonic_ns() - int(age_s * 1e9)
+            inputs[port] = f
+        return inputs
+
+    den.process(frame(0, 1.0), out)
+    assert den.frames_skipped == 1 and out.frames == []
+    den.process(frame(1, 0.0), out)
+    assert den.frames_skipped == 1 and len(out.frames) == 1 and out.frames[0].pts == 1920
+    offline = Denoiser(tiny(), torch.randn(C, H, W), steps=1, max_lag_ms=200)
+    offline.setup(StageContext(Clock("fast"), torch.device("cpu")))
+    offline.process(frame(0, 1.0), FakeOutputs(offline.outputs["latent"]))
+    assert offline.frames_skipped == 0 and offline.chunks_out == 1
+    with pytest.raises(ValueError, match="max_lag_ms"):
+        Denoiser(tiny(), torch.randn(C, H, W), max_lag_ms=0)

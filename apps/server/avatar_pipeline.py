@@ -64,6 +64,7 @@ def load_bundle(name: str, root: str | None = None):
 
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     from framegraph.models.avatar import AvatarError, build_avatar_graph
+    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
 
     names = available_avatars(root)
     name = opts._get("portrait")
@@ -89,7 +90,8 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     encoder, sink = add_video_out(graph, v, audio_chunk=AUDIO_CHUNK)
     ag = build_avatar_graph(avatar, mic, sink=encoder, audio_sink=sink, graph=graph, device=device, steps=steps,
                             budget_ms=1000.0 * avatar.chunk_frames / avatar.fps,
-                            torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest")
+                            torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
+                            max_lag_ms=LIVE_MAX_LAG_MS)
     ag.set_state(state)
 
     def configure(o: Options) -> dict:

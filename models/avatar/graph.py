@@ -27,6 +27,9 @@ from framegraph.stream import Clock, Graph, PortSpec, Stage
 from .bundle import Avatar
 
 STATE_MODES = ("auto", "speaking", "listening", "idle")
+# Live streams: a frame whose audio arrived longer ago than this is skipped rather than generated late, so a
+# machine slower than the stream shows fewer frames per second, never a growing delay (``max_lag_ms``).
+LIVE_MAX_LAG_MS = 250.0
 
 
 class StateOverride(Stage):
@@ -89,7 +92,7 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
                        device: str = "cpu", steps: int | None = None, vad: bool | None = None,
                        budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
                        preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
-                       name: str = "avatar") -> AvatarGraph:
+                       max_lag_ms: float | None = None, name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output).
 
@@ -105,6 +108,8 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
         budget_ms: the Denoiser's per-chunk budget (fallbacks to fewer steps when over it).
         max_in_flight: bound on frames between the source and the sinks.
         video_policy: ring policy into ``sink`` (``"drop_oldest"`` for a live encoder).
+        max_lag_ms: live (realtime clock): the Denoiser skips frames whose audio is older than this, so a
+            machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
     """
     from framegraph.models.audio import AudioFeatures
     from framegraph.models.composite import Composite
@@ -119,7 +124,7 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
     state = g.add(StateOverride(device=device))
     den = g.add(Denoiser(avatar.dit, avatar.reference_latent(), steps=steps or avatar.steps, shift=avatar.shift,
                          chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
-                         torch_threads=torch_threads))
+                         torch_threads=torch_threads, max_lag_ms=max_lag_ms))
     dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
                           device=device, reference=avatar.region()[0]))
     comp = g.add(Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device))
@@ -162,4 +167,5 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
     return ag.graph, ag.sink, total
 
 
-__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES"]
+__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",
+           "LIVE_MAX_LAG_MS"]

@@ -16,6 +16,8 @@ stage); back up when comfortably inside.
 """
 from __future__ import annotations
 
+import time
+
 import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
@@ -48,18 +50,24 @@ class Denoiser(Stage):
         budget_ms: time one chunk may take (see module docs); None: no fallbacks are taken.
         device: where the model runs and the ports live.
         torch_threads: intra-op threads of this stage's worker thread (None: leave torch's setting).
+        max_lag_ms: live streams (realtime clock) only: a chunk whose first frame's audio arrived more than
+            this long ago (its ``capture_ns``) is skipped — counted in ``frames_skipped``, never generated —
+            so when the machine is slower than the stream the delay stays bounded and the frame rate drops
+            instead of a queue growing. None: every frame is generated (offline rendering).
 
     Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``; out ``"latent"``
     ``float32 [C, T_chunk, h, w]``. At end of stream a partial chunk is completed by repeating its last
     input frame and emitted. ``reset()`` (barge-in) forgets the stream and the partial chunk; the next
     chunk carries ``Flag.INTERRUPTED``.
 
-    Counters: ``chunks_out``, ``last_steps``, ``steps_used`` (steps → chunks generated with them).
+    Counters: ``chunks_out``, ``last_steps``, ``steps_used`` (steps → chunks generated with them),
+    ``frames_skipped`` (late live frames, see ``max_lag_ms``).
     """
 
     def __init__(self, model: AvatarDiT | str, reference: torch.Tensor, *, steps: int = 4, shift: float = 1.0,
                  chunk_frames: int | None = None, seed: int = 0, budget_ms: float | None = None,
-                 device: str = "cpu", torch_threads: int | None = None, name: str = "denoiser"):
+                 device: str = "cpu", torch_threads: int | None = None, max_lag_ms: float | None = None,
+                 name: str = "denoiser"):
         super().__init__(name)
         self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval()
@@ -84,6 +92,10 @@ class Denoiser(Stage):
         self.chunk_frames = chunk
         self.seed = seed
         self.torch_threads = torch_threads
+        if max_lag_ms is not None and max_lag_ms <= 0:
+            raise ValueError(f"Denoiser: max_lag_ms={max_lag_ms} must be positive (or None)")
+        self.max_lag_ms = max_lag_ms
+        self.frames_skipped = 0
         self.reference = reference.detach().to(device=device, dtype=torch.float32)
         self.inputs = {"features": PortSpec((c.audio_dim,), torch.float32, device),
                        "state": PortSpec((c.state_dim,), torch.float32, device)}
@@ -125,10 +137,21 @@ class Denoiser(Stage):
         self._pts = 0
         self.set_fallback(self.fallback_level)  # the graph starts every run at full quality (level 0)
         self.chunks_out = 0
+        self.frames_skipped = 0
         self.steps_used = {}
+
+    def _too_late(self, frame) -> bool:
+        """A live chunk would start with audio older than ``max_lag_ms``: skip it (see the class docs)."""
+        if self.max_lag_ms is None or not frame.capture_ns or getattr(self.ctx.clock, "mode", None) != "realtime":
+            return False
+        return (time.monotonic_ns() - frame.capture_ns) > self.max_lag_ms * 1e6
 
     def process(self, inputs, out):
         features, state = inputs["features"], inputs["state"]
+        if self._count == 0 and self._too_late(features):
+            self.frames_skipped += 1
+            self._flags |= features.flags & (Flag.INTERRUPTED | Flag.DISCONTINUITY)  # kept for the next chunk
+            return
         if self._count == 0:
             self._pts = features.pts
         self._features[self._count].copy_(features.data)

@@ -545,7 +545,10 @@ setInterval(() => {
 $("start").onclick = () => start({ mic: true });
 $("stop").onclick = stop;
 $("interrupt").onclick = interrupt;
-$("pipeline").onchange = () => { $("play").checked = $("pipeline").value === "testcard"; };
+$("pipeline").onchange = () => {
+  $("play").checked = $("pipeline").value === "testcard";
+  if ($("pipeline").value === "avatar") $("size").value = "";  // the avatar streams at its portrait's size
+};
 if ($("pipeline").tagName === "SELECT") fetch("pipelines").then((r) => r.json()).then((list) => {
   const sel = $("pipeline"), current = sel.value;
   sel.innerHTML = "";

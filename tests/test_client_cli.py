@@ -107,3 +107,29 @@ def test_client_scene_orbit_sends_poses_and_the_view_turns(server, tmp_path, cap
     client.add_arguments(parser)
     with pytest.raises(ValueError, match="--orbit goes with --scene"):
         client.run(parser.parse_args(["--orbit", "--url", server.url]))
+
+
+def test_client_drives_the_shipped_avatar_and_records_its_face(server, tmp_path, capsys):
+    """`framegraph client --pipeline avatar --audio speech.wav --out take.mp4` against the real avatar
+    pipeline (shipped bundle): every audio message echoed, frames at the portrait's size, bounded delay
+    (late frames are skipped on a slow machine, never queued), a bad start option refused clearly."""
+    from browser_util import write_speech_wav
+
+    wav = tmp_path / "speech.wav"
+    write_speech_wav(wav, seconds=3.0)
+    out = tmp_path / "avatar.mp4"
+    rc, stdout, stderr = run_client(["--url", server.url, "--token", "tok", "--pipeline", "avatar",
+                                     "--audio", str(wav), "--out", str(out), "--json"], capsys)
+    assert rc == 0, stderr
+    summary = json.loads(stdout)
+    assert summary["ended"] == "stopped" and not summary["errors"]
+    assert summary["audio_messages_sent"] == summary["audio_messages_received"] == 150
+    assert summary["video_frames"] >= 15  # ≤ 75: the CPU generates fewer than 25 fps, honestly
+    g2g = summary["glass_to_glass"]
+    assert 0 < g2g["p50_ms"] < 1000, g2g
+    v = read_video(out)
+    assert v["frames"].shape[1:] == (256, 256, 3) and len(v["frames"]) == summary["video_frames"]
+    assert v["frames"].std() > 20  # a face, not a blank
+    rc, _, err = run_client(["--url", server.url, "--token", "tok", "--pipeline", "avatar", "--audio", str(wav),
+                             "--option", "portrait=nobody"], capsys)
+    assert rc == 1 and "portrait" in err

@@ -1,4 +1,5 @@
-"""Shared pytest set-up: GPU tests skip cleanly without CUDA; helpers importable from tests/."""
+"""Shared pytest set-up: GPU tests skip cleanly without CUDA; helpers importable from tests/; torch on one
+CPU thread."""
 import os
 import sys
 
@@ -12,6 +13,11 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(__file__))
+
+# The models and kernels under test are small: on a CPU shared with other jobs one intra-op thread runs
+# them several times faster than many (OpenMP threads that wait for a busy core spin). Tests that need
+# another setting set it themselves (and restore it).
+torch.set_num_threads(1)
 
 
 def pytest_collection_modifyitems(config, items):

@@ -14,7 +14,6 @@ from fractions import Fraction
 import av
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from framegraph.models.avatar.video import MIN_SECONDS, prepare_video
@@ -23,14 +22,6 @@ from framegraph.stream.media import MediaError, read_video
 
 SR = 16_000
 TRUTH_MOUTH = (102, 119, 42, 14)  # assets/portraits/astronaut.json
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def write_video(path, frames: np.ndarray, fps: int, audio: np.ndarray | None = None, *, audio_rate: int = SR,

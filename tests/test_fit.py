@@ -10,14 +10,6 @@ from framegraph.renderers.fit.params import init_params, params_to_scene, scene_
 from framegraph.renderers.gaussians import load_ply
 from framegraph.renderers.scenes import procedural_scene
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are tiny: one thread is fastest (and much faster on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 W, H = 32, 24
 

@@ -16,14 +16,6 @@ W, H = 32, 24
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "scenes" / "toy.ply"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def views():
     return synthetic_dataset("toy", 6, W, H, seed=0)

@@ -9,14 +9,6 @@ from framegraph.renderers.fit import psnr, ssim
 from framegraph.renderers.gaussians import rasterize
 from framegraph.renderers.scenes import procedural_scene
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """These tensors are tiny: one thread is fastest (and much faster on a busy machine)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
 
 W, H = 64, 48
 

@@ -13,15 +13,6 @@ from framegraph.models.audio import (AudioEncoder, FrameTiming, LogMel, Streamin
 SR = 16_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Per-chunk work is tiny: one intra-op thread is faster (and what the stage uses)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def model():
     return default_encoder(seed=0)

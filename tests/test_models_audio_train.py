@@ -13,14 +13,6 @@ from framegraph.models.audio.train import (clip_tensors, correlations, load_clip
 FPS = 25
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def small_encoder(seed=0) -> AudioEncoder:
     return default_encoder(seed, channels=32, feature_dim=32, dilations=(1, 2, 4))
 

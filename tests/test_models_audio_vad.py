@@ -18,14 +18,6 @@ from framegraph.stream.media import AudioFileSource
 SR = 16_000
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 @pytest.fixture(scope="module")
 def speech() -> np.ndarray:
     """About 3 s of eSpeak NG speech (fails with an install hint when espeak-ng is missing)."""

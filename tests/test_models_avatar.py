@@ -17,14 +17,6 @@ from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, read_video
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def write_wav(path, seconds: float, freq: float = 220.0, sr: int = 16000) -> str:
     t = np.arange(int(round(seconds * sr))) / sr
     x = (0.3 * 32767 * np.sin(2 * np.pi * freq * t) * (t > 0.3)).astype(np.int16)

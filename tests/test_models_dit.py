@@ -11,14 +11,6 @@ from framegraph.models.dit.layers import patchify, unpatchify
 C, H, W, F = 4, 4, 4, 8
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny(seed: int = 0, **config) -> AvatarDiT:
     """A tiny model with every weight random (the default init zeroes the output and temporal taps,
     which would make causality and streaming checks trivially true)."""

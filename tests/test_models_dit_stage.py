@@ -11,14 +11,6 @@ from framegraph.stream import Clock, EndOfStream, Flag, Frame, Graph, PortSpec, 
 C, H, W, F, FPS = 4, 4, 4, 8, 25
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny(frames_per_block: int = 1) -> AvatarDiT:
     torch.manual_seed(0)
     model = AvatarDiT(latent_channels=C, sample_size=H, width=32, depth=2, heads=2, audio_dim=F, audio_past_frames=2,

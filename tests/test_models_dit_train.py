@@ -2,21 +2,12 @@
 1-step streamed sample follows the condition; the distillation loss runs on the DiT."""
 from __future__ import annotations
 
-import pytest
 import torch
 
 from framegraph.models.dit import AvatarDiT, generate
 from framegraph.models.sampler import distill_loss, flow_matching_loss, sample_timesteps
 
 C, H, W, T, F = 4, 2, 2, 4, 8
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 class MouthData:

@@ -9,7 +9,6 @@ import math
 
 import numpy as np
 import pytest
-import torch
 from PIL import Image
 
 from framegraph.apps import avatar
@@ -22,14 +21,6 @@ from framegraph.models.synth.portrait import portraits_folder
 from framegraph.stream.media import read_video
 
 SR = 16_000
-
-
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
 
 
 def frame_rms(audio: np.ndarray, n_frames: int, fps: int) -> np.ndarray:

@@ -17,15 +17,6 @@ from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Tiny models on a shared CPU run several times faster on one thread than on many."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
-
-
 def tiny_vae(seed: int = 0, **kw) -> VideoVAE:
     """A tiny VAE whose temporal branches are switched on (random weights), so time mixing is tested."""
     torch.manual_seed(seed)

@@ -14,15 +14,6 @@ from framegraph.renderers.nerf.hash_encoding import (  # noqa: E402
     HashGridConfig, hash_encode, hash_encode_reference, level_corners, spatial_hash)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 needs_triton = pytest.mark.skipif(not triton_usable(torch.device("cpu")) and not torch.cuda.is_available(),
                                   reason="triton (or its interpreter) not available")
 SMALL = HashGridConfig(n_levels=6, n_features=2, log2_table_size=10, base_resolution=3, finest_resolution=40)

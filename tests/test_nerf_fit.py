@@ -8,15 +8,6 @@ from framegraph.renderers.nerf import (HashGridConfig, NerfConfig, NerfLoadError
                                        fit, load_nerf, psnr, sphere_views)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 TINY_GRID = HashGridConfig(n_levels=8, log2_table_size=12, base_resolution=4, finest_resolution=64)
 
 

@@ -15,15 +15,6 @@ from framegraph.renderers.nerf.hash_encoding import HashGridConfig  # noqa: E402
 from framegraph.renderers.nerf.mlp import init_weights, mlp, mlp_forward  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_usable(torch.device(DEV)), reason="triton (or its interpreter) not available")
 

@@ -8,15 +8,6 @@ from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.nerf import OccupancyGrid, camera_rays, ray_aabb, render_rays
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 AABB = torch.tensor([-1.0, -1.0, -1.0, 1.0, 1.0, 1.0])
 BALLS = torch.tensor([[0.3, 0.2, 0.0, 0.35], [-0.4, -0.3, 0.2, 0.25]])  # centre xyz, radius
 

@@ -12,15 +12,6 @@ from framegraph.stream import Graph, PortSpec, Stage
 DEMO = Path(__file__).resolve().parents[1] / "assets" / "nerf" / "spheres"
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    """Many small tensor ops: on a shared 2-core machine one intra-op thread is several times faster than two."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def demo():
     return load_nerf(DEMO)

@@ -13,14 +13,6 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
 from framegraph.apps import bench_render  # noqa: E402
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 def _run(*argv):
     parser = argparse.ArgumentParser()
     bench_render.add_arguments(parser)

@@ -3,6 +3,8 @@ import wave
 from pathlib import Path
 
 import numpy as np
+import pytest
+import torch
 
 from framegraph.apps.cli import main
 from framegraph.stream.media import read_video
@@ -27,3 +29,67 @@ def test_render_shipped_avatar_from_audio(tmp_path, capsys):
     assert "needs --audio" in capsys.readouterr().err
     assert main(["render", "--avatar", str(tmp_path), "--audio", str(wav), "--out", str(out)]) == 2
     assert str(tmp_path) in capsys.readouterr().err
+
+
+def _write(path, samples: np.ndarray, rate: int, channels: int = 1):
+    import av
+
+    pcm = np.clip(samples, -32768, 32767).astype(np.int16)
+    with av.open(str(path), "w") as c:
+        s = c.add_stream("pcm_s16le", rate=rate)
+        s.layout = "stereo" if channels == 2 else "mono"
+        data = np.repeat(pcm[None], channels, 0).T.reshape(1, -1).copy()
+        frame = av.AudioFrame.from_ndarray(data, format="s16", layout=s.layout.name)
+        frame.sample_rate = rate
+        c.mux(s.encode(frame))
+        c.mux(s.encode(None))
+    return path
+
+
+def _voice(seconds: float, rate: int, amplitude: float) -> np.ndarray:
+    t = np.arange(int(seconds * rate)) / rate
+    return amplitude * 32767 * np.sin(2 * np.pi * 150 * t) * (np.sin(2 * np.pi * 3 * t) > 0)
+
+
+@pytest.mark.parametrize("name,samples,rate,channels", [
+    ("silence", np.zeros(16000), 16000, 1),
+    ("quiet", _voice(1.0, 16000, 0.001), 16000, 1),  # -60 dBFS
+    ("clipped", _voice(1.0, 16000, 8.0), 16000, 1),  # driven far past full scale, hard-clipped
+    ("stereo 44.1 kHz", _voice(1.0, 44100, 0.3), 44100, 2),
+    ("8 kHz", _voice(1.0, 8000, 0.3), 8000, 1),
+])
+def test_awkward_audio_still_renders_every_frame(tmp_path, name, samples, rate, channels):
+    """No speech, very quiet, clipped, stereo, other sample rates: a full-length video, never a crash; with
+    no speech the lips stay closed."""
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.evaluate import mouth_openness
+
+    wav = _write(tmp_path / "in.wav", samples, rate, channels)
+    out = tmp_path / "out.mp4"
+    assert main(["render", "--avatar", str(SHIPPED), "--audio", str(wav), "--out", str(out)]) == 0
+    v = read_video(out)
+    assert v["frames"].shape[0] == 25 and v["audio"] is not None, name
+    if name == "silence":
+        avatar = load_avatar(SHIPPED)
+        opening = mouth_openness(torch.from_numpy(v["frames"]), avatar.mouth_box, avatar.portrait)
+        assert opening.mean() < 2.0, opening  # px of dark opening per mouth width: closed (see evaluate.py)
+
+
+def test_files_without_usable_audio_are_refused_with_the_reason(tmp_path, capsys):
+    import av
+
+    video_only = tmp_path / "video_only.mp4"
+    with av.open(str(video_only), "w") as c:
+        s = c.add_stream("libx264", rate=25)
+        s.width, s.height, s.pix_fmt = 64, 64, "yuv420p"
+        for _ in range(5):
+            for p in s.encode(av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")):
+                c.mux(p)
+        for p in s.encode():
+            c.mux(p)
+    text = tmp_path / "notes.txt"
+    text.write_text("not audio")
+    for bad in (video_only, text, tmp_path / "missing.wav"):
+        assert main(["render", "--avatar", str(SHIPPED), "--audio", str(bad), "--out", str(tmp_path / "o.mp4")]) == 2
+        err = capsys.readouterr().err
+        assert str(bad) in err or bad.name in err, err

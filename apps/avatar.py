@@ -307,7 +307,8 @@ def run_eval(args: argparse.Namespace) -> int:
             if not os.path.isfile(os.path.join(args.dit, "config.json")):
                 raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
             avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()
-        metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps)
+        metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps,
+                                  progress=True)
     except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
         print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
         return 2

@@ -106,7 +106,7 @@ def clip_seed(seed: int, index: int) -> np.random.Generator:
 
 
 def prepare_clip(out_dir: str, index: int, *, seconds: float, fps: int, portrait: Portrait, seed: int,
-                 renderer: PortraitRenderer | None = None, preset: str = "master") -> ClipJob:
+                 renderer: PortraitRenderer | None = None, preset: str = "offline") -> ClipJob:
     """Plan clip ``index`` and build the graph that writes ``out_dir/clip_{index:05d}.mp4``.
     Run it with ``job.graph.run()`` (or a progress runner), then ``job.write_ground_truth()``."""
     plan = plan_clip(seconds, fps, clip_seed(seed, index))

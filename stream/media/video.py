@@ -22,7 +22,8 @@ from .errors import MediaError, open_media
 # x264 settings. "live": every frame leaves the encoder at once (zerolatency: no lookahead, no
 # B-frames, no frame threads). "offline": better compression; the encoder may hold frames back.
 # "master": near-transparent (crf 10, ~2.5× the bytes of "offline") for files that are training data —
-# at crf 20 x264 alone costs a detailed portrait ~0.07 SSIM, which a model trained on it then inherits.
+# measured on the astronaut portrait's face, crf 20 alone brings its SSIM to the original down to 0.935,
+# crf 10 to 0.971.
 PRESETS = {
     "live": {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"},
     "offline": {"preset": "veryfast", "crf": "20"},

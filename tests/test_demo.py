@@ -111,6 +111,7 @@ def test_player_socket_refuses_foreign_origins_and_unknown_tabs(demo):
 
 def test_pipeline_choice_falls_back_to_scope_and_prefers_the_avatar(monkeypatch):
     monkeypatch.setitem(pipelines.LAZY, "avatar", "framegraph.apps.no_such_avatar_module")
+    monkeypatch.delitem(pipelines.REGISTRY, "avatar", raising=False)  # registered by an earlier test's import
     choice = choose_pipeline("auto")
     assert choice.name == "scope" and not choice.avatar
     assert "no_such_avatar_module" in choice.note and "scope" in choice.note

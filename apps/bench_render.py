@@ -588,7 +588,7 @@ class _Bench:
 
         renders = {b: (ours(b), note) for b, note in self.backends_for("nerf").items()}
         self.run_case(case, renders)
-        del model
+        model = None  # noqa: F841 (drop the weights before the next case)
         self._free()
         return [case]
 

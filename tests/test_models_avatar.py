@@ -3,7 +3,6 @@ two tiny synthetic clips with resume, the openness estimator and the eval / trai
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import wave
 

@@ -352,8 +352,6 @@ def estimator_check(clip, truth) -> dict:
     from framegraph.stream.media import read_video
 
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
-    from framegraph.models.synth import load_portrait  # noqa: F401  (portrait geometry comes from the JSON)
-
     frames = torch.from_numpy(read_video(clip)["frames"])
     p = truth["portrait"]
     reference = frames[0] if p.get("name") != "astronaut" else None

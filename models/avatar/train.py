@@ -345,7 +345,6 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
                         cond["clean"] = rollout
                     noise = torch.randn(x0.shape, generator=gen).to(device)
                     if phase == "flow" or (phase == "rollout" and teacher is None):
-                        tt = None
                         loss = flow_matching_loss(model, x0, cond, time_shape=(B, Tw // k), time_repeat=k,
                                                   shift=cfg.shift, noise=noise, weight=weight)
                     else:

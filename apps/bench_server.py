@@ -79,8 +79,9 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
         return {"seconds": seconds, "error": "no frames with latency came back", "summary": s}
     t0 = trace[0][0]
     bins: dict[int, list[float]] = {}
+    last_full = max(0, int(seconds // bin_s) - 1)  # frames after the last whole bin (the tail) join it
     for ns, ms in trace:
-        bins.setdefault(int((ns - t0) / 1e9 // bin_s), []).append(ms)
+        bins.setdefault(min(int((ns - t0) / 1e9 // bin_s), last_full), []).append(ms)
     per_bin = [{"from_s": k * bin_s, "frames": len(v), "p50_ms": float(np.percentile(v, 50)),
                 "p95_ms": float(np.percentile(v, 95))} for k, v in sorted(bins.items())]
     target = s["format"]["video"]["fps"]

@@ -24,7 +24,7 @@ BENCHES = {
 
 
 def _bench_parsers(sub) -> None:
-    bench = sub.add_parser("bench", help="measure speed and latency; writes JSON (+ PNG)",
+    bench = sub.add_parser("bench", help=COMMANDS["bench"][1],
                            description="Benchmarks write JSON with the device, versions and exact command.")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
     for name, (module, help_) in BENCHES.items():
@@ -39,56 +39,48 @@ def _bench_parsers(sub) -> None:
         p.set_defaults(func=mod.run)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    from . import avatar, client, demo, fit, info, render
-    from .server import cli as serve
+# Commands: name → (module with add_arguments(parser) and run(args) -> int, help, description).
+COMMANDS = {
+    "render": ("framegraph.apps.render", "render offline to an MP4 file",
+               "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar. Ctrl-C finishes "
+               "a playable file."),
+    "fit": ("framegraph.apps.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply", None),
+    "fit-nerf": ("framegraph.renderers.nerf.cli", "train an instant-ngp-style NeRF from posed images → NeRF directory",
+                 "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json; render the result "
+                 "with `framegraph render --scene OUT_DIR`."),
+    "demo": ("framegraph.apps.demo", "live demo in the browser (Gradio + low-latency WebSocket player)",
+             "Gradio page over the streaming server: microphone, typed text or a file in; live video at sub-second "
+             "delay out; each take recorded to MP4. Binds 127.0.0.1."),
+    "serve": ("framegraph.apps.server.cli", "WebSocket streaming server (+ /metrics and a browser page)",
+              "Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds 127.0.0.1 by default; a token is "
+              "required to bind beyond it."),
+    "client": ("framegraph.apps.client", "stream to a server, record the MP4, print latency",
+               "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
+               "and measure glass-to-glass latency."),
+    "avatar": ("framegraph.apps.avatar", "talking avatar: synthetic clips (synth), training (train), evaluation (eval)",
+               "Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth clips of a portrait speaking "
+               "espeak-ng sentences; `train` trains an avatar bundle (VAE, DiT, audio encoder), also from your own "
+               "video; `eval` measures one against ground truth."),
+    "bench": (None, "measure speed and latency; writes JSON (+ PNG)", None),  # its kinds: BENCHES
+    "info": ("framegraph.apps.info", "versions, devices and backends available",
+             "Versions, devices, kernel backends and video encoders available on this machine."),
+}
 
+
+def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="framegraph",
         description="Real-time generative video and neural rendering: graphs of stages over preallocated "
                     "ring buffers, one clock, per-frame budgets.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    p = sub.add_parser("render", help="render offline to an MP4 file",
-                       description="Render offline to MP4 (H.264 + AAC) through a stage graph, with a "
-                                   "progress bar. Ctrl-C finishes a playable file.")
-    render.add_arguments(p)
-    p.set_defaults(func=render.run)
-    p = sub.add_parser("fit", help="fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply",
-                       description=(fit.__doc__ or "").strip().splitlines()[0])
-    fit.add_arguments(p)
-    p.set_defaults(func=fit.run)
-    from framegraph.renderers.nerf import cli as nerf_cli
-
-    p = sub.add_parser("fit-nerf", help="train an instant-ngp-style NeRF from posed images → NeRF directory",
-                       description="Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json; "
-                                   "render the result with `framegraph render --scene OUT_DIR`.")
-    nerf_cli.add_arguments(p)
-    p.set_defaults(func=nerf_cli.run)
-    p = sub.add_parser("demo", help="live demo in the browser (Gradio + low-latency WebSocket player)",
-                       description="Gradio page over the streaming server: microphone, typed text or a file in; "
-                                   "live video at sub-second delay out; each take recorded to MP4. Binds 127.0.0.1.")
-    demo.add_arguments(p)
-    p.set_defaults(func=demo.run)
-    p = sub.add_parser("serve", help="WebSocket streaming server (+ /metrics and a browser page)",
-                       description="Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds "
-                                   "127.0.0.1 by default; a token is required to bind beyond it.")
-    serve.add_arguments(p)
-    p.set_defaults(func=serve.run)
-    p = sub.add_parser("client", help="stream to a server, record the MP4, print latency",
-                       description="Stream audio (or nothing, for the test card) to a framegraph server, "
-                                   "record what comes back to MP4, and measure glass-to-glass latency.")
-    client.add_arguments(p)
-    p.set_defaults(func=client.run)
-    p = sub.add_parser("avatar", help="talking avatar: synthetic clips (synth), training (train), evaluation (eval)",
-                       description="Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth "
-                                   "clips of a portrait speaking espeak-ng sentences; `train` trains an avatar "
-                                   "bundle (VAE, DiT, audio encoder); `eval` measures one against ground truth.")
-    avatar.add_arguments(p)
-    p.set_defaults(func=avatar.run)
-    _bench_parsers(sub)
-    p = sub.add_parser("info", help="versions, devices and backends available")
-    info.add_arguments(p)
-    p.set_defaults(func=info.run)
+    for name, (module, help_, description) in COMMANDS.items():
+        if module is None:
+            _bench_parsers(sub)
+            continue
+        mod = importlib.import_module(module)
+        p = sub.add_parser(name, help=help_, description=description or (mod.__doc__ or help_).strip().splitlines()[0])
+        mod.add_arguments(p)
+        p.set_defaults(func=mod.run)
     return parser
 
 

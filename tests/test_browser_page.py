@@ -72,7 +72,9 @@ def test_scope_presents_frames_with_sub_second_glass_to_glass(page, server):
     # the bar: the typical delay is under a second. The tail is printed, not asserted: on this
     # 2-core machine about one run in three shows a burst of 1.5–3 s frames (cause not yet found).
     assert 0 < g2g["p50"] < 1000, g2g
-    assert g2g["p50"] > srv["p50"] and g2g["p50"] > 0.5 * s["input_latency_ms"], (g2g, srv, s["input_latency_ms"])
+    # it includes the server's own share; Chromium's reported mic input latency is printed, not asserted
+    # (its fake device has reported anywhere from ~50 ms to over a second on this loaded machine)
+    assert g2g["p50"] > srv["p50"], (g2g, srv, s["input_latency_ms"])
     assert s["drops_seen"] == 0 or s["drops_seen"] < s["received"] / 10
     final = stop_and_check(page)
     assert final["server_stats"]["received"]["audio_samples_in"] > 0

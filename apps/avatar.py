@@ -32,25 +32,7 @@ import os
 import sys
 from pathlib import Path
 
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
-    return v
-
-
-def _positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return v
+from .argtypes import positive_float, positive_int
 
 
 def _box(text: str):
@@ -70,13 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "listening stretches. Writes clip_NNNNN.mp4 + clip_NNNNN.json per clip and "
                                    "index.json. Deterministic for a given --seed.")
     s.add_argument("--out", required=True, help="output folder")
-    s.add_argument("--clips", type=_positive_int, default=10, help="number of clips (default 10)")
-    s.add_argument("--seconds", type=_positive_float, default=8.0, help="length of each clip (default 8)")
-    s.add_argument("--fps", type=_positive_int, default=25, help="frames per second; must divide 16000 (default 25)")
+    s.add_argument("--clips", type=positive_int, default=10, help="number of clips (default 10)")
+    s.add_argument("--seconds", type=positive_float, default=8.0, help="length of each clip (default 8)")
+    s.add_argument("--fps", type=positive_int, default=25, help="frames per second; must divide 16000 (default 25)")
     s.add_argument("--portrait", help="image file of a frontal face (default: the shipped astronaut portrait)")
     s.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
                    help="mouth box in the portrait's pixels (default: found with OpenCV's Haar cascades)")
-    s.add_argument("--max-side", type=_positive_int, default=512,
+    s.add_argument("--max-side", type=positive_int, default=512,
                    help="scale larger portraits down to this longer side (default 512)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0); clip i uses (seed, i)")
     s.add_argument("--quality", choices=["offline", "master"], default="offline",
@@ -95,12 +77,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "with 16 kHz audio in OUT/train/video_clips.")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--clips", help="folder of clip_*.mp4 + clip_*.json (framegraph avatar synth output)")
-    src.add_argument("--synth", type=_positive_int, metavar="N",
+    src.add_argument("--synth", type=positive_int, metavar="N",
                      help="first make N synthetic clips (into OUT/train/clips) and train on them")
     src.add_argument("--video", metavar="FILE",
                      help="a talking video of the person (MP4, MOV, MKV, WebM... with its audio track, at least "
                           "10 s; a few minutes is better): cut into clips in OUT/train/video_clips and trained on")
-    t.add_argument("--synth-seconds", type=_positive_float, default=6.0, help="with --synth: seconds per clip (6)")
+    t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")
     t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
     t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
     t.add_argument("--face-box", type=_box, metavar="X,Y,W,H",
@@ -109,27 +91,27 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
                    help="with --video: the mouth box (lips at rest) in px of the video (default: placed from the "
                         "face box)")
-    t.add_argument("--segment-seconds", type=_positive_float, default=10.0,
+    t.add_argument("--segment-seconds", type=positive_float, default=10.0,
                    help="with --video: length of each training clip cut from it (10)")
-    t.add_argument("--max-side", type=_positive_int, default=512,
+    t.add_argument("--max-side", type=positive_int, default=512,
                    help="with --video: scale the video down to this longer side (512; kept larger when the face "
                         "would be smaller than --region)")
     t.add_argument("--out", required=True, help="the avatar bundle folder to write")
-    t.add_argument("--steps", type=_positive_int, default=1000, help="flow-matching steps of the DiT (1000)")
-    t.add_argument("--vae-steps", type=_positive_int, default=300, help="VAE training steps (300)")
+    t.add_argument("--steps", type=positive_int, default=1000, help="flow-matching steps of the DiT (1000)")
+    t.add_argument("--vae-steps", type=positive_int, default=300, help="VAE training steps (300)")
     t.add_argument("--distill-steps", type=int, default=150, help="few-step distillation steps (150; 0: none)")
     t.add_argument("--rollout-steps", type=int, default=150, help="rollout (anti-drift) steps (150; 0: none)")
-    t.add_argument("--batch", type=_positive_int, default=8, help="windows per DiT step (8)")
-    t.add_argument("--window", type=_positive_int, default=8, help="frames per training window (8)")
-    t.add_argument("--lr", type=_positive_float, default=1e-3, help="DiT peak learning rate (1e-3)")
-    t.add_argument("--region", type=_positive_int, default=64, help="face region side in px, multiple of 16 (64)")
+    t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step (8)")
+    t.add_argument("--window", type=positive_int, default=8, help="frames per training window (8)")
+    t.add_argument("--lr", type=positive_float, default=1e-3, help="DiT peak learning rate (1e-3)")
+    t.add_argument("--region", type=positive_int, default=64, help="face region side in px, multiple of 16 (64)")
     t.add_argument("--vae-preset", choices=["tiny", "small"], default="tiny", help="VAE size (tiny)")
     t.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny", help="DiT size (tiny)")
-    t.add_argument("--dit-width", type=_positive_int, help="override the preset's DiT width")
-    t.add_argument("--dit-depth", type=_positive_int, help="override the preset's DiT depth")
-    t.add_argument("--dit-heads", type=_positive_int, help="override the preset's DiT heads")
+    t.add_argument("--dit-width", type=positive_int, help="override the preset's DiT width")
+    t.add_argument("--dit-depth", type=positive_int, help="override the preset's DiT depth")
+    t.add_argument("--dit-heads", type=positive_int, help="override the preset's DiT heads")
     t.add_argument("--dit-patch", type=int, choices=[1, 2, 4], help="DiT patch size on the latent (default 1)")
-    t.add_argument("--sample-steps", type=_positive_int, default=2, help="sampler steps of the bundle (2)")
+    t.add_argument("--sample-steps", type=positive_int, default=2, help="sampler steps of the bundle (2)")
     t.add_argument("--vae-reference", action=argparse.BooleanOptionalAction, default=True,
                    help="the VAE decoder also reads the portrait's face region, for sharp identity (default on)")
     t.add_argument("--audio-steps", type=int, default=400,
@@ -138,9 +120,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="take a trained audio encoder from this avatar (or encoder) folder instead; default for "
                         "clips without mouth ground truth (--video): the shipped astronaut's")
     t.add_argument("--no-vad", action="store_true", help="no Silero VAD (state idle / listening only)")
-    t.add_argument("--max-clips", type=_positive_int, help="use at most this many clips")
+    t.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
     t.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
-    t.add_argument("--threads", type=_positive_int, default=None, help="torch CPU threads while training")
+    t.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
     t.add_argument("--seed", type=int, default=0, help="seed (0)")
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train checkpoints (default on)")
@@ -155,7 +137,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--truth", required=True, help="its ground-truth JSON")
     e.add_argument("--out", required=True, help="where to write the metrics (JSON)")
     e.add_argument("--video", help="also keep the generated MP4 here")
-    e.add_argument("--steps", type=_positive_int, help="sampler steps (default: the bundle's)")
+    e.add_argument("--steps", type=positive_int, help="sampler steps (default: the bundle's)")
     e.add_argument("--dit", metavar="DIR",
                    help="evaluate this denoiser instead of the bundle's (e.g. AVATAR/train/teacher, the many-step "
                         "model before distillation, with --steps 16)")

@@ -54,6 +54,8 @@ import time
 
 import torch
 
+from .argtypes import size
+
 ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
 DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
 DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
@@ -72,16 +74,6 @@ DEFAULTS = {
     "iters": (20, 10, 1),
     "warmup": (3, 1, 0),
 }
-
-
-def _size(text: str) -> tuple:
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size must be WIDTHxHEIGHT, e.g. 1280x720, got {text!r}") from None
-    if w <= 0 or h <= 0:
-        raise argparse.ArgumentTypeError(f"size must be positive, got {text!r}")
-    return w, h
 
 
 def _counts(text: str) -> list:
@@ -121,7 +113,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random scene sizes, comma-separated (default 100000,1000000,3000000 on CUDA, "
                         "1000,10000,30000 on CPU)")
     g.add_argument("--sh-degree", type=int, default=3, choices=(0, 1, 2, 3), help="random scene SH degree")
-    g.add_argument("--size", type=_size, default=None, help="WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU)")
+    g.add_argument("--size", type=size, default=None, help="WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU)")
     g.add_argument("--cameras", type=int, default=1, help="cameras rendered per call (batched)")
     g.add_argument("--tile-size", type=int, default=16)
     g.add_argument("--no-gsplat", action="store_true", help="don't run gsplat even when it is installed")
@@ -132,11 +124,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gaussians4d", type=_counts, default=None,
                    help="random 4D scene sizes as well (SH 3, temporal degree 1), comma-separated "
                         "(default 100000 on CUDA, none on CPU)")
-    g.add_argument("--size-4d", type=_size, default=None,
+    g.add_argument("--size-4d", type=size, default=None,
                    help="WIDTHxHEIGHT (default 1352x1014 on CUDA, 135x101 on CPU)")
     g = p.add_argument_group("nerf")
     g.add_argument("--nerf", default=DEFAULT_NERF, help="NeRF directory (default assets/nerf/spheres)")
-    g.add_argument("--size-nerf", type=_size, default=None, help="WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU)")
+    g.add_argument("--size-nerf", type=size, default=None, help="WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU)")
     g.add_argument("--chunk-rays", type=int, default=1 << 14, help="rays marched together (default 16384)")
     g.add_argument("--interpreted-nerf", action="store_true",
                    help="on CPU, run the Triton NeRF through the interpreter too (minutes per frame)")

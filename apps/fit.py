@@ -21,17 +21,7 @@ import sys
 import time
 from pathlib import Path
 
-from .render import parse_size
-
-
-def _positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive integer")
-    return v
+from .argtypes import positive_int, video_size
 
 
 def _rgb(text: str) -> tuple:
@@ -52,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cameras", help="(with --images) nerfstudio-style transforms.json "
                                      "(default: transforms.json in the images folder)")
     p.add_argument("--out", required=True, help="output scene, INRIA .ply")
-    p.add_argument("--steps", type=_positive_int, default=3000, help="optimisation steps (default 3000)")
+    p.add_argument("--steps", type=positive_int, default=3000, help="optimisation steps (default 3000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
     p.add_argument("--resume", action="store_true",
@@ -61,20 +51,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--init", choices=["random", "points"], default="random",
                    help="start from random points in the scene bounds, or (with --synthetic) from the "
                         "procedural scene's SfM-like surface point cloud (default random)")
-    p.add_argument("--init-points", type=_positive_int, default=2000, help="initial Gaussians (default 2000)")
-    p.add_argument("--max-gaussians", type=_positive_int, default=None, help="stop growing at this many")
+    p.add_argument("--init-points", type=positive_int, default=2000, help="initial Gaussians (default 2000)")
+    p.add_argument("--max-gaussians", type=positive_int, default=None, help="stop growing at this many")
     p.add_argument("--background", type=_rgb, default=(0.0, 0.0, 0.0),
                    help="R,G,B in [0, 1] behind the Gaussians and under transparent pixels (default 0,0,0)")
     p.add_argument("--held-out-every", type=int, default=8,
                    help="(with --images) hold out every N-th image for the final score; 0: none (default 8)")
-    p.add_argument("--downscale", type=_positive_int, default=1, help="(with --images) shrink images by N")
-    p.add_argument("--views", type=_positive_int, default=32, help="(with --synthetic) training views (default 32)")
-    p.add_argument("--size", type=parse_size, default=(128, 96),
+    p.add_argument("--downscale", type=positive_int, default=1, help="(with --images) shrink images by N")
+    p.add_argument("--views", type=positive_int, default=32, help="(with --synthetic) training views (default 32)")
+    p.add_argument("--size", type=video_size, default=(128, 96),
                    help="(with --synthetic) WIDTHxHEIGHT of the rendered views (default 128x96)")
-    p.add_argument("--checkpoint-every", type=_positive_int, default=None,
+    p.add_argument("--checkpoint-every", type=positive_int, default=None,
                    help="also save the checkpoint every N steps (it is always saved at the end)")
     p.add_argument("--report", help="where to write the JSON report (default OUT.report.json)")
-    p.add_argument("--threads", type=_positive_int, default=None,
+    p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
 

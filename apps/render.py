@@ -9,28 +9,9 @@ from framegraph.stream import Clock, Graph
 from framegraph.stream.media import MP4Sink
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
+from .argtypes import positive_float, video_size
 from .runner import run_with_progress
 
-
-def parse_size(text: str) -> tuple[int, int]:
-    """``"640x360"`` → ``(640, 360)``, with an error that says what was expected."""
-    try:
-        w, h = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"size {text!r}: expected WIDTHxHEIGHT, e.g. 640x360") from None
-    if w <= 0 or h <= 0 or w % 2 or h % 2:
-        raise argparse.ArgumentTypeError(f"size {text!r}: width and height must be positive and even")
-    return w, h
-
-
-def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return v
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -57,7 +38,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="(with a 4DGS .pth) scene time units per second of video (default 1)")
     p.add_argument("--seconds", type=positive_float, default=5.0, help="duration (default 5)")
     p.add_argument("--fps", type=positive_float, default=25.0, help="frames per second (default 25)")
-    p.add_argument("--size", type=parse_size, default=(640, 360), help="WIDTHxHEIGHT (default 640x360)")
+    p.add_argument("--size", type=video_size, default=(640, 360), help="WIDTHxHEIGHT (default 640x360)")
     p.add_argument("--out", required=True, help="output .mp4 file")
     p.add_argument("--preset", choices=["offline", "live"], default="offline",
                    help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")

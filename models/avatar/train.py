@@ -158,7 +158,7 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
     return torch.from_numpy(np.median(frames, axis=0).round().astype(np.uint8))
 
 
-def _audio_encoder(cfg: "TrainConfig", clips_dir: Path, work: Path, device: str, resume: bool,
+def _audio_encoder(cfg: "TrainConfig", clips_dir: Path, work: Path, resume: bool,
                    progress: bool) -> tuple[object, dict]:
     """The audio encoder for this avatar and a report of where it came from (see the module docstring)."""
     from framegraph.models.audio import AudioEncoder, default_encoder
@@ -232,6 +232,8 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
         work = out / "train"
         work.mkdir(parents=True, exist_ok=True)
         timings: dict[str, float] = {}
+        # the background frame of the bundle, which is also the VAE's identity reference
+        background = _portrait_image(_first_portrait_json(clips_dir), clips_dir, portrait)
 
         # ---- (1) the VAE ------------------------------------------------------------------------
         t = time.monotonic()
@@ -245,8 +247,7 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
             res = train_vae(clips_dir, vae_dir, steps=cfg.vae_steps, batch=cfg.vae_batch, lr=cfg.vae_lr,
                             device=device, seed=cfg.seed, progress=progress, size=cfg.region_size,
                             model_config=vae_config, resume=resume, max_clips=cfg.max_clips,
-                            reference_image=_portrait_image(_first_portrait_json(clips_dir), clips_dir, portrait)
-                            if cfg.vae_reference else None,
+                            reference_image=background if cfg.vae_reference else None,
                             eval_every=max(50, cfg.vae_steps // 4), checkpoint_every=cfg.checkpoint_every,
                             warmup=min(20, max(1, cfg.vae_steps // 10)))
             vae, vae_report = res.model, res.report
@@ -255,7 +256,7 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
 
         # ---- (2) the audio encoder; latents, audio features, labels (once) ------------------------
         t = time.monotonic()
-        audio_encoder, audio_report = _audio_encoder(cfg, clips_dir, work, device, resume, progress)
+        audio_encoder, audio_report = _audio_encoder(cfg, clips_dir, work, resume, progress)
         timings["audio_s"] = round(time.monotonic() - t, 1)
         t = time.monotonic()
         clips, crop_box, portrait_json = prepare_clips(clips_dir, vae, audio_encoder, region_size=cfg.region_size,
@@ -264,7 +265,6 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
         clips = [ClipData(c.name, c.latents.to(device), c.audio.to(device), c.labels.to(device), c.jaw)
                  for c in clips]
         timings["data_s"] = round(time.monotonic() - t, 1)
-        background = _portrait_image(portrait_json, clips_dir, portrait)
         mouth_box = tuple(portrait_json["mouth_box"]) if portrait_json and portrait_json.get("mouth_box") else None
         avatar = Avatar(vae=vae.cpu(), dit=None, audio=audio_encoder, portrait=background, crop_box=crop_box,
                         region_size=cfg.region_size, mouth_box=mouth_box, fps=cfg.fps,

@@ -10,7 +10,7 @@ import torch
 from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
 from framegraph.models.vae import (CausalTemporalConv, VAEDecode, VideoVAE, box_mask, crop_frames,
                                    face_clips_from_frames, face_crop_box, frames_to_uint8, load_face_clips,
-                                   mouth_box_for_frame, psnr, ssim, train_vae)
+                                   mouth_box_for_frame, psnr, redrawable, ssim, train_vae, with_reference_warp)
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
 # 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
@@ -194,6 +194,7 @@ def test_load_face_clips_reads_mp4_and_json(tmp_path):
     (tmp_path / "clip_00000.json").write_text(json.dumps({
         "portrait": portrait.to_json(),
         "frames": [{"index": i, "jaw_open": f.jaw_open, "head": {"dx": 0.0, "dy": 0.0}} for i, f in enumerate(faces)]}))
+    assert not redrawable(tmp_path)  # no lip / teeth / blink parameters: cannot be redrawn
     clips = load_face_clips(tmp_path, size=64)
     assert clips.crop_box == face_crop_box((256, 256), portrait.face_box, portrait.mouth_box)
     assert len(clips.frames) == 1 and clips.frames[0].shape == (4, 64, 64, 3)
@@ -201,6 +202,18 @@ def test_load_face_clips_reads_mp4_and_json(tmp_path):
     assert clips.mouth_boxes[0][2, 3] > clips.mouth_boxes[0][0, 3]  # the open jaw grows the box
     with pytest.raises(FileNotFoundError, match="avatar synth"):
         load_face_clips(tmp_path / "nothing")
+    # with every parameter in the JSON the frames are redrawn without the codec as the targets
+    (tmp_path / "clip_00000.json").write_text(json.dumps({
+        "portrait": portrait.to_json(),
+        "frames": [{"index": i, **{k: v for k, v in f.to_json().items() if not k.startswith("head_")},
+                    "head": {"dx": 0.0, "dy": 0.0, "roll_deg": 0.0, "scale": 1.0}} for i, f in enumerate(faces)]}))
+    assert redrawable(tmp_path)
+    clips = load_face_clips(tmp_path, size=64, redraw_targets=True)
+    clean = crop_frames(torch.stack([renderer.render(f) for f in faces]), clips.crop_box, 64)
+    assert torch.equal(clips.targets[0], clean) and not torch.equal(clips.frames[0], clean)
+    assert psnr(clips.frames[0].float() / 127.5 - 1, clean.float() / 127.5 - 1) > 30
+    train, held = clips.split(0.25)
+    assert torch.equal(torch.cat([train.target(0), held.target(0)]), clean)
 
 
 # ---- training -----------------------------------------------------------------------------------
@@ -303,8 +316,18 @@ def ref_vae(seed: int = 0) -> VideoVAE:
     return vae
 
 
-def test_reference_decoder_streams_like_the_whole_video_and_keeps_its_features_in_the_cache():
-    vae = ref_vae()
+def warp_vae(seed: int = 0) -> VideoVAE:
+    """``ref_vae`` with the reference-warp head added and switched on with random weights."""
+    vae = with_reference_warp(ref_vae(seed)).eval()
+    with torch.no_grad():
+        vae.decoder.warp_head.weight.normal_(0.0, 0.05)
+        vae.decoder.warp_head.bias.fill_(0.5)
+    return vae
+
+
+@pytest.mark.parametrize("make", [ref_vae, warp_vae], ids=["reference", "reference+warp"])
+def test_reference_decoder_streams_like_the_whole_video_and_keeps_its_features_in_the_cache(make):
+    vae = make()  # the reference read by the decoder; with the warp it also copies its pixels
     x = torch.rand(2, 3, 6, 32, 32) * 2 - 1
     ref = torch.rand(2, 3, 32, 32) * 2 - 1
     with torch.no_grad():
@@ -317,6 +340,7 @@ def test_reference_decoder_streams_like_the_whole_video_and_keeps_its_features_i
     assert (torch.cat([a, b, c], 2) - full).abs().max() <= 1e-5
     assert (other - full).abs().max() > 1e-3  # the decoder does read the reference
     assert any(k.startswith("reference.") for k in cache)
+    assert ("reference.pixels" in cache) == (make is warp_vae)
 
 
 def test_reference_decoder_says_what_is_missing():
@@ -352,3 +376,95 @@ def test_reference_training_beats_the_plain_vae_on_the_same_budget(face_regions,
     assert model.uses_reference
     stage = VAEDecode(model, size=32, reference=reference)
     assert stage.reference.shape == (1, 3, 32, 32)
+
+
+# ---- the reference warp (reference_warp) -----------------------------------------------------------
+def test_reference_warp_starts_off_and_then_copies_the_moved_reference():
+    source = ref_vae()
+    vae = with_reference_warp(source).eval()
+    assert vae.config.reference_warp and not source.config.reference_warp
+    z = torch.randn(1, 4, 3, 2, 2)
+    ref = torch.linspace(-1, 1, 32).view(1, 1, 1, 32).expand(1, 3, 32, 32).contiguous()  # a ramp along x
+    with torch.no_grad():
+        before, _ = source.decode(z, reference=ref)
+        after, cache = vae.decode(z, reference=ref)
+        assert (after - before).abs().max() <= 1e-6  # the head starts off: the same decoder
+        assert "reference.pixels" in cache
+        p2 = vae.config.patch_size ** 2  # warp head channels: dx, dy, blend weight, each p² before the shuffle
+        vae.decoder.warp_head.bias[2 * p2:].fill_(1.0)  # blend weight 1: the reference itself
+        copied, _ = vae.decode(z, reference=ref)
+        vae.decoder.warp_head.bias[:p2].fill_(1.0)  # and moved by dx = +1 px: each pixel reads its right neighbour
+        moved, _ = vae.decode(z, reference=ref)
+    assert (copied - ref[:, :, None]).abs().max() <= 1e-5
+    assert (moved[..., :-1] - ref[:, :, None, :, 1:]).abs().max() <= 1e-5
+
+
+def test_reference_warp_says_what_is_wrong():
+    with pytest.raises(ValueError, match="needs reference_skip"):
+        VideoVAE(**TINY, reference_warp=True)
+    with pytest.raises(ValueError, match="without reference_skip"):
+        with_reference_warp(tiny_vae())
+    with pytest.raises(ValueError, match="already"):
+        with_reference_warp(warp_vae())
+    vae, z = warp_vae(), torch.zeros(1, 4, 1, 2, 2)
+    with torch.no_grad():
+        _, cache = vae.decode(z, reference=torch.zeros(1, 3, 32, 32))
+        del cache["reference.pixels"]  # a cache from before the warp head holds only the features
+        with pytest.raises(ValueError, match="identity reference"):
+            vae.decode(z, cache)
+
+
+def test_decoder_only_training_keeps_the_latent_space_and_learns_the_warp(face_regions, tmp_path):
+    """A trained reference VAE given the warp head and trained with ``train_encoder=False``: the encoder and
+    the latent statistics do not move (a denoiser trained on them stays valid), the warp switches on, and
+    the held-out reconstruction improves."""
+    frames, boxes = face_regions
+    data = face_clips_from_frames(frames, boxes)
+    kw = dict(batch=4, clip_frames=2, warmup=5, seed=0, eval_every=1000, progress=False, holdout_fraction=0.2)
+    base = train_vae(data, tmp_path / "base", steps=30, lr=3e-3, model_config={**TINY, "reference_skip": True},
+                     reference_image=frames[0], **kw).model
+    with pytest.raises(ValueError, match="latent_mean"):
+        train_vae(data, tmp_path / "fresh", steps=1, model_config={**TINY, "reference_skip": True},
+                  reference_image=frames[0], train_encoder=False, **kw)
+    x = frames[:6].permute(3, 0, 1, 2)[None].float() / 127.5 - 1
+    with torch.no_grad():
+        z_before, _ = base.encode(x)
+    encoder_before = {k: v.clone() for k, v in base.encoder.state_dict().items()}
+    with pytest.raises(ValueError, match="latent_noise"):
+        train_vae(data, tmp_path / "x", steps=1, model=base, reference_image=frames[0], latent_noise=-0.1, **kw)
+    res = train_vae(data, tmp_path / "warp", steps=30, lr=3e-3, model=with_reference_warp(base),
+                    reference_image=frames[0], train_encoder=False, latent_noise=0.3, **kw)
+    model = VideoVAE.from_pretrained(tmp_path / "warp").eval()
+    assert model.config.reference_warp and res.report["train_encoder"] is False and res.report["latent_noise"] == 0.3
+    assert model.config.latent_mean == base.config.latent_mean and model.config.latent_std == base.config.latent_std
+    for k, v in model.encoder.state_dict().items():
+        assert torch.equal(v, encoder_before[k]), k
+    with torch.no_grad():
+        z_after, _ = model.encode(x)
+    assert torch.equal(z_after, z_before)
+    assert float(model.decoder.warp_head.weight.detach().abs().max()) > 0.0  # the warp head learned
+    rep = res.report
+    assert rep["heldout_final"]["psnr_db"] > rep["heldout_initial"]["psnr_db"] + 0.3, rep
+
+
+def test_latent_noise_perturbs_the_decoded_latent_by_the_given_std():
+    vae = ref_vae()
+    vae.set_latent_stats([0.0] * 4, [2.0] * 4)  # noise is in normalised units: raw std 2 per unit
+    x = torch.rand(2, 3, 2, 32, 32) * 2 - 1
+    ref = torch.rand(2, 3, 32, 32) * 2 - 1
+    seen, decode_raw = [], vae.decode_raw
+
+    def spy(z, cache=None, **kw):  # the latent the decoder is given
+        seen.append(z)
+        return decode_raw(z, cache, **kw)
+
+    vae.decode_raw = spy
+    with torch.no_grad():
+        clean, mean, _ = vae(x, sample=False, reference=ref)
+        same, _, _ = vae(x, sample=False, reference=ref, latent_noise=torch.zeros(2))
+        vae(x, sample=False, reference=ref, latent_noise=torch.tensor([0.0, 0.5]),
+            generator=torch.Generator().manual_seed(0))
+    assert torch.equal(clean, same)
+    d = seen[-1] - mean
+    assert d[0].abs().max() == 0  # std 0: that sample is untouched
+    assert abs(float(d[1].std()) - 0.5 * 2.0) < 0.15  # std 0.5 normalised = 1.0 raw

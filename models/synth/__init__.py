@@ -8,6 +8,7 @@
 - :mod:`.portrait`: the shipped portrait or a user's, with mouth / eye boxes (Haar cascades).
 - :mod:`.render`: mouth, teeth, blink and head-motion warps of the portrait (torch).
 - :mod:`.plan` / :mod:`.clip`: a clip's schedule and ground truth; MP4 + JSON through a stage graph.
+- :mod:`.truth`: a clip's frames redrawn from its JSON, without the codec (clean training targets).
 """
 from .clip import ArrayAudioSource, ClipJob, FaceSource, clip_seed, make_clip, prepare_clip
 from .espeak import (EspeakError, EspeakNotFound, PhonemeEvent, Speech, espeak_available, synthesize)
@@ -16,9 +17,11 @@ from .portrait import (Portrait, PortraitError, astronaut_portrait, detect_face_
                        parse_box)
 from .render import FaceParams, PortraitRenderer
 from .resample import resample
+from .truth import PORTRAIT_PNG, can_render_truth, face_params, render_truth, save_portrait_image
 from .visemes import PARAMS, VISEMES, Viseme, mouth_curves, viseme_for
 
 __all__ = [
+    "PORTRAIT_PNG", "can_render_truth", "face_params", "render_truth", "save_portrait_image",
     "ArrayAudioSource", "ClipJob", "FaceSource", "clip_seed", "make_clip", "prepare_clip", "EspeakError",
     "EspeakNotFound", "PhonemeEvent", "Speech", "espeak_available", "synthesize", "VOICES", "ClipPlan", "Segment",
     "make_sentence", "plan_clip", "Portrait", "PortraitError", "astronaut_portrait", "detect_face_regions",

@@ -21,6 +21,7 @@ from framegraph.stream.media import MP4Sink, chunk_samples
 from .plan import ClipPlan, plan_clip
 from .portrait import Portrait
 from .render import PortraitRenderer
+from .truth import save_portrait_image
 
 FORMAT_VERSION = 1
 
@@ -120,6 +121,7 @@ def prepare_clip(out_dir: str, index: int, *, seconds: float, fps: int, portrait
     graph.connect(face, sink, "video")
     graph.connect(audio, sink, "audio", capacity=8)
     meta = {"clip": index, "seed": int(seed), "portrait": portrait.to_json()}
+    save_portrait_image(out_dir, portrait)  # the exact image drawn on: frames can be redrawn without the codec
     return ClipJob(plan, graph, sink, stem + ".mp4", stem + ".json", meta)
 
 

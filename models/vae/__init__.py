@@ -11,15 +11,15 @@ training, and the ``VAEDecode`` stage.
 - :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
 """
 from .data import (FaceClips, box_to_region, crop_frames, face_clips_from_frames, face_crop_box, load_face_clips,
-                   mouth_box_for_frame)
+                   mouth_box_for_frame, redrawable)
 from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
-from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames
+from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
 from .stage import VAEDecode
 from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
 
 __all__ = [
-    "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
+    "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips", "redrawable",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "psnr", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAETrainResult",
-    "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae",
+    "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae", "with_reference_warp",
 ]

@@ -99,12 +99,20 @@ class FaceClips:
             (None: no mouth weighting).
         crop_box: the ``(x, y, s, s)`` full-frame box the region was cut from (None if not known).
         names: a name per clip (file stem).
+        targets: what a decoder should give back for each clip, ``uint8 [T_i, S, S, 3]`` (None: the frames
+            themselves). Synthetic clips can have their frames redrawn without the video codec here, so the
+            model learns the clean picture while its encoder reads the decoded video, as at run time.
     """
 
     frames: list[Tensor]
     mouth_boxes: list[Tensor] | None = None
     crop_box: tuple[int, int, int, int] | None = None
     names: list[str] = field(default_factory=list)
+    targets: list[Tensor] | None = None
+
+    def target(self, i: int) -> Tensor:
+        """Clip ``i``'s reconstruction target (its redrawn frames, or the frames)."""
+        return self.frames[i] if self.targets is None else self.targets[i]
 
     @property
     def size(self) -> int:
@@ -118,20 +126,18 @@ class FaceClips:
         """(train, held out): with several clips the last ``max(1, round(fraction · n))`` clips are held
         out; with one clip, its last ``fraction`` of frames."""
         n = len(self.frames)
-        mb = self.mouth_boxes
         if n >= 2:
             k = min(n - 1, max(1, round(holdout_fraction * n)))
-            take = lambda lst, sl: None if lst is None else lst[sl]  # noqa: E731
-            return (FaceClips(self.frames[:-k], take(mb, slice(None, -k)), self.crop_box, self.names[:-k]),
-                    FaceClips(self.frames[-k:], take(mb, slice(-k, None)), self.crop_box, self.names[-k:]))
+            pick = lambda lst, sl: None if lst is None else lst[sl]  # noqa: E731 (per-clip lists)
+            return tuple(FaceClips(self.frames[sl], pick(self.mouth_boxes, sl), self.crop_box, self.names[sl],
+                                   pick(self.targets, sl)) for sl in (slice(None, -k), slice(-k, None)))
         t = int(self.frames[0].shape[0])
-        cut = max(1, min(t - 1, t - math.ceil(holdout_fraction * t)))
         if t < 2:
             raise ValueError("FaceClips.split: one clip of one frame cannot be split into train and held out")
-        head = None if mb is None else [mb[0][:cut]]
-        tail = None if mb is None else [mb[0][cut:]]
-        return (FaceClips([self.frames[0][:cut]], head, self.crop_box, self.names),
-                FaceClips([self.frames[0][cut:]], tail, self.crop_box, self.names))
+        cut = max(1, min(t - 1, t - math.ceil(holdout_fraction * t)))
+        pick = lambda lst, sl: None if lst is None else [lst[0][sl]]  # noqa: E731 (frames of the one clip)
+        return tuple(FaceClips(pick(self.frames, sl), pick(self.mouth_boxes, sl), self.crop_box, self.names,
+                               pick(self.targets, sl)) for sl in (slice(None, cut), slice(cut, None)))
 
 
 def face_clips_from_frames(frames: Tensor, mouth_boxes: Tensor | None = None) -> FaceClips:
@@ -154,12 +160,14 @@ def face_clips_from_frames(frames: Tensor, mouth_boxes: Tensor | None = None) ->
 
 
 def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int, int] | None = None,
-                    max_clips: int | None = None, crop_scale: float = 1.35) -> FaceClips:
+                    max_clips: int | None = None, crop_scale: float = 1.35, redraw_targets: bool = False) -> FaceClips:
     """Read ``clip_*.mp4`` + ``clip_*.json`` from ``clips_dir`` and cut every frame to the face region.
 
     The crop box (same for all clips) is ``crop_box`` or :func:`face_crop_box` of the first clip's
-    portrait. Raises ``FileNotFoundError`` / ``ValueError`` naming the folder or file when there are no
-    clips, a clip has no JSON, or frame counts disagree."""
+    portrait. ``redraw_targets``: also redraw each synthetic clip's frames from its JSON without the
+    codec (:func:`framegraph.models.synth.render_truth`) as :attr:`FaceClips.targets`; check first with
+    :func:`redrawable`. Raises ``FileNotFoundError`` / ``ValueError`` naming the folder or file when
+    there are no clips, a clip has no JSON, or frame counts disagree."""
     from framegraph.stream.media import read_video
 
     folder = Path(clips_dir)
@@ -170,7 +178,7 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
     if not videos:
         raise FileNotFoundError(f"no clip_*.mp4 in {str(folder)!r}; make clips with "
                                 f"`framegraph avatar synth --out {folder}`")
-    frames, boxes, names = [], [], []
+    frames, boxes, names, targets = [], [], [], []
     for video in videos:
         truth_path = video.with_suffix(".json")
         if not truth_path.exists():
@@ -186,7 +194,24 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
         per_frame = truth.get("frames", [])
         n = min(len(per_frame), pixels.shape[0]) if per_frame else pixels.shape[0]
         frames.append(crop_frames(pixels[:n], crop_box, size))
+        if redraw_targets:
+            from framegraph.models.synth import render_truth
+
+            clean = render_truth(truth_path, max_frames=n)
+            if clean.shape != pixels[:n].shape:
+                raise ValueError(f"{os.fspath(truth_path)!r}: the redrawn frames {list(clean.shape)} do not match the "
+                                 f"video's {list(pixels[:n].shape)}")
+            targets.append(crop_frames(clean, crop_box, size))
         boxes.append(torch.tensor([box_to_region(mouth_box_for_frame(portrait, per_frame[i] if per_frame else None),
                                                  crop_box, size) for i in range(n)], dtype=torch.float32))
         names.append(video.stem)
-    return FaceClips(frames, boxes, crop_box, names)
+    return FaceClips(frames, boxes, crop_box, names, targets if redraw_targets else None)
+
+
+def redrawable(clips_dir, max_clips: int | None = None) -> bool:
+    """True when every clip of the folder can be redrawn from its JSON (``load_face_clips(...,
+    redraw_targets=True)`` will work): synthetic clips whose portrait image is known."""
+    from framegraph.models.synth import can_render_truth
+
+    videos = sorted(Path(clips_dir).glob("clip_*.mp4"))[:max_clips]
+    return bool(videos) and all(can_render_truth(v.with_suffix(".json")) for v in videos)

@@ -39,6 +39,20 @@ fine identity detail (texture, hair, eyes' shape) comes from the reference at fu
 being squeezed through the 16× latent. ``decode(z, cache, reference=ref)`` computes the reference
 features once and keeps them in the cache, so later chunks of the stream pass only the cache.
 
+**Reference warp (optional, ``reference_warp=True``, needs ``reference_skip``).** A second output head
+predicts a displacement ``(dx, dy)`` in px — smooth: averaged over ``f/2 × f/2`` px blocks (``f`` the
+spatial compression) and interpolated back, since a face moves as a whole, and a per-pixel field would
+let latent noise shimmer the copied texture — and, per output pixel, a blend weight; the frame is then
+
+    x̂ = rgb + m · (warp(reference, dx, dy) − rgb),      m = clamp(blend, 0, 1)
+
+so wherever the face did not change (hair, eyes open, cheeks) the decoder can hand back the reference's
+own pixels, moved with the head, instead of redrawing them from the 16× latent, and draws only what
+changed (mouth, blinks). The head starts at zero (no displacement, ``m = 0`` — and the clamp still
+passes gradients at 0), so the warp is off until trained: a trained ``reference_skip`` decoder given this head decodes exactly as before, and
+:func:`~.train.train_vae` with ``train_encoder=False`` can then teach it the warp without touching the
+encoder — the latent space, and any denoiser trained on it, stay valid.
+
 **Latent.** A diagonal Gaussian posterior (KL-regularised with a small weight while training, which
 keeps the latent smooth and bounded so a denoiser's small errors decode gracefully), then a
 per-channel shift/scale stored in the config (``latent_mean`` / ``latent_std``, measured on the
@@ -175,7 +189,7 @@ class Decoder(nn.Module):
     :class:`ReferenceEncoder` features (per clip, ``[B, ...]``) and fuses them after every level."""
 
     def __init__(self, c_out: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
-                 t_from: int, reference: bool = False):
+                 t_from: int, reference: bool = False, warp: bool = False):
         super().__init__()
         n = len(widths)
         widths = list(widths)[::-1]
@@ -203,6 +217,11 @@ class Decoder(nn.Module):
             for conv in self.fuse:
                 nn.init.zeros_(conv.weight)
                 nn.init.zeros_(conv.bias)
+        self.warp_head = None
+        if warp:  # per output pixel (after the pixel shuffle): dx, dy (px) and a blend weight; off at start
+            self.warp_head = nn.Conv2d(c, c_out, 3, padding=1)
+            nn.init.zeros_(self.warp_head.weight)
+            nn.init.zeros_(self.warp_head.bias)
 
     def _fused(self, x: Tensor, i: int, ref: list[Tensor] | None, frames: int) -> Tensor:
         if self.fuse is None:
@@ -219,7 +238,10 @@ class Decoder(nn.Module):
             if i < len(self.ups):
                 x = self.ups[i](F.interpolate(x, scale_factor=2.0, mode="nearest"))
         x = self._fused(x, len(self.blocks), ref, frames)
-        return self.conv_out(F.silu(self.norm_out(x)))
+        h = F.silu(self.norm_out(x))
+        if self.warp_head is None:
+            return self.conv_out(h)
+        return torch.cat([self.conv_out(h), self.warp_head(h)], dim=1)
 
 
 class ReferenceEncoder(nn.Module):
@@ -275,6 +297,8 @@ class VideoVAE(ModelMixin, ConfigMixin):
             ``encode`` returns ``(raw - mean) / std``, ``decode`` undoes it.
         reference_skip: the decoder also reads an identity reference image (see the module docstring);
             ``decode`` then needs ``reference=`` (or a cache that holds its features).
+        reference_warp: the decoder may also copy the reference's pixels, displaced per pixel and blended
+            (see the module docstring); needs ``reference_skip``.
     """
 
     @register_to_config
@@ -283,8 +307,10 @@ class VideoVAE(ModelMixin, ConfigMixin):
                  layers_per_block: int = 1, decoder_layers_per_block: int = 1, temporal_kernel: int = 3,
                  temporal_from_level: int = 1, norm_groups: int = 8, sample_size: int = 128,
                  latent_mean: list[float] | None = None, latent_std: list[float] | None = None,
-                 reference_skip: bool = False):
+                 reference_skip: bool = False, reference_warp: bool = False):
         super().__init__()
+        if reference_warp and not reference_skip:
+            raise ValueError("VideoVAE: reference_warp=True needs reference_skip=True (the warp reads the reference)")
         if patch_size < 1 or not block_out_channels or min(block_out_channels) < 1:
             raise ValueError(f"VideoVAE: patch_size={patch_size}, block_out_channels={block_out_channels} must be >= 1")
         if temporal_kernel < 1:
@@ -295,7 +321,7 @@ class VideoVAE(ModelMixin, ConfigMixin):
         self.encoder = Encoder(p2, block_out_channels, layers_per_block, latent_channels, norm_groups,
                                temporal_kernel, temporal_from_level)
         self.decoder = Decoder(p2, block_out_channels, decoder_layers_per_block, latent_channels, norm_groups,
-                               temporal_kernel, temporal_from_level, reference=reference_skip)
+                               temporal_kernel, temporal_from_level, reference=reference_skip, warp=reference_warp)
         self.reference_encoder = ReferenceEncoder(p2, block_out_channels, norm_groups) if reference_skip else None
         for name, m in self.named_modules():
             if isinstance(m, CausalTemporalConv):
@@ -405,20 +431,31 @@ class VideoVAE(ModelMixin, ConfigMixin):
             return None
         n = len(self.decoder.fuse)
         if reference is not None:
+            reference = reference[:, :, 0] if reference.dim() == 5 else reference
             feats = self.reference_features(reference.to(z.dtype))
-        elif all(f"reference.{i}" in io.old for i in range(n)):
+            if self.decoder.warp_head is not None:
+                feats.append(reference.to(z.dtype))
+        elif all(f"reference.{i}" in io.old for i in range(n)) and \
+                (self.decoder.warp_head is None or "reference.pixels" in io.old):
             feats = [io.old[f"reference.{i}"] for i in range(n)]
+            if self.decoder.warp_head is not None:
+                feats.append(io.old["reference.pixels"])
         else:
             raise ValueError("VideoVAE.decode: this VAE decodes with an identity reference; pass reference= (the "
                              "reference region [B, 3, H, W] in [-1, 1]) with the first chunk of a stream")
         b, h, w = z.shape[0], z.shape[3], z.shape[4]
         f = self.spatial_compression // self.config.patch_size
-        if feats[0].shape[0] not in (1, b) or feats[0].shape[2:] != (h, w) or feats[-1].shape[2] != h * f:
+        s = self.spatial_compression
+        bad_pixels = len(feats) > n and tuple(feats[n].shape[2:]) != (h * s, w * s)
+        if feats[0].shape[0] not in (1, b) or feats[0].shape[2:] != (h, w) or feats[n - 1].shape[2] != h * f \
+                or bad_pixels:
             raise ValueError(f"VideoVAE.decode: the reference features {list(feats[0].shape)} do not fit the latent "
                              f"{list(z.shape)} (another batch or size?)")
         feats = [t.expand(b, *t.shape[1:]) for t in feats]
-        for i, t in enumerate(feats):
+        for i, t in enumerate(feats[:n]):
             io.new[f"reference.{i}"] = t
+        if len(feats) > n:
+            io.new["reference.pixels"] = feats[n]
         return feats
 
     def decode_raw(self, z_raw: Tensor, cache: Cache | None = None, *,
@@ -431,7 +468,25 @@ class VideoVAE(ModelMixin, ConfigMixin):
         frames = z_raw.transpose(1, 2).reshape(b * t, c, h, w).contiguous(memory_format=torch.channels_last)
         x = self.decoder(frames, t, io, ref)
         x = F.pixel_shuffle(x, self.config.patch_size)
+        if self.decoder.warp_head is not None:
+            x = self._warp_blend(x[:, :3], x[:, 3:], ref[-1], t)
         return x.reshape(b, t, *x.shape[1:]).transpose(1, 2), io.new
+
+    def _warp_blend(self, rgb: Tensor, head: Tensor, pixels: Tensor, frames: int) -> Tensor:
+        """``rgb [B·T, 3, H, W]``, ``head [B·T, 3, H, W]`` (dx px, dy px, blend weight), reference
+        ``pixels [B, 3, H, W]`` → ``rgb + m · (warp(pixels) − rgb)`` (see the module docstring)."""
+        hh, ww = rgb.shape[-2:]
+        k = self.spatial_compression // 2  # the displacement is smooth: averaged over k×k px, then interpolated
+        flow = F.interpolate(F.avg_pool2d(head[:, :2], k), size=(hh, ww), mode="bilinear", align_corners=False)
+        ys = (torch.arange(hh, device=rgb.device, dtype=rgb.dtype) * 2 + 1) / hh - 1  # pixel centres
+        xs = (torch.arange(ww, device=rgb.device, dtype=rgb.dtype) * 2 + 1) / ww - 1
+        gx = xs.view(1, 1, ww) + flow[:, 0] * (2.0 / ww)
+        gy = ys.view(1, hh, 1) + flow[:, 1] * (2.0 / hh)
+        src = pixels.to(rgb.dtype).repeat_interleave(frames, dim=0)
+        warped = F.grid_sample(src, torch.stack([gx, gy], dim=-1), mode="bilinear", padding_mode="border",
+                               align_corners=False)
+        m = head[:, 2:3].clamp(0.0, 1.0)
+        return rgb + m * (warped - rgb)
 
     def decode(self, z: Tensor, cache: Cache | None = None, *,
                reference: Tensor | None = None) -> tuple[Tensor, Cache]:
@@ -443,16 +498,36 @@ class VideoVAE(ModelMixin, ConfigMixin):
         return self.decode_raw(self.denormalize(z), cache, reference=reference)
 
     def forward(self, x: Tensor, sample: bool = True, generator: torch.Generator | None = None,
-                reference: Tensor | None = None):
+                reference: Tensor | None = None, latent_noise: Tensor | None = None):
         """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar);
-        ``reference [B, 3, H, W]`` for a ``reference_skip`` model."""
+        ``reference [B, 3, H, W]`` for a ``reference_skip`` model. ``latent_noise float [B]``: the std of
+        Gaussian noise added to each sample's latent, in units of the normalised latent (what a denoiser
+        makes) — teaches the decoder to decode a denoiser's imperfect latents gracefully."""
         mean, logvar, _ = self.encode_moments(x)
         z = mean
         if sample:
             noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
             z = mean + torch.exp(0.5 * logvar) * noise
+        if latent_noise is not None:
+            noise = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+            z = z + latent_noise.to(z).view(-1, 1, 1, 1, 1) * self._scale.to(z.dtype) * noise
         recon, _ = self.decode_raw(z, reference=reference)
         return recon, mean, logvar
+
+
+def with_reference_warp(vae: VideoVAE) -> VideoVAE:
+    """A copy of a ``reference_skip`` ``vae`` with the reference-warp head added (``reference_warp=True``).
+    The head starts off, so the copy decodes exactly as ``vae`` does until it is trained."""
+    if not vae.uses_reference:
+        raise ValueError("with_reference_warp: the VAE was built without reference_skip; the warp reads the "
+                         "decoder's identity reference, so train a reference_skip VAE first")
+    if vae.config.reference_warp:
+        raise ValueError("with_reference_warp: the VAE already has the reference-warp head")
+    new = VideoVAE(**{**dict(vae.config), "reference_warp": True})
+    missing, unexpected = new.load_state_dict(vae.state_dict(), strict=False)
+    if unexpected or any(not k.startswith("decoder.warp_head.") for k in missing):
+        raise RuntimeError(f"with_reference_warp: weights do not line up (missing {missing}, unexpected {unexpected})")
+    return new.to(next(vae.parameters()).device)
 
 
 def frames_to_uint8(x: Tensor) -> Tensor:

@@ -19,6 +19,13 @@ Haar cascades, or the boxes given), and it is cut into 25 fps clips with 16 kHz 
 ``AVATAR_DIR/train/video_clips`` (the background frame of the bundle is the median of its first 2 s); see
 ``models/avatar/video.py``.
 
+    framegraph avatar refine --avatar DIR --clips DIR --out NEW_DIR [--steps 400] [--warp/--no-warp]
+
+``refine`` trains a bundle's VAE decoder further (encoder, denoiser and audio encoder unchanged, so the
+avatar talks as before) and, by default, gives it the reference warp: the decoder hands back the
+portrait's own pixels, moved with the head, wherever the face did not change. Writes a new bundle; the
+source is never overwritten. See ``models/avatar/refine.py``.
+
     framegraph avatar eval --avatar DIR --clip FILE.mp4 --truth FILE.json --out FILE.json [--video OUT.mp4]
 
 ``eval`` generates from the clip's audio and measures mouth-openness correlation with the ground truth,
@@ -114,6 +121,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--sample-steps", type=positive_int, default=2, help="sampler steps of the bundle (2)")
     t.add_argument("--vae-reference", action=argparse.BooleanOptionalAction, default=True,
                    help="the VAE decoder also reads the portrait's face region, for sharp identity (default on)")
+    t.add_argument("--vae-warp", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --vae-reference: the decoder may also copy the portrait's pixels, moved with the head, "
+                        "where the face did not change (default on)")
     t.add_argument("--audio-steps", type=int, default=400,
                    help="steps teaching the audio encoder the clips' ground-truth mouth movement (400; 0: none)")
     t.add_argument("--audio-from", metavar="DIR",
@@ -127,6 +137,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train checkpoints (default on)")
     t.set_defaults(avatar_func=run_train)
+
+    r = sub.add_parser("refine", help="train a bundle's VAE decoder further (sharper identity), keeping everything "
+                                      "else", description="Train only the decoder of the avatar's VAE on talking "
+                       "clips of the same portrait: the encoder, the latent statistics, the denoiser and the audio "
+                       "encoder stay as they are, so the new bundle moves its mouth exactly as the old one. With "
+                       "--warp (default) the decoder first gets the reference warp: per pixel a displacement and a "
+                       "blend weight, so it can copy the portrait's own pixels (moved with the head) where the face "
+                       "did not change. Writes a new bundle to --out (checkpoints in OUT/train/vae; run again with "
+                       "more --steps to continue); the source bundle is not modified.")
+    r.add_argument("--avatar", required=True, help="the avatar bundle to refine (read only)")
+    r.add_argument("--clips", required=True,
+                   help="folder of clip_*.mp4 + clip_*.json of the same portrait (framegraph avatar synth output, "
+                        "or OUT/train/video_clips of an `avatar train --video` run)")
+    r.add_argument("--out", required=True, help="the new bundle folder to write")
+    r.add_argument("--steps", type=positive_int, default=400, help="decoder training steps (400)")
+    r.add_argument("--batch", type=positive_int, default=4, help="windows per step (4)")
+    r.add_argument("--window", type=positive_int, default=3, help="frames per window (3)")
+    r.add_argument("--lr", type=positive_float, default=1e-3, help="peak learning rate (1e-3)")
+    r.add_argument("--warp", action=argparse.BooleanOptionalAction, default=True,
+                   help="add the reference warp to the decoder first (default on; needs a VAE trained with "
+                        "--vae-reference)")
+    r.add_argument("--latent-noise", type=float, default=0.5,
+                   help="largest std of the noise put on the latents while training (0.5; 0: none), so the decoder "
+                        "decodes the denoiser's imperfect latents as cleanly as the encoder's")
+    r.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
+    r.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
+    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+    r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
+                   help="continue from OUT/train/vae's checkpoint (default on)")
+    r.set_defaults(avatar_func=run_refine)
 
     e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the ground truth",
                        description="Mouth-openness correlation with the ground truth (openness measured as "
@@ -265,13 +305,34 @@ def run_train(args: argparse.Namespace) -> int:
                            region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
                            dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
                            max_clips=args.max_clips, seed=args.seed, portrait=portrait,
-                           vae_reference=args.vae_reference, audio_steps=args.audio_steps,
+                           vae_reference=args.vae_reference, vae_warp=args.vae_warp, audio_steps=args.audio_steps,
                            audio_from=args.audio_from, **extra)
     except (FileNotFoundError, ValueError) as exc:
         return _train_error(exc)
     r = res.report
     print(f"trained on {r['clips']} clips ({r['frames']} frames) in {r['timings']['total_s']:.0f} s; "
           f"losses {json.dumps(r['losses'])}", file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0
+
+
+def run_refine(args: argparse.Namespace) -> int:
+    from framegraph.models.avatar import AvatarError
+    from framegraph.models.avatar.refine import refine_decoder
+    from framegraph.stream.media import MediaError
+
+    try:
+        report = refine_decoder(args.avatar, args.clips, args.out, steps=args.steps, batch=args.batch,
+                                clip_frames=args.window, lr=args.lr, warp=args.warp,
+                                latent_noise=args.latent_noise, device=args.device,
+                                torch_threads=args.threads, max_clips=args.max_clips, resume=args.resume)
+    except (AvatarError, FileNotFoundError, MediaError, ValueError) as exc:
+        print(f"framegraph avatar refine: error: {exc}", file=sys.stderr)
+        return 2
+    before, after = report["heldout_initial"], report["heldout_final"]
+    if before and after:
+        print(f"held-out clips: PSNR {before['psnr_db']:.2f} -> {after['psnr_db']:.2f} dB, SSIM {before['ssim']:.3f} "
+              f"-> {after['ssim']:.3f} ({report['steps']} steps, {report['train_seconds']:.0f} s)", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0
 

@@ -7,6 +7,7 @@
 - :mod:`.data`: clips → face-region latents, audio features and state labels (cached once).
 - :mod:`.video`: ``prepare_video``: a person's own talking video → a clips folder ``train_avatar`` accepts.
 - :mod:`.train`: ``train_avatar`` (VAE, latents, flow matching, distillation, rollout training).
+- :mod:`.refine`: ``refine_decoder`` (a trained bundle's VAE decoder trained further, with the reference warp).
 - :mod:`.evaluate`: mouth-openness estimator and ``evaluate_avatar`` (correlation, closed lips, identity SSIM).
 """
 from .bundle import (AVATAR_JSON, Avatar, AvatarError, SMALL_VAE, TINY_VAE, load_avatar, random_avatar,
@@ -27,6 +28,9 @@ def __getattr__(name):  # training / eval pull in more; import them on first use
     if name in ("ClipData", "prepare_clips"):
         from . import data
         return getattr(data, name)
+    if name == "refine_decoder":
+        from . import refine
+        return refine.refine_decoder
     if name in ("prepare_video", "PreparedVideo"):
         from . import video
         return getattr(video, name)

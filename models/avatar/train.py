@@ -3,7 +3,9 @@
 Phases (each resumable; a finished phase is skipped on ``resume``)::
 
     vae      VideoVAE on the face region (``models.vae.train_vae``: its own checkpoint / resume); with
-             ``vae_reference`` its decoder also reads the portrait's face region (sharp identity)
+             ``vae_reference`` its decoder also reads the portrait's face region (sharp identity), with
+             ``vae_warp`` it may also copy the portrait's pixels moved with the head; synthetic clips are
+             learnt as redrawn without the video codec (``models.synth.truth``)
     audio    the audio encoder learns to predict the clips' ground-truth mouth parameters
              (``models.audio.train``), when the clips have them; else it comes from ``audio_from`` (a
              trained encoder or avatar folder) or stays the seeded untrained one
@@ -68,6 +70,7 @@ class TrainConfig:
     audio_steps: int = 400
     audio_from: str | None = None
     vae_reference: bool = True
+    vae_warp: bool = True
     vad: bool = True
     fps: float = 25.0
     checkpoint_every: int = 100
@@ -243,7 +246,8 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
             vae = VideoVAE.from_pretrained(vae_dir, low_cpu_mem_usage=False)
             vae_report = json.loads((vae_dir / "train_report.json").read_text())
         else:
-            vae_config = {**VAE_PRESETS[cfg.vae_preset], "reference_skip": bool(cfg.vae_reference)}
+            vae_config = {**VAE_PRESETS[cfg.vae_preset], "reference_skip": bool(cfg.vae_reference),
+                          "reference_warp": bool(cfg.vae_reference and cfg.vae_warp)}
             res = train_vae(clips_dir, vae_dir, steps=cfg.vae_steps, batch=cfg.vae_batch, lr=cfg.vae_lr,
                             device=device, seed=cfg.seed, progress=progress, size=cfg.region_size,
                             model_config=vae_config, resume=resume, max_clips=cfg.max_clips,
@@ -386,7 +390,8 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
         report = {"config": asdict(cfg), "clips_dir": os.fspath(clips_dir), "clips": len(clips),
                   "frames": sum(c.frames for c in clips), "crop_box": list(crop_box), "losses": summary,
                   "vae": {"heldout_final": vae_report.get("heldout_final"), "steps": vae_report.get("steps"),
-                          "reference_skip": bool(vae.uses_reference)},
+                          "reference_skip": bool(vae.uses_reference),
+                          "reference_warp": bool(vae.config.reference_warp), "targets": vae_report.get("targets")},
                   "audio_encoder": audio_report,
                   "dit_parameters": sum(p.numel() for p in model.parameters()),
                   "vae_parameters": sum(p.numel() for p in vae.parameters()),

@@ -78,6 +78,20 @@ class Collect(Stage):
         return [v for p, v, *_ in self.got if p == port]
 
 
+class CollectFrames(Stage):
+    """Sink of one port: keeps ``(pts, data copy)`` of every frame in ``got``."""
+
+    def __init__(self, port: str, shape, dtype=torch.float32, name: str = "collect"):
+        super().__init__(name)
+        self.port = port
+        self.inputs = {port: PortSpec(tuple(shape), dtype)}
+        self.got: list[tuple[int, torch.Tensor]] = []
+
+    def process(self, inputs, out):
+        f = inputs[self.port]
+        self.got.append((f.pts, f.data.clone()))
+
+
 class Boom(Stage):
     """Raises on frame ``at``."""
 

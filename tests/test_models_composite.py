@@ -7,6 +7,7 @@ import torch
 
 from framegraph.models.composite import Composite, composite, feather_mask, load_background
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from helpers import CollectFrames
 
 BOX = (64, 40, 128, 128)  # x, y, w, h in a 256 x 256 frame
 FEATHER = 16
@@ -102,17 +103,6 @@ class Faces(Stage):
         self.i += 1
 
 
-class CollectVideo(Stage):
-    def __init__(self, h, w):
-        super().__init__("video")
-        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        f = inputs["video"]
-        self.got.append((f.pts, f.data.clone()))
-
-
 def test_composite_stage_in_a_graph_pastes_every_frame_into_the_portrait():
     from framegraph.models.synth.portrait import portraits_folder
 
@@ -121,7 +111,7 @@ def test_composite_stage_in_a_graph_pastes_every_frame_into_the_portrait():
     assert bg.shape == (256, 256, 3) and stage.mask.shape == (128, 128)
     assert stage.inputs["face"].shape == (64, 64, 3) and stage.outputs["video"].shape == (256, 256, 3)
     g = Graph(Clock("fast"))
-    src, comp, sink = g.add(Faces(4, 64)), g.add(stage), g.add(CollectVideo(256, 256))
+    src, comp, sink = g.add(Faces(4, 64)), g.add(stage), g.add(CollectFrames("video", (256, 256, 3), torch.uint8))
     g.connect(src, comp)
     g.connect(comp, sink)
     g.run(timeout=60)

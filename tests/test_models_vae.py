@@ -12,6 +12,7 @@ from framegraph.models.vae import (CausalTemporalConv, VAEDecode, VideoVAE, box_
                                    face_clips_from_frames, face_crop_box, frames_to_uint8, load_face_clips,
                                    mouth_box_for_frame, psnr, redrawable, ssim, train_vae, with_reference_warp)
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from helpers import CollectFrames
 
 # 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
 TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
@@ -262,17 +263,6 @@ class LatentChunks(Stage):
         self.i += 1
 
 
-class CollectFaces(Stage):
-    def __init__(self, h, w):
-        super().__init__("faces")
-        self.inputs = {"face": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        f = inputs["face"]
-        self.got.append((f.pts, f.data.clone()))
-
-
 def test_vae_decode_stage_streams_frames_with_pts_in_a_graph():
     vae = tiny_vae()
     torch.manual_seed(1)
@@ -282,7 +272,7 @@ def test_vae_decode_stage_streams_frames_with_pts_in_a_graph():
     g = Graph(Clock("fast"))
     src = g.add(LatentChunks(latents, chunk=2, fps=25))
     dec = g.add(VAEDecode(vae, size=32, chunk_frames=2, fps=25))
-    sink = g.add(CollectFaces(32, 32))
+    sink = g.add(CollectFrames("face", (32, 32, 3), torch.uint8))
     g.connect(src, dec)
     g.connect(dec, sink, capacity=4)
     g.run(timeout=60)
@@ -320,8 +310,8 @@ def warp_vae(seed: int = 0) -> VideoVAE:
     """``ref_vae`` with the reference-warp head added and switched on with random weights."""
     vae = with_reference_warp(ref_vae(seed)).eval()
     with torch.no_grad():
-        vae.decoder.warp_head.weight.normal_(0.0, 0.05)
-        vae.decoder.warp_head.bias.fill_(0.5)
+        vae.decoder.blend_head.weight.normal_(0.0, 0.05)
+        vae.decoder.blend_head.bias.fill_(0.5)
     return vae
 
 
@@ -379,24 +369,54 @@ def test_reference_training_beats_the_plain_vae_on_the_same_budget(face_regions,
 
 
 # ---- the reference warp (reference_warp) -----------------------------------------------------------
-def test_reference_warp_starts_off_and_then_copies_the_moved_reference():
+def test_reference_warp_starts_off_and_then_copies_the_reference_in_the_drawn_pose():
+    import torch.nn.functional as F
+
+    from framegraph.models.vae.register import register_affine
+
     source = ref_vae()
     vae = with_reference_warp(source).eval()
     assert vae.config.reference_warp and not source.config.reference_warp
     z = torch.randn(1, 4, 3, 2, 2)
-    ref = torch.linspace(-1, 1, 32).view(1, 1, 1, 32).expand(1, 3, 32, 32).contiguous()  # a ramp along x
+    ref = torch.rand(1, 3, 32, 32) * 2 - 1
     with torch.no_grad():
         before, _ = source.decode(z, reference=ref)
         after, cache = vae.decode(z, reference=ref)
-        assert (after - before).abs().max() <= 1e-6  # the head starts off: the same decoder
+        assert (after - before).abs().max() <= 1e-6  # the blend starts at 0: the same decoder
         assert "reference.pixels" in cache
-        p2 = vae.config.patch_size ** 2  # warp head channels: dx, dy, blend weight, each p² before the shuffle
-        vae.decoder.warp_head.bias[2 * p2:].fill_(1.0)  # blend weight 1: the reference itself
+        vae.decoder.blend_head.bias.fill_(1.0)  # blend weight 1: the reference, moved to the drawn frame's pose
         copied, _ = vae.decode(z, reference=ref)
-        vae.decoder.warp_head.bias[:p2].fill_(1.0)  # and moved by dx = +1 px: each pixel reads its right neighbour
-        moved, _ = vae.decode(z, reference=ref)
-    assert (copied - ref[:, :, None]).abs().max() <= 1e-5
-    assert (moved[..., :-1] - ref[:, :, None, :, 1:]).abs().max() <= 1e-5
+        drawn = before[0].transpose(0, 1)  # [T, 3, H, W]
+        theta = register_affine(ref, drawn)
+        moved = F.grid_sample(ref.expand(3, -1, -1, -1), F.affine_grid(theta, list(drawn.shape), align_corners=False),
+                              padding_mode="border", align_corners=False)
+    assert (copied[0].transpose(0, 1) - moved).abs().max() <= 1e-5
+
+
+@pytest.mark.parametrize("blur", [0, 2], ids=["sharp", "drawn soft"])
+def test_affine_registration_finds_the_head_pose(blur):
+    """The pose of a moved portrait is found to a small fraction of a pixel, also when the frame is softer
+    than the portrait (as a decoder draws it) and its mouth opened (which must not pull the pose)."""
+    import math
+
+    import torch.nn.functional as F
+
+    from framegraph.models.vae.register import register_affine
+
+    portrait = astronaut_portrait()
+    crop = face_crop_box((portrait.height, portrait.width), portrait.face_box, portrait.mouth_box)
+    ref = crop_frames(torch.from_numpy(np.array(portrait.image))[None], crop, 128)
+    ref = ref.permute(0, 3, 1, 2).float() / 127.5 - 1  # [1, 3, 128, 128]
+    a, dx, dy = math.radians(0.8), 0.015, -0.01  # roll 0.8°, shift ~1 px and ~0.6 px
+    truth = torch.tensor([[[math.cos(a), -math.sin(a), dx], [math.sin(a), math.cos(a), dy]]])
+    frame = F.grid_sample(ref, F.affine_grid(truth, [1, 3, 128, 128], align_corners=False), padding_mode="border",
+                          align_corners=False)
+    if blur:
+        frame = F.avg_pool2d(frame, 2 * blur + 1, 1, blur, count_include_pad=False)
+    frame[..., 80:100, 45:85] = -1.0  # a wide-open dark mouth
+    theta = register_affine(ref, torch.cat([frame, ref]))
+    assert (theta[0] - truth[0]).abs().max() * 64 < 0.1  # px (normalised units × half the side)
+    assert (theta[1] - torch.eye(2, 3)).abs().max() * 64 < 0.02  # the portrait itself: no motion
 
 
 def test_reference_warp_says_what_is_wrong():
@@ -442,7 +462,7 @@ def test_decoder_only_training_keeps_the_latent_space_and_learns_the_warp(face_r
     with torch.no_grad():
         z_after, _ = model.encode(x)
     assert torch.equal(z_after, z_before)
-    assert float(model.decoder.warp_head.weight.detach().abs().max()) > 0.0  # the warp head learned
+    assert float(model.decoder.blend_head.weight.detach().abs().max()) > 0.0  # the blend learned
     rep = res.report
     assert rep["heldout_final"]["psnr_db"] > rep["heldout_initial"]["psnr_db"] + 0.3, rep
 

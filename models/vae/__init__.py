@@ -4,10 +4,11 @@ training, and the ``VAEDecode`` stage.
     from framegraph.models.vae import VideoVAE, VAEDecode, train_vae
 
 - :mod:`.model`: ``VideoVAE`` (diffusers ``ModelMixin`` / ``ConfigMixin``), streaming encode / decode
-  with explicit caches.
+  with explicit caches; the identity reference and the reference warp (``with_reference_warp``).
+- :mod:`.register`: batched affine registration (Lucas–Kanade): the head pose of a drawn frame.
 - :mod:`.losses`: SSIM, PSNR, KL, the mouth-weighted reconstruction loss.
-- :mod:`.data`: synthetic clips cut to the face region, per-frame mouth boxes.
-- :mod:`.train`: ``train_vae`` (checkpoints, resume, held-out PSNR).
+- :mod:`.data`: synthetic clips cut to the face region, per-frame mouth boxes, redrawn targets.
+- :mod:`.train`: ``train_vae`` (checkpoints, resume, held-out PSNR; decoder-only, latent noise).
 - :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
 """
 from .data import (FaceClips, box_to_region, crop_frames, face_clips_from_frames, face_crop_box, load_face_clips,

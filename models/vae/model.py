@@ -39,17 +39,19 @@ fine identity detail (texture, hair, eyes' shape) comes from the reference at fu
 being squeezed through the 16× latent. ``decode(z, cache, reference=ref)`` computes the reference
 features once and keeps them in the cache, so later chunks of the stream pass only the cache.
 
-**Reference warp (optional, ``reference_warp=True``, needs ``reference_skip``).** A second output head
-predicts a displacement ``(dx, dy)`` in px — smooth: averaged over ``f/2 × f/2`` px blocks (``f`` the
-spatial compression) and interpolated back, since a face moves as a whole, and a per-pixel field would
-let latent noise shimmer the copied texture — and, per output pixel, a blend weight; the frame is then
+**Reference warp (optional, ``reference_warp=True``, needs ``reference_skip``).** After the decoder has
+drawn the frame, the reference is moved onto it: an affine registration (:mod:`.register`, Lucas–Kanade)
+of the reference to the drawn frame gives the head pose — the drawn face may be soft, but its pose is
+right, and low frequencies are what fix a pose. A head, which sees the decoder's features, the drawn
+frame and the moved reference side by side, then gives a blend weight per pixel; the frame is
 
-    x̂ = rgb + m · (warp(reference, dx, dy) − rgb),      m = clamp(blend, 0, 1)
+    x̂ = rgb + m · (warp(reference, pose) − rgb),      m = clamp(blend, 0, 1)
 
 so wherever the face did not change (hair, eyes open, cheeks) the decoder can hand back the reference's
 own pixels, moved with the head, instead of redrawing them from the 16× latent, and draws only what
-changed (mouth, blinks). The head starts at zero (no displacement, ``m = 0`` — and the clamp still
-passes gradients at 0), so the warp is off until trained: a trained ``reference_skip`` decoder given this head decodes exactly as before, and
+changed (mouth, blinks). The blend head starts at zero (``m = 0`` — and the clamp still passes
+gradients at 0), so the warp is off until trained: a trained ``reference_skip`` decoder given the head
+decodes exactly as before, and
 :func:`~.train.train_vae` with ``train_encoder=False`` can then teach it the warp without touching the
 encoder — the latent space, and any denoiser trained on it, stay valid.
 
@@ -69,6 +71,8 @@ import torch.nn.functional as F
 from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import Tensor, nn
+
+from .register import register_affine
 
 Cache = dict[str, Tensor]
 
@@ -217,11 +221,12 @@ class Decoder(nn.Module):
             for conv in self.fuse:
                 nn.init.zeros_(conv.weight)
                 nn.init.zeros_(conv.bias)
-        self.warp_head = None
-        if warp:  # per output pixel (after the pixel shuffle): dx, dy (px) and a blend weight; off at start
-            self.warp_head = nn.Conv2d(c, c_out, 3, padding=1)
-            nn.init.zeros_(self.warp_head.weight)
-            nn.init.zeros_(self.warp_head.bias)
+        self.blend_head = None
+        if warp:  # a blend weight per output pixel (after the pixel shuffle); zero at start: off
+            self.patch = round((c_out // 3) ** 0.5)
+            self.blend_head = nn.Conv2d(c + 2 * c_out, self.patch ** 2, 3, padding=1)
+            nn.init.zeros_(self.blend_head.weight)
+            nn.init.zeros_(self.blend_head.bias)
 
     def _fused(self, x: Tensor, i: int, ref: list[Tensor] | None, frames: int) -> Tensor:
         if self.fuse is None:
@@ -239,9 +244,24 @@ class Decoder(nn.Module):
                 x = self.ups[i](F.interpolate(x, scale_factor=2.0, mode="nearest"))
         x = self._fused(x, len(self.blocks), ref, frames)
         h = F.silu(self.norm_out(x))
-        if self.warp_head is None:
+        if self.blend_head is None:
             return self.conv_out(h)
-        return torch.cat([self.conv_out(h), self.warp_head(h)], dim=1)
+        return self._warp_blend(h, self.conv_out(h), ref[-1], frames)
+
+    def _warp_blend(self, h: Tensor, out: Tensor, pixels: Tensor, frames: int) -> Tensor:
+        """Final features ``h [B·T, c, H/p, W/p]``, the drawn frame ``out [B·T, 3·p², H/p, W/p]`` and the
+        reference ``pixels [B, 3, H, W]`` → ``rgb + m · (warp(pixels) − rgb)``, pixel-unshuffled like
+        ``out`` (see the module docstring)."""
+        p = self.patch
+        rgb = F.pixel_shuffle(out, p)  # [B·T, 3, H, W]
+        src = pixels.to(rgb.dtype).repeat_interleave(frames, dim=0)
+        theta = register_affine(src, rgb)  # the drawn face's head pose (its low frequencies are right)
+        warped = F.grid_sample(src, F.affine_grid(theta, list(rgb.shape), align_corners=False), mode="bilinear",
+                               padding_mode="border", align_corners=False)
+        # the blend weight sees both candidates, so it can take the portrait wherever the two agree
+        m = self.blend_head(torch.cat([h, out, F.pixel_unshuffle(warped, p)], dim=1))
+        m = F.pixel_shuffle(m, p).clamp(0.0, 1.0)
+        return F.pixel_unshuffle(rgb + m * (warped - rgb), p)
 
 
 class ReferenceEncoder(nn.Module):
@@ -433,12 +453,12 @@ class VideoVAE(ModelMixin, ConfigMixin):
         if reference is not None:
             reference = reference[:, :, 0] if reference.dim() == 5 else reference
             feats = self.reference_features(reference.to(z.dtype))
-            if self.decoder.warp_head is not None:
+            if self.decoder.blend_head is not None:
                 feats.append(reference.to(z.dtype))
         elif all(f"reference.{i}" in io.old for i in range(n)) and \
-                (self.decoder.warp_head is None or "reference.pixels" in io.old):
+                (self.decoder.blend_head is None or "reference.pixels" in io.old):
             feats = [io.old[f"reference.{i}"] for i in range(n)]
-            if self.decoder.warp_head is not None:
+            if self.decoder.blend_head is not None:
                 feats.append(io.old["reference.pixels"])
         else:
             raise ValueError("VideoVAE.decode: this VAE decodes with an identity reference; pass reference= (the "
@@ -468,25 +488,7 @@ class VideoVAE(ModelMixin, ConfigMixin):
         frames = z_raw.transpose(1, 2).reshape(b * t, c, h, w).contiguous(memory_format=torch.channels_last)
         x = self.decoder(frames, t, io, ref)
         x = F.pixel_shuffle(x, self.config.patch_size)
-        if self.decoder.warp_head is not None:
-            x = self._warp_blend(x[:, :3], x[:, 3:], ref[-1], t)
         return x.reshape(b, t, *x.shape[1:]).transpose(1, 2), io.new
-
-    def _warp_blend(self, rgb: Tensor, head: Tensor, pixels: Tensor, frames: int) -> Tensor:
-        """``rgb [B·T, 3, H, W]``, ``head [B·T, 3, H, W]`` (dx px, dy px, blend weight), reference
-        ``pixels [B, 3, H, W]`` → ``rgb + m · (warp(pixels) − rgb)`` (see the module docstring)."""
-        hh, ww = rgb.shape[-2:]
-        k = self.spatial_compression // 2  # the displacement is smooth: averaged over k×k px, then interpolated
-        flow = F.interpolate(F.avg_pool2d(head[:, :2], k), size=(hh, ww), mode="bilinear", align_corners=False)
-        ys = (torch.arange(hh, device=rgb.device, dtype=rgb.dtype) * 2 + 1) / hh - 1  # pixel centres
-        xs = (torch.arange(ww, device=rgb.device, dtype=rgb.dtype) * 2 + 1) / ww - 1
-        gx = xs.view(1, 1, ww) + flow[:, 0] * (2.0 / ww)
-        gy = ys.view(1, hh, 1) + flow[:, 1] * (2.0 / hh)
-        src = pixels.to(rgb.dtype).repeat_interleave(frames, dim=0)
-        warped = F.grid_sample(src, torch.stack([gx, gy], dim=-1), mode="bilinear", padding_mode="border",
-                               align_corners=False)
-        m = head[:, 2:3].clamp(0.0, 1.0)
-        return rgb + m * (warped - rgb)
 
     def decode(self, z: Tensor, cache: Cache | None = None, *,
                reference: Tensor | None = None) -> tuple[Tensor, Cache]:
@@ -525,7 +527,7 @@ def with_reference_warp(vae: VideoVAE) -> VideoVAE:
         raise ValueError("with_reference_warp: the VAE already has the reference-warp head")
     new = VideoVAE(**{**dict(vae.config), "reference_warp": True})
     missing, unexpected = new.load_state_dict(vae.state_dict(), strict=False)
-    if unexpected or any(not k.startswith("decoder.warp_head.") for k in missing):
+    if unexpected or any(not k.startswith("decoder.blend_head.") for k in missing):
         raise RuntimeError(f"with_reference_warp: weights do not line up (missing {missing}, unexpected {unexpected})")
     return new.to(next(vae.parameters()).device)
 

@@ -191,6 +191,15 @@ class Composite(Stage):
         self.inputs = {"face": PortSpec((rh, rw, 3), torch.uint8, device)}
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, device)}
 
+    def frame_alpha(self) -> Tensor:
+        """``float32 [H, W]``: how much of each output pixel is the generated region (the mask at its box,
+        0 elsewhere) — where the frames move; the rest is the background."""
+        H, W = self.background.shape[:2]
+        x, y, w, h = self.box
+        alpha = torch.zeros(H, W, dtype=torch.float32, device=self.mask.device)
+        alpha[y:y + h, x:x + w] = self.mask
+        return alpha
+
     def process(self, inputs, out):
         frame = out.write("video")
         composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)

@@ -18,8 +18,10 @@ openness ≤ the real clip's 95th percentile there + 0.5 px (``lips_closed_fract
 **Identity** (:class:`IdentityMeter`): SSIM (7 px Gaussian window, on [-1, 1] RGB) and PSNR between a
 frame and the reference portrait inside the face crop box, outside the *mouth motion region*
 (:func:`motion_region`: lips, jaw, chin — what speech is supposed to change), with the portrait moved
-into the frame's head pose (an affine ECC fit on that same area: the avatar's small head motion is not
-an identity change; the frame itself is not resampled). ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames,
+into the frame's head pose (an ECC fit on that same area: the avatar's small head motion is not an
+identity change; the frame itself is not resampled). For the avatar's own frames only the region it
+draws moves (the Composite mask; the rest is the portrait), so the portrait is posed there and
+composited the same way (:class:`IdentityMeter` ``drawn``); a real clip is posed as a whole. ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames,
 measured as they leave the Composite stage (before the H.264 encoder, whose own loss on this portrait
 is not the model's); ``identity_ssim_mp4`` is the same on the written MP4, ``identity_ssim_unaligned``
 without the registration, and ``identity_ssim_real`` the real clip (an MP4) under the same measure.
@@ -103,10 +105,17 @@ class IdentityMeter:
     [-1, 1] RGB) and PSNR (dB). When the fitted pose scores lower than no motion at all (ECC is a local
     fit), the unmoved reference's scores are taken. Moving the reference rather than the frame matters: a
     sub-pixel bilinear resampling blurs fine texture, and resampling the frame instead scored a held-out
-    real clip 0.908 where this measure gives 0.957 (every 5th frame of seed 1000 clip 0). ``measure(frame)`` returns ``(ssim, psnr_db,
-    ssim_unaligned)`` for one ``uint8 [H, W, 3]`` frame."""
+    real clip 0.908 where this measure gives 0.957 (every 5th frame of seed 1000 clip 0).
 
-    def __init__(self, reference: torch.Tensor, crop_box, mouth_box):
+    ``drawn`` (``float [H, W]`` in [0, 1]; None: the whole frame moves, as in a real video): where the
+    measured frames were generated — the avatar's :class:`~framegraph.models.composite.Composite` mask
+    (``frame_alpha()``); the rest of its frames is the portrait itself, unmoved. The pose is then fitted
+    on the identity area inside the drawn region, as a rigid in-plane motion (rotation + shift; that band
+    is too narrow to pin down a full affine), and the reference is moved there only and composited like
+    the frames (moving the whole reference would compare the avatar's fixed background with a moved one). ``measure(frame)`` returns ``(ssim, psnr_db, ssim_unaligned)`` for one ``uint8 [H, W, 3]``
+    frame."""
+
+    def __init__(self, reference: torch.Tensor, crop_box, mouth_box, *, drawn=None):
         import cv2
 
         self.ref = np.ascontiguousarray(np.asarray(reference, dtype=np.uint8))
@@ -130,6 +139,14 @@ class IdentityMeter:
 
         self.ref_crop = uint8_to_frames(torch.from_numpy(self.ref[cy0:cy1, cx0:cx1]))[None]
         self._warp = np.eye(2, 3, dtype=np.float32)
+        self.drawn = None if drawn is None else np.asarray(drawn, dtype=np.float32)
+        self.fit_mask, self.motion = mask, cv2.MOTION_AFFINE
+        if self.drawn is not None:
+            self.motion = cv2.MOTION_EUCLIDEAN  # rigid: the drawn band is too narrow to pin a full affine
+            if self.drawn.shape != (H, W):
+                raise ValueError(f"IdentityMeter: drawn is {self.drawn.shape}, expected the frame's {(H, W)}")
+            moving = (mask * (self.drawn >= 0.5)).astype(np.uint8)  # the pose is the pose of what moves
+            self.fit_mask = moving if moving.sum() >= 256 else mask
 
     def fit_pose(self, frame: np.ndarray) -> np.ndarray:
         """The affine ``float32 [2, 3]`` taking reference px to ``frame`` px (ECC on the identity area)."""
@@ -138,20 +155,26 @@ class IdentityMeter:
         gray = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY).astype(np.float32)
         warp = self._warp.copy()  # start from the last fit: the head moves smoothly
         try:
-            _, warp = cv2.findTransformECC(self.ref_gray, gray, warp, cv2.MOTION_AFFINE,
-                                           (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 60, 1e-5), self.mask, 5)
+            _, warp = cv2.findTransformECC(self.ref_gray, gray, warp, self.motion,
+                                           (cv2.TERM_CRITERIA_EPS | cv2.TERM_CRITERIA_COUNT, 60, 1e-5),
+                                           self.fit_mask, 5)
         except cv2.error:
             warp = np.eye(2, 3, dtype=np.float32)  # no convergence: compare unaligned
         self._warp = warp
         return warp
 
     def posed_reference(self, frame: np.ndarray) -> np.ndarray:
-        """The reference portrait moved into ``frame``'s head pose (``uint8 [H, W, 3]``)."""
+        """The reference portrait moved into ``frame``'s head pose (``uint8 [H, W, 3]``); with ``drawn``,
+        moved only there and composited into the unmoved portrait as the avatar's frames are."""
         import cv2
 
         H, W = self.ref.shape[:2]
-        return cv2.warpAffine(self.ref, self.fit_pose(frame), (W, H), flags=cv2.INTER_LINEAR,
-                              borderMode=cv2.BORDER_REPLICATE)
+        posed = cv2.warpAffine(self.ref, self.fit_pose(frame), (W, H), flags=cv2.INTER_LINEAR,
+                               borderMode=cv2.BORDER_REPLICATE)
+        if self.drawn is None:
+            return posed
+        a = self.drawn[..., None]
+        return np.round(a * posed + (1.0 - a) * self.ref).astype(np.uint8)
 
     def _scores(self, frame: np.ndarray, reference: np.ndarray | None = None) -> tuple[float, float]:
         from framegraph.models.vae import ssim_map, uint8_to_frames
@@ -193,12 +216,12 @@ class FrameMeter(Stage):
     ``face_psnr`` / ``mouth_psnr`` — generated vs real frame (dB) over the face crop / the mouth motion region.
     """
 
-    def __init__(self, avatar: Avatar, mouth_box, *, real=None, name: str = "meter"):
+    def __init__(self, avatar: Avatar, mouth_box, *, real=None, drawn=None, name: str = "meter"):
         super().__init__(name)
         self.inputs = {"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8, "cpu")}
         self.portrait = avatar.portrait
         self.mouth_box = mouth_box
-        self.meter = IdentityMeter(avatar.portrait, avatar.crop_box, mouth_box)
+        self.meter = IdentityMeter(avatar.portrait, avatar.crop_box, mouth_box, drawn=drawn)
         self.real = iter(real) if real is not None else None
         self.real_meter = IdentityMeter(avatar.portrait, avatar.crop_box, mouth_box) if real is not None else None
         x, y, s, _ = (int(v) for v in avatar.crop_box)
@@ -312,7 +335,10 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
         got = "no frames" if first is None else f"{first.shape[1]}x{first.shape[0]}"
         raise ValueError(f"evaluate_avatar: the clip is {got} but the avatar's portrait is "
                          f"{portrait.shape[1]}x{portrait.shape[0]}")
-    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip))
+    from .graph import avatar_composite
+
+    drawn = avatar_composite(avatar).frame_alpha().numpy()  # where the avatar's frames move
+    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip), drawn=drawn)
     with tempfile.TemporaryDirectory() as tmp:
         target = os.fspath(out_video) if out_video else os.path.join(tmp, "generated.mp4")
         t0 = time.monotonic()
@@ -327,7 +353,7 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
         container.close()
         ssim_mp4 = None
         if n <= codec_check_max_frames:
-            mp4_meter = IdentityMeter(portrait, avatar.crop_box, mouth_box)
+            mp4_meter = IdentityMeter(portrait, avatar.crop_box, mouth_box, drawn=drawn)
             vals = [mp4_meter.measure(f)[0] for _, f in zip(range(n), iter_video_frames(target))]
             ssim_mp4 = round(float(np.mean(vals)), 4) if vals else None
     has_truth = truth.get("truth", True) is not False and all("jaw_open" in f for f in frames_gt[:n])

@@ -87,6 +87,14 @@ class AvatarGraph:
         self.features.set_listening(mode == "listening")
 
 
+def avatar_composite(avatar: Avatar, device: str = "cpu"):
+    """The :class:`~framegraph.models.composite.Composite` stage that pastes the avatar's generated region
+    into its portrait (default feathered ellipse)."""
+    from framegraph.models.composite import Composite
+
+    return Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device)
+
+
 def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None = None, *, out: str | None = None,
                        audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: str = "fast",
                        device: str = "cpu", steps: int | None = None, vad: bool | None = None,
@@ -112,7 +120,6 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
             machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
     """
     from framegraph.models.audio import AudioFeatures
-    from framegraph.models.composite import Composite
     from framegraph.models.dit import Denoiser
     from framegraph.models.vae import VAEDecode
     from framegraph.stream.media import MP4Sink
@@ -127,7 +134,7 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
                          torch_threads=torch_threads, max_lag_ms=max_lag_ms))
     dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
                           device=device, reference=avatar.region()[0]))
-    comp = g.add(Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device))
+    comp = g.add(avatar_composite(avatar, device))
     g.connect(src, feats, "audio", "audio", capacity=8)
     g.connect(feats, den, "features", "features", capacity=8)
     g.connect(feats, state, "state", "state", capacity=8)
@@ -168,4 +175,4 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
 
 
 __all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",
-           "LIVE_MAX_LAG_MS"]
+           "LIVE_MAX_LAG_MS", "avatar_composite"]

@@ -124,6 +124,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--vae-warp", action=argparse.BooleanOptionalAction, default=True,
                    help="with --vae-reference: the decoder may also copy the portrait's pixels, moved with the head, "
                         "where the face did not change (default on)")
+    t.add_argument("--vae-redraw", action=argparse.BooleanOptionalAction, default=True,
+                   help="the VAE learns synthetic clips as redrawn from their ground truth, without the video "
+                        "codec's loss (default on; clips that cannot be redrawn, e.g. --video, use the video)")
     t.add_argument("--audio-steps", type=int, default=400,
                    help="steps teaching the audio encoder the clips' ground-truth mouth movement (400; 0: none)")
     t.add_argument("--audio-from", metavar="DIR",
@@ -305,7 +308,8 @@ def run_train(args: argparse.Namespace) -> int:
                            region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
                            dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
                            max_clips=args.max_clips, seed=args.seed, portrait=portrait,
-                           vae_reference=args.vae_reference, vae_warp=args.vae_warp, audio_steps=args.audio_steps,
+                           vae_reference=args.vae_reference, vae_warp=args.vae_warp,
+                           vae_redraw=args.vae_redraw, audio_steps=args.audio_steps,
                            audio_from=args.audio_from, **extra)
     except (FileNotFoundError, ValueError) as exc:
         return _train_error(exc)

@@ -14,6 +14,7 @@ from framegraph.models.avatar import (AvatarError, StateOverride, build_avatar_g
                                       save_avatar)
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, read_video
+from helpers import CollectFrames
 
 
 def write_wav(path, seconds: float, freq: float = 220.0, sr: int = 16000) -> str:
@@ -102,25 +103,15 @@ class ListSource(Stage):
         self.i += 1
 
 
-class Collect(Stage):
-    def __init__(self):
-        super().__init__("collect")
-        self.inputs = {"state": PortSpec((4,), torch.float32)}
-        self.got = []
-
-    def process(self, inputs, out):
-        self.got.append(inputs["state"].data.clone())
-
-
 @pytest.mark.parametrize("mode, onehot", [("auto", [0, 1, 0]), ("idle", [1, 0, 0]), ("listening", [0, 0, 1]),
                                           ("speaking", [0, 1, 0])])
 def test_state_override(mode, onehot):
     g = Graph(Clock("fast"))
-    src, st, sink = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode)), g.add(Collect())
+    src, st, sink = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode)), g.add(CollectFrames("state", (4,)))
     g.connect(src, st)
     g.connect(st, sink)
     g.run()
-    assert [r.tolist() for r in sink.got] == [[*map(float, onehot), pytest.approx(0.9)]] * 3
+    assert [r.tolist() for _, r in sink.got] == [[*map(float, onehot), pytest.approx(0.9)]] * 3
     with pytest.raises(ValueError, match="expected one of"):
         st.set_mode("shouting")
 
@@ -196,8 +187,10 @@ def test_train_cli_on_clips(clips, tmp_path):
     out = tmp_path / "bundle"
     rc = main(["avatar", "train", "--clips", str(clips), "--out", str(out), "--steps", "2", "--vae-steps", "2",
                "--distill-steps", "1", "--rollout-steps", "1", "--batch", "2", "--window", "4", "--dit-width", "32",
-               "--dit-depth", "1", "--dit-heads", "2"])
+               "--dit-depth", "1", "--dit-heads", "2", "--no-vae-warp", "--no-vae-redraw"])
     assert rc == 0 and load_avatar(out).dit.config.width == 32
+    assert not load_avatar(out).vae.config.reference_warp  # the VAE as before the warp: learnt from the video
+    assert json.loads((out / "train_report.json").read_text())["vae"]["targets"] == "video"
     assert main(["avatar", "train", "--clips", str(tmp_path / "none"), "--out", str(out / "x")]) == 2
 
 
@@ -295,3 +288,46 @@ def test_identity_meter_registers_head_motion_and_ignores_the_mouth():
         ex, ey, ew, eh = (int(v) for v in box)
         eyes[max(0, ey - eh // 2):ey + eh + eh // 2, max(0, ex - ew // 4):ex + ew + ew // 4] = 255
     assert meter.measure(eyes)[0] < 0.97
+
+
+def test_identity_meter_on_composited_frames_poses_only_the_drawn_region():
+    """An avatar frame is the portrait with a generated region pasted in; when that region is the portrait
+    moved by a head motion, the meter told where frames are drawn scores it ~1 (the whole-frame pose cannot
+    explain a moved face in a fixed background), and painted-over eyes still score low."""
+    import cv2
+
+    from framegraph.models.avatar.evaluate import IdentityMeter
+    from framegraph.models.composite import Composite
+
+    avatar = random_avatar(region_size=64)
+    img = avatar.portrait.numpy()
+    H, W = img.shape[:2]
+    m = cv2.getRotationMatrix2D((W / 2, H / 2), 0.5, 1.0)
+    m[:, 2] += (0.8, -0.6)
+    moved = cv2.warpAffine(img, m, (W, H), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    comp = Composite(avatar.portrait, avatar.crop_box)
+    x, y, s, _ = avatar.crop_box
+    frame = img.copy()
+    composite_out = torch.from_numpy(frame)
+    from framegraph.models.composite import composite
+
+    composite(avatar.portrait, torch.from_numpy(moved[y:y + s, x:x + s].copy()), comp.box, comp.mask, out=composite_out)
+    drawn = comp.frame_alpha().numpy()
+    assert drawn.shape == (H, W) and drawn[y + s // 2, x + s // 2] == 1 and drawn[0, 0] == 0
+    whole = IdentityMeter(avatar.portrait, avatar.crop_box, avatar.mouth_box)
+    region = IdentityMeter(avatar.portrait, avatar.crop_box, avatar.mouth_box, drawn=drawn)
+    f = composite_out.numpy()
+    assert region.measure(f)[0] > 0.99 and region.measure(f)[0] > whole.measure(f)[0] + 0.02
+    eyes = f.copy()
+    for box in astronaut_eye_boxes():
+        ex, ey, ew, eh = (int(v) for v in box)
+        eyes[max(0, ey - eh // 2):ey + eh + eh // 2, max(0, ex - ew // 4):ex + ew + ew // 4] = 255
+    assert region.measure(eyes)[0] < 0.97
+    with pytest.raises(ValueError, match="drawn"):
+        IdentityMeter(avatar.portrait, avatar.crop_box, avatar.mouth_box, drawn=drawn[:10])
+
+
+def astronaut_eye_boxes():
+    from framegraph.models.synth import astronaut_portrait
+
+    return astronaut_portrait().eye_boxes

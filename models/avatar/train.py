@@ -4,8 +4,8 @@ Phases (each resumable; a finished phase is skipped on ``resume``)::
 
     vae      VideoVAE on the face region (``models.vae.train_vae``: its own checkpoint / resume); with
              ``vae_reference`` its decoder also reads the portrait's face region (sharp identity), with
-             ``vae_warp`` it may also copy the portrait's pixels moved with the head; synthetic clips are
-             learnt as redrawn without the video codec (``models.synth.truth``)
+             ``vae_warp`` it may also copy the portrait's pixels moved with the head; with ``vae_redraw``
+             synthetic clips are learnt as redrawn without the video codec (``models.synth.truth``)
     audio    the audio encoder learns to predict the clips' ground-truth mouth parameters
              (``models.audio.train``), when the clips have them; else it comes from ``audio_from`` (a
              trained encoder or avatar folder) or stays the seeded untrained one
@@ -71,6 +71,7 @@ class TrainConfig:
     audio_from: str | None = None
     vae_reference: bool = True
     vae_warp: bool = True
+    vae_redraw: bool = True
     vad: bool = True
     fps: float = 25.0
     checkpoint_every: int = 100
@@ -252,6 +253,7 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
                             device=device, seed=cfg.seed, progress=progress, size=cfg.region_size,
                             model_config=vae_config, resume=resume, max_clips=cfg.max_clips,
                             reference_image=background if cfg.vae_reference else None,
+                            redraw_targets=None if cfg.vae_redraw else False,
                             eval_every=max(50, cfg.vae_steps // 4), checkpoint_every=cfg.checkpoint_every,
                             warmup=min(20, max(1, cfg.vae_steps // 10)))
             vae, vae_report = res.model, res.report

@@ -401,7 +401,7 @@ def test_affine_registration_finds_the_head_pose(blur):
 
     import torch.nn.functional as F
 
-    from framegraph.models.vae.register import register_affine
+    from framegraph.models.vae.register import affine_sample, register_affine
 
     portrait = astronaut_portrait()
     crop = face_crop_box((portrait.height, portrait.width), portrait.face_box, portrait.mouth_box)
@@ -411,6 +411,7 @@ def test_affine_registration_finds_the_head_pose(blur):
     truth = torch.tensor([[[math.cos(a), -math.sin(a), dx], [math.sin(a), math.cos(a), dy]]])
     frame = F.grid_sample(ref, F.affine_grid(truth, [1, 3, 128, 128], align_corners=False), padding_mode="border",
                           align_corners=False)
+    assert (affine_sample(ref, truth) - frame).abs().max() < 1e-5  # the broadcast grid is affine_grid's
     if blur:
         frame = F.avg_pool2d(frame, 2 * blur + 1, 1, blur, count_include_pad=False)
     frame[..., 80:100, 45:85] = -1.0  # a wide-open dark mouth

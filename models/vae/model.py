@@ -72,7 +72,7 @@ from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
 from torch import Tensor, nn
 
-from .register import register_affine
+from .register import affine_sample, register_affine
 
 Cache = dict[str, Tensor]
 
@@ -256,8 +256,7 @@ class Decoder(nn.Module):
         rgb = F.pixel_shuffle(out, p)  # [B·T, 3, H, W]
         src = pixels.to(rgb.dtype).repeat_interleave(frames, dim=0)
         theta = register_affine(src, rgb)  # the drawn face's head pose (its low frequencies are right)
-        warped = F.grid_sample(src, F.affine_grid(theta, list(rgb.shape), align_corners=False), mode="bilinear",
-                               padding_mode="border", align_corners=False)
+        warped = affine_sample(src, theta)
         # the blend weight sees both candidates, so it can take the portrait wherever the two agree
         m = self.blend_head(torch.cat([h, out, F.pixel_unshuffle(warped, p)], dim=1))
         m = F.pixel_shuffle(m, p).clamp(0.0, 1.0)

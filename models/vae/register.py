@@ -42,6 +42,24 @@ def _gradient(x: Tensor) -> tuple[Tensor, Tensor]:
     return (p[..., 1:-1, 2:] - p[..., 1:-1, :-2]) / 2, (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]) / 2
 
 
+def pixel_grid(height: int, width: int, device=None, dtype=torch.float32) -> tuple[Tensor, Tensor]:
+    """Pixel centres ``(x [1, W], y [H, 1])`` in grid_sample's normalised coordinates (``align_corners=False``)."""
+    x = (torch.arange(width, device=device, dtype=dtype) * 2 + 1) / width - 1
+    y = (torch.arange(height, device=device, dtype=dtype) * 2 + 1) / height - 1
+    return x.view(1, width), y.view(height, 1)
+
+
+def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
+    """``grid_sample(image, affine_grid(theta, image.shape))`` (bilinear, border, ``align_corners=False``)
+    for ``image [N, C, H, W]`` and ``theta [N, 2, 3]``, with the grid built by broadcasting (``affine_grid``
+    goes through a batched matmul that costs more than the sampling itself at these sizes on a CPU)."""
+    h, w = image.shape[-2:]
+    x, y = pixel_grid(h, w, image.device, theta.dtype)
+    t = theta.view(-1, 6, 1, 1)
+    grid = torch.stack([t[:, 0] * x + t[:, 1] * y + t[:, 2], t[:, 3] * x + t[:, 4] * y + t[:, 5]], dim=-1)
+    return F.grid_sample(image, grid.to(image.dtype), mode="bilinear", padding_mode="border", align_corners=False)
+
+
 @torch.no_grad()
 def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma: float = 1.0,
                     robust_scale: float = 0.1, damping: float = 1e-6) -> Tensor:
@@ -53,24 +71,21 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
     n, _, h, w = fixed.shape
     mov = _blur(_luma(moving.float()), blur_sigma).expand(n, -1, -1, -1)
     fix = _blur(_luma(fixed.float()), blur_sigma)
-    eye = torch.eye(2, 3, device=fixed.device).expand(n, 2, 3)
-    theta = eye.clone()
-    ys = (torch.arange(h, device=fixed.device) * 2 + 1) / h - 1
-    xs = (torch.arange(w, device=fixed.device) * 2 + 1) / w - 1
-    y, x = torch.meshgrid(ys, xs, indexing="ij")
-    basis = torch.stack([x, y, torch.ones_like(x)]).view(1, 3, h * w)  # [1, 3, HW]
+    theta = torch.eye(2, 3, device=fixed.device).repeat(n, 1, 1)
+    x, y = pixel_grid(h, w, fixed.device)
+    basis = torch.stack([x.expand(h, w), y.expand(h, w), torch.ones(h, w, device=fixed.device)]).view(1, 3, h * w)
+    damp = damping * torch.eye(6, device=fixed.device)
     for _ in range(iters):
-        warped = F.grid_sample(mov, F.affine_grid(theta, [n, 1, h, w], align_corners=False), mode="bilinear",
-                               padding_mode="border", align_corners=False)
+        warped = affine_sample(mov, theta)
         gx, gy = _gradient(warped)
         gx, gy = gx.view(n, 1, -1) * (w / 2), gy.view(n, 1, -1) * (h / 2)  # per normalised unit
         jac = torch.cat([gx * basis, gy * basis], dim=1)  # [N, 6, HW]: ∂warped/∂theta (row-major)
         r = (warped - fix).view(n, 1, -1)
         wgt = 1.0 / (1.0 + (r / robust_scale) ** 2)
-        hess = (jac * wgt) @ jac.transpose(1, 2) + damping * torch.eye(6, device=fixed.device)
-        step = torch.linalg.solve(hess, -((jac * wgt) @ r.transpose(1, 2)))  # [N, 6, 1]
+        jw = jac * wgt
+        step = torch.linalg.solve(jw @ jac.transpose(1, 2) + damp, -(jw @ r.transpose(1, 2)))  # [N, 6, 1]
         theta = theta + step.view(n, 2, 3)
     return theta.to(fixed.dtype)
 
 
-__all__ = ["register_affine"]
+__all__ = ["affine_sample", "pixel_grid", "register_affine"]

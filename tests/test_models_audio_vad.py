@@ -182,5 +182,7 @@ def test_stage_reset_marks_the_next_frame_interrupted(speech, model):
     graph.run(timeout=60)
     flagged = [i for i, g in enumerate(sink.got) if g[4] & Flag.INTERRUPTED]
     assert len(flagged) == 1, "the first frame after the barge-in, only, is marked"
-    assert 0.5 < flagged[0] / 25 < 0.8  # 30 chunks = 0.6 s, give or take the rings between the stages
+    # 30 chunks = 0.6 s; the features can trail the barge stage by its ring (2 chunks) and the 80 ms look-ahead
+    # (4 chunks) — 0.48 s, seen on a loaded machine — or lead the frames still in flight after it
+    assert 0.4 < flagged[0] / 25 < 0.8
     assert [g[0] for g in sink.got] == [graph.clock.ticks_from_frame(k, 25) for k in range(len(sink.got))]

@@ -145,10 +145,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                       "else", description="Train only the decoder of the avatar's VAE on talking "
                        "clips of the same portrait: the encoder, the latent statistics, the denoiser and the audio "
                        "encoder stay as they are, so the new bundle moves its mouth exactly as the old one. With "
-                       "--warp (default) the decoder first gets the reference warp: per pixel a displacement and a "
-                       "blend weight, so it can copy the portrait's own pixels (moved with the head) where the face "
-                       "did not change. Writes a new bundle to --out (checkpoints in OUT/train/vae; run again with "
-                       "more --steps to continue); the source bundle is not modified.")
+                       "--warp (default) the decoder first gets the reference warp: the portrait is registered onto "
+                       "the face the decoder drew and blended in per pixel, so it can copy the portrait's own pixels "
+                       "(moved with the head) where the face did not change. Writes a new bundle to --out "
+                       "(checkpoints in OUT/train/vae; run again with more --steps to continue); the source bundle "
+                       "is not modified.")
     r.add_argument("--avatar", required=True, help="the avatar bundle to refine (read only)")
     r.add_argument("--clips", required=True,
                    help="folder of clip_*.mp4 + clip_*.json of the same portrait (framegraph avatar synth output, "
@@ -325,6 +326,10 @@ def run_refine(args: argparse.Namespace) -> int:
     from framegraph.models.avatar.refine import refine_decoder
     from framegraph.stream.media import MediaError
 
+    if args.latent_noise < 0:
+        print(f"framegraph avatar refine: error: --latent-noise {args.latent_noise} must be >= 0 (a noise std)",
+              file=sys.stderr)
+        return 2
     try:
         report = refine_decoder(args.avatar, args.clips, args.out, steps=args.steps, batch=args.batch,
                                 clip_frames=args.window, lr=args.lr, warp=args.warp,

@@ -57,10 +57,12 @@ COMMANDS = {
     "client": ("framegraph.apps.client", "stream to a server, record the MP4, print latency",
                "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
                "and measure glass-to-glass latency."),
-    "avatar": ("framegraph.apps.avatar", "talking avatar: synthetic clips (synth), training (train), evaluation (eval)",
+    "avatar": ("framegraph.apps.avatar",
+               "talking avatar: synthetic clips (synth), training (train, refine), evaluation (eval)",
                "Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth clips of a portrait speaking "
                "espeak-ng sentences; `train` trains an avatar bundle (VAE, DiT, audio encoder), also from your own "
-               "video; `eval` measures one against ground truth."),
+               "video; `refine` trains a bundle's decoder further (the reference warp); `eval` measures one "
+               "against ground truth."),
     "bench": (None, "measure speed and latency; writes JSON (+ PNG)", None),  # its kinds: BENCHES
     "info": ("framegraph.apps.info", "versions, devices and backends available",
              "Versions, devices, kernel backends and video encoders available on this machine."),

@@ -107,7 +107,8 @@ class ListSource(Stage):
                                           ("speaking", [0, 1, 0])])
 def test_state_override(mode, onehot):
     g = Graph(Clock("fast"))
-    src, st, sink = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode)), g.add(CollectFrames("state", (4,)))
+    src, st = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode))
+    sink = g.add(CollectFrames("state", (4,)))
     g.connect(src, st)
     g.connect(st, sink)
     g.run()
@@ -226,6 +227,8 @@ def test_refine_cli_trains_only_the_decoder_into_a_new_bundle(clips, tmp_path, c
     assert "reference_skip" in capsys.readouterr().err
     assert main(["avatar", "refine", "--avatar", str(src), "--clips", str(tmp_path / "none"),
                  "--out", str(tmp_path / "p3"), "--steps", "1"]) == 2
+    assert main(args + ["--out", str(tmp_path / "p4"), "--latent-noise", "-1"]) == 2
+    assert "--latent-noise" in capsys.readouterr().err
 
 
 def test_render_avatar_graph_counts_frames(bundle, tmp_path):

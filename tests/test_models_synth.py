@@ -283,6 +283,10 @@ def test_synth_clip_frames_can_be_redrawn_without_the_codec(clip, tmp_path):
     bad = tmp_path / "clip_00000.json"
     bad.write_text(json.dumps({**gt, "portrait": {**gt["portrait"], "name": "someone", "width": 300}}))
     assert not can_render_truth(bad)
+    from framegraph.models.synth import clips_portrait  # also the bundle's background when training on them
+
+    assert np.array_equal(clips_portrait(gt["portrait"], out), astronaut_portrait().image)
+    assert clips_portrait({**gt["portrait"], "name": "someone", "width": 300}, tmp_path) is None
     with pytest.raises(ValueError, match="portrait image"):
         render_truth(bad)
     bad.write_text(json.dumps({"frames": [{"index": 0}]}))

@@ -21,10 +21,11 @@ frame and the reference portrait inside the face crop box, outside the *mouth mo
 into the frame's head pose (an ECC fit on that same area: the avatar's small head motion is not an
 identity change; the frame itself is not resampled). For the avatar's own frames only the region it
 draws moves (the Composite mask; the rest is the portrait), so the portrait is posed there and
-composited the same way (:class:`IdentityMeter` ``drawn``); a real clip is posed as a whole. ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames,
-measured as they leave the Composite stage (before the H.264 encoder, whose own loss on this portrait
-is not the model's); ``identity_ssim_mp4`` is the same on the written MP4, ``identity_ssim_unaligned``
-without the registration, and ``identity_ssim_real`` the real clip (an MP4) under the same measure.
+composited the same way (:class:`IdentityMeter` ``drawn``); a real clip is posed as a whole.
+``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames, measured as they leave
+the Composite stage (before the H.264 encoder, whose own loss on this portrait is not the model's);
+``identity_ssim_mp4`` is the same on the written MP4, ``identity_ssim_unaligned`` without the
+registration, and ``identity_ssim_real`` the real clip (an MP4) under the same measure.
 """
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ class IdentityMeter:
     (``frame_alpha()``); the rest of its frames is the portrait itself, unmoved. The pose is then fitted
     on the identity area inside the drawn region, as a rigid in-plane motion (rotation + shift; that band
     is too narrow to pin down a full affine), and the reference is moved there only and composited like
-    the frames (moving the whole reference would compare the avatar's fixed background with a moved one). ``measure(frame)`` returns ``(ssim, psnr_db, ssim_unaligned)`` for one ``uint8 [H, W, 3]``
-    frame."""
+    the frames (moving the whole reference would compare the avatar's fixed background with a moved one).
+    ``measure(frame)`` returns ``(ssim, psnr_db, ssim_unaligned)`` for one ``uint8 [H, W, 3]`` frame."""
 
     def __init__(self, reference: torch.Tensor, crop_box, mouth_box, *, drawn=None):
         import cv2

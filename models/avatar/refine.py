@@ -35,9 +35,8 @@ def refine_decoder(avatar_dir, clips_dir, out_dir, *, steps: int = 400, batch: i
     VAE). ``latent_noise``: noise on the latents while training (see :func:`~framegraph.models.vae.train_vae`;
     0.5 covers the denoiser's measured error), so the decoder copies the portrait from the denoiser's
     latents as it does from the encoder's. ``steps`` / ``batch`` / ``clip_frames`` / ``lr``: the VAE
-    trainer's settings. Raises
-    :class:`AvatarError` for a bad bundle, a bundle whose VAE cannot take the warp, or ``out_dir`` being
-    the source bundle (it is never overwritten)."""
+    trainer's settings. Raises :class:`AvatarError` for a bad bundle, a bundle whose VAE cannot take the
+    warp, or ``out_dir`` being the source bundle (it is never overwritten)."""
     from framegraph.models.vae import load_face_clips, redrawable, train_vae, with_reference_warp
 
     src, out = Path(avatar_dir), Path(out_dir)

@@ -139,20 +139,19 @@ def _first_portrait_json(clips_dir: Path) -> dict | None:
 
 
 def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) -> torch.Tensor:
-    """The background frame: ``portrait`` (path / array) if given; the shipped astronaut when the clips
-    were made from it; else the per-pixel median of the first clip's frames."""
+    """The background frame: ``portrait`` (path / array) if given; the image synthetic clips were drawn on
+    (:func:`framegraph.models.synth.clips_portrait`); else the per-pixel median of the first clip's frames."""
     import numpy as np
+
+    from framegraph.models.synth import clips_portrait
 
     if portrait is not None:
         from framegraph.models.composite import load_background
 
         return load_background(portrait)
-    if portrait_json and portrait_json.get("name") == "astronaut":
-        from framegraph.models.synth import astronaut_portrait
-
-        img = astronaut_portrait().image
-        if [img.shape[1], img.shape[0]] == [portrait_json.get("width"), portrait_json.get("height")]:
-            return torch.from_numpy(np.array(img, copy=True))
+    drawn_on = clips_portrait(portrait_json, clips_dir)
+    if drawn_on is not None:
+        return torch.from_numpy(np.array(drawn_on, copy=True))
     from framegraph.stream.media import read_video
 
     videos = sorted(Path(clips_dir).glob("clip_*.mp4"))

@@ -17,11 +17,12 @@ from .portrait import (Portrait, PortraitError, astronaut_portrait, detect_face_
                        parse_box)
 from .render import FaceParams, PortraitRenderer
 from .resample import resample
-from .truth import PORTRAIT_PNG, can_render_truth, face_params, render_truth, save_portrait_image
+from .truth import (PORTRAIT_PNG, can_render_truth, clips_portrait, face_params, render_truth,
+                    save_portrait_image)
 from .visemes import PARAMS, VISEMES, Viseme, mouth_curves, viseme_for
 
 __all__ = [
-    "PORTRAIT_PNG", "can_render_truth", "face_params", "render_truth", "save_portrait_image",
+    "PORTRAIT_PNG", "can_render_truth", "clips_portrait", "face_params", "render_truth", "save_portrait_image",
     "ArrayAudioSource", "ClipJob", "FaceSource", "clip_seed", "make_clip", "prepare_clip", "EspeakError",
     "EspeakNotFound", "PhonemeEvent", "Speech", "espeak_available", "synthesize", "VOICES", "ClipPlan", "Segment",
     "make_sentence", "plan_clip", "Portrait", "PortraitError", "astronaut_portrait", "detect_face_regions",

@@ -47,9 +47,14 @@ def save_portrait_image(folder, portrait: Portrait) -> None:
     os.replace(tmp, path)
 
 
-def _portrait_image(meta: dict, folder: Path) -> np.ndarray | None:
+def clips_portrait(meta: dict | None, folder) -> np.ndarray | None:
+    """The exact image a folder's synthetic clips were drawn on (``uint8 [H, W, 3]``): its ``portrait.png``,
+    or the shipped astronaut when the clips' ``portrait`` block (``meta``) names it; None when unknown or
+    when its size is not the clips'."""
+    if not meta:
+        return None
     size = [meta.get("width"), meta.get("height")]
-    path = folder / PORTRAIT_PNG
+    path = Path(folder) / PORTRAIT_PNG
     if path.is_file():
         from PIL import Image
 
@@ -77,7 +82,7 @@ def can_render_truth(json_path) -> bool:
     frames, meta = truth.get("frames"), truth.get("portrait")
     if not _has_parameters(meta, frames):
         return False
-    return _portrait_image(meta, path.parent) is not None
+    return clips_portrait(meta, path.parent) is not None
 
 
 def render_truth(json_path, *, max_frames: int | None = None) -> torch.Tensor:
@@ -89,7 +94,7 @@ def render_truth(json_path, *, max_frames: int | None = None) -> torch.Tensor:
     if not _has_parameters(meta, frames):
         raise ValueError(f"{os.fspath(path)!r} is not a `framegraph avatar synth` ground truth (no portrait geometry "
                          "or per-frame face parameters), so its frames cannot be redrawn")
-    image = _portrait_image(meta, path.parent)
+    image = clips_portrait(meta, path.parent)
     if image is None:
         raise ValueError(f"{os.fspath(path)!r}: the portrait image it was drawn on is not in the folder "
                          f"({PORTRAIT_PNG}, {meta.get('width')}x{meta.get('height')}); make the clips again with "
@@ -103,4 +108,4 @@ def render_truth(json_path, *, max_frames: int | None = None) -> torch.Tensor:
     return torch.stack([renderer.render(face_params(f)) for f in frames])
 
 
-__all__ = ["PORTRAIT_PNG", "can_render_truth", "face_params", "render_truth", "save_portrait_image"]
+__all__ = ["PORTRAIT_PNG", "can_render_truth", "clips_portrait", "face_params", "render_truth", "save_portrait_image"]

@@ -160,7 +160,8 @@ def face_clips_from_frames(frames: Tensor, mouth_boxes: Tensor | None = None) ->
 
 
 def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int, int] | None = None,
-                    max_clips: int | None = None, crop_scale: float = 1.35, redraw_targets: bool = False) -> FaceClips:
+                    max_clips: int | None = None, crop_scale: float = 1.35,
+                    redraw_targets: bool = False) -> FaceClips:
     """Read ``clip_*.mp4`` + ``clip_*.json`` from ``clips_dir`` and cut every frame to the face region.
 
     The crop box (same for all clips) is ``crop_box`` or :func:`face_crop_box` of the first clip's

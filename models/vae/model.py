@@ -51,9 +51,8 @@ so wherever the face did not change (hair, eyes open, cheeks) the decoder can ha
 own pixels, moved with the head, instead of redrawing them from the 16× latent, and draws only what
 changed (mouth, blinks). The blend head starts at zero (``m = 0`` — and the clamp still passes
 gradients at 0), so the warp is off until trained: a trained ``reference_skip`` decoder given the head
-decodes exactly as before, and
-:func:`~.train.train_vae` with ``train_encoder=False`` can then teach it the warp without touching the
-encoder — the latent space, and any denoiser trained on it, stay valid.
+decodes exactly as before, and :func:`~.train.train_vae` with ``train_encoder=False`` can then teach it
+the warp without touching the encoder — the latent space, and any denoiser trained on it, stay valid.
 
 **Latent.** A diagonal Gaussian posterior (KL-regularised with a small weight while training, which
 keeps the latent smooth and bounded so a denoiser's small errors decode gracefully), then a
@@ -316,8 +315,8 @@ class VideoVAE(ModelMixin, ConfigMixin):
             ``encode`` returns ``(raw - mean) / std``, ``decode`` undoes it.
         reference_skip: the decoder also reads an identity reference image (see the module docstring);
             ``decode`` then needs ``reference=`` (or a cache that holds its features).
-        reference_warp: the decoder may also copy the reference's pixels, displaced per pixel and blended
-            (see the module docstring); needs ``reference_skip``.
+        reference_warp: the decoder may also copy the reference's pixels, moved into the pose of the face it
+            drew and blended per pixel (see the module docstring); needs ``reference_skip``.
     """
 
     @register_to_config

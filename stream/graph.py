@@ -99,6 +99,10 @@ class _Node:
         return torch.cuda.stream(self.stream) if self.stream is not None else _null_context()
 
     # ---- producer side, used by Outputs -------------------------------------------------------
+    def connected(self, port: str) -> bool:
+        """True when some consumer reads ``port`` in this graph."""
+        return bool(self.out_rings.get(port))
+
     def acquire(self, port: str) -> Frame:
         rings = self.out_rings.get(port)
         if not rings:
@@ -429,7 +433,8 @@ class Graph:
         if self.telemetry is None:
             return {"graph": self.name, "started": False}
         sources = {n.stage.name: {"frames": n.seq, "dropped_in_flight_limit": n.source_drops,
-                                  "max_in_flight": n.max_in_flight}
+                                  "max_in_flight": n.max_in_flight,
+                                  "in_flight": None if n.limiter is None else n.limiter.in_flight}
                    for n in self._nodes if n.stage.is_source}
         return self.telemetry.report(self.edge_report(), extra={
             "graph": self.name, "clock_mode": self.clock.mode, "sources": sources,
@@ -460,6 +465,9 @@ class Graph:
                     stage.setup(ctx)
                     if stage.ctx is None:
                         stage.ctx = ctx
+            except BaseException as exc:  # noqa: BLE001 - recorded before start() hears setup ended
+                self._fail(node, exc)
+                return
             finally:
                 node.setup_done.set()
             self._go.wait()
@@ -502,21 +510,23 @@ class Graph:
                 out._abandon()
                 raise
             proc_exit_ns = time.monotonic_ns()
-            if out.emitted == 0:
+            if out.written == 0:
                 continue
             pts = max(f.pts for f in out._pending.values())
             if clock.mode == "realtime" and not clock.wait_until(pts):
                 out._abandon()
                 break
-            if limiter is not None and clock.mode == "realtime" and not limiter.has_room():
+            held = limiter is not None and out.emitted > 0  # this frame takes a flow-limiter credit
+            if held and clock.mode == "realtime" and not limiter.has_room():
                 out._abandon()  # overload: drop at the source rather than queue
                 node.source_drops += 1
                 node.discontinuity = True
                 continue
             out._finish()
-            node.discontinuity = False
-            node.seq += 1
-            if limiter is not None:
+            if out.emitted:
+                node.discontinuity = False
+                node.seq += 1
+            if held:
                 limiter.emitted_one()
             node.stats.record(node.enter_ns, proc_exit_ns)
 
@@ -571,17 +581,17 @@ class Graph:
                 raise
             exit_ns = time.monotonic_ns()
             out._finish()
+            # The outputs carry the lineage of ``last`` (its source and seq) on to the sinks; every
+            # other input's lineage ends here, so its source's flow-limiter credit is returned now.
+            carried = last.origin if out.emitted and not node.terminal else None
             for port, frame in inputs.items():
-                ring = node.in_rings[port]
                 if stream is not None and frame.done_event is not None:
                     frame.done_event.record(stream)
-                if ring.policy == "latest":
-                    continue  # kept and re-read until a newer value arrives
-                if node.terminal or out.emitted == 0:
+                if frame.origin != carried:
                     self._frame_done(frame)
                 if node.terminal and port == primary:
                     self.telemetry.sink_frame(frame.capture_ns, exit_ns)
-                ring.release(frame)
+                node.in_rings[port].release(frame)  # under "latest": kept, re-read until a newer one
             node.stats.record(node.enter_ns, exit_ns)
             node.govern((exit_ns - node.enter_ns) / 1e6)
 

@@ -136,17 +136,23 @@ class Outputs:
     ``write(port)`` acquires a slot (it may block under a ``block`` edge: backpressure), with the
     lineage metadata of the newest input already copied in; the slot is published when ``process``
     returns, or when ``write`` is called again for the same port (several outputs from one call).
+
+    A port nobody reads (not connected in this graph) still hands out a slot, so a stage need not know
+    how it is wired; that frame is released at once, counted as ``discarded`` in the stage's report,
+    and never holds its source's flow-limiter credit. ``written`` counts every slot handed out in this
+    call, ``emitted`` only those that travel on to a consumer.
     """
 
     def __init__(self, node):
         self._node = node
         self._pending: dict[str, Frame] = {}
         self._template: Frame | None = None
+        self.written = 0
         self.emitted = 0
 
     def _begin(self, template: Frame | None) -> None:
         self._template = template
-        self.emitted = 0
+        self.written = self.emitted = 0
 
     def write(self, port: str | None = None) -> Frame:
         node = self._node
@@ -164,7 +170,11 @@ class Outputs:
         if self._template is not None:
             frame.copy_meta_from(self._template)
         self._pending[port] = frame
-        self.emitted += 1
+        self.written += 1
+        if node.connected(port):
+            self.emitted += 1
+        else:
+            node.stats.discarded += 1
         return frame
 
     def _finish(self) -> None:

@@ -56,6 +56,7 @@ class StageStats:
         self.deadline_misses = 0
         self.fallback_level = 0
         self.fallback_changes = 0
+        self.discarded = 0  # frames written to an output port nobody reads (released at once)
         self.first_ns = 0
         self.last_ns = 0
 
@@ -76,7 +77,8 @@ class StageStats:
     def report(self) -> dict:
         return {"budget_ms": self.budget_ms, "frames": self.process.count, "fps": self.fps(),
                 "process": self.process.summary(), "deadline_misses": self.deadline_misses,
-                "fallback_level": self.fallback_level, "fallback_changes": self.fallback_changes}
+                "fallback_level": self.fallback_level, "fallback_changes": self.fallback_changes,
+                "discarded": self.discarded}
 
 
 class Telemetry:

@@ -20,19 +20,15 @@ def collect() -> dict:
     import av
     import torch
 
+    from framegraph.stream.media import encoder_opens
+
     devices = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
             p = torch.cuda.get_device_properties(i)
             devices.append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
                             "capability": f"{p.major}.{p.minor}", "multiprocessors": p.multi_processor_count})
-    encoders = {}
-    for codec in ("libx264", "h264_nvenc", "aac", "mjpeg"):
-        try:
-            av.codec.Codec(codec, "w")
-            encoders[codec] = True
-        except Exception:  # noqa: BLE001 - absent codec
-            encoders[codec] = False
+    encoders = {codec: encoder_opens(codec) for codec in ("libx264", "h264_nvenc", "aac", "mjpeg")}
     try:
         import onnxruntime
         ort = onnxruntime.get_available_providers()

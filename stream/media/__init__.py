@@ -2,10 +2,11 @@
 from .audio import (CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio,
                     iter_pcm16)
 from .errors import MediaError, open_media
-from .video import PRESETS, H264Encoder, ImageSequenceSink, JpegEncoder, MP4Sink, iter_video_frames, read_video, video_port
+from .video import (PRESETS, H264Encoder, ImageSequenceSink, JpegEncoder, MP4Sink, encoder_opens, iter_video_frames,
+                    read_video, video_port)
 
 __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
     "iter_pcm16", "MediaError", "open_media", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
-    "MP4Sink", "iter_video_frames", "read_video", "video_port",
+    "MP4Sink", "encoder_opens", "iter_video_frames", "read_video", "video_port",
 ]

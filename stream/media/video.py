@@ -139,6 +139,23 @@ class MP4Sink(Stage):
             os.replace(self.partial_path, self.path)
 
 
+def encoder_opens(codec: str) -> bool:
+    """True when FFmpeg has the encoder ``codec`` and it opens on this machine. A hardware encoder
+    (``h264_nvenc``) is compiled into the wheel whether or not its GPU and driver are here; only
+    opening it tells."""
+    try:
+        c = av.CodecContext.create(codec, "w")
+        if c.type == "video":
+            c.width, c.height, c.time_base = 64, 64, Fraction(1, 25)
+            c.pix_fmt = c.codec.video_formats[0].name
+        else:
+            c.sample_rate, c.layout, c.format = 48000, "stereo", c.codec.audio_formats[0].name
+        c.open()
+        return True
+    except Exception:  # noqa: BLE001 - unknown codec, no device, no driver: not usable here
+        return False
+
+
 class H264Encoder(Stage):
     """Live H.264 encoder: ``uint8 [H, W, 3]`` frames in, one Annex-B access unit out per frame
     (zerolatency, no B-frames), on a variable-length ``uint8`` port. Key frames carry

@@ -27,3 +27,34 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+# ---- tests write only to temporary folders ------------------------------------------------------------
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_NOT_WATCHED = {".git", ".venv", "__pycache__", ".pytest_cache", "out", "build", "dist", ".whl", ".gl"}
+
+
+def _checkout_paths() -> set[str]:
+    """Every file and folder of the checkout, outside what tools and the environment own."""
+    found = set()
+    for root, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in _NOT_WATCHED and not d.endswith(".egg-info")]
+        rel = os.path.relpath(root, REPO)
+        found.update(os.path.normpath(os.path.join(rel, n)) for n in dirs + files)
+    return found
+
+
+def pytest_sessionstart(session):
+    session.config._checkout_before = _checkout_paths()
+
+
+def pytest_sessionfinish(session, exitstatus):
+    """A test that leaves a file or folder in the checkout fails the run: tests write to tmp only."""
+    before = getattr(session.config, "_checkout_before", None)
+    if before is None:
+        return
+    left = sorted(_checkout_paths() - before)
+    if left:
+        session.config.get_terminal_writer().line(
+            f"tests left {len(left)} path(s) in the checkout (write to tmp_path instead): {left[:10]}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

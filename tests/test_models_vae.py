@@ -333,7 +333,7 @@ def test_reference_decoder_streams_like_the_whole_video_and_keeps_its_features_i
     assert ("reference.pixels" in cache) == (make is warp_vae)
 
 
-def test_reference_decoder_says_what_is_missing():
+def test_reference_decoder_says_what_is_missing(tmp_path):
     vae = ref_vae()
     z = torch.zeros(1, 4, 1, 2, 2)
     with pytest.raises(ValueError, match="identity reference"):
@@ -345,8 +345,9 @@ def test_reference_decoder_says_what_is_missing():
     with pytest.raises(ValueError, match="identity reference"):
         VAEDecode(vae, size=32)
     with pytest.raises(ValueError, match="reference_image"):
-        train_vae(face_clips_from_frames(torch.zeros(4, 32, 32, 3, dtype=torch.uint8)), "unused", steps=1,
+        train_vae(face_clips_from_frames(torch.zeros(4, 32, 32, 3, dtype=torch.uint8)), tmp_path / "out", steps=1,
                   model_config={**TINY, "reference_skip": True}, progress=False)
+    assert not (tmp_path / "out").exists()  # refused before anything was written
 
 
 def test_reference_training_beats_the_plain_vae_on_the_same_budget(face_regions, tmp_path):

@@ -233,10 +233,10 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
         t0 = time.monotonic()
         clips_dir, out = Path(clips_dir), Path(out_dir)
         work = out / "train"
-        work.mkdir(parents=True, exist_ok=True)
         timings: dict[str, float] = {}
         # the background frame of the bundle, which is also the VAE's identity reference
         background = _portrait_image(_first_portrait_json(clips_dir), clips_dir, portrait)
+        work.mkdir(parents=True, exist_ok=True)  # only once the clips folder is known to be good
 
         # ---- (1) the VAE ------------------------------------------------------------------------
         t = time.monotonic()

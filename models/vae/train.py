@@ -248,7 +248,6 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
     with _torch_threads(torch_threads):
         t_start = time.monotonic()
         out = Path(out_dir)
-        out.mkdir(parents=True, exist_ok=True)
         ckpt = out / CHECKPOINT
         clips, source = _as_clips(data, size, max_clips, redraw_targets)
         train, held = clips.split(holdout_fraction)
@@ -275,6 +274,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
             raise ValueError(f"train_vae: region size {clips.size} px is not a multiple of the model's spatial "
                              f"compression {f}")
         ref = reference_region(reference_image, clips).to(device) if model.uses_reference else None
+        out.mkdir(parents=True, exist_ok=True)  # only once every argument is known to be good
         evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device, reference=ref)  # noqa: E731
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         gen = torch.Generator().manual_seed(seed)

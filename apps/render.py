@@ -5,6 +5,8 @@ import argparse
 import os
 import sys
 
+import torch
+
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import MP4Sink
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
@@ -38,7 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="(with a 4DGS .pth) scene time units per second of video (default 1)")
     p.add_argument("--seconds", type=positive_float, default=5.0, help="duration (default 5)")
     p.add_argument("--fps", type=positive_float, default=25.0, help="frames per second (default 25)")
-    p.add_argument("--size", type=video_size, default=(640, 360), help="WIDTHxHEIGHT (default 640x360)")
+    p.add_argument("--size", type=video_size, default=None,
+                   help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
+                        "scales the picture to fit, aspect kept)")
     p.add_argument("--out", required=True, help="output .mp4 file")
     p.add_argument("--preset", choices=["offline", "live"], default="offline",
                    help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
@@ -93,8 +97,6 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
                       time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
     """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
     MP4Sink (video only)."""
-    import torch
-
     from framegraph.renderers.cameras import load_nerfstudio_camera_path
     from framegraph.renderers.stages import CameraSource
 
@@ -123,7 +125,7 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
 def run(args: argparse.Namespace) -> int:
     from framegraph.stream.telemetry import write_json
 
-    width, height = args.size
+    width, height = args.size or (640, 360)
     if args.scene:
         graph, sink, total = build_scene_graph(args.scene, args.out, width, height, args.fps, args.seconds,
                                                args.camera_path, args.device, args.preset,
@@ -134,14 +136,16 @@ def run(args: argparse.Namespace) -> int:
         from framegraph.models.avatar import render_avatar_graph
 
         graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset)
+                                                 preset=args.preset, size=args.size)
         width, height, args.fps = sink.width, sink.height, float(sink.fps)
     else:
         if args.camera_path or args.orbit:
             raise ValueError("--orbit and --camera-path go with --scene")
         graph, sink = build_testcard_graph(args.out, width, height, args.fps, args.seconds, args.preset)
         total = graph.stages[0].n_frames
-    report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}")
+    hint = "a smaller --size renders faster" + ("" if torch.cuda.is_available() else
+                                                 ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
+    report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
     if args.report:
         write_json(report, args.report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"

@@ -1,20 +1,63 @@
-"""Running a graph from the command line: a progress bar, Ctrl-C that drains, a clear summary."""
+"""Running a graph from the command line: a progress bar, an estimate of the total time, Ctrl-C that
+drains, a clear summary."""
 from __future__ import annotations
 
 import sys
+import time
 
 from tqdm import tqdm
 
 from framegraph.stream import Graph, Stage
 
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 90 * 60:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
-def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit: str = "frame") -> dict:
+
+class TotalEstimate:
+    """Estimates the run's total time from the pace of the frames after the first (the first one carries
+    the warm-up), and says so once: ``line(done, total)`` returns the sentence to print, or None."""
+
+    def __init__(self, unit: str, hint: str | None, slow_s: float, from_s: float):
+        self.unit, self.hint, self.slow_s, self.from_s = unit, hint, slow_s, from_s
+        self.t_start = time.monotonic()
+        self.t_first: float | None = None
+        self.said = False
+
+    def line(self, done: int, total: int) -> str | None:
+        now = time.monotonic()
+        if self.said or done < 1 or total <= 0:
+            return None
+        if self.t_first is None:
+            self.t_first = now
+            return None
+        if done < 2 or now - self.t_first < 1.0:
+            return None
+        rate = (done - 1) / (now - self.t_first)  # frames per second after the first
+        estimate = (self.t_first - self.t_start) + (total - 1) / rate
+        self.said = True
+        if estimate < self.from_s:
+            return None
+        text = f"estimated total: {_duration(estimate)} for {total} {self.unit}s at {rate:.3g} {self.unit}/s"
+        if self.hint and estimate > self.slow_s:
+            text += f"; {self.hint}"
+        return text
+
+
+def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit: str = "frame",
+                      slow_hint: str | None = None, slow_s: float = 60.0, estimate_from_s: float = 10.0) -> dict:
     """Start ``graph``, show a progress bar of frames processed by ``counter`` (usually the sink) out
-    of ``total``, and return the report. Ctrl-C drains the graph, so file sinks finish a playable file;
-    the report then has ``"interrupted": True``."""
+    of ``total``, and return the report. After the first frames the estimated total time is printed once
+    when it is at least ``estimate_from_s`` seconds (with ``slow_hint``, how to make it faster, when it is
+    longer than ``slow_s``): the bar alone says nothing when stderr is not a terminal. Ctrl-C
+    drains the graph, so file sinks finish a playable file; the report then has ``"interrupted": True``."""
     graph.start()
     index = graph.stages.index(counter)
     bar = tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, dynamic_ncols=True)
+    estimate = TotalEstimate(unit, slow_hint, slow_s, estimate_from_s)
     interrupted = False
     try:
         while graph.running:
@@ -31,6 +74,9 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
                 graph.drain()
             done = graph.telemetry.stages[index].process.count
             bar.update(done - bar.n)
+            said = estimate.line(done, total)
+            if said:
+                bar.write(said, file=sys.stderr)
         report = graph.join()
     finally:
         bar.close()

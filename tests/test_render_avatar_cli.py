@@ -25,6 +25,21 @@ def test_render_shipped_avatar_from_audio(tmp_path, capsys):
     v = read_video(out)
     assert v["frames"].shape[0] == 30 and v["frames"].shape[1:] == (256, 256, 3)
     assert v["audio"] is not None and abs(len(v["audio"]) / v["audio_rate"] - 1.2) < 0.1
+    # --size scales the composited picture (it was silently ignored): the same face, 2x larger ...
+    big = tmp_path / "big.mp4"
+    assert main(["render", "--avatar", str(SHIPPED), "--audio", str(wav), "--out", str(big), "--size", "512x512"]) == 0
+    b = read_video(big)["frames"]
+    assert b.shape == (30, 512, 512, 3)
+    small = torch.nn.functional.avg_pool2d(torch.from_numpy(b[10]).permute(2, 0, 1).float(), 2)
+    mse = (small - torch.from_numpy(v["frames"][10]).permute(2, 0, 1).float()).pow(2).mean()
+    assert 10 * torch.log10(255 ** 2 / mse) > 28  # dB: the same picture
+    # ... and another aspect keeps the face's: bars at the sides, the picture in the middle
+    wide = tmp_path / "wide.mp4"
+    assert main(["render", "--avatar", str(SHIPPED), "--audio", str(wav), "--out", str(wide), "--size", "640x360"]) == 0
+    w = read_video(wide)["frames"]
+    assert w.shape == (30, 360, 640, 3)
+    assert w[:, :, :130].max() < 24 and w[:, :, -130:].max() < 24  # black bars (codec noise allowed)
+    assert w[:, :, 150:490].astype(float).std() > 20  # the portrait
     assert main(["render", "--avatar", str(SHIPPED), "--out", str(out)]) == 2
     assert "needs --audio" in capsys.readouterr().err
     assert main(["render", "--avatar", str(tmp_path), "--audio", str(wav), "--out", str(out)]) == 2

@@ -158,20 +158,31 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
 
 
 def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
-                        preset: str = "offline") -> tuple[Graph, Stage, int]:
+                        preset: str = "offline", size: tuple[int, int] | None = None) -> tuple[Graph, Stage, int]:
     """``framegraph render --avatar DIR --audio FILE --out FILE.mp4``: the offline graph (fast clock, MP4 with
-    the audio), its sink and the number of frames it will write (for a progress bar)."""
+    the audio), its sink and the number of frames it will write (for a progress bar). ``size`` (width,
+    height): the video's size when it is not the portrait's — the composited picture scaled to fit, aspect
+    kept (:class:`~framegraph.stream.media.ScaleVideo`)."""
     import math
 
-    from framegraph.stream.media import AudioFileSource, decode_audio
+    from framegraph.stream.media import AudioFileSource, MP4Sink, ScaleVideo, decode_audio
 
     from .bundle import load_avatar
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / 16_000)
-    ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=out, device=device, steps=steps, preset=preset)
-    return ag.graph, ag.sink, total
+    source = AudioFileSource(audio_path)
+    if size is None or tuple(size) == (avatar.width, avatar.height):
+        ag = build_avatar_graph(avatar, source, out=out, device=device, steps=steps, preset=preset)
+        return ag.graph, ag.sink, total
+    width, height = size
+    sink = MP4Sink(out, width=width, height=height, fps=avatar.fps, audio_rate=16_000, preset=preset)
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, device=device, steps=steps)
+    scale = ag.graph.add(ScaleVideo(src_size=(avatar.width, avatar.height), size=(width, height)))
+    ag.graph.connect(ag.composite, scale, "video", capacity=4)
+    ag.graph.connect(scale, sink, "video")
+    return ag.graph, sink, total
 
 
 __all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",

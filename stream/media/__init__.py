@@ -2,11 +2,12 @@
 from .audio import (CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio,
                     iter_pcm16)
 from .errors import MediaError, open_media
+from .scale import ScaleVideo
 from .video import (PRESETS, H264Encoder, ImageSequenceSink, JpegEncoder, MP4Sink, encoder_opens, iter_video_frames,
                     read_video, video_port)
 
 __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
-    "iter_pcm16", "MediaError", "open_media", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
+    "iter_pcm16", "MediaError", "open_media", "ScaleVideo", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
     "MP4Sink", "encoder_opens", "iter_video_frames", "read_video", "video_port",
 ]

@@ -1,0 +1,38 @@
+"""ScaleVideo: a picture of one size in, the same picture at another size out (aspect kept)."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..stage import Stage
+from .video import video_port
+
+
+def fit_box(src_wh: tuple[int, int], dst_wh: tuple[int, int]) -> tuple[int, int, int, int]:
+    """``(x, y, w, h)`` of the largest ``src``-shaped box centred in ``dst`` (pixels; even sizes)."""
+    (sw, sh), (dw, dh) = src_wh, dst_wh
+    s = min(dw / sw, dh / sh)
+    w, h = min(dw, 2 * round(sw * s / 2)), min(dh, 2 * round(sh * s / 2))
+    return (dw - w) // 2, (dh - h) // 2, w, h
+
+
+class ScaleVideo(Stage):
+    """``uint8 [H, W, 3]`` in → ``uint8 [height, width, 3]`` out: the picture scaled to fit the new size
+    with its aspect ratio kept (antialiased bilinear), centred, the bars black when the aspects differ."""
+
+    def __init__(self, *, src_size: tuple[int, int], size: tuple[int, int], name: str = "scale"):
+        super().__init__(name)
+        (sw, sh), (w, h) = src_size, size
+        if min(sw, sh, w, h) < 2:
+            raise ValueError(f"ScaleVideo: sizes {sw}x{sh} -> {w}x{h} must be at least 2x2 pixels")
+        self.inputs = {"video": video_port(sw, sh)}
+        self.outputs = {"video": video_port(w, h)}
+        self.box = fit_box((sw, sh), (w, h))
+
+    def process(self, inputs, out):
+        x, y, w, h = self.box
+        src = inputs["video"].data.permute(2, 0, 1)[None].float()  # [1, 3, H, W]
+        scaled = F.interpolate(src, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+        frame = out.write("video")
+        frame.data.zero_()
+        frame.data[y:y + h, x:x + w] = scaled[0].permute(1, 2, 0).round_().clamp_(0, 255).to(torch.uint8)

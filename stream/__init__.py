@@ -1,6 +1,6 @@
 """The runtime: frames, rings, stages, graphs, the session clock, telemetry and media I/O.
 
-See ``../shared/DESIGN.md`` (the runtime contract) and the README's architecture section.
+See ``docs/DESIGN.md`` (the runtime contract) and the README's architecture section.
 """
 from .clock import TICKS_PER_SECOND, Clock, FlowLimiter
 from .frame import Flag, Frame, PortSpec

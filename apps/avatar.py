@@ -197,7 +197,7 @@ def run_synth(args: argparse.Namespace) -> int:
                                          espeak_available, load_portrait, prepare_clip)
     from framegraph.models.synth.espeak import INSTALL_HINT
 
-    from .runner import run_with_progress
+    from framegraph.stream.progress import run_with_progress
 
     if 16_000 % args.fps:
         print(f"framegraph avatar synth: error: --fps {args.fps} must divide 16000 (25, 32, 40, 50...)",

@@ -12,7 +12,7 @@ from framegraph.stream.media import MP4Sink
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
 from .argtypes import positive_float, video_size
-from .runner import run_with_progress
+from framegraph.stream.progress import run_with_progress
 
 
 

@@ -232,7 +232,7 @@ def test_refine_cli_trains_only_the_decoder_into_a_new_bundle(clips, tmp_path, c
 
 
 def test_render_avatar_graph_counts_frames(bundle, tmp_path):
-    from framegraph.apps.runner import run_with_progress
+    from framegraph.stream.progress import run_with_progress
     from framegraph.models.avatar import render_avatar_graph
 
     wav = write_wav(tmp_path / "b.wav", 0.9)

@@ -275,7 +275,7 @@ def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = No
         ag.graph.add(meter)
         ag.graph.connect(ag.composite, meter, "video", "video", capacity=4)
     if progress:
-        from framegraph.apps.runner import run_with_progress
+        from framegraph.stream.progress import run_with_progress
 
         return run_with_progress(ag.graph, ag.sink, total, desc="generate")
     return ag.graph.run()

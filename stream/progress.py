@@ -7,7 +7,8 @@ import time
 
 from tqdm import tqdm
 
-from framegraph.stream import Graph, Stage
+from .graph import Graph
+from .stage import Stage
 
 def _duration(seconds: float) -> str:
     if seconds < 90:

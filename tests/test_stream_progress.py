@@ -1,5 +1,5 @@
 """The command-line runner: a long run says how long it will take, and how to make it faster."""
-from framegraph.apps.runner import run_with_progress
+from framegraph.stream.progress import run_with_progress
 from framegraph.stream import Clock, Graph
 from helpers import Collect, CountSource
 

@@ -21,9 +21,10 @@ from dataclasses import dataclass
 import torch
 
 from .clock import Clock, FlowLimiter
-from .frame import Flag, Frame, PortSpec
-from .ring import POLICIES, Ring, RingAborted
-from .stage import TRIGGERS, EndOfStream, Outputs, Stage, StageContext
+from .frame import Frame
+from .node import Node
+from .ring import POLICIES, Ring
+from .stage import TRIGGERS, Stage
 from .telemetry import Telemetry
 
 
@@ -54,135 +55,6 @@ class Edge:
         return f"{self.src.name}.{self.src_port} -> {self.dst.name}.{self.dst_port}"
 
 
-# Step down a fallback level when a stage's smoothed process time exceeds its budget; step back up
-# after this many frames comfortably (below half the budget) inside it.
-_EMA = 0.2
-_RECOVER_FRAMES = 30
-
-
-class _Node:
-    """Runtime state of one stage: its rings, thread, CUDA stream, telemetry and fallback governor."""
-
-    def __init__(self, graph: "Graph", stage: Stage, index: int, max_in_flight: int | None):
-        self.graph, self.stage, self.index = graph, stage, index
-        self.max_in_flight = max_in_flight
-        self.in_rings: dict[str, Ring] = {}
-        self.out_rings: dict[str, list[Ring]] = {}
-        self.scratch: dict[str, Frame] = {}
-        self.limiter: FlowLimiter | None = None
-        self.doorbell = threading.Condition()
-        self.thread: threading.Thread | None = None
-        self.stream = None
-        self.stats = None
-        self.seq = 0
-        self.enter_ns = 0
-        self.reset_requested = False
-        self.setup_done = threading.Event()
-        self.ema_ms = 0.0
-        self.calm_frames = 0
-        self.outputs = Outputs(self)
-        self.source_drops = 0
-        self.discontinuity = False
-        self.terminal = False  # a sink, or every output unconnected: lineages end here
-
-    # ---- device -------------------------------------------------------------------------------
-    @property
-    def device(self) -> torch.device:
-        """The stage's device: its CUDA device if any port is on one (an upload or download stage
-        then still orders its work after its producers' with events), else the CPU."""
-        if self.stage.device is not None:
-            return torch.device(self.stage.device)
-        devices = [torch.device(s.device) for s in (*self.stage.outputs.values(), *self.stage.inputs.values())]
-        return next((d for d in devices if d.type == "cuda"), torch.device("cpu"))
-
-    def stream_context(self):
-        return torch.cuda.stream(self.stream) if self.stream is not None else _null_context()
-
-    # ---- producer side, used by Outputs -------------------------------------------------------
-    def connected(self, port: str) -> bool:
-        """True when some consumer reads ``port`` in this graph."""
-        return bool(self.out_rings.get(port))
-
-    def acquire(self, port: str) -> Frame:
-        rings = self.out_rings.get(port)
-        if not rings:
-            frame = self.scratch[port]
-            frame.reset_meta()
-            return frame
-        frame = rings[0].acquire_write()
-        if self.stream is not None and frame.done_event is not None:
-            self.stream.wait_event(frame.done_event)  # the last reader of this slot has finished
-        return frame
-
-    def unacquire(self, port: str, frame: Frame) -> None:
-        rings = self.out_rings.get(port)
-        if rings:
-            rings[0].cancel_write(frame)
-
-    def publish(self, port: str, frame: Frame) -> None:
-        now = time.monotonic_ns()
-        if self.stage.is_source:
-            frame.seq, frame.origin = self.seq, self.index
-            frame.capture_ns = frame.capture_ns or now
-            if self.discontinuity:
-                frame.flags |= Flag.DISCONTINUITY
-        frame.stage_ns[self.index, 0] = self.enter_ns
-        frame.stage_ns[self.index, 1] = now
-        rings = self.out_rings.get(port)
-        if not rings:
-            return
-        if self.stream is not None and frame.ready_event is not None:
-            frame.ready_event.record(self.stream)
-        for ring in rings[1:]:  # fan-out: each further consumer gets its own copy
-            copy = ring.acquire_write()
-            if self.stream is not None and copy.done_event is not None:
-                self.stream.wait_event(copy.done_event)
-            copy.data.copy_(frame.data, non_blocking=True)
-            copy.copy_meta_from(frame)
-            copy.flags, copy.length = frame.flags, frame.length
-            if self.stream is not None and copy.ready_event is not None:
-                copy.ready_event.record(self.stream)
-            ring.commit(copy)
-        rings[0].commit(frame)
-
-    def close_outputs(self) -> None:
-        for rings in self.out_rings.values():
-            for ring in rings:
-                ring.close()
-
-    # ---- fallback governor --------------------------------------------------------------------
-    def govern(self, ms: float) -> None:
-        stage, budget = self.stage, self.stage.budget_ms
-        if budget is None or not stage.fallbacks:
-            return
-        self.ema_ms = ms if self.ema_ms == 0 else (1 - _EMA) * self.ema_ms + _EMA * ms
-        level = stage.fallback_level
-        if self.ema_ms > budget and level < len(stage.fallbacks):
-            self._switch(level + 1)
-        elif level > 0 and self.ema_ms < 0.5 * budget:
-            self.calm_frames += 1
-            if self.calm_frames >= _RECOVER_FRAMES:
-                self._switch(level - 1)
-        else:
-            self.calm_frames = 0
-
-    def _switch(self, level: int) -> None:
-        self.stage.set_fallback(level)
-        self.stage.fallback_level = level
-        self.stats.fallback_level = level
-        self.stats.fallback_changes += 1
-        self.ema_ms = 0.0
-        self.calm_frames = 0
-
-
-class _null_context:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
 class Graph:
     """A pipeline of stages joined by rings.
 
@@ -199,7 +71,7 @@ class Graph:
         self.stages: list[Stage] = []
         self.edges: list[Edge] = []
         self._max_in_flight: dict[str, int | None] = {}
-        self._nodes: list[_Node] = []
+        self._nodes: list[Node] = []
         self.telemetry: Telemetry | None = None
         self._go = threading.Event()
         self._stopping = False
@@ -325,7 +197,7 @@ class Graph:
         n = len(self.stages)
         self.telemetry = Telemetry([s.name for s in self.stages], [s.budget_ms for s in self.stages],
                                    self.telemetry_window)
-        self._nodes = [_Node(self, s, i, self._max_in_flight[s.name]) for i, s in enumerate(self.stages)]
+        self._nodes = [Node(self, s, i, self._max_in_flight[s.name]) for i, s in enumerate(self.stages)]
         by_name = {node.stage.name: node for node in self._nodes}
         for node in self._nodes:
             node.stats = self.telemetry.stages[node.index]
@@ -338,7 +210,7 @@ class Graph:
             src, dst = by_name[e.src.name], by_name[e.dst.name]
             ring = Ring(e.src.outputs[e.src_port], e.capacity, e.policy, n, e.name)
             ring.attach_consumer(dst.doorbell)
-            ring.on_drop = self._frame_done
+            ring.on_drop = self.frame_done
             src.out_rings.setdefault(e.src_port, []).append(ring)
             dst.in_rings[e.dst_port] = ring
             if dst.stream is not None:  # slots are read on the consumer's stream too
@@ -351,7 +223,7 @@ class Graph:
                     node.scratch[port] = Frame(spec, n)
         for node in self._nodes:
             node.terminal = not node.out_rings
-            node.thread = threading.Thread(target=self._worker, args=(node,), daemon=True,
+            node.thread = threading.Thread(target=node.run, daemon=True,
                                            name=f"framegraph:{self.name}:{node.stage.name}")
             node.thread.start()
         self._started = True
@@ -440,169 +312,32 @@ class Graph:
             "graph": self.name, "clock_mode": self.clock.mode, "sources": sources,
             "error": str(self._error) if self._error else None})
 
-    # ---- workers ------------------------------------------------------------------------------
-    def _fail(self, node: _Node, exc: BaseException) -> None:
+    # ---- what the nodes ask of the run (see stream/node.py) ------------------------------------------
+    @property
+    def aborted(self) -> bool:
+        """``cancel()`` was called or a stage failed: frames in flight are discarded."""
+        return self._aborted
+
+    @property
+    def stopping(self) -> bool:
+        """Sources must end: ``drain()`` or ``cancel()`` was called."""
+        return self._stopping
+
+    def wait_go(self) -> None:
+        """Block until every stage is set up and the clock started (or the run was cancelled)."""
+        self._go.wait()
+
+    def fail(self, node: Node, exc: BaseException) -> None:
+        """A stage raised: remember the first failure (``join`` raises it) and stop everything."""
         with self._error_lock:
             if self._error is None:
                 self._error = StageError(node.stage.name, exc)
         self.cancel()
 
-    def _frame_done(self, frame: Frame) -> None:
+    def frame_done(self, frame: Frame) -> None:
         """A frame left the graph (sink, consumed without output, dropped): release its source's
         flow-limiter slot."""
         if 0 <= frame.origin < len(self._nodes):
             limiter = self._nodes[frame.origin].limiter
             if limiter is not None:
                 limiter.done(frame.seq)
-
-    def _worker(self, node: _Node) -> None:
-        stage = node.stage
-        try:
-            try:
-                ctx = StageContext(self.clock, node.device, node.stream, self.telemetry, node.index,
-                                   cancelled=lambda: self._aborted)
-                with node.stream_context():
-                    stage.setup(ctx)
-                    if stage.ctx is None:
-                        stage.ctx = ctx
-            except BaseException as exc:  # noqa: BLE001 - recorded before start() hears setup ended
-                self._fail(node, exc)
-                return
-            finally:
-                node.setup_done.set()
-            self._go.wait()
-            if not self._aborted:
-                with node.stream_context():
-                    if stage.is_source:
-                        self._source_loop(node)
-                    else:
-                        self._consumer_loop(node)
-        except RingAborted:
-            pass
-        except BaseException as exc:  # noqa: BLE001 - any stage error stops the graph, named
-            self._fail(node, exc)
-        finally:
-            if not self._aborted:
-                node.close_outputs()
-            try:
-                if node.stream is not None:
-                    node.stream.synchronize()  # this stage's work only, never the whole device
-                stage.teardown()
-            except BaseException as exc:  # noqa: BLE001
-                self._fail(node, exc)
-
-    def _source_loop(self, node: _Node) -> None:
-        stage, out, limiter, clock = node.stage, node.outputs, node.limiter, self.clock
-        while not self._stopping:
-            if limiter is not None and clock.mode == "fast" and not limiter.wait_for_room():
-                break
-            if node.reset_requested:
-                node.reset_requested = False
-                stage.reset()
-            node.enter_ns = time.monotonic_ns()
-            out._begin(None)
-            try:
-                stage.process({}, out)
-            except EndOfStream:
-                out._abandon()
-                break
-            except BaseException:
-                out._abandon()
-                raise
-            proc_exit_ns = time.monotonic_ns()
-            if out.written == 0:
-                continue
-            pts = max(f.pts for f in out._pending.values())
-            if clock.mode == "realtime" and not clock.wait_until(pts):
-                out._abandon()
-                break
-            held = limiter is not None and out.emitted > 0  # this frame takes a flow-limiter credit
-            if held and clock.mode == "realtime" and not limiter.has_room():
-                out._abandon()  # overload: drop at the source rather than queue
-                node.source_drops += 1
-                node.discontinuity = True
-                continue
-            out._finish()
-            if out.emitted:
-                node.discontinuity = False
-                node.seq += 1
-            if held:
-                limiter.emitted_one()
-            node.stats.record(node.enter_ns, proc_exit_ns)
-
-    def _wait_inputs(self, node: _Node) -> dict[str, Frame] | None:
-        rings = node.in_rings
-        gating = {p: r for p, r in rings.items() if r.policy != "latest"}
-        with node.doorbell:
-            while True:
-                if self._aborted:
-                    return None
-                if node.stage.trigger == "all":
-                    if any(r.finished for r in gating.values()):
-                        return None
-                    if all(r.has_frame() for r in rings.values()):
-                        return {p: r.take() for p, r in rings.items()}
-                else:
-                    ready = [p for p, r in gating.items() if r.has_frame()]
-                    if ready:
-                        frames = {p: gating[p].take() for p in ready}
-                        frames.update({p: r.take() for p, r in rings.items()
-                                       if r.policy == "latest" and r.has_frame()})
-                        return frames
-                    if all(r.finished for r in gating.values()):
-                        return None
-                node.doorbell.wait()
-
-    def _consumer_loop(self, node: _Node) -> None:
-        stage, out, stream = node.stage, node.outputs, node.stream
-        gating = [p for p in stage.inputs if node.in_rings[p].policy != "latest"]
-        primary = gating[0]  # its frames count for end-to-end latency and FPS at a sink
-        last: Frame | None = None
-        while True:
-            inputs = self._wait_inputs(node)
-            if inputs is None:
-                if not self._aborted:
-                    self._flush(node, last)
-                return
-            if node.reset_requested:
-                node.reset_requested = False
-                stage.reset()
-            node.enter_ns = time.monotonic_ns()
-            if stream is not None:
-                for frame in inputs.values():
-                    if frame.ready_event is not None:
-                        stream.wait_event(frame.ready_event)
-            last = next(inputs[p] for p in gating if p in inputs)
-            out._begin(last)
-            try:
-                stage.process(inputs, out)
-            except BaseException:
-                out._abandon()
-                raise
-            exit_ns = time.monotonic_ns()
-            out._finish()
-            # The outputs carry the lineage of ``last`` (its source and seq) on to the sinks; every
-            # other input's lineage ends here, so its source's flow-limiter credit is returned now.
-            carried = last.origin if out.emitted and not node.terminal else None
-            for port, frame in inputs.items():
-                if stream is not None and frame.done_event is not None:
-                    frame.done_event.record(stream)
-                if frame.origin != carried:
-                    self._frame_done(frame)
-                if node.terminal and port == primary:
-                    self.telemetry.sink_frame(frame.capture_ns, exit_ns)
-                node.in_rings[port].release(frame)  # under "latest": kept, re-read until a newer one
-            node.stats.record(node.enter_ns, exit_ns)
-            node.govern((exit_ns - node.enter_ns) / 1e6)
-
-    def _flush(self, node: _Node, last: Frame | None) -> None:
-        """End of stream: let the stage emit what it still holds (metadata of its last input)."""
-        out = node.outputs
-        node.enter_ns = time.monotonic_ns()
-        out._begin(last)
-        try:
-            node.stage.flush(out)
-        except BaseException:
-            out._abandon()
-            raise
-        out._finish()

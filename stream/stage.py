@@ -21,7 +21,7 @@ stream by raising :class:`EndOfStream`. A stage with no outputs is a **sink**.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Protocol
 
 from .frame import Frame, PortSpec
 
@@ -130,6 +130,27 @@ class Stage:
         return f"{type(self).__name__}({self.name!r})"
 
 
+class SlotProvider(Protocol):
+    """What :class:`Outputs` needs from the runtime for one stage (``stream.node.Node`` provides it)."""
+
+    stage: Stage
+
+    def connected(self, port: str) -> bool:
+        """True when some consumer reads ``port``."""
+
+    def acquire(self, port: str) -> Frame:
+        """A writable slot for ``port`` (may block under a ``block`` edge)."""
+
+    def unacquire(self, port: str, frame: Frame) -> None:
+        """Give back a slot that will not be published."""
+
+    def publish(self, port: str, frame: Frame) -> None:
+        """Hand a written slot on to the consumers of ``port``."""
+
+    def count_discarded(self, port: str) -> None:
+        """A frame was written to ``port``, which nobody reads."""
+
+
 class Outputs:
     """Hands a stage writable output slots during one ``process`` call.
 
@@ -141,48 +162,59 @@ class Outputs:
     how it is wired; that frame is released at once, counted as ``discarded`` in the stage's report,
     and never holds its source's flow-limiter credit. ``written`` counts every slot handed out in this
     call, ``emitted`` only those that travel on to a consumer.
+
+    A stage only calls ``write``; ``begin`` / ``finish`` / ``abandon`` / ``newest_pts`` are the runtime's
+    side (one ``process`` call is framed by ``begin`` and ``finish`` or, when it raised, ``abandon``).
     """
 
-    def __init__(self, node):
-        self._node = node
+    def __init__(self, slots: SlotProvider):
+        self._slots = slots
         self._pending: dict[str, Frame] = {}
         self._template: Frame | None = None
         self.written = 0
         self.emitted = 0
 
-    def _begin(self, template: Frame | None) -> None:
-        self._template = template
-        self.written = self.emitted = 0
-
     def write(self, port: str | None = None) -> Frame:
-        node = self._node
+        slots = self._slots
+        outputs = slots.stage.outputs
         if port is None:
-            if len(node.stage.outputs) != 1:
-                raise ValueError(f"stage {node.stage.name!r} has outputs {list(node.stage.outputs)}: "
+            if len(outputs) != 1:
+                raise ValueError(f"stage {slots.stage.name!r} has outputs {list(outputs)}: "
                                  f"name the port in out.write(port)")
-            port = next(iter(node.stage.outputs))
-        if port not in node.stage.outputs:
-            raise KeyError(f"stage {node.stage.name!r} has no output port {port!r}; "
-                           f"it has {list(node.stage.outputs)}")
+            port = next(iter(outputs))
+        if port not in outputs:
+            raise KeyError(f"stage {slots.stage.name!r} has no output port {port!r}; it has {list(outputs)}")
         if port in self._pending:
-            node.publish(port, self._pending.pop(port))
-        frame = node.acquire(port)
+            slots.publish(port, self._pending.pop(port))
+        frame = slots.acquire(port)
         if self._template is not None:
             frame.copy_meta_from(self._template)
         self._pending[port] = frame
         self.written += 1
-        if node.connected(port):
+        if slots.connected(port):
             self.emitted += 1
         else:
-            node.stats.discarded += 1
+            slots.count_discarded(port)
         return frame
 
-    def _finish(self) -> None:
+    # ---- the runtime's side ---------------------------------------------------------------------
+    def begin(self, template: Frame | None) -> None:
+        """A ``process`` call starts; its outputs carry ``template``'s lineage (None at a source)."""
+        self._template = template
+        self.written = self.emitted = 0
+
+    def newest_pts(self) -> int:
+        """The largest pts among the slots written in this call (there is at least one)."""
+        return max(f.pts for f in self._pending.values())
+
+    def finish(self) -> None:
+        """Publish every slot still held."""
         for port, frame in self._pending.items():
-            self._node.publish(port, frame)
+            self._slots.publish(port, frame)
         self._pending.clear()
 
-    def _abandon(self) -> None:
+    def abandon(self) -> None:
+        """Give back every slot still held, unpublished."""
         for port, frame in self._pending.items():
-            self._node.unacquire(port, frame)
+            self._slots.unacquire(port, frame)
         self._pending.clear()

@@ -60,37 +60,6 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
-def _scene_renderer(scene_path: str, width: int, height: int, device: str,
-                    time_duration: tuple[float, float] | None, time_scale: float):
-    """``(make_stage, default_orbit(n_frames, fps))`` for a scene file or folder, by its kind:
-    a NeRF directory, a 4DGS checkpoint (``.pth``), or a 3DGS ``.ply`` / ``.splat``."""
-    import os
-
-    if time_duration is not None and not str(scene_path).lower().endswith(".pth"):
-        raise ValueError("--time-duration goes with a 4DGS checkpoint (.pth) scene")
-    if os.path.isdir(scene_path):
-        from framegraph.renderers.nerf import load_nerf
-        from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
-
-        model = load_nerf(scene_path)
-        return (lambda: NerfRenderStage(model, width=width, height=height, device=device),
-                lambda n, fps: orbit_for_nerf(model, n, width, height, fps))
-    from framegraph.renderers.stages import GaussianRenderStage, orbit_for_scene
-
-    if str(scene_path).lower().endswith(".pth"):
-        from framegraph.renderers.gaussians4d import Gaussian4DRenderStage, load_checkpoint
-
-        scene = load_checkpoint(scene_path, time_duration=time_duration)
-        make = lambda: Gaussian4DRenderStage(scene, width=width, height=height, device=device,  # noqa: E731
-                                             time_scale=time_scale)
-    else:
-        from framegraph.renderers.gaussians import load_scene
-
-        scene = load_scene(scene_path)
-        make = lambda: GaussianRenderStage(scene, width=width, height=height, device=device)  # noqa: E731
-    return make, lambda n, fps: orbit_for_scene(scene, n, width, height, fps)
-
-
 def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: float, seconds: float,
                       camera_path: str | None = None, device: str | None = None,
                       preset: str = "offline", time_duration: tuple[float, float] | None = None,
@@ -98,10 +67,11 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
     """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
     MP4Sink (video only)."""
     from framegraph.renderers.cameras import load_nerfstudio_camera_path
+    from framegraph.renderers.scene_file import open_scene
     from framegraph.renderers.stages import CameraSource
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    make_renderer, orbit = _scene_renderer(scene_path, width, height, device, time_duration, time_scale)
+    scene = open_scene(scene_path, time_duration=time_duration)
     if camera_path:
         path = load_nerfstudio_camera_path(camera_path)
         if (path.width, path.height) != (width, height):  # render at the requested size, same fov
@@ -112,10 +82,10 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
         n_frames = len(path)
     else:
         n_frames = max(1, round(seconds * fps))
-        path = orbit(n_frames, fps)
+        path = scene.framing.orbit(n_frames, width, height, fps)
     graph = Graph(Clock("fast"), name="render-scene")
     cams = graph.add(CameraSource(path, fps=fps, n_frames=n_frames))
-    render = graph.add(make_renderer())
+    render = graph.add(scene.render_stage(width=width, height=height, device=device, time_scale=time_scale))
     sink = graph.add(MP4Sink(out, width=width, height=height, fps=fps, audio_rate=None, preset=preset))
     graph.connect(cams, render)
     graph.connect(render, sink)

@@ -1,4 +1,4 @@
-"""Renderers as stream stages: a camera source and a Gaussian-splatting render stage.
+"""Renderers as stream stages: a camera source, the render stage every renderer builds on, the 3DGS one.
 
 Cameras travel on a ``"camera"`` port, ``float32 [2, 4, 4]`` on the CPU: ``camera[0]`` is the
 world-to-camera matrix (OpenCV: x right, y down, z forward) and ``camera[1, :3, :3]`` the intrinsics K
@@ -7,6 +7,7 @@ in pixels. Rendered frames leave as ``uint8 [H, W, 3]`` RGB on the CPU, ready fo
 from __future__ import annotations
 
 import threading
+from dataclasses import dataclass
 
 import torch
 
@@ -84,54 +85,106 @@ class CameraSource(Stage):
         self.index += 1
 
 
-class GaussianRenderStage(Stage):
+class RenderStage(Stage):
+    """Base of every renderer stage: a ``"camera"`` in (:data:`CAMERA_PORT`), an RGB ``"video"`` frame out
+    (``uint8 [height, width, 3]`` on the CPU). A subclass says how to get its scene onto the device
+    (:meth:`prepare`, once, in the stage's thread) and how to draw one view (:meth:`render`); the base
+    does the ports, the device, the frame's time and the conversion to 8-bit.
+
+    Args:
+        width / height: output size in pixels (the camera's K must be for this size).
+        device: where to render (``"cuda"``: the Triton kernels; ``"cpu"``: the torch references).
+        budget_ms: per-frame budget (deadline misses are counted).
+    """
+
+    def __init__(self, *, width: int, height: int, device: str = "cpu", budget_ms: float | None = None,
+                 name: str = "render"):
+        super().__init__(name)
+        if width < 1 or height < 1:
+            raise ValueError(f"{type(self).__name__}: size {width}x{height} must be at least 1x1 pixel")
+        self.width, self.height = width, height
+        self.device = str(torch.device(device))
+        self.budget_ms = budget_ms
+        self.inputs = {"camera": CAMERA_PORT}
+        self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
+
+    def prepare(self) -> None:
+        """Move the scene to :attr:`device` (called once, at setup)."""
+
+    def render(self, view: torch.Tensor, K: torch.Tensor, t: float) -> torch.Tensor:
+        """``view [4, 4]`` world-to-camera (OpenCV) and ``K [3, 3]`` on the device, ``t`` the frame's
+        stream time in seconds → ``float [height, width, 3]`` RGB in [0, 1] on the device."""
+        raise NotImplementedError
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.prepare()
+
+    @torch.no_grad()
+    def process(self, inputs, out):
+        camera = inputs["camera"]
+        cam = camera.data.to(self.device, non_blocking=True)
+        rgb = self.render(cam[0], cam[1, :3, :3], self.ctx.clock.seconds(camera.pts))
+        out.write("video").data.copy_((rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+
+
+class GaussianRenderStage(RenderStage):
     """Renders a :class:`GaussianScene` for each incoming camera into an RGB frame.
 
     Args:
         scene: the Gaussians (moved to ``device`` at setup; refused first if it does not fit).
-        width / height: output size in pixels.
-        device: where to render (``"cuda"`` uses the Triton kernels, ``"cpu"`` the torch reference).
         background: RGB in [0, 1] behind the Gaussians.
-        budget_ms: per-frame budget (deadline misses are counted).
+        width / height / device / budget_ms: see :class:`RenderStage`.
     """
 
     def __init__(self, scene: GaussianScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), budget_ms: float | None = None, name: str = "gaussians"):
-        super().__init__(name)
-        self.scene, self.width, self.height = scene, width, height
-        self.device = str(torch.device(device))
-        self.budget_ms = budget_ms
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
+        self.scene = scene
         self.background = torch.tensor(background, dtype=torch.float32)
-        self.inputs = {"camera": CAMERA_PORT}
-        self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
         check_fits(scene.n, self.device, sh_degree=scene.sh_degree)
 
-    def setup(self, ctx):
-        super().setup(ctx)
+    def prepare(self) -> None:
         self._scene = self.scene.to(self.device)
         self._bg = self.background.to(self.device)[None]
 
-    @torch.no_grad()
-    def process(self, inputs, out):
-        cam = inputs["camera"].data.to(self.device, non_blocking=True)
+    def render(self, view, K, t):
         s = self._scene
-        colors, _, _ = rasterize(s.means, s.quats, s.scales, s.opacities, s.sh, cam[0][None], cam[1, :3, :3][None],
+        colors, _, _ = rasterize(s.means, s.quats, s.scales, s.opacities, s.sh, view[None], K[None],
                                  self.width, self.height, sh_degree=s.sh_degree, backgrounds=self._bg,
                                  validate=False)  # the scene was checked once, at load
-        frame = out.write("video")
-        frame.data.copy_((colors[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+        return colors[0]
+
+
+@dataclass(frozen=True)
+class Framing:
+    """How an orbit frames a scene: it circles ``center`` (z up) at ``distance``, ``elevation_deg`` above
+    the horizon, with a ``fov_deg`` field of view."""
+
+    center: tuple[float, float, float]
+    distance: float
+    elevation_deg: float = 20.0
+    fov_deg: float = 50.0
+
+    def orbit(self, n_frames: int, width: int, height: int, fps: float) -> CameraPath:
+        return orbit_path(torch.tensor(self.center, dtype=torch.float64), self.distance, n_frames,
+                          self.elevation_deg, fov_deg=self.fov_deg, width=width, height=height, fps=fps)
+
+
+def framing_for_points(means: torch.Tensor, elevation_deg: float = 20.0, fov_deg: float = 50.0) -> Framing:
+    """Frames Gaussians ``means [N, 3]``: around their median centre, at 2.2× the radius holding 90 % of
+    them (z up, as INRIA/COLMAP scenes are usually stored)."""
+    means = means.detach().to("cpu", torch.float64)
+    center = means.median(dim=0).values
+    radius = float(torch.quantile((means - center).norm(dim=1), 0.9)) if len(means) > 1 else 1.0
+    return Framing(tuple(float(c) for c in center), 2.2 * max(radius, 1e-3), elevation_deg, fov_deg)
 
 
 def orbit_for_scene(scene: GaussianScene, n_frames: int, width: int, height: int, fps: float,
                     elevation_deg: float = 20.0, fov_deg: float = 50.0) -> CameraPath:
-    """An orbit that frames the scene: around the median centre, at 2.2× the radius holding 90 % of the
-    Gaussians (z up, as INRIA/COLMAP scenes are usually stored)."""
-    means = scene.means.detach().to("cpu", torch.float64)
-    center = means.median(dim=0).values
-    radius = float(torch.quantile((means - center).norm(dim=1), 0.9)) if scene.n > 1 else 1.0
-    return orbit_path(center, 2.2 * max(radius, 1e-3), n_frames, elevation_deg, fov_deg=fov_deg,
-                      width=width, height=height, fps=fps)
+    """An orbit that frames the scene (see :func:`framing_for_points`)."""
+    return framing_for_points(scene.means, elevation_deg, fov_deg).orbit(n_frames, width, height, fps)
 
 
-__all__ = ["CAMERA_PORT", "pack_camera", "CameraSource", "GaussianRenderStage", "orbit_for_scene",
-           "camera_centers"]
+__all__ = ["CAMERA_PORT", "pack_camera", "CameraSource", "RenderStage", "GaussianRenderStage", "Framing",
+           "framing_for_points", "orbit_for_scene", "camera_centers"]

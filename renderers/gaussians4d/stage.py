@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import torch
 
-from framegraph.renderers.stages import CAMERA_PORT
-from framegraph.stream import PortSpec, Stage
-
+from ..stages import RenderStage
 from .rasterization import rasterize_4d
 from .scene import Gaussian4DScene, check_fits_4d
 
@@ -24,7 +22,7 @@ def scene_time(seconds: float, scene: Gaussian4DScene, *, time_scale: float = 1.
     return min(max(t0 + u, t0), t1)
 
 
-class Gaussian4DRenderStage(Stage):
+class Gaussian4DRenderStage(RenderStage):
     """Renders a :class:`Gaussian4DScene` for each incoming camera, at the frame's time.
 
     The scene time of a frame is ``t0 + pts_seconds * time_scale``, looping over the scene's
@@ -32,48 +30,36 @@ class Gaussian4DRenderStage(Stage):
 
     Args:
         scene: the 4D Gaussians (moved to ``device`` at setup; refused first if they do not fit).
-        width / height: output size in pixels.
-        device: where to render (``"cuda"``: Triton slice and blending; ``"cpu"``: torch reference).
         background: RGB in [0, 1] behind the Gaussians.
         time_scale: scene time units per stream second (1.0: the scene's units are seconds).
         loop: wrap time over the scene's duration (else hold the last instant).
-        budget_ms: per-frame budget (deadline misses are counted).
+        width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
     def __init__(self, scene: Gaussian4DScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), time_scale: float = 1.0, loop: bool = True,
                  budget_ms: float | None = None, name: str = "gaussians4d"):
-        super().__init__(name)
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0 (scene time units per second), got {time_scale!r}")
-        self.scene, self.width, self.height = scene, width, height
-        self.device = str(torch.device(device))
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
+        self.scene = scene
         self.time_scale, self.loop = float(time_scale), loop
-        self.budget_ms = budget_ms
         self.background = torch.tensor(background, dtype=torch.float32)
-        self.inputs = {"camera": CAMERA_PORT}
-        self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
         self.last_time: float | None = None  # scene time of the last rendered frame
         check_fits_4d(scene.n, self.device, scene.sh.shape[1])
 
-    def setup(self, ctx):
-        super().setup(ctx)
+    def prepare(self) -> None:
         self._scene = self.scene.to(self.device)
         self._args = self._scene.rasterize_args()
         self._bg = self.background.to(self.device)[None]
 
-    @torch.no_grad()
-    def process(self, inputs, out):
-        frame_in = inputs["camera"]
-        cam = frame_in.data.to(self.device, non_blocking=True)
-        t = scene_time(self.ctx.clock.seconds(frame_in.pts), self._scene, time_scale=self.time_scale,
-                       loop=self.loop)
-        colors, _, _ = rasterize_4d(**self._args, t=t, viewmats=cam[0][None], Ks=cam[1, :3, :3][None],
+    def render(self, view, K, t):
+        t = scene_time(t, self._scene, time_scale=self.time_scale, loop=self.loop)
+        colors, _, _ = rasterize_4d(**self._args, t=t, viewmats=view[None], Ks=K[None],
                                     width=self.width, height=self.height, backgrounds=self._bg,
                                     validate=False)  # the scene was checked once, at load
         self.last_time = t
-        frame = out.write("video")
-        frame.data.copy_((colors[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+        return colors[0]
 
 
 __all__ = ["Gaussian4DRenderStage", "scene_time"]

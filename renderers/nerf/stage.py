@@ -12,57 +12,46 @@ from typing import Union
 
 import torch
 
-from framegraph.stream import PortSpec, Stage
-
-from ..stages import CAMERA_PORT
+from ..stages import Framing, RenderStage
 from .marcher import EARLY_STOP
 from .model import NerfModel, load_nerf
 
 
-class NerfRenderStage(Stage):
+class NerfRenderStage(RenderStage):
     """Renders a :class:`NerfModel` for each incoming camera.
 
     Args:
         model: the NeRF, or a NeRF directory (loaded with :func:`load_nerf`).
-        width / height: output size in pixels (the camera's K must be for this size).
-        device: where to render.
         backend: ``"auto"`` (Triton on CUDA), ``"triton"`` or ``"torch"``.
         chunk_rays: rays marched together (bounds memory).
         early_stop: transmittance at which rays terminate (see ``marcher.py``).
-        budget_ms: per-frame budget (deadline misses are counted).
+        width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
     def __init__(self, model: Union[NerfModel, str, os.PathLike], *, width: int, height: int, device: str = "cpu",
                  backend: str = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                  budget_ms: float | None = None, name: str = "nerf"):
-        super().__init__(name)
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)
-        self.width, self.height = width, height
-        self.device = str(torch.device(device))
         self.backend, self.chunk_rays, self.early_stop = backend, chunk_rays, early_stop
-        self.budget_ms = budget_ms
-        self.inputs = {"camera": CAMERA_PORT}
-        self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
 
-    def setup(self, ctx):
-        super().setup(ctx)
+    def prepare(self) -> None:
         self._model = self.model.to(self.device).eval()
 
-    @torch.no_grad()
-    def process(self, inputs, out):
-        cam = inputs["camera"].data
-        rgb = self._model.render(cam[0], cam[1, :3, :3], self.width, self.height, backend=self.backend,
-                                 chunk_rays=self.chunk_rays, early_stop=self.early_stop)
-        frame = out.write("video")
-        frame.data.copy_((rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+    def render(self, view, K, t):
+        return self._model.render(view, K, self.width, self.height, backend=self.backend,
+                                  chunk_rays=self.chunk_rays, early_stop=self.early_stop)
+
+
+def framing_for_nerf(model: NerfModel, elevation_deg: float = 25.0, fov_deg: float = 45.0) -> Framing:
+    """Frames a NeRF: around the centre of its AABB at 1.75× its half-diagonal (z up)."""
+    aabb = torch.tensor(model.config.aabb, dtype=torch.float64)
+    center = (aabb[:3] + aabb[3:]) / 2
+    radius = 1.75 * float((aabb[3:] - aabb[:3]).norm() / 2)
+    return Framing(tuple(float(c) for c in center), radius, elevation_deg, fov_deg)
 
 
 def orbit_for_nerf(model: NerfModel, n_frames: int, width: int, height: int, fps: float,
                    elevation_deg: float = 25.0, fov_deg: float = 45.0):
-    """An orbit around the centre of the model's AABB at 1.75× its half-diagonal (z up)."""
-    from ..cameras import orbit_path
-
-    aabb = torch.tensor(model.config.aabb, dtype=torch.float64)
-    center = (aabb[:3] + aabb[3:]) / 2
-    radius = 1.75 * float((aabb[3:] - aabb[:3]).norm() / 2)
-    return orbit_path(center, radius, n_frames, elevation_deg, fov_deg=fov_deg, width=width, height=height, fps=fps)
+    """An orbit that frames the NeRF (see :func:`framing_for_nerf`)."""
+    return framing_for_nerf(model, elevation_deg, fov_deg).orbit(n_frames, width, height, fps)

@@ -1,0 +1,84 @@
+"""``open_scene(path)``: any scene file a user has, ready to render — one door for the CLI, the
+benches and the server.
+
+    scene = open_scene("assets/scenes4d/bouncing_ball.pth")        # or a .ply / .splat, or a NeRF folder
+    stage = scene.render_stage(width=640, height=360, device="cpu")  # a RenderStage
+    path = scene.framing.orbit(n_frames=125, width=640, height=360, fps=25)
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Union
+
+from .gaussians import GaussianScene, load_scene
+from .gaussians4d import Gaussian4DRenderStage, Gaussian4DScene, load_checkpoint
+from .nerf import NerfModel, load_nerf
+from .nerf.stage import NerfRenderStage, framing_for_nerf
+from .stages import Framing, GaussianRenderStage, RenderStage, framing_for_points
+
+SceneKind = Literal["3dgs", "4dgs", "nerf"]
+SCENE_SUFFIXES = (".ply", ".splat", ".pth")
+
+
+@dataclass
+class SceneFile:
+    """A loaded scene: ``kind``, the data (``GaussianScene`` / ``Gaussian4DScene`` / ``NerfModel``) and
+    how an orbit frames it. Make as many render stages from it as there are graphs (one per session)."""
+
+    path: str
+    kind: SceneKind
+    data: Union[GaussianScene, Gaussian4DScene, NerfModel]
+    framing: Framing
+
+    @property
+    def size(self) -> int:
+        """Gaussians in the scene (0 for a NeRF)."""
+        return 0 if self.kind == "nerf" else self.data.n
+
+    def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
+                     budget_ms: float | None = None, time_scale: float = 1.0) -> RenderStage:
+        """A render stage for this scene (a 4DGS scene plays at ``t`` = the frame's stream time ×
+        ``time_scale``, looping; a NeRF draws its own background)."""
+        if self.kind == "nerf":
+            return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms)
+        if self.kind == "4dgs":
+            return Gaussian4DRenderStage(self.data, width=width, height=height, device=device,
+                                         background=background, time_scale=time_scale, budget_ms=budget_ms)
+        return GaussianRenderStage(self.data, width=width, height=height, device=device, background=background,
+                                   budget_ms=budget_ms)
+
+
+def scene_kind(path: Union[str, os.PathLike]) -> SceneKind:
+    """What a path holds, by its form: a folder is a NeRF, ``.pth`` a 4DGS checkpoint, ``.ply`` /
+    ``.splat`` 3D Gaussians. Raises ``ValueError`` for anything else, ``FileNotFoundError`` when missing."""
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"scene {str(path)!r} does not exist")
+    if p.is_dir():
+        return "nerf"
+    suffix = p.suffix.lower()
+    if suffix == ".pth":
+        return "4dgs"
+    if suffix in (".ply", ".splat"):
+        return "3dgs"
+    raise ValueError(f"scene {str(path)!r}: expected a 3DGS .ply / .splat file, a 4DGS .pth checkpoint or a "
+                     f"NeRF folder, got a {suffix or 'suffix-less'} file")
+
+
+def open_scene(path: Union[str, os.PathLike], *, time_duration: tuple[float, float] | None = None) -> SceneFile:
+    """Load the scene at ``path`` (see :func:`scene_kind`). ``time_duration``: a 4DGS scene's time span
+    when its checkpoint has no sidecar (fudan-zvg keeps it in the training config)."""
+    kind = scene_kind(path)
+    if time_duration is not None and kind != "4dgs":
+        raise ValueError(f"scene {str(path)!r}: a time duration (--time-duration) goes with a 4DGS checkpoint "
+                         f"(.pth), not a {kind} scene")
+    if kind == "nerf":
+        model = load_nerf(path)
+        return SceneFile(str(path), kind, model, framing_for_nerf(model))
+    data = load_checkpoint(path, time_duration=time_duration) if kind == "4dgs" else load_scene(path)
+    return SceneFile(str(path), kind, data, framing_for_points(data.means))
+
+
+__all__ = ["SCENE_SUFFIXES", "SceneFile", "SceneKind", "open_scene", "scene_kind"]

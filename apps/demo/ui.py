@@ -30,6 +30,8 @@ CSS = """
 #fg-readout { font-family: ui-monospace, monospace; font-size: 12.5px; }
 """
 
+NO_TAKE = "No take recorded yet: start one (microphone, Speak or Play) first."
+
 # JavaScript run in the Gradio page. The player is a same-origin iframe; its window.fg is the API.
 _PLAYER = "document.querySelector('#fg-player iframe')?.contentWindow?.fg"
 JS_PREPARE = f"(...args) => {{ {_PLAYER}?.prepare(); return args; }}"
@@ -104,8 +106,9 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
     async def stop_take(request: gr.Request):
         """End this page's live take and return its MP4 (what the player showed, with its audio)."""
         take = await ctx.relay.finish_take(ctx.tab_for(request.session_hash))
-        if take is None:
-            raise gr.Error("no take recorded yet: start one (microphone, Speak or Play) first")
+        if take is None:  # a message in the page (gr.Error would also print a traceback in the terminal)
+            gr.Warning(NO_TAKE)
+            return gr.skip(), gr.skip(), gr.skip()
         return take.saved, _readout(take.summary(), ctx), take.saved
 
     def refresh(shown: str | None, request: gr.Request):

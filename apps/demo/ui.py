@@ -12,7 +12,7 @@ controls talk to it in two ways:
 
 API (``gradio_client``): ``/take`` (text or an audio file → a recorded take, streamed through a fresh
 session in real time; returns the MP4 and a summary), ``/speak`` and ``/load_file`` (a clip for the page's
-player), ``/stop_take`` (the page's live take → its MP4).
+player), ``/stop_take`` (the page's live take → its MP4; a warning when there is none).
 """
 from __future__ import annotations
 
@@ -104,7 +104,8 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
         return f"fg/clip/{ctx.clips.put(samples)}"
 
     async def stop_take(request: gr.Request):
-        """End this page's live take and return its MP4 (what the player showed, with its audio)."""
+        """End this page's live take and return its MP4 (what the player showed, with its audio); with no
+        take yet, a warning in the page (:data:`NO_TAKE`) and nothing returned."""
         take = await ctx.relay.finish_take(ctx.tab_for(request.session_hash))
         if take is None:  # a message in the page (gr.Error would also print a traceback in the terminal)
             gr.Warning(NO_TAKE)

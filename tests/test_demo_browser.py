@@ -3,7 +3,9 @@ embedded (an iframe of apps/web/player.html), a microphone take (Chromium's fake
 speech-like WAV) presents frames with the page's own glass-to-glass delay under a second, "Stop take →
 MP4" hands over an MP4 that decodes, typed text spoken by eSpeak NG streams into a take, and two tabs get
 two sessions (these pinned to the cheap ``scope`` pipeline); and the demo as `framegraph demo` starts it runs
-the real avatar with the shipped bundle at sub-second delay, its state control reaching the avatar's graph.
+the real avatar with the shipped bundle at sub-second delay: before any take the idle face shows and "Stop
+take" says there is none; the first Speak on a fresh server and page is heard in the recorded take and
+moves the mouth (not during the silence after it); the state control reaches the avatar's graph.
 A screenshot of each test is saved under its tmp_path.
 
 Needs ``chromium`` (apt) and ``playwright`` (pip; no ``playwright install``): see browser_util.py.

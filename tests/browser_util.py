@@ -155,6 +155,22 @@ def assert_not_blank(rgb: np.ndarray, what: str) -> None:
     assert rgb.std() > 8 and colours > 20, f"{what} looks blank: std {rgb.std():.1f}, {colours} colours"
 
 
+def assert_shows_portrait(rgb: np.ndarray, portrait: np.ndarray, what: str, min_corr: float = 0.8) -> None:
+    """``rgb`` (a canvas screenshot, any size) shows ``portrait`` (``uint8 [H, W, 3]``): their grey levels
+    correlate above ``min_corr``, the picture cut from the screenshot's letterbox (the canvas is drawn
+    ``object-fit: contain``) and scaled to the portrait's size."""
+    from PIL import Image
+
+    grey = portrait.astype(np.float64).mean(axis=2)
+    (h, w), (H, W) = rgb.shape[:2], grey.shape
+    scale = min(w / W, h / H)
+    x0, y0 = round((w - W * scale) / 2), round((h - H * scale) / 2)
+    picture = rgb[y0:h - y0, x0:w - x0]
+    shown = np.asarray(Image.fromarray(picture).convert("L").resize((W, H)), dtype=np.float64)
+    corr = np.corrcoef(shown.ravel(), grey.ravel())[0, 1]
+    assert corr > min_corr, f"{what} is not the portrait: correlation {corr:.2f}, expected above {min_corr}"
+
+
 def wait_for(predicate, timeout_s: float, what: str) -> None:
     deadline = time.monotonic() + timeout_s
     while not predicate():

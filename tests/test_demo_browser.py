@@ -3,18 +3,23 @@ embedded (an iframe of apps/web/player.html), a microphone take (Chromium's fake
 speech-like WAV) presents frames with the page's own glass-to-glass delay under a second, "Stop take →
 MP4" hands over an MP4 that decodes, typed text spoken by eSpeak NG streams into a take, and two tabs get
 two sessions (these pinned to the cheap ``scope`` pipeline); and the demo as `framegraph demo` starts it runs
-the real avatar with the shipped bundle at sub-second delay, its state control reaching the avatar's graph.
+the real avatar with the shipped bundle at sub-second delay: before any take the idle face shows and "Stop
+take" says there is none; the first Speak on a fresh server and page is heard in the recorded take and
+moves the mouth (not during the silence after it); the state control reaches the avatar's graph.
 A screenshot of each test is saved under its tmp_path.
 
 Needs ``chromium`` (apt) and ``playwright`` (pip; no ``playwright install``): see browser_util.py.
 """
+import os
 import time
 
 import numpy as np
 import pytest
+import torch
 
-from browser_util import Page, assert_not_blank, chromium, wait_for, write_speech_wav
+from browser_util import Page, assert_not_blank, assert_shows_portrait, chromium, wait_for, write_speech_wav
 from framegraph.apps.demo import DemoConfig, serve_demo_in_thread
+from framegraph.apps.demo.ui import NO_TAKE
 from framegraph.stream.media import read_video
 from helpers import framegraph_threads
 
@@ -94,10 +99,21 @@ def test_microphone_take_shows_frames_at_sub_second_delay_and_records_an_mp4(pag
 
 
 def test_typed_text_streams_into_the_take_and_interrupt_stops_it(page, demo):
+    from framegraph.apps.demo import clips
+
+    # a clip fed to an idle player starts a session and is queued before the session is ready: it is
+    # spoken once it is, to its end (it was dropped at `ready`, issue #11)
+    first = clips.speak("One, two.")
+    page.frame.evaluate("url => fg.feed(url)", f"{demo.url}fg/clip/{demo.ctx.clips.put(first)}")
+    chunks = -(-len(first) // 320)  # 20 ms chunks
+    s = page.wait_stats(lambda s: s["clips"] == 1 and s["presented"] >= 10 and not s["feeding"], 25,
+                        "the first clip to be spoken")
+    assert s["fed_chunks"] == chunks, (s["fed_chunks"], chunks)
     page.page.fill("#fg-text textarea", "Good morning. This sentence is long enough to interrupt it halfway.")
-    page.page.click("#fg-speak")  # the player starts a session without the microphone, then streams the clip
-    s = page.wait_stats(lambda s: s["fed_chunks"] >= 40 and s["presented"] >= 30, 25, "the spoken clip streaming")
-    assert not s["mic"] and s["clips"] == 1 and s["feeding"]
+    page.page.click("#fg-speak")  # into the running session
+    s = page.wait_stats(lambda s: s["fed_chunks"] >= chunks + 40 and s["presented"] >= 30, 25,
+                        "the spoken clip streaming")
+    assert not s["mic"] and s["clips"] == 2 and s["feeding"]
     assert 0 < s["g2g_ms"]["p50"] < 1000, s["g2g_ms"]  # clip chunk sent → its frame presented
     rgb = page.canvas_rgb()
     page.screenshot()
@@ -105,7 +121,7 @@ def test_typed_text_streams_into_the_take_and_interrupt_stops_it(page, demo):
     page.page.click("#fg-interrupt")
     s = page.wait_stats(lambda s: not s["feeding"], 5, "the rest of the clip to be dropped")
     fed = s["fed_chunks"]
-    assert fed < 200  # ~4 s of speech: interrupted well before its end
+    assert fed - chunks < 200  # ~4 s of speech: interrupted well before its end
     time.sleep(0.5)
     assert page.stats()["fed_chunks"] == fed
     assert not page.stats()["errors"] and not page.errors
@@ -128,6 +144,16 @@ def test_two_tabs_get_two_sessions(browser, demo, tmp_path):
     wait_for(lambda: demo.server.server.session_count == 0, 10, "both sessions to close with their tabs")
 
 
+def audio_rms_at_frames(video: dict) -> np.ndarray:
+    """``float [T]``: RMS (int16 units) of a video's audio over each frame's period (40 ms at 25 fps) centred
+    on its time; ``video`` from ``read_video``."""
+    audio, rate = video["audio"].astype(np.float64), video["audio_rate"]
+    half = rate // 50
+    centres = np.round((video["frame_times_s"] - video["audio_start_s"]) * rate).astype(int)
+    windows = [audio[max(0, c - half):c + half] for c in centres]
+    return np.array([np.sqrt(np.mean(w ** 2)) if w.size else 0.0 for w in windows])
+
+
 @pytest.fixture(scope="module")
 def avatar_demo(tmp_path_factory):
     """The demo as `framegraph demo` starts it (pipeline "auto"): the real ``avatar`` pipeline with the
@@ -138,16 +164,38 @@ def avatar_demo(tmp_path_factory):
     wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
 
 
-def test_avatar_take_speaks_at_sub_second_delay_and_the_state_control_reaches_it(browser, avatar_demo, tmp_path):
-    from framegraph.models.avatar import StateOverride
+def test_avatar_first_press_speaks_the_clip_the_mouth_moves_and_the_take_is_heard(browser, avatar_demo, tmp_path,
+                                                                                     capfd):
+    """On a fresh server and a fresh page, the first press of Speak streams the clip: the take's audio is
+    the speech (not silence), the avatar's mouth moves while it plays and rests after it, at sub-second
+    delay; before that the idle face shows and "Stop take" says there is no take; the state control
+    reaches the avatar's graph."""
+    from PIL import Image
 
+    from framegraph.apps.server.avatar_pipeline import AVATARS_DIR, load_bundle
+
+    # nothing here loads the avatar before the first press (its bundle, the models): the server alone does
+    portrait = np.asarray(Image.open(os.path.join(AVATARS_DIR, "astronaut", "portrait.png")).convert("RGB"))
     p = DemoPage(browser, avatar_demo.url, tmp_path / "avatar.png")
     try:
         assert "avatar" in p.page.inner_text("#fg-pipeline-note")
-        p.page.click("#fg-speak")
-        s = p.wait_stats(lambda s: s["presented"] >= 30 and s["g2g_ms"]["n"] >= 20, 90, "30 avatar frames")
+        # before any take: the avatar's idle face is on the canvas, and Stop says there is nothing to stop
+        wait_for(lambda: p.stats()["poster"], 10, "the idle face to be drawn")
+        p.screenshot(tmp_path / "idle.png")
+        assert_shows_portrait(p.canvas_rgb(), portrait, "the idle face before any take")
+        p.page.click("#fg-stop")
+        p.page.get_by_text(NO_TAKE).first.wait_for(timeout=10_000)
+        p.page.click("#fg-speak")  # the first press: starts the session and streams the clip
+        s = p.wait_stats(lambda s: s["clips"] == 1 and s["presented"] >= 30 and s["g2g_ms"]["n"] >= 20, 90,
+                         "30 avatar frames of the first clip")
         assert s["pipeline"] == "avatar" and (s["video"]["width"], s["video"]["height"]) == (256, 256)
         assert 0 < s["g2g_ms"]["p50"] < 1000, s["g2g_ms"]
+        spoken = p.wait_stats(lambda s: not s["feeding"], 30, "the clip to be spoken to its end")
+        assert spoken["fed_chunks"] * 0.02 > 2.5, spoken  # all of the ~3.5 s sentence was streamed
+        time.sleep(1.5)  # a silent stretch after the speech, in the same take
+        from framegraph.models.avatar import StateOverride
+        from framegraph.models.avatar.evaluate import mouth_openness, search_box
+
         session = next(iter(avatar_demo.server.server.sessions.values()))
         state = next(st for st in session.pipeline.graph.stages if isinstance(st, StateOverride))
         assert state.mode == "auto"
@@ -156,8 +204,31 @@ def test_avatar_take_speaks_at_sub_second_delay_and_the_state_control_reaches_it
         wait_for(lambda: state.mode == "speaking", 5, "the avatar's state override to be set")
         p.screenshot()
         assert not p.stats()["errors"], p.stats()["errors"]
-        print(f"\ndemo avatar: {s['presented']} frames at {s['fps']:.1f} fps, glass-to-glass p50 "
-              f"{s['g2g_ms']['p50']:.0f} p95 {s['g2g_ms']['p95']:.0f} ms")
+        p.page.click("#fg-stop")
+        p.page.locator("#fg-take a").first.wait_for(timeout=20_000)
+        take = next(t for tab in avatar_demo.ctx.relay.tabs.values() for t in tab.finished
+                    if t.session == s["ready"]["session"])
+        video = read_video(take.saved)  # before the page closes: its takes are deleted with it
     finally:
         p.close()
     wait_for(lambda: avatar_demo.server.server.session_count == 0, 10, "the session to close")
+    assert "Traceback" not in capfd.readouterr().err  # "Stop take" before a take is a message, not a crash
+
+    # the take as the user heard and saw it: speech, then silence; the mouth moves with the speech only
+    avatar = load_bundle("astronaut")
+    audio = video["audio"].astype(np.float64)
+    rms = audio_rms_at_frames(video)
+    speech, silence = rms > 500, rms < 30
+    assert np.sqrt(np.mean(audio ** 2)) > 500 and speech.sum() >= 25, (np.sqrt(np.mean(audio ** 2)), speech.sum())
+    assert silence.sum() >= 10, silence.sum()  # the stretch after the speech
+    x0, y0, x1, y1 = search_box(avatar.mouth_box, video["frames"].shape[1:3])
+    mouth = video["frames"][:, y0:y1, x0:x1].astype(np.float64)
+    change = np.abs(np.diff(mouth, axis=0)).mean(axis=(1, 2, 3))  # frame to frame, in the mouth region
+    moving, resting = change[speech[1:]].mean(), change[silence[1:]].mean()
+    opening = mouth_openness(torch.from_numpy(video["frames"]), avatar.mouth_box, avatar.portrait)
+    print(f"\ndemo avatar: {s['presented']} frames at {s['fps']:.1f} fps, glass-to-glass p50 "
+          f"{s['g2g_ms']['p50']:.0f} p95 {s['g2g_ms']['p95']:.0f} ms; take: audio rms {np.sqrt(np.mean(audio ** 2)):.0f}, "
+          f"{speech.sum()} speech / {silence.sum()} silent frames, mouth change {moving:.2f} vs {resting:.2f} "
+          f"at rest, openness {opening[speech].mean():.2f} vs {opening[silence].mean():.2f} px")
+    assert moving > 2.0 and moving > 2 * resting, (moving, resting)
+    assert opening[speech].max() > 3.0 and opening[silence].mean() < 2.0, (opening[speech], opening[silence])

@@ -8,15 +8,18 @@ Layout of the demo's port (one FastAPI app run by uvicorn):
 - ``/``            the Gradio app (:mod:`.ui`);
 - ``/fg/...``      the player (``apps/web/player.html`` + ``app.js`` + ``pcm-worklet.js``), shown in an
                    iframe; ``/fg/ws?tab=ID`` is its WebSocket (:class:`~.relay.Relay` → the server);
-                   ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream.
+                   ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream; ``/fg/idle/NAME.png``
+                   the avatar's idle face, the player's picture until the first take.
 
 The framegraph :class:`~framegraph.apps.server.StreamServer` runs in the same process on its own event
 loop (``serve_in_thread``), bound to loopback on a free port: the relay and the API's headless takes
-are its clients. Each session owns its graph, so tabs never share state.
+are its clients. Each session owns its graph, so tabs never share state. The avatar's bundle is loaded
+while the demo starts (imports, weights, identity latent: about 2 s on a CPU), not by the first take.
 """
 from __future__ import annotations
 
 import importlib
+import io
 import json
 import logging
 import os
@@ -87,6 +90,17 @@ class PipelineChoice:
             options[PORTRAIT_OPTION] = portrait
         return options
 
+    def warm_up(self) -> None:
+        """Load what the first session would otherwise wait for: the avatar's default bundle (shared by
+        every session; about 2 s on a CPU, most of a cold first frame's delay)."""
+        if self.name == "avatar":
+            from framegraph.apps.server.avatar_pipeline import default_avatar, load_bundle
+
+            try:
+                load_bundle(default_avatar())
+            except Exception as exc:  # noqa: BLE001 - the first session reports it to the page
+                log.warning("the avatar could not be loaded ahead of the first take: %s", exc)
+
 
 def pipeline_available(name: str) -> tuple[bool, str]:
     """Whether the server can run ``name`` (importing its lazy module now, so the first take does not
@@ -146,6 +160,7 @@ class DemoContext:
         self.clips = ClipStore()
         self.tab_by_session: dict[str, str] = {}
         self.api_takes = 0
+        self.idle_faces: dict[str, bytes] = {}
         self._lock = threading.Lock()
 
     def tab_for(self, session_hash: str | None) -> str:
@@ -161,7 +176,27 @@ class DemoContext:
         """The player iframe's URL (relative to the Gradio page) for ``tab``."""
         query = {"url": f"ws?tab={tab}", "pipeline": self.choice.name,
                  "options": json.dumps(self.choice.start_options(self.config.video, portrait))}
+        if self.choice.name == "avatar":
+            query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
         return "fg/player.html?" + urlencode(query)
+
+    def idle_face_png(self, portrait: str) -> bytes | None:
+        """PNG of the avatar ``portrait`` at rest: its bundle's portrait, the picture its frames are drawn
+        into. None when the server has no such avatar."""
+        if self.choice.name != "avatar":
+            return None
+        from PIL import Image
+
+        from framegraph.apps.server.avatar_pipeline import available_avatars, load_bundle
+
+        if portrait not in available_avatars():
+            return None
+        with self._lock:
+            if portrait not in self.idle_faces:
+                buf = io.BytesIO()
+                Image.fromarray(load_bundle(portrait).portrait.numpy()).save(buf, format="PNG")
+                self.idle_faces[portrait] = buf.getvalue()
+            return self.idle_faces[portrait]
 
     def next_api_take_path(self) -> str:
         with self._lock:
@@ -195,6 +230,14 @@ def create_app(ctx: DemoContext):
             return PlainTextResponse(f"no clip {clip_id[:24]!r} (clips are kept for a while only)\n", status_code=404)
         return Response(data, media_type="application/octet-stream", headers={"Cache-Control": "no-store"})
 
+    @app.get("/fg/idle/{portrait}.png")
+    def idle_face(portrait: str):
+        png = ctx.idle_face_png(portrait)
+        if png is None:
+            return PlainTextResponse(f"no idle face for {portrait[:40]!r}: the demo runs {ctx.choice.name!r} with "
+                                     f"no such avatar\n", status_code=404)
+        return Response(png, media_type="image/png", headers={"Cache-Control": "no-store"})
+
     @app.websocket("/fg/ws")
     async def player_socket(ws: WebSocket):
         await ctx.relay.handle(ws)
@@ -222,6 +265,8 @@ class DemoHandle:
         if not is_loopback(cfg.host):
             log.warning("the demo listens on %s: anyone who can reach it can use it (no login)", cfg.host)
         choice = choose_pipeline(cfg.pipeline)
+        warm_up = threading.Thread(target=choice.warm_up, name="demo-warm-up", daemon=True)
+        warm_up.start()  # alongside the servers' start
         self.server = serve_in_thread(ServerConfig(host="127.0.0.1", port=0, max_sessions=cfg.max_sessions,
                                                    stats_interval_s=1.0)).start()
         self.ctx = DemoContext(cfg, self.server.url, choice)
@@ -241,6 +286,7 @@ class DemoHandle:
                 self.stop()
                 raise TimeoutError(f"the demo did not start within {timeout_s:g} s")
             time.sleep(0.05)
+        warm_up.join()
         return self
 
     @property

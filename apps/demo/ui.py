@@ -12,7 +12,7 @@ controls talk to it in two ways:
 
 API (``gradio_client``): ``/take`` (text or an audio file → a recorded take, streamed through a fresh
 session in real time; returns the MP4 and a summary), ``/speak`` and ``/load_file`` (a clip for the page's
-player), ``/stop_take`` (the page's live take → its MP4).
+player), ``/stop_take`` (the page's live take → its MP4; a warning when there is none).
 """
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ CSS = """
 #fg-player iframe { width: 100%; height: 620px; border: 0; border-radius: 8px; background: #111; display: block; }
 #fg-readout { font-family: ui-monospace, monospace; font-size: 12.5px; }
 """
+
+NO_TAKE = "No take recorded yet: start one (microphone, Speak or Play) first."
 
 # JavaScript run in the Gradio page. The player is a same-origin iframe; its window.fg is the API.
 _PLAYER = "document.querySelector('#fg-player iframe')?.contentWindow?.fg"
@@ -102,10 +104,12 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
         return f"fg/clip/{ctx.clips.put(samples)}"
 
     async def stop_take(request: gr.Request):
-        """End this page's live take and return its MP4 (what the player showed, with its audio)."""
+        """End this page's live take and return its MP4 (what the player showed, with its audio); with no
+        take yet, a warning in the page (:data:`NO_TAKE`) and nothing returned."""
         take = await ctx.relay.finish_take(ctx.tab_for(request.session_hash))
-        if take is None:
-            raise gr.Error("no take recorded yet: start one (microphone, Speak or Play) first")
+        if take is None:  # a message in the page (gr.Error would also print a traceback in the terminal)
+            gr.Warning(NO_TAKE)
+            return gr.skip(), gr.skip(), gr.skip()
         return take.saved, _readout(take.summary(), ctx), take.saved
 
     def refresh(shown: str | None, request: gr.Request):

@@ -49,6 +49,12 @@ def available_avatars(root: str | None = None) -> list[str]:
     return sorted(names, key=lambda n: n != DEFAULT_AVATAR)
 
 
+def default_avatar(root: str | None = None) -> str:
+    """The bundle a session gets when it names no ``portrait``."""
+    names = available_avatars(root)
+    return names[0] if names else DEFAULT_AVATAR
+
+
 def load_bundle(name: str, root: str | None = None):
     """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state)."""
     from framegraph.models.avatar import load_avatar
@@ -69,7 +75,7 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     names = available_avatars(root)
     name = opts._get("portrait")
     if name is None:
-        name = names[0] if names else DEFAULT_AVATAR
+        name = default_avatar(root)
     if not isinstance(name, str) or name not in names:
         raise opts._bad("portrait", name, f"one of the server's avatars {names}")
     try:

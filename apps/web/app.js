@@ -13,7 +13,8 @@
 //
 // Embedding (player.html, used by the Gradio demo in apps/demo): query parameters preset the session —
 // `url` (absolute ws:// URL, or a path on this page's host such as `ws?tab=ID`), `pipeline`, `size`,
-// `codec`, `options` (JSON object merged into the start options), `play` (1: play the returned audio) —
+// `codec`, `options` (JSON object merged into the start options), `play` (1: play the returned audio),
+// `poster` (an image drawn on the canvas when the page opens, until the first frame: the avatar's idle face) —
 // and `window.fg` drives it from the embedding page: `start({mic})` (mic: false streams silence instead of
 // the microphone, keeping an audio-clocked pipeline running), `stop()`, `interrupt()`, `config(options)`
 // (live options, remembered and re-sent after each `ready`), `prepare()` (inside a click: unlocks audio
@@ -158,7 +159,7 @@ async function onControl(msg) {
   if (msg.type === "ready") {
     session = msg;
     const v = msg.video;
-    view.width = v.width; view.height = v.height;
+    if (view.width !== v.width || view.height !== v.height) { view.width = v.width; view.height = v.height; }  // (clears it)
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
     if (Object.keys(liveConfig).length) sendConfig();
@@ -325,8 +326,10 @@ const feed = { clips: [], clip: null, pos: 0, t0: 0, sent: 0, timer: 0, seq: 0 }
 
 function feeding() { return feed.clip !== null || feed.clips.length > 0; }
 
+// At `ready`: clips queued while the session was starting (a first Speak fetches its clip before the
+// server is ready) are kept and spoken first.
 function startPump() {
-  stopPump();
+  if (feed.timer) clearInterval(feed.timer);
   Object.assign(feed, { t0: performance.now(), sent: 0, seq: 0 });
   feed.timer = setInterval(pump, 10);
 }
@@ -513,6 +516,7 @@ function stats() {
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
     server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
     mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
+    poster: posterShown,
   };
 }
 
@@ -540,6 +544,20 @@ setInterval(() => {
   if (orbit.on) lines.push(`camera        az ${orbit.az.toFixed(0)}°  el ${orbit.el.toFixed(0)}°  ${orbit.sent} poses sent`);
   $("readout").textContent = lines.join("\n");
 }, 250);
+
+// ---- the poster: a still picture until the first frame ----------------------------------------------
+let posterShown = false;
+if (params.get("poster")) {
+  const img = new Image();
+  img.onload = () => {
+    if (present.drawn || m.presented) return;  // a frame came first
+    view.width = img.naturalWidth; view.height = img.naturalHeight;
+    g.drawImage(img, 0, 0);
+    posterShown = true;
+  };
+  img.onerror = () => log(`poster ${params.get("poster")}: not loaded`, "err");
+  img.src = params.get("poster");
+}
 
 // ---- controls --------------------------------------------------------------------------------------
 $("start").onclick = () => start({ mic: true });

@@ -6,10 +6,12 @@ text spoken by eSpeak NG, or an uploaded file; portrait and state choice, interr
 readouts; every take recorded to a downloadable MP4. The ``avatar`` pipeline when the server has it,
 else the microphone ``scope``, with a note saying which runs.
 
-Modules: ``app`` (the process: server + relay + Gradio on one port), ``ui`` (the Gradio page and its
+Modules: ``app`` (the process: server + relay + Gradio on one port), ``context`` (configuration, the
+pipeline choice, what handlers and routes share), ``ui`` (the Gradio page and its
 API), ``relay`` (player ↔ server, recording), ``clips`` (text / file → 16 kHz PCM), ``cli``.
 """
-from .app import DemoConfig, DemoHandle, choose_pipeline, serve_demo_in_thread
+from .app import DemoHandle, serve_demo_in_thread
+from .context import DemoConfig, choose_pipeline
 from .cli import add_arguments, run
 
 __all__ = ["DemoConfig", "DemoHandle", "choose_pipeline", "serve_demo_in_thread", "add_arguments", "run"]

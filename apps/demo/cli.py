@@ -8,7 +8,8 @@ import sys
 import threading
 import webbrowser
 
-from .app import DemoConfig, serve_demo_in_thread
+from .app import serve_demo_in_thread
+from .context import DemoConfig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

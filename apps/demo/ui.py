@@ -23,7 +23,7 @@ import gradio as gr
 import numpy as np
 
 from . import clips
-from .app import STATE_OPTION, STATES, DemoContext, portraits
+from .context import STATE_OPTION, STATES, DemoContext, portraits
 
 CSS = """
 #fg-player iframe { width: 100%; height: 620px; border: 0; border-radius: 8px; background: #111; display: block; }

@@ -1,0 +1,183 @@
+"""What the demo's parts share: its configuration, the pipeline it runs, and the per-process context
+that the Gradio handlers (:mod:`.ui`) and the routes (:mod:`.app`) both use."""
+from __future__ import annotations
+
+import importlib
+import io
+import json
+import logging
+import os
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from urllib.parse import urlencode
+
+from framegraph.apps.server import pipelines
+
+from .clips import ClipStore
+from .relay import Relay
+
+log = logging.getLogger("framegraph.demo")
+
+PORTRAITS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                             "assets", "portraits")
+DEFAULT_PORTRAIT = "astronaut"
+# The avatar pipeline's options the demo sets: start option PORTRAIT_OPTION (a portrait's name in
+# assets/portraits, sent only when it is not the default) and live option STATE_OPTION (``config``).
+PORTRAIT_OPTION = "portrait"
+STATE_OPTION = "state"
+STATES = ("auto", "speaking", "listening", "idle")
+
+
+@dataclass
+class DemoConfig:
+    """What ``framegraph demo`` can set.
+
+    Attributes:
+        host / port: where the demo listens (127.0.0.1 by default; port 0 picks a free one).
+        pipeline: ``"auto"`` (``avatar`` when the server has it, else ``scope``) or a pipeline name.
+        max_sessions: concurrent live sessions (tabs) plus headless takes.
+        takes_dir: where take MP4s go (default: a fresh temporary folder).
+        video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    pipeline: str = "auto"
+    max_sessions: int = 8
+    takes_dir: str | None = None
+    video: dict = field(default_factory=dict)
+
+
+@dataclass
+class PipelineChoice:
+    """The pipeline the demo runs, and what the page says about it."""
+
+    name: str
+    note: str
+    avatar: bool  # takes a portrait and the speaking / listening / idle state
+
+    def start_options(self, video: dict, portrait: str | None = None) -> dict:
+        options = dict(video)
+        if not self.avatar and "size" not in options:
+            options["size"] = "320x240"  # the scope: small and cheap on a CPU
+        if self.avatar and portrait and portrait != DEFAULT_PORTRAIT:
+            options[PORTRAIT_OPTION] = portrait
+        return options
+
+    def warm_up(self) -> None:
+        """Load what the first session would otherwise wait for: the avatar's default bundle (shared by
+        every session; about 2 s on a CPU, most of a cold first frame's delay)."""
+        if self.name == "avatar":
+            from framegraph.apps.server.avatar_pipeline import default_avatar, load_bundle
+
+            try:
+                load_bundle(default_avatar())
+            except Exception as exc:  # noqa: BLE001 - the first session reports it to the page
+                log.warning("the avatar could not be loaded ahead of the first take: %s", exc)
+
+
+def pipeline_available(name: str) -> tuple[bool, str]:
+    """Whether the server can run ``name`` (importing its lazy module now, so the first take does not
+    wait for it), and why not."""
+    if name in pipelines.REGISTRY:
+        return True, ""
+    module = pipelines.LAZY.get(name)
+    if module is None:
+        return False, f"no {name!r} pipeline is registered on this server"
+    try:
+        importlib.import_module(module)
+    except Exception as exc:  # noqa: BLE001 - anything that stops the import means: not available
+        return False, f"{module} failed to load ({type(exc).__name__}: {exc})"
+    if name not in pipelines.REGISTRY:
+        return False, f"{module} did not register {name!r}"
+    return True, ""
+
+
+def choose_pipeline(requested: str = "auto") -> PipelineChoice:
+    """``auto``: the avatar when it is available, else the microphone scope, with a note saying which
+    runs and why. A named pipeline must be available."""
+    if requested == "auto":
+        ok, why = pipeline_available("avatar")
+        if ok:
+            return PipelineChoice("avatar", "Pipeline **avatar**: the talking portrait, driven by the audio "
+                                            "you stream.", True)
+        return PipelineChoice("scope", f"Pipeline **scope** (fallback): {why}, so the live picture is the "
+                                       f"audio scope (waveform + level) instead of a talking portrait. Portrait "
+                                       f"and state have no effect on it.", False)
+    ok, why = pipeline_available(requested)
+    if not ok:
+        raise ValueError(f"pipeline {requested!r} is not available: {why}; this server has "
+                         f"{sorted(pipelines.available())}")
+    avatar = requested == "avatar"
+    return PipelineChoice(requested, f"Pipeline **{requested}** (chosen with --pipeline).", avatar)
+
+
+def portraits() -> list[str]:
+    """Portrait names shipped in assets/portraits (image stems), the default first."""
+    try:
+        names = sorted({os.path.splitext(f)[0] for f in os.listdir(PORTRAITS_DIR)
+                        if f.lower().endswith((".png", ".jpg", ".jpeg"))})
+    except FileNotFoundError:
+        names = []
+    return [DEFAULT_PORTRAIT] + [n for n in names if n != DEFAULT_PORTRAIT]
+
+
+class DemoContext:
+    """What the Gradio handlers and the routes share: the server, the relay, the clips, the choice."""
+
+    def __init__(self, config: DemoConfig, server_url: str, choice: PipelineChoice):
+        self.config = config
+        self.server_url = server_url
+        self.choice = choice
+        self.takes_dir = config.takes_dir or tempfile.mkdtemp(prefix="framegraph-demo-")
+        self.relay = Relay(server_url, self.takes_dir, bind_host=config.host)
+        self.clips = ClipStore()
+        self.tab_by_session: dict[str, str] = {}
+        self.api_takes = 0
+        self.idle_faces: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def tab_for(self, session_hash: str | None) -> str:
+        """The relay tab of one Gradio page (its session hash), made on first use."""
+        key = session_hash or "-"
+        with self._lock:
+            tab = self.tab_by_session.get(key)
+            if tab is None or self.relay.tab(tab) is None:
+                tab = self.tab_by_session[key] = self.relay.new_tab()
+            return tab
+
+    def player_src(self, tab: str, portrait: str | None = None) -> str:
+        """The player iframe's URL (relative to the Gradio page) for ``tab``."""
+        query = {"url": f"ws?tab={tab}", "pipeline": self.choice.name,
+                 "options": json.dumps(self.choice.start_options(self.config.video, portrait))}
+        if self.choice.name == "avatar":
+            query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
+        return "fg/player.html?" + urlencode(query)
+
+    def idle_face_png(self, portrait: str) -> bytes | None:
+        """PNG of the avatar ``portrait`` at rest: its bundle's portrait, the picture its frames are drawn
+        into. None when the server has no such avatar."""
+        if self.choice.name != "avatar":
+            return None
+        from PIL import Image
+
+        from framegraph.apps.server.avatar_pipeline import available_avatars, load_bundle
+
+        if portrait not in available_avatars():
+            return None
+        with self._lock:
+            if portrait not in self.idle_faces:
+                buf = io.BytesIO()
+                Image.fromarray(load_bundle(portrait).portrait.numpy()).save(buf, format="PNG")
+                self.idle_faces[portrait] = buf.getvalue()
+            return self.idle_faces[portrait]
+
+    def next_api_take_path(self) -> str:
+        with self._lock:
+            self.api_takes += 1
+            n = self.api_takes
+        old = os.path.join(self.takes_dir, f"api-take-{n - 4}.mp4")  # Gradio has served it from its cache
+        if os.path.exists(old):
+            os.remove(old)
+        return os.path.join(self.takes_dir, f"api-take-{n}.mp4")

@@ -14,12 +14,12 @@ import sys
 
 # Benchmarks: name → module with add_arguments(parser) and run(args) -> int.
 BENCHES = {
-    "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
-    "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
-    "render": ("framegraph.apps.bench_render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
-    "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
-    "avatar": ("framegraph.apps.bench_avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
-    "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
+    "runtime": ("framegraph.apps.bench.runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
+    "kernels": ("framegraph.apps.bench.kernels", "attention and DiT kernels against their torch / library peers"),
+    "render": ("framegraph.apps.bench.render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
+    "server": ("framegraph.apps.bench.server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
+    "avatar": ("framegraph.apps.bench.avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
+    "report": ("framegraph.apps.bench.report", "collect benchmark JSON files into one HTML page + PNG"),
 }
 
 
@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     from framegraph.stream import GraphError, StageError
     from framegraph.stream.media import MediaError
 
-    from . import benchmeta
+    from .bench import meta as benchmeta
 
     argv = sys.argv[1:] if argv is None else list(argv)
     benchmeta.set_command(argv)

@@ -28,7 +28,7 @@ import torch
 
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
-from .benchmeta import bench_metadata
+from .meta import bench_metadata
 
 
 def _rss_bytes() -> int:

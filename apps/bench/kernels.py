@@ -27,7 +27,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from .benchmeta import bench_metadata
+from .meta import bench_metadata
 
 OPS = ("block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention")
 

@@ -38,7 +38,7 @@ def _command() -> str:
 
 def bench_metadata(name: str) -> dict:
     """``{"benchmark", "device", "command", "git_commit", "date", "versions", "cuda"}``."""
-    from .info import collect, device_name
+    from ..info import collect, device_name
 
     info = collect()
     return {

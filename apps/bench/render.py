@@ -54,9 +54,9 @@ import time
 
 import torch
 
-from .argtypes import size
+from ..argtypes import size
 
-ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets")
+ASSETS = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets")
 DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
 DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
 SECTIONS = ("3dgs", "4dgs", "nerf")
@@ -729,7 +729,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace, device: torch.device) -> int:
-    from .benchmeta import bench_metadata
+    from .meta import bench_metadata
 
     bench = _Bench(args, device)
     result = bench_metadata("render")

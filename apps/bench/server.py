@@ -24,8 +24,8 @@ import time
 
 import numpy as np
 
-from .bench_runtime import _rss_bytes
-from .benchmeta import bench_metadata
+from .runtime import _rss_bytes
+from .meta import bench_metadata
 
 
 def speech_like(seconds: float, rate: int = 16_000, seed: int = 0) -> np.ndarray:
@@ -49,7 +49,7 @@ def _framegraph_threads() -> int:
 
 
 def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
-    from .client import stream_session
+    from ..client import stream_session
 
     audio = speech_like(seconds)
     rss, fps, g2g = [], [], []
@@ -71,7 +71,7 @@ def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
 
 
 def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
-    from .client import stream_session
+    from ..client import stream_session
 
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
@@ -125,7 +125,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .server.app import ServerConfig, serve_in_thread
+    from ..server.app import ServerConfig, serve_in_thread
 
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
     if sessions < 2 or soak <= 0:

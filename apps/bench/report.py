@@ -99,7 +99,7 @@ def _plot_kernels(data: dict, plt):
 
 def _plot_render(data: dict, plt):
     if "cases" in data:  # 3DGS / 4DGS / NeRF sections
-        from .bench_render import figure
+        from .render import figure
 
         return figure(data, plt)
     res = {k: v for k, v in data["results"].items() if v.get("fps") is not None}  # skipped backends have none
@@ -113,7 +113,7 @@ def _plot_render(data: dict, plt):
 
 
 def _plot_avatar(data: dict, plt):
-    from .bench_avatar import figure
+    from .avatar import figure
 
     return figure(data, plt)
 

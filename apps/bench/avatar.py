@@ -49,14 +49,14 @@ import time
 import numpy as np
 import torch
 
-from .benchmeta import bench_metadata
+from .meta import bench_metadata
 
 SAMPLE_RATE = 16_000
 CHUNK = 320  # 20 ms of 16 kHz audio: what PushAudioSource emits and a client sends
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
            "sessions": 4, "session_fps": 25.0}
 SESSION_FPS_TOLERANCE = 0.95  # presentation is paced by the audio: a session that keeps up shows fps ± jitter
-DEFAULT_AVATAR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "assets", "avatars",
+DEFAULT_AVATAR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets", "avatars",
                               "astronaut")
 
 
@@ -144,7 +144,7 @@ def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
             total += len(s) + len(pause)
         return np.concatenate(parts)[:n], {"source": "espeak-ng speech (en-us, models.synth.synthesize)",
                                           "text": " ".join(texts)}
-    from .bench_server import speech_like
+    from .server import speech_like
 
     return speech_like(seconds, SAMPLE_RATE, seed)[:n], {
         "source": "synthetic voiced bursts (bench_server.speech_like): espeak-ng is not available"}
@@ -567,7 +567,7 @@ def _settings(args) -> dict:
 
 def _shown_path(path: str) -> str:
     """A bundle path as recorded: relative to the repository when inside it."""
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     full = os.path.abspath(path)
     return os.path.relpath(full, root) if full.startswith(root + os.sep) else full
 

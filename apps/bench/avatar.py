@@ -41,23 +41,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import threading
-import time
 
 import numpy as np
 import torch
 
-from .meta import bench_metadata
+from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
+from .measure import torch_threads
+from .meta import ASSETS, ROOT, bench_metadata, write_result
+from .speech import SAMPLE_RATE, speech
 
-SAMPLE_RATE = 16_000
-CHUNK = 320  # 20 ms of 16 kHz audio: what PushAudioSource emits and a client sends
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
            "sessions": 4, "session_fps": 25.0}
-SESSION_FPS_TOLERANCE = 0.95  # presentation is paced by the audio: a session that keeps up shows fps ± jitter
-DEFAULT_AVATAR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets", "avatars",
-                              "astronaut")
+DEFAULT_AVATAR = os.path.join(ASSETS, "avatars", "astronaut")
 
 
 # ---- the model class ---------------------------------------------------------------------------------
@@ -114,312 +110,6 @@ def random_bundle(cls: dict, size: int, seed: int = 0):
                   mouth_box=None if mouth is None else tuple(float(v) * scale for v in mouth),
                   fps=float(a.get("fps", 25.0)), chunk_frames=int(a.get("chunk_frames", 1)),
                   steps=int(a.get("steps", 2)), shift=float(a.get("shift", 1.0)), vad=bool(a.get("vad", True)))
-
-
-def _params(module) -> int:
-    return int(sum(p.numel() for p in module.parameters()))
-
-
-# ---- audio -------------------------------------------------------------------------------------------
-
-def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
-    """Exactly ``seconds`` of 16 kHz int16 speech: espeak-ng sentences when available, else synthetic
-    voiced bursts. Returns the samples and a description for the JSON."""
-    n = int(round(seconds * SAMPLE_RATE))
-    try:
-        from framegraph.models.synth import espeak_available, make_sentence, synthesize
-
-        ok = espeak_available()
-    except ImportError:
-        ok = False
-    if ok:
-        rng = np.random.default_rng(seed)
-        parts, texts, total = [], [], 0
-        pause = np.zeros(int(0.15 * SAMPLE_RATE), np.int16)
-        while total < n:
-            text = make_sentence(rng)
-            s = synthesize(text, voice="en-us", sample_rate=SAMPLE_RATE).samples.astype(np.int16)
-            parts += [s, pause]
-            texts.append(text)
-            total += len(s) + len(pause)
-        return np.concatenate(parts)[:n], {"source": "espeak-ng speech (en-us, models.synth.synthesize)",
-                                          "text": " ".join(texts)}
-    from .server import speech_like
-
-    return speech_like(seconds, SAMPLE_RATE, seed)[:n], {
-        "source": "synthetic voiced bursts (bench_server.speech_like): espeak-ng is not available"}
-
-
-# ---- stages and timing helpers -----------------------------------------------------------------------
-
-def _collect_sink(height: int, width: int, device: str, capacity: int):
-    from framegraph.stream import PortSpec, Stage
-
-    class Collect(Stage):
-        """Stamps each composited frame's arrival (after its producer's work on CUDA has finished)."""
-
-        def __init__(self):
-            super().__init__("collect")
-            self.inputs = {"video": PortSpec((height, width, 3), torch.uint8, device)}
-            self.arrival_ns = np.zeros(capacity, np.int64)
-            self.count = 0
-            self.first_event = threading.Event()
-
-        def process(self, inputs, out):
-            if self.ctx.stream is not None:
-                self.ctx.stream.synchronize()  # this stage's stream only: it waited on the frame's ready event
-            now = time.monotonic_ns()
-            if self.count < len(self.arrival_ns):
-                self.arrival_ns[self.count] = now
-            self.count += 1
-            self.first_event.set()
-
-    return Collect()
-
-
-class _GpuStageTimer:
-    """CUDA events around each stage's ``process()`` on the stage's own stream (preallocated, resolved
-    after the run) — the GPU time of each call, which host-side telemetry cannot see."""
-
-    def __init__(self, stages, capacity: int):
-        self.events = {}
-        for s in stages:
-            pool = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                    for _ in range(capacity)]
-            used = [0]
-            self.events[s.name] = (pool, used)
-            orig = s.process
-
-            def timed(inputs, out, _orig=orig, _pool=pool, _used=used):
-                i = _used[0]
-                if i >= len(_pool):
-                    return _orig(inputs, out)
-                _pool[i][0].record()  # the current stream is the stage's own (the graph's worker sets it)
-                _orig(inputs, out)
-                _pool[i][1].record()
-                _used[0] = i + 1
-
-            s.process = timed
-
-    def summary(self) -> dict:
-        out = {}
-        for name, (pool, used) in self.events.items():
-            ms = []
-            for a, b in pool[:used[0]]:
-                b.synchronize()  # after the run: off the hot path
-                ms.append(a.elapsed_time(b))
-            out[name] = _pct(ms)
-        return out
-
-
-def _pct(values) -> dict:
-    v = np.asarray(values, np.float64)
-    if v.size == 0:
-        return {"calls": 0}
-    p50, p95, p99 = np.percentile(v, [50, 95, 99])
-    return {"calls": int(v.size), "p50_ms": float(p50), "p95_ms": float(p95), "p99_ms": float(p99),
-            "mean_ms": float(v.mean()), "max_ms": float(v.max())}
-
-
-def _stage_table(report: dict, names) -> dict:
-    out = {}
-    for name in names:
-        s = report["stages"][name]["process"]
-        if s.get("count"):
-            out[name] = {"calls": s["count"], "p50_ms": s["p50_ms"], "p95_ms": s["p95_ms"], "p99_ms": s["p99_ms"],
-                         "mean_ms": s["mean_ms"], "max_ms": s["max_ms"]}
-    return out
-
-
-def _sync(device: str) -> None:
-    if device.startswith("cuda"):
-        torch.cuda.synchronize()  # between runs only, never while a graph is running
-
-
-def _pusher(src, audio: np.ndarray, t0_s: float, live: bool, done: threading.Event | None = None):
-    """Feed ``audio`` into ``src``: 20 ms chunks due at ``t0 + k·20 ms`` (live) or all at once; then close."""
-    def feed():
-        try:
-            if not live:
-                src.push(audio)
-                return
-            for k in range(0, math.ceil(len(audio) / CHUNK)):
-                delay = t0_s + k * CHUNK / SAMPLE_RATE - time.monotonic()
-                if delay > 0:
-                    time.sleep(delay)
-                src.push(audio[k * CHUNK:(k + 1) * CHUNK])
-        except ValueError:  # the graph stopped (push after close): nothing left to feed
-            pass
-        finally:
-            src.close()
-            if done is not None:
-                done.set()
-
-    return threading.Thread(target=feed, daemon=True, name="bench-avatar-pusher")
-
-
-AVATAR_STAGES = ("audio_features", "state", "denoiser", "vae_decode", "composite")
-
-
-def _graph(avatar, device: str, *, clock: str, frames: int, buffer_ms: int, server_like: bool,
-           torch_threads: int | None, gpu_timing: bool = False):
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream.media import PushAudioSource
-
-    src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
-    sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
-    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
-
-    kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest",
-              max_lag_ms=LIVE_MAX_LAG_MS) if server_like else dict(budget_ms=None, video_policy="block")
-    ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
-                            torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw)
-    timer = None
-    if gpu_timing and device.startswith("cuda"):
-        timer = _GpuStageTimer([ag.features, ag.state, ag.denoiser, ag.decode, ag.composite],
-                               capacity=3 * frames + 64)
-    return ag, src, sink, timer
-
-
-def _frames_for(avatar, samples: int) -> int:
-    """Video frames a stream of ``samples`` makes (``chunk_frames = 1``; larger chunks round up)."""
-    k = math.ceil(samples * avatar.fps / SAMPLE_RATE)
-    c = avatar.chunk_frames
-    return math.ceil(k / c) * c
-
-
-# ---- measurements ------------------------------------------------------------------------------------
-
-def measure_ttff(avatar, audio: np.ndarray, device: str, live: bool, torch_threads: int | None) -> dict:
-    """One session: build, start, push ``audio`` (live or at once), wait for the end. Times in ms."""
-    t = time.monotonic_ns()
-    ag, src, sink, _ = _graph(avatar, device, clock="realtime" if live else "fast",
-                              frames=_frames_for(avatar, len(audio)), buffer_ms=500 if live else 2000,
-                              server_like=False, torch_threads=torch_threads)
-    built = time.monotonic_ns()
-    ag.graph.start()
-    _sync(device)
-    started = time.monotonic_ns()
-    t0 = time.monotonic()
-    t0_ns = time.monotonic_ns()
-    feeder = _pusher(src, audio, t0, live)
-    feeder.start()
-    ag.graph.join()
-    feeder.join()
-    if sink.count == 0:
-        raise RuntimeError("avatar bench: the graph produced no frame")
-    return {"build_graph_ms": (built - t) / 1e6, "start_ms": (started - built) / 1e6,
-            "ttff_ms": (int(sink.arrival_ns[0]) - t0_ns) / 1e6, "frames": int(sink.count)}
-
-
-def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | None, warmup_frames: int) -> dict:
-    expected = _frames_for(avatar, len(audio))
-    ag, src, sink, timer = _graph(avatar, device, clock="fast", frames=expected,
-                                  buffer_ms=int(1000 * len(audio) / SAMPLE_RATE) + 100, server_like=False,
-                                  torch_threads=torch_threads, gpu_timing=True)
-    src.push(audio)
-    src.close()
-    ag.graph.start()
-    _sync(device)
-    t0 = time.monotonic_ns()
-    report = ag.graph.join()
-    n = int(sink.count)
-    if n == 0:
-        raise RuntimeError("avatar bench: the steady run produced no frame")
-    arr = sink.arrival_ns[:min(n, len(sink.arrival_ns))]
-    w = min(warmup_frames, max(0, n - 2))
-    fps = float((len(arr) - 1 - w) / ((arr[-1] - arr[w]) / 1e9)) if len(arr) - w > 1 and arr[-1] > arr[w] else None
-    gaps_ms = np.diff(arr[w:]) / 1e6
-    out = {"frames": n, "expected_frames": expected, "audio_seconds": len(audio) / SAMPLE_RATE,
-           "warmup_frames": w, "wall_s": (int(arr[-1]) - t0) / 1e9 if n else None,
-           "fps": fps, "fps_including_warmup": n / ((int(arr[-1]) - t0) / 1e9) if n else None,
-           "realtime_factor": None if fps is None else fps / avatar.fps,
-           "frame_interval_ms": _pct(gaps_ms),
-           "stages_host_ms": _stage_table(report, AVATAR_STAGES),
-           "stages_gpu_ms": timer.summary() if timer is not None else None,
-           "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
-           "edge_drops": sum(e["drops"] for e in report["edges"])}
-    return out
-
-
-def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads: int | None, audio: np.ndarray) \
-        -> dict:
-    """``n`` server-like graphs at once, each fed in real time by its own thread from a common start."""
-    samples = len(audio)
-    expected = _frames_for(avatar, samples)
-    graphs = []
-    for i in range(n):
-        ag, src, sink, _ = _graph(avatar, device, clock="realtime", frames=expected, buffer_ms=500,
-                                  server_like=True, torch_threads=torch_threads)
-        graphs.append((ag, src, sink, np.roll(audio, -int(i * 1.3 * SAMPLE_RATE) % samples)))
-    for ag, *_ in graphs:
-        ag.graph.start()
-    _sync(device)
-    t0 = time.monotonic() + 0.05
-    t0_ns = time.monotonic_ns() + 50_000_000
-    feeders = [_pusher(src, a, t0, live=True) for _, src, _, a in graphs]
-    for f in feeders:
-        f.start()
-    reports = [ag.graph.join() for ag, *_ in graphs]
-    for f in feeders:
-        f.join()
-    end_of_audio_ns = t0_ns + int(1e9 * samples / SAMPLE_RATE)
-    per = []
-    for (ag, src, sink, _), rep in zip(graphs, reports):
-        m = min(int(sink.count), len(sink.arrival_ns))
-        arr = sink.arrival_ns[:m]
-        fps = float((m - 1) / ((arr[-1] - arr[0]) / 1e9)) if m > 1 and arr[-1] > arr[0] else 0.0
-        e2e = rep["end_to_end"]
-        per.append({"frames": int(sink.count), "expected_frames": expected, "presented_fps": fps,
-                    "fraction_of_target": fps / avatar.fps,
-                    "ttff_ms": (int(arr[0]) - t0_ns) / 1e6 if m else None,
-                    "end_lag_ms": (int(arr[-1]) - end_of_audio_ns) / 1e6 if m else None,
-                    "end_to_end_ms": {k: e2e.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
-                    "dropped_at_source": rep["sources"]["mic"]["dropped_in_flight_limit"],
-                    "audio_overflow_samples": int(src.overflow_samples),
-                    "edge_drops": sum(e["drops"] for e in rep["edges"]),
-                    "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
-                    "frames_skipped_late": int(ag.denoiser.frames_skipped),
-                    "denoiser_p50_ms": rep["stages"]["denoiser"]["process"].get("p50_ms")})
-    fps_all = [p["presented_fps"] for p in per]
-    return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,
-            "per_session": per, "fps_min": min(fps_all), "fps_median": float(np.median(fps_all)),
-            "all_keep_up": all(f >= SESSION_FPS_TOLERANCE * avatar.fps for f in fps_all)}
-
-
-def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray, steady_audio: np.ndarray,
-                 repeats: int, torch_threads: int | None, warmup_frames: int, log) -> dict:
-    from framegraph.models.audio.features import FrameTiming
-
-    timing = FrameTiming.of(avatar.audio, avatar.fps)
-    need = timing.required_samples(0)
-    wait_ms = 1000.0 * (math.ceil(need / CHUNK) - 1) * CHUNK / SAMPLE_RATE
-    row = {"name": name, "weights": weights, "region_size": avatar.region_size,
-           "latent_size": avatar.latent_size, "frame_size": [avatar.width, avatar.height],
-           "crop_box": list(avatar.crop_box),
-           "parameters": {"vae": _params(avatar.vae), "dit": _params(avatar.dit), "audio": _params(avatar.audio)}}
-    log(f"[{name}] region {avatar.region_size}², frame {avatar.width}x{avatar.height}: cold session")
-    cold = measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads)
-    live = [measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads)["ttff_ms"]
-            for _ in range(repeats)]
-    burst = [measure_ttff(avatar, ttff_audio, device, live=False, torch_threads=torch_threads)["ttff_ms"]
-             for _ in range(repeats)]
-    row["ttff"] = {
-        "audio_needed_for_first_frame_ms": 1000.0 * need / SAMPLE_RATE,
-        "audio_wait_ms": wait_ms,
-        "frames_per_session": cold["frames"],
-        "cold": {"build_graph_ms": cold["build_graph_ms"], "start_ms": cold["start_ms"], "live_ms": cold["ttff_ms"],
-                 "live_compute_ms": cold["ttff_ms"] - wait_ms},
-        "warm_live_ms": {"runs": live, "median": float(np.median(live))},
-        "warm_live_compute_ms": float(np.median(live)) - wait_ms,
-        "warm_burst_ms": {"runs": burst, "median": float(np.median(burst))},
-    }
-    log(f"[{name}] TTFF cold {cold['ttff_ms']:.0f} ms, warm live {np.median(live):.0f} ms, "
-        f"warm burst {np.median(burst):.0f} ms; steady run of {len(steady_audio) / SAMPLE_RATE:g} s")
-    row["steady"] = measure_steady(avatar, steady_audio, device, torch_threads, warmup_frames)
-    fps = row["steady"]["fps"]
-    log(f"[{name}] steady {fps:.1f} fps" if fps else f"[{name}] steady: too few frames for a rate")
-    return row
 
 
 # ---- plot --------------------------------------------------------------------------------------------
@@ -490,17 +180,6 @@ def figure(result: dict, plt):
     return fig
 
 
-def _plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig = figure(result, plt)
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
-
-
 # ---- command line ------------------------------------------------------------------------------------
 
 def _ints(text: str, what: str) -> list[int]:
@@ -567,14 +246,11 @@ def _settings(args) -> dict:
 
 def _shown_path(path: str) -> str:
     """A bundle path as recorded: relative to the repository when inside it."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     full = os.path.abspath(path)
-    return os.path.relpath(full, root) if full.startswith(root + os.sep) else full
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else full
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.models.avatar import load_avatar
-
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     s = _settings(args)
@@ -585,92 +261,93 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--sizes / --session-size: {size} is not a multiple of {mult} (the region side must "
                              f"divide by the VAE's {cls['compression']}x compression times the DiT's patch "
                              f"{cls['dit'].get('patch_size', 1)}); e.g. 256,384,512")
-    device, threads = args.device, s["torch_threads"]
-    log = lambda msg: print(msg, flush=True)  # noqa: E731
-    old_threads = torch.get_num_threads()
-    if threads is not None:
-        torch.set_num_threads(threads)
-    try:
+    with torch_threads(s["torch_threads"]):
         result = bench_metadata("avatar")
-        on_h100 = "H100" in result["device"]
-        ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
         steady_audio, audio_info = speech(s["seconds"], seed=0)
-        result.update({
-            "stage_device": device,
-            "note": ("CUDA run" if device.startswith("cuda") else
-                     "CPU run: the targets are for an H100 GPU; these CPU figures only show the benchmark works "
-                     "and how the stages compare") + ("; --quick: a smoke test, not a measurement" if args.quick
-                                                      else ""),
-            "model_class": {"avatar": _shown_path(args.avatar), "vae": cls["vae"], "dit": cls["dit"], "audio": cls["audio"],
-                            "settings": {k: cls["avatar"].get(k) for k in ("region_size", "fps", "chunk_frames",
-                                                                           "steps", "shift", "vad", "size")}},
-            "weights": "random, shipped architecture (speed does not depend on the weights); the 'shipped' row "
-                       "uses the shipped trained weights",
-            "size_meaning": "size = side in px of the generated face region (the VAE's decoded frame, "
-                            f"{cls['compression']}x the latent side); it is pasted into the shipped portrait "
-                            f"scaled by size/{cls['avatar']['region_size']} (the shipped framing), so the "
-                            "composited output frame is each row's frame_size",
-            "audio": {**audio_info, "seconds": s["seconds"], "samples": int(len(steady_audio)),
-                      "sample_rate": SAMPLE_RATE, "chunk_ms": 1000 * CHUNK // SAMPLE_RATE},
-            "settings": {**s, "torch_threads_effective": torch.get_num_threads(),
-                         "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
-                                  "stream before stamping a frame; stage GPU times from CUDA events",
-                         "stage_times": "per process() call from the graph's telemetry; audio_features runs once "
-                                        "per 20 ms audio chunk (2 calls per video frame at 25 fps)"},
-            "targets": {**TARGETS, "targets_apply": on_h100},
-        })
-        rows = []
-        session_avatar = None
-        for size in s["sizes"]:
-            avatar = random_bundle(cls, size)
-            rows.append(measure_size(str(size), avatar, weights="random, shipped architecture", device=device,
-                                     ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
-                                     torch_threads=threads, warmup_frames=s["warmup_frames"], log=log))
-            if s["session_size"] == size:
-                session_avatar = (str(size), avatar)
-        shipped = None
-        if args.shipped or s["session_size"] == "shipped":
-            shipped = load_avatar(args.avatar)
-        if args.shipped:
-            rows.append(measure_size("shipped", shipped, weights="shipped", device=device, ttff_audio=ttff_audio,
-                                     steady_audio=steady_audio, repeats=s["repeats"], torch_threads=threads,
-                                     warmup_frames=s["warmup_frames"], log=log))
-            rows[-1]["name"] = "shipped"
-            rows[-1]["bundle"] = result["model_class"]["avatar"]
-        if s["session_size"] == "shipped":
-            session_avatar = ("shipped", shipped)
-        elif session_avatar is None:
-            session_avatar = (str(s["session_size"]), random_bundle(cls, s["session_size"]))
-        result["sizes"] = rows
-        sess_audio, _ = speech(s["session_seconds"], seed=2)
-        runs = []
-        for n in s["sessions"]:
-            log(f"sessions: {n} at once, avatar {session_avatar[0]}, {s['session_seconds']:g} s of audio each")
-            runs.append(measure_sessions(session_avatar[1], n, s["session_seconds"], device, threads, sess_audio))
-            log(f"sessions: {n} at once: presented fps min {runs[-1]['fps_min']:.1f} "
-                f"(target {runs[-1]['target_fps']:g})")
-        result["sessions"] = {"avatar": session_avatar[0], "region_size": session_avatar[1].region_size,
-                              "keep_up_rule": f"presented fps >= {SESSION_FPS_TOLERANCE:g} x the avatar's fps",
-                              "runs": runs}
+        audio_info = {**audio_info, "seconds": s["seconds"], "samples": int(len(steady_audio)),
+                      "sample_rate": SAMPLE_RATE, "chunk_ms": 1000 * CHUNK // SAMPLE_RATE}
+        result.update(_description(args, s, cls, result["device"], audio_info))
+        result["sizes"], session_avatar = _measure_sizes(args, s, cls, steady_audio)
+        result["sessions"] = _measure_sessions(args.device, s, session_avatar)
         result["summary"] = _summary(result)
-    finally:
-        torch.set_num_threads(old_threads)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2, default=_json_default)
-        f.write("\n")
-    png = os.path.splitext(args.out)[0] + ".png"
-    _plot(result, png)
+    png = write_result(result, args.out, figure)
     for line in _summary_lines(result):
         print(line)
     print(f"wrote {args.out} and {png}")
     return 0
 
 
-def _json_default(o):
-    if isinstance(o, np.generic):  # numpy scalars (bool_, int64, float32...) as Python values
-        return o.item()
-    raise TypeError(f"avatar bench: {type(o).__name__} is not JSON serializable")
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dict:
+    """What the JSON says about the run beside its numbers: device, model class, weights, settings, targets."""
+    device = args.device
+    return {
+        "stage_device": device,
+        "note": ("CUDA run" if device.startswith("cuda") else
+                 "CPU run: the targets are for an H100 GPU; these CPU figures only show the benchmark works "
+                 "and how the stages compare") + ("; --quick: a smoke test, not a measurement" if args.quick
+                                                  else ""),
+        "model_class": {"avatar": _shown_path(args.avatar), "vae": cls["vae"], "dit": cls["dit"], "audio": cls["audio"],
+                        "settings": {k: cls["avatar"].get(k) for k in ("region_size", "fps", "chunk_frames",
+                                                                       "steps", "shift", "vad", "size")}},
+        "weights": "random, shipped architecture (speed does not depend on the weights); the 'shipped' row "
+                   "uses the shipped trained weights",
+        "size_meaning": "size = side in px of the generated face region (the VAE's decoded frame, "
+                        f"{cls['compression']}x the latent side); it is pasted into the shipped portrait "
+                        f"scaled by size/{cls['avatar']['region_size']} (the shipped framing), so the "
+                        "composited output frame is each row's frame_size",
+        "audio": audio,
+        "settings": {**s, "torch_threads_effective": torch.get_num_threads(),
+                     "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
+                              "stream before stamping a frame; stage GPU times from CUDA events",
+                     "stage_times": "per process() call from the graph's telemetry; audio_features runs once "
+                                    "per 20 ms audio chunk (2 calls per video frame at 25 fps)"},
+        "targets": {**TARGETS, "targets_apply": "H100" in device_name},
+    }
+
+
+def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
+    """One row per ``--sizes`` entry (random weights) and the shipped avatar; and the sessions' avatar
+    ``(name, Avatar)``."""
+    from framegraph.models.avatar import load_avatar
+
+    ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
+    common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
+                  torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)
+    rows = []
+    session_avatar = None
+    for size in s["sizes"]:
+        avatar = random_bundle(cls, size)
+        rows.append(measure_size(str(size), avatar, weights="random, shipped architecture", **common))
+        if s["session_size"] == size:
+            session_avatar = (str(size), avatar)
+    shipped = None
+    if args.shipped or s["session_size"] == "shipped":
+        shipped = load_avatar(args.avatar)
+    if args.shipped:
+        rows.append(measure_size("shipped", shipped, weights="shipped", **common))
+        rows[-1]["bundle"] = _shown_path(args.avatar)
+    if s["session_size"] == "shipped":
+        session_avatar = ("shipped", shipped)
+    elif session_avatar is None:
+        session_avatar = (str(s["session_size"]), random_bundle(cls, s["session_size"]))
+    return rows, session_avatar
+
+
+def _measure_sessions(device: str, s: dict, session_avatar: tuple) -> dict:
+    """Concurrent live sessions of one avatar, for each ``--sessions`` count."""
+    name, avatar = session_avatar
+    audio, _ = speech(s["session_seconds"], seed=2)
+    runs = []
+    for n in s["sessions"]:
+        _log(f"sessions: {n} at once, avatar {name}, {s['session_seconds']:g} s of audio each")
+        runs.append(measure_sessions(avatar, n, s["session_seconds"], device, s["torch_threads"], audio))
+        _log(f"sessions: {n} at once: presented fps min {runs[-1]['fps_min']:.1f} (target {runs[-1]['target_fps']:g})")
+    return {"avatar": name, "region_size": avatar.region_size,
+            "keep_up_rule": f"presented fps >= {SESSION_FPS_TOLERANCE:g} x the avatar's fps", "runs": runs}
 
 
 def _summary(result: dict) -> dict:

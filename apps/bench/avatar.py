@@ -48,7 +48,7 @@ import torch
 
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
 from .measure import torch_threads
-from .meta import ASSETS, ROOT, bench_metadata, write_result
+from .meta import ASSETS, ROOT, add_out_argument, bench_metadata, write_result
 from .speech import SAMPLE_RATE, speech
 
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
@@ -194,7 +194,7 @@ def _ints(text: str, what: str) -> list[int]:
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     cuda = torch.cuda.is_available()
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    add_out_argument(p)
     p.add_argument("--device", default="cuda" if cuda else "cpu", help="where the models run (default: cuda "
                                                                         "when available)")
     p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the shipped bundle whose model class is measured "

@@ -65,6 +65,11 @@ def bench_metadata(name: str) -> dict:
     }
 
 
+def add_out_argument(p) -> None:
+    """``--out FILE.json``: where a bench writes its result (its figure goes beside it as ``FILE.png``)."""
+    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+
+
 def pyplot():
     """``matplotlib.pyplot`` drawing off screen (the Agg backend)."""
     import matplotlib

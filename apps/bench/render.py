@@ -49,7 +49,7 @@ import torch
 
 from ..argtypes import size
 from .measure import torch_threads
-from .meta import bench_metadata, write_result
+from .meta import add_out_argument, bench_metadata, write_result
 from .render_cases import BACKENDS, DEFAULT_NERF, SECTIONS, Cases
 
 
@@ -81,7 +81,7 @@ def _names(choices):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG of the results is written beside it)")
+    add_out_argument(p)
     p.add_argument("--sections", type=_names(SECTIONS), default=list(SECTIONS),
                    help="comma-separated: 3dgs, 4dgs, nerf (default all)")
     g = p.add_argument_group("3dgs")

@@ -28,7 +28,7 @@ import torch
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
 from .measure import rss_bytes, summary_ms
-from .meta import bench_metadata, write_result
+from .meta import add_out_argument, bench_metadata, write_result
 
 
 class TickSource(Stage):
@@ -202,7 +202,7 @@ def figure(data: dict, plt):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    add_out_argument(p)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="device of the stages' tensors (default: cuda when available)")
     p.add_argument("--hops", type=int, default=4, help="stage-to-stage hand-offs in the chain (default 4)")

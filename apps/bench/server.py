@@ -23,7 +23,7 @@ import time
 import numpy as np
 
 from .measure import rss_bytes, summary_ms
-from .meta import bench_metadata, write_result
+from .meta import add_out_argument, bench_metadata, write_result
 from .speech import speech_like
 
 
@@ -97,7 +97,7 @@ def figure(data: dict, plt):
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    add_out_argument(p)
     p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
     p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
     p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")

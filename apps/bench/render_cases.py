@@ -52,6 +52,9 @@ def _json_number(v):
 
 
 class Cases:
+    """The cases of one run: ``cases_3dgs`` / ``cases_4dgs`` / ``cases_nerf`` each return a list of case dicts
+    (``results`` keyed by backend, or ``refused``); ``previews`` collects the torch reference's frame per case."""
+
     def __init__(self, args, device: torch.device):
         self.args, self.device = args, device
         col = 2 if args.quick else 1 if device.type == "cpu" else 0

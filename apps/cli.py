@@ -12,22 +12,15 @@ import argparse
 import importlib
 import sys
 
-# Benchmarks: name → module with add_arguments(parser) and run(args) -> int.
-BENCHES = {
-    "runtime": ("framegraph.apps.bench_runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
-    "kernels": ("framegraph.apps.bench_kernels", "attention and DiT kernels against their torch / library peers"),
-    "render": ("framegraph.apps.bench_render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
-    "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
-    "avatar": ("framegraph.apps.bench_avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
-    "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
-}
+from .bench import BENCHES, REPORT
 
 
 def _bench_parsers(sub) -> None:
+    """``framegraph bench NAME``: one subcommand per bench of ``bench.BENCHES``, and ``report``."""
     bench = sub.add_parser("bench", help=COMMANDS["bench"][1],
                            description="Benchmarks write JSON with the device, versions and exact command.")
     kinds = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
-    for name, (module, help_) in BENCHES.items():
+    for name, (module, help_) in {**BENCHES, "report": REPORT}.items():
         try:
             mod = importlib.import_module(module)
         except ImportError as exc:
@@ -63,7 +56,7 @@ COMMANDS = {
                "espeak-ng sentences; `train` trains an avatar bundle (VAE, DiT, audio encoder), also from your own "
                "video; `refine` trains a bundle's decoder further (the reference warp); `eval` measures one "
                "against ground truth."),
-    "bench": (None, "measure speed and latency; writes JSON (+ PNG)", None),  # its kinds: BENCHES
+    "bench": (None, "measure speed and latency; writes JSON (+ PNG)", None),  # its kinds: bench.BENCHES
     "info": ("framegraph.apps.info", "versions, devices and backends available",
              "Versions, devices, kernel backends and video encoders available on this machine."),
 }
@@ -90,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     from framegraph.stream import GraphError, StageError
     from framegraph.stream.media import MediaError
 
-    from . import benchmeta
+    from .bench import meta as benchmeta
 
     argv = sys.argv[1:] if argv is None else list(argv)
     benchmeta.set_command(argv)

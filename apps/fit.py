@@ -104,7 +104,7 @@ def run(args: argparse.Namespace) -> int:
     from framegraph.renderers.fit import FitConfig, Fitter
     from framegraph.renderers.fit.densify import DensifyConfig
 
-    from .benchmeta import git_commit
+    from .bench.meta import git_commit
 
     if not args.out.lower().endswith(".ply"):
         raise ValueError(f"--out {args.out!r}: expected a .ply file name")

@@ -82,7 +82,7 @@ def test_bench_avatar_rejects_a_size_the_model_class_cannot_make(tmp_path, capsy
 
 
 def test_bench_report_includes_the_avatar_bench(quick_run, tmp_path):
-    from framegraph.apps.bench_report import kind_of
+    from framegraph.apps.bench.report import kind_of
 
     out, r = quick_run
     assert kind_of(r) == "avatar"
@@ -101,7 +101,8 @@ def test_bench_avatar_summary_compares_with_the_h100_targets_and_serializes():
     """Rows with a target (384², 512²) are too slow for a CPU test run: check the summary on made-up rows."""
     import numpy as np
 
-    from framegraph.apps.bench_avatar import _json_default, _summary
+    from framegraph.apps.bench.avatar import _summary
+    from framegraph.apps.bench.meta import json_default
 
     def row(name, size, fps, live):
         return {"name": name, "region_size": size, "weights": "random, shipped architecture", "frame_size": [2 * size] * 2,
@@ -112,7 +113,7 @@ def test_bench_avatar_summary_compares_with_the_h100_targets_and_serializes():
     result = {"sizes": [row("384", 384, 130.0, 90.0), row("512", 512, 50.0, 120.0)],
               "targets": {"targets_apply": True},
               "sessions": {"runs": [{"sessions": 4, "fps_min": np.float64(24.9), "all_keep_up": True}]}}
-    s = json.loads(json.dumps(_summary(result), default=_json_default))
+    s = json.loads(json.dumps(_summary(result), default=json_default))
     assert s["sizes"]["384"]["fps_target_h100"] == 120.0 and s["sizes"]["384"]["fps_target_met"] is True
     assert s["sizes"]["512"]["fps_target_met"] is False and s["sizes"]["512"]["ttff_target_met_warm_live"] is False
     assert s["sizes"]["384"]["ttff_target_met_warm_live"] is True

@@ -20,24 +20,3 @@ def test_bench_runtime_quick_writes_json_and_png(tmp_path):
     assert m["python_live_blocks_growth_per_frame"] < 0.5  # no per-frame leak
     assert abs(m["rss_growth_percent"]) < 10
     assert (tmp_path / "runtime.png").stat().st_size > 1000
-
-
-def test_bench_report_collects_json_into_html_and_png(tmp_path, capsys):
-    import pytest
-
-    res = tmp_path / "results"
-    res.mkdir()
-    assert main(["bench", "runtime", "--out", str(res / "runtime.json"), "--quick", "--hops", "2"]) == 0
-    (res / "other.json").write_text(json.dumps({"device": "cpu", "fps": 12.5, "nested": {"p50_ms": 3.0}}))
-    out = tmp_path / "report" / "index.html"
-    assert main(["bench", "report", "--inputs", str(res), "--out", str(out)]) == 0
-    page = out.read_text()
-    assert "runtime: runtime.json" in page and "other: other.json" in page
-    assert page.count("data:image/png;base64,") == 1  # the runtime plots
-    assert "nested.p50_ms" in page
-    assert (tmp_path / "report" / "index.png").stat().st_size > 1000
-    (res / "broken.json").write_text("{oops")
-    assert main(["bench", "report", "--inputs", str(res), "--out", str(out)]) == 2
-    assert "broken.json: not valid JSON" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["bench", "report"])

@@ -1,10 +1,18 @@
-"""What every benchmark JSON records beside its numbers: device, versions, exact command, commit."""
+"""What every benchmark JSON records beside its numbers (device, versions, exact command, commit), and
+how a bench writes its result (the JSON, and its figure as a PNG beside it)."""
 from __future__ import annotations
 
 import datetime
+import json
 import os
 import subprocess
 import sys
+from typing import Callable
+
+import numpy as np
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # apps/bench/ is two below
+ASSETS = os.path.join(ROOT, "assets")
 
 
 def git_commit() -> str | None:
@@ -38,7 +46,7 @@ def _command() -> str:
 
 def bench_metadata(name: str) -> dict:
     """``{"benchmark", "device", "command", "git_commit", "date", "versions", "cuda"}``."""
-    from .info import collect, device_name
+    from ..info import collect, device_name
 
     info = collect()
     return {
@@ -55,3 +63,41 @@ def bench_metadata(name: str) -> dict:
         "versions": info["versions"],
         "cuda": info["cuda"],
     }
+
+
+def add_out_argument(p) -> None:
+    """``--out FILE.json``: where a bench writes its result (its figure goes beside it as ``FILE.png``)."""
+    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+
+
+def pyplot():
+    """``matplotlib.pyplot`` drawing off screen (the Agg backend)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def json_default(o):
+    """numpy scalars (``bool_``, ``int64``, ``float32``...) as Python values, for ``json.dump(default=...)``."""
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"bench result: a {type(o).__name__} is not JSON serializable (expected numbers, strings, "
+                    f"lists and dicts)")
+
+
+def write_result(result: dict, out, figure: Callable) -> str:
+    """Write ``result`` as JSON to ``out`` (its folder made) and ``figure(result, plt)`` as a PNG beside it
+    (``NAME.png`` for ``NAME.json``); returns the PNG's path."""
+    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+    with open(out, "w") as f:
+        json.dump(result, f, indent=2, default=json_default)
+        f.write("\n")
+    png = os.path.splitext(str(out))[0] + ".png"
+    plt = pyplot()
+    fig = figure(result, plt)
+    fig.savefig(png, dpi=100)
+    plt.close(fig)
+    return png

@@ -18,22 +18,17 @@ from __future__ import annotations
 
 import argparse
 import gc
-import json
-import os
 import time
 import tracemalloc
+from typing import Literal
 
 import numpy as np
 import torch
 
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
-from .benchmeta import bench_metadata
-
-
-def _rss_bytes() -> int:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+from .measure import rss_bytes, summary_ms
+from .meta import add_out_argument, bench_metadata, write_result
 
 
 class TickSource(Stage):
@@ -93,7 +88,7 @@ class ProbeSink(Stage):
             time.sleep(self.cost_s)
         self.count += 1
         if self.track_memory and self.count % 500 == 0:
-            self.rss.append((self.count, _rss_bytes()))
+            self.rss.append((self.count, rss_bytes()))
         if self.track_memory and self.count == self.warmup:
             if torch.cuda.is_available():
                 self.cuda_allocs_at_warmup = torch.cuda.memory_stats()["allocation.all.allocated"]
@@ -106,7 +101,7 @@ def _traced_blocks() -> int:
     return sum(s.count for s in tracemalloc.take_snapshot().statistics("filename"))
 
 
-def _chain(n: int, hops: int, fps: float, mode: str, shape, device, *, relay_ms=0.0, sink_ms=0.0,
+def _chain(n: int, hops: int, fps: float, mode: Literal["realtime", "fast"], shape, device, *, relay_ms=0.0, sink_ms=0.0,
            max_in_flight=None, warmup=0, track_memory=False, capacity=2):
     g = Graph(Clock(mode), name="bench")
     src = g.add(TickSource(n, fps, shape, device), max_in_flight=max_in_flight)
@@ -120,11 +115,9 @@ def _chain(n: int, hops: int, fps: float, mode: str, shape, device, *, relay_ms=
     return g, src, sink
 
 
-def _pct(values, qs=(50, 95, 99)) -> dict:
-    v = np.asarray(values, dtype=np.float64)
-    if v.size == 0:
-        return {}
-    return {f"p{q}": float(np.percentile(v, q)) for q in qs} | {"mean": float(v.mean()), "max": float(v.max())}
+def _summary_us(values_us) -> dict:
+    """``{"p50", "p95", "p99", "mean", "max"}`` of times in µs (``{}`` when empty)."""
+    return {k.removesuffix("_ms"): v for k, v in summary_ms(values_us).items() if k != "count"}
 
 
 def measure_hops(frames: int, hops: int, fps: float, shape, device) -> dict:
@@ -136,7 +129,7 @@ def measure_hops(frames: int, hops: int, fps: float, shape, device) -> dict:
     g2.run()
     fast_fps = sink2.count / (time.perf_counter() - t0)
     return {"hops": hops, "frames": sink.count, "source_fps": fps, "payload_shape": list(shape),
-            "hop_latency_us": _pct(gaps_us), "fast_mode_fps": fast_fps,
+            "hop_latency_us": _summary_us(gaps_us), "fast_mode_fps": fast_fps,
             "fast_mode_us_per_frame": 1e6 / fast_fps}
 
 
@@ -186,35 +179,30 @@ def measure_memory(frames: int, hops: int, shape, device, warmup: int) -> dict:
             "rss_growth_percent": 100.0 * (last - first) / first}
 
 
-def _plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figure(data: dict, plt):
+    """Hand-off latency per hop, end-to-end latency under overload against its bound, RSS over the frames."""
     fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    h = result["hop_overhead"]["hop_latency_us"]
+    h = data["hop_overhead"]["hop_latency_us"]
     axes[0].bar(["p50", "p95", "p99"], [h["p50"], h["p95"], h["p99"]], color="#4477aa")
-    axes[0].set_title(f"hand-off latency per hop (µs), {result['device']}")
-    o = result["overload"]
+    axes[0].set_title(f"hand-off latency per hop (µs), {data['device']}")
+    o = data["overload"]
     vals = [o["end_to_end_ms"][k] for k in ("p50_ms", "p95_ms", "p99_ms")]
     axes[1].bar(["p50", "p95", "p99"], vals, color="#ee6677")
     axes[1].axhline(o["bound_ms"], color="k", ls="--", label=f"bound {o['bound_ms']:.0f} ms")
     axes[1].set_title("end-to-end latency under 2× overload (ms)")
     axes[1].legend()
-    m = result["memory"]
+    m = data["memory"]
     xs, ys = zip(*m["rss_mib_samples"])
     axes[2].plot(xs, ys, marker=".")
     axes[2].ticklabel_format(useOffset=False)
     axes[2].set_title(f"RSS over {m['frames']} frames (MiB)")
     axes[2].set_xlabel("frame")
     fig.tight_layout()
-    fig.savefig(path, dpi=100)
-    plt.close(fig)
+    return fig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    add_out_argument(p)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
                    help="device of the stages' tensors (default: cuda when available)")
     p.add_argument("--hops", type=int, default=4, help="stage-to-stage hand-offs in the chain (default 4)")
@@ -239,12 +227,7 @@ def run(args: argparse.Namespace) -> int:
     result["hop_overhead"] = measure_hops(hop_frames, args.hops, 500.0, shape, args.device)
     result["overload"] = measure_overload(seconds, args.fps, args.relay_ms, args.device, shape)
     result["memory"] = measure_memory(frames, args.hops, shape, args.device, warmup=min(1000, frames // 4))
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    png = os.path.splitext(args.out)[0] + ".png"
-    _plot(result, png)
+    png = write_result(result, args.out, figure)
     h, o, m = result["hop_overhead"], result["overload"], result["memory"]
     print(f"hop latency p50 {h['hop_latency_us']['p50']:.0f} µs, p99 {h['hop_latency_us']['p99']:.0f} µs; "
           f"fast mode {h['fast_mode_fps']:.0f} frames/s through {args.hops} hops")

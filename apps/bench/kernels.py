@@ -17,19 +17,19 @@ CUDA timings use CUDA events after warm-up; CPU timings use ``perf_counter`` (sm
 from __future__ import annotations
 
 import argparse
-import json
 import platform
-import statistics
-import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from .benchmeta import bench_metadata
+from .measure import summary_ms, time_ms
+from .meta import bench_metadata, write_result
 
-OPS = ("block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention")
+Op = Literal["block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention"]
+OPS: tuple[Op, ...] = get_args(Op)
+Dtype = Literal["bfloat16", "float16", "float32"]
 
 # Dense peaks of the devices we report against: (TB/s, bf16 TFLOP/s).
 PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
@@ -38,7 +38,7 @@ PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"), help="JSON file to write (PNG beside it)")
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
-    parser.add_argument("--dtype", choices=("bfloat16", "float16", "float32"), default=None,
+    parser.add_argument("--dtype", choices=get_args(Dtype), default=None,
                         help="input dtype (default: bfloat16 on CUDA, float32 on CPU)")
     parser.add_argument("--iters", type=int, default=100, help="timed iterations per measurement (median reported)")
     parser.add_argument("--warmup", type=int, default=10)
@@ -58,12 +58,11 @@ def run(args: argparse.Namespace) -> int:
     if args.tiny:
         args.batch, args.heads, args.head_dim, args.frames, args.block_size, args.channels = 1, 2, 16, 4, 16, 64
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
-    timer = _cuda_timer if device.type == "cuda" else _cpu_timer
 
     results = []
     for op in args.ops:
         for backward in (False, True) if args.backward else (False,):
-            results.append(BENCHES[op](args, device, dtype, backward, timer))
+            results.append(OP_BENCHES[op](args, device, dtype, backward))
 
     meta = bench_metadata("kernels")
     report = meta | {
@@ -77,10 +76,7 @@ def run(args: argparse.Namespace) -> int:
         "peak": _peak(device),
         "results": results,
     }
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2))
-    plot = args.out.with_suffix(".png")
-    _plot(report, plot)
+    plot = write_result(report, args.out, figure)
     for r in results:
         peers = ", ".join(f"{name} {ms:.3f} ms" for name, ms in r["peers_ms"].items())
         print(f"{r['op']:>24} {r['pass']:<16} {r['median_ms']:.3f} ms ({r['implementation']}) | {peers}")
@@ -91,30 +87,9 @@ def run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- timing
 
 
-def _cuda_timer(fn: Callable[[], object], iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(iters):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end))
-    return statistics.median(times)
-
-
-def _cpu_timer(fn: Callable[[], object], iters: int, warmup: int) -> float:
-    for _ in range(warmup):
-        fn()
-    times = []
-    for _ in range(iters):
-        start = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - start) * 1e3)
-    return statistics.median(times)
+def _median_ms(fn: Callable[[], object], args, device: torch.device) -> float:
+    """Median ms of ``args.iters`` calls of ``fn`` after ``args.warmup`` untimed ones."""
+    return summary_ms(time_ms(lambda i: fn(), device, args.iters, args.warmup))["p50_ms"]
 
 
 def _with_backward(fn: Callable[[], torch.Tensor | tuple], leaves: list[torch.Tensor]) -> Callable[[], None]:
@@ -126,14 +101,14 @@ def _with_backward(fn: Callable[[], torch.Tensor | tuple], leaves: list[torch.Te
     return step
 
 
-def _measure(args, timer, ours, peers: dict, leaves, backward: bool, bytes_moved: float, flops: float, shapes: dict, op: str):
+def _measure(args, ours, peers: dict, leaves, backward: bool, bytes_moved: float, flops: float, shapes: dict, op: Op):
     if backward:
         ours = _with_backward(ours, leaves)
         peers = {name: _with_backward(fn, leaves) for name, fn in peers.items()}
         bytes_moved, flops = 2.5 * bytes_moved, 3.0 * flops  # forward + backward, rough minimums
-    median = timer(ours, args.iters, args.warmup)
-    peers_ms = {name: timer(fn, args.iters, args.warmup) for name, fn in peers.items()}
     device = leaves[0].device
+    median = _median_ms(ours, args, device)
+    peers_ms = {name: _median_ms(fn, args, device) for name, fn in peers.items()}
     peak_tb_s, peak_tflop_s = _peak(device) or (None, None)
     tb_s = bytes_moved / (median * 1e-3) / 1e12
     tflop_s = flops / (median * 1e-3) / 1e12
@@ -161,7 +136,7 @@ def _leaf(shape, device, dtype, grad: bool) -> torch.Tensor:
     return torch.randn(shape, device=device, dtype=dtype).requires_grad_(grad)
 
 
-def bench_block_linear_attention(args, device, dtype, backward, timer):
+def bench_block_linear_attention(args, device, dtype, backward):
     from framegraph.kernels.block_linear_attention import block_linear_attention
 
     B, H, D = args.batch, args.heads, args.head_dim
@@ -194,10 +169,10 @@ def bench_block_linear_attention(args, device, dtype, backward, timer):
     bytes_moved = 4 * B * H * N * D * element  # read q, k, v; write out
     flops = 4 * B * H * N * D * D  # state update + numerator (denominator is O(D))
     shapes = {"q": [B, H, N, D], "k": [B, H, N, D], "v": [B, H, N, D], "block_size": block, "rope": True}
-    return _measure(args, timer, ours, peers, [q, k, v], backward, bytes_moved, flops, shapes, "block_linear_attention")
+    return _measure(args, ours, peers, [q, k, v], backward, bytes_moved, flops, shapes, "block_linear_attention")
 
 
-def bench_norm_modulate(args, device, dtype, backward, timer):
+def bench_norm_modulate(args, device, dtype, backward):
     from framegraph.kernels.modulation import norm_modulate
 
     B, N, C = args.batch, args.frames * args.block_size, args.channels
@@ -212,11 +187,11 @@ def bench_norm_modulate(args, device, dtype, backward, timer):
 
     bytes_moved = 2 * B * N * C * x.element_size()
     shapes = {"x": [B, N, C], "scale": [B, 1, C], "shift": [B, 1, C], "norm": "layer"}
-    return _measure(args, timer, ours, {"torch_unfused": unfused}, [x, scale, shift], backward, bytes_moved,
+    return _measure(args, ours, {"torch_unfused": unfused}, [x, scale, shift], backward, bytes_moved,
                     8 * B * N * C, shapes, "norm_modulate")
 
 
-def bench_gate_residual(args, device, dtype, backward, timer):
+def bench_gate_residual(args, device, dtype, backward):
     from framegraph.kernels.modulation import gate_residual
 
     B, N, C = args.batch, args.frames * args.block_size, args.channels
@@ -230,11 +205,11 @@ def bench_gate_residual(args, device, dtype, backward, timer):
         return x + gate * y
 
     shapes = {"x": [B, N, C], "y": [B, N, C], "gate": [B, 1, C]}
-    return _measure(args, timer, ours, {"torch_unfused": unfused}, [x, y, gate], backward,
+    return _measure(args, ours, {"torch_unfused": unfused}, [x, y, gate], backward,
                     3 * B * N * C * x.element_size(), 2 * B * N * C, shapes, "gate_residual")
 
 
-def bench_apply_rope(args, device, dtype, backward, timer):
+def bench_apply_rope(args, device, dtype, backward):
     from framegraph.kernels.rope import apply_rope
 
     B, H, D, N = args.batch, args.heads, args.head_dim, args.frames * args.block_size
@@ -254,11 +229,11 @@ def bench_apply_rope(args, device, dtype, backward, timer):
         return out
 
     shapes = {"x": [B, N, H, D], "cos": [1, N, 1, D]}
-    return _measure(args, timer, ours, {"torch_unfused": diffusers_style}, [x], backward,
+    return _measure(args, ours, {"torch_unfused": diffusers_style}, [x], backward,
                     2 * B * N * H * D * x.element_size(), 3 * B * N * H * D, shapes, "apply_rope")
 
 
-BENCHES = {
+OP_BENCHES = {
     "block_linear_attention": bench_block_linear_attention,
     "norm_modulate": bench_norm_modulate,
     "gate_residual": bench_gate_residual,
@@ -329,7 +304,7 @@ def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool 
     return errors
 
 
-def bench_monarch_attention(args, device, dtype, backward, timer):
+def bench_monarch_attention(args, device, dtype, backward):
     from framegraph.kernels.monarch_attention import monarch_attention
 
     grid = MONARCH_TINY_GRID if args.tiny else tuple(args.monarch_grid)
@@ -352,7 +327,7 @@ def bench_monarch_attention(args, device, dtype, backward, timer):
     flops = B * H * N * D * (iters * (4 * width + 6 * rows) + 2 * (rows + width))
     shapes = {"q": [B, H, N, D], "k": [B, H, N, D], "v": [B, H, N, D], "grid": list(grid), "num_iters": iters,
               "block_causal": False}
-    result = _measure(args, timer, ours, {"sdpa_exact": sdpa}, [q, k, v], backward, bytes_moved, flops, shapes,
+    result = _measure(args, ours, {"sdpa_exact": sdpa}, [q, k, v], backward, bytes_moved, flops, shapes,
                       "monarch_attention")
     result["flops_note"] = "approximate count of the Monarch fit; SDPA does 4 N^2 D per head"
     if not backward:  # accuracy does not depend on the pass; measured once, on fresh inputs of the same shape
@@ -372,7 +347,7 @@ def bench_monarch_attention(args, device, dtype, backward, timer):
     return result
 
 
-BENCHES["monarch_attention"] = bench_monarch_attention
+OP_BENCHES["monarch_attention"] = bench_monarch_attention
 
 
 # ----------------------------------------------------------------------------- report helpers
@@ -394,13 +369,9 @@ def _peak(device: torch.device):
     return None
 
 
-def _plot(report: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    results = report["results"]
+def figure(data: dict, plt):
+    """Median ms of framegraph's implementation and of each peer, per op and pass (log scale)."""
+    results = data["results"]
     labels = [f"{r['op']}\n{r['pass']}" for r in results]
     names = ["framegraph"] + sorted({name for r in results for name in r["peers_ms"]})
     fig, ax = plt.subplots(figsize=(max(6, 2.2 * len(results)), 4))
@@ -411,18 +382,7 @@ def _plot(report: dict, path: Path) -> None:
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(results))], labels, fontsize=8)
     ax.set_ylabel("median ms (lower is better)")
     ax.set_yscale("log")
-    ax.set_title(f"{report['device']} — {report['dtype']}", fontsize=9)
+    ax.set_title(f"{data['device']} — {data['dtype']}", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return fig

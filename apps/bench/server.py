@@ -17,31 +17,14 @@ from __future__ import annotations
 import argparse
 import asyncio
 import gc
-import json
-import os
 import threading
 import time
 
 import numpy as np
 
-from .bench_runtime import _rss_bytes
-from .benchmeta import bench_metadata
-
-
-def speech_like(seconds: float, rate: int = 16_000, seed: int = 0) -> np.ndarray:
-    """Voiced bursts (harmonics of a wandering pitch, 150–600 ms) separated by short silences, int16."""
-    rng = np.random.default_rng(seed)
-    out = np.zeros(int(seconds * rate), np.float64)
-    i = 0
-    while i < len(out):
-        n = int(rng.uniform(0.15, 0.6) * rate)
-        t = np.arange(min(n, len(out) - i)) / rate
-        f0 = rng.uniform(100, 220) * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))
-        phase = 2 * np.pi * np.cumsum(f0) / rate
-        burst = sum(np.sin(k * phase) / k for k in range(1, 6)) * np.hanning(len(t))
-        out[i:i + len(t)] = 0.3 * burst
-        i += len(t) + int(rng.uniform(0.05, 0.3) * rate)
-    return (np.clip(out, -1, 1) * 32767).astype(np.int16)
+from .measure import rss_bytes, summary_ms
+from .meta import add_out_argument, bench_metadata, write_result
+from .speech import speech_like
 
 
 def _framegraph_threads() -> int:
@@ -49,14 +32,14 @@ def _framegraph_threads() -> int:
 
 
 def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
-    from .client import stream_session
+    from ..client import stream_session
 
     audio = speech_like(seconds)
     rss, fps, g2g = [], [], []
     for i in range(n):
         s = asyncio.run(stream_session(url, pipeline, {}, audio=audio))
         gc.collect()
-        rss.append(_rss_bytes())
+        rss.append(rss_bytes())
         fps.append(s["fps"])
         g2g.append(s["glass_to_glass"].get("p50_ms"))
     warm = max(1, n // 10)
@@ -71,7 +54,7 @@ def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
 
 
 def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
-    from .client import stream_session
+    from ..client import stream_session
 
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
@@ -82,8 +65,11 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
     last_full = max(0, int(seconds // bin_s) - 1)  # frames after the last whole bin (the tail) join it
     for ns, ms in trace:
         bins.setdefault(min(int((ns - t0) / 1e9 // bin_s), last_full), []).append(ms)
-    per_bin = [{"from_s": k * bin_s, "frames": len(v), "p50_ms": float(np.percentile(v, 50)),
-                "p95_ms": float(np.percentile(v, 95))} for k, v in sorted(bins.items())]
+    per_bin = []
+    for k, ms in sorted(bins.items()):
+        latency = summary_ms(ms)
+        per_bin.append({"from_s": k * bin_s, "frames": len(ms), "p50_ms": latency["p50_ms"],
+                        "p95_ms": latency["p95_ms"]})
     target = s["format"]["video"]["fps"]
     return {"seconds": seconds, "pipeline": pipeline, "bin_seconds": bin_s, "per_bin": per_bin,
             "first_bin_p50_ms": per_bin[0]["p50_ms"], "last_bin_p50_ms": per_bin[-1]["p50_ms"],
@@ -92,17 +78,13 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
             "video_gaps": s["gaps"]["video"], "errors": s["errors"]}
 
 
-def _plot(result: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figure(data: dict, plt):
+    """RSS after each session, and glass-to-glass latency p50 / p95 over the soak."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
-    axes[0].plot(result["sessions"]["rss_mib"], marker=".")
-    axes[0].set_title(f"RSS after each of {result['sessions']['sessions']} sessions (MiB)")
+    axes[0].plot(data["sessions"]["rss_mib"], marker=".")
+    axes[0].set_title(f"RSS after each of {data['sessions']['sessions']} sessions (MiB)")
     axes[0].ticklabel_format(useOffset=False)
-    soak = result["soak"]
+    soak = data["soak"]
     if "per_bin" in soak:
         xs = [b["from_s"] for b in soak["per_bin"]]
         axes[1].plot(xs, [b["p50_ms"] for b in soak["per_bin"]], label="p50")
@@ -111,12 +93,11 @@ def _plot(result: dict, path: str) -> None:
     axes[1].set_title("glass-to-glass latency over the soak (ms)")
     axes[1].set_xlabel("seconds")
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
-    plt.close(fig)
+    return fig
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
+    add_out_argument(p)
     p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
     p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
     p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
@@ -125,7 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .server.app import ServerConfig, serve_in_thread
+    from ..server.app import ServerConfig, serve_in_thread
 
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
     if sessions < 2 or soak <= 0:
@@ -134,12 +115,7 @@ def run(args: argparse.Namespace) -> int:
     with serve_in_thread(ServerConfig(host="127.0.0.1", port=0, web_root=None)) as server:
         result["sessions"] = run_sessions(server.url, args.pipeline, sessions, args.session_seconds)
         result["soak"] = run_soak(server.url, args.pipeline, soak, bin_s=1.0 if soak < 120 else 60.0)
-    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    png = os.path.splitext(args.out)[0] + ".png"
-    _plot(result, png)
+    png = write_result(result, args.out, figure)
     s, k = result["sessions"], result["soak"]
     print(f"{s['sessions']} sessions: RSS growth after warm-up {s['rss_growth_percent_after_warmup']:.2f} %, "
           f"{s['framegraph_threads_left']} runtime threads left")

@@ -2,7 +2,7 @@
 import argparse
 import json
 
-from framegraph.apps import bench_kernels
+from framegraph.apps.bench import kernels as bench_kernels
 
 
 def test_bench_kernels_writes_json_and_plot_on_cpu(tmp_path):

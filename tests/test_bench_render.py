@@ -10,7 +10,7 @@ import torch
 if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-from framegraph.apps import bench_render  # noqa: E402
+from framegraph.apps.bench import render as bench_render  # noqa: E402
 
 
 def _run(*argv):
@@ -52,7 +52,7 @@ def test_bench_render_quick_writes_json(tmp_path, capsys):
     assert (tmp_path / "render.png").is_file()
     assert "ms/frame" in capsys.readouterr().out
 
-    from framegraph.apps.bench_report import build_report, kind_of
+    from framegraph.apps.bench.report import build_report, kind_of
 
     assert kind_of(result) == "render"
     page, figures = build_report([str(out)])

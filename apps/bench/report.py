@@ -2,11 +2,11 @@
 
     framegraph bench report --inputs benchmarks/results --out out/report.html
 
-Each JSON is recognised by its content: the runtime bench (``hop_overhead``), the kernel bench
-(``results`` with ``op``), the render bench (``results`` keyed by backend), the avatar bench (``benchmark``
-``"avatar"`` with per-size rows), the client (``glass to glass`` summaries) — and anything else is shown
-as a table of its numbers. Nothing is re-measured: the page shows
-what the files say, with their device, versions and commands.
+Each JSON is drawn by the bench that wrote it (its ``"benchmark"`` name; files written before the name was
+recorded are recognised by their content: ``hop_overhead`` is the runtime bench, ``results`` with ``op`` the
+kernel bench, ``results`` keyed by backend the render bench), with that bench's ``figure``; anything else is
+shown as a table of its numbers. Nothing is re-measured: the page shows what the files say, with their
+device, versions and commands.
 """
 from __future__ import annotations
 
@@ -14,9 +14,13 @@ import argparse
 import base64
 import glob
 import html
+import importlib
 import io
 import json
 import os
+
+from . import BENCHES
+from .meta import pyplot
 
 
 def _load(paths: list[str]) -> list[tuple[str, dict]]:
@@ -43,10 +47,11 @@ def _load(paths: list[str]) -> list[tuple[str, dict]]:
 
 
 def kind_of(data: dict) -> str:
+    """The name of the bench that wrote ``data`` (a key of ``BENCHES``), or ``"other"``."""
+    if data.get("benchmark") in BENCHES:
+        return data["benchmark"]
     if "hop_overhead" in data:
         return "runtime"
-    if data.get("benchmark") == "avatar" and isinstance(data.get("sizes"), list):
-        return "avatar"
     results = data.get("results")
     if isinstance(results, list) and results and isinstance(results[0], dict) and "op" in results[0]:
         return "kernels"
@@ -59,63 +64,6 @@ def _png(fig) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90, bbox_inches="tight")
     return base64.b64encode(buf.getvalue()).decode()
-
-
-def _plot_runtime(data: dict, plt):
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.4))
-    h = data["hop_overhead"]["hop_latency_us"]
-    axes[0].bar(["p50", "p95", "p99"], [h["p50"], h["p95"], h["p99"]], color="#4477aa")
-    axes[0].set_title("hand-off latency per hop (µs)")
-    o = data["overload"]
-    axes[1].bar(["p50", "p95", "p99"], [o["end_to_end_ms"][k] for k in ("p50_ms", "p95_ms", "p99_ms")],
-                color="#ee6677")
-    axes[1].axhline(o["bound_ms"], color="k", ls="--", label=f"bound {o['bound_ms']:.0f} ms")
-    axes[1].legend()
-    axes[1].set_title("end-to-end latency, 2× overload (ms)")
-    xs, ys = zip(*data["memory"]["rss_mib_samples"])
-    axes[2].plot(xs, ys, marker=".")
-    axes[2].ticklabel_format(useOffset=False)
-    axes[2].set_title("RSS (MiB) over frames")
-    return fig
-
-
-def _plot_kernels(data: dict, plt):
-    rows = [r for r in data["results"] if r.get("speedup_vs_peer")]
-    labels, values = [], []
-    for r in rows:
-        for peer, ratio in r["speedup_vs_peer"].items():
-            if ratio:
-                labels.append(f"{r['op']} ({r.get('pass', 'fwd')}) vs {peer}")
-                values.append(ratio)
-    fig, ax = plt.subplots(figsize=(10, 0.35 * max(len(labels), 3) + 1))
-    ax.barh(range(len(values)), values, color=["#228833" if v >= 1 else "#cc3311" for v in values])
-    ax.set_yticks(range(len(values)), labels, fontsize=8)
-    ax.axvline(1.0, color="k", lw=0.8)
-    ax.set_xscale("log")
-    ax.set_xlabel("speed-up over the peer (×, log scale)")
-    ax.set_title("kernels")
-    return fig
-
-
-def _plot_render(data: dict, plt):
-    if "cases" in data:  # 3DGS / 4DGS / NeRF sections
-        from .bench_render import figure
-
-        return figure(data, plt)
-    res = {k: v for k, v in data["results"].items() if v.get("fps") is not None}  # skipped backends have none
-    names = list(res)
-    fig, ax = plt.subplots(figsize=(6, 3))
-    ax.bar(names, [res[n]["fps"] for n in names], color="#66ccee")
-    ax.set_ylabel("frames per second")
-    scene = data.get("scene", {})
-    ax.set_title(f"render: {scene.get('gaussians', '?')} Gaussians at {data.get('resolution')}")
-    return fig
-
-
-def _plot_avatar(data: dict, plt):
-    from .bench_avatar import figure
-
-    return figure(data, plt)
 
 
 def _table(rows: list[tuple[str, object]]) -> str:
@@ -142,26 +90,20 @@ def _flat_numbers(data, prefix="") -> list[tuple[str, object]]:
 
 def build_report(inputs: list[str]) -> tuple[str, list]:
     """HTML of the report and the matplotlib figures it holds (for the summary PNG)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = pyplot()
     sections, figures = [], []
     for path, data in _load(inputs):
         kind = kind_of(data)
-        plotter = {"runtime": _plot_runtime, "kernels": _plot_kernels, "render": _plot_render,
-                   "avatar": _plot_avatar}.get(kind)
         img = ""
-        if plotter is not None:
-            fig = plotter(data, plt)
+        if kind in BENCHES:
+            fig = importlib.import_module(BENCHES[kind][0]).figure(data, plt)
             figures.append(fig)
             img = f'<img src="data:image/png;base64,{_png(fig)}">'
         versions = data.get("versions") or {k: data.get(k) for k in ("torch", "triton") if data.get(k)}
         meta = [("device", data.get("device")), ("command", data.get("command")),
                 ("git commit", data.get("git_commit")), ("date", data.get("date")),
                 ("versions", ", ".join(f"{k} {v}" for k, v in (versions or {}).items() if v))]
-        source = data["summary"] if kind == "avatar" and isinstance(data.get("summary"), dict) else \
+        source = data["summary"] if isinstance(data.get("summary"), dict) else \
             {k: v for k, v in data.items() if k not in ("versions", "cuda")}
         numbers = _table(_flat_numbers(source)[:60])
         if data.get("note"):
@@ -190,8 +132,7 @@ def run(args: argparse.Namespace) -> int:
         f.write(page)
     png = os.path.splitext(args.out)[0] + ".png"
     if figures:
-        import matplotlib.pyplot as plt
-
+        plt = pyplot()
         imgs = []
         for fig in figures:
             buf = io.BytesIO()

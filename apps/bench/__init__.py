@@ -1,0 +1,26 @@
+"""``framegraph bench NAME``: one module per benchmark, every one of the same shape.
+
+A bench module exports three things:
+
+- ``add_arguments(parser)``: its command-line arguments (``--out FILE.json`` among them);
+- ``run(args) -> int``: measures, writes the JSON (``meta.bench_metadata(NAME)`` and its numbers) with the PNG
+  of its figure beside it (``meta.write_result``), prints a summary; returns the exit status;
+- ``figure(data, plt) -> matplotlib.figure.Figure``: its plot of one result, drawn from the JSON alone, so the
+  PNG beside the JSON and the bench's section in ``framegraph bench report`` are the same picture.
+
+A result names its bench (``"benchmark": NAME``, written by ``bench_metadata``); ``bench report`` draws it with
+that bench's ``figure``. Adding a bench is its module and one line in ``BENCHES``.
+"""
+from __future__ import annotations
+
+# NAME → (module, help), in the order `framegraph bench --help` lists them.
+BENCHES = {
+    "runtime": ("framegraph.apps.bench.runtime", "stage-graph overhead, latency under overload, drops, allocations, RSS"),
+    "kernels": ("framegraph.apps.bench.kernels", "attention and DiT kernels against their torch / library peers"),
+    "render": ("framegraph.apps.bench.render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
+    "server": ("framegraph.apps.bench.server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
+    "avatar": ("framegraph.apps.bench.avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
+}
+
+# `framegraph bench report`: a command beside the benches (it measures nothing; it draws their results).
+REPORT = ("framegraph.apps.bench.report", "collect benchmark JSON files into one HTML page + PNG")

@@ -1,0 +1,386 @@
+"""Talking-avatar speed benchmark: time to first frame, steady FPS, per-stage p50/p99, concurrent sessions.
+
+    framegraph bench avatar --out benchmarks/results/cpu/avatar.json        # CPU defaults: a few minutes
+    framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
+
+Issue 5's targets, on an H100 for the shipped model class: first frame ≤ 100 ms, ≥ 120 FPS at 384²,
+≥ 60 FPS at 512², four sessions at ≥ 25 FPS each. The JSON compares with them only as a reference:
+they apply to an H100, and ``targets_apply`` says whether this device is one.
+
+**What is measured.** The model class is the architecture of the shipped avatar (``--avatar``, default
+``assets/avatars/astronaut``: its VAE / DiT / audio-encoder configs, sampler steps, chunk size, fps and
+VAD setting). For each ``--sizes`` entry a bundle of that class is built with **random weights** whose
+generated face region (the VAE's decoded frame) has that side; speed does not depend on the weights.
+The region is pasted into the shipped portrait scaled by ``size / shipped_region`` (the shipped
+framing), so the composited output frame is larger than the region (``frame_size`` in the JSON). The
+shipped avatar itself (trained weights, native region) is measured too, as ``"shipped"`` (``--no-shipped``
+skips it). Every graph is the real one (``models.avatar.build_avatar_graph``: AudioFeatures → state →
+Denoiser → VAEDecode → Composite) fed by a ``PushAudioSource``; a collecting sink stamps each
+composited frame's arrival (``time.monotonic_ns``; on CUDA after synchronizing the sink's own stream, so
+the frame is really finished — never a device-wide synchronize on the hot path).
+
+1. **time to first frame** — from the first audio pushed to the first composited frame at the sink.
+   ``live``: 20 ms chunks pushed at real-time pace on a real-time clock (what a server session sees;
+   the first frame cannot come before its audio and look-ahead have arrived: ``audio_wait_ms``).
+   ``burst``: the audio pushed at once (fast clock) — the pure compute + hand-off latency. ``cold`` is
+   the first session of a freshly built bundle (graph build and start timed separately); ``warm`` the
+   median over ``--repeats`` later sessions.
+2. **steady FPS** — ``--seconds`` of speech pushed at once, fast clock, no fallbacks (full sampler
+   steps): frames per second at the sink after the first ``warmup_frames``, and per-stage ``process()``
+   time p50 / p99 from the graph's telemetry (on CUDA also the GPU time of each call, CUDA events on the
+   stage's stream).
+3. **sessions** — N graphs at once (built as the server's ``avatar`` pipeline builds them: real-time
+   clock, ``max_in_flight=8``, per-chunk budget with step fallbacks, ``drop_oldest`` into the sink), each
+   with its own audio pushed in real time by its own thread: presented FPS per session against the
+   avatar's fps, TTFF, drops, end-to-end latency. (No video encoding: that is the server bench's part.)
+
+Audio: espeak-ng speech (``models.synth``) when the library is present, else synthetic voiced bursts;
+the JSON names which.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import numpy as np
+import torch
+
+from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
+from .measure import torch_threads
+from .meta import ASSETS, ROOT, add_out_argument, bench_metadata, write_result
+from .speech import SAMPLE_RATE, speech
+
+TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
+           "sessions": 4, "session_fps": 25.0}
+DEFAULT_AVATAR = os.path.join(ASSETS, "avatars", "astronaut")
+
+
+# ---- the model class ---------------------------------------------------------------------------------
+
+def _config(path: str) -> dict:
+    with open(path) as f:
+        return {k: v for k, v in json.load(f).items() if not k.startswith("_")}
+
+
+def shipped_class(root: str) -> dict:
+    """The shipped bundle's architecture: its three model configs and avatar.json settings."""
+    from framegraph.models.avatar import AvatarError
+
+    for part in ("avatar.json", "vae/config.json", "dit/config.json", "audio/config.json"):
+        if not os.path.isfile(os.path.join(root, part)):
+            raise AvatarError(f"--avatar {root!r}: {part} is missing (expected an avatar bundle folder)")
+    avatar = _config(os.path.join(root, "avatar.json"))
+    vae = _config(os.path.join(root, "vae", "config.json"))
+    return {"root": root, "avatar": avatar, "vae": vae, "dit": _config(os.path.join(root, "dit", "config.json")),
+            "audio": _config(os.path.join(root, "audio", "config.json")),
+            "compression": int(vae["patch_size"]) * 2 ** (len(vae["block_out_channels"]) - 1)}
+
+
+def size_multiple(cls: dict) -> int:
+    """Region sides must be a multiple of this: VAE compression × DiT patch."""
+    return cls["compression"] * int(cls["dit"].get("patch_size", 1))
+
+
+def random_bundle(cls: dict, size: int, seed: int = 0):
+    """An :class:`~framegraph.models.avatar.Avatar` of the shipped class with random weights and a generated
+    region of ``size`` px, composited into the shipped portrait scaled by ``size / shipped_region``."""
+    from PIL import Image
+
+    from framegraph.models.audio import AudioEncoder
+    from framegraph.models.avatar import Avatar
+    from framegraph.models.dit import AvatarDiT
+    from framegraph.models.vae import VideoVAE
+
+    a = cls["avatar"]
+    scale = size / int(a["region_size"])
+    with Image.open(os.path.join(cls["root"], a["portrait"])) as im:
+        im = im.convert("RGB")
+        w, h = max(size, round(im.width * scale)), max(size, round(im.height * scale))
+        portrait = torch.from_numpy(np.array(im.resize((w, h), Image.BICUBIC)))
+    x, y = (min(max(0, round(v * scale)), lim - size) for v, lim in zip(a["face_box"][:2], (w, h)))
+    mouth = a.get("mouth_box")
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        vae = VideoVAE(**{**cls["vae"], "sample_size": size}).eval()
+        lat = size // vae.spatial_compression
+        dit = AvatarDiT(**{**cls["dit"], "sample_size": [lat, lat]}).eval()
+        audio = AudioEncoder(**cls["audio"]).eval()
+    return Avatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=(x, y, size, size), region_size=size,
+                  mouth_box=None if mouth is None else tuple(float(v) * scale for v in mouth),
+                  fps=float(a.get("fps", 25.0)), chunk_frames=int(a.get("chunk_frames", 1)),
+                  steps=int(a.get("steps", 2)), shift=float(a.get("shift", 1.0)), vad=bool(a.get("vad", True)))
+
+
+# ---- plot --------------------------------------------------------------------------------------------
+
+def figure(result: dict, plt):
+    """The benchmark's figure (also used by ``bench report``)."""
+    rows = result["sizes"]
+    names = [r["name"] for r in rows]
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8))
+    ax = axes[0][0]
+    fps = [r["steady"]["fps"] or 0.0 for r in rows]
+    ax.bar(names, fps, color="#4477aa")
+    for i, r in enumerate(rows):
+        t = TARGETS["fps"].get(str(r["region_size"])) if r["weights"] != "shipped" else None
+        if t:
+            ax.plot([i - 0.4, i + 0.4], [t, t], "k--")
+            ax.text(i, t, f"H100 target {t:.0f}", ha="center", va="bottom", fontsize=8)
+        ax.text(i, fps[i], f"{fps[i]:.1f}", ha="center", va="bottom", fontsize=9)
+    real = result["model_class"]["settings"].get("fps") or 25.0
+    ax.axhline(real, color="#228833", lw=0.8, ls=":", label=f"real time ({real:g} fps)")
+    ax.legend(fontsize=7)
+    ax.set_ylabel("frames / s (fast clock)")
+    ax.set_title(f"steady FPS per region size — {result['device']}", fontsize=10)
+    ax = axes[0][1]
+    stages = [s for s in AVATAR_STAGES if any(s in r["steady"]["stages_host_ms"] for r in rows)]
+    width = 0.8 / max(1, len(rows))
+    for j, r in enumerate(rows):
+        table = r["steady"]["stages_gpu_ms"] or r["steady"]["stages_host_ms"]
+        p50 = [table.get(s, {}).get("p50_ms", 0.0) for s in stages]
+        p99 = [table.get(s, {}).get("p99_ms", 0.0) for s in stages]
+        xs = np.arange(len(stages)) + j * width
+        ax.bar(xs, p99, width, color=f"C{j}", alpha=0.35)
+        ax.bar(xs, p50, width, color=f"C{j}", label=f"{r['name']}")
+    ax.set_xticks(np.arange(len(stages)) + width * (len(rows) - 1) / 2, stages, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms per process() call")
+    ax.set_title("per-stage time per call: p50 (dark), p99 (pale)" + (" (GPU, CUDA events)" if rows[0]["steady"]["stages_gpu_ms"]
+                                                   else " (CPU)"), fontsize=10)
+    ax.legend(fontsize=7, ncol=len(rows), loc="upper center", bbox_to_anchor=(0.5, -0.07), frameon=False)
+    ax = axes[1][0]
+    xs = np.arange(len(rows))
+    cold = [r["ttff"]["cold"]["live_ms"] for r in rows]
+    live = [r["ttff"]["warm_live_ms"]["median"] for r in rows]
+    burst = [r["ttff"]["warm_burst_ms"]["median"] for r in rows]
+    ax.bar(xs - 0.27, cold, 0.27, label="cold, live audio", color="#ee6677")
+    ax.bar(xs, live, 0.27, label="warm, live audio", color="#4477aa")
+    ax.bar(xs + 0.27, burst, 0.27, label="warm, audio at once", color="#66ccee")
+    ax.axhline(TARGETS["time_to_first_frame_ms"], color="k", ls="--", lw=0.8, label="H100 target 100 ms")
+    ax.axhline(rows[0]["ttff"]["audio_wait_ms"], color="#999999", ls=":", lw=0.8, label="live: waiting for audio")
+    ax.set_xticks(xs, names)
+    ax.set_yscale("log")
+    ax.set_ylabel("ms")
+    ax.set_title("time to first composited frame", fontsize=10)
+    ax.legend(fontsize=7)
+    ax = axes[1][1]
+    sess = result.get("sessions")
+    if sess and sess.get("runs"):
+        for run in sess["runs"]:
+            ys = [p["presented_fps"] for p in run["per_session"]]
+            ax.scatter([run["sessions"]] * len(ys), ys, color="#4477aa", zorder=3)
+        ax.axhline(sess["runs"][0]["target_fps"], color="k", ls="--", lw=0.8, label="avatar fps (target)")
+        ax.set_xticks([run["sessions"] for run in sess["runs"]])
+        ax.set_ylim(bottom=0)
+        ax.legend(fontsize=7)
+        ax.set_title(f"concurrent sessions ({sess['avatar']}): presented FPS per session", fontsize=10)
+    ax.set_xlabel("sessions at once")
+    fig.tight_layout()
+    return fig
+
+
+# ---- command line ------------------------------------------------------------------------------------
+
+def _ints(text: str, what: str) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"{what} {text!r}: expected comma-separated integers") from None
+    if not values or any(v < 1 for v in values):
+        raise ValueError(f"{what} {text!r}: expected positive integers")
+    return values
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    cuda = torch.cuda.is_available()
+    add_out_argument(p)
+    p.add_argument("--device", default="cuda" if cuda else "cpu", help="where the models run (default: cuda "
+                                                                        "when available)")
+    p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the shipped bundle whose model class is measured "
+                                                            "(default assets/avatars/astronaut)")
+    p.add_argument("--sizes", default=None, help="generated region sides, comma-separated (default 256,384,512; "
+                                                 "--quick: 64)")
+    p.add_argument("--shipped", action=argparse.BooleanOptionalAction, default=True,
+                   help="also measure the shipped avatar itself at its native size (default: yes)")
+    p.add_argument("--seconds", type=float, default=None,
+                   help="speech for the steady-FPS run (default 20 on CUDA, 6 on CPU; --quick: 1)")
+    p.add_argument("--repeats", type=int, default=None, help="warm TTFF sessions per mode (default 3; --quick: 1)")
+    p.add_argument("--sessions", default=None,
+                   help="concurrent session counts (default 1,2,4 on CUDA, 1,2 on CPU; --quick: 2)")
+    p.add_argument("--session-size", default=None,
+                   help="region side of the sessions' avatar, or 'shipped' (default 384 on CUDA, shipped on CPU; "
+                        "--quick: the first --sizes entry)")
+    p.add_argument("--session-seconds", type=float, default=None,
+                   help="audio per concurrent session (default 10 on CUDA, 6 on CPU; --quick: 1)")
+    p.add_argument("--torch-threads", type=int, default=None,
+                   help="CPU intra-op threads per stage (default 1 on CPU, as the server runs; untouched on CUDA)")
+    p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
+
+
+def _settings(args) -> dict:
+    cuda = args.device.startswith("cuda")
+    q = args.quick
+    s = {"sizes": _ints(args.sizes, "--sizes") if args.sizes is not None else ([64] if q else [256, 384, 512]),
+         "seconds": args.seconds if args.seconds is not None else (1.0 if q else 20.0 if cuda else 6.0),
+         "repeats": args.repeats if args.repeats is not None else (1 if q else 3),
+         "sessions": _ints(args.sessions, "--sessions") if args.sessions is not None
+         else ([2] if q else [1, 2] if not cuda else [1, 2, 4]),
+         "session_seconds": args.session_seconds if args.session_seconds is not None
+         else (1.0 if q else 10.0 if cuda else 6.0),
+         "ttff_seconds": 0.32, "warmup_frames": 5 if q else 10,
+         "torch_threads": args.torch_threads if args.torch_threads is not None else (None if cuda else 1)}
+    ss = args.session_size if args.session_size is not None else (
+        str(s["sizes"][0]) if q else "384" if cuda else "shipped")
+    if ss != "shipped":
+        ss = _ints(ss, "--session-size")[0]
+    s["session_size"] = ss
+    if s["seconds"] <= 0 or s["session_seconds"] <= 0:
+        raise ValueError("--seconds and --session-seconds must be > 0")
+    if s["repeats"] < 1:
+        raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
+    if s["torch_threads"] is not None and s["torch_threads"] < 1:
+        raise ValueError(f"--torch-threads must be >= 1, got {s['torch_threads']}")
+    return s
+
+
+def _shown_path(path: str) -> str:
+    """A bundle path as recorded: relative to the repository when inside it."""
+    full = os.path.abspath(path)
+    return os.path.relpath(full, ROOT) if full.startswith(ROOT + os.sep) else full
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.device.startswith("cuda") and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+    s = _settings(args)
+    cls = shipped_class(args.avatar)
+    mult = size_multiple(cls)
+    for size in s["sizes"] + ([s["session_size"]] if isinstance(s["session_size"], int) else []):
+        if size % mult:
+            raise ValueError(f"--sizes / --session-size: {size} is not a multiple of {mult} (the region side must "
+                             f"divide by the VAE's {cls['compression']}x compression times the DiT's patch "
+                             f"{cls['dit'].get('patch_size', 1)}); e.g. 256,384,512")
+    with torch_threads(s["torch_threads"]):
+        result = bench_metadata("avatar")
+        steady_audio, audio_info = speech(s["seconds"], seed=0)
+        audio_info = {**audio_info, "seconds": s["seconds"], "samples": int(len(steady_audio)),
+                      "sample_rate": SAMPLE_RATE, "chunk_ms": 1000 * CHUNK // SAMPLE_RATE}
+        result.update(_description(args, s, cls, result["device"], audio_info))
+        result["sizes"], session_avatar = _measure_sizes(args, s, cls, steady_audio)
+        result["sessions"] = _measure_sessions(args.device, s, session_avatar)
+        result["summary"] = _summary(result)
+    png = write_result(result, args.out, figure)
+    for line in _summary_lines(result):
+        print(line)
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def _log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dict:
+    """What the JSON says about the run beside its numbers: device, model class, weights, settings, targets."""
+    device = args.device
+    return {
+        "stage_device": device,
+        "note": ("CUDA run" if device.startswith("cuda") else
+                 "CPU run: the targets are for an H100 GPU; these CPU figures only show the benchmark works "
+                 "and how the stages compare") + ("; --quick: a smoke test, not a measurement" if args.quick
+                                                  else ""),
+        "model_class": {"avatar": _shown_path(args.avatar), "vae": cls["vae"], "dit": cls["dit"], "audio": cls["audio"],
+                        "settings": {k: cls["avatar"].get(k) for k in ("region_size", "fps", "chunk_frames",
+                                                                       "steps", "shift", "vad", "size")}},
+        "weights": "random, shipped architecture (speed does not depend on the weights); the 'shipped' row "
+                   "uses the shipped trained weights",
+        "size_meaning": "size = side in px of the generated face region (the VAE's decoded frame, "
+                        f"{cls['compression']}x the latent side); it is pasted into the shipped portrait "
+                        f"scaled by size/{cls['avatar']['region_size']} (the shipped framing), so the "
+                        "composited output frame is each row's frame_size",
+        "audio": audio,
+        "settings": {**s, "torch_threads_effective": torch.get_num_threads(),
+                     "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
+                              "stream before stamping a frame; stage GPU times from CUDA events",
+                     "stage_times": "per process() call from the graph's telemetry; audio_features runs once "
+                                    "per 20 ms audio chunk (2 calls per video frame at 25 fps)"},
+        "targets": {**TARGETS, "targets_apply": "H100" in device_name},
+    }
+
+
+def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
+    """One row per ``--sizes`` entry (random weights) and the shipped avatar; and the sessions' avatar
+    ``(name, Avatar)``."""
+    from framegraph.models.avatar import load_avatar
+
+    ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
+    common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
+                  torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)
+    rows = []
+    session_avatar = None
+    for size in s["sizes"]:
+        avatar = random_bundle(cls, size)
+        rows.append(measure_size(str(size), avatar, weights="random, shipped architecture", **common))
+        if s["session_size"] == size:
+            session_avatar = (str(size), avatar)
+    shipped = None
+    if args.shipped or s["session_size"] == "shipped":
+        shipped = load_avatar(args.avatar)
+    if args.shipped:
+        rows.append(measure_size("shipped", shipped, weights="shipped", **common))
+        rows[-1]["bundle"] = _shown_path(args.avatar)
+    if s["session_size"] == "shipped":
+        session_avatar = ("shipped", shipped)
+    elif session_avatar is None:
+        session_avatar = (str(s["session_size"]), random_bundle(cls, s["session_size"]))
+    return rows, session_avatar
+
+
+def _measure_sessions(device: str, s: dict, session_avatar: tuple) -> dict:
+    """Concurrent live sessions of one avatar, for each ``--sessions`` count."""
+    name, avatar = session_avatar
+    audio, _ = speech(s["session_seconds"], seed=2)
+    runs = []
+    for n in s["sessions"]:
+        _log(f"sessions: {n} at once, avatar {name}, {s['session_seconds']:g} s of audio each")
+        runs.append(measure_sessions(avatar, n, s["session_seconds"], device, s["torch_threads"], audio))
+        _log(f"sessions: {n} at once: presented fps min {runs[-1]['fps_min']:.1f} (target {runs[-1]['target_fps']:g})")
+    return {"avatar": name, "region_size": avatar.region_size,
+            "keep_up_rule": f"presented fps >= {SESSION_FPS_TOLERANCE:g} x the avatar's fps", "runs": runs}
+
+
+def _summary(result: dict) -> dict:
+    rows = {}
+    for r in result["sizes"]:
+        target = TARGETS["fps"].get(str(r["region_size"])) if r["weights"] != "shipped" else None
+        ttff = r["ttff"]
+        rows[r["name"]] = {
+            "frame_size": r["frame_size"], "steady_fps": r["steady"]["fps"], "fps_target_h100": target,
+            "fps_target_met": None if target is None or r["steady"]["fps"] is None else bool(r["steady"]["fps"] >= target),
+            "ttff_cold_live_ms": ttff["cold"]["live_ms"], "ttff_warm_live_ms": ttff["warm_live_ms"]["median"],
+            "ttff_warm_burst_ms": ttff["warm_burst_ms"]["median"],
+            "ttff_target_met_warm_live": bool(ttff["warm_live_ms"]["median"] <= TARGETS["time_to_first_frame_ms"])}
+    runs = result["sessions"]["runs"]
+    four = next((r for r in runs if r["sessions"] == TARGETS["sessions"]), None)
+    return {"targets_apply": result["targets"]["targets_apply"], "sizes": rows,
+            "sessions_fps_min": {str(r["sessions"]): r["fps_min"] for r in runs},
+            "four_sessions_target_met": None if four is None else four["all_keep_up"]}
+
+
+def _summary_lines(result: dict) -> list[str]:
+    lines = [f"device {result['device']} ({'targets apply' if result['targets']['targets_apply'] else 'H100 targets: reference only'})"]
+    for r in result["sizes"]:
+        st, t = r["steady"], r["ttff"]
+        fps = f"{st['fps']:.1f}" if st["fps"] else "n/a"
+        stages = ", ".join(f"{k} {v['p50_ms']:.1f}/{v['p99_ms']:.1f}"
+                           for k, v in (st["stages_gpu_ms"] or st["stages_host_ms"]).items() if v.get("calls"))
+        lines.append(f"{r['name']:>8} (region {r['region_size']}², frame {r['frame_size'][0]}x{r['frame_size'][1]}): "
+                     f"{fps} fps; TTFF cold {t['cold']['live_ms']:.0f} ms, warm live "
+                     f"{t['warm_live_ms']['median']:.0f} ms, burst {t['warm_burst_ms']['median']:.0f} ms; "
+                     f"p50/p99 ms: {stages}")
+    for run in result["sessions"]["runs"]:
+        lines.append(f"{run['sessions']} session(s) of {result['sessions']['avatar']}: presented fps "
+                     + ", ".join(f"{p['presented_fps']:.1f}" for p in run["per_session"])
+                     + f" (target {run['target_fps']:g})")
+    return lines

@@ -1,0 +1,171 @@
+"""What the benches measure with: call timing, latency summaries, torch threads, process memory."""
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import gc
+import os
+import threading
+import time
+from typing import Callable, Iterator, Literal
+
+import torch
+
+from framegraph.stream.telemetry import LatencyWindow
+
+MiB = 2 ** 20
+
+
+def summary_ms(values_ms) -> dict:
+    """``{"count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"}`` of a sequence of times in ms
+    (``{"count": 0}`` when empty): the graph telemetry's own summary
+    (:class:`~framegraph.stream.telemetry.LatencyWindow`), so a bench's p99 means what a graph report's means."""
+    window = LatencyWindow(max(1, len(values_ms)))
+    for v in values_ms:
+        window.add(float(v))
+    return window.summary()
+
+
+def time_ms(call: Callable[[int], object], device: torch.device, iters: int, warmup: int = 0,
+            first: int = 0) -> list[float]:
+    """ms of each of ``iters`` calls ``call(i)`` after ``warmup`` untimed ones; ``i`` counts from ``first``
+    (a frame index, for renderers whose scene moves). CUDA events on CUDA (no host synchronize inside the
+    timed region), ``time.perf_counter`` elsewhere."""
+    for i in range(warmup):
+        call(first + i)
+    first += warmup
+    times = []
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        for i in range(iters):
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            call(first + i)
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end))
+    else:
+        for i in range(iters):
+            t0 = time.perf_counter()
+            call(first + i)
+            times.append((time.perf_counter() - t0) * 1000)
+    return times
+
+
+@contextlib.contextmanager
+def torch_threads(n: int | None) -> Iterator[None]:
+    """torch's CPU intra-op threads set to ``n`` inside the block (``None``: left as they are), then restored."""
+    previous = torch.get_num_threads()
+    if n is not None:
+        torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(previous)
+
+
+def rss_bytes() -> int:
+    """Resident memory of this process, bytes (Linux ``/proc/self/statm``)."""
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+def status_kib(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or None where there is none."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return None
+
+
+class MemoryProbe:
+    """Peak memory of one call: ``{"peak_memory_mib", "render_memory_mib"}`` (``method`` says how).
+
+    - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (everything torch
+      allocated on the device, scene included); render memory = that peak minus what was allocated
+      before the call.
+    - CPU (Linux): the process's peak RSS (``VmHWM``) during the call, after resetting it through
+      ``/proc/self/clear_refs`` and returning freed heap pages with ``malloc_trim``; render memory =
+      that peak minus the RSS before the call.
+    - CPU elsewhere: RSS sampled by ``psutil`` every millisecond in a thread (can miss short peaks).
+    """
+
+    kind: Literal["cuda", "vmhwm", "psutil"]
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self._trim = None
+        if device.type == "cuda":
+            self.method = ("cuda: torch.cuda.max_memory_allocated during one render after reset_peak_memory_stats "
+                           "(peak_memory_mib: all torch allocations, scene included; render_memory_mib: peak minus "
+                           "allocated before the render)")
+            self.kind = "cuda"
+            return
+        try:
+            self._trim = ctypes.CDLL("libc.so.6").malloc_trim
+        except (OSError, AttributeError):
+            self._trim = None
+        if status_kib("VmHWM") is not None and self._reset_hwm():
+            self.kind = "vmhwm"
+            self.method = ("cpu: process peak RSS (Linux VmHWM, reset through /proc/self/clear_refs) during one "
+                           "render, after gc + malloc_trim(0) (peak_memory_mib: whole-process RSS peak; "
+                           "render_memory_mib: peak minus RSS before the render)")
+        else:
+            self.kind = "psutil"
+            self.method = ("cpu: psutil RSS sampled every 1 ms in a thread during one render (peak_memory_mib: "
+                           "whole-process RSS peak; render_memory_mib: peak minus RSS before; short peaks can be "
+                           "missed)")
+
+    @staticmethod
+    def _reset_hwm() -> bool:
+        try:
+            with open("/proc/self/clear_refs", "w") as f:
+                f.write("5")
+            return True
+        except OSError:
+            return False
+
+    def measure(self, fn) -> dict:
+        gc.collect()
+        if self.kind == "cuda":
+            torch.cuda.synchronize(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            before = torch.cuda.memory_allocated(self.device)
+            fn()
+            torch.cuda.synchronize(self.device)
+            peak = torch.cuda.max_memory_allocated(self.device)
+            return {"peak_memory_mib": peak / MiB, "render_memory_mib": (peak - before) / MiB}
+        if self._trim is not None:
+            self._trim(0)
+        if self.kind == "vmhwm":
+            before = status_kib("VmRSS") * 1024
+            self._reset_hwm()
+            fn()
+            peak = status_kib("VmHWM") * 1024
+        else:
+            import psutil
+
+            proc = psutil.Process()
+            before = peak = proc.memory_info().rss
+            done = threading.Event()
+            samples = [before]
+
+            def sample():
+                while not done.is_set():
+                    samples.append(proc.memory_info().rss)
+                    time.sleep(0.001)
+
+            th = threading.Thread(target=sample, daemon=True)
+            th.start()
+            try:
+                fn()
+            finally:
+                done.set()
+                th.join()
+            peak = max(samples + [proc.memory_info().rss])
+        return {"peak_memory_mib": peak / MiB, "render_memory_mib": max(peak - before, 0) / MiB}
+

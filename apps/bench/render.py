@@ -1,0 +1,255 @@
+"""Neural-rendering speed per renderer and backend: 3DGS, 4DGS and NeRF — FPS, latency, peak memory.
+
+    framegraph bench render --out benchmarks/results/cuda/render.json       # the full sweep on a GPU
+    framegraph bench render --out benchmarks/results/cpu/render.json        # CPU defaults (small sizes)
+    framegraph bench render --out out/render.json --quick                   # smoke test, not a measurement
+    framegraph bench render --out out/r.json --sections 3dgs --gaussians 500000 --size 1280x720
+
+Sections (``--sections``, default all three):
+
+- ``3dgs``: random SH-degree-3 scenes of each ``--gaussians`` size (CUDA default 10⁵, 10⁶, 3·10⁶ at
+  1920x1080; CPU default 10³, 10⁴, 3·10⁴ at 192x108), or one ``--scene`` file. A frame is a whole
+  :func:`rasterize` call (projection, SH, tile sort, blending) for ``--cameras`` cameras.
+- ``4dgs``: the shipped ``assets/scenes4d/bouncing_ball.pth`` (or ``--scene4d``), plus random 4D scenes
+  of each ``--gaussians4d`` size (CUDA default 10⁵; CPU none), at 1352x1014 on CUDA (135x101 on CPU).
+  Scene time advances 1/60 of the scene's duration per frame (looping), as in playback.
+- ``nerf``: the shipped ``assets/nerf/spheres`` (or ``--nerf``) at 800x800 on CUDA (80x80 on CPU); a
+  frame is :meth:`NerfModel.render` (ray generation, marching with occupancy skipping and early
+  termination, compositing).
+
+Per case and backend (``--backends``, the torch reference and Triton): median, p90, min and max ms per
+frame and FPS, after ``--warmup`` untimed frames; PSNR against the torch reference's image (same camera
+and time); peak memory of one render (see ``memory_method`` in the JSON). GPU timings use CUDA events
+around each frame (no I/O in the timed region: images stay on the device); CPU timings ``time.perf_counter`` with
+one torch thread unless ``--threads`` (``torch_threads`` in the JSON). When
+``gsplat`` is importable on CUDA, ``gsplat.rasterization`` renders the same 3DGS inputs in the same run:
+its own entry, plus ``ms_ratio_vs_gsplat`` (ours / gsplat: below 1 is faster) and ``psnr_vs_gsplat_db``
+in ours.
+
+On a CPU-only machine Triton runs through its interpreter: those timings say nothing about speed, are
+flagged ``"interpreted": true``, are rendered ``--interpreted-iters`` times only (default once, which also
+gives the PSNR), and carry no speed-up. Interpreted Triton NeRF takes minutes per frame, so on CPU it is
+skipped unless ``--interpreted-nerf``.
+
+A scene that would not fit in the device's free memory is refused before anything is allocated (the
+renderers' ``check_fits`` estimates; ``--available-mib`` overrides the free memory for planning): the
+case records ``"refused"`` with the numbers and the run goes on.
+
+JSON: benchmark metadata (device, versions, command, commit, load), ``cases`` (one per section and size,
+each with ``results`` keyed by backend), and — for readers of the first version of this file — the first
+3DGS case's ``scene``, ``resolution``, ``cameras`` and ``results`` at the top level. PNG beside it: FPS per
+case and backend, and the torch reference's frame of each case.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+
+import torch
+
+from ..argtypes import size
+from .measure import torch_threads
+from .meta import add_out_argument, bench_metadata, write_result
+from .render_cases import BACKENDS, DEFAULT_NERF, SECTIONS, Cases
+
+
+def _counts(text: str) -> list:
+    """``"100000,1e6,3e6"`` -> ``[100000, 1000000, 3000000]``; ``""`` or ``"none"`` -> ``[]``."""
+    if text.strip().lower() in ("", "none"):
+        return []
+    out = []
+    for part in text.split(","):
+        try:
+            v = float(part)
+        except ValueError:
+            raise argparse.ArgumentTypeError(
+                f"expected comma-separated counts, e.g. 100000,1e6, got {text!r}") from None
+        if v < 1 or v != int(v):
+            raise argparse.ArgumentTypeError(f"counts must be positive integers, got {part!r}")
+        out.append(int(v))
+    return out
+
+
+def _names(choices):
+    def parse(text: str) -> list:
+        names = [s.strip().lower() for s in text.split(",") if s.strip()]
+        bad = sorted(set(names) - set(choices))
+        if bad or not names:
+            raise argparse.ArgumentTypeError(f"unknown {bad or text!r}; choose from {', '.join(choices)}")
+        return list(dict.fromkeys(names))
+    return parse
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    add_out_argument(p)
+    p.add_argument("--sections", type=_names(SECTIONS), default=list(SECTIONS),
+                   help="comma-separated: 3dgs, 4dgs, nerf (default all)")
+    g = p.add_argument_group("3dgs")
+    g.add_argument("--scene", help="INRIA .ply or .splat scene (default: random scenes of --gaussians sizes)")
+    g.add_argument("--gaussians", type=_counts, default=None,
+                   help="random scene sizes, comma-separated (default 100000,1000000,3000000 on CUDA, "
+                        "1000,10000,30000 on CPU)")
+    g.add_argument("--sh-degree", type=int, default=3, choices=(0, 1, 2, 3), help="random scene SH degree")
+    g.add_argument("--size", type=size, default=None, help="WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU)")
+    g.add_argument("--cameras", type=int, default=1, help="cameras rendered per call (batched)")
+    g.add_argument("--tile-size", type=int, default=16)
+    g.add_argument("--no-gsplat", action="store_true", help="don't run gsplat even when it is installed")
+    g = p.add_argument_group("4dgs")
+    g.add_argument("--scene4d", default=None,
+                   help="fudan-zvg 4DGS checkpoint (default assets/scenes4d/bouncing_ball.pth; 'none' for "
+                        "random scenes only)")
+    g.add_argument("--gaussians4d", type=_counts, default=None,
+                   help="random 4D scene sizes as well (SH 3, temporal degree 1), comma-separated "
+                        "(default 100000 on CUDA, none on CPU)")
+    g.add_argument("--size-4d", type=size, default=None,
+                   help="WIDTHxHEIGHT (default 1352x1014 on CUDA, 135x101 on CPU)")
+    g = p.add_argument_group("nerf")
+    g.add_argument("--nerf", default=DEFAULT_NERF, help="NeRF directory (default assets/nerf/spheres)")
+    g.add_argument("--size-nerf", type=size, default=None, help="WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU)")
+    g.add_argument("--chunk-rays", type=int, default=1 << 14, help="rays marched together (default 16384)")
+    g.add_argument("--interpreted-nerf", action="store_true",
+                   help="on CPU, run the Triton NeRF through the interpreter too (minutes per frame)")
+    g = p.add_argument_group("timing")
+    g.add_argument("--backends", type=_names(BACKENDS), default=list(BACKENDS), help="comma-separated: torch, triton")
+    g.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    g.add_argument("--warmup", type=int, default=None, help="untimed frames first (default 3 on CUDA, 1 on CPU)")
+    g.add_argument("--iters", type=int, default=None, help="timed frames (default 20 on CUDA, 10 on CPU)")
+    g.add_argument("--interpreted-iters", type=int, default=1,
+                   help="frames rendered by interpreted Triton on CPU (default 1: the PSNR frame, timed once)")
+    g.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default 1 when rendering on CPU: on a shared 2-core machine two "
+                        "OpenMP threads measured up to 10x slower; torch's choice on CUDA)")
+    g.add_argument("--available-mib", type=float, default=None,
+                   help="memory to treat as free when checking that a scene fits (default: ask the device)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="tiny run (a smoke test, not a measurement)")
+
+
+def figure(data: dict, plt, previews=None):
+    """FPS per case and backend (log scale; interpreted Triton hatched and labelled as not a speed), and
+    the torch reference's frame of each case when ``previews`` (``[(name, image)]``) are given. Usable
+    by ``bench report`` on a saved JSON (without previews)."""
+    cases = data.get("cases") or [{"name": "render", "results": data.get("results", {})}]
+    colours = {"torch": "#4477aa", "triton": "#228833", "gsplat": "#ee6677"}
+    labels, values, cols, hatches, notes = [], [], [], [], []
+    for case in cases:
+        if case.get("refused"):
+            labels.append(f"{case['name']}")
+            values.append(0.0)
+            cols.append("#bbbbbb")
+            hatches.append("")
+            notes.append("refused: does not fit")
+            continue
+        for backend, entry in case.get("results", {}).items():
+            labels.append(f"{case['name']} · {backend}")
+            if "fps" not in entry:
+                values.append(0.0)
+                cols.append("#bbbbbb")
+                hatches.append("")
+                notes.append("skipped")
+                continue
+            values.append(entry["fps"])
+            cols.append(colours.get(backend, "#aa3377"))
+            hatches.append("//" if entry.get("interpreted") else "")
+            note = f"{entry['fps']:.3g} FPS"
+            if entry.get("interpreted"):
+                note += " (interpreted: not a speed)"
+            if entry.get("ms_ratio_vs_gsplat"):
+                note += f", {entry['ms_ratio_vs_gsplat']:.2f}x gsplat's time"
+            notes.append(note)
+    previews = previews or []
+    rows = 2 if previews else 1
+    fig = plt.figure(figsize=(11, 0.32 * max(len(labels), 4) + 1.5 + (2.6 if previews else 0)))
+    grid = fig.add_gridspec(rows, max(len(previews), 1), height_ratios=[0.32 * max(len(labels), 4) + 1, 2.2][:rows])
+    ax = fig.add_subplot(grid[0, :])
+    y = list(range(len(labels)))[::-1]
+    positive = [v for v in values if v > 0]
+    floor = min(positive) / 3 if positive else 0.1
+    bars = ax.barh(y, [v if v > 0 else floor for v in values], color=cols)
+    for bar, h, v in zip(bars, hatches, values):
+        bar.set_hatch(h)
+        if v <= 0:
+            bar.set_alpha(0.3)
+    ax.set_yticks(y, labels, fontsize=8)
+    ax.set_xscale("log")
+    for yi, v, note in zip(y, values, notes):
+        ax.text(max(v, floor) * 1.05, yi, note, va="center", fontsize=7)
+    ax.set_xlabel("frames per second (log scale)")
+    dev = data.get("device", "?")
+    ax.set_title(f"render speed on {dev} ({data.get('timing', '')}, median)", fontsize=10)
+    if positive:
+        ax.set_xlim(floor * 0.8, max(positive) * 30)
+    for i, (name, img) in enumerate(previews):
+        a = fig.add_subplot(grid[1, i])
+        a.imshow(img.clamp(0, 1).numpy())
+        a.set_title(name, fontsize=7)
+        a.axis("off")
+    fig.tight_layout()
+    return fig
+
+
+def _print(result: dict) -> None:
+    print(f"render bench on {result['render_device']} ({result['timing']}, {result['torch_threads']} torch "
+          f"thread(s)); memory: {result['memory_method']}")
+    for case in result["cases"]:
+        print(f"{case['name']}:")
+        if case.get("refused"):
+            print(f"  refused: {case['refused']}")
+            continue
+        for backend, e in case["results"].items():
+            if "skipped" in e:
+                print(f"  {backend:7s} skipped: {e['skipped']}")
+                continue
+            extra = " (interpreted: not a speed measurement)" if e["interpreted"] else ""
+            ratio = f", x{e['speedup_vs_torch']:.2f} vs torch" if e.get("speedup_vs_torch") else ""
+            if e.get("ms_ratio_vs_gsplat"):
+                ratio += f", {e['ms_ratio_vs_gsplat']:.2f}x gsplat's time"
+            psnr = e.get("psnr_vs_torch_db")
+            psnr = "" if psnr is None or backend == "torch" else f", PSNR {psnr:.1f} dB vs torch"
+            print(f"  {backend:7s} {e['ms_per_frame_median']:9.2f} ms/frame (p90 {e['ms_per_frame_p90']:.2f})  "
+                  f"{e['fps']:8.2f} FPS  peak {e['peak_memory_mib']:.0f} MiB (+{e['render_memory_mib']:.1f})"
+                  f"{ratio}{psnr}{extra}")
+
+
+def run(args: argparse.Namespace) -> int:
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError("--device cuda asked for, but torch sees no CUDA device")
+    if "triton" in args.backends and device.type == "cpu":
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
+    for name in ("cameras", "iters", "interpreted_iters", "chunk_rays", "tile_size", "threads"):
+        v = getattr(args, name)
+        if v is not None and v < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {v}")
+    if args.warmup is not None and args.warmup < 0:
+        raise ValueError(f"--warmup must be >= 0, got {args.warmup}")
+
+    with torch_threads(args.threads or (1 if device.type == "cpu" else None)):
+        result, previews = _measure(args, device)
+    png = write_result(result, args.out, lambda data, plt: figure(data, plt, previews))
+    _print(result)
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def _measure(args: argparse.Namespace, device: torch.device) -> tuple[dict, list]:
+    """The result (metadata, settings, one entry per case) and the torch reference's frame of each case."""
+    cases = Cases(args, device)
+    result = bench_metadata("render")
+    result.update({
+        "render_device": str(device), "timing": "cuda events" if device.type == "cuda" else "perf_counter",
+        "torch_threads": torch.get_num_threads(), "warmup": cases.warmup, "iters": cases.iters,
+        "sections": list(args.sections), "memory_method": cases.memory.method, "gsplat": cases.gsplat_info,
+        "quick": bool(args.quick), "cases": [],
+    })
+    for section in args.sections:
+        result["cases"] += getattr(cases, f"cases_{section}")()
+
+    # the first version of this file had one 3DGS case at the top level: keep those fields
+    first = next((c for c in result["cases"] if c["section"] == "3dgs" and not c.get("refused")), None)
+    first = first or next((c for c in result["cases"] if not c.get("refused")), None)
+    if first is not None:
+        for key in ("scene", "resolution", "cameras", "tile_size", "results"):
+            if key in first:
+                result[key] = first[key]
+    return result, cases.previews

@@ -1,0 +1,367 @@
+"""The cases of ``framegraph bench render``: per section (3DGS, 4DGS, NeRF) and size, every backend renders
+the same inputs; times, peak memory and PSNR against the torch reference (and gsplat) per backend."""
+from __future__ import annotations
+
+import gc
+import math
+import os
+import time
+from typing import Literal, get_args
+
+import numpy as np
+import torch
+
+from .measure import MemoryProbe, MiB, summary_ms, time_ms
+from .meta import ASSETS
+
+Section = Literal["3dgs", "4dgs", "nerf"]
+Backend = Literal["torch", "triton"]
+SECTIONS: tuple[Section, ...] = get_args(Section)
+BACKENDS: tuple[Backend, ...] = get_args(Backend)
+DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
+DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
+FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
+
+# (cuda, cpu, quick) defaults per section
+DEFAULTS = {
+    "gaussians": ([100_000, 1_000_000, 3_000_000], [1_000, 10_000, 30_000], [150]),
+    "size": ((1920, 1080), (192, 108), (64, 48)),
+    "gaussians4d": ([100_000], [], []),
+    "size_4d": ((1352, 1014), (135, 101), (32, 24)),
+    "size_nerf": ((800, 800), (80, 80), (16, 16)),
+    "iters": (20, 10, 1),
+    "warmup": (3, 1, 0),
+}
+
+
+def _stats(times: list, frames_per_call: int) -> dict:
+    """ms per frame (median, p90, min, max) and FPS of ``times`` (ms per call of ``frames_per_call`` frames)."""
+    ms = summary_ms(times)
+    return {"ms_per_frame_median": ms["p50_ms"], "ms_per_frame_p90": float(np.percentile(times, 90)),
+            "ms_per_frame_min": min(times), "ms_per_frame_max": ms["max_ms"],
+            "fps": 1000.0 * frames_per_call / ms["p50_ms"]}
+
+
+def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
+    mse = torch.mean((a.detach().double().cpu().clamp(0, 1) - b.detach().double().cpu().clamp(0, 1)) ** 2).item()
+    return float("inf") if mse == 0 else 10 * math.log10(1.0 / mse)
+
+
+def _json_number(v):
+    return None if isinstance(v, float) and not math.isfinite(v) else v
+
+
+class Cases:
+    """The cases of one run: ``cases_3dgs`` / ``cases_4dgs`` / ``cases_nerf`` each return a list of case dicts
+    (``results`` keyed by backend, or ``refused``); ``previews`` collects the torch reference's frame per case."""
+
+    def __init__(self, args, device: torch.device):
+        self.args, self.device = args, device
+        col = 2 if args.quick else 1 if device.type == "cpu" else 0
+        self.col = col
+        self.iters = args.iters or DEFAULTS["iters"][col]
+        self.warmup = args.warmup if args.warmup is not None else DEFAULTS["warmup"][col]
+        self.memory = MemoryProbe(device)
+        self.available = None if args.available_mib is None else int(args.available_mib * MiB)
+        self.previews = []  # (case name, [H, W, 3] image)
+        from framegraph.renderers.gaussians import triton_available
+
+        self.triton_ok = triton_available(device)
+        self.gsplat, self.gsplat_info = self._find_gsplat()
+
+    def default(self, key, given):
+        return given if given is not None else DEFAULTS[key][self.col]
+
+    def _find_gsplat(self):
+        if self.args.no_gsplat:
+            return None, {"available": False, "reason": "--no-gsplat"}
+        try:
+            import gsplat
+        except Exception as exc:  # not installed, or its CUDA extension fails to load
+            return None, {"available": False, "reason": f"gsplat not importable ({type(exc).__name__}: {exc})"}
+        if self.device.type != "cuda":
+            return None, {"available": False, "reason": f"gsplat needs CUDA; rendering on {self.device}",
+                          "version": getattr(gsplat, "__version__", None)}
+        return gsplat, {"available": True, "version": getattr(gsplat, "__version__", None)}
+
+    def run_case(self, case: dict, renders: dict, frames_per_call: int = 1) -> dict:
+        """Time each backend of ``renders`` (``name -> (render(frame_index) -> image, skip_reason)``; a
+        reason other than None records the backend as skipped) on the same inputs; images of frame 0
+        are compared with the torch reference's (PSNR) and with gsplat's when it ran."""
+        images = {}
+        results = case.setdefault("results", {})
+        for backend, (render, note) in renders.items():
+            if note is not None:
+                results[backend] = {"skipped": note}
+                continue
+            interpreted = backend == "triton" and self.device.type == "cpu"
+            iters = max(1, self.args.interpreted_iters) if interpreted else self.iters
+            warmup = 0 if interpreted else self.warmup
+            # frame 0 (the PSNR frame) also warms up; for interpreted Triton it is the only render
+            if interpreted:
+                times = []
+
+                def first(backend=backend, render=render):
+                    t0 = time.perf_counter()
+                    images[backend] = render(0)
+                    times.append((time.perf_counter() - t0) * 1000)
+
+                mem = self.memory.measure(first)
+                if iters > 1:
+                    times += time_ms(render, self.device, iters - 1, first=1)
+            else:
+                images[backend] = render(0)
+                times = time_ms(render, self.device, iters, warmup, first=1)
+                mem = self.memory.measure(lambda: render(0))
+            entry = _stats(times, frames_per_call)
+            entry.update({"iters": len(times), "warmup": warmup, "interpreted": interpreted, **mem})
+            results[backend] = entry
+
+        ref = "torch" if "torch" in images else next(iter(images), None)
+        for backend, entry in results.items():
+            if backend not in images or "torch" not in images:
+                continue
+            speed = not entry["interpreted"] and not results["torch"].get("interpreted")
+            entry["speedup_vs_torch"] = (results["torch"]["ms_per_frame_median"] / entry["ms_per_frame_median"]
+                                         if speed else None)
+            if backend != "torch":
+                entry["psnr_vs_torch_db"] = _json_number(_psnr(images[backend], images["torch"]))
+        if "gsplat" in images:
+            g = results["gsplat"]
+            for backend, entry in results.items():
+                if backend == "gsplat" or backend not in images:
+                    continue
+                entry["ms_ratio_vs_gsplat"] = (entry["ms_per_frame_median"] / g["ms_per_frame_median"]
+                                               if not entry["interpreted"] else None)
+                entry["psnr_vs_gsplat_db"] = _json_number(_psnr(images[backend], images["gsplat"]))
+        if ref is not None:
+            img = images[ref]
+            self.previews.append((case["name"], (img[0] if img.dim() == 4 else img)[..., :3].detach().cpu()))
+        return case
+
+    def backends_for(self, section: Section) -> dict:
+        """``backend -> None`` (run it) or the reason it is skipped."""
+        out = {}
+        for b in self.args.backends:
+            reason = None
+            if b == "triton" and not self.triton_ok:
+                reason = f"triton cannot run on {self.device} here"
+            elif b == "triton" and section == "nerf" and self.device.type == "cpu" and not self.args.interpreted_nerf:
+                reason = ("not run on CPU by default: Triton's interpreter takes minutes per NeRF frame "
+                          "(~3 min at 64x64); pass --interpreted-nerf to run it anyway")
+            out[b] = reason
+        return out
+
+    def refused(self, case: dict, exc: Exception) -> dict:
+        case["refused"] = str(exc)
+        case["results"] = {}
+        return case
+
+    # ------------------------------------------------------------------------------------------ 3DGS
+    def cases_3dgs(self) -> list:
+        from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, load_scene, random_scene
+
+        args, device = self.args, self.device
+        width, height = self.default("size", args.size)
+        cases = []
+        if args.scene:
+            sizes = [None]
+        else:
+            sizes = self.default("gaussians", args.gaussians)
+        for n in sizes:
+            if n is None:
+                name = f"3dgs {os.path.basename(args.scene)} {width}x{height}"
+            else:
+                name = f"3dgs {n:,} SH{args.sh_degree} {width}x{height}"
+            case = {"section": "3dgs", "name": name, "resolution": [width, height], "cameras": args.cameras,
+                    "tile_size": args.tile_size}
+            try:
+                if n is None:
+                    scene = load_scene(args.scene, device=device)  # refuses a scene that does not fit
+                    if self.available is not None:
+                        check_fits(scene.n, device, scene.sh_degree, available=self.available, source=args.scene)
+                    source = os.path.abspath(args.scene)
+                else:
+                    source = f"random(n={n}, sh_degree={args.sh_degree}, seed={args.seed})"
+                    case["scene"] = {"source": source, "gaussians": n, "sh_degree": args.sh_degree}
+                    need = check_fits(n, device, args.sh_degree, available=self.available, source=source)
+                    case["estimated_mib"] = need / MiB
+                    scene = random_scene(n, args.sh_degree, seed=args.seed, device=device)
+            except SceneTooLargeError as exc:
+                cases.append(self.refused(case, exc))
+                continue
+            case["scene"] = {"source": source, "gaussians": scene.n, "sh_degree": scene.sh_degree}
+            cases.append(self._run_3dgs(case, scene, width, height))
+            del scene
+            self._free()
+        return cases
+
+    def _run_3dgs(self, case, scene, width, height):
+        from framegraph.renderers.gaussians import rasterize
+        from framegraph.renderers.stages import orbit_for_scene
+
+        args, device = self.args, self.device
+        path = orbit_for_scene(scene, max(args.cameras, 1), width, height, 30.0, elevation_deg=25, fov_deg=60)
+        viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
+        kw = scene.rasterize_args()
+        isect = {}
+
+        def ours(backend):
+            def render(i):
+                with torch.no_grad():
+                    img, _, meta = rasterize(**kw, viewmats=viewmats, Ks=Ks, width=width, height=height,
+                                             tile_size=args.tile_size, backend=backend, validate=False)
+                if i == 0:
+                    isect[backend] = int(meta["flatten_ids"].numel())
+                return img
+            return render
+
+        renders = {b: (ours(b), note) for b, note in self.backends_for("3dgs").items()}
+        if self.gsplat is not None:
+            rasterization = self.gsplat.rasterization
+
+            def render_gsplat(i):
+                with torch.no_grad():
+                    img, _, _ = rasterization(kw["means"], kw["quats"], kw["scales"], kw["opacities"], kw["colors"],
+                                              viewmats, Ks, width, height, sh_degree=kw["sh_degree"],
+                                              tile_size=args.tile_size)
+                return img
+
+            renders["gsplat"] = (render_gsplat, None)
+        self.run_case(case, renders, frames_per_call=viewmats.shape[0])
+        for b, n in isect.items():
+            case["results"][b]["intersections"] = n
+        if "gsplat" in case["results"]:
+            case["results"]["gsplat"]["version"] = self.gsplat_info.get("version")
+        return case
+
+    # ------------------------------------------------------------------------------------------ 4DGS
+    def cases_4dgs(self) -> list:
+        from framegraph.renderers.gaussians import SceneTooLargeError
+        from framegraph.renderers.gaussians4d import check_fits_4d, load_checkpoint, random_scene_4d
+
+        args, device = self.args, self.device
+        width, height = self.default("size_4d", args.size_4d)
+        ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
+        todo = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
+        cases = []
+        for item in todo:
+            random = isinstance(item, int)
+            label = f"random {item:,}" if random else os.path.basename(str(item))
+            case = {"section": "4dgs", "name": f"4dgs {label} {width}x{height}", "resolution": [width, height],
+                    "cameras": 1, "tile_size": args.tile_size}
+            try:
+                if random:
+                    source = f"random_4d(n={item}, sh_degree=3, sh_degree_t=1, seed={args.seed})"
+                    case["scene"] = {"source": source, "gaussians": item}
+                    need = check_fits_4d(item, device, 32, available=self.available, source=source)
+                    case["estimated_mib"] = need / MiB
+                    scene = random_scene_4d(item, 3, 1, seed=args.seed, device=device)
+                else:
+                    source = os.path.abspath(item)
+                    scene = load_checkpoint(item, device="cpu")
+                    case["scene"] = {"source": source, "gaussians": scene.n}
+                    need = check_fits_4d(scene.n, device, scene.sh.shape[1], available=self.available, source=source)
+                    case["estimated_mib"] = need / MiB
+                    scene = scene.to(device)
+            except SceneTooLargeError as exc:
+                cases.append(self.refused(case, exc))
+                continue
+            t0, t1 = scene.time_duration
+            step = (t1 - t0) / FRAMES_PER_LOOP
+            case["scene"] = {"source": source, "gaussians": scene.n, "sh_degree": scene.sh_degree,
+                             "sh_degree_t": scene.sh_degree_t, "time_duration": [t0, t1]}
+            case["time"] = {"psnr_frame_t": t0, "step_per_frame": step, "frames_per_loop": FRAMES_PER_LOOP}
+            cases.append(self._run_4dgs(case, scene, width, height, step))
+            del scene
+            self._free()
+        return cases
+
+    def _run_4dgs(self, case, scene, width, height, step):
+        from framegraph.renderers.gaussians4d import rasterize_4d
+        from framegraph.renderers.stages import orbit_for_scene
+
+        args, device = self.args, self.device
+        path = orbit_for_scene(scene, 1, width, height, 30.0)
+        viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
+        kw = scene.rasterize_args()
+        t0 = scene.time_duration[0]
+        kept = {}
+
+        def ours(backend):
+            def render(i):
+                t = t0 + (i % FRAMES_PER_LOOP) * step
+                with torch.no_grad():
+                    img, _, meta = rasterize_4d(**kw, t=t, viewmats=viewmats, Ks=Ks, width=width, height=height,
+                                                tile_size=args.tile_size, backend=backend, validate=False)
+                if i == 0:
+                    kept[backend] = int(meta["ids"].numel())
+                return img
+            return render
+
+        renders = {b: (ours(b), note) for b, note in self.backends_for("4dgs").items()}
+        self.run_case(case, renders)
+        for b, n in kept.items():
+            case["results"][b]["kept_gaussians_at_psnr_frame"] = n
+        return case
+
+    # ------------------------------------------------------------------------------------------ NeRF
+    def cases_nerf(self) -> list:
+        from framegraph.renderers.gaussians import SceneTooLargeError
+        from framegraph.renderers.gaussians.scene import available_bytes
+        from framegraph.renderers.nerf import load_nerf
+
+        args, device = self.args, self.device
+        width, height = self.default("size_nerf", args.size_nerf)
+        case = {"section": "nerf", "name": f"nerf {os.path.basename(os.path.normpath(args.nerf))} {width}x{height}",
+                "resolution": [width, height], "cameras": 1, "chunk_rays": args.chunk_rays}
+        model = load_nerf(args.nerf, device="cpu")
+        c = model.config
+        case["scene"] = {"source": os.path.abspath(args.nerf), "aabb": list(c.aabb), "step_size": c.step_size,
+                         "grid": c.grid.to_dict(), "hidden": c.hidden,
+                         "occupancy_resolution": c.occupancy_resolution}
+        need = nerf_bytes(model, width, height, args.chunk_rays)
+        free = available_bytes(device) if self.available is None else self.available
+        case["estimated_mib"] = need / MiB
+        if need > free:
+            exc = SceneTooLargeError(
+                f"{args.nerf}: rendering {width}x{height} in chunks of {args.chunk_rays} rays needs up to "
+                f"{need / MiB:,.1f} MiB on {device} (weights + a fully evaluated marching chunk), but only "
+                f"{free / MiB:,.1f} MiB is free; lower --chunk-rays")
+            return [self.refused(case, exc)]
+        model = model.to(device).eval()
+        from framegraph.renderers.nerf.stage import orbit_for_nerf
+
+        path = orbit_for_nerf(model, 1, width, height, 30.0)
+        viewmat, K = path.viewmats[0].to(device), path.Ks[0].to(device)
+
+        def ours(backend):
+            def render(i):
+                with torch.no_grad():
+                    return model.render(viewmat, K, width, height, backend=backend, chunk_rays=args.chunk_rays)
+            return render
+
+        renders = {b: (ours(b), note) for b, note in self.backends_for("nerf").items()}
+        self.run_case(case, renders)
+        model = None  # noqa: F841 (drop the weights before the next case)
+        self._free()
+        return [case]
+
+    def _free(self):
+        gc.collect()
+        if self.device.type == "cuda":
+            torch.cuda.empty_cache()
+
+
+def nerf_bytes(model, width: int, height: int, chunk_rays: int, chunk_steps: int = 64) -> int:
+    """Upper bound of the memory a NeRF render needs: weights + occupancy + the image, and one marching
+    chunk (``min(chunk_rays, pixels) x chunk_steps`` samples) with every sample evaluated by the field."""
+    c = model.config
+    weights = sum(t.numel() * t.element_size() for t in model.tensors().values())
+    rays = min(chunk_rays, width * height)
+    dense = 12 * 4  # per candidate sample: t, valid, points, tau, colours, transmittance
+    field = 2 * 4 * (6 + c.grid.n_levels * c.grid.n_features + 3 * c.hidden + c.n_geo_features + 1 + 16 + 3)
+    image = width * height * (3 + 3 + 1) * 4 * 2  # rays (origins, dirs), colour, opacity, depth
+    return int(weights + image + rays * chunk_steps * (dense + field))
+
+

@@ -1,0 +1,48 @@
+"""Test speech for the benches that stream audio: 16 kHz mono int16."""
+from __future__ import annotations
+
+import numpy as np
+
+SAMPLE_RATE = 16_000
+
+
+def speech_like(seconds: float, rate: int = SAMPLE_RATE, seed: int = 0) -> np.ndarray:
+    """Voiced bursts (harmonics of a wandering pitch, 150–600 ms) separated by short silences, int16."""
+    rng = np.random.default_rng(seed)
+    out = np.zeros(int(seconds * rate), np.float64)
+    i = 0
+    while i < len(out):
+        n = int(rng.uniform(0.15, 0.6) * rate)
+        t = np.arange(min(n, len(out) - i)) / rate
+        f0 = rng.uniform(100, 220) * (1 + 0.1 * np.sin(2 * np.pi * 3 * t))
+        phase = 2 * np.pi * np.cumsum(f0) / rate
+        burst = sum(np.sin(k * phase) / k for k in range(1, 6)) * np.hanning(len(t))
+        out[i:i + len(t)] = 0.3 * burst
+        i += len(t) + int(rng.uniform(0.05, 0.3) * rate)
+    return (np.clip(out, -1, 1) * 32767).astype(np.int16)
+
+
+def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
+    """Exactly ``seconds`` of 16 kHz int16 speech: espeak-ng sentences when available, else
+    :func:`speech_like` bursts. Returns the samples and a description for the JSON (``{"source", "text"}``)."""
+    n = int(round(seconds * SAMPLE_RATE))
+    try:
+        from framegraph.models.synth import espeak_available, make_sentence, synthesize
+
+        ok = espeak_available()
+    except ImportError:
+        ok = False
+    if not ok:
+        return speech_like(seconds, SAMPLE_RATE, seed)[:n], {
+            "source": "synthetic voiced bursts (bench.speech.speech_like): espeak-ng is not available"}
+    rng = np.random.default_rng(seed)
+    parts, texts, total = [], [], 0
+    pause = np.zeros(int(0.15 * SAMPLE_RATE), np.int16)
+    while total < n:
+        text = make_sentence(rng)
+        s = synthesize(text, voice="en-us", sample_rate=SAMPLE_RATE).samples.astype(np.int16)
+        parts += [s, pause]
+        texts.append(text)
+        total += len(s) + len(pause)
+    return np.concatenate(parts)[:n], {"source": "espeak-ng speech (en-us, models.synth.synthesize)",
+                                      "text": " ".join(texts)}

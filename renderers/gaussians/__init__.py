@@ -10,8 +10,10 @@ Public API:
 ``reference.py`` is the pure-torch twin of every step; ``triton.py`` holds the
 kernels; ``io.py`` the file formats.
 """
+from framegraph.kernels.backend import triton_available
+
 from .io import load_ply, load_scene, load_splat, save_ply
-from .rasterization import RENDER_MODES, rasterize, triton_available
+from .rasterization import RENDER_MODES, rasterize
 from .scene import GaussianScene, SceneError, SceneTooLargeError, check_fits, random_scene
 
 __all__ = [

@@ -12,6 +12,7 @@ from typing import Union
 
 import torch
 
+from framegraph.kernels.backend import Backend
 from framegraph.stream import PortSpec, Stage
 
 from ..stages import CAMERA_PORT
@@ -33,7 +34,7 @@ class NerfRenderStage(Stage):
     """
 
     def __init__(self, model: Union[NerfModel, str, os.PathLike], *, width: int, height: int, device: str = "cpu",
-                 backend: str = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
+                 backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                  budget_ms: float | None = None, name: str = "nerf"):
         super().__init__(name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)

@@ -19,6 +19,7 @@ BENCHES = {
     "render": ("framegraph.apps.bench_render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
     "server": ("framegraph.apps.bench_server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
     "avatar": ("framegraph.apps.bench_avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
+    "compile": ("framegraph.apps.bench_compile", "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
     "report": ("framegraph.apps.bench_report", "collect benchmark JSON files into one HTML page + PNG"),
 }
 

@@ -13,6 +13,7 @@ Triton's interpreter cannot compile, so the command refuses to run with ``TRITON
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import importlib
 import io
@@ -169,10 +170,15 @@ def compile_kernel(k: Kernel, target: Target) -> dict:
     }
 
 
+def _compile_job(job: tuple[Kernel, Target]) -> dict:
+    return compile_kernel(*job)
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compile.json"), help="JSON file to write")
     parser.add_argument("--arch", type=int, nargs="+", choices=[t.capability for t in TARGETS],
                         default=[t.capability for t in TARGETS], help="compute capabilities to compile for")
+    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -184,14 +190,14 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("TRITON_INTERPRET=1 is set; Triton's interpreter cannot compile kernels — run with "
                          "TRITON_INTERPRET=0")
     targets = [t for t in TARGETS if t.capability in args.arch]
-    results, t0 = [], time.perf_counter()
-    for k in registry():
-        for target in targets:
-            r = compile_kernel(k, target)
-            results.append(r)
-            bad = ("SPILLS " if r["spills"] else "") + ("DOES NOT FIT " if not r["fits"] else "")
-            print(f"{r['arch']:>6} {r['kernel']} {r['dtype']}: {r['registers']} registers, "
-                  f"{r['spill_store_bytes']}+{r['spill_load_bytes']} B spilled, {r['shared_bytes']} B shared {bad}")
+    jobs = [(k, target) for k in registry() for target in targets]
+    t0 = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        results = list(pool.map(_compile_job, jobs))
+    for r in results:
+        bad = ("SPILLS " if r["spills"] else "") + ("DOES NOT FIT " if not r["fits"] else "")
+        print(f"{r['arch']:>6} {r['kernel']} {r['dtype']}: {r['registers']} registers, "
+              f"{r['spill_store_bytes']}+{r['spill_load_bytes']} B spilled, {r['shared_bytes']} B shared {bad}")
     failures = [r for r in results if r["spills"] or not r["fits"]]
     report = {**bench_metadata("compile"),
               "targets": [vars(t) for t in targets], "seconds": round(time.perf_counter() - t0, 1),

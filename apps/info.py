@@ -20,6 +20,7 @@ def collect() -> dict:
     import av
     import torch
 
+    from framegraph.kernels.backend import triton_available, triton_installed
     from framegraph.stream.media import encoder_opens
 
     devices = []
@@ -34,11 +35,6 @@ def collect() -> dict:
         ort = onnxruntime.get_available_providers()
     except ImportError:
         ort = []
-    try:
-        import triton  # noqa: F401
-        triton_ok = True
-    except ImportError:
-        triton_ok = False
     return {
         "framegraph": _version("framegraph"),
         "python": sys.version.split()[0],
@@ -48,8 +44,8 @@ def collect() -> dict:
                                                "websockets", "onnxruntime", "onnxruntime-gpu")},
         "ffmpeg_libavcodec": ".".join(map(str, av.library_versions.get("libavcodec", ()))),
         "cuda": {"available": torch.cuda.is_available(), "torch_cuda": torch.version.cuda, "devices": devices},
-        "backends": {"triton_kernels": triton_ok and torch.cuda.is_available(),
-                     "triton_interpreter": triton_ok, "torch_reference": True,
+        "backends": {"triton_kernels": triton_available("cuda"),
+                     "triton_interpreter": triton_installed(), "torch_reference": True,
                      "onnxruntime_providers": ort, "encoders": encoders},
     }
 

@@ -14,8 +14,9 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
 
 import pytest  # noqa: E402
 
+from framegraph.kernels.backend import triton_available  # noqa: E402
 from framegraph.renderers.cameras import intrinsics, look_at  # noqa: E402
-from framegraph.renderers.gaussians import rasterize, triton_available  # noqa: E402
+from framegraph.renderers.gaussians import rasterize  # noqa: E402
 from framegraph.renderers.gaussians import reference as ref3d  # noqa: E402
 from framegraph.renderers.gaussians4d import CULL_THRESHOLD, random_scene_4d, rasterize_4d  # noqa: E402
 from framegraph.renderers.gaussians4d import reference as ref  # noqa: E402

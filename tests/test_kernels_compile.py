@@ -1,15 +1,18 @@
-"""The Triton kernels compile for a Hopper GPU (sm_90) — checked offline, without a GPU.
+"""Every Triton kernel compiles for the GPUs we target — sm_89 (RTX 4090), sm_90 (H100), sm_120 (RTX 5090) —
+checked offline, without a GPU, through ``framegraph bench compile``.
 
-Triton's interpreter (used by the other kernel tests on CPU) does not lower kernels, so layout or
-shared-memory problems would only show on a GPU. Triton ships ptxas, so we compile to cubins here.
-The interpreter patches ``triton.language`` process-wide, so the compilation runs in a subprocess
-(this file's ``__main__``) with ``TRITON_INTERPRET=0``.
+Triton's interpreter (used by the other kernel tests on CPU) does not lower kernels, so layout, register or
+shared-memory problems would only show on a GPU. Triton ships ptxas (12.9 for sm_89, 13.x "ptxas-blackwell"
+for sm_90a and sm_120a), so we compile to cubins here. The interpreter patches ``triton.language``
+process-wide, so the command runs in a subprocess with ``TRITON_INTERPRET=0``.
 """
+import ast
 import importlib.util
 import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
@@ -18,90 +21,81 @@ import torch
 if importlib.util.find_spec("triton") is None:
     pytest.skip("triton is not installed", allow_module_level=True)
 
-SHARED_MEMORY_LIMIT = 227 * 1024  # bytes per block on H100 / H200
+REPO = Path(__file__).resolve().parents[1]
+ARCHS = {"sm_89", "sm_90", "sm_120"}
 
-KERNELS = [
-    # (op folder, kernel, constexprs, dtype of the activation pointers, num_warps)
-    *[
-        ("block_linear_attention", name, dict(BT=32, BK=128, BV=128, ROPE=True, PRECISION=precision), dtype, 8)
-        for name in ("_block_sums_kernel", "_block_output_kernel", "_query_grad_kernel", "_key_grad_kernel")
-        for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
-    ],
-    ("modulation", "_norm_modulate_kernel", dict(BC=4096, RMS=False, HAS_W=True), "*bf16", 16),
-    ("modulation", "_norm_modulate_backward_kernel", dict(BC=4096, RMS=True, HAS_W=True), "*bf16", 16),
-    ("modulation", "_gate_residual_kernel", dict(BC=1024), "*bf16", 4),
-    ("modulation", "_gate_residual_backward_kernel", dict(BC=1024), "*bf16", 4),
-    ("rope", "_rope_kernel", dict(BR=32, BK=128, SIGN=1.0), "*bf16", 4),
-    *[
-        ("monarch_attention", name, dict(consts, SCALE=128 ** -0.5, BD=128, PRECISION=precision), dtype, 8)
-        for name, consts in (
-            ("_row_step_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
-            ("_column_lse_kernel", dict(BL=32, BK=32, BV=128, CAUSAL=True, OUTPUT=True)),
-            ("_column_sum_kernel", dict(BK=32, BL=32, CAUSAL=True)),
-        )
-        for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
-    ],
-    *[
-        ("monarch_attention.triton_backward", name, dict(consts, SCALE=128 ** -0.5, BD=128, PRECISION=precision),
-         dtype, 8)
-        for name, consts in (
-            ("_column_grad_query_kernel", dict(BL=32, BK=32, BG=128, CAUSAL=True, OUTPUT_STEP=False)),
-            ("_column_grad_key_kernel", dict(BK=32, BL=32, BG=128, CAUSAL=True, OUTPUT_STEP=True)),
-            ("_row_grad_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
-            ("_row_key_grad_kernel", dict(BI=32, BJ=32, BV=128, HAS_C=True, WITH_V=True)),
-        )
-        for dtype, precision in (("*bf16", "tf32"), ("*fp32", "ieee"))
-    ],
-]
-FP32_POINTERS = ("kv", "ksum", "gkv", "gksum", "rope", "dscale", "dw", "dg")
+# What spills or exceeds the per-block shared memory today, at the production configurations, recorded
+# rather than hidden (benchmarks/results/compile.json has the numbers): (kernel, dtype) -> {arch: problem}.
+# The block-linear kernels keep a [BV, BK] = [128, 128] fp32 state per program, the Monarch fp32 variants
+# hold 128-wide fp32 tiles in registers, and on sm_89 / sm_120 (99 KiB per block) their shared-memory
+# staging is too large. Fixing one means retuning its tiles and removing its entry here; a new problem
+# fails the test.
+BLA, MON, MONB = ("kernels.block_linear_attention.triton", "kernels.monarch_attention.triton",
+                  "kernels.monarch_attention.triton_backward")
+ALL_SPILL_SMALL_SHARED = {"sm_89": "spills+shared", "sm_90": "spills", "sm_120": "spills+shared"}
+KNOWN_PROBLEMS = {
+    (f"{BLA}._block_sums_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{BLA}._block_output_kernel", "bf16"): {"sm_89": "shared", "sm_120": "shared"},
+    (f"{BLA}._block_output_kernel", "fp32"): {"sm_89": "shared", "sm_120": "shared"},
+    (f"{BLA}._query_grad_kernel", "bf16"): ALL_SPILL_SMALL_SHARED,
+    (f"{BLA}._query_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{BLA}._key_grad_kernel", "bf16"): ALL_SPILL_SMALL_SHARED,
+    (f"{BLA}._key_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{MON}._row_step_kernel", "fp32"): dict.fromkeys(ARCHS, "spills"),
+    (f"{MON}._column_lse_kernel", "fp32"): dict.fromkeys(ARCHS, "spills"),
+    (f"{MONB}._column_grad_query_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{MONB}._column_grad_key_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{MONB}._row_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    (f"{MONB}._row_key_grad_kernel", "bf16"): dict.fromkeys(ARCHS, "spills"),
+    (f"{MONB}._row_key_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
+    ("renderers.gaussians.triton._rasterize_fwd_kernel", "fp32"): {"sm_89": "spills"},
+    ("renderers.nerf.mlp.triton._fused_mlp_kernel", "fp32"): {"sm_90": "spills", "sm_120": "spills"},  # colour MLP
+}
 
 
-def compile_all() -> list[dict]:
-    import importlib
-
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    results = []
-    for op, name, consts, dtype, num_warps in KERNELS:
-        module = op if "." in op else f"{op}.triton"  # "op" = the op's triton.py, else the module named
-        kernel = getattr(importlib.import_module(f"framegraph.kernels.{module}"), name)
-        signature = {}
-        for arg in kernel.arg_names:
-            if arg in consts:
-                signature[arg] = "constexpr"
-            elif arg.endswith("_ptr"):
-                signature[arg] = "*fp32" if arg.startswith(FP32_POINTERS) else dtype
-            else:
-                signature[arg] = "fp32" if arg == "eps" else "i32"
-        compiled = triton.compile(
-            ASTSource(fn=kernel, signature=signature, constexprs=consts),
-            target=GPUTarget("cuda", 90, 32),
-            options={"num_warps": num_warps},
-        )
-        results.append({"kernel": f"{op}.{name}", "dtype": dtype, "shared": compiled.metadata.shared})
-    return results
+def _triton_kernels_in_source() -> set[str]:
+    """``module.name`` of every ``@triton.jit`` function named ``*_kernel`` in the project (launched kernels;
+    the other jit functions are helpers inlined into them)."""
+    found = set()
+    for folder in ("kernels", "renderers", "models"):
+        for path in (REPO / folder).rglob("*.py"):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef) and node.name.endswith("_kernel") and any(
+                        ast.unparse(d).startswith("triton.jit") for d in node.decorator_list):
+                    found.add(".".join(path.relative_to(REPO).with_suffix("").parts) + "." + node.name)
+    return found
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="with CUDA the other tests compile for the real device")
-def test_triton_kernels_compile_for_sm90():
-    env = {**os.environ, "TRITON_INTERPRET": "0"}
-    proc = subprocess.run([sys.executable, __file__], capture_output=True, text=True, env=env, timeout=300)
-    if proc.returncode == 3:
-        pytest.skip(proc.stdout.strip())
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    results = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(results) == len(KERNELS)
+def test_every_triton_kernel_compiles_for_every_target_gpu(tmp_path):
+    out = tmp_path / "compile.json"
+    env = {**os.environ, "TRITON_INTERPRET": "0", "TRITON_DEFAULT_FP_FUSION": "1"}
+    command = [sys.executable, "-m", "framegraph.apps.cli", "bench", "compile", "--out", str(out), "--jobs", "2"]
+    proc = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900, cwd=tmp_path)
+    assert out.exists(), proc.stderr[-4000:]
+    report = json.loads(out.read_text())
+    results = report["kernels"]
+
+    # one registry holds every launched kernel, each compiled for every target
+    assert {r["kernel"] for r in results} == _triton_kernels_in_source()
+    configs = {(r["kernel"], r["dtype"], json.dumps(r["constexprs"], sort_keys=True)) for r in results}
+    assert len(results) == 3 * len(configs)
+    for key in configs:
+        assert {r["arch"] for r in results if (r["kernel"], r["dtype"], json.dumps(r["constexprs"], sort_keys=True))
+                == key} == ARCHS
+    limits = {"sm_89": 99 * 1024, "sm_90": 227 * 1024, "sm_120": 99 * 1024}
     for r in results:
-        assert r["shared"] <= SHARED_MEMORY_LIMIT, r
+        assert r["shared_limit_bytes"] == limits[r["arch"]]
+        assert 0 < r["registers"] <= 255, r
+        assert r["fits"] == (r["shared_bytes"] <= r["shared_limit_bytes"])
+        assert r["spills"] == (r["spill_store_bytes"] + r["spill_load_bytes"] > 0)
 
-
-if __name__ == "__main__":
-    try:
-        from triton.backends.compiler import GPUTarget  # noqa: F401
-        from triton.compiler import ASTSource  # noqa: F401
-    except ImportError as exc:
-        print(f"this Triton has no offline compile API: {exc}")
-        sys.exit(3)
-    print(json.dumps(compile_all()))
+    # spills and shared memory: exactly the recorded problems, nothing new
+    problems = {}
+    for r in results:
+        if r["spills"] or not r["fits"]:
+            what = "+".join(p for p, bad in (("spills", r["spills"]), ("shared", not r["fits"])) if bad)
+            problems.setdefault((r["kernel"], r["dtype"]), {})[r["arch"]] = what
+    assert problems == KNOWN_PROBLEMS
+    assert report["failures"] == sum(len(v) for v in KNOWN_PROBLEMS.values())
+    assert proc.returncode == (1 if KNOWN_PROBLEMS else 0), proc.stderr[-4000:]

@@ -9,12 +9,12 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
 
 import pytest  # noqa: E402
 
-from framegraph.renderers.nerf._backend import triton_usable  # noqa: E402
+from framegraph.kernels.backend import triton_available  # noqa: E402
 from framegraph.renderers.nerf.hash_encoding import (  # noqa: E402
     HashGridConfig, hash_encode, hash_encode_reference, level_corners, spatial_hash)
 
 
-needs_triton = pytest.mark.skipif(not triton_usable(torch.device("cpu")) and not torch.cuda.is_available(),
+needs_triton = pytest.mark.skipif(not triton_available(torch.device("cpu")) and not torch.cuda.is_available(),
                                   reason="triton (or its interpreter) not available")
 SMALL = HashGridConfig(n_levels=6, n_features=2, log2_table_size=10, base_resolution=3, finest_resolution=40)
 

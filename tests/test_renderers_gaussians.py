@@ -16,8 +16,9 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
 
 import pytest  # noqa: E402
 
+from framegraph.kernels.backend import triton_available  # noqa: E402
 from framegraph.renderers.cameras import intrinsics, look_at  # noqa: E402
-from framegraph.renderers.gaussians import rasterize, random_scene, reference, triton_available  # noqa: E402
+from framegraph.renderers.gaussians import rasterize, random_scene, reference  # noqa: E402
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()
@@ -424,7 +425,7 @@ def test_empty_scene_renders_background():
         (dict(Ks=torch.eye(3)[None].repeat(2, 1, 1)), "Ks must have shape [1, 3, 3]"),
         (dict(sh_degree=4), "sh_degree must be"),
         (dict(render_mode="RGBD"), "render_mode must be one of"),
-        (dict(backend="cuda"), "backend must be one of"),
+        (dict(backend="cuda"), "rasterize: backend='cuda'; expected one of"),
         (dict(width=0), "width must be a positive int"),
     ],
 )

@@ -64,7 +64,7 @@ class Cases:
         self.memory = MemoryProbe(device)
         self.available = None if args.available_mib is None else int(args.available_mib * MiB)
         self.previews = []  # (case name, [H, W, 3] image)
-        from framegraph.renderers.gaussians import triton_available
+        from framegraph.kernels.backend import triton_available
 
         self.triton_ok = triton_available(device)
         self.gsplat, self.gsplat_info = self._find_gsplat()

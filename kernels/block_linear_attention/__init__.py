@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check_broadcastable, check_float_dtype, check_rank, check_same_device, resolve_backend
+from ..backend import Backend, check_broadcastable, check_float_dtype, check_rank, check_same_device, resolve_backend
 from . import reference
 from .reference import LinearAttentionState, zero_state
 
@@ -27,7 +27,7 @@ def block_linear_attention(
     rope: tuple[torch.Tensor, torch.Tensor] | None = None,
     state: LinearAttentionState | None = None,
     eps: float = 1e-15,
-    backend: str = "auto",
+    backend: Backend = "auto",
 ) -> tuple[torch.Tensor, LinearAttentionState]:
     """Linear attention, bidirectional inside blocks of ``block_size`` tokens and causal across blocks.
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check_broadcastable, check_float_dtype, check_same_device, resolve_backend
+from ..backend import Backend, check_broadcastable, check_float_dtype, check_same_device, resolve_backend
 from . import reference
 
 __all__ = ["norm_modulate", "gate_residual"]
@@ -25,7 +25,7 @@ def norm_modulate(
     norm: str = "layer",
     eps: float = 1e-6,
     weight: torch.Tensor | None = None,
-    backend: str = "auto",
+    backend: Backend = "auto",
 ) -> torch.Tensor:
     """Normalise ``x`` over channels, then modulate: ``norm(x) * weight * (1 + scale) + shift``.
 
@@ -58,7 +58,7 @@ def norm_modulate(
     return torch.ops.framegraph.norm_modulate(x, scale, shift, weight, norm == "rms", float(eps))
 
 
-def gate_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+def gate_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
     """Gated residual ``x + gate * y``.
 
     Args:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check_float_dtype, check_rank, check_same_device, resolve_backend
+from ..backend import Backend, check_float_dtype, check_rank, check_same_device, resolve_backend
 from . import reference
 from .reference import MonarchFactors, monarch_factors, monarch_matrix, softmax_attention
 
@@ -29,7 +29,7 @@ def monarch_attention(
     grid: tuple[int, int, int],
     num_iters: int = 1,
     block_causal: bool = False,
-    backend: str = "auto",
+    backend: Backend = "auto",
 ) -> torch.Tensor:
     """Self-attention over a video token grid, approximated by a fitted Monarch matrix (never N x N).
 

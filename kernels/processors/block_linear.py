@@ -45,6 +45,7 @@ from typing import Iterable
 
 import torch
 
+from ..backend import Backend
 from ..block_linear_attention import LinearAttentionState, block_linear_attention
 from .streaming_rope import StreamingRotaryPosEmbed
 
@@ -76,7 +77,7 @@ class BlockLinearAttnProcessor:
         *,
         stateful: bool = False,
         update_state: bool = True,
-        backend: str = "auto",
+        backend: Backend = "auto",
         eps: float = 1e-15,
     ) -> None:
         if block_size is not None and (not isinstance(block_size, int) or block_size <= 0):

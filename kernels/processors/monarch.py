@@ -22,6 +22,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ..backend import Backend
 from ..monarch_attention import monarch_attention
 
 __all__ = ["MonarchAttnProcessor", "install_monarch_processors", "grid_from_latents"]
@@ -48,7 +49,7 @@ class MonarchAttnProcessor:
         num_iters: int = 1,
         block_causal: bool = False,
         exact: bool = False,
-        backend: str = "auto",
+        backend: Backend = "auto",
     ) -> None:
         if grid is not None and (len(tuple(grid)) != 3 or any(int(g) != g or g <= 0 for g in grid)):
             raise ValueError(f"MonarchAttnProcessor: grid={grid!r}; expected (frames, height, width) positive ints")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from .._dispatch import check_broadcastable, check_float_dtype, check_same_device, resolve_backend
+from ..backend import Backend, check_broadcastable, check_float_dtype, check_same_device, resolve_backend
 from . import reference
 
 __all__ = ["apply_rope"]
@@ -19,7 +19,7 @@ __all__ = ["apply_rope"]
 OP = "apply_rope"
 
 
-def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, backend: str = "auto") -> torch.Tensor:
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
     """Rotate interleaved channel pairs of ``x``; fp32 maths, result in ``x.dtype``.
 
     Args:

@@ -11,13 +11,12 @@ Public API:
 kernels; ``io.py`` the file formats.
 """
 from .io import load_ply, load_scene, load_splat, save_ply
-from .rasterization import RENDER_MODES, rasterize, triton_available
+from .rasterization import RENDER_MODES, rasterize
 from .scene import GaussianScene, SceneError, SceneTooLargeError, check_fits, random_scene
 
 __all__ = [
     "rasterize",
     "RENDER_MODES",
-    "triton_available",
     "GaussianScene",
     "SceneError",
     "SceneTooLargeError",

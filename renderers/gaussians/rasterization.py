@@ -1,16 +1,20 @@
 """The public 3DGS entry point: :func:`rasterize` (projection, SH, tiles, blending)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Literal, Optional, Tuple, get_args
 
 import torch
 from torch import Tensor
 
+from framegraph.kernels.backend import Backend, resolve_backend
+
 from . import reference
 from .reference import DEFAULT_ALPHA_CAP
 
-RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
-BACKENDS = ("auto", "torch", "triton")
+RenderMode = Literal["RGB", "D", "ED", "RGB+D", "RGB+ED"]
+RasterizeMode = Literal["classic", "antialiased"]
+RENDER_MODES: Tuple[str, ...] = get_args(RenderMode)
+RASTERIZE_MODES: Tuple[str, ...] = get_args(RasterizeMode)
 
 
 def rasterize(
@@ -31,10 +35,10 @@ def rasterize(
     radius_clip: float = 0.0,
     backgrounds: Optional[Tensor] = None,
     tile_size: int = 16,
-    render_mode: str = "RGB",
+    render_mode: RenderMode = "RGB",
     alpha_cap: float = DEFAULT_ALPHA_CAP,
-    rasterize_mode: str = "classic",
-    backend: str = "auto",
+    rasterize_mode: RasterizeMode = "classic",
+    backend: Backend = "auto",
     validate: bool = True,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render 3D Gaussians into ``C`` cameras; same semantics as gsplat's ``rasterization()``.
@@ -98,7 +102,7 @@ def rasterize(
     if validate:
         _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
                   backgrounds, tile_size, render_mode, rasterize_mode)
-    chosen = _pick_backend(backend, means)
+    chosen = resolve_backend(backend, means, op="rasterize", auto_dtypes=(torch.float32,))
     C, N = viewmats.shape[0], means.shape[0]
 
     radii, means2d, depths, conics, compensations = reference.project_gaussians(
@@ -124,32 +128,7 @@ def rasterize(
     return render_colors, render_alphas, meta
 
 
-def triton_available(device: torch.device) -> bool:
-    """Whether the Triton backend can run on ``device`` (CUDA, or the CPU interpreter)."""
-    try:
-        from . import triton as triton_backend
-    except ImportError:
-        return False
-    return device.type == "cuda" or (device.type == "cpu" and triton_backend.interpreter_enabled())
-
-
-def _pick_backend(backend: str, means: Tensor) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "torch":
-        return "torch"
-    if backend == "auto":
-        use = means.is_cuda and means.dtype == torch.float32 and triton_available(means.device)
-        return "triton" if use else "torch"
-    if not triton_available(means.device):
-        raise RuntimeError(
-            f"backend='triton' cannot run on {means.device}: it needs triton and a CUDA device "
-            "(or TRITON_INTERPRET=1 for CPU testing); use backend='torch' or 'auto'"
-        )
-    return "triton"
-
-
-def _expect(name: str, t: Any, shape: Tuple[Any, ...]) -> None:
+def expect_shape(name: str, t: Any, shape: Tuple[Any, ...]) -> None:
     """Raise if ``t`` is not a tensor of ``shape`` (ints fixed, None free)."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -163,31 +142,31 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
               backgrounds, tile_size, render_mode, rasterize_mode) -> None:
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-    if rasterize_mode not in ("classic", "antialiased"):
-        raise ValueError(f"rasterize_mode must be 'classic' or 'antialiased', got {rasterize_mode!r}")
+    if rasterize_mode not in RASTERIZE_MODES:
+        raise ValueError(f"rasterize_mode must be one of {RASTERIZE_MODES}, got {rasterize_mode!r}")
     for name, v in (("width", width), ("height", height), ("tile_size", tile_size)):
         if not isinstance(v, int) or v <= 0:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    _expect("means", means, (None, 3))
+    expect_shape("means", means, (None, 3))
     N = means.shape[0]
-    _expect("quats", quats, (N, 4))
-    _expect("scales", scales, (N, 3))
-    _expect("opacities", opacities, (N,))
-    _expect("viewmats", viewmats, (None, 4, 4))
+    expect_shape("quats", quats, (N, 4))
+    expect_shape("scales", scales, (N, 3))
+    expect_shape("opacities", opacities, (N,))
+    expect_shape("viewmats", viewmats, (None, 4, 4))
     C = viewmats.shape[0]
-    _expect("Ks", Ks, (C, 3, 3))
+    expect_shape("Ks", Ks, (C, 3, 3))
     if sh_degree is None:
         if colors.dim() == 2:
-            _expect("colors", colors, (N, None))
+            expect_shape("colors", colors, (N, None))
         else:
-            _expect("colors", colors, (C, N, None))
+            expect_shape("colors", colors, (C, N, None))
     else:
         if not isinstance(sh_degree, int) or not 0 <= sh_degree <= 3:
             raise ValueError(f"sh_degree must be an int in 0..3 or None, got {sh_degree!r}")
         if colors.dim() == 3:
-            _expect("colors (SH coefficients)", colors, (N, None, 3))
+            expect_shape("colors (SH coefficients)", colors, (N, None, 3))
         else:
-            _expect("colors (SH coefficients)", colors, (C, N, None, 3))
+            expect_shape("colors (SH coefficients)", colors, (C, N, None, 3))
         if colors.shape[-2] < (sh_degree + 1) ** 2:
             raise ValueError(
                 f"sh_degree={sh_degree} needs {(sh_degree + 1) ** 2} SH coefficients per channel, "
@@ -196,9 +175,9 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
     if backgrounds is not None:
         D = 3 if sh_degree is not None else colors.shape[-1]
         if backgrounds.dim() == 1:
-            _expect("backgrounds", backgrounds, (D,))
+            expect_shape("backgrounds", backgrounds, (D,))
         else:
-            _expect("backgrounds", backgrounds, (C, D))
+            expect_shape("backgrounds", backgrounds, (C, D))
 
     named = {"means": means, "quats": quats, "scales": scales, "opacities": opacities,
              "colors": colors, "viewmats": viewmats, "Ks": Ks}
@@ -225,7 +204,7 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
 
 def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor, colors_c: Tensor,
                     opacities_c: Tensor, width: int, height: int, *, backgrounds: Optional[Tensor],
-                    tile_size: int, render_mode: str, alpha_cap: float, backend: str
+                    tile_size: int, render_mode: RenderMode, alpha_cap: float, backend: Literal["triton", "torch"]
                     ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """The steps after projection, shared by 3DGS and 4DGS: depth channels for the render mode, tile
     intersection and sort, front-to-back blending (``backend`` "triton" or "torch"), expected depth.

@@ -22,13 +22,14 @@ Kernels run on CUDA, or on CPU through Triton's interpreter
 (``TRITON_INTERPRET=1`` set before this module is imported). Projection,
 spherical harmonics and tile sorting stay in torch (``reference.py``).
 """
-import os
 from typing import Optional, Tuple
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from framegraph.kernels.backend import triton_available
 
 from .reference import ALPHA_THRESHOLD, TRANSMITTANCE_THRESHOLD
 
@@ -40,11 +41,6 @@ _TRANSMITTANCE_THRESHOLD = tl.constexpr(TRANSMITTANCE_THRESHOLD)
 # without spilling: forward 118 registers, backward 171. Not yet tuned by timing on a GPU.
 FWD_BATCH, FWD_WARPS = 16, 8
 BWD_BATCH, BWD_WARPS = 8, 8
-
-
-def interpreter_enabled() -> bool:
-    """True when Triton runs kernels through its CPU interpreter."""
-    return os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
 @triton.jit
@@ -201,7 +197,7 @@ def _rasterize_bwd_kernel(
 def _check_launch(means2d: Tensor, tile_size: int) -> None:
     if tile_size not in (4, 8, 16, 32):
         raise ValueError(f"the triton rasterizer needs tile_size in (4, 8, 16, 32), got {tile_size}")
-    if not means2d.is_cuda and not interpreter_enabled():
+    if not triton_available(means2d.device):
         raise RuntimeError(
             f"the triton rasterizer got tensors on {means2d.device}; it needs CUDA, or "
             "TRITON_INTERPRET=1 set before framegraph.renderers.gaussians.triton is imported"

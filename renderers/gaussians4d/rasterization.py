@@ -6,15 +6,12 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import Tensor
 
-from framegraph.renderers.gaussians import triton_available
-from framegraph.renderers.gaussians.rasterization import blend_projected
+from framegraph.kernels.backend import Backend, resolve_backend
+from framegraph.renderers.gaussians.rasterization import RENDER_MODES, RenderMode, blend_projected, expect_shape
 from framegraph.renderers.gaussians.reference import DEFAULT_ALPHA_CAP
 
 from . import reference
 from .reference import CULL_THRESHOLD
-
-RENDER_MODES = ("RGB", "D", "ED", "RGB+D", "RGB+ED")
-BACKENDS = ("auto", "torch", "triton")
 
 
 def rasterize_4d(
@@ -40,10 +37,10 @@ def rasterize_4d(
     radius_clip: float = 0.0,
     backgrounds: Optional[Tensor] = None,
     tile_size: int = 16,
-    render_mode: str = "RGB",
+    render_mode: RenderMode = "RGB",
     alpha_cap: float = DEFAULT_ALPHA_CAP,
     cull_threshold: float = CULL_THRESHOLD,
-    backend: str = "auto",
+    backend: Backend = "auto",
     validate: bool = True,
 ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
     """Render 4D Gaussians at time ``t`` into ``C`` cameras (fudan-zvg 4DGS semantics).
@@ -90,7 +87,7 @@ def rasterize_4d(
     if validate:
         _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, viewmats, Ks, width, height,
                   sh_degree, sh_degree_t, duration, backgrounds, tile_size, render_mode)
-    chosen = _pick_backend(backend, means)
+    chosen = resolve_backend(backend, means, op="rasterize_4d", auto_dtypes=(torch.float32,))
     C = viewmats.shape[0]
 
     if chosen == "triton":
@@ -131,30 +128,6 @@ def rasterize_4d(
     return render_colors, render_alphas, meta
 
 
-def _pick_backend(backend: str, means: Tensor) -> str:
-    if backend not in BACKENDS:
-        raise ValueError(f"backend must be one of {BACKENDS}, got {backend!r}")
-    if backend == "torch":
-        return "torch"
-    if backend == "auto":
-        use = means.is_cuda and means.dtype == torch.float32 and triton_available(means.device)
-        return "triton" if use else "torch"
-    if not triton_available(means.device):
-        raise RuntimeError(
-            f"backend='triton' cannot run on {means.device}: it needs triton and a CUDA device "
-            "(or TRITON_INTERPRET=1 for CPU testing); use backend='torch' or 'auto'"
-        )
-    return "triton"
-
-
-def _expect(name: str, t: Any, shape: Tuple[Any, ...]) -> None:
-    if not isinstance(t, Tensor):
-        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
-    if t.dim() != len(shape) or any(s is not None and s != d for s, d in zip(shape, t.shape)):
-        want = "[" + ", ".join("*" if s is None else str(s) for s in shape) + "]"
-        raise ValueError(f"{name} must have shape {want}, got {list(t.shape)}")
-
-
 def _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, viewmats, Ks, width, height,
               sh_degree, sh_degree_t, duration, backgrounds, tile_size, render_mode) -> None:
     if render_mode not in RENDER_MODES:
@@ -166,29 +139,29 @@ def _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, view
         raise ValueError(f"t must be a finite Python number (the render time), got {t!r}")
     if not duration > 0:
         raise ValueError(f"duration must be > 0 (time_duration[1] - time_duration[0]), got {duration!r}")
-    _expect("means", means, (None, 3))
+    expect_shape("means", means, (None, 3))
     N = means.shape[0]
     for name, x, shape in (("times", times, (N,)), ("scales", scales, (N, 4)), ("quats_l", quats_l, (N, 4)),
                            ("quats_r", quats_r, (N, 4)), ("opacities", opacities, (N,)),
                            ("viewmats", viewmats, (None, 4, 4))):
-        _expect(name, x, shape)
+        expect_shape(name, x, shape)
     C = viewmats.shape[0]
-    _expect("Ks", Ks, (C, 3, 3))
+    expect_shape("Ks", Ks, (C, 3, 3))
     if sh_degree is None:
-        _expect("colors", colors, (N, None) if colors.dim() == 2 else (C, N, None))
+        expect_shape("colors", colors, (N, None) if colors.dim() == 2 else (C, N, None))
     else:
         if not isinstance(sh_degree, int) or not 0 <= sh_degree <= 3:
             raise ValueError(f"sh_degree must be an int in 0..3 or None, got {sh_degree!r}")
         if not isinstance(sh_degree_t, int) or sh_degree_t < 0:
             raise ValueError(f"sh_degree_t must be an int >= 0, got {sh_degree_t!r}")
-        _expect("colors (SH coefficients)", colors, (N, None, 3))
+        expect_shape("colors (SH coefficients)", colors, (N, None, 3))
         need = (sh_degree + 1) ** 2 * (sh_degree_t + 1)
         if colors.shape[1] < need:
             raise ValueError(f"sh_degree={sh_degree}, sh_degree_t={sh_degree_t} need {need} coefficients per "
                              f"channel, colors has {colors.shape[1]}")
     if backgrounds is not None:
         D = 3 if sh_degree is not None else colors.shape[-1]
-        _expect("backgrounds", backgrounds, (D,) if backgrounds.dim() == 1 else (C, D))
+        expect_shape("backgrounds", backgrounds, (D,) if backgrounds.dim() == 1 else (C, D))
 
     named = {"means": means, "times": times, "scales": scales, "quats_l": quats_l, "quats_r": quats_r,
              "opacities": opacities, "colors": colors, "viewmats": viewmats, "Ks": Ks}

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from framegraph.renderers.gaussians.triton import interpreter_enabled
+from framegraph.kernels.backend import triton_available
 
 from . import reference
 
@@ -116,7 +116,7 @@ def _slice_kernel(
 
 
 def _check_launch(means: Tensor) -> None:
-    if not means.is_cuda and not interpreter_enabled():
+    if not triton_available(means.device):
         raise RuntimeError(
             f"the triton 4DGS slice got tensors on {means.device}; it needs CUDA, or TRITON_INTERPRET=1 "
             "set before framegraph.renderers.gaussians4d.triton is imported"

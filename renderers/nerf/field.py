@@ -15,6 +15,8 @@ from typing import Sequence
 import torch
 from torch import Tensor, nn
 
+from framegraph.kernels.backend import Backend
+
 from .hash_encoding import HashGridConfig, hash_encode, init_table
 from .mlp import init_weights, mlp
 
@@ -102,14 +104,14 @@ class NerfField(nn.Module):
         """World points ``[N, 3]`` → the grid's unit cube (not clamped)."""
         return (x - self.aabb[:3]) / (self.aabb[3:] - self.aabb[:3])
 
-    def query_density(self, x: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
+    def query_density(self, x: Tensor, backend: Backend = "auto") -> tuple[Tensor, Tensor]:
         """``sigma [N]`` (1 / world length) and geometry features ``[N, n_geo]`` at world points ``x [N, 3]``."""
         enc = hash_encode(self.normalize(x), self.grid["table"], self.grid_config, meta=self.level_meta,
                           backend=backend)
         h = mlp(enc, list(self.density), "none", backend=backend)
         return trunc_exp(h[:, 0]), h[:, 1:]
 
-    def forward(self, x: Tensor, dirs: Tensor, backend: str = "auto") -> tuple[Tensor, Tensor]:
+    def forward(self, x: Tensor, dirs: Tensor, backend: Backend = "auto") -> tuple[Tensor, Tensor]:
         """``sigma [N]`` and ``rgb [N, 3]`` in [0, 1] at world points ``x [N, 3]`` seen along unit ``dirs [N, 3]``."""
         sigma, geo = self.query_density(x, backend)
         rgb = mlp(torch.cat([sh_encode(dirs), geo], dim=-1), list(self.color), "sigmoid", backend=backend)

@@ -20,6 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from framegraph.kernels.backend import Backend
+
 from .marcher import camera_rays
 from .model import NerfModel
 
@@ -56,7 +58,7 @@ def dataset_rays(images: Tensor, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, 
 def fit(model: NerfModel, images: Tensor, viewmats: Tensor, Ks: Tensor, *, steps: int = 2000,
         batch_rays: int = 4096, lr: float = 1e-2, loss: str = "huber", occupancy_every: int = 16,
         occupancy_warmup: int = 256, occupancy_cells: Optional[int] = None, seed: int = 0,
-        backend: str = "auto", log_every: int = 0,
+        backend: Backend = "auto", log_every: int = 0,
         callback: Optional[Callable[[int, float], None]] = None) -> FitReport:
     """Train ``model`` in place on posed images.
 

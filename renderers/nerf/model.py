@@ -23,6 +23,8 @@ from typing import Optional, Sequence, Union
 import torch
 from torch import Tensor, nn
 
+from framegraph.kernels.backend import Backend
+
 from .field import NerfField
 from .hash_encoding import HashGridConfig
 from .marcher import EARLY_STOP, RenderResult, camera_rays, render_rays
@@ -122,7 +124,7 @@ class NerfModel(nn.Module):
     def background(self) -> Tensor:
         return torch.tensor(self.config.background, dtype=torch.float32, device=self.device)
 
-    def render_rays(self, origins: Tensor, dirs: Tensor, *, backend: str = "auto", use_occupancy: bool = True,
+    def render_rays(self, origins: Tensor, dirs: Tensor, *, backend: Backend = "auto", use_occupancy: bool = True,
                     early_stop: float = EARLY_STOP, offsets: Tensor | None = None,
                     chunk_steps: int = 64) -> RenderResult:
         """Composite rays ``[R, 3]`` (world, unit dirs) through the field; see :func:`marcher.render_rays`."""
@@ -131,7 +133,7 @@ class NerfModel(nn.Module):
                            background=self.background, early_stop=early_stop, chunk_steps=chunk_steps,
                            offsets=offsets)
 
-    def render(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: str = "auto",
+    def render(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
                chunk_rays: int = 1 << 14, use_occupancy: bool = True, early_stop: float = EARLY_STOP) -> Tensor:
         """Image ``[H, W, 3]`` float32 in [0, 1] for one OpenCV camera (``viewmat [4, 4]`` world-to-camera,
         ``K [3, 3]``), rendered on the model's device. Wrap in ``torch.no_grad()`` unless training."""

@@ -12,6 +12,8 @@ from typing import Union
 
 import torch
 
+from framegraph.kernels.backend import Backend
+
 from ..stages import Framing, RenderStage
 from .marcher import EARLY_STOP
 from .model import NerfModel, load_nerf
@@ -29,7 +31,7 @@ class NerfRenderStage(RenderStage):
     """
 
     def __init__(self, model: Union[NerfModel, str, os.PathLike], *, width: int, height: int, device: str = "cpu",
-                 backend: str = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
+                 backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                  budget_ms: float | None = None, name: str = "nerf"):
         super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from .._backend import resolve_backend
+from framegraph.kernels.backend import Backend, resolve_backend
 from .reference import PRIMES, HashGridConfig, init_table, level_corners, spatial_hash
 from .reference import hash_encode as hash_encode_reference
 
@@ -20,7 +20,7 @@ OP = "hash_encode"
 
 
 def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig, *, meta: Tensor | None = None,
-                backend: str = "auto") -> Tensor:
+                backend: Backend = "auto") -> Tensor:
     """Encode points ``x01 [N, 3]`` (unit cube ``[0, 1]^3``) → features ``[N, L * F]`` (see ``reference.py``).
 
     Args:

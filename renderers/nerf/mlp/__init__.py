@@ -11,7 +11,7 @@ from typing import Sequence
 import torch
 from torch import Tensor
 
-from .._backend import resolve_backend
+from framegraph.kernels.backend import Backend, resolve_backend
 from .reference import OUTPUT_ACTIVATIONS, init_weights, mlp_forward
 
 __all__ = ["mlp", "mlp_forward", "init_weights", "OUTPUT_ACTIVATIONS"]
@@ -19,7 +19,7 @@ __all__ = ["mlp", "mlp_forward", "init_weights", "OUTPUT_ACTIVATIONS"]
 OP = "mlp"
 
 
-def mlp(x: Tensor, weights: Sequence[Tensor], output_activation: str = "none", *, backend: str = "auto") -> Tensor:
+def mlp(x: Tensor, weights: Sequence[Tensor], output_activation: str = "none", *, backend: Backend = "auto") -> Tensor:
     """``x [N, in]`` through bias-free ``weights`` (``[in, H], [H, H]*, [H, out]``) → ``[N, out]``.
 
     Hidden layers use ReLU; ``output_activation`` is ``"none"`` or ``"sigmoid"``. ``backend``:

@@ -1,23 +1,35 @@
-"""Backend choice and argument checks shared by every op in ``framegraph.kernels``.
+"""One home for backend choice, for every fast op in framegraph (kernels and renderers alike).
 
-Each op's public function calls :func:`resolve_backend` to turn ``backend="auto" | "triton" | "torch"``
-into ``"triton"`` or ``"torch"``:
+Every fast op has the same layout: ``reference.py`` (pure torch), ``triton.py`` (the kernels), and its
+public function in ``__init__.py``, which calls :func:`resolve_backend` to turn
+``backend: Backend = "auto"`` into ``"triton"`` or ``"torch"``:
 
 - ``"auto"``: Triton when the inputs are on CUDA (and Triton imports), the pure-torch reference elsewhere.
 - ``"triton"``: the Triton kernels. On CPU tensors this is only allowed under Triton's interpreter
-  (``TRITON_INTERPRET=1`` set in the environment *before* the op's ``triton.py`` is first imported);
+  (``TRITON_INTERPRET=1`` set in the environment *before* triton is first imported);
   that is how the tests check the kernels without a GPU.
 - ``"torch"``: the reference, differentiable by plain autograd.
+
+The ``check_*`` helpers below are the argument checks the ops share.
 """
 from __future__ import annotations
 
 import importlib.util
 import os
+from typing import Iterable, Literal, get_args
 
 import torch
 
-BACKENDS = ("auto", "triton", "torch")
+Backend = Literal["auto", "triton", "torch"]
+BACKENDS: tuple[str, ...] = get_args(Backend)
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+
+_TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
+
+
+def triton_installed() -> bool:
+    """Whether the ``triton`` package is installed (it may still have no GPU to run on)."""
+    return _TRITON_INSTALLED
 
 
 def triton_interpret_enabled() -> bool:
@@ -25,25 +37,33 @@ def triton_interpret_enabled() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
-_TRITON_AVAILABLE = importlib.util.find_spec("triton") is not None
+def triton_available(device: torch.device | str) -> bool:
+    """Whether the Triton kernels can run on tensors on ``device``: CUDA (with a GPU present), or the CPU
+    under Triton's interpreter."""
+    kind = torch.device(device).type
+    if not _TRITON_INSTALLED:
+        return False
+    return (kind == "cuda" and torch.cuda.is_available()) or (kind == "cpu" and triton_interpret_enabled())
 
 
-def triton_available() -> bool:
-    return _TRITON_AVAILABLE
+def resolve_backend(backend: Backend, *tensors: torch.Tensor | None, op: str,
+                    auto_dtypes: Iterable[torch.dtype] | None = None) -> Literal["triton", "torch"]:
+    """Return ``"triton"`` or ``"torch"`` for ``backend`` given the op's input tensors.
 
-
-def resolve_backend(backend: str, *tensors: torch.Tensor | None, op: str) -> str:
-    """Return ``"triton"`` or ``"torch"`` for ``backend`` given the op's input tensors."""
+    ``auto_dtypes``: where given, ``"auto"`` picks Triton only when the first tensor has one of these dtypes
+    (the 3DGS / 4DGS kernels compute in float32 and pass ``(torch.float32,)``).
+    """
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend={backend!r}; expected one of {BACKENDS}")
-    present = [t for t in tensors if t is not None]
-    on_cuda = bool(present) and all(t.is_cuda for t in present)
     if backend == "torch":
         return "torch"
+    present = [t for t in tensors if t is not None]
+    on_cuda = bool(present) and all(t.is_cuda for t in present)
     if backend == "auto":
-        return "triton" if on_cuda and triton_available() else "torch"
+        dtype_ok = auto_dtypes is None or present[0].dtype in tuple(auto_dtypes)
+        return "triton" if on_cuda and _TRITON_INSTALLED and dtype_ok else "torch"
     # backend == "triton"
-    if not triton_available():
+    if not _TRITON_INSTALLED:
         raise RuntimeError(f"{op}: backend='triton' but triton is not installed; use backend='torch'")
     if not on_cuda and not triton_interpret_enabled():
         devices = sorted({str(t.device) for t in present})

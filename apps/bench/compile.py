@@ -1,0 +1,230 @@
+"""``framegraph bench compile``: every Triton kernel, compiled offline for the GPUs we target.
+
+:func:`registry` is the one registry of the project's Triton kernels (attention, modulation, rope, 3DGS
+forward/backward, 4DGS slice, NeRF hash encoding and MLP) with their production configurations. Each is
+compiled with Triton's bundled ptxas — no GPU needed — for every target in :data:`TARGETS` (sm_89 RTX 4090,
+sm_90 H100, sm_120 RTX 5090). The JSON records per kernel and architecture the registers per thread,
+spilled bytes (ptxas' spill stores / loads), stack frame and shared memory, checked against the
+architecture's per-block shared-memory limit. A kernel that spills or does not fit is a failure: the
+command exits 1.
+
+Triton's interpreter cannot compile, so the command refuses to run with ``TRITON_INTERPRET=1``.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import contextlib
+import importlib
+import io
+import re
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .meta import bench_metadata, write_result
+
+
+@dataclass(frozen=True)
+class Target:
+    """A GPU architecture we compile for: compute capability (89 = sm_89), a GPU, its shared memory per block."""
+
+    capability: int
+    gpu: str
+    shared_limit_bytes: int
+
+
+TARGETS = (
+    Target(89, "RTX 4090 (Ada)", 99 * 1024),
+    Target(90, "H100 (Hopper)", 227 * 1024),
+    Target(120, "RTX 5090 (Blackwell)", 99 * 1024),
+)
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One Triton kernel in one production configuration.
+
+    ``module`` is under ``framegraph.``; ``pointers`` maps an argument-name prefix to its pointer type
+    (other ``*_ptr`` arguments get ``dtype``); ``floats`` are the fp32 scalar arguments (others are i32).
+    """
+
+    module: str
+    name: str
+    constexprs: dict
+    num_warps: int
+    dtype: str = "*fp32"
+    pointers: dict = field(default_factory=dict)
+    floats: tuple = ()
+
+    @property
+    def label(self) -> str:
+        return f"{self.module}.{self.name} {self.dtype[1:]} {self.constexprs} warps={self.num_warps}"
+
+
+_ATTN_DTYPES = (("*bf16", "tf32"), ("*fp32", "ieee"))  # half-precision models, and float32 ones
+_ATTN_FP32 = {p: "*fp32" for p in ("kv", "ksum", "gkv", "gksum", "rope")}  # state and tables stay fp32
+_MOD_FP32 = {p: "*fp32" for p in ("dscale", "dw", "dg")}  # parameter gradients accumulate in fp32
+
+
+def registry() -> list[Kernel]:
+    """Every Triton kernel of framegraph, in each production configuration it is launched with."""
+    from framegraph.renderers.gaussians import triton as gs
+    from framegraph.renderers.gaussians4d import triton as gs4d
+    from framegraph.renderers.nerf.hash_encoding import triton as hash_tri
+    from framegraph.renderers.nerf.field import SH_DIMS
+    from framegraph.renderers.nerf.mlp import triton as mlp_tri
+    from framegraph.renderers.nerf.model import NerfConfig
+
+    attn = "kernels.block_linear_attention.triton"
+    monarch = "kernels.monarch_attention.triton"
+    monarch_bwd = "kernels.monarch_attention.triton_backward"
+    head = dict(SCALE=128 ** -0.5, BD=128)
+    kernels = [
+        *[Kernel(attn, name, dict(BT=32, BK=128, BV=128, ROPE=True, PRECISION=precision), 8, dtype, _ATTN_FP32)
+          for name in ("_block_sums_kernel", "_block_output_kernel", "_query_grad_kernel", "_key_grad_kernel")
+          for dtype, precision in _ATTN_DTYPES],
+        *[Kernel(monarch, name, dict(consts, **head, PRECISION=precision), 8, dtype)
+          for name, consts in (("_row_step_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
+                               ("_column_lse_kernel", dict(BL=32, BK=32, BV=128, CAUSAL=True, OUTPUT=True)),
+                               ("_column_sum_kernel", dict(BK=32, BL=32, CAUSAL=True)))
+          for dtype, precision in _ATTN_DTYPES],
+        *[Kernel(monarch_bwd, name, dict(consts, **head, PRECISION=precision), 8, dtype)
+          for name, consts in (
+              ("_column_grad_query_kernel", dict(BL=32, BK=32, BG=128, CAUSAL=True, OUTPUT_STEP=False)),
+              ("_column_grad_key_kernel", dict(BK=32, BL=32, BG=128, CAUSAL=True, OUTPUT_STEP=True)),
+              ("_row_grad_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
+              ("_row_key_grad_kernel", dict(BI=32, BJ=32, BV=128, HAS_C=True, WITH_V=True)))
+          for dtype, precision in _ATTN_DTYPES],
+        Kernel("kernels.modulation.triton", "_norm_modulate_kernel", dict(BC=4096, RMS=False, HAS_W=True), 16,
+               "*bf16", _MOD_FP32, ("eps",)),
+        Kernel("kernels.modulation.triton", "_norm_modulate_backward_kernel", dict(BC=4096, RMS=True, HAS_W=True),
+               16, "*bf16", _MOD_FP32, ("eps",)),
+        Kernel("kernels.modulation.triton", "_gate_residual_kernel", dict(BC=1024), 4, "*bf16", _MOD_FP32),
+        Kernel("kernels.modulation.triton", "_gate_residual_backward_kernel", dict(BC=1024), 4, "*bf16", _MOD_FP32),
+        Kernel("kernels.rope.triton", "_rope_kernel", dict(BR=32, BK=128, SIGN=1.0), 4, "*bf16", _ATTN_FP32),
+    ]
+    # Renderers: float32 throughout; the launchers' own constants are the configuration.
+    tiles = {"offsets": "*i32", "ids": "*i32"}
+    kernels += [
+        Kernel("renderers.gaussians.triton", "_rasterize_fwd_kernel",
+               dict(TILE=16, BATCH=gs.FWD_BATCH, D=3, DP=4), gs.FWD_WARPS, pointers=tiles, floats=("alpha_cap",)),
+        Kernel("renderers.gaussians.triton", "_rasterize_bwd_kernel",
+               dict(TILE=16, BATCH=gs.BWD_BATCH, D=3, DP=4), gs.BWD_WARPS, pointers=tiles, floats=("alpha_cap",)),
+        Kernel("renderers.gaussians4d.triton", "_slice_kernel", dict(BLOCK=gs4d.BLOCK), gs4d.WARPS,
+               pointers={"out_keep": "*i8"}, floats=("t", "cull_threshold")),
+    ]
+    nerf = NerfConfig(aabb=[-1, -1, -1, 1, 1, 1])
+    grid = nerf.grid
+    hash_consts = dict(L=grid.n_levels, F=grid.n_features, BLOCK=hash_tri.BLOCK)
+    kernels += [Kernel("renderers.nerf.hash_encoding.triton", name, hash_consts, 4, pointers={"meta": "*i64"})
+                for name in ("_hash_encode_fwd_kernel", "_hash_encode_bwd_kernel")]
+    H = nerf.hidden
+    for n_in, n_mid, n_out, sigmoid in ((grid.n_output_dims, 0, 1 + nerf.n_geo_features, False),  # density
+                                        (SH_DIMS + nerf.n_geo_features, 1, 3, True)):  # colour
+        consts = dict(IN_P=max(16, 1 << (n_in - 1).bit_length()), H=H, OUT_P=max(16, 1 << (n_out - 1).bit_length()),
+                      N_MID=n_mid, SIGMOID=sigmoid, BLOCK=mlp_tri.BLOCK)
+        kernels.append(Kernel("renderers.nerf.mlp.triton", "_fused_mlp_kernel", consts, 4))
+    return kernels
+
+
+_PTXAS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads"
+                    r".*?Used (\d+) registers", re.S)
+
+
+def compile_kernel(k: Kernel, target: Target) -> dict:
+    """Compile ``k`` for ``target`` with ptxas; registers, spills and shared memory from its report."""
+    import triton
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    fn = getattr(importlib.import_module(f"framegraph.{k.module}"), k.name)
+    signature = {}
+    for arg in fn.arg_names:
+        if arg in k.constexprs:
+            signature[arg] = "constexpr"
+        elif arg.endswith("_ptr"):
+            signature[arg] = next((t for p, t in k.pointers.items() if arg.startswith(p)), k.dtype)
+        else:
+            signature[arg] = "fp32" if arg in k.floats else "i32"
+    log = io.StringIO()
+    with knobs.nvidia.scope(), knobs.compilation.scope(), contextlib.redirect_stdout(log):
+        knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers, stack frame and spills
+        knobs.compilation.always_compile = True  # a cached kernel would print no report
+        compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=k.constexprs),
+                                  target=GPUTarget("cuda", target.capability, 32), options={"num_warps": k.num_warps})
+    found = _PTXAS.search(log.getvalue())
+    if found is None:
+        raise RuntimeError(f"no ptxas report for {k.label} on sm_{target.capability}: {log.getvalue()[-2000:]!r}")
+    stack, spill_stores, spill_loads, registers = map(int, found.groups())
+    shared = int(compiled.metadata.shared)
+    return {
+        "kernel": f"{k.module}.{k.name}", "dtype": k.dtype[1:], "num_warps": k.num_warps,
+        "constexprs": {n: v for n, v in k.constexprs.items()},
+        "arch": f"sm_{target.capability}", "gpu": target.gpu,
+        "registers": registers, "spill_store_bytes": spill_stores, "spill_load_bytes": spill_loads,
+        "stack_frame_bytes": stack, "shared_bytes": shared, "shared_limit_bytes": target.shared_limit_bytes,
+        "spills": spill_stores + spill_loads > 0, "fits": shared <= target.shared_limit_bytes,
+    }
+
+
+def _compile_job(job: tuple[Kernel, Target]) -> dict:
+    return compile_kernel(*job)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compile.json"), help="JSON file to write")
+    parser.add_argument("--arch", type=int, nargs="+", choices=[t.capability for t in TARGETS],
+                        default=[t.capability for t in TARGETS], help="compute capabilities to compile for")
+    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from framegraph.kernels.backend import triton_installed, triton_interpret_enabled
+
+    if not triton_installed():
+        raise ValueError("triton is not installed; `framegraph bench compile` compiles Triton kernels")
+    if triton_interpret_enabled():
+        raise ValueError("TRITON_INTERPRET=1 is set; Triton's interpreter cannot compile kernels — run with "
+                         "TRITON_INTERPRET=0")
+    targets = [t for t in TARGETS if t.capability in args.arch]
+    jobs = [(k, target) for k in registry() for target in targets]
+    t0 = time.perf_counter()
+    with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
+        results = list(pool.map(_compile_job, jobs))
+    for r in results:
+        bad = ("SPILLS " if r["spills"] else "") + ("DOES NOT FIT " if not r["fits"] else "")
+        print(f"{r['arch']:>6} {r['kernel']} {r['dtype']}: {r['registers']} registers, "
+              f"{r['spill_store_bytes']}+{r['spill_load_bytes']} B spilled, {r['shared_bytes']} B shared {bad}")
+    failures = [r for r in results if r["spills"] or not r["fits"]]
+    report = {**bench_metadata("compile"),
+              "targets": [vars(t) for t in targets], "seconds": round(time.perf_counter() - t0, 1),
+              "kernels": results, "failures": len(failures)}
+    png = write_result(report, args.out, figure)
+    print(f"{len(results)} compilations, {len(failures)} spill or do not fit; wrote {args.out} and {png}")
+    return 1 if failures else 0
+
+
+def figure(data: dict, plt):
+    """Registers per thread of every kernel on every target; a kernel that spills or does not fit is red."""
+    kernels = data["kernels"]
+    archs = sorted({r["arch"] for r in kernels})
+    names = sorted({f"{r['kernel']} {r['dtype']}" for r in kernels})
+    fig, ax = plt.subplots(figsize=(9, 0.28 * len(names) * len(archs) + 1.5))
+    height = 0.8 / max(1, len(archs))
+    for j, arch in enumerate(archs):
+        by_name = {f"{r['kernel']} {r['dtype']}": r for r in kernels if r["arch"] == arch}
+        for i, name in enumerate(names):
+            r = by_name.get(name)
+            if r is None:
+                continue
+            bad = r["spills"] or not r["fits"]
+            ax.barh(i + j * height, r["registers"], height, color="tab:red" if bad else f"C{j}",
+                    label=arch if i == 0 else None)
+    ax.set_yticks([i + height * (len(archs) - 1) / 2 for i in range(len(names))], names, fontsize=7)
+    ax.set_xlabel("registers per thread (red: spills or does not fit in shared memory)")
+    ax.set_title(f"Triton kernels compiled offline: {data['failures']} of {len(kernels)} compilations fail")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

@@ -35,7 +35,6 @@ SSIM 0.89) after 16 min in all. Still rising — a GPU run of a few thousand ste
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -47,6 +46,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..training import cpu_threads, lr_at
 from .data import FaceClips, face_clips_from_frames, load_face_clips, redrawable
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim
 from .model import VideoVAE, uint8_to_frames
@@ -140,25 +140,6 @@ def measure_latent_stats(model: VideoVAE, clips: FaceClips, *, max_frames: int =
     return z.mean(dim=1).tolist(), z.std(dim=1).clamp_min(1e-6).tolist()
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int | None):
-    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (min_fraction + (1 - min_fraction) * 0.5 * (1 + math.cos(math.pi * p)))
-
-
 def reference_region(reference_image: Tensor | None, clips: FaceClips) -> Tensor:
     """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1]:
     ``reference_image`` is ``uint8 [S, S, 3]`` (already the region) or ``[H, W, 3]`` (a full frame, cut
@@ -245,7 +226,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
     if steps < 1 or batch < 1 or clip_frames < 1 or lr <= 0:
         raise ValueError(f"train_vae: steps={steps}, batch={batch}, clip_frames={clip_frames} must be >= 1 and "
                          f"lr={lr} > 0")
-    with _torch_threads(torch_threads):
+    with cpu_threads(torch_threads):
         t_start = time.monotonic()
         out = Path(out_dir)
         ckpt = out / CHECKPOINT
@@ -306,7 +287,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         try:
             while step < steps:
                 for g in opt.param_groups:
-                    g["lr"] = _lr_at(step, steps, lr, warmup, lr_min_fraction)
+                    g["lr"] = lr_at(step, steps, lr, warmup, lr_min_fraction)
                 x, target, weight = _window_batch(train, batch, clip_frames, gen, mouth_weight)
                 x, target = x.to(device), target.to(device)
                 weight = None if weight is None else weight.to(device)

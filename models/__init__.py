@@ -11,4 +11,6 @@
   stream state, few-step generation and the ``Denoiser`` stage.
 - :mod:`framegraph.models.sampler`: flow-matching conventions, the few-step Euler sampler, the flow-matching
   and consistency-distillation losses.
+- :mod:`framegraph.models.training`: what the trainers share (lr schedule, CPU threads, the
+  resume-or-train rule of a training phase, files written whole).
 """

@@ -20,9 +20,7 @@ features explain).
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -30,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..training import REPORT, write_json
 from .encoder import AudioEncoder
 from .features import FrameTiming, as_float_audio
 
@@ -177,9 +176,7 @@ def train_audio_encoder(clips: list[AudioClip], out_dir, *, model: AudioEncoder,
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(out)
-    tmp = out / "train_report.json.partial"
-    tmp.write_text(json.dumps(report, indent=1))
-    os.replace(tmp, out / "train_report.json")
+    write_json(out / REPORT, report)
     return report
 
 

@@ -6,6 +6,7 @@
 - :mod:`.graph`: ``build_avatar_graph`` (audio → AudioFeatures → Denoiser → VAEDecode → Composite → sink).
 - :mod:`.data`: clips → face-region latents, audio features and state labels (cached once).
 - :mod:`.video`: ``prepare_video``: a person's own talking video → a clips folder ``train_avatar`` accepts.
+  :mod:`.video_io`: its reading (frame by frame, turned upright) and the clips' writing (PyAV).
 - :mod:`.train`: ``train_avatar`` (VAE, latents, flow matching, distillation, rollout training).
 - :mod:`.refine`: ``refine_decoder`` (a trained bundle's VAE decoder trained further, with the reference warp).
 - :mod:`.evaluate`: mouth-openness estimator and ``evaluate_avatar`` (correlation, closed lips, identity SSIM).

@@ -21,6 +21,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..training import write_json
+
 FORMAT_VERSION = 1
 AVATAR_JSON = "avatar.json"
 PORTRAIT_FILE = "portrait.png"
@@ -210,9 +212,7 @@ def save_avatar(root, avatar: Avatar) -> str:
     Image.fromarray(avatar.portrait.cpu().numpy()).save(tmp)
     os.replace(tmp, root / PORTRAIT_FILE)
     data = {**avatar.settings(), **avatar.meta}
-    tmp = root / (AVATAR_JSON + ".partial")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, root / AVATAR_JSON)
+    write_json(root / AVATAR_JSON, data)
     avatar.root = str(root)
     return str(root)
 

@@ -46,18 +46,15 @@ def clip_audio(path) -> np.ndarray:
     """The clip's audio as int16 mono 16 kHz samples, aligned so sample 0 is at video time 0."""
     from framegraph.stream.media import MediaError, decode_audio, read_video
 
+    from .video_io import align_audio
+
     info = read_video(path)
     audio = info["audio"]
     if audio is None:
         raise MediaError(path, "has no audio track; the avatar learns from the clip's speech")
     if info["audio_rate"] != 16_000 or audio.dtype != np.int16 or audio.ndim != 1:
         audio = decode_audio(path)
-    shift = int(round((info["audio_start_s"] or 0.0) * 16_000))
-    if shift > 0:
-        audio = np.concatenate([np.zeros(shift, np.int16), audio])
-    elif shift < 0:
-        audio = audio[-shift:]
-    return np.ascontiguousarray(audio, dtype=np.int16)
+    return np.ascontiguousarray(align_audio(audio, info["audio_start_s"] or 0.0, 0.0), dtype=np.int16)
 
 
 def state_labels(outputs, truth_frames: list[dict] | None, n: int) -> torch.Tensor:

@@ -36,6 +36,8 @@ or offline rendering, not for the live stream).
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 from diffusers import ConfigMixin, ModelMixin
 from diffusers.configuration_utils import register_to_config
@@ -50,7 +52,8 @@ from .state import DiTStreamState, LayerStreamState
 
 # Named sizes: "tiny" trains on a CPU in minutes (tests, smoke runs), "small" on a CPU in hours,
 # "base" is the GPU model (16x16 latents of a 256x256 face, patch 1).
-PRESETS: dict[str, dict] = {
+DiTPreset = Literal["tiny", "small", "base"]
+PRESETS: dict[DiTPreset, dict] = {
     "tiny": dict(width=128, depth=4, heads=4, ffn_ratio=2.5),
     "small": dict(width=256, depth=8, heads=8, ffn_ratio=2.5),
     "base": dict(width=768, depth=16, heads=12, ffn_ratio=2.5, sample_size=16),
@@ -122,7 +125,7 @@ class AvatarDiT(ModelMixin, ConfigMixin):
         nn.init.zeros_(self.final_proj.bias)
 
     @classmethod
-    def from_preset(cls, name: str, **overrides) -> "AvatarDiT":
+    def from_preset(cls, name: DiTPreset, **overrides) -> "AvatarDiT":
         """A fresh model of a named size (``"tiny"``, ``"small"``, ``"base"``), config overrides on top."""
         if name not in PRESETS:
             raise ValueError(f"AvatarDiT.from_preset: unknown preset {name!r}; expected one of {sorted(PRESETS)}")

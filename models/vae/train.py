@@ -35,7 +35,6 @@ SSIM 0.89) after 16 min in all. Still rising — a GPU run of a few thousand ste
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import math
 import os
@@ -47,13 +46,13 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
+from ..training import REPORT, cpu_threads, lr_at, write_json
 from .data import FaceClips, face_clips_from_frames, load_face_clips, redrawable
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim
 from .model import VideoVAE, uint8_to_frames
 
 CHECKPOINT = "checkpoint"
 TRAINER_STATE = "trainer_state.pt"
-REPORT = "train_report.json"
 
 
 @dataclass
@@ -140,25 +139,6 @@ def measure_latent_stats(model: VideoVAE, clips: FaceClips, *, max_frames: int =
     return z.mean(dim=1).tolist(), z.std(dim=1).clamp_min(1e-6).tolist()
 
 
-@contextlib.contextmanager
-def _torch_threads(n: int | None):
-    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after."""
-    before = torch.get_num_threads()
-    if n:
-        torch.set_num_threads(int(n))
-    try:
-        yield
-    finally:
-        torch.set_num_threads(before)
-
-
-def _lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float) -> float:
-    if step < warmup:
-        return lr * (step + 1) / warmup
-    p = min(1.0, (step - warmup) / max(1, steps - warmup))
-    return lr * (min_fraction + (1 - min_fraction) * 0.5 * (1 + math.cos(math.pi * p)))
-
-
 def reference_region(reference_image: Tensor | None, clips: FaceClips) -> Tensor:
     """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1]:
     ``reference_image`` is ``uint8 [S, S, 3]`` (already the region) or ``[H, W, 3]`` (a full frame, cut
@@ -190,6 +170,79 @@ def _as_clips(data, size: int, max_clips: int | None, redraw: bool | None) -> tu
         return load_face_clips(data, size=size, max_clips=max_clips, redraw_targets=redraw), os.fspath(data)
     raise TypeError(f"train_vae: data must be a clips folder, a uint8 frames tensor or FaceClips, "
                     f"got {type(data).__name__}")
+
+
+def _start_model(ckpt: Path, *, resume: bool, model: VideoVAE | None, model_config: dict | None, seed: int,
+                 size: int, device, train_encoder: bool) -> tuple[VideoVAE, dict | None]:
+    """The model to train (on ``device``, in train mode) and the trainer state to continue from (None: a
+    fresh start): the checkpoint's when resuming from one, else ``model`` or a new ``VideoVAE(sample_size=
+    size, **model_config)`` drawn from ``seed``; with ``train_encoder=False`` its encoder is frozen."""
+    state = None
+    if resume and (ckpt / TRAINER_STATE).exists():
+        model = VideoVAE.from_pretrained(ckpt, low_cpu_mem_usage=False)
+        state = torch.load(ckpt / TRAINER_STATE, map_location="cpu", weights_only=True)
+    elif model is None:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            model = VideoVAE(**{"sample_size": size, **(model_config or {})})
+    model = model.to(device).train()
+    if not train_encoder:
+        if model.config.latent_mean is None:
+            raise ValueError("train_vae: train_encoder=False keeps a trained encoder's latent space; pass the "
+                             "trained model (its config has no latent_mean / latent_std yet)")
+        model.encoder.requires_grad_(False)
+    return model, state
+
+
+def _save_checkpoint(ckpt: Path, model: VideoVAE, opt, gen: torch.Generator, step: int, history: list[dict],
+                     initial: dict | None, seconds: float) -> None:
+    """``ckpt/`` (the model) + ``ckpt/trainer_state.pt``: optimizer, sampler RNG, step, history, the
+    held-out scores before training and the seconds trained over all runs."""
+    model.save_pretrained(ckpt)
+    tmp = ckpt / (TRAINER_STATE + ".partial")
+    torch.save({"optimizer": opt.state_dict(), "sampler_rng": gen.get_state(), "step": torch.tensor(step),
+                "history_json": json.dumps(history), "initial_json": json.dumps(initial),
+                "train_seconds": torch.tensor(seconds, dtype=torch.float64)}, tmp)
+    os.replace(tmp, ckpt / TRAINER_STATE)
+
+
+def _step_loss(model: VideoVAE, x: Tensor, target: Tensor, weight: Tensor | None, ref: Tensor | None, *,
+               latent_noise: float, noise_gen: torch.Generator, ssim_weight: float,
+               kl_weight: float) -> tuple[Tensor, Tensor, dict]:
+    """The loss of one batch ``x``, ``target`` ``[B, 3, T, S, S]`` (see the module docstring), its KL term
+    and the reconstruction's parts."""
+    sigma = None
+    if latent_noise > 0:
+        sigma = latent_noise * torch.rand(x.shape[0], generator=noise_gen, device=x.device)
+    recon, mean, logvar = model(x, sample=True, generator=noise_gen, latent_noise=sigma,
+                                reference=None if ref is None else ref.expand(x.shape[0], -1, -1, -1))
+    rec, parts = reconstruction_loss(recon, target, weight, ssim_weight=ssim_weight)
+    kl = kl_divergence(mean, logvar)
+    return rec + kl_weight * kl, kl, parts
+
+
+def _finish(model: VideoVAE, out: Path, train: FaceClips, evaluate, *, train_encoder: bool, device) -> dict | None:
+    """The trained model in eval mode, its latent statistics measured on ``train`` (kept when the encoder
+    was frozen), saved to ``out``; returns its held-out scores (``evaluate(model)``; None without)."""
+    model.eval()
+    if train_encoder:
+        mean_c, std_c = measure_latent_stats(model, train, device=device)
+        model.set_latent_stats(mean_c, std_c)
+    model.requires_grad_(True)
+    final = evaluate(model) if evaluate is not None else None
+    model.save_pretrained(out)
+    return final
+
+
+def _data_report(source: str, clips: FaceClips, train: FaceClips, held: FaceClips) -> dict:
+    return {"source": source, "train_clips": len(train.frames), "train_frames": train.n_frames,
+            "heldout_clips": len(held.frames), "heldout_frames": held.n_frames,
+            "crop_box": list(clips.crop_box) if clips.crop_box else None}
+
+
+def _model_report(model: VideoVAE) -> dict:
+    return {"parameters": sum(p.numel() for p in model.parameters()),
+            "spatial_compression": model.spatial_compression, "config": dict(model.config)}
 
 
 def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3, device: str = "cpu",
@@ -245,7 +298,7 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
     if steps < 1 or batch < 1 or clip_frames < 1 or lr <= 0:
         raise ValueError(f"train_vae: steps={steps}, batch={batch}, clip_frames={clip_frames} must be >= 1 and "
                          f"lr={lr} > 0")
-    with _torch_threads(torch_threads):
+    with cpu_threads(torch_threads):
         t_start = time.monotonic()
         out = Path(out_dir)
         ckpt = out / CHECKPOINT
@@ -254,20 +307,8 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         device = torch.device(device)
         data_seconds = time.monotonic() - t_start
 
-        state = None
-        if resume and (ckpt / TRAINER_STATE).exists():
-            model = VideoVAE.from_pretrained(ckpt, low_cpu_mem_usage=False)
-            state = torch.load(ckpt / TRAINER_STATE, map_location="cpu", weights_only=True)
-        elif model is None:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed)
-                model = VideoVAE(**{"sample_size": clips.size, **(model_config or {})})
-        model = model.to(device).train()
-        if not train_encoder:
-            if model.config.latent_mean is None:
-                raise ValueError("train_vae: train_encoder=False keeps a trained encoder's latent space; pass the "
-                                 "trained model (its config has no latent_mean / latent_std yet)")
-            model.encoder.requires_grad_(False)
+        model, state = _start_model(ckpt, resume=resume, model=model, model_config=model_config, seed=seed,
+                                    size=clips.size, device=device, train_encoder=train_encoder)
         params = [p for p in model.parameters() if p.requires_grad]
         f = model.spatial_compression
         if clips.size % f:
@@ -289,35 +330,20 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
             initial = evaluate(model)
             model.train()
 
-        def save_checkpoint():
-            seconds = seconds_before + time.monotonic() - t_train
-            model.save_pretrained(ckpt)
-            tmp = ckpt / (TRAINER_STATE + ".partial")
-            torch.save({"optimizer": opt.state_dict(), "sampler_rng": gen.get_state(), "step": torch.tensor(step),
-                        "history_json": json.dumps(history), "initial_json": json.dumps(initial),
-                        "train_seconds": torch.tensor(seconds, dtype=torch.float64)}, tmp)
-            os.replace(tmp, ckpt / TRAINER_STATE)
-
         from tqdm import tqdm
 
         t_train = time.monotonic()
-        bar = tqdm(total=steps, initial=step, desc="train vae", disable=not progress, dynamic_ncols=True)
+        trained_seconds = lambda: seconds_before + time.monotonic() - t_train  # noqa: E731 (over all runs)
         last_eval = None
-        try:
+        with tqdm(total=steps, initial=step, desc="train vae", disable=not progress, dynamic_ncols=True) as bar:
             while step < steps:
                 for g in opt.param_groups:
-                    g["lr"] = _lr_at(step, steps, lr, warmup, lr_min_fraction)
+                    g["lr"] = lr_at(step, steps, lr, warmup, lr_min_fraction)
                 x, target, weight = _window_batch(train, batch, clip_frames, gen, mouth_weight)
-                x, target = x.to(device), target.to(device)
-                weight = None if weight is None else weight.to(device)
-                sigma = None
-                if latent_noise > 0:
-                    sigma = latent_noise * torch.rand(x.shape[0], generator=noise_gen, device=device)
-                recon, mean, logvar = model(x, sample=True, generator=noise_gen, latent_noise=sigma,
-                                            reference=None if ref is None else ref.expand(x.shape[0], -1, -1, -1))
-                rec, parts = reconstruction_loss(recon, target, weight, ssim_weight=ssim_weight)
-                kl = kl_divergence(mean, logvar)
-                loss = rec + kl_weight * kl
+                loss, kl, parts = _step_loss(model, x.to(device), target.to(device),
+                                             None if weight is None else weight.to(device), ref,
+                                             latent_noise=latent_noise, noise_gen=noise_gen,
+                                             ssim_weight=ssim_weight, kl_weight=kl_weight)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -331,40 +357,27 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
                     history[-1]["heldout"] = last_eval
                     model.train()
                 if step % checkpoint_every == 0 and step < steps:
-                    save_checkpoint()
+                    _save_checkpoint(ckpt, model, opt, gen, step, history, initial, trained_seconds())
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss_value:.4f}", psnr=f"{last_eval['psnr_db']:.2f}" if last_eval else "-")
-        finally:
-            bar.close()
-        save_checkpoint()
-        train_seconds = seconds_before + time.monotonic() - t_train  # over all runs of a resumed training
+        _save_checkpoint(ckpt, model, opt, gen, step, history, initial, trained_seconds())
+        train_seconds = trained_seconds()
 
-        model.eval()
-        if train_encoder:
-            mean_c, std_c = measure_latent_stats(model, train, device=device)
-            model.set_latent_stats(mean_c, std_c)
-        model.requires_grad_(True)
-        final = evaluate(model) if held.n_frames else None
-        model.save_pretrained(out)
+        final = _finish(model, out, train, evaluate if held.n_frames else None, train_encoder=train_encoder,
+                        device=device)
         report = {
             "steps": step, "batch": batch, "clip_frames": clip_frames, "lr": lr, "seed": seed, "size": clips.size,
             "mouth_weight": mouth_weight, "ssim_weight": ssim_weight, "kl_weight": kl_weight,
             "train_encoder": train_encoder, "latent_noise": latent_noise,
             "targets": "redrawn" if clips.targets is not None else "video",
-            "data": {"source": source, "train_clips": len(train.frames), "train_frames": train.n_frames,
-                     "heldout_clips": len(held.frames), "heldout_frames": held.n_frames,
-                     "crop_box": list(clips.crop_box) if clips.crop_box else None},
-            "model": {"parameters": sum(p.numel() for p in model.parameters()),
-                      "spatial_compression": model.spatial_compression, "config": dict(model.config)},
+            "data": _data_report(source, clips, train, held), "model": _model_report(model),
             "heldout_initial": initial, "heldout_final": final,
             "data_seconds": round(data_seconds, 1), "train_seconds": round(train_seconds, 1),
             "final_loss": history[-1]["loss"] if history else None,
             "device": str(device), "torch": torch.__version__, "machine": platform.machine(),
             "threads": torch.get_num_threads(),
         }
-        tmp = out / (REPORT + ".partial")
-        tmp.write_text(json.dumps(report, indent=1, default=str))
-        os.replace(tmp, out / REPORT)
+        write_json(out / REPORT, report)
         return VAETrainResult(model, report, history)
 
 

@@ -1,0 +1,78 @@
+"""What the trainers of :mod:`framegraph.models` share: the learning-rate schedule, the CPU threads while
+training, the rule that resumes a finished phase or trains it, and files written whole."""
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import os
+import time
+from pathlib import Path
+from typing import Callable, TypeVar
+
+import torch
+
+T = TypeVar("T")
+REPORT = "train_report.json"
+
+
+def lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float = 0.1) -> float:
+    """The learning rate of ``step`` (0-based) of ``steps``: linear warm-up over ``warmup`` steps to ``lr``,
+    then cosine decay to ``min_fraction · lr`` at the last step."""
+    if step < warmup:
+        return lr * (step + 1) / warmup
+    p = min(1.0, (step - warmup) / max(1, steps - warmup))
+    return lr * (min_fraction + (1 - min_fraction) * 0.5 * (1 + math.cos(math.pi * p)))
+
+
+@contextlib.contextmanager
+def cpu_threads(n: int | None):
+    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after."""
+    before = torch.get_num_threads()
+    if n:
+        torch.set_num_threads(int(n))
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def timed(timings: dict[str, float], name: str):
+    """Store the block's wall-clock seconds (rounded to 0.1) as ``timings[name + "_s"]``."""
+    t = time.monotonic()
+    try:
+        yield
+    finally:
+        timings[f"{name}_s"] = round(time.monotonic() - t, 1)
+
+
+def write_json(path, data) -> None:
+    """Write ``data`` as indented JSON to ``path`` whole: to ``path.partial`` first, then renamed, so a
+    reader never sees half a file (values JSON cannot hold are written as their ``str``)."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".partial")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+def recorded_steps(folder, resume: bool = True) -> int | None:
+    """The steps an earlier training recorded in ``folder/train_report.json`` next to its model's
+    ``config.json`` (None when either is missing or ``resume`` is off): what :func:`resume_or_train`
+    compares with the steps asked for."""
+    folder = Path(folder)
+    if not resume or not (folder / "config.json").is_file() or not (folder / REPORT).is_file():
+        return None
+    return int(json.loads((folder / REPORT).read_text()).get("steps", 0))
+
+
+def resume_or_train(steps: int, done: int | None, load: Callable[[], T], train: Callable[[], T]) -> T:
+    """One phase of a training: ``load()`` what an earlier run finished when it recorded ``done`` steps of
+    this phase and that is at least the ``steps`` asked for; else ``train()`` (which continues from the
+    phase's own checkpoint where it keeps one). ``done`` is None when nothing finished (or on a fresh start)."""
+    if done is not None and done >= steps:
+        return load()
+    return train()
+
+
+__all__ = ["REPORT", "lr_at", "cpu_threads", "timed", "write_json", "recorded_steps", "resume_or_train"]

@@ -296,7 +296,7 @@ def install_wan_causal_processors(
     installed = {}
     for name, module in model.named_modules():
         processor = getattr(module, "processor", None)
-        if processor is None or type(processor).__name__ != STOCK_PROCESSOR or getattr(module, "is_cross_attention", False):
+        if type(processor).__name__ != STOCK_PROCESSOR or getattr(module, "is_cross_attention", False):
             continue
         module.set_processor(WanCausalAttnProcessor(
             KVCache(capacity_frames, sink_frames), attention=attention, num_iters=num_iters, backend=backend,

@@ -76,6 +76,7 @@ class WanCausal:
             )
         self.model = model
         self.chunk_frames = chunk_frames
+        self._stream_shape: tuple[int, ...] | None = None  # [B, C, F_chunk, H, W] of the stream's chunks
         self.processors = install_wan_causal_processors(
             model, capacity_frames=cache_frames, sink_frames=sink_frames, attention=attention,
             num_iters=num_iters, backend=backend,
@@ -159,4 +160,11 @@ class WanCausal:
             raise ValueError(
                 f"WanCausal: latents {tuple(latents.shape)}; expected a chunk [B, C, {self.chunk_frames}, H, W] "
                 f"of chunk_frames={self.chunk_frames} latent frames"
+            )
+        if self.frames_seen == 0:
+            self._stream_shape = tuple(latents.shape)
+        elif tuple(latents.shape) != self._stream_shape:
+            raise ValueError(
+                f"WanCausal: latents {tuple(latents.shape)} differ from this stream's chunks {self._stream_shape}; "
+                f"reset() to start a stream of another size"
             )

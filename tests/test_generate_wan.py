@@ -235,3 +235,16 @@ def test_bad_input_is_refused_clearly():
         wan.generate_chunk(prompt, torch.randn(1, 4, 2, 6, 4), timesteps=[1000])
     wan.reset()
     assert wan.generate_chunk(prompt, torch.randn(1, 4, 2, 6, 4), timesteps=[1000]).shape == (1, 4, 2, 6, 4)
+
+
+@torch.no_grad()
+def test_a_stream_past_the_rotary_table_ends_with_a_clear_error():
+    """Positions are absolute in the stream: past rope_max_seq_len latent frames there are no rows left."""
+    wan = WanCausal(tiny_wan(rope_max_seq_len=4), chunk_frames=2, cache_frames=2)
+    prompt, noise = torch.randn(1, TEXT_TOKENS, TEXT_DIM), torch.randn(1, 4, 2, 4, 4)
+    wan.generate_chunk(prompt, noise, timesteps=[1000])
+    wan.generate_chunk(prompt, noise, timesteps=[1000])  # frames [2, 4): the table's last rows
+    with pytest.raises(ValueError, match=r"latent frames \[4, 6\).*max_seq_len=4"):
+        wan.generate_chunk(prompt, noise, timesteps=[1000])
+    wan.reset()
+    wan.generate_chunk(prompt, noise, timesteps=[1000])

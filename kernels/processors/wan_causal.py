@@ -1,0 +1,340 @@
+"""``WanCausalAttnProcessor``: Wan self-attention run block-causally over a stream, with a KV cache of the past.
+
+A drop-in for ``WanAttnProcessor`` on the self-attention ``attn1`` of every ``WanTransformerBlock`` in
+``diffusers.WanTransformer3DModel`` (cross-attention ``attn2`` keeps its stock processor). The model is
+fed one *chunk* of latent frames per call (Self-Forcing / CausVid)::
+
+    from framegraph.kernels.processors import install_wan_causal_processors, set_update_state
+
+    procs = install_wan_causal_processors(model, capacity_frames=12, sink_frames=3)  # attention="sdpa"
+    for chunk in stream:                            # chunks of whole latent frames, all of one size
+        set_update_state(procs, False)              # the denoising passes read the cache ...
+        for t in timesteps:
+            v = model(x_t, t, prompt_embeds).sample
+        set_update_state(procs, True)               # ... the clean pass (t = 0) writes it
+        model(x0, 0, prompt_embeds)
+    for p in procs.values(): p.reset()              # a new stream
+
+Attention: the chunk's queries see every key the cache holds and every key of their own chunk (inside a
+chunk attention is bidirectional; across chunks it is causal — the "block-causal" mask with one block per
+chunk). The cache keeps, per layer, the keys and values (after RMS norm and rotary embedding) of the
+committed frames: the first ``sink_frames`` of the stream for ever (attention sinks) and a rolling window
+of the most recent ones, ``capacity_frames`` in all, in fixed preallocated storage.
+
+- ``attention="sdpa"``: exact softmax attention of the chunk's queries on ``[cache, chunk]`` keys. With
+  nothing evicted this is the stock model over the whole sequence with the block-causal mask.
+- ``attention="monarch"``: :func:`~framegraph.kernels.monarch_attention.monarch_attention` with
+  ``block_causal=True`` over the grid ``(blocks, chunk_frames * Hh, Ww)`` of ``[cache, chunk]`` — each
+  chunk one causal block, so the causal structure is the same as SDPA's. Block-causal Monarch makes
+  everything about a block depend on earlier blocks only, so the chunk's outputs equal those of Monarch
+  over the whole sequence with the same grid, exactly, as long as nothing was evicted. The fit needs the
+  past's queries too, so the cache also keeps them, and the past's factors are refitted on every call
+  (cost grows with the cache, bounded by ``capacity_frames``). After an eviction the factors are fitted
+  over the frames kept only (unlike SDPA, no full-sequence mask reproduces that).
+
+RoPE positions are absolute in the stream: the install wraps ``model.rope`` in a
+:class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed` that reads the processors'
+``tokens_seen`` (committed tokens), so the chunk's frames get rows ``[frames committed, + chunk)``; cached
+keys keep the positions they were committed with. A stream ends with a clear error at the rotary table's
+``rope_max_seq_len`` latent frames.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ..monarch_attention import monarch_attention
+from .monarch import _apply_rotary_emb, grid_from_latents
+from .streaming_rope import StreamingRotaryPosEmbed
+
+__all__ = ["KVCache", "WanCausalAttnProcessor", "install_wan_causal_processors", "uninstall_wan_causal_processors"]
+
+STOCK_PROCESSOR = "WanAttnProcessor"
+ATTENTION = ("sdpa", "monarch")
+
+
+class KVCache:
+    """Keys and values (and for Monarch, queries) of one attention layer's committed latent frames.
+
+    Args:
+        capacity_frames: committed frames kept: ``sink_frames`` + a rolling window of the most recent.
+        sink_frames: the stream's first frames, never evicted.
+
+    Storage is allocated by the first :meth:`write` (when batch, heads, tokens per frame, head dim, chunk
+    size, dtype and device are known) and never grows: ``k``, ``v`` (and ``q``) are each
+    ``[B, H, (capacity_frames + chunk_frames) * T, D]``, ``T`` = tokens per latent frame; the last
+    ``chunk_frames`` slots hold the chunk being denoised, so attention reads one contiguous view. Frames are
+    kept in stream order: sinks first, then the window. ``frames`` counts the frames held,
+    ``frames_seen`` the frames ever committed (the stream position).
+    """
+
+    def __init__(self, capacity_frames: int, sink_frames: int = 0) -> None:
+        for name, value, low in (("capacity_frames", capacity_frames, 1), ("sink_frames", sink_frames, 0)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"KVCache: {name}={value!r}; expected an int >= {low}")
+        if sink_frames >= capacity_frames:
+            raise ValueError(
+                f"KVCache: sink_frames={sink_frames} leaves no rolling window in capacity_frames={capacity_frames}; "
+                f"expected sink_frames < capacity_frames"
+            )
+        self.capacity_frames = capacity_frames
+        self.sink_frames = sink_frames
+        self.k: torch.Tensor | None = None
+        self.v: torch.Tensor | None = None
+        self.q: torch.Tensor | None = None
+        self.tokens_per_frame: int | None = None
+        self.chunk_frames: int | None = None
+        self.frames = 0
+        self.frames_seen = 0
+
+    def reset(self) -> None:
+        """Forget the stream (the storage is kept and reused by a stream of the same layout)."""
+        self.frames = 0
+        self.frames_seen = 0
+
+    def held_frames(self) -> list[int]:
+        """Stream indices of the frames held, in storage order (sinks, then the window)."""
+        sinks = min(self.frames, self.sink_frames)
+        return list(range(sinks)) + list(range(self.frames_seen - (self.frames - sinks), self.frames_seen))
+
+    def check_chunk(self, chunk_frames: int) -> None:
+        """Raise unless a chunk of ``chunk_frames`` latent frames fits next to the sinks."""
+        window = self.capacity_frames - self.sink_frames
+        if chunk_frames > window:
+            raise ValueError(
+                f"KVCache: a {chunk_frames}-frame chunk does not fit the rolling window of {window} frames "
+                f"(capacity_frames={self.capacity_frames} - sink_frames={self.sink_frames}); expected "
+                f"capacity_frames >= sink_frames + {chunk_frames}"
+            )
+
+    def write(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tokens_per_frame: int, keep_queries: bool
+    ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+        """Put a chunk's ``q, k, v [B, H, Nc, D]`` after the frames held; return views of ``[held, chunk]``.
+
+        Returns ``(q_all, k_all, v_all)``, each ``[B, H, (frames + chunk_frames) * T, D]`` (``q_all`` is
+        ``None`` unless ``keep_queries``). Nothing is committed: see :meth:`commit`.
+        """
+        batch, heads, n_tokens, head_dim = k.shape
+        if n_tokens % tokens_per_frame:
+            raise ValueError(
+                f"KVCache: the chunk has {n_tokens} tokens, not whole {tokens_per_frame}-token latent frames"
+            )
+        chunk_frames = n_tokens // tokens_per_frame
+        layout = (batch, heads, tokens_per_frame, head_dim, chunk_frames, k.dtype, k.device, keep_queries)
+        if self.k is None or layout != self._layout():
+            if self.frames_seen:
+                raise ValueError(
+                    f"KVCache: chunk [B={batch}, H={heads}, {chunk_frames} frames x {tokens_per_frame} tokens, "
+                    f"D={head_dim}, {k.dtype}, {k.device}] differs from this stream's "
+                    f"[B={self.k.shape[0]}, H={self.k.shape[1]}, {self.chunk_frames} frames x "
+                    f"{self.tokens_per_frame} tokens, D={self.k.shape[3]}, {self.k.dtype}, {self.k.device}]; "
+                    f"reset() to start a new stream"
+                )
+            self.check_chunk(chunk_frames)
+            slots = (self.capacity_frames + chunk_frames) * tokens_per_frame
+            self.k = k.new_empty(batch, heads, slots, head_dim)
+            self.v = v.new_empty(batch, heads, slots, v.shape[-1])
+            self.q = q.new_empty(batch, heads, slots, head_dim) if keep_queries else None
+            self.tokens_per_frame, self.chunk_frames = tokens_per_frame, chunk_frames
+        start, end = self.frames * tokens_per_frame, (self.frames + chunk_frames) * tokens_per_frame
+        self.k[:, :, start:end] = k
+        self.v[:, :, start:end] = v
+        if keep_queries:
+            self.q[:, :, start:end] = q
+        return (self.q[:, :, :end] if keep_queries else None), self.k[:, :, :end], self.v[:, :, :end]
+
+    def commit(self) -> None:
+        """Keep the chunk last written; evict the oldest window frames beyond ``capacity_frames``."""
+        self.frames += self.chunk_frames
+        self.frames_seen += self.chunk_frames
+        drop = self.frames - self.capacity_frames
+        if drop > 0:
+            T = self.tokens_per_frame
+            first, kept = self.sink_frames * T, (self.capacity_frames - self.sink_frames) * T
+            for buf in (self.k, self.v, self.q):
+                if buf is not None:  # shift the window down over the evicted frames (regions overlap: clone)
+                    buf[:, :, first:first + kept] = buf[:, :, first + drop * T:first + drop * T + kept].clone()
+            self.frames = self.capacity_frames
+
+    def _layout(self) -> tuple:
+        return (
+            self.k.shape[0], self.k.shape[1], self.tokens_per_frame, self.k.shape[3], self.chunk_frames,
+            self.k.dtype, self.k.device, self.q is not None,
+        )
+
+
+class WanCausalAttnProcessor:
+    """Wan self-attention over ``[cache, chunk]``, block-causal by chunk (see the module docs).
+
+    Args:
+        cache: this layer's :class:`KVCache`.
+        attention: ``"sdpa"`` (exact) or ``"monarch"`` (Monarch attention, block-causal by chunk).
+        num_iters: Monarch fitting iterations.
+        backend: Monarch kernel backend, ``"auto" | "triton" | "torch"``.
+        update_state: commit this call's chunk to the cache (the clean pass); ``False``: read only.
+
+    ``grid`` ``(F, Hh, Ww)`` of the call's chunk after patching is set before every model call by the
+    forward pre-hook of :func:`install_wan_causal_processors`.
+    """
+
+    def __init__(
+        self,
+        cache: KVCache,
+        *,
+        attention: str = "sdpa",
+        num_iters: int = 1,
+        backend: str = "auto",
+        update_state: bool = False,
+    ) -> None:
+        if attention not in ATTENTION:
+            raise ValueError(f"WanCausalAttnProcessor: attention={attention!r}; expected one of {ATTENTION}")
+        if isinstance(num_iters, bool) or not isinstance(num_iters, int) or num_iters < 1:
+            raise ValueError(f"WanCausalAttnProcessor: num_iters={num_iters!r}; expected an int >= 1")
+        self.cache = cache
+        self.attention = attention
+        self.num_iters = num_iters
+        self.backend = backend
+        self.update_state = update_state
+        self.grid: tuple[int, int, int] | None = None
+
+    @property
+    def tokens_seen(self) -> int:
+        """Tokens committed to the stream (read by :class:`StreamingRotaryPosEmbed` for the frame offset)."""
+        return self.cache.frames_seen * (self.cache.tokens_per_frame or 0)
+
+    def reset(self) -> None:
+        """Forget the stream: the next chunk starts at frame 0 with an empty past."""
+        self.cache.reset()
+
+    def __call__(
+        self,
+        attn,
+        hidden_states: torch.Tensor,
+        encoder_hidden_states: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
+    ) -> torch.Tensor:
+        """hidden_states ``[B, Nc, C]`` (the chunk's tokens); rotary_emb: ``(cos, sin)``, each ``[1, Nc, 1, D]``."""
+        if encoder_hidden_states is not None or attention_mask is not None:
+            raise ValueError(
+                "WanCausalAttnProcessor: got encoder_hidden_states or attention_mask; it is the self-attention "
+                "attn1 (causality comes from the cache) — keep the stock processor on attn2"
+            )
+        if self.grid is None:
+            raise ValueError(
+                "WanCausalAttnProcessor: grid is unknown; install with install_wan_causal_processors(model), "
+                "which sets it from each call's latents"
+            )
+        frames, height, width = self.grid
+        if frames * height * width != hidden_states.shape[1]:
+            raise ValueError(
+                f"WanCausalAttnProcessor: {hidden_states.shape[1]} tokens; the grid {self.grid} has "
+                f"{frames * height * width}"
+            )
+
+        # The stock processor's projections, norms and rotary embedding.
+        if getattr(attn, "fused_projections", False):
+            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
+        else:
+            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
+        query, key = attn.norm_q(query), attn.norm_k(key)
+        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))  # [B, Nc, H, D]
+        if rotary_emb is not None:
+            query = _apply_rotary_emb(query, *rotary_emb)
+            key = _apply_rotary_emb(key, *rotary_emb)
+        q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, H, Nc, D]
+
+        monarch = self.attention == "monarch"
+        q_all, k_all, v_all = self.cache.write(q, k, v, height * width, keep_queries=monarch)  # [B, H, Np + Nc, D]
+        if monarch:
+            blocks = k_all.shape[2] // q.shape[2]
+            if blocks * q.shape[2] != k_all.shape[2]:
+                raise ValueError(
+                    f"WanCausalAttnProcessor: Monarch attention groups the cache into whole {frames}-frame chunks; "
+                    f"it holds {self.cache.frames} frames (sink_frames and capacity_frames must be multiples of "
+                    f"the chunk's frames)"
+                )
+            out = monarch_attention(
+                q_all, k_all, v_all, grid=(blocks, frames * height, width), num_iters=self.num_iters,
+                block_causal=True, backend=self.backend,
+            )[:, :, -q.shape[2]:]
+        else:
+            out = F.scaled_dot_product_attention(q, k_all, v_all)
+        if self.update_state:
+            self.cache.commit()
+
+        hidden_states = out.transpose(1, 2).flatten(2, 3).type_as(query)  # [B, Nc, H*D]
+        hidden_states = attn.to_out[0](hidden_states)
+        hidden_states = attn.to_out[1](hidden_states)
+        return hidden_states
+
+
+def install_wan_causal_processors(
+    model: torch.nn.Module,
+    *,
+    capacity_frames: int,
+    sink_frames: int = 0,
+    attention: str = "sdpa",
+    num_iters: int = 1,
+    backend: str = "auto",
+) -> dict[str, WanCausalAttnProcessor]:
+    """Give every self-attention of a ``WanTransformer3DModel`` a :class:`WanCausalAttnProcessor` with its own cache.
+
+    Also wraps ``model.rope`` in a :class:`StreamingRotaryPosEmbed` over these processors, and registers a
+    forward pre-hook that checks each call's latents ``[B, C, F, H, W]`` are whole patches and sets the
+    processors' grid. Installing again replaces all three. Returns the processors by module name.
+    """
+    patch_size = tuple(model.config.patch_size) if hasattr(model, "config") else None
+    rope = getattr(model, "rope", None)
+    if patch_size is None or rope is None:
+        raise ValueError(
+            f"install_wan_causal_processors: {type(model).__name__} has no config.patch_size or rope; "
+            f"expected a diffusers WanTransformer3DModel"
+        )
+    uninstall_wan_causal_processors(model)
+    installed = {}
+    for name, module in model.named_modules():
+        processor = getattr(module, "processor", None)
+        if type(processor).__name__ != STOCK_PROCESSOR or getattr(module, "is_cross_attention", False):
+            continue
+        module.set_processor(WanCausalAttnProcessor(
+            KVCache(capacity_frames, sink_frames), attention=attention, num_iters=num_iters, backend=backend,
+        ))
+        installed[name] = module.processor
+    if not installed:
+        raise ValueError(
+            f"install_wan_causal_processors: {type(model).__name__} has no self-attention {STOCK_PROCESSOR} to "
+            f"replace; expected a diffusers WanTransformer3DModel"
+        )
+    model.rope = StreamingRotaryPosEmbed(rope, installed.values())
+    processors = list(installed.values())
+
+    def set_grid(module, args, kwargs):
+        latents = args[0] if args else kwargs["hidden_states"]
+        shape = tuple(latents.shape)
+        if len(shape) != 5 or any(n % p for n, p in zip(shape[2:], patch_size)):
+            raise ValueError(
+                f"{type(module).__name__}: latents {shape}; expected [B, C, F, H, W] with F, H, W multiples of "
+                f"the patch size {patch_size} (a chunk of whole latent frames)"
+            )
+        for p in processors:
+            p.grid = grid_from_latents(shape, patch_size)
+
+    model._wan_causal_hook = model.register_forward_pre_hook(set_grid, with_kwargs=True)
+    return installed
+
+
+def uninstall_wan_causal_processors(model: torch.nn.Module) -> None:
+    """Put the stock ``WanAttnProcessor`` and rotary table back (nothing to do on a stock model)."""
+    from diffusers.models.transformers.transformer_wan import WanAttnProcessor
+
+    for module in model.modules():
+        if isinstance(getattr(module, "processor", None), WanCausalAttnProcessor):
+            module.set_processor(WanAttnProcessor())
+    if isinstance(getattr(model, "rope", None), StreamingRotaryPosEmbed):
+        model.rope = model.rope.rope
+    hook = getattr(model, "_wan_causal_hook", None)
+    if hook is not None:
+        hook.remove()
+        model._wan_causal_hook = None

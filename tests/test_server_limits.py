@@ -1,6 +1,6 @@
 """Server limits and HTTP: token, Origin, session limit, message size and rate, closing and shutdown
 (a flood of bad messages, the slot of a closing connection, SIGTERM with a client that never reads),
-/metrics, /healthz, static files, startup refusals, and a pipeline
+each pipeline's size / fps range, /metrics, /healthz, static files, startup refusals, and a pipeline
 registered from outside (camera poses on a latest edge)."""
 import asyncio
 import io
@@ -27,7 +27,7 @@ from framegraph.apps.server.protocol import MediaFlag
 from framegraph.apps.server.stages import PoseSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.testcard import TestCardVideo
-from test_server_session import (http_get, http_request, of_type, receive_all, running, served_short_card,
+from test_server_session import (http_get, http_request, of_type, pictures, receive_all, running, served_short_card,
                                  short_card, start, stream_audio, tone)
 
 
@@ -238,6 +238,50 @@ def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
     assert exited_after < 2.0, (exited_after, "".join(lines))
     assert proc.returncode == 0, "".join(lines)
     assert "shutting down" in "".join(lines)
+
+
+# ---- each pipeline's size and fps range -----------------------------------------------------------------
+
+OUT_OF_RANGE = [({"size": "14x16"}, "at least 16 (16x16)"), ({"size": [16, 2]}, "at least 16 (16x16)"),
+                ({"size": "1922x1080"}, "at most 2073600 pixels"), ({"fps": 0.5}, "[1, 60]"), ({"fps": 61}, "[1, 60]")]
+
+
+@pytest.mark.parametrize("pipeline, codec", [("testcard", "h264"), ("scope", "jpeg"), ("scene", "jpeg")])
+def test_each_pipeline_refuses_sizes_and_rates_out_of_range_and_draws_at_its_smallest_size(pipeline, codec):
+    async def session(url):
+        async with connect(url) as ws:
+            refusals = []
+            for options, _ in OUT_OF_RANGE:
+                await ws.send(json.dumps({"type": "start", "pipeline": pipeline, "options": options}))
+                refusals.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+            extra = {"seconds": 1.0} if pipeline == "testcard" else {}
+            ready = await start(ws, pipeline, size="16x16", codec=codec, **extra)
+            if pipeline == "scope":  # silence, then a loud tone
+                feeder = asyncio.create_task(stream_audio(ws, np.concatenate([tone(0.4, amp=0.0), tone(0.4)])))
+            elif pipeline == "scene":
+                await asyncio.sleep(1.0)
+                await ws.send(json.dumps({"type": "stop"}))
+            got = await receive_all(ws, timeout_s=30)
+            if pipeline == "scope":
+                await feeder
+            return refusals, ready, got
+
+    with running() as srv:
+        refusals, ready, got = asyncio.run(session(srv.url))
+    for (options, expected), reply in zip(OUT_OF_RANGE, refusals):
+        assert reply["type"] == "error" and reply["code"] == "bad_option", (options, reply)
+        assert expected in reply["message"], (options, reply)
+    assert (ready["video"]["width"], ready["video"]["height"]) == (16, 16)
+    assert not of_type(got, "error")
+    frames = pictures(got["video"], codec)
+    assert len(frames) >= 8 and all(f.shape == (16, 16, 3) for f in frames)
+    f = [x.astype(np.float32) for x in frames]
+    if pipeline == "testcard":  # the bands move
+        assert np.abs(f[2] - f[-1]).mean() > 20
+    elif pipeline == "scope":  # dark in the silence, bright with the tone
+        assert f[1].mean() < 60 and f[-2].mean() > 100, (f[1].mean(), f[-2].mean())
+    else:  # the splats stand out from the background (0.08, 0.08, 0.1)
+        assert np.abs(f[-1] - np.array([20, 20, 26])).max(-1).mean() > 20
 
 
 # ---- HTTP -----------------------------------------------------------------------------------------------

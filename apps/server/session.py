@@ -255,9 +255,11 @@ class Session:
         if isinstance(pipeline.encoder, pipelines.H264Encoder):
             self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
         self.pipeline, self.pipeline_name = pipeline, name
+        self.outbox.hold_media(True)  # the first frames may come before "ready" is queued: they wait
         try:
             await asyncio.to_thread(pipeline.graph.start)
         except StageError as exc:
+            self.outbox.hold_media(False)
             self.send_error(ProtocolError(ErrorCode.PIPELINE_FAILED, str(exc)))
             await self._finish("failed")
             return
@@ -265,6 +267,7 @@ class Session:
         self.started_ns = time.monotonic_ns()
         self.send_control({"type": "ready", "session": self.id, "protocol": PROTOCOL_VERSION,
                            "ticks_per_second": 48_000, "header_bytes": 48, **pipeline.format}, front=True)
+        self.outbox.hold_media(False)
         self._stats = asyncio.create_task(self._stats_loop(), name=f"session {self.id} stats")
 
     def _on_media(self, data: bytes) -> None:

@@ -3,7 +3,6 @@
 each pipeline's size / fps range, /metrics, /healthz, static files, startup refusals, and a pipeline
 registered from outside (camera poses on a latest edge)."""
 import asyncio
-import io
 import json
 import logging
 import math

@@ -1,16 +1,24 @@
-"""Server limits and HTTP: token, Origin, session limit, message size and rate, /metrics, /healthz,
-static files, startup refusals, and a pipeline registered from outside (camera poses on a latest edge)."""
+"""Server limits and HTTP: token, Origin, session limit, message size and rate, closing and shutdown
+(a flood of bad messages, the slot of a closing connection, SIGTERM with a client that never reads),
+each pipeline's size / fps range, /metrics, /healthz, static files, startup refusals, and a pipeline
+registered from outside (camera poses on a latest edge)."""
 import asyncio
 import json
+import logging
 import math
 import re
+import signal
 import socket
+import subprocess
+import sys
+import threading
+import time
 
 import numpy as np
 import pytest
 import torch
 from websockets.asyncio.client import connect
-from websockets.exceptions import ConnectionClosedError, InvalidStatus
+from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 
 from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, add_video_out, register, video_options
 from framegraph.apps.server.cli import add_arguments, config_from_args
@@ -18,7 +26,8 @@ from framegraph.apps.server.protocol import MediaFlag
 from framegraph.apps.server.stages import PoseSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.testcard import TestCardVideo
-from test_server_session import http_get, http_request, of_type, receive_all, running, served_short_card, short_card, start, stream_audio, tone
+from test_server_session import (http_get, http_request, of_type, pictures, receive_all, running, served_short_card,
+                                 short_card, start, stream_audio, tone)
 
 
 def status_of(coro) -> int | None:
@@ -116,6 +125,162 @@ def test_message_rate_and_transport_size_limits_do_not_take_the_server_down():
     errors = of_type(got, "error")
     assert errors and all(e["code"] == "rate_limited" for e in errors)
     assert 1 <= len(of_type(got, "pong")) <= 80  # at most the burst allowance, not all 300
+
+
+# ---- closing and shutdown ------------------------------------------------------------------------------
+
+async def non_reader(url: str, port: int):
+    """A connected client that barely reads: a tiny receive buffer and a one-message queue, so the
+    server's send buffer fills and a close frame from the server is never read. Close it with
+    ``ws.transport.abort()``."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    return await connect(url, sock=sock, max_queue=1)
+
+
+def test_a_flood_of_bad_messages_is_closed_1008_with_one_warning_and_the_rest_unread(caplog):
+    async def flood(url):
+        async with connect(url) as ws:
+            try:
+                for _ in range(300):
+                    await ws.send("{not json")
+            except ConnectionClosed:
+                pass  # the server closed while we were still sending
+            t0, errors = time.monotonic(), []
+            with pytest.raises(ConnectionClosedError) as closed:
+                async with asyncio.timeout(10):
+                    async for m in ws:
+                        errors.append(json.loads(m)["code"])
+            return errors, closed.value.rcvd.code, time.monotonic() - t0
+
+    caplog.set_level(logging.WARNING, logger="framegraph.server")
+    with running(max_errors=4) as srv:
+        errors, code, closed_after = asyncio.run(flood(srv.url))
+        handled = dict(srv.server.errors)
+    assert code == 1008 and closed_after < 2.0  # the close handshake completes: not the 5 s close timeout
+    assert handled == {"bad_json": 4}  # exactly the messages before the close were read
+    assert errors == ["bad_json"] * 4
+    warnings = [r for r in caplog.records if r.name == "framegraph.server" and r.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "4 protocol errors in a row" in warnings[0].getMessage(), warnings
+
+
+def test_a_closing_connection_frees_its_session_slot_when_the_close_starts():
+    async def scenario(url, port):
+        bad = await non_reader(url, port)
+        await start(bad, "testcard", size="640x480", fps=30, quality=95, seconds=30)
+        await asyncio.sleep(0.5)  # its buffers fill: it cannot see a close frame now
+        for _ in range(4):
+            await bad.send("{not json")  # max_errors: the server starts closing (1008)
+        t0 = time.monotonic()
+        while True:
+            try:
+                other = await short_card(url)  # max_sessions=1: needs the slot
+                break
+            except InvalidStatus as exc:
+                assert exc.response.status_code == 503 and time.monotonic() - t0 < 5, exc
+                await asyncio.sleep(0.05)
+        waited = time.monotonic() - t0
+        bad.transport.abort()
+        return waited, other
+
+    with running(max_sessions=1, max_errors=4) as srv:
+        waited, other = asyncio.run(scenario(srv.url, srv.server.port))
+    assert waited < 1.5  # not the 5 s close timeout
+    assert served_short_card(other)
+
+
+def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
+    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "serve", "--port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    url = threading.Event()
+
+    def read_stderr():  # keep reading, so the server never blocks on a full pipe
+        for line in proc.stderr:
+            lines.append(line)
+            if "WebSocket ws://" in line:
+                url.set()
+
+    threading.Thread(target=read_stderr, daemon=True).start()
+
+    async def client(ws_url, port):
+        ws = await non_reader(ws_url, port)
+        await start(ws, "testcard", size="640x480", fps=30, quality=95, seconds=60)
+        t_term, n = None, 0
+        try:
+            while proc.poll() is None:
+                await ws.send(json.dumps({"type": "ping", "id": n}))  # keeps sending, never reads
+                n += 1
+                if t_term is None and n == 25:  # half a second of video: the server's send buffer is full
+                    proc.send_signal(signal.SIGTERM)
+                    t_term = time.monotonic()
+                if t_term is not None and time.monotonic() - t_term > 10:
+                    break
+                await asyncio.sleep(0.02)
+        except ConnectionClosed:
+            pass
+        while proc.poll() is None and time.monotonic() - t_term < 10:
+            await asyncio.sleep(0.02)
+        exited_after = time.monotonic() - t_term
+        ws.transport.abort()
+        return exited_after
+
+    try:
+        assert url.wait(60), "".join(lines)
+        ws_url = re.search(r"WebSocket (ws://\S+)", "".join(lines)).group(1)
+        exited_after = asyncio.run(client(ws_url, int(re.search(r":(\d+)/ws", ws_url).group(1))))
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert exited_after < 2.0, (exited_after, "".join(lines))
+    assert proc.returncode == 0, "".join(lines)
+    assert "shutting down" in "".join(lines)
+
+
+# ---- each pipeline's size and fps range -----------------------------------------------------------------
+
+OUT_OF_RANGE = [({"size": "14x16"}, "at least 16 (16x16)"), ({"size": [16, 2]}, "at least 16 (16x16)"),
+                ({"size": "1922x1080"}, "at most 2073600 pixels"), ({"fps": 0.5}, "[1, 60]"), ({"fps": 61}, "[1, 60]")]
+
+
+@pytest.mark.parametrize("pipeline, codec", [("testcard", "h264"), ("scope", "jpeg"), ("scene", "jpeg")])
+def test_each_pipeline_refuses_sizes_and_rates_out_of_range_and_draws_at_its_smallest_size(pipeline, codec):
+    async def session(url):
+        async with connect(url) as ws:
+            refusals = []
+            for options, _ in OUT_OF_RANGE:
+                await ws.send(json.dumps({"type": "start", "pipeline": pipeline, "options": options}))
+                refusals.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+            extra = {"seconds": 1.0} if pipeline == "testcard" else {}
+            ready = await start(ws, pipeline, size="16x16", codec=codec, **extra)
+            if pipeline == "scope":  # silence, then a loud tone
+                feeder = asyncio.create_task(stream_audio(ws, np.concatenate([tone(0.4, amp=0.0), tone(0.4)])))
+            elif pipeline == "scene":
+                await asyncio.sleep(1.0)
+                await ws.send(json.dumps({"type": "stop"}))
+            got = await receive_all(ws, timeout_s=30)
+            if pipeline == "scope":
+                await feeder
+            return refusals, ready, got
+
+    with running() as srv:
+        refusals, ready, got = asyncio.run(session(srv.url))
+    for (options, expected), reply in zip(OUT_OF_RANGE, refusals):
+        assert reply["type"] == "error" and reply["code"] == "bad_option", (options, reply)
+        assert expected in reply["message"], (options, reply)
+    assert (ready["video"]["width"], ready["video"]["height"]) == (16, 16)
+    assert not of_type(got, "error")
+    frames = pictures(got["video"], codec)
+    assert len(frames) >= 8 and all(f.shape == (16, 16, 3) for f in frames)
+    f = [x.astype(np.float32) for x in frames]
+    if pipeline == "testcard":  # the bands move
+        assert np.abs(f[2] - f[-1]).mean() > 20
+    elif pipeline == "scope":  # dark in the silence, bright with the tone
+        assert f[1].mean() < 60 and f[-2].mean() > 100, (f[1].mean(), f[-2].mean())
+    else:  # the splats stand out from the background (0.08, 0.08, 0.1)
+        assert np.abs(f[-1] - np.array([20, 20, 26])).max(-1).mean() > 20
 
 
 # ---- HTTP -----------------------------------------------------------------------------------------------

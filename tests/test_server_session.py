@@ -85,6 +85,15 @@ def of_type(got: dict, kind: str) -> list[dict]:
     return [m for m in got["control"] if m["type"] == kind]
 
 
+def pictures(video: list, codec: str) -> list[np.ndarray]:
+    """The received video messages decoded: ``uint8 [H, W, 3]`` RGB pictures, in order."""
+    if codec == "jpeg":
+        return [np.asarray(Image.open(io.BytesIO(p)).convert("RGB")) for _, p, _ in video]
+    decoder = av.CodecContext.create("h264", "r")
+    out = [f.to_ndarray(format="rgb24") for _, p, _ in video for f in decoder.decode(av.Packet(p))]
+    return out + [f.to_ndarray(format="rgb24") for f in decoder.decode(None)]
+
+
 def run(coro):
     return asyncio.run(coro)
 
@@ -143,12 +152,8 @@ def test_scope_session_echoes_audio_in_sync_and_measures_glass_to_glass(codec):
         assert h.encode_us > 0 and h.compute_us > 0
     if codec == "h264":
         assert video[0][0].flags & MediaFlag.KEYFRAME and video[0][1].startswith(b"\x00\x00\x00\x01")
-        decoder = av.CodecContext.create("h264", "r")
-        pictures = [f.to_ndarray(format="rgb24") for _, p, _ in video for f in decoder.decode(av.Packet(p))]
-        pictures += [f.to_ndarray(format="rgb24") for f in decoder.decode(None)]
-        assert len(pictures) == len(video) and pictures[0].shape == (120, 160, 3)
-    else:
-        assert Image.open(io.BytesIO(video[-1][1])).size == (160, 120)
+    decoded = pictures(video, codec)
+    assert len(decoded) == len(video) and all(p.shape == (120, 160, 3) for p in decoded)
     assert of_type(got, "ended")[-1]["reason"] == "stopped"
     assert not of_type(got, "error")
 

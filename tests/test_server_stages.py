@@ -79,6 +79,28 @@ def test_outbox_drops_oldest_and_restarts_h264_at_a_keyframe():
     assert box.take_discontinuity(VIDEO) and not box.take_discontinuity(VIDEO)
 
 
+def test_outbox_holds_media_back_until_released_so_ready_comes_first():
+    async def released():
+        box = Outbox(asyncio.get_running_loop())
+        box.hold_media(True)  # the graph is starting: its first frames must wait for "ready"
+        box.offer(_video(0, True))
+        box.offer(Item(AUDIO, b"a0", MediaHeader(Kind.PCM16, seq=0)))
+        getter = asyncio.create_task(box.get())
+        await asyncio.sleep(0.05)
+        waiting = not getter.done()  # only media queued: nothing to hand out yet
+        box.offer(Item(CONTROL, {"type": "ready"}), front=True)
+        box.hold_media(False)
+        box.end()
+        got = [await asyncio.wait_for(getter, 1)]
+        while (item := await asyncio.wait_for(box.get(), 1)).kind != END:
+            got.append(item)
+        return waiting, got
+
+    waiting, got = asyncio.run(released())
+    assert waiting
+    assert [i.kind for i in got] == [CONTROL, VIDEO, AUDIO] and got[0].payload == {"type": "ready"}
+
+
 def test_capture_times_map_samples_back_to_client_clock():
     ct = CaptureTimes(capacity=4)
     ct.add(320, 1_000_000_000)  # samples 0..319, last one captured at t = 1 s

@@ -53,6 +53,10 @@ class ServerConfig:
             reader (what does not fit is dropped in the outbox, not queued in the kernel).
         outbox_video / outbox_audio / outbox_control: per-session outbox capacities (messages).
         max_errors: protocol errors in a row before the connection is closed (code 1008).
+        close_timeout_s: how long a closing connection waits for the client's side of the close
+            handshake (a client that does not read is then cut off).
+        shutdown_grace_s: on shutdown, how long clients get to take what is already sent and answer
+            the close (code 1001) before every connection left is cut off.
     """
 
     host: str = "127.0.0.1"
@@ -70,6 +74,8 @@ class ServerConfig:
     outbox_audio: int = 25
     outbox_control: int = 16
     max_errors: int = 32
+    close_timeout_s: float = 5.0
+    shutdown_grace_s: float = 0.5
 
     def validate(self) -> None:
         """Refuse unsafe or impossible settings with a message that says what to change."""
@@ -77,7 +83,8 @@ class ServerConfig:
             raise ValueError(f"binding {self.host!r} exposes the server beyond this machine: set a token "
                              f"(--token or FRAMEGRAPH_TOKEN), or bind 127.0.0.1")
         for name in ("max_sessions", "max_message_bytes", "max_messages_per_s", "stats_interval_s",
-                     "start_timeout_s", "outbox_video", "outbox_audio", "outbox_control", "max_errors"):
+                     "start_timeout_s", "outbox_video", "outbox_audio", "outbox_control", "max_errors",
+                     "close_timeout_s", "shutdown_grace_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.port <= 65535:
@@ -113,13 +120,25 @@ class StreamServer:
             process_request=lambda conn, req: process_request(self, conn, req),
             compression=None,  # JPEG / H.264 / PCM do not deflate; it would only cost CPU and latency
             max_size=4 * cfg.max_message_bytes, max_queue=16, write_limit=32 * 1024,
-            ping_interval=20, ping_timeout=20, close_timeout=5, server_header="framegraph")
+            ping_interval=20, ping_timeout=20, close_timeout=cfg.close_timeout_s, server_header="framegraph")
         return self
 
     async def close(self) -> None:
-        """Stop accepting, close every connection (sessions free their graphs), wait for them."""
-        if self._server is not None:
-            self._server.close()
+        """Stop accepting and close every connection (code 1001; sessions free their graphs). Clients
+        get ``shutdown_grace_s`` to take what was sent and answer the close; the connections left then
+        are cut off (a client that never reads cannot hold the server up). Returns when every
+        connection handler has returned."""
+        if self._server is None:
+            return
+        self._server.close()
+        try:
+            await asyncio.wait_for(self._server.wait_closed(), self.config.shutdown_grace_s)
+        except TimeoutError:
+            left = list(self._server.all_connections)
+            log.info("shutdown: cutting %d connection(s) that did not close within %g s", len(left),
+                     self.config.shutdown_grace_s)
+            for connection in left:
+                connection.transport.abort()
             await self._server.wait_closed()
 
     async def serve_forever(self) -> None:
@@ -166,8 +185,12 @@ class StreamServer:
         try:
             await session.run()
         finally:
-            self.sessions.pop(session.id, None)
+            self.release(session)
             log.info("session %s closed (%s)", session.id, session.end_reason)
+
+    def release(self, session: Session) -> None:
+        """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""
+        self.sessions.pop(session.id, None)
 
     def count_rejected(self, reason: str) -> None:
         self.rejected[reason] += 1

@@ -56,6 +56,7 @@ class Outbox:
         self._wakeup = asyncio.Event()
         self._wake_pending = False
         self._ended = False
+        self._media_held = False
         self._skip_until_key = False
         self.on_keyframe_needed = on_keyframe_needed
         self.dropped = {VIDEO: 0, AUDIO: 0, CONTROL: 0}
@@ -134,6 +135,15 @@ class Outbox:
             self._counts[VIDEO] = self._counts[AUDIO] = 0
         return n
 
+    def hold_media(self, held: bool) -> None:
+        """While held, :meth:`get` hands out control messages only; media (and the end) wait, queued
+        and bounded as usual. The session holds media while its graph starts, so that ``ready`` is
+        the first message a client gets."""
+        with self._lock:
+            self._media_held = held
+            if not held and self._items:
+                self._wake()
+
     def _wake(self) -> None:
         if self._wake_pending:
             return
@@ -145,11 +155,13 @@ class Outbox:
 
     # ---- consumer side (the session's event loop) -------------------------------------------
     async def get(self) -> Item:
-        """The next message, oldest first; an ``END`` item after the last one."""
+        """The next message, oldest first (only control messages while media are held); an ``END``
+        item after the last one."""
         while True:
             with self._lock:
-                if self._items:
-                    item = self._items.popleft()
+                item = next((i for i in self._items if not self._media_held or i.kind == CONTROL), None)
+                if item is not None:
+                    self._items.remove(item)
                     if item.kind != END:
                         self._counts[item.kind] -= 1
                     return item

@@ -43,7 +43,9 @@ from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 from .protocol import AUDIO_SAMPLE_RATE, ErrorCode, Kind, ProtocolError
 from .stages import AudioScope, OutboxSink, PoseSource
 
+MIN_SIDE = 16  # px: one H.264 macroblock; the test card's frame counter and the scope's waveform fit whole
 MAX_PIXELS = 1920 * 1080
+FPS_RANGE = (1, 60)
 AUDIO_CHUNK = chunk_samples(AUDIO_SAMPLE_RATE, 20)  # 320 samples = 20 ms
 PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels": 1, "chunk_ms": 20}
 
@@ -99,7 +101,8 @@ class Options:
         return v
 
     def size(self, key: str, default: tuple[int, int]) -> tuple[int, int]:
-        """``"WxH"`` or ``[W, H]``; positive, even (H.264 yuv420p), at most 1920×1080 pixels."""
+        """``"WxH"`` or ``[W, H]`` → ``(width, height)`` in pixels: even (H.264 yuv420p), each side at
+        least :data:`MIN_SIDE`, at most :data:`MAX_PIXELS` pixels in all."""
         v = self._get(key)
         if v is None:
             return default
@@ -108,8 +111,9 @@ class Options:
             ok = isinstance(w, int) and isinstance(h, int) and not isinstance(w, bool)
         except (TypeError, ValueError, AttributeError):
             ok = False
-        if not ok or w <= 0 or h <= 0 or w % 2 or h % 2 or w * h > MAX_PIXELS:
-            raise self._bad(key, v, f'"WxH" or [W, H], even sizes, at most {MAX_PIXELS} pixels')
+        if not ok or w < MIN_SIDE or h < MIN_SIDE or w % 2 or h % 2 or w * h > MAX_PIXELS:
+            raise self._bad(key, v, f'"WxH" or [W, H]: even sides of at least {MIN_SIDE} ({MIN_SIDE}x{MIN_SIDE}), '
+                                    f"at most {MAX_PIXELS} pixels in all (1920x1080)")
         return w, h
 
     def done(self) -> None:
@@ -142,10 +146,11 @@ class VideoOptions:
 
 
 def video_options(opts: Options, size=(320, 240), fps: float = 25.0) -> VideoOptions:
-    """Read the common video options: ``size``, ``fps``, ``codec`` (jpeg | h264), ``quality`` (JPEG
-    1..100), ``bitrate_kbps`` and ``gop`` (H.264, frames between key frames)."""
+    """Read the common video options: ``size`` (see :meth:`Options.size`), ``fps`` (in
+    :data:`FPS_RANGE`), ``codec`` (jpeg | h264), ``quality`` (JPEG 1..100), ``bitrate_kbps`` and ``gop``
+    (H.264, frames between key frames)."""
     w, h = opts.size("size", size)
-    return VideoOptions(w, h, opts.number("fps", fps, 1, 60), opts.choice("codec", "jpeg", ("jpeg", "h264")),
+    return VideoOptions(w, h, opts.number("fps", fps, *FPS_RANGE), opts.choice("codec", "jpeg", ("jpeg", "h264")),
                         opts.integer("quality", 80, 1, 100), opts.integer("bitrate_kbps", None, 50, 50_000),
                         opts.integer("gop", None, 1, 600))
 

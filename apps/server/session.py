@@ -6,9 +6,11 @@ session's :class:`~.outbox.Outbox` (media from the graph's sink, control message
 A slow reader therefore stalls only the sender, and the outbox drops what does not fit.
 
 Every refusal is an ``error`` message with a stable code; none of them ends the session, except
-``timeout`` (no ``start``), ``pipeline_failed`` and too many errors in a row. When the connection
-goes, whatever the reason, the graph is cancelled and joined before the handler returns: no session
-outlives its socket and no thread outlives its session.
+``timeout`` (no ``start``), ``pipeline_failed`` and too many errors in a row (then nothing more is
+read: the connection closes with code 1008). When the connection goes, whatever the reason, the graph
+is cancelled and joined before the handler returns: no session outlives its socket and no thread
+outlives its session. A session frees its slot (``max_sessions``) when its graph has stopped, before
+the close handshake, and no close waits on a client longer than the close timeout.
 """
 from __future__ import annotations
 
@@ -78,11 +80,14 @@ class Session:
         self.sent = {VIDEO: 0, AUDIO: 0, CONTROL: 0}
         self.first_video_ns = self.last_video_ns = 0
         self._last_rate_error = 0.0
+        self._receiver: asyncio.Task | None = None
         self._sender: asyncio.Task | None = None
         self._stats: asyncio.Task | None = None
+        self._close_code: tuple[int, str] | None = None  # set when the session itself closes the connection
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def run(self) -> None:
+        self._receiver = asyncio.current_task()
         self._sender = asyncio.create_task(self._send_loop(), name=f"session {self.id} sender")
         try:
             await self._receive_loop()
@@ -94,10 +99,11 @@ class Session:
             await self.close()
 
     async def close(self) -> None:
-        """Free everything: stop the graph (cancel + join, off the event loop), stop the tasks."""
-        for task in (self._stats, self._sender):
-            if task is not None and task is not asyncio.current_task():
-                task.cancel()
+        """Free everything: stop the graph (cancel + join, off the event loop), stop the tasks, free the
+        slot; then, if the session is the one closing (too many errors), what is queued (the errors) and
+        the close handshake."""
+        if self._stats is not None:
+            self._stats.cancel()
         if self.pipeline is not None:
             graph = self.pipeline.graph
             graph.cancel()
@@ -109,6 +115,46 @@ class Session:
                 log.error("session %s: graph did not stop within 10 s", self.id)
         self.outbox.end()
         self.state = "ended"
+        self.server.release(self)
+        if self._close_code is not None:
+            await self._close_socket(*self._close_code)
+        if self._sender is not None and self._sender is not asyncio.current_task():
+            self._sender.cancel()
+
+    async def _close_socket(self, code: int, reason: str, last: list[dict] | None = None) -> None:
+        """After the sender has sent what is queued (the outbox has ended), send the control messages
+        ``last``, then the close handshake (``code``). A client that does not read (its buffers full, so
+        even the close frame cannot go out) is given the connection's close timeout, then the
+        connection is cut."""
+        sender = self._sender
+        discard = None
+        if asyncio.current_task() is self._receiver:  # the receive loop is over: nobody reads
+            discard = asyncio.create_task(self._discard_incoming(), name=f"session {self.id} discard")
+        try:
+            async with asyncio.timeout(self.ws.close_timeout):
+                if sender is not None and sender is not asyncio.current_task():
+                    await asyncio.wait([sender])
+                for msg in last or ():
+                    await self.ws.send(json.dumps(msg))
+                await self.ws.close(code, reason)
+        except ConnectionClosed:
+            pass
+        except TimeoutError:
+            log.info("session %s: client did not take the close within %g s; connection cut", self.id,
+                     self.ws.close_timeout)
+            self.ws.transport.abort()
+        finally:
+            if discard is not None:
+                discard.cancel()
+
+    async def _discard_incoming(self) -> None:
+        """Read and drop whatever the client still sends, so that its side of the close handshake is
+        seen (unread messages would fill the receive queue and stop the connection reading)."""
+        try:
+            while True:
+                await self.ws.recv()
+        except ConnectionClosed:
+            pass
 
     # ---- receiving ------------------------------------------------------------------------------
     async def _receive_loop(self) -> None:
@@ -126,6 +172,12 @@ class Session:
                 await self._finish("timeout")
                 return
             await self._handle(message)
+            if self.errors_in_a_row >= self.config.max_errors:  # a client gone wrong: read nothing more
+                log.warning("session %s: %d protocol errors in a row; closing (1008)", self.id,
+                            self.errors_in_a_row)
+                self.end_reason = self.end_reason or "protocol_errors"
+                self._close_code = (1008, "too many protocol errors")
+                return
 
     async def _handle(self, message) -> None:
         self.counters["messages_in"] += 1
@@ -154,9 +206,6 @@ class Session:
                 exc = ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
             self.send_error(exc)
             self.errors_in_a_row += 1
-            if self.errors_in_a_row >= self.config.max_errors:
-                log.warning("session %s: %d errors in a row, closing", self.id, self.errors_in_a_row)
-                await self.ws.close(1008, "too many protocol errors")
 
     async def _on_control(self, msg: dict) -> None:
         kind = msg["type"]
@@ -206,9 +255,11 @@ class Session:
         if isinstance(pipeline.encoder, pipelines.H264Encoder):
             self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
         self.pipeline, self.pipeline_name = pipeline, name
+        self.outbox.hold_media(True)  # the first frames may come before "ready" is queued: they wait
         try:
             await asyncio.to_thread(pipeline.graph.start)
         except StageError as exc:
+            self.outbox.hold_media(False)
             self.send_error(ProtocolError(ErrorCode.PIPELINE_FAILED, str(exc)))
             await self._finish("failed")
             return
@@ -216,6 +267,7 @@ class Session:
         self.started_ns = time.monotonic_ns()
         self.send_control({"type": "ready", "session": self.id, "protocol": PROTOCOL_VERSION,
                            "ticks_per_second": 48_000, "header_bytes": 48, **pipeline.format}, front=True)
+        self.outbox.hold_media(False)
         self._stats = asyncio.create_task(self._stats_loop(), name=f"session {self.id} stats")
 
     def _on_media(self, data: bytes) -> None:
@@ -301,13 +353,8 @@ class Session:
         if self.pipeline is not None:
             messages.append(self.stats())
         messages.append({"type": "ended", "session": self.id, "reason": self.end_reason})
-        self.server.sessions.pop(self.id, None)  # the graph is done: free the slot before the close handshake
-        try:
-            for msg in messages:
-                await self.ws.send(json.dumps(msg))
-            await self.ws.close(1000, self.end_reason)
-        except ConnectionClosed:
-            pass
+        self.server.release(self)  # the graph is done: free the slot before the close handshake
+        await self._close_socket(1000, self.end_reason, messages)
         self.state = "ended"
 
     async def _stats_loop(self) -> None:

@@ -11,7 +11,7 @@ pipeline choice, what handlers and routes share), ``ui`` (the Gradio page and it
 API), ``relay`` (player ↔ server, recording), ``clips`` (text / file → 16 kHz PCM), ``cli``.
 """
 from .app import DemoHandle, serve_demo_in_thread
-from .context import DemoConfig, choose_pipeline
 from .cli import add_arguments, run
+from .context import DemoConfig, choose_pipeline
 
 __all__ = ["DemoConfig", "DemoHandle", "choose_pipeline", "serve_demo_in_thread", "add_arguments", "run"]

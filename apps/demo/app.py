@@ -28,7 +28,8 @@ from fastapi import FastAPI, WebSocket
 from fastapi.responses import PlainTextResponse, Response
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server.app import WEB_ROOT, is_loopback
+from framegraph.apps.server.app import WEB_ROOT
+from framegraph.apps.server.http import is_loopback
 
 from .context import DemoConfig, DemoContext, choose_pipeline
 

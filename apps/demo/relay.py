@@ -28,7 +28,7 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from framegraph.apps.server.app import is_loopback
+from framegraph.apps.server.http import is_loopback
 from framegraph.apps.server.protocol import parse_media
 
 log = logging.getLogger("framegraph.demo")

@@ -24,7 +24,7 @@ from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
 
-from .http import WS_PATH, process_request
+from .http import WS_PATH, is_loopback, process_request
 from .protocol import ErrorCode
 from .session import Session
 
@@ -89,15 +89,6 @@ class ServerConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
-
-
-def is_loopback(host: str) -> bool:
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 class StreamServer:

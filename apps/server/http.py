@@ -9,6 +9,7 @@ from __future__ import annotations
 import email.utils
 import hmac
 import http
+import ipaddress
 import json
 import mimetypes
 import os
@@ -75,11 +76,20 @@ def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
     return bool(host) and urlsplit(origin).netloc.lower() == host.lower()
 
 
+def is_loopback(host: str) -> bool:
+    """True for a loopback name or address (127.0.0.0/8, ::1, localhost)."""
+    if host in ("localhost", "localhost.localdomain"):
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def host_is_loopback(request: Request) -> bool:
     """The Host header names this machine (``localhost``, ``127.x``, ``[::1]``). Without a token the
     server only trusts such requests: a page whose DNS name was rebound to 127.0.0.1 sends its own
     name as Host, so it passes the same-origin check but not this one."""
-    from .app import is_loopback
 
     try:
         hostname = urlsplit("//" + request.headers.get("Host", "")).hostname or ""

@@ -1,6 +1,6 @@
-"""The ``scene`` pipeline: a Gaussian-splat scene viewer driven by the client's camera poses.
+"""The ``scene`` pipeline: a scene viewer (3DGS, 4DGS or NeRF) driven by the client's camera poses.
 
-    camera (CameraSource, newest pushed pose, at fps) → gaussians (GaussianRenderStage) → encode → send
+    camera (CameraSource, newest pushed pose, at fps) → render (the scene's RenderStage) → encode → send
 
 The client orbits the camera (the web page: drag on the picture, wheel to zoom) and sends ``pose``
 messages; each rendered frame uses the newest pose (poses never queue). ``ready`` carries ``camera``:
@@ -8,8 +8,11 @@ the orbit the initial pose was made from (``target``, ``up``, ``distance``, ``az
 ``elevation_deg``, ``fov_deg``, the vertical field of view), so a client starts where the server does.
 
 Options (besides the common video ones): ``gaussians`` (random scene size, default 400 on the CPU,
-20 000 on CUDA), ``seed`` (0), ``ply``: a ``.ply`` / ``.splat`` file by name in the server's scene
-folder (:data:`SCENES_DIR`: ``$FRAMEGRAPH_SCENES``, default ``assets/scenes``; never a client path).
+20 000 on CUDA), ``seed`` (0), ``scene`` (or its first name ``ply``): a scene by name in the server's
+scene folder (:func:`scene_dirs`: ``$FRAMEGRAPH_SCENES``, default the shipped ``assets/scenes``,
+``assets/scenes4d`` and ``assets/nerf``; never a client path) — a ``.ply`` / ``.splat`` file, a 4DGS
+``.pth`` checkpoint (played at t = stream time, looping) or a NeRF folder; opened by
+:func:`~framegraph.renderers.scene_file.open_scene`.
 Loaded lazily (see ``pipelines.LAZY``), so the renderers are imported on first use only.
 """
 from __future__ import annotations
@@ -20,16 +23,16 @@ import os
 import torch
 
 from framegraph.renderers.cameras import intrinsics, look_at
-from framegraph.renderers.gaussians import SceneError, load_scene, random_scene
-from framegraph.renderers.stages import CameraSource, GaussianRenderStage
+from framegraph import assets
+from framegraph.renderers.gaussians import SceneError, random_scene
+from framegraph.renderers.nerf import NerfLoadError
+from framegraph.renderers.scene_file import SceneFile, open_scene
+from framegraph.renderers.stages import CameraSource, framing_for_points
 from framegraph.stream import Clock, Graph
 
 from .pipelines import Options, Pipeline, add_video_out, register, video_options
 from .protocol import ErrorCode, ProtocolError
 
-SCENES_DIR = os.environ.get("FRAMEGRAPH_SCENES") or os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets", "scenes")
-FOV_DEG = 50.0
 
 
 class CameraPoses:
@@ -60,22 +63,32 @@ def orbit_eye(target, distance: float, azimuth_deg: float, elevation_deg: float)
                                     + math.sin(el) * (1.0 if i == 2 else 0.0)) for i in range(3)]
 
 
-def _load(opts: Options, on_cuda: bool):
+def scene_dirs() -> list[str]:
+    """Where the server looks up a scene by name: ``$FRAMEGRAPH_SCENES`` (one folder), else the shipped
+    3DGS, 4DGS and NeRF scenes."""
+    if os.environ.get("FRAMEGRAPH_SCENES"):
+        return [os.environ["FRAMEGRAPH_SCENES"]]
+    return [str(assets.path(kind)) for kind in ("scenes", "scenes4d", "nerf")]
+
+
+def _load(opts: Options, on_cuda: bool) -> SceneFile:
     n = opts.integer("gaussians", 20_000 if on_cuda else 400, 1, 2_000_000)
     seed = opts.integer("seed", 0, 0, 2**31 - 1)
-    name = opts._get("ply")
+    key = "scene" if opts._get("scene") is not None else "ply"  # "ply": its first name, still accepted
+    name = opts._get(key)
     if name is None:
-        return random_scene(n, sh_degree=0, seed=seed)
-    if not isinstance(name, str) or os.path.basename(name) != name or name.startswith(".") \
-            or not name.lower().endswith((".ply", ".splat")):
-        raise opts._bad("ply", name, "the name of a .ply or .splat file in the server's scene folder")
-    path = os.path.join(SCENES_DIR, name)
-    if not os.path.isfile(path):
-        raise opts._bad("ply", name, f"a scene file that exists in the server's scene folder")
+        data = random_scene(n, sh_degree=0, seed=seed)
+        return SceneFile("random", "3dgs", data, framing_for_points(data.means))
+    expected = "the name of a scene in the server's scene folder (a .ply / .splat / 4DGS .pth file or a NeRF folder)"
+    if not isinstance(name, str) or os.path.basename(name) != name or name.startswith("."):
+        raise opts._bad(key, name, expected)
+    path = next((os.path.join(d, name) for d in scene_dirs() if os.path.exists(os.path.join(d, name))), None)
+    if path is None:
+        raise opts._bad(key, name, expected + " that exists")
     try:
-        return load_scene(path)
-    except (SceneError, OSError) as exc:
-        raise ProtocolError(ErrorCode.BAD_OPTION, f"scene: option 'ply' = {name!r}: {exc}") from None
+        return open_scene(path)
+    except (SceneError, NerfLoadError, ValueError, OSError) as exc:
+        raise ProtocolError(ErrorCode.BAD_OPTION, f"scene: option {key!r} = {name!r}: {exc}") from None
 
 
 @register("scene", "Gaussian-splat scene viewer: drag on the picture to orbit the camera (poses in, frames out)")
@@ -84,22 +97,20 @@ def build_scene(opts: Options) -> Pipeline:
     v = video_options(opts, size=(320, 240), fps=15.0)
     scene = _load(opts, device == "cuda")
     opts.done()
-    means = scene.means.detach().to("cpu", torch.float64)
-    target = means.median(dim=0).values
-    radius = float(torch.quantile((means - target).norm(dim=1), 0.9)) if scene.n > 1 else 1.0
-    orbit = {"target": [round(float(x), 6) for x in target], "up": [0.0, 0.0, 1.0],
-             "distance": round(2.2 * max(radius, 1e-3), 6), "azimuth_deg": 0.0, "elevation_deg": 20.0,
-             "fov_deg": FOV_DEG}
+    framing = scene.framing
+    orbit = {"target": [round(float(x), 6) for x in framing.center], "up": [0.0, 0.0, 1.0],
+             "distance": round(framing.distance, 6), "azimuth_deg": 0.0, "elevation_deg": framing.elevation_deg,
+             "fov_deg": framing.fov_deg}
     eye = orbit_eye(orbit["target"], orbit["distance"], orbit["azimuth_deg"], orbit["elevation_deg"])
     graph = Graph(Clock("realtime"), name="scene")
     camera = graph.add(CameraSource(initial_pose=look_at(eye, orbit["target"], orbit["up"]), fps=v.fps,
                                     width=v.width, height=v.height,
-                                    K=intrinsics(v.width, v.height, fov_deg=FOV_DEG)), max_in_flight=1)
-    render = graph.add(GaussianRenderStage(scene, width=v.width, height=v.height, device=device,
-                                           background=(0.08, 0.08, 0.1), budget_ms=1000.0 / v.fps))
+                                    K=intrinsics(v.width, v.height, fov_deg=framing.fov_deg)), max_in_flight=1)
+    render = graph.add(scene.render_stage(width=v.width, height=v.height, device=device,
+                                          background=(0.08, 0.08, 0.1), budget_ms=1000.0 / v.fps))
     encoder, sink = add_video_out(graph, v)
     graph.connect(camera, render, "camera", policy="drop_oldest")
     graph.connect(render, encoder, "video", policy="drop_oldest")
     return Pipeline(graph, sink, encoder=encoder, pose_in=CameraPoses(camera),
                     format={"video": v.describe(), "audio_out": None, "audio_in": None, "pose_in": True,
-                            "camera": orbit, "gaussians": scene.n, "device": device})
+                            "camera": orbit, "scene": scene.kind, "gaussians": scene.size, "device": device})

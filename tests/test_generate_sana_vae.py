@@ -179,6 +179,27 @@ def test_streamed_vae_decode_equals_one_shot_decode():
 
 
 @torch.no_grad()
+def test_streamed_vae_decode_equals_one_shot_decode_wan22_layout():
+    """The Wan 2.2 layout: residual up blocks (their shortcut trims the stream's first chunk) and 2x2
+    pixel patches."""
+    torch.manual_seed(0)
+    vae = AutoencoderKLWan(
+        base_dim=4, z_dim=8, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True],
+        is_residual=True, in_channels=12, out_channels=12, patch_size=2, scale_factor_spatial=16,
+        latents_mean=[0.0] * 8, latents_std=[1.0] * 8,
+    ).eval()
+    latents = torch.randn(1, 8, 4, 2, 2, generator=torch.Generator().manual_seed(6))
+    full = vae.decode(latents).sample  # [1, 3, 1 + 4 * 3, 32, 32]
+    state, pieces = None, []
+    for start, stop in [(0, 1), (1, 3), (3, 4)]:
+        video, state = decode_chunk(vae, latents[:, :, start:stop], state)
+        pieces.append(video)
+    streamed = torch.cat(pieces, dim=2)
+    assert streamed.shape == full.shape == (1, 3, 13, 32, 32)
+    assert relative_error(streamed, full) <= 1e-4
+
+
+@torch.no_grad()
 def test_endless_stream_keeps_its_state_size_constant():
     """200 chunks through the model and the VAE: the state's tensors keep their count and size."""
     model = tiny_sana(rope_max_seq_len=256)

@@ -115,11 +115,11 @@ class BlockCausalTemporalConv(torch.nn.Module):
         seq = torch.cat([past.to(x.dtype), x], dim=2)  # [B, C, context + F, N]
         future = x.new_zeros(batch, channels, self.context, tokens)
         outs = []
-        for start in range(0, frames, self.frames_per_block):  # block frames [start, stop) sit at seq[context + start:]
+        for start in range(0, frames, self.frames_per_block):  # x's frames [start, start + b) and `context` before
             window = torch.cat([seq[:, :, start:start + self.context + self.frames_per_block], future], dim=2)
             outs.append(F.conv2d(window, self.conv.weight, self.conv.bias, groups=self.conv.groups))
         if self.stateful and self.update_state:
-            self.cache = seq[:, :, -self.context:].detach().clone()  # a copy: never holds on to seq's storage
+            self.cache = seq[:, :, seq.shape[2] - self.context:].detach().clone()  # a copy, not a view of seq
         return torch.cat(outs, dim=2)
 
 
@@ -129,11 +129,11 @@ def install_block_causal_convs(
     """Replace every ``GLUMBTempConv.conv_temp`` in ``model`` with its own ``BlockCausalTemporalConv(conv,
     frames_per_block, **kwargs)`` (installing again rewraps the stock conv). Returns them by module name."""
     installed = {}
-    for name, module in model.named_modules():
-        if type(module).__name__ == "GLUMBTempConv":
-            conv = module.conv_temp.conv if isinstance(module.conv_temp, BlockCausalTemporalConv) else module.conv_temp
-            module.conv_temp = BlockCausalTemporalConv(conv, frames_per_block, **kwargs)
-            installed[f"{name}.conv_temp"] = module.conv_temp
+    feed_forwards = [(name, m) for name, m in model.named_modules() if type(m).__name__ == "GLUMBTempConv"]
+    for name, module in feed_forwards:
+        conv = module.conv_temp.conv if isinstance(module.conv_temp, BlockCausalTemporalConv) else module.conv_temp
+        module.conv_temp = BlockCausalTemporalConv(conv, frames_per_block, **kwargs)
+        installed[f"{name}.conv_temp"] = module.conv_temp
     if not installed:
         raise ValueError(f"install_block_causal_convs: {type(model).__name__} has no GLUMBTempConv feed-forward")
     return installed
@@ -170,7 +170,9 @@ class SanaVideoStream:
     def __init__(self, model: SanaVideoTransformer3DModel, *, latent_size: tuple[int, int], frames_per_block: int,
                  backend: str = "auto") -> None:
         if not isinstance(model, SanaVideoTransformer3DModel):
-            raise TypeError(f"SanaVideoStream: model is a {type(model).__name__}; expected a SanaVideoTransformer3DModel")
+            raise TypeError(
+                f"SanaVideoStream: model is a {type(model).__name__}; expected a SanaVideoTransformer3DModel"
+            )
         p_t, p_h, p_w = model.config.patch_size
         if p_t != 1:
             raise ValueError(
@@ -190,7 +192,8 @@ class SanaVideoStream:
         self.frames_per_block = frames_per_block
         self.tokens_per_frame = (height // p_h) * (width // p_w)
         self.processors = install_block_linear_processors(
-            model, block_size=frames_per_block * self.tokens_per_frame, stateful=True, stream_rope=True, backend=backend,
+            model, block_size=frames_per_block * self.tokens_per_frame, stateful=True, stream_rope=True,
+            backend=backend,
         )
         self.convs = install_block_causal_convs(model, frames_per_block, stateful=True)
 
@@ -242,8 +245,8 @@ class SanaVideoStream:
         if prompt_embeds.dim() != 3 or prompt_embeds.shape[0] != latents.shape[0] \
                 or prompt_embeds.shape[2] != config.caption_channels:
             raise ValueError(
-                f"SanaVideoStream: prompt_embeds have shape {tuple(prompt_embeds.shape)}; expected [B={latents.shape[0]}, "
-                f"L, caption_channels={config.caption_channels}] (the text encoder's hidden states)"
+                f"SanaVideoStream: prompt_embeds have shape {tuple(prompt_embeds.shape)}; expected "
+                f"[B={latents.shape[0]}, L, caption_channels={config.caption_channels}] (the text encoder's hidden states)"
             )
 
     def _forward(self, latents, sigma, prompt_embeds, prompt_mask, commit: bool) -> torch.Tensor:

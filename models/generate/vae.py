@@ -1,0 +1,112 @@
+"""Streaming decode for diffusers' causal video VAE ``AutoencoderKLWan`` (Wan 2.1 / 2.2, SANA-Video).
+
+``AutoencoderKLWan.decode`` already decodes one latent frame at a time: every ``WanCausalConv3d`` of its
+decoder reads the last ``CACHE_T = 2`` frames of its input from the previous frame's call (a list
+``feat_cache`` with one entry per causal conv, walked in order with an index ``feat_idx``), and the first
+latent frame is decoded with ``first_chunk=True`` (it becomes one video frame; every later latent frame
+becomes ``scale_factor_temporal`` frames). But ``decode`` clears that cache before and after each call,
+so it can only decode a whole video.
+
+:func:`decode_chunk` runs the same loop over one chunk of latent frames with the cache held in a
+:class:`WanDecodeState` that is passed in and returned (nothing is kept in the VAE): decoding a latent
+video chunk by chunk gives the frames of one ``vae.decode`` of the whole video. The state is a fixed
+number of 2-frame feature maps, so its size does not depend on the stream's length.
+
+Input is what ``vae.decode`` takes: diffusers' video pipelines first map the transformer's latents with
+``latents * latents_std + latents_mean`` (the VAE config's per-channel statistics). Spatial tiling
+(``vae.enable_tiling()``) is not used here.
+
+Use::
+
+    state = None
+    for chunk in latent_chunks:                          # [B, z_dim, F, h, w], any F >= 1
+        video, state = decode_chunk(vae, chunk, state)   # [B, 3, T, h * 8, w * 8] in [-1, 1]
+    state.reset()                                        # or state = None: a new stream
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from diffusers import AutoencoderKLWan
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, unpatchify
+
+__all__ = ["WanDecodeState", "decode_chunk"]
+
+
+@dataclass
+class WanDecodeState:
+    """The decoder's temporal past: the VAE's ``feat_cache`` and how far the stream has come.
+
+    Attributes:
+        feat_cache: one entry per ``WanCausalConv3d`` of ``vae.decoder``, in the order the decoder visits
+            them: ``None`` before the first frame, then the last (up to 2) frames of that conv's input
+            ``[B, C, <=2, h, w]`` (or diffusers' marker ``"Rep"`` for a temporal upsampler after the first frame).
+        frames: latent frames decoded so far (0: the next frame is the stream's first).
+        latent_shape: ``(B, h, w)`` of the stream's latents (``None`` before the first frame).
+    """
+
+    feat_cache: list = field(default_factory=list)
+    frames: int = 0
+    latent_shape: tuple[int, int, int] | None = None
+
+    @classmethod
+    def empty(cls, vae: AutoencoderKLWan) -> "WanDecodeState":
+        """The state of a stream that has not started."""
+        return cls([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
+
+    def reset(self) -> None:
+        """Forget the stream: the next chunk is decoded as the first of a video."""
+        self.feat_cache = [None] * len(self.feat_cache)
+        self.frames = 0
+        self.latent_shape = None
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for t in self.feat_cache if isinstance(t, torch.Tensor)]
+
+    def nbytes(self) -> int:
+        """Bytes held: the same after the first two latent frames however long the stream runs."""
+        return sum(t.numel() * t.element_size() for t in self.tensors())
+
+
+@torch.no_grad()
+def decode_chunk(
+    vae: AutoencoderKLWan, latents: torch.Tensor, state: WanDecodeState | None = None
+) -> tuple[torch.Tensor, WanDecodeState]:
+    """Decode the next latent frames of a stream.
+
+    Args:
+        vae: the stock ``AutoencoderKLWan``.
+        latents: ``[B, z_dim, F, h, w]``, ``F >= 1``, the next ``F`` latent frames (VAE scale, see module docs).
+        state: the state returned for the previous chunk; ``None`` starts a stream. It is not modified.
+
+    Returns:
+        ``(video, state)``: ``video [B, out_channels, T, h * s, w * s]`` clamped to ``[-1, 1]`` (``s`` the
+        spatial factor; ``T = 1 + r * (F - 1)`` for the stream's first chunk, ``r * F`` after, ``r`` the
+        temporal factor) and the state to pass with the next chunk.
+    """
+    if not isinstance(vae, AutoencoderKLWan):
+        raise TypeError(f"decode_chunk: vae is a {type(vae).__name__}; expected an AutoencoderKLWan")
+    z_dim = vae.config.z_dim
+    if latents.dim() != 5 or latents.shape[1] != z_dim or latents.shape[2] == 0:
+        raise ValueError(
+            f"decode_chunk: latents have shape {tuple(latents.shape)}; expected [B, z_dim={z_dim}, F >= 1, h, w]"
+        )
+    if state is None:
+        state = WanDecodeState.empty(vae)
+    shape = (latents.shape[0], *latents.shape[3:])
+    if state.latent_shape is not None and state.latent_shape != shape:
+        raise ValueError(
+            f"decode_chunk: latents of batch, height, width {shape} do not continue the stream's {state.latent_shape}; "
+            f"start a new stream (state=None or state.reset())"
+        )
+    cache = list(state.feat_cache)  # the decoder rebinds entries; the caller's state stays as it was
+    x = vae.post_quant_conv(latents)
+    frames = []
+    for i in range(x.shape[2]):
+        first = state.frames == 0 and i == 0
+        frames.append(vae.decoder(x[:, :, i:i + 1], feat_cache=cache, feat_idx=[0], first_chunk=first))
+    out = torch.cat(frames, dim=2)
+    if vae.config.patch_size is not None:
+        out = unpatchify(out, patch_size=vae.config.patch_size)
+    return out.clamp(-1.0, 1.0), WanDecodeState(cache, state.frames + x.shape[2], shape)

@@ -77,21 +77,29 @@ def test_scene_renders_and_follows_pushed_poses(server):
     assert not [m for m in tail if m["type"] == "error"]
 
 
+async def attempt(url, options):
+    """Start a scene session with ``options``; its first reply (and first picture, when ready)."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start", "pipeline": "scene", "options": options}))
+        reply = json.loads(await asyncio.wait_for(ws.recv(), 15))
+        if reply["type"] == "ready":
+            reply["picture"] = (await frames(ws, 1))[0]
+        await ws.send(json.dumps({"type": "stop"}))
+        await until_ended(ws)
+        return reply
+
+
+def test_scene_plays_the_shipped_4dgs_and_nerf_scenes_by_name(server):
+    for name, kind in (("bouncing_ball.pth", "4dgs"), ("spheres", "nerf"), ("toy.ply", "3dgs")):
+        reply = asyncio.run(attempt(server.url, {"size": "64x48", "scene": name}))
+        assert reply["type"] == "ready" and reply["scene"] == kind, (name, reply)
+        assert reply["picture"].shape == (48, 64, 3) and reply["picture"].std() > 5, name  # the scene in view
+
+
 def test_scene_loads_a_ply_by_name_from_the_server_folder_only(server, tmp_path, monkeypatch):
-    from framegraph.apps.server import scene_pipeline
     save_ply(random_scene(50, sh_degree=1, seed=1), tmp_path / "tiny.ply")
     (tmp_path / "notes.txt").write_text("not a scene")
-    monkeypatch.setattr(scene_pipeline, "SCENES_DIR", str(tmp_path))
-
-    async def attempt(url, options):
-        async with connect(url) as ws:
-            await ws.send(json.dumps({"type": "start", "pipeline": "scene", "options": options}))
-            reply = json.loads(await asyncio.wait_for(ws.recv(), 15))
-            if reply["type"] == "ready":
-                await frames(ws, 1)
-            await ws.send(json.dumps({"type": "stop"}))
-            await until_ended(ws)
-            return reply
+    monkeypatch.setenv("FRAMEGRAPH_SCENES", str(tmp_path))
 
     def run(options):
         return asyncio.run(attempt(server.url, {"size": "64x48", **options}))

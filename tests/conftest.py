@@ -31,7 +31,7 @@ def pytest_collection_modifyitems(config, items):
 
 # ---- tests write only to temporary folders ------------------------------------------------------------
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_NOT_WATCHED = {".git", ".venv", "__pycache__", ".pytest_cache", "out", "build", "dist", ".whl", ".gl"}
+_NOT_WATCHED = {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", "out", "build", "dist", ".whl", ".gl"}
 
 
 def _checkout_paths() -> set[str]:

@@ -158,6 +158,27 @@ def test_scope_session_echoes_audio_in_sync_and_measures_glass_to_glass(codec):
     assert not of_type(got, "error")
 
 
+def test_scope_without_echo_keeps_sending_video_at_a_low_frame_rate():
+    """The scope writes its audio copy to a port nobody reads when echo is off: that frame must not hold a
+    flow-limiter credit, or after one picture every further microphone chunk was dropped (seen at fps <= 6)."""
+    sent = tone(2.0)
+
+    async def session(url):
+        async with connect(url) as ws:
+            await start(ws, "scope", size="64x48", fps=5, echo=False)
+            feeder = asyncio.create_task(stream_audio(ws, sent))
+            got = await receive_all(ws)
+            await feeder
+            return got
+
+    with running() as srv:
+        got = run(session(srv.url))
+    assert not got["audio"]  # echo off
+    assert len(got["video"]) >= 8  # 2 s at 5 fps (was: 1)
+    assert np.mean([p.mean() for p in pictures(got["video"], "jpeg")[2:]]) > 20  # the tone drawn, not a blank
+    assert of_type(got, "ended")[-1]["reason"] == "stopped"
+
+
 def test_concurrent_sessions_each_get_their_own_graph():
     async def card(url, seconds):
         async with connect(url) as ws:

@@ -24,9 +24,16 @@ import time
 from fractions import Fraction
 
 import numpy as np
-
-from framegraph.apps.server.protocol import (AUDIO_SAMPLE_RATE, TICKS_PER_SECOND, Kind, MediaFlag, MediaHeader,
-                                             ProtocolError, pack_media, parse_media)
+from framegraph.apps.server.protocol import (
+    AUDIO_SAMPLE_RATE,
+    Kind,
+    MediaFlag,
+    MediaHeader,
+    ProtocolError,
+    pack_media,
+    parse_media,
+)
+from framegraph.stream import TICKS_PER_SECOND
 
 DEFAULT_URL = "ws://127.0.0.1:8765/ws"
 CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
@@ -294,7 +301,6 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
     """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
     import torch
-
     from framegraph.apps.server.scene_pipeline import orbit_eye
     from framegraph.renderers.cameras import look_at
 

@@ -2,8 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
-
-SAMPLE_RATE = 16_000
+from framegraph.stream.media import SAMPLE_RATE
 
 
 def speech_like(seconds: float, rate: int = SAMPLE_RATE, seed: int = 0) -> np.ndarray:

@@ -11,8 +11,8 @@ import secrets
 import threading
 
 import numpy as np
+from framegraph.stream.media import SAMPLE_RATE
 
-SAMPLE_RATE = 16_000
 MAX_CLIP_S = 60.0
 MAX_TEXT_CHARS = 1000
 DEFAULT_VOICE = "en-us"

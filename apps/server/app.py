@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ipaddress
 import logging
 import os
 import socket
 import threading
-from dataclasses import dataclass, field
-
-from websockets.asyncio.server import Server, serve
+from dataclasses import dataclass
 
 from framegraph.stream import prometheus_text
+from websockets.asyncio.server import Server, serve
 
 from .http import WS_PATH, is_loopback, process_request
 from .protocol import ErrorCode

@@ -24,11 +24,18 @@ import os
 import threading
 
 import torch
-
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
-from .pipelines import AUDIO_CHUNK, PCM16_FORMAT, Options, Pipeline, add_video_out, register, video_options
+from .pipelines import (
+    AUDIO_CHUNK,
+    PCM16_FORMAT,
+    Options,
+    Pipeline,
+    add_video_out,
+    register,
+    video_options,
+)
 from .protocol import ErrorCode, ProtocolError
 
 AVATARS_DIR = os.environ.get("FRAMEGRAPH_AVATARS") or os.path.join(

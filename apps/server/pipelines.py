@@ -37,7 +37,12 @@ from dataclasses import dataclass, field
 from typing import Any, Callable
 
 from framegraph.stream import Clock, Graph, Stage
-from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, chunk_samples
+from framegraph.stream.media import (
+    H264Encoder,
+    JpegEncoder,
+    PushAudioSource,
+    chunk_samples,
+)
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
 from .protocol import AUDIO_SAMPLE_RATE, ErrorCode, Kind, ProtocolError

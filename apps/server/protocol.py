@@ -16,10 +16,11 @@ import math
 import struct
 from dataclasses import dataclass
 
+from framegraph.stream.media import SAMPLE_RATE
+
 PROTOCOL_VERSION = 1
 MAGIC = b"FG"
-TICKS_PER_SECOND = 48_000
-AUDIO_SAMPLE_RATE = 16_000
+AUDIO_SAMPLE_RATE = SAMPLE_RATE  # PCM16 on the wire is the runtime's rate
 
 # magic, version, kind, flags, header_len, seq, pts, capture_ns, graph_us, compute_us, encode_us,
 # send_wait_us, payload_len

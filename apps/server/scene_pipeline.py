@@ -21,9 +21,8 @@ import math
 import os
 
 import torch
-
-from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph import assets
+from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.gaussians import SceneError, random_scene
 from framegraph.renderers.nerf import NerfLoadError
 from framegraph.renderers.scene_file import SceneFile, open_scene
@@ -32,7 +31,6 @@ from framegraph.stream import Clock, Graph
 
 from .pipelines import Options, Pipeline, add_video_out, register, video_options
 from .protocol import ErrorCode, ProtocolError
-
 
 
 class CameraPoses:

@@ -21,14 +21,20 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from websockets.exceptions import ConnectionClosed
-
 from framegraph.stream import StageError
+from websockets.exceptions import ConnectionClosed
 
 from . import pipelines
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
-from .protocol import (PROTOCOL_VERSION, ErrorCode, Kind, MediaFlag, ProtocolError, parse_control,
-                       parse_media)
+from .protocol import (
+    PROTOCOL_VERSION,
+    ErrorCode,
+    Kind,
+    MediaFlag,
+    ProtocolError,
+    parse_control,
+    parse_media,
+)
 from .stages import CaptureTimes
 
 if TYPE_CHECKING:  # pragma: no cover

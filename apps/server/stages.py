@@ -15,12 +15,11 @@ import time
 
 import numpy as np
 import torch
-
-from framegraph.stream import EndOfStream, Flag, PortSpec, Stage
+from framegraph.stream import TICKS_PER_SECOND, EndOfStream, Flag, PortSpec, Stage
 from framegraph.stream.media import CHUNK_MS, SAMPLE_RATE, chunk_samples
 
 from .outbox import AUDIO, VIDEO, Item, Outbox
-from .protocol import TICKS_PER_SECOND, Kind, MediaFlag, MediaHeader
+from .protocol import Kind, MediaFlag, MediaHeader
 
 TICKS_PER_SAMPLE = TICKS_PER_SECOND // SAMPLE_RATE  # 3
 

@@ -18,13 +18,13 @@ import os
 from pathlib import Path
 
 import numpy as np
+from framegraph.stream.media import SAMPLE_RATE
 
 IDLE, SPEAKING, LISTENING = 0, 1, 2
 STATE_NAMES = ("idle", "speaking", "listening")
 
 WINDOW_SAMPLES = 512  # at 16 kHz
 CONTEXT_SAMPLES = 64
-SAMPLE_RATE = 16_000
 
 
 def silero_model_path() -> Path:

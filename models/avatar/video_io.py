@@ -11,8 +11,8 @@ import os
 from fractions import Fraction
 
 import numpy as np
+from framegraph.stream.media import SAMPLE_RATE
 
-SAMPLE_RATE = 16_000
 DETECT_MAX_SIDE = 1024  # frames are searched for the face at most this large (speed)
 
 
@@ -164,7 +164,6 @@ class ClipWriter:
 
     def __init__(self, path: str, width: int, height: int, fps: int):
         import av
-
         from framegraph.stream.media import PRESETS
 
         self.path = path

@@ -17,10 +17,9 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+from framegraph.stream.media import SAMPLE_RATE
 
 from .resample import resample
-
-SAMPLE_RATE = 16_000
 
 # speak_lib.h
 _AUDIO_OUTPUT_SYNCHRONOUS = 2

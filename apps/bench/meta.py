@@ -10,9 +10,10 @@ import sys
 from typing import Callable
 
 import numpy as np
+from framegraph import assets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # apps/bench/ is two below
-ASSETS = os.path.join(ROOT, "assets")
+ASSETS = str(assets.ROOT)
 
 
 def git_commit() -> str | None:

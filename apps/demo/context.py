@@ -12,6 +12,7 @@ import threading
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
+from framegraph import assets
 from framegraph.apps.server import pipelines
 
 from .clips import ClipStore
@@ -19,8 +20,7 @@ from .relay import Relay
 
 log = logging.getLogger("framegraph.demo")
 
-PORTRAITS_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-                             "assets", "portraits")
+PORTRAITS_DIR = str(assets.path("portraits"))
 DEFAULT_PORTRAIT = "astronaut"
 # The avatar pipeline's options the demo sets: start option PORTRAIT_OPTION (a portrait's name in
 # assets/portraits, sent only when it is not the default) and live option STATE_OPTION (``config``).
@@ -69,7 +69,10 @@ class PipelineChoice:
         """Load what the first session would otherwise wait for: the avatar's default bundle (shared by
         every session; about 2 s on a CPU, most of a cold first frame's delay)."""
         if self.name == "avatar":
-            from framegraph.apps.server.avatar_pipeline import default_avatar, load_bundle
+            from framegraph.apps.server.avatar_pipeline import (
+                default_avatar,
+                load_bundle,
+            )
 
             try:
                 load_bundle(default_avatar())
@@ -160,9 +163,11 @@ class DemoContext:
         into. None when the server has no such avatar."""
         if self.choice.name != "avatar":
             return None
+        from framegraph.apps.server.avatar_pipeline import (
+            available_avatars,
+            load_bundle,
+        )
         from PIL import Image
-
-        from framegraph.apps.server.avatar_pipeline import available_avatars, load_bundle
 
         if portrait not in available_avatars():
             return None

@@ -24,6 +24,7 @@ import os
 import threading
 
 import torch
+from framegraph import assets
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
@@ -38,8 +39,7 @@ from .pipelines import (
 )
 from .protocol import ErrorCode, ProtocolError
 
-AVATARS_DIR = os.environ.get("FRAMEGRAPH_AVATARS") or os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "assets", "avatars")
+AVATARS_DIR = os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars"))
 DEFAULT_AVATAR = "astronaut"
 STATES = ("auto", "speaking", "listening", "idle")
 

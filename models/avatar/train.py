@@ -39,9 +39,18 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from framegraph import assets
 
 from ..dit.model import DiTPreset
-from ..training import REPORT, cpu_threads, lr_at, recorded_steps, resume_or_train, timed, write_json
+from ..training import (
+    REPORT,
+    cpu_threads,
+    lr_at,
+    recorded_steps,
+    resume_or_train,
+    timed,
+    write_json,
+)
 from .bundle import SMALL_VAE, TINY_VAE, Avatar, save_avatar
 from .data import ClipData, prepare_clips, sample_windows
 
@@ -124,7 +133,6 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
     """The background frame: ``portrait`` (path / array) if given; the image synthetic clips were drawn on
     (:func:`framegraph.models.synth.clips_portrait`); else the per-pixel median of the first clip's frames."""
     import numpy as np
-
     from framegraph.models.synth import clips_portrait
 
     if portrait is not None:
@@ -202,7 +210,11 @@ def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progre
     """The seeded encoder trained on the clips' ground-truth mouth parameters (written to ``folder``); clips
     without them (a person's own video) take the encoder the shipped avatar learnt on speech instead."""
     from framegraph.models.audio import AudioEncoder, default_encoder
-    from framegraph.models.audio.train import clip_tensors, load_clip_targets, train_audio_encoder
+    from framegraph.models.audio.train import (
+        clip_tensors,
+        load_clip_targets,
+        train_audio_encoder,
+    )
 
     from .data import clip_audio
 
@@ -211,7 +223,7 @@ def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progre
     for video in sorted(clips_dir.glob("clip_*.mp4"))[:cfg.max_clips]:
         targets = load_clip_targets(json.loads(video.with_suffix(".json").read_text()))
         if targets is None:
-            shipped = Path(__file__).resolve().parents[2] / "assets" / "avatars" / "astronaut" / "audio"
+            shipped = assets.ROOT / "avatars" / "astronaut" / "audio"
             if (shipped / "config.json").is_file():
                 return AudioEncoder.from_pretrained(shipped, low_cpu_mem_usage=False).eval(), \
                     {"source": f"{shipped} (the clips have no ground-truth mouth parameters)"}

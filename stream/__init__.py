@@ -5,12 +5,13 @@ See ``docs/DESIGN.md`` (the runtime contract) and the README's architecture sect
 from .clock import TICKS_PER_SECOND, Clock, FlowLimiter
 from .frame import Flag, Frame, PortSpec
 from .graph import Edge, Graph, GraphError, StageError
+from .push import PushSource
 from .ring import POLICIES, Ring, RingAborted
 from .stage import EndOfStream, Outputs, Stage, StageContext
 from .telemetry import Telemetry, prometheus_text, write_json
 
 __all__ = [
     "TICKS_PER_SECOND", "Clock", "FlowLimiter", "Flag", "Frame", "PortSpec", "Edge", "Graph",
-    "GraphError", "StageError", "POLICIES", "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage",
+    "GraphError", "StageError", "PushSource", "POLICIES", "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage",
     "StageContext", "Telemetry", "prometheus_text", "write_json",
 ]

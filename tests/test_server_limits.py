@@ -23,8 +23,7 @@ from websockets.exceptions import ConnectionClosed, ConnectionClosedError, Inval
 from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, add_video_out, register, video_options
 from framegraph.apps.server.cli import add_arguments, config_from_args
 from framegraph.apps.server.protocol import MediaFlag
-from framegraph.apps.server.stages import PoseSource
-from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Graph, PortSpec, PushSource, Stage
 from framegraph.stream.testcard import TestCardVideo
 from test_server_session import (http_get, http_request, of_type, pictures, receive_all, running, served_short_card,
                                  short_card, start, stream_audio, tone)
@@ -382,11 +381,11 @@ def build_posecard(opts):
     opts.done()
     graph = Graph(Clock("realtime"), name="posecard")
     clock = graph.add(TestCardVideo(width=v.width, height=v.height, fps=v.fps, seconds=60), max_in_flight=2)
-    pose = graph.add(PoseSource())
+    pose = graph.add(PushSource(PortSpec((4, 4), torch.float32), name="pose"))
     render = graph.add(PoseTint(v.width, v.height))
     encoder, sink = add_video_out(graph, v)
     graph.connect(clock, render, "video", policy="drop_oldest")
-    graph.connect(pose, render, "pose", policy="latest")
+    graph.connect(pose, render, "value", "pose", policy="latest")
     graph.connect(render, encoder, "video", policy="drop_oldest")
     return Pipeline(graph, sink, encoder=encoder, pose_in=pose, format={"video": v.describe(), "pose_in": True})
 

@@ -3,38 +3,39 @@
 A pipeline is a name bound to a **builder**: ``builder(opts: Options) -> Pipeline``. The builder reads
 its options from ``opts`` (unknown or bad ones become a ``bad_option`` error for the client), builds a
 fresh :class:`~framegraph.stream.Graph` for the session, and returns it together with the inputs the
-session feeds (a :class:`PushAudioSource` for client audio, a :class:`~.stages.PoseSource` for camera
-poses) and the :class:`~.stages.OutboxSink` the session sends from. Each session owns its own graph.
+session feeds (a :class:`PushAudioSource` for client audio, a pose input for camera poses) and the
+:class:`~.stages.OutboxSink` the session sends from. Each session owns its own graph.
 
 Built in: ``testcard`` (the stream test card, video + audio out) and ``scope`` (client microphone →
 live waveform picture + the audio echoed back in sync: the glass-to-glass latency probe).
 
-Adding a pipeline (the avatar and scene teams)::
+Adding a pipeline (``avatar_pipeline.py`` and ``scene_pipeline.py`` are two whole examples)::
 
     from framegraph.apps.server.pipelines import Pipeline, register, video_options, add_video_out
 
-    @register("avatar", "talking portrait driven by the client's microphone")
-    def build_avatar(opts):
+    @register("mine", "what it does, for the pipeline list")
+    def build_mine(opts):
         v = video_options(opts, size=(512, 512), fps=25)
         steps = opts.integer("steps", 2, 1, 4)
         opts.done()                                   # rejects options nobody read
-        graph = Graph(Clock("realtime"), name="avatar")
+        graph = Graph(Clock("realtime"), name="mine")
         mic = graph.add(PushAudioSource(max_buffer_ms=500), max_in_flight=8)
-        ...                                           # features → denoiser → decode → composite
+        ...                                           # the stages that make the picture
         encoder, sink = add_video_out(graph, v, audio_chunk=320)
-        graph.connect(composite, encoder, policy="drop_oldest")
+        graph.connect(picture, encoder, policy="drop_oldest")
         return Pipeline(graph, sink, encoder=encoder, audio_in=mic, format=v.describe())
 
-and list the defining module in :data:`LAZY` (``"avatar": "framegraph.apps.avatar_serve"``) so the
-server imports it (and its models) only when a client first asks for that pipeline. A renderer
-takes poses from ``PoseSource`` through ``graph.connect(pose, renderer, policy="latest")``.
+and list the defining module in :data:`LAZY` (as ``"avatar": "framegraph.apps.server.avatar_pipeline"``)
+so the server imports it (and its models) only when a client first asks for that pipeline. Client camera
+poses reach a renderer through ``Pipeline.pose_in`` (anything with ``push(matrix)`` and ``close()``; the
+scene pipeline pushes them into its ``CameraSource``).
 """
 from __future__ import annotations
 
 import importlib
 import math
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any, Callable, Protocol
 
 from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import (
@@ -46,7 +47,7 @@ from framegraph.stream.media import (
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
 from .protocol import AUDIO_SAMPLE_RATE, ErrorCode, Kind, ProtocolError
-from .stages import AudioScope, OutboxSink, PoseSource
+from .stages import AudioScope, OutboxSink
 
 MIN_SIDE = 16  # px: one H.264 macroblock; the test card's frame counter and the scope's waveform fit whole
 MAX_PIXELS = 1920 * 1080
@@ -178,6 +179,17 @@ def add_video_out(graph: Graph, v: VideoOptions, audio_chunk: int | None = None)
     return enc, sink
 
 
+class PoseInput(Protocol):
+    """Where a session pushes the client's ``pose`` messages: a :class:`~framegraph.stream.PushSource` of
+    ``float32 [4, 4]``, or an adapter such as the scene pipeline's ``CameraPoses``."""
+
+    def push(self, matrix) -> None:
+        """A world-to-camera ``[4, 4]`` matrix (OpenCV); raises ``ValueError`` for a bad one."""
+
+    def close(self) -> None:
+        """The client's poses end."""
+
+
 @dataclass
 class Pipeline:
     """A session's graph and its handles.
@@ -196,7 +208,7 @@ class Pipeline:
     sink: OutboxSink
     encoder: Stage | None = None
     audio_in: PushAudioSource | None = None
-    pose_in: PoseSource | None = None
+    pose_in: PoseInput | None = None
     format: dict = field(default_factory=dict)
     configure: Callable[[Options], dict] | None = None
 

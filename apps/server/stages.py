@@ -2,7 +2,6 @@
 
 - :class:`AudioScope`: pushed microphone PCM → a live waveform / level picture per video frame, plus the
   audio itself passed through (so it can be played back in sync). The glass-to-glass latency probe.
-- :class:`PoseSource`: camera poses pushed by a client, for renderers (connect it with a ``latest`` edge).
 - :class:`OutboxSink`: encoded video and PCM audio → the session's :class:`~.outbox.Outbox`, each with
   its media header (timings taken from the frame's per-stage enter/exit times).
 - :class:`CaptureTimes`: maps an input sample index back to the client's capture time of that sample.
@@ -15,7 +14,7 @@ import time
 
 import numpy as np
 import torch
-from framegraph.stream import TICKS_PER_SECOND, EndOfStream, Flag, PortSpec, Stage
+from framegraph.stream import TICKS_PER_SECOND, Flag, PortSpec, Stage
 from framegraph.stream.media import CHUNK_MS, SAMPLE_RATE, chunk_samples
 
 from .outbox import AUDIO, VIDEO, Item, Outbox
@@ -99,63 +98,6 @@ class AudioScope(Stage):
         bars = self._strip_rows >= (1 - self._history) * strip  # [strip, w]
         img[wave_h:] = torch.where(bars.unsqueeze(-1), torch.tensor([60, 220, 90], dtype=torch.uint8),
                                    torch.tensor([10, 10, 10], dtype=torch.uint8))
-
-
-class PoseSource(Stage):
-    """Source fed from outside the graph: the newest camera pose, ``float32 [4, 4]`` world-to-camera
-    (OpenCV: x right, y down, z forward). Connect it to a renderer with ``policy="latest"``: the
-    renderer re-reads the newest pose every frame and is never held back by it.
-
-    :meth:`push` (any thread) replaces the pending pose; a pose pushed while an older one is still
-    pending supersedes it (counted in ``superseded``). Output pts is the session clock at arrival.
-    """
-
-    def __init__(self, name: str = "pose"):
-        super().__init__(name)
-        self.outputs = {"pose": PortSpec((4, 4), torch.float32)}
-        self._pending: np.ndarray | None = None
-        self._cv = threading.Condition()
-        self._closed = self._interrupted = False
-        self.superseded = 0
-        self.received = 0
-
-    def push(self, matrix) -> None:
-        m = np.asarray(matrix, dtype=np.float32)
-        if m.shape != (4, 4) or not np.isfinite(m).all():
-            raise ValueError(f"{self.name}: expected a finite 4x4 matrix, got shape {m.shape}")
-        with self._cv:
-            if self._closed:
-                raise ValueError(f"{self.name}: push after close")
-            if self._pending is not None:
-                self.superseded += 1
-            self._pending = m
-            self.received += 1
-            self._cv.notify_all()
-
-    def close(self) -> None:
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-    def interrupt(self) -> None:
-        with self._cv:
-            self._interrupted = True
-            self._cv.notify_all()
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self._interrupted = False
-
-    def process(self, inputs, out):
-        with self._cv:
-            while self._pending is None and not self._closed and not self._interrupted:
-                self._cv.wait()
-            if self._pending is None or self._interrupted:
-                raise EndOfStream
-            m, self._pending = self._pending, None
-        frame = out.write("pose")
-        frame.data.copy_(torch.from_numpy(m))
-        frame.pts = self.ctx.clock.now_ticks()
 
 
 class CaptureTimes:

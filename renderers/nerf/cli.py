@@ -1,13 +1,7 @@
-"""Command line for NeRF fitting: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio).
+"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio).
 
-``framegraph fit`` already fits Gaussians (``apps/fit.py``); to wire this one into ``apps/cli.py``::
-
-    from framegraph.renderers.nerf import cli as nerf_cli
-    p = sub.add_parser("fit-nerf", help="train a NeRF from posed images (transforms.json) → NeRF directory")
-    nerf_cli.add_arguments(p)
-    p.set_defaults(func=nerf_cli.run)
-
-The result renders with ``framegraph render --scene OUT_DIR``.
+``add_arguments`` and ``run`` are the command (``apps/cli.py`` lists it); ``framegraph fit`` fits Gaussians
+instead (``apps/fit.py``). The result renders with ``framegraph render --scene OUT_DIR``.
 """
 from __future__ import annotations
 

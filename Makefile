@@ -49,6 +49,7 @@ demo: system-deps $(STAMP)
 	$(BIN)/framegraph demo
 
 test: system-deps $(STAMP)
+	$(BIN)/ruff check .
 	$(BIN)/python -m pytest -q
 
 clean:

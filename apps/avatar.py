@@ -193,10 +193,16 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    from framegraph.models.synth import (EspeakError, EspeakNotFound, PortraitError, PortraitRenderer,
-                                         espeak_available, load_portrait, prepare_clip)
+    from framegraph.models.synth import (
+        EspeakError,
+        EspeakNotFound,
+        PortraitError,
+        PortraitRenderer,
+        espeak_available,
+        load_portrait,
+        prepare_clip,
+    )
     from framegraph.models.synth.espeak import INSTALL_HINT
-
     from framegraph.stream.progress import run_with_progress
 
     if 16_000 % args.fps:

@@ -24,6 +24,7 @@ import time
 from fractions import Fraction
 
 import numpy as np
+
 from framegraph.apps.server.protocol import (
     AUDIO_SAMPLE_RATE,
     Kind,
@@ -301,6 +302,7 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
     """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
     import torch
+
     from framegraph.apps.server.scene_pipeline import orbit_eye
     from framegraph.renderers.cameras import look_at
 

@@ -9,11 +9,10 @@ import torch
 
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import MP4Sink
+from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
 from .argtypes import positive_float, video_size
-from framegraph.stream.progress import run_with_progress
-
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
-from typing import Iterable, Literal, get_args
+from collections.abc import Iterable
+from typing import Literal, get_args
 
 import torch
 

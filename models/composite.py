@@ -17,7 +17,7 @@ pixels of the background (column, row of the top-left corner, width, height); ma
 from __future__ import annotations
 
 import os
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import torch

@@ -18,14 +18,14 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor
 
-ArrayLike = Union[Tensor, Sequence[float]]
+ArrayLike = Tensor | Sequence[float]
 
 # OpenGL / nerfstudio / three.js camera axes (x right, y up, z back) -> OpenCV (x right, y down, z forward)
 OPENGL_TO_OPENCV = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.float64))
@@ -70,10 +70,10 @@ def intrinsics(
     width: int,
     height: int,
     *,
-    fov_deg: Optional[float] = None,
-    focal: Optional[float] = None,
+    fov_deg: float | None = None,
+    focal: float | None = None,
     fov_axis: str = "y",
-    principal_point: Optional[Sequence[float]] = None,
+    principal_point: Sequence[float] | None = None,
 ) -> Tensor:
     """Pinhole ``K [3, 3]`` float32 from a field of view (degrees) or a focal length (pixels).
 
@@ -233,7 +233,7 @@ class KeyframePath:
             first keyframe at ``times[-1] + (times[-1] - times[-2])``.
     """
 
-    def __init__(self, viewmats: Tensor, times: Optional[ArrayLike] = None, *, loop: bool = False):
+    def __init__(self, viewmats: Tensor, times: ArrayLike | None = None, *, loop: bool = False):
         viewmats = torch.as_tensor(viewmats, dtype=torch.float64)
         if viewmats.dim() != 3 or viewmats.shape[1:] != (4, 4) or viewmats.shape[0] < 1:
             raise ValueError(f"KeyframePath: viewmats must be [K, 4, 4] with K >= 1, got {list(viewmats.shape)}")
@@ -279,7 +279,7 @@ class KeyframePath:
     def duration(self) -> float:
         return float(self.times[-1] - self.times[0])
 
-    def at(self, t: Union[float, Tensor]) -> Tensor:
+    def at(self, t: float | Tensor) -> Tensor:
         """World-to-camera float32 ``[4, 4]`` at time ``t`` (or ``[T, 4, 4]`` for ``t [T]``)."""
         t = _vec(t)
         scalar = t.dim() == 0
@@ -310,7 +310,7 @@ class KeyframePath:
         viewmats = viewmats.float()
         return viewmats[0] if scalar else viewmats
 
-    def sample(self, n_frames: int, K: Tensor, width: int, height: int, fps: Optional[float] = None) -> CameraPath:
+    def sample(self, n_frames: int, K: Tensor, width: int, height: int, fps: float | None = None) -> CameraPath:
         """``n_frames`` evenly spaced cameras over the path (including both ends unless looping)."""
         if self.loop:
             ts = self.times[0] + self.duration * torch.arange(n_frames, dtype=torch.float64) / n_frames
@@ -325,7 +325,7 @@ class KeyframePath:
 # ----------------------------------------------------------------------------
 # nerfstudio camera_path.json
 # ----------------------------------------------------------------------------
-def load_nerfstudio_camera_path(path: Union[str, os.PathLike]) -> CameraPath:
+def load_nerfstudio_camera_path(path: str | os.PathLike) -> CameraPath:
     """Read a nerfstudio ``camera_path.json`` (as written by its viewer) as OpenCV cameras.
 
     Uses ``render_width``, ``render_height``, ``fps`` (or ``len(camera_path) /

@@ -36,9 +36,9 @@ import json
 import math
 import os
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -46,7 +46,7 @@ from torch import Tensor
 
 from .cameras import OPENGL_TO_OPENCV, camera_centers
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 _DISTORTION = ("k1", "k2", "k3", "k4", "p1", "p2")
 
@@ -71,9 +71,9 @@ class PosedImages:
     images: Tensor
     viewmats: Tensor
     Ks: Tensor
-    names: List[str] = field(default_factory=list)
+    names: list[str] = field(default_factory=list)
     source: str = ""
-    files: List[str] = field(default_factory=list)
+    files: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         n = self.images.shape[0]
@@ -98,12 +98,12 @@ class PosedImages:
     def width(self) -> int:
         return self.images.shape[2]
 
-    def subset(self, idx: Sequence[int]) -> "PosedImages":
+    def subset(self, idx: Sequence[int]) -> PosedImages:
         idx = list(idx)
         return PosedImages(self.images[idx], self.viewmats[idx], self.Ks[idx], [self.names[i] for i in idx],
                            self.source, [self.files[i] for i in idx] if self.files else [])
 
-    def split(self, every: int) -> Tuple["PosedImages", "PosedImages"]:
+    def split(self, every: int) -> tuple[PosedImages, PosedImages]:
         """``(train, held_out)``: every ``every``-th image (0, every, 2 every, ...) is held out (every=0: none)."""
         n = len(self)
         held = list(range(0, n, every)) if every and n > 1 else []
@@ -119,9 +119,9 @@ class PosedImages:
         return [*(c - h).tolist(), *(c + h).tolist()]
 
 
-def load_transforms(cameras: PathLike, images_dir: Optional[PathLike] = None, *,
+def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
                     background: Sequence[float] = (0.0, 0.0, 0.0), downscale: int = 1,
-                    limit: Optional[int] = None) -> PosedImages:
+                    limit: int | None = None) -> PosedImages:
     """Read a ``transforms.json`` and its images (format in the module docstring).
 
     Args:
@@ -251,7 +251,7 @@ def _intrinsics(intr: dict, w: int, h: int, fail) -> Tensor:
     return torch.tensor([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]], dtype=torch.float32)
 
 
-def _find_image(root: Path, file_path: str) -> Optional[Path]:
+def _find_image(root: Path, file_path: str) -> Path | None:
     rel = Path(file_path)
     candidates = [root / rel]
     if len(rel.parts) > 1:
@@ -281,7 +281,7 @@ def _read_image(path: Path, background: Sequence[float]) -> np.ndarray:
         raise DatasetError(f"{path}: cannot read image ({e})") from None
 
 
-def _downscale(img: np.ndarray, K: Tensor, factor: int, path: Path) -> Tuple[np.ndarray, Tensor]:
+def _downscale(img: np.ndarray, K: Tensor, factor: int, path: Path) -> tuple[np.ndarray, Tensor]:
     h, w = img.shape[0] // factor, img.shape[1] // factor
     if h < 1 or w < 1:
         raise DatasetError(f"{path}: downscale {factor} leaves no pixels of a {img.shape[1]}x{img.shape[0]} image")

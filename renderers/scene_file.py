@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Union
+from typing import Literal
 
 from .gaussians import GaussianScene, load_scene
 from .gaussians4d import Gaussian4DRenderStage, Gaussian4DScene, load_checkpoint
@@ -29,7 +29,7 @@ class SceneFile:
 
     path: str
     kind: SceneKind
-    data: Union[GaussianScene, Gaussian4DScene, NerfModel]
+    data: GaussianScene | Gaussian4DScene | NerfModel
     framing: Framing
 
     @property
@@ -50,7 +50,7 @@ class SceneFile:
                                    budget_ms=budget_ms)
 
 
-def scene_kind(path: Union[str, os.PathLike]) -> SceneKind:
+def scene_kind(path: str | os.PathLike) -> SceneKind:
     """What a path holds, by its form: a folder is a NeRF, ``.pth`` a 4DGS checkpoint, ``.ply`` /
     ``.splat`` 3D Gaussians. Raises ``ValueError`` for anything else, ``FileNotFoundError`` when missing."""
     p = Path(path)
@@ -67,7 +67,7 @@ def scene_kind(path: Union[str, os.PathLike]) -> SceneKind:
                      f"NeRF folder, got a {suffix or 'suffix-less'} file")
 
 
-def open_scene(path: Union[str, os.PathLike], *, time_duration: tuple[float, float] | None = None) -> SceneFile:
+def open_scene(path: str | os.PathLike, *, time_duration: tuple[float, float] | None = None) -> SceneFile:
     """Load the scene at ``path`` (see :func:`scene_kind`). ``time_duration``: a 4DGS scene's time span
     when its checkpoint has no sidecar (fudan-zvg keeps it in the training config)."""
     kind = scene_kind(path)

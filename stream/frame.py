@@ -101,7 +101,7 @@ class Frame:
         self.stage_ns[:] = 0
         self.flags = Flag.NONE
 
-    def copy_meta_from(self, other: "Frame") -> None:
+    def copy_meta_from(self, other: Frame) -> None:
         """Carry lineage metadata (not the payload) from an input frame to an output frame."""
         self.seq = other.seq
         self.origin = other.origin

@@ -36,7 +36,7 @@ _RECOVER_FRAMES = 30
 class Node:
     """Runtime state of one stage: its rings, thread, CUDA stream, telemetry and fallback governor."""
 
-    def __init__(self, graph: "Graph", stage: Stage, index: int, max_in_flight: int | None):
+    def __init__(self, graph: Graph, stage: Stage, index: int, max_in_flight: int | None):
         self.graph, self.stage, self.index = graph, stage, index
         self.max_in_flight = max_in_flight
         self.in_rings: dict[str, Ring] = {}

@@ -10,6 +10,7 @@ from tqdm import tqdm
 from .graph import Graph
 from .stage import Stage
 
+
 def _duration(seconds: float) -> str:
     if seconds < 90:
         return f"{seconds:.0f} s"

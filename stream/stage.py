@@ -20,8 +20,9 @@ stream by raising :class:`EndOfStream`. A stage with no outputs is a **sink**.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from .frame import Frame, PortSpec
 
@@ -51,10 +52,10 @@ class StageContext:
             name that says it is partial.
     """
 
-    clock: "Clock"
+    clock: Clock
     device: Any
     stream: Any = None
-    telemetry: "Telemetry | None" = None
+    telemetry: Telemetry | None = None
     index: int = 0
     cancelled: Callable[[], bool] = lambda: False
 
@@ -95,12 +96,12 @@ class Stage:
         """Called once in the stage's worker thread before the first frame (load weights, warm up)."""
         self.ctx = ctx
 
-    def process(self, inputs: dict[str, Frame], out: "Outputs") -> None:
+    def process(self, inputs: dict[str, Frame], out: Outputs) -> None:
         """Compute one step. ``inputs`` maps port → frame (only the ports that have one, when
         ``trigger == "any"``); write results into slots from ``out.write(port)``."""
         raise NotImplementedError
 
-    def flush(self, out: "Outputs") -> None:
+    def flush(self, out: Outputs) -> None:
         """End of stream reached every input (not called on cancel): emit what is still held back
         (frames waiting for look-ahead, an encoder's delayed packets). Default: nothing."""
 

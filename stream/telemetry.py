@@ -146,7 +146,7 @@ def _labels(**kv) -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
-def prometheus_text(telemetries: list["Telemetry"] | "Telemetry", edges: list[list[dict]] | None = None,
+def prometheus_text(telemetries: list[Telemetry] | Telemetry, edges: list[list[dict]] | None = None,
                     prefix: str = "framegraph", labels: list[dict] | None = None) -> str:
     """Prometheus text exposition (format 0.0.4) of one or several graphs' telemetry.
 

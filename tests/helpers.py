@@ -104,7 +104,7 @@ class Boom(Stage):
     def process(self, inputs, out):
         self.seen += 1
         if self.seen > self.at:
-            raise RuntimeError("kaboom at frame %d" % self.seen)
+            raise RuntimeError(f"kaboom at frame {self.seen}")
         out.write("x").data.copy_(inputs["x"].data)
 
 

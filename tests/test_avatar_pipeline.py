@@ -7,15 +7,13 @@ import io
 import json
 import sys
 
-import numpy as np
 import pytest
 from PIL import Image
+from test_server_session import of_type, pcm_message, receive_all, running, tone
 from websockets.asyncio.client import connect
 
 from framegraph.apps.server import pipelines
 from framegraph.models.avatar import random_avatar, save_avatar
-
-from test_server_session import of_type, pcm_message, receive_all, running, tone
 
 
 @pytest.fixture(scope="module")

@@ -240,8 +240,8 @@ def test_prepare_video_finds_the_mouth_and_keeps_picture_and_sound_in_sync(user_
 
 def test_train_cli_on_a_video_end_to_end(user_video, tmp_path):
     from framegraph.apps.cli import main
-    from framegraph.stream.progress import run_with_progress
     from framegraph.models.avatar import load_avatar, render_avatar_graph
+    from framegraph.stream.progress import run_with_progress
 
     out = tmp_path / "me"
     rc = main(["avatar", "train", "--video", user_video["video"], "--out", str(out), "--vae-steps", "4",

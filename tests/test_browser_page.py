@@ -13,11 +13,11 @@ A screenshot of each test is saved under its tmp_path.
 import numpy as np
 import pytest
 import torch
-
 from browser_util import Page, assert_not_blank, assert_shows_portrait, chromium, wait_for, write_speech_wav
+from helpers import framegraph_threads
+
 from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.renderers.cameras import look_at
-from helpers import framegraph_threads
 
 
 @pytest.fixture(scope="module")

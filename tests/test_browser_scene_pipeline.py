@@ -7,16 +7,15 @@ import json
 
 import numpy as np
 import pytest
+from browser_util import wait_for
+from helpers import framegraph_threads
 from PIL import Image
 from websockets.asyncio.client import connect
 
-from browser_util import wait_for
-from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server import pipelines
+from framegraph.apps.server import ServerConfig, pipelines, serve_in_thread
 from framegraph.apps.server.protocol import Kind, parse_media
 from framegraph.renderers.cameras import look_at
 from framegraph.renderers.gaussians import random_scene, save_ply
-from helpers import framegraph_threads
 
 
 @pytest.fixture

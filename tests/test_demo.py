@@ -14,14 +14,14 @@ import urllib.request
 
 import numpy as np
 import pytest
+from browser_util import wait_for, write_speech_wav
+from helpers import framegraph_threads
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from browser_util import wait_for, write_speech_wav
 from framegraph.apps.demo import DemoConfig, add_arguments, choose_pipeline, serve_demo_in_thread
 from framegraph.apps.server import pipelines
 from framegraph.stream.media import read_video
-from helpers import framegraph_threads
 
 
 @pytest.fixture(scope="module")

@@ -16,12 +16,12 @@ import time
 import numpy as np
 import pytest
 import torch
-
 from browser_util import Page, assert_not_blank, assert_shows_portrait, chromium, wait_for, write_speech_wav
+from helpers import framegraph_threads
+
 from framegraph.apps.demo import DemoConfig, serve_demo_in_thread
 from framegraph.apps.demo.ui import NO_TAKE
 from framegraph.stream.media import read_video
-from helpers import framegraph_threads
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from framegraph.renderers.fit.params import init_params, params_to_scene, scene_
 from framegraph.renderers.gaussians import load_ply
 from framegraph.renderers.scenes import procedural_scene
 
-
 W, H = 32, 24
 
 

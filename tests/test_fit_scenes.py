@@ -9,7 +9,6 @@ from framegraph.renderers.fit import psnr, ssim
 from framegraph.renderers.gaussians import rasterize
 from framegraph.renderers.scenes import procedural_scene
 
-
 W, H = 64, 48
 
 

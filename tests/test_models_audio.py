@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 import torch
 
-from framegraph.models.audio import (AudioEncoder, FrameTiming, LogMel, StreamingFeatures, default_encoder,
-                                     extract_features, mel_center_frequencies, mel_filterbank)
+from framegraph.models.audio import (
+    AudioEncoder,
+    FrameTiming,
+    LogMel,
+    StreamingFeatures,
+    default_encoder,
+    extract_features,
+    mel_center_frequencies,
+    mel_filterbank,
+)
 
 SR = 16_000
 

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from framegraph.models.audio import AudioEncoder, default_encoder, extract_features
-from framegraph.models.audio.train import (clip_tensors, correlations, load_clip_targets, train_audio_encoder)
+from framegraph.models.audio.train import clip_tensors, correlations, load_clip_targets, train_audio_encoder
 
 FPS = 25
 

@@ -9,8 +9,19 @@ import numpy as np
 import pytest
 import torch
 
-from framegraph.models.audio import (IDLE, LISTENING, SPEAKING, AudioFeatures, AudioFrontEnd, SileroVAD,
-                                     VoiceActivity, decode_state, default_encoder, extract, silero_model_path)
+from framegraph.models.audio import (
+    IDLE,
+    LISTENING,
+    SPEAKING,
+    AudioFeatures,
+    AudioFrontEnd,
+    SileroVAD,
+    VoiceActivity,
+    decode_state,
+    default_encoder,
+    extract,
+    silero_model_path,
+)
 from framegraph.models.synth import synthesize
 from framegraph.stream import Clock, Flag, Graph, PortSpec, Stage
 from framegraph.stream.media import AudioFileSource

@@ -9,12 +9,18 @@ import wave
 import numpy as np
 import pytest
 import torch
+from helpers import CollectFrames
 
-from framegraph.models.avatar import (AvatarError, StateOverride, build_avatar_graph, load_avatar, random_avatar,
-                                      save_avatar)
+from framegraph.models.avatar import (
+    AvatarError,
+    StateOverride,
+    build_avatar_graph,
+    load_avatar,
+    random_avatar,
+    save_avatar,
+)
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, read_video
-from helpers import CollectFrames
 
 
 def write_wav(path, seconds: float, freq: float = 220.0, sr: int = 16000) -> str:
@@ -232,8 +238,8 @@ def test_refine_cli_trains_only_the_decoder_into_a_new_bundle(clips, tmp_path, c
 
 
 def test_render_avatar_graph_counts_frames(bundle, tmp_path):
-    from framegraph.stream.progress import run_with_progress
     from framegraph.models.avatar import render_avatar_graph
+    from framegraph.stream.progress import run_with_progress
 
     wav = write_wav(tmp_path / "b.wav", 0.9)
     graph, sink, total = render_avatar_graph(bundle, wav, str(tmp_path / "r.mp4"), device="cpu")

@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers import CollectFrames
 
 from framegraph.models.composite import Composite, composite, feather_mask, load_background
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
-from helpers import CollectFrames
 
 BOX = (64, 40, 128, 128)  # x, y, w, h in a 256 x 256 frame
 FEATHER = 16

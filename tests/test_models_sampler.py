@@ -7,8 +7,17 @@ import math
 import pytest
 import torch
 
-from framegraph.models.sampler import (distill_loss, expand_time, flow_matching_loss, interpolate, predict_x0,
-                                       sample_euler, sample_timesteps, shift_time, timestep_schedule)
+from framegraph.models.sampler import (
+    distill_loss,
+    expand_time,
+    flow_matching_loss,
+    interpolate,
+    predict_x0,
+    sample_euler,
+    sample_timesteps,
+    shift_time,
+    timestep_schedule,
+)
 
 MU, S = 1.5, 0.5  # data N(MU, S^2) per dimension
 

@@ -12,9 +12,21 @@ import pytest
 from PIL import Image
 
 from framegraph.apps import avatar
-from framegraph.models.synth import (EspeakError, EspeakNotFound, FaceParams, PortraitError, PortraitRenderer,
-                                     astronaut_portrait, detect_face_regions, load_portrait, mouth_curves,
-                                     plan_clip, resample, synthesize, viseme_for)
+from framegraph.models.synth import (
+    EspeakError,
+    EspeakNotFound,
+    FaceParams,
+    PortraitError,
+    PortraitRenderer,
+    astronaut_portrait,
+    detect_face_regions,
+    load_portrait,
+    mouth_curves,
+    plan_clip,
+    resample,
+    synthesize,
+    viseme_for,
+)
 from framegraph.models.synth import espeak as espeak_module
 from framegraph.models.synth.clip import clip_seed
 from framegraph.models.synth.portrait import portraits_folder

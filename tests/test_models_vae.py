@@ -6,13 +6,27 @@ import json
 import numpy as np
 import pytest
 import torch
+from helpers import CollectFrames
 
 from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
-from framegraph.models.vae import (CausalTemporalConv, VAEDecode, VideoVAE, box_mask, crop_frames,
-                                   face_clips_from_frames, face_crop_box, frames_to_uint8, load_face_clips,
-                                   mouth_box_for_frame, psnr, redrawable, ssim, train_vae, with_reference_warp)
+from framegraph.models.vae import (
+    CausalTemporalConv,
+    VAEDecode,
+    VideoVAE,
+    box_mask,
+    crop_frames,
+    face_clips_from_frames,
+    face_crop_box,
+    frames_to_uint8,
+    load_face_clips,
+    mouth_box_for_frame,
+    psnr,
+    redrawable,
+    ssim,
+    train_vae,
+    with_reference_warp,
+)
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
-from helpers import CollectFrames
 
 # 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
 TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)

@@ -11,8 +11,12 @@ import pytest  # noqa: E402
 
 from framegraph.kernels.backend import triton_available  # noqa: E402
 from framegraph.renderers.nerf.hash_encoding import (  # noqa: E402
-    HashGridConfig, hash_encode, hash_encode_reference, level_corners, spatial_hash)
-
+    HashGridConfig,
+    hash_encode,
+    hash_encode_reference,
+    level_corners,
+    spatial_hash,
+)
 
 needs_triton = pytest.mark.skipif(not triton_available(torch.device("cpu")) and not torch.cuda.is_available(),
                                   reason="triton (or its interpreter) not available")

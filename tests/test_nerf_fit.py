@@ -4,9 +4,18 @@ import json
 import pytest
 import torch
 
-from framegraph.renderers.nerf import (HashGridConfig, NerfConfig, NerfLoadError, NerfModel, Sphere, SphereScene,
-                                       fit, load_nerf, psnr, sphere_views)
-
+from framegraph.renderers.nerf import (
+    HashGridConfig,
+    NerfConfig,
+    NerfLoadError,
+    NerfModel,
+    Sphere,
+    SphereScene,
+    fit,
+    load_nerf,
+    psnr,
+    sphere_views,
+)
 
 TINY_GRID = HashGridConfig(n_levels=8, log2_table_size=12, base_resolution=4, finest_resolution=64)
 

@@ -9,11 +9,10 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
 
 import pytest  # noqa: E402
 
-from framegraph.renderers.nerf import NerfField, sh_encode, trunc_exp  # noqa: E402
 from framegraph.kernels.backend import triton_available  # noqa: E402
+from framegraph.renderers.nerf import NerfField, sh_encode, trunc_exp  # noqa: E402
 from framegraph.renderers.nerf.hash_encoding import HashGridConfig  # noqa: E402
 from framegraph.renderers.nerf.mlp import init_weights, mlp, mlp_forward  # noqa: E402
-
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_available(torch.device(DEV)), reason="triton (or its interpreter) not available")

@@ -7,7 +7,6 @@ import torch
 from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.nerf import OccupancyGrid, camera_rays, ray_aabb, render_rays
 
-
 AABB = torch.tensor([-1.0, -1.0, -1.0, 1.0, 1.0, 1.0])
 BALLS = torch.tensor([[0.3, 0.2, 0.0, 0.35], [-0.4, -0.3, 0.2, 0.25]])  # centre xyz, radius
 

@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from framegraph.apps.cli import main
-from framegraph.renderers.cameras import look_at, orbit_path
-from framegraph.renderers.gaussians import GaussianScene, random_scene, rasterize, save_ply
+from framegraph.renderers.cameras import look_at
+from framegraph.renderers.gaussians import random_scene, rasterize, save_ply
 from framegraph.renderers.stages import CameraSource, GaussianRenderStage, orbit_for_scene
-from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream import Graph, PortSpec, Stage
 from framegraph.stream.media import read_video
 
 

@@ -13,8 +13,8 @@ from framegraph.renderers.cameras import (
     load_nerfstudio_camera_path,
     look_at,
     orbit_path,
-    rotmat_to_quat,
     quat_to_rotmat,
+    rotmat_to_quat,
 )
 from framegraph.renderers.gaussians import rasterize
 

@@ -18,7 +18,7 @@ import pytest  # noqa: E402
 
 from framegraph.kernels.backend import triton_available  # noqa: E402
 from framegraph.renderers.cameras import intrinsics, look_at  # noqa: E402
-from framegraph.renderers.gaussians import rasterize, random_scene, reference  # noqa: E402
+from framegraph.renderers.gaussians import random_scene, rasterize, reference  # noqa: E402
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()

@@ -1,12 +1,12 @@
 """open_scene: every scene form a user has opens through one door and renders through one RenderStage."""
 import pytest
 import torch
+from helpers import CollectFrames
 
 from framegraph.assets import path as asset
 from framegraph.renderers.scene_file import open_scene, scene_kind
 from framegraph.renderers.stages import CameraSource, RenderStage
 from framegraph.stream import Graph
-from helpers import CollectFrames
 
 
 @pytest.mark.parametrize("parts,kind", [(("scenes", "toy.ply"), "3dgs"),

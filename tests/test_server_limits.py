@@ -17,6 +17,19 @@ import time
 import numpy as np
 import pytest
 import torch
+from test_server_session import (
+    http_get,
+    http_request,
+    of_type,
+    pictures,
+    receive_all,
+    running,
+    served_short_card,
+    short_card,
+    start,
+    stream_audio,
+    tone,
+)
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 
@@ -25,8 +38,6 @@ from framegraph.apps.server.cli import add_arguments, config_from_args
 from framegraph.apps.server.protocol import MediaFlag
 from framegraph.stream import Clock, Graph, PortSpec, PushSource, Stage
 from framegraph.stream.testcard import TestCardVideo
-from test_server_session import (http_get, http_request, of_type, pictures, receive_all, running, served_short_card,
-                                 short_card, start, stream_audio, tone)
 
 
 def status_of(coro) -> int | None:
@@ -405,8 +416,9 @@ def test_registered_pipeline_takes_camera_poses_through_a_latest_edge():
             await ws.send(json.dumps({"type": "stop"}))
             return ready, await receive_all(ws)
 
-    from PIL import Image
     import io
+
+    from PIL import Image
     with running() as srv:
         ready, got = asyncio.run(session(srv.url))
     assert ready["pose_in"] is True

@@ -13,12 +13,12 @@ import time
 import av
 import numpy as np
 import pytest
+from helpers import framegraph_threads
 from PIL import Image
 from websockets.asyncio.client import connect
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.apps.server.protocol import Kind, MediaFlag, MediaHeader, pack_media, parse_media
-from helpers import framegraph_threads
 
 CHUNK = 320  # 20 ms at 16 kHz
 

@@ -7,8 +7,17 @@ import pytest
 import torch
 
 from framegraph.apps.server.outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
-from framegraph.apps.server.protocol import (HEADER_BYTES, ErrorCode, Kind, MediaFlag, MediaHeader, ProtocolError,
-                                             pack_media, parse_control, parse_media)
+from framegraph.apps.server.protocol import (
+    HEADER_BYTES,
+    ErrorCode,
+    Kind,
+    MediaFlag,
+    MediaHeader,
+    ProtocolError,
+    pack_media,
+    parse_control,
+    parse_media,
+)
 from framegraph.apps.server.stages import AudioScope, CaptureTimes
 from framegraph.stream import Clock, Flag, Graph, PortSpec, Stage
 from framegraph.stream.media import H264Encoder, PushAudioSource

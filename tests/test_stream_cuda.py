@@ -1,9 +1,9 @@
 """The runtime on CUDA: one stream per stage, event hand-off, no device-wide synchronize (GPU only)."""
 import pytest
 import torch
+from helpers import AddOne, Collect, CountSource
 
 from framegraph.stream import Graph
-from helpers import AddOne, Collect, CountSource
 
 pytestmark = pytest.mark.gpu
 

@@ -3,9 +3,9 @@ import time
 
 import pytest
 import torch
+from helpers import AddOne, Boom, Collect, CountSource, framegraph_threads
 
 from framegraph.stream import Clock, Flag, Graph, GraphError, PortSpec, Stage, StageError, prometheus_text
-from helpers import AddOne, Boom, Collect, CountSource, framegraph_threads
 
 
 def chain(n=10, clock=None, **edge):

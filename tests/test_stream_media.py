@@ -7,13 +7,22 @@ import av
 import numpy as np
 import pytest
 import torch
+from helpers import Collect
 from PIL import Image
 
-from framegraph.stream import Clock, Graph, PortSpec, Stage, StageError
-from framegraph.stream.media import (AudioFileSource, H264Encoder, ImageSequenceSink, JpegEncoder, MediaError,
-                                     MP4Sink, PushAudioSource, decode_audio, read_video)
+from framegraph.stream import Graph, PortSpec, Stage, StageError
+from framegraph.stream.media import (
+    AudioFileSource,
+    H264Encoder,
+    ImageSequenceSink,
+    JpegEncoder,
+    MediaError,
+    MP4Sink,
+    PushAudioSource,
+    decode_audio,
+    read_video,
+)
 from framegraph.stream.testcard import TestCardVideo
-from helpers import Collect
 
 
 def write_tone(path, seconds=1.0, rate=44100, channels=2, codec="pcm_s16le", freq=440.0):

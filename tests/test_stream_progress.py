@@ -1,7 +1,8 @@
 """The command-line runner: a long run says how long it will take, and how to make it faster."""
-from framegraph.stream.progress import run_with_progress
-from framegraph.stream import Clock, Graph
 from helpers import Collect, CountSource
+
+from framegraph.stream import Clock, Graph
+from framegraph.stream.progress import run_with_progress
 
 
 def slow_graph(n: int, seconds_per_frame: float):

@@ -4,9 +4,9 @@ import time
 
 import pytest
 import torch
+from helpers import CollectFrames, framegraph_threads
 
 from framegraph.stream import Clock, Graph, PortSpec, PushSource
-from helpers import CollectFrames, framegraph_threads
 
 
 def test_pushed_values_arrive_in_order_and_the_newest_replaces_a_pending_one():

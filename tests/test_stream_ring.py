@@ -64,8 +64,9 @@ def test_drop_oldest_keeps_the_newest_frames():
 
 
 def test_drop_oldest_with_one_slot_asked_still_delivers_to_a_slow_paced_consumer():
-    from framegraph.stream import Clock, Graph
     from helpers import Collect, CountSource
+
+    from framegraph.stream import Clock, Graph
 
     g = Graph(Clock("realtime"))
     s, k = g.add(CountSource(20, fps=50)), g.add(Collect(delay_s=0.03))

@@ -1,6 +1,5 @@
 """The test card rendered through the CLI: frame count, size, duration, and A/V sync from the file."""
 import json
-import os
 import signal
 import subprocess
 import sys

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import platform
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Literal, get_args
+from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F

@@ -7,7 +7,8 @@ import gc
 import os
 import threading
 import time
-from typing import Callable, Iterator, Literal
+from collections.abc import Callable, Iterator
+from typing import Literal
 
 import torch
 

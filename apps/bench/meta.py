@@ -7,9 +7,10 @@ import json
 import os
 import subprocess
 import sys
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
+
 from framegraph import assets
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # apps/bench/ is two below
@@ -55,7 +56,7 @@ def bench_metadata(name: str) -> dict:
         "device": device_name(),
         "command": _command(),
         "git_commit": git_commit(),
-        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": info["python"],
         "platform": info["platform"],
         "cpu_count": info["cpu_count"],

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+
 from framegraph.stream.media import SAMPLE_RATE
 
 

@@ -89,7 +89,7 @@ class DemoHandle:
         self._uvicorn = None
         self._thread: threading.Thread | None = None
 
-    def start(self, timeout_s: float = 60.0) -> "DemoHandle":
+    def start(self, timeout_s: float = 60.0) -> DemoHandle:
         import uvicorn
 
         cfg = self.config
@@ -147,7 +147,7 @@ class DemoHandle:
         if self.ctx is not None and self.config.takes_dir is None:  # our temporary folder: gone with us
             shutil.rmtree(self.ctx.takes_dir, ignore_errors=True)
 
-    def __enter__(self) -> "DemoHandle":
+    def __enter__(self) -> DemoHandle:
         return self.start()
 
     def __exit__(self, *exc) -> None:

@@ -11,6 +11,7 @@ import secrets
 import threading
 
 import numpy as np
+
 from framegraph.stream.media import SAMPLE_RATE
 
 MAX_CLIP_S = 60.0

@@ -163,11 +163,12 @@ class DemoContext:
         into. None when the server has no such avatar."""
         if self.choice.name != "avatar":
             return None
+        from PIL import Image
+
         from framegraph.apps.server.avatar_pipeline import (
             available_avatars,
             load_bundle,
         )
-        from PIL import Image
 
         if portrait not in available_avatars():
             return None

@@ -131,9 +131,9 @@ class Relay:
 
     async def handle(self, ws) -> None:
         """Serve one player connection (a Starlette ``WebSocket``, not yet accepted)."""
+        from starlette.websockets import WebSocketDisconnect
         from websockets.asyncio.client import connect
         from websockets.exceptions import ConnectionClosed, InvalidStatus
-        from starlette.websockets import WebSocketDisconnect
 
         tab_id = ws.query_params.get("tab")
         why = self.refusal(ws.headers, tab_id)

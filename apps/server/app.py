@@ -19,8 +19,9 @@ import socket
 import threading
 from dataclasses import dataclass
 
-from framegraph.stream import prometheus_text
 from websockets.asyncio.server import Server, serve
+
+from framegraph.stream import prometheus_text
 
 from .http import WS_PATH, is_loopback, process_request
 from .protocol import ErrorCode
@@ -102,7 +103,7 @@ class StreamServer:
         self._server: Server | None = None
 
     # ---- life cycle -----------------------------------------------------------------------------
-    async def start(self) -> "StreamServer":
+    async def start(self) -> StreamServer:
         cfg = self.config
         self._server = await serve(
             self._handler, cfg.host, cfg.port,
@@ -133,7 +134,7 @@ class StreamServer:
     async def serve_forever(self) -> None:
         await self._server.serve_forever()
 
-    async def __aenter__(self) -> "StreamServer":
+    async def __aenter__(self) -> StreamServer:
         return await self.start()
 
     async def __aexit__(self, *exc) -> None:
@@ -252,7 +253,7 @@ class ServerHandle:
             self._ready.set()
             await self._stop.wait()
 
-    def start(self) -> "ServerHandle":
+    def start(self) -> ServerHandle:
         self._thread.start()
         self._ready.wait()
         if self._error is not None:
@@ -272,7 +273,7 @@ class ServerHandle:
     def http_url(self) -> str:
         return self.server.http_url
 
-    def __enter__(self) -> "ServerHandle":
+    def __enter__(self) -> ServerHandle:
         return self.start()
 
     def __exit__(self, *exc) -> None:

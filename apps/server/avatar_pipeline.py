@@ -24,6 +24,7 @@ import os
 import threading
 
 import torch
+
 from framegraph import assets
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource

@@ -98,7 +98,7 @@ def host_is_loopback(request: Request) -> bool:
     return is_loopback(hostname)
 
 
-def process_request(server: "StreamServer", connection, request: Request) -> Response | None:
+def process_request(server: StreamServer, connection, request: Request) -> Response | None:
     """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake."""
     try:
         return _route(server, request)
@@ -106,7 +106,7 @@ def process_request(server: "StreamServer", connection, request: Request) -> Res
         return response(400, f"header {exc} given more than once\n")
 
 
-def _route(server: "StreamServer", request: Request) -> Response | None:
+def _route(server: StreamServer, request: Request) -> Response | None:
     path = urlsplit(request.path).path
     upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
     cfg = server.config

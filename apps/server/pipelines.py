@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import importlib
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable, Protocol
+from typing import Any, Protocol
 
 from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import (

@@ -21,6 +21,7 @@ import math
 import os
 
 import torch
+
 from framegraph import assets
 from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.gaussians import SceneError, random_scene

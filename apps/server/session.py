@@ -21,8 +21,9 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from framegraph.stream import StageError
 from websockets.exceptions import ConnectionClosed
+
+from framegraph.stream import StageError
 
 from . import pipelines
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
@@ -64,7 +65,7 @@ class TokenBucket:
 class Session:
     """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler."""
 
-    def __init__(self, server: "StreamServer", ws):
+    def __init__(self, server: StreamServer, ws):
         self.server, self.ws = server, ws
         self.config = server.config
         self.id = secrets.token_hex(6)

@@ -14,6 +14,7 @@ import time
 
 import numpy as np
 import torch
+
 from framegraph.stream import TICKS_PER_SECOND, Flag, PortSpec, Stage
 from framegraph.stream.media import CHUNK_MS, SAMPLE_RATE, chunk_samples
 

@@ -41,7 +41,7 @@ full-sequence model only where that convolution is zero (see ``tests/test_kernel
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

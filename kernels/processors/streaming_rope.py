@@ -12,7 +12,7 @@ advances exactly on committing passes, stays put on read-only ones and returns t
 """
 from __future__ import annotations
 
-from typing import Iterable
+from collections.abc import Iterable
 
 import torch
 

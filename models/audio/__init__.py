@@ -8,8 +8,7 @@ from .features import FrameTiming, StreamingFeatures, as_float_audio, extract_fe
 from .frontend import STATE_DIM, AudioFrontEnd, FrameOutput, decode_state, extract, state_vector
 from .mel import LogMel, hz_to_mel, mel_center_frequencies, mel_filterbank, mel_to_hz
 from .stage import AudioFeatures
-from .vad import (IDLE, LISTENING, SPEAKING, STATE_NAMES, SileroVAD, VoiceActivity, check_hysteresis,
-                  silero_model_path)
+from .vad import IDLE, LISTENING, SPEAKING, STATE_NAMES, SileroVAD, VoiceActivity, check_hysteresis, silero_model_path
 
 __all__ = [
     "MAX_LOOKAHEAD_MS", "AudioEncoder", "default_encoder", "FrameTiming", "StreamingFeatures", "as_float_audio",

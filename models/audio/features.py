@@ -52,7 +52,7 @@ class FrameTiming:
     lookahead_frames: int
 
     @classmethod
-    def of(cls, model: AudioEncoder, fps) -> "FrameTiming":
+    def of(cls, model: AudioEncoder, fps) -> FrameTiming:
         fps = Fraction(fps).limit_denominator(1001)
         c = model.config
         if not 0 < fps <= Fraction(c.sample_rate, model.hop_length):

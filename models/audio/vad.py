@@ -18,6 +18,7 @@ import os
 from pathlib import Path
 
 import numpy as np
+
 from framegraph.stream.media import SAMPLE_RATE
 
 IDLE, SPEAKING, LISTENING = 0, 1, 2

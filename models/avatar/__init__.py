@@ -11,8 +11,7 @@
 - :mod:`.refine`: ``refine_decoder`` (a trained bundle's VAE decoder trained further, with the reference warp).
 - :mod:`.evaluate`: mouth-openness estimator and ``evaluate_avatar`` (correlation, closed lips, identity SSIM).
 """
-from .bundle import (AVATAR_JSON, Avatar, AvatarError, SMALL_VAE, TINY_VAE, load_avatar, random_avatar,
-                     save_avatar)
+from .bundle import AVATAR_JSON, SMALL_VAE, TINY_VAE, Avatar, AvatarError, load_avatar, random_avatar, save_avatar
 from .graph import STATE_MODES, AvatarGraph, StateOverride, build_avatar_graph, render_avatar_graph
 
 __all__ = ["AVATAR_JSON", "Avatar", "AvatarError", "SMALL_VAE", "TINY_VAE", "load_avatar", "random_avatar",

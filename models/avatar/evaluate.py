@@ -261,7 +261,7 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
 
 
 def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
-                  seed: int = 0, progress: bool = False, meter: "FrameMeter | None" = None,
+                  seed: int = 0, progress: bool = False, meter: FrameMeter | None = None,
                   total: int | None = None) -> dict:
     """Run the avatar graph on ``audio_path`` (any file with audio) into ``out_mp4``. ``meter`` also
     receives every composited frame (before the codec). Returns the graph's report."""

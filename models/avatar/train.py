@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+
 from framegraph import assets
 
 from ..dit.model import DiTPreset
@@ -133,6 +134,7 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
     """The background frame: ``portrait`` (path / array) if given; the image synthetic clips were drawn on
     (:func:`framegraph.models.synth.clips_portrait`); else the per-pixel median of the first clip's frames."""
     import numpy as np
+
     from framegraph.models.synth import clips_portrait
 
     if portrait is not None:

@@ -36,8 +36,18 @@ from pathlib import Path
 import numpy as np
 
 from ..training import write_json
-from .video_io import (SAMPLE_RATE, ClipWriter, align_audio, frame_time, media_error, open_video, probe,
-                       read_audio, rgb_frame, scan)
+from .video_io import (
+    SAMPLE_RATE,
+    ClipWriter,
+    align_audio,
+    frame_time,
+    media_error,
+    open_video,
+    probe,
+    read_audio,
+    rgb_frame,
+    scan,
+)
 
 MIN_SECONDS = 10.0  # the shortest video accepted (a few minutes trains a much better avatar)
 DEFAULT_FPS = 25

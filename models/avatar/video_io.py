@@ -11,6 +11,7 @@ import os
 from fractions import Fraction
 
 import numpy as np
+
 from framegraph.stream.media import SAMPLE_RATE
 
 DETECT_MAX_SIDE = 1024  # frames are searched for the face at most this large (speed)
@@ -164,6 +165,7 @@ class ClipWriter:
 
     def __init__(self, path: str, width: int, height: int, fps: int):
         import av
+
         from framegraph.stream.media import PRESETS
 
         self.path = path

@@ -125,7 +125,7 @@ class AvatarDiT(ModelMixin, ConfigMixin):
         nn.init.zeros_(self.final_proj.bias)
 
     @classmethod
-    def from_preset(cls, name: DiTPreset, **overrides) -> "AvatarDiT":
+    def from_preset(cls, name: DiTPreset, **overrides) -> AvatarDiT:
         """A fresh model of a named size (``"tiny"``, ``"small"``, ``"base"``), config overrides on top."""
         if name not in PRESETS:
             raise ValueError(f"AvatarDiT.from_preset: unknown preset {name!r}; expected one of {sorted(PRESETS)}")

@@ -51,7 +51,7 @@ class WanDecodeState:
     latent_shape: tuple[int, int, int] | None = None
 
     @classmethod
-    def empty(cls, vae: AutoencoderKLWan) -> "WanDecodeState":
+    def empty(cls, vae: AutoencoderKLWan) -> WanDecodeState:
         """The state of a stream that has not started."""
         return cls([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.decoder.modules()))
 

@@ -21,12 +21,14 @@ token, so it is causal as it is.
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 
 from framegraph.kernels.processors import (
-    install_wan_causal_processors, set_update_state, uninstall_wan_causal_processors,
+    install_wan_causal_processors,
+    set_update_state,
+    uninstall_wan_causal_processors,
 )
 
 from ..sampler import sample_euler

@@ -11,14 +11,12 @@
 - :mod:`.truth`: a clip's frames redrawn from its JSON, without the codec (clean training targets).
 """
 from .clip import ArrayAudioSource, ClipJob, FaceSource, clip_seed, make_clip, prepare_clip
-from .espeak import (EspeakError, EspeakNotFound, PhonemeEvent, Speech, espeak_available, synthesize)
+from .espeak import EspeakError, EspeakNotFound, PhonemeEvent, Speech, espeak_available, synthesize
 from .plan import VOICES, ClipPlan, Segment, make_sentence, plan_clip
-from .portrait import (Portrait, PortraitError, astronaut_portrait, detect_face_regions, load_portrait,
-                       parse_box)
+from .portrait import Portrait, PortraitError, astronaut_portrait, detect_face_regions, load_portrait, parse_box
 from .render import FaceParams, PortraitRenderer
 from .resample import resample
-from .truth import (PORTRAIT_PNG, can_render_truth, clips_portrait, face_params, render_truth,
-                    save_portrait_image)
+from .truth import PORTRAIT_PNG, can_render_truth, clips_portrait, face_params, render_truth, save_portrait_image
 from .visemes import PARAMS, VISEMES, Viseme, mouth_curves, viseme_for
 
 __all__ = [

@@ -17,6 +17,7 @@ import threading
 from dataclasses import dataclass, field
 
 import numpy as np
+
 from framegraph.stream.media import SAMPLE_RATE
 
 from .resample import resample

@@ -11,8 +11,16 @@ training, and the ``VAEDecode`` stage.
 - :mod:`.train`: ``train_vae`` (checkpoints, resume, held-out PSNR; decoder-only, latent noise).
 - :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
 """
-from .data import (FaceClips, box_to_region, crop_frames, face_clips_from_frames, face_crop_box, load_face_clips,
-                   mouth_box_for_frame, redrawable)
+from .data import (
+                   FaceClips,
+                   box_to_region,
+                   crop_frames,
+                   face_clips_from_frames,
+                   face_crop_box,
+                   load_face_clips,
+                   mouth_box_for_frame,
+                   redrawable,
+)
 from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
 from .stage import VAEDecode

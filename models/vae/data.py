@@ -122,7 +122,7 @@ class FaceClips:
     def n_frames(self) -> int:
         return sum(int(f.shape[0]) for f in self.frames)
 
-    def split(self, holdout_fraction: float = 0.15) -> tuple["FaceClips", "FaceClips"]:
+    def split(self, holdout_fraction: float = 0.15) -> tuple[FaceClips, FaceClips]:
         """(train, held out): with several clips the last ``max(1, round(fraction · n))`` clips are held
         out; with one clip, its last ``fraction`` of frames."""
         n = len(self.frames)

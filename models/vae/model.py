@@ -63,7 +63,7 @@ the scale the denoiser expects. ``encode`` returns the posterior mean unless ``s
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple, Union
 
 import numpy as np
 import torch
@@ -25,7 +24,7 @@ from .scene import DeviceLike, GaussianScene, SceneError, SceneTooLargeError, ch
 __all__ = ["load_ply", "save_ply", "load_splat", "load_scene", "GaussianScene", "SceneError",
            "SceneTooLargeError", "check_fits"]
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 _PLY_TYPES = {
     "char": "i1", "int8": "i1", "uchar": "u1", "uint8": "u1",
@@ -43,7 +42,7 @@ _F_REST_COUNTS = {0: 0, 9: 1, 24: 2, 45: 3}  # number of f_rest properties -> SH
 class _Element:
     def __init__(self, name: str, count: int):
         self.name, self.count = name, count
-        self.props: List[Tuple[str, str]] = []  # (name, numpy type) ; type "list" for list props
+        self.props: list[tuple[str, str]] = []  # (name, numpy type) ; type "list" for list props
 
     @property
     def fixed_size(self) -> bool:
@@ -53,13 +52,13 @@ class _Element:
         return np.dtype([(name, endian + t) for name, t in self.props])
 
 
-def _read_header(f, path: Path) -> Tuple[str, List[_Element], int]:
+def _read_header(f, path: Path) -> tuple[str, list[_Element], int]:
     """Parse a PLY header; returns (endian '<' or '>', elements, header length in bytes)."""
     magic = f.readline(16)
     if magic.rstrip(b"\r\n") != b"ply":
         raise SceneError(f"{path}: not a PLY file (it does not start with 'ply')")
-    fmt: Optional[str] = None
-    elements: List[_Element] = []
+    fmt: str | None = None
+    elements: list[_Element] = []
     while True:
         line = f.readline(4096)
         if not line:
@@ -101,7 +100,7 @@ def _read_header(f, path: Path) -> Tuple[str, List[_Element], int]:
     return ("<" if fmt == "binary_little_endian" else ">"), elements, f.tell()
 
 
-def _read_vertices(path: Path, device: Optional[DeviceLike]) -> np.ndarray:
+def _read_vertices(path: Path, device: DeviceLike | None) -> np.ndarray:
     size = path.stat().st_size
     with open(path, "rb") as f:
         endian, elements, header_len = _read_header(f, path)
@@ -147,7 +146,7 @@ def _read_vertices(path: Path, device: Optional[DeviceLike]) -> np.ndarray:
     return data
 
 
-def _require_properties(path: Path, names: List[str]) -> None:
+def _require_properties(path: Path, names: list[str]) -> None:
     required = ["x", "y", "z", "f_dc_0", "f_dc_1", "f_dc_2", "opacity",
                 "scale_0", "scale_1", "scale_2", "rot_0", "rot_1", "rot_2", "rot_3"]
     missing = [r for r in required if r not in names]
@@ -155,7 +154,7 @@ def _require_properties(path: Path, names: List[str]) -> None:
         raise SceneError(f"{path}: not a 3DGS PLY: missing vertex properties {', '.join(missing)}")
 
 
-def _sh_degree_of(path: Path, names: List[str]) -> int:
+def _sh_degree_of(path: Path, names: list[str]) -> int:
     rest = sorted(int(p[len("f_rest_"):]) for p in names if p.startswith("f_rest_") and p[7:].isdigit())
     if rest != list(range(len(rest))) or len(rest) not in _F_REST_COUNTS:
         raise SceneError(
@@ -204,7 +203,7 @@ def _check_finite(path: Path, name: str, values: np.ndarray) -> None:
 # ----------------------------------------------------------------------------
 # PLY
 # ----------------------------------------------------------------------------
-def load_ply(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianScene:
+def load_ply(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
     """Read an INRIA 3DGS PLY into an activated :class:`GaussianScene`.
 
     Opacities get ``sigmoid``, scales ``exp``, quaternions are normalised and
@@ -223,7 +222,7 @@ def load_ply(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianSce
     n_rest = sum(1 for p in names if p.startswith("f_rest_"))
     K = n_rest // 3 + 1
 
-    def cols(fields: List[str]) -> np.ndarray:
+    def cols(fields: list[str]) -> np.ndarray:
         return np.stack([data[f].astype(np.float32) for f in fields], axis=-1) if fields else np.zeros((n, 0), np.float32)
 
     means = cols(["x", "y", "z"])
@@ -260,7 +259,7 @@ def load_ply(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianSce
     return scene if device is None else scene.to(device)
 
 
-def _reuse_raw(raw: Optional[np.ndarray], current: np.ndarray, activate, invert) -> np.ndarray:
+def _reuse_raw(raw: np.ndarray | None, current: np.ndarray, activate, invert) -> np.ndarray:
     """Encode ``current`` back to file values, keeping the loaded bits where they still decode to it."""
     encoded = invert(current)
     if raw is None or raw.shape != current.shape:
@@ -313,7 +312,7 @@ def save_ply(scene: GaussianScene, path: PathLike) -> None:
 _SPLAT_DTYPE = np.dtype([("position", "<f4", 3), ("scale", "<f4", 3), ("rgba", "u1", 4), ("rot", "u1", 4)])
 
 
-def load_splat(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianScene:
+def load_splat(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
     """Read an antimatter15 ``.splat`` file (32 bytes per Gaussian) as an SH-degree-0 scene."""
     path = Path(path)
     if not path.is_file():
@@ -344,7 +343,7 @@ def load_splat(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianS
     return scene if device is None else scene.to(device)
 
 
-def load_scene(path: PathLike, device: Optional[DeviceLike] = None) -> GaussianScene:
+def load_scene(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
     """Load a scene by extension: ``.ply`` (INRIA) or ``.splat``."""
     suffix = Path(path).suffix.lower()
     if suffix == ".ply":

@@ -1,7 +1,7 @@
 """The public 3DGS entry point: :func:`rasterize` (projection, SH, tiles, blending)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Literal, Optional, Tuple, get_args
+from typing import Any, Literal, get_args
 
 import torch
 from torch import Tensor
@@ -13,8 +13,8 @@ from .reference import DEFAULT_ALPHA_CAP
 
 RenderMode = Literal["RGB", "D", "ED", "RGB+D", "RGB+ED"]
 RasterizeMode = Literal["classic", "antialiased"]
-RENDER_MODES: Tuple[str, ...] = get_args(RenderMode)
-RASTERIZE_MODES: Tuple[str, ...] = get_args(RasterizeMode)
+RENDER_MODES: tuple[str, ...] = get_args(RenderMode)
+RASTERIZE_MODES: tuple[str, ...] = get_args(RasterizeMode)
 
 
 def rasterize(
@@ -28,19 +28,19 @@ def rasterize(
     width: int,
     height: int,
     *,
-    sh_degree: Optional[int] = None,
+    sh_degree: int | None = None,
     near_plane: float = 0.01,
     far_plane: float = 1e10,
     eps2d: float = 0.3,
     radius_clip: float = 0.0,
-    backgrounds: Optional[Tensor] = None,
+    backgrounds: Tensor | None = None,
     tile_size: int = 16,
     render_mode: RenderMode = "RGB",
     alpha_cap: float = DEFAULT_ALPHA_CAP,
     rasterize_mode: RasterizeMode = "classic",
     backend: Backend = "auto",
     validate: bool = True,
-) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """Render 3D Gaussians into ``C`` cameras; same semantics as gsplat's ``rasterization()``.
 
     Pipeline: project each Gaussian into each camera (EWA splatting with an
@@ -128,7 +128,7 @@ def rasterize(
     return render_colors, render_alphas, meta
 
 
-def expect_shape(name: str, t: Any, shape: Tuple[Any, ...]) -> None:
+def expect_shape(name: str, t: Any, shape: tuple[Any, ...]) -> None:
     """Raise if ``t`` is not a tensor of ``shape`` (ints fixed, None free)."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
@@ -203,9 +203,9 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
 
 
 def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor, colors_c: Tensor,
-                    opacities_c: Tensor, width: int, height: int, *, backgrounds: Optional[Tensor],
+                    opacities_c: Tensor, width: int, height: int, *, backgrounds: Tensor | None,
                     tile_size: int, render_mode: RenderMode, alpha_cap: float, backend: Literal["triton", "torch"]
-                    ) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+                    ) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """The steps after projection, shared by 3DGS and 4DGS: depth channels for the render mode, tile
     intersection and sort, front-to-back blending (``backend`` "triton" or "torch"), expected depth.
 

@@ -23,7 +23,6 @@ Conventions: pixel ``(i, j)`` (row, column) has its centre at
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -71,7 +70,7 @@ def quat_scale_to_covar(quats: Tensor, scales: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------
 # 2. Projection (EWA splatting)
 # ----------------------------------------------------------------------------
-def world_to_camera(means: Tensor, covars: Tensor, viewmats: Tensor) -> Tuple[Tensor, Tensor]:
+def world_to_camera(means: Tensor, covars: Tensor, viewmats: Tensor) -> tuple[Tensor, Tensor]:
     """Means ``[N, 3]`` and covariances ``[N, 3, 3]`` into each camera: ``[C, N, 3]``, ``[C, N, 3, 3]``."""
     R = viewmats[:, :3, :3]  # [C, 3, 3]
     t = viewmats[:, :3, 3]  # [C, 3]
@@ -82,7 +81,7 @@ def world_to_camera(means: Tensor, covars: Tensor, viewmats: Tensor) -> Tuple[Te
 
 def perspective_project(
     means_c: Tensor, covars_c: Tensor, Ks: Tensor, width: int, height: int
-) -> Tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Pinhole projection of camera-space Gaussians.
 
     Args:
@@ -122,13 +121,13 @@ def project_gaussians(
     width: int,
     height: int,
     *,
-    opacities: Optional[Tensor] = None,
+    opacities: Tensor | None = None,
     eps2d: float = 0.3,
     near_plane: float = 0.01,
     far_plane: float = 1e10,
     radius_clip: float = 0.0,
     calc_compensations: bool = False,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """Project 3D Gaussians into ``C`` cameras (gsplat's ``fully_fused_projection``).
 
     Args:
@@ -167,13 +166,13 @@ def project_covariances(
     width: int,
     height: int,
     *,
-    opacities: Optional[Tensor] = None,
+    opacities: Tensor | None = None,
     eps2d: float = 0.3,
     near_plane: float = 0.01,
     far_plane: float = 1e10,
     radius_clip: float = 0.0,
     calc_compensations: bool = False,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor, Optional[Tensor]]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
     """:func:`project_gaussians` from world-space covariances ``covars [N, 3, 3]`` instead of
     quaternions and scales (4DGS slices give covariances). Same arguments and returns."""
     means_c, covars_c = world_to_camera(means, covars, viewmats)
@@ -272,7 +271,7 @@ def spherical_harmonics(degree: int, dirs: Tensor, coeffs: Tensor) -> Tensor:
 # ----------------------------------------------------------------------------
 # 4. Tile intersection
 # ----------------------------------------------------------------------------
-def tile_grid(width: int, height: int, tile_size: int) -> Tuple[int, int]:
+def tile_grid(width: int, height: int, tile_size: int) -> tuple[int, int]:
     """Number of tiles ``(tile_width, tile_height)`` covering the image."""
     return math.ceil(width / tile_size), math.ceil(height / tile_size)
 
@@ -280,7 +279,7 @@ def tile_grid(width: int, height: int, tile_size: int) -> Tuple[int, int]:
 @torch.no_grad()
 def isect_tiles(
     means2d: Tensor, radii: Tensor, depths: Tensor, tile_size: int, tile_width: int, tile_height: int
-) -> Tuple[Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor]:
     """List every (Gaussian, tile) overlap, sorted by (camera, tile, depth).
 
     Args:
@@ -353,7 +352,7 @@ def blend_tile(
     opacities: Tensor,
     pixels: Tensor,
     alpha_cap: float = DEFAULT_ALPHA_CAP,
-) -> Tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Front-to-back blending of ``M`` depth-sorted Gaussians over ``P`` pixels.
 
     Args:
@@ -397,9 +396,9 @@ def rasterize_to_pixels(
     tile_size: int,
     isect_offsets: Tensor,
     flatten_ids: Tensor,
-    backgrounds: Optional[Tensor] = None,
+    backgrounds: Tensor | None = None,
     alpha_cap: float = DEFAULT_ALPHA_CAP,
-) -> Tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Blend projected Gaussians into images, one tile at a time.
 
     Args:

@@ -3,12 +3,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, Optional, Union
+from typing import Any
 
 import torch
 from torch import Tensor
 
-DeviceLike = Union[str, torch.device]
+DeviceLike = str | torch.device
 
 
 class SceneError(ValueError):
@@ -40,7 +40,7 @@ class GaussianScene:
     scales: Tensor
     opacities: Tensor
     sh: Tensor
-    raw: Optional[Dict[str, Any]] = field(default=None, repr=False, compare=False)
+    raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         n = self.means.shape[0] if self.means.dim() == 2 else -1
@@ -68,7 +68,7 @@ class GaussianScene:
     def device(self) -> torch.device:
         return self.means.device
 
-    def to(self, device: DeviceLike, dtype: Optional[torch.dtype] = None) -> "GaussianScene":
+    def to(self, device: DeviceLike, dtype: torch.dtype | None = None) -> GaussianScene:
         """A copy on ``device`` (refused with the numbers if it would not fit there)."""
         device = torch.device(device)
         if device != self.device:
@@ -77,7 +77,7 @@ class GaussianScene:
                 for k in ("means", "quats", "scales", "opacities", "sh")}
         return replace(self, **move)
 
-    def rasterize_args(self) -> Dict[str, Any]:
+    def rasterize_args(self) -> dict[str, Any]:
         """Keyword arguments for :func:`rasterize`: ``rasterize(**scene.rasterize_args(), viewmats=..., ...)``."""
         return {"means": self.means, "quats": self.quats, "scales": self.scales,
                 "opacities": self.opacities, "colors": self.sh, "sh_degree": self.sh_degree}
@@ -141,7 +141,7 @@ def check_fits(
     device: DeviceLike,
     sh_degree: int = 3,
     *,
-    available: Optional[int] = None,
+    available: int | None = None,
     source: str = "scene",
 ) -> int:
     """Refuse, before allocating, a scene that would not fit ``device``.

@@ -15,12 +15,12 @@ Public API:
 Each kernel folder has ``reference.py`` (pure torch) beside ``triton.py``; ``backend="auto"`` picks
 Triton on CUDA and the reference elsewhere.
 """
+from .dataset import DatasetError, PosedImages, load_transforms
 from .field import NerfField, sh_encode, trunc_exp
 from .fit import FitReport, dataset_rays, fit, psnr
 from .hash_encoding import HashGridConfig, hash_encode
 from .marcher import EARLY_STOP, RenderResult, camera_rays, ray_aabb, render_rays
 from .mlp import mlp
-from .dataset import DatasetError, PosedImages, load_transforms
 from .model import NerfConfig, NerfLoadError, NerfModel, is_nerf_dir, load_nerf
 from .occupancy import OccupancyGrid
 from .spheres import Sphere, SphereScene, demo_scene, sphere_views

@@ -9,14 +9,14 @@ the default ``background``: white, the Blender synthetic scenes' convention for 
 from __future__ import annotations
 
 import os
-from typing import Optional, Sequence, Union
+from collections.abc import Sequence
 
 from ..posed_images import DatasetError, PosedImages
 from ..posed_images import load_transforms as _load_transforms
 
 
-def load_transforms(path: Union[str, os.PathLike], *, downscale: int = 1,
-                    background: Sequence[float] = (1.0, 1.0, 1.0), limit: Optional[int] = None) -> PosedImages:
+def load_transforms(path: str | os.PathLike, *, downscale: int = 1,
+                    background: Sequence[float] = (1.0, 1.0, 1.0), limit: int | None = None) -> PosedImages:
     """Read ``transforms.json`` and its images (relative to the JSON's folder), every ``downscale``-th
     pixel box-averaged, RGBA composited over ``background`` (default white), the first ``limit`` frames.
 

@@ -10,7 +10,7 @@ Shapes follow instant-ngp's NeRF network:
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor, nn

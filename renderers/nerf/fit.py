@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable, Optional
 
 import torch
 import torch.nn.functional as F
@@ -57,9 +57,9 @@ def dataset_rays(images: Tensor, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, 
 
 def fit(model: NerfModel, images: Tensor, viewmats: Tensor, Ks: Tensor, *, steps: int = 2000,
         batch_rays: int = 4096, lr: float = 1e-2, loss: str = "huber", occupancy_every: int = 16,
-        occupancy_warmup: int = 256, occupancy_cells: Optional[int] = None, seed: int = 0,
+        occupancy_warmup: int = 256, occupancy_cells: int | None = None, seed: int = 0,
         backend: Backend = "auto", log_every: int = 0,
-        callback: Optional[Callable[[int, float], None]] = None) -> FitReport:
+        callback: Callable[[int, float], None] | None = None) -> FitReport:
     """Train ``model`` in place on posed images.
 
     Args:

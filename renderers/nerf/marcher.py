@@ -24,8 +24,8 @@ on the chunking.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Optional
 
 import torch
 from torch import Tensor
@@ -91,8 +91,8 @@ class RenderResult:
 
 
 def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, step_size: float, *,
-                occupancy: Optional[OccupancyGrid] = None, background: Optional[Tensor] = None,
-                early_stop: float = EARLY_STOP, chunk_steps: int = 64, offsets: Optional[Tensor] = None,
+                occupancy: OccupancyGrid | None = None, background: Tensor | None = None,
+                early_stop: float = EARLY_STOP, chunk_steps: int = 64, offsets: Tensor | None = None,
                 near: float = 0.0) -> RenderResult:
     """March and composite rays ``origins, dirs [R, 3]`` through ``field_fn`` inside ``aabb [6]``.
 

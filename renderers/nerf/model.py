@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional, Sequence, Union
 
 import torch
 from torch import Tensor, nn
@@ -56,7 +56,7 @@ class NerfConfig:
     grid: HashGridConfig = field(default_factory=HashGridConfig)
     hidden: int = 64
     n_geo_features: int = 15
-    step_size: Optional[float] = None
+    step_size: float | None = None
     background: Sequence[float] = (0.0, 0.0, 0.0)
     occupancy_resolution: int = 128
     occupancy_threshold: float = 0.01
@@ -80,7 +80,7 @@ class NerfConfig:
         }
 
     @classmethod
-    def from_dict(cls, d: dict) -> "NerfConfig":
+    def from_dict(cls, d: dict) -> NerfConfig:
         """Inverse of :meth:`to_dict`; raises ``KeyError`` / ``TypeError`` / ``ValueError`` on bad fields."""
         occ = d.get("occupancy", {})
         return cls(aabb=d["aabb"], grid=HashGridConfig(**d["grid"]), hidden=int(d.get("hidden", 64)),
@@ -149,7 +149,7 @@ class NerfModel(nn.Module):
         out["occupancy.bits"] = self.occupancy.packed_bits()
         return out
 
-    def save(self, directory: Union[str, os.PathLike]) -> Path:
+    def save(self, directory: str | os.PathLike) -> Path:
         """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
         from safetensors.torch import save_file
 
@@ -160,7 +160,7 @@ class NerfModel(nn.Module):
         return d
 
 
-def is_nerf_dir(path: Union[str, os.PathLike]) -> bool:
+def is_nerf_dir(path: str | os.PathLike) -> bool:
     """Whether ``path`` looks like a NeRF directory (has a ``config.json`` naming our format) — for
     commands that take either a NeRF directory or a Gaussian-splatting file."""
     cfg = Path(path) / CONFIG_NAME
@@ -172,7 +172,7 @@ def is_nerf_dir(path: Union[str, os.PathLike]) -> bool:
         return False
 
 
-def load_nerf(directory: Union[str, os.PathLike], device="cpu") -> NerfModel:
+def load_nerf(directory: str | os.PathLike, device="cpu") -> NerfModel:
     """Load a NeRF directory written by :meth:`NerfModel.save`.
 
     Raises :class:`NerfLoadError` naming the file and what is wrong: missing directory, config or

@@ -11,7 +11,7 @@ per byte (little-endian bit order) for saving.
 """
 from __future__ import annotations
 
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import Tensor
@@ -48,7 +48,7 @@ class OccupancyGrid:
     def device(self) -> torch.device:
         return self.bits.device
 
-    def to(self, device) -> "OccupancyGrid":
+    def to(self, device) -> OccupancyGrid:
         g = OccupancyGrid(self.aabb.tolist(), self.resolution, threshold=self.threshold, decay=self.decay,
                           device=device)
         g.opacity, g.bits, g.updates = self.opacity.to(device), self.bits.to(device), self.updates

@@ -8,8 +8,8 @@ that miss every sphere see ``background``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import List, Sequence
 
 import torch
 from torch import Tensor
@@ -31,7 +31,7 @@ class Sphere:
 class SphereScene:
     """Spheres (all inside ``aabb``) over a flat background colour; z is up."""
 
-    spheres: List[Sphere]
+    spheres: list[Sphere]
     background: Sequence[float] = (1.0, 1.0, 1.0)
     light_dir: Sequence[float] = (0.4, -0.3, 0.85)  # towards the light
     ambient: float = 0.3

@@ -8,7 +8,6 @@ CPU. Rendering happens on the stage's ``device`` (Triton kernels on CUDA, the to
 from __future__ import annotations
 
 import os
-from typing import Union
 
 import torch
 
@@ -30,7 +29,7 @@ class NerfRenderStage(RenderStage):
         width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
-    def __init__(self, model: Union[NerfModel, str, os.PathLike], *, width: int, height: int, device: str = "cpu",
+    def __init__(self, model: NerfModel | str | os.PathLike, *, width: int, height: int, device: str = "cpu",
                  backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                  budget_ms: float | None = None, name: str = "nerf"):
         super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)

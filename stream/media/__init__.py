@@ -1,10 +1,18 @@
 """Media I/O on PyAV (FFmpeg): audio sources, MP4 / H.264 / JPEG / image-sequence outputs."""
-from .audio import (CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio,
-                    iter_pcm16)
+from .audio import CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio, iter_pcm16
 from .errors import MediaError, open_media
 from .scale import ScaleVideo
-from .video import (PRESETS, H264Encoder, ImageSequenceSink, JpegEncoder, MP4Sink, encoder_opens, iter_video_frames,
-                    read_video, video_port)
+from .video import (
+                    PRESETS,
+                    H264Encoder,
+                    ImageSequenceSink,
+                    JpegEncoder,
+                    MP4Sink,
+                    encoder_opens,
+                    iter_video_frames,
+                    read_video,
+                    video_port,
+)
 
 __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",

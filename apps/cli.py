@@ -5,6 +5,11 @@
     framegraph serve --port 8765
     framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out take.mp4
     framegraph info
+
+Building the parser loads every command's module (for its ``add_arguments``), so a command module imports
+the model and renderer stacks it runs (diffusers, the avatar, the renderers) inside its ``run``, not at its
+top: ``framegraph --help`` answers in about two seconds instead of four. Elsewhere, framegraph's own
+imports sit at the top of each module; the few left inside functions load Triton kernels lazily.
 """
 from __future__ import annotations
 

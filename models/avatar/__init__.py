@@ -11,6 +11,7 @@
 - :mod:`.refine`: ``refine_decoder`` (a trained bundle's VAE decoder trained further, with the reference warp).
 - :mod:`.evaluate`: mouth-openness estimator and ``evaluate_avatar`` (correlation, closed lips, identity SSIM).
 """
+from . import data, evaluate, refine, train, video
 from .bundle import AVATAR_JSON, SMALL_VAE, TINY_VAE, Avatar, AvatarError, load_avatar, random_avatar, save_avatar
 from .graph import STATE_MODES, AvatarGraph, StateOverride, build_avatar_graph, render_avatar_graph
 
@@ -20,18 +21,13 @@ __all__ = ["AVATAR_JSON", "Avatar", "AvatarError", "SMALL_VAE", "TINY_VAE", "loa
 
 def __getattr__(name):  # training / eval pull in more; import them on first use
     if name in ("train_avatar", "AvatarTrainResult", "TrainConfig"):
-        from . import train
         return getattr(train, name)
     if name in ("evaluate_avatar", "mouth_openness", "generate_clip"):
-        from . import evaluate
         return getattr(evaluate, name)
     if name in ("ClipData", "prepare_clips"):
-        from . import data
         return getattr(data, name)
     if name == "refine_decoder":
-        from . import refine
         return refine.refine_decoder
     if name in ("prepare_video", "PreparedVideo"):
-        from . import video
         return getattr(video, name)
     raise AttributeError(name)

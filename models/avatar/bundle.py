@@ -21,6 +21,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from framegraph.models.audio import AudioEncoder, default_encoder
+from framegraph.models.dit import AvatarDiT
+from framegraph.models.synth import astronaut_portrait
+from framegraph.models.vae import VideoVAE, crop_frames, face_crop_box, uint8_to_frames
+
 from ..training import write_json
 
 FORMAT_VERSION = 1
@@ -82,7 +87,6 @@ class Avatar:
 
     def region(self, frames: torch.Tensor | None = None) -> torch.Tensor:
         """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]`` (default: the portrait)."""
-        from framegraph.models.vae import crop_frames
 
         frames = self.portrait[None] if frames is None else frames
         return crop_frames(frames, self.crop_box, self.region_size)
@@ -91,7 +95,6 @@ class Avatar:
     def reference_latent(self) -> torch.Tensor:
         """``float32 [C, h, w]``: the portrait's face region encoded by the VAE (the identity)."""
         if self._reference is None:
-            from framegraph.models.vae import uint8_to_frames
 
             x = uint8_to_frames(self.region()).transpose(0, 1)[None]  # [1, 3, 1, S, S]
             z, _ = self.vae.encode(x.to(self.vae.device))
@@ -140,9 +143,6 @@ def load_avatar(root) -> Avatar:
     """Load an avatar bundle folder; :class:`AvatarError` names the missing / bad file."""
     from PIL import Image
 
-    from framegraph.models.audio import AudioEncoder
-    from framegraph.models.dit import AvatarDiT
-    from framegraph.models.vae import VideoVAE
 
     root = Path(root)
     if not root.is_dir():
@@ -221,12 +221,8 @@ def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box
                   region_size: int = 64, fps: float = 25.0, chunk_frames: int = 1, steps: int = 1, seed: int = 0,
                   vad: bool = False, vae_config: dict | None = None, dit_config: dict | None = None) -> Avatar:
     """A tiny randomly initialised avatar (default: the astronaut portrait) — for tests of the plumbing."""
-    from framegraph.models.audio import default_encoder
-    from framegraph.models.dit import AvatarDiT
-    from framegraph.models.vae import VideoVAE, face_crop_box
 
     if portrait is None:
-        from framegraph.models.synth import astronaut_portrait
 
         p = astronaut_portrait()
         portrait, crop_box = p.image, crop_box or face_crop_box(p.image.shape[:2], p.face_box, p.mouth_box)

@@ -26,6 +26,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from framegraph.models.audio import LISTENING, SileroVAD, VoiceActivity, extract, state_vector
+from framegraph.models.vae import load_face_clips, uint8_to_frames
+from framegraph.stream.media import MediaError, decode_audio, read_video
+
+from .video_io import align_audio
+
 
 @dataclass
 class ClipData:
@@ -44,9 +50,7 @@ class ClipData:
 
 def clip_audio(path) -> np.ndarray:
     """The clip's audio as int16 mono 16 kHz samples, aligned so sample 0 is at video time 0."""
-    from framegraph.stream.media import MediaError, decode_audio, read_video
 
-    from .video_io import align_audio
 
     info = read_video(path)
     audio = info["audio"]
@@ -59,7 +63,6 @@ def clip_audio(path) -> np.ndarray:
 
 def state_labels(outputs, truth_frames: list[dict] | None, n: int) -> torch.Tensor:
     """``float32 [n, 4]`` from the front end's per-frame outputs, ``listening`` from the ground truth."""
-    from framegraph.models.audio import LISTENING, state_vector
 
     rows = []
     for k in range(n):
@@ -90,7 +93,6 @@ def _fingerprint(vae, audio_encoder, videos: list[Path], region_size: int, vad: 
 @torch.no_grad()
 def encode_frames(vae, frames: torch.Tensor, chunk: int = 8) -> torch.Tensor:
     """``uint8 [T, S, S, 3]`` → normalised latents ``float32 [C, T, h, w]`` (streamed with the cache)."""
-    from framegraph.models.vae import uint8_to_frames
 
     cache, zs = None, []
     for s in range(0, frames.shape[0], chunk):
@@ -109,8 +111,6 @@ def prepare_clips(clips_dir, vae, audio_encoder, *, region_size: int, fps: float
     reused while the fingerprint (models + clip files) matches."""
     from tqdm import tqdm
 
-    from framegraph.models.audio import SileroVAD, VoiceActivity, extract
-    from framegraph.models.vae import load_face_clips
 
     folder = Path(clips_dir)
     videos = sorted(folder.glob("clip_*.mp4"))[:max_clips] if folder.is_dir() else []

@@ -39,9 +39,14 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from framegraph.models.synth import astronaut_portrait
+from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import AudioFileSource, iter_video_frames, open_media, read_video
+from framegraph.stream.progress import run_with_progress
 
 from .bundle import Avatar
+from .graph import avatar_composite, build_avatar_graph
 
 DARK_FRACTION = 0.55
 MAX_JAW_DROP = 0.32
@@ -136,7 +141,6 @@ class IdentityMeter:
         win = 7
         m = torch.from_numpy(mask[cy0:cy1, cx0:cx1]).float()
         self.ssim_mask = m[win // 2:m.shape[0] - win // 2, win // 2:m.shape[1] - win // 2]  # valid centres
-        from framegraph.models.vae import uint8_to_frames
 
         self.ref_crop = uint8_to_frames(torch.from_numpy(self.ref[cy0:cy1, cx0:cx1]))[None]
         self._warp = np.eye(2, 3, dtype=np.float32)
@@ -178,7 +182,6 @@ class IdentityMeter:
         return np.round(a * posed + (1.0 - a) * self.ref).astype(np.uint8)
 
     def _scores(self, frame: np.ndarray, reference: np.ndarray | None = None) -> tuple[float, float]:
-        from framegraph.models.vae import ssim_map, uint8_to_frames
 
         x0, y0, x1, y1 = self.crop
         a = uint8_to_frames(torch.from_numpy(np.ascontiguousarray(frame[y0:y1, x0:x1])))[None]
@@ -265,9 +268,7 @@ def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = No
                   total: int | None = None) -> dict:
     """Run the avatar graph on ``audio_path`` (any file with audio) into ``out_mp4``. ``meter`` also
     receives every composited frame (before the codec). Returns the graph's report."""
-    from framegraph.stream.media import AudioFileSource
 
-    from .graph import build_avatar_graph
 
     ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), steps=steps, vad=vad,
                             seed=seed)
@@ -275,7 +276,6 @@ def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = No
         ag.graph.add(meter)
         ag.graph.connect(ag.composite, meter, "video", "video", capacity=4)
     if progress:
-        from framegraph.stream.progress import run_with_progress
 
         return run_with_progress(ag.graph, ag.sink, total, desc="generate")
     return ag.graph.run()
@@ -321,7 +321,6 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
     Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift`` block (minute ``n``
     minus minute 1). ``identity_ssim_mp4`` (the same measure on the written H.264 file) is computed for
     clips up to ``codec_check_max_frames`` frames."""
-    from framegraph.stream.media import iter_video_frames
 
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
     frames_gt = truth.get("frames") or []
@@ -336,7 +335,6 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
         got = "no frames" if first is None else f"{first.shape[1]}x{first.shape[0]}"
         raise ValueError(f"evaluate_avatar: the clip is {got} but the avatar's portrait is "
                          f"{portrait.shape[1]}x{portrait.shape[0]}")
-    from .graph import avatar_composite
 
     drawn = avatar_composite(avatar).frame_alpha().numpy()  # where the avatar's frames move
     meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip), drawn=drawn)
@@ -347,7 +345,6 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
                       total=len(frames_gt))
         seconds = time.monotonic() - t0
         n = min(len(frames_gt), len(meter.rows))
-        from framegraph.stream.media import open_media
 
         container = open_media(target)
         has_audio = bool(container.streams.audio)
@@ -387,14 +384,12 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
 
 def estimator_check(clip, truth) -> dict:
     """The openness estimator on a real clip vs its ground truth (no model involved)."""
-    from framegraph.stream.media import read_video
 
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
     frames = torch.from_numpy(read_video(clip)["frames"])
     p = truth["portrait"]
     reference = frames[0] if p.get("name") != "astronaut" else None
     if reference is None:
-        from framegraph.models.synth import astronaut_portrait
 
         reference = torch.from_numpy(np.array(astronaut_portrait().image, copy=True))
     n = min(len(truth["frames"]), frames.shape[0])

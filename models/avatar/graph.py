@@ -22,9 +22,14 @@ from dataclasses import dataclass
 
 import torch
 
+from framegraph.models.audio import IDLE, LISTENING, SPEAKING, STATE_DIM, AudioFeatures
+from framegraph.models.composite import Composite
+from framegraph.models.dit import Denoiser
+from framegraph.models.vae import VAEDecode
 from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream.media import AudioFileSource, MP4Sink, ScaleVideo, decode_audio
 
-from .bundle import Avatar
+from .bundle import Avatar, load_avatar
 
 STATE_MODES = ("auto", "speaking", "listening", "idle")
 # Live streams: a frame whose audio arrived longer ago than this is skipped rather than generated late, so a
@@ -39,7 +44,6 @@ class StateOverride(Stage):
 
     def __init__(self, *, device: str = "cpu", mode: str = "auto", name: str = "state"):
         super().__init__(name)
-        from framegraph.models.audio import STATE_DIM
 
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
         self.outputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
@@ -54,7 +58,6 @@ class StateOverride(Stage):
             self.mode = mode
 
     def process(self, inputs, out):
-        from framegraph.models.audio import IDLE, LISTENING, SPEAKING
 
         src = inputs["state"].data
         f = out.write("state")
@@ -90,7 +93,6 @@ class AvatarGraph:
 def avatar_composite(avatar: Avatar, device: str = "cpu"):
     """The :class:`~framegraph.models.composite.Composite` stage that pastes the avatar's generated region
     into its portrait (default feathered ellipse)."""
-    from framegraph.models.composite import Composite
 
     return Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device)
 
@@ -119,10 +121,6 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
         max_lag_ms: live (realtime clock): the Denoiser skips frames whose audio is older than this, so a
             machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
     """
-    from framegraph.models.audio import AudioFeatures
-    from framegraph.models.dit import Denoiser
-    from framegraph.models.vae import VAEDecode
-    from framegraph.stream.media import MP4Sink
 
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
@@ -165,9 +163,7 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
     kept (:class:`~framegraph.stream.media.ScaleVideo`)."""
     import math
 
-    from framegraph.stream.media import AudioFileSource, MP4Sink, ScaleVideo, decode_audio
 
-    from .bundle import load_avatar
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     avatar = load_avatar(avatar_dir)

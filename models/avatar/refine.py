@@ -18,6 +18,8 @@ import shutil
 import time
 from pathlib import Path
 
+from framegraph.models.vae import load_face_clips, redrawable, train_vae, with_reference_warp
+
 from .bundle import PARTS, AvatarError, load_avatar, save_avatar
 
 WORK = "train"
@@ -37,7 +39,6 @@ def refine_decoder(avatar_dir, clips_dir, out_dir, *, steps: int = 400, batch: i
     latents as it does from the encoder's. ``steps`` / ``batch`` / ``clip_frames`` / ``lr``: the VAE
     trainer's settings. Raises :class:`AvatarError` for a bad bundle, a bundle whose VAE cannot take the
     warp, or ``out_dir`` being the source bundle (it is never overwritten)."""
-    from framegraph.models.vae import load_face_clips, redrawable, train_vae, with_reference_warp
 
     src, out = Path(avatar_dir), Path(out_dir)
     if out.resolve() == src.resolve():

@@ -41,6 +41,18 @@ from typing import Literal
 import torch
 
 from framegraph import assets
+from framegraph.models.audio import AudioEncoder, default_encoder
+from framegraph.models.audio.train import (
+    clip_tensors,
+    load_clip_targets,
+    train_audio_encoder,
+)
+from framegraph.models.composite import load_background
+from framegraph.models.dit import AvatarDiT, generate
+from framegraph.models.sampler import distill_loss, flow_matching_loss
+from framegraph.models.synth import clips_portrait
+from framegraph.models.vae import VideoVAE, box_to_region, train_vae
+from framegraph.stream.media import read_video
 
 from ..dit.model import DiTPreset
 from ..training import (
@@ -53,7 +65,7 @@ from ..training import (
     write_json,
 )
 from .bundle import SMALL_VAE, TINY_VAE, Avatar, save_avatar
-from .data import ClipData, prepare_clips, sample_windows
+from .data import ClipData, clip_audio, prepare_clips, sample_windows
 
 PHASES = ("vae", "audio", "data", "flow", "distill", "rollout")
 DIT_PHASES = ("flow", "distill", "rollout")
@@ -110,7 +122,6 @@ def mouth_latent_weight(mouth_box, crop_box, region_size: int, latent_hw: tuple[
     down by the largest jaw drop), 1 elsewhere; None without a mouth box or for weight 1."""
     if mouth_box is None or weight == 1.0:
         return None
-    from framegraph.models.vae import box_to_region
 
     x, y, w, h = (float(v) for v in mouth_box)
     x, y, w, h = box_to_region((x - 2, y - 2, w + 4, h + 4 + max_jaw_drop * w), crop_box, region_size)
@@ -135,16 +146,13 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
     (:func:`framegraph.models.synth.clips_portrait`); else the per-pixel median of the first clip's frames."""
     import numpy as np
 
-    from framegraph.models.synth import clips_portrait
 
     if portrait is not None:
-        from framegraph.models.composite import load_background
 
         return load_background(portrait)
     drawn_on = clips_portrait(portrait_json, clips_dir)
     if drawn_on is not None:
         return torch.from_numpy(np.array(drawn_on, copy=True))
-    from framegraph.stream.media import read_video
 
     videos = sorted(Path(clips_dir).glob("clip_*.mp4"))
     if not videos:
@@ -161,7 +169,6 @@ def _report_of(folder: Path) -> dict:
 def _vae_phase(cfg: TrainConfig, clips_dir: Path, work: Path, background: torch.Tensor, *, device: str,
                resume: bool, progress: bool) -> tuple[object, dict]:
     """(1) The VideoVAE of the face region (``work/vae``) on ``device``, frozen, and its training report."""
-    from framegraph.models.vae import VideoVAE, train_vae
 
     folder = work / "vae"
 
@@ -187,7 +194,6 @@ def _vae_phase(cfg: TrainConfig, clips_dir: Path, work: Path, background: torch.
 def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
                  progress: bool) -> tuple[object, dict]:
     """(2) The audio encoder for this avatar and a report of where it came from (see the module docstring)."""
-    from framegraph.models.audio import AudioEncoder, default_encoder
 
     if cfg.audio_from:
         src = Path(cfg.audio_from)
@@ -211,14 +217,7 @@ def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
 def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progress: bool) -> tuple[object, dict]:
     """The seeded encoder trained on the clips' ground-truth mouth parameters (written to ``folder``); clips
     without them (a person's own video) take the encoder the shipped avatar learnt on speech instead."""
-    from framegraph.models.audio import AudioEncoder, default_encoder
-    from framegraph.models.audio.train import (
-        clip_tensors,
-        load_clip_targets,
-        train_audio_encoder,
-    )
 
-    from .data import clip_audio
 
     encoder = default_encoder(cfg.seed)
     clips = []
@@ -260,7 +259,6 @@ class _DiTTraining:
 
     def __init__(self, cfg: TrainConfig, work: Path, dit_config: dict, clips: list[ClipData], ref: torch.Tensor,
                  weight: torch.Tensor | None, *, device: str, resume: bool):
-        from framegraph.models.dit import AvatarDiT
 
         self.cfg, self.work, self.clips, self.ref, self.weight, self.device = cfg, work, clips, ref, weight, device
         self.state_path = work / "trainer_state.pt"
@@ -343,8 +341,6 @@ class _DiTTraining:
         """One batch of windows of the clips and the phase's loss on it: flow matching (flow; rollout before
         any distillation), else consistency distillation from the teacher towards the EMA; rollout feeds the
         model's own generation as the clean context."""
-        from framegraph.models.dit import generate
-        from framegraph.models.sampler import distill_loss, flow_matching_loss
 
         cfg, model = self.cfg, self.model
         k, B = cfg.frames_per_block, cfg.batch

@@ -35,6 +35,9 @@ from pathlib import Path
 
 import numpy as np
 
+from framegraph.models.synth.portrait import PortraitError, _cascade, detect_face_regions
+from framegraph.models.vae import face_crop_box
+
 from ..training import write_json
 from .video_io import (
     SAMPLE_RATE,
@@ -111,7 +114,6 @@ def locate_face(path, samples: list[np.ndarray], scale: float) -> dict:
     ``samples`` (frames shrunk by ``scale``): the median of the detections that agree with the median.
 
     Raises :class:`~framegraph.stream.media.MediaError` when no face (or a face in too few frames) is found."""
-    from framegraph.models.synth.portrait import PortraitError, _cascade, detect_face_regions
 
     for name in ("haarcascade_frontalface_default.xml", "haarcascade_smile.xml", "haarcascade_eye.xml"):
         _cascade(name)  # a missing OpenCV / cascade is its own error, not "no face"
@@ -268,7 +270,6 @@ def _output_frame(path: str, W: int, H: int, face_box: Box | None, mouth_box: Bo
     ``max_side``, kept larger where the face region would be smaller than ``region_size``, never scaled
     up), the face and mouth boxes in it and the face crop box ``(x, y, size)``; raises when the face is too
     small for the region."""
-    from framegraph.models.vae import face_crop_box
 
     crop_src = face_crop_box((H, W), face_box, mouth_box)[2]
     what = (f"face {face_box[2]:.0f}x{face_box[3]:.0f} px" if face_box is not None else

@@ -12,21 +12,19 @@ from fractions import Fraction
 
 import numpy as np
 
-from framegraph.stream.media import SAMPLE_RATE
+from framegraph.stream.media import PRESETS, SAMPLE_RATE, MediaError, open_media
 
 DETECT_MAX_SIDE = 1024  # frames are searched for the face at most this large (speed)
 
 
 def media_error(path, problem: str):
     """A :class:`~framegraph.stream.media.MediaError` (a ``ValueError``) naming the file and the problem."""
-    from framegraph.stream.media import MediaError
 
     return MediaError(path, problem)
 
 
 def open_video(path):
     """The container, its first video stream and its first audio stream (None when there is none)."""
-    from framegraph.stream.media import open_media
 
     container = open_media(path)
     if not container.streams.video:
@@ -166,7 +164,6 @@ class ClipWriter:
     def __init__(self, path: str, width: int, height: int, fps: int):
         import av
 
-        from framegraph.stream.media import PRESETS
 
         self.path = path
         self.partial = path[:-4] + ".partial.mp4"

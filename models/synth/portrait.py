@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 from PIL import Image, UnidentifiedImageError
 
+import framegraph.assets
+
 Box = tuple[float, float, float, float]
 
 
@@ -65,7 +67,6 @@ class Portrait:
 
 def portraits_folder() -> Path:
     """``assets/portraits`` of the installed framegraph."""
-    import framegraph.assets
 
     return Path(framegraph.assets.__file__).parent / "portraits"
 

@@ -20,6 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from framegraph.models.synth import can_render_truth, render_truth
+from framegraph.stream.media import read_video
+
 Box = tuple[float, float, float, float]
 
 
@@ -169,7 +172,6 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
     codec (:func:`framegraph.models.synth.render_truth`) as :attr:`FaceClips.targets`; check first with
     :func:`redrawable`. Raises ``FileNotFoundError`` / ``ValueError`` naming the folder or file when
     there are no clips, a clip has no JSON, or frame counts disagree."""
-    from framegraph.stream.media import read_video
 
     folder = Path(clips_dir)
     if not folder.is_dir():
@@ -196,7 +198,6 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
         n = min(len(per_frame), pixels.shape[0]) if per_frame else pixels.shape[0]
         frames.append(crop_frames(pixels[:n], crop_box, size))
         if redraw_targets:
-            from framegraph.models.synth import render_truth
 
             clean = render_truth(truth_path, max_frames=n)
             if clean.shape != pixels[:n].shape:
@@ -212,7 +213,6 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
 def redrawable(clips_dir, max_clips: int | None = None) -> bool:
     """True when every clip of the folder can be redrawn from its JSON (``load_face_clips(...,
     redraw_targets=True)`` will work): synthetic clips whose portrait image is known."""
-    from framegraph.models.synth import can_render_truth
 
     videos = sorted(Path(clips_dir).glob("clip_*.mp4"))[:max_clips]
     return bool(videos) and all(can_render_truth(v.with_suffix(".json")) for v in videos)

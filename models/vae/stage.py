@@ -19,7 +19,7 @@ import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
 
-from .model import VideoVAE
+from .model import VideoVAE, uint8_to_frames
 
 
 class VAEDecode(Stage):
@@ -64,7 +64,6 @@ class VAEDecode(Stage):
             if tuple(reference.shape) != (h, w, 3) or reference.dtype != torch.uint8:
                 raise ValueError(f"VAEDecode: reference must be uint8 [{h}, {w}, 3], got {reference.dtype} "
                                  f"{list(reference.shape)}")
-            from .model import uint8_to_frames
 
             self.reference = uint8_to_frames(reference.cpu())[None].to(device=device, dtype=dtype)
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}

@@ -47,7 +47,7 @@ import torch
 from torch import Tensor
 
 from ..training import REPORT, cpu_threads, lr_at, write_json
-from .data import FaceClips, face_clips_from_frames, load_face_clips, redrawable
+from .data import FaceClips, crop_frames, face_clips_from_frames, load_face_clips, redrawable
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim
 from .model import VideoVAE, uint8_to_frames
 
@@ -143,7 +143,6 @@ def reference_region(reference_image: Tensor | None, clips: FaceClips) -> Tensor
     """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1]:
     ``reference_image`` is ``uint8 [S, S, 3]`` (already the region) or ``[H, W, 3]`` (a full frame, cut
     with the clips' crop box)."""
-    from .data import crop_frames
 
     if reference_image is None:
         raise ValueError("train_vae: this VAE (reference_skip) decodes with an identity reference; pass "

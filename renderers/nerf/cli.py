@@ -11,6 +11,11 @@ import sys
 
 import torch
 
+from .dataset import load_transforms
+from .fit import fit, psnr
+from .hash_encoding import HashGridConfig
+from .model import NerfConfig, NerfModel
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("transforms", help="transforms.json (camera-to-world OpenGL poses; images relative to it)")
@@ -36,10 +41,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from .dataset import load_transforms
-    from .fit import fit, psnr
-    from .hash_encoding import HashGridConfig
-    from .model import NerfConfig, NerfModel
 
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     data = load_transforms(args.transforms, downscale=args.downscale, background=args.background)

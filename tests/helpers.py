@@ -3,10 +3,13 @@ from __future__ import annotations
 
 import threading
 import time
+from pathlib import Path
 
 import torch
 
 from framegraph.stream import EndOfStream, PortSpec, Stage
+
+REPO = Path(__file__).resolve().parents[1]  # the checkout
 
 
 class CountSource(Stage):

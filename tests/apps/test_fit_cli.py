@@ -7,13 +7,14 @@ import torch
 from PIL import Image
 
 from framegraph.apps.fit import main
+from framegraph.assets import path as asset
 from framegraph.renderers.cameras import OPENGL_TO_OPENCV
 from framegraph.renderers.fit import load_transforms, psnr, synthetic_dataset
 from framegraph.renderers.gaussians import load_ply, rasterize
 from framegraph.renderers.stages import orbit_for_scene
 
 W, H = 32, 24
-DEMO = Path(__file__).resolve().parents[1] / "assets" / "scenes" / "toy.ply"
+DEMO = asset("scenes", "toy.ply")
 
 
 @pytest.fixture(scope="module")

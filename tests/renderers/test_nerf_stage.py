@@ -1,15 +1,15 @@
 """The shipped demo NeRF, and NeRFs as stream stages (CameraSource -> NerfRenderStage -> sink)."""
-from pathlib import Path
 
 import pytest
 import torch
 
+from framegraph.assets import path as asset
 from framegraph.renderers.nerf import NerfLoadError, demo_scene, load_nerf, psnr
 from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Graph, PortSpec, Stage
 
-DEMO = Path(__file__).resolve().parents[1] / "assets" / "nerf" / "spheres"
+DEMO = asset("nerf", "spheres")
 
 
 @pytest.fixture(scope="module")

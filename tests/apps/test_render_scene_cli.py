@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from framegraph.apps.cli import main
+from framegraph.assets import path as asset
 from framegraph.renderers.cameras import look_at
 from framegraph.renderers.gaussians import random_scene, rasterize, save_ply
 from framegraph.renderers.stages import CameraSource, GaussianRenderStage, orbit_for_scene
@@ -92,9 +93,8 @@ def test_render_scene_cli_bad_inputs(tmp_path, capsys):
 
 
 def test_render_4dgs_checkpoint_cli(tmp_path, capsys):
-    from pathlib import Path
 
-    demo = Path(__file__).resolve().parents[1] / "assets" / "scenes4d" / "bouncing_ball.pth"
+    demo = asset("scenes4d", "bouncing_ball.pth")
     out = tmp_path / "ball.mp4"
     assert main(["render", "--scene", str(demo), "--seconds", "0.5", "--fps", "8", "--size", "48x32",
                  "--out", str(out), "--device", "cpu"]) == 0
@@ -109,9 +109,8 @@ def test_render_4dgs_checkpoint_cli(tmp_path, capsys):
 
 
 def test_render_nerf_directory_cli(tmp_path):
-    from pathlib import Path
 
-    demo = Path(__file__).resolve().parents[1] / "assets" / "nerf" / "spheres"
+    demo = asset("nerf", "spheres")
     out = tmp_path / "nerf.mp4"
     assert main(["render", "--scene", str(demo), "--seconds", "0.25", "--fps", "8", "--size", "32x24",
                  "--out", str(out), "--device", "cpu"]) == 0

@@ -1,15 +1,15 @@
 """`framegraph render --avatar DIR --audio FILE`: the shipped avatar speaks a file to MP4, A/V together."""
 import wave
-from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
 from framegraph.apps.cli import main
+from framegraph.assets import path as asset
 from framegraph.stream.media import read_video
 
-SHIPPED = Path(__file__).resolve().parents[1] / "assets" / "avatars" / "astronaut"
+SHIPPED = asset("avatars", "astronaut")
 
 
 def test_render_shipped_avatar_from_audio(tmp_path, capsys):

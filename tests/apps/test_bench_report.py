@@ -6,10 +6,12 @@ import json
 import os
 from pathlib import Path
 
+from helpers import REPO
+
 from framegraph.apps.bench import BENCHES
 from framegraph.apps.cli import main
 
-RESULTS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "benchmarks", "results")
+RESULTS = str(REPO / "benchmarks" / "results")
 
 
 def test_bench_report_collects_json_into_html_and_png(tmp_path, capsys):

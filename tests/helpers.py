@@ -10,6 +10,7 @@ import torch
 from framegraph.stream import EndOfStream, PortSpec, Stage
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout
+DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where kernel tests run (Triton's interpreter on CPU)
 
 
 class CountSource(Stage):

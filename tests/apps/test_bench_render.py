@@ -2,15 +2,10 @@
 JSON, refusal of scenes that do not fit, and the PNG."""
 import argparse
 import json
-import os
 
 import pytest
-import torch
 
-if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-from framegraph.apps.bench import render as bench_render  # noqa: E402
+from framegraph.apps.bench import render as bench_render
 
 
 def _run(*argv):

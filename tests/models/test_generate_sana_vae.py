@@ -6,10 +6,10 @@ import pytest
 import torch
 
 diffusers = pytest.importorskip("diffusers")
-from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel  # noqa: E402
+from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel
 
-from framegraph.kernels.processors import install_block_linear_processors  # noqa: E402
-from framegraph.models.generate import (  # noqa: E402
+from framegraph.kernels.processors import install_block_linear_processors
+from framegraph.models.generate import (
     SanaVideoStream,
     WanDecodeState,
     decode_chunk,

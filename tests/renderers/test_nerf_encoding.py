@@ -1,16 +1,11 @@
 """NeRF hash encoding: the reference's defining properties, and the Triton kernels against it."""
 import math
-import os
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from framegraph.kernels.backend import triton_available  # noqa: E402
-from framegraph.renderers.nerf.hash_encoding import (  # noqa: E402
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers.nerf.hash_encoding import (
     HashGridConfig,
     hash_encode,
     hash_encode_reference,

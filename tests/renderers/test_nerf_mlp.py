@@ -1,18 +1,13 @@
 """NeRF MLPs: the fused Triton kernel against its torch twin; SH encoding; trunc_exp."""
 import math
-import os
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from framegraph.kernels.backend import triton_available  # noqa: E402
-from framegraph.renderers.nerf import NerfField, sh_encode, trunc_exp  # noqa: E402
-from framegraph.renderers.nerf.hash_encoding import HashGridConfig  # noqa: E402
-from framegraph.renderers.nerf.mlp import init_weights, mlp, mlp_forward  # noqa: E402
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers.nerf import NerfField, sh_encode, trunc_exp
+from framegraph.renderers.nerf.hash_encoding import HashGridConfig
+from framegraph.renderers.nerf.mlp import init_weights, mlp, mlp_forward
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
 needs_triton = pytest.mark.skipif(not triton_available(torch.device(DEV)), reason="triton (or its interpreter) not available")

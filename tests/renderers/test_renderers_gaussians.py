@@ -9,16 +9,12 @@ in depth order. gsplat itself needs CUDA to build, so this stands in for the
 import math
 import os
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from framegraph.kernels.backend import triton_available  # noqa: E402
-from framegraph.renderers.cameras import intrinsics, look_at  # noqa: E402
-from framegraph.renderers.gaussians import random_scene, rasterize, reference  # noqa: E402
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers.cameras import intrinsics, look_at
+from framegraph.renderers.gaussians import random_scene, rasterize, reference
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()

@@ -3,26 +3,13 @@
 Without CUDA the Triton kernels run on CPU through Triton's interpreter; TRITON_INTERPRET must be set
 before framegraph's kernel modules are imported (they are imported lazily, on first use).
 """
-import os
-import sys
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    # Triton's interpreter: read when triton (and each framegraph kernel module) is first imported.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _standard = sys.modules.get("triton.language.standard")
-    if _standard is not None and any(type(f).__name__ == "JITFunction" for f in vars(_standard).values()):
-        pytest.skip(
-            "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module); run the kernel "
-            "tests in their own process or set TRITON_INTERPRET=1 in conftest.py",
-            allow_module_level=True,
-        )
+from helpers import DEVICE
 
 from framegraph.kernels.block_linear_attention import LinearAttentionState, block_linear_attention, zero_state
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 gpu = pytest.mark.gpu
 requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 

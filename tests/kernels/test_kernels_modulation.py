@@ -1,24 +1,10 @@
 """Fused DiT elementwise ops (norm_modulate, gate_residual): Triton vs reference vs diffusers' sequence."""
-import os
-import sys
 
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    # Triton's interpreter: read when triton (and each framegraph kernel module) is first imported.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _standard = sys.modules.get("triton.language.standard")
-    if _standard is not None and any(type(f).__name__ == "JITFunction" for f in vars(_standard).values()):
-        pytest.skip(
-            "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module); run the kernel "
-            "tests in their own process or set TRITON_INTERPRET=1 in conftest.py",
-            allow_module_level=True,
-        )
+from helpers import DEVICE
 
 from framegraph.kernels.modulation import gate_residual, norm_modulate
-
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def randn(*shape, seed=0, dtype=torch.float32):

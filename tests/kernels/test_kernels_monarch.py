@@ -5,32 +5,19 @@ Without CUDA the Triton kernels run on CPU through Triton's interpreter; TRITON_
 before framegraph's kernel modules are imported (they are imported lazily, on first use).
 """
 import math
-import os
-import sys
 
 import pytest
 import torch
+from helpers import DEVICE
 
-if not torch.cuda.is_available():
-    # Triton's interpreter: read when triton (and each framegraph kernel module) is first imported.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _standard = sys.modules.get("triton.language.standard")
-    if _standard is not None and any(type(f).__name__ == "JITFunction" for f in vars(_standard).values()):
-        pytest.skip(
-            "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module); run the kernel "
-            "tests in their own process or set TRITON_INTERPRET=1 in conftest.py",
-            allow_module_level=True,
-        )
-
-from framegraph.kernels.monarch_attention import (  # noqa: E402
+from framegraph.kernels.monarch_attention import (
     monarch_attention,
     monarch_factors,
     monarch_matrix,
     softmax_attention,
 )
-from framegraph.kernels.monarch_attention.reference import token_causal_mask  # noqa: E402
+from framegraph.kernels.monarch_attention.reference import token_causal_mask
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 gpu = pytest.mark.gpu
 
 

@@ -24,7 +24,7 @@ from framegraph.renderers.gaussians4d.io import CAPTURE_FIELDS
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 
-ASSET = Path(__file__).resolve().parents[1] / "assets" / "scenes4d" / "bouncing_ball.pth"
+ASSET = Path(__file__).resolve().parents[2] / "assets" / "scenes4d" / "bouncing_ball.pth"
 W, H = 64, 48
 
 

@@ -1,27 +1,14 @@
 """MonarchAttnProcessor inside a tiny random WanTransformer3DModel (no downloads)."""
-import os
-import sys
 
 import pytest
 import torch
 
-if not torch.cuda.is_available():
-    # Triton's interpreter: read when triton (and each framegraph kernel module) is first imported.
-    os.environ["TRITON_INTERPRET"] = "1"
-    _standard = sys.modules.get("triton.language.standard")
-    if _standard is not None and any(type(f).__name__ == "JITFunction" for f in vars(_standard).values()):
-        pytest.skip(
-            "triton was imported before TRITON_INTERPRET=1 was set (by an earlier test module); run the kernel "
-            "tests in their own process or set TRITON_INTERPRET=1 in conftest.py",
-            allow_module_level=True,
-        )
-
 diffusers = pytest.importorskip("diffusers")
-from diffusers import WanTransformer3DModel  # noqa: E402
+from diffusers import WanTransformer3DModel
+from helpers import DEVICE
 
-from framegraph.kernels.processors import MonarchAttnProcessor, install_monarch_processors  # noqa: E402
+from framegraph.kernels.processors import MonarchAttnProcessor, install_monarch_processors
 
-DEVICE = "cuda" if torch.cuda.is_available() else "cpu"
 FRAMES, HEIGHT, WIDTH = 3, 8, 32  # latent; patch (1, 2, 2) -> grid (3, 4, 16), 192 tokens
 GRID = (FRAMES, HEIGHT // 2, WIDTH // 2)
 

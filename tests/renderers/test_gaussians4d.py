@@ -7,19 +7,15 @@ transcription of fudan-zvg's ``eval_shfs_4d`` polynomial forms.
 import math
 import os
 
+import pytest
 import torch
 
-if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only machines
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-from framegraph.kernels.backend import triton_available  # noqa: E402
-from framegraph.renderers.cameras import intrinsics, look_at  # noqa: E402
-from framegraph.renderers.gaussians import rasterize  # noqa: E402
-from framegraph.renderers.gaussians import reference as ref3d  # noqa: E402
-from framegraph.renderers.gaussians4d import CULL_THRESHOLD, random_scene_4d, rasterize_4d  # noqa: E402
-from framegraph.renderers.gaussians4d import reference as ref  # noqa: E402
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers.cameras import intrinsics, look_at
+from framegraph.renderers.gaussians import rasterize
+from framegraph.renderers.gaussians import reference as ref3d
+from framegraph.renderers.gaussians4d import CULL_THRESHOLD, random_scene_4d, rasterize_4d
+from framegraph.renderers.gaussians4d import reference as ref
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> int:
     report = {
         "command": " ".join(["framegraph", "fit"] + sys.argv[2:]) if sys.argv[1:2] == ["fit"]
         else " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "git_commit": git_commit(), "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "git_commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
         "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
         "cuda_device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else None,

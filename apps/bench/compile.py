@@ -71,8 +71,8 @@ def registry() -> list[Kernel]:
     """Every Triton kernel of framegraph, in each production configuration it is launched with."""
     from framegraph.renderers.gaussians import triton as gs
     from framegraph.renderers.gaussians4d import triton as gs4d
-    from framegraph.renderers.nerf.hash_encoding import triton as hash_tri
     from framegraph.renderers.nerf.field import SH_DIMS
+    from framegraph.renderers.nerf.hash_encoding import triton as hash_tri
     from framegraph.renderers.nerf.mlp import triton as mlp_tri
     from framegraph.renderers.nerf.model import NerfConfig
 

@@ -22,7 +22,6 @@ Kernels run on CUDA, or on CPU through Triton's interpreter
 (``TRITON_INTERPRET=1`` set before this module is imported). Projection,
 spherical harmonics and tile sorting stay in torch (``reference.py``).
 """
-from typing import Optional, Tuple
 
 import torch
 import triton
@@ -227,7 +226,7 @@ def rasterize_fwd(
     height: int,
     tile_size: int,
     alpha_cap: float,
-) -> Tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Blended colour ``[C, H, W, D]`` (no background) and transmittance ``[C, H, W]``.
 
     ``means2d [C, N, 2]``, ``conics [C, N, 3]``, ``colors [C, N, D]``,
@@ -270,7 +269,7 @@ def rasterize_bwd(
     height: int,
     tile_size: int,
     alpha_cap: float,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients w.r.t. ``means2d, conics, colors, opacities`` of :func:`rasterize_fwd`."""
     _check_launch(means2d, tile_size)
     C, tile_w, n_tiles, D, DP = _grid_args(means2d, colors, width, height, tile_size)
@@ -328,9 +327,9 @@ def rasterize_to_pixels(
     tile_size: int,
     isect_offsets: Tensor,
     flatten_ids: Tensor,
-    backgrounds: Optional[Tensor] = None,
+    backgrounds: Tensor | None = None,
     alpha_cap: float = 0.999,
-) -> Tuple[Tensor, Tensor]:
+) -> tuple[Tensor, Tensor]:
     """Triton twin of :func:`reference.rasterize_to_pixels` (same arguments and returns)."""
     C, N = means2d.shape[:2]
     tile_offsets = torch.cat(

@@ -10,6 +10,7 @@ import torch
 from torch import Tensor
 
 from framegraph.kernels.backend import Backend, resolve_backend
+
 from .reference import PRIMES, HashGridConfig, init_table, level_corners, spatial_hash
 from .reference import hash_encode as hash_encode_reference
 

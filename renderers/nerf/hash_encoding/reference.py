@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass
-from typing import List
 
 import torch
 from torch import Tensor
@@ -74,7 +73,7 @@ class HashGridConfig:
         return math.exp((math.log(self.finest_resolution) - math.log(self.base_resolution)) / (self.n_levels - 1))
 
     @property
-    def resolutions(self) -> List[int]:
+    def resolutions(self) -> list[int]:
         """Cells per axis ``N_l`` of each level (the last one is exactly ``finest_resolution``)."""
         b = self.growth_factor
         res = [int(math.floor(self.base_resolution * b ** l + 1e-6)) for l in range(self.n_levels)]
@@ -82,17 +81,17 @@ class HashGridConfig:
         return res
 
     @property
-    def dense(self) -> List[bool]:
+    def dense(self) -> list[bool]:
         """Whether each level is stored densely (all its vertices fit in the table)."""
         return [(r + 1) ** 3 <= self.table_size for r in self.resolutions]
 
     @property
-    def level_sizes(self) -> List[int]:
+    def level_sizes(self) -> list[int]:
         """Table rows of each level: ``(N_l + 1)^3`` when dense, ``T`` when hashed."""
         return [(r + 1) ** 3 if d else self.table_size for r, d in zip(self.resolutions, self.dense)]
 
     @property
-    def offsets(self) -> List[int]:
+    def offsets(self) -> list[int]:
         """First row of each level in the shared table, plus the total row count at the end: ``[L + 1]``."""
         out = [0]
         for s in self.level_sizes:

@@ -6,12 +6,13 @@ training, fast where it matters most (rendering).
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor
 
 from framegraph.kernels.backend import Backend, resolve_backend
+
 from .reference import OUTPUT_ACTIVATIONS, init_weights, mlp_forward
 
 __all__ = ["mlp", "mlp_forward", "init_weights", "OUTPUT_ACTIVATIONS"]

@@ -6,7 +6,7 @@ vectors: ``h = relu(h @ W_i)`` for every layer but the last, then ``y = act(h @ 
 """
 from __future__ import annotations
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import torch
 from torch import Tensor

@@ -18,15 +18,15 @@ in pixels, pixel ``(row i, col j)`` has its centre at ``(j + 0.5, i + 0.5)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, List, Sequence, Tuple
 
 import torch
 from torch import Tensor
 
 from .cameras import CameraPath, intrinsics, look_at
 
-Color = Tuple[float, float, float]
+Color = tuple[float, float, float]
 _FAR = 1e9
 
 
@@ -34,7 +34,7 @@ _FAR = 1e9
 class Sphere:
     """A sphere with ``n_sectors`` alternating coloured sectors around the z axis (a beach ball)."""
 
-    center: Tuple[float, float, float]
+    center: tuple[float, float, float]
     radius: float
     color_a: Color
     color_b: Color
@@ -46,8 +46,8 @@ class Sphere:
 class Box:
     """An axis-aligned box: ``center``, ``half_size`` per axis; faces ``color`` with a ``frame_color`` border."""
 
-    center: Tuple[float, float, float]
-    half_size: Tuple[float, float, float]
+    center: tuple[float, float, float]
+    half_size: tuple[float, float, float]
     color: Color
     frame_color: Color
     frame_width: float = 0.06
@@ -81,21 +81,21 @@ class ProceduralScene:
 
     name: str
     ground: Ground
-    spheres: List[Sphere] = field(default_factory=list)
-    boxes: List[Box] = field(default_factory=list)
-    light_dir: Tuple[float, float, float] = (0.45, -0.35, 0.82)
+    spheres: list[Sphere] = field(default_factory=list)
+    boxes: list[Box] = field(default_factory=list)
+    light_dir: tuple[float, float, float] = (0.45, -0.35, 0.82)
     ambient: float = 0.35
     background: Color = (0.0, 0.0, 0.0)
-    target: Tuple[float, float, float] = (0.0, 0.0, 0.3)
+    target: tuple[float, float, float] = (0.0, 0.0, 0.3)
     camera_radius: float = 3.3
-    elevation_deg: Tuple[float, float] = (12.0, 50.0)
+    elevation_deg: tuple[float, float] = (12.0, 50.0)
     fov_deg: float = 50.0
 
     # ------------------------------------------------------------------
     # Cameras
     # ------------------------------------------------------------------
     @property
-    def bounds(self) -> Tuple[Tensor, Tensor]:
+    def bounds(self) -> tuple[Tensor, Tensor]:
         """Axis-aligned bounds ``(lo [3], hi [3])`` of all geometry."""
         g = self.ground.half_size
         lo, hi = [-g, -g, 0.0], [g, g, 0.0]
@@ -138,7 +138,7 @@ class ProceduralScene:
     # ------------------------------------------------------------------
     @torch.no_grad()
     def render(self, viewmats: Tensor, Ks: Tensor, width: int, height: int, *,
-               supersample: int = 2) -> Tuple[Tensor, Tensor]:
+               supersample: int = 2) -> tuple[Tensor, Tensor]:
         """Ray-cast ``C`` views.
 
         Args:
@@ -171,7 +171,7 @@ class ProceduralScene:
         return torch.stack(images), torch.stack(depths)
 
     @staticmethod
-    def _rays(view: Tensor, K: Tensor, u: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+    def _rays(view: Tensor, K: Tensor, u: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         """Rays through pixel positions ``(u, v)`` (any shape ``S``, pixels, x right / y down).
 
         Returns unit world-space directions ``[*S, 3]``, the camera centre ``[3]``
@@ -184,7 +184,7 @@ class ProceduralScene:
         d_world = (d_cam / norm) @ R  # R^T d for each ray
         return d_world, -(R.T @ t), 1.0 / norm[..., 0]
 
-    def _cast(self, view: Tensor, K: Tensor, xs: Tensor, ys: Tensor) -> Tuple[Tensor, Tensor]:
+    def _cast(self, view: Tensor, K: Tensor, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
         """Colours ``[len(ys), len(xs), 3]`` and camera-z depth (inf = miss) on the grid ``xs x ys``."""
         v, u = torch.meshgrid(ys, xs, indexing="ij")
         d, o, z_per_t = self._rays(view, K, u, v)
@@ -192,7 +192,7 @@ class ProceduralScene:
         depth = torch.where(hit["t"] < _FAR, hit["t"] * z_per_t, torch.full_like(hit["t"], math.inf))
         return self._shade(o, d, hit), depth
 
-    def _shade(self, o: Tensor, d: Tensor, hit: Dict[str, Tensor]) -> Tensor:
+    def _shade(self, o: Tensor, d: Tensor, hit: dict[str, Tensor]) -> Tensor:
         """Colour ``[..., 3]`` of rays ``o + t d`` given their nearest hits (background on a miss)."""
         t, n, albedo, spec = hit["t"], hit["normal"], hit["albedo"], hit["specular"]
         p = o + t[..., None] * d
@@ -210,7 +210,7 @@ class ProceduralScene:
         bg = torch.tensor(self.background, dtype=torch.float64)
         return torch.where(miss[..., None], bg, color.clamp(0.0, 1.0))
 
-    def _intersect(self, o: Tensor, d: Tensor, *, objects_only: bool = False) -> Dict[str, Tensor]:
+    def _intersect(self, o: Tensor, d: Tensor, *, objects_only: bool = False) -> dict[str, Tensor]:
         """Nearest intersection along rays ``o + t d`` (``[..., 3]`` each, ``d`` unit).
 
         Returns ``t [...]`` (``>= _FAR`` for a miss), ``normal [..., 3]``,
@@ -281,7 +281,7 @@ class ProceduralScene:
     # ------------------------------------------------------------------
     @torch.no_grad()
     def sample_points(self, n: int, *, seed: int = 0, n_views: int = 16, width: int = 64,
-                      height: int = 48) -> Tuple[Tensor, Tensor]:
+                      height: int = 48) -> tuple[Tensor, Tensor]:
         """About ``n`` surface points with colours, as an SfM-like point cloud ``([M, 3], [M, 3])``.
 
         Points are the surfaces seen through randomly chosen pixels of

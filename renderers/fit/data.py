@@ -8,13 +8,13 @@ re-exported here. This module adds :func:`synthetic_dataset`, the procedural sce
 from __future__ import annotations
 
 from ..posed_images import DatasetError, PosedImages, load_transforms
+from ..scenes import procedural_scene
 
 
 def synthetic_dataset(name: str, n_views: int, width: int, height: int, *, seed: int = 0,
                       held_out: bool = False, supersample: int = 2) -> PosedImages:
     """Render ``n_views`` posed images of the procedural scene ``name`` (``held_out`` picks views
     between the training ones)."""
-    from ..scenes import procedural_scene
 
     scene = procedural_scene(name)
     views = scene.views(n_views, width, height, seed=seed + (1 if held_out else 0),

@@ -18,8 +18,8 @@ Adam moments, kept ones keep theirs.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable, Dict, Optional
 
 import torch
 import torch.nn.functional as F
@@ -28,7 +28,7 @@ from torch import Tensor
 from ..gaussians.reference import quat_to_rotmat
 from .params import Params
 
-Optimizers = Dict[str, torch.optim.Optimizer]
+Optimizers = dict[str, torch.optim.Optimizer]
 
 
 @dataclass
@@ -43,7 +43,7 @@ class DensifyConfig:
     grow_scale3d: float = 0.01
     prune_scale3d: float = 0.1
     prune_opacity: float = 0.005
-    max_gaussians: Optional[int] = None  # growth stops at this many (None: unlimited)
+    max_gaussians: int | None = None  # growth stops at this many (None: unlimited)
 
 
 class DensifyState:
@@ -129,7 +129,7 @@ def clone(params: Params, optimizers: Optimizers, state: DensifyState, mask: Ten
 
 @torch.no_grad()
 def split(params: Params, optimizers: Optimizers, state: DensifyState, mask: Tensor,
-          generator: Optional[torch.Generator] = None) -> int:
+          generator: torch.Generator | None = None) -> int:
     """Replace each Gaussian where ``mask [N]`` is set by two, sampled from it, with scales / 1.6."""
     sel = torch.where(mask)[0]
     n = int(sel.numel())
@@ -165,7 +165,7 @@ def reset_opacity(params: Params, optimizers: Optimizers, value: float) -> None:
 
 @torch.no_grad()
 def refine(params: Params, optimizers: Optimizers, state: DensifyState, cfg: DensifyConfig, step: int,
-           scene_scale: float, generator: Optional[torch.Generator] = None) -> Dict[str, int]:
+           scene_scale: float, generator: torch.Generator | None = None) -> dict[str, int]:
     """One densification round (grow, then prune); returns the counts of each operation."""
     grads = state.grad2d / state.count.clamp(min=1)
     high = grads > cfg.grow_grad2d

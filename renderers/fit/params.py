@@ -16,8 +16,6 @@ name                  shape           activation
 """
 from __future__ import annotations
 
-from typing import Dict, Optional
-
 import torch
 from torch import Tensor
 
@@ -25,7 +23,7 @@ from ..gaussians import GaussianScene
 from ..gaussians.reference import SH_C0
 
 PARAM_NAMES = ("means", "scales", "quats", "opacities", "sh0", "shN")
-Params = Dict[str, Tensor]
+Params = dict[str, Tensor]
 
 
 def rgb_to_sh0(rgb: Tensor) -> Tensor:
@@ -47,9 +45,9 @@ def knn_mean_distance(points: Tensor, k: int = 3, chunk: int = 2048) -> Tensor:
     return torch.cat(out)
 
 
-def init_params(points: Tensor, colors: Optional[Tensor] = None, *, sh_degree: int = 3,
+def init_params(points: Tensor, colors: Tensor | None = None, *, sh_degree: int = 3,
                 init_opacity: float = 0.1, init_scale: float = 1.0,
-                generator: Optional[torch.Generator] = None) -> Params:
+                generator: torch.Generator | None = None) -> Params:
     """Gaussians at ``points [N, 3]`` with base colours ``colors [N, 3]`` in [0, 1] (random if None).
 
     As gsplat's trainer: isotropic scales = ``init_scale`` x the mean distance to
@@ -74,12 +72,12 @@ def init_params(points: Tensor, colors: Optional[Tensor] = None, *, sh_degree: i
     return {k: v.contiguous().requires_grad_(True) for k, v in params.items()}
 
 
-def random_points(lo: Tensor, hi: Tensor, n: int, generator: Optional[torch.Generator] = None) -> Tensor:
+def random_points(lo: Tensor, hi: Tensor, n: int, generator: torch.Generator | None = None) -> Tensor:
     """``n`` points ``[n, 3]`` uniform in the box ``lo [3] .. hi [3]``."""
     return lo + (hi - lo) * torch.rand(n, 3, generator=generator, dtype=torch.float32)
 
 
-def activated(params: Params) -> Dict[str, Tensor]:
+def activated(params: Params) -> dict[str, Tensor]:
     """Keyword arguments for :func:`rasterize` (means, quats, scales, opacities, colors) from ``params``."""
     return {
         "means": params["means"],
@@ -91,7 +89,7 @@ def activated(params: Params) -> Dict[str, Tensor]:
 
 
 @torch.no_grad()
-def params_to_scene(params: Params, sh_degree: Optional[int] = None) -> GaussianScene:
+def params_to_scene(params: Params, sh_degree: int | None = None) -> GaussianScene:
     """A detached CPU :class:`GaussianScene` (keeping SH up to ``sh_degree``, default all)."""
     a = activated(params)
     sh = a["colors"]
@@ -102,7 +100,7 @@ def params_to_scene(params: Params, sh_degree: Optional[int] = None) -> Gaussian
                          scales=a["scales"].cpu(), opacities=a["opacities"].cpu(), sh=sh.detach().cpu().clone())
 
 
-def scene_to_params(scene: GaussianScene, sh_degree: Optional[int] = None, device=None) -> Params:
+def scene_to_params(scene: GaussianScene, sh_degree: int | None = None, device=None) -> Params:
     """Trainable parameters from an activated scene (SH padded with zeros up to ``sh_degree``)."""
     device = device or scene.device
     degree = scene.sh_degree if sh_degree is None else sh_degree

@@ -20,13 +20,13 @@ import math
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
 
-from ..gaussians import GaussianScene, rasterize, save_ply
 from ..cameras import camera_centers
+from ..gaussians import GaussianScene, rasterize, save_ply
 from .data import PosedImages
 from .densify import DensifyConfig, DensifyState, refine, reset_opacity
 from .losses import fit_loss, psnr, ssim
@@ -56,7 +56,7 @@ class FitConfig:
     steps: int = 3000
     seed: int = 0
     sh_degree: int = 3
-    sh_interval: Optional[int] = None
+    sh_interval: int | None = None
     init_points: int = 2000
     init_opacity: float = 0.1
     init_scale: float = 1.0
@@ -68,11 +68,11 @@ class FitConfig:
     lr_opacities: float = 5e-2
     lr_sh0: float = 1e-2
     lr_shN: float = 2.5e-3 / 20
-    background: Tuple[float, float, float] = (0.0, 0.0, 0.0)
+    background: tuple[float, float, float] = (0.0, 0.0, 0.0)
     densify: DensifyConfig = field(default_factory=DensifyConfig)
     densify_auto: bool = True  # scale refine_start / stop / every and reset_every with steps
 
-    def resolved(self) -> "FitConfig":
+    def resolved(self) -> FitConfig:
         """A copy with step-dependent defaults filled in for a run of :attr:`steps`.
 
         gsplat's schedule is for 30 000 steps; shorter runs scale it
@@ -92,13 +92,13 @@ class FitConfig:
             cfg.densify_auto = False
         return cfg
 
-    def to_json(self) -> Dict[str, Any]:
+    def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["background"] = list(self.background)
         return d
 
     @classmethod
-    def from_json(cls, d: Dict[str, Any]) -> "FitConfig":
+    def from_json(cls, d: dict[str, Any]) -> FitConfig:
         d = dict(d)
         d["densify"] = DensifyConfig(**d.get("densify", {}))
         d["background"] = tuple(d.get("background", (0.0, 0.0, 0.0)))
@@ -115,7 +115,7 @@ def scene_scale_of(viewmats: Tensor) -> float:
     return 1.1 * float((c - c.mean(0)).norm(dim=-1).max().clamp(min=1e-6))
 
 
-def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> Tuple[Tensor, Tensor]:
+def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]:
     """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
     all optical axes, with half-size ``extent x`` the median camera distance to it."""
     v = viewmats.double()
@@ -143,9 +143,9 @@ class Fitter:
     """
 
     def __init__(self, train: PosedImages, config: FitConfig, *, device: str | torch.device = "cpu",
-                 bounds: Optional[Tuple[Tensor, Tensor]] = None, points: Optional[Tensor] = None,
-                 colors: Optional[Tensor] = None, scene_scale: Optional[float] = None,
-                 _params: Optional[Params] = None):
+                 bounds: tuple[Tensor, Tensor] | None = None, points: Tensor | None = None,
+                 colors: Tensor | None = None, scene_scale: float | None = None,
+                 _params: Params | None = None):
         if len(train) == 0:
             raise ValueError("Fitter: no training images")
         self.cfg = config.resolved()
@@ -157,7 +157,7 @@ class Fitter:
         self._bg = torch.tensor(self.cfg.background, dtype=torch.float32, device=self.device)[None]
         self.scene_scale = scene_scale if scene_scale is not None else scene_scale_of(train.viewmats)
         self.step = 0
-        self.history: List[Dict[str, Any]] = []
+        self.history: list[dict[str, Any]] = []
         self.wall_s = 0.0
         if _params is None:
             g = torch.Generator().manual_seed(self.cfg.seed)
@@ -182,7 +182,7 @@ class Fitter:
     def sh_degree_now(self) -> int:
         return min(self.step // self.cfg.sh_interval, self.cfg.sh_degree)
 
-    def _base_lrs(self) -> Dict[str, float]:
+    def _base_lrs(self) -> dict[str, float]:
         c = self.cfg
         return {"means": c.lr_means * self.scene_scale, "scales": c.lr_scales, "quats": c.lr_quats,
                 "opacities": c.lr_opacities, "sh0": c.lr_sh0, "shN": c.lr_shN}
@@ -201,7 +201,7 @@ class Fitter:
         return int(torch.randperm(n, generator=g)[i])
 
     def render(self, viewmats: Tensor, Ks: Tensor, width: int, height: int,
-               sh_degree: Optional[int] = None) -> Tuple[Tensor, Dict[str, Any]]:
+               sh_degree: int | None = None) -> tuple[Tensor, dict[str, Any]]:
         """Render the current Gaussians: ``([C, H, W, 3], meta)`` (differentiable)."""
         d = self.sh_degree_now if sh_degree is None else sh_degree
         C = viewmats.shape[0]
@@ -211,7 +211,7 @@ class Fitter:
         return colors, meta
 
     # ------------------------------------------------------------------
-    def train_step(self) -> Dict[str, float]:
+    def train_step(self) -> dict[str, float]:
         """One optimisation step (+ densification when due). Returns ``{"loss", "psnr"}`` of the view."""
         i = self.view_index(self.step)
         target = self._images[i:i + 1]
@@ -246,7 +246,7 @@ class Fitter:
         return {"loss": loss_value, "psnr": psnr(colors, target)}
 
     @torch.no_grad()
-    def evaluate(self, data: PosedImages, chunk: int = 4) -> Dict[str, Any]:
+    def evaluate(self, data: PosedImages, chunk: int = 4) -> dict[str, Any]:
         """PSNR / SSIM of the current Gaussians on ``data`` (mean over views, and per view)."""
         per_view, ssims = [], []
         for j in range(0, len(data), chunk):
@@ -264,8 +264,8 @@ class Fitter:
         return params_to_scene(self.params)
 
     # ------------------------------------------------------------------
-    def run(self, steps: Optional[int] = None, *, progress: bool = True,
-            checkpoint_every: Optional[int] = None, checkpoint: Optional[str] = None,
+    def run(self, steps: int | None = None, *, progress: bool = True,
+            checkpoint_every: int | None = None, checkpoint: str | None = None,
             desc: str = "fit") -> None:
         """Train until step ``steps`` (default ``config.steps``), with a tqdm bar showing PSNR.
 
@@ -277,7 +277,7 @@ class Fitter:
         end = self.cfg.steps if steps is None else steps
         bar = tqdm(total=end, initial=self.step, desc=desc, disable=not progress, dynamic_ncols=True,
                    unit="step")
-        recent: List[float] = []
+        recent: list[float] = []
         t0 = time.perf_counter()
         try:
             while self.step < end:
@@ -300,12 +300,12 @@ class Fitter:
             self.save(checkpoint)
 
     # ------------------------------------------------------------------
-    def data_fingerprint(self) -> Dict[str, Any]:
+    def data_fingerprint(self) -> dict[str, Any]:
         t = self.train
         return {"n_views": len(t), "width": t.width, "height": t.height, "source": t.source,
                 "image_mean": round(float(t.images.mean()), 6)}
 
-    def save(self, prefix: str) -> Dict[str, str]:
+    def save(self, prefix: str) -> dict[str, str]:
         """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``; returns the paths."""
         from safetensors.torch import save_file
 
@@ -333,7 +333,7 @@ class Fitter:
 
     @classmethod
     def load(cls, prefix: str, train: PosedImages, *, device: str | torch.device = "cpu",
-             steps: Optional[int] = None) -> "Fitter":
+             steps: int | None = None) -> Fitter:
         """Resume from :meth:`save`'s files. ``train`` must be the same data (checked); ``steps``
         may extend the run (the learning-rate schedule then follows the new length)."""
         from safetensors import SafetensorError

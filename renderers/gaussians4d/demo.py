@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import math
 from pathlib import Path
-from typing import List, Tuple
 
 import torch
 from torch import Tensor
@@ -37,7 +36,7 @@ BOUNCE_HEIGHT = 0.9
 BOUNCE_PERIOD_S = 1.0
 
 
-def gaussians_from_motion(C: Tensor, sigma_t: Tensor, v: Tensor) -> Tuple[Tensor, Tensor, Tensor]:
+def gaussians_from_motion(C: Tensor, sigma_t: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
     """Scales ``[N, 4]`` and quaternions ``(q_l, q_r)`` ``[N, 4]`` of 4D Gaussians whose slices have
     covariance ``C [N, 3, 3]``, temporal std ``sigma_t [N]`` and velocity ``v [N, 3]`` (float64 in)."""
     n = C.shape[0]
@@ -64,7 +63,7 @@ def _fibonacci_sphere(n: int) -> Tensor:
     return torch.stack([r * torch.cos(phi), r * torch.sin(phi), z], dim=-1)
 
 
-def _ball_center(t: Tensor) -> Tuple[Tensor, Tensor]:
+def _ball_center(t: Tensor) -> tuple[Tensor, Tensor]:
     """Centre ``[T, 3]`` and velocity ``[T, 3]`` of the ball at times ``t [T]`` (periodic in DURATION_S)."""
     w = 2 * math.pi / DURATION_S
     u = torch.remainder(t / BOUNCE_PERIOD_S, 1.0)
@@ -79,7 +78,7 @@ class _Builder:
     """Collects Gaussians as (mean, time, C, sigma_t, velocity, opacity, dc, temporal dc)."""
 
     def __init__(self):
-        self.parts: List[dict] = []
+        self.parts: list[dict] = []
 
     def add(self, mean, tau, C, sigma_t, v, opacity, dc, dc_t=None):
         n = mean.shape[0]

@@ -41,8 +41,9 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Optional, Sequence, Tuple, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -54,7 +55,7 @@ from framegraph.renderers.gaussians.scene import SceneError
 from .reference import rotmat4_to_quats
 from .scene import DEFAULT_TIME_DURATION, Gaussian4DScene
 
-PathLike = Union[str, os.PathLike]
+PathLike = str | os.PathLike
 
 CAPTURE_FIELDS = (
     "active_sh_degree", "_xyz", "_features_dc", "_features_rest", "_scaling", "_rotation", "_opacity",
@@ -81,8 +82,8 @@ def sidecar_path(path: PathLike) -> Path:
 def load_checkpoint(
     path: PathLike,
     *,
-    time_duration: Optional[Sequence[float]] = None,
-    device: Union[str, torch.device] = "cpu",
+    time_duration: Sequence[float] | None = None,
+    device: str | torch.device = "cpu",
 ) -> Gaussian4DScene:
     """Read a fudan-zvg 4DGS checkpoint into an activated :class:`Gaussian4DScene`.
 
@@ -117,7 +118,7 @@ def load_checkpoint(
     return scene.to(device) if torch.device(device) != scene.device else scene
 
 
-def _unpack(path: Path, obj: Any) -> Tuple[Any, ...]:
+def _unpack(path: Path, obj: Any) -> tuple[Any, ...]:
     expected = ("expected (model_params, iteration) as written by fudan-zvg 4D Gaussian splatting "
                 "(torch.save((gaussians.capture(), iteration), ...))")
     if not isinstance(obj, (tuple, list)) or len(obj) != 2:
@@ -137,7 +138,7 @@ def _unpack(path: Path, obj: Any) -> Tuple[Any, ...]:
     return tuple(params)
 
 
-def _tensor(path: Path, fields: dict, name: str, shape: Tuple[Optional[int], ...]) -> Tensor:
+def _tensor(path: Path, fields: dict, name: str, shape: tuple[int | None, ...]) -> Tensor:
     x = fields[name]
     want = "[" + ", ".join("N" if s is None else str(s) for s in shape) + "]"
     if not isinstance(x, Tensor):
@@ -159,7 +160,7 @@ def _int_field(path: Path, fields: dict, name: str, lo: int, hi: int) -> int:
     return v
 
 
-def _scene_from_fields(path: Path, fields: dict, time_duration: Optional[Sequence[float]]) -> Gaussian4DScene:
+def _scene_from_fields(path: Path, fields: dict, time_duration: Sequence[float] | None) -> Gaussian4DScene:
     deg = _int_field(path, fields, "active_sh_degree", 0, 3)
     deg_t = _int_field(path, fields, "active_sh_degree_t", 0, 8)
     rot_4d = fields["rot_4d"]
@@ -220,7 +221,7 @@ def _scene_from_fields(path: Path, fields: dict, time_duration: Optional[Sequenc
     )
 
 
-def _read_sidecar(path: Path) -> Optional[Tuple[float, float]]:
+def _read_sidecar(path: Path) -> tuple[float, float] | None:
     side = sidecar_path(path)
     if not side.is_file():
         return None
@@ -242,7 +243,7 @@ def _logit(p: Tensor) -> Tensor:
 
 
 def save_checkpoint(
-    scene: Gaussian4DScene, path: PathLike, *, iteration: int = 0, sh_degree_t_max: Optional[int] = None,
+    scene: Gaussian4DScene, path: PathLike, *, iteration: int = 0, sh_degree_t_max: int | None = None,
     sidecar: bool = True,
 ) -> Path:
     """Write ``scene`` as a fudan-zvg checkpoint ``(GaussianModel.capture(), iteration)`` (``rot_4d=True``).

@@ -1,7 +1,7 @@
 """The public 4DGS entry point: :func:`rasterize_4d` (slice at t, colour, project, tiles, blend)."""
 from __future__ import annotations
 
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
 import torch
 from torch import Tensor
@@ -28,21 +28,21 @@ def rasterize_4d(
     width: int,
     height: int,
     *,
-    sh_degree: Optional[int] = None,
+    sh_degree: int | None = None,
     sh_degree_t: int = 0,
     duration: float = 1.0,
     near_plane: float = 0.01,
     far_plane: float = 1e10,
     eps2d: float = 0.3,
     radius_clip: float = 0.0,
-    backgrounds: Optional[Tensor] = None,
+    backgrounds: Tensor | None = None,
     tile_size: int = 16,
     render_mode: RenderMode = "RGB",
     alpha_cap: float = DEFAULT_ALPHA_CAP,
     cull_threshold: float = CULL_THRESHOLD,
     backend: Backend = "auto",
     validate: bool = True,
-) -> Tuple[Tensor, Tensor, Dict[str, Any]]:
+) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """Render 4D Gaussians at time ``t`` into ``C`` cameras (fudan-zvg 4DGS semantics).
 
     Pipeline: slice every 4D Gaussian at ``t`` (conditional 3D mean and covariance, opacity x

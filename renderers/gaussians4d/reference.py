@@ -24,7 +24,6 @@ world-to-camera). 3D covariances travel as their 6 unique values ``(xx, xy, xz, 
 from __future__ import annotations
 
 import math
-from typing import Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -70,7 +69,7 @@ def rotation_4d(quats_l: Tensor, quats_r: Tensor) -> Tensor:
     return quat_left_matrix(F.normalize(quats_l, dim=-1)) @ quat_right_matrix(F.normalize(quats_r, dim=-1))
 
 
-def rotmat4_to_quats(R: Tensor) -> Tuple[Tensor, Tensor]:
+def rotmat4_to_quats(R: Tensor) -> tuple[Tensor, Tensor]:
     """Inverse of :func:`rotation_4d`: unit ``(q_l, q_r)`` ``[..., 4]`` with ``rotation_4d(q_l, q_r) = R``.
 
     ``R [..., 4, 4]`` must be a rotation (orthonormal, det +1). ``R`` is bilinear in the two
@@ -124,7 +123,7 @@ def slice_gaussians(
     opacities: Tensor,
     t: float,
     cull_threshold: float = CULL_THRESHOLD,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Condition 4D Gaussians on time ``t``: the 3D Gaussians seen at that instant.
 
     Args:

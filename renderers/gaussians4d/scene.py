@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Any, Dict, Optional, Tuple, Union
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -11,7 +11,7 @@ from torch import Tensor
 
 from framegraph.renderers.gaussians.scene import SceneError, SceneTooLargeError, available_bytes
 
-DeviceLike = Union[str, torch.device]
+DeviceLike = str | torch.device
 
 DEFAULT_TIME_DURATION = (-0.5, 0.5)  # fudan-zvg's default ``--time_duration``
 
@@ -44,7 +44,7 @@ class Gaussian4DScene:
     opacities: Tensor
     sh: Tensor
     sh_degree_t: int = 0
-    time_duration: Tuple[float, float] = DEFAULT_TIME_DURATION
+    time_duration: tuple[float, float] = DEFAULT_TIME_DURATION
 
     def __post_init__(self) -> None:
         n = self.means.shape[0] if self.means.dim() == 2 else -1
@@ -89,7 +89,7 @@ class Gaussian4DScene:
     def device(self) -> torch.device:
         return self.means.device
 
-    def to(self, device: DeviceLike, dtype: Optional[torch.dtype] = None) -> "Gaussian4DScene":
+    def to(self, device: DeviceLike, dtype: torch.dtype | None = None) -> Gaussian4DScene:
         """A copy on ``device`` (refused with the numbers if it would not fit there)."""
         device = torch.device(device)
         if device != self.device:
@@ -97,7 +97,7 @@ class Gaussian4DScene:
         move = {k: getattr(self, k).to(device=device, dtype=dtype) for k in _TENSORS}
         return replace(self, **move)
 
-    def rasterize_args(self) -> Dict[str, Any]:
+    def rasterize_args(self) -> dict[str, Any]:
         """Keyword arguments for :func:`rasterize_4d`: ``rasterize_4d(**scene.rasterize_args(), t=..., ...)``."""
         return {"means": self.means, "times": self.times, "scales": self.scales, "quats_l": self.quats_l,
                 "quats_r": self.quats_r, "opacities": self.opacities, "colors": self.sh,
@@ -114,7 +114,7 @@ def random_scene_4d(
     *,
     seed: int = 0,
     extent: float = 1.0,
-    time_duration: Tuple[float, float] = (0.0, 1.0),
+    time_duration: tuple[float, float] = (0.0, 1.0),
     scale_range: tuple = (0.03, 0.15),
     device: DeviceLike = "cpu",
     dtype: torch.dtype = torch.float32,
@@ -153,7 +153,7 @@ def bytes_per_gaussian_4d(n_coeffs: int = 16) -> int:
     return 4 * (3 + 1 + 4 + 4 + 4 + 1 + 3 * n_coeffs) + _RENDER_BYTES_PER_GAUSSIAN
 
 
-def check_fits_4d(n_gaussians: int, device: DeviceLike, n_coeffs: int = 16, *, available: Optional[int] = None,
+def check_fits_4d(n_gaussians: int, device: DeviceLike, n_coeffs: int = 16, *, available: int | None = None,
                   source: str = "4D scene") -> int:
     """Refuse, before allocating, a 4D scene that would not fit ``device``; returns the bytes needed."""
     need = int(n_gaussians) * bytes_per_gaussian_4d(n_coeffs)

@@ -11,7 +11,6 @@ and is differentiable: its backward replays :func:`reference.slice_gaussians` un
 is cheap next to rendering. Runs on CUDA, or on CPU through Triton's interpreter
 (``TRITON_INTERPRET=1`` set before this module is imported).
 """
-from typing import Tuple
 
 import torch
 import triton
@@ -135,7 +134,7 @@ def slice_gaussians(
     opacities: Tensor,
     t: float,
     cull_threshold: float = reference.CULL_THRESHOLD,
-) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Triton twin of :func:`reference.slice_gaussians` (same arguments and returns; float32)."""
     _check_launch(means)
     N = means.shape[0]

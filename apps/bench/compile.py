@@ -1,7 +1,8 @@
 """``framegraph bench compile``: every Triton kernel, compiled offline for the GPUs we target.
 
 :func:`registry` is the one registry of the project's Triton kernels (attention, modulation, rope, 3DGS
-forward/backward, 4DGS slice, NeRF hash encoding and MLP) with their production configurations. Each is
+forward/backward, 4DGS slice, NeRF hash encoding and MLP) with their production configurations for one
+target: where a launcher picks its tiles per architecture, the registry asks the launcher's own function. Each is
 compiled with Triton's bundled ptxas — no GPU needed — for every target in :data:`TARGETS` (sm_89 RTX 4090,
 sm_90 H100, sm_120 RTX 5090). The JSON records per kernel and architecture the registers per thread,
 spilled bytes (ptxas' spill stores / loads), stack frame and shared memory, checked against the
@@ -56,10 +57,13 @@ class Kernel:
     dtype: str = "*fp32"
     pointers: dict = field(default_factory=dict)
     floats: tuple = ()
+    num_stages: int = 3  # Triton's default
+
 
     @property
     def label(self) -> str:
-        return f"{self.module}.{self.name} {self.dtype[1:]} {self.constexprs} warps={self.num_warps}"
+        return (f"{self.module}.{self.name} {self.dtype[1:]} {self.constexprs} warps={self.num_warps} "
+                f"stages={self.num_stages}")
 
 
 _ATTN_DTYPES = (("*bf16", "tf32"), ("*fp32", "ieee"))  # half-precision models, and float32 ones
@@ -67,8 +71,21 @@ _ATTN_FP32 = {p: "*fp32" for p in ("kv", "ksum", "gkv", "gksum", "rope")}  # sta
 _MOD_FP32 = {p: "*fp32" for p in ("dscale", "dw", "dg")}  # parameter gradients accumulate in fp32
 
 
-def registry() -> list[Kernel]:
-    """Every Triton kernel of framegraph, in each production configuration it is launched with."""
+def _dedup(kernels: list[Kernel]) -> list[Kernel]:
+    unique = []
+    for k in kernels:
+        if k not in unique:
+            unique.append(k)
+    return unique
+
+
+def registry(capability: int) -> list[Kernel]:
+    """Every Triton kernel of framegraph, in each production configuration it is launched with on a GPU of
+    compute ``capability`` (89 = sm_89), for 128-wide attention heads."""
+    import torch
+
+    from framegraph.kernels.block_linear_attention import triton as bla_tri
+    from framegraph.kernels.monarch_attention import triton as monarch_tri
     from framegraph.renderers.gaussians import triton as gs
     from framegraph.renderers.gaussians4d import triton as gs4d
     from framegraph.renderers.nerf.field import SH_DIMS
@@ -80,22 +97,36 @@ def registry() -> list[Kernel]:
     monarch = "kernels.monarch_attention.triton"
     monarch_bwd = "kernels.monarch_attention.triton_backward"
     head = dict(SCALE=128 ** -0.5, BD=128)
-    kernels = [
-        *[Kernel(attn, name, dict(BT=32, BK=128, BV=128, ROPE=True, PRECISION=precision), 8, dtype, _ATTN_FP32)
-          for name in ("_block_sums_kernel", "_block_output_kernel", "_query_grad_kernel", "_key_grad_kernel")
-          for dtype, precision in _ATTN_DTYPES],
-        *[Kernel(monarch, name, dict(consts, **head, PRECISION=precision), 8, dtype)
-          for name, consts in (("_row_step_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
-                               ("_column_lse_kernel", dict(BL=32, BK=32, BV=128, CAUSAL=True, OUTPUT=True)),
-                               ("_column_sum_kernel", dict(BK=32, BL=32, CAUSAL=True)))
-          for dtype, precision in _ATTN_DTYPES],
-        *[Kernel(monarch_bwd, name, dict(consts, **head, PRECISION=precision), 8, dtype)
-          for name, consts in (
-              ("_column_grad_query_kernel", dict(BL=32, BK=32, BG=128, CAUSAL=True, OUTPUT_STEP=False)),
-              ("_column_grad_key_kernel", dict(BK=32, BL=32, BG=128, CAUSAL=True, OUTPUT_STEP=True)),
-              ("_row_grad_kernel", dict(BJ=32, BI=32, BV=128, HAS_C=True, WITH_V=True)),
-              ("_row_key_grad_kernel", dict(BI=32, BJ=32, BV=128, HAS_C=True, WITH_V=True)))
-          for dtype, precision in _ATTN_DTYPES],
+    torch_dtype = {"*bf16": torch.bfloat16, "*fp32": torch.float32}
+    kernels = []
+    bla_names = dict(sums="_block_sums_kernel", output="_block_output_kernel", query_grad="_query_grad_kernel",
+                     query_state_grad="_query_state_grad_kernel", key_grad="_key_grad_kernel")
+    for dtype, _ in _ATTN_DTYPES:
+        configs = bla_tri.launch_configs(128, 128, 1024, torch_dtype[dtype], capability)
+        for role, name in bla_names.items():
+            cfg = dict(configs[role])
+            warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+            kernels.append(Kernel(attn, name, dict(cfg, ROPE=True), warps, dtype, _ATTN_FP32, num_stages=stages))
+    video = (21, 16, 64)  # (frames, height, width) of the latent grid: every tile at its cap
+    for dtype, _ in _ATTN_DTYPES:
+        fwd = monarch_tri.tiles(128, 128, torch_dtype[dtype], video, capability)
+        bwd = monarch_tri.tiles(128, 128, torch_dtype[dtype], video, capability, backward=True)
+        for module, name, cfg, consts in (
+                (monarch, "_row_step_kernel", fwd, dict(BJ=fwd["BJ"], BI=fwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
+                (monarch, "_row_step_kernel", bwd, dict(BJ=bwd["BJ"], BI=bwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
+                (monarch, "_column_lse_kernel", fwd, dict(BL=fwd["BL"], BK=fwd["BK"], BV=128, CAUSAL=True, OUTPUT=True)),
+                (monarch, "_column_sum_kernel", fwd, dict(BK=fwd["BK"], BL=fwd["BL"], CAUSAL=True)),
+                (monarch_bwd, "_column_grad_query_kernel", bwd,
+                 dict(BL=bwd["BL"], BK=bwd["BK"], BG=128, CAUSAL=True, OUTPUT_STEP=False)),
+                (monarch_bwd, "_column_grad_key_kernel", bwd,
+                 dict(BK=bwd["BK"], BL=bwd["BL"], BG=128, CAUSAL=True, OUTPUT_STEP=True)),
+                (monarch_bwd, "_row_grad_kernel", bwd, dict(BJ=bwd["BJ"], BI=bwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
+                (monarch_bwd, "_row_key_grad_kernel", bwd,
+                 dict(BI=bwd["BI"], BJ=bwd["BJ"], BV=128, HAS_C=True, WITH_V=True))):
+            kernels.append(Kernel(module, name, dict(consts, **head, PRECISION=cfg["PRECISION"]), cfg["num_warps"],
+                                  dtype, num_stages=cfg["num_stages"]))
+    kernels = _dedup(kernels)  # the backward's R step may use the forward's tiles
+    kernels += [
         Kernel("kernels.modulation.triton", "_norm_modulate_kernel", dict(BC=4096, RMS=False, HAS_W=True), 16,
                "*bf16", _MOD_FP32, ("eps",)),
         Kernel("kernels.modulation.triton", "_norm_modulate_backward_kernel", dict(BC=4096, RMS=True, HAS_W=True),
@@ -106,9 +137,10 @@ def registry() -> list[Kernel]:
     ]
     # Renderers: float32 throughout; the launchers' own constants are the configuration.
     tiles = {"offsets": "*i32", "ids": "*i32"}
+    fwd_batch, fwd_warps = gs.forward_config(capability)
     kernels += [
         Kernel("renderers.gaussians.triton", "_rasterize_fwd_kernel",
-               dict(TILE=16, BATCH=gs.FWD_BATCH, D=3, DP=4), gs.FWD_WARPS, pointers=tiles, floats=("alpha_cap",)),
+               dict(TILE=16, BATCH=fwd_batch, D=3, DP=4), fwd_warps, pointers=tiles, floats=("alpha_cap",)),
         Kernel("renderers.gaussians.triton", "_rasterize_bwd_kernel",
                dict(TILE=16, BATCH=gs.BWD_BATCH, D=3, DP=4), gs.BWD_WARPS, pointers=tiles, floats=("alpha_cap",)),
         Kernel("renderers.gaussians4d.triton", "_slice_kernel", dict(BLOCK=gs4d.BLOCK), gs4d.WARPS,
@@ -124,7 +156,7 @@ def registry() -> list[Kernel]:
                                         (SH_DIMS + nerf.n_geo_features, 1, 3, True)):  # colour
         consts = dict(IN_P=max(16, 1 << (n_in - 1).bit_length()), H=H, OUT_P=max(16, 1 << (n_out - 1).bit_length()),
                       N_MID=n_mid, SIGMOID=sigmoid, BLOCK=mlp_tri.BLOCK)
-        kernels.append(Kernel("renderers.nerf.mlp.triton", "_fused_mlp_kernel", consts, 4))
+        kernels.append(Kernel("renderers.nerf.mlp.triton", "_fused_mlp_kernel", consts, mlp_tri.WARPS))
     return kernels
 
 
@@ -153,7 +185,8 @@ def compile_kernel(k: Kernel, target: Target) -> dict:
         knobs.nvidia.dump_ptxas_log = True  # ptxas -v: registers, stack frame and spills
         knobs.compilation.always_compile = True  # a cached kernel would print no report
         compiled = triton.compile(ASTSource(fn=fn, signature=signature, constexprs=k.constexprs),
-                                  target=GPUTarget("cuda", target.capability, 32), options={"num_warps": k.num_warps})
+                                  target=GPUTarget("cuda", target.capability, 32),
+                                  options={"num_warps": k.num_warps, "num_stages": k.num_stages})
     found = _PTXAS.search(log.getvalue())
     if found is None:
         raise RuntimeError(f"no ptxas report for {k.label} on sm_{target.capability}: {log.getvalue()[-2000:]!r}")
@@ -161,6 +194,7 @@ def compile_kernel(k: Kernel, target: Target) -> dict:
     shared = int(compiled.metadata.shared)
     return {
         "kernel": f"{k.module}.{k.name}", "dtype": k.dtype[1:], "num_warps": k.num_warps,
+        "num_stages": k.num_stages,
         "constexprs": {n: v for n, v in k.constexprs.items()},
         "arch": f"sm_{target.capability}", "gpu": target.gpu,
         "registers": registers, "spill_store_bytes": spill_stores, "spill_load_bytes": spill_loads,
@@ -189,7 +223,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("TRITON_INTERPRET=1 is set; Triton's interpreter cannot compile kernels — run with "
                          "TRITON_INTERPRET=0")
     targets = [t for t in TARGETS if t.capability in args.arch]
-    jobs = [(k, target) for k in registry() for target in targets]
+    jobs = [(k, target) for target in targets for k in registry(target.capability)]
     t0 = time.perf_counter()
     with concurrent.futures.ProcessPoolExecutor(max(1, args.jobs)) as pool:
         results = list(pool.map(_compile_job, jobs))

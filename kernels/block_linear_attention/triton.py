@@ -3,14 +3,21 @@
 Same maths as ``reference.py``. Work is split so every phase is parallel over blocks:
 
 forward
-  1. ``_block_sums_kernel``    per (block, batch*head): dS_c = sum_{n in c} v_n rot(phi(k_n))^T, dz_c = sum phi(k_n)
+  1. ``_block_sums_kernel``    per (block, batch*head, BV values): dS_c = sum_{n in c} v_n rot(phi(k_n))^T,
+                               dz_c = sum phi(k_n)
   2. torch cumsum over blocks  S_c = S_0 + sum_{c' <= c} dS_c'   (inclusive: a block sees itself)
-  3. ``_block_output_kernel``  per (span of <= 256 rows, batch*head): out = S_c rot(phi(q)) / (z_c . phi(q) + eps)
+  3. ``_block_output_kernel``  per (span of <= 256 rows, batch*head, BV values):
+                               out = S_c rot(phi(q)) / (z_c . phi(q) + eps)
 backward (recomputes 1-2 instead of saving per-block states)
-  4. ``_query_grad_kernel``    per (block, batch*head): dq, and G_c = sum_{m in c} dnum_m rot(phi(q_m))^T,
-                               g_c = sum_{m in c} dden_m phi(q_m)
-  5. torch reverse cumsum      suffix sums of G, g (plus the gradient of the returned final state)
-  6. ``_key_grad_kernel``      per (span of <= 256 rows, batch*head): dk, dv
+  4. ``_query_grad_kernel``    per (block, batch*head): dq and g_c = sum_{m in c} dden_m phi(q_m), reading S_c
+                               BV values at a time (dden needs every value: dden = -rot . drot / den)
+  5. ``_query_state_grad_kernel`` per (block, batch*head, BV values): G_c = sum_{m in c} dnum_m rot(phi(q_m))^T
+  6. torch reverse cumsum      suffix sums of G, g (plus the gradient of the returned final state)
+  7. ``_key_grad_kernel``      per (span of <= 256 rows, batch*head): dk, dv, reading G_c BV values at a time
+
+No program holds a whole [Dv, D] state in registers: the kernels that build or apply one split it into
+[BV, BK] slices over a grid axis, and the gradient kernels that need every value of a row loop over the
+slices. :func:`launch_configs` picks BV, BT, warps and pipeline stages per GPU architecture.
 
 RoPE (interleaved pairs, see ``kernels/rope``) is fused into the loads: even and odd channels are read
 separately, rotated in registers and re-interleaved with ``tl.join`` + ``tl.reshape``. Accumulation is
@@ -18,7 +25,7 @@ fp32. For fp32 inputs every dot uses ``input_precision="ieee"``; for fp16/bf16 i
 an fp32 state use ``"tf32"`` and the sums that build a state take operands rounded to 16 bits (the input
 dtype, or bf16 for gradients), which is where diffusers rounds too (its rotated features are stored in the
 input dtype before its fp32 matmul).
-Head dims up to 128 are held whole in one program (``D``, ``Dv`` padded to powers of two >= 16).
+Key head dims up to 128 are held whole in one program (``D`` padded to a power of two >= 16).
 """
 from __future__ import annotations
 
@@ -96,9 +103,9 @@ def _store_rows(ptr, s_n, s_d, rows, row_mask, width, value, BW: tl.constexpr):
 
 
 @triton.jit
-def _state_ptrs(ptr, bh, c, NB, D, Dv, BK: tl.constexpr, BV: tl.constexpr):
-    """Pointers and mask into a contiguous per-block state ``[B*H, NB, Dv, D]``."""
-    rv = tl.arange(0, BV)
+def _state_ptrs(ptr, bh, c, NB, D, Dv, v0, BK: tl.constexpr, BV: tl.constexpr):
+    """Pointers and mask into rows ``v0 .. v0 + BV`` of a contiguous per-block state ``[B*H, NB, Dv, D]``."""
+    rv = v0 + tl.arange(0, BV)
     rk = tl.arange(0, BK)
     offs = (bh * NB + c) * Dv * D + rv[:, None] * D + rk[None, :]
     return ptr + offs, (rv[:, None] < Dv) & (rk[None, :] < D)
@@ -125,9 +132,10 @@ def _block_sums_kernel(
 ):
     c = tl.program_id(0)
     bh = tl.program_id(1)
+    v0 = tl.program_id(2) * BV  # this program: state rows (values) v0 .. v0 + BV
     b, h = bh // H, bh % H
     k_ptr += b * s_kb + h * s_kh
-    v_ptr += b * s_vb + h * s_vh
+    v_ptr += b * s_vb + h * s_vh + v0 * s_vd
     rope_ptr += b * s_rb + h * s_rh
 
     kv = tl.zeros((BV, BK), dtype=tl.float32)
@@ -137,7 +145,7 @@ def _block_sums_kernel(
         row_mask = offs < BLOCK
         rows = c * BLOCK + offs
         feat, rot = _load_features(k_ptr, s_kn, s_kd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
-        v = _load_rows(v_ptr, s_vn, s_vd, rows, row_mask, Dv, BV)
+        v = _load_rows(v_ptr, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
         if PRECISION == "ieee":
             kv += tl.dot(tl.trans(v), rot, input_precision=PRECISION)
         else:  # fp16/bf16 inputs: multiply in the input dtype, as diffusers' fp32 matmul of bf16-valued tensors
@@ -145,10 +153,11 @@ def _block_sums_kernel(
             kv += tl.dot(tl.trans(v.to(half)), rot.to(half))
         ksum += tl.sum(feat, axis=0)
 
-    kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, BK, BV)
+    kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
     tl.store(kv_ptrs, kv, mask=kv_mask)
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
-    tl.store(ks_ptrs, ksum, mask=ks_mask)
+    if v0 == 0:  # every value slice computes it; the first stores it
+        tl.store(ks_ptrs, ksum, mask=ks_mask)
 
 
 @triton.jit
@@ -163,12 +172,13 @@ def _block_output_kernel(
     pid = tl.program_id(0)
     bh = tl.program_id(1)
     c, span = pid // SPANS, pid % SPANS  # this program: rows [span * SPAN, (span + 1) * SPAN) of block c
+    v0 = tl.program_id(2) * BV  # and output columns (values) v0 .. v0 + BV
     b, h = bh // H, bh % H
     q_ptr += b * s_qb + h * s_qh
-    o_ptr += b * s_ob + h * s_oh
+    o_ptr += b * s_ob + h * s_oh + v0 * s_od
     rope_ptr += b * s_rb + h * s_rh
 
-    kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, BK, BV)
+    kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
     kv = tl.load(kv_ptrs, mask=kv_mask, other=0.0)
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
     ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
@@ -181,7 +191,7 @@ def _block_output_kernel(
         feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
         num = tl.dot(rot, tl.trans(kv), input_precision=PRECISION)  # [BT, BV]
         den = tl.sum(feat * ksum[None, :], axis=1) + eps  # [BT]
-        _store_rows(o_ptr, s_on, s_od, rows, row_mask, Dv, num / den[:, None], BV)
+        _store_rows(o_ptr, s_on, s_od, rows, row_mask, Dv - v0, num / den[:, None], BV)
 
 
 @triton.jit
@@ -191,7 +201,7 @@ def _query_grad_kernel(
     kv_ptr, ksum_ptr,
     do_ptr, s_ob, s_oh, s_on, s_od,
     dq_ptr, s_dqb, s_dqh, s_dqn, s_dqd,
-    gkv_ptr, gksum_ptr,
+    gksum_ptr,
     H, NB, D, Dv, BLOCK, eps,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ROPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
@@ -203,41 +213,74 @@ def _query_grad_kernel(
     dq_ptr += b * s_dqb + h * s_dqh
     rope_ptr += b * s_rb + h * s_rh
 
-    kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, BK, BV)
-    kv = tl.load(kv_ptrs, mask=kv_mask, other=0.0)
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
     ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
 
-    gkv = tl.zeros((BV, BK), dtype=tl.float32)
     gksum = tl.zeros((BK,), dtype=tl.float32)
     for t in range(0, BLOCK, BT):
         offs = t + tl.arange(0, BT)
         row_mask = offs < BLOCK
         rows = c * BLOCK + offs
         feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
-        do = _load_rows(do_ptr, s_on, s_od, rows, row_mask, Dv, BV)
-        num = tl.dot(rot, tl.trans(kv), input_precision=PRECISION)
-        den = tl.sum(feat * ksum[None, :], axis=1) + eps
-        out = num / den[:, None]
-        d_num = do / den[:, None]  # [BT, BV]
-        d_den = -tl.sum(do * out, axis=1) / den  # [BT]
-        d_feat = tl.dot(d_num, kv, input_precision=PRECISION)  # d rot, [BT, BK]
+        den = tl.sum(feat * ksum[None, :], axis=1) + eps  # [BT]
+        d_rot = tl.zeros((BT, BK), dtype=tl.float32)  # sum_v dnum_v S[v, :], BV values at a time
+        for v0 in range(0, Dv, BV):
+            kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
+            kv = tl.load(kv_ptrs, mask=kv_mask, other=0.0)
+            do = _load_rows(do_ptr + v0 * s_od, s_on, s_od, rows, row_mask, Dv - v0, BV)
+            d_rot += tl.dot(do / den[:, None], kv, input_precision=PRECISION)
+        # out = num / den and num = S rot, so  d_den = -sum_v do_v num_v / den^2 = -(rot . d_rot) / den
+        d_den = -tl.sum(rot * d_rot, axis=1) / den  # [BT]
+        d_feat = d_rot
         if ROPE:
             cos, sin = _load_rope(rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BK)
             d_feat = _unrotate(d_feat, cos, sin, BT, BK)
         d_feat += d_den[:, None] * ksum[None, :]
         dq = tl.where(feat > 0, d_feat, 0.0)
         _store_rows(dq_ptr, s_dqn, s_dqd, rows, row_mask, D, dq, BK)
+        gksum += tl.sum(d_den[:, None] * feat, axis=0)
+
+    gks_ptrs, _ = _vec_ptrs(gksum_ptr, bh, c, NB, D, BK)
+    tl.store(gks_ptrs, gksum, mask=ks_mask)
+
+
+@triton.jit
+def _query_state_grad_kernel(
+    q_ptr, s_qb, s_qh, s_qn, s_qd,
+    rope_ptr, s_rt, s_rb, s_rh, s_rn, s_rd,
+    ksum_ptr,
+    do_ptr, s_ob, s_oh, s_on, s_od,
+    gkv_ptr,
+    H, NB, D, Dv, BLOCK, eps,
+    BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ROPE: tl.constexpr, PRECISION: tl.constexpr,
+):
+    """G_c[v0 .. v0 + BV] = sum over the rows of block c of dnum^T rot(phi(q)), dnum = do / den."""
+    c = tl.program_id(0)
+    bh = tl.program_id(1)
+    v0 = tl.program_id(2) * BV
+    b, h = bh // H, bh % H
+    q_ptr += b * s_qb + h * s_qh
+    do_ptr += b * s_ob + h * s_oh + v0 * s_od
+    rope_ptr += b * s_rb + h * s_rh
+
+    ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
+    ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
+
+    gkv = tl.zeros((BV, BK), dtype=tl.float32)
+    for t in range(0, BLOCK, BT):
+        offs = t + tl.arange(0, BT)
+        row_mask = offs < BLOCK
+        rows = c * BLOCK + offs
+        feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
+        den = tl.sum(feat * ksum[None, :], axis=1) + eps
+        d_num = _load_rows(do_ptr, s_on, s_od, rows, row_mask, Dv - v0, BV) / den[:, None]  # [BT, BV]
         if PRECISION == "ieee":
             gkv += tl.dot(tl.trans(d_num), rot, input_precision=PRECISION)
         else:  # fp16/bf16 inputs: operands rounded to bf16 (fp32's range: d_num can be huge), fp32 accumulation
             gkv += tl.dot(tl.trans(d_num.to(tl.bfloat16)), rot.to(tl.bfloat16))
-        gksum += tl.sum(d_den[:, None] * feat, axis=0)
 
-    gkv_ptrs, _ = _state_ptrs(gkv_ptr, bh, c, NB, D, Dv, BK, BV)
-    tl.store(gkv_ptrs, gkv, mask=kv_mask)
-    gks_ptrs, _ = _vec_ptrs(gksum_ptr, bh, c, NB, D, BK)
-    tl.store(gks_ptrs, gksum, mask=ks_mask)
+    gkv_ptrs, gkv_mask = _state_ptrs(gkv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
+    tl.store(gkv_ptrs, gkv, mask=gkv_mask)
 
 
 @triton.jit
@@ -261,8 +304,6 @@ def _key_grad_kernel(
     dv_ptr += b * s_dvb + h * s_dvh
     rope_ptr += b * s_rb + h * s_rh
 
-    gkv_ptrs, gkv_mask = _state_ptrs(gkv_ptr, bh, c, NB, D, Dv, BK, BV)
-    gkv = tl.load(gkv_ptrs, mask=gkv_mask, other=0.0)  # suffix sum over blocks >= c
     gks_ptrs, gks_mask = _vec_ptrs(gksum_ptr, bh, c, NB, D, BK)
     gksum = tl.load(gks_ptrs, mask=gks_mask, other=0.0)
 
@@ -272,37 +313,97 @@ def _key_grad_kernel(
         row_mask = offs < end
         rows = c * BLOCK + offs
         feat, rot = _load_features(k_ptr, s_kn, s_kd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
-        v = _load_rows(v_ptr, s_vn, s_vd, rows, row_mask, Dv, BV)
-        dv = tl.dot(rot, tl.trans(gkv), input_precision=PRECISION)  # [BT, BV]
-        d_feat = tl.dot(v, gkv, input_precision=PRECISION)  # d rot, [BT, BK]
+        d_feat = tl.zeros((BT, BK), dtype=tl.float32)  # d rot = v G, BV values at a time
+        for v0 in range(0, Dv, BV):
+            gkv_ptrs, gkv_mask = _state_ptrs(gkv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
+            gkv = tl.load(gkv_ptrs, mask=gkv_mask, other=0.0)  # suffix sum over blocks >= c
+            v = _load_rows(v_ptr + v0 * s_vd, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
+            dv = tl.dot(rot, tl.trans(gkv), input_precision=PRECISION)  # [BT, BV]
+            _store_rows(dv_ptr + v0 * s_dvd, s_dvn, s_dvd, rows, row_mask, Dv - v0, dv, BV)
+            d_feat += tl.dot(v, gkv, input_precision=PRECISION)
         if ROPE:
             cos, sin = _load_rope(rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BK)
             d_feat = _unrotate(d_feat, cos, sin, BT, BK)
         d_feat += gksum[None, :]
         dk = tl.where(feat > 0, d_feat, 0.0)
         _store_rows(dk_ptr, s_dkn, s_dkd, rows, row_mask, D, dk, BK)
-        _store_rows(dv_ptr, s_dvn, s_dvd, rows, row_mask, Dv, dv, BV)
 
 
 # ----------------------------------------------------------------------------- launchers
 
 
-def _config(q: torch.Tensor, v: torch.Tensor, block_size: int) -> dict:
-    D, Dv = q.shape[-1], v.shape[-1]
+def check_head_dims(D: int, Dv: int) -> None:
     if D > MAX_HEAD_DIM or Dv > MAX_HEAD_DIM:
         raise ValueError(
             f"block_linear_attention (triton): head dims D={D}, Dv={Dv}; the Triton kernels support up to "
             f"{MAX_HEAD_DIM}; use backend='torch'"
         )
+
+
+# Per GPU architecture, for heads wider than 64: (BV, BT, num_warps, num_stages) of each kernel — BV state rows
+# (values) per program or per loop step, BT rows per step — for fp32 ("ieee") and fp16/bf16 ("tf32") inputs.
+# Chosen with `framegraph bench compile` (ptxas, offline) at D = Dv = 128: the largest tiles that neither spill
+# nor exceed the per-block shared memory (99 KiB on sm_89 / sm_120, 227 KiB on sm_90). One [128, 128] fp32
+# state is 64 KiB — 64 registers a thread at 8 warps — and a dot stages its operand through shared memory, so
+# the state is split into [BV, 128] slices; one pipeline stage (no prefetch of the next step) where the
+# default three spilled or overflowed. The backward's dq and dk kernels keep a [BT, 128] gradient, the
+# features and their rotation live across their loop over the state's slices, hence BT = 16 and BV = 32 / 16:
+# the largest that ptxas fits in 255 registers. GPU timings of these choices are still to be taken (a GPU
+# session's job): the table records fit, not measured speed.
+_ALL_ARCHS = (89, 90, 120)
+_WIDE_TILES = {
+    ("sums", "ieee"): dict.fromkeys(_ALL_ARCHS, (128, 32, 8, 1)),
+    ("sums", "tf32"): dict.fromkeys(_ALL_ARCHS, (128, 32, 8, 3)),
+    ("output", "ieee"): {89: (64, 32, 8, 1), 90: (128, 32, 8, 3), 120: (64, 32, 8, 1)},
+    ("output", "tf32"): {89: (128, 32, 8, 1), 90: (128, 32, 8, 3), 120: (128, 32, 8, 1)},
+    ("query_grad", "ieee"): dict.fromkeys(_ALL_ARCHS, (32, 16, 8, 1)),
+    ("query_grad", "tf32"): dict.fromkeys(_ALL_ARCHS, (32, 16, 8, 1)),
+    ("query_state_grad", "ieee"): dict.fromkeys(_ALL_ARCHS, (128, 32, 8, 1)),
+    ("query_state_grad", "tf32"): dict.fromkeys(_ALL_ARCHS, (128, 32, 8, 3)),
+    ("key_grad", "ieee"): dict.fromkeys(_ALL_ARCHS, (16, 16, 8, 1)),
+    ("key_grad", "tf32"): dict.fromkeys(_ALL_ARCHS, (16, 16, 8, 1)),
+}
+KERNELS = ("sums", "output", "query_grad", "query_state_grad", "key_grad")
+
+
+def launch_configs(D: int, Dv: int, block_size: int, dtype: torch.dtype, capability: int) -> dict[str, dict]:
+    """Launch configuration of each kernel (``KERNELS``) for head dims ``D``, ``Dv``, inputs of ``dtype``, on
+    a GPU of compute ``capability`` (89 = sm_89; architectures not in the table get the nearest one below,
+    or sm_89's): ``BT``, ``BK``, ``BV``, ``PRECISION``, ``num_warps``, ``num_stages``.
+
+    Heads up to 64 wide (state <= 64 x 64) are small enough for one program with any architecture: 4 warps,
+    64 rows per step. Wider heads follow ``_WIDE_TILES``. `framegraph bench compile` compiles exactly these.
+    """
+    check_head_dims(D, Dv)
     BK = max(16, triton.next_power_of_2(D))
-    BV = max(16, triton.next_power_of_2(Dv))
-    big = BK * BV > 64 * 64
-    BT = max(16, min(32 if big else 64, triton.next_power_of_2(block_size)))
-    return dict(
-        BT=BT, BK=BK, BV=BV,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32",
-        num_warps=8 if big else 4,
-    )
+    BV_full = max(16, triton.next_power_of_2(Dv))
+    precision = "ieee" if dtype == torch.float32 else "tf32"
+    if BK * BV_full <= 64 * 64:
+        BT = max(16, min(64, triton.next_power_of_2(block_size)))
+        return {name: dict(BT=BT, BK=BK, BV=BV_full, PRECISION=precision, num_warps=4, num_stages=3)
+                for name in KERNELS}
+    known = sorted(_WIDE_TILES["sums", precision])
+    arch = max([a for a in known if a <= capability], default=known[0])
+    configs = {}
+    for name in KERNELS:
+        BV, BT, warps, stages = _WIDE_TILES[name, precision][arch]
+        BT = max(16, min(BT, triton.next_power_of_2(block_size)))
+        configs[name] = dict(BT=BT, BK=BK, BV=min(BV, BV_full), PRECISION=precision, num_warps=warps,
+                             num_stages=stages)
+    return configs
+
+
+def _device_capability(device: torch.device) -> int:
+    """Compute capability of a CUDA device (89 = sm_89); Triton's interpreter on CPU runs sm_89's choice, the
+    tightest (smallest shared memory, most splitting)."""
+    if device.type != "cuda":
+        return 89
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
+def _configs(q: torch.Tensor, v: torch.Tensor, block_size: int) -> dict[str, dict]:
+    return launch_configs(q.shape[-1], v.shape[-1], block_size, q.dtype, _device_capability(q.device))
 
 
 def _spans(block_size: int, BT: int) -> tuple[int, int]:
@@ -324,7 +425,7 @@ def _block_sums(k, v, rope, block_size, cfg):
     NB = N // block_size
     kv = torch.empty(B, H, NB, Dv, D, device=k.device, dtype=torch.float32)
     ksum = torch.empty(B, H, NB, D, device=k.device, dtype=torch.float32)
-    _block_sums_kernel[(NB, B * H)](
+    _block_sums_kernel[(NB, B * H, triton.cdiv(Dv, cfg["BV"]))](
         k, *k.stride(), v, *v.stride(), *_rope_args(rope, k), kv, ksum,
         H, NB, D, Dv, block_size, ROPE=rope is not None, **cfg,
     )
@@ -344,11 +445,12 @@ def forward(q, k, v, rope, kv0, ksum0, block_size: int, eps: float):
     B, H, N, D = q.shape
     Dv = v.shape[-1]
     NB = N // block_size
-    cfg = _config(q, v, block_size)
-    kv, ksum = _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfg)
+    cfgs = _configs(q, v, block_size)
+    kv, ksum = _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfgs["sums"])
     out = torch.empty(B, H, N, Dv, device=q.device, dtype=q.dtype)
+    cfg = cfgs["output"]
     span, spans = _spans(block_size, cfg["BT"])
-    _block_output_kernel[(NB * spans, B * H)](
+    _block_output_kernel[(NB * spans, B * H, triton.cdiv(Dv, cfg["BV"]))](
         q, *q.stride(), *_rope_args(rope, q), kv, ksum, out, *out.stride(),
         H, NB, D, Dv, block_size, spans, span, eps, ROPE=rope is not None, **cfg,
     )
@@ -360,15 +462,20 @@ def backward(d_out, d_kv_final, d_ksum_final, q, k, v, rope, kv0, ksum0, block_s
     B, H, N, D = q.shape
     Dv = v.shape[-1]
     NB = N // block_size
-    cfg = _config(q, v, block_size)
-    kv, ksum = _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfg)
+    cfgs = _configs(q, v, block_size)
+    kv, ksum = _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfgs["sums"])
 
     dq = torch.empty_like(q, memory_format=torch.contiguous_format)
     g_kv = torch.empty_like(kv)
     g_ksum = torch.empty_like(ksum)
     _query_grad_kernel[(NB, B * H)](
         q, *q.stride(), *_rope_args(rope, q), kv, ksum, d_out, *d_out.stride(), dq, *dq.stride(),
-        g_kv, g_ksum, H, NB, D, Dv, block_size, eps, ROPE=rope is not None, **cfg,
+        g_ksum, H, NB, D, Dv, block_size, eps, ROPE=rope is not None, **cfgs["query_grad"],
+    )
+    cfg = cfgs["query_state_grad"]
+    _query_state_grad_kernel[(NB, B * H, triton.cdiv(Dv, cfg["BV"]))](
+        q, *q.stride(), *_rope_args(rope, q), ksum, d_out, *d_out.stride(),
+        g_kv, H, NB, D, Dv, block_size, eps, ROPE=rope is not None, **cfg,
     )
     # Keys of block c feed the states of blocks c..NB-1 and the returned final state.
     g_kv = torch.flip(torch.cumsum(torch.flip(g_kv, [2]), dim=2), [2]).add_(d_kv_final.float().unsqueeze(2))
@@ -376,6 +483,7 @@ def backward(d_out, d_kv_final, d_ksum_final, q, k, v, rope, kv0, ksum0, block_s
 
     dk = torch.empty_like(k, memory_format=torch.contiguous_format)
     dv = torch.empty_like(v, memory_format=torch.contiguous_format)
+    cfg = cfgs["key_grad"]
     span, spans = _spans(block_size, cfg["BT"])
     _key_grad_kernel[(NB * spans, B * H)](
         k, *k.stride(), v, *v.stride(), *_rope_args(rope, k), g_kv, g_ksum,

@@ -36,6 +36,7 @@ import triton.language as tl
 
 MAX_HEAD_DIM = 128
 MAX_TILE = 64  # rows / columns per tile (32 for head dims > 64); the tests lower it to 16 to exercise multi-tile loops
+BACKWARD_MAX_TILE = 32  # rows / columns per tile of the backward: its kernels hold more live tiles (64 spills)
 C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
 
 
@@ -228,6 +229,14 @@ def _pow2(n: int, lo: int = 16, hi: int = 64) -> int:
     return max(lo, min(hi, triton.next_power_of_2(n)))
 
 
+def device_capability(device: torch.device) -> int:
+    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
+    if device.type != "cuda":
+        return 89
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
 def check_head_dims(D: int, Dv: int) -> None:
     if D > MAX_HEAD_DIM or Dv > MAX_HEAD_DIM:
         raise ValueError(
@@ -236,19 +245,37 @@ def check_head_dims(D: int, Dv: int) -> None:
         )
 
 
-def tiles(q: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], max_tile: int | None = None) -> dict:
-    """Block sizes: ``BD``/``BV`` (head dims), ``BJ``/``BI`` (columns of a row), ``BL``/``BK`` (rows of a
-    column) — at most ``MAX_TILE`` (and ``max_tile`` if given), 32 for head dims > 64 — precision, warps."""
-    D, Dv = q.shape[-1], v.shape[-1]
+def tiles(D: int, Dv: int, dtype: torch.dtype, grid: tuple[int, int, int], capability: int,
+          backward: bool = False) -> dict:
+    """Launch configuration on a GPU of compute ``capability`` (89 = sm_89): ``BD``/``BV`` (head dims),
+    ``BJ``/``BI`` (columns of a row: per program / per loop step of the R kernels), ``BL``/``BK`` (rows of a
+    column: per program / per step of ``_column_lse_kernel``; ``_column_sum_kernel`` and the backward's key
+    kernels swap the roles), precision, warps and pipeline stages — at most ``MAX_TILE``, 32 for head dims > 64.
+
+    fp32 inputs multiply with "ieee" FMA dots, which hold far more registers than tf32's tensor-core dots:
+    with heads > 64, ptxas (`framegraph bench compile`) spills at 32-wide loop steps, so the steps are 16
+    (forward) and everything is 16 with one pipeline stage (backward). The backward's bf16/fp16
+    ``_row_key_grad_kernel`` spills with 32 columns per program, so ``BI`` is 16 there. sm_89, sm_90 and sm_120
+    get the same tiles (none needs more than 99 KiB of shared memory); ``capability`` is accepted so that
+    every launcher answers the same question. GPU timings are still to be taken (a GPU session's job).
+    """
+    del capability  # one configuration fits all three targets (see the docstring)
     frames, height, width = grid
     BD, BV = _pow2(D, hi=128), _pow2(Dv, hi=128)
     wide = max(BD, BV) > 64
-    cap = min(MAX_TILE, max_tile or MAX_TILE, 32 if wide else MAX_TILE)
+    fp32 = dtype == torch.float32
+    cap = min(MAX_TILE, BACKWARD_MAX_TILE if backward else MAX_TILE, 32 if wide else MAX_TILE)
     row_tile, column_tile = _pow2(width, hi=cap), _pow2(frames * height, hi=cap)
-    return dict(
-        BD=BD, BV=BV, BJ=row_tile, BI=row_tile, BL=column_tile, BK=column_tile,
-        PRECISION="ieee" if q.dtype == torch.float32 else "tf32", num_warps=8 if wide else 4,
-    )
+    cfg = dict(BD=BD, BV=BV, BJ=row_tile, BI=row_tile, BL=column_tile, BK=column_tile,
+               PRECISION="ieee" if fp32 else "tf32", num_warps=8 if wide else 4, num_stages=3)
+    if wide and fp32 and not backward:
+        cfg.update(BI=min(row_tile, 16), BK=min(column_tile, 16))
+    elif wide and fp32:
+        cfg.update(BJ=min(row_tile, 16), BI=min(row_tile, 16), BL=min(column_tile, 16),
+                   BK=min(column_tile, 16), num_stages=1)
+    elif wide and backward:
+        cfg.update(BI=min(row_tile, 16))
+    return cfg
 
 
 def row_step(a_src, c_src, k, v, a_l, c_l, y, lse_r, grid, cfg, *, first: bool, with_v: bool) -> None:
@@ -263,7 +290,7 @@ def row_step(a_src, c_src, k, v, a_l, c_l, y, lse_r, grid, cfg, *, first: bool, 
         a_src, *a_src.stride(), c_src, k, *k.stride(), v, *v.stride(), a_l, c_l, y, lse_r,
         H, M, NB, D, v.shape[-1],
         SCALE=D ** -0.5, BJ=cfg["BJ"], BI=cfg["BI"], BD=cfg["BD"], BV=cfg["BV"], HAS_C=not first,
-        WITH_V=with_v, PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"],
+        WITH_V=with_v, PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
     )
 
 
@@ -280,9 +307,10 @@ def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, 
     check_head_dims(D, Dv)
     frames, height, width = grid
     M, NB = frames * height, width
-    cfg = tiles(q, v, grid)
+    cfg = tiles(D, Dv, q.dtype, grid, device_capability(q.device))
     BL, BK, BD, BV = cfg["BL"], cfg["BK"], cfg["BD"], cfg["BV"]
-    common = dict(PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"], CAUSAL=bool(block_causal))
+    common = dict(PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"], num_stages=cfg["num_stages"],
+                  CAUSAL=bool(block_causal))
     scale = D ** -0.5
     dev, f32 = q.device, torch.float32
     a_l = torch.empty(B * H, NB, M, D, device=dev, dtype=f32)

@@ -64,9 +64,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton import C_MIN, _load_tile, _store_tile, check_head_dims, row_step, tiles
+from .triton import C_MIN, _load_tile, _store_tile, check_head_dims, device_capability, row_step, tiles
 
-BACKWARD_MAX_TILE = 32  # rows / columns per tile: these kernels hold more live tiles than the forward's (64 spills)
 
 
 @triton.jit
@@ -372,9 +371,10 @@ def backward(
     check_head_dims(D, Dv)
     frames, height, width = grid
     M, NB = frames * height, width
-    cfg = tiles(q, v, grid, max_tile=BACKWARD_MAX_TILE)
+    cfg = tiles(D, Dv, q.dtype, grid, device_capability(q.device), backward=True)
     BL, BK, BJ, BI, BD, BV = (cfg[name] for name in ("BL", "BK", "BJ", "BI", "BD", "BV"))
-    common = dict(SCALE=D ** -0.5, PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"])
+    common = dict(SCALE=D ** -0.5, PRECISION=cfg["PRECISION"], num_warps=cfg["num_warps"],
+                  num_stages=cfg["num_stages"])
     dev, f32 = q.device, torch.float32
 
     def column_major(*width):

@@ -36,10 +36,27 @@ from .reference import ALPHA_THRESHOLD, TRANSMITTANCE_THRESHOLD
 _ALPHA_THRESHOLD = tl.constexpr(ALPHA_THRESHOLD)
 _TRANSMITTANCE_THRESHOLD = tl.constexpr(TRANSMITTANCE_THRESHOLD)
 
-# (Gaussians per inner step, warps per tile). Chosen so ptxas (sm_90) fits each kernel in registers
-# without spilling: forward 118 registers, backward 171. Not yet tuned by timing on a GPU.
+# (Gaussians per inner step, warps per tile). Chosen with `framegraph bench compile` (ptxas, offline) so each
+# kernel fits in registers without spilling on sm_89, sm_90 and sm_120: the forward's 16 Gaussians per step
+# spill on sm_89 (16 B at its 128-register cap for 8 warps), so sm_89 steps through 8 (80 registers; 4 warps
+# at 16 would fit too, but at 255 registers). Backward 8 everywhere (~170 registers). Not yet tuned by
+# timing on a GPU (a GPU session's job).
 FWD_BATCH, FWD_WARPS = 16, 8
+FWD_BATCH_SM89 = 8
 BWD_BATCH, BWD_WARPS = 8, 8
+
+
+def forward_config(capability: int) -> tuple[int, int]:
+    """(BATCH, num_warps) of ``_rasterize_fwd_kernel`` on a GPU of compute ``capability`` (89 = sm_89)."""
+    return (FWD_BATCH_SM89 if capability == 89 else FWD_BATCH), FWD_WARPS
+
+
+def _device_capability(device: torch.device) -> int:
+    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
+    if device.type != "cuda":
+        return 89
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
 
 
 @triton.jit
@@ -239,10 +256,11 @@ def rasterize_fwd(
     out = means2d.new_zeros((C, height, width, D))
     trans = means2d.new_ones((C, height, width))
     if C * n_tiles > 0 and flatten_ids.numel() > 0:
+        batch, warps = forward_config(_device_capability(means2d.device))
         _rasterize_fwd_kernel[(C * n_tiles,)](
             means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans,
             width, height, tile_w, n_tiles, alpha_cap,
-            TILE=tile_size, BATCH=FWD_BATCH, D=D, DP=DP, num_warps=FWD_WARPS,
+            TILE=tile_size, BATCH=batch, D=D, DP=DP, num_warps=warps,
         )
     return out, trans
 

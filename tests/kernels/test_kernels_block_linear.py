@@ -207,3 +207,32 @@ def test_gpu_cuda_graph_capture_replays():
     graph.replay()
     expected, _ = block_linear_attention(q, k, v, block_size=64, rope=table)
     torch.testing.assert_close(out, expected)
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+def test_triton_wide_heads_split_the_state_into_value_slices(with_state):
+    """Heads > 64 run the production tiles (sm_89's on CPU): the state is split into BV-row slices over a grid
+    axis (forward, G of the backward) or a loop (dq, dk), with Dv not a multiple of BV (masked last slice)."""
+    from framegraph.kernels.block_linear_attention import triton as kernels
+
+    B = H = 1
+    N, D, Dv, block_size = 64, 128, 72, 32
+    configs = kernels.launch_configs(D, Dv, block_size, torch.float32, 89)
+    assert {name: cfg["BV"] for name, cfg in configs.items()} == dict(
+        sums=128, output=64, query_grad=32, query_state_grad=128, key_grad=16)
+    q, k, v, table = make_inputs(B=B, H=H, N=N, D=D, Dv=Dv)
+    state = random_state(B, H, D, Dv) if with_state else None
+    results = {}
+    for backend in ("triton", "torch"):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
+        st = LinearAttentionState(*(t.clone().requires_grad_() for t in state)) if with_state else None
+        out, new_state = block_linear_attention(*leaves, block_size=block_size, rope=table, state=st, backend=backend)
+        g = torch.Generator().manual_seed(5)
+        loss = (out * torch.randn(out.shape, generator=g).to(DEVICE)).sum() + new_state.kv.sum() + new_state.k_sum.sum()
+        results[backend] = (out, new_state, torch.autograd.grad(loss, leaves + (list(st) if with_state else [])))
+    (o1, s1, g1), (o2, s2, g2) = results["triton"], results["torch"]
+    assert_close(o1, o2)
+    assert_close(s1.kv, s2.kv)
+    assert_close(s1.k_sum, s2.k_sum)
+    for a, b in zip(g1, g2):
+        assert_close(a, b, rtol=1e-4, atol=1e-4)

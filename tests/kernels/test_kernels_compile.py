@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -23,35 +24,6 @@ if importlib.util.find_spec("triton") is None:
 
 REPO = Path(__file__).resolve().parents[2]  # the checkout
 ARCHS = {"sm_89", "sm_90", "sm_120"}
-
-# What spills or exceeds the per-block shared memory today, at the production configurations, recorded
-# rather than hidden (benchmarks/results/compile.json has the numbers): (kernel, dtype) -> {arch: problem}.
-# The block-linear kernels keep a [BV, BK] = [128, 128] fp32 state per program, the Monarch fp32 variants
-# hold 128-wide fp32 tiles in registers, and on sm_89 / sm_120 (99 KiB per block) their shared-memory
-# staging is too large. Fixing one means retuning its tiles and removing its entry here; a new problem
-# fails the test.
-BLA, MON, MONB = ("kernels.block_linear_attention.triton", "kernels.monarch_attention.triton",
-                  "kernels.monarch_attention.triton_backward")
-ALL_SPILL_SMALL_SHARED = {"sm_89": "spills+shared", "sm_90": "spills", "sm_120": "spills+shared"}
-KNOWN_PROBLEMS = {
-    (f"{BLA}._block_sums_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{BLA}._block_output_kernel", "bf16"): {"sm_89": "shared", "sm_120": "shared"},
-    (f"{BLA}._block_output_kernel", "fp32"): {"sm_89": "shared", "sm_120": "shared"},
-    (f"{BLA}._query_grad_kernel", "bf16"): ALL_SPILL_SMALL_SHARED,
-    (f"{BLA}._query_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{BLA}._key_grad_kernel", "bf16"): ALL_SPILL_SMALL_SHARED,
-    (f"{BLA}._key_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{MON}._row_step_kernel", "fp32"): dict.fromkeys(ARCHS, "spills"),
-    (f"{MON}._column_lse_kernel", "fp32"): dict.fromkeys(ARCHS, "spills"),
-    (f"{MONB}._column_grad_query_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{MONB}._column_grad_key_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{MONB}._row_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    (f"{MONB}._row_key_grad_kernel", "bf16"): dict.fromkeys(ARCHS, "spills"),
-    (f"{MONB}._row_key_grad_kernel", "fp32"): ALL_SPILL_SMALL_SHARED,
-    ("renderers.gaussians.triton._rasterize_fwd_kernel", "fp32"): {"sm_89": "spills"},
-    ("renderers.nerf.mlp.triton._fused_mlp_kernel", "fp32"): {"sm_90": "spills", "sm_120": "spills"},  # colour MLP
-}
-
 
 def _triton_kernels_in_source() -> set[str]:
     """``module.name`` of every ``@triton.jit`` function named ``*_kernel`` in the project (launched kernels;
@@ -76,13 +48,11 @@ def test_every_triton_kernel_compiles_for_every_target_gpu(tmp_path):
     report = json.loads(out.read_text())
     results = report["kernels"]
 
-    # one registry holds every launched kernel, each compiled for every target
+    # one registry holds every launched kernel, each compiled for every target (a launcher may pick other
+    # tiles per architecture, so the kernels and dtypes are compared, not the configurations)
     assert {r["kernel"] for r in results} == _triton_kernels_in_source()
-    configs = {(r["kernel"], r["dtype"], json.dumps(r["constexprs"], sort_keys=True)) for r in results}
-    assert len(results) == 3 * len(configs)
-    for key in configs:
-        assert {r["arch"] for r in results if (r["kernel"], r["dtype"], json.dumps(r["constexprs"], sort_keys=True))
-                == key} == ARCHS
+    per_arch = {arch: Counter((r["kernel"], r["dtype"]) for r in results if r["arch"] == arch) for arch in ARCHS}
+    assert per_arch["sm_89"] == per_arch["sm_90"] == per_arch["sm_120"], per_arch
     limits = {"sm_89": 99 * 1024, "sm_90": 227 * 1024, "sm_120": 99 * 1024}
     for r in results:
         assert r["shared_limit_bytes"] == limits[r["arch"]]
@@ -90,12 +60,9 @@ def test_every_triton_kernel_compiles_for_every_target_gpu(tmp_path):
         assert r["fits"] == (r["shared_bytes"] <= r["shared_limit_bytes"])
         assert r["spills"] == (r["spill_store_bytes"] + r["spill_load_bytes"] > 0)
 
-    # spills and shared memory: exactly the recorded problems, nothing new
-    problems = {}
-    for r in results:
-        if r["spills"] or not r["fits"]:
-            what = "+".join(p for p, bad in (("spills", r["spills"]), ("shared", not r["fits"])) if bad)
-            problems.setdefault((r["kernel"], r["dtype"]), {})[r["arch"]] = what
-    assert problems == KNOWN_PROBLEMS
-    assert report["failures"] == sum(len(v) for v in KNOWN_PROBLEMS.values())
-    assert proc.returncode == (1 if KNOWN_PROBLEMS else 0), proc.stderr[-4000:]
+    # no kernel spills or exceeds its architecture's per-block shared memory
+    problems = [f"{r['arch']} {r['kernel']} {r['dtype']} {r['constexprs']}: {r['spill_store_bytes']} B spilled, "
+                f"{r['shared_bytes']} B shared" for r in results if r["spills"] or not r["fits"]]
+    assert problems == []
+    assert report["failures"] == 0
+    assert proc.returncode == 0, proc.stderr[-4000:]

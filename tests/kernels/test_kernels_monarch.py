@@ -324,3 +324,16 @@ def test_gpu_forward_and_backward_capture_in_a_cuda_graph():
     torch.testing.assert_close(out, expected)
     for a, b in zip(grads, expected_grads):
         torch.testing.assert_close(a, b)
+
+
+def test_triton_wide_heads_fp32_use_narrower_loop_steps_than_program_tiles():
+    """Heads > 64 in fp32: programs of 32 rows / columns stepping through 16 at a time (BJ != BI, BL != BK:
+    the production tiles of ``tiles``, chosen so no kernel spills), forward and backward (all 16)."""
+    from framegraph.kernels.monarch_attention import triton as kernels
+
+    grid = (2, 9, 20)  # M = 18 rows and b = 20 columns: one 32-wide program, two 16-wide steps
+    cfg = kernels.tiles(72, 72, torch.float32, grid, 89)
+    assert (cfg["BJ"], cfg["BI"], cfg["BL"], cfg["BK"]) == (32, 16, 32, 16)
+    q, k, v = make_inputs(grid, H=1, D=72, Dv=72)
+    results = triton_and_reference_grads(q, k, v, grid=grid, num_iters=2, block_causal=True)
+    assert_grads_match(results)

@@ -11,6 +11,7 @@ if not torch.cuda.is_available():  # agreed convention: interpreter on CPU-only 
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 from framegraph.apps import bench_render  # noqa: E402
+from framegraph.renderers.gaussians4d import load_checkpoint  # noqa: E402
 
 
 def _run(*argv):
@@ -66,11 +67,12 @@ def test_bench_render_4dgs_and_nerf_sections(tmp_path, capsys):
     assert [c["section"] for c in result["cases"]] == ["4dgs", "nerf"]
     four, nerf = result["cases"]
 
-    assert four["scene"]["source"].endswith("bouncing_ball.pth") and four["scene"]["gaussians"] == 1440
+    n4 = load_checkpoint(four["scene"]["source"]).n
+    assert four["scene"]["source"].endswith("bouncing_ball.pth") and four["scene"]["gaussians"] == n4
     assert four["resolution"] == [32, 24]
     assert four["time"]["step_per_frame"] == pytest.approx(2.0 / 60)  # time advances per frame
     t = four["results"]["torch"]
-    assert t["fps"] > 0 and t["interpreted"] is False and 0 < t["kept_gaussians_at_psnr_frame"] <= 1440
+    assert t["fps"] > 0 and t["interpreted"] is False and 0 < t["kept_gaussians_at_psnr_frame"] <= n4
     tr = four["results"]["triton"]
     if "skipped" not in tr:
         assert tr["interpreted"] is True and tr["psnr_vs_torch_db"] >= 45

@@ -46,7 +46,7 @@ def test_fit_is_deterministic_for_a_seed():
 
 def _render(scene, t, cameras):
     img, _, _ = rasterize_4d(**scene.rasterize_args(), t=t, viewmats=cameras.viewmats.float(), Ks=cameras.Ks.float(),
-                             width=cameras.width, height=cameras.height, backgrounds=torch.zeros(1, 3))
+                             width=cameras.width, height=cameras.height, backgrounds=torch.zeros(3))
     return img.clamp(0, 1)
 
 
@@ -56,7 +56,7 @@ def test_shipped_scene_matches_the_ground_truth_at_held_out_views_and_times():
     held = held_out_video(40, 128, 96, n_frames=2)  # two of the demo's held-out times, its cameras
     for f, t in enumerate(held.times.tolist()):
         score = psnr(_render(scene, t, held.cameras), held.images[f])
-        assert score > 24.0, (t, score)  # measured 27.0 / 26.4 dB (PROVENANCE.md)
+        assert score > 24.0, (t, score)  # measured 26.4 / 26.8 dB; the hand-built scene 14.3
 
 
 def test_shipped_scene_shows_the_floors_checker_pattern():
@@ -76,6 +76,6 @@ def test_shipped_scene_shows_the_floors_checker_pattern():
     out = lum(_render(scene, t, cameras))
     truth_contrast = float(lum(gt)[light].mean() - lum(gt)[dark].mean())
     contrast = float(out[light].mean() - out[dark].mean())
-    assert contrast > 0.75 * truth_contrast, (contrast, truth_contrast)
+    assert contrast > 0.75 * truth_contrast, (contrast, truth_contrast)  # 0.37 vs 0.41; hand-built: 0.007
     # and square by square, not only on average: most light pixels are brighter than most dark ones
     assert float(out[light].quantile(0.2)) > float(out[dark].quantile(0.8))

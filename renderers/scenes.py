@@ -32,7 +32,8 @@ _FAR = 1e9
 
 @dataclass(frozen=True)
 class Sphere:
-    """A sphere with ``n_sectors`` alternating coloured sectors around the z axis (a beach ball)."""
+    """A sphere with ``n_sectors`` alternating coloured sectors around the z axis (a beach ball),
+    turned by ``phase`` radians about that axis."""
 
     center: tuple[float, float, float]
     radius: float
@@ -40,6 +41,7 @@ class Sphere:
     color_b: Color
     n_sectors: int = 6
     specular: float = 0.35
+    phase: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -77,6 +79,7 @@ class ProceduralScene:
         camera_radius: distance of training cameras from ``target``.
         elevation_deg: (min, max) camera elevations above the ground plane.
         fov_deg: vertical field of view of the cameras.
+        shadows: cast hard shadows from the spheres and boxes (off: every surface facing the light is lit).
     """
 
     name: str
@@ -90,6 +93,7 @@ class ProceduralScene:
     camera_radius: float = 3.3
     elevation_deg: tuple[float, float] = (12.0, 50.0)
     fov_deg: float = 50.0
+    shadows: bool = True
 
     # ------------------------------------------------------------------
     # Cameras
@@ -199,9 +203,10 @@ class ProceduralScene:
         light = torch.tensor(self.light_dir, dtype=torch.float64)
         light = light / light.norm()
         lambert = (n @ light).clamp(min=0.0)
-        # Hard shadows: can the light be seen from just above the surface?
-        blocked = self._intersect(p + 1e-4 * n, light.expand_as(p), objects_only=True)["t"] < _FAR
-        lit = lambert * (~blocked).to(lambert.dtype)
+        lit = lambert
+        if self.shadows:  # hard shadows: can the light be seen from just above the surface?
+            blocked = self._intersect(p + 1e-4 * n, light.expand_as(p), objects_only=True)["t"] < _FAR
+            lit = lambert * (~blocked).to(lambert.dtype)
         color = albedo * (self.ambient + (1.0 - self.ambient) * lit[..., None])
         reflect = light - 2.0 * (light * n).sum(-1, keepdim=True) * n  # light mirrored, pointing into the surface
         highlight = (-(reflect * d).sum(-1)).clamp(min=0.0) ** 24  # reflect . (-d) points to the viewer
@@ -249,7 +254,7 @@ class ProceduralScene:
             t = torch.where((disc > 0) & (t > eps), t, torch.full_like(t, _FAR))
             p = o + t[..., None] * d
             n = (p - c) / s.radius
-            angle = torch.atan2(n[..., 1], n[..., 0])  # sectors around the sphere's z axis
+            angle = torch.atan2(n[..., 1], n[..., 0]) - s.phase  # sectors around the sphere's z axis
             sector = torch.floor((angle + math.pi) / (2 * math.pi) * s.n_sectors).remainder(2) == 0
             a = torch.where(sector[..., None], _c(s.color_a), _c(s.color_b))
             keep(t, n, a, s.specular)
@@ -332,6 +337,38 @@ def toy_scene() -> ProceduralScene:
 
 SCENES = {"toy": toy_scene}
 
+BOUNCING_BALL_DURATION_S = 2.0  # the dynamic scene below loops every 2 s
+
+
+def bouncing_ball_scene(t: float) -> ProceduralScene:
+    """The 4DGS demo's ground truth at time ``t`` seconds: the toy scene's checkered floor, a red-and-white
+    beach ball that bounces twice per loop along a figure-eight while spinning (one turn per loop), and
+    three coloured blobs that drift in loops, swell and shrink away, and shift hue.
+
+    Everything is periodic in :data:`BOUNCING_BALL_DURATION_S`, so the scene loops seamlessly. No
+    shadows and no specular highlights: each surface point's colour depends on time only (what a
+    4D Gaussian's constant colour can follow).
+    """
+    w = 2 * math.pi / BOUNCING_BALL_DURATION_S
+    u = (t / (BOUNCING_BALL_DURATION_S / 2)) % 1.0  # bounce phase: on the floor at u = 0
+    r = 0.3
+    ball = Sphere(center=(0.7 * math.sin(w * t), 0.45 * math.sin(2 * w * t), r + 0.8 * 4 * u * (1 - u)),
+                  radius=r, color_a=(0.92, 0.15, 0.1), color_b=(0.95, 0.93, 0.88), specular=0.0, phase=w * t)
+    blobs = []
+    for k, (centre, rgb_a, rgb_b) in enumerate([((-0.85, 0.8, 0.9), (0.1, 0.85, 0.3), (0.1, 0.6, 0.95)),
+                                                 ((0.9, 0.75, 0.7), (0.95, 0.2, 0.8), (0.95, 0.75, 0.1)),
+                                                 ((0.2, -0.95, 1.1), (0.1, 0.8, 0.95), (0.6, 0.2, 0.95))]):
+        phase = w * t + 2 * math.pi * k / 3
+        size = math.sin(phase)  # swells for half the loop, gone for the other half
+        if size <= 0:
+            continue
+        mix = 0.5 - 0.5 * math.cos(phase)
+        rgb = tuple(a + (b - a) * mix for a, b in zip(rgb_a, rgb_b))
+        c = (centre[0] + 0.25 * math.cos(phase), centre[1] + 0.25 * math.sin(phase), centre[2])
+        blobs.append(Sphere(center=c, radius=0.2 * size, color_a=rgb, color_b=rgb, n_sectors=2, specular=0.0))
+    toy = toy_scene()
+    return ProceduralScene(name="bouncing_ball", ground=toy.ground, spheres=[ball] + blobs, shadows=False)
+
 
 def procedural_scene(name: str) -> ProceduralScene:
     """The procedural scene called ``name`` (see :data:`SCENES`)."""
@@ -341,4 +378,5 @@ def procedural_scene(name: str) -> ProceduralScene:
         raise ValueError(f"unknown procedural scene {name!r}; available: {', '.join(sorted(SCENES))}") from None
 
 
-__all__ = ["ProceduralScene", "Sphere", "Box", "Ground", "toy_scene", "procedural_scene", "SCENES"]
+__all__ = ["ProceduralScene", "Sphere", "Box", "Ground", "toy_scene", "procedural_scene", "SCENES",
+           "bouncing_ball_scene", "BOUNCING_BALL_DURATION_S"]

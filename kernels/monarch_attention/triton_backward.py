@@ -67,7 +67,6 @@ import triton.language as tl
 from .triton import C_MIN, _load_tile, _store_tile, check_head_dims, device_capability, row_step, tiles
 
 
-
 @triton.jit
 def _frame(rows, ROWS_PER_FRAME):
     return rows // ROWS_PER_FRAME

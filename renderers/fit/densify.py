@@ -164,12 +164,22 @@ def reset_opacity(params: Params, optimizers: Optimizers, value: float) -> None:
 
 
 @torch.no_grad()
+def largest_scale(params: Params) -> Tensor:
+    """``[N]`` each Gaussian's largest standard deviation (world units)."""
+    return torch.exp(params["scales"]).max(dim=-1).values
+
+
+@torch.no_grad()
 def refine(params: Params, optimizers: Optimizers, state: DensifyState, cfg: DensifyConfig, step: int,
-           scene_scale: float, generator: torch.Generator | None = None) -> dict[str, int]:
-    """One densification round (grow, then prune); returns the counts of each operation."""
+           scene_scale: float, generator: torch.Generator | None = None, *,
+           size: Callable[[Params], Tensor] = largest_scale, split_fn: Callable[..., int] = split) -> dict[str, int]:
+    """One densification round (grow, then prune); returns the counts of each operation.
+
+    ``size`` gives the ``[N]`` spatial extent compared with ``scene_scale`` and ``split_fn`` splits (as
+    :func:`split`); other kinds of Gaussians (4D ones) pass their own."""
     grads = state.grad2d / state.count.clamp(min=1)
     high = grads > cfg.grow_grad2d
-    small = torch.exp(params["scales"]).max(dim=-1).values <= cfg.grow_scale3d * scene_scale
+    small = size(params) <= cfg.grow_scale3d * scene_scale
     to_clone, to_split = high & small, high & ~small
     n = params["means"].shape[0]
     if cfg.max_gaussians is not None:  # grow only as far as the cap allows (most urgent first)
@@ -182,11 +192,11 @@ def refine(params: Params, optimizers: Optimizers, state: DensifyState, cfg: Den
             to_clone, to_split = to_clone & allowed, to_split & allowed
     n_clone = clone(params, optimizers, state, to_clone)
     to_split = torch.cat([to_split, to_split.new_zeros(n_clone)])  # the fresh copies are not split
-    n_split = split(params, optimizers, state, to_split, generator)
+    n_split = split_fn(params, optimizers, state, to_split, generator)
 
     prune = torch.sigmoid(params["opacities"]) < cfg.prune_opacity
     if step > cfg.reset_every:
-        prune |= torch.exp(params["scales"]).max(dim=-1).values > cfg.prune_scale3d * scene_scale
+        prune |= size(params) > cfg.prune_scale3d * scene_scale
     n_prune = int(prune.sum())
     if n_prune:
         keep_rows(params, optimizers, state, torch.where(~prune)[0])
@@ -195,4 +205,4 @@ def refine(params: Params, optimizers: Optimizers, state: DensifyState, cfg: Den
 
 
 __all__ = ["DensifyConfig", "DensifyState", "refine", "clone", "split", "keep_rows", "append_rows",
-           "reset_opacity"]
+           "reset_opacity", "largest_scale"]

@@ -72,14 +72,14 @@ class FitConfig:
     densify: DensifyConfig = field(default_factory=DensifyConfig)
     densify_auto: bool = True  # scale refine_start / stop / every and reset_every with steps
 
-    def resolved(self) -> FitConfig:
+    def resolved(self) -> FitConfig:  # (of the same class: subclasses add their own fields)
         """A copy with step-dependent defaults filled in for a run of :attr:`steps`.
 
         gsplat's schedule is for 30 000 steps; shorter runs scale it
         (SH degree up every steps/30, densify from 5 % to 50 % of the run,
         every 1 %, at least every 50 steps; opacity reset every 20 %).
         """
-        cfg = FitConfig(**{f.name: getattr(self, f.name) for f in fields(self)})
+        cfg = type(self)(**{f.name: getattr(self, f.name) for f in fields(self)})
         cfg.densify = DensifyConfig(**asdict(self.densify))
         if cfg.sh_interval is None:
             cfg.sh_interval = max(1, self.steps // 30)

@@ -12,7 +12,9 @@ Public API:
 - :class:`Gaussian4DScene`, :func:`random_scene_4d` — activated parameters in memory.
 - :func:`load_checkpoint`, :func:`save_checkpoint` — fudan-zvg ``chkpnt*.pth`` files.
 - :class:`Gaussian4DRenderStage` (in ``stage.py``) — camera in, frame at ``t = pts`` out.
-- ``python -m framegraph.renderers.gaussians4d.demo`` — builds the shipped demo scene.
+- :class:`Fitter4D` (in ``fit.py``) — fits 4D Gaussians to multi-view video.
+- ``python -m framegraph.renderers.gaussians4d.demo`` — fits the shipped demo scene to its procedural
+  ground truth.
 
 ``reference.py`` is the pure-torch twin of every step; ``triton.py`` holds the slice kernel.
 """

@@ -87,6 +87,21 @@ def rotmat4_to_quats(R: Tensor) -> tuple[Tensor, Tensor]:
     return ql, qr
 
 
+def gaussians_from_motion(C: Tensor, sigma_t: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+    """Scales ``[N, 4]`` and quaternions ``(q_l, q_r)`` ``[N, 4]`` of 4D Gaussians whose slices have
+    covariance ``C [N, 3, 3]``, temporal std ``sigma_t [N]`` and velocity ``v [N, 3]`` (float64 in)."""
+    n = C.shape[0]
+    var_t = sigma_t**2
+    cov = torch.zeros(n, 4, 4, dtype=torch.float64)
+    cov[:, :3, :3] = C + var_t[:, None, None] * v[:, :, None] * v[:, None, :]
+    cov[:, :3, 3] = cov[:, 3, :3] = var_t[:, None] * v
+    cov[:, 3, 3] = var_t
+    lam, V = torch.linalg.eigh(cov)
+    V[:, :, 0] *= torch.sign(torch.linalg.det(V))[:, None]  # a rotation, det +1
+    ql, qr = rotmat4_to_quats(V)
+    return torch.sqrt(lam.clamp(min=1e-12)), ql, qr
+
+
 # ----------------------------------------------------------------------------
 # 2. Covariance
 # ----------------------------------------------------------------------------

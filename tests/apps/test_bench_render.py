@@ -6,6 +6,7 @@ import json
 import pytest
 
 from framegraph.apps.bench import render as bench_render
+from framegraph.renderers.gaussians4d import load_checkpoint
 
 
 def _run(*argv):
@@ -61,11 +62,12 @@ def test_bench_render_4dgs_and_nerf_sections(tmp_path, capsys):
     assert [c["section"] for c in result["cases"]] == ["4dgs", "nerf"]
     four, nerf = result["cases"]
 
-    assert four["scene"]["source"].endswith("bouncing_ball.pth") and four["scene"]["gaussians"] == 1440
+    n4 = load_checkpoint(four["scene"]["source"]).n
+    assert four["scene"]["source"].endswith("bouncing_ball.pth") and four["scene"]["gaussians"] == n4
     assert four["resolution"] == [32, 24]
     assert four["time"]["step_per_frame"] == pytest.approx(2.0 / 60)  # time advances per frame
     t = four["results"]["torch"]
-    assert t["fps"] > 0 and t["interpreted"] is False and 0 < t["kept_gaussians_at_psnr_frame"] <= 1440
+    assert t["fps"] > 0 and t["interpreted"] is False and 0 < t["kept_gaussians_at_psnr_frame"] <= n4
     tr = four["results"]["triton"]
     if "skipped" not in tr:
         assert tr["interpreted"] is True and tr["psnr_vs_torch_db"] >= 45

@@ -238,7 +238,7 @@ def test_static_4d_gaussians_render_exactly_like_3dgs():
 
 def test_moving_gaussian_follows_its_velocity_on_screen():
     """A tilted 4D Gaussian's sliced centre moves by v dt; the rendered blob's centroid follows it."""
-    from framegraph.renderers.gaussians4d.demo import gaussians_from_motion
+    from framegraph.renderers.gaussians4d.reference import gaussians_from_motion
 
     v = torch.tensor([[0.8, 0.0, 0.0]], dtype=F64)
     scales, ql, qr = gaussians_from_motion(torch.eye(3, dtype=F64)[None] * 0.05**2, torch.tensor([0.5], dtype=F64), v)

@@ -1,11 +1,11 @@
 """4DGS checkpoints (fudan-zvg layout), the shipped demo scene, and the render stage in a graph."""
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
 
+from framegraph.assets import path as asset
 from framegraph.renderers.cameras import CameraPath, intrinsics, look_at
 from framegraph.renderers.gaussians import reference as ref3d
 from framegraph.renderers.gaussians4d import (
@@ -18,13 +18,12 @@ from framegraph.renderers.gaussians4d import (
     scene_time,
 )
 from framegraph.renderers.gaussians4d import reference as ref
-from framegraph.renderers.gaussians4d.demo import demo_scene
 from framegraph.renderers.gaussians4d.demo import main as demo_main
 from framegraph.renderers.gaussians4d.io import CAPTURE_FIELDS
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 
-ASSET = Path(__file__).resolve().parents[2] / "assets" / "scenes4d" / "bouncing_ball.pth"
+ASSET = asset("scenes4d", "bouncing_ball.pth")
 W, H = 64, 48
 
 
@@ -164,16 +163,25 @@ def _fixed_camera(width=W, height=H):
     return look_at((3.0, -3.0, 2.0), (0.0, 0.0, 0.4)), intrinsics(width, height, fov_deg=50)
 
 
-def test_demo_scene_is_small_and_regenerates_from_its_command(tmp_path):
-    assert ASSET.is_file() and ASSET.stat().st_size <= 2 * 2**20
-    assert "python -m framegraph.renderers.gaussians4d.demo --out assets/scenes4d/bouncing_ball.pth" in (
-        ASSET.parent / "PROVENANCE.md").read_text()
+def test_demo_scene_is_small_and_its_command_regenerates_it_deterministically(tmp_path):
+    assert ASSET.is_file() and ASSET.stat().st_size <= 3 * 2**20
+    provenance = (ASSET.parent / "PROVENANCE.md").read_text()
+    assert "python -m framegraph.renderers.gaussians4d.demo --out assets/scenes4d/bouncing_ball.pth" in provenance
     shipped = load_checkpoint(ASSET)
-    assert shipped.time_duration == (0.0, 2.0) and shipped.n == demo_scene().n
-    assert demo_main(["--out", str(tmp_path / "again.pth")]) == 0
-    again = load_checkpoint(tmp_path / "again.pth")
+    report = json.loads(ASSET.with_suffix(".report.json").read_text())
+    assert shipped.time_duration == (0.0, 2.0) and shipped.n == report["n_gaussians"]
+    assert f"{report['held_out']['psnr']:.2f} dB" in provenance  # the PSNR recorded is the run's
+    # the same command at a tiny size, twice: identical tensors (the fit is deterministic for a seed)
+    tiny = ["--steps", "12", "--frames", "2", "--cameras", "2", "--size", "24x18", "--points-per-frame", "40",
+            "--no-progress"]
+    scenes = []
+    for name in ("a.pth", "b.pth"):
+        assert demo_main(["--out", str(tmp_path / name)] + tiny) == 0
+        scenes.append(load_checkpoint(tmp_path / name))
+        assert json.loads((tmp_path / name).with_suffix(".report.json").read_text())["steps"] == 12
+    assert scenes[0].time_duration == (0.0, 2.0) and scenes[0].n > 0
     for name in ("means", "times", "scales", "quats_l", "quats_r", "opacities", "sh"):
-        assert torch.equal(getattr(again, name), getattr(shipped, name)), name
+        assert torch.equal(getattr(scenes[0], name), getattr(scenes[1], name)), name
 
 
 def test_demo_scene_renders_different_frames_at_different_times():

@@ -114,3 +114,69 @@ class Boom(Stage):
 
 def framegraph_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("framegraph:")]
+
+
+# ---- tiny video-model folders (stock diffusers classes, random weights) for the generate tests --------------
+GEN_TEXT_DIM = 16  # the tiny models' prompt-embedding width
+
+
+def tiny_generate_folder(folder, family: str = "wan", text_encoder: bool = False, **transformer_config) -> Path:
+    """Save a diffusers folder (model_index.json, transformer/, vae/, scheduler/; with ``text_encoder``: a tiny
+    UMT5 encoder and a word-level tokenizer built offline) of a tiny random ``family`` model; returns it."""
+    import json
+
+    from diffusers import (
+        AutoencoderKLWan,
+        FlowMatchEulerDiscreteScheduler,
+        SanaVideoTransformer3DModel,
+        WanTransformer3DModel,
+    )
+
+    folder = Path(folder)
+    torch.manual_seed(0)
+    if family == "wan":
+        model = WanTransformer3DModel(**(dict(
+            patch_size=(1, 2, 2), num_attention_heads=2, attention_head_dim=16, in_channels=16, out_channels=16,
+            text_dim=GEN_TEXT_DIM, freq_dim=32, ffn_dim=32, num_layers=2, rope_max_seq_len=64) | transformer_config))
+        pipeline = "WanPipeline"
+    else:
+        model = SanaVideoTransformer3DModel(**(dict(
+            in_channels=16, out_channels=16, num_attention_heads=2, attention_head_dim=12, num_layers=2,
+            num_cross_attention_heads=2, cross_attention_head_dim=12, cross_attention_dim=24,
+            caption_channels=GEN_TEXT_DIM, sample_size=4, patch_size=(1, 2, 2), rope_max_seq_len=64)
+            | transformer_config))
+        pipeline = "SanaVideoPipeline"
+    with torch.no_grad():  # the stock init zeroes the output projection: make the picture depend on the model
+        for p in model.parameters():
+            if p.dim() >= 2 and float(p.abs().max()) == 0:
+                p.normal_(0, 0.2)
+    model.save_pretrained(folder / "transformer")
+    AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
+                     temperal_downsample=[False, True, True]).save_pretrained(folder / "vae")
+    FlowMatchEulerDiscreteScheduler(shift=3.0).save_pretrained(folder / "scheduler")
+    index = {"_class_name": pipeline, "_diffusers_version": "0.36.0", "transformer": ["diffusers", type(model).__name__],
+             "vae": ["diffusers", "AutoencoderKLWan"], "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"]}
+    if text_encoder:
+        from tokenizers import Tokenizer, models, pre_tokenizers
+        from transformers import PreTrainedTokenizerFast, UMT5Config, UMT5EncoderModel
+
+        words = ["<pad>", "</s>", "<unk>", "a", "fox", "cat", "in", "the", "snow", "river", "red", "blue", "sky"]
+        tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="<unk>"))
+        tok.pre_tokenizer = pre_tokenizers.Whitespace()
+        PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="</s>",
+                                unk_token="<unk>").save_pretrained(folder / "tokenizer")
+        UMT5EncoderModel(UMT5Config(vocab_size=len(words), d_model=GEN_TEXT_DIM, d_kv=8, d_ff=32, num_layers=1,
+                                    num_heads=2)).save_pretrained(folder / "text_encoder")
+        index |= {"text_encoder": ["transformers", "UMT5EncoderModel"],
+                  "tokenizer": ["transformers", "PreTrainedTokenizerFast"]}
+    (folder / "model_index.json").write_text(json.dumps(index, indent=1))
+    return folder
+
+
+def tiny_prompt_embeds(path, tokens: int = 6, seed: int = 0) -> Path:
+    """A ``prompt_embeds [tokens, GEN_TEXT_DIM]`` safetensors file for the tiny models."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(seed)
+    save_file({"prompt_embeds": torch.randn(tokens, GEN_TEXT_DIM, generator=g)}, str(path))
+    return Path(path)

@@ -10,10 +10,26 @@
 
 Both families offer ``generate_chunk`` (few-step flow matching over one chunk of latent frames, then a
 commit pass on the clean chunk) and ``reset()``.
+
+- :mod:`.family`: the family adapters (:data:`FAMILIES`: how attention is made block-causal, how the cache
+  is kept and trimmed, which VAE) behind one :class:`CausalStream`.
+- :mod:`.checkpoint`: diffusers folders and single-file Wan causal students, from local disk only.
+- :mod:`.prompts`: prompt embeddings (the folder's text encoder or a safetensors file), cached per prompt.
+- :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``.
 """
+from .checkpoint import GenerateModel, detect_family, load_generate_model
+from .family import FAMILIES, CausalStream, Family
+from .graph import GenerateGraph, build_generate_graph, default_dtype, file_source
+from .prompts import PromptBook, load_prompt_embeds
 from .sana import BlockCausalTemporalConv, SanaVideoStream, install_block_causal_convs, sigmas_from_timesteps
-from .vae import WanDecodeState, decode_chunk
+from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, first_frame, video_frames
+from .vae import WanDecodeState, WanEncodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 from .wan import DEFAULT_TIMESTEPS, WanCausal
 
-__all__ = ["DEFAULT_TIMESTEPS", "BlockCausalTemporalConv", "SanaVideoStream", "WanCausal", "WanDecodeState",
-           "decode_chunk", "install_block_causal_convs", "sigmas_from_timesteps"]
+__all__ = [
+    "DEFAULT_TIMESTEPS", "FAMILIES", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
+    "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook", "SanaVideoStream", "VAEEncode",
+    "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "decode_chunk", "default_dtype",
+    "detect_family", "encode_chunk", "file_source", "first_frame", "from_vae_scale", "install_block_causal_convs",
+    "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames",
+]

@@ -1,4 +1,4 @@
-"""Streaming decode for diffusers' causal video VAE ``AutoencoderKLWan`` (Wan 2.1 / 2.2, SANA-Video).
+"""Streaming decode (and encode) for diffusers' causal video VAE ``AutoencoderKLWan`` (Wan 2.1 / 2.2, SANA-Video).
 
 ``AutoencoderKLWan.decode`` already decodes one latent frame at a time: every ``WanCausalConv3d`` of its
 decoder reads the last ``CACHE_T = 2`` frames of its input from the previous frame's call (a list
@@ -16,6 +16,11 @@ Input is what ``vae.decode`` takes: diffusers' video pipelines first map the tra
 ``latents * latents_std + latents_mean`` (the VAE config's per-channel statistics). Spatial tiling
 (``vae.enable_tiling()``) is not used here.
 
+:func:`encode_chunk` is the encoder's twin (video-to-video): ``AutoencoderKLWan.encode`` reads the first
+video frame alone, then ``scale_factor_temporal`` frames per latent frame, with the same kind of cache;
+streamed in pieces of whole latent frames it gives the latents of one ``vae.encode`` (the posterior's
+mean) of the whole video.
+
 Use::
 
     state = None
@@ -29,9 +34,9 @@ from dataclasses import dataclass, field
 
 import torch
 from diffusers import AutoencoderKLWan
-from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, unpatchify
+from diffusers.models.autoencoders.autoencoder_kl_wan import WanCausalConv3d, patchify, unpatchify
 
-__all__ = ["WanDecodeState", "decode_chunk"]
+__all__ = ["WanDecodeState", "WanEncodeState", "decode_chunk", "encode_chunk", "to_vae_scale", "from_vae_scale"]
 
 
 @dataclass
@@ -110,3 +115,71 @@ def decode_chunk(
     if vae.config.patch_size is not None:
         out = unpatchify(out, patch_size=vae.config.patch_size)
     return out.clamp(-1.0, 1.0), WanDecodeState(cache, state.frames + x.shape[2], shape)
+
+
+class WanEncodeState(WanDecodeState):
+    """The encoder's temporal past (``feat_cache`` over ``vae.encoder``'s causal convs); ``frames`` counts
+    video frames encoded, ``latent_shape`` is ``(B, H, W)`` of the stream's video frames."""
+
+    @classmethod
+    def empty(cls, vae: AutoencoderKLWan) -> WanEncodeState:
+        return cls([None] * sum(isinstance(m, WanCausalConv3d) for m in vae.encoder.modules()))
+
+
+@torch.no_grad()
+def encode_chunk(
+    vae: AutoencoderKLWan, video: torch.Tensor, state: WanEncodeState | None = None
+) -> tuple[torch.Tensor, WanEncodeState]:
+    """Encode the next video frames of a stream to latents (the posterior's mean, VAE scale).
+
+    Args:
+        vae: the stock ``AutoencoderKLWan``.
+        video: ``[B, 3, T, H, W]`` in ``[-1, 1]``; ``T = 1 + r * k`` for the stream's first chunk, ``r * k``
+            after (``r = vae.config.scale_factor_temporal``, ``k >= 0`` latent frames).
+        state: the state returned for the previous chunk; ``None`` starts a stream. It is not modified.
+
+    Returns:
+        ``(latents, state)``: ``latents [B, z_dim, (1 if first) + k, H / s, W / s]`` and the next state.
+    """
+    if not isinstance(vae, AutoencoderKLWan):
+        raise TypeError(f"encode_chunk: vae is a {type(vae).__name__}; expected an AutoencoderKLWan")
+    r = vae.config.scale_factor_temporal
+    state = WanEncodeState.empty(vae) if state is None else state
+    first = state.frames == 0
+    frames = video.shape[2] if video.dim() == 5 else 0
+    if video.dim() != 5 or (frames - first) % r or frames < first:
+        need = f"1 + {r} * k (the stream's first chunk)" if first else f"a multiple of {r}"
+        raise ValueError(f"encode_chunk: video has shape {tuple(video.shape)}; expected [B, 3, T, H, W] with T = {need}")
+    shape = (video.shape[0], *video.shape[3:])
+    if state.latent_shape is not None and state.latent_shape != shape:
+        raise ValueError(
+            f"encode_chunk: frames of batch, height, width {shape} do not continue the stream's {state.latent_shape}; "
+            f"start a new stream (state=None)"
+        )
+    x = patchify(video, patch_size=vae.config.patch_size) if vae.config.patch_size is not None else video
+    cache, outs = list(state.feat_cache), []
+    pieces = ([(0, 1)] if first else []) + [(s, s + r) for s in range(int(first), frames, r)]
+    for start, end in pieces:
+        outs.append(vae.encoder(x[:, :, start:end], feat_cache=cache, feat_idx=[0]))
+    moments = vae.quant_conv(torch.cat(outs, dim=2))
+    return moments[:, : vae.config.z_dim], WanEncodeState(cache, state.frames + frames, shape)
+
+
+def _stats(vae: AutoencoderKLWan, like: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    z = vae.config.z_dim
+    mean = torch.tensor(vae.config.latents_mean, dtype=like.dtype, device=like.device).view(1, z, 1, 1, 1)
+    std = torch.tensor(vae.config.latents_std, dtype=like.dtype, device=like.device).view(1, z, 1, 1, 1)
+    return mean, std
+
+
+def to_vae_scale(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """The transformer's latents ``[B, z_dim, F, h, w]`` → what ``vae.decode`` takes (``x * std + mean``, as
+    diffusers' Wan and SANA-Video pipelines do)."""
+    mean, std = _stats(vae, latents)
+    return latents * std + mean
+
+
+def from_vae_scale(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
+    """The inverse of :func:`to_vae_scale`: encoder output → the transformer's latent space."""
+    mean, std = _stats(vae, latents)
+    return (latents - mean) / std

@@ -8,8 +8,10 @@ from .video import (
                     ImageSequenceSink,
                     JpegEncoder,
                     MP4Sink,
+                    VideoFileSource,
                     encoder_opens,
                     iter_video_frames,
+                    probe_video,
                     read_video,
                     video_port,
 )
@@ -17,5 +19,5 @@ from .video import (
 __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
     "iter_pcm16", "MediaError", "open_media", "ScaleVideo", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
-    "MP4Sink", "encoder_opens", "iter_video_frames", "read_video", "video_port",
+    "MP4Sink", "VideoFileSource", "encoder_opens", "iter_video_frames", "probe_video", "read_video", "video_port",
 ]

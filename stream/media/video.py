@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from ..frame import Flag, PortSpec
-from ..stage import Stage
+from ..stage import EndOfStream, Stage
 from .audio import SAMPLE_RATE, chunk_samples
 from .errors import MediaError, open_media
 
@@ -314,3 +314,57 @@ def read_video(path) -> dict:
     return {"frames": np.stack(frames) if frames else np.zeros((0, 0, 0, 3), np.uint8),
             "frame_times_s": np.array(times), "fps": fps, "audio": audio, "audio_rate": rate,
             "audio_start_s": start}
+
+
+def probe_video(path) -> tuple[int, int, float | None]:
+    """``(width, height, fps)`` of a video file's first video stream (fps None when the file does not say)."""
+    container = open_media(path)
+    try:
+        if not container.streams.video:
+            raise MediaError(path, "has no video stream; expected a video file")
+        vs = container.streams.video[0]
+        return vs.codec_context.width, vs.codec_context.height, (float(vs.average_rate) if vs.average_rate else None)
+    finally:
+        container.close()
+
+
+class VideoFileSource(Stage):
+    """Source: the frames of a video file, ``uint8 [H, W, 3]`` RGB at the file's own size, one per call,
+    stamped at ``fps`` (default: the file's rate) from frame 0. ``loop``: start again at the end (a file
+    that drives an endless stream); ``n_frames``: stop after that many. Probed at construction, so a bad
+    file fails before a graph is built."""
+
+    def __init__(self, path, *, fps: float | None = None, loop: bool = False, n_frames: int | None = None,
+                 name: str = "video_file"):
+        super().__init__(name)
+        self.path = os.fspath(path)
+        self.width, self.height, file_fps = probe_video(self.path)
+        self.fps = float(fps or file_fps or 25.0)
+        self.loop, self.n_frames = loop, n_frames
+        self.outputs = {"video": video_port(self.width, self.height)}
+        self._frames = None
+        self.index = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self._frames, self.index = iter_video_frames(self.path), 0
+
+    def process(self, inputs, out):
+        if self.n_frames is not None and self.index >= self.n_frames:
+            raise EndOfStream
+        rgb = next(self._frames, None)
+        if rgb is None and self.loop and self.index:
+            self._frames.close()
+            self._frames = iter_video_frames(self.path)
+            rgb = next(self._frames, None)
+        if rgb is None:
+            raise EndOfStream
+        frame = out.write("video")
+        frame.data.copy_(torch.from_numpy(rgb))
+        frame.pts = self.ctx.clock.ticks_from_frame(self.index, self.fps)
+        self.index += 1
+
+    def teardown(self):
+        if self._frames is not None:
+            self._frames.close()
+            self._frames = None

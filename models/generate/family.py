@@ -1,0 +1,200 @@
+"""Model families: what differs between the Wan 2.1 and SANA-Video streams, behind one small interface.
+
+A family says which stock diffusers transformer class it streams, which VAE decodes it (both use
+``AutoencoderKLWan``), how attention is made block-causal and how the cache of the past is kept and
+trimmed. :meth:`Family.open` installs that into a loaded model and returns a :class:`CausalStream`, the
+one interface the graph's :class:`~.stages.CausalDenoiser` uses::
+
+    stream = FAMILIES["wan"].open(model, latent_size=(60, 104), chunk_frames=3)
+    clean = stream.generate(noise, prompt_embeds, prompt_mask, timesteps=[1000, 750, 500, 250])
+    stream.reset()
+
+============  ====================================  ===========================================================
+family        attention made block-causal by        cache of the past (trimmed how)
+============  ====================================  ===========================================================
+``wan``       :class:`~.wan.WanCausal`: KV cache    ``sink_frames`` + a rolling window, ``cache_frames`` latent
+              per layer, SDPA or Monarch            frames per layer (the oldest window frames are evicted)
+``sana``      :class:`~.sana.SanaVideoStream`:      a constant-size linear-attention sum per layer and the last
+              block-linear attention + causal conv  frames of each feed-forward's temporal conv (nothing to trim)
+============  ====================================  ===========================================================
+
+Rotary positions count latent frames from the start of the stream, and the stock rotary table ends at
+the model's ``rope_max_seq_len``. A stream therefore *re-anchors* before it gets there
+(:meth:`CausalStream.reanchor`): the past is forgotten and the last few clean chunks are committed again
+from position 0, so an endless stream keeps going with the same recent context (for Wan, what its window
+held; the old sink frames are replaced by the oldest chunk recommitted).
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal
+
+import torch
+from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
+
+from .sana import SanaVideoStream
+from .wan import WanCausal
+
+__all__ = ["FAMILIES", "CausalStream", "Family", "SanaFamily", "WanFamily"]
+
+
+class CausalStream:
+    """One stream of latent chunks (a family's streamer behind a uniform interface).
+
+    Args:
+        streamer: a :class:`~.wan.WanCausal` or :class:`~.sana.SanaVideoStream` installed in ``model``.
+        model: the stock transformer.
+        chunk_frames: latent frames per chunk.
+        anchor_chunks: clean chunks kept for :meth:`reanchor` (bounded memory: ``anchor_chunks`` chunks).
+    """
+
+    def __init__(self, streamer, model: torch.nn.Module, *, chunk_frames: int, anchor_chunks: int) -> None:
+        self.streamer = streamer
+        self.model = model
+        self.chunk_frames = chunk_frames
+        self.anchor_chunks = anchor_chunks
+        self.max_frames = int(model.config.rope_max_seq_len)  # latent frames the rotary table numbers
+        if chunk_frames * (anchor_chunks + 1) > self.max_frames:
+            raise ValueError(
+                f"{type(model).__name__}: rope_max_seq_len={self.max_frames} latent frames cannot hold "
+                f"{anchor_chunks + 1} chunks of {chunk_frames} frames; use smaller chunks or a model with a longer "
+                f"rotary table"
+            )
+        self.recent: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []  # (clean, embeds, mask)
+        self.reanchors = 0
+
+    @property
+    def frames_committed(self) -> int:
+        """Latent frames committed since the stream (or its last re-anchor) started."""
+        s = self.streamer
+        return s.frames_seen if isinstance(s, WanCausal) else s.frames_committed
+
+    def reset(self) -> None:
+        """Forget the stream: the next chunk is frame 0 of a new one."""
+        self.streamer.reset()
+        self.recent = []
+
+    def reanchor(self) -> None:
+        """Forget the past and commit the kept recent chunks again from position 0 (see the module docs)."""
+        self.streamer.reset()
+        for clean, embeds, mask in self.recent:
+            self._commit(clean, embeds, mask)
+        self.reanchors += 1
+
+    def state_nbytes(self) -> int:
+        """Bytes of the stream's past (caches or sums, and the chunks kept for re-anchoring)."""
+        s = self.streamer
+        if isinstance(s, WanCausal):
+            held = sum(t.numel() * t.element_size() for c in s.caches for t in (c.k, c.v, c.q) if t is not None)
+        else:
+            held = s.state_nbytes()
+        return held + sum(t.numel() * t.element_size() for chunk in self.recent for t in chunk if t is not None)
+
+    @torch.no_grad()
+    def generate(
+        self,
+        noise: torch.Tensor,
+        prompt_embeds: torch.Tensor,
+        prompt_mask: torch.Tensor | None = None,
+        *,
+        timesteps: Sequence[float],
+        renoise: bool = True,
+        generator: torch.Generator | None = None,
+    ) -> torch.Tensor:
+        """The next chunk: ``noise [B, C, F, h, w]`` (the chunk at ``timesteps[0]``), ``prompt_embeds
+        [B, L, D]``, ``prompt_mask [B, L]`` (1 = keep; SANA reads it, Wan's padding is zeros) → the clean
+        chunk ``[B, C, F, h, w]``, committed to the past."""
+        if self.frames_committed + self.chunk_frames > self.max_frames:
+            self.reanchor()
+        s = self.streamer
+        if isinstance(s, WanCausal):
+            clean = s.generate_chunk(prompt_embeds, noise, timesteps=timesteps, renoise=renoise, generator=generator)
+        else:
+            clean = s.generate_chunk(noise, prompt_embeds, list(timesteps), prompt_mask=prompt_mask, renoise=renoise,
+                                     generator=generator)
+        self.recent = (self.recent + [(clean, prompt_embeds, prompt_mask)])[-self.anchor_chunks:]
+        return clean
+
+    def _commit(self, clean, embeds, mask) -> None:
+        if isinstance(self.streamer, WanCausal):
+            self.streamer.commit(clean, embeds)
+        else:
+            self.streamer.commit(clean, embeds, mask)
+
+
+class Family:
+    """What one model family needs to stream (subclasses fill it in)."""
+
+    name: str
+    transformer_class: type
+    vae_class: type = AutoencoderKLWan
+
+    def text_dim(self, model: torch.nn.Module) -> int:
+        """Width ``D`` of the prompt embeddings ``[L, D]`` the model takes."""
+        raise NotImplementedError
+
+    def check(self, model: torch.nn.Module, where: str) -> None:
+        """Raise a ``ValueError`` naming ``where`` (the config file) if this model cannot be streamed."""
+        if not isinstance(model, self.transformer_class):
+            raise ValueError(
+                f"{where}: the transformer is a {type(model).__name__}; the {self.name!r} family streams a "
+                f"{self.transformer_class.__name__} (pick the family that matches the folder, --family)"
+            )
+        p_t = tuple(model.config.patch_size)[0]
+        if p_t != 1:
+            raise ValueError(
+                f"{where}: patch_size={list(model.config.patch_size)} groups {p_t} latent frames per token; streaming "
+                f"chunk by chunk needs a temporal patch of 1 (as the released Wan 2.1 and SANA-Video configs)"
+            )
+
+    def open(self, model: torch.nn.Module, *, latent_size: tuple[int, int], chunk_frames: int,
+             **options) -> CausalStream:
+        """Install the block-causal attention and cache into ``model``; returns the stream."""
+        raise NotImplementedError
+
+
+class WanFamily(Family):
+    """Wan 2.1 (``WanTransformer3DModel``): block-causal KV-cache attention, Self-Forcing / CausVid style.
+
+    ``open`` options: ``cache_frames`` (12), ``sink_frames`` (chunk_frames), ``attention`` ``"sdpa" |
+    "monarch"``, ``backend``."""
+
+    name = "wan"
+    transformer_class = WanTransformer3DModel
+
+    def text_dim(self, model):
+        return int(model.config.text_dim)
+
+    def check(self, model, where):
+        super().check(model, where)
+        if model.config.image_dim is not None or model.config.added_kv_proj_dim is not None:
+            raise ValueError(
+                f"{where}: an image-conditioned Wan transformer (image_dim={model.config.image_dim}); streaming "
+                f"text/video-to-video needs a text-to-video Wan 2.1 transformer (image_dim null)"
+            )
+
+    def open(self, model, *, latent_size, chunk_frames, cache_frames: int | None = None,
+             sink_frames: int | None = None, attention: Literal["sdpa", "monarch"] = "sdpa", backend: str = "auto"):
+        sink = chunk_frames if sink_frames is None else sink_frames
+        cache = max(4 * chunk_frames, sink + chunk_frames) if cache_frames is None else cache_frames
+        wan = WanCausal(model, chunk_frames=chunk_frames, cache_frames=cache, sink_frames=sink,
+                        attention=attention, backend=backend)
+        return CausalStream(wan, model, chunk_frames=chunk_frames, anchor_chunks=max(1, cache // chunk_frames - 1))
+
+
+class SanaFamily(Family):
+    """SANA-Video (``SanaVideoTransformer3DModel``): block-linear attention with a constant-size state and a
+    block-causal feed-forward temporal conv (LongSANA style). ``open`` options: ``backend``."""
+
+    name = "sana"
+    transformer_class = SanaVideoTransformer3DModel
+
+    def text_dim(self, model):
+        return int(model.config.caption_channels)
+
+    def open(self, model, *, latent_size, chunk_frames, backend: str = "auto", anchor_chunks: int = 2):
+        sana = SanaVideoStream(model, latent_size=latent_size, frames_per_block=chunk_frames, backend=backend)
+        return CausalStream(sana, model, chunk_frames=chunk_frames, anchor_chunks=anchor_chunks)
+
+
+FAMILIES: dict[str, Family] = {"wan": WanFamily(), "sana": SanaFamily()}

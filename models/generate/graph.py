@@ -1,0 +1,109 @@
+"""The generate graph, assembled: source → (VAEEncode) → CausalDenoiser → CausalVAEDecode → [the caller's sink].
+
+    from framegraph.models.generate import build_generate_graph, load_generate_model
+
+    gm = load_generate_model("Wan2.1-T2V-1.3B-Self-Forcing-Diffusers")
+    gg = build_generate_graph(gm, size=(480, 832), chunks=10, prompt="a fox running through snow")
+    sink = gg.graph.add(MP4Sink("fox.mp4", width=832, height=480, fps=gm.fps, audio_rate=None))
+    gg.graph.connect(gg.decode, sink)
+    gg.graph.run()
+    gg.denoiser.set_prompt("the fox jumps into a river")    # any time, any thread: from the next chunk
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from framegraph.stream import Clock, Graph, Stage
+from framegraph.stream.media import ScaleVideo, VideoFileSource
+
+from .checkpoint import GenerateModel
+from .prompts import PromptBook
+from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, video_frames
+
+__all__ = ["GenerateGraph", "build_generate_graph"]
+
+
+@dataclass
+class GenerateGraph:
+    """What :func:`build_generate_graph` made. ``decode.outputs["video"]`` is the video to connect to a sink;
+    ``frames`` is the number of video frames it will write (None: endless)."""
+
+    graph: Graph
+    source: Stage
+    denoiser: CausalDenoiser
+    decode: CausalVAEDecode
+    frames: int | None
+    fps: float
+
+
+def build_generate_graph(
+    gm: GenerateModel,
+    *,
+    size: tuple[int, int],
+    chunks: int | None,
+    prompt: str | None = None,
+    prompt_embeds: str | None = None,
+    chunk_frames: int = 3,
+    timesteps: Sequence[float] = (1000, 750, 500, 250),
+    source: Stage | None = None,
+    strength: float = 1.0,
+    seed: int = 0,
+    clock: Clock | None = None,
+    device: str = "cpu",
+    fps: float | None = None,
+    **options,
+) -> GenerateGraph:
+    """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
+
+    ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video with
+    ``strength < 1`` (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
+    ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+    """
+    height, width = size
+    latent_size = gm.latent_size(height, width)
+    fps = fps or gm.fps
+    r = gm.vae.config.scale_factor_temporal
+    dtype = next(gm.transformer.parameters()).dtype
+    graph = Graph(clock or Clock("fast"), name=f"generate-{gm.family.name}")
+    prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder, device=device)
+    denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
+                              timesteps=timesteps, strength=strength, seed=seed, device=device, **options)
+    if prompt is not None or prompt_embeds is not None:
+        denoiser.set_prompt(prompt, embeds_file=prompt_embeds)
+    decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
+                             dtype=dtype)
+    if source is None:
+        if strength < 1.0:
+            raise ValueError(f"strength={strength} is video-to-video; give an input video (--input) or use strength 1")
+        first = graph.add(NoiseSource(channels=gm.transformer.config.in_channels, chunk_frames=chunk_frames,
+                                      latent_size=latent_size, fps=fps, temporal_factor=r, n_chunks=chunks, seed=seed,
+                                      device=device))
+    else:
+        first = graph.add(source)
+        video = source
+        src_h, src_w = source.outputs["video"].shape[:2]
+        if (src_h, src_w) != (height, width):
+            video = graph.add(ScaleVideo(src_size=(src_w, src_h), size=(width, height)))
+            graph.connect(source, video, "video", capacity=8)
+        encode = graph.add(VAEEncode(gm.vae, size=size, chunk_frames=chunk_frames, device=device, dtype=dtype))
+        graph.connect(video, encode, "video", capacity=r * chunk_frames + 1)
+        first = encode
+    graph.add(denoiser)
+    graph.add(decode)
+    graph.connect(first, denoiser, "latent", capacity=1)
+    graph.connect(denoiser, decode, "latent", capacity=1)
+    frames = None if chunks is None else video_frames(chunks, chunk_frames, r)
+    return GenerateGraph(graph, source or first, denoiser, decode, frames, fps)
+
+
+def file_source(path: str, frames: int | None, fps: float) -> VideoFileSource:
+    """A video file as the video-to-video input, looped to ``frames`` frames at ``fps``."""
+    return VideoFileSource(path, fps=fps, loop=True, n_frames=frames)
+
+
+def default_dtype(device: str) -> torch.dtype:
+    """bf16 on CUDA (the Triton kernels' and the released checkpoints' precision), fp32 on the CPU."""
+    return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32

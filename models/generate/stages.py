@@ -1,0 +1,249 @@
+"""The generate graph's stages: a real video model streamed chunk by chunk through rings.
+
+    text-to-video:   NoiseSource ──latent──▶ CausalDenoiser ──latent──▶ CausalVAEDecode ──video──▶ encoder / sink
+    video-to-video:  video source ──video──▶ VAEEncode ──latent──▶ CausalDenoiser (strength < 1) ──▶ ...
+
+A ``latent`` frame is one chunk: ``float32 [C, F, h, w]`` (``F = chunk_frames`` latent frames, the
+transformer's latent space) on the model's device. Video frames are ``uint8 [H, W, 3]`` RGB on the CPU,
+one per frame of the ring. The causal VAE turns the stream's first latent frame into one video frame and
+every later one into ``r = scale_factor_temporal`` (4), so chunk ``k`` covers video frames
+``[first_frame(k), first_frame(k + 1))`` (:func:`first_frame`); its ``pts`` is that of its first video frame.
+
+The prompt lives in the denoiser, not on a port: :meth:`CausalDenoiser.set_prompt` (any thread) is used
+from the next chunk the denoiser starts, whatever is already queued in the rings.
+"""
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+
+import torch
+
+from framegraph.stream import Flag, PortSpec, Stage
+from framegraph.stream.media import video_port
+from framegraph.stream.stage import EndOfStream
+
+from .family import Family
+from .prompts import PromptBook
+from .vae import WanDecodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
+
+__all__ = ["CausalDenoiser", "CausalVAEDecode", "NoiseSource", "VAEEncode", "first_frame", "video_frames"]
+
+
+def first_frame(chunk: int, chunk_frames: int, r: int) -> int:
+    """Index of the first video frame of chunk ``chunk`` (the VAE decodes latent frame 0 to 1 frame, later ones to ``r``)."""
+    return 0 if chunk == 0 else 1 + r * (chunk * chunk_frames - 1)
+
+
+def video_frames(chunks: int, chunk_frames: int, r: int) -> int:
+    """Video frames that ``chunks`` chunks decode to."""
+    return first_frame(chunks, chunk_frames, r)
+
+
+class NoiseSource(Stage):
+    """Source of text-to-video chunks: seeded Gaussian noise ``[C, F, h, w]`` per chunk, ``n_chunks`` of
+    them (None: endless), chunk ``k`` stamped at video frame :func:`first_frame` ``(k)`` at ``fps``.
+    ``reset()`` restarts the noise sequence and the frame count."""
+
+    def __init__(self, *, channels: int, chunk_frames: int, latent_size: tuple[int, int], fps: float,
+                 temporal_factor: int, n_chunks: int | None = None, seed: int = 0, device: str = "cpu",
+                 name: str = "noise"):
+        super().__init__(name)
+        self.shape = (channels, chunk_frames, *latent_size)
+        self.outputs = {"latent": PortSpec(self.shape, torch.float32, device)}
+        self.fps, self.r, self.n_chunks, self.seed = fps, temporal_factor, n_chunks, seed
+        self._device = device
+        self.index = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self._generator = torch.Generator(device=self._device)
+        self.reset()
+
+    def reset(self) -> None:
+        self._generator.manual_seed(self.seed)
+        self.index = 0
+
+    def process(self, inputs, out):
+        if self.n_chunks is not None and self.index >= self.n_chunks:
+            raise EndOfStream
+        frame = out.write("latent")
+        frame.data.copy_(torch.randn(self.shape, generator=self._generator, device=self._device))
+        frame.pts = self.ctx.clock.ticks_from_frame(first_frame(self.index, self.shape[1], self.r), self.fps)
+        self.index += 1
+
+
+class VAEEncode(Stage):
+    """Video frames in, latent chunks out (video-to-video): the causal VAE encoder with its cache carried
+    across chunks. Collects ``1 + r * (F - 1)`` frames for the stream's first chunk, ``r * F`` after; the
+    chunk's pts is its first frame's. Frames ``uint8 [H, W, 3]`` (CPU) → ``float32 [C, F, H / s, W / s]``."""
+
+    def __init__(self, vae, *, size: tuple[int, int], chunk_frames: int, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, name: str = "vae_encode"):
+        super().__init__(name)
+        height, width = size
+        s, self.r = vae.config.scale_factor_spatial, vae.config.scale_factor_temporal
+        self.vae, self.chunk_frames, self.dtype, self.device = vae, chunk_frames, dtype, str(device)
+        self.inputs = {"video": video_port(width, height)}
+        self.outputs = {"latent": PortSpec((vae.config.z_dim, chunk_frames, height // s, width // s),
+                                           torch.float32, self.device)}
+        self._frames: list[torch.Tensor] = []
+        self._state = None
+        self._pts = 0
+
+    def reset(self) -> None:
+        self._frames, self._state = [], None
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.reset()
+
+    def _needed(self) -> int:
+        return self.r * self.chunk_frames - (1 if self._state is None else 0) * (self.r - 1)
+
+    @torch.no_grad()
+    def process(self, inputs, out):
+        video = inputs["video"]
+        if not self._frames:
+            self._pts = video.pts
+        self._frames.append(video.data.to(self.device, non_blocking=True).clone())
+        if len(self._frames) < self._needed():
+            return
+        x = torch.stack(self._frames).permute(3, 0, 1, 2)[None].to(self.dtype) / 127.5 - 1.0  # [1, 3, T, H, W]
+        self._frames = []
+        latents, self._state = encode_chunk(self.vae, x, self._state)
+        frame = out.write("latent")
+        frame.data.copy_(from_vae_scale(self.vae, latents.float())[0])
+        frame.pts = self._pts
+
+
+class CausalDenoiser(Stage):
+    """A real video model (a :class:`~.family.Family`'s stock diffusers transformer) generating one latent
+    chunk per input chunk, with its cache of the past.
+
+    Args:
+        family / model: the family and its loaded transformer (the streaming processors are installed here).
+        prompts: the :class:`~.prompts.PromptBook` prompts are encoded with (cached per prompt).
+        latent_size: ``(h, w)`` of the latent frames; chunk_frames: ``F``.
+        timesteps: few-step schedule on the 0..1000 scale, decreasing (e.g. ``(1000, 750, 500, 250)``).
+        strength: 1 — the input chunk is the starting noise (text-to-video); below 1 — the input is clean
+            latents (video-to-video), noised to ``strength`` and denoised along ``timesteps`` scaled by it.
+        renoise: the few-step sampler of distilled causal students (Self-Forcing, CausVid): re-noise the
+            ``x0`` estimate at each step; ``False``: deterministic Euler.
+        seed: seed of the sampler's noise (restarted by ``reset()``).
+        options: family options (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+
+    Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
+    ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
+    prompt took effect).
+    """
+
+    def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
+                 latent_size: tuple[int, int], chunk_frames: int, timesteps: Sequence[float] = (1000, 750, 500, 250),
+                 strength: float = 1.0, renoise: bool = True, seed: int = 0, device: str = "cpu",
+                 budget_ms: float | None = None, name: str = "denoiser", **options):
+        super().__init__(name)
+        if not 0.0 < strength <= 1.0:
+            raise ValueError(f"CausalDenoiser: strength={strength}; expected a number in (0, 1] (1: text-to-video)")
+        self.family, self.model, self.prompts = family, model, prompts
+        self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
+        self.timesteps = [float(t) * strength for t in timesteps]
+        self.strength, self.renoise, self.seed = strength, renoise, seed
+        self.device, self.budget_ms = str(device), budget_ms
+        self.dtype = next(model.parameters()).dtype
+        shape = (model.config.in_channels, chunk_frames, *latent_size)
+        self.inputs = {"latent": PortSpec(shape, torch.float32, self.device)}
+        self.outputs = {"latent": PortSpec(shape, torch.float32, self.device)}
+        self._lock = threading.Lock()
+        self._pending: tuple[str, tuple[torch.Tensor, torch.Tensor]] | None = None
+        self.prompt: str | None = None
+        self._embeds = None
+        self.chunks_out = 0
+        self.prompts_used: list[tuple[int, str]] = []
+        self._generator = torch.Generator(device=self.device).manual_seed(seed)
+
+    # ---- control (any thread) -----------------------------------------------------------------
+    def set_prompt(self, text: str | None = None, *, embeds_file: str | None = None) -> None:
+        """Use this prompt from the next chunk on: ``text`` (encoded by the folder's text encoder) or
+        ``embeds_file`` (precomputed, see :func:`~.prompts.load_prompt_embeds`). Encoding happens here, in
+        the caller's thread, so a bad prompt raises to the caller and never stops the stream."""
+        if (text is None) == (embeds_file is None):
+            raise ValueError("set_prompt: give a text prompt or an embeddings file, not both or neither")
+        embeds = self.prompts.text(text) if text is not None else self.prompts.file(embeds_file)
+        with self._lock:
+            self._pending = (text if text is not None else f"file:{embeds_file}", embeds)
+
+    def reset(self) -> None:
+        """Forget the stream (a restart): empty past, the sampler's noise from its seed again."""
+        self.stream.reset()
+        self._generator.manual_seed(self.seed)
+
+    # ---- stream -------------------------------------------------------------------------------
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.reset()
+        self.chunks_out = 0
+
+    @torch.no_grad()
+    def process(self, inputs, out):
+        with self._lock:
+            pending, self._pending = self._pending, None
+        if pending is not None:
+            self.prompt, self._embeds = pending
+            self.prompts_used.append((self.chunks_out, self.prompt))
+        if self._embeds is None:
+            raise ValueError("CausalDenoiser: no prompt set; call set_prompt(text) or set_prompt(embeds_file=...) "
+                             "before the stream starts")
+        chunk = inputs["latent"]
+        x = chunk.data[None]
+        if self.strength < 1.0:  # video-to-video: the clean input at noise level sigma = strength
+            noise = torch.randn(x.shape, generator=self._generator, device=self.device)
+            sigma = self.timesteps[0] / 1000.0
+            x = (1.0 - sigma) * x + sigma * noise
+        embeds, mask = self._embeds
+        clean = self.stream.generate(x.to(self.dtype), embeds[None].to(self.dtype), mask[None],
+                                     timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
+        frame = out.write("latent")
+        frame.data.copy_(clean[0])
+        self.chunks_out += 1
+
+
+class CausalVAEDecode(Stage):
+    """Latent chunks in, video frames out: ``AutoencoderKLWan`` decoding each chunk with its temporal cache
+    carried across chunks (:func:`~.vae.decode_chunk`), so the stream decodes as one whole video would.
+
+    Writes one ``uint8 [H, W, 3]`` frame per video frame: ``1 + r * (F - 1)`` for the stream's first chunk,
+    ``r * F`` after; frame ``i`` of a chunk at ``chunk.pts + clock.ticks_from_frame(i, fps)``. ``reset()``
+    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written."""
+
+    def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
+                 dtype: torch.dtype = torch.float32, name: str = "vae_decode"):
+        super().__init__(name)
+        s = vae.config.scale_factor_spatial
+        self.vae, self.fps, self.dtype, self.device = vae, fps, dtype, str(device)
+        self.size = (latent_size[0] * s, latent_size[1] * s)
+        self.inputs = {"latent": PortSpec((vae.config.z_dim, chunk_frames, *latent_size), torch.float32, self.device)}
+        self.outputs = {"video": video_port(self.size[1], self.size[0])}
+        self.state: WanDecodeState | None = None
+        self.frames_out = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.state, self.frames_out = None, 0
+
+    def reset(self) -> None:
+        self.state = None
+
+    @torch.no_grad()
+    def process(self, inputs, out):
+        chunk = inputs["latent"]
+        latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
+        video, self.state = decode_chunk(self.vae, latents, self.state)  # [1, 3, T, H, W] in [-1, 1]
+        rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
+        for i in range(rgb.shape[0]):
+            frame = out.write("video")
+            frame.data.copy_(rgb[i])
+            frame.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
+            if i:
+                frame.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)
+            self.frames_out += 1

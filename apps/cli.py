@@ -1,6 +1,7 @@
 """The ``framegraph`` command line.
 
     framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4
+    framegraph generate --model Wan2.1-Self-Forcing-Diffusers --prompt "a fox in the snow" --out fox.mp4
     framegraph bench runtime --out benchmarks/results/cpu/runtime.json
     framegraph serve --port 8765
     framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out take.mp4
@@ -42,6 +43,9 @@ COMMANDS = {
     "render": ("framegraph.apps.render", "render offline to an MP4 file",
                "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar. Ctrl-C finishes "
                "a playable file."),
+    "generate": ("framegraph.apps.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
+                 "Generate video chunk by chunk with a causal Wan 2.1 or SANA-Video model from local weights (text- or "
+                 "video-to-video), to an MP4, with a progress bar. Ctrl-C finishes a playable file."),
     "fit": ("framegraph.apps.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply", None),
     "fit-nerf": ("framegraph.renderers.nerf.cli", "train an instant-ngp-style NeRF from posed images → NeRF directory",
                  "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json; render the result "

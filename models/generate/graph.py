@@ -49,7 +49,7 @@ def build_generate_graph(
     chunk_frames: int = 3,
     timesteps: Sequence[float] = (1000, 750, 500, 250),
     source: Stage | None = None,
-    strength: float = 1.0,
+    strength: float | None = None,
     seed: int = 0,
     clock: Clock | None = None,
     device: str = "cpu",
@@ -58,8 +58,8 @@ def build_generate_graph(
 ) -> GenerateGraph:
     """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
 
-    ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video with
-    ``strength < 1`` (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
+    ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video at ``strength``
+    (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
     ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
     """
     height, width = size
@@ -68,7 +68,8 @@ def build_generate_graph(
     r = gm.vae.config.scale_factor_temporal
     dtype = next(gm.transformer.parameters()).dtype
     graph = Graph(clock or Clock("fast"), name=f"generate-{gm.family.name}")
-    prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder, device=device)
+    prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder or gm.source,
+                         device=device)
     denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
                               timesteps=timesteps, strength=strength, seed=seed, device=device, **options)
     if prompt is not None or prompt_embeds is not None:
@@ -76,20 +77,22 @@ def build_generate_graph(
     decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
                              dtype=dtype)
     if source is None:
-        if strength < 1.0:
-            raise ValueError(f"strength={strength} is video-to-video; give an input video (--input) or use strength 1")
+        if strength is not None:
+            raise ValueError(f"strength={strength} is for video-to-video; give an input video (--input)")
         first = graph.add(NoiseSource(channels=gm.transformer.config.in_channels, chunk_frames=chunk_frames,
                                       latent_size=latent_size, fps=fps, temporal_factor=r, n_chunks=chunks, seed=seed,
                                       device=device))
     else:
-        first = graph.add(source)
+        if strength is None:
+            raise ValueError("video-to-video needs a strength in (0, 1] (how far the input is noised)")
+        graph.add(source)
         video = source
         src_h, src_w = source.outputs["video"].shape[:2]
         if (src_h, src_w) != (height, width):
             video = graph.add(ScaleVideo(src_size=(src_w, src_h), size=(width, height)))
             graph.connect(source, video, "video", capacity=8)
         encode = graph.add(VAEEncode(gm.vae, size=size, chunk_frames=chunk_frames, device=device, dtype=dtype))
-        graph.connect(video, encode, "video", capacity=r * chunk_frames + 1)
+        graph.connect(video, encode, "video")
         first = encode
     graph.add(denoiser)
     graph.add(decode)

@@ -126,8 +126,9 @@ class CausalDenoiser(Stage):
         prompts: the :class:`~.prompts.PromptBook` prompts are encoded with (cached per prompt).
         latent_size: ``(h, w)`` of the latent frames; chunk_frames: ``F``.
         timesteps: few-step schedule on the 0..1000 scale, decreasing (e.g. ``(1000, 750, 500, 250)``).
-        strength: 1 — the input chunk is the starting noise (text-to-video); below 1 — the input is clean
-            latents (video-to-video), noised to ``strength`` and denoised along ``timesteps`` scaled by it.
+        strength: None — the input chunk is the starting noise (text-to-video); a number in (0, 1] — the
+            input is clean latents (video-to-video), noised to ``strength`` (1: nothing of it is kept) and
+            denoised along ``timesteps`` scaled by it.
         renoise: the few-step sampler of distilled causal students (Self-Forcing, CausVid): re-noise the
             ``x0`` estimate at each step; ``False``: deterministic Euler.
         seed: seed of the sampler's noise (restarted by ``reset()``).
@@ -140,14 +141,14 @@ class CausalDenoiser(Stage):
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
                  latent_size: tuple[int, int], chunk_frames: int, timesteps: Sequence[float] = (1000, 750, 500, 250),
-                 strength: float = 1.0, renoise: bool = True, seed: int = 0, device: str = "cpu",
+                 strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
                  budget_ms: float | None = None, name: str = "denoiser", **options):
         super().__init__(name)
-        if not 0.0 < strength <= 1.0:
-            raise ValueError(f"CausalDenoiser: strength={strength}; expected a number in (0, 1] (1: text-to-video)")
+        if strength is not None and not 0.0 < strength <= 1.0:
+            raise ValueError(f"CausalDenoiser: strength={strength}; expected a number in (0, 1] or None (text-to-video)")
         self.family, self.model, self.prompts = family, model, prompts
         self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
-        self.timesteps = [float(t) * strength for t in timesteps]
+        self.timesteps = [float(t) * (strength or 1.0) for t in timesteps]
         self.strength, self.renoise, self.seed = strength, renoise, seed
         self.device, self.budget_ms = str(device), budget_ms
         self.dtype = next(model.parameters()).dtype
@@ -196,7 +197,7 @@ class CausalDenoiser(Stage):
                              "before the stream starts")
         chunk = inputs["latent"]
         x = chunk.data[None]
-        if self.strength < 1.0:  # video-to-video: the clean input at noise level sigma = strength
+        if self.strength is not None:  # video-to-video: the clean input at noise level sigma = strength
             noise = torch.randn(x.shape, generator=self._generator, device=self.device)
             sigma = self.timesteps[0] / 1000.0
             x = (1.0 - sigma) * x + sigma * noise

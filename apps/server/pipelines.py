@@ -264,6 +264,7 @@ REGISTRY: dict[str, PipelineSpec] = {}
 # name → module that registers it when imported (heavy pipelines load their models only on first use).
 LAZY: dict[str, str] = {
     "avatar": "framegraph.apps.server.avatar_pipeline",
+    "generate": "framegraph.apps.server.generate_pipeline",
     "scene": "framegraph.apps.server.scene_pipeline",
 }
 

@@ -54,13 +54,15 @@ def build_generate_graph(
     clock: Clock | None = None,
     device: str = "cpu",
     fps: float | None = None,
+    source_in_flight: int | None = None,
     **options,
 ) -> GenerateGraph:
     """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
 
     ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video at ``strength``
     (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
-    ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+    ``source_in_flight``: the source's ``max_in_flight`` (live streams: a chunk that would run late is dropped
+    at the source). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -81,11 +83,11 @@ def build_generate_graph(
             raise ValueError(f"strength={strength} is for video-to-video; give an input video (--input)")
         first = graph.add(NoiseSource(channels=gm.transformer.config.in_channels, chunk_frames=chunk_frames,
                                       latent_size=latent_size, fps=fps, temporal_factor=r, n_chunks=chunks, seed=seed,
-                                      device=device))
+                                      device=device), max_in_flight=source_in_flight)
     else:
         if strength is None:
             raise ValueError("video-to-video needs a strength in (0, 1] (how far the input is noised)")
-        graph.add(source)
+        graph.add(source, max_in_flight=source_in_flight)
         video = source
         src_h, src_w = source.outputs["video"].shape[:2]
         if (src_h, src_w) != (height, width):

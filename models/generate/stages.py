@@ -15,6 +15,7 @@ from the next chunk the denoiser starts, whatever is already queued in the rings
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 
 import torch
@@ -22,12 +23,18 @@ import torch
 from framegraph.stream import Flag, PortSpec, Stage
 from framegraph.stream.media import video_port
 from framegraph.stream.stage import EndOfStream
+from framegraph.stream.telemetry import LatencyWindow
 
 from .family import Family
 from .prompts import PromptBook
 from .vae import WanDecodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 
 __all__ = ["CausalDenoiser", "CausalVAEDecode", "NoiseSource", "VAEEncode", "first_frame", "video_frames"]
+
+
+def _synchronize(device: str) -> None:
+    if torch.device(device).type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def first_frame(chunk: int, chunk_frames: int, r: int) -> int:
@@ -136,7 +143,7 @@ class CausalDenoiser(Stage):
 
     Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
     ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
-    prompt took effect).
+    prompt took effect), ``compute`` (ms of model work per chunk, waits on the rings left out; the last 1024).
     """
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
@@ -160,6 +167,7 @@ class CausalDenoiser(Stage):
         self.prompt: str | None = None
         self._embeds = None
         self.chunks_out = 0
+        self.compute = LatencyWindow(1024)
         self.prompts_used: list[tuple[int, str]] = []
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -171,8 +179,16 @@ class CausalDenoiser(Stage):
         if (text is None) == (embeds_file is None):
             raise ValueError("set_prompt: give a text prompt or an embeddings file, not both or neither")
         embeds = self.prompts.text(text) if text is not None else self.prompts.file(embeds_file)
+        self.set_prompt_embeds(*embeds, name=text if text is not None else f"file:{embeds_file}")
+
+    def set_prompt_embeds(self, embeds: torch.Tensor, mask: torch.Tensor | None = None, *, name: str) -> None:
+        """Use these prompt embeddings ``[L, D]`` (``mask [L]``, 1 = a token; None: all) from the next chunk on."""
+        width = self.family.text_dim(self.model)
+        if embeds.dim() != 2 or embeds.shape[1] != width:
+            raise ValueError(f"set_prompt_embeds: embeddings {tuple(embeds.shape)}; expected [L, {width}]")
+        mask = torch.ones(embeds.shape[0], device=embeds.device) if mask is None else mask
         with self._lock:
-            self._pending = (text if text is not None else f"file:{embeds_file}", embeds)
+            self._pending = (name, (embeds.to(self.device), mask.to(self.device)))
 
     def reset(self) -> None:
         """Forget the stream (a restart): empty past, the sampler's noise from its seed again."""
@@ -196,6 +212,7 @@ class CausalDenoiser(Stage):
             raise ValueError("CausalDenoiser: no prompt set; call set_prompt(text) or set_prompt(embeds_file=...) "
                              "before the stream starts")
         chunk = inputs["latent"]
+        t0 = time.perf_counter()
         x = chunk.data[None]
         if self.strength is not None:  # video-to-video: the clean input at noise level sigma = strength
             noise = torch.randn(x.shape, generator=self._generator, device=self.device)
@@ -204,6 +221,8 @@ class CausalDenoiser(Stage):
         embeds, mask = self._embeds
         clean = self.stream.generate(x.to(self.dtype), embeds[None].to(self.dtype), mask[None],
                                      timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
+        _synchronize(self.device)
+        self.compute.add((time.perf_counter() - t0) * 1000)
         frame = out.write("latent")
         frame.data.copy_(clean[0])
         self.chunks_out += 1
@@ -215,7 +234,8 @@ class CausalVAEDecode(Stage):
 
     Writes one ``uint8 [H, W, 3]`` frame per video frame: ``1 + r * (F - 1)`` for the stream's first chunk,
     ``r * F`` after; frame ``i`` of a chunk at ``chunk.pts + clock.ticks_from_frame(i, fps)``. ``reset()``
-    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written."""
+    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written,
+    ``compute`` the ms of decoding per chunk (waits on the rings left out; the last 1024)."""
 
     def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, name: str = "vae_decode"):
@@ -227,6 +247,7 @@ class CausalVAEDecode(Stage):
         self.outputs = {"video": video_port(self.size[1], self.size[0])}
         self.state: WanDecodeState | None = None
         self.frames_out = 0
+        self.compute = LatencyWindow(1024)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -238,9 +259,11 @@ class CausalVAEDecode(Stage):
     @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
+        t0 = time.perf_counter()
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
         video, self.state = decode_chunk(self.vae, latents, self.state)  # [1, 3, T, H, W] in [-1, 1]
         rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
+        self.compute.add((time.perf_counter() - t0) * 1000)
         for i in range(rgb.shape[0]):
             frame = out.write("video")
             frame.data.copy_(rgb[i])

@@ -1,0 +1,175 @@
+"""Real video models streamed end to end: FPS (denoise + decode + encode), time to first frame, stage p50/p99.
+
+    framegraph bench generate --family wan --config 1.3b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_wan.json
+    framegraph bench generate --family sana --config 2b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_sana.json
+    framegraph bench generate --family wan --config tiny --size 64x96 --out benchmarks/results/cpu/generate_wan_tiny.json
+
+Random weights at the released configurations give the real speed, so no checkpoint is needed: ``1.3b`` is
+Wan 2.1 T2V 1.3B (``WanTransformer3DModel``: 30 layers, 12 heads of 128, FFN 8960) with the Wan 2.1 VAE;
+``2b`` is SANA-Video 2B (``SanaVideoTransformer3DModel``'s default configuration: 20 layers, 20 heads of 112)
+with the same ``AutoencoderKLWan``; ``tiny`` the test suite's tiny models (for CPU runs; says nothing about
+a GPU). The graph is the one ``framegraph generate`` runs, with an H.264 encoder at its end:
+
+    NoiseSource → CausalDenoiser (len(timesteps) steps + 1 commit pass per chunk) → CausalVAEDecode → H264Encoder → sink
+
+``--chunks`` chunks (the first ``--warmup`` excluded from the steady FPS) in a fast clock. Recorded: end-to-end
+FPS over the steady chunks (encoded frames per second of wall time at the sink), time to first encoded frame
+from the graph's start, each stage's p50/p99 per call (denoiser and decoder: their compute per chunk, the
+waits on full rings left out, the graph's time per call with them kept as ``with_ring_waits_p50_ms``;
+encoder: per frame), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from framegraph.stream import PortSpec, Stage
+
+from .measure import MemoryProbe, torch_threads
+from .meta import add_out_argument, bench_metadata, write_result
+
+CONFIGS = {
+    ("wan", "1.3b"): dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30,
+                          text_dim=4096, freq_dim=256),
+    ("wan", "tiny"): dict(num_attention_heads=2, attention_head_dim=16, ffn_dim=32, num_layers=2, text_dim=16,
+                          freq_dim=32),
+    ("sana", "2b"): {},  # the class defaults are SANA-Video 2B
+    ("sana", "tiny"): dict(num_attention_heads=2, attention_head_dim=12, num_layers=2, num_cross_attention_heads=2,
+                           cross_attention_head_dim=12, cross_attention_dim=24, caption_channels=16),
+}
+TINY_VAE = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True])
+
+
+def _size(text: str) -> tuple[int, int]:
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
+    return h, w
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--family", choices=["wan", "sana"], required=True)
+    p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
+                   help="1.3b (Wan 2.1), 2b (SANA-Video) or tiny (either family; CPU runs)")
+    p.add_argument("--size", type=_size, default=(480, 832), help="HEIGHTxWIDTH (default 480x832)")
+    p.add_argument("--steps", type=int, default=4, help="denoising steps per chunk (timesteps 1000 down in equal steps)")
+    p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa", help="(Wan) attention over the cache")
+    p.add_argument("--chunk-frames", type=int, default=3, help="latent frames per chunk (default 3)")
+    p.add_argument("--chunks", type=int, default=8, help="chunks to generate (default 8)")
+    p.add_argument("--warmup", type=int, default=1, help="first chunks left out of the steady FPS (default 1)")
+    p.add_argument("--device", help="cuda (bf16) or cpu (fp32); default cuda when available")
+    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    add_out_argument(p)
+
+
+class FrameTimes(Stage):
+    """Sink: the wall time (``time.perf_counter``) each encoded frame arrives."""
+
+    def __init__(self, spec: PortSpec):
+        super().__init__("sink")
+        self.inputs = {"h264": spec}
+        self.times: list[float] = []
+
+    def process(self, inputs, out):
+        self.times.append(time.perf_counter())
+
+
+def build_model(family: str, config: str, device: str, dtype: torch.dtype):
+    from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
+
+    from framegraph.models.generate import FAMILIES, GenerateModel
+    from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS
+
+    if (family, config) not in CONFIGS:
+        raise ValueError(f"--config {config} is not a {family} configuration; choose from "
+                         f"{[c for f, c in CONFIGS if f == family]}")
+    torch.manual_seed(0)
+    cls = WanTransformer3DModel if family == "wan" else SanaVideoTransformer3DModel
+    transformer = cls(**CONFIGS[family, config]).to(device, dtype).eval().requires_grad_(False)
+    vae = AutoencoderKLWan(**(TINY_VAE if config == "tiny" else {})).to(device, dtype).eval().requires_grad_(False)
+    return GenerateModel(FAMILIES[family], transformer, vae, None, PROMPT_TOKENS[family], FPS[family],
+                         f"random weights, {family} {config}")
+
+
+def measure(args) -> dict:
+    from framegraph.models.generate import build_generate_graph, default_dtype
+    from framegraph.stream.media import H264Encoder
+
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    dtype = default_dtype(device)
+    gm = build_model(args.family, args.config, device, dtype)
+    height, width = args.size
+    timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
+    options = {"attention": args.attention} if args.family == "wan" else {}
+    gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
+                              timesteps=timesteps, device=device, **options)
+    text_dim = gm.family.text_dim(gm.transformer)
+    gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
+                                  name="random prompt")
+    encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
+    sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
+    gg.graph.connect(gg.decode, encoder, capacity=8)
+    gg.graph.connect(encoder, sink, capacity=8)
+    report = {}
+
+    def run():
+        t0 = time.perf_counter()
+        report.update(gg.graph.run())
+        report["wall_s"] = time.perf_counter() - t0
+        report["t0"] = t0
+
+    with torch_threads(args.threads):
+        memory = MemoryProbe(torch.device(device)).measure(run)
+    r = gm.vae.config.scale_factor_temporal
+    from framegraph.models.generate import first_frame
+
+    steady_from = first_frame(args.warmup, args.chunk_frames, r)
+    times = sink.times
+    steady = times[steady_from:]
+    fps = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None
+    stages = {name: {"p50_ms": s["process"].get("p50_ms"), "p99_ms": s["process"].get("p99_ms"), "calls": s["frames"]}
+              for name, s in report["stages"].items()}
+    for stage in (gg.denoiser, gg.decode):  # their own compute, without the waits on full rings
+        c = stage.compute.summary()
+        stages[stage.name] |= {"p50_ms": c.get("p50_ms"), "p99_ms": c.get("p99_ms"),
+                               "with_ring_waits_p50_ms": stages[stage.name]["p50_ms"]}
+    return {
+        "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
+        "timesteps": timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
+        "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
+        "dtype": str(dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
+        "parameters_m": round(sum(p.numel() for p in gm.transformer.parameters()) / 1e6, 2),
+        "video_frames": len(times), "fps_end_to_end": fps,
+        "fps_whole_run": len(times) / report["wall_s"],
+        "time_to_first_frame_s": times[0] - report["t0"] if times else None,
+        "stages": stages, **memory, "memory_method": MemoryProbe(torch.device(device)).method,
+        "cache_bytes": gg.denoiser.stream.state_nbytes(),
+    }
+
+
+def figure(data: dict, plt):
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    names = list(data["stages"])
+    ax.barh(names, [data["stages"][n]["p50_ms"] or 0 for n in names], label="p50")
+    ax.barh(names, [data["stages"][n]["p99_ms"] or 0 for n in names], alpha=0.35, label="p99")
+    ax.set_xlabel("ms per call")
+    fps = data["fps_end_to_end"]
+    ax.set_title(f"generate {data['family']} {data['config']} {data['size_hw'][0]}x{data['size_hw'][1]}, "
+                 f"{data['steps']} steps, {data['attention']}: "
+                 f"{fps:.2f} FPS end to end" if fps else "generate")
+    ax.legend()
+    fig.tight_layout()
+    return fig
+
+
+def run(args: argparse.Namespace) -> int:
+    result = {**bench_metadata("generate"), **measure(args)}
+    png = write_result(result, args.out, figure)
+    fps = result["fps_end_to_end"]
+    print(f"generate {args.family} {args.config} {args.size[0]}x{args.size[1]} ({result['device']}): "
+          f"{fps:.2f} FPS end to end, first frame {result['time_to_first_frame_s']:.2f} s, "
+          f"peak {result['peak_memory_mib']:.0f} MiB -> {args.out} (+ {png})")
+    return 0

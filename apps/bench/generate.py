@@ -81,15 +81,16 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype):
     from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
 
     from framegraph.models.generate import FAMILIES, GenerateModel
-    from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS
+    from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
 
     if (family, config) not in CONFIGS:
         raise ValueError(f"--config {config} is not a {family} configuration; choose from "
                          f"{[c for f, c in CONFIGS if f == family]}")
     torch.manual_seed(0)
     cls = WanTransformer3DModel if family == "wan" else SanaVideoTransformer3DModel
-    transformer = cls(**CONFIGS[family, config]).to(device, dtype).eval().requires_grad_(False)
-    vae = AutoencoderKLWan(**(TINY_VAE if config == "tiny" else {})).to(device, dtype).eval().requires_grad_(False)
+    transformer = cast_keeping_fp32(cls(**CONFIGS[family, config]), dtype).to(device).eval().requires_grad_(False)
+    vae = cast_keeping_fp32(AutoencoderKLWan(**(TINY_VAE if config == "tiny" else {})), dtype)
+    vae = vae.to(device).eval().requires_grad_(False)
     return GenerateModel(FAMILIES[family], transformer, vae, None, PROMPT_TOKENS[family], FPS[family],
                          f"random weights, {family} {config}")
 

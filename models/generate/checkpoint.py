@@ -33,7 +33,7 @@ from safetensors.torch import load_file
 
 from .family import FAMILIES, Family
 
-__all__ = ["GenerateModel", "detect_family", "load_generate_model", "read_state_dict"]
+__all__ = ["GenerateModel", "cast_keeping_fp32", "detect_family", "load_generate_model", "read_state_dict"]
 
 CLASS_FAMILY = {"WanTransformer3DModel": "wan", "SanaVideoTransformer3DModel": "sana",
                 "WanPipeline": "wan", "SanaVideoPipeline": "sana"}
@@ -152,7 +152,18 @@ def _load_weights(cls, part: str, state: dict[str, torch.Tensor] | None, source:
             f"from different models (e.g. 1.3B vs 14B) — use the config of the model the weights were trained from"
         )
     model.load_state_dict(state, strict=True)
-    return model if dtype == torch.float32 else model.to(dtype)
+    return cast_keeping_fp32(model, dtype)
+
+
+def cast_keeping_fp32(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
+    """Cast ``model``'s floating parameters and buffers to ``dtype``, except those of the modules its class keeps
+    in float32 (``_keep_in_fp32_modules``: Wan's norms, time embedder, modulation tables and rotary table), as
+    diffusers' ``from_pretrained(torch_dtype=...)`` does."""
+    keep = set(getattr(model, "_keep_in_fp32_modules", None) or [])
+    for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
+        if tensor.is_floating_point() and not keep.intersection(name.split(".")):
+            tensor.data = tensor.data.to(dtype)
+    return model
 
 
 def _single_file_transformer(path: str, base: str | None, dtype: torch.dtype) -> torch.nn.Module:

@@ -68,7 +68,7 @@ def build_generate_graph(
     latent_size = gm.latent_size(height, width)
     fps = fps or gm.fps
     r = gm.vae.config.scale_factor_temporal
-    dtype = next(gm.transformer.parameters()).dtype
+    dtype = gm.vae.dtype
     graph = Graph(clock or Clock("fast"), name=f"generate-{gm.family.name}")
     prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder or gm.source,
                          device=device)

@@ -158,7 +158,7 @@ class CausalDenoiser(Stage):
         self.timesteps = [float(t) * (strength or 1.0) for t in timesteps]
         self.strength, self.renoise, self.seed = strength, renoise, seed
         self.device, self.budget_ms = str(device), budget_ms
-        self.dtype = next(model.parameters()).dtype
+        self.dtype = model.dtype  # diffusers: the dtype of the parameters not kept in float32
         shape = (model.config.in_channels, chunk_frames, *latent_size)
         self.inputs = {"latent": PortSpec(shape, torch.float32, self.device)}
         self.outputs = {"latent": PortSpec(shape, torch.float32, self.device)}

@@ -76,6 +76,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "Self-Forcing's)")
     p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa",
                    help="(Wan) self-attention over the KV cache: exact SDPA or Monarch attention (block-causal)")
+    p.add_argument("--cache-frames", type=positive_int,
+                   help="(Wan) latent frames the KV cache keeps per layer, sinks included (default 4 chunks)")
+    p.add_argument("--sink-frames", type=int,
+                   help="(Wan) the stream's first latent frames kept for ever as attention sinks (default 1 chunk)")
     p.add_argument("--size", type=_size_hw, default=(480, 832),
                    help="HEIGHTxWIDTH in pixels (default 480x832); multiples of 16")
     length = p.add_mutually_exclusive_group()
@@ -119,9 +123,11 @@ def run(args: argparse.Namespace) -> int:
                              dtype=default_dtype(device))
     height, width = args.size
     gm.latent_size(height, width)  # a bad size fails here, before anything runs
-    options = {"attention": args.attention} if gm.family.name == "wan" else {}
-    if gm.family.name != "wan" and args.attention != "sdpa":
-        raise ValueError(f"--attention {args.attention}: for the Wan family; SANA-Video's attention is linear")
+    wan_only = {"attention": args.attention, "cache_frames": args.cache_frames, "sink_frames": args.sink_frames}
+    if gm.family.name != "wan" and (args.attention != "sdpa" or args.cache_frames or args.sink_frames is not None):
+        raise ValueError("--attention, --cache-frames and --sink-frames are for the Wan family; SANA-Video's "
+                         "attention is linear, its past a constant-size state")
+    options = wan_only if gm.family.name == "wan" else {}
     chunks = _chunks(args, gm.fps, gm.vae.config.scale_factor_temporal)
     frames = video_frames(chunks, args.chunk_frames, gm.vae.config.scale_factor_temporal)
     source = file_source(args.input, frames, gm.fps) if args.input else None

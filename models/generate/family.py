@@ -35,11 +35,12 @@ from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransfor
 from .sana import SanaVideoStream
 from .wan import WanCausal
 
-__all__ = ["FAMILIES", "CausalStream", "Family", "SanaFamily", "WanFamily"]
+__all__ = ["FAMILIES", "CausalStream", "Family", "SanaFamily", "SanaStream", "WanFamily", "WanStream"]
 
 
 class CausalStream:
-    """One stream of latent chunks (a family's streamer behind a uniform interface).
+    """One stream of latent chunks: a family's streamer behind one interface (:class:`WanStream`,
+    :class:`SanaStream` say how to generate, commit and count with it).
 
     Args:
         streamer: a :class:`~.wan.WanCausal` or :class:`~.sana.SanaVideoStream` installed in ``model``.
@@ -63,12 +64,23 @@ class CausalStream:
         self.recent: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []  # (clean, embeds, mask)
         self.reanchors = 0
 
+    # ---- what a family's stream says --------------------------------------------------------------
     @property
     def frames_committed(self) -> int:
         """Latent frames committed since the stream (or its last re-anchor) started."""
-        s = self.streamer
-        return s.frames_seen if isinstance(s, WanCausal) else s.frames_committed
+        raise NotImplementedError
 
+    def past_nbytes(self) -> int:
+        """Bytes of the streamer's past (caches or sums)."""
+        raise NotImplementedError
+
+    def _generate(self, noise, embeds, mask, timesteps, renoise, generator) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _commit(self, clean, embeds, mask) -> None:
+        raise NotImplementedError
+
+    # ---- the stream -------------------------------------------------------------------------------
     def reset(self) -> None:
         """Forget the stream: the next chunk is frame 0 of a new one."""
         self.streamer.reset()
@@ -82,13 +94,9 @@ class CausalStream:
         self.reanchors += 1
 
     def state_nbytes(self) -> int:
-        """Bytes of the stream's past (caches or sums, and the chunks kept for re-anchoring)."""
-        s = self.streamer
-        if isinstance(s, WanCausal):
-            held = sum(t.numel() * t.element_size() for c in s.caches for t in (c.k, c.v, c.q) if t is not None)
-        else:
-            held = s.state_nbytes()
-        return held + sum(t.numel() * t.element_size() for chunk in self.recent for t in chunk if t is not None)
+        """Bytes of the stream's past: the streamer's and the chunks kept for re-anchoring."""
+        kept = sum(t.numel() * t.element_size() for chunk in self.recent for t in chunk if t is not None)
+        return self.past_nbytes() + kept
 
     @torch.no_grad()
     def generate(
@@ -106,20 +114,45 @@ class CausalStream:
         chunk ``[B, C, F, h, w]``, committed to the past."""
         if self.frames_committed + self.chunk_frames > self.max_frames:
             self.reanchor()
-        s = self.streamer
-        if isinstance(s, WanCausal):
-            clean = s.generate_chunk(prompt_embeds, noise, timesteps=timesteps, renoise=renoise, generator=generator)
-        else:
-            clean = s.generate_chunk(noise, prompt_embeds, list(timesteps), prompt_mask=prompt_mask, renoise=renoise,
-                                     generator=generator)
+        clean = self._generate(noise, prompt_embeds, prompt_mask, list(timesteps), renoise, generator)
         self.recent = (self.recent + [(clean, prompt_embeds, prompt_mask)])[-self.anchor_chunks:]
         return clean
 
-    def _commit(self, clean, embeds, mask) -> None:
-        if isinstance(self.streamer, WanCausal):
-            self.streamer.commit(clean, embeds)
-        else:
-            self.streamer.commit(clean, embeds, mask)
+
+class WanStream(CausalStream):
+    """A :class:`~.wan.WanCausal` stream (the KV caches are its past; Wan reads no prompt mask)."""
+
+    @property
+    def frames_committed(self) -> int:
+        return self.streamer.frames_seen
+
+    def past_nbytes(self) -> int:
+        return sum(t.numel() * t.element_size() for c in self.streamer.caches for t in (c.k, c.v, c.q)
+                   if t is not None)
+
+    def _generate(self, noise, embeds, mask, timesteps, renoise, generator):
+        return self.streamer.generate_chunk(embeds, noise, timesteps=timesteps, renoise=renoise, generator=generator)
+
+    def _commit(self, clean, embeds, mask):
+        self.streamer.commit(clean, embeds)
+
+
+class SanaStream(CausalStream):
+    """A :class:`~.sana.SanaVideoStream` stream (linear-attention sums and conv caches are its past)."""
+
+    @property
+    def frames_committed(self) -> int:
+        return self.streamer.frames_committed
+
+    def past_nbytes(self) -> int:
+        return self.streamer.state_nbytes()
+
+    def _generate(self, noise, embeds, mask, timesteps, renoise, generator):
+        return self.streamer.generate_chunk(noise, embeds, timesteps, prompt_mask=mask, renoise=renoise,
+                                            generator=generator)
+
+    def _commit(self, clean, embeds, mask):
+        self.streamer.commit(clean, embeds, mask)
 
 
 class Family:
@@ -179,7 +212,7 @@ class WanFamily(Family):
         cache = max(4 * chunk_frames, sink + chunk_frames) if cache_frames is None else cache_frames
         wan = WanCausal(model, chunk_frames=chunk_frames, cache_frames=cache, sink_frames=sink,
                         attention=attention, backend=backend)
-        return CausalStream(wan, model, chunk_frames=chunk_frames, anchor_chunks=max(1, cache // chunk_frames - 1))
+        return WanStream(wan, model, chunk_frames=chunk_frames, anchor_chunks=max(1, cache // chunk_frames - 1))
 
 
 class SanaFamily(Family):
@@ -194,7 +227,7 @@ class SanaFamily(Family):
 
     def open(self, model, *, latent_size, chunk_frames, backend: str = "auto", anchor_chunks: int = 2):
         sana = SanaVideoStream(model, latent_size=latent_size, frames_per_block=chunk_frames, backend=backend)
-        return CausalStream(sana, model, chunk_frames=chunk_frames, anchor_chunks=anchor_chunks)
+        return SanaStream(sana, model, chunk_frames=chunk_frames, anchor_chunks=anchor_chunks)
 
 
 FAMILIES: dict[str, Family] = {"wan": WanFamily(), "sana": SanaFamily()}

@@ -47,8 +47,8 @@ def run_chunks(gm, prompt: str, chunks: int, switch: tuple[int, str] | None = No
         relay = gg.graph.add(SwitchPrompt(gg.denoiser, *switch, spec))
         gg.graph.connect(gg.denoiser, relay)
         gg.graph.connect(relay, collect)
-    gg.graph.stages.remove(gg.decode)  # latents are what is compared here
-    gg.graph.edges = [e for e in gg.graph.edges if gg.decode not in (e.src, e.dst)]
+    video = gg.graph.add(CollectFrames("video", gg.decode.outputs["video"].shape, torch.uint8, name="video"))
+    gg.graph.connect(gg.decode, video)  # the video runs too; the latents are what is compared
     gg.graph.run()
     return [data for _, data in collect.got], gg.denoiser
 

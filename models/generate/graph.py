@@ -71,7 +71,7 @@ def build_generate_graph(
     dtype = gm.vae.dtype
     graph = Graph(clock or Clock("fast"), name=f"generate-{gm.family.name}")
     prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder or gm.source,
-                         device=device)
+                         device=device, encoder_dtype=default_dtype(device))
     denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
                               timesteps=timesteps, strength=strength, seed=seed, device=device, **options)
     if prompt is not None or prompt_embeds is not None:

@@ -6,7 +6,8 @@ stage's port has one shape):
 
 - text, with the folder's ``text_encoder/`` + ``tokenizer/`` (transformers; Wan 2.1: UMT5-XXL, SANA-Video:
   Gemma 2): tokenised to ``max_tokens``, encoded, the rows after the prompt's tokens set to zero (as
-  diffusers' ``WanPipeline`` does);
+  diffusers' ``WanPipeline`` does). The prompt is encoded as given: diffusers' ``SanaVideoPipeline`` by
+  default prefixes a long "complex human instruction", which is not done here;
 - a ``.safetensors`` file holding ``prompt_embeds [L, D]`` (or ``[1, L, D]``) and optionally
   ``prompt_attention_mask [L]`` — for folders without a text encoder, or to skip loading one.
 
@@ -67,12 +68,15 @@ class PromptBook:
         text_dim: ``D``, the model's text width (checked against the encoder and files).
         max_tokens: ``L`` (Wan 2.1 was trained with 512, SANA-Video with 300).
         folder: a diffusers folder with ``text_encoder/`` and ``tokenizer/`` (None: files only).
-        device / dtype: where and in what precision the embeddings are returned.
+        device / dtype: where the text encoder runs and the embeddings are returned, and their precision.
+        encoder_dtype: the text encoder's precision (bf16 on a GPU: Wan's UMT5-XXL is 5.7 B parameters).
     """
 
     def __init__(self, text_dim: int, max_tokens: int, *, folder: str | None = None, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, cache_size: int = 32) -> None:
+                 dtype: torch.dtype = torch.float32, encoder_dtype: torch.dtype = torch.float32,
+                 cache_size: int = 32) -> None:
         self.text_dim, self.max_tokens = text_dim, max_tokens
+        self.encoder_dtype = encoder_dtype
         self.folder, self.device, self.dtype = folder, device, dtype
         self.cache: OrderedDict[str, tuple[torch.Tensor, torch.Tensor]] = OrderedDict()
         self.cache_size = cache_size
@@ -132,7 +136,8 @@ class PromptBook:
         cls = getattr(transformers, class_name, None) if class_name else None
         cls = cls or transformers.AutoModel
         self._tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
-        self._encoder = cls.from_pretrained(enc_dir, local_files_only=True).to(self.device).eval()
+        self._encoder = cls.from_pretrained(enc_dir, local_files_only=True, dtype=self.encoder_dtype)
+        self._encoder = self._encoder.to(self.device).eval()
         width = getattr(self._encoder.config, "d_model", None) or getattr(self._encoder.config, "hidden_size", None)
         if width != self.text_dim:
             raise ValueError(

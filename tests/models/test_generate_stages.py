@@ -94,7 +94,7 @@ def test_endless_run_keeps_cache_and_memory_flat(setup, family):
     embeds, mask = torch.randn(1, 4, 16, generator=g), torch.ones(1, 4)
     process, state, sizes, rss = psutil.Process(os.getpid()), None, set(), []
     for c in range(1000):
-        clean = stream.generate(torch.randn(1, 16, 1, 2, 2, generator=g), embeds, mask, timesteps=[1000, 500],
+        clean = stream.generate(torch.randn(1, 16, 1, 2, 2, generator=g), embeds, mask, timesteps=[1000],
                                 generator=g)
         video, state = decode_chunk(gm.vae, to_vae_scale(gm.vae, clean), state)
         assert torch.isfinite(video).all()

@@ -27,6 +27,7 @@ import torch
 
 from framegraph.stream import PortSpec, Stage
 
+from ..argtypes import positive_int
 from .measure import MemoryProbe, torch_threads
 from .meta import add_out_argument, bench_metadata, write_result
 
@@ -55,13 +56,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
                    help="1.3b (Wan 2.1), 2b (SANA-Video) or tiny (either family; CPU runs)")
     p.add_argument("--size", type=_size, default=(480, 832), help="HEIGHTxWIDTH (default 480x832)")
-    p.add_argument("--steps", type=int, default=4, help="denoising steps per chunk (timesteps 1000 down in equal steps)")
+    p.add_argument("--steps", type=positive_int, default=4, help="denoising steps per chunk (timesteps 1000 down in equal steps)")
     p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa", help="(Wan) attention over the cache")
-    p.add_argument("--chunk-frames", type=int, default=3, help="latent frames per chunk (default 3)")
-    p.add_argument("--chunks", type=int, default=8, help="chunks to generate (default 8)")
+    p.add_argument("--chunk-frames", type=positive_int, default=3, help="latent frames per chunk (default 3)")
+    p.add_argument("--chunks", type=positive_int, default=8, help="chunks to generate (default 8)")
     p.add_argument("--warmup", type=int, default=1, help="first chunks left out of the steady FPS (default 1)")
     p.add_argument("--device", help="cuda (bf16) or cpu (fp32); default cuda when available")
-    p.add_argument("--threads", type=int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
     add_out_argument(p)
 
 

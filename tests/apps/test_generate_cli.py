@@ -166,3 +166,15 @@ def run_error_argparse(capsys, *argv) -> str:
     with pytest.raises(SystemExit):
         main(["generate", "--model", "x", "--prompt", "a", "--out", "x.mp4", *argv])
     return capsys.readouterr().err
+
+
+def test_video_to_video_scales_an_input_of_another_size(folders, tmp_path):
+    big = tmp_path / "big.mp4"
+    assert main(["generate", "--model", str(folders["sana"]), "--size", "64x96", "--prompt-embeds",
+                 str(folders["embeds"]), "--chunks", "1", "--out", str(big)]) == 0
+    out = tmp_path / "small.mp4"
+    assert main(["generate", "--model", str(folders["sana"]), *SIZE, "--prompt-embeds", str(folders["embeds"]),
+                 "--input", str(big), "--strength", "0.5", "--seconds", "1.5", "--out", str(out)]) == 0
+    frames = read_video(out)["frames"]
+    assert frames.shape == (1 + 4 * 8, 32, 48, 3)  # 24 frames asked: 3 chunks of 3 (2 make 21); the 9-frame input looped
+    assert frames.std() > 5

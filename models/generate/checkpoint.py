@@ -139,7 +139,12 @@ def _load_weights(cls, part: str, state: dict[str, torch.Tensor] | None, source:
         if not shards:
             raise FileNotFoundError(f"{part}: no *.safetensors weights next to config.json; copy the weights of "
                                     f"this part (diffusion_pytorch_model*.safetensors) from the checkpoint")
-        state = {k: v for shard in shards for k, v in load_file(shard).items()}
+        state = {}
+        for shard in shards:
+            try:
+                state.update(load_file(shard))
+            except Exception as exc:  # safetensors' own error types: a truncated or foreign file
+                raise ValueError(f"{shard}: not a readable safetensors file ({exc}); download it again") from None
     expected = model.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))

@@ -135,8 +135,12 @@ class PromptBook:
                 class_name = (json.load(f).get("text_encoder") or [None, None])[1]
         cls = getattr(transformers, class_name, None) if class_name else None
         cls = cls or transformers.AutoModel
-        self._tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
-        self._encoder = cls.from_pretrained(enc_dir, local_files_only=True, dtype=self.encoder_dtype)
+        try:
+            self._tokenizer = transformers.AutoTokenizer.from_pretrained(tok_dir, local_files_only=True)
+            self._encoder = cls.from_pretrained(enc_dir, local_files_only=True, dtype=self.encoder_dtype)
+        except (OSError, ValueError) as exc:
+            raise ValueError(f"{self.folder}: text_encoder/ or tokenizer/ cannot be loaded ({exc}); copy both folders "
+                             f"whole from the checkpoint, or pass --prompt-embeds") from None
         self._encoder = self._encoder.to(self.device).eval()
         width = getattr(self._encoder.config, "d_model", None) or getattr(self._encoder.config, "hidden_size", None)
         if width != self.text_dim:

@@ -157,6 +157,15 @@ def test_bad_input_is_refused_with_the_file_and_the_fix(folders, tmp_path, capsy
     save_file(state, str(cut / "transformer" / weights.name))
     assert "1 missing keys" in run_error(capsys, "--model", str(cut), "--prompt", "a", *SIZE, "--out", out)
 
+    bad = shutil.copytree(wan, tmp_path / "badparts")
+    (bad / "text_encoder" / "config.json").write_text("garbage")
+    assert "text_encoder/ or tokenizer/ cannot be loaded" in run_error(
+        capsys, "--model", str(bad), "--prompt", "a", *SIZE, "--out", out)
+    vae_weights = next((bad / "vae").glob("*.safetensors"))
+    vae_weights.write_bytes(vae_weights.read_bytes()[:100])
+    assert f"{vae_weights}: not a readable safetensors file" in run_error(
+        capsys, "--model", str(bad), "--prompt-embeds", str(folders["embeds"]), *SIZE, "--out", out)
+
     index = json.loads((wan / "model_index.json").read_text())
     assert index["_class_name"] == "WanPipeline"
     assert "expected strictly decreasing" in run_error_argparse(capsys, "--timesteps", "250,500")

@@ -74,6 +74,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--timesteps", "--steps", type=_timesteps, default=[1000.0, 750.0, 500.0, 250.0],
                    help="few-step schedule on the 0..1000 scale, one model call each (default 1000,750,500,250, "
                         "Self-Forcing's)")
+    p.add_argument("--shift", type=positive_float, default=5.0,
+                   help="flow shift the timesteps are warped with (default 5, as Self-Forcing / CausVid / LongLive "
+                        "sample: 1000,750,500,250 become 1000,937.5,833,625); 1 uses them as given")
     p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa",
                    help="(Wan) self-attention over the KV cache: exact SDPA or Monarch attention (block-causal)")
     p.add_argument("--cache-frames", type=positive_int,
@@ -133,7 +136,7 @@ def run(args: argparse.Namespace) -> int:
     source = file_source(args.input, frames, gm.fps) if args.input else None
     gg = build_generate_graph(gm, size=(height, width), chunks=chunks, prompt=args.prompt,
                               prompt_embeds=args.prompt_embeds, chunk_frames=args.chunk_frames,
-                              timesteps=args.timesteps, source=source,
+                              timesteps=args.timesteps, shift=args.shift, source=source,
                               strength=(args.strength or 0.6) if args.input else None, seed=args.seed, device=device,
                               **options)
     sink = gg.graph.add(MP4Sink(args.out, width=width, height=height, fps=gg.fps, audio_rate=None))

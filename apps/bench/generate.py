@@ -140,7 +140,7 @@ def measure(args) -> dict:
                                "with_ring_waits_p50_ms": stages[stage.name]["p50_ms"]}
     return {
         "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
-        "timesteps": timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
+        "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
         "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
         "dtype": str(dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
         "parameters_m": round(sum(p.numel() for p in gm.transformer.parameters()) / 1e6, 2),

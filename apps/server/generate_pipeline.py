@@ -6,7 +6,8 @@ Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS`` 
 ``framegraph generate --model`` takes them; a client never sends a path). Options: ``model`` (default: the
 folder's first model in name order), ``prompt`` (text; needs the model's text encoder) or ``prompt_embeds``
 (the name of a ``.safetensors`` file in the model folder), ``timesteps`` (list, default
-``[1000, 750, 500, 250]``), ``chunk_frames`` (1–8, default 3), ``attention`` (Wan: ``sdpa`` | ``monarch``),
+``[1000, 750, 500, 250]``), ``shift`` (flow shift they are warped with, default 5), ``chunk_frames``
+(1–8, default 3), ``attention`` (Wan: ``sdpa`` | ``monarch``),
 ``seed``, and the common ``size`` (multiples of 16) and ``fps`` (default the model's 16).
 
 Live (``config``): ``prompt`` or ``prompt_embeds`` — encoded at once (cached per prompt) and used from the
@@ -86,6 +87,7 @@ def build_generate(opts: Options) -> Pipeline:
     v = video_options(opts, size=(832, 480), fps=gm.fps)
     chunk_frames = opts.integer("chunk_frames", 3, 1, 8)
     timesteps = _timesteps(opts)
+    shift = opts.number("shift", 5.0, 1.0, 20.0)
     seed = opts.integer("seed", 0, 0, 2**31 - 1)
     attention = opts.choice("attention", "sdpa", ("sdpa", "monarch"))
     text, embeds = _prompt(opts, folder)
@@ -95,7 +97,8 @@ def build_generate(opts: Options) -> Pipeline:
     options = {"attention": attention} if gm.family.name == "wan" else {}
     try:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
-                                  chunk_frames=chunk_frames, timesteps=timesteps, seed=seed, device=device,
+                                  chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
+                                  device=device,
                                   clock=Clock("realtime"), fps=v.fps, source_in_flight=2, **options)
     except (ValueError, OSError) as exc:
         raise ProtocolError(ErrorCode.BAD_OPTION, f"generate: {exc}") from None

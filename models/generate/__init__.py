@@ -18,7 +18,7 @@ commit pass on the clean chunk) and ``reset()``.
 - :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``.
 """
 from .checkpoint import GenerateModel, detect_family, load_generate_model
-from .family import FAMILIES, CausalStream, Family
+from .family import FAMILIES, SHIFT, CausalStream, Family, warp_timesteps
 from .graph import GenerateGraph, build_generate_graph, default_dtype, file_source
 from .prompts import PromptBook, load_prompt_embeds
 from .sana import BlockCausalTemporalConv, SanaVideoStream, install_block_causal_convs, sigmas_from_timesteps
@@ -27,9 +27,9 @@ from .vae import WanDecodeState, WanEncodeState, decode_chunk, encode_chunk, fro
 from .wan import DEFAULT_TIMESTEPS, WanCausal
 
 __all__ = [
-    "DEFAULT_TIMESTEPS", "FAMILIES", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
+    "DEFAULT_TIMESTEPS", "FAMILIES", "SHIFT", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
     "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook", "SanaVideoStream", "VAEEncode",
     "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "decode_chunk", "default_dtype",
     "detect_family", "encode_chunk", "file_source", "first_frame", "from_vae_scale", "install_block_causal_convs",
-    "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames",
+    "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
 ]

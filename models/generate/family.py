@@ -35,7 +35,21 @@ from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransfor
 from .sana import SanaVideoStream
 from .wan import WanCausal
 
-__all__ = ["FAMILIES", "CausalStream", "Family", "SanaFamily", "SanaStream", "WanFamily", "WanStream"]
+__all__ = ["FAMILIES", "SHIFT", "CausalStream", "Family", "SanaFamily", "SanaStream", "WanFamily", "WanStream",
+           "warp_timesteps"]
+
+
+SHIFT = 5.0  # the flow shift Wan 2.1 and its causal students (Self-Forcing, CausVid, LongLive) sample with
+
+
+def warp_timesteps(timesteps: Sequence[float], shift: float = SHIFT) -> list[float]:
+    """Nominal timesteps (0..1000, e.g. ``[1000, 750, 500, 250]``) → the model timesteps a shifted flow
+    schedule gives them: ``t' = 1000 * shift * s / (1 + (shift - 1) * s)``, ``s = t / 1000`` (what
+    Self-Forcing's ``warp_denoising_step`` reads from the shifted scheduler table: 1000, 937.5, 833.3, 625
+    for shift 5). ``shift = 1`` leaves them as they are."""
+    if not shift > 0:
+        raise ValueError(f"shift={shift}; expected a positive number (5 for Wan 2.1 students, 1 for none)")
+    return [1000.0 * shift * (t / 1000.0) / (1.0 + (shift - 1.0) * (t / 1000.0)) for t in timesteps]
 
 
 class CausalStream:

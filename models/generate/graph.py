@@ -20,6 +20,7 @@ from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import ScaleVideo, VideoFileSource
 
 from .checkpoint import GenerateModel
+from .family import SHIFT
 from .prompts import PromptBook
 from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, video_frames
 
@@ -48,6 +49,7 @@ def build_generate_graph(
     prompt_embeds: str | None = None,
     chunk_frames: int = 3,
     timesteps: Sequence[float] = (1000, 750, 500, 250),
+    shift: float = SHIFT,
     source: Stage | None = None,
     strength: float | None = None,
     seed: int = 0,
@@ -73,7 +75,8 @@ def build_generate_graph(
     prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder or gm.source,
                          device=device, encoder_dtype=default_dtype(device))
     denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
-                              timesteps=timesteps, strength=strength, seed=seed, device=device, **options)
+                              timesteps=timesteps, shift=shift, strength=strength, seed=seed, device=device,
+                              **options)
     if prompt is not None or prompt_embeds is not None:
         denoiser.set_prompt(prompt, embeds_file=prompt_embeds)
     decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,

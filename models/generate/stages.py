@@ -25,7 +25,7 @@ from framegraph.stream.media import video_port
 from framegraph.stream.stage import EndOfStream
 from framegraph.stream.telemetry import LatencyWindow
 
-from .family import Family
+from .family import SHIFT, Family, warp_timesteps
 from .prompts import PromptBook
 from .vae import WanDecodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 
@@ -133,9 +133,11 @@ class CausalDenoiser(Stage):
         prompts: the :class:`~.prompts.PromptBook` prompts are encoded with (cached per prompt).
         latent_size: ``(h, w)`` of the latent frames; chunk_frames: ``F``.
         timesteps: few-step schedule on the 0..1000 scale, decreasing (e.g. ``(1000, 750, 500, 250)``).
+        shift: flow shift the nominal timesteps are warped with (:func:`~.family.warp_timesteps`; 5 as the
+            Wan 2.1 students were trained, 1: the timesteps as given).
         strength: None — the input chunk is the starting noise (text-to-video); a number in (0, 1] — the
-            input is clean latents (video-to-video), noised to ``strength`` (1: nothing of it is kept) and
-            denoised along ``timesteps`` scaled by it.
+            input is clean latents (video-to-video), noised to the level ``sigma = strength`` (1: nothing of it
+            is kept) and denoised along the (warped) ``timesteps`` scaled by it.
         renoise: the few-step sampler of distilled causal students (Self-Forcing, CausVid): re-noise the
             ``x0`` estimate at each step; ``False``: deterministic Euler.
         seed: seed of the sampler's noise (restarted by ``reset()``).
@@ -148,14 +150,14 @@ class CausalDenoiser(Stage):
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
                  latent_size: tuple[int, int], chunk_frames: int, timesteps: Sequence[float] = (1000, 750, 500, 250),
-                 strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
+                 shift: float = SHIFT, strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
                  budget_ms: float | None = None, name: str = "denoiser", **options):
         super().__init__(name)
         if strength is not None and not 0.0 < strength <= 1.0:
             raise ValueError(f"CausalDenoiser: strength={strength}; expected a number in (0, 1] or None (text-to-video)")
         self.family, self.model, self.prompts = family, model, prompts
         self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
-        self.timesteps = [float(t) * (strength or 1.0) for t in timesteps]
+        self.timesteps = [t * (strength or 1.0) for t in warp_timesteps([float(t) for t in timesteps], shift)]
         self.strength, self.renoise, self.seed = strength, renoise, seed
         self.device, self.budget_ms = str(device), budget_ms
         self.dtype = model.dtype  # diffusers: the dtype of the parameters not kept in float32

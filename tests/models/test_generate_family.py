@@ -6,7 +6,7 @@ import torch
 from diffusers import AutoencoderKLWan
 from helpers import tiny_generate_folder
 
-from framegraph.models.generate import FAMILIES, encode_chunk, load_generate_model
+from framegraph.models.generate import FAMILIES, encode_chunk, load_generate_model, warp_timesteps
 from framegraph.models.generate.wan import WanCausal
 
 
@@ -64,3 +64,11 @@ def test_bf16_loading_keeps_fp32_modules_and_streams(tmp_path, family):
                                 torch.randn(1, 4, 16, generator=g).bfloat16(), torch.ones(1, 4),
                                 timesteps=[1000, 500], generator=g)
         assert clean.dtype == torch.bfloat16 and torch.isfinite(clean).all() and clean.float().std() > 0.1
+
+
+def test_timesteps_are_warped_as_the_wan_students_sample():
+    """Self-Forcing's [1000, 750, 500, 250] with shift 5 are sigmas 1, 0.9375, 0.8333, 0.625."""
+    assert warp_timesteps([1000, 750, 500, 250], 5.0) == pytest.approx([1000, 937.5, 833.333, 625], abs=1e-3)
+    assert warp_timesteps([1000, 500], 1.0) == [1000, 500]
+    with pytest.raises(ValueError, match="shift=0"):
+        warp_timesteps([1000], 0)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 from collections.abc import Sequence
 
 import torch
@@ -145,12 +146,13 @@ class CausalDenoiser(Stage):
 
     Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
     ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
-    prompt took effect), ``compute`` (ms of model work per chunk, waits on the rings left out; the last 1024).
+    prompt took effect; the last 64), ``compute`` (ms of model work per chunk, waits on the rings left out; the last 1024).
     """
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
-                 latent_size: tuple[int, int], chunk_frames: int, timesteps: Sequence[float] = (1000, 750, 500, 250),
-                 shift: float = SHIFT, strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
+                 latent_size: tuple[int, int], chunk_frames: int,
+                 timesteps: Sequence[float] = (1000, 750, 500, 250), shift: float = SHIFT,
+                 strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
                  budget_ms: float | None = None, name: str = "denoiser", **options):
         super().__init__(name)
         if strength is not None and not 0.0 < strength <= 1.0:
@@ -170,7 +172,7 @@ class CausalDenoiser(Stage):
         self._embeds = None
         self.chunks_out = 0
         self.compute = LatencyWindow(1024)
-        self.prompts_used: list[tuple[int, str]] = []
+        self.prompts_used: deque[tuple[int, str]] = deque(maxlen=64)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
     # ---- control (any thread) -----------------------------------------------------------------

@@ -5,13 +5,14 @@ See ``docs/DESIGN.md`` (the runtime contract) and the README's architecture sect
 from .clock import TICKS_PER_SECOND, Clock, FlowLimiter
 from .frame import Flag, Frame, PortSpec
 from .graph import Edge, Graph, GraphError, StageError
-from .push import PushSource
+from .push import Pushed, PushSource
+from .record import IterableSource, Recorded, RecordingSink
 from .ring import POLICIES, Ring, RingAborted
 from .stage import EndOfStream, Outputs, Stage, StageContext
 from .telemetry import Telemetry, prometheus_text, write_json
 
 __all__ = [
     "TICKS_PER_SECOND", "Clock", "FlowLimiter", "Flag", "Frame", "PortSpec", "Edge", "Graph",
-    "GraphError", "StageError", "PushSource", "POLICIES", "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage",
+    "GraphError", "StageError", "Pushed", "PushSource", "IterableSource", "Recorded", "RecordingSink", "POLICIES", "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage",
     "StageContext", "Telemetry", "prometheus_text", "write_json",
 ]

@@ -1,9 +1,18 @@
-"""PushSource: a source fed from outside the graph (a client's camera pose, a control value, anything
-with a :class:`PortSpec`) — the generic twin of GStreamer's appsrc. Audio, which arrives as a stream of
-samples of any length and leaves in fixed chunks, has its own :class:`~.media.PushAudioSource`."""
+"""Sources fed from outside the graph — the generic twin of GStreamer's appsrc.
+
+:class:`Pushed` is what every such source shares: another thread hands values in, :meth:`~Pushed.close`
+ends the stream once what is buffered is out, :meth:`~Pushed.interrupt` ends it at once (barge-in,
+cancel), and the worker waits on one condition for any of the three. Two sources build on it:
+
+- :class:`PushSource`: one value with a :class:`PortSpec` (a client's camera pose, a control value);
+  the newest pending value wins, nothing queues.
+- :class:`~.media.PushAudioSource`: PCM samples of any length in, fixed chunks out, through a bounded
+  buffer.
+"""
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -11,7 +20,49 @@ from .frame import PortSpec
 from .stage import EndOfStream, Stage
 
 
-class PushSource(Stage):
+class Pushed(Stage):
+    """Base of the sources another thread feeds: the lock, close / interrupt, and the worker's wait.
+
+    Subclasses hold their buffer under ``self._cv`` (a ``threading.Condition``), call
+    :meth:`_accepting` inside it before storing a pushed value and ``self._cv.notify_all()`` after, and
+    call :meth:`_wait_until` at the start of ``process``.
+    """
+
+    def __init__(self, name: str):
+        super().__init__(name)
+        self._cv = threading.Condition()
+        self._closed = self._interrupted = False
+
+    def close(self) -> None:
+        """No more input: the source ends once what is buffered is out."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    def interrupt(self) -> None:
+        """End the stream now, dropping what is buffered (the graph's cancel calls this)."""
+        with self._cv:
+            self._interrupted = True
+            self._cv.notify_all()
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self._interrupted = False
+
+    def _accepting(self) -> None:
+        """Under ``self._cv``: raise ``ValueError`` once the source is closed."""
+        if self._closed:
+            raise ValueError(f"{self.name}: push after close")
+
+    def _wait_until(self, ready: Callable[[], bool]) -> bool:
+        """Under ``self._cv``: wait until ``ready()``, a close or an interrupt. False when interrupted (the
+        stream ends now); after a close the caller delivers what is left, if anything."""
+        while not ready() and not self._closed and not self._interrupted:
+            self._cv.wait()
+        return not self._interrupted
+
+
+class PushSource(Pushed):
     """Emits what another thread :meth:`push` es, on port ``"value"`` (``spec``), stamped with the session
     clock at arrival. Holds one pending value: a value pushed while an older one is still pending
     replaces it (counted in ``superseded``) — the newest pose wins, nothing queues. Connect it with a
@@ -27,8 +78,6 @@ class PushSource(Stage):
         self.spec = spec
         self.outputs = {"value": spec}
         self._pending: torch.Tensor | None = None
-        self._cv = threading.Condition()
-        self._closed = self._interrupted = False
         self.received = 0
         self.superseded = 0
 
@@ -41,34 +90,16 @@ class PushSource(Stage):
         if v.is_floating_point() and not torch.isfinite(v).all():
             raise ValueError(f"{self.name}: the value has NaN or infinite entries")
         with self._cv:
-            if self._closed:
-                raise ValueError(f"{self.name}: push after close")
+            self._accepting()
             if self._pending is not None:
                 self.superseded += 1
             self._pending = v.clone()
             self.received += 1
             self._cv.notify_all()
 
-    def close(self) -> None:
-        """No more values: the source ends once the pending one is out."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-    def interrupt(self) -> None:
-        with self._cv:
-            self._interrupted = True
-            self._cv.notify_all()
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self._interrupted = False
-
     def process(self, inputs, out):
         with self._cv:
-            while self._pending is None and not self._closed and not self._interrupted:
-                self._cv.wait()
-            if self._pending is None or self._interrupted:
+            if not self._wait_until(lambda: self._pending is not None) or self._pending is None:
                 raise EndOfStream
             value, self._pending = self._pending, None
         frame = out.write("value")  # outside the lock: it may wait on backpressure

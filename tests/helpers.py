@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch
 
-from framegraph.stream import EndOfStream, PortSpec, Stage
+from framegraph.stream import EndOfStream, PortSpec, RecordingSink, Stage
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where kernel tests run (Triton's interpreter on CPU)
@@ -54,14 +54,12 @@ class AddOne(Stage):
         self.resets += 1
 
 
-class Collect(Stage):
-    """Sink: records (value, seq, pts, flags) of each frame; optional per-frame delay (a slow consumer)."""
+class Collect(RecordingSink):
+    """The runtime tests' sink: a :class:`RecordingSink` of ``float32 shape`` ports that also counts its
+    set-ups and teardowns; ``got`` lists ``(port, data[0], seq, pts, flags)`` per frame."""
 
     def __init__(self, name="sink", shape=(4,), delay_s: float = 0.0, ports=("x",)):
-        super().__init__(name)
-        self.inputs = {p: PortSpec(shape) for p in ports}
-        self.delay_s = delay_s
-        self.got: list[tuple] = []
+        super().__init__({p: PortSpec(shape) for p in ports}, name=name, delay_s=delay_s)
         self.torn_down = 0
         self.set_up = 0
 
@@ -69,31 +67,15 @@ class Collect(Stage):
         super().setup(ctx)
         self.set_up += 1
 
-    def process(self, inputs, out):
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        for port, f in inputs.items():
-            self.got.append((port, float(f.data[0]), f.seq, f.pts, f.flags))
-
     def teardown(self):
         self.torn_down += 1
 
+    @property
+    def got(self) -> list[tuple]:
+        return [(r.port, float(r.data[0]), r.seq, r.pts, r.flags) for r in self.records]
+
     def values(self, port="x"):
-        return [v for p, v, *_ in self.got if p == port]
-
-
-class CollectFrames(Stage):
-    """Sink of one port: keeps ``(pts, data copy)`` of every frame in ``got``."""
-
-    def __init__(self, port: str, shape, dtype=torch.float32, name: str = "collect"):
-        super().__init__(name)
-        self.port = port
-        self.inputs = {port: PortSpec(tuple(shape), dtype)}
-        self.got: list[tuple[int, torch.Tensor]] = []
-
-    def process(self, inputs, out):
-        f = inputs[self.port]
-        self.got.append((f.pts, f.data.clone()))
+        return [float(r.data[0]) for r in self.of(port)]
 
 
 class Boom(Stage):

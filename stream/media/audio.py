@@ -7,7 +7,6 @@ The last chunk of a stream is zero-padded and its ``length`` says how many sampl
 from __future__ import annotations
 
 import os
-import threading
 import time
 
 import av
@@ -15,6 +14,7 @@ import numpy as np
 import torch
 
 from ..frame import PortSpec
+from ..push import Pushed
 from ..stage import EndOfStream, Stage
 from .errors import MediaError, open_media
 
@@ -133,7 +133,7 @@ class AudioFileSource(Stage):
             self._blocks = None
 
 
-class PushAudioSource(Stage):
+class PushAudioSource(Pushed):
     """Source fed from outside the graph (a WebSocket session, a microphone callback).
 
     Another thread calls :meth:`push` with PCM16 mono samples at ``sample_rate`` and :meth:`close` at the
@@ -155,9 +155,6 @@ class PushAudioSource(Stage):
         self._start = 0  # index of the oldest buffered sample (monotonic counters, mod capacity)
         self._end = 0
         self._arrival_ns = 0
-        self._closed = False
-        self._interrupted = False
-        self._cv = threading.Condition()
         self._sent = 0
         self.overflow_samples = 0
 
@@ -173,8 +170,7 @@ class PushAudioSource(Stage):
             if samples.dtype != np.int16 or samples.ndim != 1:
                 raise ValueError(f"expected a 1-D int16 array, got {samples.dtype} {samples.shape}")
         with self._cv:
-            if self._closed:
-                raise ValueError(f"{self.name}: push after close")
+            self._accepting()
             if len(samples) > self._cap:  # keep only what fits
                 self.overflow_samples += len(samples) - self._cap
                 samples = samples[-self._cap:]
@@ -192,31 +188,14 @@ class PushAudioSource(Stage):
             self._cv.notify_all()
         return n
 
-    def close(self) -> None:
-        """End of the input stream: buffered samples are still delivered (last chunk zero-padded)."""
-        with self._cv:
-            self._closed = True
-            self._cv.notify_all()
-
-    def interrupt(self) -> None:
-        with self._cv:
-            self._interrupted = True
-            self._cv.notify_all()
-
     @property
     def buffered(self) -> int:
         return self._end - self._start
 
-    def setup(self, ctx):
-        super().setup(ctx)
-        self._interrupted = False
-
     def process(self, inputs, out):
         chunk = self._chunk_buf
-        with self._cv:
-            while self.buffered < self.chunk and not self._closed and not self._interrupted:
-                self._cv.wait()
-            if self._interrupted or self.buffered == 0:
+        with self._cv:  # after a close the rest is delivered, the last chunk zero-padded
+            if not self._wait_until(lambda: self.buffered >= self.chunk) or self.buffered == 0:
                 raise EndOfStream
             n = min(self.chunk, self.buffered)
             i = self._start % self._cap

@@ -10,18 +10,8 @@ from framegraph.assets import path as asset
 from framegraph.renderers.cameras import look_at
 from framegraph.renderers.gaussians import random_scene, rasterize, save_ply
 from framegraph.renderers.stages import CameraSource, GaussianRenderStage, orbit_for_scene
-from framegraph.stream import Graph, PortSpec, Stage
+from framegraph.stream import Graph, PortSpec, RecordingSink
 from framegraph.stream.media import read_video
-
-
-class Frames(Stage):
-    def __init__(self, w, h):
-        super().__init__("frames")
-        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        self.got.append(inputs["video"].data.clone())
 
 
 def test_render_stage_matches_rasterize_for_each_camera_of_a_path():
@@ -30,18 +20,18 @@ def test_render_stage_matches_rasterize_for_each_camera_of_a_path():
     g = Graph()
     cams = g.add(CameraSource(path, fps=10))
     r = g.add(GaussianRenderStage(scene, width=64, height=48))
-    k = g.add(Frames(64, 48))
+    k = g.add(RecordingSink({"video": PortSpec((48, 64, 3), torch.uint8)}))
     g.connect(cams, r)
     g.connect(r, k)
     g.run(timeout=60)
-    assert len(k.got) == 4
-    for i, img in enumerate(k.got):
+    assert len(k.data()) == 4
+    for i, img in enumerate(k.data()):
         view, K = path[i]
         ref, _, _ = rasterize(scene.means, scene.quats, scene.scales, scene.opacities, scene.sh, view[None].float(),
                               K[None], 64, 48, sh_degree=3)
         expect = (ref[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8)
         assert torch.equal(img, expect)
-    assert not torch.equal(k.got[0], k.got[2])  # the camera moved
+    assert not torch.equal(k.data()[0], k.data()[2])  # the camera moved
 
 
 def test_pushed_poses_use_the_newest():
@@ -54,11 +44,11 @@ def test_pushed_poses_use_the_newest():
     g = Graph()
     g.add(cams)
     r = g.add(GaussianRenderStage(scene, width=32, height=24))
-    k = g.add(Frames(32, 24))
+    k = g.add(RecordingSink({"video": PortSpec((24, 32, 3), torch.uint8)}))
     g.connect(cams, r)
     g.connect(r, k)
     g.run(timeout=30)
-    assert cams.poses_pushed == 2 and len(k.got) == 3
+    assert cams.poses_pushed == 2 and len(k.data()) == 3
     with pytest.raises(ValueError, match="finite 4x4"):
         cams.push_pose(torch.full((4, 4), float("nan")))
 

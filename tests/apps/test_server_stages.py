@@ -19,7 +19,7 @@ from framegraph.apps.server.protocol import (
     parse_media,
 )
 from framegraph.apps.server.stages import AudioScope, CaptureTimes
-from framegraph.stream import Clock, Flag, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink
 from framegraph.stream.media import H264Encoder, PushAudioSource
 from framegraph.stream.testcard import TestCardVideo
 
@@ -123,22 +123,11 @@ def test_capture_times_map_samples_back_to_client_clock():
     assert ct.of_sample(0) is None  # forgotten (capacity 4)
 
 
-class Grab(Stage):
-    def __init__(self, shape, dtype, port, name):
-        super().__init__(name)
-        self.inputs = {port: PortSpec(shape, dtype)}
-        self.port, self.frames = port, []
-
-    def process(self, inputs, out):
-        f = inputs[self.port]
-        self.frames.append((f.data.clone(), f.pts, f.flags, f.length))
-
-
 def test_audio_scope_draws_one_picture_per_video_frame_and_passes_audio_through():
     g = Graph(Clock("fast"))
     mic = g.add(PushAudioSource())
     scope = g.add(AudioScope(width=64, height=48, fps=25))
-    pics, echo = g.add(Grab((48, 64, 3), torch.uint8, "video", "pics")), g.add(Grab((320,), torch.int16, "audio", "echo"))
+    pics, echo = g.add(RecordingSink({"video": PortSpec((48, 64, 3), torch.uint8)}, name="pics")), g.add(RecordingSink({"audio": PortSpec((320,), torch.int16)}, name="echo"))
     g.connect(mic, scope)
     g.connect(scope, pics, "video")
     g.connect(scope, echo, "audio")
@@ -147,10 +136,10 @@ def test_audio_scope_draws_one_picture_per_video_frame_and_passes_audio_through(
     mic.push(np.concatenate([quiet, loud]))
     mic.close()
     g.run(timeout=10)
-    assert len(pics.frames) == 10  # 0.4 s at 25 fps
-    assert np.array_equal(torch.cat([f[0] for f in echo.frames]).numpy(), np.concatenate([quiet, loud]))
-    assert [p for _, p, _, _ in pics.frames] == [1920 * i for i in range(10)]
-    dark, bright = pics.frames[2][0].float().mean(), pics.frames[-1][0].float().mean()
+    assert len(pics.records) == 10  # 0.4 s at 25 fps
+    assert np.array_equal(torch.cat(echo.data()).numpy(), np.concatenate([quiet, loud]))
+    assert pics.pts() == [1920 * i for i in range(10)]
+    dark, bright = pics.data()[2].float().mean(), pics.data()[-1].float().mean()
     assert bright > dark + 60  # a loud sound is a bright frame
 
 
@@ -164,10 +153,10 @@ def test_h264_encoder_request_keyframe_makes_the_next_frame_a_keyframe():
     g = Graph(Clock("fast"))
     card = g.add(TestCardVideo(width=64, height=48, fps=25, seconds=0.4))
     enc = g.add(Encoder(width=64, height=48, fps=25, gop=250))
-    sink = g.add(Grab((enc.outputs["h264"].shape[0],), torch.uint8, "h264", "sink"))
+    sink = g.add(RecordingSink({"h264": PortSpec((enc.outputs["h264"].shape[0],), torch.uint8)}, name="sink"))
     sink.inputs["h264"] = enc.outputs["h264"]
     g.connect(card, enc)
     g.connect(enc, sink)
     g.run(timeout=10)
-    keys = [i for i, (_, _, flags, _) in enumerate(sink.frames) if flags & Flag.KEYFRAME]
-    assert keys == [0, 5] and len(sink.frames) == 10
+    keys = [i for i, r in enumerate(sink.records) if r.flags & Flag.KEYFRAME]
+    assert keys == [0, 5] and len(sink.records) == 10

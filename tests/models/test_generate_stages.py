@@ -6,10 +6,10 @@ import os
 import psutil
 import pytest
 import torch
-from helpers import CollectFrames, tiny_generate_folder, tiny_prompt_embeds
+from helpers import tiny_generate_folder, tiny_prompt_embeds
 
 from framegraph.models.generate import build_generate_graph, decode_chunk, load_generate_model, to_vae_scale
-from framegraph.stream import PortSpec, Stage
+from framegraph.stream import PortSpec, RecordingSink, Stage
 
 SIZE = (32, 48)
 
@@ -40,17 +40,17 @@ class SwitchPrompt(Stage):
 def run_chunks(gm, prompt: str, chunks: int, switch: tuple[int, str] | None = None):
     gg = build_generate_graph(gm, size=SIZE, chunks=chunks, prompt_embeds=prompt, chunk_frames=2)
     spec = gg.denoiser.outputs["latent"]
-    collect = gg.graph.add(CollectFrames("latent", spec.shape))
+    collect = gg.graph.add(RecordingSink({"latent": PortSpec(spec.shape)}))
     if switch is None:
         gg.graph.connect(gg.denoiser, collect)
     else:
         relay = gg.graph.add(SwitchPrompt(gg.denoiser, *switch, spec))
         gg.graph.connect(gg.denoiser, relay)
         gg.graph.connect(relay, collect)
-    video = gg.graph.add(CollectFrames("video", gg.decode.outputs["video"].shape, torch.uint8, name="video"))
+    video = gg.graph.add(RecordingSink({"video": gg.decode.outputs["video"]}, name="video"))
     gg.graph.connect(gg.decode, video)  # the video runs too; the latents are what is compared
     gg.graph.run()
-    return [data for _, data in collect.got], gg.denoiser
+    return collect.data(), gg.denoiser
 
 
 @pytest.mark.parametrize("family", ["wan", "sana"])
@@ -71,13 +71,13 @@ def test_a_restarted_graph_repeats_its_stream_exactly(setup):
     """Running the graph again resets every stage (the denoiser's cache and noise, the decoder's cache)."""
     gm = load_generate_model(str(setup["wan"]))
     gg = build_generate_graph(gm, size=SIZE, chunks=3, prompt_embeds=str(setup["a"]), chunk_frames=2)
-    collect = gg.graph.add(CollectFrames("video", gg.decode.outputs["video"].shape, torch.uint8))
+    collect = gg.graph.add(RecordingSink({"video": gg.decode.outputs["video"]}))
     gg.graph.connect(gg.decode, collect)
     runs = []
     for _ in range(2):
-        collect.got = []
+        collect.records = []
         gg.graph.run()
-        runs.append(torch.stack([data for _, data in collect.got]))
+        runs.append(torch.stack(collect.data()))
     assert runs[0].shape[0] == 1 + 4 * 5 and torch.equal(runs[0], runs[1])
 
 

@@ -23,7 +23,7 @@ from framegraph.models.audio import (
     silero_model_path,
 )
 from framegraph.models.synth import synthesize
-from framegraph.stream import Clock, Flag, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink, Stage
 from framegraph.stream.media import AudioFileSource
 
 SR = 16_000
@@ -109,15 +109,9 @@ def test_reset_and_listening_take_effect_within_one_chunk(speech, model):
     assert resumed[-1].state == SPEAKING
 
 
-class Collect(Stage):
-    def __init__(self, dim: int):
-        super().__init__("collect")
-        self.inputs = {"features": PortSpec((dim,)), "state": PortSpec((4,))}
-        self.got = []
-
-    def process(self, inputs, out):
-        f, s = inputs["features"], inputs["state"]
-        self.got.append((f.pts, s.pts, f.data.clone(), s.data.clone(), f.flags))
+def rows(sink: RecordingSink) -> list[tuple]:
+    """``(features pts, state pts, features, state, features flags)`` per output frame."""
+    return [(f.pts, st.pts, f.data, st.data, f.flags) for f, st in zip(sink.of("features"), sink.of("state"))]
 
 
 def write_wav(path, samples: np.ndarray) -> None:
@@ -137,21 +131,21 @@ def test_audio_features_stage_in_a_graph(tmp_path, speech, model, whole_chunks):
     graph = Graph(Clock("fast"))
     src = graph.add(AudioFileSource(tmp_path / "speech.wav"))
     feats = graph.add(AudioFeatures(model, fps=25))
-    sink = graph.add(Collect(model.feature_dim))
+    sink = graph.add(RecordingSink({"features": PortSpec((model.feature_dim,)), "state": PortSpec((4,))}))
     graph.connect(src, feats, "audio")
     graph.connect(feats, sink, "features")
     graph.connect(feats, sink, "state")
     report = graph.run(timeout=60)
     assert report["error"] is None
     n = math.ceil(len(x) * 25 / SR)
-    assert len(sink.got) == n, "one output per video frame of the stream"
+    assert len(rows(sink)) == n, "one output per video frame of the stream"
     clock = graph.clock
-    assert [g[0] for g in sink.got] == [clock.ticks_from_frame(k, 25) for k in range(n)]
-    assert all(g[0] == g[1] for g in sink.got), "features and state of a frame share its pts"
+    assert [g[0] for g in rows(sink)] == [clock.ticks_from_frame(k, 25) for k in range(n)]
+    assert all(g[0] == g[1] for g in rows(sink)), "features and state of a frame share its pts"
     offline = extract(model, x, 25, VoiceActivity())
-    torch.testing.assert_close(torch.stack([g[2] for g in sink.got]), torch.stack([o.features for o in offline]),
+    torch.testing.assert_close(torch.stack([g[2] for g in rows(sink)]), torch.stack([o.features for o in offline]),
                                atol=1e-5, rtol=0)
-    names = [decode_state(g[3])[0] for g in sink.got]
+    names = [decode_state(g[3])[0] for g in rows(sink)]
     assert names == [o.state_name for o in offline]
     t = np.arange(n) / 25
     assert all(s == "idle" for s, tt in zip(names, t) if tt < 0.45)
@@ -185,15 +179,15 @@ def test_stage_reset_marks_the_next_frame_interrupted(speech, model):
     barge = graph.add(Barge())
     barge.graph = graph
     feats = graph.add(AudioFeatures(model, fps=25))
-    sink = graph.add(Collect(model.feature_dim))
+    sink = graph.add(RecordingSink({"features": PortSpec((model.feature_dim,)), "state": PortSpec((4,))}))
     graph.connect(src, barge, "audio")
     graph.connect(barge, feats, "audio")
     graph.connect(feats, sink, "features")
     graph.connect(feats, sink, "state")
     graph.run(timeout=60)
-    flagged = [i for i, g in enumerate(sink.got) if g[4] & Flag.INTERRUPTED]
+    flagged = [i for i, g in enumerate(rows(sink)) if g[4] & Flag.INTERRUPTED]
     assert len(flagged) == 1, "the first frame after the barge-in, only, is marked"
     # 30 chunks = 0.6 s; the features can trail the barge stage by its ring (2 chunks) and the 80 ms look-ahead
     # (4 chunks) — 0.48 s, seen on a loaded machine — or lead the frames still in flight after it
     assert 0.4 < flagged[0] / 25 < 0.8
-    assert [g[0] for g in sink.got] == [graph.clock.ticks_from_frame(k, 25) for k in range(len(sink.got))]
+    assert [g[0] for g in rows(sink)] == [graph.clock.ticks_from_frame(k, 25) for k in range(len(rows(sink)))]

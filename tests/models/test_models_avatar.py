@@ -9,7 +9,6 @@ import wave
 import numpy as np
 import pytest
 import torch
-from helpers import CollectFrames
 
 from framegraph.models.avatar import (
     AvatarError,
@@ -19,7 +18,7 @@ from framegraph.models.avatar import (
     random_avatar,
     save_avatar,
 )
-from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Graph, IterableSource, PortSpec, RecordingSink
 from framegraph.stream.media import AudioFileSource, read_video
 
 
@@ -94,31 +93,16 @@ def test_graph_renders_full_resolution_mp4_with_audio_in_sync(bundle, tmp_path):
     assert diff.mean() < 3.0
 
 
-class ListSource(Stage):
-    def __init__(self, rows):
-        super().__init__("src")
-        self.rows, self.i = rows, 0
-        self.outputs = {"state": PortSpec((4,), torch.float32)}
-
-    def process(self, inputs, out):
-        if self.i >= len(self.rows):
-            raise EndOfStream
-        f = out.write("state")
-        f.data.copy_(torch.tensor(self.rows[self.i]))
-        f.pts = self.i
-        self.i += 1
-
-
 @pytest.mark.parametrize("mode, onehot", [("auto", [0, 1, 0]), ("idle", [1, 0, 0]), ("listening", [0, 0, 1]),
                                           ("speaking", [0, 1, 0])])
 def test_state_override(mode, onehot):
     g = Graph(Clock("fast"))
-    src, st = g.add(ListSource([[0, 1, 0, 0.9]] * 3)), g.add(StateOverride(mode=mode))
-    sink = g.add(CollectFrames("state", (4,)))
+    src, st = g.add(IterableSource([[0, 1, 0, 0.9]] * 3, PortSpec((4,)), port="state")), g.add(StateOverride(mode=mode))
+    sink = g.add(RecordingSink({"state": PortSpec((4,))}))
     g.connect(src, st)
     g.connect(st, sink)
     g.run()
-    assert [r.tolist() for _, r in sink.got] == [[*map(float, onehot), pytest.approx(0.9)]] * 3
+    assert [r.tolist() for r in sink.data()] == [[*map(float, onehot), pytest.approx(0.9)]] * 3
     with pytest.raises(ValueError, match="expected one of"):
         st.set_mode("shouting")
 

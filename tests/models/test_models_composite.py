@@ -4,10 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from helpers import CollectFrames
 
 from framegraph.models.composite import Composite, composite, feather_mask, load_background
-from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, RecordingSink, Stage
 
 BOX = (64, 40, 128, 128)  # x, y, w, h in a 256 x 256 frame
 FEATHER = 16
@@ -111,12 +110,12 @@ def test_composite_stage_in_a_graph_pastes_every_frame_into_the_portrait():
     assert bg.shape == (256, 256, 3) and stage.mask.shape == (128, 128)
     assert stage.inputs["face"].shape == (64, 64, 3) and stage.outputs["video"].shape == (256, 256, 3)
     g = Graph(Clock("fast"))
-    src, comp, sink = g.add(Faces(4, 64)), g.add(stage), g.add(CollectFrames("video", (256, 256, 3), torch.uint8))
+    src, comp, sink = g.add(Faces(4, 64)), g.add(stage), g.add(RecordingSink({"video": PortSpec((256, 256, 3), torch.uint8)}))
     g.connect(src, comp)
     g.connect(comp, sink)
     g.run(timeout=60)
-    assert [p for p, _ in sink.got] == [0, 1920, 3840, 5760]
-    for i, (_, frame) in enumerate(sink.got):
+    assert sink.pts() == [0, 1920, 3840, 5760]
+    for i, frame in enumerate(sink.data()):
         expected = composite(bg, torch.full((64, 64, 3), 40 * i, dtype=torch.uint8), BOX, stage.mask)
         assert torch.equal(frame, expected)
         assert torch.all(frame[40 + 64, 64 + 64] == 40 * i)

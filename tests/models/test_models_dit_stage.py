@@ -6,7 +6,7 @@ import torch
 
 from framegraph.models.dit import AvatarDiT, Denoiser, generate
 from framegraph.models.dit.stage import step_levels
-from framegraph.stream import Clock, EndOfStream, Flag, Frame, Graph, PortSpec, Stage, StageContext
+from framegraph.stream import Clock, EndOfStream, Flag, Frame, Graph, PortSpec, RecordingSink, Stage, StageContext
 
 C, H, W, F, FPS = 4, 4, 4, 8, 25
 
@@ -50,28 +50,17 @@ class FeatureSource(Stage):
         self.i += 1
 
 
-class LatentSink(Stage):
-    def __init__(self, chunk: int):
-        super().__init__("latent_sink")
-        self.inputs = {"latent": PortSpec((C, chunk, H, W))}
-        self.got: list[tuple[torch.Tensor, int, Flag]] = []
-
-    def process(self, inputs, out):
-        f = inputs["latent"]
-        self.got.append((f.data.clone(), f.pts, f.flags))
-
-
 def run_graph(denoiser: Denoiser, n: int):
     features, state = feature_frames(n)
     graph = Graph(Clock("fast"))
     src = graph.add(FeatureSource(features, state), max_in_flight=4)
     den = graph.add(denoiser)
-    sink = graph.add(LatentSink(denoiser.chunk_frames))
+    sink = graph.add(RecordingSink({"latent": PortSpec((C, denoiser.chunk_frames, H, W))}, name="latent_sink"))
     graph.connect(src, den, "features")
     graph.connect(src, den, "state")
     graph.connect(den, sink)
     report = graph.run(timeout=120)
-    return sink.got, report, (features, state)
+    return [(r.data, r.pts, r.flags) for r in sink.records], report, (features, state)
 
 
 def test_step_levels_halve_down_to_one():

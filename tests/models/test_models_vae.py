@@ -6,7 +6,6 @@ import json
 import numpy as np
 import pytest
 import torch
-from helpers import CollectFrames
 
 from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
 from framegraph.models.vae import (
@@ -26,7 +25,7 @@ from framegraph.models.vae import (
     train_vae,
     with_reference_warp,
 )
-from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, RecordingSink, Stage
 
 # 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
 TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
@@ -286,13 +285,13 @@ def test_vae_decode_stage_streams_frames_with_pts_in_a_graph():
     g = Graph(Clock("fast"))
     src = g.add(LatentChunks(latents, chunk=2, fps=25))
     dec = g.add(VAEDecode(vae, size=32, chunk_frames=2, fps=25))
-    sink = g.add(CollectFrames("face", (32, 32, 3), torch.uint8))
+    sink = g.add(RecordingSink({"face": PortSpec((32, 32, 3), torch.uint8)}))
     g.connect(src, dec)
     g.connect(dec, sink, capacity=4)
     g.run(timeout=60)
-    assert len(sink.got) == 12 and dec.frames_out == 12
-    assert [p for p, _ in sink.got] == [1920 * k for k in range(12)]  # 25 fps at 48 kHz ticks
-    got = torch.stack([d for _, d in sink.got])
+    assert len(sink.records) == 12 and dec.frames_out == 12
+    assert sink.pts() == [1920 * k for k in range(12)]  # 25 fps at 48 kHz ticks
+    got = torch.stack(sink.data())
     assert (got.int() - expected.int()).abs().max() <= 1  # same as decoding the whole video (±1 rounding)
     assert dec.cache is not None
     dec.reset()

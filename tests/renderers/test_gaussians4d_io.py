@@ -21,7 +21,7 @@ from framegraph.renderers.gaussians4d import reference as ref
 from framegraph.renderers.gaussians4d.demo import main as demo_main
 from framegraph.renderers.gaussians4d.io import CAPTURE_FIELDS
 from framegraph.renderers.stages import CameraSource
-from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Graph, PortSpec, RecordingSink
 
 ASSET = asset("scenes4d", "bouncing_ball.pth")
 W, H = 64, 48
@@ -201,16 +201,6 @@ def test_demo_scene_renders_different_frames_at_different_times():
 # ----------------------------------------------------------------------------
 # The render stage in a graph
 # ----------------------------------------------------------------------------
-class Frames(Stage):
-    def __init__(self, w, h):
-        super().__init__("frames")
-        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        self.got.append((inputs["video"].pts, inputs["video"].data.clone()))
-
-
 def test_scene_time_loops_over_the_duration():
     s = random_scene_4d(3, 0, 0, time_duration=(1.0, 3.0))
     assert scene_time(0.0, s) == 1.0 and scene_time(0.5, s) == 1.5
@@ -227,14 +217,14 @@ def test_stage_renders_the_scene_at_each_frames_time_in_a_graph():
     g = Graph(Clock("fast"))
     cams = g.add(CameraSource(path, fps=fps))
     render = g.add(Gaussian4DRenderStage(scene, width=W, height=H))
-    sink = g.add(Frames(W, H))
+    sink = g.add(RecordingSink({"video": PortSpec((H, W, 3), torch.uint8)}))
     g.connect(cams, render)
     g.connect(render, sink)
     g.run(timeout=120)
 
-    assert len(sink.got) == n
+    assert len(sink.records) == n
     clock = Clock()
-    for i, (pts, img) in enumerate(sink.got):
+    for i, (pts, img) in enumerate(zip(sink.pts(), sink.data())):
         t = scene_time(clock.seconds(pts), scene)
         assert t == pytest.approx((i * 0.25) % 2.0)
         if i not in (0, 3, 6):
@@ -242,6 +232,6 @@ def test_stage_renders_the_scene_at_each_frames_time_in_a_graph():
         ref_img, _, _ = rasterize_4d(**scene.rasterize_args(), t=t, viewmats=view[None], Ks=K[None], width=W,
                                      height=H, backgrounds=torch.zeros(1, 3))
         assert torch.equal(img, (ref_img[0].clamp(0, 1) * 255 + 0.5).to(torch.uint8)), i  # what the stage drew
-    assert not torch.equal(sink.got[1][1], sink.got[3][1])  # same camera, the scene moved
-    assert torch.equal(sink.got[1][1], sink.got[9][1])  # 2.25 s shows the scene at 0.25 s: it loops
+    assert not torch.equal(sink.data()[1], sink.data()[3])  # same camera, the scene moved
+    assert torch.equal(sink.data()[1], sink.data()[9])  # 2.25 s shows the scene at 0.25 s: it loops
     assert math.isclose(render.last_time, 0.25)

@@ -1,12 +1,11 @@
 """open_scene: every scene form a user has opens through one door and renders through one RenderStage."""
 import pytest
 import torch
-from helpers import CollectFrames
 
 from framegraph.assets import path as asset
 from framegraph.renderers.scene_file import open_scene, scene_kind
 from framegraph.renderers.stages import CameraSource, RenderStage
-from framegraph.stream import Graph
+from framegraph.stream import Graph, PortSpec, RecordingSink
 
 
 @pytest.mark.parametrize("parts,kind", [(("scenes", "toy.ply"), "3dgs"),
@@ -20,11 +19,11 @@ def test_each_shipped_scene_opens_and_renders_a_picture_of_itself(parts, kind):
     g = Graph()
     cams = g.add(CameraSource(scene.framing.orbit(2, 32, 24, fps=10)))
     r = g.add(stage)
-    k = g.add(CollectFrames(port="video", shape=(24, 32, 3), dtype=torch.uint8))
+    k = g.add(RecordingSink({"video": PortSpec((24, 32, 3), torch.uint8)}))
     g.connect(cams, r)
     g.connect(r, k)
     g.run(timeout=120)
-    frames = torch.stack([data for _, data in k.got]).float()
+    frames = torch.stack(k.data()).float()
     assert frames.shape == (2, 24, 32, 3)
     assert frames.std() > 5  # the scene is in view, not an empty background
 

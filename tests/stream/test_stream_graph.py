@@ -73,16 +73,17 @@ def test_latest_edge_feeds_the_newest_value_without_gating():
 
     class Render(Collect):
         def process(self, inputs, out):
-            self.got.append((inputs["frame"].seq, float(inputs["pose"].data[0])))
+            self.pairs.append((inputs["frame"].seq, float(inputs["pose"].data[0])))
 
     g = Graph()
     frames, pose = g.add(CountSource(30, name="frames")), g.add(Pose())
     r = g.add(Render(name="render", ports=("frame", "pose")))
+    r.pairs = []
     g.connect(frames, r, dst_port="frame")
     g.connect(pose, r, dst_port="pose", policy="latest")
     g.run(timeout=10)
-    assert [seq for seq, _ in r.got] == list(range(30))  # every frame rendered, none gated away
-    poses = [p for _, p in r.got]
+    assert [seq for seq, _ in r.pairs] == list(range(30))  # every frame rendered, none gated away
+    poses = [p for _, p in r.pairs]
     assert poses == sorted(poses) and set(poses) <= {100.0, 101.0, 102.0}
 
 

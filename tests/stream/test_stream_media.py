@@ -10,7 +10,7 @@ import torch
 from helpers import Collect
 from PIL import Image
 
-from framegraph.stream import Graph, PortSpec, Stage, StageError
+from framegraph.stream import Flag, Graph, PortSpec, RecordingSink, Stage, StageError
 from framegraph.stream.media import (
     AudioFileSource,
     H264Encoder,
@@ -45,32 +45,28 @@ def write_tone(path, seconds=1.0, rate=44100, channels=2, codec="pcm_s16le", fre
     return path
 
 
-class AudioCollect(Collect):
-    def __init__(self, chunk=320):
-        super().__init__(shape=(chunk,), ports=("audio",))
-        self.inputs = {"audio": PortSpec((chunk,), torch.int16)}
-        self.samples = []
-        self.lengths = []
+def audio_sink() -> RecordingSink:
+    return RecordingSink({"audio": PortSpec((320,), torch.int16)})
 
-    def process(self, inputs, out):
-        f = inputs["audio"]
-        self.samples.append(f.valid.clone())
-        self.lengths.append(f.length)
-        self.got.append(f.pts)
+
+def samples_of(sink: RecordingSink) -> torch.Tensor:
+    """The real samples of every chunk (the last one's zero padding cut), end to end."""
+    return torch.cat([r.data[:r.length] for r in sink.records])
 
 
 @pytest.mark.parametrize("codec, ext", [("pcm_s16le", "wav"), ("flac", "flac"), ("aac", "m4a")])
 def test_audio_file_source_resamples_to_16k_mono_in_20ms_chunks(tmp_path, codec, ext):
     path = write_tone(tmp_path / f"tone.{ext}", seconds=1.013, codec=codec)
     g = Graph()
-    src, sink = g.add(AudioFileSource(path)), g.add(AudioCollect())
+    src, sink = g.add(AudioFileSource(path)), g.add(audio_sink())
     g.connect(src, sink)
     g.run(timeout=20)
-    assert all(n == 320 for n in sink.lengths[:-1]) and 0 < sink.lengths[-1] <= 320
-    total = sum(sink.lengths)
+    lengths = [r.length for r in sink.records]
+    assert all(n == 320 for n in lengths[:-1]) and 0 < lengths[-1] <= 320
+    total = sum(lengths)
     assert abs(total - 1.013 * 16000) < 0.03 * 16000
-    assert sink.got == [i * 320 * 3 for i in range(len(sink.got))]  # pts: 3 ticks per 16 kHz sample
-    audio = torch.cat(sink.samples).numpy().astype(float)
+    assert sink.pts() == [i * 320 * 3 for i in range(len(sink.records))]  # pts: 3 ticks per 16 kHz sample
+    audio = samples_of(sink).numpy().astype(float)
     spectrum = np.abs(np.fft.rfft(audio[1600:14400]))
     assert abs(np.argmax(spectrum) * 16000 / 12800 - 440) < 5  # still a 440 Hz tone
 
@@ -118,7 +114,7 @@ def test_push_source_delivers_pushed_pcm_in_order_with_pts():
     src = PushAudioSource(max_buffer_ms=2000)
     g = Graph()
     g.add(src)
-    sink = g.add(AudioCollect())
+    sink = g.add(audio_sink())
     g.connect(src, sink)
     g.start()
     pcm = (np.arange(16000) % 1000).astype(np.int16)
@@ -132,9 +128,9 @@ def test_push_source_delivers_pushed_pcm_in_order_with_pts():
     t.start()
     g.join(timeout=10)
     t.join()
-    got = torch.cat(sink.samples).numpy()
+    got = samples_of(sink).numpy()
     assert src.overflow_samples == 0 and np.array_equal(got, pcm)
-    assert sink.got == [i * 960 for i in range(len(sink.got))]
+    assert sink.pts() == [i * 960 for i in range(len(sink.records))]
 
 
 def test_push_source_overflow_drops_oldest_and_counts():
@@ -193,23 +189,14 @@ def test_failed_graph_keeps_a_playable_partial_file_under_a_partial_name(tmp_pat
 
 
 def test_h264_encoder_emits_one_decodable_access_unit_per_frame():
-    class Packets(Collect):
-        def __init__(self):
-            super().__init__(ports=("h264",))
-            self.inputs = {"h264": H264Encoder(width=64, height=48, fps=10).outputs["h264"]}
-            self.payloads = []
-
-        def process(self, inputs, out):
-            f = inputs["h264"]
-            self.payloads.append((bytes(f.valid.numpy()), bool(f.flags & 16)))
-
     g = Graph()
     v = g.add(TestCardVideo(width=64, height=48, fps=10, seconds=2))
     e = g.add(H264Encoder(width=64, height=48, fps=10, gop=10))
-    k = g.add(Packets())
+    k = g.add(RecordingSink({"h264": e.outputs["h264"]}))
     g.connect(v, e)
     g.connect(e, k)
     g.run(timeout=20)
+    k.payloads = [(bytes(r.data[:r.length].numpy()), bool(r.flags & Flag.KEYFRAME)) for r in k.records]
     assert len(k.payloads) == 20  # zerolatency: a packet for every frame, none held back
     assert [key for _, key in k.payloads].count(True) == 2
     dec = av.CodecContext.create("h264", "r")
@@ -230,13 +217,14 @@ def test_jpeg_encoder_and_image_sequence(tmp_path):
     g = Graph()
     v = g.add(TestCardVideo(width=64, height=48, fps=10, seconds=0.5))
     j = g.add(JpegEncoder(width=64, height=48))
-    k = g.add(Jpegs(j.outputs["jpeg"]))
+    k = g.add(RecordingSink({"jpeg": j.outputs["jpeg"]}))
     seq = g.add(ImageSequenceSink(tmp_path / "frames", width=64, height=48, fps=10))
     g.connect(v, j)
     g.connect(v, seq)
     g.connect(j, k)
     g.run(timeout=20)
-    assert len(k.images) == 5 and k.images[0].size == (64, 48) and k.images[0].format == "JPEG"
+    images = [Image.open(io.BytesIO(bytes(r.data[:r.length].numpy()))) for r in k.records]
+    assert len(images) == 5 and images[0].size == (64, 48) and images[0].format == "JPEG"
     assert sorted(os.listdir(tmp_path / "frames")) == [f"frame_{i:06d}.png" for i in range(5)]
     first = np.asarray(Image.open(tmp_path / "frames" / "frame_000000.png"))
     assert first.min() == 255  # frame 0 is a flash

@@ -4,15 +4,15 @@ import time
 
 import pytest
 import torch
-from helpers import CollectFrames, framegraph_threads
+from helpers import framegraph_threads
 
-from framegraph.stream import Clock, Graph, PortSpec, PushSource
+from framegraph.stream import Clock, Graph, PortSpec, PushSource, RecordingSink
 
 
 def test_pushed_values_arrive_in_order_and_the_newest_replaces_a_pending_one():
     g = Graph(Clock("realtime"))
     src = g.add(PushSource(PortSpec((2, 2), torch.float32), name="pose"))
-    k = g.add(CollectFrames(port="value", shape=(2, 2)))
+    k = g.add(RecordingSink({"value": PortSpec((2, 2))}))
     g.connect(src, k, "value")
     src.push(torch.full((2, 2), -2.0))  # pushed before the graph runs: still pending when the next comes
     src.push(torch.full((2, 2), -1.0))
@@ -23,9 +23,9 @@ def test_pushed_values_arrive_in_order_and_the_newest_replaces_a_pending_one():
     time.sleep(0.05)
     src.close()
     g.join(10)
-    assert [float(v[0, 0]) for _, v in k.got] == [-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]
+    assert [float(v[0, 0]) for v in k.data()] == [-1.0, 0.0, 1.0, 2.0, 3.0, 4.0]
     assert src.received == 7 and src.superseded == 1
-    assert [pts for pts, _ in k.got] == sorted(pts for pts, _ in k.got)  # stamped at arrival
+    assert k.pts() == sorted(k.pts())  # stamped at arrival
     assert not framegraph_threads()
 
 
@@ -43,14 +43,14 @@ def test_bad_values_are_refused_with_the_reason():
 def test_a_push_from_another_thread_wakes_the_source_and_cancel_ends_it():
     g = Graph(Clock("realtime"))
     src = g.add(PushSource(PortSpec((1,), torch.float32)))
-    k = g.add(CollectFrames(port="value", shape=(1,)))
+    k = g.add(RecordingSink({"value": PortSpec((1,))}))
     g.connect(src, k, "value")
     g.start()
     threading.Thread(target=lambda: (time.sleep(0.1), src.push([7.0]))).start()
     deadline = time.monotonic() + 5
-    while not k.got and time.monotonic() < deadline:
+    while not k.records and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert k.got and float(k.got[0][1][0]) == 7.0
+    assert k.records and float(k.records[0].data[0]) == 7.0
     g.cancel()
     g.join(5)
     assert not framegraph_threads()

@@ -21,6 +21,7 @@ import queue
 import sys
 import threading
 import time
+from dataclasses import dataclass, field
 from fractions import Fraction
 
 import numpy as np
@@ -149,11 +150,156 @@ def _percentiles(values: list[float]) -> dict:
             "p99_ms": round(float(p99), 3), "max_ms": round(float(v.max()), 3)}
 
 
+@dataclass
+class _Tally:
+    """What a session received, counted as it arrives (the summary is made from it)."""
+
+    frames_ns: list[int] = field(default_factory=list)  # receipt time of each video frame
+    g2g_ms: list[float] = field(default_factory=list)
+    server_ms: list[float] = field(default_factory=list)
+    compute_ms: list[float] = field(default_factory=list)
+    encode_ms: list[float] = field(default_factory=list)
+    errors: list[dict] = field(default_factory=list)
+    video_seqs: list[int] = field(default_factory=list)
+    audio_seqs: list[int] = field(default_factory=list)
+    stats: dict | None = None
+    ended: dict | None = None
+    audio_sent: int = 0
+
+    def text(self, msg: dict) -> None:
+        if msg["type"] == "error":
+            self.errors.append(msg)
+        elif msg["type"] == "stats":
+            self.stats = msg
+        elif msg["type"] == "ended":
+            self.ended = msg
+
+    def media(self, header: MediaHeader, now_ns: int, latency_trace: list | None) -> None:
+        if header.kind == Kind.PCM16:
+            self.audio_seqs.append(header.seq)
+            return
+        self.video_seqs.append(header.seq)
+        self.frames_ns.append(now_ns)
+        if header.flags & MediaFlag.CLIENT_CLOCK:
+            self.g2g_ms.append((now_ns - header.capture_ns) / 1e6)
+            if latency_trace is not None:
+                latency_trace.append((now_ns, self.g2g_ms[-1]))
+        self.server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
+        self.compute_ms.append(header.compute_us / 1e3)
+        self.encode_ms.append(header.encode_us / 1e3)
+
+
+async def _connect(url: str, token: str | None):
+    """Open the WebSocket; returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
+    from websockets.asyncio.client import connect
+    from websockets.exceptions import InvalidStatus
+
+    headers = {"Authorization": f"Bearer {token}"} if token else None
+    try:
+        ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
+        return ws_cm, await ws_cm.__aenter__()
+    except InvalidStatus as exc:
+        raise ClientError(f"{url} refused the connection: HTTP {exc.response.status_code} "
+                          f"{exc.response.body.decode(errors='replace').strip()}") from None
+    except OSError as exc:
+        raise ClientError(f"cannot connect to {url}: {exc}") from None
+
+
+async def _start(ws, pipeline: str, options: dict | None, audio: np.ndarray | None) -> dict:
+    """Send ``start`` and wait for ``ready`` (its message is returned); a refusal is a :class:`ClientError`."""
+    await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": pipeline, "options": options or {}}))
+    while True:
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if msg["type"] == "error":
+            raise ClientError(f"server refused start: {msg['code']}: {msg['message']}")
+        if msg["type"] == "ready":
+            break
+    if msg.get("audio_in") and audio is None:
+        await ws.send(json.dumps({"type": "stop"}))
+        raise ClientError(f"pipeline {pipeline!r} takes audio input: pass --audio FILE")
+    return msg
+
+
+async def _send_audio(ws, audio: np.ndarray, seconds: float | None, tally: _Tally) -> None:
+    """Stream ``audio`` in 20 ms messages paced like a microphone, then ``stop``."""
+    t0 = time.monotonic()
+    n_chunks = (len(audio) + CHUNK_SAMPLES - 1) // CHUNK_SAMPLES
+    for i in range(n_chunks):
+        if seconds is not None and (i + 1) * 0.02 > seconds:
+            break
+        await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))  # mic pacing
+        block = audio[i * CHUNK_SAMPLES:(i + 1) * CHUNK_SAMPLES]
+        header = MediaHeader(Kind.PCM16, seq=i, pts=i * CHUNK_SAMPLES * 3, capture_ns=time.monotonic_ns())
+        await ws.send(pack_media(header, block.astype("<i2").tobytes()))
+        tally.audio_sent += 1
+    await ws.send(json.dumps({"type": "stop"}))
+
+
+async def _stop_after(ws, delay: float) -> None:
+    await asyncio.sleep(delay)
+    await ws.send(json.dumps({"type": "stop"}))
+
+
+async def _send_orbit(ws, ready: dict, deg_per_s: float) -> None:
+    """One ``pose`` per frame period, orbiting the server's starting camera (``ready.camera``)."""
+    cam = ready.get("camera") or {}
+    t0 = time.monotonic()
+    while True:
+        await asyncio.sleep(1.0 / ready["video"]["fps"])
+        az = cam.get("azimuth_deg", 0.0) + deg_per_s * (time.monotonic() - t0)
+        matrix = orbit_pose(cam.get("target", [0, 0, 0]), cam.get("distance", 3.0), az, cam.get("elevation_deg", 20.0))
+        await ws.send(json.dumps({"type": "pose", "matrix": matrix}))
+
+
+async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float, latency_trace: list | None) -> None:
+    """Count (and record) everything the server sends until it ends the session or ``limit_s`` passes."""
+    from websockets.exceptions import ConnectionClosed
+
+    try:
+        async with asyncio.timeout(limit_s):
+            async for message in ws:
+                now = time.monotonic_ns()
+                if isinstance(message, str):
+                    tally.text(json.loads(message))
+                    continue
+                header, payload = parse_media(message)
+                tally.media(header, now, latency_trace)
+                if recorder is not None:
+                    recorder.put(header, bytes(payload))
+    except TimeoutError:
+        tally.errors.append({"type": "error", "code": "client_timeout",
+                             "message": f"no end of session within {limit_s:.0f} s"})
+    except ConnectionClosed:
+        pass
+
+
+def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, out: str | None,
+             recorder: Recorder | None) -> dict:
+    frames_ns = tally.frames_ns
+    span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
+    return {
+        "url": url, "pipeline": pipeline, "session": ready["session"], "format": ready,
+        "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
+        "audio_messages_sent": tally.audio_sent,
+        "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
+        "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
+        "glass_to_glass": _percentiles(tally.g2g_ms), "server": _percentiles(tally.server_ms),
+        "compute": _percentiles(tally.compute_ms), "encode": _percentiles(tally.encode_ms),
+        "gaps": {"video": _gaps(tally.video_seqs), "audio": _gaps(tally.audio_seqs)},
+        "server_stats": tally.stats, "ended": (tally.ended or {}).get("reason"), "errors": tally.errors,
+        "out": os.path.abspath(out) if out else None,
+        "recorded_frames": recorder.frames if recorder else 0, "record_drops": recorder.dropped if recorder else 0,
+    }
+
+
 async def stream_session(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                          audio: np.ndarray | None = None, seconds: float | None = None, token: str | None = None,
                          out: str | None = None, end_timeout_s: float = 15.0,
                          latency_trace: list | None = None, orbit_deg_per_s: float | None = None) -> dict:
     """Run one session against a server and return the summary dict (see the module docstring).
+
+    Phases: connect → start (``ready``) → feeders (audio at mic pace, or a timed stop; camera orbit) →
+    receive until ``ended`` → summary.
 
     Args:
         audio: int16 mono 16 kHz samples to stream in real time (needed by pipelines with audio input).
@@ -164,139 +310,35 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import ConnectionClosed, InvalidStatus
+    from websockets.exceptions import ConnectionClosed
 
-    headers = {"Authorization": f"Bearer {token}"} if token else None
-    frames_ns: list[int] = []
-    g2g_ms: list[float] = []
-    server_ms: list[float] = []
-    compute_ms: list[float] = []
-    encode_ms: list[float] = []
-    errors: list[dict] = []
-    seqs = {Kind.PCM16: [], "video": []}
-    state = {"ready": None, "ended": None, "stats": None, "audio_sent": 0, "audio_in": 0}
-    recorder: Recorder | None = None
-    try:
-        ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
-        ws = await ws_cm.__aenter__()
-    except InvalidStatus as exc:
-        raise ClientError(f"{url} refused the connection: HTTP {exc.response.status_code} "
-                          f"{exc.response.body.decode(errors='replace').strip()}") from None
-    except OSError as exc:
-        raise ClientError(f"cannot connect to {url}: {exc}") from None
+    tally, recorder = _Tally(), None
+    ws_cm, ws = await _connect(url, token)
     try:
         t_start = time.monotonic_ns()
-        await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": pipeline, "options": options or {}}))
-        while state["ready"] is None:
-            msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            if msg["type"] == "error":
-                raise ClientError(f"server refused start: {msg['code']}: {msg['message']}")
-            if msg["type"] == "ready":
-                state["ready"] = msg
-        ready = state["ready"]
-        if ready.get("audio_in") and audio is None:
-            await ws.send(json.dumps({"type": "stop"}))
-            raise ClientError(f"pipeline {pipeline!r} takes audio input: pass --audio FILE")
+        ready = await _start(ws, pipeline, options, audio)
         video = ready["video"]
         if out:
             recorder = Recorder(out, width=video["width"], height=video["height"], fps=video["fps"],
                                 codec=video["codec"], audio=bool(ready.get("audio_out")))
-
-        async def send_audio() -> None:
-            t0 = time.monotonic()
-            n_chunks = (len(audio) + CHUNK_SAMPLES - 1) // CHUNK_SAMPLES
-            for i in range(n_chunks):
-                if seconds is not None and (i + 1) * 0.02 > seconds:
-                    break
-                await asyncio.sleep(max(0.0, t0 + (i + 1) * 0.02 - time.monotonic()))  # mic pacing
-                block = audio[i * CHUNK_SAMPLES:(i + 1) * CHUNK_SAMPLES]
-                header = MediaHeader(Kind.PCM16, seq=i, pts=i * CHUNK_SAMPLES * 3, capture_ns=time.monotonic_ns())
-                await ws.send(pack_media(header, block.astype("<i2").tobytes()))
-                state["audio_sent"] += 1
-            await ws.send(json.dumps({"type": "stop"}))
-
-        async def stop_after(delay: float) -> None:
-            await asyncio.sleep(delay)
-            await ws.send(json.dumps({"type": "stop"}))
-
-        async def send_orbit() -> None:
-            cam = ready.get("camera") or {}
-            fps = video["fps"]
-            t0 = time.monotonic()
-            while True:
-                await asyncio.sleep(1.0 / fps)
-                az = cam.get("azimuth_deg", 0.0) + orbit_deg_per_s * (time.monotonic() - t0)
-                matrix = orbit_pose(cam.get("target", [0, 0, 0]), cam.get("distance", 3.0), az,
-                                    cam.get("elevation_deg", 20.0))
-                await ws.send(json.dumps({"type": "pose", "matrix": matrix}))
-
-        orbiter = None
+        tasks = []
         if orbit_deg_per_s and ready.get("pose_in"):
-            orbiter = asyncio.create_task(send_orbit())
-        feeder = None
+            tasks.append(asyncio.create_task(_send_orbit(ws, ready, orbit_deg_per_s)))
         if ready.get("audio_in"):
-            feeder = asyncio.create_task(send_audio())
+            tasks.append(asyncio.create_task(_send_audio(ws, audio, seconds, tally)))
         elif seconds is not None:
-            feeder = asyncio.create_task(stop_after(seconds))
+            tasks.append(asyncio.create_task(_stop_after(ws, seconds)))
         limit = (seconds or (len(audio) / AUDIO_SAMPLE_RATE if audio is not None else 3600)) + end_timeout_s
-        try:
-            async with asyncio.timeout(limit):
-                async for message in ws:
-                    now = time.monotonic_ns()
-                    if isinstance(message, str):
-                        msg = json.loads(message)
-                        if msg["type"] == "error":
-                            errors.append(msg)
-                        elif msg["type"] == "stats":
-                            state["stats"] = msg
-                        elif msg["type"] == "ended":
-                            state["ended"] = msg
-                        continue
-                    header, payload = parse_media(message)
-                    if header.kind == Kind.PCM16:
-                        seqs[Kind.PCM16].append(header.seq)
-                        state["audio_in"] += 1
-                    else:
-                        seqs["video"].append(header.seq)
-                        frames_ns.append(now)
-                        if header.flags & MediaFlag.CLIENT_CLOCK:
-                            g2g_ms.append((now - header.capture_ns) / 1e6)
-                            if latency_trace is not None:
-                                latency_trace.append((now, g2g_ms[-1]))
-                        server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
-                        compute_ms.append(header.compute_us / 1e3)
-                        encode_ms.append(header.encode_us / 1e3)
-                    if recorder is not None:
-                        recorder.put(header, bytes(payload))
-        except TimeoutError:
-            errors.append({"type": "error", "code": "client_timeout",
-                           "message": f"no end of session within {limit:.0f} s"})
-        except ConnectionClosed:
-            pass
-        for task in (feeder, orbiter):
-            if task is not None:
-                task.cancel()
+        await _receive(ws, tally, recorder, limit, latency_trace)
+        for task in tasks:
+            task.cancel()
     except (ProtocolError, ConnectionClosed) as exc:
         raise ClientError(f"session failed: {exc}") from None
     finally:
         await ws_cm.__aexit__(None, None, None)
         if recorder is not None:
             recorder.close()
-    span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
-    return {
-        "url": url, "pipeline": pipeline, "session": state["ready"]["session"], "format": state["ready"],
-        "video_frames": len(frames_ns), "audio_messages_received": state["audio_in"],
-        "audio_messages_sent": state["audio_sent"],
-        "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
-        "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
-        "glass_to_glass": _percentiles(g2g_ms), "server": _percentiles(server_ms),
-        "compute": _percentiles(compute_ms), "encode": _percentiles(encode_ms),
-        "gaps": {"video": _gaps(seqs["video"]), "audio": _gaps(seqs[Kind.PCM16])},
-        "server_stats": state["stats"], "ended": (state["ended"] or {}).get("reason"), "errors": errors,
-        "out": os.path.abspath(out) if out else None,
-        "recorded_frames": recorder.frames if recorder else 0, "record_drops": recorder.dropped if recorder else 0,
-    }
+    return _summary(url, pipeline, ready, tally, t_start, out, recorder)
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:

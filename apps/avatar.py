@@ -64,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--fps", type=positive_int, default=25, help="frames per second; must divide 16000 (default 25)")
     s.add_argument("--portrait", help="image file of a frontal face (default: the shipped astronaut portrait)")
     s.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
-                   help="mouth box in the portrait's pixels (default: found with OpenCV's Haar cascades)")
+                   help="mouth box in the portrait's pixels (default: the lips found by the face landmarks)")
     s.add_argument("--max-side", type=positive_int, default=512,
                    help="scale larger portraits down to this longer side (default 512)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0); clip i uses (seed, i)")

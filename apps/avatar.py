@@ -26,10 +26,14 @@ avatar talks as before) and, by default, gives it the reference warp: the decode
 portrait's own pixels, moved with the head, wherever the face did not change. Writes a new bundle; the
 source is never overwritten. See ``models/avatar/refine.py``.
 
-    framegraph avatar eval --avatar DIR --clip FILE.mp4 --truth FILE.json --out FILE.json [--video OUT.mp4]
+    framegraph avatar eval --avatar DIR --clip FILE.mp4 [--truth FILE.json] --out FILE.json [--video OUT.mp4]
+    framegraph avatar eval --clip FILE.mp4 --out FILE.json
 
 ``eval`` generates from the clip's audio and measures mouth-openness correlation with the ground truth,
-closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``).
+closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``), and with
+face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
+closed in silence: ``models/avatar/evaluate_real.py``). Without ``--avatar`` it measures the clip alone:
+how well the landmarks track the face and whether its mouth follows its sound.
 """
 from __future__ import annotations
 
@@ -172,13 +176,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from OUT/train/vae's checkpoint (default on)")
     r.set_defaults(avatar_func=run_refine)
 
-    e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the ground truth",
-                       description="Mouth-openness correlation with the ground truth (openness measured as "
-                                   "inner-mouth dark pixels per mouth width; the estimator is also checked on the "
-                                   "real clip), closed lips in silence, identity SSIM outside the mouth.")
-    e.add_argument("--avatar", required=True, help="avatar bundle folder")
+    e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the clip (and its ground "
+                                    "truth); without --avatar, how well the face landmarks track the clip",
+                       description="With a synthetic clip's JSON (--truth): mouth-openness correlation with the "
+                                   "ground truth (inner-mouth dark pixels per mouth width), closed lips in silence, "
+                                   "identity SSIM outside the mouth. On every clip (block 'real'): face landmarks "
+                                   "(MediaPipe face mesh) on the generated and the real frames — mouth-openness "
+                                   "correlation, PSNR / SSIM of the face outside the mouth, mouth sharpness, lips "
+                                   "closed where the audio is silent. Without --avatar: the landmarks on the clip "
+                                   "alone (faces found, openness vs the clip's loudness, blinks).")
+    e.add_argument("--avatar", help="avatar bundle folder (leave out to measure the clip alone)")
     e.add_argument("--clip", required=True, help="a talking clip (MP4 with audio) not used in training")
-    e.add_argument("--truth", required=True, help="its ground-truth JSON")
+    e.add_argument("--truth", help="its ground-truth JSON (synthetic clips; a person's own clip has none)")
     e.add_argument("--out", required=True, help="where to write the metrics (JSON)")
     e.add_argument("--video", help="also keep the generated MP4 here")
     e.add_argument("--steps", type=positive_int, help="sampler steps (default: the bundle's)")
@@ -358,10 +367,14 @@ def run_eval(args: argparse.Namespace) -> int:
     from framegraph.stream.media import MediaError
 
     for what, path in (("--clip", args.clip), ("--truth", args.truth)):
-        if not os.path.isfile(path):
+        if path is not None and not os.path.isfile(path):
             print(f"framegraph avatar eval: error: {what} {path!r} does not exist", file=sys.stderr)
             return 2
     try:
+        if args.avatar is None:
+            from framegraph.models.avatar.evaluate_real import track_clip
+
+            return _write_metrics(args.out, track_clip(args.clip), ("faces_found", "openness_vs_loudness_corr"))
         avatar = load_avatar(args.avatar)
         if args.dit:
             from framegraph.models.dit import AvatarDiT
@@ -377,10 +390,17 @@ def run_eval(args: argparse.Namespace) -> int:
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.dit:
         metrics["dit"] = os.path.abspath(args.dit)
-    tmp = args.out + ".partial"
+    metrics["landmark_openness_corr"] = metrics["real"]["landmark_openness_corr"]
+    return _write_metrics(args.out, metrics, ("openness_corr", "estimator_corr", "identity_ssim",
+                                              "landmark_openness_corr"))
+
+
+def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:
+    """Write ``metrics`` as JSON to ``out`` (whole or not at all), print the headline numbers and the path."""
+    tmp = out + ".partial"
     with open(tmp, "w") as f:
         json.dump(metrics, f, indent=1)
-    os.replace(tmp, args.out)
-    print(json.dumps({k: metrics[k] for k in ("openness_corr", "estimator_corr", "identity_ssim")}), file=sys.stderr)
-    print(os.path.abspath(args.out))
+    os.replace(tmp, out)
+    print(json.dumps({k: metrics[k] for k in headline}), file=sys.stderr)
+    print(os.path.abspath(out))
     return 0

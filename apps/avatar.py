@@ -223,6 +223,10 @@ def run_synth(args: argparse.Namespace) -> int:
     except (FileNotFoundError, PortraitError) as exc:
         print(f"framegraph avatar synth: error: {exc}", file=sys.stderr)
         return 2
+    if portrait.face_box is not None:  # the region a photo avatar generates: the face's own resolution
+        from framegraph.models.vae import region_size
+
+        portrait.region_size = region_size(portrait.image.shape[:2], portrait.face_box)
     if not espeak_available():
         print(f"framegraph avatar synth: error: eSpeak NG is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
@@ -249,7 +253,7 @@ def run_synth(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
     print(f"wrote {len(written)} clips of {args.seconds:g} s ({portrait.width}x{portrait.height} @ {args.fps} fps) "
-          f"to {args.out}", file=sys.stderr)
+          f"to {args.out}; face region {portrait.region_size or '?'} px", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0 if len(written) == args.clips else 130
 

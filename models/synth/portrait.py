@@ -40,6 +40,9 @@ class Portrait:
         eye_boxes: ``[(x, y, w, h), ...]`` px around each eye's opening (left to right; may be empty).
         face_box: the face detection, when there was one.
         name / source: for ground-truth files.
+        region_size: side (px) of the square face region a photo avatar of this portrait should generate
+            (:func:`framegraph.models.vae.region_size` of the face; None: not chosen). Written to the clips'
+            JSON ``portrait`` block, where the avatar trainer reads it.
     """
 
     image: np.ndarray
@@ -50,6 +53,7 @@ class Portrait:
     lip_curve: float = 0.0
     name: str = "portrait"
     source: str = ""
+    region_size: int | None = None
 
     @property
     def height(self) -> int:
@@ -64,7 +68,8 @@ class Portrait:
         return {"name": self.name, "source": self.source, "width": self.width, "height": self.height,
                 "mouth_box": r(self.mouth_box), "lip_line_y": round(float(self.lip_line_y), 2),
                 "lip_curve": round(float(self.lip_curve), 2),
-                "eye_boxes": [r(b) for b in self.eye_boxes], "face_box": r(self.face_box) if self.face_box else None}
+                "eye_boxes": [r(b) for b in self.eye_boxes], "face_box": r(self.face_box) if self.face_box else None,
+                **({"region_size": int(self.region_size)} if self.region_size else {})}
 
 
 def portraits_folder() -> Path:

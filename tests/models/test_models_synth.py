@@ -269,6 +269,7 @@ def test_synth_clip_has_the_frames_and_ground_truth_asked_for(clip):
     assert {f["state"] for f in gt["frames"]} <= {"idle", "speaking", "listening"}
     assert "speaking" in {f["state"] for f in gt["frames"]}
     assert gt["portrait"]["name"] == "astronaut" and gt["video"] == "clip_00000.mp4"
+    assert gt["portrait"]["region_size"] == 128, "the face crop's side (1.35 x the 95-px face), not a fixed 64"
     times = [e["time_ms"] for e in gt["events"]]
     assert times == sorted(times) and any(e["kind"] == "phoneme" for e in gt["events"])
     index = json.loads((out / "index.json").read_text())

@@ -14,8 +14,8 @@ eSpeak NG phoneme events, plus ``index.json`` listing the clips. Needs the syste
 ``train`` trains an avatar bundle (VAE, latents + audio features, flow matching, few-step distillation,
 rollout training; checkpoints and resume in ``AVATAR_DIR/train``); see ``models/avatar/train.py``.
 With ``--video`` the data is a person's own talking video (a few minutes, at least 10 s, one person facing
-the camera, with its sound): it is checked, the face and mouth are found once for the whole video (OpenCV
-Haar cascades, or the boxes given), and it is cut into 25 fps clips with 16 kHz audio in
+the camera, with its sound): it is checked, the face and mouth are found once for the whole video (face
+landmarks, or the boxes given), and it is cut into 25 fps clips with 16 kHz audio in
 ``AVATAR_DIR/train/video_clips`` (the background frame of the bundle is the median of its first 2 s); see
 ``models/avatar/video.py``.
 
@@ -83,7 +83,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "flow matching, distil it to few steps and train it on its own rollouts. "
                                    "Writes an avatar bundle folder (load with `framegraph render --avatar`). "
                                    "With --video: a few minutes (at least 10 s) of one person talking to the "
-                                   "camera, with sound; the face and mouth are found with OpenCV's Haar cascades "
+                                   "camera, with sound; the face and mouth are found with the face landmarks "
                                    "(or give --face-box / --mouth-box) and the video is cut into 25 fps clips "
                                    "with 16 kHz audio in OUT/train/video_clips.")
     src = t.add_mutually_exclusive_group(required=True)
@@ -97,8 +97,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
     t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
     t.add_argument("--face-box", type=_box, metavar="X,Y,W,H",
-                   help="with --video: the face box in px of the video as it plays (default: found with OpenCV's "
-                        "Haar cascades on frames sampled over the video)")
+                   help="with --video: the face box in px of the video as it plays (default: found with the face "
+                        "landmarks on frames sampled over the video)")
     t.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
                    help="with --video: the mouth box (lips at rest) in px of the video (default: placed from the "
                         "face box)")

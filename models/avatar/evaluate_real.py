@@ -28,7 +28,7 @@ import math
 import numpy as np
 import torch
 
-from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_faces
+from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_openness
 from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames
 
@@ -182,7 +182,7 @@ def track_clip(clip, *, audio=None, max_lag: int = 5) -> dict:
         fps = float(stream.average_rate or 25)
     finally:
         container.close()
-    track = track_faces(iter_video_frames(clip))
+    track = track_openness(iter_video_frames(clip))
     n = len(track.mouth_openness)
     samples = decode_audio(audio if audio is not None else clip)
     level, speech = loudness_db_per_frame(samples, n, fps), speech_per_frame(samples, n, fps)

@@ -1,6 +1,6 @@
 """Face measures over the frames of a video: mouth and eye openness per frame, and the lower face's mask.
 
-    track = track_faces(iter_video_frames("talk.mp4"))
+    track = track_openness(iter_video_frames("talk.mp4"))
     track.mouth_openness     # float64 [T], NaN where no face was found
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from .landmarks import FaceLandmarks
 
 
 @dataclass
-class FaceTrack:
+class OpennessTrack:
     """Per-frame measures of one face through a video (``[T]`` arrays; NaN where no face was found)."""
     mouth_openness: np.ndarray
     eyes_openness: np.ndarray
@@ -27,7 +27,7 @@ class FaceTrack:
         return np.isfinite(self.mouth_openness)
 
 
-def track_faces(frames: Iterable[np.ndarray], *, max_frames: int | None = None) -> FaceTrack:
+def track_openness(frames: Iterable[np.ndarray], *, max_frames: int | None = None) -> OpennessTrack:
     """Run the face mesh in video mode over ``frames`` (``uint8 [H, W, 3]`` RGB, in order) and keep the
     largest face's mouth openness, eye openness and mouth width of every frame."""
     mouth, eyes, width = [], [], []
@@ -41,7 +41,7 @@ def track_faces(frames: Iterable[np.ndarray], *, max_frames: int | None = None) 
             eyes.append(f.eyes_openness() if f else np.nan)
             width.append(f.mouth_width() if f else np.nan)
     as_array = lambda v: np.array(v, dtype=np.float64)  # noqa: E731
-    return FaceTrack(as_array(mouth), as_array(eyes), as_array(width))
+    return OpennessTrack(as_array(mouth), as_array(eyes), as_array(width))
 
 
 def outside_mouth_mask(face: FaceLandmarks, grow_px: int = 4) -> np.ndarray:

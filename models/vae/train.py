@@ -244,6 +244,76 @@ def _model_report(model: VideoVAE) -> dict:
             "spatial_compression": model.spatial_compression, "config": dict(model.config)}
 
 
+@dataclass
+class _Run:
+    """Where a training run stands: steps done, the loss history, the held-out figures before training,
+    and the training seconds of earlier (resumed) runs."""
+
+    step: int = 0
+    history: list[dict] = field(default_factory=list)
+    initial: dict | None = None
+    seconds_before: float = 0.0
+    t_start: float = field(default_factory=time.monotonic)
+
+    @classmethod
+    def begin(cls, state: dict | None, opt, gen: torch.Generator, evaluate, model: VideoVAE) -> _Run:
+        """From a checkpoint's ``state`` (optimizer and sampler restored too), or fresh (held-out figures
+        of the untrained model measured first, when there is a held-out set)."""
+        if state is not None:
+            opt.load_state_dict(state["optimizer"])
+            gen.set_state(state["sampler_rng"])
+            return cls(int(state["step"]), list(json.loads(state["history_json"])),
+                       json.loads(state["initial_json"]), float(state.get("train_seconds", 0.0)))
+        run = cls()
+        if evaluate is not None:
+            run.initial = evaluate(model)
+            model.train()
+            run.t_start = time.monotonic()  # the untrained model's evaluation is not training time
+        return run
+
+    def seconds(self) -> float:
+        """Training seconds over all runs."""
+        return self.seconds_before + time.monotonic() - self.t_start
+
+
+def _optimise(run: _Run, model: VideoVAE, params, opt, gen: torch.Generator, train: FaceClips, ref: Tensor | None,
+              *, device, seed: int, ckpt: Path, evaluate, eval_every: int, checkpoint_every: int, progress: bool,
+              steps: int, batch: int, clip_frames: int, lr: float, warmup: int, lr_min_fraction: float,
+              mouth_weight: float, ssim_weight: float, kl_weight: float, latent_noise: float) -> None:
+    """The optimisation loop, from ``run.step`` up to ``steps``: held-out evaluation every ``eval_every``
+    steps, a checkpoint every ``checkpoint_every`` and one at the end."""
+    from tqdm import tqdm
+
+    noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
+    last_eval = None
+    with tqdm(total=steps, initial=run.step, desc="train vae", disable=not progress, dynamic_ncols=True) as bar:
+        while run.step < steps:
+            for g in opt.param_groups:
+                g["lr"] = lr_at(run.step, steps, lr, warmup, lr_min_fraction)
+            x, target, weight = _window_batch(train, batch, clip_frames, gen, mouth_weight)
+            loss, kl, parts = _step_loss(model, x.to(device), target.to(device),
+                                         None if weight is None else weight.to(device), ref,
+                                         latent_noise=latent_noise, noise_gen=noise_gen,
+                                         ssim_weight=ssim_weight, kl_weight=kl_weight)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            run.step += 1
+            loss_value = float(loss.detach())
+            run.history.append({"step": run.step, "loss": round(loss_value, 5), "kl": round(float(kl.detach()), 4),
+                                **{k: round(v, 5) for k, v in parts.items()}})
+            if evaluate is not None and (run.step % eval_every == 0 or run.step == steps):
+                last_eval = evaluate(model)
+                run.history[-1]["heldout"] = last_eval
+                model.train()
+            if run.step % checkpoint_every == 0 and run.step < steps:
+                _save_checkpoint(ckpt, model, opt, gen, run.step, run.history, run.initial, run.seconds())
+            bar.update(1)
+            bar.set_postfix(loss=f"{loss_value:.4f}", psnr=f"{last_eval['psnr_db']:.2f}" if last_eval else "-")
+    _save_checkpoint(ckpt, model, opt, gen, run.step, run.history, run.initial, run.seconds())
+
+
 def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3, device: str = "cpu",
               seed: int = 0, progress: bool = True, *, size: int = 128, clip_frames: int = 3,
               model: VideoVAE | None = None, model_config: dict | None = None, mouth_weight: float = 4.0,
@@ -315,69 +385,33 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
                              f"compression {f}")
         ref = reference_region(reference_image, clips).to(device) if model.uses_reference else None
         out.mkdir(parents=True, exist_ok=True)  # only once every argument is known to be good
-        evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device, reference=ref)  # noqa: E731
+        evaluate = None  # held-out evaluation, when something is held out
+        if held.n_frames:
+            evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device, reference=ref)  # noqa: E731
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         gen = torch.Generator().manual_seed(seed)
-        noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
-        step, history, initial, seconds_before = 0, [], None, 0.0
-        if state is not None:
-            opt.load_state_dict(state["optimizer"])
-            gen.set_state(state["sampler_rng"])
-            step, history = int(state["step"]), list(json.loads(state["history_json"]))
-            initial, seconds_before = json.loads(state["initial_json"]), float(state.get("train_seconds", 0.0))
-        elif held.n_frames:
-            initial = evaluate(model)
-            model.train()
-
-        from tqdm import tqdm
-
-        t_train = time.monotonic()
-        trained_seconds = lambda: seconds_before + time.monotonic() - t_train  # noqa: E731 (over all runs)
-        last_eval = None
-        with tqdm(total=steps, initial=step, desc="train vae", disable=not progress, dynamic_ncols=True) as bar:
-            while step < steps:
-                for g in opt.param_groups:
-                    g["lr"] = lr_at(step, steps, lr, warmup, lr_min_fraction)
-                x, target, weight = _window_batch(train, batch, clip_frames, gen, mouth_weight)
-                loss, kl, parts = _step_loss(model, x.to(device), target.to(device),
-                                             None if weight is None else weight.to(device), ref,
-                                             latent_noise=latent_noise, noise_gen=noise_gen,
-                                             ssim_weight=ssim_weight, kl_weight=kl_weight)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(params, 1.0)
-                opt.step()
-                step += 1
-                loss_value = float(loss.detach())
-                history.append({"step": step, "loss": round(loss_value, 5), "kl": round(float(kl.detach()), 4),
-                                **{k: round(v, 5) for k, v in parts.items()}})
-                if held.n_frames and (step % eval_every == 0 or step == steps):
-                    last_eval = evaluate(model)
-                    history[-1]["heldout"] = last_eval
-                    model.train()
-                if step % checkpoint_every == 0 and step < steps:
-                    _save_checkpoint(ckpt, model, opt, gen, step, history, initial, trained_seconds())
-                bar.update(1)
-                bar.set_postfix(loss=f"{loss_value:.4f}", psnr=f"{last_eval['psnr_db']:.2f}" if last_eval else "-")
-        _save_checkpoint(ckpt, model, opt, gen, step, history, initial, trained_seconds())
-        train_seconds = trained_seconds()
-
-        final = _finish(model, out, train, evaluate if held.n_frames else None, train_encoder=train_encoder,
-                        device=device)
+        run = _Run.begin(state, opt, gen, evaluate, model)
+        settings = dict(steps=steps, batch=batch, clip_frames=clip_frames, lr=lr, warmup=warmup,
+                        lr_min_fraction=lr_min_fraction, mouth_weight=mouth_weight, ssim_weight=ssim_weight,
+                        kl_weight=kl_weight, latent_noise=latent_noise)
+        _optimise(run, model, params, opt, gen, train, ref, device=device, seed=seed, ckpt=ckpt,
+                  evaluate=evaluate, eval_every=eval_every, checkpoint_every=checkpoint_every, progress=progress,
+                  **settings)
+        train_seconds = run.seconds()
+        final = _finish(model, out, train, evaluate, train_encoder=train_encoder, device=device)
         report = {
-            "steps": step, "batch": batch, "clip_frames": clip_frames, "lr": lr, "seed": seed, "size": clips.size,
-            "mouth_weight": mouth_weight, "ssim_weight": ssim_weight, "kl_weight": kl_weight,
-            "train_encoder": train_encoder, "latent_noise": latent_noise,
+            **{k: v for k, v in settings.items() if k not in ("warmup", "lr_min_fraction")},
+            "steps": run.step, "seed": seed, "size": clips.size, "train_encoder": train_encoder,
             "targets": "redrawn" if clips.targets is not None else "video",
             "data": _data_report(source, clips, train, held), "model": _model_report(model),
-            "heldout_initial": initial, "heldout_final": final,
+            "heldout_initial": run.initial, "heldout_final": final,
             "data_seconds": round(data_seconds, 1), "train_seconds": round(train_seconds, 1),
-            "final_loss": history[-1]["loss"] if history else None,
+            "final_loss": run.history[-1]["loss"] if run.history else None,
             "device": str(device), "torch": torch.__version__, "machine": platform.machine(),
             "threads": torch.get_num_threads(),
         }
         write_json(out / REPORT, report)
-        return VAETrainResult(model, report, history)
+        return VAETrainResult(model, report, run.history)
 
 
 __all__ = ["VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae"]

@@ -152,6 +152,17 @@ class Cases:
             out[b] = reason
         return out
 
+    @staticmethod
+    def open(path, kind: str, flag: str):
+        """The scene at ``path`` through :func:`~framegraph.renderers.scene_file.open_scene` (on the CPU),
+        refused unless it is a ``kind`` scene."""
+        from framegraph.renderers.scene_file import open_scene
+
+        scene = open_scene(path)
+        if scene.kind != kind:
+            raise ValueError(f"{flag} {path}: that is a {scene.kind} scene; {flag} takes a {kind} one")
+        return scene.data
+
     def refused(self, case: dict, exc: Exception) -> dict:
         case["refused"] = str(exc)
         case["results"] = {}
@@ -159,7 +170,7 @@ class Cases:
 
     # ------------------------------------------------------------------------------------------ 3DGS
     def cases_3dgs(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, load_scene, random_scene
+        from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, random_scene
 
         args, device = self.args, self.device
         width, height = self.default("size", args.size)
@@ -177,9 +188,9 @@ class Cases:
                     "tile_size": args.tile_size}
             try:
                 if n is None:
-                    scene = load_scene(args.scene, device=device)  # refuses a scene that does not fit
-                    if self.available is not None:
-                        check_fits(scene.n, device, scene.sh_degree, available=self.available, source=args.scene)
+                    scene = self.open(args.scene, "3dgs", "--scene")
+                    check_fits(scene.n, device, scene.sh_degree, available=self.available, source=args.scene)
+                    scene = scene.to(device)
                     source = os.path.abspath(args.scene)
                 else:
                     source = f"random(n={n}, sh_degree={args.sh_degree}, seed={args.seed})"
@@ -238,7 +249,7 @@ class Cases:
     # ------------------------------------------------------------------------------------------ 4DGS
     def cases_4dgs(self) -> list:
         from framegraph.renderers.gaussians import SceneTooLargeError
-        from framegraph.renderers.gaussians4d import check_fits_4d, load_checkpoint, random_scene_4d
+        from framegraph.renderers.gaussians4d import check_fits_4d, random_scene_4d
 
         args, device = self.args, self.device
         width, height = self.default("size_4d", args.size_4d)
@@ -259,7 +270,7 @@ class Cases:
                     scene = random_scene_4d(item, 3, 1, seed=args.seed, device=device)
                 else:
                     source = os.path.abspath(item)
-                    scene = load_checkpoint(item, device="cpu")
+                    scene = self.open(item, "4dgs", "--scene4d")
                     case["scene"] = {"source": source, "gaussians": scene.n}
                     need = check_fits_4d(scene.n, device, scene.sh.shape[1], available=self.available, source=source)
                     case["estimated_mib"] = need / MiB
@@ -309,13 +320,12 @@ class Cases:
     def cases_nerf(self) -> list:
         from framegraph.renderers.gaussians import SceneTooLargeError
         from framegraph.renderers.gaussians.scene import available_bytes
-        from framegraph.renderers.nerf import load_nerf
 
         args, device = self.args, self.device
         width, height = self.default("size_nerf", args.size_nerf)
         case = {"section": "nerf", "name": f"nerf {os.path.basename(os.path.normpath(args.nerf))} {width}x{height}",
                 "resolution": [width, height], "cameras": 1, "chunk_rays": args.chunk_rays}
-        model = load_nerf(args.nerf, device="cpu")
+        model = self.open(args.nerf, "nerf", "--nerf")
         c = model.config
         case["scene"] = {"source": os.path.abspath(args.nerf), "aabb": list(c.aabb), "step_size": c.step_size,
                          "grid": c.grid.to_dict(), "hidden": c.hidden,

@@ -169,11 +169,3 @@ def assert_shows_portrait(rgb: np.ndarray, portrait: np.ndarray, what: str, min_
     shown = np.asarray(Image.fromarray(picture).convert("L").resize((W, H)), dtype=np.float64)
     corr = np.corrcoef(shown.ravel(), grey.ravel())[0, 1]
     assert corr > min_corr, f"{what} is not the portrait: correlation {corr:.2f}, expected above {min_corr}"
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)

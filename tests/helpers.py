@@ -94,6 +94,15 @@ class Boom(Stage):
         out.write("x").data.copy_(inputs["x"].data)
 
 
+def wait_for(predicate, timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` every 20 ms; fail the test naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+        time.sleep(0.02)
+
+
 def framegraph_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("framegraph:")]
 

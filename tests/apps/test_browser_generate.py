@@ -9,18 +9,9 @@ import urllib.parse
 
 import numpy as np
 import pytest
-from browser_util import Page, assert_not_blank, chromium, wait_for, write_speech_wav
-from helpers import framegraph_threads, tiny_generate_folder, tiny_prompt_embeds
-
-from framegraph.apps.server import ServerConfig, serve_in_thread
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    wav = tmp_path_factory.mktemp("mic") / "speech.wav"
-    write_speech_wav(wav)
-    with chromium(wav) as b:
-        yield b
+from browser_util import Page, assert_not_blank
+from helpers import tiny_generate_folder, tiny_prompt_embeds, wait_for
+from server_util import running
 
 
 @pytest.fixture
@@ -29,10 +20,8 @@ def server(tmp_path, monkeypatch):
     tiny_prompt_embeds(wan / "a.safetensors", seed=1)
     tiny_prompt_embeds(wan / "b.safetensors", seed=2)
     monkeypatch.setenv("FRAMEGRAPH_MODELS", str(tmp_path / "models"))
-    with serve_in_thread(ServerConfig(port=0, stats_interval_s=0.5)) as handle:
+    with running(settle_s=15) as handle:
         yield handle
-        wait_for(lambda: handle.server.session_count == 0, 15, "the page's session to close")
-    wait_for(lambda: not framegraph_threads(), 15, "graph threads to end")
 
 
 def test_page_shows_generated_frames_and_changes_the_prompt_live(browser, server, tmp_path):

@@ -13,27 +13,17 @@ A screenshot of each test is saved under its tmp_path.
 import numpy as np
 import pytest
 import torch
-from browser_util import Page, assert_not_blank, assert_shows_portrait, chromium, wait_for, write_speech_wav
-from helpers import framegraph_threads
+from browser_util import Page, assert_not_blank, assert_shows_portrait
+from helpers import wait_for
+from server_util import running
 
-from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.renderers.cameras import look_at
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    wav = tmp_path_factory.mktemp("mic") / "speech.wav"
-    write_speech_wav(wav)
-    with chromium(wav) as b:
-        yield b
 
 
 @pytest.fixture
 def server():
-    with serve_in_thread(ServerConfig(port=0, stats_interval_s=0.5)) as handle:
+    with running() as handle:
         yield handle
-        wait_for(lambda: handle.server.session_count == 0, 10, "the page's session to close")
-    wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
 
 
 @pytest.fixture

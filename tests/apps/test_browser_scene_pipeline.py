@@ -2,40 +2,22 @@
 real WebSocket with the real websockets client (no browser here: test_browser_page.py drives it from
 Chromium). Poses in → Gaussian-splat frames out; scene files only by name from the server's folder."""
 import asyncio
-import io
 import json
 
 import numpy as np
 import pytest
-from browser_util import wait_for
-from helpers import framegraph_threads
-from PIL import Image
+from server_util import jpeg_pictures, running
 from websockets.asyncio.client import connect
 
-from framegraph.apps.server import ServerConfig, pipelines, serve_in_thread
-from framegraph.apps.server.protocol import Kind, parse_media
+from framegraph.apps.server import pipelines
 from framegraph.renderers.cameras import look_at
 from framegraph.renderers.gaussians import random_scene, save_ply
 
 
 @pytest.fixture
 def server():
-    with serve_in_thread(ServerConfig(port=0, stats_interval_s=0.5)) as handle:
+    with running() as handle:
         yield handle
-        wait_for(lambda: handle.server.session_count == 0, 10, "sessions to close")
-    wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
-
-
-async def frames(ws, n: int, timeout_s: float = 20) -> list[np.ndarray]:
-    got = []
-    async with asyncio.timeout(timeout_s):
-        while len(got) < n:
-            m = await ws.recv()
-            if isinstance(m, bytes):
-                h, p = parse_media(m)
-                assert h.kind == Kind.JPEG
-                got.append(np.asarray(Image.open(io.BytesIO(bytes(p))).convert("RGB")))
-    return got
 
 
 async def until_ended(ws) -> list[dict]:
@@ -53,13 +35,13 @@ def test_scene_renders_and_follows_pushed_poses(server):
             await ws.send(json.dumps({"type": "start", "pipeline": "scene",
                                       "options": {"size": "96x64", "gaussians": 200, "seed": 3}}))
             ready = json.loads(await asyncio.wait_for(ws.recv(), 15))
-            first = await frames(ws, 2)
+            first = await jpeg_pictures(ws, 2)
             cam = ready["camera"]
             side = look_at([cam["target"][0] + cam["distance"], cam["target"][1], cam["target"][2]],
                            cam["target"], cam["up"])
             await ws.send(json.dumps({"type": "pose", "matrix": side.tolist()}))
             await asyncio.sleep(0.3)
-            later = await frames(ws, 3)
+            later = await jpeg_pictures(ws, 3)
             session = next(iter(server.server.sessions.values()))
             camera = session.pipeline.pose_in.camera
             await ws.send(json.dumps({"type": "stop"}))
@@ -82,7 +64,7 @@ async def attempt(url, options):
         await ws.send(json.dumps({"type": "start", "pipeline": "scene", "options": options}))
         reply = json.loads(await asyncio.wait_for(ws.recv(), 15))
         if reply["type"] == "ready":
-            reply["picture"] = (await frames(ws, 1))[0]
+            reply["picture"] = (await jpeg_pictures(ws, 1))[0]
         await ws.send(json.dumps({"type": "stop"}))
         await until_ended(ws)
         return reply

@@ -14,8 +14,8 @@ import urllib.request
 
 import numpy as np
 import pytest
-from browser_util import wait_for, write_speech_wav
-from helpers import framegraph_threads
+from browser_util import write_speech_wav
+from helpers import framegraph_threads, wait_for
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 

@@ -16,8 +16,8 @@ import time
 import numpy as np
 import pytest
 import torch
-from browser_util import Page, assert_not_blank, assert_shows_portrait, chromium, wait_for, write_speech_wav
-from helpers import framegraph_threads
+from browser_util import Page, assert_not_blank, assert_shows_portrait
+from helpers import framegraph_threads, wait_for
 
 from framegraph.apps.demo import DemoConfig, serve_demo_in_thread
 from framegraph.apps.demo.ui import NO_TAKE
@@ -30,14 +30,6 @@ def demo(tmp_path_factory):
     with serve_demo_in_thread(config) as handle:
         yield handle
     wait_for(lambda: not framegraph_threads(), 10, "graph threads to end")
-
-
-@pytest.fixture(scope="module")
-def browser(tmp_path_factory):
-    wav = tmp_path_factory.mktemp("mic") / "speech.wav"
-    write_speech_wav(wav)
-    with chromium(wav) as b:
-        yield b
 
 
 class DemoPage(Page):

@@ -2,19 +2,16 @@
 a tiny Wan folder from the server's model folder streams generated frames; a ``config`` prompt change shows
 within the next chunks, without a restart (the frames before it are those of an unchanged session); a model is only ever named, never a path; the Python client records the stream to MP4."""
 import asyncio
-import io
 import json
 
 import numpy as np
 import pytest
-from browser_util import wait_for
-from helpers import framegraph_threads, tiny_generate_folder, tiny_prompt_embeds
-from PIL import Image
+from helpers import tiny_generate_folder, tiny_prompt_embeds
+from server_util import jpeg_pictures, running
 from websockets.asyncio.client import connect
 
 from framegraph.apps.client import stream_session
 from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server.protocol import Kind, parse_media
 from framegraph.stream.media import read_video
 
 OPTIONS = {"size": "48x32", "chunk_frames": 2, "timesteps": [1000, 500], "quality": 100,
@@ -34,24 +31,12 @@ def models(tmp_path_factory):
 @pytest.fixture
 def server(models, monkeypatch):
     monkeypatch.setenv("FRAMEGRAPH_MODELS", str(models))
-    with serve_in_thread(ServerConfig(port=0, stats_interval_s=0.5)) as handle:
+    with running(settle_s=15) as handle:
         yield handle
-        wait_for(lambda: handle.server.session_count == 0, 15, "sessions to close")
-    wait_for(lambda: not framegraph_threads(), 15, "graph threads to end")
 
 
-async def pictures(ws, n: int, replies: list, timeout_s: float = 30) -> list[np.ndarray]:
-    got = []
-    async with asyncio.timeout(timeout_s):
-        while len(got) < n:
-            m = await ws.recv()
-            if isinstance(m, bytes):
-                h, p = parse_media(m)
-                assert h.kind == Kind.JPEG
-                got.append(np.asarray(Image.open(io.BytesIO(bytes(p))).convert("RGB")).astype(np.float32))
-            else:
-                replies.append(json.loads(m))
-    return got
+async def pictures(ws, n: int, replies: list) -> list[np.ndarray]:
+    return [p.astype(np.float32) for p in await jpeg_pictures(ws, n, timeout_s=30, replies=replies)]
 
 
 async def session(url, n: int, switch: dict | None = None):

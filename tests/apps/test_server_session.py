@@ -4,7 +4,6 @@ Sessions per pipeline (test card, audio scope with JPEG and H.264), concurrency,
 reader, hostile input, and barge-in. Limits, auth and HTTP routes are in test_server_limits.py.
 """
 import asyncio
-import contextlib
 import io
 import json
 import socket
@@ -13,32 +12,21 @@ import time
 import av
 import numpy as np
 import pytest
-from helpers import framegraph_threads
+import server_util
+from helpers import framegraph_threads, wait_for
 from PIL import Image
 from websockets.asyncio.client import connect
 
-from framegraph.apps.server import ServerConfig, serve_in_thread
+from framegraph.apps.server import ServerConfig
 from framegraph.apps.server.protocol import Kind, MediaFlag, MediaHeader, pack_media, parse_media
 
 CHUNK = 320  # 20 ms at 16 kHz
 
 
-@contextlib.contextmanager
 def running(**overrides):
-    """A server on a free loopback port; on exit, every session must be gone and no graph thread left."""
-    config = ServerConfig(port=0, stats_interval_s=0.25, **overrides)
-    with serve_in_thread(config) as handle:
-        yield handle
-        wait_for(lambda: handle.server.session_count == 0, 5, "sessions to close")
-    wait_for(lambda: not framegraph_threads(), 5, "graph threads to end")
-
-
-def wait_for(predicate, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
-        time.sleep(0.02)
+    """A server on a free loopback port (stats every 0.25 s); on exit, every session must be gone and no
+    graph thread left within 5 s."""
+    return server_util.running(settle_s=5, stats_interval_s=0.25, **overrides)
 
 
 def tone(seconds: float, freq: float = 440.0, amp: float = 0.5) -> np.ndarray:

@@ -8,9 +8,10 @@ from helpers import AddOne, Boom, Collect, CountSource, framegraph_threads
 from framegraph.stream import Clock, Flag, Graph, GraphError, PortSpec, Stage, StageError, prometheus_text
 
 
-def chain(n=10, clock=None, **edge):
+def chain(n=10, clock=None, fps: float = 100, **edge):
+    """source → AddOne → Collect; ``n=None``: the source never ends."""
     g = Graph(clock)
-    s, a, k = g.add(CountSource(n)), g.add(AddOne()), g.add(Collect())
+    s, a, k = g.add(CountSource(n, fps=fps)), g.add(AddOne()), g.add(Collect())
     g.connect(s, a, **edge)
     g.connect(a, k, **edge)
     return g, s, a, k
@@ -199,10 +200,7 @@ def test_setup_failure_is_raised_by_start():
 
 
 def test_drain_lets_end_of_stream_flow_through():
-    g = Graph(Clock("realtime"))
-    s, a, k = g.add(CountSource(None, fps=100)), g.add(AddOne()), g.add(Collect())
-    g.connect(s, a)
-    g.connect(a, k)
+    g, s, a, k = chain(None, Clock("realtime"))
     g.start()
     time.sleep(0.2)
     g.drain()
@@ -236,10 +234,7 @@ def test_thousand_start_stop_cycles_do_not_hang_or_leak_threads():
 
 
 def test_reset_reaches_the_stage_between_frames():
-    g = Graph(Clock("realtime"))
-    s, a, k = g.add(CountSource(None, fps=200)), g.add(AddOne()), g.add(Collect())
-    g.connect(s, a)
-    g.connect(a, k)
+    g, s, a, k = chain(None, Clock("realtime"), fps=200)
     g.start()
     time.sleep(0.05)
     g.reset()

@@ -103,3 +103,13 @@ def test_stale_foreign_missing_and_non_onnx_exports_are_refused(exported, tmp_pa
     os.remove(bad / "vae_next.onnx")
     with pytest.raises(ExportError, match="lacks vae_next.onnx"):
         AvatarExport(str(bad), avatar)
+
+
+def test_unrolled_spd_solve_equals_linalg_solve():
+    from framegraph.models.vae.register import solve_spd_unrolled
+
+    g = torch.Generator().manual_seed(0)
+    m = torch.randn(5, 6, 6, generator=g, dtype=torch.float64)
+    a, b = m @ m.transpose(1, 2) + 0.1 * torch.eye(6, dtype=torch.float64), torch.randn(5, 6, 1, generator=g,
+                                                                                         dtype=torch.float64)
+    assert torch.allclose(solve_spd_unrolled(a, b), torch.linalg.solve(a, b), rtol=1e-9, atol=1e-9)

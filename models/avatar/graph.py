@@ -145,7 +145,7 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
         from framegraph.models.onnx.stages import onnx_stages
 
         stages = onnx_stages(avatar, onnx_dir or default_onnx_dir(avatar), fps=avatar.fps, vad=use_vad,
-                             denoiser=den_args, decode=dec_args)
+                             denoiser=den_args, decode=dec_args, threads=torch_threads)
     elif backend == "torch":
         stages = (AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device),
                   Denoiser(avatar.dit, avatar.reference_latent(), **den_args), VAEDecode(avatar.vae, **dec_args))

@@ -90,7 +90,8 @@ def onnx_stages(avatar, export_dir: str, *, fps: float, vad: bool, denoiser: dic
                 threads: int | None = None) -> tuple[AudioFeatures, Denoiser, VAEDecode]:
     """The three ORT stages of ``avatar`` from the export in ``export_dir`` (checked against the bundle:
     :class:`~.manifest.ExportError` when missing, stale or foreign). ``denoiser`` / ``decode``: the keyword
-    arguments of :class:`Denoiser` / :class:`VAEDecode` (the models come from the export's bundle)."""
+    arguments of :class:`Denoiser` / :class:`VAEDecode` (the models come from the export's bundle).
+    ``threads``: intra-op threads of the Denoiser's and the decoder's sessions (None: :func:`default_threads`)."""
     export = AvatarExport(export_dir, avatar)
     return (OnnxAudioFeatures(export, fps=fps, vad=vad),
             OnnxDenoiser(export, avatar.reference_latent(), threads=threads, **denoiser),

@@ -55,6 +55,7 @@ def test_dit_streamed_ort_equals_torch(exported):
     with torch.inference_mode():
         torch_stream = model.init_stream(ref)
         ort = OrtDiTStream(model, model.init_stream(ref), ex.graph("dit_velocity"), ex.graph("dit_commit"))
+        addresses = [t.data_ptr() for s in ort.sets for t in s.tensors()]
         gen = torch.Generator().manual_seed(0)
         for _ in range(4):  # several blocks: the state carried by the commits must match
             noise = torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=gen)
@@ -66,6 +67,7 @@ def test_dit_streamed_ort_equals_torch(exported):
         for a, b in zip(torch_stream.layers, ort.sets[ort.parity].layers):
             assert rel(b.attn.kv, a.attn.kv) <= 1e-4 and float(a.attn.kv.abs().max()) > 0
         assert ort.frames == torch_stream.frames == 4 * k
+        assert [t.data_ptr() for s in ort.sets for t in s.tensors()] == addresses  # state updated in place, bound
 
 
 def test_vae_streamed_ort_equals_torch(exported):
@@ -113,3 +115,29 @@ def test_unrolled_spd_solve_equals_linalg_solve():
     a, b = m @ m.transpose(1, 2) + 0.1 * torch.eye(6, dtype=torch.float64), torch.randn(5, 6, 1, generator=g,
                                                                                          dtype=torch.float64)
     assert torch.allclose(solve_spd_unrolled(a, b), torch.linalg.solve(a, b), rtol=1e-9, atol=1e-9)
+
+
+def test_dit_ort_reset_starts_the_stream_afresh(exported):
+    avatar, out = exported
+    ex = AvatarExport(out, avatar)
+    model, ref = avatar.dit, avatar.reference_latent()
+    c = model.config
+    k = c.frames_per_block
+    gen = torch.Generator().manual_seed(3)
+    blocks = [(torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=gen),
+               torch.randn(1, k, c.audio_dim, generator=gen), torch.rand(1, k, c.state_dim, generator=gen))
+              for _ in range(3)]
+    with torch.inference_mode():
+        ort = OrtDiTStream(model, model.init_stream(ref), ex.graph("dit_velocity"), ex.graph("dit_commit"))
+
+        def run(noise, audio, label):
+            x0 = sample_euler(lambda x, t: ort.velocity(x, t, audio, label), noise, steps=1)
+            ort.commit(x0, audio, label)
+            return x0
+
+        first = run(*blocks[0])
+        later = run(*blocks[1])
+        assert rel(later, first) > 1e-3  # a different block on a stream with a past
+        run(*blocks[2])  # the parity flips an odd number of times before the reset
+        ort.reset()
+        assert ort.frames == 0 and rel(run(*blocks[0]), first) <= 1e-6

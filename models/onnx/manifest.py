@@ -11,6 +11,7 @@ import torch
 FORMAT = "framegraph-onnx-avatar/1"
 OPSET = 17
 MANIFEST = "manifest.json"
+PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
 
 
 class ExportError(ValueError):
@@ -58,7 +59,12 @@ def load_manifest(export_dir: str, avatar) -> dict:
         raise ExportError(f"the ONNX export at {export_dir} was made from another or an older bundle "
                           f"({manifest.get('bundle')!r}, hash {str(manifest.get('bundle_hash'))[:12]}…; this "
                           f"bundle's is {want[:12]}…): it is stale; {hint}")
-    for key, entry in manifest["files"].items():
-        if "file" in entry and not os.path.isfile(os.path.join(export_dir, entry["file"])):
-            raise ExportError(f"the ONNX export at {export_dir} lacks {entry['file']} ({key}); {hint}")
+    files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    missing = [k for k in (*PARTS, "vae_cache") if k not in files]
+    if missing:
+        raise ExportError(f"{path} does not describe {', '.join(missing)}; {hint}")
+    for key in PARTS:
+        name = files[key].get("file", "")
+        if not os.path.isfile(os.path.join(export_dir, name)):
+            raise ExportError(f"the ONNX export at {export_dir} lacks {name} ({key}); {hint}")
     return manifest

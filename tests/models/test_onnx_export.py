@@ -105,6 +105,9 @@ def test_stale_foreign_missing_and_non_onnx_exports_are_refused(exported, tmp_pa
     os.remove(bad / "vae_next.onnx")
     with pytest.raises(ExportError, match="lacks vae_next.onnx"):
         AvatarExport(str(bad), avatar)
+    (bad / "manifest.json").write_text("{not json")
+    with pytest.raises(ExportError, match="not a readable export manifest"):
+        AvatarExport(str(bad), avatar)
 
 
 def test_unrolled_spd_solve_equals_linalg_solve():

@@ -70,7 +70,9 @@ class OrtGraph:
 
 class OrtAudioEncoder:
     """``log_mel float32 [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` on ORT (the callable
-    :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``)."""
+    :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``). Its window is a
+    column slice of the rolling mel context, so it is made dense first (one copy of ``n_mels × T`` floats,
+    a few KB); the output is written by ORT straight into the returned tensor."""
 
     def __init__(self, graph: OrtGraph, receptive_field: int, feature_dim: int):
         self.graph, self.r, self.d = graph, receptive_field, feature_dim

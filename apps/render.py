@@ -43,6 +43,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
                         "scales the picture to fit, aspect kept)")
     p.add_argument("--out", required=True, help="output .mp4 file")
+    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                   help="(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, from "
+                        "`framegraph export`)")
+    p.add_argument("--onnx", default=None, help="(with --backend onnx) the export folder (default: AVATAR/onnx)")
     p.add_argument("--preset", choices=["offline", "live"], default="offline",
                    help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
@@ -105,7 +109,8 @@ def run(args: argparse.Namespace) -> int:
         from framegraph.models.avatar import render_avatar_graph
 
         graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset, size=args.size)
+                                                 preset=args.preset, size=args.size, backend=args.backend,
+                                                 onnx_dir=args.onnx)
         width, height, args.fps = sink.width, sink.height, float(sink.fps)
     else:
         if args.camera_path or args.orbit:

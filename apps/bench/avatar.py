@@ -2,6 +2,12 @@
 
     framegraph bench avatar --out benchmarks/results/cpu/avatar.json        # CPU defaults: a few minutes
     framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
+    framegraph bench avatar --backend torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
+
+``--backend torch,onnx`` measures every row on each backend (same run, same machine): the ``onnx`` rows
+run the three model stages on ONNX Runtime (``models.onnx``). Their exports are made by the bench into a
+temporary folder before measuring (random-weight rows have no bundle folder to export from); ``--onnx DIR``
+uses an existing export of the shipped bundle instead. The sessions part runs on each backend.
 
 Issue 5's targets, on an H100 for the shipped model class: first frame ≤ 100 ms, ≥ 120 FPS at 384²,
 ≥ 60 FPS at 512², four sessions at ≥ 25 FPS each. The JSON compares with them only as a reference:
@@ -42,6 +48,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import tempfile
+import time
 
 import numpy as np
 import torch
@@ -215,6 +223,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="audio per concurrent session (default 10 on CUDA, 6 on CPU; --quick: 1)")
     p.add_argument("--torch-threads", type=int, default=None,
                    help="CPU intra-op threads per stage (default 1 on CPU, as the server runs; untouched on CUDA)")
+    p.add_argument("--backend", default="torch",
+                   help="comma-separated compute backends of the model stages to measure: torch, onnx (ONNX "
+                        "Runtime, CPU) — e.g. torch,onnx (default torch)")
+    p.add_argument("--onnx", default=None, help="an export of the shipped bundle for its onnx row (default: the "
+                                                "bench exports it into a temporary folder)")
     p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
 
 
@@ -239,6 +252,12 @@ def _settings(args) -> dict:
         raise ValueError("--seconds and --session-seconds must be > 0")
     if s["repeats"] < 1:
         raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
+    s["backends"] = [b.strip() for b in str(args.backend).split(",") if b.strip()]
+    if not s["backends"] or any(b not in ("torch", "onnx") for b in s["backends"]) \
+            or len(set(s["backends"])) != len(s["backends"]):
+        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of torch, onnx")
+    if "onnx" in s["backends"] and cuda:
+        raise ValueError("--backend onnx runs on the CPU (ONNX Runtime's CPU provider); use --device cpu")
     if s["torch_threads"] is not None and s["torch_threads"] < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {s['torch_threads']}")
     return s
@@ -261,14 +280,17 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError(f"--sizes / --session-size: {size} is not a multiple of {mult} (the region side must "
                              f"divide by the VAE's {cls['compression']}x compression times the DiT's patch "
                              f"{cls['dit'].get('patch_size', 1)}); e.g. 256,384,512")
-    with torch_threads(s["torch_threads"]):
+    with torch_threads(s["torch_threads"]), tempfile.TemporaryDirectory(prefix="fg-bench-onnx-") as tmp:
+        s["export_root"] = tmp
         result = bench_metadata("avatar")
         steady_audio, audio_info = speech(s["seconds"], seed=0)
         audio_info = {**audio_info, "seconds": s["seconds"], "samples": int(len(steady_audio)),
                       "sample_rate": SAMPLE_RATE, "chunk_ms": 1000 * CHUNK // SAMPLE_RATE}
         result.update(_description(args, s, cls, result["device"], audio_info))
         result["sizes"], session_avatar = _measure_sizes(args, s, cls, steady_audio)
-        result["sessions"] = _measure_sessions(args.device, s, session_avatar)
+        by_backend = {b: _measure_sessions(args.device, s, session_avatar, b, args) for b in s["backends"]}
+        result["sessions"] = by_backend[s["backends"][0]]
+        result["sessions_by_backend"] = by_backend
         result["summary"] = _summary(result)
     png = write_result(result, args.out, figure)
     for line in _summary_lines(result):
@@ -300,7 +322,7 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
                         f"scaled by size/{cls['avatar']['region_size']} (the shipped framing), so the "
                         "composited output frame is each row's frame_size",
         "audio": audio,
-        "settings": {**s, "torch_threads_effective": torch.get_num_threads(),
+        "settings": {**{k: v for k, v in s.items() if k != "export_root"}, "torch_threads_effective": torch.get_num_threads(),
                      "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
                               "stream before stamping a frame; stage GPU times from CUDA events",
                      "stage_times": "per process() call from the graph's telemetry; audio_features runs once "
@@ -309,9 +331,30 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
     }
 
 
+def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
+    """``build_avatar_graph`` arguments for ``backend``; for onnx, the export of ``avatar`` (made now, timed, into
+    the run's temporary folder; ``--onnx`` for the shipped bundle)."""
+    if backend == "torch":
+        return {}
+    if name == "shipped" and args.onnx:
+        return {"backend": "onnx", "onnx_dir": args.onnx}
+    from framegraph.models.onnx.export import export_avatar
+
+    out = os.path.join(s["export_root"], name)
+    if not os.path.isdir(out):
+        t = time.perf_counter()
+        export_avatar(avatar, out)
+        _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
+    return {"backend": "onnx", "onnx_dir": out}
+
+
+def _row_name(name: str, backend: str, s: dict) -> str:
+    return name if len(s["backends"]) == 1 and backend == "torch" else f"{name} {backend}"
+
+
 def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
-    """One row per ``--sizes`` entry (random weights) and the shipped avatar; and the sessions' avatar
-    ``(name, Avatar)``."""
+    """One row per ``--sizes`` entry (random weights) and the shipped avatar, per backend; and the sessions'
+    avatar ``(name, Avatar)``."""
     from framegraph.models.avatar import load_avatar
 
     ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
@@ -321,15 +364,20 @@ def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[
     session_avatar = None
     for size in s["sizes"]:
         avatar = random_bundle(cls, size)
-        rows.append(measure_size(str(size), avatar, weights="random, shipped architecture", **common))
+        for b in s["backends"]:
+            rows.append(measure_size(_row_name(str(size), b, s), avatar, weights="random, shipped architecture",
+                                     graph_kw=_graph_kw(b, avatar, str(size), s, args), **common))
+            rows[-1]["backend"] = b
         if s["session_size"] == size:
             session_avatar = (str(size), avatar)
     shipped = None
     if args.shipped or s["session_size"] == "shipped":
         shipped = load_avatar(args.avatar)
     if args.shipped:
-        rows.append(measure_size("shipped", shipped, weights="shipped", **common))
-        rows[-1]["bundle"] = _shown_path(args.avatar)
+        for b in s["backends"]:
+            rows.append(measure_size(_row_name("shipped", b, s), shipped, weights="shipped",
+                                     graph_kw=_graph_kw(b, shipped, "shipped", s, args), **common))
+            rows[-1].update(bundle=_shown_path(args.avatar), backend=b)
     if s["session_size"] == "shipped":
         session_avatar = ("shipped", shipped)
     elif session_avatar is None:
@@ -337,16 +385,18 @@ def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[
     return rows, session_avatar
 
 
-def _measure_sessions(device: str, s: dict, session_avatar: tuple) -> dict:
-    """Concurrent live sessions of one avatar, for each ``--sessions`` count."""
+def _measure_sessions(device: str, s: dict, session_avatar: tuple, backend: str, args) -> dict:
+    """Concurrent live sessions of one avatar on ``backend``, for each ``--sessions`` count."""
     name, avatar = session_avatar
     audio, _ = speech(s["session_seconds"], seed=2)
+    kw = _graph_kw(backend, avatar, name, s, args)
     runs = []
     for n in s["sessions"]:
-        _log(f"sessions: {n} at once, avatar {name}, {s['session_seconds']:g} s of audio each")
-        runs.append(measure_sessions(avatar, n, s["session_seconds"], device, s["torch_threads"], audio))
-        _log(f"sessions: {n} at once: presented fps min {runs[-1]['fps_min']:.1f} (target {runs[-1]['target_fps']:g})")
-    return {"avatar": name, "region_size": avatar.region_size,
+        _log(f"sessions ({backend}): {n} at once, avatar {name}, {s['session_seconds']:g} s of audio each")
+        runs.append(measure_sessions(avatar, n, s["session_seconds"], device, s["torch_threads"], audio, kw))
+        _log(f"sessions ({backend}): {n} at once: presented fps min {runs[-1]['fps_min']:.1f} "
+             f"(target {runs[-1]['target_fps']:g})")
+    return {"avatar": name, "backend": backend, "region_size": avatar.region_size,
             "keep_up_rule": f"presented fps >= {SESSION_FPS_TOLERANCE:g} x the avatar's fps", "runs": runs}
 
 
@@ -363,9 +413,27 @@ def _summary(result: dict) -> dict:
             "ttff_target_met_warm_live": bool(ttff["warm_live_ms"]["median"] <= TARGETS["time_to_first_frame_ms"])}
     runs = result["sessions"]["runs"]
     four = next((r for r in runs if r["sessions"] == TARGETS["sessions"]), None)
-    return {"targets_apply": result["targets"]["targets_apply"], "sizes": rows,
+    return {"targets_apply": result["targets"]["targets_apply"], "sizes": rows, "backends": _compare(result),
             "sessions_fps_min": {str(r["sessions"]): r["fps_min"] for r in runs},
             "four_sessions_target_met": None if four is None else four["all_keep_up"]}
+
+
+def _compare(result: dict) -> dict:
+    """Per avatar measured on both backends: onnx / torch steady FPS and torch / onnx per-stage p50 (> 1: onnx
+    is faster)."""
+    out = {}
+    by = {(r["name"].rsplit(" ", 1)[0], r.get("backend", "torch")): r for r in result["sizes"]}
+    for (name, b), r in by.items():
+        t = by.get((name, "torch"))
+        if b != "onnx" or t is None:
+            continue
+        ts, os_ = t["steady"]["stages_host_ms"], r["steady"]["stages_host_ms"]
+        out[name] = {"fps_torch": t["steady"]["fps"], "fps_onnx": r["steady"]["fps"],
+                     "fps_ratio": None if not (t["steady"]["fps"] and r["steady"]["fps"])
+                     else r["steady"]["fps"] / t["steady"]["fps"],
+                     "stage_p50_speedup": {k: ts[k]["p50_ms"] / os_[k]["p50_ms"] for k in ts
+                                           if k in os_ and ts[k].get("p50_ms") and os_[k].get("p50_ms")}}
+    return out
 
 
 def _summary_lines(result: dict) -> list[str]:
@@ -379,8 +447,12 @@ def _summary_lines(result: dict) -> list[str]:
                      f"{fps} fps; TTFF cold {t['cold']['live_ms']:.0f} ms, warm live "
                      f"{t['warm_live_ms']['median']:.0f} ms, burst {t['warm_burst_ms']['median']:.0f} ms; "
                      f"p50/p99 ms: {stages}")
-    for run in result["sessions"]["runs"]:
-        lines.append(f"{run['sessions']} session(s) of {result['sessions']['avatar']}: presented fps "
-                     + ", ".join(f"{p['presented_fps']:.1f}" for p in run["per_session"])
-                     + f" (target {run['target_fps']:g})")
+    for name, c in result["summary"]["backends"].items():
+        lines.append(f"{name}: onnx/torch steady fps {c['fps_onnx']:.1f}/{c['fps_torch']:.1f}; stage p50 speedup "
+                     + ", ".join(f"{k} {v:.2f}x" for k, v in c["stage_p50_speedup"].items()))
+    for b, sess in result.get("sessions_by_backend", {"": result["sessions"]}).items():
+        for run in sess["runs"]:
+            lines.append(f"{run['sessions']} session(s) of {sess['avatar']} {b}: presented fps "
+                         + ", ".join(f"{p['presented_fps']:.1f}" for p in run["per_session"])
+                         + f" (target {run['target_fps']:g})")
     return lines

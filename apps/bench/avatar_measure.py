@@ -125,7 +125,7 @@ AVATAR_STAGES = ("audio_features", "state", "denoiser", "vae_decode", "composite
 
 
 def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: int, buffer_ms: int, server_like: bool,
-           torch_threads: int | None, gpu_timing: bool = False):
+           torch_threads: int | None, gpu_timing: bool = False, graph_kw: dict | None = None):
     from framegraph.models.avatar import build_avatar_graph
     from framegraph.stream.media import PushAudioSource
 
@@ -136,7 +136,7 @@ def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: i
     kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest",
               max_lag_ms=LIVE_MAX_LAG_MS) if server_like else dict(budget_ms=None, video_policy="block")
     ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
-                            torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw)
+                            torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw, **(graph_kw or {}))
     timer = None
     if gpu_timing and device.startswith("cuda"):
         timer = _GpuStageTimer([ag.features, ag.state, ag.denoiser, ag.decode, ag.composite],
@@ -153,12 +153,13 @@ def _frames_for(avatar, samples: int) -> int:
 
 # ---- measurements ------------------------------------------------------------------------------------
 
-def measure_ttff(avatar, audio: np.ndarray, device: str, live: bool, torch_threads: int | None) -> dict:
+def measure_ttff(avatar, audio: np.ndarray, device: str, live: bool, torch_threads: int | None,
+                 graph_kw: dict | None = None) -> dict:
     """One session: build, start, push ``audio`` (live or at once), wait for the end. Times in ms."""
     t = time.monotonic_ns()
     ag, src, sink, _ = _graph(avatar, device, clock="realtime" if live else "fast",
                               frames=_frames_for(avatar, len(audio)), buffer_ms=500 if live else 2000,
-                              server_like=False, torch_threads=torch_threads)
+                              server_like=False, torch_threads=torch_threads, graph_kw=graph_kw)
     built = time.monotonic_ns()
     ag.graph.start()
     _sync(device)
@@ -175,11 +176,12 @@ def measure_ttff(avatar, audio: np.ndarray, device: str, live: bool, torch_threa
             "ttff_ms": (int(sink.arrival_ns[0]) - t0_ns) / 1e6, "frames": int(sink.count)}
 
 
-def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | None, warmup_frames: int) -> dict:
+def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | None, warmup_frames: int,
+                   graph_kw: dict | None = None) -> dict:
     expected = _frames_for(avatar, len(audio))
     ag, src, sink, timer = _graph(avatar, device, clock="fast", frames=expected,
                                   buffer_ms=int(1000 * len(audio) / SAMPLE_RATE) + 100, server_like=False,
-                                  torch_threads=torch_threads, gpu_timing=True)
+                                  torch_threads=torch_threads, gpu_timing=True, graph_kw=graph_kw)
     src.push(audio)
     src.close()
     ag.graph.start()
@@ -205,15 +207,15 @@ def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | 
     return out
 
 
-def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads: int | None, audio: np.ndarray) \
-        -> dict:
+def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads: int | None, audio: np.ndarray,
+                     graph_kw: dict | None = None) -> dict:
     """``n`` server-like graphs at once, each fed in real time by its own thread from a common start."""
     samples = len(audio)
     expected = _frames_for(avatar, samples)
     graphs = []
     for i in range(n):
         ag, src, sink, _ = _graph(avatar, device, clock="realtime", frames=expected, buffer_ms=500,
-                                  server_like=True, torch_threads=torch_threads)
+                                  server_like=True, torch_threads=torch_threads, graph_kw=graph_kw)
         graphs.append((ag, src, sink, np.roll(audio, -int(i * 1.3 * SAMPLE_RATE) % samples)))
     for ag, *_ in graphs:
         ag.graph.start()
@@ -251,7 +253,9 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
 
 
 def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray, steady_audio: np.ndarray,
-                 repeats: int, torch_threads: int | None, warmup_frames: int, log) -> dict:
+                 repeats: int, torch_threads: int | None, warmup_frames: int, log, graph_kw: dict | None = None) -> dict:
+    """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
+    ``build_avatar_graph`` arguments (``backend`` / ``onnx_dir``)."""
     from framegraph.models.audio.features import FrameTiming
 
     timing = FrameTiming.of(avatar.audio, avatar.fps)
@@ -262,11 +266,11 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
            "crop_box": list(avatar.crop_box),
            "parameters": {"vae": _params(avatar.vae), "dit": _params(avatar.dit), "audio": _params(avatar.audio)}}
     log(f"[{name}] region {avatar.region_size}², frame {avatar.width}x{avatar.height}: cold session")
-    cold = measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads)
-    live = [measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads)["ttff_ms"]
+    cold = measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads, graph_kw=graph_kw)
+    live = [measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads, graph_kw=graph_kw)["ttff_ms"]
             for _ in range(repeats)]
-    burst = [measure_ttff(avatar, ttff_audio, device, live=False, torch_threads=torch_threads)["ttff_ms"]
-             for _ in range(repeats)]
+    burst = [measure_ttff(avatar, ttff_audio, device, live=False, torch_threads=torch_threads,
+                          graph_kw=graph_kw)["ttff_ms"] for _ in range(repeats)]
     row["ttff"] = {
         "audio_needed_for_first_frame_ms": 1000.0 * need / SAMPLE_RATE,
         "audio_wait_ms": wait_ms,
@@ -279,7 +283,7 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
     }
     log(f"[{name}] TTFF cold {cold['ttff_ms']:.0f} ms, warm live {row['ttff']['warm_live_ms']['median']:.0f} ms, "
         f"warm burst {row['ttff']['warm_burst_ms']['median']:.0f} ms; steady run of {len(steady_audio) / SAMPLE_RATE:g} s")
-    row["steady"] = measure_steady(avatar, steady_audio, device, torch_threads, warmup_frames)
+    row["steady"] = measure_steady(avatar, steady_audio, device, torch_threads, warmup_frames, graph_kw)
     fps = row["steady"]["fps"]
     log(f"[{name}] steady {fps:.1f} fps" if fps else f"[{name}] steady: too few frames for a rate")
     return row

@@ -25,6 +25,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"concurrent takes, all tabs together (default {d.max_sessions})")
     p.add_argument("--takes-dir", help="folder for the takes' MP4 files (default: a temporary folder)")
     p.add_argument("--no-browser", action="store_true", help="do not open the page in a browser")
+    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                   help="(avatar) where the model stages compute: torch, or onnx (ONNX Runtime on the CPU, from the "
+                        "bundle's export: `framegraph export --avatar assets/avatars/astronaut`)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 
@@ -33,7 +36,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
     if args.max_sessions <= 0:
         raise ValueError(f"--max-sessions must be positive, got {args.max_sessions}")
     return DemoConfig(host=args.host, port=args.port, pipeline=args.pipeline, max_sessions=args.max_sessions,
-                      takes_dir=args.takes_dir, video=video)
+                      takes_dir=args.takes_dir, video=video, backend=args.backend)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -39,6 +39,7 @@ class DemoConfig:
         max_sessions: concurrent live sessions (tabs) plus headless takes.
         takes_dir: where take MP4s go (default: a fresh temporary folder).
         video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
+        backend: the avatar's compute backend, ``"torch"`` or ``"onnx"`` (its ``backend`` start option).
     """
 
     host: str = "127.0.0.1"
@@ -47,6 +48,7 @@ class DemoConfig:
     max_sessions: int = 8
     takes_dir: str | None = None
     video: dict = field(default_factory=dict)
+    backend: str = "torch"
 
 
 @dataclass
@@ -57,8 +59,10 @@ class PipelineChoice:
     note: str
     avatar: bool  # takes a portrait and the speaking / listening / idle state
 
-    def start_options(self, video: dict, portrait: str | None = None) -> dict:
+    def start_options(self, video: dict, portrait: str | None = None, backend: str = "torch") -> dict:
         options = dict(video)
+        if self.avatar and backend != "torch":
+            options["backend"] = backend
         if not self.avatar and "size" not in options:
             options["size"] = "320x240"  # the scope: small and cheap on a CPU
         if self.avatar and portrait and portrait != DEFAULT_PORTRAIT:
@@ -153,7 +157,8 @@ class DemoContext:
     def player_src(self, tab: str, portrait: str | None = None) -> str:
         """The player iframe's URL (relative to the Gradio page) for ``tab``."""
         query = {"url": f"ws?tab={tab}", "pipeline": self.choice.name,
-                 "options": json.dumps(self.choice.start_options(self.config.video, portrait))}
+                 "options": json.dumps(self.choice.start_options(self.config.video, portrait,
+                                                                                 self.config.backend))}
         if self.choice.name == "avatar":
             query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
         return "fg/player.html?" + urlencode(query)

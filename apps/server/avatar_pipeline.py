@@ -9,7 +9,9 @@ The picture is an avatar bundle (``models.avatar``) from the server's avatar fol
 size and fps are the bundle's (its portrait's size; the client may only ask for exactly those).
 
 Options (besides the common video ones): ``portrait``, ``steps`` (sampler steps 1–4, default the
-bundle's), ``state`` (initial state). Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking
+bundle's), ``state`` (initial state), ``backend`` (``torch`` | ``onnx``: the model stages on ONNX Runtime
+from the bundle's ``onnx/`` export, made by ``framegraph export``; a missing or stale export refuses the
+session with a clear message). Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking
 / idle) | ``speaking`` | ``listening`` | ``idle`` (forced). ``interrupt`` (barge-in) is the session's
 ``graph.reset()``: the audio context, the denoiser's stream state and the decoder cache start afresh
 and the next frame is flagged ``INTERRUPTED``.
@@ -78,7 +80,8 @@ def load_bundle(name: str, root: str | None = None):
 
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     from framegraph.models.avatar import AvatarError, build_avatar_graph
-    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
+    from framegraph.models.avatar.graph import BACKENDS, LIVE_MAX_LAG_MS
+    from framegraph.models.onnx import ExportError
 
     names = available_avatars(root)
     name = opts._get("portrait")
@@ -97,15 +100,19 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
         raise opts._bad("fps", v.fps, f"the avatar's frame rate {avatar.fps:g}")
     steps = opts.integer("steps", avatar.steps, 1, 4)
     state = opts.choice("state", "auto", STATES)
+    backend = opts.choice("backend", "torch", BACKENDS)
     opts.done()
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = "cuda" if torch.cuda.is_available() and backend == "torch" else "cpu"
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, v, audio_chunk=AUDIO_CHUNK)
-    ag = build_avatar_graph(avatar, mic, sink=encoder, audio_sink=sink, graph=graph, device=device, steps=steps,
-                            budget_ms=1000.0 * avatar.chunk_frames / avatar.fps,
-                            torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
-                            max_lag_ms=LIVE_MAX_LAG_MS)
+    try:
+        ag = build_avatar_graph(avatar, mic, sink=encoder, audio_sink=sink, graph=graph, device=device, steps=steps,
+                                budget_ms=1000.0 * avatar.chunk_frames / avatar.fps,
+                                torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
+                                max_lag_ms=LIVE_MAX_LAG_MS, backend=backend)
+    except ExportError as exc:
+        raise ProtocolError(ErrorCode.BAD_OPTION, f"avatar: backend 'onnx': {exc}") from None
     ag.set_state(state)
 
     def configure(o: Options) -> dict:
@@ -118,6 +125,7 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     return Pipeline(graph, sink, encoder=encoder, audio_in=mic, configure=configure,
                     format={"video": v.describe(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
                             "pose_in": False, "avatar": name, "steps": steps, "state": state, "device": device,
+                            "backend": backend,
                             "states": list(STATES)})
 
 

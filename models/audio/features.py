@@ -116,10 +116,14 @@ class StreamingFeatures:
 
     Memory is bounded: ``win - hop`` samples, less than one hop of pending samples, and
     ``receptive_field - 1`` mel frames (plus those of one push).
+
+    ``encode``: the function that runs the conv stack, ``float32 [1, n_mels, T] → [1, D, T - R + 1]``
+    (default: the model; the ONNX Runtime backend passes its session here, the mel front end stays torch).
     """
 
-    def __init__(self, model: AudioEncoder, fps):
+    def __init__(self, model: AudioEncoder, fps, encode=None):
         self.model = model
+        self.encode = model if encode is None else encode
         self.timing = FrameTiming.of(model, fps)
         self.restart()
 
@@ -180,7 +184,7 @@ class StreamingFeatures:
             r = m.receptive_field
             lo = timing.mel_index(ready[0]) - r + 1 - first_ctx
             hi = timing.mel_index(ready[-1]) + 1 - first_ctx
-            y = m(self._context[None, :, lo:hi])[0]  # [D, hi - lo - r + 1]
+            y = self.encode(self._context[None, :, lo:hi])[0]  # [D, hi - lo - r + 1]
             for k in ready:
                 out.append((k, y[:, timing.mel_index(k) - r + 1 - first_ctx - lo].clone()))
         keep = m.receptive_field - 1

@@ -56,10 +56,11 @@ class AudioFrontEnd:
     Args:
         model: the :class:`AudioEncoder`. fps: video frame rate.
         vad: a :class:`VoiceActivity`, or None for no VAD (state is then idle / listening only).
+        encode: runs the conv stack (see :class:`~.features.StreamingFeatures`; default the model itself).
     """
 
-    def __init__(self, model: AudioEncoder, fps, vad: VoiceActivity | None = None):
-        self.features = StreamingFeatures(model, fps)
+    def __init__(self, model: AudioEncoder, fps, vad: VoiceActivity | None = None, encode=None):
+        self.features = StreamingFeatures(model, fps, encode=encode)
         self.timing = self.features.timing
         self.vad = vad
         self._listening = False

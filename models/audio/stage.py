@@ -69,6 +69,7 @@ class AudioFeatures(Stage):
         self.outputs = {"features": PortSpec((self.model.feature_dim,), torch.float32, device),
                         "state": PortSpec((STATE_DIM,), torch.float32, device)}
         self.front: AudioFrontEnd | None = None
+        self.encode = None  # the conv stack's runner (None: the torch model; the ONNX backend sets its session)
         self._listening = False
         self._lock = threading.Lock()
         self.frames_out = 0
@@ -90,7 +91,7 @@ class AudioFeatures(Stage):
         if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
             torch.set_num_threads(self.torch_threads)  # OpenMP: affects this worker thread only
         vad = VoiceActivity(vad=SileroVAD(), **self._vad_args) if self.use_vad else None
-        self.front = AudioFrontEnd(self.model, self.fps, vad)
+        self.front = AudioFrontEnd(self.model, self.fps, vad, encode=self.encode)
         self._samples = 0
         self._state = torch.zeros(STATE_DIM)
         self.frames_out = self.gap_samples = 0

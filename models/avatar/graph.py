@@ -17,6 +17,7 @@ video is in sync with the echoed audio however long each stage takes. A stream o
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 
@@ -32,6 +33,7 @@ from framegraph.stream.media import AudioFileSource, MP4Sink, ScaleVideo, decode
 from .bundle import Avatar, load_avatar
 
 STATE_MODES = ("auto", "speaking", "listening", "idle")
+BACKENDS = ("torch", "onnx")  # where the three model stages compute (see models/onnx)
 # Live streams: a frame whose audio arrived longer ago than this is skipped rather than generated late, so a
 # machine slower than the stream shows fewer frames per second, never a growing delay (``max_lag_ms``).
 LIVE_MAX_LAG_MS = 250.0
@@ -97,12 +99,20 @@ def avatar_composite(avatar: Avatar, device: str = "cpu"):
     return Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device)
 
 
+def default_onnx_dir(avatar: Avatar) -> str:
+    """Where ``framegraph export`` puts a bundle's ONNX files by default: ``<bundle>/onnx``."""
+    if avatar.root is None:
+        raise ValueError("the avatar was not loaded from a folder; pass onnx_dir= (the output of framegraph export)")
+    return os.path.join(avatar.root, "onnx")
+
+
 def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None = None, *, out: str | None = None,
                        audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: str = "fast",
                        device: str = "cpu", steps: int | None = None, vad: bool | None = None,
                        budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
                        preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
-                       max_lag_ms: float | None = None, name: str = "avatar") -> AvatarGraph:
+                       max_lag_ms: float | None = None, backend: str = "torch", onnx_dir: str | None = None,
+                       name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output).
 
@@ -120,18 +130,30 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
         video_policy: ring policy into ``sink`` (``"drop_oldest"`` for a live encoder).
         max_lag_ms: live (realtime clock): the Denoiser skips frames whose audio is older than this, so a
             machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
+        backend: ``"torch"``, or ``"onnx"``: the audio encoder, Denoiser and decoder run on ONNX Runtime (CPU)
+            from the export in ``onnx_dir`` (default ``<bundle>/onnx``; made by ``framegraph export``).
     """
 
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     use_vad = avatar.vad if vad is None else vad
-    feats = g.add(AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device))
+    den_args = dict(steps=steps or avatar.steps, shift=avatar.shift, chunk_frames=avatar.chunk_frames, seed=seed,
+                    budget_ms=budget_ms, device=device, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
+    dec_args = dict(size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps, device=device,
+                    reference=avatar.region()[0])
+    if backend == "onnx":
+        from framegraph.models.onnx.stages import onnx_stages
+
+        stages = onnx_stages(avatar, onnx_dir or default_onnx_dir(avatar), fps=avatar.fps, vad=use_vad,
+                             denoiser=den_args, decode=dec_args, threads=torch_threads)
+    elif backend == "torch":
+        stages = (AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device),
+                  Denoiser(avatar.dit, avatar.reference_latent(), **den_args), VAEDecode(avatar.vae, **dec_args))
+    else:
+        raise ValueError(f"build_avatar_graph: backend={backend!r}; expected one of {BACKENDS}")
+    feats = g.add(stages[0])
     state = g.add(StateOverride(device=device))
-    den = g.add(Denoiser(avatar.dit, avatar.reference_latent(), steps=steps or avatar.steps, shift=avatar.shift,
-                         chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
-                         torch_threads=torch_threads, max_lag_ms=max_lag_ms))
-    dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
-                          device=device, reference=avatar.region()[0]))
+    den, dec = g.add(stages[1]), g.add(stages[2])
     comp = g.add(avatar_composite(avatar, device))
     g.connect(src, feats, "audio", "audio", capacity=8)
     g.connect(feats, den, "features", "features", capacity=8)
@@ -156,25 +178,28 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
 
 
 def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
-                        preset: str = "offline", size: tuple[int, int] | None = None) -> tuple[Graph, Stage, int]:
+                        preset: str = "offline", size: tuple[int, int] | None = None, backend: str = "torch",
+                        onnx_dir: str | None = None) -> tuple[Graph, Stage, int]:
     """``framegraph render --avatar DIR --audio FILE --out FILE.mp4``: the offline graph (fast clock, MP4 with
     the audio), its sink and the number of frames it will write (for a progress bar). ``size`` (width,
     height): the video's size when it is not the portrait's — the composited picture scaled to fit, aspect
-    kept (:class:`~framegraph.stream.media.ScaleVideo`)."""
+    kept (:class:`~framegraph.stream.media.ScaleVideo`). ``backend`` / ``onnx_dir``: see :func:`build_avatar_graph`."""
     import math
 
 
 
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or ("cuda" if torch.cuda.is_available() and backend == "torch" else "cpu")
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / 16_000)
     source = AudioFileSource(audio_path)
     if size is None or tuple(size) == (avatar.width, avatar.height):
-        ag = build_avatar_graph(avatar, source, out=out, device=device, steps=steps, preset=preset)
+        ag = build_avatar_graph(avatar, source, out=out, device=device, steps=steps, preset=preset, backend=backend,
+                                onnx_dir=onnx_dir)
         return ag.graph, ag.sink, total
     width, height = size
     sink = MP4Sink(out, width=width, height=height, fps=avatar.fps, audio_rate=16_000, preset=preset)
-    ag = build_avatar_graph(avatar, source, audio_sink=sink, device=device, steps=steps)
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, device=device, steps=steps, backend=backend,
+                            onnx_dir=onnx_dir)
     scale = ag.graph.add(ScaleVideo(src_size=(avatar.width, avatar.height), size=(width, height)))
     ag.graph.connect(ag.composite, scale, "video", capacity=4)
     ag.graph.connect(scale, sink, "video")
@@ -182,4 +207,4 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
 
 
 __all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",
-           "LIVE_MAX_LAG_MS", "avatar_composite"]
+           "LIVE_MAX_LAG_MS", "avatar_composite", "BACKENDS", "default_onnx_dir"]

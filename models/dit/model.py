@@ -222,7 +222,8 @@ class AvatarDiT(ModelMixin, ConfigMixin):
     # ---- forward ------------------------------------------------------------------------------
     def forward(self, x: torch.Tensor, t, audio: torch.Tensor, state_label: torch.Tensor,
                 ref: torch.Tensor | None = None, *, clean: torch.Tensor | None = None,
-                stream: DiTStreamState | None = None) -> torch.Tensor:
+                stream: DiTStreamState | None = None, rope: tuple[torch.Tensor, torch.Tensor] | None = None
+                ) -> torch.Tensor:
         """Predict the velocity ``eps - x0`` of noisy latents.
 
         Args:
@@ -236,6 +237,8 @@ class AvatarDiT(ModelMixin, ConfigMixin):
             clean: ``[B, C, T, h, w]`` clean latents of the same frames: teacher forcing (block ``b``
                 attends to the clean blocks ``< b``); gradients flow through both passes.
             stream: a :class:`DiTStreamState`: continue that stream (read only; see :meth:`commit`).
+            rope: streaming only: the rotary tables ``(cos, sin)`` of the block's positions (default: computed
+                from ``stream.frames``; the ONNX export passes them as graph inputs, see :meth:`stream_rope`).
 
         Returns:
             ``[B, C, T, h, w]`` predicted velocity, in x's dtype.
@@ -251,7 +254,7 @@ class AvatarDiT(ModelMixin, ConfigMixin):
                 raise ValueError(f"AvatarDiT: a streamed denoising call takes one block of frames_per_block="
                                  f"{self.config.frames_per_block} frames; x has T={T}")
             self._check_stream(stream, B, h, w)
-            geo = self._geometry(B, T, h, w, stream.frames, x.device)
+            geo = self._stream_geometry(B, T, h, w, stream, rope)
             c, mod, tokens = self._conditioning(tt, audio, state_label, stream.audio_history)
             hs = self._embed(x, stream.ref, geo)
             for blk, layer, ref_kv in zip(self.blocks, stream.layers, stream.ref_kv):
@@ -306,24 +309,49 @@ class AvatarDiT(ModelMixin, ConfigMixin):
             raise ValueError(f"AvatarDiT: the stream holds batch {stream.batch} of {tuple(stream.ref.shape[-2:])} "
                              f"latents; got batch {B} of {(h, w)}")
 
-    def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState) -> None:
-        """Advance ``stream`` past clean latents ``x0 [B, C, T, h, w]`` (``T`` a multiple of
-        ``frames_per_block``): one pass at ``t = 0``, block-causal, updating every layer's attention sums
-        and FFN cache in place (detached), the audio history and the frame counter."""
+    def stream_rope(self, stream: DiTStreamState, frames: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The rotary tables ``(cos, sin)`` (float32 ``[frames * n, head_dim]``) of the next ``frames`` (default
+        one block) positions of ``stream``."""
+        h, w = stream.ref.shape[-2:]
+        T = frames or self.config.frames_per_block
+        return self._geometry(stream.batch, T, h, w, stream.frames, stream.ref.device).rope
+
+    def _stream_geometry(self, B: int, T: int, h: int, w: int, stream: DiTStreamState, rope) -> Geometry:
+        if rope is None:
+            return self._geometry(B, T, h, w, stream.frames, stream.ref.device)
+        p = self.config.patch_size  # int(): under the ONNX tracer, sizes taken from shapes are tensors
+        return Geometry(int(B), int(T), int(h) // p, int(w) // p, self.config.frames_per_block, tuple(rope))
+
+    def commit_step(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState,
+                    rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
+        """What :meth:`commit` writes, without writing it: per layer ``kv, k_sum, ffn_cache``, then the new
+        audio history (the list :meth:`DiTStreamState.tensors` order of the streamed part; the ONNX export
+        returns these as graph outputs). ``rope``: as in :meth:`forward`."""
         self._check(x0, audio, state_label, "x0")
         audio, state_label = audio.to(x0.dtype), state_label.to(x0.dtype)
         B, _, T, h, w = x0.shape
         self._check_stream(stream, B, h, w)
-        geo = self._geometry(B, T, h, w, stream.frames, x0.device)
+        geo = self._stream_geometry(B, T, h, w, stream, rope)
         c, mod, tokens = self._conditioning(x0.new_zeros(B, T), audio, state_label, stream.audio_history)
         hs = self._embed(x0, stream.ref, geo)
+        out = []
         for blk, layer, ref_kv in zip(self.blocks, stream.layers, stream.ref_kv):
             hs, (attn, cache), _ = blk.forward_self(hs, mod, geo, ref_kv, tokens, state=layer)
-            layer.attn.kv.copy_(attn.kv.detach())
-            layer.attn.k_sum.copy_(attn.k_sum.detach())
-            layer.ffn_cache.copy_(cache.detach())
+            out += [attn.kv.detach(), attn.k_sum.detach(), cache.detach()]
         P = self.config.audio_past_frames
+        history = stream.audio_history
         if P:
             seq = torch.cat([stream.audio_history, audio.detach().to(stream.audio_history.dtype)], dim=1)
-            stream.audio_history.copy_(seq[:, seq.shape[1] - P:])
-        stream.frames += T
+            history = seq[:, seq.shape[1] - P:]
+        return out + [history]
+
+    def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState) -> None:
+        """Advance ``stream`` past clean latents ``x0 [B, C, T, h, w]`` (``T`` a multiple of
+        ``frames_per_block``): one pass at ``t = 0``, block-causal, updating every layer's attention sums
+        and FFN cache in place (detached), the audio history and the frame counter."""
+        new = self.commit_step(x0, audio, state_label, stream)
+        for layer, i in zip(stream.layers, range(0, 3 * len(stream.layers), 3)):
+            for t, v in zip(layer.tensors(), new[i:i + 3]):
+                t.copy_(v)
+        stream.audio_history.copy_(new[-1])
+        stream.frames += x0.shape[2]

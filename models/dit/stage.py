@@ -169,6 +169,12 @@ class Denoiser(Stage):
         self._count = self.chunk_frames
         self._emit(out)
 
+    def _generate(self, noise: torch.Tensor, audio: torch.Tensor, labels: torch.Tensor, steps: int) -> torch.Tensor:
+        """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents,
+        committed to the stream (the ONNX Runtime backend overrides this)."""
+        return generate_block(self.model, self.stream, noise.to(self.model.dtype), audio, labels, steps=steps,
+                              shift=self.shift)
+
     def _emit(self, out) -> None:
         c = self.model.config
         block, steps = c.frames_per_block, self.steps
@@ -177,9 +183,8 @@ class Denoiser(Stage):
         with torch.inference_mode():
             for start in range(0, self.chunk_frames, block):
                 noise = torch.randn(1, c.latent_channels, block, h, w, generator=self._generator, device=self._device)
-                x0 = generate_block(self.model, self.stream, noise.to(self.model.dtype),
-                                    self._features[None, start:start + block],
-                                    self._labels[None, start:start + block], steps=steps, shift=self.shift)
+                x0 = self._generate(noise, self._features[None, start:start + block],
+                                    self._labels[None, start:start + block], steps)
                 frame.data[:, start:start + block].copy_(x0[0])
         frame.pts = self._pts
         frame.flags = (frame.flags & ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)) | self._flags

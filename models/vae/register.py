@@ -60,6 +60,25 @@ def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
     return F.grid_sample(image, grid.to(image.dtype), mode="bilinear", padding_mode="border", align_corners=False)
 
 
+def solve_spd_unrolled(a: Tensor, b: Tensor) -> Tensor:
+    """``a⁻¹ b`` for small symmetric positive-definite systems ``a [N, n, n]``, ``b [N, n, k]`` by Gaussian
+    elimination unrolled over the (static) ``n`` — plain elementwise ops, so it exports to ONNX, which has
+    no linear solve. (No pivoting: an SPD matrix does not need it.) The twin of ``torch.linalg.solve`` here."""
+    n = a.shape[-1]
+    rows, rhs = [a[:, i] for i in range(n)], [b[:, i] for i in range(n)]  # [N, n] / [N, k] each
+    for i in range(n):
+        for j in range(i + 1, n):
+            f = rows[j][:, i:i + 1] / rows[i][:, i:i + 1]
+            rows[j], rhs[j] = rows[j] - f * rows[i], rhs[j] - f * rhs[i]
+    x: list[Tensor] = [rhs[0]] * n
+    for i in reversed(range(n)):
+        acc = rhs[i]
+        for j in range(i + 1, n):
+            acc = acc - rows[i][:, j:j + 1] * x[j]
+        x[i] = acc / rows[i][:, i:i + 1]
+    return torch.stack(x, dim=1)
+
+
 @torch.no_grad()
 def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma: float = 1.0,
                     robust_scale: float = 0.1, damping: float = 1e-6) -> Tensor:
@@ -83,9 +102,11 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
         r = (warped - fix).view(n, 1, -1)
         wgt = 1.0 / (1.0 + (r / robust_scale) ** 2)
         jw = jac * wgt
-        step = torch.linalg.solve(jw @ jac.transpose(1, 2) + damp, -(jw @ r.transpose(1, 2)))  # [N, 6, 1]
+        system, rhs = jw @ jac.transpose(1, 2) + damp, -(jw @ r.transpose(1, 2))
+        solve = solve_spd_unrolled if torch.onnx.is_in_onnx_export() else torch.linalg.solve  # ONNX has no solve
+        step = solve(system, rhs)  # [N, 6, 1]
         theta = theta + step.view(n, 2, 3)
     return theta.to(fixed.dtype)
 
 
-__all__ = ["affine_sample", "pixel_grid", "register_affine"]
+__all__ = ["affine_sample", "pixel_grid", "register_affine", "solve_spd_unrolled"]

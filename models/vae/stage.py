@@ -79,12 +79,18 @@ class VAEDecode(Stage):
     def reset(self) -> None:
         self.cache = None
 
+    def _decode(self, z: torch.Tensor) -> torch.Tensor:
+        """``z [1, C, T, h, w]`` → frames ``[1, 3, T, H, W]`` in [-1, 1], the stream's cache carried (the ONNX
+        Runtime backend overrides this)."""
+        ref = self.reference if self.cache is None else None  # later chunks find its features in the cache
+        frames, self.cache = self.model.decode(z, self.cache, reference=ref)
+        return frames
+
     @torch.inference_mode()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         z = chunk.data[None].to(self.dtype)  # [1, C, T, h, w]
-        ref = self.reference if self.cache is None else None  # later chunks find its features in the cache
-        frames, self.cache = self.model.decode(z, self.cache, reference=ref)
+        frames = self._decode(z)
         rgb = ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0)  # [T, H, W, 3]
         for i in range(self.chunk_frames):
             f = out.write("face")

@@ -85,3 +85,35 @@ def test_bad_options_are_rejected(avatar_dir):
     p = pipelines.build("avatar", {"state": "idle"})
     assert p.format["state"] == "idle" and p.apply_config(pipelines.Options({"state": "auto"}, "avatar")) == \
         {"state": "auto"}
+
+
+def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir):
+    pytest.importorskip("onnx")
+    from framegraph.apps.server.protocol import ProtocolError
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.onnx.export import export_avatar
+
+    with pytest.raises(ProtocolError, match="no ONNX export .*framegraph export"):
+        pipelines.build("avatar", {"backend": "onnx"})
+    with pytest.raises(ProtocolError, match="backend"):
+        pipelines.build("avatar", {"backend": "tensorrt"})
+    export_avatar(load_avatar(avatar_dir / "astronaut"), str(avatar_dir / "astronaut" / "onnx"))
+    samples = tone(0.8, amp=0.3)
+
+    async def session(url):
+        async with connect(url) as ws:
+            await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
+                                      "options": {"backend": "onnx", "steps": 1}}))
+            ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
+            assert ready["type"] == "ready", ready
+            for i in range(len(samples) // 320):
+                await asyncio.sleep(0.02)
+                await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+            await ws.send(json.dumps({"type": "stop"}))
+            return ready, await receive_all(ws, 60)
+
+    with running() as srv:
+        ready, got = asyncio.run(session(srv.url))
+    assert ready["backend"] == "onnx" and ready["device"] == "cpu"
+    assert len(got["video"]) >= 12 and Image.open(io.BytesIO(got["video"][-1][1])).size == (256, 256)
+    assert got["control"][-1]["type"] == "ended"

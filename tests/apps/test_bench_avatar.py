@@ -118,3 +118,19 @@ def test_bench_avatar_summary_compares_with_the_h100_targets_and_serializes():
     assert s["sizes"]["512"]["fps_target_met"] is False and s["sizes"]["512"]["ttff_target_met_warm_live"] is False
     assert s["sizes"]["384"]["ttff_target_met_warm_live"] is True
     assert s["four_sessions_target_met"] is True and s["sessions_fps_min"] == {"4": 24.9}
+
+
+def test_bench_avatar_quick_both_backends_compares_them(tmp_path):
+    pytest.importorskip("onnx")
+    torch.set_num_threads(1)
+    out = tmp_path / "avatar_backends.json"
+    assert main(["bench", "avatar", "--quick", "--no-shipped", "--backend", "torch,onnx", "--sessions", "1",
+                 "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert [(row["name"], row["backend"]) for row in r["sizes"]] == [("64 torch", "torch"), ("64 onnx", "onnx")]
+    cmp_ = r["summary"]["backends"]["64"]
+    assert _finite_positive(cmp_["fps_torch"]) and _finite_positive(cmp_["fps_onnx"])
+    assert set(cmp_["stage_p50_speedup"]) >= {"denoiser", "vae_decode", "audio_features"}
+    assert set(r["sessions_by_backend"]) == {"torch", "onnx"}
+    assert r["sessions_by_backend"]["onnx"]["runs"][0]["per_session"][0]["frames"] > 0
+    assert main(["bench", "avatar", "--quick", "--backend", "torch,tensorrt", "--out", str(out)]) == 2

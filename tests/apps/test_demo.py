@@ -123,6 +123,7 @@ def test_pipeline_choice_falls_back_to_scope_and_prefers_the_avatar(monkeypatch)
     assert choice.name == "avatar" and choice.avatar and "avatar" in choice.note
     assert choice.start_options({}, "astronaut") == {}  # the shipped portrait is the pipeline's default
     assert choice.start_options({"codec": "h264"}, "me") == {"codec": "h264", "portrait": "me"}
+    assert choice.start_options({}, None, "onnx") == {"backend": "onnx"}  # framegraph demo --backend onnx
     with pytest.raises(ValueError, match="not available"):
         choose_pipeline("no-such-pipeline")
 
@@ -136,3 +137,4 @@ def test_command_line_defaults_bind_loopback():
     assert args.host == "127.0.0.1" and not args.no_browser
     cfg = config_from_args(p.parse_args(["--port", "0", "--no-browser", "--size", "640x360"]))
     assert cfg.port == 0 and cfg.video == {"size": "640x360"} and cfg.pipeline == "auto"
+    assert cfg.backend == "torch" and config_from_args(p.parse_args(["--backend", "onnx"])).backend == "onnx"

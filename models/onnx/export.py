@@ -1,0 +1,241 @@
+"""Export the avatar's three stateful models to ONNX, every stream state an explicit input and output.
+
+Files written by :func:`export_avatar` (shapes fixed by the bundle: batch 1, its region size and chunk):
+
+- ``audio.onnx``: the :class:`~framegraph.models.audio.AudioEncoder` conv stack, ``log_mel float32
+  [1, n_mels, T] → features [1, D, T - R + 1]`` (``T`` dynamic: the window holds the ``R - 1`` mel frames of
+  context, the encoder's streaming state; the STFT front end stays in torch).
+- ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream:
+  ``x, t, audio, state_label`` + the stream state (reference latent, audio history, per layer the
+  linear-attention sums ``kv`` / ``k_sum``, the FFN cache and the identity keys / values) + the block's
+  rotary tables → ``velocity``. The state is read only.
+- ``dit_commit.onnx``: :meth:`AvatarDiT.commit_step`: the same state in, the advanced state out
+  (``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``).
+- ``vae_first.onnx`` / ``vae_next.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream (latent
+  + reference region in, frames + the whole decoder cache out) and of the next ones (latent + temporal
+  cache + reference features in, frames + next temporal cache out).
+
+``manifest.json`` (:mod:`.manifest`) records the opset, every input / output with its meaning and shape,
+and the hash of the bundle the files came from. The export traces the models' readable torch path
+(the kernels' ``"torch"`` backend, :mod:`framegraph.kernels.backend`).
+"""
+from __future__ import annotations
+
+import os
+import warnings
+
+import torch
+from torch import nn
+
+from .manifest import FORMAT, OPSET, avatar_hash, write_manifest
+
+
+class AudioGraph(nn.Module):
+    """``log_mel [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` (the encoder's forward)."""
+
+    def __init__(self, encoder):
+        super().__init__()
+        self.encoder = encoder
+
+    def forward(self, log_mel):
+        return self.encoder(log_mel)
+
+
+def dit_state_names(depth: int, identity: bool) -> list[str]:
+    """Names of the stream-state inputs of both DiT graphs, in order."""
+    names = ["ref", "audio_history"]
+    for i in range(depth):
+        names += [f"kv_{i}", f"k_sum_{i}", f"ffn_cache_{i}"]
+    if identity:
+        for i in range(depth):
+            names += [f"ref_k_{i}", f"ref_v_{i}"]
+    return names + ["rope_cos", "rope_sin"]
+
+
+def dit_state_outputs(depth: int) -> list[str]:
+    """Names of the commit graph's outputs: the advanced state (see :meth:`AvatarDiT.commit_step`)."""
+    return [f"{n}_{i}_out" for i in range(depth) for n in ("kv", "k_sum", "ffn_cache")] + ["audio_history_out"]
+
+
+def stream_from_inputs(model, ref, history, flat):
+    """A :class:`~framegraph.models.dit.state.DiTStreamState` over graph inputs (per layer ``kv, k_sum,
+    ffn_cache``, then per layer ``ref_k, ref_v`` when the model has identity tokens)."""
+    from framegraph.kernels.block_linear_attention import LinearAttentionState
+    from framegraph.models.dit.state import DiTStreamState, LayerStreamState
+
+    depth = len(model.blocks)
+    layers = [LayerStreamState(LinearAttentionState(flat[3 * i], flat[3 * i + 1]), flat[3 * i + 2]) for i in range(depth)]
+    rest = flat[3 * depth:]
+    ref_kv = [(rest[2 * i], rest[2 * i + 1]) for i in range(depth)] if rest else [None] * depth
+    return DiTStreamState(ref=ref, ref_kv=ref_kv, layers=layers, audio_history=history)
+
+
+class DiTVelocity(nn.Module):
+    """``(x, t, audio, state_label, *state, rope_cos, rope_sin)`` → velocity (one streamed denoising call)."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x, t, audio, state_label, ref, history, *rest):
+        stream = stream_from_inputs(self.model, ref, history, list(rest[:-2]))
+        return self.model(x, t, audio, state_label, stream=stream, rope=(rest[-2], rest[-1]))
+
+
+class DiTCommit(nn.Module):
+    """``(x0, audio, state_label, *state, rope_cos, rope_sin)`` → the advanced state."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x0, audio, state_label, ref, history, *rest):
+        stream = stream_from_inputs(self.model, ref, history, list(rest[:-2]))
+        return tuple(self.model.commit_step(x0, audio, state_label, stream, rope=(rest[-2], rest[-1])))
+
+
+class VAEFirst(nn.Module):
+    """``(z, [reference])`` → ``(frames, *cache)`` for the first chunk of a stream (cache keys: ``keys``)."""
+
+    def __init__(self, vae, keys: list[str]):
+        super().__init__()
+        self.vae, self.keys = vae, keys
+
+    def forward(self, z, reference=None):
+        frames, cache = self.vae.decode(z, None, reference=reference)
+        return (frames, *(cache[k] for k in self.keys))
+
+
+class VAENext(nn.Module):
+    """``(z, *temporal cache, *reference features)`` → ``(frames, *next temporal cache)``."""
+
+    def __init__(self, vae, temporal: list[str], reference: list[str]):
+        super().__init__()
+        self.vae, self.temporal, self.reference = vae, temporal, reference
+
+    def forward(self, z, *cache):
+        old = dict(zip(self.temporal + self.reference, cache))
+        frames, new = self.vae.decode(z, old)
+        return (frames, *(new[k] for k in self.temporal))
+
+
+def _rms_norm(g, x, normalized_shape, weight, eps):
+    """ONNX for ``aten::rms_norm`` over the last axis (``nn.RMSNorm(dim)``; opset 17 has no RMSNormalization):
+    ``x / sqrt(mean(x², -1) + eps) * weight``."""
+    from torch.onnx import symbolic_helper as sh
+
+    eps = sh._maybe_get_const(eps, "f")
+    eps = 1e-6 if sh._is_none(eps) or eps is None else float(eps)
+    mean = g.op("ReduceMean", g.op("Mul", x, x), axes_i=[-1], keepdims_i=1)
+    y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean, g.op("Constant", value_t=torch.tensor(eps)))))
+    return y if sh._is_none(weight) else g.op("Mul", y, weight)
+
+
+def _export(module: nn.Module, args: tuple, path: str, inputs: list[str], outputs: list[str],
+            dynamic_axes: dict | None = None) -> None:
+    torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the tracer's notes on Python ints taken from shapes (fixed per bundle)
+        torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs, opset_version=OPSET,
+                          dynamic_axes=dynamic_axes, do_constant_folding=True, dynamo=False)
+
+
+def _io(names: list[str], tensors, meaning: dict[str, str]) -> list[dict]:
+    return [{"name": n, "shape": list(t.shape), "dtype": "float32", "meaning": next((v for k, v in meaning.items() if n.startswith(k)), n)}
+            for n, t in zip(names, tensors)]
+
+
+@torch.no_grad()
+def export_avatar(avatar, out_dir: str) -> dict:
+    """Write the ONNX files of ``avatar`` (a loaded bundle, :func:`~framegraph.models.avatar.load_avatar`)
+    and their ``manifest.json`` into ``out_dir``; returns the manifest."""
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export needs it)
+    except ImportError as e:
+        raise RuntimeError("framegraph export needs the onnx package: pip install 'framegraph[export]'") from e
+    os.makedirs(out_dir, exist_ok=True)
+    files = {}
+    files["audio"] = _export_audio(avatar.audio.float().eval(), out_dir)
+    files.update(_export_dit(avatar, out_dir))
+    files.update(_export_vae(avatar, out_dir))
+    return write_manifest(out_dir, {"format": FORMAT, "opset": OPSET, "bundle_hash": avatar_hash(avatar),
+                                    "bundle": avatar.root, "torch": torch.__version__, "files": files})
+
+
+def _export_audio(enc, out_dir: str) -> dict:
+    mel = enc.silence(enc.receptive_field + 3)[None]
+    _export(AudioGraph(enc), (mel,), os.path.join(out_dir, "audio.onnx"), ["log_mel"], ["features"],
+            {"log_mel": {2: "T"}, "features": {2: "T_out"}})
+    return {"file": "audio.onnx", "receptive_field": enc.receptive_field,
+            "inputs": [{"name": "log_mel", "shape": [1, enc.config.n_mels, "T"], "dtype": "float32",
+                        "meaning": "log-mel frames: R - 1 frames of context (the streaming state), then the new ones"}],
+            "outputs": [{"name": "features", "shape": [1, enc.feature_dim, "T - R + 1"], "dtype": "float32",
+                         "meaning": "one feature vector per new mel frame"}]}
+
+
+DIT_MEANING = {"x0": "clean latent block to commit", "x": "noisy latent block", "t": "time in [0, 1] (1 = noise)",
+               "audio_history": "audio features of the last committed frames", "audio": "audio features per frame",
+               "state_label": "speaking-state label per frame", "ref_k": "identity cross-attention keys (layer i)",
+               "ref_v": "identity cross-attention values (layer i)", "ref": "reference latent (identity)",
+               "kv": "linear-attention numerator sums (layer i)", "k_sum": "linear-attention denominator sums (layer i)",
+               "ffn_cache": "FFN temporal cache (layer i)", "rope": "rotary tables of the block's stream positions",
+               "velocity": "predicted velocity eps - x0"}
+
+
+def _export_dit(avatar, out_dir: str) -> dict:
+    model = avatar.dit.float().eval()
+    stream = model.init_stream(avatar.reference_latent())
+    c, (h, w) = model.config, stream.ref.shape[-2:]
+    k = c.frames_per_block
+    x = torch.randn(1, c.latent_channels, k, h, w)
+    audio, label = torch.randn(1, k, c.audio_dim), torch.rand(1, k, c.state_dim)
+    flat = [t for layer in stream.layers for t in layer.tensors()]
+    flat += [t for kv in stream.ref_kv if kv is not None for t in kv]
+    state = [stream.ref, stream.audio_history, *flat, *model.stream_rope(stream)]
+    names = dit_state_names(len(model.blocks), stream.ref_kv[0] is not None)
+    vin = ["x", "t", "audio", "state_label"] + names
+    vargs = (x, torch.ones(1), audio, label, *state)
+    _export(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"])
+    cin = ["x0", "audio", "state_label"] + names
+    couts = dit_state_outputs(len(model.blocks))
+    new = model.commit_step(x, audio, label, stream)
+    _export(DiTCommit(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
+    return {"dit_velocity": {"file": "dit_velocity.onnx", "inputs": _io(vin, vargs, DIT_MEANING),
+                             "outputs": _io(["velocity"], [x], DIT_MEANING)},
+            "dit_commit": {"file": "dit_commit.onnx", "inputs": _io(cin, (x, audio, label, *state), DIT_MEANING),
+                           "outputs": _io(couts, new, DIT_MEANING)}}
+
+
+def vae_cache_keys(vae, avatar) -> tuple[list[str], list[str], torch.Tensor | None]:
+    """``(temporal cache keys, reference keys, reference frames or None)`` of ``vae``'s decoder for ``avatar``."""
+    from framegraph.models.vae.model import uint8_to_frames
+
+    ref = uint8_to_frames(avatar.region()[0])[None] if vae.uses_reference else None
+    z = torch.zeros(1, *vae.latent_shape(avatar.chunk_frames, avatar.region_size, avatar.region_size))
+    _, cache = vae.decode(z, None, reference=ref)
+    temporal = [k for k in cache if not k.startswith("reference.")]
+    return temporal, [k for k in cache if k.startswith("reference.")], ref
+
+
+def _export_vae(avatar, out_dir: str) -> dict:
+    vae = avatar.vae.float().eval()
+    temporal, reference, ref = vae_cache_keys(vae, avatar)
+    z = torch.randn(1, *vae.latent_shape(avatar.chunk_frames, avatar.region_size, avatar.region_size))
+    keys = temporal + reference
+    first_args = (z,) if ref is None else (z, ref)
+    first_in = ["z"] + ([] if ref is None else ["reference"])
+    first_out = ["frames"] + [f"cache:{k}" for k in keys]
+    frames, cache = vae.decode(z, None, reference=ref)
+    _export(VAEFirst(vae, keys), first_args, os.path.join(out_dir, "vae_first.onnx"), first_in, first_out)
+    next_in = ["z"] + [f"cache:{k}" for k in keys]
+    next_out = ["frames"] + [f"cache:{k}:out" for k in temporal]
+    _export(VAENext(vae, temporal, reference), (z, *(cache[k] for k in keys)),
+            os.path.join(out_dir, "vae_next.onnx"), next_in, next_out)
+    meaning = {"z": "normalised latent chunk", "reference": "identity reference region in [-1, 1]",
+               "frames": "decoded frames in [-1, 1]", "cache:": "decoder cache entry (temporal conv past / "
+               "reference features)"}
+    return {"vae_first": {"file": "vae_first.onnx", "inputs": _io(first_in, first_args, meaning),
+                          "outputs": _io(first_out, (frames, *(cache[k] for k in keys)), meaning)},
+            "vae_next": {"file": "vae_next.onnx", "inputs": _io(next_in, (z, *(cache[k] for k in keys)), meaning),
+                         "outputs": _io(next_out, (frames, *(cache[k] for k in temporal)), meaning)},
+            "vae_cache": {"temporal": temporal, "reference": reference}}

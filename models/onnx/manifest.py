@@ -1,0 +1,70 @@
+"""``manifest.json`` of an ONNX export: what each file's inputs / outputs are, the opset, and the hash of the
+bundle it came from — so an export that does not match the bundle being run is refused with a clear message."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+
+import torch
+
+FORMAT = "framegraph-onnx-avatar/1"
+OPSET = 17
+MANIFEST = "manifest.json"
+PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
+
+
+class ExportError(ValueError):
+    """A missing, stale, foreign or unreadable ONNX export."""
+
+
+def avatar_hash(avatar) -> str:
+    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
+    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
+    the reference latent are graph *inputs*, so they are not part of it."""
+    h = hashlib.sha256()
+    h.update(json.dumps({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
+                        sort_keys=True).encode())
+    for name in ("audio", "dit", "vae"):
+        model = getattr(avatar, name)
+        h.update(json.dumps({name: dict(model.config)}, sort_keys=True, default=str).encode())
+        for key, t in model.state_dict().items():
+            h.update(key.encode())
+            h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def write_manifest(out_dir: str, manifest: dict) -> dict:
+    with open(os.path.join(out_dir, MANIFEST), "w") as f:
+        json.dump(manifest, f, indent=1)
+    return manifest
+
+
+def load_manifest(export_dir: str, avatar) -> dict:
+    """The manifest of ``export_dir``, checked against ``avatar`` (raises :class:`ExportError`)."""
+    hint = f"run `framegraph export --avatar BUNDLE --out {export_dir}`"
+    path = os.path.join(export_dir, MANIFEST)
+    if not os.path.isfile(path):
+        raise ExportError(f"no ONNX export at {export_dir} ({MANIFEST} not found); {hint}")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except (OSError, json.JSONDecodeError) as e:
+        raise ExportError(f"{path} is not a readable export manifest ({e}); {hint}") from e
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ExportError(f"{path}: format {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
+                          f"expected {FORMAT!r}; {hint}")
+    want = avatar_hash(avatar)
+    if manifest.get("bundle_hash") != want:
+        raise ExportError(f"the ONNX export at {export_dir} was made from another or an older bundle "
+                          f"({manifest.get('bundle')!r}, hash {str(manifest.get('bundle_hash'))[:12]}…; this "
+                          f"bundle's is {want[:12]}…): it is stale; {hint}")
+    files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
+    missing = [k for k in (*PARTS, "vae_cache") if k not in files]
+    if missing:
+        raise ExportError(f"{path} does not describe {', '.join(missing)}; {hint}")
+    for key in PARTS:
+        name = files[key].get("file", "")
+        if not os.path.isfile(os.path.join(export_dir, name)):
+            raise ExportError(f"the ONNX export at {export_dir} lacks {name} ({key}); {hint}")
+    return manifest

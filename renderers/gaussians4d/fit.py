@@ -39,7 +39,7 @@ from ..fit.losses import fit_loss, psnr
 from ..fit.params import knn_mean_distance, rgb_to_sh0
 from ..fit.trainer import FitConfig, scene_scale_of
 from ..scenes import ProceduralScene
-from .rasterization import rasterize_4d
+from . import rasterize_4d
 from .reference import rotation_4d
 from .scene import Gaussian4DScene
 

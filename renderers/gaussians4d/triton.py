@@ -6,20 +6,16 @@ form the 10 unique entries of ``Sigma = (R S)(R S)^T`` and condition on ``t``: c
 (3), conditional covariance (6 unique values), opacity x temporal marginal, and the cull flag.
 Everything after the slice (projection, tiles, blending) is the 3DGS pipeline.
 
-The op is registered with ``torch.library`` (schema + fake implementation, so graphs capture it)
-and is differentiable: its backward replays :func:`reference.slice_gaussians` under autograd, which
-is cheap next to rendering. Runs on CUDA, or on CPU through Triton's interpreter
-(``TRITON_INTERPRET=1`` set before this module is imported).
+``__init__.py`` registers the launcher as a torch custom op (schema + fake implementation, so graphs
+capture it) whose backward replays :func:`reference.slice_gaussians` under autograd, which is cheap next
+to rendering. Runs on CUDA, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set before
+this module is imported).
 """
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-
-from framegraph.kernels.backend import triton_available
-
-from . import reference
 
 BLOCK = 128  # Gaussians per program
 WARPS = 4
@@ -114,29 +110,10 @@ def _slice_kernel(
     tl.store(out_keep_ptr + i64, (marginal > cull_threshold).to(tl.int8), mask=m)
 
 
-def _check_launch(means: Tensor) -> None:
-    if not triton_available(means.device):
-        raise RuntimeError(
-            f"the triton 4DGS slice got tensors on {means.device}; it needs CUDA, or TRITON_INTERPRET=1 "
-            "set before framegraph.renderers.gaussians4d.triton is imported"
-        )
-    if means.dtype != torch.float32:
-        raise TypeError(f"the triton 4DGS slice computes in float32, got {means.dtype}")
-
-
-@torch.library.custom_op("framegraph::gaussians4d_slice", mutates_args=())
-def slice_gaussians(
-    means: Tensor,
-    times: Tensor,
-    scales: Tensor,
-    quats_l: Tensor,
-    quats_r: Tensor,
-    opacities: Tensor,
-    t: float,
-    cull_threshold: float = reference.CULL_THRESHOLD,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Triton twin of :func:`reference.slice_gaussians` (same arguments and returns; float32)."""
-    _check_launch(means)
+def slice_gaussians(means: Tensor, times: Tensor, scales: Tensor, quats_l: Tensor, quats_r: Tensor,
+                    opacities: Tensor, t: float, cull_threshold: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Launch :func:`_slice_kernel`: the twin of :func:`reference.slice_gaussians` (same arguments and
+    returns; float32)."""
     N = means.shape[0]
     out_means = means.new_empty((N, 3))
     out_covars = means.new_empty((N, 6))
@@ -149,27 +126,3 @@ def slice_gaussians(
             N, float(t), float(cull_threshold), BLOCK=BLOCK, num_warps=WARPS,
         )
     return out_means, out_covars, out_opac, keep != 0
-
-
-@slice_gaussians.register_fake
-def _(means, times, scales, quats_l, quats_r, opacities, t, cull_threshold=reference.CULL_THRESHOLD):
-    N = means.shape[0]
-    return (means.new_empty((N, 3)), means.new_empty((N, 6)), means.new_empty((N,)),
-            torch.empty((N,), dtype=torch.bool, device=means.device))
-
-
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:6])
-    ctx.t, ctx.cull_threshold = inputs[6], inputs[7]
-
-
-def _backward(ctx, g_means, g_covars, g_opac, _g_keep):
-    inputs = [x.detach().requires_grad_(True) for x in ctx.saved_tensors]
-    with torch.enable_grad():
-        outs = reference.slice_gaussians(*inputs, ctx.t, ctx.cull_threshold)[:3]
-        pairs = [(o, g) for o, g in zip(outs, (g_means, g_covars, g_opac)) if g is not None]
-        grads = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True)
-    return (*grads, None, None)
-
-
-slice_gaussians.register_autograd(_backward, setup_context=_setup_context)

@@ -56,6 +56,49 @@ def _store_tile(ptr, s_row, s_col, rows, row_mask, width, value, BW: tl.constexp
 
 
 @triton.jit
+def _program_tile(extent, BLOCK: tl.constexpr):
+    """What this program works on, on a grid ``(blocks * cdiv(extent, BLOCK), B * H)``: its block (a key row
+    or a column), its tile's first index, the tile's ``BLOCK`` indices along ``extent`` and their in-range
+    mask, and its (batch, head) ``bh``."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(extent, BLOCK)
+    first = (pid % tiles) * BLOCK
+    idx = first + tl.arange(0, BLOCK)
+    return pid // tiles, first, idx, idx < extent, tl.program_id(1)
+
+
+@triton.jit
+def _head(ptr, bh, H, s_b, s_h):
+    """``ptr`` moved to (batch, head) ``bh`` of a ``[B, H, ...]`` tensor with strides ``s_b``, ``s_h``."""
+    return ptr + (bh // H) * s_b + (bh % H) * s_h
+
+
+@triton.jit
+def _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE: tl.constexpr, HAS_C: tl.constexpr, BJ: tl.constexpr):
+    """``c_R[k, j]`` of key row ``k = row``, columns ``js``, and the R softmax's logit scale ``SCALE / c_R``
+    (iteration 1, not ``HAS_C``: ``c_R = 1``, the scale is ``SCALE``)."""
+    if HAS_C:
+        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
+        coef = SCALE / tl.maximum(c, C_MIN)
+    else:
+        c = tl.full((BJ,), 1.0, tl.float32)
+        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    return c, coef
+
+
+@triton.jit
+def _frame(rows, ROWS_PER_FRAME):
+    return rows // ROWS_PER_FRAME
+
+
+@triton.jit
+def _frames_end(end, M, ROWS_PER_FRAME):
+    """First row after the frame of row ``end - 1`` (capped at ``M``): block-causal rows ``[0, end)`` see
+    the rows up to there."""
+    return tl.minimum(M, (_frame(tl.minimum(end, M) - 1, ROWS_PER_FRAME) + 1) * ROWS_PER_FRAME)
+
+
+@triton.jit
 def _row_step_kernel(
     a_ptr, s_ab, s_ah, s_an, s_ad,  # a_R, token-indexed like q ([B, H, N, D]; n = k * b + j)
     c_ptr,  # c_R [B*H, N] fp32 (unused when HAS_C is false: c_R = 1)
@@ -67,23 +110,12 @@ def _row_step_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BJ)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of query columns j
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-
-    js = tile * BJ + tl.arange(0, BJ)
-    j_mask = js < NB
+    row, _, js, j_mask, bh = _program_tile(NB, BJ)  # key row k, tile of query columns j
+    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
+    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
     a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    if HAS_C:
-        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-        coef = SCALE / tl.maximum(c, C_MIN)
-    else:
-        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    _, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
 
     m_i = tl.full((BJ,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BJ,), dtype=tl.float32)
@@ -128,23 +160,17 @@ def _column_lse_kernel(
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BL)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of query rows l
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    o_ptr += b_ * s_ob + h * s_oh
+    col, first, ls, l_mask, bh = _program_tile(M, BL)  # column j, tile of query rows l
+    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
+    o_ptr = _head(o_ptr, bh, H, s_ob, s_oh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     y_ptr += (bh * NB + col) * M * Dv
 
-    ls = tile * BL + tl.arange(0, BL)
-    l_mask = ls < M
     qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
-        k_end = tl.minimum(M, ((tl.minimum(tile * BL + BL, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+        k_end = _frames_end(first + BL, M, ROWS_PER_FRAME)
 
     m_i = tl.full((BL,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BL,), dtype=tl.float32)
@@ -157,7 +183,7 @@ def _column_lse_kernel(
         s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
         ok = k_mask[None, :]
         if CAUSAL:
-            ok = ok & ((ks[None, :] // ROWS_PER_FRAME) <= (ls[:, None] // ROWS_PER_FRAME))
+            ok = ok & (_frame(ks[None, :], ROWS_PER_FRAME) <= _frame(ls[:, None], ROWS_PER_FRAME))
         s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
@@ -182,25 +208,19 @@ def _column_sum_kernel(
     SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BK)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of key rows k
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
+    col, first, ks, k_mask, bh = _program_tile(M, BK)  # column j, tile of key rows k
+    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     lse_ptr += (bh * NB + col) * M
 
-    ks = tile * BK + tl.arange(0, BK)
-    k_mask = ks < M
     a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
     l_end = M
     if CAUSAL:  # only the queries of each key row's own frame (see reference.py: no leak of later frames)
-        l_start = ((tile * BK) // ROWS_PER_FRAME) * ROWS_PER_FRAME
-        l_end = tl.minimum(M, ((tl.minimum(tile * BK + BK, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+        l_start = _frame(first, ROWS_PER_FRAME) * ROWS_PER_FRAME
+        l_end = _frames_end(first + BK, M, ROWS_PER_FRAME)
 
     acc = tl.zeros((BK, BD), dtype=tl.float32)
     c_sum = tl.zeros((BK,), dtype=tl.float32)
@@ -212,7 +232,7 @@ def _column_sum_kernel(
         s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
         ok = l_mask[None, :]
         if CAUSAL:
-            ok = ok & ((ks[:, None] // ROWS_PER_FRAME) == (ls[None, :] // ROWS_PER_FRAME))
+            ok = ok & (_frame(ks[:, None], ROWS_PER_FRAME) == _frame(ls[None, :], ROWS_PER_FRAME))
         p = tl.where(ok, tl.exp(s - lse[None, :]), 0.0)  # L[j, k, l]
         acc += tl.dot(p, qs, input_precision=PRECISION)
         c_sum += tl.sum(p, axis=1)

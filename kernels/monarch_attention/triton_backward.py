@@ -64,12 +64,20 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton import C_MIN, _load_tile, _store_tile, check_head_dims, device_capability, row_step, tiles
-
-
-@triton.jit
-def _frame(rows, ROWS_PER_FRAME):
-    return rows // ROWS_PER_FRAME
+from .triton import (
+    C_MIN,
+    _frame,
+    _frames_end,
+    _head,
+    _load_tile,
+    _program_tile,
+    _r_scale,
+    _store_tile,
+    check_head_dims,
+    device_capability,
+    row_step,
+    tiles,
+)
 
 
 @triton.jit
@@ -84,13 +92,9 @@ def _column_grad_query_kernel(
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BL)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of query rows l
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    x_ptr += b_ * s_xb + h * s_xh
+    col, first, ls, l_mask, bh = _program_tile(M, BL)  # column j, tile of query rows l
+    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
+    x_ptr = _head(x_ptr, bh, H, s_xb, s_xh)
     column = bh * NB + col
     al_ptr += column * M * D
     cl_ptr += column * M
@@ -100,15 +104,13 @@ def _column_grad_query_kernel(
     delta_ptr += column * M
     dq_ptr += bh * M * NB * D
 
-    ls = tile * BL + tl.arange(0, BL)
-    l_mask = ls < M
     tokens = ls * NB + col
     qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
     xs = _load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
     lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
-        k_end = tl.minimum(M, (_frame(tl.minimum(tile * BL + BL, M) - 1, ROWS_PER_FRAME) + 1) * ROWS_PER_FRAME)
+        k_end = _frames_end(first + BL, M, ROWS_PER_FRAME)
 
     u = tl.zeros((BL, BG), dtype=tl.float32)  # sum_k W L g
     w = tl.zeros((BL,), dtype=tl.float32)  # sum_k W L h
@@ -159,13 +161,9 @@ def _column_grad_key_kernel(
     SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BK)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of key rows k
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    x_ptr += b_ * s_xb + h * s_xh
+    col, first, ks, k_mask, bh = _program_tile(M, BK)  # column j, tile of key rows k
+    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
+    x_ptr = _head(x_ptr, bh, H, s_xb, s_xh)
     column = bh * NB + col
     al_ptr += column * M * D
     cl_ptr += column * M
@@ -174,8 +172,6 @@ def _column_grad_key_kernel(
     g_ptr += column * M * G
     h_ptr += column * M
 
-    ks = tile * BK + tl.arange(0, BK)
-    k_mask = ks < M
     a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
     g = _load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
@@ -183,7 +179,7 @@ def _column_grad_key_kernel(
         h_k = tl.load(h_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
     if CAUSAL:  # queries from the first key row's frame on
-        l_start = _frame(tile * BK, ROWS_PER_FRAME) * ROWS_PER_FRAME
+        l_start = _frame(first, ROWS_PER_FRAME) * ROWS_PER_FRAME
 
     da_l = tl.zeros((BK, BD), dtype=tl.float32)
     dc_l = tl.zeros((BK,), dtype=tl.float32)
@@ -233,23 +229,12 @@ def _row_grad_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BJ)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of query columns j
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-
-    js = tile * BJ + tl.arange(0, BJ)
-    j_mask = js < NB
+    row, _, js, j_mask, bh = _program_tile(NB, BJ)  # key row k, tile of query columns j
+    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
+    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
     a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    if HAS_C:
-        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-        coef = SCALE / tl.maximum(c, C_MIN)
-    else:
-        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
     columns = bh * NB + js  # [j, k] of the column-major statistics: columns * M + row
     lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
     c_l = tl.load(cl_ptr + columns * M + row, mask=j_mask, other=0.0)
@@ -302,18 +287,11 @@ def _row_key_grad_kernel(
     SCALE: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BI)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of its columns i
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-    dv_ptr += b_ * s_dvb + h * s_dvh
-
-    cols = tile * BI + tl.arange(0, BI)
-    i_mask = cols < NB
+    row, _, cols, i_mask, bh = _program_tile(NB, BI)  # key row k, tile of its columns i
+    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
+    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
+    dv_ptr = _head(dv_ptr, bh, H, s_dvb, s_dvh)
     keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
     if WITH_V:
         vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)  # [BI, BV]
@@ -324,11 +302,7 @@ def _row_key_grad_kernel(
         js = start + tl.arange(0, BJ)
         j_mask = js < NB
         a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-        if HAS_C:
-            c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-            coef = SCALE / tl.maximum(c, C_MIN)
-        else:
-            coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+        _, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
         columns = bh * NB + js
         lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
         shift = tl.load(shift_ptr + columns * M + row, mask=j_mask, other=0.0)

@@ -87,6 +87,18 @@ def _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE: tl.constexpr, HAS_C: tl.c
 
 
 @triton.jit
+def _row_program(a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D,
+                 SCALE: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr, HAS_C: tl.constexpr):
+    """Set-up of an R-step program (the forward's and the backward's recomputation): key row ``k``, its
+    query columns ``js`` (mask ``j_mask``), ``bh``, the ``a_R`` tile ``[BJ, BD]``, ``c_R`` and the logit
+    scale (see :func:`_r_scale`), and the k / v pointers moved to this (batch, head)."""
+    row, _, js, j_mask, bh = _program_tile(NB, BJ)
+    a = _load_tile(_head(a_ptr, bh, H, s_ab, s_ah), s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+    c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
+    return row, js, j_mask, bh, a, c, coef, _head(k_ptr, bh, H, s_kb, s_kh), _head(v_ptr, bh, H, s_vb, s_vh)
+
+
+@triton.jit
 def _frame(rows, ROWS_PER_FRAME):
     return rows // ROWS_PER_FRAME
 
@@ -110,12 +122,8 @@ def _row_step_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    row, _, js, j_mask, bh = _program_tile(NB, BJ)  # key row k, tile of query columns j
-    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
-    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
-    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
-    a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    _, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
+    row, js, j_mask, bh, a, _, coef, k_ptr, v_ptr = _row_program(  # key row k, tile of query columns j
+        a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D, SCALE, BJ, BD, HAS_C)
 
     m_i = tl.full((BJ,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BJ,), dtype=tl.float32)

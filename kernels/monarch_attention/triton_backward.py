@@ -72,12 +72,26 @@ from .triton import (
     _load_tile,
     _program_tile,
     _r_scale,
+    _row_program,
     _store_tile,
     check_head_dims,
     device_capability,
     row_step,
     tiles,
 )
+
+
+@triton.jit
+def _column_grad_program(q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr,
+                         H, M, NB, D, G, BLOCK: tl.constexpr):
+    """Set-up of a column-gradient program: column ``j``, its tile (first row, ``BLOCK`` rows and their mask),
+    ``bh``, and the pointers moved to this (batch, head) and column: q, x (token-indexed), a_L, c_L, lse_L,
+    g, h (column-major statistics), with the statistics' column index ``bh * b + j``."""
+    col, first, rows, mask, bh = _program_tile(M, BLOCK)
+    column = bh * NB + col
+    return (col, first, rows, mask, column, _head(q_ptr, bh, H, s_qb, s_qh), _head(x_ptr, bh, H, s_xb, s_xh),
+            al_ptr + column * M * D, cl_ptr + column * M, lse_ptr + column * M, g_ptr + column * M * G,
+            h_ptr + column * M)
 
 
 @triton.jit
@@ -92,17 +106,11 @@ def _column_grad_query_kernel(
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    col, first, ls, l_mask, bh = _program_tile(M, BL)  # column j, tile of query rows l
-    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
-    x_ptr = _head(x_ptr, bh, H, s_xb, s_xh)
-    column = bh * NB + col
-    al_ptr += column * M * D
-    cl_ptr += column * M
-    lse_ptr += column * M
-    g_ptr += column * M * G
-    h_ptr += column * M
+    col, first, ls, l_mask, column, q_ptr, x_ptr, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr = _column_grad_program(
+        q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr, H, M, NB, D, G, BL,
+    )  # column j, tile of query rows l
     delta_ptr += column * M
-    dq_ptr += bh * M * NB * D
+    dq_ptr += (column // NB) * M * NB * D  # column // b: this (batch, head)
 
     tokens = ls * NB + col
     qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
@@ -161,16 +169,10 @@ def _column_grad_key_kernel(
     SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    col, first, ks, k_mask, bh = _program_tile(M, BK)  # column j, tile of key rows k
-    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
-    x_ptr = _head(x_ptr, bh, H, s_xb, s_xh)
-    column = bh * NB + col
-    al_ptr += column * M * D
-    cl_ptr += column * M
-    lse_ptr += column * M
+    col, first, ks, k_mask, column, q_ptr, x_ptr, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr = _column_grad_program(
+        q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr, H, M, NB, D, G, BK,
+    )  # column j, tile of key rows k
     delta_ptr += column * M
-    g_ptr += column * M * G
-    h_ptr += column * M
 
     a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
@@ -229,12 +231,8 @@ def _row_grad_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    row, _, js, j_mask, bh = _program_tile(NB, BJ)  # key row k, tile of query columns j
-    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
-    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
-    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
-    a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
+    row, js, j_mask, bh, a, c, coef, k_ptr, v_ptr = _row_program(  # key row k, tile of query columns j
+        a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D, SCALE, BJ, BD, HAS_C)
     columns = bh * NB + js  # [j, k] of the column-major statistics: columns * M + row
     lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
     c_l = tl.load(cl_ptr + columns * M + row, mask=j_mask, other=0.0)

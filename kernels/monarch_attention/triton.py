@@ -34,25 +34,13 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import device_capability
+from ..tiles import head, load_tile, store_tile
+
 MAX_HEAD_DIM = 128
 MAX_TILE = 64  # rows / columns per tile (32 for head dims > 64); the tests lower it to 16 to exercise multi-tile loops
 BACKWARD_MAX_TILE = 32  # rows / columns per tile of the backward: its kernels hold more live tiles (64 spills)
 C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
-
-
-@triton.jit
-def _load_tile(ptr, s_row, s_col, rows, row_mask, width, BW: tl.constexpr):
-    """``[len(rows), BW]`` fp32 tile of a row-major view (zeros outside rows / columns)."""
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    return tl.load(ptr + rows[:, None] * s_row + cols[None, :] * s_col, mask=mask, other=0.0).to(tl.float32)
-
-
-@triton.jit
-def _store_tile(ptr, s_row, s_col, rows, row_mask, width, value, BW: tl.constexpr):
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    tl.store(ptr + rows[:, None] * s_row + cols[None, :] * s_col, value.to(ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit
@@ -65,12 +53,6 @@ def _program_tile(extent, BLOCK: tl.constexpr):
     first = (pid % tiles) * BLOCK
     idx = first + tl.arange(0, BLOCK)
     return pid // tiles, first, idx, idx < extent, tl.program_id(1)
-
-
-@triton.jit
-def _head(ptr, bh, H, s_b, s_h):
-    """``ptr`` moved to (batch, head) ``bh`` of a ``[B, H, ...]`` tensor with strides ``s_b``, ``s_h``."""
-    return ptr + (bh // H) * s_b + (bh % H) * s_h
 
 
 @triton.jit
@@ -93,9 +75,9 @@ def _row_program(a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr,
     query columns ``js`` (mask ``j_mask``), ``bh``, the ``a_R`` tile ``[BJ, BD]``, ``c_R`` and the logit
     scale (see :func:`_r_scale`), and the k / v pointers moved to this (batch, head)."""
     row, _, js, j_mask, bh = _program_tile(NB, BJ)
-    a = _load_tile(_head(a_ptr, bh, H, s_ab, s_ah), s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+    a = load_tile(head(a_ptr, bh, H, s_ab, s_ah), s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
     c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
-    return row, js, j_mask, bh, a, c, coef, _head(k_ptr, bh, H, s_kb, s_kh), _head(v_ptr, bh, H, s_vb, s_vh)
+    return row, js, j_mask, bh, a, c, coef, head(k_ptr, bh, H, s_kb, s_kh), head(v_ptr, bh, H, s_vb, s_vh)
 
 
 @triton.jit
@@ -133,7 +115,7 @@ def _row_step_kernel(
     for start in range(0, NB, BI):
         cols = start + tl.arange(0, BI)
         i_mask = cols < NB
-        keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+        keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
         s = tl.dot(a, tl.trans(keys), input_precision=PRECISION) * coef[:, None]  # [BJ, BI]
         s = tl.where(i_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -143,19 +125,19 @@ def _row_step_kernel(
         ps_i = ps_i * alpha + tl.sum(p * tl.where(i_mask[None, :], s, 0.0), axis=1)
         acc_k = acc_k * alpha[:, None] + tl.dot(p, keys, input_precision=PRECISION)
         if WITH_V:
-            vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
+            vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
             acc_v = acc_v * alpha[:, None] + tl.dot(p, vals, input_precision=PRECISION)
         m_i = m_new
 
     # a_L[j, k], c_L[j, k], y[j, k]: rows j of stride M * width, column k
     out_rows = bh * NB + js  # index into [B*H*b]
-    _store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
+    store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
     lse_r = m_i + tl.log(l_i)
     tl.store(cl_ptr + out_rows * M + row, ps_i / l_i - lse_r, mask=j_mask)
     if lser_ptr is not None:
         tl.store(lser_ptr + out_rows * M + row, lse_r, mask=j_mask)
     if WITH_V:
-        _store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
+        store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
 
 
 @triton.jit
@@ -169,13 +151,13 @@ def _column_lse_kernel(
     CAUSAL: tl.constexpr, OUTPUT: tl.constexpr, PRECISION: tl.constexpr,
 ):
     col, first, ls, l_mask, bh = _program_tile(M, BL)  # column j, tile of query rows l
-    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
-    o_ptr = _head(o_ptr, bh, H, s_ob, s_oh)
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
+    o_ptr = head(o_ptr, bh, H, s_ob, s_oh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     y_ptr += (bh * NB + col) * M * Dv
 
-    qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+    qs = load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
         k_end = _frames_end(first + BL, M, ROWS_PER_FRAME)
@@ -186,7 +168,7 @@ def _column_lse_kernel(
     for start in range(0, k_end, BK):
         ks = start + tl.arange(0, BK)
         k_mask = ks < k_end
-        a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+        a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
         c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
         s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
         ok = k_mask[None, :]
@@ -198,13 +180,13 @@ def _column_lse_kernel(
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if OUTPUT:
-            y = _load_tile(y_ptr, Dv, 1, ks, k_mask, Dv, BV)
+            y = load_tile(y_ptr, Dv, 1, ks, k_mask, Dv, BV)
             acc = acc * alpha[:, None] + tl.dot(p, y, input_precision=PRECISION)
         m_i = m_new
 
     tl.store(lse_ptr + (bh * NB + col) * M + ls, m_i + tl.log(l_i), mask=l_mask)
     if OUTPUT:
-        _store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
+        store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
 
 
 @triton.jit
@@ -217,12 +199,12 @@ def _column_sum_kernel(
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):
     col, first, ks, k_mask, bh = _program_tile(M, BK)  # column j, tile of key rows k
-    q_ptr = _head(q_ptr, bh, H, s_qb, s_qh)
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     lse_ptr += (bh * NB + col) * M
 
-    a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+    a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
     l_end = M
@@ -235,7 +217,7 @@ def _column_sum_kernel(
     for start in range(l_start, l_end, BL):
         ls = start + tl.arange(0, BL)
         l_mask = ls < l_end
-        qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+        qs = load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
         lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
         s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
         ok = l_mask[None, :]
@@ -246,7 +228,7 @@ def _column_sum_kernel(
         c_sum += tl.sum(p, axis=1)
 
     out_rows = ks * NB + col
-    _store_tile(ar_ptr + bh * M * NB * D, D, 1, out_rows, k_mask, D, acc, BD)
+    store_tile(ar_ptr + bh * M * NB * D, D, 1, out_rows, k_mask, D, acc, BD)
     tl.store(cr_ptr + bh * M * NB + out_rows, c_sum, mask=k_mask)
 
 
@@ -255,14 +237,6 @@ def _column_sum_kernel(
 
 def _pow2(n: int, lo: int = 16, hi: int = 64) -> int:
     return max(lo, min(hi, triton.next_power_of_2(n)))
-
-
-def device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
-    if device.type != "cuda":
-        return 89
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
 
 
 def check_head_dims(D: int, Dv: int) -> None:

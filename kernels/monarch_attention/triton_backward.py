@@ -64,18 +64,16 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import device_capability
+from ..tiles import head, load_tile, store_tile
 from .triton import (
     C_MIN,
     _frame,
     _frames_end,
-    _head,
-    _load_tile,
     _program_tile,
     _r_scale,
     _row_program,
-    _store_tile,
     check_head_dims,
-    device_capability,
     row_step,
     tiles,
 )
@@ -89,7 +87,7 @@ def _column_grad_program(q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, l
     g, h (column-major statistics), with the statistics' column index ``bh * b + j``."""
     col, first, rows, mask, bh = _program_tile(M, BLOCK)
     column = bh * NB + col
-    return (col, first, rows, mask, column, _head(q_ptr, bh, H, s_qb, s_qh), _head(x_ptr, bh, H, s_xb, s_xh),
+    return (col, first, rows, mask, column, head(q_ptr, bh, H, s_qb, s_qh), head(x_ptr, bh, H, s_xb, s_xh),
             al_ptr + column * M * D, cl_ptr + column * M, lse_ptr + column * M, g_ptr + column * M * G,
             h_ptr + column * M)
 
@@ -113,8 +111,8 @@ def _column_grad_query_kernel(
     dq_ptr += (column // NB) * M * NB * D  # column // b: this (batch, head)
 
     tokens = ls * NB + col
-    qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
-    xs = _load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
+    qs = load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
+    xs = load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
     lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
@@ -127,9 +125,9 @@ def _column_grad_query_kernel(
     for start in range(0, k_end, BK):
         ks = start + tl.arange(0, BK)
         k_mask = ks < k_end
-        a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+        a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
         c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
-        g = _load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
+        g = load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
         s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
         ok = l_mask[:, None] & k_mask[None, :]
         if CAUSAL:
@@ -153,8 +151,8 @@ def _column_grad_query_kernel(
     dq = SCALE * (l_dl_a - delta[:, None] * l_a)
     if not OUTPUT_STEP:
         dq += u  # a_R' = sum_l W L q: q's own share (G == D here)
-    dq += _load_tile(dq_ptr, D, 1, tokens, l_mask, D, BD)
-    _store_tile(dq_ptr, D, 1, tokens, l_mask, D, dq, BD)
+    dq += load_tile(dq_ptr, D, 1, tokens, l_mask, D, BD)
+    store_tile(dq_ptr, D, 1, tokens, l_mask, D, dq, BD)
     tl.store(delta_ptr + ls, delta, mask=l_mask)
 
 
@@ -174,9 +172,9 @@ def _column_grad_key_kernel(
     )  # column j, tile of key rows k
     delta_ptr += column * M
 
-    a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+    a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
-    g = _load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
+    g = load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
     if not OUTPUT_STEP:
         h_k = tl.load(h_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
@@ -190,8 +188,8 @@ def _column_grad_key_kernel(
         ls = start + tl.arange(0, BL)
         l_mask = ls < M
         tokens = ls * NB + col
-        qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
-        xs = _load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
+        qs = load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
+        xs = load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
         lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
         delta = tl.load(delta_ptr + ls, mask=l_mask, other=0.0)
         s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
@@ -210,10 +208,10 @@ def _column_grad_key_kernel(
         if OUTPUT_STEP:
             dy += tl.dot(p, xs, input_precision=PRECISION)
 
-    _store_tile(dal_ptr + column * M * D, D, 1, ks, k_mask, D, SCALE * da_l, BD)
+    store_tile(dal_ptr + column * M * D, D, 1, ks, k_mask, D, SCALE * da_l, BD)
     tl.store(dcl_ptr + column * M + ks, dc_l, mask=k_mask)
     if OUTPUT_STEP:
-        _store_tile(dy_ptr + column * M * G, G, 1, ks, k_mask, G, dy, BG)
+        store_tile(dy_ptr + column * M * G, G, 1, ks, k_mask, G, dy, BG)
 
 
 @triton.jit
@@ -237,12 +235,12 @@ def _row_grad_kernel(
     lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
     c_l = tl.load(cl_ptr + columns * M + row, mask=j_mask, other=0.0)
     dc_l = tl.load(dcl_ptr + columns * M + row, mask=j_mask, other=0.0)
-    a_l = _load_tile(al_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
-    da_l = _load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
+    a_l = load_tile(al_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
+    da_l = load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
     shift = -tl.sum(da_l * a_l, axis=1) - dc_l * (c_l + lse_r)
     if WITH_V:
-        dy = _load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)
-        shift -= tl.sum(dy * _load_tile(y_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV), axis=1)
+        dy = load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)
+        shift -= tl.sum(dy * load_tile(y_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV), axis=1)
     tl.store(shift_ptr + columns * M + row, shift, mask=j_mask)
 
     dz_k = tl.zeros((BJ, BD), dtype=tl.float32)  # sum_i dz k
@@ -250,12 +248,12 @@ def _row_grad_kernel(
     for start in range(0, NB, BI):
         cols = start + tl.arange(0, BI)
         i_mask = cols < NB
-        keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+        keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
         z = tl.dot(a, tl.trans(keys), input_precision=PRECISION) * coef[:, None]  # [BJ, BI]
         r = tl.where(i_mask[None, :], tl.exp(z - lse_r[:, None]), 0.0)  # R[k, j, i]
         d_r = tl.dot(da_l, tl.trans(keys), input_precision=PRECISION) + dc_l[:, None] * z + shift[:, None]
         if WITH_V:
-            vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
+            vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
             d_r += tl.dot(dy, tl.trans(vals), input_precision=PRECISION)
         dz = r * d_r
         dz_k += tl.dot(dz, keys, input_precision=PRECISION)
@@ -264,12 +262,12 @@ def _row_grad_kernel(
     da_r = dz_k * coef[:, None]
     if HAS_C:
         dc_r = tl.where(c > C_MIN, -dz_z / c, 0.0)
-        _store_tile(dar_ptr + row * D, M * D, 1, columns, j_mask, D, da_r, BD)
+        store_tile(dar_ptr + row * D, M * D, 1, columns, j_mask, D, da_r, BD)
         tl.store(dcr_ptr + columns * M + row, dc_r, mask=j_mask)
     else:
         tokens = bh * M * NB + row * NB + js
-        da_r += _load_tile(dq_ptr, D, 1, tokens, j_mask, D, BD)
-        _store_tile(dq_ptr, D, 1, tokens, j_mask, D, da_r, BD)
+        da_r += load_tile(dq_ptr, D, 1, tokens, j_mask, D, BD)
+        store_tile(dq_ptr, D, 1, tokens, j_mask, D, da_r, BD)
 
 
 @triton.jit
@@ -286,31 +284,31 @@ def _row_key_grad_kernel(
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
     row, _, cols, i_mask, bh = _program_tile(NB, BI)  # key row k, tile of its columns i
-    a_ptr = _head(a_ptr, bh, H, s_ab, s_ah)
-    k_ptr = _head(k_ptr, bh, H, s_kb, s_kh)
-    v_ptr = _head(v_ptr, bh, H, s_vb, s_vh)
-    dv_ptr = _head(dv_ptr, bh, H, s_dvb, s_dvh)
-    keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+    a_ptr = head(a_ptr, bh, H, s_ab, s_ah)
+    k_ptr = head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = head(v_ptr, bh, H, s_vb, s_vh)
+    dv_ptr = head(dv_ptr, bh, H, s_dvb, s_dvh)
+    keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
     if WITH_V:
-        vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)  # [BI, BV]
+        vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)  # [BI, BV]
 
     dk = tl.zeros((BI, BD), dtype=tl.float32)
     dv = tl.zeros((BI, BV), dtype=tl.float32)
     for start in range(0, NB, BJ):  # tiles are [BI, BJ]: transposed, so that the sums over j are plain dots
         js = start + tl.arange(0, BJ)
         j_mask = js < NB
-        a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+        a = load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
         _, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
         columns = bh * NB + js
         lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
         shift = tl.load(shift_ptr + columns * M + row, mask=j_mask, other=0.0)
         dc_l = tl.load(dcl_ptr + columns * M + row, mask=j_mask, other=0.0)
-        da_l = _load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)  # [BJ, BD]
+        da_l = load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)  # [BJ, BD]
         z_t = tl.dot(keys, tl.trans(a), input_precision=PRECISION) * coef[None, :]  # z[k, j, i] as [BI, BJ]
         r_t = tl.where(i_mask[:, None] & j_mask[None, :], tl.exp(z_t - lse_r[None, :]), 0.0)  # R[k, j, i]
         d_r_t = tl.dot(keys, tl.trans(da_l), input_precision=PRECISION) + dc_l[None, :] * z_t + shift[None, :]
         if WITH_V:
-            dy = _load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)  # [BJ, BV]
+            dy = load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)  # [BJ, BV]
             d_r_t += tl.dot(vals, tl.trans(dy), input_precision=PRECISION)
             dv += tl.dot(r_t, dy, input_precision=PRECISION)
         dz_t = r_t * d_r_t
@@ -318,10 +316,10 @@ def _row_key_grad_kernel(
         dk += tl.dot(dz_t * coef[None, :], a, input_precision=PRECISION)
 
     tokens = bh * M * NB + row * NB + cols
-    dk += _load_tile(dk_ptr, D, 1, tokens, i_mask, D, BD)
-    _store_tile(dk_ptr, D, 1, tokens, i_mask, D, dk, BD)
+    dk += load_tile(dk_ptr, D, 1, tokens, i_mask, D, BD)
+    store_tile(dk_ptr, D, 1, tokens, i_mask, D, dk, BD)
     if WITH_V:
-        _store_tile(dv_ptr, s_dvn, s_dvd, row * NB + cols, i_mask, Dv, dv, BV)
+        store_tile(dv_ptr, s_dvn, s_dvd, row * NB + cols, i_mask, Dv, dv, BV)
 
 
 # ----------------------------------------------------------------------------- launcher

@@ -28,6 +28,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from framegraph.kernels.backend import device_capability
+
 from .reference import ALPHA_THRESHOLD, TRANSMITTANCE_THRESHOLD
 
 # Globals read inside kernels must be constexpr.
@@ -47,14 +49,6 @@ BWD_BATCH, BWD_WARPS = 8, 8
 def forward_config(capability: int) -> tuple[int, int]:
     """(BATCH, num_warps) of ``_rasterize_fwd_kernel`` on a GPU of compute ``capability`` (89 = sm_89)."""
     return (FWD_BATCH_SM89 if capability == 89 else FWD_BATCH), FWD_WARPS
-
-
-def _device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
-    if device.type != "cuda":
-        return 89
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
 
 
 @triton.jit
@@ -228,7 +222,7 @@ def rasterize_fwd(means2d: Tensor, conics: Tensor, colors: Tensor, opacities: Te
     out = means2d.new_zeros((C, height, width, D))
     trans = means2d.new_ones((C, height, width))
     if programs > 0 and flatten_ids.numel() > 0:
-        batch, warps = forward_config(_device_capability(means2d.device))
+        batch, warps = forward_config(device_capability(means2d.device))
         _rasterize_fwd_kernel[(programs,)](
             means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans,
             width, height, tile_w, n_tiles, alpha_cap,

@@ -298,7 +298,7 @@ def _row_key_grad_kernel(
         js = start + tl.arange(0, BJ)
         j_mask = js < NB
         a = load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-        _, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
+        c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
         columns = bh * NB + js
         lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
         shift = tl.load(shift_ptr + columns * M + row, mask=j_mask, other=0.0)

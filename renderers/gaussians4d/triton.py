@@ -36,6 +36,21 @@ def _dot4(a0, a1, a2, a3, b0, b1, b2, b3):
 
 
 @triton.jit
+def _load4(ptr, i, m, first, rest):
+    """The 4 values of row ``i`` of an ``[N, 4]`` tensor (``first`` / ``rest`` where masked)."""
+    return (tl.load(ptr + 4 * i, mask=m, other=first), tl.load(ptr + 4 * i + 1, mask=m, other=rest),
+            tl.load(ptr + 4 * i + 2, mask=m, other=rest), tl.load(ptr + 4 * i + 3, mask=m, other=rest))
+
+
+@triton.jit
+def _load_unit_quat(ptr, i, m):
+    """Quaternion ``i`` of an ``[N, 4]`` tensor, normalised (identity where masked)."""
+    w, x, y, z = _load4(ptr, i, m, 1.0, 0.0)
+    inv = 1.0 / tl.sqrt(w * w + x * x + y * y + z * z)
+    return w * inv, x * inv, y * inv, z * inv
+
+
+@triton.jit
 def _slice_kernel(
     means_ptr, times_ptr, scales_ptr, ql_ptr, qr_ptr, opac_ptr,  # [N, 3], [N], [N, 4], [N, 4], [N, 4], [N]
     out_means_ptr, out_covars_ptr, out_opac_ptr, out_keep_ptr,  # [N, 3], [N, 6], [N], [N] int8
@@ -46,23 +61,9 @@ def _slice_kernel(
     m = i < N
     i64 = i.to(tl.int64)
 
-    a = tl.load(ql_ptr + 4 * i64, mask=m, other=1.0)
-    b = tl.load(ql_ptr + 4 * i64 + 1, mask=m, other=0.0)
-    c = tl.load(ql_ptr + 4 * i64 + 2, mask=m, other=0.0)
-    d = tl.load(ql_ptr + 4 * i64 + 3, mask=m, other=0.0)
-    inv = 1.0 / tl.sqrt(a * a + b * b + c * c + d * d)
-    a, b, c, d = a * inv, b * inv, c * inv, d * inv
-    p = tl.load(qr_ptr + 4 * i64, mask=m, other=1.0)
-    q = tl.load(qr_ptr + 4 * i64 + 1, mask=m, other=0.0)
-    r = tl.load(qr_ptr + 4 * i64 + 2, mask=m, other=0.0)
-    s = tl.load(qr_ptr + 4 * i64 + 3, mask=m, other=0.0)
-    inv = 1.0 / tl.sqrt(p * p + q * q + r * r + s * s)
-    p, q, r, s = p * inv, q * inv, r * inv, s * inv
-
-    s0 = tl.load(scales_ptr + 4 * i64, mask=m, other=1.0)
-    s1 = tl.load(scales_ptr + 4 * i64 + 1, mask=m, other=1.0)
-    s2 = tl.load(scales_ptr + 4 * i64 + 2, mask=m, other=1.0)
-    s3 = tl.load(scales_ptr + 4 * i64 + 3, mask=m, other=1.0)
+    a, b, c, d = _load_unit_quat(ql_ptr, i64, m)
+    p, q, r, s = _load_unit_quat(qr_ptr, i64, m)
+    s0, s1, s2, s3 = _load4(scales_ptr, i64, m, 1.0, 1.0)
 
     # Rows of R = M_l(a, b, c, d) @ M_r(p, q, r, s), each scaled by S: U = R S.
     x00, x01, x02, x03 = _row_times_right(a, -b, -c, -d, p, q, r, s)

@@ -4,6 +4,7 @@ import math
 
 import pytest
 import torch
+from helpers import CollectFrames
 
 from framegraph.assets import path as asset
 from framegraph.renderers.cameras import CameraPath, intrinsics, look_at
@@ -21,7 +22,7 @@ from framegraph.renderers.gaussians4d import reference as ref
 from framegraph.renderers.gaussians4d.demo import main as demo_main
 from framegraph.renderers.gaussians4d.io import CAPTURE_FIELDS
 from framegraph.renderers.stages import CameraSource
-from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream import Clock, Graph
 
 ASSET = asset("scenes4d", "bouncing_ball.pth")
 W, H = 64, 48
@@ -201,16 +202,6 @@ def test_demo_scene_renders_different_frames_at_different_times():
 # ----------------------------------------------------------------------------
 # The render stage in a graph
 # ----------------------------------------------------------------------------
-class Frames(Stage):
-    def __init__(self, w, h):
-        super().__init__("frames")
-        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        self.got.append((inputs["video"].pts, inputs["video"].data.clone()))
-
-
 def test_scene_time_loops_over_the_duration():
     s = random_scene_4d(3, 0, 0, time_duration=(1.0, 3.0))
     assert scene_time(0.0, s) == 1.0 and scene_time(0.5, s) == 1.5
@@ -227,7 +218,7 @@ def test_stage_renders_the_scene_at_each_frames_time_in_a_graph():
     g = Graph(Clock("fast"))
     cams = g.add(CameraSource(path, fps=fps))
     render = g.add(Gaussian4DRenderStage(scene, width=W, height=H))
-    sink = g.add(Frames(W, H))
+    sink = g.add(CollectFrames("video", (H, W, 3), torch.uint8, name="frames"))
     g.connect(cams, render)
     g.connect(render, sink)
     g.run(timeout=120)

@@ -2,12 +2,13 @@
 
 import pytest
 import torch
+from helpers import CollectFrames
 
 from framegraph.assets import path as asset
 from framegraph.renderers.nerf import NerfLoadError, demo_scene, load_nerf, psnr
 from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
 from framegraph.renderers.stages import CameraSource
-from framegraph.stream import Graph, PortSpec, Stage
+from framegraph.stream import Graph
 
 DEMO = asset("nerf", "spheres")
 
@@ -15,16 +16,6 @@ DEMO = asset("nerf", "spheres")
 @pytest.fixture(scope="module")
 def demo():
     return load_nerf(DEMO)
-
-
-class Frames(Stage):
-    def __init__(self, w, h):
-        super().__init__("frames")
-        self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
-        self.got = []
-
-    def process(self, inputs, out):
-        self.got.append(inputs["video"].data.clone())
 
 
 def test_demo_loads_and_renders_the_scene_it_was_trained_on(demo):
@@ -57,17 +48,17 @@ def test_render_stage_in_a_graph_matches_the_model(demo):
     g = Graph()
     cams = g.add(CameraSource(path, fps=10))
     r = g.add(NerfRenderStage(demo, width=W, height=H))
-    k = g.add(Frames(W, H))
+    k = g.add(CollectFrames("video", (H, W, 3), torch.uint8, name="frames"))
     g.connect(cams, r)
     g.connect(r, k)
     g.run(timeout=120)
     assert len(k.got) == 3
     with torch.no_grad():
-        for i, img in enumerate(k.got):
+        for i, (_, img) in enumerate(k.got):
             view, K = path[i]
             expect = (demo.render(view, K, W, H).clamp(0, 1) * 255 + 0.5).to(torch.uint8)
             assert torch.equal(img, expect)
-    assert not torch.equal(k.got[0], k.got[1])  # the camera moved
+    assert not torch.equal(k.got[0][1], k.got[1][1])  # the camera moved
 
 
 def test_render_stage_takes_a_directory_and_reports_a_bad_one(tmp_path):

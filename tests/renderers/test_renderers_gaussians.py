@@ -414,6 +414,21 @@ def test_zero_quaternion_is_rejected():
         rasterize(**args, viewmats=viewmats, Ks=Ks, width=W, height=H)
 
 
+@needs_triton
+@pytest.mark.parametrize("change, error, message", [
+    (dict(tile_size=12), ValueError, r"tile_size in \(4, 8, 16, 32\), got 12; use backend='torch'"),
+    (dict(dtype=torch.float64), TypeError, r"compute in float32, got torch.float64"),
+])
+def test_triton_backend_refuses_what_its_kernels_cannot_do(change, error, message):
+    dtype = change.pop("dtype", torch.float32)
+    args = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+            for k, v in make_scene(10, 0, seed=14).items()}
+    viewmats, Ks = make_cameras(1)
+    with pytest.raises(error, match=message):
+        rasterize(**args, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=W, height=H, backend="triton",
+                  **change)
+
+
 def test_auto_backend_uses_reference_on_cpu():
     args = make_scene(10, 3, seed=14)
     viewmats, Ks = make_cameras(1)

@@ -47,6 +47,15 @@ def triton_available(device: torch.device | str) -> bool:
     return (kind == "cuda" and torch.cuda.is_available()) or (kind == "cpu" and triton_interpret_enabled())
 
 
+def device_capability(device: torch.device) -> int:
+    """Compute capability of a CUDA device (89 = sm_89), which picks a kernel's launch configuration; 89 on
+    the CPU, where Triton's interpreter runs sm_89's choice (the tightest: least shared memory)."""
+    if device.type != "cuda":
+        return 89
+    major, minor = torch.cuda.get_device_capability(device)
+    return 10 * major + minor
+
+
 def resolve_backend(backend: Backend, *tensors: torch.Tensor | None, op: str,
                     auto_dtypes: Iterable[torch.dtype] | None = None) -> Literal["triton", "torch"]:
     """Return ``"triton"`` or ``"torch"`` for ``backend`` given the op's input tensors.

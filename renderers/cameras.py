@@ -18,7 +18,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -325,6 +325,24 @@ class KeyframePath:
 # ----------------------------------------------------------------------------
 # nerfstudio camera_path.json
 # ----------------------------------------------------------------------------
+def read_json_object(path: Path, fail: Callable[[str], Exception]) -> dict:
+    """The JSON object in the file at ``path``; a missing or unreadable file, invalid JSON or another
+    top-level value raise ``fail(problem)`` (an exception naming the file, built by the caller)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise fail("no such file") from None
+    except (OSError, UnicodeDecodeError) as e:
+        raise fail(f"cannot read: {e}") from None
+    try:
+        doc = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise fail(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
+    if not isinstance(doc, dict):
+        raise fail(f"expected a JSON object at the top level, got {type(doc).__name__}")
+    return doc
+
+
 def load_nerfstudio_camera_path(path: str | os.PathLike) -> CameraPath:
     """Read a nerfstudio ``camera_path.json`` (as written by its viewer) as OpenCV cameras.
 
@@ -339,18 +357,7 @@ def load_nerfstudio_camera_path(path: str | os.PathLike) -> CameraPath:
     def fail(problem: str) -> CameraPathError:
         return CameraPathError(f"{path}: {problem}")
 
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise fail("no such file") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise fail(f"cannot read: {e}") from None
-    try:
-        doc = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise fail(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    if not isinstance(doc, dict):
-        raise fail(f"expected a JSON object at the top level, got {type(doc).__name__}")
+    doc = read_json_object(path, fail)
     camera_type = str(doc.get("camera_type", "perspective")).lower()
     if camera_type != "perspective":
         raise fail(f"camera_type {camera_type!r} is not supported; only 'perspective'")

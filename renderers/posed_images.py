@@ -32,7 +32,6 @@ Every error is a :class:`DatasetError` whose message names the file and the prob
 """
 from __future__ import annotations
 
-import json
 import math
 import os
 import sys
@@ -44,7 +43,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from .cameras import OPENGL_TO_OPENCV, camera_centers
+from .cameras import OPENGL_TO_OPENCV, camera_centers, read_json_object
 
 PathLike = str | os.PathLike
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
@@ -149,14 +148,7 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
         raise DatasetError(f"downscale must be a positive integer, got {downscale!r}")
     if limit is not None and (not isinstance(limit, int) or limit < 1):
         raise DatasetError(f"limit must be a positive integer or None, got {limit!r}")
-    try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise fail(f"not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise fail(f"cannot read: {e}") from None
-    if not isinstance(doc, dict):
-        raise fail(f"expected a JSON object at the top level, got {type(doc).__name__}")
+    doc = read_json_object(path, fail)
     frames = doc.get("frames")
     if not isinstance(frames, list) or not frames:
         raise fail("needs a non-empty 'frames' list")

@@ -247,11 +247,8 @@ class ProceduralScene:
 
         for s in self.spheres:
             c = torch.tensor(s.center, dtype=d.dtype)
-            oc = o - c
-            b = (oc * d).sum(-1)
-            disc = b * b - ((oc * oc).sum(-1) - s.radius ** 2)
-            t = -b - torch.sqrt(disc.clamp(min=0.0))
-            t = torch.where((disc > 0) & (t > eps), t, torch.full_like(t, _FAR))
+            t, meets = ray_sphere(o, d, c, s.radius)
+            t = torch.where(meets & (t > eps), t, torch.full_like(t, _FAR))
             p = o + t[..., None] * d
             n = (p - c) / s.radius
             angle = torch.atan2(n[..., 1], n[..., 0]) - s.phase  # sectors around the sphere's z axis
@@ -312,6 +309,15 @@ class ProceduralScene:
         pts, cols = torch.cat(pts), torch.cat(cols)
         pick = torch.randperm(pts.shape[0], generator=g)[:n]  # an unbiased n of them
         return pts[pick].float(), cols[pick].float()
+
+
+def ray_sphere(o: Tensor, d: Tensor, center: Tensor, radius: float) -> tuple[Tensor, Tensor]:
+    """Distance ``t [...]`` along rays ``o, d [..., 3]`` (unit ``d``) to where they enter a sphere, and
+    whether they meet it at all (``[...]`` bool; a ray that does may still enter behind its origin)."""
+    oc = o - center
+    b = (oc * d).sum(-1)
+    disc = b * b - ((oc * oc).sum(-1) - radius ** 2)
+    return -b - torch.sqrt(disc.clamp(min=0.0)), disc > 0
 
 
 def _c(rgb: Sequence[float]) -> Tensor:

@@ -33,6 +33,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import device_capability
+from ..tiles import head, load_tile, store_tile
+
 MAX_HEAD_DIM = 128
 ROWS_PER_PROGRAM = 256  # output / key-gradient kernels: rows sharing one load of a block's state
 
@@ -89,17 +92,18 @@ def _unrotate(g, cos, sin, BT: tl.constexpr, BK: tl.constexpr):
 
 
 @triton.jit
-def _load_rows(ptr, s_n, s_d, rows, row_mask, width, BW: tl.constexpr):
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    return tl.load(ptr + rows[:, None] * s_n + cols[None, :] * s_d, mask=mask, other=0.0).to(tl.float32)
+def _span(SPANS, SPAN, BLOCK):
+    """Block ``c`` and the rows ``[start, end)`` within it of this program (program ``c * SPANS + span``)."""
+    pid = tl.program_id(0)
+    c, span = pid // SPANS, pid % SPANS
+    return c, span * SPAN, tl.minimum((span + 1) * SPAN, BLOCK)
 
 
 @triton.jit
-def _store_rows(ptr, s_n, s_d, rows, row_mask, width, value, BW: tl.constexpr):
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    tl.store(ptr + rows[:, None] * s_n + cols[None, :] * s_d, value.to(ptr.dtype.element_ty), mask=mask)
+def _block_rows(c, BLOCK, t, end, BT: tl.constexpr):
+    """Rows ``t .. t + BT`` of block ``c`` (token indices) and their mask (below ``end`` within the block)."""
+    offs = t + tl.arange(0, BT)
+    return c * BLOCK + offs, offs < end
 
 
 @triton.jit
@@ -133,19 +137,16 @@ def _block_sums_kernel(
     c = tl.program_id(0)
     bh = tl.program_id(1)
     v0 = tl.program_id(2) * BV  # this program: state rows (values) v0 .. v0 + BV
-    b, h = bh // H, bh % H
-    k_ptr += b * s_kb + h * s_kh
-    v_ptr += b * s_vb + h * s_vh + v0 * s_vd
-    rope_ptr += b * s_rb + h * s_rh
+    k_ptr = head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = head(v_ptr, bh, H, s_vb, s_vh) + v0 * s_vd
+    rope_ptr = head(rope_ptr, bh, H, s_rb, s_rh)
 
     kv = tl.zeros((BV, BK), dtype=tl.float32)
     ksum = tl.zeros((BK,), dtype=tl.float32)
     for t in range(0, BLOCK, BT):
-        offs = t + tl.arange(0, BT)
-        row_mask = offs < BLOCK
-        rows = c * BLOCK + offs
+        rows, row_mask = _block_rows(c, BLOCK, t, BLOCK, BT)
         feat, rot = _load_features(k_ptr, s_kn, s_kd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
-        v = _load_rows(v_ptr, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
+        v = load_tile(v_ptr, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
         if PRECISION == "ieee":
             kv += tl.dot(tl.trans(v), rot, input_precision=PRECISION)
         else:  # fp16/bf16 inputs: multiply in the input dtype, as diffusers' fp32 matmul of bf16-valued tensors
@@ -169,29 +170,24 @@ def _block_output_kernel(
     H, NB, D, Dv, BLOCK, SPANS, SPAN, eps,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ROPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    c, start, end = _span(SPANS, SPAN, BLOCK)  # this program: rows [start, end) of block c
     bh = tl.program_id(1)
-    c, span = pid // SPANS, pid % SPANS  # this program: rows [span * SPAN, (span + 1) * SPAN) of block c
     v0 = tl.program_id(2) * BV  # and output columns (values) v0 .. v0 + BV
-    b, h = bh // H, bh % H
-    q_ptr += b * s_qb + h * s_qh
-    o_ptr += b * s_ob + h * s_oh + v0 * s_od
-    rope_ptr += b * s_rb + h * s_rh
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
+    o_ptr = head(o_ptr, bh, H, s_ob, s_oh) + v0 * s_od
+    rope_ptr = head(rope_ptr, bh, H, s_rb, s_rh)
 
     kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
     kv = tl.load(kv_ptrs, mask=kv_mask, other=0.0)
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
     ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
 
-    end = tl.minimum((span + 1) * SPAN, BLOCK)
-    for t in range(span * SPAN, end, BT):
-        offs = t + tl.arange(0, BT)
-        row_mask = offs < end
-        rows = c * BLOCK + offs
+    for t in range(start, end, BT):
+        rows, row_mask = _block_rows(c, BLOCK, t, end, BT)
         feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
         num = tl.dot(rot, tl.trans(kv), input_precision=PRECISION)  # [BT, BV]
         den = tl.sum(feat * ksum[None, :], axis=1) + eps  # [BT]
-        _store_rows(o_ptr, s_on, s_od, rows, row_mask, Dv - v0, num / den[:, None], BV)
+        store_tile(o_ptr, s_on, s_od, rows, row_mask, Dv - v0, num / den[:, None], BV)
 
 
 @triton.jit
@@ -207,27 +203,24 @@ def _query_grad_kernel(
 ):
     c = tl.program_id(0)
     bh = tl.program_id(1)
-    b, h = bh // H, bh % H
-    q_ptr += b * s_qb + h * s_qh
-    do_ptr += b * s_ob + h * s_oh
-    dq_ptr += b * s_dqb + h * s_dqh
-    rope_ptr += b * s_rb + h * s_rh
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
+    do_ptr = head(do_ptr, bh, H, s_ob, s_oh)
+    dq_ptr = head(dq_ptr, bh, H, s_dqb, s_dqh)
+    rope_ptr = head(rope_ptr, bh, H, s_rb, s_rh)
 
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
     ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
 
     gksum = tl.zeros((BK,), dtype=tl.float32)
     for t in range(0, BLOCK, BT):
-        offs = t + tl.arange(0, BT)
-        row_mask = offs < BLOCK
-        rows = c * BLOCK + offs
+        rows, row_mask = _block_rows(c, BLOCK, t, BLOCK, BT)
         feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
         den = tl.sum(feat * ksum[None, :], axis=1) + eps  # [BT]
         d_rot = tl.zeros((BT, BK), dtype=tl.float32)  # sum_v dnum_v S[v, :], BV values at a time
         for v0 in range(0, Dv, BV):
             kv_ptrs, kv_mask = _state_ptrs(kv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
             kv = tl.load(kv_ptrs, mask=kv_mask, other=0.0)
-            do = _load_rows(do_ptr + v0 * s_od, s_on, s_od, rows, row_mask, Dv - v0, BV)
+            do = load_tile(do_ptr + v0 * s_od, s_on, s_od, rows, row_mask, Dv - v0, BV)
             d_rot += tl.dot(do / den[:, None], kv, input_precision=PRECISION)
         # out = num / den and num = S rot, so  d_den = -sum_v do_v num_v / den^2 = -(rot . d_rot) / den
         d_den = -tl.sum(rot * d_rot, axis=1) / den  # [BT]
@@ -237,7 +230,7 @@ def _query_grad_kernel(
             d_feat = _unrotate(d_feat, cos, sin, BT, BK)
         d_feat += d_den[:, None] * ksum[None, :]
         dq = tl.where(feat > 0, d_feat, 0.0)
-        _store_rows(dq_ptr, s_dqn, s_dqd, rows, row_mask, D, dq, BK)
+        store_tile(dq_ptr, s_dqn, s_dqd, rows, row_mask, D, dq, BK)
         gksum += tl.sum(d_den[:, None] * feat, axis=0)
 
     gks_ptrs, _ = _vec_ptrs(gksum_ptr, bh, c, NB, D, BK)
@@ -258,22 +251,19 @@ def _query_state_grad_kernel(
     c = tl.program_id(0)
     bh = tl.program_id(1)
     v0 = tl.program_id(2) * BV
-    b, h = bh // H, bh % H
-    q_ptr += b * s_qb + h * s_qh
-    do_ptr += b * s_ob + h * s_oh + v0 * s_od
-    rope_ptr += b * s_rb + h * s_rh
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
+    do_ptr = head(do_ptr, bh, H, s_ob, s_oh) + v0 * s_od
+    rope_ptr = head(rope_ptr, bh, H, s_rb, s_rh)
 
     ks_ptrs, ks_mask = _vec_ptrs(ksum_ptr, bh, c, NB, D, BK)
     ksum = tl.load(ks_ptrs, mask=ks_mask, other=0.0)
 
     gkv = tl.zeros((BV, BK), dtype=tl.float32)
     for t in range(0, BLOCK, BT):
-        offs = t + tl.arange(0, BT)
-        row_mask = offs < BLOCK
-        rows = c * BLOCK + offs
+        rows, row_mask = _block_rows(c, BLOCK, t, BLOCK, BT)
         feat, rot = _load_features(q_ptr, s_qn, s_qd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
         den = tl.sum(feat * ksum[None, :], axis=1) + eps
-        d_num = _load_rows(do_ptr, s_on, s_od, rows, row_mask, Dv - v0, BV) / den[:, None]  # [BT, BV]
+        d_num = load_tile(do_ptr, s_on, s_od, rows, row_mask, Dv - v0, BV) / den[:, None]  # [BT, BV]
         if PRECISION == "ieee":
             gkv += tl.dot(tl.trans(d_num), rot, input_precision=PRECISION)
         else:  # fp16/bf16 inputs: operands rounded to bf16 (fp32's range: d_num can be huge), fp32 accumulation
@@ -294,39 +284,34 @@ def _key_grad_kernel(
     H, NB, D, Dv, BLOCK, SPANS, SPAN,
     BT: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, ROPE: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
+    c, start, end = _span(SPANS, SPAN, BLOCK)  # this program: rows [start, end) of block c
     bh = tl.program_id(1)
-    c, span = pid // SPANS, pid % SPANS  # this program: rows [span * SPAN, (span + 1) * SPAN) of block c
-    b, h = bh // H, bh % H
-    k_ptr += b * s_kb + h * s_kh
-    v_ptr += b * s_vb + h * s_vh
-    dk_ptr += b * s_dkb + h * s_dkh
-    dv_ptr += b * s_dvb + h * s_dvh
-    rope_ptr += b * s_rb + h * s_rh
+    k_ptr = head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = head(v_ptr, bh, H, s_vb, s_vh)
+    dk_ptr = head(dk_ptr, bh, H, s_dkb, s_dkh)
+    dv_ptr = head(dv_ptr, bh, H, s_dvb, s_dvh)
+    rope_ptr = head(rope_ptr, bh, H, s_rb, s_rh)
 
     gks_ptrs, gks_mask = _vec_ptrs(gksum_ptr, bh, c, NB, D, BK)
     gksum = tl.load(gks_ptrs, mask=gks_mask, other=0.0)
 
-    end = tl.minimum((span + 1) * SPAN, BLOCK)
-    for t in range(span * SPAN, end, BT):
-        offs = t + tl.arange(0, BT)
-        row_mask = offs < end
-        rows = c * BLOCK + offs
+    for t in range(start, end, BT):
+        rows, row_mask = _block_rows(c, BLOCK, t, end, BT)
         feat, rot = _load_features(k_ptr, s_kn, s_kd, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BT, BK, ROPE)
         d_feat = tl.zeros((BT, BK), dtype=tl.float32)  # d rot = v G, BV values at a time
         for v0 in range(0, Dv, BV):
             gkv_ptrs, gkv_mask = _state_ptrs(gkv_ptr, bh, c, NB, D, Dv, v0, BK, BV)
             gkv = tl.load(gkv_ptrs, mask=gkv_mask, other=0.0)  # suffix sum over blocks >= c
-            v = _load_rows(v_ptr + v0 * s_vd, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
+            v = load_tile(v_ptr + v0 * s_vd, s_vn, s_vd, rows, row_mask, Dv - v0, BV)
             dv = tl.dot(rot, tl.trans(gkv), input_precision=PRECISION)  # [BT, BV]
-            _store_rows(dv_ptr + v0 * s_dvd, s_dvn, s_dvd, rows, row_mask, Dv - v0, dv, BV)
+            store_tile(dv_ptr + v0 * s_dvd, s_dvn, s_dvd, rows, row_mask, Dv - v0, dv, BV)
             d_feat += tl.dot(v, gkv, input_precision=PRECISION)
         if ROPE:
             cos, sin = _load_rope(rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BK)
             d_feat = _unrotate(d_feat, cos, sin, BT, BK)
         d_feat += gksum[None, :]
         dk = tl.where(feat > 0, d_feat, 0.0)
-        _store_rows(dk_ptr, s_dkn, s_dkd, rows, row_mask, D, dk, BK)
+        store_tile(dk_ptr, s_dkn, s_dkd, rows, row_mask, D, dk, BK)
 
 
 # ----------------------------------------------------------------------------- launchers
@@ -393,17 +378,8 @@ def launch_configs(D: int, Dv: int, block_size: int, dtype: torch.dtype, capabil
     return configs
 
 
-def _device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89); Triton's interpreter on CPU runs sm_89's choice, the
-    tightest (smallest shared memory, most splitting)."""
-    if device.type != "cuda":
-        return 89
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
-
-
 def _configs(q: torch.Tensor, v: torch.Tensor, block_size: int) -> dict[str, dict]:
-    return launch_configs(q.shape[-1], v.shape[-1], block_size, q.dtype, _device_capability(q.device))
+    return launch_configs(q.shape[-1], v.shape[-1], block_size, q.dtype, device_capability(q.device))
 
 
 def _spans(block_size: int, BT: int) -> tuple[int, int]:

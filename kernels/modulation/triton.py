@@ -26,6 +26,22 @@ def _normalize(x, mask, C, eps, RMS: tl.constexpr):
 
 
 @triton.jit
+def _row_block(N, C, BC: tl.constexpr):
+    """This program's row of the ``[B, N, C]`` view (flat index, ``b``, ``n``) and its block of ``BC`` columns
+    (block ``program_id(1)``; the norm kernels run one block per row) with their in-range mask."""
+    row = tl.program_id(0)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    return row, row // N, row % N, cols, cols < C
+
+
+@triton.jit
+def _load_row(ptr, s_b, s_n, s_c, b, n, cols, mask):
+    """fp32 values at ``cols`` of row ``(b, n)`` of a ``[B, N, C]`` view with strides ``s_b, s_n, s_c`` (zero
+    strides broadcast); zero where masked."""
+    return tl.load(ptr + b * s_b + n * s_n + cols * s_c, mask=mask, other=0.0).to(tl.float32)
+
+
+@triton.jit
 def _norm_modulate_kernel(
     x_ptr, s_xb, s_xn, s_xc,
     scale_ptr, s_sb, s_sn, s_sc,
@@ -34,13 +50,10 @@ def _norm_modulate_kernel(
     N, C, eps,
     BC: tl.constexpr, RMS: tl.constexpr, HAS_W: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b, n = row // N, row % N
-    cols = tl.arange(0, BC)
-    mask = cols < C
-    x = tl.load(x_ptr + b * s_xb + n * s_xn + cols * s_xc, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.load(scale_ptr + b * s_sb + n * s_sn + cols * s_sc, mask=mask, other=0.0).to(tl.float32)
-    shift = tl.load(shift_ptr + b * s_tb + n * s_tn + cols * s_tc, mask=mask, other=0.0).to(tl.float32)
+    row, b, n, cols, mask = _row_block(N, C, BC)
+    x = _load_row(x_ptr, s_xb, s_xn, s_xc, b, n, cols, mask)
+    scale = _load_row(scale_ptr, s_sb, s_sn, s_sc, b, n, cols, mask)
+    shift = _load_row(shift_ptr, s_tb, s_tn, s_tc, b, n, cols, mask)
     normed, _ = _normalize(x, mask, C, eps, RMS)
     if HAS_W:
         normed *= tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
@@ -57,13 +70,10 @@ def _norm_modulate_backward_kernel(
     N, C, eps,
     BC: tl.constexpr, RMS: tl.constexpr, HAS_W: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b, n = row // N, row % N
-    cols = tl.arange(0, BC)
-    mask = cols < C
-    dy = tl.load(dy_ptr + b * s_gb + n * s_gn + cols * s_gc, mask=mask, other=0.0).to(tl.float32)
-    x = tl.load(x_ptr + b * s_xb + n * s_xn + cols * s_xc, mask=mask, other=0.0).to(tl.float32)
-    scale = tl.load(scale_ptr + b * s_sb + n * s_sn + cols * s_sc, mask=mask, other=0.0).to(tl.float32)
+    row, b, n, cols, mask = _row_block(N, C, BC)
+    dy = _load_row(dy_ptr, s_gb, s_gn, s_gc, b, n, cols, mask)
+    x = _load_row(x_ptr, s_xb, s_xn, s_xc, b, n, cols, mask)
+    scale = _load_row(scale_ptr, s_sb, s_sn, s_sc, b, n, cols, mask)
     x_hat, rstd = _normalize(x, mask, C, eps, RMS)
     d_normed = dy * (1.0 + scale)
     if HAS_W:
@@ -90,13 +100,10 @@ def _gate_residual_kernel(
     o_ptr, N, C,
     BC: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b, n = row // N, row % N
-    cols = tl.program_id(1) * BC + tl.arange(0, BC)
-    mask = cols < C
-    x = tl.load(x_ptr + b * s_xb + n * s_xn + cols * s_xc, mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(y_ptr + b * s_yb + n * s_yn + cols * s_yc, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + b * s_gb + n * s_gn + cols * s_gc, mask=mask, other=0.0).to(tl.float32)
+    row, b, n, cols, mask = _row_block(N, C, BC)
+    x = _load_row(x_ptr, s_xb, s_xn, s_xc, b, n, cols, mask)
+    y = _load_row(y_ptr, s_yb, s_yn, s_yc, b, n, cols, mask)
+    g = _load_row(g_ptr, s_gb, s_gn, s_gc, b, n, cols, mask)
     tl.store(o_ptr + row * C + cols, (x + g * y).to(o_ptr.dtype.element_ty), mask=mask)
 
 
@@ -108,13 +115,10 @@ def _gate_residual_backward_kernel(
     dy_ptr, dg_ptr, N, C,
     BC: tl.constexpr,
 ):
-    row = tl.program_id(0)
-    b, n = row // N, row % N
-    cols = tl.program_id(1) * BC + tl.arange(0, BC)
-    mask = cols < C
-    do = tl.load(do_ptr + b * s_ob + n * s_on + cols * s_oc, mask=mask, other=0.0).to(tl.float32)
-    y = tl.load(y_ptr + b * s_yb + n * s_yn + cols * s_yc, mask=mask, other=0.0).to(tl.float32)
-    g = tl.load(g_ptr + b * s_gb + n * s_gn + cols * s_gc, mask=mask, other=0.0).to(tl.float32)
+    row, b, n, cols, mask = _row_block(N, C, BC)
+    do = _load_row(do_ptr, s_ob, s_on, s_oc, b, n, cols, mask)
+    y = _load_row(y_ptr, s_yb, s_yn, s_yc, b, n, cols, mask)
+    g = _load_row(g_ptr, s_gb, s_gn, s_gc, b, n, cols, mask)
     tl.store(dy_ptr + row * C + cols, (do * g).to(dy_ptr.dtype.element_ty), mask=mask)
     tl.store(dg_ptr + row * C + cols, do * y, mask=mask)  # per-element terms of d gate (fp32)
 
@@ -153,10 +157,15 @@ def norm_modulate_backward(dy, x, scale, weight, rms: bool, eps: float):
 _ELEMENTWISE_BC = 1024
 
 
+def _elementwise_block(C: int) -> int:
+    """Columns per program of the gated-residual kernels: the row, up to 1024 (power of two >= 16)."""
+    return min(_ELEMENTWISE_BC, max(16, triton.next_power_of_2(C)))
+
+
 def gate_residual(x, y, gate) -> torch.Tensor:
     B, N, C = x.shape
     out = torch.empty(B, N, C, device=x.device, dtype=x.dtype)
-    BC = min(_ELEMENTWISE_BC, max(16, triton.next_power_of_2(C)))
+    BC = _elementwise_block(C)
     _gate_residual_kernel[(B * N, triton.cdiv(C, BC))](
         x, *x.stride(), y, *y.stride(), gate, *gate.stride(), out, N, C, BC=BC,
     )
@@ -168,7 +177,7 @@ def gate_residual_backward(d_out, y, gate):
     B, N, C = y.shape
     dy = torch.empty(B, N, C, device=y.device, dtype=y.dtype)
     d_gate = torch.empty(B, N, C, device=y.device, dtype=torch.float32)
-    BC = min(_ELEMENTWISE_BC, max(16, triton.next_power_of_2(C)))
+    BC = _elementwise_block(C)
     _gate_residual_backward_kernel[(B * N, triton.cdiv(C, BC))](
         d_out, *d_out.stride(), y, *y.stride(), gate, *gate.stride(), dy, d_gate, N, C, BC=BC,
     )

@@ -34,6 +34,9 @@ import torch
 import triton
 import triton.language as tl
 
+from ..backend import device_capability
+from ..tiles import head, load_tile, store_tile
+
 MAX_HEAD_DIM = 128
 MAX_TILE = 64  # rows / columns per tile (32 for head dims > 64); the tests lower it to 16 to exercise multi-tile loops
 BACKWARD_MAX_TILE = 32  # rows / columns per tile of the backward: its kernels hold more live tiles (64 spills)
@@ -41,18 +44,52 @@ C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
 
 
 @triton.jit
-def _load_tile(ptr, s_row, s_col, rows, row_mask, width, BW: tl.constexpr):
-    """``[len(rows), BW]`` fp32 tile of a row-major view (zeros outside rows / columns)."""
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    return tl.load(ptr + rows[:, None] * s_row + cols[None, :] * s_col, mask=mask, other=0.0).to(tl.float32)
+def _program_tile(extent, BLOCK: tl.constexpr):
+    """What this program works on, on a grid ``(blocks * cdiv(extent, BLOCK), B * H)``: its block (a key row
+    or a column), its tile's first index, the tile's ``BLOCK`` indices along ``extent`` and their in-range
+    mask, and its (batch, head) ``bh``."""
+    pid = tl.program_id(0)
+    tiles = tl.cdiv(extent, BLOCK)
+    first = (pid % tiles) * BLOCK
+    idx = first + tl.arange(0, BLOCK)
+    return pid // tiles, first, idx, idx < extent, tl.program_id(1)
 
 
 @triton.jit
-def _store_tile(ptr, s_row, s_col, rows, row_mask, width, value, BW: tl.constexpr):
-    cols = tl.arange(0, BW)
-    mask = row_mask[:, None] & (cols[None, :] < width)
-    tl.store(ptr + rows[:, None] * s_row + cols[None, :] * s_col, value.to(ptr.dtype.element_ty), mask=mask)
+def _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE: tl.constexpr, HAS_C: tl.constexpr, BJ: tl.constexpr):
+    """``c_R[k, j]`` of key row ``k = row``, columns ``js``, and the R softmax's logit scale ``SCALE / c_R``
+    (iteration 1, not ``HAS_C``: ``c_R = 1``, the scale is ``SCALE``)."""
+    if HAS_C:
+        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
+        coef = SCALE / tl.maximum(c, C_MIN)
+    else:
+        c = tl.full((BJ,), 1.0, tl.float32)
+        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    return c, coef
+
+
+@triton.jit
+def _row_program(a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D,
+                 SCALE: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr, HAS_C: tl.constexpr):
+    """Set-up of an R-step program (the forward's and the backward's recomputation): key row ``k``, its
+    query columns ``js`` (mask ``j_mask``), ``bh``, the ``a_R`` tile ``[BJ, BD]``, ``c_R`` and the logit
+    scale (see :func:`_r_scale`), and the k / v pointers moved to this (batch, head)."""
+    row, _, js, j_mask, bh = _program_tile(NB, BJ)
+    a = load_tile(head(a_ptr, bh, H, s_ab, s_ah), s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+    c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
+    return row, js, j_mask, bh, a, c, coef, head(k_ptr, bh, H, s_kb, s_kh), head(v_ptr, bh, H, s_vb, s_vh)
+
+
+@triton.jit
+def _frame(rows, ROWS_PER_FRAME):
+    return rows // ROWS_PER_FRAME
+
+
+@triton.jit
+def _frames_end(end, M, ROWS_PER_FRAME):
+    """First row after the frame of row ``end - 1`` (capped at ``M``): block-causal rows ``[0, end)`` see
+    the rows up to there."""
+    return tl.minimum(M, (_frame(tl.minimum(end, M) - 1, ROWS_PER_FRAME) + 1) * ROWS_PER_FRAME)
 
 
 @triton.jit
@@ -67,23 +104,8 @@ def _row_step_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BJ)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of query columns j
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-
-    js = tile * BJ + tl.arange(0, BJ)
-    j_mask = js < NB
-    a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    if HAS_C:
-        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-        coef = SCALE / tl.maximum(c, C_MIN)
-    else:
-        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    row, js, j_mask, bh, a, _, coef, k_ptr, v_ptr = _row_program(  # key row k, tile of query columns j
+        a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D, SCALE, BJ, BD, HAS_C)
 
     m_i = tl.full((BJ,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BJ,), dtype=tl.float32)
@@ -93,7 +115,7 @@ def _row_step_kernel(
     for start in range(0, NB, BI):
         cols = start + tl.arange(0, BI)
         i_mask = cols < NB
-        keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+        keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
         s = tl.dot(a, tl.trans(keys), input_precision=PRECISION) * coef[:, None]  # [BJ, BI]
         s = tl.where(i_mask[None, :], s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
@@ -103,19 +125,19 @@ def _row_step_kernel(
         ps_i = ps_i * alpha + tl.sum(p * tl.where(i_mask[None, :], s, 0.0), axis=1)
         acc_k = acc_k * alpha[:, None] + tl.dot(p, keys, input_precision=PRECISION)
         if WITH_V:
-            vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
+            vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
             acc_v = acc_v * alpha[:, None] + tl.dot(p, vals, input_precision=PRECISION)
         m_i = m_new
 
     # a_L[j, k], c_L[j, k], y[j, k]: rows j of stride M * width, column k
     out_rows = bh * NB + js  # index into [B*H*b]
-    _store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
+    store_tile(al_ptr + row * D, M * D, 1, out_rows, j_mask, D, acc_k / l_i[:, None], BD)
     lse_r = m_i + tl.log(l_i)
     tl.store(cl_ptr + out_rows * M + row, ps_i / l_i - lse_r, mask=j_mask)
     if lser_ptr is not None:
         tl.store(lser_ptr + out_rows * M + row, lse_r, mask=j_mask)
     if WITH_V:
-        _store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
+        store_tile(y_ptr + row * Dv, M * Dv, 1, out_rows, j_mask, Dv, acc_v / l_i[:, None], BV)
 
 
 @triton.jit
@@ -128,23 +150,17 @@ def _column_lse_kernel(
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BL)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of query rows l
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    o_ptr += b_ * s_ob + h * s_oh
+    col, first, ls, l_mask, bh = _program_tile(M, BL)  # column j, tile of query rows l
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
+    o_ptr = head(o_ptr, bh, H, s_ob, s_oh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     y_ptr += (bh * NB + col) * M * Dv
 
-    ls = tile * BL + tl.arange(0, BL)
-    l_mask = ls < M
-    qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+    qs = load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
-        k_end = tl.minimum(M, ((tl.minimum(tile * BL + BL, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+        k_end = _frames_end(first + BL, M, ROWS_PER_FRAME)
 
     m_i = tl.full((BL,), float("-inf"), dtype=tl.float32)
     l_i = tl.zeros((BL,), dtype=tl.float32)
@@ -152,25 +168,25 @@ def _column_lse_kernel(
     for start in range(0, k_end, BK):
         ks = start + tl.arange(0, BK)
         k_mask = ks < k_end
-        a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+        a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
         c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
         s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
         ok = k_mask[None, :]
         if CAUSAL:
-            ok = ok & ((ks[None, :] // ROWS_PER_FRAME) <= (ls[:, None] // ROWS_PER_FRAME))
+            ok = ok & (_frame(ks[None, :], ROWS_PER_FRAME) <= _frame(ls[:, None], ROWS_PER_FRAME))
         s = tl.where(ok, s, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         alpha = tl.exp(m_i - m_new)
         p = tl.exp(s - m_new[:, None])
         l_i = l_i * alpha + tl.sum(p, axis=1)
         if OUTPUT:
-            y = _load_tile(y_ptr, Dv, 1, ks, k_mask, Dv, BV)
+            y = load_tile(y_ptr, Dv, 1, ks, k_mask, Dv, BV)
             acc = acc * alpha[:, None] + tl.dot(p, y, input_precision=PRECISION)
         m_i = m_new
 
     tl.store(lse_ptr + (bh * NB + col) * M + ls, m_i + tl.log(l_i), mask=l_mask)
     if OUTPUT:
-        _store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
+        store_tile(o_ptr, s_on, s_od, ls * NB + col, l_mask, Dv, acc / l_i[:, None], BV)
 
 
 @triton.jit
@@ -182,43 +198,37 @@ def _column_sum_kernel(
     SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr,
     CAUSAL: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BK)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of key rows k
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
+    col, first, ks, k_mask, bh = _program_tile(M, BK)  # column j, tile of key rows k
+    q_ptr = head(q_ptr, bh, H, s_qb, s_qh)
     al_ptr += (bh * NB + col) * M * D
     cl_ptr += (bh * NB + col) * M
     lse_ptr += (bh * NB + col) * M
 
-    ks = tile * BK + tl.arange(0, BK)
-    k_mask = ks < M
-    a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+    a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
     l_end = M
     if CAUSAL:  # only the queries of each key row's own frame (see reference.py: no leak of later frames)
-        l_start = ((tile * BK) // ROWS_PER_FRAME) * ROWS_PER_FRAME
-        l_end = tl.minimum(M, ((tl.minimum(tile * BK + BK, M) - 1) // ROWS_PER_FRAME + 1) * ROWS_PER_FRAME)
+        l_start = _frame(first, ROWS_PER_FRAME) * ROWS_PER_FRAME
+        l_end = _frames_end(first + BK, M, ROWS_PER_FRAME)
 
     acc = tl.zeros((BK, BD), dtype=tl.float32)
     c_sum = tl.zeros((BK,), dtype=tl.float32)
     for start in range(l_start, l_end, BL):
         ls = start + tl.arange(0, BL)
         l_mask = ls < l_end
-        qs = _load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
+        qs = load_tile(q_ptr, s_qn, s_qd, ls * NB + col, l_mask, D, BD)  # [BL, BD]
         lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
         s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
         ok = l_mask[None, :]
         if CAUSAL:
-            ok = ok & ((ks[:, None] // ROWS_PER_FRAME) == (ls[None, :] // ROWS_PER_FRAME))
+            ok = ok & (_frame(ks[:, None], ROWS_PER_FRAME) == _frame(ls[None, :], ROWS_PER_FRAME))
         p = tl.where(ok, tl.exp(s - lse[None, :]), 0.0)  # L[j, k, l]
         acc += tl.dot(p, qs, input_precision=PRECISION)
         c_sum += tl.sum(p, axis=1)
 
     out_rows = ks * NB + col
-    _store_tile(ar_ptr + bh * M * NB * D, D, 1, out_rows, k_mask, D, acc, BD)
+    store_tile(ar_ptr + bh * M * NB * D, D, 1, out_rows, k_mask, D, acc, BD)
     tl.store(cr_ptr + bh * M * NB + out_rows, c_sum, mask=k_mask)
 
 
@@ -227,14 +237,6 @@ def _column_sum_kernel(
 
 def _pow2(n: int, lo: int = 16, hi: int = 64) -> int:
     return max(lo, min(hi, triton.next_power_of_2(n)))
-
-
-def device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
-    if device.type != "cuda":
-        return 89
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
 
 
 def check_head_dims(D: int, Dv: int) -> None:

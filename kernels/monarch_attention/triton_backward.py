@@ -64,12 +64,32 @@ import torch
 import triton
 import triton.language as tl
 
-from .triton import C_MIN, _load_tile, _store_tile, check_head_dims, device_capability, row_step, tiles
+from ..backend import device_capability
+from ..tiles import head, load_tile, store_tile
+from .triton import (
+    C_MIN,
+    _frame,
+    _frames_end,
+    _program_tile,
+    _r_scale,
+    _row_program,
+    check_head_dims,
+    row_step,
+    tiles,
+)
 
 
 @triton.jit
-def _frame(rows, ROWS_PER_FRAME):
-    return rows // ROWS_PER_FRAME
+def _column_grad_program(q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr,
+                         H, M, NB, D, G, BLOCK: tl.constexpr):
+    """Set-up of a column-gradient program: column ``j``, its tile (first row, ``BLOCK`` rows and their mask),
+    ``bh``, and the pointers moved to this (batch, head) and column: q, x (token-indexed), a_L, c_L, lse_L,
+    g, h (column-major statistics), with the statistics' column index ``bh * b + j``."""
+    col, first, rows, mask, bh = _program_tile(M, BLOCK)
+    column = bh * NB + col
+    return (col, first, rows, mask, column, head(q_ptr, bh, H, s_qb, s_qh), head(x_ptr, bh, H, s_xb, s_xh),
+            al_ptr + column * M * D, cl_ptr + column * M, lse_ptr + column * M, g_ptr + column * M * G,
+            h_ptr + column * M)
 
 
 @triton.jit
@@ -84,31 +104,19 @@ def _column_grad_query_kernel(
     SCALE: tl.constexpr, BL: tl.constexpr, BK: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BL)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of query rows l
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    x_ptr += b_ * s_xb + h * s_xh
-    column = bh * NB + col
-    al_ptr += column * M * D
-    cl_ptr += column * M
-    lse_ptr += column * M
-    g_ptr += column * M * G
-    h_ptr += column * M
+    col, first, ls, l_mask, column, q_ptr, x_ptr, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr = _column_grad_program(
+        q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr, H, M, NB, D, G, BL,
+    )  # column j, tile of query rows l
     delta_ptr += column * M
-    dq_ptr += bh * M * NB * D
+    dq_ptr += (column // NB) * M * NB * D  # column // b: this (batch, head)
 
-    ls = tile * BL + tl.arange(0, BL)
-    l_mask = ls < M
     tokens = ls * NB + col
-    qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
-    xs = _load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
+    qs = load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
+    xs = load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
     lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
     k_end = M
     if CAUSAL:  # key rows up to the end of the last query row's frame
-        k_end = tl.minimum(M, (_frame(tl.minimum(tile * BL + BL, M) - 1, ROWS_PER_FRAME) + 1) * ROWS_PER_FRAME)
+        k_end = _frames_end(first + BL, M, ROWS_PER_FRAME)
 
     u = tl.zeros((BL, BG), dtype=tl.float32)  # sum_k W L g
     w = tl.zeros((BL,), dtype=tl.float32)  # sum_k W L h
@@ -117,9 +125,9 @@ def _column_grad_query_kernel(
     for start in range(0, k_end, BK):
         ks = start + tl.arange(0, BK)
         k_mask = ks < k_end
-        a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+        a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
         c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
-        g = _load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
+        g = load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
         s = tl.dot(qs, tl.trans(a_l), input_precision=PRECISION) * SCALE - c_l[None, :]  # [BL, BK]
         ok = l_mask[:, None] & k_mask[None, :]
         if CAUSAL:
@@ -143,8 +151,8 @@ def _column_grad_query_kernel(
     dq = SCALE * (l_dl_a - delta[:, None] * l_a)
     if not OUTPUT_STEP:
         dq += u  # a_R' = sum_l W L q: q's own share (G == D here)
-    dq += _load_tile(dq_ptr, D, 1, tokens, l_mask, D, BD)
-    _store_tile(dq_ptr, D, 1, tokens, l_mask, D, dq, BD)
+    dq += load_tile(dq_ptr, D, 1, tokens, l_mask, D, BD)
+    store_tile(dq_ptr, D, 1, tokens, l_mask, D, dq, BD)
     tl.store(delta_ptr + ls, delta, mask=l_mask)
 
 
@@ -159,31 +167,19 @@ def _column_grad_key_kernel(
     SCALE: tl.constexpr, BK: tl.constexpr, BL: tl.constexpr, BD: tl.constexpr, BG: tl.constexpr,
     CAUSAL: tl.constexpr, OUTPUT_STEP: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(M, BK)
-    col, tile = pid // tiles, pid % tiles  # column j, tile of key rows k
-    b_, h = bh // H, bh % H
-    q_ptr += b_ * s_qb + h * s_qh
-    x_ptr += b_ * s_xb + h * s_xh
-    column = bh * NB + col
-    al_ptr += column * M * D
-    cl_ptr += column * M
-    lse_ptr += column * M
+    col, first, ks, k_mask, column, q_ptr, x_ptr, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr = _column_grad_program(
+        q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr, H, M, NB, D, G, BK,
+    )  # column j, tile of key rows k
     delta_ptr += column * M
-    g_ptr += column * M * G
-    h_ptr += column * M
 
-    ks = tile * BK + tl.arange(0, BK)
-    k_mask = ks < M
-    a_l = _load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
+    a_l = load_tile(al_ptr, D, 1, ks, k_mask, D, BD)  # [BK, BD]
     c_l = tl.load(cl_ptr + ks, mask=k_mask, other=0.0)
-    g = _load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
+    g = load_tile(g_ptr, G, 1, ks, k_mask, G, BG)  # [BK, BG]
     if not OUTPUT_STEP:
         h_k = tl.load(h_ptr + ks, mask=k_mask, other=0.0)
     l_start = 0
     if CAUSAL:  # queries from the first key row's frame on
-        l_start = _frame(tile * BK, ROWS_PER_FRAME) * ROWS_PER_FRAME
+        l_start = _frame(first, ROWS_PER_FRAME) * ROWS_PER_FRAME
 
     da_l = tl.zeros((BK, BD), dtype=tl.float32)
     dc_l = tl.zeros((BK,), dtype=tl.float32)
@@ -192,8 +188,8 @@ def _column_grad_key_kernel(
         ls = start + tl.arange(0, BL)
         l_mask = ls < M
         tokens = ls * NB + col
-        qs = _load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
-        xs = _load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
+        qs = load_tile(q_ptr, s_qn, s_qd, tokens, l_mask, D, BD)  # [BL, BD]
+        xs = load_tile(x_ptr, s_xn, s_xd, tokens, l_mask, G, BG)  # [BL, BG]
         lse = tl.load(lse_ptr + ls, mask=l_mask, other=0.0)
         delta = tl.load(delta_ptr + ls, mask=l_mask, other=0.0)
         s = tl.dot(a_l, tl.trans(qs), input_precision=PRECISION) * SCALE - c_l[:, None]  # [BK, BL]
@@ -212,10 +208,10 @@ def _column_grad_key_kernel(
         if OUTPUT_STEP:
             dy += tl.dot(p, xs, input_precision=PRECISION)
 
-    _store_tile(dal_ptr + column * M * D, D, 1, ks, k_mask, D, SCALE * da_l, BD)
+    store_tile(dal_ptr + column * M * D, D, 1, ks, k_mask, D, SCALE * da_l, BD)
     tl.store(dcl_ptr + column * M + ks, dc_l, mask=k_mask)
     if OUTPUT_STEP:
-        _store_tile(dy_ptr + column * M * G, G, 1, ks, k_mask, G, dy, BG)
+        store_tile(dy_ptr + column * M * G, G, 1, ks, k_mask, G, dy, BG)
 
 
 @triton.jit
@@ -233,33 +229,18 @@ def _row_grad_kernel(
     SCALE: tl.constexpr, BJ: tl.constexpr, BI: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BJ)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of query columns j
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-
-    js = tile * BJ + tl.arange(0, BJ)
-    j_mask = js < NB
-    a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-    if HAS_C:
-        c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-        coef = SCALE / tl.maximum(c, C_MIN)
-    else:
-        coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+    row, js, j_mask, bh, a, c, coef, k_ptr, v_ptr = _row_program(  # key row k, tile of query columns j
+        a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D, SCALE, BJ, BD, HAS_C)
     columns = bh * NB + js  # [j, k] of the column-major statistics: columns * M + row
     lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
     c_l = tl.load(cl_ptr + columns * M + row, mask=j_mask, other=0.0)
     dc_l = tl.load(dcl_ptr + columns * M + row, mask=j_mask, other=0.0)
-    a_l = _load_tile(al_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
-    da_l = _load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
+    a_l = load_tile(al_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
+    da_l = load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)
     shift = -tl.sum(da_l * a_l, axis=1) - dc_l * (c_l + lse_r)
     if WITH_V:
-        dy = _load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)
-        shift -= tl.sum(dy * _load_tile(y_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV), axis=1)
+        dy = load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)
+        shift -= tl.sum(dy * load_tile(y_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV), axis=1)
     tl.store(shift_ptr + columns * M + row, shift, mask=j_mask)
 
     dz_k = tl.zeros((BJ, BD), dtype=tl.float32)  # sum_i dz k
@@ -267,12 +248,12 @@ def _row_grad_kernel(
     for start in range(0, NB, BI):
         cols = start + tl.arange(0, BI)
         i_mask = cols < NB
-        keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+        keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
         z = tl.dot(a, tl.trans(keys), input_precision=PRECISION) * coef[:, None]  # [BJ, BI]
         r = tl.where(i_mask[None, :], tl.exp(z - lse_r[:, None]), 0.0)  # R[k, j, i]
         d_r = tl.dot(da_l, tl.trans(keys), input_precision=PRECISION) + dc_l[:, None] * z + shift[:, None]
         if WITH_V:
-            vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
+            vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)
             d_r += tl.dot(dy, tl.trans(vals), input_precision=PRECISION)
         dz = r * d_r
         dz_k += tl.dot(dz, keys, input_precision=PRECISION)
@@ -281,12 +262,12 @@ def _row_grad_kernel(
     da_r = dz_k * coef[:, None]
     if HAS_C:
         dc_r = tl.where(c > C_MIN, -dz_z / c, 0.0)
-        _store_tile(dar_ptr + row * D, M * D, 1, columns, j_mask, D, da_r, BD)
+        store_tile(dar_ptr + row * D, M * D, 1, columns, j_mask, D, da_r, BD)
         tl.store(dcr_ptr + columns * M + row, dc_r, mask=j_mask)
     else:
         tokens = bh * M * NB + row * NB + js
-        da_r += _load_tile(dq_ptr, D, 1, tokens, j_mask, D, BD)
-        _store_tile(dq_ptr, D, 1, tokens, j_mask, D, da_r, BD)
+        da_r += load_tile(dq_ptr, D, 1, tokens, j_mask, D, BD)
+        store_tile(dq_ptr, D, 1, tokens, j_mask, D, da_r, BD)
 
 
 @triton.jit
@@ -302,43 +283,32 @@ def _row_key_grad_kernel(
     SCALE: tl.constexpr, BI: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr, BV: tl.constexpr,
     HAS_C: tl.constexpr, WITH_V: tl.constexpr, PRECISION: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    bh = tl.program_id(1)
-    tiles = tl.cdiv(NB, BI)
-    row, tile = pid // tiles, pid % tiles  # key row k, tile of its columns i
-    b_, h = bh // H, bh % H
-    a_ptr += b_ * s_ab + h * s_ah
-    k_ptr += b_ * s_kb + h * s_kh
-    v_ptr += b_ * s_vb + h * s_vh
-    dv_ptr += b_ * s_dvb + h * s_dvh
-
-    cols = tile * BI + tl.arange(0, BI)
-    i_mask = cols < NB
-    keys = _load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
+    row, _, cols, i_mask, bh = _program_tile(NB, BI)  # key row k, tile of its columns i
+    a_ptr = head(a_ptr, bh, H, s_ab, s_ah)
+    k_ptr = head(k_ptr, bh, H, s_kb, s_kh)
+    v_ptr = head(v_ptr, bh, H, s_vb, s_vh)
+    dv_ptr = head(dv_ptr, bh, H, s_dvb, s_dvh)
+    keys = load_tile(k_ptr, s_kn, s_kd, row * NB + cols, i_mask, D, BD)  # [BI, BD]
     if WITH_V:
-        vals = _load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)  # [BI, BV]
+        vals = load_tile(v_ptr, s_vn, s_vd, row * NB + cols, i_mask, Dv, BV)  # [BI, BV]
 
     dk = tl.zeros((BI, BD), dtype=tl.float32)
     dv = tl.zeros((BI, BV), dtype=tl.float32)
     for start in range(0, NB, BJ):  # tiles are [BI, BJ]: transposed, so that the sums over j are plain dots
         js = start + tl.arange(0, BJ)
         j_mask = js < NB
-        a = _load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
-        if HAS_C:
-            c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
-            coef = SCALE / tl.maximum(c, C_MIN)
-        else:
-            coef = tl.zeros((BJ,), dtype=tl.float32) + SCALE
+        a = load_tile(a_ptr, s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
+        c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
         columns = bh * NB + js
         lse_r = tl.load(lser_ptr + columns * M + row, mask=j_mask, other=0.0)
         shift = tl.load(shift_ptr + columns * M + row, mask=j_mask, other=0.0)
         dc_l = tl.load(dcl_ptr + columns * M + row, mask=j_mask, other=0.0)
-        da_l = _load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)  # [BJ, BD]
+        da_l = load_tile(dal_ptr + row * D, M * D, 1, columns, j_mask, D, BD)  # [BJ, BD]
         z_t = tl.dot(keys, tl.trans(a), input_precision=PRECISION) * coef[None, :]  # z[k, j, i] as [BI, BJ]
         r_t = tl.where(i_mask[:, None] & j_mask[None, :], tl.exp(z_t - lse_r[None, :]), 0.0)  # R[k, j, i]
         d_r_t = tl.dot(keys, tl.trans(da_l), input_precision=PRECISION) + dc_l[None, :] * z_t + shift[None, :]
         if WITH_V:
-            dy = _load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)  # [BJ, BV]
+            dy = load_tile(dy_ptr + row * Dv, M * Dv, 1, columns, j_mask, Dv, BV)  # [BJ, BV]
             d_r_t += tl.dot(vals, tl.trans(dy), input_precision=PRECISION)
             dv += tl.dot(r_t, dy, input_precision=PRECISION)
         dz_t = r_t * d_r_t
@@ -346,10 +316,10 @@ def _row_key_grad_kernel(
         dk += tl.dot(dz_t * coef[None, :], a, input_precision=PRECISION)
 
     tokens = bh * M * NB + row * NB + cols
-    dk += _load_tile(dk_ptr, D, 1, tokens, i_mask, D, BD)
-    _store_tile(dk_ptr, D, 1, tokens, i_mask, D, dk, BD)
+    dk += load_tile(dk_ptr, D, 1, tokens, i_mask, D, BD)
+    store_tile(dk_ptr, D, 1, tokens, i_mask, D, dk, BD)
     if WITH_V:
-        _store_tile(dv_ptr, s_dvn, s_dvd, row * NB + cols, i_mask, Dv, dv, BV)
+        store_tile(dv_ptr, s_dvn, s_dvd, row * NB + cols, i_mask, Dv, dv, BV)
 
 
 # ----------------------------------------------------------------------------- launcher

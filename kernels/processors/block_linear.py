@@ -47,6 +47,7 @@ import torch
 
 from ..backend import Backend
 from ..block_linear_attention import LinearAttentionState, block_linear_attention
+from .common import AttnProcessor
 from .streaming_rope import StreamingRotaryPosEmbed
 
 __all__ = [
@@ -59,7 +60,7 @@ __all__ = [
 STOCK_PROCESSOR = "SanaLinearAttnProcessor3_0"
 
 
-class BlockLinearAttnProcessor:
+class BlockLinearAttnProcessor(AttnProcessor):
     """Sana-Video ReLU linear attention, block-causal, with an optional per-layer streaming state.
 
     Args:
@@ -95,19 +96,17 @@ class BlockLinearAttnProcessor:
         self.state = None
         self.tokens_seen = 0
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """hidden_states ``[B, N, C]``; rotary_emb: diffusers' ``(cos, sin)``, each ``[1, N, 1, D]``."""
-        original_dtype = hidden_states.dtype
+    cast_to_input_dtype = True  # as SanaLinearAttnProcessor3_0
+
+    def check_call(self, hidden_states, encoder_hidden_states, attention_mask) -> None:
+        """Cross-attention is allowed (keys and values from ``encoder_hidden_states``); ``attention_mask`` is
+        ignored, as by the stock processor."""
+
+    def heads(self, attn, hidden_states, encoder_hidden_states, rotary_emb) -> tuple[torch.Tensor, ...]:
+        """The stock processor's projections and optional norms, split into heads ``[B, H, N, D]`` (the
+        rotary embedding is applied inside the kernel, to the features)."""
         if encoder_hidden_states is None:
             encoder_hidden_states = hidden_states
-
         query = attn.to_q(hidden_states)
         key = attn.to_k(encoder_hidden_states)
         value = attn.to_v(encoder_hidden_states)
@@ -115,9 +114,10 @@ class BlockLinearAttnProcessor:
             query = attn.norm_q(query)
         if attn.norm_k is not None:
             key = attn.norm_k(key)
+        return tuple(t.unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in (query, key, value))
 
-        # [B, N, H*D] -> [B, H, N, D]
-        query, key, value = (t.unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in (query, key, value))
+    def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, rotary_emb=None) -> torch.Tensor:
+        """Block-causal linear attention ``[B, H, N, Dv]``, continuing (and advancing) the stream if stateful."""
         rope = None
         if rotary_emb is not None:
             rope = tuple(t.transpose(1, 2) for t in rotary_emb)  # [1, N, 1, D] -> [1, 1, N, D]
@@ -140,11 +140,7 @@ class BlockLinearAttnProcessor:
         if self.stateful and self.update_state:
             self.state = LinearAttentionState(*(t.detach() for t in new_state))
             self.tokens_seen += n_tokens
-
-        hidden_states = out.transpose(1, 2).flatten(2).to(original_dtype)  # [B, N, H*Dv]
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        return hidden_states
+        return out
 
 
 def install_block_linear_processors(

@@ -24,13 +24,14 @@ import torch.nn.functional as F
 
 from ..backend import Backend
 from ..monarch_attention import monarch_attention
+from .common import AttnProcessor
 
 __all__ = ["MonarchAttnProcessor", "install_monarch_processors", "grid_from_latents"]
 
 STOCK_PROCESSOR = "WanAttnProcessor"
 
 
-class MonarchAttnProcessor:
+class MonarchAttnProcessor(AttnProcessor):
     """Wan self-attention with Monarch attention over the ``(frames, height, width)`` token grid.
 
     Args:
@@ -61,63 +62,17 @@ class MonarchAttnProcessor:
         self.exact = exact
         self.backend = backend
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """hidden_states ``[B, N, C]``; rotary_emb: Wan's ``(cos, sin)``, each ``[1, N, 1, D]``."""
-        if encoder_hidden_states is not None:
-            raise ValueError(
-                "MonarchAttnProcessor: got encoder_hidden_states (cross-attention); Monarch attention is "
-                "self-attention over the video grid — keep the stock processor on attn2"
-            )
-        if attention_mask is not None:
-            raise ValueError("MonarchAttnProcessor: attention_mask is not supported (use block_causal for frames)")
-
-        if getattr(attn, "fused_projections", False):
-            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        query = attn.norm_q(query)
-        key = attn.norm_k(key)
-        # [B, N, H*D] -> [B, N, H, D]
-        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))
-        if rotary_emb is not None:
-            query = _apply_rotary_emb(query, *rotary_emb)
-            key = _apply_rotary_emb(key, *rotary_emb)
-
-        q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, H, N, D]
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotary_emb=None) -> torch.Tensor:
+        """Monarch attention of ``q, k, v [B, H, N, D]`` over the grid (or SDPA when ``exact``)."""
         if self.exact:
-            out = F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
-        else:
-            if self.grid is None:
-                raise ValueError(
-                    "MonarchAttnProcessor: grid is unknown; pass grid=(frames, height, width) after patching, "
-                    "or install with install_monarch_processors(model) to read it from each call's latents"
-                )
-            out = monarch_attention(
-                q, k, v, grid=self.grid, num_iters=self.num_iters, block_causal=self.block_causal,
-                backend=self.backend,
+            return F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
+        if self.grid is None:
+            raise ValueError(
+                "MonarchAttnProcessor: grid is unknown; pass grid=(frames, height, width) after patching, "
+                "or install with install_monarch_processors(model) to read it from each call's latents"
             )
-        hidden_states = out.transpose(1, 2).flatten(2, 3).type_as(query)  # [B, N, H*D]
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        return hidden_states
-
-
-def _apply_rotary_emb(x: torch.Tensor, freqs_cos: torch.Tensor, freqs_sin: torch.Tensor) -> torch.Tensor:
-    """Wan's rotary embedding (interleaved pairs) on ``[B, N, H, D]``, written as diffusers does."""
-    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(x)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(x)
+        return monarch_attention(q, k, v, grid=self.grid, num_iters=self.num_iters, block_causal=self.block_causal,
+                                 backend=self.backend)
 
 
 def grid_from_latents(latents_shape, patch_size) -> tuple[int, int, int]:

@@ -44,7 +44,8 @@ import torch
 import torch.nn.functional as F
 
 from ..monarch_attention import monarch_attention
-from .monarch import _apply_rotary_emb, grid_from_latents
+from .common import AttnProcessor
+from .monarch import grid_from_latents
 from .streaming_rope import StreamingRotaryPosEmbed
 
 __all__ = ["KVCache", "WanCausalAttnProcessor", "install_wan_causal_processors", "uninstall_wan_causal_processors"]
@@ -164,7 +165,7 @@ class KVCache:
         )
 
 
-class WanCausalAttnProcessor:
+class WanCausalAttnProcessor(AttnProcessor):
     """Wan self-attention over ``[cache, chunk]``, block-causal by chunk (see the module docs).
 
     Args:
@@ -207,20 +208,8 @@ class WanCausalAttnProcessor:
         """Forget the stream: the next chunk starts at frame 0 with an empty past."""
         self.cache.reset()
 
-    def __call__(
-        self,
-        attn,
-        hidden_states: torch.Tensor,
-        encoder_hidden_states: torch.Tensor | None = None,
-        attention_mask: torch.Tensor | None = None,
-        rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
-    ) -> torch.Tensor:
-        """hidden_states ``[B, Nc, C]`` (the chunk's tokens); rotary_emb: ``(cos, sin)``, each ``[1, Nc, 1, D]``."""
-        if encoder_hidden_states is not None or attention_mask is not None:
-            raise ValueError(
-                "WanCausalAttnProcessor: got encoder_hidden_states or attention_mask; it is the self-attention "
-                "attn1 (causality comes from the cache) — keep the stock processor on attn2"
-            )
+    def check_call(self, hidden_states, encoder_hidden_states, attention_mask) -> None:
+        super().check_call(hidden_states, encoder_hidden_states, attention_mask)
         if self.grid is None:
             raise ValueError(
                 "WanCausalAttnProcessor: grid is unknown; install with install_wan_causal_processors(model), "
@@ -233,18 +222,10 @@ class WanCausalAttnProcessor:
                 f"{frames * height * width}"
             )
 
-        # The stock processor's projections, norms and rotary embedding.
-        if getattr(attn, "fused_projections", False):
-            query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)
-        else:
-            query, key, value = attn.to_q(hidden_states), attn.to_k(hidden_states), attn.to_v(hidden_states)
-        query, key = attn.norm_q(query), attn.norm_k(key)
-        query, key, value = (t.unflatten(2, (attn.heads, -1)) for t in (query, key, value))  # [B, Nc, H, D]
-        if rotary_emb is not None:
-            query = _apply_rotary_emb(query, *rotary_emb)
-            key = _apply_rotary_emb(key, *rotary_emb)
-        q, k, v = (t.transpose(1, 2) for t in (query, key, value))  # [B, H, Nc, D]
-
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotary_emb=None) -> torch.Tensor:
+        """The chunk's ``q, k, v [B, H, Nc, D]`` attend over ``[cache, chunk]``; commits the chunk if
+        ``update_state``."""
+        frames, height, width = self.grid
         monarch = self.attention == "monarch"
         q_all, k_all, v_all = self.cache.write(q, k, v, height * width, keep_queries=monarch)  # [B, H, Np + Nc, D]
         if monarch:
@@ -263,11 +244,7 @@ class WanCausalAttnProcessor:
             out = F.scaled_dot_product_attention(q, k_all, v_all)
         if self.update_state:
             self.cache.commit()
-
-        hidden_states = out.transpose(1, 2).flatten(2, 3).type_as(query)  # [B, Nc, H*D]
-        hidden_states = attn.to_out[0](hidden_states)
-        hidden_states = attn.to_out[1](hidden_states)
-        return hidden_states
+        return out
 
 
 def install_wan_causal_processors(

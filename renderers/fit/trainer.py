@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,24 @@ class FitConfig:
         if unknown:
             raise CheckpointError(f"unknown fit config keys {sorted(unknown)}")
         return cls(**d)
+
+
+def optimizer_step(loss: Tensor, optimizers: dict[str, torch.optim.Optimizer], set_lrs: Callable[[], None],
+                   diverged: str) -> float:
+    """One step of every optimiser on ``loss``: zero the gradients, backpropagate (a loss with no gradient —
+    nothing visible in the view — steps on zero gradients), refuse a non-finite loss (``FloatingPointError``
+    "``diverged``: loss is ..."), set the learning rates, step. Returns the loss value."""
+    for opt in optimizers.values():
+        opt.zero_grad(set_to_none=True)
+    if loss.requires_grad:
+        loss.backward()
+    loss_value = float(loss.detach())
+    if not math.isfinite(loss_value):
+        raise FloatingPointError(f"{diverged}: loss is {loss_value}")
+    set_lrs()
+    for opt in optimizers.values():
+        opt.step()
+    return loss_value
 
 
 def scene_scale_of(viewmats: Tensor) -> float:
@@ -219,16 +238,8 @@ class Fitter:
         colors, meta = self.render(self._viewmats[i:i + 1], self._Ks[i:i + 1], W, H)
         meta["means2d"].retain_grad()
         loss = fit_loss(colors, target, self.cfg.ssim_weight)
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
-        if loss.requires_grad:  # False only when no Gaussian reaches any pixel of this view
-            loss.backward()
-        loss_value = float(loss.detach())
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"fit diverged at step {self.step}: loss is {loss_value}")
-        self._set_lrs()
-        for opt in self.optimizers.values():
-            opt.step()
+        # no gradient only when no Gaussian reaches any pixel of this view
+        loss_value = optimizer_step(loss, self.optimizers, self._set_lrs, f"fit diverged at step {self.step}")
 
         d = self.cfg.densify
         s = self.step

@@ -113,9 +113,17 @@ def perspective_project(
 
 
 def project_gaussians(
+    means: Tensor, quats: Tensor, scales: Tensor, viewmats: Tensor, Ks: Tensor, width: int, height: int, **options
+) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
+    """Project 3D Gaussians into ``C`` cameras (gsplat's ``fully_fused_projection``): the covariances of
+    ``quats [N, 4]`` (rotations, (w, x, y, z), any non-zero norm) and ``scales [N, 3]`` (activated standard
+    deviations) through :func:`project_covariances`, whose keyword ``options`` these are."""
+    return project_covariances(means, quat_scale_to_covar(quats, scales), viewmats, Ks, width, height, **options)
+
+
+def project_covariances(
     means: Tensor,
-    quats: Tensor,
-    scales: Tensor,
+    covars: Tensor,
     viewmats: Tensor,
     Ks: Tensor,
     width: int,
@@ -128,12 +136,12 @@ def project_gaussians(
     radius_clip: float = 0.0,
     calc_compensations: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """Project 3D Gaussians into ``C`` cameras (gsplat's ``fully_fused_projection``).
+    """Project 3D Gaussians given by world-space covariances into ``C`` cameras (EWA splatting).
 
     Args:
         means: ``[N, 3]`` world-space centres.
-        quats: ``[N, 4]`` rotations, (w, x, y, z), any non-zero norm.
-        scales: ``[N, 3]`` activated scales (standard deviations).
+        covars: ``[N, 3, 3]`` world-space covariances (:func:`quat_scale_to_covar`; 4DGS slices give them
+            directly).
         viewmats: ``[C, 4, 4]`` world-to-camera, OpenCV convention.
         Ks: ``[C, 3, 3]`` intrinsics.
         opacities: ``[N]`` or ``[C, N]`` activated opacities. When given (as
@@ -152,29 +160,6 @@ def project_gaussians(
         (upper triangle ``a, b, c`` of the inverse 2D covariance),
         ``compensations [C, N]`` or None.
     """
-    covars = quat_scale_to_covar(quats, scales)
-    return project_covariances(means, covars, viewmats, Ks, width, height, opacities=opacities, eps2d=eps2d,
-                               near_plane=near_plane, far_plane=far_plane, radius_clip=radius_clip,
-                               calc_compensations=calc_compensations)
-
-
-def project_covariances(
-    means: Tensor,
-    covars: Tensor,
-    viewmats: Tensor,
-    Ks: Tensor,
-    width: int,
-    height: int,
-    *,
-    opacities: Tensor | None = None,
-    eps2d: float = 0.3,
-    near_plane: float = 0.01,
-    far_plane: float = 1e10,
-    radius_clip: float = 0.0,
-    calc_compensations: bool = False,
-) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """:func:`project_gaussians` from world-space covariances ``covars [N, 3, 3]`` instead of
-    quaternions and scales (4DGS slices give covariances). Same arguments and returns."""
     means_c, covars_c = world_to_camera(means, covars, viewmats)
     depths = means_c[..., 2]
     in_depth = (depths >= near_plane) & (depths <= far_plane)

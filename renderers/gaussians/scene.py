@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 from torch import Tensor
@@ -19,8 +19,46 @@ class SceneTooLargeError(SceneError, MemoryError):
     """A scene that would not fit the target device's free memory."""
 
 
+class TensorScene:
+    """What the 3DGS and 4DGS scenes share: per-Gaussian tensors (``TENSORS``, ``means [N, 3]`` first) that are
+    checked for shape, counted and moved to a device together (refused if they would not fit there)."""
+
+    TENSORS: ClassVar[tuple[str, ...]]
+
+    def _check_shapes(self, expected: dict[str, tuple[int, ...]]) -> int:
+        """Raise :class:`SceneError` unless each tensor named in ``expected`` has its shape (``-1`` is N);
+        returns N."""
+        n = self.means.shape[0] if isinstance(self.means, Tensor) and self.means.dim() == 2 else -1
+        for name, shape in expected.items():
+            t, want = getattr(self, name), tuple(n if d == -1 else d for d in shape)
+            if not isinstance(t, Tensor) or tuple(t.shape) != want or n < 0:
+                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
+                raise SceneError(f"{type(self).__name__}.{name} must have shape {list(want)}, got {got}")
+        return n
+
+    @property
+    def n(self) -> int:
+        """Number of Gaussians."""
+        return self.means.shape[0]
+
+    @property
+    def device(self) -> torch.device:
+        return self.means.device
+
+    def check_fits(self, device: DeviceLike) -> None:
+        """Raise :class:`SceneTooLargeError` if the scene would not fit ``device``."""
+        raise NotImplementedError
+
+    def to(self, device: DeviceLike, dtype: torch.dtype | None = None):
+        """A copy on ``device`` (refused with the numbers if it would not fit there)."""
+        device = torch.device(device)
+        if device != self.device:
+            self.check_fits(device)
+        return replace(self, **{k: getattr(self, k).to(device=device, dtype=dtype) for k in self.TENSORS})
+
+
 @dataclass
-class GaussianScene:
+class GaussianScene(TensorScene):
     """Activated 3DGS parameters, ready for :func:`rasterize`.
 
     Attributes:
@@ -42,40 +80,22 @@ class GaussianScene:
     sh: Tensor
     raw: dict[str, Any] | None = field(default=None, repr=False, compare=False)
 
+    TENSORS: ClassVar[tuple[str, ...]] = ("means", "quats", "scales", "opacities", "sh")
+
     def __post_init__(self) -> None:
-        n = self.means.shape[0] if self.means.dim() == 2 else -1
-        expected = {"means": (n, 3), "quats": (n, 4), "scales": (n, 3), "opacities": (n,)}
-        for name, shape in expected.items():
-            t = getattr(self, name)
-            if tuple(t.shape) != shape or n < 0:
-                raise SceneError(f"GaussianScene.{name} must have shape {list(shape)}, got {list(t.shape)}")
+        n = self._check_shapes({"means": (-1, 3), "quats": (-1, 4), "scales": (-1, 3), "opacities": (-1,)})
         if self.sh.dim() != 3 or self.sh.shape[0] != n or self.sh.shape[2] != 3:
             raise SceneError(f"GaussianScene.sh must have shape [{n}, K, 3], got {list(self.sh.shape)}")
         if self.sh.shape[1] not in (1, 4, 9, 16):
             raise SceneError(f"GaussianScene.sh has K={self.sh.shape[1]} coefficients; expected 1, 4, 9 or 16")
 
     @property
-    def n(self) -> int:
-        """Number of Gaussians."""
-        return self.means.shape[0]
-
-    @property
     def sh_degree(self) -> int:
         """Spherical-harmonic degree, 0..3."""
         return math.isqrt(self.sh.shape[1]) - 1
 
-    @property
-    def device(self) -> torch.device:
-        return self.means.device
-
-    def to(self, device: DeviceLike, dtype: torch.dtype | None = None) -> GaussianScene:
-        """A copy on ``device`` (refused with the numbers if it would not fit there)."""
-        device = torch.device(device)
-        if device != self.device:
-            check_fits(self.n, device, self.sh_degree)
-        move = {k: getattr(self, k).to(device=device, dtype=dtype)
-                for k in ("means", "quats", "scales", "opacities", "sh")}
-        return replace(self, **move)
+    def check_fits(self, device: DeviceLike) -> None:
+        check_fits(self.n, device, self.sh_degree)
 
     def rasterize_args(self) -> dict[str, Any]:
         """Keyword arguments for :func:`rasterize`: ``rasterize(**scene.rasterize_args(), viewmats=..., ...)``."""
@@ -151,10 +171,14 @@ def check_fits(
     ``available`` overrides the free-memory query (for tests and planning).
     """
     need = int(n_gaussians) * bytes_per_gaussian(sh_degree)
+    return refuse_if_too_large(need, device, available, f"{source}: {n_gaussians:,} Gaussians (SH degree {sh_degree})")
+
+
+def refuse_if_too_large(need: int, device: DeviceLike, available: int | None, what: str) -> int:
+    """Raise :class:`SceneTooLargeError` ("``what`` need about ... MiB on ..., but only ... MiB is free") if
+    ``need`` bytes exceed the free memory of ``device`` (or ``available``); returns ``need``."""
     free = available_bytes(device) if available is None else int(available)
     if need > free:
-        raise SceneTooLargeError(
-            f"{source}: {n_gaussians:,} Gaussians (SH degree {sh_degree}) need about "
-            f"{need / 2**20:,.1f} MiB on {torch.device(device)}, but only {free / 2**20:,.1f} MiB is free"
-        )
+        raise SceneTooLargeError(f"{what} need about {need / 2**20:,.1f} MiB on {torch.device(device)}, "
+                                 f"but only {free / 2**20:,.1f} MiB is free")
     return need

@@ -28,7 +28,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from framegraph.kernels.backend import triton_available
+from framegraph.kernels.backend import device_capability
 
 from .reference import ALPHA_THRESHOLD, TRANSMITTANCE_THRESHOLD
 
@@ -49,14 +49,6 @@ BWD_BATCH, BWD_WARPS = 8, 8
 def forward_config(capability: int) -> tuple[int, int]:
     """(BATCH, num_warps) of ``_rasterize_fwd_kernel`` on a GPU of compute ``capability`` (89 = sm_89)."""
     return (FWD_BATCH_SM89 if capability == 89 else FWD_BATCH), FWD_WARPS
-
-
-def _device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89); 89 for Triton's interpreter on CPU."""
-    if device.type != "cuda":
-        return 89
-    major, minor = torch.cuda.get_device_capability(device)
-    return 10 * major + minor
 
 
 @triton.jit
@@ -208,56 +200,30 @@ def _rasterize_bwd_kernel(
 
 
 # ----------------------------------------------------------------------------
-# Launchers, registered as torch ops so graphs can capture them.
+# Launchers (registered as torch custom ops in ``__init__.py``).
 # ----------------------------------------------------------------------------
-def _check_launch(means2d: Tensor, tile_size: int) -> None:
-    if tile_size not in (4, 8, 16, 32):
-        raise ValueError(f"the triton rasterizer needs tile_size in (4, 8, 16, 32), got {tile_size}")
-    if not triton_available(means2d.device):
-        raise RuntimeError(
-            f"the triton rasterizer got tensors on {means2d.device}; it needs CUDA, or "
-            "TRITON_INTERPRET=1 set before framegraph.renderers.gaussians.triton is imported"
-        )
-    if means2d.dtype != torch.float32:
-        raise TypeError(f"the triton rasterizer computes in float32, got {means2d.dtype}")
-
-
-def _grid_args(means2d: Tensor, colors: Tensor, width: int, height: int, tile_size: int):
-    C = means2d.shape[0]
+def _grid(means2d: Tensor, colors: Tensor, width: int, height: int, tile_size: int) -> tuple[int, int, int, int]:
+    """(programs = cameras x tiles, tiles per row, tiles per camera, padded channel count)."""
     tile_w, tile_h = -(-width // tile_size), -(-height // tile_size)
-    n_tiles = tile_w * tile_h
-    D = colors.shape[-1]
-    DP = triton.next_power_of_2(D)
-    return C, tile_w, n_tiles, D, DP
+    return means2d.shape[0] * tile_w * tile_h, tile_w, tile_w * tile_h, triton.next_power_of_2(colors.shape[-1])
 
 
-@torch.library.custom_op("framegraph::gaussians_rasterize_fwd", mutates_args=())
-def rasterize_fwd(
-    means2d: Tensor,
-    conics: Tensor,
-    colors: Tensor,
-    opacities: Tensor,
-    tile_offsets: Tensor,
-    flatten_ids: Tensor,
-    width: int,
-    height: int,
-    tile_size: int,
-    alpha_cap: float,
-) -> tuple[Tensor, Tensor]:
+def rasterize_fwd(means2d: Tensor, conics: Tensor, colors: Tensor, opacities: Tensor, tile_offsets: Tensor,
+                  flatten_ids: Tensor, width: int, height: int, tile_size: int, alpha_cap: float
+                  ) -> tuple[Tensor, Tensor]:
     """Blended colour ``[C, H, W, D]`` (no background) and transmittance ``[C, H, W]``.
 
-    ``means2d [C, N, 2]``, ``conics [C, N, 3]``, ``colors [C, N, D]``,
-    ``opacities [C, N]`` (float32, contiguous); ``tile_offsets [C * n_tiles + 1]``
-    int32 (tile starts, then the number of intersections); ``flatten_ids [M]``
-    int32 sorted by (camera, tile, depth).
+    ``means2d [C, N, 2]``, ``conics [C, N, 3]``, ``colors [C, N, D]``, ``opacities [C, N]`` (float32,
+    contiguous); ``tile_offsets [C * n_tiles + 1]`` int32 (tile starts, then the number of intersections);
+    ``flatten_ids [M]`` int32 sorted by (camera, tile, depth).
     """
-    _check_launch(means2d, tile_size)
-    C, tile_w, n_tiles, D, DP = _grid_args(means2d, colors, width, height, tile_size)
+    C, D = means2d.shape[0], colors.shape[-1]
+    programs, tile_w, n_tiles, DP = _grid(means2d, colors, width, height, tile_size)
     out = means2d.new_zeros((C, height, width, D))
     trans = means2d.new_ones((C, height, width))
-    if C * n_tiles > 0 and flatten_ids.numel() > 0:
-        batch, warps = forward_config(_device_capability(means2d.device))
-        _rasterize_fwd_kernel[(C * n_tiles,)](
+    if programs > 0 and flatten_ids.numel() > 0:
+        batch, warps = forward_config(device_capability(means2d.device))
+        _rasterize_fwd_kernel[(programs,)](
             means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans,
             width, height, tile_w, n_tiles, alpha_cap,
             TILE=tile_size, BATCH=batch, D=D, DP=DP, num_warps=warps,
@@ -265,98 +231,20 @@ def rasterize_fwd(
     return out, trans
 
 
-@rasterize_fwd.register_fake
-def _(means2d, conics, colors, opacities, tile_offsets, flatten_ids, width, height, tile_size, alpha_cap):
-    C, D = means2d.shape[0], colors.shape[-1]
-    return means2d.new_empty((C, height, width, D)), means2d.new_empty((C, height, width))
+def rasterize_bwd(saved: list[Tensor], grad_out: Tensor, grad_trans: Tensor, width: int, height: int,
+                  tile_size: int, alpha_cap: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Gradients w.r.t. ``means2d, conics, colors, opacities`` of :func:`rasterize_fwd`.
 
-
-@torch.library.custom_op("framegraph::gaussians_rasterize_bwd", mutates_args=())
-def rasterize_bwd(
-    means2d: Tensor,
-    conics: Tensor,
-    colors: Tensor,
-    opacities: Tensor,
-    tile_offsets: Tensor,
-    flatten_ids: Tensor,
-    out: Tensor,
-    trans: Tensor,
-    grad_out: Tensor,
-    grad_trans: Tensor,
-    width: int,
-    height: int,
-    tile_size: int,
-    alpha_cap: float,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Gradients w.r.t. ``means2d, conics, colors, opacities`` of :func:`rasterize_fwd`."""
-    _check_launch(means2d, tile_size)
-    C, tile_w, n_tiles, D, DP = _grid_args(means2d, colors, width, height, tile_size)
-    g_means2d, g_conics = torch.zeros_like(means2d), torch.zeros_like(conics)
-    g_colors, g_opac = torch.zeros_like(colors), torch.zeros_like(opacities)
-    if C * n_tiles > 0 and flatten_ids.numel() > 0:
-        _rasterize_bwd_kernel[(C * n_tiles,)](
+    ``saved``: the forward's six tensor arguments, then its two outputs (``out``, ``trans``).
+    """
+    means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans = saved
+    programs, tile_w, n_tiles, DP = _grid(means2d, colors, width, height, tile_size)
+    grads = [torch.zeros_like(t) for t in (means2d, conics, colors, opacities)]
+    if programs > 0 and flatten_ids.numel() > 0:
+        _rasterize_bwd_kernel[(programs,)](
             means2d, conics, colors, opacities, tile_offsets, flatten_ids,
-            out, trans, grad_out.contiguous(), grad_trans.contiguous(),
-            g_means2d, g_conics, g_colors, g_opac,
+            out, trans, grad_out.contiguous(), grad_trans.contiguous(), *grads,
             width, height, tile_w, n_tiles, alpha_cap,
-            TILE=tile_size, BATCH=BWD_BATCH, D=D, DP=DP, num_warps=BWD_WARPS,
+            TILE=tile_size, BATCH=BWD_BATCH, D=colors.shape[-1], DP=DP, num_warps=BWD_WARPS,
         )
-    return g_means2d, g_conics, g_colors, g_opac
-
-
-@rasterize_bwd.register_fake
-def _(means2d, conics, colors, opacities, *args):
-    return (torch.empty_like(means2d), torch.empty_like(conics), torch.empty_like(colors), torch.empty_like(opacities))
-
-
-class RasterizeToPixels(torch.autograd.Function):
-    """Autograd tie between :func:`rasterize_fwd` and :func:`rasterize_bwd`."""
-
-    @staticmethod
-    def forward(ctx, means2d, conics, colors, opacities, tile_offsets, flatten_ids, width, height, tile_size, alpha_cap):
-        out, trans = rasterize_fwd(
-            means2d, conics, colors, opacities, tile_offsets, flatten_ids, width, height, tile_size, alpha_cap
-        )
-        ctx.save_for_backward(means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans)
-        ctx.launch = (width, height, tile_size, alpha_cap)
-        return out, trans
-
-    @staticmethod
-    def backward(ctx, grad_out, grad_trans):
-        means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans = ctx.saved_tensors
-        if grad_out is None:
-            grad_out = torch.zeros_like(out)
-        if grad_trans is None:
-            grad_trans = torch.zeros_like(trans)
-        grads = rasterize_bwd(
-            means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans,
-            grad_out, grad_trans, *ctx.launch,
-        )
-        return (*grads, None, None, None, None, None, None)
-
-
-def rasterize_to_pixels(
-    means2d: Tensor,
-    conics: Tensor,
-    colors: Tensor,
-    opacities: Tensor,
-    width: int,
-    height: int,
-    tile_size: int,
-    isect_offsets: Tensor,
-    flatten_ids: Tensor,
-    backgrounds: Tensor | None = None,
-    alpha_cap: float = 0.999,
-) -> tuple[Tensor, Tensor]:
-    """Triton twin of :func:`reference.rasterize_to_pixels` (same arguments and returns)."""
-    C, N = means2d.shape[:2]
-    tile_offsets = torch.cat(
-        [isect_offsets.flatten(), isect_offsets.new_tensor([flatten_ids.numel()])]
-    ).to(torch.int32).contiguous()
-    out, trans = RasterizeToPixels.apply(
-        means2d.contiguous(), conics.contiguous(), colors.contiguous(), opacities.contiguous(),
-        tile_offsets, flatten_ids.to(torch.int32).contiguous(), width, height, tile_size, float(alpha_cap),
-    )
-    if backgrounds is not None:
-        out = out + trans[..., None] * backgrounds[:, None, None, :]
-    return out, (1.0 - trans)[..., None]
+    return tuple(grads)

@@ -37,9 +37,9 @@ from ..cameras import CameraPath
 from ..fit.densify import DensifyState, append_rows, keep_rows, refine, reset_opacity
 from ..fit.losses import fit_loss, psnr
 from ..fit.params import knn_mean_distance, rgb_to_sh0
-from ..fit.trainer import FitConfig, scene_scale_of
+from ..fit.trainer import FitConfig, optimizer_step, scene_scale_of
 from ..scenes import ProceduralScene
-from .rasterization import rasterize_4d
+from . import rasterize_4d
 from .reference import rotation_4d
 from .scene import Gaussian4DScene
 
@@ -201,16 +201,8 @@ class Fitter4D:
         if means2d.requires_grad:
             means2d.retain_grad()
         loss = fit_loss(colors, target, self.cfg.ssim_weight)
-        for opt in self.optimizers.values():
-            opt.zero_grad(set_to_none=True)
-        if loss.requires_grad:  # False only when no Gaussian is seen at this time from this camera
-            loss.backward()
-        loss_value = float(loss.detach())
-        if not math.isfinite(loss_value):
-            raise FloatingPointError(f"4D fit diverged at step {self.step}: loss is {loss_value}")
-        self._set_lrs()
-        for opt in self.optimizers.values():
-            opt.step()
+        # no gradient only when no Gaussian is seen at this time from this camera
+        loss_value = optimizer_step(loss, self.optimizers, self._set_lrs, f"4D fit diverged at step {self.step}")
         self._densify(meta)
         self.step += 1
         return {"loss": loss_value, "psnr": psnr(colors, target)}

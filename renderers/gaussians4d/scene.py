@@ -2,14 +2,14 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-from framegraph.renderers.gaussians.scene import SceneError, SceneTooLargeError, available_bytes
+from framegraph.renderers.gaussians.scene import SceneError, TensorScene, refuse_if_too_large
 
 DeviceLike = str | torch.device
 
@@ -17,7 +17,7 @@ DEFAULT_TIME_DURATION = (-0.5, 0.5)  # fudan-zvg's default ``--time_duration``
 
 
 @dataclass
-class Gaussian4DScene:
+class Gaussian4DScene(TensorScene):
     """Activated 4DGS parameters (fudan-zvg, ``rot_4d=True`` semantics), ready for :func:`rasterize_4d`.
 
     Attributes:
@@ -46,15 +46,11 @@ class Gaussian4DScene:
     sh_degree_t: int = 0
     time_duration: tuple[float, float] = DEFAULT_TIME_DURATION
 
+    TENSORS: ClassVar[tuple[str, ...]] = ("means", "times", "scales", "quats_l", "quats_r", "opacities", "sh")
+
     def __post_init__(self) -> None:
-        n = self.means.shape[0] if self.means.dim() == 2 else -1
-        expected = {"means": (n, 3), "times": (n,), "scales": (n, 4), "quats_l": (n, 4), "quats_r": (n, 4),
-                    "opacities": (n,)}
-        for name, shape in expected.items():
-            t = getattr(self, name)
-            if not isinstance(t, Tensor) or tuple(t.shape) != shape or n < 0:
-                got = list(t.shape) if isinstance(t, Tensor) else type(t).__name__
-                raise SceneError(f"Gaussian4DScene.{name} must have shape {list(shape)}, got {got}")
+        n = self._check_shapes({"means": (-1, 3), "times": (-1,), "scales": (-1, 4), "quats_l": (-1, 4),
+                                "quats_r": (-1, 4), "opacities": (-1,)})
         if self.sh.dim() != 3 or self.sh.shape[0] != n or self.sh.shape[2] != 3:
             raise SceneError(f"Gaussian4DScene.sh must have shape [{n}, K, 3], got {list(self.sh.shape)}")
         if not isinstance(self.sh_degree_t, int) or self.sh_degree_t < 0:
@@ -71,11 +67,6 @@ class Gaussian4DScene:
         self.time_duration = (t0, t1)
 
     @property
-    def n(self) -> int:
-        """Number of Gaussians."""
-        return self.means.shape[0]
-
-    @property
     def sh_degree(self) -> int:
         """Spatial spherical-harmonic degree, 0..3."""
         return math.isqrt(self.sh.shape[1] // (self.sh_degree_t + 1)) - 1
@@ -85,26 +76,14 @@ class Gaussian4DScene:
         """``t1 - t0`` of :attr:`time_duration`."""
         return self.time_duration[1] - self.time_duration[0]
 
-    @property
-    def device(self) -> torch.device:
-        return self.means.device
-
-    def to(self, device: DeviceLike, dtype: torch.dtype | None = None) -> Gaussian4DScene:
-        """A copy on ``device`` (refused with the numbers if it would not fit there)."""
-        device = torch.device(device)
-        if device != self.device:
-            check_fits_4d(self.n, device, self.sh.shape[1])
-        move = {k: getattr(self, k).to(device=device, dtype=dtype) for k in _TENSORS}
-        return replace(self, **move)
+    def check_fits(self, device: DeviceLike) -> None:
+        check_fits_4d(self.n, device, self.sh.shape[1])
 
     def rasterize_args(self) -> dict[str, Any]:
         """Keyword arguments for :func:`rasterize_4d`: ``rasterize_4d(**scene.rasterize_args(), t=..., ...)``."""
         return {"means": self.means, "times": self.times, "scales": self.scales, "quats_l": self.quats_l,
                 "quats_r": self.quats_r, "opacities": self.opacities, "colors": self.sh,
                 "sh_degree": self.sh_degree, "sh_degree_t": self.sh_degree_t, "duration": self.duration}
-
-
-_TENSORS = ("means", "times", "scales", "quats_l", "quats_r", "opacities", "sh")
 
 
 def random_scene_4d(
@@ -157,10 +136,5 @@ def check_fits_4d(n_gaussians: int, device: DeviceLike, n_coeffs: int = 16, *, a
                   source: str = "4D scene") -> int:
     """Refuse, before allocating, a 4D scene that would not fit ``device``; returns the bytes needed."""
     need = int(n_gaussians) * bytes_per_gaussian_4d(n_coeffs)
-    free = available_bytes(device) if available is None else int(available)
-    if need > free:
-        raise SceneTooLargeError(
-            f"{source}: {n_gaussians:,} 4D Gaussians ({n_coeffs} colour coefficients each) need about "
-            f"{need / 2**20:,.1f} MiB on {torch.device(device)}, but only {free / 2**20:,.1f} MiB is free"
-        )
-    return need
+    return refuse_if_too_large(need, device, available,
+                               f"{source}: {n_gaussians:,} 4D Gaussians ({n_coeffs} colour coefficients each)")

@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..stages import RenderStage
-from .rasterization import rasterize_4d
+from . import rasterize_4d
 from .scene import Gaussian4DScene, check_fits_4d
 
 

@@ -6,20 +6,16 @@ form the 10 unique entries of ``Sigma = (R S)(R S)^T`` and condition on ``t``: c
 (3), conditional covariance (6 unique values), opacity x temporal marginal, and the cull flag.
 Everything after the slice (projection, tiles, blending) is the 3DGS pipeline.
 
-The op is registered with ``torch.library`` (schema + fake implementation, so graphs capture it)
-and is differentiable: its backward replays :func:`reference.slice_gaussians` under autograd, which
-is cheap next to rendering. Runs on CUDA, or on CPU through Triton's interpreter
-(``TRITON_INTERPRET=1`` set before this module is imported).
+``__init__.py`` registers the launcher as a torch custom op (schema + fake implementation, so graphs
+capture it) whose backward replays :func:`reference.slice_gaussians` under autograd, which is cheap next
+to rendering. Runs on CUDA, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set before
+this module is imported).
 """
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
-
-from framegraph.kernels.backend import triton_available
-
-from . import reference
 
 BLOCK = 128  # Gaussians per program
 WARPS = 4
@@ -40,6 +36,21 @@ def _dot4(a0, a1, a2, a3, b0, b1, b2, b3):
 
 
 @triton.jit
+def _load4(ptr, i, m, first, rest):
+    """The 4 values of row ``i`` of an ``[N, 4]`` tensor (``first`` / ``rest`` where masked)."""
+    return (tl.load(ptr + 4 * i, mask=m, other=first), tl.load(ptr + 4 * i + 1, mask=m, other=rest),
+            tl.load(ptr + 4 * i + 2, mask=m, other=rest), tl.load(ptr + 4 * i + 3, mask=m, other=rest))
+
+
+@triton.jit
+def _load_unit_quat(ptr, i, m):
+    """Quaternion ``i`` of an ``[N, 4]`` tensor, normalised (identity where masked)."""
+    w, x, y, z = _load4(ptr, i, m, 1.0, 0.0)
+    inv = 1.0 / tl.sqrt(w * w + x * x + y * y + z * z)
+    return w * inv, x * inv, y * inv, z * inv
+
+
+@triton.jit
 def _slice_kernel(
     means_ptr, times_ptr, scales_ptr, ql_ptr, qr_ptr, opac_ptr,  # [N, 3], [N], [N, 4], [N, 4], [N, 4], [N]
     out_means_ptr, out_covars_ptr, out_opac_ptr, out_keep_ptr,  # [N, 3], [N, 6], [N], [N] int8
@@ -50,23 +61,9 @@ def _slice_kernel(
     m = i < N
     i64 = i.to(tl.int64)
 
-    a = tl.load(ql_ptr + 4 * i64, mask=m, other=1.0)
-    b = tl.load(ql_ptr + 4 * i64 + 1, mask=m, other=0.0)
-    c = tl.load(ql_ptr + 4 * i64 + 2, mask=m, other=0.0)
-    d = tl.load(ql_ptr + 4 * i64 + 3, mask=m, other=0.0)
-    inv = 1.0 / tl.sqrt(a * a + b * b + c * c + d * d)
-    a, b, c, d = a * inv, b * inv, c * inv, d * inv
-    p = tl.load(qr_ptr + 4 * i64, mask=m, other=1.0)
-    q = tl.load(qr_ptr + 4 * i64 + 1, mask=m, other=0.0)
-    r = tl.load(qr_ptr + 4 * i64 + 2, mask=m, other=0.0)
-    s = tl.load(qr_ptr + 4 * i64 + 3, mask=m, other=0.0)
-    inv = 1.0 / tl.sqrt(p * p + q * q + r * r + s * s)
-    p, q, r, s = p * inv, q * inv, r * inv, s * inv
-
-    s0 = tl.load(scales_ptr + 4 * i64, mask=m, other=1.0)
-    s1 = tl.load(scales_ptr + 4 * i64 + 1, mask=m, other=1.0)
-    s2 = tl.load(scales_ptr + 4 * i64 + 2, mask=m, other=1.0)
-    s3 = tl.load(scales_ptr + 4 * i64 + 3, mask=m, other=1.0)
+    a, b, c, d = _load_unit_quat(ql_ptr, i64, m)
+    p, q, r, s = _load_unit_quat(qr_ptr, i64, m)
+    s0, s1, s2, s3 = _load4(scales_ptr, i64, m, 1.0, 1.0)
 
     # Rows of R = M_l(a, b, c, d) @ M_r(p, q, r, s), each scaled by S: U = R S.
     x00, x01, x02, x03 = _row_times_right(a, -b, -c, -d, p, q, r, s)
@@ -114,29 +111,10 @@ def _slice_kernel(
     tl.store(out_keep_ptr + i64, (marginal > cull_threshold).to(tl.int8), mask=m)
 
 
-def _check_launch(means: Tensor) -> None:
-    if not triton_available(means.device):
-        raise RuntimeError(
-            f"the triton 4DGS slice got tensors on {means.device}; it needs CUDA, or TRITON_INTERPRET=1 "
-            "set before framegraph.renderers.gaussians4d.triton is imported"
-        )
-    if means.dtype != torch.float32:
-        raise TypeError(f"the triton 4DGS slice computes in float32, got {means.dtype}")
-
-
-@torch.library.custom_op("framegraph::gaussians4d_slice", mutates_args=())
-def slice_gaussians(
-    means: Tensor,
-    times: Tensor,
-    scales: Tensor,
-    quats_l: Tensor,
-    quats_r: Tensor,
-    opacities: Tensor,
-    t: float,
-    cull_threshold: float = reference.CULL_THRESHOLD,
-) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Triton twin of :func:`reference.slice_gaussians` (same arguments and returns; float32)."""
-    _check_launch(means)
+def slice_gaussians(means: Tensor, times: Tensor, scales: Tensor, quats_l: Tensor, quats_r: Tensor,
+                    opacities: Tensor, t: float, cull_threshold: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Launch :func:`_slice_kernel`: the twin of :func:`reference.slice_gaussians` (same arguments and
+    returns; float32)."""
     N = means.shape[0]
     out_means = means.new_empty((N, 3))
     out_covars = means.new_empty((N, 6))
@@ -149,27 +127,3 @@ def slice_gaussians(
             N, float(t), float(cull_threshold), BLOCK=BLOCK, num_warps=WARPS,
         )
     return out_means, out_covars, out_opac, keep != 0
-
-
-@slice_gaussians.register_fake
-def _(means, times, scales, quats_l, quats_r, opacities, t, cull_threshold=reference.CULL_THRESHOLD):
-    N = means.shape[0]
-    return (means.new_empty((N, 3)), means.new_empty((N, 6)), means.new_empty((N,)),
-            torch.empty((N,), dtype=torch.bool, device=means.device))
-
-
-def _setup_context(ctx, inputs, output):
-    ctx.save_for_backward(*inputs[:6])
-    ctx.t, ctx.cull_threshold = inputs[6], inputs[7]
-
-
-def _backward(ctx, g_means, g_covars, g_opac, _g_keep):
-    inputs = [x.detach().requires_grad_(True) for x in ctx.saved_tensors]
-    with torch.enable_grad():
-        outs = reference.slice_gaussians(*inputs, ctx.t, ctx.cull_threshold)[:3]
-        pairs = [(o, g) for o, g in zip(outs, (g_means, g_covars, g_opac)) if g is not None]
-        grads = torch.autograd.grad([o for o, _ in pairs], inputs, [g for _, g in pairs], allow_unused=True)
-    return (*grads, None, None)
-
-
-slice_gaussians.register_autograd(_backward, setup_context=_setup_context)

@@ -31,13 +31,32 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="scene box in world units (default: a cube around the cameras' centroid)")
     p.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
                    help="colour behind the scene and under transparent pixels (default white)")
-    p.add_argument("--levels", type=int, default=16, help="hash grid levels (default 16)")
-    p.add_argument("--log2-table", type=int, default=19, help="log2 entries per hashed level (default 19)")
-    p.add_argument("--finest", type=int, default=2048, help="finest grid resolution (default 2048)")
-    p.add_argument("--occupancy", type=int, default=128, help="occupancy grid resolution (default 128)")
-    p.add_argument("--steps-per-diagonal", type=int, default=512, help="marching steps across the box diagonal")
+    add_model_arguments(p, log2_table=19, finest=2048, occupancy=128, steps_per_diagonal=512)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cuda or cpu (default cuda when available)")
+
+
+def add_model_arguments(p: argparse.ArgumentParser, *, log2_table: int, finest: int, occupancy: int,
+                        steps_per_diagonal: int) -> None:
+    """The model's size options (hash grid, occupancy grid, marching step), with these defaults; read back by
+    :func:`config_from_args`."""
+    p.add_argument("--levels", type=int, default=16, help="hash grid levels (default 16)")
+    p.add_argument("--log2-table", type=int, default=log2_table,
+                   help=f"log2 entries per hashed level (default {log2_table})")
+    p.add_argument("--finest", type=int, default=finest, help=f"finest grid resolution (default {finest})")
+    p.add_argument("--occupancy", type=int, default=occupancy,
+                   help=f"occupancy grid resolution (default {occupancy})")
+    p.add_argument("--steps-per-diagonal", type=int, default=steps_per_diagonal,
+                   help=f"marching steps across the box diagonal (default {steps_per_diagonal})")
+
+
+def config_from_args(args: argparse.Namespace, aabb, background, **options) -> NerfConfig:
+    """The :class:`NerfConfig` of :func:`add_model_arguments`' options for the scene box ``aabb`` (6 numbers)
+    and ``background`` (RGB); ``options``: other NerfConfig fields."""
+    diag = float((torch.tensor(aabb[3:]) - torch.tensor(aabb[:3])).norm())
+    grid = HashGridConfig(n_levels=args.levels, log2_table_size=args.log2_table, finest_resolution=args.finest)
+    return NerfConfig(aabb=aabb, grid=grid, step_size=diag / args.steps_per_diagonal, background=background,
+                      occupancy_resolution=args.occupancy, **options)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -47,12 +66,7 @@ def run(args: argparse.Namespace) -> int:
     n = data.images.shape[0]
     test = [i for i in range(n) if args.hold_out and i % args.hold_out == 0 and n > 1]
     train = [i for i in range(n) if i not in test]
-    aabb = args.aabb or data.suggested_aabb()
-    diag = float((torch.tensor(aabb[3:]) - torch.tensor(aabb[:3])).norm())
-    config = NerfConfig(aabb=aabb, grid=HashGridConfig(n_levels=args.levels, log2_table_size=args.log2_table,
-                                                        finest_resolution=args.finest),
-                        step_size=diag / args.steps_per_diagonal, background=args.background,
-                        occupancy_resolution=args.occupancy)
+    config = config_from_args(args, args.aabb or data.suggested_aabb(), args.background)
     model = NerfModel(config, seed=args.seed, device=device)
     report = fit(model, data.images[train], data.viewmats[train], data.Ks[train], steps=args.steps,
                  batch_rays=args.batch_rays, lr=args.lr, loss=args.loss, seed=args.seed,

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
+from .cli import add_model_arguments, config_from_args
 from .fit import fit, psnr
-from .hash_encoding import HashGridConfig
-from .model import WEIGHTS_NAME, NerfConfig, NerfModel
+from .model import WEIGHTS_NAME, NerfModel
 from .spheres import demo_scene, sphere_views
 
 
@@ -34,15 +34,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--views", type=int, default=30, help="training views (default 30)")
     p.add_argument("--held-out", type=int, default=6, help="held-out test views (default 6)")
     p.add_argument("--batch-rays", type=int, default=1024, help="rays per step (default 1024)")
-    p.add_argument("--levels", type=int, default=16, help="hash grid levels (default 16)")
-    p.add_argument("--log2-table", type=int, default=15, help="log2 entries per hashed level (default 15)")
-    p.add_argument("--finest", type=int, default=256, help="finest grid resolution (default 256)")
-    p.add_argument("--occupancy", type=int, default=64, help="occupancy grid resolution (default 64)")
+    add_model_arguments(p, log2_table=15, finest=256, occupancy=64, steps_per_diagonal=128)
     p.add_argument("--occupancy-decay", type=float, default=0.7,
                    help="occupancy EMA decay per update (default 0.7: every cell is re-measured at each update "
                         "here, so a short memory is safe and prunes empty space early)")
-    p.add_argument("--steps-per-diagonal", type=int, default=128,
-                   help="marching steps across the AABB diagonal (default 128)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     p.add_argument("--device", default="cpu")
@@ -61,12 +56,7 @@ def main(argv=None) -> int:
     images = torch.stack([scene.render(v, k, W, H) for v, k in zip(train.viewmats, train.Ks)])
     truth = torch.stack([scene.render(v, k, W, H) for v, k in zip(test.viewmats, test.Ks)])
 
-    aabb = tuple(scene.aabb)
-    diag = float((torch.tensor(aabb[3:]) - torch.tensor(aabb[:3])).norm())
-    config = NerfConfig(aabb=aabb, grid=HashGridConfig(n_levels=args.levels, log2_table_size=args.log2_table,
-                                                        finest_resolution=args.finest),
-                        step_size=diag / args.steps_per_diagonal, background=scene.background,
-                        occupancy_resolution=args.occupancy, occupancy_decay=args.occupancy_decay)
+    config = config_from_args(args, tuple(scene.aabb), scene.background, occupancy_decay=args.occupancy_decay)
     model = NerfModel(config, seed=args.seed, device=args.device)
     report = fit(model, images, train.viewmats, train.Ks, steps=args.steps, batch_rays=args.batch_rays,
                  occupancy_warmup=32, occupancy_cells=args.occupancy ** 3, seed=args.seed,

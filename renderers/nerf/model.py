@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from framegraph.kernels.backend import Backend
 
+from ..cameras import read_json_object
 from .field import NerfField
 from .hash_encoding import HashGridConfig
 from .marcher import EARLY_STOP, RenderResult, camera_rays, render_rays
@@ -188,14 +189,7 @@ def load_nerf(directory: str | os.PathLike, device="cpu") -> NerfModel:
     cfg_path, w_path = d / CONFIG_NAME, d / WEIGHTS_NAME
     if not cfg_path.is_file():
         raise NerfLoadError(f"{cfg_path}: missing (a NeRF directory holds {CONFIG_NAME} and {WEIGHTS_NAME})")
-    try:
-        doc = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise NerfLoadError(f"{cfg_path}: not valid JSON (line {e.lineno}, column {e.colno}: {e.msg})") from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise NerfLoadError(f"{cfg_path}: cannot read ({e})") from None
-    if not isinstance(doc, dict):
-        raise NerfLoadError(f"{cfg_path}: expected a JSON object, got {type(doc).__name__}")
+    doc = read_json_object(cfg_path, lambda problem: NerfLoadError(f"{cfg_path}: {problem}"))
     if doc.get("format", FORMAT) != FORMAT:
         raise NerfLoadError(f"{cfg_path}: format is {doc.get('format')!r}; expected {FORMAT!r}")
     if doc.get("version", VERSION) != VERSION:

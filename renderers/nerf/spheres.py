@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from ..cameras import CameraPath, intrinsics, look_at
+from ..scenes import ray_sphere
 from .marcher import camera_rays
 
 
@@ -46,11 +47,8 @@ class SphereScene:
         light = light / light.norm()
         for s in self.spheres:
             c = torch.as_tensor(s.center, dtype=origins.dtype)
-            oc = origins - c
-            b = (oc * dirs).sum(-1)
-            disc = b * b - ((oc * oc).sum(-1) - s.radius ** 2)
-            t = -b - torch.sqrt(disc.clamp(min=0))
-            hit = (disc > 0) & (t > 0) & (t < best_t)
+            t, meets = ray_sphere(origins, dirs, c, s.radius)
+            hit = meets & (t > 0) & (t < best_t)
             if not bool(hit.any()):
                 continue
             p = origins[hit] + t[hit, None] * dirs[hit]

@@ -48,23 +48,29 @@ def assert_close(actual, expected, rtol=1e-5, atol=1e-5):
 def test_triton_matches_reference_forward_and_backward(N, D, Dv, block_size, rope, with_state):
     B = H = 1 if N > 256 else 2  # the interpreter's time grows with B * H * N
     q, k, v, table = make_inputs(B=B, H=H, N=N, D=D, Dv=Dv, rope=rope)
-    state = random_state(B, H, D, Dv) if with_state else None
+    out = _assert_backends_agree(q, k, v, table, random_state(B, H, D, Dv) if with_state else None, block_size)
+    assert out.shape == (B, H, N, Dv) and out.dtype == q.dtype
+
+
+def _assert_backends_agree(q, k, v, table, state, block_size):
+    """Triton and torch agree on the output, the new state and the gradients of a random loss w.r.t. q, k, v
+    (and the state, when given). Returns Triton's output."""
     results = {}
     for backend in ("triton", "torch"):
         leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        st = LinearAttentionState(*(t.clone().requires_grad_() for t in state)) if with_state else None
+        st = LinearAttentionState(*(t.clone().requires_grad_() for t in state)) if state is not None else None
         out, new_state = block_linear_attention(*leaves, block_size=block_size, rope=table, state=st, backend=backend)
         g = torch.Generator().manual_seed(5)
         loss = (out * torch.randn(out.shape, generator=g).to(DEVICE)).sum() + new_state.kv.sum() + new_state.k_sum.sum()
-        wrt = leaves + (list(st) if with_state else [])
+        wrt = leaves + (list(st) if st is not None else [])
         results[backend] = (out, new_state, torch.autograd.grad(loss, wrt))
     (o1, s1, g1), (o2, s2, g2) = results["triton"], results["torch"]
-    assert o1.shape == (B, H, N, Dv) and o1.dtype == q.dtype
     assert_close(o1, o2)
     assert_close(s1.kv, s2.kv)
     assert_close(s1.k_sum, s2.k_sum)
     for a, b in zip(g1, g2):
         assert_close(a, b, rtol=1e-4, atol=1e-4)
+    return o1
 
 
 @pytest.mark.parametrize("backend", ["triton", "torch"])
@@ -221,18 +227,4 @@ def test_triton_wide_heads_split_the_state_into_value_slices(with_state):
     assert {name: cfg["BV"] for name, cfg in configs.items()} == dict(
         sums=128, output=64, query_grad=32, query_state_grad=128, key_grad=16)
     q, k, v, table = make_inputs(B=B, H=H, N=N, D=D, Dv=Dv)
-    state = random_state(B, H, D, Dv) if with_state else None
-    results = {}
-    for backend in ("triton", "torch"):
-        leaves = [t.clone().requires_grad_() for t in (q, k, v)]
-        st = LinearAttentionState(*(t.clone().requires_grad_() for t in state)) if with_state else None
-        out, new_state = block_linear_attention(*leaves, block_size=block_size, rope=table, state=st, backend=backend)
-        g = torch.Generator().manual_seed(5)
-        loss = (out * torch.randn(out.shape, generator=g).to(DEVICE)).sum() + new_state.kv.sum() + new_state.k_sum.sum()
-        results[backend] = (out, new_state, torch.autograd.grad(loss, leaves + (list(st) if with_state else [])))
-    (o1, s1, g1), (o2, s2, g2) = results["triton"], results["torch"]
-    assert_close(o1, o2)
-    assert_close(s1.kv, s2.kv)
-    assert_close(s1.k_sum, s2.k_sum)
-    for a, b in zip(g1, g2):
-        assert_close(a, b, rtol=1e-4, atol=1e-4)
+    _assert_backends_agree(q, k, v, table, random_state(B, H, D, Dv) if with_state else None, block_size)

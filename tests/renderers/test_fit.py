@@ -46,20 +46,19 @@ def _params(n=64, seed=0):
     return init_params(pts, torch.rand(n, 3, generator=g), sh_degree=1, generator=g)
 
 
-def _opts(params):
+def _with_adam(params):
+    """``params``, an Adam optimiser per tensor (each with state after one step), and a fresh DensifyState."""
     opts = {k: torch.optim.Adam([v], lr=1e-3) for k, v in params.items()}
     loss = sum(v.sum() for v in params.values())  # give every tensor Adam state
     loss.backward()
     for o in opts.values():
         o.step()
-    return opts
+    return params, opts, DensifyState(params["means"].shape[0])
 
 
 def test_grow_clones_small_and_splits_large_gaussians():
-    params = _params()
-    opts = _opts(params)
+    params, opts, state = _with_adam(_params())
     n = params["means"].shape[0]
-    state = DensifyState(n)
     with torch.no_grad():
         params["scales"][:8] = torch.log(torch.tensor(0.001))  # small -> cloned
         params["scales"][8:16] = torch.log(torch.tensor(0.5))  # large -> split
@@ -80,10 +79,8 @@ def test_grow_clones_small_and_splits_large_gaussians():
 
 
 def test_prune_removes_transparent_and_huge_gaussians():
-    params = _params()
-    opts = _opts(params)
+    params, opts, state = _with_adam(_params())
     n = params["means"].shape[0]
-    state = DensifyState(n)
     with torch.no_grad():
         params["opacities"][:5] = -10.0  # sigmoid ~ 4.5e-5 < 0.005
         params["scales"][5:7] = torch.log(torch.tensor(3.0))  # > 0.1 x scene scale
@@ -91,16 +88,14 @@ def test_prune_removes_transparent_and_huge_gaussians():
     counts = refine(params, opts, state, cfg, step=10, scene_scale=10.0)  # "huge": > 1.0
     assert counts["pruned"] == 7 and params["means"].shape[0] == n - 7
     # before the first opacity reset, only transparency prunes
-    params = _params()
-    opts = _opts(params)
+    params, opts, state = _with_adam(_params())
     with torch.no_grad():
         params["scales"][5:7] = torch.log(torch.tensor(3.0))
-    assert refine(params, opts, DensifyState(n), cfg, step=4, scene_scale=10.0)["pruned"] == 0
+    assert refine(params, opts, state, cfg, step=4, scene_scale=10.0)["pruned"] == 0
 
 
 def test_opacity_reset_caps_opacities_and_clears_their_moments():
-    params = _params()
-    opts = _opts(params)
+    params, opts, _ = _with_adam(_params())
     reset_opacity(params, opts, 0.01)
     assert float(torch.sigmoid(params["opacities"].detach()).max()) <= 0.01 + 1e-6
     assert torch.all(opts["opacities"].state[params["opacities"]]["exp_avg"] == 0)

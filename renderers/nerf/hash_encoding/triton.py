@@ -20,8 +20,12 @@ BLOCK = 128
 
 
 @triton.jit
-def _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK: tl.constexpr):
-    """Rows, mask, level constants, lower cell corner (int64) and fractions for this program."""
+def _level_setup(x_ptr, meta_ptr, N, L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
+    """This program's (block of points, level): offsets ``[BLOCK, F]`` of its features in the ``[N, L * F]``
+    encoding, the points' mask ``[BLOCK, 1]``, the level's constants, the lower cell corner (int64) and the
+    fractions."""
+    pid_n = tl.program_id(0)
+    lvl = tl.program_id(1)
     res = tl.load(meta_ptr + lvl * 4 + 0)
     size = tl.load(meta_ptr + lvl * 4 + 1)
     offset = tl.load(meta_ptr + lvl * 4 + 2)
@@ -35,13 +39,15 @@ def _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK: tl.constexpr):
     lx = tl.minimum(tl.floor(px), resf - 1.0)
     ly = tl.minimum(tl.floor(py), resf - 1.0)
     lz = tl.minimum(tl.floor(pz), resf - 1.0)
-    return (rows, mask, res, size, offset, dense, lx.to(tl.int64), ly.to(tl.int64), lz.to(tl.int64),
+    out_offs = rows[:, None] * (L * F) + lvl * F + tl.arange(0, F)[None, :]
+    return (out_offs, mask[:, None], res, size, offset, dense, lx.to(tl.int64), ly.to(tl.int64), lz.to(tl.int64),
             px - lx, py - ly, pz - lz)
 
 
 @triton.jit
-def _corner(c: tl.constexpr, res, size, offset, dense, ix, iy, iz, fx, fy, fz):
-    """Table row (int64) and trilinear weight of corner ``c`` (bit d set = upper vertex along axis d)."""
+def _corner(c: tl.constexpr, F: tl.constexpr, res, size, offset, dense, ix, iy, iz, fx, fy, fz):
+    """Offsets ``[BLOCK, F]`` of the table row (int64) of corner ``c`` (bit d set = upper vertex along axis d)
+    and its trilinear weight ``[BLOCK, 1]``."""
     bx = c & 1  # constexpr arithmetic: resolved at compile time
     by = (c >> 1) & 1
     bz = (c >> 2) & 1
@@ -56,35 +62,28 @@ def _corner(c: tl.constexpr, res, size, offset, dense, ix, iy, iz, fx, fy, fz):
     h = (cx & 0xFFFFFFFF) ^ ((cy * 2654435761) & 0xFFFFFFFF) ^ ((cz * 805459861) & 0xFFFFFFFF)
     hashed_row = h % size
     row = tl.where(dense != 0, dense_row, hashed_row) + offset
-    return row, wx * wy * wz
+    return row[:, None] * F + tl.arange(0, F)[None, :], (wx * wy * wz)[:, None]
 
 
 @triton.jit
 def _hash_encode_fwd_kernel(x_ptr, table_ptr, meta_ptr, out_ptr, N,
                             L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
-    pid_n = tl.program_id(0)
-    lvl = tl.program_id(1)
-    rows, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK)
-    f = tl.arange(0, F)
+    out_offs, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, N, L, F, BLOCK)
     acc = tl.zeros((BLOCK, F), dtype=tl.float32)
     for c in tl.static_range(8):
-        row, w = _corner(c, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
-        feat = tl.load(table_ptr + row[:, None] * F + f[None, :], mask=mask[:, None], other=0.0)
-        acc += w[:, None] * feat
-    tl.store(out_ptr + rows[:, None] * (L * F) + lvl * F + f[None, :], acc, mask=mask[:, None])
+        entry, w = _corner(c, F, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
+        acc += w * tl.load(table_ptr + entry, mask=mask, other=0.0)
+    tl.store(out_ptr + out_offs, acc, mask=mask)
 
 
 @triton.jit
 def _hash_encode_bwd_kernel(x_ptr, meta_ptr, grad_out_ptr, grad_table_ptr, N,
                             L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
-    pid_n = tl.program_id(0)
-    lvl = tl.program_id(1)
-    rows, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, pid_n, lvl, N, BLOCK)
-    f = tl.arange(0, F)
-    g = tl.load(grad_out_ptr + rows[:, None] * (L * F) + lvl * F + f[None, :], mask=mask[:, None], other=0.0)
+    out_offs, mask, res, size, offset, dense, ix, iy, iz, fx, fy, fz = _level_setup(x_ptr, meta_ptr, N, L, F, BLOCK)
+    g = tl.load(grad_out_ptr + out_offs, mask=mask, other=0.0)
     for c in tl.static_range(8):
-        row, w = _corner(c, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
-        tl.atomic_add(grad_table_ptr + row[:, None] * F + f[None, :], w[:, None] * g, mask=mask[:, None])
+        entry, w = _corner(c, F, res, size, offset, dense, ix, iy, iz, fx, fy, fz)
+        tl.atomic_add(grad_table_ptr + entry, w * g, mask=mask)
 
 
 def hash_encode_fwd(x01: Tensor, table: Tensor, meta: Tensor) -> Tensor:

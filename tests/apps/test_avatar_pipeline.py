@@ -43,28 +43,27 @@ def test_module_refuses_to_register_without_bundles(avatar_dir, tmp_path):
     assert pipelines.LAZY["avatar"] == "framegraph.apps.server.avatar_pipeline"
 
 
+async def speak(url: str, options: dict, samples, events: dict | None = None):
+    """An ``avatar`` session: start with ``options``, send ``samples`` at microphone pace (20 ms messages),
+    the control message ``events[i]`` after audio message ``i``, then ``stop``; returns ``(ready, got)``."""
+    async with connect(url) as ws:
+        await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar", "options": options}))
+        ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        assert ready["type"] == "ready", ready
+        for i in range(len(samples) // 320):
+            await asyncio.sleep(0.02)
+            await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+            if events and i in events:
+                await ws.send(json.dumps(events[i]))
+        await ws.send(json.dumps({"type": "stop"}))
+        return ready, await receive_all(ws, 60)
+
+
 def test_avatar_session_streams_video_and_echo_and_takes_state_and_interrupt(avatar_dir):
     samples = tone(1.2, amp=0.3)
-
-    async def session(url):
-        async with connect(url) as ws:
-            await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
-                                      "options": {"portrait": "astronaut", "steps": 1}}))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            assert ready["type"] == "ready", ready
-            n = len(samples) // 320
-            for i in range(n):
-                await asyncio.sleep(0.02)
-                await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
-                if i == 10:
-                    await ws.send(json.dumps({"type": "config", "options": {"state": "listening"}}))
-                if i == 30:
-                    await ws.send(json.dumps({"type": "interrupt"}))
-            await ws.send(json.dumps({"type": "stop"}))
-            return ready, await receive_all(ws, 60)
-
+    events = {10: {"type": "config", "options": {"state": "listening"}}, 30: {"type": "interrupt"}}
     with running() as srv:
-        ready, got = asyncio.run(session(srv.url))
+        ready, got = asyncio.run(speak(srv.url, {"portrait": "astronaut", "steps": 1}, samples, events))
     assert ready["video"]["width"] == 256 and ready["video"]["height"] == 256 and ready["avatar"] == "astronaut"
     assert ready["audio_in"]["sample_rate"] == 16000 and ready["audio_out"]["sample_rate"] == 16000
     assert len(got["video"]) >= 20  # 1.2 s at 25 fps; a loaded CPU may drop a few live
@@ -100,20 +99,8 @@ def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir
     export_avatar(load_avatar(avatar_dir / "astronaut"), str(avatar_dir / "astronaut" / "onnx"))
     samples = tone(0.8, amp=0.3)
 
-    async def session(url):
-        async with connect(url) as ws:
-            await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
-                                      "options": {"backend": "onnx", "steps": 1}}))
-            ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
-            assert ready["type"] == "ready", ready
-            for i in range(len(samples) // 320):
-                await asyncio.sleep(0.02)
-                await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
-            await ws.send(json.dumps({"type": "stop"}))
-            return ready, await receive_all(ws, 60)
-
     with running() as srv:
-        ready, got = asyncio.run(session(srv.url))
+        ready, got = asyncio.run(speak(srv.url, {"backend": "onnx", "steps": 1}, samples))
     assert ready["backend"] == "onnx" and ready["device"] == "cpu"
     assert len(got["video"]) >= 12 and Image.open(io.BytesIO(got["video"][-1][1])).size == (256, 256)
     assert got["control"][-1]["type"] == "ended"

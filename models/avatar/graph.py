@@ -5,6 +5,10 @@
         │                                                                                     ▼
         └───────────────────────────────────────audio─────────────────▶ sink ◀──video── Composite
 
+That is the still portrait (bundle kind ``"portrait"``). A video avatar (kind ``"video"``, the person's
+own frames looped) swaps the middle: features → MouthShape, state → VideoLoop, both → MouthRegion ──video──▶
+sink (:mod:`.video_stages`); :func:`build_avatar_graph` picks by the bundle's kind.
+
 Audio pts are the master: ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``
 counted from audio samples, every later stage keeps those pts, and the sink muxes by pts — so the
 video is in sync with the echoed audio however long each stage takes. A stream of ``S`` samples makes
@@ -72,7 +76,9 @@ class StateOverride(Stage):
 @dataclass
 class AvatarGraph:
     """What :func:`build_avatar_graph` made: the graph and its stages (``sink`` / ``audio_sink`` may be
-    None when the caller connects the outputs)."""
+    None when the caller connects the outputs). ``denoiser`` / ``decode`` / ``composite`` are the
+    generating stages: Denoiser, VAEDecode, Composite for a portrait bundle; MouthShape, VideoLoop,
+    MouthRegion for a video bundle — ``composite`` is always the one with the ``"video"`` output."""
 
     graph: Graph
     source: Stage
@@ -97,6 +103,42 @@ def avatar_composite(avatar: Avatar, device: str = "cpu"):
     return Composite(avatar.portrait, avatar.crop_box, region_size=avatar.region_size, device=device)
 
 
+def _portrait_stages(g: Graph, avatar: Avatar, feats: Stage, state: Stage, *, steps, budget_ms, seed, device,
+                     torch_threads, max_lag_ms) -> tuple[Stage, Stage, Stage]:
+    """The still portrait's generation: Denoiser → VAEDecode → Composite (added to ``g`` and connected)."""
+    den = g.add(Denoiser(avatar.dit, avatar.reference_latent(), steps=steps or avatar.steps, shift=avatar.shift,
+                         chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
+                         torch_threads=torch_threads, max_lag_ms=max_lag_ms))
+    dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
+                          device=device, reference=avatar.region()[0]))
+    comp = g.add(avatar_composite(avatar, device))
+    g.connect(feats, den, "features", "features", capacity=8)
+    g.connect(state, den, "state", "state", capacity=8)
+    g.connect(den, dec, "latent", "latent", capacity=2)
+    g.connect(dec, comp, "face", "face", capacity=max(2, avatar.chunk_frames + 1))
+    return den, dec, comp
+
+
+def _video_stages(g: Graph, avatar, feats: Stage, state: Stage, *, torch_threads,
+                  max_lag_ms) -> tuple[Stage, Stage, Stage]:
+    """The video avatar's generation (CPU): MouthShape, VideoLoop → MouthRegion (added and connected)."""
+    from .loop import VideoLoop
+    from .video_stages import MouthRegion, MouthShape
+
+    shape = g.add(MouthShape(avatar.shape_head, avatar.rest_shape))
+    loop = g.add(VideoLoop(avatar.frames, avatar.boxes, avatar.idle, nearest_idle=avatar.nearest_idle))
+    region = g.add(MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference,
+                               frame_size=(avatar.height, avatar.width), box_side=avatar.box_side,
+                               max_lag_ms=max_lag_ms, torch_threads=torch_threads))
+    g.connect(feats, shape, "features", "features", capacity=8)
+    g.connect(state, shape, "state", "state", capacity=8)
+    g.connect(state, loop, "state", "state", capacity=8)
+    g.connect(loop, region, "frame", "frame", capacity=2)
+    g.connect(loop, region, "box", "box", capacity=2)
+    g.connect(shape, region, "shape", "shape", capacity=4)
+    return shape, loop, region
+
+
 def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None = None, *, out: str | None = None,
                        audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: str = "fast",
                        device: str = "cpu", steps: int | None = None, vad: bool | None = None,
@@ -106,8 +148,11 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output).
 
+    One builder for both bundle kinds: a portrait (Denoiser → VAEDecode → Composite) or a video avatar
+    (MouthShape, VideoLoop → MouthRegion, see :mod:`.video_stages`); the audio side and the sinks are the same.
+
     Args:
-        avatar: a loaded bundle (:func:`~.bundle.load_avatar`).
+        avatar: a loaded bundle (:func:`~.bundle.load_avatar`), either kind.
         sink: the stage the composited ``"video"`` goes to (an MP4Sink, an encoder...); None with ``out``:
             an ``MP4Sink(out)`` at the portrait's size with the audio; None without ``out``: the caller
             connects ``composite`` itself.
@@ -122,23 +167,21 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
             machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
     """
 
+    video_kind = getattr(avatar, "kind", "portrait") == "video"
+    if video_kind:
+        device = "cpu"  # the video avatar's small models run on the CPU (its loop frames live there)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     use_vad = avatar.vad if vad is None else vad
     feats = g.add(AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device))
     state = g.add(StateOverride(device=device))
-    den = g.add(Denoiser(avatar.dit, avatar.reference_latent(), steps=steps or avatar.steps, shift=avatar.shift,
-                         chunk_frames=avatar.chunk_frames, seed=seed, budget_ms=budget_ms, device=device,
-                         torch_threads=torch_threads, max_lag_ms=max_lag_ms))
-    dec = g.add(VAEDecode(avatar.vae, size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps,
-                          device=device, reference=avatar.region()[0]))
-    comp = g.add(avatar_composite(avatar, device))
     g.connect(src, feats, "audio", "audio", capacity=8)
-    g.connect(feats, den, "features", "features", capacity=8)
     g.connect(feats, state, "state", "state", capacity=8)
-    g.connect(state, den, "state", "state", capacity=8)
-    g.connect(den, dec, "latent", "latent", capacity=2)
-    g.connect(dec, comp, "face", "face", capacity=max(2, avatar.chunk_frames + 1))
+    if video_kind:
+        den, dec, comp = _video_stages(g, avatar, feats, state, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
+    else:
+        den, dec, comp = _portrait_stages(g, avatar, feats, state, steps=steps, budget_ms=budget_ms, seed=seed,
+                                          device=device, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
     if sink is None and out is not None:
         sink = g.add(MP4Sink(out, width=avatar.width, height=avatar.height, fps=avatar.fps,
                              audio_rate=16_000 if audio_sink else None, preset=preset))

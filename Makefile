@@ -6,6 +6,10 @@ BIN    := $(VENV)/bin
 # torch is installed first and on its own, so a machine's local build (CPU or CUDA) is used when it
 # satisfies the pin; override with e.g. `make test TORCH=torch==2.11.0`.
 TORCH  ?= torch==2.13.0
+# MediaPipe's face mesh (face landmarks): 0.10.x, whose wheels carry face_landmark.tflite (1.x ones do
+# not). Installed with --no-deps: its declared dependencies would put opencv-contrib-python 5 beside our
+# opencv-python-headless 4 and pull jax; what the face mesh really needs is in pyproject.toml.
+MEDIAPIPE ?= mediapipe==0.10.21
 STAMP  := $(VENV)/.framegraph-installed
 # Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
 # chromium runs the browser tests). Installed with apt-get when running as root, else named.
@@ -25,6 +29,7 @@ $(STAMP): pyproject.toml setup.py
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
 	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q --no-deps "$(MEDIAPIPE)"
 	@touch $(STAMP)
 
 install: $(STAMP)

@@ -1,0 +1,101 @@
+"""MediaPipe's face mesh (478 landmarks, the ``face_landmark.tflite`` carried by the mediapipe 0.10.x
+wheel) behind a small API, and the checks a face must pass to make an avatar.
+
+mediapipe is installed with ``--no-deps`` (``make install`` does it): its declared dependencies would add
+``opencv-contrib-python`` 5 beside our ``opencv-python-headless`` 4 and pull jax; the face mesh needs
+neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, flatbuffers, protobuf 4).
+"""
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from .landmarks import N_POINTS, FaceLandmarks
+
+MEDIAPIPE = "mediapipe==0.10.21"  # the pin the Makefile installs (0.10.x: the 1.x wheels carry no model)
+# a second face at least this fraction of the largest face's width makes an image ambiguous
+SECOND_FACE_RATIO = 0.5
+
+
+class FaceError(ValueError):
+    """A picture or video that cannot make an avatar: no face, two faces, a face too small."""
+
+
+def _face_mesh_module():
+    os.environ.setdefault("GLOG_minloglevel", "2")  # MediaPipe's C++ start-up chatter on stderr
+    try:
+        from mediapipe.python.solutions import face_mesh
+    except ImportError as e:
+        raise ImportError(
+            f"the face landmarks need MediaPipe's face mesh ({e}); install it without its dependencies, "
+            f"which would add a second OpenCV: `pip install --no-deps {MEDIAPIPE}` (make install does it)"
+        ) from e
+    return face_mesh
+
+
+class FaceLandmarker:
+    """Finds faces and their 478 landmarks in RGB images; a context manager (``close()`` releases the
+    MediaPipe graph).
+
+    ``max_faces``: how many faces to look for (2 is enough to tell "two faces" apart from one).
+    ``video``: frames of one video in order — the mesh tracks the face from frame to frame instead of
+    detecting it anew (faster, steadier); leave False for unrelated images.
+    """
+
+    def __init__(self, *, max_faces: int = 2, video: bool = False, min_confidence: float = 0.5):
+        if max_faces < 1:
+            raise ValueError(f"max_faces must be >= 1; got {max_faces}")
+        self.max_faces, self.video = max_faces, video
+        self._mesh = _face_mesh_module().FaceMesh(
+            static_image_mode=not video, max_num_faces=max_faces, refine_landmarks=True,
+            min_detection_confidence=min_confidence, min_tracking_confidence=min_confidence)
+
+    def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
+        """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none."""
+        if self._mesh is None:
+            raise RuntimeError("this FaceLandmarker was closed; make a new one")
+        frame = np.asarray(frame_rgb)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+            raise ValueError(f"detect wants a uint8 [H, W, 3] RGB image; got {frame.dtype} {frame.shape}")
+        height, width = frame.shape[:2]
+        result = self._mesh.process(np.ascontiguousarray(frame))
+        faces = []
+        for face in result.multi_face_landmarks or []:
+            xy = np.array([(p.x, p.y) for p in face.landmark], np.float32)
+            if len(xy) != N_POINTS:  # refine_landmarks=True always gives 478; anything else is a bug
+                raise RuntimeError(f"MediaPipe gave {len(xy)} landmarks, expected {N_POINTS}")
+            faces.append(FaceLandmarks(xy * np.array([width, height], np.float32), (width, height)))
+        return sorted(faces, key=lambda f: -f.size_px())
+
+    def detect_one(self, frame_rgb: np.ndarray, *, where: str, min_face_px: int = 0) -> FaceLandmarks:
+        """The one face of ``frame_rgb``, or :class:`FaceError` naming ``where`` (e.g. "talk.mp4 frame 12")."""
+        return one_face(self.detect(frame_rgb), where=where, min_face_px=min_face_px)
+
+    def close(self) -> None:
+        if self._mesh is not None:
+            self._mesh.close()
+            self._mesh = None
+
+    def __enter__(self) -> FaceLandmarker:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) -> FaceLandmarks:
+    """The single face of an image (``faces`` as :meth:`FaceLandmarker.detect` returns them, largest
+    first), else :class:`FaceError`: none found; two faces (a second one at least ``SECOND_FACE_RATIO``
+    of the first's width — a small face in the background is ignored); narrower than ``min_face_px``."""
+    if not faces:
+        raise FaceError(f"no face found in {where}: the face must be visible, frontal-ish and lit; "
+                        "try a frame where the person looks at the camera")
+    if len(faces) > 1 and faces[1].size_px() >= SECOND_FACE_RATIO * faces[0].size_px():
+        raise FaceError(f"two faces found in {where} ({faces[0].size_px()} and {faces[1].size_px()} px wide); "
+                        "an avatar is made of one person: crop the picture to that person")
+    size = faces[0].size_px()
+    if size < min_face_px:
+        raise FaceError(f"face too small in {where} ({size} px wide, need ≥ {min_face_px} px): use a closer "
+                        "shot or a higher resolution")
+    return faces[0]

@@ -9,8 +9,9 @@ so head motion and blinks are the person's own and no turn is a jump). While the
 the cursor ping-pongs inside the **idle range** ``[a, b)`` (a stretch of the video with the mouth at rest).
 Going silent while outside it, the cursor jumps to the idle frame most like the current one (the
 ``nearest_idle`` table: smallest pixel difference on small copies) and cross-fades over ``fade``
-frames from where the old path would have gone, so there is no visible jump; going back to speech
-just carries on over the whole range from where it is.
+frames from the frame it left (held), so no step is larger than the loop's own motion plus
+``1 / (fade + 1)`` of that (already small) difference; going back to speech just carries on over the
+whole range from where it is.
 """
 from __future__ import annotations
 
@@ -71,23 +72,21 @@ class LoopCursor:
 
     def reset(self, start: int = 0) -> None:
         self.i, self.dir = int(start), 1
-        self.old: tuple[int, int] | None = None  # the old path (frame, direction) during a fade
+        self.old: int | None = None  # the frame left behind, held while it fades out
         self.left = 0
 
     def step(self, speaking: bool) -> list[tuple[int, float]]:
         lo, hi = (0, self.n) if speaking else self.idle
         if not speaking and not lo <= self.i < hi:  # into the idle range: jump to the most similar frame
-            self.old = (self.i, self.dir)
+            self.old = self.i
             self.i = int(self.nearest_idle[self.i])
             self.left = self.fade
         else:
             self.i, self.dir = pingpong_next(self.i, self.dir, lo, hi)
         if self.left > 0 and self.old is not None:
-            j, d = pingpong_next(*self.old, 0, self.n)
-            self.old = (j, d)
             w_new = 1.0 - self.left / (self.fade + 1)
             self.left -= 1
-            return [(self.i, w_new), (j, 1.0 - w_new)]
+            return [(self.i, w_new), (self.old, 1.0 - w_new)]
         self.old = None
         return [(self.i, 1.0)]
 

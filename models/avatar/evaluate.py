@@ -26,6 +26,11 @@ composited the same way (:class:`IdentityMeter` ``drawn``); a real clip is posed
 the Composite stage (before the H.264 encoder, whose own loss on this portrait is not the model's);
 ``identity_ssim_mp4`` is the same on the written MP4, ``identity_ssim_unaligned`` without the
 registration, and ``identity_ssim_real`` the real clip (an MP4) under the same measure.
+
+**Real data** (the ``real`` block, :mod:`.evaluate_real`): the same generated frames measured with face
+landmarks against the clip's real frames — landmark mouth-openness correlation, PSNR / SSIM of the face
+outside the mouth, sharpness of the mouth region, lips closed where the clip's audio is silent. These need
+no ground truth beyond the real video, so they are what a person's own held-out clip is judged by.
 """
 from __future__ import annotations
 
@@ -42,10 +47,11 @@ import torch
 from framegraph.models.synth import astronaut_portrait
 from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream import PortSpec, Stage
-from framegraph.stream.media import AudioFileSource, iter_video_frames, open_media, read_video
+from framegraph.stream.media import AudioFileSource, decode_audio, iter_video_frames, open_media, read_video
 from framegraph.stream.progress import run_with_progress
 
 from .bundle import Avatar
+from .evaluate_real import LandmarkMeter, real_summary, speech_per_frame
 from .graph import avatar_composite, build_avatar_graph
 
 DARK_FRACTION = 0.55
@@ -217,11 +223,14 @@ class FrameMeter(Stage):
 
     ``rows[k]``: ``open`` (openness px), ``ssim`` / ``psnr`` / ``ssim_raw`` (:class:`IdentityMeter`) of the
     generated frame; with ``real``: ``open_real``, ``ssim_real`` / ``psnr_real`` / ``ssim_real_raw``, and
-    ``face_psnr`` / ``mouth_psnr`` — generated vs real frame (dB) over the face crop / the mouth motion region.
+    ``face_psnr`` / ``mouth_psnr`` — generated vs real frame (dB) over the face crop / the mouth motion region;
+    with ``landmarks`` (a :class:`~.evaluate_real.LandmarkMeter`) also its landmark columns.
     """
 
-    def __init__(self, avatar: Avatar, mouth_box, *, real=None, drawn=None, name: str = "meter"):
+    def __init__(self, avatar: Avatar, mouth_box, *, real=None, drawn=None, landmarks: LandmarkMeter | None = None,
+                 name: str = "meter"):
         super().__init__(name)
+        self.landmarks = landmarks
         self.inputs = {"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8, "cpu")}
         self.portrait = avatar.portrait
         self.mouth_box = mouth_box
@@ -253,6 +262,8 @@ class FrameMeter(Stage):
                        ssim_real=rs, psnr_real=rp, ssim_real_raw=rr,
                        face_psnr=self._psnr(frame[self.face], real[self.face]),
                        mouth_psnr=self._psnr(frame[self.mouth], real[self.mouth]))
+        if self.landmarks is not None:
+            row.update(self.landmarks.measure(frame, real if real is not None and real.shape == frame.shape else None))
         self.rows.append(row)
 
     def column(self, key: str) -> np.ndarray:
@@ -314,14 +325,17 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
     }
 
 
-def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int | None = None, seed: int = 0,
+def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: int | None = None, seed: int = 0,
                     progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000) -> dict:
-    """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring).
+    """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring; ``truth``
+    None: a real clip without a JSON — only the measures against its real frames, no mouth ground truth).
 
     Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift`` block (minute ``n``
     minus minute 1). ``identity_ssim_mp4`` (the same measure on the written H.264 file) is computed for
     clips up to ``codec_check_max_frames`` frames."""
 
+    if truth is None:  # a person's own clip: no ground truth, one entry per frame of the video
+        truth = {"truth": False, "frames": [{"index": i} for i, _ in enumerate(iter_video_frames(clip))]}
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
     frames_gt = truth.get("frames") or []
     if not frames_gt:
@@ -337,12 +351,16 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
                          f"{portrait.shape[1]}x{portrait.shape[0]}")
 
     drawn = avatar_composite(avatar).frame_alpha().numpy()  # where the avatar's frames move
-    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip), drawn=drawn)
+    landmarks = LandmarkMeter()
+    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip), drawn=drawn, landmarks=landmarks)
     with tempfile.TemporaryDirectory() as tmp:
         target = os.fspath(out_video) if out_video else os.path.join(tmp, "generated.mp4")
         t0 = time.monotonic()
-        generate_clip(avatar, clip, target, steps=steps, seed=seed, progress=progress, meter=meter,
-                      total=len(frames_gt))
+        try:
+            generate_clip(avatar, clip, target, steps=steps, seed=seed, progress=progress, meter=meter,
+                          total=len(frames_gt))
+        finally:
+            landmarks.close()
         seconds = time.monotonic() - t0
         n = min(len(frames_gt), len(meter.rows))
 
@@ -362,7 +380,9 @@ def evaluate_avatar(avatar: Avatar, clip, truth, *, out_video=None, steps: int |
            "openness_estimator": "inner-mouth (dark) pixels / mouth width, px; see models/avatar/evaluate.py",
            "identity": "SSIM / PSNR vs the portrait in the face crop outside the mouth motion region, head pose "
                        "registered (affine ECC); generated frames measured before the video codec",
+           "real_measures": "face landmarks on generated and real frames (models/avatar/evaluate_real.py)",
            **_summary(meter.rows[:n], jaw, states), "identity_ssim_mp4": ssim_mp4,
+           "real": real_summary(meter.rows[:n], speech_per_frame(decode_audio(clip), n, avatar.fps)),
            "generate_and_measure_seconds": round(seconds, 1)}
     per = int(round(minute_s * avatar.fps))
     if n >= 2 * per:

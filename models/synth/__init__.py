@@ -5,7 +5,7 @@
 
 - :mod:`.espeak`: speech + timed phoneme / word events from libespeak-ng (ctypes).
 - :mod:`.visemes`: phoneme → mouth shape table and coarticulation.
-- :mod:`.portrait`: the shipped portrait or a user's, with mouth / eye boxes (Haar cascades).
+- :mod:`.portrait`: the shipped portrait or a user's, with lip line, mouth / eye boxes (face landmarks).
 - :mod:`.render`: mouth, teeth, blink and head-motion warps of the portrait (torch).
 - :mod:`.plan` / :mod:`.clip`: a clip's schedule and ground truth; MP4 + JSON through a stage graph.
 - :mod:`.truth`: a clip's frames redrawn from its JSON, without the codec (clean training targets).

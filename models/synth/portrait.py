@@ -1,10 +1,10 @@
 """Portraits for synthetic talking clips: the image and where its mouth and eyes are.
 
 The shipped portrait (``assets/portraits/astronaut.png``, public domain, see its PROVENANCE.md) comes
-with measured boxes in ``astronaut.json``. For any other image the face is found with OpenCV's Haar
-cascades (``haarcascade_frontalface_default``, ``haarcascade_eye``, ``haarcascade_smile``, shipped in
-``opencv-python-headless`` < 5) and the mouth placed from the smile detection or, failing that, from
-the face box's proportions; a mouth box given by the user wins over both.
+with measured boxes in ``astronaut.json``. For any other image the face is found with MediaPipe's face
+mesh (:mod:`framegraph.models.face`): the lip line where the lips meet, the corners' curve, the outer lip
+contour's box and the eyes' lid boxes come from its landmarks, so the renderer opens the mouth between
+the real lips and closes the real eyelids. A mouth box given by the user wins over the landmarks' one.
 
 Boxes are ``(x, y, width, height)`` in pixels of the (possibly downscaled) portrait image.
 """
@@ -19,8 +19,10 @@ import numpy as np
 from PIL import Image, UnidentifiedImageError
 
 import framegraph.assets
+from framegraph.models.face import FaceError, FaceLandmarker, FaceLandmarks, one_face
 
 Box = tuple[float, float, float, float]
+MIN_FACE_PX = 48  # narrower faces give too few pixels for a mouth (the portrait is read at <= 512 px)
 
 
 class PortraitError(ValueError):
@@ -38,6 +40,9 @@ class Portrait:
         eye_boxes: ``[(x, y, w, h), ...]`` px around each eye's opening (left to right; may be empty).
         face_box: the face detection, when there was one.
         name / source: for ground-truth files.
+        region_size: side (px) of the square face region a photo avatar of this portrait should generate
+            (:func:`framegraph.models.vae.region_size` of the face; None: not chosen). Written to the clips'
+            JSON ``portrait`` block, where the avatar trainer reads it.
     """
 
     image: np.ndarray
@@ -48,6 +53,7 @@ class Portrait:
     lip_curve: float = 0.0
     name: str = "portrait"
     source: str = ""
+    region_size: int | None = None
 
     @property
     def height(self) -> int:
@@ -62,7 +68,8 @@ class Portrait:
         return {"name": self.name, "source": self.source, "width": self.width, "height": self.height,
                 "mouth_box": r(self.mouth_box), "lip_line_y": round(float(self.lip_line_y), 2),
                 "lip_curve": round(float(self.lip_curve), 2),
-                "eye_boxes": [r(b) for b in self.eye_boxes], "face_box": r(self.face_box) if self.face_box else None}
+                "eye_boxes": [r(b) for b in self.eye_boxes], "face_box": r(self.face_box) if self.face_box else None,
+                **({"region_size": int(self.region_size)} if self.region_size else {})}
 
 
 def portraits_folder() -> Path:
@@ -105,7 +112,7 @@ def read_image(path, max_side: int = 512) -> tuple[np.ndarray, float]:
     return np.ascontiguousarray(np.asarray(im)[:h, :w]), scale
 
 
-def _cascade(name: str):
+def _cascade(name: str):  # OpenCV's Haar cascades (models.avatar.video checks them; portraits use landmarks)
     try:
         import cv2
     except ImportError:
@@ -119,43 +126,30 @@ def _cascade(name: str):
     return cv2.CascadeClassifier(path)
 
 
-def detect_face_regions(image: np.ndarray) -> dict:
-    """Find the largest frontal face and place its mouth and eyes.
+def landmark_regions(face: FaceLandmarks) -> dict:
+    """The renderer's geometry from one face's landmarks: ``{"face_box", "mouth_box", "lip_line_y",
+    "lip_curve", "eye_boxes"}`` (px). The lip line is where the lips meet at the mouth's centre (the mean
+    of the inner lips' middle points), the curve how much higher the corners sit, the boxes those of the
+    face, the outer lip contour and each eye's lids."""
+    centre_y = float(np.mean(face.points[[13, 14], 1]))
+    left, right = face.mouth_corners()
+    return {"face_box": tuple(float(v) for v in face.face_box()),
+            "mouth_box": tuple(float(v) for v in face.mouth_box()),
+            "lip_line_y": centre_y, "lip_curve": centre_y - float(left[1] + right[1]) / 2,
+            "eye_boxes": [tuple(float(v) for v in b) for b in face.eye_boxes()]}
 
-    Returns ``{"face_box", "mouth_box", "lip_line_y", "eye_boxes"}`` (px). Raises :class:`PortraitError`
-    when no face is found.
-    """
-    import cv2
 
-    gray = cv2.equalizeHist(cv2.cvtColor(image, cv2.COLOR_RGB2GRAY))
-    side = min(gray.shape)
-    faces = _cascade("haarcascade_frontalface_default.xml").detectMultiScale(
-        gray, scaleFactor=1.1, minNeighbors=5, minSize=(side // 8, side // 8))
-    if len(faces) == 0:
-        raise PortraitError("no frontal face found in the portrait; use a frontal photo or give the mouth "
-                            "box yourself (--mouth-box X,Y,W,H)")
-    fx, fy, fw, fh = (float(v) for v in max(faces, key=lambda f: f[2] * f[3]))
-    # mouth: from the face's proportions; a smile detection in the lower face refines its centre column
-    cx, cy = fx + 0.5 * fw, fy + 0.84 * fh
-    lower = gray[int(fy + 0.55 * fh):int(fy + fh), int(fx):int(fx + fw)]
-    smiles = _cascade("haarcascade_smile.xml").detectMultiScale(lower, scaleFactor=1.1, minNeighbors=15,
-                                                                 minSize=(int(fw * 0.25), int(fh * 0.1)))
-    if len(smiles):
-        sx, sy, sw, sh = max(smiles, key=lambda s: s[2] * s[3])
-        cx = float(np.clip(fx + sx + 0.5 * sw, fx + 0.4 * fw, fx + 0.6 * fw))
-    mw, mh = 0.45 * fw, 0.15 * fh
-    mouth = (cx - mw / 2, cy - mh / 2, mw, mh)
-    eyes = _cascade("haarcascade_eye.xml").detectMultiScale(
-        gray[int(fy):int(fy + 0.6 * fh), int(fx):int(fx + fw)], scaleFactor=1.1, minNeighbors=5,
-        minSize=(int(fw * 0.12), int(fw * 0.12)))
-    eye_boxes = []
-    for ex, ey, ew, eh in sorted(eyes, key=lambda e: -e[2] * e[3])[:2]:
-        # the cascade's box holds brows and lids; the opening is its middle band
-        eye_boxes.append((fx + ex + 0.15 * ew, fy + ey + 0.38 * eh, 0.7 * ew, 0.26 * eh))
-    if len(eye_boxes) < 2:
-        eye_boxes = estimate_eyes(mouth)
-    return {"face_box": (fx, fy, fw, fh), "mouth_box": mouth, "lip_line_y": cy,
-            "eye_boxes": sorted(eye_boxes, key=lambda b: b[0])}
+def detect_face_regions(image: np.ndarray, where: str = "the portrait") -> dict:
+    """Find the one face of ``image`` (``uint8 [H, W, 3]`` RGB) with MediaPipe's face mesh and return
+    :func:`landmark_regions` of it. Raises :class:`PortraitError` naming ``where`` when there is no face,
+    two faces or a face narrower than ``MIN_FACE_PX``."""
+    with FaceLandmarker(max_faces=2) as landmarker:
+        faces = landmarker.detect(np.ascontiguousarray(image, dtype=np.uint8))
+    try:
+        face = one_face(faces, where=where, min_face_px=MIN_FACE_PX)
+    except FaceError as exc:
+        raise PortraitError(f"{exc}; or give the mouth box yourself (--mouth-box X,Y,W,H)") from None
+    return landmark_regions(face)
 
 
 def estimate_eyes(mouth_box: Box) -> list[Box]:
@@ -201,12 +195,13 @@ def load_portrait(path=None, *, mouth_box: Box | None = None, max_side: int = 51
             raise PortraitError(f"mouth box {tuple(mouth_box)} is outside the {round(w / scale)}x"
                                 f"{round(h / scale)} portrait {os.fspath(path)!r}")
         try:
-            found = detect_face_regions(image)
+            found = detect_face_regions(image, f"portrait {os.fspath(path)!r}")
             eyes, face = found["eye_boxes"], found["face_box"]
         except PortraitError:
             eyes, face = estimate_eyes(box), None
-        regions = {"mouth_box": box, "lip_line_y": box[1] + box[3] / 2, "eye_boxes": eyes, "face_box": face}
+        regions = {"mouth_box": box, "lip_line_y": box[1] + box[3] / 2, "lip_curve": 0.0, "eye_boxes": eyes,
+                   "face_box": face}
     else:
-        regions = detect_face_regions(image)
+        regions = detect_face_regions(image, f"portrait {os.fspath(path)!r}")
     return Portrait(image, regions["mouth_box"], regions["lip_line_y"], regions["eye_boxes"], regions["face_box"],
-                    0.0, Path(path).stem, os.fspath(path))
+                    regions["lip_curve"], Path(path).stem, os.fspath(path))

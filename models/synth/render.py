@@ -109,14 +109,18 @@ class PortraitRenderer:
         ex, ey, rx, ry = x + w / 2, y + h / 2, w / 2 + 0.8, h / 2 + 1.2
         x0, x1 = max(0, int(ex - rx - 2)), min(self.w, int(ex + rx + 3))
         y0, y1 = max(0, int(ey - ry - 2)), min(self.h, int(ey + ry + 3))
-        above = self.src[0, :, max(0, int(ey - ry) - 7):max(1, int(ey - ry) - 2), x0:x1]  # skin above the lid
+        # lid skin: per column, the median of the skin just above and just below the eye (above alone is the
+        # crease's shadow on many faces)
+        above = self.src[0, :, max(0, int(ey - ry) - 6):max(1, int(ey - ry) - 2), x0:x1]
+        below = self.src[0, :, min(self.h - 1, int(ey + ry) + 2):min(self.h, int(ey + ry) + 6), x0:x1]
+        skin = torch.cat([above, below], dim=1)
         ys, xs = torch.meshgrid(torch.arange(y0, y1, dtype=torch.float32), torch.arange(x0, x1, dtype=torch.float32),
                                 indexing="ij")
         u = (xs - ex) / rx
         r = u * u + ((ys - ey) / ry) ** 2
         return {"box": (y0, y1, x0, x1), "ys": ys, "top": ey - ry, "ry": ry, "ellipse": _sat((1.0 - r) * 3.0),
                 "across": _sat((1.0 - u * u) * 3.0), "bulge": 0.3 * ry * _sat(1.0 - u * u),
-                "skin": above.median(dim=1).values.reshape(3, 1, -1)}
+                "skin": skin.median(dim=1).values.reshape(3, 1, -1)}
 
     # ---- warps --------------------------------------------------------------------------------
     def _grid(self, sx: torch.Tensor, sy: torch.Tensor) -> torch.Tensor:
@@ -152,12 +156,17 @@ class PortraitRenderer:
         return self._grid(px + c * x + s * y, py - s * x + c * y)
 
     # ---- overlays -----------------------------------------------------------------------------
-    def _paint_mouth(self, roi: torch.Tensor, p: FaceParams, drop, up, lens) -> None:
-        ys = self.ys
+    def _opening(self, drop, up, lens):
+        """(top, bottom, gap, inside) over the ROI: the opening's upper and lower edges (px rows), their
+        distance, and its soft coverage 0..1."""
         top = self.lip_line - up * lens
         bottom = self.lip_line + drop * lens
         gap = bottom - top
-        inside = _sat(ys - top - 0.3) * _sat(bottom - ys - 0.3) * _sat(gap / 1.5)
+        return top, bottom, gap, _sat(self.ys - top - 0.3) * _sat(bottom - self.ys - 0.3) * _sat(gap / 1.5)
+
+    def _paint_mouth(self, roi: torch.Tensor, p: FaceParams, drop, up, lens) -> None:
+        ys = self.ys
+        top, bottom, gap, inside = self._opening(drop, up, lens)
         if float(inside.max()) <= 0.0:
             return
         depth = _sat((ys - top) / gap.clamp(min=1e-3))  # 0 at the upper lip, 1 at the lower
@@ -190,6 +199,17 @@ class PortraitRenderer:
             region.mul_(1 - lash).add_(0.12 * lash)
 
     # ---- public -------------------------------------------------------------------------------
+    @torch.no_grad()
+    def opening_mask(self, p: FaceParams) -> torch.Tensor:
+        """float32 [H, W] 0..1: where :meth:`render` paints the inside of the mouth for ``p`` (before the
+        head motion moves the picture)."""
+        mask = torch.zeros(self.h, self.w)
+        k, drop, up, lens = self._mouth_geometry(p)
+        if drop > 0:
+            y0, y1, x0, x1 = self.roi
+            mask[y0:y1, x0:x1] = self._opening(drop, up, lens)[3]
+        return mask
+
     @torch.no_grad()
     def render(self, p: FaceParams) -> torch.Tensor:
         img = self.src[0].clone()

@@ -20,6 +20,7 @@ from .data import (
                    load_face_clips,
                    mouth_box_for_frame,
                    redrawable,
+                   region_size,
 )
 from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
@@ -28,7 +29,7 @@ from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference
 
 __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
-    "redrawable",
+    "redrawable", "region_size",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "psnr", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAETrainResult",
     "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae", "with_reference_warp",

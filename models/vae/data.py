@@ -55,6 +55,16 @@ def face_crop_box(image_hw: tuple[int, int], face_box: Box | None = None, mouth_
     return x, y, side, side
 
 
+def region_size(image_hw: tuple[int, int], face_box: Box, *, scale: float = 1.35) -> int:
+    """Side in px of the square region to generate for a face: the side of its :func:`face_crop_box`
+    (the box the composite pastes back at) rounded to a multiple of 16 (the VAE's compression), within
+    [64, 256]. So the region is drawn at about the face's own resolution — not a 64-px region blown up
+    over a 260-px face — up to 256² (the CPU real-time budget; larger faces are generated at 256² and
+    scaled up by the paste). 64² is the smallest the VAE works at."""
+    side = face_crop_box(image_hw, face_box, scale=scale)[2]
+    return int(min(max(round(side / 16) * 16, 64), 256))
+
+
 def mouth_box_for_frame(portrait: dict, frame: dict | None = None, *, margin: float = 3.0,
                         max_jaw_drop: float = 0.32) -> Box:
     """The mouth box of one synthetic frame, px of the full frame.

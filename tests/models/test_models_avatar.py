@@ -184,6 +184,10 @@ def test_eval_cli_writes_metrics(clips, bundle, tmp_path):
     for key in ("openness_corr", "identity_ssim", "identity_ssim_real", "identity_ssim_mp4", "face_psnr_db", "silence"):
         assert key in m
     assert 0 < m["identity_ssim"] <= 1 and m["face_psnr_db"] > 5
+    real = m["real"]  # the landmark measures against the real frames
+    assert real["faces_found_real"] == 1.0 and 0 <= real["faces_found_generated"] <= 1  # a 4-step bundle: a blur
+    assert real["outside_mouth_psnr_db"] > 5 and 0 < real["outside_mouth_ssim"] <= 1 and real["silence"] is not None
+    assert m["landmark_openness_corr"] == real["landmark_openness_corr"]
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "none"), "--clip", str(clips / "clip_00000.mp4"),
                  "--truth", str(clips / "clip_00000.json"), "--out", str(out)]) == 2
 

@@ -124,15 +124,54 @@ def test_shipped_portrait_has_provenance_and_boxes():
     assert y <= p.lip_line_y <= y + h and len(p.eye_boxes) == 2
 
 
-def test_haar_cascades_find_the_astronaut_face():
+def test_landmarks_find_the_astronauts_face_mouth_and_eyes():
+    """The photo without its JSON, as a user's photo is read: the face mesh places what was measured by eye."""
     p = astronaut_portrait()
     found = detect_face_regions(p.image)
     fx, fy, fw, fh = found["face_box"]
     assert abs(fx - p.face_box[0]) < 8 and abs(fw - p.face_box[2]) < 10
     (mx, my, mw, mh), (tx, ty, tw, th) = found["mouth_box"], p.mouth_box
-    assert abs((mx + mw / 2) - (tx + tw / 2)) < 6 and abs((my + mh / 2) - (ty + th / 2)) < 8
+    assert abs((mx + mw / 2) - (tx + tw / 2)) < 3 and abs((my + mh / 2) - (ty + th / 2)) < 4
+    assert abs(mw - tw) < 6 and abs(found["lip_line_y"] - p.lip_line_y) < 3
+    assert abs(found["lip_curve"] - p.lip_curve) < 2, "a smile: the corners sit higher than the lip line"
     eyes = found["eye_boxes"]
     assert len(eyes) == 2 and eyes[0][0] < eyes[1][0]
+    for (ex, ey, ew, eh), (tx, ty, tw, th) in zip(eyes, p.eye_boxes):
+        assert abs((ex + ew / 2) - (tx + tw / 2)) < 4 and abs((ey + eh / 2) - (ty + th / 2)) < 3
+
+
+def _lips_meet_at(face, xs: np.ndarray) -> np.ndarray:
+    """Row (px) where the upper and lower inner lip contours meet, at columns ``xs`` (the middle of the two)."""
+    inner = face.lip_inner()
+    upper, lower = inner[:11], np.concatenate([inner[:1], inner[11:][::-1], inner[10:11]])
+    at = lambda c: np.interp(xs, *c[np.argsort(c[:, 0])].T)  # noqa: E731
+    return (at(upper) + at(lower)) / 2
+
+
+def test_the_mouth_opens_between_the_real_lips():
+    """A photo read through the landmarks: the painted opening starts where the lips meet (not a slit below
+    them) and stays between the mouth corners; closed, nothing is painted. (With the former Haar-cascade
+    placement a real photo measured 17 px below the lips and 18 px past the corners.)"""
+    from framegraph.models.face import FaceLandmarker
+
+    p = load_portrait(portraits_folder() / "astronaut.png")
+    r = PortraitRenderer(p)
+    with FaceLandmarker() as fl:
+        face = fl.detect(p.image)[0]
+        assert r.opening_mask(FaceParams()).max() == 0
+        assert np.array_equal(r.render(FaceParams()).numpy(), p.image)
+        left, right = face.mouth_corners()
+        for jaw in (0.3, 1.0):
+            params = FaceParams(jaw_open=jaw, teeth=0.3)
+            img = r.render(params).numpy()
+            dark = (r.opening_mask(params).numpy() > 0.5) & (img.mean(axis=2) < 100)
+            cols = np.nonzero(dark.any(axis=0))[0]
+            assert len(cols) > 0.5 * face.mouth_width(), "the opening spans most of the mouth"
+            tops = np.array([np.nonzero(dark[:, c])[0].min() for c in cols])
+            below = np.abs(tops - _lips_meet_at(face, cols)).mean()
+            assert below < 0.06 * face.mouth_width(), (jaw, below)
+            assert left[0] - 1 <= cols.min() and cols.max() <= right[0] + 1, (cols.min(), cols.max(), left, right)
+            assert fl.detect(img)[0].mouth_openness() > face.mouth_openness() + 0.03, "the landmarks see it open"
 
 
 def test_bad_portraits_give_clear_errors(tmp_path):
@@ -142,7 +181,7 @@ def test_bad_portraits_give_clear_errors(tmp_path):
     with pytest.raises(PortraitError, match="not an image"):
         load_portrait(tmp_path / "notes.txt")
     Image.new("RGB", (200, 200), (128, 128, 128)).save(tmp_path / "blank.png")
-    with pytest.raises(PortraitError, match="no frontal face.*--mouth-box"):
+    with pytest.raises(PortraitError, match="no face found in portrait .*blank.png.*--mouth-box"):
         load_portrait(tmp_path / "blank.png")
     p = load_portrait(tmp_path / "blank.png", mouth_box=(80, 120, 40, 14))  # a box given: no detection needed
     assert p.mouth_box == (80, 120, 40, 14) and len(p.eye_boxes) == 2
@@ -230,6 +269,7 @@ def test_synth_clip_has_the_frames_and_ground_truth_asked_for(clip):
     assert {f["state"] for f in gt["frames"]} <= {"idle", "speaking", "listening"}
     assert "speaking" in {f["state"] for f in gt["frames"]}
     assert gt["portrait"]["name"] == "astronaut" and gt["video"] == "clip_00000.mp4"
+    assert gt["portrait"]["region_size"] == 128, "the face crop's side (1.35 x the 95-px face), not a fixed 64"
     times = [e["time_ms"] for e in gt["events"]]
     assert times == sorted(times) and any(e["kind"] == "phoneme" for e in gt["events"])
     index = json.loads((out / "index.json").read_text())
@@ -315,3 +355,15 @@ def test_synth_cli_errors(tmp_path, capsys):
     assert "not an image" in capsys.readouterr().err
     assert run_cli(["synth", "--out", str(tmp_path), "--fps", "7"]) == 2
     assert "must divide 16000" in capsys.readouterr().err
+
+
+def test_region_size_follows_the_face():
+    """Photo avatars generate their face region at about the face's own resolution: multiple of 16, 64..256."""
+    from framegraph.models.vae import face_crop_box, region_size
+
+    assert region_size((256, 256), (78, 50, 94, 108)) == 144  # the astronaut through the landmarks
+    for face in [(10, 10, 40, 40), (100, 80, 120, 140), (50, 50, 300, 360)]:
+        size, crop = region_size((720, 720), face), face_crop_box((720, 720), face)[2]
+        assert size % 16 == 0 and 64 <= size <= 256
+        assert abs(size - crop) <= 8 or size in (64, 256), (face, size, crop)
+    assert region_size((720, 720), (50, 50, 300, 360)) == 256 and region_size((720, 720), (10, 10, 40, 40)) == 64

@@ -1,0 +1,104 @@
+"""Real-data evaluation with face landmarks (models/avatar/evaluate_real.py) on renders of the shipped photo
+and on a synthetic talking clip."""
+import argparse
+import json
+
+import cv2
+import numpy as np
+import pytest
+
+from framegraph.apps import avatar as avatar_app
+from framegraph.models.avatar.evaluate_real import (
+    CLOSED_OPENNESS,
+    LandmarkMeter,
+    real_summary,
+    silent_frames,
+    speech_per_frame,
+    track_clip,
+)
+from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
+
+JAWS = [0.0, 0.0, 0.0, 0.0, 0.2, 0.6, 1.0, 0.7, 0.3, 0.0, 0.0, 0.0, 0.0, 0.0, 0.5, 0.9, 0.4, 0.0, 0.0, 0.0, 0.0]
+
+
+@pytest.fixture(scope="module")
+def real_frames():
+    """A "real video": the astronaut's jaw opening and closing."""
+    r = PortraitRenderer(astronaut_portrait())
+    return [r.render(FaceParams(jaw_open=j, teeth=0.3)).numpy() for j in JAWS]
+
+
+def measure(generated, real) -> list[dict]:
+    meter = LandmarkMeter()
+    try:
+        return [meter.measure(g, r) for g, r in zip(generated, real)]
+    finally:
+        meter.close()
+
+
+def test_the_real_frames_themselves_score_perfectly(real_frames):
+    s = real_summary(measure(real_frames, real_frames), None)
+    assert s["faces_found_generated"] == 1 and s["faces_found_real"] == 1
+    assert s["landmark_openness_corr"] > 0.99
+    assert s["outside_mouth_psnr_db"] == 99.0 and s["outside_mouth_ssim"] > 0.999
+    assert abs(s["mouth_sharpness_ratio"] - 1) < 1e-6
+
+
+def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames):
+    still = [real_frames[0]] * len(real_frames)  # lips never move
+    s = real_summary(measure(still, real_frames), None)
+    assert s["landmark_openness_corr"] is None or s["landmark_openness_corr"] < 0.3
+    assert s["outside_mouth_psnr_db"] > 35, "outside the mouth it is the real picture"
+    blurred = []
+    for f in real_frames:  # the lower face blurred (as a too-small generated region looks), the rest real
+        b = f.copy()
+        b[110:190, 70:180] = cv2.GaussianBlur(f, (0, 0), 1.2)[110:190, 70:180]
+        blurred.append(b)
+    s = real_summary(measure(blurred, real_frames), None)
+    assert s["mouth_sharpness_ratio"] < 0.5
+    assert s["landmark_openness_corr"] > 0.8, "a blurred mouth still opens in step"
+    shifted = [np.roll(f, 3, axis=1) for f in real_frames]  # the face 3 px off: not the real frames
+    s = real_summary(measure(shifted, real_frames), None)
+    assert s["outside_mouth_psnr_db"] < 30 and s["outside_mouth_ssim"] < 0.9
+
+
+def test_lips_closed_in_silence(real_frames):
+    speech = np.array([0.0 if j == 0 else 1.0 for j in JAWS])
+    quiet = silent_frames(speech)
+    assert list(np.nonzero(quiet)[0]) == [0, 1, 11, 19, 20], "two frames either side of speech are not silence"
+    rows = measure(real_frames, real_frames)
+    s = real_summary(rows, speech)["silence"]
+    assert s["frames"] == 5 and s["lips_closed_fraction_generated"] == 1.0 == s["lips_closed_fraction_real"]
+    assert s["closed_below"] >= CLOSED_OPENNESS
+    opened = [real_frames[6]] * len(real_frames)  # the mouth wide open all the time
+    s = real_summary(measure(opened, real_frames), speech)["silence"]
+    assert s["lips_closed_fraction_generated"] == 0.0 and s["lips_closed_fraction_real"] == 1.0
+
+
+def test_speech_per_frame_finds_speech_not_silence():
+    from framegraph.models.synth import synthesize
+
+    voice = synthesize("Hello there, this is a test.", voice="en-us", rate_wpm=170, pitch=50).samples
+    audio = np.concatenate([np.zeros(16000, np.int16), voice, np.zeros(16000, np.int16)])
+    n = len(audio) // 640
+    p = speech_per_frame(audio, n, 25)
+    assert p.shape == (n,) and p[:20].max() < 0.2 and p[-20:].max() < 0.2
+    assert p[25 + 5:n - 25 - 5].mean() > 0.5
+
+
+@pytest.mark.slow
+def test_track_clip_and_the_eval_cli_on_a_talking_clip(tmp_path, capsys):
+    """The synthetic clip's mouth follows its speech: the landmarks see it (and the CLI writes it)."""
+    parser = argparse.ArgumentParser(prog="framegraph avatar")
+    avatar_app.add_arguments(parser)
+    assert avatar_app.run(parser.parse_args(["synth", "--out", str(tmp_path), "--clips", "1", "--seconds", "4",
+                                             "--seed", "3"])) == 0
+    clip = tmp_path / "clip_00000.mp4"
+    m = track_clip(clip)
+    assert m["frames"] == 100 and m["faces_found"] == 1.0
+    assert m["openness_vs_loudness_corr"] > 0.4 and abs(m["best_lag_frames"]) <= 2
+    out = tmp_path / "m.json"
+    assert avatar_app.run(parser.parse_args(["eval", "--clip", str(clip), "--out", str(out)])) == 0
+    assert json.loads(out.read_text())["openness_vs_loudness_corr"] == m["openness_vs_loudness_corr"]
+    assert avatar_app.run(parser.parse_args(["eval", "--clip", str(tmp_path / "none.mp4"), "--out", str(out)])) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -20,6 +20,8 @@ BENCHES = {
     "render": ("framegraph.apps.bench.render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
     "server": ("framegraph.apps.bench.server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
     "avatar": ("framegraph.apps.bench.avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
+    "video_avatar": ("framegraph.apps.bench.video_avatar",
+                     "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
     "compile": ("framegraph.apps.bench.compile",
                 "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
 }

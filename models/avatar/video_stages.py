@@ -58,18 +58,21 @@ class MouthShape(Stage):
         self._gate = 0.0
 
     @torch.no_grad()
-    def process(self, inputs, out):
-        f = inputs["features"].data
+    def step(self, features: torch.Tensor, speaking: bool) -> torch.Tensor:
+        """The next frame's shape ``[P]`` from its features ``[D]`` (what :meth:`process` runs)."""
         if self._seen == 0:
-            self._context.copy_(f.expand_as(self._context))  # the first frame repeated, as in training
+            self._context.copy_(features.expand_as(self._context))  # the first frame repeated, as in training
         else:
             self._context = torch.roll(self._context, -1, 0)
-            self._context[-1].copy_(f)
+            self._context[-1].copy_(features)
         self._seen += 1
-        speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
         self._gate += self.ease * (float(speaking) - self._gate)
         pred = self.head(self._context[None])[0].clamp(-self.limit, self.limit)
-        out.write("shape").data.copy_(self.rest + self._gate * (pred - self.rest))
+        return self.rest + self._gate * (pred - self.rest)
+
+    def process(self, inputs, out):
+        speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
+        out.write("shape").data.copy_(self.step(inputs["features"].data, speaking))
 
 
 class MouthRegion(Stage):

@@ -242,5 +242,34 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "region_side", "model_size",
-           "region_boxes", "paste_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]
+def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
+    """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
+    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
+    from framegraph.models.audio import default_encoder
+    from framegraph.models.synth import astronaut_portrait
+
+    p = astronaut_portrait()
+    image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
+    shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
+    frames = torch.stack([torch.roll(image, int(s), dims=1) for s in shifts])
+    mx, my, mw, mh = p.mouth_box
+    side = region_side(2.3 * mw)
+    centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
+    boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
+    mask = torch.zeros(region_size, region_size)
+    mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        generator = MouthGenerator(channels=(8, 16, 16, 16), sample_size=region_size).eval()
+        encoder = default_encoder(seed)
+        head = ShapeHead(feature_dim=encoder.feature_dim).eval()
+    return VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=frames, boxes=boxes,
+                       nearest_idle=np.clip(np.arange(n_frames), 0, n_frames // 2 - 1), idle=(0, n_frames // 2),
+                       mask=mask, paste=paste_mask(mask, 4),
+                       reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
+                       shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
+                       vad=False)
+
+
+__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
+           "model_size", "region_boxes", "paste_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]

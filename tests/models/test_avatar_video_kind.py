@@ -215,6 +215,21 @@ def test_render_of_a_video_bundle_is_a_playable_mp4_with_sound_and_a_moving_mout
     assert o[-10:].mean() < np.percentile(o[:70], 60)  # and rests in the silence at the end
 
 
+@pytest.mark.slow
+def test_held_out_lips_follow_the_real_ones_and_the_rest_is_the_real_frame(talking):
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+
+    a = load_avatar(talking["bundle"])
+    start = a.meta["training"]["heldout"]["start_s"]
+    assert start == 9.6  # the last 20 % of the 12 s: its audio was not used in training
+    r = evaluate_video_avatar(a, talking["clip"], start_s=start)
+    assert r["frames"] == 60 and r["faces_found_generated"] == 1.0
+    assert r["landmark_openness_corr"] >= 0.5, r  # landmarks on generated vs real frames (target 0.6 on a person)
+    assert r["outside_mouth_psnr_db"] >= 30  # outside the mouth it is the real frame
+    assert r["silence"]["frames"] > 5 and r["silence"]["lips_closed_fraction_generated"] >= 0.8
+
+
 # ---- bad input: clear errors ---------------------------------------------------------------------------
 def _train(video, tmp_path, **kw):
     from framegraph.models.avatar.video_train import train_video_avatar

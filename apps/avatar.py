@@ -9,15 +9,17 @@ eSpeak NG phoneme events, plus ``index.json`` listing the clips. Needs the syste
 
     framegraph avatar train --clips DIR --out AVATAR_DIR [--steps N] [--device cpu] [--resume/--no-resume]
     framegraph avatar train --synth 24 --out AVATAR_DIR      # first makes 24 clips into AVATAR_DIR/train/clips
-    framegraph avatar train --video me.mp4 --out AVATAR_DIR [--face-box X,Y,W,H] [--mouth-box X,Y,W,H]
+    framegraph avatar train --video me.mp4 --out AVATAR_DIR [--holdout 0.2] [--steps 3000] [--kind portrait]
 
-``train`` trains an avatar bundle (VAE, latents + audio features, flow matching, few-step distillation,
-rollout training; checkpoints and resume in ``AVATAR_DIR/train``); see ``models/avatar/train.py``.
-With ``--video`` the data is a person's own talking video (a few minutes, at least 10 s, one person facing
-the camera, with its sound): it is checked, the face and mouth are found once for the whole video (face
-landmarks, or the boxes given), and it is cut into 25 fps clips with 16 kHz audio in
-``AVATAR_DIR/train/video_clips`` (the background frame of the bundle is the median of its first 2 s); see
-``models/avatar/video.py``.
+``train`` trains an avatar bundle. With ``--video`` (kind ``video``, the default) it is made of the person's
+own video: the video is checked (one face big enough, speech, at least 10 s), cut into 25 fps clips with
+16 kHz audio in ``AVATAR_DIR/train/video_clips``, the face landmarks are found on every frame (MediaPipe's
+face mesh), a small UNet learns to redraw the lower face of those frames for a mouth shape, and a head on
+the audio encoder learns the shape from the speech; the avatar plays the first ``--loop-seconds`` of the
+video back and forth and redraws only the mouth region (see ``models/avatar/video_train.py``).
+``--kind portrait`` (and ``--clips`` / ``--synth``) trains the still-portrait bundle (VAE, latents + audio
+features, flow matching, few-step distillation, rollout training; checkpoints and resume in
+``AVATAR_DIR/train``); see ``models/avatar/train.py`` and ``models/avatar/video.py``.
 
     framegraph avatar refine --avatar DIR --clips DIR --out NEW_DIR [--steps 400] [--warp/--no-warp]
 
@@ -82,10 +84,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                        description="Train the VAE on the face region, encode the clips once, train the DiT with "
                                    "flow matching, distil it to few steps and train it on its own rollouts. "
                                    "Writes an avatar bundle folder (load with `framegraph render --avatar`). "
-                                   "With --video: a few minutes (at least 10 s) of one person talking to the "
-                                   "camera, with sound; the face and mouth are found with the face landmarks "
-                                   "(or give --face-box / --mouth-box) and the video is cut into 25 fps clips "
-                                   "with 16 kHz audio in OUT/train/video_clips.")
+                                   "With --video (at least 10 s of one person talking to the camera, with sound; "
+                                   "30 s or more is better): a video avatar that plays the person's own frames "
+                                   "and redraws only the lower face for the speech (--kind portrait: the still "
+                                   "portrait model trained on the video's clips instead).")
     src = t.add_mutually_exclusive_group(required=True)
     src.add_argument("--clips", help="folder of clip_*.mp4 + clip_*.json (framegraph avatar synth output)")
     src.add_argument("--synth", type=positive_int, metavar="N",
@@ -93,6 +95,18 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--video", metavar="FILE",
                      help="a talking video of the person (MP4, MOV, MKV, WebM... with its audio track, at least "
                           "10 s; a few minutes is better): cut into clips in OUT/train/video_clips and trained on")
+    t.add_argument("--kind", choices=["video", "portrait"],
+                   help="with --video: 'video' (default) keeps the person's own frames, looped back and forth, and "
+                        "redraws only the lower face for the speech (sharp, real head motion and blinks); "
+                        "'portrait' trains the still-portrait DiT avatar on the video's clips")
+    t.add_argument("--holdout", type=float, default=0.0,
+                   help="with --kind video: share of the video's end used for no training, kept for `avatar eval` "
+                        "(0; e.g. 0.2)")
+    t.add_argument("--max-region", type=positive_int, default=256,
+                   help="with --kind video: the generated region's side cap in px (256: real time on a 2-core CPU; "
+                        "the region is the face's width, rounded down to a multiple of 16, at most this)")
+    t.add_argument("--loop-seconds", type=positive_float, default=10.0,
+                   help="with --kind video: seconds of the video kept as the loop the avatar plays (10)")
     t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")
     t.add_argument("--synth-seed", type=int, default=0, help="with --synth: seed (0)")
     t.add_argument("--portrait", help="with --synth: portrait image (default: the astronaut)")
@@ -104,17 +118,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "face box)")
     t.add_argument("--segment-seconds", type=positive_float, default=10.0,
                    help="with --video: length of each training clip cut from it (10)")
-    t.add_argument("--max-side", type=positive_int, default=512,
-                   help="with --video: scale the video down to this longer side (512; kept larger when the face "
+    t.add_argument("--max-side", type=positive_int,
+                   help="with --video: scale the video down to this longer side (kind video: 1280, the avatar plays "
+                        "at the video's own resolution up to that; kind portrait: 512, kept larger when the face "
                         "would be smaller than --region)")
     t.add_argument("--out", required=True, help="the avatar bundle folder to write")
-    t.add_argument("--steps", type=positive_int, default=1000, help="flow-matching steps of the DiT (1000)")
+    t.add_argument("--steps", type=positive_int,
+                   help="training steps: of the mouth generator (kind video, 3000) or the DiT's flow matching (1000)")
     t.add_argument("--vae-steps", type=positive_int, default=300, help="VAE training steps (300)")
     t.add_argument("--distill-steps", type=int, default=150, help="few-step distillation steps (150; 0: none)")
     t.add_argument("--rollout-steps", type=int, default=150, help="rollout (anti-drift) steps (150; 0: none)")
-    t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step (8)")
+    t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step / regions per generator step (8)")
     t.add_argument("--window", type=positive_int, default=8, help="frames per training window (8)")
-    t.add_argument("--lr", type=positive_float, default=1e-3, help="DiT peak learning rate (1e-3)")
+    t.add_argument("--lr", type=positive_float, help="peak learning rate (DiT 1e-3, kind video 2e-3)")
     t.add_argument("--region", type=positive_int, default=64, help="face region side in px, multiple of 16 (64)")
     t.add_argument("--vae-preset", choices=["tiny", "small"], default="tiny", help="VAE size (tiny)")
     t.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny", help="DiT size (tiny)")
@@ -276,7 +292,7 @@ def _prepare_video(args: argparse.Namespace):
     try:
         prep = prepare_video(args.video, folder, face_box=args.face_box, mouth_box=args.mouth_box,
                              segment_seconds=args.segment_seconds, region_size=args.region,
-                             max_side=args.max_side, progress=True)
+                             max_side=args.max_side or 512, progress=True)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / PortraitError are ValueErrors
         return _train_error(exc)
     d, p = prep.detection, prep.portrait
@@ -288,9 +304,38 @@ def _prepare_video(args: argparse.Namespace):
     return prep
 
 
+def run_train_video(args: argparse.Namespace) -> int:
+    """``--video`` with ``--kind video``: the person's frames looped, the lower face generated."""
+    from framegraph.models.avatar.video_train import train_video_avatar
+
+    if args.portrait:
+        return _train_error("--portrait is for --synth; a video avatar is made of the video's own frames")
+    if not os.path.exists(args.video):
+        return _train_error(f"--video {args.video!r} does not exist")
+    if args.max_region % 16 or args.max_region < 64:
+        return _train_error(f"--max-region {args.max_region} must be a multiple of 16, at least 64")
+    try:
+        _, r = train_video_avatar(args.video, args.out, face_box=args.face_box, mouth_box=args.mouth_box,
+                                  audio_from=args.audio_from, torch_threads=args.threads,
+                                  log=lambda m: print(m, file=sys.stderr), steps=args.steps or 3000,
+                                  batch=args.batch, lr=args.lr or 2e-3, holdout=args.holdout,
+                                  max_region=args.max_region, loop_seconds=args.loop_seconds,
+                                  max_side=args.max_side or 1280, vad=not args.no_vad, seed=args.seed)
+    except (FileNotFoundError, ValueError) as exc:  # MediaError / FaceError are ValueErrors
+        return _train_error(exc)
+    print(f"video avatar from {r['frames']} frames ({r['seconds']:g} s): {r['region_choice']}; trained in "
+          f"{r['timings']['total_s']:.0f} s", file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0
+
+
 def run_train(args: argparse.Namespace) -> int:
     from framegraph.models.avatar.train import train_avatar
 
+    if args.kind and not args.video:
+        return _train_error("--kind goes with --video (--clips / --synth train a portrait avatar)")
+    if args.video and (args.kind or "video") == "video":
+        return run_train_video(args)
     if args.region % 16:
         return _train_error(f"--region {args.region} must be a multiple of 16")
     if not args.video and (args.face_box or args.mouth_box):
@@ -323,8 +368,8 @@ def run_train(args: argparse.Namespace) -> int:
            if v is not None}
     try:
         res = train_avatar(clips, args.out, device=args.device, resume=args.resume, torch_threads=args.threads,
-                           vae_steps=args.vae_steps, flow_steps=args.steps, distill_steps=args.distill_steps,
-                           rollout_steps=args.rollout_steps, batch=args.batch, window=args.window, lr=args.lr,
+                           vae_steps=args.vae_steps, flow_steps=args.steps or 1000, distill_steps=args.distill_steps,
+                           rollout_steps=args.rollout_steps, batch=args.batch, window=args.window, lr=args.lr or 1e-3,
                            region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
                            dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
                            max_clips=args.max_clips, seed=args.seed, portrait=portrait,

@@ -1,10 +1,13 @@
-"""Small stages the runtime tests build graphs from."""
+"""Small stages the runtime tests build graphs from, and the talking-video makers of the avatar tests."""
 from __future__ import annotations
 
 import threading
 import time
+import wave
+from fractions import Fraction
 from pathlib import Path
 
+import numpy as np
 import torch
 
 from framegraph.stream import EndOfStream, PortSpec, RecordingSink, Stage
@@ -171,3 +174,61 @@ def tiny_prompt_embeds(path, tokens: int = 6, seed: int = 0) -> Path:
     g = torch.Generator().manual_seed(seed)
     save_file({"prompt_embeds": torch.randn(tokens, GEN_TEXT_DIM, generator=g)}, str(path))
     return Path(path)
+
+
+# ---- talking-video fixtures (tests/models/test_avatar_video*.py) -----------------------------------------
+SR = 16_000
+
+
+def write_video(path, frames: np.ndarray, fps: int, audio: np.ndarray | None = None, *, audio_rate: int = SR,
+                out_rate: int | None = None, layout: str = "mono", rotation: int | None = None) -> str:
+    """An MP4 (H.264, and AAC when ``audio`` int16 mono at ``audio_rate`` is given; re-sampled to
+    ``out_rate`` / ``layout`` as a camera would record it)."""
+    import av
+
+    c = av.open(str(path), "w", format="mp4")
+    vs = c.add_stream("libx264", rate=fps)
+    vs.width, vs.height, vs.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
+    vs.codec_context.options = {"preset": "ultrafast"}
+    if rotation is not None:
+        vs.set_display_rotation(rotation)
+    if audio is not None:
+        a = c.add_stream("aac", rate=out_rate or audio_rate)
+        a.layout = layout
+        res = av.AudioResampler(format="fltp", layout=layout, rate=out_rate or audio_rate)
+        af = av.AudioFrame.from_ndarray(audio.reshape(1, -1).astype(np.int16), format="s16", layout="mono")
+        af.sample_rate, af.pts, af.time_base = audio_rate, 0, Fraction(1, audio_rate)
+        for o in res.resample(af) + res.resample(None):
+            c.mux(a.encode(o))
+        c.mux(a.encode(None))
+    for i, f in enumerate(frames):
+        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")
+        vf.pts = i
+        c.mux(vs.encode(vf))
+    c.mux(vs.encode(None))
+    c.close()
+    return str(path)
+
+
+def write_wav(path, samples: np.ndarray) -> str:
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(SR)
+        w.writeframes(samples.astype(np.int16).tobytes())
+    return str(path)
+
+
+def tone(seconds: float, amplitude: float = 8000.0) -> np.ndarray:
+    t = np.arange(int(seconds * SR)) / SR
+    return (amplitude * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 2 * t) > 0)).astype(np.int16)
+
+
+def still(image: np.ndarray, seconds: float, fps: int = 10) -> np.ndarray:
+    return np.repeat(image[None], int(round(seconds * fps)), axis=0)
+
+
+def astronaut() -> np.ndarray:
+    from framegraph.models.synth import astronaut_portrait
+
+    return np.array(astronaut_portrait().image, copy=True)

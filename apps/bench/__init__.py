@@ -22,6 +22,8 @@ BENCHES = {
     "avatar": ("framegraph.apps.bench.avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
     "generate": ("framegraph.apps.bench.generate",
                  "Wan / SANA-Video streamed end to end: FPS (denoise + decode + encode), first frame, stage p50/p99"),
+    "video_avatar": ("framegraph.apps.bench.video_avatar",
+                     "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
     "compile": ("framegraph.apps.bench.compile",
                 "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
 }

@@ -22,8 +22,8 @@ log = logging.getLogger("framegraph.demo")
 
 PORTRAITS_DIR = str(assets.path("portraits"))
 DEFAULT_PORTRAIT = "astronaut"
-# The avatar pipeline's options the demo sets: start option PORTRAIT_OPTION (a portrait's name in
-# assets/portraits, sent only when it is not the default) and live option STATE_OPTION (``config``).
+# The avatar pipeline's options the demo sets: start option PORTRAIT_OPTION (an avatar bundle's name in the
+# server's avatar folder, sent only when it is not the default) and live option STATE_OPTION (``config``).
 PORTRAIT_OPTION = "portrait"
 STATE_OPTION = "state"
 STATES = ("auto", "speaking", "listening", "idle")
@@ -121,7 +121,17 @@ def choose_pipeline(requested: str = "auto") -> PipelineChoice:
 
 
 def portraits() -> list[str]:
-    """Portrait names shipped in assets/portraits (image stems), the default first."""
+    """The names the avatar picker offers: the server's avatar bundles (``$FRAMEGRAPH_AVATARS`` or
+    assets/avatars — still portraits and video avatars made with ``framegraph avatar train --video``
+    alike), the default first; without any bundle, the portraits shipped in assets/portraits."""
+    try:
+        from framegraph.apps.server.avatar_pipeline import available_avatars
+
+        bundles = available_avatars()
+    except ImportError:  # no bundle at all: the avatar pipeline is not registered
+        bundles = []
+    if bundles:
+        return bundles  # the default first
     try:
         names = sorted({os.path.splitext(f)[0] for f in os.listdir(PORTRAITS_DIR)
                         if f.lower().endswith((".png", ".jpg", ".jpeg"))})

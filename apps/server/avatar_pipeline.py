@@ -3,6 +3,9 @@
     mic (PushAudioSource) ─▶ AudioFeatures ─▶ StateOverride ─▶ Denoiser ─▶ VAEDecode ─▶ Composite ─▶ encode ─▶ send
         └──────────────────────────────── audio echoed back, same pts ─────────────────────────────────────▲
 
+(a video avatar bundle, kind ``"video"``: MouthShape, VideoLoop → MouthRegion in place of the three
+generating stages; ``models.avatar.build_avatar_graph`` picks by the bundle's kind.)
+
 The picture is an avatar bundle (``models.avatar``) from the server's avatar folder :data:`AVATARS_DIR`
 (``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``): ``assets/avatars/<portrait>/`` — start option
 ``portrait`` (a name, never a client path; default ``astronaut``, else the first bundle there). Video
@@ -73,7 +76,8 @@ def load_bundle(name: str, root: str | None = None):
     with _lock:
         if path not in _cache:
             avatar = load_avatar(path)
-            avatar.reference_latent()  # computed once, here
+            if getattr(avatar, "kind", "portrait") == "portrait":
+                avatar.reference_latent()  # computed once, here
             _cache[path] = avatar
         return _cache[path]
 

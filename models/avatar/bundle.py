@@ -1,5 +1,8 @@
 """The avatar bundle: one folder holding everything a talking portrait needs.
 
+Two kinds, named by ``avatar.json``'s ``kind``: ``"portrait"`` (the default; below) and ``"video"``, a
+person's own frames looped with a generated mouth (:mod:`.video_bundle`). :func:`load_avatar` reads either.
+
     DIR/avatar.json      portrait file, crop (face) box, mouth box, region size, fps, chunk frames,
                          sampler steps / shift, latent normalisation, VAD on/off
     DIR/portrait.png     the full-resolution background the generated face region is pasted into
@@ -139,8 +142,10 @@ def _load_part(root: Path, part: str, cls):
                           f"({type(exc).__name__}: {exc})") from None
 
 
-def load_avatar(root) -> Avatar:
-    """Load an avatar bundle folder; :class:`AvatarError` names the missing / bad file."""
+def load_avatar(root):
+    """Load an avatar bundle folder: an :class:`Avatar` (``kind`` ``"portrait"``, the default) or a
+    :class:`~.video_bundle.VideoAvatar` (``kind`` ``"video"``); :class:`AvatarError` names the missing / bad
+    file."""
     from PIL import Image
 
 
@@ -149,6 +154,14 @@ def load_avatar(root) -> Avatar:
         raise AvatarError(f"avatar bundle {str(root)!r} does not exist (a folder made by `framegraph avatar train`)")
     cfg = _load_json(root / AVATAR_JSON)
     where = f"avatar bundle {str(root)!r}: {AVATAR_JSON}"
+    kind = cfg.get("kind", "portrait")
+    if kind == "video":
+        from .video_bundle import load_video_avatar
+
+        return load_video_avatar(root, cfg, _load_part, AvatarError)
+    if kind != "portrait":
+        raise AvatarError(f"{where}: kind {kind!r} is not one of 'portrait' (a still portrait, DiT) or 'video' "
+                          f"(a person's own video frames with a generated mouth)")
     for key in ("portrait", "face_box", "region_size"):
         if key not in cfg:
             raise AvatarError(f"{where} has no {key!r}")

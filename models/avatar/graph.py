@@ -5,6 +5,10 @@
         │                                                                                     ▼
         └───────────────────────────────────────audio─────────────────▶ sink ◀──video── Composite
 
+That is the still portrait (bundle kind ``"portrait"``). A video avatar (kind ``"video"``, the person's
+own frames looped) swaps the middle: features → MouthShape, state → VideoLoop, both → MouthRegion ──video──▶
+sink (:mod:`.video_stages`); :func:`build_avatar_graph` picks by the bundle's kind.
+
 Audio pts are the master: ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``
 counted from audio samples, every later stage keeps those pts, and the sink muxes by pts — so the
 video is in sync with the echoed audio however long each stage takes. A stream of ``S`` samples makes
@@ -74,7 +78,9 @@ class StateOverride(Stage):
 @dataclass
 class AvatarGraph:
     """What :func:`build_avatar_graph` made: the graph and its stages (``sink`` / ``audio_sink`` may be
-    None when the caller connects the outputs)."""
+    None when the caller connects the outputs). ``denoiser`` / ``decode`` / ``composite`` are the
+    generating stages: Denoiser, VAEDecode, Composite for a portrait bundle; MouthShape, VideoLoop,
+    MouthRegion for a video bundle — ``composite`` is always the one with the ``"video"`` output."""
 
     graph: Graph
     source: Stage
@@ -106,6 +112,54 @@ def default_onnx_dir(avatar: Avatar) -> str:
     return os.path.join(avatar.root, "onnx")
 
 
+def _portrait_models(avatar: Avatar, *, backend: str, onnx_dir: str | None, vad: bool, steps, budget_ms, seed,
+                     device, torch_threads, max_lag_ms) -> tuple[Stage, Stage, Stage]:
+    """A portrait bundle's AudioFeatures, Denoiser and VAEDecode, computing on torch or ONNX Runtime."""
+    den_args = dict(steps=steps or avatar.steps, shift=avatar.shift, chunk_frames=avatar.chunk_frames, seed=seed,
+                    budget_ms=budget_ms, device=device, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
+    dec_args = dict(size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps, device=device,
+                    reference=avatar.region()[0])
+    if backend == "onnx":
+        from framegraph.models.onnx.stages import onnx_stages
+
+        return onnx_stages(avatar, onnx_dir or default_onnx_dir(avatar), fps=avatar.fps, vad=vad,
+                           denoiser=den_args, decode=dec_args, threads=torch_threads)
+    return (AudioFeatures(avatar.audio, fps=avatar.fps, vad=vad, device=device),
+            Denoiser(avatar.dit, avatar.reference_latent(), **den_args), VAEDecode(avatar.vae, **dec_args))
+
+
+def _portrait_stages(g: Graph, avatar: Avatar, feats: Stage, state: Stage, den: Stage, dec: Stage, *,
+                     device) -> tuple[Stage, Stage, Stage]:
+    """The still portrait's generation: Denoiser → VAEDecode → Composite (added to ``g`` and connected)."""
+    den, dec = g.add(den), g.add(dec)
+    comp = g.add(avatar_composite(avatar, device))
+    g.connect(feats, den, "features", "features", capacity=8)
+    g.connect(state, den, "state", "state", capacity=8)
+    g.connect(den, dec, "latent", "latent", capacity=2)
+    g.connect(dec, comp, "face", "face", capacity=max(2, avatar.chunk_frames + 1))
+    return den, dec, comp
+
+
+def _video_stages(g: Graph, avatar, feats: Stage, state: Stage, *, torch_threads,
+                  max_lag_ms) -> tuple[Stage, Stage, Stage]:
+    """The video avatar's generation (CPU): MouthShape, VideoLoop → MouthRegion (added and connected)."""
+    from .loop import VideoLoop
+    from .video_stages import MouthRegion, MouthShape
+
+    shape = g.add(MouthShape(avatar.shape_head, avatar.rest_shape))
+    loop = g.add(VideoLoop(avatar.frames, avatar.boxes, avatar.idle, nearest_idle=avatar.nearest_idle))
+    region = g.add(MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference,
+                               frame_size=(avatar.height, avatar.width), box_side=avatar.box_side,
+                               max_lag_ms=max_lag_ms, torch_threads=torch_threads))
+    g.connect(feats, shape, "features", "features", capacity=8)
+    g.connect(state, shape, "state", "state", capacity=8)
+    g.connect(state, loop, "state", "state", capacity=8)
+    g.connect(loop, region, "frame", "frame", capacity=2)
+    g.connect(loop, region, "box", "box", capacity=2)
+    g.connect(shape, region, "shape", "shape", capacity=4)
+    return shape, loop, region
+
+
 def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None = None, *, out: str | None = None,
                        audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: str = "fast",
                        device: str = "cpu", steps: int | None = None, vad: bool | None = None,
@@ -116,8 +170,11 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output).
 
+    One builder for both bundle kinds: a portrait (Denoiser → VAEDecode → Composite) or a video avatar
+    (MouthShape, VideoLoop → MouthRegion, see :mod:`.video_stages`); the audio side and the sinks are the same.
+
     Args:
-        avatar: a loaded bundle (:func:`~.bundle.load_avatar`).
+        avatar: a loaded bundle (:func:`~.bundle.load_avatar`), either kind.
         sink: the stage the composited ``"video"`` goes to (an MP4Sink, an encoder...); None with ``out``:
             an ``MP4Sink(out)`` at the portrait's size with the audio; None without ``out``: the caller
             connects ``composite`` itself.
@@ -134,33 +191,31 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
             from the export in ``onnx_dir`` (default ``<bundle>/onnx``; made by ``framegraph export``).
     """
 
+    video_kind = getattr(avatar, "kind", "portrait") == "video"
+    if backend not in BACKENDS:
+        raise ValueError(f"build_avatar_graph: backend={backend!r}; expected one of {BACKENDS}")
+    if video_kind and backend != "torch":
+        raise ValueError(f"build_avatar_graph: backend={backend!r} is for portrait bundles; a video avatar runs "
+                         "its small models on torch")
+    if video_kind:
+        device = "cpu"  # the video avatar's small models run on the CPU (its loop frames live there)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     use_vad = avatar.vad if vad is None else vad
-    den_args = dict(steps=steps or avatar.steps, shift=avatar.shift, chunk_frames=avatar.chunk_frames, seed=seed,
-                    budget_ms=budget_ms, device=device, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
-    dec_args = dict(size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps, device=device,
-                    reference=avatar.region()[0])
-    if backend == "onnx":
-        from framegraph.models.onnx.stages import onnx_stages
-
-        stages = onnx_stages(avatar, onnx_dir or default_onnx_dir(avatar), fps=avatar.fps, vad=use_vad,
-                             denoiser=den_args, decode=dec_args, threads=torch_threads)
-    elif backend == "torch":
-        stages = (AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device),
-                  Denoiser(avatar.dit, avatar.reference_latent(), **den_args), VAEDecode(avatar.vae, **dec_args))
+    if video_kind:
+        models = (AudioFeatures(avatar.audio, fps=avatar.fps, vad=use_vad, device=device),)
     else:
-        raise ValueError(f"build_avatar_graph: backend={backend!r}; expected one of {BACKENDS}")
-    feats = g.add(stages[0])
+        models = _portrait_models(avatar, backend=backend, onnx_dir=onnx_dir, vad=use_vad, steps=steps,
+                                  budget_ms=budget_ms, seed=seed, device=device, torch_threads=torch_threads,
+                                  max_lag_ms=max_lag_ms)
+    feats = g.add(models[0])
     state = g.add(StateOverride(device=device))
-    den, dec = g.add(stages[1]), g.add(stages[2])
-    comp = g.add(avatar_composite(avatar, device))
     g.connect(src, feats, "audio", "audio", capacity=8)
-    g.connect(feats, den, "features", "features", capacity=8)
     g.connect(feats, state, "state", "state", capacity=8)
-    g.connect(state, den, "state", "state", capacity=8)
-    g.connect(den, dec, "latent", "latent", capacity=2)
-    g.connect(dec, comp, "face", "face", capacity=max(2, avatar.chunk_frames + 1))
+    if video_kind:
+        den, dec, comp = _video_stages(g, avatar, feats, state, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
+    else:
+        den, dec, comp = _portrait_stages(g, avatar, feats, state, *models[1:], device=device)
     if sink is None and out is not None:
         sink = g.add(MP4Sink(out, width=avatar.width, height=avatar.height, fps=avatar.fps,
                              audio_rate=16_000 if audio_sink else None, preset=preset))

@@ -1,5 +1,5 @@
-"""The ``avatar`` WebSocket pipeline end to end on a real server (tiny random bundle in a temporary avatar
-folder): microphone audio in, full-size video + echoed audio out, live ``state`` config, ``interrupt``,
+"""The ``avatar`` WebSocket pipeline end to end on a real server (tiny random bundles, a still portrait and a
+video avatar, in a temporary avatar folder): microphone audio in, full-size video + echoed audio out, live ``state`` config, ``interrupt``,
 bad options."""
 import asyncio
 import importlib
@@ -7,6 +7,7 @@ import io
 import json
 import sys
 
+import numpy as np
 import pytest
 from PIL import Image
 from test_server_session import of_type, pcm_message, receive_all, running, tone
@@ -14,12 +15,14 @@ from websockets.asyncio.client import connect
 
 from framegraph.apps.server import pipelines
 from framegraph.models.avatar import random_avatar, save_avatar
+from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
 
 
 @pytest.fixture(scope="module")
 def avatar_dir(tmp_path_factory):
     root = tmp_path_factory.mktemp("avatars")
     save_avatar(root / "astronaut", random_avatar())
+    save_video_avatar(root / "me", random_video_avatar())  # a video avatar (bundle kind "video")
     mp = pytest.MonkeyPatch()
     mp.setenv("FRAMEGRAPH_AVATARS", str(root))
     name = "framegraph.apps.server.avatar_pipeline"
@@ -39,7 +42,7 @@ def avatar_dir(tmp_path_factory):
 def test_module_refuses_to_register_without_bundles(avatar_dir, tmp_path):
     import framegraph.apps.server.avatar_pipeline as ap
 
-    assert ap.available_avatars(str(tmp_path)) == [] and ap.available_avatars() == ["astronaut"]
+    assert ap.available_avatars(str(tmp_path)) == [] and ap.available_avatars() == ["astronaut", "me"]
     assert pipelines.LAZY["avatar"] == "framegraph.apps.server.avatar_pipeline"
 
 
@@ -104,3 +107,18 @@ def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir
     assert ready["backend"] == "onnx" and ready["device"] == "cpu"
     assert len(got["video"]) >= 12 and Image.open(io.BytesIO(got["video"][-1][1])).size == (256, 256)
     assert got["control"][-1]["type"] == "ended"
+
+
+def test_video_avatar_session_streams_its_own_frames_at_their_size(avatar_dir):
+    samples = tone(1.0, amp=0.3)
+
+    with running() as srv:
+        ready, got = asyncio.run(speak(srv.url, {"portrait": "me"}, samples))
+    assert ready["avatar"] == "me" and (ready["video"]["width"], ready["video"]["height"]) == (256, 256)
+    assert len(got["video"]) >= 15  # 1 s at 25 fps; a loaded CPU may drop a few live
+    picture = np.asarray(Image.open(io.BytesIO(got["video"][-1][1])).convert("RGB"), np.float64)
+    from framegraph.models.synth import astronaut_portrait
+
+    photo = np.asarray(astronaut_portrait().image, np.float64)
+    assert np.abs(picture[:80] - photo[:80]).mean() < 12  # the person's own frames (top: no mouth region)
+    assert sum(h.payload_len for h, *_ in got["audio"]) >= 2 * 0.7 * 16000

@@ -8,70 +8,16 @@ ground truth and picture / sound against the original clip."""
 from __future__ import annotations
 
 import json
-import wave
-from fractions import Fraction
 
-import av
 import numpy as np
 import pytest
+from helpers import SR, astronaut, still, tone, write_video, write_wav
 from PIL import Image
 
 from framegraph.models.avatar.video import MIN_SECONDS, prepare_video
-from framegraph.models.synth import astronaut_portrait
 from framegraph.stream.media import MediaError, read_video
 
-SR = 16_000
 TRUTH_MOUTH = (102, 119, 42, 14)  # assets/portraits/astronaut.json
-
-
-def write_video(path, frames: np.ndarray, fps: int, audio: np.ndarray | None = None, *, audio_rate: int = SR,
-                out_rate: int | None = None, layout: str = "mono", rotation: int | None = None) -> str:
-    """An MP4 (H.264, and AAC when ``audio`` int16 mono at ``audio_rate`` is given; re-sampled to
-    ``out_rate`` / ``layout`` as a camera would record it)."""
-    c = av.open(str(path), "w", format="mp4")
-    vs = c.add_stream("libx264", rate=fps)
-    vs.width, vs.height, vs.pix_fmt = frames.shape[2], frames.shape[1], "yuv420p"
-    vs.codec_context.options = {"preset": "ultrafast"}
-    if rotation is not None:
-        vs.set_display_rotation(rotation)
-    if audio is not None:
-        a = c.add_stream("aac", rate=out_rate or audio_rate)
-        a.layout = layout
-        res = av.AudioResampler(format="fltp", layout=layout, rate=out_rate or audio_rate)
-        af = av.AudioFrame.from_ndarray(audio.reshape(1, -1).astype(np.int16), format="s16", layout="mono")
-        af.sample_rate, af.pts, af.time_base = audio_rate, 0, Fraction(1, audio_rate)
-        for o in res.resample(af) + res.resample(None):
-            c.mux(a.encode(o))
-        c.mux(a.encode(None))
-    for i, f in enumerate(frames):
-        vf = av.VideoFrame.from_ndarray(np.ascontiguousarray(f), format="rgb24")
-        vf.pts = i
-        c.mux(vs.encode(vf))
-    c.mux(vs.encode(None))
-    c.close()
-    return str(path)
-
-
-def write_wav(path, samples: np.ndarray) -> str:
-    with wave.open(str(path), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(SR)
-        w.writeframes(samples.astype(np.int16).tobytes())
-    return str(path)
-
-
-def tone(seconds: float, amplitude: float = 8000.0) -> np.ndarray:
-    t = np.arange(int(seconds * SR)) / SR
-    return (amplitude * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 2 * t) > 0)).astype(np.int16)
-
-
-def still(image: np.ndarray, seconds: float, fps: int = 10) -> np.ndarray:
-    return np.repeat(image[None], int(round(seconds * fps)), axis=0)
-
-
-def astronaut() -> np.ndarray:
-    return np.array(astronaut_portrait().image, copy=True)
 
 
 # ---- bad input: clear errors ---------------------------------------------------------------------------
@@ -239,13 +185,13 @@ def test_prepare_video_finds_the_mouth_and_keeps_picture_and_sound_in_sync(user_
     assert again.reused and again.clips == r.clips and again.portrait == r.portrait
 
 
-def test_train_cli_on_a_video_end_to_end(user_video, tmp_path):
+def test_train_cli_on_a_video_end_to_end_portrait_kind(user_video, tmp_path):
     from framegraph.apps.cli import main
     from framegraph.models.avatar import load_avatar, render_avatar_graph
     from framegraph.stream.progress import run_with_progress
 
     out = tmp_path / "me"
-    rc = main(["avatar", "train", "--video", user_video["video"], "--out", str(out), "--vae-steps", "4",
+    rc = main(["avatar", "train", "--video", user_video["video"], "--kind", "portrait", "--out", str(out), "--vae-steps", "4",
                "--steps", "4", "--distill-steps", "0", "--rollout-steps", "0", "--region", "64", "--threads", "1",
                "--batch", "2", "--window", "4", "--dit-width", "32", "--dit-depth", "1", "--dit-heads", "2",
                "--segment-seconds", "6"])

@@ -1,0 +1,148 @@
+"""``framegraph bench video_avatar``: a video avatar (bundle kind "video") on a real clip of its person.
+
+    framegraph bench video_avatar --avatar AVATAR_DIR --clip person.mp4 --out benchmarks/results/cpu/video_avatar.json
+
+Measures, on this machine's CPU:
+
+- **quality** on the held-out segment (default: from the bundle's ``training.heldout.start_s`` to the end;
+  audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
+  landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
+  lips closed in silence;
+- **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
+  MouthRegion) on a fast clock, at the video's resolution: frames per second (throughput) and the time from
+  the graph's start to its first frame out — for the bundle's own region size and for a ``--region`` (256)
+  generator of the same architecture (its weights fresh: the cost does not depend on them).
+"""
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import time
+
+import torch
+
+from framegraph.stream import PortSpec, Stage
+
+from .meta import add_out_argument, bench_metadata, write_result
+
+
+class _Arrivals(Stage):
+    """Sink: the wall-clock time each video frame arrives."""
+
+    def __init__(self, height: int, width: int):
+        super().__init__("arrivals")
+        self.inputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
+        self.times: list[float] = []
+
+    def process(self, inputs, out):
+        self.times.append(time.monotonic())
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--avatar", required=True, help="a video avatar bundle (framegraph avatar train --video)")
+    p.add_argument("--clip", required=True, help="a real clip of the same person at the bundle's size and fps")
+    p.add_argument("--start-s", type=float, help="held-out segment start (default: the bundle's training holdout)")
+    p.add_argument("--end-s", type=float, help="held-out segment end (default: the clip's end)")
+    p.add_argument("--audio", help="speech driving the speed runs (default: the clip's own sound)")
+    p.add_argument("--seconds", type=float, default=8.0, help="seconds of audio per speed run (8)")
+    p.add_argument("--region", type=int, default=256, help="also time a generator of this region size (256)")
+    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (2)")
+    add_out_argument(p)
+
+
+def _speed(avatar, audio, seconds: float) -> dict:
+    """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock)."""
+    import tempfile
+    import wave
+
+    import numpy as np
+
+    from framegraph.models.avatar import build_avatar_graph
+    from framegraph.stream.media import AudioFileSource
+
+    with tempfile.TemporaryDirectory() as tmp:
+        path = f"{tmp}/speech.wav"
+        with wave.open(path, "wb") as w:
+            w.setnchannels(1)
+            w.setsampwidth(2)
+            w.setframerate(16000)
+            w.writeframes(np.asarray(audio[:int(seconds * 16000)], np.int16).tobytes())
+        sink = _Arrivals(avatar.height, avatar.width)
+        ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast")
+        t0 = time.monotonic()
+        ag.graph.run()
+    t = sink.times
+    return {"frames": len(t), "first_frame_ms": round(1000 * (t[0] - t0), 1),
+            "fps": round((len(t) - 1) / (t[-1] - t[0]), 2) if len(t) > 1 else None,
+            "region_size": avatar.region_size, "box_side_px": avatar.box_side}
+
+
+def _at_region(avatar, size: int):
+    """The same avatar with a fresh generator (same architecture) at ``size``² and a box of ``size`` px."""
+    import torch.nn.functional as F
+
+    from framegraph.models.avatar.lipsync import MouthGenerator
+
+    big = copy.copy(avatar)
+    c = avatar.generator.config
+    big.generator = MouthGenerator(channels=tuple(c.channels), shape_dim=c.shape_dim, sample_size=size).eval()
+    resize = lambda m: F.interpolate(m[None, None], size=(size, size), mode="bilinear")[0, 0]  # noqa: E731
+    big.mask, big.paste = (resize(avatar.mask) > 0.5).float(), resize(avatar.paste)
+    big.reference = F.interpolate(avatar.reference.permute(2, 0, 1)[None].float(), size=(size, size),
+                                  mode="bilinear")[0].round().clamp(0, 255).to(torch.uint8).permute(1, 2, 0)
+    b = avatar.boxes.copy()
+    cx, cy = b[:, 0] + b[:, 2] / 2, b[:, 1] + b[:, 3] / 2
+    b[:, 0] = (cx - size / 2).clip(0, avatar.width - size).round()
+    b[:, 1] = (cy - size / 2).clip(0, avatar.height - size).round()
+    b[:, 2:] = size
+    big.boxes = b
+    return big
+
+
+def run(args: argparse.Namespace) -> int:
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+    from framegraph.stream.media import decode_audio
+
+    avatar = load_avatar(args.avatar)
+    if getattr(avatar, "kind", "portrait") != "video":
+        raise ValueError(f"--avatar {args.avatar!r} is a portrait bundle; this bench measures a video avatar "
+                         f"(framegraph avatar train --video)")
+    torch.set_num_threads(args.threads)
+    held = (avatar.meta.get("training") or {}).get("heldout") or {}
+    start = args.start_s if args.start_s is not None else float(held.get("start_s", 0.0))
+    result = bench_metadata("video_avatar")
+    result.update({"avatar": args.avatar, "clip": args.clip, "torch_threads": args.threads,
+                   "training": avatar.meta.get("training")})
+    t0 = time.monotonic()
+    result["quality"] = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s)
+    result["quality"]["seconds"] = round(time.monotonic() - t0, 1)
+    audio = decode_audio(args.audio or args.clip)
+    result["speed"] = [_speed(avatar, audio, args.seconds)]
+    if args.region and args.region != avatar.region_size and args.region <= min(avatar.width, avatar.height):
+        result["speed"].append({**_speed(_at_region(avatar, args.region), audio, args.seconds),
+                                "weights": "fresh (same architecture; the cost does not depend on them)"})
+    png = write_result(result, args.out, figure)
+    print(json.dumps({"quality": {k: result["quality"][k] for k in (
+        "landmark_openness_corr", "outside_mouth_psnr_db", "mouth_sharpness_ratio", "silence")},
+        "speed": result["speed"]}, indent=1))
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def figure(data: dict, plt):
+    fig, ax = plt.subplots(figsize=(6, 3.2))
+    runs = data.get("speed", [])
+    labels = [f"{r['region_size']}² region" for r in runs]
+    ax.bar(labels, [r["fps"] or 0 for r in runs], color="#4878a8")
+    for i, r in enumerate(runs):
+        ax.text(i, (r["fps"] or 0) + 0.3, f"{r['fps']} fps\nfirst {r['first_frame_ms']} ms", ha="center", va="bottom",
+                fontsize=8)
+    q = data.get("quality", {})
+    ax.set_title(f"video avatar ({data.get('torch_threads')} CPU threads): openness r="
+                 f"{q.get('landmark_openness_corr')}, outside-mouth {q.get('outside_mouth_psnr_db')} dB", fontsize=8)
+    ax.set_ylabel("frames / s (graph, fast clock)")
+    ax.set_ylim(0, max([r["fps"] or 0 for r in runs] + [25]) * 1.35)
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,195 @@
+"""The video avatar's two small models: mouth shape → mouth pixels, and audio features → mouth shape.
+
+    masked region [3, S, S] ─┐
+    mask          [1, S, S] ─┼─▶ MouthGenerator (UNet, shape FiLM) ─▶ region [3, S, S] in [0, 1]
+    reference     [3, S, S] ─┤
+    shape         [P]       ─┘
+    audio features [K, D] (the last K frames, causal) ─▶ ShapeHead (linear) ─▶ shape [P]
+
+Shape: :data:`SHAPE_NAMES` measured from the lip landmarks (``openness`` = inner gap / mouth width,
+``width`` = mouth width / face width, ``roundness`` = outer lip height / width), standardised per person
+(``(value - mean) / std`` of their video). The generator is trained on the person's own frames with each
+frame's *measured* shape, so it is sharp and its input is always a real mouth shape; at run time the
+shape comes from the audio through :class:`ShapeHead`. The lower face is masked in the target (the jaw
+line included), so only the shape says how open the mouth is.
+
+Both are diffusers ``ModelMixin`` + ``ConfigMixin`` (``save_pretrained`` / ``from_pretrained``).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from diffusers import ConfigMixin, ModelMixin
+from diffusers.configuration_utils import register_to_config
+from torch import nn
+
+SHAPE_NAMES = ("openness", "width", "roundness")
+
+
+def _conv(cin: int, cout: int, k: int = 3, stride: int = 1) -> nn.Conv2d:
+    return nn.Conv2d(cin, cout, k, stride=stride, padding=k // 2)
+
+
+class _Up(nn.Module):
+    """×2 nearest upsample, concat the skip, 1×1 merge, 3×3 conv, FiLM by the shape."""
+
+    def __init__(self, cin: int, cskip: int, cout: int, shape_dim: int):
+        super().__init__()
+        self.merge = _conv(cin + cskip, cout, 1)
+        self.conv = _conv(cout, cout)
+        self.film = nn.Linear(shape_dim, 2 * cout)
+
+    def forward(self, x, skip, cond):
+        x = F.interpolate(x, size=skip.shape[-2:], mode="nearest")
+        x = F.silu(self.merge(torch.cat([x, skip], 1)))
+        scale, shift = self.film(cond)[:, :, None, None].chunk(2, 1)
+        return F.silu(self.conv(x) * (1 + scale) + shift)
+
+
+class MouthGenerator(ModelMixin, ConfigMixin):
+    """A small UNet that redraws the masked lower face of a region for a given mouth shape.
+
+    Args:
+        channels: widths of the four strided levels (S/2, S/4, S/8, S/16).
+        shape_dim: P, the size of the shape vector.
+        sample_size: S, the region side in px it was trained at (any multiple of 16 runs).
+
+    ``forward(masked [B, 3, S, S], mask [B, 1, S, S], reference [B, 3, S, S], shape [B, P])`` →
+    ``float32 [B, 3, S, S]`` in [0, 1]; images are RGB in [0, 1], ``mask`` 1 where the pixels are hidden.
+    The skips carry the unmasked pixels and the reference to the output at full resolution.
+    """
+
+    @register_to_config
+    def __init__(self, channels: tuple[int, ...] = (24, 48, 96, 96), shape_dim: int = len(SHAPE_NAMES),
+                 sample_size: int = 256):
+        super().__init__()
+        c0, c1, c2, c3 = channels
+        cin = 3 + 1 + 3 + shape_dim
+        self.cond = nn.Sequential(nn.Linear(shape_dim, 64), nn.SiLU(), nn.Linear(64, 64))
+        self.e0 = _conv(cin, c0, 3, 2)
+        self.e1 = _conv(c0, c1, 3, 2)
+        self.e2 = _conv(c1, c2, 3, 2)
+        self.e3 = _conv(c2, c3, 3, 2)
+        self.mid = nn.ModuleList([_conv(c3, c3), _conv(c3, c3)])
+        self.mid_film = nn.Linear(64, 2 * c3)
+        self.u2 = _Up(c3, c2, c2, 64)
+        self.u1 = _Up(c2, c1, c1, 64)
+        self.u0 = _Up(c1, c0, c0, 64)
+        self.out = _conv(c0 + cin, 3)
+
+    def forward(self, masked, mask, reference, shape):
+        B, _, H, W = masked.shape
+        if H % 16 or W % 16:
+            raise ValueError(f"MouthGenerator: region {W}x{H} must be a multiple of 16 px on each side")
+        planes = shape[:, :, None, None].expand(B, shape.shape[1], H, W)
+        x = torch.cat([masked, mask, reference, planes], 1)
+        cond = self.cond(shape)
+        h0 = F.silu(self.e0(x))
+        h1 = F.silu(self.e1(h0))
+        h2 = F.silu(self.e2(h1))
+        h = F.silu(self.e3(h2))
+        scale, shift = self.mid_film(cond)[:, :, None, None].chunk(2, 1)
+        h = h * (1 + scale) + shift
+        for conv in self.mid:
+            h = h + F.silu(conv(h))
+        h = self.u2(h, h2, cond)
+        h = self.u1(h, h1, cond)
+        h = self.u0(h, h0, cond)
+        h = F.interpolate(h, size=(H, W), mode="nearest")
+        return torch.sigmoid(self.out(torch.cat([h, x], 1)))
+
+
+class ShapeHead(ModelMixin, ConfigMixin):
+    """Audio features of the last ``context`` frames → the standardised mouth shape (linear).
+
+    Args:
+        feature_dim: D of the audio encoder's features. context: K frames (this one and K - 1 before it:
+            causal; the encoder's own look-ahead is inside each frame's features).
+        shape_dim: P.
+
+    ``forward(features float32 [B, K, D])`` → ``[B, P]``. The input is normalised with the stored
+    per-dimension ``mean`` / ``std`` buffers; weights are fitted in closed form (:func:`fit_shape_head`).
+    """
+
+    @register_to_config
+    def __init__(self, feature_dim: int = 128, context: int = 3, shape_dim: int = len(SHAPE_NAMES)):
+        super().__init__()
+        self.register_buffer("mean", torch.zeros(context * feature_dim))
+        self.register_buffer("std", torch.ones(context * feature_dim))
+        self.linear = nn.Linear(context * feature_dim, shape_dim)
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = features.reshape(features.shape[0], -1)
+        return self.linear((x - self.mean) / self.std)
+
+
+def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
+    """``[T, D]`` → ``[T, K, D]``: row ``t`` holds frames ``t - K + 1 .. t`` (the first frame repeated
+    before the start), what the streaming stage keeps."""
+    pad = features[:1].expand(context - 1, -1)
+    x = torch.cat([pad, features], 0)
+    return torch.stack([x[k:k + len(features)] for k in range(context)], 1)
+
+
+def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int = 3,
+                   ridge: float | None = None, folds: int = 4) -> tuple[ShapeHead, dict]:
+    """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
+
+    ``ridge`` None: chosen from a grid by ``folds`` contiguous folds (each fold is a block of time, so
+    neighbouring frames do not leak into the validation). Returns the head and a report (the ridge
+    chosen, the folds' correlation of the first shape number).
+    """
+    X = context_windows(features.float(), context).reshape(len(features), -1).double()
+    Y = shapes.double()
+    mean, std = X.mean(0), X.std(0).clamp_min(1e-6)
+    Z = (X - mean) / std
+
+    def solve(Zt, Yt, lam):
+        zm, ym = Zt.mean(0), Yt.mean(0)
+        A = (Zt - zm).T @ (Zt - zm) + lam * len(Zt) * torch.eye(Zt.shape[1], dtype=Zt.dtype)
+        w = torch.linalg.solve(A, (Zt - zm).T @ (Yt - ym))
+        return w, ym - zm @ w
+
+    scores = {}
+    grid = [ridge] if ridge is not None else [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
+    bounds = [round(i * len(Z) / folds) for i in range(folds + 1)]
+    for lam in grid:
+        preds = torch.zeros_like(Y)
+        for i in range(folds):
+            val = torch.zeros(len(Z), dtype=torch.bool)
+            val[bounds[i]:bounds[i + 1]] = True
+            w, b = solve(Z[~val], Y[~val], lam)
+            preds[val] = Z[val] @ w + b
+        scores[lam] = float(torch.corrcoef(torch.stack([preds[:, 0], Y[:, 0]]))[0, 1])
+    best = max(scores, key=lambda k: scores[k] if scores[k] == scores[k] else -2.0)
+    w, b = solve(Z, Y, best)
+    head = ShapeHead(feature_dim=features.shape[1], context=context, shape_dim=shapes.shape[1])
+    with torch.no_grad():
+        head.mean.copy_(mean.float())
+        head.std.copy_(std.float())
+        head.linear.weight.copy_(w.T.float())
+        head.linear.bias.copy_(b.float())
+    return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()}}
+
+
+def sobel_edges(x: torch.Tensor) -> torch.Tensor:
+    """``[B, C, H, W]`` → ``[B, 2C, H, W]``: horizontal and vertical Sobel responses (the edge loss)."""
+    k = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]], device=x.device, dtype=x.dtype)
+    C = x.shape[1]
+    kx = k.expand(C, 1, 3, 3)
+    ky = k.T.expand(C, 1, 3, 3)
+    xp = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    return torch.cat([F.conv2d(xp, kx, groups=C), F.conv2d(xp, ky, groups=C)], 1)
+
+
+def region_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, edge: float = 0.5) -> torch.Tensor:
+    """L1 + ``edge`` · L1 of the Sobel edges, weighted per pixel by ``weight [B, 1, H, W]`` (the masked
+    lower face counts most)."""
+    w = weight / weight.mean()
+    l1 = ((pred - target).abs() * w).mean()
+    e = ((sobel_edges(pred) - sobel_edges(target)).abs() * w).mean()
+    return l1 + edge * e
+
+
+__all__ = ["SHAPE_NAMES", "MouthGenerator", "ShapeHead", "context_windows", "fit_shape_head", "sobel_edges",
+           "region_loss"]

@@ -1,0 +1,144 @@
+"""The video avatar's base frames: the person's own frames played back and forth.
+
+    state [4] ──▶ VideoLoop ──frame uint8 [H, W, 3]──▶ ...
+                           └──box   int32 [4]─────────▶   (the mouth region's box in that frame)
+
+:class:`LoopCursor` is the plan, frame by frame: a **ping-pong** over the loop frames ``0 .. N-1``
+(``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``: every step goes to a neighbouring frame of the recording,
+so head motion and blinks are the person's own and no turn is a jump). While the avatar does not speak
+the cursor ping-pongs inside the **idle range** ``[a, b)`` (a stretch of the video with the mouth at rest).
+Going silent while outside it, the cursor jumps to the idle frame most like the current one (the
+``nearest_idle`` table: smallest pixel difference on small copies) and cross-fades over ``fade``
+frames from the frame it left (held), so no step is larger than the loop's own motion plus
+``1 / (fade + 1)`` of that (already small) difference; going back to speech just carries on over the
+whole range from where it is.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from framegraph.models.audio import SPEAKING
+from framegraph.models.audio.frontend import STATE_DIM
+from framegraph.stream import PortSpec, Stage
+
+
+def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
+    """One step of a ping-pong over ``lo .. hi - 1`` from frame ``i`` going ``step`` (+1 / -1): the next
+    frame and direction (turning at the ends; a one-frame range stays put)."""
+    if hi - lo <= 1:
+        return lo, step
+    if not lo <= i < hi:
+        return min(max(i, lo), hi - 1), step
+    j = i + step
+    if j < lo or j >= hi:
+        step = -step
+        j = i + step
+    return j, step
+
+
+def nearest_frames(thumbs: np.ndarray, candidates: range) -> np.ndarray:
+    """For each frame ``t`` of ``thumbs [N, h, w(, 3)]`` the index in ``candidates`` with the smallest mean
+    absolute difference to it: ``int64 [N]``."""
+    x = thumbs.reshape(len(thumbs), -1).astype(np.float32)
+    c = x[list(candidates)]
+    out = np.empty(len(x), np.int64)
+    for t in range(len(x)):
+        out[t] = candidates[int(np.abs(c - x[t]).mean(1).argmin())]
+    return out
+
+
+class LoopCursor:
+    """Which loop frame(s) to show next (see the module docstring).
+
+    Args:
+        n_frames: N loop frames. idle: ``(a, b)`` the idle range (``0 <= a < b <= N``).
+        nearest_idle: ``int [N]`` the idle frame most like each frame (default: the nearest in time).
+        fade: frames of the cross-fade when jumping into the idle range.
+
+    :meth:`step` (``speaking``) → ``[(frame, weight), ...]``: one frame with weight 1, or two during a
+    cross-fade (weights sum to 1).
+    """
+
+    def __init__(self, n_frames: int, idle: tuple[int, int], nearest_idle=None, fade: int = 4):
+        a, b = int(idle[0]), int(idle[1])
+        if n_frames < 1 or not 0 <= a < b <= n_frames:
+            raise ValueError(f"LoopCursor: idle range {idle} must lie inside the {n_frames} loop frames")
+        self.n, self.idle, self.fade = int(n_frames), (a, b), max(0, int(fade))
+        if nearest_idle is None:
+            nearest_idle = np.clip(np.arange(n_frames), a, b - 1)
+        self.nearest_idle = np.asarray(nearest_idle, np.int64)
+        self.reset()
+
+    def reset(self, start: int = 0) -> None:
+        self.i, self.dir = int(start), 1
+        self.old: int | None = None  # the frame left behind, held while it fades out
+        self.left = 0
+
+    def step(self, speaking: bool) -> list[tuple[int, float]]:
+        lo, hi = (0, self.n) if speaking else self.idle
+        if not speaking and not lo <= self.i < hi:  # into the idle range: jump to the most similar frame
+            self.old = self.i
+            self.i = int(self.nearest_idle[self.i])
+            self.left = self.fade
+        else:
+            self.i, self.dir = pingpong_next(self.i, self.dir, lo, hi)
+        if self.left > 0 and self.old is not None:
+            w_new = 1.0 - self.left / (self.fade + 1)
+            self.left -= 1
+            return [(self.i, w_new), (self.old, 1.0 - w_new)]
+        self.old = None
+        return [(self.i, 1.0)]
+
+
+class VideoLoop(Stage):
+    """The loop frames as a stream: one base frame and its region box per incoming state.
+
+    Args:
+        frames: ``uint8 [N, H, W, 3]`` the loop frames (source resolution).
+        boxes: ``int [N, 4]`` (x, y, w, h) px of the mouth region in each frame (w, h the same for all).
+        idle / nearest_idle / fade: see :class:`LoopCursor`.
+
+    Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
+    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``, keeping the state's pts and flags. ``reset()``
+    starts the loop again from its first frame.
+    """
+
+    def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
+                 name: str = "loop"):
+        super().__init__(name)
+        self.frames = torch.as_tensor(frames)
+        if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
+            raise ValueError(f"VideoLoop: frames must be uint8 [N, H, W, 3], got {self.frames.dtype} "
+                             f"{list(self.frames.shape)}")
+        self.boxes = torch.as_tensor(np.asarray(boxes), dtype=torch.float32)
+        if tuple(self.boxes.shape) != (len(self.frames), 4):
+            raise ValueError(f"VideoLoop: boxes are {list(self.boxes.shape)}; expected [{len(self.frames)}, 4]")
+        self.cursor = LoopCursor(len(self.frames), idle, nearest_idle, fade)
+        H, W = self.frames.shape[1:3]
+        self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
+        self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu")}
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.cursor.reset()
+
+    def reset(self) -> None:
+        self.cursor.reset()
+
+    def process(self, inputs, out):
+        speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
+        picks = self.cursor.step(speaking)
+        frame, box = out.write("frame"), out.write("box")
+        if len(picks) == 1:
+            i = picks[0][0]
+            frame.data.copy_(self.frames[i])
+            box.data.copy_(self.boxes[i].round().to(torch.int32))
+            return
+        (i, wi), (j, wj) = picks
+        blended = self.frames[i].float() * wi + self.frames[j].float() * wj
+        frame.data.copy_(blended.round_().clamp_(0, 255).to(torch.uint8))
+        box.data.copy_((self.boxes[i] * wi + self.boxes[j] * wj).round().to(torch.int32))
+
+
+__all__ = ["pingpong_next", "nearest_frames", "LoopCursor", "VideoLoop"]

@@ -1,0 +1,275 @@
+"""The video avatar bundle (``kind: "video"``): a person's own frames, looped, with a generated mouth.
+
+    DIR/avatar.json     kind "video", size, fps, region box side (px of the video) and model size, the
+                        idle range, the shape statistics, VAD on/off, the training report
+    DIR/loop.mp4        the loop frames at the source video's resolution (H.264, crf 10)
+    DIR/regions.npz     per loop frame: ``boxes float32 [N, 4]`` (x, y, L, L) px of the mouth region and
+                        ``nearest_idle int64 [N]``; ``mask float32 [S, S]`` (1: the lower face the
+                        generator redraws), ``paste float32 [S, S]`` (the feathered paste-back alpha, 0
+                        wherever ``mask`` is 0), ``reference uint8 [S, S, 3]`` (the reference region)
+    DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
+    DIR/shape_head/     ShapeHead       (audio features → mouth shape)
+    DIR/audio/          AudioEncoder
+
+Geometry (:func:`region_side`, :func:`model_size`, :func:`region_boxes`, :func:`paste_mask`): the region
+is a square of side ``L`` = the face's width (px of the video), centred under the mouth so it holds the
+lower face from below the nose to the chin; the model works on it at ``S`` = ``L`` rounded down to a
+multiple of 16, capped at :data:`MAX_MODEL_SIZE` (256: the speed cap — a 256² UNet runs in real time on
+a 2-core CPU, and a face larger than that is drawn at 256² and scaled up, the rest of the face stays
+the source's pixels).
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from framegraph.models.audio import AudioEncoder
+
+from ..training import write_json
+from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
+
+KIND = "video"
+FORMAT_VERSION = 1
+LOOP_FILE = "loop.mp4"
+REGIONS_FILE = "regions.npz"
+PARTS = {"generator": MouthGenerator, "shape_head": ShapeHead, "audio": AudioEncoder}
+MAX_MODEL_SIZE = 256  # the generated region's side cap (px): real time on CPU, see the module docstring
+MIN_MODEL_SIZE = 64  # a smaller lower face has too few pixels for lips
+SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "regions", "region_size", "box_side",
+                 "idle", "shape", "vad"}
+
+
+def region_side(face_width: float) -> int:
+    """``L``: the region's side in px of the video for a face ``face_width`` px wide (even)."""
+    return max(2, int(round(face_width / 2)) * 2)
+
+
+def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
+    """``S``: the generator's region size for a region of ``side`` px: a multiple of 16, at most ``cap``,
+    never larger than the source pixels (no upscaling); raises when under :data:`MIN_MODEL_SIZE`."""
+    s = min(int(cap), int(side)) // 16 * 16
+    if s < MIN_MODEL_SIZE:
+        raise ValueError(f"the face is too small: its lower-face region is {side} px, at least {MIN_MODEL_SIZE} px "
+                         f"are needed (a face about {MIN_MODEL_SIZE} px wide or more); film closer or at a higher "
+                         f"resolution")
+    return s
+
+
+def region_boxes(mouth_centres: np.ndarray, side: int, width: int, height: int, smooth: int = 5) -> np.ndarray:
+    """``float32 [N, 4]`` (x, y, side, side) per frame: the square centred ``0.05 · side`` below each
+    mouth centre ``[N, 2]`` (px), smoothed over ``smooth`` frames (landmark jitter) and moved to lie inside
+    the ``width × height`` frame."""
+    c = np.asarray(mouth_centres, np.float64)
+    if smooth > 1 and len(c) > 1:
+        k = np.ones(smooth) / smooth
+        pad = np.pad(c, ((smooth // 2, smooth - 1 - smooth // 2), (0, 0)), mode="edge")
+        c = np.stack([np.convolve(pad[:, d], k, mode="valid") for d in range(2)], 1)
+    if side > min(width, height):
+        raise ValueError(f"the face is too large: its region ({side} px) does not fit the {width}x{height} video; "
+                         f"film from further away")
+    x = np.clip(np.round(c[:, 0] - side / 2), 0, width - side)
+    y = np.clip(np.round(c[:, 1] + 0.05 * side - side / 2), 0, height - side)
+    return np.stack([x, y, np.full_like(x, side), np.full_like(x, side)], 1).astype(np.float32)
+
+
+def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
+    """The feathered paste-back alpha ``float32 [S, S]`` for a hard lower-face ``mask [S, S]``: 1 well
+    inside, falling smoothly over about ``feather_px`` px, and exactly 0 wherever ``mask`` is 0 (so the
+    composite never shows a pixel the generator could see)."""
+    r = max(1, int(round(feather_px / 2)))
+    m = (mask > 0.5).float()[None, None]
+    eroded = -F.max_pool2d(-m, 2 * r + 1, stride=1, padding=r)  # shrink by r
+    eroded = -F.max_pool2d(-eroded, 2 * r + 1, stride=1, padding=r)  # and again: room for the blur
+    soft = eroded
+    for _ in range(2):  # two box blurs ≈ a smooth ramp r px on each side of the eroded edge
+        soft = F.avg_pool2d(F.pad(soft, (r, r, r, r), mode="replicate"), 2 * r + 1, stride=1)
+    soft = soft[0, 0] * m[0, 0]
+    return soft.clamp_(0.0, 1.0)
+
+
+@dataclass
+class VideoAvatar:
+    """A loaded video avatar bundle (see the module docstring).
+
+    Attributes:
+        generator / shape_head / audio: the models (eval mode).
+        frames: ``uint8 [N, H, W, 3]`` loop frames; boxes: ``float32 [N, 4]``; nearest_idle: ``int64 [N]``.
+        idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
+            ``uint8 [S, S, 3]``.
+        shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
+            standardised shape of the mouth at rest (silence).
+    """
+
+    generator: MouthGenerator
+    shape_head: ShapeHead
+    audio: AudioEncoder
+    frames: torch.Tensor
+    boxes: np.ndarray
+    nearest_idle: np.ndarray
+    idle: tuple[int, int]
+    mask: torch.Tensor
+    paste: torch.Tensor
+    reference: torch.Tensor
+    shape_mean: list[float]
+    shape_std: list[float]
+    rest_shape: list[float]
+    fps: float = 25.0
+    vad: bool = True
+    meta: dict = field(default_factory=dict)
+    root: str | None = None
+    kind: str = KIND
+    steps: int = 1  # what callers of either kind read (no sampler here)
+    chunk_frames: int = 1
+
+    @property
+    def width(self) -> int:
+        return int(self.frames.shape[2])
+
+    @property
+    def height(self) -> int:
+        return int(self.frames.shape[1])
+
+    @property
+    def portrait(self) -> torch.Tensor:
+        """``uint8 [H, W, 3]``: the avatar at rest (the idle range's first frame), what a picker shows."""
+        return self.frames[self.idle[0]]
+
+    @property
+    def region_size(self) -> int:
+        """S: the generated region's side in px."""
+        return int(self.mask.shape[0])
+
+    @property
+    def box_side(self) -> int:
+        """L: the region's side in px of the video."""
+        return int(round(float(self.boxes[0, 2])))
+
+    def settings(self) -> dict:
+        return {"kind": KIND, "format_version": FORMAT_VERSION, "size": [self.width, self.height],
+                "fps": float(self.fps), "frames": int(len(self.frames)), "loop": LOOP_FILE, "regions": REGIONS_FILE,
+                "region_size": self.region_size, "box_side": self.box_side, "idle": [int(v) for v in self.idle],
+                "shape": {"names": list(SHAPE_NAMES), "mean": [float(v) for v in self.shape_mean],
+                          "std": [float(v) for v in self.shape_std], "rest": [float(v) for v in self.rest_shape]},
+                "vad": bool(self.vad)}
+
+
+def write_loop(path, frames: torch.Tensor, fps: float) -> None:
+    """``uint8 [N, H, W, 3]`` → an H.264 MP4 (crf 10, every frame kept; written whole then renamed)."""
+    import av
+
+    path = os.fspath(path)
+    tmp = path[:-4] + ".partial.mp4"
+    H, W = frames.shape[1:3]
+    with av.open(tmp, mode="w", format="mp4") as c:
+        vs = c.add_stream("libx264", rate=int(round(fps)))
+        vs.width, vs.height, vs.pix_fmt = W, H, "yuv444p"
+        vs.codec_context.options = {"preset": "veryfast", "crf": "10"}
+        for f in frames:
+            c.mux(vs.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f.numpy()), format="rgb24")))
+        c.mux(vs.encode(None))
+    os.replace(tmp, path)
+
+
+def save_video_avatar(root, avatar: VideoAvatar) -> str:
+    """Write ``avatar`` as a bundle folder (created); returns its path."""
+    root = Path(root)
+    root.mkdir(parents=True, exist_ok=True)
+    for part in PARTS:
+        getattr(avatar, part).save_pretrained(root / part)
+    write_loop(root / LOOP_FILE, avatar.frames, avatar.fps)
+    tmp = root / (REGIONS_FILE + ".partial.npz")
+    np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
+                        nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
+                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy())
+    os.replace(tmp, root / REGIONS_FILE)
+    write_json(root / "avatar.json", {**avatar.settings(), **avatar.meta})
+    avatar.root = str(root)
+    return str(root)
+
+
+def load_video_avatar(root, cfg: dict, load_part, error) -> VideoAvatar:
+    """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg`` (``load_part`` /
+    ``error``: the bundle loader's part loader and error class, :mod:`.bundle`)."""
+    from framegraph.stream.media import MediaError, read_video
+
+    root = Path(root)
+    where = f"avatar bundle {str(root)!r}"
+    for key in ("size", "fps", "region_size", "idle", "shape"):
+        if key not in cfg:
+            raise error(f"{where}: avatar.json (kind video) has no {key!r}")
+    parts = {name: load_part(root, name, cls) for name, cls in PARTS.items()}
+    loop = root / str(cfg.get("loop", LOOP_FILE))
+    regions = root / str(cfg.get("regions", REGIONS_FILE))
+    for p in (loop, regions):
+        if not p.is_file():
+            raise error(f"{where}: {p.name} is missing (the video avatar's loop frames / regions)")
+    try:
+        frames = torch.from_numpy(read_video(loop)["frames"])
+    except MediaError as exc:
+        raise error(f"{where}: {loop.name} does not decode ({exc})") from None
+    try:
+        with np.load(regions) as z:
+            r = {k: z[k] for k in ("boxes", "nearest_idle", "mask", "paste", "reference")}
+    except (OSError, ValueError, KeyError) as exc:
+        raise error(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
+    W, H = (int(v) for v in cfg["size"])
+    n, S = len(frames), int(cfg["region_size"])
+    if tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S):
+        raise error(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
+                    f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
+                    f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
+    a, b = (int(v) for v in cfg["idle"])
+    if not 0 <= a < b <= n:
+        raise error(f"{where}: idle range {[a, b]} is not inside the {n} loop frames")
+    shape = cfg["shape"]
+    return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
+                       mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
+                       reference=torch.from_numpy(r["reference"]), shape_mean=list(shape["mean"]),
+                       shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
+                       vad=bool(cfg.get("vad", True)),
+                       meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
+
+
+def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-number mean and std (floored) of measured shapes ``[T, P]``."""
+    mean = shapes.mean(0)
+    std = np.maximum(shapes.std(0), 1e-3 * np.maximum(1.0, np.abs(mean)))
+    return mean, std
+
+
+def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
+    """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
+    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
+    from framegraph.models.audio import default_encoder
+    from framegraph.models.synth import astronaut_portrait
+
+    p = astronaut_portrait()
+    image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
+    shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
+    frames = torch.stack([torch.roll(image, int(s), dims=1) for s in shifts])
+    mx, my, mw, mh = p.mouth_box
+    side = region_side(2.3 * mw)
+    centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
+    boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
+    mask = torch.zeros(region_size, region_size)
+    mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        generator = MouthGenerator(channels=(8, 16, 16, 16), sample_size=region_size).eval()
+        encoder = default_encoder(seed)
+        head = ShapeHead(feature_dim=encoder.feature_dim).eval()
+    return VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=frames, boxes=boxes,
+                       nearest_idle=np.clip(np.arange(n_frames), 0, n_frames // 2 - 1), idle=(0, n_frames // 2),
+                       mask=mask, paste=paste_mask(mask, 4),
+                       reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
+                       shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
+                       vad=False)
+
+
+__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
+           "model_size", "region_boxes", "paste_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]

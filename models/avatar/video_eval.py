@@ -1,0 +1,102 @@
+"""A video avatar measured against the person's real frames: ``evaluate_video_avatar(avatar, clip, ...)``.
+
+For every frame of a segment of a real clip of the person (give one whose audio was not used in
+training: ``avatar train --video --holdout 0.2`` keeps the last 20 % out): the real frame is the base
+(instead of the loop, so the picture can be compared pixel for pixel), its region box comes from its own
+landmarks, the mouth shape from the clip's audio through the avatar's audio stages (:class:`MouthShape`,
+with the speaking state from Silero VAD), and the lower face is redrawn and pasted back exactly as the
+live graph does (:class:`MouthRegion`). Then the face engineer's landmark measures
+(:mod:`.evaluate_real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
+mouth sharpness, lips closed in silence — and the time per frame of redraw + paste.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+import torch
+
+from framegraph.models.audio.features import extract_features
+from framegraph.models.composite import composite
+
+from .evaluate_real import LandmarkMeter, real_summary, speech_per_frame
+from .video_bundle import VideoAvatar, region_boxes
+from .video_stages import MouthRegion, MouthShape
+from .video_train import track_faces
+
+
+def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
+                          out_video=None) -> dict:
+    """Measure ``avatar`` on the frames of ``clip`` (its own size and fps) from ``start_s`` to ``end_s``
+    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio)."""
+    from framegraph.stream.media import decode_audio, read_video
+
+    clip = os.fspath(clip)
+    video = read_video(clip)
+    frames, fps = video["frames"], float(video["fps"])
+    H, W = frames.shape[1:3]
+    if (W, H) != (avatar.width, avatar.height) or abs(fps - avatar.fps) > 0.01:
+        raise ValueError(f"{clip}: {W}x{H} at {fps:g} fps; the avatar plays {avatar.width}x{avatar.height} at "
+                         f"{avatar.fps:g} fps (give a clip of the video it was made from)")
+    audio = decode_audio(clip)
+    n = len(frames)
+    a = int(round(start_s * fps))
+    b = n if end_s is None else min(n, int(round(end_s * fps)))
+    if not 0 <= a < b:
+        raise ValueError(f"{clip}: segment {start_s:g}..{end_s} s holds no frames (the clip has {n / fps:.2f} s)")
+    with torch.no_grad():
+        feats = extract_features(avatar.audio, audio, fps)
+    feats = torch.cat([feats, feats[-1:].expand(max(0, n - len(feats)), -1)])[:n]
+    speech = speech_per_frame(audio, n, fps)
+    track = track_faces(iter(frames[a:b]), os.path.basename(clip))
+    boxes = region_boxes(track.centres, avatar.box_side, W, H)
+    shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape)
+    region = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(H, W),
+                         box_side=avatar.box_side)
+    meter, rows, out, ms = LandmarkMeter(), [], [], []
+    try:
+        for t in range(b):
+            shape = shape_stage.step(feats[t], bool(speech[t] >= 0.5))  # the audio before the segment: context
+            if t < a:
+                continue
+            frame = torch.from_numpy(frames[t])
+            box = [int(v) for v in boxes[t - a]]
+            t0 = time.perf_counter()
+            gen = composite(frame, region.redraw(frame, box, shape), box, region.alpha).numpy()
+            ms.append(1000 * (time.perf_counter() - t0))
+            rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
+            if out_video is not None:
+                out.append(gen)
+    finally:
+        meter.close()
+    summary = real_summary(rows, speech[a:b])
+    shape_open = np.array([r["shape_openness"] for r in rows])
+    real_open = np.array([r.get("lm_open_real", np.nan) for r in rows], np.float64)
+    ok = np.isfinite(real_open)
+    summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
+                   region_size=avatar.region_size, box_side_px=avatar.box_side,
+                   shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else
+                   round(float(np.corrcoef(shape_open[ok], real_open[ok])[0, 1]), 4),
+                   real_openness_std=round(float(np.nanstd(real_open)), 4),
+                   redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
+    if out_video is not None:
+        _write(out_video, np.stack(out), audio[int(a * 16000 / fps):int(b * 16000 / fps)], int(round(fps)))
+    return summary
+
+
+def _write(path, frames: np.ndarray, audio: np.ndarray, fps: int) -> None:
+    from .video_io import ClipWriter
+
+    spf = 16000 // fps
+    w = ClipWriter(os.fspath(path), frames.shape[2], frames.shape[1], fps)
+    ok = False
+    try:
+        for k, f in enumerate(frames):
+            w.write(f, audio[k * spf:(k + 1) * spf])
+        ok = True
+    finally:
+        w.close(ok)
+
+
+__all__ = ["evaluate_video_avatar"]

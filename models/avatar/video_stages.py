@@ -1,0 +1,146 @@
+"""The video avatar's stream stages: audio features → mouth shape, and base frame + shape → the picture.
+
+    AudioFeatures ─features─▶ MouthShape ─shape─────────────────────────▶ MouthRegion ─video─▶ sink
+          └─state─▶ StateOverride ─state─┬▶ (MouthShape)                     ▲ ▲
+                                         └▶ VideoLoop ─frame, box────────────┘─┘
+
+:class:`MouthShape` keeps the last ``K`` feature vectors (causal) and runs the :class:`~.lipsync.ShapeHead`;
+while the avatar does not speak it eases to the person's resting mouth. :class:`MouthRegion` cuts the
+region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
+the shape and pastes it back with the feathered alpha (:func:`framegraph.models.composite.composite`):
+every pixel outside that alpha is the loop frame's own.
+"""
+from __future__ import annotations
+
+import time
+
+import torch
+import torch.nn.functional as F
+
+from framegraph.models.audio import SPEAKING
+from framegraph.models.audio.frontend import STATE_DIM
+from framegraph.models.composite import composite
+from framegraph.models.vae import crop_frames
+from framegraph.stream import PortSpec, Stage
+
+from .lipsync import MouthGenerator, ShapeHead
+
+
+class MouthShape(Stage):
+    """Per video frame, the standardised mouth shape ``float32 [P]`` from the audio features.
+
+    Args:
+        head: the :class:`ShapeHead`. rest: ``[P]`` the shape of the mouth at rest (silence).
+        ease: per frame, how far the shape moves towards the resting mouth when not speaking (and back
+            when speaking): 1 = at once.
+        limit: the output is clamped to ``±limit`` (standard deviations of the person's own shapes).
+
+    Ports: in ``"features"`` ``float32 [D]``, ``"state"`` ``float32 [4]``; out ``"shape"`` ``float32 [P]``.
+    """
+
+    def __init__(self, head: ShapeHead, rest, *, ease: float = 0.5, limit: float = 3.0, device: str = "cpu",
+                 name: str = "mouth_shape"):
+        super().__init__(name)
+        self.head = head.to(device).eval()
+        c = head.config
+        self.rest = torch.as_tensor(rest, dtype=torch.float32, device=device)
+        if self.rest.shape != (c.shape_dim,):
+            raise ValueError(f"MouthShape: rest shape {list(self.rest.shape)}; expected [{c.shape_dim}]")
+        self.ease, self.limit = float(ease), float(limit)
+        self.inputs = {"features": PortSpec((c.feature_dim,), torch.float32, device),
+                       "state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self.outputs = {"shape": PortSpec((c.shape_dim,), torch.float32, device)}
+        self._context = torch.zeros(c.context, c.feature_dim, device=device)
+        self.reset()
+
+    def reset(self) -> None:
+        self._seen = 0
+        self._gate = 0.0
+
+    @torch.no_grad()
+    def step(self, features: torch.Tensor, speaking: bool) -> torch.Tensor:
+        """The next frame's shape ``[P]`` from its features ``[D]`` (what :meth:`process` runs)."""
+        if self._seen == 0:
+            self._context.copy_(features.expand_as(self._context))  # the first frame repeated, as in training
+        else:
+            self._context = torch.roll(self._context, -1, 0)
+            self._context[-1].copy_(features)
+        self._seen += 1
+        self._gate += self.ease * (float(speaking) - self._gate)
+        pred = self.head(self._context[None])[0].clamp(-self.limit, self.limit)
+        return self.rest + self._gate * (pred - self.rest)
+
+    def process(self, inputs, out):
+        speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
+        out.write("shape").data.copy_(self.step(inputs["features"].data, speaking))
+
+
+class MouthRegion(Stage):
+    """The loop frame with its lower face redrawn for the mouth shape, at the frame's resolution.
+
+    Args:
+        generator: the :class:`MouthGenerator`. mask / paste: ``float32 [S, S]`` the hidden lower face and
+            the feathered paste-back alpha (0 wherever ``mask`` is 0). reference: ``uint8 [S, S, 3]``.
+        frame_size: ``(H, W)`` of the frames. box_side: ``L``, the region's side in px of the frame.
+        max_lag_ms: live streams (realtime clock): a frame whose audio arrived longer ago than this is
+            skipped (``frames_skipped``), so a slow machine shows fewer frames, never a growing delay.
+        torch_threads: intra-op threads of this stage's worker (None: unchanged).
+
+    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]``; out
+    ``"video"`` ``uint8 [H, W, 3]`` (pts and flags of the frame).
+    """
+
+    def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
+                 *, frame_size: tuple[int, int], box_side: int, max_lag_ms: float | None = None,
+                 torch_threads: int | None = None, name: str = "mouth_region"):
+        super().__init__(name)
+        self.generator = generator.eval()
+        S = int(mask.shape[0])
+        self.size, self.side = S, int(box_side)
+        self.mask = mask.float()[None, None]  # [1, 1, S, S]
+        self.reference = reference.permute(2, 0, 1)[None].float() / 255.0
+        alpha = F.interpolate(paste.float()[None, None], size=(self.side, self.side), mode="bilinear",
+                              align_corners=False)[0, 0]
+        hard = F.interpolate(self.mask, size=(self.side, self.side), mode="nearest")[0, 0]
+        self.alpha = (alpha * (hard > 0.5)).clamp_(0, 1)  # [L, L]: never a pixel the generator saw
+        self.max_lag_ms, self.torch_threads = max_lag_ms, torch_threads
+        self.frames_skipped = 0
+        H, W = frame_size
+        P = generator.config.shape_dim
+        self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu"),
+                       "shape": PortSpec((P,), torch.float32, "cpu")}
+        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
+            torch.set_num_threads(self.torch_threads)
+        self.frames_skipped = 0
+        with torch.inference_mode():  # warm the kernels here, so the first frame is not the slow one
+            x = torch.zeros(1, 3, self.size, self.size)
+            self.generator(x, self.mask, self.reference, torch.zeros(1, self.generator.config.shape_dim))
+
+    def _too_late(self, frame) -> bool:
+        if self.max_lag_ms is None or not frame.capture_ns or getattr(self.ctx.clock, "mode", None) != "realtime":
+            return False
+        return (time.monotonic_ns() - frame.capture_ns) > self.max_lag_ms * 1e6
+
+    @torch.inference_mode()
+    def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
+        """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
+        region = crop_frames(frame[None], tuple(int(v) for v in box), self.size)
+        x = region.permute(0, 3, 1, 2).float() / 255.0
+        y = self.generator(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
+        return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
+
+    def process(self, inputs, out):
+        frame = inputs["frame"]
+        if self._too_late(frame):
+            self.frames_skipped += 1
+            return
+        box = [int(v) for v in inputs["box"].data.tolist()]
+        region = self.redraw(frame.data, box, inputs["shape"].data)
+        composite(frame.data, region, box, self.alpha, out=out.write("video").data)
+
+
+__all__ = ["MouthShape", "MouthRegion"]

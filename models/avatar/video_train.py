@@ -1,0 +1,372 @@
+"""Train a video avatar from a person's talking video: ``train_video_avatar(video, out_dir, ...)``.
+
+    video ─▶ prepare_video (checked, 25 fps clips with 16 kHz audio, at the source resolution up to max_side)
+          ─▶ face landmarks on every frame (models.face): one face, big enough; per frame the mouth centre,
+             the lower-face polygon and the measured mouth shape (openness, width, roundness)
+          ─▶ region geometry: side L = the face width, model size S = L (multiple of 16, ≤ 256), a box per
+             frame under the mouth; the mask = where the lower face is in any frame; the paste alpha
+          ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
+             (L1 + Sobel-edge loss, the lower face weighted)
+          ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
+             the measured shape (ridge regression, causal window)
+          ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
+             ``idle_seconds`` of mouth in it as the idle range
+
+``holdout`` (a fraction): the end of the video is used for nothing but the report's held-out numbers (the
+shape head's openness correlation on audio it never saw), so ``avatar eval`` can measure on it.
+"""
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from framegraph import assets
+from framegraph.models.audio import AudioEncoder
+from framegraph.models.audio.features import extract_features
+from framegraph.models.vae import crop_frames
+
+from ..training import REPORT, cpu_threads, lr_at, write_json
+from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, region_loss
+from .loop import nearest_frames
+from .video import MIN_SECONDS, prepare_video
+from .video_bundle import (
+    MAX_MODEL_SIZE,
+    VideoAvatar,
+    model_size,
+    paste_mask,
+    region_boxes,
+    region_side,
+    save_video_avatar,
+    shape_stats,
+)
+
+MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
+MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
+
+
+@dataclass
+class VideoTrainConfig:
+    """Settings of :func:`train_video_avatar` (all stored in the report)."""
+
+    steps: int = 1500
+    batch: int = 8
+    lr: float = 2e-3
+    warmup: int = 50
+    channels: tuple[int, ...] = (16, 32, 64, 96)
+    max_region: int = MAX_MODEL_SIZE
+    edge_weight: float = 0.5
+    mouth_weight: float = 4.0
+    context: int = 3
+    holdout: float = 0.0
+    loop_seconds: float = 10.0
+    idle_seconds: float = 2.0
+    max_side: int = 1280
+    min_seconds: float = MIN_SECONDS
+    min_mouth_motion: float = 0.015
+    vad: bool = True
+    seed: int = 0
+
+
+@dataclass
+class FaceTrack:
+    """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
+    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons and ``lips`` outer lip
+    contours (px), ``found [T]`` bool."""
+
+    centres: np.ndarray
+    widths: np.ndarray
+    shapes: np.ndarray
+    polygons: list
+    lips: list
+    found: np.ndarray
+
+
+def measure_shape(face) -> list[float]:
+    """The mouth shape numbers (:data:`SHAPE_NAMES`) of one face's landmarks."""
+    lips = face.lip_outer()
+    extent = lips.max(0) - lips.min(0)
+    return [face.mouth_openness(), face.mouth_width() / max(face.face_box()[2], 1),
+            float(extent[1] / max(extent[0], 1e-6))]
+
+
+def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
+    """Landmarks on every frame of ``frames_iter`` (``uint8 [H, W, 3]`` each), checked: one face in (nearly)
+    every frame. Frames without a usable face take the nearest good frame's geometry.
+
+    Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
+    frames had it."""
+    from framegraph.models.face import FaceError, FaceLandmarker, one_face
+
+    centres, widths, shapes, polygons, lips, found, errors = [], [], [], [], [], [], {}
+    with FaceLandmarker(max_faces=2, video=True) as marker:
+        for t, frame in enumerate(frames_iter):
+            try:
+                face = one_face(marker.detect(frame), where=f"{where} frame {t}")
+            except FaceError as exc:
+                kind = "two" if "two faces" in str(exc) else "none"
+                errors.setdefault(kind, [0, str(exc)])[0] += 1
+                centres.append(None)
+                widths.append(None)
+                shapes.append(None)
+                polygons.append(None)
+                lips.append(None)
+                found.append(False)
+                continue
+            left, right = face.mouth_corners()
+            centres.append((left + right) / 2)
+            widths.append(float(face.size_px()))
+            shapes.append(measure_shape(face))
+            polygons.append(face.lower_face_polygon())
+            lips.append(face.lip_outer())
+            found.append(True)
+    n = len(found)
+    bad = n - sum(found)
+    if n == 0 or bad > MAX_FACE_MISSES * n:
+        kind = max(errors, key=lambda k: errors[k][0])
+        count, message = errors[kind]
+        raise FaceError(f"{message} — in {count} of {n} frames of {where} (one face must be found in at least "
+                        f"{1 - MAX_FACE_MISSES:.0%} of them): the video must show one person facing the camera "
+                        f"throughout")
+    good = [i for i in range(n) if found[i]]
+    for i in range(n):  # fill the misses from the nearest good frame
+        if not found[i]:
+            j = min(good, key=lambda g: abs(g - i))
+            centres[i], widths[i], shapes[i], polygons[i], lips[i] = (centres[j], widths[j], shapes[j],
+                                                                      polygons[j], lips[j])
+    return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons, lips,
+                     np.array(found))
+
+
+def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:
+    """``float32 [S, S]`` 1 where the polygons are in any of the frames (each ``polygon`` px of its frame,
+    moved into its ``box`` and scaled to ``S``: the lower face, or the lips), grown by ``grow · S`` px."""
+    from PIL import Image, ImageDraw
+
+    acc = np.zeros((size, size), np.float32)
+    for poly, box in zip(polygons, boxes):
+        p = (np.asarray(poly, np.float64) - box[:2]) * (size / box[2])
+        im = Image.new("L", (size, size), 0)
+        ImageDraw.Draw(im).polygon([tuple(v) for v in p], fill=255)
+        np.maximum(acc, np.asarray(im, np.float32) / 255.0, out=acc)
+    m = torch.from_numpy(acc)[None, None]
+    r = max(1, int(round(grow * size)))
+    return F.max_pool2d(m, 2 * r + 1, stride=1, padding=r)[0, 0]
+
+
+def idle_range(openness: np.ndarray, n_loop: int, frames: int) -> tuple[int, int]:
+    """``(a, b)``: the ``frames``-long stretch of the loop with the calmest, most closed mouth (the lowest
+    mean + std of openness)."""
+    frames = max(2, min(frames, n_loop))
+    o = openness[:n_loop]
+    scores = [o[a:a + frames].mean() + o[a:a + frames].std() for a in range(0, n_loop - frames + 1)]
+    a = int(np.argmin(scores))
+    return a, a + frames
+
+
+def speech_share(audio: np.ndarray) -> float:
+    """Share of 512-sample windows the Silero VAD calls speech."""
+    from framegraph.models.audio.vad import SileroVAD, VoiceActivity
+
+    va = VoiceActivity(vad=SileroVAD())
+    speaking = total = 0
+    x = audio.astype(np.float32) / 32768.0
+    for i in range(0, len(x) - 511, 512):
+        va.push(x[i:i + 512])
+        speaking += va.probability >= 0.5
+        total += 1
+    return speaking / max(total, 1)
+
+
+def _read_clips(clips: list[str]):
+    """Frames (one by one) and the whole audio of the prepared clips, in order."""
+    from framegraph.stream.media import read_video
+
+    for c in clips:
+        yield read_video(c)
+
+
+def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
+                    cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
+                    log=None) -> tuple[MouthGenerator, list[dict]]:
+    """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
+    ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
+    the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
+    that again."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg.seed)
+        model = MouthGenerator(channels=tuple(cfg.channels), shape_dim=shapes.shape[1], sample_size=regions.shape[1])
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
+    m = mask[None, None]
+    ref = reference.permute(2, 0, 1)[None].float() / 255.0
+    weight = 1.0 + cfg.mouth_weight * m
+    if lips is not None:
+        weight = weight + 2 * cfg.mouth_weight * lips[None, None]
+    history = []
+    model.train()
+    for step in range(cfg.steps):
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+        idx = torch.randint(0, len(regions), (cfg.batch,), generator=gen)
+        x = regions[idx].permute(0, 3, 1, 2).float() / 255.0
+        B = len(idx)
+        pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
+        loss = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if step % 50 == 0 or step == cfg.steps - 1:
+            history.append({"step": step, "loss": round(loss.item(), 5)})
+            if log:
+                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f}")
+    return model.eval(), history
+
+
+def _corr(a, b) -> float | None:
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    if len(a) < 3 or a.std() < 1e-9 or b.std() < 1e-9:
+        return None
+    return round(float(np.corrcoef(a, b)[0, 1]), 4)
+
+
+def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
+    """The audio encoder: ``audio_from`` (an encoder folder or an avatar bundle holding ``audio/``), default
+    the shipped astronaut's (trained on many eSpeak voices to predict the mouth: speaker-independent)."""
+    path = Path(audio_from) if audio_from else assets.path("avatars") / "astronaut" / "audio"
+    if (path / "audio" / "config.json").is_file():
+        path = path / "audio"
+    if not (path / "config.json").is_file():
+        raise FileNotFoundError(f"audio encoder {str(path)!r} not found (an AudioEncoder save_pretrained folder, or "
+                                f"an avatar bundle with an audio/ folder)")
+    return AudioEncoder.from_pretrained(path, low_cpu_mem_usage=False).eval(), str(path)
+
+
+def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
+    """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
+    from framegraph.stream.media import MediaError
+
+    if openness.std() < least:
+        raise MediaError(path, f"the lips barely move in it (mouth openness {openness.min():.3f}..{openness.max():.3f}, "
+                               f"std {openness.std():.4f}, at least {least:g} needed; someone talking ranges over "
+                               f"about 0.0..0.3): the avatar learns the person's mouth shapes from the video, so it "
+                               f"must show them talking, with their own voice as its sound")
+
+
+def _check_config(cfg: VideoTrainConfig) -> None:
+    if not 0 <= cfg.holdout < 0.5:
+        raise ValueError(f"holdout={cfg.holdout} must be in [0, 0.5): the share of the video's end kept for evaluation")
+    if cfg.steps < 1 or cfg.batch < 1:
+        raise ValueError(f"steps={cfg.steps} and batch={cfg.batch} must be at least 1")
+    if cfg.max_region < 64 or cfg.max_region % 16:
+        raise ValueError(f"max_region={cfg.max_region} must be a multiple of 16, at least 64")
+
+
+def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
+                       torch_threads: int | None = None, progress: bool = True, log=None,
+                       **settings) -> tuple[VideoAvatar, dict]:
+    """A talking video of one person → a video avatar bundle in ``out_dir`` (see the module docstring).
+
+    ``settings``: :class:`VideoTrainConfig` fields. ``face_box`` / ``mouth_box``: help
+    :func:`~.video.prepare_video` find the face (px of the video). Returns the avatar and the report
+    (also ``out_dir/train_report.json``).
+
+    Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech, lips
+    that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
+    (:class:`~framegraph.models.face.FaceError`).
+    """
+    from framegraph.stream.media import MediaError, decode_audio
+
+    cfg = VideoTrainConfig(**settings)
+    _check_config(cfg)
+    out, t_start, timings = Path(out_dir), time.monotonic(), {}
+    path = os.fspath(video)
+    prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
+                         max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
+    fps = prep.fps
+    audio = np.concatenate([decode_audio(c) for c in prep.clips])
+    if cfg.vad and (share := speech_share(audio)) < MIN_SPEECH:
+        raise MediaError(path, f"has no speech: the voice detector hears speech in {share:.0%} of it (at least "
+                               f"{MIN_SPEECH:.0%} needed); the avatar learns its lips from the person talking")
+    timings["prepare_s"] = round(time.monotonic() - t_start, 1)
+
+    track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path))
+    n = len(track.found)
+    n_train = n - int(round(cfg.holdout * n))
+    H, W = prep.portrait["height"], prep.portrait["width"]
+    side = region_side(float(np.median(track.widths[:n_train])))
+    size = model_size(side, cfg.max_region)
+    _check_mouth_moves(path, track.shapes[:n_train, 0], cfg.min_mouth_motion)
+    boxes = region_boxes(track.centres, side, W, H)
+    mean, std = shape_stats(track.shapes[:n_train])
+    z = torch.from_numpy((track.shapes - mean) / std).float()
+    n_loop = max(2, min(n_train, int(round(cfg.loop_seconds * fps))))
+    timings["landmarks_s"] = round(time.monotonic() - t_start - timings["prepare_s"], 1)
+
+    regions, loop, thumbs, t = [], [], [], 0  # pass 2: the regions to train on, the loop frames
+    for clip in _read_clips(prep.clips):
+        for f in clip["frames"]:
+            if t < n_train:
+                ft = torch.from_numpy(f)
+                regions.append(crop_frames(ft[None], tuple(int(v) for v in boxes[t]), size)[0])
+                if t < n_loop:
+                    loop.append(ft)
+                    thumbs.append(np.asarray(f[::8, ::8], np.float32).mean(2))
+            t += 1
+    regions_t = torch.stack(regions)
+    openness = track.shapes[:, 0]
+    mask = lower_face_mask(track.polygons[:n_train], boxes[:n_train], size)
+    lips = lower_face_mask(track.lips[:n_train], boxes[:n_train], size, grow=0.02) * mask
+    paste = paste_mask(mask, feather_px=0.06 * size)
+    ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
+    reference = regions_t[ref_index]
+    closed = openness[:n_train] <= np.quantile(openness[:n_train], 0.2)
+    rest = z[:n_train][torch.from_numpy(closed)].median(0).values
+    idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
+    nearest = nearest_frames(np.stack(thumbs), range(*idle))
+
+    t0 = time.monotonic()
+    with cpu_threads(torch_threads):
+        generator, history = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
+    timings["generator_s"] = round(time.monotonic() - t0, 1)
+
+    encoder, encoder_path = _audio_encoder(audio_from)
+    with torch.no_grad():
+        feats = extract_features(encoder, audio, fps)[:n]
+    head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context)
+    heldout = None
+    if n_train < n:
+        from .lipsync import context_windows
+
+        with torch.no_grad():
+            pred = head(context_windows(feats, cfg.context))[n_train:, 0].numpy()
+        heldout = {"frames": n - n_train, "start_s": round(n_train / fps, 3),
+                   "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
+
+    avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=torch.stack(loop),
+                         boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
+                         reference=reference, shape_mean=mean.tolist(), shape_std=std.tolist(),
+                         rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad)
+    timings["total_s"] = round(time.monotonic() - t_start, 1)
+    report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
+              "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),
+              "box_side_px": side, "region_size": size,
+              "region_choice": f"the lower-face box is {side} px of the video (the face width); the generator works "
+                               f"at {size}² (a multiple of 16, capped at {cfg.max_region} for real time on CPU)",
+              "faces_found": int(track.found.sum()), "reference_frame": ref_index,
+              "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
+              "heldout": heldout, "generator_history": history, "config": asdict(cfg), "timings": timings,
+              "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
+    avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout")}}
+    save_video_avatar(out, avatar)
+    write_json(out / REPORT, report)
+    return avatar, report
+
+
+__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "measure_shape", "lower_face_mask",
+           "idle_range", "speech_share", "train_generator"]

@@ -1,0 +1,278 @@
+"""The video avatar (bundle kind "video"): the person's own frames looped back and forth, the lower face
+redrawn for a mouth shape that comes from the audio, pasted back with a feathered mask.
+
+The loop and region tests need nothing but torch. The end-to-end ones make the "user's video" with
+``framegraph avatar synth`` on the shipped astronaut photo (needs the system package espeak-ng; skipped
+without it), train a small avatar on it for a few hundred steps and look at what a user sees: where the
+pixels change, whether the mouth opens, the rendered MP4's frames and sound."""
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from helpers import SR, astronaut, still, tone, write_video, write_wav
+
+from framegraph.models.avatar.loop import LoopCursor, nearest_frames, pingpong_next
+from framegraph.models.avatar.video_bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side
+from framegraph.stream.media import MediaError, read_video
+
+
+# ---- the loop ------------------------------------------------------------------------------------------
+def _walk_frames(n: int, seed: int = 0) -> np.ndarray:
+    """``uint8 [n, 24, 32, 3]``: a soft bright blob moving smoothly (a random walk), like a head in a video."""
+    rng = np.random.default_rng(seed)
+    pos = np.cumsum(rng.normal(0, 0.6, (n, 2)), 0)
+    pos = 8 + (pos - pos.min(0)) / np.ptp(pos, 0).clip(1e-6) * np.array([16, 8])
+    yy, xx = np.mgrid[0:24, 0:32]
+    blob = [np.exp(-((xx - x) ** 2 + (yy - y) ** 2) / 18.0) for x, y in pos]
+    return np.repeat((40 + 180 * np.stack(blob)).round().astype(np.uint8)[..., None], 3, axis=3)
+
+
+def _play(frames: np.ndarray, cursor: LoopCursor, speaking: list[bool]) -> tuple[list, np.ndarray]:
+    """The cursor's picks and the frames shown (cross-fades blended as VideoLoop blends them)."""
+    picks, shown = [], []
+    for s in speaking:
+        p = cursor.step(s)
+        picks.append(p)
+        shown.append(sum(frames[i].astype(np.float64) * w for i, w in p))
+    return picks, np.stack(shown)
+
+
+def _steps(shown: np.ndarray) -> np.ndarray:
+    return np.abs(np.diff(shown, axis=0)).mean(axis=(1, 2, 3))
+
+
+def test_loop_is_a_ping_pong_without_jumps():
+    frames = _walk_frames(20)
+    picks, shown = _play(frames, LoopCursor(20, (5, 10)), [True] * 60)
+    idx = [p[0][0] for p in picks]
+    assert idx[:21] == list(range(1, 20)) + [18, 17]  # forward, turn at the end, back
+    assert all(abs(a - b) == 1 for a, b in zip(idx, idx[1:]))  # always a neighbouring frame of the recording
+    steps = _steps(shown)
+    turns = [k for k in range(1, len(idx) - 1) if idx[k - 1] == idx[k + 1]]
+    inside = [k for k in range(len(steps)) if k not in turns and k + 1 not in turns]
+    assert turns and max(steps[k] for k in turns) <= max(steps[k] for k in inside)
+    assert pingpong_next(3, 1, 3, 4) == (3, 1)  # a one-frame range stays put
+
+
+def test_silence_switches_to_the_idle_range_without_a_jump():
+    frames = _walk_frames(60, seed=3)
+    idle = (40, 52)
+    near = nearest_frames(frames.mean(3), range(*idle))
+    cursor = LoopCursor(60, idle, near, fade=4)
+    picks, shown = _play(frames, cursor, [True] * 15 + [False] * 40 + [True] * 10)
+    assert picks[14][0][0] < idle[0]  # speaking: outside the idle range
+    for p in picks[15 + 4:55]:  # after the cross-fade: only idle frames, a ping-pong inside the range
+        assert len(p) == 1 and idle[0] <= p[0][0] < idle[1]
+    steps = _steps(shown)
+    loop_step = _steps(frames[[p[0][0] for p in picks]])[:13].max()  # the recording's own motion
+    cut = np.abs(frames[picks[15][0][0]].astype(float) - frames[picks[14][0][0]]).mean()
+    # the fade spreads the (already small) jump: each step of the switch is at most the loop's motion plus a
+    # fifth of the cut, and the first one a fifth of it
+    assert steps[14] <= cut / 5 + 1e-9 and steps[13:20].max() <= loop_step + cut / 5 + 1e-9
+    assert np.abs(frames[near[14]].astype(float) - frames[14]).mean() <= \
+        min(np.abs(frames[j].astype(float) - frames[14]).mean() for j in range(*idle)) + 1e-9
+    # speech again: it carries on from where it is, to neighbouring frames
+    assert abs(picks[55][0][0] - picks[54][0][0]) == 1
+
+
+# ---- region size and paste mask ------------------------------------------------------------------------
+def test_region_size_follows_the_face_and_is_capped():
+    assert region_side(101) == 50 * 2 and model_size(region_side(101)) == 96
+    assert model_size(region_side(180)) == 176  # no upscaling: the source's own pixels
+    assert model_size(region_side(420)) == MAX_MODEL_SIZE == 256  # a big face: 256², the speed cap
+    with pytest.raises(ValueError, match="the face is too small: its lower-face region is 48 px"):
+        model_size(region_side(48))
+
+
+def test_paste_mask_is_feathered_and_inside_the_hidden_area():
+    mask = torch.zeros(64, 64)
+    mask[20:60, 8:56] = 1
+    alpha = paste_mask(mask, feather_px=6)
+    assert alpha.max() == 1.0 and (alpha[mask == 0] == 0).all()
+    ramp = alpha[40, 8:32]
+    assert (ramp.diff() >= -1e-6).all() and 0 < ramp[4] < 1  # rises smoothly from the edge
+
+
+# ---- end to end on a synthetic talking clip ------------------------------------------------------------
+@pytest.fixture(scope="module")
+def talking(tmp_path_factory):
+    """A 12 s talking clip of the astronaut (`framegraph avatar synth`) and a video avatar trained on it."""
+    from framegraph.apps.cli import main
+    from framegraph.models.avatar.data import clip_audio
+    from framegraph.models.avatar.video_train import train_video_avatar
+    from framegraph.models.synth import espeak_available
+
+    if not espeak_available():
+        pytest.skip("needs the system package espeak-ng (apt-get install espeak-ng) to make a talking clip")
+    root = tmp_path_factory.mktemp("vavatar")
+    assert main(["avatar", "synth", "--out", str(root / "synth"), "--clips", "1", "--seconds", "12",
+                 "--seed", "1"]) == 0
+    clip = root / "synth" / "clip_00000.mp4"
+    torch.manual_seed(0)
+    avatar, report = train_video_avatar(clip, root / "bundle", steps=600, batch=8, holdout=0.2, loop_seconds=6,
+                                        max_region=64, progress=False, torch_threads=1)
+    truth = json.loads(clip.with_suffix(".json").read_text())
+    return {"root": root, "clip": clip, "audio": clip_audio(clip), "avatar": avatar, "report": report,
+            "truth": truth, "bundle": root / "bundle"}
+
+
+def _openness(frames) -> np.ndarray:
+    from framegraph.models.face import FaceLandmarker
+
+    with FaceLandmarker(max_faces=1) as m:
+        return np.array([m.detect(np.ascontiguousarray(f))[0].mouth_openness() for f in frames])
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(((a.astype(np.float64) - b) ** 2).mean())
+    return math.inf if mse == 0 else 10 * math.log10(255 ** 2 / mse)
+
+
+@pytest.mark.slow
+def test_bundle_geometry_follows_the_face(talking):
+    from framegraph.models.avatar import load_avatar
+
+    r, a = talking["report"], load_avatar(talking["bundle"])
+    assert a.kind == "video" and (a.width, a.height) == (256, 256) and a.fps == 25
+    assert 80 <= r["face_width_px"] <= 120  # the astronaut's face in the 256² photo
+    assert a.box_side == region_side(r["face_width_px"]) and a.region_size == model_size(a.box_side, 64) == 64
+    assert len(a.frames) == 150 and r["train_frames"] == 240  # 6 s loop; the last 20 % held out
+    # the region sits over the mouth: the synth's mouth box lies inside every frame's box
+    mx, my, mw, mh = talking["truth"]["portrait"]["mouth_box"]
+    for x, y, s, _ in a.boxes:
+        assert x <= mx and mx + mw <= x + s and y <= my and my + mh <= y + s
+
+
+@pytest.mark.slow
+def test_composite_changes_only_pixels_inside_the_feathered_mask(talking):
+    from framegraph.models.avatar.video_stages import MouthRegion
+
+    a = talking["avatar"]
+    stage = MouthRegion(a.generator, a.mask, a.paste, a.reference, frame_size=(a.height, a.width),
+                        box_side=a.box_side)
+    frame, box = a.frames[7], [int(v) for v in a.boxes[7]]
+    region = stage.redraw(frame, box, torch.tensor([2.0, 0.0, 0.0]))
+    from framegraph.models.composite import composite
+
+    out = composite(frame, region, box, stage.alpha).numpy()
+    alpha = np.zeros(frame.shape[:2])
+    alpha[box[1]:box[1] + box[3], box[0]:box[0] + box[2]] = stage.alpha.numpy()
+    src = frame.numpy()
+    assert _psnr(out[alpha == 0], src[alpha == 0]) == math.inf  # outside the mask: the source frame, exactly
+    assert np.abs(out[alpha > 0.5].astype(int) - src[alpha > 0.5]).mean() > 1  # inside: redrawn
+    assert alpha.mean() < 0.2  # the mask is the lower face, not the frame
+
+
+@pytest.mark.slow
+def test_trained_generator_opens_the_mouth_for_a_larger_shape(talking):
+    from framegraph.models.avatar.video_stages import MouthRegion
+
+    a = talking["avatar"]
+    stage = MouthRegion(a.generator, a.mask, a.paste, a.reference, frame_size=(a.height, a.width),
+                        box_side=a.box_side)
+    from framegraph.models.avatar.video_train import measure_shape
+    from framegraph.models.face import FaceLandmarker
+
+    with FaceLandmarker(max_faces=1) as m:  # the person's own most closed and most open mouth, measured
+        measured = np.array([measure_shape(m.detect(np.ascontiguousarray(f.numpy()))[0]) for f in a.frames])
+    z = (measured - np.array(a.shape_mean)) / np.array(a.shape_std)
+    pics = []
+    for k in (int(z[:, 0].argmin()), int(z[:, 0].argmax())):
+        shape = torch.tensor(z[k], dtype=torch.float32)
+        pics.append([stage.redraw(a.frames[i], [int(v) for v in a.boxes[i]], shape).float().mean(2)
+                     for i in (3, 60, 120)])
+    for closed, opened in zip(*pics):
+        # the open mouth shows its dark inside (and teeth): a patch of the lower face turns much darker
+        diff = opened - closed
+        inside = a.mask > 0.5
+        darker = float((diff[inside] < -40).float().mean())
+        ys, xs = torch.nonzero(diff.abs() > 40, as_tuple=True)
+        assert darker > 0.03, darker
+        S = a.region_size
+        # centred under the nose, from the lips down (the jaw drops), nothing above them
+        assert abs(float(xs.float().mean()) - S / 2) < 0.15 * S and int(ys.min()) > 0.3 * S
+
+
+@pytest.mark.slow
+def test_render_of_a_video_bundle_is_a_playable_mp4_with_sound_and_a_moving_mouth(talking, tmp_path):
+    from framegraph.models.avatar import render_avatar_graph
+    from framegraph.stream.progress import run_with_progress
+
+    audio = talking["audio"][-3 * SR:]  # held-out speech: not used in training
+    wav = write_wav(tmp_path / "speech.wav", np.concatenate([audio, np.zeros(SR, np.int16)]))
+    graph, sink, total = render_avatar_graph(talking["bundle"], wav, str(tmp_path / "talk.mp4"))
+    rep = run_with_progress(graph, sink, total, desc="render")
+    assert not rep["interrupted"] and sink.frames_written == total == 100
+    video = read_video(tmp_path / "talk.mp4")
+    assert video["frames"].shape == (100, 256, 256, 3) and len(video["audio"]) >= 3.9 * SR
+    assert np.abs(video["audio"][:3 * SR].astype(int)).max() > 1000  # the speech is in it
+    o = _openness(video["frames"])
+    assert o[:70].std() > 0.015 and o[:70].max() - o[:70].min() > 0.06  # the mouth moves with the speech
+    assert o[-10:].mean() < np.percentile(o[:70], 60)  # and rests in the silence at the end
+
+
+@pytest.mark.slow
+def test_held_out_lips_follow_the_real_ones_and_the_rest_is_the_real_frame(talking):
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+
+    a = load_avatar(talking["bundle"])
+    start = a.meta["training"]["heldout"]["start_s"]
+    assert start == 9.6  # the last 20 % of the 12 s: its audio was not used in training
+    r = evaluate_video_avatar(a, talking["clip"], start_s=start)
+    assert r["frames"] == 60 and r["faces_found_generated"] == 1.0
+    assert r["landmark_openness_corr"] >= 0.5, r  # landmarks on generated vs real frames (target 0.6 on a person)
+    assert r["outside_mouth_psnr_db"] >= 30  # outside the mouth it is the real frame
+    assert r["silence"]["frames"] > 5 and r["silence"]["lips_closed_fraction_generated"] >= 0.8
+
+
+# ---- bad input: clear errors ---------------------------------------------------------------------------
+def _train(video, tmp_path, **kw):
+    from framegraph.models.avatar.video_train import train_video_avatar
+
+    return train_video_avatar(video, tmp_path / "bundle", steps=1, batch=1, progress=False, **kw)
+
+
+@pytest.mark.slow
+def test_two_faces_are_refused(talking, tmp_path):
+    img = astronaut()
+    frames = still(np.concatenate([img, img], 1), 12, fps=5)
+    video = write_video(tmp_path / "two.mp4", frames, 5, talking["audio"][:12 * SR])
+    with pytest.raises(ValueError, match=r"two faces found .* in 300 of 300 frames .* one person facing the camera"):
+        _train(video, tmp_path)
+
+
+@pytest.mark.slow
+def test_face_too_small_is_refused(talking, tmp_path):
+    from PIL import Image
+
+    canvas = np.full((256, 256, 3), 120, np.uint8)
+    canvas[64:192, 64:192] = np.array(Image.fromarray(astronaut()).resize((128, 128), Image.LANCZOS))
+    video = write_video(tmp_path / "small.mp4", still(canvas, 12, fps=5), 5, talking["audio"][:12 * SR])
+    with pytest.raises(ValueError, match="the face is too small: its lower-face region is .* px, at least 64"):
+        _train(video, tmp_path)
+
+
+@pytest.mark.slow
+def test_lips_that_do_not_move_are_refused(talking, tmp_path):
+    video = write_video(tmp_path / "still.mp4", still(astronaut(), 12, fps=5), 5, talking["audio"][:12 * SR])
+    with pytest.raises(MediaError, match="the lips barely move in it .* must show them talking"):
+        _train(video, tmp_path)
+
+
+@pytest.mark.slow
+def test_no_speech_and_no_face_and_too_short_are_refused(talking, tmp_path):
+    video = write_video(tmp_path / "hum.mp4", still(astronaut(), 12, fps=5), 5, tone(12))
+    with pytest.raises(MediaError, match="has no speech: the voice detector hears speech in"):
+        _train(video, tmp_path)
+    wall = np.random.default_rng(0).integers(0, 255, (60, 256, 256, 3), dtype=np.uint8)
+    video = write_video(tmp_path / "wall.mp4", wall, 5, talking["audio"][:12 * SR])
+    with pytest.raises(ValueError, match="no face found"):
+        _train(video, tmp_path)
+    video = write_video(tmp_path / "short.mp4", still(astronaut(), 5, fps=5), 5, talking["audio"][:5 * SR])
+    with pytest.raises(MediaError, match="is 5.0 s long; the avatar needs at least 10 s"):
+        _train(video, tmp_path)

@@ -121,18 +121,12 @@ def test_rotated_phone_video_is_turned_upright(tmp_path):
 
 # ---- end to end on a synthetic talking clip ------------------------------------------------------------
 @pytest.fixture(scope="module")
-def user_video(tmp_path_factory):
-    """A 12 s talking clip made by `framegraph avatar synth`, re-encoded at 30 fps with 48 kHz stereo."""
-    from framegraph.apps.cli import main
+def user_video(tmp_path_factory, astronaut_talking_clip):
+    """The 12 s talking clip made by `framegraph avatar synth`, re-encoded at 30 fps with 48 kHz stereo."""
     from framegraph.models.avatar.data import clip_audio
-    from framegraph.models.synth import espeak_available
 
-    if not espeak_available():
-        pytest.skip("needs the system package espeak-ng (apt-get install espeak-ng) to make a talking clip")
     root = tmp_path_factory.mktemp("video")
-    assert main(["avatar", "synth", "--out", str(root / "synth"), "--clips", "1", "--seconds", "12",
-                 "--seed", "1"]) == 0
-    clip = root / "synth" / "clip_00000.mp4"
+    clip = astronaut_talking_clip
     frames, audio = read_video(clip)["frames"], clip_audio(clip)
     n30 = len(frames) * 30 // 25
     pick = np.minimum(np.round(np.arange(n30) * 25 / 30).astype(int), len(frames) - 1)

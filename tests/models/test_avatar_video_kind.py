@@ -99,19 +99,13 @@ def test_paste_mask_is_feathered_and_inside_the_hidden_area():
 
 # ---- end to end on a synthetic talking clip ------------------------------------------------------------
 @pytest.fixture(scope="module")
-def talking(tmp_path_factory):
-    """A 12 s talking clip of the astronaut (`framegraph avatar synth`) and a video avatar trained on it."""
-    from framegraph.apps.cli import main
+def talking(tmp_path_factory, astronaut_talking_clip):
+    """The 12 s talking clip of the astronaut (`framegraph avatar synth`) and a video avatar trained on it."""
     from framegraph.models.avatar.data import clip_audio
     from framegraph.models.avatar.video_train import train_video_avatar
-    from framegraph.models.synth import espeak_available
 
-    if not espeak_available():
-        pytest.skip("needs the system package espeak-ng (apt-get install espeak-ng) to make a talking clip")
     root = tmp_path_factory.mktemp("vavatar")
-    assert main(["avatar", "synth", "--out", str(root / "synth"), "--clips", "1", "--seconds", "12",
-                 "--seed", "1"]) == 0
-    clip = root / "synth" / "clip_00000.mp4"
+    clip = astronaut_talking_clip
     torch.manual_seed(0)
     avatar, report = train_video_avatar(clip, root / "bundle", steps=600, batch=8, holdout=0.2, loop_seconds=6,
                                         max_region=64, progress=False, torch_threads=1)

@@ -46,12 +46,15 @@ def test_audio_encoder_streamed_ort_equals_torch(exported):
         assert ka == kb and rel(fb, fa) <= 1e-4
 
 
-def test_dit_streamed_ort_equals_torch(exported):
+def dit_parts(exported):
+    """The export's reader, the bundle's DiT, its reference latent, config and frames per block."""
     avatar, out = exported
-    ex = AvatarExport(out, avatar)
-    model, ref = avatar.dit, avatar.reference_latent()
-    c = model.config
-    k = c.frames_per_block
+    model = avatar.dit
+    return AvatarExport(out, avatar), model, avatar.reference_latent(), model.config, model.config.frames_per_block
+
+
+def test_dit_streamed_ort_equals_torch(exported):
+    ex, model, ref, c, k = dit_parts(exported)
     with torch.inference_mode():
         torch_stream = model.init_stream(ref)
         ort = OrtDiTStream(model, model.init_stream(ref), ex.graph("dit_velocity"), ex.graph("dit_commit"))
@@ -121,11 +124,7 @@ def test_unrolled_spd_solve_equals_linalg_solve():
 
 
 def test_dit_ort_reset_starts_the_stream_afresh(exported):
-    avatar, out = exported
-    ex = AvatarExport(out, avatar)
-    model, ref = avatar.dit, avatar.reference_latent()
-    c = model.config
-    k = c.frames_per_block
+    ex, model, ref, c, k = dit_parts(exported)
     gen = torch.Generator().manual_seed(3)
     blocks = [(torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=gen),
                torch.randn(1, k, c.audio_dim, generator=gen), torch.rand(1, k, c.state_dim, generator=gen))

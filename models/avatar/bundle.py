@@ -30,6 +30,7 @@ from framegraph.models.synth import astronaut_portrait
 from framegraph.models.vae import VideoVAE, crop_frames, face_crop_box, uint8_to_frames
 
 from ..training import write_json
+from .picture import PictureSize
 
 FORMAT_VERSION = 1
 AVATAR_JSON = "avatar.json"
@@ -46,7 +47,7 @@ class AvatarError(ValueError):
 
 
 @dataclass
-class Avatar:
+class Avatar(PictureSize):
     """A loaded avatar bundle (see the module docstring).
 
     Attributes:
@@ -75,14 +76,6 @@ class Avatar:
     meta: dict = field(default_factory=dict)
     root: str | None = None
     _reference: torch.Tensor | None = None
-
-    @property
-    def width(self) -> int:
-        return int(self.portrait.shape[1])
-
-    @property
-    def height(self) -> int:
-        return int(self.portrait.shape[0])
 
     @property
     def latent_size(self) -> int:

@@ -32,6 +32,7 @@ from framegraph.models.audio import AudioEncoder
 
 from ..training import write_json
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
+from .picture import PictureSize
 
 KIND = "video"
 FORMAT_VERSION = 1
@@ -93,7 +94,7 @@ def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
 
 
 @dataclass
-class VideoAvatar:
+class VideoAvatar(PictureSize):
     """A loaded video avatar bundle (see the module docstring).
 
     Attributes:
@@ -125,14 +126,6 @@ class VideoAvatar:
     kind: str = KIND
     steps: int = 1  # what callers of either kind read (no sampler here)
     chunk_frames: int = 1
-
-    @property
-    def width(self) -> int:
-        return int(self.frames.shape[2])
-
-    @property
-    def height(self) -> int:
-        return int(self.frames.shape[1])
 
     @property
     def portrait(self) -> torch.Tensor:

@@ -152,6 +152,23 @@ class Cases:
             out[b] = reason
         return out
 
+    def per_backend(self, section: str, draw, count) -> tuple[dict, dict]:
+        """One render function per backend of ``section`` for :meth:`run_case`: ``draw(backend, i)`` gives
+        ``(image, meta)`` of frame ``i`` (run under ``no_grad``); ``count(meta)`` of frame 0 is kept per backend
+        in the second dict returned."""
+        counts = {}
+
+        def for_backend(backend):
+            def render(i):
+                with torch.no_grad():
+                    img, meta = draw(backend, i)
+                if i == 0:
+                    counts[backend] = count(meta)
+                return img
+            return render
+
+        return {b: (for_backend(b), note) for b, note in self.backends_for(section).items()}, counts
+
     @staticmethod
     def open(path, kind: str, flag: str):
         """The scene at ``path`` through :func:`~framegraph.renderers.scene_file.open_scene` (on the CPU),
@@ -215,19 +232,13 @@ class Cases:
         path = orbit_for_scene(scene, max(args.cameras, 1), width, height, 30.0, elevation_deg=25, fov_deg=60)
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
         kw = scene.rasterize_args()
-        isect = {}
 
-        def ours(backend):
-            def render(i):
-                with torch.no_grad():
-                    img, _, meta = rasterize(**kw, viewmats=viewmats, Ks=Ks, width=width, height=height,
-                                             tile_size=args.tile_size, backend=backend, validate=False)
-                if i == 0:
-                    isect[backend] = int(meta["flatten_ids"].numel())
-                return img
-            return render
+        def draw(backend, i):
+            img, _, meta = rasterize(**kw, viewmats=viewmats, Ks=Ks, width=width, height=height,
+                                     tile_size=args.tile_size, backend=backend, validate=False)
+            return img, meta
 
-        renders = {b: (ours(b), note) for b, note in self.backends_for("3dgs").items()}
+        renders, isect = self.per_backend("3dgs", draw, lambda meta: int(meta["flatten_ids"].numel()))
         if self.gsplat is not None:
             rasterization = self.gsplat.rasterization
 
@@ -297,20 +308,14 @@ class Cases:
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
         kw = scene.rasterize_args()
         t0 = scene.time_duration[0]
-        kept = {}
 
-        def ours(backend):
-            def render(i):
-                t = t0 + (i % FRAMES_PER_LOOP) * step
-                with torch.no_grad():
-                    img, _, meta = rasterize_4d(**kw, t=t, viewmats=viewmats, Ks=Ks, width=width, height=height,
-                                                tile_size=args.tile_size, backend=backend, validate=False)
-                if i == 0:
-                    kept[backend] = int(meta["ids"].numel())
-                return img
-            return render
+        def draw(backend, i):
+            t = t0 + (i % FRAMES_PER_LOOP) * step
+            img, _, meta = rasterize_4d(**kw, t=t, viewmats=viewmats, Ks=Ks, width=width, height=height,
+                                        tile_size=args.tile_size, backend=backend, validate=False)
+            return img, meta
 
-        renders = {b: (ours(b), note) for b, note in self.backends_for("4dgs").items()}
+        renders, kept = self.per_backend("4dgs", draw, lambda meta: int(meta["ids"].numel()))
         self.run_case(case, renders)
         for b, n in kept.items():
             case["results"][b]["kept_gaussians_at_psnr_frame"] = n
@@ -345,13 +350,10 @@ class Cases:
         path = orbit_for_nerf(model, 1, width, height, 30.0)
         viewmat, K = path.viewmats[0].to(device), path.Ks[0].to(device)
 
-        def ours(backend):
-            def render(i):
-                with torch.no_grad():
-                    return model.render(viewmat, K, width, height, backend=backend, chunk_rays=args.chunk_rays)
-            return render
+        def draw(backend, i):
+            return model.render(viewmat, K, width, height, backend=backend, chunk_rays=args.chunk_rays), None
 
-        renders = {b: (ours(b), note) for b, note in self.backends_for("nerf").items()}
+        renders, _ = self.per_backend("nerf", draw, lambda meta: None)
         self.run_case(case, renders)
         model = None  # noqa: F841 (drop the weights before the next case)
         self._free()

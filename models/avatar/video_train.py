@@ -267,6 +267,34 @@ def _check_config(cfg: VideoTrainConfig) -> None:
         raise ValueError(f"max_region={cfg.max_region} must be a multiple of 16, at least 64")
 
 
+def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
+                 n_loop: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
+    """Read the clips once more: the training regions ``uint8 [n_train, size, size, 3]`` (each frame's box
+    cut and scaled), the loop frames ``uint8 [n_loop, H, W, 3]`` and their 1/8-scale grey thumbnails
+    ``float32 [n_loop, H/8, W/8]`` (to find the idle frame nearest each loop frame)."""
+    regions, loop, thumbs, t = [], [], [], 0
+    for clip in _read_clips(clips):
+        for f in clip["frames"]:
+            if t < n_train:
+                ft = torch.from_numpy(f)
+                regions.append(crop_frames(ft[None], tuple(int(v) for v in boxes[t]), size)[0])
+                if t < n_loop:
+                    loop.append(ft)
+                    thumbs.append(np.asarray(f[::8, ::8], np.float32).mean(2))
+            t += 1
+    return torch.stack(regions), torch.stack(loop), np.stack(thumbs)
+
+
+def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps: float, context: int) -> dict:
+    """How well the audio → shape head predicts the measured mouth openness on the held-out frames."""
+    from .lipsync import context_windows
+
+    with torch.no_grad():
+        pred = head(context_windows(feats, context))[n_train:, 0].numpy()
+    return {"frames": len(z) - n_train, "start_s": round(n_train / fps, 3),
+            "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
+
+
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
                        torch_threads: int | None = None, progress: bool = True, log=None,
                        **settings) -> tuple[VideoAvatar, dict]:
@@ -308,17 +336,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     n_loop = max(2, min(n_train, int(round(cfg.loop_seconds * fps))))
     timings["landmarks_s"] = round(time.monotonic() - t_start - timings["prepare_s"], 1)
 
-    regions, loop, thumbs, t = [], [], [], 0  # pass 2: the regions to train on, the loop frames
-    for clip in _read_clips(prep.clips):
-        for f in clip["frames"]:
-            if t < n_train:
-                ft = torch.from_numpy(f)
-                regions.append(crop_frames(ft[None], tuple(int(v) for v in boxes[t]), size)[0])
-                if t < n_loop:
-                    loop.append(ft)
-                    thumbs.append(np.asarray(f[::8, ::8], np.float32).mean(2))
-            t += 1
-    regions_t = torch.stack(regions)
+    regions_t, loop, thumbs = _cut_regions(prep.clips, boxes, size, n_train, n_loop)  # pass 2
     openness = track.shapes[:, 0]
     mask = lower_face_mask(track.polygons[:n_train], boxes[:n_train], size)
     lips = lower_face_mask(track.lips[:n_train], boxes[:n_train], size, grow=0.02) * mask
@@ -328,7 +346,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     closed = openness[:n_train] <= np.quantile(openness[:n_train], 0.2)
     rest = z[:n_train][torch.from_numpy(closed)].median(0).values
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
-    nearest = nearest_frames(np.stack(thumbs), range(*idle))
+    nearest = nearest_frames(thumbs, range(*idle))
 
     t0 = time.monotonic()
     with cpu_threads(torch_threads):
@@ -339,16 +357,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
     head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context)
-    heldout = None
-    if n_train < n:
-        from .lipsync import context_windows
+    heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
-        with torch.no_grad():
-            pred = head(context_windows(feats, cfg.context))[n_train:, 0].numpy()
-        heldout = {"frames": n - n_train, "start_s": round(n_train / fps, 3),
-                   "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
-
-    avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=torch.stack(loop),
+    avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
                          reference=reference, shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad)

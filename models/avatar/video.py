@@ -15,7 +15,7 @@ into a clips folder :func:`framegraph.models.avatar.train.train_avatar` accepts:
 
 Steps: the file is checked (readable, a video stream, an **audio track** — the avatar learns its mouth
 from the speech —, at least :data:`MIN_SECONDS` long, big enough for the region size); the face and mouth
-are found with OpenCV's Haar cascades on ``sample_frames`` frames spread over the video
+are found with the face landmarks on ``sample_frames`` frames spread over the video
 (:func:`framegraph.models.synth.portrait.detect_face_regions`, as for portraits) and **one** stable face /
 mouth box is kept for the whole video (the median of the detections, outliers dropped); a box the user
 gives (``face_box`` / ``mouth_box``, px of the video as it plays) wins. Frames are resampled by time
@@ -35,7 +35,7 @@ from pathlib import Path
 
 import numpy as np
 
-from framegraph.models.synth.portrait import PortraitError, _cascade, detect_face_regions
+from framegraph.models.synth.portrait import PortraitError, detect_face_regions
 from framegraph.models.vae import face_crop_box
 
 from ..training import write_json
@@ -110,18 +110,18 @@ def _check_box(path, box: Box | None, what: str, width: int, height: int) -> Box
 
 
 def locate_face(path, samples: list[np.ndarray], scale: float) -> dict:
-    """One stable face box and mouth box (px of the source video) from Haar-cascade detections on
-    ``samples`` (frames shrunk by ``scale``): the median of the detections that agree with the median.
+    """One stable face box and mouth box (px of the source video) from the face landmarks
+    (:func:`~framegraph.models.synth.portrait.detect_face_regions`) on ``samples`` (frames shrunk by
+    ``scale``): the median of the detections that agree with the median.
 
-    Raises :class:`~framegraph.stream.media.MediaError` when no face (or a face in too few frames) is found."""
-
-    for name in ("haarcascade_frontalface_default.xml", "haarcascade_smile.xml", "haarcascade_eye.xml"):
-        _cascade(name)  # a missing OpenCV / cascade is its own error, not "no face"
-    faces, mouths, found_at = [], [], []
+    Raises :class:`~framegraph.stream.media.MediaError` when no face, two faces in every sample, or a face in
+    too few frames is found."""
+    faces, mouths, found_at, two = [], [], [], 0
     for i, img in enumerate(samples):
         try:
             r = detect_face_regions(img)
-        except PortraitError:
+        except PortraitError as exc:
+            two += "two faces" in str(exc)
             continue
         faces.append(r["face_box"])
         mouths.append(r["mouth_box"])
@@ -129,8 +129,11 @@ def locate_face(path, samples: list[np.ndarray], scale: float) -> dict:
     n = len(samples)
     hint = ("use a video where the face is frontal and well lit and fills a good part of the frame, or give "
             "the boxes yourself (--face-box X,Y,W,H / --mouth-box X,Y,W,H, px of the video)")
+    if not faces and two:
+        raise media_error(path, f"two faces found in {two} of {n} sampled frames: an avatar is of one person facing "
+                                f"the camera; {hint}")
     if not faces:
-        raise media_error(path, f"no face found in {n} sampled frames (OpenCV Haar cascade, frontal faces); {hint}")
+        raise media_error(path, f"no face found in {n} sampled frames (face landmarks); {hint}")
     f, m = np.array(faces, np.float64), np.array(mouths, np.float64)
     med = np.median(f, axis=0)
     centre = f[:, :2] + f[:, 2:] / 2

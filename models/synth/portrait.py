@@ -112,20 +112,6 @@ def read_image(path, max_side: int = 512) -> tuple[np.ndarray, float]:
     return np.ascontiguousarray(np.asarray(im)[:h, :w]), scale
 
 
-def _cascade(name: str):  # OpenCV's Haar cascades (models.avatar.video checks them; portraits use landmarks)
-    try:
-        import cv2
-    except ImportError:
-        raise PortraitError("finding the face needs OpenCV: pip install 'opencv-python-headless<5' "
-                            "(or give the mouth box yourself)") from None
-    folder = getattr(getattr(cv2, "data", None), "haarcascades", None)
-    path = os.path.join(folder, name) if folder else ""
-    if not path or not os.path.isfile(path):
-        raise PortraitError(f"OpenCV {cv2.__version__} has no Haar cascade {name} (opencv-python-headless 5 "
-                            f"dropped them): pip install 'opencv-python-headless<5', or give the mouth box")
-    return cv2.CascadeClassifier(path)
-
-
 def landmark_regions(face: FaceLandmarks) -> dict:
     """The renderer's geometry from one face's landmarks: ``{"face_box", "mouth_box", "lip_line_y",
     "lip_curve", "eye_boxes"}`` (px). The lip line is where the lips meet at the mouth's centre (the mean

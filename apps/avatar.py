@@ -131,7 +131,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step / regions per generator step (8)")
     t.add_argument("--window", type=positive_int, default=8, help="frames per training window (8)")
     t.add_argument("--lr", type=positive_float, help="peak learning rate (DiT 1e-3, kind video 2e-3)")
-    t.add_argument("--region", type=positive_int, default=64, help="face region side in px, multiple of 16 (64)")
+    t.add_argument("--region", type=positive_int, default=None,
+                   help="face region side in px, multiple of 16 (default: the size the clips' portrait names — "
+                        "`avatar synth` sizes it to the photo's face — else 64)")
     t.add_argument("--vae-preset", choices=["tiny", "small"], default="tiny", help="VAE size (tiny)")
     t.add_argument("--preset", choices=["tiny", "small", "base"], default="tiny", help="DiT size (tiny)")
     t.add_argument("--dit-width", type=positive_int, help="override the preset's DiT width")
@@ -291,7 +293,7 @@ def _prepare_video(args: argparse.Namespace):
     folder = os.path.join(args.out, "train", "video_clips")
     try:
         prep = prepare_video(args.video, folder, face_box=args.face_box, mouth_box=args.mouth_box,
-                             segment_seconds=args.segment_seconds, region_size=args.region,
+                             segment_seconds=args.segment_seconds, region_size=args.region or 64,
                              max_side=args.max_side or 512, progress=True)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / PortraitError are ValueErrors
         return _train_error(exc)
@@ -329,6 +331,18 @@ def run_train_video(args: argparse.Namespace) -> int:
     return 0
 
 
+def clips_region_size(clips: str) -> int | None:
+    """The face region side (px) the clips' portrait block names (``avatar synth`` writes the photo's face
+    size there), from the first clip JSON; None when it names none."""
+    for f in sorted(Path(clips).glob("clip_*.json")):
+        try:
+            size = json.loads(f.read_text())["portrait"].get("region_size")
+        except (OSError, ValueError, KeyError, AttributeError):
+            return None
+        return int(size) if size else None
+    return None
+
+
 def run_train(args: argparse.Namespace) -> int:
     from framegraph.models.avatar.train import train_avatar
 
@@ -336,7 +350,7 @@ def run_train(args: argparse.Namespace) -> int:
         return _train_error("--kind goes with --video (--clips / --synth train a portrait avatar)")
     if args.video and (args.kind or "video") == "video":
         return run_train_video(args)
-    if args.region % 16:
+    if args.region is not None and args.region % 16:
         return _train_error(f"--region {args.region} must be a multiple of 16")
     if not args.video and (args.face_box or args.mouth_box):
         return _train_error("--face-box / --mouth-box go with --video (for --synth portraits use "
@@ -363,6 +377,10 @@ def run_train(args: argparse.Namespace) -> int:
             rc = run_synth(ns)
             if rc:
                 return rc
+    region = args.region or clips_region_size(clips) or 64
+    if args.region is None:
+        print(f"face region {region} px ({'the size the clips name for the face' if region != 64 else 'default'}; "
+              f"--region sets it)", file=sys.stderr)
     dit = {k: v for k, v in (("width", args.dit_width), ("depth", args.dit_depth), ("heads", args.dit_heads),
                                            ("patch_size", args.dit_patch))
            if v is not None}
@@ -370,7 +388,7 @@ def run_train(args: argparse.Namespace) -> int:
         res = train_avatar(clips, args.out, device=args.device, resume=args.resume, torch_threads=args.threads,
                            vae_steps=args.vae_steps, flow_steps=args.steps or 1000, distill_steps=args.distill_steps,
                            rollout_steps=args.rollout_steps, batch=args.batch, window=args.window, lr=args.lr or 1e-3,
-                           region_size=args.region, vae_preset=args.vae_preset, preset=args.preset,
+                           region_size=region, vae_preset=args.vae_preset, preset=args.preset,
                            dit_overrides=dit, sample_steps=args.sample_steps, vad=not args.no_vad,
                            max_clips=args.max_clips, seed=args.seed, portrait=portrait,
                            vae_reference=args.vae_reference, vae_warp=args.vae_warp,

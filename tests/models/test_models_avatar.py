@@ -250,6 +250,8 @@ def test_train_cli_synth_route(tmp_path):
     assert len(list((out / "train" / "clips").glob("clip_*.mp4"))) == 2
     a = load_avatar(out)
     assert a.steps == 4 and not a.vad  # undistilled: more sampler steps
+    named = json.loads(sorted((out / "train" / "clips").glob("clip_*.json"))[0].read_text())["portrait"]
+    assert a.region_size == named["region_size"] != 64  # sized to the photo's face, not the fixed 64 px
 
 
 def test_identity_meter_registers_head_motion_and_ignores_the_mouth():

@@ -17,6 +17,7 @@ import logging
 import os
 import socket
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from websockets.asyncio.server import Server, serve
@@ -100,6 +101,8 @@ class StreamServer:
         self.sessions_total = 0
         self.rejected: collections.Counter = collections.Counter()
         self.errors: collections.Counter = collections.Counter()
+        self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
+        self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
         self._server: Server | None = None
 
     # ---- life cycle -----------------------------------------------------------------------------
@@ -177,6 +180,14 @@ class StreamServer:
         finally:
             self.release(session)
             log.info("session %s closed (%s)", session.id, session.end_reason)
+
+    async def close_sessions(self, code: int, reason: str) -> None:
+        """Close every session's connection with ``code`` and ``reason`` (their graphs stop as on a
+        client's close); returns when each has sent its close frame (or was cut off)."""
+        sessions = list(self.sessions.values())
+        for session in sessions:
+            session.end_reason = reason
+        await asyncio.gather(*(s.ws.close(code, reason) for s in sessions), return_exceptions=True)
 
     def release(self, session: Session) -> None:
         """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""

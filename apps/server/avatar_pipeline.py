@@ -25,8 +25,10 @@ avatar as unavailable and fall back).
 """
 from __future__ import annotations
 
+import collections
 import os
 import threading
+import time
 
 import torch
 
@@ -49,7 +51,9 @@ AVATARS_DIR = os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars")
 DEFAULT_AVATAR = "astronaut"
 STATES = ("auto", "speaking", "listening", "idle")
 
-_cache: dict[str, object] = {}
+_cache: collections.OrderedDict[str, object] = collections.OrderedDict()  # path -> bundle, least recent first
+_bundle_limit = 0  # 0: keep every bundle loaded
+_load_s: dict[str, float] = {}  # path -> seconds its last load took
 _lock = threading.Lock()
 
 
@@ -69,17 +73,36 @@ def default_avatar(root: str | None = None) -> str:
 
 
 def load_bundle(name: str, root: str | None = None):
-    """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state)."""
+    """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state).
+    With a limit (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from
+    the cache (sessions still running on one keep it alive until they end)."""
     from framegraph.models.avatar import load_avatar
 
     path = os.path.join(root or AVATARS_DIR, name)
     with _lock:
         if path not in _cache:
+            started = time.monotonic()
             avatar = load_avatar(path)
             if getattr(avatar, "kind", "portrait") == "portrait":
                 avatar.reference_latent()  # computed once, here
             _cache[path] = avatar
+            _load_s[path] = time.monotonic() - started
+        _cache.move_to_end(path)
+        while _bundle_limit and len(_cache) > _bundle_limit:
+            _cache.popitem(last=False)
         return _cache[path]
+
+
+def set_bundle_limit(n: int) -> None:
+    """Keep at most ``n`` bundles loaded (0: no limit); a cluster replica sets it."""
+    global _bundle_limit
+    _bundle_limit = n
+
+
+def loaded_bundles() -> list[dict]:
+    """The bundles loaded now, least recently used first: ``{"name", "load_s"}``."""
+    with _lock:
+        return [{"name": os.path.basename(p), "load_s": round(_load_s[p], 3)} for p in _cache]
 
 
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:

@@ -50,7 +50,12 @@ def request_token(request: Request) -> str | None:
     auth = request.headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
-    values = parse_qs(urlsplit(request.path).query).get("token")
+    return query_value(request, "token")
+
+
+def query_value(request: Request, name: str) -> str | None:
+    """The first ``?name=`` value of the request's URL (None when absent)."""
+    values = parse_qs(urlsplit(request.path).query).get(name)
     return values[0] if values else None
 
 
@@ -113,6 +118,11 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     if path == WS_PATH:
         if not upgrade:
             return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
+        if server.draining:
+            server.count_rejected("draining")
+            return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
+        if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
+            return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
         if not cfg.token and not host_is_loopback(request):
             server.count_rejected("host")
             return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
@@ -124,10 +134,7 @@ def _route(server: StreamServer, request: Request) -> Response | None:
             server.count_rejected("token")
             return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
                             extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
-        if server.session_count >= cfg.max_sessions:
-            server.count_rejected("busy")
-            return response(503, f"server busy: {cfg.max_sessions} sessions already\n", extra={"Retry-After": "5"})
-        return None
+        return _admit(server)
     if upgrade:
         return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
     if path == "/healthz":
@@ -140,6 +147,14 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     if path == "/pipelines":
         return response(200, json.dumps(pipelines.available()), "application/json")
     return static_file(cfg.web_root, path)
+
+
+def _admit(server: StreamServer) -> Response | None:
+    """None (go on with the handshake) while a session slot is free, else 503."""
+    if server.session_count >= server.config.max_sessions:
+        server.count_rejected("busy")
+        return response(503, f"server busy: {server.config.max_sessions} sessions already\n", extra={"Retry-After": "5"})
+    return None
 
 
 def static_file(root: str | None, path: str) -> Response:

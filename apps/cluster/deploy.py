@@ -1,0 +1,149 @@
+"""Deploy framegraph as a Ray Serve application: a front door and N replicas (``framegraph cluster``).
+
+    cluster = start_cluster(ClusterSettings(replicas=2))   # a local Ray cluster (or address="auto")
+    print(cluster.url)                                      # ws://127.0.0.1:8765/ws, as framegraph serve
+    cluster.scale(3); cluster.view(); cluster.stop()
+
+Two deployments in the application :data:`APP`: ``gateway`` (one replica, no CPU claimed: the front door,
+:mod:`.gateway`) and ``replica`` (``cpus_per_replica`` / ``gpus_per_replica`` each: one per GPU on a GPU
+cluster; a fixed count, or autoscaled on live sessions with :mod:`.scaling`). Serve restarts a replica
+whose process dies (health checks every second) and, on scale-down, gives the stopping one the drain
+grace plus a margin before it is killed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import urllib.request
+
+from .gateway import Gateway
+from .replica import Replica
+from .scaling import SessionPolicy
+from .settings import ClusterSettings
+
+APP = "framegraph"
+STOP_MARGIN_S = 15.0  # beyond the drain grace, before Serve kills a stopping replica
+
+
+def application(settings: ClusterSettings, replicas: int | None = None):
+    """The Serve application (``replicas`` overrides the count of a fixed-size cluster)."""
+    from ray import serve
+
+    gateway = serve.deployment(Gateway, name="gateway", num_replicas=1, max_ongoing_requests=1000,
+                               ray_actor_options={"num_cpus": 0})
+    options = dict(name="replica", max_ongoing_requests=100,
+                   ray_actor_options={"num_cpus": settings.cpus_per_replica, "num_gpus": settings.gpus_per_replica},
+                   graceful_shutdown_wait_loop_s=0.2,
+                   graceful_shutdown_timeout_s=settings.drain_grace_s + STOP_MARGIN_S,
+                   health_check_period_s=1.0, health_check_timeout_s=10.0)
+    if settings.autoscaling:
+        options["autoscaling_config"] = {
+            "min_replicas": settings.min_replicas or 1, "max_replicas": settings.max_replicas,
+            "initial_replicas": settings.replicas, "metrics_interval_s": 0.5, "look_back_period_s": 1.0,
+            "upscale_delay_s": 0.0, "downscale_delay_s": 2.0,
+            "policy": {"policy_function": SessionPolicy,
+                       "policy_kwargs": {"sessions_per_replica": settings.sessions_per_replica,
+                                         "target_fill": settings.target_fill}}}
+    else:
+        options["num_replicas"] = replicas or settings.replicas
+    # The replicas get the settings without their counts, so that scaling is a config change, not a
+    # redeploy (Serve restarts every replica when the constructor's arguments change).
+    fixed = dataclasses.replace(settings, replicas=1, min_replicas=None, max_replicas=None)
+    return serve.deployment(Replica, **options).bind(gateway.bind(fixed), fixed)
+
+
+class Cluster:
+    """A deployed cluster, seen from the process that deployed it."""
+
+    def __init__(self, settings: ClusterSettings, gateway, url: str, own_ray: bool):
+        self.settings, self.gateway, self.url, self._own_ray = settings, gateway, url, own_ray
+
+    @property
+    def http_url(self) -> str:
+        return self.url.replace("ws://", "http://", 1).removesuffix("/ws") + "/"
+
+    def view(self) -> dict:
+        """The front door's view (``/cluster``): every replica's state."""
+        return self.gateway.view.remote().result(timeout_s=10)
+
+    def live(self) -> list[dict]:
+        return [r for r in self.view()["replicas"] if r["alive"] and not r["draining"]]
+
+    def wait_for_replicas(self, n: int, timeout_s: float = 120.0) -> list[dict]:
+        """Wait until ``n`` replicas report in alive and not draining (others may still be stopping)."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            live = self.live()
+            if len(live) >= n:
+                return live
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{len(live)} of {n} replicas up after {timeout_s:g} s: {self.view()}")
+            time.sleep(0.2)
+
+    def scale(self, replicas: int) -> None:
+        """Set a fixed-size cluster's replica count (Serve adds replicas, or drains and stops some)."""
+        from ray import serve
+
+        if self.settings.autoscaling:
+            raise ValueError("this cluster autoscales; its bounds are set at deployment")
+        serve.run(application(self.settings, replicas), name=APP, route_prefix=None, blocking=False)
+
+    def metrics(self) -> str:
+        headers = {"Authorization": f"Bearer {self.settings.token}"} if self.settings.token else {}
+        with urllib.request.urlopen(urllib.request.Request(self.http_url + "metrics", headers=headers), timeout=10) as r:
+            return r.read().decode()
+
+    def stop(self) -> None:
+        """Delete the application (replicas drain with the settings' grace), and stop Ray if we started it."""
+        import ray
+        from ray import serve
+
+        serve.delete(APP)
+        if self._own_ray:
+            serve.shutdown()
+            ray.shutdown()
+
+    def __enter__(self) -> Cluster:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+
+def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_cpus: int | None = None,
+                  wait_s: float = 180.0) -> Cluster:
+    """Deploy on the Ray cluster at ``address`` (``"auto"``: the one ``ray start --head`` started here), or
+    on a new local one (``num_cpus``: its size; default the machine's), and wait until the starting
+    replicas report in."""
+    import ray
+    from ray import serve
+
+    settings.validate()
+    own_ray = not ray.is_initialized()
+    if own_ray:
+        ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
+                 log_to_driver=False, configure_logging=False)
+    serve.start(http_options={"location": "NoServer"})
+    serve.run(application(settings), name=APP, route_prefix=None, blocking=False)
+    gateway = serve.get_deployment_handle("gateway", app_name=APP)
+    url = None
+    deadline = time.monotonic() + wait_s
+    while url is None:
+        try:
+            url = gateway.view.remote().result(timeout_s=5)["url"]
+        except Exception:  # noqa: BLE001 - the front door is still starting
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+    cluster = Cluster(settings, gateway, url, own_ray)
+    cluster.wait_for_replicas(settings.replicas, timeout_s=max(1.0, deadline - time.monotonic()))
+    return cluster
+
+
+def describe(view: dict) -> str:
+    """One line per replica, for the CLI."""
+    lines = []
+    for r in view["replicas"]:
+        lines.append(json.dumps({k: r[k] for k in ("id", "url", "sessions", "capacity", "alive", "draining", "pid")}))
+    return "\n".join(lines)

@@ -1,0 +1,154 @@
+"""A cluster replica: one ``framegraph serve`` (its own WebSocket port) inside a Ray Serve replica.
+
+Media never crosses Ray: clients that the front door placed here connect to this replica's own
+WebSocket (admitted by a ticket, :mod:`.tickets`) and every frame goes from here to them directly.
+Through Serve only control flows: the replica reports its state to the front door every
+``heartbeat_s`` (:meth:`state`), Serve asks it for autoscaling figures (:meth:`record_autoscaling_stats`:
+live sessions) and its health (:meth:`check_health`), and on scale-down Serve calls ``__del__``, where the
+replica drains (:meth:`drain`): no new sessions, the running ones get ``drain_grace_s`` to finish and are
+then closed with code 1001 and a reason.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import threading
+import time
+
+from framegraph.apps.server import ServerConfig, serve_in_thread
+from framegraph.apps.server.http import is_loopback
+
+from .settings import ClusterSettings
+from .tickets import TicketBook
+
+log = logging.getLogger("framegraph.cluster")
+
+DRAIN_CODE = 1001
+
+
+def drain_reason(why: str) -> str:
+    """The close reason a drained session gets (a WebSocket close reason: at most 123 bytes)."""
+    return f"replica draining ({why}); connect again to continue"
+
+
+class Replica:
+    """The replica's body (``deploy.py`` makes it a Serve deployment).
+
+    Args:
+        gateway: a Serve handle to the front door (:class:`~.gateway.Gateway`).
+        settings: the cluster's :class:`ClusterSettings`.
+    """
+
+    def __init__(self, gateway, settings: ClusterSettings):
+        self.gateway, self.settings = gateway, settings
+        self.id = _replica_id()
+        self.avatars = _avatar_pipeline()
+        if self.avatars is not None:
+            self.avatars.set_bundle_limit(settings.max_bundles)
+        bind = settings.host if is_loopback(settings.host) else "0.0.0.0"
+        config = ServerConfig(host=bind, port=0, token=settings.secret, max_sessions=settings.sessions_per_replica,
+                              web_root=None, stats_interval_s=settings.stats_interval_s,
+                              allowed_origins=settings.allowed_origins)
+        started = time.monotonic()
+        self.handle = serve_in_thread(config).start()
+        self.server = self.handle.server
+        self.tickets = TicketBook(settings.secret, self.id)
+        self.server.redeem_ticket = self.tickets.redeem
+        host = "127.0.0.1" if is_loopback(settings.host) else _node_ip()
+        self.url = f"ws://{host}:{self.server.port}/ws"
+        self.start_s = time.monotonic() - started
+        self.drained = threading.Event()
+        self._stop = threading.Event()
+        self._reporter = threading.Thread(target=self._report_loop, name="replica-report", daemon=True)
+        self._reporter.start()
+        log.info("replica %s serving %s (%d sessions)", self.id, self.url, settings.sessions_per_replica)
+
+    # ---- control (through Serve handles) --------------------------------------------------------
+    def state(self) -> dict:
+        """What the front door needs to place sessions and draw ``/metrics``."""
+        server = self.server
+        return {"id": self.id, "url": self.url, "pid": os.getpid(), "node": _node_ip(),
+                "capacity": server.config.max_sessions, "sessions": server.session_count,
+                "session_ids": sorted(server.sessions), "draining": server.draining is not None,
+                "redeemed": self.tickets.redeemed(), "bundles": self.avatars.loaded_bundles() if self.avatars else [],
+                "start_s": round(self.start_s, 3), "metrics": server.metrics_text()}
+
+    def record_autoscaling_stats(self) -> dict[str, float]:
+        """Serve's custom autoscaling metric: the sessions this replica runs."""
+        return {"sessions": float(self.server.session_count)}
+
+    def check_health(self) -> None:
+        """Serve's health check: the replica is unhealthy once its WebSocket server has stopped."""
+        if not self.handle._thread.is_alive():
+            raise RuntimeError(f"replica {self.id}: its WebSocket server stopped")
+
+    def drain(self, why: str = "scale-down", grace_s: float | None = None) -> int:
+        """Refuse new sessions (HTTP 503), give the running ones ``grace_s`` (default the settings') to end,
+        then close those left with code 1001 and :func:`drain_reason`. Returns how many were closed."""
+        grace_s = self.settings.drain_grace_s if grace_s is None else grace_s
+        self.server.draining = f"replica {self.id} is draining ({why})"  # the next heartbeat tells the front door
+        deadline = time.monotonic() + grace_s
+        while self.server.session_count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        closed = self.server.session_count
+        if closed:
+            log.info("replica %s: closing %d session(s) after the %g s drain grace", self.id, closed, grace_s)
+            future = asyncio.run_coroutine_threadsafe(
+                self.server.close_sessions(DRAIN_CODE, drain_reason(why)), self.handle.loop)
+            future.result(timeout=self.server.config.close_timeout_s + 5)
+        self.drained.set()
+        return closed
+
+    def __del__(self):
+        """Serve stops this replica (scale-down, redeploy, shutdown): drain, then stop the server. (Serve
+        runs this on the replica's event loop, which has nothing else to do by then; the heartbeats and
+        the WebSocket server have threads of their own.)"""
+        if getattr(self, "handle", None) is None:
+            return
+        try:
+            if not self.drained.is_set():
+                self.drain("scale-down")
+        finally:
+            self._stop.set()
+            self.handle.stop()
+
+    # ---- reporting ------------------------------------------------------------------------------
+    def _report(self) -> None:
+        try:
+            self.gateway.report.remote(self.state()).result(timeout_s=2.0)
+        except Exception as exc:  # noqa: BLE001 - the front door may be restarting; the next report retries
+            log.debug("replica %s: report failed: %s", self.id, exc)
+
+    def _report_loop(self) -> None:
+        while not self._stop.wait(self.settings.heartbeat_s):
+            self._report()
+
+
+def _avatar_pipeline():
+    """The server's avatar pipeline module (loaded here so the bundle limit applies), or None when this
+    machine has no avatar bundle."""
+    try:
+        from framegraph.apps.server import avatar_pipeline
+    except ImportError:
+        return None
+    return avatar_pipeline
+
+
+def _replica_id() -> str:
+    try:
+        from ray import serve
+
+        return serve.get_replica_context().replica_id.unique_id
+    except Exception:  # noqa: BLE001 - outside a Serve replica (direct use): a random id
+        return secrets.token_hex(4)
+
+
+def _node_ip() -> str:
+    try:
+        import ray
+
+        return ray.util.get_node_ip_address()
+    except Exception:  # noqa: BLE001
+        return "127.0.0.1"

@@ -1,0 +1,63 @@
+"""One-time admission tickets: the front door signs them, a replica redeems them.
+
+A ticket is ``REPLICA.EXPIRES_MS.NONCE.SIGNATURE`` (``SIGNATURE``: the first 32 hex digits of
+HMAC-SHA256 of the rest under the cluster's secret). The front door issues one per placement and sends
+the client to ``ws://REPLICA/ws?ticket=...``; the replica accepts the WebSocket only with a ticket that
+is signed, names this replica, has not expired and was not used before. No round trip between the two
+is needed, and a ticket is useless anywhere else or twice.
+"""
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import threading
+import time
+
+TICKET_TTL_S = 10.0
+
+
+def _sign(secret: str, body: str) -> str:
+    return hmac.new(secret.encode(), body.encode(), hashlib.sha256).hexdigest()[:32]
+
+
+def issue(secret: str, replica: str, ttl_s: float = TICKET_TTL_S) -> tuple[str, str]:
+    """A new ticket for ``replica``: ``(ticket, nonce)``; it expires ``ttl_s`` seconds from now
+    (wall clock: the front door and the replica may run on different machines)."""
+    nonce = secrets.token_hex(8)
+    body = f"{replica}.{int((time.time() + ttl_s) * 1000)}.{nonce}"
+    return f"{body}.{_sign(secret, body)}", nonce
+
+
+class TicketBook:
+    """The replica's side: :meth:`redeem` each ticket at most once; :meth:`redeemed` lists the nonces
+    used lately (reported to the front door, which then stops counting them as reserved)."""
+
+    def __init__(self, secret: str, replica: str):
+        self.secret, self.replica = secret, replica
+        self._used: dict[str, float] = {}  # nonce -> expiry (s, wall clock)
+        self._lock = threading.Lock()
+
+    def redeem(self, ticket: str | None) -> bool:
+        """True (and the ticket is spent) if ``ticket`` is valid for this replica now."""
+        if not ticket:
+            return False
+        try:
+            replica, expires_ms, nonce, signature = ticket.split(".")
+            expires = int(expires_ms) / 1000
+        except ValueError:
+            return False
+        body = f"{replica}.{expires_ms}.{nonce}"
+        if replica != self.replica or not hmac.compare_digest(signature, _sign(self.secret, body)):
+            return False
+        now = time.time()
+        with self._lock:
+            self._used = {n: e for n, e in self._used.items() if e > now - TICKET_TTL_S}
+            if expires < now or nonce in self._used:
+                return False
+            self._used[nonce] = expires
+        return True
+
+    def redeemed(self) -> list[str]:
+        with self._lock:
+            return list(self._used)

@@ -59,6 +59,10 @@ COMMANDS = {
     "serve": ("framegraph.apps.server.cli", "WebSocket streaming server (+ /metrics and a browser page)",
               "Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds 127.0.0.1 by default; a token is "
               "required to bind beyond it."),
+    "cluster": ("framegraph.apps.cluster.cli", "serve many sessions from replicas on a Ray cluster (Ray Serve)",
+                "Deploy framegraph on Ray Serve: one replica per GPU (or N CPU cores), one front door that places each "
+                "session on a replica with room (clients use the same protocol as `framegraph serve`), autoscaling on "
+                "live sessions, drain on scale-down, one /metrics for the cluster. Needs framegraph[cluster]."),
     "client": ("framegraph.apps.client", "stream to a server, record the MP4, print latency",
                "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
                "and measure glass-to-glass latency."),

@@ -273,12 +273,25 @@ async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float,
         pass
 
 
+def close_of(ws) -> dict:
+    """How the connection ended: ``{"code", "reason"}`` (code 1006 when it was lost without a close
+    frame — the serving process stopped or the network failed; a cluster client connects again)."""
+    code = ws.close_code
+    if code is None:
+        return {"code": None, "reason": ""}
+    if code == 1006:
+        return {"code": 1006, "reason": "connection lost without a close frame (the serving process stopped "
+                                        "or the network failed); connect again to continue"}
+    return {"code": code, "reason": ws.close_reason or ""}
+
+
 def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, out: str | None,
-             recorder: Recorder | None) -> dict:
+             recorder: Recorder | None, ws) -> dict:
     frames_ns = tally.frames_ns
     span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
     return {
-        "url": url, "pipeline": pipeline, "session": ready["session"], "format": ready,
+        "url": url, "server_address": "%s:%d" % tuple(ws.remote_address[:2]), "close": close_of(ws),
+        "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
         "audio_messages_sent": tally.audio_sent,
         "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
@@ -338,7 +351,7 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         await ws_cm.__aexit__(None, None, None)
         if recorder is not None:
             recorder.close()
-    return _summary(url, pipeline, ready, tally, t_start, out, recorder)
+    return _summary(url, pipeline, ready, tally, t_start, out, recorder, ws)
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:

@@ -2,7 +2,7 @@
 
     cluster = start_cluster(ClusterSettings(replicas=2))   # a local Ray cluster (or address="auto")
     print(cluster.url)                                      # ws://127.0.0.1:8765/ws, as framegraph serve
-    cluster.scale(3); cluster.view(); cluster.stop()
+    cluster.view(); cluster.metrics(); cluster.stop()
 
 Two deployments in the application :data:`APP`: ``gateway`` (one replica, no CPU claimed: the front door,
 :mod:`.gateway`) and ``replica`` (``cpus_per_replica`` / ``gpus_per_replica`` each: one per GPU on a GPU
@@ -12,7 +12,6 @@ grace plus a margin before it is killed.
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import time
 import urllib.request
@@ -26,8 +25,8 @@ APP = "framegraph"
 STOP_MARGIN_S = 15.0  # beyond the drain grace, before Serve kills a stopping replica
 
 
-def application(settings: ClusterSettings, replicas: int | None = None):
-    """The Serve application (``replicas`` overrides the count of a fixed-size cluster)."""
+def application(settings: ClusterSettings):
+    """The Serve application of ``settings``."""
     from ray import serve
 
     gateway = serve.deployment(Gateway, name="gateway", num_replicas=1, max_ongoing_requests=1000,
@@ -46,11 +45,8 @@ def application(settings: ClusterSettings, replicas: int | None = None):
                        "policy_kwargs": {"sessions_per_replica": settings.sessions_per_replica,
                                          "target_fill": settings.target_fill}}}
     else:
-        options["num_replicas"] = replicas or settings.replicas
-    # The replicas get the settings without their counts, so that scaling is a config change, not a
-    # redeploy (Serve restarts every replica when the constructor's arguments change).
-    fixed = dataclasses.replace(settings, replicas=1, min_replicas=None, max_replicas=None)
-    return serve.deployment(Replica, **options).bind(gateway.bind(fixed), fixed)
+        options["num_replicas"] = settings.replicas
+    return serve.deployment(Replica, **options).bind(gateway.bind(settings), settings)
 
 
 class Cluster:
@@ -80,14 +76,6 @@ class Cluster:
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{len(live)} of {n} replicas up after {timeout_s:g} s: {self.view()}")
             time.sleep(0.2)
-
-    def scale(self, replicas: int) -> None:
-        """Set a fixed-size cluster's replica count (Serve adds replicas, or drains and stops some)."""
-        from ray import serve
-
-        if self.settings.autoscaling:
-            raise ValueError("this cluster autoscales; its bounds are set at deployment")
-        serve.run(application(self.settings, replicas), name=APP, route_prefix=None, blocking=False)
 
     def metrics(self) -> str:
         headers = {"Authorization": f"Bearer {self.settings.token}"} if self.settings.token else {}

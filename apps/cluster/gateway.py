@@ -21,6 +21,7 @@ import asyncio
 import collections
 import json
 import logging
+import socket
 import threading
 import time
 from dataclasses import dataclass, field
@@ -110,11 +111,28 @@ class Gateway:
                 raise ClusterFull(f"cluster full: {len(live)} live replica(s), each with "
                                   f"{self.settings.sessions_per_replica} session slots, all in use" if live else
                                   "no replica is up yet (starting, or all stopped); retry shortly")
-            chosen = ranked[0]
+            chosen = next((v for v in ranked if self._answers(v, now)), None)
+            if chosen is None:
+                self.rejected["no_replica"] += 1
+                raise ClusterFull("no replica answers (they stopped); retry shortly")
             ticket, nonce = issue(self.settings.secret, chosen.state["id"])
             chosen.pending[nonce] = now + TICKET_TTL_S
             self.placed[chosen.state["id"]] += 1
             return {"url": f"{chosen.state['url']}?ticket={ticket}", "replica": chosen.state["id"]}
+
+    def _answers(self, view: ReplicaView, now: float) -> bool:
+        """A replica whose reports are late (a busy machine, or a dead process) is probed: a dead
+        process's port refuses at once, and the replica is then out until it reports again."""
+        if now - view.seen <= 2 * self.settings.heartbeat_s:
+            return True
+        parts = urlsplit(view.state["url"])
+        try:
+            socket.create_connection((parts.hostname, parts.port), timeout=0.25).close()
+            return True
+        except OSError:
+            view.seen = -float("inf")
+            log.info("replica %s does not answer at %s: no new sessions for it", view.state["id"], view.state["url"])
+            return False
 
     # ---- views ----------------------------------------------------------------------------------
     def view(self) -> dict:

@@ -18,10 +18,10 @@ import threading
 import time
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server.http import is_loopback
+from framegraph.apps.server.http import is_loopback, query_value
 
 from .settings import ClusterSettings
-from .tickets import TicketBook
+from .tickets import TicketBook, nonce_of
 
 log = logging.getLogger("framegraph.cluster")
 
@@ -61,6 +61,8 @@ class Replica:
         self.start_s = time.monotonic() - started
         self.drained = threading.Event()
         self._stop = threading.Event()
+        self._wake = threading.Event()  # a session opened or ended: report now, not at the next heartbeat
+        self.server.on_sessions_changed = self._wake.set
         self._reporter = threading.Thread(target=self._report_loop, name="replica-report", daemon=True)
         self._reporter.start()
         log.info("replica %s serving %s (%d sessions)", self.id, self.url, settings.sessions_per_replica)
@@ -72,8 +74,14 @@ class Replica:
         return {"id": self.id, "url": self.url, "pid": os.getpid(), "node": _node_ip(),
                 "capacity": server.config.max_sessions, "sessions": server.session_count,
                 "session_ids": sorted(server.sessions), "draining": server.draining is not None,
-                "redeemed": self.tickets.redeemed(), "bundles": self.avatars.loaded_bundles() if self.avatars else [],
+                "redeemed": self._redeemed(), "bundles": self.avatars.loaded_bundles() if self.avatars else [],
                 "start_s": round(self.start_s, 3), "metrics": server.metrics_text()}
+
+    def _redeemed(self) -> list[str]:
+        """Tickets the front door may stop counting: those of running sessions (which count themselves in
+        ``sessions``) and those whose handshake is long over."""
+        running = {nonce_of(query_value(s.ws.request, "ticket")) for s in list(self.server.sessions.values())}
+        return sorted((running - {None}) | set(self.tickets.settled()))
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom autoscaling metric: the sessions this replica runs."""
@@ -88,7 +96,8 @@ class Replica:
         """Refuse new sessions (HTTP 503), give the running ones ``grace_s`` (default the settings') to end,
         then close those left with code 1001 and :func:`drain_reason`. Returns how many were closed."""
         grace_s = self.settings.drain_grace_s if grace_s is None else grace_s
-        self.server.draining = f"replica {self.id} is draining ({why})"  # the next heartbeat tells the front door
+        self.server.draining = f"replica {self.id} is draining ({why})"
+        self._wake.set()  # tell the front door at once
         deadline = time.monotonic() + grace_s
         while self.server.session_count and time.monotonic() < deadline:
             time.sleep(0.05)
@@ -122,7 +131,9 @@ class Replica:
             log.debug("replica %s: report failed: %s", self.id, exc)
 
     def _report_loop(self) -> None:
-        while not self._stop.wait(self.settings.heartbeat_s):
+        while not self._stop.is_set():
+            self._wake.wait(self.settings.heartbeat_s)
+            self._wake.clear()
             self._report()
 
 

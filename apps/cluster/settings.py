@@ -23,7 +23,8 @@ class ClusterSettings:
         drain_grace_s: on scale-down, how long a replica's sessions may run on before they are closed
             (close code 1001 and a reason).
         heartbeat_s: how often a replica reports its state to the front door.
-        dead_after_s: a replica not heard from for this long gets no new sessions.
+        dead_after_s: a replica not heard from for this long gets no new sessions (one late by more than
+            two heartbeats is probed first: a dead process refuses at once).
         stats_interval_s: the replicas' per-session ``stats`` period (as ``framegraph serve``).
         allowed_origins: browser origins allowed besides the front door's own.
         secret: signs admission tickets (generated per cluster; never sent to clients).
@@ -42,7 +43,7 @@ class ClusterSettings:
     max_bundles: int = 4
     drain_grace_s: float = 30.0
     heartbeat_s: float = 0.25
-    dead_after_s: float = 1.0
+    dead_after_s: float = 5.0
     stats_interval_s: float = 1.0
     allowed_origins: tuple[str, ...] = ()
     secret: str = field(default_factory=lambda: secrets.token_hex(16))

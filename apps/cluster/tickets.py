@@ -29,13 +29,20 @@ def issue(secret: str, replica: str, ttl_s: float = TICKET_TTL_S) -> tuple[str, 
     return f"{body}.{_sign(secret, body)}", nonce
 
 
+def nonce_of(ticket: str | None) -> str | None:
+    """The nonce part of a ticket (None for anything that is not one)."""
+    parts = (ticket or "").split(".")
+    return parts[2] if len(parts) == 4 else None
+
+
 class TicketBook:
-    """The replica's side: :meth:`redeem` each ticket at most once; :meth:`redeemed` lists the nonces
-    used lately (reported to the front door, which then stops counting them as reserved)."""
+    """The replica's side: :meth:`redeem` each ticket at most once; :meth:`settled` lists the nonces of
+    tickets whose handshake is long over (reported to the front door, which then stops counting them as
+    reserved: by then the session has started and counts itself, or never will)."""
 
     def __init__(self, secret: str, replica: str):
         self.secret, self.replica = secret, replica
-        self._used: dict[str, float] = {}  # nonce -> expiry (s, wall clock)
+        self._used: dict[str, tuple[float, float]] = {}  # nonce -> (expiry, redeemed at) (s, wall clock)
         self._lock = threading.Lock()
 
     def redeem(self, ticket: str | None) -> bool:
@@ -52,12 +59,14 @@ class TicketBook:
             return False
         now = time.time()
         with self._lock:
-            self._used = {n: e for n, e in self._used.items() if e > now - TICKET_TTL_S}
+            self._used = {n: (e, r) for n, (e, r) in self._used.items() if e > now - TICKET_TTL_S}
             if expires < now or nonce in self._used:
                 return False
-            self._used[nonce] = expires
+            self._used[nonce] = (expires, now)
         return True
 
-    def redeemed(self) -> list[str]:
+    def settled(self, after_s: float = 2.0) -> list[str]:
+        """Nonces redeemed at least ``after_s`` ago."""
+        now = time.time()
         with self._lock:
-            return list(self._used)
+            return [n for n, (_, redeemed) in self._used.items() if now - redeemed >= after_s]

@@ -103,6 +103,7 @@ class StreamServer:
         self.errors: collections.Counter = collections.Counter()
         self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
         self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
+        self.on_sessions_changed: Callable[[], None] | None = None  # called (on the loop) when one opens or ends
         self._server: Server | None = None
 
     # ---- life cycle -----------------------------------------------------------------------------
@@ -174,6 +175,7 @@ class StreamServer:
         session = Session(self, ws)
         self.sessions[session.id] = session
         self.sessions_total += 1
+        self._sessions_changed()
         log.info("session %s opened from %s", session.id, ws.remote_address)
         try:
             await session.run()
@@ -191,7 +193,12 @@ class StreamServer:
 
     def release(self, session: Session) -> None:
         """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""
-        self.sessions.pop(session.id, None)
+        if self.sessions.pop(session.id, None) is not None:
+            self._sessions_changed()
+
+    def _sessions_changed(self) -> None:
+        if self.on_sessions_changed is not None:
+            self.on_sessions_changed()
 
     def count_rejected(self, reason: str) -> None:
         self.rejected[reason] += 1

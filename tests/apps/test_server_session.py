@@ -283,59 +283,68 @@ def http_request(url: str, headers: dict | None = None) -> tuple[int, bytes]:
 
 # ---- hostile and out-of-order input -------------------------------------------------------------------
 
-def test_malformed_messages_get_errors_and_the_session_still_works():
-    good = pcm_message(0, tone(0.02))
-    cases = [
-        ("{not json", "bad_json"),
-        ("[1, 2]", "bad_json"),
-        (json.dumps({"type": 7}), "bad_message"),
-        (json.dumps({"type": "dance"}), "unknown_type"),
-        (json.dumps({"type": "start"}), "bad_message"),
-        (json.dumps({"type": "start", "pipeline": "scope", "options": [1]}), "bad_message"),
-        (json.dumps({"type": "start", "pipeline": "nope"}), "unknown_pipeline"),
-        (json.dumps({"type": "start", "pipeline": "scope", "options": {"size": "7x3"}}), "bad_option"),
-        (json.dumps({"type": "start", "pipeline": "scope", "options": {"colour": 1}}), "bad_option"),
-        (json.dumps({"type": "start", "pipeline": "scope", "options": {"fps": "fast"}}), "bad_option"),
-        (good, "out_of_order"),  # audio before start
-        (json.dumps({"type": "interrupt"}), "out_of_order"),
-        (json.dumps({"type": "pose", "matrix": [[1, 0], [0, 1]]}), "bad_message"),
-        ("x" * 100_000, "too_large"),
-    ]
-    after_start = [
-        (good[:30], "bad_binary"),  # shorter than the header
-        (good[:-10], "bad_binary"),  # truncated payload
-        (b"XX" + good[2:], "bad_binary"),  # bad magic
-        (good[:48] + b"\x01", "bad_binary"),  # length mismatch
-        (json.dumps({"type": "start", "pipeline": "scope"}), "out_of_order"),  # start twice
-        (json.dumps({"type": "pose", "matrix": np.eye(4).tolist()}), "unsupported"),
-        (json.dumps({"type": "config", "options": {"quality": 500}}), "bad_option"),
-    ]
+GOOD_PCM = pcm_message(0, tone(0.02))
+HOSTILE_BEFORE_START = [
+    ("{not json", "bad_json"),
+    ("[1, 2]", "bad_json"),
+    (json.dumps({"type": 7}), "bad_message"),
+    (json.dumps({"type": "dance"}), "unknown_type"),
+    (json.dumps({"type": "start"}), "bad_message"),
+    (json.dumps({"type": "start", "pipeline": "scope", "options": [1]}), "bad_message"),
+    (json.dumps({"type": "start", "pipeline": "nope"}), "unknown_pipeline"),
+    (json.dumps({"type": "start", "pipeline": "scope", "options": {"size": "7x3"}}), "bad_option"),
+    (json.dumps({"type": "start", "pipeline": "scope", "options": {"colour": 1}}), "bad_option"),
+    (json.dumps({"type": "start", "pipeline": "scope", "options": {"fps": "fast"}}), "bad_option"),
+    (GOOD_PCM, "out_of_order"),  # audio before start
+    (json.dumps({"type": "interrupt"}), "out_of_order"),
+    (json.dumps({"type": "pose", "matrix": [[1, 0], [0, 1]]}), "bad_message"),
+    ("x" * 100_000, "too_large"),
+]
+HOSTILE_AFTER_START = [
+    (GOOD_PCM[:30], "bad_binary"),  # shorter than the header
+    (GOOD_PCM[:-10], "bad_binary"),  # truncated payload
+    (b"XX" + GOOD_PCM[2:], "bad_binary"),  # bad magic
+    (GOOD_PCM[:48] + b"\x01", "bad_binary"),  # length mismatch
+    (json.dumps({"type": "start", "pipeline": "scope"}), "out_of_order"),  # start twice
+    (json.dumps({"type": "pose", "matrix": np.eye(4).tolist()}), "unsupported"),
+    (json.dumps({"type": "config", "options": {"quality": 500}}), "bad_option"),
+]
 
-    async def session(url):
-        async with connect(url) as ws:
-            codes = []
-            for message, _ in cases:
-                await ws.send(message)
-                reply = json.loads(await asyncio.wait_for(ws.recv(), 5))
-                codes.append(reply.get("code"))
-            await start(ws, "scope", size="96x64")
-            for message, _ in after_start:
-                await ws.send(message)
-            await ws.send(json.dumps({"type": "config", "options": {"quality": 50, "gain": 2.0}}))
-            await ws.send(json.dumps({"type": "ping", "id": 7}))
-            feeder = asyncio.create_task(stream_audio(ws, tone(0.5)))
-            got = await receive_all(ws)
-            await feeder
-            return codes, got
 
-    with running() as srv:
-        codes, got = run(session(srv.url))
-        other = run(short_card(srv.url))  # the server still serves another session
-    assert codes == [code for _, code in cases]
-    assert [m["code"] for m in of_type(got, "error")] == [code for _, code in after_start]
+async def hostile_session(url):
+    """One connection that sends every malformed message (before and after ``start``), then a valid
+    config, a ping and 0.5 s of audio: ``(error codes before start, everything received)``."""
+    async with connect(url) as ws:
+        codes = []
+        for message, _ in HOSTILE_BEFORE_START:
+            await ws.send(message)
+            reply = json.loads(await asyncio.wait_for(ws.recv(), 5))
+            codes.append(reply.get("code"))
+        await start(ws, "scope", size="96x64")
+        for message, _ in HOSTILE_AFTER_START:
+            await ws.send(message)
+        await ws.send(json.dumps({"type": "config", "options": {"quality": 50, "gain": 2.0}}))
+        await ws.send(json.dumps({"type": "ping", "id": 7}))
+        feeder = asyncio.create_task(stream_audio(ws, tone(0.5)))
+        got = await receive_all(ws)
+        await feeder
+        return codes, got
+
+
+def check_hostile_session(codes: list, got: dict) -> None:
+    """Each malformed message got its error code, and the session still did everything valid."""
+    assert codes == [code for _, code in HOSTILE_BEFORE_START]
+    assert [m["code"] for m in of_type(got, "error")] == [code for _, code in HOSTILE_AFTER_START]
     assert of_type(got, "config")[0]["applied"] == {"quality": 50, "gain": 2.0}
     assert of_type(got, "pong")[0]["id"] == 7
     assert 12 <= len(got["video"]) <= 13 and of_type(got, "ended")[-1]["reason"] == "stopped"
+
+
+def test_malformed_messages_get_errors_and_the_session_still_works():
+    with running() as srv:
+        codes, got = run(hostile_session(srv.url))
+        other = run(short_card(srv.url))  # the server still serves another session
+    check_hostile_session(codes, got)
     assert len(other["video"]) == 10
 
 

@@ -1,0 +1,249 @@
+"""framegraph on a real local Ray cluster (Ray Serve, CPU replicas, loopback): sessions spread by capacity
+and stay on one replica, a full cluster answers 503, the single server's rules hold through the front door,
+one Prometheus view, a killed replica, scaling with drain, autoscaling on live sessions."""
+import asyncio
+import json
+import os
+import signal
+import time
+
+import pytest
+from helpers import wait_for
+from test_server_session import check_hostile_session, hostile_session, http_request, start
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+pytest.importorskip("ray.serve")
+
+from framegraph.apps.cluster import ClusterSettings, start_cluster  # noqa: E402
+from framegraph.apps.cluster.replica import DRAIN_CODE  # noqa: E402
+
+FPS = 10
+GRACE_S = 2.0
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two CPU replicas of three session slots each, on a local Ray cluster of two cores."""
+    import ray
+
+    settings = ClusterSettings(port=0, replicas=2, sessions_per_replica=3, cpus_per_replica=0.5,
+                               drain_grace_s=GRACE_S, stats_interval_s=0.5)
+    c = start_cluster(settings, num_cpus=2)
+    try:
+        yield c
+    finally:
+        c.stop()
+        if ray.is_initialized():
+            ray.shutdown()
+
+
+def wait_idle(cluster) -> None:
+    """Until every replica reports no session: a replica frees a slot once the session's graph has
+    stopped and tells the front door at once."""
+    wait_for(lambda: all(r["sessions"] == 0 and r["pending"] == 0 for r in cluster.live()), 30, "an idle cluster")
+
+
+@pytest.fixture(autouse=True)
+def idle_cluster(cluster):
+    """Each test starts on an idle cluster."""
+    wait_idle(cluster)
+
+
+class Take:
+    """One test-card session as a client sees it: where it landed, its frames' arrival times, its end."""
+
+    def __init__(self):
+        self.port = None
+        self.session = None
+        self.frames: list[float] = []
+        self.ended = None
+        self.close_code = None
+        self.close_reason = ""
+        self.closed_at = None
+
+    def gap_s(self, after: float, before: float) -> float:
+        """Longest wait between frames that arrived in [after, before] (s)."""
+        times = [after] + [t for t in self.frames if after <= t <= before] + [before]
+        return max(b - a for a, b in zip(times, times[1:]))
+
+
+async def take(url: str, seconds: float, *, ready: asyncio.Event | None = None,
+               stop: asyncio.Event | None = None) -> Take:
+    """Run a test-card session of ``seconds`` through the front door (the client follows its 307); it
+    sends ``stop`` when ``stop`` is set."""
+    t = Take()
+    async with connect(url, open_timeout=20) as ws:
+        t.port = ws.remote_address[1]
+        msg = await start(ws, "testcard", size="64x48", fps=FPS, seconds=seconds)
+        t.session = msg["session"]
+        if ready is not None:
+            ready.set()
+        stopper = asyncio.create_task(_stop_when(ws, stop)) if stop is not None else None
+        try:
+            async for m in ws:
+                if isinstance(m, bytes):
+                    t.frames.append(time.monotonic())
+                elif json.loads(m)["type"] == "ended":
+                    t.ended = json.loads(m)["reason"]
+        except ConnectionClosed:
+            pass
+        if stopper is not None:
+            stopper.cancel()
+        t.close_code, t.close_reason, t.closed_at = ws.close_code, ws.close_reason or "", time.monotonic()
+    return t
+
+
+async def _stop_when(ws, stop: asyncio.Event) -> None:
+    await stop.wait()
+    try:
+        await ws.send(json.dumps({"type": "stop"}))
+    except ConnectionClosed:
+        pass
+
+
+def replica_ports(cluster) -> dict[int, dict]:
+    return {int(r["url"].rsplit(":", 1)[1].split("/")[0]): r for r in cluster.live()}
+
+
+def test_six_sessions_spread_by_capacity_each_on_one_replica_all_complete(cluster):
+    async def main():
+        tasks = [asyncio.create_task(take(cluster.url, 3.0)) for _ in range(6)]
+        await asyncio.sleep(2.0)
+        view = await asyncio.to_thread(cluster.view)
+        return await asyncio.gather(*tasks), view
+
+    takes, view = asyncio.run(main())
+    ports = replica_ports(cluster)
+    assert sorted(t.port for t in takes).count(sorted(ports)[0]) == 3  # three on each replica
+    assert {t.port for t in takes} == set(ports)
+    for t in takes:
+        holders = [r for r in view["replicas"] if t.session in r["session_ids"]]
+        assert len(holders) == 1 and str(t.port) in holders[0]["url"]  # the session lived on the replica it reached
+        assert t.ended == "finished" and len(t.frames) >= 0.8 * 3.0 * FPS  # ~30 frames each, to the end
+
+
+def test_a_full_cluster_answers_503_at_once_and_admits_again_when_a_slot_frees(cluster):
+    async def main():
+        readies = [asyncio.Event() for _ in range(6)]
+        tasks = [asyncio.create_task(take(cluster.url, 4.0, ready=r)) for r in readies]
+        await asyncio.wait_for(asyncio.gather(*(r.wait() for r in readies)), 30)
+        t0 = time.monotonic()
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(cluster.url, open_timeout=10)
+        refused_in = time.monotonic() - t0
+        place = await asyncio.to_thread(http_request, cluster.http_url + "place")
+        await asyncio.gather(*tasks)
+        await asyncio.to_thread(wait_idle, cluster)  # the replicas report the freed slots at once
+        after = await take(cluster.url, 0.5)
+        return refused.value.response, refused_in, place, after
+
+    response, refused_in, place, after = asyncio.run(main())
+    assert response.status_code == 503 and b"cluster full" in response.body and refused_in < 2.0
+    assert place[0] == 503
+    assert after.ended == "finished"
+
+
+def test_the_single_server_rules_hold_through_the_front_door(cluster):
+    codes, got = asyncio.run(hostile_session(cluster.url))
+    check_hostile_session(codes, got)
+
+    async def bad_avatar():
+        async with connect(cluster.url) as ws:
+            await ws.send(json.dumps({"type": "start", "pipeline": "avatar", "options": {"portrait": "nobody"}}))
+            return json.loads(await asyncio.wait_for(ws.recv(), 60))
+
+    reply = asyncio.run(bad_avatar())
+    assert reply["type"] == "error" and reply["code"] == "bad_option" and "astronaut" in reply["message"]
+    status, body = http_request(cluster.http_url + "nope.html")
+    assert status == 404
+
+
+def test_one_prometheus_view_of_the_cluster(cluster):
+    from prometheus_client.parser import text_string_to_metric_families
+
+    async def main():
+        readies = [asyncio.Event(), asyncio.Event()]
+        tasks = [asyncio.create_task(take(cluster.url, 2.5, ready=r)) for r in readies]
+        await asyncio.gather(*(r.wait() for r in readies))
+        await asyncio.sleep(1.0)
+        text = await asyncio.to_thread(cluster.metrics)
+        await asyncio.gather(*tasks)
+        return text
+
+    text = asyncio.run(main())
+    families = {f.name: f for f in text_string_to_metric_families(text)}  # a real parser: the text is valid
+    sessions = {s.labels["replica"]: s.value for s in families["framegraph_cluster_replica_sessions"].samples}
+    assert len(sessions) == 2 and sum(sessions.values()) == 2
+    stage = families["framegraph_stage_latency_seconds"].samples
+    assert {s.labels["replica"] for s in stage} == set(sessions)  # both replicas' graphs, labelled
+    assert text.count("# TYPE framegraph_stage_latency_seconds ") == 1
+
+
+def test_a_killed_replica_ends_its_sessions_at_once_and_the_others_keep_streaming(cluster):
+    async def main():
+        readies = [asyncio.Event() for _ in range(4)]
+        tasks = [asyncio.create_task(take(cluster.url, 8.0, ready=r)) for r in readies]
+        await asyncio.gather(*(r.wait() for r in readies))
+        await asyncio.sleep(0.5)
+        victim = (await asyncio.to_thread(cluster.live))[0]
+        killed_at = time.monotonic()
+        os.kill(victim["pid"], signal.SIGKILL)
+        await asyncio.sleep(0.6)  # more than two heartbeats: the front door probes it, and it refuses
+        try:
+            newcomer = await take(cluster.url, 0.5)
+        except InvalidStatus as exc:
+            raise AssertionError(f"{exc.response.body} {await asyncio.to_thread(cluster.view)}") from None
+        return victim, killed_at, newcomer, await asyncio.gather(*tasks)
+
+    victim, killed_at, newcomer, takes = asyncio.run(main())
+    port = int(victim["url"].rsplit(":", 1)[1].split("/")[0])
+    lost = [t for t in takes if t.port == port]
+    kept = [t for t in takes if t.port != port]
+    assert len(lost) == 2 and len(kept) == 2
+    for t in lost:
+        assert t.close_code == 1006 and t.closed_at - killed_at < 2.0  # ended within 2 s, connection lost
+    for t in kept:
+        assert t.ended == "finished" and t.gap_s(killed_at, killed_at + 3.0) < 1.0  # no stall
+    assert newcomer.port != port and newcomer.ended == "finished"
+    cluster.wait_for_replicas(2, timeout_s=90)  # Serve starts a replacement, which reports in
+
+
+def test_autoscaling_on_live_sessions_1_2_1_with_the_drain_honoured(cluster):
+    settings = ClusterSettings(port=0, replicas=1, min_replicas=1, max_replicas=2, sessions_per_replica=3,
+                               target_fill=0.75, cpus_per_replica=0.5, drain_grace_s=GRACE_S, stats_interval_s=0.5)
+    auto = start_cluster(settings)  # replaces the fixed-size application on the same Ray cluster
+    wait_for(lambda: [r["capacity"] for r in auto.live()] == [3], 120, "the autoscaled application alone")
+
+    async def main():
+        stops = [asyncio.Event() for _ in range(4)]
+        readies = [asyncio.Event() for _ in range(4)]
+        tasks = [asyncio.create_task(take(auto.url, 120.0, ready=readies[i], stop=stops[i])) for i in range(3)]
+        await asyncio.gather(*(r.wait() for r in readies[:3]))  # 3 sessions on a replica of 3: want 2 replicas
+        await asyncio.to_thread(wait_for, lambda: len(auto.live()) == 2, 90, "a second replica")
+        tasks.append(asyncio.create_task(take(auto.url, 120.0, ready=readies[3], stop=stops[3])))
+        await readies[3].wait()  # on the new replica: it has every slot free
+        stops[0].set()
+        stops[1].set()  # 2 sessions left, one per replica: want 1 replica
+        await asyncio.to_thread(wait_for, lambda: len(auto.live()) == 1, 60, "a replica draining")
+        drain_seen = time.monotonic()
+        during = await take(auto.url, 0.5)
+        await asyncio.sleep(GRACE_S + 2)
+        stops[2].set()
+        stops[3].set()
+        return drain_seen, during, await asyncio.gather(*tasks)
+
+    drain_seen, during, takes = asyncio.run(main())
+    stayer = auto.live()[0]["url"]
+    assert takes[3].port != takes[0].port == takes[1].port == takes[2].port  # the 4th went to the new replica
+    assert takes[0].ended == takes[1].ended == "stopped"
+    cut = [t for t in takes[2:] if t.close_code == DRAIN_CODE]
+    kept = [t for t in takes[2:] if t.close_code != DRAIN_CODE]
+    assert len(cut) == 1 and len(kept) == 1  # the stopped replica's session, and the stayer's
+    assert "draining" in cut[0].close_reason and len(cut[0].frames) > 0
+    assert kept[0].ended == "stopped" and str(kept[0].port) in stayer
+    assert kept[0].gap_s(drain_seen, drain_seen + GRACE_S + 1) < 1.0  # the stayer's session never stalled
+    assert all(t.close_code != 1006 for t in takes)  # nothing lost without a reason
+    assert str(during.port) in stayer and during.ended == "finished"

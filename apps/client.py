@@ -290,7 +290,7 @@ def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, 
     frames_ns = tally.frames_ns
     span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
     return {
-        "url": url, "server_address": "%s:%d" % tuple(ws.remote_address[:2]), "close": close_of(ws),
+        "url": url, "server_address": "{}:{}".format(*ws.remote_address[:2]), "close": close_of(ws),
         "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
         "audio_messages_sent": tally.audio_sent,

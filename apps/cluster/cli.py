@@ -74,9 +74,9 @@ def run(args: argparse.Namespace) -> int:
         ray.init(include_dashboard=False, log_to_driver=False, configure_logging=False)
     settings = settings_from_args(args, ray.cluster_resources().get("GPU", 0.0))
     settings.validate()
+    scaling = f" (autoscaling up to {settings.max_replicas})" if settings.autoscaling else ""
     print(f"framegraph cluster: starting {settings.replicas} replica(s) × {settings.sessions_per_replica} sessions"
-          f"{' (autoscaling up to %d)' % settings.max_replicas if settings.autoscaling else ''} ...",
-          file=sys.stderr, flush=True)
+          f"{scaling} ...", file=sys.stderr, flush=True)
     cluster = start_cluster(settings)
     print(f"framegraph cluster: page {cluster.http_url}  WebSocket {cluster.url}  metrics {cluster.http_url}metrics"
           f"  replicas {cluster.http_url}cluster", file=sys.stderr, flush=True)

@@ -60,8 +60,8 @@ class Cluster:
         return self.url.replace("ws://", "http://", 1).removesuffix("/ws") + "/"
 
     def view(self) -> dict:
-        """The front door's view (``/cluster``): every replica's state."""
-        return self.gateway.view.remote().result(timeout_s=10)
+        """The front door's view (``GET /cluster``): every replica's state."""
+        return json.loads(self._get("cluster"))
 
     def live(self) -> list[dict]:
         return [r for r in self.view()["replicas"] if r["alive"] and not r["draining"]]
@@ -78,8 +78,12 @@ class Cluster:
             time.sleep(0.2)
 
     def metrics(self) -> str:
+        """The cluster's Prometheus text (``GET /metrics``)."""
+        return self._get("metrics")
+
+    def _get(self, path: str) -> str:
         headers = {"Authorization": f"Bearer {self.settings.token}"} if self.settings.token else {}
-        with urllib.request.urlopen(urllib.request.Request(self.http_url + "metrics", headers=headers), timeout=10) as r:
+        with urllib.request.urlopen(urllib.request.Request(self.http_url + path, headers=headers), timeout=10) as r:
             return r.read().decode()
 
     def stop(self) -> None:

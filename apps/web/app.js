@@ -103,18 +103,47 @@ function parseHeader(buf) {
 let useMic = true;  // false: the session gets silence (and fed clips) instead of the microphone
 const liveConfig = {};  // live options set through fg.config, re-sent after every ready
 
-function start(opts = {}) {
-  if (ws) return;
+let placing = false;  // asking a cluster's front door where to connect (see placed())
+
+// A cluster's front door (framegraph cluster) names the replica to connect to at /place; a single server
+// has no /place (404) and is connected to directly. Null (and a message) when the cluster is full.
+async function placed(url) {
+  const place = new URL("/place", url);
+  place.protocol = url.protocol === "wss:" ? "https:" : "http:";
+  place.search = url.search;
+  let r;
+  try {
+    r = await fetch(place, { cache: "no-store" });
+  } catch (e) {
+    return url;  // not reachable over HTTP from this page: try the WebSocket itself
+  }
+  const json = (r.headers.get("content-type") || "").startsWith("application/json");
+  if (r.ok && json) return new URL((await r.json()).url);
+  if (r.ok || r.status === 404) return url;  // not a front door
+  log(`cannot start: ${(await r.text()).trim()} (HTTP ${r.status})`, "err");
+  return null;
+}
+
+async function start(opts = {}) {
+  if (ws || placing) return;
+  const target = new URL($("url").value);
+  if (params.get("token")) target.searchParams.set("token", params.get("token"));
+  // The AudioContext is made (or resumed) here, inside the click: browsers keep one made later suspended.
+  if (!audio) audio = new AudioContext({ latencyHint: "interactive" });
+  audio.resume().catch(() => {});
+  placing = true;
+  let url;
+  try {
+    url = await placed(target);
+  } finally {
+    placing = false;
+  }
+  if (!url || ws) return;
   useMic = opts.mic !== false;
-  const url = new URL($("url").value);
-  if (params.get("token")) url.searchParams.set("token", params.get("token"));
   resetMeasures();
   playback.base = null;
   orbit.on = false;
   view.classList.remove("orbit");
-  // The AudioContext is made (or resumed) here, inside the click: browsers keep one made later suspended.
-  if (!audio) audio = new AudioContext({ latencyHint: "interactive" });
-  audio.resume().catch(() => {});
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {

@@ -12,6 +12,7 @@ grace plus a margin before it is killed.
 """
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 import urllib.request
@@ -116,14 +117,14 @@ def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_
     if own_ray:
         ray.init(address=address, num_cpus=None if address else num_cpus, include_dashboard=False,
                  log_to_driver=False, configure_logging=False)
-    serve.start(http_options={"location": "NoServer"})
+    serve.start(proxy_location="Disabled")  # the front door listens itself; no Serve HTTP proxy
     serve.run(application(settings), name=APP, route_prefix=None, blocking=False)
     gateway = serve.get_deployment_handle("gateway", app_name=APP)
     url = None
     deadline = time.monotonic() + wait_s
     while url is None:
         try:
-            url = gateway.view.remote().result(timeout_s=5)["url"]
+            url = _off_loop(lambda: gateway.view.remote().result(timeout_s=5))["url"]
         except Exception:  # noqa: BLE001 - the front door is still starting
             if time.monotonic() > deadline:
                 raise
@@ -131,6 +132,13 @@ def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_
     cluster = Cluster(settings, gateway, url, own_ray)
     cluster.wait_for_replicas(settings.replicas, timeout_s=max(1.0, deadline - time.monotonic()))
     return cluster
+
+
+def _off_loop(call):
+    """``call()`` on a short-lived thread: Serve's blocking ``.result()`` refuses to run on a thread that has
+    an asyncio loop running (a Jupyter cell, Playwright's sync API), and the caller may be one."""
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        return pool.submit(call).result()
 
 
 def describe(view: dict) -> str:

@@ -2,6 +2,7 @@
 
     framegraph bench server --out benchmarks/results/cpu/server.json            # 100 sessions + 10-min soak
     framegraph bench server --out /tmp/server.json --quick                       # small, a smoke test
+    framegraph bench server --cluster --replicas 1,2 --out FILE.json             # on Ray Serve: see cluster.py
 
 A real server runs in this process on a loopback port (``serve_in_thread``) and a real WebSocket client
 (``framegraph client``'s ``stream_session``) talks to it, so the RSS figures cover both. Two phases:
@@ -22,6 +23,7 @@ import time
 
 import numpy as np
 
+from . import cluster
 from .measure import rss_bytes, summary_ms
 from .meta import add_out_argument, bench_metadata, write_result
 from .speech import speech_like
@@ -103,11 +105,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
     p.add_argument("--soak-seconds", type=float, default=600.0, help="soak length (default 600 = 10 min)")
     p.add_argument("--quick", action="store_true", help="10 sessions and a 6 s soak (a smoke test)")
+    cluster.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:
     from ..server.app import ServerConfig, serve_in_thread
 
+    if args.cluster:
+        return cluster.run(args)
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
     if sessions < 2 or soak <= 0:
         raise ValueError("--sessions must be >= 2 and --soak-seconds > 0")

@@ -10,7 +10,7 @@
 - :mod:`.deploy`: :func:`start_cluster` / :class:`Cluster`.
 
 Needs ``ray[serve]`` (``pip install framegraph[cluster]``); nothing here is imported by the rest of
-framegraph.
+framegraph but `framegraph bench server --cluster` (lazily).
 """
 from .deploy import APP, Cluster, start_cluster
 from .settings import ClusterSettings

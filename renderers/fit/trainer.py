@@ -28,6 +28,7 @@ from torch import Tensor
 
 from ..cameras import camera_centers
 from ..gaussians import GaussianScene, rasterize, save_ply
+from ..posed_images import focus_bounds
 from .data import PosedImages
 from .densify import DensifyConfig, DensifyState, refine, reset_opacity
 from .losses import fit_loss, psnr, ssim
@@ -132,20 +133,6 @@ def scene_scale_of(viewmats: Tensor) -> float:
     """gsplat's scene scale: 1.1 x the largest distance of a camera centre from their mean."""
     c = camera_centers(viewmats.double())
     return 1.1 * float((c - c.mean(0)).norm(dim=-1).max().clamp(min=1e-6))
-
-
-def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]:
-    """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
-    all optical axes, with half-size ``extent x`` the median camera distance to it."""
-    v = viewmats.double()
-    centers = camera_centers(v)
-    axes = v[:, 2, :3]  # camera +z in world coordinates (rows of R)
-    eye = torch.eye(3, dtype=torch.float64)
-    P = eye - axes[:, :, None] * axes[:, None, :]  # projectors onto each axis' normal plane
-    A, b = P.sum(0), (P @ centers[:, :, None]).sum(0)[:, 0]
-    focus = torch.linalg.lstsq(A, b).solution if len(v) > 1 else centers[0] + axes[0]
-    half = extent * float((centers - focus).norm(dim=-1).median())
-    return (focus - half).float(), (focus + half).float()
 
 
 class Fitter:

@@ -359,7 +359,9 @@ def undistort(img: np.ndarray, K: Tensor, coefficients: Sequence[float], fisheye
     h, w = img.shape[:2]
     key = (w, h, tuple(K.flatten().tolist()), tuple(coefficients), fisheye)
     if key not in _UNDISTORT_MAPS:
-        K_cv, dist = K.double().numpy(), np.asarray(coefficients, np.float64)
+        # OpenCV puts pixel centres at integers, framegraph (and COLMAP, nerfstudio) at +0.5
+        half = np.array([[0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]])
+        K_cv, dist = K.double().numpy() - half, np.asarray(coefficients, np.float64)
         if fisheye:
             new_K = cv2.fisheye.estimateNewCameraMatrixForUndistortRectify(K_cv, dist, (w, h), np.eye(3), balance=0.0)
             maps = cv2.fisheye.initUndistortRectifyMap(K_cv, dist, np.eye(3), new_K, (w, h), cv2.CV_32FC1)
@@ -368,7 +370,7 @@ def undistort(img: np.ndarray, K: Tensor, coefficients: Sequence[float], fisheye
             maps = cv2.initUndistortRectifyMap(K_cv, dist, None, new_K, (w, h), cv2.CV_32FC1)
         if len(_UNDISTORT_MAPS) > 16:
             _UNDISTORT_MAPS.clear()
-        _UNDISTORT_MAPS[key] = (*maps, torch.from_numpy(np.asarray(new_K)).float())
+        _UNDISTORT_MAPS[key] = (*maps, torch.from_numpy(np.asarray(new_K) + half).float())
     map_x, map_y, new_K = _UNDISTORT_MAPS[key]
     out = cv2.remap(img, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
     return out.astype(np.float32), new_K.clone()

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 from PIL import Image
-
 from posed_captures import SUBJECT, arc_cameras, render_view, subject_scene, write_capture
 
 from framegraph.renderers.cameras import camera_centers

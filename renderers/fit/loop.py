@@ -77,9 +77,8 @@ class TrainingRun:
                 while self.step < end and not interrupted.is_set():
                     out = self.train_step()
                     recent = (recent + [out["psnr"]])[-50:]
+                    bar.set_postfix(psnr=f"{sum(recent) / len(recent):.2f}", **self.progress_postfix(), refresh=False)
                     bar.update(1)
-                    if self.step % 10 == 0 or self.step == end:
-                        bar.set_postfix(psnr=f"{sum(recent) / len(recent):.2f}", **self.progress_postfix())
                     if self.step % 100 == 0:
                         self.history.append({"step": self.step, "event": "train",
                                              "psnr": round(sum(recent) / len(recent), 3),

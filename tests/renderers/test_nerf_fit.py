@@ -185,9 +185,9 @@ def test_transforms_json_round_trip_and_fit_command(tmp_path):
     import numpy as np
     from PIL import Image
 
+    from framegraph.apps.fit_nerf import add_arguments, run
     from framegraph.renderers.cameras import OPENGL_TO_OPENCV
     from framegraph.renderers.nerf import is_nerf_dir, load_transforms
-    from framegraph.apps.fit_nerf import add_arguments, run
 
     scene, W = tiny_scene(), 16
     views = sphere_views(3, width=W, height=W, radius=2.0)

@@ -7,8 +7,10 @@ Camera file: nerfstudio-style ``transforms.json`` (OpenGL camera-to-world
 ``transform_matrix`` per frame, ``fl_x fl_y cx cy w h`` in pixels); see
 ``framegraph.renderers.fit.data`` for the full format. Every ``--held-out-every``-th
 image is held out and scored at the end. Writes ``OUT.ply`` plus
-``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from)
-and a JSON report (``OUT.report.json`` unless ``--report`` says otherwise).
+``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from,
+saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and a JSON
+report (``OUT.report.json`` unless ``--report`` says otherwise). ``framegraph
+fit-nerf`` (``fit_nerf.py``) shares the run options and the report header.
 """
 from __future__ import annotations
 

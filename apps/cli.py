@@ -50,9 +50,9 @@ COMMANDS = {
                "Write the ONNX files of an avatar bundle's audio encoder, DiT and VAE decoder, every stream state an "
                "explicit input/output, with a manifest tied to the bundle (a stale export is refused)."),
     "fit": ("framegraph.apps.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply", None),
-    "fit-nerf": ("framegraph.renderers.nerf.cli", "train an instant-ngp-style NeRF from posed images → NeRF directory",
-                 "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json; render the result "
-                 "with `framegraph render --scene OUT_DIR`."),
+    "fit-nerf": ("framegraph.apps.fit_nerf", "train an instant-ngp-style NeRF from posed images → NeRF directory",
+                 "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json, with checkpoints, "
+                 "--resume and Ctrl-C that saves; render the result with `framegraph render --scene OUT_DIR`."),
     "demo": ("framegraph.apps.demo", "live demo in the browser (Gradio + low-latency WebSocket player)",
              "Gradio page over the streaming server: microphone, typed text or a file in; live video at sub-second "
              "delay out; each take recorded to MP4. Binds 127.0.0.1."),

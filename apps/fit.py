@@ -7,8 +7,10 @@ Camera file: nerfstudio-style ``transforms.json`` (OpenGL camera-to-world
 ``transform_matrix`` per frame, ``fl_x fl_y cx cy w h`` in pixels); see
 ``framegraph.renderers.fit.data`` for the full format. Every ``--held-out-every``-th
 image is held out and scored at the end. Writes ``OUT.ply`` plus
-``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from)
-and a JSON report (``OUT.report.json`` unless ``--report`` says otherwise).
+``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from,
+saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and a JSON
+report (``OUT.report.json`` unless ``--report`` says otherwise). ``framegraph
+fit-nerf`` (``fit_nerf.py``) shares the run options and the report header.
 """
 from __future__ import annotations
 
@@ -45,8 +47,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--steps", type=positive_int, default=3000, help="optimisation steps (default 3000)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--resume", action="store_true",
-                   help="continue from OUT.fit.json / OUT.fit.safetensors (same data and options)")
     p.add_argument("--sh-degree", type=int, choices=[0, 1, 2, 3], default=3, help="final SH degree (default 3)")
     p.add_argument("--init", choices=["random", "points"], default="random",
                    help="start from random points in the scene bounds, or (with --synthetic) from the "
@@ -61,12 +61,47 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--views", type=positive_int, default=32, help="(with --synthetic) training views (default 32)")
     p.add_argument("--size", type=video_size, default=(128, 96),
                    help="(with --synthetic) WIDTHxHEIGHT of the rendered views (default 128x96)")
-    p.add_argument("--checkpoint-every", type=positive_int, default=None,
-                   help="also save the checkpoint every N steps (it is always saved at the end)")
     p.add_argument("--report", help="where to write the JSON report (default OUT.report.json)")
+    add_run_arguments(p, "OUT.fit.json / OUT.fit.safetensors")
+
+
+def add_run_arguments(p: argparse.ArgumentParser, checkpoint: str) -> None:
+    """The options of a fit's run that ``fit`` and ``fit-nerf`` share (``checkpoint`` names its files)."""
+    p.add_argument("--resume", action="store_true",
+                   help=f"continue from {checkpoint} (same data and options; a larger --steps continues the run)")
+    p.add_argument("--checkpoint-every", type=positive_int, default=None,
+                   help="also save the checkpoint every N steps (it is always saved at the end, and on Ctrl-C)")
     p.add_argument("--threads", type=positive_int, default=None,
                    help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+
+def start_device(args: argparse.Namespace) -> str:
+    """Apply ``--threads`` and resolve ``--device`` (default cuda when available); refuses cuda without it."""
+    import torch
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
+    return device
+
+
+def report_header(command: str, device: str) -> dict:
+    """What every fit report starts with: the exact command, git commit, date, versions, CPUs and threads."""
+    import torch
+
+    from .bench.meta import git_commit
+
+    return {
+        "command": " ".join(["framegraph", command] + sys.argv[2:]) if sys.argv[1:2] == [command]
+        else " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "git_commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "versions": {"python": platform.python_version(), "torch": torch.__version__},
+        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
+        "cuda_device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else None,
+    }
 
 
 def load_data(args: argparse.Namespace):
@@ -90,7 +125,8 @@ def load_data(args: argparse.Namespace):
     cameras = args.cameras or os.path.join(args.images, "transforms.json")
     if not args.cameras and not os.path.isfile(cameras):
         raise ValueError(f"--images {args.images}: no --cameras given and no transforms.json in that folder")
-    data = load_transforms(cameras, args.images, background=args.background, downscale=args.downscale)
+    data = load_transforms(cameras, args.images, background=args.background, downscale=args.downscale,
+                           min_images=2 if args.held_out_every else 1)
     train, held = data.split(args.held_out_every)
     if len(train) == 0:
         raise ValueError(f"{cameras}: no training images left after holding out every "
@@ -104,17 +140,11 @@ def run(args: argparse.Namespace) -> int:
     from framegraph.renderers.fit import FitConfig, Fitter
     from framegraph.renderers.fit.densify import DensifyConfig
 
-    from .bench.meta import git_commit
-
     if not args.out.lower().endswith(".ply"):
         raise ValueError(f"--out {args.out!r}: expected a .ply file name")
     if args.cameras and not args.images:
         raise ValueError("--cameras goes with --images")
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    if torch.device(device).type == "cuda" and not torch.cuda.is_available():
-        raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
+    device = start_device(args)
     train, held, kwargs = load_data(args)
     prefix = args.out[:-4]
     if args.resume:
@@ -128,23 +158,12 @@ def run(args: argparse.Namespace) -> int:
     print(f"fitting {len(train)} views {train.width}x{train.height} from {train.source} on {device}: "
           f"{fitter.n} Gaussians to start, {args.steps} steps", file=sys.stderr)
     t0, cpu0 = time.perf_counter(), time.process_time()
-    try:
-        fitter.run(args.steps, progress=not args.no_progress, checkpoint=prefix,
-                   checkpoint_every=args.checkpoint_every, desc=f"fit {os.path.basename(args.out)}")
-    except KeyboardInterrupt:
-        fitter.save(prefix)
-        print(f"interrupted at step {fitter.step}: saved {args.out} (continue with --resume)", file=sys.stderr)
-        raise
+    # Ctrl-C: the step in flight finishes, the checkpoint is saved, KeyboardInterrupt reaches main()
+    fitter.run(args.steps, progress=not args.no_progress, checkpoint=prefix,
+               checkpoint_every=args.checkpoint_every, desc=f"fit {os.path.basename(args.out)}")
     run_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
 
-    report = {
-        "command": " ".join(["framegraph", "fit"] + sys.argv[2:]) if sys.argv[1:2] == ["fit"]
-        else " ".join([os.path.basename(sys.executable)] + sys.argv),
-        "git_commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
-        "versions": {"python": platform.python_version(), "torch": torch.__version__},
-        "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
-        "cuda_device": torch.cuda.get_device_name() if torch.device(device).type == "cuda" else None,
-    }
+    report = report_header("fit", device)
     report.update({
         "out": args.out, "data": train.source, "device": str(device), "seed": fitter.cfg.seed,
         "steps": fitter.step, "size": [train.width, train.height], "train_views": len(train),

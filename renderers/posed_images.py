@@ -24,9 +24,20 @@ Format::
   per frame (overriding the top level). When ``w``/``h`` are given the images must have that size.
 - ``file_path`` is looked up relative to the images folder (then with its first folder stripped, then
   with ``.png`` / ``.jpg`` appended: the Blender scenes write ``./train/r_0`` without an extension).
+  Frames whose image is not there are skipped, as instant-ngp does, with one warning that counts them
+  (instant-ngp's fox lists 67 frames and ships 50 images); too few left (``min_images``) is an error.
 - RGBA images are composited over ``background``.
-- Lens distortion (``k1 k2 p1 p2``) is not modelled: a file with non-zero distortion is accepted with a
-  warning; undistort the images for best results.
+- Lens distortion (OpenCV ``k1 k2 p1 p2`` and ``k3``; with ``"is_fisheye": true`` or
+  ``"camera_model": "OPENCV_FISHEYE"`` the fisheye ``k1 k2 k3 k4``), top level or per frame, is undone
+  on load: each image is resampled to a pinhole camera (``cv2.initUndistortRectifyMap``) whose
+  intrinsics keep only valid pixels (``getOptimalNewCameraMatrix`` with alpha 0, same size), and
+  :attr:`PosedImages.Ks` are those new intrinsics.
+- The scene box: instant-ngp maps a world point ``p`` to ``p * scale + offset`` and marches the cube of
+  side ``aabb_scale`` centred on ``(0.5, 0.5, 0.5)`` there (defaults ``scale`` 0.33, ``offset`` 0.5,
+  ``aabb_scale`` 1; an ``"aabb": [[min], [max]]`` sets ``scale`` and ``offset`` so that box becomes the
+  unit cube). A file with any of these keys gets that box, in world units, as
+  :attr:`PosedImages.scene_box`; without them :meth:`PosedImages.suggested_aabb` centres a box on the
+  point the cameras look at (:func:`focus_bounds`).
 
 Every error is a :class:`DatasetError` whose message names the file and the problem.
 """
@@ -48,6 +59,8 @@ from .cameras import OPENGL_TO_OPENCV, camera_centers, read_json_object
 PathLike = str | os.PathLike
 _IMAGE_EXTS = (".png", ".jpg", ".jpeg", ".PNG", ".JPG", ".JPEG")
 _DISTORTION = ("k1", "k2", "k3", "k4", "p1", "p2")
+_INTRINSICS = ("w", "h", "fl_x", "fl_y", "cx", "cy", "camera_angle_x", *_DISTORTION, "is_fisheye", "camera_model")
+NGP_SCALE, NGP_OFFSET, NGP_MAX_AABB_SCALE = 0.33, 0.5, 128  # instant-ngp's defaults and its largest aabb_scale
 
 
 class DatasetError(ValueError):
@@ -65,6 +78,8 @@ class PosedImages:
         names: one label per image (the ``file_path`` as written in the JSON, or ``view_007``).
         source: where the data came from (for reports).
         files: the image files read, resolved (empty for images that came from no file).
+        scene_box: ``[xmin, ymin, zmin, xmax, ymax, zmax]`` in world units from the file's instant-ngp
+            keys (``aabb_scale``, ``scale``, ``offset``, ``aabb``; module docstring), or None.
     """
 
     images: Tensor
@@ -73,6 +88,7 @@ class PosedImages:
     names: list[str] = field(default_factory=list)
     source: str = ""
     files: list[str] = field(default_factory=list)
+    scene_box: list[float] | None = None
 
     def __post_init__(self) -> None:
         n = self.images.shape[0]
@@ -100,7 +116,7 @@ class PosedImages:
     def subset(self, idx: Sequence[int]) -> PosedImages:
         idx = list(idx)
         return PosedImages(self.images[idx], self.viewmats[idx], self.Ks[idx], [self.names[i] for i in idx],
-                           self.source, [self.files[i] for i in idx] if self.files else [])
+                           self.source, [self.files[i] for i in idx] if self.files else [], self.scene_box)
 
     def split(self, every: int) -> tuple[PosedImages, PosedImages]:
         """``(train, held_out)``: every ``every``-th image (0, every, 2 every, ...) is held out (every=0: none)."""
@@ -109,18 +125,33 @@ class PosedImages:
         train = [i for i in range(n) if i not in set(held)]
         return self.subset(train), self.subset(held)
 
-    def suggested_aabb(self, scale: float = 0.4) -> list[float]:
-        """A cube around the cameras' centroid, ``scale`` × their mean distance from it in half-size
-        (cameras looking inwards at an object; 0.4 puts the Blender scenes' [-1.5, 1.5] box inside)."""
-        centers = camera_centers(self.viewmats.double())
-        c = centers.mean(0)
-        h = scale * float((centers - c).norm(dim=-1).mean())
-        return [*(c - h).tolist(), *(c + h).tolist()]
+    def suggested_aabb(self, extent: float = 0.4) -> list[float]:
+        """The scene box ``[xmin, ymin, zmin, xmax, ymax, zmax]``: :attr:`scene_box` when the file set one,
+        else the cube of :func:`focus_bounds` (centred on the point the cameras look at, half-size
+        ``extent`` × their median distance to it; 0.4 puts the Blender scenes' [-1.5, 1.5] box inside)."""
+        if self.scene_box is not None:
+            return list(self.scene_box)
+        lo, hi = focus_bounds(self.viewmats, extent)
+        return [*lo.tolist(), *hi.tolist()]
+
+
+def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]:
+    """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
+    all optical axes, with half-size ``extent x`` the median camera distance to it."""
+    v = viewmats.double()
+    centers = camera_centers(v)
+    axes = v[:, 2, :3]  # camera +z in world coordinates (rows of R)
+    eye = torch.eye(3, dtype=torch.float64)
+    P = eye - axes[:, :, None] * axes[:, None, :]  # projectors onto each axis' normal plane
+    A, b = P.sum(0), (P @ centers[:, :, None]).sum(0)[:, 0]
+    focus = torch.linalg.lstsq(A, b).solution if len(v) > 1 else centers[0] + axes[0]
+    half = extent * float((centers - focus).norm(dim=-1).median())
+    return (focus - half).float(), (focus + half).float()
 
 
 def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
                     background: Sequence[float] = (0.0, 0.0, 0.0), downscale: int = 1,
-                    limit: int | None = None) -> PosedImages:
+                    limit: int | None = None, min_images: int = 1) -> PosedImages:
     """Read a ``transforms.json`` and its images (format in the module docstring).
 
     Args:
@@ -128,11 +159,14 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
         images_dir: folder the ``file_path`` entries are relative to (default: the JSON's folder).
         background: RGB in [0, 1] under transparent pixels of RGBA images.
         downscale: integer factor to shrink images (box average) and intrinsics by, e.g. 4 for a
-            quick CPU fit.
+            quick CPU fit (after undistorting at full size).
         limit: read only the first ``limit`` frames (None: all).
+        min_images: fewest frames with an image that are enough; frames without one are skipped with
+            a warning, fewer than this left is an error.
 
-    Raises :class:`DatasetError` naming the file and the problem (missing or unreadable images,
-    sizes that disagree with the JSON or with each other, malformed JSON, missing poses or intrinsics).
+    Raises :class:`DatasetError` naming the file and the problem (too few images found, unreadable
+    images, sizes that disagree with the JSON or with each other, malformed JSON, missing poses or
+    intrinsics, bad distortion coefficients or scene box keys).
     """
     path = Path(cameras)
     root = Path(images_dir) if images_dir is not None else path.parent
@@ -153,32 +187,40 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
     if not isinstance(frames, list) or not frames:
         raise fail("needs a non-empty 'frames' list")
     frames = frames[:limit] if limit else frames
-    try:
-        distorted = any(float(doc.get(k, 0) or 0) != 0 for k in _DISTORTION)
-    except (TypeError, ValueError):
-        raise fail(f"lens distortion coefficients {_DISTORTION} must be numbers") from None
-    if distorted:
-        print(f"warning: {path}: lens distortion (k1/k2/p1/p2) is ignored; undistorted images fit better",
-              file=sys.stderr)
+    scene_box = ngp_scene_box(doc, fail)
 
-    images, viewmats, Ks, names, files = [], [], [], [], []
-    size = None
+    found, missing = [], []  # (index, frame, image path), file_path
     for i, frame in enumerate(frames):
         where = f"frames[{i}]"
         if not isinstance(frame, dict):
             raise fail(f"{where} must be an object")
-        if "transform_matrix" not in frame:
-            raise fail(f"{where}.transform_matrix is missing (a 4x4 camera-to-world matrix, OpenGL axes)")
-        c2w = _matrix(frame["transform_matrix"], lambda p: fail(f"{where}.transform_matrix {p}"))
         file_path = frame.get("file_path")
         if not isinstance(file_path, str) or not file_path:
             raise fail(f"{where} has no 'file_path'")
         image_path = _find_image(root, file_path)
         if image_path is None:
-            raise fail(f"{where}: image {file_path!r} not found under {root}")
+            missing.append(file_path)
+        else:
+            found.append((i, frame, image_path))
+    if len(found) < min_images:
+        first = f" (first missing: {missing[0]!r})" if missing else ""
+        raise fail(f"only {len(found)} of {len(frames)} frames have their image under {root}{first}; "
+                   f"need at least {min_images} (is the images folder right?)")
+    if missing:
+        print(f"warning: {path}: skipping {len(missing)} of {len(frames)} frames whose image is not under "
+              f"{root} (first: {missing[0]!r}); fitting the {len(found)} found", file=sys.stderr)
+
+    images, viewmats, Ks, names, files = [], [], [], [], []
+    size = None
+    undistorted = 0
+    for i, frame, image_path in found:
+        where = f"frames[{i}]"
+        if "transform_matrix" not in frame:
+            raise fail(f"{where}.transform_matrix is missing (a 4x4 camera-to-world matrix, OpenGL axes)")
+        c2w = _matrix(frame["transform_matrix"], lambda p, where=where: fail(f"{where}.transform_matrix {p}"))
         img = _read_image(image_path, background)
         h, w = img.shape[:2]
-        intr = {k: frame.get(k, doc.get(k)) for k in ("w", "h", "fl_x", "fl_y", "cx", "cy", "camera_angle_x")}
+        intr = {k: frame.get(k, doc.get(k)) for k in _INTRINSICS}
         want_w, want_h = intr["w"], intr["h"]
         try:
             mismatch = want_w is not None and want_h is not None and (int(want_w), int(want_h)) != (w, h)
@@ -191,16 +233,52 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
         elif (w, h) != size:
             raise DatasetError(f"{image_path}: image is {w}x{h} but the first image is {size[0]}x{size[1]}; "
                                "all images must have one size")
-        K = _intrinsics(intr, w, h, lambda p: fail(f"{where}: {p}"))
+        K = _intrinsics(intr, w, h, lambda p, where=where: fail(f"{where}: {p}"))
+        lens = _lens(intr, lambda p, where=where: fail(f"{where}: {p}"))
+        if lens is not None:
+            img, K = undistort(img, K, *lens)
+            undistorted += 1
         if downscale > 1:
             img, K = _downscale(img, K, downscale, image_path)
         images.append(img)
         viewmats.append(torch.linalg.inv(c2w @ OPENGL_TO_OPENCV))
         Ks.append(K)
-        names.append(file_path)
+        names.append(frame["file_path"])
         files.append(str(image_path.resolve()))
+    if undistorted:
+        print(f"note: {path}: undid the lens distortion of {undistorted} images (intrinsics adjusted)",
+              file=sys.stderr)
     return PosedImages(torch.from_numpy(np.stack(images)), torch.stack(viewmats).float(),
-                       torch.stack(Ks).float(), names, source=str(path), files=files)
+                       torch.stack(Ks).float(), names, source=str(path), files=files, scene_box=scene_box)
+
+
+def ngp_scene_box(doc: dict, fail) -> list[float] | None:
+    """The box instant-ngp marches, in the file's world units, from ``aabb_scale`` / ``scale`` / ``offset`` /
+    ``aabb`` (module docstring), or None when the file has none of these keys. ``fail(problem)`` builds the
+    error for a malformed value."""
+    if not any(k in doc for k in ("aabb_scale", "scale", "offset", "aabb")):
+        return None
+    try:
+        aabb_scale = float(doc.get("aabb_scale", 1))
+        scale = float(doc.get("scale", NGP_SCALE))
+        off = doc.get("offset", NGP_OFFSET)
+        offset = [float(v) for v in off] if isinstance(off, list) else [float(off)] * 3
+        if "aabb" in doc:  # [[min], [max]] becomes the unit cube: sets scale and offset
+            lo, hi = ([float(v) for v in corner] for corner in doc["aabb"])
+            if len(doc["aabb"]) != 2 or len(lo) != 3 or len(hi) != 3:
+                raise ValueError
+            scale = 1.0 / max(1e-6, *(abs(b - a) for a, b in zip(lo, hi)))
+            offset = [0.5 - 0.5 * (a + b) * scale for a, b in zip(lo, hi)]
+    except (TypeError, ValueError):
+        raise fail("aabb_scale and scale must be numbers, offset a number or 3 numbers, aabb "
+                   f"[[xmin, ymin, zmin], [xmax, ymax, zmax]]; got aabb_scale={doc.get('aabb_scale')!r}, "
+                   f"scale={doc.get('scale')!r}, offset={doc.get('offset')!r}, aabb={doc.get('aabb')!r}") from None
+    if len(offset) != 3 or not all(math.isfinite(v) for v in (aabb_scale, scale, *offset)) or aabb_scale <= 0 \
+            or scale <= 0:
+        raise fail(f"aabb_scale and scale must be positive and offset 3 finite numbers; got "
+                   f"aabb_scale={aabb_scale}, scale={scale}, offset={offset}")
+    half = 0.5 * min(aabb_scale, NGP_MAX_AABB_SCALE)
+    return [(0.5 - half - o) / scale for o in offset] + [(0.5 + half - o) / scale for o in offset]
 
 
 def _matrix(value, fail) -> Tensor:
@@ -243,6 +321,61 @@ def _intrinsics(intr: dict, w: int, h: int, fail) -> Tensor:
     return torch.tensor([[fx, 0.0, cx], [0.0, fy, cy], [0.0, 0.0, 1.0]], dtype=torch.float32)
 
 
+def _lens(intr: dict, fail) -> tuple[tuple[float, ...], bool] | None:
+    """``(coefficients, fisheye)`` of the frame's lens, or None for a pinhole (all zero / absent).
+
+    OpenCV model: ``(k1, k2, p1, p2, k3)``; fisheye: ``(k1, k2, k3, k4)``."""
+    try:
+        c = {k: float(intr[k] or 0) for k in _DISTORTION}
+    except (TypeError, ValueError):
+        raise fail(f"lens distortion coefficients {', '.join(_DISTORTION)} must be numbers, got "
+                   f"{ {k: intr[k] for k in _DISTORTION if intr[k] is not None} }") from None
+    if not all(math.isfinite(v) for v in c.values()):
+        raise fail(f"lens distortion coefficients must be finite, got {c}")
+    fisheye = bool(intr["is_fisheye"]) or str(intr["camera_model"] or "").upper() == "OPENCV_FISHEYE"
+    if not any(c.values()):
+        return None
+    if fisheye:
+        if c["p1"] or c["p2"]:
+            raise fail(f"the fisheye lens model has no tangential terms, got p1={c['p1']}, p2={c['p2']}")
+        return (c["k1"], c["k2"], c["k3"], c["k4"]), True
+    if c["k4"]:
+        raise fail(f"k4={c['k4']} belongs to the fisheye model; set \"is_fisheye\": true or drop k4")
+    return (c["k1"], c["k2"], c["p1"], c["p2"], c["k3"]), False
+
+
+_UNDISTORT_MAPS: dict = {}  # (w, h, K, coefficients, fisheye) -> (map_x, map_y, new K): the frames share a lens
+
+
+def undistort(img: np.ndarray, K: Tensor, coefficients: Sequence[float], fisheye: bool = False
+              ) -> tuple[np.ndarray, Tensor]:
+    """``img [H, W, 3]`` float32 taken through a distorting lens, resampled (bilinear) to the pinhole camera
+    of the same size whose intrinsics keep only valid pixels; returns ``(image, K [3, 3])`` of that camera.
+
+    ``coefficients``: OpenCV ``(k1, k2, p1, p2, k3)``, or ``(k1, k2, k3, k4)`` with ``fisheye``.
+    """
+    import cv2
+
+    h, w = img.shape[:2]
+    key = (w, h, tuple(K.flatten().tolist()), tuple(coefficients), fisheye)
+    if key not in _UNDISTORT_MAPS:
+        # OpenCV puts pixel centres at integers, framegraph (and COLMAP, nerfstudio) at +0.5
+        half = np.array([[0, 0, 0.5], [0, 0, 0.5], [0, 0, 0]])
+        K_cv, dist = K.double().numpy() - half, np.asarray(coefficients, np.float64)
+        if fisheye:
+            new_K = cv2.fisheye.estimateNewCameraMatrixForUndistortRectify(K_cv, dist, (w, h), np.eye(3), balance=0.0)
+            maps = cv2.fisheye.initUndistortRectifyMap(K_cv, dist, np.eye(3), new_K, (w, h), cv2.CV_32FC1)
+        else:
+            new_K, _ = cv2.getOptimalNewCameraMatrix(K_cv, dist, (w, h), 0.0, (w, h))
+            maps = cv2.initUndistortRectifyMap(K_cv, dist, None, new_K, (w, h), cv2.CV_32FC1)
+        if len(_UNDISTORT_MAPS) > 16:
+            _UNDISTORT_MAPS.clear()
+        _UNDISTORT_MAPS[key] = (*maps, torch.from_numpy(np.asarray(new_K) + half).float())
+    map_x, map_y, new_K = _UNDISTORT_MAPS[key]
+    out = cv2.remap(img, map_x, map_y, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return out.astype(np.float32), new_K.clone()
+
+
 def _find_image(root: Path, file_path: str) -> Path | None:
     rel = Path(file_path)
     candidates = [root / rel]
@@ -283,4 +416,4 @@ def _downscale(img: np.ndarray, K: Tensor, factor: int, path: Path) -> tuple[np.
     return small.astype(np.float32), K
 
 
-__all__ = ["PosedImages", "DatasetError", "load_transforms"]
+__all__ = ["PosedImages", "DatasetError", "load_transforms", "focus_bounds", "undistort", "ngp_scene_box"]

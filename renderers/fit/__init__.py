@@ -1,6 +1,8 @@
 """Fit 3D Gaussians to posed images: the 3DGS training recipe on framegraph's rasterizer.
 
 - :class:`Fitter`, :class:`FitConfig` — the optimisation loop, checkpoints and resume (``trainer.py``).
+- :class:`TrainingRun` — the loop every fit shares (progress bar, checkpoint files, Ctrl-C; ``loop.py``),
+  also under the NeRF fit.
 - :class:`DensifyConfig` — clone / split / prune / opacity-reset schedule (``densify.py``).
 - :func:`ssim`, :func:`psnr`, :func:`fit_loss` — image metrics (``losses.py``).
 - :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``; the
@@ -9,10 +11,11 @@
 """
 from .data import DatasetError, PosedImages, load_transforms, synthetic_dataset
 from .densify import DensifyConfig
+from .loop import TrainingRun
 from .losses import fit_loss, psnr, ssim
 from .params import init_params, params_to_scene, scene_to_params
 from .trainer import CheckpointError, FitConfig, Fitter, focus_bounds, scene_scale_of
 
-__all__ = ["Fitter", "FitConfig", "DensifyConfig", "CheckpointError", "PosedImages", "DatasetError",
+__all__ = ["Fitter", "FitConfig", "TrainingRun", "DensifyConfig", "CheckpointError", "PosedImages", "DatasetError",
            "load_transforms", "synthetic_dataset", "ssim", "psnr", "fit_loss", "init_params",
            "params_to_scene", "scene_to_params", "focus_bounds", "scene_scale_of"]

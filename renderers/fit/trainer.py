@@ -15,9 +15,7 @@ moments, densification statistics).
 """
 from __future__ import annotations
 
-import json
 import math
-import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
@@ -28,17 +26,24 @@ from torch import Tensor
 
 from ..cameras import camera_centers
 from ..gaussians import GaussianScene, rasterize, save_ply
+from ..posed_images import focus_bounds
 from .data import PosedImages
 from .densify import DensifyConfig, DensifyState, refine, reset_opacity
+from .loop import (
+    CheckpointError,
+    TrainingRun,
+    adam_tensors,
+    check_same_data,
+    data_fingerprint,
+    load_adam_tensors,
+    read_checkpoint,
+    write_checkpoint,
+)
 from .losses import fit_loss, psnr, ssim
 from .params import PARAM_NAMES, Params, activated, init_params, params_to_scene, random_points
 
 CHECKPOINT_FORMAT = "framegraph-fit"
 CHECKPOINT_VERSION = 1
-
-
-class CheckpointError(ValueError):
-    """A fit checkpoint that can't be resumed; the message names the file and the problem."""
 
 
 @dataclass
@@ -134,21 +139,7 @@ def scene_scale_of(viewmats: Tensor) -> float:
     return 1.1 * float((c - c.mean(0)).norm(dim=-1).max().clamp(min=1e-6))
 
 
-def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]:
-    """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
-    all optical axes, with half-size ``extent x`` the median camera distance to it."""
-    v = viewmats.double()
-    centers = camera_centers(v)
-    axes = v[:, 2, :3]  # camera +z in world coordinates (rows of R)
-    eye = torch.eye(3, dtype=torch.float64)
-    P = eye - axes[:, :, None] * axes[:, None, :]  # projectors onto each axis' normal plane
-    A, b = P.sum(0), (P @ centers[:, :, None]).sum(0)[:, 0]
-    focus = torch.linalg.lstsq(A, b).solution if len(v) > 1 else centers[0] + axes[0]
-    half = extent * float((centers - focus).norm(dim=-1).median())
-    return (focus - half).float(), (focus + half).float()
-
-
-class Fitter:
+class Fitter(TrainingRun):
     """Holds a fit in progress: parameters, optimizers, densification state, step, history.
 
     Args:
@@ -275,115 +266,50 @@ class Fitter:
         return params_to_scene(self.params)
 
     # ------------------------------------------------------------------
-    def run(self, steps: int | None = None, *, progress: bool = True,
-            checkpoint_every: int | None = None, checkpoint: str | None = None,
-            desc: str = "fit") -> None:
-        """Train until step ``steps`` (default ``config.steps``), with a tqdm bar showing PSNR.
+    @property
+    def total_steps(self) -> int:
+        return self.cfg.steps
 
-        With ``checkpoint`` (a path prefix), saves every ``checkpoint_every``
-        steps and at the end. Ctrl-C saves a checkpoint (when given) and re-raises.
-        """
-        from tqdm import tqdm
-
-        end = self.cfg.steps if steps is None else steps
-        bar = tqdm(total=end, initial=self.step, desc=desc, disable=not progress, dynamic_ncols=True,
-                   unit="step")
-        recent: list[float] = []
-        t0 = time.perf_counter()
-        try:
-            while self.step < end:
-                out = self.train_step()
-                recent = (recent + [out["psnr"]])[-50:]
-                bar.update(1)
-                if self.step % 10 == 0 or self.step == end:
-                    bar.set_postfix(psnr=f"{sum(recent) / len(recent):.2f}", n=self.n, sh=self.sh_degree_now)
-                if self.step % 100 == 0:
-                    self.history.append({"step": self.step, "event": "train", "psnr": round(sum(recent) / len(recent), 3),
-                                         "loss": round(out["loss"], 5), "n": self.n})
-                if checkpoint and checkpoint_every and self.step % checkpoint_every == 0 and self.step < end:
-                    self.wall_s += time.perf_counter() - t0
-                    t0 = time.perf_counter()
-                    self.save(checkpoint)
-        finally:
-            self.wall_s += time.perf_counter() - t0
-            bar.close()
-        if checkpoint:
-            self.save(checkpoint)
+    def progress_postfix(self) -> dict[str, Any]:
+        return {"n": self.n, "sh": self.sh_degree_now}
 
     # ------------------------------------------------------------------
     def data_fingerprint(self) -> dict[str, Any]:
-        t = self.train
-        return {"n_views": len(t), "width": t.width, "height": t.height, "source": t.source,
-                "image_mean": round(float(t.images.mean()), 6)}
+        return data_fingerprint(self.train)
 
     def save(self, prefix: str) -> dict[str, str]:
         """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``; returns the paths."""
-        from safetensors.torch import save_file
-
         prefix = _strip_ply(prefix)
-        paths = {"ply": prefix + ".ply", "json": prefix + ".fit.json", "state": prefix + ".fit.safetensors"}
-        Path(paths["ply"]).parent.mkdir(parents=True, exist_ok=True)
-        save_ply(self.scene(), paths["ply"])
-        tensors = {f"params.{k}": v.detach().cpu().contiguous() for k, v in self.params.items()}
+        ply = prefix + ".ply"
+        Path(ply).parent.mkdir(parents=True, exist_ok=True)
+        save_ply(self.scene(), ply)
+        tensors = {f"params.{k}": v for k, v in self.params.items()}
         for k, opt in self.optimizers.items():
-            st = opt.state.get(self.params[k], {})
-            for key, v in st.items():
-                tensors[f"adam.{k}.{key}"] = torch.as_tensor(v).detach().cpu().reshape(-1).contiguous() \
-                    if key == "step" else v.detach().cpu().contiguous()
-        tensors["densify.grad2d"] = self.densify_state.grad2d.cpu().contiguous()
-        tensors["densify.count"] = self.densify_state.count.cpu().contiguous()
-        save_file(tensors, paths["state"] + ".partial")
-        Path(paths["state"] + ".partial").replace(paths["state"])
+            tensors.update(adam_tensors(opt, [k]))
+        tensors["densify.grad2d"] = self.densify_state.grad2d
+        tensors["densify.count"] = self.densify_state.count
         doc = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": self.step,
                "n_gaussians": self.n, "scene_scale": self.scene_scale, "wall_s": round(self.wall_s, 3),
                "config": self.cfg.to_json(), "data": self.data_fingerprint(),
-               "files": {"ply": Path(paths["ply"]).name, "state": Path(paths["state"]).name},
+               "files": {"ply": Path(ply).name, "state": Path(prefix).name + ".fit.safetensors"},
                "history": self.history}
-        Path(paths["json"]).write_text(json.dumps(doc, indent=1))
-        return paths
+        return {"ply": ply, **write_checkpoint(prefix, doc, tensors)}
 
     @classmethod
     def load(cls, prefix: str, train: PosedImages, *, device: str | torch.device = "cpu",
              steps: int | None = None) -> Fitter:
         """Resume from :meth:`save`'s files. ``train`` must be the same data (checked); ``steps``
         may extend the run (the learning-rate schedule then follows the new length)."""
-        from safetensors import SafetensorError
-        from safetensors.torch import load_file
-
         prefix = _strip_ply(prefix)
-        jpath, spath = Path(prefix + ".fit.json"), Path(prefix + ".fit.safetensors")
-        if not jpath.is_file():
-            raise CheckpointError(f"{jpath}: no fit checkpoint to resume (run without --resume first)")
-        try:
-            doc = json.loads(jpath.read_text())
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{jpath}: not valid JSON ({e.msg} at line {e.lineno})") from None
-        if not isinstance(doc, dict) or doc.get("format") != CHECKPOINT_FORMAT:
-            raise CheckpointError(f"{jpath}: not a framegraph fit checkpoint")
-        if doc.get("version") != CHECKPOINT_VERSION:
-            raise CheckpointError(f"{jpath}: checkpoint version {doc.get('version')} (expected {CHECKPOINT_VERSION})")
-        if not spath.is_file():
-            raise CheckpointError(f"{spath}: missing (it holds the optimizer state that goes with {jpath.name})")
-        try:
-            tensors = load_file(str(spath))
-        except (SafetensorError, OSError) as e:
-            raise CheckpointError(f"{spath}: cannot read ({e})") from None
+        doc, tensors = read_checkpoint(prefix, CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
+        check_same_data(prefix, doc.get("data", {}), train)
         cfg = FitConfig.from_json(doc["config"])
         if steps is not None:
             cfg.steps = steps
         params = {k: tensors[f"params.{k}"] for k in PARAM_NAMES}
         fitter = cls(train, cfg, device=device, scene_scale=float(doc["scene_scale"]), _params=params)
-        want, have = doc.get("data", {}), fitter.data_fingerprint()
-        for key in ("n_views", "width", "height"):
-            if want.get(key) != have[key]:
-                raise CheckpointError(f"{jpath}: was fit on {key}={want.get(key)}, this data has {have[key]}; "
-                                      "resume with the same images and cameras")
         for k, opt in fitter.optimizers.items():
-            if f"adam.{k}.exp_avg" in tensors:
-                p = fitter.params[k]
-                opt.state[p] = {"step": tensors[f"adam.{k}.step"].reshape(()).clone(),
-                                "exp_avg": tensors[f"adam.{k}.exp_avg"].to(fitter.device),
-                                "exp_avg_sq": tensors[f"adam.{k}.exp_avg_sq"].to(fitter.device)}
+            load_adam_tensors(opt, [k], tensors)
         fitter.densify_state.grad2d = tensors["densify.grad2d"].to(fitter.device)
         fitter.densify_state.count = tensors["densify.count"].to(fitter.device)
         fitter.step = int(doc["step"])

@@ -4,9 +4,11 @@ Public API:
 
 - :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
   settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
-- :func:`fit` — train on posed images (:func:`psnr` to measure); :func:`load_transforms` reads them
-  from an instant-ngp / nerfstudio / Blender ``transforms.json`` (the shared loader of
-  ``renderers/posed_images.py``, white background by default); ``cli.py`` is ``framegraph fit-nerf``.
+- :func:`fit` — train on posed images (:func:`psnr` to measure); :class:`NerfFitter` / :class:`NerfFitConfig`
+  — the same fit step by step on the shared loop, with checkpoints and exact resume; :func:`load_transforms`
+  reads posed images from an instant-ngp / nerfstudio / Blender ``transforms.json`` (the shared loader of
+  ``renderers/posed_images.py``, white background by default); ``cli.py`` holds the model's command-line
+  options (``framegraph fit-nerf`` is ``apps/fit_nerf.py``).
 - :class:`NerfRenderStage` (in ``stage.py``) — a render stage for stream graphs.
 - building blocks: :func:`hash_encode` / :class:`HashGridConfig` (``hash_encoding/``), :func:`mlp`
   (``mlp/``), :class:`OccupancyGrid`, :func:`render_rays` / :func:`camera_rays` (``marcher.py``),
@@ -17,7 +19,7 @@ Triton on CUDA and the reference elsewhere.
 """
 from .dataset import DatasetError, PosedImages, load_transforms
 from .field import NerfField, sh_encode, trunc_exp
-from .fit import FitReport, dataset_rays, fit, psnr
+from .fit import FitReport, NerfFitConfig, NerfFitter, dataset_rays, fit, psnr
 from .hash_encoding import HashGridConfig, hash_encode
 from .marcher import EARLY_STOP, RenderResult, camera_rays, ray_aabb, render_rays
 from .mlp import mlp
@@ -27,7 +29,7 @@ from .spheres import Sphere, SphereScene, demo_scene, sphere_views
 
 __all__ = [
     "NerfModel", "NerfConfig", "NerfLoadError", "load_nerf", "is_nerf_dir", "load_transforms", "PosedImages",
-    "DatasetError", "fit", "FitReport", "psnr", "dataset_rays",
+    "DatasetError", "fit", "FitReport", "NerfFitter", "NerfFitConfig", "psnr", "dataset_rays",
     "NerfField", "sh_encode", "trunc_exp", "HashGridConfig", "hash_encode", "mlp", "OccupancyGrid",
     "render_rays", "camera_rays", "ray_aabb", "RenderResult", "EARLY_STOP",
     "Sphere", "SphereScene", "demo_scene", "sphere_views",

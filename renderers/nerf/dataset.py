@@ -16,13 +16,16 @@ from ..posed_images import load_transforms as _load_transforms
 
 
 def load_transforms(path: str | os.PathLike, *, downscale: int = 1,
-                    background: Sequence[float] = (1.0, 1.0, 1.0), limit: int | None = None) -> PosedImages:
+                    background: Sequence[float] = (1.0, 1.0, 1.0), limit: int | None = None,
+                    min_images: int = 1) -> PosedImages:
     """Read ``transforms.json`` and its images (relative to the JSON's folder), every ``downscale``-th
-    pixel box-averaged, RGBA composited over ``background`` (default white), the first ``limit`` frames.
+    pixel box-averaged, RGBA composited over ``background`` (default white), the first ``limit`` frames;
+    frames without their image are skipped (fewer than ``min_images`` left is an error), lens distortion
+    is undone.
 
     Raises :class:`DatasetError` naming the file and the problem.
     """
-    return _load_transforms(path, downscale=downscale, background=background, limit=limit)
+    return _load_transforms(path, downscale=downscale, background=background, limit=limit, min_images=min_images)
 
 
 __all__ = ["load_transforms", "PosedImages", "DatasetError"]

@@ -62,6 +62,36 @@ def test_a_short_fit_raises_held_out_psnr(fitted):
     assert report.occupied_fraction < 0.5  # the occupancy grid pruned empty space while training
 
 
+def test_resume_from_a_checkpoint_ends_exactly_where_an_uninterrupted_fit_does(tmp_path):
+    """Weights, Adam moments, occupancy grid and the random stream all continue: bit-identical results."""
+    from framegraph.renderers.nerf import NerfFitConfig, NerfFitter, PosedImages
+
+    scene, W = tiny_scene(), 12
+    views = sphere_views(4, width=W, height=W, radius=2.0)
+    data = PosedImages(torch.stack([scene.render(v, k, W, W) for v, k in zip(views.viewmats, views.Ks)]),
+                       views.viewmats, views.Ks)
+    cfg = NerfFitConfig(steps=24, batch_rays=64, occupancy_every=4, occupancy_warmup=8, occupancy_cells=64)
+    straight = NerfFitter(tiny_model(), data, cfg)
+    straight.run(progress=False)
+
+    first = NerfFitter(tiny_model(), data, cfg)
+    first.run(10, progress=False, checkpoint=str(tmp_path / "nerf" / "fit"))
+    assert load_nerf(tmp_path / "nerf").config.to_dict() == first.model.config.to_dict()
+    resumed = NerfFitter.load(str(tmp_path / "nerf" / "fit"), data)
+    assert resumed.step == 10
+    resumed.run(progress=False)
+    for (k, a), (_, b) in zip(straight.model.field.state_dict().items(), resumed.model.field.state_dict().items()):
+        assert torch.equal(a, b), k
+    assert torch.equal(straight.model.occupancy.opacity, resumed.model.occupancy.opacity)
+    assert torch.equal(straight.model.occupancy.bits, resumed.model.occupancy.bits)
+    a, b = straight.optimizer.state_dict()["state"], resumed.optimizer.state_dict()["state"]
+    assert all(torch.equal(a[i]["exp_avg_sq"], b[i]["exp_avg_sq"]) for i in a)
+    assert [h["psnr"] for h in straight.history] == [h["psnr"] for h in resumed.history]
+
+    with pytest.raises(Exception, match="n_views=4, this data has 3"):
+        NerfFitter.load(str(tmp_path / "nerf" / "fit"), data.subset([0, 1, 2]))
+
+
 def test_mse_loss_and_bad_arguments():
     model = tiny_model()
     imgs = torch.rand(1, 8, 8, 3)
@@ -155,9 +185,9 @@ def test_transforms_json_round_trip_and_fit_command(tmp_path):
     import numpy as np
     from PIL import Image
 
+    from framegraph.apps.fit_nerf import add_arguments, run
     from framegraph.renderers.cameras import OPENGL_TO_OPENCV
     from framegraph.renderers.nerf import is_nerf_dir, load_transforms
-    from framegraph.renderers.nerf.cli import add_arguments, run
 
     scene, W = tiny_scene(), 16
     views = sphere_views(3, width=W, height=W, radius=2.0)

@@ -1,0 +1,124 @@
+"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio / Blender).
+
+    framegraph fit-nerf data/fox/transforms.json --out out/fox --downscale 8 --steps 2000
+    framegraph fit-nerf data/fox/transforms.json --out out/fox --downscale 8 --steps 4000 --resume
+
+The file is read by the loader ``fit`` uses too (``renderers/posed_images.py``): frames without their image
+are skipped with a warning, lens distortion is undone, and the scene box is instant-ngp's when the file sets
+``aabb_scale`` / ``scale`` / ``offset`` / ``aabb`` (else a cube around the point the cameras look at; or
+``--aabb``). Every ``--hold-out``-th frame is kept out of training and scored at the end.
+
+``OUT/`` receives the NeRF (``config.json`` + ``model.safetensors``; render it with
+``framegraph render --scene OUT``), the checkpoint ``--resume`` continues from (``fit.fit.json`` +
+``fit.fit.safetensors``, saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and the JSON
+report (``report.json`` unless ``--report`` says otherwise).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from .argtypes import positive_int
+from .fit import add_run_arguments, report_header, start_device
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    from framegraph.renderers.nerf.cli import add_model_arguments
+
+    p.add_argument("transforms", help="transforms.json (camera-to-world OpenGL poses; images relative to it)")
+    p.add_argument("--out", required=True, help="output NeRF directory (config.json + model.safetensors)")
+    p.add_argument("--steps", type=positive_int, default=2000, help="optimisation steps (default 2000)")
+    p.add_argument("--batch-rays", type=positive_int, default=4096, help="rays per step (default 4096)")
+    p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
+    p.add_argument("--loss", choices=["huber", "mse"], default="huber")
+    p.add_argument("--downscale", type=positive_int, default=1, help="shrink images by this integer factor first")
+    p.add_argument("--hold-out", type=int, default=8,
+                   help="keep every N-th frame out of training to measure PSNR (0: train on all; default 8)")
+    p.add_argument("--aabb", type=float, nargs=6, metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
+                   help="scene box in world units (default: instant-ngp's box when the file sets aabb_scale / "
+                        "scale / offset / aabb, else a cube around the point the cameras look at)")
+    p.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
+                   help="colour behind the scene and under transparent pixels (default white)")
+    add_model_arguments(p, log2_table=19, finest=2048, occupancy=128, steps_per_diagonal=512)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--device", default=None, help="cuda or cpu (default cuda when available)")
+    p.add_argument("--report", help="where to write the JSON report (default OUT/report.json)")
+    add_run_arguments(p, "OUT/fit.fit.json / OUT/fit.fit.safetensors")
+
+
+def run(args: argparse.Namespace) -> int:
+    from framegraph.renderers.nerf import NerfModel, load_transforms
+    from framegraph.renderers.nerf.cli import config_from_args
+    from framegraph.renderers.nerf.fit import NerfFitConfig, NerfFitter
+
+    if args.hold_out < 0:
+        raise ValueError(f"--hold-out {args.hold_out}: expected 0 (train on all) or a positive N")
+    device = start_device(args)
+    data = load_transforms(args.transforms, downscale=args.downscale, background=args.background,
+                           min_images=2 if args.hold_out else 1)
+    train, held = data.split(args.hold_out)
+    if len(train) == 0:
+        raise ValueError(f"{args.transforms}: no training frames left after holding out every {args.hold_out}-th "
+                         f"of {len(data)}")
+    prefix = os.path.join(args.out, "fit")
+    if args.resume:
+        fitter = NerfFitter.load(prefix, train, device=device, steps=args.steps)
+        print(f"resuming {args.out} at step {fitter.step}", file=sys.stderr)
+    else:
+        aabb = args.aabb or data.suggested_aabb()
+        config = config_from_args(args, aabb, args.background)
+        fit_config = NerfFitConfig(steps=args.steps, batch_rays=args.batch_rays, lr=args.lr, loss=args.loss,
+                                   seed=args.seed)
+        fitter = NerfFitter(NerfModel(config, seed=args.seed, device=device), train, fit_config)
+    box = fitter.model.config.aabb
+    print(f"fitting {len(train)} views {train.width}x{train.height} from {train.source} on {device}: "
+          f"{args.steps} steps of {args.batch_rays} rays, box [{', '.join(f'{v:.3g}' for v in box[:3])}] to "
+          f"[{', '.join(f'{v:.3g}' for v in box[3:])}]", file=sys.stderr)
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    # Ctrl-C: the step in flight finishes, the checkpoint is saved, KeyboardInterrupt reaches main()
+    fitter.run(args.steps, progress=not args.no_progress, checkpoint=prefix, checkpoint_every=args.checkpoint_every,
+               desc=f"fit-nerf {os.path.basename(os.path.normpath(args.out))}")
+    run_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
+
+    report = report_header("fit-nerf", device)
+    report.update({
+        "out": args.out, "data": train.source, "device": str(device), "seed": fitter.cfg.seed, "steps": fitter.step,
+        "batch_rays": fitter.cfg.batch_rays, "size": [train.width, train.height], "train_views": len(train),
+        "held_out_views": len(held), "aabb": list(box), "occupied_fraction": fitter.model.occupancy.occupied_fraction,
+        "wall_s": round(fitter.wall_s, 2), "wall_s_this_run": round(run_s, 2), "cpu_s_this_run": round(cpu_s, 2),
+    })
+    if len(held):
+        print(f"rendering {len(held)} held-out views ({held.width}x{held.height}) to score them", file=sys.stderr)
+        t1 = time.perf_counter()
+        ev = fitter.evaluate(held, progress=not args.no_progress)
+        report["held_out"] = {**ev, "wall_s": round(time.perf_counter() - t1, 2)}
+        print(f"held-out PSNR {ev['psnr']:.2f} dB over {ev['n_views']} views", file=sys.stderr)
+    report_path = args.report or os.path.join(args.out, "report.json")
+    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
+    Path(report_path).write_text(json.dumps(report, indent=1))
+    print(f"wrote {args.out}: {fitter.step} steps in {fitter.wall_s:.0f} s (report {report_path})", file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m framegraph.apps.fit_nerf ...`` (the same as ``framegraph fit-nerf ...``)."""
+    parser = argparse.ArgumentParser(prog="framegraph fit-nerf", description=__doc__.strip().splitlines()[0])
+    add_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return run(args)
+    except (ValueError, FileNotFoundError) as exc:  # DatasetError, CheckpointError, NerfLoadError too
+        print(f"framegraph fit-nerf: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("framegraph fit-nerf: aborted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,220 @@
+"""What every fit shares: the step loop with its progress bar, checkpoint files, Ctrl-C, resume checks.
+
+:class:`TrainingRun` is the base of :class:`~framegraph.renderers.fit.Fitter` (3D Gaussians) and
+:class:`~framegraph.renderers.nerf.NerfFitter` (NeRF): a subclass keeps ``step`` (steps done),
+``wall_s`` and ``history`` and gives :meth:`~TrainingRun.train_step` and :meth:`~TrainingRun.save`;
+:meth:`~TrainingRun.run` is the one loop:
+
+- a tqdm bar (steps, rate and ETA) with the mean PSNR of the last 50 training batches;
+- a checkpoint every ``checkpoint_every`` steps and at the end;
+- Ctrl-C lets the step in flight finish, saves a checkpoint (when one is named) and raises
+  ``KeyboardInterrupt``, so the saved state is exactly that of a step boundary and ``--resume`` continues
+  as if never stopped; a second Ctrl-C interrupts at once (nothing more is saved).
+
+A checkpoint ``PREFIX`` is ``PREFIX.fit.json`` (format, version, step, config, data fingerprint, history,
+written last) and ``PREFIX.fit.safetensors`` (tensors: parameters, Adam moments, anything else the fit
+needs to continue bit for bit), written by :func:`write_checkpoint` and read by :func:`read_checkpoint`.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import signal
+import sys
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from ..posed_images import PosedImages
+
+
+class CheckpointError(ValueError):
+    """A fit checkpoint that can't be resumed; the message names the file and the problem."""
+
+
+class TrainingRun:
+    """A fit in progress, driven by :meth:`run`. Subclasses set ``step``, ``wall_s``, ``history``,
+    ``total_steps`` and implement :meth:`train_step` and :meth:`save`."""
+
+    step: int = 0
+    wall_s: float = 0.0
+    history: list[dict[str, Any]]
+    total_steps: int = 0
+
+    def train_step(self) -> dict[str, float]:
+        """One optimisation step; returns at least ``{"loss", "psnr"}`` of the step's batch."""
+        raise NotImplementedError
+
+    def save(self, prefix: str) -> dict[str, str]:
+        """Write the checkpoint ``prefix`` (and the usable result); returns the paths written."""
+        raise NotImplementedError
+
+    def progress_postfix(self) -> dict[str, Any]:
+        """Extra fields for the progress bar (e.g. the number of Gaussians)."""
+        return {}
+
+    def run(self, steps: int | None = None, *, progress: bool = True, checkpoint_every: int | None = None,
+            checkpoint: str | None = None, desc: str = "fit") -> None:
+        """Train until step ``steps`` (default :attr:`total_steps`) with a progress bar (steps/s, ETA, PSNR).
+
+        With ``checkpoint`` (a path prefix), saves every ``checkpoint_every`` steps and at the end.
+        Ctrl-C: the step in flight finishes, the checkpoint (when given) is saved, ``KeyboardInterrupt``
+        is raised.
+        """
+        from tqdm import tqdm
+
+        end = self.total_steps if steps is None else steps
+        bar = tqdm(total=end, initial=self.step, desc=desc, disable=not progress, dynamic_ncols=True, unit="step")
+        recent: list[float] = []
+        t0 = time.perf_counter()
+        with _finish_step_on_interrupt() as interrupted:
+            try:
+                while self.step < end and not interrupted.is_set():
+                    out = self.train_step()
+                    recent = (recent + [out["psnr"]])[-50:]
+                    bar.set_postfix(psnr=f"{sum(recent) / len(recent):.2f}", **self.progress_postfix(), refresh=False)
+                    bar.update(1)
+                    if self.step % 100 == 0:
+                        self.history.append({"step": self.step, "event": "train",
+                                             "psnr": round(sum(recent) / len(recent), 3),
+                                             "loss": round(out["loss"], 5), **self.progress_postfix()})
+                    if checkpoint and checkpoint_every and self.step % checkpoint_every == 0 and self.step < end:
+                        self.wall_s += time.perf_counter() - t0
+                        t0 = time.perf_counter()
+                        self.save(checkpoint)
+            finally:
+                self.wall_s += time.perf_counter() - t0
+                bar.close()
+            if interrupted.is_set():
+                if checkpoint:
+                    self.save(checkpoint)
+                    print(f"interrupted at step {self.step}: saved the checkpoint {checkpoint} (continue with "
+                          "--resume)", file=sys.stderr)
+                raise KeyboardInterrupt
+        if checkpoint:
+            self.save(checkpoint)
+
+
+@contextlib.contextmanager
+def _finish_step_on_interrupt() -> Iterator[threading.Event]:
+    """Within the block the first SIGINT only sets the yielded event (the loop stops at the next step
+    boundary); a second one raises ``KeyboardInterrupt`` at once. Outside the main thread signals can't be
+    caught: the event never sets and Ctrl-C behaves as usual."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def handler(signum, frame):
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+        print("\nCtrl-C: finishing this step and saving (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
+def progress(items: Iterable, total: int, desc: str, enabled: bool = True) -> Iterable:
+    """``items`` with a tqdm bar (for evaluations that take a while) when ``enabled``."""
+    from tqdm import tqdm
+
+    return tqdm(items, total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=False)
+
+
+# ---------------------------------------------------------------------- checkpoint files
+def checkpoint_paths(prefix: str) -> tuple[Path, Path]:
+    """``(PREFIX.fit.json, PREFIX.fit.safetensors)``."""
+    return Path(prefix + ".fit.json"), Path(prefix + ".fit.safetensors")
+
+
+def write_checkpoint(prefix: str, doc: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, str]:
+    """Write ``tensors`` (CPU, contiguous) then ``doc`` as the checkpoint ``prefix``; each file is written
+    to a ``.partial`` twin first and renamed, so an interruption never leaves half a file."""
+    from safetensors.torch import save_file
+
+    jpath, spath = checkpoint_paths(prefix)
+    jpath.parent.mkdir(parents=True, exist_ok=True)
+    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(spath) + ".partial")
+    Path(str(spath) + ".partial").replace(spath)
+    Path(str(jpath) + ".partial").write_text(json.dumps(doc, indent=1))
+    Path(str(jpath) + ".partial").replace(jpath)
+    return {"json": str(jpath), "state": str(spath)}
+
+
+def read_checkpoint(prefix: str, fmt: str, version: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(doc, tensors)`` of the checkpoint ``prefix``, checked to be of format ``fmt`` and ``version``;
+    :class:`CheckpointError` names the file and the problem."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    jpath, spath = checkpoint_paths(prefix)
+    if not jpath.is_file():
+        raise CheckpointError(f"{jpath}: no fit checkpoint to resume (run without --resume first)")
+    try:
+        doc = json.loads(jpath.read_text())
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"{jpath}: not valid JSON ({e.msg} at line {e.lineno})") from None
+    if not isinstance(doc, dict) or doc.get("format") != fmt:
+        raise CheckpointError(f"{jpath}: not a {fmt} checkpoint (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+    if doc.get("version") != version:
+        raise CheckpointError(f"{jpath}: checkpoint version {doc.get('version')} (expected {version})")
+    if not spath.is_file():
+        raise CheckpointError(f"{spath}: missing (it holds the optimizer state that goes with {jpath.name})")
+    try:
+        tensors = load_file(str(spath))
+    except (SafetensorError, OSError) as e:
+        raise CheckpointError(f"{spath}: cannot read ({e})") from None
+    return doc, tensors
+
+
+def data_fingerprint(data: PosedImages) -> dict[str, Any]:
+    """What identifies the training data in a checkpoint (views, size, source, mean pixel)."""
+    return {"n_views": len(data), "width": data.width, "height": data.height, "source": data.source,
+            "image_mean": round(float(data.images.float().mean()), 6)}
+
+
+def check_same_data(prefix: str, saved: dict[str, Any], data: PosedImages) -> None:
+    """Refuse (:class:`CheckpointError`) to resume on data whose views or size differ from the checkpoint's."""
+    have = data_fingerprint(data)
+    for key in ("n_views", "width", "height"):
+        if saved.get(key) != have[key]:
+            raise CheckpointError(f"{checkpoint_paths(prefix)[0]}: was fit on {key}={saved.get(key)}, this data has "
+                                  f"{have[key]}; resume with the same images, cameras and options")
+
+
+def adam_tensors(opt: torch.optim.Optimizer, names: Sequence[str], prefix: str = "adam") -> dict[str, Tensor]:
+    """The Adam state of ``opt``'s parameters (in param-group order, one name each) as
+    ``{f"{prefix}.{name}.{step|exp_avg|exp_avg_sq}": tensor}`` (empty before the first step)."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    if len(params) != len(names):
+        raise ValueError(f"adam_tensors: {len(params)} parameters but {len(names)} names")
+    out = {}
+    for name, p in zip(names, params):
+        for key, v in opt.state.get(p, {}).items():
+            v = torch.as_tensor(v).detach().cpu()
+            out[f"{prefix}.{name}.{key}"] = (v.reshape(-1) if key == "step" else v).contiguous()
+    return out
+
+
+def load_adam_tensors(opt: torch.optim.Optimizer, names: Sequence[str], tensors: dict[str, Tensor],
+                      prefix: str = "adam") -> None:
+    """Inverse of :func:`adam_tensors` (parameters without saved state keep none)."""
+    params = [p for g in opt.param_groups for p in g["params"]]
+    for name, p in zip(names, params):
+        if f"{prefix}.{name}.exp_avg" in tensors:
+            opt.state[p] = {"step": tensors[f"{prefix}.{name}.step"].reshape(()).clone(),
+                            "exp_avg": tensors[f"{prefix}.{name}.exp_avg"].to(p.device),
+                            "exp_avg_sq": tensors[f"{prefix}.{name}.exp_avg_sq"].to(p.device)}
+
+
+__all__ = ["TrainingRun", "CheckpointError", "write_checkpoint", "read_checkpoint", "checkpoint_paths",
+           "data_fingerprint", "check_same_data", "adam_tensors", "load_adam_tensors", "progress"]

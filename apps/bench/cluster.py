@@ -235,8 +235,8 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--capacity and --rounds must be >= 1, --ramp-seconds and --path-seconds > 0")
     result = bench_metadata("server_cluster")
     result["pipeline"] = args.pipeline
-    base = {"port": 0, "sessions_per_replica": args.capacity, "cpus_per_replica": 0.5, "drain_grace_s": 1.0,
-            "max_replicas": max(counts)}
+    # a fixed replica count per phase (no autoscaling: it would add a replica during the ramp)
+    base = {"port": 0, "sessions_per_replica": args.capacity, "cpus_per_replica": 0.5, "drain_grace_s": 1.0}
     # Ray's CPUs are logical here: replicas, the front door and the relay share this machine's cores.
     ray.init(num_cpus=2 * max(counts) + 2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     proxy_port = _free_port()

@@ -10,12 +10,16 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
   SSIM (vs the portrait outside the mouth) on held-out synthetic clips (``--clips``, default: the three clips
   of ``avatar synth --clips 3 --seconds 6 --seed 1000``, the shipped figures' clips — see the bundle's
   PROVENANCE.md), means over the clips (``models/avatar/evaluate.py``, ``real_measures=False``);
-- **speed**: the steady run of ``bench avatar`` (speech pushed at once, fast clock, one intra-op thread per
-  stage as the server runs): FPS and per-stage ``process()`` p50. The variants are measured in turns,
-  ``--rounds`` times, and each figure is the median over the rounds, so a change of the machine's load
-  touches them all alike.
+- **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*,
+  call after call in turns on the same inputs (recorded from the float32 stages on ``--seconds`` of speech,
+  :func:`~framegraph.models.onnx.quantize.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
+  the model's time per video frame (p50 × calls per frame, summed over its files). Taking turns call by
+  call keeps the comparison fair on a machine whose load changes (this one is shared);
+- **speed, in the graph**: ``bench avatar``'s steady run (speech pushed at once, fast clock) of each variant:
+  FPS and per-stage ``process()`` p50, the variants in turns, ``--rounds`` times (medians). These move with
+  the machine's load more than the side-by-side figures do.
 
-A model keeps int8 when both quality figures stay within 0.01 of float32 and its stage's p50 is lower
+A model keeps int8 when both quality figures stay within 0.01 of float32 and it takes less time per frame
 (:func:`~framegraph.models.onnx.quantize.choose_int8`); the decision (mode and models) is what
 ``framegraph export --int8`` uses by default (``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, checked against
 this JSON by the tests). When more than one model holds, they are measured together too.
@@ -23,6 +27,7 @@ this JSON by the tests). When more than one model holds, they are measured toget
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import shutil
 import tempfile
@@ -47,8 +52,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip-count", type=int, default=3, help="held-out clips to use (default 3)")
     p.add_argument("--modes", default="static,dynamic", help="int8 modes to measure (default static,dynamic)")
     p.add_argument("--seconds", type=float, default=6.0, help="speech for each steady speed run (default 6)")
-    p.add_argument("--rounds", type=int, default=2, help="speed runs per variant, in turns (default 2)")
-    p.add_argument("--torch-threads", type=int, default=1, help="intra-op threads per stage (default 1)")
+    p.add_argument("--rounds", type=int, default=1, help="steady graph runs per variant, in turns (default 1)")
+    p.add_argument("--repeats", type=int, default=5, help="side-by-side passes over the recorded calls (default 5)")
+    p.add_argument("--torch-threads", type=int, default=1, help="intra-op threads per stage / session (default 1)")
 
 
 def _clips(args, tmp: str) -> list[tuple[str, str]]:
@@ -94,7 +100,14 @@ def _speed(runs: list[dict]) -> dict:
 def run(args: argparse.Namespace) -> int:
     from framegraph.models.avatar import load_avatar
     from framegraph.models.onnx.export import export_avatar
-    from framegraph.models.onnx.quantize import MODES, TOLERANCE, choose_int8, quantize_export, variant_dir
+    from framegraph.models.onnx.quantize import (
+        MODES,
+        TOLERANCE,
+        choose_int8,
+        quantize_export,
+        record_inputs,
+        variant_dir,
+    )
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
@@ -120,13 +133,16 @@ def run(args: argparse.Namespace) -> int:
                 variants[f"{mode}:{model}"] = {"backend": "onnx-int8", "mode": mode, "models": [model],
                                                "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"),
                                                                        avatar, [model])}
+        feeds = record_inputs(avatar, fp32, audio)
+        frames = len(feeds["dit_commit"]) * avatar.chunk_frames
+        side = {mode: side_by_side(fp32, os.path.join(tmp, mode), feeds, frames, args.torch_threads, args.repeats)
+                for mode in modes}
         measured = _measure(avatar, variants, clips, audio, args)
         decisions = {}
         for mode in modes:
-            per = {model: {**measured[f"{mode}:{model}"]["quality"], **measured[f"{mode}:{model}"]["speed"],
-                           "stage": STAGE[model]} for model in STAGE}
-            ref = {**measured["fp32"]["quality"], **measured["fp32"]["speed"]}
-            decisions[mode] = choose_int8(ref, per, TOLERANCE)
+            per = {model: {**measured[f"{mode}:{model}"]["quality"],
+                           "ms_per_frame": side[mode]["ms_per_frame"][model]} for model in STAGE}
+            decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
         best = max(modes, key=lambda m: len(decisions[m]["models"]))
         kept = decisions[best]["models"]
         if len(kept) > 1:  # the models that hold, together
@@ -144,9 +160,13 @@ def run(args: argparse.Namespace) -> int:
                      "tolerance": TOLERANCE, "audio": {**audio_info, "seconds": args.seconds}},
         "quality_measure": "avatar eval (models/avatar/evaluate.py, real_measures=False): openness_corr and "
                            "identity_ssim, means over the clips",
-        "speed_measure": "bench avatar's steady run (fast clock, speech at once); per-stage process() p50 and FPS, "
-                         "median over the rounds (variants measured in turns)",
+        "speed_measure": {"side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
+                                          "recorded from the float32 stages; p50 per call; per model: p50 x calls "
+                                          "per frame summed over its files (the decision's figure)",
+                          "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
+                                   "per-stage process() p50, median over the rounds"},
         "quantize_seconds": quantize_s,
+        "side_by_side": side,
         "variants": measured,
         "decisions": decisions,
         "decision": {"mode": best if kept else None, "models": kept,
@@ -158,6 +178,36 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {args.out} and {png}")
     return 0
+
+
+def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
+    """Each file's float32 and int8 sessions called in turns on the same recorded inputs (see the module
+    docstring): ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
+    from framegraph.models.onnx.manifest import MODELS, PARTS
+    from framegraph.models.onnx.quantize import FeedReader
+    from framegraph.models.onnx.runtime import OrtGraph
+
+    with open(os.path.join(int8_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    parts = {}
+    for part in PARTS:
+        g32 = OrtGraph(os.path.join(fp32_dir, manifest["files"][part]["file"]), threads)
+        g8 = OrtGraph(os.path.join(int8_dir, manifest["int8"]["files"][part]["file"]), threads)
+        calls = FeedReader(feeds[part], limit=24).feeds
+        times = {"fp32": [], "int8": []}
+        for g in (g32, g8):
+            g.session.run(None, calls[0])  # warm up
+        for _ in range(repeats):
+            for feed in calls:
+                for key, g in (("fp32", g32), ("int8", g8)):
+                    t = time.perf_counter()
+                    g.session.run(None, feed)
+                    times[key].append(1000 * (time.perf_counter() - t))
+        parts[part] = {"calls_per_frame": len(feeds[part]) / frames, "calls_timed": len(times["fp32"]),
+                       **{f"{k}_p50_ms": float(np.median(v)) for k, v in times.items()}}
+    per_frame = {m: {k: sum(parts[p][f"{k}_p50_ms"] * parts[p]["calls_per_frame"] for p in ps) for k in ("fp32", "int8")}
+                 for m, ps in MODELS.items()}
+    return {"threads": threads, "frames_recorded": frames, "parts": parts, "ms_per_frame": per_frame}
 
 
 def _measure(avatar, variants: dict, clips, audio, args) -> dict:
@@ -188,6 +238,9 @@ def summary_lines(result: dict) -> list[str]:
                      f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
                      f"{s['fps']:.1f} fps; p50 ms " + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items()
                                                                 if k in STAGE.values()))
+    for mode, side in result["side_by_side"].items():
+        lines.append(f"{mode} side by side, ms per frame float32 → int8: " + ", ".join(
+            f"{m} {v['fp32']:.2f} → {v['int8']:.2f}" for m, v in side["ms_per_frame"].items()))
     for mode, d in result["decisions"].items():
         for model, why in d["why"].items():
             lines.append(f"{mode} {model}: {why}")
@@ -213,14 +266,18 @@ def figure(result: dict, plt):
     ax.set_title(f"quality vs float32 ORT ({len(result['settings']['clips'])} held-out clips)", fontsize=10)
     ax.legend(fontsize=7)
     ax = axes[1]
-    stages = list(STAGE.values())
-    width = 0.8 / len(stages)
-    for j, s in enumerate(stages):
-        ax.bar(xs + (j - 1) * width, [result["variants"][n]["speed"]["stage_p50_ms"][s] for n in names], width,
-               label=s, color=f"C{j}")
-    ax.set_xticks(xs, names, rotation=30, fontsize=8)
-    ax.set_ylabel("ms per process() call, p50")
-    ax.set_title(f"stage p50 — {result['device']}; decision: {result['decision']['summary']}", fontsize=9)
+    models = list(STAGE)
+    modes = list(result["side_by_side"])
+    xm = np.arange(len(models))
+    width = 0.8 / (1 + len(modes))
+    first = result["side_by_side"][modes[0]]["ms_per_frame"]
+    ax.bar(xm, [first[m]["fp32"] for m in models], width, label="float32", color="#999999")
+    for j, mode in enumerate(modes):
+        ax.bar(xm + (j + 1) * width, [result["side_by_side"][mode]["ms_per_frame"][m]["int8"] for m in models], width,
+               label=f"int8 {mode}", color=f"C{j}")
+    ax.set_xticks(xm + width * len(modes) / 2, [f"{m} ({STAGE[m]})" for m in models], fontsize=8)
+    ax.set_ylabel("session ms per video frame (p50, side by side)")
+    ax.set_title(f"{result['device']}; decision: {result['decision']['summary']}", fontsize=9)
     ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

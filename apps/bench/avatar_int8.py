@@ -24,6 +24,7 @@ A model keeps int8 when both quality figures stay within 0.01 of float32 and it 
 ``framegraph export --int8`` uses by default (``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, checked against
 this JSON by the tests). When more than one model holds, they are measured together too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,12 @@ STAGE = {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}  # t
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out_argument(p)
     p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the bundle (default assets/avatars/astronaut)")
-    p.add_argument("--clips", default=None,
-                   help="a folder of held-out synthetic clips (clip_NNNNN.mp4 + .json, from `framegraph avatar synth`); "
-                        "default: synthesize --clip-count clips of 6 s with seed 1000 (the shipped figures' clips)")
+    p.add_argument(
+        "--clips",
+        default=None,
+        help="a folder of held-out synthetic clips (clip_NNNNN.mp4 + .json, from `framegraph avatar synth`); "
+        "default: synthesize --clip-count clips of 6 s with seed 1000 (the shipped figures' clips)",
+    )
     p.add_argument("--clip-count", type=int, default=3, help="held-out clips to use (default 3)")
     p.add_argument("--modes", default="static,dynamic", help="int8 modes to measure (default static,dynamic)")
     p.add_argument("--seconds", type=float, default=6.0, help="speech for each steady speed run (default 6)")
@@ -70,8 +74,10 @@ def _clips(args, tmp: str) -> list[tuple[str, str]]:
     for i in range(args.clip_count):
         stem = os.path.join(folder, f"clip_{i:05d}")
         if not (os.path.isfile(stem + ".mp4") and os.path.isfile(stem + ".json")):
-            raise ValueError(f"--clips {folder!r}: {stem}.mp4 / .json missing (expected `framegraph avatar synth` "
-                             f"output with at least {args.clip_count} clips)")
+            raise ValueError(
+                f"--clips {folder!r}: {stem}.mp4 / .json missing (expected `framegraph avatar synth` "
+                f"output with at least {args.clip_count} clips)"
+            )
         pairs.append((stem + ".mp4", stem + ".json"))
     return pairs
 
@@ -82,19 +88,31 @@ def _quality(avatar, clips, kw: dict) -> dict:
     per = []
     for clip, truth in clips:
         m = evaluate_avatar(avatar, clip, truth, real_measures=False, **kw)
-        per.append({"clip": os.path.basename(clip), "openness_corr": m["openness_corr"],
-                    "identity_ssim": m["identity_ssim"], "identity_psnr_db": m["identity_psnr_db"]})
-    return {"openness_corr": float(np.mean([p["openness_corr"] for p in per])),
-            "identity_ssim": float(np.mean([p["identity_ssim"] for p in per])), "per_clip": per}
+        per.append(
+            {
+                "clip": os.path.basename(clip),
+                "openness_corr": m["openness_corr"],
+                "identity_ssim": m["identity_ssim"],
+                "identity_psnr_db": m["identity_psnr_db"],
+            }
+        )
+    return {
+        "openness_corr": float(np.mean([p["openness_corr"] for p in per])),
+        "identity_ssim": float(np.mean([p["identity_ssim"] for p in per])),
+        "per_clip": per,
+    }
 
 
 def _speed(runs: list[dict]) -> dict:
     """Medians over the rounds: FPS and each stage's p50 (ms)."""
     stages = runs[0]["stages_host_ms"].keys()
-    return {"fps": float(np.median([r["fps"] for r in runs])),
-            "stage_p50_ms": {s: float(np.median([r["stages_host_ms"][s]["p50_ms"] for r in runs])) for s in stages},
-            "rounds": [{"fps": r["fps"], "stage_p50_ms": {s: r["stages_host_ms"][s]["p50_ms"] for s in stages}}
-                       for r in runs]}
+    return {
+        "fps": float(np.median([r["fps"] for r in runs])),
+        "stage_p50_ms": {s: float(np.median([r["stages_host_ms"][s]["p50_ms"] for r in runs])) for s in stages},
+        "rounds": [
+            {"fps": r["fps"], "stage_p50_ms": {s: r["stages_host_ms"][s]["p50_ms"] for s in stages}} for r in runs
+        ],
+    }
 
 
 def run(args: argparse.Namespace) -> int:
@@ -130,49 +148,77 @@ def run(args: argparse.Namespace) -> int:
             quantize_export(avatar, full, mode, models=[], log=print)
             quantize_s[mode] = time.perf_counter() - t
             for model in STAGE:
-                variants[f"{mode}:{model}"] = {"backend": "onnx-int8", "mode": mode, "models": [model],
-                                               "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"),
-                                                                       avatar, [model])}
+                variants[f"{mode}:{model}"] = {
+                    "backend": "onnx-int8",
+                    "mode": mode,
+                    "models": [model],
+                    "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"), avatar, [model]),
+                }
         feeds = record_inputs(avatar, fp32, audio)
         frames = len(feeds["dit_commit"]) * avatar.chunk_frames
-        side = {mode: side_by_side(fp32, os.path.join(tmp, mode), feeds, frames, args.torch_threads, args.repeats)
-                for mode in modes}
+        side = {
+            mode: side_by_side(fp32, os.path.join(tmp, mode), feeds, frames, args.torch_threads, args.repeats)
+            for mode in modes
+        }
         measured = _measure(avatar, variants, clips, audio, args)
         decisions = {}
         for mode in modes:
-            per = {model: {**measured[f"{mode}:{model}"]["quality"],
-                           "ms_per_frame": side[mode]["ms_per_frame"][model]} for model in STAGE}
+            per = {
+                model: {**measured[f"{mode}:{model}"]["quality"], "ms_per_frame": side[mode]["ms_per_frame"][model]}
+                for model in STAGE
+            }
             decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
         best = max(modes, key=lambda m: len(decisions[m]["models"]))
         kept = decisions[best]["models"]
         if len(kept) > 1:  # the models that hold, together
             name = f"{best}:{'+'.join(kept)}"
-            variants = {name: {"backend": "onnx-int8", "mode": best, "models": kept,
-                               "onnx_dir": variant_dir(os.path.join(tmp, best), os.path.join(tmp, "kept"), avatar,
-                                                       kept)}}
+            variants = {
+                name: {
+                    "backend": "onnx-int8",
+                    "mode": best,
+                    "models": kept,
+                    "onnx_dir": variant_dir(os.path.join(tmp, best), os.path.join(tmp, "kept"), avatar, kept),
+                }
+            }
             measured.update(_measure(avatar, variants, clips, audio, args))
-    result.update({
-        "avatar": _shown_path(args.avatar),
-        "settings": {"modes": modes, "rounds": args.rounds, "seconds": args.seconds, "torch_threads": args.torch_threads,
-                     "clips": [os.path.basename(c) for c, _ in clips],
-                     "clips_source": args.clips or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 "
-                                                   "(made by the bench)",
-                     "tolerance": TOLERANCE, "audio": {**audio_info, "seconds": args.seconds}},
-        "quality_measure": "avatar eval (models/avatar/evaluate.py, real_measures=False): openness_corr and "
-                           "identity_ssim, means over the clips",
-        "speed_measure": {"side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
-                                          "recorded from the float32 stages; p50 per call; per model: p50 x calls "
-                                          "per frame summed over its files (the decision's figure)",
-                          "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
-                                   "per-stage process() p50, median over the rounds"},
-        "quantize_seconds": quantize_s,
-        "side_by_side": side,
-        "variants": measured,
-        "decisions": decisions,
-        "decision": {"mode": best if kept else None, "models": kept,
-                     "summary": (f"int8 ({best}) kept for {', '.join(kept)}" if kept else
-                                 "no model holds quality and speed in int8: the export's default keeps float32")},
-    })
+    result.update(
+        {
+            "avatar": _shown_path(args.avatar),
+            "settings": {
+                "modes": modes,
+                "rounds": args.rounds,
+                "seconds": args.seconds,
+                "torch_threads": args.torch_threads,
+                "clips": [os.path.basename(c) for c, _ in clips],
+                "clips_source": args.clips
+                or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 (made by the bench)",
+                "tolerance": TOLERANCE,
+                "audio": {**audio_info, "seconds": args.seconds},
+            },
+            "quality_measure": "avatar eval (models/avatar/evaluate.py, real_measures=False): openness_corr and "
+            "identity_ssim, means over the clips",
+            "speed_measure": {
+                "side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
+                "recorded from the float32 stages; p50 per call; per model: p50 x calls "
+                "per frame summed over its files (the decision's figure)",
+                "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
+                "per-stage process() p50, median over the rounds",
+            },
+            "quantize_seconds": quantize_s,
+            "side_by_side": side,
+            "variants": measured,
+            "decisions": decisions,
+            "decision": {
+                "mode": best if kept else None,
+                "models": kept,
+                "summary": (
+                    f"int8 ({best}) kept for {', '.join(kept)}"
+                    if kept
+                    else "no model holds quality and speed in int8: the export's default keeps float32"
+                ),
+            },
+        }
+    )
     png = write_result(result, args.out, figure)
     for line in summary_lines(result):
         print(line)
@@ -203,10 +249,15 @@ def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads
                     t = time.perf_counter()
                     g.session.run(None, feed)
                     times[key].append(1000 * (time.perf_counter() - t))
-        parts[part] = {"calls_per_frame": len(feeds[part]) / frames, "calls_timed": len(times["fp32"]),
-                       **{f"{k}_p50_ms": float(np.median(v)) for k, v in times.items()}}
-    per_frame = {m: {k: sum(parts[p][f"{k}_p50_ms"] * parts[p]["calls_per_frame"] for p in ps) for k in ("fp32", "int8")}
-                 for m, ps in MODELS.items()}
+        parts[part] = {
+            "calls_per_frame": len(feeds[part]) / frames,
+            "calls_timed": len(times["fp32"]),
+            **{f"{k}_p50_ms": float(np.median(v)) for k, v in times.items()},
+        }
+    per_frame = {
+        m: {k: sum(parts[p][f"{k}_p50_ms"] * parts[p]["calls_per_frame"] for p in ps) for k in ("fp32", "int8")}
+        for m, ps in MODELS.items()
+    }
     return {"threads": threads, "frames_recorded": frames, "parts": parts, "ms_per_frame": per_frame}
 
 
@@ -216,8 +267,11 @@ def _measure(avatar, variants: dict, clips, audio, args) -> dict:
         kw = {"backend": v["backend"], "onnx_dir": v["onnx_dir"]}
         print(f"[{name}] quality on {len(clips)} held-out clips", flush=True)
         out[name] = {"mode": v["mode"], "models": v["models"], "quality": _quality(avatar, clips, kw)}
-        print(f"[{name}] openness corr. {out[name]['quality']['openness_corr']:.4f}, identity SSIM "
-              f"{out[name]['quality']['identity_ssim']:.4f}", flush=True)
+        print(
+            f"[{name}] openness corr. {out[name]['quality']['openness_corr']:.4f}, identity SSIM "
+            f"{out[name]['quality']['identity_ssim']:.4f}",
+            flush=True,
+        )
     runs = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, v in variants.items():
@@ -234,13 +288,17 @@ def summary_lines(result: dict) -> list[str]:
     lines = [f"device {result['device']}, load {result['load_average_1_5_15min']}"]
     for name, v in result["variants"].items():
         q, s = v["quality"], v["speed"]
-        lines.append(f"{name:>14}: openness corr. {q['openness_corr']:.4f} ({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
-                     f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
-                     f"{s['fps']:.1f} fps; p50 ms " + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items()
-                                                                if k in STAGE.values()))
+        lines.append(
+            f"{name:>14}: openness corr. {q['openness_corr']:.4f} ({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
+            f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
+            f"{s['fps']:.1f} fps; p50 ms "
+            + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items() if k in STAGE.values())
+        )
     for mode, side in result["side_by_side"].items():
-        lines.append(f"{mode} side by side, ms per frame float32 → int8: " + ", ".join(
-            f"{m} {v['fp32']:.2f} → {v['int8']:.2f}" for m, v in side["ms_per_frame"].items()))
+        lines.append(
+            f"{mode} side by side, ms per frame float32 → int8: "
+            + ", ".join(f"{m} {v['fp32']:.2f} → {v['int8']:.2f}" for m, v in side["ms_per_frame"].items())
+        )
     for mode, d in result["decisions"].items():
         for model, why in d["why"].items():
             lines.append(f"{mode} {model}: {why}")
@@ -273,8 +331,13 @@ def figure(result: dict, plt):
     first = result["side_by_side"][modes[0]]["ms_per_frame"]
     ax.bar(xm, [first[m]["fp32"] for m in models], width, label="float32", color="#999999")
     for j, mode in enumerate(modes):
-        ax.bar(xm + (j + 1) * width, [result["side_by_side"][mode]["ms_per_frame"][m]["int8"] for m in models], width,
-               label=f"int8 {mode}", color=f"C{j}")
+        ax.bar(
+            xm + (j + 1) * width,
+            [result["side_by_side"][mode]["ms_per_frame"][m]["int8"] for m in models],
+            width,
+            label=f"int8 {mode}",
+            color=f"C{j}",
+        )
     ax.set_xticks(xm + width * len(modes) / 2, [f"{m} ({STAGE[m]})" for m in models], fontsize=8)
     ax.set_ylabel("session ms per video frame (p50, side by side)")
     ax.set_title(f"{result['device']}; decision: {result['decision']['summary']}", fontsize=9)

@@ -21,6 +21,7 @@ openness correlation and identity SSIM on held-out clips against float32 ORT; :f
 model when both stay within :data:`TOLERANCE` and it is faster. The recorded result is
 ``benchmarks/results/cpu/avatar_int8.json``.
 """
+
 from __future__ import annotations
 
 import os
@@ -57,6 +58,7 @@ def check_models(models) -> list[str]:
 
 # ---- calibration data ----------------------------------------------------------------------------------
 
+
 def record_inputs(avatar, export_dir: str, audio, *, seconds: float | None = None) -> dict[str, list[dict]]:
     """Run ``avatar``'s float32 ORT stages (the real graph, :func:`~framegraph.models.avatar.build_avatar_graph`
     with ``backend="onnx"``) on ``audio`` (a file with audio, or 16 kHz int16 samples; the first ``seconds``)
@@ -69,13 +71,28 @@ def record_inputs(avatar, export_dir: str, audio, *, seconds: float | None = Non
     if seconds is not None:
         pcm = pcm[: int(seconds * 16000)]
     if len(pcm) == 0:
-        raise ValueError(f"record_inputs: {audio if isinstance(audio, str) else 'the samples'} hold no audio to "
-                         "calibrate on")
+        raise ValueError(
+            f"record_inputs: {audio if isinstance(audio, str) else 'the samples'} hold no audio to calibrate on"
+        )
     src = PushAudioSource(max_buffer_ms=int(1000 * len(pcm) / 16000) + 100, name="calibration")
-    ag = build_avatar_graph(avatar, src, sink=None, audio_sink=None, clock="fast", backend="onnx",
-                            onnx_dir=export_dir, budget_ms=None, video_policy="block")
-    graphs = {"audio": ag.features.encode.graph, "dit_velocity": ag.denoiser._graphs[0],
-              "dit_commit": ag.denoiser._graphs[1], "vae_first": ag.decode.ort.first, "vae_next": ag.decode.ort.next}
+    ag = build_avatar_graph(
+        avatar,
+        src,
+        sink=None,
+        audio_sink=None,
+        clock="fast",
+        backend="onnx",
+        onnx_dir=export_dir,
+        budget_ms=None,
+        video_policy="block",
+    )
+    graphs = {
+        "audio": ag.features.encode.graph,
+        "dit_velocity": ag.denoiser._graphs[0],
+        "dit_commit": ag.denoiser._graphs[1],
+        "vae_first": ag.decode.ort.first,
+        "vae_next": ag.decode.ort.next,
+    }
     for g in graphs.values():
         g.record = []
     from framegraph.stream import Stage
@@ -122,6 +139,7 @@ class FeedReader:
 
 # ---- quantization --------------------------------------------------------------------------------------
 
+
 def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[dict] | None = None) -> None:
     """Write the int8 version of ``src`` to ``dst`` (``mode``: see the module docstring; ``static`` needs
     ``feeds``, the part's recorded inputs) with ``bundle_hash`` in its metadata."""
@@ -141,12 +159,21 @@ def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[d
         if mode == "dynamic":
             quantize_dynamic(src, out, op_types_to_quantize=OPS, weight_type=QuantType.QInt8, per_channel=False)
         else:
+
             class Reader(FeedReader, CalibrationDataReader):
                 pass
 
-            quantize_static(src, out, Reader(feeds or []), quant_format=QuantFormat.QDQ, op_types_to_quantize=OPS,
-                            per_channel=True, activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
-                            extra_options={"CalibTensorRangeSymmetric": False})
+            quantize_static(
+                src,
+                out,
+                Reader(feeds or []),
+                quant_format=QuantFormat.QDQ,
+                op_types_to_quantize=OPS,
+                per_channel=True,
+                activation_type=QuantType.QUInt8,
+                weight_type=QuantType.QInt8,
+                extra_options={"CalibTensorRangeSymmetric": False},
+            )
         model = onnx.load(out)
         meta = {p.key: p.value for p in model.metadata_props}
         meta.update({BUNDLE_KEY: bundle_hash, "framegraph.int8": mode, "framegraph.source": os.path.basename(src)})
@@ -156,9 +183,16 @@ def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[d
         onnx.save(model, dst)
 
 
-def quantize_export(avatar, export_dir: str, mode: str = DEFAULT_MODE, *, models=DEFAULT_INT8,
-                    calibration_audio: str | None = None, calibration_seconds: float | None = 6.0,
-                    log=None) -> dict:
+def quantize_export(
+    avatar,
+    export_dir: str,
+    mode: str = DEFAULT_MODE,
+    *,
+    models=DEFAULT_INT8,
+    calibration_audio: str | None = None,
+    calibration_seconds: float | None = 6.0,
+    log=None,
+) -> dict:
     """Quantize every part of the float32 export in ``export_dir`` (checked against ``avatar``) into
     ``<part>.int8.onnx`` and record them in the manifest; ``models`` (names of :data:`~.manifest.MODELS`)
     are the ones ``--backend onnx-int8`` runs in int8. ``static`` calibrates on ``calibration_audio`` (a file
@@ -173,17 +207,31 @@ def quantize_export(avatar, export_dir: str, mode: str = DEFAULT_MODE, *, models
     if mode == "static":
         audio = calibration_audio or calibration_speech(calibration_seconds or 6.0)
         feeds = record_inputs(avatar, export_dir, audio, seconds=calibration_seconds)
-        calib = {"audio": calibration_audio or "espeak-ng speech of synthetic clip 0, seed 0 (training seed)",
-                 "seconds": calibration_seconds, "calls_recorded": {p: len(f) for p, f in feeds.items()},
-                 "calls_used": {p: len(FeedReader(f).feeds) for p, f in feeds.items() if f}}
-    section = {"mode": mode, "ops": OPS, "onnxruntime": onnxruntime.__version__, "calibration": calib,
-               "files": {}, "models": models}
+        calib = {
+            "audio": calibration_audio or "espeak-ng speech of synthetic clip 0, seed 0 (training seed)",
+            "seconds": calibration_seconds,
+            "calls_recorded": {p: len(f) for p, f in feeds.items()},
+            "calls_used": {p: len(FeedReader(f).feeds) for p, f in feeds.items() if f},
+        }
+    section = {
+        "mode": mode,
+        "ops": OPS,
+        "onnxruntime": onnxruntime.__version__,
+        "calibration": calib,
+        "files": {},
+        "models": models,
+    }
     for part in PARTS:
         name = int8_file(files[part]["file"])
         if log:
             log(f"int8 ({mode}): {files[part]['file']} -> {name}")
-        quantize_file(os.path.join(export_dir, files[part]["file"]), os.path.join(export_dir, name), mode,
-                      manifest["bundle_hash"], feeds.get(part))
+        quantize_file(
+            os.path.join(export_dir, files[part]["file"]),
+            os.path.join(export_dir, name),
+            mode,
+            manifest["bundle_hash"],
+            feeds.get(part),
+        )
         section["files"][part] = {"file": name}
     manifest["int8"] = section
     return write_manifest(export_dir, manifest)
@@ -219,6 +267,7 @@ def calibration_speech(seconds: float = 6.0, seed: int = 0) -> np.ndarray:
 
 # ---- the decision --------------------------------------------------------------------------------------
 
+
 def choose_int8(fp32: dict, per_model: dict, tolerance: float = TOLERANCE) -> dict:
     """Which models keep int8. ``fp32``: ``{"openness_corr", "identity_ssim"}`` of float32 ORT; ``per_model``:
     for each model run alone in int8 (``{"audio": {...}, ...}``) the same two figures and ``"ms_per_frame":
@@ -246,5 +295,7 @@ def choose_int8(fp32: dict, per_model: dict, tolerance: float = TOLERANCE) -> di
             why[model] = "float32: " + "; ".join(fails)
         else:
             kept.append(model)
-            why[model] = f"int8: openness corr. {-d_open:+.4f}, identity SSIM {-d_ssim:+.4f}, {t32:.2f} → {t8:.2f} ms per frame"
+            why[model] = (
+                f"int8: openness corr. {-d_open:+.4f}, identity SSIM {-d_ssim:+.4f}, {t32:.2f} → {t8:.2f} ms per frame"
+            )
     return {"models": kept, "why": why}

@@ -1,6 +1,7 @@
 """int8 exports (models/onnx/quantize.py): calibration recorded from the float32 stages, int8 files that run
 through the avatar graph and stay close to float32, refused when quantized from another bundle, and the
 keep-or-not decision (also against the recorded measurement)."""
+
 import json
 import os
 import shutil
@@ -15,8 +16,17 @@ from framegraph.models.avatar import build_avatar_graph, random_avatar
 from framegraph.models.onnx import ExportError
 from framegraph.models.onnx.export import export_avatar
 from framegraph.models.onnx.manifest import BUNDLE_KEY, MODELS, PARTS
-from framegraph.models.onnx.quantize import (DEFAULT_INT8, DEFAULT_MODE, TOLERANCE, FeedReader, check_models,
-                                             choose_int8, quantize_export, record_inputs, set_int8_models)
+from framegraph.models.onnx.quantize import (
+    DEFAULT_INT8,
+    DEFAULT_MODE,
+    TOLERANCE,
+    FeedReader,
+    check_models,
+    choose_int8,
+    quantize_export,
+    record_inputs,
+    set_int8_models,
+)
 from framegraph.models.onnx.runtime import AvatarExport
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import PushAudioSource
@@ -59,8 +69,17 @@ class Frames(Stage):
 def render(a, onnx_dir: str, backend: str, audio: np.ndarray) -> np.ndarray:
     """The avatar graph on ``backend``: composited frames ``uint8 [T, H, W, 3]``."""
     src = PushAudioSource(max_buffer_ms=int(1000 * len(audio) / 16000) + 100)
-    ag = build_avatar_graph(a, src, sink=None, audio_sink=None, clock="fast", backend=backend, onnx_dir=onnx_dir,
-                            budget_ms=None, video_policy="block")
+    ag = build_avatar_graph(
+        a,
+        src,
+        sink=None,
+        audio_sink=None,
+        clock="fast",
+        backend=backend,
+        onnx_dir=onnx_dir,
+        budget_ms=None,
+        video_policy="block",
+    )
     sink = ag.graph.add(Frames(PortSpec((a.height, a.width, 3), torch.uint8, "cpu")))
     ag.graph.connect(ag.composite, sink, "video", "video", capacity=4)
     src.push(audio)
@@ -71,7 +90,7 @@ def render(a, onnx_dir: str, backend: str, audio: np.ndarray) -> np.ndarray:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).reshape(len(a), -1).mean(1)
-    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
+    return 10 * np.log10(255.0**2 / np.maximum(mse, 1e-10))
 
 
 def test_calibration_records_each_sessions_inputs_per_call(exported):
@@ -114,7 +133,7 @@ def test_int8_export_runs_through_the_graph_close_to_float32(exported):
     i8 = render(a, out, "onnx-int8", audio)
     assert f32.shape == i8.shape and len(f32) == 30
     p = psnr(i8, f32)
-    # measured: min 37.9 dB, mean 41.3 dB on this random bundle (all three models int8) — bound with margin
+    # measured: min 37.7 dB, mean 41.8 dB on this random bundle (seed 2: 36.7 / 39.4) — bound with margin
     assert p.min() >= 32.0, p
     assert not np.array_equal(i8, f32)  # the int8 files were what ran
     assert np.abs(np.diff(i8.astype(np.float64), axis=0)).mean() > 0.01  # the picture moves
@@ -164,37 +183,39 @@ def test_int8_files_of_another_bundle_or_missing_are_refused(exported, tmp_path)
         render(a, plain, "onnx-int8", bursts(0.2))
 
 
-FP32 = {"openness_corr": 0.85, "identity_ssim": 0.99,
-        "stage_p50_ms": {"audio_features": 2.0, "denoiser": 16.0, "vae_decode": 16.0}}
+FP32 = {"openness_corr": 0.85, "identity_ssim": 0.99}
 
 
-def model(stage: str, d_open=0.0, d_ssim=0.0, ms=None) -> dict:
-    p50 = dict(FP32["stage_p50_ms"])
-    p50[stage] = FP32["stage_p50_ms"][stage] * 0.8 if ms is None else ms
-    return {"openness_corr": FP32["openness_corr"] - d_open, "identity_ssim": FP32["identity_ssim"] - d_ssim,
-            "stage_p50_ms": p50, "stage": stage}
+def model(d_open=0.0, d_ssim=0.0, fp32_ms=10.0, int8_ms=8.0) -> dict:
+    return {
+        "openness_corr": FP32["openness_corr"] - d_open,
+        "identity_ssim": FP32["identity_ssim"] - d_ssim,
+        "ms_per_frame": {"fp32": fp32_ms, "int8": int8_ms},
+    }
 
 
 def test_choice_keeps_a_model_only_when_both_figures_hold_and_it_is_faster():
-    d = choose_int8(FP32, {"audio": model("audio_features", d_open=0.01, d_ssim=-0.002),
-                           "dit": model("denoiser", d_open=0.0102),
-                           "vae": model("vae_decode", d_ssim=0.02)})
-    assert d["models"] == ["audio"]
+    d = choose_int8(
+        FP32, {"audio": model(d_open=0.01, d_ssim=-0.002), "dit": model(d_open=0.0102), "vae": model(d_ssim=0.02)}
+    )
+    assert d["models"] == ["audio"]  # a drop of exactly the tolerance holds; a better figure is no drop
     assert "openness corr. drops 0.0102 > 0.01" in d["why"]["dit"] and "identity SSIM drops 0.0200" in d["why"]["vae"]
-    d = choose_int8(FP32, {"dit": model("denoiser", ms=16.5), "vae": model("vae_decode", d_open=-0.03)})
-    assert d["models"] == ["vae"] and "not below float32's 16.00 ms" in d["why"]["dit"]
+    d = choose_int8(FP32, {"dit": model(int8_ms=10.5), "vae": model(d_open=-0.03)})
+    assert d["models"] == ["vae"] and "10.50 ms per frame is not below float32's 10.00 ms" in d["why"]["dit"]
     assert d["why"]["audio"] == "not measured"
-    assert choose_int8(FP32, {"dit": model("denoiser", d_open=0.005)}, tolerance=0.001)["models"] == []
+    assert choose_int8(FP32, {"dit": model(d_open=0.005)}, tolerance=0.001)["models"] == []
+    assert choose_int8(FP32, {"dit": model(int8_ms=10.0)})["models"] == []  # as fast is not faster
 
 
 def test_the_default_is_the_recorded_measurements_decision():
     r = json.load(open(RESULT))
     assert r["settings"]["tolerance"] == TOLERANCE and r["device"] and r["command"] and r["load_average_1_5_15min"]
-    ref = {**r["variants"]["fp32"]["quality"], **r["variants"]["fp32"]["speed"]}
     for mode, d in r["decisions"].items():
-        per = {m: {**r["variants"][f"{mode}:{m}"]["quality"], **r["variants"][f"{mode}:{m}"]["speed"],
-                   "stage": {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}[m]} for m in MODELS}
-        assert choose_int8(ref, per)["models"] == d["models"]  # the JSON's decision follows from its numbers
+        per = {
+            m: {**r["variants"][f"{mode}:{m}"]["quality"], "ms_per_frame": r["side_by_side"][mode]["ms_per_frame"][m]}
+            for m in MODELS
+        }
+        assert choose_int8(r["variants"]["fp32"]["quality"], per)["models"] == d["models"]  # follows from its numbers
     assert list(DEFAULT_INT8) == r["decision"]["models"]
     if DEFAULT_INT8:
         assert DEFAULT_MODE == r["decision"]["mode"]

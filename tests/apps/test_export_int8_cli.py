@@ -133,3 +133,66 @@ def test_shipped_avatar_int8_stays_close_to_float32(tmp_path, capsys):
     p = psnr_per_frame(i8, f32)
     # measured: min 37.1 dB, mean 40.6 dB (every model int8, static; H.264 of both included) — bound with margin
     assert p.min() >= 32.0, p
+
+
+def test_bench_avatar_measures_the_onnx_int8_backend(tmp_path):
+    out = tmp_path / "avatar_int8_rows.json"
+    assert (
+        main(
+            [
+                "bench",
+                "avatar",
+                "--quick",
+                "--no-shipped",
+                "--backend",
+                "onnx,onnx-int8",
+                "--sessions",
+                "1",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
+    r = json.loads(out.read_text())
+    assert [(row["name"], row["backend"]) for row in r["sizes"]] == [("64 onnx", "onnx"), ("64 onnx-int8", "onnx-int8")]
+    assert r["sizes"][1]["steady"]["frames"] > 0 and r["sessions_by_backend"]["onnx-int8"]["runs"][0]["per_session"]
+
+
+@pytest.mark.slow
+def test_bench_avatar_int8_records_quality_speed_and_the_decision(tmp_path):
+    from framegraph.models.synth import load_portrait, make_clip
+
+    clips = tmp_path / "clips"
+    make_clip(str(clips), 0, seconds=1.5, fps=25, portrait=load_portrait(), seed=1000)
+    out = tmp_path / "int8.json"
+    assert (
+        main(
+            [
+                "bench",
+                "avatar_int8",
+                "--out",
+                str(out),
+                "--clips",
+                str(clips),
+                "--clip-count",
+                "1",
+                "--modes",
+                "dynamic",
+                "--seconds",
+                "1",
+                "--repeats",
+                "1",
+            ]
+        )
+        == 0
+    )
+    r = json.loads(out.read_text())
+    assert set(r["variants"]) >= {"fp32", "dynamic:audio", "dynamic:dit", "dynamic:vae"}
+    fp32 = r["variants"]["fp32"]["quality"]
+    assert fp32["openness_corr"] > 0.5 and fp32["identity_ssim"] > 0.9  # the shipped avatar on a held-out clip
+    for model, t in r["side_by_side"]["dynamic"]["ms_per_frame"].items():
+        assert t["fp32"] > 0 and t["int8"] > 0, model
+    assert set(r["decision"]["models"]) <= {"audio", "dit", "vae"} and r["decision"]["summary"]
+    assert (tmp_path / "int8.png").stat().st_size > 1000
+    assert main(["bench", "avatar_int8", "--out", str(out), "--modes", "fp16"]) == 2

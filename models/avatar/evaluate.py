@@ -310,13 +310,14 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
                "openness_real_mean": round(float(o_real[silent].mean()), 3), "closed_limit_px": round(limit, 3),
                "lips_closed_fraction": round(float((o_gen[silent] <= limit).mean()), 4)}
     speaking = ~silent
-    mean = lambda key: r(np.nanmean(_column(rows, key)))  # noqa: E731
+    nanmean = lambda a: np.nanmean(a) if np.isfinite(a).any() else np.nan  # noqa: E731  (no real frames: None)
+    mean = lambda key: r(nanmean(_column(rows, key)))  # noqa: E731
     return {
         "frames": int(n),
         "openness_corr": r(pearson(o_gen, jaw)), "estimator_corr": r(pearson(o_real, jaw)),
         "openness_corr_vs_real_estimate": r(pearson(o_gen, o_real)),
         "openness_generated_speaking_mean": r(o_gen[speaking].mean()) if speaking.any() else None,
-        "openness_real_speaking_mean": r(np.nanmean(o_real[speaking])) if speaking.any() else None,
+        "openness_real_speaking_mean": r(nanmean(o_real[speaking])) if speaking.any() else None,
         "silence": sil,
         "identity_ssim": mean("ssim"), "identity_ssim_min": r(np.nanmin(_column(rows, "ssim"))),
         "identity_psnr_db": mean("psnr"), "identity_ssim_unaligned": mean("ssim_raw"),

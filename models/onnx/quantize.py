@@ -24,6 +24,8 @@ model when both stay within :data:`TOLERANCE` and it is faster. The recorded res
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import shutil
 import tempfile
@@ -143,6 +145,23 @@ class FeedReader:
 # ---- quantization --------------------------------------------------------------------------------------
 
 
+@contextlib.contextmanager
+def _quiet_preprocess_hint():
+    """Drop onnxruntime.quantization's root-logger hint to run its pre-processing (shape inference and
+    fusions; these graphs are traced with fixed shapes and optimised when the session loads)."""
+
+    class Hint(logging.Filter):
+        def filter(self, record):
+            return "pre-processing before quantization" not in record.getMessage()
+
+    root, hint = logging.getLogger(), Hint()
+    root.addFilter(hint)
+    try:
+        yield
+    finally:
+        root.removeFilter(hint)
+
+
 def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[dict] | None = None) -> None:
     """Write the int8 version of ``src`` to ``dst`` (``mode``: see the module docstring; ``static`` needs
     ``feeds``, the part's recorded inputs) with ``bundle_hash`` in its metadata."""
@@ -157,7 +176,7 @@ def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[d
 
     if mode not in MODES:
         raise ValueError(f"int8 mode {mode!r}; expected one of {MODES}")
-    with tempfile.TemporaryDirectory(prefix="fg-int8-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="fg-int8-") as tmp, _quiet_preprocess_hint():
         out = os.path.join(tmp, "q.onnx")
         if mode == "dynamic":
             quantize_dynamic(src, out, op_types_to_quantize=OPS, weight_type=QuantType.QInt8, per_channel=False)

@@ -212,6 +212,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--dit", metavar="DIR",
                    help="evaluate this denoiser instead of the bundle's (e.g. AVATAR/train/teacher, the many-step "
                         "model before distillation, with --steps 16)")
+    e.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], default="torch",
+                   help="where the models compute: torch, or onnx / onnx-int8 (ONNX Runtime on the CPU, from "
+                        "`framegraph export [--int8]`)")
+    e.add_argument("--onnx", default=None, help="(with --backend onnx / onnx-int8) the export folder (default: "
+                                                "AVATAR/onnx)")
     e.set_defaults(avatar_func=run_eval)
 
 
@@ -450,7 +455,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
             avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()
         metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps,
-                                  progress=True)
+                                  progress=True, backend=args.backend, onnx_dir=args.onnx)
     except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
         print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
         return 2

@@ -43,10 +43,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
                         "scales the picture to fit, aspect kept)")
     p.add_argument("--out", required=True, help="output .mp4 file")
-    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+    p.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], default="torch",
                    help="(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, from "
-                        "`framegraph export`)")
-    p.add_argument("--onnx", default=None, help="(with --backend onnx) the export folder (default: AVATAR/onnx)")
+                        "`framegraph export`), or onnx-int8 (the same, the models the export keeps in int8 — "
+                        "`framegraph export --int8` — running int8)")
+    p.add_argument("--onnx", default=None, help="(with --backend onnx / onnx-int8) the export folder (default: "
+                                                "AVATAR/onnx)")
     p.add_argument("--preset", choices=["offline", "live"], default="offline",
                    help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")

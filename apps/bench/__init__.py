@@ -20,6 +20,8 @@ BENCHES = {
     "render": ("framegraph.apps.bench.render", "3DGS / 4DGS / NeRF render speed and peak memory per backend (+ gsplat)"),
     "server": ("framegraph.apps.bench.server", "streaming server: RSS over 100 sessions, latency over a 10-min soak"),
     "avatar": ("framegraph.apps.bench.avatar", "talking avatar: time to first frame, FPS and stage p50/p99 per size, sessions"),
+    "avatar_int8": ("framegraph.apps.bench.avatar_int8",
+                    "avatar's ONNX models in int8 vs float32, per model: held-out quality, stage p50, the decision"),
     "generate": ("framegraph.apps.bench.generate",
                  "Wan / SANA-Video streamed end to end: FPS (denoise + decode + encode), first frame, stage p50/p99"),
     "video_avatar": ("framegraph.apps.bench.video_avatar",

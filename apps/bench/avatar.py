@@ -7,7 +7,9 @@
 ``--backend torch,onnx`` measures every row on each backend (same run, same machine): the ``onnx`` rows
 run the three model stages on ONNX Runtime (``models.onnx``). Their exports are made by the bench into a
 temporary folder before measuring (random-weight rows have no bundle folder to export from); ``--onnx DIR``
-uses an existing export of the shipped bundle instead. The sessions part runs on each backend.
+uses an existing export of the shipped bundle instead. ``onnx-int8`` rows add the int8 files to that export
+(``framegraph export --int8``'s default mode and kept models; per-model int8 figures: ``bench avatar_int8``).
+The sessions part runs on each backend.
 
 Issue 5's targets, on an H100 for the shipped model class: first frame ≤ 100 ms, ≥ 120 FPS at 384²,
 ≥ 60 FPS at 512², four sessions at ≥ 25 FPS each. The JSON compares with them only as a reference:
@@ -62,6 +64,7 @@ from .speech import SAMPLE_RATE, speech
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
            "sessions": 4, "session_fps": 25.0}
 DEFAULT_AVATAR = os.path.join(ASSETS, "avatars", "astronaut")
+BACKENDS = ("torch", "onnx", "onnx-int8")  # models.avatar.graph.BACKENDS (not imported here: torch-free --help)
 
 
 # ---- the model class ---------------------------------------------------------------------------------
@@ -225,7 +228,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="CPU intra-op threads per stage (default 1 on CPU, as the server runs; untouched on CUDA)")
     p.add_argument("--backend", default="torch",
                    help="comma-separated compute backends of the model stages to measure: torch, onnx (ONNX "
-                        "Runtime, CPU) — e.g. torch,onnx (default torch)")
+                        "Runtime, CPU), onnx-int8 (the same, the models `framegraph export --int8` keeps in int8 by "
+                        "default running int8) — e.g. torch,onnx (default torch)")
     p.add_argument("--onnx", default=None, help="an export of the shipped bundle for its onnx row (default: the "
                                                 "bench exports it into a temporary folder)")
     p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
@@ -253,11 +257,11 @@ def _settings(args) -> dict:
     if s["repeats"] < 1:
         raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
     s["backends"] = [b.strip() for b in str(args.backend).split(",") if b.strip()]
-    if not s["backends"] or any(b not in ("torch", "onnx") for b in s["backends"]) \
+    if not s["backends"] or any(b not in BACKENDS for b in s["backends"]) \
             or len(set(s["backends"])) != len(s["backends"]):
-        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of torch, onnx")
-    if "onnx" in s["backends"] and cuda:
-        raise ValueError("--backend onnx runs on the CPU (ONNX Runtime's CPU provider); use --device cpu")
+        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of {', '.join(BACKENDS)}")
+    if any(b != "torch" for b in s["backends"]) and cuda:
+        raise ValueError("--backend onnx / onnx-int8 run on the CPU (ONNX Runtime's CPU provider); use --device cpu")
     if s["torch_threads"] is not None and s["torch_threads"] < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {s['torch_threads']}")
     return s
@@ -332,12 +336,14 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
 
 
 def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
-    """``build_avatar_graph`` arguments for ``backend``; for onnx, the export of ``avatar`` (made now, timed, into
-    the run's temporary folder; ``--onnx`` for the shipped bundle)."""
+    """``build_avatar_graph`` arguments for ``backend``; for onnx / onnx-int8, the export of ``avatar`` (made now,
+    timed, into the run's temporary folder — onnx-int8 adds the int8 files with the export's default choice;
+    ``--onnx`` for the shipped bundle)."""
     if backend == "torch":
         return {}
     if name == "shipped" and args.onnx:
-        return {"backend": "onnx", "onnx_dir": args.onnx}
+        return {"backend": backend, "onnx_dir": args.onnx}
+    from framegraph.models.onnx import load_manifest
     from framegraph.models.onnx.export import export_avatar
 
     out = os.path.join(s["export_root"], name)
@@ -345,7 +351,14 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         t = time.perf_counter()
         export_avatar(avatar, out)
         _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
-    return {"backend": "onnx", "onnx_dir": out}
+    if backend == "onnx-int8" and "int8" not in load_manifest(out, avatar):
+        from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+
+        t = time.perf_counter()
+        quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
+        _log(f"[{name}] int8 ({DEFAULT_MODE}, kept: {', '.join(DEFAULT_INT8) or 'none'}) in "
+             f"{time.perf_counter() - t:.1f} s")
+    return {"backend": backend, "onnx_dir": out}
 
 
 def _row_name(name: str, backend: str, s: dict) -> str:

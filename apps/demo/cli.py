@@ -25,9 +25,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"concurrent takes, all tabs together (default {d.max_sessions})")
     p.add_argument("--takes-dir", help="folder for the takes' MP4 files (default: a temporary folder)")
     p.add_argument("--no-browser", action="store_true", help="do not open the page in a browser")
-    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+    p.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], default="torch",
                    help="(avatar) where the model stages compute: torch, or onnx (ONNX Runtime on the CPU, from the "
-                        "bundle's export: `framegraph export --avatar assets/avatars/astronaut`)")
+                        "bundle's export: `framegraph export --avatar assets/avatars/astronaut`), or onnx-int8 "
+                        "(the models that export keeps in int8 run int8: `framegraph export --int8`)")
     p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
 
 

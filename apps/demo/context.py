@@ -39,7 +39,8 @@ class DemoConfig:
         max_sessions: concurrent live sessions (tabs) plus headless takes.
         takes_dir: where take MP4s go (default: a fresh temporary folder).
         video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
-        backend: the avatar's compute backend, ``"torch"`` or ``"onnx"`` (its ``backend`` start option).
+        backend: the avatar's compute backend, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``backend``
+            start option).
     """
 
     host: str = "127.0.0.1"

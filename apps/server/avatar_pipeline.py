@@ -13,7 +13,8 @@ size and fps are the bundle's (its portrait's size; the client may only ask for 
 
 Options (besides the common video ones): ``portrait``, ``steps`` (sampler steps 1–4, default the
 bundle's), ``state`` (initial state), ``backend`` (``torch`` | ``onnx``: the model stages on ONNX Runtime
-from the bundle's ``onnx/`` export, made by ``framegraph export``; a missing or stale export refuses the
+from the bundle's ``onnx/`` export, made by ``framegraph export``; ``onnx-int8``: the same, the models that
+export keeps in int8 — ``framegraph export --int8`` — running int8; a missing or stale export refuses the
 session with a clear message). Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking
 / idle) | ``speaking`` | ``listening`` | ``idle`` (forced). ``interrupt`` (barge-in) is the session's
 ``graph.reset()``: the audio context, the denoiser's stream state and the decoder cache start afresh
@@ -139,7 +140,7 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
                                 torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
                                 max_lag_ms=LIVE_MAX_LAG_MS, backend=backend)
     except ExportError as exc:
-        raise ProtocolError(ErrorCode.BAD_OPTION, f"avatar: backend 'onnx': {exc}") from None
+        raise ProtocolError(ErrorCode.BAD_OPTION, f"avatar: backend {backend!r}: {exc}") from None
     ag.set_state(state)
 
     def configure(o: Options) -> dict:

@@ -276,13 +276,14 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
 
 def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
                   seed: int = 0, progress: bool = False, meter: FrameMeter | None = None,
-                  total: int | None = None) -> dict:
+                  total: int | None = None, backend: str = "torch", onnx_dir: str | None = None) -> dict:
     """Run the avatar graph on ``audio_path`` (any file with audio) into ``out_mp4``. ``meter`` also
-    receives every composited frame (before the codec). Returns the graph's report."""
+    receives every composited frame (before the codec). ``backend`` / ``onnx_dir``: where the models compute
+    (see :func:`~.graph.build_avatar_graph`). Returns the graph's report."""
 
 
     ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), steps=steps, vad=vad,
-                            seed=seed)
+                            seed=seed, backend=backend, onnx_dir=onnx_dir)
     if meter is not None:
         ag.graph.add(meter)
         ag.graph.connect(ag.composite, meter, "video", "video", capacity=4)
@@ -309,13 +310,14 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
                "openness_real_mean": round(float(o_real[silent].mean()), 3), "closed_limit_px": round(limit, 3),
                "lips_closed_fraction": round(float((o_gen[silent] <= limit).mean()), 4)}
     speaking = ~silent
-    mean = lambda key: r(np.nanmean(_column(rows, key)))  # noqa: E731
+    nanmean = lambda a: np.nanmean(a) if np.isfinite(a).any() else np.nan  # noqa: E731  (no real frames: None)
+    mean = lambda key: r(nanmean(_column(rows, key)))  # noqa: E731
     return {
         "frames": int(n),
         "openness_corr": r(pearson(o_gen, jaw)), "estimator_corr": r(pearson(o_real, jaw)),
         "openness_corr_vs_real_estimate": r(pearson(o_gen, o_real)),
         "openness_generated_speaking_mean": r(o_gen[speaking].mean()) if speaking.any() else None,
-        "openness_real_speaking_mean": r(np.nanmean(o_real[speaking])) if speaking.any() else None,
+        "openness_real_speaking_mean": r(nanmean(o_real[speaking])) if speaking.any() else None,
         "silence": sil,
         "identity_ssim": mean("ssim"), "identity_ssim_min": r(np.nanmin(_column(rows, "ssim"))),
         "identity_psnr_db": mean("psnr"), "identity_ssim_unaligned": mean("ssim_raw"),
@@ -326,13 +328,18 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
 
 
 def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: int | None = None, seed: int = 0,
-                    progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000) -> dict:
+                    progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
+                    backend: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
     """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring; ``truth``
     None: a real clip without a JSON — only the measures against its real frames, no mouth ground truth).
 
     Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift`` block (minute ``n``
     minus minute 1). ``identity_ssim_mp4`` (the same measure on the written H.264 file) is computed for
-    clips up to ``codec_check_max_frames`` frames."""
+    clips up to ``codec_check_max_frames`` frames. ``backend`` / ``onnx_dir``: where the models compute
+    (:func:`~.graph.build_avatar_graph`; e.g. ``"onnx-int8"`` to measure the int8 export). ``real_measures``
+    False: only the generated frames against the ground truth and the portrait (openness correlation, silence,
+    identity) — no measures against the clip's real frames (the ``real`` block, ``identity_ssim_real``...) nor
+    of the written MP4; about a tenth of the time."""
 
     if truth is None:  # a person's own clip: no ground truth, one entry per frame of the video
         truth = {"truth": False, "frames": [{"index": i} for i, _ in enumerate(iter_video_frames(clip))]}
@@ -351,16 +358,18 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
                          f"{portrait.shape[1]}x{portrait.shape[0]}")
 
     drawn = avatar_composite(avatar).frame_alpha().numpy()  # where the avatar's frames move
-    landmarks = LandmarkMeter()
-    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip), drawn=drawn, landmarks=landmarks)
+    landmarks = LandmarkMeter() if real_measures else None
+    meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip) if real_measures else None, drawn=drawn,
+                       landmarks=landmarks)
     with tempfile.TemporaryDirectory() as tmp:
         target = os.fspath(out_video) if out_video else os.path.join(tmp, "generated.mp4")
         t0 = time.monotonic()
         try:
             generate_clip(avatar, clip, target, steps=steps, seed=seed, progress=progress, meter=meter,
-                          total=len(frames_gt))
+                          total=len(frames_gt), backend=backend, onnx_dir=onnx_dir)
         finally:
-            landmarks.close()
+            if landmarks is not None:
+                landmarks.close()
         seconds = time.monotonic() - t0
         n = min(len(frames_gt), len(meter.rows))
 
@@ -368,7 +377,7 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
         has_audio = bool(container.streams.audio)
         container.close()
         ssim_mp4 = None
-        if n <= codec_check_max_frames:
+        if real_measures and n <= codec_check_max_frames:
             mp4_meter = IdentityMeter(portrait, avatar.crop_box, mouth_box, drawn=drawn)
             vals = [mp4_meter.measure(f)[0] for _, f in zip(range(n), iter_video_frames(target))]
             ssim_mp4 = round(float(np.mean(vals)), 4) if vals else None
@@ -376,13 +385,14 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
     jaw = np.array([float(f["jaw_open"]) for f in frames_gt[:n]]) if has_truth else None
     states = [f.get("state") for f in frames_gt[:n]]
     out = {"mouth_ground_truth": has_truth, "clip": os.fspath(clip), "frames_generated": int(len(meter.rows)), "audio_in_output": has_audio,
-           "steps": steps or avatar.steps,
+           "steps": steps or avatar.steps, "backend": backend,
            "openness_estimator": "inner-mouth (dark) pixels / mouth width, px; see models/avatar/evaluate.py",
            "identity": "SSIM / PSNR vs the portrait in the face crop outside the mouth motion region, head pose "
                        "registered (affine ECC); generated frames measured before the video codec",
            "real_measures": "face landmarks on generated and real frames (models/avatar/evaluate_real.py)",
            **_summary(meter.rows[:n], jaw, states), "identity_ssim_mp4": ssim_mp4,
-           "real": real_summary(meter.rows[:n], speech_per_frame(decode_audio(clip), n, avatar.fps)),
+           "real": None if landmarks is None else real_summary(meter.rows[:n], speech_per_frame(decode_audio(clip), n,
+                                                                                              avatar.fps)),
            "generate_and_measure_seconds": round(seconds, 1)}
     per = int(round(minute_s * avatar.fps))
     if n >= 2 * per:

@@ -37,7 +37,9 @@ from framegraph.stream.media import AudioFileSource, MP4Sink, ScaleVideo, decode
 from .bundle import Avatar, load_avatar
 
 STATE_MODES = ("auto", "speaking", "listening", "idle")
-BACKENDS = ("torch", "onnx")  # where the three model stages compute (see models/onnx)
+# where the three model stages compute (see models/onnx); onnx-int8: the models the export keeps in int8
+# (framegraph export --int8, models/onnx/quantize.py) run int8, the others float32
+BACKENDS = ("torch", "onnx", "onnx-int8")
 # Live streams: a frame whose audio arrived longer ago than this is skipped rather than generated late, so a
 # machine slower than the stream shows fewer frames per second, never a growing delay (``max_lag_ms``).
 LIVE_MAX_LAG_MS = 250.0
@@ -119,11 +121,11 @@ def _portrait_models(avatar: Avatar, *, backend: str, onnx_dir: str | None, vad:
                     budget_ms=budget_ms, device=device, torch_threads=torch_threads, max_lag_ms=max_lag_ms)
     dec_args = dict(size=avatar.region_size, chunk_frames=avatar.chunk_frames, fps=avatar.fps, device=device,
                     reference=avatar.region()[0])
-    if backend == "onnx":
+    if backend in ("onnx", "onnx-int8"):
         from framegraph.models.onnx.stages import onnx_stages
 
         return onnx_stages(avatar, onnx_dir or default_onnx_dir(avatar), fps=avatar.fps, vad=vad,
-                           denoiser=den_args, decode=dec_args, threads=torch_threads)
+                           denoiser=den_args, decode=dec_args, threads=torch_threads, int8=backend == "onnx-int8")
     return (AudioFeatures(avatar.audio, fps=avatar.fps, vad=vad, device=device),
             Denoiser(avatar.dit, avatar.reference_latent(), **den_args), VAEDecode(avatar.vae, **dec_args))
 
@@ -188,7 +190,9 @@ def build_avatar_graph(avatar: Avatar, audio_source: Stage, sink: Stage | None =
         max_lag_ms: live (realtime clock): the Denoiser skips frames whose audio is older than this, so a
             machine slower than the stream keeps a bounded delay at a lower frame rate (None: off).
         backend: ``"torch"``, or ``"onnx"``: the audio encoder, Denoiser and decoder run on ONNX Runtime (CPU)
-            from the export in ``onnx_dir`` (default ``<bundle>/onnx``; made by ``framegraph export``).
+            from the export in ``onnx_dir`` (default ``<bundle>/onnx``; made by ``framegraph export``);
+            ``"onnx-int8"``: the same, the models the export keeps in int8 (``framegraph export --int8``)
+            running their int8 files.
     """
 
     video_kind = getattr(avatar, "kind", "portrait") == "video"

@@ -12,6 +12,8 @@ FORMAT = "framegraph-onnx-avatar/1"
 OPSET = 17
 MANIFEST = "manifest.json"
 PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
+MODELS = {"audio": ("audio",), "dit": ("dit_velocity", "dit_commit"), "vae": ("vae_first", "vae_next")}  # model → parts
+BUNDLE_KEY = "framegraph.bundle_hash"  # metadata of an int8 file: the bundle it was quantized from
 
 
 class ExportError(ValueError):
@@ -68,3 +70,31 @@ def load_manifest(export_dir: str, avatar) -> dict:
         if not os.path.isfile(os.path.join(export_dir, name)):
             raise ExportError(f"the ONNX export at {export_dir} lacks {name} ({key}); {hint}")
     return manifest
+
+
+def int8_parts(export_dir: str, manifest: dict) -> dict[str, str]:
+    """``{part: path}`` of the int8 files the export's ``int8`` section keeps (``models``: the models that run
+    int8; the others stay float32). Raises :class:`ExportError` when the export has no int8 files."""
+    section = manifest.get("int8")
+    if not isinstance(section, dict) or not isinstance(section.get("files"), dict):
+        raise ExportError(f"the ONNX export at {export_dir} has no int8 files; run `framegraph export --avatar "
+                          f"BUNDLE --out {export_dir} --int8` (or use --backend onnx)")
+    out = {}
+    for model in section.get("models", []):
+        if model not in MODELS:
+            raise ExportError(f"{export_dir}/{MANIFEST}: int8 model {model!r}; expected some of {list(MODELS)}")
+        for part in MODELS[model]:
+            name = section["files"].get(part, {}).get("file", "")
+            if not name or not os.path.isfile(os.path.join(export_dir, name)):
+                raise ExportError(f"the ONNX export at {export_dir} lacks the int8 file of {part} "
+                                  f"({name or 'not recorded'}); re-run `framegraph export --int8`")
+            out[part] = os.path.join(export_dir, name)
+    return out
+
+
+def check_int8_file(path: str, metadata: dict, manifest: dict) -> None:
+    """Refuse an int8 file whose metadata (:data:`BUNDLE_KEY`) names another bundle than ``manifest``'s."""
+    got, want = metadata.get(BUNDLE_KEY), manifest.get("bundle_hash")
+    if got != want:
+        raise ExportError(f"{path} was quantized from another bundle (hash {str(got)[:12]}…, this export's is "
+                          f"{str(want)[:12]}…); re-run `framegraph export --avatar BUNDLE --int8` into this folder")

@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from .export import dit_state_names, dit_state_outputs
-from .manifest import ExportError, load_manifest
+from .manifest import ExportError, check_int8_file, int8_parts, load_manifest
 
 
 def session_options(threads: int):
@@ -49,6 +49,8 @@ class OrtGraph:
         self.path = path
         self.inputs = [i.name for i in self.session.get_inputs()]
         self.outputs = [o.name for o in self.session.get_outputs()]
+        self.record: list[dict[str, np.ndarray]] | None = None  # a list: each run appends a copy of its inputs
+        self._bound: dict[int, dict[str, torch.Tensor]] = {}  # per binding: the input tensors bound to it
 
     def binding(self):
         return self.session.io_binding()
@@ -63,8 +65,11 @@ class OrtGraph:
             io.bind_output(name, "cpu", 0, np.float32, list(t.shape), t.data_ptr())
         elif name in self.inputs:
             io.bind_input(name, "cpu", 0, np.float32, list(t.shape), t.data_ptr())
+            self._bound.setdefault(id(io), {})[name] = t
 
     def run(self, io) -> None:
+        if self.record is not None:  # calibration (models/onnx/quantize.py): the inputs as this run reads them
+            self.record.append({n: t.numpy().copy() for n, t in self._bound.get(id(io), {}).items()})
         self.session.run_with_iobinding(io)
 
 
@@ -217,11 +222,17 @@ class OrtVAEStream:
 
 class AvatarExport:
     """An export directory checked against ``avatar`` (see :func:`~.manifest.load_manifest`); makes the
-    sessions of each stage."""
+    sessions of each stage. ``int8``: the parts of the models the export keeps in int8 (its manifest's
+    ``int8.models``, :mod:`.quantize`) load their int8 file, checked to come from the same bundle."""
 
-    def __init__(self, export_dir: str, avatar):
+    def __init__(self, export_dir: str, avatar, *, int8: bool = False):
         self.dir, self.avatar = export_dir, avatar
         self.manifest = load_manifest(export_dir, avatar)
+        self.int8 = int8_parts(export_dir, self.manifest) if int8 else {}
 
     def graph(self, key: str, threads: int = 1) -> OrtGraph:
+        if key in self.int8:
+            g = OrtGraph(self.int8[key], threads)
+            check_int8_file(self.int8[key], g.session.get_modelmeta().custom_metadata_map, self.manifest)
+            return g
         return OrtGraph(os.path.join(self.dir, self.manifest["files"][key]["file"]), threads)

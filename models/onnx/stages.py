@@ -87,12 +87,13 @@ class OnnxVAEDecode(VAEDecode):
 
 
 def onnx_stages(avatar, export_dir: str, *, fps: float, vad: bool, denoiser: dict, decode: dict,
-                threads: int | None = None) -> tuple[AudioFeatures, Denoiser, VAEDecode]:
+                threads: int | None = None, int8: bool = False) -> tuple[AudioFeatures, Denoiser, VAEDecode]:
     """The three ORT stages of ``avatar`` from the export in ``export_dir`` (checked against the bundle:
     :class:`~.manifest.ExportError` when missing, stale or foreign). ``denoiser`` / ``decode``: the keyword
     arguments of :class:`Denoiser` / :class:`VAEDecode` (the models come from the export's bundle).
-    ``threads``: intra-op threads of the Denoiser's and the decoder's sessions (None: :func:`default_threads`)."""
-    export = AvatarExport(export_dir, avatar)
+    ``threads``: intra-op threads of the Denoiser's and the decoder's sessions (None: :func:`default_threads`).
+    ``int8``: the models the export keeps in int8 run their int8 files (:mod:`.quantize`), the others float32."""
+    export = AvatarExport(export_dir, avatar, int8=int8)
     return (OnnxAudioFeatures(export, fps=fps, vad=vad),
             OnnxDenoiser(export, avatar.reference_latent(), threads=threads, **denoiser),
             OnnxVAEDecode(export, threads=threads, **decode))

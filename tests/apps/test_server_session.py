@@ -112,6 +112,13 @@ def test_testcard_session_streams_jpeg_video_and_audio_then_ends():
     stats = of_type(got, "stats")
     assert stats and stats[-1]["sent"]["video"] == len(video) and stats[-1]["dropped"]["video"] == 0
     assert stats[-1]["stages"]["encode"]["frames"] == len(video)
+    # work and waits apart: the card is paced at 25 fps (40 ms a frame), so the encoder mostly waits for it
+    stages = stats[-1]["stages"]
+    enc, card = stages["encode"], stages["testcard_video"]
+    assert enc["work_ms"]["p50"] < 20 and 20 < enc["input_wait_ms"]["p50"] < 60, enc
+    assert enc["input_wait_ms"]["total_s"] > 0.5 and enc["output_wait_ms"]["p50"] < 5, enc
+    assert card["input_wait_ms"] is None and card["work_ms"]["p50"] < 20, card  # pacing is neither work nor wait
+    assert stages["send"]["output_wait_ms"] is None
     assert got["control"][-1] == {"type": "ended", "session": ready["session"], "reason": "finished"}
 
 

@@ -12,8 +12,9 @@ drain, cancel, join); the node runs the stage in its own thread. Their contract,
 
 Timing, per frame (see :class:`~.telemetry.StageStats`): ``input_wait`` is the time in
 :meth:`Node._wait_inputs`; every blocking ``acquire_write`` on an output ring (and a fast-mode source's wait
-for a flow-limiter credit) adds to ``out_wait_ns``; ``work`` is the ``process`` call less the output waits
-inside it. Two ``monotonic_ns`` reads per wait, no allocation.
+for a flow-limiter credit) adds to ``out_wait_ns``; a source fed from outside the graph reports its wait
+for that input through ``ctx.input_waited`` (``in_wait_ns``); ``work`` is the ``process`` call less the
+waits inside it. Two ``monotonic_ns`` reads per wait, no allocation.
 """
 from __future__ import annotations
 
@@ -55,6 +56,7 @@ class Node:
         self.seq = 0
         self.enter_ns = 0
         self.out_wait_ns = 0  # ns blocked on output during the current frame
+        self.in_wait_ns = 0  # ns a ``waits_outside`` source's process waited for outside input, this frame
         self.reset_requested = False
         self.setup_done = threading.Event()
         self.ema_ms = 0.0
@@ -135,6 +137,9 @@ class Node:
         self.out_wait_ns += time.monotonic_ns() - t0
         return frame
 
+    def _input_waited(self, ns: int) -> None:
+        self.in_wait_ns += ns
+
     def close_outputs(self) -> None:
         for rings in self.out_rings.values():
             for ring in rings:
@@ -173,7 +178,7 @@ class Node:
         try:
             try:
                 ctx = StageContext(graph.clock, self.device, self.stream, graph.telemetry, self.index,
-                                   cancelled=lambda: graph.aborted)
+                                   cancelled=lambda: graph.aborted, input_waited=self._input_waited)
                 with self.stream_context():
                     stage.setup(ctx)
                     if stage.ctx is None:
@@ -217,7 +222,7 @@ class Node:
             if self.reset_requested:
                 self.reset_requested = False
                 stage.reset()
-            self.out_wait_ns = 0
+            self.out_wait_ns = self.in_wait_ns = 0
             self.enter_ns = time.monotonic_ns()
             out.begin(None)
             try:
@@ -229,7 +234,7 @@ class Node:
                 out.abandon()
                 raise
             proc_exit_ns = time.monotonic_ns()
-            work_ns = proc_exit_ns - self.enter_ns - self.out_wait_ns
+            work_ns = proc_exit_ns - self.enter_ns - self.out_wait_ns - self.in_wait_ns
             if out.written == 0:
                 continue
             pts = out.newest_pts()
@@ -248,7 +253,8 @@ class Node:
                 self.seq += 1
             if held:
                 limiter.emitted_one()
-            self.stats.record(self.enter_ns, proc_exit_ns, work_ns, self.out_wait_ns + credit_wait_ns)
+            self.stats.record(self.enter_ns, proc_exit_ns, work_ns, self.out_wait_ns + credit_wait_ns,
+                              self.in_wait_ns)
             self.govern(work_ns / 1e6)
 
     def _wait_inputs(self) -> dict[str, Frame] | None:

@@ -52,9 +52,11 @@ class StageStats:
     - ``work``: the stage's own compute — its ``process`` call, less the time it was blocked on output;
     - ``output_wait``: blocked on output — waiting for a free slot on a full downstream ring (``block``
       edge; fan-out copies included) and, at a source in fast mode, for a flow-limiter credit;
-    - ``input_wait``: waiting for upstream input before the call.
+    - ``input_wait``: waiting for upstream input before the call (at a source fed from outside the graph,
+      :attr:`~.stage.Stage.waits_outside`, its wait inside ``process`` for the pushed input).
 
-    A source has no ``input_wait``, a sink no ``output_wait`` (None). Budgets, deadline misses and the
+    A realtime source's wait for its frame's pts (pacing) is in none of them. Any other source has no
+    ``input_wait``, a sink no ``output_wait`` (None). Budgets, deadline misses and the
     fallback governor look at ``work`` only: a stage that waits on its neighbours is not over budget.
     """
 

@@ -151,6 +151,9 @@ def test_scope_session_echoes_audio_in_sync_and_measures_glass_to_glass(codec):
     assert len(decoded) == len(video) and all(p.shape == (120, 160, 3) for p in decoded)
     assert of_type(got, "ended")[-1]["reason"] == "stopped"
     assert not of_type(got, "error")
+    # the client sends 20 ms of audio every 20 ms: the mic waits for it (input wait), it does not work 20 ms
+    mic = of_type(got, "stats")[-1]["stages"]["mic"]
+    assert mic["work_ms"]["p50"] < 10 and 8 < mic["input_wait_ms"]["p50"] < 60, mic
 
 
 def test_scope_without_echo_keeps_sending_video_at_a_low_frame_rate():

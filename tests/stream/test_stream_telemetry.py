@@ -3,11 +3,14 @@ waiting for upstream input (input_wait). Stage "costs" are sleeps (they release 
 so the expected times hold on a loaded CPU."""
 
 import re
+import threading
+import time
 
 import pytest
+import torch
 from helpers import AddOne, Collect, CountSource
 
-from framegraph.stream import Clock, Graph, prometheus_text
+from framegraph.stream import Clock, Graph, PortSpec, PushSource, prometheus_text
 
 SLOW_S = 0.050  # the slow stage's time per frame
 N = 16
@@ -143,3 +146,26 @@ def test_a_fast_mode_source_waiting_for_a_flow_limiter_credit_is_output_wait():
     assert report["edges"][0]["depth"] == 0 and sink.values() == [float(i) for i in range(N)]
     assert s["work"]["p50_ms"] < 10, s["work"]
     assert 0.7 * SLOW_S * 1e3 < s["output_wait"]["p50_ms"] < 3 * SLOW_S * 1e3, s["output_wait"]
+
+
+def test_a_pushed_source_waiting_for_its_client_reports_input_wait_not_work():
+    g = Graph(Clock("realtime"))
+    src = g.add(PushSource(PortSpec((4,)), name="pose"))
+    g.add(sink := Collect())
+    g.connect(src, sink, capacity=4)
+
+    def client():  # a value every 50 ms, as a client's camera would send them
+        for i in range(N):
+            time.sleep(SLOW_S)
+            src.push(torch.full((4,), float(i)))
+        src.close()
+
+    g.start()
+    pusher = threading.Thread(target=client)
+    pusher.start()
+    pusher.join()
+    s = g.join(timeout=30)["stages"]["pose"]
+    assert sink.values() == [float(i) for i in range(N)]
+    assert s["work"]["p50_ms"] < 10, s["work"]  # it used to read ≈ 50 ms: the time the client took
+    assert 0.7 * SLOW_S * 1e3 < s["input_wait"]["p50_ms"] < 3 * SLOW_S * 1e3, s["input_wait"]
+    assert s["output_wait"]["p50_ms"] < 10, s["output_wait"]

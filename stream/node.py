@@ -9,6 +9,12 @@ drain, cancel, join); the node runs the stage in its own thread. Their contract,
 - :class:`~.stage.Outputs` asks the node for slots through :class:`~.stage.SlotProvider`
   (``connected``, ``acquire``, ``unacquire``, ``publish``, ``count_discarded``), and the node drives the
   outputs through their runtime side (``begin``, ``finish``, ``abandon``, ``newest_pts``).
+
+Timing, per frame (see :class:`~.telemetry.StageStats`): ``input_wait`` is the time in
+:meth:`Node._wait_inputs`; every blocking ``acquire_write`` on an output ring (and a fast-mode source's wait
+for a flow-limiter credit) adds to ``out_wait_ns``; a source fed from outside the graph reports its wait
+for that input through ``ctx.input_waited`` (``in_wait_ns``); ``work`` is the ``process`` call less the
+waits inside it. Two ``monotonic_ns`` reads per wait, no allocation.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from .stage import EndOfStream, Outputs, Stage, StageContext
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Graph
 
-# Step down a fallback level when a stage's smoothed process time exceeds its budget; step back up
+# Step down a fallback level when a stage's smoothed work time exceeds its budget; step back up
 # after this many frames comfortably (below half the budget) inside it.
 _EMA = 0.2
 _RECOVER_FRAMES = 30
@@ -49,6 +55,8 @@ class Node:
         self.stats = None
         self.seq = 0
         self.enter_ns = 0
+        self.out_wait_ns = 0  # ns blocked on output during the current frame
+        self.in_wait_ns = 0  # ns a ``waits_outside`` source's process waited for outside input, this frame
         self.reset_requested = False
         self.setup_done = threading.Event()
         self.ema_ms = 0.0
@@ -86,7 +94,7 @@ class Node:
             frame = self.scratch[port]
             frame.reset_meta()
             return frame
-        frame = rings[0].acquire_write()
+        frame = self._acquire_write(rings[0])
         if self.stream is not None and frame.done_event is not None:
             self.stream.wait_event(frame.done_event)  # the last reader of this slot has finished
         return frame
@@ -111,7 +119,7 @@ class Node:
         if self.stream is not None and frame.ready_event is not None:
             frame.ready_event.record(self.stream)
         for ring in rings[1:]:  # fan-out: each further consumer gets its own copy
-            copy = ring.acquire_write()
+            copy = self._acquire_write(ring)
             if self.stream is not None and copy.done_event is not None:
                 self.stream.wait_event(copy.done_event)
             copy.data.copy_(frame.data, non_blocking=True)
@@ -122,6 +130,16 @@ class Node:
             ring.commit(copy)
         rings[0].commit(frame)
 
+    def _acquire_write(self, ring: Ring) -> Frame:
+        """``ring.acquire_write()``, its time (blocked on a full ring) added to ``out_wait_ns``."""
+        t0 = time.monotonic_ns()
+        frame = ring.acquire_write()
+        self.out_wait_ns += time.monotonic_ns() - t0
+        return frame
+
+    def _input_waited(self, ns: int) -> None:
+        self.in_wait_ns += ns
+
     def close_outputs(self) -> None:
         for rings in self.out_rings.values():
             for ring in rings:
@@ -129,6 +147,7 @@ class Node:
 
     # ---- fallback governor --------------------------------------------------------------------
     def govern(self, ms: float) -> None:
+        """Step the fallback level from this frame's ``work`` (ms; waits on neighbours left out)."""
         stage, budget = self.stage, self.stage.budget_ms
         if budget is None or not stage.fallbacks:
             return
@@ -159,7 +178,7 @@ class Node:
         try:
             try:
                 ctx = StageContext(graph.clock, self.device, self.stream, graph.telemetry, self.index,
-                                   cancelled=lambda: graph.aborted)
+                                   cancelled=lambda: graph.aborted, input_waited=self._input_waited)
                 with self.stream_context():
                     stage.setup(ctx)
                     if stage.ctx is None:
@@ -194,11 +213,16 @@ class Node:
         graph = self.graph
         stage, out, limiter, clock = self.stage, self.outputs, self.limiter, graph.clock
         while not graph.stopping:
-            if limiter is not None and clock.mode == "fast" and not limiter.wait_for_room():
-                break
+            credit_wait_ns = 0
+            if limiter is not None and clock.mode == "fast":
+                t0 = time.monotonic_ns()
+                if not limiter.wait_for_room():
+                    break
+                credit_wait_ns = time.monotonic_ns() - t0
             if self.reset_requested:
                 self.reset_requested = False
                 stage.reset()
+            self.out_wait_ns = self.in_wait_ns = 0
             self.enter_ns = time.monotonic_ns()
             out.begin(None)
             try:
@@ -210,6 +234,7 @@ class Node:
                 out.abandon()
                 raise
             proc_exit_ns = time.monotonic_ns()
+            work_ns = proc_exit_ns - self.enter_ns - self.out_wait_ns - self.in_wait_ns
             if out.written == 0:
                 continue
             pts = out.newest_pts()
@@ -228,7 +253,9 @@ class Node:
                 self.seq += 1
             if held:
                 limiter.emitted_one()
-            self.stats.record(self.enter_ns, proc_exit_ns)
+            self.stats.record(self.enter_ns, proc_exit_ns, work_ns, self.out_wait_ns + credit_wait_ns,
+                              self.in_wait_ns)
+            self.govern(work_ns / 1e6)
 
     def _wait_inputs(self) -> dict[str, Frame] | None:
         graph = self.graph
@@ -261,7 +288,9 @@ class Node:
         primary = gating[0]  # its frames count for end-to-end latency and FPS at a sink
         last: Frame | None = None
         while True:
+            t0 = time.monotonic_ns()
             inputs = self._wait_inputs()
+            input_wait_ns = time.monotonic_ns() - t0
             if inputs is None:
                 if not graph.aborted:
                     self._flush(last)
@@ -269,6 +298,7 @@ class Node:
             if self.reset_requested:
                 self.reset_requested = False
                 stage.reset()
+            self.out_wait_ns = 0
             self.enter_ns = time.monotonic_ns()
             if stream is not None:
                 for frame in inputs.values():
@@ -282,7 +312,8 @@ class Node:
                 out.abandon()
                 raise
             exit_ns = time.monotonic_ns()
-            out.finish()
+            work_ns = exit_ns - self.enter_ns - self.out_wait_ns
+            out.finish()  # fan-out copies may wait on their rings: output_wait, not work
             # The outputs carry the lineage of ``last`` (its source and seq) on to the sinks; every
             # other input's lineage ends here, so its source's flow-limiter credit is returned now.
             carried = last.origin if out.emitted and not self.terminal else None
@@ -294,8 +325,8 @@ class Node:
                 if self.terminal and port == primary:
                     graph.telemetry.sink_frame(frame.capture_ns, exit_ns)
                 self.in_rings[port].release(frame)  # under "latest": kept, re-read until a newer one
-            self.stats.record(self.enter_ns, exit_ns)
-            self.govern((exit_ns - self.enter_ns) / 1e6)
+            self.stats.record(self.enter_ns, exit_ns, work_ns, self.out_wait_ns, input_wait_ns)
+            self.govern(work_ns / 1e6)
 
     def _flush(self, last: Frame | None) -> None:
         """End of stream: let the stage emit what it still holds (metadata of its last input)."""

@@ -74,7 +74,7 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
                 interrupted = True
                 bar.write("interrupted: finishing the file (Ctrl-C again to abort)")
                 graph.drain()
-            done = graph.telemetry.stages[index].process.count
+            done = graph.telemetry.stages[index].work.count
             bar.update(done - bar.n)
             said = estimate.line(done, total)
             if said:

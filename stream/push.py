@@ -12,6 +12,7 @@ cancel), and the worker waits on one condition for any of the three. Two sources
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 
 import torch
@@ -21,12 +22,15 @@ from .stage import EndOfStream, Stage
 
 
 class Pushed(Stage):
-    """Base of the sources another thread feeds: the lock, close / interrupt, and the worker's wait.
+    """Base of the sources another thread feeds: the lock, close / interrupt, and the worker's wait (reported
+    to the graph as the source's ``input_wait``, so a source idle until the client sends is not slow).
 
     Subclasses hold their buffer under ``self._cv`` (a ``threading.Condition``), call
     :meth:`_accepting` inside it before storing a pushed value and ``self._cv.notify_all()`` after, and
     call :meth:`_wait_until` at the start of ``process``.
     """
+
+    waits_outside = True
 
     def __init__(self, name: str):
         super().__init__(name)
@@ -57,8 +61,11 @@ class Pushed(Stage):
     def _wait_until(self, ready: Callable[[], bool]) -> bool:
         """Under ``self._cv``: wait until ``ready()``, a close or an interrupt. False when interrupted (the
         stream ends now); after a close the caller delivers what is left, if anything."""
+        t0 = time.monotonic_ns()
         while not ready() and not self._closed and not self._interrupted:
             self._cv.wait()
+        if self.ctx is not None:
+            self.ctx.input_waited(time.monotonic_ns() - t0)
         return not self._interrupted
 
 

@@ -50,6 +50,8 @@ class StageContext:
         cancelled: ``cancelled()`` is True when the graph was cancelled or a stage failed (as opposed
             to a normal end or drain); a file sink's ``teardown`` uses it to keep what it wrote under a
             name that says it is partial.
+        input_waited: ``input_waited(ns)`` — a source with ``waits_outside`` reports the ns its ``process``
+            just waited for input from outside the graph; they count as its ``input_wait``, not its work.
     """
 
     clock: Clock
@@ -58,6 +60,7 @@ class StageContext:
     telemetry: Telemetry | None = None
     index: int = 0
     cancelled: Callable[[], bool] = lambda: False
+    input_waited: Callable[[int], None] = lambda ns: None
 
 
 class Stage:
@@ -75,6 +78,9 @@ class Stage:
             ``"any"`` — whenever at least one has (a muxer taking audio and video at their own rates).
             An input whose edge has the ``latest`` policy (a camera pose) never gates ``process`` once
             it holds a value; it is re-read until a newer one arrives.
+        waits_outside: a source whose ``process`` waits for input pushed from outside the graph (a
+            client's audio or camera) and reports that wait through ``ctx.input_waited``; its telemetry
+            then has an ``input_wait`` like a consumer's (:class:`~.push.Pushed` sets it).
     """
 
     inputs: dict[str, PortSpec] = {}
@@ -83,6 +89,7 @@ class Stage:
     fallbacks: tuple[str, ...] = ()
     trigger: str = "all"
     device: str | None = None
+    waits_outside: bool = False
 
     def __init__(self, name: str | None = None):
         self.name = name or type(self).__name__.lower()

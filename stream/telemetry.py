@@ -1,4 +1,4 @@
-"""Telemetry: per-stage and end-to-end latency, FPS, drops, deadline misses, time to first frame.
+"""Telemetry: per-stage work and waits, end-to-end latency, FPS, drops, deadline misses, time to first frame.
 
 Recording is cheap enough to leave on: each sample goes into a preallocated window (a numpy ring of
 the last ``window`` values) plus cumulative histogram buckets, with no allocation. Percentiles are
@@ -47,12 +47,26 @@ class LatencyWindow:
 
 
 class StageStats:
-    """What the runtime records for one stage."""
+    """What the runtime records for one stage, per frame, in three parts that do not overlap:
 
-    def __init__(self, name: str, budget_ms: float | None, window: int):
+    - ``work``: the stage's own compute — its ``process`` call, less the time it was blocked on output;
+    - ``output_wait``: blocked on output — waiting for a free slot on a full downstream ring (``block``
+      edge; fan-out copies included) and, at a source in fast mode, for a flow-limiter credit;
+    - ``input_wait``: waiting for upstream input before the call (at a source fed from outside the graph,
+      :attr:`~.stage.Stage.waits_outside`, its wait inside ``process`` for the pushed input).
+
+    A realtime source's wait for its frame's pts (pacing) is in none of them. Any other source has no
+    ``input_wait``, a sink no ``output_wait`` (None). Budgets, deadline misses and the
+    fallback governor look at ``work`` only: a stage that waits on its neighbours is not over budget.
+    """
+
+    def __init__(self, name: str, budget_ms: float | None, window: int, *, inputs: bool = True,
+                 outputs: bool = True):
         self.name = name
         self.budget_ms = budget_ms
-        self.process = LatencyWindow(window)  # time inside process(), ms
+        self.work = LatencyWindow(window)  # ms of own compute per frame
+        self.output_wait = LatencyWindow(window) if outputs else None  # ms blocked on output per frame
+        self.input_wait = LatencyWindow(window) if inputs else None  # ms waiting for input per frame
         self.deadline_misses = 0
         self.fallback_level = 0
         self.fallback_changes = 0
@@ -60,9 +74,16 @@ class StageStats:
         self.first_ns = 0
         self.last_ns = 0
 
-    def record(self, enter_ns: int, exit_ns: int) -> None:
-        ms = (exit_ns - enter_ns) / 1e6
-        self.process.add(ms)
+    def record(self, enter_ns: int, exit_ns: int, work_ns: int, output_wait_ns: int = 0,
+               input_wait_ns: int = 0) -> None:
+        """One frame: it entered ``process`` at ``enter_ns`` and left the stage at ``exit_ns`` (monotonic
+        ns, for the FPS); ``work_ns`` / ``output_wait_ns`` / ``input_wait_ns`` its three parts (ns)."""
+        ms = work_ns / 1e6
+        self.work.add(ms)
+        if self.output_wait is not None:
+            self.output_wait.add(output_wait_ns / 1e6)
+        if self.input_wait is not None:
+            self.input_wait.add(input_wait_ns / 1e6)
         if self.budget_ms is not None and ms > self.budget_ms:
             self.deadline_misses += 1
         if not self.first_ns:
@@ -70,13 +91,20 @@ class StageStats:
         self.last_ns = exit_ns
 
     def fps(self) -> float:
-        n = self.process.count
+        n = self.work.count
         span = (self.last_ns - self.first_ns) / 1e9
         return (n - 1) / span if n > 1 and span > 0 else 0.0
 
+    @staticmethod
+    def _wait_summary(win: LatencyWindow | None) -> dict | None:
+        return None if win is None else {**win.summary(), "total_s": win.sum_ms / 1000.0}
+
     def report(self) -> dict:
-        return {"budget_ms": self.budget_ms, "frames": self.process.count, "fps": self.fps(),
-                "process": self.process.summary(), "deadline_misses": self.deadline_misses,
+        """``work`` (count, mean, p50/p95/p99, max in ms), ``output_wait`` / ``input_wait`` (the same plus
+        ``total_s``, all-time seconds; None where the stage has no such side), frames, fps, budget checks."""
+        return {"budget_ms": self.budget_ms, "frames": self.work.count, "fps": self.fps(),
+                "work": self.work.summary(), "output_wait": self._wait_summary(self.output_wait),
+                "input_wait": self._wait_summary(self.input_wait), "deadline_misses": self.deadline_misses,
                 "fallback_level": self.fallback_level, "fallback_changes": self.fallback_changes,
                 "discarded": self.discarded}
 
@@ -86,8 +114,12 @@ class Telemetry:
     A/V offset. Thread-safe for the graph's workers (each stage writes only its own stats; sinks
     share the end-to-end window under a lock)."""
 
-    def __init__(self, stage_names: list[str], budgets_ms: list[float | None], window: int = 4096):
-        self.stages = [StageStats(n, b, window) for n, b in zip(stage_names, budgets_ms)]
+    def __init__(self, stage_names: list[str], budgets_ms: list[float | None], window: int = 4096,
+                 sides: list[tuple[bool, bool]] | None = None):
+        """``sides``: per stage, (has inputs, has outputs); None: every stage has both."""
+        sides = sides or [(True, True)] * len(stage_names)
+        self.stages = [StageStats(n, b, window, inputs=i, outputs=o)
+                       for n, b, (i, o) in zip(stage_names, budgets_ms, sides)]
         self.end_to_end = LatencyWindow(window)  # sink exit − source capture, ms
         self.av_offset = LatencyWindow(window)  # video pts − audio pts at the sink, ms (signed)
         self.start_ns = time.monotonic_ns()
@@ -180,11 +212,18 @@ def prometheus_text(telemetries: list[Telemetry] | Telemetry, edges: list[list[d
         for lab, value in series:
             lines.append(f"{prefix}_{name}{_labels(**lab)} {value}")
 
-    histogram("stage_latency_seconds", "Time spent in a stage's process() per frame.",
-              [({**lab, "stage": s.name}, s.process) for t, lab in zip(telemetries, labels) for s in t.stages])
+    def per_stage(part: str) -> list[tuple[dict, LatencyWindow]]:
+        return [({**lab, "stage": s.name}, getattr(s, part)) for t, lab in zip(telemetries, labels)
+                for s in t.stages if getattr(s, part) is not None]
+
+    histogram("stage_work_seconds", "A stage's own compute per frame (process(), less its waits on output).",
+              per_stage("work"))
+    histogram("stage_output_wait_seconds", "Time per frame a stage was blocked on output (a full downstream "
+              "ring, a source's flow-limiter credit).", per_stage("output_wait"))
+    histogram("stage_input_wait_seconds", "Time per frame a stage waited for upstream input.", per_stage("input_wait"))
     histogram("end_to_end_latency_seconds", "Source capture to sink, per frame.",
               [(lab, t.end_to_end) for t, lab in zip(telemetries, labels)])
-    counter("deadline_misses_total", "counter", "Frames whose process() exceeded the stage budget.",
+    counter("deadline_misses_total", "counter", "Frames whose work exceeded the stage budget.",
             [({**lab, "stage": s.name}, s.deadline_misses) for t, lab in zip(telemetries, labels) for s in t.stages])
     counter("sink_frames_total", "counter", "Frames that reached a sink.",
             [(lab, t.sink_frames) for t, lab in zip(telemetries, labels)])

@@ -34,8 +34,8 @@ the frame is really finished — never a device-wide synchronize on the hot path
    the first session of a freshly built bundle (graph build and start timed separately); ``warm`` the
    median over ``--repeats`` later sessions.
 2. **steady FPS** — ``--seconds`` of speech pushed at once, fast clock, no fallbacks (full sampler
-   steps): frames per second at the sink after the first ``warmup_frames``, and per-stage ``process()``
-   time p50 / p99 from the graph's telemetry (on CUDA also the GPU time of each call, CUDA events on the
+   steps): frames per second at the sink after the first ``warmup_frames``, and per-stage work
+   (``process()`` less its waits on full rings) p50 / p99 and waits from the graph's telemetry (on CUDA also the GPU time of each call, CUDA events on the
    stage's stream).
 3. **sessions** — N graphs at once (built as the server's ``avatar`` pipeline builds them: real-time
    clock, ``max_in_flight=8``, per-chunk budget with step fallbacks, ``drop_oldest`` into the sink), each
@@ -156,7 +156,7 @@ def figure(result: dict, plt):
         ax.bar(xs, p50, width, color=f"C{j}", label=f"{r['name']}")
     ax.set_xticks(np.arange(len(stages)) + width * (len(rows) - 1) / 2, stages, fontsize=8)
     ax.set_yscale("log")
-    ax.set_ylabel("ms per process() call")
+    ax.set_ylabel("ms of work per process() call")
     ax.set_title("per-stage time per call: p50 (dark), p99 (pale)" + (" (GPU, CUDA events)" if rows[0]["steady"]["stages_gpu_ms"]
                                                    else " (CPU)"), fontsize=10)
     ax.legend(fontsize=7, ncol=len(rows), loc="upper center", bbox_to_anchor=(0.5, -0.07), frameon=False)
@@ -329,7 +329,8 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
         "settings": {**{k: v for k, v in s.items() if k != "export_root"}, "torch_threads_effective": torch.get_num_threads(),
                      "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
                               "stream before stamping a frame; stage GPU times from CUDA events",
-                     "stage_times": "per process() call from the graph's telemetry; audio_features runs once "
+                     "stage_times": "work per process() call from the graph's telemetry (its waits on full "
+                                    "rings and for input apart: *_wait_*); audio_features runs once "
                                     "per 20 ms audio chunk (2 calls per video frame at 25 fps)"},
         "targets": {**TARGETS, "targets_apply": "H100" in device_name},
     }
@@ -449,17 +450,25 @@ def _compare(result: dict) -> dict:
     return out
 
 
+def _waits(host: dict) -> str:
+    """`` (waits out/in p50 A/B ms)`` of a stage's host row; empty when it has neither."""
+    out, into = host.get("output_wait_p50_ms"), host.get("input_wait_p50_ms")
+    if out is None and into is None:
+        return ""
+    return " (waits out/in p50 " + "/".join("-" if v is None else f"{v:.1f}" for v in (out, into)) + " ms)"
+
+
 def _summary_lines(result: dict) -> list[str]:
     lines = [f"device {result['device']} ({'targets apply' if result['targets']['targets_apply'] else 'H100 targets: reference only'})"]
     for r in result["sizes"]:
         st, t = r["steady"], r["ttff"]
         fps = f"{st['fps']:.1f}" if st["fps"] else "n/a"
-        stages = ", ".join(f"{k} {v['p50_ms']:.1f}/{v['p99_ms']:.1f}"
+        stages = ", ".join(f"{k} {v['p50_ms']:.1f}/{v['p99_ms']:.1f}" + _waits(st["stages_host_ms"].get(k, {}))
                            for k, v in (st["stages_gpu_ms"] or st["stages_host_ms"]).items() if v.get("calls"))
         lines.append(f"{r['name']:>8} (region {r['region_size']}², frame {r['frame_size'][0]}x{r['frame_size'][1]}): "
                      f"{fps} fps; TTFF cold {t['cold']['live_ms']:.0f} ms, warm live "
                      f"{t['warm_live_ms']['median']:.0f} ms, burst {t['warm_burst_ms']['median']:.0f} ms; "
-                     f"p50/p99 ms: {stages}")
+                     f"work p50/p99 ms: {stages}")
     for name, c in result["summary"]["backends"].items():
         lines.append(f"{name}: onnx/torch steady fps {c['fps_onnx']:.1f}/{c['fps_torch']:.1f}; stage p50 speedup "
                      + ", ".join(f"{k} {v:.2f}x" for k, v in c["stage_p50_speedup"].items()))

@@ -11,7 +11,7 @@ from typing import Literal
 import numpy as np
 import torch
 
-from .measure import summary_ms
+from .measure import stage_times, summary_ms
 from .speech import SAMPLE_RATE
 
 CHUNK = 320  # 20 ms of 16 kHz audio: what PushAudioSource emits and a client sends
@@ -86,12 +86,6 @@ class _GpuStageTimer:
 def _calls(summary: dict) -> dict:
     """A latency summary (:func:`~.measure.summary_ms`, or a graph report's) with its ``count`` named ``calls``."""
     return {"calls": summary["count"], **{k: v for k, v in summary.items() if k != "count"}}
-
-
-def _stage_table(report: dict, names) -> dict:
-    """Per stage that ran: its ``process()`` times from the graph's telemetry report."""
-    return {name: _calls(report["stages"][name]["process"]) for name in names
-            if report["stages"][name]["process"].get("count")}
 
 
 def _sync(device: str) -> None:
@@ -200,7 +194,7 @@ def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | 
            "fps": fps, "fps_including_warmup": n / ((int(arr[-1]) - t0) / 1e9) if n else None,
            "realtime_factor": None if fps is None else fps / avatar.fps,
            "frame_interval_ms": _calls(summary_ms(gaps_ms)),
-           "stages_host_ms": _stage_table(report, AVATAR_STAGES),
+           "stages_host_ms": stage_times(report, AVATAR_STAGES),
            "stages_gpu_ms": timer.summary() if timer is not None else None,
            "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
            "edge_drops": sum(e["drops"] for e in report["edges"])}
@@ -245,7 +239,7 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
                     "edge_drops": sum(e["drops"] for e in rep["edges"]),
                     "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
                     "frames_skipped_late": int(ag.denoiser.frames_skipped),
-                    "denoiser_p50_ms": rep["stages"]["denoiser"]["process"].get("p50_ms")})
+                    "denoiser_p50_ms": rep["stages"]["denoiser"]["work"].get("p50_ms")})
     fps_all = [p["presented_fps"] for p in per]
     return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,
             "per_session": per, "fps_min": min(fps_all), "fps_median": float(np.median(fps_all)),

@@ -14,9 +14,9 @@ a GPU). The graph is the one ``framegraph generate`` runs, with an H.264 encoder
 
 ``--chunks`` chunks (the first ``--warmup`` excluded from the steady FPS) in a fast clock. Recorded: end-to-end
 FPS over the steady chunks (encoded frames per second of wall time at the sink), time to first encoded frame
-from the graph's start, each stage's p50/p99 per call (denoiser and decoder: their compute per chunk, the
-waits on full rings left out, the graph's time per call with them kept as ``with_ring_waits_p50_ms``;
-encoder: per frame), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
+from the graph's start, each stage's work p50/p99 per call (the runtime's telemetry: ``process()`` less its
+waits on full rings; denoiser and decoder per chunk, encoder per frame) and its waits (``output_wait_p50_ms``:
+blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
 """
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ import torch
 from framegraph.stream import PortSpec, Stage
 
 from ..argtypes import positive_int
-from .measure import MemoryProbe, torch_threads
+from .measure import MemoryProbe, stage_times, torch_threads
 from .meta import add_out_argument, bench_metadata, write_result
 
 CONFIGS = {
@@ -132,12 +132,7 @@ def measure(args) -> dict:
     times = sink.times
     steady = times[steady_from:]
     fps = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None
-    stages = {name: {"p50_ms": s["process"].get("p50_ms"), "p99_ms": s["process"].get("p99_ms"), "calls": s["frames"]}
-              for name, s in report["stages"].items()}
-    for stage in (gg.denoiser, gg.decode):  # their own compute, without the waits on full rings
-        c = stage.compute.summary()
-        stages[stage.name] |= {"p50_ms": c.get("p50_ms"), "p99_ms": c.get("p99_ms"),
-                               "with_ring_waits_p50_ms": stages[stage.name]["p50_ms"]}
+    stages = stage_times(report)
     return {
         "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
         "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
@@ -157,7 +152,7 @@ def figure(data: dict, plt):
     names = list(data["stages"])
     ax.barh(names, [data["stages"][n]["p50_ms"] or 0 for n in names], label="p50")
     ax.barh(names, [data["stages"][n]["p99_ms"] or 0 for n in names], alpha=0.35, label="p99")
-    ax.set_xlabel("ms per call")
+    ax.set_xlabel("ms of work per call")
     fps = data["fps_end_to_end"]
     ax.set_title(f"generate {data['family']} {data['config']} {data['size_hw'][0]}x{data['size_hw'][1]}, "
                  f"{data['steps']} steps, {data['attention']}: "

@@ -27,6 +27,25 @@ def summary_ms(values_ms) -> dict:
     return window.summary()
 
 
+def stage_times(report: dict, names=None) -> dict:
+    """Per stage of a graph report (``names``, or all) that ran: its work per call — ``calls``, ``mean_ms``,
+    ``p50_ms``, ``p95_ms``, ``p99_ms``, ``max_ms`` of ``process()`` less its waits on full rings — and its waits,
+    ``output_wait_p50_ms`` / ``output_wait_p99_ms`` / ``output_wait_total_s`` (blocked on a full downstream
+    ring) and the same for ``input_wait`` (waiting for upstream input); None where the stage has no such side."""
+    table = {}
+    for name in report["stages"] if names is None else names:
+        s = report["stages"][name]
+        work = s["work"]
+        if not work.get("count"):
+            continue
+        table[name] = {"calls": work["count"], **{k: v for k, v in work.items() if k != "count"}}
+        for side in ("output_wait", "input_wait"):
+            w = s[side] or {}
+            table[name] |= {f"{side}_p50_ms": w.get("p50_ms"), f"{side}_p99_ms": w.get("p99_ms"),
+                            f"{side}_total_s": w.get("total_s")}
+    return table
+
+
 def time_ms(call: Callable[[int], object], device: torch.device, iters: int, warmup: int = 0,
             first: int = 0) -> list[float]:
     """ms of each of ``iters`` calls ``call(i)`` after ``warmup`` untimed ones; ``i`` counts from ``first``

@@ -1,16 +1,20 @@
-"""Stage-graph runtime benchmark: per-hop overhead, latency under overload, allocations, RSS.
+"""Stage-graph runtime benchmark: per-hop overhead, latency under overload, work and waits, allocations, RSS.
 
-Four measurements, each on a real graph of trivial stages (so what is measured is the runtime):
+Five measurements, each on a real graph of trivial stages (so what is measured is the runtime):
 
 1. **hop latency** — a paced source (unloaded pipeline) through ``--hops`` relay stages; for every frame,
    the time from one stage's exit to the next stage's entry (the ring hand-off and thread wake-up),
    p50/p99 in µs. Also the fast-mode throughput of the same chain.
 2. **overload** — a realtime source at ``--fps``, a relay costing ``--relay-ms``, and a sink costing two
    frame periods (2× overload), with ``max_in_flight=1``: end-to-end latency percentiles against the
-   bound "one frame period + sum of stage times", and the frames dropped at the source.
-3. **allocations** — over ``--frames`` frames after a warm-up: growth of live Python heap blocks
+   bound "one frame period + sum of stage times", and the frames dropped at the source; each stage's work
+   and waits.
+3. **backpressure** — a fast-clock source, a relay costing ``--relay-ms`` and a sink costing ``--sink-ms``
+   through one-slot ``block`` rings: the sink sets the pace, and the telemetry must show the source and the
+   relay *waiting on output* for it (``output_wait``), their ``work`` staying their own cost.
+4. **allocations** — over ``--frames`` frames after a warm-up: growth of live Python heap blocks
    (tracemalloc) and, on CUDA, caching-allocator allocations (should be zero: rings are preallocated).
-4. **RSS** — resident memory sampled over the same run (should stay flat, ≤ 1 %).
+5. **RSS** — resident memory sampled over the same run (should stay flat, ≤ 1 %).
 
 Stage "costs" are ``time.sleep`` (which releases the GIL, as a GPU wait does), not CPU work.
 """
@@ -27,7 +31,7 @@ import torch
 
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
-from .measure import rss_bytes, summary_ms
+from .measure import rss_bytes, stage_times, summary_ms
 from .meta import add_out_argument, bench_metadata, write_result
 
 
@@ -150,7 +154,17 @@ def measure_overload(seconds: float, fps: float, relay_ms: float, device, shape)
             "dropped_at_source": report["sources"]["source"]["dropped_in_flight_limit"],
             "edge_drops": sum(e["drops"] for e in report["edges"]),
             "latency_first_quarter_p50_ms": float(np.median(e2e_ms[: len(e2e_ms) // 4])) if e2e_ms else None,
-            "latency_last_quarter_p50_ms": float(np.median(e2e_ms[-len(e2e_ms) // 4:])) if e2e_ms else None}
+            "latency_last_quarter_p50_ms": float(np.median(e2e_ms[-len(e2e_ms) // 4:])) if e2e_ms else None,
+            "stages": stage_times(report)}
+
+
+def measure_backpressure(frames: int, relay_ms: float, sink_ms: float, device, shape) -> dict:
+    """Fast source → relay (``relay_ms``) → sink (``sink_ms``) through one-slot block rings: per stage, its
+    work and its waits (the source's and the relay's waits on output are the sink's pace, not their work)."""
+    g, _, _ = _chain(frames, 2, 1000.0, "fast", shape, device, relay_ms=relay_ms, sink_ms=sink_ms, capacity=1)
+    report = g.run()
+    return {"frames": frames, "stage_ms": {"source": 0.0, "relay0": relay_ms, "sink": sink_ms},
+            "sink_fps": report["fps"], "stages": stage_times(report)}
 
 
 def measure_memory(frames: int, hops: int, shape, device, warmup: int) -> dict:
@@ -181,7 +195,7 @@ def measure_memory(frames: int, hops: int, shape, device, warmup: int) -> dict:
 
 def figure(data: dict, plt):
     """Hand-off latency per hop, end-to-end latency under overload against its bound, RSS over the frames."""
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
+    fig, axes = plt.subplots(1, 4 if "backpressure" in data else 3, figsize=(18, 4))
     h = data["hop_overhead"]["hop_latency_us"]
     axes[0].bar(["p50", "p95", "p99"], [h["p50"], h["p95"], h["p99"]], color="#4477aa")
     axes[0].set_title(f"hand-off latency per hop (µs), {data['device']}")
@@ -197,6 +211,19 @@ def figure(data: dict, plt):
     axes[2].ticklabel_format(useOffset=False)
     axes[2].set_title(f"RSS over {m['frames']} frames (MiB)")
     axes[2].set_xlabel("frame")
+    if "backpressure" in data:  # results recorded before work and waits were told apart have no such run
+        b = data["backpressure"]
+        names = list(b["stages"])
+        left = np.zeros(len(names))
+        for key, label, color in (("p50_ms", "work", "#4477aa"), ("output_wait_p50_ms", "output wait", "#ccbb44"),
+                                  ("input_wait_p50_ms", "input wait", "#bbbbbb")):
+            vals = np.array([b["stages"][n][key] or 0.0 for n in names])
+            axes[3].barh(names, vals, left=left, color=color, label=label)
+            left += vals
+        axes[3].invert_yaxis()
+        axes[3].set_xlabel("ms per frame (p50)")
+        axes[3].set_title(f"backpressure: work and waits per stage (sink {b['stage_ms']['sink']:g} ms)")
+        axes[3].legend(fontsize=8)
     fig.tight_layout()
     return fig
 
@@ -210,12 +237,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps", type=float, default=50.0, help="source rate for the overload run (default 50)")
     p.add_argument("--relay-ms", type=float, default=5.0, help="relay stage time in the overload run")
     p.add_argument("--seconds", type=float, default=6.0, help="duration of the overload run (default 6)")
+    p.add_argument("--sink-ms", type=float, default=20.0,
+                   help="sink time per frame in the backpressure run, which paces it (default 20)")
     p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
 
 
 def run(args: argparse.Namespace) -> int:
     if args.hops < 1:
         raise ValueError(f"--hops must be >= 1, got {args.hops}")
+    if args.sink_ms <= 0:
+        raise ValueError(f"--sink-ms must be > 0 (the backpressure run's pace), got {args.sink_ms}")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     shape = (1024,)
@@ -226,13 +257,19 @@ def run(args: argparse.Namespace) -> int:
     result["stage_device"] = args.device
     result["hop_overhead"] = measure_hops(hop_frames, args.hops, 500.0, shape, args.device)
     result["overload"] = measure_overload(seconds, args.fps, args.relay_ms, args.device, shape)
+    result["backpressure"] = measure_backpressure(30 if args.quick else 200, args.relay_ms, args.sink_ms, args.device,
+                                                  shape)
     result["memory"] = measure_memory(frames, args.hops, shape, args.device, warmup=min(1000, frames // 4))
     png = write_result(result, args.out, figure)
-    h, o, m = result["hop_overhead"], result["overload"], result["memory"]
+    h, o, m, b = result["hop_overhead"], result["overload"], result["memory"], result["backpressure"]
     print(f"hop latency p50 {h['hop_latency_us']['p50']:.0f} µs, p99 {h['hop_latency_us']['p99']:.0f} µs; "
           f"fast mode {h['fast_mode_fps']:.0f} frames/s through {args.hops} hops")
     print(f"2x overload: e2e p95 {o['end_to_end_ms']['p95_ms']:.1f} ms (bound {o['bound_ms']:.1f} ms), "
           f"{o['dropped_at_source']} dropped at the source, {o['edge_drops']} on edges")
+    print("backpressure (work / output wait / input wait, p50 ms): " + "; ".join(
+        f"{n} {s['p50_ms']:.1f} / " + " / ".join("-" if s[k] is None else f"{s[k]:.1f}"
+                                                 for k in ("output_wait_p50_ms", "input_wait_p50_ms"))
+        for n, s in b["stages"].items()))
     print(f"memory: live-block growth {m['python_live_blocks_growth_after_warmup']}, cuda allocations "
           f"{m['cuda_allocations_after_warmup']}, RSS growth {m['rss_growth_percent']:.2f} %")
     print(f"wrote {args.out} and {png}")

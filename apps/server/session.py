@@ -373,8 +373,8 @@ class Session:
         """The ``stats`` message: what was sent and dropped, latency and stage timings so far."""
         report = self.pipeline.graph.report() if self.pipeline is not None else {}
         span = (self.last_video_ns - self.first_video_ns) / 1e9
-        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"],
-                         "p50_ms": s["process"].get("p50_ms"), "p95_ms": s["process"].get("p95_ms"),
+        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"], "work_ms": _percentiles(s["work"]),
+                         "output_wait_ms": _wait_ms(s["output_wait"]), "input_wait_ms": _wait_ms(s["input_wait"]),
                          "deadline_misses": s["deadline_misses"], "fallback_level": s["fallback_level"]}
                   for name, s in report.get("stages", {}).items()}
         audio_in = self.pipeline.audio_in if self.pipeline is not None else None
@@ -400,3 +400,8 @@ class Session:
 
 def _percentiles(summary: dict) -> dict:
     return {k.removesuffix("_ms"): round(v, 3) for k, v in summary.items() if k.endswith("_ms")}
+
+
+def _wait_ms(summary: dict | None) -> dict | None:
+    """A stage's wait summary as ``{"p50", "p95", "p99", "mean", "max", "total_s"}`` (None: no such side)."""
+    return None if summary is None else {**_percentiles(summary), "total_s": round(summary["total_s"], 3)}

@@ -18,6 +18,8 @@ def test_bench_generate_writes_fps_first_frame_and_stage_times(tmp_path, family)
     assert data["fps_end_to_end"] > 0 and 0 < data["time_to_first_frame_s"] < 60
     assert set(data["stages"]) == {"noise", "denoiser", "vae_decode", "encode", "sink"}
     assert data["stages"]["denoiser"]["calls"] == 3 and data["stages"]["denoiser"]["p50_ms"] > 0
+    assert data["stages"]["noise"]["input_wait_p50_ms"] is None and data["stages"]["sink"]["output_wait_p50_ms"] is None
+    assert data["stages"]["denoiser"]["output_wait_p50_ms"] >= 0 and data["stages"]["encode"]["input_wait_total_s"] > 0
     assert data["peak_memory_mib"] > 0 and data["cache_bytes"] > 0
     assert (tmp_path / "generate.png").stat().st_size > 1000
     with pytest.raises(ValueError, match="not a sana configuration"):

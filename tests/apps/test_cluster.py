@@ -177,9 +177,9 @@ def test_one_prometheus_view_of_the_cluster(cluster):
     families = {f.name: f for f in text_string_to_metric_families(text)}  # a real parser: the text is valid
     sessions = {s.labels["replica"]: s.value for s in families["framegraph_cluster_replica_sessions"].samples}
     assert len(sessions) == 2 and sum(sessions.values()) == 2
-    stage = families["framegraph_stage_latency_seconds"].samples
+    stage = families["framegraph_stage_work_seconds"].samples
     assert {s.labels["replica"] for s in stage} == set(sessions)  # both replicas' graphs, labelled
-    assert text.count("# TYPE framegraph_stage_latency_seconds ") == 1
+    assert text.count("# TYPE framegraph_stage_work_seconds ") == 1
 
 
 def test_a_killed_replica_ends_its_sessions_at_once_and_the_others_keep_streaming(cluster):

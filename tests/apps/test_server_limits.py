@@ -354,8 +354,12 @@ def test_metrics_healthz_and_static_files():
         after = parse_prometheus(http_get(srv.http_url + "metrics").decode())
     assert health == {"status": "ok", "sessions": 1, "max_sessions": 4}
     m = parse_prometheus(text)
-    stages = {labels["stage"] for _, labels, _ in m["framegraph_stage_latency_seconds"]["samples"]}
-    assert stages == {"mic", "scope", "encode", "send"}
+    def stages(family):
+        return {labels["stage"] for _, labels, _ in m[family]["samples"]}
+
+    assert stages("framegraph_stage_work_seconds") == {"mic", "scope", "encode", "send"}
+    assert stages("framegraph_stage_output_wait_seconds") == {"mic", "scope", "encode"}  # the sink has no output
+    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}  # mic: the client's audio
     e2e = {n: v for n, labels, v in m["framegraph_end_to_end_latency_seconds"]["samples"] if labels.get("le") in
            (None, "+Inf")}
     assert e2e["framegraph_end_to_end_latency_seconds_count"] > 5

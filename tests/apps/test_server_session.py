@@ -112,6 +112,13 @@ def test_testcard_session_streams_jpeg_video_and_audio_then_ends():
     stats = of_type(got, "stats")
     assert stats and stats[-1]["sent"]["video"] == len(video) and stats[-1]["dropped"]["video"] == 0
     assert stats[-1]["stages"]["encode"]["frames"] == len(video)
+    # work and waits apart: the card is paced at 25 fps (40 ms a frame), so the encoder mostly waits for it
+    stages = stats[-1]["stages"]
+    enc, card = stages["encode"], stages["testcard_video"]
+    assert enc["work_ms"]["p50"] < 20 and 20 < enc["input_wait_ms"]["p50"] < 60, enc
+    assert enc["input_wait_ms"]["total_s"] > 0.5 and enc["output_wait_ms"]["p50"] < 5, enc
+    assert card["input_wait_ms"] is None and card["work_ms"]["p50"] < 20, card  # pacing is neither work nor wait
+    assert stages["send"]["output_wait_ms"] is None
     assert got["control"][-1] == {"type": "ended", "session": ready["session"], "reason": "finished"}
 
 
@@ -144,6 +151,9 @@ def test_scope_session_echoes_audio_in_sync_and_measures_glass_to_glass(codec):
     assert len(decoded) == len(video) and all(p.shape == (120, 160, 3) for p in decoded)
     assert of_type(got, "ended")[-1]["reason"] == "stopped"
     assert not of_type(got, "error")
+    # the client sends 20 ms of audio every 20 ms: the mic waits for it (input wait), it does not work 20 ms
+    mic = of_type(got, "stats")[-1]["stages"]["mic"]
+    assert mic["work_ms"]["p50"] < 10 and 8 < mic["input_wait_ms"]["p50"] < 60, mic
 
 
 def test_scope_without_echo_keeps_sending_video_at_a_low_frame_rate():

@@ -312,11 +312,11 @@ def test_telemetry_json_and_prometheus_text():
     report = g.run()
     for key in ("time_to_first_frame_ms", "fps", "end_to_end", "av_offset", "stages", "edges", "sources"):
         assert key in report
-    assert set(report["stages"]["add"]["process"]) >= {"p50_ms", "p95_ms", "p99_ms"}
+    assert set(report["stages"]["add"]["work"]) >= {"p50_ms", "p95_ms", "p99_ms"}
     text = prometheus_text(g.telemetry, [g.edge_report()], labels=[{"session": "1"}])
-    assert '# TYPE framegraph_stage_latency_seconds histogram' in text
-    assert 'framegraph_stage_latency_seconds_count{session="1",stage="add"} 10' in text
-    assert 'framegraph_stage_latency_seconds_bucket{session="1",stage="add",le="+Inf"} 10' in text
+    assert '# TYPE framegraph_stage_work_seconds histogram' in text
+    assert 'framegraph_stage_work_seconds_count{session="1",stage="add"} 10' in text
+    assert 'framegraph_stage_work_seconds_bucket{session="1",stage="add",le="+Inf"} 10' in text
     assert 'framegraph_edge_drops_total{session="1",edge="src.x -> add.x"} 0' in text
     assert 'framegraph_sink_frames_total{session="1"} 10' in text
 

@@ -1,20 +1,42 @@
-"""``framegraph export --avatar DIR [--out DIR]``: write the ONNX files of an avatar bundle's three stateful
-models (audio encoder, DiT step and commit, VAE decoder; every stream state an explicit input / output)
-and their manifest, for ``--backend onnx`` (render, bench, demo). Needs the ``onnx`` package
-(``pip install 'framegraph[export]'``). The default output is ``DIR/onnx``, where ``--backend onnx`` looks."""
+"""``framegraph export``: write ONNX files (every stream state an explicit input / output) and their manifest,
+for ``--backend onnx``. Needs the ``onnx`` package (``pip install 'framegraph[export]'``).
+
+    framegraph export --avatar DIR [--out DIR]
+        an avatar bundle's three stateful models (audio encoder, DiT step and commit, VAE decoder), for
+        render / bench / demo; default output DIR/onnx, where their --backend onnx looks.
+    framegraph export --generate MODEL_DIR --size HxW [--chunk-frames N] [--out DIR]
+        a video model folder's causal VAE decoder (AutoencoderKLWan: Wan 2.1 / 2.2, SANA-Video), its
+        temporal cache an input / output, for `framegraph generate --backend onnx`; shapes are fixed, so
+        one export per --size and --chunk-frames (default output MODEL_DIR/onnx/vae_<H>x<W>_f<N>, where
+        generate looks). For a single-file student, MODEL_DIR is its --base folder (the VAE's).
+"""
 from __future__ import annotations
 
 import argparse
 import sys
 import time
 
+from .argtypes import positive_int
+from .generate import _size_hw
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--avatar", required=True, help="the avatar bundle folder (e.g. assets/avatars/astronaut)")
-    p.add_argument("--out", default=None, help="output folder (default: AVATAR/onnx)")
+    p.formatter_class = argparse.RawDescriptionHelpFormatter
+    p.epilog = __doc__.split("\n\n", 1)[1]
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--avatar", help="the avatar bundle folder (e.g. assets/avatars/astronaut)")
+    what.add_argument("--generate", metavar="MODEL_DIR",
+                      help="a diffusers video model folder (its vae/ is exported), as `framegraph generate` takes it")
+    p.add_argument("--size", type=_size_hw, help="(--generate, required) HEIGHTxWIDTH of the video, e.g. 480x832")
+    p.add_argument("--chunk-frames", type=positive_int, default=3,
+                   help="(--generate) latent frames per chunk, as generate's --chunk-frames (default 3)")
+    p.add_argument("--out", default=None,
+                   help="output folder (default: AVATAR/onnx, or MODEL_DIR/onnx/vae_<H>x<W>_f<N>)")
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.generate is not None:
+        return _run_generate(args)
     from framegraph.models.avatar import load_avatar
     from framegraph.models.avatar.graph import default_onnx_dir
     from framegraph.models.onnx.export import export_avatar
@@ -26,5 +48,21 @@ def run(args: argparse.Namespace) -> int:
     files = ", ".join(f["file"] for f in manifest["files"].values() if "file" in f)
     print(f"exported {args.avatar} (bundle {manifest['bundle_hash'][:12]}, opset {manifest['opset']}) to {out} in "
           f"{time.perf_counter() - t0:.1f} s: {files}", file=sys.stderr)
+    print(out)
+    return 0
+
+
+def _run_generate(args: argparse.Namespace) -> int:
+    from framegraph.models.onnx.wan_vae import default_wan_onnx_dir, export_wan_vae, load_folder_vae
+
+    if args.size is None:
+        raise ValueError("--generate needs --size HEIGHTxWIDTH (the export's shapes are fixed), e.g. --size 480x832")
+    vae = load_folder_vae(args.generate)
+    out = args.out or default_wan_onnx_dir(args.generate, args.size, args.chunk_frames)
+    t0 = time.perf_counter()
+    manifest = export_wan_vae(vae, out, size=args.size, chunk_frames=args.chunk_frames, source=args.generate)
+    print(f"exported the VAE of {args.generate} (hash {manifest['bundle_hash'][:12]}, opset {manifest['opset']}, "
+          f"{args.size[0]}x{args.size[1]}, {args.chunk_frames} latent frames per chunk) to {out} in "
+          f"{time.perf_counter() - t0:.1f} s: vae_first.onnx, vae_next.onnx", file=sys.stderr)
     print(out)
     return 0

@@ -219,3 +219,20 @@ class WanVAEExport(CheckedExport):
     def stream(self, threads: int = 1) -> OrtVAEStream:
         """A fresh :class:`~.runtime.OrtVAEStream` of the two graphs (``threads`` intra-op threads each)."""
         return OrtVAEStream(self.graph("vae_first", threads), self.graph("vae_next", threads), self.manifest["files"])
+
+
+def load_folder_vae(folder: str):
+    """The ``AutoencoderKLWan`` of a diffusers model folder (``folder/vae``: config.json + safetensors),
+    float32 on the CPU, loaded and checked as ``framegraph generate`` loads it."""
+    from diffusers import AutoencoderKLWan
+
+    from framegraph.models.generate.checkpoint import _load_weights, _read_json
+
+    part = os.path.join(folder, "vae")
+    config = _read_json(os.path.join(part, "config.json"), "expected a diffusers video model folder with vae/ "
+                                                           "(config.json + weights); for a single-file student, "
+                                                           "pass its --base folder")
+    if config.get("_class_name") != AutoencoderKLWan.__name__:
+        raise ValueError(f"{part}/config.json: a {config.get('_class_name')}; the ONNX export is for the causal "
+                         f"AutoencoderKLWan (Wan 2.1 / 2.2, SANA-Video)")
+    return _load_weights(AutoencoderKLWan, part, None, part, torch.float32).eval().requires_grad_(False)

@@ -60,6 +60,7 @@ def build_generate_graph(
     source_in_flight: int | None = None,
     vae_backend: str = "torch",
     onnx_dir: str | None = None,
+    onnx_threads: int | None = None,
     **options,
 ) -> GenerateGraph:
     """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
@@ -69,7 +70,7 @@ def build_generate_graph(
     ``source_in_flight``: the source's ``max_in_flight`` (live streams: a chunk that would run late is dropped
     at the source). ``vae_backend``: ``"torch"``, or ``"onnx"``: the causal VAE decoder on ONNX Runtime (CPU, float32)
 from the export in ``onnx_dir`` (``framegraph export --generate``; a missing or stale one raises
-:class:`~framegraph.models.onnx.ExportError`). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+:class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op threads (None: half the cores). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -90,7 +91,8 @@ from the export in ``onnx_dir`` (``framegraph export --generate``; a missing or 
         if onnx_dir is None:
             raise ValueError("vae_backend='onnx' needs onnx_dir, the folder `framegraph export --generate` wrote")
         decode = OnnxCausalVAEDecode(gm.vae, onnx_dir, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps,
-                                     device=device, dtype=dtype, model=gm.source if os.path.isdir(gm.source) else "BASE_DIR")
+                                     device=device, dtype=dtype, threads=onnx_threads,
+                                     model=gm.source if os.path.isdir(gm.source) else "BASE_DIR")
     elif vae_backend == "torch":
         decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
                                  dtype=dtype)

@@ -191,7 +191,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
         "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
         "vae_backend": backend, "vae": args.vae or ("tiny" if args.config == "tiny" else "wan2.1"),
         "vae_parameters_m": round(sum(p.numel() for p in gm.vae.decoder.parameters()) / 1e6, 2), "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
-        "dtype": str(dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
+        "dtype": str(dtype).removeprefix("torch."), "torch_threads": args.threads or torch.get_num_threads(),
         "parameters_m": round(sum(p.numel() for p in gm.transformer.parameters()) / 1e6, 2),
         "video_frames": len(times), "fps_end_to_end": fps,
         "fps_whole_run": len(times) / report["wall_s"],

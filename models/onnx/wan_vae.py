@@ -55,7 +55,9 @@ def exportable(vae):
     for module in list(vae.modules()):
         for name, child in module.named_children():
             if isinstance(child, nn.Upsample):
-                if child.mode != "nearest-exact" or tuple(child.scale_factor) != (2.0, 2.0):
+                factor = child.scale_factor
+                factor = tuple(factor) if isinstance(factor, (tuple, list)) else (factor, factor)
+                if child.mode != "nearest-exact" or factor != (2.0, 2.0):
                     raise ExportError(f"{type(vae).__name__}: an upsampler {child} that is not 2x nearest-exact; "
                                       f"this exporter converts only those (the Wan VAE's)")
                 setattr(module, name, Nearest2x())
@@ -202,7 +204,8 @@ def load_wan_manifest(export_dir: str, vae, *, size: tuple[int, int], chunk_fram
                       model: str = "MODEL_DIR") -> dict:
     """The manifest of ``export_dir``, checked against ``vae``, ``size`` and ``chunk_frames`` (raises
     :class:`~.manifest.ExportError` naming the export command; ``model``: the folder to name in it)."""
-    hint = f"run `{export_command(model, size, chunk_frames, export_dir)}`"
+    default = os.path.normpath(export_dir) == os.path.normpath(default_wan_onnx_dir(model, size, chunk_frames))
+    hint = f"run `{export_command(model, size, chunk_frames, None if default else export_dir)}`"
     return check_manifest(export_dir, fmt=WAN_VAE_FORMAT, want_hash=wan_vae_hash(vae, size, chunk_frames),
                           parts=PARTS, hint=hint, source="VAE", extra=("vae_cache",),
                           geometry={"size_hw": list(size), "chunk_frames": int(chunk_frames)})

@@ -46,10 +46,12 @@ COMMANDS = {
     "generate": ("framegraph.apps.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
                  "Generate video chunk by chunk with a causal Wan 2.1 or SANA-Video model from local weights (text- or "
                  "video-to-video), to an MP4, with a progress bar. Ctrl-C finishes a playable file."),
-    "export": ("framegraph.apps.export", "export an avatar bundle's models to ONNX (for --backend onnx)",
-               "Write the ONNX files of an avatar bundle's audio encoder, DiT and VAE decoder, every stream state an "
-               "explicit input/output, with a manifest tied to the bundle (a stale export is refused); --int8 adds "
-               "int8 versions for --backend onnx-int8."),
+    "export": ("framegraph.apps.export", "export an avatar bundle's models, or a video model's causal VAE decoder, "
+               "to ONNX (for --backend onnx)",
+               "Write the ONNX files of an avatar bundle's audio encoder, DiT and VAE decoder (--avatar; --int8 adds "
+               "int8 versions for --backend onnx-int8), or of a video model's causal VAE decoder (--generate), every "
+               "stream state an explicit input/output, with a manifest tied to the weights (a stale export is "
+               "refused)."),
     "fit": ("framegraph.apps.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply", None),
     "fit-nerf": ("framegraph.apps.fit_nerf", "train an instant-ngp-style NeRF from posed images → NeRF directory",
                  "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json, with checkpoints, "

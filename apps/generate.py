@@ -95,7 +95,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="(with --input) how much to change it: 0..1, the noise level the input is taken to "
                         "(default 0.6); the timesteps are scaled by it")
     p.add_argument("--seed", type=int, default=0, help="noise seed (default 0)")
-    p.add_argument("--device", help="cuda (bf16, Triton kernels) or cpu (fp32); default cuda when available")
+    p.add_argument("--device", help="cuda (bf16, Triton kernels) or cpu (fp32); default cuda when available "
+                                    "(cpu with --backend onnx)")
+    p.add_argument("--backend", choices=["torch", "onnx"], default="torch",
+                   help="where the causal VAE decoder computes: torch, or onnx (ONNX Runtime on the CPU, float32, "
+                        "from `framegraph export --generate MODEL_DIR --size HxW --chunk-frames N`)")
+    p.add_argument("--onnx", default=None, help="(with --backend onnx) the export folder (default: "
+                                                "MODEL_DIR/onnx/vae_<H>x<W>_f<N>, where framegraph export writes it)")
     p.add_argument("--out", required=True, help="output .mp4 file")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
 
@@ -106,6 +112,16 @@ def _chunks(args, fps: float, r: int) -> int:
     frames = round((args.seconds or 5.0) * fps)
     per_chunk = r * args.chunk_frames
     return max(1, -(-(frames - 1 + r) // per_chunk))  # whole chunks covering `frames` video frames
+
+
+def _onnx_dir(args) -> str | None:
+    """``--onnx``, or (``--backend onnx``) where ``framegraph export --generate`` puts the export of the VAE's folder."""
+    from framegraph.models.onnx.wan_vae import default_wan_onnx_dir
+
+    if args.backend != "onnx" or args.onnx:
+        return args.onnx
+    folder = args.base if os.path.isfile(args.model) else args.model
+    return default_wan_onnx_dir(folder, args.size, args.chunk_frames)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -121,7 +137,9 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--strength goes with --input VIDEO (video-to-video); text-to-video always starts from noise")
     if args.input and not os.path.isfile(args.input):
         raise FileNotFoundError(f"--input {args.input}: no such file; expected a video file")
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.onnx and args.backend != "onnx":
+        raise ValueError("--onnx DIR goes with --backend onnx")
+    device = args.device or ("cuda" if torch.cuda.is_available() and args.backend == "torch" else "cpu")
     gm = load_generate_model(args.model, family=args.family, base=args.base, device=device,
                              dtype=default_dtype(device))
     height, width = args.size
@@ -138,7 +156,7 @@ def run(args: argparse.Namespace) -> int:
                               prompt_embeds=args.prompt_embeds, chunk_frames=args.chunk_frames,
                               timesteps=args.timesteps, shift=args.shift, source=source,
                               strength=(args.strength or 0.6) if args.input else None, seed=args.seed, device=device,
-                              **options)
+                              vae_backend=args.backend, onnx_dir=_onnx_dir(args), **options)
     sink = gg.graph.add(MP4Sink(args.out, width=width, height=height, fps=gg.fps, audio_rate=None))
     gg.graph.connect(gg.decode, sink, capacity=8)
     hint = "fewer --timesteps or a smaller --size is faster" + (
@@ -149,6 +167,7 @@ def run(args: argparse.Namespace) -> int:
         write_json(report, args.report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"
     print(f"{state} {args.out}: {sink.frames_written} frames {width}x{height} @ {gg.fps:g} fps, {chunks} chunks "
-          f"of {args.chunk_frames} latent frames, {gm.family.name} ({report['fps']:.2f} frames/s)", file=sys.stderr)
+          f"of {args.chunk_frames} latent frames, {gm.family.name}, VAE on {args.backend} ({report['fps']:.2f} "
+          f"frames/s)", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0

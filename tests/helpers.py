@@ -114,6 +114,12 @@ def framegraph_threads() -> list[threading.Thread]:
 GEN_TEXT_DIM = 16  # the tiny models' prompt-embedding width
 
 
+def psnr_per_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """PSNR (dB) of each frame of ``b`` against ``a``: uint8 ``[N, H, W, 3]`` videos of one shape."""
+    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).reshape(len(a), -1).mean(1)
+    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
+
+
 def tiny_generate_folder(folder, family: str = "wan", text_encoder: bool = False, **transformer_config) -> Path:
     """Save a diffusers folder (model_index.json, transformer/, vae/, scheduler/; with ``text_encoder``: a tiny
     UMT5 encoder and a word-level tokenizer built offline) of a tiny random ``family`` model; returns it."""

@@ -3,6 +3,8 @@
     framegraph bench generate --family wan --config 1.3b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_wan.json
     framegraph bench generate --family sana --config 2b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_sana.json
     framegraph bench generate --family wan --config tiny --size 64x96 --out benchmarks/results/cpu/generate_wan_tiny.json
+    framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --backend torch,onnx \
+        --out benchmarks/results/cpu/generate_vae_onnx.json
 
 Random weights at the released configurations give the real speed, so no checkpoint is needed: ``1.3b`` is
 Wan 2.1 T2V 1.3B (``WanTransformer3DModel``: 30 layers, 12 heads of 128, FFN 8960) with the Wan 2.1 VAE;
@@ -17,6 +19,12 @@ FPS over the steady chunks (encoded frames per second of wall time at the sink),
 from the graph's start, each stage's work p50/p99 per call (the runtime's telemetry: ``process()`` less its
 waits on full rings; denoiser and decoder per chunk, encoder per frame) and its waits (``output_wait_p50_ms``:
 blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
+
+``--backend torch,onnx`` runs the graph once per backend of the VAE decoder (``onnx``: the decoder exported
+first, :mod:`framegraph.models.onnx.wan_vae`, its ``export_s`` recorded) and records each run under
+``backends`` with the two numbers side by side (``vae_decode_p50_ms``, ``fps_end_to_end``). ``--vae``
+picks the decoder: ``tiny`` (the test suite's) or ``wan2.1`` (``AutoencoderKLWan``'s default configuration,
+the Wan 2.1 VAE: the real decoder's cost, with whichever transformer ``--config`` names).
 """
 from __future__ import annotations
 
@@ -51,6 +59,13 @@ def _size(text: str) -> tuple[int, int]:
     return h, w
 
 
+def _backends(text: str) -> list[str]:
+    names = [v.strip() for v in text.split(",") if v.strip()]
+    if not names or any(n not in ("torch", "onnx") for n in names) or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"--backend {text!r}: expected torch, onnx or torch,onnx")
+    return names
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", choices=["wan", "sana"], required=True)
     p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
@@ -62,7 +77,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--chunks", type=positive_int, default=8, help="chunks to generate (default 8)")
     p.add_argument("--warmup", type=int, default=1, help="first chunks left out of the steady FPS (default 1)")
     p.add_argument("--device", help="cuda (bf16) or cpu (fp32); default cuda when available")
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads (default: torch's)")
+    p.add_argument("--threads", type=positive_int, help="torch CPU threads, and ONNX Runtime's with --backend onnx "
+                                                        "(default: torch's; ORT: half the cores)")
+    p.add_argument("--vae", choices=["tiny", "wan2.1"], default=None,
+                   help="the VAE: tiny or wan2.1 (the real decoder, random weights); default tiny with --config tiny")
+    p.add_argument("--backend", type=_backends, default=["torch"],
+                   help="where the VAE decoder computes: torch, onnx (ONNX Runtime, CPU, float32: the decoder is "
+                        "exported first, into a temporary folder) or both, comma-separated, measured one after the "
+                        "other in one run (e.g. torch,onnx; default torch)")
     add_out_argument(p)
 
 
@@ -78,7 +100,7 @@ class FrameTimes(Stage):
         self.times.append(time.perf_counter())
 
 
-def build_model(family: str, config: str, device: str, dtype: torch.dtype):
+def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: str | None = None):
     from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
 
     from framegraph.models.generate import FAMILIES, GenerateModel
@@ -90,24 +112,50 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype):
     torch.manual_seed(0)
     cls = WanTransformer3DModel if family == "wan" else SanaVideoTransformer3DModel
     transformer = cast_keeping_fp32(cls(**CONFIGS[family, config]), dtype).to(device).eval().requires_grad_(False)
-    vae = cast_keeping_fp32(AutoencoderKLWan(**(TINY_VAE if config == "tiny" else {})), dtype)
+    tiny_vae = vae == "tiny" or (vae is None and config == "tiny")
+    vae = cast_keeping_fp32(AutoencoderKLWan(**(TINY_VAE if tiny_vae else {})), dtype)
     vae = vae.to(device).eval().requires_grad_(False)
     return GenerateModel(FAMILIES[family], transformer, vae, None, PROMPT_TOKENS[family], FPS[family],
                          f"random weights, {family} {config}")
 
 
-def measure(args) -> dict:
-    from framegraph.models.generate import build_generate_graph, default_dtype
-    from framegraph.stream.media import H264Encoder
+def measure(args, backend: str = "torch") -> dict:
+    """One run of the graph with the VAE decoder on ``backend`` (``"onnx"``: exported first, the time recorded
+    as ``export_s``)."""
+    import tempfile
 
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    from framegraph.models.generate import default_dtype
+
+    device = args.device or ("cuda" if torch.cuda.is_available() and backend == "torch" else "cpu")
     dtype = default_dtype(device)
-    gm = build_model(args.family, args.config, device, dtype)
+    gm = build_model(args.family, args.config, device, dtype, args.vae)
     height, width = args.size
     timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
     options = {"attention": args.attention} if args.family == "wan" else {}
+    export_s, tmp = None, None
+    if backend == "onnx":
+        from framegraph.models.onnx.wan_vae import export_wan_vae
+
+        tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
+        t0 = time.perf_counter()
+        export_wan_vae(gm.vae, tmp.name, size=(height, width), chunk_frames=args.chunk_frames)
+        export_s = time.perf_counter() - t0
+        options |= {"onnx_dir": tmp.name, "onnx_threads": args.threads}
+    try:
+        result = _measure(args, gm, device, dtype, timesteps, backend, options)
+    finally:
+        if tmp is not None:
+            tmp.cleanup()
+    return result | ({"export_s": export_s} if export_s is not None else {})
+
+
+def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
+    from framegraph.models.generate import build_generate_graph
+    from framegraph.stream.media import H264Encoder
+
+    height, width = args.size
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
-                              timesteps=timesteps, device=device, **options)
+                              timesteps=timesteps, device=device, vae_backend=backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")
@@ -136,8 +184,9 @@ def measure(args) -> dict:
     return {
         "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
         "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
-        "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
-        "dtype": str(dtype).removeprefix("torch."), "torch_threads": torch.get_num_threads(),
+        "vae_backend": backend, "vae": args.vae or ("tiny" if args.config == "tiny" else "wan2.1"),
+        "vae_parameters_m": round(sum(p.numel() for p in gm.vae.decoder.parameters()) / 1e6, 2), "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
+        "dtype": str(dtype).removeprefix("torch."), "torch_threads": args.threads or torch.get_num_threads(),
         "parameters_m": round(sum(p.numel() for p in gm.transformer.parameters()) / 1e6, 2),
         "video_frames": len(times), "fps_end_to_end": fps,
         "fps_whole_run": len(times) / report["wall_s"],
@@ -162,11 +211,36 @@ def figure(data: dict, plt):
     return fig
 
 
+def compare_figure(data: dict, plt):
+    """Two panels: the VAE decoder's p50 per chunk and the end-to-end FPS, per backend."""
+    names = list(data["backends"])
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3))
+    a.bar(names, [data["backends"][n]["stages"]["vae_decode"]["p50_ms"] for n in names])
+    a.set_ylabel("VAE decode p50, ms per chunk")
+    b.bar(names, [data["backends"][n]["fps_end_to_end"] or 0 for n in names])
+    b.set_ylabel("FPS end to end")
+    first = data["backends"][names[0]]
+    fig.suptitle(f"generate {first['family']} {first['config']} {first['size_hw'][0]}x{first['size_hw'][1]}: "
+                 f"VAE decoder on {' vs '.join(names)}")
+    fig.tight_layout()
+    return fig
+
+
 def run(args: argparse.Namespace) -> int:
-    result = {**bench_metadata("generate"), **measure(args)}
-    png = write_result(result, args.out, figure)
-    fps = result["fps_end_to_end"]
-    print(f"generate {args.family} {args.config} {args.size[0]}x{args.size[1]} ({result['device']}): "
-          f"{fps:.2f} FPS end to end, first frame {result['time_to_first_frame_s']:.2f} s, "
-          f"peak {result['peak_memory_mib']:.0f} MiB -> {args.out} (+ {png})")
+    meta = bench_metadata("generate")
+    runs = {backend: measure(args, backend) for backend in args.backend}
+    if len(runs) == 1:
+        result = {**meta, **runs[args.backend[0]]}
+        png = write_result(result, args.out, figure)
+    else:
+        result = {**meta, "backends": runs,
+                  "vae_decode_p50_ms": {n: r["stages"]["vae_decode"]["p50_ms"] for n, r in runs.items()},
+                  "fps_end_to_end": {n: r["fps_end_to_end"] for n, r in runs.items()}}
+        png = write_result(result, args.out, compare_figure)
+    for backend, r in runs.items():
+        fps = r["fps_end_to_end"]
+        print(f"generate {args.family} {args.config} {args.size[0]}x{args.size[1]} ({result['device']}), VAE on "
+              f"{backend}: {fps:.2f} FPS end to end, VAE decode p50 {r['stages']['vae_decode']['p50_ms']:.1f} ms, "
+              f"first frame {r['time_to_first_frame_s']:.2f} s, peak {r['peak_memory_mib']:.0f} MiB")
+    print(f"-> {args.out} (+ {png})")
     return 0

@@ -7,7 +7,9 @@ Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS`` 
 folder's first model in name order), ``prompt`` (text; needs the model's text encoder) or ``prompt_embeds``
 (the name of a ``.safetensors`` file in the model folder), ``timesteps`` (list, default
 ``[1000, 750, 500, 250]``), ``shift`` (flow shift they are warped with, default 5), ``chunk_frames``
-(1–8, default 3), ``attention`` (Wan: ``sdpa`` | ``monarch``),
+(1–8, default 3), ``attention`` (Wan: ``sdpa`` | ``monarch``), ``backend`` (``torch`` | ``onnx``: the VAE
+decoder on ONNX Runtime, CPU, from ``MODEL/onnx/vae_<H>x<W>_f<N>``, made by ``framegraph export --generate``;
+a missing or stale export refuses the start),
 ``seed``, and the common ``size`` (multiples of 16) and ``fps`` (default the model's 16).
 
 Live (``config``): ``prompt`` or ``prompt_embeds`` — encoded at once (cached per prompt) and used from the
@@ -21,6 +23,7 @@ import os
 import torch
 
 from framegraph.models.generate import build_generate_graph, default_dtype, load_generate_model
+from framegraph.models.onnx.wan_vae import default_wan_onnx_dir
 from framegraph.stream import Clock
 
 from .pipelines import Options, Pipeline, add_video_out, register, video_options
@@ -78,7 +81,8 @@ def _prompt(opts: Options, folder: str) -> tuple[str | None, str | None]:
 @register("generate", "a causal video diffusion model (Wan 2.1, SANA-Video) generating endlessly from a prompt "
                       "that can change live")
 def build_generate(opts: Options) -> Pipeline:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    backend = opts.choice("backend", "torch", ("torch", "onnx"))  # where the VAE decoder computes
+    device = "cuda" if torch.cuda.is_available() and backend == "torch" else "cpu"
     folder = _model_path(opts)
     try:
         gm = load_generate_model(folder, device=device, dtype=default_dtype(device))
@@ -99,7 +103,8 @@ def build_generate(opts: Options) -> Pipeline:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
                                   chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
                                   device=device,
-                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2, **options)
+                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2, vae_backend=backend,
+                                  onnx_dir=default_wan_onnx_dir(folder, (v.height, v.width), chunk_frames), **options)
     except (ValueError, OSError) as exc:
         raise ProtocolError(ErrorCode.BAD_OPTION, f"generate: {exc}") from None
     graph = gg.graph
@@ -119,4 +124,5 @@ def build_generate(opts: Options) -> Pipeline:
     return Pipeline(graph, sink, encoder=encoder, configure=configure,
                     format={"video": v.describe(), "audio_out": None, "audio_in": None, "pose_in": False,
                             "model": os.path.basename(folder), "family": gm.family.name,
-                            "chunk_frames": chunk_frames, "timesteps": timesteps, "device": device})
+                            "chunk_frames": chunk_frames, "timesteps": timesteps, "device": device,
+                            "backend": backend})

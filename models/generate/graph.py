@@ -11,6 +11,7 @@
 """
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -57,6 +58,9 @@ def build_generate_graph(
     device: str = "cpu",
     fps: float | None = None,
     source_in_flight: int | None = None,
+    vae_backend: str = "torch",
+    onnx_dir: str | None = None,
+    onnx_threads: int | None = None,
     **options,
 ) -> GenerateGraph:
     """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
@@ -64,7 +68,9 @@ def build_generate_graph(
     ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video at ``strength``
     (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
     ``source_in_flight``: the source's ``max_in_flight`` (live streams: a chunk that would run late is dropped
-    at the source). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+    at the source). ``vae_backend``: ``"torch"``, or ``"onnx"``: the causal VAE decoder on ONNX Runtime (CPU, float32)
+from the export in ``onnx_dir`` (``framegraph export --generate``; a missing or stale one raises
+:class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op threads (None: half the cores). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -79,8 +85,19 @@ def build_generate_graph(
                               **options)
     if prompt is not None or prompt_embeds is not None:
         denoiser.set_prompt(prompt, embeds_file=prompt_embeds)
-    decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
-                             dtype=dtype)
+    if vae_backend == "onnx":
+        from framegraph.models.onnx.wan_stage import OnnxCausalVAEDecode
+
+        if onnx_dir is None:
+            raise ValueError("vae_backend='onnx' needs onnx_dir, the folder `framegraph export --generate` wrote")
+        decode = OnnxCausalVAEDecode(gm.vae, onnx_dir, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps,
+                                     device=device, dtype=dtype, threads=onnx_threads,
+                                     model=gm.source if os.path.isdir(gm.source) else "BASE_DIR")
+    elif vae_backend == "torch":
+        decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
+                                 dtype=dtype)
+    else:
+        raise ValueError(f"vae_backend={vae_backend!r}; expected 'torch' or 'onnx'")
     if source is None:
         if strength is not None:
             raise ValueError(f"strength={strength} is for video-to-video; give an input video (--input)")

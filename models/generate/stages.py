@@ -260,12 +260,18 @@ class CausalVAEDecode(Stage):
     def reset(self) -> None:
         self.state = None
 
+    def _decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """``[1, z_dim, F, h, w]`` at the VAE's scale → ``[1, 3, T, H, W]`` in [-1, 1], the cache carried (the
+        ONNX Runtime twin, :class:`~framegraph.models.onnx.stages.OnnxCausalVAEDecode`, overrides this)."""
+        video, self.state = decode_chunk(self.vae, latents, self.state)
+        return video
+
     @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         t0 = time.perf_counter()
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
-        video, self.state = decode_chunk(self.vae, latents, self.state)  # [1, 3, T, H, W] in [-1, 1]
+        video = self._decode(latents)  # [1, 3, T, H, W] in [-1, 1]
         rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
         self.compute.add((time.perf_counter() - t0) * 1000)
         for i in range(rgb.shape[0]):

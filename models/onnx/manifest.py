@@ -1,14 +1,21 @@
 """``manifest.json`` of an ONNX export: what each file's inputs / outputs are, the opset, and the hash of the
-bundle it came from — so an export that does not match the bundle being run is refused with a clear message."""
+models it came from — so an export that does not match the models being run is refused with a clear message.
+
+One layout for every kind of export (``format``, ``opset``, ``bundle_hash``, ``files`` with each file's
+inputs / outputs): the avatar bundle's (:data:`FORMAT`, :func:`avatar_hash`) and the generate pipeline's
+causal VAE decoder (:data:`WAN_VAE_FORMAT`, hashed by :mod:`.wan_vae`), both over :func:`weights_hash` and
+checked by :func:`check_manifest`."""
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+from collections.abc import Callable
 
 import torch
 
 FORMAT = "framegraph-onnx-avatar/1"
+WAN_VAE_FORMAT = "framegraph-onnx-wan-vae/1"
 OPSET = 17
 MANIFEST = "manifest.json"
 PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
@@ -20,20 +27,26 @@ class ExportError(ValueError):
     """A missing, stale, foreign or unreadable ONNX export."""
 
 
-def avatar_hash(avatar) -> str:
-    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
-    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
-    the reference latent are graph *inputs*, so they are not part of it."""
+def weights_hash(geometry: dict, models: dict[str, torch.nn.Module],
+                 config: Callable[[torch.nn.Module], dict] = lambda m: dict(m.config)) -> str:
+    """sha256 over the stream geometry (JSON) and, per model in order, its ``config(model)`` and its weights
+    (buffers included) as float32."""
     h = hashlib.sha256()
-    h.update(json.dumps({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
-                        sort_keys=True).encode())
-    for name in ("audio", "dit", "vae"):
-        model = getattr(avatar, name)
-        h.update(json.dumps({name: dict(model.config)}, sort_keys=True, default=str).encode())
+    h.update(json.dumps(geometry, sort_keys=True).encode())
+    for name, model in models.items():
+        h.update(json.dumps({name: config(model)}, sort_keys=True, default=str).encode())
         for key, t in model.state_dict().items():
             h.update(key.encode())
             h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
+
+
+def avatar_hash(avatar) -> str:
+    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
+    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
+    the reference latent are graph *inputs*, so they are not part of it."""
+    return weights_hash({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
+                        {name: getattr(avatar, name) for name in ("audio", "dit", "vae")})
 
 
 def write_manifest(out_dir: str, manifest: dict) -> dict:
@@ -42,9 +55,11 @@ def write_manifest(out_dir: str, manifest: dict) -> dict:
     return manifest
 
 
-def load_manifest(export_dir: str, avatar) -> dict:
-    """The manifest of ``export_dir``, checked against ``avatar`` (raises :class:`ExportError`)."""
-    hint = f"run `framegraph export --avatar BUNDLE --out {export_dir}`"
+def check_manifest(export_dir: str, *, fmt: str, want_hash: str, parts: tuple[str, ...], hint: str,
+                   source: str = "bundle", extra: tuple[str, ...] = (), geometry: dict | None = None) -> dict:
+    """The manifest of ``export_dir`` if it has format ``fmt``, the fields ``geometry`` (shapes fixed at export),
+    the hash ``want_hash`` (of the ``source`` being run) and files for ``parts`` (and entries ``extra``); else
+    :class:`ExportError` ending with ``hint`` (the command that makes a fresh export)."""
     path = os.path.join(export_dir, MANIFEST)
     if not os.path.isfile(path):
         raise ExportError(f"no ONNX export at {export_dir} ({MANIFEST} not found); {hint}")
@@ -53,19 +68,22 @@ def load_manifest(export_dir: str, avatar) -> dict:
             manifest = json.load(f)
     except (OSError, json.JSONDecodeError) as e:
         raise ExportError(f"{path} is not a readable export manifest ({e}); {hint}") from e
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+    if not isinstance(manifest, dict) or manifest.get("format") != fmt:
         raise ExportError(f"{path}: format {manifest.get('format') if isinstance(manifest, dict) else None!r}, "
-                          f"expected {FORMAT!r}; {hint}")
-    want = avatar_hash(avatar)
-    if manifest.get("bundle_hash") != want:
-        raise ExportError(f"the ONNX export at {export_dir} was made from another or an older bundle "
+                          f"expected {fmt!r}; {hint}")
+    for key, want in (geometry or {}).items():
+        if manifest.get(key) != want:
+            raise ExportError(f"the ONNX export at {export_dir} was made for {key}={manifest.get(key)!r}; this run "
+                              f"needs {key}={want!r} (an export's shapes are fixed); {hint}")
+    if manifest.get("bundle_hash") != want_hash:
+        raise ExportError(f"the ONNX export at {export_dir} was made from another or an older {source} "
                           f"({manifest.get('bundle')!r}, hash {str(manifest.get('bundle_hash'))[:12]}…; this "
-                          f"bundle's is {want[:12]}…): it is stale; {hint}")
+                          f"{source}'s is {want_hash[:12]}…): it is stale; {hint}")
     files = manifest.get("files") if isinstance(manifest.get("files"), dict) else {}
-    missing = [k for k in (*PARTS, "vae_cache") if k not in files]
+    missing = [k for k in (*parts, *extra) if k not in files]
     if missing:
         raise ExportError(f"{path} does not describe {', '.join(missing)}; {hint}")
-    for key in PARTS:
+    for key in parts:
         name = files[key].get("file", "")
         if not os.path.isfile(os.path.join(export_dir, name)):
             raise ExportError(f"the ONNX export at {export_dir} lacks {name} ({key}); {hint}")
@@ -98,3 +116,7 @@ def check_int8_file(path: str, metadata: dict, manifest: dict) -> None:
     if got != want:
         raise ExportError(f"{path} was quantized from another bundle (hash {str(got)[:12]}…, this export's is "
                           f"{str(want)[:12]}…); re-run `framegraph export --avatar BUNDLE --int8` into this folder")
+def load_manifest(export_dir: str, avatar) -> dict:
+    """The manifest of the avatar export ``export_dir``, checked against ``avatar`` (raises :class:`ExportError`)."""
+    return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar_hash(avatar), parts=PARTS,
+                          hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`", extra=("vae_cache",))

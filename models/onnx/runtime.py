@@ -6,7 +6,8 @@ the state never goes through numpy and stays bound between calls:
 
 - :class:`OrtAudioEncoder`: the audio conv stack (the streaming context is the window it is handed);
 - :class:`OrtDiTStream`: denoising calls and commits of one :class:`~framegraph.models.dit.AvatarDiT` stream;
-- :class:`OrtVAEStream`: streamed decoding of one :class:`~framegraph.models.vae.VideoVAE` stream.
+- :class:`OrtVAEStream`: streamed decoding of one :class:`~framegraph.models.vae.VideoVAE` stream, or of
+  diffusers' causal ``AutoencoderKLWan`` (the generate pipeline, :mod:`.wan_vae`).
 """
 from __future__ import annotations
 
@@ -168,21 +169,26 @@ class OrtDiTStream:
 
 
 class OrtVAEStream:
-    """Streamed decoding on ORT: the first chunk of a stream runs ``vae_first`` (reference in), the next
-    ones ``vae_next`` with the temporal cache (two bound sets, swapped each chunk) and the reference
-    features (bound once)."""
+    """Streamed decoding on ORT: the first chunk of a stream runs ``vae_first`` (reference in, when the
+    decoder has one), the next ones ``vae_next`` with the temporal cache (two bound sets, swapped each chunk)
+    and the reference features (bound once). ``entry``: the manifest's ``files`` (``vae_first``, ``vae_next``,
+    ``vae_cache``: its ``temporal`` and ``reference`` cache keys). Shared by the avatar's VAE and the generate
+    pipeline's causal Wan VAE (:mod:`.wan_vae`), whose first chunk decodes to fewer frames than the next ones:
+    each graph writes its own frames buffer."""
 
-    def __init__(self, first: OrtGraph, nxt: OrtGraph, entry: dict, reference: torch.Tensor | None):
+    def __init__(self, first: OrtGraph, nxt: OrtGraph, entry: dict, reference: torch.Tensor | None = None):
         self.first, self.next = first, nxt
         shapes = {o["name"]: o["shape"] for o in entry["vae_first"]["outputs"]}
+        next_frames = next(o["shape"] for o in entry["vae_next"]["outputs"] if o["name"] == "frames")
         keys = entry["vae_cache"]
         self.temporal, self.refkeys = keys["temporal"], keys["reference"]
-        self.frames = torch.empty(shapes["frames"])
+        self.first_frames = torch.empty(shapes["frames"])
+        self.next_frames = self.first_frames if next_frames == shapes["frames"] else torch.empty(next_frames)
         self.caches = [{k: torch.empty(shapes[f"cache:{k}"]) for k in self.temporal} for _ in (0, 1)]
         self.ref = {k: torch.empty(shapes[f"cache:{k}"]) for k in self.refkeys}
         self.reference = None if reference is None else reference.float().contiguous()
         self.fio = first.binding()
-        first.bind(self.fio, "frames", self.frames, output=True)
+        first.bind(self.fio, "frames", self.first_frames, output=True)
         for k in self.temporal:
             first.bind(self.fio, f"cache:{k}", self.caches[0][k], output=True)
         for k in self.refkeys:
@@ -192,7 +198,7 @@ class OrtVAEStream:
         self.nio = []
         for p in (0, 1):
             io = nxt.binding()
-            nxt.bind(io, "frames", self.frames, output=True)
+            nxt.bind(io, "frames", self.next_frames, output=True)
             for k in self.temporal:
                 nxt.bind(io, f"cache:{k}", self.caches[p][k])
                 nxt.bind(io, f"cache:{k}:out", self.caches[1 - p][k], output=True)
@@ -202,32 +208,42 @@ class OrtVAEStream:
         self.started, self.parity = False, 0
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Normalised latent chunk ``z [1, C, T, h, w]`` → frames ``[1, 3, T, H, W]`` in [-1, 1] (a buffer
-        reused by the next call)."""
+        """Latent chunk ``z [1, C, T, h, w]`` → frames ``[1, 3, T', H, W]`` in [-1, 1] (a buffer reused by the
+        next call)."""
         z = z.float().contiguous()
         if not self.started:
             self.first.bind(self.fio, "z", z)
             self.first.run(self.fio)
             self.started, self.parity = True, 0
-        else:
-            io = self.nio[self.parity]
-            self.next.bind(io, "z", z)
-            self.next.run(io)
-            self.parity = 1 - self.parity
-        return self.frames
+            return self.first_frames
+        io = self.nio[self.parity]
+        self.next.bind(io, "z", z)
+        self.next.run(io)
+        self.parity = 1 - self.parity
+        return self.next_frames
 
     def reset(self) -> None:
         self.started = False
 
 
-class AvatarExport:
+class CheckedExport:
+    """An export directory whose manifest has been checked (:mod:`.manifest`); makes the sessions of its files."""
+
+    def __init__(self, export_dir: str, manifest: dict):
+        self.dir, self.manifest = export_dir, manifest
+
+    def graph(self, key: str, threads: int = 1) -> OrtGraph:
+        return OrtGraph(os.path.join(self.dir, self.manifest["files"][key]["file"]), threads)
+
+
+class AvatarExport(CheckedExport):
     """An export directory checked against ``avatar`` (see :func:`~.manifest.load_manifest`); makes the
     sessions of each stage. ``int8``: the parts of the models the export keeps in int8 (its manifest's
     ``int8.models``, :mod:`.quantize`) load their int8 file, checked to come from the same bundle."""
 
     def __init__(self, export_dir: str, avatar, *, int8: bool = False):
-        self.dir, self.avatar = export_dir, avatar
-        self.manifest = load_manifest(export_dir, avatar)
+        super().__init__(export_dir, load_manifest(export_dir, avatar))
+        self.avatar = avatar
         self.int8 = int8_parts(export_dir, self.manifest) if int8 else {}
 
     def graph(self, key: str, threads: int = 1) -> OrtGraph:
@@ -235,4 +251,4 @@ class AvatarExport:
             g = OrtGraph(self.int8[key], threads)
             check_int8_file(self.int8[key], g.session.get_modelmeta().custom_metadata_map, self.manifest)
             return g
-        return OrtGraph(os.path.join(self.dir, self.manifest["files"][key]["file"]), threads)
+        return super().graph(key, threads)

@@ -25,3 +25,19 @@ def test_bench_generate_writes_fps_first_frame_and_stage_times(tmp_path, family)
     with pytest.raises(ValueError, match="not a sana configuration"):
         from framegraph.apps.bench.generate import build_model
         build_model("sana", "1.3b", "cpu", None)
+
+
+def test_bench_generate_compares_the_vae_decoder_on_torch_and_onnx_in_one_run(tmp_path):
+    pytest.importorskip("onnx")
+    out = tmp_path / "vae.json"
+    assert main(["bench", "generate", "--family", "wan", "--config", "tiny", "--size", "32x48", "--steps", "1",
+                 "--chunk-frames", "1", "--chunks", "3", "--threads", "1", "--backend", "torch,onnx",
+                 "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert list(data["backends"]) == ["torch", "onnx"] and "--backend torch,onnx" in data["command"]
+    for name, run in data["backends"].items():
+        assert run["vae_backend"] == name and run["video_frames"] == 1 + 4 * 2
+        assert run["stages"]["vae_decode"]["calls"] == 3 and data["vae_decode_p50_ms"][name] > 0
+        assert data["fps_end_to_end"][name] == run["fps_end_to_end"] > 0
+    assert data["backends"]["onnx"]["export_s"] > 0 and "export_s" not in data["backends"]["torch"]
+    assert (tmp_path / "vae.png").stat().st_size > 1000

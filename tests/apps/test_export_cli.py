@@ -4,6 +4,7 @@ import wave
 
 import numpy as np
 import pytest
+from helpers import psnr_per_frame
 
 pytest.importorskip("onnx")
 
@@ -22,11 +23,6 @@ def speech_like_wav(path, seconds: float = 1.2):
         w.setframerate(16000)
         w.writeframes(x.astype("<i2").tobytes())
     return path
-
-
-def psnr_per_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).reshape(len(a), -1).mean(1)
-    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
 
 
 def render_both(bundle, wav, tmp_path, onnx_dir):

@@ -1,0 +1,241 @@
+"""The generate pipeline's causal VAE decoder (diffusers' ``AutoencoderKLWan``, Wan 2.1 / 2.2, SANA-Video) on
+ONNX Runtime: :func:`~framegraph.models.generate.vae.decode_chunk` exported with the decoder's temporal
+cache as explicit inputs and outputs.
+
+Files written by :func:`export_wan_vae` (shapes fixed per ``size = (H, W)`` and ``chunk_frames = F``, batch 1):
+
+- ``vae_first.onnx``: the stream's first chunk: ``z [1, z_dim, F, h, w]`` (VAE scale, what ``vae.decode``
+  takes) → ``frames [1, 3, 1 + r (F - 1), H, W]`` in [-1, 1] and the whole cache ``cache:feat_cache.<i>``.
+- ``vae_next.onnx``: every later chunk: ``z`` + the cache → ``frames [1, 3, r F, H, W]`` + the next cache
+  (``cache:feat_cache.<i>:out``).
+
+The cache: entry ``i`` of diffusers' ``feat_cache`` list (one per causal conv the decoder visits), the last 2
+frames of that conv's input, ``[1, C_i, 2, h_i, w_i]``. After the stream's first latent frame diffusers
+keeps only 1 frame per conv and a marker ``"Rep"`` for each temporal upsampler (whose conv then pads with
+zeros); :func:`steady_cache` writes that state as the 2-frame layout of every later chunk — a zero frame in
+front, zeros for ``"Rep"`` — which the decoder computes with identically (a causal conv pads the missing
+past with zeros either way), so one ``next`` graph serves every chunk after the first, whatever ``F``.
+
+Export needs one change to the model: its upsamplers' ``nn.Upsample(scale_factor=2, mode="nearest-exact")``
+has no ONNX export in torch's exporter (``aten::_upsample_nearest_exact2d``); :class:`Nearest2x`
+computes the same thing (an exact copy of pixels, no arithmetic) with Expand + Reshape.
+
+``manifest.json`` is the avatar export's layout (:mod:`.manifest`, format :data:`~.manifest.WAN_VAE_FORMAT`),
+its hash over the VAE's config and weights and the geometry (:func:`wan_vae_hash`); the runner is the
+avatar VAE's :class:`~.runtime.OrtVAEStream`.
+"""
+from __future__ import annotations
+
+import copy
+import os
+
+import torch
+from torch import nn
+
+from .export import _export, _io
+from .manifest import OPSET, WAN_VAE_FORMAT, ExportError, check_manifest, weights_hash, write_manifest
+from .runtime import CheckedExport, OrtVAEStream
+
+PARTS = ("vae_first", "vae_next")
+
+
+class Nearest2x(nn.Module):
+    """``[N, C, H, W]`` → ``[N, C, 2H, 2W]``, every pixel repeated 2 × 2: what ``nn.Upsample(scale_factor=2,
+    mode="nearest-exact")`` computes (for a factor of 2, nearest-exact's source index ``floor((i + 0.5) / 2)``
+    is ``i // 2``), written as Expand + Reshape, which export to ONNX."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n, c, h, w = x.shape
+        return x[:, :, :, None, :, None].expand(n, c, h, 2, w, 2).reshape(n, c, 2 * h, 2 * w)
+
+
+def exportable(vae):
+    """A float32 copy of ``vae`` whose 2× nearest-exact upsamplers are :class:`Nearest2x` (``vae`` is untouched)."""
+    vae = copy.deepcopy(vae).float().eval()
+    for module in list(vae.modules()):
+        for name, child in module.named_children():
+            if isinstance(child, nn.Upsample):
+                factor = child.scale_factor
+                factor = tuple(factor) if isinstance(factor, (tuple, list)) else (factor, factor)
+                if child.mode != "nearest-exact" or factor != (2.0, 2.0):
+                    raise ExportError(f"{type(vae).__name__}: an upsampler {child} that is not 2x nearest-exact; "
+                                      f"this exporter converts only those (the Wan VAE's)")
+                setattr(module, name, Nearest2x())
+    return vae
+
+
+def latent_size(vae, size: tuple[int, int]) -> tuple[int, int]:
+    """Pixels ``(H, W)`` → latent ``(h, w)`` of ``vae`` (raises for a size it does not tile)."""
+    s = vae.config.scale_factor_spatial
+    height, width = size
+    if height <= 0 or width <= 0 or height % s or width % s:
+        raise ValueError(f"size {height}x{width} (HxW): expected positive multiples of the VAE's {s}x downscale")
+    return height // s, width // s
+
+
+def wan_vae_hash(vae, size: tuple[int, int], chunk_frames: int) -> str:
+    """sha256 over what an export depends on: the VAE's config (diffusers' bookkeeping keys, such as the
+    folder it was loaded from, left out) and weights, the frame size and the chunk length."""
+    return weights_hash({"size_hw": list(size), "chunk_frames": int(chunk_frames)}, {"vae": vae},
+                        config=lambda m: {k: v for k, v in dict(m.config).items() if not k.startswith("_")})
+
+
+def steady_cache(feat_cache: list, shapes: dict[int, tuple[int, ...]]) -> list[torch.Tensor]:
+    """``feat_cache`` (a :class:`~framegraph.models.generate.vae.WanDecodeState`'s) as the cache layout of the
+    stream's later chunks: entry ``i`` of each key of ``shapes`` as a ``shapes[i]`` (2-frame) tensor — 1-frame
+    entries with a zero frame in front, ``"Rep"`` as zeros (see the module docs)."""
+    out = []
+    for i, shape in shapes.items():
+        t = feat_cache[i]
+        if isinstance(t, str) or t is None:  # "Rep": the temporal upsampler's conv has seen no past yet
+            out.append(torch.zeros(shape))
+        elif t.shape[2] < shape[2]:
+            out.append(torch.cat([t.new_zeros(*t.shape[:2], shape[2] - t.shape[2], *t.shape[3:]), t], dim=2))
+        else:
+            out.append(t)
+    return out
+
+
+def cache_shapes(vae, latent_hw: tuple[int, int], chunk_frames: int) -> dict[int, tuple[int, ...]]:
+    """``{feat_cache index: shape}`` of the cache between two later chunks (decoded once here, on zeros)."""
+    from framegraph.models.generate.vae import decode_chunk
+
+    z = torch.zeros(1, vae.config.z_dim, chunk_frames, *latent_hw)
+    _, state = decode_chunk(vae, z)
+    _, state = decode_chunk(vae, z, state)  # two chunks: at least 2 latent frames, every entry 2 frames
+    return {i: tuple(t.shape) for i, t in enumerate(state.feat_cache) if isinstance(t, torch.Tensor)}
+
+
+def cache_key(i: int) -> str:
+    return f"feat_cache.{i}"
+
+
+class WanDecodeFirst(nn.Module):
+    """``z`` → ``(frames, *cache)``: :func:`decode_chunk` of a stream's first chunk, the cache in the steady layout."""
+
+    def __init__(self, vae, shapes: dict[int, tuple[int, ...]]):
+        super().__init__()
+        self.vae, self.shapes = vae, shapes
+
+    def forward(self, z):
+        from framegraph.models.generate.vae import decode_chunk
+
+        frames, state = decode_chunk(self.vae, z)
+        return (frames, *steady_cache(state.feat_cache, self.shapes))
+
+
+class WanDecodeNext(nn.Module):
+    """``(z, *cache)`` → ``(frames, *next cache)``: :func:`decode_chunk` of a later chunk."""
+
+    def __init__(self, vae, shapes: dict[int, tuple[int, ...]], entries: int):
+        super().__init__()
+        self.vae, self.shapes, self.entries = vae, shapes, entries
+
+    def forward(self, z, *cache):
+        from framegraph.models.generate.vae import WanDecodeState, decode_chunk
+
+        feat = [None] * self.entries
+        for i, t in zip(self.shapes, cache):
+            feat[i] = t
+        state = WanDecodeState(feat, frames=z.shape[2], latent_shape=(z.shape[0], *z.shape[3:]))
+        frames, new = decode_chunk(self.vae, z, state)
+        return (frames, *(new.feat_cache[i] for i in self.shapes))
+
+
+@torch.no_grad()
+def export_wan_vae(vae, out_dir: str, *, size: tuple[int, int], chunk_frames: int, source: str | None = None) -> dict:
+    """Write ``vae_first.onnx``, ``vae_next.onnx`` and ``manifest.json`` of ``vae`` (an ``AutoencoderKLWan``)
+    for frames of ``size = (H, W)`` decoded ``chunk_frames`` latent frames at a time into ``out_dir``;
+    returns the manifest. ``source``: where the VAE came from (recorded, for the stale-export message)."""
+    from framegraph.models.generate.vae import WanDecodeState, decode_chunk
+
+    try:
+        import onnx  # noqa: F401  (torch.onnx.export needs it)
+    except ImportError as e:
+        raise RuntimeError("framegraph export needs the onnx package: pip install 'framegraph[export]'") from e
+    if chunk_frames < 1:
+        raise ValueError(f"chunk_frames={chunk_frames}; expected a positive number of latent frames")
+    model = exportable(vae)
+    hw = latent_size(model, size)
+    shapes = cache_shapes(model, hw, chunk_frames)
+    entries = len(WanDecodeState.empty(model).feat_cache)
+    keys = [cache_key(i) for i in shapes]
+    os.makedirs(out_dir, exist_ok=True)
+    gen = torch.Generator().manual_seed(0)
+    z = torch.randn(1, model.config.z_dim, chunk_frames, *hw, generator=gen)
+    first_frames, state = decode_chunk(model, z)
+    first_cache = steady_cache(state.feat_cache, shapes)
+    first_out = ["frames"] + [f"cache:{k}" for k in keys]
+    _export(WanDecodeFirst(model, shapes), (z,), os.path.join(out_dir, "vae_first.onnx"), ["z"], first_out)
+    next_in = ["z"] + [f"cache:{k}" for k in keys]
+    next_out = ["frames"] + [f"cache:{k}:out" for k in keys]
+    next_frames, new = decode_chunk(model, z, state)
+    _export(WanDecodeNext(model, shapes, entries), (z, *first_cache), os.path.join(out_dir, "vae_next.onnx"),
+            next_in, next_out)
+    meaning = {"z": "latent chunk at the VAE's scale (x * latents_std + latents_mean)",
+               "frames": "decoded frames in [-1, 1]",
+               "cache:": "causal conv's last 2 input frames (feat_cache entry)"}
+    files = {
+        "vae_first": {"file": "vae_first.onnx", "inputs": _io(["z"], [z], meaning),
+                      "outputs": _io(first_out, (first_frames, *first_cache), meaning)},
+        "vae_next": {"file": "vae_next.onnx", "inputs": _io(next_in, (z, *first_cache), meaning),
+                     "outputs": _io(next_out, (next_frames, *(new.feat_cache[i] for i in shapes)), meaning)},
+        "vae_cache": {"temporal": keys, "reference": []},
+    }
+    return write_manifest(out_dir, {
+        "format": WAN_VAE_FORMAT, "opset": OPSET, "bundle_hash": wan_vae_hash(vae, size, chunk_frames),
+        "bundle": source, "size_hw": list(size), "chunk_frames": int(chunk_frames), "torch": torch.__version__,
+        "files": files})
+
+
+def export_command(model: str, size: tuple[int, int], chunk_frames: int, out: str | None = None) -> str:
+    """The ``framegraph export`` command line that writes this export."""
+    return (f"framegraph export --generate {model} --size {size[0]}x{size[1]} --chunk-frames {chunk_frames}"
+            + (f" --out {out}" if out else ""))
+
+
+def default_wan_onnx_dir(model_dir: str, size: tuple[int, int], chunk_frames: int) -> str:
+    """Where ``framegraph export --generate`` puts an export by default and ``--backend onnx`` looks:
+    ``MODEL_DIR/onnx/vae_<H>x<W>_f<F>`` (one per size and chunk length)."""
+    return os.path.join(model_dir, "onnx", f"vae_{size[0]}x{size[1]}_f{chunk_frames}")
+
+
+def load_wan_manifest(export_dir: str, vae, *, size: tuple[int, int], chunk_frames: int,
+                      model: str = "MODEL_DIR") -> dict:
+    """The manifest of ``export_dir``, checked against ``vae``, ``size`` and ``chunk_frames`` (raises
+    :class:`~.manifest.ExportError` naming the export command; ``model``: the folder to name in it)."""
+    default = os.path.normpath(export_dir) == os.path.normpath(default_wan_onnx_dir(model, size, chunk_frames))
+    hint = f"run `{export_command(model, size, chunk_frames, None if default else export_dir)}`"
+    return check_manifest(export_dir, fmt=WAN_VAE_FORMAT, want_hash=wan_vae_hash(vae, size, chunk_frames),
+                          parts=PARTS, hint=hint, source="VAE", extra=("vae_cache",),
+                          geometry={"size_hw": list(size), "chunk_frames": int(chunk_frames)})
+
+
+class WanVAEExport(CheckedExport):
+    """An export directory checked against ``vae``, ``size`` and ``chunk_frames`` (:func:`load_wan_manifest`)."""
+
+    def __init__(self, export_dir: str, vae, *, size: tuple[int, int], chunk_frames: int, model: str = "MODEL_DIR"):
+        super().__init__(export_dir, load_wan_manifest(export_dir, vae, size=size, chunk_frames=chunk_frames,
+                                                       model=model))
+        self.vae = vae
+
+    def stream(self, threads: int = 1) -> OrtVAEStream:
+        """A fresh :class:`~.runtime.OrtVAEStream` of the two graphs (``threads`` intra-op threads each)."""
+        return OrtVAEStream(self.graph("vae_first", threads), self.graph("vae_next", threads), self.manifest["files"])
+
+
+def load_folder_vae(folder: str):
+    """The ``AutoencoderKLWan`` of a diffusers model folder (``folder/vae``: config.json + safetensors),
+    float32 on the CPU, loaded and checked as ``framegraph generate`` loads it."""
+    from diffusers import AutoencoderKLWan
+
+    from framegraph.models.generate.checkpoint import _load_weights, _read_json
+
+    part = os.path.join(folder, "vae")
+    config = _read_json(os.path.join(part, "config.json"), "expected a diffusers video model folder with vae/ "
+                                                           "(config.json + weights); for a single-file student, "
+                                                           "pass its --base folder")
+    if config.get("_class_name") != AutoencoderKLWan.__name__:
+        raise ValueError(f"{part}/config.json: a {config.get('_class_name')}; the ONNX export is for the causal "
+                         f"AutoencoderKLWan (Wan 2.1 / 2.2, SANA-Video)")
+    return _load_weights(AutoencoderKLWan, part, None, part, torch.float32).eval().requires_grad_(False)

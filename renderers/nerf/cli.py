@@ -26,8 +26,8 @@ from .model import NerfConfig, NerfModel
 DEVICE_DEFAULTS = {
     "cuda": {"steps": 2000, "batch_rays": 4096, "levels": 16, "log2_table": 19, "finest": 2048, "occupancy": 128,
              "steps_per_diagonal": 512, "occupancy_decay": 0.95},
-    "cpu": {"steps": 1000, "batch_rays": 2048, "levels": 8, "log2_table": 17, "finest": 256, "occupancy": 64,
-            "steps_per_diagonal": 128, "occupancy_decay": 0.8},
+    "cpu": {"steps": 400, "batch_rays": 2048, "levels": 8, "log2_table": 17, "finest": 256, "occupancy": 64,
+            "steps_per_diagonal": 192, "occupancy_decay": 0.8},
 }
 
 

@@ -213,7 +213,7 @@ def test_fit_nerf_sizes_default_per_device():
     assert cpu.occupancy_decay < cuda.occupancy_decay
     mine = resolve_defaults(p.parse_args(["t.json", "--out", "o", "--steps", "7", "--levels", "3"]), "cpu")
     assert (mine.steps, mine.levels, mine.finest) == (7, 3, DEVICE_DEFAULTS["cpu"]["finest"])
-    assert "default 1000 on CPU, 2000 on CUDA" in p.format_help().replace("\n", " ").replace("  ", " ")
+    assert "default 400 on CPU, 2000 on CUDA" in p.format_help().replace("\n", " ").replace("  ", " ")
 
 
 def test_bench_nerf_fit_records_held_out_psnr_against_time(tmp_path):

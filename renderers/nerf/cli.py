@@ -16,7 +16,6 @@ from .fit import fit, psnr
 from .hash_encoding import HashGridConfig
 from .model import NerfConfig, NerfModel
 
-
 # Default sizes per device. CUDA keeps instant-ngp's; the CPU ones were chosen by measurement on a real capture
 # at --downscale 8 (``framegraph bench nerf_fit``, benchmarks/results/cpu/nerf_fit_fox.json): fewer levels, a
 # smaller table and finest grid (images of ~240 px do not resolve more), a 64^3 occupancy grid (a full warm-up

@@ -27,12 +27,12 @@ from .fit import add_run_arguments, report_header, start_device
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    from framegraph.renderers.nerf.cli import add_model_arguments
+    from framegraph.renderers.nerf.cli import add_model_arguments, per_device_help
 
     p.add_argument("transforms", help="transforms.json (camera-to-world OpenGL poses; images relative to it)")
     p.add_argument("--out", required=True, help="output NeRF directory (config.json + model.safetensors)")
-    p.add_argument("--steps", type=positive_int, default=2000, help="optimisation steps (default 2000)")
-    p.add_argument("--batch-rays", type=positive_int, default=4096, help="rays per step (default 4096)")
+    p.add_argument("--steps", type=positive_int, help=f"optimisation steps ({per_device_help('steps')})")
+    p.add_argument("--batch-rays", type=positive_int, help=f"rays per step ({per_device_help('batch_rays')})")
     p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
     p.add_argument("--loss", choices=["huber", "mse"], default="huber")
     p.add_argument("--downscale", type=positive_int, default=1, help="shrink images by this integer factor first")
@@ -43,7 +43,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "scale / offset / aabb, else a cube around the point the cameras look at)")
     p.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
                    help="colour behind the scene and under transparent pixels (default white)")
-    add_model_arguments(p, log2_table=19, finest=2048, occupancy=128, steps_per_diagonal=512)
+    add_model_arguments(p)  # sizes default per device (renderers/nerf/cli.py DEVICE_DEFAULTS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cuda or cpu (default cuda when available)")
     p.add_argument("--report", help="where to write the JSON report (default OUT/report.json)")
@@ -52,12 +52,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from framegraph.renderers.nerf import NerfModel, load_transforms
-    from framegraph.renderers.nerf.cli import config_from_args
+    from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
     from framegraph.renderers.nerf.fit import NerfFitConfig, NerfFitter
 
     if args.hold_out < 0:
         raise ValueError(f"--hold-out {args.hold_out}: expected 0 (train on all) or a positive N")
     device = start_device(args)
+    resolve_defaults(args, device)
     data = load_transforms(args.transforms, downscale=args.downscale, background=args.background,
                            min_images=2 if args.hold_out else 1)
     train, held = data.split(args.hold_out)
@@ -70,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"resuming {args.out} at step {fitter.step}", file=sys.stderr)
     else:
         aabb = args.aabb or data.suggested_aabb()
-        config = config_from_args(args, aabb, args.background)
+        config = config_from_args(args, aabb, args.background, occupancy_decay=args.occupancy_decay)
         fit_config = NerfFitConfig(steps=args.steps, batch_rays=args.batch_rays, lr=args.lr, loss=args.loss,
                                    seed=args.seed)
         fitter = NerfFitter(NerfModel(config, seed=args.seed, device=device), train, fit_config)

@@ -34,7 +34,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--views", type=int, default=30, help="training views (default 30)")
     p.add_argument("--held-out", type=int, default=6, help="held-out test views (default 6)")
     p.add_argument("--batch-rays", type=int, default=1024, help="rays per step (default 1024)")
-    add_model_arguments(p, log2_table=15, finest=256, occupancy=64, steps_per_diagonal=128)
+    add_model_arguments(p, levels=16, log2_table=15, finest=256, occupancy=64, steps_per_diagonal=128)
     p.add_argument("--occupancy-decay", type=float, default=0.7,
                    help="occupancy EMA decay per update (default 0.7: every cell is re-measured at each update "
                         "here, so a short memory is safe and prunes empty space early)")

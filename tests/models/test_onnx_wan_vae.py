@@ -16,8 +16,8 @@ from framegraph.models.onnx.wan_vae import (
     Nearest2x,
     WanVAEExport,
     cache_shapes,
-    exportable,
     export_wan_vae,
+    exportable,
     steady_cache,
 )
 

@@ -9,6 +9,7 @@ from framegraph.renderers.nerf.hash_encoding import (
     HashGridConfig,
     hash_encode,
     hash_encode_reference,
+    hash_encode_vectorized,
     level_corners,
     spatial_hash,
 )
@@ -106,6 +107,30 @@ def test_reference_gradient_scatters_weights_into_the_table():
     want = torch.zeros_like(table)
     want[index[0], 0] = w[0]
     torch.testing.assert_close(table.grad, want)
+
+
+@pytest.mark.parametrize("cfg", [SMALL, HashGridConfig(n_levels=8, log2_table_size=12, finest_resolution=256),
+                                 HashGridConfig(n_levels=3, log2_table_size=16, base_resolution=4, finest_resolution=16)])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_vectorized_matches_the_reference_values_and_gradients(cfg, dtype):
+    g = torch.Generator().manual_seed(6)
+    table = torch.randn(cfg.n_entries, cfg.n_features, generator=g, dtype=dtype)
+    x = torch.rand(400, 3, generator=g, dtype=dtype)
+    x[:5] = torch.tensor([[0.0, 0.0, 0.0], [1.0, 1.0, 1.0], [1.2, -0.1, 0.5], [0.5, 0.5, 0.5], [0.999, 0.0, 1.0]])
+    grad_out = torch.randn(400, cfg.n_output_dims, generator=g, dtype=dtype)
+    outs, grads = [], []
+    for encode in (hash_encode_reference, hash_encode_vectorized):
+        t = table.clone().requires_grad_()
+        y = encode(x, t, cfg)
+        (y * grad_out).sum().backward()
+        outs.append(y.detach())
+        grads.append(t.grad)
+    assert bool((grads[0] != 0).any())  # the comparison is not of two zeros
+    tol = 1e-5 if dtype == torch.float32 else 1e-10
+    torch.testing.assert_close(outs[1], outs[0], atol=tol, rtol=tol)
+    torch.testing.assert_close(grads[1], grads[0], atol=tol, rtol=tol)
+    # the torch backend of the public function is the vectorized path
+    torch.testing.assert_close(hash_encode(x, table, cfg, backend="torch"), outs[1])
 
 
 @needs_triton

@@ -176,30 +176,40 @@ def test_load_errors_name_the_file_and_the_problem(tmp_path):
         load_nerf(d)
 
 
-def test_transforms_json_round_trip_and_fit_command(tmp_path):
-    """Posed images written as an instant-ngp transforms.json come back as the same OpenCV cameras; the
-    ``framegraph fit`` entry point trains from them and writes a loadable NeRF directory."""
-    import argparse
+def write_transforms(folder, n_views: int, W: int):
+    """``n_views`` renders of the tiny scene as an instant-ngp ``transforms.json`` (RGBA PNGs, OpenGL
+    camera-to-world) in ``folder``; returns the views."""
     import math
 
     import numpy as np
     from PIL import Image
 
-    from framegraph.apps.fit_nerf import add_arguments, run
     from framegraph.renderers.cameras import OPENGL_TO_OPENCV
-    from framegraph.renderers.nerf import is_nerf_dir, load_transforms
 
-    scene, W = tiny_scene(), 16
-    views = sphere_views(3, width=W, height=W, radius=2.0)
+    scene = tiny_scene()
+    views = sphere_views(n_views, width=W, height=W, radius=2.0)
     frames = []
     for i, (v, K) in enumerate(zip(views.viewmats, views.Ks)):
         img = (scene.render(v, K, W, W) * 255 + 0.5).to(torch.uint8).numpy()
         alpha = np.full((W, W, 1), 255, np.uint8)
-        Image.fromarray(np.concatenate([img, alpha], -1)).save(tmp_path / f"r_{i}.png")
+        Image.fromarray(np.concatenate([img, alpha], -1)).save(folder / f"r_{i}.png")
         c2w = torch.linalg.inv(v.double()) @ OPENGL_TO_OPENCV
         frames.append({"file_path": f"./r_{i}", "transform_matrix": c2w.tolist()})
     fov_x = 2 * math.atan(0.5 * W / float(views.Ks[0, 0, 0]))
-    (tmp_path / "transforms.json").write_text(json.dumps({"camera_angle_x": fov_x, "frames": frames}))
+    (folder / "transforms.json").write_text(json.dumps({"camera_angle_x": fov_x, "frames": frames}))
+    return views
+
+
+def test_transforms_json_round_trip_and_fit_command(tmp_path):
+    """Posed images written as an instant-ngp transforms.json come back as the same OpenCV cameras; the
+    ``framegraph fit`` entry point trains from them and writes a loadable NeRF directory."""
+    import argparse
+
+    from framegraph.apps.fit_nerf import add_arguments, run
+    from framegraph.renderers.nerf import is_nerf_dir, load_transforms
+
+    W = 16
+    views = write_transforms(tmp_path, 3, W)
     data = load_transforms(tmp_path / "transforms.json")
     torch.testing.assert_close(data.viewmats, views.viewmats, atol=1e-5, rtol=0)
     torch.testing.assert_close(data.Ks, views.Ks, atol=1e-4, rtol=0)
@@ -213,3 +223,52 @@ def test_transforms_json_round_trip_and_fit_command(tmp_path):
     assert run(args) == 0
     assert is_nerf_dir(tmp_path / "nerf") and not is_nerf_dir(tmp_path)
     assert load_nerf(tmp_path / "nerf").config.grid.n_levels == 4
+
+
+def test_fit_nerf_sizes_default_per_device():
+    """Unset size options take the device's defaults (CUDA: instant-ngp's; CPU: smaller, measured); set ones stay."""
+    import argparse
+
+    from framegraph.apps.fit_nerf import add_arguments
+    from framegraph.renderers.nerf.cli import DEVICE_DEFAULTS, resolve_defaults
+
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    cpu = resolve_defaults(p.parse_args(["t.json", "--out", "o"]), "cpu")
+    cuda = resolve_defaults(p.parse_args(["t.json", "--out", "o"]), "cuda:0")
+    assert (cuda.levels, cuda.log2_table, cuda.finest, cuda.occupancy) == (16, 19, 2048, 128)
+    assert (cuda.steps, cuda.batch_rays, cuda.steps_per_diagonal) == (2000, 4096, 512)
+    for key, value in DEVICE_DEFAULTS["cpu"].items():
+        assert getattr(cpu, key) == value
+    assert cpu.levels < cuda.levels and cpu.log2_table < cuda.log2_table and cpu.batch_rays < cuda.batch_rays
+    assert cpu.occupancy_decay < cuda.occupancy_decay
+    mine = resolve_defaults(p.parse_args(["t.json", "--out", "o", "--steps", "7", "--levels", "3"]), "cpu")
+    assert (mine.steps, mine.levels, mine.finest) == (7, 3, DEVICE_DEFAULTS["cpu"]["finest"])
+    assert "default 400 on CPU, 2000 on CUDA" in p.format_help().replace("\n", " ").replace("  ", " ")
+
+
+def test_bench_nerf_fit_records_held_out_psnr_against_time(tmp_path):
+    """``framegraph bench nerf_fit`` on a procedural capture: held-out PSNR rises over the curve, the JSON
+    carries the machine's description, the exact command and the load, and names no images."""
+    import argparse
+
+    from framegraph.apps.bench import nerf_fit
+
+    write_transforms(tmp_path, 9, 24)
+    p = argparse.ArgumentParser()
+    nerf_fit.add_arguments(p)
+    out = tmp_path / "nerf_fit.json"
+    args = p.parse_args(["--transforms", str(tmp_path / "transforms.json"), "--downscale", "1", "--hold-out", "4",
+                         "--aabb", *map(str, AABB), "--steps", "60", "--batch-rays", "256", "--eval-every", "30",
+                         "--levels", "8", "--log2-table", "12", "--finest", "64", "--occupancy", "16",
+                         "--steps-per-diagonal", "48", "--target-db", "15", "--out", str(out)])
+    assert nerf_fit.run(args) == 0
+    r = json.loads(out.read_text())
+    for key in ("device", "command", "versions", "load_average_1_5_15min", "git_commit", "threads"):
+        assert key in r
+    assert r["dataset"]["held_out_frames"] == 3 and r["dataset"]["train_frames"] == 6
+    assert [c["step"] for c in r["curve"]] == [30, 60]
+    assert r["steps_per_s"] > 0 and 0 < r["train_s"] == r["curve"][-1]["train_s"]
+    assert r["curve"][-1]["held_out_psnr_db"] > 15  # measured ~20 dB: the fit learned the sphere
+    assert r["target"]["met"] == (r["target"]["reached_at_s"] is not None and r["target"]["reached_at_s"] <= 600)
+    assert out.with_suffix(".png").stat().st_size > 0

@@ -1,6 +1,7 @@
-"""Multiresolution hash encoding: :func:`hash_encode` dispatches to Triton (CUDA) or the torch reference.
+"""Multiresolution hash encoding: :func:`hash_encode` dispatches to Triton (CUDA) or the vectorized torch path.
 
-``reference.py`` is the readable definition (and :class:`HashGridConfig` the shape of a grid);
+``reference.py`` is the readable definition, level by level (and :class:`HashGridConfig` the shape of a grid);
+``vectorized.py`` the same in one gather over all levels (the ``"torch"`` backend, CPU's default);
 ``triton.py`` the fused kernels. The Triton path is the custom op ``torch.ops.framegraph.nerf_hash_encode``
 with its backward ``nerf_hash_encode_backward`` (gradient w.r.t. the table only).
 """
@@ -13,8 +14,9 @@ from framegraph.kernels.backend import Backend, resolve_backend
 
 from .reference import PRIMES, HashGridConfig, init_table, level_corners, spatial_hash
 from .reference import hash_encode as hash_encode_reference
+from .vectorized import hash_encode as hash_encode_vectorized
 
-__all__ = ["HashGridConfig", "hash_encode", "hash_encode_reference", "init_table", "level_corners",
+__all__ = ["HashGridConfig", "hash_encode", "hash_encode_reference", "hash_encode_vectorized", "init_table", "level_corners",
            "spatial_hash", "PRIMES"]
 
 OP = "hash_encode"
@@ -29,14 +31,15 @@ def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig, *, meta: Tensor
         table: ``[cfg.n_entries, cfg.n_features]`` trainable features, float32.
         cfg: the grid's shape.
         meta: ``cfg.level_meta(device)`` if you have it cached (saves a host-to-device copy per call).
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"``.
+        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"`` (the vectorized
+            path; the level-by-level reference is :func:`hash_encode_reference`).
     """
     if x01.dim() != 2 or x01.shape[-1] != 3:
         raise ValueError(f"{OP}: x01 has shape {list(x01.shape)}; expected [N, 3]")
     if table.shape != (cfg.n_entries, cfg.n_features):
         raise ValueError(f"{OP}: table has shape {list(table.shape)}; expected [{cfg.n_entries}, {cfg.n_features}]")
     if resolve_backend(backend, x01, table, op=OP) == "torch":
-        return hash_encode_reference(x01, table, cfg)
+        return hash_encode_vectorized(x01, table, cfg)
     if meta is None:
         meta = cfg.level_meta(x01.device)
     return _hash_encode_op(x01.detach().float().contiguous(), table.contiguous(), meta.contiguous())

@@ -249,3 +249,26 @@ def test_the_largest_camera_picture_fits_the_servers_message_limit(generate_mode
                 await drain(ws, [])
                 return r
         assert asyncio.run(ready())["video_in"]["max_bytes"] == 16 * 1024 - HEADER_BYTES
+
+
+def test_the_python_client_sends_a_video_file_as_the_camera_and_records_the_stream(server, tmp_path):
+    from helpers import write_video
+
+    from framegraph.apps.cli import main
+    from framegraph.stream.media import read_video
+
+    video = tmp_path / "walk.mp4"
+    levels = [0] * FIRST + [170] * (2 * LATER)  # 21 frames: 3 chunks; dark, then bright
+    write_video(video, np.stack([camera_picture(lv, 2 * W, 2 * H) for lv in levels]), fps=FPS)
+    out, summary = tmp_path / "painted.mp4", tmp_path / "summary.json"
+    argv = ["client", "--url", server.url, "--pipeline", "generate", "--camera", str(video), "--out", str(out),
+            "--json", "--size", f"{W}x{H}", "--fps", str(FPS), "--quality", "100", "--option", "input=camera",
+            "--option", "strength=0.3", "--option", "chunk_frames=2", "--option", "timesteps=[1000, 500]",
+            "--option", "prompt_embeds=a.safetensors"]
+    import contextlib
+    with open(summary, "w") as f, contextlib.redirect_stdout(f):
+        assert main(argv) == 0
+    s = json.loads(summary.read_text())
+    frames = read_video(out)["frames"]
+    assert s["camera_pictures_sent"] == len(levels) and s["ended"] == "stopped" and not s["errors"]
+    assert frames.shape == (len(levels), H, W, 3) and frames.std() > 5  # one generated frame per camera frame

@@ -194,7 +194,7 @@ async function onControl(msg) {
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
     if (Object.keys(liveConfig).length) sendConfig();
-    if (msg.video_in) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
+    if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
     if (msg.audio_in) startPump();
     if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {

@@ -272,3 +272,37 @@ def test_the_python_client_sends_a_video_file_as_the_camera_and_records_the_stre
     frames = read_video(out)["frames"]
     assert s["camera_pictures_sent"] == len(levels) and s["ended"] == "stopped" and not s["errors"]
     assert frames.shape == (len(levels), H, W, 3) and frames.std() > 5  # one generated frame per camera frame
+
+
+def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(browser, server, tmp_path):
+    import urllib.parse
+
+    from browser_util import Page, assert_not_blank
+    from helpers import wait_for
+
+    options = {"size": "96x64", "chunk_frames": 2, "timesteps": [1000, 500], "prompt_embeds": "a.safetensors", "fps": 10}
+    page = Page(browser, f"{server.http_url}?options={urllib.parse.quote(json.dumps(options))}",
+                screenshot=tmp_path / "camera.png")
+    try:
+        page.page.wait_for_selector("#pipeline option[value='generate']", state="attached", timeout=10_000)
+        page.page.select_option("#pipeline", "generate")
+        assert page.page.is_visible("#camera")  # the toggle shows for generate
+        page.page.check("#camera")
+        page.page.fill("#strength", "0.5")
+        page.start("generate")
+        s = page.wait_stats(lambda s: s["camera"]["sent"] >= 20 and s["presented"] >= 10, 90,
+                            "camera pictures sent and generated frames presented")
+        assert s["ready"]["input"] == "camera" and s["ready"]["strength"] == 0.5
+        assert s["ready"]["video_in"]["width"] == 96 and s["camera"]["width"] > 0  # the fake camera runs
+        session = next(iter(server.server.sessions.values()))
+        camera = session.pipeline.video_in
+        wait_for(lambda: camera.frames_in >= 20, 20, "the server to take 20 camera pictures")
+        assert camera.last_size == (96, 64) and camera.scaled == 0  # drawn at the session size by the page
+        assert_not_blank(page.canvas_rgb(), "the generated video")
+        page.screenshot()
+        page.page.click("#stop")
+        s = page.wait_stats(lambda s: s["closed"] is not None, 20, "the session to end")
+        assert s["ended"] == "stopped" and not [e for e in s["errors"]], (s["ended"], s["errors"], page.errors)
+        assert not s["camera"]["on"]
+    finally:
+        page.close()

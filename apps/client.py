@@ -2,6 +2,8 @@
 
     framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out out/scope.mp4
     framegraph client --pipeline testcard --seconds 5 --out out/card.mp4 --json
+    framegraph client --pipeline generate --camera walk.mp4 --option input=camera --option strength=0.5 \
+        --option prompt="an oil painting" --out out/painted.mp4
 
 The audio file is decoded to 16 kHz mono PCM16 and sent in 20 ms messages paced in real time, each
 stamped with the moment its last sample would have left a microphone. The server stamps every frame
@@ -165,6 +167,7 @@ class _Tally:
     stats: dict | None = None
     ended: dict | None = None
     audio_sent: int = 0
+    camera_sent: int = 0
 
     def text(self, msg: dict) -> None:
         if msg["type"] == "error":
@@ -235,6 +238,40 @@ async def _send_audio(ws, audio: np.ndarray, seconds: float | None, tally: _Tall
     await ws.send(json.dumps({"type": "stop"}))
 
 
+def camera_jpegs(path: str, video_in: dict):
+    """The frames of a video file as the camera pictures ``ready.video_in`` asks for: scaled to its size (aspect
+    kept, :func:`~framegraph.stream.media.scale_picture`), JPEG at quality 90, lowered until under ``max_bytes``."""
+    import torch
+    from PIL import Image
+
+    from framegraph.stream.media import iter_video_frames, scale_picture
+
+    size = (video_in["width"], video_in["height"])
+    for rgb in iter_video_frames(path):
+        if rgb.shape[:2] != (size[1], size[0]):
+            rgb = scale_picture(torch.from_numpy(rgb), size).numpy()
+        for quality in (90, 75, 60, 45, 30):
+            buf = io.BytesIO()
+            Image.fromarray(rgb).save(buf, "JPEG", quality=quality)
+            if buf.tell() <= video_in["max_bytes"]:
+                break
+        yield buf.getvalue()
+
+
+async def _send_camera(ws, path: str, ready: dict, seconds: float | None, tally: _Tally) -> None:
+    """A video file's frames as camera pictures (kind JPEG) at the session fps, then ``stop``."""
+    fps = min(ready["video"]["fps"], ready["video_in"]["max_fps"])
+    t0 = time.monotonic()
+    for i, payload in enumerate(camera_jpegs(path, ready["video_in"])):
+        if seconds is not None and i / fps >= seconds:
+            break
+        await asyncio.sleep(max(0.0, t0 + i / fps - time.monotonic()))  # camera pacing
+        header = MediaHeader(Kind.JPEG, seq=i, pts=round(i * TICKS_PER_SECOND / fps), capture_ns=time.monotonic_ns())
+        await ws.send(pack_media(header, payload))
+        tally.camera_sent += 1
+    await ws.send(json.dumps({"type": "stop"}))
+
+
 async def _stop_after(ws, delay: float) -> None:
     await asyncio.sleep(delay)
     await ws.send(json.dumps({"type": "stop"}))
@@ -293,7 +330,7 @@ def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, 
         "url": url, "server_address": "{}:{}".format(*ws.remote_address[:2]), "close": close_of(ws),
         "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
-        "audio_messages_sent": tally.audio_sent,
+        "audio_messages_sent": tally.audio_sent, "camera_pictures_sent": tally.camera_sent,
         "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
         "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
         "glass_to_glass": _percentiles(tally.g2g_ms), "server": _percentiles(tally.server_ms),
@@ -308,7 +345,8 @@ def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, 
 async def stream_session(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                          audio: np.ndarray | None = None, seconds: float | None = None, token: str | None = None,
                          out: str | None = None, end_timeout_s: float = 15.0,
-                         latency_trace: list | None = None, orbit_deg_per_s: float | None = None) -> dict:
+                         latency_trace: list | None = None, orbit_deg_per_s: float | None = None,
+                         camera: str | None = None) -> dict:
     """Run one session against a server and return the summary dict (see the module docstring).
 
     Phases: connect → start (``ready``) → feeders (audio at mic pace, or a timed stop; camera orbit) →
@@ -320,6 +358,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         out: record received video (+ audio) to this MP4.
         orbit_deg_per_s: for pipelines that take camera poses (``ready.pose_in``): send a ``pose`` per
             frame period that orbits the server's starting camera (``ready.camera``) at this rate.
+        camera: a video file sent as the camera (pipelines with ``ready.video_in``): its frames as JPEG at the
+            session fps, once, then ``stop`` (or at ``seconds``).
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
@@ -337,11 +377,18 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         tasks = []
         if orbit_deg_per_s and ready.get("pose_in"):
             tasks.append(asyncio.create_task(_send_orbit(ws, ready, orbit_deg_per_s)))
-        if ready.get("audio_in"):
+        if camera is not None:
+            if not ready.get("video_in"):
+                await ws.send(json.dumps({"type": "stop"}))
+                raise ClientError(f"pipeline {pipeline!r} takes no camera pictures (ready.video_in is null); for "
+                                  f"generate, pass --option input=camera --option strength=0.5")
+            tasks.append(asyncio.create_task(_send_camera(ws, camera, ready, seconds, tally)))
+        elif ready.get("audio_in"):
             tasks.append(asyncio.create_task(_send_audio(ws, audio, seconds, tally)))
         elif seconds is not None:
             tasks.append(asyncio.create_task(_stop_after(ws, seconds)))
-        limit = (seconds or (len(audio) / AUDIO_SAMPLE_RATE if audio is not None else 3600)) + end_timeout_s
+        limit = (seconds or (len(audio) / AUDIO_SAMPLE_RATE if audio is not None and camera is None else 3600)) \
+            + end_timeout_s
         await _receive(ws, tally, recorder, limit, latency_trace)
         for task in tasks:
             task.cancel()
@@ -377,6 +424,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
     p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
                                    "16 kHz mono PCM16); needed by pipelines with audio input")
+    p.add_argument("--camera", metavar="VIDEO",
+                   help="send this video file's frames as the camera (JPEG at the session fps, once), e.g. "
+                        "--pipeline generate --option input=camera --option strength=0.5; the returned stream "
+                        "is recorded as usual")
     p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
     p.add_argument("--out", help="record the returned video and audio to this MP4")
     p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
@@ -414,6 +465,8 @@ def run(args: argparse.Namespace) -> int:
 
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
+    if args.camera and not os.path.isfile(args.camera):
+        raise FileNotFoundError(f"--camera {args.camera}: no such file; expected a video file")
     seconds = args.seconds
     if args.scene:
         args.pipeline = "scene"
@@ -430,7 +483,8 @@ def run(args: argparse.Namespace) -> int:
         seconds += 2.0  # the server ends the card; stop is only the fallback
     try:
         summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
-                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit))
+                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
+                                             camera=args.camera))
     except ClientError as exc:
         print(f"framegraph client: error: {exc}", file=sys.stderr)
         return 1

@@ -53,10 +53,12 @@ def _size_hw(text: str) -> tuple[int, int]:
 
 
 def _strength(text: str) -> float:
-    v = positive_float(text)
-    if v > 1:
-        raise argparse.ArgumentTypeError(f"--strength {text!r}: expected a number in (0, 1]")
-    return v
+    from framegraph.models.generate.stages import STRENGTH_MEANING, check_strength
+
+    try:
+        return check_strength(float(text))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--strength {text!r}: expected a number in (0, 1]: {STRENGTH_MEANING}") from None
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

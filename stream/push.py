@@ -4,7 +4,7 @@
 ends the stream once what is buffered is out, :meth:`~Pushed.interrupt` ends it at once (barge-in,
 cancel), and the worker waits on one condition for any of the three. Two sources build on it:
 
-- :class:`PushSource`: one value with a :class:`PortSpec` (a client's camera pose, a control value);
+- :class:`PushSource`: one value with a :class:`PortSpec` (a client's camera pose or camera picture, a control value);
   the newest pending value wins, nothing queues.
 - :class:`~.media.PushAudioSource`: PCM samples of any length in, fixed chunks out, through a bounded
   buffer.
@@ -70,7 +70,7 @@ class Pushed(Stage):
 
 
 class PushSource(Pushed):
-    """Emits what another thread :meth:`push` es, on port ``"value"`` (``spec``), stamped with the session
+    """Emits what another thread :meth:`push` es, on port ``port`` (``spec``), stamped with the session
     clock at arrival. Holds one pending value: a value pushed while an older one is still pending
     replaces it (counted in ``superseded``) — the newest pose wins, nothing queues. Connect it with a
     ``latest`` edge to a stage paced by something else, or with any edge to be paced by the pushes.
@@ -78,12 +78,13 @@ class PushSource(Pushed):
     Args:
         spec: shape, dtype and device of a value.
         name: the stage name.
+        port: the output port's name (``"value"``; ``"video"`` for pictures, as a video source's).
     """
 
-    def __init__(self, spec: PortSpec, *, name: str = "push"):
+    def __init__(self, spec: PortSpec, *, name: str = "push", port: str = "value"):
         super().__init__(name)
-        self.spec = spec
-        self.outputs = {"value": spec}
+        self.spec, self.port = spec, port
+        self.outputs = {port: spec}
         self._pending: torch.Tensor | None = None
         self.received = 0
         self.superseded = 0
@@ -109,6 +110,6 @@ class PushSource(Pushed):
             if not self._wait_until(lambda: self._pending is not None) or self._pending is None:
                 raise EndOfStream
             value, self._pending = self._pending, None
-        frame = out.write("value")  # outside the lock: it may wait on backpressure
+        frame = out.write(self.port)  # outside the lock: it may wait on backpressure
         frame.data.copy_(value)
         frame.pts = self.ctx.clock.now_ticks()

@@ -1,6 +1,15 @@
 """The ``generate`` pipeline: a causal video diffusion model (Wan 2.1 or SANA-Video) streamed live, endlessly.
 
-    noise chunks (NoiseSource, at the video's pace) → CausalDenoiser → CausalVAEDecode → encode → send
+    input "noise":  noise chunks (NoiseSource, at the video's pace) → CausalDenoiser → CausalVAEDecode → encode → send
+    input "camera": client JPEGs → camera (CameraInput's PushSource, session size) → VAEEncode → CausalDenoiser
+                    (video-to-video at ``strength``) → CausalVAEDecode → encode → send
+
+With ``input: "camera"`` (StreamDiffusionV2-style live restyle) the client's camera pictures are the input
+video: ``ready.video_in`` says what to send (:mod:`.camera`), ``strength`` (required; the meaning of
+``framegraph generate --strength``, :data:`~framegraph.models.generate.STRENGTH_MEANING`) how much of it to change.
+The stream is paced by the pictures: nothing is generated until the first one arrives (the session waits; no
+noise or black input is made up), a chunk goes out once its pictures are in (``1 + 4 (F - 1)`` for the first,
+``4 F`` after), and when pictures stop the stream pauses.
 
 Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS`` (diffusers folders as
 ``framegraph generate --model`` takes them; a client never sends a path). Options: ``model`` (default: the
@@ -10,7 +19,9 @@ folder's first model in name order), ``prompt`` (text; needs the model's text en
 (1–8, default 3), ``attention`` (Wan: ``sdpa`` | ``monarch``), ``backend`` (``torch`` | ``onnx``: the VAE
 decoder on ONNX Runtime, CPU, from ``MODEL/onnx/vae_<H>x<W>_f<N>``, made by ``framegraph export --generate``;
 a missing or stale export refuses the start),
-``seed``, and the common ``size`` (multiples of 16) and ``fps`` (default the model's 16).
+``seed``, ``input`` (``noise`` | ``camera``), ``strength`` (with ``camera``: a number in (0, 1]), and the common
+``size`` (multiples of 16) and ``fps`` (default the model's 16; with ``camera`` also the most pictures a second the
+client may send).
 
 Live (``config``): ``prompt`` or ``prompt_embeds`` — encoded at once (cached per prompt) and used from the
 next chunk the denoiser starts; no restart. ``interrupt`` restarts the stream (empty past).
@@ -22,10 +33,17 @@ import os
 
 import torch
 
-from framegraph.models.generate import build_generate_graph, default_dtype, load_generate_model
+from framegraph.models.generate import (
+    STRENGTH_MEANING,
+    build_generate_graph,
+    check_strength,
+    default_dtype,
+    load_generate_model,
+)
 from framegraph.models.onnx.wan_vae import default_wan_onnx_dir
 from framegraph.stream import Clock
 
+from .camera import CameraInput
 from .pipelines import Options, Pipeline, add_video_out, register, video_options
 from .protocol import ErrorCode, ProtocolError
 
@@ -69,6 +87,21 @@ def _timesteps(opts: Options) -> list[float]:
     return [float(t) for t in value]
 
 
+def _strength(opts: Options, source: str) -> float | None:
+    value = opts._get("strength")
+    if source == "noise":
+        if value is not None:
+            raise opts._bad("strength", value, 'no strength with input "noise" (text-to-video starts from noise); '
+                                               'strength goes with input "camera"')
+        return None
+    if value is None:
+        raise opts._bad("strength", value, f'a strength with input "camera": {STRENGTH_MEANING}')
+    try:
+        return check_strength(value)
+    except ValueError:
+        raise opts._bad("strength", value, f"a number in (0, 1]: {STRENGTH_MEANING}") from None
+
+
 def _prompt(opts: Options, folder: str) -> tuple[str | None, str | None]:
     text, embeds = opts._get("prompt"), opts._get("prompt_embeds")
     if text is not None and (not isinstance(text, str) or len(text) > 2000):
@@ -97,12 +130,15 @@ def build_generate(opts: Options) -> Pipeline:
     text, embeds = _prompt(opts, folder)
     if text is None and embeds is None:
         raise opts._bad("prompt", None, "a prompt (or prompt_embeds) to start from")
+    source = opts.choice("input", "noise", ("noise", "camera"))
+    strength = _strength(opts, source)
     opts.done()
     options = {"attention": attention} if gm.family.name == "wan" else {}
+    camera = CameraInput(width=v.width, height=v.height, max_fps=v.fps) if source == "camera" else None
     try:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
                                   chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
-                                  device=device,
+                                  device=device, source=None if camera is None else camera.source, strength=strength,
                                   clock=Clock("realtime"), fps=v.fps, source_in_flight=2, vae_backend=backend,
                                   onnx_dir=default_wan_onnx_dir(folder, (v.height, v.width), chunk_frames), **options)
     except (ValueError, OSError) as exc:
@@ -121,8 +157,8 @@ def build_generate(opts: Options) -> Pipeline:
             raise ProtocolError(ErrorCode.BAD_OPTION, f"generate: {exc}") from None
         return {"prompt": new_text} if new_text is not None else {"prompt_embeds": os.path.basename(new_embeds)}
 
-    return Pipeline(graph, sink, encoder=encoder, configure=configure,
+    return Pipeline(graph, sink, encoder=encoder, configure=configure, video_in=camera,
                     format={"video": v.describe(), "audio_out": None, "audio_in": None, "pose_in": False,
-                            "model": os.path.basename(folder), "family": gm.family.name,
-                            "chunk_frames": chunk_frames, "timesteps": timesteps, "device": device,
-                            "backend": backend})
+                            "model": os.path.basename(folder), "family": gm.family.name, "input": source,
+                            "strength": strength, "chunk_frames": chunk_frames, "timesteps": timesteps,
+                            "device": device, "backend": backend})

@@ -146,6 +146,8 @@ def _route(server: StreamServer, request: Request) -> Response | None:
         return response(200, server.metrics_text(), PROMETHEUS_TYPE)
     if path == "/pipelines":
         return response(200, json.dumps(pipelines.available()), "application/json")
+    if path == "/place":  # a cluster's front door names a replica here; a single server places on itself
+        return response(200, json.dumps({"url": None}), "application/json")
     return static_file(cfg.web_root, path)
 
 

@@ -28,7 +28,8 @@ Adding a pipeline (``avatar_pipeline.py`` and ``scene_pipeline.py`` are two whol
 and list the defining module in :data:`LAZY` (as ``"avatar": "framegraph.apps.server.avatar_pipeline"``)
 so the server imports it (and its models) only when a client first asks for that pipeline. Client camera
 poses reach a renderer through ``Pipeline.pose_in`` (anything with ``push(matrix)`` and ``close()``; the
-scene pipeline pushes them into its ``CameraSource``).
+scene pipeline pushes them into its ``CameraSource``); client camera pictures reach a graph through
+``Pipeline.video_in``, a :class:`~.camera.CameraInput` whose ``source`` is the graph's video source.
 """
 from __future__ import annotations
 
@@ -201,6 +202,8 @@ class Pipeline:
         encoder: the video encoder (key-frame requests, live ``quality``).
         audio_in: client PCM goes here (None: the pipeline takes no audio).
         pose_in: client camera poses go here (None: no pose input).
+        video_in: client camera pictures (JPEG) go here: a :class:`~.camera.CameraInput` (None: no camera input;
+            the session adds ``video_in`` to ``ready``).
         format: the negotiated format, sent in ``ready``.
         configure: optional ``configure(opts)`` for pipeline-specific live options (``config``).
     """
@@ -210,6 +213,7 @@ class Pipeline:
     encoder: Stage | None = None
     audio_in: PushAudioSource | None = None
     pose_in: PoseInput | None = None
+    video_in: Any = None
     format: dict = field(default_factory=dict)
     configure: Callable[[Options], dict] | None = None
 
@@ -224,13 +228,13 @@ class Pipeline:
     def stop(self) -> None:
         """The client is done: close its inputs (buffered audio still flows), or drain the graph when
         it has none; the session ends when the sink has sent everything."""
-        if self.audio_in is None and self.pose_in is None:
+        inputs = [src for src in (self.audio_in, self.pose_in, self.video_in) if src is not None]
+        if not inputs:
             self.graph.drain()
             return
-        for src in (self.audio_in, self.pose_in):
-            if src is not None:
-                src.close()
-        if self.audio_in is None:  # pose-driven: nothing else would end the frame clock
+        for src in inputs:
+            src.close()
+        if self.audio_in is None and self.video_in is None:  # pose-driven: nothing else would end the frame clock
             self.graph.drain()
 
     def apply_config(self, opts: Options) -> dict:

@@ -28,6 +28,7 @@ from framegraph.stream import StageError
 from . import pipelines
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
 from .protocol import (
+    HEADER_BYTES,
     PROTOCOL_VERSION,
     ErrorCode,
     Kind,
@@ -82,8 +83,8 @@ class Session:
         self.stats_interval_s = self.config.stats_interval_s
         self.bucket = TokenBucket(self.config.max_messages_per_s, max(1.0, self.config.max_messages_per_s))
         self.errors_in_a_row = 0
-        self.counters = {"messages_in": 0, "bytes_in": 0, "audio_samples_in": 0, "poses_in": 0,
-                         "errors": 0, "rate_limited": 0, "bytes_out": 0}
+        self.counters = {"messages_in": 0, "bytes_in": 0, "audio_samples_in": 0, "poses_in": 0, "video_in": 0,
+                         "video_dropped": 0, "errors": 0, "rate_limited": 0, "bytes_out": 0}
         self.sent = {VIDEO: 0, AUDIO: 0, CONTROL: 0}
         self.first_video_ns = self.last_video_ns = 0
         self._last_rate_error = 0.0
@@ -272,25 +273,49 @@ class Session:
             return
         self.state = "running"
         self.started_ns = time.monotonic_ns()
+        video_in = pipeline.video_in
+        if video_in is not None:  # a camera picture is one message: the server's message limit caps it
+            video_in.max_bytes = min(video_in.max_bytes, self.config.max_message_bytes - HEADER_BYTES)
         self.send_control({"type": "ready", "session": self.id, "protocol": PROTOCOL_VERSION,
-                           "ticks_per_second": 48_000, "header_bytes": 48, **pipeline.format}, front=True)
+                           "ticks_per_second": 48_000, "header_bytes": HEADER_BYTES, **pipeline.format,
+                           "video_in": None if video_in is None else video_in.describe()}, front=True)
         self.outbox.hold_media(False)
         self._stats = asyncio.create_task(self._stats_loop(), name=f"session {self.id} stats")
 
     def _on_media(self, data: bytes) -> None:
         header, payload = parse_media(data)
+        if header.kind == Kind.JPEG:
+            self._on_camera(payload)
+            return
         pipeline = self._require_running("audio")
         if pipeline.audio_in is None:
             raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no audio")
         if header.kind != Kind.PCM16:
-            raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}); "
-                                                      f"got kind {int(header.kind)}")
+            raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}) or a "
+                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind {int(header.kind)}")
         if len(payload) % 2:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"PCM16 payload of {len(payload)} bytes is not a whole "
                                                       f"number of samples")
         n = pipeline.audio_in.push(bytes(payload))
         self.capture_times.add(n, header.capture_ns)
         self.counters["audio_samples_in"] += n
+
+    def _on_camera(self, payload: memoryview) -> None:
+        """A camera picture (JPEG) for a pipeline with ``video_in``; refusals are ``camera.CameraInput``'s."""
+        pipeline = self._require_running("camera picture")
+        if pipeline.video_in is None:
+            raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no camera pictures "
+                                                       f"(ready.video_in is null)")
+        try:
+            pushed = pipeline.video_in.push_jpeg(bytes(payload))
+        except ProtocolError as exc:
+            if exc.code == ErrorCode.RATE_LIMITED:
+                self.counters["video_dropped"] += 1
+            raise
+        if pushed:
+            self.counters["video_in"] += 1
+        else:
+            self.counters["video_dropped"] += 1
 
     # ---- sending --------------------------------------------------------------------------------
     def send_control(self, msg: dict, front: bool = False) -> None:
@@ -393,8 +418,8 @@ class Session:
             "end_to_end_ms": _percentiles(report.get("end_to_end", {})),
             "av_offset_ms": _percentiles(report.get("av_offset", {})),
             "stages": stages,
-            "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in",
-                                                       "errors", "rate_limited")},
+            "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in", "video_in",
+                                                       "video_dropped", "errors", "rate_limited")},
         }
 
 

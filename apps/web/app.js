@@ -106,7 +106,8 @@ const liveConfig = {};  // live options set through fg.config, re-sent after eve
 let placing = false;  // asking a cluster's front door where to connect (see placed())
 
 // A cluster's front door (framegraph cluster) names the replica to connect to at /place; a single server
-// has no /place (404) and is connected to directly. Null (and a message) when the cluster is full.
+// answers {"url": null} there (connect to it directly; older servers: 404). Null (and a message) when the
+// cluster is full.
 async function placed(url) {
   const place = new URL("/place", url);
   place.protocol = url.protocol === "wss:" ? "https:" : "http:";
@@ -118,7 +119,10 @@ async function placed(url) {
     return url;  // not reachable over HTTP from this page: try the WebSocket itself
   }
   const json = (r.headers.get("content-type") || "").startsWith("application/json");
-  if (r.ok && json) return new URL((await r.json()).url);
+  if (r.ok && json) {
+    const where = (await r.json()).url;
+    return where ? new URL(where) : url;
+  }
   if (r.ok || r.status === 404) return url;  // not a front door
   log(`cannot start: ${(await r.text()).trim()} (HTTP ${r.status})`, "err");
   return null;
@@ -150,7 +154,7 @@ async function start(opts = {}) {
     const options = {};
     if ($("size").value) options.size = $("size").value;
     if ($("codec").value) options.codec = $("codec").value;
-    Object.assign(options, startOptions);
+    Object.assign(options, startOptions, cameraOptions());
     ws.send(JSON.stringify({ type: "start", version: 1, pipeline: $("pipeline").value, options }));
   };
   ws.onmessage = (ev) => (typeof ev.data === "string" ? onControl(JSON.parse(ev.data)) : onMedia(ev.data));
@@ -167,11 +171,13 @@ function stop() {
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "stop" }));
   stopMic();
   stopPump();
+  if (window.fgCamera) window.fgCamera.stop();
 }
 
 function teardown() {
   stopMic();
   stopPump();
+  if (window.fgCamera) window.fgCamera.stop();
   if (decoder && decoder.state !== "closed") decoder.close();
   decoder = null; ws = null; session = null;
   orbit.drag = null;
@@ -192,6 +198,7 @@ async function onControl(msg) {
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
     if (Object.keys(liveConfig).length) sendConfig();
+    if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
     if (msg.audio_in) startPump();
     if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
@@ -545,7 +552,7 @@ function stats() {
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
     server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
     mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
-    poster: posterShown,
+    poster: posterShown, camera: window.fgCamera ? window.fgCamera.stats() : null,
   };
 }
 
@@ -592,6 +599,14 @@ if (params.get("poster")) {
 $("start").onclick = () => start({ mic: true });
 $("stop").onclick = stop;
 $("interrupt").onclick = interrupt;
+// generate: the camera toggle (camera.js) asks for input "camera" at the chosen strength.
+function cameraOptions() {
+  return $("pipeline").value === "generate" && $("camera") && $("camera").checked
+    ? { input: "camera", strength: Number($("strength").value) } : {};
+}
+function showCameraBox() { if ($("camera-box")) $("camera-box").hidden = $("pipeline").value !== "generate"; }
+
+$("pipeline").addEventListener("change", showCameraBox);
 $("pipeline").onchange = () => {
   $("play").checked = $("pipeline").value === "testcard";
   if ($("pipeline").value === "avatar") $("size").value = "";  // the avatar streams at its portrait's size
@@ -605,6 +620,8 @@ if ($("pipeline").tagName === "SELECT") fetch("pipelines").then((r) => r.json())
     sel.appendChild(o);
   }
   if (list[current]) sel.value = current;
+  showCameraBox();
 }).catch((e) => log(`pipelines: ${e.message}`, "err"));
 $("play").checked = params.has("play") ? params.get("play") === "1" : $("pipeline").value === "testcard";
+showCameraBox();
 log(document.body.dataset.greeting || "ready: Start streams your microphone (scope), shows the test card, or a scene to orbit; the page never records.");

@@ -22,14 +22,23 @@ from .family import FAMILIES, SHIFT, CausalStream, Family, warp_timesteps
 from .graph import GenerateGraph, build_generate_graph, default_dtype, file_source
 from .prompts import PromptBook, load_prompt_embeds
 from .sana import BlockCausalTemporalConv, SanaVideoStream, install_block_causal_convs, sigmas_from_timesteps
-from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, first_frame, video_frames
+from .stages import (
+    STRENGTH_MEANING,
+    CausalDenoiser,
+    CausalVAEDecode,
+    NoiseSource,
+    VAEEncode,
+    check_strength,
+    first_frame,
+    video_frames,
+)
 from .vae import WanDecodeState, WanEncodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 from .wan import DEFAULT_TIMESTEPS, WanCausal
 
 __all__ = [
-    "DEFAULT_TIMESTEPS", "FAMILIES", "SHIFT", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
+    "DEFAULT_TIMESTEPS", "FAMILIES", "SHIFT", "STRENGTH_MEANING", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
     "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook", "SanaVideoStream", "VAEEncode",
-    "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "decode_chunk", "default_dtype",
+    "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "check_strength", "decode_chunk", "default_dtype",
     "detect_family", "encode_chunk", "file_source", "first_frame", "from_vae_scale", "install_block_causal_convs",
     "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
 ]

@@ -30,7 +30,21 @@ from .family import SHIFT, Family, warp_timesteps
 from .prompts import PromptBook
 from .vae import WanDecodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 
-__all__ = ["CausalDenoiser", "CausalVAEDecode", "NoiseSource", "VAEEncode", "first_frame", "video_frames"]
+__all__ = ["STRENGTH_MEANING", "CausalDenoiser", "CausalVAEDecode", "NoiseSource", "VAEEncode", "check_strength",
+           "first_frame", "video_frames"]
+
+STRENGTH_MEANING = ("how much of the input video to change: the noise level it is taken to, in (0, 1] "
+                    "(small: close to the input; 1: nothing of it is kept)")
+
+
+def check_strength(value) -> float:
+    """The video-to-video ``strength`` (see :data:`STRENGTH_MEANING`) as a float; ``ValueError`` naming the value
+    otherwise. The one check behind ``framegraph generate --strength``, the server's ``strength`` option and
+    :class:`CausalDenoiser`."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < value <= 1.0
+    if not ok:
+        raise ValueError(f"strength={value!r}; expected a number in (0, 1]: {STRENGTH_MEANING}")
+    return float(value)
 
 
 def _synchronize(device: str) -> None:
@@ -155,8 +169,7 @@ class CausalDenoiser(Stage):
                  strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
                  budget_ms: float | None = None, name: str = "denoiser", **options):
         super().__init__(name)
-        if strength is not None and not 0.0 < strength <= 1.0:
-            raise ValueError(f"CausalDenoiser: strength={strength}; expected a number in (0, 1] or None (text-to-video)")
+        strength = None if strength is None else check_strength(strength)
         self.family, self.model, self.prompts = family, model, prompts
         self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
         self.timesteps = [t * (strength or 1.0) for t in warp_timesteps([float(t) for t in timesteps], shift)]

@@ -1,4 +1,5 @@
-"""ScaleVideo: a picture of one size in, the same picture at another size out (aspect kept)."""
+"""A picture of one size in, the same picture at another size out (aspect kept): :func:`scale_picture`, and
+:class:`ScaleVideo`, the stage that applies it to every frame."""
 from __future__ import annotations
 
 import torch
@@ -16,9 +17,23 @@ def fit_box(src_wh: tuple[int, int], dst_wh: tuple[int, int]) -> tuple[int, int,
     return (dw - w) // 2, (dh - h) // 2, w, h
 
 
+def scale_picture(picture: torch.Tensor, size: tuple[int, int], out: torch.Tensor | None = None) -> torch.Tensor:
+    """``uint8 [H, W, 3]`` → ``uint8 [height, width, 3]`` (``size = (width, height)``): scaled to fit with its
+    aspect ratio kept (antialiased bilinear), centred, the bars black when the aspects differ. Written into
+    ``out`` when given (a ring slot), else into a new tensor."""
+    sh, sw = picture.shape[:2]
+    x, y, w, h = fit_box((sw, sh), size)
+    if out is None:
+        out = torch.empty((size[1], size[0], 3), dtype=torch.uint8)
+    src = picture.permute(2, 0, 1)[None].float()  # [1, 3, H, W]
+    scaled = F.interpolate(src, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
+    out.zero_()
+    out[y:y + h, x:x + w] = scaled[0].permute(1, 2, 0).round_().clamp_(0, 255).to(torch.uint8)
+    return out
+
+
 class ScaleVideo(Stage):
-    """``uint8 [H, W, 3]`` in → ``uint8 [height, width, 3]`` out: the picture scaled to fit the new size
-    with its aspect ratio kept (antialiased bilinear), centred, the bars black when the aspects differ."""
+    """``uint8 [H, W, 3]`` in → ``uint8 [height, width, 3]`` out: each picture through :func:`scale_picture`."""
 
     def __init__(self, *, src_size: tuple[int, int], size: tuple[int, int], name: str = "scale"):
         super().__init__(name)
@@ -27,12 +42,7 @@ class ScaleVideo(Stage):
             raise ValueError(f"ScaleVideo: sizes {sw}x{sh} -> {w}x{h} must be at least 2x2 pixels")
         self.inputs = {"video": video_port(sw, sh)}
         self.outputs = {"video": video_port(w, h)}
-        self.box = fit_box((sw, sh), (w, h))
+        self.size = (w, h)
 
     def process(self, inputs, out):
-        x, y, w, h = self.box
-        src = inputs["video"].data.permute(2, 0, 1)[None].float()  # [1, 3, H, W]
-        scaled = F.interpolate(src, size=(h, w), mode="bilinear", antialias=True, align_corners=False)
-        frame = out.write("video")
-        frame.data.zero_()
-        frame.data[y:y + h, x:x + w] = scaled[0].permute(1, 2, 0).round_().clamp_(0, 255).to(torch.uint8)
+        scale_picture(inputs["video"].data, self.size, out=out.write("video").data)

@@ -6,7 +6,6 @@ import json
 
 import numpy as np
 import pytest
-from helpers import tiny_generate_folder, tiny_prompt_embeds
 from server_util import jpeg_pictures, running
 from websockets.asyncio.client import connect
 
@@ -19,18 +18,9 @@ OPTIONS = {"size": "48x32", "chunk_frames": 2, "timesteps": [1000, 500], "qualit
 FIRST, LATER = 5, 8  # video frames of the first chunk (1 + 4 * (2 - 1)) and of every later one (4 * 2)
 
 
-@pytest.fixture(scope="module")
-def models(tmp_path_factory):
-    root = tmp_path_factory.mktemp("models")
-    wan = tiny_generate_folder(root / "tiny-wan", "wan", text_encoder=True)
-    tiny_prompt_embeds(wan / "a.safetensors", seed=1)
-    tiny_prompt_embeds(wan / "b.safetensors", seed=2)
-    return root
-
-
 @pytest.fixture
-def server(models, monkeypatch):
-    monkeypatch.setenv("FRAMEGRAPH_MODELS", str(models))
+def server(generate_models, monkeypatch):
+    monkeypatch.setenv("FRAMEGRAPH_MODELS", str(generate_models))
     with running(settle_s=15) as handle:
         yield handle
 

@@ -233,7 +233,8 @@ def run(args: argparse.Namespace) -> int:
     counts = _replica_counts(args.replicas)
     if args.capacity < 1 or args.rounds < 1 or args.ramp_seconds <= 0 or args.path_seconds <= 0:
         raise ValueError("--capacity and --rounds must be >= 1, --ramp-seconds and --path-seconds > 0")
-    result = bench_metadata("server_cluster")
+    result = bench_metadata("server")  # drawn by server.figure, which hands a cluster result to figure() here
+    result["cluster"] = True
     result["pipeline"] = args.pipeline
     # a fixed replica count per phase (no autoscaling: it would add a replica during the ramp)
     base = {"port": 0, "sessions_per_replica": args.capacity, "cpus_per_replica": 0.5, "drain_grace_s": 1.0}

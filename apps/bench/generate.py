@@ -197,6 +197,9 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
 
 
 def figure(data: dict, plt):
+    """Per-stage work p50 / p99 of one run (a ``--backend`` comparison: :func:`compare_figure`)."""
+    if "backends" in data:
+        return compare_figure(data, plt)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(data["stages"])
     ax.barh(names, [data["stages"][n]["p50_ms"] or 0 for n in names], label="p50")

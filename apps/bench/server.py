@@ -81,7 +81,10 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
 
 
 def figure(data: dict, plt):
-    """RSS after each session, and glass-to-glass latency p50 / p95 over the soak."""
+    """RSS after each session, and glass-to-glass latency p50 / p95 over the soak (a ``--cluster`` result:
+    :func:`cluster.figure`)."""
+    if data.get("cluster"):
+        return cluster.figure(data, plt)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
     axes[0].plot(data["sessions"]["rss_mib"], marker=".")
     axes[0].set_title(f"RSS after each of {data['sessions']['sessions']} sessions (MiB)")

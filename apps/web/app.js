@@ -135,6 +135,9 @@ async function start(opts = {}) {
   // The AudioContext is made (or resumed) here, inside the click: browsers keep one made later suspended.
   if (!audio) audio = new AudioContext({ latencyHint: "interactive" });
   audio.resume().catch(() => {});
+  // Measures are reset before the wait for /place: a clip fed while it runs (feedUrl) is counted after this.
+  useMic = opts.mic !== false;
+  resetMeasures();
   placing = true;
   let url;
   try {
@@ -143,8 +146,6 @@ async function start(opts = {}) {
     placing = false;
   }
   if (!url || ws) return;
-  useMic = opts.mic !== false;
-  resetMeasures();
   playback.base = null;
   orbit.on = false;
   view.classList.remove("orbit");

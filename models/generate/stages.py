@@ -15,7 +15,6 @@ from the next chunk the denoiser starts, whatever is already queued in the rings
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Sequence
 
@@ -24,7 +23,6 @@ import torch
 from framegraph.stream import Flag, PortSpec, Stage
 from framegraph.stream.media import video_port
 from framegraph.stream.stage import EndOfStream
-from framegraph.stream.telemetry import LatencyWindow
 
 from .family import SHIFT, Family, warp_timesteps
 from .prompts import PromptBook
@@ -160,7 +158,7 @@ class CausalDenoiser(Stage):
 
     Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
     ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
-    prompt took effect; the last 64), ``compute`` (ms of model work per chunk, waits on the rings left out; the last 1024).
+    prompt took effect; the last 64). Its time per chunk is the runtime's telemetry (the stage's ``work``).
     """
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
@@ -184,7 +182,6 @@ class CausalDenoiser(Stage):
         self.prompt: str | None = None
         self._embeds = None
         self.chunks_out = 0
-        self.compute = LatencyWindow(1024)
         self.prompts_used: deque[tuple[int, str]] = deque(maxlen=64)
         self._generator = torch.Generator(device=self.device).manual_seed(seed)
 
@@ -229,7 +226,6 @@ class CausalDenoiser(Stage):
             raise ValueError("CausalDenoiser: no prompt set; call set_prompt(text) or set_prompt(embeds_file=...) "
                              "before the stream starts")
         chunk = inputs["latent"]
-        t0 = time.perf_counter()
         x = chunk.data[None]
         if self.strength is not None:  # video-to-video: the clean input at noise level sigma = strength
             noise = torch.randn(x.shape, generator=self._generator, device=self.device)
@@ -239,7 +235,6 @@ class CausalDenoiser(Stage):
         clean = self.stream.generate(x.to(self.dtype), embeds[None].to(self.dtype), mask[None],
                                      timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
         _synchronize(self.device)
-        self.compute.add((time.perf_counter() - t0) * 1000)
         frame = out.write("latent")
         frame.data.copy_(clean[0])
         self.chunks_out += 1
@@ -251,8 +246,8 @@ class CausalVAEDecode(Stage):
 
     Writes one ``uint8 [H, W, 3]`` frame per video frame: ``1 + r * (F - 1)`` for the stream's first chunk,
     ``r * F`` after; frame ``i`` of a chunk at ``chunk.pts + clock.ticks_from_frame(i, fps)``. ``reset()``
-    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written,
-    ``compute`` the ms of decoding per chunk (waits on the rings left out; the last 1024)."""
+    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written
+    (the time per chunk is the runtime's telemetry: the stage's ``work``)."""
 
     def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, name: str = "vae_decode"):
@@ -264,7 +259,6 @@ class CausalVAEDecode(Stage):
         self.outputs = {"video": video_port(self.size[1], self.size[0])}
         self.state: WanDecodeState | None = None
         self.frames_out = 0
-        self.compute = LatencyWindow(1024)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -282,11 +276,9 @@ class CausalVAEDecode(Stage):
     @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
-        t0 = time.perf_counter()
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
         video = self._decode(latents)  # [1, 3, T, H, W] in [-1, 1]
         rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
-        self.compute.add((time.perf_counter() - t0) * 1000)
         for i in range(rgb.shape[0]):
             frame = out.write("video")
             frame.data.copy_(rgb[i])

@@ -18,25 +18,14 @@ from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE
 from framegraph.stream.media import read_video
 
 
+def render_exit(bundle, wav, out, backend, onnx_dir) -> int:
+    """``framegraph render`` of the bundle speaking ``wav``; its exit code."""
+    return main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(out), "--backend", backend,
+                 "--onnx", str(onnx_dir)])
+
+
 def render(bundle, wav, out, backend, onnx_dir):
-    assert (
-        main(
-            [
-                "render",
-                "--avatar",
-                str(bundle),
-                "--audio",
-                str(wav),
-                "--out",
-                str(out),
-                "--backend",
-                backend,
-                "--onnx",
-                str(onnx_dir),
-            ]
-        )
-        == 0
-    )
+    assert render_exit(bundle, wav, out, backend, onnx_dir) == 0
     return read_video(out)["frames"]
 
 
@@ -73,24 +62,7 @@ def test_export_int8_flag_mistakes_are_clear_errors(tmp_path, capsys):
     assert "--calibration" in capsys.readouterr().err and not (tmp_path / "bundle" / "onnx").exists()
     assert main(["export", "--avatar", str(bundle), "--out", str(tmp_path / "plain")]) == 0
     wav = speech_like_wav(tmp_path / "a.wav", 0.2)
-    assert (
-        main(
-            [
-                "render",
-                "--avatar",
-                str(bundle),
-                "--audio",
-                str(wav),
-                "--out",
-                str(tmp_path / "x.mp4"),
-                "--backend",
-                "onnx-int8",
-                "--onnx",
-                str(tmp_path / "plain"),
-            ]
-        )
-        == 2
-    )
+    assert render_exit(bundle, wav, tmp_path / "x.mp4", "onnx-int8", tmp_path / "plain") == 2
     assert "no int8 files; run `framegraph export" in capsys.readouterr().err
 
 

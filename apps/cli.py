@@ -81,7 +81,9 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser. With ``chosen`` (the command on the line), only that command's module is imported,
+    so a command never pays for (or fails on) another's dependencies: the demo's web stack, say."""
     parser = argparse.ArgumentParser(
         prog="framegraph",
         description="Real-time generative video and neural rendering: graphs of stages over preallocated "
@@ -90,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     for name, (module, help_, description) in COMMANDS.items():
         if module is None:
             _bench_parsers(sub)
+            continue
+        if chosen is not None and name != chosen:
+            sub.add_parser(name, help=help_)
             continue
         mod = importlib.import_module(module)
         p = sub.add_parser(name, help=help_, description=description or (mod.__doc__ or help_).strip().splitlines()[0])
@@ -106,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
 
     argv = sys.argv[1:] if argv is None else list(argv)
     benchmeta.set_command(argv)
-    args = build_parser().parse_args(argv)
+    chosen = next((a for a in argv if not a.startswith("-")), None)
+    args = build_parser(chosen if chosen in COMMANDS else None).parse_args(argv)
     try:
         return int(args.func(args) or 0)
     except (MediaError, GraphError, StageError, ValueError, FileNotFoundError) as exc:

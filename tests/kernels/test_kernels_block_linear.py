@@ -11,7 +11,6 @@ from helpers import DEVICE
 from framegraph.kernels.block_linear_attention import LinearAttentionState, block_linear_attention, zero_state
 
 gpu = pytest.mark.gpu
-requires_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 
 
 def make_inputs(B=2, H=2, N=64, D=32, Dv=16, dtype=torch.float32, seed=0, rope=True):
@@ -183,7 +182,6 @@ def test_triton_on_cpu_without_interpreter_is_refused(monkeypatch):
 
 
 @gpu
-@requires_cuda
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 def test_gpu_half_precision_matches_fp32_reference(dtype):
     q, k, v, table = make_inputs(B=2, H=4, N=1024, D=112, Dv=112, dtype=dtype)
@@ -202,7 +200,6 @@ def test_gpu_half_precision_matches_fp32_reference(dtype):
 
 
 @gpu
-@requires_cuda
 def test_gpu_cuda_graph_capture_replays():
     q, k, v, table = make_inputs(B=1, H=2, N=256, D=64, Dv=64, dtype=torch.bfloat16)
     block_linear_attention(q, k, v, block_size=64, rope=table)  # warm-up compiles the kernels

@@ -88,7 +88,7 @@ def test_bad_arguments_raise_clear_errors(call, message):
 
 
 @pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+@pytest.mark.gpu
 def test_gpu_bf16_norm_modulate_and_gate_residual():
     x = randn(2, 4096, 2240, dtype=torch.bfloat16)
     scale, shift = randn(2, 1, 2240, seed=1), randn(2, 1, 2240, seed=2)

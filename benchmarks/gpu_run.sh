@@ -6,13 +6,22 @@
 #
 #   usage (from the checkout, on the GPU machine, with the wheels of .whl/ carried along):
 #     bash benchmarks/gpu_run.sh SECONDS [STEP ...]
-#   SECONDS: the whole run's deadline; STEPs (default: all, in the order below) pick some of
-#   tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch server
+#   SECONDS: the whole run's deadline; STEPs (default: all but server, in the order below) pick some of
+#   tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch kernels_backward
+#   render_reference server
+# Ready .whl/ here first: `../shared/device/prepare.sh fla-core flash-linear-attention` style (the wheels
+# the GPU image lacks: av, diffusers, plyfile, websockets, fla), then drop the project's own wheel (this
+# script installs the checkout) and, instead of the 11 MB silero-vad wheel, carry only its model:
+#   unzip -j SILERO_WHEEL silero_vad/data/silero_vad.onnx -d .whl
+# A call carries at most 64 MiB (checkout + .whl). First H200 run (2026-11-26): `bench render` with the
+# torch reference printed nothing within 110 s at 1M / 3M Gaussians, so the Triton-only render comes
+# first and the reference comparison later.
 set -u
 budget=${1:?usage: gpu_run.sh SECONDS [STEP ...]}
 shift
 steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch)
+[ ${#steps[@]} -eq 0 ] && steps=(tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch
+                                 kernels_backward render_reference)
 start=$(date +%s)
 OUT=${OUT:-/tmp/gpu_out}
 res=/tmp/gpu_results
@@ -26,6 +35,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
   > "$res/logs/install.log" 2>&1 || { cat "$res/logs/install.log"; pack; exit 1; }
 export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+[ -f .whl/silero_vad.onnx ] && export FRAMEGRAPH_SILERO_VAD=$PWD/.whl/silero_vad.onnx
 fg="python3 -m framegraph.apps.cli"
 { nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
   torch.cuda.get_device_name())"; } > "$res/logs/machine.log" 2>&1
@@ -49,8 +59,11 @@ for step in "${steps[@]}"; do
   case $step in
     tests) run tests 170 python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 \
              tests/kernels tests/renderers tests/stream tests/models ;;
-    kernels) run kernels 100 $fg bench kernels --out "$R/kernels.json" --backward ;;
-    render) run render 110 $fg bench render --out "$R/render.json" --no-gsplat ;;
+    kernels) run kernels 90 $fg bench kernels --out "$R/kernels.json" --iters 50 --warmup 10 ;;
+    kernels_backward) run kernels_backward 150 $fg bench kernels --out "$R/kernels_backward.json" --backward ;;
+    render) run render 110 $fg bench render --out "$R/render.json" --no-gsplat --backends triton ;;
+    render_reference) run render_reference 150 $fg bench render --out "$R/render_reference.json" --no-gsplat \
+                        --gaussians 100000,1000000 --iters 3 --warmup 1 ;;
     generate_wan) run generate_wan 120 $fg bench generate --family wan --config 1.3b --size 480x832 --steps 4 \
                     --chunks 4 --vae wan2.1 --out "$R/generate_wan_1.3b.json" ;;
     avatar) run avatar 110 $fg bench avatar --out "$R/avatar.json" --seconds 10 --repeats 2 --session-seconds 6 ;;

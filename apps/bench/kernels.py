@@ -63,6 +63,7 @@ def run(args: argparse.Namespace) -> int:
     results = []
     for op in args.ops:
         for backward in (False, True) if args.backward else (False,):
+            print(f"{op} {'forward+backward' if backward else 'forward'} ...", flush=True)  # progress
             results.append(OP_BENCHES[op](args, device, dtype, backward))
 
     meta = bench_metadata("kernels")

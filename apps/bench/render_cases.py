@@ -95,6 +95,8 @@ class Cases:
                 results[backend] = {"skipped": note}
                 continue
             interpreted = backend == "triton" and self.device.type == "cpu"
+            print(f"{case['name']}: {backend} ...", flush=True)  # progress: a slow backend shows where the time goes
+            started = time.perf_counter()
             iters = max(1, self.args.interpreted_iters) if interpreted else self.iters
             warmup = 0 if interpreted else self.warmup
             # frame 0 (the PSNR frame) also warms up; for interpreted Triton it is the only render
@@ -116,6 +118,8 @@ class Cases:
             entry = _stats(times, frames_per_call)
             entry.update({"iters": len(times), "warmup": warmup, "interpreted": interpreted, **mem})
             results[backend] = entry
+            print(f"{case['name']}: {backend} {entry['ms_per_frame_median']:.2f} ms/frame "
+                  f"({time.perf_counter() - started:.1f} s with warm-up)", flush=True)
 
         ref = "torch" if "torch" in images else next(iter(images), None)
         for backend, entry in results.items():

@@ -68,7 +68,9 @@ def resolve_backend(backend: Backend, *tensors: torch.Tensor | None, op: str,
     if backend == "torch":
         return "torch"
     present = [t for t in tensors if t is not None]
-    on_cuda = bool(present) and all(t.is_cuda for t in present)
+    # len(), not bool(list): torch.compile traces this function, and dynamo of torch 2.11 cannot trace bool()
+    # of a list ("Failed to trace builtin operator bool with argument types ['list']").
+    on_cuda = len(present) > 0 and all(t.is_cuda for t in present)
     if backend == "auto":
         dtype_ok = auto_dtypes is None or present[0].dtype in tuple(auto_dtypes)
         return "triton" if on_cuda and _TRITON_INSTALLED and dtype_ok else "torch"

@@ -61,7 +61,11 @@ def lens_rays(viewmat: torch.Tensor, K: torch.Tensor, width: int, height: int, l
     else:
         D = np.array([lens.get(k, 0.0) for k in ("k1", "k2", "p1", "p2", "k3")])
         criteria = (cv2.TERM_CRITERIA_COUNT | cv2.TERM_CRITERIA_EPS, 100, 1e-12)  # converged, not 5 iterations
-        xy = cv2.undistortPointsIter(pts, K_cv, D, None, None, criteria).reshape(-1, 2)
+        if hasattr(cv2, "undistortPointsIter"):  # OpenCV 4.x: the overload that takes criteria has its own name
+            xy = cv2.undistortPointsIter(pts, K_cv, D, None, None, criteria)
+        else:  # OpenCV 5 dropped that name: undistortPoints itself takes criteria
+            xy = cv2.undistortPoints(pts, K_cv, D, criteria=criteria)
+        xy = xy.reshape(-1, 2)
     d_cam = torch.from_numpy(np.concatenate([xy, np.ones((xy.shape[0], 1))], -1))
     c2w = torch.linalg.inv(viewmat.double())
     dirs = d_cam @ c2w[:3, :3].T

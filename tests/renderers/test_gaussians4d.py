@@ -9,6 +9,7 @@ from functools import partial
 
 import pytest
 import torch
+from helpers import DEVICE
 
 from framegraph.kernels.backend import triton_available
 from framegraph.renderers.cameras import intrinsics, look_at
@@ -17,22 +18,21 @@ from framegraph.renderers.gaussians import reference as ref3d
 from framegraph.renderers.gaussians4d import CULL_THRESHOLD, random_scene_4d, rasterize_4d, slice_gaussians
 from framegraph.renderers.gaussians4d import reference as ref
 
-CPU = torch.device("cpu")
-HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()
+HAS_TRITON = triton_available(DEVICE)  # on DEVICE: CUDA where there is one, Triton's interpreter on CPU
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton (or its interpreter) not available")
 W, H = 64, 48
 F64 = torch.float64
 
 
-def _random_gaussians(n, seed, dtype=torch.float32):
-    g = torch.Generator().manual_seed(seed)
+def _random_gaussians(n, seed, dtype=torch.float32, device="cpu"):
+    g = torch.Generator().manual_seed(seed)  # drawn on the CPU: the same Gaussians on every device
     return dict(
-        means=torch.randn(n, 3, generator=g).to(dtype),
-        times=torch.rand(n, generator=g).to(dtype),
-        scales=(torch.rand(n, 4, generator=g) * 0.3 + 0.05).to(dtype),
-        quats_l=torch.randn(n, 4, generator=g).to(dtype) * 3,  # unnormalised on purpose
-        quats_r=torch.randn(n, 4, generator=g).to(dtype) * 0.5,
-        opacities=torch.rand(n, generator=g).to(dtype),
+        means=torch.randn(n, 3, generator=g).to(device, dtype),
+        times=torch.rand(n, generator=g).to(device, dtype),
+        scales=(torch.rand(n, 4, generator=g) * 0.3 + 0.05).to(device, dtype),
+        quats_l=torch.randn(n, 4, generator=g).to(device, dtype) * 3,  # unnormalised on purpose
+        quats_r=torch.randn(n, 4, generator=g).to(device, dtype) * 0.5,
+        opacities=torch.rand(n, generator=g).to(device, dtype),
     )
 
 
@@ -273,12 +273,12 @@ def test_bad_inputs_raise_clear_errors(change, message):
 
 
 # ----------------------------------------------------------------------------
-# Triton (interpreter on CPU) against the reference
+# Triton against the reference, both on DEVICE (CUDA, or Triton's interpreter on CPU)
 # ----------------------------------------------------------------------------
 @needs_triton
 @pytest.mark.parametrize("n, t", [(300, 0.4), (17, -0.2), (128, 0.9)])
 def test_triton_slice_matches_reference(n, t):
-    g = _random_gaussians(n, seed=n)
+    g = _random_gaussians(n, seed=n, device=DEVICE)
     expect = ref.slice_gaussians(**g, t=t)
     got = slice_gaussians(*g.values(), t, backend="triton")
     for name, e, o in zip(("means3d", "covars", "opacities_t"), expect[:3], got[:3]):
@@ -288,8 +288,8 @@ def test_triton_slice_matches_reference(n, t):
 
 @needs_triton
 def test_triton_slice_is_differentiable_like_the_reference():
-    g = _random_gaussians(40, seed=9)
-    weights = [torch.randn(40, 3), torch.randn(40, 6), torch.randn(40)]
+    g = _random_gaussians(40, seed=9, device=DEVICE)
+    weights = [w.to(DEVICE) for w in (torch.randn(40, 3), torch.randn(40, 6), torch.randn(40))]
     grads = {}
     for name, fn in (("torch", lambda *a: ref.slice_gaussians(*a)), ("triton", partial(slice_gaussians, backend="triton"))):
         inputs = [x.clone().requires_grad_(True) for x in g.values()]
@@ -302,7 +302,7 @@ def test_triton_slice_is_differentiable_like_the_reference():
 
 @needs_triton
 def test_triton_slice_op_has_valid_schema_and_fake_kernel():
-    g = _random_gaussians(20, seed=10)
+    g = _random_gaussians(20, seed=10, device=DEVICE)
     result = torch.library.opcheck(torch.ops.framegraph.gaussians4d_slice.default, (*g.values(), 0.3, 0.05),
                                    test_utils=("test_schema", "test_faketensor"))
     assert set(result.values()) == {"SUCCESS"}
@@ -310,12 +310,12 @@ def test_triton_slice_op_has_valid_schema_and_fake_kernel():
 
 @needs_triton
 def test_triton_render_matches_reference():
-    scene = random_scene_4d(150, 3, 1, seed=11)
-    viewmats, Ks = make_cameras(2)
+    scene = random_scene_4d(150, 3, 1, seed=11).to(DEVICE)
+    viewmats, Ks = (c.to(DEVICE) for c in make_cameras(2))
     out = {}
     for backend in ("torch", "triton"):
         out[backend] = rasterize_4d(**scene.rasterize_args(), t=0.45, viewmats=viewmats, Ks=Ks, width=W, height=H,
-                                    backgrounds=torch.tensor([0.1, 0.2, 0.3]), backend=backend)
+                                    backgrounds=torch.tensor([0.1, 0.2, 0.3], device=DEVICE), backend=backend)
     assert out["triton"][2]["backend"] == "triton"
     assert torch.equal(out["triton"][2]["keep"], out["torch"][2]["keep"])
     assert torch.allclose(out["triton"][0], out["torch"][0], atol=1e-4)

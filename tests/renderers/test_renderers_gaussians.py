@@ -11,15 +11,26 @@ from functools import partial
 
 import pytest
 import torch
+from helpers import DEVICE
 
 from framegraph.kernels.backend import triton_available
 from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.gaussians import random_scene, rasterize, rasterize_to_pixels, reference
 
 CPU = torch.device("cpu")
-HAS_TRITON = triton_available(CPU) or torch.cuda.is_available()
+HAS_TRITON = triton_available(DEVICE)
 needs_triton = pytest.mark.skipif(not HAS_TRITON, reason="triton (or its interpreter) not available")
 W, H = 64, 48
+
+
+def on(device, args):
+    """``args`` (a dict) with its tensors on ``device``: the Triton cases run on DEVICE (CUDA where there is
+    one, Triton's interpreter on CPU); the brute force and the float64 checks stay on the CPU."""
+    return {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in args.items()}
+
+
+def device_of(backend):
+    return DEVICE if backend == "triton" else CPU
 
 
 # ----------------------------------------------------------------------------
@@ -156,7 +167,9 @@ def test_rgb_matches_brute_force_sh3_several_cameras(backend):
     args = make_scene(100, 3, seed=1)
     viewmats, Ks = make_cameras(3)
     bg = torch.tensor([[0.1, 0.2, 0.3], [1.0, 1.0, 1.0], [0.0, 0.0, 0.0]])
-    img, alpha, meta = rasterize(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, backgrounds=bg, backend=backend)
+    img, alpha, meta = rasterize(**on(device_of(backend), dict(args, viewmats=viewmats, Ks=Ks, backgrounds=bg)),
+                                 width=W, height=H, backend=backend)
+    img, alpha = img.cpu(), alpha.cpu()
     ref_img, ref_alpha = brute_force(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, backgrounds=bg)
     assert meta["backend"] == backend
     assert img.shape == (3, H, W, 3) and alpha.shape == (3, H, W, 1)
@@ -173,14 +186,17 @@ def test_depth_modes_match_brute_force(backend):
     args = make_scene(60, 1, seed=2)
     viewmats, Ks = make_cameras(2)
     ref_img, ref_alpha = brute_force(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, depth=True)
-    rgbd, alpha, _ = rasterize(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, render_mode="RGB+D", backend=backend)
+    inputs = on(device_of(backend), dict(args, viewmats=viewmats, Ks=Ks))
+    rgbd, alpha, _ = rasterize(**inputs, width=W, height=H, render_mode="RGB+D", backend=backend)
+    rgbd = rgbd.cpu()
     assert rgbd.shape[-1] == 4
     assert psnr(rgbd[..., :3], ref_img[..., :3]) >= 45
     # depth is in scene units (~3); compare relative to its range
     assert psnr(rgbd[..., 3:] / 5, ref_img[..., 3:] / 5) >= 45
-    d, _, _ = rasterize(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, render_mode="D", backend=backend)
-    torch.testing.assert_close(d, rgbd[..., 3:], atol=1e-4, rtol=1e-5)
-    ed, alpha_ed, _ = rasterize(**args, viewmats=viewmats, Ks=Ks, width=W, height=H, render_mode="ED", backend=backend)
+    d, _, _ = rasterize(**inputs, width=W, height=H, render_mode="D", backend=backend)
+    torch.testing.assert_close(d.cpu(), rgbd[..., 3:], atol=1e-4, rtol=1e-5)
+    ed, alpha_ed, _ = rasterize(**inputs, width=W, height=H, render_mode="ED", backend=backend)
+    ed = ed.cpu()
     covered = ref_alpha[..., 0] > 0.5
     expected = (ref_img[..., 3:] / ref_alpha.clamp(min=1e-10))[covered]
     torch.testing.assert_close(ed[covered].double(), expected, atol=1e-3, rtol=1e-4)
@@ -202,8 +218,10 @@ def test_opaque_stack_terminates_like_gsplat(backend, alpha_cap):
     viewmats = look_at((0.0, 0.0, -4.0), (0.0, 0.0, 0.0), up=(0.0, -1.0, 0.0))[None]
     Ks = intrinsics(W, H, fov_deg=40)[None]
     kw = dict(viewmats=viewmats, Ks=Ks, width=W, height=H, alpha_cap=alpha_cap)
-    img, alpha, _ = rasterize(means, quats, scales, opacities, colors, backend=backend, **kw)
-    ref_img, ref_alpha = brute_force(means, quats, scales, opacities, colors, **kw)
+    scene = dict(means=means, quats=quats, scales=scales, opacities=opacities, colors=colors)
+    img, alpha, _ = rasterize(**on(device_of(backend), scene | kw), backend=backend)
+    img, alpha = img.cpu(), alpha.cpu()
+    ref_img, ref_alpha = brute_force(**scene, **kw)
     assert psnr(img, ref_img) >= 45 and psnr(alpha, ref_alpha) >= 45
     assert alpha.max() > 0.999
 
@@ -212,10 +230,11 @@ def test_opaque_stack_terminates_like_gsplat(backend, alpha_cap):
 def test_image_size_not_a_multiple_of_the_tile(backend):
     args = make_scene(60, 2, seed=17)
     viewmats, Ks = make_cameras(2, 50, 37)
-    img, alpha, meta = rasterize(**args, viewmats=viewmats, Ks=Ks, width=50, height=37, backend=backend)
+    img, alpha, meta = rasterize(**on(device_of(backend), dict(args, viewmats=viewmats, Ks=Ks)), width=50, height=37,
+                                 backend=backend)
     ref_img, ref_alpha = brute_force(**args, viewmats=viewmats, Ks=Ks, width=50, height=37)
     assert (meta["tile_width"], meta["tile_height"]) == (4, 3)
-    assert psnr(img, ref_img) >= 45 and psnr(alpha, ref_alpha) >= 45
+    assert psnr(img.cpu(), ref_img) >= 45 and psnr(alpha.cpu(), ref_alpha) >= 45
 
 
 def test_antialiased_mode_and_radius_clip():
@@ -228,9 +247,11 @@ def test_antialiased_mode_and_radius_clip():
     assert (meta["opacities"] <= args["opacities"][None] + 1e-7).all()
     img, alpha_clip, meta = rasterize(**args, radius_clip=1000.0, **kw)
     assert alpha_clip.abs().max() == 0 and (meta["radii"] == 0).all()
-    if HAS_TRITON:
-        img_aa_t, alpha_aa_t, _ = rasterize(**args, **dict(kw, backend="triton"), rasterize_mode="antialiased")
-        torch.testing.assert_close(alpha_aa_t, alpha_aa, atol=2e-5, rtol=1e-5)
+    if HAS_TRITON:  # the Triton kernels against the reference, both run on DEVICE
+        inputs = on(DEVICE, args | kw)
+        _, alpha_aa_ref, _ = rasterize(**inputs, rasterize_mode="antialiased")
+        img_aa_t, alpha_aa_t, _ = rasterize(**dict(inputs, backend="triton"), rasterize_mode="antialiased")
+        torch.testing.assert_close(alpha_aa_t, alpha_aa_ref, atol=2e-5, rtol=1e-5)
 
 
 # ----------------------------------------------------------------------------
@@ -239,10 +260,10 @@ def test_antialiased_mode_and_radius_clip():
 @needs_triton
 @pytest.mark.parametrize("tile_size,render_mode,alpha_cap", [(16, "RGB+ED", 0.999), (8, "RGB", 0.99)])
 def test_triton_forward_matches_reference(tile_size, render_mode, alpha_cap):
-    args = make_scene(120, 3, seed=4)
+    args = on(DEVICE, make_scene(120, 3, seed=4))
     viewmats, Ks = make_cameras(2)
-    kw = dict(viewmats=viewmats, Ks=Ks, width=W, height=H, tile_size=tile_size, render_mode=render_mode,
-              alpha_cap=alpha_cap, backgrounds=torch.tensor([0.3, 0.5, 0.7]))
+    kw = dict(viewmats=viewmats.to(DEVICE), Ks=Ks.to(DEVICE), width=W, height=H, tile_size=tile_size,
+              render_mode=render_mode, alpha_cap=alpha_cap, backgrounds=torch.tensor([0.3, 0.5, 0.7], device=DEVICE))
     ref, ref_alpha, ref_meta = rasterize(**args, backend="torch", **kw)
     out, alpha, meta = rasterize(**args, backend="triton", **kw)
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
@@ -251,8 +272,9 @@ def test_triton_forward_matches_reference(tile_size, render_mode, alpha_cap):
 
 
 def _loss(img, alpha, seed=0):
-    g = torch.Generator().manual_seed(seed)
-    return (img * torch.randn(img.shape, generator=g)).sum() + (alpha * torch.randn(alpha.shape, generator=g)).sum()
+    g = torch.Generator().manual_seed(seed)  # the same weights on every device
+    w_img, w_alpha = (torch.randn(t.shape, generator=g).to(t.device) for t in (img, alpha))
+    return (img * w_img).sum() + (alpha * w_alpha).sum()
 
 
 def _assert_grads_close(got, want, name):
@@ -264,17 +286,17 @@ def _assert_grads_close(got, want, name):
 @needs_triton
 def test_triton_backward_matches_autograd_through_reference():
     """The kernel's gradients w.r.t. means2d, conics, colors, opacities (rasterize_to_pixels level)."""
-    args = make_scene(100, 0, seed=5)
-    viewmats, Ks = make_cameras(2)
+    args = on(DEVICE, make_scene(100, 0, seed=5))
+    viewmats, Ks = (t.to(DEVICE) for t in make_cameras(2))
     C = 2
     radii, means2d, depths, conics, _ = reference.project_gaussians(
         args["means"], args["quats"], args["scales"], viewmats, Ks, W, H, opacities=args["opacities"])
-    colors = torch.rand(C, args["means"].shape[0], 4, generator=torch.Generator().manual_seed(6))
+    colors = torch.rand(C, args["means"].shape[0], 4, generator=torch.Generator().manual_seed(6)).to(DEVICE)
     opac = args["opacities"][None].expand(C, -1).contiguous()
     tw, th = reference.tile_grid(W, H, 16)
     _, isect_ids, flatten_ids = reference.isect_tiles(means2d, radii, depths, 16, tw, th)
     offsets = reference.isect_offsets(isect_ids, C, tw, th)
-    bg = torch.rand(C, 4, generator=torch.Generator().manual_seed(7))
+    bg = torch.rand(C, 4, generator=torch.Generator().manual_seed(7)).to(DEVICE)
 
     grads = {}
     for name, fn in (("torch", reference.rasterize_to_pixels), ("triton", partial(rasterize_to_pixels, backend="triton"))):
@@ -289,12 +311,12 @@ def test_triton_backward_matches_autograd_through_reference():
 
 @needs_triton
 def test_end_to_end_gradients_match_between_backends():
-    args = make_scene(80, 3, seed=8)
-    viewmats, Ks = make_cameras(2)
+    args = on(DEVICE, make_scene(80, 3, seed=8))
+    viewmats, Ks = (t.to(DEVICE) for t in make_cameras(2))
     grads = {}
     for backend in ("torch", "triton"):
         p = grad_inputs(args)
-        bg = torch.full((2, 3), 0.25, requires_grad=True)
+        bg = torch.full((2, 3), 0.25, device=DEVICE, requires_grad=True)
         img, alpha, _ = rasterize(**p, viewmats=viewmats, Ks=Ks, width=W, height=H, backgrounds=bg,
                                   render_mode="RGB+D", backend=backend)
         _loss(img, alpha, seed=1).backward()
@@ -306,14 +328,14 @@ def test_end_to_end_gradients_match_between_backends():
 @needs_triton
 def test_triton_ops_have_valid_schemas_and_fake_kernels():
     """Registered as torch ops with fake implementations, so graphs can capture them."""
-    args = make_scene(20, 0, seed=19)
-    viewmats, Ks = make_cameras(1, 32, 32)
+    args = on(DEVICE, make_scene(20, 0, seed=19))
+    viewmats, Ks = (t.to(DEVICE) for t in make_cameras(1, 32, 32))
     radii, means2d, depths, conics, _ = reference.project_gaussians(
         args["means"], args["quats"], args["scales"], viewmats, Ks, 32, 32, opacities=args["opacities"])
     _, isect_ids, flatten_ids = reference.isect_tiles(means2d, radii, depths, 16, 2, 2)
     offsets = reference.isect_offsets(isect_ids, 1, 2, 2)
     offsets = torch.cat([offsets.flatten(), offsets.new_tensor([flatten_ids.numel()])]).int()
-    fwd_args = (means2d.detach().contiguous(), conics.detach().contiguous(), torch.rand(1, 20, 3),
+    fwd_args = (means2d.detach().contiguous(), conics.detach().contiguous(), torch.rand(1, 20, 3, device=DEVICE),
                 args["opacities"][None].contiguous(), offsets, flatten_ids, 32, 32, 16, 0.999)
     checks = ("test_schema", "test_faketensor")
     fwd, bwd = torch.ops.framegraph.gaussians_rasterize_fwd, torch.ops.framegraph.gaussians_rasterize_bwd
@@ -421,12 +443,12 @@ def test_zero_quaternion_is_rejected():
 ])
 def test_triton_backend_refuses_what_its_kernels_cannot_do(change, error, message):
     dtype = change.pop("dtype", torch.float32)
-    args = {k: v.to(dtype) if torch.is_tensor(v) and v.is_floating_point() else v
+    args = {k: v.to(DEVICE, dtype) if torch.is_tensor(v) and v.is_floating_point() else v
             for k, v in make_scene(10, 0, seed=14).items()}
     viewmats, Ks = make_cameras(1)
     with pytest.raises(error, match=message):
-        rasterize(**args, viewmats=viewmats.to(dtype), Ks=Ks.to(dtype), width=W, height=H, backend="triton",
-                  **change)
+        rasterize(**args, viewmats=viewmats.to(DEVICE, dtype), Ks=Ks.to(DEVICE, dtype), width=W, height=H,
+                  backend="triton", **change)
 
 
 def test_auto_backend_uses_reference_on_cpu():

@@ -11,6 +11,11 @@ it sends back with the capture time of the audio that produced it, so **glass-to
 (receipt − capture of that audio) is measured on one clock, the client's, with no clock sync. Frames
 (JPEG or H.264) and returned audio are recorded to MP4 (H.264 + AAC) by a background thread, muxed by
 their pts. Prints time to first frame, FPS and latency percentiles; ``--json`` prints a summary.
+
+``--camera VIDEO`` sends a video file's frames as the camera (JPEG), with flow control: a chunk of pictures
+(``ready.video_in.pictures_per_chunk``) at the session fps, then a wait for its generated frames, so no frame
+of the file is replaced by the next while the model is busy (however slow it is) and the recording holds one
+generated frame per frame sent (a last partial chunk makes none).
 """
 from __future__ import annotations
 
@@ -168,6 +173,20 @@ class _Tally:
     ended: dict | None = None
     audio_sent: int = 0
     camera_sent: int = 0
+    arrived: asyncio.Event = field(default_factory=asyncio.Event)  # set on every message (flow control waits on it)
+
+    @property
+    def pictures_lost(self) -> int:
+        """Camera pictures the server reports (in the latest ``stats``) it did not use: dropped for the rate,
+        replaced by a newer one, or dropped at the source while the model was busy."""
+        received, dropped = (self.stats or {}).get("received", {}), (self.stats or {}).get("dropped", {})
+        return received.get("video_dropped", 0) + dropped.get("source", 0) + dropped.get("input_replaced_pictures", 0)
+
+    @property
+    def video_answered(self) -> int:
+        """Video frames the server has sent so far, counted by ``seq`` (frames it dropped for a slow reader
+        count too)."""
+        return self.video_seqs[-1] + 1 if self.video_seqs else 0
 
     def text(self, msg: dict) -> None:
         if msg["type"] == "error":
@@ -259,16 +278,34 @@ def camera_jpegs(path: str, video_in: dict):
 
 
 async def _send_camera(ws, path: str, ready: dict, seconds: float | None, tally: _Tally) -> None:
-    """A video file's frames as camera pictures (kind JPEG) at the session fps, then ``stop``."""
+    """A video file's frames as camera pictures (kind JPEG), then ``stop``.
+
+    Flow control (``ready.video_in.pictures_per_chunk``): one chunk's pictures at the session fps, then a wait
+    until the server has sent their frames, then the next chunk. No picture reaches the server while the model
+    is busy, so none is replaced or dropped however slow the model: every frame of the file is used, and the
+    recording has one generated frame per frame sent (a last partial chunk makes none). A picture the server
+    reports lost anyway (``stats.dropped``, ``stats.received.video_dropped``) is made up by the next one, so
+    the wait cannot hang; after an error the rest is sent at the session fps. Without ``pictures_per_chunk``:
+    at the session fps throughout."""
     fps = min(ready["video"]["fps"], ready["video_in"]["max_fps"])
-    t0 = time.monotonic()
+    per_chunk = ready["video_in"].get("pictures_per_chunk")
+    chunk_end = per_chunk["first"] if per_chunk else None  # pictures used (= frames made) once this chunk is out
+    due = time.monotonic()
     for i, payload in enumerate(camera_jpegs(path, ready["video_in"])):
         if seconds is not None and i / fps >= seconds:
             break
-        await asyncio.sleep(max(0.0, t0 + i / fps - time.monotonic()))  # camera pacing
+        await asyncio.sleep(max(0.0, due - time.monotonic()))  # camera pacing: never over video_in.max_fps
         header = MediaHeader(Kind.JPEG, seq=i, pts=round(i * TICKS_PER_SECOND / fps), capture_ns=time.monotonic_ns())
         await ws.send(pack_media(header, payload))
         tally.camera_sent += 1
+        due += 1 / fps
+        while chunk_end is not None and tally.camera_sent - tally.pictures_lost >= chunk_end and not tally.errors:
+            if tally.video_answered >= chunk_end:  # the chunk's frames are back: on to the next chunk
+                chunk_end += per_chunk["next"]
+                due = max(due, time.monotonic())
+            else:  # its pictures are in: wait for its frames (or news of a lost picture)
+                tally.arrived.clear()
+                await tally.arrived.wait()
     await ws.send(json.dumps({"type": "stop"}))
 
 
@@ -298,11 +335,12 @@ async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float,
                 now = time.monotonic_ns()
                 if isinstance(message, str):
                     tally.text(json.loads(message))
-                    continue
-                header, payload = parse_media(message)
-                tally.media(header, now, latency_trace)
-                if recorder is not None:
-                    recorder.put(header, bytes(payload))
+                else:
+                    header, payload = parse_media(message)
+                    tally.media(header, now, latency_trace)
+                    if recorder is not None:
+                        recorder.put(header, bytes(payload))
+                tally.arrived.set()
     except TimeoutError:
         tally.errors.append({"type": "error", "code": "client_timeout",
                              "message": f"no end of session within {limit_s:.0f} s"})
@@ -359,7 +397,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         orbit_deg_per_s: for pipelines that take camera poses (``ready.pose_in``): send a ``pose`` per
             frame period that orbits the server's starting camera (``ready.camera``) at this rate.
         camera: a video file sent as the camera (pipelines with ``ready.video_in``): its frames as JPEG at the
-            session fps, once, then ``stop`` (or at ``seconds``).
+            session fps, once, a chunk at a time (each sent when the frames of the one before came back: no
+            picture is lost to a slow model), then ``stop`` (or at ``seconds`` of the file).
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
@@ -425,9 +464,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
                                    "16 kHz mono PCM16); needed by pipelines with audio input")
     p.add_argument("--camera", metavar="VIDEO",
-                   help="send this video file's frames as the camera (JPEG at the session fps, once), e.g. "
-                        "--pipeline generate --option input=camera --option strength=0.5; the returned stream "
-                        "is recorded as usual")
+                   help="send this video file's frames as the camera (JPEG at the session fps, once; a chunk "
+                        "of pictures at a time, each when the frames of the one before came back, so none is "
+                        "lost to a slow model), e.g. --pipeline generate --option input=camera --option "
+                        "strength=0.5; the returned stream is recorded as usual")
     p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
     p.add_argument("--out", help="record the returned video and audio to this MP4")
     p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")

@@ -9,13 +9,21 @@ picture wins: when the graph is busy, a picture still waiting is replaced by the
 nothing queues. Until the first picture arrives the source waits, so the graph produces nothing (no picture
 is invented in the meantime).
 
+Flow control: ``ready.video_in.pictures_per_chunk`` (``{"first", "next"}``) says how many pictures make
+each output chunk (``generate``: ``1 + 4 (F - 1)``, then ``4 F``); a chunk's frames, as many as its
+pictures, go out together. A client that must not lose a picture (``framegraph client --camera FILE``)
+sends one chunk's pictures and waits for their frames before it sends the next, so no picture ever waits
+behind a busy model to be replaced; a live camera just sends (the newest picture wins).
+
 Every refusal is a :class:`~.protocol.ProtocolError` and leaves the session running:
 
 - ``too_large``: a payload over ``max_bytes``, or a picture over :data:`~.pipelines.MAX_PIXELS` pixels
   (checked from the JPEG header, before decoding);
 - ``bad_binary``: a payload that is not a JPEG, or one that does not decode (truncated, corrupt);
-- ``rate_limited``: pictures faster than ``max_fps`` (a token bucket, bursts of :data:`BURST_FRAMES`): the extra
-  ones are dropped and counted (``dropped_rate``); the error is sent for the first drop only.
+- ``rate_limited``: pictures faster than ``max_fps`` (a token bucket, bursts of one second's worth, at least
+  :data:`BURST_FRAMES`): the extra ones are dropped and counted (``dropped_rate``); the error is sent for the
+  first drop only. The burst absorbs jitter between the client's camera and the server's receiver (timers,
+  the network, a busy server reading several pictures at once): a camera at its pace is not refused for it.
 
 Decoding runs on the receiver (the event loop): a 832×480 JPEG takes a few ms with PIL, at most ``max_fps``
 times a second; a bigger picture is decoded at a reduced scale (JPEG draft mode) when that still covers the
@@ -35,7 +43,7 @@ from .pipelines import MAX_PIXELS
 from .protocol import ErrorCode, ProtocolError
 from .session import TokenBucket
 
-BURST_FRAMES = 3  # pictures a client may send back to back (timer jitter) before the rate counts
+BURST_FRAMES = 3  # the fewest pictures a client may send back to back before the rate counts
 JPEG_MAGIC = b"\xff\xd8\xff"
 
 
@@ -54,6 +62,8 @@ class CameraInput:
         max_fps: the most pictures a second the client may send (the session's fps).
         max_bytes: the largest JPEG payload (default :func:`default_max_bytes`); the session lowers it to what
             its per-message limit lets through.
+        pictures_per_chunk: ``(first, next)``: the pictures of the first output chunk and of every later one
+            (``ready.video_in.pictures_per_chunk``; ``(1, 1)``: a frame per picture).
         name: the source stage's name.
 
     Counters: ``frames_in`` (pictures pushed), ``dropped_rate`` (dropped for coming faster than ``max_fps``),
@@ -62,20 +72,22 @@ class CameraInput:
     """
 
     def __init__(self, *, width: int, height: int, max_fps: float, max_bytes: int | None = None,
-                 name: str = "camera"):
+                 pictures_per_chunk: tuple[int, int] = (1, 1), name: str = "camera"):
         if max_fps <= 0:
             raise ValueError(f"CameraInput: max_fps={max_fps}; expected a positive number of pictures per second")
         self.width, self.height, self.max_fps = width, height, float(max_fps)
+        self.pictures_per_chunk = pictures_per_chunk
         self.max_bytes = max_bytes or default_max_bytes(width, height)
         self.source = PushSource(video_port(width, height), name=name, port="video")
         self.frames_in = self.dropped_rate = self.scaled = 0
         self.last_size: tuple[int, int] | None = None
-        self._bucket = TokenBucket(self.max_fps, BURST_FRAMES)
+        self._bucket = TokenBucket(self.max_fps, max(BURST_FRAMES, self.max_fps))
 
     def describe(self) -> dict:
         """``ready.video_in``: what the client sends."""
+        first, later = self.pictures_per_chunk
         return {"format": "jpeg", "width": self.width, "height": self.height, "max_bytes": self.max_bytes,
-                "max_fps": self.max_fps}
+                "max_fps": self.max_fps, "pictures_per_chunk": {"first": first, "next": later}}
 
     def push_jpeg(self, payload: bytes) -> bool:
         """Check, decode, scale and push one JPEG picture. Returns False when it was dropped for the rate (the

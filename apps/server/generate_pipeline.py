@@ -9,7 +9,8 @@ video: ``ready.video_in`` says what to send (:mod:`.camera`), ``strength`` (requ
 ``framegraph generate --strength``, :data:`~framegraph.models.generate.STRENGTH_MEANING`) how much of it to change.
 The stream is paced by the pictures: nothing is generated until the first one arrives (the session waits; no
 noise or black input is made up), a chunk goes out once its pictures are in (``1 + 4 (F - 1)`` for the first,
-``4 F`` after), and when pictures stop the stream pauses.
+``4 F`` after: ``ready.video_in.pictures_per_chunk``), and when pictures stop the stream pauses. A chunk's
+frames leave the decoder at once; the session's video outbox holds a whole chunk (``Pipeline.video_burst``).
 
 Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS`` (diffusers folders as
 ``framegraph generate --model`` takes them; a client never sends a path). Options: ``model`` (default: the
@@ -134,7 +135,10 @@ def build_generate(opts: Options) -> Pipeline:
     strength = _strength(opts, source)
     opts.done()
     options = {"attention": attention} if gm.family.name == "wan" else {}
-    camera = CameraInput(width=v.width, height=v.height, max_fps=v.fps) if source == "camera" else None
+    r = gm.vae.config.scale_factor_temporal  # a chunk is 1 + r (F - 1) video frames first, r F after
+    camera = CameraInput(width=v.width, height=v.height, max_fps=v.fps,
+                         pictures_per_chunk=(1 + r * (chunk_frames - 1), r * chunk_frames)) \
+        if source == "camera" else None
     try:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
                                   chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
@@ -158,6 +162,7 @@ def build_generate(opts: Options) -> Pipeline:
         return {"prompt": new_text} if new_text is not None else {"prompt_embeds": os.path.basename(new_embeds)}
 
     return Pipeline(graph, sink, encoder=encoder, configure=configure, video_in=camera,
+                    video_burst=r * chunk_frames,
                     format={"video": v.describe(), "audio_out": None, "audio_in": None, "pose_in": False,
                             "model": os.path.basename(folder), "family": gm.family.name, "input": source,
                             "strength": strength, "chunk_frames": chunk_frames, "timesteps": timesteps,

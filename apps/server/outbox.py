@@ -117,6 +117,11 @@ class Outbox:
         self._counts[item.kind] -= 1
         self.dropped[item.kind] += 1
 
+    def reserve(self, kind: str, capacity: int) -> None:
+        """Hold at least ``capacity`` messages of ``kind`` (a pipeline whose frames come in bursts)."""
+        with self._lock:
+            self._caps[kind] = max(self._caps[kind], capacity)
+
     def end(self) -> None:
         """No more messages after those queued (the graph finished). Idempotent, any thread."""
         with self._lock:

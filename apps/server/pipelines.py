@@ -206,6 +206,9 @@ class Pipeline:
             the session adds ``video_in`` to ``ready``).
         format: the negotiated format, sent in ``ready``.
         configure: optional ``configure(opts)`` for pipeline-specific live options (``config``).
+        video_burst: the most video frames the graph hands the sink at once (``generate``: a chunk's
+            frames); the session's video outbox holds at least that many, so a client that keeps up loses
+            none of them (the outbox drops only for a reader that falls behind).
     """
 
     graph: Graph
@@ -216,6 +219,7 @@ class Pipeline:
     video_in: Any = None
     format: dict = field(default_factory=dict)
     configure: Callable[[Options], dict] | None = None
+    video_burst: int = 1
 
     def timing_indices(self) -> None:
         """Tell the sink which stages count as encode and compute in the media headers."""

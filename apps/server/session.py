@@ -260,6 +260,7 @@ class Session:
                                                         f"pipeline per connection")
         pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
         pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
+        self.outbox.reserve(VIDEO, pipeline.video_burst)  # a generate chunk's frames come at once: none dropped
         if isinstance(pipeline.encoder, pipelines.H264Encoder):
             self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
         self.pipeline, self.pipeline_name = pipeline, name
@@ -403,6 +404,7 @@ class Session:
                          "deadline_misses": s["deadline_misses"], "fallback_level": s["fallback_level"]}
                   for name, s in report.get("stages", {}).items()}
         audio_in = self.pipeline.audio_in if self.pipeline is not None else None
+        video_in = self.pipeline.video_in if self.pipeline is not None else None
         return {
             "type": "stats", "session": self.id, "pipeline": self.pipeline_name, "state": self.state,
             "uptime_s": round((time.monotonic_ns() - self.opened_ns) / 1e9, 3),
@@ -412,7 +414,8 @@ class Session:
                         "control": self.outbox.dropped[CONTROL],
                         "source": sum(s["dropped_in_flight_limit"] for s in report.get("sources", {}).values()),
                         "edges": sum(e["drops"] for e in report.get("edges", [])),
-                        "input_overflow_samples": audio_in.overflow_samples if audio_in is not None else 0},
+                        "input_overflow_samples": audio_in.overflow_samples if audio_in is not None else 0,
+                        "input_replaced_pictures": video_in.source.superseded if video_in is not None else 0},
             "outbox_depth": self.outbox.depth,
             "time_to_first_frame_ms": report.get("time_to_first_frame_ms"),
             "end_to_end_ms": _percentiles(report.get("end_to_end", {})),

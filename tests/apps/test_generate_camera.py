@@ -10,6 +10,11 @@ nothing is generated before the first picture; each bad camera message gets its 
 The tiny VAE has random weights, so it does not reproduce the input picture itself — "close to the input" is
 checked as "equal to the model's video-to-video of the input", the picture a trained model would make
 recognisable.
+
+Counted exchanges pace themselves on the server's output, as ``framegraph client --camera`` does (flow control,
+``ready.video_in.pictures_per_chunk``): a chunk's pictures, then its frames read back, then the next chunk. A
+picture sent while the model is still busy may be replaced or dropped (a live camera's newest picture wins),
+so on a loaded machine a camera that just runs would make fewer frames than it sent pictures.
 """
 import asyncio
 import io
@@ -28,7 +33,7 @@ from framegraph.models.generate import build_generate_graph, load_generate_model
 from framegraph.stream import IterableSource, RecordingSink
 from framegraph.stream.media import video_port
 
-W, H, FPS = 48, 32, 8  # a slow camera: the tiny model keeps up on a loaded 2-core machine (no picture replaced)
+W, H, FPS = 48, 32, 8
 OPTIONS = {"size": f"{W}x{H}", "fps": FPS, "chunk_frames": 2, "timesteps": [1000, 500], "quality": 100,
            "prompt_embeds": "a.safetensors", "input": "camera"}
 FIRST, LATER = 5, 8  # video frames of the first chunk (1 + 4 * (2 - 1)) and of every later one (4 * 2)
@@ -59,12 +64,30 @@ def camera_message(payload: bytes, seq: int = 0) -> bytes:
     return pack_media(MediaHeader(Kind.JPEG, seq=seq, capture_ns=time.monotonic_ns()), payload)
 
 
-async def send_camera(ws, pictures: list[bytes], fps: float = FPS) -> None:
-    """The JPEGs, paced like a camera at ``fps``."""
+async def send_camera(ws, pictures: list[bytes], fps: float = FPS, until: asyncio.Event | None = None) -> None:
+    """The JPEGs, paced like a camera at ``fps`` (a camera's pace, not a wait for the server); the camera is
+    switched off once ``until`` is set."""
     t0 = time.monotonic()
     for i, payload in enumerate(pictures):
         await asyncio.sleep(max(0.0, t0 + i / fps - time.monotonic()))
+        if until is not None and until.is_set():
+            return
         await ws.send(camera_message(payload, i))
+
+
+async def camera_chunks(ws, ready: dict, pictures: list[bytes], replies: list) -> list[np.ndarray]:
+    """Send ``pictures`` with flow control: a chunk's pictures (``ready.video_in.pictures_per_chunk``) at the
+    camera's pace, then its frames read back, then the next chunk. Returns the frames, one per picture (the
+    pictures must make whole chunks)."""
+    per_chunk = ready["video_in"]["pictures_per_chunk"]
+    got, start, size = [], 0, per_chunk["first"]
+    while start < len(pictures):
+        chunk = pictures[start:start + size]
+        assert len(chunk) == size, "the pictures make whole chunks"
+        await send_camera(ws, chunk)
+        got += await jpeg_pictures(ws, size, timeout_s=60, replies=replies)
+        start, size = start + size, per_chunk["next"]
+    return got
 
 
 async def drain(ws, replies: list) -> None:
@@ -88,9 +111,7 @@ async def camera_session(url, pictures: list[bytes], strength: float):
     replies = []
     async with connect(url) as ws:
         ready = await start(ws, OPTIONS | {"strength": strength})
-        feeder = asyncio.create_task(send_camera(ws, pictures))
-        got = await jpeg_pictures(ws, len(pictures), timeout_s=60, replies=replies)
-        await feeder
+        got = await camera_chunks(ws, ready, pictures, replies)
         await drain(ws, replies)
     return ready, np.stack(got).astype(np.float32), replies
 
@@ -116,8 +137,11 @@ def test_the_generated_stream_follows_the_camera(server, generate_models):
             stats = [m for m in replies if m["type"] == "stats"][-1]
             assert not [m for m in replies if m["type"] == "error"], replies
             assert stats["received"]["video_in"] == N and stats["received"]["video_dropped"] == 0, stats
+            dropped = stats["dropped"]
+            assert dropped["input_replaced_pictures"] == dropped["source"] == dropped["video"] == 0, stats  # all used
     assert ready["input"] == "camera" and ready["strength"] == 1.0
-    assert ready["video_in"] == {"format": "jpeg", "width": W, "height": H, "max_bytes": 64 * 1024, "max_fps": FPS}
+    assert ready["video_in"] == {"format": "jpeg", "width": W, "height": H, "max_bytes": 64 * 1024, "max_fps": FPS,
+                                 "pictures_per_chunk": {"first": FIRST, "next": LATER}}
     assert out["dark", 0.3].shape == (N, H, W, 3) and out["dark", 0.3].std() > 5  # a picture per camera picture
     # Below strength 1 the camera shows: another camera picture, another video (the same seed otherwise) ...
     assert np.abs(out["dark", 0.3][FIRST:] - out["bright", 0.3][FIRST:]).mean() > 0.5
@@ -138,13 +162,11 @@ def test_pictures_of_another_size_are_scaled_and_nothing_is_made_before_the_firs
     async def run():
         replies = []
         async with connect(server.url) as ws:
-            await start(ws, OPTIONS | {"strength": 0.5})
+            ready = await start(ws, OPTIONS | {"strength": 0.5})
             with pytest.raises(TimeoutError):  # no camera yet: the session waits, no frame is invented
                 await jpeg_pictures(ws, 1, timeout_s=1.5, replies=replies)
             big = [jpeg(camera_picture(60, 4 * W, 4 * H))] * N  # 192x128: scaled to 48x32
-            feeder = asyncio.create_task(send_camera(ws, big))
-            got = await jpeg_pictures(ws, N, timeout_s=60, replies=replies)
-            await feeder
+            got = await camera_chunks(ws, ready, big, replies)
             await drain(ws, replies)
         return got, replies
 
@@ -173,8 +195,12 @@ def test_bad_camera_messages_get_their_error_codes_and_the_sessions_go_on(server
                     await ws.send(camera_message(good, i))
                 await asyncio.sleep(0.3)
             await asyncio.sleep(1.0)  # the bucket fills again: a camera at its pace is served
-            feeder = asyncio.create_task(send_camera(ws, [good] * N))
+            # A live camera, on until N frames came back: 1-5 burst pictures already started the first chunk, and
+            # a picture that comes while the model is busy may be dropped (the newest wins), so it sends more.
+            served = asyncio.Event()
+            feeder = asyncio.create_task(send_camera(ws, [good] * (3 * N), until=served))
             got = await jpeg_pictures(ws, N, timeout_s=60, replies=replies)
+            served.set()
             await feeder
             await drain(ws, replies)
         return got, replies
@@ -271,7 +297,62 @@ def test_the_python_client_sends_a_video_file_as_the_camera_and_records_the_stre
     s = json.loads(summary.read_text())
     frames = read_video(out)["frames"]
     assert s["camera_pictures_sent"] == len(levels) and s["ended"] == "stopped" and not s["errors"]
+    received, dropped = s["server_stats"]["received"], s["server_stats"]["dropped"]
+    assert received["video_in"] == len(levels) and dropped["input_replaced_pictures"] == dropped["source"] == 0, \
+        s["server_stats"]  # every frame of the file used
+    assert s["video_frames"] == len(levels) and s["gaps"]["video"] == 0, s
     assert frames.shape == (len(levels), H, W, 3) and frames.std() > 5  # one generated frame per camera frame
+
+
+def test_the_python_client_sends_a_chunk_of_pictures_then_waits_for_its_frames(tmp_path):
+    """The client's flow control, against a stand-in socket: a chunk's pictures, then none until their frames
+    came back; a picture the server reports lost (``stats``) is made up by one more."""
+    from helpers import write_video
+
+    from framegraph.apps.client import _send_camera, _Tally
+
+    video = tmp_path / "walk.mp4"
+    write_video(video, np.stack([camera_picture(0)] * 7), fps=FPS)
+    ready = {"video": {"fps": 1000}, "video_in": {"width": W, "height": H, "max_bytes": 64 * 1024, "max_fps": 1000,
+                                                  "pictures_per_chunk": {"first": 2, "next": 3}}}
+
+    class Socket:
+        def __init__(self):
+            self.sent, self.news = [], asyncio.Event()
+
+        async def send(self, message):
+            self.sent.append(message)
+            self.news.set()
+
+        async def until_sent(self, n):
+            async with asyncio.timeout(10):
+                while len(self.sent) < n:
+                    self.news.clear()
+                    await self.news.wait()
+            await asyncio.sleep(0.3)  # (at 1000 pictures a second, a sender that did not wait would send on)
+            return len(self.sent)
+
+    async def run():
+        ws, tally = Socket(), _Tally()
+        sender = asyncio.create_task(_send_camera(ws, str(video), ready, None, tally))
+
+        def server_says(frames=(), lost=0):
+            tally.video_seqs += frames
+            tally.stats = {"type": "stats", "received": {"video_dropped": 0}, "dropped": {"source": lost}}
+            tally.arrived.set()
+
+        assert await ws.until_sent(2) == 2  # the first chunk's pictures; then it waits for their frames
+        server_says(frames=[0, 1])
+        assert await ws.until_sent(5) == 5  # the next chunk's three
+        server_says(lost=1)  # one of them was lost on the server: one more makes the chunk
+        assert await ws.until_sent(6) == 6
+        server_says(frames=[2, 3, 4], lost=1)
+        await asyncio.wait_for(sender, 10)  # the last picture (a partial chunk: no wait), then stop
+        return ws.sent
+
+    sent = asyncio.run(run())
+    assert [parse_media(m)[0].seq for m in sent[:-1]] == list(range(7))
+    assert json.loads(sent[-1]) == {"type": "stop"}
 
 
 def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(browser, server, tmp_path):

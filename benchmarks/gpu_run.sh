@@ -9,9 +9,11 @@
 #   SECONDS: the whole run's deadline; STEPs (default: all but server, in the order below) pick some of
 #   tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch kernels_backward
 #   render_reference server
-# Ready .whl/ here first: `../shared/device/prepare.sh fla-core flash-linear-attention` style (the wheels
-# the GPU image lacks: av, diffusers, plyfile, websockets, fla), then drop the project's own wheel (this
-# script installs the checkout) and, instead of the 11 MB silero-vad wheel, carry only its model:
+# Ready .whl/ here first, with the wheels a bare GPU image (Python 3.12, torch, triton, numpy) lacks:
+#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
+#     av diffusers plyfile websockets fla-core flash-linear-attention
+# (this script installs the checkout itself) and, instead of the 11 MB silero-vad wheel, only its model:
 #   unzip -j SILERO_WHEEL silero_vad/data/silero_vad.onnx -d .whl
 # A call carries at most 64 MiB (checkout + .whl). First H200 run (2026-11-26): `bench render` with the
 # torch reference printed nothing within 110 s at 1M / 3M Gaussians, so the Triton-only render comes

@@ -31,7 +31,10 @@ source is never overwritten. See ``models/avatar/refine.py``.
     framegraph avatar eval --avatar DIR --clip FILE.mp4 [--truth FILE.json] --out FILE.json [--video OUT.mp4]
     framegraph avatar eval --clip FILE.mp4 --out FILE.json
 
-``eval`` generates from the clip's audio and measures mouth-openness correlation with the ground truth,
+``eval`` of a video avatar redraws the lower face of the clip's real frames from its audio (from where the part
+of the source video kept out of training begins, or ``--start-s``) and measures it against those frames with the
+face landmarks (``models/avatar/video_eval.py``). ``eval`` of a portrait avatar generates from the clip's audio and
+measures mouth-openness correlation with the ground truth,
 closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``), and with
 face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
 closed in silence: ``models/avatar/evaluate_real.py``). Without ``--avatar`` it measures the clip alone:
@@ -217,6 +220,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "`framegraph export [--int8]`)")
     e.add_argument("--onnx", default=None, help="(with --backend onnx / onnx-int8) the export folder (default: "
                                                 "AVATAR/onnx)")
+    e.add_argument("--start-s", type=float, help="(video avatar) where the measured stretch of the clip starts, "
+                                                 "in s (default: where the part kept out of training begins)")
+    e.add_argument("--end-s", type=float, help="(video avatar) where it ends (default: the clip's end)")
     e.set_defaults(avatar_func=run_eval)
 
 
@@ -448,6 +454,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
             return _write_metrics(args.out, track_clip(args.clip), ("faces_found", "openness_vs_loudness_corr"))
         avatar = load_avatar(args.avatar)
+        if getattr(avatar, "kind", "portrait") == "video":
+            return _eval_video_avatar(avatar, args)
+        if args.start_s is not None or args.end_s is not None:
+            raise ValueError("--start-s / --end-s go with a video avatar (avatar train --video); "
+                             f"{args.avatar!r} is a portrait avatar")
         if args.dit:
             from framegraph.models.dit import AvatarDiT
 
@@ -465,6 +476,26 @@ def run_eval(args: argparse.Namespace) -> int:
     metrics["landmark_openness_corr"] = metrics["real"]["landmark_openness_corr"]
     return _write_metrics(args.out, metrics, ("openness_corr", "estimator_corr", "identity_ssim",
                                               "landmark_openness_corr"))
+
+
+def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
+    """``avatar eval`` of a video avatar: the real frames of the clip from ``--start-s`` (default: the part of its
+    source video kept out of training) as the base, the lower face redrawn from the clip's audio, measured with
+    the face landmarks against the real frames (:func:`evaluate_video_avatar`)."""
+    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+
+    portrait_only = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
+                                              ("--backend", args.backend != "torch"), ("--onnx", args.onnx)) if given]
+    if portrait_only:
+        raise ValueError(f"{', '.join(portrait_only)}: for portrait avatars; {args.avatar!r} is a video avatar "
+                         f"(give --clip, and --start-s / --end-s to choose the stretch measured)")
+    start = args.start_s if args.start_s is not None else avatar.heldout_start_s
+    metrics = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s, out_video=args.video)
+    metrics["avatar"] = os.path.abspath(args.avatar)
+    if args.video:
+        metrics["video"] = os.path.abspath(args.video)
+    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "outside_mouth_psnr_db",
+                                              "mouth_sharpness_ratio"))
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:

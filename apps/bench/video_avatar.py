@@ -110,8 +110,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--avatar {args.avatar!r} is a portrait bundle; this bench measures a video avatar "
                          f"(framegraph avatar train --video)")
     torch.set_num_threads(args.threads)
-    held = (avatar.meta.get("training") or {}).get("heldout") or {}
-    start = args.start_s if args.start_s is not None else float(held.get("start_s", 0.0))
+    start = args.start_s if args.start_s is not None else avatar.heldout_start_s
     result = bench_metadata("video_avatar")
     result.update({"avatar": args.avatar, "clip": args.clip, "torch_threads": args.threads,
                    "training": avatar.meta.get("training")})

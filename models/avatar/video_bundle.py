@@ -142,6 +142,13 @@ class VideoAvatar(PictureSize):
         """L: the region's side in px of the video."""
         return int(round(float(self.boxes[0, 2])))
 
+    @property
+    def heldout_start_s(self) -> float:
+        """Where the stretch of the source video that training never saw begins, in s (``avatar train --video
+        --holdout``; 0.0 when training used it all): the default start of ``avatar eval`` and the bench."""
+        held = (self.meta.get("training") or {}).get("heldout") or {}
+        return float(held.get("start_s", 0.0))
+
     def settings(self) -> dict:
         return {"kind": KIND, "format_version": FORMAT_VERSION, "size": [self.width, self.height],
                 "fps": float(self.fps), "frames": int(len(self.frames)), "loop": LOOP_FILE, "regions": REGIONS_FILE,

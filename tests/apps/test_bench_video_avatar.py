@@ -1,5 +1,6 @@
-"""`framegraph bench video_avatar` on a tiny random video avatar and a clip of its own frames: the JSON holds
-the held-out quality block and a speed run per region size, and a portrait bundle is refused."""
+"""`framegraph bench video_avatar` and `framegraph avatar eval` on a tiny random video avatar and a clip of its
+own frames: the bench's JSON holds the held-out quality block and a speed run per region size, and a portrait
+bundle is refused; eval measures from where the part kept out of training begins and keeps the redrawn video."""
 import json
 
 import numpy as np
@@ -12,13 +13,20 @@ from framegraph.models.avatar import random_avatar, save_avatar
 from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
 
 
-@pytest.mark.slow
-def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
+def _avatar_and_clip(tmp_path, heldout_start_s=None):
+    """A random video avatar saved as tmp_path/me and a 1.28-s clip (32 frames) of its own frames with a tone."""
     torch.set_num_threads(1)
     avatar = random_video_avatar(n_frames=8)
+    if heldout_start_s is not None:
+        avatar.meta = {"training": {"heldout": {"start_s": heldout_start_s}}}
     save_video_avatar(tmp_path / "me", avatar)
     frames = np.concatenate([avatar.frames.numpy()] * 4)  # 32 frames = 1.28 s of "the person"
-    clip = write_video(tmp_path / "me.mp4", frames, 25, tone(1.28))
+    return avatar, write_video(tmp_path / "me.mp4", frames, 25, tone(1.28))
+
+
+@pytest.mark.slow
+def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
+    avatar, clip = _avatar_and_clip(tmp_path)
     out = tmp_path / "results" / "video_avatar.json"
     assert main(["bench", "video_avatar", "--avatar", str(tmp_path / "me"), "--clip", clip, "--seconds", "1",
                  "--region", "128", "--threads", "1", "--out", str(out)]) == 0
@@ -36,3 +44,26 @@ def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
     assert main(["bench", "video_avatar", "--avatar", str(tmp_path / "portrait"), "--clip", clip,
                  "--out", str(out)]) == 2
     assert "is a portrait bundle; this bench measures a video avatar" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, capsys):
+    from framegraph.stream.media import read_video
+
+    _, clip = _avatar_and_clip(tmp_path, heldout_start_s=0.64)
+    out, video = tmp_path / "eval.json", tmp_path / "eval.mp4"
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
+                 "--video", str(video)]) == 0
+    m = json.loads(out.read_text())
+    assert m["start_s"] == 0.64 and m["end_s"] == 1.28 and m["frames"] == 16  # the held-out part only
+    assert m["faces_found_generated"] == 1.0 and m["outside_mouth_psnr_db"] >= 30
+    got = read_video(str(video))
+    assert len(got["frames"]) == 16 and got["frames"].shape[1:3] == (256, 256)
+    assert np.abs(got["audio"].astype(np.float64)).max() > 1000  # the clip's sound came along
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
+                 "--start-s", "0", "--end-s", "0.4"]) == 0
+    assert json.loads(out.read_text())["frames"] == 10
+    capsys.readouterr()
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
+                 "--steps", "2"]) == 2
+    assert "--steps: for portrait avatars" in capsys.readouterr().err

@@ -148,7 +148,7 @@ def _video_stages(g: Graph, avatar, feats: Stage, state: Stage, *, torch_threads
     from .loop import VideoLoop
     from .video_stages import MouthRegion, MouthShape
 
-    shape = g.add(MouthShape(avatar.shape_head, avatar.rest_shape))
+    shape = g.add(MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate))
     loop = g.add(VideoLoop(avatar.frames, avatar.boxes, avatar.idle, nearest_idle=avatar.nearest_idle))
     region = g.add(MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference,
                                frame_size=(avatar.height, avatar.width), box_side=avatar.box_side,

@@ -17,6 +17,7 @@ Both are diffusers ``ModelMixin`` + ``ConfigMixin`` (``save_pretrained`` / ``fro
 """
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers import ConfigMixin, ModelMixin
@@ -24,6 +25,8 @@ from diffusers.configuration_utils import register_to_config
 from torch import nn
 
 SHAPE_NAMES = ("openness", "width", "roundness")
+# RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth
+QUIET_LEVELS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
 
 
 def _conv(cin: int, cout: int, k: int = 3, stride: int = 1) -> nn.Conv2d:
@@ -132,19 +135,29 @@ def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
 
 
 def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int = 3,
-                   ridge: float | None = None, folds: int = 4) -> tuple[ShapeHead, dict]:
+                   ridge: float | None = None, folds: int = 4, quiet_features: list[torch.Tensor] = (),
+                   rest: torch.Tensor | None = None) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
-    ``ridge`` None: chosen from a grid by ``folds`` contiguous folds (each fold is a block of time, so
-    neighbouring frames do not leak into the validation). Returns the head and a report (the ridge
-    chosen, the folds' correlation of the first shape number).
+    ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech (silence, noise at several
+    levels), each windowed on its own, all answered with ``rest [P]`` (the person's mouth in silence): rows
+    added to every fit, never validated on, so the head keeps the mouth at rest on sounds that are not
+    speech (a microphone's hiss) without a gate. ``ridge`` None: chosen from a grid by ``folds`` contiguous
+    folds (each fold is a block of time, so neighbouring frames do not leak into the validation). Returns
+    the head and a report (the ridge chosen, the folds' correlation of the first shape number).
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
     Y = shapes.double()
     mean, std = X.mean(0), X.std(0).clamp_min(1e-6)
     Z = (X - mean) / std
+    if len(quiet_features) and rest is None:
+        raise ValueError("fit_shape_head: quiet_features need the rest shape they stand for")
+    Zq = torch.cat([(context_windows(f.float(), context).reshape(len(f), -1).double() - mean) / std
+                    for f in quiet_features]) if len(quiet_features) else Z[:0]
+    Yq = torch.as_tensor(rest, dtype=Y.dtype).expand(len(Zq), -1) if len(Zq) else Y[:0]
 
     def solve(Zt, Yt, lam):
+        Zt, Yt = torch.cat([Zt, Zq]), torch.cat([Yt, Yq])
         zm, ym = Zt.mean(0), Yt.mean(0)
         A = (Zt - zm).T @ (Zt - zm) + lam * len(Zt) * torch.eye(Zt.shape[1], dtype=Zt.dtype)
         w = torch.linalg.solve(A, (Zt - zm).T @ (Yt - ym))
@@ -169,7 +182,17 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         head.std.copy_(std.float())
         head.linear.weight.copy_(w.T.float())
         head.linear.bias.copy_(b.float())
-    return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()}}
+    return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()},
+                         "quiet_rows": len(Zq)}
+
+
+def quiet_audio(seconds: float = 2.0, levels: tuple[float, ...] = QUIET_LEVELS, seed: int = 0) -> list[np.ndarray]:
+    """``int16 [seconds * 16000]`` clips of no speech: digital silence and white noise at each of ``levels``
+    (RMS as a share of full scale: 1e-4 ≈ -80 dBFS ... 0.1 = -20 dBFS), for :func:`fit_shape_head`'s
+    ``quiet_features``."""
+    rng = np.random.default_rng(seed)
+    n = int(round(seconds * 16000))
+    return [np.clip(rng.standard_normal(n) * level * 32767, -32768, 32767).astype(np.int16) for level in levels]
 
 
 def sobel_edges(x: torch.Tensor) -> torch.Tensor:
@@ -191,5 +214,5 @@ def region_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, 
     return l1 + edge * e
 
 
-__all__ = ["SHAPE_NAMES", "MouthGenerator", "ShapeHead", "context_windows", "fit_shape_head", "sobel_edges",
-           "region_loss"]
+__all__ = ["SHAPE_NAMES", "MouthGenerator", "ShapeHead", "context_windows", "fit_shape_head", "quiet_audio",
+           "sobel_edges", "region_loss"]

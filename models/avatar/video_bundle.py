@@ -42,7 +42,7 @@ PARTS = {"generator": MouthGenerator, "shape_head": ShapeHead, "audio": AudioEnc
 MAX_MODEL_SIZE = 256  # the generated region's side cap (px): real time on CPU, see the module docstring
 MIN_MODEL_SIZE = 64  # a smaller lower face has too few pixels for lips
 SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "regions", "region_size", "box_side",
-                 "idle", "shape", "vad"}
+                 "idle", "shape", "vad", "silence_gate"}
 
 
 def region_side(face_width: float) -> int:
@@ -103,7 +103,9 @@ class VideoAvatar(PictureSize):
         idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
             ``uint8 [S, S, 3]``.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
-            standardised shape of the mouth at rest (silence).
+            standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
+            rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
+            audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
     """
 
     generator: MouthGenerator
@@ -121,6 +123,7 @@ class VideoAvatar(PictureSize):
     rest_shape: list[float]
     fps: float = 25.0
     vad: bool = True
+    silence_gate: bool = True
     meta: dict = field(default_factory=dict)
     root: str | None = None
     kind: str = KIND
@@ -155,7 +158,7 @@ class VideoAvatar(PictureSize):
                 "region_size": self.region_size, "box_side": self.box_side, "idle": [int(v) for v in self.idle],
                 "shape": {"names": list(SHAPE_NAMES), "mean": [float(v) for v in self.shape_mean],
                           "std": [float(v) for v in self.shape_std], "rest": [float(v) for v in self.rest_shape]},
-                "vad": bool(self.vad)}
+                "vad": bool(self.vad), "silence_gate": bool(self.silence_gate)}
 
 
 def write_loop(path, frames: torch.Tensor, fps: float) -> None:
@@ -231,7 +234,7 @@ def load_video_avatar(root, cfg: dict, load_part, error) -> VideoAvatar:
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
                        reference=torch.from_numpy(r["reference"]), shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
-                       vad=bool(cfg.get("vad", True)),
+                       vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
 
 

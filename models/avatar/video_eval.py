@@ -51,7 +51,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     speech = speech_per_frame(audio, n, fps)
     track = track_faces(iter(frames[a:b]), os.path.basename(clip))
     boxes = region_boxes(track.centres, avatar.box_side, W, H)
-    shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape)
+    shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     region = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(H, W),
                          box_side=avatar.box_side)
     meter, rows, out, ms = LandmarkMeter(), [], [], []

@@ -5,7 +5,8 @@
                                          └▶ VideoLoop ─frame, box────────────┘─┘
 
 :class:`MouthShape` keeps the last ``K`` feature vectors (causal) and runs the :class:`~.lipsync.ShapeHead`;
-while the avatar does not speak it eases to the person's resting mouth. :class:`MouthRegion` cuts the
+a head trained to answer silence and noise with the person's resting mouth is followed as it is, an older
+one is gated: while the avatar does not speak the shape eases to the resting mouth. :class:`MouthRegion` cuts the
 region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
 the shape and pastes it back with the feathered alpha (:func:`framegraph.models.composite.composite`):
 every pixel outside that alpha is the loop frame's own.
@@ -31,6 +32,8 @@ class MouthShape(Stage):
 
     Args:
         head: the :class:`ShapeHead`. rest: ``[P]`` the shape of the mouth at rest (silence).
+        gate: ease to ``rest`` while the state is not speaking (for heads not trained on quiet audio; a
+            gate also shuts lips that really move at the edges of speech, where the voice detector lags).
         ease: per frame, how far the shape moves towards the resting mouth when not speaking (and back
             when speaking): 1 = at once.
         limit: the output is clamped to ``±limit`` (standard deviations of the person's own shapes).
@@ -38,15 +41,15 @@ class MouthShape(Stage):
     Ports: in ``"features"`` ``float32 [D]``, ``"state"`` ``float32 [4]``; out ``"shape"`` ``float32 [P]``.
     """
 
-    def __init__(self, head: ShapeHead, rest, *, ease: float = 0.5, limit: float = 3.0, device: str = "cpu",
-                 name: str = "mouth_shape"):
+    def __init__(self, head: ShapeHead, rest, *, gate: bool = True, ease: float = 0.5, limit: float = 3.0,
+                 device: str = "cpu", name: str = "mouth_shape"):
         super().__init__(name)
         self.head = head.to(device).eval()
         c = head.config
         self.rest = torch.as_tensor(rest, dtype=torch.float32, device=device)
         if self.rest.shape != (c.shape_dim,):
             raise ValueError(f"MouthShape: rest shape {list(self.rest.shape)}; expected [{c.shape_dim}]")
-        self.ease, self.limit = float(ease), float(limit)
+        self.gate, self.ease, self.limit = bool(gate), float(ease), float(limit)
         self.inputs = {"features": PortSpec((c.feature_dim,), torch.float32, device),
                        "state": PortSpec((STATE_DIM,), torch.float32, device)}
         self.outputs = {"shape": PortSpec((c.shape_dim,), torch.float32, device)}
@@ -66,7 +69,7 @@ class MouthShape(Stage):
             self._context = torch.roll(self._context, -1, 0)
             self._context[-1].copy_(features)
         self._seen += 1
-        self._gate += self.ease * (float(speaking) - self._gate)
+        self._gate += self.ease * (float(speaking or not self.gate) - self._gate)
         pred = self.head(self._context[None])[0].clamp(-self.limit, self.limit)
         return self.rest + self._gate * (pred - self.rest)
 

@@ -8,7 +8,9 @@
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
              (L1 + Sobel-edge loss, the lower face weighted)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
-             the measured shape (ridge regression, causal window)
+             the measured shape (ridge regression, causal window), plus rows of silence and white noise
+             (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
+             silent: the live shape follows the head with no voice gate (``silence_gate`` False)
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -32,7 +34,7 @@ from framegraph.models.audio.features import extract_features
 from framegraph.models.vae import crop_frames
 
 from ..training import REPORT, cpu_threads, lr_at, write_json
-from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, region_loss
+from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, quiet_audio, region_loss
 from .loop import nearest_frames
 from .video import MIN_SECONDS, prepare_video
 from .video_bundle import (
@@ -285,6 +287,21 @@ def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
     return torch.stack(regions), torch.stack(loop), np.stack(thumbs)
 
 
+def rest_shape(z: torch.Tensor, openness: np.ndarray, audio: np.ndarray | None, n: int, fps: float,
+               least: int = 25) -> tuple[torch.Tensor, str]:
+    """The person's mouth in silence ``[P]`` (standardised) from the training frames ``z [T, P]``: the median
+    over the frames the voice detector (Silero VAD on ``audio``, all ``n`` frames' worth) calls silent, or,
+    with fewer than ``least`` of them or no audio, over the 20 % most closed (``openness [T]``). Also says which."""
+    if audio is not None:
+        from .evaluate_real import speech_per_frame
+
+        silent = speech_per_frame(audio, n, fps)[:len(z)] < 0.5
+        if silent.sum() >= least:
+            return z[torch.from_numpy(silent)].median(0).values, f"{int(silent.sum())} silent frames"
+    closed = openness <= np.quantile(openness, 0.2)
+    return z[torch.from_numpy(closed)].median(0).values, f"the {int(closed.sum())} most closed frames"
+
+
 def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps: float, context: int) -> dict:
     """How well the audio → shape head predicts the measured mouth openness on the held-out frames."""
     from .lipsync import context_windows
@@ -343,8 +360,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     paste = paste_mask(mask, feather_px=0.06 * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
-    closed = openness[:n_train] <= np.quantile(openness[:n_train], 0.2)
-    rest = z[:n_train][torch.from_numpy(closed)].median(0).values
+    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], audio if cfg.vad else None, n, fps)
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
     nearest = nearest_frames(thumbs, range(*idle))
 
@@ -356,13 +372,16 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     encoder, encoder_path = _audio_encoder(audio_from)
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
-    head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context)
+        quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
+    head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
+                                       rest=rest)
+    head_report["rest_from"] = rest_from
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
                          reference=reference, shape_mean=mean.tolist(), shape_std=std.tolist(),
-                         rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad)
+                         rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),

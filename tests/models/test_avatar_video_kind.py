@@ -191,6 +191,37 @@ def test_trained_generator_opens_the_mouth_for_a_larger_shape(talking):
         assert abs(float(xs.float().mean()) - S / 2) < 0.15 * S and int(ys.min()) > 0.3 * S
 
 
+def _live_openness(avatar, audio: np.ndarray, speaking: bool) -> np.ndarray:
+    """The openness (standardised) the live graph's MouthShape gives, frame by frame, for ``audio``."""
+    from framegraph.models.audio.features import extract_features
+    from framegraph.models.avatar.video_stages import MouthShape
+
+    stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
+    with torch.no_grad():
+        feats = extract_features(avatar.audio, audio, avatar.fps)
+    return np.array([float(stage.step(f, speaking)[0]) for f in feats])
+
+
+@pytest.mark.slow
+def test_mouth_rests_on_hiss_and_silence_without_a_gate_and_moves_on_speech(talking):
+    """A live microphone's hiss is not speech: the head learnt (quiet rows) to answer it with the person's
+    resting mouth, so the bundle needs no voice gate (which also shuts lips that really move at the edges of
+    speech); the rest is the mouth in the frames the voice detector calls silent."""
+    from framegraph.models.avatar import load_avatar
+
+    a = load_avatar(talking["bundle"])
+    assert a.silence_gate is False and "silent frames" in talking["report"]["shape_head"]["rest_from"]
+    assert talking["report"]["shape_head"]["quiet_rows"] > 0
+    rest = a.rest_shape[0]
+    rng = np.random.default_rng(7)
+    for level in (0.0, 0.003, 0.01, 0.03):  # silence, -50, -40, -30 dBFS of white noise
+        hiss = (rng.standard_normal(3 * SR) * level * 32767).astype(np.int16)
+        o = _live_openness(a, hiss, speaking=True)[10:]  # even with the state saying "speaking"
+        assert np.abs(o - rest).max() < 0.6, (level, o.max(), rest)
+    speech = _live_openness(a, talking["audio"][-3 * SR:], speaking=True)
+    assert speech.max() - rest > 1.0 and speech.std() > 0.3  # held-out speech still opens and moves the mouth
+
+
 @pytest.mark.slow
 def test_render_of_a_video_bundle_is_a_playable_mp4_with_sound_and_a_moving_mouth(talking, tmp_path):
     from framegraph.models.avatar import render_avatar_graph

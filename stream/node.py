@@ -140,6 +140,11 @@ class Node:
     def _input_waited(self, ns: int) -> None:
         self.in_wait_ns += ns
 
+    def _waiting(self, port: str) -> int:
+        """Frames ready on input ``port`` and not yet given to the stage."""
+        ring = self.in_rings.get(port)
+        return ring.depth if ring is not None else 0
+
     def close_outputs(self) -> None:
         for rings in self.out_rings.values():
             for ring in rings:
@@ -178,7 +183,8 @@ class Node:
         try:
             try:
                 ctx = StageContext(graph.clock, self.device, self.stream, graph.telemetry, self.index,
-                                   cancelled=lambda: graph.aborted, input_waited=self._input_waited)
+                                   cancelled=lambda: graph.aborted, input_waited=self._input_waited,
+                                   waiting=self._waiting)
                 with self.stream_context():
                     stage.setup(ctx)
                     if stage.ctx is None:

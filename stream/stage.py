@@ -20,6 +20,7 @@ stream by raising :class:`EndOfStream`. A stage with no outputs is a **sink**.
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
@@ -52,6 +53,8 @@ class StageContext:
             name that says it is partial.
         input_waited: ``input_waited(ns)`` — a source with ``waits_outside`` reports the ns its ``process``
             just waited for input from outside the graph; they count as its ``input_wait``, not its work.
+        waiting: ``waiting(port)`` — frames queued on input ``port`` behind the ones ``process`` was just
+            given (a live stage skips to the newest: :meth:`Stage.stale`).
     """
 
     clock: Clock
@@ -61,6 +64,7 @@ class StageContext:
     index: int = 0
     cancelled: Callable[[], bool] = lambda: False
     input_waited: Callable[[int], None] = lambda ns: None
+    waiting: Callable[[str], int] = lambda port: 0
 
 
 class Stage:
@@ -117,6 +121,19 @@ class Stage:
 
     def reset(self) -> None:
         """Forget stream state (barge-in). Stateful stages override; called between frames."""
+
+    def stale(self, frame: Frame, port: str, max_lag_ms: float | None) -> bool:
+        """Live streams only (realtime clock, ``max_lag_ms`` set): should the input ``frame`` on ``port`` be
+        skipped rather than computed? Yes when a newer frame already waits on ``port``, or when its data
+        arrived (``capture_ns``) more than ``max_lag_ms`` ago. A stage that skips these computes from the
+        freshest input it has, so a machine slower than the stream shows fewer frames, never a delay that
+        grows or a frame from input older than it must be. Always False offline (any other clock)."""
+        ctx = self.ctx
+        if max_lag_ms is None or ctx is None or getattr(ctx.clock, "mode", None) != "realtime":
+            return False
+        if ctx.waiting(port) > 0:
+            return True
+        return bool(frame.capture_ns) and (time.monotonic_ns() - frame.capture_ns) > max_lag_ms * 1e6
 
     def set_fallback(self, level: int) -> None:
         """Switch to cheaper level ``level`` (0 = full quality). Override when ``fallbacks`` is set."""

@@ -40,8 +40,9 @@ STATE_MODES = ("auto", "speaking", "listening", "idle")
 # where the three model stages compute (see models/onnx); onnx-int8: the models the export keeps in int8
 # (framegraph export --int8, models/onnx/quantize.py) run int8, the others float32
 BACKENDS = ("torch", "onnx", "onnx-int8")
-# Live streams: a frame whose audio arrived longer ago than this is skipped rather than generated late, so a
-# machine slower than the stream shows fewer frames per second, never a growing delay (``max_lag_ms``).
+# Live streams: a frame with a newer one waiting behind it, or whose audio arrived longer ago than this, is
+# skipped rather than generated late, so a machine slower than the stream shows fewer frames per second, each
+# from the freshest audio, never a growing delay (``max_lag_ms``, ``Stage.stale``).
 LIVE_MAX_LAG_MS = 250.0
 
 

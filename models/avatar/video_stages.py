@@ -13,8 +13,6 @@ every pixel outside that alpha is the loop frame's own.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 import torch.nn.functional as F
 
@@ -85,8 +83,9 @@ class MouthRegion(Stage):
         generator: the :class:`MouthGenerator`. mask / paste: ``float32 [S, S]`` the hidden lower face and
             the feathered paste-back alpha (0 wherever ``mask`` is 0). reference: ``uint8 [S, S, 3]``.
         frame_size: ``(H, W)`` of the frames. box_side: ``L``, the region's side in px of the frame.
-        max_lag_ms: live streams (realtime clock): a frame whose audio arrived longer ago than this is
-            skipped (``frames_skipped``), so a slow machine shows fewer frames, never a growing delay.
+        max_lag_ms: live streams (realtime clock): a frame with a newer one waiting behind it, or whose audio
+            arrived longer ago than this, is skipped (``frames_skipped``; :meth:`~framegraph.stream.Stage.stale`),
+            so a slow machine shows fewer frames, each from the freshest audio, never a growing delay.
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]``; out
@@ -123,11 +122,6 @@ class MouthRegion(Stage):
             x = torch.zeros(1, 3, self.size, self.size)
             self.generator(x, self.mask, self.reference, torch.zeros(1, self.generator.config.shape_dim))
 
-    def _too_late(self, frame) -> bool:
-        if self.max_lag_ms is None or not frame.capture_ns or getattr(self.ctx.clock, "mode", None) != "realtime":
-            return False
-        return (time.monotonic_ns() - frame.capture_ns) > self.max_lag_ms * 1e6
-
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
         """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
@@ -138,7 +132,7 @@ class MouthRegion(Stage):
 
     def process(self, inputs, out):
         frame = inputs["frame"]
-        if self._too_late(frame):
+        if self.stale(frame, "frame", self.max_lag_ms):
             self.frames_skipped += 1
             return
         box = [int(v) for v in inputs["box"].data.tolist()]

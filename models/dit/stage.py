@@ -16,8 +16,6 @@ stage); back up when comfortably inside.
 """
 from __future__ import annotations
 
-import time
-
 import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
@@ -50,10 +48,11 @@ class Denoiser(Stage):
         budget_ms: time one chunk may take (see module docs); None: no fallbacks are taken.
         device: where the model runs and the ports live.
         torch_threads: intra-op threads of this stage's worker thread (None: leave torch's setting).
-        max_lag_ms: live streams (realtime clock) only: a chunk whose first frame's audio arrived more than
-            this long ago (its ``capture_ns``) is skipped — counted in ``frames_skipped``, never generated —
-            so when the machine is slower than the stream the delay stays bounded and the frame rate drops
-            instead of a queue growing. None: every frame is generated (offline rendering).
+        max_lag_ms: live streams (realtime clock) only: a chunk whose first frame has a newer one waiting
+            behind it, or whose audio arrived more than this long ago (its ``capture_ns``), is skipped —
+            counted in ``frames_skipped``, never generated — so when the machine is slower than the stream
+            each chunk starts from the freshest audio and the frame rate drops instead of a queue growing
+            (:meth:`~framegraph.stream.Stage.stale`). None: every frame is generated (offline rendering).
 
     Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``; out ``"latent"``
     ``float32 [C, T_chunk, h, w]``. At end of stream a partial chunk is completed by repeating its last
@@ -140,15 +139,9 @@ class Denoiser(Stage):
         self.frames_skipped = 0
         self.steps_used = {}
 
-    def _too_late(self, frame) -> bool:
-        """A live chunk would start with audio older than ``max_lag_ms``: skip it (see the class docs)."""
-        if self.max_lag_ms is None or not frame.capture_ns or getattr(self.ctx.clock, "mode", None) != "realtime":
-            return False
-        return (time.monotonic_ns() - frame.capture_ns) > self.max_lag_ms * 1e6
-
     def process(self, inputs, out):
         features, state = inputs["features"], inputs["state"]
-        if self._count == 0 and self._too_late(features):
+        if self._count == 0 and self.stale(features, "features", self.max_lag_ms):
             self.frames_skipped += 1
             self._flags |= features.flags & (Flag.INTERRUPTED | Flag.DISCONTINUITY)  # kept for the next chunk
             return

@@ -157,13 +157,15 @@ def test_bad_construction_is_refused_with_the_reason():
         Denoiser(AvatarDiT(latent_channels=C, width=32, heads=2, depth=1, attention="monarch"), torch.zeros(C, H, W))
 
 
-def test_live_frames_whose_audio_is_too_old_are_skipped_not_queued():
-    """Realtime clock + max_lag_ms: a frame whose audio arrived 1 s ago is skipped (counted), a fresh one
-    is generated; with the fast clock (offline) nothing is ever skipped."""
+def test_live_frames_whose_audio_is_too_old_or_already_superseded_are_skipped_not_queued():
+    """Realtime clock + max_lag_ms: a frame whose audio arrived 1 s ago is skipped (counted), so is a fresh
+    one with a newer frame already waiting behind it (the chunk starts from the newest audio), a fresh one
+    with nothing behind it is generated; with the fast clock (offline) nothing is ever skipped."""
     import time
 
     den = Denoiser(tiny(), torch.randn(C, H, W), steps=1, seed=0, max_lag_ms=200)
-    den.setup(StageContext(Clock("realtime"), torch.device("cpu")))
+    queued = {"features": 0}
+    den.setup(StageContext(Clock("realtime"), torch.device("cpu"), waiting=lambda port: queued.get(port, 0)))
     features, state = feature_frames(2)
     out = FakeOutputs(den.outputs["latent"])
 
@@ -179,8 +181,12 @@ def test_live_frames_whose_audio_is_too_old_are_skipped_not_queued():
 
     den.process(frame(0, 1.0), out)
     assert den.frames_skipped == 1 and out.frames == []
+    queued["features"] = 1
     den.process(frame(1, 0.0), out)
-    assert den.frames_skipped == 1 and len(out.frames) == 1 and out.frames[0].pts == 1920
+    assert den.frames_skipped == 2 and out.frames == []
+    queued["features"] = 0
+    den.process(frame(1, 0.0), out)
+    assert den.frames_skipped == 2 and len(out.frames) == 1 and out.frames[0].pts == 1920
     offline = Denoiser(tiny(), torch.randn(C, H, W), steps=1, max_lag_ms=200)
     offline.setup(StageContext(Clock("fast"), torch.device("cpu")))
     offline.process(frame(0, 1.0), FakeOutputs(offline.outputs["latent"]))

@@ -273,6 +273,40 @@ def test_flow_limiter_bounds_latency_and_drops_at_the_source_under_overload():
     assert any(f & Flag.DISCONTINUITY for *_, f in k.got)
 
 
+class Freshest(Stage):
+    """A slow live stage (20 ms a frame) that computes only the freshest input (``Stage.stale``)."""
+
+    def __init__(self):
+        super().__init__("freshest")
+        self.inputs = {"x": PortSpec((4,))}
+        self.outputs = {"x": PortSpec((4,))}
+        self.skipped = 0
+
+    def process(self, inputs, out):
+        if self.stale(inputs["x"], "x", max_lag_ms=1000):
+            self.skipped += 1
+            return
+        time.sleep(0.02)
+        out.write("x").data.copy_(inputs["x"].data)
+
+
+@pytest.mark.parametrize("mode", ["realtime", "fast"])
+def test_a_live_stage_skips_to_the_newest_waiting_frame_and_offline_computes_every_one(mode):
+    """Frames every 5 ms into a stage that needs 20: live, each computed frame is the newest it had (the
+    ones queued behind were skipped, the last frame is always computed); offline every frame is."""
+    g = Graph(Clock(mode))
+    s, f, k = g.add(CountSource(40, fps=200)), g.add(Freshest()), g.add(Collect())
+    g.connect(s, f, capacity=8)
+    g.connect(f, k, capacity=8)
+    g.run(timeout=10)
+    got = k.values()
+    assert got == sorted(got) and got[-1] == 39.0 and f.skipped + len(got) == 40
+    if mode == "realtime":
+        assert f.skipped >= 20, (f.skipped, got)  # at most one computed frame per 20 ms of a 200-ms stream
+    else:
+        assert f.skipped == 0
+
+
 def test_flow_limiter_in_fast_mode_waits_instead_of_dropping():
     g = Graph(Clock("fast"))
     s = g.add(CountSource(50), max_in_flight=2)

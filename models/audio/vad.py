@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -55,22 +56,37 @@ def check_hysteresis(on_threshold: float, off_threshold: float, min_silence_ms: 
         raise ValueError(f"VAD hysteresis: min_silence_ms={min_silence_ms} must be >= 0")
 
 
+_sessions: dict = {}  # (model path, threads) -> the onnxruntime session every SileroVAD of it shares
+_sessions_lock = threading.Lock()
+
+
+def _session(path: Path, threads: int):
+    """The process's one onnxruntime session of ``path`` (its creation costs ~60 ms; ``run`` may be called
+    from many threads at once, and the model's state lives in each caller, not in the session)."""
+    import onnxruntime as ort
+
+    with _sessions_lock:
+        key = (str(path), threads)
+        if key not in _sessions:
+            opts = ort.SessionOptions()
+            opts.intra_op_num_threads = threads
+            opts.inter_op_num_threads = 1
+            opts.log_severity_level = 3  # the wheel's model has unused initialisers; don't warn on each load
+            _sessions[key] = ort.InferenceSession(str(path), sess_options=opts, providers=["CPUExecutionProvider"])
+        return _sessions[key]
+
+
 class SileroVAD:
     """Silero VAD on onnxruntime, one 512-sample window (32 ms at 16 kHz) per call.
 
     ``__call__(window float32 [512] in [-1, 1])`` → speech probability in [0, 1]. The recurrent state
-    and the 64-sample context are kept here and cleared by :meth:`reset`.
+    and the 64-sample context are kept here and cleared by :meth:`reset`; the onnxruntime session is shared
+    by every instance in the process (so a new live session's voice detector starts at once).
     """
 
     def __init__(self, path: str | os.PathLike | None = None, threads: int = 1):
-        import onnxruntime as ort
-
         self.path = Path(path) if path else silero_model_path()
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = threads
-        opts.inter_op_num_threads = 1
-        opts.log_severity_level = 3  # the wheel's model has unused initialisers; don't warn on each load
-        self.session = ort.InferenceSession(str(self.path), sess_options=opts, providers=["CPUExecutionProvider"])
+        self.session = _session(self.path, threads)
         names = {i.name for i in self.session.get_inputs()}
         if names != {"input", "state", "sr"}:
             raise ValueError(f"{self.path}: expected a Silero VAD v5+ model with inputs input/state/sr, "

@@ -57,6 +57,24 @@ def test_the_silero_model_comes_from_the_installed_wheel():
         vad(np.zeros(320, np.float32))
 
 
+def test_detectors_share_one_session_and_keep_their_own_state(speech):
+    """Every SileroVAD in the process runs on one onnxruntime session (made once); interleaved calls of two
+    detectors — one on speech, one on silence — give each the probabilities it gives alone."""
+    x = with_silence(speech, 0.2, 0.2).astype(np.float32) / 32768
+    windows = [x[i:i + 512] for i in range(0, len(x) - 511, 512)]
+    quiet = np.zeros(512, np.float32)
+    alone = SileroVAD()
+    speech_alone = [alone(w) for w in windows]
+    alone.reset()
+    silence_alone = [alone(quiet) for _ in windows]
+    a, b = SileroVAD(), SileroVAD()
+    assert a.session is b.session is alone.session
+    both = [(a(w), b(quiet)) for w in windows]
+    assert np.allclose([p for p, _ in both], speech_alone, atol=1e-6)
+    assert np.allclose([q for _, q in both], silence_alone, atol=1e-6)
+    assert max(speech_alone) > 0.9 and max(silence_alone) < 0.2
+
+
 def test_speaking_during_speech_idle_during_silence(speech):
     x = with_silence(speech).astype(np.float32) / 32768
     va = VoiceActivity()

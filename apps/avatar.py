@@ -495,7 +495,7 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     if args.video:
         metrics["video"] = os.path.abspath(args.video)
     return _write_metrics(args.out, metrics, ("landmark_openness_corr", "outside_mouth_psnr_db",
-                                              "mouth_sharpness_ratio"))
+                                              "mouth_sharpness_ratio", "lips_sharpness_ratio"))
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:

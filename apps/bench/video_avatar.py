@@ -124,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
                                 "weights": "fresh (same architecture; the cost does not depend on them)"})
     png = write_result(result, args.out, figure)
     print(json.dumps({"quality": {k: result["quality"][k] for k in (
-        "landmark_openness_corr", "outside_mouth_psnr_db", "mouth_sharpness_ratio", "silence")},
+        "landmark_openness_corr", "outside_mouth_psnr_db", "mouth_sharpness_ratio", "lips_sharpness_ratio",
+        "silence")},
         "speed": result["speed"]}, indent=1))
     print(f"wrote {args.out} and {png}")
     return 0

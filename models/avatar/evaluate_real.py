@@ -108,7 +108,8 @@ class LandmarkMeter:
             return {**row, "lm_open_real": np.nan}
         face = real_faces[0]
         return {**row, "lm_open_real": face.mouth_openness(), **outside_mouth_scores(generated, real, face),
-                "mouth_sharpness": mouth_sharpness_ratio(generated, real, face)}
+                "mouth_sharpness": mouth_sharpness_ratio(generated, real, face),
+                "lips_sharpness": mouth_sharpness_ratio(generated, real, face, face.lip_outer())}
 
 
 def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
@@ -128,12 +129,15 @@ def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLand
             "outside_ssim": float(m[inner].mean()) if inner.any() else np.nan}
 
 
-def mouth_sharpness_ratio(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> float:
-    """Variance of the Laplacian of the luminance inside the real lower-face polygon, generated / real."""
+def mouth_sharpness_ratio(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks,
+                          polygon: np.ndarray | None = None) -> float:
+    """Variance of the Laplacian of the luminance inside the real lower-face polygon (or ``polygon`` px:
+    the outer lip contour for the lips alone), generated / real."""
     import cv2
 
     mask = np.zeros(real.shape[:2], np.uint8)
-    cv2.fillPoly(mask, [np.round(face.lower_face_polygon()).astype(np.int32)], 1)
+    outline = face.lower_face_polygon() if polygon is None else polygon
+    cv2.fillPoly(mask, [np.round(outline).astype(np.int32)], 1)
     inside = mask > 0
 
     def detail(img):
@@ -155,7 +159,8 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
            "landmark_openness_corr": r4(_pearson(gen, real)),
            "landmark_openness_generated_mean": mean("lm_open"), "landmark_openness_real_mean": mean("lm_open_real"),
            "outside_mouth_psnr_db": mean("outside_psnr"), "outside_mouth_ssim": mean("outside_ssim"),
-           "mouth_sharpness_ratio": mean("mouth_sharpness"), "silence": None}
+           "mouth_sharpness_ratio": mean("mouth_sharpness"), "lips_sharpness_ratio": mean("lips_sharpness"),
+           "silence": None}
     if speech is not None:
         quiet = silent_frames(np.asarray(speech[:len(rows)], np.float64))
         rest = float(np.nanmedian(real[quiet])) if np.isfinite(real[quiet]).any() else np.nan

@@ -41,7 +41,7 @@ def test_the_real_frames_themselves_score_perfectly(real_frames):
     assert s["faces_found_generated"] == 1 and s["faces_found_real"] == 1
     assert s["landmark_openness_corr"] > 0.99
     assert s["outside_mouth_psnr_db"] == 99.0 and s["outside_mouth_ssim"] > 0.999
-    assert abs(s["mouth_sharpness_ratio"] - 1) < 1e-6
+    assert abs(s["mouth_sharpness_ratio"] - 1) < 1e-6 and abs(s["lips_sharpness_ratio"] - 1) < 1e-6
 
 
 def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames):
@@ -55,7 +55,17 @@ def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames)
         b[110:190, 70:180] = cv2.GaussianBlur(f, (0, 0), 1.2)[110:190, 70:180]
         blurred.append(b)
     s = real_summary(measure(blurred, real_frames), None)
-    assert s["mouth_sharpness_ratio"] < 0.5
+    assert s["mouth_sharpness_ratio"] < 0.5 and s["lips_sharpness_ratio"] < 0.5
+    from framegraph.models.face import FaceLandmarker
+
+    lips_only = []
+    with FaceLandmarker(max_faces=1) as landmarks:
+        for f, b in zip(real_frames, blurred):  # only the lips blurred, the skin around them real: the lips say so
+            m = np.zeros(f.shape[:2], np.uint8)
+            cv2.fillPoly(m, [np.round(landmarks.detect(f)[0].lip_outer()).astype(np.int32)], 1)
+            lips_only.append(np.where(m[..., None] > 0, b, f))
+    s = real_summary(measure(lips_only, real_frames), None)
+    assert s["lips_sharpness_ratio"] < 0.6 * s["mouth_sharpness_ratio"], s
     assert s["landmark_openness_corr"] > 0.8, "a blurred mouth still opens in step"
     shifted = [np.roll(f, 3, axis=1) for f in real_frames]  # the face 3 px off: not the real frames
     s = real_summary(measure(shifted, real_frames), None)

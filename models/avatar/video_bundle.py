@@ -6,7 +6,9 @@
     DIR/regions.npz     per loop frame: ``boxes float32 [N, 4]`` (x, y, L, L) px of the mouth region and
                         ``nearest_idle int64 [N]``; ``mask float32 [S, S]`` (1: the lower face the
                         generator redraws), ``paste float32 [S, S]`` (the feathered paste-back alpha, 0
-                        wherever ``mask`` is 0), ``reference uint8 [S, S, 3]`` (the reference region)
+                        wherever ``mask`` is 0), ``reference uint8 [S, S, 3]`` (the reference region), and
+                        in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
+                        finest texture is laid over the generated lower face: away from the lips)
     DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
     DIR/shape_head/     ShapeHead       (audio features → mouth shape)
     DIR/audio/          AudioEncoder
@@ -93,6 +95,16 @@ def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
     return soft.clamp_(0.0, 1.0)
 
 
+def texture_mask(mask: torch.Tensor, lips: torch.Tensor, margin_px: float) -> torch.Tensor:
+    """``float32 [S, S]``: where the loop frame's own finest texture is laid over the generated lower face —
+    inside the hard ``mask``: 0 within ``margin_px`` of ``lips [S, S]`` (1 wherever the lips are in any frame:
+    there the generated mouth differs from the frame's), rising smoothly to 1 at ``3 · margin_px``."""
+    r = max(1, int(round(margin_px)))
+    near = F.max_pool2d((lips > 0.5).float()[None, None], 4 * r + 1, stride=1, padding=2 * r)  # grown by 2r
+    near = F.avg_pool2d(F.pad(near, (r, r, r, r), mode="replicate"), 2 * r + 1, stride=1)  # its edge: a ramp r..3r
+    return ((1 - near[0, 0]) * (mask > 0.5).float()).clamp_(0.0, 1.0)
+
+
 @dataclass
 class VideoAvatar(PictureSize):
     """A loaded video avatar bundle (see the module docstring).
@@ -101,7 +113,8 @@ class VideoAvatar(PictureSize):
         generator / shape_head / audio: the models (eval mode).
         frames: ``uint8 [N, H, W, 3]`` loop frames; boxes: ``float32 [N, 4]``; nearest_idle: ``int64 [N]``.
         idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
-            ``uint8 [S, S, 3]``.
+            ``uint8 [S, S, 3]``; texture: ``float32 [S, S]`` or None (older bundles: none), see
+            :func:`texture_mask`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
             standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
@@ -124,6 +137,7 @@ class VideoAvatar(PictureSize):
     fps: float = 25.0
     vad: bool = True
     silence_gate: bool = True
+    texture: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
     kind: str = KIND
@@ -186,9 +200,10 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
         getattr(avatar, part).save_pretrained(root / part)
     write_loop(root / LOOP_FILE, avatar.frames, avatar.fps)
     tmp = root / (REGIONS_FILE + ".partial.npz")
+    texture = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
     np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
                         nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
-                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy())
+                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **texture)
     os.replace(tmp, root / REGIONS_FILE)
     write_json(root / "avatar.json", {**avatar.settings(), **avatar.meta})
     avatar.root = str(root)
@@ -218,11 +233,13 @@ def load_video_avatar(root, cfg: dict, load_part, error) -> VideoAvatar:
     try:
         with np.load(regions) as z:
             r = {k: z[k] for k in ("boxes", "nearest_idle", "mask", "paste", "reference")}
+            texture = torch.from_numpy(z["texture"]) if "texture" in z.files else None
     except (OSError, ValueError, KeyError) as exc:
         raise error(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
     W, H = (int(v) for v in cfg["size"])
     n, S = len(frames), int(cfg["region_size"])
-    if tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S):
+    if (tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S)
+            or (texture is not None and tuple(texture.shape) != (S, S))):
         raise error(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
                     f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
                     f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
@@ -232,7 +249,7 @@ def load_video_avatar(root, cfg: dict, load_part, error) -> VideoAvatar:
     shape = cfg["shape"]
     return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
-                       reference=torch.from_numpy(r["reference"]), shape_mean=list(shape["mean"]),
+                       reference=torch.from_numpy(r["reference"]), texture=texture, shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
@@ -275,4 +292,4 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
-           "model_size", "region_boxes", "paste_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]
+           "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]

@@ -18,7 +18,6 @@ import numpy as np
 import torch
 
 from framegraph.models.audio.features import extract_features
-from framegraph.models.composite import composite
 
 from .evaluate_real import LandmarkMeter, real_summary, speech_per_frame
 from .video_bundle import VideoAvatar, region_boxes
@@ -53,7 +52,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     boxes = region_boxes(track.centres, avatar.box_side, W, H)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     region = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(H, W),
-                         box_side=avatar.box_side)
+                         box_side=avatar.box_side, texture=avatar.texture)
     meter, rows, out, ms = LandmarkMeter(), [], [], []
     try:
         for t in range(b):
@@ -63,7 +62,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             frame = torch.from_numpy(frames[t])
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
-            gen = composite(frame, region.redraw(frame, box, shape), box, region.alpha).numpy()
+            gen = region.picture(frame, box, shape).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:

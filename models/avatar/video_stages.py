@@ -8,8 +8,9 @@
 a head trained to answer silence and noise with the person's resting mouth is followed as it is, an older
 one is gated: while the avatar does not speak the shape eases to the resting mouth. :class:`MouthRegion` cuts the
 region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
-the shape and pastes it back with the feathered alpha (:func:`framegraph.models.composite.composite`):
-every pixel outside that alpha is the loop frame's own.
+the shape, lays the loop frame's own finest texture over it away from the lips (a bundle's ``texture`` map:
+the generator draws stubble and pores only blurred) and pastes it back with the feathered alpha
+(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own.
 """
 from __future__ import annotations
 
@@ -20,9 +21,14 @@ from framegraph.models.audio import SPEAKING
 from framegraph.models.audio.frontend import STATE_DIM
 from framegraph.models.composite import composite
 from framegraph.models.vae import crop_frames
+from framegraph.models.vae.register import gaussian_blur
 from framegraph.stream import PortSpec, Stage
 
 from .lipsync import MouthGenerator, ShapeHead
+
+# the finest detail the generator leaves blurred, as a share of the region's side: a Gaussian of this σ splits
+# the frame's own texture (laid over the lower face away from the lips) from the generated picture
+TEXTURE_SCALE = 0.015
 
 
 class MouthShape(Stage):
@@ -83,6 +89,9 @@ class MouthRegion(Stage):
         generator: the :class:`MouthGenerator`. mask / paste: ``float32 [S, S]`` the hidden lower face and
             the feathered paste-back alpha (0 wherever ``mask`` is 0). reference: ``uint8 [S, S, 3]``.
         frame_size: ``(H, W)`` of the frames. box_side: ``L``, the region's side in px of the frame.
+        texture: ``float32 [S, S]`` or None: where the frame's own finest detail (stubble, pores, below
+            about :data:`TEXTURE_SCALE` of the region's side) replaces the generated picture's — the lower face
+            away from the lips, whose fine texture the generator only draws blurred (:meth:`picture`).
         max_lag_ms: live streams (realtime clock): a frame with a newer one waiting behind it, or whose audio
             arrived longer ago than this, is skipped (``frames_skipped``; :meth:`~framegraph.stream.Stage.stale`),
             so a slow machine shows fewer frames, each from the freshest audio, never a growing delay.
@@ -93,8 +102,8 @@ class MouthRegion(Stage):
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
-                 *, frame_size: tuple[int, int], box_side: int, max_lag_ms: float | None = None,
-                 torch_threads: int | None = None, name: str = "mouth_region"):
+                 *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
+                 max_lag_ms: float | None = None, torch_threads: int | None = None, name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.eval()
         S = int(mask.shape[0])
@@ -105,6 +114,11 @@ class MouthRegion(Stage):
                               align_corners=False)[0, 0]
         hard = F.interpolate(self.mask, size=(self.side, self.side), mode="nearest")[0, 0]
         self.alpha = (alpha * (hard > 0.5)).clamp_(0, 1)  # [L, L]: never a pixel the generator saw
+        self.texture = None
+        if texture is not None:
+            t = F.interpolate(texture.float()[None, None], size=(self.side, self.side), mode="bilinear",
+                              align_corners=False)[0]
+            self.texture = (t * (hard > 0.5)).clamp_(0, 1)  # [1, L, L]
         self.max_lag_ms, self.torch_threads = max_lag_ms, torch_threads
         self.frames_skipped = 0
         H, W = frame_size
@@ -130,14 +144,35 @@ class MouthRegion(Stage):
         y = self.generator(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
+    @torch.inference_mode()
+    def lay_texture(self, frame: torch.Tensor, box, region: torch.Tensor) -> torch.Tensor:
+        """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, its finest detail (below a
+        Gaussian of ``TEXTURE_SCALE · L`` px) taken from ``frame``'s own pixels there, weighted by ``texture``."""
+        x, y, L, _ = (int(v) for v in box)
+        base = frame[y:y + L, x:x + L].permute(2, 0, 1)[None].float()  # [1, 3, L, L]
+        gen = region.permute(2, 0, 1)[None].float()
+        if gen.shape[-1] != L:
+            gen = F.interpolate(gen, size=(L, L), mode="bilinear", align_corners=False)
+        sigma = TEXTURE_SCALE * L
+        fine = (base - gaussian_blur(base, sigma)) - (gen - gaussian_blur(gen, sigma))
+        out = gen + self.texture * fine
+        return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
+
+    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` (the frame's
+        fine texture laid over it where ``texture`` says) and pasted back: what :meth:`process` emits."""
+        region = self.redraw(frame, box, shape)
+        if self.texture is not None:
+            region = self.lay_texture(frame, box, region)
+        return composite(frame, region, box, self.alpha, out=out)
+
     def process(self, inputs, out):
         frame = inputs["frame"]
         if self.stale(frame, "frame", self.max_lag_ms):
             self.frames_skipped += 1
             return
         box = [int(v) for v in inputs["box"].data.tolist()]
-        region = self.redraw(frame.data, box, inputs["shape"].data)
-        composite(frame.data, region, box, self.alpha, out=out.write("video").data)
+        self.picture(frame.data, box, inputs["shape"].data, out=out.write("video").data)
 
 
-__all__ = ["MouthShape", "MouthRegion"]
+__all__ = ["MouthShape", "MouthRegion", "TEXTURE_SCALE"]

@@ -4,7 +4,8 @@
           ─▶ face landmarks on every frame (models.face): one face, big enough; per frame the mouth centre,
              the lower-face polygon and the measured mouth shape (openness, width, roundness)
           ─▶ region geometry: side L = the face width, model size S = L (multiple of 16, ≤ 256), a box per
-             frame under the mouth; the mask = where the lower face is in any frame; the paste alpha
+             frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
+             texture map (the lower face away from the lips: there the loop frame's own fine texture is kept)
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
              (L1 + Sobel-edge loss, the lower face weighted)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
@@ -46,6 +47,7 @@ from .video_bundle import (
     region_side,
     save_video_avatar,
     shape_stats,
+    texture_mask,
 )
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
@@ -64,6 +66,7 @@ class VideoTrainConfig:
     max_region: int = MAX_MODEL_SIZE
     edge_weight: float = 0.5
     mouth_weight: float = 4.0
+    texture_margin: float = 0.03
     context: int = 3
     holdout: float = 0.0
     loop_seconds: float = 10.0
@@ -358,6 +361,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     mask = lower_face_mask(track.polygons[:n_train], boxes[:n_train], size)
     lips = lower_face_mask(track.lips[:n_train], boxes[:n_train], size, grow=0.02) * mask
     paste = paste_mask(mask, feather_px=0.06 * size)
+    texture = texture_mask(mask, lips, margin_px=cfg.texture_margin * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
     rest, rest_from = rest_shape(z[:n_train], openness[:n_train], audio if cfg.vad else None, n, fps)
@@ -380,7 +384,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
-                         reference=reference, shape_mean=mean.tolist(), shape_std=std.tolist(),
+                         reference=reference, texture=texture, shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,

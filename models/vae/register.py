@@ -25,15 +25,19 @@ def _luma(x: Tensor) -> Tensor:
     return (0.299 * x[:, 0:1] + 0.587 * x[:, 1:2] + 0.114 * x[:, 2:3]) if x.shape[1] == 3 else x
 
 
-def _blur(x: Tensor, sigma: float) -> Tensor:
+def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
+    """``[N, C, H, W]`` blurred by a Gaussian of ``sigma`` px (separable, replicate borders); ``sigma <= 0``:
+    ``x`` itself."""
     if sigma <= 0:
         return x
+    N, C, H, W = x.shape
     r = max(1, math.ceil(2.5 * sigma))
     t = torch.arange(-r, r + 1, device=x.device, dtype=x.dtype)
     k = torch.exp(-0.5 * (t / sigma) ** 2)
     k = k / k.sum()
+    x = x.reshape(N * C, 1, H, W)
     x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1))
-    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1))
+    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1)).reshape(N, C, H, W)
 
 
 def _gradient(x: Tensor) -> tuple[Tensor, Tensor]:
@@ -88,8 +92,8 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
     ``grid_sample(moving, affine_grid(theta, fixed.shape), align_corners=False)`` then matches ``fixed``.
     ``robust_scale``: residual (in image units) at which a pixel's weight halves."""
     n, _, h, w = fixed.shape
-    mov = _blur(_luma(moving.float()), blur_sigma).expand(n, -1, -1, -1)
-    fix = _blur(_luma(fixed.float()), blur_sigma)
+    mov = gaussian_blur(_luma(moving.float()), blur_sigma).expand(n, -1, -1, -1)
+    fix = gaussian_blur(_luma(fixed.float()), blur_sigma)
     theta = torch.eye(2, 3, device=fixed.device).repeat(n, 1, 1)
     x, y = pixel_grid(h, w, fixed.device)
     basis = torch.stack([x.expand(h, w), y.expand(h, w), torch.ones(h, w, device=fixed.device)]).view(1, 3, h * w)
@@ -109,4 +113,4 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
     return theta.to(fixed.dtype)
 
 
-__all__ = ["affine_sample", "pixel_grid", "register_affine", "solve_spd_unrolled"]
+__all__ = ["affine_sample", "gaussian_blur", "pixel_grid", "register_affine", "solve_spd_unrolled"]

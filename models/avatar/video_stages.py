@@ -132,9 +132,9 @@ class MouthRegion(Stage):
         if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
             torch.set_num_threads(self.torch_threads)
         self.frames_skipped = 0
-        with torch.inference_mode():  # warm the kernels here, so the first frame is not the slow one
-            x = torch.zeros(1, 3, self.size, self.size)
-            self.generator(x, self.mask, self.reference, torch.zeros(1, self.generator.config.shape_dim))
+        L = self.side  # warm the kernels here (redraw, texture, paste) on a frame the box's size, so the first
+        self.picture(torch.zeros(L, L, 3, dtype=torch.uint8), (0, 0, L, L),  # frame is not the slow one
+                     torch.zeros(self.generator.config.shape_dim))
 
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
@@ -153,9 +153,8 @@ class MouthRegion(Stage):
         gen = region.permute(2, 0, 1)[None].float()
         if gen.shape[-1] != L:
             gen = F.interpolate(gen, size=(L, L), mode="bilinear", align_corners=False)
-        sigma = TEXTURE_SCALE * L
-        fine = (base - gaussian_blur(base, sigma)) - (gen - gaussian_blur(gen, sigma))
-        out = gen + self.texture * fine
+        diff = base - gen  # fine(base) - fine(gen) = fine(base - gen): one blur
+        out = gen + self.texture * (diff - gaussian_blur(diff, TEXTURE_SCALE * L))
         return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
     def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:

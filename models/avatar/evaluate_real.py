@@ -107,9 +107,9 @@ class LandmarkMeter:
         if not real_faces:
             return {**row, "lm_open_real": np.nan}
         face = real_faces[0]
+        lower_face, lips = sharpness_ratios(generated, real, [face.lower_face_polygon(), face.lip_outer()])
         return {**row, "lm_open_real": face.mouth_openness(), **outside_mouth_scores(generated, real, face),
-                "mouth_sharpness": mouth_sharpness_ratio(generated, real, face),
-                "lips_sharpness": mouth_sharpness_ratio(generated, real, face, face.lip_outer())}
+                "mouth_sharpness": lower_face, "lips_sharpness": lips}
 
 
 def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
@@ -129,23 +129,29 @@ def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLand
             "outside_ssim": float(m[inner].mean()) if inner.any() else np.nan}
 
 
-def mouth_sharpness_ratio(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks,
-                          polygon: np.ndarray | None = None) -> float:
-    """Variance of the Laplacian of the luminance inside the real lower-face polygon (or ``polygon`` px:
-    the outer lip contour for the lips alone), generated / real."""
+def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[float]:
+    """Per polygon (px of the frame: the real lower face, the outer lip contour), the variance of the
+    Laplacian of the luminance inside it, generated / real (each image's Laplacian computed once)."""
     import cv2
 
-    mask = np.zeros(real.shape[:2], np.uint8)
-    outline = face.lower_face_polygon() if polygon is None else polygon
-    cv2.fillPoly(mask, [np.round(outline).astype(np.int32)], 1)
-    inside = mask > 0
+    def laplacian(img):
+        grey = cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY).astype(np.float32)
+        return cv2.Laplacian(grey, cv2.CV_32F)
 
-    def detail(img):
-        lap = cv2.Laplacian(cv2.cvtColor(np.ascontiguousarray(img), cv2.COLOR_RGB2GRAY).astype(np.float32), cv2.CV_32F)
-        return float(lap[inside].var())
+    gen, ref = laplacian(generated), laplacian(real)
+    ratios = []
+    for polygon in polygons:
+        mask = np.zeros(real.shape[:2], np.uint8)
+        cv2.fillPoly(mask, [np.round(polygon).astype(np.int32)], 1)
+        inside = mask > 0
+        r = float(ref[inside].var()) if inside.sum() >= 64 else 0.0
+        ratios.append(float(gen[inside].var()) / r if r > 0 else np.nan)
+    return ratios
 
-    ref = detail(real)
-    return detail(generated) / ref if ref > 0 and inside.sum() >= 64 else np.nan
+
+def mouth_sharpness_ratio(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> float:
+    """:func:`sharpness_ratios` inside the real lower-face polygon."""
+    return sharpness_ratios(generated, real, [face.lower_face_polygon()])[0]
 
 
 def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:

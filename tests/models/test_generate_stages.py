@@ -1,14 +1,15 @@
 """The generate stages over tiny stock-class models: a prompt change applies from the next chunk the denoiser
 starts (the chunks before it are those of an unchanged run), ``reset()`` restarts the stream exactly, and an
 endless run (1,000 chunks, re-anchoring past the rotary table) keeps its cache and the process's memory flat."""
-import os
+import json
+import subprocess
+import sys
 
-import psutil
 import pytest
 import torch
 from helpers import tiny_generate_folder, tiny_prompt_embeds
 
-from framegraph.models.generate import build_generate_graph, decode_chunk, load_generate_model, to_vae_scale
+from framegraph.models.generate import build_generate_graph, load_generate_model
 from framegraph.stream import PortSpec, RecordingSink, Stage
 
 SIZE = (32, 48)
@@ -81,27 +82,44 @@ def test_a_restarted_graph_repeats_its_stream_exactly(setup):
     assert runs[0].shape[0] == 1 + 4 * 5 and torch.equal(runs[0], runs[1])
 
 
-@pytest.mark.slow
-@torch.no_grad()
-@pytest.mark.parametrize("family", ["wan", "sana"])
-def test_endless_run_keeps_cache_and_memory_flat(setup, family):
-    """1,000 one-frame chunks, each decoded: past the tiny models' 64-frame rotary table the stream re-anchors;
-    the cache's bytes are constant after warm-up and the process's RSS does not grow."""
-    gm = load_generate_model(str(setup[family]))
-    stream = gm.family.open(gm.transformer, latent_size=(2, 2), chunk_frames=1, **(
-        {"backend": "torch"} if family == "sana" else {}))
-    g = torch.Generator().manual_seed(0)
-    embeds, mask = torch.randn(1, 4, 16, generator=g), torch.ones(1, 4)
-    process, state, sizes, rss = psutil.Process(os.getpid()), None, set(), []
+ENDLESS_RUN = """
+import json, os, sys
+import psutil, torch
+from framegraph.models.generate import decode_chunk, load_generate_model, to_vae_scale
+torch.set_num_threads(1)
+folder, family = sys.argv[1], sys.argv[2]
+gm = load_generate_model(folder)
+stream = gm.family.open(gm.transformer, latent_size=(2, 2), chunk_frames=1,
+                        **({"backend": "torch"} if family == "sana" else {}))
+g = torch.Generator().manual_seed(0)
+embeds, mask = torch.randn(1, 4, 16, generator=g), torch.ones(1, 4)
+process, state, sizes, rss, finite = psutil.Process(os.getpid()), None, set(), [], True
+with torch.no_grad():
     for c in range(1000):
         clean = stream.generate(torch.randn(1, 16, 1, 2, 2, generator=g), embeds, mask, timesteps=[1000],
                                 generator=g)
         video, state = decode_chunk(gm.vae, to_vae_scale(gm.vae, clean), state)
-        assert torch.isfinite(video).all()
+        finite = finite and bool(torch.isfinite(video).all())
         if c >= 10:
             sizes.add((stream.state_nbytes(), state.nbytes()))
         if c in (100, 999):
             rss.append(process.memory_info().rss)
-    assert len(sizes) == 1, sizes
-    assert stream.reanchors >= 1000 // 64
-    assert rss[1] - rss[0] < 16 * 2**20, f"RSS grew by {(rss[1] - rss[0]) / 2**20:.1f} MiB over 900 chunks"
+print(json.dumps({"sizes": sorted(sizes), "reanchors": stream.reanchors, "rss": rss, "finite": finite}))
+"""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("family", ["wan", "sana"])
+def test_endless_run_keeps_cache_and_memory_flat(setup, family):
+    """1,000 one-frame chunks, each decoded: past the tiny models' 64-frame rotary table the stream re-anchors;
+    the cache's bytes are constant after warm-up and the process's RSS does not grow. The run has a process of
+    its own: in the suite's process other tests' server threads and garbage move the RSS by tens of MiB."""
+    done = subprocess.run([sys.executable, "-c", ENDLESS_RUN, str(setup[family]), family],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    run = json.loads(done.stdout.strip().splitlines()[-1])
+    assert run["finite"]
+    assert len(run["sizes"]) == 1, run["sizes"]
+    assert run["reanchors"] >= 1000 // 64
+    before, after = run["rss"]
+    assert after - before < 16 * 2**20, f"RSS grew by {(after - before) / 2**20:.1f} MiB over 900 chunks"

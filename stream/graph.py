@@ -22,6 +22,7 @@ import torch
 
 from .clock import Clock, FlowLimiter
 from .frame import Frame
+from .memory import keep_freed_memory
 from .node import Node
 from .ring import POLICIES, Ring
 from .stage import TRIGGERS, Stage
@@ -191,6 +192,7 @@ class Graph:
         if self._started and any(n.thread and n.thread.is_alive() for n in self._nodes):
             raise GraphError(f"graph {self.name!r} is already running")
         self.validate()
+        keep_freed_memory()  # per-frame tensors reuse their pages (stream/memory.py)
         self._stopping = self._aborted = False
         self._error = None
         self._go.clear()

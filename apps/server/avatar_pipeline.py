@@ -74,9 +74,12 @@ def default_avatar(root: str | None = None) -> str:
 
 
 def load_bundle(name: str, root: str | None = None):
-    """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state).
+    """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state),
+    and the voice detector its sessions use (one onnxruntime session per process: importing onnxruntime and
+    creating it takes ~0.2 s, which would otherwise delay the first session's first frame).
     With a limit (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from
     the cache (sessions still running on one keep it alive until they end)."""
+    from framegraph.models.audio.vad import SileroVAD
     from framegraph.models.avatar import load_avatar
 
     path = os.path.join(root or AVATARS_DIR, name)
@@ -86,6 +89,8 @@ def load_bundle(name: str, root: str | None = None):
             avatar = load_avatar(path)
             if getattr(avatar, "kind", "portrait") == "portrait":
                 avatar.reference_latent()  # computed once, here
+            if avatar.vad:
+                SileroVAD()
             _cache[path] = avatar
             _load_s[path] = time.monotonic() - started
         _cache.move_to_end(path)

@@ -100,8 +100,10 @@ class VideoLoop(Stage):
         idle / nearest_idle / fade: see :class:`LoopCursor`.
 
     Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``, keeping the state's pts and flags. ``reset()``
-    starts the loop again from its first frame.
+    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``, keeping the state's pts and flags. A stream starts at
+    the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
+    barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
+    range; a jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
@@ -121,10 +123,7 @@ class VideoLoop(Stage):
 
     def setup(self, ctx):
         super().setup(ctx)
-        self.cursor.reset()
-
-    def reset(self) -> None:
-        self.cursor.reset()
+        self.cursor.reset(start=self.cursor.idle[0])
 
     def process(self, inputs, out):
         speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING

@@ -14,6 +14,8 @@ the generator draws stubble and pores only blurred) and pastes it back with the 
 """
 from __future__ import annotations
 
+import weakref
+
 import torch
 import torch.nn.functional as F
 
@@ -29,6 +31,9 @@ from .lipsync import MouthGenerator, ShapeHead
 # the finest detail the generator leaves blurred, as a share of the region's side: a Gaussian of this σ splits
 # the frame's own texture (laid over the lower face away from the lips) from the generated picture
 TEXTURE_SCALE = 0.015
+
+# generator -> the (box side, textured) picture paths already run once in this process (MouthRegion.setup)
+_WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 class MouthShape(Stage):
@@ -132,9 +137,12 @@ class MouthRegion(Stage):
         if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
             torch.set_num_threads(self.torch_threads)
         self.frames_skipped = 0
-        L = self.side  # warm the kernels here (redraw, texture, paste) on a frame the box's size, so the first
-        self.picture(torch.zeros(L, L, 3, dtype=torch.uint8), (0, 0, L, L),  # frame is not the slow one
-                     torch.zeros(self.generator.config.shape_dim))
+        L = self.side  # the first call of each kernel at a new size is the slow one: run the picture path
+        warmed = _WARMED.setdefault(self.generator, set())  # (redraw, texture, paste) once per process and
+        if (L, self.texture is not None) not in warmed:  # size, on a frame the box's size, not on a user's frame
+            self.picture(torch.zeros(L, L, 3, dtype=torch.uint8), (0, 0, L, L),
+                         torch.zeros(self.generator.config.shape_dim))
+            warmed.add((L, self.texture is not None))
 
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:

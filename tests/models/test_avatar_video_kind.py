@@ -79,6 +79,46 @@ def test_silence_switches_to_the_idle_range_without_a_jump():
     assert abs(picks[55][0][0] - picks[54][0][0]) == 1
 
 
+def test_a_stream_starts_in_the_idle_range_without_a_cross_fade():
+    """Streams start silent: the first frames out are the idle range's own (no cross-fade from frame 0 to
+    compute before the first one); speech then plays on from there, a neighbouring frame per step."""
+    from framegraph.models.audio.frontend import STATE_DIM
+    from framegraph.models.avatar.loop import VideoLoop
+    from framegraph.stream import Graph, IterableSource, PortSpec, RecordingSink
+
+    frames = torch.as_tensor(_walk_frames(30, seed=5))
+    boxes = np.tile([[4, 4, 16, 16]], (30, 1))
+    silent, speaking = torch.tensor([1.0, 0, 0, 0]), torch.tensor([0, 1.0, 0, 1.0])
+    g = Graph(name="loop")
+    states = g.add(IterableSource([silent] * 3 + [speaking] * 3, PortSpec((STATE_DIM,)), port="state"))
+    loop = g.add(VideoLoop(frames, boxes, idle=(12, 20)))
+    sink = g.add(RecordingSink({"frame": loop.outputs["frame"]}))
+    g.connect(states, loop)
+    g.connect(loop, sink, "frame")
+    g.run()
+    shown = sink.data()
+    picks = [next((i for i in range(30) if torch.equal(f, frames[i])), None) for f in shown]
+    assert None not in picks, picks  # every frame shown is a recorded frame, none a blend
+    assert 12 <= picks[0] < 20 and all(abs(a - b) == 1 for a, b in zip(picks, picks[1:])), picks
+
+
+def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():
+    """Each session's MouthRegion runs its picture path once at setup only the first time in the process
+    for that generator and box size (later sessions' kernels are warm: the run would only delay them)."""
+    from framegraph.models.avatar.video_bundle import random_video_avatar
+    from framegraph.models.avatar.video_stages import MouthRegion
+
+    a = random_video_avatar(n_frames=2, region_size=32)
+    calls = []
+    a.generator.register_forward_hook(lambda *_: calls.append(1))
+    args = (a.generator, a.mask, a.paste, a.reference)
+    counts = []
+    for side in (a.box_side, a.box_side, a.box_side + 8):
+        MouthRegion(*args, frame_size=(a.height, a.width), box_side=side).setup(None)
+        counts.append(len(calls))
+    assert counts == [1, 1, 2]
+
+
 # ---- region size and paste mask ------------------------------------------------------------------------
 def test_region_size_follows_the_face_and_is_capped():
     assert region_side(101) == 50 * 2 and model_size(region_side(101)) == 96

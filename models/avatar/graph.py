@@ -151,9 +151,7 @@ def _video_stages(g: Graph, avatar, feats: Stage, state: Stage, *, torch_threads
 
     shape = g.add(MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate))
     loop = g.add(VideoLoop(avatar.frames, avatar.boxes, avatar.idle, nearest_idle=avatar.nearest_idle))
-    region = g.add(MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference,
-                               frame_size=(avatar.height, avatar.width), box_side=avatar.box_side,
-                               texture=avatar.texture, max_lag_ms=max_lag_ms, torch_threads=torch_threads))
+    region = g.add(MouthRegion.for_avatar(avatar, max_lag_ms=max_lag_ms, torch_threads=torch_threads))
     g.connect(feats, shape, "features", "features", capacity=8)
     g.connect(state, shape, "state", "state", capacity=8)
     g.connect(state, loop, "state", "state", capacity=8)

@@ -51,8 +51,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     track = track_faces(iter(frames[a:b]), os.path.basename(clip))
     boxes = region_boxes(track.centres, avatar.box_side, W, H)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    region = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(H, W),
-                         box_side=avatar.box_side, texture=avatar.texture)
+    region = MouthRegion.for_avatar(avatar)
     meter, rows, out, ms = LandmarkMeter(), [], [], []
     try:
         for t in range(b):

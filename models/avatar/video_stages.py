@@ -132,6 +132,12 @@ class MouthRegion(Stage):
                        "shape": PortSpec((P,), torch.float32, "cpu")}
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
 
+    @classmethod
+    def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
+        """The stage for a :class:`~.video_bundle.VideoAvatar` at its frames' size (``kwargs``: the rest)."""
+        return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
+                   avatar.width), box_side=avatar.box_side, texture=avatar.texture, **kwargs)
+
     def setup(self, ctx):
         super().setup(ctx)
         if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():

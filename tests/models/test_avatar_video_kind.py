@@ -100,6 +100,9 @@ def test_a_stream_starts_in_the_idle_range_without_a_cross_fade():
     picks = [next((i for i in range(30) if torch.equal(f, frames[i])), None) for f in shown]
     assert None not in picks, picks  # every frame shown is a recorded frame, none a blend
     assert 12 <= picks[0] < 20 and all(abs(a - b) == 1 for a, b in zip(picks, picks[1:])), picks
+    at = loop.cursor.i
+    loop.reset()  # a barge-in: the loop goes on from where it is (back to the start would show as a cut)
+    assert abs(loop.cursor.step(True)[0][0] - at) == 1
 
 
 def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():

@@ -149,11 +149,6 @@ def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[
     return ratios
 
 
-def mouth_sharpness_ratio(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> float:
-    """:func:`sharpness_ratios` inside the real lower-face polygon."""
-    return sharpness_ratios(generated, real, [face.lower_face_polygon()])[0]
-
-
 def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
     """The landmark metrics of :class:`LandmarkMeter` rows; ``speech`` per-frame probability or None."""
     col = lambda key: np.array([r.get(key, np.nan) for r in rows], dtype=np.float64)  # noqa: E731

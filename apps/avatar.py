@@ -107,7 +107,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(0; e.g. 0.2)")
     t.add_argument("--max-region", type=positive_int, default=256,
                    help="with --kind video: the generated region's side cap in px (256: real time on a 2-core CPU; "
-                        "the region is the face's width, rounded down to a multiple of 16, at most this)")
+                        "the region is the face's width, rounded up to a multiple of 16, drawn at most this size)")
     t.add_argument("--loop-seconds", type=positive_float, default=10.0,
                    help="with --kind video: seconds of the video kept as the loop the avatar plays (10)")
     t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")

@@ -149,6 +149,15 @@ def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[
     return ratios
 
 
+def _swing(generated: np.ndarray, real: np.ndarray) -> float | None:
+    """How widely the generated mouth opens and shuts against the real one: the std of the generated
+    openness / the real's, over the frames where both have a face (1: as wide; a regression's ~0.6: less)."""
+    ok = np.isfinite(generated) & np.isfinite(real)
+    if ok.sum() < 3 or real[ok].std() < 1e-9:
+        return None
+    return float(generated[ok].std() / real[ok].std())
+
+
 def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
     """The landmark metrics of :class:`LandmarkMeter` rows; ``speech`` per-frame probability or None."""
     col = lambda key: np.array([r.get(key, np.nan) for r in rows], dtype=np.float64)  # noqa: E731
@@ -159,6 +168,7 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
            "faces_found_real": r4(np.isfinite(real).mean()) if rows else None,
            "landmark_openness_corr": r4(_pearson(gen, real)),
            "landmark_openness_generated_mean": mean("lm_open"), "landmark_openness_real_mean": mean("lm_open_real"),
+           "landmark_openness_swing": r4(_swing(gen, real)),
            "outside_mouth_psnr_db": mean("outside_psnr"), "outside_mouth_ssim": mean("outside_ssim"),
            "mouth_sharpness_ratio": mean("mouth_sharpness"), "lips_sharpness_ratio": mean("lips_sharpness"),
            "silence": None}

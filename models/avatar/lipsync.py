@@ -27,6 +27,7 @@ from torch import nn
 SHAPE_NAMES = ("openness", "width", "roundness")
 # RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth
 QUIET_LEVELS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
+MAX_SHAPE_GAIN = 2.0  # the most the shape head's swing is scaled up to the person's own (fit_shape_head)
 
 
 def _conv(cin: int, cout: int, k: int = 3, stride: int = 1) -> nn.Conv2d:
@@ -136,15 +137,21 @@ def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
 
 def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int = 3,
                    ridge: float | None = None, folds: int = 4, quiet_features: list[torch.Tensor] = (),
-                   rest: torch.Tensor | None = None) -> tuple[ShapeHead, dict]:
+                   rest: torch.Tensor | None = None, max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
     ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech (silence, noise at several
     levels), each windowed on its own, all answered with ``rest [P]`` (the person's mouth in silence): rows
     added to every fit, never validated on, so the head keeps the mouth at rest on sounds that are not
     speech (a microphone's hiss) without a gate. ``ridge`` None: chosen from a grid by ``folds`` contiguous
-    folds (each fold is a block of time, so neighbouring frames do not leak into the validation). Returns
-    the head and a report (the ridge chosen, the folds' correlation of the first shape number).
+    folds (each fold is a block of time, so neighbouring frames do not leak into the validation).
+
+    Amplitude: a regression answers what it cannot tell apart with the average, so its shapes swing less
+    than the person's (held out on s1: the mouth opened 2/3 as wide as the real one). The fitted head is
+    scaled about the rest shape (the mean shape without ``rest``) by ``gain`` = the measured first shape
+    number's std / the folds' predictions' std, within ``[1, max_gain]``: the mouth opens as wide as the
+    person's, rests where it rested (a scale about rest keeps rest), and the correlation is unchanged.
+    Returns the head and a report (the ridge chosen, the folds' correlation of the first shape number, the gain).
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
     Y = shapes.double()
@@ -163,7 +170,7 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         w = torch.linalg.solve(A, (Zt - zm).T @ (Yt - ym))
         return w, ym - zm @ w
 
-    scores = {}
+    scores, spreads = {}, {}
     grid = [ridge] if ridge is not None else [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
     bounds = [round(i * len(Z) / folds) for i in range(folds + 1)]
     for lam in grid:
@@ -174,8 +181,12 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
             w, b = solve(Z[~val], Y[~val], lam)
             preds[val] = Z[val] @ w + b
         scores[lam] = float(torch.corrcoef(torch.stack([preds[:, 0], Y[:, 0]]))[0, 1])
+        spreads[lam] = float(Y[:, 0].std() / preds[:, 0].std().clamp_min(1e-9))
     best = max(scores, key=lambda k: scores[k] if scores[k] == scores[k] else -2.0)
     w, b = solve(Z, Y, best)
+    gain = min(max(spreads[best], 1.0), max_gain) if spreads[best] == spreads[best] else 1.0
+    centre = torch.as_tensor(rest, dtype=Y.dtype) if rest is not None else Y.mean(0)
+    w, b = gain * w, gain * b + (1 - gain) * centre  # rest + gain · (prediction - rest), still one linear map
     head = ShapeHead(feature_dim=features.shape[1], context=context, shape_dim=shapes.shape[1])
     with torch.no_grad():
         head.mean.copy_(mean.float())
@@ -183,7 +194,7 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         head.linear.weight.copy_(w.T.float())
         head.linear.bias.copy_(b.float())
     return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()},
-                         "quiet_rows": len(Zq)}
+                         "gain": round(gain, 4), "quiet_rows": len(Zq)}
 
 
 def quiet_audio(seconds: float = 2.0, levels: tuple[float, ...] = QUIET_LEVELS, seed: int = 0) -> list[np.ndarray]:

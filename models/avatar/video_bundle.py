@@ -14,11 +14,11 @@
     DIR/audio/          AudioEncoder
 
 Geometry (:func:`region_side`, :func:`model_size`, :func:`region_boxes`, :func:`paste_mask`): the region
-is a square of side ``L`` = the face's width (px of the video), centred under the mouth so it holds the
-lower face from below the nose to the chin; the model works on it at ``S`` = ``L`` rounded down to a
-multiple of 16, capped at :data:`MAX_MODEL_SIZE` (256: the speed cap — a 256² UNet runs in real time on
-a 2-core CPU, and a face larger than that is drawn at 256² and scaled up, the rest of the face stays
-the source's pixels).
+is a square of side ``L`` = the face's width (px of the video) rounded up to a multiple of 16, centred
+under the mouth so it holds the lower face from below the nose to the chin; the model works on it at
+``S`` = ``L`` (the video's own pixels), capped at :data:`MAX_MODEL_SIZE` (256: the speed cap — a 256²
+UNet runs in real time on a 2-core CPU, and a face larger than that is drawn at 256² and scaled up, the
+rest of the face stays the source's pixels).
 """
 from __future__ import annotations
 
@@ -47,9 +47,13 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
                  "idle", "shape", "vad", "silence_gate"}
 
 
-def region_side(face_width: float) -> int:
-    """``L``: the region's side in px of the video for a face ``face_width`` px wide (even)."""
-    return max(2, int(round(face_width / 2)) * 2)
+def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
+    """``L``: the region's side in px of the video for a face ``face_width`` px wide: the width rounded up to
+    a multiple of 16 while that is at most ``cap`` (so the model works on the video's own pixels: no
+    resampling: 108 → 96 px and back alone leaves the lips a third of their fine detail), else rounded to even (a face
+    larger than the cap is drawn at ``cap``² and scaled up)."""
+    w = max(2, int(round(face_width)))
+    return -(-w // 16) * 16 if w <= cap else w // 2 * 2
 
 
 def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:

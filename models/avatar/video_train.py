@@ -3,7 +3,7 @@
     video ─▶ prepare_video (checked, 25 fps clips with 16 kHz audio, at the source resolution up to max_side)
           ─▶ face landmarks on every frame (models.face): one face, big enough; per frame the mouth centre,
              the lower-face polygon and the measured mouth shape (openness, width, roundness)
-          ─▶ region geometry: side L = the face width, model size S = L (multiple of 16, ≤ 256), a box per
+          ─▶ region geometry: side L = the face width up to a multiple of 16, model size S = L (≤ 256), a box per
              frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
              texture map (the lower face away from the lips: there the loop frame's own fine texture is kept)
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
@@ -20,6 +20,7 @@ shape head's openness correlation on audio it never saw), so ``avatar eval`` can
 """
 from __future__ import annotations
 
+import json
 import os
 import time
 from dataclasses import asdict, dataclass
@@ -196,6 +197,21 @@ def _read_clips(clips: list[str]):
         yield read_video(c)
 
 
+def clips_audio(clips: list[str]) -> np.ndarray:
+    """The prepared clips' audio joined, ``int16`` 16 kHz: each clip's from its first frame, cut (or padded)
+    to the ``audio_samples`` its JSON names (its frames' length). As decoded, each clip's audio runs past its
+    frames to whole AAC frames (1,024 samples), so joined uncut the sound drifts later clip by clip (s1's
+    fourth 11-s clip: 2.4 frames late)."""
+    from .data import clip_audio
+
+    parts = []
+    for c in clips:
+        need = int(json.loads(Path(c).with_suffix(".json").read_text())["audio_samples"])
+        a = clip_audio(c)[:need]
+        parts.append(np.pad(a, (0, need - len(a))))
+    return np.concatenate(parts)
+
+
 def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                     cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
                     log=None) -> tuple[MouthGenerator, list[dict]]:
@@ -328,7 +344,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
     (:class:`~framegraph.models.face.FaceError`).
     """
-    from framegraph.stream.media import MediaError, decode_audio
+    from framegraph.stream.media import MediaError
 
     cfg = VideoTrainConfig(**settings)
     _check_config(cfg)
@@ -337,7 +353,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps
-    audio = np.concatenate([decode_audio(c) for c in prep.clips])
+    audio = clips_audio(prep.clips)
     if cfg.vad and (share := speech_share(audio)) < MIN_SPEECH:
         raise MediaError(path, f"has no speech: the voice detector hears speech in {share:.0%} of it (at least "
                                f"{MIN_SPEECH:.0%} needed); the avatar learns its lips from the person talking")
@@ -347,7 +363,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     n = len(track.found)
     n_train = n - int(round(cfg.holdout * n))
     H, W = prep.portrait["height"], prep.portrait["width"]
-    side = region_side(float(np.median(track.widths[:n_train])))
+    side = region_side(float(np.median(track.widths[:n_train])), cfg.max_region)
     size = model_size(side, cfg.max_region)
     _check_mouth_moves(path, track.shapes[:n_train, 0], cfg.min_mouth_motion)
     boxes = region_boxes(track.centres, side, W, H)
@@ -390,8 +406,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),
               "box_side_px": side, "region_size": size,
-              "region_choice": f"the lower-face box is {side} px of the video (the face width); the generator works "
-                               f"at {size}² (a multiple of 16, capped at {cfg.max_region} for real time on CPU)",
+              "region_choice": f"the lower-face box is {side} px of the video (the face width, up to a multiple of "
+                               f"16); the generator works at {size}² (the video's own pixels, capped at "
+                               f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
               "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
               "heldout": heldout, "generator_history": history, "config": asdict(cfg), "timings": timings,
@@ -402,5 +419,5 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     return avatar, report
 
 
-__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "measure_shape", "lower_face_mask",
+__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape", "lower_face_mask",
            "idle_range", "speech_share", "train_generator"]

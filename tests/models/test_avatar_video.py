@@ -86,6 +86,34 @@ def test_unreadable_and_missing_files(tmp_path):
         prepare_video(wav, tmp_path / "out", fps=30, progress=False)
 
 
+def _beep_onsets(audio: np.ndarray) -> np.ndarray:
+    """Sample indices where a beep starts: loud (over 3000) after at least 400 quiet samples."""
+    loud = np.flatnonzero(np.abs(audio.astype(np.int32)) > 3000)
+    return loud[np.diff(loud, prepend=-1000) > 400]
+
+
+def test_the_clips_joined_audio_stays_in_sync_with_their_frames(tmp_path):
+    """Training joins the prepared clips' audio; each clip's AAC track runs past its frames to whole 1,024-sample
+    frames, so a beep must still be where it was in the video, clip after clip (joined uncut, they drift
+    later clip by clip: 512 samples too many here)."""
+    from framegraph.models.avatar.video_train import clips_audio
+    from framegraph.stream.media import decode_audio
+
+    t = np.arange(SR // 10) / SR
+    beep = (10000 * np.sin(2 * np.pi * 1000 * t)).astype(np.int16)
+    audio = np.zeros(12 * SR, np.int16)
+    for k in range(1, 12):
+        audio[k * SR + 3 * SR // 10:][:len(beep)] = beep
+    video = write_video(tmp_path / "beeps.mp4", still(astronaut(), 12), 10, audio)
+    prep = prepare_video(video, tmp_path / "clips", segment_seconds=3, progress=False)
+    assert len(prep.clips) == 4
+    joined = clips_audio(prep.clips)
+    assert len(joined) == prep.frames * SR // prep.fps
+    found, truth = _beep_onsets(joined), _beep_onsets(decode_audio(video))
+    assert len(found) == len(truth) == 11
+    assert np.abs(found - truth).max() <= 48, f"beeps moved by {found - truth} samples"
+
+
 def test_train_cli_reports_bad_video_with_exit_code_2(tmp_path, capsys):
     from framegraph.apps.cli import main
 

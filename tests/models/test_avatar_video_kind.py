@@ -124,11 +124,40 @@ def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():
 
 # ---- region size and paste mask ------------------------------------------------------------------------
 def test_region_size_follows_the_face_and_is_capped():
-    assert region_side(101) == 50 * 2 and model_size(region_side(101)) == 96
-    assert model_size(region_side(180)) == 176  # no upscaling: the source's own pixels
-    assert model_size(region_side(420)) == MAX_MODEL_SIZE == 256  # a big face: 256², the speed cap
+    assert region_side(101) == 112 and model_size(region_side(101)) == 112  # the video's own pixels
+    assert region_side(180) == model_size(region_side(180)) == 192
+    assert region_side(250) == model_size(region_side(250)) == MAX_MODEL_SIZE == 256
+    assert region_side(431) == 430 and model_size(region_side(431)) == 256  # a big face: 256², the speed cap
+    assert region_side(101, cap=64) == 100 and model_size(100, 64) == 64
     with pytest.raises(ValueError, match="the face is too small: its lower-face region is 48 px"):
         model_size(region_side(48))
+
+
+def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
+    """A regression answers what it cannot tell apart with the mean, so its mouth swings less than the
+    person's; the fitted gain scales it back about the rest shape, which stays where it was."""
+    from framegraph.models.avatar.lipsync import context_windows, fit_shape_head
+
+    g = torch.Generator().manual_seed(0)
+
+    def person(T):  # features [T, 16] (the last one: silence); shapes [T, 3], partly told by the audio
+        f = torch.randn(T, 16, generator=g)
+        f[:, -1] = 0
+        return f, f[:, :3] + 0.8 * torch.randn(T, 3, generator=g)
+
+    feats, shapes = person(2000)
+    quiet, rest = [torch.zeros(200, 16)], torch.tensor([-1.5, 0.2, 0.0])
+    quiet[0][:, -1] = 1
+    new_feats, new_shapes = person(2000)
+    swing = {}
+    for max_gain in (1.0, 2.0):
+        head, report = fit_shape_head(feats, shapes, context=1, quiet_features=quiet, rest=rest, max_gain=max_gain)
+        with torch.no_grad():
+            pred = head(context_windows(new_feats, 1))
+            at_rest = head(context_windows(quiet[0], 1))
+        swing[max_gain] = float(pred[:, 0].std() / new_shapes[:, 0].std())
+        assert torch.allclose(at_rest.mean(0), rest, atol=0.15), "silence still gives the resting mouth"
+    assert report["gain"] > 1.2 and swing[1.0] < 0.85 < swing[2.0] < 1.15
 
 
 def test_paste_mask_is_feathered_and_inside_the_hidden_area():

@@ -39,7 +39,7 @@ def measure(generated, real) -> list[dict]:
 def test_the_real_frames_themselves_score_perfectly(real_frames):
     s = real_summary(measure(real_frames, real_frames), None)
     assert s["faces_found_generated"] == 1 and s["faces_found_real"] == 1
-    assert s["landmark_openness_corr"] > 0.99
+    assert s["landmark_openness_corr"] > 0.99 and abs(s["landmark_openness_swing"] - 1) < 1e-6
     assert s["outside_mouth_psnr_db"] == 99.0 and s["outside_mouth_ssim"] > 0.999
     assert abs(s["mouth_sharpness_ratio"] - 1) < 1e-6 and abs(s["lips_sharpness_ratio"] - 1) < 1e-6
 
@@ -48,6 +48,7 @@ def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames)
     still = [real_frames[0]] * len(real_frames)  # lips never move
     s = real_summary(measure(still, real_frames), None)
     assert s["landmark_openness_corr"] is None or s["landmark_openness_corr"] < 0.3
+    assert s["landmark_openness_swing"] < 0.1, "a mouth that never moves does not swing"
     assert s["outside_mouth_psnr_db"] > 35, "outside the mouth it is the real picture"
     blurred = []
     for f in real_frames:  # the lower face blurred (as a too-small generated region looks), the rest real

@@ -27,7 +27,6 @@ from torch import nn
 SHAPE_NAMES = ("openness", "width", "roundness")
 # RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth
 QUIET_LEVELS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
-CRITIC_FIELD_PX = 10  # TextureCritic's receptive field: 3 + 3 (4×4, stride 2) + 4 (3×3 at stride 2)
 MAX_SHAPE_GAIN = 2.0  # the most the shape head's swing is scaled up to the person's own (fit_shape_head)
 
 
@@ -102,26 +101,6 @@ class MouthGenerator(ModelMixin, ConfigMixin):
         h = self.u0(h, h0, cond)
         h = F.interpolate(h, size=(H, W), mode="nearest")
         return torch.sigmoid(self.out(torch.cat([h, x], 1)))
-
-
-class TextureCritic(nn.Module):
-    """A PatchGAN critic (training only) that judges the grain of the lips, not the shape of the mouth: its
-    receptive field is :data:`CRITIC_FIELD_PX` px (3×3 conv, 4×4 stride-2 conv, 3×3 conv; spectral norm),
-    too small to see how open a mouth is, so it cannot pull the mouth away from the shape asked for (a critic
-    that sees the whole mouth does: it breaks the sync) — it only asks the lips to look like real lips up close.
-
-    ``forward(pictures [B, 3, h, w] in [0, 1], mask [B, 1, h, w])`` → scores ``[B, 1, h/2, w/2]`` (real > 0).
-    """
-
-    def __init__(self, width: int = 32):
-        super().__init__()
-        sn = nn.utils.spectral_norm
-        self.net = nn.Sequential(sn(nn.Conv2d(4, width, 3, 1, 1)), nn.LeakyReLU(0.2),
-                                 sn(nn.Conv2d(width, 2 * width, 4, 2, 1)), nn.LeakyReLU(0.2),
-                                 sn(nn.Conv2d(2 * width, 1, 3, 1, 1)))
-
-    def forward(self, pictures: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        return self.net(torch.cat([pictures * 2 - 1, mask], 1))
 
 
 class ShapeHead(ModelMixin, ConfigMixin):
@@ -237,14 +216,6 @@ def sobel_edges(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([F.conv2d(xp, kx, groups=C), F.conv2d(xp, ky, groups=C)], 1)
 
 
-def critic_losses(critic: TextureCritic, real: torch.Tensor, fake: torch.Tensor,
-                  mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Hinge losses ``(critic's, generator's)`` of :class:`TextureCritic` on ``real`` and generated ``fake``
-    pictures ``[B, 3, h, w]`` with their ``mask``; the critic's loss sees ``fake`` detached."""
-    d = F.relu(1 - critic(real, mask)).mean() + F.relu(1 + critic(fake.detach(), mask)).mean()
-    return d, -critic(fake, mask).mean()
-
-
 def region_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, edge: float = 0.5) -> torch.Tensor:
     """L1 + ``edge`` · L1 of the Sobel edges, weighted per pixel by ``weight [B, 1, H, W]`` (the masked
     lower face counts most)."""
@@ -254,5 +225,5 @@ def region_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, 
     return l1 + edge * e
 
 
-__all__ = ["SHAPE_NAMES", "MouthGenerator", "TextureCritic", "critic_losses", "ShapeHead", "context_windows",
-           "fit_shape_head", "quiet_audio", "sobel_edges", "region_loss"]
+__all__ = ["SHAPE_NAMES", "MouthGenerator", "ShapeHead", "context_windows", "fit_shape_head", "quiet_audio",
+           "sobel_edges", "region_loss"]

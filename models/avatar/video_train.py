@@ -7,8 +7,7 @@
              frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
              texture map (the lower face away from the lips: there the loop frame's own fine texture is kept)
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
-             (L1 + Sobel-edge loss, the lower face weighted; from ``critic_start`` a TextureCritic on the
-             lips' box asks for the grain of real lips)
+             (L1 + Sobel-edge loss, the lower face weighted)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
@@ -37,7 +36,7 @@ from framegraph.models.audio.features import extract_features
 from framegraph.models.vae import crop_frames
 
 from ..training import REPORT, cpu_threads, lr_at, write_json
-from .lipsync import SHAPE_NAMES, MouthGenerator, TextureCritic, critic_losses, fit_shape_head, quiet_audio, region_loss
+from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, quiet_audio, region_loss
 from .loop import nearest_frames
 from .video import MIN_SECONDS, prepare_video
 from .video_bundle import (
@@ -69,9 +68,6 @@ class VideoTrainConfig:
     edge_weight: float = 0.5
     mouth_weight: float = 4.0
     texture_margin: float = 0.03
-    critic_weight: float = 0.1
-    critic_start: int = 500
-    critic_lr: float = 2e-4
     context: int = 3
     holdout: float = 0.0
     loop_seconds: float = 10.0
@@ -216,42 +212,23 @@ def clips_audio(clips: list[str]) -> np.ndarray:
     return np.concatenate(parts)
 
 
-def lips_box(lips: torch.Tensor, pad: int = 4) -> tuple[slice, slice]:
-    """``(rows, cols)`` of the box around where ``lips [S, S]`` > 0.5 (every frame's lips), ``pad`` px wider."""
-    ys, xs = torch.nonzero(lips > 0.5, as_tuple=True)
-    if len(ys) == 0:
-        return slice(None), slice(None)
-    S = lips.shape[0]
-    return (slice(max(int(ys.min()) - pad, 0), min(int(ys.max()) + pad + 1, S)),
-            slice(max(int(xs.min()) - pad, 0), min(int(xs.max()) + pad + 1, S)))
-
-
 def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                     cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
                     log=None) -> tuple[MouthGenerator, list[dict]]:
     """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
     ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
     the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
-    that again. With ``lips`` and ``critic_weight`` > 0, a :class:`TextureCritic` on the lips' box (where the
-    L1 loss alone draws an average, a blur) adds its hinge loss × ``critic_weight`` from step
-    ``critic_start`` (it trains from 100 steps before). On s1 (held out): lips 0.37 → 0.70 of the real lips'
-    sharpness, openness correlation the same, ~30 % more training time."""
+    that again."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    use_critic = lips is not None and cfg.critic_weight > 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = MouthGenerator(channels=tuple(cfg.channels), shape_dim=shapes.shape[1], sample_size=regions.shape[1])
-        critic = TextureCritic() if use_critic else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
     m = mask[None, None]
     ref = reference.permute(2, 0, 1)[None].float() / 255.0
     weight = 1.0 + cfg.mouth_weight * m
     if lips is not None:
         weight = weight + 2 * cfg.mouth_weight * lips[None, None]
-    if use_critic:
-        opt_critic = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=(0.5, 0.999))
-        rows, cols = lips_box(lips)
-        box = lambda t: t[..., rows, cols]  # noqa: E731
     history = []
     model.train()
     for step in range(cfg.steps):
@@ -262,19 +239,9 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
         B = len(idx)
         pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
         loss = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
-        critic_on = use_critic and step >= cfg.critic_start - 100
-        if critic_on:
-            fake = box(pred * m + x * (1 - m))  # the picture as pasted: generated where hidden
-            critic_loss, adversarial = critic_losses(critic, box(x), fake, box(m).expand(B, -1, -1, -1))
-            if step >= cfg.critic_start:
-                loss = loss + cfg.critic_weight * adversarial
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
-        if critic_on:
-            opt_critic.zero_grad(set_to_none=True)
-            critic_loss.backward()
-            opt_critic.step()
         if step % 50 == 0 or step == cfg.steps - 1:
             history.append({"step": step, "loss": round(loss.item(), 5)})
             if log:
@@ -453,4 +420,4 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
 
 __all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape", "lower_face_mask",
-           "idle_range", "speech_share", "lips_box", "train_generator"]
+           "idle_range", "speech_share", "train_generator"]

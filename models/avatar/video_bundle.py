@@ -48,11 +48,11 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
 
 
 def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
-    """``L``: the region's side in px of the video for a face ``face_width`` px wide: the width rounded up to
-    a multiple of 16 while that is at most ``cap`` (so the model works on the video's own pixels: no
-    resampling: 108 → 96 px and back alone leaves the lips a third of their fine detail), else rounded to even (a face
-    larger than the cap is drawn at ``cap``² and scaled up; a face under :data:`MIN_MODEL_SIZE` is not
-    rounded up into it: :func:`model_size` refuses it)."""
+    """``L``: the region's side in px of the video for a face ``face_width`` px wide: the width (even) rounded
+    up to a multiple of 16 while that is at most ``cap``, so the model works on the video's own pixels (no
+    resampling: 108 → 96 px and back alone leaves the lips a third of their fine detail); else the even width
+    (a face larger than the cap is drawn at ``cap``² and scaled up; a face under :data:`MIN_MODEL_SIZE` is
+    not rounded up into it: :func:`model_size` refuses it)."""
     even = max(2, int(round(face_width / 2)) * 2)
     return -(-even // 16) * 16 if MIN_MODEL_SIZE <= even <= cap else even
 

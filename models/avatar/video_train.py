@@ -3,8 +3,8 @@
     video ─▶ prepare_video (checked, 25 fps clips with 16 kHz audio, at the source resolution up to max_side)
           ─▶ face landmarks on every frame (models.face): one face, big enough; per frame the mouth centre,
              the lower-face polygon and the measured mouth shape (openness, width, roundness)
-          ─▶ region geometry: side L = the face width up to a multiple of 16, model size S = L (≤ 256), a box per
-             frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
+          ─▶ region geometry: side L = the face width up to a multiple of 16, model size S = L (≤ 256), a
+             box per frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
              texture map (the lower face away from the lips: there the loop frame's own fine texture is kept)
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
              (L1 + Sobel-edge loss, the lower face weighted)
@@ -419,5 +419,5 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     return avatar, report
 
 
-__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape", "lower_face_mask",
-           "idle_range", "speech_share", "train_generator"]
+__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape",
+           "lower_face_mask", "idle_range", "speech_share", "train_generator"]

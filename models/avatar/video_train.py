@@ -198,16 +198,17 @@ def _read_clips(clips: list[str]):
 
 
 def clips_audio(clips: list[str]) -> np.ndarray:
-    """The prepared clips' audio joined, ``int16`` 16 kHz: each clip's from its first frame, cut (or padded)
-    to the ``audio_samples`` its JSON names (its frames' length). As decoded, each clip's audio runs past its
-    frames to whole AAC frames (1,024 samples), so joined uncut the sound drifts later clip by clip (s1's
-    fourth 11-s clip: 2.4 frames late)."""
-    from .data import clip_audio
+    """The prepared clips' audio joined, ``int16`` 16 kHz: each clip's (written from its first frame's time,
+    :class:`~.video_io.ClipWriter`) cut (or padded) to the ``audio_samples`` its JSON names (its frames'
+    length). As decoded, each clip's audio runs past its frames to whole AAC frames (1,024 samples), so
+    joined uncut the sound drifts later clip by clip (s1's fourth 11-s clip: 2.4 frames late). Only the
+    audio is decoded."""
+    from framegraph.stream.media import decode_audio
 
     parts = []
     for c in clips:
         need = int(json.loads(Path(c).with_suffix(".json").read_text())["audio_samples"])
-        a = clip_audio(c)[:need]
+        a = decode_audio(c)[:need]
         parts.append(np.pad(a, (0, need - len(a))))
     return np.concatenate(parts)
 

@@ -33,7 +33,8 @@ source is never overwritten. See ``models/avatar/refine.py``.
 
 ``eval`` of a video avatar redraws the lower face of the clip's real frames from its audio (from where the part
 of the source video kept out of training begins, or ``--start-s``) and measures it against those frames with the
-face landmarks (``models/avatar/video_eval.py``). ``eval`` of a portrait avatar generates from the clip's audio and
+face landmarks (``models/avatar/video_eval.py``), and adds the figures to the bundle's PROVENANCE.md (which
+``train --video`` starts: the source video and its SHA-256, how it was trained). ``eval`` of a portrait avatar generates from the clip's audio and
 measures mouth-openness correlation with the ground truth,
 closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/evaluate.py``), and with
 face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
@@ -205,7 +206,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                    "(MediaPipe face mesh) on the generated and the real frames — mouth-openness "
                                    "correlation, PSNR / SSIM of the face outside the mouth, mouth sharpness, lips "
                                    "closed where the audio is silent. Without --avatar: the landmarks on the clip "
-                                   "alone (faces found, openness vs the clip's loudness, blinks).")
+                                   "alone (faces found, openness vs the clip's loudness, blinks). A video avatar's "
+                                   "figures are also added to its bundle's PROVENANCE.md.")
     e.add_argument("--avatar", help="avatar bundle folder (leave out to measure the clip alone)")
     e.add_argument("--clip", required=True, help="a talking clip (MP4 with audio) not used in training")
     e.add_argument("--truth", help="its ground-truth JSON (synthetic clips; a person's own clip has none)")
@@ -482,6 +484,7 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     """``avatar eval`` of a video avatar: the real frames of the clip from ``--start-s`` (default: the part of its
     source video kept out of training) as the base, the lower face redrawn from the clip's audio, measured with
     the face landmarks against the real frames (:func:`evaluate_video_avatar`)."""
+    from framegraph.models.avatar.provenance import PROVENANCE, add_evaluation
     from framegraph.models.avatar.video_eval import evaluate_video_avatar
 
     portrait_only = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
@@ -494,6 +497,11 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.video:
         metrics["video"] = os.path.abspath(args.video)
+    try:
+        add_evaluation(args.avatar, metrics)
+    except OSError as exc:  # a read-only bundle: the JSON still gets written
+        print(f"framegraph avatar eval: warning: could not add the figures to the bundle's "
+              f"{PROVENANCE} ({exc})", file=sys.stderr)
     return _write_metrics(args.out, metrics, ("landmark_openness_corr", "outside_mouth_psnr_db",
                                               "mouth_sharpness_ratio", "lips_sharpness_ratio"))
 

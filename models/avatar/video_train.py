@@ -7,7 +7,8 @@
              box per frame under the mouth; the mask = where the lower face is in any frame; the paste alpha; the
              texture map (the lower face away from the lips: there the loop frame's own fine texture is kept)
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
-             (L1 + Sobel-edge loss, the lower face weighted)
+             (L1 + Sobel-edge loss, the lower face weighted; from ``critic_start`` a TextureCritic on the
+             lips' box asks for the grain of real lips, watched by a guard: :mod:`.critic`)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
@@ -34,10 +35,14 @@ from framegraph import assets
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
 from framegraph.models.vae import crop_frames
+from framegraph.stream.media import SAMPLE_RATE
 
 from ..training import REPORT, cpu_threads, lr_at, write_json
+from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
+from .evaluate_real import speech_per_frame
 from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, quiet_audio, region_loss
 from .loop import nearest_frames
+from .provenance import write_training_provenance
 from .video import MIN_SECONDS, prepare_video
 from .video_bundle import (
     MAX_MODEL_SIZE,
@@ -68,6 +73,9 @@ class VideoTrainConfig:
     edge_weight: float = 0.5
     mouth_weight: float = 4.0
     texture_margin: float = 0.03
+    critic_weight: float = 0.1
+    critic_start: int = 500
+    critic_lr: float = 2e-4
     context: int = 3
     holdout: float = 0.0
     loop_seconds: float = 10.0
@@ -175,20 +183,6 @@ def idle_range(openness: np.ndarray, n_loop: int, frames: int) -> tuple[int, int
     return a, a + frames
 
 
-def speech_share(audio: np.ndarray) -> float:
-    """Share of 512-sample windows the Silero VAD calls speech."""
-    from framegraph.models.audio.vad import SileroVAD, VoiceActivity
-
-    va = VoiceActivity(vad=SileroVAD())
-    speaking = total = 0
-    x = audio.astype(np.float32) / 32768.0
-    for i in range(0, len(x) - 511, 512):
-        va.push(x[i:i + 512])
-        speaking += va.probability >= 0.5
-        total += 1
-    return speaking / max(total, 1)
-
-
 def _read_clips(clips: list[str]):
     """Frames (one by one) and the whole audio of the prepared clips, in order."""
     from framegraph.stream.media import read_video
@@ -215,21 +209,35 @@ def clips_audio(clips: list[str]) -> np.ndarray:
 
 def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                     cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
-                    log=None) -> tuple[MouthGenerator, list[dict]]:
+                    log=None) -> tuple[MouthGenerator, list[dict], dict]:
     """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
     ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
     the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
-    that again."""
+    that again. With ``lips`` and ``critic_weight`` > 0, a :class:`~.critic.TextureCritic` on the lips' box
+    (where the L1 loss alone draws an average: a blur) adds ``critic_weight`` · its loss from step
+    ``critic_start`` (the critic trains from 100 steps before), watched by a :class:`~.critic.CriticGuard`.
+
+    Returns the model (eval mode), the history (every 50 steps: the total loss, the L1 part and its running
+    mean) and the critic's report (its settings, the lips' box, the step the guard dropped it at or None)."""
     gen = torch.Generator().manual_seed(cfg.seed)
+    use_critic = lips is not None and cfg.critic_weight > 0
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = MouthGenerator(channels=tuple(cfg.channels), shape_dim=shapes.shape[1], sample_size=regions.shape[1])
+        critic = TextureCritic() if use_critic else None
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
     m = mask[None, None]
     ref = reference.permute(2, 0, 1)[None].float() / 255.0
     weight = 1.0 + cfg.mouth_weight * m
     if lips is not None:
         weight = weight + 2 * cfg.mouth_weight * lips[None, None]
+    guard = CriticGuard()
+    report = {"weight": cfg.critic_weight if use_critic else 0.0, "start": cfg.critic_start, "dropped_at": None}
+    if use_critic:
+        opt_critic = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=(0.5, 0.999))
+        rows, cols = lips_box(lips)
+        report["box_px"] = [rows.start, rows.stop, cols.start, cols.stop]
+        critic_m = m[..., rows, cols].expand(cfg.batch, -1, -1, -1)
     history = []
     model.train()
     for step in range(cfg.steps):
@@ -239,15 +247,35 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
         x = regions[idx].permute(0, 3, 1, 2).float() / 255.0
         B = len(idx)
         pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
-        loss = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
+        l1 = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
+        critic_trains = use_critic and guard.dropped_at is None and step >= cfg.critic_start - 100
+        critic_on = critic_trains and step >= cfg.critic_start
+        loss = l1
+        if critic_trains:
+            fake = (pred * m + x * (1 - m))[..., rows, cols]  # the lips as pasted: generated where hidden
+        if critic_on:
+            loss = l1 + cfg.critic_weight * adversarial_loss(critic, fake, critic_m[:B])
+        if guard.update(step, l1.item(), critic_on, model, opt):  # before this step changes the weights
+            report["dropped_at"] = step
+            if log:
+                log(f"generator step {step}: the L1 loss rose to {guard.mean:.4f} (best {guard.best:.4f}) "
+                    "with the texture critic; back to the last healthy weights, finishing without it")
+            continue  # this step's losses came from the weights just replaced
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
+        if critic_trains:
+            for g in opt_critic.param_groups:
+                g["lr"] = lr_at(step, cfg.steps, cfg.critic_lr, 0)
+            opt_critic.zero_grad(set_to_none=True)
+            critic_loss(critic, x[..., rows, cols], fake, critic_m[:B]).backward()
+            opt_critic.step()
         if step % 50 == 0 or step == cfg.steps - 1:
-            history.append({"step": step, "loss": round(loss.item(), 5)})
+            history.append({"step": step, "loss": round(loss.item(), 5), "l1": round(l1.item(), 5),
+                            "l1_mean": round(guard.mean, 5)})
             if log:
-                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f}")
-    return model.eval(), history
+                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f} (L1 {l1.item():.4f})")
+    return model.eval(), history, report
 
 
 def _corr(a, b) -> float | None:
@@ -307,15 +335,13 @@ def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
     return torch.stack(regions), torch.stack(loop), np.stack(thumbs)
 
 
-def rest_shape(z: torch.Tensor, openness: np.ndarray, audio: np.ndarray | None, n: int, fps: float,
+def rest_shape(z: torch.Tensor, openness: np.ndarray, speech: np.ndarray | None,
                least: int = 25) -> tuple[torch.Tensor, str]:
     """The person's mouth in silence ``[P]`` (standardised) from the training frames ``z [T, P]``: the median
-    over the frames the voice detector (Silero VAD on ``audio``, all ``n`` frames' worth) calls silent, or,
+    over the frames the voice detector calls silent (``speech [≥ T]``: its probability per frame < 0.5), or,
     with fewer than ``least`` of them or no audio, over the 20 % most closed (``openness [T]``). Also says which."""
-    if audio is not None:
-        from .evaluate_real import speech_per_frame
-
-        silent = speech_per_frame(audio, n, fps)[:len(z)] < 0.5
+    if speech is not None:
+        silent = speech[:len(z)] < 0.5
         if silent.sum() >= least:
             return z[torch.from_numpy(silent)].median(0).values, f"{int(silent.sum())} silent frames"
     closed = openness <= np.quantile(openness, 0.2)
@@ -355,7 +381,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps
     audio = clips_audio(prep.clips)
-    if cfg.vad and (share := speech_share(audio)) < MIN_SPEECH:
+    # Silero VAD's speech probability per frame (None: --no-vad)
+    speech = speech_per_frame(audio, int(round(len(audio) / SAMPLE_RATE * fps)), fps) if cfg.vad else None
+    if speech is not None and (share := float((speech >= 0.5).mean())) < MIN_SPEECH:
         raise MediaError(path, f"has no speech: the voice detector hears speech in {share:.0%} of it (at least "
                                f"{MIN_SPEECH:.0%} needed); the avatar learns its lips from the person talking")
     timings["prepare_s"] = round(time.monotonic() - t_start, 1)
@@ -381,13 +409,13 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     texture = texture_mask(mask, lips, margin_px=cfg.texture_margin * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
-    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], audio if cfg.vad else None, n, fps)
+    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
     nearest = nearest_frames(thumbs, range(*idle))
 
     t0 = time.monotonic()
     with cpu_threads(torch_threads):
-        generator, history = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
+        generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
     timings["generator_s"] = round(time.monotonic() - t0, 1)
 
     encoder, encoder_path = _audio_encoder(audio_from)
@@ -412,13 +440,15 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
               "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
-              "heldout": heldout, "generator_history": history, "config": asdict(cfg), "timings": timings,
+              "heldout": heldout, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
+              "timings": timings,
               "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
     avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout")}}
     save_video_avatar(out, avatar)
     write_json(out / REPORT, report)
+    write_training_provenance(out, report)
     return avatar, report
 
 
 __all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape",
-           "lower_face_mask", "idle_range", "speech_share", "train_generator"]
+           "lower_face_mask", "idle_range", "train_generator"]

@@ -64,6 +64,9 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--start-s", "0", "--end-s", "0.4"]) == 0
     assert json.loads(out.read_text())["frames"] == 10
+    provenance = (tmp_path / "me" / "PROVENANCE.md").read_text()  # each evaluation's figures, in the bundle
+    assert provenance.count("### ") == 2 and "`me.mp4` from 0.64 s to 1.28 s (16 frames)" in provenance
+    assert f"| {m['outside_mouth_psnr_db']:g} | ≥ 30 |" in provenance
     capsys.readouterr()
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--steps", "2"]) == 2

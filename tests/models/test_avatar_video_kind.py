@@ -228,6 +228,17 @@ def _psnr(a: np.ndarray, b: np.ndarray) -> float:
 
 
 @pytest.mark.slow
+def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
+    import hashlib
+
+    text, r = (talking["bundle"] / "PROVENANCE.md").read_text(), talking["report"]
+    assert f"`{talking['clip'].name}`" in text and hashlib.sha256(talking["clip"].read_bytes()).hexdigest() in text
+    assert f"{r['config']['steps']} steps" in text and f"trained on the first {r['train_frames']}, " in text
+    assert f"correlation {r['heldout']['shape_openness_corr']:.3f}" in text
+    assert r["critic"]["dropped_at"] is None and "the lips' texture critic at weight 0.1 from step 500" in text
+
+
+@pytest.mark.slow
 def test_bundle_geometry_follows_the_face(talking):
     from framegraph.models.avatar import load_avatar
 

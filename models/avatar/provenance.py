@@ -1,0 +1,100 @@
+"""A video avatar bundle's ``PROVENANCE.md``: where the avatar came from and what was measured on it.
+
+``avatar train --video`` writes it (the source video — name, size, SHA-256 — how it was trained, the training
+report's held-out figure); each ``avatar eval`` adds a section with what it measured against the person's
+real frames. A user who shares a bundle shares this page with it.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+PROVENANCE = "PROVENANCE.md"
+
+# (key in avatar eval's metrics, what it is, the target the figure is held to or "")
+EVAL_ROWS = (
+    ("landmark_openness_corr", "mouth-openness correlation, generated vs real (face landmarks)", "≥ 0.6"),
+    ("landmark_openness_swing", "how wide the mouth swings: std of the generated openness / the real's", "≈ 1"),
+    ("outside_mouth_psnr_db", "face outside the mouth region vs the real frames (dB)", "≥ 30"),
+    ("mouth_sharpness_ratio", "sharpness (Laplacian variance) of the lower face / the real frames'", ""),
+    ("lips_sharpness_ratio", "sharpness of the lips alone / the real lips'", ""),
+)
+
+
+def sha256_of(path, chunk: int = 1 << 20) -> str:
+    """The SHA-256 (hex) of the file at ``path``."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(chunk):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def write_training_provenance(root, report: dict) -> Path:
+    """``root/PROVENANCE.md`` for a bundle just trained by ``train_video_avatar`` (its ``report``)."""
+    src, cfg, held = report["source"], report["config"], report.get("heldout")
+    video = src["video"]
+    critic = report.get("critic") or {}
+    if not critic.get("weight"):
+        critic_line = "no texture critic"
+    elif critic.get("dropped_at") is None:
+        critic_line = f"the lips' texture critic at weight {critic['weight']:g} from step {critic['start']}"
+    else:
+        critic_line = (f"the lips' texture critic from step {critic['start']}, dropped at step "
+                       f"{critic['dropped_at']} (the L1 loss climbed; the generator went back to its last healthy "
+                       "weights)")
+    lines = [
+        "# Video avatar — provenance", "",
+        f"Made by framegraph's `avatar train --video` on {_now()}.", "",
+        "## Source", "",
+        f"- video: `{os.path.basename(video)}` ({src['seconds']:g} s, {src['frames']} frames at {src['fps']:g} fps, "
+        f"{src['width']}×{src['height']}; {os.path.getsize(video):,} bytes, SHA-256 `{sha256_of(video)}`)",
+        f"- this bundle holds {report['loop_frames']} of its frames (`loop.mp4`), one lower-face picture "
+        "(`regions.npz`: the reference) and models trained on the video: the person in it and its licence "
+        "decide who may receive the bundle.", "",
+        "## Training", "",
+        f"- {report['frames']} frames; trained on the first {report['train_frames']}"
+        + (f", the rest (from {held['start_s']:g} s) kept out of training for evaluation" if held else "")
+        + f"; face {report['face_width_px']:g} px wide: {report['region_choice']}",
+        f"- mouth generator: {cfg['steps']} steps, batch {cfg['batch']}, {critic_line}; "
+        f"seed {cfg['seed']}; {report['timings']['total_s']:.0f} s in all on {report['threads']} CPU threads "
+        f"(torch {report['torch']})",
+    ]
+    if held and held.get("shape_openness_corr") is not None:
+        lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
+                     f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")
+    lines += ["", "## Measured (`framegraph avatar eval`)", "",
+              "Each evaluation of this bundle adds a section here.", ""]
+    path = Path(root) / PROVENANCE
+    path.write_text("\n".join(lines))
+    return path
+
+
+def add_evaluation(root, metrics: dict) -> Path:
+    """Add a section with ``avatar eval``'s ``metrics`` (of a video avatar) to ``root/PROVENANCE.md``,
+    starting the page if the bundle has none."""
+    path = Path(root) / PROVENANCE
+    if not path.exists():
+        path.write_text("# Video avatar — provenance\n\n## Measured (`framegraph avatar eval`)\n\n")
+    silence = metrics.get("silence") or {}
+    rows = [f"| {what} | {metrics[key]:g} | {target} |" for key, what, target in EVAL_ROWS
+            if metrics.get(key) is not None]
+    if silence.get("frames"):
+        rows.append(f"| lips closed in silent frames: the avatar / the real person "
+                    f"({silence['frames']} frames) | {silence['lips_closed_fraction_generated']:.0%} / "
+                    f"{silence['lips_closed_fraction_real']:.0%} | closed in silence |")
+    section = [f"### {_now()}: `{os.path.basename(metrics['clip'])}` from {metrics['start_s']:g} s to "
+               f"{metrics['end_s']:g} s ({metrics['frames']} frames)", "",
+               "| measure | value | target |", "|---|---|---|", *rows, ""]
+    with open(path, "a") as f:
+        f.write("\n".join(section) + "\n")
+    return path
+
+
+__all__ = ["PROVENANCE", "sha256_of", "write_training_provenance", "add_evaluation"]

@@ -24,6 +24,16 @@ def positive_float(text: str) -> float:
     return v
 
 
+def non_negative_float(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not v >= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected a number ≥ 0")
+    return v
+
+
 def size(text: str, *, even: bool = False) -> tuple[int, int]:
     """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs)."""
     try:

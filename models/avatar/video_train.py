@@ -213,14 +213,15 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
     """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
     ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
     the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
-    that again. With ``lips`` and ``critic_weight`` > 0, a :class:`~.critic.TextureCritic` on the lips' box
-    (where the L1 loss alone draws an average: a blur) adds ``critic_weight`` · its loss from step
-    ``critic_start`` (the critic trains from 100 steps before), watched by a :class:`~.critic.CriticGuard`.
+    that again. With ``lips``, ``critic_weight`` > 0 and more than ``critic_start`` steps, a
+    :class:`~.critic.TextureCritic` on the lips' box (where the L1 loss alone draws an average: a blur) adds
+    ``critic_weight`` · its loss from step ``critic_start`` (the critic trains from 100 steps before), watched
+    by a :class:`~.critic.CriticGuard`.
 
     Returns the model (eval mode), the history (every 50 steps: the total loss, the L1 part and its running
     mean) and the critic's report (its settings, the lips' box, the step the guard dropped it at or None)."""
     gen = torch.Generator().manual_seed(cfg.seed)
-    use_critic = lips is not None and cfg.critic_weight > 0
+    use_critic = lips is not None and cfg.critic_weight > 0 and cfg.steps > cfg.critic_start
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg.seed)
         model = MouthGenerator(channels=tuple(cfg.channels), shape_dim=shapes.shape[1], sample_size=regions.shape[1])

@@ -132,6 +132,9 @@ def test_train_cli_reports_bad_video_with_exit_code_2(tmp_path, capsys):
         main(["avatar", "train", "--video", video, "--clips", str(tmp_path), "--out", str(out)])
     assert exc.value.code == 2
     assert "not allowed with argument" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["avatar", "train", "--video", video, "--critic-weight", "-1", "--out", str(out)])
+    assert "'-1': expected a number ≥ 0" in capsys.readouterr().err
 
 
 def test_rotated_phone_video_is_turned_upright(tmp_path):

@@ -12,6 +12,8 @@
     DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
     DIR/shape_head/     ShapeHead       (audio features → mouth shape)
     DIR/audio/          AudioEncoder
+    DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
+                        (:mod:`.provenance`; bundles made by ``train --video``)
 
 Geometry (:func:`region_side`, :func:`model_size`, :func:`region_boxes`, :func:`paste_mask`): the region
 is a square of side ``L`` = the face's width (px of the video) rounded up to a multiple of 16, centred

@@ -257,7 +257,6 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
         if critic_on:
             loss = l1 + cfg.critic_weight * adversarial_loss(critic, fake, critic_m[:B])
         if guard.update(step, l1.item(), critic_on, model, opt):  # before this step changes the weights
-            report["dropped_at"] = step
             if log:
                 log(f"generator step {step}: the L1 loss rose to {guard.mean:.4f} (best {guard.best:.4f}) "
                     "with the texture critic; back to the last healthy weights, finishing without it")
@@ -276,6 +275,7 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
                             "l1_mean": round(guard.mean, 5)})
             if log:
                 log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f} (L1 {l1.item():.4f})")
+    report["dropped_at"] = guard.dropped_at
     return model.eval(), history, report
 
 

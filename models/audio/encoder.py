@@ -1,6 +1,6 @@
 """A small causal convolutional audio encoder: log-mel frames → one feature vector per mel frame.
 
-The model is a diffusers ``ModelMixin`` + ``ConfigMixin``: ``save_pretrained(folder)`` writes
+The model is a :class:`~framegraph.models.pretrained.PretrainedModel`: ``save_pretrained(folder)`` writes
 ``config.json`` + ``diffusion_pytorch_model.safetensors`` and ``AudioEncoder.from_pretrained(folder)``
 loads it back. The config holds the whole front end (sample rate, window, hop, mel bands), so a saved
 encoder always sees the features it was trained on.
@@ -16,16 +16,15 @@ not inside the model: a video frame reads the output ``lookahead_frames`` mel fr
 from __future__ import annotations
 
 import torch
-from diffusers import ConfigMixin, ModelMixin
-from diffusers.configuration_utils import register_to_config
 from torch import nn
 
+from ..pretrained import PretrainedModel, register_to_config
 from .mel import LogMel
 
 MAX_LOOKAHEAD_MS = 80.0
 
 
-class AudioEncoder(ModelMixin, ConfigMixin):
+class AudioEncoder(PretrainedModel):
     """Causal conv encoder over log-mel frames.
 
     Args:

@@ -13,16 +13,16 @@ frame's *measured* shape, so it is sharp and its input is always a real mouth sh
 shape comes from the audio through :class:`ShapeHead`. The lower face is masked in the target (the jaw
 line included), so only the shape says how open the mouth is.
 
-Both are diffusers ``ModelMixin`` + ``ConfigMixin`` (``save_pretrained`` / ``from_pretrained``).
+Both save and load as diffusers-format folders (:class:`~framegraph.models.pretrained.PretrainedModel`).
 """
 from __future__ import annotations
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from diffusers import ConfigMixin, ModelMixin
-from diffusers.configuration_utils import register_to_config
 from torch import nn
+
+from ..pretrained import PretrainedModel, register_to_config
 
 SHAPE_NAMES = ("openness", "width", "roundness")
 # RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth
@@ -50,7 +50,7 @@ class _Up(nn.Module):
         return F.silu(self.conv(x) * (1 + scale) + shift)
 
 
-class MouthGenerator(ModelMixin, ConfigMixin):
+class MouthGenerator(PretrainedModel):
     """A small UNet that redraws the masked lower face of a region for a given mouth shape.
 
     Args:
@@ -103,7 +103,7 @@ class MouthGenerator(ModelMixin, ConfigMixin):
         return torch.sigmoid(self.out(torch.cat([h, x], 1)))
 
 
-class ShapeHead(ModelMixin, ConfigMixin):
+class ShapeHead(PretrainedModel):
     """Audio features of the last ``context`` frames → the standardised mouth shape (linear).
 
     Args:

@@ -2,7 +2,7 @@
 
     from framegraph.models.dit import AvatarDiT, Denoiser, generate
 
-- :class:`AvatarDiT` (``model.py``): the diffusers ``ModelMixin`` / ``ConfigMixin`` model (velocity
+- :class:`AvatarDiT` (``model.py``): the diffusers-format ``PretrainedModel`` (velocity
   prediction; teacher-forced training call; ``init_stream`` / ``commit`` for streaming).
 - :class:`DiTStreamState` (``state.py``): per-layer fp32 linear-attention sums + FFN temporal caches.
 - :func:`generate_block`, :func:`generate` (``generate.py``): few-step Euler denoising + commit.

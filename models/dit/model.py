@@ -39,13 +39,12 @@ from __future__ import annotations
 from typing import Literal
 
 import torch
-from diffusers import ConfigMixin, ModelMixin
-from diffusers.configuration_utils import register_to_config
 from torch import nn
 
 from framegraph.kernels.block_linear_attention import zero_state
 from framegraph.kernels.modulation import norm_modulate
 
+from ..pretrained import PretrainedModel, register_to_config
 from .block import ATTENTIONS, DiTBlock, Geometry
 from .layers import audio_windows, patchify, rope_tables, sincos_2d, timestep_embedding, unpatchify
 from .state import DiTStreamState, LayerStreamState
@@ -60,7 +59,7 @@ PRESETS: dict[DiTPreset, dict] = {
 }
 
 
-class AvatarDiT(ModelMixin, ConfigMixin):
+class AvatarDiT(PretrainedModel):
     """Block-autoregressive linear DiT (velocity prediction) for avatar face latents.
 
     Args:

@@ -3,7 +3,7 @@ training, and the ``VAEDecode`` stage.
 
     from framegraph.models.vae import VideoVAE, VAEDecode, train_vae
 
-- :mod:`.model`: ``VideoVAE`` (diffusers ``ModelMixin`` / ``ConfigMixin``), streaming encode / decode
+- :mod:`.model`: ``VideoVAE`` (a diffusers-format ``PretrainedModel``), streaming encode / decode
   with explicit caches; the identity reference and the reference warp (``with_reference_warp``).
 - :mod:`.register`: batched affine registration (Lucas–Kanade): the head pose of a drawn frame.
 - :mod:`.losses`: SSIM, PSNR, KL, the mouth-weighted reconstruction loss.

@@ -67,10 +67,9 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from diffusers import ConfigMixin, ModelMixin
-from diffusers.configuration_utils import register_to_config
 from torch import Tensor, nn
 
+from ..pretrained import PretrainedModel, register_to_config
 from .register import affine_sample, register_affine
 
 Cache = dict[str, Tensor]
@@ -295,7 +294,7 @@ class ReferenceEncoder(nn.Module):
         return feats + [torch.cat([feats[-1], pixels], dim=1)]
 
 
-class VideoVAE(ModelMixin, ConfigMixin):
+class VideoVAE(PretrainedModel):
     """Causal video autoencoder for the face region (see the module docstring).
 
     Args:

@@ -301,7 +301,7 @@ def _train_error(message) -> int:
 
 def _prepare_video(args: argparse.Namespace):
     """``--video``: the clips folder (OUT/train/video_clips), or an exit code after a clear error."""
-    from framegraph.models.avatar.video import prepare_video
+    from framegraph.models.avatar.clips.prepare import prepare_video
 
     if args.portrait:
         return _train_error("--portrait is for --synth; with --video the bundle's background is the median of "
@@ -326,7 +326,7 @@ def _prepare_video(args: argparse.Namespace):
 
 def run_train_video(args: argparse.Namespace) -> int:
     """``--video`` with ``--kind video``: the person's frames looped, the lower face generated."""
-    from framegraph.models.avatar.video_train import train_video_avatar
+    from framegraph.models.avatar.video.train import train_video_avatar
 
     if args.portrait:
         return _train_error("--portrait is for --synth; a video avatar is made of the video's own frames")
@@ -363,7 +363,7 @@ def clips_region_size(clips: str) -> int | None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from framegraph.models.avatar.train import train_avatar
+    from framegraph.models.avatar.portrait.train import train_avatar
 
     if args.kind and not args.video:
         return _train_error("--kind goes with --video (--clips / --synth train a portrait avatar)")
@@ -424,7 +424,7 @@ def run_train(args: argparse.Namespace) -> int:
 
 def run_refine(args: argparse.Namespace) -> int:
     from framegraph.models.avatar import AvatarError
-    from framegraph.models.avatar.refine import refine_decoder
+    from framegraph.models.avatar.portrait.refine import refine_decoder
     from framegraph.stream.media import MediaError
 
     if args.latent_noise < 0:
@@ -449,7 +449,7 @@ def run_refine(args: argparse.Namespace) -> int:
 
 def run_eval(args: argparse.Namespace) -> int:
     from framegraph.models.avatar import AvatarError, load_avatar
-    from framegraph.models.avatar.evaluate import evaluate_avatar
+    from framegraph.models.avatar.eval.synthetic import evaluate_avatar
     from framegraph.stream.media import MediaError
 
     for what, path in (("--clip", args.clip), ("--truth", args.truth)):
@@ -458,11 +458,11 @@ def run_eval(args: argparse.Namespace) -> int:
             return 2
     try:
         if args.avatar is None:
-            from framegraph.models.avatar.evaluate_real import track_clip
+            from framegraph.models.avatar.eval.real import track_clip
 
             return _write_metrics(args.out, track_clip(args.clip), ("faces_found", "openness_vs_loudness_corr"))
         avatar = load_avatar(args.avatar)
-        if getattr(avatar, "kind", "portrait") == "video":
+        if avatar.kind == "video":
             return _eval_video_avatar(avatar, args)
         if args.start_s is not None or args.end_s is not None:
             raise ValueError("--start-s / --end-s go with a video avatar (avatar train --video); "
@@ -474,7 +474,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
             avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()
         metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps,
-                                  progress=True, backend=args.backend, onnx_dir=args.onnx)
+                                  progress=True, runtime=args.backend, onnx_dir=args.onnx)
     except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
         print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
         return 2
@@ -490,8 +490,8 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     """``avatar eval`` of a video avatar: the real frames of the clip from ``--start-s`` (default: the part of its
     source video kept out of training) as the base, the lower face redrawn from the clip's audio, measured with
     the face landmarks against the real frames (:func:`evaluate_video_avatar`)."""
-    from framegraph.models.avatar.provenance import PROVENANCE, add_evaluation
-    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+    from framegraph.models.avatar.eval.video import evaluate_video_avatar
+    from framegraph.models.avatar.video.provenance import PROVENANCE, add_evaluation
 
     portrait_only = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
                                               ("--backend", args.backend != "torch"), ("--onnx", args.onnx)) if given]

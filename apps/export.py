@@ -4,7 +4,7 @@ for ``--backend onnx``. Needs the ``onnx`` package (``pip install 'framegraph[ex
     framegraph export --avatar DIR [--out DIR] [--int8 [dynamic|static]]
         an avatar bundle's three stateful models (audio encoder, DiT step and commit, VAE decoder), for
         render / bench / demo; default output DIR/onnx, where their --backend onnx looks. --int8 also
-        writes an int8 version of every file beside it (models/onnx/quantize.py) for --backend onnx-int8;
+        writes an int8 version of every file beside it (models/avatar/portrait/int8.py) for --backend onnx-int8;
         the models that run int8 there are the measured default (only those whose avatar quality holds,
         benchmarks/results/cpu/avatar_int8.json) or --int8-models.
     framegraph export --generate MODEL_DIR --size HxW [--chunk-frames N] [--out DIR]
@@ -36,7 +36,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="(--generate) latent frames per chunk, as generate's --chunk-frames (default 3)")
     p.add_argument("--out", default=None,
                    help="output folder (default: AVATAR/onnx, or MODEL_DIR/onnx/vae_<H>x<W>_f<N>)")
-    from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, MODES
+    from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, MODES
 
     p.add_argument("--int8", nargs="?", const=DEFAULT_MODE, choices=MODES, default=None,
                    help=f"(--avatar) also write int8 files for --backend onnx-int8: dynamic (weights int8, activations "
@@ -51,7 +51,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _models(text: str | None):
-    from framegraph.models.onnx.quantize import DEFAULT_INT8, check_models
+    from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, check_models
 
     if text is None:
         return list(DEFAULT_INT8)
@@ -63,9 +63,8 @@ def _models(text: str | None):
 def run(args: argparse.Namespace) -> int:
     if args.generate is not None:
         return _run_generate(args)
-    from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.graph import default_onnx_dir
-    from framegraph.models.onnx.export import export_avatar
+    from framegraph.models.avatar import RunSettings, load_avatar
+    from framegraph.models.avatar.portrait.onnx import export_avatar
 
     if args.int8 is None and (args.int8_models is not None or args.calibration is not None):
         print(
@@ -82,7 +81,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"framegraph export: error: --calibration {args.calibration!r} does not exist", file=sys.stderr)
         return 2
     avatar = load_avatar(args.avatar)
-    out = args.out or default_onnx_dir(avatar)
+    out = args.out or avatar.onnx_dir(RunSettings())
     t0 = time.perf_counter()
     manifest = export_avatar(avatar, out)
     files = ", ".join(f["file"] for f in manifest["files"].values() if "file" in f)
@@ -92,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         file=sys.stderr,
     )
     if args.int8:
-        from framegraph.models.onnx.quantize import quantize_export
+        from framegraph.models.avatar.portrait.int8 import quantize_export
 
         t0 = time.perf_counter()
         manifest = quantize_export(avatar, out, args.int8, models=models, calibration_audio=args.calibration)
@@ -108,7 +107,8 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _run_generate(args: argparse.Namespace) -> int:
-    from framegraph.models.onnx.wan_vae import default_wan_onnx_dir, export_wan_vae, load_folder_vae
+    from framegraph.models.generate import load_folder_vae
+    from framegraph.models.generate.onnx import default_wan_onnx_dir, export_wan_vae
 
     if args.int8 is not None or args.int8_models is not None or args.calibration is not None:
         raise ValueError("--int8 / --int8-models / --calibration are for --avatar exports; --generate writes float32")

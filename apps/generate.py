@@ -118,7 +118,7 @@ def _chunks(args, fps: float, r: int) -> int:
 
 def _onnx_dir(args) -> str | None:
     """``--onnx``, or (``--backend onnx``) where ``framegraph export --generate`` puts the export of the VAE's folder."""
-    from framegraph.models.onnx.wan_vae import default_wan_onnx_dir
+    from framegraph.models.generate.onnx import default_wan_onnx_dir
 
     if args.backend != "onnx" or args.onnx:
         return args.onnx
@@ -158,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
                               prompt_embeds=args.prompt_embeds, chunk_frames=args.chunk_frames,
                               timesteps=args.timesteps, shift=args.shift, source=source,
                               strength=(args.strength or 0.6) if args.input else None, seed=args.seed, device=device,
-                              vae_backend=args.backend, onnx_dir=_onnx_dir(args), **options)
+                              vae_runtime=args.backend, onnx_dir=_onnx_dir(args), **options)
     sink = gg.graph.add(MP4Sink(args.out, width=width, height=height, fps=gg.fps, audio_rate=None))
     gg.graph.connect(gg.decode, sink, capacity=8)
     hint = "fewer --timesteps or a smaller --size is faster" + (

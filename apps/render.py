@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         from framegraph.models.avatar import render_avatar_graph
 
         graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset, size=args.size, backend=args.backend,
+                                                 preset=args.preset, size=args.size, runtime=args.backend,
                                                  onnx_dir=args.onnx)
         width, height, args.fps = sink.width, sink.height, float(sink.fps)
     else:

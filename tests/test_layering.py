@@ -107,3 +107,43 @@ def test_no_import_circles():
         if n not in state:
             visit(n)
     assert not circles, "\n".join(circles)
+
+
+def _circles(graph: dict[str, set[str]]) -> list[str]:
+    circles, state, path = [], {}, []
+
+    def visit(n):
+        state[n] = 1
+        path.append(n)
+        for m in sorted(graph.get(n, ())):
+            if state.get(m) == 1:
+                circles.append(" -> ".join(path[path.index(m):] + [m]))
+            elif m not in state:
+                visit(m)
+        path.pop()
+        state[n] = 2
+
+    for n in sorted(graph):
+        if n not in state:
+            visit(n)
+    return circles
+
+
+def package_of(module: str) -> str:
+    """``framegraph.models.avatar.portrait.bundle`` → ``framegraph.models.avatar``: the sub-package of a layer
+    (a module directly in a layer is its own)."""
+    return ".".join(module.split(".")[:3])
+
+
+def test_no_circles_between_sub_packages():
+    """Sub-packages depend on each other one way too: ``models.avatar`` may use ``models.onnx`` and
+    ``models.generate`` may, but ``models.onnx`` uses neither — a circle between packages is a tangle even
+    when no two modules import each other."""
+    graph: dict[str, set[str]] = {}
+    for name, path in MODULES.items():
+        src = package_of(name)
+        for _, target in imports(name, path, run_time_only=True):
+            if target in MODULES and package_of(target) != src:
+                graph.setdefault(src, set()).add(package_of(target))
+    circles = _circles(graph)
+    assert not circles, "\n".join(circles)

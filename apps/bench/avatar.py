@@ -56,6 +56,8 @@ import time
 import numpy as np
 import torch
 
+from framegraph.models.runtime import RUNTIMES
+
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
 from .measure import torch_threads
 from .meta import ASSETS, ROOT, add_out_argument, bench_metadata, write_result
@@ -64,7 +66,6 @@ from .speech import SAMPLE_RATE, speech
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
            "sessions": 4, "session_fps": 25.0}
 DEFAULT_AVATAR = os.path.join(ASSETS, "avatars", "astronaut")
-BACKENDS = ("torch", "onnx", "onnx-int8")  # models.avatar.graph.BACKENDS (not imported here: torch-free --help)
 
 
 # ---- the model class ---------------------------------------------------------------------------------
@@ -94,12 +95,12 @@ def size_multiple(cls: dict) -> int:
 
 
 def random_bundle(cls: dict, size: int, seed: int = 0):
-    """An :class:`~framegraph.models.avatar.Avatar` of the shipped class with random weights and a generated
+    """A :class:`~framegraph.models.avatar.PortraitAvatar` of the shipped class with random weights and a generated
     region of ``size`` px, composited into the shipped portrait scaled by ``size / shipped_region``."""
     from PIL import Image
 
     from framegraph.models.audio import AudioEncoder
-    from framegraph.models.avatar import Avatar
+    from framegraph.models.avatar import PortraitAvatar
     from framegraph.models.dit import AvatarDiT
     from framegraph.models.vae import VideoVAE
 
@@ -117,7 +118,7 @@ def random_bundle(cls: dict, size: int, seed: int = 0):
         lat = size // vae.spatial_compression
         dit = AvatarDiT(**{**cls["dit"], "sample_size": [lat, lat]}).eval()
         audio = AudioEncoder(**cls["audio"]).eval()
-    return Avatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=(x, y, size, size), region_size=size,
+    return PortraitAvatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=(x, y, size, size), region_size=size,
                   mouth_box=None if mouth is None else tuple(float(v) * scale for v in mouth),
                   fps=float(a.get("fps", 25.0)), chunk_frames=int(a.get("chunk_frames", 1)),
                   steps=int(a.get("steps", 2)), shift=float(a.get("shift", 1.0)), vad=bool(a.get("vad", True)))
@@ -257,9 +258,9 @@ def _settings(args) -> dict:
     if s["repeats"] < 1:
         raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
     s["backends"] = [b.strip() for b in str(args.backend).split(",") if b.strip()]
-    if not s["backends"] or any(b not in BACKENDS for b in s["backends"]) \
+    if not s["backends"] or any(b not in RUNTIMES for b in s["backends"]) \
             or len(set(s["backends"])) != len(s["backends"]):
-        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of {', '.join(BACKENDS)}")
+        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of {', '.join(RUNTIMES)}")
     if any(b != "torch" for b in s["backends"]) and cuda:
         raise ValueError("--backend onnx / onnx-int8 run on the CPU (ONNX Runtime's CPU provider); use --device cpu")
     if s["torch_threads"] is not None and s["torch_threads"] < 1:
@@ -343,9 +344,8 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
     if backend == "torch":
         return {}
     if name == "shipped" and args.onnx:
-        return {"backend": backend, "onnx_dir": args.onnx}
-    from framegraph.models.onnx import load_manifest
-    from framegraph.models.onnx.export import export_avatar
+        return {"runtime": backend, "onnx_dir": args.onnx}
+    from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 
     out = os.path.join(s["export_root"], name)
     if not os.path.isdir(out):
@@ -353,13 +353,13 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         export_avatar(avatar, out)
         _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
     if backend == "onnx-int8" and "int8" not in load_manifest(out, avatar):
-        from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+        from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 
         t = time.perf_counter()
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
         _log(f"[{name}] int8 ({DEFAULT_MODE}, kept: {', '.join(DEFAULT_INT8) or 'none'}) in "
              f"{time.perf_counter() - t:.1f} s")
-    return {"backend": backend, "onnx_dir": out}
+    return {"runtime": backend, "onnx_dir": out}
 
 
 def _row_name(name: str, backend: str, s: dict) -> str:

@@ -2,7 +2,7 @@
 
     framegraph bench avatar_int8 --out benchmarks/results/cpu/avatar_int8.json
 
-For each ``--modes`` entry (``static``, ``dynamic``: ``models/onnx/quantize.py``) the shipped bundle is
+For each ``--modes`` entry (``static``, ``dynamic``: ``models/avatar/portrait/int8.py``) the shipped bundle is
 exported and quantized (into a temporary folder), then each model — audio encoder, DiT, VAE decoder — is
 run **alone** in int8 (the others float32) and compared with the float32 ORT export:
 
@@ -12,7 +12,7 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
   PROVENANCE.md), means over the clips (``models/avatar/evaluate.py``, ``real_measures=False``);
 - **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*,
   call after call in turns on the same inputs (recorded from the float32 stages on ``--seconds`` of speech,
-  :func:`~framegraph.models.onnx.quantize.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
+  :func:`~framegraph.models.avatar.portrait.int8.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
   the model's time per video frame (p50 × calls per frame, summed over its files). Taking turns call by
   call keeps the comparison fair on a machine whose load changes (this one is shared);
 - **speed, in the graph**: ``bench avatar``'s steady run (speech pushed at once, fast clock) of each variant:
@@ -20,7 +20,7 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
   the machine's load more than the side-by-side figures do.
 
 A model keeps int8 when both quality figures stay within 0.01 of float32 and it takes less time per frame
-(:func:`~framegraph.models.onnx.quantize.choose_int8`); the decision (mode and models) is what
+(:func:`~framegraph.models.avatar.portrait.int8.choose_int8`); the decision (mode and models) is what
 ``framegraph export --int8`` uses by default (``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, checked against
 this JSON by the tests). When more than one model holds, they are measured together too.
 """
@@ -83,7 +83,7 @@ def _clips(args, tmp: str) -> list[tuple[str, str]]:
 
 
 def _quality(avatar, clips, kw: dict) -> dict:
-    from framegraph.models.avatar.evaluate import evaluate_avatar
+    from framegraph.models.avatar.eval.synthetic import evaluate_avatar
 
     per = []
     for clip, truth in clips:
@@ -117,8 +117,7 @@ def _speed(runs: list[dict]) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.onnx.export import export_avatar
-    from framegraph.models.onnx.quantize import (
+    from framegraph.models.avatar.portrait.int8 import (
         MODES,
         TOLERANCE,
         choose_int8,
@@ -126,6 +125,7 @@ def run(args: argparse.Namespace) -> int:
         record_inputs,
         variant_dir,
     )
+    from framegraph.models.avatar.portrait.onnx import export_avatar
 
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
@@ -229,9 +229,9 @@ def run(args: argparse.Namespace) -> int:
 def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
     """Each file's float32 and int8 sessions called in turns on the same recorded inputs (see the module
     docstring): ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
-    from framegraph.models.onnx.manifest import MODELS, PARTS
+    from framegraph.models.avatar.portrait.onnx import MODELS, PARTS
+    from framegraph.models.onnx import OrtGraph
     from framegraph.models.onnx.quantize import FeedReader
-    from framegraph.models.onnx.runtime import OrtGraph
 
     with open(os.path.join(int8_dir, "manifest.json")) as f:
         manifest = json.load(f)
@@ -264,7 +264,7 @@ def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads
 def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     out = {}
     for name, v in variants.items():
-        kw = {"backend": v["backend"], "onnx_dir": v["onnx_dir"]}
+        kw = {"runtime": v["backend"], "onnx_dir": v["onnx_dir"]}
         print(f"[{name}] quality on {len(clips)} held-out clips", flush=True)
         out[name] = {"mode": v["mode"], "models": v["models"], "quality": _quality(avatar, clips, kw)}
         print(
@@ -275,7 +275,7 @@ def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     runs = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, v in variants.items():
-            kw = {"backend": v["backend"], "onnx_dir": v["onnx_dir"]}
+            kw = {"runtime": v["backend"], "onnx_dir": v["onnx_dir"]}
             runs[name].append(measure_steady(avatar, audio, "cpu", args.torch_threads, 10, graph_kw=kw))
             print(f"[{name}] speed round {r + 1}: {runs[name][-1]['fps']:.1f} fps", flush=True)
     for name in variants:

@@ -125,15 +125,12 @@ def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: i
 
     src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
     sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
-    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
-
-    kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest",
-              max_lag_ms=LIVE_MAX_LAG_MS) if server_like else dict(budget_ms=None, video_policy="block")
+    kw = dict(live=True, video_policy="drop_oldest") if server_like else dict(video_policy="block")
     ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
                             torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw, **(graph_kw or {}))
     timer = None
     if gpu_timing and device.startswith("cuda"):
-        timer = _GpuStageTimer([ag.features, ag.state, ag.denoiser, ag.decode, ag.composite],
+        timer = _GpuStageTimer([ag.features, ag.state, *ag.stages.values()],
                                capacity=3 * frames + 64)
     return ag, src, sink, timer
 
@@ -196,7 +193,7 @@ def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | 
            "frame_interval_ms": _calls(summary_ms(gaps_ms)),
            "stages_host_ms": stage_times(report, AVATAR_STAGES),
            "stages_gpu_ms": timer.summary() if timer is not None else None,
-           "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
+           "denoiser_steps_used": {str(k): v for k, v in ag.stages["denoiser"].steps_used.items()},
            "edge_drops": sum(e["drops"] for e in report["edges"])}
     return out
 
@@ -237,8 +234,8 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
                     "dropped_at_source": rep["sources"]["mic"]["dropped_in_flight_limit"],
                     "audio_overflow_samples": int(src.overflow_samples),
                     "edge_drops": sum(e["drops"] for e in rep["edges"]),
-                    "denoiser_steps_used": {str(k): v for k, v in ag.denoiser.steps_used.items()},
-                    "frames_skipped_late": int(ag.denoiser.frames_skipped),
+                    "denoiser_steps_used": {str(k): v for k, v in ag.stages["denoiser"].steps_used.items()},
+                    "frames_skipped_late": int(ag.stages["denoiser"].frames_skipped),
                     "denoiser_p50_ms": rep["stages"]["denoiser"]["work"].get("p50_ms")})
     fps_all = [p["presented_fps"] for p in per]
     return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,
@@ -249,7 +246,7 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
 def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray, steady_audio: np.ndarray,
                  repeats: int, torch_threads: int | None, warmup_frames: int, log, graph_kw: dict | None = None) -> dict:
     """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
-    ``build_avatar_graph`` arguments (``backend`` / ``onnx_dir``)."""
+    ``build_avatar_graph`` arguments (``runtime`` / ``onnx_dir``)."""
     from framegraph.models.audio.features import FrameTiming
 
     timing = FrameTiming.of(avatar.audio, avatar.fps)

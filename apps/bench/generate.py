@@ -21,7 +21,7 @@ waits on full rings; denoiser and decoder per chunk, encoder per frame) and its 
 blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
 
 ``--backend torch,onnx`` runs the graph once per backend of the VAE decoder (``onnx``: the decoder exported
-first, :mod:`framegraph.models.onnx.wan_vae`, its ``export_s`` recorded) and records each run under
+first, :mod:`framegraph.models.generate.onnx`, its ``export_s`` recorded) and records each run under
 ``backends`` with the two numbers side by side (``vae_decode_p50_ms``, ``fps_end_to_end``). ``--vae``
 picks the decoder: ``tiny`` (the test suite's) or ``wan2.1`` (``AutoencoderKLWan``'s default configuration,
 the Wan 2.1 VAE: the real decoder's cost, with whichever transformer ``--config`` names).
@@ -134,7 +134,7 @@ def measure(args, backend: str = "torch") -> dict:
     options = {"attention": args.attention} if args.family == "wan" else {}
     export_s, tmp = None, None
     if backend == "onnx":
-        from framegraph.models.onnx.wan_vae import export_wan_vae
+        from framegraph.models.generate.onnx import export_wan_vae
 
         tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
         t0 = time.perf_counter()
@@ -155,7 +155,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
 
     height, width = args.size
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
-                              timesteps=timesteps, device=device, vae_backend=backend, **options)
+                              timesteps=timesteps, device=device, vae_runtime=backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")

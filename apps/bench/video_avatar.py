@@ -100,7 +100,7 @@ def _at_region(avatar, size: int):
     """The same avatar with a fresh generator (same architecture) at ``size``² and a box of ``size`` px."""
     import torch.nn.functional as F
 
-    from framegraph.models.avatar.lipsync import MouthGenerator
+    from framegraph.models.avatar.video.lipsync import MouthGenerator
 
     big = copy.copy(avatar)
     c = avatar.generator.config
@@ -120,12 +120,12 @@ def _at_region(avatar, size: int):
 
 def run(args: argparse.Namespace) -> int:
     from framegraph.apps.server.avatar_pipeline import load_bundle
-    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+    from framegraph.models.avatar.eval.video import evaluate_video_avatar
     from framegraph.stream.media import decode_audio
 
     folder = os.path.abspath(args.avatar)
     avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
-    if getattr(avatar, "kind", "portrait") != "video":
+    if avatar.kind != "video":
         raise ValueError(f"--avatar {args.avatar!r} is a portrait bundle; this bench measures a video avatar "
                          f"(framegraph avatar train --video)")
     torch.set_num_threads(args.threads)

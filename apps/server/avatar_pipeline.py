@@ -80,15 +80,15 @@ def load_bundle(name: str, root: str | None = None):
     With a limit (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from
     the cache (sessions still running on one keep it alive until they end)."""
     from framegraph.models.audio.vad import SileroVAD
-    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar import PortraitAvatar, load_avatar
 
     path = os.path.join(root or AVATARS_DIR, name)
     with _lock:
         if path not in _cache:
             started = time.monotonic()
             avatar = load_avatar(path)
-            if getattr(avatar, "kind", "portrait") == "portrait":
-                avatar.reference_latent()  # computed once, here
+            if isinstance(avatar, PortraitAvatar):
+                avatar.reference_latent()  # computed once, here (not by a session's first frame)
             if avatar.vad:
                 SileroVAD()
             _cache[path] = avatar
@@ -113,8 +113,8 @@ def loaded_bundles() -> list[dict]:
 
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     from framegraph.models.avatar import AvatarError, build_avatar_graph
-    from framegraph.models.avatar.graph import BACKENDS, LIVE_MAX_LAG_MS
     from framegraph.models.onnx import ExportError
+    from framegraph.models.runtime import RUNTIMES
 
     names = available_avatars(root)
     name = opts._get("portrait")
@@ -131,9 +131,9 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
         raise opts._bad("size", f"{v.width}x{v.height}", f"the avatar's size {avatar.width}x{avatar.height}")
     if abs(v.fps - avatar.fps) > 1e-6:
         raise opts._bad("fps", v.fps, f"the avatar's frame rate {avatar.fps:g}")
-    steps = opts.integer("steps", avatar.steps, 1, 4)
+    steps = opts.integer("steps", None, 1, 4)
     state = opts.choice("state", "auto", STATES)
-    backend = opts.choice("backend", "torch", BACKENDS)
+    backend = opts.choice("backend", "torch", RUNTIMES)
     opts.done()
     device = "cuda" if torch.cuda.is_available() and backend == "torch" else "cpu"
     graph = Graph(Clock("realtime"), name="avatar")
@@ -141,10 +141,9 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     encoder, sink = add_video_out(graph, v, audio_chunk=AUDIO_CHUNK)
     try:
         ag = build_avatar_graph(avatar, mic, sink=encoder, audio_sink=sink, graph=graph, device=device, steps=steps,
-                                budget_ms=1000.0 * avatar.chunk_frames / avatar.fps,
-                                torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
-                                max_lag_ms=LIVE_MAX_LAG_MS, backend=backend)
-    except ExportError as exc:
+                                live=True, torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
+                                runtime=backend)
+    except (ExportError, ValueError) as exc:
         raise ProtocolError(ErrorCode.BAD_OPTION, f"avatar: backend {backend!r}: {exc}") from None
     ag.set_state(state)
 
@@ -157,7 +156,7 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
 
     return Pipeline(graph, sink, encoder=encoder, audio_in=mic, configure=configure,
                     format={"video": v.describe(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
-                            "pose_in": False, "avatar": name, "steps": steps, "state": state, "device": device,
+                            "pose_in": False, "avatar": name, "kind": avatar.kind, "steps": steps, "state": state, "device": device,
                             "backend": backend,
                             "states": list(STATES)})
 

@@ -41,7 +41,7 @@ from framegraph.models.generate import (
     default_dtype,
     load_generate_model,
 )
-from framegraph.models.onnx.wan_vae import default_wan_onnx_dir
+from framegraph.models.generate.onnx import default_wan_onnx_dir
 from framegraph.stream import Clock
 
 from .camera import CameraInput
@@ -143,7 +143,7 @@ def build_generate(opts: Options) -> Pipeline:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
                                   chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
                                   device=device, source=None if camera is None else camera.source, strength=strength,
-                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2, vae_backend=backend,
+                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2, vae_runtime=backend,
                                   onnx_dir=default_wan_onnx_dir(folder, (v.height, v.width), chunk_frames), **options)
     except (ValueError, OSError) as exc:
         raise ProtocolError(ErrorCode.BAD_OPTION, f"generate: {exc}") from None

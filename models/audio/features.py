@@ -118,7 +118,7 @@ class StreamingFeatures:
     ``receptive_field - 1`` mel frames (plus those of one push).
 
     ``encode``: the function that runs the conv stack, ``float32 [1, n_mels, T] → [1, D, T - R + 1]``
-    (default: the model; the ONNX Runtime backend passes its session here, the mel front end stays torch).
+    (default: the model; another runtime passes its engine here, the mel front end stays torch).
     """
 
     def __init__(self, model: AudioEncoder, fps, encode=None):

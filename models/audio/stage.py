@@ -16,6 +16,7 @@ stage emits the frames still waiting for look-ahead, their look-ahead filled wit
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 
 import torch
 
@@ -38,6 +39,9 @@ class AudioFeatures(Stage):
         chunk: samples per input chunk (320 = 20 ms at 16 kHz).
         torch_threads: intra-op threads for this stage's worker thread (per-chunk work is tiny and other
             stages run in parallel; None leaves torch's setting alone).
+        engine: what runs the encoder's conv stack (its runtime, :mod:`framegraph.models.runtime`):
+            ``engine(model)`` → a function ``log_mel float32 [1, n_mels, T] → [1, D, T - R + 1]``; default:
+            the torch model itself. The STFT and the VAD stay in torch.
 
     Ports: in ``"audio"`` ``int16 [chunk]``; out ``"features"`` ``float32 [feature_dim]`` and ``"state"``
     ``float32 [4]``, on ``device``.
@@ -49,6 +53,7 @@ class AudioFeatures(Stage):
     def __init__(self, model: AudioEncoder | str | None = None, *, fps: float = 25.0, vad: bool = True,
                  on_threshold: float = 0.5, off_threshold: float = 0.35, min_silence_ms: float = 64.0,
                  chunk: int = 320, device: str = "cpu", torch_threads: int | None = 1,
+                 engine: Callable[[AudioEncoder], Callable[[torch.Tensor], torch.Tensor]] | None = None,
                  name: str = "audio_features"):
         super().__init__(name)
         if isinstance(model, AudioEncoder):
@@ -69,7 +74,7 @@ class AudioFeatures(Stage):
         self.outputs = {"features": PortSpec((self.model.feature_dim,), torch.float32, device),
                         "state": PortSpec((STATE_DIM,), torch.float32, device)}
         self.front: AudioFrontEnd | None = None
-        self.encode = None  # the conv stack's runner (None: the torch model; the ONNX backend sets its session)
+        self.encode = self.model if engine is None else engine(self.model)
         self._listening = False
         self._lock = threading.Lock()
         self.frames_out = 0

@@ -1,253 +1,34 @@
-"""The avatar bundle: one folder holding everything a talking portrait needs.
+"""Loading an avatar bundle of either kind: :func:`load_avatar` reads ``avatar.json``'s ``kind`` and hands the
+folder to that kind's loader.
 
-Two kinds, named by ``avatar.json``'s ``kind``: ``"portrait"`` (the default; below) and ``"video"``, a
-person's own frames looped with a generated mouth (:mod:`.video_bundle`). :func:`load_avatar` reads either.
-
-    DIR/avatar.json      portrait file, crop (face) box, mouth box, region size, fps, chunk frames,
-                         sampler steps / shift, latent normalisation, VAD on/off
-    DIR/portrait.png     the full-resolution background the generated face region is pasted into
-    DIR/vae/             VideoVAE      (diffusers save_pretrained folder)
-    DIR/dit/             AvatarDiT     (diffusers save_pretrained folder)
-    DIR/audio/           AudioEncoder  (diffusers save_pretrained folder)
-
-``load_avatar(DIR)`` checks every piece and raises :class:`AvatarError` naming the missing or bad file;
-``save_avatar(DIR, avatar)`` writes it (atomically per file). ``random_avatar(...)`` makes a tiny,
-randomly initialised bundle (tests, smoke runs: it exercises the whole graph, it does not talk well).
+    DIR/avatar.json     ``kind``: "portrait" (the default: :mod:`.portrait`) or "video" (:mod:`.video`), and
+                        that kind's settings; the rest of the folder is the kind's own.
 """
 from __future__ import annotations
 
-import json
-import os
-from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
-import torch
+from .base import AVATAR_JSON, AvatarBundle, AvatarError, load_json
+from .portrait.bundle import PortraitAvatar, load_portrait_avatar
+from .video.bundle import VideoAvatar, load_video_avatar
 
-from framegraph.models.audio import AudioEncoder, default_encoder
-from framegraph.models.dit import AvatarDiT
-from framegraph.models.synth import astronaut_portrait
-from framegraph.models.vae import VideoVAE, crop_frames, face_crop_box, uint8_to_frames
-
-from ..training import write_json
-from .picture import PictureSize
-
-FORMAT_VERSION = 1
-AVATAR_JSON = "avatar.json"
-PORTRAIT_FILE = "portrait.png"
-PARTS = ("vae", "dit", "audio")
-
-# The ``tiny`` VAE of the tests / CPU runs: 4 (patch) · 2 · 2 = 16x spatial compression.
-TINY_VAE = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
-SMALL_VAE = dict(block_out_channels=(32, 64, 64), patch_size=4, latent_channels=8, norm_groups=8, temporal_from_level=1)
+KINDS = {PortraitAvatar.kind: load_portrait_avatar, VideoAvatar.kind: load_video_avatar}
+KIND_MEANING = {PortraitAvatar.kind: "a still portrait, DiT", VideoAvatar.kind: "a person's own video frames with a "
+                "generated mouth"}
 
 
-class AvatarError(ValueError):
-    """A bundle folder is missing a file or holds a bad one (the message names it)."""
-
-
-@dataclass
-class Avatar(PictureSize):
-    """A loaded avatar bundle (see the module docstring).
-
-    Attributes:
-        vae / dit / audio: the three models (eval mode, CPU until moved).
-        portrait: ``uint8 [H, W, 3]`` background frame.
-        crop_box: ``(x, y, s, s)`` px of the portrait: where the model's square region comes from and goes back.
-        mouth_box: ``(x, y, w, h)`` px of the portrait around the lips at rest (eval; may be None).
-        region_size: side of the generated region in px (the VAE's frame size).
-        fps, chunk_frames, steps, shift: stream settings of the Denoiser.
-        vad: use the Silero VAD for the speaking state.
-        meta: everything else found in avatar.json (training report, provenance...).
-    """
-
-    vae: object
-    dit: object
-    audio: object
-    portrait: torch.Tensor
-    crop_box: tuple[int, int, int, int]
-    region_size: int
-    mouth_box: tuple[float, float, float, float] | None = None
-    fps: float = 25.0
-    chunk_frames: int = 1
-    steps: int = 2
-    shift: float = 1.0
-    vad: bool = True
-    meta: dict = field(default_factory=dict)
-    root: str | None = None
-    _reference: torch.Tensor | None = None
-
-    @property
-    def latent_size(self) -> int:
-        return self.region_size // self.vae.spatial_compression
-
-    def region(self, frames: torch.Tensor | None = None) -> torch.Tensor:
-        """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]`` (default: the portrait)."""
-
-        frames = self.portrait[None] if frames is None else frames
-        return crop_frames(frames, self.crop_box, self.region_size)
-
-    @torch.no_grad()
-    def reference_latent(self) -> torch.Tensor:
-        """``float32 [C, h, w]``: the portrait's face region encoded by the VAE (the identity)."""
-        if self._reference is None:
-
-            x = uint8_to_frames(self.region()).transpose(0, 1)[None]  # [1, 3, 1, S, S]
-            z, _ = self.vae.encode(x.to(self.vae.device))
-            self._reference = z[0, :, 0].float().cpu()
-        return self._reference
-
-    def settings(self) -> dict:
-        """The avatar.json content (without the meta block)."""
-        c = self.vae.config
-        return {"format_version": FORMAT_VERSION, "portrait": PORTRAIT_FILE,
-                "size": [self.width, self.height], "face_box": [int(v) for v in self.crop_box],
-                "mouth_box": None if self.mouth_box is None else [round(float(v), 2) for v in self.mouth_box],
-                "region_size": int(self.region_size), "fps": float(self.fps), "chunk_frames": int(self.chunk_frames),
-                "steps": int(self.steps), "shift": float(self.shift), "vad": bool(self.vad),
-                "latent_norm": {"mean": c.latent_mean, "std": c.latent_std}}
-
-
-def _load_json(path: Path) -> dict:
-    if not path.is_file():
-        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is missing")
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise AvatarError(f"avatar bundle: {str(path)!r} is not valid JSON ({exc})") from None
-    if not isinstance(data, dict):
-        raise AvatarError(f"avatar bundle: {str(path)!r} must hold a JSON object")
-    return data
-
-
-def _load_part(root: Path, part: str, cls):
-    folder = root / part
-    if not folder.is_dir():
-        raise AvatarError(f"avatar bundle {str(root)!r}: the {part}/ folder ({cls.__name__}) is missing")
-    for name in ("config.json", "diffusion_pytorch_model.safetensors"):
-        if not (folder / name).is_file():
-            raise AvatarError(f"avatar bundle {str(root)!r}: {part}/{name} is missing ({cls.__name__} "
-                              f"save_pretrained folder)")
-    try:
-        return cls.from_pretrained(folder, low_cpu_mem_usage=False).eval()  # no `accelerate` needed
-    except Exception as exc:  # noqa: BLE001 - any loader failure becomes a message naming the file
-        raise AvatarError(f"avatar bundle {str(root)!r}: {part}/ does not load as a {cls.__name__} "
-                          f"({type(exc).__name__}: {exc})") from None
-
-
-def load_avatar(root):
-    """Load an avatar bundle folder: an :class:`Avatar` (``kind`` ``"portrait"``, the default) or a
-    :class:`~.video_bundle.VideoAvatar` (``kind`` ``"video"``); :class:`AvatarError` names the missing / bad
-    file."""
-    from PIL import Image
-
-
+def load_avatar(root) -> AvatarBundle:
+    """Load an avatar bundle folder of either kind (``avatar.json``'s ``kind``, default ``"portrait"``);
+    :class:`~.base.AvatarError` names the missing or bad file."""
     root = Path(root)
     if not root.is_dir():
         raise AvatarError(f"avatar bundle {str(root)!r} does not exist (a folder made by `framegraph avatar train`)")
-    cfg = _load_json(root / AVATAR_JSON)
-    where = f"avatar bundle {str(root)!r}: {AVATAR_JSON}"
-    kind = cfg.get("kind", "portrait")
-    if kind == "video":
-        from .video_bundle import load_video_avatar
-
-        return load_video_avatar(root, cfg, _load_part, AvatarError)
-    if kind != "portrait":
-        raise AvatarError(f"{where}: kind {kind!r} is not one of 'portrait' (a still portrait, DiT) or 'video' "
-                          f"(a person's own video frames with a generated mouth)")
-    for key in ("portrait", "face_box", "region_size"):
-        if key not in cfg:
-            raise AvatarError(f"{where} has no {key!r}")
-    image_path = root / str(cfg["portrait"])
-    if not image_path.is_file():
-        raise AvatarError(f"avatar bundle {str(root)!r}: the portrait {cfg['portrait']!r} named in {AVATAR_JSON} "
-                          f"is missing")
-    try:
-        with Image.open(image_path) as im:
-            portrait = torch.from_numpy(np.array(im.convert("RGB")))
-    except OSError as exc:
-        raise AvatarError(f"avatar bundle {str(root)!r}: the portrait {cfg['portrait']!r} is not an image ({exc})") \
-            from None
-    vae = _load_part(root, "vae", VideoVAE)
-    dit = _load_part(root, "dit", AvatarDiT)
-    audio = _load_part(root, "audio", AudioEncoder)
-    try:
-        box = tuple(int(v) for v in cfg["face_box"])
-        size = int(cfg["region_size"])
-        assert len(box) == 4 and box[2] == box[3] and box[2] > 0
-    except (TypeError, ValueError, AssertionError):
-        raise AvatarError(f"{where}: face_box {cfg.get('face_box')!r} must be a square [x, y, s, s] box") from None
-    H, W = portrait.shape[:2]
-    if box[0] < 0 or box[1] < 0 or box[0] + box[2] > W or box[1] + box[3] > H:
-        raise AvatarError(f"{where}: face_box {list(box)} lies outside the {W}x{H} portrait")
-    if size % vae.spatial_compression:
-        raise AvatarError(f"{where}: region_size {size} is not a multiple of the VAE's compression "
-                          f"{vae.spatial_compression}")
-    if vae.latent_channels != dit.config.latent_channels:
-        raise AvatarError(f"avatar bundle {str(root)!r}: vae/ makes {vae.latent_channels}-channel latents but dit/ "
-                          f"takes {dit.config.latent_channels}")
-    if audio.feature_dim != dit.config.audio_dim:
-        raise AvatarError(f"avatar bundle {str(root)!r}: audio/ gives {audio.feature_dim}-d features but dit/ takes "
-                          f"{dit.config.audio_dim}")
-    norm = cfg.get("latent_norm") or {}
-    if vae.config.latent_mean is None and norm.get("mean") is not None:
-        vae.set_latent_stats(norm["mean"], norm["std"])
-    chunk = int(cfg.get("chunk_frames", dit.config.frames_per_block))
-    if chunk < 1 or chunk % dit.config.frames_per_block or chunk > 4:
-        raise AvatarError(f"{where}: chunk_frames {chunk} must be 1..4 and a multiple of the DiT's frames_per_block "
-                          f"{dit.config.frames_per_block}")
-    known = {"format_version", "portrait", "size", "face_box", "mouth_box", "region_size", "fps", "chunk_frames",
-             "steps", "shift", "vad", "latent_norm"}
-    mouth = cfg.get("mouth_box")
-    return Avatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=box, region_size=size,
-                  mouth_box=None if mouth is None else tuple(float(v) for v in mouth),
-                  fps=float(cfg.get("fps", 25.0)), chunk_frames=chunk, steps=int(cfg.get("steps", 2)),
-                  shift=float(cfg.get("shift", 1.0)), vad=bool(cfg.get("vad", True)),
-                  meta={k: v for k, v in cfg.items() if k not in known}, root=str(root))
+    cfg = load_json(root / AVATAR_JSON)
+    kind = cfg.get("kind", PortraitAvatar.kind)
+    if kind not in KINDS:
+        known = " or ".join(f"{k!r} ({m})" for k, m in KIND_MEANING.items())
+        raise AvatarError(f"avatar bundle {str(root)!r}: {AVATAR_JSON}: kind {kind!r} is not one of {known}")
+    return KINDS[kind](root, cfg)
 
 
-def save_avatar(root, avatar: Avatar) -> str:
-    """Write ``avatar`` as a bundle folder (created); returns its path."""
-    from PIL import Image
-
-    root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
-    for part in PARTS:
-        getattr(avatar, part).save_pretrained(root / part)
-    tmp = root / (PORTRAIT_FILE + ".partial.png")
-    Image.fromarray(avatar.portrait.cpu().numpy()).save(tmp)
-    os.replace(tmp, root / PORTRAIT_FILE)
-    data = {**avatar.settings(), **avatar.meta}
-    write_json(root / AVATAR_JSON, data)
-    avatar.root = str(root)
-    return str(root)
-
-
-def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box=None, mouth_box=None,
-                  region_size: int = 64, fps: float = 25.0, chunk_frames: int = 1, steps: int = 1, seed: int = 0,
-                  vad: bool = False, vae_config: dict | None = None, dit_config: dict | None = None) -> Avatar:
-    """A tiny randomly initialised avatar (default: the astronaut portrait) — for tests of the plumbing."""
-
-    if portrait is None:
-
-        p = astronaut_portrait()
-        portrait, crop_box = p.image, crop_box or face_crop_box(p.image.shape[:2], p.face_box, p.mouth_box)
-        mouth_box = mouth_box or p.mouth_box
-    portrait = torch.as_tensor(np.array(portrait, dtype=np.uint8, copy=True))
-    if crop_box is None:
-        s = min(portrait.shape[:2])
-        crop_box = ((portrait.shape[1] - s) // 2, (portrait.shape[0] - s) // 2, s, s)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        vae = VideoVAE(**{**TINY_VAE, "sample_size": region_size, **(vae_config or {})}).eval()
-        dit = AvatarDiT(**{"latent_channels": vae.latent_channels, "sample_size": region_size // vae.spatial_compression,
-                           "width": 32, "depth": 2, "heads": 2, "audio_past_frames": 1, "backend": "torch",
-                           **(dit_config or {})}).eval()
-    audio = default_encoder(seed)
-    return Avatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=tuple(int(v) for v in crop_box),
-                  region_size=region_size, mouth_box=None if mouth_box is None else tuple(mouth_box), fps=fps,
-                  chunk_frames=chunk_frames, steps=steps, vad=vad)
-
-
-__all__ = ["Avatar", "AvatarError", "load_avatar", "save_avatar", "random_avatar", "TINY_VAE", "SMALL_VAE",
-           "AVATAR_JSON", "PORTRAIT_FILE", "FORMAT_VERSION"]
+__all__ = ["KINDS", "load_avatar"]

@@ -25,7 +25,8 @@ Training (see :mod:`framegraph.models.sampler` for the conventions)::
 """
 from .generate import generate, generate_block
 from .model import PRESETS, AvatarDiT
-from .stage import Denoiser
+from .stage import Denoiser, DiTEngine, TorchDiT
 from .state import DiTStreamState, LayerStreamState
 
-__all__ = ["AvatarDiT", "PRESETS", "DiTStreamState", "LayerStreamState", "generate", "generate_block", "Denoiser"]
+__all__ = ["AvatarDiT", "PRESETS", "DiTStreamState", "LayerStreamState", "generate", "generate_block", "Denoiser",
+           "DiTEngine", "TorchDiT"]

@@ -16,12 +16,49 @@ stage); back up when comfortably inside.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
 
 from .generate import generate_block
 from .model import AvatarDiT
+
+
+class DiTEngine(Protocol):
+    """How a :class:`Denoiser` computes (its runtime, :mod:`framegraph.models.runtime`): one stream of the
+    model at a time. The torch engine is :class:`TorchDiT`; ONNX Runtime's is in the avatar's portrait kind."""
+
+    def start(self, reference: torch.Tensor) -> None:
+        """A new stream with identity ``reference [C, h, w]`` (the stage's setup)."""
+
+    def reset(self) -> None:
+        """Forget the stream's past, keep its identity (barge-in)."""
+
+    def generate(self, noise: torch.Tensor, audio: torch.Tensor, labels: torch.Tensor, steps: int,
+                 shift: float) -> torch.Tensor:
+        """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents
+        ``[1, C, k, h, w]``, committed to the stream."""
+
+
+class TorchDiT:
+    """The torch engine: :func:`~.generate.generate_block` on the model's own stream state."""
+
+    def __init__(self, model: AvatarDiT):
+        self.model = model
+        self.stream = None
+
+    def start(self, reference: torch.Tensor) -> None:
+        self.stream = self.model.init_stream(reference)
+
+    def reset(self) -> None:
+        self.stream.reset()
+
+    def generate(self, noise, audio, labels, steps, shift):
+        return generate_block(self.model, self.stream, noise.to(self.model.dtype), audio, labels, steps=steps,
+                              shift=shift)
 
 
 def step_levels(steps: int) -> list[int]:
@@ -53,6 +90,8 @@ class Denoiser(Stage):
             counted in ``frames_skipped``, never generated — so when the machine is slower than the stream
             each chunk starts from the freshest audio and the frame rate drops instead of a queue growing
             (:meth:`~framegraph.stream.Stage.stale`). None: every frame is generated (offline rendering).
+        engine: what computes: ``engine(model)`` → a :class:`DiTEngine` (default :class:`TorchDiT`; the
+            runtime registry, :mod:`framegraph.models.runtime`, makes the others).
 
     Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``; out ``"latent"``
     ``float32 [C, T_chunk, h, w]``. At end of stream a partial chunk is completed by repeating its last
@@ -66,10 +105,11 @@ class Denoiser(Stage):
     def __init__(self, model: AvatarDiT | str, reference: torch.Tensor, *, steps: int = 4, shift: float = 1.0,
                  chunk_frames: int | None = None, seed: int = 0, budget_ms: float | None = None,
                  device: str = "cpu", torch_threads: int | None = None, max_lag_ms: float | None = None,
-                 name: str = "denoiser"):
+                 engine: Callable[[AvatarDiT], DiTEngine] = TorchDiT, name: str = "denoiser"):
         super().__init__(name)
         self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval()
+        self.engine = engine(self.model)
         c = self.model.config
         if c.attention != "linear":
             raise ValueError(f"Denoiser: the model has attention={c.attention!r}; streaming needs attention='linear'")
@@ -100,7 +140,7 @@ class Denoiser(Stage):
                        "state": PortSpec((c.state_dim,), torch.float32, device)}
         self.outputs = {"latent": PortSpec((c.latent_channels, chunk, h, w), torch.float32, device)}
         self._device = device
-        self.stream = None
+        self._started = False
         self.chunks_out = 0
         self.last_steps = 0
         self.steps_used: dict[int, int] = {}
@@ -113,12 +153,11 @@ class Denoiser(Stage):
         self.steps = self.levels[level]
 
     def reset(self) -> None:
-        if self.stream is not None:
-            self.stream.reset()
+        if self._started:
+            self.engine.reset()
+            self._generator.manual_seed(self.seed)
         self._count = 0
         self._flags = Flag.INTERRUPTED
-        if self.stream is not None:
-            self._generator.manual_seed(self.seed)
 
     # ---- life cycle ---------------------------------------------------------------------------
     def setup(self, ctx):
@@ -127,7 +166,8 @@ class Denoiser(Stage):
             torch.set_num_threads(self.torch_threads)  # OpenMP: affects this worker thread only
         c = self.model.config
         with torch.inference_mode():
-            self.stream = self.model.init_stream(self.reference)
+            self.engine.start(self.reference)
+        self._started = True
         self._generator = torch.Generator(device=self._device).manual_seed(self.seed)
         self._features = torch.zeros(self.chunk_frames, c.audio_dim, device=self._device)
         self._labels = torch.zeros(self.chunk_frames, c.state_dim, device=self._device)
@@ -162,12 +202,6 @@ class Denoiser(Stage):
         self._count = self.chunk_frames
         self._emit(out)
 
-    def _generate(self, noise: torch.Tensor, audio: torch.Tensor, labels: torch.Tensor, steps: int) -> torch.Tensor:
-        """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents,
-        committed to the stream (the ONNX Runtime backend overrides this)."""
-        return generate_block(self.model, self.stream, noise.to(self.model.dtype), audio, labels, steps=steps,
-                              shift=self.shift)
-
     def _emit(self, out) -> None:
         c = self.model.config
         block, steps = c.frames_per_block, self.steps
@@ -176,8 +210,8 @@ class Denoiser(Stage):
         with torch.inference_mode():
             for start in range(0, self.chunk_frames, block):
                 noise = torch.randn(1, c.latent_channels, block, h, w, generator=self._generator, device=self._device)
-                x0 = self._generate(noise, self._features[None, start:start + block],
-                                    self._labels[None, start:start + block], steps)
+                x0 = self.engine.generate(noise, self._features[None, start:start + block],
+                                          self._labels[None, start:start + block], steps, self.shift)
                 frame.data[:, start:start + block].copy_(x0[0])
         frame.pts = self._pts
         frame.flags = (frame.flags & ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)) | self._flags

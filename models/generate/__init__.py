@@ -15,9 +15,11 @@ commit pass on the clean chunk) and ``reset()``.
   is kept and trimmed, which VAE) behind one :class:`CausalStream`.
 - :mod:`.checkpoint`: diffusers folders and single-file Wan causal students, from local disk only.
 - :mod:`.prompts`: prompt embeddings (the folder's text encoder or a safetensors file), cached per prompt.
-- :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``.
+- :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``; the
+  decoder's engine by runtime (:mod:`framegraph.models.runtime`): torch, or ONNX Runtime (:mod:`.onnx`: the
+  export of the causal decoder with its cache as explicit inputs / outputs, ``framegraph export --generate``).
 """
-from .checkpoint import GenerateModel, detect_family, load_generate_model
+from .checkpoint import GenerateModel, detect_family, load_folder_vae, load_generate_model
 from .family import FAMILIES, SHIFT, CausalStream, Family, warp_timesteps
 from .graph import GenerateGraph, build_generate_graph, default_dtype, file_source
 from .prompts import PromptBook, load_prompt_embeds
@@ -40,5 +42,5 @@ __all__ = [
     "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook", "SanaVideoStream", "VAEEncode",
     "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "check_strength", "decode_chunk", "default_dtype",
     "detect_family", "encode_chunk", "file_source", "first_frame", "from_vae_scale", "install_block_causal_convs",
-    "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
+    "load_folder_vae", "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
 ]

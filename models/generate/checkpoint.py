@@ -231,3 +231,16 @@ def load_generate_model(model: str, *, family: str | None = None, base: str | No
     return GenerateModel(fam, transformer.to(device).eval().requires_grad_(False),
                          vae.to(device).eval().requires_grad_(False), text_folder, PROMPT_TOKENS[found], FPS[found],
                          model)
+
+
+def load_folder_vae(folder: str):
+    """The ``AutoencoderKLWan`` of a diffusers model folder (``folder/vae``: config.json + safetensors),
+    float32 on the CPU, loaded and checked as ``framegraph generate`` loads it."""
+    part = os.path.join(folder, "vae")
+    config = _read_json(os.path.join(part, "config.json"), "expected a diffusers video model folder with vae/ "
+                                                           "(config.json + weights); for a single-file student, "
+                                                           "pass its --base folder")
+    if config.get("_class_name") != AutoencoderKLWan.__name__:
+        raise ValueError(f"{part}/config.json: a {config.get('_class_name')}; the ONNX export is for the causal "
+                         f"AutoencoderKLWan (Wan 2.1 / 2.2, SANA-Video)")
+    return _load_weights(AutoencoderKLWan, part, None, part, torch.float32).eval().requires_grad_(False)

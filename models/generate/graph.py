@@ -17,9 +17,11 @@ from dataclasses import dataclass
 
 import torch
 
+from framegraph.models import runtime
 from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import ScaleVideo, VideoFileSource
 
+from . import onnx  # noqa: F401  (registers the VAE decoder's ONNX Runtime engine)
 from .checkpoint import GenerateModel
 from .family import SHIFT
 from .prompts import PromptBook
@@ -58,7 +60,7 @@ def build_generate_graph(
     device: str = "cpu",
     fps: float | None = None,
     source_in_flight: int | None = None,
-    vae_backend: str = "torch",
+    vae_runtime: runtime.Runtime = "torch",
     onnx_dir: str | None = None,
     onnx_threads: int | None = None,
     **options,
@@ -68,9 +70,11 @@ def build_generate_graph(
     ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video at ``strength``
     (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
     ``source_in_flight``: the source's ``max_in_flight`` (live streams: a chunk that would run late is dropped
-    at the source). ``vae_backend``: ``"torch"``, or ``"onnx"``: the causal VAE decoder on ONNX Runtime (CPU, float32)
-from the export in ``onnx_dir`` (``framegraph export --generate``; a missing or stale one raises
-:class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op threads (None: half the cores). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+    at the source). ``vae_runtime`` (:mod:`framegraph.models.runtime`): ``"torch"``, or ``"onnx"``: the causal VAE
+    decoder on ONNX Runtime (CPU, float32) from the export in ``onnx_dir`` (``framegraph export --generate``; a
+    missing or stale one raises :class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op
+    threads (None: half the cores). ``options``: the family's (Wan: ``attention``, ``cache_frames``,
+    ``sink_frames``; both: ``backend``, the kernels' choice).
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -85,19 +89,12 @@ from the export in ``onnx_dir`` (``framegraph export --generate``; a missing or 
                               **options)
     if prompt is not None or prompt_embeds is not None:
         denoiser.set_prompt(prompt, embeds_file=prompt_embeds)
-    if vae_backend == "onnx":
-        from framegraph.models.onnx.wan_stage import OnnxCausalVAEDecode
-
-        if onnx_dir is None:
-            raise ValueError("vae_backend='onnx' needs onnx_dir, the folder `framegraph export --generate` wrote")
-        decode = OnnxCausalVAEDecode(gm.vae, onnx_dir, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps,
-                                     device=device, dtype=dtype, threads=onnx_threads,
-                                     model=gm.source if os.path.isdir(gm.source) else "BASE_DIR")
-    elif vae_backend == "torch":
-        decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
-                                 dtype=dtype)
-    else:
-        raise ValueError(f"vae_backend={vae_backend!r}; expected 'torch' or 'onnx'")
+    s = gm.vae.config.scale_factor_spatial
+    engine = runtime.engines("generate-vae", vae_runtime, export_dir=onnx_dir, device=device, dtype=dtype,
+                             size=(latent_size[0] * s, latent_size[1] * s), chunk_frames=chunk_frames,
+                             threads=onnx_threads, model=gm.source if os.path.isdir(gm.source) else "BASE_DIR")
+    decode = CausalVAEDecode(gm.vae, latent_size=latent_size, chunk_frames=chunk_frames, fps=fps, device=device,
+                             dtype=dtype, engine=engine)
     if source is None:
         if strength is not None:
             raise ValueError(f"strength={strength} is for video-to-video; give an input video (--input)")

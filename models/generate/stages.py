@@ -16,20 +16,22 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Protocol
 
 import torch
 
+from framegraph.models import runtime
 from framegraph.stream import Flag, PortSpec, Stage
 from framegraph.stream.media import video_port
 from framegraph.stream.stage import EndOfStream
 
 from .family import SHIFT, Family, warp_timesteps
 from .prompts import PromptBook
-from .vae import WanDecodeState, decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
+from .vae import decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 
-__all__ = ["STRENGTH_MEANING", "CausalDenoiser", "CausalVAEDecode", "NoiseSource", "VAEEncode", "check_strength",
-           "first_frame", "video_frames"]
+__all__ = ["STRENGTH_MEANING", "CausalDenoiser", "CausalVAEDecode", "CausalVAEEngine", "NoiseSource", "TorchWanVAE",
+           "VAEEncode", "check_strength", "first_frame", "video_frames"]
 
 STRENGTH_MEANING = ("how much of the input video to change: the noise level it is taken to, in (0, 1] "
                     "(small: close to the input; 1: nothing of it is kept)")
@@ -240,6 +242,37 @@ class CausalDenoiser(Stage):
         self.chunks_out += 1
 
 
+class CausalVAEEngine(Protocol):
+    """How a :class:`CausalVAEDecode` computes (its runtime, :mod:`framegraph.models.runtime`); the torch engine
+    is :class:`TorchWanVAE`, ONNX Runtime's :class:`~.onnx.OrtWanVAE`."""
+
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        """``[1, z_dim, F, h, w]`` at the VAE's scale → ``[1, 3, T, H, W]`` in [-1, 1], the cache carried."""
+
+    def reset(self) -> None:
+        """A new video: the next chunk decodes as a first one."""
+
+
+class TorchWanVAE:
+    """The torch engine: :func:`~.vae.decode_chunk` with its :class:`~.vae.WanDecodeState`."""
+
+    def __init__(self, vae):
+        self.vae, self.state = vae, None
+
+    def decode(self, latents):
+        video, self.state = decode_chunk(self.vae, latents, self.state)
+        return video
+
+    def reset(self) -> None:
+        self.state = None
+
+
+@runtime.register("generate-vae", "torch")
+def _torch_engine(**_):
+    """``engine(vae)`` → :class:`TorchWanVAE` (the runtime registry's torch entry)."""
+    return TorchWanVAE
+
+
 class CausalVAEDecode(Stage):
     """Latent chunks in, video frames out: ``AutoencoderKLWan`` decoding each chunk with its temporal cache
     carried across chunks (:func:`~.vae.decode_chunk`), so the stream decodes as one whole video would.
@@ -247,37 +280,34 @@ class CausalVAEDecode(Stage):
     Writes one ``uint8 [H, W, 3]`` frame per video frame: ``1 + r * (F - 1)`` for the stream's first chunk,
     ``r * F`` after; frame ``i`` of a chunk at ``chunk.pts + clock.ticks_from_frame(i, fps)``. ``reset()``
     starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written
-    (the time per chunk is the runtime's telemetry: the stage's ``work``)."""
+    (the time per chunk is the runtime's telemetry: the stage's ``work``). ``engine(vae)`` → the
+    :class:`CausalVAEEngine` that decodes (default :class:`TorchWanVAE`)."""
 
     def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
-                 dtype: torch.dtype = torch.float32, name: str = "vae_decode"):
+                 dtype: torch.dtype = torch.float32, engine: Callable[..., CausalVAEEngine] = TorchWanVAE,
+                 name: str = "vae_decode"):
         super().__init__(name)
         s = vae.config.scale_factor_spatial
         self.vae, self.fps, self.dtype, self.device = vae, fps, dtype, str(device)
         self.size = (latent_size[0] * s, latent_size[1] * s)
         self.inputs = {"latent": PortSpec((vae.config.z_dim, chunk_frames, *latent_size), torch.float32, self.device)}
         self.outputs = {"video": video_port(self.size[1], self.size[0])}
-        self.state: WanDecodeState | None = None
+        self.engine = engine(vae)
         self.frames_out = 0
 
     def setup(self, ctx):
         super().setup(ctx)
-        self.state, self.frames_out = None, 0
+        self.engine.reset()
+        self.frames_out = 0
 
     def reset(self) -> None:
-        self.state = None
-
-    def _decode(self, latents: torch.Tensor) -> torch.Tensor:
-        """``[1, z_dim, F, h, w]`` at the VAE's scale → ``[1, 3, T, H, W]`` in [-1, 1], the cache carried (the
-        ONNX Runtime twin, :class:`~framegraph.models.onnx.stages.OnnxCausalVAEDecode`, overrides this)."""
-        video, self.state = decode_chunk(self.vae, latents, self.state)
-        return video
+        self.engine.reset()
 
     @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
-        video = self._decode(latents)  # [1, 3, T, H, W] in [-1, 1]
+        video = self.engine.decode(latents)  # [1, 3, T, H, W] in [-1, 1]
         rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
         for i in range(rgb.shape[0]):
             frame = out.write("video")

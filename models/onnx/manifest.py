@@ -2,9 +2,10 @@
 models it came from — so an export that does not match the models being run is refused with a clear message.
 
 One layout for every kind of export (``format``, ``opset``, ``bundle_hash``, ``files`` with each file's
-inputs / outputs): the avatar bundle's (:data:`FORMAT`, :func:`avatar_hash`) and the generate pipeline's
-causal VAE decoder (:data:`WAN_VAE_FORMAT`, hashed by :mod:`.wan_vae`), both over :func:`weights_hash` and
-checked by :func:`check_manifest`."""
+inputs / outputs), whatever model it holds — the avatar bundle's (:mod:`framegraph.models.avatar.portrait.onnx`)
+or the generate pipeline's causal VAE decoder (:mod:`framegraph.models.generate.onnx`): each hashes its models
+with :func:`weights_hash` and checks an export with :func:`check_manifest`. An export may also hold int8
+versions of its files (:mod:`.quantize`), listed in the manifest's ``int8`` section (:func:`int8_parts`)."""
 from __future__ import annotations
 
 import hashlib
@@ -14,12 +15,8 @@ from collections.abc import Callable
 
 import torch
 
-FORMAT = "framegraph-onnx-avatar/1"
-WAN_VAE_FORMAT = "framegraph-onnx-wan-vae/1"
 OPSET = 17
 MANIFEST = "manifest.json"
-PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
-MODELS = {"audio": ("audio",), "dit": ("dit_velocity", "dit_commit"), "vae": ("vae_first", "vae_next")}  # model → parts
 BUNDLE_KEY = "framegraph.bundle_hash"  # metadata of an int8 file: the bundle it was quantized from
 
 
@@ -39,14 +36,6 @@ def weights_hash(geometry: dict, models: dict[str, torch.nn.Module],
             h.update(key.encode())
             h.update(t.detach().to("cpu", torch.float32).contiguous().numpy().tobytes())
     return h.hexdigest()
-
-
-def avatar_hash(avatar) -> str:
-    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
-    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
-    the reference latent are graph *inputs*, so they are not part of it."""
-    return weights_hash({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
-                        {name: getattr(avatar, name) for name in ("audio", "dit", "vae")})
 
 
 def write_manifest(out_dir: str, manifest: dict) -> dict:
@@ -90,33 +79,34 @@ def check_manifest(export_dir: str, *, fmt: str, want_hash: str, parts: tuple[st
     return manifest
 
 
-def int8_parts(export_dir: str, manifest: dict) -> dict[str, str]:
-    """``{part: path}`` of the int8 files the export's ``int8`` section keeps (``models``: the models that run
-    int8; the others stay float32). Raises :class:`ExportError` when the export has no int8 files."""
+def int8_parts(export_dir: str, manifest: dict, models: dict[str, tuple[str, ...]], hint: str) -> dict[str, str]:
+    """``{part: path}`` of the int8 files the export's ``int8`` section keeps (its ``models``: the models that run
+    int8, each one of ``models`` (model → its parts); the others stay float32). Raises :class:`ExportError`
+    when the export has no int8 files (ending with ``hint``, the command that makes them)."""
     section = manifest.get("int8")
     if not isinstance(section, dict) or not isinstance(section.get("files"), dict):
-        raise ExportError(f"the ONNX export at {export_dir} has no int8 files; run `framegraph export --avatar "
-                          f"BUNDLE --out {export_dir} --int8` (or use --backend onnx)")
+        raise ExportError(f"the ONNX export at {export_dir} has no int8 files; {hint}")
     out = {}
     for model in section.get("models", []):
-        if model not in MODELS:
-            raise ExportError(f"{export_dir}/{MANIFEST}: int8 model {model!r}; expected some of {list(MODELS)}")
-        for part in MODELS[model]:
+        if model not in models:
+            raise ExportError(f"{export_dir}/{MANIFEST}: int8 model {model!r}; expected some of {list(models)}")
+        for part in models[model]:
             name = section["files"].get(part, {}).get("file", "")
             if not name or not os.path.isfile(os.path.join(export_dir, name)):
                 raise ExportError(f"the ONNX export at {export_dir} lacks the int8 file of {part} "
-                                  f"({name or 'not recorded'}); re-run `framegraph export --int8`")
+                                  f"({name or 'not recorded'}); {hint}")
             out[part] = os.path.join(export_dir, name)
     return out
 
 
-def check_int8_file(path: str, metadata: dict, manifest: dict) -> None:
-    """Refuse an int8 file whose metadata (:data:`BUNDLE_KEY`) names another bundle than ``manifest``'s."""
+def check_int8_file(path: str, metadata: dict, manifest: dict, hint: str) -> None:
+    """Refuse an int8 file whose metadata (:data:`BUNDLE_KEY`) names other models than ``manifest``'s (the
+    error ends with ``hint``, the command that makes a fresh one)."""
     got, want = metadata.get(BUNDLE_KEY), manifest.get("bundle_hash")
     if got != want:
         raise ExportError(f"{path} was quantized from another bundle (hash {str(got)[:12]}…, this export's is "
-                          f"{str(want)[:12]}…); re-run `framegraph export --avatar BUNDLE --int8` into this folder")
-def load_manifest(export_dir: str, avatar) -> dict:
-    """The manifest of the avatar export ``export_dir``, checked against ``avatar`` (raises :class:`ExportError`)."""
-    return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar_hash(avatar), parts=PARTS,
-                          hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`", extra=("vae_cache",))
+                          f"{str(want)[:12]}…); {hint}")
+
+
+__all__ = ["OPSET", "MANIFEST", "BUNDLE_KEY", "ExportError", "weights_hash", "write_manifest", "check_manifest",
+           "int8_parts", "check_int8_file"]

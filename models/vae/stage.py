@@ -15,11 +15,41 @@ starts a new stream (its past is its own first frame repeated).
 """
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Protocol
+
 import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
 
 from .model import VideoVAE, uint8_to_frames
+
+
+class VAEEngine(Protocol):
+    """How a :class:`VAEDecode` computes (its runtime, :mod:`framegraph.models.runtime`): one stream of
+    chunks, its decoder cache carried from chunk to chunk. The torch engine is :class:`TorchVAE`."""
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        """``z [1, C, T, h, w]`` (normalised) → frames ``[1, 3, T, H, W]`` in [-1, 1]."""
+
+    def reset(self) -> None:
+        """Start a new stream: the next chunk decodes as a first one."""
+
+
+class TorchVAE:
+    """The torch engine: :meth:`VideoVAE.decode` with its cache; ``reference`` (frames ``[1, 3, H, W]`` in
+    [-1, 1], or None) goes with a stream's first chunk (later chunks find its features in the cache)."""
+
+    def __init__(self, model: VideoVAE, reference: torch.Tensor | None):
+        self.model, self.reference, self.cache = model, reference, None
+
+    def decode(self, z):
+        ref = self.reference if self.cache is None else None
+        frames, self.cache = self.model.decode(z, self.cache, reference=ref)
+        return frames
+
+    def reset(self) -> None:
+        self.cache = None
 
 
 class VAEDecode(Stage):
@@ -42,7 +72,8 @@ class VAEDecode(Stage):
 
     def __init__(self, model: VideoVAE | str, *, size: int | tuple[int, int] | None = None, chunk_frames: int = 1,
                  fps: float = 25.0, device: str = "cpu", dtype: torch.dtype = torch.float32,
-                 reference: torch.Tensor | None = None, name: str = "vae_decode"):
+                 reference: torch.Tensor | None = None,
+                 engine: Callable[[VideoVAE, torch.Tensor | None], VAEEngine] = TorchVAE, name: str = "vae_decode"):
         super().__init__(name)
         self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval().requires_grad_(False)
@@ -68,29 +99,22 @@ class VAEDecode(Stage):
             self.reference = uint8_to_frames(reference.cpu())[None].to(device=device, dtype=dtype)
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
         self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
-        self.cache = None
+        self.engine = engine(self.model, self.reference)
         self.frames_out = 0
 
     def setup(self, ctx):
         super().setup(ctx)
-        self.cache = None
+        self.engine.reset()
         self.frames_out = 0
 
     def reset(self) -> None:
-        self.cache = None
-
-    def _decode(self, z: torch.Tensor) -> torch.Tensor:
-        """``z [1, C, T, h, w]`` → frames ``[1, 3, T, H, W]`` in [-1, 1], the stream's cache carried (the ONNX
-        Runtime backend overrides this)."""
-        ref = self.reference if self.cache is None else None  # later chunks find its features in the cache
-        frames, self.cache = self.model.decode(z, self.cache, reference=ref)
-        return frames
+        self.engine.reset()
 
     @torch.inference_mode()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         z = chunk.data[None].to(self.dtype)  # [1, C, T, h, w]
-        frames = self._decode(z)
+        frames = self.engine.decode(z)
         rgb = ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0)  # [T, H, W, 3]
         for i in range(self.chunk_frames):
             f = out.write("face")

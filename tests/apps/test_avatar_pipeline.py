@@ -15,7 +15,7 @@ from websockets.asyncio.client import connect
 
 from framegraph.apps.server import pipelines
 from framegraph.models.avatar import random_avatar, save_avatar
-from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
+from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
 
 
 @pytest.fixture(scope="module")
@@ -93,7 +93,7 @@ def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir
     pytest.importorskip("onnx")
     from framegraph.apps.server.protocol import ProtocolError
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.onnx.export import export_avatar
+    from framegraph.models.avatar.portrait.onnx import export_avatar
 
     with pytest.raises(ProtocolError, match="no ONNX export .*framegraph export"):
         pipelines.build("avatar", {"backend": "onnx"})

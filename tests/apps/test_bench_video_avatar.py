@@ -10,7 +10,7 @@ from helpers import tone, write_video
 
 from framegraph.apps.cli import main
 from framegraph.models.avatar import random_avatar, save_avatar
-from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
+from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
 
 
 def _avatar_and_clip(tmp_path, heldout_start_s=None):

@@ -190,7 +190,7 @@ def test_avatar_first_press_speaks_the_clip_the_mouth_moves_and_the_take_is_hear
         assert spoken["fed_chunks"] * 0.02 > 2.5, spoken  # all of the ~3.5 s sentence was streamed
         time.sleep(1.5)  # a silent stretch after the speech, in the same take
         from framegraph.models.avatar import StateOverride
-        from framegraph.models.avatar.evaluate import mouth_openness, search_box
+        from framegraph.models.avatar.eval.synthetic import mouth_openness, search_box
 
         session = next(iter(avatar_demo.server.server.sessions.values()))
         state = next(st for st in session.pipeline.graph.stages if isinstance(st, StateOverride))

@@ -77,7 +77,7 @@ def test_awkward_audio_still_renders_every_frame(tmp_path, name, samples, rate, 
     """No speech, very quiet, clipped, stereo, other sample rates: a full-length video, never a crash; with
     no speech the lips stay closed."""
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.evaluate import mouth_openness
+    from framegraph.models.avatar.eval.synthetic import mouth_openness
 
     wav = _write(tmp_path / "in.wav", samples, rate, channels)
     out = tmp_path / "out.mp4"

@@ -5,9 +5,9 @@ import dataclasses
 import numpy as np
 import torch
 
-from framegraph.models.avatar.critic import CRITIC_FIELD_PX, CriticGuard, TextureCritic, lips_box
-from framegraph.models.avatar.lipsync import region_loss
-from framegraph.models.avatar.video_train import VideoTrainConfig, train_generator
+from framegraph.models.avatar.video.critic import CRITIC_FIELD_PX, CriticGuard, TextureCritic, lips_box
+from framegraph.models.avatar.video.lipsync import region_loss
+from framegraph.models.avatar.video.train import VideoTrainConfig, train_generator
 
 
 def test_texture_critic_sees_the_grain_of_the_lips_not_the_shape_of_the_mouth():

@@ -14,7 +14,7 @@ import pytest
 from helpers import SR, astronaut, still, tone, write_video, write_wav
 from PIL import Image
 
-from framegraph.models.avatar.video import MIN_SECONDS, prepare_video
+from framegraph.models.avatar.clips.prepare import MIN_SECONDS, prepare_video
 from framegraph.stream.media import MediaError, read_video
 
 TRUTH_MOUTH = (102, 119, 42, 14)  # assets/portraits/astronaut.json
@@ -96,7 +96,7 @@ def test_the_clips_joined_audio_stays_in_sync_with_their_frames(tmp_path):
     """Training joins the prepared clips' audio; each clip's AAC track runs past its frames to whole 1,024-sample
     frames, so a beep must still be where it was in the video, clip after clip (joined uncut, they drift
     later clip by clip: 512 samples too many here)."""
-    from framegraph.models.avatar.video_train import clips_audio
+    from framegraph.models.avatar.video.train import clips_audio
     from framegraph.stream.media import decode_audio
 
     t = np.arange(SR // 10) / SR
@@ -154,7 +154,7 @@ def test_rotated_phone_video_is_turned_upright(tmp_path):
 @pytest.fixture(scope="module")
 def user_video(tmp_path_factory, astronaut_talking_clip):
     """The 12 s talking clip made by `framegraph avatar synth`, re-encoded at 30 fps with 48 kHz stereo."""
-    from framegraph.models.avatar.data import clip_audio
+    from framegraph.models.avatar.portrait.data import clip_audio
 
     root = tmp_path_factory.mktemp("video")
     clip = astronaut_talking_clip
@@ -172,7 +172,7 @@ def _envelope(x: np.ndarray, n: int) -> np.ndarray:
 
 
 def test_prepare_video_finds_the_mouth_and_keeps_picture_and_sound_in_sync(user_video, tmp_path):
-    from framegraph.models.avatar.data import clip_audio
+    from framegraph.models.avatar.portrait.data import clip_audio
     from framegraph.models.vae import load_face_clips
 
     r = prepare_video(user_video["video"], tmp_path / "clips", segment_seconds=6, progress=False)

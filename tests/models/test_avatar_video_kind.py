@@ -15,8 +15,8 @@ import pytest
 import torch
 from helpers import SR, astronaut, still, tone, write_video, write_wav
 
-from framegraph.models.avatar.loop import LoopCursor, nearest_frames, pingpong_next
-from framegraph.models.avatar.video_bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side, texture_mask
+from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side, texture_mask
+from framegraph.models.avatar.video.loop import LoopCursor, nearest_frames, pingpong_next
 from framegraph.stream.media import MediaError, read_video
 
 
@@ -83,7 +83,7 @@ def test_a_stream_starts_in_the_idle_range_without_a_cross_fade():
     """Streams start silent: the first frames out are the idle range's own (no cross-fade from frame 0 to
     compute before the first one); speech then plays on from there, a neighbouring frame per step."""
     from framegraph.models.audio.frontend import STATE_DIM
-    from framegraph.models.avatar.loop import VideoLoop
+    from framegraph.models.avatar.video.loop import VideoLoop
     from framegraph.stream import Graph, IterableSource, PortSpec, RecordingSink
 
     frames = torch.as_tensor(_walk_frames(30, seed=5))
@@ -108,8 +108,8 @@ def test_a_stream_starts_in_the_idle_range_without_a_cross_fade():
 def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():
     """Each session's MouthRegion runs its picture path once at setup only the first time in the process
     for that generator and box size (later sessions' kernels are warm: the run would only delay them)."""
-    from framegraph.models.avatar.video_bundle import random_video_avatar
-    from framegraph.models.avatar.video_stages import MouthRegion
+    from framegraph.models.avatar.video.bundle import random_video_avatar
+    from framegraph.models.avatar.video.stages import MouthRegion
 
     a = random_video_avatar(n_frames=2, region_size=32)
     calls = []
@@ -138,7 +138,7 @@ def test_region_size_follows_the_face_and_is_capped():
 def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
     """A regression answers what it cannot tell apart with the mean, so its mouth swings less than the
     person's; the fitted gain scales it back about the rest shape, which stays where it was."""
-    from framegraph.models.avatar.lipsync import context_windows, fit_shape_head
+    from framegraph.models.avatar.video.lipsync import context_windows, fit_shape_head
 
     g = torch.Generator().manual_seed(0)
 
@@ -186,7 +186,7 @@ def test_texture_map_keeps_off_the_lips_and_ramps_up_inside_the_hidden_area():
 
 def test_texture_map_is_saved_with_the_bundle_and_older_bundles_have_none(tmp_path):
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
+    from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
 
     a = random_video_avatar(n_frames=4, region_size=32)
     save_video_avatar(tmp_path / "old", a)
@@ -202,8 +202,8 @@ def test_texture_map_is_saved_with_the_bundle_and_older_bundles_have_none(tmp_pa
 @pytest.fixture(scope="module")
 def talking(tmp_path_factory, astronaut_talking_clip):
     """The 12 s talking clip of the astronaut (`framegraph avatar synth`) and a video avatar trained on it."""
-    from framegraph.models.avatar.data import clip_audio
-    from framegraph.models.avatar.video_train import train_video_avatar
+    from framegraph.models.avatar.portrait.data import clip_audio
+    from framegraph.models.avatar.video.train import train_video_avatar
 
     root = tmp_path_factory.mktemp("vavatar")
     clip = astronaut_talking_clip
@@ -255,7 +255,7 @@ def test_bundle_geometry_follows_the_face(talking):
 
 @pytest.mark.slow
 def test_composite_changes_only_pixels_inside_the_feathered_mask(talking):
-    from framegraph.models.avatar.video_stages import MouthRegion
+    from framegraph.models.avatar.video.stages import MouthRegion
 
     a = talking["avatar"]
     stage = MouthRegion(a.generator, a.mask, a.paste, a.reference, frame_size=(a.height, a.width),
@@ -282,7 +282,7 @@ def test_the_lower_face_away_from_the_lips_keeps_the_frames_own_fine_texture(tal
     import cv2
 
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.video_stages import MouthRegion
+    from framegraph.models.avatar.video.stages import MouthRegion
 
     a = load_avatar(talking["bundle"])
     assert a.texture is not None and tuple(a.texture.shape) == (a.region_size,) * 2
@@ -314,12 +314,12 @@ def test_the_lower_face_away_from_the_lips_keeps_the_frames_own_fine_texture(tal
 
 @pytest.mark.slow
 def test_trained_generator_opens_the_mouth_for_a_larger_shape(talking):
-    from framegraph.models.avatar.video_stages import MouthRegion
+    from framegraph.models.avatar.video.stages import MouthRegion
 
     a = talking["avatar"]
     stage = MouthRegion(a.generator, a.mask, a.paste, a.reference, frame_size=(a.height, a.width),
                         box_side=a.box_side)
-    from framegraph.models.avatar.video_train import measure_shape
+    from framegraph.models.avatar.video.train import measure_shape
     from framegraph.models.face import FaceLandmarker
 
     with FaceLandmarker(max_faces=1) as m:  # the person's own most closed and most open mouth, measured
@@ -345,7 +345,7 @@ def test_trained_generator_opens_the_mouth_for_a_larger_shape(talking):
 def _live_openness(avatar, audio: np.ndarray, speaking: bool) -> np.ndarray:
     """The openness (standardised) the live graph's MouthShape gives, frame by frame, for ``audio``."""
     from framegraph.models.audio.features import extract_features
-    from framegraph.models.avatar.video_stages import MouthShape
+    from framegraph.models.avatar.video.stages import MouthShape
 
     stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     with torch.no_grad():
@@ -394,7 +394,7 @@ def test_render_of_a_video_bundle_is_a_playable_mp4_with_sound_and_a_moving_mout
 @pytest.mark.slow
 def test_held_out_lips_follow_the_real_ones_and_the_rest_is_the_real_frame(talking):
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.video_eval import evaluate_video_avatar
+    from framegraph.models.avatar.eval.video import evaluate_video_avatar
 
     a = load_avatar(talking["bundle"])
     start = a.meta["training"]["heldout"]["start_s"]
@@ -408,7 +408,7 @@ def test_held_out_lips_follow_the_real_ones_and_the_rest_is_the_real_frame(talki
 
 # ---- bad input: clear errors ---------------------------------------------------------------------------
 def _train(video, tmp_path, **kw):
-    from framegraph.models.avatar.video_train import train_video_avatar
+    from framegraph.models.avatar.video.train import train_video_avatar
 
     return train_video_avatar(video, tmp_path / "bundle", steps=1, batch=1, progress=False, **kw)
 

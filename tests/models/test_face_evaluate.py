@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from framegraph.apps import avatar as avatar_app
-from framegraph.models.avatar.evaluate_real import (
+from framegraph.models.avatar.eval.real import (
     CLOSED_OPENNESS,
     LandmarkMeter,
     real_summary,

@@ -126,7 +126,7 @@ TINY_RUN = dict(vae_steps=4, audio_steps=3, vae_reference=True, flow_steps=3, di
 
 
 def test_training_runs_every_phase_and_resumes(clips, tmp_path):
-    from framegraph.models.avatar.train import train_avatar
+    from framegraph.models.avatar.portrait.train import train_avatar
 
     out = tmp_path / "av"
     res = train_avatar(clips, out, progress=False, **TINY_RUN)
@@ -148,7 +148,7 @@ def test_training_runs_every_phase_and_resumes(clips, tmp_path):
 
 
 def test_openness_estimator_tracks_ground_truth_on_real_clips(clips):
-    from framegraph.models.avatar.evaluate import estimator_check
+    from framegraph.models.avatar.eval.synthetic import estimator_check
 
     for i in range(2):
         r = estimator_check(clips / f"clip_0000{i}.mp4", clips / f"clip_0000{i}.json")
@@ -259,7 +259,7 @@ def test_identity_meter_registers_head_motion_and_ignores_the_mouth():
     without); a changed mouth does not count; a changed eye does."""
     import cv2
 
-    from framegraph.models.avatar.evaluate import IdentityMeter, motion_region, search_box
+    from framegraph.models.avatar.eval.synthetic import IdentityMeter, motion_region, search_box
     from framegraph.models.synth import astronaut_portrait
 
     p = astronaut_portrait()
@@ -295,7 +295,7 @@ def test_identity_meter_on_composited_frames_poses_only_the_drawn_region():
     explain a moved face in a fixed background), and painted-over eyes still score low."""
     import cv2
 
-    from framegraph.models.avatar.evaluate import IdentityMeter
+    from framegraph.models.avatar.eval.synthetic import IdentityMeter
     from framegraph.models.composite import Composite
 
     avatar = random_avatar(region_size=64)

@@ -145,7 +145,7 @@ def test_reset_forgets_the_stream_and_flags_the_next_chunk():
     for a, b in zip(first, second):
         assert torch.equal(a.data, b.data)  # same noise and an empty past: the stream starts over
     assert second[0].flags & Flag.INTERRUPTED and not second[1].flags & Flag.INTERRUPTED
-    assert den.stream.frames == 6
+    assert den.engine.stream.frames == 6
 
 
 def test_bad_construction_is_refused_with_the_reason():

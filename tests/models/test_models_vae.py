@@ -293,9 +293,9 @@ def test_vae_decode_stage_streams_frames_with_pts_in_a_graph():
     assert sink.pts() == [1920 * k for k in range(12)]  # 25 fps at 48 kHz ticks
     got = torch.stack(sink.data())
     assert (got.int() - expected.int()).abs().max() <= 1  # same as decoding the whole video (±1 rounding)
-    assert dec.cache is not None
+    assert dec.engine.cache is not None
     dec.reset()
-    assert dec.cache is None
+    assert dec.engine.cache is None
 
 
 def test_vae_decode_stage_checks_its_arguments():

@@ -9,7 +9,7 @@ import pytest
 
 CHILD = """
 import json, resource, threading, torch
-from framegraph.models.avatar.lipsync import MouthGenerator
+from framegraph.models.avatar.video.lipsync import MouthGenerator
 from framegraph.stream import Graph, IterableSource, PortSpec, Stage
 
 torch.set_num_threads(1)

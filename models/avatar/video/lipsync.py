@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..pretrained import PretrainedModel, register_to_config
+from ...pretrained import PretrainedModel, register_to_config
 
 SHAPE_NAMES = ("openness", "width", "roundness")
 # RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth

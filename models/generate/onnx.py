@@ -20,9 +20,10 @@ Export needs one change to the model: its upsamplers' ``nn.Upsample(scale_factor
 has no ONNX export in torch's exporter (``aten::_upsample_nearest_exact2d``); :class:`Nearest2x`
 computes the same thing (an exact copy of pixels, no arithmetic) with Expand + Reshape.
 
-``manifest.json`` is the avatar export's layout (:mod:`.manifest`, format :data:`~.manifest.WAN_VAE_FORMAT`),
-its hash over the VAE's config and weights and the geometry (:func:`wan_vae_hash`); the runner is the
-avatar VAE's :class:`~.runtime.OrtVAEStream`.
+``manifest.json`` has the layout of every export (:mod:`framegraph.models.onnx.manifest`, format
+:data:`WAN_VAE_FORMAT`), its hash over the VAE's config and weights and the geometry (:func:`wan_vae_hash`);
+the runner is the streamed decoder every VAE shares, :class:`~framegraph.models.onnx.OrtVAEStream`, and
+:class:`OrtWanVAE` the engine of :class:`~.stages.CausalVAEDecode` on ONNX Runtime (``runtime="onnx"``).
 """
 from __future__ import annotations
 
@@ -32,10 +33,14 @@ import os
 import torch
 from torch import nn
 
-from .export import _export, _io
-from .manifest import OPSET, WAN_VAE_FORMAT, ExportError, check_manifest, weights_hash, write_manifest
-from .runtime import CheckedExport, OrtVAEStream
+from framegraph.models import runtime
+from framegraph.models.onnx import CheckedExport, OrtVAEStream, default_threads
+from framegraph.models.onnx.manifest import OPSET, ExportError, check_manifest, weights_hash, write_manifest
+from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
 
+from .vae import WanDecodeState, decode_chunk
+
+WAN_VAE_FORMAT = "framegraph-onnx-wan-vae/1"
 PARTS = ("vae_first", "vae_next")
 
 
@@ -98,8 +103,6 @@ def steady_cache(feat_cache: list, shapes: dict[int, tuple[int, ...]]) -> list[t
 
 def cache_shapes(vae, latent_hw: tuple[int, int], chunk_frames: int) -> dict[int, tuple[int, ...]]:
     """``{feat_cache index: shape}`` of the cache between two later chunks (decoded once here, on zeros)."""
-    from framegraph.models.generate.vae import decode_chunk
-
     z = torch.zeros(1, vae.config.z_dim, chunk_frames, *latent_hw)
     _, state = decode_chunk(vae, z)
     _, state = decode_chunk(vae, z, state)  # two chunks: at least 2 latent frames, every entry 2 frames
@@ -118,8 +121,6 @@ class WanDecodeFirst(nn.Module):
         self.vae, self.shapes = vae, shapes
 
     def forward(self, z):
-        from framegraph.models.generate.vae import decode_chunk
-
         frames, state = decode_chunk(self.vae, z)
         return (frames, *steady_cache(state.feat_cache, self.shapes))
 
@@ -132,8 +133,6 @@ class WanDecodeNext(nn.Module):
         self.vae, self.shapes, self.entries = vae, shapes, entries
 
     def forward(self, z, *cache):
-        from framegraph.models.generate.vae import WanDecodeState, decode_chunk
-
         feat = [None] * self.entries
         for i, t in zip(self.shapes, cache):
             feat[i] = t
@@ -147,12 +146,7 @@ def export_wan_vae(vae, out_dir: str, *, size: tuple[int, int], chunk_frames: in
     """Write ``vae_first.onnx``, ``vae_next.onnx`` and ``manifest.json`` of ``vae`` (an ``AutoencoderKLWan``)
     for frames of ``size = (H, W)`` decoded ``chunk_frames`` latent frames at a time into ``out_dir``;
     returns the manifest. ``source``: where the VAE came from (recorded, for the stale-export message)."""
-    from framegraph.models.generate.vae import WanDecodeState, decode_chunk
-
-    try:
-        import onnx  # noqa: F401  (torch.onnx.export needs it)
-    except ImportError as e:
-        raise RuntimeError("framegraph export needs the onnx package: pip install 'framegraph[export]'") from e
+    require_onnx()
     if chunk_frames < 1:
         raise ValueError(f"chunk_frames={chunk_frames}; expected a positive number of latent frames")
     model = exportable(vae)
@@ -166,20 +160,20 @@ def export_wan_vae(vae, out_dir: str, *, size: tuple[int, int], chunk_frames: in
     first_frames, state = decode_chunk(model, z)
     first_cache = steady_cache(state.feat_cache, shapes)
     first_out = ["frames"] + [f"cache:{k}" for k in keys]
-    _export(WanDecodeFirst(model, shapes), (z,), os.path.join(out_dir, "vae_first.onnx"), ["z"], first_out)
+    export_module(WanDecodeFirst(model, shapes), (z,), os.path.join(out_dir, "vae_first.onnx"), ["z"], first_out)
     next_in = ["z"] + [f"cache:{k}" for k in keys]
     next_out = ["frames"] + [f"cache:{k}:out" for k in keys]
     next_frames, new = decode_chunk(model, z, state)
-    _export(WanDecodeNext(model, shapes, entries), (z, *first_cache), os.path.join(out_dir, "vae_next.onnx"),
+    export_module(WanDecodeNext(model, shapes, entries), (z, *first_cache), os.path.join(out_dir, "vae_next.onnx"),
             next_in, next_out)
     meaning = {"z": "latent chunk at the VAE's scale (x * latents_std + latents_mean)",
                "frames": "decoded frames in [-1, 1]",
                "cache:": "causal conv's last 2 input frames (feat_cache entry)"}
     files = {
-        "vae_first": {"file": "vae_first.onnx", "inputs": _io(["z"], [z], meaning),
-                      "outputs": _io(first_out, (first_frames, *first_cache), meaning)},
-        "vae_next": {"file": "vae_next.onnx", "inputs": _io(next_in, (z, *first_cache), meaning),
-                     "outputs": _io(next_out, (next_frames, *(new.feat_cache[i] for i in shapes)), meaning)},
+        "vae_first": {"file": "vae_first.onnx", "inputs": io_entries(["z"], [z], meaning),
+                      "outputs": io_entries(first_out, (first_frames, *first_cache), meaning)},
+        "vae_next": {"file": "vae_next.onnx", "inputs": io_entries(next_in, (z, *first_cache), meaning),
+                     "outputs": io_entries(next_out, (next_frames, *(new.feat_cache[i] for i in shapes)), meaning)},
         "vae_cache": {"temporal": keys, "reference": []},
     }
     return write_manifest(out_dir, {
@@ -195,7 +189,7 @@ def export_command(model: str, size: tuple[int, int], chunk_frames: int, out: st
 
 
 def default_wan_onnx_dir(model_dir: str, size: tuple[int, int], chunk_frames: int) -> str:
-    """Where ``framegraph export --generate`` puts an export by default and ``--backend onnx`` looks:
+    """Where ``framegraph export --generate`` puts an export by default and ``--runtime onnx`` looks:
     ``MODEL_DIR/onnx/vae_<H>x<W>_f<F>`` (one per size and chunk length)."""
     return os.path.join(model_dir, "onnx", f"vae_{size[0]}x{size[1]}_f{chunk_frames}")
 
@@ -203,7 +197,7 @@ def default_wan_onnx_dir(model_dir: str, size: tuple[int, int], chunk_frames: in
 def load_wan_manifest(export_dir: str, vae, *, size: tuple[int, int], chunk_frames: int,
                       model: str = "MODEL_DIR") -> dict:
     """The manifest of ``export_dir``, checked against ``vae``, ``size`` and ``chunk_frames`` (raises
-    :class:`~.manifest.ExportError` naming the export command; ``model``: the folder to name in it)."""
+    :class:`~framegraph.models.onnx.ExportError` naming the export command; ``model``: the folder to name in it)."""
     default = os.path.normpath(export_dir) == os.path.normpath(default_wan_onnx_dir(model, size, chunk_frames))
     hint = f"run `{export_command(model, size, chunk_frames, None if default else export_dir)}`"
     return check_manifest(export_dir, fmt=WAN_VAE_FORMAT, want_hash=wan_vae_hash(vae, size, chunk_frames),
@@ -220,22 +214,40 @@ class WanVAEExport(CheckedExport):
         self.vae = vae
 
     def stream(self, threads: int = 1) -> OrtVAEStream:
-        """A fresh :class:`~.runtime.OrtVAEStream` of the two graphs (``threads`` intra-op threads each)."""
+        """A fresh :class:`~framegraph.models.onnx.OrtVAEStream` of the two graphs (``threads`` intra-op threads each)."""
         return OrtVAEStream(self.graph("vae_first", threads), self.graph("vae_next", threads), self.manifest["files"])
 
 
-def load_folder_vae(folder: str):
-    """The ``AutoencoderKLWan`` of a diffusers model folder (``folder/vae``: config.json + safetensors),
-    float32 on the CPU, loaded and checked as ``framegraph generate`` loads it."""
-    from diffusers import AutoencoderKLWan
+class OrtWanVAE:
+    """The :class:`~.stages.CausalVAEEngine` on ONNX Runtime (float32, CPU): the export in ``export_dir``
+    (:func:`export_wan_vae` of ``vae`` at this frame size and ``chunk_frames``; a missing or stale one raises
+    :class:`~framegraph.models.onnx.ExportError` naming the export command, with ``model`` as the folder in
+    it), the decoder's cache bound in place between chunks."""
 
-    from framegraph.models.generate.checkpoint import _load_weights, _read_json
+    def __init__(self, vae, export_dir: str, *, size: tuple[int, int], chunk_frames: int, threads: int | None = None,
+                 model: str = "MODEL_DIR"):
+        self.export = WanVAEExport(export_dir, vae, size=size, chunk_frames=chunk_frames, model=model)
+        self.stream = self.export.stream(threads or default_threads())
+        self.graphs = {"vae_first": self.stream.first, "vae_next": self.stream.next}
 
-    part = os.path.join(folder, "vae")
-    config = _read_json(os.path.join(part, "config.json"), "expected a diffusers video model folder with vae/ "
-                                                           "(config.json + weights); for a single-file student, "
-                                                           "pass its --base folder")
-    if config.get("_class_name") != AutoencoderKLWan.__name__:
-        raise ValueError(f"{part}/config.json: a {config.get('_class_name')}; the ONNX export is for the causal "
-                         f"AutoencoderKLWan (Wan 2.1 / 2.2, SANA-Video)")
-    return _load_weights(AutoencoderKLWan, part, None, part, torch.float32).eval().requires_grad_(False)
+    def decode(self, latents: torch.Tensor) -> torch.Tensor:
+        return self.stream.decode(latents)
+
+    def reset(self) -> None:
+        self.stream.reset()
+
+
+@runtime.register("generate-vae", "onnx")
+def _onnx_engine(*, export_dir: str | None, size: tuple[int, int], chunk_frames: int, device: str,
+                 dtype: torch.dtype, threads: int | None = None, model: str = "MODEL_DIR"):
+    """``engine(vae)`` → :class:`OrtWanVAE` from ``export_dir`` (float32 on the CPU only)."""
+    if export_dir is None:
+        raise ValueError("the VAE decoder on runtime 'onnx' needs the folder `framegraph export --generate` wrote")
+    if dtype != torch.float32 or torch.device(device).type != "cpu":
+        raise ValueError(f"the ONNX Runtime VAE decoder runs float32 on the CPU; got {dtype} on {device} (use the "
+                         f"cpu device, or runtime torch)")
+    return lambda vae: OrtWanVAE(vae, export_dir, size=size, chunk_frames=chunk_frames, threads=threads, model=model)
+
+
+__all__ = ["WAN_VAE_FORMAT", "PARTS", "export_wan_vae", "export_command", "default_wan_onnx_dir", "load_wan_manifest",
+           "WanVAEExport", "OrtWanVAE", "exportable", "wan_vae_hash", "steady_cache", "cache_shapes", "latent_size"]

@@ -38,8 +38,8 @@ import numpy as np
 from framegraph.models.synth.portrait import PortraitError, detect_face_regions
 from framegraph.models.vae import face_crop_box
 
-from ..training import write_json
-from .video_io import (
+from ...training import write_json
+from .io import (
     SAMPLE_RATE,
     ClipWriter,
     align_audio,

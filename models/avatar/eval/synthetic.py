@@ -50,9 +50,9 @@ from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, decode_audio, iter_video_frames, open_media, read_video
 from framegraph.stream.progress import run_with_progress
 
-from .bundle import Avatar
-from .evaluate_real import LandmarkMeter, real_summary, speech_per_frame
-from .graph import avatar_composite, build_avatar_graph
+from ..graph import build_avatar_graph
+from ..portrait.bundle import PortraitAvatar
+from .real import LandmarkMeter, real_summary, speech_per_frame
 
 DARK_FRACTION = 0.55
 MAX_JAW_DROP = 0.32
@@ -227,7 +227,7 @@ class FrameMeter(Stage):
     with ``landmarks`` (a :class:`~.evaluate_real.LandmarkMeter`) also its landmark columns.
     """
 
-    def __init__(self, avatar: Avatar, mouth_box, *, real=None, drawn=None, landmarks: LandmarkMeter | None = None,
+    def __init__(self, avatar: PortraitAvatar, mouth_box, *, real=None, drawn=None, landmarks: LandmarkMeter | None = None,
                  name: str = "meter"):
         super().__init__(name)
         self.landmarks = landmarks
@@ -274,19 +274,19 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
     return np.array([r.get(key, np.nan) for r in rows], dtype=np.float64)
 
 
-def generate_clip(avatar: Avatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
+def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
                   seed: int = 0, progress: bool = False, meter: FrameMeter | None = None,
-                  total: int | None = None, backend: str = "torch", onnx_dir: str | None = None) -> dict:
+                  total: int | None = None, runtime: str = "torch", onnx_dir: str | None = None) -> dict:
     """Run the avatar graph on ``audio_path`` (any file with audio) into ``out_mp4``. ``meter`` also
-    receives every composited frame (before the codec). ``backend`` / ``onnx_dir``: where the models compute
-    (see :func:`~.graph.build_avatar_graph`). Returns the graph's report."""
+    receives every composited frame (before the codec). ``runtime`` / ``onnx_dir``: where the models compute
+    (see :func:`~..graph.build_avatar_graph`). Returns the graph's report."""
 
 
     ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), steps=steps, vad=vad,
-                            seed=seed, backend=backend, onnx_dir=onnx_dir)
+                            seed=seed, runtime=runtime, onnx_dir=onnx_dir)
     if meter is not None:
         ag.graph.add(meter)
-        ag.graph.connect(ag.composite, meter, "video", "video", capacity=4)
+        ag.graph.connect(ag.video, meter, "video", "video", capacity=4)
     if progress:
 
         return run_with_progress(ag.graph, ag.sink, total, desc="generate")
@@ -327,16 +327,16 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
     }
 
 
-def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: int | None = None, seed: int = 0,
+def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None, steps: int | None = None, seed: int = 0,
                     progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
-                    backend: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
+                    runtime: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
     """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring; ``truth``
     None: a real clip without a JSON — only the measures against its real frames, no mouth ground truth).
 
     Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift`` block (minute ``n``
     minus minute 1). ``identity_ssim_mp4`` (the same measure on the written H.264 file) is computed for
-    clips up to ``codec_check_max_frames`` frames. ``backend`` / ``onnx_dir``: where the models compute
-    (:func:`~.graph.build_avatar_graph`; e.g. ``"onnx-int8"`` to measure the int8 export). ``real_measures``
+    clips up to ``codec_check_max_frames`` frames. ``runtime`` / ``onnx_dir``: where the models compute
+    (:func:`~..graph.build_avatar_graph`; e.g. ``"onnx-int8"`` to measure the int8 export). ``real_measures``
     False: only the generated frames against the ground truth and the portrait (openness correlation, silence,
     identity) — no measures against the clip's real frames (the ``real`` block, ``identity_ssim_real``...) nor
     of the written MP4; about a tenth of the time."""
@@ -357,7 +357,7 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
         raise ValueError(f"evaluate_avatar: the clip is {got} but the avatar's portrait is "
                          f"{portrait.shape[1]}x{portrait.shape[0]}")
 
-    drawn = avatar_composite(avatar).frame_alpha().numpy()  # where the avatar's frames move
+    drawn = avatar.composite().frame_alpha().numpy()  # where the avatar's frames move
     landmarks = LandmarkMeter() if real_measures else None
     meter = FrameMeter(avatar, mouth_box, real=iter_video_frames(clip) if real_measures else None, drawn=drawn,
                        landmarks=landmarks)
@@ -366,7 +366,7 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
         t0 = time.monotonic()
         try:
             generate_clip(avatar, clip, target, steps=steps, seed=seed, progress=progress, meter=meter,
-                          total=len(frames_gt), backend=backend, onnx_dir=onnx_dir)
+                          total=len(frames_gt), runtime=runtime, onnx_dir=onnx_dir)
         finally:
             if landmarks is not None:
                 landmarks.close()
@@ -385,7 +385,7 @@ def evaluate_avatar(avatar: Avatar, clip, truth=None, *, out_video=None, steps: 
     jaw = np.array([float(f["jaw_open"]) for f in frames_gt[:n]]) if has_truth else None
     states = [f.get("state") for f in frames_gt[:n]]
     out = {"mouth_ground_truth": has_truth, "clip": os.fspath(clip), "frames_generated": int(len(meter.rows)), "audio_in_output": has_audio,
-           "steps": steps or avatar.steps, "backend": backend,
+           "steps": steps or avatar.steps, "runtime": runtime,
            "openness_estimator": "inner-mouth (dark) pixels / mouth width, px; see models/avatar/evaluate.py",
            "identity": "SSIM / PSNR vs the portrait in the face crop outside the mouth motion region, head pose "
                        "registered (affine ECC); generated frames measured before the video codec",

@@ -18,19 +18,19 @@ import numpy as np
 import torch
 
 from framegraph.models.audio.features import extract_features
+from framegraph.stream.media import decode_audio, read_video
 
-from .evaluate_real import LandmarkMeter, real_summary, speech_per_frame
-from .video_bundle import VideoAvatar, region_boxes
-from .video_stages import MouthRegion, MouthShape
-from .video_train import track_faces
+from ..clips.io import ClipWriter
+from ..video.bundle import VideoAvatar, region_boxes
+from ..video.stages import MouthRegion, MouthShape
+from ..video.train import track_faces
+from .real import LandmarkMeter, real_summary, speech_per_frame
 
 
 def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
                           out_video=None) -> dict:
     """Measure ``avatar`` on the frames of ``clip`` (its own size and fps) from ``start_s`` to ``end_s``
     (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio)."""
-    from framegraph.stream.media import decode_audio, read_video
-
     clip = os.fspath(clip)
     video = read_video(clip)
     frames, fps = video["frames"], float(video["fps"])
@@ -84,8 +84,6 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
 
 
 def _write(path, frames: np.ndarray, audio: np.ndarray, fps: int) -> None:
-    from .video_io import ClipWriter
-
     spf = 16000 // fps
     w = ClipWriter(os.fspath(path), frames.shape[2], frames.shape[1], fps)
     ok = False

@@ -10,9 +10,7 @@ from torch import nn
 
 pytest.importorskip("onnx")
 
-from framegraph.models.generate.vae import decode_chunk
-from framegraph.models.onnx import ExportError
-from framegraph.models.onnx.wan_vae import (
+from framegraph.models.generate.onnx import (
     Nearest2x,
     WanVAEExport,
     cache_shapes,
@@ -20,6 +18,8 @@ from framegraph.models.onnx.wan_vae import (
     exportable,
     steady_cache,
 )
+from framegraph.models.generate.vae import decode_chunk
+from framegraph.models.onnx import ExportError
 
 SIZE = (32, 48)  # HxW: 4x6 latents
 
@@ -113,7 +113,7 @@ def test_missing_stale_and_foreign_exports_are_refused_naming_the_command(export
     with pytest.raises(ExportError, match=r"made for size_hw=\[32, 48\]; this run needs size_hw=\[48, 48\]"):
         WanVAEExport(out[1], vae, size=(48, 48), chunk_frames=1)
     from framegraph.models.avatar import random_avatar
-    from framegraph.models.onnx.runtime import AvatarExport
+    from framegraph.models.avatar.portrait.engines import AvatarExport
 
     with pytest.raises(ExportError, match="format 'framegraph-onnx-wan-vae/1', expected 'framegraph-onnx-avatar/1'"):
         AvatarExport(out[1], random_avatar(region_size=64))  # a VAE export is no avatar export

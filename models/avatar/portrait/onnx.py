@@ -1,4 +1,4 @@
-"""Export the avatar's three stateful models to ONNX, every stream state an explicit input and output.
+"""Export the portrait avatar's three stateful models to ONNX, every stream state an explicit input and output.
 
 Files written by :func:`export_avatar` (shapes fixed by the bundle: batch 1, its region size and chunk):
 
@@ -15,19 +15,41 @@ Files written by :func:`export_avatar` (shapes fixed by the bundle: batch 1, its
   + reference region in, frames + the whole decoder cache out) and of the next ones (latent + temporal
   cache + reference features in, frames + next temporal cache out).
 
-``manifest.json`` (:mod:`.manifest`) records the opset, every input / output with its meaning and shape,
+``manifest.json`` (:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`) records the opset, every input / output with its meaning and shape,
 and the hash of the bundle the files came from. The export traces the models' readable torch path
 (the kernels' ``"torch"`` backend, :mod:`framegraph.kernels.backend`).
 """
 from __future__ import annotations
 
 import os
-import warnings
 
 import torch
 from torch import nn
 
-from .manifest import FORMAT, OPSET, avatar_hash, write_manifest
+from framegraph.kernels.block_linear_attention import LinearAttentionState
+from framegraph.models.dit.state import DiTStreamState, LayerStreamState
+from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash, write_manifest
+from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
+from framegraph.models.vae import uint8_to_frames
+
+FORMAT = "framegraph-onnx-avatar/1"
+PARTS = ("audio", "dit_velocity", "dit_commit", "vae_first", "vae_next")  # the files of an export
+MODELS = {"audio": ("audio",), "dit": ("dit_velocity", "dit_commit"), "vae": ("vae_first", "vae_next")}  # model → parts
+
+
+def avatar_hash(avatar) -> str:
+    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
+    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
+    the reference latent are graph *inputs*, so they are not part of it."""
+    return weights_hash({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
+                        {name: getattr(avatar, name) for name in ("audio", "dit", "vae")})
+
+
+def load_manifest(export_dir: str, avatar) -> dict:
+    """The manifest of the avatar export ``export_dir``, checked against ``avatar`` (raises
+    :class:`~framegraph.models.onnx.ExportError`)."""
+    return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar_hash(avatar), parts=PARTS,
+                          hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`", extra=("vae_cache",))
 
 
 class AudioGraph(nn.Module):
@@ -60,9 +82,6 @@ def dit_state_outputs(depth: int) -> list[str]:
 def stream_from_inputs(model, ref, history, flat):
     """A :class:`~framegraph.models.dit.state.DiTStreamState` over graph inputs (per layer ``kv, k_sum,
     ffn_cache``, then per layer ``ref_k, ref_v`` when the model has identity tokens)."""
-    from framegraph.kernels.block_linear_attention import LinearAttentionState
-    from framegraph.models.dit.state import DiTStreamState, LayerStreamState
-
     depth = len(model.blocks)
     layers = [LayerStreamState(LinearAttentionState(flat[3 * i], flat[3 * i + 1]), flat[3 * i + 2]) for i in range(depth)]
     rest = flat[3 * depth:]
@@ -119,40 +138,11 @@ class VAENext(nn.Module):
         return (frames, *(new[k] for k in self.temporal))
 
 
-def _rms_norm(g, x, normalized_shape, weight, eps):
-    """ONNX for ``aten::rms_norm`` over the last axis (``nn.RMSNorm(dim)``; opset 17 has no RMSNormalization):
-    ``x / sqrt(mean(x², -1) + eps) * weight``."""
-    from torch.onnx import symbolic_helper as sh
-
-    eps = sh._maybe_get_const(eps, "f")
-    eps = 1e-6 if sh._is_none(eps) or eps is None else float(eps)
-    mean = g.op("ReduceMean", g.op("Mul", x, x), axes_i=[-1], keepdims_i=1)
-    y = g.op("Div", x, g.op("Sqrt", g.op("Add", mean, g.op("Constant", value_t=torch.tensor(eps)))))
-    return y if sh._is_none(weight) else g.op("Mul", y, weight)
-
-
-def _export(module: nn.Module, args: tuple, path: str, inputs: list[str], outputs: list[str],
-            dynamic_axes: dict | None = None) -> None:
-    torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the tracer's notes on Python ints taken from shapes (fixed per bundle)
-        torch.onnx.export(module, args, path, input_names=inputs, output_names=outputs, opset_version=OPSET,
-                          dynamic_axes=dynamic_axes, do_constant_folding=True, dynamo=False)
-
-
-def _io(names: list[str], tensors, meaning: dict[str, str]) -> list[dict]:
-    return [{"name": n, "shape": list(t.shape), "dtype": "float32", "meaning": next((v for k, v in meaning.items() if n.startswith(k)), n)}
-            for n, t in zip(names, tensors)]
-
-
 @torch.no_grad()
 def export_avatar(avatar, out_dir: str) -> dict:
     """Write the ONNX files of ``avatar`` (a loaded bundle, :func:`~framegraph.models.avatar.load_avatar`)
     and their ``manifest.json`` into ``out_dir``; returns the manifest."""
-    try:
-        import onnx  # noqa: F401  (torch.onnx.export needs it)
-    except ImportError as e:
-        raise RuntimeError("framegraph export needs the onnx package: pip install 'framegraph[export]'") from e
+    require_onnx()
     os.makedirs(out_dir, exist_ok=True)
     files = {}
     files["audio"] = _export_audio(avatar.audio.float().eval(), out_dir)
@@ -164,7 +154,7 @@ def export_avatar(avatar, out_dir: str) -> dict:
 
 def _export_audio(enc, out_dir: str) -> dict:
     mel = enc.silence(enc.receptive_field + 3)[None]
-    _export(AudioGraph(enc), (mel,), os.path.join(out_dir, "audio.onnx"), ["log_mel"], ["features"],
+    export_module(AudioGraph(enc), (mel,), os.path.join(out_dir, "audio.onnx"), ["log_mel"], ["features"],
             {"log_mel": {2: "T"}, "features": {2: "T_out"}})
     return {"file": "audio.onnx", "receptive_field": enc.receptive_field,
             "inputs": [{"name": "log_mel", "shape": [1, enc.config.n_mels, "T"], "dtype": "float32",
@@ -195,21 +185,19 @@ def _export_dit(avatar, out_dir: str) -> dict:
     names = dit_state_names(len(model.blocks), stream.ref_kv[0] is not None)
     vin = ["x", "t", "audio", "state_label"] + names
     vargs = (x, torch.ones(1), audio, label, *state)
-    _export(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"])
+    export_module(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"])
     cin = ["x0", "audio", "state_label"] + names
     couts = dit_state_outputs(len(model.blocks))
     new = model.commit_step(x, audio, label, stream)
-    _export(DiTCommit(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
-    return {"dit_velocity": {"file": "dit_velocity.onnx", "inputs": _io(vin, vargs, DIT_MEANING),
-                             "outputs": _io(["velocity"], [x], DIT_MEANING)},
-            "dit_commit": {"file": "dit_commit.onnx", "inputs": _io(cin, (x, audio, label, *state), DIT_MEANING),
-                           "outputs": _io(couts, new, DIT_MEANING)}}
+    export_module(DiTCommit(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
+    return {"dit_velocity": {"file": "dit_velocity.onnx", "inputs": io_entries(vin, vargs, DIT_MEANING),
+                             "outputs": io_entries(["velocity"], [x], DIT_MEANING)},
+            "dit_commit": {"file": "dit_commit.onnx", "inputs": io_entries(cin, (x, audio, label, *state), DIT_MEANING),
+                           "outputs": io_entries(couts, new, DIT_MEANING)}}
 
 
 def vae_cache_keys(vae, avatar) -> tuple[list[str], list[str], torch.Tensor | None]:
     """``(temporal cache keys, reference keys, reference frames or None)`` of ``vae``'s decoder for ``avatar``."""
-    from framegraph.models.vae.model import uint8_to_frames
-
     ref = uint8_to_frames(avatar.region()[0])[None] if vae.uses_reference else None
     z = torch.zeros(1, *vae.latent_shape(avatar.chunk_frames, avatar.region_size, avatar.region_size))
     _, cache = vae.decode(z, None, reference=ref)
@@ -226,16 +214,20 @@ def _export_vae(avatar, out_dir: str) -> dict:
     first_in = ["z"] + ([] if ref is None else ["reference"])
     first_out = ["frames"] + [f"cache:{k}" for k in keys]
     frames, cache = vae.decode(z, None, reference=ref)
-    _export(VAEFirst(vae, keys), first_args, os.path.join(out_dir, "vae_first.onnx"), first_in, first_out)
+    export_module(VAEFirst(vae, keys), first_args, os.path.join(out_dir, "vae_first.onnx"), first_in, first_out)
     next_in = ["z"] + [f"cache:{k}" for k in keys]
     next_out = ["frames"] + [f"cache:{k}:out" for k in temporal]
-    _export(VAENext(vae, temporal, reference), (z, *(cache[k] for k in keys)),
+    export_module(VAENext(vae, temporal, reference), (z, *(cache[k] for k in keys)),
             os.path.join(out_dir, "vae_next.onnx"), next_in, next_out)
     meaning = {"z": "normalised latent chunk", "reference": "identity reference region in [-1, 1]",
                "frames": "decoded frames in [-1, 1]", "cache:": "decoder cache entry (temporal conv past / "
                "reference features)"}
-    return {"vae_first": {"file": "vae_first.onnx", "inputs": _io(first_in, first_args, meaning),
-                          "outputs": _io(first_out, (frames, *(cache[k] for k in keys)), meaning)},
-            "vae_next": {"file": "vae_next.onnx", "inputs": _io(next_in, (z, *(cache[k] for k in keys)), meaning),
-                         "outputs": _io(next_out, (frames, *(cache[k] for k in temporal)), meaning)},
+    return {"vae_first": {"file": "vae_first.onnx", "inputs": io_entries(first_in, first_args, meaning),
+                          "outputs": io_entries(first_out, (frames, *(cache[k] for k in keys)), meaning)},
+            "vae_next": {"file": "vae_next.onnx", "inputs": io_entries(next_in, (z, *(cache[k] for k in keys)), meaning),
+                         "outputs": io_entries(next_out, (frames, *(cache[k] for k in temporal)), meaning)},
             "vae_cache": {"temporal": temporal, "reference": reference}}
+
+
+__all__ = ["FORMAT", "PARTS", "MODELS", "avatar_hash", "load_manifest", "export_avatar", "dit_state_names",
+           "dit_state_outputs", "vae_cache_keys"]

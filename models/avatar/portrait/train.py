@@ -54,8 +54,8 @@ from framegraph.models.synth import clips_portrait
 from framegraph.models.vae import VideoVAE, box_to_region, train_vae
 from framegraph.stream.media import read_video
 
-from ..dit.model import DiTPreset
-from ..training import (
+from ...dit.model import DiTPreset
+from ...training import (
     REPORT,
     cpu_threads,
     lr_at,
@@ -64,7 +64,7 @@ from ..training import (
     timed,
     write_json,
 )
-from .bundle import SMALL_VAE, TINY_VAE, Avatar, save_avatar
+from .bundle import SMALL_VAE, TINY_VAE, PortraitAvatar, save_avatar
 from .data import ClipData, clip_audio, prepare_clips, sample_windows
 
 PHASES = ("vae", "audio", "data", "flow", "distill", "rollout")
@@ -111,7 +111,7 @@ class TrainConfig:
 
 @dataclass
 class AvatarTrainResult:
-    avatar: Avatar
+    avatar: PortraitAvatar
     report: dict
     history: list[dict]
 
@@ -404,7 +404,7 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
             clips, crop_box, portrait_json = _data_phase(cfg, clips_dir, work, vae, audio_encoder, device=device,
                                                          progress=progress)
         mouth_box = tuple(portrait_json["mouth_box"]) if portrait_json and portrait_json.get("mouth_box") else None
-        avatar = Avatar(vae=vae.cpu(), dit=None, audio=audio_encoder, portrait=background, crop_box=crop_box,
+        avatar = PortraitAvatar(vae=vae.cpu(), dit=None, audio=audio_encoder, portrait=background, crop_box=crop_box,
                         region_size=cfg.region_size, mouth_box=mouth_box, fps=cfg.fps,
                         chunk_frames=cfg.frames_per_block, steps=cfg.sample_steps, shift=cfg.shift, vad=cfg.vad)
         ref = avatar.reference_latent().to(device)

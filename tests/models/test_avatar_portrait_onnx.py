@@ -10,10 +10,10 @@ pytest.importorskip("onnx")
 
 from framegraph.models.audio.features import StreamingFeatures
 from framegraph.models.avatar import random_avatar
+from framegraph.models.avatar.portrait.engines import AvatarExport, OrtAudioEncoder, OrtDiTStream
+from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 from framegraph.models.dit.generate import generate_block
-from framegraph.models.onnx import ExportError, load_manifest
-from framegraph.models.onnx.export import export_avatar
-from framegraph.models.onnx.runtime import AvatarExport, OrtAudioEncoder, OrtDiTStream, OrtVAEStream
+from framegraph.models.onnx import ExportError, OrtVAEStream
 from framegraph.models.sampler import sample_euler
 from framegraph.models.vae.model import uint8_to_frames
 

@@ -28,9 +28,10 @@ import math
 import numpy as np
 import torch
 
+from framegraph.models.audio.vad import WINDOW_SAMPLES, SileroVAD
 from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_openness
 from framegraph.models.vae import ssim_map, uint8_to_frames
-from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames
+from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames, open_media
 
 # inner-lip gap / mouth width below which the lips count as closed. Measured: lips pressed or resting
 # together read 0.00-0.05 (a closed-mouth 3D character 0.004-0.047, 5th-95th percentile); lips parted on
@@ -51,8 +52,6 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
 def speech_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
     """float [T]: Silero VAD's speech probability per video frame (the most of the 32 ms windows it
     overlaps) for ``audio`` int16 mono at 16 kHz; frames past the audio's end get 0."""
-    from framegraph.models.audio.vad import WINDOW_SAMPLES, SileroVAD
-
     a = np.asarray(audio, np.float32) / 32768.0
     vad = SileroVAD()
     n_win = math.ceil(len(a) / WINDOW_SAMPLES)
@@ -190,8 +189,6 @@ def track_clip(clip, *, audio=None, max_lag: int = 5) -> dict:
     against the loudness of the clip's own audio (or ``audio``, any file with sound): Pearson
     correlation at lag 0 and the best within ±``max_lag`` frames (positive lag: the mouth after the sound),
     openness in silence and in speech, blinks (eye openness dips below 60 % of its median)."""
-    from framegraph.stream.media import open_media
-
     container = open_media(clip)
     try:
         stream = container.streams.video[0]

@@ -27,16 +27,23 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from framegraph.models.audio import AudioEncoder
+from framegraph.models import runtime
+from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
+from framegraph.models.synth import astronaut_portrait
+from framegraph.stream import Graph, Stage
+from framegraph.stream.media import MediaError, read_video
 
-from ..training import write_json
+from ...training import write_json
+from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
-from .picture import PictureSize
+from .loop import VideoLoop
+from .stages import MouthRegion, MouthShape
 
 KIND = "video"
 FORMAT_VERSION = 1
@@ -147,9 +154,7 @@ class VideoAvatar(PictureSize):
     texture: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
-    kind: str = KIND
-    steps: int = 1  # what callers of either kind read (no sampler here)
-    chunk_frames: int = 1
+    kind: ClassVar[str] = KIND
 
     @property
     def portrait(self) -> torch.Tensor:
@@ -172,6 +177,25 @@ class VideoAvatar(PictureSize):
         --holdout``; 0.0 when training used it all): the default start of ``avatar eval`` and the bench."""
         held = (self.meta.get("training") or {}).get("heldout") or {}
         return float(held.get("start_s", 0.0))
+
+    def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
+        """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
+        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on
+        the CPU in torch, whatever ``settings.device`` (the loop frames live there)."""
+        runtime.check("avatar-video", settings.runtime)
+        vad = self.vad if settings.vad is None else settings.vad
+        features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad), "cpu")
+        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
+        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle))
+        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms,
+                                                  torch_threads=settings.torch_threads))
+        graph.connect(features, shape, "features", "features", capacity=8)
+        graph.connect(state, shape, "state", "state", capacity=8)
+        graph.connect(state, loop, "state", "state", capacity=8)
+        graph.connect(loop, region, "frame", "frame", capacity=2)
+        graph.connect(loop, region, "box", "box", capacity=2)
+        graph.connect(shape, region, "shape", "shape", capacity=4)
+        return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
 
     def settings(self) -> dict:
         return {"kind": KIND, "format_version": FORMAT_VERSION, "size": [self.width, self.height],
@@ -217,42 +241,40 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
     return str(root)
 
 
-def load_video_avatar(root, cfg: dict, load_part, error) -> VideoAvatar:
-    """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg`` (``load_part`` /
-    ``error``: the bundle loader's part loader and error class, :mod:`.bundle`)."""
-    from framegraph.stream.media import MediaError, read_video
-
+def load_video_avatar(root, cfg: dict) -> VideoAvatar:
+    """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg`` (:func:`~..bundle.load_avatar`
+    reads it and picks the kind); :class:`~..base.AvatarError` names the missing / bad file."""
     root = Path(root)
     where = f"avatar bundle {str(root)!r}"
     for key in ("size", "fps", "region_size", "idle", "shape"):
         if key not in cfg:
-            raise error(f"{where}: avatar.json (kind video) has no {key!r}")
+            raise AvatarError(f"{where}: avatar.json (kind video) has no {key!r}")
     parts = {name: load_part(root, name, cls) for name, cls in PARTS.items()}
     loop = root / str(cfg.get("loop", LOOP_FILE))
     regions = root / str(cfg.get("regions", REGIONS_FILE))
     for p in (loop, regions):
         if not p.is_file():
-            raise error(f"{where}: {p.name} is missing (the video avatar's loop frames / regions)")
+            raise AvatarError(f"{where}: {p.name} is missing (the video avatar's loop frames / regions)")
     try:
         frames = torch.from_numpy(read_video(loop)["frames"])
     except MediaError as exc:
-        raise error(f"{where}: {loop.name} does not decode ({exc})") from None
+        raise AvatarError(f"{where}: {loop.name} does not decode ({exc})") from None
     try:
         with np.load(regions) as z:
             r = {k: z[k] for k in ("boxes", "nearest_idle", "mask", "paste", "reference")}
             texture = torch.from_numpy(z["texture"]) if "texture" in z.files else None
     except (OSError, ValueError, KeyError) as exc:
-        raise error(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
+        raise AvatarError(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
     W, H = (int(v) for v in cfg["size"])
     n, S = len(frames), int(cfg["region_size"])
     if (tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S)
             or (texture is not None and tuple(texture.shape) != (S, S))):
-        raise error(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
+        raise AvatarError(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
                     f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
                     f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
     a, b = (int(v) for v in cfg["idle"])
     if not 0 <= a < b <= n:
-        raise error(f"{where}: idle range {[a, b]} is not inside the {n} loop frames")
+        raise AvatarError(f"{where}: idle range {[a, b]} is not inside the {n} loop frames")
     shape = cfg["shape"]
     return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
@@ -272,9 +294,6 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
     """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
     pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
-    from framegraph.models.audio import default_encoder
-    from framegraph.models.synth import astronaut_portrait
-
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
@@ -296,6 +315,12 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
                        reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
                        shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
                        vad=False)
+
+
+@runtime.register("avatar-video", "torch")
+def torch_engines(avatar, settings):
+    """The video avatar runs its small models on torch only (nothing to choose)."""
+    return None
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",

@@ -1,4 +1,4 @@
-"""int8 exports (models/onnx/quantize.py): calibration recorded from the float32 stages, int8 files that run
+"""int8 exports (models/avatar/portrait/int8.py): calibration recorded from the float32 stages, int8 files that run
 through the avatar graph and stay close to float32, refused when quantized from another bundle, and the
 keep-or-not decision (also against the recorded measurement)."""
 
@@ -13,21 +13,21 @@ import torch
 pytest.importorskip("onnx")
 
 from framegraph.models.avatar import build_avatar_graph, random_avatar
-from framegraph.models.onnx import ExportError
-from framegraph.models.onnx.export import export_avatar
-from framegraph.models.onnx.manifest import BUNDLE_KEY, MODELS, PARTS
-from framegraph.models.onnx.quantize import (
+from framegraph.models.avatar.portrait.engines import AvatarExport
+from framegraph.models.avatar.portrait.int8 import (
     DEFAULT_INT8,
     DEFAULT_MODE,
     TOLERANCE,
-    FeedReader,
     check_models,
     choose_int8,
     quantize_export,
     record_inputs,
     set_int8_models,
 )
-from framegraph.models.onnx.runtime import AvatarExport
+from framegraph.models.avatar.portrait.onnx import MODELS, PARTS, export_avatar
+from framegraph.models.onnx import ExportError
+from framegraph.models.onnx.manifest import BUNDLE_KEY
+from framegraph.models.onnx.quantize import FeedReader
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import PushAudioSource
 
@@ -75,13 +75,13 @@ def render(a, onnx_dir: str, backend: str, audio: np.ndarray) -> np.ndarray:
         sink=None,
         audio_sink=None,
         clock="fast",
-        backend=backend,
+        runtime=backend,
         onnx_dir=onnx_dir,
         budget_ms=None,
         video_policy="block",
     )
     sink = ag.graph.add(Frames(PortSpec((a.height, a.width, 3), torch.uint8, "cpu")))
-    ag.graph.connect(ag.composite, sink, "video", "video", capacity=4)
+    ag.graph.connect(ag.video, sink, "video", "video", capacity=4)
     src.push(audio)
     src.close()
     ag.graph.run()

@@ -20,7 +20,9 @@ from pathlib import Path
 
 from framegraph.models.vae import load_face_clips, redrawable, train_vae, with_reference_warp
 
-from .bundle import PARTS, AvatarError, load_avatar, save_avatar
+from ..base import AvatarError
+from ..bundle import load_avatar
+from .bundle import PARTS, save_avatar
 
 WORK = "train"
 

@@ -30,7 +30,7 @@ from framegraph.models.audio import LISTENING, SileroVAD, VoiceActivity, extract
 from framegraph.models.vae import load_face_clips, uint8_to_frames
 from framegraph.stream.media import MediaError, decode_audio, read_video
 
-from .video_io import align_audio
+from ..clips.io import align_audio
 
 
 @dataclass

@@ -34,17 +34,14 @@ import torch.nn.functional as F
 from framegraph import assets
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
+from framegraph.models.face import FaceError, FaceLandmarker, one_face
 from framegraph.models.vae import crop_frames
-from framegraph.stream.media import SAMPLE_RATE
+from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 
-from ..training import REPORT, cpu_threads, lr_at, write_json
-from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
-from .evaluate_real import speech_per_frame
-from .lipsync import SHAPE_NAMES, MouthGenerator, fit_shape_head, quiet_audio, region_loss
-from .loop import nearest_frames
-from .provenance import write_training_provenance
-from .video import MIN_SECONDS, prepare_video
-from .video_bundle import (
+from ...training import REPORT, cpu_threads, lr_at, write_json
+from ..clips.prepare import MIN_SECONDS, prepare_video
+from ..eval.real import speech_per_frame
+from .bundle import (
     MAX_MODEL_SIZE,
     VideoAvatar,
     model_size,
@@ -55,6 +52,10 @@ from .video_bundle import (
     shape_stats,
     texture_mask,
 )
+from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
+from .lipsync import SHAPE_NAMES, MouthGenerator, context_windows, fit_shape_head, quiet_audio, region_loss
+from .loop import nearest_frames
+from .provenance import write_training_provenance
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
@@ -115,8 +116,6 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
-    from framegraph.models.face import FaceError, FaceLandmarker, one_face
-
     centres, widths, shapes, polygons, lips, found, errors = [], [], [], [], [], [], {}
     with FaceLandmarker(max_faces=2, video=True) as marker:
         for t, frame in enumerate(frames_iter):
@@ -185,8 +184,6 @@ def idle_range(openness: np.ndarray, n_loop: int, frames: int) -> tuple[int, int
 
 def _read_clips(clips: list[str]):
     """Frames (one by one) and the whole audio of the prepared clips, in order."""
-    from framegraph.stream.media import read_video
-
     for c in clips:
         yield read_video(c)
 
@@ -197,8 +194,6 @@ def clips_audio(clips: list[str]) -> np.ndarray:
     length). As decoded, each clip's audio runs past its frames to whole AAC frames (1,024 samples), so
     joined uncut the sound drifts later clip by clip (s1's fourth 11-s clip: 2.4 frames late). Only the
     audio is decoded."""
-    from framegraph.stream.media import decode_audio
-
     parts = []
     for c in clips:
         need = int(json.loads(Path(c).with_suffix(".json").read_text())["audio_samples"])
@@ -300,8 +295,6 @@ def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
 
 def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
     """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
-    from framegraph.stream.media import MediaError
-
     if openness.std() < least:
         raise MediaError(path, f"the lips barely move in it (mouth openness {openness.min():.3f}..{openness.max():.3f}, "
                                f"std {openness.std():.4f}, at least {least:g} needed; someone talking ranges over "
@@ -351,8 +344,6 @@ def rest_shape(z: torch.Tensor, openness: np.ndarray, speech: np.ndarray | None,
 
 def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps: float, context: int) -> dict:
     """How well the audio → shape head predicts the measured mouth openness on the held-out frames."""
-    from .lipsync import context_windows
-
     with torch.no_grad():
         pred = head(context_windows(feats, context))[n_train:, 0].numpy()
     return {"frames": len(z) - n_train, "start_s": round(n_train / fps, 3),
@@ -372,8 +363,6 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
     (:class:`~framegraph.models.face.FaceError`).
     """
-    from framegraph.stream.media import MediaError
-
     cfg = VideoTrainConfig(**settings)
     _check_config(cfg)
     out, t_start, timings = Path(out_dir), time.monotonic(), {}

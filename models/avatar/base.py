@@ -1,0 +1,186 @@
+"""What every avatar bundle kind shares: the :class:`AvatarBundle` protocol the graph builder talks to, the
+:class:`RunSettings` of one run, and the bundle folder's own checks (``avatar.json``, its model folders).
+
+Two kinds implement the protocol: the still portrait (:mod:`.portrait`: a DiT generates the face region of one
+picture) and the video avatar (:mod:`.video`: the person's own frames looped, a small UNet redraws the mouth).
+:func:`~.graph.build_avatar_graph` builds the audio side and the sinks and asks the bundle for the stages in
+between; it never asks which kind it holds.
+"""
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import ClassVar, Protocol
+
+import torch
+
+from framegraph.models.audio import IDLE, LISTENING, SPEAKING, STATE_DIM
+from framegraph.models.runtime import Runtime
+from framegraph.stream import Graph, PortSpec, Stage
+
+AVATAR_JSON = "avatar.json"
+STATE_MODES = ("auto", "speaking", "listening", "idle")
+
+
+class AvatarError(ValueError):
+    """A bundle folder is missing a file or holds a bad one (the message names it)."""
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """How one run uses a bundle (what :func:`~.graph.build_avatar_graph` was asked for).
+
+    Attributes:
+        runtime: where the models compute (:mod:`framegraph.models.runtime`); a kind refuses one it lacks.
+        device: where the torch models run and the ports live ("cpu", "cuda").
+        vad: the speaking state from Silero VAD (None: the bundle's setting).
+        steps: sampler steps of a kind that samples (the portrait's DiT, 1–4; None: the bundle's).
+        live: a live stream (realtime clock): generation keeps up with the stream — frames whose audio is older
+            than ``max_lag_ms`` are skipped, and a kind that can trade quality for time keeps each chunk within
+            its own duration (the portrait: fewer sampler steps) unless ``budget_ms`` says otherwise.
+        budget_ms: time one generated chunk may take before the stage falls back (None: no fallbacks, or with
+            ``live`` the chunk's own duration).
+        seed: noise seed of a kind that samples.
+        torch_threads: intra-op threads of the heavy stages' worker threads (None: torch's setting).
+        max_lag_ms: live streams: frames whose audio is older than this are skipped (None: none skipped).
+        onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
+    """
+
+    runtime: Runtime = "torch"
+    device: str = "cpu"
+    vad: bool | None = None
+    steps: int | None = None
+    live: bool = False
+    budget_ms: float | None = None
+    seed: int = 0
+    torch_threads: int | None = None
+    max_lag_ms: float | None = None
+    onnx_dir: str | None = None
+
+
+class StateOverride(Stage):
+    """Passes the speaking-state vector through, or replaces it: ``mode`` ``"auto"`` (the VAD's state),
+    ``"speaking"`` / ``"listening"`` / ``"idle"`` (forced; the VAD's speech probability is kept).
+    :meth:`set_mode` may be called from any thread; it shows from the next frame."""
+
+    def __init__(self, *, device: str = "cpu", mode: str = "auto", name: str = "state"):
+        super().__init__(name)
+        self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self.outputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self._lock = threading.Lock()
+        self.mode = "auto"
+        self.set_mode(mode)
+
+    def set_mode(self, mode: str) -> None:
+        if mode not in STATE_MODES:
+            raise ValueError(f"StateOverride: mode {mode!r}; expected one of {STATE_MODES}")
+        with self._lock:
+            self.mode = mode
+
+    def process(self, inputs, out):
+        src = inputs["state"].data
+        f = out.write("state")
+        f.data.copy_(src)
+        with self._lock:
+            mode = self.mode
+        if mode != "auto":
+            f.data[:3] = 0.0
+            f.data[{"idle": IDLE, "speaking": SPEAKING, "listening": LISTENING}[mode]] = 1.0
+
+
+@dataclass
+class AvatarStages:
+    """What a bundle added to a graph (:meth:`AvatarBundle.add_stages`): the audio side every kind has —
+    ``features`` (an :class:`~framegraph.models.audio.AudioFeatures`: ``"audio"`` in, ``"features"`` and
+    ``"state"`` out) and ``state`` (its :class:`StateOverride`) — then the kind's own stages by name, and
+    ``video``, the one of them with the ``"video"`` output (``uint8 [height, width, 3]``)."""
+
+    features: Stage
+    state: StateOverride
+    video: Stage
+    stages: dict[str, Stage] = field(default_factory=dict)
+
+
+def add_audio_side(graph: Graph, source: Stage, features: Stage, device: str) -> tuple[Stage, StateOverride]:
+    """Add ``features`` and a :class:`StateOverride` after it, connected: ``source ──audio──▶ features
+    ──state──▶ state``; returns both (every kind's stages start here)."""
+    features, state = graph.add(features), graph.add(StateOverride(device=device))
+    graph.connect(source, features, "audio", "audio", capacity=8)
+    graph.connect(features, state, "state", "state", capacity=8)
+    return features, state
+
+
+class AvatarBundle(Protocol):
+    """A loaded avatar bundle of either kind, as the graph builder, the apps and the benches see it."""
+
+    kind: ClassVar[str]  # "portrait" | "video": the ``kind`` of its avatar.json
+    fps: float
+    vad: bool
+    meta: dict  # everything else its avatar.json holds (training report, provenance...)
+    root: str | None  # the folder it was loaded from
+
+    @property
+    def portrait(self) -> torch.Tensor:
+        """``uint8 [H, W, 3]``: the avatar at rest, at the size of the video it makes."""
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def height(self) -> int: ...
+
+    @property
+    def region_size(self) -> int:
+        """Side in px of the square region the models generate."""
+
+    def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
+        """Add the stages that turn ``source``'s ``"audio"`` (``int16 [320]``, 16 kHz) into the picture, connected
+        (starting with :func:`add_audio_side`), computing on ``settings.runtime``."""
+
+
+class PictureSize:
+    """``width`` / ``height`` in px of what an avatar shows, from its ``portrait`` (``uint8 [H, W, 3]``)."""
+
+    @property
+    def width(self) -> int:
+        return int(self.portrait.shape[1])
+
+    @property
+    def height(self) -> int:
+        return int(self.portrait.shape[0])
+
+
+def load_json(path: Path) -> dict:
+    """A bundle's JSON file as a dict; :class:`AvatarError` naming the file when missing or not an object."""
+    if not path.is_file():
+        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is missing")
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise AvatarError(f"avatar bundle: {str(path)!r} is not valid JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise AvatarError(f"avatar bundle: {str(path)!r} must hold a JSON object")
+    return data
+
+
+def load_part(root: Path, part: str, cls):
+    """The model ``cls`` saved in ``root/part`` (a save_pretrained folder), in eval mode; :class:`AvatarError`
+    naming the missing or bad file."""
+    folder = root / part
+    if not folder.is_dir():
+        raise AvatarError(f"avatar bundle {str(root)!r}: the {part}/ folder ({cls.__name__}) is missing")
+    for name in ("config.json", "diffusion_pytorch_model.safetensors"):
+        if not (folder / name).is_file():
+            raise AvatarError(f"avatar bundle {str(root)!r}: {part}/{name} is missing ({cls.__name__} "
+                              f"save_pretrained folder)")
+    try:
+        return cls.from_pretrained(folder).eval()
+    except Exception as exc:  # noqa: BLE001 - any loader failure becomes a message naming the file
+        raise AvatarError(f"avatar bundle {str(root)!r}: {part}/ does not load as a {cls.__name__} "
+                          f"({type(exc).__name__}: {exc})") from None
+
+
+__all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarError", "RunSettings", "StateOverride", "AvatarStages",
+           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part"]

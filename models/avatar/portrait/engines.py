@@ -1,0 +1,207 @@
+"""The portrait avatar's engines, per runtime (:mod:`framegraph.models.runtime`, model ``"avatar-portrait"``).
+
+- ``torch``: the stages' own defaults — the audio encoder itself, :class:`~framegraph.models.dit.TorchDiT`,
+  :class:`~framegraph.models.vae.TorchVAE`.
+- ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export (:mod:`.onnx`; ``framegraph export
+  --avatar``), checked against the bundle (:class:`~framegraph.models.onnx.ExportError` when missing, stale or
+  foreign); ``onnx-int8`` runs the models the export keeps in int8 (:mod:`.int8`) from their int8 files.
+  :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared :class:`~framegraph.models.onnx.OrtVAEStream` hold
+  each model's stream state as torch tensors bound to the sessions.
+
+Threads: each session gets intra-op threads; the audio encoder 1 (20 ms chunks of small work), the DiT and
+the decoder ``torch_threads`` each, by default half the cores — they run side by side on successive frames,
+so two full-width pools would fight for the same cores.
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import NamedTuple
+
+import torch
+
+from framegraph.models import runtime
+from framegraph.models.dit import TorchDiT
+from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, default_threads
+from framegraph.models.onnx.manifest import check_int8_file, int8_parts
+from framegraph.models.sampler import sample_euler
+from framegraph.models.vae import TorchVAE
+
+from .onnx import MODELS, dit_state_names, dit_state_outputs, load_manifest
+
+
+class PortraitEngines(NamedTuple):
+    """What each stage of a portrait run computes with (see :mod:`framegraph.models.runtime`)."""
+
+    audio: object  # AudioFeatures' engine: model → log-mel conv stack runner (None: the torch model)
+    dit: object  # Denoiser's: model → DiTEngine
+    vae: object  # VAEDecode's: (model, reference) → VAEEngine
+
+
+class AvatarExport(CheckedExport):
+    """An export directory checked against ``avatar`` (see :func:`~.onnx.load_manifest`); makes the sessions
+    of each stage. ``int8``: the parts of the models the export keeps in int8 (its manifest's ``int8.models``,
+    :mod:`.int8`) load their int8 file, checked to come from the same bundle."""
+
+    def __init__(self, export_dir: str, avatar, *, int8: bool = False):
+        super().__init__(export_dir, load_manifest(export_dir, avatar))
+        self.avatar = avatar
+        hint = (f"run `framegraph export --avatar BUNDLE --out {export_dir} --int8` (or use the runtime 'onnx')")
+        self.int8 = int8_parts(export_dir, self.manifest, MODELS, hint) if int8 else {}
+
+    def graph(self, key: str, threads: int = 1) -> OrtGraph:
+        if key in self.int8:
+            g = OrtGraph(self.int8[key], threads)
+            check_int8_file(self.int8[key], g.session.get_modelmeta().custom_metadata_map, self.manifest,
+                            "re-run `framegraph export --avatar BUNDLE --int8` into this folder")
+            return g
+        return super().graph(key, threads)
+
+
+class OrtAudioEncoder:
+    """``log_mel float32 [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` on ORT (the callable
+    :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``). Its window is a
+    column slice of the rolling mel context, so it is made dense first (one copy of ``n_mels × T`` floats,
+    a few KB); the output is written by ORT straight into the returned tensor."""
+
+    def __init__(self, graph: OrtGraph, receptive_field: int, feature_dim: int):
+        self.graph, self.r, self.d = graph, receptive_field, feature_dim
+        self.graphs = {"audio": graph}
+        self.io = graph.binding()
+
+    def __call__(self, log_mel: torch.Tensor) -> torch.Tensor:
+        log_mel = log_mel.float().contiguous()
+        out = torch.empty(1, self.d, log_mel.shape[-1] - self.r + 1)
+        self.graph.bind(self.io, "log_mel", log_mel)
+        self.graph.bind(self.io, "features", out, output=True)
+        self.graph.run(self.io)
+        return out
+
+
+class OrtDiTStream:
+    """One DiT stream on ORT: :meth:`velocity` (read only) and :meth:`commit` (advances the state).
+
+    ``stream``: a fresh :class:`~framegraph.models.dit.state.DiTStreamState` from ``model.init_stream``
+    (torch, once per stream: the identity keys / values); its tensors are set A of the state, set B is a
+    copy; ``x`` / ``audio`` / ``state_label`` are bound where they lie at each call."""
+
+    def __init__(self, model, stream, velocity: OrtGraph, commit: OrtGraph):
+        
+        self.model, self.velocity_graph, self.commit_graph = model, velocity, commit
+        c = model.config
+        h, w = stream.ref.shape[-2:]
+        self.block = (1, c.latent_channels, c.frames_per_block, h, w)
+        self.sets = [stream, replace(stream, layers=[type(lay)(type(lay.attn)(*(t.clone() for t in lay.attn)),
+                                                               lay.ffn_cache.clone()) for lay in stream.layers],
+                                     audio_history=stream.audio_history.clone())]
+        self.rope = [t.clone() for t in model.stream_rope(stream)]
+        self.v = torch.empty(self.block)
+        self.names = dit_state_names(len(model.blocks), stream.ref_kv[0] is not None)
+        self.vio = [self._bind(velocity, s) for s in self.sets]
+        self.cio = [self._bind(commit, s) for s in self.sets]
+        for p in (0, 1):
+            velocity.bind(self.vio[p], "velocity", self.v, output=True)
+            for name, t in zip(dit_state_outputs(len(model.blocks)), self._streamed(self.sets[1 - p])):
+                commit.bind(self.cio[p], name, t, output=True)
+        self.parity = 0
+
+    @staticmethod
+    def _streamed(s) -> list[torch.Tensor]:
+        return [t for layer in s.layers for t in layer.tensors()] + [s.audio_history]
+
+    def _bind(self, graph: OrtGraph, s):
+        io = graph.binding()
+        flat = [t for layer in s.layers for t in layer.tensors()]
+        flat += [t for kv in s.ref_kv if kv is not None for t in kv]
+        for name, t in zip(self.names, [s.ref, s.audio_history, *flat, *self.rope]):
+            graph.bind(io, name, t)
+        return io
+
+    @property
+    def frames(self) -> int:
+        return self.sets[self.parity].frames
+
+    def velocity(self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> torch.Tensor:
+        """``x [1, C, k, h, w]``, ``t [1]``, ``audio [1, k, F]``, ``state_label [1, k, S]`` → velocity (a buffer
+        reused by the next call)."""
+        io, g = self.vio[self.parity], self.velocity_graph
+        keep = [v.float().contiguous() for v in (x, t, audio, state_label)]  # alive until the run is done
+        for name, v in zip(("x", "t", "audio", "state_label"), keep):
+            g.bind(io, name, v)
+        g.run(io)
+        return self.v
+
+    def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> None:
+        """Advance the stream past the clean block ``x0``: writes the other state set, which becomes current."""
+        io, g = self.cio[self.parity], self.commit_graph
+        keep = [v.float().contiguous() for v in (x0, audio, state_label)]  # alive until the run is done
+        for name, v in zip(("x0", "audio", "state_label"), keep):
+            g.bind(io, name, v)
+        g.run(io)
+        self.parity = 1 - self.parity
+        for s in self.sets:
+            s.frames += self.block[2]
+        for buf, t in zip(self.rope, self.model.stream_rope(self.sets[self.parity])):
+            buf.copy_(t)  # the next block's positions, into the bound buffers
+
+    def reset(self) -> None:
+        for s in self.sets:
+            s.reset()
+        self.parity = 0
+        for buf, t in zip(self.rope, self.model.stream_rope(self.sets[0])):
+            buf.copy_(t)
+
+
+class OrtDiT:
+    """The :class:`~framegraph.models.dit.DiTEngine` on ONNX Runtime: the same few-step Euler sampler over the
+    exported velocity call, then the exported commit; the stream state bound in place (:class:`OrtDiTStream`)."""
+
+    def __init__(self, model, velocity: OrtGraph, commit: OrtGraph):
+        if model.dtype != torch.float32:
+            raise ValueError(f"the ONNX Runtime DiT is float32; the model is {model.dtype}")
+        self.model, self.ort = model, None
+        self.graphs = {"dit_velocity": velocity, "dit_commit": commit}
+
+    def start(self, reference: torch.Tensor) -> None:
+        stream = self.model.init_stream(reference)  # torch, once per stream: the identity keys / values (set A)
+        self.ort = OrtDiTStream(self.model, stream, self.graphs["dit_velocity"], self.graphs["dit_commit"])
+
+    def reset(self) -> None:
+        self.ort.reset()
+
+    def generate(self, noise, audio, labels, steps, shift):
+        x0 = sample_euler(lambda x, t: self.ort.velocity(x, t, audio, labels), noise, steps=steps, shift=shift)
+        self.ort.commit(x0, audio, labels)
+        return x0
+
+
+def _ort_engines(avatar, settings, *, int8: bool) -> PortraitEngines:
+    if str(settings.device) != "cpu":
+        raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r} (use runtime "
+                         f"'torch' on a GPU)")
+    export = AvatarExport(avatar.onnx_dir(settings), avatar, int8=int8)
+    n = settings.torch_threads or default_threads()
+    files = export.manifest["files"]
+    return PortraitEngines(
+        audio=lambda model: OrtAudioEncoder(export.graph("audio", 1), model.receptive_field, model.feature_dim),
+        dit=lambda model: OrtDiT(model, export.graph("dit_velocity", n), export.graph("dit_commit", n)),
+        vae=lambda model, reference: OrtVAEStream(export.graph("vae_first", n), export.graph("vae_next", n), files,
+                                                  reference))
+
+
+@runtime.register("avatar-portrait", "torch")
+def torch_engines(avatar, settings) -> PortraitEngines:
+    return PortraitEngines(audio=None, dit=TorchDiT, vae=TorchVAE)
+
+
+@runtime.register("avatar-portrait", "onnx")
+def onnx_engines(avatar, settings) -> PortraitEngines:
+    return _ort_engines(avatar, settings, int8=False)
+
+
+@runtime.register("avatar-portrait", "onnx-int8")
+def onnx_int8_engines(avatar, settings) -> PortraitEngines:
+    return _ort_engines(avatar, settings, int8=True)
+
+
+__all__ = ["PortraitEngines", "AvatarExport", "OrtAudioEncoder", "OrtDiTStream", "OrtDiT", "torch_engines",
+           "onnx_engines", "onnx_int8_engines"]

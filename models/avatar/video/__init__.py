@@ -1,0 +1,10 @@
+"""The video kind: a person's own video talks. Their frames are looped (an idle stretch in silence) and a small
+UNet redraws the lower face for a mouth shape that a ridge head predicts from the speech.
+
+- :mod:`.bundle`: :class:`VideoAvatar` (``loop.mp4``, ``regions.npz``, ``generator/``, ``shape_head/``,
+  ``audio/``), its geometry, loading, saving and graph stages.
+- :mod:`.lipsync`: the two small models; :mod:`.stages`: ``MouthShape``, ``MouthRegion``; :mod:`.loop`: the
+  ping-pong loop of the person's frames (``VideoLoop``).
+- :mod:`.train`: training from one video (:func:`~.train.train_video_avatar`); :mod:`.critic`: the lips' texture
+  critic and its guard; :mod:`.provenance`: the bundle's ``PROVENANCE.md``.
+"""

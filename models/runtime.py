@@ -1,0 +1,63 @@
+"""Where a model computes — its *runtime* — chosen per run from one registry.
+
+    runtime="torch"      the model's own torch code, on any device
+    runtime="onnx"       ONNX Runtime on the CPU, from the model's export (``framegraph export``)
+    runtime="onnx-int8"  the same, the parts the export keeps in int8 running their int8 files
+
+A model stage does not know its runtime. It is handed an *engine*: an object with the one or two calls the
+stage makes per frame (encode audio, denoise a block, decode a chunk) and the stream state those calls
+carry; each stage module defines its engine's protocol and the torch engine, its default. Each model
+registers here, per runtime it supports, a factory that builds its stages' engines:
+
+    @runtime.register("avatar-portrait", "onnx")
+    def _onnx_engines(avatar, settings): ...
+
+    engines = runtime.engines("avatar-portrait", "onnx", avatar, settings)
+
+"backend" means one thing elsewhere: the kernel choice of a fast op (``auto | triton | torch``,
+:mod:`framegraph.kernels.backend`), which the torch runtime uses.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Literal
+
+Runtime = Literal["torch", "onnx", "onnx-int8"]
+RUNTIMES: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
+
+_FACTORIES: dict[str, dict[str, Callable]] = {}
+
+
+def register(model: str, runtime: str) -> Callable[[Callable], Callable]:
+    """Decorator: ``factory`` builds ``model``'s engines on ``runtime`` (one of :data:`RUNTIMES`)."""
+    if runtime not in RUNTIMES:
+        raise ValueError(f"runtime.register: runtime {runtime!r}; expected one of {RUNTIMES}")
+
+    def wrap(factory: Callable) -> Callable:
+        _FACTORIES.setdefault(model, {})[runtime] = factory
+        return factory
+
+    return wrap
+
+
+def runtimes(model: str) -> tuple[str, ...]:
+    """The runtimes ``model`` has engines for, in :data:`RUNTIMES` order."""
+    have = _FACTORIES.get(model, {})
+    return tuple(r for r in RUNTIMES if r in have)
+
+
+def check(model: str, runtime: str) -> str:
+    """``runtime`` if ``model`` runs on it; else a ValueError naming what it runs on."""
+    if runtime not in runtimes(model):
+        if runtime not in RUNTIMES:
+            raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
+        raise ValueError(f"{model} runs on {' or '.join(runtimes(model)) or 'no runtime'}, not {runtime!r}")
+    return runtime
+
+
+def engines(model: str, runtime: str, /, *args, **kwargs):
+    """What ``model``'s factory for ``runtime`` builds from ``args`` / ``kwargs`` (see :func:`check`)."""
+    return _FACTORIES[model][check(model, runtime)](*args, **kwargs)
+
+
+__all__ = ["Runtime", "RUNTIMES", "register", "runtimes", "check", "engines"]

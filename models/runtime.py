@@ -14,6 +14,9 @@ registers here, per runtime it supports, a factory that builds its stages' engin
 
     engines = runtime.engines("avatar-portrait", "onnx", avatar, settings)
 
+A model's factories are registered when its module is imported (the graph builder that asks for them
+imports it: :mod:`framegraph.models.avatar`, :mod:`framegraph.models.generate`).
+
 "backend" means one thing elsewhere: the kernel choice of a fast op (``auto | triton | torch``,
 :mod:`framegraph.kernels.backend`), which the torch runtime uses.
 """

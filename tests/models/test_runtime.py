@@ -1,0 +1,74 @@
+"""One runtime choice: the registry names what each model runs on, stages compute with the engine they are given."""
+import pytest
+import torch
+
+from framegraph.models import runtime
+from framegraph.models.avatar import build_avatar_graph, random_avatar, random_video_avatar
+from framegraph.models.dit import Denoiser, TorchDiT
+from framegraph.stream import Clock, Graph, IterableSource, PortSpec, RecordingSink
+from framegraph.stream.media import PushAudioSource
+
+
+def test_the_registry_lists_each_models_runtimes():
+    import framegraph.models.generate  # noqa: F401  (a model registers its engines when it is imported)
+
+    assert runtime.runtimes("avatar-portrait") == ("torch", "onnx", "onnx-int8")
+    assert runtime.runtimes("avatar-video") == ("torch",)
+    assert runtime.runtimes("generate-vae") == ("torch", "onnx")
+    with pytest.raises(ValueError, match="runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
+        runtime.check("avatar-portrait", "tensorrt")
+    with pytest.raises(ValueError, match="generate-vae runs on torch or onnx, not 'onnx-int8'"):
+        runtime.check("generate-vae", "onnx-int8")
+
+
+def test_a_video_avatar_refuses_a_runtime_it_lacks():
+    with pytest.raises(ValueError, match="avatar-video runs on torch, not 'onnx'"):
+        build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx")
+
+
+def test_an_onnx_runtime_without_an_export_names_the_export_command(tmp_path):
+    from framegraph.models.onnx import ExportError
+
+    with pytest.raises(ExportError, match="framegraph export --avatar"):
+        build_avatar_graph(random_avatar(), PushAudioSource(), runtime="onnx", onnx_dir=str(tmp_path))
+
+
+class CountingDiT(TorchDiT):
+    """The torch engine, counting its calls: the stage must compute through the engine it was given."""
+
+    def __init__(self, model):
+        super().__init__(model)
+        self.calls = {"start": 0, "reset": 0, "generate": 0}
+
+    def start(self, reference):
+        self.calls["start"] += 1
+        super().start(reference)
+
+    def reset(self):
+        self.calls["reset"] += 1
+        super().reset()
+
+    def generate(self, *args):
+        self.calls["generate"] += 1
+        return super().generate(*args)
+
+
+def test_a_stage_computes_with_the_injected_engine():
+    a = random_avatar()
+    c = a.dit.config
+    feats = [torch.randn(c.audio_dim) for _ in range(3)]
+    out = {}
+    for name, engine in (("default", TorchDiT), ("counted", CountingDiT)):
+        g = Graph(Clock("fast"))
+        src = g.add(IterableSource(feats, PortSpec((c.audio_dim,)), port="features", name="features"))
+        state = g.add(IterableSource([torch.tensor([0.0, 1.0, 0.0, 1.0])] * 3, PortSpec((4,)), port="state", name="state"))
+        den = g.add(Denoiser(a.dit, a.reference_latent(), steps=1, engine=engine))
+        sink = g.add(RecordingSink({"latent": den.outputs["latent"]}))
+        g.connect(src, den, "features")
+        g.connect(state, den, "state")
+        g.connect(den, sink)
+        g.run(timeout=60)
+        out[name] = torch.stack(sink.data())
+        if name == "counted":
+            assert den.engine.calls == {"start": 1, "reset": 0, "generate": 3}
+    assert torch.equal(out["default"], out["counted"])

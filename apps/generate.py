@@ -131,9 +131,9 @@ def run(args: argparse.Namespace) -> int:
 
     from framegraph.models.generate import build_generate_graph, default_dtype, file_source, load_generate_model
     from framegraph.models.generate.stages import video_frames
+    from framegraph.stream.files import write_json
     from framegraph.stream.media import MP4Sink
     from framegraph.stream.progress import run_with_progress
-    from framegraph.stream.telemetry import write_json
 
     if args.strength is not None and not args.input:
         raise ValueError("--strength goes with --input VIDEO (video-to-video); text-to-video always starts from noise")
@@ -166,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     report = run_with_progress(gg.graph, sink, gg.frames, desc=f"generate {os.path.basename(args.out)}",
                                slow_hint=hint)
     if args.report:
-        write_json(report, args.report)
+        write_json(args.report, report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"
     print(f"{state} {args.out}: {sink.frames_written} frames {width}x{height} @ {gg.fps:g} fps, {chunks} chunks "
           f"of {args.chunk_frames} latent frames, {gm.family.name}, VAE on {args.backend} ({report['fps']:.2f} "

@@ -98,7 +98,7 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.stream.telemetry import write_json
+    from framegraph.stream.files import write_json
 
     width, height = args.size or (640, 360)
     if args.scene:
@@ -123,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
                                                  ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
     report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
     if args.report:
-        write_json(report, args.report)
+        write_json(args.report, report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"
     audio = f", {sink.audio_samples_written / 16000:.2f} s audio" if sink.audio_rate else ""
     print(f"{state} {args.out}: {sink.frames_written} frames {width}x{height} @ {args.fps:g} fps{audio} "

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,15 +47,6 @@ def timed(timings: dict[str, float], name: str):
         timings[f"{name}_s"] = round(time.monotonic() - t, 1)
 
 
-def write_json(path, data) -> None:
-    """Write ``data`` as indented JSON to ``path`` whole: to ``path.partial`` first, then renamed, so a
-    reader never sees half a file (values JSON cannot hold are written as their ``str``)."""
-    path = Path(path)
-    tmp = path.with_name(path.name + ".partial")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
-
-
 def recorded_steps(folder, resume: bool = True) -> int | None:
     """The steps an earlier training recorded in ``folder/train_report.json`` next to its model's
     ``config.json`` (None when either is missing or ``resume`` is off): what :func:`resume_or_train`
@@ -76,4 +66,4 @@ def resume_or_train(steps: int, done: int | None, load: Callable[[], T], train: 
     return train()
 
 
-__all__ = ["REPORT", "lr_at", "cpu_threads", "timed", "write_json", "recorded_steps", "resume_or_train"]
+__all__ = ["REPORT", "lr_at", "cpu_threads", "timed", "recorded_steps", "resume_or_train"]

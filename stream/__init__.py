@@ -3,13 +3,14 @@
 See ``docs/DESIGN.md`` (the runtime contract) and the README's architecture section.
 """
 from .clock import TICKS_PER_SECOND, Clock, FlowLimiter
+from .files import write_json
 from .frame import Flag, Frame, PortSpec
 from .graph import Edge, Graph, GraphError, StageError
 from .push import Pushed, PushSource
 from .record import IterableSource, Recorded, RecordingSink
 from .ring import POLICIES, Ring, RingAborted
 from .stage import EndOfStream, Outputs, Stage, StageContext
-from .telemetry import Telemetry, prometheus_text, write_json
+from .telemetry import Telemetry, prometheus_text
 
 __all__ = [
     "TICKS_PER_SECOND", "Clock", "FlowLimiter", "Flag", "Frame", "PortSpec", "Edge", "Graph",

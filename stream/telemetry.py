@@ -8,7 +8,6 @@ exposition format, so any server can mount it at ``/metrics``.
 from __future__ import annotations
 
 import bisect
-import json
 import threading
 import time
 
@@ -164,12 +163,6 @@ class Telemetry:
         if extra:
             out.update(extra)
         return out
-
-
-def write_json(report: dict, path) -> None:
-    with open(path, "w") as f:
-        json.dump(report, f, indent=2, default=str)
-        f.write("\n")
 
 
 def _labels(**kv) -> str:

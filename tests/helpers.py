@@ -116,8 +116,9 @@ GEN_TEXT_DIM = 16  # the tiny models' prompt-embedding width
 
 def psnr_per_frame(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """PSNR (dB) of each frame of ``b`` against ``a``: uint8 ``[N, H, W, 3]`` videos of one shape."""
-    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).reshape(len(a), -1).mean(1)
-    return 10 * np.log10(255.0 ** 2 / np.maximum(mse, 1e-10))
+    from framegraph.stream.quality import psnr
+
+    return np.array([psnr(y, x, 255.0) for x, y in zip(a, b, strict=True)])
 
 
 def tiny_generate_folder(folder, family: str = "wan", text_encoder: bool = False, **transformer_config) -> Path:

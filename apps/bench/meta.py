@@ -3,15 +3,13 @@ how a bench writes its result (the JSON, and its figure as a PNG beside it)."""
 from __future__ import annotations
 
 import datetime
-import json
 import os
 import subprocess
 import sys
 from collections.abc import Callable
 
-import numpy as np
-
 from framegraph import assets
+from framegraph.stream.files import write_json
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # apps/bench/ is two below
 ASSETS = str(assets.ROOT)
@@ -82,21 +80,10 @@ def pyplot():
     return plt
 
 
-def json_default(o):
-    """numpy scalars (``bool_``, ``int64``, ``float32``...) as Python values, for ``json.dump(default=...)``."""
-    if isinstance(o, np.generic):
-        return o.item()
-    raise TypeError(f"bench result: a {type(o).__name__} is not JSON serializable (expected numbers, strings, "
-                    f"lists and dicts)")
-
-
 def write_result(result: dict, out, figure: Callable) -> str:
     """Write ``result`` as JSON to ``out`` (its folder made) and ``figure(result, plt)`` as a PNG beside it
     (``NAME.png`` for ``NAME.json``); returns the PNG's path."""
-    os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-    with open(out, "w") as f:
-        json.dump(result, f, indent=2, default=json_default)
-        f.write("\n")
+    write_json(out, result)
     png = os.path.splitext(str(out))[0] + ".png"
     plt = pyplot()
     fig = figure(result, plt)

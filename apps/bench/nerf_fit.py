@@ -44,8 +44,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
     from framegraph.renderers.nerf.dataset import load_transforms
-    from framegraph.renderers.nerf.fit import fit, psnr
+    from framegraph.renderers.nerf.fit import fit
     from framegraph.renderers.nerf.model import NerfModel
+    from framegraph.stream.quality import psnr
 
     if args.threads:
         torch.set_num_threads(args.threads)

@@ -11,6 +11,8 @@ from typing import Literal, get_args
 import numpy as np
 import torch
 
+from framegraph.stream.quality import psnr
+
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
 from .meta import ASSETS
 
@@ -40,11 +42,6 @@ def _stats(times: list, frames_per_call: int) -> dict:
     return {"ms_per_frame_median": ms["p50_ms"], "ms_per_frame_p90": float(np.percentile(times, 90)),
             "ms_per_frame_min": min(times), "ms_per_frame_max": ms["max_ms"],
             "fps": 1000.0 * frames_per_call / ms["p50_ms"]}
-
-
-def _psnr(a: torch.Tensor, b: torch.Tensor) -> float:
-    mse = torch.mean((a.detach().double().cpu().clamp(0, 1) - b.detach().double().cpu().clamp(0, 1)) ** 2).item()
-    return float("inf") if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
 def _json_number(v):
@@ -129,7 +126,7 @@ class Cases:
             entry["speedup_vs_torch"] = (results["torch"]["ms_per_frame_median"] / entry["ms_per_frame_median"]
                                          if speed else None)
             if backend != "torch":
-                entry["psnr_vs_torch_db"] = _json_number(_psnr(images[backend], images["torch"]))
+                entry["psnr_vs_torch_db"] = _json_number(psnr(images[backend], images["torch"]))
         if "gsplat" in images:
             g = results["gsplat"]
             for backend, entry in results.items():
@@ -137,7 +134,7 @@ class Cases:
                     continue
                 entry["ms_ratio_vs_gsplat"] = (entry["ms_per_frame_median"] / g["ms_per_frame_median"]
                                                if not entry["interpreted"] else None)
-                entry["psnr_vs_gsplat_db"] = _json_number(_psnr(images[backend], images["gsplat"]))
+                entry["psnr_vs_gsplat_db"] = _json_number(psnr(images[backend], images["gsplat"]))
         if ref is not None:
             img = images[ref]
             self.previews.append((case["name"], (img[0] if img.dim() == 4 else img)[..., :3].detach().cpu()))

@@ -18,6 +18,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from framegraph.stream.media import SAMPLE_RATE
+
 from ..pretrained import PretrainedModel, register_to_config
 from .mel import LogMel
 
@@ -42,7 +44,7 @@ class AudioEncoder(PretrainedModel):
     """
 
     @register_to_config
-    def __init__(self, sample_rate: int = 16_000, win_ms: float = 25.0, hop_ms: float = 10.0, n_fft: int = 512,
+    def __init__(self, sample_rate: int = SAMPLE_RATE, win_ms: float = 25.0, hop_ms: float = 10.0, n_fft: int = 512,
                  n_mels: int = 80, f_min: float = 40.0, f_max: float | None = None, log_floor: float = 1e-6,
                  mel_offset: float = -6.0, mel_scale: float = 4.0, channels: int = 128, feature_dim: int = 128,
                  kernel_size: int = 3, dilations: tuple[int, ...] = (1, 2, 4, 8), lookahead_ms: float = 40.0):

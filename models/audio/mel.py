@@ -12,6 +12,8 @@ import math
 
 import torch
 
+from framegraph.stream.media import SAMPLE_RATE
+
 
 def hz_to_mel(hz):
     """HTK mel scale: ``2595 · log10(1 + f / 700)`` (works on floats and tensors)."""
@@ -76,7 +78,7 @@ class LogMel(torch.nn.Module):
     Input amplitude is in [-1, 1] (int16 / 32768).
     """
 
-    def __init__(self, sample_rate: int = 16_000, win_length: int = 400, hop_length: int = 160, n_fft: int = 512,
+    def __init__(self, sample_rate: int = SAMPLE_RATE, win_length: int = 400, hop_length: int = 160, n_fft: int = 512,
                  n_mels: int = 80, f_min: float = 40.0, f_max: float | None = None, log_floor: float = 1e-6):
         super().__init__()
         if n_fft < win_length:

@@ -28,7 +28,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ..training import REPORT, write_json
+from framegraph.stream.files import write_json
+
+from ..training import REPORT
 from .encoder import AudioEncoder
 from .features import FrameTiming, as_float_audio
 

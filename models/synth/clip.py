@@ -16,7 +16,7 @@ import numpy as np
 import torch
 
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
-from framegraph.stream.media import MP4Sink, chunk_samples
+from framegraph.stream.media import SAMPLE_RATE, MP4Sink, chunk_samples
 
 from .plan import ClipPlan, plan_clip
 from .portrait import Portrait
@@ -56,7 +56,7 @@ class ArrayAudioSource(Stage):
     """Source: an int16 array as ``"audio"`` ``int16 [chunk]`` chunks (pts from sample counts; the last
     chunk zero-padded with ``length`` = its real samples)."""
 
-    def __init__(self, samples: np.ndarray, *, sample_rate: int = 16_000, chunk_ms: int = 20, name: str = "audio"):
+    def __init__(self, samples: np.ndarray, *, sample_rate: int = SAMPLE_RATE, chunk_ms: int = 20, name: str = "audio"):
         super().__init__(name)
         self.samples = np.ascontiguousarray(samples, dtype=np.int16)
         self.sample_rate = sample_rate

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from framegraph.stream.media import SAMPLE_RATE
+
 from .espeak import PhonemeEvent, synthesize
 from .render import FaceParams
 from .visemes import mouth_curves
@@ -185,7 +187,7 @@ def _smooth(x: np.ndarray, fps: int, seconds: float = 0.25) -> np.ndarray:
     return np.convolve(np.pad(x, n, mode="edge"), k, mode="valid")
 
 
-def plan_clip(seconds: float, fps: int, rng: np.random.Generator, sample_rate: int = 16_000) -> ClipPlan:
+def plan_clip(seconds: float, fps: int, rng: np.random.Generator, sample_rate: int = SAMPLE_RATE) -> ClipPlan:
     """Plan a clip of ``round(seconds · fps)`` frames (see the module docstring).
 
     Raises ``ValueError`` for a non-positive length or an fps that does not divide the sample rate

@@ -22,7 +22,7 @@ from .data import (
                    redrawable,
                    region_size,
 )
-from .losses import box_mask, kl_divergence, psnr, reconstruction_loss, ssim, ssim_map
+from .losses import box_mask, kl_divergence, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
 from .stage import TorchVAE, VAEDecode, VAEEngine
 from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
@@ -30,7 +30,7 @@ from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference
 __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
     "redrawable", "region_size",
-    "mouth_box_for_frame", "box_mask", "kl_divergence", "psnr", "reconstruction_loss", "ssim", "ssim_map", "Cache",
+    "mouth_box_for_frame", "box_mask", "kl_divergence", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAEEngine", "TorchVAE", "VAETrainResult",
     "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae", "with_reference_warp",
 ]

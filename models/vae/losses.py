@@ -6,8 +6,6 @@ because models must not depend on renderers.
 """
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -58,12 +56,6 @@ def ssim_map(a: Tensor, b: Tensor, *, window: int = 7, sigma: float = 1.5, data_
 def ssim(a: Tensor, b: Tensor, **kw) -> Tensor:
     """Mean SSIM (a scalar tensor, differentiable) of frames or videos in [-1, 1]; see :func:`ssim_map`."""
     return ssim_map(video_to_frames(a), video_to_frames(b), **kw).mean()
-
-
-def psnr(a: Tensor, b: Tensor, data_range: float = 2.0) -> float:
-    """PSNR in dB of ``a`` (clamped to [-1, 1], as it would be displayed) against ``b``, both in [-1, 1]."""
-    mse = float(((a.detach().float().clamp(-1, 1) - b.detach().float()) ** 2).mean())
-    return math.inf if mse == 0 else 10.0 * math.log10(data_range * data_range / mse)
 
 
 def box_mask(boxes: Tensor, height: int, width: int) -> Tensor:

@@ -46,7 +46,9 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from ..training import REPORT, cpu_threads, lr_at, write_json
+from framegraph.stream.files import write_json
+
+from ..training import REPORT, cpu_threads, lr_at
 from .data import FaceClips, crop_frames, face_clips_from_frames, load_face_clips, redrawable
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim
 from .model import VideoVAE, uint8_to_frames

@@ -4,7 +4,7 @@
 - :class:`TrainingRun` — the loop every fit shares (progress bar, checkpoint files, Ctrl-C; ``loop.py``),
   also under the NeRF fit.
 - :class:`DensifyConfig` — clone / split / prune / opacity-reset schedule (``densify.py``).
-- :func:`ssim`, :func:`psnr`, :func:`fit_loss` — image metrics (``losses.py``).
+- :func:`ssim`, :func:`fit_loss` — image losses (``losses.py``; PSNR: :func:`framegraph.stream.quality.psnr`).
 - :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``; the
   ``transforms.json`` loader is the shared one in ``renderers/posed_images.py``).
 - ``params.py`` — parameter layout, initialisation and conversion to :class:`GaussianScene`.
@@ -12,10 +12,10 @@
 from .data import DatasetError, PosedImages, load_transforms, synthetic_dataset
 from .densify import DensifyConfig
 from .loop import TrainingRun
-from .losses import fit_loss, psnr, ssim
+from .losses import fit_loss, ssim
 from .params import init_params, params_to_scene, scene_to_params
 from .trainer import CheckpointError, FitConfig, Fitter, focus_bounds, scene_scale_of
 
 __all__ = ["Fitter", "FitConfig", "TrainingRun", "DensifyConfig", "CheckpointError", "PosedImages", "DatasetError",
-           "load_transforms", "synthetic_dataset", "ssim", "psnr", "fit_loss", "init_params",
+           "load_transforms", "synthetic_dataset", "ssim", "fit_loss", "init_params",
            "params_to_scene", "scene_to_params", "focus_bounds", "scene_scale_of"]

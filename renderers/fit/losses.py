@@ -1,8 +1,6 @@
 """Image losses and metrics for fitting: L1, SSIM, PSNR (images ``[..., H, W, 3]`` in [0, 1])."""
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn.functional as F
 from torch import Tensor
@@ -43,16 +41,6 @@ def ssim(a: Tensor, b: Tensor, *, window: int = 11, sigma: float = 1.5, data_ran
     return s.mean()
 
 
-def psnr(a: Tensor, b: Tensor, data_range: float = 1.0) -> float:
-    """Peak signal-to-noise ratio in dB of two images (or batches) in ``[0, data_range]``.
-
-    ``a`` is clamped to the range first (as a displayed image would be).
-    Identical images give ``inf``.
-    """
-    mse = float(((a.detach().clamp(0, data_range) - b.detach()) ** 2).mean())
-    return math.inf if mse == 0 else 10.0 * math.log10(data_range * data_range / mse)
-
-
 def fit_loss(render: Tensor, target: Tensor, ssim_weight: float = 0.2) -> Tensor:
     """The 3DGS photometric loss ``(1 - w) L1 + w (1 - SSIM)`` for ``[..., H, W, 3]`` images."""
     l1 = (render - target).abs().mean()
@@ -61,4 +49,4 @@ def fit_loss(render: Tensor, target: Tensor, ssim_weight: float = 0.2) -> Tensor
     return (1.0 - ssim_weight) * l1 + ssim_weight * (1.0 - ssim(render, target))
 
 
-__all__ = ["ssim", "psnr", "fit_loss"]
+__all__ = ["ssim", "fit_loss"]

@@ -24,6 +24,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framegraph.stream.quality import psnr
+
 from ..cameras import camera_centers
 from ..gaussians import GaussianScene, rasterize, save_ply
 from ..posed_images import focus_bounds
@@ -39,7 +41,7 @@ from .loop import (
     read_checkpoint,
     write_checkpoint,
 )
-from .losses import fit_loss, psnr, ssim
+from .losses import fit_loss, ssim
 from .params import PARAM_NAMES, Params, activated, init_params, params_to_scene, random_points
 
 CHECKPOINT_FORMAT = "framegraph-fit"

@@ -33,9 +33,11 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from framegraph.stream.quality import psnr
+
 from ..cameras import CameraPath
 from ..fit.densify import DensifyState, append_rows, keep_rows, refine, reset_opacity
-from ..fit.losses import fit_loss, psnr
+from ..fit.losses import fit_loss
 from ..fit.params import knn_mean_distance, rgb_to_sh0
 from ..fit.trainer import FitConfig, optimizer_step, scene_scale_of
 from ..scenes import ProceduralScene

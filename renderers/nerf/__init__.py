@@ -4,7 +4,7 @@ Public API:
 
 - :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
   settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
-- :func:`fit` — train on posed images (:func:`psnr` to measure); :class:`NerfFitter` / :class:`NerfFitConfig`
+- :func:`fit` — train on posed images (measured with :func:`framegraph.stream.quality.psnr`); :class:`NerfFitter` / :class:`NerfFitConfig`
   — the same fit step by step on the shared loop, with checkpoints and exact resume; :func:`load_transforms`
   reads posed images from an instant-ngp / nerfstudio / Blender ``transforms.json`` (the shared loader of
   ``renderers/posed_images.py``, white background by default); ``cli.py`` holds the model's command-line
@@ -19,7 +19,7 @@ Triton on CUDA and the reference elsewhere.
 """
 from .dataset import DatasetError, PosedImages, load_transforms
 from .field import NerfField, sh_encode, trunc_exp
-from .fit import FitReport, NerfFitConfig, NerfFitter, dataset_rays, fit, psnr
+from .fit import FitReport, NerfFitConfig, NerfFitter, dataset_rays, fit
 from .hash_encoding import HashGridConfig, hash_encode
 from .marcher import EARLY_STOP, RenderResult, camera_rays, ray_aabb, render_rays
 from .mlp import mlp
@@ -29,7 +29,7 @@ from .spheres import Sphere, SphereScene, demo_scene, sphere_views
 
 __all__ = [
     "NerfModel", "NerfConfig", "NerfLoadError", "load_nerf", "is_nerf_dir", "load_transforms", "PosedImages",
-    "DatasetError", "fit", "FitReport", "NerfFitter", "NerfFitConfig", "psnr", "dataset_rays",
+    "DatasetError", "fit", "FitReport", "NerfFitter", "NerfFitConfig", "dataset_rays",
     "NerfField", "sh_encode", "trunc_exp", "HashGridConfig", "hash_encode", "mlp", "OccupancyGrid",
     "render_rays", "camera_rays", "ray_aabb", "RenderResult", "EARLY_STOP",
     "Sphere", "SphereScene", "demo_scene", "sphere_views",

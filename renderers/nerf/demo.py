@@ -19,8 +19,10 @@ from pathlib import Path
 
 import torch
 
+from framegraph.stream.quality import psnr
+
 from .cli import add_model_arguments, config_from_args
-from .fit import fit, psnr
+from .fit import fit
 from .model import WEIGHTS_NAME, NerfModel
 from .spheres import demo_scene, sphere_views
 

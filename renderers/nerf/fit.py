@@ -33,6 +33,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from framegraph.kernels.backend import Backend
+from framegraph.stream.quality import psnr
 
 from ..fit.loop import (
     TrainingRun,
@@ -63,12 +64,6 @@ class FitReport:
     cpu_s: float = 0.0
     samples_per_ray: float = 0.0
     occupied_fraction: float = 1.0
-
-
-def psnr(a: Tensor, b: Tensor) -> float:
-    """Peak signal-to-noise ratio (dB) of images in [0, 1]."""
-    mse = float(torch.mean((a.double() - b.double()) ** 2))
-    return math.inf if mse == 0 else 10 * math.log10(1.0 / mse)
 
 
 def dataset_rays(images: Tensor, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, Tensor, Tensor]:

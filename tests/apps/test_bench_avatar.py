@@ -102,7 +102,7 @@ def test_bench_avatar_summary_compares_with_the_h100_targets_and_serializes():
     import numpy as np
 
     from framegraph.apps.bench.avatar import _summary
-    from framegraph.apps.bench.meta import json_default
+    from framegraph.stream.files import json_default
 
     def row(name, size, fps, live):
         return {"name": name, "region_size": size, "weights": "random, shipped architecture", "frame_size": [2 * size] * 2,

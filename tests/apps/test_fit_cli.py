@@ -9,9 +9,10 @@ from PIL import Image
 from framegraph.apps.fit import main
 from framegraph.assets import path as asset
 from framegraph.renderers.cameras import OPENGL_TO_OPENCV
-from framegraph.renderers.fit import load_transforms, psnr, synthetic_dataset
+from framegraph.renderers.fit import load_transforms, synthetic_dataset
 from framegraph.renderers.gaussians import load_ply, rasterize
 from framegraph.renderers.stages import orbit_for_scene
+from framegraph.stream.quality import psnr
 
 W, H = 32, 24
 DEMO = asset("scenes", "toy.ply")

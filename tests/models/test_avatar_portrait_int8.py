@@ -9,6 +9,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
+from helpers import psnr_per_frame
 
 pytest.importorskip("onnx")
 
@@ -88,11 +89,6 @@ def render(a, onnx_dir: str, backend: str, audio: np.ndarray) -> np.ndarray:
     return torch.stack(sink.got).numpy()
 
 
-def psnr(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    mse = ((a.astype(np.float64) - b.astype(np.float64)) ** 2).reshape(len(a), -1).mean(1)
-    return 10 * np.log10(255.0**2 / np.maximum(mse, 1e-10))
-
-
 def test_calibration_records_each_sessions_inputs_per_call(exported):
     a, out = exported
     feeds = record_inputs(a, out, bursts(0.8))
@@ -132,7 +128,7 @@ def test_int8_export_runs_through_the_graph_close_to_float32(exported):
     f32 = render(a, out, "onnx", audio)
     i8 = render(a, out, "onnx-int8", audio)
     assert f32.shape == i8.shape and len(f32) == 30
-    p = psnr(i8, f32)
+    p = psnr_per_frame(f32, i8)
     # measured: min 37.7 dB, mean 41.8 dB on this random bundle (seed 2: 36.7 / 39.4) — bound with margin
     assert p.min() >= 32.0, p
     assert not np.array_equal(i8, f32)  # the int8 files were what ran

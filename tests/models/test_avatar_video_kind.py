@@ -18,6 +18,7 @@ from helpers import SR, astronaut, still, tone, write_video, write_wav
 from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side, texture_mask
 from framegraph.models.avatar.video.loop import LoopCursor, nearest_frames, pingpong_next
 from framegraph.stream.media import MediaError, read_video
+from framegraph.stream.quality import psnr
 
 
 # ---- the loop ------------------------------------------------------------------------------------------
@@ -222,11 +223,6 @@ def _openness(frames) -> np.ndarray:
         return np.array([m.detect(np.ascontiguousarray(f))[0].mouth_openness() for f in frames])
 
 
-def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-    mse = float(((a.astype(np.float64) - b) ** 2).mean())
-    return math.inf if mse == 0 else 10 * math.log10(255 ** 2 / mse)
-
-
 @pytest.mark.slow
 def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
     import hashlib
@@ -268,7 +264,7 @@ def test_composite_changes_only_pixels_inside_the_feathered_mask(talking):
     alpha = np.zeros(frame.shape[:2])
     alpha[box[1]:box[1] + box[3], box[0]:box[0] + box[2]] = stage.alpha.numpy()
     src = frame.numpy()
-    assert _psnr(out[alpha == 0], src[alpha == 0]) == math.inf  # outside the mask: the source frame, exactly
+    assert psnr(out[alpha == 0], src[alpha == 0], 255.0) == math.inf  # outside the mask: the source frame, exactly
     assert np.abs(out[alpha > 0.5].astype(int) - src[alpha > 0.5]).mean() > 1  # inside: redrawn
     assert alpha.mean() < 0.2  # the mask is the lower face, not the frame
 

@@ -19,13 +19,13 @@ from framegraph.models.vae import (
     frames_to_uint8,
     load_face_clips,
     mouth_box_for_frame,
-    psnr,
     redrawable,
     ssim,
     train_vae,
     with_reference_warp,
 )
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, RecordingSink, Stage
+from framegraph.stream.quality import psnr
 
 # 4 (patch) · 2 · 2 = 16× like the default model, small enough to train in seconds on one core
 TINY = dict(block_out_channels=(16, 32, 32), patch_size=4, latent_channels=4, norm_groups=4, temporal_from_level=0)
@@ -158,8 +158,8 @@ def test_ssim_psnr_and_box_mask_basics():
     x = torch.rand(2, 3, 16, 16) * 2 - 1
     assert float(ssim(x, x)) == pytest.approx(1.0, abs=1e-6)
     assert float(ssim(x, torch.rand(2, 3, 16, 16) * 2 - 1)) < 0.2  # unrelated images
-    assert psnr(x, x) == float("inf")
-    assert psnr(x + 0.1, x) == pytest.approx(10 * np.log10(4 / 0.01), abs=0.2)
+    assert psnr(x, x, 2.0, lo=-1.0) == float("inf")
+    assert psnr(x + 0.1, x, 2.0, lo=-1.0) == pytest.approx(10 * np.log10(4 / 0.01), abs=0.2)
     m = box_mask(torch.tensor([[4.0, 2.0, 6.0, 3.0]]), 10, 12)[0, 0]
     assert m.shape == (10, 12) and float(m.sum()) == pytest.approx(18.0)
     assert m[3, 6] == 1 and m[0, 0] == 0
@@ -225,7 +225,7 @@ def test_load_face_clips_reads_mp4_and_json(tmp_path):
     clips = load_face_clips(tmp_path, size=64, redraw_targets=True)
     clean = crop_frames(torch.stack([renderer.render(f) for f in faces]), clips.crop_box, 64)
     assert torch.equal(clips.targets[0], clean) and not torch.equal(clips.frames[0], clean)
-    assert psnr(clips.frames[0].float() / 127.5 - 1, clean.float() / 127.5 - 1) > 30
+    assert psnr(clips.frames[0], clean, 255.0) > 30
     train, held = clips.split(0.25)
     assert torch.equal(torch.cat([train.target(0), held.target(0)]), clean)
 

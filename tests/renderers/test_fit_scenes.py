@@ -5,9 +5,10 @@ import pytest
 import torch
 
 from framegraph.renderers.cameras import camera_centers
-from framegraph.renderers.fit import psnr, ssim
+from framegraph.renderers.fit import ssim
 from framegraph.renderers.gaussians import rasterize
 from framegraph.renderers.scenes import procedural_scene
+from framegraph.stream.quality import psnr
 
 W, H = 64, 48
 

@@ -4,11 +4,11 @@ import torch
 
 from framegraph.assets import path as asset
 from framegraph.renderers.fit.densify import DensifyConfig
-from framegraph.renderers.fit.losses import psnr
 from framegraph.renderers.gaussians4d import load_checkpoint, rasterize_4d
 from framegraph.renderers.gaussians4d.demo import TIME_DURATION, held_out_video, rig_video
 from framegraph.renderers.gaussians4d.fit import Fit4DConfig, Fitter4D, scene_points
 from framegraph.renderers.scenes import bouncing_ball_scene
+from framegraph.stream.quality import psnr
 
 ASSET = asset("scenes4d", "bouncing_ball.pth")
 

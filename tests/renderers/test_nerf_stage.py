@@ -4,10 +4,11 @@ import pytest
 import torch
 
 from framegraph.assets import path as asset
-from framegraph.renderers.nerf import NerfLoadError, demo_scene, load_nerf, psnr
+from framegraph.renderers.nerf import NerfLoadError, demo_scene, load_nerf
 from framegraph.renderers.nerf.stage import NerfRenderStage, orbit_for_nerf
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Graph, PortSpec, RecordingSink
+from framegraph.stream.quality import psnr
 
 DEMO = asset("nerf", "spheres")
 

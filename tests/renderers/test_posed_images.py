@@ -11,8 +11,8 @@ from PIL import Image
 from posed_captures import SUBJECT, arc_cameras, render_view, subject_scene, write_capture
 
 from framegraph.renderers.cameras import camera_centers
-from framegraph.renderers.nerf import psnr
 from framegraph.renderers.posed_images import DatasetError, load_transforms
+from framegraph.stream.quality import psnr
 
 
 def write_scene(root, frames=2, size=(8, 6), rgba=False, **top):

@@ -37,8 +37,8 @@ import numpy as np
 
 from framegraph.models.synth.portrait import PortraitError, detect_face_regions
 from framegraph.models.vae import face_crop_box
+from framegraph.stream.files import write_json
 
-from ...training import write_json
 from .io import (
     SAMPLE_RATE,
     ClipWriter,

@@ -32,6 +32,9 @@ from framegraph.models.audio.vad import WINDOW_SAMPLES, SileroVAD
 from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_openness
 from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames, open_media
+from framegraph.stream.quality import psnr
+
+PSNR_CAP_DB = 99.0  # what identical pictures score in the JSON reports (JSON has no infinity)
 
 # inner-lip gap / mouth width below which the lips count as closed. Measured: lips pressed or resting
 # together read 0.00-0.05 (a closed-mouth 3D character 0.004-0.047, 5th-95th percentile); lips parted on
@@ -117,14 +120,12 @@ def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLand
     mask = outside_mouth_mask(face)
     if mask.sum() < 64:
         return {"outside_psnr": np.nan, "outside_ssim": np.nan}
-    diff = generated.astype(np.float64)[mask] - real.astype(np.float64)[mask]
-    mse = float(np.mean(diff ** 2))
     x, y, w, h = face.face_box()
     a = uint8_to_frames(torch.from_numpy(np.ascontiguousarray(generated[y:y + h, x:x + w])))[None]
     b = uint8_to_frames(torch.from_numpy(np.ascontiguousarray(real[y:y + h, x:x + w])))[None]
     m = ssim_map(a, b).mean(dim=1)[0].numpy()  # valid centres: 3 px in from each side (7 px window)
     inner = mask[y:y + h, x:x + w][3:3 + m.shape[0], 3:3 + m.shape[1]]
-    return {"outside_psnr": 99.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse),
+    return {"outside_psnr": min(PSNR_CAP_DB, psnr(generated[mask], real[mask], 255.0)),
             "outside_ssim": float(m[inner].mean()) if inner.any() else np.nan}
 
 

@@ -49,10 +49,11 @@ from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, decode_audio, iter_video_frames, open_media, read_video
 from framegraph.stream.progress import run_with_progress
+from framegraph.stream.quality import psnr
 
 from ..graph import build_avatar_graph
 from ..portrait.bundle import PortraitAvatar
-from .real import LandmarkMeter, real_summary, speech_per_frame
+from .real import PSNR_CAP_DB, LandmarkMeter, real_summary, speech_per_frame
 
 DARK_FRACTION = 0.55
 MAX_JAW_DROP = 0.32
@@ -243,11 +244,6 @@ class FrameMeter(Stage):
         self.mouth = (slice(my0, my1), slice(mx0, mx1))
         self.rows: list[dict] = []
 
-    @staticmethod
-    def _psnr(a: np.ndarray, b: np.ndarray) -> float:
-        mse = float(np.mean((a.astype(np.float32) - b.astype(np.float32)) ** 2))
-        return 99.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
-
     def process(self, inputs, out):
         f = inputs["video"].data.cpu()
         frame = f.numpy()
@@ -260,8 +256,8 @@ class FrameMeter(Stage):
             row.update(open_real=float(mouth_openness(torch.from_numpy(real)[None], self.mouth_box,
                                                       self.portrait)[0]),
                        ssim_real=rs, psnr_real=rp, ssim_real_raw=rr,
-                       face_psnr=self._psnr(frame[self.face], real[self.face]),
-                       mouth_psnr=self._psnr(frame[self.mouth], real[self.mouth]))
+                       face_psnr=min(PSNR_CAP_DB, psnr(frame[self.face], real[self.face], 255.0)),
+                       mouth_psnr=min(PSNR_CAP_DB, psnr(frame[self.mouth], real[self.mouth], 255.0)))
         if self.landmarks is not None:
             row.update(self.landmarks.measure(frame, real if real is not None and real.shape == frame.shape else None))
         self.rows.append(row)

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from framegraph.models.audio.features import extract_features
-from framegraph.stream.media import decode_audio, read_video
+from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 
 from ..clips.io import ClipWriter
 from ..video.bundle import VideoAvatar, region_boxes
@@ -79,12 +79,12 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
                    real_openness_std=round(float(np.nanstd(real_open)), 4),
                    redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
     if out_video is not None:
-        _write(out_video, np.stack(out), audio[int(a * 16000 / fps):int(b * 16000 / fps)], int(round(fps)))
+        _write(out_video, np.stack(out), audio[int(a * SAMPLE_RATE / fps):int(b * SAMPLE_RATE / fps)], int(round(fps)))
     return summary
 
 
 def _write(path, frames: np.ndarray, audio: np.ndarray, fps: int) -> None:
-    spf = 16000 // fps
+    spf = SAMPLE_RATE // fps
     w = ClipWriter(os.fspath(path), frames.shape[2], frames.shape[1], fps)
     ok = False
     try:

@@ -33,8 +33,8 @@ from framegraph.models.dit import AvatarDiT, Denoiser
 from framegraph.models.synth import astronaut_portrait
 from framegraph.models.vae import VAEDecode, VideoVAE, crop_frames, face_crop_box, uint8_to_frames
 from framegraph.stream import Graph, Stage
+from framegraph.stream.files import write_json
 
-from ...training import write_json
 from ..base import AVATAR_JSON, AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
 

@@ -28,7 +28,7 @@ import torch
 
 from framegraph.models.audio import LISTENING, SileroVAD, VoiceActivity, extract, state_vector
 from framegraph.models.vae import load_face_clips, uint8_to_frames
-from framegraph.stream.media import MediaError, decode_audio, read_video
+from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 
 from ..clips.io import align_audio
 
@@ -56,7 +56,7 @@ def clip_audio(path) -> np.ndarray:
     audio = info["audio"]
     if audio is None:
         raise MediaError(path, "has no audio track; the avatar learns from the clip's speech")
-    if info["audio_rate"] != 16_000 or audio.dtype != np.int16 or audio.ndim != 1:
+    if info["audio_rate"] != SAMPLE_RATE or audio.dtype != np.int16 or audio.ndim != 1:
         audio = decode_audio(path)
     return np.ascontiguousarray(align_audio(audio, info["audio_start_s"] or 0.0, 0.0), dtype=np.int16)
 
@@ -134,7 +134,7 @@ def prepare_clips(clips_dir, vae, audio_encoder, *, region_size: int, fps: float
         latents = encode_frames(vae, frames)
         T = latents.shape[1]
         samples = clip_audio(video)
-        need = int(np.ceil(T * 16_000 / fps))
+        need = int(np.ceil(T * SAMPLE_RATE / fps))
         if len(samples) < need:
             samples = np.concatenate([samples, np.zeros(need - len(samples), np.int16)])
         samples = samples[:need]

@@ -52,6 +52,7 @@ from framegraph.models.dit import AvatarDiT, generate
 from framegraph.models.sampler import distill_loss, flow_matching_loss
 from framegraph.models.synth import clips_portrait
 from framegraph.models.vae import VideoVAE, box_to_region, train_vae
+from framegraph.stream.files import write_json
 from framegraph.stream.media import read_video
 
 from ...dit.model import DiTPreset
@@ -62,7 +63,6 @@ from ...training import (
     recorded_steps,
     resume_or_train,
     timed,
-    write_json,
 )
 from .bundle import SMALL_VAE, TINY_VAE, PortraitAvatar, save_avatar
 from .data import ClipData, clip_audio, prepare_clips, sample_windows

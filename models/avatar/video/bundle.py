@@ -37,9 +37,9 @@ from framegraph.models import runtime
 from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
 from framegraph.models.synth import astronaut_portrait
 from framegraph.stream import Graph, Stage
+from framegraph.stream.files import write_json
 from framegraph.stream.media import MediaError, read_video
 
-from ...training import write_json
 from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop

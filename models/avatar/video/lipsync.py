@@ -22,6 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from framegraph.stream.media import SAMPLE_RATE
+
 from ...pretrained import PretrainedModel, register_to_config
 
 SHAPE_NAMES = ("openness", "width", "roundness")
@@ -202,7 +204,7 @@ def quiet_audio(seconds: float = 2.0, levels: tuple[float, ...] = QUIET_LEVELS, 
     (RMS as a share of full scale: 1e-4 ≈ -80 dBFS ... 0.1 = -20 dBFS), for :func:`fit_shape_head`'s
     ``quiet_features``."""
     rng = np.random.default_rng(seed)
-    n = int(round(seconds * 16000))
+    n = int(round(seconds * SAMPLE_RATE))
     return [np.clip(rng.standard_normal(n) * level * 32767, -32768, 32767).astype(np.int16) for level in levels]
 
 

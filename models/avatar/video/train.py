@@ -36,9 +36,10 @@ from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
 from framegraph.models.face import FaceError, FaceLandmarker, one_face
 from framegraph.models.vae import crop_frames
+from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 
-from ...training import REPORT, cpu_threads, lr_at, write_json
+from ...training import REPORT, cpu_threads, lr_at
 from ..clips.prepare import MIN_SECONDS, prepare_video
 from ..eval.real import speech_per_frame
 from .bundle import (

@@ -13,9 +13,9 @@ from framegraph.renderers.nerf import (
     SphereScene,
     fit,
     load_nerf,
-    psnr,
     sphere_views,
 )
+from framegraph.stream.quality import psnr
 
 TINY_GRID = HashGridConfig(n_levels=8, log2_table_size=12, base_resolution=4, finest_resolution=64)
 

@@ -22,7 +22,8 @@ from typing import Protocol
 import torch
 
 from framegraph.models import runtime
-from framegraph.stream import Flag, PortSpec, Stage
+from framegraph.models.vae import ChunkDecodeStage, frames_to_uint8
+from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import video_port
 from framegraph.stream.stage import EndOfStream
 
@@ -273,7 +274,7 @@ def _torch_engine(**_):
     return TorchWanVAE
 
 
-class CausalVAEDecode(Stage):
+class CausalVAEDecode(ChunkDecodeStage):
     """Latent chunks in, video frames out: ``AutoencoderKLWan`` decoding each chunk with its temporal cache
     carried across chunks (:func:`~.vae.decode_chunk`), so the stream decodes as one whole video would.
 
@@ -286,33 +287,16 @@ class CausalVAEDecode(Stage):
     def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, engine: Callable[..., CausalVAEEngine] = TorchWanVAE,
                  name: str = "vae_decode"):
-        super().__init__(name)
+        super().__init__(name, engine(vae), port="video", fps=fps)
         s = vae.config.scale_factor_spatial
         self.vae, self.fps, self.dtype, self.device = vae, fps, dtype, str(device)
         self.size = (latent_size[0] * s, latent_size[1] * s)
         self.inputs = {"latent": PortSpec((vae.config.z_dim, chunk_frames, *latent_size), torch.float32, self.device)}
         self.outputs = {"video": video_port(self.size[1], self.size[0])}
-        self.engine = engine(vae)
-        self.frames_out = 0
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.engine.reset()
-        self.frames_out = 0
-
-    def reset(self) -> None:
-        self.engine.reset()
 
     @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
         video = self.engine.decode(latents)  # [1, 3, T, H, W] in [-1, 1]
-        rgb = ((video[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 3, 0).cpu()
-        for i in range(rgb.shape[0]):
-            frame = out.write("video")
-            frame.data.copy_(rgb[i])
-            frame.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
-            if i:
-                frame.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)
-            self.frames_out += 1
+        self.write_frames(out, chunk, frames_to_uint8(video[0].transpose(0, 1)).cpu())  # [T, H, W, 3]

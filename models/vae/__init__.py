@@ -24,13 +24,13 @@ from .data import (
 )
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
-from .stage import TorchVAE, VAEDecode, VAEEngine
+from .stage import ChunkDecodeStage, TorchVAE, VAEDecode, VAEEngine
 from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
 
 __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
     "redrawable", "region_size",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "reconstruction_loss", "ssim", "ssim_map", "Cache",
-    "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "VAEDecode", "VAEEngine", "TorchVAE", "VAETrainResult",
+    "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "ChunkDecodeStage", "VAEDecode", "VAEEngine", "TorchVAE", "VAETrainResult",
     "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae", "with_reference_warp",
 ]

@@ -52,7 +52,37 @@ class TorchVAE:
         self.cache = None
 
 
-class VAEDecode(Stage):
+class ChunkDecodeStage(Stage):
+    """What a stage that decodes a stream of latent chunks shares (this module's :class:`VAEDecode`, the generate
+    pipeline's ``CausalVAEDecode``): its engine, whose stream starts anew at setup and on :meth:`reset`, and the
+    chunk's frames written one by one — frame ``i`` at ``chunk.pts + clock.ticks_from_frame(i, fps)``, the
+    chunk's ``INTERRUPTED`` / ``DISCONTINUITY`` flags on its first frame only. ``frames_out`` counts them."""
+
+    def __init__(self, name: str, engine, *, port: str, fps: float):
+        super().__init__(name)
+        self.engine, self.port, self.fps = engine, port, fps
+        self.frames_out = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.engine.reset()
+        self.frames_out = 0
+
+    def reset(self) -> None:
+        self.engine.reset()
+
+    def write_frames(self, out, chunk, rgb: torch.Tensor) -> None:
+        """``rgb [T, H, W, 3]`` (uint8, or floats in 0..255 cast in the copy) → ``T`` frames on the output port."""
+        for i in range(rgb.shape[0]):
+            f = out.write(self.port)
+            f.data.copy_(rgb[i])
+            f.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
+            if i:
+                f.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)
+            self.frames_out += 1
+
+
+class VAEDecode(ChunkDecodeStage):
     """Decode streamed latent chunks to face-region frames.
 
     Args:
@@ -74,7 +104,7 @@ class VAEDecode(Stage):
                  fps: float = 25.0, device: str = "cpu", dtype: torch.dtype = torch.float32,
                  reference: torch.Tensor | None = None,
                  engine: Callable[[VideoVAE, torch.Tensor | None], VAEEngine] = TorchVAE, name: str = "vae_decode"):
-        super().__init__(name)
+        super().__init__(name, None, port="face", fps=fps)
         self.model = model if isinstance(model, VideoVAE) else VideoVAE.from_pretrained(model, low_cpu_mem_usage=False)
         self.model = self.model.to(device).eval().requires_grad_(False)
         if next(self.model.parameters()).dtype != dtype:
@@ -100,26 +130,10 @@ class VAEDecode(Stage):
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
         self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
         self.engine = engine(self.model, self.reference)
-        self.frames_out = 0
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.engine.reset()
-        self.frames_out = 0
-
-    def reset(self) -> None:
-        self.engine.reset()
 
     @torch.inference_mode()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         z = chunk.data[None].to(self.dtype)  # [1, C, T, h, w]
         frames = self.engine.decode(z)
-        rgb = ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0)  # [T, H, W, 3]
-        for i in range(self.chunk_frames):
-            f = out.write("face")
-            f.data.copy_(rgb[i])  # float → uint8 cast in the copy
-            f.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
-            if i:
-                f.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)
-            self.frames_out += 1
+        self.write_frames(out, chunk, ((frames[0].float() + 1.0) * 127.5).round_().clamp_(0, 255).permute(1, 2, 3, 0))

@@ -108,4 +108,5 @@ def check_broadcastable(op: str, name: str, t: torch.Tensor, shape: torch.Size, 
     have, want = tuple(t.shape), tuple(shape)
     ok = len(have) <= len(want) and all(a == 1 or a == b for a, b in zip(reversed(have), reversed(want)))
     if not ok:
-        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected a shape broadcastable to {layout}={tuple(shape)}")
+        raise ValueError(f"{op}: {name} has shape {tuple(t.shape)}; expected a shape broadcastable to "
+                         f"{layout}={tuple(shape)}")

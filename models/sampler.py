@@ -63,7 +63,8 @@ def expand_time(t: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
         return t
     if t.dim() == 1:
         if t.shape[0] != x.shape[0]:
-            raise ValueError(f"expand_time: t has shape {tuple(t.shape)}; expected [B]=({x.shape[0]},) for x {tuple(x.shape)}")
+            raise ValueError(f"expand_time: t has shape {tuple(t.shape)}; expected [B]=({x.shape[0]},) "
+                             f"for x {tuple(x.shape)}")
         return t.reshape((-1,) + (1,) * (x.dim() - 1))
     if t.dim() == 2:
         if x.dim() < 3 or t.shape[0] != x.shape[0] or t.shape[1] != x.shape[2]:

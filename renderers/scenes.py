@@ -237,7 +237,8 @@ class ProceduralScene:
 
         if not objects_only:
             g = self.ground
-            t = torch.where(d[..., 2] < -eps, -o[..., 2] / d[..., 2].clamp(max=-eps), torch.full(shape, _FAR, dtype=d.dtype))
+            t = torch.where(d[..., 2] < -eps, -o[..., 2] / d[..., 2].clamp(max=-eps),
+                            torch.full(shape, _FAR, dtype=d.dtype))
             p = o + t[..., None] * d
             inside = (p[..., 0].abs() <= g.half_size) & (p[..., 1].abs() <= g.half_size) & (t > eps)
             t = torch.where(inside, t, torch.full_like(t, _FAR))

@@ -14,6 +14,7 @@ from .telemetry import Telemetry, prometheus_text
 
 __all__ = [
     "TICKS_PER_SECOND", "Clock", "FlowLimiter", "Flag", "Frame", "PortSpec", "Edge", "Graph",
-    "GraphError", "StageError", "Pushed", "PushSource", "IterableSource", "Recorded", "RecordingSink", "POLICIES", "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage",
-    "StageContext", "Telemetry", "prometheus_text", "write_json",
+    "GraphError", "StageError", "Pushed", "PushSource", "IterableSource", "Recorded", "RecordingSink", "POLICIES",
+    "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage", "StageContext", "Telemetry", "prometheus_text",
+    "write_json",
 ]

@@ -198,7 +198,8 @@ class Graph:
         self._go.clear()
         n = len(self.stages)
         self.telemetry = Telemetry([s.name for s in self.stages], [s.budget_ms for s in self.stages],
-                                   self.telemetry_window, [(bool(s.inputs) or s.waits_outside, bool(s.outputs)) for s in self.stages])
+                                   self.telemetry_window,
+                                   [(bool(s.inputs) or s.waits_outside, bool(s.outputs)) for s in self.stages])
         self._nodes = [Node(self, s, i, self._max_in_flight[s.name]) for i, s in enumerate(self.stages)]
         by_name = {node.stage.name: node for node in self._nodes}
         for node in self._nodes:

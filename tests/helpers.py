@@ -155,7 +155,8 @@ def tiny_generate_folder(folder, family: str = "wan", text_encoder: bool = False
     AutoencoderKLWan(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1,
                      temperal_downsample=[False, True, True]).save_pretrained(folder / "vae")
     FlowMatchEulerDiscreteScheduler(shift=3.0).save_pretrained(folder / "scheduler")
-    index = {"_class_name": pipeline, "_diffusers_version": "0.36.0", "transformer": ["diffusers", type(model).__name__],
+    index = {"_class_name": pipeline, "_diffusers_version": "0.36.0",
+             "transformer": ["diffusers", type(model).__name__],
              "vae": ["diffusers", "AutoencoderKLWan"], "scheduler": ["diffusers", "FlowMatchEulerDiscreteScheduler"]}
     if text_encoder:
         from tokenizers import Tokenizer, models, pre_tokenizers

@@ -82,7 +82,8 @@ def _check_args(q, k, v, block_size, rope, state) -> None:
     if k.shape != q.shape:
         raise ValueError(f"{OP}: k has shape {tuple(k.shape)}; expected q's shape [B, H, N, D]={tuple(q.shape)}")
     if v.shape[:3] != q.shape[:3]:
-        raise ValueError(f"{OP}: v has shape {tuple(v.shape)}; expected [B, H, N, Dv] with B, H, N={tuple(q.shape[:3])}")
+        raise ValueError(f"{OP}: v has shape {tuple(v.shape)}; expected [B, H, N, Dv] "
+                         f"with B, H, N={tuple(q.shape[:3])}")
     if k.dtype != q.dtype or v.dtype != q.dtype:
         raise TypeError(f"{OP}: dtypes q={q.dtype}, k={k.dtype}, v={v.dtype}; expected one dtype")
     B, H, N, D = q.shape

@@ -7,4 +7,9 @@ from .block_linear import (  # noqa: F401
 )
 from .monarch import MonarchAttnProcessor, grid_from_latents, install_monarch_processors  # noqa: F401
 from .streaming_rope import StreamingRotaryPosEmbed  # noqa: F401
-from .wan_causal import KVCache, WanCausalAttnProcessor, install_wan_causal_processors, uninstall_wan_causal_processors  # noqa: F401
+from .wan_causal import (  # noqa: F401
+    KVCache,
+    WanCausalAttnProcessor,
+    install_wan_causal_processors,
+    uninstall_wan_causal_processors,
+)

@@ -173,7 +173,9 @@ def install_block_linear_processors(
     return installed
 
 
-def reset_block_linear_state(processors: dict[str, BlockLinearAttnProcessor] | Iterable[BlockLinearAttnProcessor]) -> None:
+def reset_block_linear_state(
+    processors: dict[str, BlockLinearAttnProcessor] | Iterable[BlockLinearAttnProcessor]
+) -> None:
     for processor in processors.values() if isinstance(processors, dict) else processors:
         processor.reset()
 

@@ -205,7 +205,8 @@ class DiTBlock(nn.Module):
         return [m[:, i: i + 1] for i in range(6)]
 
     def _attend(self, x, mods, geo, ref_kv, audio_tokens, attention):
-        """The shared part up to the FFN's temporal conv. ``x [B, T*n, D]`` → ``(h [B*T, n, D], y [B, T, n, D], extra)``."""
+        """The shared part up to the FFN's temporal conv. ``x [B, T*n, D]`` →
+        ``(h [B*T, n, D], y [B, T, n, D], extra)``."""
         B, T, n = geo.batch, geo.frames, geo.tokens_per_frame
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = mods
         h = x.reshape(B * T, n, -1)

@@ -149,7 +149,8 @@ class AvatarDiT(PretrainedModel):
     def _check(self, x: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, what: str) -> None:
         c = self.config
         if x.dim() != 5 or x.shape[1] != c.latent_channels:
-            raise ValueError(f"AvatarDiT: {what} has shape {tuple(x.shape)}; expected [B, C={c.latent_channels}, T, h, w]")
+            raise ValueError(f"AvatarDiT: {what} has shape {tuple(x.shape)}; expected "
+                             f"[B, C={c.latent_channels}, T, h, w]")
         B, _, T, h, w = x.shape
         if h % c.patch_size or w % c.patch_size:
             raise ValueError(f"AvatarDiT: latent size {h}x{w} is not divisible by patch_size={c.patch_size}")
@@ -157,7 +158,8 @@ class AvatarDiT(PretrainedModel):
             raise ValueError(f"AvatarDiT: {what} has T={T} frames; expected a multiple of frames_per_block="
                              f"{c.frames_per_block}")
         if tuple(audio.shape) != (B, T, c.audio_dim):
-            raise ValueError(f"AvatarDiT: audio has shape {tuple(audio.shape)}; expected [B, T, F]={(B, T, c.audio_dim)}")
+            raise ValueError(f"AvatarDiT: audio has shape {tuple(audio.shape)}; expected [B, T, F]="
+                             f"{(B, T, c.audio_dim)}")
         if tuple(state_label.shape) != (B, T, c.state_dim):
             raise ValueError(f"AvatarDiT: state_label has shape {tuple(state_label.shape)}; expected [B, T, S]="
                              f"{(B, T, c.state_dim)}")
@@ -292,7 +294,8 @@ class AvatarDiT(PretrainedModel):
         ref = self._ref(ref.to(self.device, self.dtype), B, h, w).contiguous()
         geo = self._geometry(B, 1, h, w, 0, ref.device)
         with torch.no_grad():
-            ref_kv = [None if kv is None else tuple(t.detach().contiguous() for t in kv) for kv in self._ref_kv(ref, geo)]
+            ref_kv = [None if kv is None else tuple(t.detach().contiguous() for t in kv)
+                      for kv in self._ref_kv(ref, geo)]
         d, n = self.head_dim, geo.tokens_per_frame
         layers = [LayerStreamState(attn=zero_state(B, c.heads, d, d, device=ref.device),
                                    ffn_cache=ref.new_zeros(B, c.temporal_kernel - 1, n, c.width))

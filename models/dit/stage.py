@@ -107,7 +107,8 @@ class Denoiser(Stage):
                  device: str = "cpu", torch_threads: int | None = None, max_lag_ms: float | None = None,
                  engine: Callable[[AvatarDiT], DiTEngine] = TorchDiT, name: str = "denoiser"):
         super().__init__(name)
-        self.model = model if isinstance(model, AvatarDiT) else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False)
+        self.model = (model if isinstance(model, AvatarDiT)
+                      else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False))
         self.model = self.model.to(device).eval()
         self.engine = engine(self.model)
         c = self.model.config
@@ -115,7 +116,8 @@ class Denoiser(Stage):
             raise ValueError(f"Denoiser: the model has attention={c.attention!r}; streaming needs attention='linear'")
         h, w = (int(s) for s in reference.shape[-2:])
         if reference.dim() != 3 or reference.shape[0] != c.latent_channels:
-            raise ValueError(f"Denoiser: reference has shape {tuple(reference.shape)}; expected [C={c.latent_channels}, h, w]")
+            raise ValueError(f"Denoiser: reference has shape {tuple(reference.shape)}; expected "
+                             f"[C={c.latent_channels}, h, w]")
         if h % c.patch_size or w % c.patch_size:
             raise ValueError(f"Denoiser: reference latent {h}x{w} is not divisible by patch_size={c.patch_size}")
         block = c.frames_per_block

@@ -12,5 +12,5 @@ from .landmarker import MEDIAPIPE, FaceError, FaceLandmarker, one_face
 from .landmarks import FaceLandmarks
 from .track import OpennessTrack, outside_mouth_mask, track_openness
 
-__all__ = ["MEDIAPIPE", "FaceError", "FaceLandmarker", "FaceLandmarks", "OpennessTrack", "one_face", "outside_mouth_mask",
-           "track_openness"]
+__all__ = ["MEDIAPIPE", "FaceError", "FaceLandmarker", "FaceLandmarks", "OpennessTrack", "one_face",
+           "outside_mouth_mask", "track_openness"]

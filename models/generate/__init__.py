@@ -38,9 +38,10 @@ from .vae import WanDecodeState, WanEncodeState, decode_chunk, encode_chunk, fro
 from .wan import DEFAULT_TIMESTEPS, WanCausal
 
 __all__ = [
-    "DEFAULT_TIMESTEPS", "FAMILIES", "SHIFT", "STRENGTH_MEANING", "BlockCausalTemporalConv", "CausalDenoiser", "CausalStream", "CausalVAEDecode",
-    "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook", "SanaVideoStream", "VAEEncode",
-    "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph", "check_strength", "decode_chunk", "default_dtype",
-    "detect_family", "encode_chunk", "file_source", "first_frame", "from_vae_scale", "install_block_causal_convs",
-    "load_folder_vae", "load_generate_model", "load_prompt_embeds", "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
+    "DEFAULT_TIMESTEPS", "FAMILIES", "SHIFT", "STRENGTH_MEANING", "BlockCausalTemporalConv", "CausalDenoiser",
+    "CausalStream", "CausalVAEDecode", "Family", "GenerateGraph", "GenerateModel", "NoiseSource", "PromptBook",
+    "SanaVideoStream", "VAEEncode", "WanCausal", "WanDecodeState", "WanEncodeState", "build_generate_graph",
+    "check_strength", "decode_chunk", "default_dtype", "detect_family", "encode_chunk", "file_source", "first_frame",
+    "from_vae_scale", "install_block_causal_convs", "load_folder_vae", "load_generate_model", "load_prompt_embeds",
+    "sigmas_from_timesteps", "to_vae_scale", "video_frames", "warp_timesteps",
 ]

@@ -214,7 +214,8 @@ class WanVAEExport(CheckedExport):
         self.vae = vae
 
     def stream(self, threads: int = 1) -> OrtVAEStream:
-        """A fresh :class:`~framegraph.models.onnx.OrtVAEStream` of the two graphs (``threads`` intra-op threads each)."""
+        """A fresh :class:`~framegraph.models.onnx.OrtVAEStream` of the two graphs (``threads`` intra-op threads
+        each)."""
         return OrtVAEStream(self.graph("vae_first", threads), self.graph("vae_next", threads), self.manifest["files"])
 
 

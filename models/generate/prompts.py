@@ -120,7 +120,8 @@ class PromptBook:
             where = self.folder or "the model"
             raise ValueError(
                 f"{where} has no text_encoder/ folder, so a text prompt cannot be encoded; pass precomputed "
-                f"embeddings (--prompt-embeds FILE.safetensors) or a --base folder that has text_encoder/ and tokenizer/"
+                f"embeddings (--prompt-embeds FILE.safetensors) or a --base folder that has "
+                f"text_encoder/ and tokenizer/"
             )
         import transformers  # only folders with a text encoder need it
 

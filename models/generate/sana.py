@@ -246,7 +246,8 @@ class SanaVideoStream:
                 or prompt_embeds.shape[2] != config.caption_channels:
             raise ValueError(
                 f"SanaVideoStream: prompt_embeds have shape {tuple(prompt_embeds.shape)}; expected "
-                f"[B={latents.shape[0]}, L, caption_channels={config.caption_channels}] (the text encoder's hidden states)"
+                f"[B={latents.shape[0]}, L, caption_channels={config.caption_channels}] "
+                f"(the text encoder's hidden states)"
             )
 
     def _forward(self, latents, sigma, prompt_embeds, prompt_mask, commit: bool) -> torch.Tensor:

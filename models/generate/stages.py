@@ -54,7 +54,8 @@ def _synchronize(device: str) -> None:
 
 
 def first_frame(chunk: int, chunk_frames: int, r: int) -> int:
-    """Index of the first video frame of chunk ``chunk`` (the VAE decodes latent frame 0 to 1 frame, later ones to ``r``)."""
+    """Index of the first video frame of chunk ``chunk`` (the VAE decodes latent frame 0 to 1 frame, later ones to
+    ``r``)."""
     return 0 if chunk == 0 else 1 + r * (chunk * chunk_frames - 1)
 
 

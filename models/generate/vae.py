@@ -149,7 +149,8 @@ def encode_chunk(
     frames = video.shape[2] if video.dim() == 5 else 0
     if video.dim() != 5 or (frames - first) % r or frames < first:
         need = f"1 + {r} * k (the stream's first chunk)" if first else f"a multiple of {r}"
-        raise ValueError(f"encode_chunk: video has shape {tuple(video.shape)}; expected [B, 3, T, H, W] with T = {need}")
+        raise ValueError(f"encode_chunk: video has shape {tuple(video.shape)}; expected [B, 3, T, H, W] "
+                         f"with T = {need}")
     shape = (video.shape[0], *video.shape[3:])
     if state.latent_shape is not None and state.latent_shape != shape:
         raise ValueError(

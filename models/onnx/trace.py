@@ -40,7 +40,8 @@ def export_module(module: nn.Module, args: tuple, path: str, inputs: list[str], 
 def io_entries(names: list[str], tensors, meaning: dict[str, str]) -> list[dict]:
     """The manifest's description of graph inputs / outputs: name, shape, dtype and the meaning of the first key of
     ``meaning`` the name starts with (else the name)."""
-    return [{"name": n, "shape": list(t.shape), "dtype": "float32", "meaning": next((v for k, v in meaning.items() if n.startswith(k)), n)}
+    return [{"name": n, "shape": list(t.shape), "dtype": "float32",
+             "meaning": next((v for k, v in meaning.items() if n.startswith(k)), n)}
             for n, t in zip(names, tensors)]
 
 

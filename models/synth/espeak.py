@@ -1,9 +1,10 @@
 """Speech with timed phonemes from eSpeak NG, through ``libespeak-ng`` and ctypes.
 
 eSpeak NG is loaded and initialised in ``AUDIO_OUTPUT_SYNCHRONOUS`` mode with phoneme events on, once
-per utterance (so results do not depend on what was said before); :func:`synthesize` speaks a text with a voice, rate and pitch and returns the audio (resampled
-from eSpeak's 22 050 Hz to 16 kHz mono int16) and the events eSpeak reports while synthesizing:
-one per phoneme and one per word, each with its ``audio_position`` (ms from the start of the audio).
+per utterance (so results do not depend on what was said before); :func:`synthesize` speaks a text with
+a voice, rate and pitch and returns the audio (resampled from eSpeak's 22 050 Hz to 16 kHz mono int16)
+and the events eSpeak reports while synthesizing: one per phoneme and one per word, each with its
+``audio_position`` (ms from the start of the audio).
 
 The library has process-wide state, so every call holds one lock.
 When it is missing, :class:`EspeakNotFound` says how to install it.

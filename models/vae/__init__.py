@@ -31,6 +31,7 @@ __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
     "redrawable", "region_size",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "reconstruction_loss", "ssim", "ssim_map", "Cache",
-    "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "ChunkDecodeStage", "VAEDecode", "VAEEngine", "TorchVAE", "VAETrainResult",
-    "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae", "with_reference_warp",
+    "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "ChunkDecodeStage", "VAEDecode",
+    "VAEEngine", "TorchVAE", "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region",
+    "train_vae", "with_reference_warp",
 ]

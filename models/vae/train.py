@@ -389,7 +389,8 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         out.mkdir(parents=True, exist_ok=True)  # only once every argument is known to be good
         evaluate = None  # held-out evaluation, when something is held out
         if held.n_frames:
-            evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device, reference=ref)  # noqa: E731
+            evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device,  # noqa: E731
+                                              reference=ref)
         opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
         gen = torch.Generator().manual_seed(seed)
         run = _Run.begin(state, opt, gen, evaluate, model)

@@ -164,7 +164,8 @@ def read_checkpoint(prefix: str, fmt: str, version: int) -> tuple[dict[str, Any]
     except json.JSONDecodeError as e:
         raise CheckpointError(f"{jpath}: not valid JSON ({e.msg} at line {e.lineno})") from None
     if not isinstance(doc, dict) or doc.get("format") != fmt:
-        raise CheckpointError(f"{jpath}: not a {fmt} checkpoint (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+        raise CheckpointError(f"{jpath}: not a {fmt} checkpoint "
+                              f"(format {doc.get('format') if isinstance(doc, dict) else None!r})")
     if doc.get("version") != version:
         raise CheckpointError(f"{jpath}: checkpoint version {doc.get('version')} (expected {version})")
     if not spath.is_file():

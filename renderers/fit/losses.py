@@ -23,7 +23,8 @@ def ssim(a: Tensor, b: Tensor, *, window: int = 11, sigma: float = 1.5, data_ran
     Differentiable.
     """
     if a.shape != b.shape or a.dim() < 3:
-        raise ValueError(f"ssim: images must have the same shape [..., H, W, C], got {list(a.shape)} and {list(b.shape)}")
+        raise ValueError(f"ssim: images must have the same shape [..., H, W, C], got {list(a.shape)} and "
+                         f"{list(b.shape)}")
     H, W, C = a.shape[-3:]
     x = a.reshape(-1, H, W, C).permute(0, 3, 1, 2)  # [B, C, H, W]
     y = b.reshape(-1, H, W, C).permute(0, 3, 1, 2)

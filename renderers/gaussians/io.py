@@ -196,7 +196,8 @@ def _check_finite(path: Path, name: str, values: np.ndarray) -> None:
     if bad.any():
         rows = np.nonzero(bad.reshape(bad.shape[0], -1).any(axis=1))[0]
         raise SceneError(
-            f"{path}: {name} has {int(bad.sum())} NaN/Inf values (first at Gaussian {int(rows[0])} of {values.shape[0]})"
+            f"{path}: {name} has {int(bad.sum())} NaN/Inf values (first at Gaussian {int(rows[0])} of "
+            f"{values.shape[0]})"
         )
 
 
@@ -223,7 +224,8 @@ def load_ply(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
     K = n_rest // 3 + 1
 
     def cols(fields: list[str]) -> np.ndarray:
-        return np.stack([data[f].astype(np.float32) for f in fields], axis=-1) if fields else np.zeros((n, 0), np.float32)
+        return (np.stack([data[f].astype(np.float32) for f in fields], axis=-1) if fields
+                else np.zeros((n, 0), np.float32))
 
     means = cols(["x", "y", "z"])
     f_dc = cols([f"f_dc_{i}" for i in range(3)])

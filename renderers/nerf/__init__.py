@@ -4,11 +4,12 @@ Public API:
 
 - :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
   settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
-- :func:`fit` — train on posed images (measured with :func:`framegraph.stream.quality.psnr`); :class:`NerfFitter` / :class:`NerfFitConfig`
-  — the same fit step by step on the shared loop, with checkpoints and exact resume; :func:`load_transforms`
-  reads posed images from an instant-ngp / nerfstudio / Blender ``transforms.json`` (the shared loader of
-  ``renderers/posed_images.py``, white background by default); ``cli.py`` holds the model's command-line
-  options (``framegraph fit-nerf`` is ``apps/fit_nerf.py``).
+- :func:`fit` — train on posed images (measured with :func:`framegraph.stream.quality.psnr`);
+  :class:`NerfFitter` / :class:`NerfFitConfig` — the same fit step by step on the shared loop, with
+  checkpoints and exact resume; :func:`load_transforms` reads posed images from an instant-ngp /
+  nerfstudio / Blender ``transforms.json`` (the shared loader of ``renderers/posed_images.py``, white
+  background by default); ``cli.py`` holds the model's command-line options (``framegraph fit-nerf`` is
+  ``apps/fit_nerf.py``).
 - :class:`NerfRenderStage` (in ``stage.py``) — a render stage for stream graphs.
 - building blocks: :func:`hash_encode` / :class:`HashGridConfig` (``hash_encoding/``), :func:`mlp`
   (``mlp/``), :class:`OccupancyGrid`, :func:`render_rays` / :func:`camera_rays` (``marcher.py``),

@@ -18,7 +18,7 @@ from .video import (
 
 __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
-    "iter_pcm16", "MediaError", "open_media", "ScaleVideo", "PRESETS", "H264Encoder", "ImageSequenceSink", "JpegEncoder",
-    "MP4Sink", "VideoFileSource", "encoder_opens", "iter_video_frames", "probe_video", "read_video", "scale_picture",
-    "video_port",
+    "iter_pcm16", "MediaError", "open_media", "ScaleVideo", "PRESETS", "H264Encoder", "ImageSequenceSink",
+    "JpegEncoder", "MP4Sink", "VideoFileSource", "encoder_opens", "iter_video_frames", "probe_video", "read_video",
+    "scale_picture", "video_port",
 ]

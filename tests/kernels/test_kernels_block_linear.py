@@ -115,7 +115,8 @@ def test_matches_diffusers_sana_linear_attention_math():
 
     query, key = torch.relu(q), torch.relu(k)
     query_rotate, key_rotate = rotate(query), rotate(key)
-    query, key, query_rotate, key_rotate, value = (t.transpose(-1, -2) for t in (query, key, query_rotate, key_rotate, v))
+    query, key, query_rotate, key_rotate, value = (t.transpose(-1, -2)
+                                                   for t in (query, key, query_rotate, key_rotate, v))
     z = 1 / (key.sum(dim=-1, keepdim=True).transpose(-2, -1) @ query + 1e-15)
     expected = (value @ key_rotate.transpose(-1, -2)) @ query_rotate * z
     torch.testing.assert_close(out, expected.transpose(-1, -2), rtol=1e-5, atol=1e-6)
@@ -133,7 +134,8 @@ def test_custom_op_registration_passes_opcheck():
     q, k, v, (cos, sin) = make_inputs(B=1, H=1, N=32, D=16, Dv=16)
     kv0, k_sum0 = random_state(1, 1, 16, 16)
     args = (q.requires_grad_(), k, v, cos, sin, kv0, k_sum0, 16, 1e-15)
-    torch.library.opcheck(torch.ops.framegraph.block_linear_attention.default, args, test_utils=("test_schema", "test_faketensor"))
+    torch.library.opcheck(torch.ops.framegraph.block_linear_attention.default, args,
+                          test_utils=("test_schema", "test_faketensor"))
 
 
 def test_traces_under_torch_compile():

@@ -43,7 +43,8 @@ def test_norm_modulate_matches_diffusers_block_sequence():
     x, scale, shift = randn(2, 16, 32), randn(2, 1, 32, seed=1), randn(2, 1, 32, seed=2)
     expected = torch.nn.LayerNorm(32, elementwise_affine=False, eps=1e-6).to(DEVICE)(x) * (1 + scale) + shift
     for backend in ("triton", "torch"):
-        torch.testing.assert_close(norm_modulate(x, scale, shift, eps=1e-6, backend=backend), expected, rtol=1e-5, atol=1e-5)
+        torch.testing.assert_close(norm_modulate(x, scale, shift, eps=1e-6, backend=backend), expected,
+                                   rtol=1e-5, atol=1e-5)
 
 
 def test_norm_modulate_accepts_rows_without_batch_and_keeps_dtype():
@@ -66,8 +67,10 @@ def test_gate_residual_triton_matches_reference(gate_shape):
 def test_custom_ops_pass_opcheck():
     x, scale, shift, weight = randn(2, 8, 32), randn(2, 1, 32, seed=1), randn(2, 1, 32, seed=2), randn(32, seed=3)
     utils = ("test_schema", "test_faketensor")
-    torch.library.opcheck(torch.ops.framegraph.norm_modulate.default, (x, scale, shift, weight, True, 1e-6), test_utils=utils)
-    torch.library.opcheck(torch.ops.framegraph.gate_residual.default, (x, randn(2, 8, 32, seed=4), scale), test_utils=utils)
+    torch.library.opcheck(torch.ops.framegraph.norm_modulate.default, (x, scale, shift, weight, True, 1e-6),
+                          test_utils=utils)
+    torch.library.opcheck(torch.ops.framegraph.gate_residual.default, (x, randn(2, 8, 32, seed=4), scale),
+                          test_utils=utils)
 
 
 @pytest.mark.parametrize(

@@ -286,7 +286,8 @@ def test_gpu_half_precision_matches_fp32_reference(dtype):
     grid = (4, 16, 32)
     q, k, v = make_inputs(grid, B=2, H=4, D=128, Dv=128, sharpness=1.0)
     expected = monarch_attention(q, k, v, grid=grid, num_iters=2, block_causal=True, backend="torch")
-    out = monarch_attention(*(t.to(dtype) for t in (q, k, v)), grid=grid, num_iters=2, block_causal=True, backend="triton")
+    out = monarch_attention(*(t.to(dtype) for t in (q, k, v)), grid=grid, num_iters=2, block_causal=True,
+                            backend="triton")
     torch.testing.assert_close(out.float(), expected, rtol=2e-2, atol=2e-2)
 
 

@@ -33,7 +33,8 @@ def test_matches_diffusers_apply_rotary_emb_on_sana_video_tables(backend):
     torch.testing.assert_close(apply_rope(x, cos, sin, backend=backend), diffusers_apply_rotary_emb(x, cos, sin))
 
 
-@pytest.mark.parametrize("shape, table_shape", [((2, 3, 20, 24), (1, 1, 20, 24)), ((20, 16), (20, 16)), ((3, 20, 16), (20, 16))])
+@pytest.mark.parametrize("shape, table_shape", [((2, 3, 20, 24), (1, 1, 20, 24)), ((20, 16), (20, 16)),
+                                                ((3, 20, 16), (20, 16))])
 def test_triton_matches_reference_forward_and_backward(shape, table_shape):
     g = torch.Generator().manual_seed(1)
     angles = torch.randn(*table_shape[:-1], table_shape[-1] // 2, generator=g).repeat_interleave(2, -1).to(DEVICE)

@@ -216,10 +216,10 @@ def test_train_cli_on_a_video_end_to_end_portrait_kind(user_video, tmp_path):
     from framegraph.stream.progress import run_with_progress
 
     out = tmp_path / "me"
-    rc = main(["avatar", "train", "--video", user_video["video"], "--kind", "portrait", "--out", str(out), "--vae-steps", "4",
-               "--steps", "4", "--distill-steps", "0", "--rollout-steps", "0", "--region", "64", "--threads", "1",
-               "--batch", "2", "--window", "4", "--dit-width", "32", "--dit-depth", "1", "--dit-heads", "2",
-               "--segment-seconds", "6"])
+    rc = main(["avatar", "train", "--video", user_video["video"], "--kind", "portrait", "--out", str(out),
+               "--vae-steps", "4", "--steps", "4", "--distill-steps", "0", "--rollout-steps", "0", "--region", "64",
+               "--threads", "1", "--batch", "2", "--window", "4", "--dit-width", "32", "--dit-depth", "1",
+               "--dit-heads", "2", "--segment-seconds", "6"])
     assert rc == 0
     assert len(list((out / "train" / "video_clips").glob("clip_*.mp4"))) == 2
     a = load_avatar(out)

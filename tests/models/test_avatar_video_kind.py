@@ -414,7 +414,8 @@ def test_two_faces_are_refused(talking, tmp_path):
     img = astronaut()
     frames = still(np.concatenate([img, img], 1), 12, fps=5)
     video = write_video(tmp_path / "two.mp4", frames, 5, talking["audio"][:12 * SR])
-    with pytest.raises(ValueError, match=r"two faces found in \d+ of \d+ sampled frames: an avatar is of one person facing the camera"):
+    with pytest.raises(ValueError, match=r"two faces found in \d+ of \d+ sampled frames: "
+                                         r"an avatar is of one person facing the camera"):
         _train(video, tmp_path)
 
 

@@ -233,7 +233,8 @@ def test_bad_input_is_refused_clearly():
         stream.generate_chunk(torch.randn(1, 3, BLOCK, H, W), text)
     with pytest.raises(ValueError, match=r"expected \[B, C=4, F, H=4, W=4\]"):
         stream.generate_chunk(torch.randn(1, C, BLOCK, H, 2 * W), text)
-    with pytest.raises(ValueError, match=r"prompt_embeds have shape \(1, 5, 8\); expected \[B=1, L, caption_channels=16\]"):
+    with pytest.raises(ValueError, match=r"prompt_embeds have shape \(1, 5, 8\); "
+                                         r"expected \[B=1, L, caption_channels=16\]"):
         stream.generate_chunk(torch.randn(1, C, BLOCK, H, W), torch.randn(1, TEXT_LEN, 8))
     for bad in ([], [500, 1000], [1000, 0], [1500], 1000):
         with pytest.raises(ValueError, match="timesteps="):
@@ -252,7 +253,8 @@ def test_bad_input_is_refused_clearly():
         SanaVideoStream(tiny_wan_vae(), latent_size=(H, W), frames_per_block=1)
 
     vae = tiny_wan_vae()
-    with pytest.raises(ValueError, match=r"latents have shape \(1, 4, 2, 4, 4\); expected \[B, z_dim=16, F >= 1, h, w\]"):
+    with pytest.raises(ValueError, match=r"latents have shape \(1, 4, 2, 4, 4\); "
+                                         r"expected \[B, z_dim=16, F >= 1, h, w\]"):
         decode_chunk(vae, torch.randn(1, 4, 2, 4, 4))
     _, state = decode_chunk(vae, torch.randn(1, 16, 1, 4, 4))
     with pytest.raises(ValueError, match=r"\(1, 4, 8\) do not continue the stream's \(1, 4, 4\)"):

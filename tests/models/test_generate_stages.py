@@ -19,7 +19,8 @@ SIZE = (32, 48)
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("stages")
     return {family: tiny_generate_folder(root / family, family) for family in ("wan", "sana")} | {
-        "a": tiny_prompt_embeds(root / "a.safetensors", seed=1), "b": tiny_prompt_embeds(root / "b.safetensors", seed=2)}
+        "a": tiny_prompt_embeds(root / "a.safetensors", seed=1),
+        "b": tiny_prompt_embeds(root / "b.safetensors", seed=2)}
 
 
 class SwitchPrompt(Stage):

@@ -121,8 +121,8 @@ def clips(tmp_path_factory):
     return folder
 
 
-TINY_RUN = dict(vae_steps=4, audio_steps=3, vae_reference=True, flow_steps=3, distill_steps=2, rollout_steps=2, batch=2, window=4, checkpoint_every=2,
-                warmup=1, dit_overrides=dict(width=32, depth=1, heads=2))
+TINY_RUN = dict(vae_steps=4, audio_steps=3, vae_reference=True, flow_steps=3, distill_steps=2, rollout_steps=2, batch=2,
+                window=4, checkpoint_every=2, warmup=1, dit_overrides=dict(width=32, depth=1, heads=2))
 
 
 def test_training_runs_every_phase_and_resumes(clips, tmp_path):

@@ -110,7 +110,8 @@ def test_composite_stage_in_a_graph_pastes_every_frame_into_the_portrait():
     assert bg.shape == (256, 256, 3) and stage.mask.shape == (128, 128)
     assert stage.inputs["face"].shape == (64, 64, 3) and stage.outputs["video"].shape == (256, 256, 3)
     g = Graph(Clock("fast"))
-    src, comp, sink = g.add(Faces(4, 64)), g.add(stage), g.add(RecordingSink({"video": PortSpec((256, 256, 3), torch.uint8)}))
+    src, comp, sink = (g.add(Faces(4, 64)), g.add(stage),
+                       g.add(RecordingSink({"video": PortSpec((256, 256, 3), torch.uint8)})))
     g.connect(src, comp)
     g.connect(comp, sink)
     g.run(timeout=60)

@@ -70,7 +70,8 @@ def test_interpolation_conventions():
     assert torch.equal(interpolate(x0, eps, torch.ones(3)), eps)
     t = torch.rand(3, 5)  # per frame of [B, C, T, h, w]
     x_t = interpolate(x0, eps, t)
-    assert torch.allclose(x_t[:, :, 2], (1 - t[:, 2, None, None, None]) * x0[:, :, 2] + t[:, 2, None, None, None] * eps[:, :, 2])
+    assert torch.allclose(x_t[:, :, 2],
+                          (1 - t[:, 2, None, None, None]) * x0[:, :, 2] + t[:, 2, None, None, None] * eps[:, :, 2])
     assert torch.allclose(predict_x0(x_t, eps - x0, t), x0, atol=1e-6)
     with pytest.raises(ValueError, match="expected"):
         expand_time(torch.rand(3, 4), x0)
@@ -100,7 +101,8 @@ def test_many_step_sampler_recovers_a_2d_mixture():
 
 def test_renoise_sampler_matches_euler_for_one_step_and_stays_on_the_data():
     eps = torch.randn(256, 3, dtype=torch.float64)
-    assert torch.allclose(sample_euler(straight_field, eps, steps=1, renoise=True), sample_euler(straight_field, eps, steps=1))
+    assert torch.allclose(sample_euler(straight_field, eps, steps=1, renoise=True),
+                          sample_euler(straight_field, eps, steps=1))
     x = sample_euler(marginal_field, eps, steps=4, renoise=True, generator=torch.Generator().manual_seed(0))
     assert abs(x.mean().item() - MU) < 0.1
 

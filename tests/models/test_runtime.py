@@ -61,7 +61,8 @@ def test_a_stage_computes_with_the_injected_engine():
     for name, engine in (("default", TorchDiT), ("counted", CountingDiT)):
         g = Graph(Clock("fast"))
         src = g.add(IterableSource(feats, PortSpec((c.audio_dim,)), port="features", name="features"))
-        state = g.add(IterableSource([torch.tensor([0.0, 1.0, 0.0, 1.0])] * 3, PortSpec((4,)), port="state", name="state"))
+        state = g.add(IterableSource([torch.tensor([0.0, 1.0, 0.0, 1.0])] * 3, PortSpec((4,)), port="state",
+                                     name="state"))
         den = g.add(Denoiser(a.dit, a.reference_latent(), steps=1, engine=engine))
         sink = g.add(RecordingSink({"latent": den.outputs["latent"]}))
         g.connect(src, den, "features")

@@ -291,7 +291,8 @@ def test_triton_slice_is_differentiable_like_the_reference():
     g = _random_gaussians(40, seed=9, device=DEVICE)
     weights = [w.to(DEVICE) for w in (torch.randn(40, 3), torch.randn(40, 6), torch.randn(40))]
     grads = {}
-    for name, fn in (("torch", lambda *a: ref.slice_gaussians(*a)), ("triton", partial(slice_gaussians, backend="triton"))):
+    for name, fn in (("torch", lambda *a: ref.slice_gaussians(*a)),
+                     ("triton", partial(slice_gaussians, backend="triton"))):
         inputs = [x.clone().requires_grad_(True) for x in g.values()]
         outs = fn(*inputs, 0.6)
         sum((o * w).sum() for o, w in zip(outs[:3], weights)).backward()

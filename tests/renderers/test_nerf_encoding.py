@@ -94,7 +94,8 @@ def test_encoding_is_continuous_across_cell_boundaries():
     hi = hash_encode_reference(x + torch.tensor([eps, 0, 0], dtype=torch.float64), table, cfg)
     assert float((hi - lo).abs().max()) < 1e-6
     # and points are clamped into the unit cube
-    torch.testing.assert_close(hash_encode_reference(x * 0 + 1.5, table, cfg), hash_encode_reference(x * 0 + 1, table, cfg))
+    torch.testing.assert_close(hash_encode_reference(x * 0 + 1.5, table, cfg),
+                               hash_encode_reference(x * 0 + 1, table, cfg))
 
 
 def test_reference_gradient_scatters_weights_into_the_table():
@@ -110,7 +111,8 @@ def test_reference_gradient_scatters_weights_into_the_table():
 
 
 @pytest.mark.parametrize("cfg", [SMALL, HashGridConfig(n_levels=8, log2_table_size=12, finest_resolution=256),
-                                 HashGridConfig(n_levels=3, log2_table_size=16, base_resolution=4, finest_resolution=16)])
+                                 HashGridConfig(n_levels=3, log2_table_size=16, base_resolution=4,
+                                                finest_resolution=16)])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 def test_vectorized_matches_the_reference_values_and_gradients(cfg, dtype):
     g = torch.Generator().manual_seed(6)

@@ -10,7 +10,8 @@ from framegraph.renderers.nerf.hash_encoding import HashGridConfig
 from framegraph.renderers.nerf.mlp import init_weights, mlp, mlp_forward
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
-needs_triton = pytest.mark.skipif(not triton_available(torch.device(DEV)), reason="triton (or its interpreter) not available")
+needs_triton = pytest.mark.skipif(not triton_available(torch.device(DEV)),
+                                  reason="triton (or its interpreter) not available")
 
 
 @needs_triton

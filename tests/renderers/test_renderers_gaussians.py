@@ -44,7 +44,8 @@ def _bf_rotation(q):
     cross[:, 0, 1], cross[:, 0, 2], cross[:, 1, 2] = -v[:, 2], v[:, 1], -v[:, 0]
     cross = cross - cross.transpose(1, 2)
     # Rodrigues form of a unit quaternion: (w^2 - |v|^2) I + 2 v v^T + 2 w [v]x
-    return (w * w - (v * v).sum(1, keepdim=True))[:, :, None] * eye + 2 * v[:, :, None] * v[:, None, :] + 2 * w[:, :, None] * cross
+    return ((w * w - (v * v).sum(1, keepdim=True))[:, :, None] * eye + 2 * v[:, :, None] * v[:, None, :]
+            + 2 * w[:, :, None] * cross)
 
 
 def _bf_sh(degree, d, coeffs):
@@ -98,8 +99,10 @@ def brute_force(means, quats, scales, opacities, colors, viewmats, Ks, width, he
             x, y, z = p[i]
             if not near <= z <= far:
                 continue
-            limx = (1.3 * 0.5 * width / fx, (width - cx) / fx + 0.3 * 0.5 * width / fx, cx / fx + 0.3 * 0.5 * width / fx)
-            limy = (1.3 * 0.5 * height / fy, (height - cy) / fy + 0.3 * 0.5 * height / fy, cy / fy + 0.3 * 0.5 * height / fy)
+            limx = (1.3 * 0.5 * width / fx, (width - cx) / fx + 0.3 * 0.5 * width / fx,
+                    cx / fx + 0.3 * 0.5 * width / fx)
+            limy = (1.3 * 0.5 * height / fy, (height - cy) / fy + 0.3 * 0.5 * height / fy,
+                    cy / fy + 0.3 * 0.5 * height / fy)
             u = min(max(x / z, -limx[2]), limx[1])
             v = min(max(y / z, -limy[2]), limy[1])
             J = torch.stack([torch.stack([fx / z, 0 * z, -fx * u / z]), torch.stack([0 * z, fy / z, -fy * v / z])])
@@ -299,7 +302,8 @@ def test_triton_backward_matches_autograd_through_reference():
     bg = torch.rand(C, 4, generator=torch.Generator().manual_seed(7)).to(DEVICE)
 
     grads = {}
-    for name, fn in (("torch", reference.rasterize_to_pixels), ("triton", partial(rasterize_to_pixels, backend="triton"))):
+    for name, fn in (("torch", reference.rasterize_to_pixels),
+                     ("triton", partial(rasterize_to_pixels, backend="triton"))):
         inputs = [t.detach().clone().requires_grad_(True) for t in (means2d, conics, colors, opac, bg)]
         img, alpha = fn(*inputs[:4], W, H, 16, offsets, flatten_ids, backgrounds=inputs[4])
         _loss(img, alpha).backward()

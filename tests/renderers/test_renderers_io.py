@@ -118,7 +118,8 @@ def test_truncated_header_and_not_ply(tmp_path):
     (tmp_path / "n.ply").write_bytes(b"\x00\x01 not a ply")
     with pytest.raises(SceneError, match=r"n\.ply: not a PLY file"):
         load_ply(tmp_path / "n.ply")
-    (tmp_path / "g.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 1\nbogus line\nend_header\n")
+    (tmp_path / "g.ply").write_bytes(b"ply\nformat binary_little_endian 1.0\nelement vertex 1\nbogus line\n"
+                                     b"end_header\n")
     with pytest.raises(SceneError, match="unknown PLY header line"):
         load_ply(tmp_path / "g.ply")
 
@@ -163,7 +164,8 @@ def test_zero_quaternion_and_overflowing_scale(tmp_path):
 
 
 def test_too_large_for_device_is_refused_before_allocation(tmp_path, monkeypatch):
-    with pytest.raises(SceneTooLargeError, match=r"10,000,000 Gaussians .* need about .* MiB on cpu, but only 1\.0 MiB"):
+    with pytest.raises(SceneTooLargeError, match=r"10,000,000 Gaussians .* need about .* MiB on cpu, "
+                                                 r"but only 1\.0 MiB"):
         check_fits(10_000_000, "cpu", 3, available=2**20)
     assert check_fits(1000, "cpu", 3, available=2**30) > 0
 

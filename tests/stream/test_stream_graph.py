@@ -113,7 +113,8 @@ def test_shape_mismatch_names_both_stages():
     g = Graph()
     s, k = g.add(CountSource(shape=(4,))), g.add(Collect(shape=(5,)))
     g.connect(s, k)
-    with pytest.raises(GraphError, match=r"src\.x -> sink\.x: shape mismatch: 'src' produces \[4\].*'sink' expects \[5\]"):
+    with pytest.raises(GraphError, match=r"src\.x -> sink\.x: shape mismatch: "
+                                         r"'src' produces \[4\].*'sink' expects \[5\]"):
         g.start()
 
 

@@ -228,8 +228,8 @@ class FrameMeter(Stage):
     with ``landmarks`` (a :class:`~.evaluate_real.LandmarkMeter`) also its landmark columns.
     """
 
-    def __init__(self, avatar: PortraitAvatar, mouth_box, *, real=None, drawn=None, landmarks: LandmarkMeter | None = None,
-                 name: str = "meter"):
+    def __init__(self, avatar: PortraitAvatar, mouth_box, *, real=None, drawn=None,
+                 landmarks: LandmarkMeter | None = None, name: str = "meter"):
         super().__init__(name)
         self.landmarks = landmarks
         self.inputs = {"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8, "cpu")}
@@ -323,8 +323,8 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
     }
 
 
-def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None, steps: int | None = None, seed: int = 0,
-                    progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
+def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None, steps: int | None = None,
+                    seed: int = 0, progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
                     runtime: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
     """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring; ``truth``
     None: a real clip without a JSON — only the measures against its real frames, no mouth ground truth).
@@ -380,8 +380,8 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
     has_truth = truth.get("truth", True) is not False and all("jaw_open" in f for f in frames_gt[:n])
     jaw = np.array([float(f["jaw_open"]) for f in frames_gt[:n]]) if has_truth else None
     states = [f.get("state") for f in frames_gt[:n]]
-    out = {"mouth_ground_truth": has_truth, "clip": os.fspath(clip), "frames_generated": int(len(meter.rows)), "audio_in_output": has_audio,
-           "steps": steps or avatar.steps, "runtime": runtime,
+    out = {"mouth_ground_truth": has_truth, "clip": os.fspath(clip), "frames_generated": int(len(meter.rows)),
+           "audio_in_output": has_audio, "steps": steps or avatar.steps, "runtime": runtime,
            "openness_estimator": "inner-mouth (dark) pixels / mouth width, px; see models/avatar/evaluate.py",
            "identity": "SSIM / PSNR vs the portrait in the face crop outside the mouth motion region, head pose "
                        "registered (affine ECC); generated frames measured before the video codec",
@@ -400,7 +400,8 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
                                                                   "face_psnr_db", "mouth_region_psnr_db")}})
         out["per_minute"] = table
         first_m, last_m = table[0], table[-1]
-        diff = lambda k: None if first_m[k] is None or last_m[k] is None else round(last_m[k] - first_m[k], 3)  # noqa: E731
+        diff = lambda k: (None if first_m[k] is None or last_m[k] is None  # noqa: E731
+                          else round(last_m[k] - first_m[k], 3))
         out["drift"] = {"minutes": len(table), "identity_psnr_db_change": diff("identity_psnr_db"),
                         "face_psnr_db_change": diff("face_psnr_db"),
                         "mouth_region_psnr_db_change": diff("mouth_region_psnr_db"),

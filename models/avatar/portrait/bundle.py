@@ -136,9 +136,9 @@ class PortraitAvatar(PictureSize):
         budget_ms = settings.budget_ms
         if budget_ms is None and settings.live:
             budget_ms = 1000.0 * self.chunk_frames / self.fps  # a chunk in the time it lasts
-        den = graph.add(Denoiser(self.dit, self.reference_latent(), steps=settings.steps or self.steps, shift=self.shift,
-                                 chunk_frames=self.chunk_frames, seed=settings.seed, budget_ms=budget_ms,
-                                 device=settings.device, torch_threads=settings.torch_threads,
+        den = graph.add(Denoiser(self.dit, self.reference_latent(), steps=settings.steps or self.steps,
+                                 shift=self.shift, chunk_frames=self.chunk_frames, seed=settings.seed,
+                                 budget_ms=budget_ms, device=settings.device, torch_threads=settings.torch_threads,
                                  max_lag_ms=settings.max_lag_ms, engine=engines.dit))
         dec = graph.add(VAEDecode(self.vae, size=self.region_size, chunk_frames=self.chunk_frames, fps=self.fps,
                                   device=settings.device, reference=self.region()[0], engine=engines.vae))
@@ -242,9 +242,9 @@ def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         vae = VideoVAE(**{**TINY_VAE, "sample_size": region_size, **(vae_config or {})}).eval()
-        dit = AvatarDiT(**{"latent_channels": vae.latent_channels, "sample_size": region_size // vae.spatial_compression,
-                           "width": 32, "depth": 2, "heads": 2, "audio_past_frames": 1, "backend": "torch",
-                           **(dit_config or {})}).eval()
+        dit = AvatarDiT(**{"latent_channels": vae.latent_channels,
+                           "sample_size": region_size // vae.spatial_compression, "width": 32, "depth": 2, "heads": 2,
+                           "audio_past_frames": 1, "backend": "torch", **(dit_config or {})}).eval()
     audio = default_encoder(seed)
     return PortraitAvatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=tuple(int(v) for v in crop_box),
                   region_size=region_size, mouth_box=None if mouth_box is None else tuple(mouth_box), fps=fps,

@@ -120,7 +120,8 @@ class OrtDiTStream:
     def frames(self) -> int:
         return self.sets[self.parity].frames
 
-    def velocity(self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> torch.Tensor:
+    def velocity(self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor,
+                 state_label: torch.Tensor) -> torch.Tensor:
         """``x [1, C, k, h, w]``, ``t [1]``, ``audio [1, k, F]``, ``state_label [1, k, S]`` → velocity (a buffer
         reused by the next call)."""
         io, g = self.vio[self.parity], self.velocity_graph

@@ -15,9 +15,9 @@ Files written by :func:`export_avatar` (shapes fixed by the bundle: batch 1, its
   + reference region in, frames + the whole decoder cache out) and of the next ones (latent + temporal
   cache + reference features in, frames + next temporal cache out).
 
-``manifest.json`` (:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`) records the opset, every input / output with its meaning and shape,
-and the hash of the bundle the files came from. The export traces the models' readable torch path
-(the kernels' ``"torch"`` backend, :mod:`framegraph.kernels.backend`).
+``manifest.json`` (:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`) records the opset, every
+input / output with its meaning and shape, and the hash of the bundle the files came from. The export traces
+the models' readable torch path (the kernels' ``"torch"`` backend, :mod:`framegraph.kernels.backend`).
 """
 from __future__ import annotations
 
@@ -83,7 +83,8 @@ def stream_from_inputs(model, ref, history, flat):
     """A :class:`~framegraph.models.dit.state.DiTStreamState` over graph inputs (per layer ``kv, k_sum,
     ffn_cache``, then per layer ``ref_k, ref_v`` when the model has identity tokens)."""
     depth = len(model.blocks)
-    layers = [LayerStreamState(LinearAttentionState(flat[3 * i], flat[3 * i + 1]), flat[3 * i + 2]) for i in range(depth)]
+    layers = [LayerStreamState(LinearAttentionState(flat[3 * i], flat[3 * i + 1]), flat[3 * i + 2])
+              for i in range(depth)]
     rest = flat[3 * depth:]
     ref_kv = [(rest[2 * i], rest[2 * i + 1]) for i in range(depth)] if rest else [None] * depth
     return DiTStreamState(ref=ref, ref_kv=ref_kv, layers=layers, audio_history=history)
@@ -167,7 +168,8 @@ DIT_MEANING = {"x0": "clean latent block to commit", "x": "noisy latent block", 
                "audio_history": "audio features of the last committed frames", "audio": "audio features per frame",
                "state_label": "speaking-state label per frame", "ref_k": "identity cross-attention keys (layer i)",
                "ref_v": "identity cross-attention values (layer i)", "ref": "reference latent (identity)",
-               "kv": "linear-attention numerator sums (layer i)", "k_sum": "linear-attention denominator sums (layer i)",
+               "kv": "linear-attention numerator sums (layer i)",
+               "k_sum": "linear-attention denominator sums (layer i)",
                "ffn_cache": "FFN temporal cache (layer i)", "rope": "rotary tables of the block's stream positions",
                "velocity": "predicted velocity eps - x0"}
 
@@ -224,7 +226,8 @@ def _export_vae(avatar, out_dir: str) -> dict:
                "reference features)"}
     return {"vae_first": {"file": "vae_first.onnx", "inputs": io_entries(first_in, first_args, meaning),
                           "outputs": io_entries(first_out, (frames, *(cache[k] for k in keys)), meaning)},
-            "vae_next": {"file": "vae_next.onnx", "inputs": io_entries(next_in, (z, *(cache[k] for k in keys)), meaning),
+            "vae_next": {"file": "vae_next.onnx",
+                         "inputs": io_entries(next_in, (z, *(cache[k] for k in keys)), meaning),
                          "outputs": io_entries(next_out, (frames, *(cache[k] for k in temporal)), meaning)},
             "vae_cache": {"temporal": temporal, "reference": reference}}
 

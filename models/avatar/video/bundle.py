@@ -324,4 +324,5 @@ def torch_engines(avatar, settings):
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
-           "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]
+           "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
+           "MIN_MODEL_SIZE"]

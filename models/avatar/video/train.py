@@ -297,10 +297,11 @@ def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
 def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
     """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
     if openness.std() < least:
-        raise MediaError(path, f"the lips barely move in it (mouth openness {openness.min():.3f}..{openness.max():.3f}, "
-                               f"std {openness.std():.4f}, at least {least:g} needed; someone talking ranges over "
-                               f"about 0.0..0.3): the avatar learns the person's mouth shapes from the video, so it "
-                               f"must show them talking, with their own voice as its sound")
+        raise MediaError(path, f"the lips barely move in it (mouth openness "
+                               f"{openness.min():.3f}..{openness.max():.3f}, std {openness.std():.4f}, at least "
+                               f"{least:g} needed; someone talking ranges over about 0.0..0.3): the avatar learns the "
+                               f"person's mouth shapes from the video, so it must show them talking, with their own "
+                               f"voice as its sound")
 
 
 def _check_config(cfg: VideoTrainConfig) -> None:

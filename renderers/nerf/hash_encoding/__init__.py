@@ -16,8 +16,8 @@ from .reference import PRIMES, HashGridConfig, init_table, level_corners, spatia
 from .reference import hash_encode as hash_encode_reference
 from .vectorized import hash_encode as hash_encode_vectorized
 
-__all__ = ["HashGridConfig", "hash_encode", "hash_encode_reference", "hash_encode_vectorized", "init_table", "level_corners",
-           "spatial_hash", "PRIMES"]
+__all__ = ["HashGridConfig", "hash_encode", "hash_encode_reference", "hash_encode_vectorized", "init_table",
+           "level_corners", "spatial_hash", "PRIMES"]
 
 OP = "hash_encode"
 

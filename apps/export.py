@@ -63,8 +63,8 @@ def _models(text: str | None):
 def run(args: argparse.Namespace) -> int:
     if args.generate is not None:
         return _run_generate(args)
-    from framegraph.models.avatar import RunSettings, load_avatar
-    from framegraph.models.avatar.portrait.onnx import export_avatar
+    from framegraph.models import runtime
+    from framegraph.models.avatar import RunSettings, load_avatar, onnx_dir
 
     if args.int8 is None and (args.int8_models is not None or args.calibration is not None):
         print(
@@ -81,9 +81,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"framegraph export: error: --calibration {args.calibration!r} does not exist", file=sys.stderr)
         return 2
     avatar = load_avatar(args.avatar)
-    out = args.out or avatar.onnx_dir(RunSettings())
+    if args.int8:
+        runtime.check(f"avatar-{avatar.kind}", "onnx-int8")  # a kind without int8 says so before the export
+    out = args.out or onnx_dir(avatar, RunSettings())
     t0 = time.perf_counter()
-    manifest = export_avatar(avatar, out)
+    manifest = avatar.export_onnx(out)
     files = ", ".join(f["file"] for f in manifest["files"].values() if "file" in f)
     print(
         f"exported {args.avatar} (bundle {manifest['bundle_hash'][:12]}, opset {manifest['opset']}) to {out} in "

@@ -13,13 +13,23 @@
 - :mod:`.clips`: a person's talking video → training clips (what both kinds train on).
 - :mod:`.eval`: measuring an avatar — against synthetic ground truth, and against a person's real frames.
 """
-from .base import AVATAR_JSON, STATE_MODES, AvatarBundle, AvatarError, AvatarStages, RunSettings, StateOverride
+from .base import (
+    AVATAR_JSON,
+    STATE_MODES,
+    AvatarBundle,
+    AvatarError,
+    AvatarStages,
+    RunSettings,
+    StateOverride,
+    onnx_dir,
+)
 from .bundle import KINDS, load_avatar
 from .graph import LIVE_MAX_LAG_MS, AvatarGraph, build_avatar_graph, render_avatar_graph
 from .portrait.bundle import SMALL_VAE, TINY_VAE, PortraitAvatar, random_avatar, save_avatar
 from .video.bundle import VideoAvatar, random_video_avatar, save_video_avatar
 
 __all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages", "RunSettings", "StateOverride",
+           "onnx_dir",
            "KINDS", "load_avatar", "LIVE_MAX_LAG_MS", "AvatarGraph", "build_avatar_graph", "render_avatar_graph",
            "SMALL_VAE", "TINY_VAE", "PortraitAvatar", "random_avatar", "save_avatar", "VideoAvatar",
            "random_video_avatar", "save_video_avatar"]

@@ -9,6 +9,7 @@ between; it never asks which kind it holds.
 from __future__ import annotations
 
 import json
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +34,8 @@ class RunSettings:
     """How one run uses a bundle (what :func:`~.graph.build_avatar_graph` was asked for).
 
     Attributes:
-        runtime: where the models compute (:mod:`framegraph.models.runtime`); a kind refuses one it lacks.
+        runtime: where the models compute (:mod:`framegraph.models.runtime`; a kind's engines are registered
+            as model ``"avatar-<kind>"``); a kind refuses one it lacks.
         device: where the torch models run and the ports live ("cpu", "cuda").
         vad: the speaking state from Silero VAD (None: the bundle's setting).
         steps: sampler steps of a kind that samples (the portrait's DiT, 1–4; None: the bundle's).
@@ -135,9 +137,24 @@ class AvatarBundle(Protocol):
     def region_size(self) -> int:
         """Side in px of the square region the models generate."""
 
+    def export_onnx(self, out_dir: str) -> dict:
+        """Write the ONNX files of this bundle's models and their manifest into ``out_dir`` (what the ``onnx``
+        runtime reads; ``framegraph export --avatar``); returns the manifest."""
+
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """Add the stages that turn ``source``'s ``"audio"`` (``int16 [320]``, 16 kHz) into the picture, connected
         (starting with :func:`add_audio_side`), computing on ``settings.runtime``."""
+
+
+def onnx_dir(bundle, settings: RunSettings) -> str:
+    """The ONNX export a run on an ``onnx`` runtime reads: ``settings.onnx_dir``, else ``<bundle>/onnx`` (where
+    ``framegraph export --avatar`` writes by default)."""
+    if settings.onnx_dir is not None:
+        return settings.onnx_dir
+    if bundle.root is None:
+        raise ValueError("the avatar was not loaded from a folder; give the export folder (onnx_dir, the output of "
+                         "`framegraph export --avatar`)")
+    return os.path.join(bundle.root, "onnx")
 
 
 class PictureSize:
@@ -183,4 +200,4 @@ def load_part(root: Path, part: str, cls):
 
 
 __all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarError", "RunSettings", "StateOverride", "AvatarStages",
-           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part"]
+           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part", "onnx_dir"]

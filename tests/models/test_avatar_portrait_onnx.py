@@ -9,8 +9,9 @@ import torch
 pytest.importorskip("onnx")
 
 from framegraph.models.audio.features import StreamingFeatures
+from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.avatar import random_avatar
-from framegraph.models.avatar.portrait.engines import AvatarExport, OrtAudioEncoder, OrtDiTStream
+from framegraph.models.avatar.portrait.engines import AvatarExport, OrtDiTStream
 from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 from framegraph.models.dit.generate import generate_block
 from framegraph.models.onnx import ExportError, OrtVAEStream

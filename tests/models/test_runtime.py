@@ -13,7 +13,7 @@ def test_the_registry_lists_each_models_runtimes():
     import framegraph.models.generate  # noqa: F401  (a model registers its engines when it is imported)
 
     assert runtime.runtimes("avatar-portrait") == ("torch", "onnx", "onnx-int8")
-    assert runtime.runtimes("avatar-video") == ("torch",)
+    assert runtime.runtimes("avatar-video") == ("torch", "onnx")
     assert runtime.runtimes("generate-vae") == ("torch", "onnx")
     with pytest.raises(ValueError, match="runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
         runtime.check("avatar-portrait", "tensorrt")
@@ -22,8 +22,8 @@ def test_the_registry_lists_each_models_runtimes():
 
 
 def test_a_video_avatar_refuses_a_runtime_it_lacks():
-    with pytest.raises(ValueError, match="avatar-video runs on torch, not 'onnx'"):
-        build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx")
+    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+        build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx-int8")
 
 
 def test_an_onnx_runtime_without_an_export_names_the_export_command(tmp_path):

@@ -37,6 +37,7 @@ from framegraph.stream.files import write_json
 
 from ..base import AVATAR_JSON, AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
+from .onnx import export_avatar
 
 FORMAT_VERSION = 1
 PORTRAIT_FILE = "portrait.png"
@@ -114,15 +115,9 @@ class PortraitAvatar(PictureSize):
         portrait (default feathered ellipse)."""
         return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device)
 
-    def onnx_dir(self, settings: RunSettings) -> str:
-        """The ONNX export a run on an ``onnx`` runtime reads: ``settings.onnx_dir``, else ``<bundle>/onnx``
-        (where ``framegraph export --avatar`` writes by default)."""
-        if settings.onnx_dir is not None:
-            return settings.onnx_dir
-        if self.root is None:
-            raise ValueError("the avatar was not loaded from a folder; give the export folder (onnx_dir, the output "
-                             "of `framegraph export --avatar`)")
-        return os.path.join(self.root, "onnx")
+    def export_onnx(self, out_dir: str) -> dict:
+        """The ONNX export of the three models (:func:`~.onnx.export_avatar`)."""
+        return export_avatar(self, out_dir)
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~framegraph.models.dit.Denoiser`

@@ -20,12 +20,14 @@ from typing import NamedTuple
 import torch
 
 from framegraph.models import runtime
+from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.dit import TorchDiT
 from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, default_threads
 from framegraph.models.onnx.manifest import check_int8_file, int8_parts
 from framegraph.models.sampler import sample_euler
 from framegraph.models.vae import TorchVAE
 
+from ..base import onnx_dir
 from .onnx import MODELS, dit_state_names, dit_state_outputs, load_manifest
 
 
@@ -55,26 +57,6 @@ class AvatarExport(CheckedExport):
                             "re-run `framegraph export --avatar BUNDLE --int8` into this folder")
             return g
         return super().graph(key, threads)
-
-
-class OrtAudioEncoder:
-    """``log_mel float32 [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` on ORT (the callable
-    :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``). Its window is a
-    column slice of the rolling mel context, so it is made dense first (one copy of ``n_mels × T`` floats,
-    a few KB); the output is written by ORT straight into the returned tensor."""
-
-    def __init__(self, graph: OrtGraph, receptive_field: int, feature_dim: int):
-        self.graph, self.r, self.d = graph, receptive_field, feature_dim
-        self.graphs = {"audio": graph}
-        self.io = graph.binding()
-
-    def __call__(self, log_mel: torch.Tensor) -> torch.Tensor:
-        log_mel = log_mel.float().contiguous()
-        out = torch.empty(1, self.d, log_mel.shape[-1] - self.r + 1)
-        self.graph.bind(self.io, "log_mel", log_mel)
-        self.graph.bind(self.io, "features", out, output=True)
-        self.graph.run(self.io)
-        return out
 
 
 class OrtDiTStream:
@@ -179,7 +161,7 @@ def _ort_engines(avatar, settings, *, int8: bool) -> PortraitEngines:
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r} (use runtime "
                          f"'torch' on a GPU)")
-    export = AvatarExport(avatar.onnx_dir(settings), avatar, int8=int8)
+    export = AvatarExport(onnx_dir(avatar, settings), avatar, int8=int8)
     n = settings.torch_threads or default_threads()
     files = export.manifest["files"]
     return PortraitEngines(
@@ -204,5 +186,5 @@ def onnx_int8_engines(avatar, settings) -> PortraitEngines:
     return _ort_engines(avatar, settings, int8=True)
 
 
-__all__ = ["PortraitEngines", "AvatarExport", "OrtAudioEncoder", "OrtDiTStream", "OrtDiT", "torch_engines",
+__all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines",
            "onnx_engines", "onnx_int8_engines"]

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from framegraph.kernels.block_linear_attention import LinearAttentionState
+from framegraph.models.audio.onnx import export_audio_encoder
 from framegraph.models.dit.state import DiTStreamState, LayerStreamState
 from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash, write_manifest
 from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
@@ -50,17 +51,6 @@ def load_manifest(export_dir: str, avatar) -> dict:
     :class:`~framegraph.models.onnx.ExportError`)."""
     return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar_hash(avatar), parts=PARTS,
                           hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`", extra=("vae_cache",))
-
-
-class AudioGraph(nn.Module):
-    """``log_mel [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` (the encoder's forward)."""
-
-    def __init__(self, encoder):
-        super().__init__()
-        self.encoder = encoder
-
-    def forward(self, log_mel):
-        return self.encoder(log_mel)
 
 
 def dit_state_names(depth: int, identity: bool) -> list[str]:
@@ -146,22 +136,11 @@ def export_avatar(avatar, out_dir: str) -> dict:
     require_onnx()
     os.makedirs(out_dir, exist_ok=True)
     files = {}
-    files["audio"] = _export_audio(avatar.audio.float().eval(), out_dir)
+    files["audio"] = export_audio_encoder(avatar.audio.float().eval(), out_dir)
     files.update(_export_dit(avatar, out_dir))
     files.update(_export_vae(avatar, out_dir))
     return write_manifest(out_dir, {"format": FORMAT, "opset": OPSET, "bundle_hash": avatar_hash(avatar),
                                     "bundle": avatar.root, "torch": torch.__version__, "files": files})
-
-
-def _export_audio(enc, out_dir: str) -> dict:
-    mel = enc.silence(enc.receptive_field + 3)[None]
-    export_module(AudioGraph(enc), (mel,), os.path.join(out_dir, "audio.onnx"), ["log_mel"], ["features"],
-            {"log_mel": {2: "T"}, "features": {2: "T_out"}})
-    return {"file": "audio.onnx", "receptive_field": enc.receptive_field,
-            "inputs": [{"name": "log_mel", "shape": [1, enc.config.n_mels, "T"], "dtype": "float32",
-                        "meaning": "log-mel frames: R - 1 frames of context (the streaming state), then the new ones"}],
-            "outputs": [{"name": "features", "shape": [1, enc.feature_dim, "T - R + 1"], "dtype": "float32",
-                         "meaning": "one feature vector per new mel frame"}]}
 
 
 DIT_MEANING = {"x0": "clean latent block to commit", "x": "noisy latent block", "t": "time in [0, 1] (1 = noise)",

@@ -43,6 +43,7 @@ from framegraph.stream.media import MediaError, read_video
 from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
+from .onnx import export_video_avatar
 from .stages import MouthRegion, MouthShape
 
 KIND = "video"
@@ -181,14 +182,16 @@ class VideoAvatar(PictureSize):
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
         :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on
-        the CPU in torch, whatever ``settings.device`` (the loop frames live there)."""
-        runtime.check("avatar-video", settings.runtime)
+        the CPU, whatever ``settings.device`` (the loop frames live there): in torch, or the audio encoder and the
+        generator on ONNX Runtime (:mod:`.onnx`)."""
+        engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
-        features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad), "cpu")
+        features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
+                                                                      engine=engines.audio), "cpu")
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle))
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms,
-                                                  torch_threads=settings.torch_threads))
+                                                  torch_threads=settings.torch_threads, engine=engines.generator))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
@@ -196,6 +199,10 @@ class VideoAvatar(PictureSize):
         graph.connect(loop, region, "box", "box", capacity=2)
         graph.connect(shape, region, "shape", "shape", capacity=4)
         return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
+
+    def export_onnx(self, out_dir: str) -> dict:
+        """The ONNX export of the audio encoder and the generator (:func:`~.onnx.export_video_avatar`)."""
+        return export_video_avatar(self, out_dir)
 
     def settings(self) -> dict:
         return {"kind": KIND, "format_version": FORMAT_VERSION, "size": [self.width, self.height],
@@ -315,12 +322,6 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
                        reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
                        shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
                        vad=False)
-
-
-@runtime.register("avatar-video", "torch")
-def torch_engines(avatar, settings):
-    """The video avatar runs its small models on torch only (nothing to choose)."""
-    return None
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",

@@ -101,6 +101,8 @@ class MouthRegion(Stage):
             arrived longer ago than this, is skipped (``frames_skipped``; :meth:`~framegraph.stream.Stage.stale`),
             so a slow machine shows fewer frames, each from the freshest audio, never a growing delay.
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
+        engine: what runs the generator (its runtime, :mod:`framegraph.models.runtime`): ``engine(generator)``
+            → a function called as the generator is; None: the torch model itself.
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]``; out
     ``"video"`` ``uint8 [H, W, 3]`` (pts and flags of the frame).
@@ -108,9 +110,11 @@ class MouthRegion(Stage):
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
-                 max_lag_ms: float | None = None, torch_threads: int | None = None, name: str = "mouth_region"):
+                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None,
+                 name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.eval()
+        self.draw = self.generator if engine is None else engine(self.generator)
         S = int(mask.shape[0])
         self.size, self.side = S, int(box_side)
         self.mask = mask.float()[None, None]  # [1, 1, S, S]
@@ -144,7 +148,7 @@ class MouthRegion(Stage):
             torch.set_num_threads(self.torch_threads)
         self.frames_skipped = 0
         L = self.side  # the first call of each kernel at a new size is the slow one: run the picture path
-        warmed = _WARMED.setdefault(self.generator, set())  # (redraw, texture, paste) once per process and
+        warmed = _WARMED.setdefault(self.draw, set())  # (redraw, texture, paste) once per process, engine and
         if (L, self.texture is not None) not in warmed:  # size, on a frame the box's size, not on a user's frame
             self.picture(torch.zeros(L, L, 3, dtype=torch.uint8), (0, 0, L, L),
                          torch.zeros(self.generator.config.shape_dim))
@@ -155,7 +159,7 @@ class MouthRegion(Stage):
         """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
         region = crop_frames(frame[None], tuple(int(v) for v in box), self.size)
         x = region.permute(0, 3, 1, 2).float() / 255.0
-        y = self.generator(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
+        y = self.draw(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     @torch.inference_mode()

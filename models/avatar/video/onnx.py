@@ -1,0 +1,111 @@
+"""The video avatar on ONNX Runtime: its export and its engines (runtime ``"onnx"`` of model ``"avatar-video"``).
+
+Files written by :func:`export_video_avatar` (shapes fixed by the bundle: batch 1, its region size ``S``):
+
+- ``audio.onnx``: the audio encoder's conv stack (:func:`~framegraph.models.audio.onnx.export_audio_encoder`).
+- ``generator.onnx``: :class:`~.lipsync.MouthGenerator`, ``masked [1, 3, S, S], mask [1, 1, S, S], reference
+  [1, 3, S, S], shape [1, P] → picture [1, 3, S, S]`` (images RGB in [0, 1]).
+
+The shape head (one linear layer on a few feature vectors) and the picture's crop, texture and paste stay in
+torch: they cost little next to the generator. ``manifest.json`` has the layout of every export
+(:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`), its hash over the two models' configs and
+weights and the region size, so an export of another or an older bundle is refused.
+"""
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import torch
+
+from framegraph.models import runtime
+from framegraph.models.audio.onnx import OrtAudioEncoder, export_audio_encoder
+from framegraph.models.onnx import CheckedExport, OrtGraph, default_threads
+from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash, write_manifest
+from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
+
+from ..base import onnx_dir
+
+FORMAT = "framegraph-onnx-video-avatar/1"
+PARTS = ("audio", "generator")
+GENERATOR_IO = ("masked", "mask", "reference", "shape")
+MEANING = {"masked": "the region with the lower face hidden, RGB in [0, 1]", "mask": "1 where the face is hidden",
+           "reference": "the person's reference region, RGB in [0, 1]", "shape": "standardised mouth shape",
+           "picture": "the redrawn region, RGB in [0, 1]"}
+
+
+def video_avatar_hash(avatar) -> str:
+    """sha256 over what the exported graphs depend on: the audio encoder's and the generator's configs and
+    weights, and the region size the generator's graph is fixed to."""
+    return weights_hash({"region_size": avatar.region_size},
+                        {"audio": avatar.audio, "generator": avatar.generator})
+
+
+def load_manifest(export_dir: str, avatar) -> dict:
+    """The manifest of the video avatar export ``export_dir``, checked against ``avatar`` (raises
+    :class:`~framegraph.models.onnx.ExportError` naming the export command)."""
+    return check_manifest(export_dir, fmt=FORMAT, want_hash=video_avatar_hash(avatar), parts=PARTS,
+                          hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`")
+
+
+@torch.no_grad()
+def export_video_avatar(avatar, out_dir: str) -> dict:
+    """Write the ONNX files of the video avatar ``avatar`` and their ``manifest.json`` into ``out_dir``;
+    returns the manifest."""
+    require_onnx()
+    os.makedirs(out_dir, exist_ok=True)
+    files = {"audio": export_audio_encoder(avatar.audio.float().eval(), out_dir)}
+    gen = avatar.generator.float().eval()
+    S, P = avatar.region_size, gen.config.shape_dim
+    gen_args = (torch.rand(1, 3, S, S), avatar.mask.float()[None, None], torch.rand(1, 3, S, S), torch.randn(1, P))
+    export_module(gen, gen_args, os.path.join(out_dir, "generator.onnx"), list(GENERATOR_IO), ["picture"])
+    files["generator"] = {"file": "generator.onnx", "inputs": io_entries(list(GENERATOR_IO), gen_args, MEANING),
+                          "outputs": io_entries(["picture"], [gen_args[0]], MEANING)}
+    return write_manifest(out_dir, {"format": FORMAT, "opset": OPSET, "bundle_hash": video_avatar_hash(avatar),
+                                    "bundle": avatar.root, "torch": torch.__version__, "files": files})
+
+
+class OrtGenerator:
+    """The mouth generator on ONNX Runtime: called as the torch model is, ``(masked, mask, reference, shape) →
+    picture [1, 3, S, S]`` (a buffer reused by the next call); inputs bound where they lie."""
+
+    def __init__(self, graph: OrtGraph, size: int):
+        self.graph, self.io = graph, graph.binding()
+        self.graphs = {"generator": graph}
+        self.out = torch.empty(1, 3, size, size)
+        graph.bind(self.io, "picture", self.out, output=True)
+
+    def __call__(self, masked, mask, reference, shape) -> torch.Tensor:
+        keep = [v.float().contiguous() for v in (masked, mask, reference, shape)]  # alive until the run is done
+        for name, v in zip(GENERATOR_IO, keep):
+            self.graph.bind(self.io, name, v)
+        self.graph.run(self.io)
+        return self.out
+
+
+class VideoEngines(NamedTuple):
+    """What each stage of a video avatar run computes with (None: the torch model itself)."""
+
+    audio: object  # AudioFeatures' engine: model → log-mel conv stack runner
+    generator: object  # MouthRegion's: generator → (masked, mask, reference, shape) → picture
+
+
+@runtime.register("avatar-video", "torch")
+def torch_engines(avatar, settings) -> VideoEngines:
+    return VideoEngines(audio=None, generator=None)
+
+
+@runtime.register("avatar-video", "onnx")
+def onnx_engines(avatar, settings) -> VideoEngines:
+    """ONNX Runtime from the bundle's export (checked against it), the generator with ``torch_threads``
+    intra-op threads (default half the cores), the audio encoder with 1."""
+    export = CheckedExport(onnx_dir(avatar, settings), load_manifest(onnx_dir(avatar, settings), avatar))
+    n = settings.torch_threads or default_threads()
+    size = avatar.region_size
+    return VideoEngines(
+        audio=lambda model: OrtAudioEncoder(export.graph("audio", 1), model.receptive_field, model.feature_dim),
+        generator=lambda generator: OrtGenerator(export.graph("generator", n), size))
+
+
+__all__ = ["FORMAT", "PARTS", "video_avatar_hash", "load_manifest", "export_video_avatar", "OrtGenerator",
+           "VideoEngines"]

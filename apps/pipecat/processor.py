@@ -131,6 +131,10 @@ class FramegraphAvatar(FrameProcessor):
             await self._on_tts_stopped(frame)
         elif isinstance(frame, InterruptionFrame):
             self._interrupt()
+            # let the next processor take what this one pushed before the barge-in into its queue first: a system
+            # frame overtakes data frames still waiting in its input queue, and those would be handled after it;
+            # once queued behind, the interruption drops them there
+            await asyncio.sleep(0)
             await self.push_frame(frame, direction)
         elif isinstance(frame, (UserStartedSpeakingFrame, UserStoppedSpeakingFrame)):
             self._session.set_listening(isinstance(frame, UserStartedSpeakingFrame))

@@ -75,17 +75,22 @@ class SessionOutput(Stage):
         source: the session's :class:`SpeechSource` (its log says what each echoed chunk was).
         size: ``(width, height)`` of the pictures.
         fps: the avatar's frame rate; ``out_fps``: the output frame rate (pictures re-timed to it).
+        video_delay_s: each picture leaves this long after the audio of its time (0: together) — for a transport
+            whose audio path is slower than its video path (the player shows lips before their sound otherwise).
         emit: called from the graph's thread with each batch of items, in order.
     """
 
     trigger = "any"
 
     def __init__(self, source: SpeechSource, *, size: tuple[int, int], fps: float, out_fps: float,
-                 emit: Callable[[list], None], name: str = "session_out"):
+                 emit: Callable[[list], None], video_delay_s: float = 0.0, name: str = "session_out"):
         super().__init__(name)
         w, h = size
         self.inputs = {"video": PortSpec((h, w, 3), torch.uint8), "audio": PortSpec((CHUNK,), torch.int16)}
         self.source, self.fps, self.out_fps, self.emit = source, float(fps), float(out_fps), emit
+        if not 0 <= video_delay_s <= MAX_AUDIO_HOLD_S:
+            raise ValueError(f"video_delay_s={video_delay_s}; expected 0..{MAX_AUDIO_HOLD_S} s")
+        self.video_delay_s = video_delay_s
         self._lock = threading.Lock()
         self._cleared_pts = -1  # audio and pictures before this pts are from before the last barge-in
         self.rest_picture: np.ndarray | None = None
@@ -95,12 +100,15 @@ class SessionOutput(Stage):
         super().setup(ctx)
         clock = ctx.clock
         self._slot = 0  # the next output frame's index
-        self._prev: tuple[int, np.ndarray, int, int] | None = None  # (pts, picture, capture_ns, arrival_ns)
-        self._audio: collections.deque = collections.deque()  # (ChunkInfo) held until their pictures are out
-        self._speech: collections.deque = collections.deque()  # (start, end) pts of recent speech chunks
+        self._prev: tuple[int, np.ndarray, int] | None = None  # (pts, picture, capture_ns) of the last picture
+        self._audio: collections.deque = collections.deque()  # ChunkInfo held until the pictures before them leave
+        self._video: collections.deque = collections.deque()  # VideoOut waiting for the audio before them
+        self._heard_to = 0  # every chunk before this pts has been echoed
+        self._speech: collections.deque = collections.deque()  # (start, end, arrival ns) of recent speech chunks
         self._chunk_ticks = clock.ticks_from_samples(CHUNK, 16_000)
         self._rest_before, self._rest_after = clock.ticks(REST_BEFORE_S), clock.ticks(REST_AFTER_S)
         self._hold = clock.ticks(MAX_AUDIO_HOLD_S)
+        self._delay = clock.ticks(self.video_delay_s)
 
     # ---- barge-in (any thread) ---------------------------------------------------------------------------
     def clear_before(self, pts: int) -> None:
@@ -108,39 +116,68 @@ class SessionOutput(Stage):
         with self._lock:
             self._cleared_pts = max(self._cleared_pts, pts)
 
+    def rest_now(self) -> list:
+        """Right after a barge-in: the next output frame shows the face at rest, now (the models take a few
+        frames to pick up again after their reset); the items due, to emit."""
+        items: list = []
+        with self._lock:
+            if self.rest_picture is None or self.ctx is None:
+                return items
+            self._drop_cleared()
+            slot_pts = self.ctx.clock.ticks_from_frame(self._slot, self.out_fps)
+            self._prev = (slot_pts, self.rest_picture, 0)
+            self._video.append(VideoOut(slot_pts, self.rest_picture, False, slot_pts, True))
+            self._slot += 1
+            self._release(items)
+        return items
+
     # ---- the graph side ----------------------------------------------------------------------------------
     def process(self, inputs, out):
         items: list = []
         with self._lock:
-            cleared = self._cleared_pts
-            self._audio = collections.deque(i for i in self._audio if i.pts >= cleared)
+            cleared = self._drop_cleared()
             if "audio" in inputs:
-                self._on_audio(inputs["audio"].pts, cleared, items)
+                self._on_audio(inputs["audio"].pts, cleared)
             if "video" in inputs:
-                self._on_video(inputs["video"], cleared, items)
+                self._on_video(inputs["video"], cleared)
+            self._release(items)
         if items:
             self.emit(items)
 
     def flush(self, out):
         items: list = []
         with self._lock:
-            self._release_audio(None, items)
+            self._release(items, final=True)
         if items:
             self.emit(items)
 
-    def _on_audio(self, pts: int, cleared: int, items: list) -> None:
+    def _drop_cleared(self) -> int:
+        """Under the lock: held audio from before the last barge-in dropped, held pictures replaced; its pts."""
+        cleared = self._cleared_pts
+        if self._audio and self._audio[0].pts < cleared:
+            self._audio = collections.deque(i for i in self._audio if i.pts >= cleared)
+        if self._video and self._video[0].pts < cleared:
+            self._video = collections.deque(self._rested(v, cleared) for v in self._video)
+        return cleared
+
+    def _rested(self, v: VideoOut, cleared: int) -> VideoOut:
+        if v.pts >= cleared or v.rest or self.rest_picture is None:
+            return v
+        self.replaced += 1
+        return VideoOut(v.pts, self.rest_picture, False, v.source_pts, True, v.capture_ns)
+
+    def _on_audio(self, pts: int, cleared: int) -> None:
         info = self.source.take_info(pts)
+        self._heard_to = max(self._heard_to, pts + self._chunk_ticks)
         if info is None or pts < cleared:
             self.audio_dropped += info is not None and info.segment is not None
             return
         if info.speech:
-            self._speech.append((pts, pts + self._chunk_ticks))
+            self._speech.append((pts, pts + self._chunk_ticks, info.arrival_ns))
         if info.segment is not None:
             self._audio.append(info)
-        while self._audio and self._audio[-1].pts - self._audio[0].pts > self._hold:  # no pictures for a while
-            self._release_one(items)
 
-    def _on_video(self, frame, cleared: int, items: list) -> None:
+    def _on_video(self, frame, cleared: int) -> None:
         self.generated += 1
         pts = frame.pts
         picture = frame.data.numpy().copy()
@@ -152,33 +189,46 @@ class SessionOutput(Stage):
             self.replaced += 1
         elif self._at_rest(pts):
             self.rest_picture = picture
-        current = (pts, picture, frame.capture_ns, 0)
+        current = (pts, picture, frame.capture_ns)
         clock = self.ctx.clock
         while (slot_pts := clock.ticks_from_frame(self._slot, self.out_fps)) <= pts:
             shown = current if slot_pts == pts or self._prev is None else self._prev
             self.repeated += shown is not current
-            self._emit_frame(slot_pts, shown, rest and shown is current, items)
+            self._video.append(self._frame(slot_pts, shown, rest and shown is current))
             self._slot += 1
-            self._release_audio(clock.ticks_from_frame(self._slot, self.out_fps), items)
         self._prev = current
 
-    def _emit_frame(self, slot_pts: int, shown, rest: bool, items: list) -> None:
-        src_pts, picture, capture_ns, _ = shown
+    def _frame(self, slot_pts: int, shown, rest: bool) -> VideoOut:
+        src_pts, picture, capture_ns = shown
         end = slot_pts + self.ctx.clock.ticks_from_frame(1, self.out_fps)
-        speech = not rest and any(a < end and b > slot_pts for a, b in self._speech)
-        arrival = next((i.arrival_ns for i in self._audio if i.speech and slot_pts <= i.pts < end), 0)
-        items.append(VideoOut(slot_pts, picture, speech, src_pts, rest, capture_ns, arrival))
-        self.frames_out += 1
+        overlapping = [s for s in self._speech if s[0] < end and s[1] > slot_pts]
+        speech = not rest and bool(overlapping)
+        arrival = overlapping[0][2] if speech else 0
+        return VideoOut(slot_pts, picture, speech, src_pts, rest, capture_ns, arrival)
 
     def _at_rest(self, pts: int) -> bool:
         while self._speech and self._speech[0][1] < pts - 2 * self._rest_before:
             self._speech.popleft()
         lo, hi = pts - self._rest_before, pts + self._rest_after
-        return not any(a < hi and b > lo for a, b in self._speech)
+        return not any(a < hi and b > lo for a, b, _ in self._speech)
 
-    def _release_audio(self, before: int | None, items: list) -> None:
-        while self._audio and (before is None or self._audio[0].pts < before):
-            self._release_one(items)
+    def _release(self, items: list, final: bool = False) -> None:
+        """Release what is due, in presentation order: a picture at pts ``v`` counts as at ``v + delay``; it leaves
+        once every chunk before that has been echoed (and its audio has left), and audio at ``p`` leaves once every
+        picture before ``p`` has (the pictures still to come start at the next output frame)."""
+        next_key = self.ctx.clock.ticks_from_frame(self._slot, self.out_fps) + self._delay
+        while True:
+            a = self._audio[0] if self._audio else None
+            v = self._video[0] if self._video else None
+            v_key = v.pts + self._delay if v is not None else None
+            if v is not None and (a is None or v_key <= a.pts) and (final or self._heard_to >= v_key):
+                items.append(self._video.popleft())
+                self.frames_out += 1
+            elif a is not None and (v is None or a.pts < v_key) and (final or a.pts < next_key
+                                                                          or self._heard_to - a.pts > self._hold):
+                self._release_one(items)  # (or: no pictures for a while — the audio does not wait for them)
+            else:
+                return
 
     def _release_one(self, items: list) -> None:
         info = self._audio.popleft()

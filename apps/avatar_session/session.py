@@ -28,7 +28,7 @@ from framegraph.apps.bundles import load_bundle_at
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import SAMPLE_RATE
 
-from .output import AudioOut, SegmentEvent, SessionOutput, VideoOut
+from .output import SessionOutput, VideoOut
 from .source import SpeechSource
 
 RUNTIMES = ("torch", "onnx", "onnx-int8")  # where the avatar's models compute
@@ -96,12 +96,14 @@ class AvatarSession:
         fps: output frames per second (default: the avatar's; others re-time its pictures).
         steps: sampler steps of a portrait bundle (default: the bundle's).
         start_buffer_ms / max_speech_s: see :class:`~.source.SpeechSource`.
+        video_delay_ms: each picture leaves this long after the audio of its time (0: together; see
+            :class:`~.output.SessionOutput`: for a transport whose audio reaches the viewer later than its video).
         on_ready: called (from the graph's thread) when items wait in :meth:`take`.
     """
 
     def __init__(self, bundle, *, runtime: str = "torch", onnx_dir: str | None = None, fps: float | None = None,
                  steps: int | None = None, start_buffer_ms: float = 40.0, max_speech_s: float = 120.0,
-                 on_ready: Callable[[], None] | None = None, name: str = "avatar"):
+                 video_delay_ms: float = 0.0, on_ready: Callable[[], None] | None = None, name: str = "avatar"):
         self.avatar = load_bundle_at(bundle) if isinstance(bundle, (str, os.PathLike)) else bundle
         kind = getattr(self.avatar, "kind", "portrait")
         self.runtime, self._backend = runtime, _backend(runtime, kind)
@@ -115,10 +117,12 @@ class AvatarSession:
         self.fps = float(fps or self.avatar.fps)
         self.width, self.height = self.avatar.width, self.avatar.height
         self.onnx_dir, self.steps, self.name = onnx_dir, steps, name
+        self.video_delay_ms = float(video_delay_ms)
         self.on_ready = on_ready
         self._source_args = dict(start_buffer_ms=start_buffer_ms, max_buffer_s=max_speech_s)
         self._lock = threading.Lock()
         self._pending: list = []
+        self._cleared = -1  # items before this pts are from before the last barge-in
         self._pending_video = 0
         self.dropped_items = 0
         self._resamplers: dict = {}
@@ -135,7 +139,7 @@ class AvatarSession:
         g = Graph(Clock("realtime"), name=self.name)
         self.source = g.add(SpeechSource(**self._source_args))
         self.output = SessionOutput(self.source, size=(self.width, self.height), fps=a.fps, out_fps=self.fps,
-                                    emit=self._emit)
+                                    video_delay_s=self.video_delay_ms / 1000, emit=self._emit)
         self.avatar_graph = build_avatar_graph(
             a, self.source, sink=self.output, audio_sink=self.output, graph=g, device="cpu", steps=self.steps,
             budget_ms=1000.0 * a.chunk_frames / a.fps, max_in_flight=None, torch_threads=1,
@@ -201,9 +205,9 @@ class AvatarSession:
         return self.graph is not None and self.source.end_segment(segment)
 
     def clear(self) -> int:
-        """Barge-in: queued speech is dropped, the models forget the stream, pictures still in flight from the
-        dropped speech give way to the face at rest, and waiting audio items are dropped. Returns the pts
-        (clock ticks) from which everything is post-clear."""
+        """Barge-in: queued speech is dropped, the models forget the stream, waiting audio items are dropped, the
+        next output frame shows the face at rest at once and pictures still in flight from the dropped speech give
+        way to it. Returns the pts (clock ticks) from which everything is post-clear."""
         if self.graph is None:
             return 0
         with self._lock:
@@ -212,17 +216,23 @@ class AvatarSession:
         self.output.clear_before(pts)
         self.graph.reset()
         with self._lock:
-            kept = []
-            for item in self._pending:
-                if isinstance(item, VideoOut) and item.pts < pts and not item.rest:
-                    if self.output.rest_picture is None:
-                        continue
-                    item = VideoOut(item.pts, self.output.rest_picture, False, item.source_pts, True, item.capture_ns)
-                elif isinstance(item, (AudioOut, SegmentEvent)) and item.pts < pts:
-                    continue
-                kept.append(item)
-            self._pending = kept
+            self._cleared = max(self._cleared, pts)
+            self._pending = self._post_clear(self._pending)
+        self._emit(self.output.rest_now())
         return pts
+
+    def _post_clear(self, items: list) -> list:
+        """Under the lock: ``items`` less the audio and segment events from before the last barge-in, its pictures
+        the face at rest (the graph's thread may hand over a batch it made just before the barge-in)."""
+        cleared, rest, kept = self._cleared, self.output.rest_picture, []
+        for item in items:
+            if item.pts >= cleared:
+                kept.append(item)
+            elif isinstance(item, VideoOut) and item.rest:
+                kept.append(item)
+            elif isinstance(item, VideoOut) and rest is not None:
+                kept.append(VideoOut(item.pts, rest, False, item.source_pts, True, item.capture_ns))
+        return kept
 
     def set_listening(self, listening: bool) -> None:
         """The user is speaking: between utterances the avatar shows its listening face (its idle face otherwise)."""
@@ -241,7 +251,7 @@ class AvatarSession:
         """From the graph's thread: queue ``items`` (bounded: a consumer that stopped taking loses the oldest)."""
         limit = MAX_PENDING_S * self.fps
         with self._lock:
-            self._pending.extend(items)
+            self._pending.extend(self._post_clear(items) if self._cleared >= 0 else items)
             self._pending_video += sum(isinstance(i, VideoOut) for i in items)
             while self._pending_video > limit:
                 drop = self._pending.pop(0)

@@ -2,11 +2,21 @@
 
 - :class:`FramegraphAvatar` (:mod:`.processor`): the frame processor between the TTS and ``transport.output()``.
 - :class:`EspeakTTSService` (:mod:`.tts`): eSpeak NG as a Pipecat TTS service (local, no key), for the example.
-- :mod:`.demo`: ``framegraph pipecat-demo`` — the example agent on Pipecat's SmallWebRTC transport.
+- :mod:`.webrtc`: a small server for a bot on Pipecat's SmallWebRTC transport and its prebuilt browser client.
+- :mod:`.cli`: ``framegraph pipecat-demo``, which runs the example agent ``examples/pipecat_avatar_bot.py``.
 
-Importing this package imports ``pipecat``; the rest of framegraph never does.
+The two classes are imported on first use, so ``framegraph`` itself (and its CLI) never imports ``pipecat``.
 """
-from .processor import FramegraphAvatar
-from .tts import EspeakTTSService
-
 __all__ = ["FramegraphAvatar", "EspeakTTSService"]
+
+
+def __getattr__(name):
+    if name == "FramegraphAvatar":
+        from .processor import FramegraphAvatar
+
+        return FramegraphAvatar
+    if name == "EspeakTTSService":
+        from .tts import EspeakTTSService
+
+        return EspeakTTSService
+    raise AttributeError(name)

@@ -67,8 +67,12 @@ async def _in_thread(fn, *args):
         except RuntimeError:  # the loop closed while the call ran
             pass
 
-    threading.Thread(target=run, daemon=True, name="framegraph-pipecat-call").start()
-    return await done
+    thread = threading.Thread(target=run, daemon=True, name="framegraph-pipecat-call")
+    thread.start()
+    try:
+        return await done
+    finally:
+        thread.join()  # it has handed its result over: it ends now
 
 
 class FramegraphAvatar(FrameProcessor):
@@ -82,13 +86,17 @@ class FramegraphAvatar(FrameProcessor):
             it). ``width`` / ``height`` / ``fps`` of the processor are what to give the transport.
         steps: sampler steps of a portrait bundle (default: the bundle's).
         start_buffer_ms: an utterance starts once this much of it has arrived (or it ended).
+        video_delay_ms: each image is pushed this long after the audio of its time (default 0: together). A
+            transport whose audio reaches the viewer later than its video (WebRTC to a browser: its audio jitter
+            buffer) shows lips before their sound; this moves the pictures back to the sound.
     """
 
     def __init__(self, bundle, *, runtime: str = "torch", onnx_dir: str | None = None, fps: float | None = None,
-                 steps: int | None = None, start_buffer_ms: float = 40.0, **kwargs):
+                 steps: int | None = None, start_buffer_ms: float = 40.0, video_delay_ms: float = 0.0, **kwargs):
         super().__init__(**kwargs)
         self._session = AvatarSession(bundle, runtime=runtime, onnx_dir=onnx_dir, fps=fps, steps=steps,
-                                      start_buffer_ms=start_buffer_ms, on_ready=self._wake, name=self.name)
+                                      start_buffer_ms=start_buffer_ms, video_delay_ms=video_delay_ms,
+                                      on_ready=self._wake, name=self.name)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._ready: asyncio.Event | None = None
         self._pump_task: asyncio.Task | None = None

@@ -57,7 +57,8 @@ class SpeakTypedText(FrameProcessor):
 
 async def run_bot(connection, args) -> None:
     """One browser session: the pipeline on its WebRTC connection, until the browser leaves."""
-    avatar = FramegraphAvatar(args.avatar, runtime=args.runtime, onnx_dir=args.onnx_dir)
+    avatar = FramegraphAvatar(args.avatar, runtime=args.runtime, onnx_dir=args.onnx_dir, fps=args.fps,
+                              video_delay_ms=args.video_delay_ms)
     transport = SmallWebRTCTransport(webrtc_connection=connection, params=TransportParams(
         audio_out_enabled=True, video_out_enabled=True, video_out_is_live=True,
         video_out_width=avatar.width, video_out_height=avatar.height, video_out_framerate=avatar.fps))

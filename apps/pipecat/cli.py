@@ -22,6 +22,8 @@ EXAMPLE = os.path.join(ROOT, "examples", "pipecat_avatar_bot.py")
 DEFAULT_AVATAR = str(assets.path("avatars") / "astronaut")
 RUNTIMES = ("torch", "onnx", "onnx-int8")  # avatar_session.RUNTIMES (not imported here: torch-free --help)
 GREETING = "Hello! Type a sentence, and I will say it."
+VIDEO_DELAY_MS = 100.0  # measured for SmallWebRTC → Chromium at 30 fps: docs/pipecat.md
+WEBRTC_FPS = 30.0  # aiortc's VideoStreamTrack.next_timestamp: VIDEO_PTIME = 1/30 s per frame, whatever the rate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -32,6 +34,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the avatar's models compute (onnx / onnx-int8: portrait bundles, after `framegraph "
                         "export --avatar BUNDLE`; default torch)")
     p.add_argument("--onnx-dir", default=None, help="the ONNX export to use (default BUNDLE/onnx)")
+    p.add_argument("--fps", type=float, default=WEBRTC_FPS,
+                   help=f"video frames per second sent (default {WEBRTC_FPS:g}: aiortc, under the SmallWebRTC transport, "
+                        f"stamps every video frame 1/30 s after the last, so another rate drifts from the audio; the "
+                        f"avatar's own frames are re-timed to it)")
+    p.add_argument("--video-delay-ms", type=float, default=VIDEO_DELAY_MS,
+                   help=f"each picture leaves this long after the audio of its time, making up for the browser's "
+                        f"audio jitter buffer (default {VIDEO_DELAY_MS:g}, measured: docs/pipecat.md)")
     p.add_argument("--voice", default="en-us", help="eSpeak NG voice of the TTS (default en-us)")
     p.add_argument("--greeting", default=GREETING, help="what the bot says when a browser connects ('' for nothing)")
     p.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")

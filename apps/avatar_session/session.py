@@ -151,12 +151,14 @@ class AvatarSession:
     def close(self) -> None:
         """No more speech: what is queued plays out, then the graph ends (:meth:`join` waits for it)."""
         with self._lock:
-            rest = [(k, r(None)) for k, r in self._resamplers.items()]
+            rest = [(k, r.rate, r(None)) for k, r in self._resamplers.items()]
             self._resamplers.clear()
-        for key, tail in rest:
-            self._push16(key, tail, np.zeros(0, np.int16), SAMPLE_RATE)
-        if self.graph is not None:
-            self.source.close()
+        if self.graph is None:
+            return
+        for key, rate, tail in rest:
+            if len(tail):
+                self.source.push(key, tail, np.zeros(0, np.int16), rate)
+        self.source.close()
 
     def cancel(self) -> None:
         """Stop now, dropping what is queued and in flight."""

@@ -142,6 +142,13 @@ class SpeechSource(Pushed):
                     return True
             return False
 
+    def close(self) -> None:
+        """No more input: every queued segment is complete; the source ends once they have played out."""
+        with self._cv:
+            for s in self._segments:
+                s.ended = True
+        super().close()
+
     def clear(self) -> tuple[int, list]:
         """Barge-in: drop every queued segment. Returns the pts of the next chunk (every chunk from it on is
         post-clear) and the keys dropped."""

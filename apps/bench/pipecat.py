@@ -11,7 +11,9 @@ same speech, same runtime, pushed at real time into N bare avatar graphs as the 
 
 Measured, per agent:
 
-- ``fps``: images a second reaching the recorder after the first second (``unique_fps``: pictures not repeats);
+- ``fps``: images a second reaching the recorder after the first second, at the output rate whatever happens
+  (``unique_fps``: pictures the models made, not repeats of the last one — the models skip frames when the CPU
+  cannot keep up, and the target is on these);
 - ``latency_ms``: a TTS audio frame's arrival at the avatar → the image of its time at the recorder (speech images;
   bare graph: the 20 ms chunk pushed → its frame at the sink); ``added_delay_ms``: Pipecat p50 − bare p50;
 - audio to mouth: ``av_push_gap_ms`` (each audio frame's arrival at the recorder − its image's), ``stamp_offset_ms``
@@ -226,13 +228,15 @@ def _row(runtime: str, n: int, bare: list[dict], piped: list[dict]) -> dict:
     p = [p50(x) for x in piped if p50(x) is not None]
     return {"runtime": runtime, "agents": n, "bare": bare, "pipecat": piped,
             "fps_min": min((x.get("fps") or 0.0) for x in piped),
+            "unique_fps_min": min((x.get("unique_fps") or 0.0) for x in piped),
             "bare_fps_min": min((x.get("fps") or 0.0) for x in bare),
             "latency_p50_ms": float(np.mean(p)) if p else None, "bare_latency_p50_ms": float(np.mean(b)) if b else None,
             "added_delay_ms": float(np.mean(p) - np.mean(b)) if p and b else None}
 
 
 def _print_row(r: dict) -> None:
-    print(f"  {r['runtime']:>9} × {r['agents']}: Pipecat {r['fps_min']:.1f} fps (slowest agent), latency p50 "
+    print(f"  {r['runtime']:>9} × {r['agents']}: Pipecat {r['fps_min']:.1f} fps delivered, {r['unique_fps_min']:.1f} "
+          f"generated (slowest agent), latency p50 "
           f"{r['latency_p50_ms'] or 0:.0f} ms; bare graph {r['bare_fps_min']:.1f} fps, p50 "
           f"{r['bare_latency_p50_ms'] or 0:.0f} ms; added {r['added_delay_ms'] or 0:.0f} ms", flush=True)
 
@@ -242,7 +246,7 @@ def _target_met(result: dict) -> bool | None:
     if not rows or result["output_size"] != TARGET["output"]:
         return None
     r = rows[0]
-    return bool(r["fps_min"] >= 0.95 * TARGET["fps"] and r["added_delay_ms"] is not None
+    return bool(r["unique_fps_min"] >= 0.95 * TARGET["fps"] and r["added_delay_ms"] is not None
                 and r["added_delay_ms"] <= TARGET["added_delay_ms"])
 
 
@@ -252,8 +256,9 @@ def figure(result: dict, plt):
     xs = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
     ax = axes[0]
-    ax.bar(xs - 0.2, [r["fps_min"] for r in rows], 0.4, label="Pipecat (slowest agent)", color="#4477aa")
-    ax.bar(xs + 0.2, [r["bare_fps_min"] for r in rows], 0.4, label="bare graph (slowest)", color="#bbbbbb")
+    ax.bar(xs - 0.27, [r["fps_min"] for r in rows], 0.27, label="Pipecat, delivered (slowest agent)", color="#88aadd")
+    ax.bar(xs, [r["unique_fps_min"] for r in rows], 0.27, label="Pipecat, generated (not repeats)", color="#4477aa")
+    ax.bar(xs + 0.27, [r["bare_fps_min"] for r in rows], 0.27, label="bare graph (slowest)", color="#bbbbbb")
     ax.axhline(TARGET["fps"], color="k", ls="--", lw=0.8, label=f"target {TARGET['fps']:g} fps")
     ax.set_xticks(xs, names)
     ax.set_ylabel("images / s delivered")

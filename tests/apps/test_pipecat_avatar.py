@@ -3,6 +3,8 @@ eSpeak NG speech pushed as a TTS pushes it → the avatar → a recording sink. 
 torch) and a video-kind bundle; what a viewer perceives is asserted: pictures at the fps, each stamped with the
 audio it speaks, the mouth moving with the sound and resting in the gap between utterances, barge-in, the end of
 the pipeline, bad input."""
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -178,7 +180,7 @@ def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_
 def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipeline(tmp_path):
     """A video-kind bundle (tiny, random weights) in the pipeline: a TTS frame at a rate the avatar cannot
     resample or with a broken size is an ErrorFrame upstream and is dropped, a frame of an unknown kind passes
-    through, and the next good speech is still spoken. Construction refuses a missing bundle, an unknown
+    through, and the next good speech (48 kHz stereo, with no TTSStoppedFrame before the EndFrame) is still spoken. Construction refuses a missing bundle, an unknown
     runtime, a missing ONNX export and ONNX for a video avatar, each saying what was expected."""
     from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
 
@@ -193,11 +195,14 @@ def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipel
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx")
 
     agent = Agent(FramegraphAvatar(str(tmp_path / "me")))
-    good = say("Still here.")
+    good = synthesize("Still here.", voice="en-us", sample_rate=48_000).samples
+    stereo = np.repeat(good, 2)  # 48 kHz stereo: resampled and mixed down for the models, heard at 48 kHz
+    tts = [TTSAudioRawFrame(audio=stereo[i:i + 1920].tobytes(), sample_rate=48_000, num_channels=2, context_id="good")
+           for i in range(0, len(stereo), 1920)]
     bad_rate = TTSAudioRawFrame(audio=good[:4000].tobytes(), sample_rate=4000, num_channels=1)
     odd = TTSAudioRawFrame(audio=b"\x00\x01\x02", sample_rate=RATE, num_channels=1)
     marker = Marker()
-    run([agent], [["pictures", bad_rate, odd, marker, *utterance(good, RATE, "good"), len(good) / RATE + 0.8, EndFrame()]])
+    run([agent], [["pictures", bad_rate, odd, marker, TTSStartedFrame(context_id="good"), *tts, EndFrame()]])
     errors = [f.error for _, f in agent.upstream.got if isinstance(f, ErrorFrame)]
     assert any("sample rate 4000 Hz" in e and "8000-192000 Hz" in e for e in errors), errors
     assert any("3 bytes of PCM16" in e for e in errors), errors
@@ -205,4 +210,16 @@ def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipel
     assert any(f is marker for _, f in rec.others)  # passed through untouched
     assert rec.images[0][1].size == (256, 256) and analyse(rec)["fps"] == pytest.approx(FPS, rel=0.15)
     heard = sum(len(f.audio) // 2 for _, f in rec.audio)
-    assert abs(heard - len(good)) < RATE // 50 and not no_graph_threads()  # the good speech, all of it
+    assert {f.sample_rate for _, f in rec.audio} == {48_000} and {f.num_channels for _, f in rec.audio} == {1}
+    # all of the good speech, though its TTSStoppedFrame never came: EndFrame let it play out, then ended the graph
+    assert abs(heard - len(good)) < 48_000 // 50 and not no_graph_threads(), (heard, len(good))
+
+
+def test_the_command_line_offers_pipecat_demo_and_its_help_imports_no_pipecat():
+    """`framegraph --help` builds every command's parser: Pipecat is imported by the demo and the processor only."""
+    code = ("import sys; from framegraph.apps.cli import build_parser; p = build_parser(); "
+            "assert not [m for m in sys.modules if m.split('.')[0] == 'pipecat'], 'pipecat imported'; "
+            "p.parse_args(['pipecat-demo', '--help'])")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "--runtime {torch,onnx,onnx-int8}" in r.stdout and "--video-delay-ms" in r.stdout and "--fps" in r.stdout

@@ -173,6 +173,11 @@ class AvatarSession:
     def running(self) -> bool:
         return self.graph is not None and self.graph.running
 
+    @property
+    def failure(self) -> str | None:
+        """Why the graph stopped, when one of its stages failed (None otherwise)."""
+        return self.graph.report().get("error") if self.graph is not None else None
+
     # ---- input (any thread) ------------------------------------------------------------------------------
     def push_audio(self, pcm, sample_rate: int, *, channels: int = 1, segment=None) -> int:
         """Queue speech of segment ``segment`` (an utterance; ``None`` is a segment too): ``pcm`` little-endian

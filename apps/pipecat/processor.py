@@ -159,7 +159,8 @@ class FramegraphAvatar(FrameProcessor):
         elif self._segment is None:
             self._segment = f"segment-{next(self._auto)}"
         if not self._session.running:
-            await self.push_error(f"{self}: TTS audio before the pipeline started (no StartFrame yet); dropped")
+            why = self._session.failure or "the pipeline has not started (no StartFrame yet)"
+            await self.push_error(f"{self}: TTS audio dropped: {why}")
             return
         try:
             self._session.push_audio(frame.audio, frame.sample_rate, channels=frame.num_channels,
@@ -189,7 +190,12 @@ class FramegraphAvatar(FrameProcessor):
         self._loop = asyncio.get_running_loop()
         self._ready = asyncio.Event()
         self._clock_offset_ns = time.monotonic_ns() - self.get_clock().get_time()
-        await _in_thread(self._session.start)
+        try:
+            await _in_thread(self._session.start)
+        except Exception as exc:  # noqa: BLE001 - the pipeline decides what an unusable processor means
+            await self.push_error(f"{self}: the avatar could not start: {exc}", exception=exc,
+                                  force_treat_as_permanent=True)
+            return
         self._pump_task = self.create_task(self._pump())
 
     async def _stop(self, drain: bool) -> None:
@@ -223,7 +229,10 @@ class FramegraphAvatar(FrameProcessor):
         await super().cleanup()
         if self._session.running:
             self._session.cancel()
-            await _in_thread(self._session.join, CANCEL_WAIT_S)
+            try:
+                await _in_thread(self._session.join, CANCEL_WAIT_S)
+            except Exception as exc:  # noqa: BLE001 - tearing down: said, not raised
+                logger.warning(f"{self}: the avatar graph ended with an error: {exc}")
         if self._pump_task is not None:
             await self.cancel_task(self._pump_task)
             self._pump_task = None

@@ -91,6 +91,7 @@ def test_typed_sentence_is_heard_and_the_avatar_speaks_it_in_chromium(browser, a
     assert speech.sum() > 40 and silence.sum() > 5, (speech.sum(), silence.sum())
     assert opening[speech].max() > 3.0 and opening[silence].mean() < 2.0
     assert change[speech[1:]].mean() > 2 * change[silence[1:]].mean()  # the mouth moves while it is heard
-    # lips and sound together within ±3 frames (±100 ms) in what the browser received: the example's 30 fps
-    # (aiortc's stamps) and its 100 ms picture delay (the browser's slower audio path) put them there
-    assert max(corr) > 0.4 and abs(lag) <= 3, (lag, corr)
+    # lips and sound together within ±4 frames (±133 ms) in what the browser received: the example's 30 fps
+    # (aiortc's stamps) and its 100 ms picture delay (the browser's slower audio path) put them there (measured
+    # 0 to +3 frames; at 25 fps the lips ran 5-8 frames ahead of the sound, see docs/pipecat.md)
+    assert max(corr) > 0.4 and abs(lag) <= 4, (lag, corr)

@@ -5,7 +5,7 @@
 
 ``/`` is the demo page (``web/index.html``, ``web/app.js``): Pipecat's browser client library —
 ``@pipecat-ai/client-js`` and ``@pipecat-ai/small-webrtc-transport``, bundled in ``web/pipecat-client.js`` by
-``web/build/build.sh`` — with a media manager that needs no network (the library's default one loads Daily's call
+``web/src/build.sh`` — with a media manager that needs no network (the library's default one loads Daily's call
 bundle from c.daily.co at run time). ``/client/`` is Pipecat's prebuilt playground (``pipecat-ai-prebuilt``), which
 works when that CDN is reachable. The routes are those both clients call (``POST /api/offer``; ``POST /start`` →
 a session id, then ``POST`` / ``PATCH /sessions/{id}/api/offer`` for the WebRTC offer and ICE candidates), as

@@ -20,5 +20,6 @@ setup(
     package_data={
         "framegraph.assets": ["**/*"],
         "framegraph.apps": ["web/*", "*.md"],
+        "framegraph.apps.pipecat": ["web/*", "web/src/*"],
     },
 )

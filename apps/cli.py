@@ -59,6 +59,10 @@ COMMANDS = {
     "demo": ("framegraph.apps.demo", "live demo in the browser (Gradio + low-latency WebSocket player)",
              "Gradio page over the streaming server: microphone, typed text or a file in; live video at sub-second "
              "delay out; each take recorded to MP4. Binds 127.0.0.1."),
+    "pipecat-demo": ("framegraph.apps.pipecat.cli", "a Pipecat voice agent with the avatar, in the browser (local)",
+                     "The example Pipecat agent (examples/pipecat_avatar_bot.py): Pipecat's SmallWebRTC transport and "
+                     "prebuilt browser client, eSpeak NG as the TTS, the framegraph avatar saying what you type. Binds "
+                     "127.0.0.1; needs framegraph[pipecat]."),
     "serve": ("framegraph.apps.server.cli", "WebSocket streaming server (+ /metrics and a browser page)",
               "Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds 127.0.0.1 by default; a token is "
               "required to bind beyond it."),

@@ -26,6 +26,8 @@ BENCHES = {
                  "Wan / SANA-Video streamed end to end: FPS (denoise + decode + encode), first frame, stage p50/p99"),
     "video_avatar": ("framegraph.apps.bench.video_avatar",
                      "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
+    "pipecat": ("framegraph.apps.bench.pipecat",
+                "the avatar as a Pipecat processor: fps delivered, TTS-frame-to-image delay vs the bare graph, agents"),
     "nerf_fit": ("framegraph.apps.bench.nerf_fit",
                  "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),
     "compile": ("framegraph.apps.bench.compile",

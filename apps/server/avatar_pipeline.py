@@ -26,14 +26,12 @@ avatar as unavailable and fall back).
 """
 from __future__ import annotations
 
-import collections
 import os
-import threading
-import time
 
 import torch
 
 from framegraph import assets
+from framegraph.apps.bundles import load_bundle_at, loaded_bundles, set_bundle_limit  # noqa: F401 - re-exported
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
@@ -52,11 +50,6 @@ AVATARS_DIR = os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars")
 DEFAULT_AVATAR = "astronaut"
 STATES = ("auto", "speaking", "listening", "idle")
 
-_cache: collections.OrderedDict[str, object] = collections.OrderedDict()  # path -> bundle, least recent first
-_bundle_limit = 0  # 0: keep every bundle loaded
-_load_s: dict[str, float] = {}  # path -> seconds its last load took
-_lock = threading.Lock()
-
 
 def available_avatars(root: str | None = None) -> list[str]:
     """Bundle names (folders with an ``avatar.json``) in the avatar folder, the default first."""
@@ -74,41 +67,10 @@ def default_avatar(root: str | None = None) -> str:
 
 
 def load_bundle(name: str, root: str | None = None):
-    """The loaded bundle ``name`` (cached: sessions share the weights, each has its own stream state),
-    and the voice detector its sessions use (one onnxruntime session per process: importing onnxruntime and
-    creating it takes ~0.2 s, which would otherwise delay the first session's first frame).
-    With a limit (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from
-    the cache (sessions still running on one keep it alive until they end)."""
-    from framegraph.models.audio.vad import SileroVAD
-    from framegraph.models.avatar import PortraitAvatar, load_avatar
-
-    path = os.path.join(root or AVATARS_DIR, name)
-    with _lock:
-        if path not in _cache:
-            started = time.monotonic()
-            avatar = load_avatar(path)
-            if isinstance(avatar, PortraitAvatar):
-                avatar.reference_latent()  # computed once, here (not by a session's first frame)
-            if avatar.vad:
-                SileroVAD()
-            _cache[path] = avatar
-            _load_s[path] = time.monotonic() - started
-        _cache.move_to_end(path)
-        while _bundle_limit and len(_cache) > _bundle_limit:
-            _cache.popitem(last=False)
-        return _cache[path]
-
-
-def set_bundle_limit(n: int) -> None:
-    """Keep at most ``n`` bundles loaded (0: no limit); a cluster replica sets it."""
-    global _bundle_limit
-    _bundle_limit = n
-
-
-def loaded_bundles() -> list[dict]:
-    """The bundles loaded now, least recently used first: ``{"name", "load_s"}``."""
-    with _lock:
-        return [{"name": os.path.basename(p), "load_s": round(_load_s[p], 3)} for p in _cache]
+    """The loaded bundle ``name`` in the avatar folder (``root``, default :data:`AVATARS_DIR`), from the process's
+    shared cache (:func:`framegraph.apps.bundles.load_bundle_at`: sessions share the weights, each has its own
+    stream state; with a limit, :func:`set_bundle_limit`, the least recently used bundles beyond it are dropped)."""
+    return load_bundle_at(os.path.join(root or AVATARS_DIR, name))
 
 
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:

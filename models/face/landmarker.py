@@ -3,7 +3,8 @@ wheel) behind a small API, and the checks a face must pass to make an avatar.
 
 mediapipe is installed with ``--no-deps`` (``make install`` does it): its declared dependencies would add
 ``opencv-contrib-python`` 5 beside our ``opencv-python-headless`` 4 and pull jax; the face mesh needs
-neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, flatbuffers, protobuf 4).
+neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, flatbuffers, protobuf 4 or 6:
+5.x breaks its graph config's parsing).
 """
 from __future__ import annotations
 

@@ -81,8 +81,7 @@ def latent_size(vae, size: tuple[int, int]) -> tuple[int, int]:
 def wan_vae_hash(vae, size: tuple[int, int], chunk_frames: int) -> str:
     """sha256 over what an export depends on: the VAE's config (diffusers' bookkeeping keys, such as the
     folder it was loaded from, left out) and weights, the frame size and the chunk length."""
-    return weights_hash({"size_hw": list(size), "chunk_frames": int(chunk_frames)}, {"vae": vae},
-                        config=lambda m: {k: v for k, v in dict(m.config).items() if not k.startswith("_")})
+    return weights_hash({"size_hw": list(size), "chunk_frames": int(chunk_frames)}, {"vae": vae})
 
 
 def steady_cache(feat_cache: list, shapes: dict[int, tuple[int, ...]]) -> list[torch.Tensor]:

@@ -24,8 +24,15 @@ class ExportError(ValueError):
     """A missing, stale, foreign or unreadable ONNX export."""
 
 
+def model_config(model: torch.nn.Module) -> dict:
+    """A diffusers model's config without diffusers' own bookkeeping (``_name_or_path`` — the folder it was loaded
+    from, as spelt —, ``_class_name``, ``_diffusers_version``): the same bundle hashes the same wherever it lies
+    and however its path is written."""
+    return {k: v for k, v in dict(model.config).items() if not k.startswith("_")}
+
+
 def weights_hash(geometry: dict, models: dict[str, torch.nn.Module],
-                 config: Callable[[torch.nn.Module], dict] = lambda m: dict(m.config)) -> str:
+                 config: Callable[[torch.nn.Module], dict] = model_config) -> str:
     """sha256 over the stream geometry (JSON) and, per model in order, its ``config(model)`` and its weights
     (buffers included) as float32."""
     h = hashlib.sha256()

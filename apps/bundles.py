@@ -1,0 +1,57 @@
+"""Avatar bundles loaded once per process and shared: the server's sessions, the Pipecat avatar, the benches.
+
+    from framegraph.apps.bundles import load_bundle_at
+    avatar = load_bundle_at("assets/avatars/astronaut")   # loads (≈ 2-3 s on a CPU) the first time, then cached
+
+Each caller builds its own graph (its own stream state) on the shared weights. With a limit
+(:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from the cache (graphs still
+running on one keep it alive until they end).
+"""
+from __future__ import annotations
+
+import collections
+import os
+import threading
+import time
+
+from framegraph.models.audio.vad import SileroVAD
+from framegraph.models.avatar import PortraitAvatar, load_avatar
+
+_cache: collections.OrderedDict[str, object] = collections.OrderedDict()  # path -> bundle, least recent first
+_bundle_limit = 0  # 0: keep every bundle loaded
+_load_s: dict[str, float] = {}  # path -> seconds its last load took
+_lock = threading.Lock()
+
+
+def load_bundle_at(path) -> object:
+    """The loaded avatar bundle at folder ``path`` (either kind), cached by its absolute path, and the voice
+    detector its graphs use (one onnxruntime session per process: importing onnxruntime and creating it takes
+    ~0.2 s, which would otherwise delay the first graph's first frame). Raises
+    :class:`~framegraph.models.avatar.AvatarError` naming the missing or bad file."""
+    path = os.path.abspath(os.fspath(path))
+    with _lock:
+        if path not in _cache:
+            started = time.monotonic()
+            avatar = load_avatar(path)
+            if isinstance(avatar, PortraitAvatar):
+                avatar.reference_latent()  # computed once, here (not by a session's first frame)
+            if avatar.vad:
+                SileroVAD()
+            _cache[path] = avatar
+            _load_s[path] = time.monotonic() - started
+        _cache.move_to_end(path)
+        while _bundle_limit and len(_cache) > _bundle_limit:
+            _cache.popitem(last=False)
+        return _cache[path]
+
+
+def set_bundle_limit(n: int) -> None:
+    """Keep at most ``n`` bundles loaded (0: no limit); a cluster replica sets it."""
+    global _bundle_limit
+    _bundle_limit = n
+
+
+def loaded_bundles() -> list[dict]:
+    """The bundles loaded now, least recently used first: ``{"name", "load_s"}``."""
+    with _lock:
+        return [{"name": os.path.basename(p), "load_s": round(_load_s[p], 3)} for p in _cache]

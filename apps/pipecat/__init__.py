@@ -1,0 +1,22 @@
+"""framegraph in Pipecat (``pip install 'framegraph[pipecat]'``): the open, self-hosted avatar of a voice agent.
+
+- :class:`FramegraphAvatar` (:mod:`.processor`): the frame processor between the TTS and ``transport.output()``.
+- :class:`EspeakTTSService` (:mod:`.tts`): eSpeak NG as a Pipecat TTS service (local, no key), for the example.
+- :mod:`.webrtc`: a small server for a bot on Pipecat's SmallWebRTC transport and its prebuilt browser client.
+- :mod:`.cli`: ``framegraph pipecat-demo``, which runs the example agent ``examples/pipecat_avatar_bot.py``.
+
+The two classes are imported on first use, so ``framegraph`` itself (and its CLI) never imports ``pipecat``.
+"""
+__all__ = ["FramegraphAvatar", "EspeakTTSService"]
+
+
+def __getattr__(name):
+    if name == "FramegraphAvatar":
+        from .processor import FramegraphAvatar
+
+        return FramegraphAvatar
+    if name == "EspeakTTSService":
+        from .tts import EspeakTTSService
+
+        return EspeakTTSService
+    raise AttributeError(name)

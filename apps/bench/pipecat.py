@@ -101,7 +101,7 @@ def run(args) -> int:
 def _export(avatar, given: str | None, tmp: str, runtime: str) -> tuple[str, float | None]:
     if given:
         return given, None
-    from framegraph.models.onnx.export import export_avatar
+    from framegraph.models.avatar.portrait.onnx import export_avatar
 
     out = os.path.join(tmp, "onnx")
     started = time.perf_counter()

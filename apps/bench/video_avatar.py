@@ -5,7 +5,7 @@
 Measures, on this machine's CPU:
 
 - **quality** on the held-out segment (default: from the bundle's ``training.heldout.start_s`` to the end;
-  audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
+  audio never used in training): :func:`framegraph.models.avatar.eval.video.evaluate_video_avatar` — the
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
   lips closed in silence;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →

@@ -80,8 +80,9 @@ class FramegraphAvatar(FrameProcessor):
 
     Args:
         bundle: the bundle folder (loaded once per process; an error here names what is missing).
-        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (portrait bundles; the export made by
-            ``framegraph export --avatar BUNDLE``, in ``onnx_dir`` or ``BUNDLE/onnx``).
+        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:mod:`framegraph.models.runtime`; ONNX Runtime reads
+            the export made by ``framegraph export --avatar BUNDLE``, in ``onnx_dir`` or ``BUNDLE/onnx``; int8 is
+            for portrait bundles).
         fps: output frames per second (default: the avatar's; set the transport's ``video_out_framerate`` to
             it). ``width`` / ``height`` / ``fps`` of the processor are what to give the transport.
         steps: sampler steps of a portrait bundle (default: the bundle's).

@@ -47,7 +47,7 @@ CLOSED_PX = 2.0  # mouth_openness below this: the mouth is closed (px of dark op
 
 @pytest.fixture(scope="module")
 def onnx_dir(tmp_path_factory):
-    from framegraph.models.onnx.export import export_avatar
+    from framegraph.models.avatar.portrait.onnx import export_avatar
 
     out = tmp_path_factory.mktemp("astronaut_onnx")
     export_avatar(load_avatar(ASTRONAUT), str(out))
@@ -181,18 +181,20 @@ def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipel
     """A video-kind bundle (tiny, random weights) in the pipeline: a TTS frame at a rate the avatar cannot
     resample or with a broken size is an ErrorFrame upstream and is dropped, a frame of an unknown kind passes
     through, and the next good speech (48 kHz stereo, with no TTSStoppedFrame before the EndFrame) is still spoken. Construction refuses a missing bundle, an unknown
-    runtime, a missing ONNX export and ONNX for a video avatar, each saying what was expected."""
-    from framegraph.models.avatar.video_bundle import random_video_avatar, save_video_avatar
+    runtime, a missing ONNX export and int8 for a video avatar, each saying what was expected."""
+    from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
 
     save_video_avatar(tmp_path / "me", random_video_avatar())
     with pytest.raises(AvatarError, match="does not exist"):
         FramegraphAvatar(str(tmp_path / "nobody"))
-    with pytest.raises(ValueError, match=r"runtime='tensorrt'; expected one of \('torch', 'onnx', 'onnx-int8'\)"):
+    with pytest.raises(ValueError, match=r"runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
         FramegraphAvatar(ASTRONAUT, runtime="tensorrt")
     with pytest.raises(ValueError, match="no ONNX export .*framegraph export"):
         FramegraphAvatar(ASTRONAUT, runtime="onnx", onnx_dir=str(tmp_path / "none"))
-    with pytest.raises(ValueError, match="video avatar .*runtime='torch'"):
+    with pytest.raises(ValueError, match="no ONNX export .*framegraph export --avatar"):
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx")
+    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+        FramegraphAvatar(str(tmp_path / "me"), runtime="onnx-int8")
 
     agent = Agent(FramegraphAvatar(str(tmp_path / "me")))
     good = synthesize("Still here.", voice="en-us", sample_rate=48_000).samples

@@ -22,7 +22,7 @@ from framegraph.apps.bench.pipecat_agent import best_lag  # noqa: E402
 from framegraph.apps.pipecat.cli import add_arguments, load_example  # noqa: E402
 from framegraph.apps.pipecat.webrtc import Server, build_app  # noqa: E402
 from framegraph.models.avatar import load_avatar  # noqa: E402
-from framegraph.models.avatar.evaluate import mouth_openness, search_box  # noqa: E402
+from framegraph.models.avatar.eval.synthetic import mouth_openness, search_box  # noqa: E402
 from framegraph.stream.media import read_video  # noqa: E402
 
 SENTENCE = "Hello from the browser. I am the framegraph avatar, and I say what you type."

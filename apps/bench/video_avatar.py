@@ -9,7 +9,7 @@ Measures, on this machine's CPU:
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
   lips closed in silence;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
-  MouthRegion) on a fast clock, at the video's resolution: frames per second (throughput) and the time from
+  MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast clock, at the video's resolution: frames per second (throughput) and the time from
   the graph's start to its first frame out — for the bundle's own region size and for a ``--region`` (256)
   generator of the same architecture (its weights fresh: the cost does not depend on them). The bundle is
   loaded as the server loads it (``load_bundle``: the weights and the voice detector); ``first_frame_ms`` is
@@ -28,6 +28,7 @@ import time
 
 import torch
 
+from framegraph.models import runtime as models_runtime
 from framegraph.stream import PortSpec, Stage
 
 from .meta import add_out_argument, bench_metadata, write_result
@@ -55,12 +56,16 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--region", type=int, default=256, help="also time a generator of this region size (256)")
     p.add_argument("--warm-runs", type=int, default=3, help="later sessions timed to their first frame (3)")
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads (2)")
+    p.add_argument("--runtime", default="torch",
+                   help="comma-separated runtimes to time the graph on: torch, onnx (the audio encoder and the "
+                        "generator on ONNX Runtime, exported for the run; default torch)")
     add_out_argument(p)
 
 
-def _speed(avatar, audio, seconds: float, warm_runs: int) -> dict:
-    """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock): the first
-    session on ``seconds`` of it, then ``warm_runs`` sessions on its first second (first frame only)."""
+def _speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "torch", threads: int = 2) -> dict:
+    """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock) on
+    ``runtime``: the first session on ``seconds`` of it, then ``warm_runs`` sessions on its first second (first
+    frame only). ``onnx``: the avatar is exported first (the export's time is reported, not counted)."""
     import tempfile
     import wave
 
@@ -71,12 +76,18 @@ def _speed(avatar, audio, seconds: float, warm_runs: int) -> dict:
 
     def session(path: str) -> tuple[list[float], float]:  # the arrival times, the graph's start
         sink = _Arrivals(avatar.height, avatar.width)
-        ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast")
+        ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast",
+                                runtime=runtime, onnx_dir=onnx_dir, torch_threads=threads)
         t0 = time.monotonic()
         ag.graph.run()
         return sink.times, t0
 
     with tempfile.TemporaryDirectory() as tmp:
+        onnx_dir, export_s = None, None
+        if runtime != "torch":
+            onnx_dir, t = f"{tmp}/onnx", time.monotonic()
+            avatar.export_onnx(onnx_dir)
+            export_s = round(time.monotonic() - t, 1)
         paths = {}
         for name, s in (("long", seconds), ("short", min(seconds, 1.0))):
             paths[name] = f"{tmp}/{name}.wav"
@@ -90,7 +101,7 @@ def _speed(avatar, audio, seconds: float, warm_runs: int) -> dict:
         for _ in range(warm_runs):
             times, start = session(paths["short"])
             warm.append(round(1000 * (times[0] - start), 1))
-    return {"frames": len(t), "first_frame_ms": round(1000 * (t[0] - t0), 1),
+    return {"runtime": runtime, "export_s": export_s, "frames": len(t), "first_frame_ms": round(1000 * (t[0] - t0), 1),
             "first_frame_warm_ms": statistics.median(warm) if warm else None, "first_frame_warm_runs_ms": warm,
             "fps": round((len(t) - 1) / (t[-1] - t[0]), 2) if len(t) > 1 else None,
             "region_size": avatar.region_size, "box_side_px": avatar.box_side}
@@ -134,10 +145,15 @@ def run(args: argparse.Namespace) -> int:
     result.update({"avatar": args.avatar, "clip": args.clip, "torch_threads": args.threads,
                    "training": avatar.meta.get("training")})
     audio = decode_audio(args.audio or args.clip)
-    result["speed"] = [_speed(avatar, audio, args.seconds, args.warm_runs)]
+    runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
+    for r in runtimes:
+        models_runtime.check("avatar-video", r)
+    result["speed"] = [_speed(avatar, audio, args.seconds, args.warm_runs, r, args.threads) for r in runtimes]
     if args.region and args.region != avatar.region_size and args.region <= min(avatar.width, avatar.height):
-        result["speed"].append({**_speed(_at_region(avatar, args.region), audio, args.seconds, args.warm_runs),
-                                "weights": "fresh (same architecture; the cost does not depend on them)"})
+        big = _at_region(avatar, args.region)
+        result["speed"] += [{**_speed(big, audio, args.seconds, args.warm_runs, r, args.threads),
+                             "weights": "fresh (same architecture; the cost does not depend on them)"}
+                            for r in runtimes]
     t0 = time.monotonic()
     result["quality"] = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s)
     result["quality"]["seconds"] = round(time.monotonic() - t0, 1)
@@ -153,7 +169,7 @@ def run(args: argparse.Namespace) -> int:
 def figure(data: dict, plt):
     fig, ax = plt.subplots(figsize=(6, 3.2))
     runs = data.get("speed", [])
-    labels = [f"{r['region_size']}² region" for r in runs]
+    labels = [f"{r['region_size']}² {r.get('runtime', 'torch')}" for r in runs]
     ax.bar(labels, [r["fps"] or 0 for r in runs], color="#4878a8")
     for i, r in enumerate(runs):
         ax.text(i, (r["fps"] or 0) + 0.3, f"{r['fps']} fps\nfirst frame {r['first_frame_ms']} ms\n(later sessions "

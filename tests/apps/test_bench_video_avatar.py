@@ -1,6 +1,6 @@
 """`framegraph bench video_avatar` and `framegraph avatar eval` on a tiny random video avatar and a clip of its
 own frames: the bench's JSON holds the held-out quality block and a speed run per region size, and a portrait
-bundle is refused; eval measures from where the part kept out of training begins and keeps the redrawn video."""
+bundle is refused; the graph is timed on torch and on ONNX Runtime; eval measures from where the part kept out of training begins and keeps the redrawn video."""
 import json
 
 import numpy as np
@@ -29,13 +29,15 @@ def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
     avatar, clip = _avatar_and_clip(tmp_path)
     out = tmp_path / "results" / "video_avatar.json"
     assert main(["bench", "video_avatar", "--avatar", str(tmp_path / "me"), "--clip", clip, "--seconds", "1",
-                 "--region", "128", "--threads", "1", "--out", str(out)]) == 0
+                 "--region", "128", "--threads", "1", "--runtime", "torch,onnx", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["benchmark"] == "video_avatar" and r["command"].startswith("framegraph bench video_avatar")
     q = r["quality"]
     assert q["frames"] == 32 and q["faces_found_generated"] == 1.0
     assert q["outside_mouth_psnr_db"] >= 30  # outside the mouth: the clip's own frames
-    assert [s["region_size"] for s in r["speed"]] == [64, 128]
+    assert [(s["region_size"], s["runtime"]) for s in r["speed"]] == [(64, "torch"), (64, "onnx"), (128, "torch"),
+                                                                      (128, "onnx")]
+    assert all(s["export_s"] > 0 for s in r["speed"] if s["runtime"] == "onnx")
     for s in r["speed"]:
         assert s["frames"] == 25 and s["fps"] > 0 and s["first_frame_ms"] > 0
         assert len(s["first_frame_warm_runs_ms"]) == 3 and s["first_frame_warm_ms"] > 0  # later sessions

@@ -37,21 +37,6 @@ TARGET_FRACTION = 0.9  # a session "holds" when it presents at least this share 
 RELAY_APP = "framegraph-bench-relay"
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``bench server`` that only ``--cluster`` reads."""
-    p.add_argument("--cluster", action="store_true",
-                   help="benchmark the Ray Serve cluster path instead (needs `pip install 'framegraph[cluster]'`): "
-                        "replica start, sessions at target FPS per replica, glass-to-glass via plain serve / the "
-                        "cluster / Serve's HTTP proxy, bundle load time")
-    p.add_argument("--replicas", default="1,2", help="with --cluster: replica counts to measure (default 1,2)")
-    p.add_argument("--capacity", type=int, default=6, help="with --cluster: sessions per replica (default 6)")
-    p.add_argument("--ramp-seconds", type=float, default=8.0,
-                   help="with --cluster: seconds each concurrency step streams (default 8)")
-    p.add_argument("--rounds", type=int, default=3, help="with --cluster: sessions per path (default 3)")
-    p.add_argument("--path-seconds", type=float, default=12.0,
-                   help="with --cluster: seconds each path session streams (default 12)")
-
-
 def _replica_counts(text: str) -> list[int]:
     try:
         counts = [int(x) for x in text.split(",") if x.strip()]

@@ -21,25 +21,9 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+from ..commands.bench.compile import TARGETS, Target
 from .meta import bench_metadata, write_result
-
-
-@dataclass(frozen=True)
-class Target:
-    """A GPU architecture we compile for: compute capability (89 = sm_89), a GPU, its shared memory per block."""
-
-    capability: int
-    gpu: str
-    shared_limit_bytes: int
-
-
-TARGETS = (
-    Target(89, "RTX 4090 (Ada)", 99 * 1024),
-    Target(90, "H100 (Hopper)", 227 * 1024),
-    Target(120, "RTX 5090 (Blackwell)", 99 * 1024),
-)
 
 
 @dataclass(frozen=True)
@@ -205,13 +189,6 @@ def compile_kernel(k: Kernel, target: Target) -> dict:
 
 def _compile_job(job: tuple[Kernel, Target]) -> dict:
     return compile_kernel(*job)
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compile.json"), help="JSON file to write")
-    parser.add_argument("--arch", type=int, nargs="+", choices=[t.capability for t in TARGETS],
-                        default=[t.capability for t in TARGETS], help="compute capabilities to compile for")
-    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,20 +6,13 @@ import gc
 import math
 import os
 import time
-from typing import Literal, get_args
 
 import numpy as np
 import torch
 
+from ..commands.bench.render import DEFAULT_SCENE4D, Section
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
-from .meta import ASSETS
 
-Section = Literal["3dgs", "4dgs", "nerf"]
-Backend = Literal["torch", "triton"]
-SECTIONS: tuple[Section, ...] = get_args(Section)
-BACKENDS: tuple[Backend, ...] = get_args(Backend)
-DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
-DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
 FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
 
 # (cuda, cpu, quick) defaults per section

@@ -25,7 +25,7 @@ import numpy as np
 
 from . import cluster
 from .measure import rss_bytes, summary_ms
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 from .speech import speech_like
 
 
@@ -99,16 +99,6 @@ def figure(data: dict, plt):
     axes[1].set_xlabel("seconds")
     fig.tight_layout()
     return fig
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
-    p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
-    p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
-    p.add_argument("--soak-seconds", type=float, default=600.0, help="soak length (default 600 = 10 min)")
-    p.add_argument("--quick", action="store_true", help="10 sessions and a 6 s soak (a smoke test)")
-    cluster.add_arguments(p)
 
 
 def run(args: argparse.Namespace) -> int:

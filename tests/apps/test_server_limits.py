@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -33,8 +34,10 @@ from test_server_session import (
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 
-from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, add_video_out, register, video_options
-from framegraph.apps.server.cli import add_arguments, config_from_args
+from framegraph.apps.commands.serve import add_arguments
+from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, VideoOptions, add_video_out, option, register
+from framegraph.apps.server.cli import config_from_args
+from framegraph.apps.server.pipelines.options import Size
 from framegraph.apps.server.protocol import MediaFlag
 from framegraph.stream import Clock, Graph, PortSpec, PushSource, Stage
 from framegraph.stream.testcard import TestCardVideo
@@ -390,10 +393,13 @@ class PoseTint(Stage):
         out.write("video").data[:] = t.to(torch.uint8)
 
 
-@register("posecard", "test: test-card clock + client poses → solid colour")
-def build_posecard(opts):
-    v = video_options(opts, size=(64, 48))
-    opts.done()
+@dataclass
+class PosecardOptions(VideoOptions):
+    size: tuple[int, int] = option((64, 48), "the card's width and height", Size())
+
+
+@register("posecard", "test: test-card clock + client poses → solid colour", PosecardOptions)
+def build_posecard(v: PosecardOptions):
     graph = Graph(Clock("realtime"), name="posecard")
     clock = graph.add(TestCardVideo(width=v.width, height=v.height, fps=v.fps, seconds=60), max_in_flight=2)
     pose = graph.add(PushSource(PortSpec((4, 4), torch.float32), name="pose"))
@@ -402,7 +408,7 @@ def build_posecard(opts):
     graph.connect(clock, render, "video", policy="drop_oldest")
     graph.connect(pose, render, "value", "pose", policy="latest")
     graph.connect(render, encoder, "video", policy="drop_oldest")
-    return Pipeline(graph, sink, encoder=encoder, pose_in=pose, format={"video": v.describe(), "pose_in": True})
+    return Pipeline(graph, sink, encoder=encoder, pose_in=pose, format={"video": v.video_format(), "pose_in": True})
 
 
 def test_registered_pipeline_takes_camera_poses_through_a_latest_edge():

@@ -55,6 +55,15 @@ import time
 
 import numpy as np
 import torch
+from PIL import Image
+
+from framegraph.models.audio import AudioEncoder
+from framegraph.models.avatar import Avatar, AvatarError, load_avatar
+from framegraph.models.dit import AvatarDiT
+from framegraph.models.onnx import load_manifest
+from framegraph.models.onnx.export import export_avatar
+from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+from framegraph.models.vae import VideoVAE
 
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
 from .measure import torch_threads
@@ -74,8 +83,6 @@ def _config(path: str) -> dict:
 
 def shipped_class(root: str) -> dict:
     """The shipped bundle's architecture: its three model configs and avatar.json settings."""
-    from framegraph.models.avatar import AvatarError
-
     for part in ("avatar.json", "vae/config.json", "dit/config.json", "audio/config.json"):
         if not os.path.isfile(os.path.join(root, part)):
             raise AvatarError(f"--avatar {root!r}: {part} is missing (expected an avatar bundle folder)")
@@ -94,13 +101,6 @@ def size_multiple(cls: dict) -> int:
 def random_bundle(cls: dict, size: int, seed: int = 0):
     """An :class:`~framegraph.models.avatar.Avatar` of the shipped class with random weights and a generated
     region of ``size`` px, composited into the shipped portrait scaled by ``size / shipped_region``."""
-    from PIL import Image
-
-    from framegraph.models.audio import AudioEncoder
-    from framegraph.models.avatar import Avatar
-    from framegraph.models.dit import AvatarDiT
-    from framegraph.models.vae import VideoVAE
-
     a = cls["avatar"]
     scale = size / int(a["region_size"])
     with Image.open(os.path.join(cls["root"], a["portrait"])) as im:
@@ -308,8 +308,6 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         return {}
     if name == "shipped" and args.onnx:
         return {"backend": backend, "onnx_dir": args.onnx}
-    from framegraph.models.onnx import load_manifest
-    from framegraph.models.onnx.export import export_avatar
 
     out = os.path.join(s["export_root"], name)
     if not os.path.isdir(out):
@@ -317,7 +315,6 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         export_avatar(avatar, out)
         _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
     if backend == "onnx-int8" and "int8" not in load_manifest(out, avatar):
-        from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 
         t = time.perf_counter()
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
@@ -333,8 +330,6 @@ def _row_name(name: str, backend: str, s: dict) -> str:
 def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
     """One row per ``--sizes`` entry (random weights) and the shipped avatar, per backend; and the sessions'
     avatar ``(name, Avatar)``."""
-    from framegraph.models.avatar import load_avatar
-
     ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
     common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
                   torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)

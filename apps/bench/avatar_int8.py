@@ -36,6 +36,22 @@ import time
 
 import numpy as np
 
+from framegraph.models.avatar import load_avatar
+from framegraph.models.avatar.evaluate import evaluate_avatar
+from framegraph.models.onnx.export import export_avatar
+from framegraph.models.onnx.manifest import MODELS, PARTS
+from framegraph.models.onnx.quantize import (
+    MODES,
+    TOLERANCE,
+    FeedReader,
+    choose_int8,
+    quantize_export,
+    record_inputs,
+    variant_dir,
+)
+from framegraph.models.onnx.runtime import OrtGraph
+from framegraph.models.synth import load_portrait, make_clip
+
 from .avatar import _shown_path
 from .avatar_measure import measure_steady
 from .meta import bench_metadata, write_result
@@ -47,7 +63,6 @@ STAGE = {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}  # t
 def _clips(args, tmp: str) -> list[tuple[str, str]]:
     folder = args.clips
     if folder is None:
-        from framegraph.models.synth import load_portrait, make_clip
 
         folder = os.path.join(tmp, "heldout")
         portrait = load_portrait()
@@ -66,8 +81,6 @@ def _clips(args, tmp: str) -> list[tuple[str, str]]:
 
 
 def _quality(avatar, clips, kw: dict) -> dict:
-    from framegraph.models.avatar.evaluate import evaluate_avatar
-
     per = []
     for clip, truth in clips:
         m = evaluate_avatar(avatar, clip, truth, real_measures=False, **kw)
@@ -99,17 +112,6 @@ def _speed(runs: list[dict]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.models.avatar import load_avatar
-    from framegraph.models.onnx.export import export_avatar
-    from framegraph.models.onnx.quantize import (
-        MODES,
-        TOLERANCE,
-        choose_int8,
-        quantize_export,
-        record_inputs,
-        variant_dir,
-    )
-
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
@@ -212,10 +214,6 @@ def run(args: argparse.Namespace) -> int:
 def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
     """Each file's float32 and int8 sessions called in turns on the same recorded inputs (see the module
     docstring): ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
-    from framegraph.models.onnx.manifest import MODELS, PARTS
-    from framegraph.models.onnx.quantize import FeedReader
-    from framegraph.models.onnx.runtime import OrtGraph
-
     with open(os.path.join(int8_dir, "manifest.json")) as f:
         manifest = json.load(f)
     parts = {}

@@ -11,6 +11,12 @@ from typing import Literal
 import numpy as np
 import torch
 
+from framegraph.models.audio.features import FrameTiming
+from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
+from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import PushAudioSource
+
 from .measure import stage_times, summary_ms
 from .speech import SAMPLE_RATE
 
@@ -24,8 +30,6 @@ def _params(module) -> int:
 
 
 def _collect_sink(height: int, width: int, device: str, capacity: int):
-    from framegraph.stream import PortSpec, Stage
-
     class Collect(Stage):
         """Stamps each composited frame's arrival (after its producer's work on CUDA has finished)."""
 
@@ -120,12 +124,8 @@ AVATAR_STAGES = ("audio_features", "state", "denoiser", "vae_decode", "composite
 
 def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: int, buffer_ms: int, server_like: bool,
            torch_threads: int | None, gpu_timing: bool = False, graph_kw: dict | None = None):
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream.media import PushAudioSource
-
     src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
     sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
-    from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
 
     kw = dict(budget_ms=1000.0 * avatar.chunk_frames / avatar.fps, video_policy="drop_oldest",
               max_lag_ms=LIVE_MAX_LAG_MS) if server_like else dict(budget_ms=None, video_policy="block")
@@ -250,8 +250,6 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
                  repeats: int, torch_threads: int | None, warmup_frames: int, log, graph_kw: dict | None = None) -> dict:
     """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
     ``build_avatar_graph`` arguments (``backend`` / ``onnx_dir``)."""
-    from framegraph.models.audio.features import FrameTiming
-
     timing = FrameTiming.of(avatar.audio, avatar.fps)
     need = timing.required_samples(0)
     wait_ms = 1000.0 * (math.ceil(need / CHUNK) - 1) * CHUNK / SAMPLE_RATE

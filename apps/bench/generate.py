@@ -29,11 +29,17 @@ the Wan 2.1 VAE: the real decoder's cost, with whichever transformer ``--config`
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import torch
+from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
 
+from framegraph.models.generate import FAMILIES, GenerateModel, build_generate_graph, default_dtype, first_frame
+from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
+from framegraph.models.onnx.wan_vae import export_wan_vae
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import H264Encoder
 
 from .measure import MemoryProbe, stage_times, torch_threads
 from .meta import bench_metadata, write_result
@@ -63,11 +69,6 @@ class FrameTimes(Stage):
 
 
 def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: str | None = None):
-    from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
-
-    from framegraph.models.generate import FAMILIES, GenerateModel
-    from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
-
     if (family, config) not in CONFIGS:
         raise ValueError(f"--config {config} is not a {family} configuration; choose from "
                          f"{[c for f, c in CONFIGS if f == family]}")
@@ -84,10 +85,6 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: 
 def measure(args, backend: str = "torch") -> dict:
     """One run of the graph with the VAE decoder on ``backend`` (``"onnx"``: exported first, the time recorded
     as ``export_s``)."""
-    import tempfile
-
-    from framegraph.models.generate import default_dtype
-
     device = args.device or ("cuda" if torch.cuda.is_available() and backend == "torch" else "cpu")
     dtype = default_dtype(device)
     gm = build_model(args.family, args.config, device, dtype, args.vae)
@@ -96,7 +93,6 @@ def measure(args, backend: str = "torch") -> dict:
     options = {"attention": args.attention} if args.family == "wan" else {}
     export_s, tmp = None, None
     if backend == "onnx":
-        from framegraph.models.onnx.wan_vae import export_wan_vae
 
         tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
         t0 = time.perf_counter()
@@ -112,9 +108,6 @@ def measure(args, backend: str = "torch") -> dict:
 
 
 def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
-    from framegraph.models.generate import build_generate_graph
-    from framegraph.stream.media import H264Encoder
-
     height, width = args.size
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
                               timesteps=timesteps, device=device, vae_backend=backend, **options)
@@ -136,7 +129,6 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     with torch_threads(args.threads):
         memory = MemoryProbe(torch.device(device)).measure(run)
     r = gm.vae.config.scale_factor_temporal
-    from framegraph.models.generate import first_frame
 
     steady_from = first_frame(args.warmup, args.chunk_frames, r)
     times = sink.times

@@ -23,6 +23,12 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
+from framegraph.kernels.block_linear_attention import block_linear_attention
+from framegraph.kernels.modulation import gate_residual, norm_modulate
+from framegraph.kernels.monarch_attention import monarch_attention
+from framegraph.kernels.monarch_attention.reference import token_causal_mask
+from framegraph.kernels.rope import apply_rope
+
 from ..commands.bench.kernels import Op
 from .measure import summary_ms, time_ms
 from .meta import bench_metadata, write_result
@@ -116,8 +122,6 @@ def _leaf(shape, device, dtype, grad: bool) -> torch.Tensor:
 
 
 def bench_block_linear_attention(args, device, dtype, backward):
-    from framegraph.kernels.block_linear_attention import block_linear_attention
-
     B, H, D = args.batch, args.heads, args.head_dim
     N, block = args.frames * args.block_size, args.block_size
     q, k, v = (_leaf((B, H, N, D), device, dtype, backward) for _ in range(3))
@@ -132,7 +136,7 @@ def bench_block_linear_attention(args, device, dtype, backward):
 
     peers = {"torch_reference": reference}
     try:
-        from fla.ops.linear_attn import chunk_linear_attn
+        from fla.ops.linear_attn import chunk_linear_attn  # optional: a peer measured when installed
 
         if device.type == "cuda":
 
@@ -152,8 +156,6 @@ def bench_block_linear_attention(args, device, dtype, backward):
 
 
 def bench_norm_modulate(args, device, dtype, backward):
-    from framegraph.kernels.modulation import norm_modulate
-
     B, N, C = args.batch, args.frames * args.block_size, args.channels
     x = _leaf((B, N, C), device, dtype, backward)
     scale, shift = (_leaf((B, 1, C), device, dtype, backward) for _ in range(2))
@@ -171,8 +173,6 @@ def bench_norm_modulate(args, device, dtype, backward):
 
 
 def bench_gate_residual(args, device, dtype, backward):
-    from framegraph.kernels.modulation import gate_residual
-
     B, N, C = args.batch, args.frames * args.block_size, args.channels
     x, y = (_leaf((B, N, C), device, dtype, backward) for _ in range(2))
     gate = _leaf((B, 1, C), device, dtype, backward)
@@ -189,8 +189,6 @@ def bench_gate_residual(args, device, dtype, backward):
 
 
 def bench_apply_rope(args, device, dtype, backward):
-    from framegraph.kernels.rope import apply_rope
-
     B, H, D, N = args.batch, args.heads, args.head_dim, args.frames * args.block_size
     x = _leaf((B, N, H, D), device, dtype, backward)  # diffusers' layout
     angles = torch.randn(1, N, 1, D // 2, device=device).repeat_interleave(2, -1)
@@ -255,9 +253,6 @@ def video_like_qkv(shape, grid, generator, sharpness: float = 2.0, noise: float 
 
 def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool = False) -> dict:
     """Relative L2 error ``|monarch - sdpa| / |sdpa|`` per input kind and ``num_iters`` (1..3)."""
-    from framegraph.kernels.monarch_attention import monarch_attention
-    from framegraph.kernels.monarch_attention.reference import token_causal_mask
-
     g = torch.Generator().manual_seed(0)
     kinds = {
         "video_like": video_like_qkv(shape, grid, g),
@@ -278,8 +273,6 @@ def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool 
 
 
 def bench_monarch_attention(args, device, dtype, backward):
-    from framegraph.kernels.monarch_attention import monarch_attention
-
     grid = MONARCH_TINY_GRID if args.tiny else tuple(args.monarch_grid)
     B, H, D = args.batch, args.heads, args.head_dim
     N = grid[0] * grid[1] * grid[2]

@@ -8,6 +8,7 @@ import os
 import subprocess
 from collections.abc import Callable
 
+import matplotlib.pyplot as plt
 import numpy as np
 
 from framegraph import assets
@@ -56,7 +57,6 @@ def pyplot():
     import matplotlib  # heavy, and only for figures; the backend must be chosen before pyplot is imported
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     return plt
 

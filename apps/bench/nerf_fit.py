@@ -17,15 +17,15 @@ import time
 
 import torch
 
+from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
+from framegraph.renderers.nerf.dataset import load_transforms
+from framegraph.renderers.nerf.fit import fit, psnr
+from framegraph.renderers.nerf.model import NerfModel
+
 from .meta import bench_metadata, write_result
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
-    from framegraph.renderers.nerf.dataset import load_transforms
-    from framegraph.renderers.nerf.fit import fit, psnr
-    from framegraph.renderers.nerf.model import NerfModel
-
     if args.threads:
         torch.set_num_threads(args.threads)
     resolve_defaults(args, args.device)

@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> int:
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     if "triton" in args.backends and device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported (by a kernel's first call)
     for name in ("cameras", "iters", "interpreted_iters", "chunk_rays", "tile_size", "threads"):
         v = getattr(args, name)
         if v is not None and v < 1:

@@ -23,6 +23,8 @@ import time
 
 import numpy as np
 
+from ..client import stream_session
+from ..server.app import ServerConfig, serve_in_thread
 from . import cluster
 from .measure import rss_bytes, summary_ms
 from .meta import bench_metadata, write_result
@@ -34,8 +36,6 @@ def _framegraph_threads() -> int:
 
 
 def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
-    from ..client import stream_session
-
     audio = speech_like(seconds)
     rss, fps, g2g = [], [], []
     for i in range(n):
@@ -56,8 +56,6 @@ def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
 
 
 def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
-    from ..client import stream_session
-
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
     if not trace:
@@ -102,8 +100,6 @@ def figure(data: dict, plt):
 
 
 def run(args: argparse.Namespace) -> int:
-    from ..server.app import ServerConfig, serve_in_thread
-
     if args.cluster:
         return cluster.run(args)
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)

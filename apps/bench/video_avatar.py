@@ -24,11 +24,20 @@ import copy
 import json
 import os
 import statistics
+import tempfile
 import time
+import wave
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
+from framegraph.apps.server.pipelines.avatar import load_bundle
+from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar.lipsync import MouthGenerator
+from framegraph.models.avatar.video_eval import evaluate_video_avatar
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import AudioFileSource, decode_audio
 
 from .meta import bench_metadata, write_result
 
@@ -48,14 +57,6 @@ class _Arrivals(Stage):
 def _speed(avatar, audio, seconds: float, warm_runs: int) -> dict:
     """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock): the first
     session on ``seconds`` of it, then ``warm_runs`` sessions on its first second (first frame only)."""
-    import tempfile
-    import wave
-
-    import numpy as np
-
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream.media import AudioFileSource
-
     def session(path: str) -> tuple[list[float], float]:  # the arrival times, the graph's start
         sink = _Arrivals(avatar.height, avatar.width)
         ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast")
@@ -85,10 +86,6 @@ def _speed(avatar, audio, seconds: float, warm_runs: int) -> dict:
 
 def _at_region(avatar, size: int):
     """The same avatar with a fresh generator (same architecture) at ``size``² and a box of ``size`` px."""
-    import torch.nn.functional as F
-
-    from framegraph.models.avatar.lipsync import MouthGenerator
-
     big = copy.copy(avatar)
     c = avatar.generator.config
     big.generator = MouthGenerator(channels=tuple(c.channels), shape_dim=c.shape_dim, sample_size=size).eval()
@@ -106,10 +103,6 @@ def _at_region(avatar, size: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.apps.server.avatar_pipeline import load_bundle
-    from framegraph.models.avatar.video_eval import evaluate_video_avatar
-    from framegraph.stream.media import decode_audio
-
     folder = os.path.abspath(args.avatar)
     avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
     if getattr(avatar, "kind", "portrait") != "video":

@@ -13,6 +13,7 @@ import signal
 import sys
 import threading
 
+from .deploy import describe, start_cluster
 from .settings import ClusterSettings
 
 
@@ -28,10 +29,9 @@ def settings_from_args(args: argparse.Namespace, gpus_in_cluster: float) -> Clus
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import ray
+        import ray  # optional: framegraph[cluster]
     except ImportError:
         raise SystemExit("framegraph cluster: error: it needs Ray Serve: pip install 'framegraph[cluster]'") from None
-    from .deploy import describe, start_cluster
 
     if args.max_replicas is None and args.min_replicas is not None:
         raise ValueError("--min-replicas needs --max-replicas (autoscaling bounds)")

@@ -138,14 +138,14 @@ def _refused(key: str, value, expected: str, exc: Exception, why: str):
 
 
 def build(opts: AvatarOptions) -> Pipeline:
-    from framegraph.models.avatar import AvatarError, build_avatar_graph  # heavy: the avatar's models
+    from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
     from framegraph.models.avatar.graph import LIVE_MAX_LAG_MS
     from framegraph.models.onnx import ExportError
 
     name = opts.portrait or default_avatar()
     try:
         avatar = load_bundle(name)
-    except AvatarError as exc:
+    except (ValueError, OSError) as exc:  # AvatarError, a file that does not load
         raise _refused("portrait", name, "another of the server's avatars", exc, "this one cannot be loaded") from None
     size, fps = (avatar.width, avatar.height), avatar.fps
     if opts.size not in (None, size):

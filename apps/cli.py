@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import gc
 import importlib
 import os
 import sys
@@ -145,7 +146,9 @@ def _reported_errors() -> tuple[type, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command line (``argv``; None: this process's, which then exits)."""
     global _command_line
+    exiting = argv is None  # the `framegraph` script and `python -m`: the process ends with this command
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser(argv).parse_args(argv)
     _command_line = argv
@@ -157,6 +160,9 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"framegraph {args.command}: aborted", file=sys.stderr)
         return 130
+    finally:
+        if exiting:  # the interpreter's last collection need not walk torch's objects: 0.3-0.8 s less on 2 cores
+            gc.freeze()
 
 
 if __name__ == "__main__":

@@ -12,9 +12,10 @@ How a command is laid out — the one rule for imports in apps/:
 - A command has a **front**: the module :data:`COMMANDS` names, in ``apps/commands/``. It declares the command's
   options, ``add_arguments(parser)``, and names its implementation, ``IMPLEMENTATION``; it imports at its top only
   the standard library and light modules of apps/ (``argtypes``, the settings dataclasses whose defaults its
-  options show) — never torch, a model or a renderer — so ``framegraph --help`` and ``framegraph CMD --help``
-  answer at once. (One exception, said in its docstring: ``fit-nerf`` and ``bench nerf_fit`` take the NeRF's own
-  options, ``renderers/nerf/cli.py``, which load torch.)
+  options show: ``server/config.py``... — the server, demo and cluster packages export their names on first use,
+  so such a module loads alone) — never torch, a model or a renderer — so ``framegraph --help`` and
+  ``framegraph CMD --help`` answer at once. (One exception, said in its docstring: ``fit-nerf`` and
+  ``bench nerf_fit`` take the NeRF's own options, ``renderers/nerf/cli.py``, which load torch.)
 - Its **implementation** (``apps/render.py``, ``apps/server/cli.py``, ``apps/bench/kernels.py``...) has
   ``run(args) -> int`` and imports what it needs at its top: torch, the models, the renderers — and its front,
   when it shares a declaration (a list of choices, a default). A front never imports its implementation; the CLI
@@ -24,10 +25,11 @@ How a command is laid out — the one rule for imports in apps/:
 - Server pipelines (``apps/server/pipelines/``): a pipeline's module declares its options with light imports; its
   ``build`` starts by importing the models or renderers it runs, so a server loads them on a pipeline's first use.
 
-Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions are those of the rule
-above (a pipeline's models; ``render`` loads the renderers or the avatar only for a scene or an avatar), optional
-extras (a missing one is a message, not a crash: ray, onnx, fla, gsplat) and Triton, each with a comment saying
-which.
+Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions, each with a comment
+saying which, are: those of the rule above (a pipeline's models; ``render`` loads the renderers or the avatar only
+for a scene or an avatar), optional extras (a missing one is a message, not a crash: ray and Serve's fastapi
+ingress, fla, gsplat), Triton (``bench compile``) and matplotlib (``bench/meta.py``'s ``pyplot``: its backend is
+chosen before pyplot loads).
 """
 from __future__ import annotations
 
@@ -100,7 +102,8 @@ def _add_commands(sub, table: dict, argv: list[str]) -> None:
             sub.add_parser(name, help=help_)
             continue
         front = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_, description=description or (front.__doc__ or help_).strip().splitlines()[0])
+        first_line = (front.__doc__ or help_).strip().splitlines()[0]
+        p = sub.add_parser(name, help=help_, description=description or first_line)
         if hasattr(front, "SUBCOMMANDS"):
             _add_commands(p.add_subparsers(dest=f"{name}_command", required=True, metavar="WHAT"),
                           front.SUBCOMMANDS, rest)

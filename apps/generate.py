@@ -31,7 +31,7 @@ def _chunks(args, fps: float, r: int) -> int:
 
 
 def _onnx_dir(args) -> str | None:
-    """``--onnx``, or (``--runtime onnx``) where ``framegraph export --generate`` puts the export of the VAE's folder."""
+    """``--onnx``, or (``--runtime onnx``) where ``framegraph export --generate`` puts the VAE folder's export."""
     if args.runtime != "onnx" or args.onnx:
         return args.onnx
     folder = args.base if os.path.isfile(args.model) else args.model

@@ -37,7 +37,8 @@ def _framegraph() -> list[str]:
 def _commands(avatar: str, wav: str, tmp: str) -> dict[str, list[str]]:
     return {"help": ["--help"], "render_help": ["render", "--help"], "info": ["info"],
             "render_testcard_1s": ["render", "--testcard", "--seconds", "1", "--out", os.path.join(tmp, "card.mp4")],
-            "render_avatar_1s": ["render", "--avatar", avatar, "--audio", wav, "--out", os.path.join(tmp, "avatar.mp4")]}
+            "render_avatar_1s": ["render", "--avatar", avatar, "--audio", wav,
+                                 "--out", os.path.join(tmp, "avatar.mp4")]}
 
 
 def _wall_s(argv: list[str]) -> float:

@@ -13,7 +13,8 @@ it expires. A replica not heard from for ``dead_after_s`` gets no new sessions (
 clients lost their connections with it; Serve starts a replacement, which reports in).
 
 HTTP: ``/ws``, ``/place``, ``/cluster`` (JSON: every replica), ``/metrics`` (Prometheus: every replica's
-series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines`` (and ``/pipelines/NAME``), and the web page.
+series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines`` (and ``/pipelines/NAME``),
+and the web page.
 """
 from __future__ import annotations
 

@@ -133,8 +133,8 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
             raise gr.Error(str(exc)) from None
         samples = np.concatenate([samples, np.zeros(clips.SAMPLE_RATE * 3 // 10, np.int16)])  # 0.3 s tail
         out = ctx.next_api_take_path()
-        session = stream_session(ctx.server_url, choice.name, choice.start_options(ctx.config.video, portrait, ctx.config.runtime),
-                                 audio=samples, out=out)
+        options = choice.start_options(ctx.config.video, portrait, ctx.config.runtime)
+        session = stream_session(ctx.server_url, choice.name, options, audio=samples, out=out)
         try:  # on its own thread and event loop: the demo's loop keeps relaying the live players meanwhile
             summary = await asyncio.to_thread(asyncio.run, session)
         except ClientError as exc:

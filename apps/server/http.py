@@ -1,8 +1,8 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
 Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and ``/pipelines/NAME`` (JSON), and static files
-from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and ``/pipelines/NAME`` (JSON), and
+static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
 """
 from __future__ import annotations
 

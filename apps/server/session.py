@@ -212,8 +212,8 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - a client must never take the server down
             if not isinstance(exc, ProtocolError):
                 log.exception("session %s: internal error handling a message", self.id)
-                exc = ProtocolError(ErrorCode.INTERNAL, f"the server failed handling this message ({type(exc).__name__}); "
-                                                        f"its log has the details")
+                exc = ProtocolError(ErrorCode.INTERNAL, f"the server failed handling this message "
+                                                        f"({type(exc).__name__}); its log has the details")
             self.send_error(exc)
             self.errors_in_a_row += 1
 

@@ -27,7 +27,8 @@ def test_a_capture_with_missing_images_a_lens_and_an_off_centre_arc_fits(tmp_pat
     path = write_capture(tmp_path / "data", 16, size=(40, 30), missing=(3, 11), lens={"k1": -0.2, "k2": 0.05},
                          fov_deg=45)
     out = tmp_path / "nerf"
-    rc = main(["fit-nerf", str(path), "--out", str(out), "--steps", "60", "--batch-rays", "256", "--hold-out", "4", *TINY])
+    rc = main(["fit-nerf", str(path), "--out", str(out), "--steps", "60", "--batch-rays", "256", "--hold-out", "4",
+               *TINY])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert err.count("warning:") == 1 and "skipping 2 of 16 frames" in err

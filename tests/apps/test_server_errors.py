@@ -148,7 +148,8 @@ def test_live_options_are_checked_against_the_same_declarations(server_folders):
         speaks_the_protocol(message, list(bad.values())[0])
 
 
-MALFORMED = ["{not json", "[1, 2]", json.dumps({"type": 7}), json.dumps({"type": "dance"}), json.dumps({"type": "start"}),
+MALFORMED = ["{not json", "[1, 2]", json.dumps({"type": 7}), json.dumps({"type": "dance"}),
+             json.dumps({"type": "start"}),
              json.dumps({"type": "start", "pipeline": "scope", "options": [1]}),
              json.dumps({"type": "start", "pipeline": "scope", "version": 2}),
              json.dumps({"type": "config", "options": "gain=2"}),

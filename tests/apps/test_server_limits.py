@@ -1,6 +1,6 @@
 """Server limits and HTTP: token, Origin, session limit, message size and rate, closing and shutdown
 (a flood of bad messages, the slot of a closing connection, SIGTERM with a client that never reads),
-each pipeline's size / fps range, /metrics, /healthz, static files, startup refusals, and a pipeline
+each pipeline's size / fps range, /metrics, /healthz, /pipelines/NAME, static files, startup refusals, and a pipeline
 registered from outside (camera poses on a latest edge)."""
 import asyncio
 import json
@@ -351,6 +351,8 @@ def test_metrics_healthz_and_static_files():
         index = http_get(srv.http_url).decode()
         script = http_get(srv.http_url + "app.js")
         pipelines = json.loads(http_get(srv.http_url + "pipelines"))
+        scope = json.loads(http_get(srv.http_url + "pipelines/scope"))
+        missing = http_request(srv.http_url + "pipelines/nope")
         for bad in ("nope.html", "..%2Fserver%2Fapp.py", ".hidden", "../server/app.py"):
             assert http_request(srv.http_url + bad)[0] == 404, bad
         assert http_request(srv.http_url + "ws")[0] == 426
@@ -376,6 +378,12 @@ def test_metrics_healthz_and_static_files():
     assert after["framegraph_server_sessions_total"]["samples"][0][2] == 1
     assert "<canvas" in index and b"WebSocket" in script
     assert {"testcard", "scope"} <= set(pipelines)
+    # one pipeline's options, from its declaration: what the start and config messages may carry
+    assert scope["available"] and scope["description"] == pipelines["scope"]
+    assert scope["options"]["gain"] == {"type": "number", "range": [0.01, 100.0], "default": 1.0,
+                                        "help": "how much the waveform is magnified", "live": True}
+    assert scope["options"]["size"]["default"] == "320x240" and scope["options"]["codec"]["choices"] == ["jpeg", "h264"]
+    assert missing[0] == 404 and json.loads(missing[1])["code"] == "unknown_pipeline"
 
 
 # ---- a pipeline registered from outside: camera poses through a latest edge -----------------------------

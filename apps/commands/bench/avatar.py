@@ -12,7 +12,7 @@ from . import add_out_argument
 
 DEFAULT_AVATAR = os.path.join(str(assets.ROOT), "avatars", "astronaut")
 
-IMPLEMENTATION = "framegraph.apps.bench.avatar"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.avatar"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

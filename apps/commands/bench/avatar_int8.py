@@ -7,7 +7,7 @@ import argparse
 from . import add_out_argument
 from .avatar import DEFAULT_AVATAR
 
-IMPLEMENTATION = "framegraph.apps.bench.avatar_int8"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.avatar_int8"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -22,7 +22,7 @@ TARGETS = (
     Target(120, "RTX 5090 (Blackwell)", 99 * 1024),
 )
 
-IMPLEMENTATION = "framegraph.apps.bench.compile"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.compile"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from framegraph.apps.argtypes import VAE_RUNTIMES, add_runtime_argument, positiv
 
 from . import add_out_argument
 
-IMPLEMENTATION = "framegraph.apps.bench.generate"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.generate"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -9,7 +9,7 @@ Op = Literal["block_linear_attention", "norm_modulate", "gate_residual", "apply_
 OPS: tuple[Op, ...] = get_args(Op)
 Dtype = Literal["bfloat16", "float16", "float32"]
 
-IMPLEMENTATION = "framegraph.apps.bench.kernels"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.kernels"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

@@ -10,7 +10,7 @@ from framegraph.renderers.nerf.cli import add_model_arguments, per_device_help
 
 from . import add_out_argument
 
-IMPLEMENTATION = "framegraph.apps.bench.nerf_fit"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.nerf_fit"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -17,7 +17,7 @@ BACKENDS: tuple[Backend, ...] = get_args(Backend)
 DEFAULT_SCENE4D = os.path.join(str(assets.ROOT), "scenes4d", "bouncing_ball.pth")
 DEFAULT_NERF = os.path.join(str(assets.ROOT), "nerf", "spheres")
 
-IMPLEMENTATION = "framegraph.apps.bench.render"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.render"  # its run(args) and figure(data, plt)
 
 
 def _counts(text: str) -> list:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-IMPLEMENTATION = "framegraph.apps.bench.report"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.report"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

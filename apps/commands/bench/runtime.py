@@ -5,7 +5,7 @@ import argparse
 
 from . import add_out_argument
 
-IMPLEMENTATION = "framegraph.apps.bench.runtime"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.runtime"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

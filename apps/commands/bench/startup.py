@@ -9,7 +9,7 @@ from framegraph import assets
 
 from . import add_out_argument
 
-IMPLEMENTATION = "framegraph.apps.bench.startup"  # run(args) measures and writes the JSON; figure(data, plt) draws it
+IMPLEMENTATION = "framegraph.apps.bench.startup"  # its run(args) and figure(data, plt)
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:

@@ -153,8 +153,8 @@ def build(opts: AvatarOptions) -> Pipeline:
     if opts.fps is not None and abs(opts.fps - fps) > 1e-6:
         raise bad_option("avatar", "fps", opts.fps, f"the avatar's frame rate {fps:g}")
     if getattr(avatar, "kind", "portrait") == "video" and opts.runtime != "torch":
-        raise bad_option("avatar", "runtime", opts.runtime, f"'torch' (portrait {name!r} is a video avatar: its small "
-                                                            f"models run on torch only)")
+        raise bad_option("avatar", opts.key("runtime"), opts.runtime, f"'torch' (portrait {name!r} is a video avatar: "
+                                                                      f"its small models run on torch only)")
     opts.size, opts.fps = size, fps
     steps = opts.steps or avatar.steps
     device = "cuda" if torch.cuda.is_available() and opts.runtime == "torch" else "cpu"
@@ -167,7 +167,7 @@ def build(opts: AvatarOptions) -> Pipeline:
                                 torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
                                 max_lag_ms=LIVE_MAX_LAG_MS, backend=opts.runtime)
     except ExportError as exc:
-        raise _refused("runtime", opts.runtime, "'torch'", exc,
+        raise _refused(opts.key("runtime"), opts.runtime, "'torch'", exc,
                        f"portrait {name!r} has no up-to-date {opts.runtime} export on this server") from None
     ag.set_state(opts.state)
 

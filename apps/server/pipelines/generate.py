@@ -89,7 +89,8 @@ class GenerateOptions(VideoOptions):
     shift: float = option(5.0, "the flow shift the timesteps are warped with", Number(1.0, 20.0))
     chunk_frames: int = option(3, "latent frames per chunk", Integer(1, 8))
     seed: int = option(0, "noise seed", Integer(0, 2**31 - 1))
-    attention: str = option("sdpa", "(Wan) attention over the cache: exact SDPA or Monarch", Choice(("sdpa", "monarch")))
+    attention: str = option("sdpa", "(Wan) attention over the cache: exact SDPA or Monarch",
+                            Choice(("sdpa", "monarch")))
     runtime: str = option("torch", "where the VAE decoder computes: torch, or ONNX Runtime on the CPU from the "
                                    "model's export for this size and chunk_frames", Choice(VAE_RUNTIMES),
                           alias="backend")
@@ -103,8 +104,8 @@ class GenerateOptions(VideoOptions):
         if self.prompt is None and self.prompt_embeds is None:
             raise bad_option(pipeline, "prompt", None, "a prompt (or prompt_embeds) to start from")
         if self.input == "noise" and self.strength is not None:
-            raise bad_option(pipeline, "strength", self.strength, 'no strength with input "noise" (text-to-video '
-                                                                  'starts from noise); strength goes with input "camera"')
+            raise bad_option(pipeline, "strength", self.strength, 'no strength with input "noise" (text-to-video starts '
+                                                                  'from noise); strength goes with input "camera"')
         if self.input == "camera" and self.strength is None:
             raise bad_option(pipeline, "strength", None, f'a strength with input "camera": {STRENGTH}')
 
@@ -123,8 +124,8 @@ def _check_size(gm, opts: GenerateOptions) -> None:
     step_w, step_h = s * p_w, s * p_h
     w, h = opts.size
     if w % step_w or h % step_h:
-        wrong = " and ".join(f"the {side}, {v}, is not" for side, v, step in (("width", w, step_w), ("height", h, step_h))
-                             if v % step)
+        sides = (("width", w, step_w), ("height", h, step_h))
+        wrong = " and ".join(f"the {side}, {v}, is not" for side, v, step in sides if v % step)
         tiles = f"multiples of {step_w}" if step_w == step_h else f"multiples of {step_w} (width) and {step_h} (height)"
         raise bad_option("generate", "size", f"{w}x{h}",
                          f"a WxH whose width and height are {tiles} (the model's {s}x VAE downscale times its "
@@ -194,9 +195,10 @@ def build(opts: GenerateOptions) -> Pipeline:
                                   onnx_dir=default_wan_onnx_dir(folder, size_hw, opts.chunk_frames),
                                   **({"attention": opts.attention} if gm.family.name == "wan" else {}))
     except ExportError as exc:
-        raise _refused("runtime", opts.runtime, f"'torch' (model {name!r} has no up-to-date ONNX export of its VAE "
-                                                f"decoder for size {opts.width}x{opts.height} and chunk_frames "
-                                                f"{opts.chunk_frames} on this server)", exc) from None
+        raise _refused(opts.key("runtime"), opts.runtime,
+                       f"'torch' (model {name!r} has no up-to-date ONNX export of its VAE decoder for size "
+                       f"{opts.width}x{opts.height} and chunk_frames {opts.chunk_frames} on this server)",
+                       exc) from None
     except (ValueError, OSError) as exc:  # the text encoder (everything the client chose is checked above)
         raise _refused("prompt", text, f"prompt_embeds instead (model {name!r}'s text encoder cannot be loaded on "
                                        f"this server)", exc) from None

@@ -271,21 +271,20 @@ class Options:
     """Base of every pipeline's options dataclass (fields made with :func:`option`)."""
 
     @classmethod
-    def parse(cls, values: dict | None, pipeline: str, **defaults):
-        """A client's ``start`` options, checked, as an instance; ``defaults``: the pipeline's own defaults for
-        fields whose declared default is None (known only once it runs: the avatar's size, the model's fps).
-        Raises ``bad_option`` naming the option, the value and what is expected."""
+    def parse(cls, values: dict | None, pipeline: str):
+        """A client's ``start`` options, checked, as an instance (a field left at None means "the pipeline's own",
+        known only once it runs: the avatar's size, the model's fps). Raises ``bad_option`` naming the option, the
+        value and what is expected."""
         values = dict(values or {})
         fields = _fields(cls)
         _refuse_unknown(values, fields, pipeline, "this pipeline takes")
-        parsed = {}
+        parsed, keys = {}, {}
         for f in fields:
             key, value = _value(f, values, pipeline)
             if value is not None:
-                parsed[f.name] = _check(f, key, value, pipeline)
-            elif defaults.get(f.name) is not None:
-                parsed[f.name] = defaults[f.name]
+                parsed[f.name], keys[f.name] = _check(f, key, value, pipeline), key
         opts = cls(**parsed)
+        opts._sent_as = keys
         opts.check(pipeline)
         return opts
 
@@ -311,9 +310,14 @@ class Options:
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             if isinstance(f.metadata["kind"], Size) and default is not None:
                 default = f"{default[0]}x{default[1]}"
+            alias = {"alias": f.metadata["alias"]} if f.metadata["alias"] else {}
             out[f.name] = {**f.metadata["kind"].schema(), "default": default, "help": f.metadata["help"],
-                           "live": f.metadata["live"], **({"alias": f.metadata["alias"]} if f.metadata["alias"] else {})}
+                           "live": f.metadata["live"], **alias}
         return out
+
+    def key(self, name: str) -> str:
+        """The name the client sent option ``name`` under (its old name, for an alias), for a refusal to quote."""
+        return getattr(self, "_sent_as", {}).get(name, name)
 
     def check(self, pipeline: str) -> None:
         """Rules between options (``strength`` only with ``input: "camera"``...): raise :func:`bad_option`."""

@@ -92,13 +92,13 @@ def _scene(opts: SceneOptions, on_cuda: bool):
     path = next((os.path.join(d, opts.scene) for d in scene_dirs() if os.path.exists(os.path.join(d, opts.scene))),
                 None)
     if path is None:
-        raise bad_option("scene", "scene", opts.scene, f"the name of a scene in {SCENE} that exists")
+        raise bad_option("scene", opts.key("scene"), opts.scene, f"the name of a scene in {SCENE} that exists")
     try:
         return open_scene(path)
     except (SceneError, NerfLoadError, ValueError, OSError) as exc:
         log.warning("scene: %r refused: %s", opts.scene, exc)
-        raise bad_option("scene", "scene", opts.scene, "another of the server's scenes (this one cannot be opened; "
-                                                       "the server's log says why)") from None
+        raise bad_option("scene", opts.key("scene"), opts.scene, "another of the server's scenes (this one cannot be "
+                                                                 "opened; the server's log says why)") from None
 
 
 def build(opts: SceneOptions) -> Pipeline:

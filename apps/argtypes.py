@@ -58,6 +58,7 @@ def video_size(text: str) -> tuple[int, int]:
 AVATAR_RUNTIMES = ("torch", "onnx", "onnx-int8")
 VAE_RUNTIMES = ("torch", "onnx")
 INT8_MODES = ("dynamic", "static")  # how `framegraph export --int8` quantizes (models.onnx.quantize.MODES)
+INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.onnx.quantize.DEFAULT_MODE)
 
 
 class _DeprecatedAlias(argparse.Action):

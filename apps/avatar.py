@@ -236,7 +236,6 @@ def run_eval(args: argparse.Namespace) -> int:
             return 2
     try:
         if args.avatar is None:
-
             return _write_metrics(args.out, track_clip(args.clip), ("faces_found", "openness_vs_loudness_corr"))
         avatar = load_avatar(args.avatar)
         if getattr(avatar, "kind", "portrait") == "video":
@@ -245,7 +244,6 @@ def run_eval(args: argparse.Namespace) -> int:
             raise ValueError("--start-s / --end-s go with a video avatar (avatar train --video); "
                              f"{args.avatar!r} is a portrait avatar")
         if args.dit:
-
             if not os.path.isfile(os.path.join(args.dit, "config.json")):
                 raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
             avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()

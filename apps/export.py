@@ -12,7 +12,7 @@ import time
 from framegraph.models.avatar import load_avatar
 from framegraph.models.avatar.graph import default_onnx_dir
 from framegraph.models.onnx.export import export_avatar
-from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, check_models, quantize_export
+from framegraph.models.onnx.quantize import DEFAULT_INT8, check_models, quantize_export
 from framegraph.models.onnx.wan_vae import default_wan_onnx_dir, export_wan_vae, load_folder_vae
 
 
@@ -41,7 +41,6 @@ def run(args: argparse.Namespace) -> int:
     if args.calibration is not None and not os.path.isfile(args.calibration):
         print(f"framegraph export: error: --calibration {args.calibration!r} does not exist", file=sys.stderr)
         return 2
-    mode = args.int8 or DEFAULT_MODE  # --int8 alone: the measured choice
     avatar = load_avatar(args.avatar)
     out = args.out or default_onnx_dir(avatar)
     t0 = time.perf_counter()
@@ -54,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     )
     if args.int8 is not None:
         t0 = time.perf_counter()
-        manifest = quantize_export(avatar, out, mode, models=models, calibration_audio=args.calibration)
+        manifest = quantize_export(avatar, out, args.int8, models=models, calibration_audio=args.calibration)
         q = manifest["int8"]
         print(
             f"int8 ({q['mode']}) in {time.perf_counter() - t0:.1f} s: "

@@ -303,7 +303,8 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
 def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
     """``build_avatar_graph`` arguments for ``backend``; for onnx / onnx-int8, the export of ``avatar`` (made now,
     timed, into the run's temporary folder — onnx-int8 adds the int8 files with the export's default choice;
-    ``--onnx`` for the shipped bundle)."""
+    ``--onnx`` for the shipped bundle). The models' keyword is still ``backend`` (to become ``runtime``): this
+    function is where the bench passes it."""
     if backend == "torch":
         return {}
     if name == "shipped" and args.onnx:
@@ -315,7 +316,6 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         export_avatar(avatar, out)
         _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
     if backend == "onnx-int8" and "int8" not in load_manifest(out, avatar):
-
         t = time.perf_counter()
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
         _log(f"[{name}] int8 ({DEFAULT_MODE}, kept: {', '.join(DEFAULT_INT8) or 'none'}) in "

@@ -63,7 +63,6 @@ STAGE = {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}  # t
 def _clips(args, tmp: str) -> list[tuple[str, str]]:
     folder = args.clips
     if folder is None:
-
         folder = os.path.join(tmp, "heldout")
         portrait = load_portrait()
         for i in range(args.clip_count):
@@ -242,10 +241,16 @@ def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads
     return {"threads": threads, "frames_recorded": frames, "parts": parts, "ms_per_frame": per_frame}
 
 
+def _graph_kw(variant: dict) -> dict:
+    """``build_avatar_graph``'s arguments for a variant (the models' keyword is still ``backend``, to become
+    ``runtime``: the one place this bench passes it)."""
+    return {"backend": variant["backend"], "onnx_dir": variant["onnx_dir"]}
+
+
 def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     out = {}
     for name, v in variants.items():
-        kw = {"backend": v["backend"], "onnx_dir": v["onnx_dir"]}
+        kw = _graph_kw(v)
         print(f"[{name}] quality on {len(clips)} held-out clips", flush=True)
         out[name] = {"mode": v["mode"], "models": v["models"], "quality": _quality(avatar, clips, kw)}
         print(
@@ -256,7 +261,7 @@ def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     runs = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, v in variants.items():
-            kw = {"backend": v["backend"], "onnx_dir": v["onnx_dir"]}
+            kw = _graph_kw(v)
             runs[name].append(measure_steady(avatar, audio, "cpu", args.torch_threads, 10, graph_kw=kw))
             print(f"[{name}] speed round {r + 1}: {runs[name][-1]['fps']:.1f} fps", flush=True)
     for name in variants:

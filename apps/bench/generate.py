@@ -93,7 +93,6 @@ def measure(args, backend: str = "torch") -> dict:
     options = {"attention": args.attention} if args.family == "wan" else {}
     export_s, tmp = None, None
     if backend == "onnx":
-
         tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
         t0 = time.perf_counter()
         export_wan_vae(gm.vae, tmp.name, size=(height, width), chunk_frames=args.chunk_frames)
@@ -109,6 +108,7 @@ def measure(args, backend: str = "torch") -> dict:
 
 def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     height, width = args.size
+    # the models' keyword is still `vae_backend` (to become the runtime's): the one place this bench passes it
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
                               timesteps=timesteps, device=device, vae_backend=backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)

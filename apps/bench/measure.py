@@ -168,7 +168,6 @@ class MemoryProbe:
             fn()
             peak = status_kib("VmHWM") * 1024
         else:
-
             proc = psutil.Process()
             before = peak = proc.memory_info().rss
             done = threading.Event()

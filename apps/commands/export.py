@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import INT8_MODES, positive_int, size_hw
+from framegraph.apps.argtypes import INT8_DEFAULT_MODE, INT8_MODES, positive_int, size_hw
 
 IMPLEMENTATION = "framegraph.apps.export"  # its run(args) runs the command
 
@@ -34,11 +34,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="(--generate) latent frames per chunk, as generate's --chunk-frames (default 3)")
     p.add_argument("--out", default=None,
                    help="output folder (default: AVATAR/onnx, or MODEL_DIR/onnx/vae_<H>x<W>_f<N>)")
-    p.add_argument("--int8", nargs="?", const="", choices=INT8_MODES, default=None, metavar="MODE",
+    p.add_argument("--int8", nargs="?", const=INT8_DEFAULT_MODE, choices=INT8_MODES, default=None,
                    help="(--avatar) also write int8 files for --runtime onnx-int8: dynamic (weights int8, activations "
                         "quantized per call) or static (activation ranges calibrated on speech run through the "
-                        "float32 stages); --int8 alone: the mode the int8 measurement chose "
-                        "(benchmarks/results/cpu/avatar_int8.json)")
+                        "float32 stages; the int8 measurement chose between them: "
+                        f"benchmarks/results/cpu/avatar_int8.json) (default when given: {INT8_DEFAULT_MODE})")
     p.add_argument("--int8-models", default=None, metavar="LIST",
                    help="(--avatar) comma-separated models that --runtime onnx-int8 runs in int8: audio, dit, vae, or "
                         "none (default: the measured choice — the models whose openness correlation and identity SSIM "

@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from framegraph.apps.argtypes import AVATAR_RUNTIMES, INT8_MODES
+from framegraph.apps.argtypes import AVATAR_RUNTIMES, INT8_DEFAULT_MODE, INT8_MODES
 from framegraph.apps.cli import COMMANDS, build_parser
 from framegraph.apps.commands.bench import BENCHES
 
@@ -68,8 +68,8 @@ def test_the_old_backend_option_still_sets_the_runtime_and_says_it_is_deprecated
 
 def test_the_runtimes_the_command_line_offers_are_the_models_own():
     from framegraph.models.avatar.graph import BACKENDS
-    from framegraph.models.onnx.quantize import MODES
+    from framegraph.models.onnx.quantize import DEFAULT_MODE, MODES
 
-    assert AVATAR_RUNTIMES == BACKENDS and INT8_MODES == MODES
+    assert AVATAR_RUNTIMES == BACKENDS and INT8_MODES == MODES and INT8_DEFAULT_MODE == DEFAULT_MODE
     with pytest.raises(SystemExit):
         build_parser(["render"]).parse_args(["render", "--testcard", "--out", "o.mp4", "--runtime", "tensorrt"])

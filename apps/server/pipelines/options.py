@@ -255,15 +255,12 @@ def _check(f: dataclasses.Field, key: str, value, pipeline: str):
         raise bad_option(pipeline, key, value, str(exc)) from None
 
 
-def _names(fields: list[dataclasses.Field]) -> list[str]:
-    return sorted([f.name for f in fields] + [f.metadata["alias"] for f in fields if f.metadata["alias"]])
-
-
 def _refuse_unknown(values: dict, fields: list[dataclasses.Field], pipeline: str, what: str) -> None:
-    unknown = sorted(set(values) - set(_names(fields)))
+    """Refuse the names no field answers to (its name or its old one); the refusal lists the current names."""
+    names = sorted(f.name for f in fields)
+    unknown = sorted(set(values) - set(names) - {f.metadata["alias"] for f in fields})
     if unknown:
-        raise ProtocolError(ErrorCode.BAD_OPTION, f"{pipeline}: unknown option(s) {unknown}; {what} "
-                                                  f"{_names(fields)}")
+        raise ProtocolError(ErrorCode.BAD_OPTION, f"{pipeline}: unknown option(s) {unknown}; {what} {names}")
 
 
 @dataclasses.dataclass

@@ -7,14 +7,16 @@ the repository root — ``--runs`` times, the commands taken in turns so that a 
 spreads over all of them; the JSON has every wall time, the median, and the target it is held to (issue #35, on
 2 cores): ``--help`` and ``render --help`` ≤ 0.5 s, ``info`` ≤ 1.5 s, a 1-s test card ≤ 1.5 s, a 1-s avatar render
 (the shipped bundle, 1 s of espeak-ng speech) ≤ 3 s. One more run of each under ``python -X importtime`` records
-whether it imports torch and how long its imports take. The load average is recorded with each command's runs:
-these are wall times on a machine that may be shared.
+whether it imports torch and how long its imports take. The load average is recorded with each command's runs,
+and each run's CPU time (user + system) beside its wall time: on a shared machine the wall time also holds the
+waits for a core.
 """
 from __future__ import annotations
 
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -41,13 +43,17 @@ def _commands(avatar: str, wav: str, tmp: str) -> dict[str, list[str]]:
                                  "--out", os.path.join(tmp, "avatar.mp4")]}
 
 
-def _wall_s(argv: list[str]) -> float:
+def _timed(argv: list[str]) -> tuple[float, float]:
+    """``(wall s, CPU s)`` of one run: the CPU time (user + system, the process and its threads) is what the
+    command cost the machine; on a shared machine the wall time also holds its waits for a core."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     wall = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:
         raise ValueError(f"bench startup: {' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()[-500:]}")
-    return wall
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _imports(args: list[str]) -> dict:
@@ -78,26 +84,30 @@ def run(args: argparse.Namespace) -> int:
         wav = os.path.join(tmp, "speech.wav")
         audio = _speech_wav(wav, 1.0)
         commands = _commands(os.path.relpath(os.path.abspath(args.avatar), ROOT), wav, tmp)
-        walls = {name: [] for name in commands}
-        loads = {name: [] for name in commands}
+        walls, cpus, loads = ({name: [] for name in commands} for _ in range(3))
         for _ in range(runs):
             for name, argv in commands.items():
                 loads[name].append(round(os.getloadavg()[0], 2))
-                walls[name].append(round(_wall_s(_framegraph() + argv), 3))
+                wall, cpu = _timed(_framegraph() + argv)
+                walls[name].append(round(wall, 3))
+                cpus[name].append(round(cpu, 3))
         rows = {name: {"command": " ".join(["framegraph", *argv]).replace(tmp, "TMP"), "wall_s": walls[name],
                        "median_s": round(statistics.median(walls[name]), 3), "min_s": min(walls[name]),
-                       "max_s": max(walls[name]), "load_average_1min": loads[name],
+                       "max_s": max(walls[name]), "cpu_s": cpus[name],
+                       "cpu_median_s": round(statistics.median(cpus[name]), 3), "load_average_1min": loads[name],
                        "target_s": TARGETS_S[name], "target_met": statistics.median(walls[name]) <= TARGETS_S[name],
                        **_imports(argv)}
                 for name, argv in commands.items()}
     result.update({"runs": runs, "script": " ".join(_framegraph()).replace(ROOT, "."), "audio": audio,
                    "note": "wall time from the shell, in a fresh process each run: interpreter start, imports, the "
-                           "work and the exit" + ("; --quick: one run, a smoke test" if args.quick else ""),
+                           "work and the exit; cpu_s: user + system time of the process" +
+                           ("; --quick: one run, a smoke test" if args.quick else ""),
                    "commands": rows})
     png = write_result(result, args.out, figure)
     for name, r in rows.items():
         print(f"{name:>20}  median {r['median_s']:.2f} s (target {r['target_s']:g} s: "
-              f"{'met' if r['target_met'] else 'NOT met'}), imports torch: {r['imports_torch']}")
+              f"{'met' if r['target_met'] else 'NOT met'}; CPU {r['cpu_median_s']:.2f} s), imports torch: "
+              f"{r['imports_torch']}")
     print(f"wrote {args.out} and {png}")
     return 0
 

@@ -99,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
                        **_imports(argv)}
                 for name, argv in commands.items()}
     result.update({"runs": runs, "script": " ".join(_framegraph()).replace(ROOT, "."), "audio": audio,
+                   "niceness": os.nice(0),  # below 0: the commands ran ahead of other jobs on a shared machine
                    "note": "wall time from the shell, in a fresh process each run: interpreter start, imports, the "
                            "work and the exit; cpu_s: user + system time of the process" +
                            ("; --quick: one run, a smoke test" if args.quick else ""),

@@ -114,20 +114,24 @@ def run(args: argparse.Namespace) -> int:
 
 
 def figure(data: dict, plt):
-    """Median wall time per command (each run a dot), its target a tick."""
+    """Median wall time per command (each run a dot), its target a tick, its median CPU time a diamond."""
     rows = data["commands"]
     names = list(rows)
-    fig, ax = plt.subplots(figsize=(8, 0.6 * len(names) + 1.2))
+    fig, ax = plt.subplots(figsize=(9, 0.6 * len(names) + 1.4))
     y = range(len(names))
     ax.barh(y, [rows[n]["median_s"] for n in names],
             color=["tab:green" if rows[n]["target_met"] else "tab:red" for n in names])
     for i, n in enumerate(names):
         ax.plot(rows[n]["wall_s"], [i] * len(rows[n]["wall_s"]), "k.", ms=3)
         ax.plot([rows[n]["target_s"]] * 2, [i - 0.4, i + 0.4], "k-", lw=2)
+        if "cpu_median_s" in rows[n]:
+            ax.plot(rows[n]["cpu_median_s"], i, "D", mfc="none", mec="k", ms=5)
     ax.set_yticks(list(y), [rows[n]["command"].replace("framegraph ", "", 1).split(" --out")[0][:48] for n in names],
                   fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("wall time from the shell, s (bar: median; dots: runs; tick: target)")
-    ax.set_title(f"framegraph start-up, {data.get('device', '')}", fontsize=9)
+    ax.set_xlabel("s from the shell (bar: median wall time; dots: runs; diamond: median CPU time; tick: target)",
+                  fontsize=8)
+    load = data.get("load_average_1_5_15min", ["?"])[0]
+    ax.set_title(f"framegraph start-up, {data.get('device', '')}, load {load} at the start", fontsize=9)
     fig.tight_layout()
     return fig

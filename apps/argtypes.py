@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import sys
+
+from framegraph.models.runtime import RUNTIMES
 
 
 def positive_int(text: str) -> int:
@@ -49,3 +52,71 @@ def size(text: str, *, even: bool = False) -> tuple[int, int]:
 def video_size(text: str) -> tuple[int, int]:
     """A size for an encoded video: positive and even."""
     return size(text, even=True)
+
+
+# Where a model's stages compute (models/runtime.py, torch-free): every runtime an avatar kind may run on, and the
+# generate pipeline's causal VAE decoder's (registered by models.generate, which --help does not load: this copy
+# and the int8 ones are checked against the models by tests/apps/test_cli.py).
+AVATAR_RUNTIMES = RUNTIMES
+VAE_RUNTIMES = ("torch", "onnx")
+INT8_MODES = ("dynamic", "static")  # how `framegraph export --int8` quantizes (models.onnx.quantize.MODES)
+INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.avatar.portrait.int8.DEFAULT_MODE)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old name: stores into the new option's ``dest`` and says so once on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_runtime_argument(p: argparse.ArgumentParser, help: str, *, choices=AVATAR_RUNTIMES, type=None,
+                         default="torch") -> None:
+    """``--runtime`` (where the models compute) and its old name ``--backend``, hidden, still accepted with a
+    deprecation note. ``type`` instead of ``choices``: a parsed list (the benches' ``torch,onnx``)."""
+    kw = {"type": type} if type is not None else {"choices": choices}
+    p.add_argument("--runtime", default=default, help=help, **kw)
+    p.add_argument("--backend", dest="runtime", action=_DeprecatedAlias, new="--runtime", help=argparse.SUPPRESS, **kw)
+
+
+def size_hw(text: str) -> tuple[int, int]:
+    """``"480x832"`` → ``(480, 832)``: HEIGHTxWIDTH, the video models' convention (``framegraph generate``,
+    ``export --generate``, ``bench generate``)."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
+    if h <= 0 or w <= 0:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: height and width must be positive")
+    return h, w
+
+
+def timesteps(text: str) -> list[float]:
+    """``"1000,750,500,250"`` → a strictly decreasing list of timesteps in (0, 1000]."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timesteps {text!r}: expected comma-separated numbers, e.g. "
+                                         f"1000,750,500,250") from None
+    if not values or any(not 0 < v <= 1000 for v in values) or any(a <= b for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError(f"--timesteps {text!r}: expected strictly decreasing values in (0, 1000], "
+                                         f"e.g. 1000,750,500,250")
+    return values
+
+
+def runtime_list(choices: tuple[str, ...]):
+    """A type for ``--runtime A,B``: runtimes measured one after the other (the benches), each one of ``choices``."""
+
+    def parse(text: str) -> list[str]:
+        names = [v.strip() for v in text.split(",") if v.strip()]
+        if not names or any(n not in choices for n in names) or len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(f"--runtime {text!r}: expected some of {', '.join(choices)}, "
+                                             f"comma-separated, e.g. {','.join(choices)}")
+        return names
+
+    return parse

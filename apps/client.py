@@ -31,8 +31,14 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import av
 import numpy as np
+import torch
+from PIL import Image
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from framegraph.apps.server.pipelines.scene import orbit_eye
 from framegraph.apps.server.protocol import (
     AUDIO_SAMPLE_RATE,
     Kind,
@@ -42,9 +48,10 @@ from framegraph.apps.server.protocol import (
     pack_media,
     parse_media,
 )
+from framegraph.renderers.cameras import look_at
 from framegraph.stream import TICKS_PER_SECOND
+from framegraph.stream.media import decode_audio, iter_video_frames, scale_picture
 
-DEFAULT_URL = "ws://127.0.0.1:8765/ws"
 CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
 
 
@@ -85,9 +92,6 @@ class Recorder:
         os.replace(self.partial, self.path)
 
     def _main(self) -> None:
-        import av
-        from PIL import Image
-
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         out = av.open(self.partial, "w", format="mp4")
         try:
@@ -213,9 +217,6 @@ class _Tally:
 
 async def _connect(url: str, token: str | None):
     """Open the WebSocket; returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import InvalidStatus
-
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
@@ -260,11 +261,6 @@ async def _send_audio(ws, audio: np.ndarray, seconds: float | None, tally: _Tall
 def camera_jpegs(path: str, video_in: dict):
     """The frames of a video file as the camera pictures ``ready.video_in`` asks for: scaled to its size (aspect
     kept, :func:`~framegraph.stream.media.scale_picture`), JPEG at quality 90, lowered until under ``max_bytes``."""
-    import torch
-    from PIL import Image
-
-    from framegraph.stream.media import iter_video_frames, scale_picture
-
     size = (video_in["width"], video_in["height"])
     for rgb in iter_video_frames(path):
         if rgb.shape[:2] != (size[1], size[0]):
@@ -327,8 +323,6 @@ async def _send_orbit(ws, ready: dict, deg_per_s: float) -> None:
 
 async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float, latency_trace: list | None) -> None:
     """Count (and record) everything the server sends until it ends the session or ``limit_s`` passes."""
-    from websockets.exceptions import ConnectionClosed
-
     try:
         async with asyncio.timeout(limit_s):
             async for message in ws:
@@ -402,8 +396,6 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
-    from websockets.exceptions import ConnectionClosed
-
     tally, recorder = _Tally(), None
     ws_cm, ws = await _connect(url, token)
     try:
@@ -442,11 +434,6 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
     """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
-    import torch
-
-    from framegraph.apps.server.scene_pipeline import orbit_eye
-    from framegraph.renderers.cameras import look_at
-
     eye = orbit_eye(target, distance, azimuth_deg, elevation_deg)
     return look_at(torch.tensor(eye), torch.tensor(target, dtype=torch.float64)).tolist()
 
@@ -457,34 +444,6 @@ def _gaps(seqs: list[int]) -> int:
 
 
 # ---- command line -------------------------------------------------------------------------------------
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL})")
-    p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
-    p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
-                                   "16 kHz mono PCM16); needed by pipelines with audio input")
-    p.add_argument("--camera", metavar="VIDEO",
-                   help="send this video file's frames as the camera (JPEG at the session fps, once; a chunk "
-                        "of pictures at a time, each when the frames of the one before came back, so none is "
-                        "lost to a slow model), e.g. --pipeline generate --option input=camera --option "
-                        "strength=0.5; the returned stream is recorded as usual")
-    p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
-    p.add_argument("--out", help="record the returned video and audio to this MP4")
-    p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
-    p.add_argument("--fps", type=float, help="frames per second requested")
-    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec requested (default jpeg)")
-    p.add_argument("--quality", type=int, help="JPEG quality 1..100")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="another pipeline option; VALUE is parsed as JSON when it can be (repeatable)")
-    p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
-                   help="server token (default $FRAMEGRAPH_TOKEN)")
-    p.add_argument("--scene", metavar="NAME",
-                   help="shortcut for --pipeline scene: a .ply/.splat file name in the server's scene folder "
-                        "(e.g. toy.ply), or 'random' for a random scene")
-    p.add_argument("--orbit", type=float, nargs="?", const=30.0, default=None, metavar="DEG_PER_S",
-                   help="(with --scene) orbit the camera by sending poses, at DEG_PER_S (default 30)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-
 
 def options_from_args(args: argparse.Namespace) -> dict:
     options = {k: v for k, v in (("size", args.size), ("fps", args.fps), ("codec", args.codec),
@@ -501,8 +460,6 @@ def options_from_args(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.stream.media import decode_audio
-
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
     if args.camera and not os.path.isfile(args.camera):
@@ -511,7 +468,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scene:
         args.pipeline = "scene"
         if args.scene != "random":
-            options.setdefault("ply", args.scene)
+            options.setdefault("scene", args.scene)
         if seconds is None:
             seconds = 5.0
     elif args.orbit is not None:

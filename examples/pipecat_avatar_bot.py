@@ -39,8 +39,8 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 from pipecat.workers.runner import WorkerRunner
 
+from framegraph.apps.commands.pipecat_demo import add_arguments
 from framegraph.apps.pipecat import EspeakTTSService, FramegraphAvatar
-from framegraph.apps.pipecat.cli import add_arguments
 from framegraph.apps.pipecat.webrtc import Server, build_app
 
 

@@ -6,22 +6,23 @@ import gc
 import math
 import os
 import time
-from typing import Literal, get_args
 
 import numpy as np
 import torch
 
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers import gaussians, gaussians4d
+from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, rasterize
+from framegraph.renderers.gaussians.scene import available_bytes
+from framegraph.renderers.gaussians4d import check_fits_4d, rasterize_4d
+from framegraph.renderers.nerf.stage import orbit_for_nerf
+from framegraph.renderers.scene_file import open_scene
+from framegraph.renderers.stages import orbit_for_scene
 from framegraph.stream.quality import psnr
 
+from ..commands.bench.render import DEFAULT_SCENE4D, Section
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
-from .meta import ASSETS
 
-Section = Literal["3dgs", "4dgs", "nerf"]
-Backend = Literal["torch", "triton"]
-SECTIONS: tuple[Section, ...] = get_args(Section)
-BACKENDS: tuple[Backend, ...] = get_args(Backend)
-DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
-DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
 FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
 
 # (cuda, cpu, quick) defaults per section
@@ -61,7 +62,6 @@ class Cases:
         self.memory = MemoryProbe(device)
         self.available = None if args.available_mib is None else int(args.available_mib * MiB)
         self.previews = []  # (case name, [H, W, 3] image)
-        from framegraph.kernels.backend import triton_available
 
         self.triton_ok = triton_available(device)
         self.gsplat, self.gsplat_info = self._find_gsplat()
@@ -73,7 +73,7 @@ class Cases:
         if self.args.no_gsplat:
             return None, {"available": False, "reason": "--no-gsplat"}
         try:
-            import gsplat
+            import gsplat  # optional: a peer measured when installed
         except Exception as exc:  # not installed, or its CUDA extension fails to load
             return None, {"available": False, "reason": f"gsplat not importable ({type(exc).__name__}: {exc})"}
         if self.device.type != "cuda":
@@ -174,8 +174,6 @@ class Cases:
     def open(path, kind: str, flag: str):
         """The scene at ``path`` through :func:`~framegraph.renderers.scene_file.open_scene` (on the CPU),
         refused unless it is a ``kind`` scene."""
-        from framegraph.renderers.scene_file import open_scene
-
         scene = open_scene(path)
         if scene.kind != kind:
             raise ValueError(f"{flag} {path}: that is a {scene.kind} scene; {flag} takes a {kind} one")
@@ -188,8 +186,6 @@ class Cases:
 
     # ------------------------------------------------------------------------------------------ 3DGS
     def cases_3dgs(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, random_scene
-
         args, device = self.args, self.device
         width, height = self.default("size", args.size)
         cases = []
@@ -215,7 +211,7 @@ class Cases:
                     case["scene"] = {"source": source, "gaussians": n, "sh_degree": args.sh_degree}
                     need = check_fits(n, device, args.sh_degree, available=self.available, source=source)
                     case["estimated_mib"] = need / MiB
-                    scene = random_scene(n, args.sh_degree, seed=args.seed, device=device)
+                    scene = gaussians.random_scene(n, args.sh_degree, seed=args.seed, device=device)
             except SceneTooLargeError as exc:
                 cases.append(self.refused(case, exc))
                 continue
@@ -226,9 +222,6 @@ class Cases:
         return cases
 
     def _run_3dgs(self, case, scene, width, height):
-        from framegraph.renderers.gaussians import rasterize
-        from framegraph.renderers.stages import orbit_for_scene
-
         args, device = self.args, self.device
         path = orbit_for_scene(scene, max(args.cameras, 1), width, height, 30.0, elevation_deg=25, fov_deg=60)
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
@@ -260,9 +253,6 @@ class Cases:
 
     # ------------------------------------------------------------------------------------------ 4DGS
     def cases_4dgs(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError
-        from framegraph.renderers.gaussians4d import check_fits_4d, random_scene_4d
-
         args, device = self.args, self.device
         width, height = self.default("size_4d", args.size_4d)
         ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
@@ -279,7 +269,7 @@ class Cases:
                     case["scene"] = {"source": source, "gaussians": item}
                     need = check_fits_4d(item, device, 32, available=self.available, source=source)
                     case["estimated_mib"] = need / MiB
-                    scene = random_scene_4d(item, 3, 1, seed=args.seed, device=device)
+                    scene = gaussians4d.random_scene_4d(item, 3, 1, seed=args.seed, device=device)
                 else:
                     source = os.path.abspath(item)
                     scene = self.open(item, "4dgs", "--scene4d")
@@ -301,9 +291,6 @@ class Cases:
         return cases
 
     def _run_4dgs(self, case, scene, width, height, step):
-        from framegraph.renderers.gaussians4d import rasterize_4d
-        from framegraph.renderers.stages import orbit_for_scene
-
         args, device = self.args, self.device
         path = orbit_for_scene(scene, 1, width, height, 30.0)
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
@@ -324,9 +311,6 @@ class Cases:
 
     # ------------------------------------------------------------------------------------------ NeRF
     def cases_nerf(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError
-        from framegraph.renderers.gaussians.scene import available_bytes
-
         args, device = self.args, self.device
         width, height = self.default("size_nerf", args.size_nerf)
         case = {"section": "nerf", "name": f"nerf {os.path.basename(os.path.normpath(args.nerf))} {width}x{height}",
@@ -346,7 +330,6 @@ class Cases:
                 f"{free / MiB:,.1f} MiB is free; lower --chunk-rays")
             return [self.refused(case, exc)]
         model = model.to(device).eval()
-        from framegraph.renderers.nerf.stage import orbit_for_nerf
 
         path = orbit_for_nerf(model, 1, width, height, 30.0)
         viewmat, K = path.viewmats[0].to(device), path.Ks[0].to(device)

@@ -23,9 +23,11 @@ import time
 
 import numpy as np
 
+from ..client import stream_session
+from ..server.app import ServerConfig, serve_in_thread
 from . import cluster
 from .measure import rss_bytes, summary_ms
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 from .speech import speech_like
 
 
@@ -34,8 +36,6 @@ def _framegraph_threads() -> int:
 
 
 def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
-    from ..client import stream_session
-
     audio = speech_like(seconds)
     rss, fps, g2g = [], [], []
     for i in range(n):
@@ -56,8 +56,6 @@ def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
 
 
 def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
-    from ..client import stream_session
-
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
     if not trace:
@@ -101,19 +99,7 @@ def figure(data: dict, plt):
     return fig
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
-    p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
-    p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
-    p.add_argument("--soak-seconds", type=float, default=600.0, help="soak length (default 600 = 10 min)")
-    p.add_argument("--quick", action="store_true", help="10 sessions and a 6 s soak (a smoke test)")
-    cluster.add_arguments(p)
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..server.app import ServerConfig, serve_in_thread
-
     if args.cluster:
         return cluster.run(args)
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)

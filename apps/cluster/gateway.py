@@ -13,7 +13,8 @@ it expires. A replica not heard from for ``dead_after_s`` gets no new sessions (
 clients lost their connections with it; Serve starts a replacement, which reports in).
 
 HTTP: ``/ws``, ``/place``, ``/cluster`` (JSON: every replica), ``/metrics`` (Prometheus: every replica's
-series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines``, and the web page.
+series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines`` (and ``/pipelines/NAME``),
+and the web page.
 """
 from __future__ import annotations
 
@@ -29,13 +30,13 @@ from urllib.parse import urlsplit
 
 from websockets.asyncio.server import serve
 
-from framegraph.apps.server import pipelines
-from framegraph.apps.server.app import WEB_ROOT
+from framegraph.apps.server.config import WEB_ROOT
 from framegraph.apps.server.http import (
     PROMETHEUS_TYPE,
     WS_PATH,
     host_is_loopback,
     origin_ok,
+    pipelines_response,
     response,
     static_file,
     token_ok,
@@ -203,9 +204,7 @@ class Gateway:
             if path == "/cluster":
                 return response(200, json.dumps(self.view()), "application/json")
             return response(200, self.metrics_text(), PROMETHEUS_TYPE)
-        if path == "/pipelines":
-            return response(200, json.dumps(pipelines.available()), "application/json")
-        return static_file(WEB_ROOT, path)
+        return pipelines_response(path) or static_file(WEB_ROOT, path)
 
     def _refuse(self, request):
         """The single server's checks (Host, Origin, token) at the front door; None when they pass."""

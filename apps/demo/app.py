@@ -24,14 +24,16 @@ import shutil
 import threading
 import time
 
+import gradio as gr
+import uvicorn
 from fastapi import FastAPI, WebSocket
 from fastapi.responses import PlainTextResponse, Response
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server.app import WEB_ROOT
-from framegraph.apps.server.http import is_loopback
+from framegraph.apps.server.config import WEB_ROOT, is_loopback
 
 from .context import DemoConfig, DemoContext, choose_pipeline
+from .ui import CSS, build_blocks
 
 log = logging.getLogger("framegraph.demo")
 
@@ -41,10 +43,6 @@ PLAYER_FILES = {"player.html": "text/html; charset=utf-8", "app.js": "text/javas
 
 def create_app(ctx: DemoContext):
     """The FastAPI app: player routes, relay WebSocket, clip route, and the Gradio app at ``/``."""
-    import gradio as gr  # here, not at the top: the `framegraph` command loads every command's module
-
-    from .ui import CSS, build_blocks  # imports gradio too
-
     app = FastAPI(title="framegraph demo", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/fg/{name}")
@@ -90,8 +88,6 @@ class DemoHandle:
         self._thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 60.0) -> DemoHandle:
-        import uvicorn
-
         cfg = self.config
         if not is_loopback(cfg.host):
             log.warning("the demo listens on %s: anyone who can reach it can use it (no login)", cfg.host)

@@ -28,7 +28,12 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from framegraph.apps.server.http import is_loopback
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from framegraph.apps.client import Recorder
+from framegraph.apps.server.config import is_loopback
 from framegraph.apps.server.protocol import parse_media
 
 log = logging.getLogger("framegraph.demo")
@@ -131,10 +136,6 @@ class Relay:
 
     async def handle(self, ws) -> None:
         """Serve one player connection (a Starlette ``WebSocket``, not yet accepted)."""
-        from starlette.websockets import WebSocketDisconnect
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed, InvalidStatus
-
         tab_id = ws.query_params.get("tab")
         why = self.refusal(ws.headers, tab_id)
         if why is not None:
@@ -208,8 +209,6 @@ class Relay:
             take.ready, take.session, take.pipeline = msg, msg.get("session"), msg.get("pipeline")
             video = msg.get("video") or {}
             if video.get("width"):
-                from framegraph.apps.client import Recorder
-
                 take.recorder = Recorder(take.path, width=video["width"], height=video["height"],
                                          fps=video.get("fps", 25), codec=video.get("codec", "jpeg"),
                                          audio=bool(msg.get("audio_out")))

@@ -22,8 +22,11 @@ import html
 import gradio as gr
 import numpy as np
 
+from framegraph.apps.client import ClientError, stream_session
+from framegraph.apps.server.pipelines.avatar import STATES
+
 from . import clips
-from .context import STATE_OPTION, STATES, DemoContext, portraits
+from .context import STATE_OPTION, DemoContext, portraits
 
 CSS = """
 #fg-player iframe { width: 100%; height: 620px; border: 0; border-radius: 8px; background: #111; display: block; }
@@ -123,8 +126,6 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
 
     async def take(text: str, voice: str, audio_file: str | None, portrait: str):
         """A headless take: text (or an audio file) → a fresh session, streamed in real time → MP4."""
-        from framegraph.apps.client import ClientError, stream_session
-
         try:
             samples = await asyncio.to_thread(lambda: clips.load(audio_file) if audio_file
                                               else clips.speak(text, voice))
@@ -132,8 +133,8 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
             raise gr.Error(str(exc)) from None
         samples = np.concatenate([samples, np.zeros(clips.SAMPLE_RATE * 3 // 10, np.int16)])  # 0.3 s tail
         out = ctx.next_api_take_path()
-        session = stream_session(ctx.server_url, choice.name, choice.start_options(ctx.config.video, portrait, ctx.config.backend),
-                                 audio=samples, out=out)
+        options = choice.start_options(ctx.config.video, portrait, ctx.config.runtime)
+        session = stream_session(ctx.server_url, choice.name, options, audio=samples, out=out)
         try:  # on its own thread and event loop: the demo's loop keeps relaying the live players meanwhile
             summary = await asyncio.to_thread(asyncio.run, session)
         except ClientError as exc:

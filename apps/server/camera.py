@@ -35,11 +35,12 @@ import io
 
 import numpy as np
 import torch
+from PIL import Image
 
 from framegraph.stream import PushSource
 from framegraph.stream.media import scale_picture, video_port
 
-from .pipelines import MAX_PIXELS
+from .pipelines.options import MAX_PIXELS
 from .protocol import ErrorCode, ProtocolError
 from .session import TokenBucket
 
@@ -115,8 +116,6 @@ class CameraInput:
     def decode(self, payload: bytes) -> torch.Tensor:
         """A JPEG payload → ``uint8 [H, W, 3]`` RGB (at a reduced scale when the picture is far bigger than the
         session size); ``bad_binary`` / ``too_large`` otherwise."""
-        from PIL import Image
-
         if not payload.startswith(JPEG_MAGIC):
             raise ProtocolError(ErrorCode.BAD_BINARY, f"camera picture is not a JPEG (starts with "
                                                       f"{bytes(payload[:4]).hex(' ')}; a JPEG starts with ff d8 ff); "

@@ -1,15 +1,14 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
 Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` (JSON), and static files
-from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and ``/pipelines/NAME`` (JSON), and
+static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
 """
 from __future__ import annotations
 
 import email.utils
 import hmac
 import http
-import ipaddress
 import json
 import mimetypes
 import os
@@ -20,6 +19,8 @@ from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from . import pipelines
+from .config import is_loopback
+from .protocol import ProtocolError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .app import StreamServer
@@ -81,16 +82,6 @@ def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
     return bool(host) and urlsplit(origin).netloc.lower() == host.lower()
 
 
-def is_loopback(host: str) -> bool:
-    """True for a loopback name or address (127.0.0.0/8, ::1, localhost)."""
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def host_is_loopback(request: Request) -> bool:
     """The Host header names this machine (``localhost``, ``127.x``, ``[::1]``). Without a token the
     server only trusts such requests: a page whose DNS name was rebound to 127.0.0.1 sends its own
@@ -144,11 +135,25 @@ def _route(server: StreamServer, request: Request) -> Response | None:
         if not token_ok(cfg.token, request):
             return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
         return response(200, server.metrics_text(), PROMETHEUS_TYPE)
-    if path == "/pipelines":
-        return response(200, json.dumps(pipelines.available()), "application/json")
+    described = pipelines_response(path)
+    if described is not None:
+        return described
     if path == "/place":  # a cluster's front door names a replica here; a single server places on itself
         return response(200, json.dumps({"url": None}), "application/json")
     return static_file(cfg.web_root, path)
+
+
+def pipelines_response(path: str) -> Response | None:
+    """``/pipelines`` (name → description, the pipelines this server runs) and ``/pipelines/NAME`` (that one's
+    description and its options: kind, range or choices, default, meaning, live); None for any other path."""
+    if path == "/pipelines":
+        return response(200, json.dumps(pipelines.available()), "application/json")
+    if not path.startswith("/pipelines/"):
+        return None
+    try:
+        return response(200, json.dumps(pipelines.describe(path[len("/pipelines/"):])), "application/json")
+    except ProtocolError as exc:
+        return response(404, json.dumps(exc.to_message()), "application/json")
 
 
 def _admit(server: StreamServer) -> Response | None:

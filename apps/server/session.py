@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 from websockets.exceptions import ConnectionClosed
 
 from framegraph.stream import StageError
+from framegraph.stream.media import H264Encoder
 
 from . import pipelines
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
@@ -211,7 +212,8 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - a client must never take the server down
             if not isinstance(exc, ProtocolError):
                 log.exception("session %s: internal error handling a message", self.id)
-                exc = ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                exc = ProtocolError(ErrorCode.INTERNAL, f"the server failed handling this message "
+                                                        f"({type(exc).__name__}); its log has the details")
             self.send_error(exc)
             self.errors_in_a_row += 1
 
@@ -240,12 +242,9 @@ class Session:
                 pipeline.pose_in.push(msg["matrix"])
                 self.counters["poses_in"] += 1
             elif kind == "config":
-                opts = pipelines.Options(msg["options"], self.pipeline_name)
-                interval = opts.number("stats_interval_ms", None, 100, 60_000)
-                applied = pipeline.apply_config(opts)
-                if interval is not None:
-                    self.stats_interval_s = interval / 1000
-                    applied["stats_interval_ms"] = interval
+                applied = pipeline.apply_config(msg["options"])
+                if "stats_interval_ms" in applied:
+                    self.stats_interval_s = applied["stats_interval_ms"] / 1000
                 self.send_control({"type": "config", "applied": applied})
 
     def _require_running(self, what: str) -> pipelines.Pipeline:
@@ -261,7 +260,7 @@ class Session:
         pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
         pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
         self.outbox.reserve(VIDEO, pipeline.video_burst)  # a generate chunk's frames come at once: none dropped
-        if isinstance(pipeline.encoder, pipelines.H264Encoder):
+        if isinstance(pipeline.encoder, H264Encoder):
             self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
         self.pipeline, self.pipeline_name = pipeline, name
         self.outbox.hold_media(True)  # the first frames may come before "ready" is queued: they wait

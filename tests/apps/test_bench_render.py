@@ -6,12 +6,13 @@ import json
 import pytest
 
 from framegraph.apps.bench import render as bench_render
+from framegraph.apps.commands.bench import render as render_front
 from framegraph.renderers.gaussians4d import load_checkpoint
 
 
 def _run(*argv):
     parser = argparse.ArgumentParser()
-    bench_render.add_arguments(parser)
+    render_front.add_arguments(parser)
     return bench_render.run(parser.parse_args([str(a) for a in argv]))
 
 
@@ -118,7 +119,7 @@ def test_bench_render_loads_a_scene_file(tmp_path):
 
 def test_bench_render_rejects_bad_arguments():
     parser = argparse.ArgumentParser()
-    bench_render.add_arguments(parser)
+    render_front.add_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x.json", "--sections", "3dgs,voxels"])
     with pytest.raises(SystemExit):

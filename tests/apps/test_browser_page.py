@@ -113,7 +113,7 @@ def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     s = page.wait_stats(lambda s: s["presented"] >= 3, 30, "the first scene frames")
     session = next(iter(server.server.sessions.values()))
     cam = s["ready"]["camera"]
-    from framegraph.apps.server.scene_pipeline import orbit_eye
+    from framegraph.apps.server.pipelines.scene import orbit_eye
     initial = look_at(orbit_eye(cam["target"], cam["distance"], cam["azimuth_deg"], cam["elevation_deg"]),
                       cam["target"], cam["up"])
     assert np.allclose(s["pose"], initial.numpy(), atol=1e-5)  # the page starts where the server's camera is

@@ -164,10 +164,10 @@ def test_avatar_first_press_speaks_the_clip_the_mouth_moves_and_the_take_is_hear
     reaches the avatar's graph."""
     from PIL import Image
 
-    from framegraph.apps.server.avatar_pipeline import AVATARS_DIR, load_bundle
+    from framegraph.apps.server.pipelines.avatar import avatars_dir, load_bundle
 
     # nothing here loads the avatar before the first press (its bundle, the models): the server alone does
-    portrait = np.asarray(Image.open(os.path.join(AVATARS_DIR, "astronaut", "portrait.png")).convert("RGB"))
+    portrait = np.asarray(Image.open(os.path.join(avatars_dir(), "astronaut", "portrait.png")).convert("RGB"))
     p = DemoPage(browser, avatar_demo.url, tmp_path / "avatar.png")
     try:
         assert "avatar" in p.page.inner_text("#fg-pipeline-note")

@@ -1,0 +1,47 @@
+"""``framegraph render``: offline renders to MP4 through a real stage graph (the test card, a scene, the avatar)."""
+from __future__ import annotations
+
+import argparse
+
+from framegraph.apps.argtypes import add_runtime_argument, positive_float, video_size
+
+IMPLEMENTATION = "framegraph.apps.render"  # its run(args) runs the command
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--testcard", action="store_true",
+                      help="procedural test card: moving bands, frame counter, a white flash each second "
+                           "with a beep exactly on it (checks A/V sync)")
+    what.add_argument("--avatar", help="an avatar bundle folder (from `framegraph avatar train`, e.g. "
+                                       "assets/avatars/astronaut); needs --audio")
+    what.add_argument("--scene", help="a scene: 3DGS INRIA .ply or .splat, a 4DGS fudan-zvg checkpoint .pth "
+                                      "(rendered at t = video time, looping), or a NeRF directory "
+                                      "(config.json + model.safetensors, from `framegraph fit-nerf`)")
+    cams = p.add_mutually_exclusive_group()
+    cams.add_argument("--orbit", action="store_true", help="(with --scene) circle the scene (the default)")
+    cams.add_argument("--camera-path", help="(with --scene) a nerfstudio camera_path.json")
+    p.add_argument("--audio", help="(with --avatar) the speech to animate: any file FFmpeg decodes")
+    p.add_argument("--device", default=None,
+                   help="(with --scene) where to render: cuda (Triton kernels) or cpu (torch reference); "
+                        "default cuda when available")
+    p.add_argument("--time-duration", nargs=2, type=float, metavar=("T0", "T1"),
+                   help="(with a 4DGS .pth) the scene's time span, from its training config (e.g. 0 10 for N3V, "
+                        "0 1 for D-NeRF); default: the checkpoint's .json sidecar, else -0.5 0.5")
+    p.add_argument("--time-scale", type=positive_float, default=1.0,
+                   help="(with a 4DGS .pth) scene time units per second of video (default 1)")
+    p.add_argument("--seconds", type=positive_float, default=5.0, help="duration (default 5)")
+    p.add_argument("--fps", type=positive_float, default=25.0, help="frames per second (default 25)")
+    p.add_argument("--size", type=video_size, default=None,
+                   help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
+                        "scales the picture to fit, aspect kept)")
+    p.add_argument("--out", required=True, help="output .mp4 file")
+    add_runtime_argument(p, "(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, "
+                            "from `framegraph export`), or onnx-int8 (the same, the models the export keeps in int8 — "
+                            "`framegraph export --int8` — running int8)")
+    p.add_argument("--onnx", default=None, help="(with --runtime onnx / onnx-int8) the export folder (default: "
+                                                "AVATAR/onnx)")
+    p.add_argument("--preset", choices=["offline", "live"], default="offline",
+                   help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
+    p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
+

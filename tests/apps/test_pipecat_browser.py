@@ -19,7 +19,8 @@ from PIL import Image
 pytest.importorskip("pipecat", reason="framegraph[pipecat] (pipecat-ai) is part of the dev extra")
 
 from framegraph.apps.bench.pipecat_agent import best_lag  # noqa: E402
-from framegraph.apps.pipecat.cli import add_arguments, load_example  # noqa: E402
+from framegraph.apps.commands.pipecat_demo import add_arguments  # noqa: E402
+from framegraph.apps.pipecat.cli import load_example  # noqa: E402
 from framegraph.apps.pipecat.webrtc import Server, build_app  # noqa: E402
 from framegraph.models.avatar import load_avatar  # noqa: E402
 from framegraph.models.avatar.eval.synthetic import mouth_openness, search_box  # noqa: E402

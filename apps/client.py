@@ -55,7 +55,7 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264) and writes them with the returned audio to an MP4
+    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned audio to an MP4
     (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
     did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
 
@@ -118,7 +118,9 @@ class Recorder:
                     out.mux(astream.encode(af))
                     self.samples += pcm.shape[1]
                     continue
-                if decoder is not None:
+                if isinstance(payload, np.ndarray):  # already decoded (WebRTC): uint8 [H, W, 3]
+                    pictures = [payload]
+                elif decoder is not None:
                     pictures = [f.to_ndarray(format="rgb24") for f in decoder.decode(av.Packet(payload))]
                 else:
                     pictures = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB"))]
@@ -361,11 +363,11 @@ def close_of(ws) -> dict:
 
 
 def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, out: str | None,
-             recorder: Recorder | None, ws) -> dict:
+             recorder: Recorder | None, *, server_address: str, close: dict) -> dict:
     frames_ns = tally.frames_ns
     span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
     return {
-        "url": url, "server_address": "{}:{}".format(*ws.remote_address[:2]), "close": close_of(ws),
+        "url": url, "server_address": server_address, "close": close, "transport": "websocket",
         "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
         "audio_messages_sent": tally.audio_sent, "camera_pictures_sent": tally.camera_sent,
@@ -437,7 +439,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         await ws_cm.__aexit__(None, None, None)
         if recorder is not None:
             recorder.close()
-    return _summary(url, pipeline, ready, tally, t_start, out, recorder, ws)
+    return _summary(url, pipeline, ready, tally, t_start, out, recorder,
+                    server_address="{}:{}".format(*ws.remote_address[:2]), close=close_of(ws))
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
@@ -459,7 +462,11 @@ def _gaps(seqs: list[int]) -> int:
 # ---- command line -------------------------------------------------------------------------------------
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL})")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL}); with "
+                                                      f"--transport webrtc the offer goes to /webrtc/offer there")
+    p.add_argument("--transport", choices=["websocket", "webrtc"], default="websocket",
+                   help="websocket (default) or webrtc (aiortc: Opus up, H.264/VP8 + Opus down, control on a "
+                        "data channel; needs pip install 'framegraph[webrtc]')")
     p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
     p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
                                    "16 kHz mono PCM16); needed by pipelines with audio input")
@@ -521,10 +528,17 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline == "testcard" and seconds is not None:
         options.setdefault("seconds", seconds)
         seconds += 2.0  # the server ends the card; stop is only the fallback
+    if args.transport == "webrtc" and (args.camera or args.orbit is not None):
+        raise ValueError("--camera and --orbit go over the WebSocket transport only (for now)")
     try:
-        summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
-                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
-                                             camera=args.camera))
+        if args.transport == "webrtc":
+            from .client_webrtc import stream_session_webrtc
+            summary = asyncio.run(stream_session_webrtc(args.url, args.pipeline, options, audio=audio,
+                                                        seconds=seconds, token=args.token, out=args.out))
+        else:
+            summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
+                                                 token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
+                                                 camera=args.camera))
     except ClientError as exc:
         print(f"framegraph client: error: {exc}", file=sys.stderr)
         return 1
@@ -542,7 +556,8 @@ def print_summary(s: dict) -> None:
 
     v = s["format"]["video"]
     lines = [
-        f"session {s['session']} ({s['pipeline']}, {v['codec']} {v['width']}x{v['height']} @ {v['fps']:g} fps): "
+        f"session {s['session']} ({s['pipeline']} over {s['transport']}, {v['codec']} {v['width']}x{v['height']} "
+        f"@ {v['fps']:g} fps): "
         f"{s['video_frames']} frames, ended: {s['ended']}",
         f"  time to first frame  {s['time_to_first_frame_ms']} ms",
         f"  fps                  {s['fps']:.2f}",

@@ -1,8 +1,9 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
 Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` (JSON), and static files
-from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+the upgrade), ``POST /webrtc/offer`` (a WebRTC session, :mod:`.webrtc`: the same checks), ``/webrtc/config``
+(the ICE servers a browser should use), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` (JSON),
+and static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
 """
 from __future__ import annotations
 
@@ -103,10 +104,25 @@ def host_is_loopback(request: Request) -> bool:
     return is_loopback(hostname)
 
 
-def process_request(server: StreamServer, connection, request: Request) -> Response | None:
-    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake."""
+def process_request(server: StreamServer, connection, request: Request):
+    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. A POST
+    (read by :class:`.http_post.PostConnection`) is answered by a coroutine."""
     try:
+        if getattr(request, "method", "GET") == "POST":
+            return _post(server, request)
         return _route(server, request)
+    except MultipleValuesError as exc:
+        return response(400, f"header {exc} given more than once\n")
+
+
+async def _post(server: StreamServer, request: Request) -> Response:
+    from . import webrtc
+
+    path = urlsplit(request.path).path
+    if path != webrtc.OFFER_PATH:
+        return response(404, f"nothing to POST at {path}; WebRTC offers go to {webrtc.OFFER_PATH}\n")
+    try:
+        return await webrtc.handle_offer(server, request)
     except MultipleValuesError as exc:
         return response(400, f"header {exc} given more than once\n")
 
@@ -118,23 +134,7 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     if path == WS_PATH:
         if not upgrade:
             return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
-        if server.draining:
-            server.count_rejected("draining")
-            return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
-        if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
-            return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
-        if not cfg.token and not host_is_loopback(request):
-            server.count_rejected("host")
-            return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
-                                 f"without a token only answers localhost\n")
-        if not origin_ok(request, cfg.allowed_origins):
-            server.count_rejected("origin")
-            return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
-        if not token_ok(cfg.token, request):
-            server.count_rejected("token")
-            return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
-                            extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
-        return _admit(server)
+        return admission(server, request)
     if upgrade:
         return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
     if path == "/healthz":
@@ -148,7 +148,35 @@ def _route(server: StreamServer, request: Request) -> Response | None:
         return response(200, json.dumps(pipelines.available()), "application/json")
     if path == "/place":  # a cluster's front door names a replica here; a single server places on itself
         return response(200, json.dumps({"url": None}), "application/json")
+    if path == "/webrtc/config":  # the ICE servers (STUN / TURN, with credentials) for a browser's peer
+        if not token_ok(cfg.token, request):
+            return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+        from .webrtc import ice_servers
+        return response(200, json.dumps({"ice_servers": ice_servers(cfg.ice_servers)}), "application/json")
     return static_file(cfg.web_root, path)
+
+
+def admission(server: StreamServer, request: Request) -> Response | None:
+    """The checks before a session (a WebSocket upgrade or a WebRTC offer): draining, a cluster ticket, Host,
+    Origin, token, a free slot. None: admitted; else the refusal."""
+    cfg = server.config
+    if server.draining:
+        server.count_rejected("draining")
+        return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
+    if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
+        return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
+    if not cfg.token and not host_is_loopback(request):
+        server.count_rejected("host")
+        return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
+                             f"without a token only answers localhost\n")
+    if not origin_ok(request, cfg.allowed_origins):
+        server.count_rejected("origin")
+        return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
+    if not token_ok(cfg.token, request):
+        server.count_rejected("token")
+        return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+    return _admit(server)
 
 
 def _admit(server: StreamServer) -> Response | None:

@@ -201,9 +201,11 @@ async def _drain(track, handle) -> None:
 async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                                 audio: np.ndarray | None = None, seconds: float | None = None,
                                 token: str | None = None, out: str | None = None, end_timeout_s: float = 15.0,
-                                latency_trace: list | None = None, ice_servers: list[dict] | None = None) -> dict:
+                                latency_trace: list | None = None, ice_servers: list[dict] | None = None,
+                                frames_ns: list | None = None) -> dict:
     """One session over WebRTC; returns the summary of :func:`..client.stream_session` (``transport``:
-    ``"webrtc"``). ``url`` is the server's WebSocket URL (the offer endpoint is found from it)."""
+    ``"webrtc"``). ``url`` is the server's WebSocket URL (the offer endpoint is found from it).
+    ``frames_ns``: when given, the receipt time (monotonic ns) of each decoded video frame is appended."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
     tally, recorder_box = _Tally(), [None]
@@ -241,7 +243,13 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     def on_track(track):
         rtp_receiver = next((r for r in pc.getReceivers() if r.track is track), None)
         setattr(receiver, f"{track.kind}_receiver", rtp_receiver)
-        handle = (lambda f: receiver.on_video(f, time.monotonic_ns())) if track.kind == "video" else receiver.on_audio
+        def on_video(frame):
+            now = time.monotonic_ns()
+            if frames_ns is not None:
+                frames_ns.append(now)
+            receiver.on_video(frame, now)
+
+        handle = on_video if track.kind == "video" else receiver.on_audio
         tasks.append(asyncio.ensure_future(_drain(track, handle)))
 
     pc.on("connectionstatechange", lambda: ended.set() if pc.connectionState in ("failed", "closed") else None)

@@ -73,9 +73,10 @@ def ice_servers(urls: tuple[str, ...]) -> list[dict]:
     return out
 
 
-def check_offer(body: dict) -> str:
+def check_offer(body: dict) -> tuple[str, set[str]]:
     """The SDP of a posted offer, checked: it parses, has a data channel (``m=application``) and a video
-    section the client can receive on. Raises ``ProtocolError`` (``bad_offer``) naming what is wrong."""
+    section the client can receive on. Returns it and the kinds the client can receive (``{"video",
+    "audio"}``). Raises ``ProtocolError`` (``bad_offer``) naming what is wrong."""
     from aiortc.sdp import SessionDescription
 
     sdp = body.get("sdp")
@@ -91,10 +92,11 @@ def check_offer(body: dict) -> str:
     if "application" not in kinds:
         raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer has no data channel (m=application; it has {kinds}): "
                                          f"control messages travel on one")
-    if not any(m.kind == "video" and m.direction in ("recvonly", "sendrecv") for m in parsed.media):
+    receives = {m.kind for m in parsed.media if m.direction in ("recvonly", "sendrecv")}
+    if "video" not in receives:
         raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer has no video section to receive on (m=video, recvonly or "
                                          f"sendrecv; it has {kinds})")
-    return sdp
+    return sdp, receives
 
 
 async def handle_offer(server: StreamServer, request) -> object:
@@ -121,7 +123,7 @@ async def handle_offer(server: StreamServer, request) -> object:
         if not isinstance(name, str) or not isinstance(body.get("options", {}), dict):
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f'the offer needs "pipeline" (a string) and "options" (an '
                                                        f"object, optional); got pipeline {name!r}")
-        sdp = check_offer(body)
+        sdp, receives = check_offer(body)
         options = dict(body.get("options") or {})
         if options.setdefault("codec", "h264") != "h264":
             raise ProtocolError(ErrorCode.BAD_OPTION, f"option 'codec' = {options['codec']!r}; over WebRTC the "
@@ -133,10 +135,10 @@ async def handle_offer(server: StreamServer, request) -> object:
     except ProtocolError as exc:
         server.count_rejected("webrtc_offer")
         return refusal(exc.code, exc.message)
-    return await _answer(server, request, name, pipeline, sdp)
+    return await _answer(server, request, name, pipeline, sdp, "audio" in receives)
 
 
-async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str):
+async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, audio_out: bool):
     """Peer connection for a built pipeline: tracks by what the pipeline sends and takes, the answer, the
     session started (its slot taken now, freed when it ends)."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
@@ -145,7 +147,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str):
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice or None))
     transport = WebRtcTransport(server, pc, request)
     try:
-        transport.add_tracks(pipeline)  # before the offer: its sections then take our tracks and codec order
+        transport.add_tracks(pipeline, audio_out)  # before the offer: its sections then take our tracks and codec order
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         await pc.setLocalDescription(await pc.createAnswer())
     except Exception as exc:  # noqa: BLE001 - aiortc refuses offers it cannot answer with ValueError and others
@@ -205,9 +207,9 @@ class WebRtcTransport:
         pc.on("connectionstatechange", self._on_state)
 
     # ---- set-up ---------------------------------------------------------------------------------
-    def add_tracks(self, pipeline) -> None:
-        """Video out always, audio out when the pipeline sends audio; the client's audio / camera tracks
-        are received when it sends them and the pipeline takes them."""
+    def add_tracks(self, pipeline, audio_out: bool) -> None:
+        """Video out always, audio out when the pipeline sends audio and the offer can receive it; the
+        client's audio / camera tracks are received when it sends them and the pipeline takes them."""
         from aiortc import RTCRtpSender
 
         from .webrtc_media import AudioOut, VideoOut
@@ -222,7 +224,7 @@ class WebRtcTransport:
         encoder = pipeline.encoder
         if encoder is not None and hasattr(encoder, "request_keyframe"):
             video_sender._send_keyframe = encoder.request_keyframe  # PLI from the peer → a key frame now
-        if pipeline.format.get("audio_out"):
+        if audio_out and pipeline.format.get("audio_out"):
             self.audio = AudioOut(self._audio_anchor)
             self.audio.sender = self.pc.addTrack(self.audio)
         self.pc.on("track", self._on_track)
@@ -252,7 +254,14 @@ class WebRtcTransport:
             self._tasks.append(asyncio.create_task(coro, name=f"webrtc {session.id} {track.kind} in"))
 
     def _on_track(self, track) -> None:
+        from aiortc.jitterbuffer import JitterBuffer
+
         self._remote.append(track)
+        receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
+        if track.kind == "audio" and hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
+            # aiortc holds 4 packets (80 ms) before it decodes any; the pipeline's own input buffer smooths
+            # arrival, so one is enough (a packet later than the next is then lost, as WebRTC means it to be)
+            receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=16, prefetch=1)
 
     def _on_channel(self, channel) -> None:
         if self.channel is not None:

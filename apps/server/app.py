@@ -58,6 +58,7 @@ class ServerConfig:
             handshake (a client that does not read is then cut off).
         shutdown_grace_s: on shutdown, how long clients get to take what is already sent and answer
             the close (code 1001) before every connection left is cut off.
+        webrtc: answer WebRTC offers (``POST /webrtc/offer``; False: 501, clients use the WebSocket).
         ice_servers: STUN / TURN URLs for WebRTC peers (``turn:USER:PASSWORD@HOST:PORT``); none: host
             candidates only (loopback and LAN).
         webrtc_offers_per_s: WebRTC offers a second from one client address (bursts of one second's worth);
@@ -83,6 +84,7 @@ class ServerConfig:
     max_errors: int = 32
     close_timeout_s: float = 5.0
     shutdown_grace_s: float = 0.5
+    webrtc: bool = True
     ice_servers: tuple[str, ...] = ()
     webrtc_offers_per_s: float = 5.0
     webrtc_connect_timeout_s: float = 5.0

@@ -32,6 +32,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web-root", default=d.web_root, help="folder served at / (default: the bundled page)")
     p.add_argument("--stats-interval", type=float, default=d.stats_interval_s,
                    help=f"seconds between stats messages (default {d.stats_interval_s:g})")
+    p.add_argument("--no-webrtc", action="store_true", help="answer no WebRTC offers (clients use the WebSocket)")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN / TURN server for WebRTC peers, e.g. stun:stun.example.org:3478 or "
                         "turn:USER:PASSWORD@turn.example.org:3478 (repeatable; default: none, host candidates "
@@ -43,7 +44,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(host=args.host, port=args.port, token=args.token or None, max_sessions=args.max_sessions,
                         max_message_bytes=args.max_message_bytes, max_messages_per_s=args.max_messages_per_s,
                         allowed_origins=tuple(args.allow_origin), web_root=args.web_root or None,
-                        stats_interval_s=args.stats_interval, ice_servers=tuple(args.ice_server))
+                        stats_interval_s=args.stats_interval, ice_servers=tuple(args.ice_server),
+                        webrtc=not args.no_webrtc)
 
 
 async def serve_until_signalled(config: ServerConfig) -> None:

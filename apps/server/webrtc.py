@@ -104,10 +104,14 @@ async def handle_offer(server: StreamServer, request) -> object:
     refused = admission(server, request)
     if refused is not None:
         return refused
+    if not server.config.webrtc:
+        return refusal(ErrorCode.UNSUPPORTED, "WebRTC is off on this server (framegraph serve --no-webrtc); use the "
+                                              "WebSocket", 501)
     try:
         import aiortc  # noqa: F401
     except ImportError:
-        return refusal(ErrorCode.INTERNAL, "this server has no WebRTC: pip install 'framegraph[webrtc]' (aiortc)", 501)
+        return refusal(ErrorCode.UNSUPPORTED, "this server has no WebRTC: pip install 'framegraph[webrtc]' (aiortc); "
+                                              "use the WebSocket", 501)
     if getattr(request, "too_large", False) or len(request.body) > MAX_OFFER_BYTES:
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.TOO_LARGE, f"offer body over {MAX_OFFER_BYTES} bytes")

@@ -35,15 +35,15 @@ def offer_url(ws_url: str) -> str:
 
 
 def post_offer(url: str, body: dict, token: str | None, hops: int = 3) -> dict:
-    """POST the offer; the answer as a dict. A 307 (a cluster front door placing the session) is followed;
-    a refusal is a :class:`ClientError` with the server's code and message."""
+    """POST the offer; the answer as a dict, with ``url``: where it was answered. A 307 (a cluster front door
+    placing the session) is followed; a refusal is a :class:`ClientError` with the server's code and message."""
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
         headers["Authorization"] = f"Bearer {token}"
     try:
         with urllib.request.urlopen(urllib.request.Request(url, data, headers, method="POST"), timeout=30) as r:
-            return json.loads(r.read())
+            return {**json.loads(r.read()), "url": url}
     except urllib.error.HTTPError as exc:
         if exc.code in (307, 308) and hops > 0:
             return post_offer(exc.headers["Location"], body, token, hops - 1)
@@ -299,7 +299,7 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     tally.audio_sent = mic.sent if mic is not None else 0
     tally.audio_seqs = list(range(receiver.audio_messages))
     summary = _summary(url, pipeline, ready, tally, t_start, out, recorder_box[0],
-                       server_address=urlsplit(endpoint).netloc, close={"code": None, "reason": ""})
+                       server_address=urlsplit(answer["url"]).netloc, close={"code": None, "reason": ""})
     summary["transport"] = "webrtc"
     summary["codec_negotiated"] = _negotiated(pc)
     return summary

@@ -66,7 +66,7 @@ COMMANDS = {
                 "Deploy framegraph on Ray Serve: one replica per GPU (or N CPU cores), one front door that places each "
                 "session on a replica with room (clients use the same protocol as `framegraph serve`), autoscaling on "
                 "live sessions, drain on scale-down, one /metrics for the cluster. Needs framegraph[cluster]."),
-    "client": ("framegraph.apps.client", "stream to a server, record the MP4, print latency",
+    "client": ("framegraph.apps.client_webrtc", "stream to a server, record the MP4, print latency",
                "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
                "and measure glass-to-glass latency."),
     "avatar": ("framegraph.apps.avatar",

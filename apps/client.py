@@ -507,7 +507,9 @@ def options_from_args(args: argparse.Namespace) -> dict:
     return options
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, webrtc_session=None) -> int:
+    """The command. ``webrtc_session``: the WebRTC session function (``client_webrtc.stream_session_webrtc``,
+    passed in by ``client_webrtc.run``, the command's entry, so this module does not import it)."""
     from framegraph.stream.media import decode_audio
 
     options = options_from_args(args)
@@ -532,9 +534,10 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("--camera and --orbit go over the WebSocket transport only (for now)")
     try:
         if args.transport == "webrtc":
-            from .client_webrtc import stream_session_webrtc
-            summary = asyncio.run(stream_session_webrtc(args.url, args.pipeline, options, audio=audio,
-                                                        seconds=seconds, token=args.token, out=args.out))
+            if webrtc_session is None:
+                raise ValueError("--transport webrtc: run it as `framegraph client` (apps/client_webrtc.py)")
+            summary = asyncio.run(webrtc_session(args.url, args.pipeline, options, audio=audio,
+                                                 seconds=seconds, token=args.token, out=args.out))
         else:
             summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
                                                  token=args.token, out=args.out, orbit_deg_per_s=args.orbit,

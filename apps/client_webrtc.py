@@ -8,6 +8,9 @@ can tell the server, in ``clock`` messages, when the audio behind each RTP times
 (capture time of that audio on this client's clock, server timings). Glass-to-glass latency is then receipt of
 the decoded frame − capture, on one clock, as over the WebSocket, and the summary has the same fields.
 Received frames and audio are recorded by the same :class:`..client.Recorder`, placed by session pts.
+
+The ``framegraph client`` command enters here (:func:`run`: both transports), so that ``client.py`` itself never
+imports WebRTC.
 """
 from __future__ import annotations
 
@@ -22,7 +25,10 @@ import numpy as np
 
 from framegraph.apps.server.protocol import AUDIO_SAMPLE_RATE, Kind, MediaHeader
 
-from .client import CHUNK_SAMPLES, ClientError, Recorder, _summary, _Tally
+from . import client
+from .client import CHUNK_SAMPLES, ClientError, Recorder, _summary, _Tally, add_arguments
+
+__all__ = ["add_arguments", "run", "offer_url", "post_offer", "stream_session_webrtc"]
 
 OFFER_PATH = "/webrtc/offer"
 
@@ -323,3 +329,8 @@ def _negotiated(pc) -> str | None:
     video = [m for m in SessionDescription.parse(pc.remoteDescription.sdp).media if m.kind == "video"]
     return video[0].rtp.codecs[0].mimeType if video and video[0].rtp.codecs else None
 
+
+
+def run(args) -> int:
+    """``framegraph client``: :func:`..client.run`, with this module's session for ``--transport webrtc``."""
+    return client.run(args, webrtc_session=stream_session_webrtc)

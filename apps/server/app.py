@@ -24,7 +24,8 @@ from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
 
-from .http import WS_PATH, is_loopback, process_request
+from . import webrtc
+from .http import WS_PATH, is_loopback
 from .http_post import PostConnection
 from .protocol import ErrorCode
 from .session import Session, TokenBucket
@@ -103,8 +104,7 @@ class ServerConfig:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
-        from .webrtc import ice_servers
-        ice_servers(self.ice_servers)  # ValueError naming a malformed --ice-server
+        webrtc.ice_servers(self.ice_servers)  # ValueError naming a malformed --ice-server
 
 
 class StreamServer:
@@ -129,7 +129,7 @@ class StreamServer:
         cfg = self.config
         self._server = await serve(
             self._handler, cfg.host, cfg.port,
-            process_request=lambda conn, req: process_request(self, conn, req), create_connection=PostConnection,
+            process_request=lambda conn, req: webrtc.process_request(self, conn, req), create_connection=PostConnection,
             compression=None,  # JPEG / H.264 / PCM do not deflate; it would only cost CPU and latency
             max_size=4 * cfg.max_message_bytes, max_queue=16, write_limit=32 * 1024,
             ping_interval=20, ping_timeout=20, close_timeout=cfg.close_timeout_s, server_header="framegraph")

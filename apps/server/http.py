@@ -104,25 +104,11 @@ def host_is_loopback(request: Request) -> bool:
     return is_loopback(hostname)
 
 
-def process_request(server: StreamServer, connection, request: Request):
-    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. A POST
-    (read by :class:`.http_post.PostConnection`) is answered by a coroutine."""
+def process_request(server: StreamServer, connection, request: Request) -> Response | None:
+    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. (The
+    server's hook is :func:`.webrtc.process_request`, which answers the WebRTC routes and hands the rest here.)"""
     try:
-        if getattr(request, "method", "GET") == "POST":
-            return _post(server, request)
         return _route(server, request)
-    except MultipleValuesError as exc:
-        return response(400, f"header {exc} given more than once\n")
-
-
-async def _post(server: StreamServer, request: Request) -> Response:
-    from . import webrtc
-
-    path = urlsplit(request.path).path
-    if path != webrtc.OFFER_PATH:
-        return response(404, f"nothing to POST at {path}; WebRTC offers go to {webrtc.OFFER_PATH}\n")
-    try:
-        return await webrtc.handle_offer(server, request)
     except MultipleValuesError as exc:
         return response(400, f"header {exc} given more than once\n")
 
@@ -148,11 +134,6 @@ def _route(server: StreamServer, request: Request) -> Response | None:
         return response(200, json.dumps(pipelines.available()), "application/json")
     if path == "/place":  # a cluster's front door names a replica here; a single server places on itself
         return response(200, json.dumps({"url": None}), "application/json")
-    if path == "/webrtc/config":  # the ICE servers (STUN / TURN, with credentials) for a browser's peer
-        if not token_ok(cfg.token, request):
-            return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
-        from .webrtc import ice_servers
-        return response(200, json.dumps({"ice_servers": ice_servers(cfg.ice_servers)}), "application/json")
     return static_file(cfg.web_root, path)
 
 

@@ -27,8 +27,8 @@ import logging
 import time
 from typing import TYPE_CHECKING
 
-from . import pipelines
-from .http import admission, response
+from . import http, pipelines
+from .http import admission, response, token_ok
 from .outbox import VIDEO, Item
 from .protocol import ErrorCode, ProtocolError
 from .session import Session
@@ -45,6 +45,37 @@ MAX_OFFER_BYTES = 64 * 1024  # an offer with every codec and a few hundred candi
 INBOX = 64  # data-channel messages waiting for the session's receiver; more are dropped (counted)
 _STATUS = {ErrorCode.UNKNOWN_PIPELINE: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.RATE_LIMITED: 429,
            ErrorCode.INTERNAL: 500, ErrorCode.PIPELINE_FAILED: 500}
+
+
+def process_request(server: StreamServer, connection, request):
+    """The server's HTTP hook: ``POST /webrtc/offer`` (a coroutine: :func:`handle_offer`), ``GET
+    /webrtc/config``; everything else is :func:`.http.process_request`'s."""
+    from urllib.parse import urlsplit
+
+    from websockets.datastructures import MultipleValuesError
+
+    path = urlsplit(request.path).path
+    if getattr(request, "method", "GET") == "POST":
+        if path != OFFER_PATH:
+            return response(404, f"nothing to POST at {path}; WebRTC offers go to {OFFER_PATH}\n")
+        return _offer_or_400(server, request)
+    if path == CONFIG_PATH and "websocket" not in request.headers.get("Upgrade", "").lower():
+        try:
+            if not token_ok(server.config.token, request):
+                return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+        except MultipleValuesError as exc:
+            return response(400, f"header {exc} given more than once\n")
+        return response(200, json.dumps({"ice_servers": ice_servers(server.config.ice_servers)}), "application/json")
+    return http.process_request(server, connection, request)
+
+
+async def _offer_or_400(server: StreamServer, request):
+    from websockets.datastructures import MultipleValuesError
+
+    try:
+        return await handle_offer(server, request)
+    except MultipleValuesError as exc:
+        return response(400, f"header {exc} given more than once\n")
 
 
 def refusal(code: ErrorCode | str, message: str, status: int | None = None):

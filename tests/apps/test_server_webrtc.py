@@ -306,3 +306,50 @@ def test_twenty_webrtc_sessions_in_a_row_leave_no_threads_fds_or_memory_behind()
         grown = (rss_bytes() - rss) / rss
         assert fds() <= files, (files, fds())
     assert grown <= 0.02, f"RSS grew {100 * grown:.1f} % over 20 WebRTC sessions"
+
+
+def test_sigterm_ends_the_server_within_2_s_with_webrtc_peers_attached():
+    import re
+    import signal
+    import subprocess
+    import sys
+
+    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "serve", "--port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    up = threading.Event()
+
+    def read_stderr():
+        for line in proc.stderr:
+            lines.append(line)
+            if "WebSocket ws://" in line:
+                up.set()
+
+    threading.Thread(target=read_stderr, daemon=True).start()
+    peers: list[dict] = []
+    try:
+        assert up.wait(60), "".join(lines)
+        url = re.search(r"WebSocket (ws://\S+)", "".join(lines)).group(1)
+        frames: list[list[int]] = [[], []]
+
+        def peer(i):
+            peers.append(asyncio.run(stream_session_webrtc(url, "testcard", {"seconds": 60, "size": "320x240"},
+                                                           frames_ns=frames[i], end_timeout_s=5)))
+
+        threads = [threading.Thread(target=peer, args=(i,), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        wait_for(lambda: all(len(f) > 10 for f in frames), 30, "both peers to receive frames")
+        proc.send_signal(signal.SIGTERM)
+        t_term = time.monotonic()
+        proc.wait(10)
+        exited_after = time.monotonic() - t_term
+        for t in threads:
+            t.join(15)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+    assert exited_after < 2.0, (exited_after, "".join(lines))
+    assert proc.returncode == 0, "".join(lines)
+    assert len(peers) == 2 and all(p["video_frames"] > 10 for p in peers)

@@ -80,6 +80,12 @@ window.fgRtc = (() => {
       }
     };
     channel.onclose = () => finish(1006, "data channel closed");
+    function abandon() {  // a session that never started: close quietly (the page may fall back meanwhile)
+      closed = true;
+      channel.onclose = null;
+      pc.close();
+      video.remove();
+    }
 
     await pc.setLocalDescription(await pc.createOffer());
     let r;
@@ -87,12 +93,12 @@ window.fgRtc = (() => {
       r = await fetch(offerUrl, { method: "POST", headers: { "Content-Type": "application/json" }, cache: "no-store",
                                   body: JSON.stringify({ type: "offer", sdp: pc.localDescription.sdp, pipeline, options }) });
     } catch (e) {
-      pc.close(); video.remove();
+      abandon();
       throw new Error(`offer not delivered: ${e.message}`);
     }
     const body = await r.text();
     if (!r.ok) {
-      pc.close(); video.remove();
+      abandon();
       let msg = body.trim();
       try { const j = JSON.parse(body); msg = `${j.code}: ${j.message}`; } catch (e) { /* plain text */ }
       if (r.status === 501 || r.status === 404) throw new Error(`no WebRTC here (HTTP ${r.status} ${msg})`);
@@ -117,7 +123,7 @@ window.fgRtc = (() => {
           finish(1006, `peer connection ${pc.connectionState}`);
         }
       };
-    }).catch((e) => { closed = true; pc.close(); video.remove(); throw e; });
+    }).catch((e) => { abandon(); throw e; });
     link.readyState = WebSocket.OPEN;
     link.audioSender = audioSender;
     return link;

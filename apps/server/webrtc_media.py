@@ -9,7 +9,8 @@ Out (server → client), the graph's own encoders are used, and aiortc only pack
   but no H.264 gets the frames decoded and re-encoded as VP8 by aiortc (which then also follows the
   receiver's bitrate estimate).
 - **audio**: each 20 ms PCM16 chunk at 16 kHz is Opus-encoded here (libopus at 16 kHz mono, a valid Opus
-  stream on the 48 kHz RTP clock) into a packet whose pts is the chunk's session pts: 48 000 ticks a second
+  stream on the 48 kHz RTP clock) into a packet whose pts is the session pts of the sound it holds (the
+  chunk's, less the encoder's 6.5 ms look-ahead): 48 000 ticks a second
   is Opus's RTP clock, so audio and video RTP timestamps are the session clock (plus each stream's random
   RTP origin), and the browser lines them up through the RTCP sender reports as the MP4 muxer does by pts.
 
@@ -128,8 +129,9 @@ class VideoOut(_Handoff):
 
 class OpusPackets:
     """PCM16 chunks (16 kHz mono, 20 ms) → Opus packets (libopus at 16 kHz mono: a valid stream on Opus's
-    48 kHz RTP clock) stamped with the pts the caller gives, in 48 kHz ticks; aiortc only packetizes them,
-    so the RTP timestamps are those pts (plus the stream's random origin)."""
+    48 kHz RTP clock) stamped with the pts of the sound they hold, in 48 kHz ticks: the caller gives each chunk's
+    pts, and a packet holds sound from the encoder's look-ahead before its chunk on. aiortc only packetizes
+    them, so the RTP timestamps are those pts (plus the stream's random origin)."""
 
     def __init__(self, bitrate: int = 32_000):
         self._codec = av.CodecContext.create("libopus", "w")
@@ -142,7 +144,8 @@ class OpusPackets:
         self._samples = 0
 
     def encode(self, pcm: bytes, pts: int):
-        """One 20 ms chunk (640 bytes of ``<i2``) → its packet (None while the encoder fills up)."""
+        """One 20 ms chunk (640 bytes of ``<i2``) at session pts ``pts`` → its packet (None while the encoder
+        fills up)."""
         samples = np.frombuffer(pcm, "<i2").reshape(1, -1)
         frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
         frame.sample_rate, frame.pts = AUDIO_SAMPLE_RATE, self._samples
@@ -150,8 +153,10 @@ class OpusPackets:
         packets = self._codec.encode(frame)
         if not packets:
             return None
-        packet = packets[-1]  # one 20 ms chunk in, one packet out: it carries this chunk's pts
-        packet.pts = packet.dts = pts
+        packet = packets[-1]  # one 20 ms chunk in, one packet out
+        # it holds the sound from Opus's look-ahead (6.5 ms) before this chunk on: stamped with that sound's pts
+        lookahead_ticks = (frame.pts - packet.pts) * (48_000 // AUDIO_SAMPLE_RATE)
+        packet.pts = packet.dts = pts - lookahead_ticks
         packet.time_base = TICKS
         return packet
 
@@ -178,7 +183,7 @@ class AudioOut(_Handoff):
             item = await self.next_item()
             packet = self._opus.encode(item.payload, item.header.pts)
             if packet is not None:
-                self._last_pts = item.header.pts
+                self._last_pts = packet.pts
                 return packet
 
 

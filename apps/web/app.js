@@ -636,7 +636,8 @@ function fps() {
 
 function stats() {
   return {
-    running: session !== null, ready: session, transport: live, rtc_codec: ws && ws.rtc ? ws.codec : null, pipeline: session && session.pipeline, video: session && session.video,
+    running: session !== null, ready: session, transport: live, rtc_codec: ws && ws.rtc ? ws.codec : null,
+    rtc_video_delay_ms: ws && ws.rtc ? ws.videoDelayMs : null, pipeline: session && session.pipeline, video: session && session.video,
     received: m.received, presented: m.presented, skipped: m.skipped, drops_seen: m.drops, fps: fps(),
     first_frame_ms: m.firstFrame, audio_out: m.audioOut,
     g2g_ms: { n: m.g2g.length, p50: pct(m.g2g, 0.5), p95: pct(m.g2g, 0.95), max: m.g2g.length ? Math.max(...m.g2g) : NaN },
@@ -661,6 +662,7 @@ setInterval(() => {
   const lines = [
     `${session.pipeline}  ${live === "webrtc" ? ws.codec : session.video.codec} ${session.video.width}x${session.video.height}`,
     `transport     ${live}${live === "webrtc" ? " (RTP + data channel)" : ""}`,
+    ...(live === "webrtc" && ws.videoDelayMs !== null ? [`lip sync      video held ${ws.videoDelayMs} ms for its sound`] : []),
     `fps           ${fps().toFixed(1)}`,
     `first frame   ${m.firstFrame === null ? "-" : m.firstFrame.toFixed(0) + " ms"}`,
   ];

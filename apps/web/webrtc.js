@@ -12,11 +12,47 @@
 //   link.input                    an AudioNode: what is connected to it is sent (fed clips, silence)
 //   link.record(ms) → Promise of {mime, base64}: the page's MediaRecorder recording of the received stream
 //   link.codec                    the negotiated video codec
+//   link.videoDelayMs             the video delay the page asks for to keep the picture on its sound (lipSync)
 // hooks: onControl(msg), onClose(code, reason), log(text, cls).
 "use strict";
 
 window.fgRtc = (() => {
   const CONNECT_MS = 5000;
+  const SYNC_MS = 500;  // how often the video's delay follows the audio's
+
+  // Lip sync: the picture waits as long as the sound does. The audio's jitter buffer (NetEq, 30-45 ms, more
+  // under load) and its output (~30 ms) take far longer than the video's ~25 ms, and Chromium's own sync moves
+  // the video's delay by half the gap a second and not at all within 30 ms: the test card's beep came 64-101 ms
+  // after its flash (docs/webrtc.md). Every SYNC_MS the video receiver's jitterBufferTarget is set to the
+  // audio's delay over that interval (jitter buffer, arrival to playout, plus the playout path's delay): the
+  // video's target delay from arrival to render then matches the audio's from arrival to the speaker.
+  // Returns a stop function.
+  function lipSync(pc, link) {
+    const video = pc.getReceivers().find((r) => r.track && r.track.kind === "video");
+    if (!video || !("jitterBufferTarget" in video)) return () => {};
+    let prev = {};
+    const delta = (r, p, sum, count) => (r[count] > (p ? p[count] : 0)
+      ? 1000 * (r[sum] - (p ? p[sum] : 0)) / (r[count] - (p ? p[count] : 0)) : null);
+    const timer = setInterval(async () => {
+      let audioMs = null, playoutMs = 0;
+      const next = {};
+      (await pc.getStats()).forEach((r) => {
+        if (r.type === "inbound-rtp" && r.kind === "audio") {
+          audioMs = delta(r, prev.audio, "jitterBufferDelay", "jitterBufferEmittedCount");
+          next.audio = r;
+        } else if (r.type === "media-playout") {
+          playoutMs = delta(r, prev.playout, "totalPlayoutDelay", "totalSamplesCount") || 0;
+          next.playout = r;
+        }
+      });
+      prev = next;
+      if (audioMs === null) return;  // no sound yet (or none in this session)
+      const target = Math.min(4000, Math.max(0, Math.round(audioMs + playoutMs)));
+      if (Math.abs(target - (link.videoDelayMs || 0)) >= 5) video.jitterBufferTarget = target;
+      link.videoDelayMs = video.jitterBufferTarget;
+    }, SYNC_MS);
+    return () => clearInterval(timer);
+  }
 
   class Refused extends Error {}  // the server said no (a bad option...): no point trying the WebSocket
 
@@ -46,9 +82,9 @@ window.fgRtc = (() => {
     pc.ontrack = (ev) => { received.addTrack(ev.track); video.srcObject = received; video.play().catch(() => {}); };
 
     const frames = new Map();  // rtp timestamp → the server's frame message
-    let closed = false, micSource = null;
+    let closed = false, micSource = null, stopSync = () => {};
     const link = {
-      readyState: WebSocket.CONNECTING, video, codec: null, input: dest, received,
+      readyState: WebSocket.CONNECTING, video, codec: null, input: dest, received, videoDelayMs: null,
       send(text) { if (channel.readyState === "open") channel.send(text); },
       close() { finish(1000, "closed by the page"); },
       frameInfo(rtp) { const f = frames.get(rtp); frames.delete(rtp); return f; },
@@ -64,6 +100,7 @@ window.fgRtc = (() => {
       closed = true;
       link.readyState = WebSocket.CLOSED;
       link.setMic(null);
+      stopSync();
       pc.close();
       video.remove();
       hooks.onClose(code, reason);
@@ -126,6 +163,7 @@ window.fgRtc = (() => {
     }).catch((e) => { abandon(); throw e; });
     link.readyState = WebSocket.OPEN;
     link.audioSender = audioSender;
+    stopSync = lipSync(pc, link);
     return link;
   }
 

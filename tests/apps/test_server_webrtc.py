@@ -112,9 +112,9 @@ def test_testcard_over_webrtc_is_h264_passed_through_with_the_beep_on_each_flash
     assert len(flashes) >= 2, "the test card's flashes are missing from the recording"
     assert len(flashes) <= len(flash_frames(25, 75))
     beeps = beep_onsets_s(v["audio"], v["audio_rate"], v["audio_start_s"] or 0.0)
-    for f in flashes:  # each flash has its beep within 1.5 frames (both placed by session pts: the RTP clocks)
-        t = v["frame_times_s"][f]
-        assert np.min(np.abs(beeps - t)) <= 0.06, (t, beeps)
+    for f in flashes:  # each flash has its beep within 5 ms (both placed by session pts: the RTP clocks; an Opus
+        t = v["frame_times_s"][f]  # packet stamped with its chunk's pts, not its sound's, put the beep 6.8 ms late)
+        assert np.min(np.abs(beeps - t)) <= 0.005, (t, beeps)
 
 
 def test_scope_over_webrtc_reports_glass_to_glass_like_the_websocket_client():

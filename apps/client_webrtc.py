@@ -214,6 +214,8 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     ``frames_ns``: when given, the receipt time (monotonic ns) of each decoded video frame is appended."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+    from framegraph.apps.server.webrtc_media import survive_loss
+
     tally, recorder_box = _Tally(), [None]
     receiver = _Receiver(tally, recorder_box, latency_trace)
     ice = [RTCIceServer(**s) for s in ice_servers or []]
@@ -273,6 +275,7 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
         answer = await asyncio.to_thread(post_offer, endpoint, {"type": "offer", "sdp": pc.localDescription.sdp,
                                                                 "pipeline": pipeline, "options": options or {}}, token)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
+        survive_loss(pc)
         try:
             await asyncio.wait_for(got_ready.wait(), 30)
         except TimeoutError:

@@ -178,6 +178,8 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
     session started (its slot taken now, freed when it ends)."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
+    from .webrtc_media import survive_loss
+
     ice = [RTCIceServer(**s) for s in ice_servers(server.config.ice_servers)]
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice or None))
     transport = WebRtcTransport(server, pc, request)
@@ -185,6 +187,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
         transport.add_tracks(pipeline, audio_out)  # before the offer: its sections then take our tracks and codec order
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         await pc.setLocalDescription(await pc.createAnswer())
+        survive_loss(pc)
     except Exception as exc:  # noqa: BLE001 - aiortc refuses offers it cannot answer with ValueError and others
         await pc.close()
         pipeline.graph.cancel()
@@ -250,15 +253,16 @@ class WebRtcTransport:
         from .webrtc_media import AudioOut, VideoOut
 
         self.pipeline = pipeline
-        self.video = VideoOut(self._frame_timing)
+        encoder = pipeline.encoder
+        request_keyframe = getattr(encoder, "request_keyframe", None)
+        self.video = VideoOut(self._frame_timing, request_keyframe)
         video_sender = self.pc.addTrack(self.video)
         codecs = RTCRtpSender.getCapabilities("video").codecs  # H.264 first: passed through, not re-encoded
         transceiver = next(t for t in self.pc.getTransceivers() if t.sender == video_sender)
         transceiver.setCodecPreferences(sorted(codecs, key=lambda c: c.mimeType.lower() != "video/h264"))
         self.video.sender = video_sender
-        encoder = pipeline.encoder
-        if encoder is not None and hasattr(encoder, "request_keyframe"):
-            video_sender._send_keyframe = encoder.request_keyframe  # PLI from the peer → a key frame now
+        if request_keyframe is not None:
+            video_sender._send_keyframe = request_keyframe  # PLI from the peer → a key frame now
         if audio_out and pipeline.format.get("audio_out"):
             self.audio = AudioOut(self._audio_anchor)
             self.audio.sender = self.pc.addTrack(self.audio)
@@ -380,8 +384,12 @@ class WebRtcTransport:
         return len(item.payload)
 
     async def close(self, code: int, reason: str) -> None:
+        """The ``close`` message, then the client's side of the close: it closes its peer connection once it has
+        everything before it (over a lossy link the last messages may still be on their way: closing at once
+        lost them). The session's close timeout bounds the wait, as for a WebSocket's close frame."""
         if self.channel is not None and self.channel.readyState == "open":
             self.channel.send(json.dumps({"type": "close", "code": code, "reason": reason}))
+            await self._closed.wait()
         await self.shut()
 
     def abort(self) -> None:

@@ -59,6 +59,54 @@ def rtp_origin(sender, last_timestamp: int | None) -> int | None:
     return (sent - last_timestamp) % 2**32
 
 
+SCTP_RTO_INITIAL_S = 1.0  # RFC 9260's RTO.Initial; aiortc keeps RFC 4960's 3 s
+
+
+def survive_loss(pc) -> None:
+    """Two things aiortc (1.x) lacks on a lossy link, for a peer connection whose descriptions are set (its DTLS
+    role and SCTP transport known, the handshake not yet begun). Both reach into aiortc's private state
+    (``RTCSctpTransport._rto``, ``RTCIceTransport._send`` / ``_recv``): where that is missing, nothing changes.
+
+    - The data channel's SCTP retransmits a lost packet after 1 s (RFC 9260) until it has measured the round trip,
+      not after 3 s: a lost INIT or COOKIE-ECHO held the session's ``ready`` (and so all its media) for 3 s.
+    - As the DTLS server, the last handshake flight is sent again whenever the peer's last flight comes again
+      (RFC 6347 4.2.4; OpenSSL does not): when ours was lost, the peer's handshake never finished (2 % loss: about
+      one session in 50 never started)."""
+    sctp = getattr(pc, "sctp", None)
+    if sctp is not None and getattr(sctp, "_rto", 0) > SCTP_RTO_INITIAL_S:
+        sctp._rto = SCTP_RTO_INITIAL_S
+    transports = {t.receiver.transport for t in pc.getTransceivers()} | ({sctp.transport} if sctp else set())
+    for dtls in transports:
+        if getattr(dtls, "_role", None) == "server" and hasattr(dtls.transport, "_send"):
+            _resend_last_flight(dtls)
+
+
+def _resend_last_flight(dtls) -> None:
+    ice = dtls.transport
+    send, recv = ice._send, ice._recv
+    flight: list[bytes] = []  # what we sent since the peer's last handshake datagram
+    state = {"peer_spoke": True}
+
+    async def sending(data: bytes) -> None:
+        if dtls.state != "connected":
+            if state["peer_spoke"]:
+                flight.clear()
+                state["peer_spoke"] = False
+            flight.append(bytes(data))
+        await send(data)
+
+    async def receiving() -> bytes:
+        data = await recv()
+        if dtls.state != "connected":
+            state["peer_spoke"] = True
+        elif data[:1] == b"\x16" and flight:  # a handshake record once we are done: the peer lost our last flight
+            for datagram in flight:
+                await send(datagram)
+        return data
+
+    ice._send, ice._recv = sending, receiving
+
+
 def received_rtp(receiver, pts: int) -> int | None:
     """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``: aiortc counts received
     timestamps from the first one it saw (its private ``TimestampMapper._origin``, aiortc 1.x); None when
@@ -93,10 +141,12 @@ class VideoOut(_Handoff):
 
     kind = "video"
 
-    def __init__(self, on_frame: Callable[[Item, int], None]):
+    def __init__(self, on_frame: Callable[[Item, int], None], request_keyframe: Callable[[], None] | None = None):
         super().__init__()
         self.passthrough = True
         self.on_frame = on_frame
+        self.request_keyframe = request_keyframe
+        self._keyed = False  # a key frame went out: later frames can be decoded
         self._decoder = None
         self._origin: int | None = None
         self._last: tuple[Item, int] | None = None  # the last frame handed out, before its origin was known
@@ -107,6 +157,14 @@ class VideoOut(_Handoff):
             if self._origin is not None:
                 self.on_frame(self._last[0], (self._origin + self._last[1]) % 2**32)
         item = await self.next_item()
+        while not self._keyed and not item.keyframe:
+            # the graph started at the answer, before the peer connected: its first key frame may be gone, and the
+            # frames that refer to it cannot be decoded (for up to a GOP). They are skipped until a new one comes.
+            if self.request_keyframe is not None:
+                self.request_keyframe()
+                self.request_keyframe = None  # asked once
+            item = await self.next_item()
+        self._keyed = True
         ts = to_rtp(item.header.pts, RTP_VIDEO_HZ)
         if self._origin is not None:
             self.on_frame(item, (self._origin + ts) % 2**32)

@@ -165,6 +165,7 @@ class _Tally:
 
     frames_ns: list[int] = field(default_factory=list)  # receipt time of each video frame
     g2g_ms: list[float] = field(default_factory=list)
+    source_ms: list[float] = field(default_factory=list)  # frames without CLIENT_CLOCK: receipt − the server's time
     server_ms: list[float] = field(default_factory=list)
     compute_ms: list[float] = field(default_factory=list)
     encode_ms: list[float] = field(default_factory=list)
@@ -208,6 +209,8 @@ class _Tally:
             self.g2g_ms.append((now_ns - header.capture_ns) / 1e6)
             if latency_trace is not None:
                 latency_trace.append((now_ns, self.g2g_ms[-1]))
+        elif header.capture_ns:
+            self.source_ms.append((now_ns - header.capture_ns) / 1e6)
         self.server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
         self.compute_ms.append(header.compute_us / 1e3)
         self.encode_ms.append(header.encode_us / 1e3)
@@ -374,7 +377,10 @@ def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, 
         "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
         "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
         "longest_stall_ms": round(max(np.diff(frames_ns)) / 1e6, 3) if len(frames_ns) > 1 else None,
-        "glass_to_glass": _percentiles(tally.g2g_ms), "server": _percentiles(tally.server_ms),
+        "glass_to_glass": _percentiles(tally.g2g_ms),
+        # frames made without client input (the test card): the server's monotonic clock at their source to
+        # their receipt; one clock only when client and server share a host
+        "source_to_glass_same_host": _percentiles(tally.source_ms), "server": _percentiles(tally.server_ms),
         "compute": _percentiles(tally.compute_ms), "encode": _percentiles(tally.encode_ms),
         "gaps": {"video": _gaps(tally.video_seqs), "audio": _gaps(tally.audio_seqs)},
         "server_stats": tally.stats, "ended": (tally.ended or {}).get("reason"), "errors": tally.errors,

@@ -90,13 +90,15 @@ class _Microphone:
         self.done = asyncio.Event()
         self._opus, self._origin_of = OpusPackets(), rtp_origin
         self._origin = None
+        self._last_pts = None  # of the packet handed to aiortc last
         self._t0 = None
 
     async def next_packet(self):
         i = self.sent
         ticks = i * CHUNK_SAMPLES * 3  # 48 kHz
-        if self._origin is None and i > 0:
-            self._origin = self._origin_of(self.sender, ticks - CHUNK_SAMPLES * 3)
+        if self._origin is None and self._last_pts is not None:
+            # RTP timestamp = origin + the pts of the sound (OpusPackets stamps each packet with it)
+            self._origin = self._origin_of(self.sender, self._last_pts)
         if i >= self.chunks:
             self.done.set()
             await asyncio.sleep(3600)  # the stream is over: nothing more (the session is stopped)
@@ -113,6 +115,7 @@ class _Microphone:
         packet = self._opus.encode(block.astype("<i2").tobytes(), ticks)
         while packet is None:  # the encoder's first call may hold its packet back: feed it
             packet = self._opus.encode(block.astype("<i2").tobytes(), ticks)
+        self._last_pts = packet.pts
         return packet
 
 
@@ -193,6 +196,29 @@ class _Receiver:
                 self.recorder_box[0].put(h, pcm)
 
 
+def _release_at_marker(receiver) -> None:
+    """Decode a video frame as soon as its last packet (RTP marker bit) is in, as browsers do: aiortc's jitter
+    buffer (1.x, private) releases a frame only when the next frame's first packet arrives, which put a frame
+    period (40 ms at 25 fps) of this client's own into every glass-to-glass figure."""
+    from aiortc.jitterbuffer import JitterBuffer, JitterFrame
+
+    class MarkerJitterBuffer(JitterBuffer):
+        def _remove_frame(self, sequence_number: int):
+            packets = []
+            for count in range(self.capacity):
+                packet = self._packets[(self._origin + count) % self.capacity]
+                if packet is None or (packets and packet.timestamp != packets[0].timestamp):
+                    break
+                packets.append(packet)
+                if packet.marker:  # the frame from the origin on is complete
+                    self.remove(count + 1)
+                    return JitterFrame(data=b"".join(p._data for p in packets), timestamp=packets[0].timestamp)
+            return super()._remove_frame(sequence_number)
+
+    if hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
+        receiver._RTCRtpReceiver__jitter_buffer = MarkerJitterBuffer(capacity=512, is_video=True)
+
+
 async def _drain(track, handle) -> None:
     from aiortc.mediastreams import MediaStreamError
 
@@ -208,10 +234,12 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
                                 audio: np.ndarray | None = None, seconds: float | None = None,
                                 token: str | None = None, out: str | None = None, end_timeout_s: float = 15.0,
                                 latency_trace: list | None = None, ice_servers: list[dict] | None = None,
-                                frames_ns: list | None = None) -> dict:
+                                frames_ns: list | None = None, release_at_marker: bool = True) -> dict:
     """One session over WebRTC; returns the summary of :func:`..client.stream_session` (``transport``:
     ``"webrtc"``). ``url`` is the server's WebSocket URL (the offer endpoint is found from it).
-    ``frames_ns``: when given, the receipt time (monotonic ns) of each decoded video frame is appended."""
+    ``frames_ns``: when given, the receipt time (monotonic ns) of each decoded video frame is appended.
+    ``release_at_marker``: decode each frame once its last packet is in (:func:`_release_at_marker`); False:
+    aiortc's own jitter buffer (a frame period later)."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
     from framegraph.apps.server.webrtc_media import survive_loss
@@ -251,6 +279,8 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     def on_track(track):
         rtp_receiver = next((r for r in pc.getReceivers() if r.track is track), None)
         setattr(receiver, f"{track.kind}_receiver", rtp_receiver)
+        if track.kind == "video" and release_at_marker:
+            _release_at_marker(rtp_receiver)
         def on_video(frame):
             now = time.monotonic_ns()
             if frames_ns is not None:

@@ -293,14 +293,14 @@ class WebRtcTransport:
             self._tasks.append(asyncio.create_task(coro, name=f"webrtc {session.id} {track.kind} in"))
 
     def _on_track(self, track) -> None:
-        from aiortc.jitterbuffer import JitterBuffer
+        from .webrtc_media import OpusJitterBuffer
 
         self._remote.append(track)
         receiver = next((r for r in self.pc.getReceivers() if r.track is track), None)
         if track.kind == "audio" and hasattr(receiver, "_RTCRtpReceiver__jitter_buffer"):
-            # aiortc holds 4 packets (80 ms) before it decodes any; the pipeline's own input buffer smooths
-            # arrival, so one is enough (a packet later than the next is then lost, as WebRTC means it to be)
-            receiver._RTCRtpReceiver__jitter_buffer = JitterBuffer(capacity=16, prefetch=1)
+            # aiortc holds 4 packets (80 ms) before it decodes any, and each until the next comes; the pipeline's
+            # own input buffer smooths arrival, so each is decoded as it comes (aiortc 1.x: private)
+            receiver._RTCRtpReceiver__jitter_buffer = OpusJitterBuffer()
 
     def _on_channel(self, channel) -> None:
         if self.channel is not None:

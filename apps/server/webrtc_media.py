@@ -107,6 +107,39 @@ def _resend_last_flight(dtls) -> None:
     ice._send, ice._recv = sending, receiving
 
 
+class OpusJitterBuffer:
+    """The client's microphone packets, for aiortc's receiver (its ``add(packet) → (pli, frame)``, one frame per
+    packet): each Opus packet is a frame of its own, released as it arrives while packets come in order (aiortc's
+    buffer held each one until the next came: 20 ms on every sample's way to the pipeline). Once a packet comes
+    after a later one (a jittery link reorders), one packet is held back from then on, so that a packet overtaken
+    by the next still fits in; a packet later than that, or a gap that does not fill, is lost (the pipeline's
+    input goes on without it)."""
+
+    def __init__(self, capacity: int = 16):
+        self.capacity = capacity
+        self.hold = 0  # packets held back: 0 until one arrives out of order, then 1
+        self._next: int | None = None  # the sequence number due next
+        self._held: dict[int, object] = {}
+
+    def add(self, packet):
+        from aiortc.jitterbuffer import JitterFrame
+
+        seq = packet.sequence_number
+        if self._next is None:
+            self._next = seq
+        if 0 < (self._next - seq) % 2**16 < 2**15:  # behind what was released: too late
+            self.hold = 1
+            return False, None
+        self._held[seq] = packet
+        if len(self._held) <= self.hold and len(self._held) < self.capacity:
+            return False, None
+        if self._next not in self._held:  # a gap that did not fill in time: lost
+            self._next = min(self._held, key=lambda s: (s - self._next) % 2**16)
+        out = self._held.pop(self._next)
+        self._next = (self._next + 1) % 2**16
+        return False, JitterFrame(data=out._data, timestamp=out.timestamp)
+
+
 def received_rtp(receiver, pts: int) -> int | None:
     """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``: aiortc counts received
     timestamps from the first one it saw (its private ``TimestampMapper._origin``, aiortc 1.x); None when

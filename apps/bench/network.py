@@ -1,12 +1,13 @@
-"""A server process behind an impaired network link, for the transport tests and ``framegraph bench server
---transport``: the server runs in its own network namespace and clients in this one reach it over a link whose
-two directions each lose and delay packets.
+"""A server process behind a network link, for the transport tests and ``framegraph bench server --transport``:
+the server runs in its own network namespace and clients in this one reach it over a link that may lose and
+delay packets in each direction; the link's byte counters are what went over the wire.
 
-The impairment is that of ``tc netem delay D J loss L`` on each end (every packet kept is delayed by D ± J ms,
-uniform, so packets reorder when J exceeds their spacing; each is lost with probability L), built in one of two
-ways, whichever this kernel allows (:attr:`Link.method` says which):
+Without impairment the link is a plain veth pair (the kernel's own path, like loopback). The impairment is that
+of ``tc netem delay D J loss L`` on each end (every packet kept is delayed by D ± J ms, uniform, so packets
+reorder when J exceeds their spacing; each is lost with probability L), built in one of two ways, whichever this
+kernel allows (:attr:`Link.method` says which):
 
-- **netem**: a veth pair with ``tc qdisc add dev ... root netem`` on both ends;
+- **netem**: the veth pair with ``tc qdisc add dev ... root netem`` on both ends;
 - **relay**: where the kernel has no ``sch_netem`` (a VM's minimal kernel), a pair of TUN devices, one in each
   namespace, and a process (:func:`relay`) that moves IP packets between them with the same loss and delay.
 
@@ -63,12 +64,21 @@ class Link:
     namespace: str
     host_address: str
     peer_address: str
-    impairment: Impairment
-    method: str  # "netem" or "relay"
+    impairment: Impairment | None
+    method: str  # "veth" (no impairment), "netem" or "relay"
 
     def describe(self) -> str:
+        if self.impairment is None:
+            return "no impairment (a veth pair)"
         how = "tc netem on a veth pair" if self.method == "netem" else "a TUN pair and a relay process (no sch_netem)"
         return f"{self.impairment.describe()} ({how})"
+
+    def wire_bytes(self) -> dict[str, int]:
+        """Bytes that crossed the link so far (IP packets, headers included): ``server_to_client``,
+        ``client_to_server``."""
+        stats = f"/sys/class/net/{self.namespace}h/statistics"
+        with open(f"{stats}/rx_bytes") as rx, open(f"{stats}/tx_bytes") as tx:
+            return {"server_to_client": int(rx.read()), "client_to_server": int(tx.read())}
 
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -83,8 +93,9 @@ def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subproc
 
 
 @contextlib.contextmanager
-def impaired_namespace(impairment: Impairment = Impairment()) -> Iterator[Link]:
-    """A fresh network namespace behind an impaired link (see the module docstring); removed on exit.
+def namespace_link(impairment: Impairment | None = None) -> Iterator[Link]:
+    """A fresh network namespace behind a link with ``impairment`` (None: none; see the module docstring);
+    removed on exit.
 
     Names and the /30 subnet come from this process's id, so concurrent runs do not collide."""
     if shutil.which("ip") is None:
@@ -98,9 +109,10 @@ def impaired_namespace(impairment: Impairment = Impairment()) -> Iterator[Link]:
     relay_proc = None
     try:
         _ip("link", "set", "lo", "up", namespace=name)
-        method = "netem" if _veth_netem(name, host, peer, impairment) else "relay"
-        if method == "relay":
-            relay_proc = _tun_relay(name, host, peer, impairment)
+        if _veth(name, host, peer, impairment):
+            method = "veth" if impairment is None else "netem"
+        else:
+            method, relay_proc = "relay", _tun_relay(name, host, peer, impairment)
         yield Link(name, host, peer, impairment, method)
     finally:
         if relay_proc is not None:
@@ -110,21 +122,23 @@ def impaired_namespace(impairment: Impairment = Impairment()) -> Iterator[Link]:
         _ip("netns", "del", name, check=False)
 
 
-def _veth_netem(name: str, host: str, peer: str, impairment: Impairment) -> bool:
-    """A veth pair into ``name`` with netem on both ends; False (nothing left behind) where the kernel has no
-    netem."""
+def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> bool:
+    """A veth pair into ``name``, with netem on both ends for an ``impairment``; False (nothing left behind) where
+    that needs netem and the kernel has none."""
     _ip("link", "add", f"{name}h", "type", "veth", "peer", "name", f"{name}n")
-    probe = subprocess.run(["tc", "qdisc", "add", "dev", f"{name}h", "root", "netem", *impairment.netem_args()],
-                           capture_output=True, text=True, timeout=10) if shutil.which("tc") else None
-    if probe is None or probe.returncode != 0:
-        _ip("link", "del", f"{name}h")
-        return False
+    if impairment is not None:
+        probe = subprocess.run(["tc", "qdisc", "add", "dev", f"{name}h", "root", "netem", *impairment.netem_args()],
+                               capture_output=True, text=True, timeout=10) if shutil.which("tc") else None
+        if probe is None or probe.returncode != 0:
+            _ip("link", "del", f"{name}h")
+            return False
     _ip("link", "set", f"{name}n", "netns", name)
     _ip("addr", "add", f"{host}/30", "dev", f"{name}h")
     _ip("link", "set", f"{name}h", "up")
     _ip("addr", "add", f"{peer}/30", "dev", f"{name}n", namespace=name)
     _ip("link", "set", f"{name}n", "up", namespace=name)
-    _ip("tc", "qdisc", "add", "dev", f"{name}n", "root", "netem", *impairment.netem_args(), namespace=name)
+    if impairment is not None:
+        _ip("tc", "qdisc", "add", "dev", f"{name}n", "root", "netem", *impairment.netem_args(), namespace=name)
     return True
 
 

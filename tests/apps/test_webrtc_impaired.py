@@ -14,7 +14,7 @@ import threading
 
 import pytest
 
-from framegraph.apps.bench.network import Impairment, NamespaceUnavailable, impaired_namespace, server_process
+from framegraph.apps.bench.network import Impairment, NamespaceUnavailable, namespace_link, server_process
 from framegraph.apps.client import stream_session
 
 pytest.importorskip("aiortc", reason="WebRTC needs aiortc: pip install 'framegraph[webrtc]'")
@@ -27,7 +27,7 @@ def test_webrtc_keeps_playing_through_2pct_loss_and_30ms_jitter_with_the_websock
 
     with contextlib.ExitStack() as stack:
         try:
-            link = stack.enter_context(impaired_namespace(Impairment(loss_percent=2, delay_ms=30, jitter_ms=30)))
+            link = stack.enter_context(namespace_link(Impairment(loss_percent=2, delay_ms=30, jitter_ms=30)))
         except NamespaceUnavailable as exc:
             pytest.skip(f"no network namespace here: {exc}")
         server = stack.enter_context(server_process(link))

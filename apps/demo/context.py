@@ -41,6 +41,7 @@ class DemoConfig:
         video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
         backend: the avatar's compute backend, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``backend``
             start option).
+        transport: the player's, ``"webrtc"`` (falling back to the WebSocket) or ``"websocket"``.
     """
 
     host: str = "127.0.0.1"
@@ -50,6 +51,7 @@ class DemoConfig:
     takes_dir: str | None = None
     video: dict = field(default_factory=dict)
     backend: str = "torch"
+    transport: str = "webrtc"
 
 
 @dataclass
@@ -172,6 +174,8 @@ class DemoContext:
                                                                                  self.config.backend))}
         if self.choice.name == "avatar":
             query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
+        if self.config.transport != "webrtc":
+            query["transport"] = self.config.transport
         return "fg/player.html?" + urlencode(query)
 
     def idle_face_png(self, portrait: str) -> bytes | None:

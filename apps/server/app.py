@@ -120,6 +120,9 @@ class StreamServer:
         self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
         self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
         self.on_sessions_changed: Callable[[], None] | None = None  # called (on the loop) when one opens or ends
+        # called (on the loop) with each new session before it runs: an embedding app may wrap its transport (the
+        # Gradio demo records the WebRTC takes of its player this way)
+        self.on_session_opened: Callable[[Session], None] | None = None
         self._server: Server | None = None
         self._offer_buckets: dict[str, TokenBucket] = {}  # WebRTC offers per client address
         self._background: set[asyncio.Task] = set()  # WebRTC sessions (a WebSocket one is its connection's)
@@ -207,6 +210,8 @@ class StreamServer:
             self.count_rejected("busy")
             return None
         session = Session(self, connection)
+        if self.on_session_opened is not None:
+            self.on_session_opened(session)
         self.sessions[session.id] = session
         self.sessions_total += 1
         self._sessions_changed()

@@ -13,8 +13,8 @@
 //
 // Transport: WebRTC by default (webrtc.js: the offer at /webrtc/offer, control on a data channel, H.264 or VP8
 // and Opus on RTP tracks, the microphone as an audio track), the WebSocket when the peer connection is not up
-// within 5 s or the server has no WebRTC; `?transport=websocket` (or `webrtc`) forces one, and the embedding
-// player (player.html, the Gradio demo) stays on the WebSocket unless its `transport` parameter says webrtc.
+// within 5 s or the server has no WebRTC; `?transport=websocket` (or `webrtc`) forces one (the embedding player,
+// player.html in the Gradio demo, too: its offer goes to the demo, which forwards it).
 // The readout's first line says which transport is live. Over WebRTC the page cannot tell the server when its
 // microphone's audio was captured, so no glass-to-glass is claimed there (the server's timings still show).
 //

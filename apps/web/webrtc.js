@@ -59,9 +59,10 @@ window.fgRtc = (() => {
   async function connect(wsUrl, pipeline, options, audioContext, hooks) {
     const base = new URL(wsUrl);
     base.protocol = base.protocol === "wss:" ? "https:" : "http:";
-    const offerUrl = new URL("/webrtc/offer", base);
+    // beside the WebSocket's path: /ws → /webrtc/offer; an embedding's /fg/ws → /fg/webrtc/offer (the demo)
+    const offerUrl = new URL("webrtc/offer", base);
     offerUrl.search = base.search;
-    const configUrl = new URL("/webrtc/config", base);
+    const configUrl = new URL("webrtc/config", base);
     configUrl.search = base.search;
     let iceServers = [];
     try {

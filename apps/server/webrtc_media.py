@@ -15,14 +15,13 @@ Out (server → client), the graph's own encoders are used, and aiortc only pack
   RTP origin), and the browser lines them up through the RTCP sender reports as the MP4 muxer does by pts.
 
 In (client → server): the microphone track is resampled to 16 kHz mono PCM16 and pushed into
-``Pipeline.audio_in``; a camera track (``generate`` with ``input: "camera"``) is JPEG-encoded and pushed
-through ``Pipeline.video_in`` (the same checks and rate limit as camera pictures over the WebSocket).
+``Pipeline.audio_in``; a camera track (``generate`` with ``input: "camera"``) is pushed picture by picture
+through ``Pipeline.video_in`` (scaled to the session size; the rate limit of camera pictures over the WebSocket).
 """
 from __future__ import annotations
 
 import asyncio
 import fractions
-import io
 import logging
 import time
 from collections.abc import Callable
@@ -319,10 +318,8 @@ async def pump_microphone(track, receiver, pipeline, capture_times, clock: Clien
 
 
 async def pump_camera(track, pipeline, counters: dict) -> None:
-    """The client's camera track → ``pipeline.video_in`` as JPEG pictures (at most its ``max_fps``: the
-    rest are skipped here, not refused), with the camera checks of the WebSocket path."""
-    from PIL import Image
-
+    """The client's camera track → ``pipeline.video_in`` as pictures (at most its ``max_fps``: the rest are
+    skipped here, not refused), scaled to the session size as camera pictures over the WebSocket are."""
     video_in, last = pipeline.video_in, 0.0
     while True:
         try:
@@ -330,13 +327,11 @@ async def pump_camera(track, pipeline, counters: dict) -> None:
         except MediaStreamError:
             return
         now = time.monotonic()
-        if now - last < 1.0 / video_in.max_fps:
+        if now - last < 0.97 / video_in.max_fps:  # a little over max_fps: frames arrive with jitter
             continue
         last = now
-        buf = io.BytesIO()
-        Image.fromarray(frame.to_ndarray(format="rgb24")).save(buf, "JPEG", quality=90)
         try:
-            pushed = video_in.push_jpeg(buf.getvalue())
+            pushed = video_in.push_picture(frame.to_ndarray(format="rgb24"))
         except ProtocolError as exc:
             log.debug("camera picture refused: %s", exc)
             pushed = False

@@ -270,7 +270,8 @@ async function onControl(msg) {
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
     if (Object.keys(liveConfig).length) sendConfig();
-    if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
+    if (msg.video_in && ws.camera) log(`camera ${ws.camera.stats().width}x${ws.camera.stats().height} → the WebRTC video track`);
+    else if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
     if (msg.audio_in) startPump();
     if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
@@ -646,7 +647,7 @@ function stats() {
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
     server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
     mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
-    poster: posterShown, camera: window.fgCamera ? window.fgCamera.stats() : null,
+    poster: posterShown, camera: ws && ws.camera ? ws.camera.stats() : window.fgCamera ? window.fgCamera.stats() : null,
   };
 }
 

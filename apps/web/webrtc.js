@@ -9,6 +9,8 @@
 //                    the browser keeps them in sync); app.js draws its frames on the canvas
 //   link.frameInfo(rtpTimestamp)  the server's `frame` message for a picture (its media header's fields)
 //   link.setMic(stream)           send this microphone (null: the page's own audio graph only)
+//   link.camera                   with options.input "camera" (generate): {stream, stats()} of the browser's
+//                                 camera, sent as a video track (the server scales its pictures to the session)
 //   link.input                    an AudioNode: what is connected to it is sent (fed clips, silence)
 //   link.record(ms) → Promise of {mime, base64}: the page's MediaRecorder recording of the received stream
 //   link.codec                    the negotiated video codec
@@ -75,6 +77,7 @@ window.fgRtc = (() => {
     pc.addTransceiver("video", { direction: "recvonly" });
     const dest = audioContext.createMediaStreamDestination();  // the page's outgoing audio: mic + clips
     const audioSender = pc.addTransceiver(dest.stream.getAudioTracks()[0], { direction: "sendrecv" }).sender;
+    const camera = options.input === "camera" ? await cameraTrack(pc, options.size) : null;
     const received = new MediaStream();
     const video = document.createElement("video");
     Object.assign(video, { autoplay: true, playsInline: true, muted: true });
@@ -85,7 +88,7 @@ window.fgRtc = (() => {
     const frames = new Map();  // rtp timestamp → the server's frame message
     let closed = false, micSource = null, stopSync = () => {};
     const link = {
-      readyState: WebSocket.CONNECTING, video, codec: null, input: dest, received, videoDelayMs: null,
+      readyState: WebSocket.CONNECTING, video, codec: null, input: dest, received, videoDelayMs: null, camera,
       send(text) { if (channel.readyState === "open") channel.send(text); },
       close() { finish(1000, "closed by the page"); },
       frameInfo(rtp) { const f = frames.get(rtp); frames.delete(rtp); return f; },
@@ -102,6 +105,7 @@ window.fgRtc = (() => {
       link.readyState = WebSocket.CLOSED;
       link.setMic(null);
       stopSync();
+      if (camera) camera.stop();
       pc.close();
       video.remove();
       hooks.onClose(code, reason);
@@ -121,6 +125,7 @@ window.fgRtc = (() => {
     function abandon() {  // a session that never started: close quietly (the page may fall back meanwhile)
       closed = true;
       channel.onclose = null;
+      if (camera) camera.stop();
       pc.close();
       video.remove();
     }
@@ -166,6 +171,25 @@ window.fgRtc = (() => {
     link.audioSender = audioSender;
     stopSync = lipSync(pc, link);
     return link;
+  }
+
+  // The browser's camera as a sendonly video track of `pc` (at the session's size when one is asked for);
+  // {stream, stop(), stats()}: stats() says what the page shows in its readout (the track's frames sent).
+  async function cameraTrack(pc, size) {
+    const [w, h] = (size || "").split("x").map(Number);
+    const stream = await navigator.mediaDevices.getUserMedia({ video: w && h ? { width: w, height: h } : true });
+    const track = stream.getVideoTracks()[0];
+    const sender = pc.addTransceiver(track, { direction: "sendonly" }).sender;
+    const cam = { stream, sent: 0, on: true };
+    const timer = setInterval(async () => {
+      (await sender.getStats()).forEach((r) => { if (r.type === "outbound-rtp") cam.sent = r.framesSent || 0; });
+    }, 500);
+    cam.stop = () => { clearInterval(timer); track.stop(); cam.on = false; };
+    cam.stats = () => {
+      const st = track.getSettings();
+      return { on: cam.on, track: true, sent: cam.sent, width: st.width || 0, height: st.height || 0 };
+    };
+    return cam;
   }
 
   // The received stream recorded by the page's own MediaRecorder for `ms`, as base64 (tests decode it).

@@ -6,7 +6,9 @@
 ``framegraph serve`` runs as its own process in a network namespace (apps/bench/network.py), once behind a clean
 veth pair (the kernel's own path, as loopback) and once behind the impairment (``--impairment``, default 2 % loss
 and 30 ± 30 ms each way); real clients (``framegraph client``'s sessions, WebSocket and WebRTC) stream each
-pipeline for ``--transport-seconds``, one session at a time, the transports taking turns. Per session:
+pipeline for ``--transport-seconds``, one session at a time, the transports taking turns, after a short untimed
+session of each pipeline on each transport (imports, model loads, codec set-up: the first avatar session took
+5 s more). Per session:
 
 - **glass-to-glass** p50 / p95: the client's capture of the audio behind a frame → the frame decoded (WebRTC) or
   received (the WebSocket client does not decode: its figure leaves out a decode of ~1 ms at 320x240) — for
@@ -107,6 +109,8 @@ def run_condition(impairment: Impairment | None, transports: list[str], pipeline
     with namespace_link(impairment) as link, server_process(link) as server:
         for pipeline in pipelines:
             runs[pipeline] = {}
+            for transport in transports:  # warm-up: not measured
+                _session(server.url, transport, pipeline, 2.0)
             for transport in transports:
                 runs[pipeline][transport] = m = measure(server, link, transport, pipeline, seconds)
                 print(f"  {link.describe()[:40]:40} {pipeline:8} {transport:9} {m['latency_kind'][:6]} "

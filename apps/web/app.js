@@ -158,7 +158,12 @@ async function start(opts = {}) {
   playback.base = null;
   orbit.on = false;
   view.classList.remove("orbit");
-  if (wantTransport === "webrtc" && window.fgRtc && window.RTCPeerConnection && await startRtc(url)) return;
+  // Placed by a cluster's front door: the replica is another origin, whose offer endpoint a page may not read
+  // (no CORS there yet), and a refused try would spend the placement's one-use ticket: the WebSocket then.
+  const placedElsewhere = url !== target;
+  if (wantTransport === "webrtc" && !placedElsewhere && window.fgRtc && window.RTCPeerConnection &&
+      await startRtc(url)) return;
+  if (wantTransport === "webrtc" && placedElsewhere) log("placed on a cluster replica: over the WebSocket");
   live = "websocket";
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";

@@ -62,7 +62,7 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264) and writes them with the returned audio to an MP4
+    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned audio to an MP4
     (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
     did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
 
@@ -122,7 +122,9 @@ class Recorder:
                     out.mux(astream.encode(af))
                     self.samples += pcm.shape[1]
                     continue
-                if decoder is not None:
+                if isinstance(payload, np.ndarray):  # already decoded (WebRTC): uint8 [H, W, 3]
+                    pictures = [payload]
+                elif decoder is not None:
                     pictures = [f.to_ndarray(format="rgb24") for f in decoder.decode(av.Packet(payload))]
                 else:
                     pictures = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB"))]
@@ -167,6 +169,7 @@ class _Tally:
 
     frames_ns: list[int] = field(default_factory=list)  # receipt time of each video frame
     g2g_ms: list[float] = field(default_factory=list)
+    source_ms: list[float] = field(default_factory=list)  # frames without CLIENT_CLOCK: receipt − the server's time
     server_ms: list[float] = field(default_factory=list)
     compute_ms: list[float] = field(default_factory=list)
     encode_ms: list[float] = field(default_factory=list)
@@ -210,6 +213,8 @@ class _Tally:
             self.g2g_ms.append((now_ns - header.capture_ns) / 1e6)
             if latency_trace is not None:
                 latency_trace.append((now_ns, self.g2g_ms[-1]))
+        elif header.capture_ns:
+            self.source_ms.append((now_ns - header.capture_ns) / 1e6)
         self.server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
         self.compute_ms.append(header.compute_us / 1e3)
         self.encode_ms.append(header.encode_us / 1e3)
@@ -355,17 +360,21 @@ def close_of(ws) -> dict:
 
 
 def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, out: str | None,
-             recorder: Recorder | None, ws) -> dict:
+             recorder: Recorder | None, *, server_address: str, close: dict) -> dict:
     frames_ns = tally.frames_ns
     span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
     return {
-        "url": url, "server_address": "{}:{}".format(*ws.remote_address[:2]), "close": close_of(ws),
+        "url": url, "server_address": server_address, "close": close, "transport": "websocket",
         "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
         "audio_messages_sent": tally.audio_sent, "camera_pictures_sent": tally.camera_sent,
         "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
         "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
-        "glass_to_glass": _percentiles(tally.g2g_ms), "server": _percentiles(tally.server_ms),
+        "longest_stall_ms": round(max(np.diff(frames_ns)) / 1e6, 3) if len(frames_ns) > 1 else None,
+        "glass_to_glass": _percentiles(tally.g2g_ms),
+        # frames made without client input (the test card): the server's monotonic clock at their source to
+        # their receipt; one clock only when client and server share a host
+        "source_to_glass_same_host": _percentiles(tally.source_ms), "server": _percentiles(tally.server_ms),
         "compute": _percentiles(tally.compute_ms), "encode": _percentiles(tally.encode_ms),
         "gaps": {"video": _gaps(tally.video_seqs), "audio": _gaps(tally.audio_seqs)},
         "server_stats": tally.stats, "ended": (tally.ended or {}).get("reason"), "errors": tally.errors,
@@ -429,7 +438,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         await ws_cm.__aexit__(None, None, None)
         if recorder is not None:
             recorder.close()
-    return _summary(url, pipeline, ready, tally, t_start, out, recorder, ws)
+    return _summary(url, pipeline, ready, tally, t_start, out, recorder,
+                    server_address="{}:{}".format(*ws.remote_address[:2]), close=close_of(ws))
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
@@ -459,7 +469,9 @@ def options_from_args(args: argparse.Namespace) -> dict:
     return options
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, webrtc_session=None) -> int:
+    """The command. ``webrtc_session``: the WebRTC session function (``client_webrtc.stream_session_webrtc``,
+    passed in by ``client_webrtc.run``, the command's entry, so this module does not import it)."""
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
     if args.camera and not os.path.isfile(args.camera):
@@ -478,10 +490,18 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline == "testcard" and seconds is not None:
         options.setdefault("seconds", seconds)
         seconds += 2.0  # the server ends the card; stop is only the fallback
+    if args.transport == "webrtc" and (args.camera or args.orbit is not None):
+        raise ValueError("--camera and --orbit go over the WebSocket transport only (for now)")
     try:
-        summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
-                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
-                                             camera=args.camera))
+        if args.transport == "webrtc":
+            if webrtc_session is None:
+                raise ValueError("--transport webrtc: run it as `framegraph client` (apps/client_webrtc.py)")
+            summary = asyncio.run(webrtc_session(args.url, args.pipeline, options, audio=audio,
+                                                 seconds=seconds, token=args.token, out=args.out))
+        else:
+            summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
+                                                 token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
+                                                 camera=args.camera))
     except ClientError as exc:
         print(f"framegraph client: error: {exc}", file=sys.stderr)
         return 1
@@ -499,10 +519,11 @@ def print_summary(s: dict) -> None:
 
     v = s["format"]["video"]
     lines = [
-        f"session {s['session']} ({s['pipeline']}, {v['codec']} {v['width']}x{v['height']} @ {v['fps']:g} fps): "
+        f"session {s['session']} ({s['pipeline']} over {s['transport']}, {v['codec']} {v['width']}x{v['height']} "
+        f"@ {v['fps']:g} fps): "
         f"{s['video_frames']} frames, ended: {s['ended']}",
         f"  time to first frame  {s['time_to_first_frame_ms']} ms",
-        f"  fps                  {s['fps']:.2f}",
+        f"  fps                  {s['fps']:.2f} (longest wait between two frames {s['longest_stall_ms']} ms)",
         f"  glass-to-glass       {pct(s['glass_to_glass'])}",
         f"  server (graph+send)  {pct(s['server'])}",
         f"  dropped              {s['gaps']['video']} video, {s['gaps']['audio']} audio messages",

@@ -3,6 +3,7 @@
     framegraph bench server --out benchmarks/results/cpu/server.json            # 100 sessions + 10-min soak
     framegraph bench server --out /tmp/server.json --quick                       # small, a smoke test
     framegraph bench server --cluster --replicas 1,2 --out FILE.json             # on Ray Serve: see cluster.py
+    framegraph bench server --transport websocket,webrtc --out FILE.json         # transports: see transport.py
 
 A real server runs in this process on a loopback port (``serve_in_thread``) and a real WebSocket client
 (``framegraph client``'s ``stream_session``) talks to it, so the RSS figures cover both. Two phases:
@@ -25,7 +26,7 @@ import numpy as np
 
 from ..client import stream_session
 from ..server.app import ServerConfig, serve_in_thread
-from . import cluster
+from . import cluster, transport
 from .measure import rss_bytes, summary_ms
 from .meta import bench_metadata, write_result
 from .speech import speech_like
@@ -80,9 +81,11 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
 
 def figure(data: dict, plt):
     """RSS after each session, and glass-to-glass latency p50 / p95 over the soak (a ``--cluster`` result:
-    :func:`cluster.figure`)."""
+    :func:`cluster.figure`; a ``--transport`` one: :func:`transport.figure`)."""
     if data.get("cluster"):
         return cluster.figure(data, plt)
+    if data.get("transport_comparison"):
+        return transport.figure(data, plt)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
     axes[0].plot(data["sessions"]["rss_mib"], marker=".")
     axes[0].set_title(f"RSS after each of {data['sessions']['sessions']} sessions (MiB)")
@@ -102,6 +105,8 @@ def figure(data: dict, plt):
 def run(args: argparse.Namespace) -> int:
     if args.cluster:
         return cluster.run(args)
+    if args.transport:
+        return transport.run(args)
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
     if sessions < 2 or soak <= 0:
         raise ValueError("--sessions must be >= 2 and --soak-seconds > 0")

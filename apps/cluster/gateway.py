@@ -41,6 +41,7 @@ from framegraph.apps.server.http import (
     static_file,
     token_ok,
 )
+from framegraph.apps.server.http_post import PostConnection
 
 from . import metrics
 from .settings import ClusterSettings
@@ -176,6 +177,19 @@ class Gateway:
         path = urlsplit(request.path).path
         upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
         s = self.settings
+        if getattr(request, "method", "GET") == "POST":  # a WebRTC offer: 307 to the chosen replica's own endpoint
+            if path != "/webrtc/offer":
+                return response(404, f"nothing to POST at {path}; WebRTC offers go to /webrtc/offer\n")
+            refused = self._refuse(request)
+            if refused is not None:
+                return refused
+            try:
+                placed = self.place()
+            except ClusterFull as exc:
+                return response(503, f"{exc}\n", extra={"Retry-After": "5"})
+            where = urlsplit(placed["url"])  # ws://REPLICA:PORT/ws?ticket=T → http://REPLICA:PORT/webrtc/offer?ticket=T
+            location = f"http://{where.netloc}/webrtc/offer?{where.query}"
+            return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": location})
         if path in (WS_PATH, "/place"):
             if path == WS_PATH and not upgrade:
                 return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",
@@ -264,7 +278,7 @@ class _Listener:
             await ws.close(1011, "the front door does not hold sessions")
 
         async with serve(never, s.host, s.port, process_request=lambda _c, req: self.gateway.route(req),
-                         server_header="framegraph-cluster") as server:
+                         server_header="framegraph-cluster", create_connection=PostConnection) as server:
             port = next(sock.getsockname()[1] for sock in server.sockets)
             host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
             self.url = f"ws://{host}:{port}{WS_PATH}"

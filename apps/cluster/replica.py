@@ -79,7 +79,7 @@ class Replica:
     def _redeemed(self) -> list[str]:
         """Tickets the front door may stop counting: those of running sessions (which count themselves in
         ``sessions``) and those whose handshake is long over."""
-        running = {nonce_of(query_value(s.ws.request, "ticket")) for s in list(self.server.sessions.values())}
+        running = {nonce_of(query_value(s.transport.request, "ticket")) for s in list(self.server.sessions.values())}
         return sorted((running - {None}) | set(self.tickets.settled()))
 
     def record_autoscaling_stats(self) -> dict[str, float]:

@@ -6,13 +6,17 @@ import os
 
 from framegraph.apps.server.config import ServerConfig
 
-IMPLEMENTATION = "framegraph.apps.client"  # its run(args) runs the command
+IMPLEMENTATION = "framegraph.apps.client_webrtc"  # its run(args) runs the command, over either transport
 
 DEFAULT_URL = f"ws://{ServerConfig.host}:{ServerConfig.port}/ws"  # where `framegraph serve` listens by default
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL})")
+    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL}); with "
+                                                      f"--transport webrtc the offer goes to /webrtc/offer there")
+    p.add_argument("--transport", choices=["websocket", "webrtc"], default="websocket",
+                   help="websocket (default) or webrtc (aiortc: Opus up, H.264/VP8 + Opus down, control on a "
+                        "data channel; needs pip install 'framegraph[webrtc]')")
     p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
     p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
                                    "16 kHz mono PCM16); needed by pipelines with audio input")

@@ -29,4 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web-root", default=d.web_root, help="folder served at / (default: the bundled page)")
     p.add_argument("--stats-interval", type=float, default=d.stats_interval_s,
                    help=f"seconds between stats messages (default {d.stats_interval_s:g})")
+    p.add_argument("--no-webrtc", action="store_true", help="answer no WebRTC offers (clients use the WebSocket)")
+    p.add_argument("--ice-server", action="append", default=[], metavar="URL",
+                   help="STUN / TURN server for WebRTC peers, e.g. stun:stun.example.org:3478 or "
+                        "turn:USER:PASSWORD@turn.example.org:3478 (repeatable; default: none, host candidates "
+                        "only, enough on loopback and a LAN; see docs/webrtc.md)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])

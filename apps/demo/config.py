@@ -17,6 +17,7 @@ class DemoConfig:
         video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
         runtime: where the avatar's models compute, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``runtime``
             start option).
+        transport: the player's, ``"webrtc"`` (falling back to the WebSocket) or ``"websocket"``.
     """
 
     host: str = "127.0.0.1"
@@ -26,3 +27,4 @@ class DemoConfig:
     takes_dir: str | None = None
     video: dict = field(default_factory=dict)
     runtime: str = "torch"
+    transport: str = "webrtc"

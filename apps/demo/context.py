@@ -135,6 +135,8 @@ class DemoContext:
                                                                                  self.config.runtime))}
         if self.choice.name == "avatar":
             query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
+        if self.config.transport != "webrtc":
+            query["transport"] = self.config.transport
         return "fg/player.html?" + urlencode(query)
 
     def idle_face_png(self, portrait: str) -> bytes | None:

@@ -7,7 +7,7 @@
 
 or, from synchronous code (tests, a Gradio app): ``with serve_in_thread(config) as handle: handle.url``.
 One session per connection, each with its own graph; HTTP (``/metrics``, ``/healthz``, the web page)
-on the same port.
+and WebRTC offers (``POST /webrtc/offer``, :mod:`.webrtc`) on the same port.
 """
 from __future__ import annotations
 
@@ -22,10 +22,12 @@ from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
 
+from . import webrtc
 from .config import ServerConfig
-from .http import WS_PATH, process_request
+from .http import WS_PATH
+from .http_post import PostConnection
 from .protocol import ErrorCode
-from .session import Session
+from .session import Session, TokenBucket
 
 log = logging.getLogger("framegraph.server")
 
@@ -42,14 +44,19 @@ class StreamServer:
         self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
         self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
         self.on_sessions_changed: Callable[[], None] | None = None  # called (on the loop) when one opens or ends
+        # called (on the loop) with each new session before it runs: an embedding app may wrap its transport (the
+        # Gradio demo records the WebRTC takes of its player this way)
+        self.on_session_opened: Callable[[Session], None] | None = None
         self._server: Server | None = None
+        self._offer_buckets: dict[str, TokenBucket] = {}  # WebRTC offers per client address
+        self._background: set[asyncio.Task] = set()  # WebRTC sessions (a WebSocket one is its connection's)
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> StreamServer:
         cfg = self.config
         self._server = await serve(
             self._handler, cfg.host, cfg.port,
-            process_request=lambda conn, req: process_request(self, conn, req),
+            process_request=lambda conn, req: webrtc.process_request(self, conn, req), create_connection=PostConnection,
             compression=None,  # JPEG / H.264 / PCM do not deflate; it would only cost CPU and latency
             max_size=4 * cfg.max_message_bytes, max_queue=16, write_limit=32 * 1024,
             ping_interval=20, ping_timeout=20, close_timeout=cfg.close_timeout_s, server_header="framegraph")
@@ -63,6 +70,9 @@ class StreamServer:
         if self._server is None:
             return
         self._server.close()
+        if self._background:  # WebRTC sessions: no WebSocket connection the server would close for them
+            await self.close_sessions(1001, "server shutting down")
+            await asyncio.wait(list(self._background), timeout=self.config.shutdown_grace_s + 1.0)
         try:
             await asyncio.wait_for(self._server.wait_closed(), self.config.shutdown_grace_s)
         except TimeoutError:
@@ -110,16 +120,39 @@ class StreamServer:
         sock = ws.transport.get_extra_info("socket")
         if sock is not None and self.config.send_buffer_bytes:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
-        session = Session(self, ws)
-        self.sessions[session.id] = session
-        self.sessions_total += 1
-        self._sessions_changed()
-        log.info("session %s opened from %s", session.id, ws.remote_address)
+        session = self.open_session(ws)
         try:
             await session.run()
         finally:
             self.release(session)
             log.info("session %s closed (%s)", session.id, session.end_reason)
+
+    def open_session(self, connection) -> Session | None:
+        """A new session on ``connection`` (a websockets connection or a :class:`~.transport.Transport`),
+        counted among ``max_sessions``; None when they are all taken."""
+        if self.session_count >= self.config.max_sessions:
+            self.count_rejected("busy")
+            return None
+        session = Session(self, connection)
+        if self.on_session_opened is not None:
+            self.on_session_opened(session)
+        self.sessions[session.id] = session
+        self.sessions_total += 1
+        self._sessions_changed()
+        log.info("session %s opened from %s", session.id, session.transport.remote_address)
+        return session
+
+    def keep(self, task: asyncio.Task) -> None:
+        """Hold a WebRTC session's task until it ends (the loop keeps only weak references)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def offer_bucket(self, address: str | None) -> TokenBucket:
+        """The WebRTC offer rate limit of one client address."""
+        rate = self.config.webrtc_offers_per_s
+        if len(self._offer_buckets) > 4096:  # forget idle addresses (their buckets are full again anyway)
+            self._offer_buckets = {a: b for a, b in self._offer_buckets.items() if b.tokens < b.burst}
+        return self._offer_buckets.setdefault(address or "?", TokenBucket(rate, max(1.0, rate)))
 
     async def close_sessions(self, code: int, reason: str) -> None:
         """Close every session's connection with ``code`` and ``reason`` (their graphs stop as on a
@@ -127,7 +160,7 @@ class StreamServer:
         sessions = list(self.sessions.values())
         for session in sessions:
             session.end_reason = reason
-        await asyncio.gather(*(s.ws.close(code, reason) for s in sessions), return_exceptions=True)
+        await asyncio.gather(*(s.transport.close(code, reason) for s in sessions), return_exceptions=True)
 
     def release(self, session: Session) -> None:
         """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""

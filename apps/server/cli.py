@@ -1,4 +1,4 @@
-"""``framegraph serve``: the WebSocket streaming server (protocol: ``apps/PROTOCOL.md``)."""
+"""``framegraph serve``: the streaming server, WebSocket and WebRTC (protocol: ``apps/PROTOCOL.md``)."""
 from __future__ import annotations
 
 import argparse
@@ -15,7 +15,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     return ServerConfig(host=args.host, port=args.port, token=args.token or None, max_sessions=args.max_sessions,
                         max_message_bytes=args.max_message_bytes, max_messages_per_s=args.max_messages_per_s,
                         allowed_origins=tuple(args.allow_origin), web_root=args.web_root or None,
-                        stats_interval_s=args.stats_interval)
+                        stats_interval_s=args.stats_interval, ice_servers=tuple(args.ice_server),
+                        webrtc=not args.no_webrtc)
 
 
 async def serve_until_signalled(config: ServerConfig) -> None:

@@ -33,6 +33,13 @@ class ServerConfig:
             handshake (a client that does not read is then cut off).
         shutdown_grace_s: on shutdown, how long clients get to take what is already sent and answer
             the close (code 1001) before every connection left is cut off.
+        webrtc: answer WebRTC offers (``POST /webrtc/offer``; False: 501, clients use the WebSocket).
+        ice_servers: STUN / TURN URLs for WebRTC peers (``turn:USER:PASSWORD@HOST:PORT``); none: host
+            candidates only (loopback and LAN).
+        webrtc_offers_per_s: WebRTC offers a second from one client address (bursts of one second's worth);
+            more are answered 429.
+        webrtc_connect_timeout_s: a WebRTC peer must connect (ICE + DTLS) within this after its offer.
+        webrtc_peer_timeout_s: a connected WebRTC peer silent this long (no RTCP, no data channel) is gone.
     """
 
     host: str = "127.0.0.1"
@@ -52,6 +59,11 @@ class ServerConfig:
     max_errors: int = 32
     close_timeout_s: float = 5.0
     shutdown_grace_s: float = 0.5
+    webrtc: bool = True
+    ice_servers: tuple[str, ...] = ()
+    webrtc_offers_per_s: float = 5.0
+    webrtc_connect_timeout_s: float = 5.0
+    webrtc_peer_timeout_s: float = 3.0
 
     def validate(self) -> None:
         """Refuse unsafe or impossible settings with a message that says what to change."""
@@ -60,11 +72,32 @@ class ServerConfig:
                              f"(--token or FRAMEGRAPH_TOKEN), or bind 127.0.0.1")
         for name in ("max_sessions", "max_message_bytes", "max_messages_per_s", "stats_interval_s",
                      "start_timeout_s", "outbox_video", "outbox_audio", "outbox_control", "max_errors",
-                     "close_timeout_s", "shutdown_grace_s"):
+                     "close_timeout_s", "shutdown_grace_s", "webrtc_offers_per_s", "webrtc_connect_timeout_s",
+                     "webrtc_peer_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
         if not 0 <= self.port <= 65535:
             raise ValueError(f"port must be 0..65535, got {self.port}")
+        ice_servers(self.ice_servers)  # ValueError naming a malformed --ice-server
+
+
+def ice_servers(urls: tuple[str, ...]) -> list[dict]:
+    """``--ice-server`` values → ``[{"urls", "username"?, "credential"?}]`` (the browser's RTCIceServer).
+    A URL may carry credentials as ``turn:USER:PASSWORD@HOST:PORT[?transport=udp|tcp]``."""
+    out = []
+    for url in urls:
+        scheme, sep, rest = url.partition(":")
+        if not sep or scheme not in ("stun", "stuns", "turn", "turns"):
+            raise ValueError(f"--ice-server {url!r}: expected stun:HOST[:PORT] or turn:[USER:PASSWORD@]HOST[:PORT]")
+        if "@" in rest:
+            userinfo, host = rest.rsplit("@", 1)
+            user, sep, password = userinfo.partition(":")
+            if not sep or not user:
+                raise ValueError(f"--ice-server {url!r}: credentials go as USER:PASSWORD@HOST")
+            out.append({"urls": f"{scheme}:{host}", "username": user, "credential": password})
+        else:
+            out.append({"urls": url})
+    return out
 
 
 def is_loopback(host: str) -> bool:

@@ -1,8 +1,9 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
 Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and ``/pipelines/NAME`` (JSON), and
-static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+the upgrade), ``POST /webrtc/offer`` (a WebRTC session, :mod:`.webrtc`: the same checks), ``/webrtc/config``
+(the ICE servers a browser should use), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and
+``/pipelines/NAME`` (JSON), and static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
 """
 from __future__ import annotations
 
@@ -95,7 +96,8 @@ def host_is_loopback(request: Request) -> bool:
 
 
 def process_request(server: StreamServer, connection, request: Request) -> Response | None:
-    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake."""
+    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. (The
+    server's hook is :func:`.webrtc.process_request`, which answers the WebRTC routes and hands the rest here.)"""
     try:
         return _route(server, request)
     except MultipleValuesError as exc:
@@ -109,23 +111,7 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     if path == WS_PATH:
         if not upgrade:
             return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
-        if server.draining:
-            server.count_rejected("draining")
-            return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
-        if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
-            return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
-        if not cfg.token and not host_is_loopback(request):
-            server.count_rejected("host")
-            return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
-                                 f"without a token only answers localhost\n")
-        if not origin_ok(request, cfg.allowed_origins):
-            server.count_rejected("origin")
-            return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
-        if not token_ok(cfg.token, request):
-            server.count_rejected("token")
-            return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
-                            extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
-        return _admit(server)
+        return admission(server, request)
     if upgrade:
         return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
     if path == "/healthz":
@@ -154,6 +140,29 @@ def pipelines_response(path: str) -> Response | None:
         return response(200, json.dumps(pipelines.describe(path[len("/pipelines/"):])), "application/json")
     except ProtocolError as exc:
         return response(404, json.dumps(exc.to_message()), "application/json")
+
+
+def admission(server: StreamServer, request: Request) -> Response | None:
+    """The checks before a session (a WebSocket upgrade or a WebRTC offer): draining, a cluster ticket, Host,
+    Origin, token, a free slot. None: admitted; else the refusal."""
+    cfg = server.config
+    if server.draining:
+        server.count_rejected("draining")
+        return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
+    if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
+        return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
+    if not cfg.token and not host_is_loopback(request):
+        server.count_rejected("host")
+        return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
+                             f"without a token only answers localhost\n")
+    if not origin_ok(request, cfg.allowed_origins):
+        server.count_rejected("origin")
+        return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
+    if not token_ok(cfg.token, request):
+        server.count_rejected("token")
+        return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+    return _admit(server)
 
 
 def _admit(server: StreamServer) -> Response | None:

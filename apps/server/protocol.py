@@ -68,6 +68,7 @@ class ErrorCode(str, enum.Enum):
     TIMEOUT = "timeout"  # no "start" in time
     PIPELINE_FAILED = "pipeline_failed"  # a stage raised; the session ends
     INTERNAL = "internal"
+    BAD_OFFER = "bad_offer"  # WebRTC: an SDP offer that does not parse, or lacks a data channel or video
 
 
 class ProtocolError(Exception):

@@ -1,8 +1,10 @@
-"""Session: one WebSocket connection, one pipeline graph, from ``start`` to ``ended``.
+"""Session: one client connection, one pipeline graph, from ``start`` to ``ended``.
 
-Two coroutines per connection: the **receiver** checks and dispatches what the client sends
+The session is transport-neutral: it talks to its client through a :class:`~.transport.Transport` (a
+WebSocket, :class:`~.transport.WebSocketTransport`, or a WebRTC peer, ``webrtc.WebRtcTransport``). Two
+coroutines per connection: the **receiver** checks and dispatches what the client sends
 (control JSON, PCM audio) and never waits on the client's reading; the **sender** drains the
-session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the socket.
+session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the transport.
 A slow reader therefore stalls only the sender, and the outbox drops what does not fit.
 
 Every refusal is an ``error`` message with a stable code; none of them ends the session, except
@@ -21,8 +23,6 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from websockets.exceptions import ConnectionClosed
-
 from framegraph.stream import StageError
 from framegraph.stream.media import H264Encoder
 
@@ -39,6 +39,7 @@ from .protocol import (
     parse_media,
 )
 from .stages import CaptureTimes
+from .transport import Transport, TransportClosed, WebSocketTransport
 
 if TYPE_CHECKING:  # pragma: no cover
     from .app import StreamServer
@@ -65,10 +66,12 @@ class TokenBucket:
 
 
 class Session:
-    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler."""
+    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler; ``ws``
+    is a websockets connection or any :class:`~.transport.Transport`."""
 
     def __init__(self, server: StreamServer, ws):
-        self.server, self.ws = server, ws
+        self.server = server
+        self.transport: Transport = ws if hasattr(ws, "send_media") else WebSocketTransport(ws)
         self.config = server.config
         self.id = secrets.token_hex(6)
         self.loop = asyncio.get_running_loop()
@@ -100,7 +103,7 @@ class Session:
         self._sender = asyncio.create_task(self._send_loop(), name=f"session {self.id} sender")
         try:
             await self._receive_loop()
-        except ConnectionClosed:
+        except TransportClosed:
             pass
         finally:
             if self.end_reason is None:
@@ -140,18 +143,18 @@ class Session:
         if asyncio.current_task() is self._receiver:  # the receive loop is over: nobody reads
             discard = asyncio.create_task(self._discard_incoming(), name=f"session {self.id} discard")
         try:
-            async with asyncio.timeout(self.ws.close_timeout):
+            async with asyncio.timeout(self.transport.close_timeout):
                 if sender is not None and sender is not asyncio.current_task():
                     await asyncio.wait([sender])
                 for msg in last or ():
-                    await self.ws.send(json.dumps(msg))
-                await self.ws.close(code, reason)
-        except ConnectionClosed:
+                    await self.transport.send_text(json.dumps(msg))
+                await self.transport.close(code, reason)
+        except TransportClosed:
             pass
         except TimeoutError:
             log.info("session %s: client did not take the close within %g s; connection cut", self.id,
-                     self.ws.close_timeout)
-            self.ws.transport.abort()
+                     self.transport.close_timeout)
+            self.transport.abort()
         finally:
             if discard is not None:
                 discard.cancel()
@@ -161,8 +164,8 @@ class Session:
         seen (unread messages would fill the receive queue and stop the connection reading)."""
         try:
             while True:
-                await self.ws.recv()
-        except ConnectionClosed:
+                await self.transport.recv()
+        except TransportClosed:
             pass
 
     # ---- receiving ------------------------------------------------------------------------------
@@ -172,9 +175,9 @@ class Session:
             try:
                 if self.state == "new":
                     async with asyncio.timeout_at(deadline):
-                        message = await self.ws.recv()
+                        message = await self.transport.recv()
                 else:
-                    message = await self.ws.recv()
+                    message = await self.transport.recv()
             except TimeoutError:
                 self.send_error(ProtocolError(ErrorCode.TIMEOUT, f"no \"start\" within "
                                                                  f"{self.config.start_timeout_s:g} s"))
@@ -257,7 +260,11 @@ class Session:
         if self.state != "new":
             raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
                                                         f"pipeline per connection")
-        pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+        await self.launch(name, pipelines.build(name, options))  # ProtocolError: unknown pipeline, bad option
+
+    async def launch(self, name: str, pipeline: pipelines.Pipeline) -> None:
+        """Start a built pipeline (``start``, or a WebRTC offer that named it) and queue ``ready``; a stage
+        failing to start is ``pipeline_failed`` and ends the session."""
         pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
         self.outbox.reserve(VIDEO, pipeline.video_burst)  # a generate chunk's frames come at once: none dropped
         if isinstance(pipeline.encoder, H264Encoder):
@@ -335,7 +342,7 @@ class Session:
                 if item.kind == END:
                     break
                 if item.kind == CONTROL:
-                    await self.ws.send(json.dumps(item.payload))
+                    await self.transport.send_text(json.dumps(item.payload))
                     self.sent[CONTROL] += 1
                     continue
                 h = item.header
@@ -343,14 +350,12 @@ class Session:
                 if self.outbox.take_discontinuity(item.kind):
                     h.flags |= MediaFlag.DISCONTINUITY
                 h.payload_len = len(item.payload)
-                data = h.pack() + item.payload
-                await self.ws.send(data)
+                self.counters["bytes_out"] += await self.transport.send_media(item)
                 self.sent[item.kind] += 1
-                self.counters["bytes_out"] += len(data)
                 if item.kind == VIDEO:
                     self.last_video_ns = time.monotonic_ns()
                     self.first_video_ns = self.first_video_ns or self.last_video_ns
-        except ConnectionClosed:
+        except TransportClosed:
             return
         if self.end_reason is None:  # the graph ended by itself (end of stream, stop, or failure)
             await self._finish("stopped" if self.state == "stopping" else "finished")
@@ -376,7 +381,7 @@ class Session:
         if sender is not None and sender is not asyncio.current_task():
             try:  # let it flush what is queued (a client that does not read gets 2 s)
                 await asyncio.wait_for(asyncio.shield(sender), 2.0)
-            except (TimeoutError, ConnectionClosed):
+            except (TimeoutError, TransportClosed):
                 sender.cancel()
         messages = []
         if graph_error is not None:

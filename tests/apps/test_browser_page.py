@@ -1,4 +1,6 @@
-"""The served web page (apps/web) in a real headless Chromium against a real server on loopback.
+"""The served web page (apps/web) over the WebSocket (``?transport=websocket``: glass-to-glass and WebCodecs are
+that transport's; the page over WebRTC, its default, is test_browser_webrtc.py) in a real headless Chromium
+against a real server on loopback.
 
 Chromium's fake microphone plays a speech-like WAV written here; the page streams it to the ``scope``
 pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own measurements (``window.fg.stats()``)
@@ -28,7 +30,7 @@ def server():
 
 @pytest.fixture
 def page(browser, server, tmp_path):
-    p = Page(browser, server.http_url, screenshot=tmp_path / "page.png")
+    p = Page(browser, server.http_url + "?transport=websocket", screenshot=tmp_path / "page.png")
     yield p
     if not p.screenshot_path.exists():  # the test failed before its own: keep what the page showed
         p.screenshot()

@@ -124,25 +124,42 @@ def build_scene_avatar_graph(scene: SceneFile, avatar: AvatarBundle, audio_sourc
                             video_policy="latest" if live else "block")
     if camera is None:
         camera = CameraSource(path, fps=fps, n_frames=n_frames)
-    cams = camera if camera in g.stages else g.add(camera, max_in_flight=2 if live else None)
-    render = g.add(scene.render_stage(width=width, height=height, device=device, background=BACKGROUND,
-                                      time_scale=time_scale, layers=True))
-    quad = g.add(QuadInScene(placement, image_size=(avatar.height, avatar.width), frame_size=(height, width),
-                             background=scene.background(BACKGROUND), shadow=shadow))
-    policy = "drop_oldest" if live else "block"
-    g.connect(cams, render, "camera", policy=policy)
-    for port in ("video", "depth", "opacity", "camera"):
-        g.connect(render, quad, port, port, capacity=2, policy=policy)
-    avatar_policy = "latest" if live else "block"
-    g.connect(ag.video, quad, "video", "image", capacity=4, policy=avatar_policy)
-    g.connect(ag.video, quad, "alpha", "alpha", capacity=4, policy=avatar_policy)
+    cams, render = add_scene_branch(g, scene, camera, width=width, height=height, device=device, live=live,
+                                    time_scale=time_scale)
+    quad = place_picture(g, ag.video, render, placement, image_size=(avatar.height, avatar.width),
+                         scene=scene, shadow=shadow, live=live)
     if sink is not None:
         if sink not in g.stages:
             g.add(sink)
         g.connect(quad, sink, "video", "video", capacity=4, policy="drop_oldest" if live else "block")
-        if audio_sink is not None and ag.audio_sink is None:
-            g.connect(src, sink, "audio", "audio", capacity=8)
     return SceneAvatarGraph(g, src, ag.video, cams, render, quad, sink, ag)
+
+
+def add_scene_branch(graph: Graph, scene: SceneFile, camera: CameraSource, *, width: int, height: int,
+                     device: str = "cpu", live: bool = False, time_scale: float = 1.0) -> tuple[CameraSource, Stage]:
+    """The scene branch: ``camera`` (added when new) → the scene's render stage with its layers (depth, opacity,
+    camera), on :data:`BACKGROUND`; returns both."""
+    cams = camera if camera in graph.stages else graph.add(camera, max_in_flight=2 if live else None)
+    render = graph.add(scene.render_stage(width=width, height=height, device=device, background=BACKGROUND,
+                                          time_scale=time_scale, layers=True))
+    graph.connect(cams, render, "camera", policy="drop_oldest" if live else "block")
+    return cams, render
+
+
+def place_picture(graph: Graph, picture: Stage, render: Stage, placement: Placement, *, image_size: tuple[int, int],
+                  scene: SceneFile, shadow: float = 0.5, matte: bool = True, live: bool = False) -> QuadInScene:
+    """The compositor joining ``picture``'s ``"video"`` (and, with ``matte``, ``"alpha"``) to ``render``'s layers:
+    lock-step offline; live, the picture's edges are ``latest`` (each scene frame shows the newest picture)."""
+    quad = graph.add(QuadInScene(placement, image_size=image_size, frame_size=(render.height, render.width),
+                                 background=scene.background(BACKGROUND), shadow=shadow, matte=matte))
+    policy = "drop_oldest" if live else "block"
+    for port in ("video", "depth", "opacity", "camera"):
+        graph.connect(render, quad, port, port, capacity=2, policy=policy)
+    picture_policy = "latest" if live else "block"
+    graph.connect(picture, quad, "video", "image", capacity=4, policy=picture_policy)
+    if matte:
+        graph.connect(picture, quad, "alpha", "alpha", capacity=4, policy=picture_policy)
+    return quad
 
 
 def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: str, *, width: int, height: int,
@@ -170,4 +187,4 @@ def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: 
 
 
 __all__ = ["HEIGHT_SHARE", "BACKGROUND", "check_place", "placement_from", "open_scene_checked", "camera_path",
-           "SceneAvatarGraph", "build_scene_avatar_graph", "render_scene_avatar"]
+           "SceneAvatarGraph", "build_scene_avatar_graph", "add_scene_branch", "place_picture", "render_scene_avatar"]

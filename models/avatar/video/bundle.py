@@ -199,7 +199,7 @@ class VideoAvatar(PictureSize):
                                                                       engine=engines.audio), "cpu")
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, alpha=settings.alpha,
+        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, matte=settings.alpha,
                                                   torch_threads=settings.torch_threads, engine=engines.generator))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)

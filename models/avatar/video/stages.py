@@ -103,7 +103,7 @@ class MouthRegion(Stage):
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
         engine: what runs the generator (its runtime, :mod:`framegraph.models.runtime`): ``engine(generator)``
             → a function called as the generator is; None: the torch model itself.
-        alpha: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
+        matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
             redrawn lower face lies inside the person), skipped with it when the frame is.
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` (and ``"alpha"``
@@ -112,7 +112,7 @@ class MouthRegion(Stage):
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
-                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None, alpha: bool = False,
+                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None, matte: bool = False,
                  name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.eval()
@@ -137,7 +137,7 @@ class MouthRegion(Stage):
         self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu"),
                        "shape": PortSpec((P,), torch.float32, "cpu")}
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
-        if alpha:
+        if matte:
             self.inputs["alpha"] = self.outputs["alpha"] = PortSpec((H, W), torch.uint8, "cpu")
 
     @classmethod

@@ -351,7 +351,9 @@ class VideoOptions(Options):
     def video_format(self) -> dict:
         """``ready.video``: the negotiated format."""
         d = {"codec": self.codec, "width": self.width, "height": self.height, "fps": self.fps}
-        if self.codec == "jpeg":
+        if self.codec in ("png", "webp"):
+            d.update(alpha=True, **({"quality": self.quality} if self.codec == "webp" else {}))
+        elif self.codec == "jpeg":
             d["quality"] = self.quality
         else:
             d.update(bitrate_kbps=self.bitrate_kbps, gop=self.gop or max(1, round(self.fps)),

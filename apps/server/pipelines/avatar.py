@@ -33,12 +33,12 @@ from dataclasses import dataclass
 import torch
 
 from framegraph import assets
-from framegraph.apps.argtypes import AVATAR_RUNTIMES, COLOURS, colour
+from framegraph.apps.argtypes import AVATAR_RUNTIMES
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
-from .options import FPS_RANGE, Choice, Expected, Integer, Kind, Number, Size, VideoOptions, bad_option, option
+from .options import FPS_RANGE, Background, Choice, Integer, Number, Size, VideoOptions, bad_option, option
 
 log = logging.getLogger("framegraph.server")
 
@@ -81,29 +81,6 @@ def load_bundle(name: str, root: str | None = None):
     from framegraph.apps.bundles import load_bundle_at  # heavy: the avatar's models, loaded on first use
 
     return load_bundle_at(os.path.join(root or avatars_dir(), name))
-
-
-@dataclass(frozen=True)
-class Background(Kind):
-    """``portrait``, ``transparent`` or a colour (:func:`~framegraph.apps.argtypes.colour`): returned as the word or
-    ``(r, g, b)``."""
-
-    type = "background"
-
-    def check(self, value):
-        if value in ("portrait", "transparent"):
-            return value
-        rgb = colour(value) if isinstance(value, str) else None
-        if rgb is None:
-            raise Expected(self.expected())
-        return rgb
-
-    def expected(self) -> str:
-        return (f'"portrait", "transparent" (with codec png or webp) or a colour: {", ".join(COLOURS)}, "#rrggbb" or '
-                f'"r,g,b" (0..255)')
-
-    def schema(self) -> dict:
-        return {"type": self.type, "choices": ["portrait", "transparent", "<colour>"], "colours": list(COLOURS)}
 
 
 @dataclass

@@ -28,8 +28,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--place", type=placement, metavar="X,Y,Z[,YAW,HEIGHT]",
                    help="(with --scene and --avatar) where the avatar stands in the scene: the bottom centre of its "
                         "picture at X,Y,Z (scene units, z up); YAW (degrees, 0 = facing -y) fixes which way it faces "
-                        "(default: always facing the camera), HEIGHT its height in scene units (default: a third of "
-                        "the orbit's distance)")
+                        "(default: always facing the camera), HEIGHT its height in scene units (default: a quarter of "
+                        "the orbit's distance); a value that starts with a minus is written --place=-0.6,-0.8,0")
     p.add_argument("--alpha", action="store_true",
                    help="(with --avatar) write the person matte as the video's alpha channel: --out NAME.webm (VP9 with "
                         "alpha + Opus) or NAME.mov (ProRes 4444 + PCM)")

@@ -120,3 +120,50 @@ def runtime_list(choices: tuple[str, ...]):
         return names
 
     return parse
+
+
+# Colour names a background may be given by (``--background``, the server's ``background`` option).
+COLOURS = {"green": (0, 255, 0), "blue": (0, 0, 255), "magenta": (255, 0, 255), "black": (0, 0, 0),
+           "white": (255, 255, 255), "grey": (128, 128, 128), "gray": (128, 128, 128)}
+
+
+def colour(text: str) -> tuple[int, int, int] | None:
+    """``"green"`` / ``"#00ff00"`` / ``"0,255,0"`` → ``(r, g, b)`` 0..255; None when ``text`` is not a colour."""
+    t = text.strip().lower()
+    if t in COLOURS:
+        return COLOURS[t]
+    try:
+        if t.startswith("#") and len(t) == 7:
+            return tuple(int(t[i:i + 2], 16) for i in (1, 3, 5))
+        values = tuple(int(v) for v in t.split(","))
+    except ValueError:
+        return None
+    return values if len(values) == 3 and all(0 <= v <= 255 for v in values) else None
+
+
+def background(text: str):
+    """``--background``: a colour (:func:`colour`) as ``(r, g, b)``, or the path of an existing picture."""
+    rgb = colour(text)
+    if rgb is not None:
+        return rgb
+    import os
+
+    if os.path.isfile(text):
+        return text
+    raise argparse.ArgumentTypeError(f"background {text!r}: expected a colour ({', '.join(COLOURS)}, #rrggbb or "
+                                     f"r,g,b with each 0..255) or the path of a picture that exists")
+
+
+def placement(text: str) -> tuple[float, ...]:
+    """``--place X,Y,Z[,YAW,HEIGHT]``: 3 or 5 numbers (a height > 0)."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--place {text!r}: expected X,Y,Z or X,Y,Z,YAW,HEIGHT (numbers), e.g. "
+                                         f"0,0,0 or 0,0,0,30,1.5") from None
+    if len(values) not in (3, 5) or not all(v == v and abs(v) != float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"--place {text!r}: expected X,Y,Z or X,Y,Z,YAW,HEIGHT (finite numbers), "
+                                         f"e.g. 0,0,0 or 0,0,0,30,1.5")
+    if len(values) == 5 and not values[4] > 0:
+        raise argparse.ArgumentTypeError(f"--place {text!r}: HEIGHT {values[4]:g} must be > 0 (scene units)")
+    return values

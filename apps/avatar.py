@@ -1,5 +1,6 @@
 """``framegraph avatar``'s implementation (its options and usage: ``apps/commands/avatar.py``): synthetic clips
-(``synth``), training (``train``, ``refine``) and evaluation (``eval``) of the talking avatar."""
+(``synth``), training (``train``, ``refine``), the person matte (``matte``) and evaluation (``eval``) of the talking
+avatar."""
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,17 @@ def run(args: argparse.Namespace) -> int:
         args.mouth_box = parse_box(args.mouth_box)
     if getattr(args, "face_box", None) is not None:
         args.face_box = parse_box(args.face_box)
-    return {"synth": run_synth, "train": run_train, "refine": run_refine, "eval": run_eval}[args.avatar_command](args)
+    return {"synth": run_synth, "train": run_train, "refine": run_refine, "eval": run_eval,
+            "matte": run_matte}[args.avatar_command](args)
+
+
+def run_matte(args: argparse.Namespace) -> int:
+    """``avatar matte``: the bundle's person matte computed and written into it."""
+    avatar = load_avatar(args.avatar)  # AvatarError (a ValueError): the CLI says what is wrong
+    path = avatar.add_matte()
+    print(f"wrote the person matte of the {avatar.kind} avatar {args.avatar!r}", file=sys.stderr)
+    print(os.path.abspath(path))
+    return 0
 
 
 def run_synth(args: argparse.Namespace) -> int:

@@ -1,5 +1,6 @@
 """``framegraph render``'s implementation (its options: ``apps/commands/render.py``): the test card, a scene
-(``render_scene.py``) or the avatar through a graph to an MP4 with a progress bar, its report and a summary line.
+(``render_scene.py``), the avatar (with alpha or over a background) or the avatar in a scene (``scene_avatar/``)
+through a graph to a video file with a progress bar, its report and a summary line.
 The renderers and the avatar's models are imported only by the render that uses them: a test card loads neither."""
 from __future__ import annotations
 
@@ -42,25 +43,57 @@ def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> 
     return 0
 
 
+def check_choice(args: argparse.Namespace) -> None:
+    """What to render, from the flags: one of the test card, a scene, the avatar, or the avatar in a scene; each
+    option with what it goes with (``ValueError`` naming the option otherwise)."""
+    if not (args.testcard or args.scene or args.avatar):
+        raise ValueError("say what to render: --testcard, --scene FILE or --avatar DIR (--scene with --avatar places "
+                         "the talking avatar in the scene)")
+    if args.testcard and (args.scene or args.avatar):
+        raise ValueError("--testcard renders alone, not with --scene or --avatar")
+    if (args.camera_path or args.orbit) and not args.scene:
+        raise ValueError("--orbit and --camera-path go with --scene")
+    if args.avatar and not args.audio:
+        raise ValueError("--avatar needs --audio FILE (the speech to animate)")
+    if (args.alpha or args.background is not None) and not args.avatar:
+        raise ValueError("--alpha and --background go with --avatar (the person's matte)")
+    if args.alpha and args.background is not None:
+        raise ValueError("--alpha keeps the background transparent, --background fills it: give one of them")
+    if (args.alpha or args.background is not None) and args.scene:
+        raise ValueError("--alpha and --background go with --avatar alone; in a scene the scene is the background")
+    if (args.alpha or args.background is not None) and args.size:
+        raise ValueError("--size goes with neither --alpha nor --background: they keep the avatar's own size")
+    if args.place is not None and not (args.scene and args.avatar):
+        raise ValueError("--place goes with --scene and --avatar (where the avatar stands in the scene)")
+    if args.scene and args.avatar and args.place is None:
+        raise ValueError("--scene with --avatar needs --place X,Y,Z[,YAW,HEIGHT]: where the avatar stands in the scene")
+
+
 def run(args: argparse.Namespace) -> int:
+    check_choice(args)
     width, height = args.size or (640, 360)
-    if args.scene:
+    fps = args.fps or 25.0
+    if args.scene and args.avatar:
+        from .scene_avatar import render_scene_avatar  # heavy: the renderers and the avatar's models
+
+        graph, sink, total = render_scene_avatar(args.scene, args.avatar, args.audio, args.out, width=width,
+                                                 height=height, place=args.place, camera_path_file=args.camera_path,
+                                                 device=args.device, preset=args.preset,
+                                                 time_duration=args.time_duration, time_scale=args.time_scale,
+                                                 runtime=args.runtime, onnx_dir=args.onnx)
+    elif args.scene:
         from .render_scene import build_scene_graph  # heavy: the renderers
 
-        graph, sink, total = build_scene_graph(args.scene, args.out, width, height, args.fps, args.seconds,
+        graph, sink, total = build_scene_graph(args.scene, args.out, width, height, fps, args.seconds,
                                                args.camera_path, args.device, args.preset, args.time_duration,
                                                args.time_scale)
-    elif args.camera_path or args.orbit:
-        raise ValueError("--orbit and --camera-path go with --scene")
     elif args.avatar:
-        if not args.audio:
-            raise ValueError("--avatar needs --audio FILE (the speech to animate)")
         from framegraph.models.avatar import render_avatar_graph  # heavy: the avatar's models
 
         graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
                                                  preset=args.preset, size=args.size, runtime=args.runtime,
-                                                 onnx_dir=args.onnx)
+                                                 onnx_dir=args.onnx, alpha=args.alpha, background=args.background)
     else:
-        graph, sink = build_testcard_graph(args.out, width, height, args.fps, args.seconds, args.preset)
+        graph, sink = build_testcard_graph(args.out, width, height, fps, args.seconds, args.preset)
         total = graph.stages[0].n_frames
     return write(graph, sink, total, args)

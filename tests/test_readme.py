@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framegraph.stream.media import read_video
+from framegraph.stream.media import read_video, read_video_rgba
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,3 +43,10 @@ def test_try_it_block_runs_as_written(tmp_path):
     talk = read_video(tmp_path / "out" / "hello.mp4")
     assert talk["frames"].shape[1:] == (256, 256, 3)
     assert np.sqrt(np.mean(talk["audio"].astype(float) ** 2)) > 300  # the speech is in the file
+    matted = read_video_rgba(tmp_path / "out" / "hello.webm")
+    alpha = matted["frames"][..., 3]
+    assert matted["has_alpha"] and len(alpha) == len(talk["frames"])
+    assert (alpha[:, :8, :8] <= 4).all() and (alpha[:, 100:140, 110:150] >= 250).all()  # see-through corner, the face
+    scene = read_video(tmp_path / "out" / "in_scene.mp4")
+    assert scene["frames"].shape == (len(talk["frames"]), 180, 320, 3)  # as long as the speech, at the scene's size
+    assert np.sqrt(np.mean(scene["audio"].astype(float) ** 2)) > 300

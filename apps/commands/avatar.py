@@ -29,6 +29,12 @@ avatar talks as before) and, by default, gives it the reference warp: the decode
 portrait's own pixels, moved with the head, wherever the face did not change. Writes a new bundle; the
 source is never overwritten. See ``models/avatar/refine.py``.
 
+    framegraph avatar matte --avatar DIR
+
+``matte`` gives a bundle made before avatars had a person matte its matte (MediaPipe's selfie segmentation, refined
+on the picture and, for a video avatar's loop frames, smoothed over time: ``models/matte.py``), written into the
+bundle; training makes it for new bundles. With it the avatar renders with alpha, over a background or in a scene.
+
     framegraph avatar eval --avatar DIR --clip FILE.mp4 [--truth FILE.json] --out FILE.json [--video OUT.mp4]
     framegraph avatar eval --clip FILE.mp4 --out FILE.json
 
@@ -158,6 +164,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     t.add_argument("--seed", type=int, default=0, help="seed (0)")
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train checkpoints (default on)")
+
+    m = sub.add_parser("matte", help="add the person matte to a bundle made before avatars had one (for --alpha, "
+                                     "--background and scenes)",
+                       description="Compute the person matte of a bundle's portrait (or of each loop frame of a video "
+                                   "avatar) and write it into the bundle (matte.png / matte.npz); nothing else changes.")
+    m.add_argument("--avatar", required=True, help="the avatar bundle folder")
 
     r = sub.add_parser("refine", help="train a bundle's VAE decoder further (sharper identity), keeping everything "
                                       "else", description="Train only the decoder of the avatar's VAE on talking "

@@ -29,7 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", help="record the returned video and audio to this MP4")
     p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
     p.add_argument("--fps", type=float, help="frames per second requested")
-    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec requested (default jpeg)")
+    p.add_argument("--codec", choices=["jpeg", "h264", "png", "webp"],
+                   help="video codec requested (default jpeg; png / webp: pictures with alpha, the avatar's background "
+                        "transparent — recorded without it)")
     p.add_argument("--quality", type=int, help="JPEG quality 1..100")
     p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
                    help="another pipeline option; VALUE is parsed as JSON when it can be (repeatable)")

@@ -30,7 +30,8 @@
 "use strict";
 
 const HEADER_BYTES = 48;
-const KIND = { JPEG: 1, H264: 2, PCM16: 3 };
+const KIND = { JPEG: 1, H264: 2, PCM16: 3, PNG: 4, WEBP: 5 };
+const IMAGE_TYPES = { 1: "image/jpeg", 4: "image/png", 5: "image/webp" };  // pictures decoded one by one
 const FLAG = { KEYFRAME: 1, DISCONTINUITY: 2, INTERRUPTED: 4, CLIENT_CLOCK: 8 };
 const $ = (id) => document.getElementById(id);
 
@@ -296,9 +297,9 @@ function onMedia(buf) {
   m.received++;
   if (m.lastSeq >= 0 && h.seq > m.lastSeq + 1) m.drops += h.seq - m.lastSeq - 1;
   m.lastSeq = h.seq;
-  if (h.kind === KIND.JPEG) {
-    createImageBitmap(new Blob([h.payload], { type: "image/jpeg" })).then((bmp) => queueFrame(bmp, h),
-      (e) => log(`JPEG frame ${h.seq}: ${e.message}`, "err"));
+  if (IMAGE_TYPES[h.kind]) {  // JPEG, or PNG / WebP with alpha (drawn over the page's background)
+    createImageBitmap(new Blob([h.payload], { type: IMAGE_TYPES[h.kind] })).then((bmp) => queueFrame(bmp, h),
+      (e) => log(`${IMAGE_TYPES[h.kind]} frame ${h.seq}: ${e.message}`, "err"));
   } else if (h.kind === KIND.H264) {
     decodeH264(h);
   }
@@ -325,6 +326,7 @@ function onAnimationFrame(ts) {
   const p = present.pending;
   if (!p) return;
   present.pending = null;
+  if (p.h.kind !== KIND.JPEG) g.clearRect(0, 0, view.width, view.height);  // pictures with alpha: the page shows through
   g.drawImage(p.image, 0, 0, view.width, view.height);
   p.image.close();
   present.drawn = { h: p.h, drawnAt: now };

@@ -151,3 +151,30 @@ def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     diff = np.abs(after.astype(int) - before.astype(int)).mean()
     assert diff > 3, f"the picture did not change after the drag (mean abs diff {diff:.2f})"
     stop_and_check(page)
+
+
+def test_the_page_orbits_the_scene_while_the_avatar_talks_in_it(page, server):
+    """``scene_avatar``: the fake microphone's speech drives the shipped avatar standing in the toy scene; a drag
+    turns the camera while it talks — the server's camera gets the page's poses and the picture changes."""
+    page.start("scene_avatar", size="", codec="jpeg")  # its own size: 320x180
+    s = page.wait_stats(lambda s: s["presented"] >= 5, 60, "the first frames of the avatar in the scene")
+    session = next(iter(server.server.sessions.values()))
+    assert s["ready"]["pose_in"] is True and s["ready"]["audio_in"] and s["ready"]["avatar"] == "astronaut"
+    before = page.canvas_rgb()
+    assert_not_blank(before, "the avatar in the scene")
+    box = page.page.locator("#view").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    mouse = page.page.mouse
+    mouse.move(x, y)
+    mouse.down()
+    mouse.move(x + box["width"] / 4, y, steps=10)
+    mouse.up()
+    page.wait_stats(lambda s: s["poses_sent"] >= 3, 10, "poses sent while dragging")
+    wait_for(lambda: session.counters["poses_in"] == page.stats()["poses_sent"], 5, "the server to get every pose")
+    shown = page.stats()["presented"]
+    page.wait_stats(lambda s: s["presented"] >= shown + 3, 30, "frames from the new pose")
+    after = page.canvas_rgb()
+    page.screenshot()
+    assert np.abs(after.astype(int) - before.astype(int)).mean() > 3  # seen from elsewhere now
+    final = stop_and_check(page)
+    assert final["server_stats"]["received"]["audio_samples_in"] > 0  # the microphone drove the avatar

@@ -46,6 +46,7 @@ BAD = {
     kinds.FileName: lambda k: ["../a.safetensors", "/etc/passwd", "sub/a.ply", ".hidden", 5],
     kinds.Size: lambda k: ["7x3", [16, 2], "abc", "1922x1080", "wide"],
     kinds.Decreasing: lambda k: [[250, 500], [], "1000", [0]],
+    kinds.Background: lambda k: ["mauve", "#12345", "0,0,256", "/etc/passwd", 3],
 }
 
 

@@ -243,6 +243,11 @@ def test_bundle_geometry_follows_the_face(talking):
     assert 80 <= r["face_width_px"] <= 120  # the astronaut's face in the 256² photo
     assert a.box_side == region_side(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
     assert len(a.frames) == 150 and r["train_frames"] == 240  # 6 s loop; the last 20 % held out
+    # the person's matte was learnt from the frames, one per loop frame: the face opaque, the corners see-through
+    assert a.matte is not None and a.matte.shape == (150, 256, 256)
+    fx, fy, fw, fh = (int(v) for v in talking["truth"]["portrait"]["face_box"])
+    assert int(a.matte[:, fy + fh // 3:fy + 2 * fh // 3, fx + fw // 3:fx + 2 * fw // 3].min()) == 255
+    assert int(a.matte[:, :12, :12].max()) == 0
     # the region sits over the mouth: the synth's mouth box lies inside every frame's box
     mx, my, mw, mh = talking["truth"]["portrait"]["mouth_box"]
     for x, y, s, _ in a.boxes:

@@ -35,6 +35,8 @@ BENCHES = {
     "nerf_fit": (f"{__name__}.nerf_fit", "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),
     "compile": (f"{__name__}.compile",
                 "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
+    "scene_avatar": (f"{__name__}.scene_avatar",
+                     "the avatar in a 3D scene: each branch alone and the composite, FPS, work p50, first frame"),
     "startup": (f"{__name__}.startup", "each command's start-up: --help, render --help, info, a test card, an avatar"),
 }
 

@@ -16,6 +16,11 @@ Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking / idle) | `
 ``idle`` (forced). ``interrupt`` (barge-in) is the session's ``graph.reset()``: the audio context, the denoiser's
 stream state and the decoder cache start afresh and the next frame is flagged ``INTERRUPTED``.
 
+``background`` (old bundles without a person matte refuse all but the first): ``portrait`` (the bundle's own
+picture, the default), a colour (``green``, ``#00ff00``, ``0,255,0``: the person over it), or ``transparent`` with
+``codec`` ``png`` or ``webp`` (RGBA pictures, the person's matte as their alpha: for consumers that keep alpha —
+OBS, a game engine, a web page over its own background).
+
 Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
 only while its avatar folder holds a bundle (:func:`unavailable`).
 """
@@ -33,7 +38,7 @@ from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
-from .options import FPS_RANGE, Choice, Integer, Number, Size, VideoOptions, bad_option, option
+from .options import FPS_RANGE, Background, Choice, Integer, Number, Size, VideoOptions, bad_option, option
 
 log = logging.getLogger("framegraph.server")
 
@@ -91,6 +96,20 @@ class AvatarOptions(VideoOptions):
     runtime: str = option("torch", "where the models compute: torch, or ONNX Runtime on the CPU from the bundle's "
                                    "export (onnx; onnx-int8: the models it keeps in int8 run int8)",
                           Choice(AVATAR_RUNTIMES), alias="backend")
+    codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures with "
+                                "alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
+    background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, or "
+                                                 "transparent (codec png or webp: the person's matte as alpha)",
+                                     Background())
+
+    def check(self, pipeline: str) -> None:
+        alpha_codec = self.codec in ("png", "webp")
+        if (self.background == "transparent") != alpha_codec:
+            if alpha_codec:
+                raise bad_option(pipeline, "codec", self.codec, 'jpeg or h264 (png and webp carry the alpha of '
+                                 'background "transparent")')
+            raise bad_option(pipeline, "background", "transparent", f"a colour or portrait with codec {self.codec} "
+                             "(a transparent background needs codec png or webp)")
 
 
 def _refused(key: str, value, expected: str, exc: Exception, why: str):
@@ -98,6 +117,20 @@ def _refused(key: str, value, expected: str, exc: Exception, why: str):
     send instead, the server's log gets the cause."""
     log.warning("avatar: %s %r refused: %s", key, value, exc)
     return bad_option("avatar", key, value, f"{expected} ({why}; the server's log says why)")
+
+
+def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) -> None:
+    """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``) or over a colour."""
+    from framegraph.models.composite import OverBackground
+    from framegraph.stream.media import JoinAlpha
+
+    w, h = size
+    stage = graph.add(JoinAlpha(width=w, height=h) if background == "transparent" else
+                      OverBackground(tuple(background), width=w, height=h))
+    graph.connect(video, stage, "video", "video", capacity=2, policy="drop_oldest")
+    graph.connect(video, stage, "alpha", "alpha", capacity=2, policy="drop_oldest")
+    port = "rgba" if background == "transparent" else "video"
+    graph.connect(stage, encoder, port, port if port == "rgba" else "video", policy="drop_oldest")
 
 
 def build(opts: AvatarOptions) -> Pipeline:
@@ -120,16 +153,24 @@ def build(opts: AvatarOptions) -> Pipeline:
                          f"one of {', '.join(kind_runtimes)} (portrait {name!r} is a {avatar.kind} avatar)")
     opts.size, opts.fps = size, fps
     device = "cuda" if torch.cuda.is_available() and opts.runtime == "torch" else "cpu"
+    matted = opts.background != "portrait"
+    if matted and avatar.matte is None:
+        raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
+                         ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
+                         f"made before avatars had one)")
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
     try:
-        ag = build_avatar_graph(avatar, mic, sink=encoder, audio_sink=sink, graph=graph, device=device,
-                                steps=opts.steps, live=True, torch_threads=1 if device == "cpu" else None,
-                                video_policy="drop_oldest", runtime=opts.runtime)
+        ag = build_avatar_graph(avatar, mic, sink=None if matted else encoder, audio_sink=sink, graph=graph,
+                                device=device, steps=opts.steps, live=True, alpha=matted,
+                                torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
+                                runtime=opts.runtime)
     except ValueError as exc:  # ExportError: no up-to-date export
         raise _refused(opts.key("runtime"), opts.runtime, "'torch'", exc,
                        f"portrait {name!r} has no up-to-date {opts.runtime} export on this server") from None
+    if matted:
+        _matte_out(graph, ag.video, encoder, opts.background, size)
     ag.set_state(opts.state)
 
     def configure(changes: dict) -> dict:
@@ -140,6 +181,8 @@ def build(opts: AvatarOptions) -> Pipeline:
                     format={"video": opts.video_format(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
                             "pose_in": False, "avatar": name, "kind": avatar.kind, "steps": opts.steps,
                             "state": opts.state, "device": device,
+                            "background": opts.background if isinstance(opts.background, str) else
+                            list(opts.background),
                             "runtime": opts.runtime, "backend": opts.runtime, "states": list(STATES)})
 
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from framegraph.stream import Graph, Stage
-from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, chunk_samples
+from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, RGBAImageEncoder, chunk_samples
 
 from ..protocol import AUDIO_SAMPLE_RATE, Kind
 from ..stages import OutboxSink
@@ -22,9 +22,12 @@ PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels":
 
 def add_video_out(graph: Graph, v: VideoOptions, audio_chunk: int | None = None) -> tuple[Stage, OutboxSink]:
     """Add the encoder for ``v.codec`` and the session's sink to ``graph``, encoder → sink connected.
-    The caller connects its picture to ``encoder`` (port ``"video"``) and, with ``audio_chunk``, its
-    audio to ``sink`` (port ``"audio"``)."""
-    if v.codec == "jpeg":
+    The caller connects its picture to ``encoder`` (port ``"video"``; for ``png`` / ``webp``, pictures with alpha:
+    port ``"rgba"``) and, with ``audio_chunk``, its audio to ``sink`` (port ``"audio"``)."""
+    if v.codec in ("png", "webp"):
+        enc = RGBAImageEncoder(width=v.width, height=v.height, codec=v.codec, quality=v.quality, name="encode")
+        kind, port = (Kind.PNG if v.codec == "png" else Kind.WEBP), v.codec
+    elif v.codec == "jpeg":
         enc = JpegEncoder(width=v.width, height=v.height, quality=v.quality, name="encode")
         kind, port = Kind.JPEG, "jpeg"
     else:

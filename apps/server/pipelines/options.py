@@ -25,6 +25,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any, ClassVar
 
+from framegraph.apps.argtypes import COLOURS, colour
+
 from ..protocol import ErrorCode, ProtocolError
 
 MIN_SIDE = 16  # px: one H.264 macroblock; the test card's frame counter and the scope's waveform fit whole
@@ -176,6 +178,29 @@ class FileName(Kind):
 
     def schema(self) -> dict:
         return {"type": self.type, "where": self.where, **({"suffixes": list(self.suffixes)} if self.suffixes else {})}
+
+
+@dataclasses.dataclass(frozen=True)
+class Background(Kind):
+    """``portrait``, ``transparent`` or a colour (:func:`~framegraph.apps.argtypes.colour`): returned as the word or
+    ``(r, g, b)``."""
+
+    type: ClassVar[str] = "background"
+
+    def check(self, value):
+        if value in ("portrait", "transparent"):
+            return value
+        rgb = colour(value) if isinstance(value, str) else None
+        if rgb is None:
+            raise Expected(self.expected())
+        return rgb
+
+    def expected(self) -> str:
+        return (f'"portrait", "transparent" (with codec png or webp) or a colour: {", ".join(COLOURS)}, "#rrggbb" or '
+                f'"r,g,b" (0..255)')
+
+    def schema(self) -> dict:
+        return {"type": self.type, "choices": ["portrait", "transparent", "<colour>"], "colours": list(COLOURS)}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -351,7 +376,9 @@ class VideoOptions(Options):
     def video_format(self) -> dict:
         """``ready.video``: the negotiated format."""
         d = {"codec": self.codec, "width": self.width, "height": self.height, "fps": self.fps}
-        if self.codec == "jpeg":
+        if self.codec in ("png", "webp"):
+            d.update(alpha=True, **({"quality": self.quality} if self.codec == "webp" else {}))
+        elif self.codec == "jpeg":
             d["quality"] = self.quality
         else:
             d.update(bitrate_kbps=self.bitrate_kbps, gop=self.gop or max(1, round(self.fps)),

@@ -98,16 +98,18 @@ class VideoLoop(Stage):
         frames: ``uint8 [N, H, W, 3]`` the loop frames (source resolution).
         boxes: ``int [N, 4]`` (x, y, w, h) px of the mouth region in each frame (w, h the same for all).
         idle / nearest_idle / fade: see :class:`LoopCursor`.
+        mattes: ``uint8 [N, H, W]`` each frame's person matte, or None; given, the matte of the frame shown (blended
+            as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
 
     Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``, keeping the state's pts and flags. A stream starts at
+    ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``), keeping the state's pts and flags. A stream starts at
     the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
     barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
     range; a jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 name: str = "loop"):
+                 mattes: torch.Tensor | None = None, name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -120,6 +122,13 @@ class VideoLoop(Stage):
         H, W = self.frames.shape[1:3]
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
         self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu")}
+        self.mattes = None
+        if mattes is not None:
+            if mattes.dtype != torch.uint8 or tuple(mattes.shape) != (len(self.frames), H, W):
+                raise ValueError(f"VideoLoop: mattes are {mattes.dtype} {list(mattes.shape)}; expected uint8 "
+                                 f"[{len(self.frames)}, {H}, {W}]")
+            self.mattes = mattes
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, "cpu")
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -129,15 +138,25 @@ class VideoLoop(Stage):
         speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
         picks = self.cursor.step(speaking)
         frame, box = out.write("frame"), out.write("box")
+        alpha = out.write("alpha") if self.mattes is not None else None
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])
             box.data.copy_(self.boxes[i].round().to(torch.int32))
+            if alpha is not None:
+                alpha.data.copy_(self.mattes[i])
             return
         (i, wi), (j, wj) = picks
-        blended = self.frames[i].float() * wi + self.frames[j].float() * wj
-        frame.data.copy_(blended.round_().clamp_(0, 255).to(torch.uint8))
+        frame.data.copy_(_blend(self.frames, picks))
         box.data.copy_((self.boxes[i] * wi + self.boxes[j] * wj).round().to(torch.int32))
+        if alpha is not None:
+            alpha.data.copy_(_blend(self.mattes, picks))
+
+
+def _blend(images: torch.Tensor, picks: list[tuple[int, float]]) -> torch.Tensor:
+    """``uint8`` ``sum(w · images[i])`` over the ``(i, w)`` of a cross-fade, rounded."""
+    blended = sum(images[i].float() * w for i, w in picks)
+    return blended.round_().clamp_(0, 255).to(torch.uint8)
 
 
 __all__ = ["pingpong_next", "nearest_frames", "LoopCursor", "VideoLoop"]

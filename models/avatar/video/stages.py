@@ -103,14 +103,16 @@ class MouthRegion(Stage):
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
         engine: what runs the generator (its runtime, :mod:`framegraph.models.runtime`): ``engine(generator)``
             → a function called as the generator is; None: the torch model itself.
+        matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
+            redrawn lower face lies inside the person), skipped with it when the frame is.
 
-    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]``; out
-    ``"video"`` ``uint8 [H, W, 3]`` (pts and flags of the frame).
+    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` (and ``"alpha"``
+    ``uint8 [H, W]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``), pts and flags of the frame.
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
-                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None,
+                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None, matte: bool = False,
                  name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.eval()
@@ -135,6 +137,8 @@ class MouthRegion(Stage):
         self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu"),
                        "shape": PortSpec((P,), torch.float32, "cpu")}
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
+        if matte:
+            self.inputs["alpha"] = self.outputs["alpha"] = PortSpec((H, W), torch.uint8, "cpu")
 
     @classmethod
     def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
@@ -190,6 +194,8 @@ class MouthRegion(Stage):
             return
         box = [int(v) for v in inputs["box"].data.tolist()]
         self.picture(frame.data, box, inputs["shape"].data, out=out.write("video").data)
+        if "alpha" in self.outputs:
+            out.write("alpha").data.copy_(inputs["alpha"].data)
 
 
 __all__ = ["MouthShape", "MouthRegion", "TEXTURE_SCALE"]

@@ -13,8 +13,8 @@ from posed_captures import write_capture
 from safetensors.torch import load_file
 
 from framegraph.apps.cli import main
-from framegraph.stream.quality import psnr
 from framegraph.renderers.posed_images import load_transforms
+from framegraph.stream.quality import psnr
 
 TINY = ["--levels", "8", "--log2-table", "14", "--finest", "128", "--occupancy", "32", "--steps-per-diagonal", "96",
         "--device", "cpu", "--threads", "1"]

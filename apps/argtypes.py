@@ -49,3 +49,21 @@ def size(text: str, *, even: bool = False) -> tuple[int, int]:
 def video_size(text: str) -> tuple[int, int]:
     """A size for an encoded video: positive and even."""
     return size(text, even=True)
+
+
+def add_compile_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--compile / --no-compile``: run ``what`` on the ``compiled`` runtime (Inductor, and CUDA graphs on a GPU;
+    :mod:`framegraph.models.compile`). Default: on CUDA, off on a CPU."""
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"compile {what} with torch.compile (Inductor) and, on a GPU, replay its steps from CUDA "
+                        f"graphs; kernels cached in $FRAMEGRAPH_CACHE (default ~/.cache/framegraph). Default: on "
+                        f"with CUDA, off on a CPU (compiling takes seconds to minutes there)")
+
+
+def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
+    """The runtime a command runs its torch models on: ``"compiled"`` when ``--compile`` says so (or, unset, on
+    CUDA) and the models run on torch; ``runtime`` otherwise."""
+    import torch
+
+    on = compile_flag if compile_flag is not None else torch.device(device).type == "cuda"
+    return "compiled" if on and runtime == "torch" else runtime

@@ -11,7 +11,7 @@ import argparse
 import os
 import sys
 
-from .argtypes import positive_float, positive_int
+from .argtypes import add_compile_argument, compiled_or, positive_float, positive_int
 
 EPILOG = """\
 weights (local disk only, nothing is downloaded):
@@ -106,6 +106,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                                                 "MODEL_DIR/onnx/vae_<H>x<W>_f<N>, where framegraph export writes it)")
     p.add_argument("--out", required=True, help="output .mp4 file")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
+    add_compile_argument(p, "the transformer and the VAE decoder")
 
 
 def _chunks(args, fps: float, r: int) -> int:
@@ -158,7 +159,10 @@ def run(args: argparse.Namespace) -> int:
                               prompt_embeds=args.prompt_embeds, chunk_frames=args.chunk_frames,
                               timesteps=args.timesteps, shift=args.shift, source=source,
                               strength=(args.strength or 0.6) if args.input else None, seed=args.seed, device=device,
-                              vae_runtime=args.backend, onnx_dir=_onnx_dir(args), **options)
+                              vae_runtime=compiled_or(args.compile, args.backend, device), onnx_dir=_onnx_dir(args),
+                              denoiser_runtime=compiled_or(args.compile, "torch", device), **options)
+    warm = gg.warm()  # the model's first chunks (compilation, first calls) before the clock starts
+    print(f"warmed up in {sum(warm.values()):.1f} s", file=sys.stderr)
     sink = gg.graph.add(MP4Sink(args.out, width=width, height=height, fps=gg.fps, audio_rate=None))
     gg.graph.connect(gg.decode, sink, capacity=8)
     hint = "fewer --timesteps or a smaller --size is faster" + (

@@ -12,7 +12,7 @@ from framegraph.stream.media import MP4Sink
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
-from .argtypes import positive_float, video_size
+from .argtypes import add_compile_argument, compiled_or, positive_float, video_size
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -52,6 +52,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", choices=["offline", "live"], default="offline",
                    help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
+    add_compile_argument(p, "the avatar's models (with --avatar)")
 
 
 def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds: float,
@@ -110,8 +111,10 @@ def run(args: argparse.Namespace) -> int:
             raise ValueError("--avatar needs --audio FILE (the speech to animate)")
         from framegraph.models.avatar import render_avatar_graph
 
-        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset, size=args.size, runtime=args.backend,
+        device = args.device or ("cuda" if torch.cuda.is_available() and args.backend == "torch" else "cpu")
+        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=device,
+                                                 preset=args.preset, size=args.size,
+                                                 runtime=compiled_or(args.compile, args.backend, device),
                                                  onnx_dir=args.onnx)
         width, height, args.fps = sink.width, sink.height, float(sink.fps)
     else:

@@ -165,14 +165,16 @@ class Composite(Stage):
         shape: ``"ellipse"`` or ``"rounded"`` (see :func:`feather_mask`).
         device: where inputs arrive, the blend runs and outputs are written.
 
-    Ports: in ``"face"`` ``uint8 [h, w, 3]``; out ``"video"`` ``uint8 [H, W, 3]``; both on ``device``.
+    Ports: in ``"face"`` ``uint8 [h, w, 3]`` on ``device``; out ``"video"`` ``uint8 [H, W, 3]`` on ``out_device``
+    (default ``device``; ``"cpu"`` after a GPU composite: the frame is copied to the host without waiting, for
+    an encoder).
     The background and the mask are prepared once, here; nothing but the blend runs per frame.
     Output frames keep the input's pts and flags.
     """
 
     def __init__(self, background, box: Sequence[int], *, region_size: int | tuple[int, int] | None = None,
                  feather_px: float | None = None, shape: str = "ellipse", device: str = "cpu",
-                 name: str = "composite"):
+                 out_device: str | None = None, name: str = "composite"):
         super().__init__(name)
         self.background = load_background(background, device)
         H, W = self.background.shape[:2]
@@ -189,7 +191,10 @@ class Composite(Stage):
         self.feather_px, self.shape = float(feather_px), shape
         self.mask = feather_mask(h, w, self.feather_px, shape, device=device)
         self.inputs = {"face": PortSpec((rh, rw, 3), torch.uint8, device)}
-        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, device)}
+        out_device = str(torch.device(out_device or device))
+        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, out_device)}
+        # the frame is blended where the face arrives; written straight into the output unless that is elsewhere
+        self._scratch = None if out_device == str(torch.device(device)) else torch.empty_like(self.background)
 
     def frame_alpha(self) -> Tensor:
         """``float32 [H, W]``: how much of each output pixel is the generated region (the mask at its box,
@@ -202,4 +207,8 @@ class Composite(Stage):
 
     def process(self, inputs, out):
         frame = out.write("video")
-        composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+        if self._scratch is None:
+            composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+            return
+        composite(self.background, inputs["face"].data, self.box, self.mask, out=self._scratch)
+        frame.data.copy_(self._scratch, non_blocking=True)  # a download slot on CUDA (see stream.Frame)

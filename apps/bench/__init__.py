@@ -28,6 +28,10 @@ BENCHES = {
                      "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
     "nerf_fit": ("framegraph.apps.bench.nerf_fit",
                  "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),
+    "launches": ("framegraph.apps.bench.launches",
+                 "host syncs, kernels and allocations per steady-state frame of every pipeline (the launch audit)"),
+    "first_frame": ("framegraph.apps.bench.first_frame",
+                    "a session's first frame after preload (cold / warm, torch / compiled) against its steady latency"),
     "compile": ("framegraph.apps.bench.compile",
                 "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
 }

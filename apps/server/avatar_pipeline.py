@@ -12,7 +12,8 @@ The picture is an avatar bundle (``models.avatar``) from the server's avatar fol
 size and fps are the bundle's (its portrait's size; the client may only ask for exactly those).
 
 Options (besides the common video ones): ``portrait``, ``steps`` (sampler steps 1–4, default the
-bundle's), ``state`` (initial state), ``backend`` (``torch`` | ``onnx``: the model stages on ONNX Runtime
+bundle's), ``state`` (initial state), ``backend`` (``torch`` | ``compiled`` — Inductor and CUDA graphs, the
+default on CUDA — | ``onnx``: the model stages on ONNX Runtime
 from the bundle's ``onnx/`` export, made by ``framegraph export``; ``onnx-int8``: the same, the models that
 export keeps in int8 — ``framegraph export --int8`` — running int8; a missing or stale export refuses the
 session with a clear message). Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking
@@ -80,7 +81,8 @@ def load_bundle(name: str, root: str | None = None):
     With a limit (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from
     the cache (sessions still running on one keep it alive until they end)."""
     from framegraph.models.audio.vad import SileroVAD
-    from framegraph.models.avatar import PortraitAvatar, load_avatar
+    from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
+    from framegraph.models.runtime import default_runtime
 
     path = os.path.join(root or AVATARS_DIR, name)
     with _lock:
@@ -91,12 +93,17 @@ def load_bundle(name: str, root: str | None = None):
                 avatar.reference_latent()  # computed once, here (not by a session's first frame)
             if avatar.vad:
                 SileroVAD()
+            warm_avatar(avatar, device=_device(), runtime=default_runtime(_device()))  # compiled, caches filled
             _cache[path] = avatar
             _load_s[path] = time.monotonic() - started
         _cache.move_to_end(path)
         while _bundle_limit and len(_cache) > _bundle_limit:
             _cache.popitem(last=False)
         return _cache[path]
+
+
+def _device() -> str:
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def set_bundle_limit(n: int) -> None:
@@ -114,7 +121,7 @@ def loaded_bundles() -> list[dict]:
 def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
     from framegraph.models.avatar import AvatarError, build_avatar_graph
     from framegraph.models.onnx import ExportError
-    from framegraph.models.runtime import RUNTIMES
+    from framegraph.models.runtime import RUNTIMES, default_runtime
 
     names = available_avatars(root)
     name = opts._get("portrait")
@@ -133,9 +140,9 @@ def build_avatar_pipeline(opts: Options, root: str | None = None) -> Pipeline:
         raise opts._bad("fps", v.fps, f"the avatar's frame rate {avatar.fps:g}")
     steps = opts.integer("steps", None, 1, 4)
     state = opts.choice("state", "auto", STATES)
-    backend = opts.choice("backend", "torch", RUNTIMES)
+    backend = opts.choice("backend", default_runtime(_device()), RUNTIMES)
     opts.done()
-    device = "cuda" if torch.cuda.is_available() and backend == "torch" else "cpu"
+    device = _device() if backend in ("torch", "compiled") else "cpu"
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, v, audio_chunk=AUDIO_CHUNK)

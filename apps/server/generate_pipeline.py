@@ -42,6 +42,7 @@ from framegraph.models.generate import (
     load_generate_model,
 )
 from framegraph.models.generate.onnx import default_wan_onnx_dir
+from framegraph.models.runtime import default_runtime
 from framegraph.stream import Clock
 
 from .camera import CameraInput
@@ -143,8 +144,11 @@ def build_generate(opts: Options) -> Pipeline:
         gg = build_generate_graph(gm, size=(v.height, v.width), chunks=None, prompt=text, prompt_embeds=embeds,
                                   chunk_frames=chunk_frames, timesteps=timesteps, shift=shift, seed=seed,
                                   device=device, source=None if camera is None else camera.source, strength=strength,
-                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2, vae_runtime=backend,
+                                  clock=Clock("realtime"), fps=v.fps, source_in_flight=2,
+                                  vae_runtime=default_runtime(device) if backend == "torch" else backend,
+                                  denoiser_runtime=default_runtime(device),
                                   onnx_dir=default_wan_onnx_dir(folder, (v.height, v.width), chunk_frames), **options)
+        gg.warm()  # the session's first chunk then costs what a steady one does (compiled: graphs built, cached)
     except (ValueError, OSError) as exc:
         raise ProtocolError(ErrorCode.BAD_OPTION, f"generate: {exc}") from None
     graph = gg.graph

@@ -46,6 +46,10 @@ class RunSettings:
         torch_threads: intra-op threads of the heavy stages' worker threads (None: torch's setting).
         max_lag_ms: live streams: frames whose audio is older than this are skipped (None: none skipped).
         onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
+        video_device: where the picture (the ``"video"`` output) goes (None: ``device``; ``"cpu"`` for an encoder
+            after a GPU run: the picture is copied down without the GPU stages waiting).
+        cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
+            compiled code alone, to time the two apart).
     """
 
     runtime: Runtime = "torch"
@@ -58,6 +62,8 @@ class RunSettings:
     torch_threads: int | None = None
     max_lag_ms: float | None = None
     onnx_dir: str | None = None
+    video_device: str | None = None
+    cuda_graphs: bool | None = None
 
 
 class StateOverride(Stage):

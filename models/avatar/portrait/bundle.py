@@ -36,6 +36,7 @@ from framegraph.stream import Graph, Stage
 
 from ...training import write_json
 from ..base import AVATAR_JSON, AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
+from . import compiled as _compiled  # noqa: F401  (registers the compiled runtime)
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
 
 FORMAT_VERSION = 1
@@ -109,10 +110,11 @@ class PortraitAvatar(PictureSize):
                 "steps": int(self.steps), "shift": float(self.shift), "vad": bool(self.vad),
                 "latent_norm": {"mean": c.latent_mean, "std": c.latent_std}}
 
-    def composite(self, device: str = "cpu") -> Composite:
+    def composite(self, device: str = "cpu", out_device: str | None = None) -> Composite:
         """The :class:`~framegraph.models.composite.Composite` stage that pastes the generated region into the
-        portrait (default feathered ellipse)."""
-        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device)
+        portrait (default feathered ellipse); its picture goes to ``out_device`` (default ``device``)."""
+        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device,
+                         out_device=out_device)
 
     def onnx_dir(self, settings: RunSettings) -> str:
         """The ONNX export a run on an ``onnx`` runtime reads: ``settings.onnx_dir``, else ``<bundle>/onnx``
@@ -142,7 +144,7 @@ class PortraitAvatar(PictureSize):
                                  max_lag_ms=settings.max_lag_ms, engine=engines.dit))
         dec = graph.add(VAEDecode(self.vae, size=self.region_size, chunk_frames=self.chunk_frames, fps=self.fps,
                                   device=settings.device, reference=self.region()[0], engine=engines.vae))
-        comp = graph.add(self.composite(settings.device))
+        comp = graph.add(self.composite(settings.device, settings.video_device))
         graph.connect(features, den, "features", "features", capacity=8)
         graph.connect(state, den, "state", "state", capacity=8)
         graph.connect(den, dec, "latent", "latent", capacity=2)

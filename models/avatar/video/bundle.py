@@ -27,7 +27,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from framegraph.models import runtime
 from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
+from framegraph.models.compile import CompileSettings, compiled
 from framegraph.models.synth import astronaut_portrait
 from framegraph.stream import Graph, Stage
 from framegraph.stream.media import MediaError, read_video
@@ -180,15 +181,20 @@ class VideoAvatar(PictureSize):
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
-        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on
-        the CPU in torch, whatever ``settings.device`` (the loop frames live there)."""
-        runtime.check("avatar-video", settings.runtime)
+        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). The two small models and
+        the picture compute on ``settings.device`` (its ``runtime``: torch or compiled); the audio side and the
+        loop frames stay on the CPU, each picked frame uploaded."""
+        engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
+        device = settings.device
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad), "cpu")
-        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
-        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms,
-                                                  torch_threads=settings.torch_threads))
+        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
+                                     engine=engines.head))
+        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, device=device))
+        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
+                                                  out_device=settings.video_device,
+                                                  torch_threads=settings.torch_threads, engine=engines.picture,
+                                                  graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
@@ -291,9 +297,12 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
+def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
+                        generator_channels: tuple[int, ...] = (8, 16, 16, 16)) -> VideoAvatar:
     """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
-    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
+    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync.
+    ``generator_channels``: the mouth generator's widths (the trained bundles' are ``MouthGenerator``'s default,
+    ``(24, 48, 96, 96)``: what a speed measurement wants)."""
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
@@ -306,7 +315,7 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
     mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        generator = MouthGenerator(channels=(8, 16, 16, 16), sample_size=region_size).eval()
+        generator = MouthGenerator(channels=tuple(generator_channels), sample_size=region_size).eval()
         encoder = default_encoder(seed)
         head = ShapeHead(feature_dim=encoder.feature_dim).eval()
     return VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=frames, boxes=boxes,
@@ -317,11 +326,30 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
                        vad=False)
 
 
+class VideoEngines(NamedTuple):
+    """What the video avatar's two models compute with (see :mod:`framegraph.models.runtime`): each ``engine(model)``
+    → the callable its stage runs, or None for the model itself."""
+
+    head: object  # MouthShape's: ShapeHead → the callable run on context [1, K, D] → shape [1, P]
+    picture: object  # MouthRegion's: its device path (frame, box, shape) → the callable that makes the picture
+    graphs: bool = False  # MouthRegion replays its picture step from a CUDA graph
+
+
 @runtime.register("avatar-video", "torch")
-def torch_engines(avatar, settings):
-    """The video avatar runs its small models on torch only (nothing to choose)."""
-    return None
+def torch_engines(avatar, settings) -> VideoEngines:
+    """The models themselves."""
+    return VideoEngines(head=None, picture=None)
 
 
-__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
+@runtime.register("avatar-video", "compiled")
+def compiled_engines(avatar, settings) -> VideoEngines:
+    """The shape head and the whole picture step (cut, redraw, texture, paste) compiled by Inductor (static shapes:
+    the box is a tensor, :meth:`~.stages.MouthRegion.picture_at`); on CUDA the picture step replayed from a CUDA
+    graph."""
+    options = CompileSettings(cuda_graphs=settings.cuda_graphs)
+    return VideoEngines(head=lambda m: compiled(m, options), picture=lambda fn: compiled(fn, options),
+                        graphs=options.graphs(settings.device))
+
+
+__all__ = ["KIND", "VideoAvatar", "VideoEngines", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
            "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE", "MIN_MODEL_SIZE"]

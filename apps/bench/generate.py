@@ -85,6 +85,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="where the VAE decoder computes: torch, onnx (ONNX Runtime, CPU, float32: the decoder is "
                         "exported first, into a temporary folder) or both, comma-separated, measured one after the "
                         "other in one run (e.g. torch,onnx; default torch)")
+    p.add_argument("--runtime", choices=["torch", "compiled"], default="torch",
+                   help="the transformer's and the torch VAE decoder's runtime (compiled: Inductor, and CUDA graphs "
+                        "on a GPU unless FRAMEGRAPH_CUDA_GRAPHS=0)")
+    p.add_argument("--warm", action="store_true",
+                   help="warm the graph before it starts (GenerateGraph.warm: the model load's second half); "
+                        "its time is recorded as warm_s and the first frame is then the first frame after preload")
     add_out_argument(p)
 
 
@@ -154,11 +160,14 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     from framegraph.stream.media import H264Encoder
 
     height, width = args.size
+    runtime = getattr(args, "runtime", "torch")
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
-                              timesteps=timesteps, device=device, vae_runtime=backend, **options)
+                              timesteps=timesteps, device=device, denoiser_runtime=runtime,
+                              vae_runtime=runtime if backend == "torch" else backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")
+    warm_s = gg.warm() if getattr(args, "warm", False) else None
     encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
     sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
     gg.graph.connect(gg.decode, encoder, capacity=8)
@@ -192,7 +201,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
         "fps_whole_run": len(times) / report["wall_s"],
         "time_to_first_frame_s": times[0] - report["t0"] if times else None,
         "stages": stages, **memory, "memory_method": MemoryProbe(torch.device(device)).method,
-        "cache_bytes": gg.denoiser.stream.state_nbytes(),
+        "cache_bytes": gg.denoiser.stream.state_nbytes(), "runtime": runtime, "warm_s": warm_s,
     }
 
 

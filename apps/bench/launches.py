@@ -232,7 +232,7 @@ def figure(data: dict, plt):
         values = [p["per_unit"][key] or 0 for p in pipes]
         ax.bar(names, values, color="#cc3311" if key == "syncs" else "#4477aa")
         ax.set_title(f"{key} per steady-state unit (device stages)", fontsize=9)
-        ax.tick_params(axis="x", labelsize=7)
+        ax.tick_params(axis="x", labelsize=7, rotation=35)
     fig.suptitle(f"launch audit on {data['device']} ({data['runtime']} runtime, eager)", fontsize=10)
     fig.tight_layout()
     return fig

@@ -69,7 +69,7 @@ class GraphedVelocity:
             return self.velocity(latents, t, *rest)
         if self.rope is not None:
             self.rope.pin(latents)  # this chunk's rows, into the buffers the graphs read
-        t = torch.as_tensor(t, dtype=torch.float32, device=latents.device).expand(latents.shape[0]).contiguous()
+        t = torch.as_tensor(t, device=latents.device).expand(latents.shape[0]).contiguous()  # its own dtype
         key = self.streamer.graph_key()
         step = self.graphs.get(key)
         if step is None:
@@ -101,7 +101,16 @@ class CompiledWanVAE:
 
     def __init__(self, vae, settings: CompileSettings = CompileSettings()):
         self.vae, self.state = vae, None
-        self.decoder = compiled(vae.decoder, settings)
+        self._compiled = compiled(vae.decoder, settings)
+
+    def decoder(self, x, *, feat_cache, feat_idx, first_chunk):
+        """The compiled decoder on a feature cache made contiguous first: the decoder keeps slices of its inputs,
+        whose strides depend on the chunk they came from, and static shapes include strides (each new pattern
+        would compile the decoder again, mid-stream)."""
+        for i, t in enumerate(feat_cache):
+            if isinstance(t, torch.Tensor) and not t.is_contiguous():
+                feat_cache[i] = t.contiguous()
+        return self._compiled(x, feat_cache=feat_cache, feat_idx=feat_idx, first_chunk=first_chunk)
 
     def decode(self, latents):
         video, self.state = decode_chunk(self.vae, latents, self.state, decoder=self.decoder)

@@ -331,9 +331,9 @@ class CausalVAEDecode(Stage):
         self.engine.reset()
 
     @torch.no_grad()
-    def warm(self, chunks: int = 2) -> float:
-        """Decode ``chunks`` chunks of zeros (a stream's first chunk, then a steady one: each meets the decoder),
-        then start a new video. Returns the seconds it took."""
+    def warm(self, chunks: int = 3) -> float:
+        """Decode ``chunks`` chunks of zeros (a stream's first chunk, the second, then a steady one: each reads a
+        cache of another kind), then start a new video. Returns the seconds it took."""
         started = time.perf_counter()
         shape = self.inputs["latent"].shape
         for _ in range(chunks):

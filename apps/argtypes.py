@@ -167,3 +167,21 @@ def placement(text: str) -> tuple[float, ...]:
     if len(values) == 5 and not values[4] > 0:
         raise argparse.ArgumentTypeError(f"--place {text!r}: HEIGHT {values[4]:g} must be > 0 (scene units)")
     return values
+
+
+def add_compile_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--compile / --no-compile``: run ``what`` on the ``compiled`` runtime (Inductor, and CUDA graphs on a GPU;
+    :mod:`framegraph.models.compile`). Default: on CUDA, off on a CPU."""
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"compile {what} with torch.compile (Inductor) and, on a GPU, replay its steps from CUDA "
+                        f"graphs; kernels cached in $FRAMEGRAPH_CACHE (default ~/.cache/framegraph). Default: on "
+                        f"with CUDA, off on a CPU (compiling takes seconds to minutes there)")
+
+
+def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
+    """The runtime a command runs its torch models on: ``"compiled"`` when ``--compile`` says so (or, unset, on
+    CUDA) and the models run on torch; ``runtime`` otherwise."""
+    import torch
+
+    on = compile_flag if compile_flag is not None else torch.device(device).type == "cuda"
+    return "compiled" if on and runtime == "torch" else runtime

@@ -21,6 +21,8 @@ from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
 from framegraph.stream.progress import run_with_progress
 
+from .argtypes import compiled_or
+
 
 def _chunks(args, fps: float, r: int) -> int:
     if args.chunks:
@@ -64,7 +66,10 @@ def run(args: argparse.Namespace) -> int:
                               prompt_embeds=args.prompt_embeds, chunk_frames=args.chunk_frames,
                               timesteps=args.timesteps, shift=args.shift, source=source,
                               strength=(args.strength or 0.6) if args.input else None, seed=args.seed, device=device,
-                              vae_runtime=args.runtime, onnx_dir=_onnx_dir(args), **options)
+                              vae_runtime=compiled_or(args.compile, args.runtime, device), onnx_dir=_onnx_dir(args),
+                              denoiser_runtime=compiled_or(args.compile, "torch", device), **options)
+    warm = gg.warm()  # the model's first chunks (compilation, first calls) before the clock starts
+    print(f"warmed up in {sum(warm.values()):.1f} s", file=sys.stderr)
     sink = gg.graph.add(MP4Sink(args.out, width=width, height=height, fps=gg.fps, audio_rate=None))
     gg.graph.connect(gg.decode, sink, capacity=8)
     hint = "fewer --timesteps or a smaller --size is faster" + (

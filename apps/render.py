@@ -16,6 +16,8 @@ from framegraph.stream.media import MP4Sink
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
+from .argtypes import compiled_or
+
 
 def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds: float,
                          preset: str = "offline") -> tuple[Graph, MP4Sink]:
@@ -90,8 +92,10 @@ def run(args: argparse.Namespace) -> int:
     elif args.avatar:
         from framegraph.models.avatar import render_avatar_graph  # heavy: the avatar's models
 
-        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset, size=args.size, runtime=args.runtime,
+        device = args.device or ("cuda" if torch.cuda.is_available() and args.runtime == "torch" else "cpu")
+        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=device,
+                                                 preset=args.preset, size=args.size,
+                                                 runtime=compiled_or(args.compile, args.runtime, device),
                                                  onnx_dir=args.onnx, alpha=args.alpha, background=args.background)
     else:
         graph, sink = build_testcard_graph(args.out, width, height, fps, args.seconds, args.preset)

@@ -167,15 +167,16 @@ class Composite(Stage):
         alpha: ``uint8 [H, W]`` the background's person matte, or None; given, each frame also leaves on an
             ``"alpha"`` port (the region is pasted inside the person, so the matte does not change).
 
-    Ports: in ``"face"`` ``uint8 [h, w, 3]``; out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"`` ``uint8 [H, W]``);
-    all on ``device``.
+    Ports: in ``"face"`` ``uint8 [h, w, 3]`` on ``device``; out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``
+    ``uint8 [H, W]``) on ``out_device`` (default ``device``; ``"cpu"`` after a GPU composite: the frame is copied to
+    the host without waiting, for an encoder).
     The background and the mask are prepared once, here; nothing but the blend runs per frame.
     Output frames keep the input's pts and flags.
     """
 
     def __init__(self, background, box: Sequence[int], *, region_size: int | tuple[int, int] | None = None,
                  feather_px: float | None = None, shape: str = "ellipse", device: str = "cpu",
-                 alpha: Tensor | None = None, name: str = "composite"):
+                 alpha: Tensor | None = None, out_device: str | None = None, name: str = "composite"):
         super().__init__(name)
         self.background = load_background(background, device)
         H, W = self.background.shape[:2]
@@ -192,14 +193,17 @@ class Composite(Stage):
         self.feather_px, self.shape = float(feather_px), shape
         self.mask = feather_mask(h, w, self.feather_px, shape, device=device)
         self.inputs = {"face": PortSpec((rh, rw, 3), torch.uint8, device)}
-        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, device)}
+        out_device = str(torch.device(out_device or device))
+        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, out_device)}
+        # the frame is blended where the face arrives; written straight into the output unless that is elsewhere
+        self._scratch = None if out_device == str(torch.device(device)) else torch.empty_like(self.background)
         self.alpha = None
         if alpha is not None:
             if alpha.dtype != torch.uint8 or tuple(alpha.shape) != (H, W):
                 raise ValueError(f"Composite: alpha is {alpha.dtype} {list(alpha.shape)}; expected uint8 [{H}, {W}] "
                                  f"(the background's matte)")
-            self.alpha = alpha.to(device)
-            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, device)
+            self.alpha = alpha.to(out_device)
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
 
     def frame_alpha(self) -> Tensor:
         """``float32 [H, W]``: how much of each output pixel is the generated region (the mask at its box,
@@ -212,7 +216,11 @@ class Composite(Stage):
 
     def process(self, inputs, out):
         frame = out.write("video")
-        composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+        if self._scratch is None:
+            composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+        else:
+            composite(self.background, inputs["face"].data, self.box, self.mask, out=self._scratch)
+            frame.data.copy_(self._scratch, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
         if self.alpha is not None:
             out.write("alpha").data.copy_(self.alpha)
 

@@ -4,7 +4,8 @@
     framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
     framegraph bench avatar --runtime torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
 
-``--runtime torch,onnx`` measures every row on each runtime (same run, same machine): the ``onnx`` rows
+``--runtime torch,onnx`` (or ``torch,compiled``: Inductor, and CUDA graphs on a GPU) measures every row on each
+runtime (same run, same machine): the ``onnx`` rows
 run the three model stages on ONNX Runtime (``models.onnx``). Their exports are made by the bench into a
 temporary folder before measuring (random-weight rows have no bundle folder to export from); ``--onnx DIR``
 uses an existing export of the shipped bundle instead. ``onnx-int8`` rows add the int8 files to that export
@@ -222,7 +223,7 @@ def _settings(args) -> dict:
     if s["repeats"] < 1:
         raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
     s["backends"] = list(args.runtime)  # the JSON's name for the runtimes measured (a recorded field)
-    if any(b != "torch" for b in s["backends"]) and cuda:
+    if any(b not in ("torch", "compiled") for b in s["backends"]) and cuda:
         raise ValueError("--runtime onnx / onnx-int8 run on the CPU (ONNX Runtime's CPU provider); use --device cpu")
     if s["torch_threads"] is not None and s["torch_threads"] < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {s['torch_threads']}")
@@ -303,8 +304,8 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
     """``build_avatar_graph`` arguments for ``backend``; for onnx / onnx-int8, the export of ``avatar`` (made now,
     timed, into the run's temporary folder — onnx-int8 adds the int8 files with the export's default choice;
     ``--onnx`` for the shipped bundle)."""
-    if backend == "torch":
-        return {}
+    if backend in ("torch", "compiled"):
+        return {} if backend == "torch" else {"runtime": "compiled"}
     if name == "shipped" and args.onnx:
         return {"runtime": backend, "onnx_dir": args.onnx}
 

@@ -108,11 +108,14 @@ def measure(args, backend: str = "torch") -> dict:
 
 def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     height, width = args.size
+    runtime = "compiled" if args.compile else "torch"  # the transformer's (and a torch VAE decoder's)
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
-                              timesteps=timesteps, device=device, vae_runtime=backend, **options)
+                              timesteps=timesteps, device=device, denoiser_runtime=runtime,
+                              vae_runtime=runtime if backend == "torch" else backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")
+    warm_s = gg.warm() if args.warm else None
     encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
     sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
     gg.graph.connect(gg.decode, encoder, capacity=8)
@@ -145,7 +148,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
         "fps_whole_run": len(times) / report["wall_s"],
         "time_to_first_frame_s": times[0] - report["t0"] if times else None,
         "stages": stages, **memory, "memory_method": MemoryProbe(torch.device(device)).method,
-        "cache_bytes": gg.denoiser.stream.state_nbytes(),
+        "cache_bytes": gg.denoiser.stream.state_nbytes(), "runtime": runtime, "warm_s": warm_s,
     }
 
 

@@ -10,8 +10,11 @@ reference elsewhere) is compared with peers run on the same inputs:
   approximation error (relative L2 vs SDPA) for ``num_iters`` 1..3 on video-like and on random q/k/v.
 
 Writes JSON (device, versions, the exact command line, git commit, shapes, median ms, ratio to each
-peer, achieved TB/s and TFLOP/s with the fraction of the device's peak) and a PNG plot beside it.
-CUDA timings use CUDA events after warm-up; CPU timings use ``perf_counter`` (small shapes with
+peer, achieved TB/s and TFLOP/s as a fraction of the device's peaks measured in the same run — its copy
+bandwidth and bf16 matmul throughput, :func:`~.timing.measure_peaks` — and of its datasheet's) and a PNG plot
+beside it. Timing is :func:`~.timing.do_bench`: on CUDA ≥ ``--warmup-ms`` of untimed calls, then ≥ ``--rep-ms``
+of repetitions, each after an L2 flush, each between its own CUDA events, and where the op can be captured also
+replayed from a CUDA graph (``graph_ms``: no launch overhead); on a CPU ``perf_counter`` (small shapes with
 ``--tiny``), so the command runs, honestly labelled, anywhere.
 """
 from __future__ import annotations
@@ -30,8 +33,8 @@ from framegraph.kernels.monarch_attention.reference import token_causal_mask
 from framegraph.kernels.rope import apply_rope
 
 from ..commands.bench.kernels import Op
-from .measure import summary_ms, time_ms
 from .meta import bench_metadata, write_result
+from .timing import do_bench, measure_peaks
 
 # Dense peaks of the devices we report against: (TB/s, bf16 TFLOP/s).
 PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
@@ -43,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         args.batch, args.heads, args.head_dim, args.frames, args.block_size, args.channels = 1, 2, 16, 4, 16, 64
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
 
+    args.measured = None if args.no_peaks else measure_peaks(device)
     results = []
     for op in args.ops:
         for backward in (False, True) if args.backward else (False,):
@@ -57,8 +61,12 @@ def run(args: argparse.Namespace) -> int:
         "dtype": str(dtype).replace("torch.", ""),
         "iters": args.iters,
         "warmup": args.warmup,
-        "timer": "cuda events" if device.type == "cuda" else "perf_counter",
+        "warmup_ms": args.warmup_ms,
+        "rep_ms": args.rep_ms,
+        "timer": ("do_bench: CUDA events per call after an L2 flush (+ CUDA-graph replay where capturable)"
+                  if device.type == "cuda" else "do_bench: perf_counter per call"),
         "peak": _peak(device),
+        "measured_peaks": args.measured,
         "results": results,
     }
     plot = write_result(report, args.out, figure)
@@ -72,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- timing
 
 
-def _median_ms(fn: Callable[[], object], args, device: torch.device) -> float:
-    """Median ms of ``args.iters`` calls of ``fn`` after ``args.warmup`` untimed ones."""
-    return summary_ms(time_ms(lambda i: fn(), device, args.iters, args.warmup))["p50_ms"]
+def _timed(fn: Callable[[], object], args, device: torch.device) -> dict:
+    """:func:`~.timing.do_bench` of ``fn`` with the run's budgets (``args.warmup`` extra untimed calls first)."""
+    for _ in range(args.warmup):
+        fn()
+    return do_bench(fn, device, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, max_reps=args.iters)
 
 
 def _with_backward(fn: Callable[[], torch.Tensor | tuple], leaves: list[torch.Tensor]) -> Callable[[], None]:
@@ -92,12 +102,19 @@ def _measure(args, ours, peers: dict, leaves, backward: bool, bytes_moved: float
         peers = {name: _with_backward(fn, leaves) for name, fn in peers.items()}
         bytes_moved, flops = 2.5 * bytes_moved, 3.0 * flops  # forward + backward, rough minimums
     device = leaves[0].device
-    median = _median_ms(ours, args, device)
-    peers_ms = {name: _median_ms(fn, args, device) for name, fn in peers.items()}
+    timing = _timed(ours, args, device)
+    median = timing["median_ms"]
+    peer_timing = {name: _timed(fn, args, device) for name, fn in peers.items()}
+    peers_ms = {name: t["median_ms"] for name, t in peer_timing.items()}
     peak_tb_s, peak_tflop_s = _peak(device) or (None, None)
     tb_s = bytes_moved / (median * 1e-3) / 1e12
     tflop_s = flops / (median * 1e-3) / 1e12
+    measured = getattr(args, "measured", None) or {}
     return {
+        "timing": timing,
+        "peers_graph_ms": {name: t.get("graph_ms") for name, t in peer_timing.items()},
+        "fraction_of_measured_copy_bandwidth": tb_s / measured["copy_tb_s"] if measured else None,
+        "fraction_of_measured_matmul": tflop_s / measured["matmul_tflop_s"] if measured else None,
         "op": op,
         "pass": "forward+backward" if backward else "forward",
         "implementation": "triton" if device.type == "cuda" else "torch reference (no CUDA)",

@@ -44,12 +44,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 
 from .measure import torch_threads
 from .meta import bench_metadata, write_result
 from .render_cases import Cases
+from .timing import CaseTimeout, measure_peaks, time_cap
 
 
 def figure(data: dict, plt, previews=None):
@@ -115,6 +117,16 @@ def figure(data: dict, plt, previews=None):
     return fig
 
 
+def _print_case(case: dict, seconds: float) -> None:
+    """One line per backend of a case as soon as it is done."""
+    if case.get("refused"):
+        print(f"== {case['name']}: {case['refused']} ({seconds:.0f} s)", flush=True)
+        return
+    parts = [f"{b} {e['ms_per_frame_median']:.2f} ms" if "ms_per_frame_median" in e else f"{b} skipped"
+             for b, e in case["results"].items()]
+    print(f"== {case['name']} ({seconds:.0f} s): " + ", ".join(parts), flush=True)
+
+
 def _print(result: dict) -> None:
     print(f"render bench on {result['render_device']} ({result['timing']}, {result['torch_threads']} torch "
           f"thread(s)); memory: {result['memory_method']}")
@@ -163,14 +175,30 @@ def _measure(args: argparse.Namespace, device: torch.device) -> tuple[dict, list
     """The result (metadata, settings, one entry per case) and the torch reference's frame of each case."""
     cases = Cases(args, device)
     result = bench_metadata("render")
+    cap = args.case_cap if args.case_cap is not None else (120.0 if device.type == "cuda" else 600.0)
     result.update({
-        "render_device": str(device), "timing": "cuda events" if device.type == "cuda" else "perf_counter",
-        "torch_threads": torch.get_num_threads(), "warmup": cases.warmup, "iters": cases.iters,
+        "render_device": str(device), "torch_threads": torch.get_num_threads(), "warmup": cases.warmup,
+        "timing": ("do_bench: CUDA events per frame after an L2 flush, ≥ --warmup-ms warm-up, ≥ --rep-ms of frames"
+                   if device.type == "cuda" else "do_bench: perf_counter per frame"),
+        "iters": cases.iters, "case_cap_s": cap, "order": "cheapest case first (Cases.jobs)",
         "sections": list(args.sections), "memory_method": cases.memory.method, "gsplat": cases.gsplat_info,
         "quick": bool(args.quick), "cases": [],
     })
-    for section in args.sections:
-        result["cases"] += getattr(cases, f"cases_{section}")()
+    if not args.no_peaks and not args.quick:
+        result["measured_peaks"] = measure_peaks(device)
+        print(f"measured peaks: copy {result['measured_peaks']['copy_tb_s']:.3f} TB/s, matmul "
+              f"{result['measured_peaks']['matmul_tflop_s']:.1f} TFLOP/s", flush=True)
+    for _, section, items in cases.jobs():
+        started = time.perf_counter()
+        label = f"{section} {items[0] if items else ''}".strip()
+        try:
+            with time_cap(cap, label):
+                done = getattr(cases, f"cases_{section}")(items)
+        except CaseTimeout as exc:
+            done = [{"section": section, "name": label, "results": {}, "refused": str(exc), "over_cap": True}]
+        result["cases"] += done
+        for case in done:
+            _print_case(case, time.perf_counter() - started)
 
     # the first version of this file had one 3DGS case at the top level: keep those fields
     first = next((c for c in result["cases"] if c["section"] == "3dgs" and not c.get("refused")), None)

@@ -22,6 +22,7 @@ from framegraph.stream.quality import psnr
 
 from ..commands.bench.render import DEFAULT_SCENE4D, Section
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
+from .timing import do_bench
 
 FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
 
@@ -110,10 +111,13 @@ class Cases:
                     times += time_ms(render, self.device, iters - 1, first=1)
             else:
                 images[backend] = render(0)
-                times = time_ms(render, self.device, iters, warmup, first=1)
+                timing = self._bench(render, warmup)
+                times = timing.pop("times_ms")
                 mem = self.memory.measure(lambda: render(0))
             entry = _stats(times, frames_per_call)
             entry.update({"iters": len(times), "warmup": warmup, "interpreted": interpreted, **mem})
+            if not interpreted:
+                entry["timing"] = timing
             results[backend] = entry
             print(f"{case['name']}: {backend} {entry['ms_per_frame_median']:.2f} ms/frame "
                   f"({time.perf_counter() - started:.1f} s with warm-up)", flush=True)
@@ -139,6 +143,16 @@ class Cases:
             img = images[ref]
             self.previews.append((case["name"], (img[0] if img.dim() == 4 else img)[..., :3].detach().cpu()))
         return case
+
+    def _bench(self, render, warmup: int) -> dict:
+        """:func:`~.timing.do_bench` of successive frames (frame ``i`` advances the 4DGS scene's time) after
+        ``warmup`` untimed ones; at least ``iters`` repetitions (CPU) or ``--rep-ms`` of them (CUDA)."""
+        frame = iter(range(1, 1 << 30))
+        for _ in range(warmup):
+            render(next(frame))
+        cuda = self.device.type == "cuda"
+        return do_bench(lambda: render(next(frame)), self.device, warmup_ms=self.args.warmup_ms if cuda else 0.0,
+                        rep_ms=self.args.rep_ms if cuda else 0.0, min_reps=self.iters, keep_times=True)
 
     def backends_for(self, section: Section) -> dict:
         """``backend -> None`` (run it) or the reason it is skipped."""
@@ -185,14 +199,12 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ 3DGS
-    def cases_3dgs(self) -> list:
+    def cases_3dgs(self, sizes: list | None = None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size", args.size)
         cases = []
-        if args.scene:
-            sizes = [None]
-        else:
-            sizes = self.default("gaussians", args.gaussians)
+        if sizes is None:
+            sizes = [None] if args.scene else self.default("gaussians", args.gaussians)
         for n in sizes:
             if n is None:
                 name = f"3dgs {os.path.basename(args.scene)} {width}x{height}"
@@ -252,11 +264,12 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ 4DGS
-    def cases_4dgs(self) -> list:
+    def cases_4dgs(self, todo: list | None = None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size_4d", args.size_4d)
         ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
-        todo = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
+        if todo is None:
+            todo = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
         cases = []
         for item in todo:
             random = isinstance(item, int)
@@ -310,7 +323,27 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ NeRF
-    def cases_nerf(self) -> list:
+    def jobs(self) -> list[tuple[float, str, list | None]]:
+        """Every case of the chosen sections as ``(estimated work, section, its items)``, the cheapest first (work:
+        Gaussians + pixels for 3DGS / 4DGS — a checkpoint counted as 10⁵ Gaussians —, 16 samples a pixel for NeRF),
+        so the quick cases print before a slow one starts."""
+        args, out = self.args, []
+        if "3dgs" in args.sections:
+            w, h = self.default("size", args.size)
+            for n in ([None] if args.scene else self.default("gaussians", args.gaussians)):
+                out.append(((n or 10**5) + w * h, "3dgs", [n]))
+        if "4dgs" in args.sections:
+            w, h = self.default("size_4d", args.size_4d)
+            ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
+            items = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
+            for item in items:
+                out.append(((item if isinstance(item, int) else 10**5) + w * h, "4dgs", [item]))
+        if "nerf" in args.sections:
+            w, h = self.default("size_nerf", args.size_nerf)
+            out.append((16.0 * w * h, "nerf", None))
+        return sorted(out, key=lambda job: job[0])
+
+    def cases_nerf(self, _items=None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size_nerf", args.size_nerf)
         case = {"section": "nerf", "name": f"nerf {os.path.basename(os.path.normpath(args.nerf))} {width}x{height}",

@@ -11,6 +11,7 @@ import argparse
 
 from framegraph.apps.argtypes import (
     VAE_RUNTIMES,
+    add_compile_argument,
     add_runtime_argument,
     positive_float,
     positive_int,
@@ -81,5 +82,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--onnx", default=None, help="(with --runtime onnx) the export folder (default: "
                                                 "MODEL_DIR/onnx/vae_<H>x<W>_f<N>, where framegraph export writes it)")
     p.add_argument("--out", required=True, help="output .mp4 file")
+    add_compile_argument(p, "the transformer and the VAE decoder")
     p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
 

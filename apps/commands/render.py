@@ -9,7 +9,14 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import add_runtime_argument, background, placement, positive_float, video_size
+from framegraph.apps.argtypes import (
+    add_compile_argument,
+    add_runtime_argument,
+    background,
+    placement,
+    positive_float,
+    video_size,
+)
 
 IMPLEMENTATION = "framegraph.apps.render"  # its run(args) runs the command
 
@@ -55,6 +62,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
                         "scales the picture to fit, aspect kept)")
     p.add_argument("--out", required=True, help="output .mp4 file (.webm or .mov with --alpha)")
+    add_compile_argument(p, "the avatar's models (with --avatar)")
     add_runtime_argument(p, "(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, "
                             "from `framegraph export`), or onnx-int8 (the same, the models the export keeps in int8 — "
                             "`framegraph export --int8` — running int8)")

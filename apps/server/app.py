@@ -72,7 +72,8 @@ class StreamServer:
         self._server.close()
         if self._background:  # WebRTC sessions: no WebSocket connection the server would close for them
             await self.close_sessions(1001, "server shutting down")
-            await asyncio.wait(list(self._background), timeout=self.config.shutdown_grace_s + 1.0)
+            if self._background:  # the sessions may all have ended while they were closed
+                await asyncio.wait(list(self._background), timeout=self.config.shutdown_grace_s + 1.0)
         try:
             await asyncio.wait_for(self._server.wait_closed(), self.config.shutdown_grace_s)
         except TimeoutError:

@@ -51,6 +51,10 @@ class RunSettings:
         onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
         alpha: the picture's stage also sends the person matte, ``"alpha"`` ``uint8 [height, width]`` (255: the
             person), frame for frame with ``"video"``; a bundle without a matte is refused (:func:`require_matte`).
+        video_device: where the picture (the ``"video"`` output) goes (None: ``device``; ``"cpu"`` for an encoder
+            after a GPU run: the picture is copied down without the GPU stages waiting).
+        cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
+            compiled code alone, to time the two apart).
     """
 
     runtime: Runtime = "torch"
@@ -64,6 +68,8 @@ class RunSettings:
     max_lag_ms: float | None = None
     onnx_dir: str | None = None
     alpha: bool = False
+    video_device: str | None = None
+    cuda_graphs: bool | None = None
 
 
 class StateOverride(Stage):

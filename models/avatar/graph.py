@@ -76,7 +76,7 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
                        live: bool = False, budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
                        preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
                        max_lag_ms: float | None = None, runtime: Runtime = "torch", onnx_dir: str | None = None,
-                       alpha: bool = False, name: str = "avatar") -> AvatarGraph:
+                       alpha: bool = False, video_device: str | None = None, name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output), for a bundle of either kind.
 
@@ -99,12 +99,16 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
             without a matte is refused (:func:`~.base.require_matte`).
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
             :class:`~.base.RunSettings` (what each means there; a kind uses those that apply to it).
+        video_device: where the picture goes (default: the ``sink``'s video input's device; with ``out`` the
+            CPU; else ``device``).
     """
     if live and max_lag_ms is None:
         max_lag_ms = LIVE_MAX_LAG_MS
+    if video_device is None:
+        video_device = sink.inputs["video"].device if sink is not None else "cpu" if out is not None else device
     settings = RunSettings(runtime=runtime, device=device, vad=vad, steps=steps, live=live, budget_ms=budget_ms,
                            seed=seed, torch_threads=torch_threads, max_lag_ms=max_lag_ms, onnx_dir=onnx_dir,
-                           alpha=alpha)
+                           alpha=alpha, video_device=video_device)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     parts = avatar.add_stages(g, src, settings)
@@ -124,6 +128,29 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
     return AvatarGraph(g, src, parts.features, parts.state, parts.stages, parts.video, sink, audio_sink or None)
 
 
+def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime = "torch", seconds: float = 0.3,
+                **graph_kw) -> float:
+    """Warm a loaded bundle for the sessions that will use it (the preload's second half): a short graph of
+    ``seconds`` of silence through every stage at the session's shape on ``runtime`` — the first calls of its
+    kernels, a compiled runtime's compilation (cached on disk: a restart reads it back). A session started after it
+    finds its models ready, so its first frame costs about what a steady frame does. ``graph_kw``: more
+    :func:`build_avatar_graph` arguments (``steps``, ``torch_threads``...). Returns the seconds it took."""
+    import time
+
+    from framegraph.stream import PortSpec
+    from framegraph.stream.record import IterableSource, RecordingSink
+
+    started = time.perf_counter()
+    n = max(2, math.ceil(seconds * SAMPLE_RATE / 320))
+    silence = IterableSource(torch.zeros(n, 320, dtype=torch.int16), PortSpec((320,), torch.int16), port="audio",
+                             fps=SAMPLE_RATE / 320, name="silence")
+    ag = build_avatar_graph(avatar, silence, audio_sink=None, device=device, runtime=runtime, name="warm-up",
+                            **graph_kw)
+    ag.graph.connect(ag.video, ag.graph.add(RecordingSink({"video": ag.video.outputs["video"]}, name="drop")))
+    ag.graph.run()
+    return time.perf_counter() - started
+
+
 def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
                         preset: str = "offline", size: tuple[int, int] | None = None, runtime: Runtime = "torch",
                         onnx_dir: str | None = None, alpha: bool = False, background=None) -> tuple[Graph, Stage, int]:
@@ -134,11 +161,11 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
     (``out`` a ``.webm`` or ``.mov``: :class:`~framegraph.stream.media.AlphaVideoSink`); ``background``: the person
     over a colour ``(r, g, b)`` or a picture (:class:`~framegraph.models.composite.OverBackground`), to MP4. ``runtime``
     / ``onnx_dir``: see :func:`build_avatar_graph`."""
-    device = device or ("cuda" if torch.cuda.is_available() and runtime == "torch" else "cpu")
+    device = device or ("cuda" if torch.cuda.is_available() and runtime in ("torch", "compiled") else "cpu")
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     source = AudioFileSource(audio_path)
-    run = dict(device=device, steps=steps, runtime=runtime, onnx_dir=onnx_dir)
+    run = dict(device=device, steps=steps, runtime=runtime, onnx_dir=onnx_dir, video_device="cpu")
     if alpha or background is not None:
         return _render_matted(avatar, source, out, alpha, background, preset, run) + (total,)
     if size is None or tuple(size) == (avatar.width, avatar.height):
@@ -172,5 +199,5 @@ def _render_matted(avatar: AvatarBundle, source: Stage, out: str, alpha: bool, b
     return ag.graph, sink
 
 
-__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",
+__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar", "STATE_MODES",
            "LIVE_MAX_LAG_MS"]

@@ -74,7 +74,9 @@ def test_the_runtimes_the_command_line_offers_are_the_models_own():
     from framegraph.models.avatar.portrait.int8 import DEFAULT_MODE
     from framegraph.models.onnx.quantize import MODES
 
-    assert AVATAR_RUNTIMES == runtime.runtimes("avatar-portrait") and VAE_RUNTIMES == runtime.runtimes("generate-vae")
+    assert AVATAR_RUNTIMES == runtime.runtimes("avatar-portrait")
+    # generate's --runtime picks the VAE's torch or onnx; --compile (default on CUDA) turns torch into compiled
+    assert set(VAE_RUNTIMES) | {"compiled"} == set(runtime.runtimes("generate-vae"))
     assert INT8_MODES == MODES and INT8_DEFAULT_MODE == DEFAULT_MODE
     with pytest.raises(SystemExit):
         build_parser(["render"]).parse_args(["render", "--testcard", "--out", "o.mp4", "--runtime", "tensorrt"])

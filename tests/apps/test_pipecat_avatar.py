@@ -187,13 +187,13 @@ def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipel
     save_video_avatar(tmp_path / "me", random_video_avatar())
     with pytest.raises(AvatarError, match="does not exist"):
         FramegraphAvatar(str(tmp_path / "nobody"))
-    with pytest.raises(ValueError, match=r"runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
+    with pytest.raises(ValueError, match=r"runtime 'tensorrt' is not one of torch, compiled, onnx, onnx-int8"):
         FramegraphAvatar(ASTRONAUT, runtime="tensorrt")
     with pytest.raises(ValueError, match="no ONNX export .*framegraph export"):
         FramegraphAvatar(ASTRONAUT, runtime="onnx", onnx_dir=str(tmp_path / "none"))
     with pytest.raises(ValueError, match="no ONNX export .*framegraph export --avatar"):
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx")
-    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+    with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx-int8")
 
     agent = Agent(FramegraphAvatar(str(tmp_path / "me")))
@@ -226,4 +226,4 @@ def test_the_command_line_offers_pipecat_demo_and_its_help_imports_no_pipecat():
             "p.parse_args(argv)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "--runtime {torch,onnx,onnx-int8}" in r.stdout and "--video-delay-ms" in r.stdout and "--fps" in r.stdout
+    assert "--runtime {torch,compiled,onnx,onnx-int8}" in r.stdout and "--video-delay-ms" in r.stdout and "--fps" in r.stdout

@@ -99,7 +99,7 @@ SERVER_SIDE = [  # (pipeline, options, what the message must say)
     ("avatar", {"runtime": "onnx"}, "expected 'torch' (portrait 'astronaut' has no up-to-date onnx export"),
     ("avatar", {"backend": "onnx-int8"}, "expected 'torch' (portrait 'astronaut' has no up-to-date onnx-int8 export"),
     ("avatar", {"portrait": "me", "runtime": "onnx"}, "expected 'torch' (portrait 'me' has no up-to-date onnx export"),
-    ("avatar", {"portrait": "me", "runtime": "onnx-int8"}, "one of torch, onnx (portrait 'me' is a video avatar)"),
+    ("avatar", {"portrait": "me", "runtime": "onnx-int8"}, "one of torch, compiled, onnx (portrait 'me' is a video avatar)"),
     ("generate", {"model": "unloadable", "prompt": "a fox"}, "another of the server's models (this one does not load"),
     ("generate", {"prompt": "a fox", "size": "72x64"}, "the width, 72, is not; e.g. 64x64"),
     ("generate", {"prompt": "a fox", "size": "1040x64"}, "at most 1024 pixels on a side"),

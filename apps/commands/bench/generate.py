@@ -30,4 +30,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                             "exported first, into a temporary folder) or both, comma-separated, measured one after "
                             "the other in one run (e.g. torch,onnx; default torch)",
                          type=runtime_list(VAE_RUNTIMES), default=["torch"])
+    p.add_argument("--compile", action="store_true",
+                   help="the transformer and the torch VAE decoder on the compiled runtime (Inductor, and CUDA graphs "
+                        "on a GPU unless FRAMEGRAPH_CUDA_GRAPHS=0)")
+    p.add_argument("--warm", action="store_true",
+                   help="warm the graph before it starts (GenerateGraph.warm: the model load's second half); "
+                        "its time is recorded as warm_s and the first frame is then the first frame after preload")
     add_out_argument(p)

@@ -17,8 +17,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     parser.add_argument("--dtype", choices=get_args(Dtype), default=None,
                         help="input dtype (default: bfloat16 on CUDA, float32 on CPU)")
-    parser.add_argument("--iters", type=int, default=100, help="timed iterations per measurement (median reported)")
-    parser.add_argument("--warmup", type=int, default=10)
+    parser.add_argument("--warmup-ms", type=float, default=25.0, help="untimed calls for at least this long (25)")
+    parser.add_argument("--rep-ms", type=float, default=100.0, help="timed repetitions for at least this long (100)")
+    parser.add_argument("--iters", type=int, default=10_000,
+                        help="at most this many timed repetitions (the --rep-ms budget decides below it)")
+    parser.add_argument("--warmup", type=int, default=0, help="untimed calls besides --warmup-ms (kept for old scripts)")
+    parser.add_argument("--no-peaks", action="store_true", help="skip measuring the device's copy / matmul peaks")
     parser.add_argument("--backward", action="store_true", help="also time forward+backward")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
     parser.add_argument("--batch", type=int, default=1)

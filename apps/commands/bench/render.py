@@ -88,5 +88,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "OpenMP threads measured up to 10x slower; torch's choice on CUDA)")
     g.add_argument("--available-mib", type=float, default=None,
                    help="memory to treat as free when checking that a scene fits (default: ask the device)")
+    g.add_argument("--warmup-ms", type=float, default=25.0, help="CUDA: untimed frames for at least this long")
+    g.add_argument("--rep-ms", type=float, default=100.0, help="CUDA: timed frames for at least this long")
+    g.add_argument("--case-cap", type=float, default=None,
+                   help="seconds one case may take, every backend included (default 120 on CUDA, 600 on a "
+                        "CPU); a case over it is recorded as skipped and the run goes on")
+    g.add_argument("--no-peaks", action="store_true", help="skip measuring the device's copy / matmul peaks")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny run (a smoke test, not a measurement)")

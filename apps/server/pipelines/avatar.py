@@ -30,8 +30,6 @@ import logging
 import os
 from dataclasses import dataclass
 
-import torch
-
 from framegraph import assets
 from framegraph.apps.argtypes import AVATAR_RUNTIMES
 from framegraph.stream import Clock, Graph
@@ -93,9 +91,10 @@ class AvatarOptions(VideoOptions):
     steps: int | None = option(None, "sampler steps (default: the bundle's)", Integer(1, 4))
     state: str = option("auto", "speaking state: auto (voice activity decides), or forced speaking / listening / idle",
                         Choice(STATES), live=True)
-    runtime: str = option("torch", "where the models compute: torch, or ONNX Runtime on the CPU from the bundle's "
-                                   "export (onnx; onnx-int8: the models it keeps in int8 run int8)",
-                          Choice(AVATAR_RUNTIMES), alias="backend")
+    runtime: str | None = option(None, "where the models compute: compiled (Inductor, and CUDA graphs: the default "
+                                       "on a GPU), torch (the default on a CPU), or ONNX Runtime on the CPU from the "
+                                       "bundle's export (onnx; onnx-int8: the models it keeps in int8 run int8)",
+                                 Choice(AVATAR_RUNTIMES), alias="backend")
     codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures with "
                                 "alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
     background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, or "
@@ -136,6 +135,7 @@ def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) 
 def build(opts: AvatarOptions) -> Pipeline:
     from framegraph.models import runtime as models_runtime
     from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
+    from framegraph.models.runtime import default_device
 
     name = opts.portrait or default_avatar()
     try:
@@ -147,12 +147,13 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", "size", f"{opts.width}x{opts.height}", f"the avatar's size {size[0]}x{size[1]}")
     if opts.fps is not None and abs(opts.fps - fps) > 1e-6:
         raise bad_option("avatar", "fps", opts.fps, f"the avatar's frame rate {fps:g}")
+    runtime = opts.runtime or models_runtime.default_runtime(default_device())
     kind_runtimes = models_runtime.runtimes(f"avatar-{avatar.kind}")
-    if opts.runtime not in kind_runtimes:
-        raise bad_option("avatar", opts.key("runtime"), opts.runtime,
+    if runtime not in kind_runtimes:
+        raise bad_option("avatar", opts.key("runtime"), runtime,
                          f"one of {', '.join(kind_runtimes)} (portrait {name!r} is a {avatar.kind} avatar)")
     opts.size, opts.fps = size, fps
-    device = "cuda" if torch.cuda.is_available() and opts.runtime == "torch" else "cpu"
+    device = default_device() if runtime in ("torch", "compiled") else "cpu"
     matted = opts.background != "portrait"
     if matted and avatar.matte is None:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
@@ -165,10 +166,10 @@ def build(opts: AvatarOptions) -> Pipeline:
         ag = build_avatar_graph(avatar, mic, sink=None if matted else encoder, audio_sink=sink, graph=graph,
                                 device=device, steps=opts.steps, live=True, alpha=matted,
                                 torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
-                                runtime=opts.runtime)
+                                runtime=runtime)
     except ValueError as exc:  # ExportError: no up-to-date export
-        raise _refused(opts.key("runtime"), opts.runtime, "'torch'", exc,
-                       f"portrait {name!r} has no up-to-date {opts.runtime} export on this server") from None
+        raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
+                       f"portrait {name!r} has no up-to-date {runtime} export on this server") from None
     if matted:
         _matte_out(graph, ag.video, encoder, opts.background, size)
     ag.set_state(opts.state)
@@ -183,7 +184,7 @@ def build(opts: AvatarOptions) -> Pipeline:
                             "state": opts.state, "device": device,
                             "background": opts.background if isinstance(opts.background, str) else
                             list(opts.background),
-                            "runtime": opts.runtime, "backend": opts.runtime, "states": list(STATES)})
+                            "runtime": runtime, "backend": runtime, "states": list(STATES)})
 
 
 PIPELINE = PipelineSpec("avatar", "talking portrait driven by the client's microphone (state: auto | speaking | "

@@ -26,8 +26,6 @@ import logging
 import os
 from dataclasses import dataclass
 
-import torch
-
 from framegraph.apps.argtypes import VAE_RUNTIMES
 from framegraph.stream import Clock
 
@@ -170,10 +168,11 @@ def build(opts: GenerateOptions) -> Pipeline:
     from framegraph.models.generate import build_generate_graph, default_dtype, load_generate_model  # heavy
     from framegraph.models.generate.onnx import default_wan_onnx_dir
     from framegraph.models.onnx import ExportError
+    from framegraph.models.runtime import default_device, default_runtime
 
     name = opts.model or model_names()[0]
     folder = os.path.join(models_dir(), name)
-    device = "cuda" if torch.cuda.is_available() and opts.runtime == "torch" else "cpu"
+    device = default_device() if opts.runtime == "torch" else "cpu"
     try:
         gm = load_generate_model(folder, device=device, dtype=default_dtype(device))
     except (ValueError, OSError) as exc:
@@ -191,9 +190,11 @@ def build(opts: GenerateOptions) -> Pipeline:
                                   chunk_frames=opts.chunk_frames, timesteps=opts.timesteps, shift=opts.shift,
                                   seed=opts.seed, device=device, source=None if camera is None else camera.source,
                                   strength=opts.strength, clock=Clock("realtime"), fps=opts.fps, source_in_flight=2,
-                                  vae_runtime=opts.runtime,
+                                  vae_runtime=default_runtime(device) if opts.runtime == "torch" else opts.runtime,
+                                  denoiser_runtime=default_runtime(device),
                                   onnx_dir=default_wan_onnx_dir(folder, size_hw, opts.chunk_frames),
                                   **({"attention": opts.attention} if gm.family.name == "wan" else {}))
+        gg.warm()  # the session's first chunk then costs what a steady one does (compiled: built, cached)
     except ExportError as exc:
         raise _refused(opts.key("runtime"), opts.runtime,
                        f"'torch' (model {name!r} has no up-to-date ONNX export of its VAE decoder for size "

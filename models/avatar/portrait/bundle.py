@@ -50,6 +50,7 @@ from ..base import (
     require_matte,
     write_matte_png,
 )
+from . import compiled as _compiled  # noqa: F401  (registers the compiled runtime)
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
 from .onnx import export_avatar
 
@@ -127,12 +128,14 @@ class PortraitAvatar(PictureSize):
                 "steps": int(self.steps), "shift": float(self.shift), "vad": bool(self.vad),
                 "latent_norm": {"mean": c.latent_mean, "std": c.latent_std}}
 
-    def composite(self, device: str = "cpu", alpha: bool = False) -> Composite:
+    def composite(self, device: str = "cpu", alpha: bool = False, out_device: str | None = None) -> Composite:
         """The :class:`~framegraph.models.composite.Composite` stage that pastes the generated region into the
-        portrait (default feathered ellipse); ``alpha``: it also sends the portrait's matte on an ``"alpha"`` port
-        (:class:`~..base.AvatarError` when the bundle has none)."""
+        portrait (default feathered ellipse); its picture goes to ``out_device`` (default ``device``); ``alpha``: it
+        also sends the portrait's matte on an ``"alpha"`` port (:class:`~..base.AvatarError` when the bundle has
+        none)."""
         matte = require_matte(self, self.matte, MATTE_FILE) if alpha else None
-        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device, alpha=matte)
+        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device, alpha=matte,
+                         out_device=out_device)
 
     def add_matte(self) -> str:
         """Compute the portrait's person matte (:func:`~framegraph.models.matte.person_matte`) and write it into the
@@ -168,7 +171,7 @@ class PortraitAvatar(PictureSize):
                                  max_lag_ms=settings.max_lag_ms, engine=engines.dit))
         dec = graph.add(VAEDecode(self.vae, size=self.region_size, chunk_frames=self.chunk_frames, fps=self.fps,
                                   device=settings.device, reference=self.region()[0], engine=engines.vae))
-        comp = graph.add(self.composite(settings.device, alpha=settings.alpha))
+        comp = graph.add(self.composite(settings.device, alpha=settings.alpha, out_device=settings.video_device))
         graph.connect(features, den, "features", "features", capacity=8)
         graph.connect(state, den, "state", "state", capacity=8)
         graph.connect(den, dec, "latent", "latent", capacity=2)

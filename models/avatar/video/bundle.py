@@ -45,6 +45,7 @@ from framegraph.stream.files import write_json
 from framegraph.stream.media import MediaError, read_video
 
 from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part, require_matte
+from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and compiled)
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
 from .onnx import export_video_avatar
@@ -188,19 +189,25 @@ class VideoAvatar(PictureSize):
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
-        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on
-        the CPU, whatever ``settings.device`` (the loop frames live there): in torch, or the audio encoder and the
-        generator on ONNX Runtime (:mod:`.onnx`). ``settings.alpha``: the loop also plays the frames' mattes, which
-        the mouth region passes on beside its picture (the lower face is redrawn inside the person)."""
+        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). The two small models and
+        the picture compute on ``settings.device`` on its ``runtime`` (:mod:`.engines`: torch, compiled; or on the
+        CPU the audio encoder and the generator on ONNX Runtime, :mod:`.onnx`); the audio side and the loop frames
+        stay on the CPU, each picked frame uploaded. ``settings.alpha``: the loop also plays the frames' mattes,
+        which the mouth region passes on beside its picture (the lower face is redrawn inside the person)."""
         mattes = require_matte(self, self.matte, MATTE_FILE) if settings.alpha else None
         engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
+        device = settings.device
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       engine=engines.audio), "cpu")
-        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
-        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, matte=settings.alpha,
-                                                  torch_threads=settings.torch_threads, engine=engines.generator))
+        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
+                                     engine=engines.head))
+        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
+                                   device=device))
+        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
+                                                  out_device=settings.video_device, matte=settings.alpha,
+                                                  torch_threads=settings.torch_threads, engine=engines.picture,
+                                                  generator_engine=engines.generator, graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
@@ -342,9 +349,12 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
+def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
+                        generator_channels: tuple[int, ...] = (8, 16, 16, 16)) -> VideoAvatar:
     """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
-    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
+    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync.
+    ``generator_channels``: the mouth generator's widths (the trained bundles' are ``MouthGenerator``'s default,
+    ``(24, 48, 96, 96)``: what a speed measurement wants)."""
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
@@ -357,7 +367,7 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
     mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        generator = MouthGenerator(channels=(8, 16, 16, 16), sample_size=region_size).eval()
+        generator = MouthGenerator(channels=tuple(generator_channels), sample_size=region_size).eval()
         encoder = default_encoder(seed)
         head = ShapeHead(feature_dim=encoder.feature_dim).eval()
     return VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=frames, boxes=boxes,

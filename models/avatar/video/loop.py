@@ -101,15 +101,16 @@ class VideoLoop(Stage):
         mattes: ``uint8 [N, H, W]`` each frame's person matte, or None; given, the matte of the frame shown (blended
             as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
 
-    Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``), keeping the state's pts and flags. A stream starts at
+    Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
+    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``) on ``device`` (the loop frames
+    stay on the CPU: each is uploaded as it is picked), keeping the state's pts and flags. A stream starts at
     the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
     barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
     range; a jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 mattes: torch.Tensor | None = None, name: str = "loop"):
+                 mattes: torch.Tensor | None = None, device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -121,14 +122,14 @@ class VideoLoop(Stage):
         self.cursor = LoopCursor(len(self.frames), idle, nearest_idle, fade)
         H, W = self.frames.shape[1:3]
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
-        self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu")}
+        self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, device), "box": PortSpec((4,), torch.int32, device)}
         self.mattes = None
         if mattes is not None:
             if mattes.dtype != torch.uint8 or tuple(mattes.shape) != (len(self.frames), H, W):
                 raise ValueError(f"VideoLoop: mattes are {mattes.dtype} {list(mattes.shape)}; expected uint8 "
                                  f"[{len(self.frames)}, {H}, {W}]")
             self.mattes = mattes
-            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, "cpu")
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, device)
 
     def setup(self, ctx):
         super().setup(ctx)

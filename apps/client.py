@@ -62,8 +62,8 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned audio to an MP4
-    (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
+    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned
+    audio to an MP4 (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
     did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
 
     def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,

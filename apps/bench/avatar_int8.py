@@ -304,7 +304,8 @@ def summary_lines(result: dict) -> list[str]:
     for name, v in result["variants"].items():
         q, s = v["quality"], v["speed"]
         lines.append(
-            f"{name:>14}: openness corr. {q['openness_corr']:.4f} ({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
+            f"{name:>14}: openness corr. {q['openness_corr']:.4f} "
+            f"({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
             f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
             f"{s['fps']:.1f} fps; p50 ms "
             + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items() if k in STAGE.values())

@@ -214,7 +214,8 @@ class Gateway:
                                              "capacity": sum(r["capacity"] for r in up)}), "application/json")
         if path in ("/metrics", "/cluster"):
             if not token_ok(s.token, request):
-                return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+                return response(401, "missing or wrong token\n",
+                                extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
             if path == "/cluster":
                 return response(200, json.dumps(self.view()), "application/json")
             return response(200, self.metrics_text(), PROMETHEUS_TYPE)

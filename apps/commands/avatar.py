@@ -155,7 +155,8 @@ def _add_train_model_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--vae-steps", type=positive_int, default=300, help="VAE training steps (300)")
     t.add_argument("--distill-steps", type=int, default=150, help="few-step distillation steps (150; 0: none)")
     t.add_argument("--rollout-steps", type=int, default=150, help="rollout (anti-drift) steps (150; 0: none)")
-    t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step / regions per generator step (8)")
+    t.add_argument("--batch", type=positive_int, default=8,
+                   help="windows per DiT step / regions per generator step (8)")
     t.add_argument("--window", type=positive_int, default=8, help="frames per training window (8)")
     t.add_argument("--lr", type=positive_float, help="peak learning rate (DiT 1e-3, kind video 2e-3)")
     t.add_argument("--region", type=positive_int, default=None,
@@ -195,7 +196,8 @@ def _add_matte(sub) -> None:
     m = sub.add_parser("matte", help="add the person matte to a bundle made before avatars had one (for --alpha, "
                                      "--background and scenes)",
                        description="Compute the person matte of a bundle's portrait (or of each loop frame of a video "
-                                   "avatar) and write it into the bundle (matte.png / matte.npz); nothing else changes.")
+                                   "avatar) and write it into the bundle (matte.png / matte.npz); nothing else "
+                                   "changes.")
     m.add_argument("--avatar", required=True, help="the avatar bundle folder")
 
 

@@ -299,7 +299,8 @@ class Session:
             raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no audio")
         if header.kind != Kind.PCM16:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}) or a "
-                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind {int(header.kind)}")
+                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind "
+                                                      f"{int(header.kind)}")
         if len(payload) % 2:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"PCM16 payload of {len(payload)} bytes is not a whole "
                                                       f"number of samples")

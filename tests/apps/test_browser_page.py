@@ -3,9 +3,9 @@ that transport's; the page over WebRTC, its default, is test_browser_webrtc.py) 
 against a real server on loopback.
 
 Chromium's fake microphone plays a speech-like WAV written here; the page streams it to the ``scope``
-pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own measurements (``window.fg.stats()``)
-and screenshots: frames are presented on the canvas, the page's glass-to-glass delay (mic capture →
-frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
+pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own
+measurements (``window.fg.stats()``) and screenshots: frames are presented on the canvas, the page's glass-to-glass
+delay (mic capture → frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
 WebCodecs), and in the ``scene`` viewer a mouse drag turns the camera: the page sends ``pose`` messages,
 the server's camera receives exactly them, and the rendered picture changes.
 

@@ -364,7 +364,8 @@ def test_metrics_healthz_and_static_files():
 
     assert stages("framegraph_stage_work_seconds") == {"mic", "scope", "encode", "send"}
     assert stages("framegraph_stage_output_wait_seconds") == {"mic", "scope", "encode"}  # the sink has no output
-    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}  # mic: the client's audio
+    # mic: the client's audio
+    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}
     e2e = {n: v for n, labels, v in m["framegraph_end_to_end_latency_seconds"]["samples"] if labels.get("le") in
            (None, "+Inf")}
     assert e2e["framegraph_end_to_end_latency_seconds_count"] > 5

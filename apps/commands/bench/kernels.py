@@ -13,7 +13,8 @@ IMPLEMENTATION = "framegraph.apps.bench.kernels"  # its run(args) and figure(dat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"), help="JSON file to write (PNG beside it)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"),
+                        help="JSON file to write (PNG beside it)")
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     parser.add_argument("--dtype", choices=get_args(Dtype), default=None,
                         help="input dtype (default: bfloat16 on CUDA, float32 on CPU)")

@@ -1,10 +1,10 @@
 """The ``scene_avatar`` pipeline: the talking avatar standing in a 3D scene — the client's microphone drives the
 avatar, its camera poses drive the scene, one video comes back.
 
-    mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)──────────┐
-        │                                                                                        ▼
-        │   camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
-        └──────────────────────────────── audio echoed back, same clock ─────────────────────────────────────▲
+    mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)────┐
+    │                                                                                      ▼
+    │ camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
+    └──────────────────────────────── audio echoed back, same clock ───────────────────────────────────▲
 
 (:func:`framegraph.apps.scene_avatar.build_scene_avatar_graph` with ``live``.) The scene frames set the pace; each
 shows the avatar's newest frame, so the page can orbit while the avatar talks, and keeps orbiting between utterances

@@ -51,6 +51,7 @@ from framegraph.apps.server.protocol import (
 from framegraph.renderers.cameras import look_at
 from framegraph.stream import TICKS_PER_SECOND
 from framegraph.stream.media import decode_audio, iter_video_frames, scale_picture
+from framegraph.stream.telemetry import percentiles
 
 CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
 
@@ -155,10 +156,11 @@ def _partial_name(path: str) -> str:
 # ---- the session --------------------------------------------------------------------------------------
 
 def _percentiles(values: list[float]) -> dict:
+    """``values`` (ms) as the summary's count, p50 / p95 / p99 and max, rounded to the µs."""
     if not values:
         return {"count": 0}
     v = np.asarray(values)
-    p50, p95, p99 = np.percentile(v, [50, 95, 99])
+    p50, p95, p99 = percentiles(v, (50, 95, 99))
     return {"count": len(v), "p50_ms": round(float(p50), 3), "p95_ms": round(float(p95), 3),
             "p99_ms": round(float(p99), 3), "max_ms": round(float(v.max()), 3)}
 

@@ -183,9 +183,7 @@ def _add_train_model_options(t: argparse.ArgumentParser) -> None:
                    help="take a trained audio encoder from this avatar (or encoder) folder instead; default for "
                         "clips without mouth ground truth (--video): the shipped astronaut's")
     t.add_argument("--no-vad", action="store_true", help="no Silero VAD (state idle / listening only)")
-    t.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
-    t.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
-    t.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+    _add_training_run_options(t)
     t.add_argument("--seed", type=int, default=0, help="seed (0)")
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train checkpoints (default on)")
@@ -227,11 +225,16 @@ def _add_refine(sub) -> None:
     r.add_argument("--latent-noise", type=float, default=0.5,
                    help="largest std of the noise put on the latents while training (0.5; 0: none), so the decoder "
                         "decodes the denoiser's imperfect latents as cleanly as the encoder's")
-    r.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
-    r.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
-    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+    _add_training_run_options(r)
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train/vae's checkpoint (default on)")
+
+
+def _add_training_run_options(p: argparse.ArgumentParser) -> None:
+    """The options ``train`` and ``refine`` share: how many of the clips, and the machine the training runs on."""
+    p.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
 
 
 def _add_eval(sub) -> None:

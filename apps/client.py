@@ -51,6 +51,7 @@ from framegraph.apps.server.protocol import (
 from framegraph.renderers.cameras import look_at
 from framegraph.stream import TICKS_PER_SECOND
 from framegraph.stream.media import decode_audio, iter_video_frames, scale_picture
+from framegraph.stream.telemetry import percentiles
 
 CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
 
@@ -62,8 +63,8 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned audio to an MP4
-    (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
+    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned
+    audio to an MP4 (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
     did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
 
     def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,
@@ -155,10 +156,11 @@ def _partial_name(path: str) -> str:
 # ---- the session --------------------------------------------------------------------------------------
 
 def _percentiles(values: list[float]) -> dict:
+    """``values`` (ms) as the summary's count, p50 / p95 / p99 and max, rounded to the µs."""
     if not values:
         return {"count": 0}
     v = np.asarray(values)
-    p50, p95, p99 = np.percentile(v, [50, 95, 99])
+    p50, p95, p99 = percentiles(v, (50, 95, 99))
     return {"count": len(v), "p50_ms": round(float(p50), 3), "p95_ms": round(float(p95), 3),
             "p99_ms": round(float(p99), 3), "max_ms": round(float(v.max()), 3)}
 

@@ -230,6 +230,79 @@ async def _drain(track, handle) -> None:
         handle(frame)
 
 
+def _control_handler(receiver: _Receiver, tally: _Tally, ready_box: list[dict], got_ready: asyncio.Event,
+                     ended: asyncio.Event):
+    """The data channel's message handler: ``frame`` timings and the ``rtp`` anchor go to the receiver,
+    ``ready`` into ``ready_box``, the rest to the tally; ``close``, ``ended`` (or an error before ``ready``)
+    set ``ended``."""
+    def on_message(text) -> None:
+        msg = json.loads(text)
+        kind = msg.get("type")
+        if kind == "frame":
+            receiver.on_frame_message(msg)
+        elif kind == "rtp":
+            receiver.audio_anchor = (msg["pts"], msg["rtp_timestamp"])
+        elif kind == "ready":
+            ready_box.append(msg)
+            got_ready.set()
+        elif kind == "close":
+            ended.set()
+        else:
+            tally.text(msg)
+            if kind == "ended" or (kind == "error" and not got_ready.is_set()):
+                ended.set()
+                got_ready.set()
+        tally.arrived.set()
+
+    return on_message
+
+
+def _track_handler(pc, receiver: _Receiver, tasks: list, frames_ns: list | None, release_at_marker: bool):
+    """The peer connection's ``track`` handler: each of the server's tracks drained into the receiver by a task
+    added to ``tasks`` (each video frame's receipt time also appended to ``frames_ns``, when given)."""
+    def on_track(track):
+        rtp_receiver = next((r for r in pc.getReceivers() if r.track is track), None)
+        setattr(receiver, f"{track.kind}_receiver", rtp_receiver)
+        if track.kind == "video" and release_at_marker:
+            _release_at_marker(rtp_receiver)
+        def on_video(frame):
+            now = time.monotonic_ns()
+            if frames_ns is not None:
+                frames_ns.append(now)
+            receiver.on_video(frame, now)
+
+        handle = on_video if track.kind == "video" else receiver.on_audio
+        tasks.append(asyncio.ensure_future(_drain(track, handle)))
+
+    return on_track
+
+
+def _add_media(pc, channel, audio: np.ndarray | None, seconds: float | None) -> _Microphone | None:
+    """Receive video; send ``audio`` as a live microphone (its ``clock`` messages on ``channel``), or receive
+    audio when there is none to send. Returns the microphone (None without audio)."""
+    mic = None
+    pc.addTransceiver("video", direction="recvonly")
+    if audio is not None:
+        mic = _Microphone(audio, seconds, lambda rtp, ns: channel.send(json.dumps(
+            {"type": "clock", "rtp_timestamp": rtp, "capture_ns": ns})) if channel.readyState == "open" else None)
+        mic.sender = pc.addTrack(mic.track)
+    else:
+        pc.addTransceiver("audio", direction="recvonly")
+    return mic
+
+
+async def _await_ready(pc, got_ready: asyncio.Event, ready_box: list[dict], tally: _Tally) -> dict:
+    """The server's ``ready`` message, waited for 30 s at most; a :class:`ClientError` when none comes or the
+    session failed before it."""
+    try:
+        await asyncio.wait_for(got_ready.wait(), 30)
+    except TimeoutError:
+        raise ClientError(f"no \"ready\" within 30 s (ICE state {pc.iceConnectionState})") from None
+    if not ready_box:
+        raise ClientError(f"session failed before ready: {tally.errors}")
+    return ready_box[0]
+
+
 async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: dict | None = None, *,
                                 audio: np.ndarray | None = None, seconds: float | None = None,
                                 token: str | None = None, out: str | None = None, end_timeout_s: float = 15.0,
@@ -251,53 +324,11 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     channel = pc.createDataChannel("control")
     ready_box: list[dict] = []
     got_ready, ended = asyncio.Event(), asyncio.Event()
-    mic = None
-
-    def on_message(text) -> None:
-        msg = json.loads(text)
-        kind = msg.get("type")
-        if kind == "frame":
-            receiver.on_frame_message(msg)
-        elif kind == "rtp":
-            receiver.audio_anchor = (msg["pts"], msg["rtp_timestamp"])
-        elif kind == "ready":
-            ready_box.append(msg)
-            got_ready.set()
-        elif kind == "close":
-            ended.set()
-        else:
-            tally.text(msg)
-            if kind == "ended" or (kind == "error" and not got_ready.is_set()):
-                ended.set()
-                got_ready.set()
-        tally.arrived.set()
-
-    channel.on("message", on_message)
+    channel.on("message", _control_handler(receiver, tally, ready_box, got_ready, ended))
     tasks = []
-
-    @pc.on("track")
-    def on_track(track):
-        rtp_receiver = next((r for r in pc.getReceivers() if r.track is track), None)
-        setattr(receiver, f"{track.kind}_receiver", rtp_receiver)
-        if track.kind == "video" and release_at_marker:
-            _release_at_marker(rtp_receiver)
-        def on_video(frame):
-            now = time.monotonic_ns()
-            if frames_ns is not None:
-                frames_ns.append(now)
-            receiver.on_video(frame, now)
-
-        handle = on_video if track.kind == "video" else receiver.on_audio
-        tasks.append(asyncio.ensure_future(_drain(track, handle)))
-
+    pc.on("track", _track_handler(pc, receiver, tasks, frames_ns, release_at_marker))
     pc.on("connectionstatechange", lambda: ended.set() if pc.connectionState in ("failed", "closed") else None)
-    pc.addTransceiver("video", direction="recvonly")
-    if audio is not None:
-        mic = _Microphone(audio, seconds, lambda rtp, ns: channel.send(json.dumps(
-            {"type": "clock", "rtp_timestamp": rtp, "capture_ns": ns})) if channel.readyState == "open" else None)
-        mic.sender = pc.addTrack(mic.track)
-    else:
-        pc.addTransceiver("audio", direction="recvonly")
+    mic = _add_media(pc, channel, audio, seconds)
     t_start = time.monotonic_ns()
     endpoint = offer_url(url)
     try:
@@ -306,13 +337,7 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
                                                                 "pipeline": pipeline, "options": options or {}}, token)
         await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
         survive_loss(pc)
-        try:
-            await asyncio.wait_for(got_ready.wait(), 30)
-        except TimeoutError:
-            raise ClientError(f"no \"ready\" within 30 s (ICE state {pc.iceConnectionState})") from None
-        if not ready_box:
-            raise ClientError(f"session failed before ready: {tally.errors}")
-        ready = ready_box[0]
+        ready = await _await_ready(pc, got_ready, ready_box, tally)
         video = ready["video"]
         if ready.get("audio_in") and audio is None:
             raise ClientError(f"pipeline {pipeline!r} takes audio input: pass --audio FILE")

@@ -70,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"no CUDA device: CPU only ({info['cpu_count']} cores); kernels use their torch references")
     b = info["backends"]
     print(f"backends: triton kernels {'yes' if b['triton_kernels'] else 'no'}, triton interpreter "
-          f"{'yes' if b['triton_interpreter'] else 'no'}, onnxruntime {', '.join(b['onnxruntime_providers']) or 'none'}")
+          f"{'yes' if b['triton_interpreter'] else 'no'}, "
+          f"onnxruntime {', '.join(b['onnxruntime_providers']) or 'none'}")
     print("encoders: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in b["encoders"].items()))
     return 0

@@ -43,7 +43,8 @@ class GraphedStep:
 
     def __init__(self, fn: Callable, *, enabled: bool = True, state: Sequence[torch.Tensor] = (), warmup: int = 2,
                  pool=None, name: str = "step"):
-        self.fn, self.enabled, self.state, self.warmup, self.pool, self.name = fn, enabled, list(state), warmup, pool, name
+        self.fn, self.enabled, self.state = fn, enabled, list(state)
+        self.warmup, self.pool, self.name = warmup, pool, name
         self.graph: torch.cuda.CUDAGraph | None = None
         self.inputs: list[torch.Tensor] = []
         self.output = None

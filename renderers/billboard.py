@@ -191,10 +191,10 @@ class QuadInScene(Stage):
         shadow: the contact shadow's strength (0: none).
         matte: the pictures come with their matte on ``"alpha"``; False: they are opaque (a screen in the scene).
 
-    Ports: in ``"image"`` ``uint8 [h, w, 3]``, ``"alpha"`` ``uint8 [h, w]`` (the picture's, with ``matte``), ``"video"`` ``uint8
-    [H, W, 3]``, ``"depth"`` / ``"opacity"`` ``float32 [H, W]``, ``"camera"`` ``float32 [2, 4, 4]`` (the scene's,
-    from a :class:`~.stages.RenderStage` with ``layers``); out ``"video"`` ``uint8 [H, W, 3]``, with the picture's pts
-    (its ports come first: on a shared clock both branches stamp the same pts for the same instant).
+    Ports: in ``"image"`` ``uint8 [h, w, 3]``, ``"alpha"`` ``uint8 [h, w]`` (the picture's, with ``matte``), ``"video"``
+    ``uint8 [H, W, 3]``, ``"depth"`` / ``"opacity"`` ``float32 [H, W]``, ``"camera"`` ``float32 [2, 4, 4]`` (the
+    scene's, from a :class:`~.stages.RenderStage` with ``layers``); out ``"video"`` ``uint8 [H, W, 3]``, with the
+    picture's pts (its ports come first: on a shared clock both branches stamp the same pts for the same instant).
     """
 
     def __init__(self, placement: Placement, *, image_size: tuple[int, int], frame_size: tuple[int, int],

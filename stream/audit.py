@@ -69,7 +69,8 @@ class _Reads(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = HOST_READS.get(func)
-        if name is None and func is torch.Tensor.to and args and args[0].device.type != "cpu" and _to_host(args, kwargs):
+        to_host = func is torch.Tensor.to and args and args[0].device.type != "cpu" and _to_host(args, kwargs)
+        if name is None and to_host:
             name = "Tensor.to(cpu)"
         if name is None:
             return func(*args, **kwargs)

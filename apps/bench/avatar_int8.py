@@ -58,6 +58,16 @@ from .speech import speech
 
 STAGE = {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}  # the stage each model runs in
 
+QUALITY_MEASURE = ("avatar eval (models/avatar/eval/synthetic.py, real_measures=False): openness_corr and "
+                   "identity_ssim, means over the clips")
+SPEED_MEASURE = {
+    "side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
+    "recorded from the float32 stages; p50 per call; per model: p50 x calls "
+    "per frame summed over its files (the decision's figure)",
+    "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
+    "per-stage process() p50, median over the rounds",
+}
+
 
 def _clips(args, tmp: str) -> list[tuple[str, str]]:
     folder = args.clips
@@ -110,11 +120,7 @@ def _speed(runs: list[dict]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in MODES for m in modes):
-        raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
-    if args.rounds < 1 or args.clip_count < 1:
-        raise ValueError("--rounds and --clip-count must be >= 1")
+    modes = _modes(args)
     result = bench_metadata("avatar_int8")
     avatar = load_avatar(args.avatar)
     audio, audio_info = speech(args.seconds, seed=0)
@@ -122,21 +128,7 @@ def run(args: argparse.Namespace) -> int:
         clips = _clips(args, tmp)
         fp32 = os.path.join(tmp, "fp32")
         export_avatar(avatar, fp32)
-        variants = {"fp32": {"backend": "onnx", "onnx_dir": fp32, "mode": None, "models": []}}
-        quantize_s = {}
-        for mode in modes:
-            full = os.path.join(tmp, mode)
-            shutil.copytree(fp32, full)
-            t = time.perf_counter()
-            quantize_export(avatar, full, mode, models=[], log=print)
-            quantize_s[mode] = time.perf_counter() - t
-            for model in STAGE:
-                variants[f"{mode}:{model}"] = {
-                    "backend": "onnx-int8",
-                    "mode": mode,
-                    "models": [model],
-                    "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"), avatar, [model]),
-                }
+        variants, quantize_s = _variants(avatar, tmp, fp32, modes)
         feeds = record_inputs(avatar, fp32, audio)
         frames = len(feeds["dit_commit"]) * avatar.chunk_frames
         side = {
@@ -144,13 +136,7 @@ def run(args: argparse.Namespace) -> int:
             for mode in modes
         }
         measured = _measure(avatar, variants, clips, audio, args)
-        decisions = {}
-        for mode in modes:
-            per = {
-                model: {**measured[f"{mode}:{model}"]["quality"], "ms_per_frame": side[mode]["ms_per_frame"][model]}
-                for model in STAGE
-            }
-            decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
+        decisions = _decisions(modes, measured, side)
         best = max(modes, key=lambda m: len(decisions[m]["models"]))
         kept = decisions[best]["models"]
         if len(kept) > 1:  # the models that hold, together
@@ -167,39 +153,14 @@ def run(args: argparse.Namespace) -> int:
     result.update(
         {
             "avatar": _shown_path(args.avatar),
-            "settings": {
-                "modes": modes,
-                "rounds": args.rounds,
-                "seconds": args.seconds,
-                "torch_threads": args.torch_threads,
-                "clips": [os.path.basename(c) for c, _ in clips],
-                "clips_source": args.clips
-                or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 (made by the bench)",
-                "tolerance": TOLERANCE,
-                "audio": {**audio_info, "seconds": args.seconds},
-            },
-            "quality_measure": "avatar eval (models/avatar/eval/synthetic.py, real_measures=False): openness_corr and "
-            "identity_ssim, means over the clips",
-            "speed_measure": {
-                "side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
-                "recorded from the float32 stages; p50 per call; per model: p50 x calls "
-                "per frame summed over its files (the decision's figure)",
-                "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
-                "per-stage process() p50, median over the rounds",
-            },
+            "settings": _settings(args, modes, clips, audio_info),
+            "quality_measure": QUALITY_MEASURE,
+            "speed_measure": SPEED_MEASURE,
             "quantize_seconds": quantize_s,
             "side_by_side": side,
             "variants": measured,
             "decisions": decisions,
-            "decision": {
-                "mode": best if kept else None,
-                "models": kept,
-                "summary": (
-                    f"int8 ({best}) kept for {', '.join(kept)}"
-                    if kept
-                    else "no model holds quality and speed in int8: the export's default keeps float32"
-                ),
-            },
+            "decision": _decision(best, kept),
         }
     )
     png = write_result(result, args.out, figure)
@@ -207,6 +168,76 @@ def run(args: argparse.Namespace) -> int:
         print(line)
     print(f"wrote {args.out} and {png}")
     return 0
+
+
+def _modes(args: argparse.Namespace) -> list[str]:
+    """The ``--modes`` asked for, checked (with ``--rounds`` and ``--clip-count``)."""
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
+    if args.rounds < 1 or args.clip_count < 1:
+        raise ValueError("--rounds and --clip-count must be >= 1")
+    return modes
+
+
+def _variants(avatar, tmp: str, fp32: str, modes: list[str]) -> tuple[dict, dict]:
+    """The float32 export at ``fp32`` quantized whole per mode (into ``tmp``), and the variants measured: float32
+    and, per mode, each model alone in int8. Returns the variants and the seconds each mode's quantization took."""
+    variants = {"fp32": {"backend": "onnx", "onnx_dir": fp32, "mode": None, "models": []}}
+    quantize_s = {}
+    for mode in modes:
+        full = os.path.join(tmp, mode)
+        shutil.copytree(fp32, full)
+        t = time.perf_counter()
+        quantize_export(avatar, full, mode, models=[], log=print)
+        quantize_s[mode] = time.perf_counter() - t
+        for model in STAGE:
+            variants[f"{mode}:{model}"] = {
+                "backend": "onnx-int8",
+                "mode": mode,
+                "models": [model],
+                "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"), avatar, [model]),
+            }
+    return variants, quantize_s
+
+
+def _decisions(modes: list[str], measured: dict, side: dict) -> dict:
+    """Per mode, :func:`choose_int8` on each model's quality in int8 and its side-by-side time per frame."""
+    decisions = {}
+    for mode in modes:
+        per = {
+            model: {**measured[f"{mode}:{model}"]["quality"], "ms_per_frame": side[mode]["ms_per_frame"][model]}
+            for model in STAGE
+        }
+        decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
+    return decisions
+
+
+def _settings(args: argparse.Namespace, modes: list[str], clips, audio_info: dict) -> dict:
+    """The result's ``settings``: what the run measured, and on what."""
+    return {
+        "modes": modes,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "torch_threads": args.torch_threads,
+        "clips": [os.path.basename(c) for c, _ in clips],
+        "clips_source": args.clips or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 (made by the bench)",
+        "tolerance": TOLERANCE,
+        "audio": {**audio_info, "seconds": args.seconds},
+    }
+
+
+def _decision(best: str, kept: list[str]) -> dict:
+    """The result's ``decision``: the mode and the models kept in int8 (none: float32)."""
+    return {
+        "mode": best if kept else None,
+        "models": kept,
+        "summary": (
+            f"int8 ({best}) kept for {', '.join(kept)}"
+            if kept
+            else "no model holds quality and speed in int8: the export's default keeps float32"
+        ),
+    }
 
 
 def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
@@ -273,7 +304,8 @@ def summary_lines(result: dict) -> list[str]:
     for name, v in result["variants"].items():
         q, s = v["quality"], v["speed"]
         lines.append(
-            f"{name:>14}: openness corr. {q['openness_corr']:.4f} ({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
+            f"{name:>14}: openness corr. {q['openness_corr']:.4f} "
+            f"({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
             f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
             f"{s['fps']:.1f} fps; p50 ms "
             + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items() if k in STAGE.values())

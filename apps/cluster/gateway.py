@@ -42,6 +42,7 @@ from framegraph.apps.server.http import (
     token_ok,
 )
 from framegraph.apps.server.http_post import PostConnection
+from framegraph.apps.server.loop_thread import LoopThread
 
 from . import metrics
 from .settings import ClusterSettings
@@ -180,13 +181,9 @@ class Gateway:
         if getattr(request, "method", "GET") == "POST":  # a WebRTC offer: 307 to the chosen replica's own endpoint
             if path != "/webrtc/offer":
                 return response(404, f"nothing to POST at {path}; WebRTC offers go to /webrtc/offer\n")
-            refused = self._refuse(request)
+            placed, refused = self._admit(request)
             if refused is not None:
                 return refused
-            try:
-                placed = self.place()
-            except ClusterFull as exc:
-                return response(503, f"{exc}\n", extra={"Retry-After": "5"})
             where = urlsplit(placed["url"])  # ws://REPLICA:PORT/ws?ticket=T → http://REPLICA:PORT/webrtc/offer?ticket=T
             location = f"http://{where.netloc}/webrtc/offer?{where.query}"
             return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": location})
@@ -194,13 +191,9 @@ class Gateway:
             if path == WS_PATH and not upgrade:
                 return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",
                                 extra={"Upgrade": "websocket"})
-            refused = self._refuse(request)
+            placed, refused = self._admit(request)
             if refused is not None:
                 return refused
-            try:
-                placed = self.place()
-            except ClusterFull as exc:
-                return response(503, f"{exc}\n", extra={"Retry-After": "5"})
             if path == "/place":
                 return response(200, json.dumps(placed), "application/json")
             return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": placed["url"]})
@@ -214,11 +207,23 @@ class Gateway:
                                              "capacity": sum(r["capacity"] for r in up)}), "application/json")
         if path in ("/metrics", "/cluster"):
             if not token_ok(s.token, request):
-                return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+                return response(401, "missing or wrong token\n",
+                                extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
             if path == "/cluster":
                 return response(200, json.dumps(self.view()), "application/json")
             return response(200, self.metrics_text(), PROMETHEUS_TYPE)
         return pipelines_response(path) or static_file(WEB_ROOT, path)
+
+    def _admit(self, request) -> tuple[dict | None, object]:
+        """``(placed, None)``: the session placed on a replica (:meth:`place`); ``(None, response)`` when the front
+        door's checks refuse the request (:meth:`_refuse`) or no replica has room (503)."""
+        refused = self._refuse(request)
+        if refused is not None:
+            return None, refused
+        try:
+            return self.place(), None
+        except ClusterFull as exc:
+            return None, response(503, f"{exc}\n", extra={"Retry-After": "5"})
 
     def _refuse(self, request):
         """The single server's checks (Host, Origin, token) at the front door; None when they pass."""
@@ -237,38 +242,23 @@ class Gateway:
         return None
 
 
-class _Listener:
+class _Listener(LoopThread):
     """The front door's HTTP port: websockets' server on its own event loop thread, every request
     answered by :meth:`Gateway.route`."""
 
     def __init__(self, gateway: Gateway):
         self.gateway = gateway
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
         self.url = ""
-        self._thread = threading.Thread(target=self._main, name="cluster-front-door", daemon=True)
+        super().__init__("cluster-front-door")
 
     def start(self) -> str:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._start_thread()
         return self.url
 
     def stop(self) -> None:
         if self._stop is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(5)
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            self._ready.set()
 
     async def _serve(self) -> None:
         s = self.gateway.settings

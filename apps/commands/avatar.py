@@ -59,6 +59,15 @@ IMPLEMENTATION = "framegraph.apps.avatar"  # its run(args) runs the command
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     sub = p.add_subparsers(dest="avatar_command", required=True, metavar="WHAT")
+    _add_synth(sub)
+    _add_train(sub)
+    _add_matte(sub)
+    _add_refine(sub)
+    _add_eval(sub)
+
+
+def _add_synth(sub) -> None:
+    """``avatar synth``: synthetic talking clips of a portrait, with their ground truth."""
     s = sub.add_parser("synth", help="write synthetic talking clips (MP4 + JSON ground truth) of a portrait",
                        description="Animate a portrait with eSpeak NG speech in several voices, rates and "
                                    "pitches: visemes from the phoneme events, blinks, head motion, idle and "
@@ -78,6 +87,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="H.264 setting of the clips: offline (crf 20, default) or master (crf 10: ~2.5x the bytes, "
                         "closer to the portrait)")
 
+
+def _add_train(sub) -> None:
+    """``avatar train``: an avatar bundle from clips, synthetic ones or a person's own video."""
     t = sub.add_parser("train", help="train an avatar bundle from talking clips, synthetic ones (--synth) or a "
                                      "person's own video (--video)",
                        description="Train the VAE on the face region, encode the clips once, train the DiT with "
@@ -94,6 +106,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--video", metavar="FILE",
                      help="a talking video of the person (MP4, MOV, MKV, WebM... with its audio track, at least "
                           "10 s; a few minutes is better): cut into clips in OUT/train/video_clips and trained on")
+    _add_train_source_options(t)
+    _add_train_model_options(t)
+
+
+def _add_train_source_options(t: argparse.ArgumentParser) -> None:
+    """``avatar train``'s options for its source: the kind of avatar made of a video, the video's face and cuts,
+    the synthetic clips of ``--synth``."""
     t.add_argument("--kind", choices=["video", "portrait"],
                    help="with --video: 'video' (default) keeps the person's own frames, looped back and forth, and "
                         "redraws only the lower face for the speech (sharp, real head motion and blinks); "
@@ -125,13 +144,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --video: scale the video down to this longer side (kind video: 1280, the avatar plays "
                         "at the video's own resolution up to that; kind portrait: 512, kept larger when the face "
                         "would be smaller than --region)")
+
+
+def _add_train_model_options(t: argparse.ArgumentParser) -> None:
+    """``avatar train``'s options for the bundle: where it is written, the training steps, the models' sizes and
+    settings, the machine."""
     t.add_argument("--out", required=True, help="the avatar bundle folder to write")
     t.add_argument("--steps", type=positive_int,
                    help="training steps: of the mouth generator (kind video, 3000) or the DiT's flow matching (1000)")
     t.add_argument("--vae-steps", type=positive_int, default=300, help="VAE training steps (300)")
     t.add_argument("--distill-steps", type=int, default=150, help="few-step distillation steps (150; 0: none)")
     t.add_argument("--rollout-steps", type=int, default=150, help="rollout (anti-drift) steps (150; 0: none)")
-    t.add_argument("--batch", type=positive_int, default=8, help="windows per DiT step / regions per generator step (8)")
+    t.add_argument("--batch", type=positive_int, default=8,
+                   help="windows per DiT step / regions per generator step (8)")
     t.add_argument("--window", type=positive_int, default=8, help="frames per training window (8)")
     t.add_argument("--lr", type=positive_float, help="peak learning rate (DiT 1e-3, kind video 2e-3)")
     t.add_argument("--region", type=positive_int, default=None,
@@ -158,19 +183,24 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="take a trained audio encoder from this avatar (or encoder) folder instead; default for "
                         "clips without mouth ground truth (--video): the shipped astronaut's")
     t.add_argument("--no-vad", action="store_true", help="no Silero VAD (state idle / listening only)")
-    t.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
-    t.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
-    t.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+    _add_training_run_options(t)
     t.add_argument("--seed", type=int, default=0, help="seed (0)")
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train checkpoints (default on)")
 
+
+def _add_matte(sub) -> None:
+    """``avatar matte``: the person matte added to a bundle made before avatars had one."""
     m = sub.add_parser("matte", help="add the person matte to a bundle made before avatars had one (for --alpha, "
                                      "--background and scenes)",
                        description="Compute the person matte of a bundle's portrait (or of each loop frame of a video "
-                                   "avatar) and write it into the bundle (matte.png / matte.npz); nothing else changes.")
+                                   "avatar) and write it into the bundle (matte.png / matte.npz); nothing else "
+                                   "changes.")
     m.add_argument("--avatar", required=True, help="the avatar bundle folder")
 
+
+def _add_refine(sub) -> None:
+    """``avatar refine``: a bundle's VAE decoder trained further, everything else kept."""
     r = sub.add_parser("refine", help="train a bundle's VAE decoder further (sharper identity), keeping everything "
                                       "else", description="Train only the decoder of the avatar's VAE on talking "
                        "clips of the same portrait: the encoder, the latent statistics, the denoiser and the audio "
@@ -195,12 +225,20 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     r.add_argument("--latent-noise", type=float, default=0.5,
                    help="largest std of the noise put on the latents while training (0.5; 0: none), so the decoder "
                         "decodes the denoiser's imperfect latents as cleanly as the encoder's")
-    r.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
-    r.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
-    r.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+    _add_training_run_options(r)
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train/vae's checkpoint (default on)")
 
+
+def _add_training_run_options(p: argparse.ArgumentParser) -> None:
+    """The options ``train`` and ``refine`` share: how many of the clips, and the machine the training runs on."""
+    p.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
+    p.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
+    p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
+
+
+def _add_eval(sub) -> None:
+    """``avatar eval``: generated frames measured against a clip (or the clip's landmarks alone)."""
     e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the clip (and its ground "
                                     "truth); without --avatar, how well the face landmarks track the clip",
                        description="With a synthetic clip's JSON (--truth): mouth-openness correlation with the "

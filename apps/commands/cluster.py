@@ -34,7 +34,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--gpus-per-replica", type=float, default=None,
                    help="GPUs each replica claims (default 1 when the Ray cluster has GPUs, else 0)")
     p.add_argument("--max-bundles", type=int, default=d.max_bundles,
-                   help=f"avatar bundles a replica keeps loaded, least recently used go first (default {d.max_bundles})")
+                   help=f"avatar bundles a replica keeps loaded, least recently used go first "
+                        f"(default {d.max_bundles})")
     p.add_argument("--drain-grace", type=float, default=d.drain_grace_s,
                    help=f"seconds a stopping replica's sessions may run on (default {d.drain_grace_s:g})")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",

@@ -45,5 +45,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "none (default: the measured choice — the models whose openness correlation and identity SSIM "
                         "stay within 0.01 of float32 and that are faster)")
     p.add_argument("--calibration", default=None, metavar="CLIP",
-                   help="(--int8 static) a file with speech audio to calibrate on (default: synthetic espeak-ng speech)")
+                   help="(--int8 static) a file with speech audio to calibrate on (default: synthetic espeak-ng "
+                        "speech)")
 

@@ -29,9 +29,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "onnx-int8: portrait bundles, after `framegraph export --avatar BUNDLE --int8`; default torch)")
     p.add_argument("--onnx-dir", default=None, help="the ONNX export to use (default BUNDLE/onnx)")
     p.add_argument("--fps", type=float, default=WEBRTC_FPS,
-                   help=f"video frames per second sent (default {WEBRTC_FPS:g}: aiortc, under the SmallWebRTC transport, "
-                        f"stamps every video frame 1/30 s after the last, so another rate drifts from the audio; the "
-                        f"avatar's own frames are re-timed to it)")
+                   help=f"video frames per second sent (default {WEBRTC_FPS:g}: aiortc, under the SmallWebRTC "
+                        f"transport, stamps every video frame 1/30 s after the last, so another rate drifts from the "
+                        f"audio; the avatar's own frames are re-timed to it)")
     p.add_argument("--video-delay-ms", type=float, default=VIDEO_DELAY_MS,
                    help=f"each picture leaves this long after the audio of its time, making up for the browser's "
                         f"audio jitter buffer (default {VIDEO_DELAY_MS:g}, measured: docs/pipecat.md)")

@@ -38,8 +38,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "(default: always facing the camera), HEIGHT its height in scene units (default: a quarter of "
                         "the orbit's distance); a value that starts with a minus is written --place=-0.6,-0.8,0")
     p.add_argument("--alpha", action="store_true",
-                   help="(with --avatar) write the person matte as the video's alpha channel: --out NAME.webm (VP9 with "
-                        "alpha + Opus) or NAME.mov (ProRes 4444 + PCM)")
+                   help="(with --avatar) write the person matte as the video's alpha channel: --out NAME.webm (VP9 "
+                        "with alpha + Opus) or NAME.mov (ProRes 4444 + PCM)")
     p.add_argument("--background", type=background, metavar="COLOR|IMAGE",
                    help="(with --avatar) the person over a colour (green, #00ff00, 0,255,0...) or a picture (scaled to "
                         "cover the frame) instead of the portrait's own background")

@@ -19,7 +19,8 @@ def load_example():
     """The example agent's module (``examples/pipecat_avatar_bot.py`` of the checkout)."""
     if not os.path.isfile(EXAMPLE):
         raise FileNotFoundError(f"the example agent {EXAMPLE} is not here: it ships with framegraph's source "
-                                f"checkout (run `framegraph pipecat-demo` from an editable install, `pip install -e .`)")
+                                f"checkout (run `framegraph pipecat-demo` from an editable install, "
+                                f"`pip install -e .`)")
     spec = importlib.util.spec_from_file_location("pipecat_avatar_bot", EXAMPLE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)

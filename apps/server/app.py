@@ -15,7 +15,6 @@ import asyncio
 import collections
 import logging
 import socket
-import threading
 from collections.abc import Callable
 
 from websockets.asyncio.server import Server, serve
@@ -26,6 +25,7 @@ from . import webrtc
 from .config import ServerConfig
 from .http import WS_PATH
 from .http_post import PostConnection
+from .loop_thread import LoopThread
 from .protocol import ErrorCode
 from .session import Session, TokenBucket
 
@@ -214,25 +214,17 @@ class StreamServer:
         return text + "\n".join(lines) + "\n"
 
 
-class ServerHandle:
+class ServerHandle(LoopThread):
     """A server running on its own event loop in a background thread (see :func:`serve_in_thread`)."""
 
     def __init__(self, config: ServerConfig):
         self.config = config
         self.server: StreamServer | None = None
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="server-loop", daemon=True)
+        super().__init__("server-loop")
 
     def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            self._ready.set()
+            super()._main()
         finally:
             self.loop.close()
 
@@ -244,10 +236,7 @@ class ServerHandle:
             await self._stop.wait()
 
     def start(self) -> ServerHandle:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._start_thread()
         return self
 
     def stop(self, timeout: float = 15.0) -> None:

@@ -110,7 +110,8 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     cfg = server.config
     if path == WS_PATH:
         if not upgrade:
-            return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
+            return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",
+                            extra={"Upgrade": "websocket"})
         return admission(server, request)
     if upgrade:
         return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
@@ -169,7 +170,8 @@ def _admit(server: StreamServer) -> Response | None:
     """None (go on with the handshake) while a session slot is free, else 503."""
     if server.session_count >= server.config.max_sessions:
         server.count_rejected("busy")
-        return response(503, f"server busy: {server.config.max_sessions} sessions already\n", extra={"Retry-After": "5"})
+        return response(503, f"server busy: {server.config.max_sessions} sessions already\n",
+                        extra={"Retry-After": "5"})
     return None
 
 

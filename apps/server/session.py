@@ -299,7 +299,8 @@ class Session:
             raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no audio")
         if header.kind != Kind.PCM16:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}) or a "
-                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind {int(header.kind)}")
+                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind "
+                                                      f"{int(header.kind)}")
         if len(payload) % 2:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"PCM16 payload of {len(payload)} bytes is not a whole "
                                                       f"number of samples")
@@ -403,7 +404,7 @@ class Session:
         """The ``stats`` message: what was sent and dropped, latency and stage timings so far."""
         report = self.pipeline.graph.report() if self.pipeline is not None else {}
         span = (self.last_video_ns - self.first_video_ns) / 1e9
-        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"], "work_ms": _percentiles(s["work"]),
+        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"], "work_ms": _latency_ms(s["work"]),
                          "output_wait_ms": _wait_ms(s["output_wait"]), "input_wait_ms": _wait_ms(s["input_wait"]),
                          "deadline_misses": s["deadline_misses"], "fallback_level": s["fallback_level"]}
                   for name, s in report.get("stages", {}).items()}
@@ -422,18 +423,20 @@ class Session:
                         "input_replaced_pictures": video_in.source.superseded if video_in is not None else 0},
             "outbox_depth": self.outbox.depth,
             "time_to_first_frame_ms": report.get("time_to_first_frame_ms"),
-            "end_to_end_ms": _percentiles(report.get("end_to_end", {})),
-            "av_offset_ms": _percentiles(report.get("av_offset", {})),
+            "end_to_end_ms": _latency_ms(report.get("end_to_end", {})),
+            "av_offset_ms": _latency_ms(report.get("av_offset", {})),
             "stages": stages,
             "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in", "video_in",
                                                        "video_dropped", "errors", "rate_limited")},
         }
 
 
-def _percentiles(summary: dict) -> dict:
+def _latency_ms(summary: dict) -> dict:
+    """A :class:`~framegraph.stream.telemetry.LatencyWindow` summary (its percentiles already computed there) as the
+    ``stats`` message's ``{"p50", "p95", "p99", "mean", "max"}``, rounded to the µs."""
     return {k.removesuffix("_ms"): round(v, 3) for k, v in summary.items() if k.endswith("_ms")}
 
 
 def _wait_ms(summary: dict | None) -> dict | None:
     """A stage's wait summary as ``{"p50", "p95", "p99", "mean", "max", "total_s"}`` (None: no such side)."""
-    return None if summary is None else {**_percentiles(summary), "total_s": round(summary["total_s"], 3)}
+    return None if summary is None else {**_latency_ms(summary), "total_s": round(summary["total_s"], 3)}

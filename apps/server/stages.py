@@ -143,8 +143,8 @@ class CaptureTimes:
 
 
 class OutboxSink(Stage):
-    """Sink: encoded video (``uint8`` variable-length: JPEG, H.264, or PNG / WebP with alpha) and ``int16`` audio chunks → the
-    session's outbox, each with its :class:`~.protocol.MediaHeader`. Never blocks: the outbox drops
+    """Sink: encoded video (``uint8`` variable-length: JPEG, H.264, or PNG / WebP with alpha) and ``int16`` audio
+    chunks → the session's outbox, each with its :class:`~.protocol.MediaHeader`. Never blocks: the outbox drops
     (and counts) what a slow client cannot take.
 
     Set before the graph starts: ``outbox`` (:meth:`attach`), optionally ``capture_times`` (client

@@ -63,7 +63,8 @@ def process_request(server: StreamServer, connection, request):
     if path == CONFIG_PATH and "websocket" not in request.headers.get("Upgrade", "").lower():
         try:
             if not token_ok(server.config.token, request):
-                return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+                return response(401, "missing or wrong token\n",
+                                extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
         except MultipleValuesError as exc:
             return response(400, f"header {exc} given more than once\n")
         return response(200, json.dumps({"ice_servers": ice_servers(server.config.ice_servers)}), "application/json")

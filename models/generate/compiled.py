@@ -36,8 +36,9 @@ MAX_GRAPHS = 16  # captured velocity graphs kept per stream (a reset that reallo
 
 
 def compile_transformer(model: torch.nn.Module, settings: CompileSettings = CompileSettings()) -> int:
-    """Compile the transformer's blocks (Wan's ``blocks``, SANA's ``transformer_blocks``) in place, the streaming processors' ``attend`` and the block-causal convs left
-    out of the graphs (see the module docs). Idempotent; returns the number of blocks compiled."""
+    """Compile the transformer's blocks (Wan's ``blocks``, SANA's ``transformer_blocks``) in place, the streaming
+    processors' ``attend`` and the block-causal convs left out of the graphs (see the module docs). Idempotent;
+    returns the number of blocks compiled."""
     if not settings.inductor:
         return 0
     for module in model.modules():

@@ -1,6 +1,6 @@
 """The ``avatar`` WebSocket pipeline end to end on a real server (tiny random bundles, a still portrait and a
-video avatar, in a temporary avatar folder): microphone audio in, full-size video + echoed audio out, live ``state`` config, ``interrupt``,
-bad options."""
+video avatar, in a temporary avatar folder): microphone audio in, full-size video + echoed audio out, live ``state``
+config, ``interrupt``, bad options."""
 import asyncio
 import io
 import json

@@ -3,9 +3,9 @@ that transport's; the page over WebRTC, its default, is test_browser_webrtc.py) 
 against a real server on loopback.
 
 Chromium's fake microphone plays a speech-like WAV written here; the page streams it to the ``scope``
-pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own measurements (``window.fg.stats()``)
-and screenshots: frames are presented on the canvas, the page's glass-to-glass delay (mic capture →
-frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
+pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own
+measurements (``window.fg.stats()``) and screenshots: frames are presented on the canvas, the page's glass-to-glass
+delay (mic capture → frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
 WebCodecs), and in the ``scene`` viewer a mouse drag turns the camera: the page sends ``pose`` messages,
 the server's camera receives exactly them, and the rendered picture changes.
 
@@ -110,6 +110,18 @@ def test_testcard_plays_through_webcodecs_h264(page):
     stop_and_check(page)
 
 
+def drag_view(page, right: float, down: float, steps: int) -> None:
+    """Drag the mouse from the middle of the page's ``#view`` by ``right`` of its width and ``down`` of its height,
+    in ``steps`` moves."""
+    box = page.page.locator("#view").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    mouse = page.page.mouse
+    mouse.move(x, y)
+    mouse.down()
+    mouse.move(x + box["width"] * right, y + box["height"] * down, steps=steps)
+    mouse.up()
+
+
 def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     page.start("scene", size="320x240", codec="jpeg")
     s = page.wait_stats(lambda s: s["presented"] >= 3, 30, "the first scene frames")
@@ -123,13 +135,7 @@ def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     before = page.canvas_rgb()
     assert_not_blank(before, "the rendered scene")
 
-    box = page.page.locator("#view").bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    mouse = page.page.mouse
-    mouse.move(x, y)
-    mouse.down()
-    mouse.move(x + box["width"] / 3, y + box["height"] / 8, steps=12)
-    mouse.up()
+    drag_view(page, 1 / 3, 1 / 8, steps=12)
     s = page.wait_stats(lambda s: s["poses_sent"] >= 3, 10, "poses sent while dragging")
     pose_in = session.pipeline.pose_in
     wait_for(lambda: session.counters["poses_in"] == page.stats()["poses_sent"], 5, "the server to get every pose")
@@ -162,13 +168,7 @@ def test_the_page_orbits_the_scene_while_the_avatar_talks_in_it(page, server):
     assert s["ready"]["pose_in"] is True and s["ready"]["audio_in"] and s["ready"]["avatar"] == "astronaut"
     before = page.canvas_rgb()
     assert_not_blank(before, "the avatar in the scene")
-    box = page.page.locator("#view").bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    mouse = page.page.mouse
-    mouse.move(x, y)
-    mouse.down()
-    mouse.move(x + box["width"] / 4, y, steps=10)
-    mouse.up()
+    drag_view(page, 1 / 4, 0, steps=10)
     page.wait_stats(lambda s: s["poses_sent"] >= 3, 10, "poses sent while dragging")
     wait_for(lambda: session.counters["poses_in"] == page.stats()["poses_sent"], 5, "the server to get every pose")
     shown = page.stats()["presented"]

@@ -31,7 +31,8 @@ def recording(page: Page, ms: int) -> dict:
                 times.append(float(frame.time))
             else:
                 pcm = frame.to_ndarray().astype(np.float64)
-                pcm = pcm.reshape(-1, len(frame.layout.channels)).mean(axis=1) if frame.format.is_packed else pcm.mean(0)
+                pcm = (pcm.reshape(-1, len(frame.layout.channels)).mean(axis=1) if frame.format.is_packed
+                       else pcm.mean(0))
                 if pcm.dtype.kind != "f" or np.abs(pcm).max() > 1.5:
                     pcm = pcm / 32768
                 audio.append(pcm)
@@ -72,7 +73,8 @@ def test_avatar_over_webrtc_moves_its_mouth_with_the_microphone_and_plays_sound(
         # (the readout's changing text is over the top right, so not there)
         mouth = motion[int(0.40 * h):int(0.55 * h), int(0.35 * w):int(0.65 * w)].mean()
         still = motion[int(0.70 * h):int(0.95 * h), int(0.2 * w):int(0.8 * w)].mean()
-        assert mouth > 1.5 and mouth > 3 * still, f"the mouth does not move: change {mouth:.2f} there, {still:.2f} below"
+        assert mouth > 1.5 and mouth > 3 * still, (f"the mouth does not move: change {mouth:.2f} there, "
+                                                   f"{still:.2f} below")
         rec = recording(page, 2500)
         rms_db = 20 * np.log10(np.sqrt(np.mean(rec["audio"] ** 2)) + 1e-12)
         assert rms_db > -45, f"the received stream is silent ({rms_db:.1f} dBFS)"

@@ -198,8 +198,8 @@ def test_avatar_first_press_speaks_the_clip_the_mouth_moves_and_the_take_is_hear
                                                                                      capfd):
     """On a fresh server and a fresh page, the first press of Speak streams the clip: the take's audio is
     the speech (not silence), the avatar's mouth moves while it plays and rests after it, with a delay of
-    one frame's compute (no queue); before that the idle face shows and "Stop take" says there is no take; the state control
-    reaches the avatar's graph."""
+    one frame's compute (no queue); before that the idle face shows and "Stop take" says there is no take; the state
+    control reaches the avatar's graph."""
     from PIL import Image
 
     from framegraph.apps.server.pipelines.avatar import avatars_dir, load_bundle
@@ -263,7 +263,8 @@ def test_avatar_first_press_speaks_the_clip_the_mouth_moves_and_the_take_is_hear
     moving, resting = change[speech[1:]].mean(), change[silence[1:]].mean()
     opening = mouth_openness(torch.from_numpy(video["frames"]), avatar.mouth_box, avatar.portrait)
     print(f"\ndemo avatar over WebRTC: {s['presented']} frames at {s['fps']:.1f} fps, graph + send p50 "
-          f"{s['server_ms']['p50']:.0f} p95 {s['server_ms']['p95']:.0f} ms (server); take: audio rms {np.sqrt(np.mean(audio ** 2)):.0f}, "
+          f"{s['server_ms']['p50']:.0f} p95 {s['server_ms']['p95']:.0f} ms (server); "
+          f"take: audio rms {np.sqrt(np.mean(audio ** 2)):.0f}, "
           f"{speech.sum()} speech / {silence.sum()} silent frames, mouth change {moving:.2f} vs {resting:.2f} "
           f"at rest, openness {opening[speech].mean():.2f} vs {opening[silence].mean():.2f} px")
     assert moving > 2.0 and moving > 2 * resting, (moving, resting)

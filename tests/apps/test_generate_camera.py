@@ -419,7 +419,8 @@ def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(brow
     from browser_util import Page, assert_not_blank
     from helpers import wait_for
 
-    options = {"size": "96x64", "chunk_frames": 2, "timesteps": [1000, 500], "prompt_embeds": "a.safetensors", "fps": 10}
+    options = {"size": "96x64", "chunk_frames": 2, "timesteps": [1000, 500], "prompt_embeds": "a.safetensors",
+               "fps": 10}
     page = Page(browser, f"{server.http_url}?transport={transport}&options={urllib.parse.quote(json.dumps(options))}",
                 screenshot=tmp_path / "camera.png")
     try:

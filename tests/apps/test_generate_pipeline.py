@@ -1,6 +1,7 @@
 """The server's ``generate`` pipeline (apps/server/pipelines/generate.py) over a real WebSocket on loopback:
 a tiny Wan folder from the server's model folder streams generated frames; a ``config`` prompt change shows
-within the next chunks, without a restart (the frames before it are those of an unchanged session); a model is only ever named, never a path; the Python client records the stream to MP4."""
+within the next chunks, without a restart (the frames before it are those of an unchanged session); a model is only ever
+named, never a path; the Python client records the stream to MP4."""
 import asyncio
 import json
 

@@ -61,7 +61,8 @@ def test_background_colour_fills_what_the_matte_leaves(tmp_path, speech):
     frames = read_video(out)["frames"].astype(int)
     matte = load_avatar(SHIPPED).matte.numpy()
     away = np.ones((9, 9), np.uint8)  # 4 px from the matte's edge (H.264's 4:2:0 colour blurs across it)
-    bg, person = cv2.erode((matte == 0).astype(np.uint8), away) > 0, cv2.erode((matte == 255).astype(np.uint8), away) > 0
+    bg, person = (cv2.erode((matte == 0).astype(np.uint8), away) > 0,
+                  cv2.erode((matte == 255).astype(np.uint8), away) > 0)
     assert np.abs(frames[:, bg] - [0, 255, 0]).max() <= 12  # green where the matte is 0
     portrait = load_avatar(SHIPPED).portrait.numpy().astype(int)
     assert np.abs(frames[:, person] - portrait[person]).mean() < 6  # the person where it is 1

@@ -9,9 +9,6 @@ import math
 import re
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
 from dataclasses import dataclass
 
@@ -204,20 +201,9 @@ def test_a_closing_connection_frees_its_session_slot_when_the_close_starts():
 
 
 def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
-    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "serve", "--port", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    url = threading.Event()
+    from framegraph.apps.bench.network import server_process
 
-    def read_stderr():  # keep reading, so the server never blocks on a full pipe
-        for line in proc.stderr:
-            lines.append(line)
-            if "WebSocket ws://" in line:
-                url.set()
-
-    threading.Thread(target=read_stderr, daemon=True).start()
-
-    async def client(ws_url, port):
+    async def client(proc, ws_url, port):
         ws = await non_reader(ws_url, port)
         await start(ws, "testcard", size="640x480", fps=30, quality=95, seconds=60)
         t_term, n = None, 0
@@ -239,14 +225,9 @@ def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
         ws.transport.abort()
         return exited_after
 
-    try:
-        assert url.wait(60), "".join(lines)
-        ws_url = re.search(r"WebSocket (ws://\S+)", "".join(lines)).group(1)
-        exited_after = asyncio.run(client(ws_url, int(re.search(r":(\d+)/ws", ws_url).group(1))))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with server_process(start_timeout_s=60) as server:  # its stderr read all along: the server never blocks on it
+        proc, lines = server.proc, server.log
+        exited_after = asyncio.run(client(proc, server.url, int(re.search(r":(\d+)/ws", server.url).group(1))))
     assert exited_after < 2.0, (exited_after, "".join(lines))
     assert proc.returncode == 0, "".join(lines)
     assert "shutting down" in "".join(lines)
@@ -364,7 +345,8 @@ def test_metrics_healthz_and_static_files():
 
     assert stages("framegraph_stage_work_seconds") == {"mic", "scope", "encode", "send"}
     assert stages("framegraph_stage_output_wait_seconds") == {"mic", "scope", "encode"}  # the sink has no output
-    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}  # mic: the client's audio
+    # mic: the client's audio
+    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}
     e2e = {n: v for n, labels, v in m["framegraph_end_to_end_latency_seconds"]["samples"] if labels.get("le") in
            (None, "+Inf")}
     assert e2e["framegraph_end_to_end_latency_seconds_count"] > 5

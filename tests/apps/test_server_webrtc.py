@@ -310,27 +310,13 @@ def test_twenty_webrtc_sessions_in_a_row_leave_no_threads_fds_or_memory_behind()
 
 
 def test_sigterm_ends_the_server_within_2_s_with_webrtc_peers_attached():
-    import re
     import signal
-    import subprocess
-    import sys
 
-    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "serve", "--port", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    up = threading.Event()
+    from framegraph.apps.bench.network import server_process
 
-    def read_stderr():
-        for line in proc.stderr:
-            lines.append(line)
-            if "WebSocket ws://" in line:
-                up.set()
-
-    threading.Thread(target=read_stderr, daemon=True).start()
     peers: list[dict] = []
-    try:
-        assert up.wait(60), "".join(lines)
-        url = re.search(r"WebSocket (ws://\S+)", "".join(lines)).group(1)
+    with server_process(start_timeout_s=60) as server:
+        proc, lines, url = server.proc, server.log, server.url
         frames: list[list[int]] = [[], []]
 
         def peer(i):
@@ -347,10 +333,6 @@ def test_sigterm_ends_the_server_within_2_s_with_webrtc_peers_attached():
         exited_after = time.monotonic() - t_term
         for t in threads:
             t.join(15)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
     assert exited_after < 2.0, (exited_after, "".join(lines))
     assert proc.returncode == 0, "".join(lines)
     assert len(peers) == 2 and all(p["video_frames"] > 10 for p in peers)

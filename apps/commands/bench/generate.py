@@ -16,7 +16,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
                    help="1.3b (Wan 2.1), 2b (SANA-Video) or tiny (either family; CPU runs)")
     p.add_argument("--size", type=size_hw, default=(480, 832), help="HEIGHTxWIDTH (default 480x832)")
-    p.add_argument("--steps", type=positive_int, default=4, help="denoising steps per chunk (timesteps 1000 down in equal steps)")
+    p.add_argument("--steps", type=positive_int, default=4,
+                   help="denoising steps per chunk (timesteps 1000 down in equal steps)")
     p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa", help="(Wan) attention over the cache")
     p.add_argument("--chunk-frames", type=positive_int, default=3, help="latent frames per chunk (default 3)")
     p.add_argument("--chunks", type=positive_int, default=8, help="chunks to generate (default 8)")

@@ -13,7 +13,8 @@ IMPLEMENTATION = "framegraph.apps.bench.kernels"  # its run(args) and figure(dat
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"), help="JSON file to write (PNG beside it)")
+    parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"),
+                        help="JSON file to write (PNG beside it)")
     parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
     parser.add_argument("--dtype", choices=get_args(Dtype), default=None,
                         help="input dtype (default: bfloat16 on CUDA, float32 on CPU)")
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--rep-ms", type=float, default=100.0, help="timed repetitions for at least this long (100)")
     parser.add_argument("--iters", type=int, default=10_000,
                         help="at most this many timed repetitions (the --rep-ms budget decides below it)")
-    parser.add_argument("--warmup", type=int, default=0, help="untimed calls besides --warmup-ms (kept for old scripts)")
+    parser.add_argument("--warmup", type=int, default=0,
+                        help="untimed calls besides --warmup-ms (kept for old scripts)")
     parser.add_argument("--no-peaks", action="store_true", help="skip measuring the device's copy / matmul peaks")
     parser.add_argument("--backward", action="store_true", help="also time forward+backward")
     parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")

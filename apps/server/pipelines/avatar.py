@@ -95,8 +95,8 @@ class AvatarOptions(VideoOptions):
                                        "on a GPU), torch (the default on a CPU), or ONNX Runtime on the CPU from the "
                                        "bundle's export (onnx; onnx-int8: the models it keeps in int8 run int8)",
                                  Choice(AVATAR_RUNTIMES), alias="backend")
-    codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures with "
-                                "alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
+    codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures "
+                                "with alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
     background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, or "
                                                  "transparent (codec png or webp: the person's matte as alpha)",
                                      Background())

@@ -102,8 +102,9 @@ class GenerateOptions(VideoOptions):
         if self.prompt is None and self.prompt_embeds is None:
             raise bad_option(pipeline, "prompt", None, "a prompt (or prompt_embeds) to start from")
         if self.input == "noise" and self.strength is not None:
-            raise bad_option(pipeline, "strength", self.strength, 'no strength with input "noise" (text-to-video starts '
-                                                                  'from noise); strength goes with input "camera"')
+            raise bad_option(pipeline, "strength", self.strength, 'no strength with input "noise" (text-to-video '
+                                                                  'starts from noise); strength goes with input '
+                                                                  '"camera"')
         if self.input == "camera" and self.strength is None:
             raise bad_option(pipeline, "strength", None, f'a strength with input "camera": {STRENGTH}')
 

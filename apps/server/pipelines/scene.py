@@ -101,21 +101,27 @@ def _scene(opts: SceneOptions, on_cuda: bool):
                                                                  "opened; the server's log says why)") from None
 
 
-def build(opts: SceneOptions) -> Pipeline:
+def orbit_camera(framing, opts: VideoOptions):
+    """The orbit round the scene's ``framing`` that the initial pose is made from (``ready``'s ``camera``), and the
+    :class:`~framegraph.renderers.stages.CameraSource` that starts there, at the options' size and fps."""
     from framegraph.renderers.cameras import intrinsics, look_at  # heavy: the renderers
     from framegraph.renderers.stages import CameraSource
 
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    scene = _scene(opts, device == "cuda")
-    framing = scene.framing
     orbit = {"target": [round(float(x), 6) for x in framing.center], "up": [0.0, 0.0, 1.0],
              "distance": round(framing.distance, 6), "azimuth_deg": 0.0, "elevation_deg": framing.elevation_deg,
              "fov_deg": framing.fov_deg}
     eye = orbit_eye(orbit["target"], orbit["distance"], orbit["azimuth_deg"], orbit["elevation_deg"])
+    camera = CameraSource(initial_pose=look_at(eye, orbit["target"], orbit["up"]), fps=opts.fps, width=opts.width,
+                          height=opts.height, K=intrinsics(opts.width, opts.height, fov_deg=framing.fov_deg))
+    return orbit, camera
+
+
+def build(opts: SceneOptions) -> Pipeline:
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    scene = _scene(opts, device == "cuda")
+    orbit, camera = orbit_camera(scene.framing, opts)
     graph = Graph(Clock("realtime"), name="scene")
-    camera = graph.add(CameraSource(initial_pose=look_at(eye, orbit["target"], orbit["up"]), fps=opts.fps,
-                                    width=opts.width, height=opts.height,
-                                    K=intrinsics(opts.width, opts.height, fov_deg=framing.fov_deg)), max_in_flight=1)
+    camera = graph.add(camera, max_in_flight=1)
     render = graph.add(scene.render_stage(width=opts.width, height=opts.height, device=device,
                                           background=(0.08, 0.08, 0.1), budget_ms=1000.0 / opts.fps))
     encoder, sink = add_video_out(graph, opts)

@@ -1,10 +1,10 @@
 """The ``scene_avatar`` pipeline: the talking avatar standing in a 3D scene — the client's microphone drives the
 avatar, its camera poses drive the scene, one video comes back.
 
-    mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)──────────┐
-        │                                                                                        ▼
-        │   camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
-        └──────────────────────────────── audio echoed back, same clock ─────────────────────────────────────▲
+    mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)────┐
+    │                                                                                      ▼
+    │ camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
+    └──────────────────────────────── audio echoed back, same clock ───────────────────────────────────▲
 
 (:func:`framegraph.apps.scene_avatar.build_scene_avatar_graph` with ``live``.) The scene frames set the pace; each
 shows the avatar's newest frame, so the page can orbit while the avatar talks, and keeps orbiting between utterances
@@ -29,7 +29,7 @@ from framegraph.stream.media import PushAudioSource
 from .avatar import STATES, available_avatars, default_avatar, load_bundle
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, add_video_out
 from .options import FPS_RANGE, Choice, FileName, Number, Size, Text, VideoOptions, bad_option, option
-from .scene import SCENE, CameraPoses, orbit_eye, scene_dirs
+from .scene import SCENE, CameraPoses, orbit_camera, scene_dirs
 
 log = logging.getLogger("framegraph.server")
 
@@ -87,8 +87,6 @@ def _open(name: str):
 
 def build(opts: SceneAvatarOptions) -> Pipeline:
     from framegraph.apps.scene_avatar.graph import build_scene_avatar_graph  # heavy: the models and renderers
-    from framegraph.renderers.cameras import intrinsics, look_at
-    from framegraph.renderers.stages import CameraSource
 
     name = opts.portrait or default_avatar()
     try:
@@ -106,15 +104,9 @@ def build(opts: SceneAvatarOptions) -> Pipeline:
     device = "cuda" if torch.cuda.is_available() else "cpu"
     scene = _open(opts.scene)
     where = _place(opts, scene)
-    framing = scene.framing
-    orbit = {"target": [round(float(x), 6) for x in framing.center], "up": [0.0, 0.0, 1.0],
-             "distance": round(framing.distance, 6), "azimuth_deg": 0.0, "elevation_deg": framing.elevation_deg,
-             "fov_deg": framing.fov_deg}
-    eye = orbit_eye(orbit["target"], orbit["distance"], orbit["azimuth_deg"], orbit["elevation_deg"])
+    orbit, camera = orbit_camera(scene.framing, opts)
     graph = Graph(Clock("realtime"), name="scene_avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
-    camera = CameraSource(initial_pose=look_at(eye, orbit["target"], orbit["up"]), fps=opts.fps, width=opts.width,
-                          height=opts.height, K=intrinsics(opts.width, opts.height, fov_deg=framing.fov_deg))
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
     sg = build_scene_avatar_graph(scene, avatar, mic, where, width=opts.width, height=opts.height, path=None,
                                   n_frames=None, camera=camera, sink=encoder, graph=graph, device=device, live=True,

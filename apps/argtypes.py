@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from framegraph.models.runtime import RUNTIMES
@@ -146,8 +147,6 @@ def background(text: str):
     rgb = colour(text)
     if rgb is not None:
         return rgb
-    import os
-
     if os.path.isfile(text):
         return text
     raise argparse.ArgumentTypeError(f"background {text!r}: expected a colour ({', '.join(COLOURS)}, #rrggbb or "

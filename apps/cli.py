@@ -25,11 +25,11 @@ How a command is laid out — the one rule for imports in apps/:
 - Server pipelines (``apps/server/pipelines/``): a pipeline's module declares its options with light imports; its
   ``build`` starts by importing the models or renderers it runs, so a server loads them on a pipeline's first use.
 
-Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions, each with a comment
-saying which, are: those of the rule above (a pipeline's models; ``render`` loads the renderers or the avatar only
-for a scene or an avatar), optional extras (a missing one is a message, not a crash: ray and Serve's fastapi
-ingress, fla, gsplat), Triton (``bench compile``) and matplotlib (``bench/meta.py``'s ``pyplot``: its backend is
-chosen before pyplot loads).
+Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions, each with a comment saying
+which, are: those of the rule above (a pipeline's models; ``render`` loads the renderers or the avatar only for a
+scene or an avatar), optional extras (a missing one is a message, not a crash: ray and Serve's fastapi ingress,
+aiortc and what imports it, pipecat and uvicorn, fla, gsplat), Triton (``bench compile``) and matplotlib
+(``bench/meta.py``'s ``pyplot``: its backend is chosen before pyplot loads).
 """
 from __future__ import annotations
 

@@ -38,7 +38,13 @@ import time
 
 import torch
 
+from framegraph.models.avatar import build_avatar_graph, load_avatar, warm_avatar
+from framegraph.models.avatar.video.bundle import random_video_avatar
+from framegraph.models.generate import build_generate_graph, default_dtype
+
 from ..commands.bench.first_frame import PIPELINES, RUNTIMES
+from .generate import build_model
+from .launches import Drain, _audio_source
 from .meta import ASSETS, bench_metadata, write_result
 
 TARGET = 1.5
@@ -46,11 +52,6 @@ TARGET = 1.5
 
 # ---- one configuration, in its own process --------------------------------------------------------------------------
 def _generate(args) -> dict:
-    from framegraph.models.generate import build_generate_graph, default_dtype
-
-    from .generate import build_model
-    from .launches import Drain
-
     t0 = time.perf_counter()
     gm = build_model("wan", args.config, args.device, default_dtype(args.device), args.vae)
     gg = build_generate_graph(gm, size=tuple(args.size), chunks=args.frames, timesteps=(1000, 750, 500, 250),
@@ -65,11 +66,6 @@ def _generate(args) -> dict:
 
 
 def _avatar(args) -> dict:
-    from framegraph.models.avatar import build_avatar_graph, load_avatar, warm_avatar
-    from framegraph.models.avatar.video.bundle import random_video_avatar
-
-    from .launches import Drain, _audio_source
-
     t0 = time.perf_counter()
     if args.pipeline == "avatar":
         avatar = load_avatar(f"{ASSETS}/avatars/astronaut")

@@ -32,13 +32,21 @@ from dataclasses import dataclass
 
 import torch
 
+from framegraph.models.avatar import build_avatar_graph, load_avatar
+from framegraph.models.avatar.video.bundle import random_video_avatar
+from framegraph.models.generate import build_generate_graph, default_dtype
+from framegraph.renderers.gaussians import random_scene
+from framegraph.renderers.scene_file import open_scene
+from framegraph.renderers.stages import CameraSource, GaussianRenderStage, framing_for_points
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.audit import count_stage_calls
 from framegraph.stream.record import IterableSource
 
 from ..commands.bench.launches import PIPELINES
+from .generate import build_model
 from .measure import torch_threads
 from .meta import ASSETS, bench_metadata, write_result
+from .speech import speech_like
 
 
 @dataclass
@@ -65,8 +73,6 @@ class Drain(Stage):
 
 def _audio_source(seconds: float) -> IterableSource:
     """Speech-like 16 kHz PCM in 20 ms chunks (pts from the chunk index: 50 a second)."""
-    from .speech import speech_like
-
     pcm = torch.from_numpy(speech_like(seconds))
     n = len(pcm) // 320
     return IterableSource(pcm[: n * 320].view(n, 320), PortSpec((320,), torch.int16), port="audio", fps=50.0,
@@ -74,8 +80,6 @@ def _audio_source(seconds: float) -> IterableSource:
 
 
 def _avatar(avatar, args, device_stages: tuple[str, ...]) -> Built:
-    from framegraph.models.avatar import build_avatar_graph
-
     graph = Graph(Clock("fast"), name="avatar")
     ag = build_avatar_graph(avatar, _audio_source(args.frames / avatar.fps + 0.5), audio_sink=None, graph=graph,
                             device=args.device, max_in_flight=4, torch_threads=1 if args.device == "cpu" else None)
@@ -84,23 +88,15 @@ def _avatar(avatar, args, device_stages: tuple[str, ...]) -> Built:
 
 
 def build_avatar(args) -> Built:
-    from framegraph.models.avatar import load_avatar
-
     return _avatar(load_avatar(f"{ASSETS}/avatars/astronaut"), args, ("denoiser", "vae_decode", "composite"))
 
 
 def build_video_avatar(args) -> Built:
-    from framegraph.models.avatar.video.bundle import random_video_avatar
-
     avatar = random_video_avatar(n_frames=16, region_size=args.video_region)
     return _avatar(avatar, args, ("mouth_shape", "mouth_region"))
 
 
 def build_generate(args) -> Built:
-    from framegraph.models.generate import build_generate_graph, default_dtype
-
-    from .generate import build_model
-
     dtype = default_dtype(args.device)
     gm = build_model("wan", "tiny", args.device, dtype)
     gg = build_generate_graph(gm, size=(64, 96), chunks=args.frames, device=args.device,
@@ -111,8 +107,6 @@ def build_generate(args) -> Built:
 
 
 def _render(stage, framing, args, fps: float = 25.0) -> Built:
-    from framegraph.renderers.stages import CameraSource
-
     graph = Graph(Clock("fast"), name="render")
     path = framing.orbit(args.frames, stage.width, stage.height, fps)
     cams = graph.add(CameraSource(path, fps=fps), max_in_flight=2)
@@ -123,9 +117,6 @@ def _render(stage, framing, args, fps: float = 25.0) -> Built:
 
 
 def build_3dgs(args) -> Built:
-    from framegraph.renderers.gaussians import random_scene
-    from framegraph.renderers.stages import GaussianRenderStage, framing_for_points
-
     scene = random_scene(args.gaussians, 3, seed=0)
     width, height = args.render_size
     stage = GaussianRenderStage(scene, width=width, height=height, device=args.device)
@@ -133,8 +124,6 @@ def build_3dgs(args) -> Built:
 
 
 def _scene_file(path: str, args) -> Built:
-    from framegraph.renderers.scene_file import open_scene
-
     scene = open_scene(path)
     width, height = args.render_size
     return _render(scene.render_stage(width=width, height=height, device=args.device), scene.framing, args)

@@ -31,10 +31,13 @@ import threading
 import time
 
 import numpy as np
+import torch
 
 from framegraph.apps.bundles import load_bundle_at
 from framegraph.apps.pipecat import FramegraphAvatar
 from framegraph.models.avatar import PortraitAvatar, build_avatar_graph
+from framegraph.models.avatar.eval.synthetic import mouth_openness
+from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 from framegraph.models.avatar.portrait.onnx import export_avatar
 from framegraph.models.runtime import RUNTIMES
 from framegraph.models.synth.resample import resample
@@ -101,8 +104,6 @@ def _export(avatar, given: str | None, tmp: str, runtime: str) -> tuple[str, flo
     if not os.path.isfile(os.path.join(out, "manifest.json")):
         export_avatar(avatar, out)
     if runtime == "onnx-int8":
-        from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
-
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
     return out, round(time.perf_counter() - started, 1)
 
@@ -114,8 +115,6 @@ def measure_bare(avatar, audio16: np.ndarray, n: int, runtime: str, onnx_dir: st
     class Arrivals(Stage):
         def __init__(self, h, w):
             super().__init__("arrivals")
-            import torch
-
             self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
             self.got: list[tuple[int, int]] = []
 
@@ -188,10 +187,6 @@ def _pipecat_summary(agent) -> dict:
     session = agent.avatar.session
     a = session.avatar
     if isinstance(a, PortraitAvatar) and rec.images:
-        import torch
-
-        from framegraph.models.avatar.eval.synthetic import mouth_openness
-
         opening = mouth_openness(torch.from_numpy(pictures(rec)), a.mouth_box, a.portrait)
         lag, corr = best_lag(opening, audio_rms_per_image(rec))
         m["mouth_lag_frames"], m["mouth_loudness_corr"] = lag, round(max(corr), 3)

@@ -17,6 +17,7 @@ import argparse
 import math
 import os
 import tempfile
+import wave
 
 import numpy as np
 import torch
@@ -123,8 +124,6 @@ def _branch_work(stages: dict) -> dict:
 
 
 def _write_wav(path: str, samples: np.ndarray) -> None:
-    import wave
-
     with wave.open(path, "wb") as w:
         w.setnchannels(1)
         w.setsampwidth(2)

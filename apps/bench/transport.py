@@ -30,6 +30,8 @@ import time
 
 from framegraph.apps.commands.bench.server import PIPELINES
 
+from ..client import stream_session
+from ..client_webrtc import stream_session_webrtc
 from .meta import bench_metadata, write_result
 from .network import Impairment, namespace_link, server_process
 from .speech import speech_like
@@ -57,15 +59,11 @@ def _impairment(text: str) -> Impairment | None:
 
 
 def _session(url: str, transport: str, pipeline: str, seconds: float) -> dict:
-    from ..client import stream_session
-
     audio = speech_like(seconds, seed=3) if pipeline in ("scope", "avatar") else None
     options = {"seconds": seconds, "size": "320x240"} if pipeline == "testcard" else {}
     if transport == "websocket":
         options["codec"] = "h264"  # as on WebRTC, where H.264 is negotiated
         return asyncio.run(stream_session(url, pipeline, options, audio=audio, end_timeout_s=30))
-    from ..client_webrtc import stream_session_webrtc
-
     return asyncio.run(stream_session_webrtc(url, pipeline, options, audio=audio, end_timeout_s=30))
 
 

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from framegraph.models.avatar import AvatarBundle, build_avatar_graph, load_avatar
+from framegraph.models.avatar.base import require_matte
 from framegraph.renderers.billboard import Placement, QuadInScene
 from framegraph.renderers.cameras import CameraPath, load_nerfstudio_camera_path
 from framegraph.renderers.scene_file import SceneFile, open_scene
@@ -174,8 +175,6 @@ def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: 
     placement = placement_from(place, scene)
     avatar = load_avatar(avatar_dir)
     if avatar.matte is None:  # say it before anything heavy is built
-        from framegraph.models.avatar.base import require_matte
-
         require_matte(avatar, None, "matte.png" if avatar.kind == "portrait" else "matte.npz")
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     path = camera_path(scene, camera_path_file, total, width, height, avatar.fps)

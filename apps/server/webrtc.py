@@ -26,6 +26,9 @@ import json
 import logging
 import time
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from websockets.datastructures import MultipleValuesError
 
 from . import http, pipelines
 from .config import ice_servers
@@ -51,10 +54,6 @@ _STATUS = {ErrorCode.UNKNOWN_PIPELINE: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.
 def process_request(server: StreamServer, connection, request):
     """The server's HTTP hook: ``POST /webrtc/offer`` (a coroutine: :func:`handle_offer`), ``GET
     /webrtc/config``; everything else is :func:`.http.process_request`'s."""
-    from urllib.parse import urlsplit
-
-    from websockets.datastructures import MultipleValuesError
-
     path = urlsplit(request.path).path
     if getattr(request, "method", "GET") == "POST":
         if path != OFFER_PATH:
@@ -72,8 +71,6 @@ def process_request(server: StreamServer, connection, request):
 
 
 async def _offer_or_400(server: StreamServer, request):
-    from websockets.datastructures import MultipleValuesError
-
     try:
         return await handle_offer(server, request)
     except MultipleValuesError as exc:

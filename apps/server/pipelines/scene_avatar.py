@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 from dataclasses import dataclass
 
 import torch
@@ -70,8 +71,6 @@ def _place(opts: SceneAvatarOptions, scene) -> tuple:
 def _open(name: str):
     """The scene ``name`` in the server's scene folder, opened; ``bad_option`` when it is not there or does not load
     (the cause in the server's log)."""
-    import os
-
     from framegraph.renderers.scene_file import open_scene  # heavy: the renderers
 
     path = next((os.path.join(d, name) for d in scene_dirs() if os.path.exists(os.path.join(d, name))), None)

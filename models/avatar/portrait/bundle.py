@@ -104,7 +104,6 @@ class PortraitAvatar(PictureSize):
 
     def region(self, frames: torch.Tensor | None = None) -> torch.Tensor:
         """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]`` (default: the portrait)."""
-
         frames = self.portrait[None] if frames is None else frames
         return crop_frames(frames, self.crop_box, self.region_size)
 
@@ -112,7 +111,6 @@ class PortraitAvatar(PictureSize):
     def reference_latent(self) -> torch.Tensor:
         """``float32 [C, h, w]``: the portrait's face region encoded by the VAE (the identity)."""
         if self._reference is None:
-
             x = uint8_to_frames(self.region()).transpose(0, 1)[None]  # [1, 3, 1, S, S]
             z, _ = self.vae.encode(x.to(self.vae.device))
             self._reference = z[0, :, 0].float().cpu()
@@ -263,7 +261,6 @@ def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box
     """A tiny randomly initialised avatar (default: the astronaut portrait) — for tests of the plumbing."""
 
     if portrait is None:
-
         p = astronaut_portrait()
         portrait, crop_box = p.image, crop_box or face_crop_box(p.image.shape[:2], p.face_box, p.mouth_box)
         mouth_box = mouth_box or p.mouth_box

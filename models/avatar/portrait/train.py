@@ -149,7 +149,6 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
 
 
     if portrait is not None:
-
         return load_background(portrait)
     drawn_on = clips_portrait(portrait_json, clips_dir)
     if drawn_on is not None:

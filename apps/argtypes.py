@@ -4,38 +4,33 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from framegraph.models.runtime import RUNTIMES
 
 
-def positive_int(text: str) -> int:
+def _number(text: str, parse: Callable[[str], float], kind: str, ok: Callable[[float], bool], expected: str):
+    """``text`` read by ``parse`` (``int`` or ``float``); an error says it is not ``kind`` or, when ``ok(value)`` is
+    false, that ``expected`` was expected."""
     try:
-        v = int(text)
+        v = parse(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if v <= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive whole number")
+        raise argparse.ArgumentTypeError(f"{text!r} is not {kind}") from None
+    if not ok(v):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected {expected}")
     return v
+
+
+def positive_int(text: str) -> int:
+    return _number(text, int, "a whole number", lambda v: v > 0, "a positive whole number")
 
 
 def positive_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v > 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a positive number")
-    return v
+    return _number(text, float, "a number", lambda v: v > 0, "a positive number")
 
 
 def non_negative_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
-    if not v >= 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: expected a number ≥ 0")
-    return v
+    return _number(text, float, "a number", lambda v: v >= 0, "a number ≥ 0")
 
 
 def size(text: str, *, even: bool = False) -> tuple[int, int]:

@@ -1,6 +1,7 @@
 """Stages at the two ends of a graph built from plain Python values — for tests, tools and small apps.
 
 - :class:`IterableSource`: emits the items of an iterable (tensors, arrays, numbers) on one port.
+- :class:`CountSource`: emits frames filled with their index (0, 1, 2, ...), a given number or endlessly.
 - :class:`RecordingSink`: keeps a copy of every frame that reaches it, with its metadata.
 
 Both run in the graph like any other stage (threads, rings, pacing, the flow limiter); they only spare
@@ -56,6 +57,38 @@ class IterableSource(Stage):
         frame.data.copy_(value)
         frame.pts = self.ctx.clock.ticks_from_frame(self.sent, self.fps)
         self.sent += 1
+
+
+class CountSource(Stage):
+    """Emits ``n`` frames on port ``"x"`` (``n=None``: until the graph stops), frame ``i`` filled with ``i`` and
+    stamped ``pts`` = frame ``i`` at ``fps``; it counts from 0 again when the graph is set up again. The
+    runtime's tests and benches feed their graphs with it.
+
+    Args:
+        n: frames to emit, or None for no end.
+        fps: the frames' rate, for their pts.
+        shape, dtype, device: of one frame's data.
+        name: the stage name.
+    """
+
+    def __init__(self, n: int | None = 10, *, fps: float = 100, shape=(4,), name="src", dtype=torch.float32,
+                 device="cpu"):
+        super().__init__(name)
+        self.n, self.fps = n, fps
+        self.outputs = {"x": PortSpec(shape, dtype, device)}
+        self.i = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.i = 0
+
+    def process(self, inputs, out):
+        if self.n is not None and self.i >= self.n:
+            raise EndOfStream
+        f = out.write("x")
+        f.data.fill_(self.i)
+        f.pts = self.ctx.clock.ticks_from_frame(self.i, self.fps)
+        self.i += 1
 
 
 @dataclass

@@ -10,33 +10,10 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from framegraph.stream import EndOfStream, PortSpec, RecordingSink, Stage
+from framegraph.stream import PortSpec, RecordingSink, Stage
 
 REPO = Path(__file__).resolve().parents[1]  # the checkout
 DEVICE = "cuda" if torch.cuda.is_available() else "cpu"  # where kernel tests run (Triton's interpreter on CPU)
-
-
-class CountSource(Stage):
-    """Emits ``n`` frames (``data`` filled with the frame index) at ``fps`` pts spacing; n=None: forever."""
-
-    def __init__(self, n: int | None = 10, *, fps: float = 100, shape=(4,), name="src", dtype=torch.float32,
-                 device="cpu"):
-        super().__init__(name)
-        self.n, self.fps = n, fps
-        self.outputs = {"x": PortSpec(shape, dtype, device)}
-        self.i = 0
-
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.i = 0
-
-    def process(self, inputs, out):
-        if self.n is not None and self.i >= self.n:
-            raise EndOfStream
-        f = out.write("x")
-        f.data.fill_(self.i)
-        f.pts = self.ctx.clock.ticks_from_frame(self.i, self.fps)
-        self.i += 1
 
 
 class AddOne(Stage):

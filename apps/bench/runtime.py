@@ -29,26 +29,10 @@ from typing import Literal
 import numpy as np
 import torch
 
-from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream import Clock, CountSource, Graph, PortSpec, Stage
 
 from .measure import rss_bytes, stage_times, summary_ms
 from .meta import bench_metadata, write_result
-
-
-class TickSource(Stage):
-    def __init__(self, n: int, fps: float, shape, device):
-        super().__init__("source")
-        self.n, self.fps = n, fps
-        self.outputs = {"x": PortSpec(shape, torch.float32, device)}
-        self.i = 0
-
-    def process(self, inputs, out):
-        if self.i >= self.n:
-            raise EndOfStream
-        f = out.write("x")
-        f.data.fill_(self.i)
-        f.pts = self.ctx.clock.ticks_from_frame(self.i, self.fps)
-        self.i += 1
 
 
 class Relay(Stage):
@@ -108,7 +92,7 @@ def _traced_blocks() -> int:
 def _chain(n: int, hops: int, fps: float, mode: Literal["realtime", "fast"], shape, device, *, relay_ms=0.0, sink_ms=0.0,
            max_in_flight=None, warmup=0, track_memory=False, capacity=2):
     g = Graph(Clock(mode), name="bench")
-    src = g.add(TickSource(n, fps, shape, device), max_in_flight=max_in_flight)
+    src = g.add(CountSource(n, fps=fps, shape=shape, name="source", device=device), max_in_flight=max_in_flight)
     prev = src
     for k in range(hops - 1):
         relay = g.add(Relay(f"relay{k}", shape, device, relay_ms))

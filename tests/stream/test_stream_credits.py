@@ -7,9 +7,9 @@ the end every source reports ``in_flight == 0``: credits in = credits out.
 import time
 
 import pytest
-from helpers import AddOne, Collect, CountSource, framegraph_threads
+from helpers import AddOne, Collect, framegraph_threads
 
-from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage, StageError
+from framegraph.stream import Clock, CountSource, EndOfStream, Graph, PortSpec, Stage, StageError
 
 N = 10_000
 

@@ -1,9 +1,9 @@
 """The runtime on CUDA: one stream per stage, event hand-off, no device-wide synchronize (GPU only)."""
 import pytest
 import torch
-from helpers import AddOne, Collect, CountSource
+from helpers import AddOne, Collect
 
-from framegraph.stream import Graph
+from framegraph.stream import CountSource, Graph
 
 pytestmark = pytest.mark.gpu
 

@@ -3,9 +3,9 @@ import time
 
 import pytest
 import torch
-from helpers import AddOne, Boom, Collect, CountSource, framegraph_threads
+from helpers import AddOne, Boom, Collect, framegraph_threads
 
-from framegraph.stream import Clock, Flag, Graph, GraphError, PortSpec, Stage, StageError, prometheus_text
+from framegraph.stream import Clock, CountSource, Flag, Graph, GraphError, PortSpec, Stage, StageError, prometheus_text
 
 
 def chain(n=10, clock=None, fps: float = 100, **edge):

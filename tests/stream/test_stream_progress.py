@@ -1,7 +1,7 @@
 """The command-line runner: a long run says how long it will take, and how to make it faster."""
-from helpers import Collect, CountSource
+from helpers import Collect
 
-from framegraph.stream import Clock, Graph
+from framegraph.stream import Clock, CountSource, Graph
 from framegraph.stream.progress import run_with_progress
 
 

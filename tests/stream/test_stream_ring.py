@@ -65,9 +65,9 @@ def test_a_dropping_ring_keeps_the_frames_its_policy_names(policy, kept):
 
 
 def test_drop_oldest_with_one_slot_asked_still_delivers_to_a_slow_paced_consumer():
-    from helpers import Collect, CountSource
+    from helpers import Collect
 
-    from framegraph.stream import Clock, Graph
+    from framegraph.stream import Clock, CountSource, Graph
 
     g = Graph(Clock("realtime"))
     s, k = g.add(CountSource(20, fps=50)), g.add(Collect(delay_s=0.03))

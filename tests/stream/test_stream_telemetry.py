@@ -8,9 +8,9 @@ import time
 
 import pytest
 import torch
-from helpers import AddOne, Collect, CountSource
+from helpers import AddOne, Collect
 
-from framegraph.stream import Clock, Graph, PortSpec, PushSource, prometheus_text
+from framegraph.stream import Clock, CountSource, Graph, PortSpec, PushSource, prometheus_text
 
 SLOW_S = 0.050  # the slow stage's time per frame
 N = 16

@@ -508,8 +508,9 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     except OSError as exc:  # a read-only bundle: the JSON still gets written
         print(f"framegraph avatar eval: warning: could not add the figures to the bundle's "
               f"{PROVENANCE} ({exc})", file=sys.stderr)
-    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "outside_mouth_psnr_db",
-                                              "mouth_sharpness_ratio", "lips_sharpness_ratio"))
+    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "landmark_openness_swing",
+                                              "outside_mouth_psnr_db", "mouth_sharpness_ratio", "lips_sharpness_ratio",
+                                              "jaw_edge_ratio"))
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:

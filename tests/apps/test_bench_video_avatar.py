@@ -60,6 +60,8 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     m = json.loads(out.read_text())
     assert m["start_s"] == 0.64 and m["end_s"] == 1.28 and m["frames"] == 16  # the held-out part only
     assert m["faces_found_generated"] == 1.0 and m["outside_mouth_psnr_db"] >= 30
+    jaw = m["jaw"]  # the jaw line measured on every frame, its worst frame named by its time in the clip
+    assert jaw["frames"] == 16 and m["jaw_edge_ratio"] == jaw["edge_ratio"] and 0.64 <= jaw["worst_frame_s"] < 1.28
     got = read_video(str(video))
     assert len(got["frames"]) == 16 and got["frames"].shape[1:3] == (256, 256)
     assert np.abs(got["audio"].astype(np.float64)).max() > 1000  # the clip's sound came along
@@ -68,6 +70,7 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert json.loads(out.read_text())["frames"] == 10
     provenance = (tmp_path / "me" / "PROVENANCE.md").read_text()  # each evaluation's figures, in the bundle
     assert provenance.count("### ") == 2 and "`me.mp4` from 0.64 s to 1.28 s (16 frames)" in provenance
+    assert "the jaw line's edge" in provenance and "the jaw line's worst frame" in provenance
     assert f"| {m['outside_mouth_psnr_db']:g} | ≥ 30 |" in provenance
     capsys.readouterr()
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),

@@ -6,8 +6,8 @@ training: ``avatar train --video --holdout 0.2`` keeps the last 20 % out): the r
 landmarks, the mouth shape from the clip's audio through the avatar's audio stages (:class:`MouthShape`,
 with the speaking state from Silero VAD), and the lower face is redrawn and pasted back exactly as the
 live graph does (:class:`MouthRegion`). Then the face engineer's landmark measures
-(:mod:`.evaluate_real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
-mouth sharpness, lips closed in silence — and the time per frame of redraw + paste.
+(:mod:`.real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
+mouth sharpness, the jaw line's edge, lips closed in silence — and the time per frame of redraw + paste.
 """
 from __future__ import annotations
 
@@ -72,6 +72,8 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     shape_open = np.array([r["shape_openness"] for r in rows])
     real_open = np.array([r.get("lm_open_real", np.nan) for r in rows], np.float64)
     ok = np.isfinite(real_open)
+    if summary["jaw"] is not None:  # the worst frame, as a time in the clip
+        summary["jaw"]["worst_frame_s"] = round((a + summary["jaw"]["worst_frame"]) / fps, 3)
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
                    shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else

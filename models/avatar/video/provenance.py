@@ -20,6 +20,7 @@ EVAL_ROWS = (
     ("outside_mouth_psnr_db", "face outside the mouth region vs the real frames (dB)", "≥ 30"),
     ("mouth_sharpness_ratio", "sharpness (Laplacian variance) of the lower face / the real frames'", ""),
     ("lips_sharpness_ratio", "sharpness of the lips alone / the real lips'", ""),
+    ("jaw_edge_ratio", "the jaw line's edge (across the jaw / chin contour) / the real frames'", "≥ 0.8"),
 )
 
 
@@ -85,6 +86,11 @@ def add_evaluation(root, metrics: dict) -> Path:
     silence = metrics.get("silence") or {}
     rows = [f"| {what} | {metrics[key]:g} | {target} |" for key, what, target in EVAL_ROWS
             if metrics.get(key) is not None]
+    jaw = metrics.get("jaw") or {}
+    if jaw.get("frames"):
+        rows.append(f"| the jaw line's worst frame (at {jaw['worst_frame_s']:g} s) / frames where it breaks "
+                    f"(a quarter of it under {jaw['break_below']:g} of the real edge) | {jaw['worst_frame_ratio']:g} / "
+                    f"{jaw['breaks']} of {jaw['frames']} | no break |")
     if silence.get("frames"):
         rows.append(f"| lips closed in silent frames: the avatar / the real person "
                     f"({silence['frames']} frames) | {silence['lips_closed_fraction_generated']:.0%} / "

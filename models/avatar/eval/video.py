@@ -61,7 +61,8 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             frame = torch.from_numpy(frames[t])
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
-            gen = region.picture(frame, box, shape).numpy()
+            jaw = track.jaws[t - a] if avatar.jaws is not None else None  # as the bundle's loop frames have
+            gen = region.picture(frame, box, shape, jaw=jaw).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:

@@ -8,7 +8,9 @@
                         generator redraws), ``paste float32 [S, S]`` (the feathered paste-back alpha, 0
                         wherever ``mask`` is 0), ``reference uint8 [S, S, 3]`` (the reference region), and
                         in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
-                        finest texture is laid over the generated lower face: away from the lips)
+                        finest texture is laid over the generated lower face: away from the lips), and in
+                        bundles since it was added ``jaws float32 [N, 13, 2]`` (each loop frame's jaw line, px
+                        of the frame: below it the frame itself is kept, :func:`jaw_keep`)
     DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
     DIR/shape_head/     ShapeHead       (audio features → mouth shape)
     DIR/audio/          AudioEncoder
@@ -41,6 +43,7 @@ from framegraph.stream.files import write_json
 from framegraph.stream.media import MediaError, read_video
 
 from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
+from .jaw import jaw_keep
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
 from .onnx import export_video_avatar
@@ -129,7 +132,8 @@ class VideoAvatar(PictureSize):
         frames: ``uint8 [N, H, W, 3]`` loop frames; boxes: ``float32 [N, 4]``; nearest_idle: ``int64 [N]``.
         idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
             ``uint8 [S, S, 3]``; texture: ``float32 [S, S]`` or None (older bundles: none), see
-            :func:`texture_mask`.
+            :func:`texture_mask`. jaws: ``float32 [N, M, 2]`` each loop frame's jaw line (px of the frame) or
+            None (older bundles: the whole hidden area is redrawn), see :func:`jaw_keep`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
             standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
@@ -153,6 +157,7 @@ class VideoAvatar(PictureSize):
     vad: bool = True
     silence_gate: bool = True
     texture: torch.Tensor | None = None
+    jaws: np.ndarray | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
     kind: ClassVar[str] = KIND
@@ -189,7 +194,7 @@ class VideoAvatar(PictureSize):
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       engine=engines.audio), "cpu")
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
-        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle))
+        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, jaws=self.jaws))
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms,
                                                   torch_threads=settings.torch_threads, engine=engines.generator))
         graph.connect(features, shape, "features", "features", capacity=8)
@@ -197,6 +202,8 @@ class VideoAvatar(PictureSize):
         graph.connect(state, loop, "state", "state", capacity=8)
         graph.connect(loop, region, "frame", "frame", capacity=2)
         graph.connect(loop, region, "box", "box", capacity=2)
+        if self.jaws is not None:
+            graph.connect(loop, region, "jaw", "jaw", capacity=2)
         graph.connect(shape, region, "shape", "shape", capacity=4)
         return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
 
@@ -238,10 +245,12 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
         getattr(avatar, part).save_pretrained(root / part)
     write_loop(root / LOOP_FILE, avatar.frames, avatar.fps)
     tmp = root / (REGIONS_FILE + ".partial.npz")
-    texture = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
+    extra = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
+    if avatar.jaws is not None:
+        extra["jaws"] = np.asarray(avatar.jaws, np.float32)
     np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
                         nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
-                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **texture)
+                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **extra)
     os.replace(tmp, root / REGIONS_FILE)
     write_json(root / "avatar.json", {**avatar.settings(), **avatar.meta})
     avatar.root = str(root)
@@ -270,12 +279,13 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
         with np.load(regions) as z:
             r = {k: z[k] for k in ("boxes", "nearest_idle", "mask", "paste", "reference")}
             texture = torch.from_numpy(z["texture"]) if "texture" in z.files else None
+            jaws = z["jaws"] if "jaws" in z.files else None
     except (OSError, ValueError, KeyError) as exc:
         raise AvatarError(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
     W, H = (int(v) for v in cfg["size"])
     n, S = len(frames), int(cfg["region_size"])
     if (tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S)
-            or (texture is not None and tuple(texture.shape) != (S, S))):
+            or (texture is not None and tuple(texture.shape) != (S, S)) or (jaws is not None and len(jaws) != n)):
         raise AvatarError(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
                     f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
                     f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
@@ -285,7 +295,8 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
     shape = cfg["shape"]
     return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
-                       reference=torch.from_numpy(r["reference"]), texture=texture, shape_mean=list(shape["mean"]),
+                       reference=torch.from_numpy(r["reference"]), texture=texture, jaws=jaws,
+                       shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
@@ -325,5 +336,5 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
-           "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
+           "model_size", "region_boxes", "paste_mask", "texture_mask", "jaw_keep", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
            "MIN_MODEL_SIZE"]

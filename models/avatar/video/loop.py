@@ -1,7 +1,8 @@
 """The video avatar's base frames: the person's own frames played back and forth.
 
     state [4] ──▶ VideoLoop ──frame uint8 [H, W, 3]──▶ ...
-                           └──box   int32 [4]─────────▶   (the mouth region's box in that frame)
+                           ├──box   int32 [4]─────────▶   (the mouth region's box in that frame)
+                           └──jaw   float32 [M, 2]────▶   (its jaw line, px; with ``jaws``)
 
 :class:`LoopCursor` is the plan, frame by frame: a **ping-pong** over the loop frames ``0 .. N-1``
 (``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``: every step goes to a neighbouring frame of the recording,
@@ -98,16 +99,18 @@ class VideoLoop(Stage):
         frames: ``uint8 [N, H, W, 3]`` the loop frames (source resolution).
         boxes: ``int [N, 4]`` (x, y, w, h) px of the mouth region in each frame (w, h the same for all).
         idle / nearest_idle / fade: see :class:`LoopCursor`.
+        jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame) or None.
 
     Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``, keeping the state's pts and flags. A stream starts at
+    ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` and with ``jaws`` ``"jaw"`` ``float32 [M, 2]`` (blended
+    as the frames are during a cross-fade), keeping the state's pts and flags. A stream starts at
     the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
     barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
     range; a jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 name: str = "loop"):
+                 jaws=None, name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -120,6 +123,12 @@ class VideoLoop(Stage):
         H, W = self.frames.shape[1:3]
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
         self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu")}
+        self.jaws = None
+        if jaws is not None:
+            self.jaws = torch.as_tensor(np.asarray(jaws), dtype=torch.float32)
+            if self.jaws.dim() != 3 or len(self.jaws) != len(self.frames) or self.jaws.shape[2] != 2:
+                raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
+            self.outputs["jaw"] = PortSpec(tuple(self.jaws.shape[1:]), torch.float32, "cpu")
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -129,6 +138,8 @@ class VideoLoop(Stage):
         speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
         picks = self.cursor.step(speaking)
         frame, box = out.write("frame"), out.write("box")
+        if self.jaws is not None:
+            out.write("jaw").data.copy_(sum(self.jaws[i] * w for i, w in picks))
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])

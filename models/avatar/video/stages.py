@@ -10,12 +10,15 @@ one is gated: while the avatar does not speak the shape eases to the resting mou
 region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
 the shape, lays the loop frame's own finest texture over it away from the lips (a bundle's ``texture`` map:
 the generator draws stubble and pores only blurred) and pastes it back with the feathered alpha
-(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own.
+(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own, and so
+is everything below the loop frame's jaw line when the bundle has the loop frames' jaw lines
+(:func:`~.bundle.jaw_keep`: the chin and the collar are never redrawn).
 """
 from __future__ import annotations
 
 import weakref
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -26,6 +29,7 @@ from framegraph.models.vae import crop_frames
 from framegraph.models.vae.register import gaussian_blur
 from framegraph.stream import PortSpec, Stage
 
+from .jaw import jaw_keep
 from .lipsync import MouthGenerator, ShapeHead
 
 # the finest detail the generator leaves blurred, as a share of the region's side: a Gaussian of this σ splits
@@ -103,15 +107,19 @@ class MouthRegion(Stage):
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
         engine: what runs the generator (its runtime, :mod:`framegraph.models.runtime`): ``engine(generator)``
             → a function called as the generator is; None: the torch model itself.
+        jaw_points: M, the points of the base frames' jaw lines (a bundle's ``jaws``): the stage takes each
+            frame's jaw line and keeps the frame's own picture below it (:func:`~.jaw.jaw_keep`); None:
+            the whole hidden area is redrawn (bundles without jaw lines).
 
-    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]``; out
-    ``"video"`` ``uint8 [H, W, 3]`` (pts and flags of the frame).
+    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` and with
+    ``jaw_points`` ``"jaw"`` ``float32 [M, 2]`` (px of the frame); out ``"video"`` ``uint8 [H, W, 3]`` (pts and
+    flags of the frame).
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
                  max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None,
-                 name: str = "mouth_region"):
+                 jaw_points: int | None = None, name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.eval()
         self.draw = self.generator if engine is None else engine(self.generator)
@@ -134,13 +142,16 @@ class MouthRegion(Stage):
         P = generator.config.shape_dim
         self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu"),
                        "shape": PortSpec((P,), torch.float32, "cpu")}
+        if jaw_points:
+            self.inputs["jaw"] = PortSpec((int(jaw_points), 2), torch.float32, "cpu")
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
 
     @classmethod
     def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
         """The stage for a :class:`~.video_bundle.VideoAvatar` at its frames' size (``kwargs``: the rest)."""
         return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
-                   avatar.width), box_side=avatar.box_side, texture=avatar.texture, **kwargs)
+                   avatar.width), box_side=avatar.box_side, texture=avatar.texture,
+                   jaw_points=None if avatar.jaws is None else avatar.jaws.shape[1], **kwargs)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -175,13 +186,16 @@ class MouthRegion(Stage):
         out = gen + self.texture * (diff - gaussian_blur(diff, TEXTURE_SCALE * L))
         return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
-    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None,
+                jaw=None) -> torch.Tensor:
         """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` (the frame's
-        fine texture laid over it where ``texture`` says) and pasted back: what :meth:`process` emits."""
+        fine texture laid over it where ``texture`` says) and pasted back — but not below the frame's ``jaw``
+        line (``[M, 2]`` px of the frame, or None): what :meth:`process` emits."""
         region = self.redraw(frame, box, shape)
         if self.texture is not None:
             region = self.lay_texture(frame, box, region)
-        return composite(frame, region, box, self.alpha, out=out)
+        alpha = self.alpha if jaw is None else self.alpha * (1 - jaw_keep(np.asarray(jaw), box))
+        return composite(frame, region, box, alpha, out=out)
 
     def process(self, inputs, out):
         frame = inputs["frame"]
@@ -189,7 +203,8 @@ class MouthRegion(Stage):
             self.frames_skipped += 1
             return
         box = [int(v) for v in inputs["box"].data.tolist()]
-        self.picture(frame.data, box, inputs["shape"].data, out=out.write("video").data)
+        jaw = inputs["jaw"].data.numpy() if "jaw" in self.inputs else None
+        self.picture(frame.data, box, inputs["shape"].data, out=out.write("video").data, jaw=jaw)
 
 
 __all__ = ["MouthShape", "MouthRegion", "TEXTURE_SCALE"]

@@ -92,8 +92,8 @@ class VideoTrainConfig:
 @dataclass
 class FaceTrack:
     """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
-    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons and ``lips`` outer lip
-    contours (px), ``found [T]`` bool."""
+    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons, ``lips`` outer lip
+    contours and ``jaws`` jaw lines (px), ``found [T]`` bool."""
 
     centres: np.ndarray
     widths: np.ndarray
@@ -101,6 +101,7 @@ class FaceTrack:
     polygons: list
     lips: list
     found: np.ndarray
+    jaws: np.ndarray | None = None
 
 
 def measure_shape(face) -> list[float]:
@@ -117,7 +118,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
-    centres, widths, shapes, polygons, lips, found, errors = [], [], [], [], [], [], {}
+    centres, widths, shapes, polygons, lips, jaws, found, errors = [], [], [], [], [], [], [], {}
     with FaceLandmarker(max_faces=2, video=True) as marker:
         for t, frame in enumerate(frames_iter):
             try:
@@ -130,6 +131,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
                 shapes.append(None)
                 polygons.append(None)
                 lips.append(None)
+                jaws.append(None)
                 found.append(False)
                 continue
             left, right = face.mouth_corners()
@@ -138,6 +140,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
             shapes.append(measure_shape(face))
             polygons.append(face.lower_face_polygon())
             lips.append(face.lip_outer())
+            jaws.append(face.jaw_line())
             found.append(True)
     n = len(found)
     bad = n - sum(found)
@@ -151,10 +154,10 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
     for i in range(n):  # fill the misses from the nearest good frame
         if not found[i]:
             j = min(good, key=lambda g: abs(g - i))
-            centres[i], widths[i], shapes[i], polygons[i], lips[i] = (centres[j], widths[j], shapes[j],
-                                                                      polygons[j], lips[j])
+            centres[i], widths[i], shapes[i], polygons[i], lips[i], jaws[i] = (
+                centres[j], widths[j], shapes[j], polygons[j], lips[j], jaws[j])
     return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons, lips,
-                     np.array(found))
+                     np.array(found), np.array(jaws, np.float32))
 
 
 def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:
@@ -421,7 +424,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
-                         reference=reference, texture=texture, shape_mean=mean.tolist(), shape_std=std.tolist(),
+                         reference=reference, texture=texture, jaws=track.jaws[:n_loop],
+                         shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,

@@ -114,6 +114,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="with --kind video: weight of the texture critic that sharpens the lips (0.1; 0: none — "
                         "up to a quarter less training time (a 300-px face: 35 -> 27 min), softer lips); dropped by "
                         "itself if it makes the training's L1 loss climb")
+    t.add_argument("--av-sync", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --kind video: measure how late the video's sound is against the mouth (up to 400 ms) "
+                        "and train on it aligned (default on)")
     t.add_argument("--loop-seconds", type=positive_float, default=10.0,
                    help="with --kind video: seconds of the video kept as the loop the avatar plays (10)")
     t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")
@@ -230,6 +233,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     e.add_argument("--start-s", type=float, help="(video avatar) where the measured stretch of the clip starts, "
                                                  "in s (default: where the part kept out of training begins)")
     e.add_argument("--end-s", type=float, help="(video avatar) where it ends (default: the clip's end)")
+    e.add_argument("--av-offset", type=int, metavar="FRAMES",
+                   help="(video avatar) frames by which the clip's sound comes after its picture, moved earlier "
+                        "before measuring (default: what `avatar train --video` measured on the bundle's source "
+                        "video; 0 for a clip recorded otherwise)")
     e.set_defaults(avatar_func=run_eval)
 
 
@@ -341,7 +348,7 @@ def run_train_video(args: argparse.Namespace) -> int:
                                   batch=args.batch, lr=args.lr or 2e-3, holdout=args.holdout,
                                   max_region=args.max_region, loop_seconds=args.loop_seconds,
                                   max_side=args.max_side or 1280, vad=not args.no_vad, seed=args.seed,
-                                  critic_weight=args.critic_weight)
+                                  critic_weight=args.critic_weight, av_sync=args.av_sync)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / FaceError are ValueErrors
         return _train_error(exc)
     print(f"video avatar from {r['frames']} frames ({r['seconds']:g} s): {r['region_choice']}; trained in "
@@ -464,8 +471,8 @@ def run_eval(args: argparse.Namespace) -> int:
         avatar = load_avatar(args.avatar)
         if avatar.kind == "video":
             return _eval_video_avatar(avatar, args)
-        if args.start_s is not None or args.end_s is not None:
-            raise ValueError("--start-s / --end-s go with a video avatar (avatar train --video); "
+        if args.start_s is not None or args.end_s is not None or args.av_offset is not None:
+            raise ValueError("--start-s / --end-s / --av-offset go with a video avatar (avatar train --video); "
                              f"{args.avatar!r} is a portrait avatar")
         if args.dit:
             from framegraph.models.dit import AvatarDiT
@@ -499,7 +506,8 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(portrait_only)}: for portrait avatars; {args.avatar!r} is a video avatar "
                          f"(give --clip, and --start-s / --end-s to choose the stretch measured)")
     start = args.start_s if args.start_s is not None else avatar.heldout_start_s
-    metrics = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s, out_video=args.video)
+    metrics = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s, out_video=args.video,
+                                    av_offset_frames=args.av_offset)
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.video:
         metrics["video"] = os.path.abspath(args.video)

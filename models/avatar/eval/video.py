@@ -23,14 +23,18 @@ from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 from ..clips.io import ClipWriter
 from ..video.bundle import VideoAvatar, region_boxes
 from ..video.stages import MouthRegion, MouthShape
+from ..video.sync import shift_audio
 from ..video.train import track_faces
 from .real import LandmarkMeter, real_summary, speech_per_frame
 
 
 def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
-                          out_video=None) -> dict:
+                          out_video=None, av_offset_frames: int | None = None) -> dict:
     """Measure ``avatar`` on the frames of ``clip`` (its own size and fps) from ``start_s`` to ``end_s``
-    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio)."""
+    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio).
+    ``av_offset_frames``: the frames by which the clip's sound comes after its picture, so moved earlier
+    (:func:`~..video.sync.shift_audio`) — None: the bundle's own measure of its source video (give 0 for a clip
+    recorded otherwise)."""
     clip = os.fspath(clip)
     video = read_video(clip)
     frames, fps = video["frames"], float(video["fps"])
@@ -38,7 +42,8 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     if (W, H) != (avatar.width, avatar.height) or abs(fps - avatar.fps) > 0.01:
         raise ValueError(f"{clip}: {W}x{H} at {fps:g} fps; the avatar plays {avatar.width}x{avatar.height} at "
                          f"{avatar.fps:g} fps (give a clip of the video it was made from)")
-    audio = decode_audio(clip)
+    lag = avatar.av_offset_frames if av_offset_frames is None else int(av_offset_frames)
+    audio = shift_audio(decode_audio(clip), lag, int(round(SAMPLE_RATE / fps)))
     n = len(frames)
     a = int(round(start_s * fps))
     b = n if end_s is None else min(n, int(round(end_s * fps)))
@@ -76,6 +81,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     if summary["jaw"] is not None:  # the worst frame, as a time in the clip
         summary["jaw"]["worst_frame_s"] = round((a + summary["jaw"]["worst_frame"]) / fps, 3)
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
+                   av_offset_frames=lag,
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
                    shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else
                    round(float(np.corrcoef(shape_open[ok], real_open[ok])[0, 1]), 4),

@@ -184,6 +184,13 @@ class VideoAvatar(PictureSize):
         held = (self.meta.get("training") or {}).get("heldout") or {}
         return float(held.get("start_s", 0.0))
 
+    @property
+    def av_offset_frames(self) -> int:
+        """How many frames the source video's sound came after its picture (:mod:`.sync`, measured by ``avatar
+        train --video``; 0 for bundles without the measure): ``avatar eval`` aligns the source's sound by it."""
+        sync = (self.meta.get("training") or {}).get("av_offset") or {}
+        return int(sync.get("frames", 0))
+
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
         :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on

@@ -67,6 +67,12 @@ def write_training_provenance(root, report: dict) -> Path:
         f"seed {cfg['seed']}; {report['timings']['total_s']:.0f} s in all on {report['threads']} CPU threads "
         f"(torch {report['torch']})",
     ]
+    sync = report.get("av_offset")
+    if sync is not None and sync["frames"]:
+        lines.append(f"- the video's sound came {sync['frames']} frames ({sync['seconds']:g} s) after its picture "
+                     "(measured from the mouth on the training frames); the shape head learnt on it so aligned")
+    elif sync is not None:
+        lines.append("- the video's sound was found in step with its picture (from the mouth on the training frames)")
     if held and held.get("shape_openness_corr") is not None:
         lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
                      f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")
@@ -95,8 +101,10 @@ def add_evaluation(root, metrics: dict) -> Path:
         rows.append(f"| lips closed in silent frames: the avatar / the real person "
                     f"({silence['frames']} frames) | {silence['lips_closed_fraction_generated']:.0%} / "
                     f"{silence['lips_closed_fraction_real']:.0%} | closed in silence |")
+    offset = metrics.get("av_offset_frames")
     section = [f"### {_now()}: `{os.path.basename(metrics['clip'])}` from {metrics['start_s']:g} s to "
-               f"{metrics['end_s']:g} s ({metrics['frames']} frames)", "",
+               f"{metrics['end_s']:g} s ({metrics['frames']} frames"
+               + (f"; its sound moved {offset} frames earlier, as measured in training" if offset else "") + ")", "",
                "| measure | value | target |", "|---|---|---|", *rows, ""]
     with open(path, "a") as f:
         f.write("\n".join(section) + "\n")

@@ -9,6 +9,8 @@
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
              (L1 + Sobel-edge loss, the lower face weighted; from ``critic_start`` a TextureCritic on the
              lips' box asks for the grain of real lips, watched by a guard: :mod:`.critic`)
+          ─▶ the sound aligned to the picture (:mod:`.sync`: the lag, up to 400 ms, at which the measured
+             openness follows the sound's loudness best, where that is clear; a video's sound can come late)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
@@ -57,6 +59,7 @@ from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, l
 from .lipsync import SHAPE_NAMES, MouthGenerator, context_windows, fit_shape_head, quiet_audio, region_loss
 from .loop import nearest_frames
 from .provenance import write_training_provenance
+from .sync import estimate_av_offset, shift_frames
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
@@ -86,6 +89,7 @@ class VideoTrainConfig:
     min_seconds: float = MIN_SECONDS
     min_mouth_motion: float = 0.015
     vad: bool = True
+    av_sync: bool = True
     seed: int = 0
 
 
@@ -355,6 +359,18 @@ def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps
             "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
 
 
+def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.ndarray, audio: np.ndarray,
+                 n_train: int, cfg: VideoTrainConfig, fps: float):
+    """The audio features ``[T, D]`` and the voice detector's ``speech [T]`` moved by the frames the video's sound
+    comes late by (:func:`~.sync.estimate_av_offset` on the training frames; with ``cfg.av_sync`` off: as
+    recorded), and the report (None when off)."""
+    if not cfg.av_sync:
+        return feats, speech, None
+    lag, report = estimate_av_offset(openness[:n_train], audio[:int(n_train * SAMPLE_RATE / fps)], fps)
+    report["seconds"] = round(lag / fps, 3)
+    return shift_frames(feats, lag), None if speech is None else shift_frames(speech, lag), report
+
+
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
                        torch_threads: int | None = None, progress: bool = True, log=None,
                        **settings) -> tuple[VideoAvatar, dict]:
@@ -404,7 +420,6 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     texture = texture_mask(mask, lips, margin_px=cfg.texture_margin * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
-    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
     nearest = nearest_frames(thumbs, range(*idle))
 
@@ -417,6 +432,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
         quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
+    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
+    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
                                        rest=rest)
     head_report["rest_from"] = rest_from
@@ -436,10 +453,11 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
               "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
-              "heldout": heldout, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
+              "heldout": heldout, "av_offset": sync_report, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
               "timings": timings,
               "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
-    avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout")}}
+    avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout",
+                                                      "av_offset")}}
     save_video_avatar(out, avatar)
     write_json(out / REPORT, report)
     write_training_provenance(out, report)

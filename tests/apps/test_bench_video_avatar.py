@@ -76,3 +76,20 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--steps", "2"]) == 2
     assert "--steps: for portrait avatars" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_avatar_eval_takes_the_source_video_at_its_own_size_and_frame_rate(tmp_path):
+    """A phone's video is larger than the avatar plays and runs at 30 fps: eval makes it as training made it."""
+    import torch.nn.functional as F
+
+    avatar, _ = _avatar_and_clip(tmp_path, heldout_start_s=0.64)
+    frames = np.concatenate([avatar.frames.numpy()] * 6)[:48]  # 1.6 s at 30 fps, at twice the size
+    big = F.interpolate(torch.from_numpy(frames).permute(0, 3, 1, 2).float(), scale_factor=2, mode="bilinear")
+    source = write_video(tmp_path / "phone.mp4", big.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy(), 30,
+                         tone(1.6))
+    out = tmp_path / "eval.json"
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", source, "--out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["frames"] == 24 and m["start_s"] == 0.64 and m["faces_found_generated"] == 1.0  # 0.64..1.6 s at 25 fps
+    assert m["outside_mouth_psnr_db"] >= 30

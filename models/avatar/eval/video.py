@@ -12,6 +12,7 @@ mouth sharpness, the jaw line's edge, lips closed in silence — and the time pe
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -20,7 +21,8 @@ import torch
 from framegraph.models.audio.features import extract_features
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 
-from ..clips.io import ClipWriter
+from ..clips.io import ClipWriter, probe
+from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
@@ -30,20 +32,21 @@ from .real import LandmarkMeter, real_summary, speech_per_frame
 
 def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
                           out_video=None, av_offset_frames: int | None = None) -> dict:
-    """Measure ``avatar`` on the frames of ``clip`` (its own size and fps) from ``start_s`` to ``end_s``
+    """Measure ``avatar`` on the frames of ``clip`` (the source video, made as training made it, or a clip at the
+    avatar's size and fps) from ``start_s`` to ``end_s``
     (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio).
     ``av_offset_frames``: the frames by which the clip's sound comes after its picture, so moved earlier
     (:func:`~..video.sync.shift_audio`) — None: the bundle's own measure of its source video (give 0 for a clip
     recorded otherwise)."""
     clip = os.fspath(clip)
-    video = read_video(clip)
+    with tempfile.TemporaryDirectory() as tmp:
+        played = _as_played(avatar, clip, tmp)
+        video = read_video(played)
+        audio = decode_audio(played)
     frames, fps = video["frames"], float(video["fps"])
     H, W = frames.shape[1:3]
-    if (W, H) != (avatar.width, avatar.height) or abs(fps - avatar.fps) > 0.01:
-        raise ValueError(f"{clip}: {W}x{H} at {fps:g} fps; the avatar plays {avatar.width}x{avatar.height} at "
-                         f"{avatar.fps:g} fps (give a clip of the video it was made from)")
     lag = avatar.av_offset_frames if av_offset_frames is None else int(av_offset_frames)
-    audio = shift_audio(decode_audio(clip), lag, int(round(SAMPLE_RATE / fps)))
+    audio = shift_audio(audio, lag, int(round(SAMPLE_RATE / fps)))
     n = len(frames)
     a = int(round(start_s * fps))
     b = n if end_s is None else min(n, int(round(end_s * fps)))
@@ -90,6 +93,23 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     if out_video is not None:
         _write(out_video, np.stack(out), audio[int(a * SAMPLE_RATE / fps):int(b * SAMPLE_RATE / fps)], int(round(fps)))
     return summary
+
+
+def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:
+    """``clip`` itself when it plays at the avatar's size and fps, else the clip made so as training made its
+    source video (:func:`~..clips.prepare.prepare_video`: resampled to the avatar's fps, scaled to its size, one
+    segment) in ``tmp`` — so the source video itself can be given, whatever its resolution and frame rate."""
+    info = probe(clip)
+    if (info["width"], info["height"]) == (avatar.width, avatar.height) and abs((info["fps"] or 0) - avatar.fps) < 0.01:
+        return clip
+    prep = prepare_video(clip, tmp, fps=int(round(avatar.fps)), max_side=max(avatar.width, avatar.height),
+                         segment_seconds=1e6, min_seconds=1.0, progress=False)
+    size = (prep.portrait["width"], prep.portrait["height"])
+    if size != (avatar.width, avatar.height):
+        raise ValueError(f"{clip}: {info['width']}x{info['height']} at {info['fps']:g} fps plays at {size[0]}x{size[1]} "
+                         f"once prepared as for training; the avatar plays {avatar.width}x{avatar.height} at "
+                         f"{avatar.fps:g} fps (give a clip of the video it was made from)")
+    return prep.clips[0]
 
 
 def _write(path, frames: np.ndarray, audio: np.ndarray, fps: int) -> None:

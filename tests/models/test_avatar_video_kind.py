@@ -163,6 +163,31 @@ def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
     assert report["gain"] > 1.2 and swing[1.0] < 0.85 < swing[2.0] < 1.15
 
 
+def test_width_and_roundness_follow_the_predicted_openness_as_the_persons_do():
+    """The audio tells openness apart far better than width or roundness; their own regressions sit near their
+    means whatever the openness, a mouth the person never made. Following the openness they stay on the person's
+    own line, and the openness itself is the head's as before."""
+    from framegraph.models.avatar.video.lipsync import context_windows, fit_shape_head, follow_openness
+
+    g = torch.Generator().manual_seed(1)
+    f = torch.randn(3000, 16, generator=g)
+    openness = f[:, 0] + 0.5 * torch.randn(3000, generator=g)
+    width = -0.6 * openness + 0.3 * torch.randn(3000, generator=g)  # this person's mouth narrows as it opens
+    roundness = 0.4 * openness + 0.9 * torch.randn(3000, generator=g)
+    shapes = torch.stack([openness, width, roundness], 1)
+    rest = torch.tensor([-1.2, 0.5, 0.1])
+    head, _ = fit_shape_head(f, shapes, context=1, ridge=0.01, rest=rest)
+    followed, new_rest, report = follow_openness(head, shapes, rest)
+    with torch.no_grad():
+        before, after = head(context_windows(f, 1)), followed(context_windows(f, 1))
+    assert torch.allclose(after[:, 0], before[:, 0], atol=1e-5), "the openness is the head's own"
+    assert abs(report["slope"][0] + 0.6) < 0.05 and abs(report["slope"][1] - 0.4) < 0.05
+    line = torch.tensor(report["slope"]) * after[:, :1] + torch.tensor(report["intercept"])
+    assert torch.allclose(after[:, 1:], line, atol=2e-3), "width and roundness on the person's own line"
+    assert new_rest[0] == rest[0] and torch.allclose(new_rest[1:], torch.tensor(report["slope"]) * rest[0]
+                                                     + torch.tensor(report["intercept"]), atol=2e-3)
+
+
 def test_paste_mask_is_feathered_and_inside_the_hidden_area():
     mask = torch.zeros(64, 64)
     mask[20:60, 8:56] = 1

@@ -14,7 +14,8 @@
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
-             silent: the live shape follows the head with no voice gate (``silence_gate`` False)
+             silent: the live shape follows the head with no voice gate (``silence_gate`` False); width and
+             roundness then follow the predicted openness as in the person's frames (``follow_openness``)
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -56,7 +57,15 @@ from .bundle import (
     texture_mask,
 )
 from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
-from .lipsync import SHAPE_NAMES, MouthGenerator, context_windows, fit_shape_head, quiet_audio, region_loss
+from .lipsync import (
+    SHAPE_NAMES,
+    MouthGenerator,
+    context_windows,
+    fit_shape_head,
+    follow_openness,
+    quiet_audio,
+    region_loss,
+)
 from .loop import nearest_frames
 from .provenance import write_training_provenance
 from .sync import estimate_av_offset, shift_frames
@@ -90,6 +99,7 @@ class VideoTrainConfig:
     min_mouth_motion: float = 0.015
     vad: bool = True
     av_sync: bool = True
+    follow_openness: bool = True
     seed: int = 0
 
 
@@ -437,6 +447,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
                                        rest=rest)
     head_report["rest_from"] = rest_from
+    if cfg.follow_openness:
+        head, rest, head_report["follow_openness"] = follow_openness(head, z[:n_train], rest)
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,

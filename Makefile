@@ -12,8 +12,9 @@ TORCH  ?= torch==2.13.0
 MEDIAPIPE ?= mediapipe==0.10.21
 STAMP  := $(VENV)/.framegraph-installed
 # Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
-# chromium runs the browser tests). Installed with apt-get when running as root, else named.
-SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1 chromium
+# chromium runs the browser tests; iproute2's ip and tc build the network namespace and netem impairment of
+# the WebRTC tests). Installed with apt-get when running as root, else named.
+SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1 chromium iproute2
 
 .PHONY: demo test install system-deps clean help
 

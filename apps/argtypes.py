@@ -2,6 +2,10 @@
 from __future__ import annotations
 
 import argparse
+import os
+import sys
+
+from framegraph.models.runtime import RUNTIMES
 
 
 def positive_int(text: str) -> int:
@@ -49,3 +53,134 @@ def size(text: str, *, even: bool = False) -> tuple[int, int]:
 def video_size(text: str) -> tuple[int, int]:
     """A size for an encoded video: positive and even."""
     return size(text, even=True)
+
+
+# Where a model's stages compute (models/runtime.py, torch-free): every runtime an avatar kind may run on, and the
+# generate pipeline's causal VAE decoder's (registered by models.generate, which --help does not load: this copy
+# and the int8 ones are checked against the models by tests/apps/test_cli.py).
+AVATAR_RUNTIMES = RUNTIMES
+VAE_RUNTIMES = ("torch", "onnx")
+INT8_MODES = ("dynamic", "static")  # how `framegraph export --int8` quantizes (models.onnx.quantize.MODES)
+INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.avatar.portrait.int8.DEFAULT_MODE)
+
+
+class _DeprecatedAlias(argparse.Action):
+    """An option's old name: stores into the new option's ``dest`` and says so once on stderr."""
+
+    def __init__(self, option_strings, dest, new: str = "", **kwargs):
+        self.new = new
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(f"{parser.prog}: note: {option_string} is deprecated; use {self.new}", file=sys.stderr)
+        setattr(namespace, self.dest, values)
+
+
+def add_runtime_argument(p: argparse.ArgumentParser, help: str, *, choices=AVATAR_RUNTIMES, type=None,
+                         default="torch") -> None:
+    """``--runtime`` (where the models compute) and its old name ``--backend``, hidden, still accepted with a
+    deprecation note. ``type`` instead of ``choices``: a parsed list (the benches' ``torch,onnx``)."""
+    kw = {"type": type} if type is not None else {"choices": choices}
+    p.add_argument("--runtime", default=default, help=help, **kw)
+    p.add_argument("--backend", dest="runtime", action=_DeprecatedAlias, new="--runtime", help=argparse.SUPPRESS, **kw)
+
+
+def size_hw(text: str) -> tuple[int, int]:
+    """``"480x832"`` → ``(480, 832)``: HEIGHTxWIDTH, the video models' convention (``framegraph generate``,
+    ``export --generate``, ``bench generate``)."""
+    try:
+        h, w = (int(v) for v in text.lower().split("x"))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
+    if h <= 0 or w <= 0:
+        raise argparse.ArgumentTypeError(f"--size {text!r}: height and width must be positive")
+    return h, w
+
+
+def timesteps(text: str) -> list[float]:
+    """``"1000,750,500,250"`` → a strictly decreasing list of timesteps in (0, 1000]."""
+    try:
+        values = [float(v) for v in text.split(",") if v.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--timesteps {text!r}: expected comma-separated numbers, e.g. "
+                                         f"1000,750,500,250") from None
+    if not values or any(not 0 < v <= 1000 for v in values) or any(a <= b for a, b in zip(values, values[1:])):
+        raise argparse.ArgumentTypeError(f"--timesteps {text!r}: expected strictly decreasing values in (0, 1000], "
+                                         f"e.g. 1000,750,500,250")
+    return values
+
+
+def runtime_list(choices: tuple[str, ...]):
+    """A type for ``--runtime A,B``: runtimes measured one after the other (the benches), each one of ``choices``."""
+
+    def parse(text: str) -> list[str]:
+        names = [v.strip() for v in text.split(",") if v.strip()]
+        if not names or any(n not in choices for n in names) or len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(f"--runtime {text!r}: expected some of {', '.join(choices)}, "
+                                             f"comma-separated, e.g. {','.join(choices)}")
+        return names
+
+    return parse
+
+
+# Colour names a background may be given by (``--background``, the server's ``background`` option).
+COLOURS = {"green": (0, 255, 0), "blue": (0, 0, 255), "magenta": (255, 0, 255), "black": (0, 0, 0),
+           "white": (255, 255, 255), "grey": (128, 128, 128), "gray": (128, 128, 128)}
+
+
+def colour(text: str) -> tuple[int, int, int] | None:
+    """``"green"`` / ``"#00ff00"`` / ``"0,255,0"`` → ``(r, g, b)`` 0..255; None when ``text`` is not a colour."""
+    t = text.strip().lower()
+    if t in COLOURS:
+        return COLOURS[t]
+    try:
+        if t.startswith("#") and len(t) == 7:
+            return tuple(int(t[i:i + 2], 16) for i in (1, 3, 5))
+        values = tuple(int(v) for v in t.split(","))
+    except ValueError:
+        return None
+    return values if len(values) == 3 and all(0 <= v <= 255 for v in values) else None
+
+
+def background(text: str):
+    """``--background``: a colour (:func:`colour`) as ``(r, g, b)``, or the path of an existing picture."""
+    rgb = colour(text)
+    if rgb is not None:
+        return rgb
+    if os.path.isfile(text):
+        return text
+    raise argparse.ArgumentTypeError(f"background {text!r}: expected a colour ({', '.join(COLOURS)}, #rrggbb or "
+                                     f"r,g,b with each 0..255) or the path of a picture that exists")
+
+
+def placement(text: str) -> tuple[float, ...]:
+    """``--place X,Y,Z[,YAW,HEIGHT]``: 3 or 5 numbers (a height > 0)."""
+    try:
+        values = tuple(float(v) for v in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--place {text!r}: expected X,Y,Z or X,Y,Z,YAW,HEIGHT (numbers), e.g. "
+                                         f"0,0,0 or 0,0,0,30,1.5") from None
+    if len(values) not in (3, 5) or not all(v == v and abs(v) != float("inf") for v in values):
+        raise argparse.ArgumentTypeError(f"--place {text!r}: expected X,Y,Z or X,Y,Z,YAW,HEIGHT (finite numbers), "
+                                         f"e.g. 0,0,0 or 0,0,0,30,1.5")
+    if len(values) == 5 and not values[4] > 0:
+        raise argparse.ArgumentTypeError(f"--place {text!r}: HEIGHT {values[4]:g} must be > 0 (scene units)")
+    return values
+
+
+def add_compile_argument(p: argparse.ArgumentParser, what: str) -> None:
+    """``--compile / --no-compile``: run ``what`` on the ``compiled`` runtime (Inductor, and CUDA graphs on a GPU;
+    :mod:`framegraph.models.compile`). Default: on CUDA, off on a CPU."""
+    p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                   help=f"compile {what} with torch.compile (Inductor) and, on a GPU, replay its steps from CUDA "
+                        f"graphs; kernels cached in $FRAMEGRAPH_CACHE (default ~/.cache/framegraph). Default: on "
+                        f"with CUDA, off on a CPU (compiling takes seconds to minutes there)")
+
+
+def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
+    """The runtime a command runs its torch models on: ``"compiled"`` when ``--compile`` says so (or, unset, on
+    CUDA) and the models run on torch; ``runtime`` otherwise."""
+    import torch
+
+    on = compile_flag if compile_flag is not None else torch.device(device).type == "cuda"
+    return "compiled" if on and runtime == "torch" else runtime

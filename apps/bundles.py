@@ -15,7 +15,8 @@ import threading
 import time
 
 from framegraph.models.audio.vad import SileroVAD
-from framegraph.models.avatar import PortraitAvatar, load_avatar
+from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
+from framegraph.models.runtime import default_device, default_runtime
 
 _cache: collections.OrderedDict[str, object] = collections.OrderedDict()  # path -> bundle, least recent first
 _bundle_limit = 0  # 0: keep every bundle loaded
@@ -37,6 +38,8 @@ def load_bundle_at(path) -> object:
                 avatar.reference_latent()  # computed once, here (not by a session's first frame)
             if avatar.vad:
                 SileroVAD()
+            # the sessions' first frames then cost what steady ones do (compiled: built and cached on disk)
+            warm_avatar(avatar, device=default_device(), runtime=default_runtime(default_device()))
             _cache[path] = avatar
             _load_s[path] = time.monotonic() - started
         _cache.move_to_end(path)

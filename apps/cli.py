@@ -7,124 +7,167 @@
     framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out take.mp4
     framegraph info
 
-Building the parser loads every command's module (for its ``add_arguments``), so a command module imports
-the model and renderer stacks it runs (diffusers, the avatar, the renderers) inside its ``run``, not at its
-top: ``framegraph --help`` answers in about two seconds instead of four. Elsewhere, framegraph's own
-imports sit at the top of each module; the few left inside functions load Triton kernels lazily.
+How a command is laid out — the one rule for imports in apps/:
+
+- A command has a **front**: the module :data:`COMMANDS` names, in ``apps/commands/``. It declares the command's
+  options, ``add_arguments(parser)``, and names its implementation, ``IMPLEMENTATION``; it imports at its top only
+  the standard library and light modules of apps/ (``argtypes``, the settings dataclasses whose defaults its
+  options show: ``server/config.py``... — the server, demo and cluster packages export their names on first use,
+  so such a module loads alone) — never torch, a model or a renderer — so ``framegraph --help`` and
+  ``framegraph CMD --help`` answer at once. (One exception, said in its docstring: ``fit-nerf`` and
+  ``bench nerf_fit`` take the NeRF's own options, ``renderers/nerf/cli.py``, which load torch.)
+- Its **implementation** (``apps/render.py``, ``apps/server/cli.py``, ``apps/bench/kernels.py``...) has
+  ``run(args) -> int`` and imports what it needs at its top: torch, the models, the renderers — and its front,
+  when it shares a declaration (a list of choices, a default). A front never imports its implementation; the CLI
+  does, by name, only to run the command. Dependencies point one way: implementation → front.
+- A front may list ``SUBCOMMANDS`` (name → (front module, help, description)) instead: ``framegraph bench``, one
+  front per bench. The CLI builds only the chosen command's parser, and below it only the chosen subcommand's.
+- Server pipelines (``apps/server/pipelines/``): a pipeline's module declares its options with light imports; its
+  ``build`` starts by importing the models or renderers it runs, so a server loads them on a pipeline's first use.
+
+Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions, each with a comment saying
+which, are: those of the rule above (a pipeline's models; ``render`` loads the renderers or the avatar only for a
+scene or an avatar), optional extras (a missing one is a message, not a crash: ray and Serve's fastapi ingress,
+aiortc and what imports it, pipecat and uvicorn, fla, gsplat), Triton (``bench compile``) and matplotlib
+(``bench/meta.py``'s ``pyplot``: its backend is chosen before pyplot loads).
 """
 from __future__ import annotations
 
 import argparse
+import functools
+import gc
 import importlib
+import os
 import sys
 
-from .bench import BENCHES, REPORT
-
-
-def _bench_parsers(sub) -> None:
-    """``framegraph bench NAME``: one subcommand per bench of ``bench.BENCHES``, and ``report``."""
-    bench = sub.add_parser("bench", help=COMMANDS["bench"][1],
-                           description="Benchmarks write JSON with the device, versions and exact command.")
-    kinds = bench.add_subparsers(dest="bench", required=True, metavar="WHAT")
-    for name, (module, help_) in {**BENCHES, "report": REPORT}.items():
-        try:
-            mod = importlib.import_module(module)
-        except ImportError as exc:
-            if exc.name != module:  # the module exists but something it needs is missing
-                raise
-            continue
-        p = kinds.add_parser(name, help=help_, description=(mod.__doc__ or help_).strip().splitlines()[0])
-        mod.add_arguments(p)
-        p.set_defaults(func=mod.run)
-
-
-# Commands: name → (module with add_arguments(parser) and run(args) -> int, help, description).
+# Commands: name → (front module: add_arguments(parser) and IMPLEMENTATION, help, description).
 COMMANDS = {
-    "render": ("framegraph.apps.render", "render offline to an MP4 file",
+    "render": ("framegraph.apps.commands.render", "render offline to an MP4 file",
                "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar. Ctrl-C finishes "
                "a playable file."),
-    "generate": ("framegraph.apps.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
+    "generate": ("framegraph.apps.commands.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
                  "Generate video chunk by chunk with a causal Wan 2.1 or SANA-Video model from local weights (text- or "
                  "video-to-video), to an MP4, with a progress bar. Ctrl-C finishes a playable file."),
-    "export": ("framegraph.apps.export", "export an avatar bundle's models, or a video model's causal VAE decoder, "
-               "to ONNX (for --backend onnx)",
+    "export": ("framegraph.apps.commands.export", "export an avatar bundle's models, or a video model's causal VAE "
+               "decoder, to ONNX (for --runtime onnx)",
                "Write the ONNX files of an avatar bundle's audio encoder, DiT and VAE decoder (--avatar; --int8 adds "
-               "int8 versions for --backend onnx-int8), or of a video model's causal VAE decoder (--generate), every "
+               "int8 versions for --runtime onnx-int8), or of a video model's causal VAE decoder (--generate), every "
                "stream state an explicit input/output, with a manifest tied to the weights (a stale export is "
                "refused)."),
-    "fit": ("framegraph.apps.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply", None),
-    "fit-nerf": ("framegraph.apps.fit_nerf", "train an instant-ngp-style NeRF from posed images → NeRF directory",
+    "fit": ("framegraph.apps.commands.fit", "fit 3D Gaussians to posed images (or a procedural scene) → INRIA .ply",
+            None),
+    "fit-nerf": ("framegraph.apps.commands.fit_nerf", "train an instant-ngp-style NeRF from posed images → NeRF "
+                 "directory",
                  "Train a NeRF (hash grid + small MLPs + occupancy grid) from a transforms.json, with checkpoints, "
                  "--resume and Ctrl-C that saves; render the result with `framegraph render --scene OUT_DIR`."),
-    "demo": ("framegraph.apps.demo", "live demo in the browser (Gradio + low-latency WebSocket player)",
+    "demo": ("framegraph.apps.commands.demo", "live demo in the browser (Gradio + low-latency WebSocket player)",
              "Gradio page over the streaming server: microphone, typed text or a file in; live video at sub-second "
              "delay out; each take recorded to MP4. Binds 127.0.0.1."),
-    "pipecat-demo": ("framegraph.apps.pipecat.cli", "a Pipecat voice agent with the avatar, in the browser (local)",
-                     "The example Pipecat agent (examples/pipecat_avatar_bot.py): Pipecat's SmallWebRTC transport and "
-                     "prebuilt browser client, eSpeak NG as the TTS, the framegraph avatar saying what you type. Binds "
-                     "127.0.0.1; needs framegraph[pipecat]."),
-    "serve": ("framegraph.apps.server.cli", "WebSocket streaming server (+ /metrics and a browser page)",
+    "serve": ("framegraph.apps.commands.serve", "WebSocket streaming server (+ /metrics and a browser page)",
               "Serve pipelines over WebSocket (protocol: apps/PROTOCOL.md). Binds 127.0.0.1 by default; a token is "
               "required to bind beyond it."),
-    "cluster": ("framegraph.apps.cluster.cli", "serve many sessions from replicas on a Ray cluster (Ray Serve)",
+    "cluster": ("framegraph.apps.commands.cluster", "serve many sessions from replicas on a Ray cluster (Ray Serve)",
                 "Deploy framegraph on Ray Serve: one replica per GPU (or N CPU cores), one front door that places each "
                 "session on a replica with room (clients use the same protocol as `framegraph serve`), autoscaling on "
                 "live sessions, drain on scale-down, one /metrics for the cluster. Needs framegraph[cluster]."),
-    "client": ("framegraph.apps.client", "stream to a server, record the MP4, print latency",
+    "pipecat-demo": ("framegraph.apps.commands.pipecat_demo", "the example Pipecat voice agent with the avatar, in the "
+                     "browser (needs framegraph[pipecat])", None),
+    "client": ("framegraph.apps.commands.client", "stream to a server, record the MP4, print latency",
                "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
                "and measure glass-to-glass latency."),
-    "avatar": ("framegraph.apps.avatar",
+    "avatar": ("framegraph.apps.commands.avatar",
                "talking avatar: synthetic clips (synth), training (train, refine), evaluation (eval)",
                "Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth clips of a portrait speaking "
                "espeak-ng sentences; `train` trains an avatar bundle (VAE, DiT, audio encoder), also from your own "
                "video; `refine` trains a bundle's decoder further (the reference warp); `eval` measures one "
                "against ground truth."),
-    "bench": (None, "measure speed and latency; writes JSON (+ PNG)", None),  # its kinds: bench.BENCHES
-    "info": ("framegraph.apps.info", "versions, devices and backends available",
+    "bench": ("framegraph.apps.commands.bench", "measure speed and latency; writes JSON (+ PNG)",
+              "Benchmarks write JSON with the device, versions and exact command."),
+    "info": ("framegraph.apps.commands.info", "versions, devices and backends available",
              "Versions, devices, kernel backends and video encoders available on this machine."),
 }
 
 
-def build_parser(chosen: str | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser. With ``chosen`` (the command on the line), only that command's module is imported,
-    so a command never pays for (or fails on) another's dependencies: the demo's web stack, say."""
+def _positional(argv: list[str]) -> tuple[str | None, list[str]]:
+    """The first word of ``argv`` that is not an option (the command chosen), and what follows it."""
+    for i, word in enumerate(argv):
+        if not word.startswith("-"):
+            return word, argv[i + 1:]
+    return None, []
+
+
+def _add_commands(sub, table: dict, argv: list[str]) -> None:
+    """One parser per entry of ``table``; only the chosen one's front is imported and its arguments built."""
+    chosen, rest = _positional(argv)
+    for name, (module, help_, description) in table.items():
+        if name != chosen:
+            sub.add_parser(name, help=help_)
+            continue
+        front = importlib.import_module(module)
+        first_line = (front.__doc__ or help_).strip().splitlines()[0]
+        p = sub.add_parser(name, help=help_, description=description or first_line)
+        if hasattr(front, "SUBCOMMANDS"):
+            _add_commands(p.add_subparsers(dest=f"{name}_command", required=True, metavar="WHAT"),
+                          front.SUBCOMMANDS, rest)
+        else:
+            front.add_arguments(p)
+            p.set_defaults(func=functools.partial(_run, front.IMPLEMENTATION))
+
+
+def _run(implementation: str, args: argparse.Namespace) -> int:
+    """Run a command: its implementation module imported now, its ``run(args)`` called."""
+    return importlib.import_module(implementation).run(args)
+
+
+def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
+    """The CLI's parser for the command line ``argv``: every command is listed, but only the chosen command's
+    front is imported (and below ``bench``, only the chosen bench's), so a command never pays for (or fails on)
+    another's dependencies — the demo's web stack, say."""
     parser = argparse.ArgumentParser(
         prog="framegraph",
         description="Real-time generative video and neural rendering: graphs of stages over preallocated "
                     "ring buffers, one clock, per-frame budgets.")
-    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, (module, help_, description) in COMMANDS.items():
-        if module is None:
-            _bench_parsers(sub)
-            continue
-        if chosen is not None and name != chosen:
-            sub.add_parser(name, help=help_)
-            continue
-        mod = importlib.import_module(module)
-        p = sub.add_parser(name, help=help_, description=description or (mod.__doc__ or help_).strip().splitlines()[0])
-        mod.add_arguments(p)
-        p.set_defaults(func=mod.run)
+    _add_commands(parser.add_subparsers(dest="command", required=True, metavar="COMMAND"), COMMANDS, argv or [])
     return parser
 
 
+_command_line: list[str] | None = None
+
+
+def command_line() -> str:
+    """The ``framegraph`` command being run, as typed (``main`` records it, so a benchmark run from Python —
+    ``main([...])`` — records its own arguments, not the host program's)."""
+    if _command_line is not None:
+        return " ".join(["framegraph", *_command_line])
+    return " ".join([os.path.basename(sys.executable)] + sys.argv)
+
+
+def _reported_errors() -> tuple[type, ...]:
+    """What :func:`main` reports in one line: ValueError (the runtime's MediaError and GraphError are ones),
+    FileNotFoundError, and StageError once a graph has run (its module is loaded then; importing it here would
+    load torch for every command)."""
+    graph = sys.modules.get("framegraph.stream.graph")
+    return (ValueError, FileNotFoundError) + ((graph.StageError,) if graph is not None else ())
+
+
 def main(argv: list[str] | None = None) -> int:
-    from framegraph.stream import GraphError, StageError
-    from framegraph.stream.media import MediaError
-
-    from .bench import meta as benchmeta
-
+    """Run one command line (``argv``; None: this process's, which then exits)."""
+    global _command_line
+    exiting = argv is None  # the `framegraph` script and `python -m`: the process ends with this command
     argv = sys.argv[1:] if argv is None else list(argv)
-    benchmeta.set_command(argv)
-    chosen = next((a for a in argv if not a.startswith("-")), None)
-    args = build_parser(chosen if chosen in COMMANDS else None).parse_args(argv)
+    args = build_parser(argv).parse_args(argv)
+    _command_line = argv
     try:
         return int(args.func(args) or 0)
-    except (MediaError, GraphError, StageError, ValueError, FileNotFoundError) as exc:
+    except _reported_errors() as exc:
         print(f"framegraph {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"framegraph {args.command}: aborted", file=sys.stderr)
         return 130
+    finally:
+        if exiting:  # the interpreter's last collection need not walk torch's objects: 0.3-0.8 s less on 2 cores
+            gc.freeze()
 
 
 if __name__ == "__main__":

@@ -31,8 +31,14 @@ import time
 from dataclasses import dataclass, field
 from fractions import Fraction
 
+import av
 import numpy as np
+import torch
+from PIL import Image
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
 
+from framegraph.apps.server.pipelines.scene import orbit_eye
 from framegraph.apps.server.protocol import (
     AUDIO_SAMPLE_RATE,
     Kind,
@@ -42,9 +48,11 @@ from framegraph.apps.server.protocol import (
     pack_media,
     parse_media,
 )
+from framegraph.renderers.cameras import look_at
 from framegraph.stream import TICKS_PER_SECOND
+from framegraph.stream.media import decode_audio, iter_video_frames, scale_picture
+from framegraph.stream.telemetry import percentiles
 
-DEFAULT_URL = "ws://127.0.0.1:8765/ws"
 CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
 
 
@@ -55,8 +63,8 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264) and writes them with the returned audio to an MP4
-    (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
+    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned
+    audio to an MP4 (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
     did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
 
     def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,
@@ -85,9 +93,6 @@ class Recorder:
         os.replace(self.partial, self.path)
 
     def _main(self) -> None:
-        import av
-        from PIL import Image
-
         os.makedirs(os.path.dirname(os.path.abspath(self.path)), exist_ok=True)
         out = av.open(self.partial, "w", format="mp4")
         try:
@@ -118,7 +123,9 @@ class Recorder:
                     out.mux(astream.encode(af))
                     self.samples += pcm.shape[1]
                     continue
-                if decoder is not None:
+                if isinstance(payload, np.ndarray):  # already decoded (WebRTC): uint8 [H, W, 3]
+                    pictures = [payload]
+                elif decoder is not None:
                     pictures = [f.to_ndarray(format="rgb24") for f in decoder.decode(av.Packet(payload))]
                 else:
                     pictures = [np.asarray(Image.open(io.BytesIO(payload)).convert("RGB"))]
@@ -149,10 +156,11 @@ def _partial_name(path: str) -> str:
 # ---- the session --------------------------------------------------------------------------------------
 
 def _percentiles(values: list[float]) -> dict:
+    """``values`` (ms) as the summary's count, p50 / p95 / p99 and max, rounded to the µs."""
     if not values:
         return {"count": 0}
     v = np.asarray(values)
-    p50, p95, p99 = np.percentile(v, [50, 95, 99])
+    p50, p95, p99 = percentiles(v, (50, 95, 99))
     return {"count": len(v), "p50_ms": round(float(p50), 3), "p95_ms": round(float(p95), 3),
             "p99_ms": round(float(p99), 3), "max_ms": round(float(v.max()), 3)}
 
@@ -163,6 +171,7 @@ class _Tally:
 
     frames_ns: list[int] = field(default_factory=list)  # receipt time of each video frame
     g2g_ms: list[float] = field(default_factory=list)
+    source_ms: list[float] = field(default_factory=list)  # frames without CLIENT_CLOCK: receipt − the server's time
     server_ms: list[float] = field(default_factory=list)
     compute_ms: list[float] = field(default_factory=list)
     encode_ms: list[float] = field(default_factory=list)
@@ -206,6 +215,8 @@ class _Tally:
             self.g2g_ms.append((now_ns - header.capture_ns) / 1e6)
             if latency_trace is not None:
                 latency_trace.append((now_ns, self.g2g_ms[-1]))
+        elif header.capture_ns:
+            self.source_ms.append((now_ns - header.capture_ns) / 1e6)
         self.server_ms.append((header.graph_us + header.send_wait_us) / 1e3)
         self.compute_ms.append(header.compute_us / 1e3)
         self.encode_ms.append(header.encode_us / 1e3)
@@ -213,9 +224,6 @@ class _Tally:
 
 async def _connect(url: str, token: str | None):
     """Open the WebSocket; returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
-    from websockets.asyncio.client import connect
-    from websockets.exceptions import InvalidStatus
-
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
@@ -260,11 +268,6 @@ async def _send_audio(ws, audio: np.ndarray, seconds: float | None, tally: _Tall
 def camera_jpegs(path: str, video_in: dict):
     """The frames of a video file as the camera pictures ``ready.video_in`` asks for: scaled to its size (aspect
     kept, :func:`~framegraph.stream.media.scale_picture`), JPEG at quality 90, lowered until under ``max_bytes``."""
-    import torch
-    from PIL import Image
-
-    from framegraph.stream.media import iter_video_frames, scale_picture
-
     size = (video_in["width"], video_in["height"])
     for rgb in iter_video_frames(path):
         if rgb.shape[:2] != (size[1], size[0]):
@@ -327,8 +330,6 @@ async def _send_orbit(ws, ready: dict, deg_per_s: float) -> None:
 
 async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float, latency_trace: list | None) -> None:
     """Count (and record) everything the server sends until it ends the session or ``limit_s`` passes."""
-    from websockets.exceptions import ConnectionClosed
-
     try:
         async with asyncio.timeout(limit_s):
             async for message in ws:
@@ -361,17 +362,21 @@ def close_of(ws) -> dict:
 
 
 def _summary(url: str, pipeline: str, ready: dict, tally: _Tally, t_start: int, out: str | None,
-             recorder: Recorder | None, ws) -> dict:
+             recorder: Recorder | None, *, server_address: str, close: dict) -> dict:
     frames_ns = tally.frames_ns
     span = (frames_ns[-1] - frames_ns[0]) / 1e9 if len(frames_ns) > 1 else 0.0
     return {
-        "url": url, "server_address": "{}:{}".format(*ws.remote_address[:2]), "close": close_of(ws),
+        "url": url, "server_address": server_address, "close": close, "transport": "websocket",
         "pipeline": pipeline, "session": ready["session"], "format": ready,
         "video_frames": len(frames_ns), "audio_messages_received": len(tally.audio_seqs),
         "audio_messages_sent": tally.audio_sent, "camera_pictures_sent": tally.camera_sent,
         "time_to_first_frame_ms": round((frames_ns[0] - t_start) / 1e6, 3) if frames_ns else None,
         "fps": round((len(frames_ns) - 1) / span, 3) if span > 0 else 0.0,
-        "glass_to_glass": _percentiles(tally.g2g_ms), "server": _percentiles(tally.server_ms),
+        "longest_stall_ms": round(max(np.diff(frames_ns)) / 1e6, 3) if len(frames_ns) > 1 else None,
+        "glass_to_glass": _percentiles(tally.g2g_ms),
+        # frames made without client input (the test card): the server's monotonic clock at their source to
+        # their receipt; one clock only when client and server share a host
+        "source_to_glass_same_host": _percentiles(tally.source_ms), "server": _percentiles(tally.server_ms),
         "compute": _percentiles(tally.compute_ms), "encode": _percentiles(tally.encode_ms),
         "gaps": {"video": _gaps(tally.video_seqs), "audio": _gaps(tally.audio_seqs)},
         "server_stats": tally.stats, "ended": (tally.ended or {}).get("reason"), "errors": tally.errors,
@@ -402,8 +407,6 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it (for soak runs that look at latency over time).
     """
-    from websockets.exceptions import ConnectionClosed
-
     tally, recorder = _Tally(), None
     ws_cm, ws = await _connect(url, token)
     try:
@@ -437,16 +440,12 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         await ws_cm.__aexit__(None, None, None)
         if recorder is not None:
             recorder.close()
-    return _summary(url, pipeline, ready, tally, t_start, out, recorder, ws)
+    return _summary(url, pipeline, ready, tally, t_start, out, recorder,
+                    server_address="{}:{}".format(*ws.remote_address[:2]), close=close_of(ws))
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
     """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
-    import torch
-
-    from framegraph.apps.server.scene_pipeline import orbit_eye
-    from framegraph.renderers.cameras import look_at
-
     eye = orbit_eye(target, distance, azimuth_deg, elevation_deg)
     return look_at(torch.tensor(eye), torch.tensor(target, dtype=torch.float64)).tolist()
 
@@ -457,34 +456,6 @@ def _gaps(seqs: list[int]) -> int:
 
 
 # ---- command line -------------------------------------------------------------------------------------
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--url", default=DEFAULT_URL, help=f"server WebSocket URL (default {DEFAULT_URL})")
-    p.add_argument("--pipeline", default="testcard", help="pipeline to start: testcard, scope, ... (default testcard)")
-    p.add_argument("--audio", help="audio file to stream in real time (any format FFmpeg reads; sent as "
-                                   "16 kHz mono PCM16); needed by pipelines with audio input")
-    p.add_argument("--camera", metavar="VIDEO",
-                   help="send this video file's frames as the camera (JPEG at the session fps, once; a chunk "
-                        "of pictures at a time, each when the frames of the one before came back, so none is "
-                        "lost to a slow model), e.g. --pipeline generate --option input=camera --option "
-                        "strength=0.5; the returned stream is recorded as usual")
-    p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
-    p.add_argument("--out", help="record the returned video and audio to this MP4")
-    p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
-    p.add_argument("--fps", type=float, help="frames per second requested")
-    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec requested (default jpeg)")
-    p.add_argument("--quality", type=int, help="JPEG quality 1..100")
-    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
-                   help="another pipeline option; VALUE is parsed as JSON when it can be (repeatable)")
-    p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
-                   help="server token (default $FRAMEGRAPH_TOKEN)")
-    p.add_argument("--scene", metavar="NAME",
-                   help="shortcut for --pipeline scene: a .ply/.splat file name in the server's scene folder "
-                        "(e.g. toy.ply), or 'random' for a random scene")
-    p.add_argument("--orbit", type=float, nargs="?", const=30.0, default=None, metavar="DEG_PER_S",
-                   help="(with --scene) orbit the camera by sending poses, at DEG_PER_S (default 30)")
-    p.add_argument("--json", action="store_true", help="print the summary as JSON on stdout")
-
 
 def options_from_args(args: argparse.Namespace) -> dict:
     options = {k: v for k, v in (("size", args.size), ("fps", args.fps), ("codec", args.codec),
@@ -500,9 +471,9 @@ def options_from_args(args: argparse.Namespace) -> dict:
     return options
 
 
-def run(args: argparse.Namespace) -> int:
-    from framegraph.stream.media import decode_audio
-
+def run(args: argparse.Namespace, webrtc_session=None) -> int:
+    """The command. ``webrtc_session``: the WebRTC session function (``client_webrtc.stream_session_webrtc``,
+    passed in by ``client_webrtc.run``, the command's entry, so this module does not import it)."""
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
     if args.camera and not os.path.isfile(args.camera):
@@ -511,7 +482,7 @@ def run(args: argparse.Namespace) -> int:
     if args.scene:
         args.pipeline = "scene"
         if args.scene != "random":
-            options.setdefault("ply", args.scene)
+            options.setdefault("scene", args.scene)
         if seconds is None:
             seconds = 5.0
     elif args.orbit is not None:
@@ -521,10 +492,18 @@ def run(args: argparse.Namespace) -> int:
     if args.pipeline == "testcard" and seconds is not None:
         options.setdefault("seconds", seconds)
         seconds += 2.0  # the server ends the card; stop is only the fallback
+    if args.transport == "webrtc" and (args.camera or args.orbit is not None):
+        raise ValueError("--camera and --orbit go over the WebSocket transport only (for now)")
     try:
-        summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
-                                             token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
-                                             camera=args.camera))
+        if args.transport == "webrtc":
+            if webrtc_session is None:
+                raise ValueError("--transport webrtc: run it as `framegraph client` (apps/client_webrtc.py)")
+            summary = asyncio.run(webrtc_session(args.url, args.pipeline, options, audio=audio,
+                                                 seconds=seconds, token=args.token, out=args.out))
+        else:
+            summary = asyncio.run(stream_session(args.url, args.pipeline, options, audio=audio, seconds=seconds,
+                                                 token=args.token, out=args.out, orbit_deg_per_s=args.orbit,
+                                                 camera=args.camera))
     except ClientError as exc:
         print(f"framegraph client: error: {exc}", file=sys.stderr)
         return 1
@@ -542,10 +521,11 @@ def print_summary(s: dict) -> None:
 
     v = s["format"]["video"]
     lines = [
-        f"session {s['session']} ({s['pipeline']}, {v['codec']} {v['width']}x{v['height']} @ {v['fps']:g} fps): "
+        f"session {s['session']} ({s['pipeline']} over {s['transport']}, {v['codec']} {v['width']}x{v['height']} "
+        f"@ {v['fps']:g} fps): "
         f"{s['video_frames']} frames, ended: {s['ended']}",
         f"  time to first frame  {s['time_to_first_frame_ms']} ms",
-        f"  fps                  {s['fps']:.2f}",
+        f"  fps                  {s['fps']:.2f} (longest wait between two frames {s['longest_stall_ms']} ms)",
         f"  glass-to-glass       {pct(s['glass_to_glass'])}",
         f"  server (graph+send)  {pct(s['server'])}",
         f"  dropped              {s['gaps']['video']} video, {s['gaps']['audio']} audio messages",

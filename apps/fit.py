@@ -10,7 +10,7 @@ image is held out and scored at the end. Writes ``OUT.ply`` plus
 ``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from,
 saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and a JSON
 report (``OUT.report.json`` unless ``--report`` says otherwise). ``framegraph
-fit-nerf`` (``fit_nerf.py``) shares the run options and the report header.
+fit-nerf`` (``fit_nerf.py``) shares the report header.
 """
 from __future__ import annotations
 
@@ -23,63 +23,18 @@ import sys
 import time
 from pathlib import Path
 
-from .argtypes import positive_int, video_size
+import torch
 
+from framegraph.renderers.fit import FitConfig, Fitter, load_transforms, synthetic_dataset
+from framegraph.renderers.fit.densify import DensifyConfig
+from framegraph.renderers.scenes import procedural_scene
 
-def _rgb(text: str) -> tuple:
-    try:
-        vals = tuple(float(v) for v in text.split(","))
-    except ValueError:
-        vals = ()
-    if len(vals) != 3 or not all(0.0 <= v <= 1.0 for v in vals):
-        raise argparse.ArgumentTypeError(f"background {text!r}: expected R,G,B in [0, 1], e.g. 0,0,0")
-    return vals
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
-    src.add_argument("--images", help="folder of training images (paths in --cameras are relative to it)")
-    src.add_argument("--synthetic", metavar="NAME",
-                     help="render a procedural scene's views and fit those (available: toy)")
-    p.add_argument("--cameras", help="(with --images) nerfstudio-style transforms.json "
-                                     "(default: transforms.json in the images folder)")
-    p.add_argument("--out", required=True, help="output scene, INRIA .ply")
-    p.add_argument("--steps", type=positive_int, default=3000, help="optimisation steps (default 3000)")
-    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--device", default=None, help="cpu or cuda (default: cuda when available)")
-    p.add_argument("--sh-degree", type=int, choices=[0, 1, 2, 3], default=3, help="final SH degree (default 3)")
-    p.add_argument("--init", choices=["random", "points"], default="random",
-                   help="start from random points in the scene bounds, or (with --synthetic) from the "
-                        "procedural scene's SfM-like surface point cloud (default random)")
-    p.add_argument("--init-points", type=positive_int, default=2000, help="initial Gaussians (default 2000)")
-    p.add_argument("--max-gaussians", type=positive_int, default=None, help="stop growing at this many")
-    p.add_argument("--background", type=_rgb, default=(0.0, 0.0, 0.0),
-                   help="R,G,B in [0, 1] behind the Gaussians and under transparent pixels (default 0,0,0)")
-    p.add_argument("--held-out-every", type=int, default=8,
-                   help="(with --images) hold out every N-th image for the final score; 0: none (default 8)")
-    p.add_argument("--downscale", type=positive_int, default=1, help="(with --images) shrink images by N")
-    p.add_argument("--views", type=positive_int, default=32, help="(with --synthetic) training views (default 32)")
-    p.add_argument("--size", type=video_size, default=(128, 96),
-                   help="(with --synthetic) WIDTHxHEIGHT of the rendered views (default 128x96)")
-    p.add_argument("--report", help="where to write the JSON report (default OUT.report.json)")
-    add_run_arguments(p, "OUT.fit.json / OUT.fit.safetensors")
-
-
-def add_run_arguments(p: argparse.ArgumentParser, checkpoint: str) -> None:
-    """The options of a fit's run that ``fit`` and ``fit-nerf`` share (``checkpoint`` names its files)."""
-    p.add_argument("--resume", action="store_true",
-                   help=f"continue from {checkpoint} (same data and options; a larger --steps continues the run)")
-    p.add_argument("--checkpoint-every", type=positive_int, default=None,
-                   help="also save the checkpoint every N steps (it is always saved at the end, and on Ctrl-C)")
-    p.add_argument("--threads", type=positive_int, default=None,
-                   help="CPU threads for torch (default: torch's choice; 1 is fastest on a busy machine)")
-    p.add_argument("--no-progress", action="store_true", help="no progress bars")
+from .bench.meta import git_commit
+from .cli import command_line
 
 
 def start_device(args: argparse.Namespace) -> str:
     """Apply ``--threads`` and resolve ``--device`` (default cuda when available); refuses cuda without it."""
-    import torch
-
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
@@ -88,15 +43,10 @@ def start_device(args: argparse.Namespace) -> str:
     return device
 
 
-def report_header(command: str, device: str) -> dict:
+def report_header(device: str) -> dict:
     """What every fit report starts with: the exact command, git commit, date, versions, CPUs and threads."""
-    import torch
-
-    from .bench.meta import git_commit
-
     return {
-        "command": " ".join(["framegraph", command] + sys.argv[2:]) if sys.argv[1:2] == [command]
-        else " ".join([os.path.basename(sys.executable)] + sys.argv),
+        "command": command_line(),
         "git_commit": git_commit(), "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "versions": {"python": platform.python_version(), "torch": torch.__version__},
         "cpu_count": os.cpu_count(), "threads": torch.get_num_threads(),
@@ -106,9 +56,6 @@ def report_header(command: str, device: str) -> dict:
 
 def load_data(args: argparse.Namespace):
     """``(train, held_out, fitter_kwargs)`` for the chosen source."""
-    from framegraph.renderers.fit import load_transforms, synthetic_dataset
-    from framegraph.renderers.scenes import procedural_scene
-
     if args.synthetic:
         scene = procedural_scene(args.synthetic)  # ValueError naming the choices if unknown
         w, h = args.size
@@ -135,11 +82,6 @@ def load_data(args: argparse.Namespace):
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
-    from framegraph.renderers.fit import FitConfig, Fitter
-    from framegraph.renderers.fit.densify import DensifyConfig
-
     if not args.out.lower().endswith(".ply"):
         raise ValueError(f"--out {args.out!r}: expected a .ply file name")
     if args.cameras and not args.images:
@@ -163,7 +105,7 @@ def run(args: argparse.Namespace) -> int:
                checkpoint_every=args.checkpoint_every, desc=f"fit {os.path.basename(args.out)}")
     run_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
 
-    report = report_header("fit", device)
+    report = report_header(device)
     report.update({
         "out": args.out, "data": train.source, "device": str(device), "seed": fitter.cfg.seed,
         "steps": fitter.step, "size": [train.width, train.height], "train_views": len(train),
@@ -184,22 +126,3 @@ def run(args: argparse.Namespace) -> int:
           f"{fitter.wall_s:.0f} s (report {report_path})", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m framegraph.apps.fit ...`` (the same as ``framegraph fit ...``)."""
-    parser = argparse.ArgumentParser(prog="framegraph fit", description=__doc__.strip().splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError) as exc:
-        print(f"framegraph fit: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("framegraph fit: aborted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

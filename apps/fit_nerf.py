@@ -22,39 +22,14 @@ import sys
 import time
 from pathlib import Path
 
-from .argtypes import positive_int
-from .fit import add_run_arguments, report_header, start_device
+from framegraph.renderers.nerf import NerfModel, load_transforms
+from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
+from framegraph.renderers.nerf.fit import NerfFitConfig, NerfFitter
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    from framegraph.renderers.nerf.cli import add_model_arguments, per_device_help
-
-    p.add_argument("transforms", help="transforms.json (camera-to-world OpenGL poses; images relative to it)")
-    p.add_argument("--out", required=True, help="output NeRF directory (config.json + model.safetensors)")
-    p.add_argument("--steps", type=positive_int, help=f"optimisation steps ({per_device_help('steps')})")
-    p.add_argument("--batch-rays", type=positive_int, help=f"rays per step ({per_device_help('batch_rays')})")
-    p.add_argument("--lr", type=float, default=1e-2, help="Adam learning rate (default 1e-2)")
-    p.add_argument("--loss", choices=["huber", "mse"], default="huber")
-    p.add_argument("--downscale", type=positive_int, default=1, help="shrink images by this integer factor first")
-    p.add_argument("--hold-out", type=int, default=8,
-                   help="keep every N-th frame out of training to measure PSNR (0: train on all; default 8)")
-    p.add_argument("--aabb", type=float, nargs=6, metavar=("XMIN", "YMIN", "ZMIN", "XMAX", "YMAX", "ZMAX"),
-                   help="scene box in world units (default: instant-ngp's box when the file sets aabb_scale / "
-                        "scale / offset / aabb, else a cube around the point the cameras look at)")
-    p.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
-                   help="colour behind the scene and under transparent pixels (default white)")
-    add_model_arguments(p)  # sizes default per device (renderers/nerf/cli.py DEVICE_DEFAULTS)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--device", default=None, help="cuda or cpu (default cuda when available)")
-    p.add_argument("--report", help="where to write the JSON report (default OUT/report.json)")
-    add_run_arguments(p, "OUT/fit.fit.json / OUT/fit.fit.safetensors")
+from .fit import report_header, start_device
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.renderers.nerf import NerfModel, load_transforms
-    from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
-    from framegraph.renderers.nerf.fit import NerfFitConfig, NerfFitter
-
     if args.hold_out < 0:
         raise ValueError(f"--hold-out {args.hold_out}: expected 0 (train on all) or a positive N")
     device = start_device(args)
@@ -85,7 +60,7 @@ def run(args: argparse.Namespace) -> int:
                desc=f"fit-nerf {os.path.basename(os.path.normpath(args.out))}")
     run_s, cpu_s = time.perf_counter() - t0, time.process_time() - cpu0
 
-    report = report_header("fit-nerf", device)
+    report = report_header(device)
     report.update({
         "out": args.out, "data": train.source, "device": str(device), "seed": fitter.cfg.seed, "steps": fitter.step,
         "batch_rays": fitter.cfg.batch_rays, "size": [train.width, train.height], "train_views": len(train),
@@ -104,22 +79,3 @@ def run(args: argparse.Namespace) -> int:
     print(f"wrote {args.out}: {fitter.step} steps in {fitter.wall_s:.0f} s (report {report_path})", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    """``python -m framegraph.apps.fit_nerf ...`` (the same as ``framegraph fit-nerf ...``)."""
-    parser = argparse.ArgumentParser(prog="framegraph fit-nerf", description=__doc__.strip().splitlines()[0])
-    add_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return run(args)
-    except (ValueError, FileNotFoundError) as exc:  # DatasetError, CheckpointError, NerfLoadError too
-        print(f"framegraph fit-nerf: error: {exc}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print("framegraph fit-nerf: aborted", file=sys.stderr)
-        return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

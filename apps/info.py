@@ -1,11 +1,20 @@
-"""``framegraph info``: versions, devices and backends available on this machine."""
+"""``framegraph info``'s implementation: versions, devices and backends available on this machine (also the
+machine description every benchmark JSON starts with)."""
 from __future__ import annotations
 
 import argparse
 import importlib.metadata
 import json
+import os
 import platform
 import sys
+
+import av
+import onnxruntime
+import torch
+
+from framegraph.kernels.backend import triton_available, triton_installed
+from framegraph.stream.media import encoder_opens
 
 
 def _version(dist: str) -> str | None:
@@ -17,12 +26,6 @@ def _version(dist: str) -> str | None:
 
 def collect() -> dict:
     """Everything a bug report or a benchmark JSON needs to say about the machine."""
-    import av
-    import torch
-
-    from framegraph.kernels.backend import triton_available, triton_installed
-    from framegraph.stream.media import encoder_opens
-
     devices = []
     if torch.cuda.is_available():
         for i in range(torch.cuda.device_count()):
@@ -30,16 +33,12 @@ def collect() -> dict:
             devices.append({"index": i, "name": p.name, "memory_gib": round(p.total_memory / 2**30, 1),
                             "capability": f"{p.major}.{p.minor}", "multiprocessors": p.multi_processor_count})
     encoders = {codec: encoder_opens(codec) for codec in ("libx264", "h264_nvenc", "aac", "mjpeg")}
-    try:
-        import onnxruntime
-        ort = onnxruntime.get_available_providers()
-    except ImportError:
-        ort = []
+    ort = onnxruntime.get_available_providers()
     return {
         "framegraph": _version("framegraph"),
         "python": sys.version.split()[0],
         "platform": platform.platform(),
-        "cpu_count": __import__("os").cpu_count(),
+        "cpu_count": os.cpu_count(),
         "versions": {d: _version(d) for d in ("torch", "triton", "av", "numpy", "diffusers", "gradio",
                                                "websockets", "onnxruntime", "onnxruntime-gpu")},
         "ffmpeg_libavcodec": ".".join(map(str, av.library_versions.get("libavcodec", ()))),
@@ -51,15 +50,9 @@ def collect() -> dict:
 
 
 def device_name() -> str:
-    import torch
-
     if torch.cuda.is_available():
         return torch.cuda.get_device_name(0)
-    return f"cpu ({platform.processor() or platform.machine()}, {__import__('os').cpu_count()} cores)"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    return f"cpu ({platform.processor() or platform.machine()}, {os.cpu_count()} cores)"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +70,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"no CUDA device: CPU only ({info['cpu_count']} cores); kernels use their torch references")
     b = info["backends"]
     print(f"backends: triton kernels {'yes' if b['triton_kernels'] else 'no'}, triton interpreter "
-          f"{'yes' if b['triton_interpreter'] else 'no'}, onnxruntime {', '.join(b['onnxruntime_providers']) or 'none'}")
+          f"{'yes' if b['triton_interpreter'] else 'no'}, "
+          f"onnxruntime {', '.join(b['onnxruntime_providers']) or 'none'}")
     print("encoders: " + ", ".join(f"{k} {'yes' if v else 'no'}" for k, v in b["encoders"].items()))
     return 0

@@ -1,4 +1,7 @@
-"""``framegraph render``: offline renders to MP4 through a real stage graph."""
+"""``framegraph render``'s implementation (its options: ``apps/commands/render.py``): the test card, a scene
+(``render_scene.py``), the avatar (with alpha or over a background) or the avatar in a scene (``scene_avatar/``)
+through a graph to a video file with a progress bar, its report and a summary line.
+The renderers and the avatar's models are imported only by the render that uses them: a test card loads neither."""
 from __future__ import annotations
 
 import argparse
@@ -8,50 +11,12 @@ import sys
 import torch
 
 from framegraph.stream import Clock, Graph
+from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
-from .argtypes import positive_float, video_size
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    what = p.add_mutually_exclusive_group(required=True)
-    what.add_argument("--testcard", action="store_true",
-                      help="procedural test card: moving bands, frame counter, a white flash each second "
-                           "with a beep exactly on it (checks A/V sync)")
-    what.add_argument("--avatar", help="an avatar bundle folder (from `framegraph avatar train`, e.g. "
-                                       "assets/avatars/astronaut); needs --audio")
-    what.add_argument("--scene", help="a scene: 3DGS INRIA .ply or .splat, a 4DGS fudan-zvg checkpoint .pth "
-                                      "(rendered at t = video time, looping), or a NeRF directory "
-                                      "(config.json + model.safetensors, from `framegraph fit-nerf`)")
-    cams = p.add_mutually_exclusive_group()
-    cams.add_argument("--orbit", action="store_true", help="(with --scene) circle the scene (the default)")
-    cams.add_argument("--camera-path", help="(with --scene) a nerfstudio camera_path.json")
-    p.add_argument("--audio", help="(with --avatar) the speech to animate: any file FFmpeg decodes")
-    p.add_argument("--device", default=None,
-                   help="(with --scene) where to render: cuda (Triton kernels) or cpu (torch reference); "
-                        "default cuda when available")
-    p.add_argument("--time-duration", nargs=2, type=float, metavar=("T0", "T1"),
-                   help="(with a 4DGS .pth) the scene's time span, from its training config (e.g. 0 10 for N3V, "
-                        "0 1 for D-NeRF); default: the checkpoint's .json sidecar, else -0.5 0.5")
-    p.add_argument("--time-scale", type=positive_float, default=1.0,
-                   help="(with a 4DGS .pth) scene time units per second of video (default 1)")
-    p.add_argument("--seconds", type=positive_float, default=5.0, help="duration (default 5)")
-    p.add_argument("--fps", type=positive_float, default=25.0, help="frames per second (default 25)")
-    p.add_argument("--size", type=video_size, default=None,
-                   help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
-                        "scales the picture to fit, aspect kept)")
-    p.add_argument("--out", required=True, help="output .mp4 file")
-    p.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], default="torch",
-                   help="(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, from "
-                        "`framegraph export`), or onnx-int8 (the same, the models the export keeps in int8 — "
-                        "`framegraph export --int8` — running int8)")
-    p.add_argument("--onnx", default=None, help="(with --backend onnx / onnx-int8) the export folder (default: "
-                                                "AVATAR/onnx)")
-    p.add_argument("--preset", choices=["offline", "live"], default="offline",
-                   help="x264 settings: offline (smaller file) or live (zerolatency, no B-frames)")
-    p.add_argument("--report", help="also write the graph's telemetry report (JSON) here")
+from .argtypes import compiled_or
 
 
 def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds: float,
@@ -65,60 +30,8 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
-def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: float, seconds: float,
-                      camera_path: str | None = None, device: str | None = None,
-                      preset: str = "offline", time_duration: tuple[float, float] | None = None,
-                      time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
-    """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
-    MP4Sink (video only)."""
-    from framegraph.renderers.cameras import load_nerfstudio_camera_path
-    from framegraph.renderers.scene_file import open_scene
-    from framegraph.renderers.stages import CameraSource
-
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    scene = open_scene(scene_path, time_duration=time_duration)
-    if camera_path:
-        path = load_nerfstudio_camera_path(camera_path)
-        if (path.width, path.height) != (width, height):  # render at the requested size, same fov
-            sx, sy = width / path.width, height / path.height
-            path.Ks[:, 0] *= sx
-            path.Ks[:, 1] *= sy
-            path.width, path.height = width, height
-        n_frames = len(path)
-    else:
-        n_frames = max(1, round(seconds * fps))
-        path = scene.framing.orbit(n_frames, width, height, fps)
-    graph = Graph(Clock("fast"), name="render-scene")
-    cams = graph.add(CameraSource(path, fps=fps, n_frames=n_frames))
-    render = graph.add(scene.render_stage(width=width, height=height, device=device, time_scale=time_scale))
-    sink = graph.add(MP4Sink(out, width=width, height=height, fps=fps, audio_rate=None, preset=preset))
-    graph.connect(cams, render)
-    graph.connect(render, sink)
-    return graph, sink, n_frames
-
-
-def run(args: argparse.Namespace) -> int:
-    from framegraph.stream.files import write_json
-
-    width, height = args.size or (640, 360)
-    if args.scene:
-        graph, sink, total = build_scene_graph(args.scene, args.out, width, height, args.fps, args.seconds,
-                                               args.camera_path, args.device, args.preset,
-                                               args.time_duration, args.time_scale)
-    elif args.avatar:
-        if not args.audio:
-            raise ValueError("--avatar needs --audio FILE (the speech to animate)")
-        from framegraph.models.avatar import render_avatar_graph
-
-        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=args.device,
-                                                 preset=args.preset, size=args.size, runtime=args.backend,
-                                                 onnx_dir=args.onnx)
-        width, height, args.fps = sink.width, sink.height, float(sink.fps)
-    else:
-        if args.camera_path or args.orbit:
-            raise ValueError("--orbit and --camera-path go with --scene")
-        graph, sink = build_testcard_graph(args.out, width, height, args.fps, args.seconds, args.preset)
-        total = graph.stages[0].n_frames
+def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
+    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written."""
     hint = "a smaller --size renders faster" + ("" if torch.cuda.is_available() else
                                                  ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
     report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
@@ -126,7 +39,65 @@ def run(args: argparse.Namespace) -> int:
         write_json(args.report, report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"
     audio = f", {sink.audio_samples_written / 16000:.2f} s audio" if sink.audio_rate else ""
-    print(f"{state} {args.out}: {sink.frames_written} frames {width}x{height} @ {args.fps:g} fps{audio} "
-          f"({report['fps']:.1f} frames/s rendered)", file=sys.stderr)
+    print(f"{state} {args.out}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
+          f"{audio} ({report['fps']:.1f} frames/s rendered)", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0
+
+
+def check_choice(args: argparse.Namespace) -> None:
+    """What to render, from the flags: one of the test card, a scene, the avatar, or the avatar in a scene; each
+    option with what it goes with (``ValueError`` naming the option otherwise)."""
+    if not (args.testcard or args.scene or args.avatar):
+        raise ValueError("say what to render: --testcard, --scene FILE or --avatar DIR (--scene with --avatar places "
+                         "the talking avatar in the scene)")
+    if args.testcard and (args.scene or args.avatar):
+        raise ValueError("--testcard renders alone, not with --scene or --avatar")
+    if (args.camera_path or args.orbit) and not args.scene:
+        raise ValueError("--orbit and --camera-path go with --scene")
+    if args.avatar and not args.audio:
+        raise ValueError("--avatar needs --audio FILE (the speech to animate)")
+    if (args.alpha or args.background is not None) and not args.avatar:
+        raise ValueError("--alpha and --background go with --avatar (the person's matte)")
+    if args.alpha and args.background is not None:
+        raise ValueError("--alpha keeps the background transparent, --background fills it: give one of them")
+    if (args.alpha or args.background is not None) and args.scene:
+        raise ValueError("--alpha and --background go with --avatar alone; in a scene the scene is the background")
+    if (args.alpha or args.background is not None) and args.size:
+        raise ValueError("--size goes with neither --alpha nor --background: they keep the avatar's own size")
+    if args.place is not None and not (args.scene and args.avatar):
+        raise ValueError("--place goes with --scene and --avatar (where the avatar stands in the scene)")
+    if args.scene and args.avatar and args.place is None:
+        raise ValueError("--scene with --avatar needs --place X,Y,Z[,YAW,HEIGHT]: where the avatar stands in the scene")
+
+
+def run(args: argparse.Namespace) -> int:
+    check_choice(args)
+    width, height = args.size or (640, 360)
+    fps = args.fps or 25.0
+    if args.scene and args.avatar:
+        from .scene_avatar import render_scene_avatar  # heavy: the renderers and the avatar's models
+
+        graph, sink, total = render_scene_avatar(args.scene, args.avatar, args.audio, args.out, width=width,
+                                                 height=height, place=args.place, camera_path_file=args.camera_path,
+                                                 device=args.device, preset=args.preset,
+                                                 time_duration=args.time_duration, time_scale=args.time_scale,
+                                                 runtime=args.runtime, onnx_dir=args.onnx)
+    elif args.scene:
+        from .render_scene import build_scene_graph  # heavy: the renderers
+
+        graph, sink, total = build_scene_graph(args.scene, args.out, width, height, fps, args.seconds,
+                                               args.camera_path, args.device, args.preset, args.time_duration,
+                                               args.time_scale)
+    elif args.avatar:
+        from framegraph.models.avatar import render_avatar_graph  # heavy: the avatar's models
+
+        device = args.device or ("cuda" if torch.cuda.is_available() and args.runtime == "torch" else "cpu")
+        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=device,
+                                                 preset=args.preset, size=args.size,
+                                                 runtime=compiled_or(args.compile, args.runtime, device),
+                                                 onnx_dir=args.onnx, alpha=args.alpha, background=args.background)
+    else:
+        graph, sink = build_testcard_graph(args.out, width, height, fps, args.seconds, args.preset)
+        total = graph.stages[0].n_frames
+    return write(graph, sink, total, args)

@@ -1,83 +1,194 @@
 #!/usr/bin/env bash
-# One batch of GPU checks for a lent CUDA machine (no network there): the GPU tests, then the benchmarks,
-# most valuable first, each under its own time cap and all under one deadline, so a hang or a crash in one
-# step costs only that step. Everything lands in $OUT/gpu.tgz (results/*.json, their PNGs, one log per
-# step), re-packed after every step so a run cut short still returns what it finished.
+# One batch of GPU checks for a lent CUDA machine (no network there; about 9 minutes per slot): the GPU issue's
+# plan, most valuable first, each step under its own time cap and all under one deadline, so a hang or a crash in
+# one step costs only that step. Everything lands in $OUT/gpu.tgz (results/*.json, their PNGs, one log per step,
+# the machine's description), packed again after every step, so a run cut short still returns what it finished.
 #
-#   usage (from the checkout, on the GPU machine, with the wheels of .whl/ carried along):
-#     bash benchmarks/gpu_run.sh SECONDS [STEP ...]
-#   SECONDS: the whole run's deadline; STEPs (default: all but server, in the order below) pick some of
-#   tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch kernels_backward
-#   render_reference server
-# Ready .whl/ here first, with the wheels a bare GPU image (Python 3.12, torch, triton, numpy) lacks:
-#   pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-#     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl \
-#     av diffusers plyfile websockets fla-core flash-linear-attention
-# (this script installs the checkout itself) and, instead of the 11 MB silero-vad wheel, only its model:
-#   unzip -j SILERO_WHEEL silero_vad/data/silero_vad.onnx -d .whl
-# A call carries at most 64 MiB (checkout + .whl). First H200 run (2026-11-26): `bench render` with the
-# torch reference printed nothing within 110 s at 1M / 3M Gaussians, so the Triton-only render comes
-# first and the reference comparison later.
+#   bash benchmarks/gpu_run.sh --prepare          # here, with a network: fill .whl/ (wheels + gsplat's source)
+#   bash benchmarks/gpu_run.sh --dry-run [STEP..] # here, on the CPU: every step's command parses, every file it
+#                                                 # needs is in .whl/, the upload fits in 64 MiB
+#   bash benchmarks/gpu_run.sh SECONDS [STEP ...] # on the GPU machine, from the checkout (.whl/ carried along)
+#
+# STEPs, in order (default: all but soak): tests avatar launches render generate_wan kernels generate_monarch
+# generate_sana server first_frame soak
+#
+# .whl/ holds what a bare GPU image (Python 3.12, torch 2.11, triton 3.6, numpy, nvcc) lacks: the wheels listed
+# in WHEELS below (cp312 manylinux), Silero VAD's model alone (not its 11 MB wheel), and gsplat's source
+# distribution (GSPLAT_SDIST, pinned). gsplat is built from that source for the one GPU present
+# (TORCH_CUDA_ARCH_LIST from the card, MAX_JOBS=16) in the background from the first second, while the other
+# steps run; `bench render` compares against it once it imports (the render step waits for the build up to
+# GSPLAT_WAIT seconds; a later render_gsplat step measures it if it finished after). A wheel prebuilt elsewhere
+# would have to match the GPU machine's exact torch and Python (benchmarks/README.md: why the source is carried).
 set -u
-budget=${1:?usage: gpu_run.sh SECONDS [STEP ...]}
+cd "$(dirname "$0")/.."
+
+WHEELS=(av diffusers plyfile websockets fla_core rich packaging ninja)  # rich, packaging: gsplat imports them
+GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
+GSPLAT_WAIT=${GSPLAT_WAIT:-120}
+LIMIT_BYTES=$((64 * 1024 * 1024))
+DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server first_frame)
+
+# ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
+R=${RESULTS:-/tmp/gpu_results/results}
+fg=(python3 -m framegraph.apps.cli)
+step_command() {
+  case $1 in
+    tests) echo 100 python3 -m pytest -q -p no:cacheprovider -x --timeout 90 -m gpu tests/kernels tests/renderers \
+             tests/stream tests/models ;;
+    avatar) echo 110 "${fg[@]}" bench avatar --out "$R/avatar.json" --runtime torch,compiled --sizes 256,384,512 \
+              --seconds 8 --repeats 2 --session-seconds 6 ;;
+    launches) echo 40 "${fg[@]}" bench launches --out "$R/launches.json" --frames 12 ;;
+    render) echo 120 "${fg[@]}" bench render --out "$R/render.json" --backends triton --gaussians 1000000,3000000 \
+              --case-cap 50 ;;
+    render_gsplat) echo 90 "${fg[@]}" bench render --out "$R/render_gsplat.json" --sections 3dgs --backends triton \
+                     --gaussians 1000000,3000000 --case-cap 40 --no-peaks ;;
+    generate_wan) echo 110 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 --chunks 6 \
+                    --vae wan2.1 --compile --warm --out "$R/generate_wan_1.3b_compiled.json" ;;
+    kernels) echo 60 "${fg[@]}" bench kernels --backward --out "$R/kernels.json" ;;
+    generate_monarch) echo 90 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 \
+                        --chunks 6 --vae wan2.1 --attention monarch --compile --warm \
+                        --out "$R/generate_wan_1.3b_monarch_compiled.json" ;;
+    generate_sana) echo 90 "${fg[@]}" bench generate --family sana --config 2b --size 480x832 --steps 4 --chunks 6 \
+                     --vae wan2.1 --compile --warm --out "$R/generate_sana_2b_compiled.json" ;;
+    server) echo 90 "${fg[@]}" bench server --out "$R/server_avatar.json" --pipeline avatar --sessions 20 \
+              --soak-seconds 30 ;;
+    first_frame) echo 120 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \
+                   --frames 20 ;;
+    soak) echo 170 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 --chunks 260 \
+            --vae wan2.1 --compile --warm --out "$R/generate_wan_1.3b_2min.json" ;;
+    *) return 1 ;;
+  esac
+}
+
+py=${PYTHON:-python3}; [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python  # here, not there
+
+# ---- --prepare: fill .whl/ here (network) ----------------------------------------------------------------------
+if [ "${1:-}" = "--prepare" ]; then
+  mkdir -p .whl && tmp=$(mktemp -d) || exit 1
+  "$py" -m pip download --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
+    --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 -d .whl "${WHEELS[@]//_/-}" || exit 1
+  # Silero VAD's model alone (the avatar's voice detector), not its 11 MB wheel
+  "$py" -m pip download --no-deps --only-binary=:all: -d "$tmp" silero-vad >/dev/null &&
+    unzip -o -j -q "$tmp"/silero_vad-*.whl silero_vad/data/silero_vad.onnx -d .whl || exit 1
+  # gsplat's source distribution, pinned; pip's metadata step needs torch and wheel here (BUILD_NO_CUDA=1: no nvcc).
+  # Repacked without glm's documentation and tests (20 MB of the 25 MB it unpacks to; not used by the build).
+  version=${GSPLAT_SDIST#gsplat-}; version=${version%-src.tar.gz}
+  BUILD_NO_CUDA=1 "$py" -m pip download --no-deps --no-binary :all: --no-build-isolation -d "$tmp" \
+    "gsplat==$version" >/dev/null 2>&1 || { echo "gsplat sdist: download failed (needs torch and wheel)"; exit 1; }
+  (cd "$tmp" && sha256sum "gsplat-$version.tar.gz" > gsplat.sha256 && tar xzf "gsplat-$version.tar.gz" &&
+   tar czf "$OLDPWD/.whl/$GSPLAT_SDIST" --exclude="*/third_party/glm/doc" --exclude="*/third_party/glm/test" \
+     "gsplat-$version") || exit 1
+  cp "$tmp/gsplat.sha256" ".whl/${GSPLAT_SDIST%.tar.gz}.sha256"
+  rm -rf "$tmp"
+  du -ch .whl/* | tail -1
+  exit 0
+fi
+
+# ---- --dry-run: check here, on the CPU, what the GPU run needs -------------------------------------------------
+if [ "${1:-}" = "--dry-run" ]; then
+  shift
+  steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=("${DEFAULT_STEPS[@]}" render_gsplat soak)
+  bad=0 cli=""
+  for step in "${steps[@]}"; do
+    line=$(step_command "$step") || { echo "FAIL $step: no such step"; bad=1; continue; }
+    read -r -a cmd <<< "${line#* }"
+    if [ "${cmd[2]}" = framegraph.apps.cli ]; then
+      cli+="$step"$'\t'"${cmd[*]:3}"$'\n'
+    elif [ "${cmd[2]}" = pytest ]; then
+      for a in "${cmd[@]:3}"; do case $a in tests/*) [ -e "$a" ] || { echo "FAIL $step: no $a"; bad=1; };; esac; done
+    fi
+  done
+  parsed=$(printf '%s' "$cli" | "$py" benchmarks/check_command.py 2>&1)
+  for step in "${steps[@]}"; do  # each step's verdict, with its cap and the start of its command
+    line=$(step_command "$step") || continue
+    read -r -a cmd <<< "${line#* }"
+    verdict=$(grep -E "^(ok|FAIL) $step(:|$)" <<< "$parsed")
+    case $verdict in
+      FAIL*) echo "FAIL $step (cap ${line%% *} s): ${verdict#FAIL $step: }"; bad=1 ;;
+      *) echo "ok   $step (cap ${line%% *} s): ${cmd[*]:0:8} ..." ;;
+    esac
+  done
+  for w in "${WHEELS[@]}"; do
+    compgen -G ".whl/${w}-*-cp312-*.whl" >/dev/null || compgen -G ".whl/${w}-*-py3-*.whl" >/dev/null \
+      || { echo "FAIL wheel $w: not in .whl/ (bash benchmarks/gpu_run.sh --prepare)"; bad=1; }
+  done
+  [ -f .whl/silero_vad.onnx ] || { echo "FAIL .whl/silero_vad.onnx missing (the avatar's VAD; --prepare)"; bad=1; }
+  if tar tzf ".whl/$GSPLAT_SDIST" 2>/dev/null | grep -q "/setup.py$"; then
+    echo "ok   gsplat source $GSPLAT_SDIST ($(du -k ".whl/$GSPLAT_SDIST" | cut -f1) KiB; $(cut -c1-16 \
+      ".whl/${GSPLAT_SDIST%.tar.gz}.sha256" 2>/dev/null)... of the registry's sdist)"
+  else
+    echo "FAIL .whl/$GSPLAT_SDIST missing or unreadable (bash benchmarks/gpu_run.sh --prepare)"; bad=1
+  fi
+  bash -n "$0" || bad=1
+  # what a call carries: tracked files, untracked ones git does not ignore, and .whl/
+  total=$( { git ls-files -z; git ls-files -z --others --exclude-standard; } | xargs -0 -r stat -c %s 2>/dev/null \
+           | awk '{s += $1} END {print s + 0}')
+  whl=$(find .whl -type f -printf '%s\n' 2>/dev/null | awk '{s += $1} END {print s + 0}')
+  echo "upload: checkout $((total / 1048576)) MiB + .whl $((whl / 1048576)) MiB = $(((total + whl) / 1048576)) MiB" \
+       "(limit $((LIMIT_BYTES / 1048576)) MiB)"
+  [ $((total + whl)) -le $LIMIT_BYTES ] || { echo "FAIL upload over the limit"; bad=1; }
+  [ $bad -eq 0 ] && echo "dry run: ok" || echo "dry run: FAILED"
+  exit $bad
+fi
+
+# ---- the run -------------------------------------------------------------------------------------------------------
+budget=${1:?usage: gpu_run.sh SECONDS [STEP ...] | --dry-run [STEP ...] | --prepare}
 shift
-steps=("$@")
-[ ${#steps[@]} -eq 0 ] && steps=(tests kernels render generate_wan avatar runtime generate_sana generate_wan_monarch
-                                 kernels_backward render_reference)
+steps=("$@"); [ ${#steps[@]} -eq 0 ] && steps=("${DEFAULT_STEPS[@]}")
 start=$(date +%s)
 OUT=${OUT:-/tmp/gpu_out}
-res=/tmp/gpu_results
-mkdir -p "$OUT" "$res/results" "$res/logs"
-
+res=$(dirname "$R")
+mkdir -p "$OUT" "$R" "$res/logs"
 pack() { tar czf "$OUT/gpu.tgz" -C "$res" . ; }
 left() { echo $(( budget - ($(date +%s) - start) )); }
 
-# ---- install: the carried wheels, then the project itself built from this checkout ----------------
+# the carried wheels first (seconds: the gsplat build below needs ninja), then gsplat from its source for this card
+# only, in the background from now on, while the project installs and the steps run
 python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl
+arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -1)
+if [ -f ".whl/$GSPLAT_SDIST" ]; then
+  ( t0=$(date +%s); mkdir -p /tmp/gsplat && tar xzf ".whl/$GSPLAT_SDIST" -C /tmp/gsplat --strip-components 1 &&
+    cd /tmp/gsplat && PATH=/tmp/site/bin:$PATH PYTHONPATH=/tmp/site TORCH_CUDA_ARCH_LIST="$arch" MAX_JOBS=16 \
+    python3 setup.py build_ext --inplace && echo "gsplat built for compute capability $arch in $(( $(date +%s) - t0 )) s" &&
+    touch /tmp/gsplat/BUILT ) > "$res/logs/gsplat_build.log" 2>&1 &
+fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
   > "$res/logs/install.log" 2>&1 || { cat "$res/logs/install.log"; pack; exit 1; }
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FRAMEGRAPH_CACHE=/tmp/framegraph-cache  # + /tmp/gsplat once built
 [ -f .whl/silero_vad.onnx ] && export FRAMEGRAPH_SILERO_VAD=$PWD/.whl/silero_vad.onnx
-fg="python3 -m framegraph.apps.cli"
 { nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
   torch.cuda.get_device_name())"; } > "$res/logs/machine.log" 2>&1
 cat "$res/logs/machine.log"
 
-# run NAME CAP_SECONDS COMMAND...: the command under min(CAP, what is left of the deadline)
-run() {
+run() {  # NAME CAP COMMAND...: the command under min(CAP, what is left of the deadline)
   local name=$1 cap=$2; shift 2
   local t; t=$(left); t=$(( t - 15 )); [ "$t" -gt "$cap" ] && t=$cap
   if [ "$t" -lt 20 ]; then echo "== $name: skipped, $(left) s left"; return; fi
   echo "== $name (cap ${t} s)"
-  local s=$(date +%s)
+  local s; s=$(date +%s)
   timeout -k 5 "$t" "$@" > "$res/logs/$name.log" 2>&1
   local rc=$?
   echo "== $name: rc $rc after $(( $(date +%s) - s )) s"; tail -n 6 "$res/logs/$name.log"
   pack
 }
 
-R=$res/results
-for step in "${steps[@]}"; do
-  case $step in
-    tests) run tests 170 python3 -m pytest -q -p no:cacheprovider -n 8 --timeout 150 \
-             tests/kernels tests/renderers tests/stream tests/models ;;
-    kernels) run kernels 90 $fg bench kernels --out "$R/kernels.json" --iters 50 --warmup 10 ;;
-    kernels_backward) run kernels_backward 150 $fg bench kernels --out "$R/kernels_backward.json" --backward ;;
-    render) run render 110 $fg bench render --out "$R/render.json" --no-gsplat --backends triton ;;
-    render_reference) run render_reference 150 $fg bench render --out "$R/render_reference.json" --no-gsplat \
-                        --gaussians 100000,1000000 --iters 3 --warmup 1 ;;
-    generate_wan) run generate_wan 120 $fg bench generate --family wan --config 1.3b --size 480x832 --steps 4 \
-                    --chunks 4 --vae wan2.1 --out "$R/generate_wan_1.3b.json" ;;
-    avatar) run avatar 110 $fg bench avatar --out "$R/avatar.json" --seconds 10 --repeats 2 --session-seconds 6 ;;
-    runtime) run runtime 60 $fg bench runtime --out "$R/runtime.json" --device cuda ;;
-    generate_sana) run generate_sana 100 $fg bench generate --family sana --config 2b --size 480x832 --steps 4 \
-                     --chunks 4 --vae wan2.1 --out "$R/generate_sana_2b.json" ;;
-    generate_wan_monarch) run generate_wan_monarch 100 $fg bench generate --family wan --config 1.3b \
-                            --size 480x832 --steps 4 --chunks 4 --vae wan2.1 --attention monarch \
-                            --out "$R/generate_wan_1.3b_monarch.json" ;;
-    server) run server 120 $fg bench server --out "$R/server_avatar.json" --pipeline avatar ;;
-    *) echo "unknown step $step" ;;
-  esac
+gsplat_ready() { [ -f /tmp/gsplat/BUILT ]; }
+i=0
+while [ $i -lt ${#steps[@]} ]; do  # (render may append render_gsplat)
+  step=${steps[$i]}; i=$((i + 1))
+  line=$(step_command "$step") || { echo "unknown step $step"; continue; }
+  read -r -a cmd <<< "${line#* }"
+  if [ "$step" = render ] && [ -f ".whl/$GSPLAT_SDIST" ] && ! gsplat_ready; then
+    waited=0; while ! gsplat_ready && [ $waited -lt "$GSPLAT_WAIT" ] && [ "$(left)" -gt 200 ]; do
+      sleep 5; waited=$((waited + 5)); done
+    echo "== gsplat: $(gsplat_ready && echo built || echo 'not built yet') after waiting ${waited} s"
+    gsplat_ready || steps+=(render_gsplat)
+  fi
+  if [ "$step" = render_gsplat ]; then gsplat_ready || { echo "== render_gsplat: gsplat not built"; continue; }; fi
+  # gsplat importable only once built (an unbuilt source tree would start gsplat's own JIT build inside a step)
+  gsplat_ready && export PYTHONPATH=/tmp/site:/tmp/gsplat
+  run "$step" "${line%% *}" "${cmd[@]}"
 done
+tail -n 3 "$res/logs/gsplat_build.log" 2>/dev/null
 pack
 echo "done in $(( $(date +%s) - start )) s"

@@ -15,7 +15,8 @@ The pipeline is a voice agent's with the listening and thinking parts left out::
 In a real agent, an STT and an LLM stand where ``SpeakTypedText`` is (and the context aggregators around the
 LLM), any Pipecat TTS replaces eSpeak NG, and the avatar stays where it is::
 
-    transport.input() → stt → context.user() → llm → tts → FramegraphAvatar(...) → transport.output() → context.assistant()
+    transport.input() → stt → context.user() → llm → tts → FramegraphAvatar(...) → transport.output()
+        → context.assistant()
 
 with ``audio_in_enabled=True`` on the transport and, for barge-in, a VAD / turn analyzer on its input (the
 ``InterruptionFrame`` it causes makes the avatar drop what it was saying and close its mouth).
@@ -39,8 +40,8 @@ from pipecat.transports.base_transport import TransportParams
 from pipecat.transports.smallwebrtc.transport import SmallWebRTCTransport
 from pipecat.workers.runner import WorkerRunner
 
+from framegraph.apps.commands.pipecat_demo import add_arguments
 from framegraph.apps.pipecat import EspeakTTSService, FramegraphAvatar
-from framegraph.apps.pipecat.cli import add_arguments
 from framegraph.apps.pipecat.webrtc import Server, build_app
 
 

@@ -164,15 +164,19 @@ class Composite(Stage):
         feather_px: width of the soft edge in box px (default: 12% of the box's shorter side).
         shape: ``"ellipse"`` or ``"rounded"`` (see :func:`feather_mask`).
         device: where inputs arrive, the blend runs and outputs are written.
+        alpha: ``uint8 [H, W]`` the background's person matte, or None; given, each frame also leaves on an
+            ``"alpha"`` port (the region is pasted inside the person, so the matte does not change).
 
-    Ports: in ``"face"`` ``uint8 [h, w, 3]``; out ``"video"`` ``uint8 [H, W, 3]``; both on ``device``.
+    Ports: in ``"face"`` ``uint8 [h, w, 3]`` on ``device``; out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``
+    ``uint8 [H, W]``) on ``out_device`` (default ``device``; ``"cpu"`` after a GPU composite: the frame is copied to
+    the host without waiting, for an encoder).
     The background and the mask are prepared once, here; nothing but the blend runs per frame.
     Output frames keep the input's pts and flags.
     """
 
     def __init__(self, background, box: Sequence[int], *, region_size: int | tuple[int, int] | None = None,
                  feather_px: float | None = None, shape: str = "ellipse", device: str = "cpu",
-                 name: str = "composite"):
+                 alpha: Tensor | None = None, out_device: str | None = None, name: str = "composite"):
         super().__init__(name)
         self.background = load_background(background, device)
         H, W = self.background.shape[:2]
@@ -189,7 +193,17 @@ class Composite(Stage):
         self.feather_px, self.shape = float(feather_px), shape
         self.mask = feather_mask(h, w, self.feather_px, shape, device=device)
         self.inputs = {"face": PortSpec((rh, rw, 3), torch.uint8, device)}
-        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, device)}
+        out_device = str(torch.device(out_device or device))
+        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, out_device)}
+        # the frame is blended where the face arrives; written straight into the output unless that is elsewhere
+        self._scratch = None if out_device == str(torch.device(device)) else torch.empty_like(self.background)
+        self.alpha = None
+        if alpha is not None:
+            if alpha.dtype != torch.uint8 or tuple(alpha.shape) != (H, W):
+                raise ValueError(f"Composite: alpha is {alpha.dtype} {list(alpha.shape)}; expected uint8 [{H}, {W}] "
+                                 f"(the background's matte)")
+            self.alpha = alpha.to(out_device)
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
 
     def frame_alpha(self) -> Tensor:
         """``float32 [H, W]``: how much of each output pixel is the generated region (the mask at its box,
@@ -202,4 +216,57 @@ class Composite(Stage):
 
     def process(self, inputs, out):
         frame = out.write("video")
-        composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+        if self._scratch is None:
+            composite(self.background, inputs["face"].data, self.box, self.mask, out=frame.data)
+        else:
+            composite(self.background, inputs["face"].data, self.box, self.mask, out=self._scratch)
+            frame.data.copy_(self._scratch, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
+        if self.alpha is not None:
+            out.write("alpha").data.copy_(self.alpha)
+
+
+def cover_picture(image: Tensor, height: int, width: int) -> Tensor:
+    """``uint8 [h, w, 3]`` scaled to cover a ``height × width`` frame (aspect kept) and cropped to it, centred."""
+    h, w = image.shape[:2]
+    s = max(height / h, width / w)
+    sh, sw = max(height, round(h * s)), max(width, round(w * s))
+    scaled = resize_region(image, sh, sw).round_().clamp_(0, 255).to(torch.uint8)
+    y, x = (sh - height) // 2, (sw - width) // 2
+    return scaled[y:y + height, x:x + width].contiguous()
+
+
+def background_frame(background, height: int, width: int, device="cpu") -> Tensor:
+    """``uint8 [height, width, 3]``: a colour ``(r, g, b)`` 0..255 filling the frame, or a picture (path, array or
+    tensor, see :func:`load_background`) scaled to cover it."""
+    if isinstance(background, (tuple, list)) and len(background) == 3 and all(isinstance(v, int) for v in background):
+        if not all(0 <= v <= 255 for v in background):
+            raise ValueError(f"background colour {tuple(background)}: each of r, g, b must be 0..255")
+        return torch.tensor(background, dtype=torch.uint8, device=device).expand(height, width, 3).contiguous()
+    return cover_picture(load_background(background), height, width).to(device)
+
+
+def over(video: Tensor, alpha: Tensor, background: Tensor, *, out: Tensor | None = None) -> Tensor:
+    """``video uint8 [H, W, 3]`` over ``background uint8 [H, W, 3]`` through ``alpha uint8 [H, W]`` (255: the
+    video): ``background + alpha / 255 · (video − background)``, rounded."""
+    a = alpha.float()[..., None] / 255.0
+    blended = torch.lerp(background.float(), video.float(), a).round_().clamp_(0, 255).to(torch.uint8)
+    if out is None:
+        return blended
+    return out.copy_(blended)
+
+
+class OverBackground(Stage):
+    """A matted picture over a background: a colour, or a picture scaled to cover the frame.
+
+    Ports: in ``"video"`` ``uint8 [H, W, 3]`` and ``"alpha"`` ``uint8 [H, W]`` (lock-step: the same frame's); out
+    ``"video"`` ``uint8 [H, W, 3]`` (:func:`over`). The background is prepared once, here."""
+
+    def __init__(self, background, *, width: int, height: int, device: str = "cpu", name: str = "background"):
+        super().__init__(name)
+        self.background = background_frame(background, height, width, device)
+        self.inputs = {"video": PortSpec((height, width, 3), torch.uint8, device),
+                       "alpha": PortSpec((height, width), torch.uint8, device)}
+        self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, device)}
+
+    def process(self, inputs, out):
+        over(inputs["video"].data, inputs["alpha"].data, self.background, out=out.write("video").data)

@@ -1,6 +1,9 @@
 """Where a model computes — its *runtime* — chosen per run from one registry.
 
     runtime="torch"      the model's own torch code, on any device
+    runtime="compiled"   the same torch code compiled by Inductor (static shapes per session, caches on disk) and,
+                         on CUDA, its per-frame / per-step calls replayed from CUDA graphs (:mod:`.compile`,
+                         :mod:`.graphs`); the default on CUDA where the apps choose (``--compile``)
     runtime="onnx"       ONNX Runtime on the CPU, from the model's export (``framegraph export``)
     runtime="onnx-int8"  the same, the parts the export keeps in int8 running their int8 files
 
@@ -25,10 +28,25 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Literal
 
-Runtime = Literal["torch", "onnx", "onnx-int8"]
-RUNTIMES: tuple[str, ...] = ("torch", "onnx", "onnx-int8")
+Runtime = Literal["torch", "compiled", "onnx", "onnx-int8"]
+RUNTIMES: tuple[str, ...] = ("torch", "compiled", "onnx", "onnx-int8")
 
 _FACTORIES: dict[str, dict[str, Callable]] = {}
+
+
+def default_device() -> str:
+    """Where a model runs when the caller does not choose: ``"cuda"`` when a GPU is there, else ``"cpu"``."""
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def default_runtime(device) -> str:
+    """The runtime a model runs on when the caller does not choose: ``"compiled"`` on CUDA (Inductor and CUDA
+    graphs), ``"torch"`` elsewhere (compiling on a CPU is opt-in: it takes seconds to minutes and may not pay)."""
+    import torch
+
+    return "compiled" if torch.device(device).type == "cuda" else "torch"
 
 
 def register(model: str, runtime: str) -> Callable[[Callable], Callable]:
@@ -54,7 +72,9 @@ def check(model: str, runtime: str) -> str:
     if runtime not in runtimes(model):
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
-        raise ValueError(f"{model} runs on {' or '.join(runtimes(model)) or 'no runtime'}, not {runtime!r}")
+        have = runtimes(model)
+        named = " or ".join([", ".join(have[:-1]), have[-1]] if len(have) > 1 else list(have)) or "no runtime"
+        raise ValueError(f"{model} runs on {named}, not {runtime!r}")
     return runtime
 
 
@@ -63,4 +83,4 @@ def engines(model: str, runtime: str, /, *args, **kwargs):
     return _FACTORIES[model][check(model, runtime)](*args, **kwargs)
 
 
-__all__ = ["Runtime", "RUNTIMES", "register", "runtimes", "check", "engines"]
+__all__ = ["Runtime", "RUNTIMES", "default_device", "default_runtime", "register", "runtimes", "check", "engines"]

@@ -25,11 +25,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 
+import numpy as np
 import torch
 
 __all__ = [
     "shift_time", "timestep_schedule", "expand_time", "interpolate", "velocity_target", "predict_x0",
-    "sample_euler", "sample_timesteps", "flow_matching_loss", "distill_loss",
+    "sample_euler", "host_schedule", "sample_timesteps", "flow_matching_loss", "distill_loss",
 ]
 
 VelocityFn = Callable[..., torch.Tensor]
@@ -90,10 +91,21 @@ def predict_x0(x_t: torch.Tensor, v: torch.Tensor, t: torch.Tensor | float) -> t
     return x_t - expand_time(t, x_t) * v
 
 
-def _full_time(t: torch.Tensor, x: torch.Tensor, time_shape: tuple[int, ...] | None) -> torch.Tensor:
-    """A scalar time as a tensor of ``time_shape`` (default ``[B]``)."""
+def _full_time(t: float, x: torch.Tensor, time_shape: tuple[int, ...] | None) -> torch.Tensor:
+    """A scalar time (a Python number) as a tensor of ``time_shape`` (default ``[B]``)."""
     shape = time_shape if time_shape is not None else (x.shape[0],)
-    return torch.full(shape, float(t), dtype=x.dtype, device=x.device)
+    return torch.full(shape, t, dtype=x.dtype, device=x.device)
+
+
+def host_schedule(timesteps) -> list[float]:
+    """A schedule (a 1-D tensor or a sequence of numbers) as Python floats rounded to float32, the values the
+    sampler's arithmetic uses. The sampler keeps its schedule on the host: reading a device tensor's values once
+    per step would wait for the device (a host sync) inside every denoising step."""
+    if isinstance(timesteps, torch.Tensor):
+        if timesteps.dim() != 1:
+            raise ValueError(f"sample_euler: timesteps has shape {tuple(timesteps.shape)}; expected [steps + 1]")
+        timesteps = timesteps.detach().cpu().tolist()  # once per call, before any step (callers pass lists)
+    return [float(np.float32(v)) for v in timesteps]
 
 
 # ----------------------------------------------------------------------------- sampling
@@ -118,7 +130,9 @@ def sample_euler(
         noise: ``x_1``, any shape ``[B, ...]``.
         steps: number of model evaluations (1-4 for a distilled model, 20-50 for a teacher).
         shift: time shift of the schedule (see :func:`shift_time`).
-        timesteps: explicit decreasing schedule ``[steps + 1]`` from 1 to 0 (overrides steps/shift).
+        timesteps: explicit decreasing schedule ``[steps + 1]`` from 1 to 0 (overrides steps/shift): a tensor
+            (read once, rounded to float32) or a list of Python floats (used as given; :func:`host_schedule`
+            makes one). The schedule stays on the host: no step reads a tensor back.
         cond: keyword arguments passed to ``velocity_fn`` on every call.
         time_shape: shape of the ``t`` tensor handed to ``velocity_fn`` (default ``[B]``; ``[B, T]`` for
             per-frame times).
@@ -129,21 +143,33 @@ def sample_euler(
     Returns:
         the sample at ``t = 0``, shaped like ``noise``.
     """
-    ts = timestep_schedule(steps, shift, noise.device) if timesteps is None else timesteps.to(noise.device)
-    if ts.dim() != 1 or ts.numel() < 2:
-        raise ValueError(f"sample_euler: timesteps has shape {tuple(ts.shape)}; expected [steps + 1] (>= 2 values)")
+    if isinstance(timesteps, (list, tuple)):
+        ts = [float(t) for t in timesteps]  # used as given (a compiled caller passes them: no numpy to trace)
+    else:
+        ts = host_schedule(_schedule_floats(steps, shift) if timesteps is None else timesteps)
+    if len(ts) < 2:
+        raise ValueError(f"sample_euler: timesteps has {len(ts)} value(s); expected [steps + 1] (>= 2 values)")
     cond = dict(cond or {})
     x = noise
-    for i in range(ts.numel() - 1):
-        t, s = ts[i], ts[i + 1]
+    for t, s in zip(ts[:-1], ts[1:]):
         v = velocity_fn(x, _full_time(t, x, time_shape), **cond)
-        if renoise and float(s) > 0:
+        if renoise and s > 0:
             x0 = x - t * v
             fresh = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
             x = (1 - s) * x0 + s * fresh
         else:
-            x = x + (s - t) * v
+            x = x + (s - t) * v  # float32 values: their difference is exact in a Python float, rounded as float32's
     return x
+
+
+def _schedule_floats(steps: int, shift: float) -> list[float]:
+    """:func:`timestep_schedule` computed on the host (float64, then rounded to float32 by :func:`host_schedule`)."""
+    if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        raise ValueError(f"timestep_schedule: steps={steps!r}; expected an int >= 1")
+    if shift <= 0:
+        raise ValueError(f"shift_time: shift={shift}; expected a positive number")
+    ts = np.linspace(1.0, 0.0, steps + 1, dtype=np.float64)
+    return (shift * ts / (1 + (shift - 1) * ts)).tolist()
 
 
 # ----------------------------------------------------------------------------- training

@@ -12,6 +12,8 @@ matrix ``viewmat`` with ``x_cam = R @ x_world + t``; intrinsics are
   positions) at any time ``t``.
 - :func:`load_nerfstudio_camera_path` reads nerfstudio's ``camera_path.json``
   (OpenGL camera-to-world) into the same form.
+- :func:`project_points` (world → pixels and depth) and :func:`pixel_rays` (pixels → world rays): the
+  camera math a compositor uses to put something into a rendered picture (:mod:`.billboard`).
 """
 from __future__ import annotations
 
@@ -126,6 +128,30 @@ def camera_centers(viewmats: Tensor) -> Tensor:
     """World positions ``[..., 3]`` of cameras given world-to-camera ``[..., 4, 4]``."""
     R, t = viewmats[..., :3, :3], viewmats[..., :3, 3]
     return -(R.transpose(-1, -2) @ t[..., None])[..., 0]
+
+
+def project_points(points: Tensor, viewmat: Tensor, K: Tensor) -> tuple[Tensor, Tensor]:
+    """World points ``[..., 3]`` seen by one camera (``viewmat [4, 4]`` world-to-camera, ``K [3, 3]``): their pixel
+    positions ``[..., 2]`` (x right, y down; pixel ``(row i, col j)`` has its centre at ``(j + 0.5, i + 0.5)``)
+    and their camera-z depths ``[...]`` (> 0 in front of the camera)."""
+    R, t = viewmat[:3, :3].to(points.dtype), viewmat[:3, 3].to(points.dtype)
+    cam = points @ R.T + t
+    z = cam[..., 2]
+    uv = (cam[..., :2] / z[..., None]) * torch.stack([K[0, 0], K[1, 1]]).to(points.dtype) \
+        + torch.stack([K[0, 2], K[1, 2]]).to(points.dtype)
+    return uv, z
+
+
+def pixel_rays(viewmat: Tensor, K: Tensor, x0: int, y0: int, x1: int, y1: int) -> tuple[Tensor, Tensor]:
+    """The rays through the pixel centres of the window ``[y0, y1) × [x0, x1)`` of a camera: its centre
+    ``[3]`` and world directions ``[y1 - y0, x1 - x0, 3]`` scaled so that each has camera-z 1 (a point ``o + s · d``
+    lies at camera-z depth ``s``)."""
+    K, R = K.float(), viewmat[:3, :3].float()
+    ys = torch.arange(y0, y1, dtype=torch.float32, device=K.device) + 0.5
+    xs = torch.arange(x0, x1, dtype=torch.float32, device=K.device) + 0.5
+    py, px = torch.meshgrid(ys, xs, indexing="ij")
+    cam = torch.stack([(px - K[0, 2]) / K[0, 0], (py - K[1, 2]) / K[1, 1], torch.ones_like(px)], dim=-1)
+    return camera_centers(viewmat.float()), cam @ R  # R^T d for row vectors
 
 
 def orbit_path(

@@ -189,26 +189,7 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
     frames = frames[:limit] if limit else frames
     scene_box = ngp_scene_box(doc, fail)
 
-    found, missing = [], []  # (index, frame, image path), file_path
-    for i, frame in enumerate(frames):
-        where = f"frames[{i}]"
-        if not isinstance(frame, dict):
-            raise fail(f"{where} must be an object")
-        file_path = frame.get("file_path")
-        if not isinstance(file_path, str) or not file_path:
-            raise fail(f"{where} has no 'file_path'")
-        image_path = _find_image(root, file_path)
-        if image_path is None:
-            missing.append(file_path)
-        else:
-            found.append((i, frame, image_path))
-    if len(found) < min_images:
-        first = f" (first missing: {missing[0]!r})" if missing else ""
-        raise fail(f"only {len(found)} of {len(frames)} frames have their image under {root}{first}; "
-                   f"need at least {min_images} (is the images folder right?)")
-    if missing:
-        print(f"warning: {path}: skipping {len(missing)} of {len(frames)} frames whose image is not under "
-              f"{root} (first: {missing[0]!r}); fitting the {len(found)} found", file=sys.stderr)
+    found = _frames_with_images(frames, root, path, min_images, fail)
 
     images, viewmats, Ks, names, files = [], [], [], [], []
     size = None
@@ -250,6 +231,33 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
               file=sys.stderr)
     return PosedImages(torch.from_numpy(np.stack(images)), torch.stack(viewmats).float(),
                        torch.stack(Ks).float(), names, source=str(path), files=files, scene_box=scene_box)
+
+
+def _frames_with_images(frames: list, root: Path, path: Path, min_images: int, fail) -> list[tuple[int, dict, Path]]:
+    """The ``frames`` whose image is under ``root``, as ``(index, frame, image path)``; the others are skipped
+    with one warning that counts them, fewer than ``min_images`` left is an error (``fail(problem)`` builds the
+    errors about ``path``)."""
+    found, missing = [], []  # (index, frame, image path), file_path
+    for i, frame in enumerate(frames):
+        where = f"frames[{i}]"
+        if not isinstance(frame, dict):
+            raise fail(f"{where} must be an object")
+        file_path = frame.get("file_path")
+        if not isinstance(file_path, str) or not file_path:
+            raise fail(f"{where} has no 'file_path'")
+        image_path = _find_image(root, file_path)
+        if image_path is None:
+            missing.append(file_path)
+        else:
+            found.append((i, frame, image_path))
+    if len(found) < min_images:
+        first = f" (first missing: {missing[0]!r})" if missing else ""
+        raise fail(f"only {len(found)} of {len(frames)} frames have their image under {root}{first}; "
+                   f"need at least {min_images} (is the images folder right?)")
+    if missing:
+        print(f"warning: {path}: skipping {len(missing)} of {len(frames)} frames whose image is not under "
+              f"{root} (first: {missing[0]!r}); fitting the {len(found)} found", file=sys.stderr)
+    return found
 
 
 def ngp_scene_box(doc: dict, fail) -> list[float] | None:

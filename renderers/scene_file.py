@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+import torch
+
 from .gaussians import GaussianScene, load_scene
 from .gaussians4d import Gaussian4DRenderStage, Gaussian4DScene, load_checkpoint
 from .nerf import NerfModel, load_nerf
@@ -38,16 +40,37 @@ class SceneFile:
         return 0 if self.kind == "nerf" else self.data.n
 
     def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
-                     budget_ms: float | None = None, time_scale: float = 1.0) -> RenderStage:
+                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False) -> RenderStage:
         """A render stage for this scene (a 4DGS scene plays at ``t`` = the frame's stream time ×
-        ``time_scale``, looping; a NeRF draws its own background)."""
+        ``time_scale``, looping; a NeRF draws its own background, :meth:`background`). ``layers``: it also sends
+        depth, opacity and its camera (:class:`~.stages.RenderStage`)."""
         if self.kind == "nerf":
-            return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms)
+            return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms,
+                                   layers=layers)
         if self.kind == "4dgs":
-            return Gaussian4DRenderStage(self.data, width=width, height=height, device=device,
+            return Gaussian4DRenderStage(self.data, width=width, height=height, device=device, layers=layers,
                                          background=background, time_scale=time_scale, budget_ms=budget_ms)
         return GaussianRenderStage(self.data, width=width, height=height, device=device, background=background,
-                                   budget_ms=budget_ms)
+                                   budget_ms=budget_ms, layers=layers)
+
+    def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
+        """The colour (RGB in [0, 1]) behind the scene in its pictures: ``asked`` (what :meth:`render_stage` was
+        given), or a NeRF's own."""
+        if self.kind == "nerf":
+            return tuple(float(v) for v in self.data.config.background)
+        return tuple(float(v) for v in asked)
+
+    def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """The scene's box ``(lo, hi)`` in world units: a NeRF's AABB; for Gaussians, the box holding 99 % of
+        their centres along each axis (0.5–99.5 %: a few stray splats do not stretch it), grown by 10 % of its
+        size on each side."""
+        if self.kind == "nerf":
+            aabb = [float(v) for v in self.data.config.aabb]
+            return tuple(aabb[:3]), tuple(aabb[3:])
+        means = self.data.means.detach().to("cpu", torch.float64)
+        lo, hi = torch.quantile(means, 0.005, dim=0), torch.quantile(means, 0.995, dim=0)
+        margin = 0.1 * (hi - lo).clamp_min(1e-3)
+        return tuple((lo - margin).tolist()), tuple((hi + margin).tolist())
 
 
 def scene_kind(path: str | os.PathLike) -> SceneKind:

@@ -3,6 +3,12 @@
 Cameras travel on a ``"camera"`` port, ``float32 [2, 4, 4]`` on the CPU: ``camera[0]`` is the
 world-to-camera matrix (OpenCV: x right, y down, z forward) and ``camera[1, :3, :3]`` the intrinsics K
 in pixels. Rendered frames leave as ``uint8 [H, W, 3]`` RGB on the CPU, ready for an encoder.
+
+A render stage made with ``layers=True`` also sends what a compositor needs to put something else into the
+picture (:mod:`.billboard`): ``"depth"`` ``float32 [H, W]`` — the expected camera-z depth of what each pixel shows
+(``Σ wᵢ zᵢ / Σ wᵢ``, the 3DGS ``RGB+ED`` mode; 0 where nothing is), ``"opacity"`` ``float32 [H, W]`` — how much of
+the pixel the scene covers (``1 − T``; the rest is the background colour) — and the ``"camera"`` it rendered from,
+all in the same frame as the picture.
 """
 from __future__ import annotations
 
@@ -95,10 +101,12 @@ class RenderStage(Stage):
         width / height: output size in pixels (the camera's K must be for this size).
         device: where to render (``"cuda"``: the Triton kernels; ``"cpu"``: the torch references).
         budget_ms: per-frame budget (deadline misses are counted).
+        layers: also send ``"depth"``, ``"opacity"`` and ``"camera"`` (see the module docstring;
+            :meth:`render_layers`).
     """
 
     def __init__(self, *, width: int, height: int, device: str = "cpu", budget_ms: float | None = None,
-                 name: str = "render"):
+                 layers: bool = False, name: str = "render"):
         super().__init__(name)
         if width < 1 or height < 1:
             raise ValueError(f"{type(self).__name__}: size {width}x{height} must be at least 1x1 pixel")
@@ -107,6 +115,10 @@ class RenderStage(Stage):
         self.budget_ms = budget_ms
         self.inputs = {"camera": CAMERA_PORT}
         self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
+        self.layers = layers
+        if layers:
+            self.outputs.update(depth=PortSpec((height, width), torch.float32, "cpu"),
+                                opacity=PortSpec((height, width), torch.float32, "cpu"), camera=CAMERA_PORT)
 
     def prepare(self) -> None:
         """Move the scene to :attr:`device` (called once, at setup)."""
@@ -116,6 +128,12 @@ class RenderStage(Stage):
         stream time in seconds → ``float [height, width, 3]`` RGB in [0, 1] on the device."""
         raise NotImplementedError
 
+    def render_layers(self, view: torch.Tensor, K: torch.Tensor, t: float
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """As :meth:`render`, with the depth and the opacity: ``(rgb [H, W, 3], depth [H, W], opacity [H, W])``
+        (``layers=True``; see the module docstring). A renderer that has them overrides this."""
+        raise NotImplementedError(f"{type(self).__name__} does not render depth and opacity (layers)")
+
     def setup(self, ctx):
         super().setup(ctx)
         self.prepare()
@@ -124,8 +142,16 @@ class RenderStage(Stage):
     def process(self, inputs, out):
         camera = inputs["camera"]
         cam = camera.data.to(self.device, non_blocking=True)
-        rgb = self.render(cam[0], cam[1, :3, :3], self.ctx.clock.seconds(camera.pts))
+        t = self.ctx.clock.seconds(camera.pts)
+        if not self.layers:
+            rgb = self.render(cam[0], cam[1, :3, :3], t)
+            out.write("video").data.copy_((rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+            return
+        rgb, depth, opacity = self.render_layers(cam[0], cam[1, :3, :3], t)
         out.write("video").data.copy_((rgb.clamp(0, 1) * 255 + 0.5).to(torch.uint8))
+        out.write("depth").data.copy_(torch.where(opacity > 0, depth, torch.zeros_like(depth)))
+        out.write("opacity").data.copy_(opacity.clamp(0, 1))
+        out.write("camera").data.copy_(camera.data)
 
 
 class GaussianRenderStage(RenderStage):
@@ -138,8 +164,9 @@ class GaussianRenderStage(RenderStage):
     """
 
     def __init__(self, scene: GaussianScene, *, width: int, height: int, device: str = "cpu",
-                 background=(0.0, 0.0, 0.0), budget_ms: float | None = None, name: str = "gaussians"):
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
+                 background=(0.0, 0.0, 0.0), budget_ms: float | None = None, layers: bool = False,
+                 name: str = "gaussians"):
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
         self.scene = scene
         self.background = torch.tensor(background, dtype=torch.float32)
         check_fits(scene.n, self.device, sh_degree=scene.sh_degree)
@@ -154,6 +181,13 @@ class GaussianRenderStage(RenderStage):
                                  self.width, self.height, sh_degree=s.sh_degree, backgrounds=self._bg,
                                  validate=False)  # the scene was checked once, at load
         return colors[0]
+
+    def render_layers(self, view, K, t):
+        s = self._scene
+        colors, alphas, _ = rasterize(s.means, s.quats, s.scales, s.opacities, s.sh, view[None], K[None],
+                                      self.width, self.height, sh_degree=s.sh_degree, backgrounds=self._bg,
+                                      render_mode="RGB+ED", validate=False)
+        return colors[0, ..., :3], colors[0, ..., 3], alphas[0, ..., 0]
 
 
 @dataclass(frozen=True)

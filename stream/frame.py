@@ -92,6 +92,16 @@ class Frame:
             self.ready_event, self.done_event = torch.cuda.Event(), torch.cuda.Event()
         self.reset_meta()
 
+    def make_download(self) -> None:
+        """This slot receives a CUDA stage's output on the host: its memory is pinned (so the producer's copy into
+        it is asynchronous) and it gets a ``ready_event``, recorded on the producer's stream after its copy and
+        waited for by the host before the consumer reads (:class:`~.node.Node`): the producer never waits for
+        its own GPU work, the host consumer waits only for the copy it needs."""
+        if self.data.is_cuda or self.ready_event is not None:
+            return
+        self.data = self.data.pin_memory()
+        self.ready_event = torch.cuda.Event()
+
     def reset_meta(self) -> None:
         self.length = self.data.shape[0] if self.data.dim() else 1
         self.seq = -1

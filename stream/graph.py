@@ -216,6 +216,9 @@ class Graph:
             ring.on_drop = self.frame_done
             src.out_rings.setdefault(e.src_port, []).append(ring)
             dst.in_rings[e.dst_port] = ring
+            if src.stream is not None and not ring.slots[0].data.is_cuda:  # a download: the host reads GPU output
+                for slot in ring.slots + ([ring._spare] if ring._spare is not None else []):
+                    slot.make_download()
             if dst.stream is not None:  # slots are read on the consumer's stream too
                 for slot in ring.slots:
                     if slot.data.is_cuda:

@@ -306,10 +306,12 @@ class Node:
                 stage.reset()
             self.out_wait_ns = 0
             self.enter_ns = time.monotonic_ns()
-            if stream is not None:
-                for frame in inputs.values():
-                    if frame.ready_event is not None:
+            for frame in inputs.values():
+                if frame.ready_event is not None:
+                    if stream is not None and frame.data.is_cuda:
                         stream.wait_event(frame.ready_event)
+                    else:  # host memory a CUDA stage copied into (a download): wait for that copy only
+                        frame.ready_event.synchronize()
             last = next(inputs[p] for p in gating if p in inputs)
             out.begin(last)
             try:

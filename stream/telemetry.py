@@ -18,6 +18,19 @@ BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.
               2500.0, 10000.0)
 
 
+def percentiles(values: np.ndarray, ps: tuple[float, ...]) -> list[float]:
+    """``np.percentile(values, ps)`` (linear interpolation), from one sort: numpy's own call loads ``numpy.ma``
+    (~0.1 s) the first time, at the end of every command-line run."""
+    v = np.sort(values)
+    out = []
+    for p in ps:
+        pos = (len(v) - 1) * p / 100
+        lo = int(pos)
+        hi = min(lo + 1, len(v) - 1)
+        out.append(float(v[lo] + (v[hi] - v[lo]) * (pos - lo)))
+    return out
+
+
 class LatencyWindow:
     """The last ``window`` latency samples (ms) plus all-time histogram counts and sum."""
 
@@ -40,7 +53,7 @@ class LatencyWindow:
         v = self.recent()
         if len(v) == 0:
             return {"count": 0}
-        p50, p95, p99 = np.percentile(v, [50, 95, 99])
+        p50, p95, p99 = percentiles(v, (50, 95, 99))
         return {"count": self.count, "mean_ms": float(v.mean()), "p50_ms": float(p50),
                 "p95_ms": float(p95), "p99_ms": float(p99), "max_ms": float(v.max())}
 

@@ -20,6 +20,24 @@ sys.path.insert(0, os.path.dirname(__file__))
 torch.set_num_threads(1)
 
 
+@pytest.fixture(scope="session")
+def compile_cache(tmp_path_factory):
+    """One Inductor / Triton cache for the session's compiled-runtime tests (``FRAMEGRAPH_CACHE``): what one test
+    compiled (the C++ precompiled header, kernels of the same source) the next one reuses. Compilation is cold in
+    every run: nothing outside the temporary folder is read."""
+    from framegraph.models.compile import CACHE_ENV, use_cache_dir
+
+    root = tmp_path_factory.mktemp("framegraph-cache")
+    old = os.environ.get(CACHE_ENV)
+    os.environ[CACHE_ENV] = str(root)
+    use_cache_dir()
+    yield root
+    if old is None:
+        os.environ.pop(CACHE_ENV, None)
+    else:
+        os.environ[CACHE_ENV] = old
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framegraph.stream.media import read_video
+from framegraph.stream.media import read_video, read_video_rgba
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,3 +43,27 @@ def test_try_it_block_runs_as_written(tmp_path):
     talk = read_video(tmp_path / "out" / "hello.mp4")
     assert talk["frames"].shape[1:] == (256, 256, 3)
     assert np.sqrt(np.mean(talk["audio"].astype(float) ** 2)) > 300  # the speech is in the file
+    matted = read_video_rgba(tmp_path / "out" / "hello.webm")
+    alpha = matted["frames"][..., 3]
+    assert matted["has_alpha"] and len(alpha) == len(talk["frames"])
+    assert (alpha[:, :8, :8] <= 4).all() and (alpha[:, 100:140, 110:150] >= 250).all()  # see-through corner, the face
+    scene = read_video(tmp_path / "out" / "in_scene.mp4")
+    assert scene["frames"].shape == (len(talk["frames"]), 180, 320, 3)  # as long as the speech, at the scene's size
+    assert np.sqrt(np.mean(scene["audio"].astype(float) ** 2)) > 300
+
+
+def test_readme_is_a_map_under_3000_words_whose_links_all_resolve():
+    text = (REPO / "README.md").read_text()
+    assert len(text.split()) <= 3000, "the README is the map; long sections belong in docs/ or benchmarks/README.md"
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", text)
+    assert targets, "the README links its guides"
+    missing = [t for t in targets if not t.startswith(("http://", "https://")) and not (REPO / t).exists()]
+    assert not missing, f"README links to files that do not exist: {missing}"
+
+
+def test_every_command_of_the_cli_is_in_the_readme():
+    from framegraph.apps.cli import COMMANDS
+
+    text = (REPO / "README.md").read_text()
+    absent = [name for name in COMMANDS if f"framegraph {name}" not in text]
+    assert not absent, f"commands the README's table does not name: {absent}"

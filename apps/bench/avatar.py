@@ -2,9 +2,10 @@
 
     framegraph bench avatar --out benchmarks/results/cpu/avatar.json        # CPU defaults: a few minutes
     framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
-    framegraph bench avatar --backend torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
+    framegraph bench avatar --runtime torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
 
-``--backend torch,onnx`` measures every row on each backend (same run, same machine): the ``onnx`` rows
+``--runtime torch,onnx`` (or ``torch,compiled``: Inductor, and CUDA graphs on a GPU) measures every row on each
+runtime (same run, same machine): the ``onnx`` rows
 run the three model stages on ONNX Runtime (``models.onnx``). Their exports are made by the bench into a
 temporary folder before measuring (random-weight rows have no bundle folder to export from); ``--onnx DIR``
 uses an existing export of the shipped bundle instead. ``onnx-int8`` rows add the int8 files to that export
@@ -55,17 +56,22 @@ import time
 
 import numpy as np
 import torch
+from PIL import Image
 
-from framegraph.models.runtime import RUNTIMES
+from framegraph.models.audio import AudioEncoder
+from framegraph.models.avatar import AvatarError, PortraitAvatar, load_avatar
+from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
+from framegraph.models.dit import AvatarDiT
+from framegraph.models.vae import VideoVAE
 
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
 from .measure import torch_threads
-from .meta import ASSETS, ROOT, add_out_argument, bench_metadata, write_result
+from .meta import ROOT, bench_metadata, write_result
 from .speech import SAMPLE_RATE, speech
 
 TARGETS = {"device": "NVIDIA H100", "time_to_first_frame_ms": 100.0, "fps": {"384": 120.0, "512": 60.0},
            "sessions": 4, "session_fps": 25.0}
-DEFAULT_AVATAR = os.path.join(ASSETS, "avatars", "astronaut")
 
 
 # ---- the model class ---------------------------------------------------------------------------------
@@ -77,8 +83,6 @@ def _config(path: str) -> dict:
 
 def shipped_class(root: str) -> dict:
     """The shipped bundle's architecture: its three model configs and avatar.json settings."""
-    from framegraph.models.avatar import AvatarError
-
     for part in ("avatar.json", "vae/config.json", "dit/config.json", "audio/config.json"):
         if not os.path.isfile(os.path.join(root, part)):
             raise AvatarError(f"--avatar {root!r}: {part} is missing (expected an avatar bundle folder)")
@@ -97,13 +101,6 @@ def size_multiple(cls: dict) -> int:
 def random_bundle(cls: dict, size: int, seed: int = 0):
     """A :class:`~framegraph.models.avatar.PortraitAvatar` of the shipped class with random weights and a generated
     region of ``size`` px, composited into the shipped portrait scaled by ``size / shipped_region``."""
-    from PIL import Image
-
-    from framegraph.models.audio import AudioEncoder
-    from framegraph.models.avatar import PortraitAvatar
-    from framegraph.models.dit import AvatarDiT
-    from framegraph.models.vae import VideoVAE
-
     a = cls["avatar"]
     scale = size / int(a["region_size"])
     with Image.open(os.path.join(cls["root"], a["portrait"])) as im:
@@ -204,38 +201,6 @@ def _ints(text: str, what: str) -> list[int]:
     return values
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    cuda = torch.cuda.is_available()
-    add_out_argument(p)
-    p.add_argument("--device", default="cuda" if cuda else "cpu", help="where the models run (default: cuda "
-                                                                        "when available)")
-    p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the shipped bundle whose model class is measured "
-                                                            "(default assets/avatars/astronaut)")
-    p.add_argument("--sizes", default=None, help="generated region sides, comma-separated (default 256,384,512; "
-                                                 "--quick: 64)")
-    p.add_argument("--shipped", action=argparse.BooleanOptionalAction, default=True,
-                   help="also measure the shipped avatar itself at its native size (default: yes)")
-    p.add_argument("--seconds", type=float, default=None,
-                   help="speech for the steady-FPS run (default 20 on CUDA, 6 on CPU; --quick: 1)")
-    p.add_argument("--repeats", type=int, default=None, help="warm TTFF sessions per mode (default 3; --quick: 1)")
-    p.add_argument("--sessions", default=None,
-                   help="concurrent session counts (default 1,2,4 on CUDA, 1,2 on CPU; --quick: 2)")
-    p.add_argument("--session-size", default=None,
-                   help="region side of the sessions' avatar, or 'shipped' (default 384 on CUDA, shipped on CPU; "
-                        "--quick: the first --sizes entry)")
-    p.add_argument("--session-seconds", type=float, default=None,
-                   help="audio per concurrent session (default 10 on CUDA, 6 on CPU; --quick: 1)")
-    p.add_argument("--torch-threads", type=int, default=None,
-                   help="CPU intra-op threads per stage (default 1 on CPU, as the server runs; untouched on CUDA)")
-    p.add_argument("--backend", default="torch",
-                   help="comma-separated compute backends of the model stages to measure: torch, onnx (ONNX "
-                        "Runtime, CPU), onnx-int8 (the same, the models `framegraph export --int8` keeps in int8 by "
-                        "default running int8) — e.g. torch,onnx (default torch)")
-    p.add_argument("--onnx", default=None, help="an export of the shipped bundle for its onnx row (default: the "
-                                                "bench exports it into a temporary folder)")
-    p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
-
-
 def _settings(args) -> dict:
     cuda = args.device.startswith("cuda")
     q = args.quick
@@ -257,12 +222,9 @@ def _settings(args) -> dict:
         raise ValueError("--seconds and --session-seconds must be > 0")
     if s["repeats"] < 1:
         raise ValueError(f"--repeats must be >= 1, got {s['repeats']}")
-    s["backends"] = [b.strip() for b in str(args.backend).split(",") if b.strip()]
-    if not s["backends"] or any(b not in RUNTIMES for b in s["backends"]) \
-            or len(set(s["backends"])) != len(s["backends"]):
-        raise ValueError(f"--backend {args.backend!r}: expected a comma-separated list of {', '.join(RUNTIMES)}")
-    if any(b != "torch" for b in s["backends"]) and cuda:
-        raise ValueError("--backend onnx / onnx-int8 run on the CPU (ONNX Runtime's CPU provider); use --device cpu")
+    s["backends"] = list(args.runtime)  # the JSON's name for the runtimes measured (a recorded field)
+    if any(b not in ("torch", "compiled") for b in s["backends"]) and cuda:
+        raise ValueError("--runtime onnx / onnx-int8 run on the CPU (ONNX Runtime's CPU provider); use --device cpu")
     if s["torch_threads"] is not None and s["torch_threads"] < 1:
         raise ValueError(f"--torch-threads must be >= 1, got {s['torch_threads']}")
     return s
@@ -275,6 +237,7 @@ def _shown_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     s = _settings(args)
@@ -341,11 +304,10 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
     """``build_avatar_graph`` arguments for ``backend``; for onnx / onnx-int8, the export of ``avatar`` (made now,
     timed, into the run's temporary folder — onnx-int8 adds the int8 files with the export's default choice;
     ``--onnx`` for the shipped bundle)."""
-    if backend == "torch":
-        return {}
+    if backend in ("torch", "compiled"):
+        return {} if backend == "torch" else {"runtime": "compiled"}
     if name == "shipped" and args.onnx:
         return {"runtime": backend, "onnx_dir": args.onnx}
-    from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 
     out = os.path.join(s["export_root"], name)
     if not os.path.isdir(out):
@@ -353,8 +315,6 @@ def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
         export_avatar(avatar, out)
         _log(f"[{name}] exported to ONNX in {time.perf_counter() - t:.1f} s")
     if backend == "onnx-int8" and "int8" not in load_manifest(out, avatar):
-        from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
-
         t = time.perf_counter()
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
         _log(f"[{name}] int8 ({DEFAULT_MODE}, kept: {', '.join(DEFAULT_INT8) or 'none'}) in "
@@ -369,8 +329,6 @@ def _row_name(name: str, backend: str, s: dict) -> str:
 def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
     """One row per ``--sizes`` entry (random weights) and the shipped avatar, per backend; and the sessions'
     avatar ``(name, Avatar)``."""
-    from framegraph.models.avatar import load_avatar
-
     ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
     common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
                   torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)

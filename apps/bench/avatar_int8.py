@@ -9,7 +9,7 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
 - **quality**: ``avatar eval``'s openness correlation (generated mouth vs the ground-truth jaw) and identity
   SSIM (vs the portrait outside the mouth) on held-out synthetic clips (``--clips``, default: the three clips
   of ``avatar synth --clips 3 --seconds 6 --seed 1000``, the shipped figures' clips — see the bundle's
-  PROVENANCE.md), means over the clips (``models/avatar/evaluate.py``, ``real_measures=False``);
+  PROVENANCE.md), means over the clips (``models/avatar/eval/synthetic.py``, ``real_measures=False``);
 - **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*,
   call after call in turns on the same inputs (recorded from the float32 stages on ``--seconds`` of speech,
   :func:`~framegraph.models.avatar.portrait.int8.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
@@ -36,36 +36,42 @@ import time
 
 import numpy as np
 
-from .avatar import DEFAULT_AVATAR, _shown_path
+from framegraph.models.avatar import load_avatar
+from framegraph.models.avatar.eval.synthetic import evaluate_avatar
+from framegraph.models.avatar.portrait.int8 import (
+    MODES,
+    TOLERANCE,
+    choose_int8,
+    quantize_export,
+    record_inputs,
+    variant_dir,
+)
+from framegraph.models.avatar.portrait.onnx import MODELS, PARTS, export_avatar
+from framegraph.models.onnx import OrtGraph
+from framegraph.models.onnx.quantize import FeedReader
+from framegraph.models.synth import load_portrait, make_clip
+
+from .avatar import _shown_path
 from .avatar_measure import measure_steady
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 from .speech import speech
 
 STAGE = {"audio": "audio_features", "dit": "denoiser", "vae": "vae_decode"}  # the stage each model runs in
 
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the bundle (default assets/avatars/astronaut)")
-    p.add_argument(
-        "--clips",
-        default=None,
-        help="a folder of held-out synthetic clips (clip_NNNNN.mp4 + .json, from `framegraph avatar synth`); "
-        "default: synthesize --clip-count clips of 6 s with seed 1000 (the shipped figures' clips)",
-    )
-    p.add_argument("--clip-count", type=int, default=3, help="held-out clips to use (default 3)")
-    p.add_argument("--modes", default="static,dynamic", help="int8 modes to measure (default static,dynamic)")
-    p.add_argument("--seconds", type=float, default=6.0, help="speech for each steady speed run (default 6)")
-    p.add_argument("--rounds", type=int, default=1, help="steady graph runs per variant, in turns (default 1)")
-    p.add_argument("--repeats", type=int, default=5, help="side-by-side passes over the recorded calls (default 5)")
-    p.add_argument("--torch-threads", type=int, default=1, help="intra-op threads per stage / session (default 1)")
+QUALITY_MEASURE = ("avatar eval (models/avatar/eval/synthetic.py, real_measures=False): openness_corr and "
+                   "identity_ssim, means over the clips")
+SPEED_MEASURE = {
+    "side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
+    "recorded from the float32 stages; p50 per call; per model: p50 x calls "
+    "per frame summed over its files (the decision's figure)",
+    "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
+    "per-stage process() p50, median over the rounds",
+}
 
 
 def _clips(args, tmp: str) -> list[tuple[str, str]]:
     folder = args.clips
     if folder is None:
-        from framegraph.models.synth import load_portrait, make_clip
-
         folder = os.path.join(tmp, "heldout")
         portrait = load_portrait()
         for i in range(args.clip_count):
@@ -83,8 +89,6 @@ def _clips(args, tmp: str) -> list[tuple[str, str]]:
 
 
 def _quality(avatar, clips, kw: dict) -> dict:
-    from framegraph.models.avatar.eval.synthetic import evaluate_avatar
-
     per = []
     for clip, truth in clips:
         m = evaluate_avatar(avatar, clip, truth, real_measures=False, **kw)
@@ -116,22 +120,7 @@ def _speed(runs: list[dict]) -> dict:
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.portrait.int8 import (
-        MODES,
-        TOLERANCE,
-        choose_int8,
-        quantize_export,
-        record_inputs,
-        variant_dir,
-    )
-    from framegraph.models.avatar.portrait.onnx import export_avatar
-
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    if not modes or any(m not in MODES for m in modes):
-        raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
-    if args.rounds < 1 or args.clip_count < 1:
-        raise ValueError("--rounds and --clip-count must be >= 1")
+    modes = _modes(args)
     result = bench_metadata("avatar_int8")
     avatar = load_avatar(args.avatar)
     audio, audio_info = speech(args.seconds, seed=0)
@@ -139,21 +128,7 @@ def run(args: argparse.Namespace) -> int:
         clips = _clips(args, tmp)
         fp32 = os.path.join(tmp, "fp32")
         export_avatar(avatar, fp32)
-        variants = {"fp32": {"backend": "onnx", "onnx_dir": fp32, "mode": None, "models": []}}
-        quantize_s = {}
-        for mode in modes:
-            full = os.path.join(tmp, mode)
-            shutil.copytree(fp32, full)
-            t = time.perf_counter()
-            quantize_export(avatar, full, mode, models=[], log=print)
-            quantize_s[mode] = time.perf_counter() - t
-            for model in STAGE:
-                variants[f"{mode}:{model}"] = {
-                    "backend": "onnx-int8",
-                    "mode": mode,
-                    "models": [model],
-                    "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"), avatar, [model]),
-                }
+        variants, quantize_s = _variants(avatar, tmp, fp32, modes)
         feeds = record_inputs(avatar, fp32, audio)
         frames = len(feeds["dit_commit"]) * avatar.chunk_frames
         side = {
@@ -161,13 +136,7 @@ def run(args: argparse.Namespace) -> int:
             for mode in modes
         }
         measured = _measure(avatar, variants, clips, audio, args)
-        decisions = {}
-        for mode in modes:
-            per = {
-                model: {**measured[f"{mode}:{model}"]["quality"], "ms_per_frame": side[mode]["ms_per_frame"][model]}
-                for model in STAGE
-            }
-            decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
+        decisions = _decisions(modes, measured, side)
         best = max(modes, key=lambda m: len(decisions[m]["models"]))
         kept = decisions[best]["models"]
         if len(kept) > 1:  # the models that hold, together
@@ -184,39 +153,14 @@ def run(args: argparse.Namespace) -> int:
     result.update(
         {
             "avatar": _shown_path(args.avatar),
-            "settings": {
-                "modes": modes,
-                "rounds": args.rounds,
-                "seconds": args.seconds,
-                "torch_threads": args.torch_threads,
-                "clips": [os.path.basename(c) for c, _ in clips],
-                "clips_source": args.clips
-                or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 (made by the bench)",
-                "tolerance": TOLERANCE,
-                "audio": {**audio_info, "seconds": args.seconds},
-            },
-            "quality_measure": "avatar eval (models/avatar/evaluate.py, real_measures=False): openness_corr and "
-            "identity_ssim, means over the clips",
-            "speed_measure": {
-                "side_by_side": "float32 and int8 session of each file in turns call by call on the inputs "
-                "recorded from the float32 stages; p50 per call; per model: p50 x calls "
-                "per frame summed over its files (the decision's figure)",
-                "graph": "bench avatar's steady run per variant (fast clock, speech at once): FPS and "
-                "per-stage process() p50, median over the rounds",
-            },
+            "settings": _settings(args, modes, clips, audio_info),
+            "quality_measure": QUALITY_MEASURE,
+            "speed_measure": SPEED_MEASURE,
             "quantize_seconds": quantize_s,
             "side_by_side": side,
             "variants": measured,
             "decisions": decisions,
-            "decision": {
-                "mode": best if kept else None,
-                "models": kept,
-                "summary": (
-                    f"int8 ({best}) kept for {', '.join(kept)}"
-                    if kept
-                    else "no model holds quality and speed in int8: the export's default keeps float32"
-                ),
-            },
+            "decision": _decision(best, kept),
         }
     )
     png = write_result(result, args.out, figure)
@@ -226,13 +170,79 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _modes(args: argparse.Namespace) -> list[str]:
+    """The ``--modes`` asked for, checked (with ``--rounds`` and ``--clip-count``)."""
+    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+    if not modes or any(m not in MODES for m in modes):
+        raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
+    if args.rounds < 1 or args.clip_count < 1:
+        raise ValueError("--rounds and --clip-count must be >= 1")
+    return modes
+
+
+def _variants(avatar, tmp: str, fp32: str, modes: list[str]) -> tuple[dict, dict]:
+    """The float32 export at ``fp32`` quantized whole per mode (into ``tmp``), and the variants measured: float32
+    and, per mode, each model alone in int8. Returns the variants and the seconds each mode's quantization took."""
+    variants = {"fp32": {"backend": "onnx", "onnx_dir": fp32, "mode": None, "models": []}}
+    quantize_s = {}
+    for mode in modes:
+        full = os.path.join(tmp, mode)
+        shutil.copytree(fp32, full)
+        t = time.perf_counter()
+        quantize_export(avatar, full, mode, models=[], log=print)
+        quantize_s[mode] = time.perf_counter() - t
+        for model in STAGE:
+            variants[f"{mode}:{model}"] = {
+                "backend": "onnx-int8",
+                "mode": mode,
+                "models": [model],
+                "onnx_dir": variant_dir(full, os.path.join(tmp, f"{mode}-{model}"), avatar, [model]),
+            }
+    return variants, quantize_s
+
+
+def _decisions(modes: list[str], measured: dict, side: dict) -> dict:
+    """Per mode, :func:`choose_int8` on each model's quality in int8 and its side-by-side time per frame."""
+    decisions = {}
+    for mode in modes:
+        per = {
+            model: {**measured[f"{mode}:{model}"]["quality"], "ms_per_frame": side[mode]["ms_per_frame"][model]}
+            for model in STAGE
+        }
+        decisions[mode] = choose_int8(measured["fp32"]["quality"], per, TOLERANCE)
+    return decisions
+
+
+def _settings(args: argparse.Namespace, modes: list[str], clips, audio_info: dict) -> dict:
+    """The result's ``settings``: what the run measured, and on what."""
+    return {
+        "modes": modes,
+        "rounds": args.rounds,
+        "seconds": args.seconds,
+        "torch_threads": args.torch_threads,
+        "clips": [os.path.basename(c) for c, _ in clips],
+        "clips_source": args.clips or "framegraph avatar synth --clips 3 --seconds 6 --seed 1000 (made by the bench)",
+        "tolerance": TOLERANCE,
+        "audio": {**audio_info, "seconds": args.seconds},
+    }
+
+
+def _decision(best: str, kept: list[str]) -> dict:
+    """The result's ``decision``: the mode and the models kept in int8 (none: float32)."""
+    return {
+        "mode": best if kept else None,
+        "models": kept,
+        "summary": (
+            f"int8 ({best}) kept for {', '.join(kept)}"
+            if kept
+            else "no model holds quality and speed in int8: the export's default keeps float32"
+        ),
+    }
+
+
 def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
     """Each file's float32 and int8 sessions called in turns on the same recorded inputs (see the module
     docstring): ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
-    from framegraph.models.avatar.portrait.onnx import MODELS, PARTS
-    from framegraph.models.onnx import OrtGraph
-    from framegraph.models.onnx.quantize import FeedReader
-
     with open(os.path.join(int8_dir, "manifest.json")) as f:
         manifest = json.load(f)
     parts = {}
@@ -261,10 +271,15 @@ def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads
     return {"threads": threads, "frames_recorded": frames, "parts": parts, "ms_per_frame": per_frame}
 
 
+def _graph_kw(variant: dict) -> dict:
+    """``build_avatar_graph``'s arguments for a variant (its runtime, its export)."""
+    return {"runtime": variant["backend"], "onnx_dir": variant["onnx_dir"]}
+
+
 def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     out = {}
     for name, v in variants.items():
-        kw = {"runtime": v["backend"], "onnx_dir": v["onnx_dir"]}
+        kw = _graph_kw(v)
         print(f"[{name}] quality on {len(clips)} held-out clips", flush=True)
         out[name] = {"mode": v["mode"], "models": v["models"], "quality": _quality(avatar, clips, kw)}
         print(
@@ -275,7 +290,7 @@ def _measure(avatar, variants: dict, clips, audio, args) -> dict:
     runs = {name: [] for name in variants}
     for r in range(args.rounds):
         for name, v in variants.items():
-            kw = {"runtime": v["backend"], "onnx_dir": v["onnx_dir"]}
+            kw = _graph_kw(v)
             runs[name].append(measure_steady(avatar, audio, "cpu", args.torch_threads, 10, graph_kw=kw))
             print(f"[{name}] speed round {r + 1}: {runs[name][-1]['fps']:.1f} fps", flush=True)
     for name in variants:
@@ -289,7 +304,8 @@ def summary_lines(result: dict) -> list[str]:
     for name, v in result["variants"].items():
         q, s = v["quality"], v["speed"]
         lines.append(
-            f"{name:>14}: openness corr. {q['openness_corr']:.4f} ({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
+            f"{name:>14}: openness corr. {q['openness_corr']:.4f} "
+            f"({q['openness_corr'] - ref['quality']['openness_corr']:+.4f}), "
             f"identity SSIM {q['identity_ssim']:.4f} ({q['identity_ssim'] - ref['quality']['identity_ssim']:+.4f}), "
             f"{s['fps']:.1f} fps; p50 ms "
             + ", ".join(f"{k} {t:.2f}" for k, t in s["stage_p50_ms"].items() if k in STAGE.values())
@@ -346,4 +362,4 @@ def figure(result: dict, plt):
     return fig
 
 
-__all__ = ["add_arguments", "run", "figure", "summary_lines", "STAGE"]
+__all__ = ["run", "figure", "summary_lines", "STAGE"]

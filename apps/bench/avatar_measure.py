@@ -11,6 +11,11 @@ from typing import Literal
 import numpy as np
 import torch
 
+from framegraph.models.audio.features import FrameTiming
+from framegraph.models.avatar import build_avatar_graph
+from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import PushAudioSource
+
 from .measure import stage_times, summary_ms
 from .speech import SAMPLE_RATE
 
@@ -24,8 +29,6 @@ def _params(module) -> int:
 
 
 def _collect_sink(height: int, width: int, device: str, capacity: int):
-    from framegraph.stream import PortSpec, Stage
-
     class Collect(Stage):
         """Stamps each composited frame's arrival (after its producer's work on CUDA has finished)."""
 
@@ -120,11 +123,9 @@ AVATAR_STAGES = ("audio_features", "state", "denoiser", "vae_decode", "composite
 
 def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: int, buffer_ms: int, server_like: bool,
            torch_threads: int | None, gpu_timing: bool = False, graph_kw: dict | None = None):
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream.media import PushAudioSource
-
     src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
     sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
+
     kw = dict(live=True, video_policy="drop_oldest") if server_like else dict(video_policy="block")
     ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
                             torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw, **(graph_kw or {}))
@@ -247,8 +248,6 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
                  repeats: int, torch_threads: int | None, warmup_frames: int, log, graph_kw: dict | None = None) -> dict:
     """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
     ``build_avatar_graph`` arguments (``runtime`` / ``onnx_dir``)."""
-    from framegraph.models.audio.features import FrameTiming
-
     timing = FrameTiming.of(avatar.audio, avatar.fps)
     need = timing.required_samples(0)
     wait_ms = 1000.0 * (math.ceil(need / CHUNK) - 1) * CHUNK / SAMPLE_RATE

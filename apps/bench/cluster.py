@@ -28,28 +28,18 @@ import socket
 import time
 
 import numpy as np
+import websockets
+from ray import serve
 
+from ..client import stream_session
+from ..cluster import ClusterSettings, start_cluster
+from ..server.app import ServerConfig, serve_in_thread
 from .measure import summary_ms
 from .meta import bench_metadata, write_result
 from .speech import speech_like
 
 TARGET_FRACTION = 0.9  # a session "holds" when it presents at least this share of the target FPS
 RELAY_APP = "framegraph-bench-relay"
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of ``bench server`` that only ``--cluster`` reads."""
-    p.add_argument("--cluster", action="store_true",
-                   help="benchmark the Ray Serve cluster path instead (needs `pip install 'framegraph[cluster]'`): "
-                        "replica start, sessions at target FPS per replica, glass-to-glass via plain serve / the "
-                        "cluster / Serve's HTTP proxy, bundle load time")
-    p.add_argument("--replicas", default="1,2", help="with --cluster: replica counts to measure (default 1,2)")
-    p.add_argument("--capacity", type=int, default=6, help="with --cluster: sessions per replica (default 6)")
-    p.add_argument("--ramp-seconds", type=float, default=8.0,
-                   help="with --cluster: seconds each concurrency step streams (default 8)")
-    p.add_argument("--rounds", type=int, default=3, help="with --cluster: sessions per path (default 3)")
-    p.add_argument("--path-seconds", type=float, default=12.0,
-                   help="with --cluster: seconds each path session streams (default 12)")
 
 
 def _replica_counts(text: str) -> list[int]:
@@ -63,8 +53,6 @@ def _replica_counts(text: str) -> list[int]:
 
 
 async def _concurrent(url: str, pipeline: str, n: int, seconds: float) -> list[dict]:
-    from ..client import stream_session
-
     return await asyncio.gather(*(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=i))
                                   for i in range(n)), return_exceptions=True)
 
@@ -90,8 +78,6 @@ def _step(n: int, results: list) -> dict:
 
 def measure_replicas(replicas: int, args, base) -> dict:
     """Start the cluster with ``replicas`` replicas, time it, ramp sessions until one misses the target."""
-    from ..cluster import ClusterSettings, start_cluster
-
     settings = ClusterSettings(**{**base, "replicas": replicas})
     t0 = time.perf_counter()
     cluster = start_cluster(settings)
@@ -115,8 +101,7 @@ def measure_replicas(replicas: int, args, base) -> dict:
 def _relay_deployment():
     """A Serve deployment behind Serve's HTTP proxy that relays one WebSocket to its own framegraph server:
     the media path framegraph's cluster does *not* take, built here to measure it."""
-    from fastapi import FastAPI, WebSocket
-    from ray import serve
+    from fastapi import FastAPI, WebSocket  # optional: framegraph[cluster] (Serve's ingress)
 
     api = FastAPI()
 
@@ -124,13 +109,9 @@ def _relay_deployment():
     @serve.ingress(api)
     class ServeProxied:
         def __init__(self):
-            from ..server.app import ServerConfig, serve_in_thread
-
             self.handle = serve_in_thread(ServerConfig(host="127.0.0.1", port=0, web_root=None)).start()
 
         async def ws(self, client) -> None:
-            import websockets
-
             await client.accept()
             async with websockets.connect(self.handle.server.url, max_size=None) as inner:
                 async def upstream():
@@ -159,8 +140,6 @@ def _relay_deployment():
 
 
 def _path_session(url: str, pipeline: str, seconds: float, seed: int) -> list[float]:
-    from ..client import stream_session
-
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=seed), latency_trace=trace))
     if s["errors"] or not trace:
@@ -186,8 +165,6 @@ def measure_paths(urls: dict[str, str], args) -> dict:
 
 def measure_bundle(url: str, cluster, seconds: float) -> dict:
     """One avatar session through the front door; the bundle load time the replica recorded."""
-    from ..client import stream_session
-
     s = asyncio.run(stream_session(url, "avatar", {}, audio=speech_like(seconds, seed=7)))
     bundles = [b for r in cluster.live() for b in r["bundles"]]
     return {"bundles": bundles, "session_fps": s["fps"], "time_to_first_frame_ms": s["time_to_first_frame_ms"],
@@ -223,12 +200,9 @@ def figure(data: dict, plt):
 
 def run(args: argparse.Namespace) -> int:
     try:
-        import ray
-        from ray import serve
+        import ray  # optional: framegraph[cluster]
     except ImportError:
         raise ValueError("bench server --cluster needs Ray Serve: pip install 'framegraph[cluster]'") from None
-    from ..cluster import ClusterSettings, start_cluster
-    from ..server.app import ServerConfig, serve_in_thread
 
     counts = _replica_counts(args.replicas)
     if args.capacity < 1 or args.rounds < 1 or args.ramp_seconds <= 0 or args.path_seconds <= 0:

@@ -21,25 +21,18 @@ import io
 import re
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 
+import torch
+from triton import knobs
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from framegraph.kernels.backend import triton_installed, triton_interpret_enabled
+from framegraph.renderers.nerf.field import SH_DIMS
+from framegraph.renderers.nerf.model import NerfConfig
+
+from ..commands.bench.compile import TARGETS, Target
 from .meta import bench_metadata, write_result
-
-
-@dataclass(frozen=True)
-class Target:
-    """A GPU architecture we compile for: compute capability (89 = sm_89), a GPU, its shared memory per block."""
-
-    capability: int
-    gpu: str
-    shared_limit_bytes: int
-
-
-TARGETS = (
-    Target(89, "RTX 4090 (Ada)", 99 * 1024),
-    Target(90, "H100 (Hopper)", 227 * 1024),
-    Target(120, "RTX 5090 (Blackwell)", 99 * 1024),
-)
 
 
 @dataclass(frozen=True)
@@ -82,16 +75,12 @@ def _dedup(kernels: list[Kernel]) -> list[Kernel]:
 def registry(capability: int) -> list[Kernel]:
     """Every Triton kernel of framegraph, in each production configuration it is launched with on a GPU of
     compute ``capability`` (89 = sm_89), for 128-wide attention heads."""
-    import torch
-
-    from framegraph.kernels.block_linear_attention import triton as bla_tri
-    from framegraph.kernels.monarch_attention import triton as monarch_tri
-    from framegraph.renderers.gaussians import triton as gs
-    from framegraph.renderers.gaussians4d import triton as gs4d
-    from framegraph.renderers.nerf.field import SH_DIMS
-    from framegraph.renderers.nerf.hash_encoding import triton as hash_tri
-    from framegraph.renderers.nerf.mlp import triton as mlp_tri
-    from framegraph.renderers.nerf.model import NerfConfig
+    from framegraph.kernels.block_linear_attention import triton as bla_tri  # heavy: the Triton kernels
+    from framegraph.kernels.monarch_attention import triton as monarch_tri  # heavy
+    from framegraph.renderers.gaussians import triton as gs  # heavy
+    from framegraph.renderers.gaussians4d import triton as gs4d  # heavy
+    from framegraph.renderers.nerf.hash_encoding import triton as hash_tri  # heavy
+    from framegraph.renderers.nerf.mlp import triton as mlp_tri  # heavy
 
     attn = "kernels.block_linear_attention.triton"
     monarch = "kernels.monarch_attention.triton"
@@ -166,10 +155,7 @@ _PTXAS = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) b
 
 def compile_kernel(k: Kernel, target: Target) -> dict:
     """Compile ``k`` for ``target`` with ptxas; registers, spills and shared memory from its report."""
-    import triton
-    from triton import knobs
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
+    import triton  # heavy: Triton's compiler
 
     fn = getattr(importlib.import_module(f"framegraph.{k.module}"), k.name)
     signature = {}
@@ -207,16 +193,7 @@ def _compile_job(job: tuple[Kernel, Target]) -> dict:
     return compile_kernel(*job)
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/results/compile.json"), help="JSON file to write")
-    parser.add_argument("--arch", type=int, nargs="+", choices=[t.capability for t in TARGETS],
-                        default=[t.capability for t in TARGETS], help="compute capabilities to compile for")
-    parser.add_argument("--jobs", type=int, default=1, help="compile in this many processes")
-
-
 def run(args: argparse.Namespace) -> int:
-    from framegraph.kernels.backend import triton_installed, triton_interpret_enabled
-
     if not triton_installed():
         raise ValueError("triton is not installed; `framegraph bench compile` compiles Triton kernels")
     if triton_interpret_enabled():

@@ -3,7 +3,7 @@
     framegraph bench generate --family wan --config 1.3b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_wan.json
     framegraph bench generate --family sana --config 2b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_sana.json
     framegraph bench generate --family wan --config tiny --size 64x96 --out benchmarks/results/cpu/generate_wan_tiny.json
-    framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --backend torch,onnx \
+    framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --runtime torch,onnx \
         --out benchmarks/results/cpu/generate_vae_onnx.json
 
 Random weights at the released configurations give the real speed, so no checkpoint is needed: ``1.3b`` is
@@ -20,7 +20,7 @@ from the graph's start, each stage's work p50/p99 per call (the runtime's teleme
 waits on full rings; denoiser and decoder per chunk, encoder per frame) and its waits (``output_wait_p50_ms``:
 blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
 
-``--backend torch,onnx`` runs the graph once per backend of the VAE decoder (``onnx``: the decoder exported
+``--runtime torch,onnx`` runs the graph once per runtime of the VAE decoder (``onnx``: the decoder exported
 first, :mod:`framegraph.models.generate.onnx`, its ``export_s`` recorded) and records each run under
 ``backends`` with the two numbers side by side (``vae_decode_p50_ms``, ``fps_end_to_end``). ``--vae``
 picks the decoder: ``tiny`` (the test suite's) or ``wan2.1`` (``AutoencoderKLWan``'s default configuration,
@@ -29,15 +29,20 @@ the Wan 2.1 VAE: the real decoder's cost, with whichever transformer ``--config`
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 import torch
+from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
 
+from framegraph.models.generate import FAMILIES, GenerateModel, build_generate_graph, default_dtype, first_frame
+from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
+from framegraph.models.generate.onnx import export_wan_vae
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import H264Encoder
 
-from ..argtypes import positive_int
 from .measure import MemoryProbe, stage_times, torch_threads
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 
 CONFIGS = {
     ("wan", "1.3b"): dict(num_attention_heads=12, attention_head_dim=128, ffn_dim=8960, num_layers=30,
@@ -49,43 +54,6 @@ CONFIGS = {
                            cross_attention_head_dim=12, cross_attention_dim=24, caption_channels=16),
 }
 TINY_VAE = dict(base_dim=3, z_dim=16, dim_mult=[1, 1, 1, 1], num_res_blocks=1, temperal_downsample=[False, True, True])
-
-
-def _size(text: str) -> tuple[int, int]:
-    try:
-        h, w = (int(v) for v in text.lower().split("x"))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
-    return h, w
-
-
-def _backends(text: str) -> list[str]:
-    names = [v.strip() for v in text.split(",") if v.strip()]
-    if not names or any(n not in ("torch", "onnx") for n in names) or len(set(names)) != len(names):
-        raise argparse.ArgumentTypeError(f"--backend {text!r}: expected torch, onnx or torch,onnx")
-    return names
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--family", choices=["wan", "sana"], required=True)
-    p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
-                   help="1.3b (Wan 2.1), 2b (SANA-Video) or tiny (either family; CPU runs)")
-    p.add_argument("--size", type=_size, default=(480, 832), help="HEIGHTxWIDTH (default 480x832)")
-    p.add_argument("--steps", type=positive_int, default=4, help="denoising steps per chunk (timesteps 1000 down in equal steps)")
-    p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa", help="(Wan) attention over the cache")
-    p.add_argument("--chunk-frames", type=positive_int, default=3, help="latent frames per chunk (default 3)")
-    p.add_argument("--chunks", type=positive_int, default=8, help="chunks to generate (default 8)")
-    p.add_argument("--warmup", type=int, default=1, help="first chunks left out of the steady FPS (default 1)")
-    p.add_argument("--device", help="cuda (bf16) or cpu (fp32); default cuda when available")
-    p.add_argument("--threads", type=positive_int, help="torch CPU threads, and ONNX Runtime's with --backend onnx "
-                                                        "(default: torch's; ORT: half the cores)")
-    p.add_argument("--vae", choices=["tiny", "wan2.1"], default=None,
-                   help="the VAE: tiny or wan2.1 (the real decoder, random weights); default tiny with --config tiny")
-    p.add_argument("--backend", type=_backends, default=["torch"],
-                   help="where the VAE decoder computes: torch, onnx (ONNX Runtime, CPU, float32: the decoder is "
-                        "exported first, into a temporary folder) or both, comma-separated, measured one after the "
-                        "other in one run (e.g. torch,onnx; default torch)")
-    add_out_argument(p)
 
 
 class FrameTimes(Stage):
@@ -101,11 +69,6 @@ class FrameTimes(Stage):
 
 
 def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: str | None = None):
-    from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransformer3DModel
-
-    from framegraph.models.generate import FAMILIES, GenerateModel
-    from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
-
     if (family, config) not in CONFIGS:
         raise ValueError(f"--config {config} is not a {family} configuration; choose from "
                          f"{[c for f, c in CONFIGS if f == family]}")
@@ -122,10 +85,6 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: 
 def measure(args, backend: str = "torch") -> dict:
     """One run of the graph with the VAE decoder on ``backend`` (``"onnx"``: exported first, the time recorded
     as ``export_s``)."""
-    import tempfile
-
-    from framegraph.models.generate import default_dtype
-
     device = args.device or ("cuda" if torch.cuda.is_available() and backend == "torch" else "cpu")
     dtype = default_dtype(device)
     gm = build_model(args.family, args.config, device, dtype, args.vae)
@@ -134,8 +93,6 @@ def measure(args, backend: str = "torch") -> dict:
     options = {"attention": args.attention} if args.family == "wan" else {}
     export_s, tmp = None, None
     if backend == "onnx":
-        from framegraph.models.generate.onnx import export_wan_vae
-
         tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
         t0 = time.perf_counter()
         export_wan_vae(gm.vae, tmp.name, size=(height, width), chunk_frames=args.chunk_frames)
@@ -150,15 +107,15 @@ def measure(args, backend: str = "torch") -> dict:
 
 
 def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
-    from framegraph.models.generate import build_generate_graph
-    from framegraph.stream.media import H264Encoder
-
     height, width = args.size
+    runtime = "compiled" if args.compile else "torch"  # the transformer's (and a torch VAE decoder's)
     gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
-                              timesteps=timesteps, device=device, vae_runtime=backend, **options)
+                              timesteps=timesteps, device=device, denoiser_runtime=runtime,
+                              vae_runtime=runtime if backend == "torch" else backend, **options)
     text_dim = gm.family.text_dim(gm.transformer)
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")
+    warm_s = gg.warm() if args.warm else None
     encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
     sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
     gg.graph.connect(gg.decode, encoder, capacity=8)
@@ -174,7 +131,6 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     with torch_threads(args.threads):
         memory = MemoryProbe(torch.device(device)).measure(run)
     r = gm.vae.config.scale_factor_temporal
-    from framegraph.models.generate import first_frame
 
     steady_from = first_frame(args.warmup, args.chunk_frames, r)
     times = sink.times
@@ -192,12 +148,12 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
         "fps_whole_run": len(times) / report["wall_s"],
         "time_to_first_frame_s": times[0] - report["t0"] if times else None,
         "stages": stages, **memory, "memory_method": MemoryProbe(torch.device(device)).method,
-        "cache_bytes": gg.denoiser.stream.state_nbytes(),
+        "cache_bytes": gg.denoiser.stream.state_nbytes(), "runtime": runtime, "warm_s": warm_s,
     }
 
 
 def figure(data: dict, plt):
-    """Per-stage work p50 / p99 of one run (a ``--backend`` comparison: :func:`compare_figure`)."""
+    """Per-stage work p50 / p99 of one run (a ``--runtime`` comparison: :func:`compare_figure`)."""
     if "backends" in data:
         return compare_figure(data, plt)
     fig, ax = plt.subplots(figsize=(7, 3.5))
@@ -231,9 +187,9 @@ def compare_figure(data: dict, plt):
 
 def run(args: argparse.Namespace) -> int:
     meta = bench_metadata("generate")
-    runs = {backend: measure(args, backend) for backend in args.backend}
+    runs = {backend: measure(args, backend) for backend in args.runtime}
     if len(runs) == 1:
-        result = {**meta, **runs[args.backend[0]]}
+        result = {**meta, **runs[args.runtime[0]]}
         png = write_result(result, args.out, figure)
     else:
         result = {**meta, "backends": runs,

@@ -10,8 +10,11 @@ reference elsewhere) is compared with peers run on the same inputs:
   approximation error (relative L2 vs SDPA) for ``num_iters`` 1..3 on video-like and on random q/k/v.
 
 Writes JSON (device, versions, the exact command line, git commit, shapes, median ms, ratio to each
-peer, achieved TB/s and TFLOP/s with the fraction of the device's peak) and a PNG plot beside it.
-CUDA timings use CUDA events after warm-up; CPU timings use ``perf_counter`` (small shapes with
+peer, achieved TB/s and TFLOP/s as a fraction of the device's peaks measured in the same run — its copy
+bandwidth and bf16 matmul throughput, :func:`~.timing.measure_peaks` — and of its datasheet's) and a PNG plot
+beside it. Timing is :func:`~.timing.do_bench`: on CUDA ≥ ``--warmup-ms`` of untimed calls, then ≥ ``--rep-ms``
+of repetitions, each after an L2 flush, each between its own CUDA events, and where the op can be captured also
+replayed from a CUDA graph (``graph_ms``: no launch overhead); on a CPU ``perf_counter`` (small shapes with
 ``--tiny``), so the command runs, honestly labelled, anywhere.
 """
 from __future__ import annotations
@@ -19,39 +22,22 @@ from __future__ import annotations
 import argparse
 import platform
 from collections.abc import Callable
-from pathlib import Path
-from typing import Literal, get_args
 
 import torch
 import torch.nn.functional as F
 
-from .measure import summary_ms, time_ms
-from .meta import bench_metadata, write_result
+from framegraph.kernels.block_linear_attention import block_linear_attention
+from framegraph.kernels.modulation import gate_residual, norm_modulate
+from framegraph.kernels.monarch_attention import monarch_attention
+from framegraph.kernels.monarch_attention.reference import token_causal_mask
+from framegraph.kernels.rope import apply_rope
 
-Op = Literal["block_linear_attention", "norm_modulate", "gate_residual", "apply_rope", "monarch_attention"]
-OPS: tuple[Op, ...] = get_args(Op)
-Dtype = Literal["bfloat16", "float16", "float32"]
+from ..commands.bench.kernels import Op
+from .meta import bench_metadata, write_result
+from .timing import do_bench, measure_peaks
 
 # Dense peaks of the devices we report against: (TB/s, bf16 TFLOP/s).
 PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
-
-
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--out", type=Path, default=Path("benchmarks/kernels.json"), help="JSON file to write (PNG beside it)")
-    parser.add_argument("--ops", nargs="+", choices=OPS, default=list(OPS))
-    parser.add_argument("--dtype", choices=get_args(Dtype), default=None,
-                        help="input dtype (default: bfloat16 on CUDA, float32 on CPU)")
-    parser.add_argument("--iters", type=int, default=100, help="timed iterations per measurement (median reported)")
-    parser.add_argument("--warmup", type=int, default=10)
-    parser.add_argument("--backward", action="store_true", help="also time forward+backward")
-    parser.add_argument("--tiny", action="store_true", help="tiny shapes (CPU smoke test)")
-    parser.add_argument("--batch", type=int, default=1)
-    parser.add_argument("--heads", type=int, default=20)
-    parser.add_argument("--head-dim", type=int, default=112)
-    parser.add_argument("--frames", type=int, default=8, help="latent frames (tokens = frames * block size)")
-    parser.add_argument("--block-size", type=int, default=1560, help="tokens per block (480p Sana-Video frame: 30x52)")
-    parser.add_argument("--channels", type=int, default=2240, help="model width for the elementwise ops")
-    add_monarch_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -60,6 +46,7 @@ def run(args: argparse.Namespace) -> int:
         args.batch, args.heads, args.head_dim, args.frames, args.block_size, args.channels = 1, 2, 16, 4, 16, 64
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
 
+    args.measured = None if args.no_peaks else measure_peaks(device)
     results = []
     for op in args.ops:
         for backward in (False, True) if args.backward else (False,):
@@ -74,8 +61,12 @@ def run(args: argparse.Namespace) -> int:
         "dtype": str(dtype).replace("torch.", ""),
         "iters": args.iters,
         "warmup": args.warmup,
-        "timer": "cuda events" if device.type == "cuda" else "perf_counter",
+        "warmup_ms": args.warmup_ms,
+        "rep_ms": args.rep_ms,
+        "timer": ("do_bench: CUDA events per call after an L2 flush (+ CUDA-graph replay where capturable)"
+                  if device.type == "cuda" else "do_bench: perf_counter per call"),
         "peak": _peak(device),
+        "measured_peaks": args.measured,
         "results": results,
     }
     plot = write_result(report, args.out, figure)
@@ -89,9 +80,11 @@ def run(args: argparse.Namespace) -> int:
 # ----------------------------------------------------------------------------- timing
 
 
-def _median_ms(fn: Callable[[], object], args, device: torch.device) -> float:
-    """Median ms of ``args.iters`` calls of ``fn`` after ``args.warmup`` untimed ones."""
-    return summary_ms(time_ms(lambda i: fn(), device, args.iters, args.warmup))["p50_ms"]
+def _timed(fn: Callable[[], object], args, device: torch.device) -> dict:
+    """:func:`~.timing.do_bench` of ``fn`` with the run's budgets (``args.warmup`` extra untimed calls first)."""
+    for _ in range(args.warmup):
+        fn()
+    return do_bench(fn, device, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, max_reps=args.iters)
 
 
 def _with_backward(fn: Callable[[], torch.Tensor | tuple], leaves: list[torch.Tensor]) -> Callable[[], None]:
@@ -109,12 +102,19 @@ def _measure(args, ours, peers: dict, leaves, backward: bool, bytes_moved: float
         peers = {name: _with_backward(fn, leaves) for name, fn in peers.items()}
         bytes_moved, flops = 2.5 * bytes_moved, 3.0 * flops  # forward + backward, rough minimums
     device = leaves[0].device
-    median = _median_ms(ours, args, device)
-    peers_ms = {name: _median_ms(fn, args, device) for name, fn in peers.items()}
+    timing = _timed(ours, args, device)
+    median = timing["median_ms"]
+    peer_timing = {name: _timed(fn, args, device) for name, fn in peers.items()}
+    peers_ms = {name: t["median_ms"] for name, t in peer_timing.items()}
     peak_tb_s, peak_tflop_s = _peak(device) or (None, None)
     tb_s = bytes_moved / (median * 1e-3) / 1e12
     tflop_s = flops / (median * 1e-3) / 1e12
+    measured = getattr(args, "measured", None) or {}
     return {
+        "timing": timing,
+        "peers_graph_ms": {name: t.get("graph_ms") for name, t in peer_timing.items()},
+        "fraction_of_measured_copy_bandwidth": tb_s / measured["copy_tb_s"] if measured else None,
+        "fraction_of_measured_matmul": tflop_s / measured["matmul_tflop_s"] if measured else None,
         "op": op,
         "pass": "forward+backward" if backward else "forward",
         "implementation": "triton" if device.type == "cuda" else "torch reference (no CUDA)",
@@ -139,8 +139,6 @@ def _leaf(shape, device, dtype, grad: bool) -> torch.Tensor:
 
 
 def bench_block_linear_attention(args, device, dtype, backward):
-    from framegraph.kernels.block_linear_attention import block_linear_attention
-
     B, H, D = args.batch, args.heads, args.head_dim
     N, block = args.frames * args.block_size, args.block_size
     q, k, v = (_leaf((B, H, N, D), device, dtype, backward) for _ in range(3))
@@ -155,7 +153,7 @@ def bench_block_linear_attention(args, device, dtype, backward):
 
     peers = {"torch_reference": reference}
     try:
-        from fla.ops.linear_attn import chunk_linear_attn
+        from fla.ops.linear_attn import chunk_linear_attn  # optional: a peer measured when installed
 
         if device.type == "cuda":
 
@@ -175,8 +173,6 @@ def bench_block_linear_attention(args, device, dtype, backward):
 
 
 def bench_norm_modulate(args, device, dtype, backward):
-    from framegraph.kernels.modulation import norm_modulate
-
     B, N, C = args.batch, args.frames * args.block_size, args.channels
     x = _leaf((B, N, C), device, dtype, backward)
     scale, shift = (_leaf((B, 1, C), device, dtype, backward) for _ in range(2))
@@ -194,8 +190,6 @@ def bench_norm_modulate(args, device, dtype, backward):
 
 
 def bench_gate_residual(args, device, dtype, backward):
-    from framegraph.kernels.modulation import gate_residual
-
     B, N, C = args.batch, args.frames * args.block_size, args.channels
     x, y = (_leaf((B, N, C), device, dtype, backward) for _ in range(2))
     gate = _leaf((B, 1, C), device, dtype, backward)
@@ -212,8 +206,6 @@ def bench_gate_residual(args, device, dtype, backward):
 
 
 def bench_apply_rope(args, device, dtype, backward):
-    from framegraph.kernels.rope import apply_rope
-
     B, H, D, N = args.batch, args.heads, args.head_dim, args.frames * args.block_size
     x = _leaf((B, N, H, D), device, dtype, backward)  # diffusers' layout
     angles = torch.randn(1, N, 1, D // 2, device=device).repeat_interleave(2, -1)
@@ -250,12 +242,6 @@ OP_BENCHES = {
 MONARCH_TINY_GRID = (4, 8, 16)
 
 
-def add_monarch_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--monarch-grid", type=int, nargs=3, default=(21, 30, 52), metavar=("F", "H", "W"),
-                        help="token grid after patching (default: Wan 480p, 81 frames: 21 x 30 x 52)")
-    parser.add_argument("--monarch-iters", type=int, default=2, help="num_iters of the timed Monarch call")
-
-
 def video_like_qkv(shape, grid, generator, sharpness: float = 2.0, noise: float = 0.3):
     """q, k, v ``[B, H, N, D]`` from one low-frequency random field over ``(f, y, x)`` plus noise.
 
@@ -284,9 +270,6 @@ def video_like_qkv(shape, grid, generator, sharpness: float = 2.0, noise: float 
 
 def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool = False) -> dict:
     """Relative L2 error ``|monarch - sdpa| / |sdpa|`` per input kind and ``num_iters`` (1..3)."""
-    from framegraph.kernels.monarch_attention import monarch_attention
-    from framegraph.kernels.monarch_attention.reference import token_causal_mask
-
     g = torch.Generator().manual_seed(0)
     kinds = {
         "video_like": video_like_qkv(shape, grid, g),
@@ -307,8 +290,6 @@ def monarch_approximation_errors(shape, grid, device, dtype, block_causal: bool 
 
 
 def bench_monarch_attention(args, device, dtype, backward):
-    from framegraph.kernels.monarch_attention import monarch_attention
-
     grid = MONARCH_TINY_GRID if args.tiny else tuple(args.monarch_grid)
     B, H, D = args.batch, args.heads, args.head_dim
     N = grid[0] * grid[1] * grid[2]

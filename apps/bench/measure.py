@@ -10,6 +10,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Literal
 
+import psutil
 import torch
 
 from framegraph.stream.telemetry import LatencyWindow
@@ -167,8 +168,6 @@ class MemoryProbe:
             fn()
             peak = status_kib("VmHWM") * 1024
         else:
-            import psutil
-
             proc = psutil.Process()
             before = peak = proc.memory_info().rss
             done = threading.Event()

@@ -5,11 +5,15 @@ from __future__ import annotations
 import datetime
 import os
 import subprocess
-import sys
 from collections.abc import Callable
+
+import matplotlib.pyplot as plt
 
 from framegraph import assets
 from framegraph.stream.files import write_json
+
+from ..cli import command_line
+from ..info import collect, device_name
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # apps/bench/ is two below
 ASSETS = str(assets.ROOT)
@@ -28,31 +32,13 @@ def git_commit() -> str | None:
     return out.stdout.strip() + ("-dirty" if dirty else "")
 
 
-_COMMAND: str | None = None
-
-
-def set_command(argv: list[str]) -> None:
-    """Record the ``framegraph`` command line being run (``cli.main`` calls this), so a benchmark run
-    from Python (``main([...])``) records its own arguments, not the host program's."""
-    global _COMMAND
-    _COMMAND = " ".join(["framegraph", *argv])
-
-
-def _command() -> str:
-    if _COMMAND is not None:
-        return _COMMAND
-    return " ".join([os.path.basename(sys.executable)] + sys.argv)
-
-
 def bench_metadata(name: str) -> dict:
     """``{"benchmark", "device", "command", "git_commit", "date", "versions", "cuda"}``."""
-    from ..info import collect, device_name
-
     info = collect()
     return {
         "benchmark": name,
         "device": device_name(),
-        "command": _command(),
+        "command": command_line(),
         "git_commit": git_commit(),
         "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
         "python": info["python"],
@@ -65,17 +51,11 @@ def bench_metadata(name: str) -> dict:
     }
 
 
-def add_out_argument(p) -> None:
-    """``--out FILE.json``: where a bench writes its result (its figure goes beside it as ``FILE.png``)."""
-    p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")
-
-
 def pyplot():
     """``matplotlib.pyplot`` drawing off screen (the Agg backend)."""
-    import matplotlib
+    import matplotlib  # heavy, and only for figures; the backend must be chosen before pyplot is imported
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     return plt
 

@@ -24,7 +24,6 @@ The issue's target: 25 fps at the 256² output with ≤ 150 ms added delay over 
 """
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import tempfile
@@ -32,27 +31,28 @@ import threading
 import time
 
 import numpy as np
+import torch
 
-from framegraph.models.avatar import PortraitAvatar
+from framegraph.apps.bundles import load_bundle_at
+from framegraph.apps.pipecat import FramegraphAvatar
+from framegraph.models.avatar import PortraitAvatar, build_avatar_graph
+from framegraph.models.avatar.eval.synthetic import mouth_openness
+from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+from framegraph.models.avatar.portrait.onnx import export_avatar
 from framegraph.models.runtime import RUNTIMES
+from framegraph.models.synth.resample import resample
+from framegraph.stream import Clock, Graph, PortSpec, Stage
+from framegraph.stream.media import PushAudioSource
 
-from .meta import ASSETS, add_out_argument, bench_metadata, write_result
+from .measure import summary_ms
+from .meta import bench_metadata, write_result
+from .pipecat_agent import Agent, analyse, audio_rms_per_image, best_lag, pictures, split, utterance
+from .pipecat_agent import run as run_agents
 from .speech import SAMPLE_RATE, speech
 
 TTS_RATE = 24_000
 CHUNK = 320
 TARGET = {"fps": 25.0, "added_delay_ms": 150.0, "runtime": "onnx", "output": [256, 256]}
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--avatar", default=os.path.join(ASSETS, "avatars", "astronaut"), help="the bundle (default: the "
-                                                                                        "shipped astronaut)")
-    p.add_argument("--runtime", default="torch,onnx", help="comma-separated runtimes (default torch,onnx)")
-    p.add_argument("--agents", default="1,2", help="concurrent agents, comma-separated (default 1,2)")
-    p.add_argument("--seconds", type=float, default=10.0, help="speech per agent and run (default 10)")
-    p.add_argument("--onnx", default=None, help="an existing export of the bundle (default: made into a temporary "
-                                                "folder first, timed)")
 
 
 def _ints(text: str, what: str) -> list[int]:
@@ -66,8 +66,6 @@ def _ints(text: str, what: str) -> list[int]:
 
 
 def run(args) -> int:
-    from framegraph.apps.bundles import load_bundle_at
-
     runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
     bad = [r for r in runtimes if r not in RUNTIMES]
     if bad or not runtimes:
@@ -101,15 +99,11 @@ def run(args) -> int:
 def _export(avatar, given: str | None, tmp: str, runtime: str) -> tuple[str, float | None]:
     if given:
         return given, None
-    from framegraph.models.avatar.portrait.onnx import export_avatar
-
     out = os.path.join(tmp, "onnx")
     started = time.perf_counter()
     if not os.path.isfile(os.path.join(out, "manifest.json")):
         export_avatar(avatar, out)
     if runtime == "onnx-int8":
-        from framegraph.models.onnx.quantize import DEFAULT_INT8, DEFAULT_MODE, quantize_export
-
         quantize_export(avatar, out, DEFAULT_MODE, models=DEFAULT_INT8)
     return out, round(time.perf_counter() - started, 1)
 
@@ -118,15 +112,9 @@ def _export(avatar, given: str | None, tmp: str, runtime: str) -> tuple[str, flo
 def measure_bare(avatar, audio16: np.ndarray, n: int, runtime: str, onnx_dir: str | None) -> list[dict]:
     """N server-like avatar graphs, each fed ``audio16`` at real time by its own thread: per graph, its frames'
     arrival against the push of their audio."""
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream import Clock, Graph, PortSpec, Stage
-    from framegraph.stream.media import PushAudioSource
-
     class Arrivals(Stage):
         def __init__(self, h, w):
             super().__init__("arrivals")
-            import torch
-
             self.inputs = {"video": PortSpec((h, w, 3), torch.uint8)}
             self.got: list[tuple[int, int]] = []
 
@@ -167,8 +155,6 @@ def measure_bare(avatar, audio16: np.ndarray, n: int, runtime: str, onnx_dir: st
 
 
 def _bare_summary(r: dict, fps: float) -> dict:
-    from .measure import summary_ms
-
     got = r["sink"].got
     if len(got) < 2:
         return {"frames": len(got)}
@@ -187,12 +173,6 @@ def measure_pipecat(bundle: str, audio16: np.ndarray, n: int, runtime: str, onnx
     """N Pipecat pipelines at once, each fed ``audio16`` (at 24 kHz) as a streaming TTS pushes it."""
     from pipecat.frames.frames import EndFrame
 
-    from framegraph.apps.pipecat import FramegraphAvatar
-    from framegraph.models.synth.resample import resample
-
-    from .pipecat_agent import Agent, utterance
-    from .pipecat_agent import run as run_agents
-
     tts = resample(audio16, SAMPLE_RATE, TTS_RATE)
     agents = [Agent(FramegraphAvatar(bundle, runtime=runtime, onnx_dir=onnx_dir)) for _ in range(n)]
     scripts = [["pictures", 1.0, ("realtime", utterance(tts, TTS_RATE, f"speech-{i}")), 1.0, EndFrame()]
@@ -202,17 +182,11 @@ def measure_pipecat(bundle: str, audio16: np.ndarray, n: int, runtime: str, onnx
 
 
 def _pipecat_summary(agent) -> dict:
-    from .pipecat_agent import analyse, audio_rms_per_image, best_lag, pictures, split
-
     rec = split(agent.sink.got)
     m = analyse(rec)
     session = agent.avatar.session
     a = session.avatar
     if isinstance(a, PortraitAvatar) and rec.images:
-        import torch
-
-        from framegraph.models.avatar.eval.synthetic import mouth_openness
-
         opening = mouth_openness(torch.from_numpy(pictures(rec)), a.mouth_box, a.portrait)
         lag, corr = best_lag(opening, audio_rms_per_image(rec))
         m["mouth_lag_frames"], m["mouth_loudness_corr"] = lag, round(max(corr), 3)

@@ -27,6 +27,8 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
+from .measure import summary_ms
+
 TICKS = 48_000  # session clock ticks per second (pts in the frames' metadata)
 FRAME_MS = 20  # a streaming TTS's frame
 
@@ -186,8 +188,6 @@ def analyse(rec: Recording, *, steady_after_s: float = 1.0) -> dict:
     ``unique_fps`` (pictures not repeated), ``stamp_offset_ms`` (audio pts − its image's pts: p50, max),
     ``latency_ms`` (image arrival − arrival of the TTS audio it speaks, speech images), ``av_push_gap_ms``
     (each audio frame's arrival − its image's arrival)."""
-    from .measure import summary_ms
-
     if len(rec.images) < 2:
         return {"frames": len(rec.images)}
     t = np.array([a for a, _ in rec.images], np.int64)

@@ -44,85 +44,14 @@ from __future__ import annotations
 
 import argparse
 import os
+import time
 
 import torch
 
-from ..argtypes import size
 from .measure import torch_threads
-from .meta import add_out_argument, bench_metadata, write_result
-from .render_cases import BACKENDS, DEFAULT_NERF, SECTIONS, Cases
-
-
-def _counts(text: str) -> list:
-    """``"100000,1e6,3e6"`` -> ``[100000, 1000000, 3000000]``; ``""`` or ``"none"`` -> ``[]``."""
-    if text.strip().lower() in ("", "none"):
-        return []
-    out = []
-    for part in text.split(","):
-        try:
-            v = float(part)
-        except ValueError:
-            raise argparse.ArgumentTypeError(
-                f"expected comma-separated counts, e.g. 100000,1e6, got {text!r}") from None
-        if v < 1 or v != int(v):
-            raise argparse.ArgumentTypeError(f"counts must be positive integers, got {part!r}")
-        out.append(int(v))
-    return out
-
-
-def _names(choices):
-    def parse(text: str) -> list:
-        names = [s.strip().lower() for s in text.split(",") if s.strip()]
-        bad = sorted(set(names) - set(choices))
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"unknown {bad or text!r}; choose from {', '.join(choices)}")
-        return list(dict.fromkeys(names))
-    return parse
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--sections", type=_names(SECTIONS), default=list(SECTIONS),
-                   help="comma-separated: 3dgs, 4dgs, nerf (default all)")
-    g = p.add_argument_group("3dgs")
-    g.add_argument("--scene", help="INRIA .ply or .splat scene (default: random scenes of --gaussians sizes)")
-    g.add_argument("--gaussians", type=_counts, default=None,
-                   help="random scene sizes, comma-separated (default 100000,1000000,3000000 on CUDA, "
-                        "1000,10000,30000 on CPU)")
-    g.add_argument("--sh-degree", type=int, default=3, choices=(0, 1, 2, 3), help="random scene SH degree")
-    g.add_argument("--size", type=size, default=None, help="WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU)")
-    g.add_argument("--cameras", type=int, default=1, help="cameras rendered per call (batched)")
-    g.add_argument("--tile-size", type=int, default=16)
-    g.add_argument("--no-gsplat", action="store_true", help="don't run gsplat even when it is installed")
-    g = p.add_argument_group("4dgs")
-    g.add_argument("--scene4d", default=None,
-                   help="fudan-zvg 4DGS checkpoint (default assets/scenes4d/bouncing_ball.pth; 'none' for "
-                        "random scenes only)")
-    g.add_argument("--gaussians4d", type=_counts, default=None,
-                   help="random 4D scene sizes as well (SH 3, temporal degree 1), comma-separated "
-                        "(default 100000 on CUDA, none on CPU)")
-    g.add_argument("--size-4d", type=size, default=None,
-                   help="WIDTHxHEIGHT (default 1352x1014 on CUDA, 135x101 on CPU)")
-    g = p.add_argument_group("nerf")
-    g.add_argument("--nerf", default=DEFAULT_NERF, help="NeRF directory (default assets/nerf/spheres)")
-    g.add_argument("--size-nerf", type=size, default=None, help="WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU)")
-    g.add_argument("--chunk-rays", type=int, default=1 << 14, help="rays marched together (default 16384)")
-    g.add_argument("--interpreted-nerf", action="store_true",
-                   help="on CPU, run the Triton NeRF through the interpreter too (minutes per frame)")
-    g = p.add_argument_group("timing")
-    g.add_argument("--backends", type=_names(BACKENDS), default=list(BACKENDS), help="comma-separated: torch, triton")
-    g.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
-    g.add_argument("--warmup", type=int, default=None, help="untimed frames first (default 3 on CUDA, 1 on CPU)")
-    g.add_argument("--iters", type=int, default=None, help="timed frames (default 20 on CUDA, 10 on CPU)")
-    g.add_argument("--interpreted-iters", type=int, default=1,
-                   help="frames rendered by interpreted Triton on CPU (default 1: the PSNR frame, timed once)")
-    g.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default 1 when rendering on CPU: on a shared 2-core machine two "
-                        "OpenMP threads measured up to 10x slower; torch's choice on CUDA)")
-    g.add_argument("--available-mib", type=float, default=None,
-                   help="memory to treat as free when checking that a scene fits (default: ask the device)")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--quick", action="store_true", help="tiny run (a smoke test, not a measurement)")
+from .meta import bench_metadata, write_result
+from .render_cases import Cases
+from .timing import CaseTimeout, measure_peaks, time_cap
 
 
 def figure(data: dict, plt, previews=None):
@@ -188,6 +117,16 @@ def figure(data: dict, plt, previews=None):
     return fig
 
 
+def _print_case(case: dict, seconds: float) -> None:
+    """One line per backend of a case as soon as it is done."""
+    if case.get("refused"):
+        print(f"== {case['name']}: {case['refused']} ({seconds:.0f} s)", flush=True)
+        return
+    parts = [f"{b} {e['ms_per_frame_median']:.2f} ms" if "ms_per_frame_median" in e else f"{b} skipped"
+             for b, e in case["results"].items()]
+    print(f"== {case['name']} ({seconds:.0f} s): " + ", ".join(parts), flush=True)
+
+
 def _print(result: dict) -> None:
     print(f"render bench on {result['render_device']} ({result['timing']}, {result['torch_threads']} torch "
           f"thread(s)); memory: {result['memory_method']}")
@@ -212,11 +151,11 @@ def _print(result: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = torch.device(args.device)
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     if "triton" in args.backends and device.type == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
+        os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported (by a kernel's first call)
     for name in ("cameras", "iters", "interpreted_iters", "chunk_rays", "tile_size", "threads"):
         v = getattr(args, name)
         if v is not None and v < 1:
@@ -236,14 +175,30 @@ def _measure(args: argparse.Namespace, device: torch.device) -> tuple[dict, list
     """The result (metadata, settings, one entry per case) and the torch reference's frame of each case."""
     cases = Cases(args, device)
     result = bench_metadata("render")
+    cap = args.case_cap if args.case_cap is not None else (120.0 if device.type == "cuda" else 600.0)
     result.update({
-        "render_device": str(device), "timing": "cuda events" if device.type == "cuda" else "perf_counter",
-        "torch_threads": torch.get_num_threads(), "warmup": cases.warmup, "iters": cases.iters,
+        "render_device": str(device), "torch_threads": torch.get_num_threads(), "warmup": cases.warmup,
+        "timing": ("do_bench: CUDA events per frame after an L2 flush, ≥ --warmup-ms warm-up, ≥ --rep-ms of frames"
+                   if device.type == "cuda" else "do_bench: perf_counter per frame"),
+        "iters": cases.iters, "case_cap_s": cap, "order": "cheapest case first (Cases.jobs)",
         "sections": list(args.sections), "memory_method": cases.memory.method, "gsplat": cases.gsplat_info,
         "quick": bool(args.quick), "cases": [],
     })
-    for section in args.sections:
-        result["cases"] += getattr(cases, f"cases_{section}")()
+    if not args.no_peaks and not args.quick:
+        result["measured_peaks"] = measure_peaks(device)
+        print(f"measured peaks: copy {result['measured_peaks']['copy_tb_s']:.3f} TB/s, matmul "
+              f"{result['measured_peaks']['matmul_tflop_s']:.1f} TFLOP/s", flush=True)
+    for _, section, items in cases.jobs():
+        started = time.perf_counter()
+        label = f"{section} {items[0] if items else ''}".strip()
+        try:
+            with time_cap(cap, label):
+                done = getattr(cases, f"cases_{section}")(items)
+        except CaseTimeout as exc:
+            done = [{"section": section, "name": label, "results": {}, "refused": str(exc), "over_cap": True}]
+        result["cases"] += done
+        for case in done:
+            _print_case(case, time.perf_counter() - started)
 
     # the first version of this file had one 3DGS case at the top level: keep those fields
     first = next((c for c in result["cases"] if c["section"] == "3dgs" and not c.get("refused")), None)

@@ -6,22 +6,24 @@ import gc
 import math
 import os
 import time
-from typing import Literal, get_args
 
 import numpy as np
 import torch
 
+from framegraph.kernels.backend import triton_available
+from framegraph.renderers import gaussians, gaussians4d
+from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, rasterize
+from framegraph.renderers.gaussians.scene import available_bytes
+from framegraph.renderers.gaussians4d import check_fits_4d, rasterize_4d
+from framegraph.renderers.nerf.stage import orbit_for_nerf
+from framegraph.renderers.scene_file import open_scene
+from framegraph.renderers.stages import orbit_for_scene
 from framegraph.stream.quality import psnr
 
+from ..commands.bench.render import DEFAULT_SCENE4D, Section
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
-from .meta import ASSETS
+from .timing import do_bench
 
-Section = Literal["3dgs", "4dgs", "nerf"]
-Backend = Literal["torch", "triton"]
-SECTIONS: tuple[Section, ...] = get_args(Section)
-BACKENDS: tuple[Backend, ...] = get_args(Backend)
-DEFAULT_SCENE4D = os.path.join(ASSETS, "scenes4d", "bouncing_ball.pth")
-DEFAULT_NERF = os.path.join(ASSETS, "nerf", "spheres")
 FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
 
 # (cuda, cpu, quick) defaults per section
@@ -61,7 +63,6 @@ class Cases:
         self.memory = MemoryProbe(device)
         self.available = None if args.available_mib is None else int(args.available_mib * MiB)
         self.previews = []  # (case name, [H, W, 3] image)
-        from framegraph.kernels.backend import triton_available
 
         self.triton_ok = triton_available(device)
         self.gsplat, self.gsplat_info = self._find_gsplat()
@@ -73,7 +74,7 @@ class Cases:
         if self.args.no_gsplat:
             return None, {"available": False, "reason": "--no-gsplat"}
         try:
-            import gsplat
+            import gsplat  # optional: a peer measured when installed
         except Exception as exc:  # not installed, or its CUDA extension fails to load
             return None, {"available": False, "reason": f"gsplat not importable ({type(exc).__name__}: {exc})"}
         if self.device.type != "cuda":
@@ -110,10 +111,13 @@ class Cases:
                     times += time_ms(render, self.device, iters - 1, first=1)
             else:
                 images[backend] = render(0)
-                times = time_ms(render, self.device, iters, warmup, first=1)
+                timing = self._bench(render, warmup)
+                times = timing.pop("times_ms")
                 mem = self.memory.measure(lambda: render(0))
             entry = _stats(times, frames_per_call)
             entry.update({"iters": len(times), "warmup": warmup, "interpreted": interpreted, **mem})
+            if not interpreted:
+                entry["timing"] = timing
             results[backend] = entry
             print(f"{case['name']}: {backend} {entry['ms_per_frame_median']:.2f} ms/frame "
                   f"({time.perf_counter() - started:.1f} s with warm-up)", flush=True)
@@ -139,6 +143,16 @@ class Cases:
             img = images[ref]
             self.previews.append((case["name"], (img[0] if img.dim() == 4 else img)[..., :3].detach().cpu()))
         return case
+
+    def _bench(self, render, warmup: int) -> dict:
+        """:func:`~.timing.do_bench` of successive frames (frame ``i`` advances the 4DGS scene's time) after
+        ``warmup`` untimed ones; at least ``iters`` repetitions (CPU) or ``--rep-ms`` of them (CUDA)."""
+        frame = iter(range(1, 1 << 30))
+        for _ in range(warmup):
+            render(next(frame))
+        cuda = self.device.type == "cuda"
+        return do_bench(lambda: render(next(frame)), self.device, warmup_ms=self.args.warmup_ms if cuda else 0.0,
+                        rep_ms=self.args.rep_ms if cuda else 0.0, min_reps=self.iters, keep_times=True)
 
     def backends_for(self, section: Section) -> dict:
         """``backend -> None`` (run it) or the reason it is skipped."""
@@ -174,8 +188,6 @@ class Cases:
     def open(path, kind: str, flag: str):
         """The scene at ``path`` through :func:`~framegraph.renderers.scene_file.open_scene` (on the CPU),
         refused unless it is a ``kind`` scene."""
-        from framegraph.renderers.scene_file import open_scene
-
         scene = open_scene(path)
         if scene.kind != kind:
             raise ValueError(f"{flag} {path}: that is a {scene.kind} scene; {flag} takes a {kind} one")
@@ -187,16 +199,12 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ 3DGS
-    def cases_3dgs(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError, check_fits, random_scene
-
+    def cases_3dgs(self, sizes: list | None = None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size", args.size)
         cases = []
-        if args.scene:
-            sizes = [None]
-        else:
-            sizes = self.default("gaussians", args.gaussians)
+        if sizes is None:
+            sizes = [None] if args.scene else self.default("gaussians", args.gaussians)
         for n in sizes:
             if n is None:
                 name = f"3dgs {os.path.basename(args.scene)} {width}x{height}"
@@ -215,7 +223,7 @@ class Cases:
                     case["scene"] = {"source": source, "gaussians": n, "sh_degree": args.sh_degree}
                     need = check_fits(n, device, args.sh_degree, available=self.available, source=source)
                     case["estimated_mib"] = need / MiB
-                    scene = random_scene(n, args.sh_degree, seed=args.seed, device=device)
+                    scene = gaussians.random_scene(n, args.sh_degree, seed=args.seed, device=device)
             except SceneTooLargeError as exc:
                 cases.append(self.refused(case, exc))
                 continue
@@ -226,9 +234,6 @@ class Cases:
         return cases
 
     def _run_3dgs(self, case, scene, width, height):
-        from framegraph.renderers.gaussians import rasterize
-        from framegraph.renderers.stages import orbit_for_scene
-
         args, device = self.args, self.device
         path = orbit_for_scene(scene, max(args.cameras, 1), width, height, 30.0, elevation_deg=25, fov_deg=60)
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
@@ -259,14 +264,12 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ 4DGS
-    def cases_4dgs(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError
-        from framegraph.renderers.gaussians4d import check_fits_4d, random_scene_4d
-
+    def cases_4dgs(self, todo: list | None = None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size_4d", args.size_4d)
         ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
-        todo = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
+        if todo is None:
+            todo = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
         cases = []
         for item in todo:
             random = isinstance(item, int)
@@ -279,7 +282,7 @@ class Cases:
                     case["scene"] = {"source": source, "gaussians": item}
                     need = check_fits_4d(item, device, 32, available=self.available, source=source)
                     case["estimated_mib"] = need / MiB
-                    scene = random_scene_4d(item, 3, 1, seed=args.seed, device=device)
+                    scene = gaussians4d.random_scene_4d(item, 3, 1, seed=args.seed, device=device)
                 else:
                     source = os.path.abspath(item)
                     scene = self.open(item, "4dgs", "--scene4d")
@@ -301,9 +304,6 @@ class Cases:
         return cases
 
     def _run_4dgs(self, case, scene, width, height, step):
-        from framegraph.renderers.gaussians4d import rasterize_4d
-        from framegraph.renderers.stages import orbit_for_scene
-
         args, device = self.args, self.device
         path = orbit_for_scene(scene, 1, width, height, 30.0)
         viewmats, Ks = path.viewmats.to(device), path.Ks.to(device)
@@ -323,10 +323,27 @@ class Cases:
         return case
 
     # ------------------------------------------------------------------------------------------ NeRF
-    def cases_nerf(self) -> list:
-        from framegraph.renderers.gaussians import SceneTooLargeError
-        from framegraph.renderers.gaussians.scene import available_bytes
+    def jobs(self) -> list[tuple[float, str, list | None]]:
+        """Every case of the chosen sections as ``(estimated work, section, its items)``, the cheapest first (work:
+        Gaussians + pixels for 3DGS / 4DGS — a checkpoint counted as 10⁵ Gaussians —, 16 samples a pixel for NeRF),
+        so the quick cases print before a slow one starts."""
+        args, out = self.args, []
+        if "3dgs" in args.sections:
+            w, h = self.default("size", args.size)
+            for n in ([None] if args.scene else self.default("gaussians", args.gaussians)):
+                out.append(((n or 10**5) + w * h, "3dgs", [n]))
+        if "4dgs" in args.sections:
+            w, h = self.default("size_4d", args.size_4d)
+            ckpt = args.scene4d if args.scene4d is not None else DEFAULT_SCENE4D
+            items = ([] if str(ckpt).lower() == "none" else [ckpt]) + self.default("gaussians4d", args.gaussians4d)
+            for item in items:
+                out.append(((item if isinstance(item, int) else 10**5) + w * h, "4dgs", [item]))
+        if "nerf" in args.sections:
+            w, h = self.default("size_nerf", args.size_nerf)
+            out.append((16.0 * w * h, "nerf", None))
+        return sorted(out, key=lambda job: job[0])
 
+    def cases_nerf(self, _items=None) -> list:
         args, device = self.args, self.device
         width, height = self.default("size_nerf", args.size_nerf)
         case = {"section": "nerf", "name": f"nerf {os.path.basename(os.path.normpath(args.nerf))} {width}x{height}",
@@ -346,7 +363,6 @@ class Cases:
                 f"{free / MiB:,.1f} MiB is free; lower --chunk-rays")
             return [self.refused(case, exc)]
         model = model.to(device).eval()
-        from framegraph.renderers.nerf.stage import orbit_for_nerf
 
         path = orbit_for_nerf(model, 1, width, height, 30.0)
         viewmat, K = path.viewmats[0].to(device), path.Ks[0].to(device)

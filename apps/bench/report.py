@@ -14,12 +14,11 @@ import argparse
 import base64
 import glob
 import html
-import importlib
 import io
 import json
 import os
 
-from . import BENCHES
+from ..commands.bench import BENCHES, implementation
 from .meta import pyplot
 
 
@@ -96,7 +95,7 @@ def build_report(inputs: list[str]) -> tuple[str, list]:
         kind = kind_of(data)
         img = ""
         if kind in BENCHES:
-            fig = importlib.import_module(BENCHES[kind][0]).figure(data, plt)
+            fig = implementation(kind).figure(data, plt)
             figures.append(fig)
             img = f'<img src="data:image/png;base64,{_png(fig)}">'
         versions = data.get("versions") or {k: data.get(k) for k in ("torch", "triton") if data.get(k)}
@@ -117,12 +116,6 @@ def build_report(inputs: list[str]) -> tuple[str, list]:
             "<h1>framegraph benchmarks</h1><p>Every figure comes from a recorded JSON file; device, versions "
             "and the exact command are shown with each.</p>" + "".join(sections))
     return page, figures
-
-
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--inputs", nargs="+", default=["benchmarks/results"],
-                   help="JSON files or folders (searched recursively); default benchmarks/results")
-    p.add_argument("--out", required=True, help="HTML file to write (a summary PNG is written beside it)")
 
 
 def run(args: argparse.Namespace) -> int:

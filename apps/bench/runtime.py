@@ -32,7 +32,7 @@ import torch
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
 
 from .measure import rss_bytes, stage_times, summary_ms
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 
 
 class TickSource(Stage):
@@ -228,25 +228,12 @@ def figure(data: dict, plt):
     return fig
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu",
-                   help="device of the stages' tensors (default: cuda when available)")
-    p.add_argument("--hops", type=int, default=4, help="stage-to-stage hand-offs in the chain (default 4)")
-    p.add_argument("--frames", type=int, default=10_000, help="frames for the memory run (default 10000)")
-    p.add_argument("--fps", type=float, default=50.0, help="source rate for the overload run (default 50)")
-    p.add_argument("--relay-ms", type=float, default=5.0, help="relay stage time in the overload run")
-    p.add_argument("--seconds", type=float, default=6.0, help="duration of the overload run (default 6)")
-    p.add_argument("--sink-ms", type=float, default=20.0,
-                   help="sink time per frame in the backpressure run, which paces it (default 20)")
-    p.add_argument("--quick", action="store_true", help="small runs (a smoke test, not a measurement)")
-
-
 def run(args: argparse.Namespace) -> int:
     if args.hops < 1:
         raise ValueError(f"--hops must be >= 1, got {args.hops}")
     if args.sink_ms <= 0:
         raise ValueError(f"--sink-ms must be > 0 (the backpressure run's pace), got {args.sink_ms}")
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     shape = (1024,)

@@ -3,6 +3,7 @@
     framegraph bench server --out benchmarks/results/cpu/server.json            # 100 sessions + 10-min soak
     framegraph bench server --out /tmp/server.json --quick                       # small, a smoke test
     framegraph bench server --cluster --replicas 1,2 --out FILE.json             # on Ray Serve: see cluster.py
+    framegraph bench server --transport websocket,webrtc --out FILE.json         # transports: see transport.py
 
 A real server runs in this process on a loopback port (``serve_in_thread``) and a real WebSocket client
 (``framegraph client``'s ``stream_session``) talks to it, so the RSS figures cover both. Two phases:
@@ -23,9 +24,11 @@ import time
 
 import numpy as np
 
-from . import cluster
+from ..client import stream_session
+from ..server.app import ServerConfig, serve_in_thread
+from . import cluster, transport
 from .measure import rss_bytes, summary_ms
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 from .speech import speech_like
 
 
@@ -34,8 +37,6 @@ def _framegraph_threads() -> int:
 
 
 def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
-    from ..client import stream_session
-
     audio = speech_like(seconds)
     rss, fps, g2g = [], [], []
     for i in range(n):
@@ -56,8 +57,6 @@ def run_sessions(url: str, pipeline: str, n: int, seconds: float) -> dict:
 
 
 def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
-    from ..client import stream_session
-
     trace: list[tuple[int, float]] = []
     s = asyncio.run(stream_session(url, pipeline, {}, audio=speech_like(seconds, seed=1), latency_trace=trace))
     if not trace:
@@ -82,9 +81,11 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
 
 def figure(data: dict, plt):
     """RSS after each session, and glass-to-glass latency p50 / p95 over the soak (a ``--cluster`` result:
-    :func:`cluster.figure`)."""
+    :func:`cluster.figure`; a ``--transport`` one: :func:`transport.figure`)."""
     if data.get("cluster"):
         return cluster.figure(data, plt)
+    if data.get("transport_comparison"):
+        return transport.figure(data, plt)
     fig, axes = plt.subplots(1, 2, figsize=(11, 3.5))
     axes[0].plot(data["sessions"]["rss_mib"], marker=".")
     axes[0].set_title(f"RSS after each of {data['sessions']['sessions']} sessions (MiB)")
@@ -101,21 +102,11 @@ def figure(data: dict, plt):
     return fig
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    add_out_argument(p)
-    p.add_argument("--pipeline", default="scope", help="server pipeline with audio input (default scope)")
-    p.add_argument("--sessions", type=int, default=100, help="sessions for the RSS phase (default 100)")
-    p.add_argument("--session-seconds", type=float, default=1.0, help="audio per session (default 1)")
-    p.add_argument("--soak-seconds", type=float, default=600.0, help="soak length (default 600 = 10 min)")
-    p.add_argument("--quick", action="store_true", help="10 sessions and a 6 s soak (a smoke test)")
-    cluster.add_arguments(p)
-
-
 def run(args: argparse.Namespace) -> int:
-    from ..server.app import ServerConfig, serve_in_thread
-
     if args.cluster:
         return cluster.run(args)
+    if args.transport:
+        return transport.run(args)
     sessions, soak = (10, 6.0) if args.quick else (args.sessions, args.soak_seconds)
     if sessions < 2 or soak <= 0:
         raise ValueError("--sessions must be >= 2 and --soak-seconds > 0")

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from framegraph.models.synth import espeak_available, make_sentence, synthesize
 from framegraph.stream.media import SAMPLE_RATE
 
 
@@ -26,13 +27,7 @@ def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
     """Exactly ``seconds`` of 16 kHz int16 speech: espeak-ng sentences when available, else
     :func:`speech_like` bursts. Returns the samples and a description for the JSON (``{"source", "text"}``)."""
     n = int(round(seconds * SAMPLE_RATE))
-    try:
-        from framegraph.models.synth import espeak_available, make_sentence, synthesize
-
-        ok = espeak_available()
-    except ImportError:
-        ok = False
-    if not ok:
+    if not espeak_available():
         return speech_like(seconds, SAMPLE_RATE, seed)[:n], {
             "source": "synthetic voiced bursts (bench.speech.speech_like): espeak-ng is not available"}
     rng = np.random.default_rng(seed)

@@ -5,7 +5,7 @@
 Measures, on this machine's CPU:
 
 - **quality** on the held-out segment (default: from the bundle's ``training.heldout.start_s`` to the end;
-  audio never used in training): :func:`framegraph.models.avatar.eval.video.evaluate_video_avatar` — the
+  audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
   the jaw line's edge (its worst frame), lips closed in silence;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
@@ -24,14 +24,23 @@ import copy
 import json
 import os
 import statistics
+import tempfile
 import time
+import wave
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 
+from framegraph.apps.server.pipelines.avatar import load_bundle
 from framegraph.models import runtime as models_runtime
+from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar.eval.video import evaluate_video_avatar
+from framegraph.models.avatar.video.lipsync import MouthGenerator
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import SAMPLE_RATE, AudioFileSource, decode_audio
 
-from .meta import add_out_argument, bench_metadata, write_result
+from .meta import bench_metadata, write_result
 
 
 class _Arrivals(Stage):
@@ -46,34 +55,10 @@ class _Arrivals(Stage):
         self.times.append(time.monotonic())
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--avatar", required=True, help="a video avatar bundle (framegraph avatar train --video)")
-    p.add_argument("--clip", required=True, help="a real clip of the same person at the bundle's size and fps")
-    p.add_argument("--start-s", type=float, help="held-out segment start (default: the bundle's training holdout)")
-    p.add_argument("--end-s", type=float, help="held-out segment end (default: the clip's end)")
-    p.add_argument("--audio", help="speech driving the speed runs (default: the clip's own sound)")
-    p.add_argument("--seconds", type=float, default=8.0, help="seconds of audio per speed run (8)")
-    p.add_argument("--region", type=int, default=256, help="also time a generator of this region size (256)")
-    p.add_argument("--warm-runs", type=int, default=3, help="later sessions timed to their first frame (3)")
-    p.add_argument("--threads", type=int, default=2, help="torch CPU threads (2)")
-    p.add_argument("--runtime", default="torch",
-                   help="comma-separated runtimes to time the graph on: torch, onnx (the audio encoder and the "
-                        "generator on ONNX Runtime, exported for the run; default torch)")
-    add_out_argument(p)
-
-
 def _speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "torch", threads: int = 2) -> dict:
     """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock) on
     ``runtime``: the first session on ``seconds`` of it, then ``warm_runs`` sessions on its first second (first
     frame only). ``onnx``: the avatar is exported first (the export's time is reported, not counted)."""
-    import tempfile
-    import wave
-
-    import numpy as np
-
-    from framegraph.models.avatar import build_avatar_graph
-    from framegraph.stream.media import AudioFileSource
-
     def session(path: str) -> tuple[list[float], float]:  # the arrival times, the graph's start
         sink = _Arrivals(avatar.height, avatar.width)
         ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast",
@@ -94,8 +79,8 @@ def _speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "torch"
             with wave.open(paths[name], "wb") as w:
                 w.setnchannels(1)
                 w.setsampwidth(2)
-                w.setframerate(16000)
-                w.writeframes(np.asarray(audio[:int(s * 16000)], np.int16).tobytes())
+                w.setframerate(SAMPLE_RATE)
+                w.writeframes(np.asarray(audio[:int(s * SAMPLE_RATE)], np.int16).tobytes())
         t, t0 = session(paths["long"])
         warm = []
         for _ in range(warm_runs):
@@ -109,10 +94,6 @@ def _speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "torch"
 
 def _at_region(avatar, size: int):
     """The same avatar with a fresh generator (same architecture) at ``size``² and a box of ``size`` px."""
-    import torch.nn.functional as F
-
-    from framegraph.models.avatar.video.lipsync import MouthGenerator
-
     big = copy.copy(avatar)
     c = avatar.generator.config
     big.generator = MouthGenerator(channels=tuple(c.channels), shape_dim=c.shape_dim, sample_size=size).eval()
@@ -130,10 +111,6 @@ def _at_region(avatar, size: int):
 
 
 def run(args: argparse.Namespace) -> int:
-    from framegraph.apps.server.avatar_pipeline import load_bundle
-    from framegraph.models.avatar.eval.video import evaluate_video_avatar
-    from framegraph.stream.media import decode_audio
-
     folder = os.path.abspath(args.avatar)
     avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
     if avatar.kind != "video":

@@ -1,6 +1,6 @@
 """framegraph on a Ray Serve cluster: many live sessions across GPUs and machines (``framegraph cluster``).
 
-- :mod:`.settings`: :class:`ClusterSettings`, everything the command sets.
+- :mod:`.settings`: :class:`ClusterSettings`, everything the command sets (light: the command's front reads it).
 - :mod:`.gateway`: the front door, places each session on a replica with room (HTTP 307 to the replica's
   own WebSocket; 503 when full) and shows the whole cluster (``/cluster``, ``/metrics``).
 - :mod:`.replica`: one ``framegraph serve`` per replica; media goes from it to the client directly, only
@@ -12,7 +12,8 @@
 Needs ``ray[serve]`` (``pip install framegraph[cluster]``); nothing here is imported by the rest of
 framegraph but `framegraph bench server --cluster` (lazily).
 """
-from .deploy import APP, Cluster, start_cluster
-from .settings import ClusterSettings
+from framegraph.apps import exports
 
 __all__ = ["APP", "Cluster", "ClusterSettings", "start_cluster"]
+__getattr__ = exports(__name__, {"APP": ".deploy", "Cluster": ".deploy", "start_cluster": ".deploy",
+                                 "ClusterSettings": ".settings"})

@@ -17,6 +17,8 @@ import json
 import time
 import urllib.request
 
+from ray import serve
+
 from .gateway import Gateway
 from .replica import Replica
 from .scaling import SessionPolicy
@@ -28,7 +30,7 @@ STOP_MARGIN_S = 15.0  # beyond the drain grace, before Serve kills a stopping re
 
 def application(settings: ClusterSettings):
     """The Serve application of ``settings``."""
-    from ray import serve
+    from ray import serve  # optional: framegraph[cluster]
 
     gateway = serve.deployment(Gateway, name="gateway", num_replicas=1, max_ongoing_requests=1000,
                                ray_actor_options={"num_cpus": 0})
@@ -89,8 +91,7 @@ class Cluster:
 
     def stop(self) -> None:
         """Delete the application (replicas drain with the settings' grace), and stop Ray if we started it."""
-        import ray
-        from ray import serve
+        import ray  # optional: framegraph[cluster]
 
         serve.delete(APP)
         if self._own_ray:
@@ -109,8 +110,7 @@ def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_
     """Deploy on the Ray cluster at ``address`` (``"auto"``: the one ``ray start --head`` started here), or
     on a new local one (``num_cpus``: its size; default the machine's), and wait until the starting
     replicas report in."""
-    import ray
-    from ray import serve
+    import ray  # optional: framegraph[cluster]
 
     settings.validate()
     own_ray = not ray.is_initialized()

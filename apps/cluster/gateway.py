@@ -13,7 +13,8 @@ it expires. A replica not heard from for ``dead_after_s`` gets no new sessions (
 clients lost their connections with it; Serve starts a replacement, which reports in).
 
 HTTP: ``/ws``, ``/place``, ``/cluster`` (JSON: every replica), ``/metrics`` (Prometheus: every replica's
-series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines``, and the web page.
+series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines`` (and ``/pipelines/NAME``),
+and the web page.
 """
 from __future__ import annotations
 
@@ -29,17 +30,19 @@ from urllib.parse import urlsplit
 
 from websockets.asyncio.server import serve
 
-from framegraph.apps.server import pipelines
-from framegraph.apps.server.app import WEB_ROOT
+from framegraph.apps.server.config import WEB_ROOT
 from framegraph.apps.server.http import (
     PROMETHEUS_TYPE,
     WS_PATH,
     host_is_loopback,
     origin_ok,
+    pipelines_response,
     response,
     static_file,
     token_ok,
 )
+from framegraph.apps.server.http_post import PostConnection
+from framegraph.apps.server.loop_thread import LoopThread
 
 from . import metrics
 from .settings import ClusterSettings
@@ -175,17 +178,22 @@ class Gateway:
         path = urlsplit(request.path).path
         upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
         s = self.settings
+        if getattr(request, "method", "GET") == "POST":  # a WebRTC offer: 307 to the chosen replica's own endpoint
+            if path != "/webrtc/offer":
+                return response(404, f"nothing to POST at {path}; WebRTC offers go to /webrtc/offer\n")
+            placed, refused = self._admit(request)
+            if refused is not None:
+                return refused
+            where = urlsplit(placed["url"])  # ws://REPLICA:PORT/ws?ticket=T → http://REPLICA:PORT/webrtc/offer?ticket=T
+            location = f"http://{where.netloc}/webrtc/offer?{where.query}"
+            return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": location})
         if path in (WS_PATH, "/place"):
             if path == WS_PATH and not upgrade:
                 return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",
                                 extra={"Upgrade": "websocket"})
-            refused = self._refuse(request)
+            placed, refused = self._admit(request)
             if refused is not None:
                 return refused
-            try:
-                placed = self.place()
-            except ClusterFull as exc:
-                return response(503, f"{exc}\n", extra={"Retry-After": "5"})
             if path == "/place":
                 return response(200, json.dumps(placed), "application/json")
             return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": placed["url"]})
@@ -199,13 +207,23 @@ class Gateway:
                                              "capacity": sum(r["capacity"] for r in up)}), "application/json")
         if path in ("/metrics", "/cluster"):
             if not token_ok(s.token, request):
-                return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+                return response(401, "missing or wrong token\n",
+                                extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
             if path == "/cluster":
                 return response(200, json.dumps(self.view()), "application/json")
             return response(200, self.metrics_text(), PROMETHEUS_TYPE)
-        if path == "/pipelines":
-            return response(200, json.dumps(pipelines.available()), "application/json")
-        return static_file(WEB_ROOT, path)
+        return pipelines_response(path) or static_file(WEB_ROOT, path)
+
+    def _admit(self, request) -> tuple[dict | None, object]:
+        """``(placed, None)``: the session placed on a replica (:meth:`place`); ``(None, response)`` when the front
+        door's checks refuse the request (:meth:`_refuse`) or no replica has room (503)."""
+        refused = self._refuse(request)
+        if refused is not None:
+            return None, refused
+        try:
+            return self.place(), None
+        except ClusterFull as exc:
+            return None, response(503, f"{exc}\n", extra={"Retry-After": "5"})
 
     def _refuse(self, request):
         """The single server's checks (Host, Origin, token) at the front door; None when they pass."""
@@ -224,38 +242,23 @@ class Gateway:
         return None
 
 
-class _Listener:
+class _Listener(LoopThread):
     """The front door's HTTP port: websockets' server on its own event loop thread, every request
     answered by :meth:`Gateway.route`."""
 
     def __init__(self, gateway: Gateway):
         self.gateway = gateway
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
         self.url = ""
-        self._thread = threading.Thread(target=self._main, name="cluster-front-door", daemon=True)
+        super().__init__("cluster-front-door")
 
     def start(self) -> str:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._start_thread()
         return self.url
 
     def stop(self) -> None:
         if self._stop is not None and self._thread.is_alive():
             self.loop.call_soon_threadsafe(self._stop.set)
             self._thread.join(5)
-
-    def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
-        try:
-            self.loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            self._ready.set()
 
     async def _serve(self) -> None:
         s = self.gateway.settings
@@ -265,7 +268,7 @@ class _Listener:
             await ws.close(1011, "the front door does not hold sessions")
 
         async with serve(never, s.host, s.port, process_request=lambda _c, req: self.gateway.route(req),
-                         server_header="framegraph-cluster") as server:
+                         server_header="framegraph-cluster", create_connection=PostConnection) as server:
             port = next(sock.getsockname()[1] for sock in server.sockets)
             host = "127.0.0.1" if s.host in ("0.0.0.0", "::", "") else s.host
             self.url = f"ws://{host}:{port}{WS_PATH}"

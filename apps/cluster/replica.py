@@ -17,6 +17,7 @@ import secrets
 import threading
 import time
 
+from framegraph.apps import bundles as avatars
 from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.apps.server.http import is_loopback, query_value
 
@@ -44,9 +45,7 @@ class Replica:
     def __init__(self, gateway, settings: ClusterSettings):
         self.gateway, self.settings = gateway, settings
         self.id = _replica_id()
-        self.avatars = _avatar_pipeline()
-        if self.avatars is not None:
-            self.avatars.set_bundle_limit(settings.max_bundles)
+        avatars.set_bundle_limit(settings.max_bundles)
         bind = settings.host if is_loopback(settings.host) else "0.0.0.0"
         config = ServerConfig(host=bind, port=0, token=settings.secret, max_sessions=settings.sessions_per_replica,
                               web_root=None, stats_interval_s=settings.stats_interval_s,
@@ -74,13 +73,13 @@ class Replica:
         return {"id": self.id, "url": self.url, "pid": os.getpid(), "node": _node_ip(),
                 "capacity": server.config.max_sessions, "sessions": server.session_count,
                 "session_ids": sorted(server.sessions), "draining": server.draining is not None,
-                "redeemed": self._redeemed(), "bundles": self.avatars.loaded_bundles() if self.avatars else [],
+                "redeemed": self._redeemed(), "bundles": avatars.loaded_bundles(),
                 "start_s": round(self.start_s, 3), "metrics": server.metrics_text()}
 
     def _redeemed(self) -> list[str]:
         """Tickets the front door may stop counting: those of running sessions (which count themselves in
         ``sessions``) and those whose handshake is long over."""
-        running = {nonce_of(query_value(s.ws.request, "ticket")) for s in list(self.server.sessions.values())}
+        running = {nonce_of(query_value(s.transport.request, "ticket")) for s in list(self.server.sessions.values())}
         return sorted((running - {None}) | set(self.tickets.settled()))
 
     def record_autoscaling_stats(self) -> dict[str, float]:
@@ -137,19 +136,9 @@ class Replica:
             self._report()
 
 
-def _avatar_pipeline():
-    """The server's avatar pipeline module (loaded here so the bundle limit applies), or None when this
-    machine has no avatar bundle."""
-    try:
-        from framegraph.apps.server import avatar_pipeline
-    except ImportError:
-        return None
-    return avatar_pipeline
-
-
 def _replica_id() -> str:
     try:
-        from ray import serve
+        from ray import serve  # optional: framegraph[cluster]
 
         return serve.get_replica_context().replica_id.unique_id
     except Exception:  # noqa: BLE001 - outside a Serve replica (direct use): a random id
@@ -158,7 +147,7 @@ def _replica_id() -> str:
 
 def _node_ip() -> str:
     try:
-        import ray
+        import ray  # optional: framegraph[cluster]
 
         return ray.util.get_node_ip_address()
     except Exception:  # noqa: BLE001

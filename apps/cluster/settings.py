@@ -4,7 +4,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass, field
 
-from framegraph.apps.server.http import is_loopback
+from framegraph.apps.server.config import is_loopback
 
 
 @dataclass

@@ -8,10 +8,12 @@ else the microphone ``scope``, with a note saying which runs.
 
 Modules: ``app`` (the process: server + relay + Gradio on one port), ``context`` (configuration, the
 pipeline choice, what handlers and routes share), ``ui`` (the Gradio page and its
-API), ``relay`` (player ↔ server, recording), ``clips`` (text / file → 16 kHz PCM), ``cli``.
+API), ``relay`` (player ↔ server, recording), ``clips`` (text / file → 16 kHz PCM), ``config`` (``DemoConfig``),
+``cli`` (the command's implementation; its options: ``apps/commands/demo.py``). The names below load from their
+modules on first use, so ``config`` imports alone.
 """
-from .app import DemoHandle, serve_demo_in_thread
-from .cli import add_arguments, run
-from .context import DemoConfig, choose_pipeline
+from framegraph.apps import exports
 
-__all__ = ["DemoConfig", "DemoHandle", "choose_pipeline", "serve_demo_in_thread", "add_arguments", "run"]
+__all__ = ["DemoConfig", "DemoHandle", "choose_pipeline", "serve_demo_in_thread"]
+__getattr__ = exports(__name__, {"DemoConfig": ".config", "DemoHandle": ".app", "serve_demo_in_thread": ".app",
+                                 "choose_pipeline": ".context"})

@@ -6,8 +6,10 @@
 Layout of the demo's port (one FastAPI app run by uvicorn):
 
 - ``/``            the Gradio app (:mod:`.ui`);
-- ``/fg/...``      the player (``apps/web/player.html`` + ``app.js`` + ``pcm-worklet.js``), shown in an
-                   iframe; ``/fg/ws?tab=ID`` is its WebSocket (:class:`~.relay.Relay` → the server);
+- ``/fg/...``      the player (``apps/web/player.html`` + ``app.js`` + ``webrtc.js`` + ``pcm-worklet.js``), shown
+                   in an iframe; ``/fg/webrtc/offer?tab=ID`` takes its WebRTC offer (forwarded to the server, the
+                   session tapped for the take: :mod:`.webrtc_takes`), ``/fg/ws?tab=ID`` is its WebSocket, the
+                   fallback (:class:`~.relay.Relay` → the server);
                    ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream; ``/fg/idle/NAME.png``
                    the avatar's idle face, the player's picture until the first take.
 
@@ -24,27 +26,25 @@ import shutil
 import threading
 import time
 
-from fastapi import FastAPI, WebSocket
+import gradio as gr
+import uvicorn
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import PlainTextResponse, Response
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
-from framegraph.apps.server.app import WEB_ROOT
-from framegraph.apps.server.http import is_loopback
+from framegraph.apps.server.config import WEB_ROOT, is_loopback
 
 from .context import DemoConfig, DemoContext, choose_pipeline
+from .ui import CSS, build_blocks
 
 log = logging.getLogger("framegraph.demo")
 
 PLAYER_FILES = {"player.html": "text/html; charset=utf-8", "app.js": "text/javascript; charset=utf-8",
-                "pcm-worklet.js": "text/javascript; charset=utf-8"}
+                "webrtc.js": "text/javascript; charset=utf-8", "pcm-worklet.js": "text/javascript; charset=utf-8"}
 
 
 def create_app(ctx: DemoContext):
     """The FastAPI app: player routes, relay WebSocket, clip route, and the Gradio app at ``/``."""
-    import gradio as gr  # here, not at the top: the `framegraph` command loads every command's module
-
-    from .ui import CSS, build_blocks  # imports gradio too
-
     app = FastAPI(title="framegraph demo", docs_url=None, redoc_url=None, openapi_url=None)
 
     @app.get("/fg/{name}")
@@ -73,6 +73,16 @@ def create_app(ctx: DemoContext):
     async def player_socket(ws: WebSocket):
         await ctx.relay.handle(ws)
 
+    @app.post("/fg/webrtc/offer")
+    async def player_offer(request: Request):
+        status, body, content_type = await ctx.relay.handle_offer(request, "webrtc/offer")
+        return Response(body, status_code=status, media_type=content_type, headers={"Cache-Control": "no-store"})
+
+    @app.get("/fg/webrtc/config")
+    async def player_ice_config(request: Request):
+        status, body, content_type = await ctx.relay.handle_offer(request, "webrtc/config")
+        return Response(body, status_code=status, media_type=content_type, headers={"Cache-Control": "no-store"})
+
     blocks = build_blocks(ctx)
     return gr.mount_gradio_app(app, blocks, path="/", server_name=ctx.config.host, server_port=ctx.config.port,
                                footer_links=["api"], allowed_paths=[ctx.takes_dir], css=CSS, ssr_mode=False,
@@ -90,8 +100,6 @@ class DemoHandle:
         self._thread: threading.Thread | None = None
 
     def start(self, timeout_s: float = 60.0) -> DemoHandle:
-        import uvicorn
-
         cfg = self.config
         if not is_loopback(cfg.host):
             log.warning("the demo listens on %s: anyone who can reach it can use it (no login)", cfg.host)
@@ -101,6 +109,7 @@ class DemoHandle:
         self.server = serve_in_thread(ServerConfig(host="127.0.0.1", port=0, max_sessions=cfg.max_sessions,
                                                    stats_interval_s=1.0)).start()
         self.ctx = DemoContext(cfg, self.server.url, choice)
+        self.server.server.on_session_opened = self.ctx.relay.webrtc.on_session_opened  # the player's WebRTC takes
         app = create_app(self.ctx)
         self._uvicorn = uvicorn.Server(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_level="warning",
                                                       ws_max_size=1 << 20, lifespan="on",

@@ -12,32 +12,12 @@ from .app import serve_demo_in_thread
 from .context import DemoConfig
 
 
-def add_arguments(p: argparse.ArgumentParser) -> None:
-    d = DemoConfig()
-    p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}: this machine only)")
-    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
-    p.add_argument("--pipeline", default=d.pipeline,
-                   help="pipeline to run: auto (the avatar when available, else the microphone scope), "
-                        "avatar, scope (default auto)")
-    p.add_argument("--size", help="video WIDTHxHEIGHT (default: the pipeline's; scope 320x240)")
-    p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec to the player (default jpeg)")
-    p.add_argument("--max-sessions", type=int, default=d.max_sessions,
-                   help=f"concurrent takes, all tabs together (default {d.max_sessions})")
-    p.add_argument("--takes-dir", help="folder for the takes' MP4 files (default: a temporary folder)")
-    p.add_argument("--no-browser", action="store_true", help="do not open the page in a browser")
-    p.add_argument("--backend", choices=["torch", "onnx", "onnx-int8"], default="torch",
-                   help="(avatar) where the model stages compute: torch, or onnx (ONNX Runtime on the CPU, from the "
-                        "bundle's export: `framegraph export --avatar assets/avatars/astronaut`), or onnx-int8 "
-                        "(the models that export keeps in int8 run int8: `framegraph export --int8`)")
-    p.add_argument("--log-level", default="warning", choices=["debug", "info", "warning", "error"])
-
-
 def config_from_args(args: argparse.Namespace) -> DemoConfig:
     video = {k: v for k, v in (("size", args.size), ("codec", args.codec)) if v}
     if args.max_sessions <= 0:
         raise ValueError(f"--max-sessions must be positive, got {args.max_sessions}")
     return DemoConfig(host=args.host, port=args.port, pipeline=args.pipeline, max_sessions=args.max_sessions,
-                      takes_dir=args.takes_dir, video=video, backend=args.backend)
+                      takes_dir=args.takes_dir, video=video, runtime=args.runtime)
 
 
 def run(args: argparse.Namespace) -> int:

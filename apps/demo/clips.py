@@ -12,7 +12,9 @@ import threading
 
 import numpy as np
 
-from framegraph.stream.media import SAMPLE_RATE
+from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
+from framegraph.models.synth.plan import VOICES
+from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio
 
 MAX_CLIP_S = 60.0
 MAX_TEXT_CHARS = 1000
@@ -25,15 +27,11 @@ class ClipError(ValueError):
 
 def voices() -> list[str]:
     """eSpeak NG voices offered in the demo (the ones the avatar's training clips use)."""
-    from framegraph.models.synth.plan import VOICES
-
     return list(dict.fromkeys([DEFAULT_VOICE, *VOICES]))
 
 
 def speak(text: str, voice: str = DEFAULT_VOICE, rate_wpm: int = 165) -> np.ndarray:
     """``text`` spoken by eSpeak NG → int16 [S] at 16 kHz."""
-    from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
-
     text = (text or "").strip()
     if not text:
         raise ClipError("type something to say first")
@@ -48,8 +46,6 @@ def speak(text: str, voice: str = DEFAULT_VOICE, rate_wpm: int = 165) -> np.ndar
 
 def load(path: str) -> np.ndarray:
     """Any audio (or video) file FFmpeg decodes → int16 [S] mono at 16 kHz."""
-    from framegraph.stream.media import MediaError, decode_audio
-
     if not path:
         raise ClipError("choose an audio file first")
     try:

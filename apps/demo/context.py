@@ -2,20 +2,24 @@
 that the Gradio handlers (:mod:`.ui`) and the routes (:mod:`.app`) both use."""
 from __future__ import annotations
 
-import importlib
 import io
 import json
 import logging
 import os
 import tempfile
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import urlencode
+
+from PIL import Image
 
 from framegraph import assets
 from framegraph.apps.server import pipelines
+from framegraph.apps.server.pipelines.avatar import available_avatars, default_avatar, load_bundle
+from framegraph.apps.server.protocol import ProtocolError
 
 from .clips import ClipStore
+from .config import DemoConfig
 from .relay import Relay
 
 log = logging.getLogger("framegraph.demo")
@@ -26,30 +30,6 @@ DEFAULT_PORTRAIT = "astronaut"
 # server's avatar folder, sent only when it is not the default) and live option STATE_OPTION (``config``).
 PORTRAIT_OPTION = "portrait"
 STATE_OPTION = "state"
-STATES = ("auto", "speaking", "listening", "idle")
-
-
-@dataclass
-class DemoConfig:
-    """What ``framegraph demo`` can set.
-
-    Attributes:
-        host / port: where the demo listens (127.0.0.1 by default; port 0 picks a free one).
-        pipeline: ``"auto"`` (``avatar`` when the server has it, else ``scope``) or a pipeline name.
-        max_sessions: concurrent live sessions (tabs) plus headless takes.
-        takes_dir: where take MP4s go (default: a fresh temporary folder).
-        video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
-        backend: the avatar's compute backend, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``backend``
-            start option).
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 7860
-    pipeline: str = "auto"
-    max_sessions: int = 8
-    takes_dir: str | None = None
-    video: dict = field(default_factory=dict)
-    backend: str = "torch"
 
 
 @dataclass
@@ -60,10 +40,10 @@ class PipelineChoice:
     note: str
     avatar: bool  # takes a portrait and the speaking / listening / idle state
 
-    def start_options(self, video: dict, portrait: str | None = None, backend: str = "torch") -> dict:
+    def start_options(self, video: dict, portrait: str | None = None, runtime: str = "torch") -> dict:
         options = dict(video)
-        if self.avatar and backend != "torch":
-            options["backend"] = backend
+        if self.avatar and runtime != "torch":
+            options["runtime"] = runtime
         if not self.avatar and "size" not in options:
             options["size"] = "320x240"  # the scope: small and cheap on a CPU
         if self.avatar and portrait and portrait != DEFAULT_PORTRAIT:
@@ -74,11 +54,6 @@ class PipelineChoice:
         """Load what the first session would otherwise wait for: the avatar's default bundle (shared by
         every session; about 2 s on a CPU, most of a cold first frame's delay)."""
         if self.name == "avatar":
-            from framegraph.apps.server.avatar_pipeline import (
-                default_avatar,
-                load_bundle,
-            )
-
             try:
                 load_bundle(default_avatar())
             except Exception as exc:  # noqa: BLE001 - the first session reports it to the page
@@ -86,20 +61,13 @@ class PipelineChoice:
 
 
 def pipeline_available(name: str) -> tuple[bool, str]:
-    """Whether the server can run ``name`` (importing its lazy module now, so the first take does not
-    wait for it), and why not."""
-    if name in pipelines.REGISTRY:
-        return True, ""
-    module = pipelines.LAZY.get(name)
-    if module is None:
-        return False, f"no {name!r} pipeline is registered on this server"
+    """Whether the server can run ``name``, and why not (with what fixes it: the demo runs on this machine)."""
     try:
-        importlib.import_module(module)
-    except Exception as exc:  # noqa: BLE001 - anything that stops the import means: not available
-        return False, f"{module} failed to load ({type(exc).__name__}: {exc})"
-    if name not in pipelines.REGISTRY:
-        return False, f"{module} did not register {name!r}"
-    return True, ""
+        spec = pipelines.spec(name)
+    except ProtocolError:
+        return False, f"no {name!r} pipeline on this server"
+    why = spec.unavailable() if spec.unavailable is not None else None
+    return (True, "") if why is None else (False, f"{why.fix}")
 
 
 def choose_pipeline(requested: str = "auto") -> PipelineChoice:
@@ -125,12 +93,7 @@ def portraits() -> list[str]:
     """The names the avatar picker offers: the server's avatar bundles (``$FRAMEGRAPH_AVATARS`` or
     assets/avatars — still portraits and video avatars made with ``framegraph avatar train --video``
     alike), the default first; without any bundle, the portraits shipped in assets/portraits."""
-    try:
-        from framegraph.apps.server.avatar_pipeline import available_avatars
-
-        bundles = available_avatars()
-    except ImportError:  # no bundle at all: the avatar pipeline is not registered
-        bundles = []
+    bundles = available_avatars()
     if bundles:
         return bundles  # the default first
     try:
@@ -169,9 +132,11 @@ class DemoContext:
         """The player iframe's URL (relative to the Gradio page) for ``tab``."""
         query = {"url": f"ws?tab={tab}", "pipeline": self.choice.name,
                  "options": json.dumps(self.choice.start_options(self.config.video, portrait,
-                                                                                 self.config.backend))}
+                                                                                 self.config.runtime))}
         if self.choice.name == "avatar":
             query["poster"] = f"idle/{portrait or DEFAULT_PORTRAIT}.png"
+        if self.config.transport != "webrtc":
+            query["transport"] = self.config.transport
         return "fg/player.html?" + urlencode(query)
 
     def idle_face_png(self, portrait: str) -> bytes | None:
@@ -179,13 +144,6 @@ class DemoContext:
         into. None when the server has no such avatar."""
         if self.choice.name != "avatar":
             return None
-        from PIL import Image
-
-        from framegraph.apps.server.avatar_pipeline import (
-            available_avatars,
-            load_bundle,
-        )
-
         if portrait not in available_avatars():
             return None
         with self._lock:

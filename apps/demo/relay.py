@@ -1,4 +1,7 @@
-"""The demo's WebSocket relay: the embedded player ↔ the framegraph server, on the demo's own port.
+"""The demo's relay: the embedded player ↔ the framegraph server, on the demo's own port.
+
+Over WebRTC (the player's default) the relay forwards the player's offer and taps the session it opens
+(:mod:`.webrtc_takes`); over the WebSocket (the fallback) it relays every message, as below.
 
 The Gradio page and its player come from one origin (the demo's host:port); the player's WebSocket goes
 to ``/fg/ws?tab=ID`` here, and :class:`Relay` passes every message through, unchanged, to a session on
@@ -28,7 +31,12 @@ import time
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-from framegraph.apps.server.http import is_loopback
+from starlette.websockets import WebSocketDisconnect
+from websockets.asyncio.client import connect
+from websockets.exceptions import ConnectionClosed, InvalidStatus
+
+from framegraph.apps.client import Recorder
+from framegraph.apps.server.config import is_loopback
 from framegraph.apps.server.protocol import parse_media
 
 log = logging.getLogger("framegraph.demo")
@@ -55,7 +63,8 @@ class Take:
     audio_messages: int = 0
     saved: str | None = None  # the finished MP4 (None: nothing recorded, or still running)
     closed: asyncio.Event = field(default_factory=asyncio.Event)
-    upstream: object = None
+    upstream: object = None  # the relay's WebSocket to the server (a WebSocket take)
+    tap: object = None  # the session's tapped transport (a WebRTC take: webrtc_takes.TappedTransport)
     stopping: bool = False  # the demo sent ``stop`` on the page's behalf
 
     @property
@@ -90,10 +99,13 @@ class Relay:
     """
 
     def __init__(self, upstream_url: str, takes_dir: str, bind_host: str = "127.0.0.1"):
+        from .webrtc_takes import WebRtcTakes
+
         self.upstream_url = upstream_url
         self.takes_dir = takes_dir
         self.bind_host = bind_host
         self.tabs: dict[str, Tab] = {}
+        self.webrtc = WebRtcTakes(self)  # the server's on_session_opened hook: webrtc.on_session_opened
         os.makedirs(takes_dir, exist_ok=True)
 
     # ---- tabs ---------------------------------------------------------------------------------------
@@ -131,10 +143,6 @@ class Relay:
 
     async def handle(self, ws) -> None:
         """Serve one player connection (a Starlette ``WebSocket``, not yet accepted)."""
-        from starlette.websockets import WebSocketDisconnect
-        from websockets.asyncio.client import connect
-        from websockets.exceptions import ConnectionClosed, InvalidStatus
-
         tab_id = ws.query_params.get("tab")
         why = self.refusal(ws.headers, tab_id)
         if why is not None:
@@ -152,10 +160,8 @@ class Relay:
                       else f"framegraph server unreachable: {exc}")
             await ws.close(code=1013, reason=reason[:120])
             return
-        tab.count += 1
-        take = Take(tab_id, tab.count, os.path.join(self.takes_dir, f"take-{tab_id[:8]}-{tab.count}.mp4"),
-                    upstream=upstream)
-        tab.live = take
+        take = self.new_take(tab)
+        take.upstream = upstream
 
         async def browser_to_server() -> None:
             try:
@@ -174,7 +180,7 @@ class Relay:
             try:
                 async for message in upstream:
                     if isinstance(message, str):
-                        self._on_control(take, message)
+                        self.on_control(take, message)
                         await ws.send_text(message)
                     else:
                         self._on_media(take, message)
@@ -197,8 +203,39 @@ class Relay:
                 pass  # the browser already went
             await self._finish(tab, take)
 
+    # ---- WebRTC: the offer passes through -----------------------------------------------------------
+    async def handle_offer(self, request, path: str) -> tuple[int, bytes, str]:
+        """``POST /fg/webrtc/offer?tab=ID`` (``path`` ``webrtc/offer``) or ``GET /fg/webrtc/config``: checked
+        as a player connection, then forwarded to the server (:func:`.webrtc_takes.forward_offer`)."""
+        from .webrtc_takes import forward_offer
+
+        tab_id = request.query_params.get("tab")
+        why = self.refusal(request.headers, tab_id)
+        if why is not None:
+            log.warning("player offer refused: %s", why)
+            return 403, json.dumps({"type": "error", "code": "forbidden", "message": why}).encode(), "application/json"
+        body = await request.body() if request.method == "POST" else None
+        if body is not None:
+            self.webrtc.relay_loop = asyncio.get_running_loop()
+            live = self.tabs[tab_id].live
+            if live is not None and live.live:  # one take per tab: a new player replaces the old
+                await self._close_upstream(live)
+        http_url = self.upstream_url.replace("ws://", "http://", 1).rsplit("/", 1)[0] + "/"
+        return await asyncio.to_thread(forward_offer, http_url, path, tab_id, body)
+
+    def new_take(self, tab: Tab) -> Take:
+        """The tab's next take (its live one from now on)."""
+        tab.count += 1
+        take = Take(tab.id, tab.count, os.path.join(self.takes_dir, f"take-{tab.id[:8]}-{tab.count}.mp4"))
+        tab.live = take
+        return take
+
+    async def finish(self, take: Take) -> None:
+        """A WebRTC take's session ended (run on the relay's loop)."""
+        await self._finish(self.tabs.get(take.tab) or Tab(take.tab), take)
+
     # ---- what passes through ------------------------------------------------------------------------
-    def _on_control(self, take: Take, text: str) -> None:
+    def on_control(self, take: Take, text: str) -> None:
         try:
             msg = json.loads(text)
         except ValueError:
@@ -208,8 +245,6 @@ class Relay:
             take.ready, take.session, take.pipeline = msg, msg.get("session"), msg.get("pipeline")
             video = msg.get("video") or {}
             if video.get("width"):
-                from framegraph.apps.client import Recorder
-
                 take.recorder = Recorder(take.path, width=video["width"], height=video["height"],
                                          fps=video.get("fps", 25), codec=video.get("codec", "jpeg"),
                                          audio=bool(msg.get("audio_out")))
@@ -225,6 +260,10 @@ class Relay:
             header, payload = parse_media(data)
         except Exception:  # noqa: BLE001 - passed on as it is; the player reports it
             return
+        self.record(take, header, payload)
+
+    def record(self, take: Take, header, payload) -> None:
+        """One frame or audio chunk the page was sent, counted and recorded."""
         if header.kind == 3:
             take.audio_messages += 1
         else:
@@ -236,6 +275,8 @@ class Relay:
     async def _close_upstream(self, take: Take) -> None:
         if take.upstream is not None:
             await take.upstream.close()
+        elif take.tap is not None:
+            self.webrtc.cut(take)
 
     async def _finish(self, tab: Tab, take: Take) -> None:
         rec, take.recorder = take.recorder, None
@@ -273,7 +314,10 @@ class Relay:
         if take is not None and take.live:
             take.stopping = True
             try:
-                await take.upstream.send(json.dumps({"type": "stop"}))
+                if take.tap is not None:
+                    self.webrtc.stop(take)
+                else:
+                    await take.upstream.send(json.dumps({"type": "stop"}))
             except Exception:  # noqa: BLE001 - the connection is going anyway
                 pass
             try:

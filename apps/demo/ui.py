@@ -18,12 +18,16 @@ from __future__ import annotations
 
 import asyncio
 import html
+from types import SimpleNamespace
 
 import gradio as gr
 import numpy as np
 
+from framegraph.apps.client import ClientError, stream_session
+from framegraph.apps.server.pipelines.avatar import STATES
+
 from . import clips
-from .context import STATE_OPTION, STATES, DemoContext, portraits
+from .context import STATE_OPTION, DemoContext, portraits
 
 CSS = """
 #fg-player iframe { width: 100%; height: 620px; border: 0; border-radius: 8px; background: #111; display: block; }
@@ -70,11 +74,22 @@ def _readout(take_summary: dict | None, ctx: DemoContext) -> str:
 
 
 def build_blocks(ctx: DemoContext) -> gr.Blocks:
-    choice = ctx.choice
+    """The demo's Gradio page: the layout (:func:`_layout`) and its events (:func:`_wire`) to the handlers
+    (:func:`_handlers`)."""
     voice_list = clips.voices()
     portrait_list = portraits()
+    handlers = _handlers(ctx)
+    with gr.Blocks(title="framegraph live demo", analytics_enabled=False, fill_width=True) as blocks:
+        ui = _layout(ctx, voice_list, portrait_list)
+        _wire(blocks, ui, handlers)
+    return blocks
 
-    # ---- handlers -----------------------------------------------------------------------------------
+
+def _handlers(ctx: DemoContext) -> SimpleNamespace:
+    """The page's event handlers, by name: the player per tab (load, unload, portrait), the clips for the page's
+    player (``speak``, ``load_file``), the take (``stop_take``, the readout's ``refresh``) and the API's ``take``."""
+    choice = ctx.choice
+
     def on_load(request: gr.Request):
         tab = ctx.tab_for(request.session_hash)
         return player_html(ctx, tab)
@@ -123,8 +138,6 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
 
     async def take(text: str, voice: str, audio_file: str | None, portrait: str):
         """A headless take: text (or an audio file) → a fresh session, streamed in real time → MP4."""
-        from framegraph.apps.client import ClientError, stream_session
-
         try:
             samples = await asyncio.to_thread(lambda: clips.load(audio_file) if audio_file
                                               else clips.speak(text, voice))
@@ -132,8 +145,8 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
             raise gr.Error(str(exc)) from None
         samples = np.concatenate([samples, np.zeros(clips.SAMPLE_RATE * 3 // 10, np.int16)])  # 0.3 s tail
         out = ctx.next_api_take_path()
-        session = stream_session(ctx.server_url, choice.name, choice.start_options(ctx.config.video, portrait, ctx.config.backend),
-                                 audio=samples, out=out)
+        options = choice.start_options(ctx.config.video, portrait, ctx.config.runtime)
+        session = stream_session(ctx.server_url, choice.name, options, audio=samples, out=out)
         try:  # on its own thread and event loop: the demo's loop keeps relaying the live players meanwhile
             summary = await asyncio.to_thread(asyncio.run, session)
         except ClientError as exc:
@@ -145,55 +158,67 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
         brief["errors"] = [f"{e.get('code')}: {e.get('message')}" for e in summary["errors"]]
         return out, brief
 
-    # ---- layout -------------------------------------------------------------------------------------
-    with gr.Blocks(title="framegraph live demo", analytics_enabled=False, fill_width=True) as blocks:
-        gr.Markdown("## framegraph · live demo\nSpeak into the microphone, type text, or play a file: the "
-                    "picture comes back over a WebSocket at sub-second delay (the readout on the picture "
-                    "measures it), and every take is recorded to MP4.")
-        with gr.Row(equal_height=False):
-            with gr.Column(scale=3, min_width=420):
-                player = gr.HTML("<p>starting the player…</p>", elem_id="fg-player", js_on_load=None)
-                readout = gr.Markdown(_readout(None, ctx), elem_id="fg-readout", label="readout")
-            with gr.Column(scale=2, min_width=320):
-                gr.Markdown(choice.note, elem_id="fg-pipeline-note")
-                with gr.Tab("Say text"):
-                    text = gr.Textbox(label="text (spoken by eSpeak NG)", lines=3,
-                                      value="Hello! I am a real-time avatar, streamed at sub-second latency.",
-                                      elem_id="fg-text")
-                    voice = gr.Dropdown(voice_list, value=voice_list[0], label="voice", elem_id="fg-voice")
-                    speak_btn = gr.Button("Speak", variant="primary", elem_id="fg-speak")
-                with gr.Tab("Play a file"):
-                    audio_file = gr.Audio(sources=["upload"], type="filepath", label="audio file",
-                                          elem_id="fg-audio-file")
-                    play_btn = gr.Button("Play into the take", variant="primary", elem_id="fg-play-file")
-                portrait = gr.Dropdown(portrait_list, value=portrait_list[0], label="portrait / avatar",
-                                       interactive=choice.avatar, elem_id="fg-portrait")
-                state = gr.Radio(list(STATES), value="auto", label="state (auto: from voice activity)",
-                                 interactive=choice.avatar, elem_id="fg-state",
-                                 info=None if choice.avatar else f"the {choice.name} pipeline has no state")
-                with gr.Row():
-                    interrupt_btn = gr.Button("Interrupt", variant="stop", elem_id="fg-interrupt")
-                    stop_btn = gr.Button("Stop take → MP4", elem_id="fg-stop")
-                take_file = gr.File(label="take (MP4)", interactive=False, elem_id="fg-take")
-        clip_url = gr.Textbox(visible=False, label="clip_url")
-        shown = gr.State(None)
-        take_summary = gr.JSON(visible=False, label="summary")
-        api_take_btn = gr.Button(visible=False)
-        timer = gr.Timer(1.0)
+    return SimpleNamespace(on_load=on_load, on_unload=on_unload, change_portrait=change_portrait, speak=speak,
+                           load_file=load_file, stop_take=stop_take, refresh=refresh, take=take)
 
-        # ---- events -------------------------------------------------------------------------------------
-        blocks.load(on_load, outputs=player, api_visibility="private")
-        blocks.unload(on_unload)
-        portrait.change(change_portrait, inputs=portrait, outputs=player, api_visibility="private")
-        speak_btn.click(speak, inputs=[text, voice], outputs=clip_url, js=JS_PREPARE, api_name="speak",
-                        concurrency_limit=None).success(None, inputs=clip_url, js=JS_FEED)
-        play_btn.click(load_file, inputs=audio_file, outputs=clip_url, js=JS_PREPARE, api_name="load_file",
-                       concurrency_limit=None).success(None, inputs=clip_url, js=JS_FEED)
-        interrupt_btn.click(None, js=JS_INTERRUPT)
-        state.change(None, inputs=state, js=JS_STATE)
-        stop_btn.click(stop_take, outputs=[take_file, readout, shown], api_name="stop_take", concurrency_limit=None)
-        timer.tick(refresh, inputs=shown, outputs=[readout, take_file, shown], api_visibility="private",
-                   concurrency_limit=None, show_progress="hidden")
-        api_take_btn.click(take, inputs=[text, voice, audio_file, portrait], outputs=[take_file, take_summary],
-                           api_name="take", concurrency_limit=None)
-    return blocks
+
+def _layout(ctx: DemoContext, voice_list: list[str], portrait_list: list[str]) -> SimpleNamespace:
+    """The page's components, made inside its ``gr.Blocks``: the player and readout, the controls, and the hidden
+    ones the events pass values through; returned by name."""
+    choice = ctx.choice
+    gr.Markdown("## framegraph · live demo\nSpeak into the microphone, type text, or play a file: the "
+                "picture comes back over a WebSocket at sub-second delay (the readout on the picture "
+                "measures it), and every take is recorded to MP4.")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3, min_width=420):
+            player = gr.HTML("<p>starting the player…</p>", elem_id="fg-player", js_on_load=None)
+            readout = gr.Markdown(_readout(None, ctx), elem_id="fg-readout", label="readout")
+        with gr.Column(scale=2, min_width=320):
+            gr.Markdown(choice.note, elem_id="fg-pipeline-note")
+            with gr.Tab("Say text"):
+                text = gr.Textbox(label="text (spoken by eSpeak NG)", lines=3,
+                                  value="Hello! I am a real-time avatar, streamed at sub-second latency.",
+                                  elem_id="fg-text")
+                voice = gr.Dropdown(voice_list, value=voice_list[0], label="voice", elem_id="fg-voice")
+                speak_btn = gr.Button("Speak", variant="primary", elem_id="fg-speak")
+            with gr.Tab("Play a file"):
+                audio_file = gr.Audio(sources=["upload"], type="filepath", label="audio file",
+                                      elem_id="fg-audio-file")
+                play_btn = gr.Button("Play into the take", variant="primary", elem_id="fg-play-file")
+            portrait = gr.Dropdown(portrait_list, value=portrait_list[0], label="portrait / avatar",
+                                   interactive=choice.avatar, elem_id="fg-portrait")
+            state = gr.Radio(list(STATES), value="auto", label="state (auto: from voice activity)",
+                             interactive=choice.avatar, elem_id="fg-state",
+                             info=None if choice.avatar else f"the {choice.name} pipeline has no state")
+            with gr.Row():
+                interrupt_btn = gr.Button("Interrupt", variant="stop", elem_id="fg-interrupt")
+                stop_btn = gr.Button("Stop take → MP4", elem_id="fg-stop")
+            take_file = gr.File(label="take (MP4)", interactive=False, elem_id="fg-take")
+    clip_url = gr.Textbox(visible=False, label="clip_url")
+    shown = gr.State(None)
+    take_summary = gr.JSON(visible=False, label="summary")
+    api_take_btn = gr.Button(visible=False)
+    timer = gr.Timer(1.0)
+    return SimpleNamespace(player=player, readout=readout, text=text, voice=voice, speak_btn=speak_btn,
+                           audio_file=audio_file, play_btn=play_btn, portrait=portrait, state=state,
+                           interrupt_btn=interrupt_btn, stop_btn=stop_btn, take_file=take_file, clip_url=clip_url,
+                           shown=shown, take_summary=take_summary, api_take_btn=api_take_btn, timer=timer)
+
+
+def _wire(blocks: gr.Blocks, ui: SimpleNamespace, h: SimpleNamespace) -> None:
+    """The page's events: each control of ``ui`` to its handler in ``h`` (or to the player's JavaScript)."""
+    blocks.load(h.on_load, outputs=ui.player, api_visibility="private")
+    blocks.unload(h.on_unload)
+    ui.portrait.change(h.change_portrait, inputs=ui.portrait, outputs=ui.player, api_visibility="private")
+    ui.speak_btn.click(h.speak, inputs=[ui.text, ui.voice], outputs=ui.clip_url, js=JS_PREPARE, api_name="speak",
+                       concurrency_limit=None).success(None, inputs=ui.clip_url, js=JS_FEED)
+    ui.play_btn.click(h.load_file, inputs=ui.audio_file, outputs=ui.clip_url, js=JS_PREPARE, api_name="load_file",
+                      concurrency_limit=None).success(None, inputs=ui.clip_url, js=JS_FEED)
+    ui.interrupt_btn.click(None, js=JS_INTERRUPT)
+    ui.state.change(None, inputs=ui.state, js=JS_STATE)
+    ui.stop_btn.click(h.stop_take, outputs=[ui.take_file, ui.readout, ui.shown], api_name="stop_take",
+                      concurrency_limit=None)
+    ui.timer.tick(h.refresh, inputs=ui.shown, outputs=[ui.readout, ui.take_file, ui.shown], api_visibility="private",
+                  concurrency_limit=None, show_progress="hidden")
+    ui.api_take_btn.click(h.take, inputs=[ui.text, ui.voice, ui.audio_file, ui.portrait],
+                          outputs=[ui.take_file, ui.take_summary], api_name="take", concurrency_limit=None)

@@ -13,6 +13,8 @@ from pipecat.frames.frames import ErrorFrame, Frame, TTSAudioRawFrame
 from pipecat.services.settings import TTSSettings
 from pipecat.services.tts_service import TTSService
 
+from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
+
 FRAME_MS = 20
 
 
@@ -33,8 +35,6 @@ class EspeakTTSService(TTSService):
         return True
 
     async def run_tts(self, text: str, context_id: str) -> AsyncGenerator[Frame, None]:
-        from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
-
         text = text.strip()
         if not text:
             return

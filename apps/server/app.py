@@ -7,89 +7,29 @@
 
 or, from synchronous code (tests, a Gradio app): ``with serve_in_thread(config) as handle: handle.url``.
 One session per connection, each with its own graph; HTTP (``/metrics``, ``/healthz``, the web page)
-on the same port.
+and WebRTC offers (``POST /webrtc/offer``, :mod:`.webrtc`) on the same port.
 """
 from __future__ import annotations
 
 import asyncio
 import collections
 import logging
-import os
 import socket
-import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
 
-from .http import WS_PATH, is_loopback, process_request
+from . import webrtc
+from .config import ServerConfig
+from .http import WS_PATH
+from .http_post import PostConnection
+from .loop_thread import LoopThread
 from .protocol import ErrorCode
-from .session import Session
+from .session import Session, TokenBucket
 
 log = logging.getLogger("framegraph.server")
-
-WEB_ROOT = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "web")
-
-
-@dataclass
-class ServerConfig:
-    """Everything ``framegraph serve`` can set.
-
-    Attributes:
-        host / port: where to listen (127.0.0.1 by default; port 0 lets the OS pick).
-        token: required on every WebSocket (and ``/metrics``) when set; mandatory when ``host`` is
-            not a loopback address.
-        max_sessions: concurrent sessions; more are refused with HTTP 503.
-        max_message_bytes: a bigger client message gets a ``too_large`` error; one over 4× this
-            closes the connection (code 1009) before it is even read whole.
-        max_messages_per_s: per connection (token bucket, burst of one second's worth).
-        allowed_origins: browser origins allowed besides the server's own (``"*"``: any).
-        web_root: folder served over HTTP (``apps/web``); None serves no files.
-        stats_interval_s: how often a session sends ``stats``.
-        start_timeout_s: a connection must send ``start`` within this.
-        send_buffer_bytes: kernel send buffer per connection; small keeps latency low under a slow
-            reader (what does not fit is dropped in the outbox, not queued in the kernel).
-        outbox_video / outbox_audio / outbox_control: per-session outbox capacities (messages).
-        max_errors: protocol errors in a row before the connection is closed (code 1008).
-        close_timeout_s: how long a closing connection waits for the client's side of the close
-            handshake (a client that does not read is then cut off).
-        shutdown_grace_s: on shutdown, how long clients get to take what is already sent and answer
-            the close (code 1001) before every connection left is cut off.
-    """
-
-    host: str = "127.0.0.1"
-    port: int = 8765
-    token: str | None = None
-    max_sessions: int = 4
-    max_message_bytes: int = 64 * 1024
-    max_messages_per_s: float = 200.0
-    allowed_origins: tuple[str, ...] = ()
-    web_root: str | None = WEB_ROOT
-    stats_interval_s: float = 1.0
-    start_timeout_s: float = 10.0
-    send_buffer_bytes: int = 128 * 1024
-    outbox_video: int = 4
-    outbox_audio: int = 25
-    outbox_control: int = 16
-    max_errors: int = 32
-    close_timeout_s: float = 5.0
-    shutdown_grace_s: float = 0.5
-
-    def validate(self) -> None:
-        """Refuse unsafe or impossible settings with a message that says what to change."""
-        if not is_loopback(self.host) and not self.token:
-            raise ValueError(f"binding {self.host!r} exposes the server beyond this machine: set a token "
-                             f"(--token or FRAMEGRAPH_TOKEN), or bind 127.0.0.1")
-        for name in ("max_sessions", "max_message_bytes", "max_messages_per_s", "stats_interval_s",
-                     "start_timeout_s", "outbox_video", "outbox_audio", "outbox_control", "max_errors",
-                     "close_timeout_s", "shutdown_grace_s"):
-            if not getattr(self, name) > 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)!r}")
-        if not 0 <= self.port <= 65535:
-            raise ValueError(f"port must be 0..65535, got {self.port}")
-
 
 class StreamServer:
     """The server: sessions by id, counters for ``/metrics``, the websockets ``Server``."""
@@ -104,14 +44,19 @@ class StreamServer:
         self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
         self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
         self.on_sessions_changed: Callable[[], None] | None = None  # called (on the loop) when one opens or ends
+        # called (on the loop) with each new session before it runs: an embedding app may wrap its transport (the
+        # Gradio demo records the WebRTC takes of its player this way)
+        self.on_session_opened: Callable[[Session], None] | None = None
         self._server: Server | None = None
+        self._offer_buckets: dict[str, TokenBucket] = {}  # WebRTC offers per client address
+        self._background: set[asyncio.Task] = set()  # WebRTC sessions (a WebSocket one is its connection's)
 
     # ---- life cycle -----------------------------------------------------------------------------
     async def start(self) -> StreamServer:
         cfg = self.config
         self._server = await serve(
             self._handler, cfg.host, cfg.port,
-            process_request=lambda conn, req: process_request(self, conn, req),
+            process_request=lambda conn, req: webrtc.process_request(self, conn, req), create_connection=PostConnection,
             compression=None,  # JPEG / H.264 / PCM do not deflate; it would only cost CPU and latency
             max_size=4 * cfg.max_message_bytes, max_queue=16, write_limit=32 * 1024,
             ping_interval=20, ping_timeout=20, close_timeout=cfg.close_timeout_s, server_header="framegraph")
@@ -125,6 +70,10 @@ class StreamServer:
         if self._server is None:
             return
         self._server.close()
+        if self._background:  # WebRTC sessions: no WebSocket connection the server would close for them
+            await self.close_sessions(1001, "server shutting down")
+            if self._background:  # the sessions may all have ended while they were closed
+                await asyncio.wait(list(self._background), timeout=self.config.shutdown_grace_s + 1.0)
         try:
             await asyncio.wait_for(self._server.wait_closed(), self.config.shutdown_grace_s)
         except TimeoutError:
@@ -172,16 +121,39 @@ class StreamServer:
         sock = ws.transport.get_extra_info("socket")
         if sock is not None and self.config.send_buffer_bytes:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, self.config.send_buffer_bytes)
-        session = Session(self, ws)
-        self.sessions[session.id] = session
-        self.sessions_total += 1
-        self._sessions_changed()
-        log.info("session %s opened from %s", session.id, ws.remote_address)
+        session = self.open_session(ws)
         try:
             await session.run()
         finally:
             self.release(session)
             log.info("session %s closed (%s)", session.id, session.end_reason)
+
+    def open_session(self, connection) -> Session | None:
+        """A new session on ``connection`` (a websockets connection or a :class:`~.transport.Transport`),
+        counted among ``max_sessions``; None when they are all taken."""
+        if self.session_count >= self.config.max_sessions:
+            self.count_rejected("busy")
+            return None
+        session = Session(self, connection)
+        if self.on_session_opened is not None:
+            self.on_session_opened(session)
+        self.sessions[session.id] = session
+        self.sessions_total += 1
+        self._sessions_changed()
+        log.info("session %s opened from %s", session.id, session.transport.remote_address)
+        return session
+
+    def keep(self, task: asyncio.Task) -> None:
+        """Hold a WebRTC session's task until it ends (the loop keeps only weak references)."""
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    def offer_bucket(self, address: str | None) -> TokenBucket:
+        """The WebRTC offer rate limit of one client address."""
+        rate = self.config.webrtc_offers_per_s
+        if len(self._offer_buckets) > 4096:  # forget idle addresses (their buckets are full again anyway)
+            self._offer_buckets = {a: b for a, b in self._offer_buckets.items() if b.tokens < b.burst}
+        return self._offer_buckets.setdefault(address or "?", TokenBucket(rate, max(1.0, rate)))
 
     async def close_sessions(self, code: int, reason: str) -> None:
         """Close every session's connection with ``code`` and ``reason`` (their graphs stop as on a
@@ -189,7 +161,7 @@ class StreamServer:
         sessions = list(self.sessions.values())
         for session in sessions:
             session.end_reason = reason
-        await asyncio.gather(*(s.ws.close(code, reason) for s in sessions), return_exceptions=True)
+        await asyncio.gather(*(s.transport.close(code, reason) for s in sessions), return_exceptions=True)
 
     def release(self, session: Session) -> None:
         """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""
@@ -242,25 +214,17 @@ class StreamServer:
         return text + "\n".join(lines) + "\n"
 
 
-class ServerHandle:
+class ServerHandle(LoopThread):
     """A server running on its own event loop in a background thread (see :func:`serve_in_thread`)."""
 
     def __init__(self, config: ServerConfig):
         self.config = config
         self.server: StreamServer | None = None
-        self.loop = asyncio.new_event_loop()
-        self._ready = threading.Event()
-        self._stop: asyncio.Event | None = None
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._main, name="server-loop", daemon=True)
+        super().__init__("server-loop")
 
     def _main(self) -> None:
-        asyncio.set_event_loop(self.loop)
         try:
-            self.loop.run_until_complete(self._serve())
-        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
-            self._error = exc
-            self._ready.set()
+            super()._main()
         finally:
             self.loop.close()
 
@@ -272,10 +236,7 @@ class ServerHandle:
             await self._stop.wait()
 
     def start(self) -> ServerHandle:
-        self._thread.start()
-        self._ready.wait()
-        if self._error is not None:
-            raise self._error
+        self._start_thread()
         return self
 
     def stop(self, timeout: float = 15.0) -> None:

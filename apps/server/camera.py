@@ -1,7 +1,9 @@
 """Camera frames a client sends: JPEG pictures in binary media messages (kind ``JPEG``), checked, decoded,
-scaled to the session size and pushed into the pipeline's graph.
+scaled to the session size and pushed into the pipeline's graph; or, over WebRTC, the decoded pictures of its
+camera track (``push_picture``: scaled and pushed, no JPEG in between).
 
     client ──JPEG──▶ CameraInput.push_jpeg (the session's receiver) ──uint8 [H, W, 3]──▶ source ("video" port)
+    client ──video track──▶ webrtc_media.pump_camera ──▶ CameraInput.push_picture ──┘
 
 :class:`CameraInput` is what a pipeline with camera input returns as ``Pipeline.video_in``; its ``source``
 (a :class:`~framegraph.stream.PushSource` of session-size pictures) is the graph's video source. The newest
@@ -35,11 +37,12 @@ import io
 
 import numpy as np
 import torch
+from PIL import Image
 
 from framegraph.stream import PushSource
 from framegraph.stream.media import scale_picture, video_port
 
-from .pipelines import MAX_PIXELS
+from .pipelines.options import MAX_PIXELS
 from .protocol import ErrorCode, ProtocolError
 from .session import TokenBucket
 
@@ -97,14 +100,32 @@ class CameraInput:
             raise ProtocolError(ErrorCode.TOO_LARGE, f"camera picture of {len(payload)} bytes exceeds video_in."
                                                      f"max_bytes = {self.max_bytes}; send a smaller or more "
                                                      f"compressed JPEG (lower quality)")
-        if not self._bucket.take():
-            self.dropped_rate += 1
-            if self.dropped_rate == 1:
-                raise ProtocolError(ErrorCode.RATE_LIMITED, f"camera pictures come faster than video_in.max_fps = "
-                                                            f"{self.max_fps:g}; the extra ones are dropped (told "
-                                                            f"once; stats.received.video_dropped counts them)")
+        if not self._within_rate():
             return False
-        picture = self.decode(payload)
+        return self._push(self.decode(payload))
+
+    def push_picture(self, picture: np.ndarray) -> bool:
+        """One decoded camera picture (``uint8 [H, W, 3]`` RGB, a WebRTC camera track's frame): scaled and pushed
+        as :meth:`push_jpeg` does; False when it was dropped for the rate."""
+        if picture.ndim != 3 or picture.shape[2] != 3 or picture.shape[0] * picture.shape[1] > MAX_PIXELS:
+            raise ProtocolError(ErrorCode.TOO_LARGE, f"camera picture of shape {tuple(picture.shape)}: expected "
+                                                     f"[H, W, 3] of at most {MAX_PIXELS} pixels")
+        if not self._within_rate():
+            return False
+        self.last_size = (picture.shape[1], picture.shape[0])
+        return self._push(torch.from_numpy(np.ascontiguousarray(picture)))
+
+    def _within_rate(self) -> bool:
+        if self._bucket.take():
+            return True
+        self.dropped_rate += 1
+        if self.dropped_rate == 1:
+            raise ProtocolError(ErrorCode.RATE_LIMITED, f"camera pictures come faster than video_in.max_fps = "
+                                                        f"{self.max_fps:g}; the extra ones are dropped (told "
+                                                        f"once; stats.received.video_dropped counts them)")
+        return False
+
+    def _push(self, picture: torch.Tensor) -> bool:
         if picture.shape[:2] != (self.height, self.width):
             picture = scale_picture(picture, (self.width, self.height))
             self.scaled += 1
@@ -115,8 +136,6 @@ class CameraInput:
     def decode(self, payload: bytes) -> torch.Tensor:
         """A JPEG payload → ``uint8 [H, W, 3]`` RGB (at a reduced scale when the picture is far bigger than the
         session size); ``bad_binary`` / ``too_large`` otherwise."""
-        from PIL import Image
-
         if not payload.startswith(JPEG_MAGIC):
             raise ProtocolError(ErrorCode.BAD_BINARY, f"camera picture is not a JPEG (starts with "
                                                       f"{bytes(payload[:4]).hex(' ')}; a JPEG starts with ff d8 ff); "

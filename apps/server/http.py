@@ -1,15 +1,15 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
 Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` (JSON), and static files
-from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+the upgrade), ``POST /webrtc/offer`` (a WebRTC session, :mod:`.webrtc`: the same checks), ``/webrtc/config``
+(the ICE servers a browser should use), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and
+``/pipelines/NAME`` (JSON), and static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
 """
 from __future__ import annotations
 
 import email.utils
 import hmac
 import http
-import ipaddress
 import json
 import mimetypes
 import os
@@ -20,6 +20,8 @@ from websockets.datastructures import Headers, MultipleValuesError
 from websockets.http11 import Request, Response
 
 from . import pipelines
+from .config import is_loopback
+from .protocol import ProtocolError
 
 if TYPE_CHECKING:  # pragma: no cover
     from .app import StreamServer
@@ -81,16 +83,6 @@ def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
     return bool(host) and urlsplit(origin).netloc.lower() == host.lower()
 
 
-def is_loopback(host: str) -> bool:
-    """True for a loopback name or address (127.0.0.0/8, ::1, localhost)."""
-    if host in ("localhost", "localhost.localdomain"):
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def host_is_loopback(request: Request) -> bool:
     """The Host header names this machine (``localhost``, ``127.x``, ``[::1]``). Without a token the
     server only trusts such requests: a page whose DNS name was rebound to 127.0.0.1 sends its own
@@ -104,7 +96,8 @@ def host_is_loopback(request: Request) -> bool:
 
 
 def process_request(server: StreamServer, connection, request: Request) -> Response | None:
-    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake."""
+    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. (The
+    server's hook is :func:`.webrtc.process_request`, which answers the WebRTC routes and hands the rest here.)"""
     try:
         return _route(server, request)
     except MultipleValuesError as exc:
@@ -117,24 +110,9 @@ def _route(server: StreamServer, request: Request) -> Response | None:
     cfg = server.config
     if path == WS_PATH:
         if not upgrade:
-            return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n", extra={"Upgrade": "websocket"})
-        if server.draining:
-            server.count_rejected("draining")
-            return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
-        if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
-            return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
-        if not cfg.token and not host_is_loopback(request):
-            server.count_rejected("host")
-            return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
-                                 f"without a token only answers localhost\n")
-        if not origin_ok(request, cfg.allowed_origins):
-            server.count_rejected("origin")
-            return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
-        if not token_ok(cfg.token, request):
-            server.count_rejected("token")
-            return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
-                            extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
-        return _admit(server)
+            return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",
+                            extra={"Upgrade": "websocket"})
+        return admission(server, request)
     if upgrade:
         return response(404, f"no WebSocket at {path}; connect to {WS_PATH}\n")
     if path == "/healthz":
@@ -144,18 +122,56 @@ def _route(server: StreamServer, request: Request) -> Response | None:
         if not token_ok(cfg.token, request):
             return response(401, "missing or wrong token\n", extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
         return response(200, server.metrics_text(), PROMETHEUS_TYPE)
-    if path == "/pipelines":
-        return response(200, json.dumps(pipelines.available()), "application/json")
+    described = pipelines_response(path)
+    if described is not None:
+        return described
     if path == "/place":  # a cluster's front door names a replica here; a single server places on itself
         return response(200, json.dumps({"url": None}), "application/json")
     return static_file(cfg.web_root, path)
+
+
+def pipelines_response(path: str) -> Response | None:
+    """``/pipelines`` (name → description, the pipelines this server runs) and ``/pipelines/NAME`` (that one's
+    description and its options: kind, range or choices, default, meaning, live); None for any other path."""
+    if path == "/pipelines":
+        return response(200, json.dumps(pipelines.available()), "application/json")
+    if not path.startswith("/pipelines/"):
+        return None
+    try:
+        return response(200, json.dumps(pipelines.describe(path[len("/pipelines/"):])), "application/json")
+    except ProtocolError as exc:
+        return response(404, json.dumps(exc.to_message()), "application/json")
+
+
+def admission(server: StreamServer, request: Request) -> Response | None:
+    """The checks before a session (a WebSocket upgrade or a WebRTC offer): draining, a cluster ticket, Host,
+    Origin, token, a free slot. None: admitted; else the refusal."""
+    cfg = server.config
+    if server.draining:
+        server.count_rejected("draining")
+        return response(503, f"{server.draining}\n", extra={"Retry-After": "1"})
+    if server.redeem_ticket is not None and server.redeem_ticket(query_value(request, "ticket")):
+        return _admit(server)  # placed by a cluster's front door (apps/cluster): the ticket is the proof
+    if not cfg.token and not host_is_loopback(request):
+        server.count_rejected("host")
+        return response(403, f"Host {request.headers.get('Host')!r} is not this machine; a server "
+                             f"without a token only answers localhost\n")
+    if not origin_ok(request, cfg.allowed_origins):
+        server.count_rejected("origin")
+        return response(403, f"origin {request.headers.get('Origin')!r} is not allowed\n")
+    if not token_ok(cfg.token, request):
+        server.count_rejected("token")
+        return response(401, "missing or wrong token (Authorization: Bearer T, or ?token=T)\n",
+                        extra={"WWW-Authenticate": 'Bearer realm="framegraph"'})
+    return _admit(server)
 
 
 def _admit(server: StreamServer) -> Response | None:
     """None (go on with the handshake) while a session slot is free, else 503."""
     if server.session_count >= server.config.max_sessions:
         server.count_rejected("busy")
-        return response(503, f"server busy: {server.config.max_sessions} sessions already\n", extra={"Retry-After": "5"})
+        return response(503, f"server busy: {server.config.max_sessions} sessions already\n",
+                        extra={"Retry-After": "5"})
     return None
 
 

@@ -35,6 +35,8 @@ class Kind(enum.IntEnum):
     JPEG = 1  # server → client: one JPEG image
     H264 = 2  # server → client: one H.264 access unit, Annex-B (start codes), SPS/PPS on key frames
     PCM16 = 3  # both ways: mono little-endian int16 at 16 kHz
+    PNG = 4  # server → client: one PNG image, RGBA (the avatar's ``background: "transparent"``)
+    WEBP = 5  # server → client: one WebP image, RGBA (the same, smaller)
 
 
 class MediaFlag(enum.IntFlag):
@@ -68,6 +70,7 @@ class ErrorCode(str, enum.Enum):
     TIMEOUT = "timeout"  # no "start" in time
     PIPELINE_FAILED = "pipeline_failed"  # a stage raised; the session ends
     INTERNAL = "internal"
+    BAD_OFFER = "bad_offer"  # WebRTC: an SDP offer that does not parse, or lacks a data channel or video
 
 
 class ProtocolError(Exception):

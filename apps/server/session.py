@@ -1,8 +1,10 @@
-"""Session: one WebSocket connection, one pipeline graph, from ``start`` to ``ended``.
+"""Session: one client connection, one pipeline graph, from ``start`` to ``ended``.
 
-Two coroutines per connection: the **receiver** checks and dispatches what the client sends
+The session is transport-neutral: it talks to its client through a :class:`~.transport.Transport` (a
+WebSocket, :class:`~.transport.WebSocketTransport`, or a WebRTC peer, ``webrtc.WebRtcTransport``). Two
+coroutines per connection: the **receiver** checks and dispatches what the client sends
 (control JSON, PCM audio) and never waits on the client's reading; the **sender** drains the
-session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the socket.
+session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the transport.
 A slow reader therefore stalls only the sender, and the outbox drops what does not fit.
 
 Every refusal is an ``error`` message with a stable code; none of them ends the session, except
@@ -21,9 +23,8 @@ import secrets
 import time
 from typing import TYPE_CHECKING
 
-from websockets.exceptions import ConnectionClosed
-
 from framegraph.stream import StageError
+from framegraph.stream.media import H264Encoder
 
 from . import pipelines
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
@@ -38,6 +39,7 @@ from .protocol import (
     parse_media,
 )
 from .stages import CaptureTimes
+from .transport import Transport, TransportClosed, WebSocketTransport
 
 if TYPE_CHECKING:  # pragma: no cover
     from .app import StreamServer
@@ -64,10 +66,12 @@ class TokenBucket:
 
 
 class Session:
-    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler."""
+    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler; ``ws``
+    is a websockets connection or any :class:`~.transport.Transport`."""
 
     def __init__(self, server: StreamServer, ws):
-        self.server, self.ws = server, ws
+        self.server = server
+        self.transport: Transport = ws if hasattr(ws, "send_media") else WebSocketTransport(ws)
         self.config = server.config
         self.id = secrets.token_hex(6)
         self.loop = asyncio.get_running_loop()
@@ -99,7 +103,7 @@ class Session:
         self._sender = asyncio.create_task(self._send_loop(), name=f"session {self.id} sender")
         try:
             await self._receive_loop()
-        except ConnectionClosed:
+        except TransportClosed:
             pass
         finally:
             if self.end_reason is None:
@@ -139,18 +143,18 @@ class Session:
         if asyncio.current_task() is self._receiver:  # the receive loop is over: nobody reads
             discard = asyncio.create_task(self._discard_incoming(), name=f"session {self.id} discard")
         try:
-            async with asyncio.timeout(self.ws.close_timeout):
+            async with asyncio.timeout(self.transport.close_timeout):
                 if sender is not None and sender is not asyncio.current_task():
                     await asyncio.wait([sender])
                 for msg in last or ():
-                    await self.ws.send(json.dumps(msg))
-                await self.ws.close(code, reason)
-        except ConnectionClosed:
+                    await self.transport.send_text(json.dumps(msg))
+                await self.transport.close(code, reason)
+        except TransportClosed:
             pass
         except TimeoutError:
             log.info("session %s: client did not take the close within %g s; connection cut", self.id,
-                     self.ws.close_timeout)
-            self.ws.transport.abort()
+                     self.transport.close_timeout)
+            self.transport.abort()
         finally:
             if discard is not None:
                 discard.cancel()
@@ -160,8 +164,8 @@ class Session:
         seen (unread messages would fill the receive queue and stop the connection reading)."""
         try:
             while True:
-                await self.ws.recv()
-        except ConnectionClosed:
+                await self.transport.recv()
+        except TransportClosed:
             pass
 
     # ---- receiving ------------------------------------------------------------------------------
@@ -171,9 +175,9 @@ class Session:
             try:
                 if self.state == "new":
                     async with asyncio.timeout_at(deadline):
-                        message = await self.ws.recv()
+                        message = await self.transport.recv()
                 else:
-                    message = await self.ws.recv()
+                    message = await self.transport.recv()
             except TimeoutError:
                 self.send_error(ProtocolError(ErrorCode.TIMEOUT, f"no \"start\" within "
                                                                  f"{self.config.start_timeout_s:g} s"))
@@ -211,7 +215,8 @@ class Session:
         except Exception as exc:  # noqa: BLE001 - a client must never take the server down
             if not isinstance(exc, ProtocolError):
                 log.exception("session %s: internal error handling a message", self.id)
-                exc = ProtocolError(ErrorCode.INTERNAL, f"{type(exc).__name__}: {exc}")
+                exc = ProtocolError(ErrorCode.INTERNAL, f"the server failed handling this message "
+                                                        f"({type(exc).__name__}); its log has the details")
             self.send_error(exc)
             self.errors_in_a_row += 1
 
@@ -240,12 +245,9 @@ class Session:
                 pipeline.pose_in.push(msg["matrix"])
                 self.counters["poses_in"] += 1
             elif kind == "config":
-                opts = pipelines.Options(msg["options"], self.pipeline_name)
-                interval = opts.number("stats_interval_ms", None, 100, 60_000)
-                applied = pipeline.apply_config(opts)
-                if interval is not None:
-                    self.stats_interval_s = interval / 1000
-                    applied["stats_interval_ms"] = interval
+                applied = pipeline.apply_config(msg["options"])
+                if "stats_interval_ms" in applied:
+                    self.stats_interval_s = applied["stats_interval_ms"] / 1000
                 self.send_control({"type": "config", "applied": applied})
 
     def _require_running(self, what: str) -> pipelines.Pipeline:
@@ -258,10 +260,14 @@ class Session:
         if self.state != "new":
             raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
                                                         f"pipeline per connection")
-        pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+        await self.launch(name, pipelines.build(name, options))  # ProtocolError: unknown pipeline, bad option
+
+    async def launch(self, name: str, pipeline: pipelines.Pipeline) -> None:
+        """Start a built pipeline (``start``, or a WebRTC offer that named it) and queue ``ready``; a stage
+        failing to start is ``pipeline_failed`` and ends the session."""
         pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
         self.outbox.reserve(VIDEO, pipeline.video_burst)  # a generate chunk's frames come at once: none dropped
-        if isinstance(pipeline.encoder, pipelines.H264Encoder):
+        if isinstance(pipeline.encoder, H264Encoder):
             self.outbox.on_keyframe_needed = pipeline.encoder.request_keyframe
         self.pipeline, self.pipeline_name = pipeline, name
         self.outbox.hold_media(True)  # the first frames may come before "ready" is queued: they wait
@@ -293,7 +299,8 @@ class Session:
             raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no audio")
         if header.kind != Kind.PCM16:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"client media must be PCM16 (kind {int(Kind.PCM16)}) or a "
-                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind {int(header.kind)}")
+                                                      f"camera JPEG (kind {int(Kind.JPEG)}); got kind "
+                                                      f"{int(header.kind)}")
         if len(payload) % 2:
             raise ProtocolError(ErrorCode.BAD_BINARY, f"PCM16 payload of {len(payload)} bytes is not a whole "
                                                       f"number of samples")
@@ -336,7 +343,7 @@ class Session:
                 if item.kind == END:
                     break
                 if item.kind == CONTROL:
-                    await self.ws.send(json.dumps(item.payload))
+                    await self.transport.send_text(json.dumps(item.payload))
                     self.sent[CONTROL] += 1
                     continue
                 h = item.header
@@ -344,14 +351,12 @@ class Session:
                 if self.outbox.take_discontinuity(item.kind):
                     h.flags |= MediaFlag.DISCONTINUITY
                 h.payload_len = len(item.payload)
-                data = h.pack() + item.payload
-                await self.ws.send(data)
+                self.counters["bytes_out"] += await self.transport.send_media(item)
                 self.sent[item.kind] += 1
-                self.counters["bytes_out"] += len(data)
                 if item.kind == VIDEO:
                     self.last_video_ns = time.monotonic_ns()
                     self.first_video_ns = self.first_video_ns or self.last_video_ns
-        except ConnectionClosed:
+        except TransportClosed:
             return
         if self.end_reason is None:  # the graph ended by itself (end of stream, stop, or failure)
             await self._finish("stopped" if self.state == "stopping" else "finished")
@@ -377,7 +382,7 @@ class Session:
         if sender is not None and sender is not asyncio.current_task():
             try:  # let it flush what is queued (a client that does not read gets 2 s)
                 await asyncio.wait_for(asyncio.shield(sender), 2.0)
-            except (TimeoutError, ConnectionClosed):
+            except (TimeoutError, TransportClosed):
                 sender.cancel()
         messages = []
         if graph_error is not None:
@@ -399,7 +404,7 @@ class Session:
         """The ``stats`` message: what was sent and dropped, latency and stage timings so far."""
         report = self.pipeline.graph.report() if self.pipeline is not None else {}
         span = (self.last_video_ns - self.first_video_ns) / 1e9
-        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"], "work_ms": _percentiles(s["work"]),
+        stages = {name: {"fps": round(s["fps"], 2), "frames": s["frames"], "work_ms": _latency_ms(s["work"]),
                          "output_wait_ms": _wait_ms(s["output_wait"]), "input_wait_ms": _wait_ms(s["input_wait"]),
                          "deadline_misses": s["deadline_misses"], "fallback_level": s["fallback_level"]}
                   for name, s in report.get("stages", {}).items()}
@@ -418,18 +423,20 @@ class Session:
                         "input_replaced_pictures": video_in.source.superseded if video_in is not None else 0},
             "outbox_depth": self.outbox.depth,
             "time_to_first_frame_ms": report.get("time_to_first_frame_ms"),
-            "end_to_end_ms": _percentiles(report.get("end_to_end", {})),
-            "av_offset_ms": _percentiles(report.get("av_offset", {})),
+            "end_to_end_ms": _latency_ms(report.get("end_to_end", {})),
+            "av_offset_ms": _latency_ms(report.get("av_offset", {})),
             "stages": stages,
             "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in", "video_in",
                                                        "video_dropped", "errors", "rate_limited")},
         }
 
 
-def _percentiles(summary: dict) -> dict:
+def _latency_ms(summary: dict) -> dict:
+    """A :class:`~framegraph.stream.telemetry.LatencyWindow` summary (its percentiles already computed there) as the
+    ``stats`` message's ``{"p50", "p95", "p99", "mean", "max"}``, rounded to the µs."""
     return {k.removesuffix("_ms"): round(v, 3) for k, v in summary.items() if k.endswith("_ms")}
 
 
 def _wait_ms(summary: dict | None) -> dict | None:
     """A stage's wait summary as ``{"p50", "p95", "p99", "mean", "max", "total_s"}`` (None: no such side)."""
-    return None if summary is None else {**_percentiles(summary), "total_s": round(summary["total_s"], 3)}
+    return None if summary is None else {**_latency_ms(summary), "total_s": round(summary["total_s"], 3)}

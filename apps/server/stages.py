@@ -143,8 +143,8 @@ class CaptureTimes:
 
 
 class OutboxSink(Stage):
-    """Sink: encoded video (``uint8`` variable-length: JPEG or H.264) and ``int16`` audio chunks → the
-    session's outbox, each with its :class:`~.protocol.MediaHeader`. Never blocks: the outbox drops
+    """Sink: encoded video (``uint8`` variable-length: JPEG, H.264, or PNG / WebP with alpha) and ``int16`` audio
+    chunks → the session's outbox, each with its :class:`~.protocol.MediaHeader`. Never blocks: the outbox drops
     (and counts) what a slow client cannot take.
 
     Set before the graph starts: ``outbox`` (:meth:`attach`), optionally ``capture_times`` (client
@@ -189,7 +189,7 @@ class OutboxSink(Stage):
             self._last_audio_end = f.pts + f.length * TICKS_PER_SAMPLE
         if "video" in inputs:
             f = inputs["video"]
-            key = bool(f.flags & Flag.KEYFRAME) or self.video_kind == Kind.JPEG
+            key = bool(f.flags & Flag.KEYFRAME) or self.video_kind in (Kind.JPEG, Kind.PNG, Kind.WEBP)
             # the chunk that produced this frame ends one chunk after its pts (audio-driven pipelines)
             chunk = self.inputs["audio"].shape[0] if "audio" in self.inputs else 0
             self._offer(VIDEO, self.video_kind, f, f.valid.numpy().tobytes(), key, now,

@@ -11,6 +11,13 @@
 // presented at the first animation frame after it was drawn. Glass-to-glass = presented − captured.
 // `window.fg.stats()` returns the numbers the readout shows (tests read it).
 //
+// Transport: WebRTC by default (webrtc.js: the offer at /webrtc/offer, control on a data channel, H.264 or VP8
+// and Opus on RTP tracks, the microphone as an audio track), the WebSocket when the peer connection is not up
+// within 5 s or the server has no WebRTC; `?transport=websocket` (or `webrtc`) forces one (the embedding player,
+// player.html in the Gradio demo, too: its offer goes to the demo, which forwards it).
+// The readout's first line says which transport is live. Over WebRTC the page cannot tell the server when its
+// microphone's audio was captured, so no glass-to-glass is claimed there (the server's timings still show).
+//
 // Embedding (player.html, used by the Gradio demo in apps/demo): query parameters preset the session —
 // `url` (absolute ws:// URL, or a path on this page's host such as `ws?tab=ID`), `pipeline`, `size`,
 // `codec`, `options` (JSON object merged into the start options), `play` (1: play the returned audio),
@@ -23,7 +30,8 @@
 "use strict";
 
 const HEADER_BYTES = 48;
-const KIND = { JPEG: 1, H264: 2, PCM16: 3 };
+const KIND = { JPEG: 1, H264: 2, PCM16: 3, PNG: 4, WEBP: 5 };
+const IMAGE_TYPES = { 1: "image/jpeg", 4: "image/png", 5: "image/webp" };  // pictures decoded one by one
 const FLAG = { KEYFRAME: 1, DISCONTINUITY: 2, INTERRUPTED: 4, CLIENT_CLOCK: 8 };
 const $ = (id) => document.getElementById(id);
 
@@ -55,6 +63,8 @@ function parseOptions(text) {
 }
 
 let ws = null, mic = null, decoder = null, audio = null, session = null;
+let live = null;  // the transport in use: "webrtc" or "websocket"
+const wantTransport = params.get("transport") || document.body.dataset.transport || "webrtc";
 const view = $("view"), g = view.getContext("2d");
 const m = {};
 const playback = { base: null };
@@ -149,13 +159,18 @@ async function start(opts = {}) {
   playback.base = null;
   orbit.on = false;
   view.classList.remove("orbit");
+  // Placed by a cluster's front door: the replica is another origin, whose offer endpoint a page may not read
+  // (no CORS there yet), and a refused try would spend the placement's one-use ticket: the WebSocket then.
+  const placedElsewhere = url !== target;
+  if (wantTransport === "webrtc" && !placedElsewhere && window.fgRtc && window.RTCPeerConnection &&
+      await startRtc(url)) return;
+  if (wantTransport === "webrtc" && placedElsewhere) log("placed on a cluster replica: over the WebSocket");
+  live = "websocket";
   ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
-    const options = {};
-    if ($("size").value) options.size = $("size").value;
+    const options = sessionOptions();
     if ($("codec").value) options.codec = $("codec").value;
-    Object.assign(options, startOptions, cameraOptions());
     ws.send(JSON.stringify({ type: "start", version: 1, pipeline: $("pipeline").value, options }));
   };
   ws.onmessage = (ev) => (typeof ev.data === "string" ? onControl(JSON.parse(ev.data)) : onMedia(ev.data));
@@ -166,6 +181,68 @@ async function start(opts = {}) {
   };
   ws.onerror = () => log("WebSocket error (is the server running? token?)", "err");
   setButtons(true);
+}
+
+// The session over WebRTC (webrtc.js). True when it runs (or was refused: the refusal is logged); false when
+// WebRTC is not to be had here, so the caller falls back to the WebSocket.
+async function startRtc(url) {
+  placing = true;
+  setButtons(true);
+  try {
+    ws = await window.fgRtc.connect(url, $("pipeline").value, sessionOptions(), audio, {
+      onControl,
+      onClose: (code, reason) => {
+        m.closed = code;
+        log(`closed (${code}${reason ? " " + reason : ""})`, code === 1000 ? undefined : "err");
+        teardown();
+      },
+    });
+  } catch (e) {
+    ws = null;
+    setButtons(false);
+    if (e instanceof window.fgRtc.Refused) { log(`cannot start: ${e.message}`, "err"); return true; }
+    log(`WebRTC: ${e.message}; using the WebSocket`, "err");
+    return false;
+  } finally {
+    placing = false;
+  }
+  live = "webrtc";
+  ws.rtc = true;
+  log(`WebRTC connected (${ws.codec} + Opus)`);
+  drawRtcFrames(ws);
+  return true;
+}
+
+// Each picture the <video> element presents is drawn on the canvas (the page's own presenting path), with
+// the server's timing of that frame (its `frame` message, found by RTP timestamp).
+function drawRtcFrames(link) {
+  let seq = 0;
+  const video = link.video;
+  const onFrame = (now, meta) => {
+    if (ws !== link) return;
+    const f = link.frameInfo(meta.rtpTimestamp);
+    const h = f ? { seq: f.seq, flags: f.flags, captureNs: BigInt(f.capture_ns), graphUs: f.graph_us, sendWaitUs: f.send_wait_us }
+                : { seq: seq, flags: 0, captureNs: 0n, graphUs: 0, sendWaitUs: 0 };
+    seq = h.seq + 1;
+    m.received++;
+    if (m.lastSeq >= 0 && h.seq > m.lastSeq + 1) m.drops += h.seq - m.lastSeq - 1;
+    m.lastSeq = h.seq;
+    createImageBitmap(video).then((bmp) => queueFrame(bmp, h), () => {});
+    video.requestVideoFrameCallback(onFrame);
+  };
+  video.requestVideoFrameCallback(onFrame);
+  const poll = setInterval(async () => {
+    if (ws !== link) { clearInterval(poll); return; }
+    video.muted = !$("play").checked;
+    (await link.pc_stats()).forEach((r) => { if (r.type === "inbound-rtp" && r.kind === "audio") m.audioOut = r.packetsReceived; });
+  }, 500);
+}
+
+function sessionOptions() {
+  const options = {};
+  if ($("size").value) options.size = $("size").value;
+  if ($("codec").value && wantTransport !== "webrtc") options.codec = $("codec").value;
+  return Object.assign(options, startOptions, cameraOptions());
 }
 
 function stop() {
@@ -180,7 +257,7 @@ function teardown() {
   stopPump();
   if (window.fgCamera) window.fgCamera.stop();
   if (decoder && decoder.state !== "closed") decoder.close();
-  decoder = null; ws = null; session = null;
+  decoder = null; ws = null; session = null; live = null;
   orbit.drag = null;
   setButtons(false);
   setTimeout(() => { if (!ws && audio) audio.suspend(); }, 500);  // idle: no audio thread running
@@ -199,7 +276,8 @@ async function onControl(msg) {
     log(`session ${msg.session}: ${msg.pipeline}, ${v.codec} ${v.width}x${v.height} @ ${v.fps} fps`);
     if (msg.pose_in) startOrbit(msg.camera);
     if (Object.keys(liveConfig).length) sendConfig();
-    if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
+    if (msg.video_in && ws.camera) log(`camera ${ws.camera.stats().width}x${ws.camera.stats().height} → the WebRTC video track`);
+    else if (msg.video_in && window.fgCamera) window.fgCamera.start(ws, msg.video_in, log).catch((e) => { log(`camera: ${e.message}`, "err"); stop(); });
     if (msg.audio_in) startPump();
     if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
@@ -219,9 +297,9 @@ function onMedia(buf) {
   m.received++;
   if (m.lastSeq >= 0 && h.seq > m.lastSeq + 1) m.drops += h.seq - m.lastSeq - 1;
   m.lastSeq = h.seq;
-  if (h.kind === KIND.JPEG) {
-    createImageBitmap(new Blob([h.payload], { type: "image/jpeg" })).then((bmp) => queueFrame(bmp, h),
-      (e) => log(`JPEG frame ${h.seq}: ${e.message}`, "err"));
+  if (IMAGE_TYPES[h.kind]) {  // JPEG, or PNG / WebP with alpha (drawn over the page's background)
+    createImageBitmap(new Blob([h.payload], { type: IMAGE_TYPES[h.kind] })).then((bmp) => queueFrame(bmp, h),
+      (e) => log(`${IMAGE_TYPES[h.kind]} frame ${h.seq}: ${e.message}`, "err"));
   } else if (h.kind === KIND.H264) {
     decodeH264(h);
   }
@@ -248,6 +326,7 @@ function onAnimationFrame(ts) {
   const p = present.pending;
   if (!p) return;
   present.pending = null;
+  if (p.h.kind !== KIND.JPEG) g.clearRect(0, 0, view.width, view.height);  // pictures with alpha: the page shows through
   g.drawImage(p.image, 0, 0, view.width, view.height);
   p.image.close();
   present.drawn = { h: p.h, drawnAt: now };
@@ -305,6 +384,12 @@ async function startMic() {
     audio: { channelCount: 1, echoCancellation: true, noiseSuppression: false, autoGainControl: false },
   });
   if (!ws) { stream.getTracks().forEach((t) => t.stop()); return; }  // the session ended meanwhile
+  if (ws.rtc) {  // WebRTC: the microphone goes as the audio track (Opus), no PCM16 messages
+    ws.setMic(stream);
+    mic = { stream, source: { disconnect() { if (ws && ws.rtc) ws.setMic(null); } }, node: { port: {}, disconnect() {} } };
+    log("microphone → the WebRTC audio track (Opus)");
+    return;
+  }
   await audio.audioWorklet.addModule("pcm-worklet.js");
   const node = new AudioWorkletNode(audio, "pcm-chunker");
   const source = audio.createMediaStreamSource(stream);
@@ -401,6 +486,7 @@ function pump() {
     feed.sent++;
     const chunk = nextChunk();
     if (!chunk) continue;
+    if (ws.rtc) { playInto(ws.input, chunk); continue; }  // WebRTC: into the audio track, at its due time
     const pcm = new Uint8Array(chunk.buffer);
     const msg = new Uint8Array(HEADER_BYTES + pcm.length);
     const captured = feed.t0 + feed.sent * 20;
@@ -409,6 +495,20 @@ function pump() {
     ws.send(msg);
     feed.seq++;
   }
+}
+
+// A fed 20 ms chunk into the WebRTC audio track: scheduled back to back on the AudioContext (silence between
+// clips is the track's own).
+function playInto(node, chunk) {
+  const buffer = audio.createBuffer(1, chunk.length, 16000);
+  const ch = buffer.getChannelData(0);
+  for (let i = 0; i < chunk.length; i++) ch[i] = chunk[i] / 32768;
+  const src = audio.createBufferSource();
+  src.buffer = buffer;
+  src.connect(node);
+  feed.rtcAt = Math.max(feed.rtcAt || 0, audio.currentTime + 0.02);
+  src.start(feed.rtcAt);
+  feed.rtcAt += chunk.length / 16000;
 }
 
 // The embedding page's click handler calls this: audio is unlocked inside the user's gesture, and a
@@ -544,7 +644,8 @@ function fps() {
 
 function stats() {
   return {
-    running: session !== null, ready: session, pipeline: session && session.pipeline, video: session && session.video,
+    running: session !== null, ready: session, transport: live, rtc_codec: ws && ws.rtc ? ws.codec : null,
+    rtc_video_delay_ms: ws && ws.rtc ? ws.videoDelayMs : null, pipeline: session && session.pipeline, video: session && session.video,
     received: m.received, presented: m.presented, skipped: m.skipped, drops_seen: m.drops, fps: fps(),
     first_frame_ms: m.firstFrame, audio_out: m.audioOut,
     g2g_ms: { n: m.g2g.length, p50: pct(m.g2g, 0.5), p95: pct(m.g2g, 0.95), max: m.g2g.length ? Math.max(...m.g2g) : NaN },
@@ -553,12 +654,13 @@ function stats() {
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
     server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
     mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
-    poster: posterShown, camera: window.fgCamera ? window.fgCamera.stats() : null,
+    poster: posterShown, camera: ws && ws.camera ? ws.camera.stats() : window.fgCamera ? window.fgCamera.stats() : null,
   };
 }
 
 window.fg = {
   stats, start, stop, interrupt, config, prepare,
+  record: (ms) => (ws && ws.rtc ? ws.record(ms) : Promise.reject(new Error("recording needs the WebRTC transport"))),
   feed: (url) => feedUrl(url).catch((e) => log(`clip: ${e.message}`, "err")),
 };
 
@@ -566,7 +668,9 @@ setInterval(() => {
   if (!session) { return; }
   const s = m.stats, d = s ? s.dropped : null;
   const lines = [
-    `${session.pipeline}  ${session.video.codec} ${session.video.width}x${session.video.height}`,
+    `${session.pipeline}  ${live === "webrtc" ? ws.codec : session.video.codec} ${session.video.width}x${session.video.height}`,
+    `transport     ${live}${live === "webrtc" ? " (RTP + data channel)" : ""}`,
+    ...(live === "webrtc" && ws.videoDelayMs !== null ? [`lip sync      video held ${ws.videoDelayMs} ms for its sound`] : []),
     `fps           ${fps().toFixed(1)}`,
     `first frame   ${m.firstFrame === null ? "-" : m.firstFrame.toFixed(0) + " ms"}`,
   ];

@@ -138,7 +138,11 @@ class BlockLinearAttnProcessor(AttnProcessor):
             backend=self.backend,
         )
         if self.stateful and self.update_state:
-            self.state = LinearAttentionState(*(t.detach() for t in new_state))
+            if self.state is None or self.state.kv.shape != new_state[0].shape:
+                self.state = LinearAttentionState(*(t.detach() for t in new_state))
+            else:  # in place: the state keeps its storage (a captured CUDA graph reads it there)
+                self.state.kv.copy_(new_state[0])
+                self.state.k_sum.copy_(new_state[1])
             self.tokens_seen += n_tokens
         return out
 

@@ -33,6 +33,25 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         super().__init__()
         self.rope = rope
         self.processors = list(processors)
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def pin(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Compute the table of the stream's current position for latents shaped like ``hidden_states`` into
+        buffers that :meth:`forward` then returns as they are (allocated at the first call, refilled in place
+        after): a CUDA graph captured around the model reads the rows of whatever position the buffers hold.
+        :meth:`unpin` goes back to computing the table at every call."""
+        self.static, static = None, self.static
+        cos, sin = self.forward(hidden_states)
+        if static is None or static[0].shape != cos.shape:
+            static = (cos.clone(), sin.clone())
+        else:
+            static[0].copy_(cos)
+            static[1].copy_(sin)
+        self.static = static
+        return static
+
+    def unpin(self) -> None:
+        self.static = None
 
     def stream_tokens(self) -> int:
         """Tokens committed to the stream so far (0 for a fresh or reset stream)."""
@@ -53,6 +72,8 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         Returns ``(cos, sin)``, each ``[1, F' * H' * W', 1, D]`` (``F' = F // p_t`` etc.), for frames
         ``[frame_offset, frame_offset + F')``; ``frame_offset=None`` takes it from the stream position.
         """
+        if self.static is not None:  # pinned (see pin): the rows of the position the buffers hold
+            return self.static
         _, _, num_frames, height, width = hidden_states.shape
         p_t, p_h, p_w = self.rope.patch_size
         ppf, pph, ppw = num_frames // p_t, height // p_h, width // p_w

@@ -44,7 +44,9 @@ class AudioFeatures(Stage):
             the torch model itself. The STFT and the VAD stay in torch.
 
     Ports: in ``"audio"`` ``int16 [chunk]``; out ``"features"`` ``float32 [feature_dim]`` and ``"state"``
-    ``float32 [4]``, on ``device``.
+    ``float32 [4]``, on ``device``. The stage computes on the CPU whatever ``device`` (the audio arrives there and
+    the VAD runs there; the encoder is small): its outputs are uploaded, so no GPU work waits on it and it never
+    reads a value back from a device.
     ``reset()`` (barge-in, called by the graph between frames) clears the audio context and the VAD; the
     next frame out carries ``Flag.INTERRUPTED``. :meth:`set_listening` may be called from any thread and
     shows from the next frame out.
@@ -62,7 +64,7 @@ class AudioFeatures(Stage):
             self.model = default_encoder()
         else:
             self.model = AudioEncoder.from_pretrained(model, low_cpu_mem_usage=False)
-        self.model = self.model.to(device).eval()
+        self.model = self.model.to("cpu").eval()  # the audio and the VAD are on the CPU: so is the encoder
         self.fps = fps
         self.sample_rate = self.model.config.sample_rate
         self.chunk = chunk

@@ -24,12 +24,13 @@ from .base import (
     onnx_dir,
 )
 from .bundle import KINDS, load_avatar
-from .graph import LIVE_MAX_LAG_MS, AvatarGraph, build_avatar_graph, render_avatar_graph
+from .graph import LIVE_MAX_LAG_MS, AvatarGraph, build_avatar_graph, render_avatar_graph, warm_avatar
 from .portrait.bundle import SMALL_VAE, TINY_VAE, PortraitAvatar, random_avatar, save_avatar
 from .video.bundle import VideoAvatar, random_video_avatar, save_video_avatar
 
 __all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages", "RunSettings", "StateOverride",
            "onnx_dir",
            "KINDS", "load_avatar", "LIVE_MAX_LAG_MS", "AvatarGraph", "build_avatar_graph", "render_avatar_graph",
+           "warm_avatar",
            "SMALL_VAE", "TINY_VAE", "PortraitAvatar", "random_avatar", "save_avatar", "VideoAvatar",
            "random_video_avatar", "save_video_avatar"]

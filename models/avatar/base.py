@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar, Protocol
 
+import numpy as np
 import torch
 
 from framegraph.models.audio import IDLE, LISTENING, SPEAKING, STATE_DIM
@@ -48,6 +49,12 @@ class RunSettings:
         torch_threads: intra-op threads of the heavy stages' worker threads (None: torch's setting).
         max_lag_ms: live streams: frames whose audio is older than this are skipped (None: none skipped).
         onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
+        alpha: the picture's stage also sends the person matte, ``"alpha"`` ``uint8 [height, width]`` (255: the
+            person), frame for frame with ``"video"``; a bundle without a matte is refused (:func:`require_matte`).
+        video_device: where the picture (the ``"video"`` output) goes (None: ``device``; ``"cpu"`` for an encoder
+            after a GPU run: the picture is copied down without the GPU stages waiting).
+        cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
+            compiled code alone, to time the two apart).
     """
 
     runtime: Runtime = "torch"
@@ -60,6 +67,9 @@ class RunSettings:
     torch_threads: int | None = None
     max_lag_ms: float | None = None
     onnx_dir: str | None = None
+    alpha: bool = False
+    video_device: str | None = None
+    cuda_graphs: bool | None = None
 
 
 class StateOverride(Stage):
@@ -122,6 +132,9 @@ class AvatarBundle(Protocol):
     vad: bool
     meta: dict  # everything else its avatar.json holds (training report, provenance...)
     root: str | None  # the folder it was loaded from
+    # the person matte, uint8 (255: the person): [H, W] of the portrait, or [N, H, W] of a video avatar's loop
+    # frames; None in bundles made before mattes were (:func:`require_matte` says what to do)
+    matte: torch.Tensor | None
 
     @property
     def portrait(self) -> torch.Tensor:
@@ -136,6 +149,10 @@ class AvatarBundle(Protocol):
     @property
     def region_size(self) -> int:
         """Side in px of the square region the models generate."""
+
+    def add_matte(self) -> str:
+        """Compute the person matte (``framegraph avatar matte``: for a bundle made before mattes) and write it into
+        the bundle folder; returns the file written."""
 
     def export_onnx(self, out_dir: str) -> dict:
         """Write the ONNX files of this bundle's models and their manifest into ``out_dir`` (what the ``onnx``
@@ -155,6 +172,42 @@ def onnx_dir(bundle, settings: RunSettings) -> str:
         raise ValueError("the avatar was not loaded from a folder; give the export folder (onnx_dir, the output of "
                          "`framegraph export --avatar`)")
     return os.path.join(bundle.root, "onnx")
+
+
+def require_matte(bundle, matte: torch.Tensor | None, file: str) -> torch.Tensor:
+    """``matte``, or :class:`AvatarError` saying that ``bundle`` (made before avatars had one) has no person matte
+    ``file`` and how to give it one."""
+    if matte is not None:
+        return matte
+    where = repr(bundle.root) if bundle.root else "(not loaded from a folder)"
+    raise AvatarError(f"avatar bundle {where} has no person matte ({file}): it was made before avatars had one, so "
+                      f"it cannot be shown with alpha, over a background or in a scene; add one with `framegraph "
+                      f"avatar matte --avatar {bundle.root or 'DIR'}` (or train it again)")
+
+
+def read_matte_png(path: Path, size: tuple[int, int]) -> torch.Tensor:
+    """A bundle's matte picture (8-bit grey) as ``uint8 [H, W]``; :class:`AvatarError` naming the file when it does
+    not load or is not ``size`` (H, W)."""
+    from PIL import Image
+
+    try:
+        with Image.open(path) as im:
+            matte = torch.from_numpy(np.array(im.convert("L")))
+    except OSError as exc:
+        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is not an image ({exc})") from None
+    if tuple(matte.shape) != tuple(size):
+        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is {matte.shape[1]}x{matte.shape[0]}; "
+                          f"expected the picture's {size[1]}x{size[0]}")
+    return matte
+
+
+def write_matte_png(path: Path, matte: torch.Tensor) -> None:
+    """``uint8 [H, W]`` → an 8-bit grey PNG at ``path`` (written whole, then renamed)."""
+    from PIL import Image
+
+    tmp = path.with_name(path.name + ".partial.png")
+    Image.fromarray(matte.cpu().numpy().astype(np.uint8), mode="L").save(tmp)
+    os.replace(tmp, path)
 
 
 class PictureSize:
@@ -200,4 +253,5 @@ def load_part(root: Path, part: str, cls):
 
 
 __all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarError", "RunSettings", "StateOverride", "AvatarStages",
-           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part", "onnx_dir"]
+           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part", "onnx_dir", "require_matte",
+           "read_matte_png", "write_matte_png"]

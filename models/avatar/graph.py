@@ -25,9 +25,19 @@ from dataclasses import dataclass
 
 import torch
 
+from framegraph.models.composite import OverBackground
 from framegraph.models.runtime import Runtime
 from framegraph.stream import Clock, Graph, Stage
-from framegraph.stream.media import SAMPLE_RATE, AudioFileSource, MP4Sink, ScaleVideo, decode_audio
+from framegraph.stream.media import (
+    SAMPLE_RATE,
+    AlphaVideoSink,
+    AudioFileSource,
+    JoinAlpha,
+    MP4Sink,
+    ScaleVideo,
+    alpha_format,
+    decode_audio,
+)
 
 from .base import STATE_MODES, AvatarBundle, RunSettings, StateOverride
 from .bundle import load_avatar
@@ -66,7 +76,7 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
                        live: bool = False, budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
                        preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
                        max_lag_ms: float | None = None, runtime: Runtime = "torch", onnx_dir: str | None = None,
-                       name: str = "avatar") -> AvatarGraph:
+                       alpha: bool = False, video_device: str | None = None, name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output), for a bundle of either kind.
 
@@ -85,13 +95,20 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
             (default ``<bundle>/onnx``; made by ``framegraph export``).
         live: a live stream (see :class:`~.base.RunSettings`); ``max_lag_ms`` then defaults to
             :data:`LIVE_MAX_LAG_MS`.
+        alpha: ``video`` also sends the person matte on its ``"alpha"`` port (the caller connects it); a bundle
+            without a matte is refused (:func:`~.base.require_matte`).
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
             :class:`~.base.RunSettings` (what each means there; a kind uses those that apply to it).
+        video_device: where the picture goes (default: the ``sink``'s video input's device; with ``out`` the
+            CPU; else ``device``).
     """
     if live and max_lag_ms is None:
         max_lag_ms = LIVE_MAX_LAG_MS
+    if video_device is None:
+        video_device = sink.inputs["video"].device if sink is not None else "cpu" if out is not None else device
     settings = RunSettings(runtime=runtime, device=device, vad=vad, steps=steps, live=live, budget_ms=budget_ms,
-                           seed=seed, torch_threads=torch_threads, max_lag_ms=max_lag_ms, onnx_dir=onnx_dir)
+                           seed=seed, torch_threads=torch_threads, max_lag_ms=max_lag_ms, onnx_dir=onnx_dir,
+                           alpha=alpha, video_device=video_device)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     parts = avatar.add_stages(g, src, settings)
@@ -111,30 +128,76 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
     return AvatarGraph(g, src, parts.features, parts.state, parts.stages, parts.video, sink, audio_sink or None)
 
 
+def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime = "torch", seconds: float = 0.3,
+                **graph_kw) -> float:
+    """Warm a loaded bundle for the sessions that will use it (the preload's second half): a short graph of
+    ``seconds`` of silence through every stage at the session's shape on ``runtime`` — the first calls of its
+    kernels, a compiled runtime's compilation (cached on disk: a restart reads it back). A session started after it
+    finds its models ready, so its first frame costs about what a steady frame does. ``graph_kw``: more
+    :func:`build_avatar_graph` arguments (``steps``, ``torch_threads``...). Returns the seconds it took."""
+    import time
+
+    from framegraph.stream import PortSpec
+    from framegraph.stream.record import IterableSource, RecordingSink
+
+    started = time.perf_counter()
+    n = max(2, math.ceil(seconds * SAMPLE_RATE / 320))
+    silence = IterableSource(torch.zeros(n, 320, dtype=torch.int16), PortSpec((320,), torch.int16), port="audio",
+                             fps=SAMPLE_RATE / 320, name="silence")
+    ag = build_avatar_graph(avatar, silence, audio_sink=None, device=device, runtime=runtime, name="warm-up",
+                            **graph_kw)
+    ag.graph.connect(ag.video, ag.graph.add(RecordingSink({"video": ag.video.outputs["video"]}, name="drop")))
+    ag.graph.run()
+    return time.perf_counter() - started
+
+
 def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
                         preset: str = "offline", size: tuple[int, int] | None = None, runtime: Runtime = "torch",
-                        onnx_dir: str | None = None) -> tuple[Graph, Stage, int]:
-    """``framegraph render --avatar DIR --audio FILE --out FILE.mp4``: the offline graph (fast clock, MP4 with
-    the audio), its sink and the number of frames it will write (for a progress bar). ``size`` (width,
-    height): the video's size when it is not the avatar's — the picture scaled to fit, aspect kept
-    (:class:`~framegraph.stream.media.ScaleVideo`). ``runtime`` / ``onnx_dir``: see :func:`build_avatar_graph`."""
-    device = device or ("cuda" if torch.cuda.is_available() and runtime == "torch" else "cpu")
+                        onnx_dir: str | None = None, alpha: bool = False, background=None) -> tuple[Graph, Stage, int]:
+    """``framegraph render --avatar DIR --audio FILE --out FILE``: the offline graph (fast clock, the video with the
+    audio), its sink and the number of frames it will write (for a progress bar). ``size`` (width, height): the
+    video's size when it is not the avatar's — the picture scaled to fit, aspect kept
+    (:class:`~framegraph.stream.media.ScaleVideo`). ``alpha``: a video with the person matte as its alpha channel
+    (``out`` a ``.webm`` or ``.mov``: :class:`~framegraph.stream.media.AlphaVideoSink`); ``background``: the person
+    over a colour ``(r, g, b)`` or a picture (:class:`~framegraph.models.composite.OverBackground`), to MP4. ``runtime``
+    / ``onnx_dir``: see :func:`build_avatar_graph`."""
+    device = device or ("cuda" if torch.cuda.is_available() and runtime in ("torch", "compiled") else "cpu")
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     source = AudioFileSource(audio_path)
+    run = dict(device=device, steps=steps, runtime=runtime, onnx_dir=onnx_dir, video_device="cpu")
+    if alpha or background is not None:
+        return _render_matted(avatar, source, out, alpha, background, preset, run) + (total,)
     if size is None or tuple(size) == (avatar.width, avatar.height):
-        ag = build_avatar_graph(avatar, source, out=out, device=device, steps=steps, preset=preset, runtime=runtime,
-                                onnx_dir=onnx_dir)
+        ag = build_avatar_graph(avatar, source, out=out, preset=preset, **run)
         return ag.graph, ag.sink, total
     width, height = size
     sink = MP4Sink(out, width=width, height=height, fps=avatar.fps, audio_rate=SAMPLE_RATE, preset=preset)
-    ag = build_avatar_graph(avatar, source, audio_sink=sink, device=device, steps=steps, runtime=runtime,
-                            onnx_dir=onnx_dir)
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, **run)
     scale = ag.graph.add(ScaleVideo(src_size=(avatar.width, avatar.height), size=(width, height)))
     ag.graph.connect(ag.video, scale, "video", capacity=4)
     ag.graph.connect(scale, sink, "video")
     return ag.graph, sink, total
 
 
-__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "STATE_MODES",
+def _render_matted(avatar: AvatarBundle, source: Stage, out: str, alpha: bool, background, preset: str,
+                   run: dict) -> tuple[Graph, Stage]:
+    """The avatar's picture and matte → a file with alpha (``alpha``) or the picture over ``background`` → MP4."""
+    W, H = avatar.width, avatar.height
+    if alpha:
+        alpha_format(out)  # a .webm or .mov, or a sentence naming the suffix
+        sink = AlphaVideoSink(out, width=W, height=H, fps=avatar.fps, audio_rate=SAMPLE_RATE)
+        join, port = JoinAlpha(width=W, height=H), "rgba"
+    else:
+        sink = MP4Sink(out, width=W, height=H, fps=avatar.fps, audio_rate=SAMPLE_RATE, preset=preset)
+        join, port = OverBackground(background, width=W, height=H), "video"
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, alpha=True, **run)
+    ag.graph.add(join)
+    ag.graph.connect(ag.video, join, "video", "video", capacity=4)
+    ag.graph.connect(ag.video, join, "alpha", "alpha", capacity=4)
+    ag.graph.connect(join, sink, port, "video")
+    return ag.graph, sink
+
+
+__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar", "STATE_MODES",
            "LIVE_MAX_LAG_MS"]

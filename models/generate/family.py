@@ -77,6 +77,7 @@ class CausalStream:
             )
         self.recent: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]] = []  # (clean, embeds, mask)
         self.reanchors = 0
+        self.compiled = False  # set by the compiled runtime (its warm-up then meets every state of the past)
 
     # ---- what a family's stream says --------------------------------------------------------------
     @property
@@ -93,6 +94,11 @@ class CausalStream:
 
     def _commit(self, clean, embeds, mask) -> None:
         raise NotImplementedError
+
+    def warm_chunks(self) -> int:
+        """Chunks that take the stream through every state of its past (what a warm-up runs): 2 — the first
+        chunk (no past) and one with a past."""
+        return 2
 
     # ---- the stream -------------------------------------------------------------------------------
     def reset(self) -> None:
@@ -149,6 +155,12 @@ class WanStream(CausalStream):
 
     def _commit(self, clean, embeds, mask):
         self.streamer.commit(clean, embeds)
+
+    def warm_chunks(self) -> int:
+        """Until the KV cache is full, each chunk attends over a longer past (its own compiled shape / CUDA graph):
+        the chunks that fill it, and one more."""
+        cache = self.streamer.caches[0]
+        return -(-(cache.capacity_frames - cache.sink_frames) // self.chunk_frames) + 2
 
 
 class SanaStream(CausalStream):

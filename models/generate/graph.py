@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -20,8 +21,9 @@ import torch
 from framegraph.models import runtime
 from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import ScaleVideo, VideoFileSource
+from framegraph.stream.memory import keep_freed_memory
 
-from . import onnx  # noqa: F401  (registers the VAE decoder's ONNX Runtime engine)
+from . import compiled, onnx  # noqa: F401  (register the compiled runtime and the VAE decoder's ONNX Runtime)
 from .checkpoint import GenerateModel
 from .family import SHIFT
 from .prompts import PromptBook
@@ -41,6 +43,44 @@ class GenerateGraph:
     decode: CausalVAEDecode
     frames: int | None
     fps: float
+
+    def warm(self) -> dict:
+        """Warm the model stages at this graph's shape before it starts (the model load's second half): dummy
+        chunks through the denoiser (every state of its cache) and the decoder, compiled graphs built and CUDA
+        graphs captured, so the first real chunk finds everything ready. Each runs in a thread of its own, as in
+        the graph, with the graph's memory policy: a thread's heap (glibc gives each its own) is then already
+        paged in when the session's stage threads take it over. Returns the seconds each took."""
+        keep_freed_memory()
+        return dict(zip(("denoiser_s", "vae_decode_s"), in_threads(self.denoiser.warm, self.decode.warm)))
+
+
+def in_threads(*calls) -> list:
+    """Each of ``calls`` in a thread of its own, one after the other, every thread alive until all are done (so
+    each keeps its own malloc arena for the threads that come after); returns their results in order."""
+    results, errors = [None] * len(calls), []
+    turn = [threading.Semaphore(0) for _ in calls] + [threading.Semaphore(0)]
+    done = threading.Event()
+
+    def run(i):
+        turn[i].acquire()
+        try:
+            results[i] = calls[i]()
+        except BaseException as exc:  # noqa: BLE001 - raised in the caller below
+            errors.append(exc)
+        turn[i + 1].release()
+        done.wait()
+
+    threads = [threading.Thread(target=run, args=(i,), name=f"framegraph-warm-{i}") for i in range(len(calls))]
+    for t in threads:
+        t.start()
+    turn[0].release()
+    turn[-1].acquire()
+    done.set()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
 
 
 def build_generate_graph(
@@ -63,6 +103,8 @@ def build_generate_graph(
     vae_runtime: runtime.Runtime = "torch",
     onnx_dir: str | None = None,
     onnx_threads: int | None = None,
+    denoiser_runtime: runtime.Runtime = "torch",
+    cuda_graphs: bool | None = None,
     **options,
 ) -> GenerateGraph:
     """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
@@ -73,8 +115,10 @@ def build_generate_graph(
     at the source). ``vae_runtime`` (:mod:`framegraph.models.runtime`): ``"torch"``, or ``"onnx"``: the causal VAE
     decoder on ONNX Runtime (CPU, float32) from the export in ``onnx_dir`` (``framegraph export --generate``; a
     missing or stale one raises :class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op
-    threads (None: half the cores). ``options``: the family's (Wan: ``attention``, ``cache_frames``,
-    ``sink_frames``; both: ``backend``, the kernels' choice).
+    threads (None: half the cores). ``denoiser_runtime``: ``"torch"`` or ``"compiled"`` (the transformer's blocks
+    compiled; on CUDA its steps replayed from CUDA graphs unless ``cuda_graphs=False``; ``vae_runtime="compiled"``
+    compiles the decoder). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both:
+    ``backend``, the kernels' choice).
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -86,6 +130,7 @@ def build_generate_graph(
                          device=device, encoder_dtype=default_dtype(device))
     denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
                               timesteps=timesteps, shift=shift, strength=strength, seed=seed, device=device,
+                              engine=runtime.engines("generate-denoiser", denoiser_runtime, cuda_graphs=cuda_graphs),
                               **options)
     if prompt is not None or prompt_embeds is not None:
         denoiser.set_prompt(prompt, embeds_file=prompt_embeds)

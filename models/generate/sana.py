@@ -43,6 +43,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from diffusers import SanaVideoTransformer3DModel
@@ -119,7 +120,11 @@ class BlockCausalTemporalConv(torch.nn.Module):
             window = torch.cat([seq[:, :, start:start + self.context + self.frames_per_block], future], dim=2)
             outs.append(F.conv2d(window, self.conv.weight, self.conv.bias, groups=self.conv.groups))
         if self.stateful and self.update_state:
-            self.cache = seq[:, :, seq.shape[2] - self.context:].detach().clone()  # a copy, not a view of seq
+            last = seq[:, :, seq.shape[2] - self.context:].detach()
+            if self.cache is None or self.cache.shape != last.shape:
+                self.cache = last.clone()  # a copy, not a view of seq
+            else:
+                self.cache.copy_(last)  # in place: the cache keeps its storage (CUDA graphs read it there)
         return torch.cat(outs, dim=2)
 
 
@@ -142,6 +147,12 @@ def install_block_causal_convs(
 def sigmas_from_timesteps(timesteps: Sequence[float]) -> torch.Tensor:
     """Model timesteps (``0 < t <= 1000``, strictly decreasing, e.g. ``[1000, 750, 500, 250]``) -> the
     sampler's schedule ``float32 [steps + 1]``: ``t / 1000`` then ``0`` (the clean end)."""
+    return torch.tensor(host_sigmas(timesteps), dtype=torch.float32)
+
+
+def host_sigmas(timesteps: Sequence[float]) -> list[float]:
+    """:func:`sigmas_from_timesteps` as Python floats (float32 values): what the sampler takes, so no step reads a
+    tensor back (checks and error messages are the same)."""
     values = [float(t) for t in timesteps] if isinstance(timesteps, (list, tuple)) else None
     if not values:
         raise ValueError(f"timesteps={timesteps!r}; expected a non-empty list of numbers such as [1000, 750, 500, 250]")
@@ -150,7 +161,7 @@ def sigmas_from_timesteps(timesteps: Sequence[float]) -> torch.Tensor:
             f"timesteps={values}; expected strictly decreasing values in (0, {NUM_TRAIN_TIMESTEPS}] "
             f"(the noisiest first, e.g. [1000, 750, 500, 250])"
         )
-    return torch.tensor([t / NUM_TRAIN_TIMESTEPS for t in values] + [0.0], dtype=torch.float32)
+    return [float(np.float32(t / NUM_TRAIN_TIMESTEPS)) for t in values] + [0.0]
 
 
 class SanaVideoStream:
@@ -209,6 +220,13 @@ class SanaVideoStream:
     def frames_committed(self) -> int:
         """Latent frames committed to the stream so far (the next chunk's first frame position)."""
         return next(iter(self.processors.values())).tokens_seen // self.tokens_per_frame
+
+    def graph_key(self) -> tuple:
+        """What a captured velocity call depends on besides its inputs: where the past lives (None before the
+        first commit; the storage is kept from then on until :meth:`reset`)."""
+        state = next(iter(self.processors.values())).state
+        conv = next(iter(self.convs.values())).cache
+        return ("sana", None if state is None else state.kv.data_ptr(), None if conv is None else conv.data_ptr())
 
     def state_tensors(self) -> list[torch.Tensor]:
         """Every tensor of the stream's past: per layer the attention sums and the convolution cache."""
@@ -296,7 +314,7 @@ class SanaVideoStream:
         Returns:
             the clean chunk ``[B, C, F, H, W]`` (the model's latent space), now part of the stream's past.
         """
-        sigmas = sigmas_from_timesteps(timesteps)
+        sigmas = host_sigmas(timesteps)
         self._check(noise, prompt_embeds)
         clean = sample_euler(
             lambda x, t: self.velocity(x, t, prompt_embeds, prompt_mask),

@@ -15,6 +15,7 @@ from the next chunk the denoiser starts, whatever is already queued in the rings
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Protocol
@@ -159,6 +160,8 @@ class CausalDenoiser(Stage):
             ``x0`` estimate at each step; ``False``: deterministic Euler.
         seed: seed of the sampler's noise (restarted by ``reset()``).
         options: family options (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
+        engine: ``engine(stream)`` → the stream run on a runtime (:mod:`framegraph.models.runtime`, model
+            ``"generate-denoiser"``); None: the torch code as it is.
 
     Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
     ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
@@ -169,11 +172,13 @@ class CausalDenoiser(Stage):
                  latent_size: tuple[int, int], chunk_frames: int,
                  timesteps: Sequence[float] = (1000, 750, 500, 250), shift: float = SHIFT,
                  strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
-                 budget_ms: float | None = None, name: str = "denoiser", **options):
+                 budget_ms: float | None = None, engine: Callable | None = None, name: str = "denoiser", **options):
         super().__init__(name)
         strength = None if strength is None else check_strength(strength)
         self.family, self.model, self.prompts = family, model, prompts
         self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
+        if engine is not None:  # the runtime (runtime "generate-denoiser": compiled blocks, CUDA-graphed steps)
+            self.stream = engine(self.stream)
         self.timesteps = [t * (strength or 1.0) for t in warp_timesteps([float(t) for t in timesteps], shift)]
         self.strength, self.renoise, self.seed = strength, renoise, seed
         self.device, self.budget_ms = str(device), budget_ms
@@ -212,6 +217,28 @@ class CausalDenoiser(Stage):
         """Forget the stream (a restart): empty past, the sampler's noise from its seed again."""
         self.stream.reset()
         self._generator.manual_seed(self.seed)
+
+    # ---- warm-up --------------------------------------------------------------------------------
+    @torch.no_grad()
+    def warm(self, chunks: int | None = None) -> float:
+        """Run ``chunks`` dummy chunks of this stream's shape, then :meth:`reset` (default: on the compiled runtime
+        enough to fill the cache of the past, so each of its states has met the model — compiled graphs built,
+        CUDA graphs captured —, else one); the prompt is the one set, else zeros of the prompt book's length.
+        Returns the seconds it took."""
+        started = time.perf_counter()
+        shape = self.inputs["latent"].shape
+        embeds, mask = self._embeds if self._embeds is not None else (
+            torch.zeros(self.prompts.max_tokens, self.family.text_dim(self.model), device=self.device),
+            torch.ones(self.prompts.max_tokens, device=self.device))
+        if chunks is None:
+            chunks = self.stream.warm_chunks() if self.stream.compiled else 1
+        for _ in range(chunks):
+            noise = torch.randn((1, *shape), generator=self._generator, device=self.device)
+            self.stream.generate(noise.to(self.dtype), embeds[None].to(self.dtype), mask[None],
+                                 timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
+        _synchronize(self.device)
+        self.reset()
+        return time.perf_counter() - started
 
     # ---- stream -------------------------------------------------------------------------------
     def setup(self, ctx):
@@ -296,8 +323,20 @@ class CausalVAEDecode(ChunkDecodeStage):
         self.outputs = {"video": video_port(self.size[1], self.size[0])}
 
     @torch.no_grad()
+    def warm(self, chunks: int = 3) -> float:
+        """Decode ``chunks`` chunks of zeros (a stream's first chunk, the second, then a steady one: each reads a
+        cache of another kind), then start a new video. Returns the seconds it took."""
+        started = time.perf_counter()
+        shape = self.inputs["latent"].shape
+        for _ in range(chunks):
+            self.engine.decode(to_vae_scale(self.vae, torch.zeros((1, *shape), device=self.device, dtype=self.dtype)))
+        _synchronize(self.device)
+        self.engine.reset()
+        return time.perf_counter() - started
+
+    @torch.no_grad()
     def process(self, inputs, out):
         chunk = inputs["latent"]
         latents = to_vae_scale(self.vae, chunk.data[None].to(self.dtype))
         video = self.engine.decode(latents)  # [1, 3, T, H, W] in [-1, 1]
-        self.write_frames(out, chunk, frames_to_uint8(video[0].transpose(0, 1)).cpu())  # [T, H, W, 3]
+        self.write_frames(out, chunk, frames_to_uint8(video[0].transpose(0, 1)))  # [T, H, W, 3] on the device

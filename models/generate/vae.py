@@ -76,7 +76,7 @@ class WanDecodeState:
 
 @torch.no_grad()
 def decode_chunk(
-    vae: AutoencoderKLWan, latents: torch.Tensor, state: WanDecodeState | None = None
+    vae: AutoencoderKLWan, latents: torch.Tensor, state: WanDecodeState | None = None, *, decoder=None
 ) -> tuple[torch.Tensor, WanDecodeState]:
     """Decode the next latent frames of a stream.
 
@@ -84,6 +84,7 @@ def decode_chunk(
         vae: the stock ``AutoencoderKLWan``.
         latents: ``[B, z_dim, F, h, w]``, ``F >= 1``, the next ``F`` latent frames (VAE scale, see module docs).
         state: the state returned for the previous chunk; ``None`` starts a stream. It is not modified.
+        decoder: what runs ``vae.decoder`` (default: itself; the compiled runtime passes it compiled).
 
     Returns:
         ``(video, state)``: ``video [B, out_channels, T, h * s, w * s]`` clamped to ``[-1, 1]`` (``s`` the
@@ -108,9 +109,10 @@ def decode_chunk(
     cache = list(state.feat_cache)  # the decoder rebinds entries; the caller's state stays as it was
     x = vae.post_quant_conv(latents)
     frames = []
+    decoder = vae.decoder if decoder is None else decoder
     for i in range(x.shape[2]):
         first = state.frames == 0 and i == 0
-        frames.append(vae.decoder(x[:, :, i:i + 1], feat_cache=cache, feat_idx=[0], first_chunk=first))
+        frames.append(decoder(x[:, :, i:i + 1], feat_cache=cache, feat_idx=[0], first_chunk=first))
     out = torch.cat(frames, dim=2)
     if vae.config.patch_size is not None:
         out = unpatchify(out, patch_size=vae.config.patch_size)

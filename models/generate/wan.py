@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import numpy as np
 import torch
 
 from framegraph.kernels.processors import (
@@ -95,6 +96,12 @@ class WanCausal:
         """Latent frames committed to the stream so far (the next chunk's first frame index)."""
         return self.caches[0].frames_seen
 
+    def graph_key(self) -> tuple:
+        """What a captured velocity call depends on besides its inputs: the frames the caches hold (the length of
+        ``[cache, chunk]``) and the cache storage (a new layout reallocates it)."""
+        cache = self.caches[0]
+        return ("wan", cache.frames, 0 if cache.k is None else cache.k.data_ptr())
+
     def reset(self) -> None:
         """Forget the stream: the next chunk is frame 0 with an empty past (the cache storage is reused)."""
         for p in self.processors.values():
@@ -142,15 +149,16 @@ class WanCausal:
         ``False``: deterministic Euler steps.
         """
         self._check_chunk(noise)
-        ts = torch.tensor([float(t) for t in timesteps] + [0.0], dtype=torch.float32)
-        if ts.numel() < 2 or not bool((ts[:-1] > ts[1:]).all()) or float(ts[0]) > NUM_TRAIN_TIMESTEPS:
+        ts = [float(np.float32(t)) for t in timesteps] + [0.0]  # host floats: no device read per step
+        if len(ts) < 2 or any(a <= b for a, b in zip(ts, ts[1:])) or ts[0] > NUM_TRAIN_TIMESTEPS:
             raise ValueError(
                 f"WanCausal.generate_chunk: timesteps={list(timesteps)!r}; expected a decreasing list of values "
                 f"in (0, {NUM_TRAIN_TIMESTEPS}], e.g. {list(DEFAULT_TIMESTEPS)}"
             )
+        sigmas = [float(np.float32(t) / np.float32(NUM_TRAIN_TIMESTEPS)) for t in ts]
         x0 = sample_euler(
             lambda x, t: self.velocity(x, t, prompt_embeds), noise,
-            timesteps=ts / NUM_TRAIN_TIMESTEPS, renoise=renoise, generator=generator,
+            timesteps=sigmas, renoise=renoise, generator=generator,
         )
         self.commit(x0, prompt_embeds)
         return x0

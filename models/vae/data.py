@@ -208,7 +208,6 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
         n = min(len(per_frame), pixels.shape[0]) if per_frame else pixels.shape[0]
         frames.append(crop_frames(pixels[:n], crop_box, size))
         if redraw_targets:
-
             clean = render_truth(truth_path, max_frames=n)
             if clean.shape != pixels[:n].shape:
                 raise ValueError(f"{os.fspath(truth_path)!r}: the redrawn frames {list(clean.shape)} do not match the "

@@ -36,13 +36,25 @@ def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
     k = torch.exp(-0.5 * (t / sigma) ** 2)
     k = k / k.sum()
     x = x.reshape(N * C, 1, H, W)
-    x = F.conv2d(F.pad(x, (r, r, 0, 0), mode="replicate"), k.view(1, 1, 1, -1))
-    return F.conv2d(F.pad(x, (0, 0, r, r), mode="replicate"), k.view(1, 1, -1, 1)).reshape(N, C, H, W)
+    x = F.conv2d(pad_edges(x, r, -1), k.view(1, 1, 1, -1))
+    return F.conv2d(pad_edges(x, r, -2), k.view(1, 1, -1, 1)).reshape(N, C, H, W)
+
+
+def pad_edges(x: Tensor, r: int, dim: int) -> Tensor:
+    """``x`` with its first and last slice along ``dim`` repeated ``r`` times on each side: ``F.pad(mode=
+    "replicate")`` as a concatenation of slices. The same numbers; written so because Inductor (torch 2.13)
+    fails to compile its replicate padding of the VAE decoder's pixel-shuffled output (an index of an index:
+    ``vr must not be None``)."""
+    n = x.shape[dim]
+    first, last = x.narrow(dim, 0, 1), x.narrow(dim, n - 1, 1)
+    sizes = list(x.shape)
+    sizes[dim] = r
+    return torch.cat([first.expand(sizes), x, last.expand(sizes)], dim=dim)
 
 
 def _gradient(x: Tensor) -> tuple[Tensor, Tensor]:
     """Central differences (per px) of ``[N, 1, H, W]``, replicate borders."""
-    p = F.pad(x, (1, 1, 1, 1), mode="replicate")
+    p = pad_edges(pad_edges(x, 1, -1), 1, -2)
     return (p[..., 1:-1, 2:] - p[..., 1:-1, :-2]) / 2, (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]) / 2
 
 
@@ -62,6 +74,13 @@ def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
     t = theta.view(-1, 6, 1, 1)
     grid = torch.stack([t[:, 0] * x + t[:, 1] * y + t[:, 2], t[:, 3] * x + t[:, 4] * y + t[:, 5]], dim=-1)
     return F.grid_sample(image, grid.to(image.dtype), mode="bilinear", padding_mode="border", align_corners=False)
+
+
+def _solve(a: Tensor, b: Tensor) -> Tensor:
+    """``torch.linalg.solve`` without its error check, which reads the solver's status back to the host (on a GPU:
+    a host sync per Gauss–Newton step, and an op a compiled graph cannot cache). The systems here are symmetric
+    positive definite plus damping: never singular."""
+    return torch.linalg.solve_ex(a, b)[0]
 
 
 def solve_spd_unrolled(a: Tensor, b: Tensor) -> Tensor:
@@ -107,7 +126,7 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
         wgt = 1.0 / (1.0 + (r / robust_scale) ** 2)
         jw = jac * wgt
         system, rhs = jw @ jac.transpose(1, 2) + damp, -(jw @ r.transpose(1, 2))
-        solve = solve_spd_unrolled if torch.onnx.is_in_onnx_export() else torch.linalg.solve  # ONNX has no solve
+        solve = solve_spd_unrolled if torch.onnx.is_in_onnx_export() else _solve  # ONNX has no solve
         step = solve(system, rhs)  # [N, 6, 1]
         theta = theta + step.view(n, 2, 3)
     return theta.to(fixed.dtype)

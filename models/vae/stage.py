@@ -75,7 +75,7 @@ class ChunkDecodeStage(Stage):
         """``rgb [T, H, W, 3]`` (uint8, or floats in 0..255 cast in the copy) → ``T`` frames on the output port."""
         for i in range(rgb.shape[0]):
             f = out.write(self.port)
-            f.data.copy_(rgb[i])
+            f.data.copy_(rgb[i], non_blocking=True)  # a download slot on CUDA: the reader waits, not this stage
             f.pts = chunk.pts + self.ctx.clock.ticks_from_frame(i, self.fps)
             if i:
                 f.flags &= ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)

@@ -124,10 +124,11 @@ def _finish_step_on_interrupt() -> Iterator[threading.Event]:
 
 
 def progress(items: Iterable, total: int, desc: str, enabled: bool = True) -> Iterable:
-    """``items`` with a tqdm bar (for evaluations that take a while) when ``enabled``."""
+    """``items`` with a tqdm bar (for evaluations that take a while) when ``enabled``; the finished bar stays
+    on screen, so the user sees that every item was done (and how long it took)."""
     from tqdm import tqdm
 
-    return tqdm(items, total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=False)
+    return tqdm(items, total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=True)
 
 
 # ---------------------------------------------------------------------- checkpoint files

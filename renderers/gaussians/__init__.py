@@ -165,7 +165,7 @@ def per_camera(x: Tensor, C: int, rank: int) -> Tensor:
 
 def view_dirs(means: Tensor, viewmats: Tensor) -> Tensor:
     """Directions ``[C, N, 3]`` from each camera centre to each point ``means [N, 3]`` (not normalised)."""
-    campos = torch.linalg.inv(viewmats)[:, :3, 3]  # [C, 3] camera centres
+    campos = torch.linalg.inv_ex(viewmats)[0][:, :3, 3]  # [C, 3] camera centres (inv_ex: no status read back)
     return means[None, :, :] - campos[:, None, :]
 
 

@@ -38,10 +38,10 @@ class Gaussian4DRenderStage(RenderStage):
 
     def __init__(self, scene: Gaussian4DScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), time_scale: float = 1.0, loop: bool = True,
-                 budget_ms: float | None = None, name: str = "gaussians4d"):
+                 budget_ms: float | None = None, layers: bool = False, name: str = "gaussians4d"):
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0 (scene time units per second), got {time_scale!r}")
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
         self.scene = scene
         self.time_scale, self.loop = float(time_scale), loop
         self.background = torch.tensor(background, dtype=torch.float32)
@@ -60,6 +60,14 @@ class Gaussian4DRenderStage(RenderStage):
                                     validate=False)  # the scene was checked once, at load
         self.last_time = t
         return colors[0]
+
+    def render_layers(self, view, K, t):
+        t = scene_time(t, self._scene, time_scale=self.time_scale, loop=self.loop)
+        colors, alphas, _ = rasterize_4d(**self._args, t=t, viewmats=view[None], Ks=K[None], width=self.width,
+                                         height=self.height, backgrounds=self._bg, render_mode="RGB+ED",
+                                         validate=False)
+        self.last_time = t
+        return colors[0, ..., :3], colors[0, ..., 3], alphas[0, ..., 0]
 
 
 __all__ = ["Gaussian4DRenderStage", "scene_time"]

@@ -143,6 +143,22 @@ class NerfModel(nn.Module):
                for oc, dc in zip(o.split(chunk_rays), d.split(chunk_rays))]
         return torch.cat(rgb).reshape(height, width, 3)
 
+    def render_layers(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
+                      chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP) -> tuple[Tensor, Tensor, Tensor]:
+        """As :meth:`render`, with the expected camera-z depth ``[H, W]`` of what each pixel shows (the expected
+        distance along the ray ``Σ w t / Σ w`` times the ray's forward component; 0 where nothing was hit) and the
+        opacity ``[H, W]`` (``1 − T``)."""
+        o, d = camera_rays(viewmat.to(self.device), K.to(self.device), width, height)
+        forward = viewmat.to(self.device)[2, :3].float()  # the camera's z axis in world coordinates
+        rgb, depth, opacity = [], [], []
+        for oc, dc in zip(o.split(chunk_rays), d.split(chunk_rays)):
+            r = self.render_rays(oc, dc, backend=backend, early_stop=early_stop)
+            rgb.append(r.rgb)
+            opacity.append(r.opacity)
+            depth.append(r.depth / r.opacity.clamp_min(1e-10) * (dc @ forward))
+        return (torch.cat(rgb).reshape(height, width, 3), torch.cat(depth).reshape(height, width),
+                torch.cat(opacity).reshape(height, width))
+
     # ------------------------------------------------------------------ I/O
     def tensors(self) -> dict[str, Tensor]:
         """The safetensors payload: field weights + packed occupancy bits (CPU, contiguous)."""

@@ -31,8 +31,8 @@ class NerfRenderStage(RenderStage):
 
     def __init__(self, model: NerfModel | str | os.PathLike, *, width: int, height: int, device: str = "cpu",
                  backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
-                 budget_ms: float | None = None, name: str = "nerf"):
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, name=name)
+                 budget_ms: float | None = None, layers: bool = False, name: str = "nerf"):
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)
         self.backend, self.chunk_rays, self.early_stop = backend, chunk_rays, early_stop
 
@@ -42,6 +42,10 @@ class NerfRenderStage(RenderStage):
     def render(self, view, K, t):
         return self._model.render(view, K, self.width, self.height, backend=self.backend,
                                   chunk_rays=self.chunk_rays, early_stop=self.early_stop)
+
+    def render_layers(self, view, K, t):
+        return self._model.render_layers(view, K, self.width, self.height, backend=self.backend,
+                                         chunk_rays=self.chunk_rays, early_stop=self.early_stop)
 
 
 def framing_for_nerf(model: NerfModel, elevation_deg: float = 25.0, fov_deg: float = 45.0) -> Framing:

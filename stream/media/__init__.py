@@ -1,4 +1,14 @@
-"""Media I/O on PyAV (FFmpeg): audio sources, MP4 / H.264 / JPEG / image-sequence outputs."""
+"""Media I/O on PyAV (FFmpeg): audio sources, MP4 / H.264 / JPEG / image-sequence outputs, video with alpha."""
+from .alpha import (
+    ALPHA_FORMATS,
+    IMAGE_CODECS,
+    AlphaVideoSink,
+    JoinAlpha,
+    RGBAImageEncoder,
+    alpha_format,
+    read_video_rgba,
+    rgba_port,
+)
 from .audio import CHUNK_MS, SAMPLE_RATE, AudioFileSource, PushAudioSource, chunk_samples, decode_audio, iter_pcm16
 from .errors import MediaError, open_media
 from .scale import ScaleVideo, scale_picture
@@ -20,5 +30,6 @@ __all__ = [
     "CHUNK_MS", "SAMPLE_RATE", "AudioFileSource", "PushAudioSource", "chunk_samples", "decode_audio",
     "iter_pcm16", "MediaError", "open_media", "ScaleVideo", "PRESETS", "H264Encoder", "ImageSequenceSink",
     "JpegEncoder", "MP4Sink", "VideoFileSource", "encoder_opens", "iter_video_frames", "probe_video", "read_video",
-    "scale_picture", "video_port",
+    "scale_picture", "video_port", "ALPHA_FORMATS", "IMAGE_CODECS", "AlphaVideoSink", "JoinAlpha", "RGBAImageEncoder",
+    "alpha_format", "read_video_rgba", "rgba_port",
 ]

@@ -85,18 +85,26 @@ class MP4Sink(Stage):
         os.makedirs(folder, exist_ok=True)
         self.frames_written = self.audio_samples_written = 0
         self._last_video_index = -1
-        self._container = av.open(self.partial_path, mode="w", format="mp4")
-        vs = self._container.add_stream("libx264", rate=self.fps)
+        self._container, self._vstream, self._astream = self._open()
+
+    def _open(self):
+        """The container and its video and audio streams (None without audio), ready to mux: H.264 + AAC in MP4
+        here; a sink for another format overrides this and :meth:`_video_frame`."""
+        container = av.open(self.partial_path, mode="w", format="mp4")
+        vs = container.add_stream("libx264", rate=self.fps)
         vs.width, vs.height, vs.pix_fmt = self.width, self.height, "yuv420p"
         vs.codec_context.time_base = Fraction(1) / self.fps
         vs.codec_context.options = dict(PRESETS[self.preset], g=str(max(1, round(2 * self.fps))))
-        self._vstream = vs
-        self._astream = None
+        audio = None
         if self.audio_rate:
-            a = self._container.add_stream("aac", rate=self.audio_rate)
-            a.layout = "mono"
-            a.codec_context.time_base = Fraction(1, self.audio_rate)
-            self._astream = a
+            audio = container.add_stream("aac", rate=self.audio_rate)
+            audio.layout = "mono"
+            audio.codec_context.time_base = Fraction(1, self.audio_rate)
+        return container, vs, audio
+
+    def _video_frame(self, data: torch.Tensor) -> av.VideoFrame:
+        """A ``"video"`` frame's data as a PyAV frame for the encoder (it converts to the stream's pixel format)."""
+        return av.VideoFrame.from_ndarray(data.numpy(), format="rgb24")
 
     def process(self, inputs, out):
         clock = self.ctx.clock
@@ -115,7 +123,7 @@ class MP4Sink(Stage):
             index = clock.frame_at_ticks(f.pts, self.fps)
             if index <= self._last_video_index:  # two frames map to one slot: keep time monotonic
                 index = self._last_video_index + 1
-            vf = av.VideoFrame.from_ndarray(f.data.numpy(), format="rgb24")
+            vf = self._video_frame(f.data)
             vf.pts = index
             vf.time_base = Fraction(1) / self.fps
             self._container.mux(self._vstream.encode(vf))

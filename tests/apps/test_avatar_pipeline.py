@@ -1,11 +1,9 @@
 """The ``avatar`` WebSocket pipeline end to end on a real server (tiny random bundles, a still portrait and a
-video avatar, in a temporary avatar folder): microphone audio in, full-size video + echoed audio out, live ``state`` config, ``interrupt``,
-bad options."""
+video avatar, in a temporary avatar folder): microphone audio in, full-size video + echoed audio out, live ``state``
+config, ``interrupt``, bad options."""
 import asyncio
-import importlib
 import io
 import json
-import sys
 
 import numpy as np
 import pytest
@@ -24,26 +22,22 @@ def avatar_dir(tmp_path_factory):
     save_avatar(root / "astronaut", random_avatar())
     save_video_avatar(root / "me", random_video_avatar())  # a video avatar (bundle kind "video")
     mp = pytest.MonkeyPatch()
-    mp.setenv("FRAMEGRAPH_AVATARS", str(root))
-    name = "framegraph.apps.server.avatar_pipeline"
-    was_imported, was_registered = name in sys.modules, "avatar" in pipelines.REGISTRY
-    if name in sys.modules:  # imported (and registered) earlier, with the shipped bundles
-        mp.setattr(sys.modules[name], "AVATARS_DIR", str(root))
-    else:
-        importlib.import_module(name)  # reads $FRAMEGRAPH_AVATARS
+    mp.setenv("FRAMEGRAPH_AVATARS", str(root))  # the server's avatar folder, read when a session starts
     yield root
     mp.undo()
-    if not was_registered:  # leave the registry as other tests expect it
-        pipelines.REGISTRY.pop("avatar", None)
-    if not was_imported:
-        sys.modules.pop(name, None)
 
 
-def test_module_refuses_to_register_without_bundles(avatar_dir, tmp_path):
-    import framegraph.apps.server.avatar_pipeline as ap
+def test_the_pipeline_is_offered_only_while_the_avatar_folder_has_a_bundle(avatar_dir, tmp_path, monkeypatch):
+    from framegraph.apps.server.pipelines import avatar as ap
+    from framegraph.apps.server.protocol import ProtocolError
 
     assert ap.available_avatars(str(tmp_path)) == [] and ap.available_avatars() == ["astronaut", "me"]
-    assert pipelines.LAZY["avatar"] == "framegraph.apps.server.avatar_pipeline"
+    assert "avatar" in pipelines.available()
+    monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
+    assert "avatar" not in pipelines.available()
+    with pytest.raises(ProtocolError, match="'avatar' is not available on this server: it has no avatar bundle") as e:
+        pipelines.build("avatar", {})
+    assert str(tmp_path) not in str(e.value)  # the server's folder stays in its log
 
 
 async def speak(url: str, options: dict, samples, events: dict | None = None):
@@ -85,26 +79,27 @@ def test_bad_options_are_rejected(avatar_dir):
         with pytest.raises(ProtocolError, match=what):
             pipelines.build("avatar", options)
     p = pipelines.build("avatar", {"state": "idle"})
-    assert p.format["state"] == "idle" and p.apply_config(pipelines.Options({"state": "auto"}, "avatar")) == \
-        {"state": "auto"}
+    assert p.format["state"] == "idle" and p.apply_config({"state": "auto"}) == {"state": "auto"}
 
 
-def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir):
+def test_onnx_backend_session_streams_and_a_missing_export_is_refused(avatar_dir, caplog):
     pytest.importorskip("onnx")
     from framegraph.apps.server.protocol import ProtocolError
     from framegraph.models.avatar import load_avatar
     from framegraph.models.avatar.portrait.onnx import export_avatar
 
-    with pytest.raises(ProtocolError, match="no ONNX export .*framegraph export"):
-        pipelines.build("avatar", {"backend": "onnx"})
+    # the client hears what it may send instead; the server's log says how its operator makes an export
+    with pytest.raises(ProtocolError, match="'runtime' = 'onnx'; expected 'torch' .*no up-to-date onnx export"):
+        pipelines.build("avatar", {"runtime": "onnx"})
+    assert "no ONNX export" in caplog.text and "framegraph export" in caplog.text
     with pytest.raises(ProtocolError, match="backend"):
-        pipelines.build("avatar", {"backend": "tensorrt"})
+        pipelines.build("avatar", {"backend": "tensorrt"})  # the option's old name, still accepted
     export_avatar(load_avatar(avatar_dir / "astronaut"), str(avatar_dir / "astronaut" / "onnx"))
     samples = tone(0.8, amp=0.3)
 
     with running() as srv:
         ready, got = asyncio.run(speak(srv.url, {"backend": "onnx", "steps": 1}, samples))
-    assert ready["backend"] == "onnx" and ready["device"] == "cpu"
+    assert ready["runtime"] == ready["backend"] == "onnx" and ready["device"] == "cpu"
     assert len(got["video"]) >= 12 and Image.open(io.BytesIO(got["video"][-1][1])).size == (256, 256)
     assert got["control"][-1]["type"] == "ended"
 

@@ -124,7 +124,7 @@ def test_bench_avatar_quick_both_backends_compares_them(tmp_path):
     pytest.importorskip("onnx")
     torch.set_num_threads(1)
     out = tmp_path / "avatar_backends.json"
-    assert main(["bench", "avatar", "--quick", "--no-shipped", "--backend", "torch,onnx", "--sessions", "1",
+    assert main(["bench", "avatar", "--quick", "--no-shipped", "--runtime", "torch,onnx", "--sessions", "1",
                  "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert [(row["name"], row["backend"]) for row in r["sizes"]] == [("64 torch", "torch"), ("64 onnx", "onnx")]
@@ -133,4 +133,6 @@ def test_bench_avatar_quick_both_backends_compares_them(tmp_path):
     assert set(cmp_["stage_p50_speedup"]) >= {"denoiser", "vae_decode", "audio_features"}
     assert set(r["sessions_by_backend"]) == {"torch", "onnx"}
     assert r["sessions_by_backend"]["onnx"]["runs"][0]["per_session"][0]["frames"] > 0
-    assert main(["bench", "avatar", "--quick", "--backend", "torch,tensorrt", "--out", str(out)]) == 2
+    with pytest.raises(SystemExit) as refused:  # argparse's error: exit status 2
+        main(["bench", "avatar", "--quick", "--runtime", "torch,tensorrt", "--out", str(out)])
+    assert refused.value.code == 2

@@ -31,10 +31,10 @@ def test_bench_generate_compares_the_vae_decoder_on_torch_and_onnx_in_one_run(tm
     pytest.importorskip("onnx")
     out = tmp_path / "vae.json"
     assert main(["bench", "generate", "--family", "wan", "--config", "tiny", "--size", "32x48", "--steps", "1",
-                 "--chunk-frames", "1", "--chunks", "3", "--threads", "1", "--backend", "torch,onnx",
+                 "--chunk-frames", "1", "--chunks", "3", "--threads", "1", "--runtime", "torch,onnx",
                  "--out", str(out)]) == 0
     data = json.loads(out.read_text())
-    assert list(data["backends"]) == ["torch", "onnx"] and "--backend torch,onnx" in data["command"]
+    assert list(data["backends"]) == ["torch", "onnx"] and "--runtime torch,onnx" in data["command"]
     for name, run in data["backends"].items():
         assert run["vae_backend"] == name and run["video_frames"] == 1 + 4 * 2
         assert run["stages"]["vae_decode"]["calls"] == 3 and data["vae_decode_p50_ms"][name] > 0

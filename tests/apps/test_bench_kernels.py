@@ -3,11 +3,12 @@ import argparse
 import json
 
 from framegraph.apps.bench import kernels as bench_kernels
+from framegraph.apps.commands.bench import kernels as kernels_front
 
 
 def test_bench_kernels_writes_json_and_plot_on_cpu(tmp_path):
     parser = argparse.ArgumentParser()
-    bench_kernels.add_arguments(parser)
+    kernels_front.add_arguments(parser)
     out = tmp_path / "kernels.json"
     args = parser.parse_args(["--out", str(out), "--tiny", "--iters", "2", "--warmup", "1", "--backward"])
     assert bench_kernels.run(args) == 0
@@ -16,7 +17,7 @@ def test_bench_kernels_writes_json_and_plot_on_cpu(tmp_path):
     for key in ("device", "torch", "triton", "command", "git_commit", "dtype", "timer", "peak", "results"):
         assert key in report
     assert out.with_suffix(".png").stat().st_size > 0
-    assert {r["op"] for r in report["results"]} == set(bench_kernels.OPS)
+    assert {r["op"] for r in report["results"]} == set(kernels_front.OPS)
     for r in report["results"]:
         for key in ("shapes", "median_ms", "peers_ms", "speedup_vs_peer", "achieved_tb_s", "achieved_tflop_s",
                     "fraction_of_peak_bandwidth", "fraction_of_peak_flops"):

@@ -6,12 +6,13 @@ import json
 import pytest
 
 from framegraph.apps.bench import render as bench_render
+from framegraph.apps.commands.bench import render as render_front
 from framegraph.renderers.gaussians4d import load_checkpoint
 
 
 def _run(*argv):
     parser = argparse.ArgumentParser()
-    bench_render.add_arguments(parser)
+    render_front.add_arguments(parser)
     return bench_render.run(parser.parse_args([str(a) for a in argv]))
 
 
@@ -59,8 +60,8 @@ def test_bench_render_4dgs_and_nerf_sections(tmp_path, capsys):
     out = tmp_path / "r.json"
     assert _run("--out", out, "--quick", "--device", "cpu", "--sections", "4dgs,nerf") == 0
     result = _strict_json(out)
-    assert [c["section"] for c in result["cases"]] == ["4dgs", "nerf"]
-    four, nerf = result["cases"]
+    assert [c["section"] for c in result["cases"]] == ["nerf", "4dgs"]  # the cheapest case first
+    nerf, four = result["cases"]
 
     n4 = load_checkpoint(four["scene"]["source"]).n
     assert four["scene"]["source"].endswith("bouncing_ball.pth") and four["scene"]["gaussians"] == n4
@@ -76,7 +77,7 @@ def test_bench_render_4dgs_and_nerf_sections(tmp_path, capsys):
     assert nerf["results"]["torch"]["fps"] > 0 and nerf["results"]["torch"]["peak_memory_mib"] > 0
     assert "--interpreted-nerf" in nerf["results"]["triton"]["skipped"]  # minutes per frame interpreted
     # no 3DGS section: the top level shows the first case
-    assert result["resolution"] == [32, 24] and "torch" in result["results"]
+    assert result["resolution"] == [16, 16] and "torch" in result["results"]
     assert (tmp_path / "r.png").is_file()
     printed = capsys.readouterr().out
     assert "4dgs bouncing_ball.pth 32x24" in printed and "nerf spheres 16x16" in printed
@@ -94,7 +95,8 @@ def test_bench_render_refuses_scenes_that_do_not_fit_before_allocating(tmp_path,
     assert _run("--out", out, "--quick", "--device", "cpu", "--backends", "torch", "--gaussians", "40,1e6",
                 "--scene4d", "none", "--gaussians4d", "2000000", "--available-mib", "20") == 0
     result = _strict_json(out)
-    small, big, four, nerf = result["cases"]
+    cases = {c["name"].split()[0] + (" big" if "1,000,000" in c["name"] else ""): c for c in result["cases"]}
+    small, big, four, nerf = cases["3dgs"], cases["3dgs big"], cases["4dgs"], cases["nerf"]
     assert small["results"]["torch"]["fps"] > 0 and "refused" not in small
     for case, count in ((big, "1,000,000 Gaussians"), (four, "2,000,000 4D Gaussians")):
         assert case["results"] == {}
@@ -118,7 +120,7 @@ def test_bench_render_loads_a_scene_file(tmp_path):
 
 def test_bench_render_rejects_bad_arguments():
     parser = argparse.ArgumentParser()
-    bench_render.add_arguments(parser)
+    render_front.add_arguments(parser)
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x.json", "--sections", "3dgs,voxels"])
     with pytest.raises(SystemExit):

@@ -1,5 +1,6 @@
 """`framegraph bench report`: every bench's JSON drawn with that bench's figure, other JSON as numbers; and
-every registered bench has the contract (arguments, run, figure) that the report and the command line use."""
+every registered bench has the contract (a front: arguments and IMPLEMENTATION; an implementation: run, figure) that
+the report and the command line use."""
 import glob
 import importlib
 import json
@@ -8,8 +9,8 @@ from pathlib import Path
 
 from helpers import REPO
 
-from framegraph.apps.bench import BENCHES
 from framegraph.apps.cli import main
+from framegraph.apps.commands.bench import BENCHES, implementation
 
 RESULTS = str(REPO / "benchmarks" / "results")
 
@@ -40,9 +41,11 @@ def test_every_bench_has_the_contract_and_the_recorded_results_are_drawn_by_it()
     from framegraph.apps.bench.report import build_report, kind_of
 
     for name, (module, _) in BENCHES.items():
-        mod = importlib.import_module(module)
-        for export in ("add_arguments", "run", "figure"):
-            assert callable(getattr(mod, export, None)), f"bench {name}: {module} has no {export}"
+        front = importlib.import_module(module)
+        assert callable(getattr(front, "add_arguments", None)), f"bench {name}: {module} has no add_arguments"
+        for export in ("run", "figure"):
+            assert callable(getattr(implementation(name), export, None)), \
+                f"bench {name}: {front.IMPLEMENTATION} has no {export}"
     recorded = sorted(glob.glob(os.path.join(RESULTS, "**", "*.json"), recursive=True))
     assert recorded
     kinds = {os.path.basename(f): kind_of(json.loads(Path(f).read_text())) for f in recorded}

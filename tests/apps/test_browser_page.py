@@ -1,9 +1,11 @@
-"""The served web page (apps/web) in a real headless Chromium against a real server on loopback.
+"""The served web page (apps/web) over the WebSocket (``?transport=websocket``: glass-to-glass and WebCodecs are
+that transport's; the page over WebRTC, its default, is test_browser_webrtc.py) in a real headless Chromium
+against a real server on loopback.
 
 Chromium's fake microphone plays a speech-like WAV written here; the page streams it to the ``scope``
-pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own measurements (``window.fg.stats()``)
-and screenshots: frames are presented on the canvas, the page's glass-to-glass delay (mic capture →
-frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
+pipeline (and to the real ``avatar`` with the shipped bundle) and shows what comes back. Asserted from the page's own
+measurements (``window.fg.stats()``) and screenshots: frames are presented on the canvas, the page's glass-to-glass
+delay (mic capture → frame presented, on the browser's clock) is under a second, the ``testcard`` plays (H.264 through
 WebCodecs), and in the ``scene`` viewer a mouse drag turns the camera: the page sends ``pose`` messages,
 the server's camera receives exactly them, and the rendered picture changes.
 
@@ -28,7 +30,7 @@ def server():
 
 @pytest.fixture
 def page(browser, server, tmp_path):
-    p = Page(browser, server.http_url, screenshot=tmp_path / "page.png")
+    p = Page(browser, server.http_url + "?transport=websocket", screenshot=tmp_path / "page.png")
     yield p
     if not p.screenshot_path.exists():  # the test failed before its own: keep what the page showed
         p.screenshot()
@@ -108,12 +110,24 @@ def test_testcard_plays_through_webcodecs_h264(page):
     stop_and_check(page)
 
 
+def drag_view(page, right: float, down: float, steps: int) -> None:
+    """Drag the mouse from the middle of the page's ``#view`` by ``right`` of its width and ``down`` of its height,
+    in ``steps`` moves."""
+    box = page.page.locator("#view").bounding_box()
+    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
+    mouse = page.page.mouse
+    mouse.move(x, y)
+    mouse.down()
+    mouse.move(x + box["width"] * right, y + box["height"] * down, steps=steps)
+    mouse.up()
+
+
 def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     page.start("scene", size="320x240", codec="jpeg")
     s = page.wait_stats(lambda s: s["presented"] >= 3, 30, "the first scene frames")
     session = next(iter(server.server.sessions.values()))
     cam = s["ready"]["camera"]
-    from framegraph.apps.server.scene_pipeline import orbit_eye
+    from framegraph.apps.server.pipelines.scene import orbit_eye
     initial = look_at(orbit_eye(cam["target"], cam["distance"], cam["azimuth_deg"], cam["elevation_deg"]),
                       cam["target"], cam["up"])
     assert np.allclose(s["pose"], initial.numpy(), atol=1e-5)  # the page starts where the server's camera is
@@ -121,13 +135,7 @@ def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     before = page.canvas_rgb()
     assert_not_blank(before, "the rendered scene")
 
-    box = page.page.locator("#view").bounding_box()
-    x, y = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2
-    mouse = page.page.mouse
-    mouse.move(x, y)
-    mouse.down()
-    mouse.move(x + box["width"] / 3, y + box["height"] / 8, steps=12)
-    mouse.up()
+    drag_view(page, 1 / 3, 1 / 8, steps=12)
     s = page.wait_stats(lambda s: s["poses_sent"] >= 3, 10, "poses sent while dragging")
     pose_in = session.pipeline.pose_in
     wait_for(lambda: session.counters["poses_in"] == page.stats()["poses_sent"], 5, "the server to get every pose")
@@ -149,3 +157,24 @@ def test_scene_viewer_camera_follows_a_mouse_drag(page, server):
     diff = np.abs(after.astype(int) - before.astype(int)).mean()
     assert diff > 3, f"the picture did not change after the drag (mean abs diff {diff:.2f})"
     stop_and_check(page)
+
+
+def test_the_page_orbits_the_scene_while_the_avatar_talks_in_it(page, server):
+    """``scene_avatar``: the fake microphone's speech drives the shipped avatar standing in the toy scene; a drag
+    turns the camera while it talks — the server's camera gets the page's poses and the picture changes."""
+    page.start("scene_avatar", size="", codec="jpeg")  # its own size: 320x180
+    s = page.wait_stats(lambda s: s["presented"] >= 5, 60, "the first frames of the avatar in the scene")
+    session = next(iter(server.server.sessions.values()))
+    assert s["ready"]["pose_in"] is True and s["ready"]["audio_in"] and s["ready"]["avatar"] == "astronaut"
+    before = page.canvas_rgb()
+    assert_not_blank(before, "the avatar in the scene")
+    drag_view(page, 1 / 4, 0, steps=10)
+    page.wait_stats(lambda s: s["poses_sent"] >= 3, 10, "poses sent while dragging")
+    wait_for(lambda: session.counters["poses_in"] == page.stats()["poses_sent"], 5, "the server to get every pose")
+    shown = page.stats()["presented"]
+    page.wait_stats(lambda s: s["presented"] >= shown + 3, 30, "frames from the new pose")
+    after = page.canvas_rgb()
+    page.screenshot()
+    assert np.abs(after.astype(int) - before.astype(int)).mean() > 3  # seen from elsewhere now
+    final = stop_and_check(page)
+    assert final["server_stats"]["received"]["audio_samples_in"] > 0  # the microphone drove the avatar

@@ -1,4 +1,4 @@
-"""The ``scene`` pipeline behind the web page's orbit viewer (apps/server/scene_pipeline.py), over the
+"""The ``scene`` pipeline behind the web page's orbit viewer (apps/server/pipelines/scene.py), over the
 real WebSocket with the real websockets client (no browser here: test_browser_page.py drives it from
 Chromium). Poses in → Gaussian-splat frames out; scene files only by name from the server's folder."""
 import asyncio
@@ -97,5 +97,5 @@ def test_scene_loads_a_ply_by_name_from_the_server_folder_only(server, tmp_path,
 
 
 def test_scene_is_listed_and_loaded_lazily():
-    assert pipelines.LAZY["scene"] == "framegraph.apps.server.scene_pipeline"
+    assert pipelines.spec("scene").build.__module__ == "framegraph.apps.server.pipelines.scene"
     assert "scene" in pipelines.available()

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from framegraph.apps import client
+from framegraph.apps.commands import client as client_front
 from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.stream.media import read_video
 
@@ -36,7 +37,7 @@ def write_wav(path, seconds: float, rate: int = 44100):
 
 def run_client(argv, capsys):
     parser = argparse.ArgumentParser(prog="framegraph client")
-    client.add_arguments(parser)
+    client_front.add_arguments(parser)
     rc = client.run(parser.parse_args(argv))
     out, err = capsys.readouterr()
     return rc, out, err
@@ -106,7 +107,7 @@ def test_client_scene_orbit_sends_poses_and_the_view_turns(server, tmp_path, cap
     v = read_video(out)
     assert not np.array_equal(v["frames"][0], v["frames"][-1])  # the camera moved
     parser = argparse.ArgumentParser()
-    client.add_arguments(parser)
+    client_front.add_arguments(parser)
     with pytest.raises(ValueError, match="--orbit goes with --scene"):
         client.run(parser.parse_args(["--orbit", "--url", server.url]))
 

@@ -232,7 +232,20 @@ def test_the_page_from_the_front_door_plays_a_session_held_by_a_replica(cluster,
             page.close()
 
 
+def test_a_webrtc_offer_at_the_front_door_is_placed_on_a_replica_that_streams_it_directly(cluster):
+    """POST /webrtc/offer at the front door → 307 to a replica's own offer endpoint with a ticket (followed by the
+    client); the session runs there and its RTP goes from the replica to the client, not through Ray."""
+    pytest.importorskip("aiortc", reason="WebRTC needs aiortc: pip install 'framegraph[webrtc]'")
+    from framegraph.apps.client_webrtc import stream_session_webrtc
+
+    s = asyncio.run(stream_session_webrtc(cluster.url, "testcard", {"seconds": 2.0, "size": "160x120", "fps": FPS}))
+    ports = replica_ports(cluster)
+    assert int(s["server_address"].rsplit(":", 1)[1]) in ports  # the offer was answered by a replica
+    assert s["ended"] == "finished" and s["video_frames"] >= 0.8 * 2.0 * FPS, s
+
+
 def test_autoscaling_on_live_sessions_1_2_1_with_the_drain_honoured(cluster):
+    """Last in this module: it replaces the module's fixed-size application with an autoscaled one."""
     settings = ClusterSettings(port=0, replicas=1, min_replicas=1, max_replicas=2, sessions_per_replica=3,
                                target_fill=0.75, cpus_per_replica=0.5, drain_grace_s=GRACE_S, stats_interval_s=0.5)
     auto = start_cluster(settings)  # replaces the fixed-size application on the same Ray cluster

@@ -19,7 +19,8 @@ from helpers import framegraph_threads, wait_for
 from websockets.exceptions import InvalidStatus
 from websockets.sync.client import connect
 
-from framegraph.apps.demo import DemoConfig, add_arguments, choose_pipeline, serve_demo_in_thread
+from framegraph.apps.commands.demo import add_arguments
+from framegraph.apps.demo import DemoConfig, choose_pipeline, serve_demo_in_thread
 from framegraph.apps.server import pipelines
 from framegraph.stream.media import read_video
 
@@ -109,21 +110,21 @@ def test_player_socket_refuses_foreign_origins_and_unknown_tabs(demo):
         assert demo.ctx.relay.tab(tab).live.session == ready["session"]
 
 
-def test_pipeline_choice_falls_back_to_scope_and_prefers_the_avatar(monkeypatch):
-    monkeypatch.setitem(pipelines.LAZY, "avatar", "framegraph.apps.no_such_avatar_module")
-    monkeypatch.delitem(pipelines.REGISTRY, "avatar", raising=False)  # registered by an earlier test's import
+def test_pipeline_choice_falls_back_to_scope_and_prefers_the_avatar(monkeypatch, tmp_path):
+    monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))  # an avatar folder without a bundle
     choice = choose_pipeline("auto")
     assert choice.name == "scope" and not choice.avatar
-    assert "no_such_avatar_module" in choice.note and "scope" in choice.note
+    assert str(tmp_path) in choice.note and "scope" in choice.note  # the demo runs here: it says where to put one
     assert choice.start_options({}, "someone") == {"size": "320x240"}  # no portrait for the scope
 
-    spec = pipelines.REGISTRY["scope"]
-    monkeypatch.setitem(pipelines.REGISTRY, "avatar", pipelines.PipelineSpec("avatar", spec.builder, "test avatar"))
+    spec = pipelines.spec("scope")
+    monkeypatch.setitem(pipelines.REGISTRY, "avatar", pipelines.PipelineSpec("avatar", "test avatar", spec.options,
+                                                                             spec.build))
     choice = choose_pipeline("auto")
     assert choice.name == "avatar" and choice.avatar and "avatar" in choice.note
     assert choice.start_options({}, "astronaut") == {}  # the shipped portrait is the pipeline's default
     assert choice.start_options({"codec": "h264"}, "me") == {"codec": "h264", "portrait": "me"}
-    assert choice.start_options({}, None, "onnx") == {"backend": "onnx"}  # framegraph demo --backend onnx
+    assert choice.start_options({}, None, "onnx") == {"runtime": "onnx"}  # framegraph demo --runtime onnx
     with pytest.raises(ValueError, match="not available"):
         choose_pipeline("no-such-pipeline")
 
@@ -137,4 +138,5 @@ def test_command_line_defaults_bind_loopback():
     assert args.host == "127.0.0.1" and not args.no_browser
     cfg = config_from_args(p.parse_args(["--port", "0", "--no-browser", "--size", "640x360"]))
     assert cfg.port == 0 and cfg.video == {"size": "640x360"} and cfg.pipeline == "auto"
-    assert cfg.backend == "torch" and config_from_args(p.parse_args(["--backend", "onnx"])).backend == "onnx"
+    assert cfg.runtime == "torch" and config_from_args(p.parse_args(["--runtime", "onnx"])).runtime == "onnx"
+    assert config_from_args(p.parse_args(["--backend", "onnx"])).runtime == "onnx"  # the old name still works

@@ -1,4 +1,4 @@
-"""`framegraph export` + `framegraph render --avatar --backend onnx`: the avatar graph on ONNX Runtime renders
+"""`framegraph export` + `framegraph render --avatar --runtime onnx`: the avatar graph on ONNX Runtime renders
 the same video as on torch (PSNR >= 40 dB frame by frame, to a playable MP4); bad exports are clear errors."""
 import wave
 
@@ -29,7 +29,7 @@ def render_both(bundle, wav, tmp_path, onnx_dir):
     outs = {}
     for backend in ("torch", "onnx"):
         outs[backend] = tmp_path / f"{backend}.mp4"
-        extra = ["--backend", "onnx", "--onnx", str(onnx_dir)] if backend == "onnx" else []
+        extra = ["--runtime", "onnx", "--onnx", str(onnx_dir)] if backend == "onnx" else []
         assert main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(outs[backend]), *extra]) == 0
     return read_video(outs["torch"]), read_video(outs["onnx"])
 
@@ -51,12 +51,12 @@ def test_render_onnx_without_export_or_with_another_bundles_export_is_a_clear_er
     bundle = save_avatar(tmp_path / "bundle", random_avatar(region_size=64))
     wav = speech_like_wav(tmp_path / "a.wav", 0.2)
     assert main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(tmp_path / "x.mp4"),
-                 "--backend", "onnx"]) == 2
+                 "--runtime", "onnx"]) == 2
     assert "no ONNX export" in capsys.readouterr().err
     other = save_avatar(tmp_path / "other", random_avatar(region_size=64, seed=3))
     assert main(["export", "--avatar", str(other), "--out", str(tmp_path / "other_onnx")]) == 0
     assert main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(tmp_path / "x.mp4"),
-                 "--backend", "onnx", "--onnx", str(tmp_path / "other_onnx")]) == 2
+                 "--runtime", "onnx", "--onnx", str(tmp_path / "other_onnx")]) == 2
     assert "another or an older bundle" in capsys.readouterr().err
 
 

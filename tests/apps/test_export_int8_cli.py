@@ -1,4 +1,4 @@
-"""`framegraph export --int8` + `framegraph render --backend onnx-int8`: the int8 files are written and
+"""`framegraph export --int8` + `framegraph render --runtime onnx-int8`: the int8 files are written and
 recorded, the render runs them and stays close to float32 ORT (PSNR bounds measured with margin), and the
 flags' mistakes are clear errors."""
 
@@ -20,7 +20,7 @@ from framegraph.stream.media import read_video
 
 def render_exit(bundle, wav, out, backend, onnx_dir) -> int:
     """``framegraph render`` of the bundle speaking ``wav``; its exit code."""
-    return main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(out), "--backend", backend,
+    return main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(out), "--runtime", backend,
                  "--onnx", str(onnx_dir)])
 
 
@@ -38,7 +38,7 @@ def test_export_int8_then_render_onnx_int8(tmp_path, capsys):
         )
         == 0
     )
-    assert "--backend onnx-int8 runs dit, vae in int8" in capsys.readouterr().err
+    assert "--runtime onnx-int8 runs dit, vae in int8" in capsys.readouterr().err
     m = json.loads((onnx_dir / "manifest.json").read_text())["int8"]
     assert m["mode"] == "dynamic" and m["models"] == ["dit", "vae"]
     assert all((onnx_dir / f["file"]).is_file() and f["file"].endswith(".int8.onnx") for f in m["files"].values())
@@ -116,7 +116,7 @@ def test_bench_avatar_measures_the_onnx_int8_backend(tmp_path):
                 "avatar",
                 "--quick",
                 "--no-shipped",
-                "--backend",
+                "--runtime",
                 "onnx,onnx-int8",
                 "--sessions",
                 "1",

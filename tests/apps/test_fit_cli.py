@@ -6,7 +6,7 @@ import pytest
 import torch
 from PIL import Image
 
-from framegraph.apps.fit import main
+from framegraph.apps.cli import main
 from framegraph.assets import path as asset
 from framegraph.renderers.cameras import OPENGL_TO_OPENCV
 from framegraph.renderers.fit import load_transforms, synthetic_dataset
@@ -40,7 +40,7 @@ def _write_dataset(root: Path, views, **top) -> Path:
 
 
 def _run(capsys, *argv):
-    rc = main([str(a) for a in argv] + ["--no-progress"])
+    rc = main(["fit"] + [str(a) for a in argv] + ["--no-progress"])
     return rc, capsys.readouterr().err
 
 

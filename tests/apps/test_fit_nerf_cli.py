@@ -12,7 +12,7 @@ import torch
 from posed_captures import write_capture
 from safetensors.torch import load_file
 
-from framegraph.apps.fit_nerf import main
+from framegraph.apps.cli import main
 from framegraph.renderers.posed_images import load_transforms
 from framegraph.stream.quality import psnr
 
@@ -27,7 +27,8 @@ def test_a_capture_with_missing_images_a_lens_and_an_off_centre_arc_fits(tmp_pat
     path = write_capture(tmp_path / "data", 16, size=(40, 30), missing=(3, 11), lens={"k1": -0.2, "k2": 0.05},
                          fov_deg=45)
     out = tmp_path / "nerf"
-    rc = main([str(path), "--out", str(out), "--steps", "60", "--batch-rays", "256", "--hold-out", "4", *TINY])
+    rc = main(["fit-nerf", str(path), "--out", str(out), "--steps", "60", "--batch-rays", "256", "--hold-out", "4",
+               *TINY])
     err = capsys.readouterr().err
     assert rc == 0, err
     assert err.count("warning:") == 1 and "skipping 2 of 16 frames" in err
@@ -45,11 +46,11 @@ def test_ctrl_c_saves_and_resume_ends_exactly_where_a_straight_run_does(tmp_path
     path = write_capture(tmp_path / "data", 6, size=(24, 18))
     args = [str(path), "--batch-rays", "128", "--steps", "40", "--hold-out", "0", *TINY]
     straight = tmp_path / "straight"
-    assert main([*args, "--out", str(straight), "--no-progress"]) == 0
+    assert main(["fit-nerf", *args, "--out", str(straight), "--no-progress"]) == 0
 
     stopped = tmp_path / "stopped"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.fit_nerf", *args, "--out", str(stopped),
+    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "fit-nerf", *args, "--out", str(stopped),
                              "--checkpoint-every", "3"], stderr=subprocess.PIPE, text=True, env=env)
     deadline, ckpt = time.monotonic() + 120, stopped / "fit.fit.json"
     while proc.poll() is None and time.monotonic() < deadline and \
@@ -63,7 +64,7 @@ def test_ctrl_c_saves_and_resume_ends_exactly_where_a_straight_run_does(tmp_path
     assert "psnr=" in err and re.search(r"<\d\d:\d\d", err)  # the bar shows PSNR and the time left
 
     capsys.readouterr()
-    assert main([*args, "--out", str(stopped), "--resume", "--no-progress"]) == 0
+    assert main(["fit-nerf", *args, "--out", str(stopped), "--resume", "--no-progress"]) == 0
     assert f"resuming {stopped} at step {step}" in capsys.readouterr().err
     a, b = load_file(str(straight / "model.safetensors")), load_file(str(stopped / "model.safetensors"))
     assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
@@ -71,9 +72,9 @@ def test_ctrl_c_saves_and_resume_ends_exactly_where_a_straight_run_does(tmp_path
 
 def test_errors_say_what_was_wrong(tmp_path, capsys):
     path = write_capture(tmp_path, 3, size=(8, 6), missing=(0, 1, 2))
-    assert main([str(path), "--out", str(tmp_path / "o"), *TINY]) == 2
+    assert main(["fit-nerf", str(path), "--out", str(tmp_path / "o"), *TINY]) == 2
     err = capsys.readouterr().err
     assert "only 0 of 3 frames have their image" in err and "need at least 2" in err
     path = write_capture(tmp_path, 3, size=(8, 6))
-    assert main([str(path), "--out", str(tmp_path / "o"), "--resume", *TINY]) == 2
+    assert main(["fit-nerf", str(path), "--out", str(tmp_path / "o"), "--resume", *TINY]) == 2
     assert "no fit checkpoint to resume" in capsys.readouterr().err

@@ -355,14 +355,73 @@ def test_the_python_client_sends_a_chunk_of_pictures_then_waits_for_its_frames(t
     assert json.loads(sent[-1]) == {"type": "stop"}
 
 
-def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(browser, server, tmp_path):
+async def webrtc_camera_session(url: str, picture: np.ndarray, strength: float, server) -> list[np.ndarray]:
+    """A real aiortc peer that sends ``picture`` as its camera track (as the page sends the browser's camera) and
+    receives the generated video: the first ``N`` frames that come back, as ``uint8 [H, W, 3]``."""
+    from aiortc import RTCPeerConnection, RTCSessionDescription, VideoStreamTrack
+    from av import VideoFrame
+
+    from framegraph.apps.client_webrtc import offer_url, post_offer
+
+    class Camera(VideoStreamTrack):
+        async def recv(self):
+            pts, time_base = await self.next_timestamp()  # aiortc paces it at 30 fps (over max_fps: skipped)
+            frame = VideoFrame.from_ndarray(picture, format="rgb24")
+            frame.pts, frame.time_base = pts, time_base
+            return frame
+
+    pc = RTCPeerConnection()
+    pc.createDataChannel("control")
+    pc.addTransceiver("video", direction="recvonly")
+    pc.addTransceiver(Camera(), direction="sendonly")
+    got: list[np.ndarray] = []
+    done = asyncio.Event()
+
+    @pc.on("track")
+    def on_track(track):
+        async def drain():
+            while len(got) < N:
+                got.append((await track.recv()).to_ndarray(format="rgb24"))
+            done.set()
+        asyncio.ensure_future(drain())
+
+    await pc.setLocalDescription(await pc.createOffer())
+    answer = await asyncio.to_thread(post_offer, offer_url(url), {"type": "offer", "sdp": pc.localDescription.sdp,
+                                                                  "pipeline": "generate",
+                                                                  "options": OPTIONS | {"strength": strength}}, None)
+    await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
+    try:
+        await asyncio.wait_for(done.wait(), 60)
+        camera = server.server.sessions[answer["session"]].pipeline.video_in
+        assert camera.frames_in >= N and camera.last_size == tuple(picture.shape[1::-1]), camera.last_size
+    finally:
+        await pc.close()
+    return got
+
+
+def test_over_webrtc_the_camera_is_a_video_track_and_the_generated_stream_follows_it(server):
+    """What the page sends over WebRTC: its camera as a video track (VP8 or H.264, any size: scaled here). A dark and
+    a bright camera at strength 0.3 give different generated videos on the video track that comes back."""
+    pytest.importorskip("aiortc", reason="WebRTC needs aiortc: pip install 'framegraph[webrtc]'")
+    out = {level: asyncio.run(webrtc_camera_session(server.url, camera_picture(level, 2 * W, 2 * H), 0.3, server))
+           for level in (0, 170)}
+    dark, bright = (np.stack(out[level]).astype(np.float32) for level in (0, 170))
+    assert dark.shape == (N, H, W, 3) and dark.std() > 5
+    assert np.abs(dark[FIRST:] - bright[FIRST:]).mean() > 0.5, np.abs(dark - bright).mean()
+
+
+@pytest.mark.parametrize("transport", ["webrtc", "websocket"])
+def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(browser, server, tmp_path, transport):
+    """Over WebRTC (the page's default) the camera goes as a video track; over the WebSocket as JPEG pictures drawn
+    at the session size by the page."""
     import urllib.parse
 
     from browser_util import Page, assert_not_blank
     from helpers import wait_for
 
-    options = {"size": "96x64", "chunk_frames": 2, "timesteps": [1000, 500], "prompt_embeds": "a.safetensors", "fps": 10}
-    page = Page(browser, f"{server.http_url}?options={urllib.parse.quote(json.dumps(options))}",
+    options = {"size": "96x64", "chunk_frames": 2, "timesteps": [1000, 500], "prompt_embeds": "a.safetensors",
+               "fps": 10}
+    page = Page(browser, f"{server.http_url}?transport={transport}&options={urllib.parse.quote(json.dumps(options))}",
                 screenshot=tmp_path / "camera.png")
     try:
         page.page.wait_for_selector("#pipeline option[value='generate']", state="attached", timeout=10_000)
@@ -373,12 +432,16 @@ def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(brow
         page.start("generate")
         s = page.wait_stats(lambda s: s["camera"]["sent"] >= 20 and s["presented"] >= 10, 90,
                             "camera pictures sent and generated frames presented")
-        assert s["ready"]["input"] == "camera" and s["ready"]["strength"] == 0.5
+        assert s["ready"]["input"] == "camera" and s["ready"]["strength"] == 0.5 and s["transport"] == transport
         assert s["ready"]["video_in"]["width"] == 96 and s["camera"]["width"] > 0  # the fake camera runs
+        assert bool(s["camera"].get("track")) == (transport == "webrtc"), s["camera"]
         session = next(iter(server.server.sessions.values()))
         camera = session.pipeline.video_in
         wait_for(lambda: camera.frames_in >= 20, 20, "the server to take 20 camera pictures")
-        assert camera.last_size == (96, 64) and camera.scaled == 0  # drawn at the session size by the page
+        if transport == "websocket":
+            assert camera.last_size == (96, 64) and camera.scaled == 0  # drawn at the session size by the page
+        else:  # the track's pictures, as the browser sent them (asked for at the session size)
+            assert camera.last_size is not None and session.counters["video_in"] >= 20
         assert_not_blank(page.canvas_rgb(), "the generated video")
         page.screenshot()
         page.page.click("#stop")
@@ -387,3 +450,4 @@ def test_the_page_sends_chromiums_fake_camera_and_shows_the_generated_video(brow
         assert not s["camera"]["on"]
     finally:
         page.close()
+

@@ -185,5 +185,6 @@ def test_video_to_video_scales_an_input_of_another_size(folders, tmp_path):
     assert main(["generate", "--model", str(folders["sana"]), *SIZE, "--prompt-embeds", str(folders["embeds"]),
                  "--input", str(big), "--strength", "0.5", "--seconds", "1.5", "--out", str(out)]) == 0
     frames = read_video(out)["frames"]
-    assert frames.shape == (1 + 4 * 8, 32, 48, 3)  # 24 frames asked: 3 chunks of 3 (2 make 21); the 9-frame input looped
+    # 24 frames asked: 3 chunks of 3 (2 make 21); the 9-frame input looped
+    assert frames.shape == (1 + 4 * 8, 32, 48, 3)
     assert frames.std() > 5

@@ -1,4 +1,4 @@
-"""`framegraph export --generate` + `framegraph generate --backend onnx`: a tiny Wan folder (stock diffusers
+"""`framegraph export --generate` + `framegraph generate --runtime onnx`: a tiny Wan folder (stock diffusers
 classes) generates, with its causal VAE decoder on ONNX Runtime, the MP4 it generates on torch (PSNR >= 40 dB
 frame by frame, a picture that moves); a missing or stale export, or one for another chunk length, is refused
 with a sentence that names the export command."""
@@ -33,8 +33,8 @@ def generate(folder, embeds, out, *extra) -> int:
 
 def test_generate_on_onnx_writes_the_torch_video(exported, tmp_path, capsys):
     folder, embeds = exported
-    assert generate(folder, embeds, tmp_path / "torch.mp4", "--backend", "torch") == 0
-    assert generate(folder, embeds, tmp_path / "onnx.mp4", "--backend", "onnx") == 0
+    assert generate(folder, embeds, tmp_path / "torch.mp4", "--runtime", "torch") == 0
+    assert generate(folder, embeds, tmp_path / "onnx.mp4", "--runtime", "onnx") == 0
     assert "VAE on onnx" in capsys.readouterr().err
     a, b = read_video(tmp_path / "torch.mp4")["frames"], read_video(tmp_path / "onnx.mp4")["frames"]
     assert a.shape == b.shape == (1 + 4 * 5, 32, 48, 3)  # 3 chunks of 2 latent frames
@@ -45,7 +45,7 @@ def test_generate_on_onnx_writes_the_torch_video(exported, tmp_path, capsys):
 def test_missing_and_stale_exports_are_refused_naming_the_export_command(exported, tmp_path, capsys):
     folder, embeds = exported
     out = tmp_path / "x.mp4"
-    assert generate(folder, embeds, out, "--backend", "onnx", "--chunk-frames", "1") == 2  # exported for 2 only
+    assert generate(folder, embeds, out, "--runtime", "onnx", "--chunk-frames", "1") == 2  # exported for 2 only
     err = capsys.readouterr().err
     assert "no ONNX export" in err and f"framegraph export --generate {folder} --size 32x48 --chunk-frames 1" in err
     other = tmp_path / "other"
@@ -55,7 +55,7 @@ def test_missing_and_stale_exports_are_refused_naming_the_export_command(exporte
     vae = AutoencoderKLWan.from_pretrained(str(other / "vae"))
     vae.decoder.conv_out.bias.data += 0.1  # retrained weights: the old export is stale
     vae.save_pretrained(str(other / "vae"))
-    assert generate(other, embeds, out, "--backend", "onnx", "--onnx", str(folder / "onnx" / "vae_32x48_f2")) == 2
+    assert generate(other, embeds, out, "--runtime", "onnx", "--onnx", str(folder / "onnx" / "vae_32x48_f2")) == 2
     err = capsys.readouterr().err
     assert "another or an older VAE" in err and f"framegraph export --generate {other} --size 32x48" in err
     assert not out.exists()
@@ -68,4 +68,4 @@ def test_bad_export_and_backend_arguments_say_what_to_do(exported, tmp_path, cap
     assert main(["export", "--generate", str(tmp_path), *SIZE]) == 2
     assert "vae/config.json: missing" in capsys.readouterr().err
     assert generate(folder, embeds, tmp_path / "x.mp4", "--onnx", str(tmp_path)) == 2
-    assert "--onnx DIR goes with --backend onnx" in capsys.readouterr().err
+    assert "--onnx DIR goes with --runtime onnx" in capsys.readouterr().err

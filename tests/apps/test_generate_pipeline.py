@@ -1,6 +1,7 @@
-"""The server's ``generate`` pipeline (apps/server/generate_pipeline.py) over a real WebSocket on loopback:
+"""The server's ``generate`` pipeline (apps/server/pipelines/generate.py) over a real WebSocket on loopback:
 a tiny Wan folder from the server's model folder streams generated frames; a ``config`` prompt change shows
-within the next chunks, without a restart (the frames before it are those of an unchanged session); a model is only ever named, never a path; the Python client records the stream to MP4."""
+within the next chunks, without a restart (the frames before it are those of an unchanged session); a model is only ever
+named, never a path; the Python client records the stream to MP4."""
 import asyncio
 import json
 
@@ -96,7 +97,9 @@ def test_text_prompts_change_live_and_bad_options_are_refused(server):
             return json.loads(await asyncio.wait_for(ws.recv(), 30))
 
     for options, words in (({"model": "/etc"}, "one of the server's models ['tiny-wan']"),
-                           (OPTIONS | {"size": "40x32"}, "height must be a positive multiple of 16"),
+                           # sizes are WxH in messages too: the width, 40, is the side that does not tile
+                           (OPTIONS | {"size": "40x32"}, "multiples of 16 (the model's 8x VAE downscale times its 2x2 "
+                                                         "patches): the width, 40, is not; e.g. 32x32"),
                            (OPTIONS | {"timesteps": [250, 500]}, "strictly decreasing")):
         reply = asyncio.run(refused(options))
         assert reply["type"] == "error" and words in reply["message"], reply

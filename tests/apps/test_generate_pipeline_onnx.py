@@ -1,6 +1,7 @@
-"""The server's ``generate`` pipeline with ``backend: onnx`` over a real WebSocket on loopback: refused before
-anything starts while the model has no export (the message names the export command), then, once
-``framegraph export --generate`` has written it, streaming the pictures the torch backend streams."""
+"""The server's ``generate`` pipeline with ``runtime: onnx`` (old name ``backend``) over a real WebSocket on loopback:
+refused before anything starts while the model has no export (the client hears what it may send instead, the server's
+log names the export command), then, once
+``framegraph export --generate`` has written it, streaming the pictures the torch runtime streams."""
 import asyncio
 import json
 
@@ -33,14 +34,18 @@ async def start(url: str, backend: str, n: int = 0) -> tuple[dict, list[np.ndarr
         return first, got
 
 
-def test_onnx_backend_is_refused_without_an_export_then_streams_the_torch_pictures(tmp_path, monkeypatch):
+def test_onnx_backend_is_refused_without_an_export_then_streams_the_torch_pictures(tmp_path, monkeypatch, caplog):
     wan = tiny_generate_folder(tmp_path / "tiny-wan", "wan")
     tiny_prompt_embeds(wan / "a.safetensors", seed=1)
     monkeypatch.setenv("FRAMEGRAPH_MODELS", str(tmp_path))
     with running(settle_s=15) as server:
         reply, _ = asyncio.run(start(server.url, "onnx"))
         assert reply["type"] == "error" and reply["code"] == "bad_option", reply
-        assert f"framegraph export --generate {wan} --size 32x48 --chunk-frames 2" in reply["message"], reply
+        # the client hears, in its own terms (WxH), what it may send instead; the server's log names the command
+        assert "expected 'torch' (model 'tiny-wan' has no up-to-date ONNX export of its VAE decoder for size 48x32 " \
+               "and chunk_frames 2 on this server)" in reply["message"], reply
+        assert str(tmp_path) not in reply["message"]
+        assert f"framegraph export --generate {wan} --size 32x48 --chunk-frames 2" in caplog.text
         assert main(["export", "--generate", str(wan), "--size", "32x48", "--chunk-frames", "2"]) == 0
         ready, onnx = asyncio.run(start(server.url, "onnx", FRAMES))
         assert ready["backend"] == "onnx" and ready["device"] == "cpu"

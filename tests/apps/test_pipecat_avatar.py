@@ -147,8 +147,8 @@ def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_
     long = say("This is a long sentence that the user will interrupt long before it reaches its very end.")
     after = say("Yes?")
     agent = Agent(FramegraphAvatar(ASTRONAUT, runtime="torch"))
-    script = ["pictures", 0.4, *utterance(long, RATE, "long"), 1.6, InterruptionFrame(), 1.2, *utterance(after, RATE, "after"),
-              len(after) / RATE + 0.8, CancelFrame()]
+    script = ["pictures", 0.4, *utterance(long, RATE, "long"), 1.6, InterruptionFrame(), 1.2,
+              *utterance(after, RATE, "after"), len(after) / RATE + 0.8, CancelFrame()]
     run([agent], [script])
     order = agent.sink.got
     cut = next(i for i, (_, f) in enumerate(order) if isinstance(f, InterruptionFrame))
@@ -180,20 +180,21 @@ def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_
 def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipeline(tmp_path):
     """A video-kind bundle (tiny, random weights) in the pipeline: a TTS frame at a rate the avatar cannot
     resample or with a broken size is an ErrorFrame upstream and is dropped, a frame of an unknown kind passes
-    through, and the next good speech (48 kHz stereo, with no TTSStoppedFrame before the EndFrame) is still spoken. Construction refuses a missing bundle, an unknown
-    runtime, a missing ONNX export and int8 for a video avatar, each saying what was expected."""
+    through, and the next good speech (48 kHz stereo, with no TTSStoppedFrame before the EndFrame) is still spoken.
+    Construction refuses a missing bundle, an unknown runtime, a missing ONNX export and int8 for a video avatar, each
+    saying what was expected."""
     from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
 
     save_video_avatar(tmp_path / "me", random_video_avatar())
     with pytest.raises(AvatarError, match="does not exist"):
         FramegraphAvatar(str(tmp_path / "nobody"))
-    with pytest.raises(ValueError, match=r"runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
+    with pytest.raises(ValueError, match=r"runtime 'tensorrt' is not one of torch, compiled, onnx, onnx-int8"):
         FramegraphAvatar(ASTRONAUT, runtime="tensorrt")
     with pytest.raises(ValueError, match="no ONNX export .*framegraph export"):
         FramegraphAvatar(ASTRONAUT, runtime="onnx", onnx_dir=str(tmp_path / "none"))
     with pytest.raises(ValueError, match="no ONNX export .*framegraph export --avatar"):
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx")
-    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+    with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
         FramegraphAvatar(str(tmp_path / "me"), runtime="onnx-int8")
 
     agent = Agent(FramegraphAvatar(str(tmp_path / "me")))
@@ -218,10 +219,13 @@ def test_video_avatar_bad_input_is_an_error_or_passes_through_never_a_dead_pipel
 
 
 def test_the_command_line_offers_pipecat_demo_and_its_help_imports_no_pipecat():
-    """`framegraph --help` builds every command's parser: Pipecat is imported by the demo and the processor only."""
-    code = ("import sys; from framegraph.apps.cli import build_parser; p = build_parser(); "
+    """`framegraph pipecat-demo --help` builds the demo's parser: Pipecat is imported by the demo and the processor
+    only, not by the options."""
+    code = ("import sys; from framegraph.apps.cli import build_parser; argv = ['pipecat-demo', '--help']; "
+            "p = build_parser(argv); "
             "assert not [m for m in sys.modules if m.split('.')[0] == 'pipecat'], 'pipecat imported'; "
-            "p.parse_args(['pipecat-demo', '--help'])")
+            "p.parse_args(argv)")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
-    assert "--runtime {torch,onnx,onnx-int8}" in r.stdout and "--video-delay-ms" in r.stdout and "--fps" in r.stdout
+    assert "--runtime {torch,compiled,onnx,onnx-int8}" in r.stdout
+    assert "--video-delay-ms" in r.stdout and "--fps" in r.stdout

@@ -19,7 +19,8 @@ from PIL import Image
 pytest.importorskip("pipecat", reason="framegraph[pipecat] (pipecat-ai) is part of the dev extra")
 
 from framegraph.apps.bench.pipecat_agent import best_lag  # noqa: E402
-from framegraph.apps.pipecat.cli import add_arguments, load_example  # noqa: E402
+from framegraph.apps.commands.pipecat_demo import add_arguments  # noqa: E402
+from framegraph.apps.pipecat.cli import load_example  # noqa: E402
 from framegraph.apps.pipecat.webrtc import Server, build_app  # noqa: E402
 from framegraph.models.avatar import load_avatar  # noqa: E402
 from framegraph.models.avatar.eval.synthetic import mouth_openness, search_box  # noqa: E402
@@ -83,8 +84,9 @@ def test_typed_sentence_is_heard_and_the_avatar_speaks_it_in_chromium(browser, a
     x0, y0, x1, y1 = search_box(avatar.mouth_box, frames.shape[1:3])
     change = np.abs(np.diff(frames[:, y0:y1, x0:x1].astype(np.float64), axis=0)).mean(axis=(1, 2, 3))
     lag, corr = best_lag(opening, rms, max_lag=8)
-    print(f"\nbrowser recording: {len(frames)} frames, audio rms {np.sqrt(np.mean(audio ** 2)):.0f}, {speech.sum()} speech "
-          f"/ {silence.sum()} silent frames; openness {opening[speech].mean():.2f} (max {opening[speech].max():.2f}) vs "
+    print(f"\nbrowser recording: {len(frames)} frames, audio rms {np.sqrt(np.mean(audio ** 2)):.0f}, "
+          f"{speech.sum()} speech / {silence.sum()} silent frames; openness {opening[speech].mean():.2f} "
+          f"(max {opening[speech].max():.2f}) vs "
           f"{opening[silence].mean():.2f}; change {change[speech[1:]].mean():.2f} vs {change[silence[1:]].mean():.2f}; "
           f"mouth after sound by {lag} frames (correlation {max(corr):.2f})")
     assert len(frames) > 100 and np.sqrt(np.mean(audio ** 2)) > 500  # the speech was heard, not silence

@@ -1,6 +1,6 @@
 """Server limits and HTTP: token, Origin, session limit, message size and rate, closing and shutdown
 (a flood of bad messages, the slot of a closing connection, SIGTERM with a client that never reads),
-each pipeline's size / fps range, /metrics, /healthz, static files, startup refusals, and a pipeline
+each pipeline's size / fps range, /metrics, /healthz, /pipelines/NAME, static files, startup refusals, and a pipeline
 registered from outside (camera poses on a latest edge)."""
 import asyncio
 import json
@@ -9,10 +9,8 @@ import math
 import re
 import signal
 import socket
-import subprocess
-import sys
-import threading
 import time
+from dataclasses import dataclass
 
 import numpy as np
 import pytest
@@ -33,8 +31,10 @@ from test_server_session import (
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, ConnectionClosedError, InvalidStatus
 
-from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, add_video_out, register, video_options
-from framegraph.apps.server.cli import add_arguments, config_from_args
+from framegraph.apps.commands.serve import add_arguments
+from framegraph.apps.server import Pipeline, ServerConfig, StreamServer, VideoOptions, add_video_out, option, register
+from framegraph.apps.server.cli import config_from_args
+from framegraph.apps.server.pipelines.options import Size
 from framegraph.apps.server.protocol import MediaFlag
 from framegraph.stream import Clock, Graph, PortSpec, PushSource, Stage
 from framegraph.stream.testcard import TestCardVideo
@@ -201,20 +201,9 @@ def test_a_closing_connection_frees_its_session_slot_when_the_close_starts():
 
 
 def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
-    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.cli", "serve", "--port", "0"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    url = threading.Event()
+    from framegraph.apps.bench.network import server_process
 
-    def read_stderr():  # keep reading, so the server never blocks on a full pipe
-        for line in proc.stderr:
-            lines.append(line)
-            if "WebSocket ws://" in line:
-                url.set()
-
-    threading.Thread(target=read_stderr, daemon=True).start()
-
-    async def client(ws_url, port):
+    async def client(proc, ws_url, port):
         ws = await non_reader(ws_url, port)
         await start(ws, "testcard", size="640x480", fps=30, quality=95, seconds=60)
         t_term, n = None, 0
@@ -236,14 +225,9 @@ def test_serve_exits_within_2_s_of_sigterm_with_a_client_that_never_reads():
         ws.transport.abort()
         return exited_after
 
-    try:
-        assert url.wait(60), "".join(lines)
-        ws_url = re.search(r"WebSocket (ws://\S+)", "".join(lines)).group(1)
-        exited_after = asyncio.run(client(ws_url, int(re.search(r":(\d+)/ws", ws_url).group(1))))
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-        proc.wait()
+    with server_process(start_timeout_s=60) as server:  # its stderr read all along: the server never blocks on it
+        proc, lines = server.proc, server.log
+        exited_after = asyncio.run(client(proc, server.url, int(re.search(r":(\d+)/ws", server.url).group(1))))
     assert exited_after < 2.0, (exited_after, "".join(lines))
     assert proc.returncode == 0, "".join(lines)
     assert "shutting down" in "".join(lines)
@@ -348,6 +332,8 @@ def test_metrics_healthz_and_static_files():
         index = http_get(srv.http_url).decode()
         script = http_get(srv.http_url + "app.js")
         pipelines = json.loads(http_get(srv.http_url + "pipelines"))
+        scope = json.loads(http_get(srv.http_url + "pipelines/scope"))
+        missing = http_request(srv.http_url + "pipelines/nope")
         for bad in ("nope.html", "..%2Fserver%2Fapp.py", ".hidden", "../server/app.py"):
             assert http_request(srv.http_url + bad)[0] == 404, bad
         assert http_request(srv.http_url + "ws")[0] == 426
@@ -359,7 +345,8 @@ def test_metrics_healthz_and_static_files():
 
     assert stages("framegraph_stage_work_seconds") == {"mic", "scope", "encode", "send"}
     assert stages("framegraph_stage_output_wait_seconds") == {"mic", "scope", "encode"}  # the sink has no output
-    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}  # mic: the client's audio
+    # mic: the client's audio
+    assert stages("framegraph_stage_input_wait_seconds") == {"mic", "scope", "encode", "send"}
     e2e = {n: v for n, labels, v in m["framegraph_end_to_end_latency_seconds"]["samples"] if labels.get("le") in
            (None, "+Inf")}
     assert e2e["framegraph_end_to_end_latency_seconds_count"] > 5
@@ -373,6 +360,12 @@ def test_metrics_healthz_and_static_files():
     assert after["framegraph_server_sessions_total"]["samples"][0][2] == 1
     assert "<canvas" in index and b"WebSocket" in script
     assert {"testcard", "scope"} <= set(pipelines)
+    # one pipeline's options, from its declaration: what the start and config messages may carry
+    assert scope["available"] and scope["description"] == pipelines["scope"]
+    assert scope["options"]["gain"] == {"type": "number", "range": [0.01, 100.0], "default": 1.0,
+                                        "help": "how much the waveform is magnified", "live": True}
+    assert scope["options"]["size"]["default"] == "320x240" and scope["options"]["codec"]["choices"] == ["jpeg", "h264"]
+    assert missing[0] == 404 and json.loads(missing[1])["code"] == "unknown_pipeline"
 
 
 # ---- a pipeline registered from outside: camera poses through a latest edge -----------------------------
@@ -390,10 +383,13 @@ class PoseTint(Stage):
         out.write("video").data[:] = t.to(torch.uint8)
 
 
-@register("posecard", "test: test-card clock + client poses → solid colour")
-def build_posecard(opts):
-    v = video_options(opts, size=(64, 48))
-    opts.done()
+@dataclass
+class PosecardOptions(VideoOptions):
+    size: tuple[int, int] = option((64, 48), "the card's width and height", Size())
+
+
+@register("posecard", "test: test-card clock + client poses → solid colour", PosecardOptions)
+def build_posecard(v: PosecardOptions):
     graph = Graph(Clock("realtime"), name="posecard")
     clock = graph.add(TestCardVideo(width=v.width, height=v.height, fps=v.fps, seconds=60), max_in_flight=2)
     pose = graph.add(PushSource(PortSpec((4, 4), torch.float32), name="pose"))
@@ -402,7 +398,7 @@ def build_posecard(opts):
     graph.connect(clock, render, "video", policy="drop_oldest")
     graph.connect(pose, render, "value", "pose", policy="latest")
     graph.connect(render, encoder, "video", policy="drop_oldest")
-    return Pipeline(graph, sink, encoder=encoder, pose_in=pose, format={"video": v.describe(), "pose_in": True})
+    return Pipeline(graph, sink, encoder=encoder, pose_in=pose, format={"video": v.video_format(), "pose_in": True})
 
 
 def test_registered_pipeline_takes_camera_poses_through_a_latest_edge():

@@ -41,7 +41,8 @@ def test_media_header_round_trip_and_layout():
 
 
 def test_control_parsing_checks_types_and_poses():
-    assert parse_control('{"type": "pose", "matrix": [1,0,0,0, 0,1,0,0, 0,0,1,2, 0,0,0,1]}')["matrix"][2] == [0, 0, 1, 2]
+    pose = parse_control('{"type": "pose", "matrix": [1,0,0,0, 0,1,0,0, 0,0,1,2, 0,0,0,1]}')
+    assert pose["matrix"][2] == [0, 0, 1, 2]
     for text, code in [('{"type": "pose", "matrix": [[1,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,1,1]]}', "bad_message"),
                        ('{"type": "pose", "matrix": [[NaN,0,0,0],[0,1,0,0],[0,0,1,0],[0,0,0,1]]}', "bad_message"),
                        ('{"type": "start", "pipeline": "x", "version": 2}', "bad_message"),
@@ -127,7 +128,8 @@ def test_audio_scope_draws_one_picture_per_video_frame_and_passes_audio_through(
     g = Graph(Clock("fast"))
     mic = g.add(PushAudioSource())
     scope = g.add(AudioScope(width=64, height=48, fps=25))
-    pics, echo = g.add(RecordingSink({"video": PortSpec((48, 64, 3), torch.uint8)}, name="pics")), g.add(RecordingSink({"audio": PortSpec((320,), torch.int16)}, name="echo"))
+    pics = g.add(RecordingSink({"video": PortSpec((48, 64, 3), torch.uint8)}, name="pics"))
+    echo = g.add(RecordingSink({"audio": PortSpec((320,), torch.int16)}, name="echo"))
     g.connect(mic, scope)
     g.connect(scope, pics, "video")
     g.connect(scope, echo, "audio")

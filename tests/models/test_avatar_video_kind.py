@@ -286,6 +286,11 @@ def test_bundle_geometry_follows_the_face(talking):
     assert 80 <= r["face_width_px"] <= 120  # the astronaut's face in the 256² photo
     assert a.box_side == region_side(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
     assert len(a.frames) == 150 and r["train_frames"] == 240  # 6 s loop; the last 20 % held out
+    # the person's matte was learnt from the frames, one per loop frame: the face opaque, the corners see-through
+    assert a.matte is not None and a.matte.shape == (150, 256, 256)
+    fx, fy, fw, fh = (int(v) for v in talking["truth"]["portrait"]["face_box"])
+    assert int(a.matte[:, fy + fh // 3:fy + 2 * fh // 3, fx + fw // 3:fx + 2 * fw // 3].min()) == 255
+    assert int(a.matte[:, :12, :12].max()) == 0
     # the region sits over the mouth: the synth's mouth box lies inside every frame's box
     mx, my, mw, mh = talking["truth"]["portrait"]["mouth_box"]
     for x, y, s, _ in a.boxes:
@@ -365,14 +370,15 @@ def test_the_chin_and_collar_stay_the_frames_own_however_wide_the_mouth_opens(ta
     a = load_avatar(talking["bundle"])
     assert a.jaws is not None and a.jaws.shape == (len(a.frames), 13, 2)
     stage = MouthRegion.for_avatar(a)
-    assert "jaw" in stage.inputs
+    assert "keep" in stage.inputs
     wide = torch.tensor([3.0, 0.0, 0.0])
     with FaceLandmarker(max_faces=1) as m:
         for i in (3, 60, 120):
             frame, box = a.frames[i], [int(v) for v in a.boxes[i]]
-            kept, redrawn = stage.picture(frame, box, wide, jaw=a.jaws[i]), stage.picture(frame, box, wide)
+            share = jaw_keep(a.jaws[i], box)
+            kept, redrawn = stage.picture(frame, box, wide, keep=share), stage.picture(frame, box, wide)
             x, y, L, _ = box
-            keep = jaw_keep(a.jaws[i], box) == 1
+            keep = share == 1
             inner = (slice(y, y + L), slice(x, x + L))
             assert torch.equal(kept[inner][keep], frame[inner][keep]), "below the jaw line: the frame, exactly"
             assert (redrawn[inner][keep].int() - frame[inner][keep].int()).abs().float().mean() > 0.5

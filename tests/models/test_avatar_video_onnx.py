@@ -64,5 +64,5 @@ def test_an_export_of_another_bundle_or_runtime_is_refused(exported, tmp_path):
         build_avatar_graph(other, PushAudioSource(), runtime="onnx", onnx_dir=out)
     with pytest.raises(ExportError, match="no ONNX export"):
         build_avatar_graph(other, PushAudioSource(), runtime="onnx", onnx_dir=str(tmp_path))
-    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+    with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
         build_avatar_graph(other, PushAudioSource(), runtime="onnx-int8", onnx_dir=out)

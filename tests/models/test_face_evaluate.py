@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from framegraph.apps import avatar as avatar_app
+from framegraph.apps.commands import avatar as avatar_front
 from framegraph.models.avatar.eval.real import (
     CLOSED_OPENNESS,
     JAW_BREAK,
@@ -150,7 +151,7 @@ def test_speech_per_frame_finds_speech_not_silence():
 def test_track_clip_and_the_eval_cli_on_a_talking_clip(tmp_path, capsys):
     """The synthetic clip's mouth follows its speech: the landmarks see it (and the CLI writes it)."""
     parser = argparse.ArgumentParser(prog="framegraph avatar")
-    avatar_app.add_arguments(parser)
+    avatar_front.add_arguments(parser)
     assert avatar_app.run(parser.parse_args(["synth", "--out", str(tmp_path), "--clips", "1", "--seconds", "4",
                                              "--seed", "3"])) == 0
     clip = tmp_path / "clip_00000.mp4"

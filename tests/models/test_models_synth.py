@@ -12,6 +12,7 @@ import pytest
 from PIL import Image
 
 from framegraph.apps import avatar
+from framegraph.apps.commands import avatar as avatar_front
 from framegraph.models.synth import (
     EspeakError,
     EspeakNotFound,
@@ -249,7 +250,7 @@ def test_plans_are_deterministic_per_seed():
 
 def run_cli(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="framegraph avatar")
-    avatar.add_arguments(parser)
+    avatar_front.add_arguments(parser)
     return avatar.run(parser.parse_args(argv))
 
 

@@ -12,17 +12,19 @@ from framegraph.stream.media import PushAudioSource
 def test_the_registry_lists_each_models_runtimes():
     import framegraph.models.generate  # noqa: F401  (a model registers its engines when it is imported)
 
-    assert runtime.runtimes("avatar-portrait") == ("torch", "onnx", "onnx-int8")
-    assert runtime.runtimes("avatar-video") == ("torch", "onnx")
-    assert runtime.runtimes("generate-vae") == ("torch", "onnx")
-    with pytest.raises(ValueError, match="runtime 'tensorrt' is not one of torch, onnx, onnx-int8"):
+    assert runtime.runtimes("avatar-portrait") == ("torch", "compiled", "onnx", "onnx-int8")
+    assert runtime.runtimes("avatar-video") == ("torch", "compiled", "onnx")
+    assert runtime.runtimes("generate-vae") == ("torch", "compiled", "onnx")
+    assert runtime.runtimes("generate-denoiser") == ("torch", "compiled")
+    with pytest.raises(ValueError, match="runtime 'tensorrt' is not one of torch, compiled, onnx, onnx-int8"):
         runtime.check("avatar-portrait", "tensorrt")
-    with pytest.raises(ValueError, match="generate-vae runs on torch or onnx, not 'onnx-int8'"):
+    with pytest.raises(ValueError, match="generate-vae runs on torch, compiled or onnx, not 'onnx-int8'"):
         runtime.check("generate-vae", "onnx-int8")
+    assert runtime.default_runtime("cpu") == "torch" and runtime.default_runtime("cuda") == "compiled"
 
 
 def test_a_video_avatar_refuses_a_runtime_it_lacks():
-    with pytest.raises(ValueError, match="avatar-video runs on torch or onnx, not 'onnx-int8'"):
+    with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
         build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx-int8")
 
 

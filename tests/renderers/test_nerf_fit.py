@@ -205,7 +205,8 @@ def test_transforms_json_round_trip_and_fit_command(tmp_path):
     ``framegraph fit`` entry point trains from them and writes a loadable NeRF directory."""
     import argparse
 
-    from framegraph.apps.fit_nerf import add_arguments, run
+    from framegraph.apps.commands.fit_nerf import add_arguments
+    from framegraph.apps.fit_nerf import run
     from framegraph.renderers.nerf import is_nerf_dir, load_transforms
 
     W = 16
@@ -229,7 +230,7 @@ def test_fit_nerf_sizes_default_per_device():
     """Unset size options take the device's defaults (CUDA: instant-ngp's; CPU: smaller, measured); set ones stay."""
     import argparse
 
-    from framegraph.apps.fit_nerf import add_arguments
+    from framegraph.apps.commands.fit_nerf import add_arguments
     from framegraph.renderers.nerf.cli import DEVICE_DEFAULTS, resolve_defaults
 
     p = argparse.ArgumentParser()
@@ -253,10 +254,11 @@ def test_bench_nerf_fit_records_held_out_psnr_against_time(tmp_path):
     import argparse
 
     from framegraph.apps.bench import nerf_fit
+    from framegraph.apps.commands.bench import nerf_fit as nerf_fit_front
 
     write_transforms(tmp_path, 9, 24)
     p = argparse.ArgumentParser()
-    nerf_fit.add_arguments(p)
+    nerf_fit_front.add_arguments(p)
     out = tmp_path / "nerf_fit.json"
     args = p.parse_args(["--transforms", str(tmp_path / "transforms.json"), "--downscale", "1", "--hold-out", "4",
                          "--aabb", *map(str, AABB), "--steps", "60", "--batch-rays", "256", "--eval-every", "30",

@@ -169,3 +169,17 @@ def test_a_pushed_source_waiting_for_its_client_reports_input_wait_not_work():
     assert s["work"]["p50_ms"] < 10, s["work"]  # it used to read ≈ 50 ms: the time the client took
     assert 0.7 * SLOW_S * 1e3 < s["input_wait"]["p50_ms"] < 3 * SLOW_S * 1e3, s["input_wait"]
     assert s["output_wait"]["p50_ms"] < 10, s["output_wait"]
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 17, 4096])
+def test_latency_percentiles_are_numpys_linear_percentiles(n):
+    import numpy as np
+
+    from framegraph.stream.telemetry import LatencyWindow
+
+    window = LatencyWindow()
+    values = np.random.default_rng(n).exponential(20.0, size=n)
+    for ms in values:
+        window.add(float(ms))
+    s = window.summary()
+    assert [s["p50_ms"], s["p95_ms"], s["p99_ms"]] == pytest.approx(np.percentile(values, [50, 95, 99]), rel=1e-12)

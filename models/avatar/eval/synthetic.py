@@ -284,7 +284,6 @@ def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | N
         ag.graph.add(meter)
         ag.graph.connect(ag.video, meter, "video", "video", capacity=4)
     if progress:
-
         return run_with_progress(ag.graph, ag.sink, total, desc="generate")
     return ag.graph.run()
 
@@ -417,7 +416,6 @@ def estimator_check(clip, truth) -> dict:
     p = truth["portrait"]
     reference = frames[0] if p.get("name") != "astronaut" else None
     if reference is None:
-
         reference = torch.from_numpy(np.array(astronaut_portrait().image, copy=True))
     n = min(len(truth["frames"]), frames.shape[0])
     if not all("jaw_open" in f for f in truth["frames"][:n]):

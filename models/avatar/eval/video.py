@@ -24,6 +24,7 @@ from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 from ..clips.io import ClipWriter, probe
 from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
+from ..video.jaw import jaw_keep
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
 from ..video.train import track_faces
@@ -69,8 +70,9 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             frame = torch.from_numpy(frames[t])
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
-            jaw = track.jaws[t - a] if avatar.jaws is not None else None  # as the bundle's loop frames have
-            gen = region.picture(frame, box, shape, jaw=jaw).numpy()
+            # kept below the frame's own jaw line, as the bundle's loop frames are
+            keep = jaw_keep(track.jaws[t - a], box) if avatar.jaws is not None else None
+            gen = region.picture(frame, box, shape, keep=keep).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:
@@ -106,9 +108,10 @@ def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:
                          segment_seconds=1e6, min_seconds=1.0, progress=False)
     size = (prep.portrait["width"], prep.portrait["height"])
     if size != (avatar.width, avatar.height):
-        raise ValueError(f"{clip}: {info['width']}x{info['height']} at {info['fps']:g} fps plays at {size[0]}x{size[1]} "
-                         f"once prepared as for training; the avatar plays {avatar.width}x{avatar.height} at "
-                         f"{avatar.fps:g} fps (give a clip of the video it was made from)")
+        raise ValueError(f"{clip}: {info['width']}x{info['height']} at {info['fps']:g} fps plays at "
+                         f"{size[0]}x{size[1]} once prepared as for training; the avatar plays "
+                         f"{avatar.width}x{avatar.height} at {avatar.fps:g} fps (give a clip of the video it was made "
+                         "from)")
     return prep.clips[0]
 
 

@@ -4,6 +4,8 @@ still portrait needs, and the stages it adds to an avatar graph.
     DIR/avatar.json      portrait file, crop (face) box, mouth box, region size, fps, chunk frames,
                          sampler steps / shift, latent normalisation, VAD on/off
     DIR/portrait.png     the full-resolution background the generated face region is pasted into
+    DIR/matte.png        the person matte of the portrait (8-bit grey: 255 the person, 0 the background;
+                         :mod:`framegraph.models.matte`); bundles made before mattes have none
     DIR/vae/             VideoVAE      (diffusers save_pretrained folder)
     DIR/dit/             AvatarDiT     (diffusers save_pretrained folder)
     DIR/audio/           AudioEncoder  (diffusers save_pretrained folder)
@@ -30,17 +32,31 @@ from framegraph.models import runtime
 from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
 from framegraph.models.composite import Composite
 from framegraph.models.dit import AvatarDiT, Denoiser
+from framegraph.models.matte import person_matte
 from framegraph.models.synth import astronaut_portrait
 from framegraph.models.vae import VAEDecode, VideoVAE, crop_frames, face_crop_box, uint8_to_frames
 from framegraph.stream import Graph, Stage
 from framegraph.stream.files import write_json
 
-from ..base import AVATAR_JSON, AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
+from ..base import (
+    AVATAR_JSON,
+    AvatarError,
+    AvatarStages,
+    PictureSize,
+    RunSettings,
+    add_audio_side,
+    load_part,
+    read_matte_png,
+    require_matte,
+    write_matte_png,
+)
+from . import compiled as _compiled  # noqa: F401  (registers the compiled runtime)
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
 from .onnx import export_avatar
 
 FORMAT_VERSION = 1
 PORTRAIT_FILE = "portrait.png"
+MATTE_FILE = "matte.png"
 PARTS = ("vae", "dit", "audio")
 
 # The ``tiny`` VAE of the tests / CPU runs: 4 (patch) · 2 · 2 = 16x spatial compression.
@@ -60,6 +76,7 @@ class PortraitAvatar(PictureSize):
         region_size: side of the generated region in px (the VAE's frame size).
         fps, chunk_frames, steps, shift: stream settings of the Denoiser.
         vad: use the Silero VAD for the speaking state.
+        matte: ``uint8 [H, W]`` the person matte of the portrait (``matte.png``), or None (an older bundle).
         meta: everything else found in avatar.json (training report, provenance...).
     """
 
@@ -75,6 +92,7 @@ class PortraitAvatar(PictureSize):
     steps: int = 2
     shift: float = 1.0
     vad: bool = True
+    matte: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
     _reference: torch.Tensor | None = None
@@ -86,7 +104,6 @@ class PortraitAvatar(PictureSize):
 
     def region(self, frames: torch.Tensor | None = None) -> torch.Tensor:
         """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]`` (default: the portrait)."""
-
         frames = self.portrait[None] if frames is None else frames
         return crop_frames(frames, self.crop_box, self.region_size)
 
@@ -94,7 +111,6 @@ class PortraitAvatar(PictureSize):
     def reference_latent(self) -> torch.Tensor:
         """``float32 [C, h, w]``: the portrait's face region encoded by the VAE (the identity)."""
         if self._reference is None:
-
             x = uint8_to_frames(self.region()).transpose(0, 1)[None]  # [1, 3, 1, S, S]
             z, _ = self.vae.encode(x.to(self.vae.device))
             self._reference = z[0, :, 0].float().cpu()
@@ -110,10 +126,23 @@ class PortraitAvatar(PictureSize):
                 "steps": int(self.steps), "shift": float(self.shift), "vad": bool(self.vad),
                 "latent_norm": {"mean": c.latent_mean, "std": c.latent_std}}
 
-    def composite(self, device: str = "cpu") -> Composite:
+    def composite(self, device: str = "cpu", alpha: bool = False, out_device: str | None = None) -> Composite:
         """The :class:`~framegraph.models.composite.Composite` stage that pastes the generated region into the
-        portrait (default feathered ellipse)."""
-        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device)
+        portrait (default feathered ellipse); its picture goes to ``out_device`` (default ``device``); ``alpha``: it
+        also sends the portrait's matte on an ``"alpha"`` port (:class:`~..base.AvatarError` when the bundle has
+        none)."""
+        matte = require_matte(self, self.matte, MATTE_FILE) if alpha else None
+        return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device, alpha=matte,
+                         out_device=out_device)
+
+    def add_matte(self) -> str:
+        """Compute the portrait's person matte (:func:`~framegraph.models.matte.person_matte`) and write it into the
+        bundle folder (``matte.png``; nothing else changes); returns its path."""
+        if self.root is None:
+            raise ValueError("the avatar was not loaded from a folder: save it first (save_avatar)")
+        self.matte = person_matte(self.portrait)
+        write_matte_png(Path(self.root) / MATTE_FILE, self.matte)
+        return str(Path(self.root) / MATTE_FILE)
 
     def export_onnx(self, out_dir: str) -> dict:
         """The ONNX export of the three models (:func:`~.onnx.export_avatar`)."""
@@ -122,7 +151,10 @@ class PortraitAvatar(PictureSize):
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~framegraph.models.dit.Denoiser`
         → :class:`~framegraph.models.vae.VAEDecode` → :class:`~framegraph.models.composite.Composite` (the face
-        region pasted into the portrait), each model on its ``settings.runtime`` engine."""
+        region pasted into the portrait; with ``settings.alpha`` also the portrait's matte), each model on its
+        ``settings.runtime`` engine."""
+        if settings.alpha:
+            require_matte(self, self.matte, MATTE_FILE)
         engines = runtime.engines("avatar-portrait", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
@@ -137,7 +169,7 @@ class PortraitAvatar(PictureSize):
                                  max_lag_ms=settings.max_lag_ms, engine=engines.dit))
         dec = graph.add(VAEDecode(self.vae, size=self.region_size, chunk_frames=self.chunk_frames, fps=self.fps,
                                   device=settings.device, reference=self.region()[0], engine=engines.vae))
-        comp = graph.add(self.composite(settings.device))
+        comp = graph.add(self.composite(settings.device, alpha=settings.alpha, out_device=settings.video_device))
         graph.connect(features, den, "features", "features", capacity=8)
         graph.connect(state, den, "state", "state", capacity=8)
         graph.connect(den, dec, "latent", "latent", capacity=2)
@@ -193,13 +225,14 @@ def load_portrait_avatar(root, cfg: dict) -> PortraitAvatar:
     if chunk < 1 or chunk % dit.config.frames_per_block or chunk > 4:
         raise AvatarError(f"{where}: chunk_frames {chunk} must be 1..4 and a multiple of the DiT's frames_per_block "
                           f"{dit.config.frames_per_block}")
+    matte = read_matte_png(root / MATTE_FILE, (H, W)) if (root / MATTE_FILE).is_file() else None
     known = {"format_version", "portrait", "size", "face_box", "mouth_box", "region_size", "fps", "chunk_frames",
              "steps", "shift", "vad", "latent_norm"}
     mouth = cfg.get("mouth_box")
     return PortraitAvatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=box, region_size=size,
                   mouth_box=None if mouth is None else tuple(float(v) for v in mouth),
                   fps=float(cfg.get("fps", 25.0)), chunk_frames=chunk, steps=int(cfg.get("steps", 2)),
-                  shift=float(cfg.get("shift", 1.0)), vad=bool(cfg.get("vad", True)),
+                  shift=float(cfg.get("shift", 1.0)), vad=bool(cfg.get("vad", True)), matte=matte,
                   meta={k: v for k, v in cfg.items() if k not in known}, root=str(root))
 
 
@@ -214,6 +247,8 @@ def save_avatar(root, avatar: PortraitAvatar) -> str:
     tmp = root / (PORTRAIT_FILE + ".partial.png")
     Image.fromarray(avatar.portrait.cpu().numpy()).save(tmp)
     os.replace(tmp, root / PORTRAIT_FILE)
+    if avatar.matte is not None:
+        write_matte_png(root / MATTE_FILE, avatar.matte)
     data = {**avatar.settings(), **avatar.meta}
     write_json(root / AVATAR_JSON, data)
     avatar.root = str(root)
@@ -226,7 +261,6 @@ def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box
     """A tiny randomly initialised avatar (default: the astronaut portrait) — for tests of the plumbing."""
 
     if portrait is None:
-
         p = astronaut_portrait()
         portrait, crop_box = p.image, crop_box or face_crop_box(p.image.shape[:2], p.face_box, p.mouth_box)
         mouth_box = mouth_box or p.mouth_box
@@ -247,4 +281,4 @@ def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box
 
 
 __all__ = ["PortraitAvatar", "load_portrait_avatar", "save_avatar", "random_avatar", "TINY_VAE", "SMALL_VAE",
-           "PORTRAIT_FILE", "FORMAT_VERSION"]
+           "PORTRAIT_FILE", "MATTE_FILE", "FORMAT_VERSION"]

@@ -49,6 +49,7 @@ from framegraph.models.audio.train import (
 )
 from framegraph.models.composite import load_background
 from framegraph.models.dit import AvatarDiT, generate
+from framegraph.models.matte import person_matte
 from framegraph.models.sampler import distill_loss, flow_matching_loss
 from framegraph.models.synth import clips_portrait
 from framegraph.models.vae import VideoVAE, box_to_region, train_vae
@@ -148,7 +149,6 @@ def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) 
 
 
     if portrait is not None:
-
         return load_background(portrait)
     drawn_on = clips_portrait(portrait_json, clips_dir)
     if drawn_on is not None:
@@ -406,7 +406,8 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
         mouth_box = tuple(portrait_json["mouth_box"]) if portrait_json and portrait_json.get("mouth_box") else None
         avatar = PortraitAvatar(vae=vae.cpu(), dit=None, audio=audio_encoder, portrait=background, crop_box=crop_box,
                         region_size=cfg.region_size, mouth_box=mouth_box, fps=cfg.fps,
-                        chunk_frames=cfg.frames_per_block, steps=cfg.sample_steps, shift=cfg.shift, vad=cfg.vad)
+                        chunk_frames=cfg.frames_per_block, steps=cfg.sample_steps, shift=cfg.shift, vad=cfg.vad,
+                        matte=person_matte(background))
         ref = avatar.reference_latent().to(device)
         vae.to(device)
         C, lh, lw = ref.shape

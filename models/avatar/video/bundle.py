@@ -10,7 +10,10 @@
                         in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
                         finest texture is laid over the generated lower face: away from the lips), and in
                         bundles since it was added ``jaws float32 [N, 13, 2]`` (each loop frame's jaw line, px
-                        of the frame: below it the frame itself is kept, :func:`jaw_keep`)
+                        of the frame: below it the frame itself is kept, :func:`~.jaw.jaw_keep`)
+    DIR/matte.npz       ``alpha uint8 [N, H, W]``: the person matte of each loop frame (255: the person;
+                        :mod:`framegraph.models.matte`, learnt at ``train --video``); bundles made before
+                        mattes have none
     DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
     DIR/shape_head/     ShapeHead       (audio features → mouth shape)
     DIR/audio/          AudioEncoder
@@ -37,13 +40,14 @@ import torch.nn.functional as F
 
 from framegraph.models import runtime
 from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
+from framegraph.models.matte import person_mattes
 from framegraph.models.synth import astronaut_portrait
 from framegraph.stream import Graph, Stage
 from framegraph.stream.files import write_json
 from framegraph.stream.media import MediaError, read_video
 
-from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part
-from .jaw import jaw_keep
+from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part, require_matte
+from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and compiled)
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
 from .onnx import export_video_avatar
@@ -53,6 +57,7 @@ KIND = "video"
 FORMAT_VERSION = 1
 LOOP_FILE = "loop.mp4"
 REGIONS_FILE = "regions.npz"
+MATTE_FILE = "matte.npz"
 PARTS = {"generator": MouthGenerator, "shape_head": ShapeHead, "audio": AudioEncoder}
 MAX_MODEL_SIZE = 256  # the generated region's side cap (px): real time on CPU, see the module docstring
 MIN_MODEL_SIZE = 64  # a smaller lower face has too few pixels for lips
@@ -133,11 +138,12 @@ class VideoAvatar(PictureSize):
         idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
             ``uint8 [S, S, 3]``; texture: ``float32 [S, S]`` or None (older bundles: none), see
             :func:`texture_mask`. jaws: ``float32 [N, M, 2]`` each loop frame's jaw line (px of the frame) or
-            None (older bundles: the whole hidden area is redrawn), see :func:`jaw_keep`.
+            None (older bundles: the whole hidden area is redrawn), see :func:`~.jaw.jaw_keep`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
             standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
             audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
+        matte: ``uint8 [N, H, W]`` the person matte of each loop frame, or None (an older bundle).
     """
 
     generator: MouthGenerator
@@ -158,6 +164,7 @@ class VideoAvatar(PictureSize):
     silence_gate: bool = True
     texture: torch.Tensor | None = None
     jaws: np.ndarray | None = None
+    matte: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
     kind: ClassVar[str] = KIND
@@ -193,26 +200,45 @@ class VideoAvatar(PictureSize):
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
-        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). Its small models run on
-        the CPU, whatever ``settings.device`` (the loop frames live there): in torch, or the audio encoder and the
-        generator on ONNX Runtime (:mod:`.onnx`)."""
+        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). The two small models and
+        the picture compute on ``settings.device`` on its ``runtime`` (:mod:`.engines`: torch, compiled; or on the
+        CPU the audio encoder and the generator on ONNX Runtime, :mod:`.onnx`); the audio side and the loop frames
+        stay on the CPU, each picked frame uploaded. ``settings.alpha``: the loop also plays the frames' mattes,
+        which the mouth region passes on beside its picture (the lower face is redrawn inside the person)."""
+        mattes = require_matte(self, self.matte, MATTE_FILE) if settings.alpha else None
         engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
+        device = settings.device
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       engine=engines.audio), "cpu")
-        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate))
-        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, jaws=self.jaws))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms,
-                                                  torch_threads=settings.torch_threads, engine=engines.generator))
+        shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
+                                     engine=engines.head))
+        loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
+                                   jaws=self.jaws, device=device))
+        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
+                                                  out_device=settings.video_device, matte=settings.alpha,
+                                                  torch_threads=settings.torch_threads, engine=engines.picture,
+                                                  generator_engine=engines.generator, graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
         graph.connect(loop, region, "frame", "frame", capacity=2)
         graph.connect(loop, region, "box", "box", capacity=2)
         if self.jaws is not None:
-            graph.connect(loop, region, "jaw", "jaw", capacity=2)
+            graph.connect(loop, region, "keep", "keep", capacity=2)
         graph.connect(shape, region, "shape", "shape", capacity=4)
+        if settings.alpha:
+            graph.connect(loop, region, "alpha", "alpha", capacity=2)
         return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
+
+    def add_matte(self) -> str:
+        """Compute the loop frames' person mattes (:func:`~framegraph.models.matte.person_mattes`) and write them
+        into the bundle folder (``matte.npz``; nothing else changes); returns its path."""
+        if self.root is None:
+            raise ValueError("the avatar was not loaded from a folder: save it first (save_video_avatar)")
+        self.matte = person_mattes(self.frames)
+        _write_matte(Path(self.root) / MATTE_FILE, self.matte)
+        return str(Path(self.root) / MATTE_FILE)
 
     def export_onnx(self, out_dir: str) -> dict:
         """The ONNX export of the audio encoder and the generator (:func:`~.onnx.export_video_avatar`)."""
@@ -259,6 +285,8 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
                         nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
                         paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **extra)
     os.replace(tmp, root / REGIONS_FILE)
+    if avatar.matte is not None:
+        _write_matte(root / MATTE_FILE, avatar.matte)
     write_json(root / "avatar.json", {**avatar.settings(), **avatar.meta})
     avatar.root = str(root)
     return str(root)
@@ -296,17 +324,39 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
         raise AvatarError(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
                     f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
                     f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
+    matte = _load_matte(root / MATTE_FILE, (n, H, W)) if (root / MATTE_FILE).is_file() else None
     a, b = (int(v) for v in cfg["idle"])
     if not 0 <= a < b <= n:
         raise AvatarError(f"{where}: idle range {[a, b]} is not inside the {n} loop frames")
     shape = cfg["shape"]
     return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
-                       reference=torch.from_numpy(r["reference"]), texture=texture, jaws=jaws,
+                       reference=torch.from_numpy(r["reference"]), texture=texture, jaws=jaws, matte=matte,
                        shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
+
+
+def _write_matte(path: Path, matte: torch.Tensor) -> None:
+    """``uint8 [N, H, W]`` → ``matte.npz`` (``alpha``, compressed; written whole, then renamed)."""
+    tmp = path.with_name(path.name + ".partial.npz")
+    np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
+    os.replace(tmp, path)
+
+
+def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:
+    """``matte.npz``'s ``alpha uint8 [N, H, W]``; :class:`~..base.AvatarError` naming the file when it does not
+    load or does not match the loop frames."""
+    try:
+        with np.load(path) as z:
+            alpha = z["alpha"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is not a matte file ({exc})") from None
+    if alpha.dtype != np.uint8 or alpha.shape != shape:
+        raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} holds {alpha.dtype} {list(alpha.shape)}; "
+                          f"expected uint8 {list(shape)} (one matte per loop frame)")
+    return torch.from_numpy(alpha)
 
 
 def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -316,9 +366,12 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return mean, std
 
 
-def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0) -> VideoAvatar:
+def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
+                        generator_channels: tuple[int, ...] = (8, 16, 16, 16)) -> VideoAvatar:
     """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
-    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync."""
+    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync.
+    ``generator_channels``: the mouth generator's widths (the trained bundles' are ``MouthGenerator``'s default,
+    ``(24, 48, 96, 96)``: what a speed measurement wants)."""
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
@@ -327,11 +380,14 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
     side = region_side(2.3 * mw)
     centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
     boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
+    t = np.linspace(0.0, 1.0, 13)  # a jaw line: from beside the mouth, down under the chin and up again
+    jaw = np.stack([mx - 0.6 * mw + t * 2.2 * mw, my + mh / 2 + 0.2 * mw + 0.8 * mw * np.sin(np.pi * t)], 1)
+    jaws = np.stack([jaw + (s, 0) for s in shifts]).astype(np.float32)
     mask = torch.zeros(region_size, region_size)
     mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
-        generator = MouthGenerator(channels=(8, 16, 16, 16), sample_size=region_size).eval()
+        generator = MouthGenerator(channels=tuple(generator_channels), sample_size=region_size).eval()
         encoder = default_encoder(seed)
         head = ShapeHead(feature_dim=encoder.feature_dim).eval()
     return VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=frames, boxes=boxes,
@@ -339,9 +395,9 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0)
                        mask=mask, paste=paste_mask(mask, 4),
                        reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
                        shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
-                       vad=False)
+                       jaws=jaws, vad=False)
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
-           "model_size", "region_boxes", "paste_mask", "texture_mask", "jaw_keep", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
-           "MIN_MODEL_SIZE"]
+           "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
+           "MIN_MODEL_SIZE", "MATTE_FILE"]

@@ -2,7 +2,8 @@
 
     state [4] ──▶ VideoLoop ──frame uint8 [H, W, 3]──▶ ...
                            ├──box   int32 [4]─────────▶   (the mouth region's box in that frame)
-                           └──jaw   float32 [M, 2]────▶   (its jaw line, px; with ``jaws``)
+                           └──keep  float32 [L, L]────▶   (the region kept from the frame: below its jaw line;
+                                                             with ``jaws``)
 
 :class:`LoopCursor` is the plan, frame by frame: a **ping-pong** over the loop frames ``0 .. N-1``
 (``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``: every step goes to a neighbouring frame of the recording,
@@ -22,6 +23,8 @@ import torch
 from framegraph.models.audio import SPEAKING
 from framegraph.models.audio.frontend import STATE_DIM
 from framegraph.stream import PortSpec, Stage
+
+from .jaw import jaw_keep
 
 
 def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
@@ -99,18 +102,23 @@ class VideoLoop(Stage):
         frames: ``uint8 [N, H, W, 3]`` the loop frames (source resolution).
         boxes: ``int [N, 4]`` (x, y, w, h) px of the mouth region in each frame (w, h the same for all).
         idle / nearest_idle / fade: see :class:`LoopCursor`.
-        jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame) or None.
+        mattes: ``uint8 [N, H, W]`` each frame's person matte, or None; given, the matte of the frame shown (blended
+            as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
+        jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame), or None; given, the share of the box
+            kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
+            on a ``"keep"`` port, made here on the CPU so the device path reads no value back.
 
-    Ports: in ``"state"`` ``float32 [4]`` (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` and with ``jaws`` ``"jaw"`` ``float32 [M, 2]`` (blended
-    as the frames are during a cross-fade), keeping the state's pts and flags. A stream starts at
+    Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
+    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
+    on ``device`` (the loop frames
+    stay on the CPU: each is uploaded as it is picked), keeping the state's pts and flags. A stream starts at
     the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
     barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
     range; a jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 jaws=None, name: str = "loop"):
+                 mattes: torch.Tensor | None = None, jaws=None, device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -122,13 +130,21 @@ class VideoLoop(Stage):
         self.cursor = LoopCursor(len(self.frames), idle, nearest_idle, fade)
         H, W = self.frames.shape[1:3]
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
-        self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu")}
-        self.jaws = None
+        self.outputs = {"frame": PortSpec((H, W, 3), torch.uint8, device), "box": PortSpec((4,), torch.int32, device)}
+        self.mattes = None
+        if mattes is not None:
+            if mattes.dtype != torch.uint8 or tuple(mattes.shape) != (len(self.frames), H, W):
+                raise ValueError(f"VideoLoop: mattes are {mattes.dtype} {list(mattes.shape)}; expected uint8 "
+                                 f"[{len(self.frames)}, {H}, {W}]")
+            self.mattes = mattes
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, device)
+        self.jaws = None  # float32 [N, M, 2] on the host: the keep share is drawn there (numpy, OpenCV)
         if jaws is not None:
-            self.jaws = torch.as_tensor(np.asarray(jaws), dtype=torch.float32)
-            if self.jaws.dim() != 3 or len(self.jaws) != len(self.frames) or self.jaws.shape[2] != 2:
+            self.jaws = np.asarray(jaws, np.float32)
+            if self.jaws.ndim != 3 or len(self.jaws) != len(self.frames) or self.jaws.shape[2] != 2:
                 raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
-            self.outputs["jaw"] = PortSpec(tuple(self.jaws.shape[1:]), torch.float32, "cpu")
+            L = int(round(float(self.boxes[0, 2])))
+            self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -138,17 +154,29 @@ class VideoLoop(Stage):
         speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
         picks = self.cursor.step(speaking)
         frame, box = out.write("frame"), out.write("box")
-        if self.jaws is not None:
-            out.write("jaw").data.copy_(sum(self.jaws[i] * w for i, w in picks))
+        alpha = out.write("alpha") if self.mattes is not None else None
+        if self.jaws is not None:  # the blended jaw line at the blended box, as the frame is blended
+            jaw = sum(self.jaws[i] * w for i, w in picks)
+            at = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
+            out.write("keep").data.copy_(jaw_keep(jaw, at), non_blocking=True)
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])
             box.data.copy_(self.boxes[i].round().to(torch.int32))
+            if alpha is not None:
+                alpha.data.copy_(self.mattes[i])
             return
         (i, wi), (j, wj) = picks
-        blended = self.frames[i].float() * wi + self.frames[j].float() * wj
-        frame.data.copy_(blended.round_().clamp_(0, 255).to(torch.uint8))
+        frame.data.copy_(_blend(self.frames, picks))
         box.data.copy_((self.boxes[i] * wi + self.boxes[j] * wj).round().to(torch.int32))
+        if alpha is not None:
+            alpha.data.copy_(_blend(self.mattes, picks))
+
+
+def _blend(images: torch.Tensor, picks: list[tuple[int, float]]) -> torch.Tensor:
+    """``uint8`` ``sum(w · images[i])`` over the ``(i, w)`` of a cross-fade, rounded."""
+    blended = sum(images[i].float() * w for i, w in picks)
+    return blended.round_().clamp_(0, 255).to(torch.uint8)
 
 
 __all__ = ["pingpong_next", "nearest_frames", "LoopCursor", "VideoLoop"]

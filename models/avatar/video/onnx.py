@@ -14,7 +14,6 @@ weights and the region size, so an export of another or an older bundle is refus
 from __future__ import annotations
 
 import os
-from typing import NamedTuple
 
 import torch
 
@@ -25,6 +24,7 @@ from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash,
 from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
 
 from ..base import onnx_dir
+from .engines import VideoEngines
 
 FORMAT = "framegraph-onnx-video-avatar/1"
 PARTS = ("audio", "generator")
@@ -83,22 +83,13 @@ class OrtGenerator:
         return self.out
 
 
-class VideoEngines(NamedTuple):
-    """What each stage of a video avatar run computes with (None: the torch model itself)."""
-
-    audio: object  # AudioFeatures' engine: model → log-mel conv stack runner
-    generator: object  # MouthRegion's: generator → (masked, mask, reference, shape) → picture
-
-
-@runtime.register("avatar-video", "torch")
-def torch_engines(avatar, settings) -> VideoEngines:
-    return VideoEngines(audio=None, generator=None)
-
-
 @runtime.register("avatar-video", "onnx")
 def onnx_engines(avatar, settings) -> VideoEngines:
     """ONNX Runtime from the bundle's export (checked against it), the generator with ``torch_threads``
     intra-op threads (default half the cores), the audio encoder with 1."""
+    if str(settings.device) != "cpu":
+        raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r} (use runtime "
+                         f"'torch' or 'compiled' on a GPU)")
     export = CheckedExport(onnx_dir(avatar, settings), load_manifest(onnx_dir(avatar, settings), avatar))
     n = settings.torch_threads or default_threads()
     size = avatar.region_size
@@ -108,4 +99,4 @@ def onnx_engines(avatar, settings) -> VideoEngines:
 
 
 __all__ = ["FORMAT", "PARTS", "video_avatar_hash", "load_manifest", "export_video_avatar", "OrtGenerator",
-           "VideoEngines"]
+           "onnx_engines"]

@@ -12,24 +12,23 @@ the shape, lays the loop frame's own finest texture over it away from the lips (
 the generator draws stubble and pores only blurred) and pastes it back with the feathered alpha
 (:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own, and so
 is everything below the loop frame's jaw line when the bundle has the loop frames' jaw lines
-(:func:`~.bundle.jaw_keep`: the chin and the collar are never redrawn).
+(:func:`~.jaw.jaw_keep`, made by the loop: the chin and the collar are never redrawn).
 """
 from __future__ import annotations
 
 import weakref
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 from framegraph.models.audio import SPEAKING
 from framegraph.models.audio.frontend import STATE_DIM
-from framegraph.models.composite import composite
+from framegraph.models.composite import composite, resize_region
+from framegraph.models.graphs import GraphedStep
 from framegraph.models.vae import crop_frames
 from framegraph.models.vae.register import gaussian_blur
 from framegraph.stream import PortSpec, Stage
 
-from .jaw import jaw_keep
 from .lipsync import MouthGenerator, ShapeHead
 
 # the finest detail the generator leaves blurred, as a share of the region's side: a Gaussian of this σ splits
@@ -38,6 +37,15 @@ TEXTURE_SCALE = 0.015
 
 # generator -> the (box side, textured) picture paths already run once in this process (MouthRegion.setup)
 _WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _inference(fn):
+    """``fn`` called under ``torch.inference_mode()`` (a compiled function is compiled without it inside)."""
+    def call(*args, **kwargs):
+        with torch.inference_mode():
+            return fn(*args, **kwargs)
+
+    return call
 
 
 class MouthShape(Stage):
@@ -51,44 +59,56 @@ class MouthShape(Stage):
             when speaking): 1 = at once.
         limit: the output is clamped to ``±limit`` (standard deviations of the person's own shapes).
 
-    Ports: in ``"features"`` ``float32 [D]``, ``"state"`` ``float32 [4]``; out ``"shape"`` ``float32 [P]``.
+    Ports: in ``"features"`` ``float32 [D]``, ``"state"`` ``float32 [4]`` on the CPU (the audio side's); out
+    ``"shape"`` ``float32 [P]`` on ``device``, where the head runs (the inputs uploaded, the speaking gate kept
+    there: nothing is read back). ``engine(head)``: the callable that runs the head (its runtime).
     """
 
     def __init__(self, head: ShapeHead, rest, *, gate: bool = True, ease: float = 0.5, limit: float = 3.0,
-                 device: str = "cpu", name: str = "mouth_shape"):
+                 device: str = "cpu", engine=None, name: str = "mouth_shape"):
         super().__init__(name)
         self.head = head.to(device).eval()
+        self.run_head = self.head if engine is None else engine(self.head)  # context [1, K, D] → shape [1, P]
         c = head.config
         self.rest = torch.as_tensor(rest, dtype=torch.float32, device=device)
         if self.rest.shape != (c.shape_dim,):
             raise ValueError(f"MouthShape: rest shape {list(self.rest.shape)}; expected [{c.shape_dim}]")
         self.gate, self.ease, self.limit = bool(gate), float(ease), float(limit)
-        self.inputs = {"features": PortSpec((c.feature_dim,), torch.float32, device),
-                       "state": PortSpec((STATE_DIM,), torch.float32, device)}
+        self.inputs = {"features": PortSpec((c.feature_dim,), torch.float32, "cpu"),
+                       "state": PortSpec((STATE_DIM,), torch.float32, "cpu")}
         self.outputs = {"shape": PortSpec((c.shape_dim,), torch.float32, device)}
+        self._inputs = torch.zeros(c.feature_dim + STATE_DIM, device=device)  # this frame's, uploaded
         self._context = torch.zeros(c.context, c.feature_dim, device=device)
+        self._gate = torch.zeros((), device=device)  # on the device: the state is never read back to the host
         self.reset()
 
     def reset(self) -> None:
         self._seen = 0
-        self._gate = 0.0
+        self._gate.zero_()
 
     @torch.no_grad()
-    def step(self, features: torch.Tensor, speaking: bool) -> torch.Tensor:
-        """The next frame's shape ``[P]`` from its features ``[D]`` (what :meth:`process` runs)."""
+    def step(self, features: torch.Tensor, speaking: bool | torch.Tensor) -> torch.Tensor:
+        """The next frame's shape ``[P]`` from its features ``[D]`` and whether the avatar speaks (a bool, or a
+        0-dim tensor, 1 = speaking: what :meth:`process` passes, computed on the device)."""
         if self._seen == 0:
             self._context.copy_(features.expand_as(self._context))  # the first frame repeated, as in training
         else:
-            self._context = torch.roll(self._context, -1, 0)
+            self._context[:-1] = self._context[1:].clone()  # in place: the context keeps its storage
             self._context[-1].copy_(features)
         self._seen += 1
-        self._gate += self.ease * (float(speaking or not self.gate) - self._gate)
-        pred = self.head(self._context[None])[0].clamp(-self.limit, self.limit)
+        target = torch.as_tensor(speaking, dtype=torch.float32, device=self._gate.device)
+        if not self.gate:
+            target = torch.ones_like(target)
+        self._gate += self.ease * (target - self._gate)
+        pred = self.run_head(self._context[None])[0].clamp(-self.limit, self.limit)
         return self.rest + self._gate * (pred - self.rest)
 
     def process(self, inputs, out):
-        speaking = int(torch.argmax(inputs["state"].data[:3])) == SPEAKING
-        out.write("shape").data.copy_(self.step(inputs["features"].data, speaking))
+        d = self.head.config.feature_dim
+        self._inputs[:d].copy_(inputs["features"].data, non_blocking=True)
+        self._inputs[d:].copy_(inputs["state"].data, non_blocking=True)
+        speaking = torch.argmax(self._inputs[d:d + 3]) == SPEAKING  # on the device: never read back
+        out.write("shape").data.copy_(self.step(self._inputs[:d], speaking))
 
 
 class MouthRegion(Stage):
@@ -105,26 +125,39 @@ class MouthRegion(Stage):
             arrived longer ago than this, is skipped (``frames_skipped``; :meth:`~framegraph.stream.Stage.stale`),
             so a slow machine shows fewer frames, each from the freshest audio, never a growing delay.
         torch_threads: intra-op threads of this stage's worker (None: unchanged).
-        engine: what runs the generator (its runtime, :mod:`framegraph.models.runtime`): ``engine(generator)``
-            → a function called as the generator is; None: the torch model itself.
-        jaw_points: M, the points of the base frames' jaw lines (a bundle's ``jaws``): the stage takes each
-            frame's jaw line and keeps the frame's own picture below it (:func:`~.jaw.jaw_keep`); None:
-            the whole hidden area is redrawn (bundles without jaw lines).
+        device: where the generator runs and the frames arrive; out_device: where the picture goes (default
+            ``device``; ``"cpu"`` for an encoder after a GPU run).
+        engine: ``engine(fn)`` → how the device path :meth:`picture_at` runs (its runtime: as it is, or compiled).
+        generator_engine: what runs the generator inside that path (its runtime, :mod:`framegraph.models.runtime`):
+            ``generator_engine(generator)`` → a function called as the generator is (ONNX Runtime's); None: the
+            torch model itself.
+        graphs: replay the device path from a CUDA graph (on CUDA; its inputs copied into static buffers).
+        matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
+            redrawn lower face lies inside the person), skipped with it when the frame is.
+        keep: the share of the box kept from the frame itself comes in on ``"keep"`` (``float32 [L, L]``: 1 at
+            and below the frame's jaw line, :func:`~.jaw.jaw_keep`, made by :class:`~.loop.VideoLoop` from a
+            bundle's ``jaws``): nothing there is redrawn. False: the whole hidden area is (older bundles).
 
-    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` and with
-    ``jaw_points`` ``"jaw"`` ``float32 [M, 2]`` (px of the frame); out ``"video"`` ``uint8 [H, W, 3]`` (pts and
-    flags of the frame).
+    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` (and ``"alpha"``
+    ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``; pts
+    and flags of the frame, on ``out_device``), the rest on ``device``. :meth:`process` cuts and pastes the region
+    with index tensors made from the box on the device (:meth:`picture_at`: no value is read back, and the shapes
+    do not depend on where the box is); :meth:`picture` is its readable twin, slicing at a box of Python ints.
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
-                 max_lag_ms: float | None = None, torch_threads: int | None = None, engine=None,
-                 jaw_points: int | None = None, name: str = "mouth_region"):
+                 max_lag_ms: float | None = None, torch_threads: int | None = None, device: str = "cpu",
+                 out_device: str | None = None, engine=None, generator_engine=None, graphs: bool = False,
+                 matte: bool = False, keep: bool = False, name: str = "mouth_region"):
         super().__init__(name)
-        self.generator = generator.eval()
-        self.draw = self.generator if engine is None else engine(self.generator)
+        self.generator = generator.to(device).eval()
+        self.draw = self.generator if generator_engine is None else generator_engine(self.generator)
+        self.device = str(torch.device(device))
         S = int(mask.shape[0])
         self.size, self.side = S, int(box_side)
+        mask, paste, reference = mask.to(device), paste.to(device), reference.to(device)
+        texture = None if texture is None else texture.to(device)
         self.mask = mask.float()[None, None]  # [1, 1, S, S]
         self.reference = reference.permute(2, 0, 1)[None].float() / 255.0
         alpha = F.interpolate(paste.float()[None, None], size=(self.side, self.side), mode="bilinear",
@@ -139,36 +172,71 @@ class MouthRegion(Stage):
         self.max_lag_ms, self.torch_threads = max_lag_ms, torch_threads
         self.frames_skipped = 0
         H, W = frame_size
+        self.frame_size = (int(H), int(W))
+        self._offsets = torch.arange(self.side, device=device)  # [L]: a box's rows / columns from its corner
         P = generator.config.shape_dim
-        self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, "cpu"), "box": PortSpec((4,), torch.int32, "cpu"),
-                       "shape": PortSpec((P,), torch.float32, "cpu")}
-        if jaw_points:
-            self.inputs["jaw"] = PortSpec((int(jaw_points), 2), torch.float32, "cpu")
-        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, "cpu")}
+        self.inputs = {"frame": PortSpec((H, W, 3), torch.uint8, device), "box": PortSpec((4,), torch.int32, device),
+                       "shape": PortSpec((P,), torch.float32, device)}
+        out_device = str(torch.device(out_device or device))
+        self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, out_device)}
+        if matte:
+            self.inputs["alpha"] = PortSpec((H, W), torch.uint8, device)
+            self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
+        if keep:
+            self.inputs["keep"] = PortSpec((self.side, self.side), torch.float32, device)
+        # the picture is made on the device and copied down when the output is elsewhere (an encoder's CPU)
+        self._scratch = None if out_device == self.device and not graphs else \
+            torch.empty(H, W, 3, dtype=torch.uint8, device=device)
+        run = self.picture_at if engine is None else _inference(engine(self._picture))
+        self.compiled = engine is not None
+        self._step = GraphedStep(lambda *args: run(*args, out=self._scratch), enabled=graphs,
+                                 name="video avatar picture") if self._scratch is not None else None
+        self._direct = run
 
     @classmethod
     def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
         """The stage for a :class:`~.video_bundle.VideoAvatar` at its frames' size (``kwargs``: the rest)."""
         return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
                    avatar.width), box_side=avatar.box_side, texture=avatar.texture,
-                   jaw_points=None if avatar.jaws is None else avatar.jaws.shape[1], **kwargs)
+                   keep=avatar.jaws is not None, **kwargs)
 
     def setup(self, ctx):
         super().setup(ctx)
         if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
             torch.set_num_threads(self.torch_threads)
         self.frames_skipped = 0
-        L = self.side  # the first call of each kernel at a new size is the slow one: run the picture path
-        warmed = _WARMED.setdefault(self.draw, set())  # (redraw, texture, paste) once per process, engine and
-        if (L, self.texture is not None) not in warmed:  # size, on a frame the box's size, not on a user's frame
-            self.picture(torch.zeros(L, L, 3, dtype=torch.uint8), (0, 0, L, L),
-                         torch.zeros(self.generator.config.shape_dim))
-            warmed.add((L, self.texture is not None))
+        if self._step is not None and self._step.enabled:
+            self.warm()  # a CUDA graph per stage: captured here, not at the first frame
+            return
+        warmed = _WARMED.setdefault(self.draw, set())  # the first call of each kernel at a new size is the
+        key = (self.frame_size, self.side, self.texture is not None, self.device, self.compiled)  # slow one: once
+        if key not in warmed:  # per process, size and runtime, on a blank frame, not on a user's frame
+            self.warm()
+            warmed.add(key)
+
+    def warm(self) -> None:
+        """Run the picture step once on a blank frame of the session's size (first calls of kernels, a compiled
+        runtime's compilation, a CUDA graph's capture): what :meth:`setup` does once per process, size and
+        runtime (per stage for a CUDA graph)."""
+        H, W = self.frame_size
+        L = self.side
+        frame = torch.zeros(H, W, 3, dtype=torch.uint8, device=self.device)
+        args = (frame, torch.tensor([0, 0, L, L], dtype=torch.int32, device=self.device),
+                torch.zeros(self.generator.config.shape_dim, device=self.device))
+        if "keep" in self.inputs:
+            args += (torch.zeros(L, L, device=self.device),)
+        if self._step is not None:
+            self._step(*args)
+        else:
+            self._direct(*args)
 
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
         """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
-        region = crop_frames(frame[None], tuple(int(v) for v in box), self.size)
+        return self._generate(crop_frames(frame[None], tuple(int(v) for v in box), self.size), shape)
+
+    def _generate(self, region: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        """``region uint8 [1, S, S, 3]`` (the box's pixels at the model's size) → the redrawn ``uint8 [S, S, 3]``."""
         x = region.permute(0, 3, 1, 2).float() / 255.0
         y = self.draw(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
@@ -178,7 +246,12 @@ class MouthRegion(Stage):
         """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, its finest detail (below a
         Gaussian of ``TEXTURE_SCALE · L`` px) taken from ``frame``'s own pixels there, weighted by ``texture``."""
         x, y, L, _ = (int(v) for v in box)
-        base = frame[y:y + L, x:x + L].permute(2, 0, 1)[None].float()  # [1, 3, L, L]
+        return self._texture(frame[y:y + L, x:x + L], region)
+
+    def _texture(self, base: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
+        """:meth:`lay_texture` given the box's pixels ``base uint8 [L, L, 3]``."""
+        L = self.side
+        base = base.permute(2, 0, 1)[None].float()  # [1, 3, L, L]
         gen = region.permute(2, 0, 1)[None].float()
         if gen.shape[-1] != L:
             gen = F.interpolate(gen, size=(L, L), mode="bilinear", align_corners=False)
@@ -186,25 +259,70 @@ class MouthRegion(Stage):
         out = gen + self.texture * (diff - gaussian_blur(diff, TEXTURE_SCALE * L))
         return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
-    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None,
-                jaw=None) -> torch.Tensor:
+    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, keep: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` (the frame's
-        fine texture laid over it where ``texture`` says) and pasted back — but not below the frame's ``jaw``
-        line (``[M, 2]`` px of the frame, or None): what :meth:`process` emits."""
+        fine texture laid over it where ``texture`` says) and pasted back — but not where ``keep`` (``float32
+        [L, L]`` or None: :func:`~.jaw.jaw_keep` of the frame's jaw line) keeps the frame: what :meth:`process`
+        emits."""
         region = self.redraw(frame, box, shape)
         if self.texture is not None:
             region = self.lay_texture(frame, box, region)
-        alpha = self.alpha if jaw is None else self.alpha * (1 - jaw_keep(np.asarray(jaw), box))
+        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
         return composite(frame, region, box, alpha, out=out)
+
+    def window(self, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` of the frame it
+        covers, as index tensors (the corner clamped into the frame, as :func:`~framegraph.models.vae.crop_frames`
+        would refuse a box outside it)."""
+        H, W = self.frame_size
+        box = box.long()
+        rows = box[1].clamp(0, H - self.side) + self._offsets
+        cols = box[0].clamp(0, W - self.side) + self._offsets
+        return rows[:, None], cols[None, :]
+
+    @torch.inference_mode()
+    def picture_at(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
+                   keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`picture` with the box a tensor on the device: the region is gathered and pasted back through
+        index tensors (:meth:`window`), so nothing is read back to the host and every shape is fixed."""
+        return self._picture(frame, box, shape, keep, out)
+
+    def _picture(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
+                 keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """:meth:`picture_at` without its grad mode (what a runtime compiles; called under inference mode)."""
+        rows, cols = self.window(box)
+        base = frame[rows, cols]  # [L, L, 3]: the box's pixels
+        region = base[None]
+        if self.side != self.size:  # the model's size, as crop_frames resizes
+            f = F.interpolate(region.permute(0, 3, 1, 2).float(), size=(self.size, self.size), mode="bilinear",
+                              align_corners=False, antialias=self.size < self.side)
+            region = f.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        region = self._generate(region, shape)
+        if self.texture is not None:
+            region = self._texture(base, region)
+        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
+        blended = torch.lerp(base.float(), resize_region(region, self.side, self.side), alpha[:, :, None])
+        out = frame.clone() if out is None else out.copy_(frame)
+        out[rows, cols] = blended.round_().clamp_(0, 255).to(torch.uint8)
+        return out
 
     def process(self, inputs, out):
         frame = inputs["frame"]
         if self.stale(frame, "frame", self.max_lag_ms):
             self.frames_skipped += 1
             return
-        box = [int(v) for v in inputs["box"].data.tolist()]
-        jaw = inputs["jaw"].data.numpy() if "jaw" in self.inputs else None
-        self.picture(frame.data, box, inputs["shape"].data, out=out.write("video").data, jaw=jaw)
+        video = out.write("video").data
+        args = (frame.data, inputs["box"].data, inputs["shape"].data)
+        if "keep" in self.inputs:
+            args += (inputs["keep"].data,)
+        if self._step is None:
+            self._direct(*args, out=video)
+        else:
+            picture = self._step(*args)  # into the scratch frame
+            video.copy_(picture, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
+        if "alpha" in self.outputs:
+            out.write("alpha").data.copy_(inputs["alpha"].data, non_blocking=True)
 
 
 __all__ = ["MouthShape", "MouthRegion", "TEXTURE_SCALE"]

@@ -71,7 +71,8 @@ def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
     valid = [k for k in scores if scores[k] == scores[k]]
     best = max(valid, key=lambda k: scores[k], default=0)
     at_zero = scores.get(0, float("nan"))
-    clear = best in scores and scores[best] >= MIN_PEAK and not (at_zero == at_zero and scores[best] < at_zero + MIN_GAIN)
+    no_gain = at_zero == at_zero and scores.get(best, 0.0) < at_zero + MIN_GAIN  # (at_zero == at_zero: not NaN)
+    clear = best in scores and scores[best] >= MIN_PEAK and not no_gain
     chosen = int(best) if clear else 0
     return chosen, {"frames": chosen, "openness_loudness_corr_by_lag": {str(k): v for k, v in scores.items()},
                     "min_peak": MIN_PEAK, "min_gain": MIN_GAIN}

@@ -38,6 +38,7 @@ from framegraph import assets
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
 from framegraph.models.face import FaceError, FaceLandmarker, one_face
+from framegraph.models.matte import person_mattes
 from framegraph.models.vae import crop_frames
 from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
@@ -434,6 +435,10 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     nearest = nearest_frames(thumbs, range(*idle))
 
     t0 = time.monotonic()
+    matte = person_mattes(loop)  # the person's matte in each loop frame: smoothed over time, refined on the frame
+    timings["matte_s"] = round(time.monotonic() - t0, 1)
+
+    t0 = time.monotonic()
     with cpu_threads(torch_threads):
         generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
     timings["generator_s"] = round(time.monotonic() - t0, 1)
@@ -453,7 +458,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
-                         reference=reference, texture=texture, jaws=track.jaws[:n_loop],
+                         reference=reference, texture=texture, jaws=track.jaws[:n_loop], matte=matte,
                          shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)

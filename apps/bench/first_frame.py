@@ -1,0 +1,205 @@
+"""A session's first frame after the model is loaded (preload), cold or warm, eager or compiled, against its steady
+per-frame (per-chunk) latency.
+
+    framegraph bench first_frame --out benchmarks/results/cpu/first_frame.json
+    framegraph bench first_frame --pipelines generate --runtimes torch,compiled --out out/ff.json
+
+Each configuration runs in a fresh Python process (a cold start is a new process: nothing imported, no kernel
+called yet), in three timed steps:
+
+1. **preload**: build the model (random weights at the pipeline's architecture) and, when ``warm``, its
+   pipeline's ``warm()`` — a dummy chunk / a short stretch of silence through every stage at the session's shape
+   (the server's bundle preload, ``framegraph generate``'s model load, the demo's start do the same);
+2. **first frame**: a session's graph starts; the time until its first frame reaches the sink (what a user waits:
+   the graph's start, the audio look-ahead, the first frame through every stage);
+3. **steady**: the rest of the session, frames one at a time (``max_in_flight=1`` at the source: each frame
+   alone in the pipeline, so its latency is the pipeline's, not a queue's): the median end-to-end latency of
+   frames (generate: of chunks) after the first ``--warmup``.
+
+Configurations: per pipeline (``generate``: random Wan at ``--config`` — tiny at 64x96 by default, ``1.3b`` on a
+GPU — 4 steps, per chunk; ``avatar``: the
+shipped portrait bundle, per frame; ``video_avatar``: a video avatar of the trained bundles' architecture,
+random weights, region ``--video-region``, per frame) and runtime (``torch``, ``compiled``), without warm-up
+(today's first frame) and with it; the compiled runtime also a second time with the same cache folder (a
+restart: its preload reads the compiled kernels back instead of compiling). The cache folder is a fresh
+temporary one per pipeline (``FRAMEGRAPH_CACHE``), so the first compiled run compiles from nothing.
+
+Target: after preload, the first frame within 1.5x the steady latency (``first_over_steady`` in the JSON).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import torch
+
+from framegraph.models.avatar import build_avatar_graph, load_avatar, warm_avatar
+from framegraph.models.avatar.video.bundle import random_video_avatar
+from framegraph.models.generate import build_generate_graph, default_dtype
+
+from ..commands.bench.first_frame import PIPELINES, RUNTIMES
+from .generate import build_model
+from .launches import Drain, _audio_source
+from .meta import ASSETS, bench_metadata, write_result
+
+TARGET = 1.5
+
+
+# ---- one configuration, in its own process --------------------------------------------------------------------------
+def _generate(args) -> dict:
+    t0 = time.perf_counter()
+    gm = build_model("wan", args.config, args.device, default_dtype(args.device), args.vae)
+    gg = build_generate_graph(gm, size=tuple(args.size), chunks=args.frames, timesteps=(1000, 750, 500, 250),
+                              denoiser_runtime=args.runtime, vae_runtime=args.runtime, source_in_flight=1,
+                              device=args.device)
+    gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, gm.family.text_dim(gm.transformer)), name="random")
+    sink = gg.graph.add(Drain(gg.decode.outputs["video"]))
+    gg.graph.connect(gg.decode, sink, "video", "video", capacity=8)
+    warm_s = gg.warm() if args.warm else None
+    preload = time.perf_counter() - t0
+    return _session(gg.graph, sink, preload, warm_s, unit="chunk")
+
+
+def _avatar(args) -> dict:
+    t0 = time.perf_counter()
+    if args.pipeline == "avatar":
+        avatar = load_avatar(f"{ASSETS}/avatars/astronaut")
+        avatar.reference_latent()
+    else:
+        avatar = random_video_avatar(n_frames=16, region_size=args.video_region, generator_channels=(24, 48, 96, 96))
+    cpu = args.device == "cpu"
+    kw = dict(device=args.device, runtime=args.runtime, torch_threads=1 if cpu else None)
+    warm_s = warm_avatar(avatar, **kw) if args.warm else None
+    preload = time.perf_counter() - t0
+    ag = build_avatar_graph(avatar, _audio_source(args.frames / avatar.fps + 0.3), audio_sink=None, max_in_flight=1,
+                            **kw)
+    sink = ag.graph.add(Drain(ag.video.outputs["video"]))
+    ag.graph.connect(ag.video, sink, "video", "video")
+    return _session(ag.graph, sink, preload, warm_s, unit="frame")
+
+
+def _session(graph, sink, preload_s: float, warm_s, *, unit: str) -> dict:
+    """Run a session: the first frame's time from the graph's start, and each unit's end-to-end latency (its first
+    frame's arrival at the sink less the source's capture time of what it came from; a unit is what one source
+    frame became: a chunk, a frame)."""
+    arrivals: dict[int, tuple[int, int]] = {}  # source seq -> (arrival ns, capture ns) of its first frame
+    inner = sink.process
+
+    def process(inputs, out):
+        frame = inputs[next(iter(inputs))]
+        arrivals.setdefault(frame.seq, (time.monotonic_ns(), frame.capture_ns))
+        return inner(inputs, out)
+
+    sink.process = process
+    started = time.monotonic_ns()
+    graph.run()
+    units = [arrivals[k] for k in sorted(arrivals)]
+    return {"unit": unit, "preload_s": preload_s, "warm_s": warm_s, "first_frame_s": (units[0][0] - started) / 1e9,
+            "unit_latencies_s": [(a - c) / 1e9 for a, c in units], "units": len(units), "frames": sink.frames}
+
+
+def _one(args) -> dict:
+    if args.device == "cpu":
+        torch.set_num_threads(1)
+    return _generate(args) if args.pipeline == "generate" else _avatar(args)
+
+
+# ---- the bench: every configuration in a subprocess -----------------------------------------------------------------
+
+
+def _configurations(pipelines, runtimes):
+    """(pipeline, runtime, warm, start): torch without then with a warm-up; compiled with a warm-up on an empty
+    cache (it compiles), again on the cache it left (a restart), then without a warm-up (the first frame pays
+    what the warm-up would have: tracing, the cache read back)."""
+    for pipeline in pipelines:
+        for runtime in runtimes:
+            if runtime == "compiled":
+                yield pipeline, runtime, True, "warm, empty cache"
+                yield pipeline, runtime, True, "warm, cache on disk (a restart)"
+                yield pipeline, runtime, False, "cold, cache on disk"
+            else:
+                yield pipeline, runtime, False, "cold"
+                yield pipeline, runtime, True, "warm"
+
+
+def _run_configuration(args, pipeline, runtime, warm, cache) -> dict:
+    cmd = [sys.executable, "-m", "framegraph.apps.cli", "bench", "first_frame", "--out", os.devnull, "--one",
+           "--pipeline", pipeline, "--runtime", runtime, "--frames", str(args.frames), "--device", args.device,
+           "--video-region", str(args.video_region), "--config", args.config,
+           "--size", "x".join(str(v) for v in args.size)] + (["--warm"] if warm else []) + (
+        ["--vae", args.vae] if args.vae else [])
+    env = {**os.environ, "FRAMEGRAPH_CACHE": cache}
+    t0 = time.perf_counter()
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.timeout)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:], "process_s": time.perf_counter() - t0}
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    return out | {"process_s": time.perf_counter() - t0}
+
+
+def _summarise(r: dict, warmup: int) -> dict:
+    if "error" in r:
+        return r
+    steady = sorted(r["unit_latencies_s"][1 + warmup:])
+    median = steady[len(steady) // 2] if steady else None
+    r["steady_latency_s"] = median
+    r["first_unit_latency_s"] = r["unit_latencies_s"][0]  # the first unit's own latency, as the steady ones are timed
+    r["first_over_steady"] = r["first_frame_s"] / median if median else None
+    r["meets_target"] = r["first_over_steady"] is not None and r["first_over_steady"] <= TARGET
+    return r
+
+
+def figure(data: dict, plt):
+    """Per configuration: first frame and steady latency (log scale), the 1.5x target as a tick."""
+    rows = [c for c in data["configurations"] if "first_frame_s" in c]
+    fig, ax = plt.subplots(figsize=(9, 0.38 * max(len(rows), 4) + 1))
+    labels = [f"{c['pipeline']} · {c['runtime']} · {c['start']}" for c in rows]
+    y = list(range(len(rows)))[::-1]
+    ax.barh([v + 0.2 for v in y], [c["first_frame_s"] * 1e3 for c in rows], 0.4, label="first frame")
+    ax.barh([v - 0.2 for v in y], [(c["steady_latency_s"] or 0) * 1e3 for c in rows], 0.4, label="steady latency")
+    ax.scatter([TARGET * (c["steady_latency_s"] or 0) * 1e3 for c in rows], y, marker="|", s=200, color="k",
+               label=f"{TARGET}x steady (target)")
+    ax.set_yticks(y, labels, fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("ms")
+    ax.legend(fontsize=7)
+    ax.set_title(f"first frame after preload on {data['device']}", fontsize=9)
+    fig.tight_layout()
+    return fig
+
+
+def run(args: argparse.Namespace) -> int:
+    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    if args.one:
+        print(json.dumps(_one(args)))
+        return 0
+    pipelines = [p for p in args.pipelines.split(",") if p]
+    runtimes = [r for r in args.runtimes.split(",") if r]
+    bad = [p for p in pipelines if p not in PIPELINES] + [r for r in runtimes if r not in RUNTIMES]
+    if bad:
+        raise ValueError(f"unknown {bad}: --pipelines of {PIPELINES}, --runtimes of {RUNTIMES}")
+    result = bench_metadata("first_frame") | {"target_first_over_steady": TARGET, "frames": args.frames,
+                                              "warmup_units": args.warmup, "render_device": args.device,
+                                              "generate": {"config": args.config, "size_hw": args.size,
+                                                           "vae": args.vae}, "configurations": []}
+    caches = {p: tempfile.mkdtemp(prefix=f"framegraph-bench-cache-{p}-") for p in pipelines}
+    for pipeline, runtime, warm, start in _configurations(pipelines, runtimes):
+        print(f"{pipeline} {runtime} {start} ...", flush=True)
+        r = _summarise(_run_configuration(args, pipeline, runtime, warm, caches[pipeline]), args.warmup)
+        r |= {"pipeline": pipeline, "runtime": runtime, "warm": warm, "start": start,
+              "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]}
+        result["configurations"].append(r)
+        if "error" in r:
+            print(f"  failed: {r['error'][-400:]}")
+            continue
+        print(f"  preload {r['preload_s']:.2f} s, first frame {r['first_frame_s'] * 1e3:.0f} ms, steady "
+              f"{(r['steady_latency_s'] or 0) * 1e3:.0f} ms per {r['unit']} -> {r['first_over_steady']:.2f}x "
+              f"({'meets' if r['meets_target'] else 'misses'} {TARGET}x)", flush=True)
+    png = write_result(result, args.out, figure)
+    print(f"wrote {args.out} and {png}")
+    return 0

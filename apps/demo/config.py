@@ -1,0 +1,30 @@
+"""What ``framegraph demo`` can set (:class:`DemoConfig`), with nothing heavy to import: the command's front
+shows its defaults."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class DemoConfig:
+    """What ``framegraph demo`` can set.
+
+    Attributes:
+        host / port: where the demo listens (127.0.0.1 by default; port 0 picks a free one).
+        pipeline: ``"auto"`` (``avatar`` when the server has it, else ``scope``) or a pipeline name.
+        max_sessions: concurrent live sessions (tabs) plus headless takes.
+        takes_dir: where take MP4s go (default: a fresh temporary folder).
+        video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
+        runtime: where the avatar's models compute, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``runtime``
+            start option).
+        transport: the player's, ``"webrtc"`` (falling back to the WebSocket) or ``"websocket"``.
+    """
+
+    host: str = "127.0.0.1"
+    port: int = 7860
+    pipeline: str = "auto"
+    max_sessions: int = 8
+    takes_dir: str | None = None
+    video: dict = field(default_factory=dict)
+    runtime: str = "torch"
+    transport: str = "webrtc"

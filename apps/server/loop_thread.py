@@ -1,0 +1,36 @@
+"""An asyncio server on its own event loop, in a daemon thread: the one way the server and the cluster's front
+door run beside the caller's code."""
+from __future__ import annotations
+
+import asyncio
+import threading
+
+
+class LoopThread:
+    """Runs the subclass's ``_serve()`` coroutine on :attr:`loop` in a daemon thread named ``name``. ``_serve`` sets
+    ``_ready`` once it is up (a failure before that sets it too) and returns once ``_stop`` (its own event) is set;
+    :meth:`_start_thread` starts the thread and waits for that, raising what ``_serve`` failed with."""
+
+    def __init__(self, name: str):
+        self.loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._stop: asyncio.Event | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+
+    async def _serve(self) -> None:
+        raise NotImplementedError
+
+    def _start_thread(self) -> None:
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self.loop.run_until_complete(self._serve())
+        except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
+            self._error = exc
+            self._ready.set()

@@ -1,0 +1,191 @@
+"""The ``avatar`` pipeline: the client's microphone drives a talking portrait.
+
+    mic (PushAudioSource) ─▶ AudioFeatures ─▶ StateOverride ─▶ Denoiser ─▶ VAEDecode ─▶ Composite ─▶ encode ─▶ send
+        └──────────────────────────────── audio echoed back, same pts ─────────────────────────────────────▲
+
+(a video avatar bundle, kind ``"video"``: MouthShape, VideoLoop → MouthRegion in place of the three
+generating stages; ``models.avatar.build_avatar_graph`` picks by the bundle's kind.)
+
+The picture is an avatar bundle (``models.avatar``) from the server's avatar folder, :func:`avatars_dir`
+(``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``) — option ``portrait``: a bundle's name, never a client path
+(default ``astronaut``, else the first bundle there). Video size and fps are the bundle's (its portrait's size;
+the client may only ask for exactly those). ``runtime`` (old name ``backend``): ``torch``, or ``onnx`` (the model
+stages on ONNX Runtime from the bundle's ``onnx/`` export), or ``onnx-int8`` (the same, the models that export
+keeps in int8 running int8); an avatar without a fitting export is refused, with the reason in the server's log.
+Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking / idle) | ``speaking`` | ``listening`` |
+``idle`` (forced). ``interrupt`` (barge-in) is the session's ``graph.reset()``: the audio context, the denoiser's
+stream state and the decoder cache start afresh and the next frame is flagged ``INTERRUPTED``.
+
+``background`` (old bundles without a person matte refuse all but the first): ``portrait`` (the bundle's own
+picture, the default), a colour (``green``, ``#00ff00``, ``0,255,0``: the person over it), or ``transparent`` with
+``codec`` ``png`` or ``webp`` (RGBA pictures, the person's matte as their alpha: for consumers that keep alpha —
+OBS, a game engine, a web page over its own background).
+
+Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
+only while its avatar folder holds a bundle (:func:`unavailable`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from framegraph import assets
+from framegraph.apps.argtypes import AVATAR_RUNTIMES
+from framegraph.stream import Clock, Graph
+from framegraph.stream.media import PushAudioSource
+
+from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
+from .options import FPS_RANGE, Background, Choice, Integer, Number, Size, VideoOptions, bad_option, option
+
+log = logging.getLogger("framegraph.server")
+
+DEFAULT_AVATAR = "astronaut"
+STATES = ("auto", "speaking", "listening", "idle")
+
+def avatars_dir() -> str:
+    """The server's avatar folder: ``$FRAMEGRAPH_AVATARS``, else the shipped ``assets/avatars``."""
+    return os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars"))
+
+
+def available_avatars(root: str | None = None) -> list[str]:
+    """Bundle names (folders with an ``avatar.json``) in the avatar folder, the default first."""
+    root = root or avatars_dir()
+    if not os.path.isdir(root):
+        return []
+    names = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "avatar.json")))
+    return sorted(names, key=lambda n: n != DEFAULT_AVATAR)
+
+
+def default_avatar(root: str | None = None) -> str:
+    """The bundle a session gets when it names no ``portrait``."""
+    names = available_avatars(root)
+    return names[0] if names else DEFAULT_AVATAR
+
+
+def unavailable() -> Unavailable | None:
+    if available_avatars():
+        return None
+    return Unavailable("it has no avatar bundle",
+                       f"no avatar bundle in {avatars_dir()!r} ($FRAMEGRAPH_AVATARS); train one with `framegraph "
+                       f"avatar train --synth 24 --out {os.path.join(avatars_dir(), DEFAULT_AVATAR)}`")
+
+
+def load_bundle(name: str, root: str | None = None):
+    """The loaded bundle ``name`` in the avatar folder (``root``, default :func:`avatars_dir`), from the process's
+    shared cache (:func:`framegraph.apps.bundles.load_bundle_at`: sessions share the weights, each has its own
+    stream state; with a limit, :func:`~framegraph.apps.bundles.set_bundle_limit`, the least recently used
+    bundles beyond it are dropped)."""
+    from framegraph.apps.bundles import load_bundle_at  # heavy: the avatar's models, loaded on first use
+
+    return load_bundle_at(os.path.join(root or avatars_dir(), name))
+
+
+@dataclass
+class AvatarOptions(VideoOptions):
+    size: tuple[int, int] | None = option(None, "the bundle's own size (the only one it streams at; the shipped "
+                                                "astronaut: 256x256)", Size())
+    fps: float | None = option(None, "the bundle's own frame rate (the only one it streams at)", Number(*FPS_RANGE))
+    portrait: str | None = option(None, "the avatar bundle to run (default: astronaut, else the first)",
+                                  Choice(available_avatars, "one of the server's avatars"))
+    steps: int | None = option(None, "sampler steps (default: the bundle's)", Integer(1, 4))
+    state: str = option("auto", "speaking state: auto (voice activity decides), or forced speaking / listening / idle",
+                        Choice(STATES), live=True)
+    runtime: str | None = option(None, "where the models compute: compiled (Inductor, and CUDA graphs: the default "
+                                       "on a GPU), torch (the default on a CPU), or ONNX Runtime on the CPU from the "
+                                       "bundle's export (onnx; onnx-int8: the models it keeps in int8 run int8)",
+                                 Choice(AVATAR_RUNTIMES), alias="backend")
+    codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures "
+                                "with alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
+    background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, or "
+                                                 "transparent (codec png or webp: the person's matte as alpha)",
+                                     Background())
+
+    def check(self, pipeline: str) -> None:
+        alpha_codec = self.codec in ("png", "webp")
+        if (self.background == "transparent") != alpha_codec:
+            if alpha_codec:
+                raise bad_option(pipeline, "codec", self.codec, 'jpeg or h264 (png and webp carry the alpha of '
+                                 'background "transparent")')
+            raise bad_option(pipeline, "background", "transparent", f"a colour or portrait with codec {self.codec} "
+                             "(a transparent background needs codec png or webp)")
+
+
+def _refused(key: str, value, expected: str, exc: Exception, why: str):
+    """A refusal whose cause is the server's own (a bundle or export it cannot use): the client hears what it may
+    send instead, the server's log gets the cause."""
+    log.warning("avatar: %s %r refused: %s", key, value, exc)
+    return bad_option("avatar", key, value, f"{expected} ({why}; the server's log says why)")
+
+
+def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) -> None:
+    """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``) or over a colour."""
+    from framegraph.models.composite import OverBackground
+    from framegraph.stream.media import JoinAlpha
+
+    w, h = size
+    stage = graph.add(JoinAlpha(width=w, height=h) if background == "transparent" else
+                      OverBackground(tuple(background), width=w, height=h))
+    graph.connect(video, stage, "video", "video", capacity=2, policy="drop_oldest")
+    graph.connect(video, stage, "alpha", "alpha", capacity=2, policy="drop_oldest")
+    port = "rgba" if background == "transparent" else "video"
+    graph.connect(stage, encoder, port, port if port == "rgba" else "video", policy="drop_oldest")
+
+
+def build(opts: AvatarOptions) -> Pipeline:
+    from framegraph.models import runtime as models_runtime
+    from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
+    from framegraph.models.runtime import default_device
+
+    name = opts.portrait or default_avatar()
+    try:
+        avatar = load_bundle(name)
+    except (ValueError, OSError) as exc:  # AvatarError, a file that does not load
+        raise _refused("portrait", name, "another of the server's avatars", exc, "this one cannot be loaded") from None
+    size, fps = (avatar.width, avatar.height), avatar.fps
+    if opts.size not in (None, size):
+        raise bad_option("avatar", "size", f"{opts.width}x{opts.height}", f"the avatar's size {size[0]}x{size[1]}")
+    if opts.fps is not None and abs(opts.fps - fps) > 1e-6:
+        raise bad_option("avatar", "fps", opts.fps, f"the avatar's frame rate {fps:g}")
+    runtime = opts.runtime or models_runtime.default_runtime(default_device())
+    kind_runtimes = models_runtime.runtimes(f"avatar-{avatar.kind}")
+    if runtime not in kind_runtimes:
+        raise bad_option("avatar", opts.key("runtime"), runtime,
+                         f"one of {', '.join(kind_runtimes)} (portrait {name!r} is a {avatar.kind} avatar)")
+    opts.size, opts.fps = size, fps
+    device = default_device() if runtime in ("torch", "compiled") else "cpu"
+    matted = opts.background != "portrait"
+    if matted and avatar.matte is None:
+        raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
+                         ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
+                         f"made before avatars had one)")
+    graph = Graph(Clock("realtime"), name="avatar")
+    mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
+    encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
+    try:
+        ag = build_avatar_graph(avatar, mic, sink=None if matted else encoder, audio_sink=sink, graph=graph,
+                                device=device, steps=opts.steps, live=True, alpha=matted,
+                                torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
+                                runtime=runtime)
+    except ValueError as exc:  # ExportError: no up-to-date export
+        raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
+                       f"portrait {name!r} has no up-to-date {runtime} export on this server") from None
+    if matted:
+        _matte_out(graph, ag.video, encoder, opts.background, size)
+    ag.set_state(opts.state)
+
+    def configure(changes: dict) -> dict:
+        ag.set_state(changes["state"])
+        return {"state": changes["state"]}
+
+    return Pipeline(graph, sink, encoder=encoder, audio_in=mic, configure=configure,
+                    format={"video": opts.video_format(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
+                            "pose_in": False, "avatar": name, "kind": avatar.kind, "steps": opts.steps,
+                            "state": opts.state, "device": device,
+                            "background": opts.background if isinstance(opts.background, str) else
+                            list(opts.background),
+                            "runtime": runtime, "backend": runtime, "states": list(STATES)})
+
+
+PIPELINE = PipelineSpec("avatar", "talking portrait driven by the client's microphone (state: auto | speaking | "
+                                  "listening | idle; interrupt resets)", AvatarOptions, build, unavailable)

@@ -1,0 +1,141 @@
+"""What every pipeline builds and hands to the session: :class:`Pipeline` (its graph and the handles the session
+feeds and reads), and the video out every pipeline ends with (:func:`add_video_out`)."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from framegraph.stream import Graph, Stage
+from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, RGBAImageEncoder, chunk_samples
+
+from ..protocol import AUDIO_SAMPLE_RATE, Kind
+from ..stages import OutboxSink
+from .options import Options, VideoOptions
+
+if TYPE_CHECKING:  # pragma: no cover - the camera checks pictures with the session's rate limiter
+    from ..camera import CameraInput
+
+AUDIO_CHUNK = chunk_samples(AUDIO_SAMPLE_RATE, 20)  # 320 samples = 20 ms
+PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels": 1, "chunk_ms": 20}
+
+
+def add_video_out(graph: Graph, v: VideoOptions, audio_chunk: int | None = None) -> tuple[Stage, OutboxSink]:
+    """Add the encoder for ``v.codec`` and the session's sink to ``graph``, encoder → sink connected.
+    The caller connects its picture to ``encoder`` (port ``"video"``; for ``png`` / ``webp``, pictures with alpha:
+    port ``"rgba"``) and, with ``audio_chunk``, its audio to ``sink`` (port ``"audio"``)."""
+    if v.codec in ("png", "webp"):
+        enc = RGBAImageEncoder(width=v.width, height=v.height, codec=v.codec, quality=v.quality, name="encode")
+        kind, port = (Kind.PNG if v.codec == "png" else Kind.WEBP), v.codec
+    elif v.codec == "jpeg":
+        enc = JpegEncoder(width=v.width, height=v.height, quality=v.quality, name="encode")
+        kind, port = Kind.JPEG, "jpeg"
+    else:
+        enc = H264Encoder(width=v.width, height=v.height, fps=v.fps, gop=v.gop or max(1, round(v.fps)),
+                          bitrate_kbps=v.bitrate_kbps, name="encode")
+        kind, port = Kind.H264, "h264"
+    graph.add(enc)
+    sink = graph.add(OutboxSink(video_capacity=enc.outputs[port].shape[0], video_kind=kind,
+                                audio_chunk=audio_chunk))
+    graph.connect(enc, sink, port, "video")
+    return enc, sink
+
+
+class PoseInput(Protocol):
+    """Where a session pushes the client's ``pose`` messages: a :class:`~framegraph.stream.PushSource` of
+    ``float32 [4, 4]``, or an adapter such as the scene pipeline's ``CameraPoses``."""
+
+    def push(self, matrix) -> None:
+        """A world-to-camera ``[4, 4]`` matrix (OpenCV); raises ``ValueError`` for a bad one."""
+
+    def close(self) -> None:
+        """The client's poses end."""
+
+
+@dataclass
+class Pipeline:
+    """A session's graph and its handles.
+
+    Attributes:
+        graph: built, not started.
+        sink: where encoded media leaves the graph.
+        encoder: the video encoder (key-frame requests, live ``quality``).
+        audio_in: client PCM goes here (None: the pipeline takes no audio).
+        pose_in: client camera poses go here (None: no pose input).
+        video_in: client camera pictures (JPEG) go here (None: no camera input; the session adds
+            ``video_in`` to ``ready``).
+        format: the negotiated format, sent in ``ready``.
+        configure: ``configure(changes) -> applied`` for the pipeline's own live options (its options' ``live``
+            fields, checked: ``{name: value}`` of those a ``config`` message sent).
+        video_burst: the most video frames the graph hands the sink at once (``generate``: a chunk's
+            frames); the session's video outbox holds at least that many, so a client that keeps up loses
+            none of them (the outbox drops only for a reader that falls behind).
+        options: the pipeline's options class (:meth:`apply_config` checks ``config`` against its ``live`` fields).
+    """
+
+    graph: Graph
+    sink: OutboxSink
+    encoder: Stage | None = None
+    audio_in: PushAudioSource | None = None
+    pose_in: PoseInput | None = None
+    video_in: CameraInput | None = None
+    format: dict = field(default_factory=dict)
+    configure: Callable[[dict], dict] | None = None
+    video_burst: int = 1
+    options: type[Options] = VideoOptions
+
+    def timing_indices(self) -> None:
+        """Tell the sink which stages count as encode and compute in the media headers."""
+        stages = self.graph.stages
+        self.sink.timing = {
+            "encode": [stages.index(self.encoder)] if self.encoder in stages else [],
+            "compute": [i for i, s in enumerate(stages)
+                        if not s.is_source and s is not self.encoder and s is not self.sink]}
+
+    def stop(self) -> None:
+        """The client is done: close its inputs (buffered audio still flows), or drain the graph when
+        it has none; the session ends when the sink has sent everything."""
+        inputs = [src for src in (self.audio_in, self.pose_in, self.video_in) if src is not None]
+        if not inputs:
+            self.graph.drain()
+            return
+        for src in inputs:
+            src.close()
+        if self.audio_in is None and self.video_in is None:  # pose-driven: nothing else would end the frame clock
+            self.graph.drain()
+
+    def apply_config(self, values: dict | None) -> dict:
+        """A ``config`` message's options: checked (``bad_option`` for an unknown or bad one, before anything
+        changes), then applied — ``quality`` (JPEG), ``keyframe`` (H.264) and the pipeline's own live options.
+        Returns what took effect; ``stats_interval_ms`` is returned for the session to apply."""
+        changes = self.options.parse_live(values, self.format.get("pipeline", "pipeline"))
+        applied: dict[str, Any] = {}
+        quality = changes.pop("quality", None)
+        if quality is not None and isinstance(self.encoder, JpegEncoder):
+            self.encoder.quality = applied["quality"] = quality
+        if changes.pop("keyframe", None) and isinstance(self.encoder, H264Encoder):
+            self.encoder.request_keyframe()
+            applied["keyframe"] = True
+        if "stats_interval_ms" in changes:
+            applied["stats_interval_ms"] = changes.pop("stats_interval_ms")
+        if changes and self.configure is not None:
+            applied.update(self.configure(changes))
+        return applied
+
+
+@dataclass(frozen=True)
+class Unavailable:
+    """Why a server cannot run a pipeline: ``reason`` for its clients (what the server lacks, in the protocol's
+    terms), ``fix`` for its operator (logged; it may name folders and commands)."""
+
+    reason: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class PipelineSpec:
+    name: str
+    description: str
+    options: type[Options]
+    build: Callable[[Options], Pipeline]
+    unavailable: Callable[[], Unavailable | None] | None = None

@@ -1,0 +1,130 @@
+"""The ``scene_avatar`` pipeline: the talking avatar standing in a 3D scene — the client's microphone drives the
+avatar, its camera poses drive the scene, one video comes back.
+
+    mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)────┐
+    │                                                                                      ▼
+    │ camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
+    └──────────────────────────────── audio echoed back, same clock ───────────────────────────────────▲
+
+(:func:`framegraph.apps.scene_avatar.build_scene_avatar_graph` with ``live``.) The scene frames set the pace; each
+shows the avatar's newest frame, so the page can orbit while the avatar talks, and keeps orbiting between utterances
+(the last frame stays). Video starts with the avatar's first frame, i.e. with the client's first audio. ``ready``
+carries ``camera`` (the orbit the initial pose was made from, as the ``scene`` pipeline's) and ``place`` (where the
+avatar stands). Options name the scene (the server's scene folder, as ``scene``) and the avatar (the server's avatar
+folder, as ``avatar``'s ``portrait``) by name; a bundle without a person matte is refused. ``place``: ``"x,y,z"`` or
+``"x,y,z,yaw,height"`` in scene units (default: the orbit's centre), inside the scene's box.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+from dataclasses import dataclass
+
+import torch
+
+from framegraph.apps.argtypes import AVATAR_RUNTIMES, placement
+from framegraph.stream import Clock, Graph
+from framegraph.stream.media import PushAudioSource
+
+from .avatar import STATES, available_avatars, default_avatar, load_bundle
+from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, add_video_out
+from .options import FPS_RANGE, Choice, FileName, Number, Size, Text, VideoOptions, bad_option, option
+from .scene import SCENE, CameraPoses, orbit_camera, scene_dirs
+
+log = logging.getLogger("framegraph.server")
+
+
+class EndingCameraPoses(CameraPoses):
+    """As the scene viewer's poses, but the client's end also ends the camera (nothing else would: the poses are
+    pushed, the camera source has no end of its own), so the session drains once the audio has played."""
+
+    def close(self) -> None:
+        self.camera.n_frames = self.camera.index
+
+
+@dataclass
+class SceneAvatarOptions(VideoOptions):
+    size: tuple[int, int] | None = option((320, 180), "the scene's (and the video's) width and height", Size())
+    fps: float | None = option(None, "the avatar's own frame rate (the only one it streams at)", Number(*FPS_RANGE))
+    scene: str = option("toy.ply", "the scene, by name", FileName(SCENE))
+    portrait: str | None = option(None, "the avatar bundle (default: astronaut, else the first); it needs a person "
+                                        "matte", Choice(available_avatars, "one of the server's avatars"))
+    place: str | None = option(None, 'where the avatar stands: "x,y,z" or "x,y,z,yaw,height" in scene units (default: '
+                                     "the orbit's centre; yaw in degrees, none: facing the camera)", Text(80))
+    state: str = option("auto", "speaking state: auto, or forced speaking / listening / idle", Choice(STATES),
+                        live=True)
+    runtime: str = option("torch", "where the avatar's models compute", Choice(AVATAR_RUNTIMES))
+
+
+def _place(opts: SceneAvatarOptions, scene) -> tuple:
+    from framegraph.apps.scene_avatar.graph import placement_from  # heavy: the renderers
+
+    try:
+        place = placement(opts.place) if opts.place is not None else tuple(scene.framing.center)
+        return placement_from(place, scene)
+    except (argparse.ArgumentTypeError, ValueError) as exc:
+        raise bad_option("scene_avatar", "place", opts.place, f"x,y,z or x,y,z,yaw,height inside the scene's box "
+                                                              f"({str(exc).split('; ')[0]})") from None
+
+
+def _open(name: str):
+    """The scene ``name`` in the server's scene folder, opened; ``bad_option`` when it is not there or does not load
+    (the cause in the server's log)."""
+    from framegraph.renderers.scene_file import open_scene  # heavy: the renderers
+
+    path = next((os.path.join(d, name) for d in scene_dirs() if os.path.exists(os.path.join(d, name))), None)
+    if path is None:
+        raise bad_option("scene_avatar", "scene", name, f"the name of a scene in {SCENE} that exists")
+    try:
+        return open_scene(path)
+    except (ValueError, OSError) as exc:  # SceneError, NerfLoadError: ValueErrors naming the file
+        log.warning("scene_avatar: scene %r refused: %s", name, exc)
+        raise bad_option("scene_avatar", "scene", name, "another of the server's scenes (this one cannot be opened; "
+                                                        "the server's log says why)") from None
+
+
+def build(opts: SceneAvatarOptions) -> Pipeline:
+    from framegraph.apps.scene_avatar.graph import build_scene_avatar_graph  # heavy: the models and renderers
+
+    name = opts.portrait or default_avatar()
+    try:
+        avatar = load_bundle(name)
+    except (ValueError, OSError) as exc:
+        log.warning("scene_avatar: portrait %r refused: %s", name, exc)
+        raise bad_option("scene_avatar", "portrait", name, "another of the server's avatars (this one cannot be "
+                                                           "loaded; the server's log says why)") from None
+    if avatar.matte is None:
+        raise bad_option("scene_avatar", "portrait", name, "an avatar with a person matte (this one was made before "
+                                                           "avatars had one)")
+    if opts.fps is not None and abs(opts.fps - avatar.fps) > 1e-6:
+        raise bad_option("scene_avatar", "fps", opts.fps, f"the avatar's frame rate {avatar.fps:g}")
+    opts.fps = avatar.fps
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    scene = _open(opts.scene)
+    where = _place(opts, scene)
+    orbit, camera = orbit_camera(scene.framing, opts)
+    graph = Graph(Clock("realtime"), name="scene_avatar")
+    mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
+    encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
+    sg = build_scene_avatar_graph(scene, avatar, mic, where, width=opts.width, height=opts.height, path=None,
+                                  n_frames=None, camera=camera, sink=encoder, graph=graph, device=device, live=True,
+                                  runtime=opts.runtime, torch_threads=1 if device == "cpu" else None)
+    graph.connect(mic, sink, "audio", "audio", capacity=8)
+    sg.avatar_graph.set_state(opts.state)
+
+    def configure(changes: dict) -> dict:
+        sg.avatar_graph.set_state(changes["state"])
+        return {"state": changes["state"]}
+
+    return Pipeline(graph, sink, encoder=encoder, audio_in=mic, pose_in=EndingCameraPoses(sg.camera),
+                    configure=configure,
+                    format={"video": opts.video_format(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
+                            "pose_in": True, "camera": orbit, "scene": scene.kind, "gaussians": scene.size,
+                            "avatar": name, "kind": avatar.kind, "state": opts.state, "states": list(STATES),
+                            "place": {"anchor": list(where.anchor), "height": where.height, "yaw_deg": where.yaw_deg},
+                            "device": device})
+
+
+PIPELINE = PipelineSpec("scene_avatar", "the talking avatar standing in a 3D scene: microphone and camera poses in, "
+                                        "one video out (drag to orbit while it talks)", SceneAvatarOptions, build)

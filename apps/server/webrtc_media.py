@@ -1,0 +1,338 @@
+"""The media side of a WebRTC session: the session's encoded media as RTP tracks, the client's tracks into
+the pipeline's inputs, and the map from RTP timestamps to the session clock.
+
+Out (server → client), the graph's own encoders are used, and aiortc only packetizes:
+
+- **video**: the pipeline runs with ``codec: "h264"``; each access unit (Annex-B) becomes an ``av.Packet``
+  whose pts is the frame's session pts (48 kHz ticks), which aiortc converts to the 90 kHz RTP clock. A
+  picture-loss indication from the browser asks the graph's encoder for a key frame. A peer that offers VP8
+  but no H.264 gets the frames decoded and re-encoded as VP8 by aiortc (which then also follows the
+  receiver's bitrate estimate).
+- **audio**: each 20 ms PCM16 chunk at 16 kHz is Opus-encoded here (libopus at 16 kHz mono, a valid Opus
+  stream on the 48 kHz RTP clock) into a packet whose pts is the session pts of the sound it holds (the
+  chunk's, less the encoder's 6.5 ms look-ahead): 48 000 ticks a second
+  is Opus's RTP clock, so audio and video RTP timestamps are the session clock (plus each stream's random
+  RTP origin), and the browser lines them up through the RTCP sender reports as the MP4 muxer does by pts.
+
+In (client → server): the microphone track is resampled to 16 kHz mono PCM16 and pushed into
+``Pipeline.audio_in``; a camera track (``generate`` with ``input: "camera"``) is pushed picture by picture
+through ``Pipeline.video_in`` (scaled to the session size; the rate limit of camera pictures over the WebSocket).
+"""
+from __future__ import annotations
+
+import asyncio
+import fractions
+import logging
+import time
+from collections.abc import Callable
+
+import av
+import numpy as np
+from aiortc import MediaStreamTrack
+from aiortc.mediastreams import MediaStreamError
+
+from .outbox import Item
+from .protocol import AUDIO_SAMPLE_RATE, ProtocolError
+
+log = logging.getLogger("framegraph.server.webrtc")
+
+TICKS = fractions.Fraction(1, 48_000)  # the session clock: 48 000 ticks a second
+RTP_VIDEO_HZ = 90_000
+RTP_AUDIO_HZ = 48_000
+
+
+def to_rtp(ticks: int, hz: int) -> int:
+    """Session ticks (48 kHz) → units of an RTP clock of ``hz``, as aiortc converts them."""
+    return int(ticks * hz // 48_000)
+
+
+def rtp_origin(sender, last_timestamp: int | None) -> int | None:
+    """The random origin aiortc added to ``sender``'s RTP timestamps, from the timestamp of the last packet
+    it sent and what we gave it (``last_timestamp``, in RTP units); None until a packet went out.
+
+    aiortc keeps it private (``_RTCRtpSender__rtp_timestamp``, aiortc 1.x); without it frame timings are
+    not sent (``frame`` messages), and nothing else changes."""
+    sent = getattr(sender, "_RTCRtpSender__rtp_timestamp", None)
+    if sender is None or sent is None or last_timestamp is None:
+        return None
+    return (sent - last_timestamp) % 2**32
+
+
+SCTP_RTO_INITIAL_S = 1.0  # RFC 9260's RTO.Initial; aiortc keeps RFC 4960's 3 s
+
+
+def survive_loss(pc) -> None:
+    """Two things aiortc (1.x) lacks on a lossy link, for a peer connection whose descriptions are set (its DTLS
+    role and SCTP transport known, the handshake not yet begun). Both reach into aiortc's private state
+    (``RTCSctpTransport._rto``, ``RTCIceTransport._send`` / ``_recv``): where that is missing, nothing changes.
+
+    - The data channel's SCTP retransmits a lost packet after 1 s (RFC 9260) until it has measured the round trip,
+      not after 3 s: a lost INIT or COOKIE-ECHO held the session's ``ready`` (and so all its media) for 3 s.
+    - As the DTLS server, the last handshake flight is sent again whenever the peer's last flight comes again
+      (RFC 6347 4.2.4; OpenSSL does not): when ours was lost, the peer's handshake never finished (2 % loss: about
+      one session in 50 never started)."""
+    sctp = getattr(pc, "sctp", None)
+    if sctp is not None and getattr(sctp, "_rto", 0) > SCTP_RTO_INITIAL_S:
+        sctp._rto = SCTP_RTO_INITIAL_S
+    transports = {t.receiver.transport for t in pc.getTransceivers()} | ({sctp.transport} if sctp else set())
+    for dtls in transports:
+        if getattr(dtls, "_role", None) == "server" and hasattr(dtls.transport, "_send"):
+            _resend_last_flight(dtls)
+
+
+def _resend_last_flight(dtls) -> None:
+    ice = dtls.transport
+    send, recv = ice._send, ice._recv
+    flight: list[bytes] = []  # what we sent since the peer's last handshake datagram
+    state = {"peer_spoke": True}
+
+    async def sending(data: bytes) -> None:
+        if dtls.state != "connected":
+            if state["peer_spoke"]:
+                flight.clear()
+                state["peer_spoke"] = False
+            flight.append(bytes(data))
+        await send(data)
+
+    async def receiving() -> bytes:
+        data = await recv()
+        if dtls.state != "connected":
+            state["peer_spoke"] = True
+        elif data[:1] == b"\x16" and flight:  # a handshake record once we are done: the peer lost our last flight
+            for datagram in flight:
+                await send(datagram)
+        return data
+
+    ice._send, ice._recv = sending, receiving
+
+
+class OpusJitterBuffer:
+    """The client's microphone packets, for aiortc's receiver (its ``add(packet) → (pli, frame)``, one frame per
+    packet): each Opus packet is a frame of its own, released as it arrives while packets come in order (aiortc's
+    buffer held each one until the next came: 20 ms on every sample's way to the pipeline). Once a packet comes
+    after a later one (a jittery link reorders), one packet is held back from then on, so that a packet overtaken
+    by the next still fits in; a packet later than that, or a gap that does not fill, is lost (the pipeline's
+    input goes on without it)."""
+
+    def __init__(self, capacity: int = 16):
+        self.capacity = capacity
+        self.hold = 0  # packets held back: 0 until one arrives out of order, then 1
+        self._next: int | None = None  # the sequence number due next
+        self._held: dict[int, object] = {}
+
+    def add(self, packet):
+        from aiortc.jitterbuffer import JitterFrame
+
+        seq = packet.sequence_number
+        if self._next is None:
+            self._next = seq
+        if 0 < (self._next - seq) % 2**16 < 2**15:  # behind what was released: too late
+            self.hold = 1
+            return False, None
+        self._held[seq] = packet
+        if len(self._held) <= self.hold and len(self._held) < self.capacity:
+            return False, None
+        if self._next not in self._held:  # a gap that did not fill in time: lost
+            self._next = min(self._held, key=lambda s: (s - self._next) % 2**16)
+        out = self._held.pop(self._next)
+        self._next = (self._next + 1) % 2**16
+        return False, JitterFrame(data=out._data, timestamp=out.timestamp)
+
+
+def received_rtp(receiver, pts: int) -> int | None:
+    """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``: aiortc counts received
+    timestamps from the first one it saw (its private ``TimestampMapper._origin``, aiortc 1.x); None when
+    that is not known."""
+    mapper = getattr(receiver, "_RTCRtpReceiver__timestamp_mapper", None)
+    origin = getattr(mapper, "_origin", None)
+    return None if origin is None or pts is None else (pts + origin) % 2**32
+
+
+class _Handoff(MediaStreamTrack):
+    """A track fed one item at a time by the session's sender (``await put(item)`` returns once aiortc
+    took the previous one: the outbox in front of it does the bounding and dropping)."""
+
+    def __init__(self):
+        super().__init__()
+        self._queue: asyncio.Queue[Item] = asyncio.Queue(maxsize=1)
+        self.sender = None  # the RTCRtpSender, set once the answer is made
+
+    async def put(self, item: Item) -> None:
+        await self._queue.put(item)
+
+    async def next_item(self) -> Item:
+        if self.readyState != "live":
+            raise MediaStreamError
+        return await self._queue.get()
+
+
+class VideoOut(_Handoff):
+    """The session's H.264 frames as RTP. ``passthrough``: packets as they are (the peer takes H.264);
+    else decoded to pictures for aiortc's VP8 encoder. ``on_frame(item, rtp_timestamp)`` is called for
+    each frame once its RTP timestamp is known (the ``frame`` timing message)."""
+
+    kind = "video"
+
+    def __init__(self, on_frame: Callable[[Item, int], None], request_keyframe: Callable[[], None] | None = None):
+        super().__init__()
+        self.passthrough = True
+        self.on_frame = on_frame
+        self.request_keyframe = request_keyframe
+        self._keyed = False  # a key frame went out: later frames can be decoded
+        self._decoder = None
+        self._origin: int | None = None
+        self._last: tuple[Item, int] | None = None  # the last frame handed out, before its origin was known
+
+    async def recv(self):
+        if self._origin is None and self._last is not None:
+            self._origin = rtp_origin(self.sender, self._last[1])
+            if self._origin is not None:
+                self.on_frame(self._last[0], (self._origin + self._last[1]) % 2**32)
+        item = await self.next_item()
+        while not self._keyed and not item.keyframe:
+            # the graph started at the answer, before the peer connected: its first key frame may be gone, and the
+            # frames that refer to it cannot be decoded (for up to a GOP). They are skipped until a new one comes.
+            if self.request_keyframe is not None:
+                self.request_keyframe()
+                self.request_keyframe = None  # asked once
+            item = await self.next_item()
+        self._keyed = True
+        ts = to_rtp(item.header.pts, RTP_VIDEO_HZ)
+        if self._origin is not None:
+            self.on_frame(item, (self._origin + ts) % 2**32)
+        else:
+            self._last = (item, ts)
+        if self.passthrough:
+            packet = av.Packet(item.payload)
+            packet.pts = packet.dts = item.header.pts
+            packet.time_base = TICKS
+            return packet
+        if self._decoder is None:
+            self._decoder = av.CodecContext.create("h264", "r")
+        frames = self._decoder.decode(av.Packet(item.payload))
+        if not frames:  # waiting for a key frame: nothing to show yet
+            return await self.recv()
+        frame = frames[-1]
+        frame.pts, frame.time_base = item.header.pts, TICKS
+        return frame
+
+
+class OpusPackets:
+    """PCM16 chunks (16 kHz mono, 20 ms) → Opus packets (libopus at 16 kHz mono: a valid stream on Opus's
+    48 kHz RTP clock) stamped with the pts of the sound they hold, in 48 kHz ticks: the caller gives each chunk's
+    pts, and a packet holds sound from the encoder's look-ahead before its chunk on. aiortc only packetizes
+    them, so the RTP timestamps are those pts (plus the stream's random origin)."""
+
+    def __init__(self, bitrate: int = 32_000):
+        self._codec = av.CodecContext.create("libopus", "w")
+        self._codec.sample_rate = AUDIO_SAMPLE_RATE
+        self._codec.layout = "mono"
+        self._codec.format = "s16"
+        self._codec.bit_rate = bitrate
+        self._codec.time_base = fractions.Fraction(1, AUDIO_SAMPLE_RATE)
+        self._codec.options = {"application": "voip", "frame_duration": "20"}
+        self._samples = 0
+
+    def encode(self, pcm: bytes, pts: int):
+        """One 20 ms chunk (640 bytes of ``<i2``) at session pts ``pts`` → its packet (None while the encoder
+        fills up)."""
+        samples = np.frombuffer(pcm, "<i2").reshape(1, -1)
+        frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
+        frame.sample_rate, frame.pts = AUDIO_SAMPLE_RATE, self._samples
+        self._samples += samples.shape[1]
+        packets = self._codec.encode(frame)
+        if not packets:
+            return None
+        packet = packets[-1]  # one 20 ms chunk in, one packet out
+        # it holds the sound from Opus's look-ahead (6.5 ms) before this chunk on: stamped with that sound's pts
+        lookahead_ticks = (frame.pts - packet.pts) * (48_000 // AUDIO_SAMPLE_RATE)
+        packet.pts = packet.dts = pts - lookahead_ticks
+        packet.time_base = TICKS
+        return packet
+
+
+class AudioOut(_Handoff):
+    """The session's PCM16 chunks (16 kHz mono) as Opus packets stamped with their session pts.
+    ``on_anchor(pts, rtp_timestamp)`` is called when the RTP timestamp of a packet is known, until it returns
+    True (sent)."""
+
+    kind = "audio"
+
+    def __init__(self, on_anchor: Callable[[int, int], bool]):
+        super().__init__()
+        self.on_anchor = on_anchor
+        self._opus = OpusPackets()
+        self._last_pts: int | None = None
+
+    async def recv(self):
+        if self.on_anchor is not None and self._last_pts is not None:
+            origin = rtp_origin(self.sender, self._last_pts)
+            if origin is not None and self.on_anchor(self._last_pts, (origin + self._last_pts) % 2**32):
+                self.on_anchor = None  # sent (the data channel was open)
+        while True:
+            item = await self.next_item()
+            packet = self._opus.encode(item.payload, item.header.pts)
+            if packet is not None:
+                self._last_pts = packet.pts
+                return packet
+
+
+class ClientClock:
+    """Capture times of the client's microphone, from its ``clock`` messages: ``{"rtp_timestamp": R,
+    "capture_ns": C}`` says the sample the client's audio track stamped ``R`` (48 kHz RTP units, its
+    random origin included) was captured at ``C`` ns on the client's clock. Later samples are placed at
+    the sample rate from the newest such anchor (within ±2³¹ units: RTP timestamps wrap)."""
+
+    def __init__(self):
+        self.anchor: tuple[int, int] | None = None
+
+    def update(self, rtp_timestamp, capture_ns) -> None:
+        if isinstance(rtp_timestamp, int) and isinstance(capture_ns, int) and not isinstance(capture_ns, bool):
+            self.anchor = (rtp_timestamp % 2**32, capture_ns)
+
+    def capture_ns(self, rtp_timestamp: int) -> int:
+        """Client capture ns of the sample stamped ``rtp_timestamp``; 0 when no anchor came (unknown)."""
+        if self.anchor is None:
+            return 0
+        r, c = self.anchor
+        delta = (rtp_timestamp - r + 2**31) % 2**32 - 2**31
+        return int(c + delta * 1e9 / RTP_AUDIO_HZ)
+
+
+async def pump_microphone(track, receiver, pipeline, capture_times, clock: ClientClock, counters: dict) -> None:
+    """The client's audio track → ``pipeline.audio_in`` as 16 kHz mono PCM16, each block's client capture
+    time recorded (when the client sends ``clock``). Returns when the track ends."""
+    resampler = av.AudioResampler(format="s16", layout="mono", rate=AUDIO_SAMPLE_RATE)
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        rtp = received_rtp(receiver, frame.pts)
+        captured = 0 if rtp is None else clock.capture_ns(rtp + frame.samples * RTP_AUDIO_HZ // frame.sample_rate - 1)
+        for out in resampler.resample(frame):
+            pcm = out.to_ndarray().astype("<i2", copy=False).tobytes()
+            n = pipeline.audio_in.push(pcm)
+            capture_times.add(n, captured)
+            counters["audio_samples_in"] += n
+
+
+async def pump_camera(track, pipeline, counters: dict) -> None:
+    """The client's camera track → ``pipeline.video_in`` as pictures (at most its ``max_fps``: the rest are
+    skipped here, not refused), scaled to the session size as camera pictures over the WebSocket are."""
+    video_in, last = pipeline.video_in, 0.0
+    while True:
+        try:
+            frame = await track.recv()
+        except MediaStreamError:
+            return
+        now = time.monotonic()
+        if now - last < 0.97 / video_in.max_fps:  # a little over max_fps: frames arrive with jitter
+            continue
+        last = now
+        try:
+            pushed = video_in.push_picture(frame.to_ndarray(format="rgb24"))
+        except ProtocolError as exc:
+            log.debug("camera picture refused: %s", exc)
+            pushed = False
+        counters["video_in" if pushed else "video_dropped"] += 1

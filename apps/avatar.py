@@ -140,7 +140,7 @@ def run_train_video(args: argparse.Namespace) -> int:
                                   batch=args.batch, lr=args.lr or 2e-3, holdout=args.holdout,
                                   max_region=args.max_region, loop_seconds=args.loop_seconds,
                                   max_side=args.max_side or 1280, vad=not args.no_vad, seed=args.seed,
-                                  critic_weight=args.critic_weight)
+                                  critic_weight=args.critic_weight, av_sync=args.av_sync)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / FaceError are ValueErrors
         return _train_error(exc)
     print(f"video avatar from {r['frames']} frames ({r['seconds']:g} s): {r['region_choice']}; trained in "
@@ -251,8 +251,8 @@ def run_eval(args: argparse.Namespace) -> int:
         avatar = load_avatar(args.avatar)
         if avatar.kind == "video":
             return _eval_video_avatar(avatar, args)
-        if args.start_s is not None or args.end_s is not None:
-            raise ValueError("--start-s / --end-s go with a video avatar (avatar train --video); "
+        if args.start_s is not None or args.end_s is not None or args.av_offset is not None:
+            raise ValueError("--start-s / --end-s / --av-offset go with a video avatar (avatar train --video); "
                              f"{args.avatar!r} is a portrait avatar")
         if args.dit:
             if not os.path.isfile(os.path.join(args.dit, "config.json")):
@@ -281,7 +281,8 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(portrait_only)}: for portrait avatars; {args.avatar!r} is a video avatar "
                          f"(give --clip, and --start-s / --end-s to choose the stretch measured)")
     start = args.start_s if args.start_s is not None else avatar.heldout_start_s
-    metrics = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s, out_video=args.video)
+    metrics = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s, out_video=args.video,
+                                    av_offset_frames=args.av_offset)
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.video:
         metrics["video"] = os.path.abspath(args.video)
@@ -290,8 +291,9 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     except OSError as exc:  # a read-only bundle: the JSON still gets written
         print(f"framegraph avatar eval: warning: could not add the figures to the bundle's "
               f"{PROVENANCE} ({exc})", file=sys.stderr)
-    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "outside_mouth_psnr_db",
-                                              "mouth_sharpness_ratio", "lips_sharpness_ratio"))
+    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "landmark_openness_swing",
+                                              "outside_mouth_psnr_db", "mouth_sharpness_ratio", "lips_sharpness_ratio",
+                                              "jaw_edge_ratio"))
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:

@@ -7,7 +7,7 @@ Measures, on this machine's CPU:
 - **quality** on the held-out segment (default: from the bundle's ``training.heldout.start_s`` to the end;
   audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
-  lips closed in silence;
+  the jaw line's edge (its worst frame), lips closed in silence;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
   MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast clock, at the video's resolution: frames per second (throughput) and the time from
   the graph's start to its first frame out — for the bundle's own region size and for a ``--region`` (256)
@@ -136,8 +136,8 @@ def run(args: argparse.Namespace) -> int:
     result["quality"]["seconds"] = round(time.monotonic() - t0, 1)
     png = write_result(result, args.out, figure)
     print(json.dumps({"quality": {k: result["quality"][k] for k in (
-        "landmark_openness_corr", "outside_mouth_psnr_db", "mouth_sharpness_ratio", "lips_sharpness_ratio",
-        "silence")},
+        "landmark_openness_corr", "landmark_openness_swing", "outside_mouth_psnr_db", "mouth_sharpness_ratio",
+        "lips_sharpness_ratio", "jaw_edge_ratio", "jaw", "silence")},
         "speed": result["speed"]}, indent=1))
     print(f"wrote {args.out} and {png}")
     return 0

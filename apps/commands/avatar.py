@@ -127,6 +127,9 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
                    help="with --kind video: weight of the texture critic that sharpens the lips (0.1; 0: none — "
                         "up to a quarter less training time (a 300-px face: 35 -> 27 min), softer lips); dropped by "
                         "itself if it makes the training's L1 loss climb")
+    t.add_argument("--av-sync", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --kind video: measure how late the video's sound is against the mouth (up to 400 ms) "
+                        "and train on it aligned (default on)")
     t.add_argument("--loop-seconds", type=positive_float, default=10.0,
                    help="with --kind video: seconds of the video kept as the loop the avatar plays (10)")
     t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")
@@ -265,3 +268,7 @@ def _add_eval(sub) -> None:
     e.add_argument("--start-s", type=float, help="(video avatar) where the measured stretch of the clip starts, "
                                                  "in s (default: where the part kept out of training begins)")
     e.add_argument("--end-s", type=float, help="(video avatar) where it ends (default: the clip's end)")
+    e.add_argument("--av-offset", type=int, metavar="FRAMES",
+                   help="(video avatar) frames by which the clip's sound comes after its picture, moved earlier "
+                        "before measuring (default: what `avatar train --video` measured on the bundle's source "
+                        "video; 0 for a clip recorded otherwise)")

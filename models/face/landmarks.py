@@ -22,6 +22,8 @@ LIP_GAP_PAIRS = ((81, 178), (13, 14), (311, 402))
 FACE_OVAL = (10, 338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377, 152,
              148, 176, 149, 150, 136, 172, 58, 132, 93, 234, 127, 162, 21, 54, 103, 67, 109)
 FOREHEAD, CHIN, SUBNASALE = 10, 152, 2
+# the jaw line: the face outline from one jaw angle over the chin (152) to the other (a stretch of FACE_OVAL)
+JAW_LINE = (172, 136, 150, 149, 176, 148, 152, 377, 400, 378, 379, 365, 397)
 # six points per eye for the eye aspect ratio: outer/inner corners (p1, p4), two upper (p2, p3), two
 # lower (p6, p5) — image-left eye, then image-right eye
 EYES = ((33, 160, 158, 133, 153, 144), (362, 385, 387, 263, 373, 380))
@@ -69,6 +71,11 @@ class FaceLandmarks:
     def lip_inner(self) -> np.ndarray:
         """float32 [20, 2] px: the inner lip contour (the opening between the lips), a closed polygon."""
         return self.points[list(LIP_INNER)].copy()
+
+    def jaw_line(self) -> np.ndarray:
+        """float32 [13, 2] px: the jaw line, an open polyline from one jaw angle over the chin to the other
+        (:data:`JAW_LINE`): where the face meets the neck or collar."""
+        return self.points[list(JAW_LINE)].copy()
 
     def mouth_corners(self) -> tuple[np.ndarray, np.ndarray]:
         """(left, right) float32 [2] px: the outer mouth corners, image-left first."""

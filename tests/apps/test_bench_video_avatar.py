@@ -60,6 +60,8 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     m = json.loads(out.read_text())
     assert m["start_s"] == 0.64 and m["end_s"] == 1.28 and m["frames"] == 16  # the held-out part only
     assert m["faces_found_generated"] == 1.0 and m["outside_mouth_psnr_db"] >= 30
+    jaw = m["jaw"]  # the jaw line measured on every frame, its worst frame named by its time in the clip
+    assert jaw["frames"] == 16 and m["jaw_edge_ratio"] == jaw["edge_ratio"] and 0.64 <= jaw["worst_frame_s"] < 1.28
     got = read_video(str(video))
     assert len(got["frames"]) == 16 and got["frames"].shape[1:3] == (256, 256)
     assert np.abs(got["audio"].astype(np.float64)).max() > 1000  # the clip's sound came along
@@ -68,8 +70,26 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert json.loads(out.read_text())["frames"] == 10
     provenance = (tmp_path / "me" / "PROVENANCE.md").read_text()  # each evaluation's figures, in the bundle
     assert provenance.count("### ") == 2 and "`me.mp4` from 0.64 s to 1.28 s (16 frames)" in provenance
+    assert "the jaw line's edge" in provenance and "the jaw line's worst frame" in provenance
     assert f"| {m['outside_mouth_psnr_db']:g} | ≥ 30 |" in provenance
     capsys.readouterr()
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--steps", "2"]) == 2
     assert "--steps: for portrait avatars" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_avatar_eval_takes_the_source_video_at_its_own_size_and_frame_rate(tmp_path):
+    """A phone's video is larger than the avatar plays and runs at 30 fps: eval makes it as training made it."""
+    import torch.nn.functional as F
+
+    avatar, _ = _avatar_and_clip(tmp_path, heldout_start_s=0.64)
+    frames = np.concatenate([avatar.frames.numpy()] * 6)[:48]  # 1.6 s at 30 fps, at twice the size
+    big = F.interpolate(torch.from_numpy(frames).permute(0, 3, 1, 2).float(), scale_factor=2, mode="bilinear")
+    source = write_video(tmp_path / "phone.mp4", big.round().clamp(0, 255).byte().permute(0, 2, 3, 1).numpy(), 30,
+                         tone(1.6))
+    out = tmp_path / "eval.json"
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", source, "--out", str(out)]) == 0
+    m = json.loads(out.read_text())
+    assert m["frames"] == 24 and m["start_s"] == 0.64 and m["faces_found_generated"] == 1.0  # 0.64..1.6 s at 25 fps
+    assert m["outside_mouth_psnr_db"] >= 30

@@ -4,25 +4,33 @@ the slices at a box of Python ints; the mouth shape's speaking gate computed on 
 import torch
 
 from framegraph.models.avatar.video.bundle import random_video_avatar
+from framegraph.models.avatar.video.jaw import jaw_keep
 from framegraph.models.avatar.video.stages import MouthRegion, MouthShape
 
 
 def test_picture_through_index_tensors_equals_the_sliced_picture():
+    """With and without the texture map, with and without the jaw line's keep share."""
     avatar = random_video_avatar(n_frames=4, region_size=64)
     S = avatar.region_size
     texture = torch.rand(S, S, generator=torch.Generator().manual_seed(0))
-    for tex in (None, texture):
+    for tex, jaws in ((None, None), (texture, None), (texture, avatar.jaws)):
         stage = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference,
-                            frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, texture=tex)
+                            frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, texture=tex,
+                            keep=jaws is not None)
         assert stage.side != stage.size  # the resize to the model's size is on the path
         g = torch.Generator().manual_seed(1)
         for i, box in enumerate(avatar.boxes[:3]):
             frame = torch.randint(0, 256, (avatar.height, avatar.width, 3), dtype=torch.uint8, generator=g)
             shape = torch.randn(3, generator=g)
             ints = [int(round(float(v))) for v in box]
-            want = stage.picture(frame, ints, shape)
-            got = stage.picture_at(frame, torch.tensor(ints, dtype=torch.int32), shape)
-            assert torch.equal(got, want), (tex is not None, i)
+            keep = None if jaws is None else jaw_keep(jaws[i], ints)
+            want = stage.picture(frame, ints, shape, keep)
+            got = stage.picture_at(frame, torch.tensor(ints, dtype=torch.int32), shape, keep)
+            assert torch.equal(got, want), (tex is not None, jaws is not None, i)
+            if keep is not None:  # below the jaw line the frame is kept
+                x, y, L, _ = ints
+                assert (keep == 1).any() and torch.equal(got[y:y + L, x:x + L][keep == 1],
+                                                         frame[y:y + L, x:x + L][keep == 1])
 
 
 def test_speaking_gate_on_the_device_equals_the_host_gate():

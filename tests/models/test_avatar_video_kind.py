@@ -163,6 +163,31 @@ def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
     assert report["gain"] > 1.2 and swing[1.0] < 0.85 < swing[2.0] < 1.15
 
 
+def test_width_and_roundness_follow_the_predicted_openness_as_the_persons_do():
+    """The audio tells openness apart far better than width or roundness; their own regressions sit near their
+    means whatever the openness, a mouth the person never made. Following the openness they stay on the person's
+    own line, and the openness itself is the head's as before."""
+    from framegraph.models.avatar.video.lipsync import context_windows, fit_shape_head, follow_openness
+
+    g = torch.Generator().manual_seed(1)
+    f = torch.randn(3000, 16, generator=g)
+    openness = f[:, 0] + 0.5 * torch.randn(3000, generator=g)
+    width = -0.6 * openness + 0.3 * torch.randn(3000, generator=g)  # this person's mouth narrows as it opens
+    roundness = 0.4 * openness + 0.9 * torch.randn(3000, generator=g)
+    shapes = torch.stack([openness, width, roundness], 1)
+    rest = torch.tensor([-1.2, 0.5, 0.1])
+    head, _ = fit_shape_head(f, shapes, context=1, ridge=0.01, rest=rest)
+    followed, new_rest, report = follow_openness(head, shapes, rest)
+    with torch.no_grad():
+        before, after = head(context_windows(f, 1)), followed(context_windows(f, 1))
+    assert torch.allclose(after[:, 0], before[:, 0], atol=1e-5), "the openness is the head's own"
+    assert abs(report["slope"][0] + 0.6) < 0.05 and abs(report["slope"][1] - 0.4) < 0.05
+    line = torch.tensor(report["slope"]) * after[:, :1] + torch.tensor(report["intercept"])
+    assert torch.allclose(after[:, 1:], line, atol=2e-3), "width and roundness on the person's own line"
+    assert new_rest[0] == rest[0] and torch.allclose(new_rest[1:], torch.tensor(report["slope"]) * rest[0]
+                                                     + torch.tensor(report["intercept"]), atol=2e-3)
+
+
 def test_paste_mask_is_feathered_and_inside_the_hidden_area():
     mask = torch.zeros(64, 64)
     mask[20:60, 8:56] = 1
@@ -183,6 +208,24 @@ def test_texture_map_keeps_off_the_lips_and_ramps_up_inside_the_hidden_area():
     assert t[56, 10] == 1.0 and t[22, 50] == 1.0  # the far lower face: all the frame's own texture
     ramp = t[38, 40:52]
     assert (ramp.diff() >= -1e-6).all() and 0 < ramp[4] < 1  # rises smoothly away from the lips
+
+
+def test_the_base_frame_is_kept_at_and_below_its_jaw_line():
+    from framegraph.models.avatar.video.jaw import JAW_MARGIN, jaw_keep
+
+    a = np.linspace(0, np.pi, 13)  # a chin: the lower half of an ellipse, in px of a frame
+    line = np.stack([180 + 50 * np.cos(a), 150 + 60 * np.sin(a)], 1)
+    box = (100, 60, 160, 160)  # the region: x 100..260, y 60..220; the chin's lowest point at region (80, 150)
+    keep = jaw_keep(line, box)
+    assert keep.shape == (160, 160) and keep.min() == 0 and keep.max() == 1
+    below = 150 - int(JAW_MARGIN * 160)  # the cut: the jaw line raised by the margin
+    assert (keep[below:, 80] == 1).all(), "the jaw line itself and the collar under it: the frame's own"
+    assert (keep[:130, 80] == 0).all() and (keep[:80] == 0).all(), "the mouth and the lower face above: redrawn"
+    column = keep[:, 80]
+    assert (column.diff() >= -1e-6).all() and ((column > 0) & (column < 1)).sum() >= 3, "a ramp, not a cut"
+    assert keep[120, 5] == 1 and keep[120, 155] == 1, "past the jaw angles, below their height: kept too"
+    moved = jaw_keep(line + (0, 10), box)  # the head lower in the next frame: the kept part follows it
+    assert torch.equal(moved[10:, 80], keep[:-10, 80])
 
 
 def test_texture_map_is_saved_with_the_bundle_and_older_bundles_have_none(tmp_path):
@@ -311,6 +354,36 @@ def test_the_lower_face_away_from_the_lips_keeps_the_frames_own_fine_texture(tal
         inner = (slice(y, y + L), slice(x, x + L))
         # the mouth: the generator's own (up to a rounding: resized to the box before, not inside, the paste)
         assert (with_texture[inner][lips].int() - without[inner][lips].int()).abs().max() <= 1
+
+
+@pytest.mark.slow
+def test_the_chin_and_collar_stay_the_frames_own_however_wide_the_mouth_opens(talking):
+    """The bundle keeps each loop frame's jaw line; the picture is the frame's own below it (the chin's edge, the
+    collar), so a wide-open mouth never smears the jaw line, which the evaluation's edge measure finds as sharp
+    as in the frame; without the jaw lines (older bundles) the same picture redraws it."""
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.eval.real import jaw_edge_ratios
+    from framegraph.models.avatar.video.jaw import jaw_keep
+    from framegraph.models.avatar.video.stages import MouthRegion
+    from framegraph.models.face import FaceLandmarker
+
+    a = load_avatar(talking["bundle"])
+    assert a.jaws is not None and a.jaws.shape == (len(a.frames), 13, 2)
+    stage = MouthRegion.for_avatar(a)
+    assert "keep" in stage.inputs
+    wide = torch.tensor([3.0, 0.0, 0.0])
+    with FaceLandmarker(max_faces=1) as m:
+        for i in (3, 60, 120):
+            frame, box = a.frames[i], [int(v) for v in a.boxes[i]]
+            share = jaw_keep(a.jaws[i], box)
+            kept, redrawn = stage.picture(frame, box, wide, keep=share), stage.picture(frame, box, wide)
+            x, y, L, _ = box
+            keep = share == 1
+            inner = (slice(y, y + L), slice(x, x + L))
+            assert torch.equal(kept[inner][keep], frame[inner][keep]), "below the jaw line: the frame, exactly"
+            assert (redrawn[inner][keep].int() - frame[inner][keep].int()).abs().float().mean() > 0.5
+            face = m.detect(np.ascontiguousarray(frame.numpy()))[0]
+            assert jaw_edge_ratios(kept.numpy(), frame.numpy(), face)["jaw_edge"] > 0.95
 
 
 @pytest.mark.slow

@@ -11,7 +11,9 @@ from framegraph.apps import avatar as avatar_app
 from framegraph.apps.commands import avatar as avatar_front
 from framegraph.models.avatar.eval.real import (
     CLOSED_OPENNESS,
+    JAW_BREAK,
     LandmarkMeter,
+    edge_across,
     real_summary,
     silent_frames,
     speech_per_frame,
@@ -43,6 +45,7 @@ def test_the_real_frames_themselves_score_perfectly(real_frames):
     assert s["landmark_openness_corr"] > 0.99 and abs(s["landmark_openness_swing"] - 1) < 1e-6
     assert s["outside_mouth_psnr_db"] == 99.0 and s["outside_mouth_ssim"] > 0.999
     assert abs(s["mouth_sharpness_ratio"] - 1) < 1e-6 and abs(s["lips_sharpness_ratio"] - 1) < 1e-6
+    assert s["jaw_edge_ratio"] == 1.0 and s["jaw"]["breaks"] == 0 and s["jaw"]["frames"] == len(real_frames)
 
 
 def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames):
@@ -72,6 +75,52 @@ def test_a_static_mouth_a_blurred_mouth_and_a_moved_face_are_caught(real_frames)
     shifted = [np.roll(f, 3, axis=1) for f in real_frames]  # the face 3 px off: not the real frames
     s = real_summary(measure(shifted, real_frames), None)
     assert s["outside_mouth_psnr_db"] < 30 and s["outside_mouth_ssim"] < 0.9
+
+
+def _chin_on_collar(blur_sigma: float = 0.0, blur_from_x: float = 0.0):
+    """A light face (an ellipse) on a dark collar, 160x160, its jaw line (the ellipse's lower half, 13 points
+    from one side to the other); blurred with ``blur_sigma`` px right of ``blur_from_x`` (a chin that melts)."""
+    img = np.full((160, 160, 3), 40, np.uint8)
+    cv2.ellipse(img, (80, 70), (50, 60), 0, 0, 360, (200, 170, 150), -1, lineType=cv2.LINE_AA)
+    a = np.linspace(0, np.pi, 13)
+    line = np.stack([80 + 50 * np.cos(a), 70 + 60 * np.sin(a)], 1)
+    if blur_sigma:
+        soft = cv2.GaussianBlur(img, (0, 0), blur_sigma)
+        img[:, int(blur_from_x):] = soft[:, int(blur_from_x):]
+    return img, line
+
+
+def test_jaw_edge_is_found_where_the_line_is_and_a_melting_chin_loses_it():
+    sharp, line = _chin_on_collar()
+    base = edge_across(sharp, line, band_px=3)
+    assert len(base) > 150 and base.min() > 30, "a light face on a dark collar: a strong edge all along its jaw"
+    moved = np.roll(sharp, 2, axis=0)  # the landmarks 2 px off the edge: still found within the band
+    assert 0.9 < edge_across(moved, line, band_px=3).mean() / base.mean() < 1.1
+    assert edge_across(moved, line, band_px=0).mean() / base.mean() < 0.9, "outside the band it is not looked for"
+    smeared, _ = _chin_on_collar(blur_sigma=3)
+    assert edge_across(smeared, line, band_px=3).mean() / base.mean() < 0.5
+    half, _ = _chin_on_collar(blur_sigma=3, blur_from_x=110)  # the chin melts on one side only
+    part = edge_across(half, line, band_px=3)
+    assert part[:len(part) // 4].mean() / base[:len(part) // 4].mean() < JAW_BREAK, "that stretch breaks"
+    assert part[-len(part) // 4:].mean() / base[-len(part) // 4:].mean() > 0.95, "the other side is whole"
+
+
+def test_a_chin_smeared_into_the_collar_is_caught_and_its_worst_frame_named(real_frames):
+    from framegraph.models.face import FaceLandmarker
+
+    smeared = list(real_frames)
+    with FaceLandmarker(max_faces=1) as landmarks:
+        line = landmarks.detect(real_frames[7])[0].jaw_line()
+    x0, y0 = np.floor(line.min(0)).astype(int) - 6
+    x1, y1 = np.ceil(line.max(0)).astype(int) + 6
+    f = real_frames[7].copy()  # one frame's jaw smeared into what is below it, as a redraw that melts
+    f[y0:y1, x0:x1] = cv2.GaussianBlur(f, (0, 0), 3.0)[y0:y1, x0:x1]
+    smeared[7] = f
+    s = real_summary(measure(smeared, real_frames), None)
+    jaw = s["jaw"]
+    assert jaw["worst_frame"] == 7 and jaw["worst_frame_ratio"] < 0.6
+    assert jaw["breaks"] == 1 and jaw["break_frames"] == [7]
+    assert s["jaw_edge_ratio"] > 0.95, "the other frames keep their jaw line"
 
 
 def test_lips_closed_in_silence(real_frames):

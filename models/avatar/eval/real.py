@@ -12,6 +12,12 @@ ground truth beyond the real video itself:
   there, up to the paste-back seam (target ≥ 30 dB).
 - **Sharpness of the mouth region**: variance of the Laplacian inside the real lower-face polygon,
   generated / real (1 = as sharp as the video; a blurry region scores well below).
+- **The jaw line**: the luminance edge across the real face's jaw line (:meth:`FaceLandmarks.jaw_line`, from
+  one jaw angle over the chin to the other): at points 1 px apart along it, the strongest gradient across the
+  line within ±``JAW_BAND`` of the face's width (the landmarks' own error), generated / real — per frame over
+  the whole line (``jaw_edge_ratio``: a chin that melts into the collar scores well below 1) and over its
+  weakest quarter (:data:`JAW_SEGMENTS`); a frame whose weakest quarter keeps under :data:`JAW_BREAK` of the
+  real edge counts as one where the jaw line breaks (``jaw_breaks``), and the worst frame is named.
 - **Lips closed in silence**: in frames whose audio Silero VAD calls silent (probability < 0.2 over the
   frame and the two frames either side, as lips move just before and after sound) the lips count as
   closed when the openness is below ``CLOSED_OPENNESS`` or below the real frames' median openness in
@@ -42,6 +48,11 @@ PSNR_CAP_DB = 99.0  # what identical pictures score in the JSON reports (JSON ha
 CLOSED_OPENNESS = 0.08
 REST_MARGIN = 0.03
 SILENT_PROBABILITY = 0.2
+# the jaw line's edge is looked for within ± this share of the face's width across it (landmark error: a few px)
+JAW_BAND = 0.03
+JAW_SEGMENTS = 4  # the line is cut into this many stretches; the weakest says whether it breaks somewhere
+JAW_BREAK = 0.5  # a stretch whose edge keeps less than this share of the real one's: the jaw line breaks there
+JAW_MIN_EDGE = 2.0  # grey levels / px: a real stretch weaker than this has no edge to keep (skipped)
 
 
 def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
@@ -111,7 +122,7 @@ class LandmarkMeter:
         face = real_faces[0]
         lower_face, lips = sharpness_ratios(generated, real, [face.lower_face_polygon(), face.lip_outer()])
         return {**row, "lm_open_real": face.mouth_openness(), **outside_mouth_scores(generated, real, face),
-                "mouth_sharpness": lower_face, "lips_sharpness": lips}
+                "mouth_sharpness": lower_face, "lips_sharpness": lips, **jaw_edge_ratios(generated, real, face)}
 
 
 def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
@@ -149,6 +160,67 @@ def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[
     return ratios
 
 
+def edge_across(image: np.ndarray, line: np.ndarray, band_px: float) -> np.ndarray:
+    """float [K]: at points 1 px apart along the polyline ``line [M, 2]`` (px of ``image``, uint8 [H, W, 3]),
+    the strongest luminance gradient across the line (grey levels / px, along its normal) within ±``band_px``
+    of it — how sharp the edge the line follows is, wherever within the band it lies."""
+    import cv2
+
+    grey = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY).astype(np.float32)
+    gx = cv2.Sobel(grey, cv2.CV_32F, 1, 0, ksize=3) / 8.0  # the 3x3 Sobel sums 8 px steps: per px
+    gy = cv2.Sobel(grey, cv2.CV_32F, 0, 1, ksize=3) / 8.0
+    p = np.asarray(line, np.float64)
+    seg = np.diff(p, axis=0)
+    length = np.linalg.norm(seg, axis=1)
+    pts, normals = [], []
+    for a, d, n in zip(p[:-1], seg, length):
+        if n < 1e-6:
+            continue
+        t = np.arange(0.0, n, 1.0)[:, None] / n
+        pts.append(a + t * d)
+        normals.append(np.repeat([[-d[1] / n, d[0] / n]], len(t), 0))
+    if not pts:
+        return np.zeros(0)
+    pts, normals = np.concatenate(pts), np.concatenate(normals)
+    offsets = np.arange(-np.ceil(band_px), np.ceil(band_px) + 1)
+    at = pts[:, None, :] + offsets[None, :, None] * normals[:, None, :]  # [K, O, 2]
+    mx, my = at[..., 0].astype(np.float32), at[..., 1].astype(np.float32)
+    sx = cv2.remap(gx, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    sy = cv2.remap(gy, mx, my, cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+    return np.abs(sx * normals[:, None, 0] + sy * normals[:, None, 1]).max(1)
+
+
+def jaw_edge_ratios(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
+    """``jaw_edge``: the edge across the real ``face``'s jaw line (:func:`edge_across`), generated / real, over
+    the whole line; ``jaw_edge_weakest``: the same over its weakest of :data:`JAW_SEGMENTS` stretches (those
+    with a real edge of at least :data:`JAW_MIN_EDGE`). NaN where the real frame has no edge there."""
+    line, band = face.jaw_line(), max(2.0, JAW_BAND * face.size_px())
+    gen, ref = edge_across(generated, line, band), edge_across(real, line, band)
+    if len(ref) < JAW_SEGMENTS or ref.mean() < JAW_MIN_EDGE:
+        return {"jaw_edge": np.nan, "jaw_edge_weakest": np.nan}
+    parts = [(g.mean() / r.mean()) for g, r in zip(np.array_split(gen, JAW_SEGMENTS),
+                                                    np.array_split(ref, JAW_SEGMENTS)) if r.mean() >= JAW_MIN_EDGE]
+    return {"jaw_edge": float(gen.mean() / ref.mean()), "jaw_edge_weakest": float(min(parts))}
+
+
+def jaw_summary(edge: np.ndarray, weakest: np.ndarray) -> dict | None:
+    """The jaw line over a clip from the per-frame ``jaw_edge`` / ``jaw_edge_weakest`` ratios (NaN: no edge
+    measured): their mean, the worst frame (its index in the clip and its ratio) and the frames where the line
+    breaks (the weakest stretch under :data:`JAW_BREAK`)."""
+    ok = np.isfinite(edge)
+    if not ok.any():
+        return None
+    idx = np.nonzero(ok)[0]
+    worst = int(idx[np.argmin(edge[ok])])
+    weak = np.where(np.isfinite(weakest), weakest, np.inf)
+    breaks = np.nonzero(weak < JAW_BREAK)[0]
+    return {"frames": int(ok.sum()), "edge_ratio": round(float(edge[ok].mean()), 4),
+            "edge_ratio_p5": round(float(np.percentile(edge[ok], 5)), 4),
+            "worst_frame": worst, "worst_frame_ratio": round(float(edge[worst]), 4),
+            "weakest_stretch_min": round(float(np.min(weak)), 4) if np.isfinite(weak).any() else None,
+            "breaks": int(len(breaks)), "break_frames": [int(v) for v in breaks[:20]], "break_below": JAW_BREAK}
+
+
 def _swing(generated: np.ndarray, real: np.ndarray) -> float | None:
     """How widely the generated mouth opens and shuts against the real one: the std of the generated
     openness / the real's, over the frames where both have a face (1: as wide; a regression's ~0.6: less)."""
@@ -172,6 +244,8 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
            "outside_mouth_psnr_db": mean("outside_psnr"), "outside_mouth_ssim": mean("outside_ssim"),
            "mouth_sharpness_ratio": mean("mouth_sharpness"), "lips_sharpness_ratio": mean("lips_sharpness"),
            "silence": None}
+    jaw = jaw_summary(col("jaw_edge"), col("jaw_edge_weakest"))
+    out.update(jaw_edge_ratio=jaw and jaw["edge_ratio"], jaw=jaw)
     if speech is not None:
         quiet = silent_frames(np.asarray(speech[:len(rows)], np.float64))
         rest = float(np.nanmedian(real[quiet])) if np.isfinite(real[quiet]).any() else np.nan

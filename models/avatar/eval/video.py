@@ -6,12 +6,13 @@ training: ``avatar train --video --holdout 0.2`` keeps the last 20 % out): the r
 landmarks, the mouth shape from the clip's audio through the avatar's audio stages (:class:`MouthShape`,
 with the speaking state from Silero VAD), and the lower face is redrawn and pasted back exactly as the
 live graph does (:class:`MouthRegion`). Then the face engineer's landmark measures
-(:mod:`.evaluate_real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
-mouth sharpness, lips closed in silence — and the time per frame of redraw + paste.
+(:mod:`.real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
+mouth sharpness, the jaw line's edge, lips closed in silence — and the time per frame of redraw + paste.
 """
 from __future__ import annotations
 
 import os
+import tempfile
 import time
 
 import numpy as np
@@ -20,25 +21,33 @@ import torch
 from framegraph.models.audio.features import extract_features
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 
-from ..clips.io import ClipWriter
+from ..clips.io import ClipWriter, probe
+from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
+from ..video.jaw import jaw_keep
 from ..video.stages import MouthRegion, MouthShape
+from ..video.sync import shift_audio
 from ..video.train import track_faces
 from .real import LandmarkMeter, real_summary, speech_per_frame
 
 
 def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
-                          out_video=None) -> dict:
-    """Measure ``avatar`` on the frames of ``clip`` (its own size and fps) from ``start_s`` to ``end_s``
-    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio)."""
+                          out_video=None, av_offset_frames: int | None = None) -> dict:
+    """Measure ``avatar`` on the frames of ``clip`` (the source video, made as training made it, or a clip at the
+    avatar's size and fps) from ``start_s`` to ``end_s``
+    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio).
+    ``av_offset_frames``: the frames by which the clip's sound comes after its picture, so moved earlier
+    (:func:`~..video.sync.shift_audio`) — None: the bundle's own measure of its source video (give 0 for a clip
+    recorded otherwise)."""
     clip = os.fspath(clip)
-    video = read_video(clip)
+    with tempfile.TemporaryDirectory() as tmp:
+        played = _as_played(avatar, clip, tmp)
+        video = read_video(played)
+        audio = decode_audio(played)
     frames, fps = video["frames"], float(video["fps"])
     H, W = frames.shape[1:3]
-    if (W, H) != (avatar.width, avatar.height) or abs(fps - avatar.fps) > 0.01:
-        raise ValueError(f"{clip}: {W}x{H} at {fps:g} fps; the avatar plays {avatar.width}x{avatar.height} at "
-                         f"{avatar.fps:g} fps (give a clip of the video it was made from)")
-    audio = decode_audio(clip)
+    lag = avatar.av_offset_frames if av_offset_frames is None else int(av_offset_frames)
+    audio = shift_audio(audio, lag, int(round(SAMPLE_RATE / fps)))
     n = len(frames)
     a = int(round(start_s * fps))
     b = n if end_s is None else min(n, int(round(end_s * fps)))
@@ -61,7 +70,9 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             frame = torch.from_numpy(frames[t])
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
-            gen = region.picture(frame, box, shape).numpy()
+            # kept below the frame's own jaw line, as the bundle's loop frames are
+            keep = jaw_keep(track.jaws[t - a], box) if avatar.jaws is not None else None
+            gen = region.picture(frame, box, shape, keep=keep).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:
@@ -72,7 +83,10 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     shape_open = np.array([r["shape_openness"] for r in rows])
     real_open = np.array([r.get("lm_open_real", np.nan) for r in rows], np.float64)
     ok = np.isfinite(real_open)
+    if summary["jaw"] is not None:  # the worst frame, as a time in the clip
+        summary["jaw"]["worst_frame_s"] = round((a + summary["jaw"]["worst_frame"]) / fps, 3)
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
+                   av_offset_frames=lag,
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
                    shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else
                    round(float(np.corrcoef(shape_open[ok], real_open[ok])[0, 1]), 4),
@@ -81,6 +95,24 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     if out_video is not None:
         _write(out_video, np.stack(out), audio[int(a * SAMPLE_RATE / fps):int(b * SAMPLE_RATE / fps)], int(round(fps)))
     return summary
+
+
+def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:
+    """``clip`` itself when it plays at the avatar's size and fps, else the clip made so as training made its
+    source video (:func:`~..clips.prepare.prepare_video`: resampled to the avatar's fps, scaled to its size, one
+    segment) in ``tmp`` — so the source video itself can be given, whatever its resolution and frame rate."""
+    info = probe(clip)
+    if (info["width"], info["height"]) == (avatar.width, avatar.height) and abs((info["fps"] or 0) - avatar.fps) < 0.01:
+        return clip
+    prep = prepare_video(clip, tmp, fps=int(round(avatar.fps)), max_side=max(avatar.width, avatar.height),
+                         segment_seconds=1e6, min_seconds=1.0, progress=False)
+    size = (prep.portrait["width"], prep.portrait["height"])
+    if size != (avatar.width, avatar.height):
+        raise ValueError(f"{clip}: {info['width']}x{info['height']} at {info['fps']:g} fps plays at "
+                         f"{size[0]}x{size[1]} once prepared as for training; the avatar plays "
+                         f"{avatar.width}x{avatar.height} at {avatar.fps:g} fps (give a clip of the video it was made "
+                         "from)")
+    return prep.clips[0]
 
 
 def _write(path, frames: np.ndarray, audio: np.ndarray, fps: int) -> None:

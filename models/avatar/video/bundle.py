@@ -8,7 +8,9 @@
                         generator redraws), ``paste float32 [S, S]`` (the feathered paste-back alpha, 0
                         wherever ``mask`` is 0), ``reference uint8 [S, S, 3]`` (the reference region), and
                         in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
-                        finest texture is laid over the generated lower face: away from the lips)
+                        finest texture is laid over the generated lower face: away from the lips), and in
+                        bundles since it was added ``jaws float32 [N, 13, 2]`` (each loop frame's jaw line, px
+                        of the frame: below it the frame itself is kept, :func:`~.jaw.jaw_keep`)
     DIR/matte.npz       ``alpha uint8 [N, H, W]``: the person matte of each loop frame (255: the person;
                         :mod:`framegraph.models.matte`, learnt at ``train --video``); bundles made before
                         mattes have none
@@ -135,7 +137,8 @@ class VideoAvatar(PictureSize):
         frames: ``uint8 [N, H, W, 3]`` loop frames; boxes: ``float32 [N, 4]``; nearest_idle: ``int64 [N]``.
         idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
             ``uint8 [S, S, 3]``; texture: ``float32 [S, S]`` or None (older bundles: none), see
-            :func:`texture_mask`.
+            :func:`texture_mask`. jaws: ``float32 [N, M, 2]`` each loop frame's jaw line (px of the frame) or
+            None (older bundles: the whole hidden area is redrawn), see :func:`~.jaw.jaw_keep`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
             standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
@@ -160,6 +163,7 @@ class VideoAvatar(PictureSize):
     vad: bool = True
     silence_gate: bool = True
     texture: torch.Tensor | None = None
+    jaws: np.ndarray | None = None
     matte: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
@@ -187,6 +191,13 @@ class VideoAvatar(PictureSize):
         held = (self.meta.get("training") or {}).get("heldout") or {}
         return float(held.get("start_s", 0.0))
 
+    @property
+    def av_offset_frames(self) -> int:
+        """How many frames the source video's sound came after its picture (:mod:`.sync`, measured by ``avatar
+        train --video``; 0 for bundles without the measure): ``avatar eval`` aligns the source's sound by it."""
+        sync = (self.meta.get("training") or {}).get("av_offset") or {}
+        return int(sync.get("frames", 0))
+
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
         :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). The two small models and
@@ -203,7 +214,7 @@ class VideoAvatar(PictureSize):
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
-                                   device=device))
+                                   jaws=self.jaws, device=device))
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
                                                   out_device=settings.video_device, matte=settings.alpha,
                                                   torch_threads=settings.torch_threads, engine=engines.picture,
@@ -213,6 +224,8 @@ class VideoAvatar(PictureSize):
         graph.connect(state, loop, "state", "state", capacity=8)
         graph.connect(loop, region, "frame", "frame", capacity=2)
         graph.connect(loop, region, "box", "box", capacity=2)
+        if self.jaws is not None:
+            graph.connect(loop, region, "keep", "keep", capacity=2)
         graph.connect(shape, region, "shape", "shape", capacity=4)
         if settings.alpha:
             graph.connect(loop, region, "alpha", "alpha", capacity=2)
@@ -265,10 +278,12 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
         getattr(avatar, part).save_pretrained(root / part)
     write_loop(root / LOOP_FILE, avatar.frames, avatar.fps)
     tmp = root / (REGIONS_FILE + ".partial.npz")
-    texture = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
+    extra = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
+    if avatar.jaws is not None:
+        extra["jaws"] = np.asarray(avatar.jaws, np.float32)
     np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
                         nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
-                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **texture)
+                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **extra)
     os.replace(tmp, root / REGIONS_FILE)
     if avatar.matte is not None:
         _write_matte(root / MATTE_FILE, avatar.matte)
@@ -299,12 +314,13 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
         with np.load(regions) as z:
             r = {k: z[k] for k in ("boxes", "nearest_idle", "mask", "paste", "reference")}
             texture = torch.from_numpy(z["texture"]) if "texture" in z.files else None
+            jaws = z["jaws"] if "jaws" in z.files else None
     except (OSError, ValueError, KeyError) as exc:
         raise AvatarError(f"{where}: {regions.name} is not a video avatar's regions file ({exc})") from None
     W, H = (int(v) for v in cfg["size"])
     n, S = len(frames), int(cfg["region_size"])
     if (tuple(frames.shape[1:3]) != (H, W) or len(r["boxes"]) != n or r["mask"].shape != (S, S)
-            or (texture is not None and tuple(texture.shape) != (S, S))):
+            or (texture is not None and tuple(texture.shape) != (S, S)) or (jaws is not None and len(jaws) != n)):
         raise AvatarError(f"{where}: {loop.name} has {n} frames of {frames.shape[2]}x{frames.shape[1]}, {regions.name} "
                     f"{len(r['boxes'])} boxes and a {list(r['mask'].shape)} mask; avatar.json says {W}x{H} and "
                     f"region {S} (a bundle written by `framegraph avatar train --video` keeps them together)")
@@ -315,7 +331,8 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
     shape = cfg["shape"]
     return VideoAvatar(**parts, frames=frames, boxes=r["boxes"], nearest_idle=r["nearest_idle"], idle=(a, b),
                        mask=torch.from_numpy(r["mask"]), paste=torch.from_numpy(r["paste"]),
-                       reference=torch.from_numpy(r["reference"]), texture=texture, matte=matte, shape_mean=list(shape["mean"]),
+                       reference=torch.from_numpy(r["reference"]), texture=texture, jaws=jaws, matte=matte,
+                       shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
@@ -363,6 +380,9 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
     side = region_side(2.3 * mw)
     centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
     boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
+    t = np.linspace(0.0, 1.0, 13)  # a jaw line: from beside the mouth, down under the chin and up again
+    jaw = np.stack([mx - 0.6 * mw + t * 2.2 * mw, my + mh / 2 + 0.2 * mw + 0.8 * mw * np.sin(np.pi * t)], 1)
+    jaws = np.stack([jaw + (s, 0) for s in shifts]).astype(np.float32)
     mask = torch.zeros(region_size, region_size)
     mask[region_size // 3:, region_size // 8:-region_size // 8] = 1
     with torch.random.fork_rng(devices=[]):
@@ -375,7 +395,7 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
                        mask=mask, paste=paste_mask(mask, 4),
                        reference=torch.full((region_size, region_size, 3), 128, dtype=torch.uint8),
                        shape_mean=[0.2, 0.4, 0.3], shape_std=[0.05, 0.05, 0.05], rest_shape=[-1.0, 0.0, 0.0],
-                       vad=False)
+                       jaws=jaws, vad=False)
 
 
 __all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",

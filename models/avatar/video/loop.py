@@ -1,7 +1,9 @@
 """The video avatar's base frames: the person's own frames played back and forth.
 
     state [4] ──▶ VideoLoop ──frame uint8 [H, W, 3]──▶ ...
-                           └──box   int32 [4]─────────▶   (the mouth region's box in that frame)
+                           ├──box   int32 [4]─────────▶   (the mouth region's box in that frame)
+                           └──keep  float32 [L, L]────▶   (the region kept from the frame: below its jaw line;
+                                                             with ``jaws``)
 
 :class:`LoopCursor` is the plan, frame by frame: a **ping-pong** over the loop frames ``0 .. N-1``
 (``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``: every step goes to a neighbouring frame of the recording,
@@ -21,6 +23,8 @@ import torch
 from framegraph.models.audio import SPEAKING
 from framegraph.models.audio.frontend import STATE_DIM
 from framegraph.stream import PortSpec, Stage
+
+from .jaw import jaw_keep
 
 
 def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
@@ -100,9 +104,13 @@ class VideoLoop(Stage):
         idle / nearest_idle / fade: see :class:`LoopCursor`.
         mattes: ``uint8 [N, H, W]`` each frame's person matte, or None; given, the matte of the frame shown (blended
             as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
+        jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame), or None; given, the share of the box
+            kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
+            on a ``"keep"`` port, made here on the CPU so the device path reads no value back.
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``) on ``device`` (the loop frames
+    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
+    on ``device`` (the loop frames
     stay on the CPU: each is uploaded as it is picked), keeping the state's pts and flags. A stream starts at
     the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
     barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
@@ -110,7 +118,7 @@ class VideoLoop(Stage):
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 mattes: torch.Tensor | None = None, device: str = "cpu", name: str = "loop"):
+                 mattes: torch.Tensor | None = None, jaws=None, device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -130,6 +138,13 @@ class VideoLoop(Stage):
                                  f"[{len(self.frames)}, {H}, {W}]")
             self.mattes = mattes
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, device)
+        self.jaws = None  # float32 [N, M, 2] on the host: the keep share is drawn there (numpy, OpenCV)
+        if jaws is not None:
+            self.jaws = np.asarray(jaws, np.float32)
+            if self.jaws.ndim != 3 or len(self.jaws) != len(self.frames) or self.jaws.shape[2] != 2:
+                raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
+            L = int(round(float(self.boxes[0, 2])))
+            self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -140,6 +155,10 @@ class VideoLoop(Stage):
         picks = self.cursor.step(speaking)
         frame, box = out.write("frame"), out.write("box")
         alpha = out.write("alpha") if self.mattes is not None else None
+        if self.jaws is not None:  # the blended jaw line at the blended box, as the frame is blended
+            jaw = sum(self.jaws[i] * w for i, w in picks)
+            at = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
+            out.write("keep").data.copy_(jaw_keep(jaw, at), non_blocking=True)
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])

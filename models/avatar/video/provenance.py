@@ -20,6 +20,7 @@ EVAL_ROWS = (
     ("outside_mouth_psnr_db", "face outside the mouth region vs the real frames (dB)", "≥ 30"),
     ("mouth_sharpness_ratio", "sharpness (Laplacian variance) of the lower face / the real frames'", ""),
     ("lips_sharpness_ratio", "sharpness of the lips alone / the real lips'", ""),
+    ("jaw_edge_ratio", "the jaw line's edge (across the jaw / chin contour) / the real frames'", "≥ 0.8"),
 )
 
 
@@ -66,6 +67,12 @@ def write_training_provenance(root, report: dict) -> Path:
         f"seed {cfg['seed']}; {report['timings']['total_s']:.0f} s in all on {report['threads']} CPU threads "
         f"(torch {report['torch']})",
     ]
+    sync = report.get("av_offset")
+    if sync is not None and sync["frames"]:
+        lines.append(f"- the video's sound came {sync['frames']} frames ({sync['seconds']:g} s) after its picture "
+                     "(measured from the mouth on the training frames); the shape head learnt on it so aligned")
+    elif sync is not None:
+        lines.append("- the video's sound was found in step with its picture (from the mouth on the training frames)")
     if held and held.get("shape_openness_corr") is not None:
         lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
                      f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")
@@ -85,12 +92,19 @@ def add_evaluation(root, metrics: dict) -> Path:
     silence = metrics.get("silence") or {}
     rows = [f"| {what} | {metrics[key]:g} | {target} |" for key, what, target in EVAL_ROWS
             if metrics.get(key) is not None]
+    jaw = metrics.get("jaw") or {}
+    if jaw.get("frames"):
+        rows.append(f"| the jaw line's worst frame (at {jaw['worst_frame_s']:g} s) / frames where it breaks "
+                    f"(a quarter of it under {jaw['break_below']:g} of the real edge) | {jaw['worst_frame_ratio']:g} / "
+                    f"{jaw['breaks']} of {jaw['frames']} | no break |")
     if silence.get("frames"):
         rows.append(f"| lips closed in silent frames: the avatar / the real person "
                     f"({silence['frames']} frames) | {silence['lips_closed_fraction_generated']:.0%} / "
                     f"{silence['lips_closed_fraction_real']:.0%} | closed in silence |")
+    offset = metrics.get("av_offset_frames")
     section = [f"### {_now()}: `{os.path.basename(metrics['clip'])}` from {metrics['start_s']:g} s to "
-               f"{metrics['end_s']:g} s ({metrics['frames']} frames)", "",
+               f"{metrics['end_s']:g} s ({metrics['frames']} frames"
+               + (f"; its sound moved {offset} frames earlier, as measured in training" if offset else "") + ")", "",
                "| measure | value | target |", "|---|---|---|", *rows, ""]
     with open(path, "a") as f:
         f.write("\n".join(section) + "\n")

@@ -10,7 +10,9 @@ one is gated: while the avatar does not speak the shape eases to the resting mou
 region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
 the shape, lays the loop frame's own finest texture over it away from the lips (a bundle's ``texture`` map:
 the generator draws stubble and pores only blurred) and pastes it back with the feathered alpha
-(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own.
+(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own, and so
+is everything below the loop frame's jaw line when the bundle has the loop frames' jaw lines
+(:func:`~.jaw.jaw_keep`, made by the loop: the chin and the collar are never redrawn).
 """
 from __future__ import annotations
 
@@ -132,20 +134,22 @@ class MouthRegion(Stage):
         graphs: replay the device path from a CUDA graph (on CUDA; its inputs copied into static buffers).
         matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
             redrawn lower face lies inside the person), skipped with it when the frame is.
+        keep: the share of the box kept from the frame itself comes in on ``"keep"`` (``float32 [L, L]``: 1 at
+            and below the frame's jaw line, :func:`~.jaw.jaw_keep`, made by :class:`~.loop.VideoLoop` from a
+            bundle's ``jaws``): nothing there is redrawn. False: the whole hidden area is (older bundles).
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` (and ``"alpha"``
-    ``uint8 [H, W]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``; pts and flags of the frame, on
-    ``out_device``), the rest on ``device``. :meth:`process` cuts and
-    pastes the region with index tensors made from the box on the device (:meth:`picture_at`: no value is read
-    back, and the shapes do not depend on where the box is); :meth:`picture` is its readable twin, slicing at a
-    box of Python ints.
+    ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``; pts
+    and flags of the frame, on ``out_device``), the rest on ``device``. :meth:`process` cuts and pastes the region
+    with index tensors made from the box on the device (:meth:`picture_at`: no value is read back, and the shapes
+    do not depend on where the box is); :meth:`picture` is its readable twin, slicing at a box of Python ints.
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
                  max_lag_ms: float | None = None, torch_threads: int | None = None, device: str = "cpu",
                  out_device: str | None = None, engine=None, generator_engine=None, graphs: bool = False,
-                 matte: bool = False, name: str = "mouth_region"):
+                 matte: bool = False, keep: bool = False, name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.to(device).eval()
         self.draw = self.generator if generator_engine is None else generator_engine(self.generator)
@@ -178,12 +182,14 @@ class MouthRegion(Stage):
         if matte:
             self.inputs["alpha"] = PortSpec((H, W), torch.uint8, device)
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
+        if keep:
+            self.inputs["keep"] = PortSpec((self.side, self.side), torch.float32, device)
         # the picture is made on the device and copied down when the output is elsewhere (an encoder's CPU)
         self._scratch = None if out_device == self.device and not graphs else \
             torch.empty(H, W, 3, dtype=torch.uint8, device=device)
         run = self.picture_at if engine is None else _inference(engine(self._picture))
         self.compiled = engine is not None
-        self._step = GraphedStep(lambda f, b, s: run(f, b, s, out=self._scratch), enabled=graphs,
+        self._step = GraphedStep(lambda *args: run(*args, out=self._scratch), enabled=graphs,
                                  name="video avatar picture") if self._scratch is not None else None
         self._direct = run
 
@@ -191,7 +197,8 @@ class MouthRegion(Stage):
     def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
         """The stage for a :class:`~.video_bundle.VideoAvatar` at its frames' size (``kwargs``: the rest)."""
         return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
-                   avatar.width), box_side=avatar.box_side, texture=avatar.texture, **kwargs)
+                   avatar.width), box_side=avatar.box_side, texture=avatar.texture,
+                   keep=avatar.jaws is not None, **kwargs)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -216,6 +223,8 @@ class MouthRegion(Stage):
         frame = torch.zeros(H, W, 3, dtype=torch.uint8, device=self.device)
         args = (frame, torch.tensor([0, 0, L, L], dtype=torch.int32, device=self.device),
                 torch.zeros(self.generator.config.shape_dim, device=self.device))
+        if "keep" in self.inputs:
+            args += (torch.zeros(L, L, device=self.device),)
         if self._step is not None:
             self._step(*args)
         else:
@@ -250,13 +259,17 @@ class MouthRegion(Stage):
         out = gen + self.texture * (diff - gaussian_blur(diff, TEXTURE_SCALE * L))
         return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
-    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, keep: torch.Tensor | None = None,
+                out: torch.Tensor | None = None) -> torch.Tensor:
         """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` (the frame's
-        fine texture laid over it where ``texture`` says) and pasted back: what :meth:`process` emits."""
+        fine texture laid over it where ``texture`` says) and pasted back — but not where ``keep`` (``float32
+        [L, L]`` or None: :func:`~.jaw.jaw_keep` of the frame's jaw line) keeps the frame: what :meth:`process`
+        emits."""
         region = self.redraw(frame, box, shape)
         if self.texture is not None:
             region = self.lay_texture(frame, box, region)
-        return composite(frame, region, box, self.alpha, out=out)
+        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
+        return composite(frame, region, box, alpha, out=out)
 
     def window(self, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` of the frame it
@@ -270,13 +283,13 @@ class MouthRegion(Stage):
 
     @torch.inference_mode()
     def picture_at(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
-                   out: torch.Tensor | None = None) -> torch.Tensor:
+                   keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`picture` with the box a tensor on the device: the region is gathered and pasted back through
         index tensors (:meth:`window`), so nothing is read back to the host and every shape is fixed."""
-        return self._picture(frame, box, shape, out)
+        return self._picture(frame, box, shape, keep, out)
 
     def _picture(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
-                 out: torch.Tensor | None = None) -> torch.Tensor:
+                 keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`picture_at` without its grad mode (what a runtime compiles; called under inference mode)."""
         rows, cols = self.window(box)
         base = frame[rows, cols]  # [L, L, 3]: the box's pixels
@@ -288,7 +301,8 @@ class MouthRegion(Stage):
         region = self._generate(region, shape)
         if self.texture is not None:
             region = self._texture(base, region)
-        blended = torch.lerp(base.float(), resize_region(region, self.side, self.side), self.alpha[:, :, None])
+        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
+        blended = torch.lerp(base.float(), resize_region(region, self.side, self.side), alpha[:, :, None])
         out = frame.clone() if out is None else out.copy_(frame)
         out[rows, cols] = blended.round_().clamp_(0, 255).to(torch.uint8)
         return out
@@ -299,10 +313,13 @@ class MouthRegion(Stage):
             self.frames_skipped += 1
             return
         video = out.write("video").data
+        args = (frame.data, inputs["box"].data, inputs["shape"].data)
+        if "keep" in self.inputs:
+            args += (inputs["keep"].data,)
         if self._step is None:
-            self._direct(frame.data, inputs["box"].data, inputs["shape"].data, out=video)
+            self._direct(*args, out=video)
         else:
-            picture = self._step(frame.data, inputs["box"].data, inputs["shape"].data)  # into the scratch frame
+            picture = self._step(*args)  # into the scratch frame
             video.copy_(picture, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
         if "alpha" in self.outputs:
             out.write("alpha").data.copy_(inputs["alpha"].data, non_blocking=True)

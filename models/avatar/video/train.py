@@ -9,10 +9,13 @@
           ─▶ MouthGenerator on the person's own frames: masked region + reference + measured shape → frame
              (L1 + Sobel-edge loss, the lower face weighted; from ``critic_start`` a TextureCritic on the
              lips' box asks for the grain of real lips, watched by a guard: :mod:`.critic`)
+          ─▶ the sound aligned to the picture (:mod:`.sync`: the lag, up to 400 ms, at which the measured
+             openness follows the sound's loudness best, where that is clear; a video's sound can come late)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
-             silent: the live shape follows the head with no voice gate (``silence_gate`` False)
+             silent: the live shape follows the head with no voice gate (``silence_gate`` False); width and
+             roundness then follow the predicted openness as in the person's frames (``follow_openness``)
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -55,9 +58,18 @@ from .bundle import (
     texture_mask,
 )
 from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
-from .lipsync import SHAPE_NAMES, MouthGenerator, context_windows, fit_shape_head, quiet_audio, region_loss
+from .lipsync import (
+    SHAPE_NAMES,
+    MouthGenerator,
+    context_windows,
+    fit_shape_head,
+    follow_openness,
+    quiet_audio,
+    region_loss,
+)
 from .loop import nearest_frames
 from .provenance import write_training_provenance
+from .sync import estimate_av_offset, shift_frames
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
@@ -87,14 +99,16 @@ class VideoTrainConfig:
     min_seconds: float = MIN_SECONDS
     min_mouth_motion: float = 0.015
     vad: bool = True
+    av_sync: bool = True
+    follow_openness: bool = True
     seed: int = 0
 
 
 @dataclass
 class FaceTrack:
     """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
-    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons and ``lips`` outer lip
-    contours (px), ``found [T]`` bool."""
+    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons, ``lips`` outer lip
+    contours and ``jaws`` jaw lines (px), ``found [T]`` bool."""
 
     centres: np.ndarray
     widths: np.ndarray
@@ -102,6 +116,7 @@ class FaceTrack:
     polygons: list
     lips: list
     found: np.ndarray
+    jaws: np.ndarray | None = None
 
 
 def measure_shape(face) -> list[float]:
@@ -118,7 +133,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
-    centres, widths, shapes, polygons, lips, found, errors = [], [], [], [], [], [], {}
+    centres, widths, shapes, polygons, lips, jaws, found, errors = [], [], [], [], [], [], [], {}
     with FaceLandmarker(max_faces=2, video=True) as marker:
         for t, frame in enumerate(frames_iter):
             try:
@@ -131,6 +146,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
                 shapes.append(None)
                 polygons.append(None)
                 lips.append(None)
+                jaws.append(None)
                 found.append(False)
                 continue
             left, right = face.mouth_corners()
@@ -139,6 +155,7 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
             shapes.append(measure_shape(face))
             polygons.append(face.lower_face_polygon())
             lips.append(face.lip_outer())
+            jaws.append(face.jaw_line())
             found.append(True)
     n = len(found)
     bad = n - sum(found)
@@ -152,10 +169,10 @@ def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
     for i in range(n):  # fill the misses from the nearest good frame
         if not found[i]:
             j = min(good, key=lambda g: abs(g - i))
-            centres[i], widths[i], shapes[i], polygons[i], lips[i] = (centres[j], widths[j], shapes[j],
-                                                                      polygons[j], lips[j])
+            centres[i], widths[i], shapes[i], polygons[i], lips[i], jaws[i] = (
+                centres[j], widths[j], shapes[j], polygons[j], lips[j], jaws[j])
     return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons, lips,
-                     np.array(found))
+                     np.array(found), np.array(jaws, np.float32))
 
 
 def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:
@@ -353,6 +370,18 @@ def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps
             "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
 
 
+def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.ndarray, audio: np.ndarray,
+                 n_train: int, cfg: VideoTrainConfig, fps: float):
+    """The audio features ``[T, D]`` and the voice detector's ``speech [T]`` moved by the frames the video's sound
+    comes late by (:func:`~.sync.estimate_av_offset` on the training frames; with ``cfg.av_sync`` off: as
+    recorded), and the report (None when off)."""
+    if not cfg.av_sync:
+        return feats, speech, None
+    lag, report = estimate_av_offset(openness[:n_train], audio[:int(n_train * SAMPLE_RATE / fps)], fps)
+    report["seconds"] = round(lag / fps, 3)
+    return shift_frames(feats, lag), None if speech is None else shift_frames(speech, lag), report
+
+
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
                        torch_threads: int | None = None, progress: bool = True, log=None,
                        **settings) -> tuple[VideoAvatar, dict]:
@@ -402,7 +431,6 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     texture = texture_mask(mask, lips, margin_px=cfg.texture_margin * size)
     ref_index = int(np.argsort(openness[:n_train])[int(0.6 * (n_train - 1))])
     reference = regions_t[ref_index]
-    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
     nearest = nearest_frames(thumbs, range(*idle))
 
@@ -419,14 +447,19 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
         quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
+    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
+    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
                                        rest=rest)
     head_report["rest_from"] = rest_from
+    if cfg.follow_openness:
+        head, rest, head_report["follow_openness"] = follow_openness(head, z[:n_train], rest)
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
-                         reference=reference, texture=texture, matte=matte, shape_mean=mean.tolist(), shape_std=std.tolist(),
+                         reference=reference, texture=texture, jaws=track.jaws[:n_loop], matte=matte,
+                         shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
@@ -437,10 +470,11 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
               "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
-              "heldout": heldout, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
+              "heldout": heldout, "av_offset": sync_report, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
               "timings": timings,
               "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
-    avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout")}}
+    avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout",
+                                                      "av_offset")}}
     save_video_avatar(out, avatar)
     write_json(out / REPORT, report)
     write_training_provenance(out, report)

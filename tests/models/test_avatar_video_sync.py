@@ -1,0 +1,36 @@
+"""A video whose sound comes late against its picture (models/avatar/video/sync.py): the offset is found from
+the mouth itself, on a talking clip of the astronaut (`framegraph avatar synth`, its mouth's ground truth) with
+its own sound, the same sound made 5 frames (200 ms) late, as a phone's recording can be, and 2 frames early."""
+import json
+
+import numpy as np
+import pytest
+import torch
+
+from framegraph.models.avatar.video.sync import estimate_av_offset, shift_audio, shift_frames
+
+
+def test_shifts_move_rows_and_samples_and_keep_their_length():
+    x = torch.arange(6)[:, None].float()
+    assert shift_frames(x, 2)[:, 0].tolist() == [2, 3, 4, 5, 5, 5]  # late sound: what comes at t + 2 answers t
+    assert shift_frames(x, -2)[:, 0].tolist() == [0, 0, 0, 1, 2, 3]
+    assert shift_frames(np.arange(4), 0).tolist() == [0, 1, 2, 3]
+    a = np.arange(1, 11, dtype=np.int16)
+    assert shift_audio(a, 1, 3).tolist() == [4, 5, 6, 7, 8, 9, 10, 0, 0, 0]
+    assert shift_audio(a, -1, 3).tolist() == [0, 0, 0, 1, 2, 3, 4, 5, 6, 7]
+
+
+@pytest.mark.slow
+def test_a_late_sound_is_found_from_the_mouth_and_an_aligned_one_is_left_alone(astronaut_talking_clip):
+    from framegraph.models.avatar.portrait.data import clip_audio
+
+    truth = json.loads(astronaut_talking_clip.with_suffix(".json").read_text())["frames"]
+    jaw = np.array([f["jaw_open"] for f in truth])  # the mouth as drawn, frame by frame
+    audio = clip_audio(astronaut_talking_clip)
+    found = {late: estimate_av_offset(jaw, shift_audio(audio, -late, 640), 25) for late in (0, 5, -2)}
+    assert [found[late][0] for late in (0, 5, -2)] == [0, 5, -2], {k: v[1] for k, v in found.items()}
+    scores = found[5][1]["openness_loudness_corr_by_lag"]
+    assert scores["5"] > 0.6 and scores["5"] > scores["0"] + 0.3, "aligned, the mouth follows the voice"
+    rng = np.random.default_rng(0)  # a mouth that has nothing to do with the sound: no offset is made up
+    lag, report = estimate_av_offset(rng.random(len(jaw)), audio, 25)
+    assert lag == 0 and max(report["openness_loudness_corr_by_lag"].values()) < 0.3

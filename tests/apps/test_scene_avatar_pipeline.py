@@ -1,6 +1,8 @@
 """The ``scene_avatar`` WebSocket pipeline on a real server: the client's microphone makes the shipped avatar talk
 inside the shipped toy scene while its camera poses orbit it; one video and the echoed audio come back; the
-session ends when the client stops; a bad place or a bundle without a matte is refused in the protocol's terms."""
+session ends when the client stops; a bad place or a bundle without a matte is refused in the protocol's terms.
+And the ``avatar`` pipeline's backgrounds: transparent (the matte as alpha), a colour, a picture of the server's
+named by its file name (never a path; ``$FRAMEGRAPH_BACKGROUNDS`` honoured)."""
 import asyncio
 import json
 import shutil
@@ -8,12 +10,17 @@ import shutil
 import numpy as np
 import pytest
 from server_util import running
-from test_server_session import of_type, pcm_message, pictures, receive_all, start, tone
+from test_server_errors import speaks_the_protocol
+from test_server_session import http_get, of_type, pcm_message, pictures, receive_all, start, tone
 from websockets.asyncio.client import connect
 
 from framegraph.apps.server import pipelines
+from framegraph.apps.server.pipelines.avatar import AvatarOptions
+from framegraph.apps.server.pipelines.options import backgrounds_dir
 from framegraph.apps.server.protocol import ProtocolError
 from framegraph.assets import path as asset
+from framegraph.models.avatar import load_avatar
+from framegraph.models.composite import cover_picture, load_background
 from framegraph.renderers.cameras import look_at
 
 
@@ -98,7 +105,71 @@ def test_avatar_with_a_transparent_background_sends_pictures_whose_alpha_is_the_
 def test_background_options_that_do_not_go_together_are_refused():
     with pytest.raises(ProtocolError, match="option 'codec' = 'webp'; expected jpeg or h264"):
         pipelines.build("avatar", {"codec": "webp"})
-    with pytest.raises(ProtocolError, match="option 'background' = 'transparent'; expected a colour or portrait"):
+    with pytest.raises(ProtocolError, match="'background' = 'transparent'; expected a colour, a picture or portrait"):
         pipelines.build("avatar", {"background": "transparent"})
     with pytest.raises(ProtocolError, match="option 'background' = 'mauve'; expected \"portrait\", \"transparent\""):
         pipelines.build("avatar", {"background": "mauve"})
+
+
+def test_avatar_over_a_picture_of_the_servers_named_by_its_file_name():
+    from framegraph.stream.quality import psnr
+
+    matte = load_avatar(asset("avatars", "astronaut")).matte.numpy()
+    shown = cover_picture(load_background(asset("backgrounds", "toy_scene.jpg")), 256, 256).numpy()
+    with running() as server:
+        schema = json.loads(http_get(server.http_url + "pipelines/avatar"))["options"]["background"]
+        ready, got = _talk(server.url, background="toy_scene.jpg")
+        _, own = _talk(server.url)  # the portrait's own background, for contrast
+    assert schema["pictures"] == ["toy_scene.jpg"] and "<picture>" in schema["choices"]
+    assert ready["background"] == "toy_scene.jpg" and not of_type(got, "error")
+    behind = matte == 0  # where the matte leaves the background (as the colour test decides it)
+    frame, portrait = pictures(got["video"], "jpeg")[-1], pictures(own["video"], "jpeg")[-1]
+    assert psnr(frame[behind], shown[behind], data_range=255) > 30  # the picture, scaled to cover the frame
+    assert psnr(portrait[behind], shown[behind], data_range=255) < 15  # not what the portrait shows there
+
+
+def test_a_picture_name_the_folder_lacks_or_a_path_is_refused_and_the_server_keeps_serving():
+    bad = ["nowhere.jpg", "../x.jpg", "/etc/passwd", "../backgrounds/toy_scene.jpg"]
+
+    async def session(url):
+        async with connect(url) as ws:
+            replies = []
+            for value in bad:
+                await ws.send(json.dumps({"type": "start", "pipeline": "avatar", "options": {"background": value}}))
+                replies.append(json.loads(await asyncio.wait_for(ws.recv(), 10)))
+            ready = await start(ws, "avatar", background="toy_scene.jpg")  # the same connection, then a good start
+            await ws.send(json.dumps({"type": "stop"}))
+            return replies, ready, await receive_all(ws, timeout_s=30)
+
+    with running() as server:
+        replies, ready, got = asyncio.run(session(server.url))
+    for value, reply in zip(bad, replies):
+        assert reply["type"] == "error" and reply["code"] == "bad_option", reply
+        assert f"option 'background' = {value!r}" in reply["message"] and "a picture: toy_scene.jpg" in reply["message"]
+        speaks_the_protocol(reply["message"], value)
+        assert str(backgrounds_dir()) not in reply["message"]
+    assert ready["background"] == "toy_scene.jpg" and of_type(got, "ended")[-1]["reason"] == "stopped"
+
+
+def test_the_backgrounds_folder_is_the_servers_own_when_it_names_one(tmp_path, monkeypatch):
+    from PIL import Image
+
+    Image.new("RGB", (32, 18), (200, 30, 30)).save(tmp_path / "red wall.png")
+    (tmp_path / "notes.txt").write_text("not a picture")
+    monkeypatch.setenv("FRAMEGRAPH_BACKGROUNDS", str(tmp_path))
+    assert backgrounds_dir() == tmp_path
+    assert AvatarOptions.parse({"background": "red wall.png"}, "avatar").background == "red wall.png"
+    assert AvatarOptions.schema()["background"]["pictures"] == ["red wall.png"]
+    for value in ("toy_scene.jpg", "notes.txt", str(tmp_path / "red wall.png")):  # the shipped folder is not asked
+        with pytest.raises(ProtocolError, match="or a picture: red wall.png$") as refused:
+            AvatarOptions.parse({"background": value}, "avatar")
+        assert str(tmp_path) not in refused.value.message.replace(repr(value), "")
+
+
+def test_a_picture_that_does_not_decode_is_refused_without_the_servers_path(tmp_path, monkeypatch, caplog):
+    (tmp_path / "broken.jpg").write_text("not a picture")
+    monkeypatch.setenv("FRAMEGRAPH_BACKGROUNDS", str(tmp_path))
+    with pytest.raises(ProtocolError, match=r"'broken.jpg'; expected another background \(this picture cannot be read"
+                       ) as refused:
+        pipelines.build("avatar", {"background": "broken.jpg"})
+    assert str(tmp_path) not in refused.value.message and "broken.jpg" in caplog.text  # the cause is in the log

@@ -46,7 +46,8 @@ BAD = {
     kinds.FileName: lambda k: ["../a.safetensors", "/etc/passwd", "sub/a.ply", ".hidden", 5],
     kinds.Size: lambda k: ["7x3", [16, 2], "abc", "1922x1080", "wide"],
     kinds.Decreasing: lambda k: [[250, 500], [], "1000", [0]],
-    kinds.Background: lambda k: ["mauve", "#12345", "0,0,256", "/etc/passwd", 3],
+    kinds.Background: lambda k: ["mauve", "#12345", "0,0,256", "/etc/passwd", 3, "missing.jpg", "../x.jpg",
+                                 "sub/good.jpg"],
 }
 
 
@@ -54,9 +55,12 @@ BAD = {
 def server_folders(tmp_path_factory):
     """The server's folders, each holding a good item and a broken one: avatars (a portrait, a video avatar, a
     bundle whose avatar.json is not JSON), models (a tiny Wan with prompt embeddings and a broken embeddings file, one
-    without a text encoder, one whose weights are missing), scenes (a file that is no scene)."""
+    without a text encoder, one whose weights are missing), scenes (a file that is no scene), backgrounds (a picture;
+    one that does not decode is refused by a bundle with a matte: test_scene_avatar_pipeline)."""
+    from PIL import Image
+
     root = tmp_path_factory.mktemp("server")
-    avatars, models, scenes = root / "avatars", root / "models", root / "scenes"
+    avatars, models, scenes, backgrounds = root / "avatars", root / "models", root / "scenes", root / "backgrounds"
     save_avatar(avatars / "astronaut", random_avatar())
     save_video_avatar(avatars / "me", random_video_avatar())
     (avatars / "broken").mkdir()
@@ -68,8 +72,11 @@ def server_folders(tmp_path_factory):
     (models / "unloadable" / "model_index.json").write_text("{}")
     scenes.mkdir()
     (scenes / "broken.ply").write_text("ply\nnot a scene\n")
+    backgrounds.mkdir()
+    Image.new("RGB", (32, 32), (0, 90, 200)).save(backgrounds / "good.jpg")
     mp = pytest.MonkeyPatch()
-    for var, folder in (("FRAMEGRAPH_AVATARS", avatars), ("FRAMEGRAPH_MODELS", models), ("FRAMEGRAPH_SCENES", scenes)):
+    for var, folder in (("FRAMEGRAPH_AVATARS", avatars), ("FRAMEGRAPH_MODELS", models), ("FRAMEGRAPH_SCENES", scenes),
+                        ("FRAMEGRAPH_BACKGROUNDS", backgrounds)):
         mp.setenv(var, str(folder))
     yield root
     mp.undo()
@@ -101,6 +108,7 @@ SERVER_SIDE = [  # (pipeline, options, what the message must say)
     ("avatar", {"portrait": "me", "runtime": "onnx"}, "expected 'torch' (portrait 'me' has no up-to-date onnx export"),
     ("avatar", {"portrait": "me", "runtime": "onnx-int8"},
      "one of torch, compiled, onnx (portrait 'me' is a video avatar)"),
+    ("avatar", {"background": "missing.jpg"}, "or a picture: good.jpg"),
     ("generate", {"model": "unloadable", "prompt": "a fox"}, "another of the server's models (this one does not load"),
     ("generate", {"prompt": "a fox", "size": "72x64"}, "the width, 72, is not; e.g. 64x64"),
     ("generate", {"prompt": "a fox", "size": "1040x64"}, "at most 1024 pixels on a side"),

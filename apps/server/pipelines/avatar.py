@@ -17,9 +17,11 @@ Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking / idle) | `
 stream state and the decoder cache start afresh and the next frame is flagged ``INTERRUPTED``.
 
 ``background`` (old bundles without a person matte refuse all but the first): ``portrait`` (the bundle's own
-picture, the default), a colour (``green``, ``#00ff00``, ``0,255,0``: the person over it), or ``transparent`` with
-``codec`` ``png`` or ``webp`` (RGBA pictures, the person's matte as their alpha: for consumers that keep alpha —
-OBS, a game engine, a web page over its own background).
+picture, the default), a colour (``green``, ``#00ff00``, ``0,255,0``: the person over it), a picture's file name in
+the server's backgrounds folder, :func:`~.options.backgrounds_dir` (``$FRAMEGRAPH_BACKGROUNDS``, default
+``assets/backgrounds``; a name such as ``toy_scene.jpg``, never a client path: the person over the picture, scaled
+to cover the frame), or ``transparent`` with ``codec`` ``png`` or ``webp`` (RGBA pictures, the person's matte as
+their alpha: for consumers that keep alpha — OBS, a game engine, a web page over its own background).
 
 Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
 only while its avatar folder holds a bundle (:func:`unavailable`).
@@ -36,7 +38,18 @@ from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
-from .options import FPS_RANGE, Background, Choice, Integer, Number, Size, VideoOptions, bad_option, option
+from .options import (
+    FPS_RANGE,
+    Background,
+    Choice,
+    Integer,
+    Number,
+    Size,
+    VideoOptions,
+    backgrounds_dir,
+    bad_option,
+    option,
+)
 
 log = logging.getLogger("framegraph.server")
 
@@ -97,9 +110,9 @@ class AvatarOptions(VideoOptions):
                                  Choice(AVATAR_RUNTIMES), alias="backend")
     codec: str = option("jpeg", "how video frames are sent: JPEG pictures, an H.264 stream, or PNG / WebP pictures "
                                 "with alpha (background transparent)", Choice(("jpeg", "h264", "png", "webp")))
-    background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, or "
-                                                 "transparent (codec png or webp: the person's matte as alpha)",
-                                     Background())
+    background: str | tuple = option("portrait", "behind the person: the portrait's own picture, a colour, a "
+                                                 "picture of the server's (by name), or transparent (codec png or "
+                                                 "webp: the person's matte as alpha)", Background())
 
     def check(self, pipeline: str) -> None:
         alpha_codec = self.codec in ("png", "webp")
@@ -107,8 +120,8 @@ class AvatarOptions(VideoOptions):
             if alpha_codec:
                 raise bad_option(pipeline, "codec", self.codec, 'jpeg or h264 (png and webp carry the alpha of '
                                  'background "transparent")')
-            raise bad_option(pipeline, "background", "transparent", f"a colour or portrait with codec {self.codec} "
-                             "(a transparent background needs codec png or webp)")
+            raise bad_option(pipeline, "background", "transparent", f"a colour, a picture or portrait with codec "
+                             f"{self.codec} (a transparent background needs codec png or webp)")
 
 
 def _refused(key: str, value, expected: str, exc: Exception, why: str):
@@ -119,13 +132,21 @@ def _refused(key: str, value, expected: str, exc: Exception, why: str):
 
 
 def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) -> None:
-    """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``) or over a colour."""
+    """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``), or over a colour ``(r, g, b)``
+    or a picture (its file name in :func:`~.options.backgrounds_dir`)."""
     from framegraph.models.composite import OverBackground
     from framegraph.stream.media import JoinAlpha
 
     w, h = size
-    stage = graph.add(JoinAlpha(width=w, height=h) if background == "transparent" else
-                      OverBackground(tuple(background), width=w, height=h))
+    if background == "transparent":
+        stage = graph.add(JoinAlpha(width=w, height=h))
+    else:
+        picture = backgrounds_dir() / background if isinstance(background, str) else tuple(background)
+        try:
+            stage = graph.add(OverBackground(picture, width=w, height=h))
+        except (OSError, ValueError) as exc:  # a picture that is gone, or does not decode
+            raise _refused("background", background, "another background", exc,
+                           "this picture cannot be read") from None
     graph.connect(video, stage, "video", "video", capacity=2, policy="drop_oldest")
     graph.connect(video, stage, "alpha", "alpha", capacity=2, policy="drop_oldest")
     port = "rgba" if background == "transparent" else "video"

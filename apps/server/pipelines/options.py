@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
+from framegraph import assets
 from framegraph.apps.argtypes import COLOURS, colour
 
 from ..protocol import ErrorCode, ProtocolError
@@ -32,6 +35,23 @@ from ..protocol import ErrorCode, ProtocolError
 MIN_SIDE = 16  # px: one H.264 macroblock; the test card's frame counter and the scope's waveform fit whole
 MAX_PIXELS = 1920 * 1080
 FPS_RANGE = (1, 60)
+PICTURE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
+
+
+def backgrounds_dir() -> Path:
+    """The server's folder of background pictures: ``$FRAMEGRAPH_BACKGROUNDS``, else the shipped
+    ``assets/backgrounds``."""
+    return Path(os.environ.get("FRAMEGRAPH_BACKGROUNDS") or assets.path("backgrounds"))
+
+
+def background_pictures() -> list[str]:
+    """The file names of the pictures in :func:`backgrounds_dir` (.jpg, .jpeg, .png, .webp), sorted; what a client
+    may send as a ``background``."""
+    root = backgrounds_dir()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir()
+                  if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in PICTURE_SUFFIXES)
 
 
 def bad_option(pipeline: str, key: str, value, expected: str) -> ProtocolError:
@@ -182,13 +202,17 @@ class FileName(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Background(Kind):
-    """``portrait``, ``transparent`` or a colour (:func:`~framegraph.apps.argtypes.colour`): returned as the word or
-    ``(r, g, b)``."""
+    """``portrait``, ``transparent``, a colour (:func:`~framegraph.apps.argtypes.colour`) or the file name of a
+    picture in the server's :func:`backgrounds_dir` (a bare name, exactly as :func:`background_pictures` lists it,
+    never a path): returned as the word, ``(r, g, b)``, or the name."""
 
     type: ClassVar[str] = "background"
 
     def check(self, value):
         if value in ("portrait", "transparent"):
+            return value
+        bare = isinstance(value, str) and "/" not in value and "\\" not in value and ".." not in value
+        if bare and value in background_pictures():  # a name the folder has, never a path
             return value
         rgb = colour(value) if isinstance(value, str) else None
         if rgb is None:
@@ -196,11 +220,13 @@ class Background(Kind):
         return rgb
 
     def expected(self) -> str:
-        return (f'"portrait", "transparent" (with codec png or webp) or a colour: {", ".join(COLOURS)}, "#rrggbb" or '
-                f'"r,g,b" (0..255)')
+        pictures = background_pictures()
+        return (f'"portrait", "transparent" (with codec png or webp), a colour: {", ".join(COLOURS)}, "#rrggbb" or '
+                f'"r,g,b" (0..255)' + (f", or a picture: {', '.join(pictures)}" if pictures else ""))
 
     def schema(self) -> dict:
-        return {"type": self.type, "choices": ["portrait", "transparent", "<colour>"], "colours": list(COLOURS)}
+        return {"type": self.type, "choices": ["portrait", "transparent", "<colour>", "<picture>"],
+                "colours": list(COLOURS), "pictures": background_pictures()}
 
 
 @dataclasses.dataclass(frozen=True)

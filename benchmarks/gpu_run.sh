@@ -26,7 +26,7 @@ WHEELS=(av diffusers plyfile websockets fla_core rich packaging ninja)  # rich, 
 GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
 GSPLAT_WAIT=${GSPLAT_WAIT:-120}
 LIMIT_BYTES=$((64 * 1024 * 1024))
-DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server first_frame)
+DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server first_frame scene_avatar)
 
 # ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
 R=${RESULTS:-/tmp/gpu_results/results}
@@ -54,6 +54,7 @@ step_command() {
               --soak-seconds 30 ;;
     first_frame) echo 120 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \
                    --frames 20 ;;
+    scene_avatar) echo 60 "${fg[@]}" bench scene_avatar --out "$R/scene_avatar.json" --size 1280x720 --seconds 6 ;;
     soak) echo 170 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 --chunks 260 \
             --vae wan2.1 --compile --warm --out "$R/generate_wan_1.3b_2min.json" ;;
     *) return 1 ;;

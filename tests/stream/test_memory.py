@@ -66,3 +66,45 @@ def test_a_graph_stage_reuses_its_per_frame_memory():
     if faults["plain"] < 1000:  # what the setting is for: here the C library hands the blocks back each frame
         pytest.skip(f"this C library keeps freed blocks in a plain thread too ({faults['plain']:.0f} faults/frame)")
     assert faults["graph"] < 0.05 * faults["plain"], faults
+
+
+ARENAS = """
+import ctypes, ctypes.util, json, os, tempfile, threading
+from framegraph.stream.memory import arena_count, keep_freed_memory
+
+libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.fopen.restype, libc.fopen.argtypes = ctypes.c_void_p, [ctypes.c_char_p, ctypes.c_char_p]
+libc.malloc_info.argtypes, libc.fclose.argtypes = [ctypes.c_int, ctypes.c_void_p], [ctypes.c_void_p]
+assert keep_freed_memory()
+n = 4 * arena_count() + 4  # more threads than arenas, all allocating at once
+barrier = threading.Barrier(n + 1)
+
+def hold():
+    libc.malloc(256 << 10)
+    barrier.wait()  # every thread holds its block ...
+    barrier.wait()  # ... until the arenas are counted
+
+threads = [threading.Thread(target=hold) for _ in range(n)]
+for t in threads:
+    t.start()
+barrier.wait()
+path = os.path.join(tempfile.mkdtemp(), "malloc_info.xml")
+f = libc.fopen(path.encode(), b"w")
+libc.malloc_info(0, f)
+libc.fclose(f)
+barrier.wait()
+for t in threads:
+    t.join()
+print(json.dumps({"threads": n, "arenas": open(path).read().count("<heap nr="), "limit": arena_count()}))
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's malloc settings (Linux)")
+def test_new_worker_threads_share_the_arenas_a_warm_up_filled():
+    """A session's new threads take an arena that exists (its pages faulted in by the warm-up) rather than a fresh
+    one, whose pages the session's first frame would fault in: no more arenas than cores."""
+    done = subprocess.run([sys.executable, "-c", ARENAS], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    seen = json.loads(done.stdout.strip().splitlines()[-1])
+    assert 1 <= seen["arenas"] <= seen["limit"] < seen["threads"], seen

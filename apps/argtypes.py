@@ -179,3 +179,11 @@ def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
 
     on = compile_flag if compile_flag is not None else torch.device(device).type == "cuda"
     return "compiled" if on and runtime == "torch" else runtime
+
+
+def add_config_argument(p: argparse.ArgumentParser, flag: str, config, field: str, help: str) -> None:
+    """``flag``: a number or a string whose default is ``config``'s ``field`` (its type, the default's), the help
+    ``help`` followed by "(default VALUE)" (a float written with ``:g``)."""
+    default = getattr(config, field)
+    shown = f"{default:g}" if isinstance(default, float) else default
+    p.add_argument(flag, type=type(default), default=default, help=f"{help} (default {shown})")

@@ -32,8 +32,8 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
 
 def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
     """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written."""
-    hint = "a smaller --size renders faster" + ("" if torch.cuda.is_available() else
-                                                 ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
+    hint = "a smaller --size renders faster" + (
+        "" if torch.cuda.is_available() else ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
     report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
     if args.report:
         write_json(args.report, report)

@@ -20,7 +20,6 @@ The mattes are uint8 (0..255), stored with the bundle (``models.avatar``) and ca
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 
 import cv2
@@ -29,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from framegraph.models.face import FaceLandmarker
-from framegraph.models.face.landmarker import MEDIAPIPE
+from framegraph.models.face.landmarker import MediaPipeGraph, mediapipe_solution
 
 TIME_SIGMA_FRAMES = 1.0  # temporal smoothing of the raw probabilities (σ in frames)
 REFINE_RADIUS = 0.02  # the guided filter's window radius, as a share of the picture's shorter side
@@ -37,43 +36,18 @@ REFINE_EPS = 1e-3  # the guided filter's regulariser (image values in [0, 1]): s
 RAMP = (0.25, 0.75)  # refined probability → alpha: 0 below the first, 1 above the second, smoothstep between
 
 
-def _selfie_module():
-    os.environ.setdefault("GLOG_minloglevel", "2")  # MediaPipe's C++ start-up chatter on stderr
-    try:
-        from mediapipe.python.solutions import selfie_segmentation
-    except ImportError as e:
-        raise ImportError(f"the person matte needs MediaPipe's selfie segmentation ({e}); install it without its "
-                          f"dependencies: `pip install --no-deps {MEDIAPIPE}` (make install does it)") from e
-    return selfie_segmentation
-
-
-class SelfieSegmenter:
+class SelfieSegmenter(MediaPipeGraph):
     """MediaPipe's selfie segmentation (the general 256×256 model of the wheel); a context manager.
 
     :meth:`segment`: ``uint8 [H, W, 3]`` RGB → ``float32 [H, W]`` the probability that each pixel is a person."""
 
     def __init__(self):
-        self._model = _selfie_module().SelfieSegmentation(model_selection=0)
+        needs = "the person matte needs MediaPipe's selfie segmentation"
+        self._graph = mediapipe_solution("selfie_segmentation", needs).SelfieSegmentation(model_selection=0)
 
     def segment(self, frame_rgb: np.ndarray) -> np.ndarray:
-        if self._model is None:
-            raise RuntimeError("this SelfieSegmenter was closed; make a new one")
-        frame = np.asarray(frame_rgb)
-        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-            raise ValueError(f"segment wants a uint8 [H, W, 3] RGB image; got {frame.dtype} {frame.shape}")
-        mask = self._model.process(np.ascontiguousarray(frame)).segmentation_mask
+        mask = self._process(frame_rgb, "segment").segmentation_mask
         return np.clip(np.asarray(mask, np.float32), 0.0, 1.0)
-
-    def close(self) -> None:
-        if self._model is not None:
-            self._model.close()
-            self._model = None
-
-    def __enter__(self) -> SelfieSegmenter:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def _box_mean(x: torch.Tensor, r: int) -> torch.Tensor:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import torch
 
-from framegraph.stream import EndOfStream, PortSpec, Stage
+from framegraph.stream import IndexedSource, PortSpec, Stage
 
 from .cameras import CameraPath, camera_centers, intrinsics, orbit_path
 from .gaussians import GaussianScene, check_fits, rasterize
@@ -34,7 +34,7 @@ def pack_camera(viewmat: torch.Tensor, K: torch.Tensor, out: torch.Tensor | None
     return out
 
 
-class CameraSource(Stage):
+class CameraSource(IndexedSource):
     """Source of cameras at ``fps``: frames of a :class:`CameraPath` (``n_frames`` of them, looping if
     the path is shorter), or — when ``path`` is None — live poses pushed with :meth:`push_pose` (the
     newest pose is used for each frame: ``latest`` semantics, a fast client never queues).
@@ -49,18 +49,17 @@ class CameraSource(Stage):
     def __init__(self, path: CameraPath | None = None, *, fps: float = 30.0, n_frames: int | None = None,
                  width: int | None = None, height: int | None = None, K: torch.Tensor | None = None,
                  initial_pose: torch.Tensor | None = None, name: str = "camera"):
-        super().__init__(name)
+        super().__init__(name, fps=fps,
+                         n_frames=n_frames if n_frames is not None else (len(path) if path is not None else None))
         if path is None and initial_pose is None:
             raise ValueError("CameraSource: give a camera path, or an initial_pose for pushed poses")
-        self.path, self.fps = path, fps
-        self.n_frames = n_frames if n_frames is not None else (len(path) if path is not None else None)
+        self.path = path
         self.width = width or (path.width if path is not None else 640)
         self.height = height or (path.height if path is not None else 480)
         self.K = K if K is not None else intrinsics(self.width, self.height, fov_deg=50.0)
         self._pose = initial_pose.to(torch.float32).clone() if initial_pose is not None else None
         self._lock = threading.Lock()
         self.outputs = {"camera": CAMERA_PORT}
-        self.index = 0
         self.poses_pushed = 0
 
     def push_pose(self, viewmat) -> None:
@@ -72,13 +71,7 @@ class CameraSource(Stage):
             self._pose = v.clone()
             self.poses_pushed += 1
 
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.index = 0
-
-    def process(self, inputs, out):
-        if self.n_frames is not None and self.index >= self.n_frames:
-            raise EndOfStream
+    def emit(self, out):
         frame = out.write("camera")
         if self.path is not None:
             view, K = self.path[self.index % len(self.path)]
@@ -87,8 +80,7 @@ class CameraSource(Stage):
                 view = self._pose.clone()
             K = self.K
         pack_camera(view, K, frame.data)
-        frame.pts = self.ctx.clock.ticks_from_frame(self.index, self.fps)
-        self.index += 1
+        return frame
 
 
 class RenderStage(Stage):

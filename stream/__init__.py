@@ -9,12 +9,12 @@ from .graph import Edge, Graph, GraphError, StageError
 from .push import Pushed, PushSource
 from .record import CountSource, IterableSource, Recorded, RecordingSink
 from .ring import POLICIES, Ring, RingAborted
-from .stage import EndOfStream, Outputs, Stage, StageContext
+from .stage import EndOfStream, IndexedSource, Outputs, Stage, StageContext
 from .telemetry import Telemetry, prometheus_text
 
 __all__ = [
     "TICKS_PER_SECOND", "Clock", "FlowLimiter", "Flag", "Frame", "PortSpec", "Edge", "Graph", "GraphError",
     "StageError", "Pushed", "PushSource", "CountSource", "IterableSource", "Recorded", "RecordingSink", "POLICIES",
-    "Ring", "RingAborted", "EndOfStream", "Outputs", "Stage", "StageContext", "Telemetry", "prometheus_text",
-    "write_json",
+    "Ring", "RingAborted", "EndOfStream", "IndexedSource", "Outputs", "Stage", "StageContext", "Telemetry",
+    "prometheus_text", "write_json",
 ]

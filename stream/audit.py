@@ -61,11 +61,15 @@ def _to_host(args, kwargs) -> bool:
     return any((isinstance(a, (str, torch.device)) and torch.device(a).type == "cpu") for a in targets if a is not None)
 
 
-class _Reads(TorchFunctionMode):
+class _Reporting:
+    """A torch mode that reports to the :class:`OpCounter` ``owner`` that entered it."""
+
     def __init__(self, owner: OpCounter):
         super().__init__()
         self.owner = owner
 
+
+class _Reads(_Reporting, TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         name = HOST_READS.get(func)
@@ -82,11 +86,7 @@ class _Reads(TorchFunctionMode):
             self.owner.quiet -= 1
 
 
-class _Ops(TorchDispatchMode):
-    def __init__(self, owner: OpCounter):
-        super().__init__()
-        self.owner = owner
-
+class _Ops(_Reporting, TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
         out = func(*args, **kwargs)

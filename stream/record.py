@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import torch
 
 from .frame import Flag, PortSpec
-from .stage import EndOfStream, Stage
+from .stage import EndOfStream, IndexedSource, Stage
 
 
 class IterableSource(Stage):
@@ -59,7 +59,7 @@ class IterableSource(Stage):
         self.sent += 1
 
 
-class CountSource(Stage):
+class CountSource(IndexedSource):
     """Emits ``n`` frames on port ``"x"`` (``n=None``: until the graph stops), frame ``i`` filled with ``i`` and
     stamped ``pts`` = frame ``i`` at ``fps``; it counts from 0 again when the graph is set up again. The
     runtime's tests and benches feed their graphs with it.
@@ -73,22 +73,13 @@ class CountSource(Stage):
 
     def __init__(self, n: int | None = 10, *, fps: float = 100, shape=(4,), name="src", dtype=torch.float32,
                  device="cpu"):
-        super().__init__(name)
-        self.n, self.fps = n, fps
+        super().__init__(name, fps=fps, n_frames=n)
         self.outputs = {"x": PortSpec(shape, dtype, device)}
-        self.i = 0
 
-    def setup(self, ctx):
-        super().setup(ctx)
-        self.i = 0
-
-    def process(self, inputs, out):
-        if self.n is not None and self.i >= self.n:
-            raise EndOfStream
+    def emit(self, out):
         f = out.write("x")
-        f.data.fill_(self.i)
-        f.pts = self.ctx.clock.ticks_from_frame(self.i, self.fps)
-        self.i += 1
+        f.data.fill_(self.index)
+        return f
 
 
 @dataclass

@@ -155,6 +155,33 @@ class Stage:
         return f"{type(self).__name__}({self.name!r})"
 
 
+class IndexedSource(Stage):
+    """A source that counts its frames: frame ``index`` (from 0, and from 0 again when the graph is set up again)
+    is stamped ``pts`` = frame ``index`` at ``fps``, and the stream ends after ``n_frames`` (None: no end). A
+    subclass gives :meth:`emit`, which writes frame ``index`` into ``out``."""
+
+    def __init__(self, name: str, *, fps: float, n_frames: int | None = None):
+        super().__init__(name)
+        self.fps, self.n_frames = fps, n_frames
+        self.index = 0
+
+    def setup(self, ctx: StageContext) -> None:
+        super().setup(ctx)
+        self.index = 0
+
+    def emit(self, out: Outputs) -> Frame:
+        """Write frame :attr:`index` into ``out`` (``out.write(port)``) and return it; raise :class:`EndOfStream`
+        when there is none."""
+        raise NotImplementedError
+
+    def process(self, inputs: dict[str, Frame], out: Outputs) -> None:
+        if self.n_frames is not None and self.index >= self.n_frames:
+            raise EndOfStream
+        frame = self.emit(out)
+        frame.pts = self.ctx.clock.ticks_from_frame(self.index, self.fps)
+        self.index += 1
+
+
 class SlotProvider(Protocol):
     """What :class:`Outputs` needs from the runtime for one stage (``stream.node.Node`` provides it)."""
 

@@ -217,3 +217,41 @@ def astronaut() -> np.ndarray:
     from framegraph.models.synth import astronaut_portrait
 
     return np.array(astronaut_portrait().image, copy=True)
+
+
+# ---- the portrait avatar's engines, eager and compiled, for the compiled-runtime tests ------------------------
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """Relative L2 error of ``a`` against ``b`` (in float32)."""
+    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
+
+
+def random_portrait_avatar(generator: torch.Generator | None = None):
+    """A 64² random portrait avatar (reference skip and warp in its VAE) whose DiT head has weights (a zero head
+    would make every output the same), drawn from ``generator`` (default: torch's global one)."""
+    from framegraph.models.avatar import random_avatar
+
+    avatar = random_avatar(region_size=64, vae_config={"reference_skip": True, "reference_warp": True})
+    with torch.no_grad():
+        avatar.dit.final_proj.weight.normal_(0, 0.05, generator=generator)
+    return avatar
+
+
+def started_dit_engines(model, ref: torch.Tensor):
+    """``(TorchDiT, CompiledDiT)`` of ``model``, both started on the reference latent ``ref``."""
+    from framegraph.models.avatar.portrait.compiled import CompiledDiT
+    from framegraph.models.dit import TorchDiT
+
+    eager, fast = TorchDiT(model), CompiledDiT(model)
+    eager.start(ref)
+    fast.start(ref)
+    return eager, fast
+
+
+def dit_block_inputs(config, ref: torch.Tensor, generator: torch.Generator, device="cpu"):
+    """One block's random ``(noise [1, C, k, h, w], audio [1, k, audio_dim], labels [1, k, state_dim])`` for a DiT
+    of ``config`` (``k = frames_per_block``; ``h, w`` of the reference latent ``ref``)."""
+    k = config.frames_per_block
+    noise = torch.randn(1, config.latent_channels, k, *ref.shape[-2:], generator=generator, device=device)
+    audio = torch.randn(1, k, config.audio_dim, generator=generator, device=device)
+    labels = torch.rand(1, k, config.state_dim, generator=generator, device=device)
+    return noise, audio, labels

@@ -36,8 +36,8 @@ the frame is really finished — never a device-wide synchronize on the hot path
    median over ``--repeats`` later sessions.
 2. **steady FPS** — ``--seconds`` of speech pushed at once, fast clock, no fallbacks (full sampler
    steps): frames per second at the sink after the first ``warmup_frames``, and per-stage work
-   (``process()`` less its waits on full rings) p50 / p99 and waits from the graph's telemetry (on CUDA also the GPU time of each call, CUDA events on the
-   stage's stream).
+   (``process()`` less its waits on full rings) p50 / p99 and waits from the graph's telemetry (on
+   CUDA also the GPU time of each call, CUDA events on the stage's stream).
 3. **sessions** — N graphs at once (built as the server's ``avatar`` pipeline builds them: real-time
    clock, ``max_in_flight=8``, per-chunk budget with step fallbacks, ``drop_oldest`` into the sink), each
    with its own audio pushed in real time by its own thread: presented FPS per session against the
@@ -115,7 +115,8 @@ def random_bundle(cls: dict, size: int, seed: int = 0):
         lat = size // vae.spatial_compression
         dit = AvatarDiT(**{**cls["dit"], "sample_size": [lat, lat]}).eval()
         audio = AudioEncoder(**cls["audio"]).eval()
-    return PortraitAvatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=(x, y, size, size), region_size=size,
+    return PortraitAvatar(vae=vae, dit=dit, audio=audio, portrait=portrait, crop_box=(x, y, size, size),
+                  region_size=size,
                   mouth_box=None if mouth is None else tuple(float(v) * scale for v in mouth),
                   fps=float(a.get("fps", 25.0)), chunk_frames=int(a.get("chunk_frames", 1)),
                   steps=int(a.get("steps", 2)), shift=float(a.get("shift", 1.0)), vad=bool(a.get("vad", True)))
@@ -155,8 +156,8 @@ def figure(result: dict, plt):
     ax.set_xticks(np.arange(len(stages)) + width * (len(rows) - 1) / 2, stages, fontsize=8)
     ax.set_yscale("log")
     ax.set_ylabel("ms of work per process() call")
-    ax.set_title("per-stage time per call: p50 (dark), p99 (pale)" + (" (GPU, CUDA events)" if rows[0]["steady"]["stages_gpu_ms"]
-                                                   else " (CPU)"), fontsize=10)
+    ax.set_title("per-stage time per call: p50 (dark), p99 (pale)"
+                 + (" (GPU, CUDA events)" if rows[0]["steady"]["stages_gpu_ms"] else " (CPU)"), fontsize=10)
     ax.legend(fontsize=7, ncol=len(rows), loc="upper center", bbox_to_anchor=(0.5, -0.07), frameon=False)
     ax = axes[1][0]
     xs = np.arange(len(rows))
@@ -290,7 +291,8 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
                         f"scaled by size/{cls['avatar']['region_size']} (the shipped framing), so the "
                         "composited output frame is each row's frame_size",
         "audio": audio,
-        "settings": {**{k: v for k, v in s.items() if k != "export_root"}, "torch_threads_effective": torch.get_num_threads(),
+        "settings": {**{k: v for k, v in s.items() if k != "export_root"},
+                     "torch_threads_effective": torch.get_num_threads(),
                      "clock": "time.monotonic_ns (the runtime's clock); CUDA: the sink synchronizes its own "
                               "stream before stamping a frame; stage GPU times from CUDA events",
                      "stage_times": "work per process() call from the graph's telemetry (its waits on full "
@@ -379,7 +381,8 @@ def _summary(result: dict) -> dict:
         ttff = r["ttff"]
         rows[r["name"]] = {
             "frame_size": r["frame_size"], "steady_fps": r["steady"]["fps"], "fps_target_h100": target,
-            "fps_target_met": None if target is None or r["steady"]["fps"] is None else bool(r["steady"]["fps"] >= target),
+            "fps_target_met": (None if target is None or r["steady"]["fps"] is None
+                               else bool(r["steady"]["fps"] >= target)),
             "ttff_cold_live_ms": ttff["cold"]["live_ms"], "ttff_warm_live_ms": ttff["warm_live_ms"]["median"],
             "ttff_warm_burst_ms": ttff["warm_burst_ms"]["median"],
             "ttff_target_met_warm_live": bool(ttff["warm_live_ms"]["median"] <= TARGETS["time_to_first_frame_ms"])}
@@ -417,7 +420,8 @@ def _waits(host: dict) -> str:
 
 
 def _summary_lines(result: dict) -> list[str]:
-    lines = [f"device {result['device']} ({'targets apply' if result['targets']['targets_apply'] else 'H100 targets: reference only'})"]
+    applies = "targets apply" if result["targets"]["targets_apply"] else "H100 targets: reference only"
+    lines = [f"device {result['device']} ({applies})"]
     for r in result["sizes"]:
         st, t = r["steady"], r["ttff"]
         fps = f"{st['fps']:.1f}" if st["fps"] else "n/a"

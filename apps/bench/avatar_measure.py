@@ -244,8 +244,9 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
             "all_keep_up": all(f >= SESSION_FPS_TOLERANCE * avatar.fps for f in fps_all)}
 
 
-def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray, steady_audio: np.ndarray,
-                 repeats: int, torch_threads: int | None, warmup_frames: int, log, graph_kw: dict | None = None) -> dict:
+def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray,
+                 steady_audio: np.ndarray, repeats: int, torch_threads: int | None, warmup_frames: int, log,
+                 graph_kw: dict | None = None) -> dict:
     """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
     ``build_avatar_graph`` arguments (``runtime`` / ``onnx_dir``)."""
     timing = FrameTiming.of(avatar.audio, avatar.fps)
@@ -257,8 +258,8 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
            "parameters": {"vae": _params(avatar.vae), "dit": _params(avatar.dit), "audio": _params(avatar.audio)}}
     log(f"[{name}] region {avatar.region_size}², frame {avatar.width}x{avatar.height}: cold session")
     cold = measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads, graph_kw=graph_kw)
-    live = [measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads, graph_kw=graph_kw)["ttff_ms"]
-            for _ in range(repeats)]
+    live = [measure_ttff(avatar, ttff_audio, device, live=True, torch_threads=torch_threads,
+                         graph_kw=graph_kw)["ttff_ms"] for _ in range(repeats)]
     burst = [measure_ttff(avatar, ttff_audio, device, live=False, torch_threads=torch_threads,
                           graph_kw=graph_kw)["ttff_ms"] for _ in range(repeats)]
     row["ttff"] = {
@@ -272,7 +273,8 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
         "warm_burst_ms": {"runs": burst, "median": summary_ms(burst)["p50_ms"]},
     }
     log(f"[{name}] TTFF cold {cold['ttff_ms']:.0f} ms, warm live {row['ttff']['warm_live_ms']['median']:.0f} ms, "
-        f"warm burst {row['ttff']['warm_burst_ms']['median']:.0f} ms; steady run of {len(steady_audio) / SAMPLE_RATE:g} s")
+        f"warm burst {row['ttff']['warm_burst_ms']['median']:.0f} ms; "
+        f"steady run of {len(steady_audio) / SAMPLE_RATE:g} s")
     row["steady"] = measure_steady(avatar, steady_audio, device, torch_threads, warmup_frames, graph_kw)
     fps = row["steady"]["fps"]
     log(f"[{name}] steady {fps:.1f} fps" if fps else f"[{name}] steady: too few frames for a rate")

@@ -103,13 +103,15 @@ def registry(capability: int) -> list[Kernel]:
         for module, name, cfg, consts in (
                 (monarch, "_row_step_kernel", fwd, dict(BJ=fwd["BJ"], BI=fwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
                 (monarch, "_row_step_kernel", bwd, dict(BJ=bwd["BJ"], BI=bwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
-                (monarch, "_column_lse_kernel", fwd, dict(BL=fwd["BL"], BK=fwd["BK"], BV=128, CAUSAL=True, OUTPUT=True)),
+                (monarch, "_column_lse_kernel", fwd,
+                 dict(BL=fwd["BL"], BK=fwd["BK"], BV=128, CAUSAL=True, OUTPUT=True)),
                 (monarch, "_column_sum_kernel", fwd, dict(BK=fwd["BK"], BL=fwd["BL"], CAUSAL=True)),
                 (monarch_bwd, "_column_grad_query_kernel", bwd,
                  dict(BL=bwd["BL"], BK=bwd["BK"], BG=128, CAUSAL=True, OUTPUT_STEP=False)),
                 (monarch_bwd, "_column_grad_key_kernel", bwd,
                  dict(BK=bwd["BK"], BL=bwd["BL"], BG=128, CAUSAL=True, OUTPUT_STEP=True)),
-                (monarch_bwd, "_row_grad_kernel", bwd, dict(BJ=bwd["BJ"], BI=bwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
+                (monarch_bwd, "_row_grad_kernel", bwd,
+                 dict(BJ=bwd["BJ"], BI=bwd["BI"], BV=128, HAS_C=True, WITH_V=True)),
                 (monarch_bwd, "_row_key_grad_kernel", bwd,
                  dict(BI=bwd["BI"], BJ=bwd["BJ"], BV=128, HAS_C=True, WITH_V=True))):
             kernels.append(Kernel(module, name, dict(consts, **head, PRECISION=cfg["PRECISION"]), cfg["num_warps"],

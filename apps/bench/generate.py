@@ -1,8 +1,11 @@
 """Real video models streamed end to end: FPS (denoise + decode + encode), time to first frame, stage p50/p99.
 
-    framegraph bench generate --family wan --config 1.3b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_wan.json
-    framegraph bench generate --family sana --config 2b --size 480x832 --steps 4 --out benchmarks/results/cuda/generate_sana.json
-    framegraph bench generate --family wan --config tiny --size 64x96 --out benchmarks/results/cpu/generate_wan_tiny.json
+    framegraph bench generate --family wan --config 1.3b --size 480x832 --steps 4 \
+        --out benchmarks/results/cuda/generate_wan.json
+    framegraph bench generate --family sana --config 2b --size 480x832 --steps 4 \
+        --out benchmarks/results/cuda/generate_sana.json
+    framegraph bench generate --family wan --config tiny --size 64x96 \
+        --out benchmarks/results/cpu/generate_wan_tiny.json
     framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --runtime torch,onnx \
         --out benchmarks/results/cpu/generate_vae_onnx.json
 
@@ -18,7 +21,8 @@ a GPU). The graph is the one ``framegraph generate`` runs, with an H.264 encoder
 FPS over the steady chunks (encoded frames per second of wall time at the sink), time to first encoded frame
 from the graph's start, each stage's work p50/p99 per call (the runtime's telemetry: ``process()`` less its
 waits on full rings; denoiser and decoder per chunk, encoder per frame) and its waits (``output_wait_p50_ms``:
-blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max allocated; CPU: peak RSS), attention variant, dtype, the exact command.
+blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max
+allocated; CPU: peak RSS), attention variant, dtype, the exact command.
 
 ``--runtime torch,onnx`` runs the graph once per runtime of the VAE decoder (``onnx``: the decoder exported
 first, :mod:`framegraph.models.generate.onnx`, its ``export_s`` recorded) and records each run under
@@ -139,9 +143,11 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     stages = stage_times(report)
     return {
         "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
-        "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps, "attention": args.attention if args.family == "wan" else "block-linear",
+        "timesteps": timesteps, "model_timesteps": gg.denoiser.timesteps,
+        "attention": args.attention if args.family == "wan" else "block-linear",
         "vae_backend": backend, "vae": args.vae or ("tiny" if args.config == "tiny" else "wan2.1"),
-        "vae_parameters_m": round(sum(p.numel() for p in gm.vae.decoder.parameters()) / 1e6, 2), "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
+        "vae_parameters_m": round(sum(p.numel() for p in gm.vae.decoder.parameters()) / 1e6, 2),
+        "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
         "dtype": str(dtype).removeprefix("torch."), "torch_threads": args.threads or torch.get_num_threads(),
         "parameters_m": round(sum(p.numel() for p in gm.transformer.parameters()) / 1e6, 2),
         "video_frames": len(times), "fps_end_to_end": fps,

@@ -31,6 +31,7 @@ from framegraph.kernels.modulation import gate_residual, norm_modulate
 from framegraph.kernels.monarch_attention import monarch_attention
 from framegraph.kernels.monarch_attention.reference import token_causal_mask
 from framegraph.kernels.rope import apply_rope
+from framegraph.kernels.rope.reference import diffusers_apply_rotary_emb
 
 from ..commands.bench.kernels import Op
 from .meta import bench_metadata, write_result
@@ -215,12 +216,7 @@ def bench_apply_rope(args, device, dtype, backward):
         return apply_rope(x, cos, sin)
 
     def diffusers_style():  # apply_rotary_emb of SanaLinearAttnProcessor3_0
-        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-        c, s = cos[..., 0::2], sin[..., 1::2]
-        out = torch.empty_like(x)
-        out[..., 0::2] = x1 * c - x2 * s
-        out[..., 1::2] = x1 * s + x2 * c
-        return out
+        return diffusers_apply_rotary_emb(x, cos, sin)
 
     shapes = {"x": [B, N, H, D], "cos": [1, N, 1, D]}
     return _measure(args, ours, {"torch_unfused": diffusers_style}, [x], backward,

@@ -101,7 +101,8 @@ def namespace_link(impairment: Impairment | None = None) -> Iterator[Link]:
     if shutil.which("ip") is None:
         raise NamespaceUnavailable("`ip` (iproute2) is not installed: apt-get install -y iproute2")
     n = os.getpid() % 16384
-    name, host, peer = f"fg{os.getpid()}", f"10.213.{n // 64}.{(n % 64) * 4 + 1}", f"10.213.{n // 64}.{(n % 64) * 4 + 2}"
+    name = f"fg{os.getpid()}"
+    host, peer = f"10.213.{n // 64}.{(n % 64) * 4 + 1}", f"10.213.{n // 64}.{(n % 64) * 4 + 2}"
     added = _ip("netns", "add", name, check=False)
     if added.returncode != 0:
         raise NamespaceUnavailable(f"cannot create a network namespace (`ip netns add {name}`): "

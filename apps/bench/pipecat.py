@@ -130,7 +130,8 @@ def measure_bare(avatar, audio16: np.ndarray, n: int, runtime: str, onnx_dir: st
                            torch_threads=1,
                            video_policy="drop_oldest", live=True, runtime=runtime, onnx_dir=onnx_dir)
         g.start()
-        runs.append({"graph": g, "src": src, "sink": sink, "pushed": np.zeros(math.ceil(len(audio16) / CHUNK), np.int64)})
+        runs.append({"graph": g, "src": src, "sink": sink,
+                     "pushed": np.zeros(math.ceil(len(audio16) / CHUNK), np.int64)})
 
     def feed(r):
         t0 = time.monotonic()
@@ -240,7 +241,8 @@ def figure(result: dict, plt):
     ax.set_title(f"frame rate — {result['device']}", fontsize=10)
     ax.legend(fontsize=7)
     ax = axes[1]
-    ax.bar(xs - 0.2, [r["latency_p50_ms"] or 0 for r in rows], 0.4, label="Pipecat: TTS frame → its image", color="#ee6677")
+    ax.bar(xs - 0.2, [r["latency_p50_ms"] or 0 for r in rows], 0.4, label="Pipecat: TTS frame → its image",
+           color="#ee6677")
     ax.bar(xs + 0.2, [r["bare_latency_p50_ms"] or 0 for r in rows], 0.4, label="bare: audio pushed → its frame",
            color="#bbbbbb")
     for i, r in enumerate(rows):

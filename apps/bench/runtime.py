@@ -89,8 +89,8 @@ def _traced_blocks() -> int:
     return sum(s.count for s in tracemalloc.take_snapshot().statistics("filename"))
 
 
-def _chain(n: int, hops: int, fps: float, mode: Literal["realtime", "fast"], shape, device, *, relay_ms=0.0, sink_ms=0.0,
-           max_in_flight=None, warmup=0, track_memory=False, capacity=2):
+def _chain(n: int, hops: int, fps: float, mode: Literal["realtime", "fast"], shape, device, *, relay_ms=0.0,
+           sink_ms=0.0, max_in_flight=None, warmup=0, track_memory=False, capacity=2):
     g = Graph(Clock(mode), name="bench")
     src = g.add(CountSource(n, fps=fps, shape=shape, name="source", device=device), max_in_flight=max_in_flight)
     prev = src

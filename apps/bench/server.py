@@ -120,6 +120,7 @@ def run(args: argparse.Namespace) -> int:
           f"{s['framegraph_threads_left']} runtime threads left")
     if "per_bin" in k:
         print(f"soak {k['seconds']:.0f} s: g2g p50 first {k['first_bin_p50_ms']:.1f} ms → last "
-              f"{k['last_bin_p50_ms']:.1f} ms; {k['fps']:.1f} fps = {100 * k['fraction_of_target_fps']:.0f} % of target")
+              f"{k['last_bin_p50_ms']:.1f} ms; {k['fps']:.1f} fps = "
+              f"{100 * k['fraction_of_target_fps']:.0f} % of target")
     print(f"wrote {args.out} and {png}")
     return 0

@@ -153,8 +153,8 @@ def run(args: argparse.Namespace) -> int:
     if args.transport_seconds < 2:
         raise ValueError(f"--transport-seconds {args.transport_seconds:g}: expected at least 2")
     result = bench_metadata("server")
-    result |= {"transport_comparison": True, "transports": transports, "pipelines": pipelines, "session_seconds": args.transport_seconds,
-               "conditions": {}}
+    result |= {"transport_comparison": True, "transports": transports, "pipelines": pipelines,
+               "session_seconds": args.transport_seconds, "conditions": {}}
     result["conditions"]["clean"] = run_condition(None, transports, pipelines, args.transport_seconds)
     if impairment is not None:
         result["conditions"]["impaired"] = run_condition(impairment, transports, pipelines, args.transport_seconds)

@@ -9,8 +9,9 @@ Measures, on this machine's CPU:
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
   the jaw line's edge (its worst frame), lips closed in silence;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
-  MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast clock, at the video's resolution: frames per second (throughput) and the time from
-  the graph's start to its first frame out — for the bundle's own region size and for a ``--region`` (256)
+  MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast
+  clock, at the video's resolution: frames per second (throughput) and the time from the graph's start
+  to its first frame out — for the bundle's own region size and for a ``--region`` (256)
   generator of the same architecture (its weights fresh: the cost does not depend on them). The bundle is
   loaded as the server loads it (``load_bundle``: the weights and the voice detector); ``first_frame_ms`` is
   the first session's (its kernels run for the first time in the process), ``first_frame_warm_ms`` the median

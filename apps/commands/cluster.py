@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from framegraph.apps.argtypes import add_config_argument
 from framegraph.apps.cluster.settings import ClusterSettings
 
 IMPLEMENTATION = "framegraph.apps.cluster.cli"  # its run(args) runs the command
@@ -25,18 +26,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--min-replicas", type=int, default=None, help="autoscaling: fewest replicas (default 1)")
     p.add_argument("--max-replicas", type=int, default=None,
                    help="autoscaling on live sessions up to this many replicas (default: no autoscaling)")
-    p.add_argument("--sessions-per-replica", type=int, default=d.sessions_per_replica,
-                   help=f"session slots of one replica (default {d.sessions_per_replica})")
-    p.add_argument("--target-fill", type=float, default=d.target_fill,
-                   help=f"autoscaling keeps replicas about this full (default {d.target_fill})")
-    p.add_argument("--cpus-per-replica", type=float, default=d.cpus_per_replica,
-                   help=f"CPU cores each replica claims (default {d.cpus_per_replica:g})")
+    add_config_argument(p, "--sessions-per-replica", d, "sessions_per_replica", "session slots of one replica")
+    add_config_argument(p, "--target-fill", d, "target_fill", "autoscaling keeps replicas about this full")
+    add_config_argument(p, "--cpus-per-replica", d, "cpus_per_replica", "CPU cores each replica claims")
     p.add_argument("--gpus-per-replica", type=float, default=None,
                    help="GPUs each replica claims (default 1 when the Ray cluster has GPUs, else 0)")
-    p.add_argument("--max-bundles", type=int, default=d.max_bundles,
-                   help=f"avatar bundles a replica keeps loaded, least recently used go first "
-                        f"(default {d.max_bundles})")
-    p.add_argument("--drain-grace", type=float, default=d.drain_grace_s,
-                   help=f"seconds a stopping replica's sessions may run on (default {d.drain_grace_s:g})")
+    add_config_argument(p, "--max-bundles", d, "max_bundles",
+                        "avatar bundles a replica keeps loaded, least recently used go first")
+    add_config_argument(p, "--drain-grace", d, "drain_grace_s", "seconds a stopping replica's sessions may run on")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="browser origin allowed besides the front door's own (repeatable; '*' allows any)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import add_runtime_argument
+from framegraph.apps.argtypes import add_config_argument, add_runtime_argument
 from framegraph.apps.demo.config import DemoConfig
 
 IMPLEMENTATION = "framegraph.apps.demo.cli"  # its run(args) runs the command
@@ -18,8 +18,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "avatar, scope (default auto)")
     p.add_argument("--size", help="video WIDTHxHEIGHT (default: the pipeline's; scope 320x240)")
     p.add_argument("--codec", choices=["jpeg", "h264"], help="video codec to the player (default jpeg)")
-    p.add_argument("--max-sessions", type=int, default=d.max_sessions,
-                   help=f"concurrent takes, all tabs together (default {d.max_sessions})")
+    add_config_argument(p, "--max-sessions", d, "max_sessions", "concurrent takes, all tabs together")
     p.add_argument("--takes-dir", help="folder for the takes' MP4 files (default: a temporary folder)")
     p.add_argument("--no-browser", action="store_true", help="do not open the page in a browser")
     add_runtime_argument(p, "(avatar) where the model stages compute: torch, or onnx (ONNX Runtime on the CPU, from "

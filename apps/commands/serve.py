@@ -4,6 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
+from framegraph.apps.argtypes import add_config_argument
 from framegraph.apps.server.config import ServerConfig
 
 IMPLEMENTATION = "framegraph.apps.server.cli"  # its run(args) runs the command
@@ -17,18 +18,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
                    help="shared secret clients present (Authorization: Bearer T, or ?token=T); "
                         "default $FRAMEGRAPH_TOKEN")
-    p.add_argument("--max-sessions", type=int, default=d.max_sessions,
-                   help=f"concurrent sessions (default {d.max_sessions})")
-    p.add_argument("--max-message-bytes", type=int, default=d.max_message_bytes,
-                   help=f"largest client message (default {d.max_message_bytes})")
-    p.add_argument("--max-messages-per-s", type=float, default=d.max_messages_per_s,
-                   help=f"per-connection message rate (default {d.max_messages_per_s:g})")
+    add_config_argument(p, "--max-sessions", d, "max_sessions", "concurrent sessions")
+    add_config_argument(p, "--max-message-bytes", d, "max_message_bytes", "largest client message")
+    add_config_argument(p, "--max-messages-per-s", d, "max_messages_per_s", "per-connection message rate")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="browser origin allowed besides the server's own, e.g. https://app.example "
                         "(repeatable; '*' allows any)")
     p.add_argument("--web-root", default=d.web_root, help="folder served at / (default: the bundled page)")
-    p.add_argument("--stats-interval", type=float, default=d.stats_interval_s,
-                   help=f"seconds between stats messages (default {d.stats_interval_s:g})")
+    add_config_argument(p, "--stats-interval", d, "stats_interval_s", "seconds between stats messages")
     p.add_argument("--no-webrtc", action="store_true", help="answer no WebRTC offers (clients use the WebSocket)")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN / TURN server for WebRTC peers, e.g. stun:stun.example.org:3478 or "

@@ -33,6 +33,7 @@ from fastapi.responses import PlainTextResponse, Response
 
 from framegraph.apps.server import ServerConfig, serve_in_thread
 from framegraph.apps.server.config import WEB_ROOT, is_loopback
+from framegraph.apps.server.loop_thread import StartedInWith
 
 from .context import DemoConfig, DemoContext, choose_pipeline
 from .ui import CSS, build_blocks
@@ -89,7 +90,7 @@ def create_app(ctx: DemoContext):
                                mcp_server=False, run_history=False)
 
 
-class DemoHandle:
+class DemoHandle(StartedInWith):
     """The demo running: the framegraph server on its own thread, uvicorn (relay + Gradio) on another."""
 
     def __init__(self, config: DemoConfig):
@@ -155,12 +156,6 @@ class DemoHandle:
             self.server.stop()
         if self.ctx is not None and self.config.takes_dir is None:  # our temporary folder: gone with us
             shutil.rmtree(self.ctx.takes_dir, ignore_errors=True)
-
-    def __enter__(self) -> DemoHandle:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def serve_demo_in_thread(config: DemoConfig | None = None) -> DemoHandle:

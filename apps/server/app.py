@@ -25,7 +25,7 @@ from . import webrtc
 from .config import ServerConfig
 from .http import WS_PATH
 from .http_post import PostConnection
-from .loop_thread import LoopThread
+from .loop_thread import LoopThread, StartedInWith
 from .protocol import ErrorCode
 from .session import Session, TokenBucket
 
@@ -214,7 +214,7 @@ class StreamServer:
         return text + "\n".join(lines) + "\n"
 
 
-class ServerHandle(LoopThread):
+class ServerHandle(StartedInWith, LoopThread):
     """A server running on its own event loop in a background thread (see :func:`serve_in_thread`)."""
 
     def __init__(self, config: ServerConfig):
@@ -251,12 +251,6 @@ class ServerHandle(LoopThread):
     @property
     def http_url(self) -> str:
         return self.server.http_url
-
-    def __enter__(self) -> ServerHandle:
-        return self.start()
-
-    def __exit__(self, *exc) -> None:
-        self.stop()
 
 
 def serve_in_thread(config: ServerConfig | None = None) -> ServerHandle:

@@ -1,9 +1,21 @@
 """An asyncio server on its own event loop, in a daemon thread: the one way the server and the cluster's front
-door run beside the caller's code."""
+door run beside the caller's code; :class:`StartedInWith`, the context manager of the handles that start them."""
 from __future__ import annotations
 
 import asyncio
 import threading
+from typing import Self
+
+
+class StartedInWith:
+    """A handle with ``start()`` (which returns the handle) and ``stop()``; as a context manager it starts on
+    entering the ``with`` block and stops on leaving it."""
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
 
 
 class LoopThread:

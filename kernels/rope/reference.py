@@ -26,3 +26,16 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     s = sin[..., 1::2].float()
     out = torch.stack((x_even * c - x_odd * s, x_even * s + x_odd * c), dim=-1).flatten(-2)
     return out.to(x.dtype)
+
+
+def diffusers_apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """diffusers' ``apply_rotary_emb`` of ``SanaLinearAttnProcessor3_0``
+    (diffusers/models/transformers/transformer_sana_video.py) as diffusers writes it: the same rotation as
+    :func:`apply_rope` but computed in ``x``'s dtype. The unfused peer that ``bench kernels`` times and the tests
+    compare against; ``x [..., D]``, ``cos`` / ``sin`` broadcastable to it."""
+    x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
+    c, s = cos[..., 0::2], sin[..., 1::2]
+    out = torch.empty_like(x)
+    out[..., 0::2] = x1 * c - x2 * s
+    out[..., 1::2] = x1 * s + x2 * c
+    return out.type_as(x)

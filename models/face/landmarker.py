@@ -8,7 +8,9 @@ neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, fla
 """
 from __future__ import annotations
 
+import importlib
 import os
+from typing import Self
 
 import numpy as np
 
@@ -23,19 +25,48 @@ class FaceError(ValueError):
     """A picture or video that cannot make an avatar: no face, two faces, a face too small."""
 
 
-def _face_mesh_module():
-    os.environ.setdefault("GLOG_minloglevel", "2")  # MediaPipe's C++ start-up chatter on stderr
+def mediapipe_solution(name: str, needs: str):
+    """The module ``mediapipe.python.solutions.<name>`` (MediaPipe's C++ start-up chatter on stderr silenced), or an
+    ImportError that begins with ``needs`` (what needs it) and says how to install the pinned wheel."""
+    os.environ.setdefault("GLOG_minloglevel", "2")
     try:
-        from mediapipe.python.solutions import face_mesh
+        return importlib.import_module(f"mediapipe.python.solutions.{name}")
     except ImportError as e:
         raise ImportError(
-            f"the face landmarks need MediaPipe's face mesh ({e}); install it without its dependencies, "
-            f"which would add a second OpenCV: `pip install --no-deps {MEDIAPIPE}` (make install does it)"
+            f"{needs} ({e}); install it without its dependencies, which would add a second OpenCV: "
+            f"`pip install --no-deps {MEDIAPIPE}` (make install does it)"
         ) from e
-    return face_mesh
 
 
-class FaceLandmarker:
+class MediaPipeGraph:
+    """A MediaPipe solution's graph (``_graph``, set by the subclass) run on RGB images; a context manager
+    (``close()`` releases the graph)."""
+
+    _graph = None
+
+    def _process(self, frame_rgb: np.ndarray, verb: str):
+        """The graph's result for ``frame_rgb`` (uint8 ``[H, W, 3]`` RGB; ``verb``: the calling method, for the
+        error on anything else)."""
+        if self._graph is None:
+            raise RuntimeError(f"this {type(self).__name__} was closed; make a new one")
+        frame = np.asarray(frame_rgb)
+        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
+            raise ValueError(f"{verb} wants a uint8 [H, W, 3] RGB image; got {frame.dtype} {frame.shape}")
+        return self._graph.process(np.ascontiguousarray(frame))
+
+    def close(self) -> None:
+        if self._graph is not None:
+            self._graph.close()
+            self._graph = None
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+class FaceLandmarker(MediaPipeGraph):
     """Finds faces and their 478 landmarks in RGB images; a context manager (``close()`` releases the
     MediaPipe graph).
 
@@ -48,19 +79,14 @@ class FaceLandmarker:
         if max_faces < 1:
             raise ValueError(f"max_faces must be >= 1; got {max_faces}")
         self.max_faces, self.video = max_faces, video
-        self._mesh = _face_mesh_module().FaceMesh(
+        self._graph = mediapipe_solution("face_mesh", "the face landmarks need MediaPipe's face mesh").FaceMesh(
             static_image_mode=not video, max_num_faces=max_faces, refine_landmarks=True,
             min_detection_confidence=min_confidence, min_tracking_confidence=min_confidence)
 
     def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
         """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none."""
-        if self._mesh is None:
-            raise RuntimeError("this FaceLandmarker was closed; make a new one")
-        frame = np.asarray(frame_rgb)
-        if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
-            raise ValueError(f"detect wants a uint8 [H, W, 3] RGB image; got {frame.dtype} {frame.shape}")
-        height, width = frame.shape[:2]
-        result = self._mesh.process(np.ascontiguousarray(frame))
+        result = self._process(frame_rgb, "detect")
+        height, width = np.shape(frame_rgb)[:2]
         faces = []
         for face in result.multi_face_landmarks or []:
             xy = np.array([(p.x, p.y) for p in face.landmark], np.float32)
@@ -72,17 +98,6 @@ class FaceLandmarker:
     def detect_one(self, frame_rgb: np.ndarray, *, where: str, min_face_px: int = 0) -> FaceLandmarks:
         """The one face of ``frame_rgb``, or :class:`FaceError` naming ``where`` (e.g. "talk.mp4 frame 12")."""
         return one_face(self.detect(frame_rgb), where=where, min_face_px=min_face_px)
-
-    def close(self) -> None:
-        if self._mesh is not None:
-            self._mesh.close()
-            self._mesh = None
-
-    def __enter__(self) -> FaceLandmarker:
-        return self
-
-    def __exit__(self, *exc) -> None:
-        self.close()
 
 
 def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) -> FaceLandmarks:

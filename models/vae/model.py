@@ -152,25 +152,35 @@ def _groups(channels: int, groups: int) -> int:
     return groups
 
 
+def _down_path(c_in: int, widths: Sequence[int], level) -> tuple[nn.Conv2d, nn.ModuleList, nn.ModuleList, int]:
+    """The downward path of an encoder: ``(conv_in, blocks, downs, c)`` — a 3×3 conv from ``c_in`` to
+    ``widths[0]`` channels, one level per width (``level(c, w, i)``: level ``i``'s module, ``c`` → ``w``
+    channels), a stride-2 conv straight to the next width after every level but the last, and ``c`` the
+    channels at the bottom (``widths[-1]``)."""
+    conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
+    blocks, downs = nn.ModuleList(), nn.ModuleList()
+    c = widths[0]
+    for i, w in enumerate(widths):
+        blocks.append(level(c, w, i))
+        c = w
+        if i < len(widths) - 1:
+            downs.append(nn.Conv2d(c, widths[i + 1], 3, stride=2, padding=1))
+            c = widths[i + 1]
+    return conv_in, blocks, downs, c
+
+
 class Encoder(nn.Module):
     """``[B·T, 3·p², H/p, W/p]`` → moments ``[B·T, 2·C, H/f, W/f]``."""
 
     def __init__(self, c_in: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
                  t_from: int):
         super().__init__()
-        self.conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
-        self.blocks = nn.ModuleList()
-        self.downs = nn.ModuleList()
-        c = widths[0]
-        for i, w in enumerate(widths):
-            level = nn.ModuleList()
-            for _ in range(layers):
-                level.append(ResBlock(c, w, _groups(w, groups), kt if i >= t_from else None))
-                c = w
-            self.blocks.append(level)
-            if i < len(widths) - 1:  # stride-2 conv straight to the next width
-                self.downs.append(nn.Conv2d(c, widths[i + 1], 3, stride=2, padding=1))
-                c = widths[i + 1]
+
+        def level(c: int, w: int, i: int) -> nn.ModuleList:  # ``layers`` residual blocks, c → w channels
+            return nn.ModuleList(ResBlock(c if j == 0 else w, w, _groups(w, groups), kt if i >= t_from else None)
+                                 for j in range(layers))
+
+        self.conv_in, self.blocks, self.downs, c = _down_path(c_in, widths, level)
         self.mid = ResBlock(c, c, groups, kt)
         self.norm_out = nn.GroupNorm(groups, c)
         self.conv_out = nn.Conv2d(c, 2 * latent, 3, padding=1)
@@ -271,16 +281,8 @@ class ReferenceEncoder(nn.Module):
 
     def __init__(self, c_in: int, widths: Sequence[int], groups: int):
         super().__init__()
-        self.conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
-        self.blocks = nn.ModuleList()
-        self.downs = nn.ModuleList()
-        c = widths[0]
-        for i, w in enumerate(widths):
-            self.blocks.append(ResBlock(c, w, _groups(w, groups), None))
-            c = w
-            if i < len(widths) - 1:
-                self.downs.append(nn.Conv2d(c, widths[i + 1], 3, stride=2, padding=1))
-                c = widths[i + 1]
+        self.conv_in, self.blocks, self.downs, _ = _down_path(
+            c_in, widths, lambda c, w, i: ResBlock(c, w, _groups(w, groups), None))
 
     def forward(self, pixels: Tensor) -> list[Tensor]:
         x = self.conv_in(pixels)

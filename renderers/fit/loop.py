@@ -38,13 +38,25 @@ class CheckpointError(ValueError):
 
 
 class TrainingRun:
-    """A fit in progress, driven by :meth:`run`. Subclasses set ``step``, ``wall_s``, ``history``,
-    ``total_steps`` and implement :meth:`train_step` and :meth:`save`."""
+    """A fit in progress, driven by :meth:`run`. Subclasses set ``train`` (the training data), ``step``,
+    ``wall_s``, ``history``, ``total_steps`` and implement :meth:`train_step` and :meth:`save`."""
 
+    train: PosedImages
     step: int = 0
     wall_s: float = 0.0
     history: list[dict[str, Any]]
     total_steps: int = 0
+
+    def checkpoint_doc(self, fmt: str, version: int, **fields: Any) -> dict[str, Any]:
+        """A checkpoint's JSON: ``format`` and ``version``, the progress (``step``, ``wall_s``, ``history``), the
+        fingerprint of the training data (``data``) and the fit's own ``fields``."""
+        return {"format": fmt, "version": version, "step": self.step, "wall_s": round(self.wall_s, 3),
+                "data": data_fingerprint(self.train), "history": self.history, **fields}
+
+    def resume_progress(self, doc: dict[str, Any]) -> None:
+        """Take ``step``, ``wall_s`` and ``history`` from a checkpoint's JSON (:meth:`checkpoint_doc`)."""
+        self.step, self.wall_s = int(doc["step"]), float(doc.get("wall_s", 0.0))
+        self.history = list(doc.get("history", []))
 
     def train_step(self) -> dict[str, float]:
         """One optimisation step; returns at least ``{"loss", "psnr"}`` of the step's batch."""
@@ -151,9 +163,11 @@ def write_checkpoint(prefix: str, doc: dict[str, Any], tensors: dict[str, Tensor
     return {"json": str(jpath), "state": str(spath)}
 
 
-def read_checkpoint(prefix: str, fmt: str, version: int) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """``(doc, tensors)`` of the checkpoint ``prefix``, checked to be of format ``fmt`` and ``version``;
-    :class:`CheckpointError` names the file and the problem."""
+def read_checkpoint(prefix: str, fmt: str, version: int,
+                    data: PosedImages | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
+    """``(doc, tensors)`` of the checkpoint ``prefix``, checked to be of format ``fmt`` and ``version`` (and, with
+    ``data``, to have been fit on that data: :func:`check_same_data`); :class:`CheckpointError` names the file and
+    the problem."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -175,6 +189,8 @@ def read_checkpoint(prefix: str, fmt: str, version: int) -> tuple[dict[str, Any]
         tensors = load_file(str(spath))
     except (SafetensorError, OSError) as e:
         raise CheckpointError(f"{spath}: cannot read ({e})") from None
+    if data is not None:
+        check_same_data(prefix, doc.get("data", {}), data)
     return doc, tensors
 
 

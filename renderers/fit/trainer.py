@@ -35,8 +35,6 @@ from .loop import (
     CheckpointError,
     TrainingRun,
     adam_tensors,
-    check_same_data,
-    data_fingerprint,
     load_adam_tensors,
     read_checkpoint,
     write_checkpoint,
@@ -276,9 +274,6 @@ class Fitter(TrainingRun):
         return {"n": self.n, "sh": self.sh_degree_now}
 
     # ------------------------------------------------------------------
-    def data_fingerprint(self) -> dict[str, Any]:
-        return data_fingerprint(self.train)
-
     def save(self, prefix: str) -> dict[str, str]:
         """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``; returns the paths."""
         prefix = _strip_ply(prefix)
@@ -290,11 +285,9 @@ class Fitter(TrainingRun):
             tensors.update(adam_tensors(opt, [k]))
         tensors["densify.grad2d"] = self.densify_state.grad2d
         tensors["densify.count"] = self.densify_state.count
-        doc = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": self.step,
-               "n_gaussians": self.n, "scene_scale": self.scene_scale, "wall_s": round(self.wall_s, 3),
-               "config": self.cfg.to_json(), "data": self.data_fingerprint(),
-               "files": {"ply": Path(ply).name, "state": Path(prefix).name + ".fit.safetensors"},
-               "history": self.history}
+        doc = self.checkpoint_doc(CHECKPOINT_FORMAT, CHECKPOINT_VERSION, n_gaussians=self.n,
+                                  scene_scale=self.scene_scale, config=self.cfg.to_json(),
+                                  files={"ply": Path(ply).name, "state": Path(prefix).name + ".fit.safetensors"})
         return {"ply": ply, **write_checkpoint(prefix, doc, tensors)}
 
     @classmethod
@@ -303,8 +296,7 @@ class Fitter(TrainingRun):
         """Resume from :meth:`save`'s files. ``train`` must be the same data (checked); ``steps``
         may extend the run (the learning-rate schedule then follows the new length)."""
         prefix = _strip_ply(prefix)
-        doc, tensors = read_checkpoint(prefix, CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
-        check_same_data(prefix, doc.get("data", {}), train)
+        doc, tensors = read_checkpoint(prefix, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, train)
         cfg = FitConfig.from_json(doc["config"])
         if steps is not None:
             cfg.steps = steps
@@ -314,9 +306,7 @@ class Fitter(TrainingRun):
             load_adam_tensors(opt, [k], tensors)
         fitter.densify_state.grad2d = tensors["densify.grad2d"].to(fitter.device)
         fitter.densify_state.count = tensors["densify.count"].to(fitter.device)
-        fitter.step = int(doc["step"])
-        fitter.history = list(doc.get("history", []))
-        fitter.wall_s = float(doc.get("wall_s", 0.0))
+        fitter.resume_progress(doc)
         return fitter
 
 

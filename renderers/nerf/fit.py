@@ -38,8 +38,6 @@ from framegraph.stream.quality import psnr
 from ..fit.loop import (
     TrainingRun,
     adam_tensors,
-    check_same_data,
-    data_fingerprint,
     load_adam_tensors,
     read_checkpoint,
     write_checkpoint,
@@ -195,9 +193,8 @@ class NerfFitter(TrainingRun):
         occ = self.model.occupancy
         tensors = {**adam_tensors(self.optimizer, self.param_names), "occupancy.opacity": occ.opacity,
                    "occupancy.bits": occ.bits.to(torch.uint8), "generator": self.generator.get_state()}
-        doc = {"format": CHECKPOINT_FORMAT, "version": CHECKPOINT_VERSION, "step": self.step,
-               "wall_s": round(self.wall_s, 3), "occupancy_updates": occ.updates, "config": asdict(self.cfg),
-               "data": data_fingerprint(self.train), "history": self.history}
+        doc = self.checkpoint_doc(CHECKPOINT_FORMAT, CHECKPOINT_VERSION, occupancy_updates=occ.updates,
+                                  config=asdict(self.cfg))
         return {"nerf": str(out), **write_checkpoint(str(prefix), doc, tensors)}
 
     @classmethod
@@ -205,8 +202,7 @@ class NerfFitter(TrainingRun):
              backend: Backend = "auto") -> NerfFitter:
         """Resume :meth:`save`'s files (the NeRF directory is ``prefix``'s folder). ``train`` must be the same
         data (checked); ``steps`` may extend the run (the learning-rate schedule then follows the new length)."""
-        doc, tensors = read_checkpoint(str(prefix), CHECKPOINT_FORMAT, CHECKPOINT_VERSION)
-        check_same_data(str(prefix), doc.get("data", {}), train)
+        doc, tensors = read_checkpoint(str(prefix), CHECKPOINT_FORMAT, CHECKPOINT_VERSION, train)
         config = NerfFitConfig(**doc["config"])
         if steps is not None:
             config.steps = steps
@@ -218,8 +214,7 @@ class NerfFitter(TrainingRun):
         occ.bits = tensors["occupancy.bits"].bool().to(occ.device)
         occ.updates = int(doc.get("occupancy_updates", 0))
         fitter.generator.set_state(tensors["generator"])
-        fitter.step, fitter.wall_s = int(doc["step"]), float(doc.get("wall_s", 0.0))
-        fitter.history = list(doc.get("history", []))
+        fitter.resume_progress(doc)
         return fitter
 
 

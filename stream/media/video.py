@@ -15,7 +15,7 @@ import torch
 from PIL import Image
 
 from ..frame import Flag, PortSpec
-from ..stage import EndOfStream, Stage
+from ..stage import EndOfStream, IndexedSource, Stage
 from .audio import SAMPLE_RATE, chunk_samples
 from .errors import MediaError, open_media
 
@@ -336,7 +336,7 @@ def probe_video(path) -> tuple[int, int, float | None]:
         container.close()
 
 
-class VideoFileSource(Stage):
+class VideoFileSource(IndexedSource):
     """Source: the frames of a video file, ``uint8 [H, W, 3]`` RGB at the file's own size, one per call,
     stamped at ``fps`` (default: the file's rate) from frame 0. ``loop``: start again at the end (a file
     that drives an endless stream); ``n_frames``: stop after that many. Probed at construction, so a bad
@@ -344,22 +344,17 @@ class VideoFileSource(Stage):
 
     def __init__(self, path, *, fps: float | None = None, loop: bool = False, n_frames: int | None = None,
                  name: str = "video_file"):
-        super().__init__(name)
-        self.path = os.fspath(path)
-        self.width, self.height, file_fps = probe_video(self.path)
-        self.fps = float(fps or file_fps or 25.0)
-        self.loop, self.n_frames = loop, n_frames
+        width, height, file_fps = probe_video(os.fspath(path))
+        super().__init__(name, fps=float(fps or file_fps or 25.0), n_frames=n_frames)
+        self.path, self.width, self.height, self.loop = os.fspath(path), width, height, loop
         self.outputs = {"video": video_port(self.width, self.height)}
         self._frames = None
-        self.index = 0
 
     def setup(self, ctx):
         super().setup(ctx)
-        self._frames, self.index = iter_video_frames(self.path), 0
+        self._frames = iter_video_frames(self.path)
 
-    def process(self, inputs, out):
-        if self.n_frames is not None and self.index >= self.n_frames:
-            raise EndOfStream
+    def emit(self, out):
         rgb = next(self._frames, None)
         if rgb is None and self.loop and self.index:
             self._frames.close()
@@ -369,8 +364,7 @@ class VideoFileSource(Stage):
             raise EndOfStream
         frame = out.write("video")
         frame.data.copy_(torch.from_numpy(rgb))
-        frame.pts = self.ctx.clock.ticks_from_frame(self.index, self.fps)
-        self.index += 1
+        return frame
 
     def teardown(self):
         if self._frames is not None:

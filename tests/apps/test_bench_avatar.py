@@ -105,7 +105,8 @@ def test_bench_avatar_summary_compares_with_the_h100_targets_and_serializes():
     from framegraph.stream.files import json_default
 
     def row(name, size, fps, live):
-        return {"name": name, "region_size": size, "weights": "random, shipped architecture", "frame_size": [2 * size] * 2,
+        return {"name": name, "region_size": size, "weights": "random, shipped architecture",
+                "frame_size": [2 * size] * 2,
                 "steady": {"fps": np.float64(fps)},
                 "ttff": {"cold": {"live_ms": 300.0}, "warm_live_ms": {"median": np.float64(live)},
                          "warm_burst_ms": {"median": 20.0}}}

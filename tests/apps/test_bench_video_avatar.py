@@ -1,6 +1,7 @@
 """`framegraph bench video_avatar` and `framegraph avatar eval` on a tiny random video avatar and a clip of its
 own frames: the bench's JSON holds the held-out quality block and a speed run per region size, and a portrait
-bundle is refused; the graph is timed on torch and on ONNX Runtime; eval measures from where the part kept out of training begins and keeps the redrawn video."""
+bundle is refused; the graph is timed on torch and on ONNX Runtime; eval measures from where the part kept out of
+training begins and keeps the redrawn video."""
 import json
 
 import numpy as np

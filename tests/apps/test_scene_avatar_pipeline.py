@@ -51,18 +51,21 @@ def test_the_avatar_talks_in_the_scene_while_the_camera_orbits():
     assert of_type(got, "ended")[-1]["reason"] == "stopped" and not of_type(got, "error")
 
 
+def _refused(pipeline: str, options: dict, match: str) -> ProtocolError:
+    """Building ``pipeline`` with ``options`` raises a :class:`ProtocolError` matching ``match``; returns it."""
+    with pytest.raises(ProtocolError, match=match) as e:
+        pipelines.build(pipeline, options)
+    return e.value
+
+
 def test_bad_scene_avatar_options_are_refused_in_the_protocols_terms(tmp_path, monkeypatch):
-    with pytest.raises(ProtocolError, match="option 'place' = '9,9,9'; expected x,y,z or x,y,z,yaw,height inside"):
-        pipelines.build("scene_avatar", {"place": "9,9,9"})
-    with pytest.raises(ProtocolError, match="option 'place' = 'here'"):
-        pipelines.build("scene_avatar", {"place": "here"})
-    with pytest.raises(ProtocolError, match="option 'scene' = 'nothing.ply'"):
-        pipelines.build("scene_avatar", {"scene": "nothing.ply"})
+    _refused("scene_avatar", {"place": "9,9,9"}, "option 'place' = '9,9,9'; expected x,y,z or x,y,z,yaw,height inside")
+    _refused("scene_avatar", {"place": "here"}, "option 'place' = 'here'")
+    _refused("scene_avatar", {"scene": "nothing.ply"}, "option 'scene' = 'nothing.ply'")
     shutil.copytree(asset("avatars", "astronaut"), tmp_path / "astronaut", ignore=shutil.ignore_patterns("matte.png"))
     monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
-    with pytest.raises(ProtocolError, match="expected an avatar with a person matte") as e:
-        pipelines.build("scene_avatar", {})
-    assert str(tmp_path) not in str(e.value)
+    error = _refused("scene_avatar", {}, "expected an avatar with a person matte")
+    assert str(tmp_path) not in str(error)
 
 
 def _talk(url, **options):
@@ -103,12 +106,10 @@ def test_avatar_with_a_transparent_background_sends_pictures_whose_alpha_is_the_
 
 
 def test_background_options_that_do_not_go_together_are_refused():
-    with pytest.raises(ProtocolError, match="option 'codec' = 'webp'; expected jpeg or h264"):
-        pipelines.build("avatar", {"codec": "webp"})
-    with pytest.raises(ProtocolError, match="'background' = 'transparent'; expected a colour, a picture or portrait"):
-        pipelines.build("avatar", {"background": "transparent"})
-    with pytest.raises(ProtocolError, match="option 'background' = 'mauve'; expected \"portrait\", \"transparent\""):
-        pipelines.build("avatar", {"background": "mauve"})
+    _refused("avatar", {"codec": "webp"}, "option 'codec' = 'webp'; expected jpeg or h264")
+    _refused("avatar", {"background": "transparent"},
+             "'background' = 'transparent'; expected a colour, a picture or portrait")
+    _refused("avatar", {"background": "mauve"}, "option 'background' = 'mauve'; expected \"portrait\", \"transparent\"")
 
 
 def test_avatar_over_a_picture_of_the_servers_named_by_its_file_name():
@@ -169,7 +170,6 @@ def test_the_backgrounds_folder_is_the_servers_own_when_it_names_one(tmp_path, m
 def test_a_picture_that_does_not_decode_is_refused_without_the_servers_path(tmp_path, monkeypatch, caplog):
     (tmp_path / "broken.jpg").write_text("not a picture")
     monkeypatch.setenv("FRAMEGRAPH_BACKGROUNDS", str(tmp_path))
-    with pytest.raises(ProtocolError, match=r"'broken.jpg'; expected another background \(this picture cannot be read"
-                       ) as refused:
-        pipelines.build("avatar", {"background": "broken.jpg"})
-    assert str(tmp_path) not in refused.value.message and "broken.jpg" in caplog.text  # the cause is in the log
+    refused = _refused("avatar", {"background": "broken.jpg"},
+                       r"'broken.jpg'; expected another background \(this picture cannot be read")
+    assert str(tmp_path) not in refused.message and "broken.jpg" in caplog.text  # the cause is in the log

@@ -9,6 +9,7 @@ import torch
 from helpers import DEVICE
 
 from framegraph.kernels.block_linear_attention import LinearAttentionState, block_linear_attention, zero_state
+from framegraph.kernels.rope.reference import diffusers_apply_rotary_emb
 
 gpu = pytest.mark.gpu
 
@@ -106,12 +107,7 @@ def test_matches_diffusers_sana_linear_attention_math():
     out, _ = block_linear_attention(q, k, v, block_size=32, rope=(cos, sin), backend="torch")
 
     def rotate(x):  # diffusers' apply_rotary_emb on [B, H, N, D]
-        x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
-        c, s = cos[..., 0::2], sin[..., 1::2]
-        rotated = torch.empty_like(x)
-        rotated[..., 0::2] = x1 * c - x2 * s
-        rotated[..., 1::2] = x1 * s + x2 * c
-        return rotated
+        return diffusers_apply_rotary_emb(x, cos, sin)
 
     query, key = torch.relu(q), torch.relu(k)
     query_rotate, key_rotate = rotate(query), rotate(key)

@@ -5,17 +5,7 @@ import torch
 from helpers import DEVICE
 
 from framegraph.kernels.rope import apply_rope
-
-
-def diffusers_apply_rotary_emb(hidden_states, freqs_cos, freqs_sin):
-    """Copied from SanaLinearAttnProcessor3_0 (diffusers/models/transformers/transformer_sana_video.py)."""
-    x1, x2 = hidden_states.unflatten(-1, (-1, 2)).unbind(-1)
-    cos = freqs_cos[..., 0::2]
-    sin = freqs_sin[..., 1::2]
-    out = torch.empty_like(hidden_states)
-    out[..., 0::2] = x1 * cos - x2 * sin
-    out[..., 1::2] = x1 * sin + x2 * cos
-    return out.type_as(hidden_states)
+from framegraph.kernels.rope.reference import diffusers_apply_rotary_emb
 
 
 def sana_video_rope_tables(frames=2, height=4, width=4, head_dim=32):

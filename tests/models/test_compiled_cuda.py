@@ -5,14 +5,11 @@ import copy
 
 import pytest
 import torch
+from helpers import dit_block_inputs, random_portrait_avatar, rel, started_dit_engines
 
 from framegraph.models.graphs import GraphedStep
 
 pytestmark = [pytest.mark.gpu, pytest.mark.usefixtures("compile_cache")]
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-12))
 
 
 def test_a_graphed_step_replays_the_step_and_restores_its_state():
@@ -31,26 +28,17 @@ def test_a_graphed_step_replays_the_step_and_restores_its_state():
 
 
 def test_graphed_portrait_engines_equal_torch_on_cuda():
-    from framegraph.models.avatar import random_avatar
-    from framegraph.models.avatar.portrait.compiled import CompiledDiT, CompiledVAE
-    from framegraph.models.dit import TorchDiT
+    from framegraph.models.avatar.portrait.compiled import CompiledVAE
     from framegraph.models.vae import TorchVAE, uint8_to_frames
 
-    avatar = random_avatar(region_size=64, vae_config={"reference_skip": True, "reference_warp": True})
-    with torch.no_grad():
-        avatar.dit.final_proj.weight.normal_(0, 0.05)
+    avatar = random_portrait_avatar()
     dit, vae = avatar.dit.cuda(), avatar.vae.cuda()
     ref = avatar.reference_latent().cuda()
     c, g = dit.config, torch.Generator(device="cuda").manual_seed(0)
     with torch.inference_mode():
-        eager, fast = TorchDiT(dit), CompiledDiT(dit)
-        eager.start(ref)
-        fast.start(ref)
+        eager, fast = started_dit_engines(dit, ref)
         for block in range(4):
-            k = c.frames_per_block
-            noise = torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=g, device="cuda")
-            audio = torch.randn(1, k, c.audio_dim, generator=g, device="cuda")
-            labels = torch.rand(1, k, c.state_dim, generator=g, device="cuda")
+            noise, audio, labels = dit_block_inputs(c, ref, g, device="cuda")
             fast_out = fast.generate(noise, audio, labels, 2, 1.0)
             assert rel(fast_out, eager.generate(noise, audio, labels, 2, 1.0)) <= 1e-3
         assert fast.steps[(2, 1.0)].captured
@@ -120,31 +108,27 @@ def test_a_cuda_stage_downloads_to_a_host_stage_through_pinned_slots():
     from framegraph.stream import Clock, Graph, PortSpec, Stage
     from framegraph.stream.record import IterableSource, RecordingSink
 
-    class Square(Stage):
-        def __init__(self):
-            super().__init__("square")
-            self.inputs = {"x": PortSpec((1 << 16,), torch.float32, "cuda")}
-            self.outputs = {"x": PortSpec((1 << 16,), torch.float32, "cpu")}
+    class Copy(Stage):
+        """``fn`` of its input, from a ``src`` port to a ``dst`` port (their devices), copied without blocking."""
+
+        def __init__(self, name, src, dst, fn=lambda x: x):
+            super().__init__(name)
+            self.inputs = {"x": PortSpec((1 << 16,), torch.float32, src)}
+            self.outputs = {"x": PortSpec((1 << 16,), torch.float32, dst)}
+            self.fn = fn
 
         def process(self, inputs, out):
-            y = inputs["x"].data
-            for _ in range(20):  # enough GPU work that a missing wait would read stale bytes
-                y = y * 1.0
-            out.write("x").data.copy_(y * y, non_blocking=True)
+            out.write("x").data.copy_(self.fn(inputs["x"].data), non_blocking=True)
 
-    class Upload(Stage):
-        def __init__(self):
-            super().__init__("upload")
-            self.inputs = {"x": PortSpec((1 << 16,), torch.float32, "cpu")}
-            self.outputs = {"x": PortSpec((1 << 16,), torch.float32, "cuda")}
-
-        def process(self, inputs, out):
-            out.write("x").data.copy_(inputs["x"].data, non_blocking=True)
+    def square(y):
+        for _ in range(20):  # enough GPU work that a missing wait would read stale bytes
+            y = y * 1.0
+        return y * y
 
     values = [torch.full((1 << 16,), float(i)) for i in range(30)]
     g = Graph(Clock("fast"))
     src = g.add(IterableSource(values, PortSpec((1 << 16,), torch.float32)))
-    up, sq = g.add(Upload()), g.add(Square())
+    up, sq = g.add(Copy("upload", "cpu", "cuda")), g.add(Copy("square", "cuda", "cpu", square))
     sink = g.add(RecordingSink({"x": PortSpec((1 << 16,), torch.float32, "cpu")}))
     g.connect(src, up)
     g.connect(up, sq)

@@ -7,16 +7,13 @@ import os
 
 import pytest
 import torch
+from helpers import dit_block_inputs, random_portrait_avatar, rel, started_dit_engines
 
 from framegraph.models import runtime
 from framegraph.models.compile import CACHE_ENV, CompileSettings, cache_dir, use_cache_dir
 from framegraph.models.graphs import GraphedStep
 
 pytestmark = pytest.mark.usefixtures("compile_cache")
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a - b).norm() / b.norm().clamp_min(1e-12))
 
 
 def test_every_compiled_model_is_registered():
@@ -57,32 +54,22 @@ def test_a_graphed_step_off_cuda_is_the_step_itself():
 # ---- the portrait avatar ------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def portrait():
-    from framegraph.models.avatar import random_avatar
-
-    avatar = random_avatar(region_size=64, vae_config={"reference_skip": True, "reference_warp": True})
-    with torch.no_grad():  # a zero head would make every output the same: give it weights
-        avatar.dit.final_proj.weight.normal_(0, 0.05, generator=torch.Generator().manual_seed(3))
-    return avatar
+    return random_portrait_avatar(torch.Generator().manual_seed(3))
 
 
 def test_compiled_dit_block_step_equals_torch_block_after_block(portrait):
-    from framegraph.models.avatar.portrait.compiled import CompiledDiT, streamed_tensors
-    from framegraph.models.dit import TorchDiT
+    from framegraph.models.avatar.portrait.compiled import streamed_tensors
 
     model, ref = portrait.dit, portrait.reference_latent()
     c, g = model.config, torch.Generator().manual_seed(0)
     with torch.inference_mode():
-        eager, fast = TorchDiT(model), CompiledDiT(model)
-        eager.start(ref)
-        fast.start(ref)
+        eager, fast = started_dit_engines(model, ref)
         for block in range(4):
-            k = c.frames_per_block
-            noise = torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=g)
-            audio, labels = torch.randn(1, k, c.audio_dim, generator=g), torch.rand(1, k, c.state_dim, generator=g)
+            noise, audio, labels = dit_block_inputs(c, ref, g)
             want = eager.generate(noise, audio, labels, 2, 1.0)
             got = fast.generate(noise, audio, labels, 2, 1.0)
             assert rel(got, want) <= 1e-4, block
-        assert fast.stream.frames == eager.stream.frames == 4 * k
+        assert fast.stream.frames == eager.stream.frames == 4 * c.frames_per_block
         for a, b in zip(streamed_tensors(fast.stream), streamed_tensors(eager.stream)):
             assert rel(a, b) <= 1e-4
         fast.reset()

@@ -470,7 +470,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
               "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
-              "heldout": heldout, "av_offset": sync_report, "generator_history": history, "critic": critic_report, "config": asdict(cfg),
+              "heldout": heldout, "av_offset": sync_report, "generator_history": history, "critic": critic_report,
+              "config": asdict(cfg),
               "timings": timings,
               "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
     avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout",

@@ -48,7 +48,7 @@ class SceneFile:
         :func:`~.stages.sync_free_on`."""
         if self.kind == "nerf":
             return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms,
-                                   layers=layers)
+                                   layers=layers, sync_free=sync_free)
         if self.kind == "4dgs":
             return Gaussian4DRenderStage(self.data, width=width, height=height, device=device, layers=layers,
                                          background=background, time_scale=time_scale, budget_ms=budget_ms,

@@ -22,8 +22,8 @@ kernel counts are eager torch's launches (a compiled runtime fuses them: count t
 JSON: per pipeline, per stage ``calls``, ``kernels`` / ``syncs`` / ``allocations`` per call (median, max),
 ``sync_ops``, and the per-unit totals of the device stages; a table is printed and drawn beside it.
 
-The Gaussian renderers run their sync-free path (``sync_free=True``, what a GPU runs by default): fixed-capacity
-tile lists and, on the CPU, the torch twin of the Triton blending kernel.
+The renderers run their sync-free path (``sync_free=True``, what a GPU runs by default): fixed-capacity tile
+lists and, on the CPU, the torch twin of the Triton blending kernel (3DGS / 4DGS); a fixed-shape march (NeRF).
 Their ``capacity_overflows`` count the frames that needed more than a capacity held (and lost work).
 """
 from __future__ import annotations

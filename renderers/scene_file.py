@@ -40,18 +40,21 @@ class SceneFile:
         return 0 if self.kind == "nerf" else self.data.n
 
     def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
-                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False) -> RenderStage:
+                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
+                     sync_free: bool | None = None) -> RenderStage:
         """A render stage for this scene (a 4DGS scene plays at ``t`` = the frame's stream time ×
         ``time_scale``, looping; a NeRF draws its own background, :meth:`background`). ``layers``: it also sends
-        depth, opacity and its camera (:class:`~.stages.RenderStage`)."""
+        depth, opacity and its camera (:class:`~.stages.RenderStage`). ``sync_free``: see
+        :func:`~.stages.sync_free_on`."""
         if self.kind == "nerf":
             return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms,
-                                   layers=layers)
+                                   layers=layers, sync_free=sync_free)
         if self.kind == "4dgs":
             return Gaussian4DRenderStage(self.data, width=width, height=height, device=device, layers=layers,
-                                         background=background, time_scale=time_scale, budget_ms=budget_ms)
+                                         background=background, time_scale=time_scale, budget_ms=budget_ms,
+                                         sync_free=sync_free)
         return GaussianRenderStage(self.data, width=width, height=height, device=device, background=background,
-                                   budget_ms=budget_ms, layers=layers)
+                                   budget_ms=budget_ms, layers=layers, sync_free=sync_free)
 
     def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
         """The colour (RGB in [0, 1]) behind the scene in its pictures: ``asked`` (what :meth:`render_stage` was

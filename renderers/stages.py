@@ -20,7 +20,7 @@ import torch
 from framegraph.stream import IndexedSource, PortSpec, Stage
 
 from .cameras import CameraPath, camera_centers, intrinsics, orbit_path
-from .gaussians import GaussianScene, check_fits, rasterize
+from .gaussians import GaussianScene, TileCapacity, check_fits, rasterize
 
 CAMERA_PORT = PortSpec((2, 4, 4), torch.float32, "cpu")
 
@@ -146,39 +146,50 @@ class RenderStage(Stage):
         out.write("camera").data.copy_(camera.data)
 
 
+def sync_free_on(device: str | torch.device, asked: bool | None) -> bool:
+    """Whether a render stage on ``device`` runs its sync-free path (fixed-shape work lists: no host sync in a
+    steady-state frame). ``asked`` None: on a GPU, where a host read waits for the device; on a CPU, where a
+    read costs nothing, the readable data-sized path is faster. True: everywhere (the launch audit counts the
+    GPU path on a CPU this way)."""
+    return torch.device(device).type != "cpu" if asked is None else bool(asked)
+
+
 class GaussianRenderStage(RenderStage):
     """Renders a :class:`GaussianScene` for each incoming camera into an RGB frame.
 
     Args:
         scene: the Gaussians (moved to ``device`` at setup; refused first if it does not fit).
         background: RGB in [0, 1] behind the Gaussians.
+        sync_free: see :func:`sync_free_on`.
         width / height / device / budget_ms: see :class:`RenderStage`.
     """
 
     def __init__(self, scene: GaussianScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), budget_ms: float | None = None, layers: bool = False,
-                 name: str = "gaussians"):
+                 sync_free: bool | None = None, name: str = "gaussians"):
         super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
         self.scene = scene
+        self.sync_free = sync_free_on(self.device, sync_free)
         self.background = torch.tensor(background, dtype=torch.float32)
         check_fits(scene.n, self.device, sh_degree=scene.sh_degree)
 
     def prepare(self) -> None:
         self._scene = self.scene.to(self.device)
         self._bg = self.background.to(self.device)[None]
+        self.tiles = TileCapacity() if self.sync_free else None  # fixed-capacity tile lists, or data-sized
 
     def render(self, view, K, t):
         s = self._scene
         colors, _, _ = rasterize(s.means, s.quats, s.scales, s.opacities, s.sh, view[None], K[None],
                                  self.width, self.height, sh_degree=s.sh_degree, backgrounds=self._bg,
-                                 validate=False)  # the scene was checked once, at load
+                                 validate=False, tiles=self.tiles)  # the scene was checked once, at load
         return colors[0]
 
     def render_layers(self, view, K, t):
         s = self._scene
         colors, alphas, _ = rasterize(s.means, s.quats, s.scales, s.opacities, s.sh, view[None], K[None],
                                       self.width, self.height, sh_degree=s.sh_degree, backgrounds=self._bg,
-                                      render_mode="RGB+ED", validate=False)
+                                      render_mode="RGB+ED", validate=False, tiles=self.tiles)
         return colors[0, ..., :3], colors[0, ..., 3], alphas[0, ..., 0]
 
 
@@ -212,5 +223,5 @@ def orbit_for_scene(scene: GaussianScene, n_frames: int, width: int, height: int
     return framing_for_points(scene.means, elevation_deg, fov_deg).orbit(n_frames, width, height, fps)
 
 
-__all__ = ["CAMERA_PORT", "pack_camera", "CameraSource", "RenderStage", "GaussianRenderStage", "Framing",
-           "framing_for_points", "orbit_for_scene", "camera_centers"]
+__all__ = ["CAMERA_PORT", "pack_camera", "CameraSource", "RenderStage", "GaussianRenderStage", "sync_free_on",
+           "Framing", "framing_for_points", "orbit_for_scene", "camera_centers"]

@@ -21,6 +21,10 @@ On a CPU every tensor is a host tensor, so a read of any tensor counts (see :mod
 kernel counts are eager torch's launches (a compiled runtime fuses them: count those with the profiler on a GPU).
 JSON: per pipeline, per stage ``calls``, ``kernels`` / ``syncs`` / ``allocations`` per call (median, max),
 ``sync_ops``, and the per-unit totals of the device stages; a table is printed and drawn beside it.
+
+The renderers run their sync-free path (``sync_free=True``, what a GPU runs by default): fixed-capacity tile
+lists and, on the CPU, the torch twin of the Triton blending kernel (3DGS / 4DGS); a fixed-shape march (NeRF).
+Their ``capacity_overflows`` count the frames that needed more than a capacity held (and lost work).
 """
 from __future__ import annotations
 
@@ -119,14 +123,15 @@ def _render(stage, framing, args, fps: float = 25.0) -> Built:
 def build_3dgs(args) -> Built:
     scene = random_scene(args.gaussians, 3, seed=0)
     width, height = args.render_size
-    stage = GaussianRenderStage(scene, width=width, height=height, device=args.device)
+    stage = GaussianRenderStage(scene, width=width, height=height, device=args.device, sync_free=True)
     return _render(stage, framing_for_points(scene.means), args)
 
 
 def _scene_file(path: str, args) -> Built:
     scene = open_scene(path)
     width, height = args.render_size
-    return _render(scene.render_stage(width=width, height=height, device=args.device), scene.framing, args)
+    stage = scene.render_stage(width=width, height=height, device=args.device, sync_free=True)
+    return _render(stage, scene.framing, args)
 
 
 def build_4dgs(args) -> Built:
@@ -167,6 +172,10 @@ def audit(name: str, args) -> dict:
     wall = time.perf_counter() - t0
     stages = {n: _stage_summary(c.steady(args.warmup)) | {"device_stage": n in built.device_stages}
               for n, c in calls.items()}
+    for stage in built.counted:
+        capacity = getattr(stage, "tiles", None) or getattr(stage, "march", None)
+        if capacity is not None:  # a renderer's sync-free path: frames that outgrew a capacity (and lost work)
+            stages[stage.name]["capacity_overflows"] = capacity.overflows
     units = max((stages[n]["calls"] for n in built.device_stages), default=0)
     per_unit = {}
     for key in ("kernels", "syncs", "allocations"):

@@ -5,6 +5,7 @@ Public API:
 - :func:`rasterize` — project, colour and blend Gaussians into a batch of
   cameras (Triton kernels on CUDA, the readable torch reference elsewhere).
 - :func:`rasterize_to_pixels` — the blending step alone, on either backend.
+- :class:`TileCapacity` — fixed-capacity tile lists kept across frames: no host sync per frame.
 - :class:`GaussianScene`, :func:`load_ply`, :func:`save_ply`, :func:`load_splat`,
   :func:`load_scene`, :func:`check_fits` — scenes in the formats users have.
 
@@ -15,6 +16,7 @@ writes the file formats.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Literal, get_args
 
 import torch
@@ -22,6 +24,7 @@ from torch import Tensor
 
 from framegraph.kernels.backend import Backend, resolve_backend
 
+from ..capacity import Capacity
 from . import reference
 from .io import load_ply, load_scene, load_splat, save_ply
 from .reference import DEFAULT_ALPHA_CAP
@@ -30,6 +33,7 @@ from .scene import GaussianScene, SceneError, SceneTooLargeError, check_fits, ra
 __all__ = [
     "rasterize",
     "rasterize_to_pixels",
+    "TileCapacity",
     "RENDER_MODES",
     "GaussianScene",
     "SceneError",
@@ -72,6 +76,7 @@ def rasterize(
     rasterize_mode: RasterizeMode = "classic",
     backend: Backend = "auto",
     validate: bool = True,
+    tiles: TileCapacity | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """Render 3D Gaussians into ``C`` cameras; same semantics as gsplat's ``rasterization()``.
 
@@ -115,6 +120,10 @@ def rasterize(
             reference elsewhere), ``"triton"`` or ``"torch"``.
         validate: check shapes, devices and finiteness (one host sync). Turn off
             on a hot path once the inputs are known good.
+        tiles: None (tile lists sized by the data: a few host syncs a frame), or the
+            :class:`TileCapacity` of a stream of frames: fixed-capacity tile lists, no host
+            sync after its first frame (the render stages pass one). No autograd on the torch
+            backend then.
 
     Returns:
         A tuple:
@@ -126,7 +135,8 @@ def rasterize(
           ``tiles_per_gauss [C, N]``, ``isect_ids [M]``, ``flatten_ids [M]``,
           ``isect_offsets [C, tile_height, tile_width]``, ``tile_width``,
           ``tile_height``, ``tile_size``, ``width``, ``height``, ``n_cameras``,
-          ``backend``.
+          ``backend``, ``n_isects`` (0-d with ``tiles``: the used length of the
+          padded ``isect_ids`` / ``flatten_ids``; None without).
 
     Differentiable w.r.t. means, quats, scales, opacities, colors and
     backgrounds on both backends.
@@ -154,8 +164,29 @@ def rasterize(
 
     render_colors, render_alphas, meta = blend_projected(
         means2d, radii, depths, conics, colors_c, opacities_c, width, height, backgrounds=backgrounds,
-        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen)
+        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen, tiles=tiles)
     return render_colors, render_alphas, meta
+
+
+@dataclass
+class TileCapacity:
+    """The capacities a renderer keeps from frame to frame so that its steady-state frames make no host sync
+    (see :mod:`framegraph.renderers.capacity`; pass one to :func:`rasterize`, one per stream of frames).
+
+    Attributes:
+        isects: the (Gaussian, tile) overlaps of a frame. A frame that needs more than it holds drops the
+            overlaps of its last Gaussians (in index order) and the next frames get room for them.
+        per_tile: the longest tile list, for the torch twin of the Triton kernel
+            (:func:`reference.rasterize_tiles_fixed`); an overflowing frame drops the farthest Gaussians of
+            its longest tiles.
+    """
+
+    isects: Capacity = field(default_factory=lambda: Capacity(headroom=1.5, quantum=1024))
+    per_tile: Capacity = field(default_factory=lambda: Capacity(headroom=1.5, quantum=64))
+
+    @property
+    def overflows(self) -> int:
+        return self.isects.overflows + self.per_tile.overflows
 
 
 def per_camera(x: Tensor, C: int, rank: int) -> Tensor:
@@ -248,10 +279,14 @@ def _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, heig
 
 def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor, colors_c: Tensor,
                     opacities_c: Tensor, width: int, height: int, *, backgrounds: Tensor | None,
-                    tile_size: int, render_mode: RenderMode, alpha_cap: float, backend: Backend
-                    ) -> tuple[Tensor, Tensor, dict[str, Any]]:
+                    tile_size: int, render_mode: RenderMode, alpha_cap: float, backend: Backend,
+                    tiles: TileCapacity | None = None) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """The steps after projection, shared by 3DGS and 4DGS: depth channels for the render mode, tile
     intersection and sort, front-to-back blending (``backend`` "triton" or "torch"), expected depth.
+    ``tiles``: None for the readable, data-sized tile lists (a few host syncs a frame); a
+    :class:`TileCapacity` for fixed-capacity lists without a host sync after the first frame
+    (:func:`_blend_fixed`; then ``isect_ids`` / ``flatten_ids`` in the meta end in padding, ``n_isects``
+    is their used length).
 
     Args: projected Gaussians per camera — ``means2d [C, N, 2]``, ``radii [C, N, 2]``, ``depths [C, N]``,
     ``conics [C, N, 3]``, ``colors_c [C, N, D]``, ``opacities_c [C, N]``; ``backgrounds [C, D]`` or
@@ -270,15 +305,21 @@ def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tens
             backgrounds = backgrounds.new_zeros(C, 1)
 
     tile_width, tile_height = reference.tile_grid(width, height, tile_size)
-    tiles_per_gauss, isect_ids, flatten_ids = reference.isect_tiles(
-        means2d, radii, depths, tile_size, tile_width, tile_height
-    )
-    offsets = reference.isect_offsets(isect_ids, C, tile_width, tile_height)
-
-    render_colors, render_alphas = rasterize_to_pixels(
-        means2d, conics, colors_c, opacities_c, width, height, tile_size, offsets, flatten_ids,
-        backgrounds=backgrounds, alpha_cap=alpha_cap, backend=backend,
-    )
+    if tiles is None or means2d.shape[1] == 0:
+        tiles_per_gauss, isect_ids, flatten_ids = reference.isect_tiles(
+            means2d, radii, depths, tile_size, tile_width, tile_height
+        )
+        offsets = reference.isect_offsets(isect_ids, C, tile_width, tile_height)
+        n_isects = None
+        render_colors, render_alphas = rasterize_to_pixels(
+            means2d, conics, colors_c, opacities_c, width, height, tile_size, offsets, flatten_ids,
+            backgrounds=backgrounds, alpha_cap=alpha_cap, backend=backend,
+        )
+    else:
+        tiles_per_gauss, isect_ids, flatten_ids, ranges, (render_colors, render_alphas) = _blend_fixed(
+            means2d, radii, depths, conics, colors_c, opacities_c, width, height, backgrounds=backgrounds,
+            tile_size=tile_size, alpha_cap=alpha_cap, backend=backend, tiles=tiles)
+        offsets, n_isects = ranges[:-1].reshape(C, tile_height, tile_width), ranges[-1]
     if render_mode in ("ED", "RGB+ED"):
         expected = render_colors[..., -1:] / render_alphas.clamp(min=1e-10)
         render_colors = torch.cat([render_colors[..., :-1], expected], dim=-1)
@@ -288,28 +329,62 @@ def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tens
         "opacities": opacities_c, "tiles_per_gauss": tiles_per_gauss, "isect_ids": isect_ids,
         "flatten_ids": flatten_ids, "isect_offsets": offsets, "tile_width": tile_width,
         "tile_height": tile_height, "tile_size": tile_size, "width": width, "height": height,
-        "n_cameras": C, "backend": backend,
+        "n_cameras": C, "backend": backend, "n_isects": n_isects,
     }
     return render_colors, render_alphas, meta
 
 
+def _blend_fixed(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor, colors_c: Tensor,
+                 opacities_c: Tensor, width: int, height: int, *, backgrounds: Tensor | None, tile_size: int,
+                 alpha_cap: float, backend: Backend, tiles: TileCapacity
+                 ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, Tensor]]:
+    """Tile lists and blending of :func:`blend_projected` without a host sync (after the first frame):
+    intersections in ``tiles.isects`` slots (:func:`reference.isect_tiles_fixed`), tile ranges by
+    ``searchsorted`` (:func:`reference.tile_ranges`), then the Triton kernels, or on the torch backend their
+    torch twin :func:`reference.rasterize_tiles_fixed` (``tiles.per_tile`` Gaussians per tile at most; memory
+    ~ 2^22 floats a block, and slower on a CPU than the readable per-tile loop).
+
+    Returns ``tiles_per_gauss [C, N]``, ``isect_ids [cap]``, ``flatten_ids [cap]``, the tile ranges
+    ``[C * n_tiles + 1]`` and ``(colors, alphas)``.
+    """
+    C, N = means2d.shape[:2]
+    tile_width, tile_height = reference.tile_grid(width, height, tile_size)
+    boxes = reference.tile_boxes(means2d, radii, tile_size, tile_width, tile_height)
+    cap = tiles.isects.size(boxes[3].sum(), limit=C * N * tile_width * tile_height)
+    tiles_per_gauss, isect_ids, flatten_ids = reference.isect_tiles_fixed(boxes, depths, tile_width, tile_height,
+                                                                          cap)
+    ranges = reference.tile_ranges(isect_ids, C, tile_width, tile_height)
+    if backend == "torch":
+        per_tile = tiles.per_tile.size((ranges[1:] - ranges[:-1]).max(), limit=C * N)
+        rendered = reference.rasterize_tiles_fixed(
+            means2d, conics, colors_c, opacities_c, width, height, tile_size, ranges, flatten_ids, per_tile,
+            backgrounds=backgrounds, alpha_cap=alpha_cap)
+    else:
+        rendered = rasterize_to_pixels(
+            means2d, conics, colors_c, opacities_c, width, height, tile_size, ranges[:-1].reshape(C, -1),
+            flatten_ids, backgrounds=backgrounds, alpha_cap=alpha_cap, backend=backend, n_isects=ranges[-1])
+    return tiles_per_gauss, isect_ids, flatten_ids, ranges, rendered
+
+
 def rasterize_to_pixels(means2d: Tensor, conics: Tensor, colors: Tensor, opacities: Tensor, width: int, height: int,
                         tile_size: int, isect_offsets: Tensor, flatten_ids: Tensor, backgrounds: Tensor | None = None,
-                        alpha_cap: float = DEFAULT_ALPHA_CAP, *, backend: Backend = "auto") -> tuple[Tensor, Tensor]:
+                        alpha_cap: float = DEFAULT_ALPHA_CAP, *, backend: Backend = "auto",
+                        n_isects: Tensor | None = None) -> tuple[Tensor, Tensor]:
     """Blend projected Gaussians into images: :func:`reference.rasterize_to_pixels` (same arguments and
     returns) on the torch backend, the Triton tile kernels (float32; ``tile_size`` 4, 8, 16 or 32) on the
-    Triton one. Differentiable on both."""
+    Triton one. Differentiable on both. ``n_isects`` (0-d): the used length of ``flatten_ids`` when the rest
+    is padding (:func:`reference.isect_tiles_fixed`); None: all of it."""
     op = "rasterize_to_pixels"
     if resolve_backend(backend, means2d, op=op, auto_dtypes=(torch.float32,)) == "torch":
         return reference.rasterize_to_pixels(means2d, conics, colors, opacities, width, height, tile_size,
-                                             isect_offsets, flatten_ids, backgrounds=backgrounds, alpha_cap=alpha_cap)
+                                             isect_offsets, flatten_ids, backgrounds=backgrounds, alpha_cap=alpha_cap,
+                                             n_isects=n_isects)
     check_float32(op, means2d)
     if tile_size not in TRITON_TILE_SIZES:
         raise ValueError(f"{op}: the Triton kernels take tile_size in {TRITON_TILE_SIZES}, got {tile_size}; "
                          "use backend='torch' for other tile sizes")
-    tile_offsets = torch.cat(
-        [isect_offsets.flatten(), isect_offsets.new_tensor([flatten_ids.numel()])]
-    ).to(torch.int32).contiguous()
+    end = isect_offsets.new_tensor([flatten_ids.numel()]) if n_isects is None else n_isects.reshape(1)
+    tile_offsets = torch.cat([isect_offsets.flatten(), end.to(isect_offsets.dtype)]).to(torch.int32).contiguous()
     out, trans = _rasterize_fwd_op(
         means2d.contiguous(), conics.contiguous(), colors.contiguous(), opacities.contiguous(),
         tile_offsets, flatten_ids.to(torch.int32).contiguous(), width, height, tile_size, float(alpha_cap),

@@ -13,6 +13,10 @@ there render the same here:
    :func:`isect_offsets`         Gaussian-tile overlap, sorted; tile ranges
 5. :func:`rasterize_to_pixels`   per-tile front-to-back alpha blending
 
+Steps 4 and 5 size their lists by the data, which reads counts back to the host. The render stages' sync-free
+path uses their fixed-shape forms (:func:`isect_tiles_fixed` into a capacity, :func:`tile_ranges`,
+:func:`rasterize_tiles_fixed`): the same lists and, up to float rounding, the same images.
+
 Everything is differentiable by autograd except the integer bookkeeping
 (radii, tile keys), which is what training needs.
 
@@ -280,11 +284,33 @@ def isect_tiles(
     """
     C, N = depths.shape
     device = means2d.device
-    tile_bits = (tile_width * tile_height).bit_length()
-    cam_bits = C.bit_length()
-    if tile_bits + cam_bits > 32:
-        raise ValueError(f"{C} cameras x {tile_width * tile_height} tiles do not fit the 32-bit key prefix")
+    tile_bits = key_bits(C, tile_width, tile_height)
 
+    x0, y0, box_w, tiles_per_gauss = tile_boxes(means2d, radii, tile_size, tile_width, tile_height)
+
+    # One row per overlap: which Gaussian, and which tile of its bounding box.
+    gauss = torch.repeat_interleave(torch.arange(C * N, device=device), tiles_per_gauss)
+    first = torch.cumsum(tiles_per_gauss, 0) - tiles_per_gauss
+    k = torch.arange(gauss.numel(), device=device) - first[gauss]
+    keys = isect_keys(gauss, k, x0, y0, box_w, depths, tile_width, tile_bits)
+
+    isect_ids, order = torch.sort(keys, stable=True)
+    flatten_ids = gauss[order].to(torch.int32)
+    return tiles_per_gauss.reshape(C, N).to(torch.int32), isect_ids, flatten_ids
+
+
+def key_bits(n_cameras: int, tile_width: int, tile_height: int) -> int:
+    """Bits of the tile id in an intersection key; raises if camera and tile ids overflow the 32-bit prefix."""
+    tile_bits = (tile_width * tile_height).bit_length()
+    if tile_bits + n_cameras.bit_length() > 32:
+        raise ValueError(f"{n_cameras} cameras x {tile_width * tile_height} tiles do not fit the 32-bit key prefix")
+    return tile_bits
+
+
+def tile_boxes(means2d: Tensor, radii: Tensor, tile_size: int, tile_width: int, tile_height: int
+               ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Tile bounding box of every projected Gaussian, flattened over ``[C * N]``: first tile column ``x0``,
+    first tile row ``y0``, box width ``box_w`` (tiles) and ``tiles_per_gauss`` (0 for culled Gaussians), int64."""
     rx, ry = radii[..., 0].float(), radii[..., 1].float()
     tx, ty = means2d[..., 0].detach() / tile_size, means2d[..., 1].detach() / tile_size
     x0 = torch.floor(tx - rx / tile_size).clamp(0, tile_width).long()
@@ -293,22 +319,74 @@ def isect_tiles(
     y1 = torch.ceil(ty + ry / tile_size).clamp(0, tile_height).long()
     visible = (radii[..., 0] > 0) & (radii[..., 1] > 0)
     tiles_per_gauss = ((x1 - x0) * (y1 - y0) * visible).flatten()  # [C * N]
+    return x0.flatten(), y0.flatten(), (x1 - x0).flatten(), tiles_per_gauss
 
-    # One row per overlap: which Gaussian, and which tile of its bounding box.
-    gauss = torch.repeat_interleave(torch.arange(C * N, device=device), tiles_per_gauss)
-    first = torch.cumsum(tiles_per_gauss, 0) - tiles_per_gauss
-    k = torch.arange(gauss.numel(), device=device) - first[gauss]
-    box_w = (x1 - x0).flatten()[gauss]
-    tile_x = x0.flatten()[gauss] + k % box_w
-    tile_y = y0.flatten()[gauss] + k // box_w
+
+def isect_keys(gauss: Tensor, k: Tensor, x0: Tensor, y0: Tensor, box_w: Tensor, depths: Tensor, tile_width: int,
+               tile_bits: int) -> Tensor:
+    """Sort keys ``[M] int64`` of overlaps ``k`` (row-major index in the Gaussian's tile box) of Gaussians
+    ``gauss`` (indices into ``[C * N]``): camera id, tile id, depth bits (see :func:`isect_tiles`)."""
+    N = depths.shape[1]
+    box_w = box_w[gauss].clamp(min=1)  # >= 1: padding slots may point at an empty box
+    tile_x = x0[gauss] + k % box_w
+    tile_y = y0[gauss] + k // box_w
     tile_id = tile_y * tile_width + tile_x
     cam_id = gauss // N
     depth_bits = depths.detach().float().contiguous().view(torch.int32).flatten()[gauss].long() & 0xFFFFFFFF
-    keys = (cam_id << (32 + tile_bits)) | (tile_id << 32) | depth_bits
+    return (cam_id << (32 + tile_bits)) | (tile_id << 32) | depth_bits
+
+
+PAD_KEY = torch.iinfo(torch.int64).max  # the key of an unused slot: sorts after every real overlap
+
+
+@torch.no_grad()
+def isect_tiles_fixed(
+    boxes: tuple[Tensor, Tensor, Tensor, Tensor], depths: Tensor, tile_width: int, tile_height: int, capacity: int
+) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`isect_tiles` into ``capacity`` slots, without a host sync (fixed shapes, no data-sized tensor).
+
+    Slot ``s`` holds overlap ``s`` of the list :func:`isect_tiles` builds (same order, same keys): its Gaussian
+    is found by ``searchsorted`` in the running sum of ``tiles_per_gauss``. Slots past the total get the key
+    :data:`PAD_KEY` (sorted last) and Gaussian 0. If the total exceeds ``capacity``, the overlaps past it (those
+    of the last Gaussians in ``[C * N]`` order) are dropped.
+
+    Args:
+        boxes: :func:`tile_boxes` of the projected Gaussians (its last entry, summed, is the total wanted);
+        depths: ``[C, N]``.
+
+    Returns:
+        ``tiles_per_gauss [C, N] int32``, ``isect_ids [capacity] int64`` (the sorted keys, real ones first)
+        and ``flatten_ids [capacity] int32``.
+    """
+    C, N = depths.shape
+    tile_bits = key_bits(C, tile_width, tile_height)
+    x0, y0, box_w, tiles_per_gauss = boxes
+    ends = torch.cumsum(tiles_per_gauss, 0)  # [C * N] end of each Gaussian's run of slots
+    slot = torch.arange(capacity, device=depths.device)
+    owner = torch.searchsorted(ends, slot, right=True)  # == C * N for slots past the total
+    used = owner < C * N
+    gauss = owner.clamp(max=C * N - 1)
+    k = slot - (ends[gauss] - tiles_per_gauss[gauss])
+    keys = torch.where(used, isect_keys(gauss, k, x0, y0, box_w, depths, tile_width, tile_bits), PAD_KEY)
 
     isect_ids, order = torch.sort(keys, stable=True)
-    flatten_ids = gauss[order].to(torch.int32)
+    flatten_ids = torch.where(used, gauss, 0)[order].to(torch.int32)
     return tiles_per_gauss.reshape(C, N).to(torch.int32), isect_ids, flatten_ids
+
+
+@torch.no_grad()
+def tile_ranges(isect_ids: Tensor, n_cameras: int, tile_width: int, tile_height: int) -> Tensor:
+    """Tile ``t`` of camera ``c`` (flat index ``c * n_tiles + t``) owns ``flatten_ids[r[i] : r[i + 1]]``:
+    the ranges ``r [C * n_tiles + 1] int32`` of keys sorted by :func:`isect_tiles_fixed` (padding excluded;
+    ``r[-1]`` is the number of real overlaps kept). ``searchsorted`` of the tile boundaries: fixed shapes,
+    no host sync. Same starts as :func:`isect_offsets`."""
+    n_tiles = tile_width * tile_height
+    tile_bits = n_tiles.bit_length()
+    prefix = isect_ids >> 32
+    linear = (prefix >> tile_bits) * n_tiles + (prefix & ((1 << tile_bits) - 1))
+    linear = torch.where(isect_ids == PAD_KEY, n_cameras * n_tiles, linear)  # sorted: padding is last
+    bounds = torch.arange(n_cameras * n_tiles + 1, device=isect_ids.device)
+    return torch.searchsorted(linear, bounds).to(torch.int32)
 
 
 @torch.no_grad()
@@ -383,6 +461,7 @@ def rasterize_to_pixels(
     flatten_ids: Tensor,
     backgrounds: Tensor | None = None,
     alpha_cap: float = DEFAULT_ALPHA_CAP,
+    n_isects: Tensor | None = None,
 ) -> tuple[Tensor, Tensor]:
     """Blend projected Gaussians into images, one tile at a time.
 
@@ -392,6 +471,8 @@ def rasterize_to_pixels(
         isect_offsets: ``[C, tile_height, tile_width]`` from :func:`isect_offsets`.
         flatten_ids: ``[M]`` from :func:`isect_tiles`.
         backgrounds: ``[C, D]`` colour behind everything, or None (black).
+        n_isects: 0-d, the used length of ``flatten_ids`` (the rest is padding, as from
+            :func:`isect_tiles_fixed`); None: all of it.
 
     Returns:
         ``colors [C, H, W, D]`` and ``alphas [C, H, W, 1]`` (= 1 - transmittance).
@@ -401,7 +482,9 @@ def rasterize_to_pixels(
     tile_height, tile_width = isect_offsets.shape[1:]
     flat_means, flat_conics = means2d.reshape(C * N, 2), conics.reshape(C * N, 3)
     flat_colors, flat_opac = colors.reshape(C * N, D), opacities.reshape(C * N)
-    ends = torch.cat([isect_offsets.flatten()[1:], isect_offsets.new_tensor([flatten_ids.numel()])])
+    end = isect_offsets.new_tensor([flatten_ids.numel()]) if n_isects is None else n_isects.reshape(1).to(
+        isect_offsets.dtype)
+    ends = torch.cat([isect_offsets.flatten()[1:], end])
     starts, ends = isect_offsets.flatten().tolist(), ends.tolist()
 
     out_colors = means2d.new_zeros((C, height, width, D), dtype=colors.dtype)
@@ -423,6 +506,77 @@ def rasterize_to_pixels(
         out_colors[cam, y0:y1, x0:x1] = color.reshape(y1 - y0, x1 - x0, D)
         out_T[cam, y0:y1, x0:x1] = T.reshape(y1 - y0, x1 - x0)
 
+    if backgrounds is not None:
+        out_colors = out_colors + out_T[..., None] * backgrounds[:, None, None, :]
+    return out_colors, (1.0 - out_T)[..., None]
+
+
+def tile_pixels(n_cameras: int, tile_width: int, tile_height: int, tile_size: int, device, dtype
+                ) -> tuple[Tensor, Tensor]:
+    """Pixel centres ``x, y [C * n_tiles, tile_size ** 2]`` of every tile (row-major within a tile; pixels
+    past the image's right and bottom edges included)."""
+    tile = torch.arange(n_cameras * tile_width * tile_height, device=device) % (tile_width * tile_height)
+    p = torch.arange(tile_size * tile_size, device=device)
+    ys = (tile // tile_width)[:, None] * tile_size + (p // tile_size)[None, :]
+    xs = (tile % tile_width)[:, None] * tile_size + (p % tile_size)[None, :]
+    return xs.to(dtype) + 0.5, ys.to(dtype) + 0.5
+
+
+@torch.no_grad()
+def rasterize_tiles_fixed(means2d: Tensor, conics: Tensor, colors: Tensor, opacities: Tensor, width: int, height: int,
+                          tile_size: int, tile_offsets: Tensor, flatten_ids: Tensor, per_tile: int,
+                          backgrounds: Tensor | None = None, alpha_cap: float = DEFAULT_ALPHA_CAP,
+                          batch: int | None = None) -> tuple[Tensor, Tensor]:
+    """:func:`rasterize_to_pixels` for all tiles at once, without a host sync: the torch twin of the Triton
+    kernel (``triton.py``), which the sync-free render stages run on the torch backend (no autograd).
+
+    Every tile walks its depth-sorted Gaussians ``batch`` at a time, ``per_tile`` in all (a capacity: at least
+    the longest tile's list, else that tile's farthest Gaussians are dropped), carrying each pixel's
+    transmittance and a "done" flag from batch to batch, as the kernel does. Fixed shapes ``[C * n_tiles,
+    tile_size ** 2, batch]`` (``batch`` None: the largest power of two in 16..256 that keeps such a block
+    under 2^22 entries); the loop count depends on ``per_tile`` only.
+
+    Args: as :func:`rasterize_to_pixels`, with ``tile_offsets [C * n_tiles + 1]`` (from :func:`tile_ranges`)
+    in place of ``isect_offsets``. Returns ``colors [C, H, W, D]`` and ``alphas [C, H, W, 1]``; equal to
+    :func:`rasterize_to_pixels` up to float rounding (the sums run in another order).
+    """
+    C, N = means2d.shape[:2]
+    D = colors.shape[-1]
+    tile_width, tile_height = tile_grid(width, height, tile_size)
+    flat_means, flat_conics = means2d.reshape(C * N, 2), conics.reshape(C * N, 3)
+    flat_colors, flat_opac = colors.reshape(C * N, D), opacities.reshape(C * N)
+    starts, ends = tile_offsets[:-1].long(), tile_offsets[1:].long()
+    if batch is None:
+        fits = (1 << 22) // max(starts.numel() * tile_size * tile_size, 1)
+        batch = min(256, max(16, 1 << max(fits.bit_length() - 1, 0)))
+    px, py = tile_pixels(C, tile_width, tile_height, tile_size, means2d.device, means2d.dtype)
+    T = torch.ones_like(px)  # [tiles, P] transmittance so far
+    done = torch.zeros(px.shape, dtype=torch.bool, device=px.device)
+    acc = px.new_zeros(px.shape + (D,), dtype=colors.dtype)
+    last = max(flatten_ids.numel() - 1, 0)
+    for k0 in range(0, per_tile, batch):
+        idx = starts[:, None] + k0 + torch.arange(batch, device=px.device)  # [tiles, B]
+        in_range = idx < ends[:, None]
+        g = flatten_ids[idx.clamp(max=last)].long()
+        dx = flat_means[g, 0][:, None, :] - px[..., None]  # [tiles, P, B]
+        dy = flat_means[g, 1][:, None, :] - py[..., None]
+        a, b, c = (flat_conics[g, i][:, None, :] for i in range(3))
+        sigma = 0.5 * (a * dx * dx + c * dy * dy) + b * dx * dy
+        alpha = torch.clamp_max(flat_opac[g][:, None, :] * torch.exp(-sigma), alpha_cap)
+        used = (sigma >= 0) & (alpha >= ALPHA_THRESHOLD) & in_range[:, None, :] & ~done[..., None]
+        alpha = torch.where(used, alpha, torch.zeros_like(alpha))
+        steps = torch.cumprod(1.0 - alpha, dim=-1)
+        before = T[..., None] * torch.cat([torch.ones_like(steps[..., :1]), steps[..., :-1]], dim=-1)
+        kept = T[..., None] * steps > TRANSMITTANCE_THRESHOLD
+        weights = torch.where(kept, alpha * before, torch.zeros_like(alpha))
+        acc = acc + torch.einsum("tpb,tbd->tpd", weights, flat_colors[g])
+        T = T * torch.where(kept, 1.0 - alpha, torch.ones_like(alpha)).prod(dim=-1)
+        done = done | (used & ~kept).any(dim=-1)
+    shape = (C, tile_height, tile_width, tile_size, tile_size)
+    out_colors = acc.reshape(shape + (D,)).permute(0, 1, 3, 2, 4, 5).reshape(
+        C, tile_height * tile_size, tile_width * tile_size, D)[:, :height, :width]
+    out_T = T.reshape(shape).permute(0, 1, 3, 2, 4).reshape(
+        C, tile_height * tile_size, tile_width * tile_size)[:, :height, :width]
     if backgrounds is not None:
         out_colors = out_colors + out_T[..., None] * backgrounds[:, None, None, :]
     return out_colors, (1.0 - out_T)[..., None]

@@ -32,6 +32,7 @@ from framegraph.kernels.backend import Backend, resolve_backend
 from framegraph.renderers.gaussians import (
     RENDER_MODES,
     RenderMode,
+    TileCapacity,
     blend_projected,
     check_float32,
     check_render_args,
@@ -91,6 +92,7 @@ def rasterize_4d(
     cull_threshold: float = CULL_THRESHOLD,
     backend: Backend = "auto",
     validate: bool = True,
+    tiles: TileCapacity | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
     """Render 4D Gaussians at time ``t`` into ``C`` cameras (fudan-zvg 4DGS semantics).
 
@@ -122,16 +124,21 @@ def rasterize_4d(
         backend: ``"auto"`` (Triton slice + Triton blending on CUDA float32, torch elsewhere),
             ``"triton"`` or ``"torch"``.
         validate: check shapes, devices and finiteness (one host sync).
+        tiles: None (culling compacts the Gaussians, tile lists sized by the data: a few host syncs a
+            frame), or the :class:`~framegraph.renderers.gaussians.TileCapacity` of a stream of frames:
+            culled Gaussians keep their slot with opacity 0 (so projection culls them) and the tile lists
+            have fixed capacities; no host sync after the first frame (the render stage passes one).
 
     Returns:
         ``colors [C, H, W, D]``, ``alphas [C, H, W, 1]`` and a meta dict: the slice of all ``N``
         Gaussians (``means3d [N, 3]``, ``covars [N, 6]``, ``opacities_t [N]``, ``keep [N] bool``),
-        ``ids [M]`` (the kept Gaussians, in order), and the 3DGS meta of those ``M``
+        ``ids [M]`` (the kept Gaussians, in order; with ``tiles``: None, and ``M = N``), and the 3DGS meta of
+        those ``M``
         (``radii [C, M, 2]``, ``means2d``, ``depths``, ``conics``, ``isect_ids``, ``flatten_ids``,
         ``isect_offsets``, ...), plus ``backend``.
 
     Differentiable w.r.t. means, times, scales, quats, opacities and colors on both backends.
-    Culling compacts the Gaussians with one host sync (``nonzero``).
+    Without ``tiles``, culling compacts the Gaussians with one host sync (``nonzero``).
     """
     if validate:
         _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, viewmats, Ks, width, height,
@@ -141,11 +148,16 @@ def rasterize_4d(
 
     means3d, covars6, opacities_t, keep = slice_gaussians(means, times, scales, quats_l, quats_r, opacities,
                                                           float(t), float(cull_threshold), backend=chosen)
-    ids = keep.nonzero()[:, 0]
-    M = ids.numel()
-    k_means = means3d.index_select(0, ids)
-    k_covars = reference.covar6_to_mat(covars6.index_select(0, ids))
-    k_opac = opacities_t.index_select(0, ids)
+    if tiles is None:  # compact: the kept Gaussians only (readable; nonzero reads their number back)
+        ids = keep.nonzero()[:, 0]
+        kept = _Selected(ids)
+        k_opac = opacities_t.index_select(0, ids)
+    else:  # mask: every Gaussian keeps its slot, the culled ones with opacity 0, which projection culls
+        ids, kept = None, _Selected(None)
+        k_opac = torch.where(keep, opacities_t, torch.zeros_like(opacities_t))
+    M = k_opac.shape[0]
+    k_means = kept(means3d)
+    k_covars = reference.covar6_to_mat(kept(covars6))
 
     radii, means2d, depths, conics, _ = reference.project_covariances(
         k_means, k_covars, viewmats, Ks, width, height, opacities=k_opac, eps2d=eps2d,
@@ -154,19 +166,29 @@ def rasterize_4d(
     opacities_c = k_opac[None, :].expand(C, M)
 
     if sh_degree is None:
-        colors_c = per_camera(colors.index_select(colors.dim() - 2, ids), C, 3)
+        colors_c = per_camera(kept(colors, colors.dim() - 2), C, 3)
     else:
-        dirs = view_dirs(means.index_select(0, ids), viewmats)  # to mu_xyz, like fudan-zvg
-        dt = (times.index_select(0, ids) - t)[None, :].expand(C, M)
-        coeffs = per_camera(colors.index_select(0, ids), C, 4)
+        dirs = view_dirs(kept(means), viewmats)  # to mu_xyz, like fudan-zvg
+        dt = (kept(times) - t)[None, :].expand(C, M)
+        coeffs = per_camera(kept(colors), C, 4)
         raw = reference.sh_colors_4d(sh_degree, sh_degree_t, dirs, dt, duration, coeffs)
         colors_c = torch.clamp_min(raw + 0.5, 0.0)
 
     render_colors, render_alphas, meta = blend_projected(
         means2d, radii, depths, conics, colors_c, opacities_c, width, height, backgrounds=backgrounds,
-        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen)
+        tile_size=tile_size, render_mode=render_mode, alpha_cap=alpha_cap, backend=chosen, tiles=tiles)
     meta.update({"means3d": means3d, "covars": covars6, "opacities_t": opacities_t, "keep": keep, "ids": ids})
     return render_colors, render_alphas, meta
+
+
+class _Selected:
+    """``x.index_select(dim, ids)``, or ``x`` itself when ``ids`` is None (every Gaussian kept)."""
+
+    def __init__(self, ids: Tensor | None):
+        self.ids = ids
+
+    def __call__(self, x: Tensor, dim: int = 0) -> Tensor:
+        return x if self.ids is None else x.index_select(dim, self.ids)
 
 
 def _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, viewmats, Ks, width, height,

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import torch
 
-from ..stages import RenderStage
+from ..gaussians import TileCapacity
+from ..stages import RenderStage, sync_free_on
 from . import rasterize_4d
 from .scene import Gaussian4DScene, check_fits_4d
 
@@ -33,12 +34,14 @@ class Gaussian4DRenderStage(RenderStage):
         background: RGB in [0, 1] behind the Gaussians.
         time_scale: scene time units per stream second (1.0: the scene's units are seconds).
         loop: wrap time over the scene's duration (else hold the last instant).
+        sync_free: see :func:`~framegraph.renderers.stages.sync_free_on`.
         width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
     def __init__(self, scene: Gaussian4DScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), time_scale: float = 1.0, loop: bool = True,
-                 budget_ms: float | None = None, layers: bool = False, name: str = "gaussians4d"):
+                 budget_ms: float | None = None, layers: bool = False, sync_free: bool | None = None,
+                 name: str = "gaussians4d"):
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0 (scene time units per second), got {time_scale!r}")
         super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
@@ -46,18 +49,20 @@ class Gaussian4DRenderStage(RenderStage):
         self.time_scale, self.loop = float(time_scale), loop
         self.background = torch.tensor(background, dtype=torch.float32)
         self.last_time: float | None = None  # scene time of the last rendered frame
+        self.sync_free = sync_free_on(self.device, sync_free)
         check_fits_4d(scene.n, self.device, scene.sh.shape[1])
 
     def prepare(self) -> None:
         self._scene = self.scene.to(self.device)
         self._args = self._scene.rasterize_args()
         self._bg = self.background.to(self.device)[None]
+        self.tiles = TileCapacity() if self.sync_free else None  # fixed-capacity tile lists, or data-sized
 
     def render(self, view, K, t):
         t = scene_time(t, self._scene, time_scale=self.time_scale, loop=self.loop)
         colors, _, _ = rasterize_4d(**self._args, t=t, viewmats=view[None], Ks=K[None],
                                     width=self.width, height=self.height, backgrounds=self._bg,
-                                    validate=False)  # the scene was checked once, at load
+                                    validate=False, tiles=self.tiles)  # the scene was checked once, at load
         self.last_time = t
         return colors[0]
 
@@ -65,7 +70,7 @@ class Gaussian4DRenderStage(RenderStage):
         t = scene_time(t, self._scene, time_scale=self.time_scale, loop=self.loop)
         colors, alphas, _ = rasterize_4d(**self._args, t=t, viewmats=view[None], Ks=K[None], width=self.width,
                                          height=self.height, backgrounds=self._bg, render_mode="RGB+ED",
-                                         validate=False)
+                                         validate=False, tiles=self.tiles)
         self.last_time = t
         return colors[0, ..., :3], colors[0, ..., 3], alphas[0, ..., 0]
 

@@ -22,7 +22,7 @@ from .dataset import DatasetError, PosedImages, load_transforms
 from .field import NerfField, sh_encode, trunc_exp
 from .fit import FitReport, NerfFitConfig, NerfFitter, dataset_rays, fit
 from .hash_encoding import HashGridConfig, hash_encode
-from .marcher import EARLY_STOP, RenderResult, camera_rays, ray_aabb, render_rays
+from .marcher import EARLY_STOP, MarchCapacity, RenderResult, camera_rays, ray_aabb, render_rays
 from .mlp import mlp
 from .model import NerfConfig, NerfLoadError, NerfModel, is_nerf_dir, load_nerf
 from .occupancy import OccupancyGrid
@@ -32,6 +32,6 @@ __all__ = [
     "NerfModel", "NerfConfig", "NerfLoadError", "load_nerf", "is_nerf_dir", "load_transforms", "PosedImages",
     "DatasetError", "fit", "FitReport", "NerfFitter", "NerfFitConfig", "dataset_rays",
     "NerfField", "sh_encode", "trunc_exp", "HashGridConfig", "hash_encode", "mlp", "OccupancyGrid",
-    "render_rays", "camera_rays", "ray_aabb", "RenderResult", "EARLY_STOP",
+    "render_rays", "camera_rays", "ray_aabb", "RenderResult", "EARLY_STOP", "MarchCapacity",
     "Sphere", "SphereScene", "demo_scene", "sphere_views",
 ]

@@ -20,6 +20,11 @@ Two things skip work without changing what the sum means:
 
 Samples are processed ``chunk_steps`` steps at a time for all live rays; the result does not depend
 on the chunking.
+
+The readable march sizes everything by the data (the longest ray, the live rays, the samples to evaluate),
+which reads values back to the host every chunk. The sync-free march (``capacity``: a
+:class:`MarchCapacity`) computes the same sums with fixed shapes: a fixed number of steps for every ray,
+the samples to evaluate packed into a fixed capacity, all steps in one chunk (no ray is dropped early).
 """
 from __future__ import annotations
 
@@ -30,6 +35,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
+from ..capacity import Capacity
 from .occupancy import OccupancyGrid
 
 EARLY_STOP = 1e-4
@@ -80,20 +86,88 @@ class RenderResult:
         opacity: ``[R]`` accumulated opacity ``1 - T_final``.
         depth: ``[R]`` expected distance ``sum w_k t_k`` (0 where nothing was hit).
         n_evaluated: samples at which the field was evaluated (after skipping and termination).
-        n_candidates: samples inside the AABB before any skipping.
+        n_candidates: samples inside the AABB before any skipping. Both 0-d tensors from the sync-free march.
     """
 
     rgb: Tensor
     opacity: Tensor
     depth: Tensor
-    n_evaluated: int
-    n_candidates: int
+    n_evaluated: int | Tensor
+    n_candidates: int | Tensor
+
+
+class MarchCapacity:
+    """The fixed sizes of a sync-free march (:func:`render_rays` with ``capacity``), kept across frames.
+
+    Args:
+        max_steps: steps marched per ray, whatever the ray: at least the longest chord of the AABB over
+            ``step_size`` (:meth:`for_box`), so no ray is cut short.
+        headroom, quantum: of the sample capacities (see :class:`~framegraph.renderers.capacity.Capacity`).
+
+    Each batch of rays of a frame has its own :class:`~framegraph.renderers.capacity.Capacity`: the samples the
+    field evaluates. A frame whose samples overflow it leaves the last of them (in ray order, the rays of the
+    last rows) unevaluated, i.e. empty space, for that frame; the next frames get room for them.
+    """
+
+    def __init__(self, max_steps: int, *, headroom: float = 1.5, quantum: int = 256):
+        self.max_steps, self.headroom, self.quantum = int(max_steps), headroom, quantum
+        self.samples: dict[int, Capacity] = {}
+
+    @classmethod
+    def for_box(cls, aabb, step_size: float, **kw) -> MarchCapacity:
+        """For an AABB ``(xmin, ymin, zmin, xmax, ymax, zmax)`` (Python numbers: no read back) and step size."""
+        diagonal = math.dist(aabb[:3], aabb[3:])
+        return cls(math.ceil(diagonal / step_size * (1 + 1e-6)) + 1, **kw)
+
+    def of(self, ray_batch: int) -> Capacity:
+        if ray_batch not in self.samples:
+            self.samples[ray_batch] = Capacity(self.headroom, self.quantum)
+        return self.samples[ray_batch]
+
+    @property
+    def overflows(self) -> int:
+        return sum(c.overflows for c in self.samples.values())
+
+
+def _evaluate_selected(field_fn: FieldFn, pts: Tensor, dirs: Tensor, todo: Tensor, step_size: float
+                       ) -> tuple[Tensor, Tensor, int]:
+    """Optical thickness ``tau [R, S]`` and colour ``[R, S, 3]`` of the ``todo [R, S]`` samples at ``pts [R, S, 3]``
+    (0 elsewhere), evaluating exactly those (``nonzero``: a host sync), and their number."""
+    sel = todo.nonzero(as_tuple=True)
+    tau = torch.zeros(todo.shape, device=pts.device, dtype=pts.dtype)
+    col = torch.zeros(todo.shape + (3,), device=pts.device, dtype=pts.dtype)
+    if sel[0].numel():
+        sigma_s, rgb_s = field_fn(pts[sel], dirs[sel[0]])
+        tau = tau.index_put(sel, sigma_s.to(pts.dtype) * step_size)
+        col = col.index_put(sel, rgb_s.to(pts.dtype))
+    return tau, col, sel[0].numel()
+
+
+def _evaluate_fixed(field_fn: FieldFn, pts: Tensor, dirs: Tensor, todo: Tensor, step_size: float,
+                    capacity: Capacity) -> tuple[Tensor, Tensor, Tensor]:
+    """:func:`_evaluate_selected` without a host sync: the ``todo`` samples are packed, in row-major order, into
+    ``capacity`` slots (slot ``s`` finds its sample by ``searchsorted`` in the running count), the field runs
+    on all slots, unused ones are dropped; samples past the capacity are left out (empty). Returns the count
+    as a 0-d tensor."""
+    R, S = todo.shape
+    ends = torch.cumsum(todo.reshape(-1), 0)  # [R * S] running count of samples to evaluate
+    count = ends[-1]
+    cap = capacity.size(count, limit=R * S)
+    sample = torch.searchsorted(ends, torch.arange(cap, device=pts.device), right=True)  # R * S past the count
+    used = sample < R * S
+    sample = sample.clamp(max=R * S - 1)
+    sigma_s, rgb_s = field_fn(pts.reshape(-1, 3)[sample], dirs[sample // S])
+    tau = torch.zeros(R * S, device=pts.device, dtype=pts.dtype).index_add(
+        0, sample, torch.where(used, sigma_s.to(pts.dtype) * step_size, 0.0))
+    col = torch.zeros(R * S, 3, device=pts.device, dtype=pts.dtype).index_add(
+        0, sample, torch.where(used[:, None], rgb_s.to(pts.dtype), 0.0))
+    return tau.reshape(R, S), col.reshape(R, S, 3), count
 
 
 def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, step_size: float, *,
                 occupancy: OccupancyGrid | None = None, background: Tensor | None = None,
                 early_stop: float = EARLY_STOP, chunk_steps: int = 64, offsets: Tensor | None = None,
-                near: float = 0.0) -> RenderResult:
+                near: float = 0.0, capacity: MarchCapacity | None = None, ray_batch: int = 0) -> RenderResult:
     """March and composite rays ``origins, dirs [R, 3]`` through ``field_fn`` inside ``aabb [6]``.
 
     Args:
@@ -105,6 +179,14 @@ def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, 
         chunk_steps: steps marched per round for all live rays.
         offsets: ``[R]`` sample offsets ``u`` in [0, 1) (None: 0.5, the interval midpoints).
         near: minimum distance along each ray.
+        capacity: None: the readable march, sized by the data (it reads the longest ray, whether rays are
+            still live, and which samples to evaluate back: host syncs every chunk). A :class:`MarchCapacity`
+            (kept across frames): the sync-free march, one chunk of ``capacity.max_steps`` steps for every ray
+            (``chunk_steps`` is ignored), its samples packed into a fixed capacity (:func:`_evaluate_fixed`).
+            No ray leaves early, so the field is also evaluated behind where a ray terminates (those samples
+            get weight 0): the same image up to float rounding, unless the capacity overflows. Memory ~ rays x
+            ``max_steps`` x 16 floats. ``n_evaluated`` / ``n_candidates`` are then 0-d tensors (not read back).
+        ray_batch: which batch of the frame's rays this is (keys the capacities).
 
     Differentiable w.r.t. whatever ``field_fn`` depends on.
     """
@@ -113,7 +195,10 @@ def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, 
     t_near, t_far = ray_aabb(origins, dirs, aabb, near)
     n_steps = torch.ceil((t_far - t_near) / step_size).clamp(min=0)  # candidates per ray (upper bound)
     u = torch.full((R,), 0.5, device=dev, dtype=dt) if offsets is None else offsets
-    K = int(n_steps.max()) if R else 0
+    if capacity is None:
+        K = int(n_steps.max()) if R else 0
+    else:
+        K = chunk_steps = capacity.max_steps if R else 0
     optical = torch.zeros(R, device=dev, dtype=dt)  # optical depth so far: sum of sigma * delta; T = exp(-it)
     rgb = torch.zeros(R, 3, device=dev, dtype=dt)
     depth = torch.zeros(R, device=dev, dtype=dt)
@@ -121,24 +206,21 @@ def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, 
     stop = -math.log(early_stop) if early_stop > 0 else math.inf  # T < early_stop  <=>  optical depth > stop
     for k0 in range(0, K, chunk_steps):
         live = optical.detach() <= stop
-        if not bool(live.any()):
+        if capacity is None and not bool(live.any()):
             break
         ks = torch.arange(k0, min(k0 + chunk_steps, K), device=dev, dtype=dt)
         t = t_near[:, None] + (ks[None, :] + u[:, None]) * step_size  # [R, C]
         valid = t < t_far[:, None]
-        n_cand += int(valid.sum())
+        n_cand = n_cand + (int(valid.sum()) if capacity is None else valid.sum())
         todo = valid & live[:, None]
         pts = origins[:, None, :] + t[..., None] * dirs[:, None, :]
         if occupancy is not None:
             todo = todo & occupancy.is_occupied(pts.reshape(-1, 3)).reshape(todo.shape)
-        sel = todo.nonzero(as_tuple=True)
-        n_eval += sel[0].numel()
-        tau = torch.zeros(t.shape, device=dev, dtype=dt)
-        col = torch.zeros(t.shape + (3,), device=dev, dtype=dt)
-        if sel[0].numel():
-            sigma_s, rgb_s = field_fn(pts[sel], dirs[sel[0]])
-            tau = tau.index_put(sel, sigma_s.to(dt) * step_size)
-            col = col.index_put(sel, rgb_s.to(dt))
+        if capacity is None:
+            tau, col, n = _evaluate_selected(field_fn, pts, dirs, todo, step_size)
+        else:
+            tau, col, n = _evaluate_fixed(field_fn, pts, dirs, todo, step_size, capacity.of(ray_batch))
+        n_eval = n_eval + n
         before = optical[:, None] + torch.cumsum(tau, dim=1) - tau  # optical depth in front of each sample
         counted = before.detach() <= stop  # a prefix of the ray's samples: T_k >= early_stop
         tau = torch.where(counted, tau, torch.zeros_like(tau))

@@ -28,7 +28,7 @@ from framegraph.kernels.backend import Backend
 from ..cameras import read_json_object
 from .field import NerfField
 from .hash_encoding import HashGridConfig
-from .marcher import EARLY_STOP, RenderResult, camera_rays, render_rays
+from .marcher import EARLY_STOP, MarchCapacity, RenderResult, camera_rays, render_rays
 from .occupancy import OccupancyGrid
 
 FORMAT, VERSION = "framegraph-nerf", 1
@@ -126,33 +126,42 @@ class NerfModel(nn.Module):
         return torch.tensor(self.config.background, dtype=torch.float32, device=self.device)
 
     def render_rays(self, origins: Tensor, dirs: Tensor, *, backend: Backend = "auto", use_occupancy: bool = True,
-                    early_stop: float = EARLY_STOP, offsets: Tensor | None = None,
-                    chunk_steps: int = 64) -> RenderResult:
+                    early_stop: float = EARLY_STOP, offsets: Tensor | None = None, chunk_steps: int = 64,
+                    capacity: MarchCapacity | None = None, ray_batch: int = 0) -> RenderResult:
         """Composite rays ``[R, 3]`` (world, unit dirs) through the field; see :func:`marcher.render_rays`."""
         return render_rays(lambda p, d: self.field(p, d, backend), origins, dirs, self.field.aabb,
                            self.config.step_size, occupancy=self.occupancy if use_occupancy else None,
                            background=self.background, early_stop=early_stop, chunk_steps=chunk_steps,
-                           offsets=offsets)
+                           offsets=offsets, capacity=capacity, ray_batch=ray_batch)
+
+    def march_capacity(self) -> MarchCapacity:
+        """Fixed sizes for sync-free marching through this model (pass to :meth:`render` frame after frame)."""
+        return MarchCapacity.for_box(self.config.aabb, self.config.step_size)
 
     def render(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
-               chunk_rays: int = 1 << 14, use_occupancy: bool = True, early_stop: float = EARLY_STOP) -> Tensor:
+               chunk_rays: int = 1 << 14, use_occupancy: bool = True, early_stop: float = EARLY_STOP,
+               capacity: MarchCapacity | None = None) -> Tensor:
         """Image ``[H, W, 3]`` float32 in [0, 1] for one OpenCV camera (``viewmat [4, 4]`` world-to-camera,
-        ``K [3, 3]``), rendered on the model's device. Wrap in ``torch.no_grad()`` unless training."""
+        ``K [3, 3]``), rendered on the model's device. Wrap in ``torch.no_grad()`` unless training.
+        ``capacity``: None for the readable march, or :meth:`march_capacity` (kept across frames) for the
+        sync-free one (see :func:`marcher.render_rays`)."""
         o, d = camera_rays(viewmat.to(self.device), K.to(self.device), width, height)
-        rgb = [self.render_rays(oc, dc, backend=backend, use_occupancy=use_occupancy, early_stop=early_stop).rgb
-               for oc, dc in zip(o.split(chunk_rays), d.split(chunk_rays))]
+        rgb = [self.render_rays(oc, dc, backend=backend, use_occupancy=use_occupancy, early_stop=early_stop,
+                                capacity=capacity, ray_batch=i).rgb
+               for i, (oc, dc) in enumerate(zip(o.split(chunk_rays), d.split(chunk_rays)))]
         return torch.cat(rgb).reshape(height, width, 3)
 
     def render_layers(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
-                      chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP) -> tuple[Tensor, Tensor, Tensor]:
+                      chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
+                      capacity: MarchCapacity | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """As :meth:`render`, with the expected camera-z depth ``[H, W]`` of what each pixel shows (the expected
         distance along the ray ``Σ w t / Σ w`` times the ray's forward component; 0 where nothing was hit) and the
         opacity ``[H, W]`` (``1 − T``)."""
         o, d = camera_rays(viewmat.to(self.device), K.to(self.device), width, height)
         forward = viewmat.to(self.device)[2, :3].float()  # the camera's z axis in world coordinates
         rgb, depth, opacity = [], [], []
-        for oc, dc in zip(o.split(chunk_rays), d.split(chunk_rays)):
-            r = self.render_rays(oc, dc, backend=backend, early_stop=early_stop)
+        for i, (oc, dc) in enumerate(zip(o.split(chunk_rays), d.split(chunk_rays))):
+            r = self.render_rays(oc, dc, backend=backend, early_stop=early_stop, capacity=capacity, ray_batch=i)
             rgb.append(r.rgb)
             opacity.append(r.opacity)
             depth.append(r.depth / r.opacity.clamp_min(1e-10) * (dc @ forward))

@@ -13,7 +13,7 @@ import torch
 
 from framegraph.kernels.backend import Backend
 
-from ..stages import Framing, RenderStage
+from ..stages import Framing, RenderStage, sync_free_on
 from .marcher import EARLY_STOP
 from .model import NerfModel, load_nerf
 
@@ -26,26 +26,32 @@ class NerfRenderStage(RenderStage):
         backend: ``"auto"`` (Triton on CUDA), ``"triton"`` or ``"torch"``.
         chunk_rays: rays marched together (bounds memory).
         early_stop: transmittance at which rays terminate (see ``marcher.py``).
+        sync_free: see :func:`~framegraph.renderers.stages.sync_free_on` (the sync-free march keeps a
+            :class:`~.marcher.MarchCapacity` across frames).
         width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
     def __init__(self, model: NerfModel | str | os.PathLike, *, width: int, height: int, device: str = "cpu",
                  backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
-                 budget_ms: float | None = None, layers: bool = False, name: str = "nerf"):
+                 budget_ms: float | None = None, layers: bool = False, sync_free: bool | None = None,
+                 name: str = "nerf"):
         super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)
         self.backend, self.chunk_rays, self.early_stop = backend, chunk_rays, early_stop
+        self.sync_free = sync_free_on(self.device, sync_free)
 
     def prepare(self) -> None:
         self._model = self.model.to(self.device).eval()
+        self.march = self._model.march_capacity() if self.sync_free else None
 
     def render(self, view, K, t):
         return self._model.render(view, K, self.width, self.height, backend=self.backend,
-                                  chunk_rays=self.chunk_rays, early_stop=self.early_stop)
+                                  chunk_rays=self.chunk_rays, early_stop=self.early_stop, capacity=self.march)
 
     def render_layers(self, view, K, t):
         return self._model.render_layers(view, K, self.width, self.height, backend=self.backend,
-                                         chunk_rays=self.chunk_rays, early_stop=self.early_stop)
+                                         chunk_rays=self.chunk_rays, early_stop=self.early_stop,
+                                         capacity=self.march)
 
 
 def framing_for_nerf(model: NerfModel, elevation_deg: float = 25.0, fov_deg: float = 45.0) -> Framing:

@@ -9,13 +9,8 @@ import pytest
 from framegraph.apps.bench import launches
 from framegraph.apps.cli import main
 
-# What the renderers still read back per frame (their tile lists and marching are sized by the data); the target
-# is none. A new sync in them fails here as well.
-KNOWN_SYNCS = {
-    "3dgs": {"aten::repeat_interleave": 1, "aten::bincount": 1, "Tensor.tolist": 2},
-    "4dgs": {"aten::nonzero": 1, "aten::repeat_interleave": 1, "aten::bincount": 1, "Tensor.tolist": 2},
-    "nerf": {"Tensor.__int__": 3, "Tensor.__bool__": 2, "aten::nonzero": 2},
-}
+# Every pipeline, the renderers on their sync-free path (fixed-capacity tile lists, a fixed-shape march).
+SYNC_FREE = ["avatar", "video_avatar", "generate", "3dgs", "4dgs", "nerf"]
 
 
 def _args(**kw) -> argparse.Namespace:
@@ -23,29 +18,17 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **kw})
 
 
-def _syncs_per_unit(result: dict) -> dict:
-    out = {}
-    for name in result["device_stages"]:
-        stage = result["stages"][name]
-        for op, n in stage["sync_ops"].items():
-            out[op] = out.get(op, 0) + n / stage["calls"]
-    return out
-
-
-@pytest.mark.parametrize("pipeline", ["avatar", "video_avatar", "generate"])
-def test_steady_state_frames_of_the_model_pipelines_make_no_host_sync(pipeline):
+@pytest.mark.parametrize("pipeline", SYNC_FREE)
+def test_steady_state_frames_make_no_host_sync(pipeline):
     result = launches.audit(pipeline, _args())
     assert result["steady_units"] >= 4
     bad = {n: s["sync_ops"] for n, s in result["stages"].items() if s["device_stage"] and s["sync_ops"]}
     assert bad == {}, f"{pipeline}: host syncs in a steady-state step: {bad}"
     assert result["meets_target"]
     assert result["per_unit"]["kernels"] > 0 and result["per_unit"]["allocations"] > 0
-
-
-@pytest.mark.parametrize("pipeline", sorted(KNOWN_SYNCS))
-def test_renderers_read_back_no_more_than_they_did(pipeline):
-    result = launches.audit(pipeline, _args())
-    assert _syncs_per_unit(result) == KNOWN_SYNCS[pipeline]
+    overflows = {n: s["capacity_overflows"] for n, s in result["stages"].items() if "capacity_overflows" in s}
+    assert all(v == 0 for v in overflows.values()), overflows  # no frame of the orbit lost work to a capacity
+    assert bool(overflows) == (pipeline in ("3dgs", "4dgs", "nerf"))
 
 
 def test_a_sync_added_to_a_steady_state_step_is_caught(monkeypatch):

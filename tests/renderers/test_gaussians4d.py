@@ -13,7 +13,7 @@ from helpers import DEVICE
 
 from framegraph.kernels.backend import triton_available
 from framegraph.renderers.cameras import intrinsics, look_at
-from framegraph.renderers.gaussians import rasterize
+from framegraph.renderers.gaussians import TileCapacity, rasterize
 from framegraph.renderers.gaussians import reference as ref3d
 from framegraph.renderers.gaussians4d import CULL_THRESHOLD, random_scene_4d, rasterize_4d, slice_gaussians
 from framegraph.renderers.gaussians4d import reference as ref
@@ -335,3 +335,35 @@ def test_cuda_render_matches_reference():
                        height=96)
     assert gpu[2]["backend"] == "triton"
     assert torch.allclose(gpu[0].cpu(), cpu[0], atol=1e-3)
+
+
+# ----------------------------------------------------------------------------
+# Culling by mask + fixed-capacity tile lists (the render stage's sync-free path) vs compaction
+# ----------------------------------------------------------------------------
+@pytest.mark.parametrize("render_mode", ["RGB", "RGB+ED"])
+def test_masked_culling_renders_what_compaction_does(render_mode):
+    scene = random_scene_4d(200, 3, 1, seed=13)
+    viewmats, Ks = make_cameras(2)
+    tiles = TileCapacity()
+    for t in (0.1, 0.45, 0.8):  # one capacity across frames, as the render stage keeps it
+        kw = dict(t=t, viewmats=viewmats, Ks=Ks, width=W, height=H, render_mode=render_mode,
+                  backgrounds=torch.tensor([0.1, 0.2, 0.3]), backend="torch")
+        ref, ref_alpha, ref_meta = rasterize_4d(**scene.rasterize_args(), **kw)
+        out, alpha, meta = rasterize_4d(**scene.rasterize_args(), tiles=tiles, **kw)
+        assert 0 < ref_meta["ids"].numel() < 200 and meta["ids"] is None  # some culled, none compacted
+        assert torch.equal(meta["isect_offsets"], ref_meta["isect_offsets"])
+        assert int(meta["n_isects"]) == ref_meta["flatten_ids"].numel()
+        torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(alpha, ref_alpha, atol=2e-6, rtol=1e-5)
+    assert tiles.overflows == 0
+
+
+@needs_triton
+def test_triton_render_with_masked_culling_matches_reference():
+    scene = random_scene_4d(150, 3, 1, seed=14).to(DEVICE)
+    viewmats, Ks = (c.to(DEVICE) for c in make_cameras(2))
+    kw = dict(t=0.45, viewmats=viewmats, Ks=Ks, width=W, height=H, backgrounds=torch.tensor([0.1, 0.2, 0.3],
+                                                                                            device=DEVICE))
+    ref = rasterize_4d(**scene.rasterize_args(), backend="torch", **kw)
+    out = rasterize_4d(**scene.rasterize_args(), backend="triton", tiles=TileCapacity(), **kw)
+    assert torch.allclose(out[0], ref[0], atol=1e-4) and torch.allclose(out[1], ref[1], atol=1e-4)

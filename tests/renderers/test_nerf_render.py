@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from framegraph.renderers.cameras import intrinsics, look_at
-from framegraph.renderers.nerf import OccupancyGrid, camera_rays, ray_aabb, render_rays
+from framegraph.renderers.nerf import MarchCapacity, OccupancyGrid, camera_rays, ray_aabb, render_rays
 
 AABB = torch.tensor([-1.0, -1.0, -1.0, 1.0, 1.0, 1.0])
 BALLS = torch.tensor([[0.3, 0.2, 0.0, 0.35], [-0.4, -0.3, 0.2, 0.25]])  # centre xyz, radius
@@ -142,3 +142,36 @@ def test_render_is_differentiable_through_the_field():
 def test_occupancy_grid_rejects_bad_resolution(bad):
     with pytest.raises(ValueError, match="resolution"):
         OccupancyGrid(AABB.tolist(), bad)
+
+
+@pytest.mark.parametrize("early_stop", [0.0, 1e-4])
+def test_sync_free_march_renders_what_the_readable_march_does(early_stop):
+    fn = balls_field(sigma_inside=200.0)
+    grid = exact_ball_occupancy(32)
+    capacity = MarchCapacity.for_box(AABB.tolist(), 0.02)
+    assert capacity.max_steps >= math.ceil(AABB[3:].sub(AABB[:3]).norm() / 0.02)  # the longest chord fits
+    for eye in [(0.0, 0.3, 0.2), (0.4, -2.6, 0.9), (2.2, 1.0, -0.5)]:  # one capacity across frames (the first,
+        # from inside the box, needs the most samples: no overflow); no ray is cut short
+        o, d = _image_rays(eye=eye)
+        want = render_rays(fn, o, d, AABB, 0.02, occupancy=grid, early_stop=early_stop, chunk_steps=16,
+                           background=torch.ones(3))
+        got = render_rays(fn, o, d, AABB, 0.02, occupancy=grid, early_stop=early_stop, capacity=capacity,
+                          background=torch.ones(3))
+        torch.testing.assert_close(got.rgb, want.rgb, atol=1e-6, rtol=0)
+        torch.testing.assert_close(got.depth, want.depth, atol=1e-5, rtol=1e-6)
+        torch.testing.assert_close(got.opacity, want.opacity, atol=1e-6, rtol=0)
+        assert int(got.n_candidates) == want.n_candidates and int(got.n_evaluated) >= want.n_evaluated
+    assert capacity.overflows == 0
+
+
+def test_sync_free_march_drops_samples_past_its_capacity_for_one_frame():
+    o, d = _image_rays()
+    fn, grid = balls_field(), exact_ball_occupancy(32)
+    capacity = MarchCapacity.for_box(AABB.tolist(), 0.02, headroom=1.0, quantum=1)
+    want = render_rays(fn, o, d, AABB, 0.02, occupancy=grid, early_stop=0.0)
+    render_rays(fn, o[:100], d[:100], AABB, 0.02, occupancy=grid, early_stop=0.0, capacity=capacity)  # warm-up
+    short = render_rays(fn, o, d, AABB, 0.02, occupancy=grid, early_stop=0.0, capacity=capacity)
+    assert not torch.allclose(short.rgb, want.rgb, atol=1e-2)
+    grown = render_rays(fn, o, d, AABB, 0.02, occupancy=grid, early_stop=0.0, capacity=capacity)
+    assert capacity.overflows == 1
+    torch.testing.assert_close(grown.rgb, want.rgb, atol=1e-6, rtol=0)

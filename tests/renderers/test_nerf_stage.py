@@ -67,3 +67,15 @@ def test_render_stage_takes_a_directory_and_reports_a_bad_one(tmp_path):
     assert stage.inputs["camera"].shape == (2, 4, 4)
     with pytest.raises(NerfLoadError, match="config.json: missing"):
         NerfRenderStage(tmp_path, width=16, height=16)
+
+
+def test_sync_free_render_stage_matches_the_readable_march(demo):
+    W, H = 32, 24
+    path = orbit_for_nerf(demo, 4, W, H, fps=10)
+    stage = NerfRenderStage(demo, width=W, height=H, sync_free=True)
+    assert stage.sync_free and not NerfRenderStage(demo, width=W, height=H).sync_free  # a CPU stage reads
+    stage.prepare()
+    with torch.no_grad():
+        for view, K in path:
+            torch.testing.assert_close(stage.render(view, K, 0.0), demo.render(view, K, W, H), atol=1e-6, rtol=0)
+    assert stage.march.overflows == 0

@@ -15,7 +15,8 @@ from helpers import DEVICE
 
 from framegraph.kernels.backend import triton_available
 from framegraph.renderers.cameras import intrinsics, look_at
-from framegraph.renderers.gaussians import random_scene, rasterize, rasterize_to_pixels, reference
+from framegraph.renderers.capacity import Capacity
+from framegraph.renderers.gaussians import TileCapacity, random_scene, rasterize, rasterize_to_pixels, reference
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(DEVICE)
@@ -492,3 +493,61 @@ def test_cuda_triton_matches_brute_force():
     ref_img, ref_alpha = brute_force(**{k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in args.items()},
                                      viewmats=viewmats, Ks=Ks, width=W, height=H)
     assert psnr(img.cpu(), ref_img) >= 45 and psnr(alpha.cpu(), ref_alpha) >= 45
+
+
+# ----------------------------------------------------------------------------
+# Fixed-capacity tile lists (the render stages' sync-free path) vs the data-sized ones
+# ----------------------------------------------------------------------------
+def _orbit_cameras(n, width=W, height=H):
+    eyes = [(3.2 * math.cos(a), 3.2 * math.sin(a), 0.5) for a in torch.linspace(0, 2 * math.pi, n + 1)[:n].tolist()]
+    return [(look_at(e, (0.0, 0.0, 0.0))[None], intrinsics(width, height, fov_deg=55)[None]) for e in eyes]
+
+
+@pytest.mark.parametrize("tile_size,render_mode", [(16, "RGB"), (8, "RGB+ED")])
+def test_fixed_capacity_tile_lists_render_what_the_data_sized_ones_do(tile_size, render_mode):
+    args = make_scene(150, 3, seed=6)
+    tiles = TileCapacity()
+    kw = dict(width=W, height=H, tile_size=tile_size, render_mode=render_mode,
+              backgrounds=torch.tensor([0.3, 0.5, 0.7]), backend="torch")
+    for viewmats, Ks in _orbit_cameras(6):  # one capacity across frames, as a render stage keeps it
+        ref, ref_alpha, ref_meta = rasterize(**args, viewmats=viewmats, Ks=Ks, **kw)
+        out, alpha, meta = rasterize(**args, viewmats=viewmats, Ks=Ks, tiles=tiles, **kw)
+        M = ref_meta["flatten_ids"].numel()
+        assert int(meta["n_isects"]) == M and meta["flatten_ids"].numel() >= M
+        assert torch.equal(meta["isect_ids"][:M], ref_meta["isect_ids"])
+        assert torch.equal(meta["flatten_ids"][:M], ref_meta["flatten_ids"])
+        assert torch.equal(meta["isect_offsets"], ref_meta["isect_offsets"])
+        # the torch twin of the Triton kernel sums in batches: equal up to float32 rounding
+        torch.testing.assert_close(out, ref, atol=2e-6, rtol=1e-5)
+        torch.testing.assert_close(alpha, ref_alpha, atol=2e-6, rtol=1e-5)
+    assert tiles.overflows == 0
+
+
+def test_an_overflowing_frame_drops_overlaps_then_the_capacity_grows():
+    args = make_scene(150, 3, seed=7)
+    tiles = TileCapacity(Capacity(headroom=1.0, quantum=1), Capacity(headroom=1.0, quantum=1))
+    (viewmats, Ks), = _orbit_cameras(1)
+    kw = dict(viewmats=viewmats, Ks=Ks, width=W, height=H, backend="torch")
+    few = dict(args, opacities=torch.where(torch.arange(150) < 50, args["opacities"], 0.0))
+    rasterize(**few, tiles=tiles, **kw)  # warm-up: sized for a third of the Gaussians
+    small = tiles.isects.value
+    ref = rasterize(**args, **kw)[0]
+    dropped = rasterize(**args, tiles=tiles, **kw)[0]  # needs more: draws what fits, counts without a read
+    assert tiles.overflows == 0 and tiles.isects.value == small
+    assert not torch.allclose(dropped, ref, atol=1e-3)
+    grown = rasterize(**args, tiles=tiles, **kw)[0]  # sees the last frame's count, grows first
+    assert tiles.isects.overflows == 1 and tiles.isects.value > small
+    torch.testing.assert_close(grown, ref, atol=2e-6, rtol=1e-5)
+
+
+@needs_triton
+def test_triton_blends_fixed_capacity_tile_lists():
+    args = on(DEVICE, make_scene(120, 3, seed=8))
+    viewmats, Ks = make_cameras(2)
+    kw = dict(viewmats=viewmats.to(DEVICE), Ks=Ks.to(DEVICE), width=W, height=H,
+              backgrounds=torch.tensor([0.3, 0.5, 0.7], device=DEVICE))
+    ref, ref_alpha, _ = rasterize(**args, backend="torch", **kw)
+    out, alpha, meta = rasterize(**args, backend="triton", tiles=TileCapacity(), **kw)
+    assert meta["backend"] == "triton" and meta["flatten_ids"].numel() > int(meta["n_isects"])  # padded
+    torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+    torch.testing.assert_close(alpha, ref_alpha, atol=2e-5, rtol=1e-5)

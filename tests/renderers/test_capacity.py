@@ -1,0 +1,24 @@
+"""Fixed capacities (``renderers/capacity.py``): read once, then checked one frame late without a host sync."""
+import torch
+
+from framegraph.renderers.capacity import Capacity
+from framegraph.stream.audit import OpCounter
+
+
+def test_first_size_reads_the_count_with_headroom_rounded_up():
+    cap = Capacity(headroom=1.5, quantum=64)
+    assert cap.size(torch.tensor(100)) == 192  # 150 rounded up to a multiple of 64
+    assert Capacity(quantum=64).size(torch.tensor(0)) == 64  # never below one quantum
+    assert Capacity().size(torch.tensor(1000), limit=700) == 700
+
+
+def test_later_frames_make_no_host_sync_and_grow_one_frame_late():
+    cap = Capacity(headroom=1.0, quantum=1)
+    assert cap.size(torch.tensor(10)) == 10
+    counter = OpCounter()
+    with counter:
+        assert cap.size(torch.tensor(25)) == 10  # this frame overflows: it cannot know yet
+        assert cap.size(torch.tensor(5)) == 25  # the previous frame's count arrived: grown
+        assert cap.size(torch.tensor(5)) == 25
+    assert counter.syncs == 0
+    assert cap.overflows == 1 and cap.peak == 25

@@ -24,7 +24,7 @@ from .data import (
 )
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
-from .stage import ChunkDecodeStage, TorchVAE, VAEDecode, VAEEngine
+from .stage import ChunkDecodeStage, TorchVAE, VAEDecode, VAEEngine, remember_reference, stream_start
 from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
 
 __all__ = [
@@ -32,6 +32,7 @@ __all__ = [
     "redrawable", "region_size",
     "mouth_box_for_frame", "box_mask", "kl_divergence", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "ChunkDecodeStage", "VAEDecode",
-    "VAEEngine", "TorchVAE", "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region",
+    "VAEEngine", "TorchVAE", "stream_start", "remember_reference",
+    "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region",
     "train_vae", "with_reference_warp",
 ]

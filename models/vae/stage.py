@@ -12,9 +12,14 @@ i.e. the chunk's pts is the pts of its first frame and the next ones follow at t
 (exact at 25 / 30 / 50 / 60 fps with the 48 kHz clock). Flags of the chunk (``INTERRUPTED``,
 ``DISCONTINUITY``) go on its first frame only. ``reset()`` (barge-in) drops the cache, so the next chunk
 starts a new stream (its past is its own first frame repeated).
+
+A decoder that reads an identity reference computes that reference's features with a stream's first chunk. They
+depend on the model and the reference alone, which every session of a bundle shares: :func:`stream_start` hands a
+new stream the features a previous one computed (the warm-up's), so a session's first chunk costs a steady one.
 """
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Protocol
 
@@ -36,6 +41,36 @@ class VAEEngine(Protocol):
         """Start a new stream: the next chunk decodes as a first one."""
 
 
+# model -> (reference [1, 3, H, W], the weights' version, the cache entries of its features): the last reference
+# each model decoded with
+_REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _weights_version(model: VideoVAE) -> int:
+    """Grows whenever a weight of ``model`` changes in place (an optimizer step): features computed before are
+    stale then."""
+    return sum(p._version for p in model.parameters())
+
+
+def stream_start(model: VideoVAE, reference: torch.Tensor | None) -> dict | None:
+    """The cache a new stream of ``model`` starts from: the ``reference.*`` entries (the reference's features) when
+    a stream of this model and this reference computed them before, else None (the first chunk computes them)."""
+    known = _REFERENCES.get(model) if reference is not None else None
+    if known is None or known[0].shape != reference.shape or known[0].device != reference.device \
+            or known[0].dtype != reference.dtype or known[1] != _weights_version(model) \
+            or not torch.equal(known[0], reference):
+        return None
+    return dict(known[2])
+
+
+def remember_reference(model: VideoVAE, reference: torch.Tensor | None, cache: dict) -> None:
+    """Keep the reference features a stream's first chunk put in ``cache`` for the next streams
+    (:func:`stream_start`)."""
+    entries = {k: v for k, v in cache.items() if k.startswith("reference.")}
+    if reference is not None and entries:
+        _REFERENCES[model] = (reference, _weights_version(model), entries)
+
+
 class TorchVAE:
     """The torch engine: :meth:`VideoVAE.decode` with its cache; ``reference`` (frames ``[1, 3, H, W]`` in
     [-1, 1], or None) goes with a stream's first chunk (later chunks find its features in the cache)."""
@@ -44,8 +79,13 @@ class TorchVAE:
         self.model, self.reference, self.cache = model, reference, None
 
     def decode(self, z):
+        first = self.cache is None
+        if first:
+            self.cache = stream_start(self.model, self.reference)
         ref = self.reference if self.cache is None else None
         frames, self.cache = self.model.decode(z, self.cache, reference=ref)
+        if first and ref is not None:
+            remember_reference(self.model, self.reference, self.cache)
         return frames
 
     def reset(self) -> None:

@@ -10,6 +10,7 @@ import torch
 from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
 from framegraph.models.vae import (
     CausalTemporalConv,
+    TorchVAE,
     VAEDecode,
     VideoVAE,
     box_mask,
@@ -326,6 +327,33 @@ def warp_vae(seed: int = 0) -> VideoVAE:
         vae.decoder.blend_head.weight.normal_(0.0, 0.05)
         vae.decoder.blend_head.bias.fill_(0.5)
     return vae
+
+
+@pytest.mark.parametrize("make", [ref_vae, warp_vae], ids=["reference", "reference+warp"])
+def test_a_new_stream_starts_from_the_reference_features_an_earlier_one_computed(make):
+    """Every session of a bundle decodes with the same reference: a stream's first chunk (a new session, a barge-in)
+    takes its features from the stream before (the warm-up's) instead of computing them again, and decodes the same
+    picture; another reference, or another model, computes its own."""
+    vae = make()
+    ref = torch.rand(1, 3, 32, 32) * 2 - 1
+    z = torch.randn(1, 4, 2, 2, 2)
+    calls = []
+    vae.reference_features = lambda r, f=vae.reference_features: calls.append(1) or f(r)
+    with torch.inference_mode():
+        first = TorchVAE(vae, ref)
+        a = first.decode(z)
+        first.reset()  # a barge-in: a new stream of the same session
+        b = first.decode(z)
+        c = TorchVAE(vae, ref.clone()).decode(z)  # a new session's stage: an equal reference
+        assert len(calls) == 1 and torch.equal(a, b) and torch.equal(a, c)
+        other = TorchVAE(vae, -ref).decode(z)
+        assert len(calls) == 2 and (other - a).abs().max() > 1e-3
+        assert torch.equal(TorchVAE(vae, ref).decode(z), a) and len(calls) == 3  # the last reference is the one kept
+    with torch.no_grad():
+        vae.decoder.fuse[0].weight.mul_(1.5)  # a training step changes the weights: the features are computed again
+    with torch.inference_mode():
+        TorchVAE(vae, ref).decode(z)
+        assert len(calls) == 4
 
 
 @pytest.mark.parametrize("make", [ref_vae, warp_vae], ids=["reference", "reference+warp"])

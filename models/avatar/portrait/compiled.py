@@ -21,6 +21,7 @@ from framegraph.models import runtime
 from framegraph.models.compile import CompileSettings, compiled
 from framegraph.models.graphs import GraphedStep
 from framegraph.models.sampler import host_schedule, sample_euler, timestep_schedule
+from framegraph.models.vae import remember_reference, stream_start
 
 from .engines import PortraitEngines
 
@@ -97,7 +98,10 @@ class CompiledVAE:
 
     def decode(self, z):
         if self.cache is None:
-            frames, cache = self.model.decode(z, None, reference=self.reference)
+            known = stream_start(self.model, self.reference)  # the reference's features, when a stream had them
+            frames, cache = self.model.decode(z, known, reference=self.reference if known is None else None)
+            if known is None:
+                remember_reference(self.model, self.reference, cache)
             self.cache = {k: v.clone() for k, v in cache.items()}  # storage the steady step owns
             self.keys = list(self.cache)
             self.temporal = [k for k in self.keys if not k.startswith("reference.")]

@@ -1,4 +1,5 @@
 """Fixed capacities (``renderers/capacity.py``): read once, then checked one frame late without a host sync."""
+import pytest
 import torch
 
 from framegraph.renderers.capacity import Capacity
@@ -20,5 +21,20 @@ def test_later_frames_make_no_host_sync_and_grow_one_frame_late():
         assert cap.size(torch.tensor(25)) == 10  # this frame overflows: it cannot know yet
         assert cap.size(torch.tensor(5)) == 25  # the previous frame's count arrived: grown
         assert cap.size(torch.tensor(5)) == 25
+    assert counter.syncs == 0
+    assert cap.overflows == 1 and cap.peak == 25
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_count_reaches_the_host_without_a_sync_and_the_capacity_grows_once_it_has():
+    """The CUDA path: the count is copied into pinned memory behind an event; a frame whose copy has not landed
+    yet leaves the capacity as it is, the first frame after it has landed grows it."""
+    cap = Capacity(headroom=1.0, quantum=1)
+    assert cap.size(torch.tensor(10, device="cuda")) == 10
+    counter = OpCounter()
+    with counter:
+        assert cap.size(torch.tensor(25, device="cuda")) == 10  # overflows: it cannot know yet
+        torch.cuda.synchronize()  # the copy lands (in a stream: a frame or so later)
+        assert cap.size(torch.tensor(5, device="cuda")) == 25
     assert counter.syncs == 0
     assert cap.overflows == 1 and cap.peak == 25

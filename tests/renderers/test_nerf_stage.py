@@ -79,3 +79,16 @@ def test_sync_free_render_stage_matches_the_readable_march(demo):
         for view, K in path:
             torch.testing.assert_close(stage.render(view, K, 0.0), demo.render(view, K, W, H), atol=1e-6, rtol=0)
     assert stage.march.overflows == 0
+
+
+@pytest.mark.gpu
+def test_on_cuda_the_render_stage_marches_sync_free_by_default_and_matches_the_model():
+    W, H = 64, 48
+    model = load_nerf(DEMO).to("cuda")
+    stage = NerfRenderStage(model, width=W, height=H, device="cuda")
+    assert stage.sync_free  # a GPU stage does not read back
+    stage.prepare()
+    with torch.no_grad():
+        for view, K in orbit_for_nerf(model, 4, W, H, fps=10):
+            torch.testing.assert_close(stage.render(view, K, 0.0), model.render(view, K, W, H), atol=1e-4, rtol=0)
+    assert stage.march.overflows == 0

@@ -17,6 +17,7 @@ from framegraph.kernels.backend import triton_available
 from framegraph.renderers.cameras import intrinsics, look_at
 from framegraph.renderers.capacity import Capacity
 from framegraph.renderers.gaussians import TileCapacity, random_scene, rasterize, rasterize_to_pixels, reference
+from framegraph.stream.audit import OpCounter
 
 CPU = torch.device("cpu")
 HAS_TRITON = triton_available(DEVICE)
@@ -551,3 +552,25 @@ def test_triton_blends_fixed_capacity_tile_lists():
     assert meta["backend"] == "triton" and meta["flatten_ids"].numel() > int(meta["n_isects"])  # padded
     torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
     torch.testing.assert_close(alpha, ref_alpha, atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.gpu
+def test_cuda_fixed_capacity_tile_lists_render_what_the_data_sized_ones_do_without_a_sync():
+    """What a GPU render stage runs by default: Triton on fixed-capacity tile lists, one capacity across an orbit —
+    the same pictures as the data-sized lists, no host sync after the first frame, no overflow."""
+    scene = random_scene(3000, 3, seed=17, device="cuda")
+    tiles = TileCapacity()
+    kw = dict(width=256, height=192, backend="triton", validate=False)
+    counter = OpCounter()
+    for i, (viewmats, Ks) in enumerate(_orbit_cameras(6, 256, 192)):
+        viewmats, Ks = viewmats.cuda(), Ks.cuda()
+        ref, ref_alpha, _ = rasterize(**scene.rasterize_args(), viewmats=viewmats, Ks=Ks, **kw)
+        if i == 0:
+            out, alpha, _ = rasterize(**scene.rasterize_args(), viewmats=viewmats, Ks=Ks, tiles=tiles, **kw)
+        else:
+            with counter:
+                out, alpha, _ = rasterize(**scene.rasterize_args(), viewmats=viewmats, Ks=Ks, tiles=tiles, **kw)
+        torch.testing.assert_close(out, ref, atol=2e-5, rtol=1e-5)
+        torch.testing.assert_close(alpha, ref_alpha, atol=2e-5, rtol=1e-5)
+    assert counter.syncs == 0, counter.sync_ops
+    assert tiles.overflows == 0

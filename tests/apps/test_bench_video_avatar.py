@@ -48,6 +48,9 @@ def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
     assert main(["bench", "video_avatar", "--avatar", str(tmp_path / "portrait"), "--clip", clip,
                  "--out", str(out)]) == 2
     assert "is a portrait bundle; this bench measures a video avatar" in capsys.readouterr().err
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "portrait"), "--clip", clip, "--out",
+                 str(tmp_path / "e.json"), "--av-offset", "1"]) == 2
+    assert "--av-offset go with a video avatar" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -73,6 +76,13 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert provenance.count("### ") == 2 and "`me.mp4` from 0.64 s to 1.28 s (16 frames)" in provenance
     assert "the jaw line's edge" in provenance and "the jaw line's worst frame" in provenance
     assert f"| {m['outside_mouth_psnr_db']:g} | ≥ 30 |" in provenance
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
+                 "--av-offset", "2"]) == 0  # the clip's sound moved 2 frames earlier before it is measured
+    assert json.loads(out.read_text())["av_offset_frames"] == 2 and json.loads(out.read_text())["frames"] == 16
+    capsys.readouterr()
+    assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
+                 "--av-offset", "5000"]) == 2
+    assert "moves the whole sound past the clip's 1.28 s" in capsys.readouterr().err
     capsys.readouterr()
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--steps", "2"]) == 2

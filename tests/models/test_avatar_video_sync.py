@@ -34,3 +34,25 @@ def test_a_late_sound_is_found_from_the_mouth_and_an_aligned_one_is_left_alone(a
     rng = np.random.default_rng(0)  # a mouth that has nothing to do with the sound: no offset is made up
     lag, report = estimate_av_offset(rng.random(len(jaw)), audio, 25)
     assert lag == 0 and max(report["openness_loudness_corr_by_lag"].values()) < 0.3
+
+
+def test_train_aligns_the_sound_by_the_measured_offset_unless_told_not_to():
+    """``avatar train --video`` measures the offset and moves the audio features by it; ``--no-av-sync`` keeps the
+    sound as recorded (and records no measure)."""
+    from framegraph.apps.cli import build_parser
+    from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound
+
+    rng = np.random.default_rng(1)
+    voice = np.repeat(rng.random(60) > 0.5, 4).astype(np.float64)  # 240 frames of syllables, on and off
+    openness = voice + 0.05 * rng.random(len(voice))  # the mouth opens with the voice ...
+    late = shift_audio((np.repeat(voice, 640) * 8000 * np.sin(np.arange(len(voice) * 640) / 5)).astype(np.int16),
+                       -4, 640)  # ... whose sound comes 4 frames late
+    feats = torch.arange(len(voice), dtype=torch.float32)[:, None]
+    moved, _, report = _align_sound(feats, None, openness, late, len(voice), VideoTrainConfig(), 25)
+    assert report["frames"] == 4 and moved[:, 0].tolist()[:3] == [4.0, 5.0, 6.0]
+    kept, _, report = _align_sound(feats, None, openness, late, len(voice), VideoTrainConfig(av_sync=False), 25)
+    assert report is None and torch.equal(kept, feats)
+    for argv, want in ((["--no-av-sync"], False), ([], True)):
+        args = build_parser(["avatar", "train"]).parse_args(["avatar", "train", "--video", "me.mp4", "--out", "x",
+                                                             *argv])
+        assert args.av_sync is want

@@ -47,8 +47,11 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     frames, fps = video["frames"], float(video["fps"])
     H, W = frames.shape[1:3]
     lag = avatar.av_offset_frames if av_offset_frames is None else int(av_offset_frames)
-    audio = shift_audio(audio, lag, int(round(SAMPLE_RATE / fps)))
     n = len(frames)
+    if abs(lag) >= n:
+        raise ValueError(f"{clip}: a sound offset of {lag} frames ({lag / fps:g} s) moves the whole sound past the "
+                         f"clip's {n / fps:.2f} s (an offset is a few frames: what `avatar train --video` measured)")
+    audio = shift_audio(audio, lag, int(round(SAMPLE_RATE / fps)))
     a = int(round(start_s * fps))
     b = n if end_s is None else min(n, int(round(end_s * fps)))
     if not 0 <= a < b:

@@ -8,10 +8,9 @@ every page in again: measured on the video avatar's mouth region (720×576 frame
 graph ran at ~20 fps instead of ~27. Fixed thresholds keep freed blocks in the heap for the next frame.
 
 A session's graph starts new worker threads, and a new thread that gets a new arena faults its pages in on its
-first frame: measured on a video avatar's mouth region (96² model, 2-core CPU), a warmed step's first call in a
-new thread took 6.5–7.0 ms against 3.3–3.9 ms after, and the session's first frame came ~3 ms later. With no more
-arenas than the cores the process may run on, a new thread shares an arena the warm-up already filled (first
-call 3.4–4.6 ms), and at most that many threads run malloc at once anyway.
+first frame: a warmed model step's first call in such a thread costs about twice a steady one, and a session's first
+frame waits for it (``framegraph bench first_frame``). With no more arenas than the cores the process may run on, a
+new thread shares an arena the warm-up already filled, and at most that many threads run malloc at once anyway.
 """
 from __future__ import annotations
 

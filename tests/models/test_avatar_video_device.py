@@ -43,3 +43,18 @@ def test_speaking_gate_on_the_device_equals_the_host_gate():
         a = host.step(feats, speaking)
         b = device.step(feats, torch.tensor(speaking))
         torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_the_loop_draws_each_frames_keep_share_once_and_blends_it_in_a_cross_fade():
+    import numpy as np
+
+    from framegraph.models.avatar.video.loop import VideoLoop
+
+    avatar = random_video_avatar(n_frames=6, region_size=64)
+    loop = VideoLoop(avatar.frames, avatar.boxes, avatar.idle, jaws=avatar.jaws)
+    first = loop.keep([(2, 1.0)])
+    assert torch.equal(first, jaw_keep(avatar.jaws[2], np.round(avatar.boxes[2])))
+    assert loop.keep([(2, 1.0)]) is first  # shown again: the share drawn before
+    fade = loop.keep([(2, 0.25), (3, 0.75)])
+    box = np.round(0.25 * np.asarray(avatar.boxes[2]) + 0.75 * np.asarray(avatar.boxes[3]))
+    assert torch.equal(fade, jaw_keep(0.25 * avatar.jaws[2] + 0.75 * avatar.jaws[3], box))

@@ -106,7 +106,8 @@ class VideoLoop(Stage):
             as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
         jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame), or None; given, the share of the box
             kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
-            on a ``"keep"`` port, made here on the CPU so the device path reads no value back.
+            on a ``"keep"`` port, made here on the CPU so the device path reads no value back (once per loop frame,
+            kept: a frame shown again sends the same share; a cross-fade's is made as it comes).
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
     ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
@@ -145,6 +146,7 @@ class VideoLoop(Stage):
                 raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
             L = int(round(float(self.boxes[0, 2])))
             self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
+        self._keeps: dict[int, torch.Tensor] = {}  # loop frame -> its keep share (drawing one takes ms)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -155,10 +157,8 @@ class VideoLoop(Stage):
         picks = self.cursor.step(speaking)
         frame, box = out.write("frame"), out.write("box")
         alpha = out.write("alpha") if self.mattes is not None else None
-        if self.jaws is not None:  # the blended jaw line at the blended box, as the frame is blended
-            jaw = sum(self.jaws[i] * w for i, w in picks)
-            at = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
-            out.write("keep").data.copy_(jaw_keep(jaw, at), non_blocking=True)
+        if self.jaws is not None:
+            out.write("keep").data.copy_(self.keep(picks), non_blocking=True)
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])
@@ -171,6 +171,17 @@ class VideoLoop(Stage):
         box.data.copy_((self.boxes[i] * wi + self.boxes[j] * wj).round().to(torch.int32))
         if alpha is not None:
             alpha.data.copy_(_blend(self.mattes, picks))
+
+    def keep(self, picks: list[tuple[int, float]]) -> torch.Tensor:
+        """``float32 [L, L]``: :func:`~.jaw.jaw_keep` of the blended jaw line at the blended box, as the frame of
+        ``picks`` (the cursor's ``(i, w)``) is blended."""
+        if len(picks) == 1 and picks[0][0] in self._keeps:
+            return self._keeps[picks[0][0]]
+        jaw = sum(self.jaws[i] * w for i, w in picks)
+        share = jaw_keep(jaw, np.round(sum(self.boxes[i].numpy() * w for i, w in picks)))
+        if len(picks) == 1:
+            self._keeps[picks[0][0]] = share
+        return share
 
 
 def _blend(images: torch.Tensor, picks: list[tuple[int, float]]) -> torch.Tensor:

@@ -211,8 +211,7 @@ class Background(Kind):
     def check(self, value):
         if value in ("portrait", "transparent"):
             return value
-        bare = isinstance(value, str) and "/" not in value and "\\" not in value and ".." not in value
-        if bare and value in background_pictures():  # a name the folder has, never a path
+        if isinstance(value, str) and value in background_pictures():  # a name the folder lists: never a path
             return value
         rgb = colour(value) if isinstance(value, str) else None
         if rgb is None:

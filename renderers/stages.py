@@ -83,6 +83,14 @@ class CameraSource(IndexedSource):
         return frame
 
 
+def sync_free_on(device: str | torch.device, asked: bool | None) -> bool:
+    """Whether a render stage on ``device`` runs its sync-free path (fixed-shape work lists: no host sync in a
+    steady-state frame). ``asked`` None: on a GPU, where a host read waits for the device; on a CPU, where a
+    read costs nothing, the readable data-sized path is faster. True: everywhere (the launch audit counts the
+    GPU path on a CPU this way)."""
+    return torch.device(device).type != "cpu" if asked is None else bool(asked)
+
+
 class RenderStage(Stage):
     """Base of every renderer stage: a ``"camera"`` in (:data:`CAMERA_PORT`), an RGB ``"video"`` frame out
     (``uint8 [height, width, 3]`` on the CPU). A subclass says how to get its scene onto the device
@@ -95,15 +103,17 @@ class RenderStage(Stage):
         budget_ms: per-frame budget (deadline misses are counted).
         layers: also send ``"depth"``, ``"opacity"`` and ``"camera"`` (see the module docstring;
             :meth:`render_layers`).
+        sync_free: whether :meth:`prepare` sets up the renderer's sync-free path (:func:`sync_free_on`).
     """
 
     def __init__(self, *, width: int, height: int, device: str = "cpu", budget_ms: float | None = None,
-                 layers: bool = False, name: str = "render"):
+                 layers: bool = False, sync_free: bool | None = None, name: str = "render"):
         super().__init__(name)
         if width < 1 or height < 1:
             raise ValueError(f"{type(self).__name__}: size {width}x{height} must be at least 1x1 pixel")
         self.width, self.height = width, height
         self.device = str(torch.device(device))
+        self.sync_free = sync_free_on(self.device, sync_free)
         self.budget_ms = budget_ms
         self.inputs = {"camera": CAMERA_PORT}
         self.outputs = {"video": PortSpec((height, width, 3), torch.uint8, "cpu")}
@@ -146,14 +156,6 @@ class RenderStage(Stage):
         out.write("camera").data.copy_(camera.data)
 
 
-def sync_free_on(device: str | torch.device, asked: bool | None) -> bool:
-    """Whether a render stage on ``device`` runs its sync-free path (fixed-shape work lists: no host sync in a
-    steady-state frame). ``asked`` None: on a GPU, where a host read waits for the device; on a CPU, where a
-    read costs nothing, the readable data-sized path is faster. True: everywhere (the launch audit counts the
-    GPU path on a CPU this way)."""
-    return torch.device(device).type != "cpu" if asked is None else bool(asked)
-
-
 class GaussianRenderStage(RenderStage):
     """Renders a :class:`GaussianScene` for each incoming camera into an RGB frame.
 
@@ -167,9 +169,9 @@ class GaussianRenderStage(RenderStage):
     def __init__(self, scene: GaussianScene, *, width: int, height: int, device: str = "cpu",
                  background=(0.0, 0.0, 0.0), budget_ms: float | None = None, layers: bool = False,
                  sync_free: bool | None = None, name: str = "gaussians"):
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers,
+                         sync_free=sync_free, name=name)
         self.scene = scene
-        self.sync_free = sync_free_on(self.device, sync_free)
         self.background = torch.tensor(background, dtype=torch.float32)
         check_fits(scene.n, self.device, sh_degree=scene.sh_degree)
 

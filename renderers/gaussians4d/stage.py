@@ -8,7 +8,7 @@ from __future__ import annotations
 import torch
 
 from ..gaussians import TileCapacity
-from ..stages import RenderStage, sync_free_on
+from ..stages import RenderStage
 from . import rasterize_4d
 from .scene import Gaussian4DScene, check_fits_4d
 
@@ -44,12 +44,12 @@ class Gaussian4DRenderStage(RenderStage):
                  name: str = "gaussians4d"):
         if not time_scale > 0:
             raise ValueError(f"time_scale must be > 0 (scene time units per second), got {time_scale!r}")
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers,
+                         sync_free=sync_free, name=name)
         self.scene = scene
         self.time_scale, self.loop = float(time_scale), loop
         self.background = torch.tensor(background, dtype=torch.float32)
         self.last_time: float | None = None  # scene time of the last rendered frame
-        self.sync_free = sync_free_on(self.device, sync_free)
         check_fits_4d(scene.n, self.device, scene.sh.shape[1])
 
     def prepare(self) -> None:

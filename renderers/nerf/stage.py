@@ -13,7 +13,7 @@ import torch
 
 from framegraph.kernels.backend import Backend
 
-from ..stages import Framing, RenderStage, sync_free_on
+from ..stages import Framing, RenderStage
 from .marcher import EARLY_STOP
 from .model import NerfModel, load_nerf
 
@@ -35,10 +35,10 @@ class NerfRenderStage(RenderStage):
                  backend: Backend = "auto", chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                  budget_ms: float | None = None, layers: bool = False, sync_free: bool | None = None,
                  name: str = "nerf"):
-        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers, name=name)
+        super().__init__(width=width, height=height, device=device, budget_ms=budget_ms, layers=layers,
+                         sync_free=sync_free, name=name)
         self.model = model if isinstance(model, NerfModel) else load_nerf(model)
         self.backend, self.chunk_rays, self.early_stop = backend, chunk_rays, early_stop
-        self.sync_free = sync_free_on(self.device, sync_free)
 
     def prepare(self) -> None:
         self._model = self.model.to(self.device).eval()

@@ -3,7 +3,9 @@ door run beside the caller's code; :class:`StartedInWith`, the context manager o
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import Self
 
 
@@ -21,10 +23,18 @@ class StartedInWith:
 class LoopThread:
     """Runs the subclass's ``_serve()`` coroutine on :attr:`loop` in a daemon thread named ``name``. ``_serve`` sets
     ``_ready`` once it is up (a failure before that sets it too) and returns once ``_stop`` (its own event) is set;
-    :meth:`_start_thread` starts the thread and waits for that, raising what ``_serve`` failed with."""
+    :meth:`_start_thread` starts the thread and waits for that, raising what ``_serve`` failed with.
+
+    The loop's default executor (``asyncio.to_thread``, aiortc's encoders) is its own pool of at most
+    :attr:`workers` threads named ``<name>:worker_<i>``: it grows lazily up to that bound while calls overlap and
+    is shut down with the loop, so a count of the process's threads can tell its workers from anything leaked."""
+
+    workers = min(32, (os.cpu_count() or 1) + 4)  # asyncio's own default bound
 
     def __init__(self, name: str):
         self.loop = asyncio.new_event_loop()
+        self.executor = ThreadPoolExecutor(self.workers, thread_name_prefix=f"{name}:worker")
+        self.loop.set_default_executor(self.executor)
         self._ready = threading.Event()
         self._stop: asyncio.Event | None = None
         self._error: BaseException | None = None
@@ -46,3 +56,5 @@ class LoopThread:
         except BaseException as exc:  # noqa: BLE001 - reported to the starting thread
             self._error = exc
             self._ready.set()
+        finally:
+            self.executor.shutdown(wait=False)

@@ -53,7 +53,7 @@ step_command() {
     server) echo 90 "${fg[@]}" bench server --out "$R/server_avatar.json" --pipeline avatar --sessions 20 \
               --soak-seconds 30 ;;
     first_frame) echo 120 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \
-                   --frames 20 ;;
+                   --frames 20 --video-region 208 ;;
     scene_avatar) echo 60 "${fg[@]}" bench scene_avatar --out "$R/scene_avatar.json" --size 1280x720 --seconds 6 ;;
     soak) echo 170 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 --chunks 260 \
             --vae wan2.1 --compile --warm --out "$R/generate_wan_1.3b_2min.json" ;;

@@ -185,6 +185,8 @@ class Node:
                 ctx = StageContext(graph.clock, self.device, self.stream, graph.telemetry, self.index,
                                    cancelled=lambda: graph.aborted, input_waited=self._input_waited,
                                    waiting=self._waiting)
+                if stage.torch_threads and "OpenMP" in torch.__config__.parallel_info():
+                    torch.set_num_threads(stage.torch_threads)  # OpenMP: this worker thread only
                 with self.stream_context():
                     stage.setup(ctx)
                     if stage.ctx is None:

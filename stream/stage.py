@@ -85,6 +85,8 @@ class Stage:
         waits_outside: a source whose ``process`` waits for input pushed from outside the graph (a
             client's audio or camera) and reports that wait through ``ctx.input_waited``; its telemetry
             then has an ``input_wait`` like a consumer's (:class:`~.push.Pushed` sets it).
+        torch_threads: torch's intra-op threads in the stage's worker thread, set there before ``setup`` (OpenMP
+            keeps the count per thread); None: left as torch gives a new thread (the last count set in any thread).
     """
 
     inputs: dict[str, PortSpec] = {}
@@ -94,6 +96,7 @@ class Stage:
     trigger: str = "all"
     device: str | None = None
     waits_outside: bool = False
+    torch_threads: int | None = None
 
     def __init__(self, name: str | None = None):
         self.name = name or type(self).__name__.lower()

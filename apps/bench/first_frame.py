@@ -12,17 +12,20 @@ called yet), in three timed steps:
    (the server's bundle preload, ``framegraph generate``'s model load, the demo's start do the same);
 2. **first frame**: a session's graph starts; the time until its first frame reaches the sink (what a user waits:
    the graph's start, the audio look-ahead, the first frame through every stage);
+   ``graph_start_s`` of it is the graph's start (rings, worker threads, each stage's setup) and ``first_capture_s``
+   when the source captured what the first unit came from (its end: what came before it, e.g. an avatar's audio
+   look-ahead, went through the pipeline one frame at a time, as the steady frames do);
 3. **steady**: the rest of the session, frames one at a time (``max_in_flight=1`` at the source: each frame
    alone in the pipeline, so its latency is the pipeline's, not a queue's): the median end-to-end latency of
    frames (generate: of chunks) after the first ``--warmup``.
 
 Configurations: per pipeline (``generate``: random Wan at ``--config`` — tiny at 64x96 by default, ``1.3b`` on a
-GPU — 4 steps, per chunk; ``avatar``: the
-shipped portrait bundle, per frame; ``video_avatar``: a video avatar of the trained bundles' architecture,
-random weights, region ``--video-region``, per frame) and runtime (``torch``, ``compiled``), without warm-up
-(today's first frame) and with it; the compiled runtime also a second time with the same cache folder (a
-restart: its preload reads the compiled kernels back instead of compiling). The cache folder is a fresh
-temporary one per pipeline (``FRAMEGRAPH_CACHE``), so the first compiled run compiles from nothing.
+GPU — 4 steps, per chunk; ``avatar``: the shipped portrait bundle, per frame; ``video_avatar``: a video avatar of
+the trained bundles' architecture, random weights, per frame, once per region of ``--video-region``) and runtime
+(``torch``, ``compiled``), without warm-up (today's first frame) and with it; the compiled runtime also a second
+time with the same cache folder (a restart: its preload reads the compiled kernels back instead of compiling). The
+cache folder is a fresh temporary one per pipeline and region (``FRAMEGRAPH_CACHE``), so the first compiled run
+compiles from nothing.
 
 Target: after preload, the first frame within 1.5x the steady latency (``first_over_steady`` in the JSON).
 """
@@ -71,7 +74,8 @@ def _avatar(args) -> dict:
         avatar = load_avatar(f"{ASSETS}/avatars/astronaut")
         avatar.reference_latent()
     else:
-        avatar = random_video_avatar(n_frames=16, region_size=args.video_region, generator_channels=(24, 48, 96, 96))
+        avatar = random_video_avatar(n_frames=16, region_size=args.video_region[0],
+                                     generator_channels=(24, 48, 96, 96))
     cpu = args.device == "cpu"
     kw = dict(device=args.device, runtime=args.runtime, torch_threads=1 if cpu else None)
     warm_s = warm_avatar(avatar, **kw) if args.warm else None
@@ -97,9 +101,12 @@ def _session(graph, sink, preload_s: float, warm_s, *, unit: str) -> dict:
 
     sink.process = process
     started = time.monotonic_ns()
-    graph.run()
+    graph.start()
+    running = time.monotonic_ns()
+    graph.join()
     units = [arrivals[k] for k in sorted(arrivals)]
     return {"unit": unit, "preload_s": preload_s, "warm_s": warm_s, "first_frame_s": (units[0][0] - started) / 1e9,
+            "graph_start_s": (running - started) / 1e9, "first_capture_s": (units[0][1] - started) / 1e9,
             "unit_latencies_s": [(a - c) / 1e9 for a, c in units], "units": len(units), "frames": sink.frames}
 
 
@@ -112,25 +119,26 @@ def _one(args) -> dict:
 # ---- the bench: every configuration in a subprocess -----------------------------------------------------------------
 
 
-def _configurations(pipelines, runtimes):
-    """(pipeline, runtime, warm, start): torch without then with a warm-up; compiled with a warm-up on an empty
-    cache (it compiles), again on the cache it left (a restart), then without a warm-up (the first frame pays
-    what the warm-up would have: tracing, the cache read back)."""
+def _configurations(pipelines, runtimes, video_regions):
+    """(pipeline, runtime, warm, start, video region or None): torch without then with a warm-up; compiled with a
+    warm-up on an empty cache (it compiles), again on the cache it left (a restart), then without a warm-up (the
+    first frame pays what the warm-up would have: tracing, the cache read back)."""
     for pipeline in pipelines:
-        for runtime in runtimes:
-            if runtime == "compiled":
-                yield pipeline, runtime, True, "warm, empty cache"
-                yield pipeline, runtime, True, "warm, cache on disk (a restart)"
-                yield pipeline, runtime, False, "cold, cache on disk"
-            else:
-                yield pipeline, runtime, False, "cold"
-                yield pipeline, runtime, True, "warm"
+        for region in video_regions if pipeline == "video_avatar" else [None]:
+            for runtime in runtimes:
+                if runtime == "compiled":
+                    yield pipeline, runtime, True, "warm, empty cache", region
+                    yield pipeline, runtime, True, "warm, cache on disk (a restart)", region
+                    yield pipeline, runtime, False, "cold, cache on disk", region
+                else:
+                    yield pipeline, runtime, False, "cold", region
+                    yield pipeline, runtime, True, "warm", region
 
 
-def _run_configuration(args, pipeline, runtime, warm, cache) -> dict:
+def _run_configuration(args, pipeline, runtime, warm, cache, region) -> dict:
     cmd = [sys.executable, "-m", "framegraph.apps.cli", "bench", "first_frame", "--out", os.devnull, "--one",
            "--pipeline", pipeline, "--runtime", runtime, "--frames", str(args.frames), "--device", args.device,
-           "--video-region", str(args.video_region), "--config", args.config,
+           "--video-region", str(region or args.video_region[0]), "--config", args.config,
            "--size", "x".join(str(v) for v in args.size)] + (["--warm"] if warm else []) + (
         ["--vae", args.vae] if args.vae else [])
     env = {**os.environ, "FRAMEGRAPH_CACHE": cache}
@@ -158,7 +166,8 @@ def figure(data: dict, plt):
     """Per configuration: first frame and steady latency (log scale), the 1.5x target as a tick."""
     rows = [c for c in data["configurations"] if "first_frame_s" in c]
     fig, ax = plt.subplots(figsize=(9, 0.38 * max(len(rows), 4) + 1))
-    labels = [f"{c['pipeline']} · {c['runtime']} · {c['start']}" for c in rows]
+    labels = [f"{c['pipeline']}{' ' + str(c['video_region']) if 'video_region' in c else ''} · {c['runtime']} · "
+              f"{c['start']}" for c in rows]
     y = list(range(len(rows)))[::-1]
     ax.barh([v + 0.2 for v in y], [c["first_frame_s"] * 1e3 for c in rows], 0.4, label="first frame")
     ax.barh([v - 0.2 for v in y], [(c["steady_latency_s"] or 0) * 1e3 for c in rows], 0.4, label="steady latency")
@@ -187,17 +196,22 @@ def run(args: argparse.Namespace) -> int:
                                               "warmup_units": args.warmup, "render_device": args.device,
                                               "generate": {"config": args.config, "size_hw": args.size,
                                                            "vae": args.vae}, "configurations": []}
-    caches = {p: tempfile.mkdtemp(prefix=f"framegraph-bench-cache-{p}-") for p in pipelines}
-    for pipeline, runtime, warm, start in _configurations(pipelines, runtimes):
-        print(f"{pipeline} {runtime} {start} ...", flush=True)
-        r = _summarise(_run_configuration(args, pipeline, runtime, warm, caches[pipeline]), args.warmup)
+    caches = {}
+    for pipeline, runtime, warm, start, region in _configurations(pipelines, runtimes, args.video_region):
+        name = pipeline if region is None else f"{pipeline} at {region} px"
+        print(f"{name} {runtime} {start} ...", flush=True)
+        cache = caches.setdefault(name, tempfile.mkdtemp(prefix=f"framegraph-bench-cache-{pipeline}-"))
+        r = _summarise(_run_configuration(args, pipeline, runtime, warm, cache, region), args.warmup)
         r |= {"pipeline": pipeline, "runtime": runtime, "warm": warm, "start": start,
               "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]}
+        if region is not None:
+            r["video_region"] = region
         result["configurations"].append(r)
         if "error" in r:
             print(f"  failed: {r['error'][-400:]}")
             continue
-        print(f"  preload {r['preload_s']:.2f} s, first frame {r['first_frame_s'] * 1e3:.0f} ms, steady "
+        print(f"  preload {r['preload_s']:.2f} s, first frame {r['first_frame_s'] * 1e3:.0f} ms (graph start "
+              f"{r['graph_start_s'] * 1e3:.1f} ms), steady "
               f"{(r['steady_latency_s'] or 0) * 1e3:.0f} ms per {r['unit']} -> {r['first_over_steady']:.2f}x "
               f"({'meets' if r['meets_target'] else 'misses'} {TARGET}x)", flush=True)
     png = write_result(result, args.out, figure)

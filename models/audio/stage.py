@@ -95,8 +95,6 @@ class AudioFeatures(Stage):
     # ---- life cycle ---------------------------------------------------------------------------
     def setup(self, ctx):
         super().setup(ctx)
-        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
-            torch.set_num_threads(self.torch_threads)  # OpenMP: affects this worker thread only
         vad = VoiceActivity(vad=SileroVAD(), **self._vad_args) if self.use_vad else None
         self.front = AudioFrontEnd(self.model, self.fps, vad, encode=self.encode)
         self._samples = 0

@@ -164,8 +164,6 @@ class Denoiser(Stage):
     # ---- life cycle ---------------------------------------------------------------------------
     def setup(self, ctx):
         super().setup(ctx)
-        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
-            torch.set_num_threads(self.torch_threads)  # OpenMP: affects this worker thread only
         c = self.model.config
         with torch.inference_mode():
             self.engine.start(self.reference)

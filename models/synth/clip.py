@@ -39,8 +39,6 @@ class FaceSource(Stage):
 
     def setup(self, ctx):
         super().setup(ctx)
-        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
-            torch.set_num_threads(self.torch_threads)  # OpenMP: this worker thread only
         self.index = 0
 
     def process(self, inputs, out):

@@ -381,3 +381,30 @@ def test_flush_lets_a_stage_emit_what_it_holds_at_end_of_stream():
     g.run(timeout=10)
     assert k.values() == [1.0, 5.0, 4.0]
     assert [seq for _, _, seq, _, _ in k.got] == [1, 3, 4]  # lineage of the newest input
+
+
+def test_a_stage_runs_torch_on_its_own_threads_in_its_worker():
+    """``Stage.torch_threads`` is set in the stage's worker before ``setup``; the caller's setting stays."""
+    if "OpenMP" not in torch.__config__.parallel_info():
+        pytest.skip("torch without OpenMP: one intra-op pool for every thread")
+
+    class Threads(AddOne):
+        def setup(self, ctx):
+            super().setup(ctx)
+            self.at_setup = torch.get_num_threads()
+
+        def process(self, inputs, out):
+            self.at_process = torch.get_num_threads()
+            super().process(inputs, out)
+
+    before = torch.get_num_threads()
+    g = Graph()
+    s, a, b, k = g.add(CountSource(3)), g.add(Threads("two")), g.add(Threads("one")), g.add(Collect())
+    a.torch_threads, b.torch_threads = 2, 1
+    g.connect(s, a)
+    g.connect(a, b)
+    g.connect(b, k)
+    g.run(timeout=10)
+    assert (a.at_setup, a.at_process) == (2, 2)
+    assert (b.at_setup, b.at_process) == (1, 1)
+    assert torch.get_num_threads() == before

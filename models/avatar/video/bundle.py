@@ -144,6 +144,8 @@ class VideoAvatar(PictureSize):
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
             audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
         matte: ``uint8 [N, H, W]`` the person matte of each loop frame, or None (an older bundle).
+        keeps: loop frame -> its keep share ``float32 [L, L]``, drawn from ``jaws`` the first time a session's
+            :class:`~.loop.VideoLoop` shows the frame and kept for every later session of this bundle.
     """
 
     generator: MouthGenerator
@@ -167,6 +169,7 @@ class VideoAvatar(PictureSize):
     matte: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
+    keeps: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = KIND
 
     @property
@@ -214,7 +217,7 @@ class VideoAvatar(PictureSize):
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
-                                   jaws=self.jaws, device=device))
+                                   jaws=self.jaws, keeps=self.keeps, device=device))
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
                                                   out_device=settings.video_device, matte=settings.alpha,
                                                   torch_threads=settings.torch_threads, engine=engines.picture,

@@ -107,7 +107,9 @@ class VideoLoop(Stage):
         jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame), or None; given, the share of the box
             kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
             on a ``"keep"`` port, made here on the CPU so the device path reads no value back (once per loop frame,
-            kept: a frame shown again sends the same share; a cross-fade's is made as it comes).
+            kept in ``keeps``: a frame shown again sends the same share; a cross-fade's is made as it comes).
+        keeps: where the drawn shares are kept, loop frame -> ``float32 [L, L]`` (default: this stage's own dict;
+            a bundle passes its own, so a later session finds the shares an earlier one drew).
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
     ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
@@ -119,7 +121,8 @@ class VideoLoop(Stage):
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 mattes: torch.Tensor | None = None, jaws=None, device: str = "cpu", name: str = "loop"):
+                 mattes: torch.Tensor | None = None, jaws=None, keeps: dict[int, torch.Tensor] | None = None,
+                 device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -146,7 +149,7 @@ class VideoLoop(Stage):
                 raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
             L = int(round(float(self.boxes[0, 2])))
             self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
-        self._keeps: dict[int, torch.Tensor] = {}  # loop frame -> its keep share (drawing one takes ms)
+        self._keeps = {} if keeps is None else keeps  # loop frame -> its keep share (drawing one takes ms)
 
     def setup(self, ctx):
         super().setup(ctx)

@@ -202,8 +202,6 @@ class MouthRegion(Stage):
 
     def setup(self, ctx):
         super().setup(ctx)
-        if self.torch_threads and "OpenMP" in torch.__config__.parallel_info():
-            torch.set_num_threads(self.torch_threads)
         self.frames_skipped = 0
         if self._step is not None and self._step.enabled:
             self.warm()  # a CUDA graph per stage: captured here, not at the first frame

@@ -263,13 +263,13 @@ def install_wan_causal_processors(
     processors' grid. Installing again replaces all three. Returns the processors by module name.
     """
     patch_size = tuple(model.config.patch_size) if hasattr(model, "config") else None
-    rope = getattr(model, "rope", None)
-    if patch_size is None or rope is None:
+    if patch_size is None or getattr(model, "rope", None) is None:
         raise ValueError(
             f"install_wan_causal_processors: {type(model).__name__} has no config.patch_size or rope; "
             f"expected a diffusers WanTransformer3DModel"
         )
     uninstall_wan_causal_processors(model)
+    rope = model.rope  # the stock table (a streaming one installed before was just taken off)
     installed = {}
     for name, module in model.named_modules():
         processor = getattr(module, "processor", None)

@@ -202,6 +202,25 @@ def test_uninstall_gives_the_stock_model_back():
         wan.generate_chunk(prompt, x)
 
 
+@torch.no_grad()
+def test_a_second_stream_on_the_same_model_streams_what_the_first_did():
+    """Installing again (a second graph on one loaded model) replaces the streaming rotary table, never wraps it
+    in another: the stock table stays one level down."""
+    from framegraph.kernels.processors.streaming_rope import StreamingRotaryPosEmbed
+
+    model = tiny_wan()
+    prompt, x = torch.randn(1, TEXT_TOKENS, TEXT_DIM), torch.randn(1, 4, 2, 4, 4)
+    def stream():
+        wan = WanCausal(model, chunk_frames=2, cache_frames=4)
+        return wan.generate_chunk(prompt, x.clone(), timesteps=[1000, 500], renoise=False)
+
+    first = stream()
+    again = stream()
+    assert isinstance(model.rope, StreamingRotaryPosEmbed)
+    assert not isinstance(model.rope.rope, StreamingRotaryPosEmbed)
+    assert torch.equal(again, first)
+
+
 def test_bad_input_is_refused_clearly():
     model = tiny_wan()
     prompt = torch.randn(1, TEXT_TOKENS, TEXT_DIM)

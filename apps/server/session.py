@@ -121,9 +121,10 @@ class Session:
             graph.cancel()
             try:
                 await asyncio.to_thread(graph.join, 10.0)
+                self.pipeline.closed()
             except StageError:
-                pass  # already reported to the client, or the client is gone
-            except TimeoutError:
+                self.pipeline.closed()  # it failed, and it has stopped
+            except TimeoutError:  # what it borrowed stays with it: a graph still running may use it
                 log.error("session %s: graph did not stop within 10 s", self.id)
         self.outbox.end()
         self.state = "ended"

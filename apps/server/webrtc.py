@@ -171,6 +171,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
     except Exception as exc:  # noqa: BLE001 - aiortc refuses offers it cannot answer with ValueError and others
         await pc.close()
         pipeline.graph.cancel()
+        pipeline.closed()  # never started
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.BAD_OFFER, f"cannot answer this offer ({type(exc).__name__}: {str(exc)[:160]})")
     transport.pick_codec()
@@ -178,6 +179,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
     if session is None:  # the slot went to another connection meanwhile
         await pc.close()
         pipeline.graph.cancel()
+        pipeline.closed()  # never started
         return refusal(ErrorCode.RATE_LIMITED, f"server busy: {server.config.max_sessions} sessions already", 503)
     transport.session = session
     server.keep(asyncio.create_task(_run(server, session, name, pipeline), name=f"webrtc session {session.id}"))

@@ -66,6 +66,43 @@ def test_generated_frames_stream_and_a_prompt_change_shows_without_a_restart(ser
     assert all(any(c) for c in chunks[(k - FIRST) // LATER:]), chunks  # every chunk from then on is another
 
 
+def test_the_next_session_finds_the_model_loaded_and_streams_what_a_fresh_one_did(server, generate_models):
+    """A session borrows a loaded model and gives it back when its graph stops: the next session neither loads
+    nor compiles it again, and nothing of the earlier stream's state shows in its pictures. A model folder
+    changed on disk is loaded anew."""
+    import os
+
+    from framegraph.apps.server.pipelines.generate import MODELS
+
+    n = FIRST + LATER
+    _, first, _ = asyncio.run(session(server.url, n))
+    loads = MODELS.loads
+    _, again, _ = asyncio.run(session(server.url, n))
+    assert MODELS.loads == loads  # the model the first session gave back
+    assert all(np.array_equal(a, b) for a, b in zip(first, again))
+    weights = next((generate_models / "tiny-wan" / "transformer").glob("*.safetensors"))
+    os.utime(weights)  # the files changed: the model is loaded from them again
+    _, changed, _ = asyncio.run(session(server.url, n))
+    assert MODELS.loads == loads + 1
+    assert all(np.array_equal(a, b) for a, b in zip(first, changed))
+
+
+def test_a_model_pool_lends_one_model_per_session_and_keeps_what_it_gets_back():
+    from framegraph.apps.server.pipelines.base import ModelPool
+
+    pool, made = ModelPool(), []
+
+    def load():
+        made.append(object())
+        return made[-1]
+
+    a, b = pool.take("k", load), pool.take("k", load)  # two sessions at once: two models
+    assert a is not b and pool.loads == 2 and pool.idle("k") == 0
+    pool.give_back("k", a)
+    assert pool.idle("k") == 1 and pool.take("k", load) is a and pool.loads == 2
+    assert pool.take("other", load) is made[-1] and pool.loads == 3
+
+
 def test_text_prompts_change_live_and_bad_options_are_refused(server):
     async def run():
         async with connect(server.url) as ws:

@@ -2,6 +2,7 @@
 feeds and reads), and the video out every pipeline ends with (:func:`add_video_out`)."""
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -71,6 +72,8 @@ class Pipeline:
             frames); the session's video outbox holds at least that many, so a client that keeps up loses
             none of them (the outbox drops only for a reader that falls behind).
         options: the pipeline's options class (:meth:`apply_config` checks ``config`` against its ``live`` fields).
+        on_close: gives back what the pipeline borrowed for the session (the ``generate`` pipeline's loaded model):
+            called once, by :meth:`closed`, when the graph has stopped or will never start.
     """
 
     graph: Graph
@@ -83,6 +86,13 @@ class Pipeline:
     configure: Callable[[dict], dict] | None = None
     video_burst: int = 1
     options: type[Options] = VideoOptions
+    on_close: Callable[[], None] | None = None
+
+    def closed(self) -> None:
+        """The graph has stopped (or never started): give back what the pipeline borrowed, once."""
+        on_close, self.on_close = self.on_close, None
+        if on_close is not None:
+            on_close()
 
     def timing_indices(self) -> None:
         """Tell the sink which stages count as encode and compute in the media headers."""
@@ -139,3 +149,39 @@ class PipelineSpec:
     options: type[Options]
     build: Callable[[Options], Pipeline]
     unavailable: Callable[[], Unavailable | None] | None = None
+
+
+class ModelPool:
+    """Loaded models lent to one session at a time, kept for the next session of the same ``key`` when given back.
+
+    For models whose stream state lives inside them (a video generator's attention processors hold its KV cache), so
+    two running graphs never share one. A session :meth:`take`s a model for its whole run and gives it back with
+    :meth:`give_back` once its graph has stopped (:attr:`Pipeline.on_close`). A later session of the same key then
+    gets it without loading it from disk and with its compiled code already built (a new model object is compiled
+    again: seconds, where warming a known one takes tens of ms). The pool keeps as many models per key as sessions
+    of it ran at once. ``loads``: how many models it loaded.
+    """
+
+    def __init__(self):
+        self._idle: dict[object, list] = {}
+        self._lock = threading.Lock()
+        self.loads = 0
+
+    def take(self, key, load: Callable[[], object]):
+        """An idle model of ``key``, or ``load()``'s (a new one) when none is idle."""
+        with self._lock:
+            idle = self._idle.get(key)
+            if idle:
+                return idle.pop()
+            self.loads += 1
+        return load()
+
+    def give_back(self, key, model) -> None:
+        """``model`` (taken for ``key``) is free again: its session's graph has stopped."""
+        with self._lock:
+            self._idle.setdefault(key, []).append(model)
+
+    def idle(self, key) -> int:
+        """How many models of ``key`` wait for a session."""
+        with self._lock:
+            return len(self._idle.get(key, ()))

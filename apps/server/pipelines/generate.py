@@ -31,7 +31,7 @@ from framegraph.stream import Clock
 
 from ..camera import CameraInput
 from ..protocol import ErrorCode, ProtocolError
-from .base import Pipeline, PipelineSpec, Unavailable, add_video_out
+from .base import ModelPool, Pipeline, PipelineSpec, Unavailable, add_video_out
 from .options import (
     Choice,
     Decreasing,
@@ -46,6 +46,8 @@ from .options import (
 )
 
 log = logging.getLogger("framegraph.server")
+# loaded models, one per running session, kept for the next (a model holds its stream's state: never two sessions)
+MODELS = ModelPool()
 STRENGTH = ("how much of the input video to change: the noise level it is taken to, in (0, 1] (small: close to the "
             "input; 1: nothing of it is kept)")
 
@@ -166,18 +168,41 @@ def _prompt(gm, folder: str, text: str | None, embeds: str | None) -> tuple[str 
 
 
 def build(opts: GenerateOptions) -> Pipeline:
-    from framegraph.models.generate import build_generate_graph, default_dtype, load_generate_model  # heavy
-    from framegraph.models.generate.onnx import default_wan_onnx_dir
-    from framegraph.models.onnx import ExportError
-    from framegraph.models.runtime import default_device, default_runtime
+    from framegraph.models.generate import default_dtype, load_generate_model  # heavy
+    from framegraph.models.runtime import default_device
 
     name = opts.model or model_names()[0]
     folder = os.path.join(models_dir(), name)
     device = default_device() if opts.runtime == "torch" else "cpu"
+    key = (os.path.abspath(folder), str(device), _files(folder))  # the folder as it is now: a changed one loads anew
     try:
-        gm = load_generate_model(folder, device=device, dtype=default_dtype(device))
+        gm = MODELS.take(key, lambda: load_generate_model(folder, device=device, dtype=default_dtype(device)))
     except (ValueError, OSError) as exc:
         raise _refused("model", name, "another of the server's models (this one does not load)", exc) from None
+    try:
+        return _pipeline(opts, name, folder, device, gm, on_close=lambda: MODELS.give_back(key, gm))
+    except BaseException:
+        MODELS.give_back(key, gm)  # refused or failed before a session had it: the next one may use it
+        raise
+
+
+def _files(folder: str) -> tuple:
+    """``(path, bytes, mtime ns)`` of every file under ``folder``: what a loaded model was loaded from."""
+    found = []
+    for root, _, names in os.walk(folder):
+        for n in names:
+            st = os.stat(os.path.join(root, n))
+            found.append((os.path.relpath(os.path.join(root, n), folder), st.st_size, st.st_mtime_ns))
+    return tuple(sorted(found))
+
+
+def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *, on_close) -> Pipeline:
+    """The session's graph on the loaded model ``gm`` (taken from :data:`MODELS`; ``on_close`` gives it back)."""
+    from framegraph.models.generate import build_generate_graph
+    from framegraph.models.generate.onnx import default_wan_onnx_dir
+    from framegraph.models.onnx import ExportError
+    from framegraph.models.runtime import default_runtime
+
     opts.fps = opts.fps or gm.fps
     _check_size(gm, opts)
     text, embeds = _prompt(gm, folder, opts.prompt, opts.prompt_embeds)
@@ -225,7 +250,7 @@ def build(opts: GenerateOptions) -> Pipeline:
                     format={"video": opts.video_format(), "audio_out": None, "audio_in": None, "pose_in": False,
                             "model": name, "family": gm.family.name, "input": opts.input, "strength": opts.strength,
                             "chunk_frames": opts.chunk_frames, "timesteps": opts.timesteps, "device": device,
-                            "runtime": opts.runtime, "backend": opts.runtime})
+                            "runtime": opts.runtime, "backend": opts.runtime}, on_close=on_close)
 
 
 PIPELINE = PipelineSpec("generate", "a causal video diffusion model (Wan 2.1, SANA-Video) generating endlessly from "

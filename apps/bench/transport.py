@@ -18,6 +18,10 @@ session of each pipeline on each transport (imports, model loads, codec set-up: 
 - **server CPU**: the server process's CPU time over the session's wall time (% of one core);
 - **bytes per second** on the wire, each way (the link's counters: IP packets, headers included).
 
+With ``--repeat N`` each cell is N sessions (the transports still taking turns, session by session) and each figure
+their median (:func:`combine`; the sessions are kept in the JSON): one 10-s session's impaired p95 moves by tens of
+ms from run to run.
+
 Targets (issue #31): WebRTC's glass-to-glass p50 within the WebSocket's + 30 ms on the clean link, and its p95
 below the WebSocket's under impairment; the JSON says, per pipeline, whether each was met.
 """
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import statistics
 import time
 
 from framegraph.apps.commands.bench.server import PIPELINES
@@ -86,21 +91,45 @@ def measure(server, link, transport: str, pipeline: str, seconds: float) -> dict
     }
 
 
+# the per-session figures a cell of several sessions reports as their median
+MEDIAN_FIELDS = ("latency_p50_ms", "latency_p95_ms", "first_frame_ms", "frames", "fps", "longest_stall_ms",
+                 "server_cpu_percent", "wall_s")
+
+
+def combine(sessions: list[dict]) -> dict:
+    """One cell of ``repeat`` sessions: the median of each of :data:`MEDIAN_FIELDS` over them (and of the bytes per
+    second), the sessions themselves under ``"sessions"``; one session is returned as it is."""
+    if len(sessions) == 1:
+        return sessions[0]
+    cell = dict(sessions[-1])
+    for key in MEDIAN_FIELDS:
+        values = [m[key] for m in sessions if m[key] is not None]
+        cell[key] = statistics.median(values) if values else None
+    cell["bytes_per_s"] = {k: round(statistics.median(m["bytes_per_s"][k] for m in sessions))
+                           for k in sessions[0]["bytes_per_s"]}
+    cell["errors"] = [e for m in sessions for e in m["errors"]][:3]
+    cell["ended"] = next((m["ended"] for m in sessions if m["ended"] != "finished"), "finished")
+    return cell | {"repeat": len(sessions), "sessions": sessions}
+
+
 def run_condition(impairment: Impairment | None, transports: list[str], pipelines: list[str],
-                  seconds: float) -> dict:
-    """Every pipeline over every transport behind one link; the transports take turns per pipeline."""
+                  seconds: float, repeat: int = 1) -> dict:
+    """Every pipeline over every transport behind one link, ``repeat`` sessions each (a cell is their
+    :func:`combine`); the transports take turns per pipeline, session by session."""
     runs: dict[str, dict] = {}
     with namespace_link(impairment) as link, server_process(link) as server:
         for pipeline in pipelines:
-            runs[pipeline] = {}
             for transport in transports:  # warm-up: not measured
                 _session(server.url, transport, pipeline, 2.0)
-            for transport in transports:
-                runs[pipeline][transport] = m = measure(server, link, transport, pipeline, seconds)
-                print(f"  {link.describe()[:40]:40} {pipeline:8} {transport:9} {m['latency_kind'][:6]} "
-                      f"p50 {m['latency_p50_ms']} p95 {m['latency_p95_ms']} ms, first frame {m['first_frame_ms']} ms, "
-                      f"{m['frames']} frames, CPU {m['server_cpu_percent']} %, "
-                      f"{m['bytes_per_s']['server_to_client'] / 1000:.0f} kB/s down", flush=True)
+            sessions: dict[str, list] = {t: [] for t in transports}
+            for _ in range(repeat):
+                for transport in transports:
+                    sessions[transport].append(m := measure(server, link, transport, pipeline, seconds))
+                    print(f"  {link.describe()[:40]:40} {pipeline:8} {transport:9} {m['latency_kind'][:6]} "
+                          f"p50 {m['latency_p50_ms']} p95 {m['latency_p95_ms']} ms, first frame "
+                          f"{m['first_frame_ms']} ms, {m['frames']} frames, CPU {m['server_cpu_percent']} %, "
+                          f"{m['bytes_per_s']['server_to_client'] / 1000:.0f} kB/s down", flush=True)
+            runs[pipeline] = {t: combine(sessions[t]) for t in transports}
         return {"link": link.describe(), "method": link.method, "runs": runs}
 
 
@@ -152,12 +181,15 @@ def run(args: argparse.Namespace) -> int:
     impairment = _impairment(args.impairment)
     if args.transport_seconds < 2:
         raise ValueError(f"--transport-seconds {args.transport_seconds:g}: expected at least 2")
+    if args.repeat < 1:
+        raise ValueError(f"--repeat {args.repeat}: expected at least 1 session per cell")
     result = bench_metadata("server")
     result |= {"transport_comparison": True, "transports": transports, "pipelines": pipelines,
-               "session_seconds": args.transport_seconds, "conditions": {}}
-    result["conditions"]["clean"] = run_condition(None, transports, pipelines, args.transport_seconds)
+               "session_seconds": args.transport_seconds, "repeat": args.repeat, "conditions": {}}
+    result["conditions"]["clean"] = run_condition(None, transports, pipelines, args.transport_seconds, args.repeat)
     if impairment is not None:
-        result["conditions"]["impaired"] = run_condition(impairment, transports, pipelines, args.transport_seconds)
+        result["conditions"]["impaired"] = run_condition(impairment, transports, pipelines, args.transport_seconds,
+                                                         args.repeat)
     result["targets"] = targets(result)
     result["load_average_after_1_5_15min"] = [round(x, 2) for x in os.getloadavg()]
     png = write_result(result, args.out, figure)

@@ -48,7 +48,7 @@ def test_bench_server_transports_side_by_side_on_a_clean_and_an_impaired_link(tm
         pytest.skip(f"no network namespace here: {exc}")
     out = tmp_path / "transport.json"
     assert main(["bench", "server", "--transport", "websocket,webrtc", "--pipelines", "testcard",
-                 "--transport-seconds", "3", "--impairment", "2,30,30", "--out", str(out)]) == 0
+                 "--transport-seconds", "3", "--repeat", "2", "--impairment", "2,30,30", "--out", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["transport_comparison"] and set(r["conditions"]) == {"clean", "impaired"}
     for condition in r["conditions"].values():
@@ -58,6 +58,25 @@ def test_bench_server_transports_side_by_side_on_a_clean_and_an_impaired_link(tm
             assert m["latency_kind"] == "source_to_glass_same_host" and 0 < m["latency_p50_ms"] <= m["latency_p95_ms"]
             assert m["first_frame_ms"] > 0 and m["server_cpu_percent"] > 0
             assert m["bytes_per_s"]["server_to_client"] > 10_000 > m["bytes_per_s"]["client_to_server"] > 0
+            assert m["repeat"] == 2 and [s["frames"] > 30 for s in m["sessions"]] == [True, True]
     assert set(r["targets"]["testcard"]) >= {"clean_p50_gap_ms", "impaired_webrtc_p95_better"}
     assert r["command"].startswith("framegraph bench server --transport")
     assert (tmp_path / "transport.png").stat().st_size > 1000
+
+
+def test_a_cell_of_several_sessions_reports_their_medians_and_keeps_each():
+    from framegraph.apps.bench.transport import combine
+
+    def session(p50, p95, ended="finished"):
+        return {"latency_kind": "glass_to_glass", "latency_p50_ms": p50, "latency_p95_ms": p95, "latency_count": 90,
+                "first_frame_ms": p50 * 2, "frames": 240, "fps": 24.0, "target_fps": 25, "longest_stall_ms": p95,
+                "server_cpu_percent": 12.0, "wall_s": 10.5, "bytes_per_s": {"server_to_client": p95 * 100,
+                                                                              "client_to_server": 3000},
+                "ended": ended, "errors": []}
+
+    one = session(40, 90)
+    assert combine([one]) is one
+    cell = combine([session(40, 90), session(50, 300, "stalled"), session(45, 100)])
+    assert (cell["latency_p50_ms"], cell["latency_p95_ms"], cell["first_frame_ms"]) == (45, 100, 90)
+    assert cell["bytes_per_s"]["server_to_client"] == 10_000 and cell["repeat"] == 3 and len(cell["sessions"]) == 3
+    assert cell["ended"] == "stalled"  # a session that did not finish is not hidden by the median

@@ -46,6 +46,9 @@ def add_transport_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"with --transport: pipelines to stream (default {','.join(PIPELINES)})")
     p.add_argument("--transport-seconds", type=float, default=10.0,
                    help="with --transport: seconds each session streams (default 10)")
+    p.add_argument("--repeat", type=int, default=1,
+                   help="with --transport: sessions per pipeline, transport and link, taking turns; each figure is "
+                        "their median, each session kept in the JSON (default 1)")
     p.add_argument("--impairment", default="2,30,30", metavar="LOSS,DELAY,JITTER",
                    help="with --transport: loss %%, delay ms, jitter ms each way (default 2,30,30; 'none': the clean "
                         "link only)")

@@ -8,12 +8,13 @@ list a **capacity** that persists across frames, fill slots ``0 .. count - 1`` a
 
 - on its first use (the warm-up frame) reads the count once (one host sync, outside the steady state) and
   sets the capacity to ``count * headroom``, rounded up to a multiple of ``quantum``;
-- afterwards never reads the current count: it copies it ``non_blocking`` into a host buffer (pinned on a
-  GPU) and, at the next frame, looks at what the previous frame left there, only once that copy has landed
-  (a CUDA event that is queried, never waited for). If the previous frame needed more than the capacity, it
-  **overflowed**: that frame dropped the entries beyond the capacity (which ones: see the caller), the
-  capacity grows to ``count * headroom`` and :attr:`Capacity.overflows` counts it. A frame that needs more
-  than ``headroom`` times the warm-up count is therefore drawn with some work missing, once.
+- afterwards never reads the current count: it keeps, on the device, the largest count of the frames since its
+  last look, copies that ``non_blocking`` into a host buffer (pinned on a GPU) and, at the next frame, looks at
+  what is there once the copy has landed (a CUDA event that is queried, never waited for; a copy still on its
+  way is looked at a frame later, and the maximum it carries still holds every frame before it). If a frame
+  needed more than the capacity, it **overflowed**: it dropped the entries beyond the capacity (which ones: see
+  the caller), the capacity grows to ``count * headroom`` and :attr:`Capacity.overflows` counts it. A frame that
+  needs more than ``headroom`` times the warm-up count is therefore drawn with some work missing, once.
 
 The look at the host buffer is a read of host memory (numpy), not of a tensor: on a GPU it does not wait,
 and the launch audit (:mod:`framegraph.stream.audit`) does not count it.
@@ -37,7 +38,7 @@ class Capacity:
 
     Attributes:
         value: the current capacity (None before the first :meth:`size`).
-        overflows: frames seen to need more than the capacity they were given.
+        overflows: looks that found a frame (or frames) needing more than the capacity they were given.
         peak: the largest count seen so far (the warm-up read, then the late checks).
     """
 
@@ -48,7 +49,8 @@ class Capacity:
         self.value: int | None = None
         self.overflows = 0
         self.peak = 0
-        self._host: Tensor | None = None  # [1] int64, pinned on a GPU: the last frame's count, copied there
+        self._max: Tensor | None = None  # [1] int64 on the count's device: the largest count since the last look
+        self._host: Tensor | None = None  # [1] int64, pinned on a GPU: _max, copied there
         self._seen = None  # numpy view of _host (reading it is not a tensor read)
         self._landed = None  # CUDA event recorded after the copy (None on a CPU: the copy is synchronous)
         self._pending = False
@@ -78,13 +80,17 @@ class Capacity:
             return  # nothing recorded, or its copy has not landed yet: look at the next frame
         self._pending = False
         seen = int(self._seen[0])
+        self._max.zero_()  # after every frame the look covered (in stream order): the next frames start afresh
         self.peak = max(self.peak, seen)
         if seen > self.value:
             self.overflows += 1
             self.value = self._fit(seen)
 
     def _record(self, count: Tensor) -> None:
-        self._host.copy_(count.detach().reshape(1), non_blocking=True)
+        if self._max is None:
+            self._max = torch.zeros(1, dtype=torch.int64, device=count.device)
+        torch.maximum(self._max, count.detach().reshape(1).to(torch.int64), out=self._max)
+        self._host.copy_(self._max, non_blocking=True)
         if count.device.type == "cuda":
             self._landed = torch.cuda.Event()
             self._landed.record()

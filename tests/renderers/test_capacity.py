@@ -38,3 +38,19 @@ def test_on_cuda_the_count_reaches_the_host_without_a_sync_and_the_capacity_grow
         assert cap.size(torch.tensor(5, device="cuda")) == 25
     assert counter.syncs == 0
     assert cap.overflows == 1 and cap.peak == 25
+
+
+@pytest.mark.gpu
+def test_on_cuda_an_overflow_whose_copy_lands_late_is_still_seen_after_a_smaller_frame():
+    """The overflowing frame's count is still on its way when the next frame (which fits) records its own: the
+    maximum the later copy carries holds the overflow, so it is not lost."""
+    cap = Capacity(headroom=1.0, quantum=1)
+    counts = {n: torch.tensor(n, device="cuda") for n in (10, 25, 5)}  # uploaded now, not behind the sleep
+    assert cap.size(counts[10]) == 10
+    torch.cuda.synchronize()
+    torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued before the next count: its copy lands late
+    assert cap.size(counts[25]) == 10  # overflows
+    assert cap.size(counts[5]) == 10  # the overflow's copy has not landed: nothing known yet
+    torch.cuda.synchronize()
+    assert cap.size(counts[5]) == 25  # the overflow, seen though a smaller frame came after
+    assert cap.overflows == 1 and cap.peak == 25

@@ -198,7 +198,9 @@ class _Receiver:
 
 H264_SPS = 7  # NAL unit type of a sequence parameter set: a key frame's access unit starts with one
 MAX_WAIT_MS = 100.0  # how long the frames behind a lost packet wait for its retransmission (measured: issue #31)
-KEYFRAME_WAITS = 3  # a key frame asked for is awaited 3 × MAX_WAIT_MS (a round trip and a frame) before it is again
+# a key frame asked for is awaited 3 × MAX_WAIT_MS (a round trip and a frame) before it is asked for again; so long
+# too is a hole in a key frame waited for (dropping it means waiting for another key frame, as large and as exposed)
+KEYFRAME_WAITS = 3
 
 
 def starts_h264_keyframe(data: bytes) -> bool:
@@ -213,7 +215,8 @@ def starts_h264_keyframe(data: bytes) -> bool:
 class VideoJitterBuffer:
     """H.264 RTP packets → access units in order, each as soon as its last packet (RTP marker bit) is in, as a
     browser's does; where a packet is missing, the frames behind it wait ``max_wait_ms`` for its retransmission
-    (the receiver NACKs it once a later packet shows the hole), and then the incomplete frames are dropped,
+    (the receiver NACKs it once a later packet shows the hole; ``KEYFRAME_WAITS`` times as long when the frame
+    with the hole is a key frame), and then the incomplete frames are dropped,
     nothing is released until a key frame (H.264 frames refer to the one before), and one is asked for (PLI).
     A complete frame that can be decoded is never dropped.
 
@@ -239,7 +242,13 @@ class VideoJitterBuffer:
         """When the wait for the missing packet (or the asked-for key frame) ends; None while nothing waits."""
         if self._waiting_since is None:
             return None
-        return self._waiting_since + self.max_wait_ns * (KEYFRAME_WAITS if self._need_keyframe else 1)
+        waits = KEYFRAME_WAITS if self._need_keyframe or self._holding_keyframe() else 1
+        return self._waiting_since + self.max_wait_ns * waits
+
+    def _holding_keyframe(self) -> bool:
+        """Whether the oldest frame waiting (for the hole) is a key frame."""
+        first = self._packets.get(self._next)
+        return first is not None and starts_h264_keyframe(first._data)
 
     def add(self, packet, now_ns: int) -> tuple[bool, list]:
         """One packet in; returns (ask for a key frame, the frames now complete, oldest first: ``JitterFrame``)."""
@@ -251,12 +260,16 @@ class VideoJitterBuffer:
             return False, []
         self._packets[seq] = packet
         if ahead >= self.capacity:  # the hole is far behind: the window moves on, and the hole is given up on
-            self._next = (seq - self.capacity // 2) % 2**16
-            for s in [s for s in self._packets if (s - self._next) % 2**16 >= 2**15]:
-                del self._packets[s]
+            self._move_to((seq - self.capacity // 2) % 2**16)
             if not self._need_keyframe:
                 return self._give_up(now_ns)
         return False, self._release(now_ns)
+
+    def _move_to(self, seq: int) -> None:
+        """Release or drop nothing before ``seq`` any more: the packets before it are dropped."""
+        self._next = seq
+        for s in [s for s in self._packets if (s - seq) % 2**16 >= 2**15]:
+            del self._packets[s]
 
     def expire(self, now_ns: int) -> tuple[bool, list]:
         """Past :attr:`deadline_ns`: the incomplete frames are dropped (or the key frame asked for again); returns
@@ -267,7 +280,9 @@ class VideoJitterBuffer:
         return self._give_up(now_ns)
 
     def _give_up(self, now_ns: int) -> tuple[bool, list]:
-        """Drop what waits before the next key frame; ask for one when none is in."""
+        """Drop what waits before the next key frame after the hole; ask for one when none is in."""
+        if self._hole is not None:  # the frame with the hole (a key frame, too) can never be decoded
+            self._move_to((self._hole + 1) % 2**16)
         self._need_keyframe = True
         frames = self._release(now_ns)
         if not self._need_keyframe:  # one was in already

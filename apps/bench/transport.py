@@ -98,10 +98,12 @@ MEDIAN_FIELDS = ("latency_p50_ms", "latency_p95_ms", "first_frame_ms", "frames",
 
 def combine(sessions: list[dict]) -> dict:
     """One cell of ``repeat`` sessions: the median of each of :data:`MEDIAN_FIELDS` over them (and of the bytes per
-    second), the sessions themselves under ``"sessions"``; one session is returned as it is."""
+    second), the sessions themselves under ``"sessions"`` and ``"failed_sessions"``, how many showed no frame or
+    reported an error (a median would hide them); one session is returned as it is."""
     if len(sessions) == 1:
         return sessions[0]
     cell = dict(sessions[-1])
+    cell["failed_sessions"] = sum(1 for m in sessions if not m["frames"] or m["errors"])
     for key in MEDIAN_FIELDS:
         values = [m[key] for m in sessions if m[key] is not None]
         cell[key] = statistics.median(values) if values else None
@@ -148,6 +150,10 @@ def targets(result: dict) -> dict:
             entry["impaired_p95_ms"] = {t: impaired[t]["latency_p95_ms"] for t in ("websocket", "webrtc")}
             entry["impaired_webrtc_p95_better"] = impaired["webrtc"]["latency_p95_ms"] < impaired["websocket"][
                 "latency_p95_ms"]
+        failed = {f"{name} {t}": m["failed_sessions"] for name, c in result["conditions"].items()
+                  for t, m in c["runs"].get(pipeline, {}).items() if m.get("failed_sessions")}
+        if failed:
+            entry["failed_sessions"] = failed
         out[pipeline] = entry
     return out
 
@@ -196,7 +202,8 @@ def run(args: argparse.Namespace) -> int:
     for pipeline, t in result["targets"].items():
         print(f"{pipeline}: WebRTC p50 − WebSocket p50 on the clean link {t['clean_p50_gap_ms']} ms "
               f"(≤ 30: {t['clean_p50_within_30_ms']}); impaired p95 {t.get('impaired_p95_ms')} "
-              f"(WebRTC better: {t.get('impaired_webrtc_p95_better')})")
+              f"(WebRTC better: {t.get('impaired_webrtc_p95_better')})"
+              + (f"; sessions that failed: {t['failed_sessions']}" if t.get("failed_sessions") else ""))
     print(f"wrote {args.out} and {png}")
     return 0
 

@@ -80,3 +80,5 @@ def test_a_cell_of_several_sessions_reports_their_medians_and_keeps_each():
     assert (cell["latency_p50_ms"], cell["latency_p95_ms"], cell["first_frame_ms"]) == (45, 100, 90)
     assert cell["bytes_per_s"]["server_to_client"] == 10_000 and cell["repeat"] == 3 and len(cell["sessions"]) == 3
     assert cell["ended"] == "stalled"  # a session that did not finish is not hidden by the median
+    assert cell["failed_sessions"] == 0
+    assert combine([session(40, 90), session(45, 100) | {"frames": 0}])["failed_sessions"] == 1

@@ -114,6 +114,31 @@ def test_a_key_frame_already_in_behind_the_hole_is_played_from_without_asking_fo
     assert [f.timestamp for f in out] == [f[0].timestamp for f in stream[7:]]
 
 
+def test_a_key_frame_that_lost_a_packet_waits_longer_then_is_given_up_on_and_the_next_one_asked_for(stream):
+    """The stream's first key frame lost a packet: its retransmission is waited for ``KEYFRAME_WAITS`` times as
+    long (another key frame would be as large and as exposed); then it is dropped (not taken again as the key
+    frame to start from), a key frame is asked for, and the next one plays."""
+    buffer = VideoJitterBuffer(WAIT_MS)
+    lost = stream[0][1]
+    pli, out = feed(buffer, [p for f in stream[:3] for p in f if p is not lost], now_ns=2 * MS)
+    assert (pli, out) == (False, []) and buffer.deadline_ns == 2 * MS + KEYFRAME_WAITS * WAIT_MS * MS
+    assert buffer.expire(2 * MS + WAIT_MS * MS) == (False, [])
+    pli, out = buffer.expire(2 * MS + KEYFRAME_WAITS * WAIT_MS * MS)
+    assert (pli, out, buffer.keyframe_requests) == (True, [], 1)
+    pli, resumed = feed(buffer, [p for f in stream[7:] for p in f], now_ns=90 * MS)
+    assert not pli and [f.timestamp for f in resumed] == [f[0].timestamp for f in stream[7:]]
+    assert decoded(resumed) == len(stream) - 7
+
+
+def test_a_key_frame_whose_lost_packet_comes_again_in_time_plays_with_what_came_behind_it(stream):
+    buffer = VideoJitterBuffer(WAIT_MS)
+    lost = stream[0][2]
+    feed(buffer, [p for f in stream[:4] for p in f if p is not lost], now_ns=2 * MS)
+    pli, out = buffer.add(lost, 2 * MS + 2 * WAIT_MS * MS)  # past one wait, within a key frame's
+    assert not pli and [f.timestamp for f in out] == [f[0].timestamp for f in stream[:4]]
+    assert decoded(out) == 4 and buffer.deadline_ns is None
+
+
 def test_a_key_frame_asked_for_that_does_not_come_is_asked_for_again(stream):
     buffer = VideoJitterBuffer(WAIT_MS)
     feed(buffer, [p for f in stream[:2] for p in f] + [p for f in stream[3:5] for p in f])

@@ -12,6 +12,8 @@ from typing import TypeVar
 
 import torch
 
+from framegraph.stream.memory import keep_freed_memory
+
 T = TypeVar("T")
 REPORT = "train_report.json"
 
@@ -27,7 +29,11 @@ def lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float = 0
 
 @contextlib.contextmanager
 def cpu_threads(n: int | None):
-    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after."""
+    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after; from then on the
+    process keeps the memory it frees (:func:`~framegraph.stream.memory.keep_freed_memory`): a training step frees
+    its activations and allocates them again at the next step, and without it glibc handed them back to the kernel
+    every step, to fault every page in again at the next one."""
+    keep_freed_memory()
     before = torch.get_num_threads()
     if n:
         torch.set_num_threads(int(n))

@@ -67,15 +67,20 @@ def test_a_later_session_finds_the_keep_shares_an_earlier_one_drew():
     from framegraph.apps.bench.launches import Drain, _audio_source
     from framegraph.models.avatar import build_avatar_graph
 
+    from framegraph.apps.bench.video_avatar import _at_region
+
     avatar = random_video_avatar(n_frames=6, region_size=64)
 
-    def session():
-        ag = build_avatar_graph(avatar, _audio_source(0.5), audio_sink=None)
+    def session(bundle):
+        ag = build_avatar_graph(bundle, _audio_source(0.5), audio_sink=None)
         ag.graph.connect(ag.video, ag.graph.add(Drain(ag.video.outputs["video"])), "video", "video")
         ag.graph.run(timeout=60)
 
-    session()
+    session(avatar)
     drawn = dict(avatar.keeps)
     assert drawn
-    session()
+    session(avatar)
     assert all(avatar.keeps[i] is share for i, share in drawn.items())  # kept, not drawn again
+    L = avatar.box_side
+    session(_at_region(avatar, L + 32))  # a copy with other boxes (it shares the dict): shares of its own box
+    assert {tuple(s.shape) for s in avatar.keeps.values()} == {(L, L), (L + 32, L + 32)}

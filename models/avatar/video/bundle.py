@@ -144,8 +144,8 @@ class VideoAvatar(PictureSize):
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
             audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
         matte: ``uint8 [N, H, W]`` the person matte of each loop frame, or None (an older bundle).
-        keeps: loop frame -> its keep share ``float32 [L, L]``, drawn from ``jaws`` the first time a session's
-            :class:`~.loop.VideoLoop` shows the frame and kept for every later session of this bundle.
+        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``, drawn from ``jaws`` the first time a
+            session's :class:`~.loop.VideoLoop` shows the frame and kept for every later session of this bundle.
     """
 
     generator: MouthGenerator
@@ -169,7 +169,7 @@ class VideoAvatar(PictureSize):
     matte: torch.Tensor | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
-    keeps: dict[int, torch.Tensor] = field(default_factory=dict, repr=False)
+    keeps: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = KIND
 
     @property

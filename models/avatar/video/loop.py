@@ -108,8 +108,8 @@ class VideoLoop(Stage):
             kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
             on a ``"keep"`` port, made here on the CPU so the device path reads no value back (once per loop frame,
             kept in ``keeps``: a frame shown again sends the same share; a cross-fade's is made as it comes).
-        keeps: where the drawn shares are kept, loop frame -> ``float32 [L, L]`` (default: this stage's own dict;
-            a bundle passes its own, so a later session finds the shares an earlier one drew).
+        keeps: where the drawn shares are kept, (loop frame, its box) -> ``float32 [L, L]`` (default: this stage's
+            own dict; a bundle passes its own, so a later session finds the shares an earlier one drew).
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
     ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
@@ -121,7 +121,7 @@ class VideoLoop(Stage):
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 mattes: torch.Tensor | None = None, jaws=None, keeps: dict[int, torch.Tensor] | None = None,
+                 mattes: torch.Tensor | None = None, jaws=None, keeps: dict[tuple, torch.Tensor] | None = None,
                  device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
@@ -149,7 +149,7 @@ class VideoLoop(Stage):
                 raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
             L = int(round(float(self.boxes[0, 2])))
             self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
-        self._keeps = {} if keeps is None else keeps  # loop frame -> its keep share (drawing one takes ms)
+        self._keeps = {} if keeps is None else keeps  # (loop frame, box) -> its keep share (drawing one takes ms)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -178,12 +178,13 @@ class VideoLoop(Stage):
     def keep(self, picks: list[tuple[int, float]]) -> torch.Tensor:
         """``float32 [L, L]``: :func:`~.jaw.jaw_keep` of the blended jaw line at the blended box, as the frame of
         ``picks`` (the cursor's ``(i, w)``) is blended."""
-        if len(picks) == 1 and picks[0][0] in self._keeps:
-            return self._keeps[picks[0][0]]
-        jaw = sum(self.jaws[i] * w for i, w in picks)
-        share = jaw_keep(jaw, np.round(sum(self.boxes[i].numpy() * w for i, w in picks)))
+        box = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
+        key = (picks[0][0], *box.astype(int).tolist())  # a frame's share at its box (a copy may move the boxes)
+        if len(picks) == 1 and key in self._keeps:
+            return self._keeps[key]
+        share = jaw_keep(sum(self.jaws[i] * w for i, w in picks), box)
         if len(picks) == 1:
-            self._keeps[picks[0][0]] = share
+            self._keeps[key] = share
         return share
 
 

@@ -38,6 +38,7 @@ from framegraph.models import runtime as models_runtime
 from framegraph.models.avatar import build_avatar_graph
 from framegraph.models.avatar.eval.video import evaluate_video_avatar
 from framegraph.models.avatar.video.lipsync import MouthGenerator
+from framegraph.models.training import REPORT
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import SAMPLE_RATE, AudioFileSource, decode_audio
 
@@ -111,6 +112,17 @@ def _at_region(avatar, size: int):
     return big
 
 
+def _training_run(folder: str) -> dict | None:
+    """How the bundle's training went, from its report (``avatar train``'s ``train_report.json``): the seconds of
+    each phase, the threads, torch, the video's frames and seconds; None for a bundle without one."""
+    path = os.path.join(folder, REPORT)
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        report = json.load(f)
+    return {k: report.get(k) for k in ("timings", "threads", "torch", "frames", "train_frames", "seconds")}
+
+
 def run(args: argparse.Namespace) -> int:
     folder = os.path.abspath(args.avatar)
     avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
@@ -121,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
     start = args.start_s if args.start_s is not None else avatar.heldout_start_s
     result = bench_metadata("video_avatar")
     result.update({"avatar": args.avatar, "clip": args.clip, "torch_threads": args.threads,
-                   "training": avatar.meta.get("training")})
+                   "training": avatar.meta.get("training"), "training_run": _training_run(folder)})
     audio = decode_audio(args.audio or args.clip)
     runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
     for r in runtimes:
@@ -135,6 +147,8 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     result["quality"] = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s)
     result["quality"]["seconds"] = round(time.monotonic() - t0, 1)
+    held = avatar.heldout_start_s  # measured on frames training never saw, or not
+    result["quality"]["held_out"] = held > 0 and start >= held
     png = write_result(result, args.out, figure)
     print(json.dumps({"quality": {k: result["quality"][k] for k in (
         "landmark_openness_corr", "landmark_openness_swing", "outside_mouth_psnr_db", "mouth_sharpness_ratio",

@@ -35,6 +35,7 @@ def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
     assert r["benchmark"] == "video_avatar" and r["command"].startswith("framegraph bench video_avatar")
     q = r["quality"]
     assert q["frames"] == 32 and q["faces_found_generated"] == 1.0
+    assert q["held_out"] is False and r["training_run"] is None  # no holdout; a bundle written without training
     assert q["outside_mouth_psnr_db"] >= 30  # outside the mouth: the clip's own frames
     assert [(s["region_size"], s["runtime"]) for s in r["speed"]] == [(64, "torch"), (64, "onnx"), (128, "torch"),
                                                                       (128, "onnx")]

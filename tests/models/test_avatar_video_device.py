@@ -65,9 +65,8 @@ def test_a_later_session_finds_the_keep_shares_an_earlier_one_drew():
     """The shares live with the bundle: drawing one takes ms at a real region (2.5-3.6 ms at 208-256 px), and each
     session used to draw every loop frame's again, the first time it showed it."""
     from framegraph.apps.bench.launches import Drain, _audio_source
-    from framegraph.models.avatar import build_avatar_graph
-
     from framegraph.apps.bench.video_avatar import _at_region
+    from framegraph.models.avatar import build_avatar_graph
 
     avatar = random_video_avatar(n_frames=6, region_size=64)
 

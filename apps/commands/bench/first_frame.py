@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from framegraph.apps.argtypes import positive_ints
+
 from . import add_out_argument
 
 PIPELINES = ("generate", "avatar", "video_avatar")
@@ -18,7 +20,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--runtimes", default=",".join(RUNTIMES), help="comma-separated: torch, compiled")
     p.add_argument("--frames", type=int, default=24, help="frames per session (generate: chunks; default 24)")
     p.add_argument("--warmup", type=int, default=3, help="units after the first left out of the steady median")
-    p.add_argument("--video-region", type=lambda t: [int(v) for v in t.split(",")], default=[96, 208],
+    p.add_argument("--video-region", type=positive_ints, default=[96, 208],
                    help="video avatar regions, px, comma-separated (default 96,208: a small one, where a session's "
                         "fixed costs weigh most, and the natural-speech bundles' 208)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from framegraph.apps.argtypes import positive_int
+
 from . import add_out_argument
 
 IMPLEMENTATION = "framegraph.apps.bench.server"  # its run(args) and figure(data, plt)
@@ -46,7 +48,7 @@ def add_transport_arguments(p: argparse.ArgumentParser) -> None:
                    help=f"with --transport: pipelines to stream (default {','.join(PIPELINES)})")
     p.add_argument("--transport-seconds", type=float, default=10.0,
                    help="with --transport: seconds each session streams (default 10)")
-    p.add_argument("--repeat", type=int, default=1,
+    p.add_argument("--repeat", type=positive_int, default=1,
                    help="with --transport: sessions per pipeline, transport and link, taking turns; each figure is "
                         "their median, each session kept in the JSON (default 1)")
     p.add_argument("--impairment", default="2,30,30", metavar="LOSS,DELAY,JITTER",

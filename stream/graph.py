@@ -10,7 +10,8 @@ Life cycle: ``start()`` validates, allocates every ring once, runs each stage's 
 thread and waits for all of them; ``drain()`` asks sources to end, and end-of-stream flows through so
 every stage finalizes (a file sink closes a playable file); ``cancel()`` stops everything at once;
 ``join()`` waits for the workers and raises :class:`StageError` naming the stage whose exception
-stopped the graph. No thread outlives ``join``.
+stopped the graph. No stage runs after ``join``; the worker threads park for the next graph's stages of the same
+kind (:mod:`.workers`: a session starts on threads whose per-thread state is warm).
 """
 from __future__ import annotations
 
@@ -27,6 +28,7 @@ from .node import Node
 from .ring import POLICIES, Ring
 from .stage import TRIGGERS, Stage
 from .telemetry import Telemetry
+from .workers import start_worker
 
 
 class GraphError(ValueError):
@@ -229,9 +231,9 @@ class Graph:
                     node.scratch[port] = Frame(spec, n)
         for node in self._nodes:
             node.terminal = not node.out_rings
-            node.thread = threading.Thread(target=node.run, daemon=True,
-                                           name=f"framegraph:{self.name}:{node.stage.name}")
-            node.thread.start()
+            stage = node.stage
+            node.thread = start_worker((type(stage), stage.name, stage.torch_threads), node.run,
+                                       f"framegraph:{self.name}:{stage.name}", stage.name)
         self._started = True
         for node in self._nodes:
             node.setup_done.wait()

@@ -32,6 +32,7 @@ from .stage import EndOfStream, Outputs, Stage, StageContext
 
 if TYPE_CHECKING:  # pragma: no cover
     from .graph import Graph
+    from .workers import Run
 
 # Step down a fallback level when a stage's smoothed work time exceeds its budget; step back up
 # after this many frames comfortably (below half the budget) inside it.
@@ -50,7 +51,7 @@ class Node:
         self.scratch: dict[str, Frame] = {}
         self.limiter: FlowLimiter | None = None
         self.doorbell = threading.Condition()
-        self.thread: threading.Thread | None = None
+        self.thread: Run | None = None  # its run on a worker thread (stream/workers.py)
         self.stream = None
         self.stats = None
         self.seq = 0

@@ -24,3 +24,15 @@ def test_first_frame_per_region_split_into_its_parts_and_shortened_by_the_warm_u
         cold, warm = (r for r in rows if r["video_region"] == region)
         assert warm["first_frame_s"] < cold["first_frame_s"], (region, cold, warm)
     assert (tmp_path / "ff.png").stat().st_size > 0
+
+
+def test_repeat_keeps_the_median_run_of_fresh_processes(tmp_path):
+    out = tmp_path / "ff.json"
+    assert main(["bench", "first_frame", "--pipelines", "video_avatar", "--runtimes", "torch", "--video-region",
+                 "64", "--frames", "6", "--warmup", "1", "--repeat", "3", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    assert data["repeat"] == 3
+    for r in data["configurations"]:
+        ratios = r["first_over_steady_runs"]
+        assert r["runs"] == 3 and len(ratios) == 3 and len(set(ratios)) == 3  # three processes, three samples
+        assert r["first_over_steady"] == sorted(ratios)[1]

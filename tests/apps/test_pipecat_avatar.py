@@ -38,6 +38,7 @@ from framegraph.apps.pipecat import FramegraphAvatar  # noqa: E402
 from framegraph.models.avatar import AvatarError, load_avatar  # noqa: E402
 from framegraph.models.avatar.eval.synthetic import mouth_openness, search_box  # noqa: E402
 from framegraph.models.synth import synthesize  # noqa: E402
+from framegraph.stream.workers import retire_idle_workers  # noqa: E402
 
 ASTRONAUT = "assets/avatars/astronaut"
 RATE = 24_000  # the TTS's rate (Pipecat's default output rate): resampled to 16 kHz for the models
@@ -59,7 +60,7 @@ def say(text: str) -> np.ndarray:
 
 
 def no_graph_threads() -> list[str]:
-    return [t.name for t in threading.enumerate() if t.name.startswith("framegraph")]
+    return [t.name for t in threading.enumerate() if t.name.startswith("framegraph:")]
 
 
 class Marker(DataFrame):
@@ -138,6 +139,7 @@ def test_pictures_at_the_fps_stamped_with_their_audio_the_mouth_moving_with_spee
 
     # EndFrame ended everything: no graph thread and no thread of ours is left
     assert not no_graph_threads(), no_graph_threads()
+    retire_idle_workers()  # the graph's parked worker threads (kept for a next graph) end too
     assert {t.name for t in threading.enumerate()} <= threads_before, threading.enumerate()
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import positive_ints
+from framegraph.apps.argtypes import positive_int, positive_ints
 
 from . import add_out_argument
 
@@ -28,6 +28,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--size", type=lambda t: [int(v) for v in t.lower().split("x")], default=[64, 96],
                    help="generate: HEIGHTxWIDTH (default 64x96)")
     p.add_argument("--vae", choices=["tiny", "wan2.1"], default=None, help="generate: the VAE (default: with --config)")
+    p.add_argument("--repeat", type=positive_int, default=1,
+                   help="processes per configuration (default 1): with more, the configuration's figures are its "
+                        "median run's (by first frame / steady), every run's ratio kept beside them")
     p.add_argument("--timeout", type=float, default=1200.0, help="seconds one configuration may take")
     p.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a configuration, in this process
     p.add_argument("--pipeline", help=argparse.SUPPRESS)

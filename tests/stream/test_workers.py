@@ -1,0 +1,154 @@
+"""Worker threads that outlive a graph (stream/workers.py): a stage starts on a thread that ran a stage like it."""
+import multiprocessing
+import threading
+import time
+
+import torch
+from helpers import AddOne, Collect, framegraph_threads, wait_for
+
+from framegraph.stream import CountSource, Graph
+from framegraph.stream.workers import POOL, WorkerPool, retire_idle_workers
+
+
+class Where(AddOne):
+    """AddOne that records the thread of its setup and of its frames, and what grad mode its setup found."""
+
+    def __init__(self, name="add", torch_threads=None, disable_grad=False):
+        super().__init__(name)
+        self.torch_threads = torch_threads
+        self.disable_grad = disable_grad
+        self.threads: set[int] = set()
+        self.grad_at_setup: bool | None = None
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.grad_at_setup = torch.is_grad_enabled()
+        if self.disable_grad:
+            torch.set_grad_enabled(False)  # left so: the worker puts it back after the run
+        self.threads.add(threading.get_ident())
+
+    def process(self, inputs, out):
+        self.threads.add(threading.get_ident())
+        super().process(inputs, out)
+
+
+def run_chain(*stages, n=5) -> Collect:
+    g = Graph()
+    prev = g.add(CountSource(n, fps=1000))
+    for s in stages:
+        g.add(s)
+        g.connect(prev, s)
+        prev = s
+    sink = g.add(Collect())
+    g.connect(prev, sink)
+    g.run(timeout=10)
+    return sink
+
+
+def test_a_second_graph_runs_its_stages_on_the_first_graphs_threads_and_no_node_thread_is_left():
+    retire_idle_workers()
+    first, second = Where(), Where()
+    run_chain(first)
+    assert not framegraph_threads()  # renamed before join returned
+    idle = [t.name for t in threading.enumerate() if t.name.startswith("framegraph-idle:")]
+    assert len(idle) == 3, idle  # source, stage, sink: parked
+    sink = run_chain(second)
+    assert sink.values() == [1.0, 2.0, 3.0, 4.0, 5.0]
+    assert len(first.threads) == 1 and first.threads == second.threads
+    assert POOL.idle() == 3
+
+
+def test_a_worker_runs_only_stages_of_its_key():
+    retire_idle_workers()
+    a = Where("add")
+    run_chain(a)
+    other_name, other_threads, other_class = Where("plus"), Where("add", torch_threads=1), AddOne("add")
+    seen = {}
+
+    def record(stage):
+        inner = stage.process
+
+        def process(inputs, out):
+            seen.setdefault(stage, threading.get_ident())
+            inner(inputs, out)
+        stage.process = process
+
+    record(other_class)
+    run_chain(other_name)
+    run_chain(other_threads)
+    run_chain(other_class)
+    assert a.threads.isdisjoint(other_name.threads | other_threads.threads | {seen[other_class]})
+
+
+def test_overlapping_graphs_get_their_own_workers_and_both_are_kept():
+    retire_idle_workers()
+    slow = [Where("add"), Where("add")]
+    for s in slow:
+        s.delay_s = 0.02
+    runs = [threading.Thread(target=run_chain, args=(s,), kwargs={"n": 10}) for s in slow]
+    for t in runs:
+        t.start()
+    for t in runs:
+        t.join(20)
+    assert slow[0].threads.isdisjoint(slow[1].threads)
+    assert POOL.idle() == 6
+
+
+def test_grad_mode_is_put_back_after_a_run():
+    retire_idle_workers()
+    run_chain(Where("add", disable_grad=True))
+    after = Where("add")
+    run_chain(after)
+    assert after.grad_at_setup is True
+
+
+def test_an_idle_worker_ends_after_its_wait_and_retire_ends_the_rest():
+    pool = WorkerPool(idle_s=0.2)
+    done = threading.Event()
+    run = pool.start("k", done.set, "framegraph:test:k", "k")
+    run.join(5)
+    assert done.is_set() and not run.is_alive()
+    assert pool.idle() == 1
+    wait_for(lambda: pool.idle() == 0, 5, "the idle worker to end")
+    wait_for(lambda: not [t for t in threading.enumerate() if t.name.startswith("framegraph-idle:k:")], 5,
+             "its thread to end")
+    long = WorkerPool(idle_s=60)
+    for key in "ab":
+        long.start(key, lambda: None, f"framegraph:test:{key}", key).join(5)
+    assert long.idle() == 2
+    t0 = time.monotonic()
+    long.retire()
+    assert long.idle() == 0 and time.monotonic() - t0 < 5
+    assert not [t for t in threading.enumerate() if t.name.startswith(("framegraph-idle:a:", "framegraph-idle:b:"))]
+
+
+def test_an_error_in_a_run_leaves_the_worker_usable():
+    pool = WorkerPool(idle_s=60)
+
+    def boom():
+        raise RuntimeError("kaboom")
+
+    pool.start("k", boom, "framegraph:test:k", "k").join(5)
+    done = threading.Event()
+    pool.start("k", done.set, "framegraph:test:k", "k").join(5)
+    assert done.is_set() and pool.idle() == 1
+    pool.retire()
+
+
+def _child(queue) -> None:
+    sink = run_chain(Where(), n=3)
+    queue.put(sink.values())
+
+
+def test_a_forked_child_starts_its_own_workers():
+    run_chain(Where())  # parked workers in the parent
+    assert POOL.idle() > 0
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(queue,))
+    proc.start()
+    try:
+        assert queue.get(timeout=30) == [1.0, 2.0, 3.0]
+    finally:
+        proc.join(30)
+    assert proc.exitcode == 0

@@ -189,8 +189,8 @@ class Graph:
 
     # ---- running ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Validate, allocate rings, run every stage's ``setup`` (each in its own thread), then let
-        the sources go. Raises :class:`GraphError` or :class:`StageError` (a failed setup)."""
+        """Validate, run every stage's ``setup`` (each in its own worker thread) while the rings are allocated,
+        then let the sources go. Raises :class:`GraphError` or :class:`StageError` (a failed setup)."""
         if self._started and any(n.thread and n.thread.is_alive() for n in self._nodes):
             raise GraphError(f"graph {self.name!r} is already running")
         self.validate()
@@ -203,7 +203,6 @@ class Graph:
                                    self.telemetry_window,
                                    [(bool(s.inputs) or s.waits_outside, bool(s.outputs)) for s in self.stages])
         self._nodes = [Node(self, s, i, self._max_in_flight[s.name]) for i, s in enumerate(self.stages)]
-        by_name = {node.stage.name: node for node in self._nodes}
         for node in self._nodes:
             node.stats = self.telemetry.stages[node.index]
             node.stage.fallback_level = 0
@@ -211,6 +210,12 @@ class Graph:
                 node.limiter = FlowLimiter(node.max_in_flight)
             if node.device.type == "cuda":
                 node.stream = torch.cuda.Stream(device=node.device)
+        # On a CPU the setups run (each in its worker) while the rings are allocated here. On a GPU the rings come
+        # first: a setup may capture a CUDA graph, and no other thread may allocate device memory meanwhile.
+        on_gpu = any(node.stream is not None for node in self._nodes)
+        if not on_gpu:
+            self._start_workers()
+        by_name = {node.stage.name: node for node in self._nodes}
         for e in self.edges:
             src, dst = by_name[e.src.name], by_name[e.dst.name]
             ring = Ring(e.src.outputs[e.src_port], e.capacity, e.policy, n, e.name)
@@ -229,11 +234,9 @@ class Graph:
             for port, spec in node.stage.outputs.items():
                 if port not in node.out_rings:
                     node.scratch[port] = Frame(spec, n)
-        for node in self._nodes:
             node.terminal = not node.out_rings
-            stage = node.stage
-            node.thread = start_worker((type(stage), stage.name, stage.torch_threads), node.run,
-                                       f"framegraph:{self.name}:{stage.name}", stage.name)
+        if on_gpu:
+            self._start_workers()
         self._started = True
         for node in self._nodes:
             node.setup_done.wait()
@@ -243,6 +246,13 @@ class Graph:
         self.clock.start()  # pts 0 is now, after setup
         self.telemetry.started()
         self._go.set()
+
+    def _start_workers(self) -> None:
+        """Each node's run (its setup, then its loop once the graph goes) on a worker thread (:mod:`.workers`)."""
+        for node in self._nodes:
+            stage = node.stage
+            node.thread = start_worker((type(stage), stage.name), stage.torch_threads, node.run,
+                                       f"framegraph:{self.name}:{stage.name}", stage.name)
 
     def run(self, timeout: float | None = None) -> dict:
         """``start()`` then ``join()``; returns the report."""
@@ -268,10 +278,12 @@ class Graph:
         for node in self._nodes:
             if node.limiter is not None:
                 node.limiter.cancel()
-            for ring in node.in_rings.values():
+            # list(): a setup that fails calls this while start() may still be adding rings (start aborts
+            # those when it hears of the failure)
+            for ring in list(node.in_rings.values()):
                 ring.abort()
-            for rings in node.out_rings.values():
-                for ring in rings:
+            for rings in list(node.out_rings.values()):
+                for ring in list(rings):
                     ring.abort()
             with node.doorbell:
                 node.doorbell.notify_all()

@@ -1,15 +1,17 @@
 """Worker threads that outlive a graph: a session's stages start on threads that already ran stages like them.
 
-A new thread pays on its first frames for what is kept per thread: oneDNN's scratchpad and primitive caches,
-OpenMP's team, torch's thread-local settings, the pages of its stack and heap arena. On a small region a session's
-first video-avatar frame took 1.3x a steady one in a fresh thread, and starting a graph's seven threads took
-1.2 ms of a 9.6-ms first frame (``bench first_frame``, 2-core CPU). So :meth:`Graph.start
-<framegraph.stream.graph.Graph.start>` hands each node to :func:`start_worker`: a parked worker that last ran a
-stage of the same class, name and torch thread count takes it; otherwise a new worker thread starts. A worker
-runs only stages of one key, so the thread state it keeps is what that stage itself left; torch's grad mode is
-put back after each run. An idle worker is named ``framegraph-idle:<stage>`` and ends after ``IDLE_S`` seconds
-without work (or at :func:`retire_idle_workers`); while it runs a node it carries the node's thread name
-(``framegraph:<graph>:<stage>``) and is renamed before its run is reported done.
+A new thread pays on its first frames for what is kept per thread (oneDNN's scratchpad and primitive caches,
+OpenMP's team, torch's thread-local state, the pages of its stack), and starting one costs a fraction of a
+millisecond: on a 96-px video avatar, whose frames take ~5 ms on a 2-core CPU, a session's graph start and its
+first frame in fresh threads were most of what made its first frame 1.8x a steady one (``bench first_frame``).
+So :meth:`Graph.start <framegraph.stream.graph.Graph.start>` hands each node to :func:`start_worker`: a parked
+worker that last ran a stage of the same kind (class and name) takes it, else any parked worker of the same group
+(the stage's torch thread count: OpenMP keeps it per thread), else a new worker thread starts. No stage sets any
+other per-thread state; torch's grad mode, which a stage could leave behind, is put back after each run.
+
+An idle worker is named ``framegraph-idle:<stage>:<n>`` and ends after ``IDLE_S`` seconds without work (or at
+:func:`retire_idle_workers`); while it runs a node it carries the node's thread name (``framegraph:<graph>:<stage>``)
+and it is renamed before its run is reported done. A forked child starts with no parked workers.
 """
 from __future__ import annotations
 
@@ -89,15 +91,19 @@ class WorkerPool:
         self._idle: dict[Hashable, list[_Worker]] = {}
         self._ids = itertools.count()
 
-    def start(self, key: Hashable, target: Callable[[], None], name: str, label: str) -> Run:
-        """Run ``target`` on an idle worker of ``key`` (the one parked last) or on a new one; ``name``: the
-        thread's name while it runs; ``label``: the idle worker's name after ``framegraph-idle:``."""
+    def start(self, kind: Hashable, group: Hashable, target: Callable[[], None], name: str, label: str) -> Run:
+        """Run ``target`` on the idle worker of ``(kind, group)`` parked last, else on one of ``group`` that ran
+        another kind, else on a new one; ``name``: the thread's name while it runs; ``label``: the worker's name
+        after ``framegraph-idle:`` from then on."""
         run = Run(target, name)
+        key = (kind, group)
         with self._lock:
-            parked = self._idle.get(key)
+            parked = self._idle.get(key) or next((v for (_, g), v in self._idle.items() if g == group and v), None)
             worker = parked.pop() if parked else None
         if worker is None:
             worker = _Worker(self, key, f"{label}:{next(self._ids)}")
+        else:
+            worker.key, worker.label = key, f"{label}:{next(self._ids)}"
         worker.give(run)
         return run
 
@@ -140,9 +146,9 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=POOL._forget)
 
 
-def start_worker(key: Hashable, target: Callable[[], None], name: str, label: str) -> Run:
+def start_worker(kind: Hashable, group: Hashable, target: Callable[[], None], name: str, label: str) -> Run:
     """:meth:`WorkerPool.start` on the process's pool."""
-    return POOL.start(key, target, name, label)
+    return POOL.start(kind, group, target, name, label)
 
 
 def retire_idle_workers() -> None:

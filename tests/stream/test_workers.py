@@ -58,26 +58,20 @@ def test_a_second_graph_runs_its_stages_on_the_first_graphs_threads_and_no_node_
     assert POOL.idle() == 3
 
 
-def test_a_worker_runs_only_stages_of_its_key():
+def test_a_stage_takes_the_worker_of_its_kind_else_one_of_its_torch_thread_count_never_another_count():
     retire_idle_workers()
-    a = Where("add")
-    run_chain(a)
-    other_name, other_threads, other_class = Where("plus"), Where("add", torch_threads=1), AddOne("add")
-    seen = {}
-
-    def record(stage):
-        inner = stage.process
-
-        def process(inputs, out):
-            seen.setdefault(stage, threading.get_ident())
-            inner(inputs, out)
-        stage.process = process
-
-    record(other_class)
-    run_chain(other_name)
-    run_chain(other_threads)
-    run_chain(other_class)
-    assert a.threads.isdisjoint(other_name.threads | other_threads.threads | {seen[other_class]})
+    a, b = Where("add"), Where("plus")
+    run_chain(a, b)  # parked: source, add, plus, sink (all of torch_threads None)
+    run_chain(b2 := Where("plus"), a2 := Where("add"))  # the same kinds, in the other order
+    assert a2.threads == a.threads and b2.threads == b.threads
+    one = Where("add", torch_threads=1)
+    run_chain(one)  # another thread count: a new worker, even though an "add" one is parked
+    assert one.threads.isdisjoint(a.threads | b.threads)
+    retire_idle_workers()
+    run_chain(Where("add"))
+    other = Where("other")
+    run_chain(other)  # no "other" parked: it takes the parked "add" worker (same count) instead of a new thread
+    assert POOL.idle() == 3
 
 
 def test_overlapping_graphs_get_their_own_workers_and_both_are_kept():
@@ -105,7 +99,7 @@ def test_grad_mode_is_put_back_after_a_run():
 def test_an_idle_worker_ends_after_its_wait_and_retire_ends_the_rest():
     pool = WorkerPool(idle_s=0.2)
     done = threading.Event()
-    run = pool.start("k", done.set, "framegraph:test:k", "k")
+    run = pool.start("k", None, done.set, "framegraph:test:k", "k")
     run.join(5)
     assert done.is_set() and not run.is_alive()
     assert pool.idle() == 1
@@ -114,7 +108,7 @@ def test_an_idle_worker_ends_after_its_wait_and_retire_ends_the_rest():
              "its thread to end")
     long = WorkerPool(idle_s=60)
     for key in "ab":
-        long.start(key, lambda: None, f"framegraph:test:{key}", key).join(5)
+        long.start(key, key, lambda: None, f"framegraph:test:{key}", key).join(5)
     assert long.idle() == 2
     t0 = time.monotonic()
     long.retire()
@@ -128,9 +122,9 @@ def test_an_error_in_a_run_leaves_the_worker_usable():
     def boom():
         raise RuntimeError("kaboom")
 
-    pool.start("k", boom, "framegraph:test:k", "k").join(5)
+    pool.start("k", None, boom, "framegraph:test:k", "k").join(5)
     done = threading.Event()
-    pool.start("k", done.set, "framegraph:test:k", "k").join(5)
+    pool.start("k", None, done.set, "framegraph:test:k", "k").join(5)
     assert done.is_set() and pool.idle() == 1
     pool.retire()
 

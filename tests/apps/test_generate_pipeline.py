@@ -87,7 +87,7 @@ def test_the_next_session_finds_the_model_loaded_and_streams_what_a_fresh_one_di
     assert all(np.array_equal(a, b) for a, b in zip(first, changed))
 
 
-def test_a_model_pool_lends_one_model_per_session_and_keeps_what_it_gets_back():
+def test_a_model_pool_lends_one_model_per_session_keeps_one_idle_and_lets_older_versions_go():
     from framegraph.apps.server.pipelines.base import ModelPool
 
     pool, made = ModelPool(), []
@@ -96,11 +96,24 @@ def test_a_model_pool_lends_one_model_per_session_and_keeps_what_it_gets_back():
         made.append(object())
         return made[-1]
 
-    a, b = pool.take("k", load), pool.take("k", load)  # two sessions at once: two models
+    a, b = pool.take("k", 1, load), pool.take("k", 1, load)  # two sessions at once: two models
     assert a is not b and pool.loads == 2 and pool.idle("k") == 0
-    pool.give_back("k", a)
-    assert pool.idle("k") == 1 and pool.take("k", load) is a and pool.loads == 2
-    assert pool.take("other", load) is made[-1] and pool.loads == 3
+    pool.give_back("k", 1, a)
+    pool.give_back("k", 1, b)  # beyond max_idle (1): let go
+    assert pool.idle("k") == 1 and pool.take("k", 1, load) is a and pool.loads == 2
+    assert pool.take("other", 1, load) is made[-1] and pool.loads == 3
+    pool.give_back("k", 1, a)
+    c = pool.take("k", 2, load)  # the files changed: a new load, and the idle model of version 1 is let go
+    assert c is made[-1] and pool.loads == 4 and pool.idle("k") == 0
+    pool.give_back("k", 1, b)  # a session of the old version ends: not kept
+    assert pool.idle("k") == 0
+    pool.give_back("k", 2, c)
+    assert pool.take("k", 2, load) is c
+    two = ModelPool(max_idle=2)
+    d, e = two.take("k", 1, load), two.take("k", 1, load)
+    two.give_back("k", 1, d)
+    two.give_back("k", 1, e)
+    assert two.idle("k") == 2
 
 
 def test_text_prompts_change_live_and_bad_options_are_refused(server):

@@ -152,36 +152,46 @@ class PipelineSpec:
 
 
 class ModelPool:
-    """Loaded models lent to one session at a time, kept for the next session of the same ``key`` when given back.
+    """Loaded models lent to one session at a time, kept for the next session of the same model when given back.
 
     For models whose stream state lives inside them (a video generator's attention processors hold its KV cache), so
     two running graphs never share one. A session :meth:`take`s a model for its whole run and gives it back with
-    :meth:`give_back` once its graph has stopped (:attr:`Pipeline.on_close`). A later session of the same key then
+    :meth:`give_back` once its graph has stopped (:attr:`Pipeline.on_close`). A later session of the same model then
     gets it without loading it from disk and with its compiled code already built (a new model object is compiled
-    again: seconds, where warming a known one takes tens of ms). The pool keeps as many models per key as sessions
-    of it ran at once. ``loads``: how many models it loaded.
+    again: seconds, where warming a known one takes tens of ms). A model is keyed by ``(place, version)``: where it
+    is loaded from and onto (a folder and a device) and what it was loaded from (its files as they were). Kept idle:
+    at most ``max_idle`` models per place, of its newest version only — a model given back beyond that, or of a
+    version older than the place's newest, is let go (its memory with it: a GPU holds one idle copy, not one per
+    session that ever ran at once). ``loads``: how many models it loaded.
     """
 
-    def __init__(self):
-        self._idle: dict[object, list] = {}
+    def __init__(self, max_idle: int = 1):
+        self.max_idle = max_idle
+        self._idle: dict[object, list] = {}  # place → idle models of its newest version
+        self._newest: dict[object, object] = {}  # place → the newest version taken
         self._lock = threading.Lock()
         self.loads = 0
 
-    def take(self, key, load: Callable[[], object]):
-        """An idle model of ``key``, or ``load()``'s (a new one) when none is idle."""
+    def take(self, place, version, load: Callable[[], object]):
+        """An idle model of ``(place, version)``, or ``load()``'s (a new one) when none is idle."""
         with self._lock:
-            idle = self._idle.get(key)
+            if self._newest.get(place) != version:
+                self._newest[place] = version
+                self._idle.pop(place, None)  # an older version's: let go
+            idle = self._idle.get(place)
             if idle:
                 return idle.pop()
             self.loads += 1
         return load()
 
-    def give_back(self, key, model) -> None:
-        """``model`` (taken for ``key``) is free again: its session's graph has stopped."""
+    def give_back(self, place, version, model) -> None:
+        """``model`` (taken for ``(place, version)``) is free again: its session's graph has stopped."""
         with self._lock:
-            self._idle.setdefault(key, []).append(model)
+            idle = self._idle.setdefault(place, [])
+            if self._newest.get(place) == version and len(idle) < self.max_idle:
+                idle.append(model)
 
-    def idle(self, key) -> int:
-        """How many models of ``key`` wait for a session."""
+    def idle(self, place) -> int:
+        """How many models of ``place`` wait for a session."""
         with self._lock:
-            return len(self._idle.get(key, ()))
+            return len(self._idle.get(place, ()))

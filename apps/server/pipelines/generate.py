@@ -174,15 +174,16 @@ def build(opts: GenerateOptions) -> Pipeline:
     name = opts.model or model_names()[0]
     folder = os.path.join(models_dir(), name)
     device = default_device() if opts.runtime == "torch" else "cpu"
-    key = (os.path.abspath(folder), str(device), _files(folder))  # the folder as it is now: a changed one loads anew
+    place, version = (os.path.abspath(folder), str(device)), _files(folder)  # a changed folder loads anew
     try:
-        gm = MODELS.take(key, lambda: load_generate_model(folder, device=device, dtype=default_dtype(device)))
+        gm = MODELS.take(place, version, lambda: load_generate_model(folder, device=device,
+                                                                     dtype=default_dtype(device)))
     except (ValueError, OSError) as exc:
         raise _refused("model", name, "another of the server's models (this one does not load)", exc) from None
     try:
-        return _pipeline(opts, name, folder, device, gm, on_close=lambda: MODELS.give_back(key, gm))
+        return _pipeline(opts, name, folder, device, gm, on_close=lambda: MODELS.give_back(place, version, gm))
     except BaseException:
-        MODELS.give_back(key, gm)  # refused or failed before a session had it: the next one may use it
+        MODELS.give_back(place, version, gm)  # refused or failed before a session had it: the next one may use it
         raise
 
 

@@ -126,7 +126,7 @@ class WorkerPool:
             return sum(len(v) for v in self._idle.values())
 
     def retire(self) -> None:
-        """End every parked worker now (a test counting threads; a process about to fork)."""
+        """End every parked worker now (for a test that counts the threads left)."""
         with self._lock:
             workers = [w for v in self._idle.values() for w in v]
             self._idle.clear()

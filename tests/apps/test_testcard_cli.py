@@ -66,9 +66,15 @@ def test_render_report_json(tmp_path):
 
 def test_ctrl_c_during_render_drains_and_leaves_a_playable_file(tmp_path):
     out = tmp_path / "long.mp4"
-    proc = subprocess.Popen([PY, "-m", "framegraph.apps.cli", "render", "--testcard", "--seconds", "600",
-                             "--size", "640x360", "--out", str(out)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The render starts as from a terminal, Ctrl-C at its default: a suite started in the background (`pytest &`)
+    # ignores SIGINT, and a child inherits that (it then rendered all 600 s and never heard the Ctrl-C).
+    ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen([PY, "-m", "framegraph.apps.cli", "render", "--testcard", "--seconds", "600",
+                                 "--size", "640x360", "--out", str(out)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    finally:
+        signal.signal(signal.SIGINT, ignored)
     partial = tmp_path / "long.partial.mp4"
     deadline = time.monotonic() + 60
     while not (partial.exists() and partial.stat().st_size > 20000) and time.monotonic() < deadline:

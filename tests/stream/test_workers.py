@@ -32,7 +32,8 @@ class Where(AddOne):
         super().process(inputs, out)
 
 
-def run_chain(*stages, n=5) -> Collect:
+def chain(*stages, n=5) -> tuple[Graph, Collect]:
+    """source → stages → sink, not started."""
     g = Graph()
     prev = g.add(CountSource(n, fps=1000))
     for s in stages:
@@ -41,6 +42,11 @@ def run_chain(*stages, n=5) -> Collect:
         prev = s
     sink = g.add(Collect())
     g.connect(prev, sink)
+    return g, sink
+
+
+def run_chain(*stages, n=5) -> Collect:
+    g, sink = chain(*stages, n=n)
     g.run(timeout=10)
     return sink
 
@@ -76,15 +82,21 @@ def test_a_stage_takes_the_worker_of_its_kind_else_one_of_its_torch_thread_count
 
 def test_overlapping_graphs_get_their_own_workers_and_both_are_kept():
     retire_idle_workers()
-    slow = [Where("add"), Where("add")]
-    for s in slow:
-        s.delay_s = 0.02
-    runs = [threading.Thread(target=run_chain, args=(s,), kwargs={"n": 10}) for s in slow]
-    for t in runs:
-        t.start()
-    for t in runs:
-        t.join(20)
-    assert slow[0].threads.isdisjoint(slow[1].threads)
+    release = threading.Event()
+
+    class Held(Where):
+        def process(self, inputs, out):
+            release.wait(10)  # both graphs are running before either gets past its first frame
+            super().process(inputs, out)
+
+    held = [Held("add"), Held("add")]
+    graphs = [chain(s)[0] for s in held]
+    for g in graphs:
+        g.start()
+    release.set()
+    for g in graphs:
+        g.join(10)
+    assert held[0].threads.isdisjoint(held[1].threads)
     assert POOL.idle() == 6
 
 

@@ -189,8 +189,9 @@ class Graph:
 
     # ---- running ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Validate, run every stage's ``setup`` (each in its own worker thread) while the rings are allocated,
-        then let the sources go. Raises :class:`GraphError` or :class:`StageError` (a failed setup)."""
+        """Validate, allocate the rings and run every stage's ``setup`` (each on its worker thread; on a CPU while
+        the rings are allocated), then let the sources go. Raises :class:`GraphError` or :class:`StageError` (a
+        failed setup)."""
         if self._started and any(n.thread and n.thread.is_alive() for n in self._nodes):
             raise GraphError(f"graph {self.name!r} is already running")
         self.validate()

@@ -36,6 +36,32 @@ def test_a_late_sound_is_found_from_the_mouth_and_an_aligned_one_is_left_alone(a
     assert lag == 0 and max(report["openness_loudness_corr_by_lag"].values()) < 0.3
 
 
+
+def _syllables(frames: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """A voice on and off in 4-frame syllables ``[T]`` (1: sounding) and its sound (int16, 16 kHz, 25 fps)."""
+    voice = np.repeat(np.random.default_rng(seed).random(frames // 4) > 0.5, 4).astype(np.float64)
+    return voice, (np.repeat(voice, 640) * 8000 * np.sin(np.arange(len(voice) * 640) / 5)).astype(np.int16)
+
+
+def test_a_weak_lag_is_found_on_a_long_video_and_chance_is_not_taken_for_one():
+    """A mouth that follows its voice only weakly (a small face, a noisy measure): over two minutes its 3-frame
+    lag stands out of chance although the correlation stays far under the 0.3 a 20-s clip's chance peaks come
+    near; smooth mouths that have nothing to do with their 20-s sound are left in step (the chance level is
+    the 99th percentile of the peaks with the sound moved away, so about one in a hundred may pass)."""
+    voice, sound = _syllables(120 * 25, seed=2)
+    mouth = voice + 2.5 * np.random.default_rng(3).standard_normal(len(voice))  # openness, mostly noise
+    lag, report = estimate_av_offset(mouth, shift_audio(sound, -3, 640), 25)
+    peak = report["openness_loudness_corr_by_lag"]["3"]
+    assert lag == 3 and peak < 0.25 and report["chance_level"] < peak / 2 and report["chance_p"] <= 0.01, report
+    _, sound = _syllables(20 * 25, seed=2)
+    given, levels = [], []
+    for seed in range(40):
+        smooth = np.convolve(np.random.default_rng(seed).standard_normal(20 * 25 + 9), np.ones(10) / 10, "valid")
+        lag, report = estimate_av_offset(smooth, sound, 25)
+        given.append(lag)
+        levels.append(report["chance_level"])
+    assert sum(lag != 0 for lag in given) <= 2 and min(levels) > 0.15, (given, levels)
+
 def test_train_aligns_the_sound_by_the_measured_offset_unless_told_not_to():
     """``avatar train --video`` measures the offset and moves the audio features by it; ``--no-av-sync`` keeps the
     sound as recorded (and records no measure)."""

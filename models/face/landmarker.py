@@ -19,6 +19,9 @@ from .landmarks import N_POINTS, FaceLandmarks
 MEDIAPIPE = "mediapipe==0.10.21"  # the pin the Makefile installs (0.10.x: the 1.x wheels carry no model)
 # a second face at least this fraction of the largest face's width makes an image ambiguous
 SECOND_FACE_RATIO = 0.5
+# a face the mesh's own (short-range) detector misses is looked for with the full-range one and meshed in a
+# square crop this many times the found box's longer side, around its centre
+SMALL_FACE_CROP = 2.5
 
 
 class FaceError(ValueError):
@@ -73,6 +76,12 @@ class FaceLandmarker(MediaPipeGraph):
     ``max_faces``: how many faces to look for (2 is enough to tell "two faces" apart from one).
     ``video``: frames of one video in order — the mesh tracks the face from frame to frame instead of
     detecting it anew (faster, steadier); leave False for unrelated images.
+
+    The mesh finds faces with MediaPipe's short-range detector, made for faces that fill a good part of the
+    picture (a selfie, a face crop): in a 1280×720 frame of a person standing at a lectern (face ~125 px) it
+    finds none. On single images (``video`` False) a picture where the mesh finds no face is searched again
+    with the full-range detector (faces up to ~5 m away), and each face it finds is meshed in a square crop
+    around it (:data:`SMALL_FACE_CROP`); the landmarks come back in px of the whole picture.
     """
 
     def __init__(self, *, max_faces: int = 2, video: bool = False, min_confidence: float = 0.5):
@@ -83,21 +92,72 @@ class FaceLandmarker(MediaPipeGraph):
             static_image_mode=not video, max_num_faces=max_faces, refine_landmarks=True,
             min_detection_confidence=min_confidence, min_tracking_confidence=min_confidence)
 
+    _finder = None  # the full-range face detector, made on first need
+
     def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
-        """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none."""
-        result = self._process(frame_rgb, "detect")
+        """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none (single images: also
+        small faces, see the class docstring)."""
+        faces = self._mesh(frame_rgb, "detect")
+        if faces or self.video:
+            return faces
+        return self._small_faces(np.asarray(frame_rgb))
+
+    def _mesh(self, frame_rgb: np.ndarray, verb: str, offset=(0.0, 0.0), size=None) -> list[FaceLandmarks]:
+        """The mesh's faces in ``frame_rgb``, their points moved by ``offset`` (px) into a picture of ``size``
+        (width, height; default: this one's), largest first."""
+        result = self._process(frame_rgb, verb)
         height, width = np.shape(frame_rgb)[:2]
         faces = []
         for face in result.multi_face_landmarks or []:
             xy = np.array([(p.x, p.y) for p in face.landmark], np.float32)
             if len(xy) != N_POINTS:  # refine_landmarks=True always gives 478; anything else is a bug
                 raise RuntimeError(f"MediaPipe gave {len(xy)} landmarks, expected {N_POINTS}")
-            faces.append(FaceLandmarks(xy * np.array([width, height], np.float32), (width, height)))
+            xy = xy * np.array([width, height], np.float32) + np.asarray(offset, np.float32)
+            faces.append(FaceLandmarks(xy, size or (width, height)))
         return sorted(faces, key=lambda f: -f.size_px())
+
+    def _small_faces(self, frame: np.ndarray) -> list[FaceLandmarks]:
+        """Faces too small for the mesh's detector: found by the full-range detector, each meshed in a square
+        crop around it (one face per crop). That detector reports one face per picture, so each face found is
+        painted over and the picture searched again, up to ``max_faces``."""
+        if self._finder is None:
+            needs = "finding small faces needs MediaPipe's face detection"
+            self._finder = mediapipe_solution("face_detection", needs).FaceDetection(model_selection=1,
+                                                                                      min_detection_confidence=0.5)
+        height, width = frame.shape[:2]
+        search, faces = np.ascontiguousarray(frame), []
+        for _ in range(self.max_faces):
+            found = self._finder.process(search).detections
+            if not found:
+                break
+            box = found[0].location_data.relative_bounding_box
+            cx, cy = (box.xmin + box.width / 2) * width, (box.ymin + box.height / 2) * height
+            side = max(box.width * width, box.height * height)
+            x0, y0, x1, y1 = _square(cx, cy, SMALL_FACE_CROP * side, width, height)
+            if x1 - x0 >= 8 and y1 - y0 >= 8:
+                faces += self._mesh(frame[y0:y1, x0:x1], "detect", (x0, y0), (width, height))[:1]
+            search = search.copy()
+            x0, y0, x1, y1 = _square(cx, cy, 1.3 * side, width, height)
+            search[y0:y1, x0:x1] = search[y0:y1, x0:x1].mean(axis=(0, 1)).astype(np.uint8)
+        return sorted(faces, key=lambda f: -f.size_px())
+
+    def close(self) -> None:
+        if self._finder is not None:
+            self._finder.close()
+            self._finder = None
+        super().close()
 
     def detect_one(self, frame_rgb: np.ndarray, *, where: str, min_face_px: int = 0) -> FaceLandmarks:
         """The one face of ``frame_rgb``, or :class:`FaceError` naming ``where`` (e.g. "talk.mp4 frame 12")."""
         return one_face(self.detect(frame_rgb), where=where, min_face_px=min_face_px)
+
+
+def _square(cx: float, cy: float, side: float, width: int, height: int) -> tuple[int, int, int, int]:
+    """The square of ``side`` px centred at (``cx``, ``cy``), clipped to a ``width`` x ``height`` picture:
+    (x0, y0, x1, y1)."""
+    half = side / 2
+    x0, y0 = max(0, int(cx - half)), max(0, int(cy - half))
+    return x0, y0, min(width, int(cx + half) + 1), min(height, int(cy + half) + 1)
 
 
 def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) -> FaceLandmarks:

@@ -113,6 +113,25 @@ def test_two_faces_and_a_small_face_are_errors(landmarker, astronaut):
         one_face([face], where="astronaut.png", min_face_px=400)
 
 
+
+def test_a_small_face_in_a_wide_frame_is_found_with_its_landmarks_in_frame_px(landmarker, astronaut):
+    """A person at a lectern filmed in 1280x720: the face ~75 px wide, too small for the mesh's own detector (the
+    video mode, which uses only that one, finds nothing); found all the same, landmarks where the photo's are;
+    two such people are still two faces."""
+    small = cv2.resize(astronaut, (200, 200), interpolation=cv2.INTER_AREA)
+    frame = np.full((720, 1280, 3), 90, np.uint8)
+    frame[300:500, 700:900] = small
+    with FaceLandmarker(video=True, max_faces=1) as own_detector_only:
+        assert own_detector_only.detect(frame) == []
+    faces = landmarker.detect(frame)
+    assert len(faces) == 1 and faces[0].image_size == (1280, 720)
+    alone = landmarker.detect(small)[0]
+    assert np.abs(faces[0].points - (alone.points + [700, 300])).mean() < 2.0  # px of the whole frame
+    assert abs(faces[0].size_px() - alone.size_px()) <= 3 and faces[0].size_px() < 100
+    frame[300:500, 200:400] = small[:, ::-1]
+    with pytest.raises(FaceError, match="two faces"):
+        one_face(landmarker.detect(frame), where="lectern.png")
+
 def test_landmarks_scale_with_the_image_and_video_mode_tracks(astronaut):
     big = cv2.resize(astronaut, (512, 512), interpolation=cv2.INTER_CUBIC)
     with FaceLandmarker(video=True, max_faces=1) as fl:

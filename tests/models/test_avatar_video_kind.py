@@ -477,6 +477,7 @@ def test_held_out_lips_follow_the_real_ones_and_the_rest_is_the_real_frame(talki
     assert r["frames"] == 60 and r["faces_found_generated"] == 1.0
     assert r["landmark_openness_corr"] >= 0.5, r  # landmarks on generated vs real frames (target 0.6 on a person)
     assert r["outside_mouth_psnr_db"] >= 30  # outside the mouth it is the real frame
+    assert r["picture_vs_shape_openness_corr"] >= 0.8, r  # the drawn mouth opens as far as it was asked to
     assert r["silence"]["frames"] > 5 and r["silence"]["lips_closed_fraction_generated"] >= 0.8
 
 

@@ -85,7 +85,9 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     summary = real_summary(rows, speech[a:b])
     shape_open = np.array([r["shape_openness"] for r in rows])
     real_open = np.array([r.get("lm_open_real", np.nan) for r in rows], np.float64)
+    drawn_open = np.array([r["lm_open"] for r in rows], np.float64)
     ok = np.isfinite(real_open)
+    drawn = np.isfinite(drawn_open)
     if summary["jaw"] is not None:  # the worst frame, as a time in the clip
         summary["jaw"]["worst_frame_s"] = round((a + summary["jaw"]["worst_frame"]) / fps, 3)
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
@@ -93,6 +95,9 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
                    shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else
                    round(float(np.corrcoef(shape_open[ok], real_open[ok])[0, 1]), 4),
+                   # the generator's part: how the drawn mouth follows the shape it was asked for
+                   picture_vs_shape_openness_corr=None if drawn.sum() < 3 or shape_open[drawn].std() < 1e-9 else
+                   round(float(np.corrcoef(shape_open[drawn], drawn_open[drawn])[0, 1]), 4),
                    real_openness_std=round(float(np.nanstd(real_open)), 4),
                    redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
     if out_video is not None:

@@ -138,7 +138,8 @@ def test_region_size_follows_the_face_and_is_capped():
 
 def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
     """A regression answers what it cannot tell apart with the mean, so its mouth swings less than the
-    person's; the fitted gain scales it back about the rest shape, which stays where it was."""
+    person's; the fitted gain scales it back about the person's mean shape — on new speech the mouth is open
+    as far as theirs on average — while silence still gives the rest shape, far from that mean."""
     from framegraph.models.avatar.video.lipsync import context_windows, fit_shape_head
 
     g = torch.Generator().manual_seed(0)
@@ -160,6 +161,7 @@ def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
             at_rest = head(context_windows(quiet[0], 1))
         swing[max_gain] = float(pred[:, 0].std() / new_shapes[:, 0].std())
         assert torch.allclose(at_rest.mean(0), rest, atol=0.15), "silence still gives the resting mouth"
+        assert torch.allclose(pred.mean(0), new_shapes.mean(0), atol=0.1), "speech is as open as theirs on average"
     assert report["gain"] > 1.2 and swing[1.0] < 0.85 < swing[2.0] < 1.15
 
 

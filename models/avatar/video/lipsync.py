@@ -150,9 +150,12 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
 
     Amplitude: a regression answers what it cannot tell apart with the average, so its shapes swing less
     than the person's (held out on s1: the mouth opened 2/3 as wide as the real one). The fitted head is
-    scaled about the rest shape (the mean shape without ``rest``) by ``gain`` = the measured first shape
-    number's std / the folds' predictions' std, within ``[1, max_gain]``: the mouth opens as wide as the
-    person's, rests where it rested (a scale about rest keeps rest), and the correlation is unchanged.
+    scaled about the person's mean shape over ``shapes`` by ``gain`` = the measured first shape number's std /
+    the folds' predictions' std, within ``[1, max_gain]``: the mouth opens as wide as the person's, on average
+    as far as theirs, and the correlation is unchanged. So that the quiet rows still answer ``rest`` once
+    scaled, the final fit asks them for ``mean + (rest - mean) / gain``. (Scaled about the rest instead, the
+    speech's mean moved by ``(gain - 1) · (mean - rest)``: a news anchor whose lips part in pauses, rest 0.48
+    std above his mean, was drawn 0.23 std more closed than he speaks, on average, at a gain of 1.5.)
     Returns the head and a report (the ridge chosen, the folds' correlation of the first shape number, the gain).
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
@@ -163,9 +166,11 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         raise ValueError("fit_shape_head: quiet_features need the rest shape they stand for")
     Zq = torch.cat([(context_windows(f.float(), context).reshape(len(f), -1).double() - mean) / std
                     for f in quiet_features]) if len(quiet_features) else Z[:0]
-    Yq = torch.as_tensor(rest, dtype=Y.dtype).expand(len(Zq), -1) if len(Zq) else Y[:0]
+    centre = Y.mean(0)
+    rest_y = torch.as_tensor(rest, dtype=Y.dtype) if rest is not None else centre
 
-    def solve(Zt, Yt, lam):
+    def solve(Zt, Yt, lam, quiet_answer=rest_y):
+        Yq = quiet_answer.expand(len(Zq), -1)
         Zt, Yt = torch.cat([Zt, Zq]), torch.cat([Yt, Yq])
         zm, ym = Zt.mean(0), Yt.mean(0)
         A = (Zt - zm).T @ (Zt - zm) + lam * len(Zt) * torch.eye(Zt.shape[1], dtype=Zt.dtype)
@@ -185,10 +190,9 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         scores[lam] = float(torch.corrcoef(torch.stack([preds[:, 0], Y[:, 0]]))[0, 1])
         spreads[lam] = float(Y[:, 0].std() / preds[:, 0].std().clamp_min(1e-9))
     best = max(scores, key=lambda k: scores[k] if scores[k] == scores[k] else -2.0)
-    w, b = solve(Z, Y, best)
     gain = min(max(spreads[best], 1.0), max_gain) if spreads[best] == spreads[best] else 1.0
-    centre = torch.as_tensor(rest, dtype=Y.dtype) if rest is not None else Y.mean(0)
-    w, b = gain * w, gain * b + (1 - gain) * centre  # rest + gain · (prediction - rest), still one linear map
+    w, b = solve(Z, Y, best, centre + (rest_y - centre) / gain)
+    w, b = gain * w, gain * b + (1 - gain) * centre  # mean + gain · (prediction - mean), still one linear map
     head = ShapeHead(feature_dim=features.shape[1], context=context, shape_dim=shapes.shape[1])
     with torch.no_grad():
         head.mean.copy_(mean.float())

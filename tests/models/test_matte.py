@@ -2,8 +2,9 @@
 refined on the picture, the face filled — what makes a talking avatar see-through around the person."""
 import numpy as np
 import torch
+import torch.nn.functional as F
 
-from framegraph.models.matte import guided_filter, person_matte, person_mattes, smooth_over_time
+from framegraph.models.matte import _box_mean, guided_filter, person_matte, person_mattes, smooth_over_time
 
 
 def test_the_astronauts_matte_is_the_person_not_the_background():
@@ -44,3 +45,14 @@ def test_smoothing_over_time_damps_flicker_and_keeps_a_steady_matte():
     assert torch.allclose(smooth_over_time(steady), steady, atol=1e-6)
     flicker = steady + 0.1 * (torch.arange(10) % 2 * 2 - 1).float()[:, None, None]
     assert float((smooth_over_time(flicker) - steady).abs().max()) < 0.05
+
+
+def test_the_box_mean_is_the_plain_window_mean():
+    """The guided filter's box mean (a row pass after a column pass) equals the mean over the whole window, edges
+    replicated, computed the plain way."""
+    x = torch.rand(3, 37, 53, generator=torch.Generator().manual_seed(0))
+    for r in (1, 4, 14):
+        padded = F.pad(x[:, None], (r, r, r, r), mode="replicate")
+        plain = torch.stack([padded[:, 0, i:i + 2 * r + 1, j:j + 2 * r + 1].mean((-2, -1))
+                             for i in range(37) for j in range(53)], -1).reshape(3, 37, 53)
+        assert torch.allclose(_box_mean(x, r), plain, atol=1e-5)

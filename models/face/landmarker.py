@@ -97,15 +97,15 @@ class FaceLandmarker(MediaPipeGraph):
     def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
         """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none (single images: also
         small faces, see the class docstring)."""
-        faces = self._mesh(frame_rgb, "detect")
+        faces = self._mesh(frame_rgb)
         if faces or self.video:
             return faces
         return self._small_faces(np.asarray(frame_rgb))
 
-    def _mesh(self, frame_rgb: np.ndarray, verb: str, offset=(0.0, 0.0), size=None) -> list[FaceLandmarks]:
+    def _mesh(self, frame_rgb: np.ndarray, offset=(0.0, 0.0), size=None) -> list[FaceLandmarks]:
         """The mesh's faces in ``frame_rgb``, their points moved by ``offset`` (px) into a picture of ``size``
         (width, height; default: this one's), largest first."""
-        result = self._process(frame_rgb, verb)
+        result = self._process(frame_rgb, "detect")
         height, width = np.shape(frame_rgb)[:2]
         faces = []
         for face in result.multi_face_landmarks or []:
@@ -135,7 +135,7 @@ class FaceLandmarker(MediaPipeGraph):
             side = max(box.width * width, box.height * height)
             x0, y0, x1, y1 = _square(cx, cy, SMALL_FACE_CROP * side, width, height)
             if x1 - x0 >= 8 and y1 - y0 >= 8:
-                faces += self._mesh(frame[y0:y1, x0:x1], "detect", (x0, y0), (width, height))[:1]
+                faces += self._mesh(frame[y0:y1, x0:x1], (x0, y0), (width, height))[:1]
             search = search.copy()
             x0, y0, x1, y1 = _square(cx, cy, 1.3 * side, width, height)
             search[y0:y1, x0:x1] = search[y0:y1, x0:x1].mean(axis=(0, 1)).astype(np.uint8)

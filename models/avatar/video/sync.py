@@ -11,7 +11,7 @@ its own: a mouth opens as the voice gets loud (vowels), so the measured openness
 sound's loudness per frame and the peak's lag is the offset — kept only where the peak is clear: it must beat
 lag 0 by :data:`MIN_GAIN` and stand out of chance, i.e. beat :data:`CHANCE_QUANTILE` of the peaks the same two
 signals give with the sound moved seconds away (every circular shift of at least :data:`CHANCE_SHIFT_S`). How
-high a chance peak reaches depends on the clip's length and on how smooth the two signals are: 0.19-0.28 on the
+high a chance peak reaches depends on the clip's length and on how smooth the two signals are: 0.19-0.29 on the
 20-s clips of ``docs/real_people.md``, less on longer videos, so a fixed threshold would either make lags up on
 a short clip or miss a weak but certain one on a long one. (The head's own cross-validated fit is no such measure: its
 causal features predict the mouth better from sound a few frames *later* even on a clip that is in step — the

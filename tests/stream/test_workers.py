@@ -1,7 +1,9 @@
 """Worker threads that outlive a graph (stream/workers.py): a stage starts on a thread that ran a stage like it."""
-import multiprocessing
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import torch
 from helpers import AddOne, Collect, framegraph_threads, wait_for
@@ -141,20 +143,47 @@ def test_an_error_in_a_run_leaves_the_worker_usable():
     pool.retire()
 
 
-def _child(queue) -> None:
-    sink = run_chain(Where(), n=3)
-    queue.put(sink.values())
+FORK = """
+import multiprocessing, sys
+sys.path.insert(0, sys.argv[1])
+from helpers import AddOne, Collect
+from framegraph.stream import CountSource, Graph
+from framegraph.stream.workers import POOL
+
+
+def run_chain(n):
+    g = Graph()
+    src, add, sink = g.add(CountSource(n, fps=1000)), g.add(AddOne()), g.add(Collect())
+    g.connect(src, add)
+    g.connect(add, sink)
+    g.run(timeout=10)
+    return sink.values()
+
+
+def child(queue):
+    queue.put((POOL.idle(), run_chain(3)))
+
+
+run_chain(5)  # parked workers in the parent
+assert POOL.idle() > 0, POOL.idle()
+ctx = multiprocessing.get_context("fork")
+queue = ctx.Queue()
+proc = ctx.Process(target=child, args=(queue,), daemon=True)  # a daemon: never waited for at exit
+proc.start()
+try:
+    idle_at_start, values = queue.get(timeout=60)
+    proc.join(30)
+finally:
+    if proc.is_alive():
+        proc.kill()
+print(idle_at_start, values, proc.exitcode)
+"""
 
 
 def test_a_forked_child_starts_its_own_workers():
-    run_chain(Where())  # parked workers in the parent
-    assert POOL.idle() > 0
-    ctx = multiprocessing.get_context("fork")
-    queue = ctx.Queue()
-    proc = ctx.Process(target=_child, args=(queue,))
-    proc.start()
-    try:
-        assert queue.get(timeout=30) == [1.0, 2.0, 3.0]
-    finally:
-        proc.join(30)
-    assert proc.exitcode == 0
+    """In a fresh interpreter (a fork of the test process itself would copy whatever threads the earlier tests
+    left running, with their locks): its workers park, then a forked child finds none and runs a graph."""
+    tests = str(Path(__file__).resolve().parents[1])
+    done = subprocess.run([sys.executable, "-c", FORK, tests], capture_output=True, text=True, timeout=150)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.split() == ["0", "[1.0,", "2.0,", "3.0]", "0"], done.stdout

@@ -25,6 +25,10 @@ def positive_int(text: str) -> int:
     return _number(text, int, "a whole number", lambda v: v > 0, "a positive whole number")
 
 
+def non_negative_int(text: str) -> int:
+    return _number(text, int, "a whole number", lambda v: v >= 0, "a whole number ≥ 0")
+
+
 def positive_ints(text: str) -> list[int]:
     """Comma-separated positive whole numbers: ``"96,208"`` → ``[96, 208]``."""
     return [positive_int(part.strip()) for part in text.split(",")]

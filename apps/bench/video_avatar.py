@@ -8,6 +8,9 @@ Measures, on this machine's CPU:
   audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
   landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
   the jaw line's edge (its worst frame), lips closed in silence;
+- **typed text** (``typed_text``): :func:`~framegraph.models.avatar.eval.video.evaluate_typed_text` — eSpeak NG
+  sentences the avatar never learnt, drawn on its loop: the drawn mouth against their phonemes' jaw, and how wide
+  it opens while speaking beside the person's real ``real_speaking_openness``;
 - **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
   MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast
   clock, at the video's resolution: frames per second (throughput) and the time from the graph's start
@@ -36,8 +39,9 @@ import torch.nn.functional as F
 from framegraph.apps.server.pipelines.avatar import load_bundle
 from framegraph.models import runtime as models_runtime
 from framegraph.models.avatar import build_avatar_graph
-from framegraph.models.avatar.eval.video import evaluate_video_avatar
+from framegraph.models.avatar.eval.video import evaluate_typed_text, evaluate_video_avatar
 from framegraph.models.avatar.video.lipsync import MouthGenerator
+from framegraph.models.synth.espeak import EspeakNotFound
 from framegraph.models.training import REPORT
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import SAMPLE_RATE, AudioFileSource, decode_audio
@@ -147,12 +151,17 @@ def run(args: argparse.Namespace) -> int:
     t0 = time.monotonic()
     result["quality"] = evaluate_video_avatar(avatar, args.clip, start_s=start, end_s=args.end_s)
     result["quality"]["seconds"] = round(time.monotonic() - t0, 1)
+    try:  # typed text, as a user who types meets the avatar: eSpeak sentences it never learnt
+        result["typed_text"] = evaluate_typed_text(avatar)
+    except EspeakNotFound as exc:
+        result["typed_text"] = {"skipped": str(exc)}
     held = avatar.heldout_start_s  # measured on frames training never saw, or not
     result["quality"]["held_out"] = held > 0 and start >= held
     png = write_result(result, args.out, figure)
     print(json.dumps({"quality": {k: result["quality"][k] for k in (
         "landmark_openness_corr", "landmark_openness_swing", "outside_mouth_psnr_db", "mouth_sharpness_ratio",
-        "lips_sharpness_ratio", "jaw_edge_ratio", "jaw", "silence")},
+        "lips_sharpness_ratio", "jaw_edge_ratio", "jaw", "silence", "real_speaking_openness")},
+        "typed_text": result["typed_text"],
         "speed": result["speed"]}, indent=1))
     print(f"wrote {args.out} and {png}")
     return 0

@@ -37,6 +37,8 @@ def test_bench_video_avatar_writes_quality_and_speed(tmp_path, capsys):
     assert q["frames"] == 32 and q["faces_found_generated"] == 1.0
     assert q["held_out"] is False and r["training_run"] is None  # no holdout; a bundle written without training
     assert q["outside_mouth_psnr_db"] >= 30  # outside the mouth: the clip's own frames
+    typed = r["typed_text"]  # eSpeak sentences drawn on the loop (a random generator: only the block is checked)
+    assert typed["sentences"] == 4 and typed["frames"] > 100 and "drawn_vs_phoneme_jaw_corr" in typed
     assert [(s["region_size"], s["runtime"]) for s in r["speed"]] == [(64, "torch"), (64, "onnx"), (128, "torch"),
                                                                       (128, "onnx")]
     assert all(s["export_s"] > 0 for s in r["speed"] if s["runtime"] == "onnx")

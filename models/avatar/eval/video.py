@@ -8,6 +8,10 @@ with the speaking state from Silero VAD), and the lower face is redrawn and past
 live graph does (:class:`MouthRegion`). Then the face engineer's landmark measures
 (:mod:`.real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
 mouth sharpness, the jaw line's edge, lips closed in silence — and the time per frame of redraw + paste.
+
+:func:`evaluate_typed_text`: the avatar as a user who types meets it — eSpeak NG sentences it never learnt, drawn
+on its loop frames: how the drawn mouth follows their phonemes' jaw, and how wide it opens while speaking (beside
+the person's own real openness while speaking, ``real_speaking_openness`` of :func:`evaluate_video_avatar`).
 """
 from __future__ import annotations
 
@@ -28,6 +32,7 @@ from ..video.jaw import jaw_keep
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
 from ..video.train import track_faces
+from ..video.typed import CHECK_SEED, CHECK_SENTENCES, typed_sentences
 from .real import LandmarkMeter, real_summary, speech_per_frame
 
 
@@ -99,10 +104,48 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
                    picture_vs_shape_openness_corr=None if drawn.sum() < 3 or shape_open[drawn].std() < 1e-9 else
                    round(float(np.corrcoef(shape_open[drawn], drawn_open[drawn])[0, 1]), 4),
                    real_openness_std=round(float(np.nanstd(real_open)), 4),
+                   real_speaking_openness=_mean_std(real_open[ok & (speech[a:b] >= 0.5)]),
                    redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
     if out_video is not None:
         _write(out_video, np.stack(out), audio[int(a * SAMPLE_RATE / fps):int(b * SAMPLE_RATE / fps)], int(round(fps)))
     return summary
+
+
+def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES, seed: int = CHECK_SEED) -> dict:
+    """``sentences`` random eSpeak NG sentences (the demo's voices) through the avatar's audio stages, the mouth
+    drawn on its loop frames in turn and measured by the face landmarks: ``drawn_vs_phoneme_jaw_corr`` (the drawn
+    openness against the sentences' phonemes' jaw curve), ``drawn_speaking_openness`` (mean and std over the frames
+    the voice detector hears speech in) and ``drawn_silent_openness_mean``. Raises ``EspeakNotFound`` without
+    eSpeak NG."""
+    said = typed_sentences(avatar.audio, avatar.fps, sentences, seed)
+    shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
+    region = MouthRegion.for_avatar(avatar)
+    meter, drawn, jaw, speaking, k = LandmarkMeter(), [], [], [], 0
+    try:
+        for feats, jaw_curve, spoken in said:
+            for t in range(len(feats)):
+                shape = shape_stage.step(feats[t], bool(spoken[t]))
+                i = k % len(avatar.frames)  # the loop's frames in turn (a plain walk: the cursor is not measured)
+                frame, box = avatar.frames[i], [int(v) for v in avatar.boxes[i]]
+                keep = jaw_keep(avatar.jaws[i], box) if avatar.jaws is not None else None
+                gen = region.picture(torch.from_numpy(np.asarray(frame)), box, shape, keep=keep).numpy()
+                drawn.append(meter.measure(gen, np.asarray(frame))["lm_open"])
+                jaw.append(jaw_curve[t])
+                speaking.append(bool(spoken[t]))
+                k += 1
+    finally:
+        meter.close()
+    drawn, jaw, speaking = np.array(drawn, np.float64), np.array(jaw), np.array(speaking)
+    ok = np.isfinite(drawn)
+    return {"sentences": sentences, "seed": seed, "frames": int(ok.sum()),
+            "drawn_vs_phoneme_jaw_corr": round(float(np.corrcoef(drawn[ok], jaw[ok])[0, 1]), 4),
+            "drawn_speaking_openness": _mean_std(drawn[ok & speaking]),
+            "drawn_silent_openness_mean": round(float(drawn[ok & ~speaking].mean()), 4) if (ok & ~speaking).any()
+            else None}
+
+
+def _mean_std(x: np.ndarray) -> dict | None:
+    return {"mean": round(float(x.mean()), 4), "std": round(float(x.std()), 4)} if len(x) else None
 
 
 def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:

@@ -139,23 +139,27 @@ def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
 
 def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int = 3,
                    ridge: float | None = None, folds: int = 4, quiet_features: list[torch.Tensor] = (),
-                   rest: torch.Tensor | None = None, max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
+                   rest: torch.Tensor | None = None, known: list[tuple[torch.Tensor, torch.Tensor]] = (),
+                   max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
     ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech (silence, noise at several
     levels), each windowed on its own, all answered with ``rest [P]`` (the person's mouth in silence): rows
     added to every fit, never validated on, so the head keeps the mouth at rest on sounds that are not
-    speech (a microphone's hiss) without a gate. ``ridge`` None: chosen from a grid by ``folds`` contiguous
-    folds (each fold is a block of time, so neighbouring frames do not leak into the validation).
+    speech (a microphone's hiss) without a gate. ``known``: ``(features [T_i, D], shapes [T_i, P])`` pairs of
+    other speech whose shapes are set rather than measured (typed text spoken by eSpeak NG, its visemes on the
+    person's scale: :mod:`.typed`), also windowed on their own, added to every fit and never validated on.
+    ``ridge`` None: chosen from a grid by ``folds`` contiguous folds (each fold is a block of time, so
+    neighbouring frames do not leak into the validation).
 
     Amplitude: a regression answers what it cannot tell apart with the average, so its shapes swing less
     than the person's (held out on s1: the mouth opened 2/3 as wide as the real one). The fitted head is
     scaled about the person's mean shape over ``shapes`` by ``gain`` = the measured first shape number's std /
     the folds' predictions' std, within ``[1, max_gain]``: the mouth opens as wide as the person's, on average
-    as far as theirs, and the correlation is unchanged. So that the quiet rows still answer ``rest`` once
-    scaled, the final fit asks them for ``mean + (rest - mean) / gain``. (Scaled about the rest instead, the
-    speech's mean moved by ``(gain - 1) · (mean - rest)``: a news anchor whose lips part in pauses, rest 0.48
-    std above his mean, was drawn 0.23 std more closed than he speaks, on average, at a gain of 1.5.)
+    as far as theirs, and the correlation is unchanged. So that the quiet and known rows still answer their
+    shapes once scaled, the final fit asks them for ``mean + (shape - mean) / gain``. (Scaled about the rest
+    instead, the speech's mean moved by ``(gain - 1) · (mean - rest)``: a news anchor whose lips part in pauses,
+    rest 0.48 std above his mean, was drawn 0.23 std more closed than he speaks, on average, at a gain of 1.5.)
     Returns the head and a report (the ridge chosen, the folds' correlation of the first shape number, the gain).
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
@@ -164,14 +168,15 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
     Z = (X - mean) / std
     if len(quiet_features) and rest is None:
         raise ValueError("fit_shape_head: quiet_features need the rest shape they stand for")
-    Zq = torch.cat([(context_windows(f.float(), context).reshape(len(f), -1).double() - mean) / std
-                    for f in quiet_features]) if len(quiet_features) else Z[:0]
     centre = Y.mean(0)
     rest_y = torch.as_tensor(rest, dtype=Y.dtype) if rest is not None else centre
+    extra = [(f, rest_y.expand(len(f), -1)) for f in quiet_features] + [(f, y.to(Y.dtype)) for f, y in known]
+    Zx = torch.cat([(context_windows(f.float(), context).reshape(len(f), -1).double() - mean) / std
+                    for f, _ in extra]) if extra else Z[:0]
+    Yx = torch.cat([y for _, y in extra]) if extra else Y[:0]
 
-    def solve(Zt, Yt, lam, quiet_answer=rest_y):
-        Yq = quiet_answer.expand(len(Zq), -1)
-        Zt, Yt = torch.cat([Zt, Zq]), torch.cat([Yt, Yq])
+    def solve(Zt, Yt, lam, gain=1.0):  # the quiet and known rows asked for what lands on their shapes once scaled
+        Zt, Yt = torch.cat([Zt, Zx]), torch.cat([Yt, centre + (Yx - centre) / gain])
         zm, ym = Zt.mean(0), Yt.mean(0)
         A = (Zt - zm).T @ (Zt - zm) + lam * len(Zt) * torch.eye(Zt.shape[1], dtype=Zt.dtype)
         w = torch.linalg.solve(A, (Zt - zm).T @ (Yt - ym))
@@ -191,7 +196,7 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         spreads[lam] = float(Y[:, 0].std() / preds[:, 0].std().clamp_min(1e-9))
     best = max(scores, key=lambda k: scores[k] if scores[k] == scores[k] else -2.0)
     gain = min(max(spreads[best], 1.0), max_gain) if spreads[best] == spreads[best] else 1.0
-    w, b = solve(Z, Y, best, centre + (rest_y - centre) / gain)
+    w, b = solve(Z, Y, best, gain)
     w, b = gain * w, gain * b + (1 - gain) * centre  # mean + gain · (prediction - mean), still one linear map
     head = ShapeHead(feature_dim=features.shape[1], context=context, shape_dim=shapes.shape[1])
     with torch.no_grad():
@@ -200,7 +205,16 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         head.linear.weight.copy_(w.T.float())
         head.linear.bias.copy_(b.float())
     return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()},
-                         "gain": round(gain, 4), "quiet_rows": len(Zq)}
+                         "gain": round(gain, 4), "quiet_rows": sum(len(f) for f in quiet_features),
+                         "known_rows": sum(len(f) for f, _ in known)}
+
+
+def openness_lines(shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """How the person's other shape numbers go with their openness: ``slope [P - 1]`` and ``intercept [P - 1]``
+    (float64) of a least-squares line per number over ``shapes [T, P]``."""
+    z = shapes.double()
+    coef = torch.linalg.lstsq(torch.stack([z[:, 0], torch.ones_like(z[:, 0])], 1), z[:, 1:]).solution
+    return coef[0], coef[1]
 
 
 def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -> tuple[ShapeHead, torch.Tensor, dict]:
@@ -215,8 +229,7 @@ def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -
     and a report (each line's slope, intercept and correlation with openness)."""
     z = shapes.double()
     o = z[:, 0]
-    A = torch.stack([o, torch.ones_like(o)], 1)
-    coef = torch.linalg.lstsq(A, z[:, 1:]).solution  # [2, P - 1]: slope, intercept
+    coef = torch.stack(openness_lines(shapes))  # [2, P - 1]: slope, intercept
     W, b = head.linear.weight.data.double(), head.linear.bias.data.double()
     W_new, b_new = W.clone(), b.clone()
     W_new[1:] = coef[0][:, None] * W[0][None]

@@ -76,6 +76,17 @@ def write_training_provenance(root, report: dict) -> Path:
     if held and held.get("shape_openness_corr") is not None:
         lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
                      f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")
+    typed = report.get("shape_head", {}).get("typed", {})
+    if typed.get("sentences"):
+        check, person = typed.get("check") or {}, typed["person_speaking_openness"]
+        lines.append(f"- typed text: the shape head also learnt {typed['sentences']} eSpeak NG sentences, their "
+                     "shapes set from their phonemes on the person's scale"
+                     + (f"; on {check['sentences']} others its openness follows their phonemes' jaw at "
+                        f"{check['openness_vs_phoneme_jaw_corr']:.3f} and averages "
+                        f"{check['speaking_openness']['mean']:+.2f} std while speaking (the person: "
+                        f"{person['mean']:+.2f})" if check else ""))
+    elif typed.get("skipped"):
+        lines.append(f"- typed text: no eSpeak NG sentences learnt ({typed['skipped']})")
     lines += ["", "## Measured (`framegraph avatar eval`)", "",
               "Each evaluation of this bundle adds a section here.", ""]
     path = Path(root) / PROVENANCE

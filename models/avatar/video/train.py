@@ -15,7 +15,9 @@
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
              silent: the live shape follows the head with no voice gate (``silence_gate`` False); width and
-             roundness then follow the predicted openness as in the person's frames (``follow_openness``)
+             roundness then follow the predicted openness as in the person's frames (``follow_openness``);
+             and a few eSpeak NG sentences with shapes set from their phonemes on the person's scale, so typed
+             text moves the mouth as the person would (:mod:`.typed`)
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -70,6 +72,7 @@ from .lipsync import (
 from .loop import nearest_frames
 from .provenance import write_training_provenance
 from .sync import estimate_av_offset, shift_frames
+from .typed import TYPED_SENTENCES, typed_check, typed_rows
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
@@ -101,6 +104,7 @@ class VideoTrainConfig:
     vad: bool = True
     av_sync: bool = True
     follow_openness: bool = True
+    typed_sentences: int = TYPED_SENTENCES
     seed: int = 0
 
 
@@ -449,11 +453,14 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
         quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
     feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
     rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
+    typed, head_report_typed = typed_rows(encoder, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
+                                          seed=cfg.seed)
     head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
-                                       rest=rest)
+                                       rest=rest, known=typed)
     head_report["rest_from"] = rest_from
     if cfg.follow_openness:
         head, rest, head_report["follow_openness"] = follow_openness(head, z[:n_train], rest)
+    head_report["typed"] = {**head_report_typed, "check": typed_check(head, encoder, z[:n_train], speech, fps)}
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,

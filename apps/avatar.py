@@ -13,7 +13,7 @@ from framegraph.models.avatar import AvatarError, load_avatar
 from framegraph.models.avatar.clips.prepare import prepare_video
 from framegraph.models.avatar.eval.real import track_clip
 from framegraph.models.avatar.eval.synthetic import evaluate_avatar
-from framegraph.models.avatar.eval.video import evaluate_video_avatar
+from framegraph.models.avatar.eval.video import evaluate_typed_text, evaluate_video_avatar
 from framegraph.models.avatar.portrait.refine import refine_decoder
 from framegraph.models.avatar.portrait.train import train_avatar
 from framegraph.models.avatar.video.provenance import PROVENANCE, add_evaluation
@@ -287,6 +287,10 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     metrics["avatar"] = os.path.abspath(args.avatar)
     if args.video:
         metrics["video"] = os.path.abspath(args.video)
+    try:  # typed text, as a user who types meets the avatar
+        metrics["typed_text"] = evaluate_typed_text(avatar)
+    except EspeakNotFound as exc:
+        metrics["typed_text"] = {"skipped": str(exc)}
     try:
         add_evaluation(args.avatar, metrics)
     except OSError as exc:  # a read-only bundle: the JSON still gets written

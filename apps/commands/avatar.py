@@ -260,8 +260,10 @@ def _add_eval(sub) -> None:
                                    "(MediaPipe face mesh) on the generated and the real frames — mouth-openness "
                                    "correlation, PSNR / SSIM of the face outside the mouth, mouth sharpness, lips "
                                    "closed where the audio is silent. Without --avatar: the landmarks on the clip "
-                                   "alone (faces found, openness vs the clip's loudness, blinks). A video avatar's "
-                                   "figures are also added to its bundle's PROVENANCE.md.")
+                                   "alone (faces found, openness vs the clip's loudness, blinks). A video avatar is "
+                                   "also measured on typed text (four eSpeak NG sentences drawn on its loop: the "
+                                   "mouth vs their phonemes), and its figures are added to its bundle's "
+                                   "PROVENANCE.md.")
     e.add_argument("--avatar", help="avatar bundle folder (leave out to measure the clip alone)")
     e.add_argument("--clip", required=True, help="a talking clip (MP4 with audio) not used in training")
     e.add_argument("--truth", help="its ground-truth JSON (synthetic clips; a person's own clip has none)")

@@ -79,6 +79,8 @@ def test_avatar_eval_measures_a_video_avatar_on_the_held_out_part(tmp_path, caps
     assert provenance.count("### ") == 2 and "`me.mp4` from 0.64 s to 1.28 s (16 frames)" in provenance
     assert "the jaw line's edge" in provenance and "the jaw line's worst frame" in provenance
     assert f"| {m['outside_mouth_psnr_db']:g} | ≥ 30 |" in provenance
+    typed = m["typed_text"]  # and typed text drawn on the loop, beside the person's real openness while speaking
+    assert typed["sentences"] == 4 and f"on its loop) | {typed['drawn_vs_phoneme_jaw_corr']:g} |" in provenance
     assert main(["avatar", "eval", "--avatar", str(tmp_path / "me"), "--clip", clip, "--out", str(out),
                  "--av-offset", "2"]) == 0  # the clip's sound moved 2 frames earlier before it is measured
     assert json.loads(out.read_text())["av_offset_frames"] == 2 and json.loads(out.read_text())["frames"] == 16

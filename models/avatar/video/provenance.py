@@ -112,6 +112,13 @@ def add_evaluation(root, metrics: dict) -> Path:
         rows.append(f"| lips closed in silent frames: the avatar / the real person "
                     f"({silence['frames']} frames) | {silence['lips_closed_fraction_generated']:.0%} / "
                     f"{silence['lips_closed_fraction_real']:.0%} | closed in silence |")
+    typed, speaking = metrics.get("typed_text") or {}, metrics.get("real_speaking_openness")
+    if typed.get("frames"):
+        rows.append(f"| typed text: the drawn mouth vs the phonemes' jaw ({typed['sentences']} eSpeak NG sentences it "
+                    f"never learnt, on its loop) | {typed['drawn_vs_phoneme_jaw_corr']:g} | follows the words |")
+        if typed.get("drawn_speaking_openness") and speaking:
+            rows.append(f"| typed text: openness while the voice speaks / the real person's while speaking | "
+                        f"{typed['drawn_speaking_openness']['mean']:g} / {speaking['mean']:g} | ≈ the person's |")
     offset = metrics.get("av_offset_frames")
     section = [f"### {_now()}: `{os.path.basename(metrics['clip'])}` from {metrics['start_s']:g} s to "
                f"{metrics['end_s']:g} s ({metrics['frames']} frames"

@@ -169,7 +169,7 @@ def test_speech_in_a_voice_the_person_never_recorded_follows_its_known_shapes():
     """The measured defect, reproduced: in the person's recording loudness goes with openness, so the head leans
     on it; typed text comes in eSpeak's voice, loud throughout, and the head drew it 0.7 std too open. Rows of
     that voice with known shapes (``known``) put it on its shapes, scaled by the same gain, and leave the person's
-    own speech predicted as before. (Whether the loudness pushes the mouth open or shut depends on how the
+    own speech predicted as before, as wide. (Whether the loudness pushes the mouth open or shut depends on how the
     ridge splits the weight between the two: here shut.)"""
     from framegraph.models.avatar.video.lipsync import context_windows, fit_shape_head
 
@@ -198,11 +198,15 @@ def test_speech_in_a_voice_the_person_never_recorded_follows_its_known_shapes():
             own, typed = head(context_windows(new_feats, 1))[:, 0], head(context_windows(test_feats, 1))[:, 0]
         out[name] = (float(torch.corrcoef(torch.stack([own, new_shapes[:, 0]]))[0, 1]),
                      float(typed.mean() - test_shapes[:, 0].mean()),
-                     float(torch.corrcoef(torch.stack([typed, test_shapes[:, 0]]))[0, 1]), report)
+                     float(torch.corrcoef(torch.stack([typed, test_shapes[:, 0]]))[0, 1]), report,
+                     float(own.std() / new_shapes[:, 0].std()))
     assert abs(out["without"][1]) > 0.6, "the defect: the typed voice drawn far off the person's range"
     assert abs(out["with"][1]) < 0.2 and out["with"][2] > 0.95, "on its known shapes"
     assert out["with"][3]["gain"] > 1.2 and out["with"][3]["known_rows"] == 500
     assert out["with"][0] > out["without"][0] - 0.03, "the person's own speech as before"
+    # and as wide as theirs: the gain is measured on folds fitted with the known rows asking what the final fit
+    # asks (scaled by it); measured with them unscaled, the own speech swung 0.88 as wide
+    assert 0.93 < out["with"][4] < 1.1 and 0.93 < out["without"][4] < 1.1
 
 
 def test_typed_rows_put_the_phonemes_jaw_on_the_persons_speaking_range():
@@ -523,14 +527,15 @@ def test_mouth_rests_on_hiss_and_silence_without_a_gate_and_moves_on_speech(talk
     a = load_avatar(talking["bundle"])
     assert a.silence_gate is False and "silent frames" in talking["report"]["shape_head"]["rest_from"]
     assert talking["report"]["shape_head"]["quiet_rows"] > 0
-    rest, gain = a.rest_shape[0], talking["report"]["shape_head"]["gain"]
+    rest = a.rest_shape[0]
+    speech = _live_openness(a, talking["audio"][-3 * SR:], speaking=True)
+    assert speech.max() - rest > 1.0 and speech.std() > 0.3  # held-out speech opens and moves the mouth
     rng = np.random.default_rng(7)
     for level in (0.0, 0.003, 0.01, 0.03):  # silence, -50, -40, -30 dBFS of white noise
         hiss = (rng.standard_normal(3 * SR) * level * 32767).astype(np.int16)
         o = _live_openness(a, hiss, speaking=True)[10:]  # even with the state saying "speaking"
-        assert np.abs(o - rest).max() < 0.6 * gain, (level, o.max(), rest)  # 0.6 std before the swing gain
-    speech = _live_openness(a, talking["audio"][-3 * SR:], speaking=True)
-    assert speech.max() - rest > 1.0 and speech.std() > 0.3  # held-out speech still opens and moves the mouth
+        # at most a third as far from the resting mouth as speech takes it, in its quietest frame
+        assert np.abs(o - rest).max() < np.abs(speech - rest).max() / 3, (level, o.max(), rest)
 
 
 @pytest.mark.slow

@@ -136,10 +136,10 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--av-sync", action=argparse.BooleanOptionalAction, default=True,
                    help="with --kind video: measure how late the video's sound is against the mouth (up to 400 ms) "
                         "and train on it aligned (default on)")
-    t.add_argument("--typed-sentences", type=non_negative_int, default=3,
+    t.add_argument("--typed-sentences", type=non_negative_int, default=6,
                    help="with --kind video: eSpeak NG sentences the audio -> mouth-shape head also learns, their "
                         "shapes set from their phonemes on the person's scale, so typed text moves the mouth like "
-                        "the person's (3; 0: none — the head then meets eSpeak's voice only at run time)")
+                        "the person's (6; 0: none — the head then meets eSpeak's voice only at run time)")
     t.add_argument("--loop-seconds", type=positive_float, default=10.0,
                    help="with --kind video: seconds of the video kept as the loop the avatar plays (10)")
     t.add_argument("--synth-seconds", type=positive_float, default=6.0, help="with --synth: seconds per clip (6)")

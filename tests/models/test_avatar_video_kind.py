@@ -353,7 +353,7 @@ def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
     assert f"correlation {r['heldout']['shape_openness_corr']:.3f}" in text
     assert r["critic"]["dropped_at"] is None and "the lips' texture critic at weight 0.1 from step 500" in text
     typed = r["shape_head"]["typed"]
-    assert typed["sentences"] == 3 and f"at {typed['check']['openness_vs_phoneme_jaw_corr']:.3f}" in text
+    assert typed["sentences"] == 6 and f"at {typed['check']['openness_vs_phoneme_jaw_corr']:.3f}" in text
 
 
 @pytest.mark.slow

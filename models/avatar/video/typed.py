@@ -13,10 +13,10 @@ person opens while speaking. So the head's fit also gets a few eSpeak sentences 
 Frames the voice detector calls silent answer the rest shape; the other shape numbers follow openness along the
 person's own lines (:func:`~.lipsync.openness_lines`). :func:`typed_check` measures the fitted head on other
 sentences, the way a user meets it: how well its openness follows their phonemes' jaw and how wide it opens.
-``TYPED_SENTENCES`` = 3, chosen by measurement on two people (refitted heads; docs/real_people.md): the drawn mouth
-on unseen sentences follows their phonemes' jaw at 0.50 / 0.59 (without: 0.38 / 0.45; with 6: 0.54 / 0.63), while
-on the people's own held-out speech the openness correlation moved by +0.007 / -0.007 and the swing stayed in
-0.85-1.15 (with 6 the anchor's fell to 0.83).
+``TYPED_SENTENCES`` = 6, chosen by measurement on two people (refitted heads; docs/real_people.md): the drawn mouth
+on unseen sentences follows their phonemes' jaw at 0.57 / 0.64 (without: 0.46 / 0.44; with 3: 0.55 / 0.58), while
+on the people's own held-out speech the openness correlation moved by -0.005 / -0.004 and the swing stayed in
+0.85-1.15 (1.03 / 0.87).
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from framegraph.models.synth.plan import VOICES, make_sentence
 from ..eval.real import speech_per_frame
 from .lipsync import ShapeHead, context_windows, openness_lines
 
-TYPED_SENTENCES = 3  # eSpeak sentences in the shape head's fit (0: none)
+TYPED_SENTENCES = 6  # eSpeak sentences in the shape head's fit (0: none)
 CHECK_SENTENCES = 4  # other sentences the fitted head is measured on
 CHECK_SEED = 7919  # their seed: not a training seed in practice (those are --seed, 0 by default)
 RATES_WPM = (150, 165, 180)  # around the demo's 165

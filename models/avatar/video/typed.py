@@ -45,9 +45,9 @@ def typed_sentences(encoder: AudioEncoder, fps: float, count: int, seed: int) ->
     out = []
     for i in range(count):
         said = synthesize(make_sentence(rng), voice=VOICES[i % len(VOICES)], rate_wpm=RATES_WPM[i % len(RATES_WPM)])
-        n = int(len(said.samples) / said.sample_rate * fps)
         with torch.no_grad():
-            feats = extract_features(encoder, said.samples, fps)[:n]
+            feats = extract_features(encoder, said.samples, fps)[:int(len(said.samples) / said.sample_rate * fps)]
+        n = len(feats)
         times_ms = (np.arange(n) + 0.5) / fps * 1000.0
         jaw = mouth_curves([(e.time_ms, e.name) for e in said.phonemes], said.duration_ms, times_ms)[:, 0]
         out.append((feats, jaw.astype(np.float64), speech_per_frame(said.samples, n, fps) >= 0.5))
@@ -77,6 +77,8 @@ def typed_rows(encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray |
     mean, std = speaking_range(shapes, speech)
     slope, intercept = openness_lines(shapes)
     jaw_speaking = np.concatenate([jaw[speaking] for _, jaw, speaking in said])
+    if len(jaw_speaking) < 2:
+        return [], {"sentences": 0, "skipped": "the voice detector heard no speech in eSpeak NG's sentences"}
     jaw_mean, jaw_std = jaw_speaking.mean(), max(jaw_speaking.std(), 1e-6)
     rows = []
     for feats, jaw, speaking in said:

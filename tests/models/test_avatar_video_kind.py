@@ -240,6 +240,17 @@ def test_typed_rows_put_the_phonemes_jaw_on_the_persons_speaking_range():
     assert typed_rows(encoder, shapes, speech, rest, 25.0, sentences=0) == ([], {"sentences": 0})
 
 
+def test_a_negative_count_of_typed_sentences_is_refused_with_what_is_expected(tmp_path, capsys):
+    from framegraph.apps.cli import main
+
+    with pytest.raises(SystemExit) as exit_:  # argparse's own refusal, before anything is read
+        main(["avatar", "train", "--video", str(tmp_path / "me.mp4"), "--out", str(tmp_path / "b"),
+              "--typed-sentences", "-1"])
+    assert exit_.value.code == 2
+    err = capsys.readouterr().err
+    assert "--typed-sentences" in err and "'-1': expected a whole number ≥ 0" in err
+
+
 def test_width_and_roundness_follow_the_predicted_openness_as_the_persons_do():
     """The audio tells openness apart far better than width or roundness; their own regressions sit near their
     means whatever the openness, a mouth the person never made. Following the openness they stay on the person's

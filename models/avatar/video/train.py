@@ -460,7 +460,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     head_report["rest_from"] = rest_from
     if cfg.follow_openness:
         head, rest, head_report["follow_openness"] = follow_openness(head, z[:n_train], rest)
-    head_report["typed"] = {**head_report_typed, "check": typed_check(head, encoder, z[:n_train], speech, fps)}
+    head_report["typed"] = {**head_report_typed, "check": typed_check(head, encoder, fps)}
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
 
     avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,

@@ -90,11 +90,11 @@ def typed_rows(encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray |
                   "person_speaking_openness": {"mean": round(mean, 4), "std": round(std, 4)}}
 
 
-def typed_check(head: ShapeHead, encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray | None,
-                fps: float, *, sentences: int = CHECK_SENTENCES, seed: int = CHECK_SEED) -> dict:
+def typed_check(head: ShapeHead, encoder: AudioEncoder, fps: float, *, sentences: int = CHECK_SENTENCES,
+                seed: int = CHECK_SEED) -> dict:
     """The head on eSpeak sentences it was not fitted on: the correlation of its openness with their phonemes'
-    jaw, and its openness mean and std over their speech frames beside the person's own while speaking (in the
-    person's standardised units). ``{}`` when eSpeak NG is missing."""
+    jaw, and its openness mean and std over their speech frames (in the person's standardised units, beside
+    :func:`typed_rows`' ``person_speaking_openness``). ``{}`` when eSpeak NG is missing."""
     try:
         said = typed_sentences(encoder, fps, sentences, seed)
     except (EspeakNotFound, EspeakError):
@@ -104,9 +104,7 @@ def typed_check(head: ShapeHead, encoder: AudioEncoder, shapes: torch.Tensor, sp
         pred = np.concatenate([head(context_windows(f, k))[:, 0].double().numpy() for f, _, _ in said])
     jaw = np.concatenate([j for _, j, _ in said])
     speaking = np.concatenate([s for _, _, s in said])
-    mean, std = speaking_range(shapes, speech)
     return {"sentences": sentences, "frames": len(pred), "seed": seed,
             "openness_vs_phoneme_jaw_corr": round(float(np.corrcoef(pred, jaw)[0, 1]), 4),
             "speaking_openness": {"mean": round(float(pred[speaking].mean()), 4),
-                                  "std": round(float(pred[speaking].std()), 4)},
-            "person_speaking_openness": {"mean": round(mean, 4), "std": round(std, 4)}}
+                                  "std": round(float(pred[speaking].std()), 4)}}

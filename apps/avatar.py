@@ -31,7 +31,7 @@ from framegraph.models.synth import (
 )
 from framegraph.models.synth.espeak import INSTALL_HINT
 from framegraph.models.vae import region_size
-from framegraph.stream.media import MediaError
+from framegraph.stream.media import SAMPLE_RATE, MediaError
 from framegraph.stream.progress import run_with_progress
 
 
@@ -54,8 +54,8 @@ def run_matte(args: argparse.Namespace) -> int:
 
 
 def run_synth(args: argparse.Namespace) -> int:
-    if 16_000 % args.fps:
-        print(f"framegraph avatar synth: error: --fps {args.fps} must divide 16000 (25, 32, 40, 50...)",
+    if SAMPLE_RATE % args.fps:
+        print(f"framegraph avatar synth: error: --fps {args.fps} must divide {SAMPLE_RATE} (25, 32, 40, 50...)",
               file=sys.stderr)
         return 2
     try:

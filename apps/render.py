@@ -38,7 +38,7 @@ def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> 
     if args.report:
         write_json(args.report, report)
     state = "interrupted, wrote" if report["interrupted"] else "wrote"
-    audio = f", {sink.audio_samples_written / 16000:.2f} s audio" if sink.audio_rate else ""
+    audio = f", {sink.audio_samples_written / sink.audio_rate:.2f} s audio" if sink.audio_rate else ""
     print(f"{state} {args.out}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
           f"{audio} ({report['fps']:.1f} frames/s rendered)", file=sys.stderr)
     print(os.path.abspath(args.out))

@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.media import SAMPLE_RATE
 
 from .source import CHUNK, SpeechSource
 
@@ -105,7 +106,7 @@ class SessionOutput(Stage):
         self._video: collections.deque = collections.deque()  # VideoOut waiting for the audio before them
         self._heard_to = 0  # every chunk before this pts has been echoed
         self._speech: collections.deque = collections.deque()  # (start, end, arrival ns) of recent speech chunks
-        self._chunk_ticks = clock.ticks_from_samples(CHUNK, 16_000)
+        self._chunk_ticks = clock.ticks_from_samples(CHUNK, SAMPLE_RATE)
         self._rest_before, self._rest_after = clock.ticks(REST_BEFORE_S), clock.ticks(REST_AFTER_S)
         self._hold = clock.ticks(MAX_AUDIO_HOLD_S)
         self._delay = clock.ticks(self.video_delay_s)

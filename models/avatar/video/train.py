@@ -63,6 +63,7 @@ from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, l
 from .lipsync import (
     SHAPE_NAMES,
     MouthGenerator,
+    ShapeHead,
     context_windows,
     fit_shape_head,
     follow_openness,
@@ -386,6 +387,45 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
     return shift_frames(feats, lag), None if speech is None else shift_frames(speech, lag), report
 
 
+@dataclass
+class SoundFit:
+    """The sound side of a video avatar (:func:`_fit_sound`): the audio ``encoder`` (and the file it came from),
+    the ``head`` from its features to the mouth shape, the ``rest`` shape (standardised ``[P]``), the head's fit
+    ``report``, its ``heldout`` numbers (None without a held-out end) and the sound's ``av_offset`` report."""
+
+    encoder: AudioEncoder
+    encoder_path: str
+    head: ShapeHead
+    rest: torch.Tensor
+    report: dict
+    heldout: dict | None
+    av_offset: dict | None
+
+
+def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, openness: np.ndarray, n_train: int,
+               cfg: VideoTrainConfig, fps: float, audio_from) -> SoundFit:
+    """The encoder's features of the whole video (``audio`` ``int16``, 16 kHz) and of quiet clips, the sound
+    aligned to the picture, then the ShapeHead fitted on the first ``n_train`` frames' standardised shapes ``z
+    [T, P]`` with the quiet and typed rows (see the module docstring)."""
+    n = len(z)
+    encoder, encoder_path = _audio_encoder(audio_from)
+    with torch.no_grad():
+        feats = extract_features(encoder, audio, fps)[:n]
+        quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
+    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
+    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
+    typed, typed_report = typed_rows(encoder, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
+                                     seed=cfg.seed)
+    head, report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
+                                  rest=rest, known=typed)
+    report["rest_from"] = rest_from
+    if cfg.follow_openness:
+        head, rest, report["follow_openness"] = follow_openness(head, z[:n_train], rest)
+    report["typed"] = {**typed_report, "check": typed_check(head, encoder, fps)}
+    heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
+    return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report)
+
+
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
                        torch_threads: int | None = None, progress: bool = True, log=None,
                        **settings) -> tuple[VideoAvatar, dict]:
@@ -447,27 +487,13 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
         generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
     timings["generator_s"] = round(time.monotonic() - t0, 1)
 
-    encoder, encoder_path = _audio_encoder(audio_from)
-    with torch.no_grad():
-        feats = extract_features(encoder, audio, fps)[:n]
-        quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
-    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
-    rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
-    typed, head_report_typed = typed_rows(encoder, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
-                                          seed=cfg.seed)
-    head, head_report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
-                                       rest=rest, known=typed)
-    head_report["rest_from"] = rest_from
-    if cfg.follow_openness:
-        head, rest, head_report["follow_openness"] = follow_openness(head, z[:n_train], rest)
-    head_report["typed"] = {**head_report_typed, "check": typed_check(head, encoder, fps)}
-    heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
+    sound = _fit_sound(audio, speech, z, openness, n_train, cfg, fps, audio_from)
 
-    avatar = VideoAvatar(generator=generator, shape_head=head, audio=encoder, frames=loop,
+    avatar = VideoAvatar(generator=generator, shape_head=sound.head, audio=sound.encoder, frames=loop,
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
                          reference=reference, texture=texture, jaws=track.jaws[:n_loop], matte=matte,
                          shape_mean=mean.tolist(), shape_std=std.tolist(),
-                         rest_shape=rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
+                         rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),
@@ -476,9 +502,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"16); the generator works at {size}² (the video's own pixels, capped at "
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
-              "shape_names": list(SHAPE_NAMES), "audio_encoder": encoder_path, "shape_head": head_report,
-              "heldout": heldout, "av_offset": sync_report, "generator_history": history, "critic": critic_report,
-              "config": asdict(cfg),
+              "shape_names": list(SHAPE_NAMES), "audio_encoder": sound.encoder_path, "shape_head": sound.report,
+              "heldout": sound.heldout, "av_offset": sound.av_offset, "generator_history": history,
+              "critic": critic_report, "config": asdict(cfg),
               "timings": timings,
               "torch": torch.__version__, "threads": torch_threads or torch.get_num_threads()}
     avatar.meta = {"training": {k: report[k] for k in ("frames", "train_frames", "region_choice", "heldout",
@@ -489,5 +515,5 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     return avatar, report
 
 
-__all__ = ["VideoTrainConfig", "FaceTrack", "train_video_avatar", "track_faces", "clips_audio", "measure_shape",
-           "lower_face_mask", "idle_range", "train_generator"]
+__all__ = ["VideoTrainConfig", "FaceTrack", "SoundFit", "train_video_avatar", "track_faces", "clips_audio",
+           "measure_shape", "lower_face_mask", "idle_range", "train_generator"]

@@ -9,8 +9,9 @@
 #                                                 # needs is in .whl/, the upload fits in 64 MiB
 #   bash benchmarks/gpu_run.sh SECONDS [STEP ...] # on the GPU machine, from the checkout (.whl/ carried along)
 #
-# STEPs, in order (default: all but soak): tests avatar launches render generate_wan kernels generate_monarch
-# generate_sana server first_frame soak
+# STEPs, in order (default: all but the last two): tests avatar launches render generate_wan kernels
+# generate_monarch generate_sana server first_frame scene_avatar render_gsplat soak (render_gsplat is added by
+# itself when gsplat's build finishes after the render step)
 #
 # .whl/ holds what a bare GPU image (Python 3.12, torch 2.11, triton 3.6, numpy, nvcc) lacks: the wheels listed
 # in WHEELS below (cp312 manylinux), Silero VAD's model alone (not its 11 MB wheel), and gsplat's source
@@ -60,6 +61,14 @@ step_command() {
     *) return 1 ;;
   esac
 }
+
+usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+case ${1:-} in
+  -h|--help) usage; exit 0 ;;
+  ""|--prepare|--dry-run) ;;
+  *[!0-9]*|0) echo "gpu_run.sh: expected SECONDS (a whole number of seconds for the run), --dry-run or --prepare;" \
+                   "got '$1' (--help says more)" >&2; exit 2 ;;
+esac
 
 py=${PYTHON:-python3}; [ -z "${PYTHON:-}" ] && [ -x .venv/bin/python ] && py=.venv/bin/python  # here, not there
 

@@ -53,3 +53,19 @@ def test_gpu_run_dry_run_parses_every_step(tmp_path):
     bad = subprocess.run(["bash", "benchmarks/gpu_run.sh", "--dry-run", "nonsense"], cwd=REPO, capture_output=True,
                          text=True, env=env, timeout=300)
     assert bad.returncode != 0 and "FAIL nonsense: no such step" in bad.stdout
+
+
+def test_gpu_run_refuses_what_is_not_a_budget_and_explains_itself(tmp_path):
+    """``--help`` (or a typo) once started a GPU run here: it installed into /tmp and stopped on the missing wheels.
+    Anything but SECONDS, --dry-run or --prepare is refused before anything runs."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OUT": str(out), "RESULTS": str(tmp_path / "results")}
+    for arg in ("--hlep", "0", "9x"):
+        proc = subprocess.run(["bash", "benchmarks/gpu_run.sh", arg], cwd=REPO, capture_output=True, text=True,
+                              env=env, timeout=60)
+        assert proc.returncode == 2 and f"got '{arg}'" in proc.stderr and "expected SECONDS" in proc.stderr
+        assert not out.exists() and not (tmp_path / "results").exists()
+    usage = subprocess.run(["bash", "benchmarks/gpu_run.sh", "--help"], cwd=REPO, capture_output=True, text=True,
+                           env=env, timeout=60)
+    assert usage.returncode == 0 and "--dry-run" in usage.stdout and "scene_avatar" in usage.stdout
+    assert not out.exists()

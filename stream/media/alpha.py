@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import io
 import os
-from fractions import Fraction
 
 import av
 import numpy as np
@@ -84,18 +83,7 @@ class AlphaVideoSink(MP4Sink):
         self.inputs["video"] = rgba_port(width, height)
 
     def _open(self):
-        fmt, vcodec, pix_fmt, options, acodec = ALPHA_FORMATS[self.suffix]
-        container = av.open(self.partial_path, mode="w", format=fmt)
-        vs = container.add_stream(vcodec, rate=self.fps)
-        vs.width, vs.height, vs.pix_fmt = self.width, self.height, pix_fmt
-        vs.codec_context.time_base = Fraction(1) / self.fps
-        vs.codec_context.options = dict(options)
-        audio = None
-        if self.audio_rate:
-            audio = container.add_stream(acodec, rate=self.audio_rate)
-            audio.layout = "mono"
-            audio.codec_context.time_base = Fraction(1, self.audio_rate)
-        return container, vs, audio
+        return self._open_streams(*ALPHA_FORMATS[self.suffix])
 
     def _video_frame(self, data: torch.Tensor) -> av.VideoFrame:
         return av.VideoFrame.from_ndarray(data.numpy(), format="rgba")

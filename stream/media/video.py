@@ -89,15 +89,21 @@ class MP4Sink(Stage):
 
     def _open(self):
         """The container and its video and audio streams (None without audio), ready to mux: H.264 + AAC in MP4
-        here; a sink for another format overrides this and :meth:`_video_frame`."""
-        container = av.open(self.partial_path, mode="w", format="mp4")
-        vs = container.add_stream("libx264", rate=self.fps)
-        vs.width, vs.height, vs.pix_fmt = self.width, self.height, "yuv420p"
+        here; a sink for another format overrides this (with :meth:`_open_streams`) and :meth:`_video_frame`."""
+        options = dict(PRESETS[self.preset], g=str(max(1, round(2 * self.fps))))
+        return self._open_streams("mp4", "libx264", "yuv420p", options, "aac")
+
+    def _open_streams(self, fmt: str, vcodec: str, pix_fmt: str, options: dict, acodec: str):
+        """``partial_path`` opened as container ``fmt`` with a ``vcodec`` stream (``pix_fmt``, encoder
+        ``options``) at the sink's size and rate, and a mono ``acodec`` stream when the sink has sound."""
+        container = av.open(self.partial_path, mode="w", format=fmt)
+        vs = container.add_stream(vcodec, rate=self.fps)
+        vs.width, vs.height, vs.pix_fmt = self.width, self.height, pix_fmt
         vs.codec_context.time_base = Fraction(1) / self.fps
-        vs.codec_context.options = dict(PRESETS[self.preset], g=str(max(1, round(2 * self.fps))))
+        vs.codec_context.options = dict(options)
         audio = None
         if self.audio_rate:
-            audio = container.add_stream("aac", rate=self.audio_rate)
+            audio = container.add_stream(acodec, rate=self.audio_rate)
             audio.layout = "mono"
             audio.codec_context.time_base = Fraction(1, self.audio_rate)
         return container, vs, audio

@@ -396,13 +396,9 @@ class _ReceiverVideoBuffer:
 
 
 async def _drain(track, handle) -> None:
-    from aiortc.mediastreams import MediaStreamError
+    from framegraph.apps.server.webrtc_media import track_frames
 
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
+    async for frame in track_frames(track):
         handle(frame)
 
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 import torch
 
+from framegraph.models.runtime import default_device
 from framegraph.renderers.fit import FitConfig, Fitter, load_transforms, synthetic_dataset
 from framegraph.renderers.fit.densify import DensifyConfig
 from framegraph.renderers.scenes import procedural_scene
@@ -37,7 +38,7 @@ def start_device(args: argparse.Namespace) -> str:
     """Apply ``--threads`` and resolve ``--device`` (default cuda when available); refuses cuda without it."""
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or default_device()
     if torch.device(device).type == "cuda" and not torch.cuda.is_available():
         raise ValueError(f"--device {device}: CUDA is not available here; use --device cpu")
     return device

@@ -17,6 +17,7 @@ import torch
 from framegraph.models.generate import build_generate_graph, default_dtype, file_source, load_generate_model
 from framegraph.models.generate.onnx import default_wan_onnx_dir
 from framegraph.models.generate.stages import check_strength, video_frames
+from framegraph.models.runtime import default_device
 from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
 from framegraph.stream.progress import run_with_progress
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> int:
         raise FileNotFoundError(f"--input {args.input}: no such file; expected a video file")
     if args.onnx and args.runtime != "onnx":
         raise ValueError("--onnx DIR goes with --runtime onnx")
-    device = args.device or ("cuda" if torch.cuda.is_available() and args.runtime == "torch" else "cpu")
+    device = args.device or default_device(args.runtime)
     gm = load_generate_model(args.model, family=args.family, base=args.base, device=device,
                              dtype=default_dtype(device))
     height, width = args.size

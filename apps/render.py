@@ -10,6 +10,7 @@ import sys
 
 import torch
 
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
@@ -92,7 +93,7 @@ def run(args: argparse.Namespace) -> int:
     elif args.avatar:
         from framegraph.models.avatar import render_avatar_graph  # heavy: the avatar's models
 
-        device = args.device or ("cuda" if torch.cuda.is_available() and args.runtime == "torch" else "cpu")
+        device = args.device or default_device(args.runtime)
         graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=device,
                                                  preset=args.preset, size=args.size,
                                                  runtime=compiled_or(args.compile, args.runtime, device),

@@ -1,8 +1,7 @@
 """``framegraph render --scene``'s graph: a 3DGS / 4DGS / NeRF scene rendered along an orbit or a camera path."""
 from __future__ import annotations
 
-import torch
-
+from framegraph.models.runtime import default_device
 from framegraph.renderers.cameras import load_nerfstudio_camera_path
 from framegraph.renderers.scene_file import open_scene
 from framegraph.renderers.stages import CameraSource
@@ -16,7 +15,7 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
                       time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
     """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
     MP4Sink (video only)."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     scene = open_scene(scene_path, time_duration=time_duration)
     if camera_path:
         path = load_nerfstudio_camera_path(camera_path)

@@ -34,11 +34,12 @@ RUNTIMES: tuple[str, ...] = ("torch", "compiled", "onnx", "onnx-int8")
 _FACTORIES: dict[str, dict[str, Callable]] = {}
 
 
-def default_device() -> str:
-    """Where a model runs when the caller does not choose: ``"cuda"`` when a GPU is there, else ``"cpu"``."""
+def default_device(runtime: str = "torch") -> str:
+    """Where a model runs when the caller does not choose: ``"cuda"`` when a GPU is there and ``runtime`` computes
+    in torch (``torch``, ``compiled``), else ``"cpu"`` (the ``onnx`` runtimes are ONNX Runtime on the CPU)."""
     import torch
 
-    return "cuda" if torch.cuda.is_available() else "cpu"
+    return "cuda" if torch.cuda.is_available() and runtime in ("torch", "compiled") else "cpu"
 
 
 def default_runtime(device) -> str:

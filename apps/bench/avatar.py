@@ -63,6 +63,7 @@ from framegraph.models.avatar import AvatarError, PortraitAvatar, load_avatar
 from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 from framegraph.models.dit import AvatarDiT
+from framegraph.models.runtime import default_device
 from framegraph.models.vae import VideoVAE
 
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
@@ -238,7 +239,7 @@ def _shown_path(path: str) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.device = args.device or default_device()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     s = _settings(args)

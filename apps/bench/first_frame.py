@@ -48,6 +48,7 @@ import torch
 from framegraph.models.avatar import build_avatar_graph, load_avatar, warm_avatar
 from framegraph.models.avatar.video.bundle import random_video_avatar
 from framegraph.models.generate import build_generate_graph, default_dtype
+from framegraph.models.runtime import default_device
 
 from ..commands.bench.first_frame import PIPELINES, RUNTIMES
 from .generate import build_model
@@ -199,7 +200,7 @@ def figure(data: dict, plt):
 
 
 def run(args: argparse.Namespace) -> int:
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.device = args.device or default_device()
     if args.one:
         print(json.dumps(_one(args)))
         return 0

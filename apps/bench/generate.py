@@ -42,6 +42,7 @@ from diffusers import AutoencoderKLWan, SanaVideoTransformer3DModel, WanTransfor
 from framegraph.models.generate import FAMILIES, GenerateModel, build_generate_graph, default_dtype, first_frame
 from framegraph.models.generate.checkpoint import FPS, PROMPT_TOKENS, cast_keeping_fp32
 from framegraph.models.generate.onnx import export_wan_vae
+from framegraph.models.runtime import default_device
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import H264Encoder
 
@@ -89,7 +90,7 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: 
 def measure(args, backend: str = "torch") -> dict:
     """One run of the graph with the VAE decoder on ``backend`` (``"onnx"``: exported first, the time recorded
     as ``export_s``)."""
-    device = args.device or ("cuda" if torch.cuda.is_available() and backend == "torch" else "cpu")
+    device = args.device or default_device(backend)
     dtype = default_dtype(device)
     gm = build_model(args.family, args.config, device, dtype, args.vae)
     height, width = args.size

@@ -32,6 +32,7 @@ from framegraph.kernels.monarch_attention import monarch_attention
 from framegraph.kernels.monarch_attention.reference import token_causal_mask
 from framegraph.kernels.rope import apply_rope
 from framegraph.kernels.rope.reference import diffusers_apply_rotary_emb
+from framegraph.models.runtime import default_device
 
 from ..commands.bench.kernels import Op
 from .meta import bench_metadata, write_result
@@ -42,7 +43,7 @@ PEAKS = {"H200": (4.8, 989.0), "H100": (3.35, 989.0)}
 
 
 def run(args: argparse.Namespace) -> int:
-    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    device = torch.device(default_device())
     if args.tiny:
         args.batch, args.heads, args.head_dim, args.frames, args.block_size, args.channels = 1, 2, 16, 4, 16, 64
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))

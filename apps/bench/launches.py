@@ -39,6 +39,7 @@ import torch
 from framegraph.models.avatar import build_avatar_graph, load_avatar
 from framegraph.models.avatar.video.bundle import random_video_avatar
 from framegraph.models.generate import build_generate_graph, default_dtype
+from framegraph.models.runtime import default_device
 from framegraph.renderers.gaussians import random_scene
 from framegraph.renderers.scene_file import open_scene
 from framegraph.renderers.stages import CameraSource, GaussianRenderStage, framing_for_points
@@ -221,7 +222,7 @@ def figure(data: dict, plt):
 
 
 def run(args: argparse.Namespace) -> int:
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.device = args.device or default_device()
     names = [n.strip() for n in args.pipelines.split(",") if n.strip()]
     bad = [n for n in names if n not in PIPELINES]
     if bad or not names:

@@ -48,6 +48,8 @@ import time
 
 import torch
 
+from framegraph.models.runtime import default_device
+
 from .measure import torch_threads
 from .meta import bench_metadata, write_result
 from .render_cases import Cases
@@ -151,7 +153,7 @@ def _print(result: dict) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    device = torch.device(args.device or default_device())
     if device.type == "cuda" and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     if "triton" in args.backends and device.type == "cpu":

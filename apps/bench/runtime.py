@@ -29,6 +29,7 @@ from typing import Literal
 import numpy as np
 import torch
 
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, CountSource, Graph, PortSpec, Stage
 
 from .measure import rss_bytes, stage_times, summary_ms
@@ -217,7 +218,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--hops must be >= 1, got {args.hops}")
     if args.sink_ms <= 0:
         raise ValueError(f"--sink-ms must be > 0 (the backpressure run's pace), got {args.sink_ms}")
-    args.device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    args.device = args.device or default_device()
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         raise ValueError("--device cuda asked for, but torch sees no CUDA device")
     shape = (1024,)

@@ -24,6 +24,7 @@ import torch
 
 from framegraph import assets
 from framegraph.models.avatar import build_avatar_graph, load_avatar
+from framegraph.models.runtime import default_device
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.media import SAMPLE_RATE, AudioFileSource
@@ -78,7 +79,7 @@ def _composite(scene, avatar, wav: str, placement, path, n: int, width: int, hei
 
 
 def measure(args: argparse.Namespace) -> dict:
-    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = args.device or default_device()
     width, height = (64, 36) if args.quick else args.size
     seconds = 0.6 if args.quick else args.seconds
     scene_path = args.scene or str(assets.path("scenes", "toy.ply"))

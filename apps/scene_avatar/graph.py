@@ -22,10 +22,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-import torch
-
 from framegraph.models.avatar import AvatarBundle, build_avatar_graph, load_avatar
 from framegraph.models.avatar.base import require_matte
+from framegraph.models.runtime import default_device
 from framegraph.renderers.billboard import Placement, QuadInScene
 from framegraph.renderers.cameras import CameraPath, load_nerfstudio_camera_path
 from framegraph.renderers.scene_file import SceneFile, open_scene
@@ -170,7 +169,7 @@ def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: 
     """``framegraph render --scene SCENE --avatar BUNDLE --audio SPEECH --place ...``: the offline graph (MP4 with
     the speech), its sink and the frames it will write. The video lasts as long as the speech, at the avatar's
     fps; ``place``: ``(x, y, z[, yaw, height])``."""
-    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    device = device or default_device()
     scene = open_scene_checked(scene_path, time_duration)
     placement = placement_from(place, scene)
     avatar = load_avatar(avatar_dir)

@@ -299,15 +299,21 @@ class ClientClock:
         return int(c + delta * 1e9 / RTP_AUDIO_HZ)
 
 
+async def track_frames(track):
+    """The frames an aiortc ``track`` receives, until it ends (``MediaStreamError``: the peer stopped it or went
+    away)."""
+    while True:
+        try:
+            yield await track.recv()
+        except MediaStreamError:
+            return
+
+
 async def pump_microphone(track, receiver, pipeline, capture_times, clock: ClientClock, counters: dict) -> None:
     """The client's audio track → ``pipeline.audio_in`` as 16 kHz mono PCM16, each block's client capture
     time recorded (when the client sends ``clock``). Returns when the track ends."""
     resampler = av.AudioResampler(format="s16", layout="mono", rate=AUDIO_SAMPLE_RATE)
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
+    async for frame in track_frames(track):
         rtp = received_rtp(receiver, frame.pts)
         captured = 0 if rtp is None else clock.capture_ns(rtp + frame.samples * RTP_AUDIO_HZ // frame.sample_rate - 1)
         for out in resampler.resample(frame):
@@ -321,11 +327,7 @@ async def pump_camera(track, pipeline, counters: dict) -> None:
     """The client's camera track → ``pipeline.video_in`` as pictures (at most its ``max_fps``: the rest are
     skipped here, not refused), scaled to the session size as camera pictures over the WebSocket are."""
     video_in, last = pipeline.video_in, 0.0
-    while True:
-        try:
-            frame = await track.recv()
-        except MediaStreamError:
-            return
+    async for frame in track_frames(track):
         now = time.monotonic()
         if now - last < 0.97 / video_in.max_fps:  # a little over max_fps: frames arrive with jitter
             continue

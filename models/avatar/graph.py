@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import torch
 
 from framegraph.models.composite import OverBackground
-from framegraph.models.runtime import Runtime
+from framegraph.models.runtime import Runtime, default_device
 from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import (
     SAMPLE_RATE,
@@ -161,7 +161,7 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
     (``out`` a ``.webm`` or ``.mov``: :class:`~framegraph.stream.media.AlphaVideoSink`); ``background``: the person
     over a colour ``(r, g, b)`` or a picture (:class:`~framegraph.models.composite.OverBackground`), to MP4. ``runtime``
     / ``onnx_dir``: see :func:`build_avatar_graph`."""
-    device = device or ("cuda" if torch.cuda.is_available() and runtime in ("torch", "compiled") else "cpu")
+    device = device or default_device(runtime)
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     source = AudioFileSource(audio_path)

@@ -23,6 +23,17 @@ def test_the_registry_lists_each_models_runtimes():
     assert runtime.default_runtime("cpu") == "torch" and runtime.default_runtime("cuda") == "compiled"
 
 
+@pytest.mark.parametrize("gpu", [False, True])
+def test_the_default_device_follows_the_runtime(monkeypatch, gpu):
+    """With a GPU, torch and compiled runs go to it and the ONNX runtimes stay on the CPU (ONNX Runtime's CPU
+    provider); `render --avatar --runtime compiled` used to default to the CPU there. Without one, all on the CPU."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: gpu)
+    expected = {"torch": "cuda", "compiled": "cuda", "onnx": "cpu", "onnx-int8": "cpu"} if gpu else \
+        dict.fromkeys(runtime.RUNTIMES, "cpu")
+    assert {r: runtime.default_device(r) for r in runtime.RUNTIMES} == expected
+    assert runtime.default_device() == ("cuda" if gpu else "cpu")
+
+
 def test_a_video_avatar_refuses_a_runtime_it_lacks():
     with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
         build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx-int8")

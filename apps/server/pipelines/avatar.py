@@ -34,8 +34,11 @@ from dataclasses import dataclass
 
 from framegraph import assets
 from framegraph.apps.argtypes import AVATAR_RUNTIMES
+from framegraph.models import runtime as models_runtime
+from framegraph.models.composite import OverBackground
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
-from framegraph.stream.media import PushAudioSource
+from framegraph.stream.media import JoinAlpha, PushAudioSource
 
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
 from .options import (
@@ -134,9 +137,6 @@ def _refused(key: str, value, expected: str, exc: Exception, why: str):
 def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) -> None:
     """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``), or over a colour ``(r, g, b)``
     or a picture (its file name in :func:`~.options.backgrounds_dir`)."""
-    from framegraph.models.composite import OverBackground
-    from framegraph.stream.media import JoinAlpha
-
     w, h = size
     if background == "transparent":
         stage = graph.add(JoinAlpha(width=w, height=h))
@@ -154,9 +154,7 @@ def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) 
 
 
 def build(opts: AvatarOptions) -> Pipeline:
-    from framegraph.models import runtime as models_runtime
     from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
-    from framegraph.models.runtime import default_device
 
     name = opts.portrait or default_avatar()
     try:
@@ -174,7 +172,7 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", opts.key("runtime"), runtime,
                          f"one of {', '.join(kind_runtimes)} (portrait {name!r} is a {avatar.kind} avatar)")
     opts.size, opts.fps = size, fps
-    device = default_device() if runtime in ("torch", "compiled") else "cpu"
+    device = default_device(runtime)
     matted = opts.background != "portrait"
     if matted and avatar.matte is None:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else

@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 
 from framegraph.apps.argtypes import VAE_RUNTIMES
+from framegraph.models.runtime import default_device, default_runtime
 from framegraph.stream import Clock
 
 from ..camera import CameraInput
@@ -169,11 +170,10 @@ def _prompt(gm, folder: str, text: str | None, embeds: str | None) -> tuple[str 
 
 def build(opts: GenerateOptions) -> Pipeline:
     from framegraph.models.generate import default_dtype, load_generate_model  # heavy
-    from framegraph.models.runtime import default_device
 
     name = opts.model or model_names()[0]
     folder = os.path.join(models_dir(), name)
-    device = default_device() if opts.runtime == "torch" else "cpu"
+    device = default_device(opts.runtime)
     place, version = (os.path.abspath(folder), str(device)), _files(folder)  # a changed folder loads anew
     try:
         gm = MODELS.take(place, version, lambda: load_generate_model(folder, device=device,
@@ -202,7 +202,6 @@ def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *,
     from framegraph.models.generate import build_generate_graph
     from framegraph.models.generate.onnx import default_wan_onnx_dir
     from framegraph.models.onnx import ExportError
-    from framegraph.models.runtime import default_runtime
 
     opts.fps = opts.fps or gm.fps
     _check_size(gm, opts)

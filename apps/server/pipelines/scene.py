@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import torch
 
 from framegraph import assets
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 
 from .base import Pipeline, PipelineSpec, add_video_out
@@ -117,7 +118,7 @@ def orbit_camera(framing, opts: VideoOptions):
 
 
 def build(opts: SceneOptions) -> Pipeline:
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = default_device()
     scene = _scene(opts, device == "cuda")
     orbit, camera = orbit_camera(scene.framing, opts)
     graph = Graph(Clock("realtime"), name="scene")

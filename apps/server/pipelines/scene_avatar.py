@@ -21,9 +21,8 @@ import logging
 import os
 from dataclasses import dataclass
 
-import torch
-
 from framegraph.apps.argtypes import AVATAR_RUNTIMES, placement
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
@@ -100,7 +99,7 @@ def build(opts: SceneAvatarOptions) -> Pipeline:
     if opts.fps is not None and abs(opts.fps - avatar.fps) > 1e-6:
         raise bad_option("scene_avatar", "fps", opts.fps, f"the avatar's frame rate {avatar.fps:g}")
     opts.fps = avatar.fps
-    device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = default_device()
     scene = _open(opts.scene)
     where = _place(opts, scene)
     orbit, camera = orbit_camera(scene.framing, opts)

@@ -31,6 +31,7 @@ from framegraph.models.synth import (
 )
 from framegraph.models.synth.espeak import INSTALL_HINT
 from framegraph.models.vae import region_size
+from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError
 from framegraph.stream.progress import run_with_progress
 
@@ -303,10 +304,7 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:
     """Write ``metrics`` as JSON to ``out`` (whole or not at all), print the headline numbers and the path."""
-    tmp = out + ".partial"
-    with open(tmp, "w") as f:
-        json.dump(metrics, f, indent=1)
-    os.replace(tmp, out)
+    write_json(out, metrics, indent=1)
     print(json.dumps({k: metrics[k] for k in headline}), file=sys.stderr)
     print(os.path.abspath(out))
     return 0

@@ -50,6 +50,7 @@ from framegraph.apps.server.protocol import (
 )
 from framegraph.renderers.cameras import look_at
 from framegraph.stream import TICKS_PER_SECOND
+from framegraph.stream.files import partial_name
 from framegraph.stream.media import decode_audio, iter_video_frames, scale_picture
 from framegraph.stream.telemetry import percentiles
 
@@ -69,7 +70,7 @@ class Recorder:
 
     def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,
                  max_queue: int = 512):
-        self.path, self.partial = path, _partial_name(path)
+        self.path, self.partial = path, partial_name(path)
         self.width, self.height = width, height
         self.fps = Fraction(fps).limit_denominator(1001)
         self.codec, self.audio = codec, audio
@@ -146,11 +147,6 @@ class Recorder:
                 pass
         finally:
             out.close()
-
-
-def _partial_name(path: str) -> str:
-    root, ext = os.path.splitext(path)
-    return f"{root}.partial{ext or '.mp4'}"
 
 
 # ---- the session --------------------------------------------------------------------------------------

@@ -22,11 +22,12 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import os
 from pathlib import Path
 
 import torch
 from torch import nn
+
+from framegraph.stream.files import write_json, written_whole
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "diffusion_pytorch_model.safetensors"
@@ -109,13 +110,10 @@ class PretrainedModel(nn.Module):
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
         config = {"_class_name": type(self).__name__, **_to_json(dict(self.config))}
-        tmp = folder / (CONFIG_NAME + ".partial")
-        tmp.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
-        os.replace(tmp, folder / CONFIG_NAME)
+        write_json(folder / CONFIG_NAME, config, sort_keys=True)
         state = {k: v.detach().contiguous().cpu() for k, v in self.state_dict().items()}
-        tmp = folder / (WEIGHTS_NAME + ".partial")
-        save_file(state, str(tmp), metadata={"format": "pt"})
-        os.replace(tmp, folder / WEIGHTS_NAME)
+        with written_whole(folder / WEIGHTS_NAME) as tmp:
+            save_file(state, str(tmp), metadata={"format": "pt"})
 
     @classmethod
     def from_pretrained(cls, folder, low_cpu_mem_usage: bool | None = None, torch_dtype: torch.dtype | None = None):

@@ -21,6 +21,7 @@ import torch
 from framegraph.models.audio import IDLE, LISTENING, SPEAKING, STATE_DIM
 from framegraph.models.runtime import Runtime
 from framegraph.stream import Graph, PortSpec, Stage
+from framegraph.stream.files import written_whole
 
 AVATAR_JSON = "avatar.json"
 STATE_MODES = ("auto", "speaking", "listening", "idle")
@@ -205,9 +206,8 @@ def write_matte_png(path: Path, matte: torch.Tensor) -> None:
     """``uint8 [H, W]`` → an 8-bit grey PNG at ``path`` (written whole, then renamed)."""
     from PIL import Image
 
-    tmp = path.with_name(path.name + ".partial.png")
-    Image.fromarray(matte.cpu().numpy().astype(np.uint8), mode="L").save(tmp)
-    os.replace(tmp, path)
+    with written_whole(path) as tmp:
+        Image.fromarray(matte.cpu().numpy().astype(np.uint8), mode="L").save(tmp)
 
 
 class PictureSize:

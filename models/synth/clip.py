@@ -8,7 +8,6 @@ offsets, state label), the segments and the phoneme / word events, and the portr
 """
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 
@@ -16,6 +15,7 @@ import numpy as np
 import torch
 
 from framegraph.stream import Clock, EndOfStream, Graph, PortSpec, Stage
+from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MP4Sink, chunk_samples
 
 from .plan import ClipPlan, plan_clip
@@ -93,10 +93,7 @@ class ClipJob:
         """Write the JSON ground truth (after the graph has run)."""
         gt = {"format_version": FORMAT_VERSION, **self.meta, "video": os.path.basename(self.video_path),
               "width": self.sink.width, "height": self.sink.height, **self.plan.ground_truth()}
-        tmp = self.json_path + ".partial"
-        with open(tmp, "w") as f:
-            json.dump(gt, f, indent=1)
-        os.replace(tmp, self.json_path)
+        write_json(self.json_path, gt, indent=1)
 
 
 def clip_seed(seed: int, index: int) -> np.random.Generator:

@@ -19,6 +19,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from framegraph.stream.files import written_whole
+
 from .portrait import Portrait, astronaut_portrait
 from .render import FaceParams, PortraitRenderer
 
@@ -42,9 +44,8 @@ def save_portrait_image(folder, portrait: Portrait) -> None:
     path = Path(folder) / PORTRAIT_PNG
     if path.exists():
         return
-    tmp = path.with_name(f".{PORTRAIT_PNG}.{os.getpid()}.partial.png")
-    Image.fromarray(np.asarray(portrait.image, dtype=np.uint8)).save(tmp)
-    os.replace(tmp, path)
+    with written_whole(path) as tmp:
+        Image.fromarray(np.asarray(portrait.image, dtype=np.uint8)).save(tmp)
 
 
 def clips_portrait(meta: dict | None, folder) -> np.ndarray | None:

@@ -46,7 +46,7 @@ from pathlib import Path
 import torch
 from torch import Tensor
 
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 
 from ..training import REPORT, cpu_threads, lr_at
 from .data import FaceClips, crop_frames, face_clips_from_frames, load_face_clips, redrawable
@@ -200,11 +200,10 @@ def _save_checkpoint(ckpt: Path, model: VideoVAE, opt, gen: torch.Generator, ste
     """``ckpt/`` (the model) + ``ckpt/trainer_state.pt``: optimizer, sampler RNG, step, history, the
     held-out scores before training and the seconds trained over all runs."""
     model.save_pretrained(ckpt)
-    tmp = ckpt / (TRAINER_STATE + ".partial")
-    torch.save({"optimizer": opt.state_dict(), "sampler_rng": gen.get_state(), "step": torch.tensor(step),
-                "history_json": json.dumps(history), "initial_json": json.dumps(initial),
-                "train_seconds": torch.tensor(seconds, dtype=torch.float64)}, tmp)
-    os.replace(tmp, ckpt / TRAINER_STATE)
+    with written_whole(ckpt / TRAINER_STATE) as tmp:
+        torch.save({"optimizer": opt.state_dict(), "sampler_rng": gen.get_state(), "step": torch.tensor(step),
+                    "history_json": json.dumps(history), "initial_json": json.dumps(initial),
+                    "train_seconds": torch.tensor(seconds, dtype=torch.float64)}, tmp)
 
 
 def _step_loss(model: VideoVAE, x: Tensor, target: Tensor, weight: Tensor | None, ref: Tensor | None, *,

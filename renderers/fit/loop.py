@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
+from framegraph.stream.files import write_json, written_whole
+
 from ..posed_images import PosedImages
 
 
@@ -150,16 +152,15 @@ def checkpoint_paths(prefix: str) -> tuple[Path, Path]:
 
 
 def write_checkpoint(prefix: str, doc: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, str]:
-    """Write ``tensors`` (CPU, contiguous) then ``doc`` as the checkpoint ``prefix``; each file is written
-    to a ``.partial`` twin first and renamed, so an interruption never leaves half a file."""
+    """Write ``tensors`` (CPU, contiguous) then ``doc`` as the checkpoint ``prefix``; each file is written whole
+    (:func:`~framegraph.stream.files.written_whole`), so an interruption never leaves half a file."""
     from safetensors.torch import save_file
 
     jpath, spath = checkpoint_paths(prefix)
     jpath.parent.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(spath) + ".partial")
-    Path(str(spath) + ".partial").replace(spath)
-    Path(str(jpath) + ".partial").write_text(json.dumps(doc, indent=1))
-    Path(str(jpath) + ".partial").replace(jpath)
+    with written_whole(spath) as tmp:
+        save_file({k: v.detach().cpu().contiguous() for k, v in tensors.items()}, str(tmp))
+    write_json(jpath, doc, indent=1)
     return {"json": str(jpath), "state": str(spath)}
 
 

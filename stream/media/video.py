@@ -14,6 +14,7 @@ import numpy as np
 import torch
 from PIL import Image
 
+from ..files import partial_name
 from ..frame import Flag, PortSpec
 from ..stage import EndOfStream, IndexedSource, Stage
 from .audio import SAMPLE_RATE, chunk_samples
@@ -40,11 +41,6 @@ def _check_size(width: int, height: int, what: str) -> None:
         raise ValueError(f"{what}: size {width}x{height} must be positive and even (H.264 yuv420p)")
 
 
-def _partial_name(path: str) -> str:
-    root, ext = os.path.splitext(path)
-    return f"{root}.partial{ext or '.mp4'}"
-
-
 class MP4Sink(Stage):
     """Sink: writes an MP4 file with H.264 (yuv420p) video and, optionally, AAC audio.
 
@@ -66,7 +62,7 @@ class MP4Sink(Stage):
         if preset not in PRESETS:
             raise ValueError(f"MP4Sink: unknown preset {preset!r}; expected one of {list(PRESETS)}")
         self.path = os.fspath(path)
-        self.partial_path = _partial_name(self.path)
+        self.partial_path = partial_name(self.path)
         self.width, self.height = width, height
         self.fps = Fraction(fps).limit_denominator(1001)
         self.audio_rate = audio_rate

@@ -12,6 +12,7 @@ from fractions import Fraction
 
 import numpy as np
 
+from framegraph.stream.files import partial_name
 from framegraph.stream.media import PRESETS, SAMPLE_RATE, MediaError, open_media
 
 DETECT_MAX_SIDE = 1024  # frames are searched for the face at most this large (speed)
@@ -166,7 +167,7 @@ class ClipWriter:
 
 
         self.path = path
-        self.partial = path[:-4] + ".partial.mp4"
+        self.partial = partial_name(path)
         self.fps = fps
         self.frames = 0
         self.samples = 0

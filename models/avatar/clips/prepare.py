@@ -37,7 +37,7 @@ import numpy as np
 
 from framegraph.models.synth.portrait import PortraitError, detect_face_regions
 from framegraph.models.vae import face_crop_box
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 
 from .io import (
     SAMPLE_RATE,
@@ -453,8 +453,8 @@ def prepare_video(video_path, out_dir, *, face_box: Box | None = None, mouth_box
 
     portrait_path = out / "portrait.png"
     median = np.median(np.stack(background), axis=0).round().astype(np.uint8)
-    Image.fromarray(median).save(str(portrait_path) + ".partial.png")
-    os.replace(str(portrait_path) + ".partial.png", portrait_path)
+    with written_whole(portrait_path) as tmp:
+        Image.fromarray(median).save(tmp)
     n_out = bounds[-1]
     source = {"video": os.path.abspath(path), "width": W, "height": H, "fps": round(found["rate"], 3),
               "frames": found["frames"], "seconds": round(found["seconds"], 3), "audio_seconds": round(audio_s, 3),

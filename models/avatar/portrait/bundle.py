@@ -20,7 +20,6 @@ ONNX Runtime in :mod:`.engines`).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -36,7 +35,7 @@ from framegraph.models.matte import person_matte
 from framegraph.models.synth import astronaut_portrait
 from framegraph.models.vae import VAEDecode, VideoVAE, crop_frames, face_crop_box, uint8_to_frames
 from framegraph.stream import Graph, Stage
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 
 from ..base import (
     AVATAR_JSON,
@@ -244,9 +243,8 @@ def save_avatar(root, avatar: PortraitAvatar) -> str:
     root.mkdir(parents=True, exist_ok=True)
     for part in PARTS:
         getattr(avatar, part).save_pretrained(root / part)
-    tmp = root / (PORTRAIT_FILE + ".partial.png")
-    Image.fromarray(avatar.portrait.cpu().numpy()).save(tmp)
-    os.replace(tmp, root / PORTRAIT_FILE)
+    with written_whole(root / PORTRAIT_FILE) as tmp:
+        Image.fromarray(avatar.portrait.cpu().numpy()).save(tmp)
     if avatar.matte is not None:
         write_matte_png(root / MATTE_FILE, avatar.matte)
     data = {**avatar.settings(), **avatar.meta}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +27,7 @@ import torch
 
 from framegraph.models.audio import LISTENING, SileroVAD, VoiceActivity, extract, state_vector
 from framegraph.models.vae import load_face_clips, uint8_to_frames
+from framegraph.stream.files import written_whole
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 
 from ..clips.io import align_audio
@@ -148,10 +148,9 @@ def prepare_clips(clips_dir, vae, audio_encoder, *, region_size: int, fps: float
         out.append(ClipData(name, latents, feats.float(), labels, jaw))
     if cache_path is not None:
         Path(cache_path).parent.mkdir(parents=True, exist_ok=True)
-        tmp = str(cache_path) + ".partial"
-        torch.save({"fingerprint": key, "crop_box": list(faces.crop_box), "portrait": portrait,
-                    "clips": [c.__dict__ for c in out]}, tmp)
-        os.replace(tmp, cache_path)
+        with written_whole(cache_path) as tmp:
+            torch.save({"fingerprint": key, "crop_box": list(faces.crop_box), "portrait": portrait,
+                        "clips": [c.__dict__ for c in out]}, tmp)
     return out, tuple(faces.crop_box), portrait
 
 

@@ -53,7 +53,7 @@ from framegraph.models.matte import person_matte
 from framegraph.models.sampler import distill_loss, flow_matching_loss
 from framegraph.models.synth import clips_portrait
 from framegraph.models.vae import VideoVAE, box_to_region, train_vae
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import read_video
 
 from ...dit.model import DiTPreset
@@ -294,9 +294,8 @@ class _DiTTraining:
                           teacher=None if self.teacher is None else self.teacher.state_dict(),
                           ema=None if self.ema is None else self.ema.state_dict())
         self.model.save_pretrained(self.work / "dit")
-        tmp = self.state_path.with_name(self.state_path.name + ".partial")
-        torch.save(self.state, tmp)
-        os.replace(tmp, self.state_path)
+        with written_whole(self.state_path) as tmp:
+            torch.save(self.state, tmp)
 
     def train(self, phase: str, steps: int, progress: bool) -> None:
         """Run ``phase`` up to ``steps`` steps, from where the checkpoint left it."""

@@ -29,7 +29,6 @@ rest of the face stays the source's pixels).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import ClassVar
@@ -43,7 +42,7 @@ from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
 from framegraph.models.matte import person_mattes
 from framegraph.models.synth import astronaut_portrait
 from framegraph.stream import Graph, Stage
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import MediaError, read_video
 
 from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part, require_matte
@@ -260,17 +259,14 @@ def write_loop(path, frames: torch.Tensor, fps: float) -> None:
     """``uint8 [N, H, W, 3]`` → an H.264 MP4 (crf 10, every frame kept; written whole then renamed)."""
     import av
 
-    path = os.fspath(path)
-    tmp = path[:-4] + ".partial.mp4"
     H, W = frames.shape[1:3]
-    with av.open(tmp, mode="w", format="mp4") as c:
+    with written_whole(path) as tmp, av.open(str(tmp), mode="w", format="mp4") as c:
         vs = c.add_stream("libx264", rate=int(round(fps)))
         vs.width, vs.height, vs.pix_fmt = W, H, "yuv444p"
         vs.codec_context.options = {"preset": "veryfast", "crf": "10"}
         for f in frames:
             c.mux(vs.encode(av.VideoFrame.from_ndarray(np.ascontiguousarray(f.numpy()), format="rgb24")))
         c.mux(vs.encode(None))
-    os.replace(tmp, path)
 
 
 def save_video_avatar(root, avatar: VideoAvatar) -> str:
@@ -280,14 +276,13 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
     for part in PARTS:
         getattr(avatar, part).save_pretrained(root / part)
     write_loop(root / LOOP_FILE, avatar.frames, avatar.fps)
-    tmp = root / (REGIONS_FILE + ".partial.npz")
     extra = {} if avatar.texture is None else {"texture": avatar.texture.numpy()}
     if avatar.jaws is not None:
         extra["jaws"] = np.asarray(avatar.jaws, np.float32)
-    np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
-                        nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
-                        paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **extra)
-    os.replace(tmp, root / REGIONS_FILE)
+    with written_whole(root / REGIONS_FILE) as tmp:
+        np.savez_compressed(tmp, boxes=np.asarray(avatar.boxes, np.float32),
+                            nearest_idle=np.asarray(avatar.nearest_idle, np.int64), mask=avatar.mask.numpy(),
+                            paste=avatar.paste.numpy(), reference=avatar.reference.numpy(), **extra)
     if avatar.matte is not None:
         _write_matte(root / MATTE_FILE, avatar.matte)
     write_json(root / "avatar.json", {**avatar.settings(), **avatar.meta})
@@ -343,9 +338,8 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
 
 def _write_matte(path: Path, matte: torch.Tensor) -> None:
     """``uint8 [N, H, W]`` → ``matte.npz`` (``alpha``, compressed; written whole, then renamed)."""
-    tmp = path.with_name(path.name + ".partial.npz")
-    np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
-    os.replace(tmp, path)
+    with written_whole(path) as tmp:
+        np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
 
 
 def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:

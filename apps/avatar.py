@@ -90,8 +90,7 @@ def run_synth(args: argparse.Namespace) -> int:
                         "frames": job.plan.n_frames, "clip": i})
     index = {"seed": args.seed, "fps": args.fps, "seconds": args.seconds, "portrait": portrait.to_json(),
              "clips": written}
-    with open(os.path.join(args.out, "index.json"), "w") as f:
-        json.dump(index, f, indent=1)
+    write_json(os.path.join(args.out, "index.json"), index, indent=1)
     print(f"wrote {len(written)} clips of {args.seconds:g} s ({portrait.width}x{portrait.height} @ {args.fps} fps) "
           f"to {args.out}; face region {portrait.region_size or '?'} px", file=sys.stderr)
     print(os.path.abspath(args.out))

@@ -16,12 +16,10 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import json
 import os
 import platform
 import sys
 import time
-from pathlib import Path
 
 import torch
 
@@ -29,6 +27,7 @@ from framegraph.models.runtime import default_device
 from framegraph.renderers.fit import FitConfig, Fitter, load_transforms, synthetic_dataset
 from framegraph.renderers.fit.densify import DensifyConfig
 from framegraph.renderers.scenes import procedural_scene
+from framegraph.stream.files import write_json
 
 from .bench.meta import git_commit
 from .cli import command_line
@@ -121,8 +120,7 @@ def run(args: argparse.Namespace) -> int:
     report["train"] = {k: v for k, v in fitter.evaluate(train.subset(range(0, len(train), max(1, len(train) // 8))))
                        .items() if k != "psnr_per_view"}
     report_path = args.report or prefix + ".report.json"
-    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report_path).write_text(json.dumps(report, indent=1))
+    write_json(report_path, report, indent=1)
     print(f"wrote {args.out}: {fitter.n} Gaussians, SH degree {fitter.sh_degree_now}, {fitter.step} steps in "
           f"{fitter.wall_s:.0f} s (report {report_path})", file=sys.stderr)
     print(os.path.abspath(args.out))

@@ -16,15 +16,14 @@ report (``report.json`` unless ``--report`` says otherwise).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
-from pathlib import Path
 
 from framegraph.renderers.nerf import NerfModel, load_transforms
 from framegraph.renderers.nerf.cli import config_from_args, resolve_defaults
 from framegraph.renderers.nerf.fit import NerfFitConfig, NerfFitter
+from framegraph.stream.files import write_json
 
 from .fit import report_header, start_device
 
@@ -74,8 +73,7 @@ def run(args: argparse.Namespace) -> int:
         report["held_out"] = {**ev, "wall_s": round(time.perf_counter() - t1, 2)}
         print(f"held-out PSNR {ev['psnr']:.2f} dB over {ev['n_views']} views", file=sys.stderr)
     report_path = args.report or os.path.join(args.out, "report.json")
-    Path(report_path).parent.mkdir(parents=True, exist_ok=True)
-    Path(report_path).write_text(json.dumps(report, indent=1))
+    write_json(report_path, report, indent=1)
     print(f"wrote {args.out}: {fitter.step} steps in {fitter.wall_s:.0f} s (report {report_path})", file=sys.stderr)
     print(os.path.abspath(args.out))
     return 0

@@ -50,7 +50,8 @@ def write_json(path, data, *, indent: int = 2, sort_keys: bool = False) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with written_whole(path) as tmp:
-        tmp.write_text(json.dumps(data, indent=indent, sort_keys=sort_keys, default=json_default) + "\n")
+        text = json.dumps(data, indent=indent, sort_keys=sort_keys, default=json_default)
+        tmp.write_text(text + "\n", encoding="utf-8")
     return path
 
 

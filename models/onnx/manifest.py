@@ -15,6 +15,8 @@ from collections.abc import Callable
 
 import torch
 
+from framegraph.stream.files import write_json
+
 OPSET = 17
 MANIFEST = "manifest.json"
 BUNDLE_KEY = "framegraph.bundle_hash"  # metadata of an int8 file: the bundle it was quantized from
@@ -46,8 +48,7 @@ def weights_hash(geometry: dict, models: dict[str, torch.nn.Module],
 
 
 def write_manifest(out_dir: str, manifest: dict) -> dict:
-    with open(os.path.join(out_dir, MANIFEST), "w") as f:
-        json.dump(manifest, f, indent=1)
+    write_json(os.path.join(out_dir, MANIFEST), manifest, indent=1)
     return manifest
 
 

@@ -14,7 +14,6 @@ cameras placed between the rig's, at times halfway between its frames (never tra
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import sys
 import time
@@ -22,6 +21,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import torch
+
+from framegraph.stream.files import write_json
 
 from ..fit.densify import DensifyConfig
 from ..scenes import BOUNCING_BALL_DURATION_S, bouncing_ball_scene
@@ -105,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "file_bytes": out.stat().st_size, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "python": platform.python_version(), "history": fitter.history,
     }
-    Path(out).with_suffix(".report.json").write_text(json.dumps(report, indent=1) + "\n")
+    write_json(Path(out).with_suffix(".report.json"), report, indent=1)
     print(f"wrote {out}: {fitter.n} 4D Gaussians, {out.stat().st_size / 2**20:.2f} MiB; held-out PSNR "
           f"{score['psnr']:.2f} dB (worst frame {score['psnr_worst_frame']:.2f} dB); {cpu_s:.0f} s CPU")
     return 0

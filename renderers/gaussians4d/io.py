@@ -51,6 +51,7 @@ from torch import Tensor
 
 from framegraph.renderers.gaussians.reference import quat_to_rotmat
 from framegraph.renderers.gaussians.scene import SceneError
+from framegraph.stream.files import write_json
 
 from .reference import rotmat4_to_quats
 from .scene import DEFAULT_TIME_DURATION, Gaussian4DScene
@@ -286,5 +287,5 @@ def save_checkpoint(
     if sidecar:
         meta = {"format": SIDECAR_FORMAT, "time_duration": list(s.time_duration), "n_gaussians": n,
                 "sh_degree": deg, "sh_degree_t": deg_t}
-        sidecar_path(path).write_text(json.dumps(meta, indent=2) + "\n")
+        write_json(sidecar_path(path), meta)
     return path

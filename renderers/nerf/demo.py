@@ -19,6 +19,7 @@ from pathlib import Path
 
 import torch
 
+from framegraph.stream.files import write_json
 from framegraph.stream.quality import psnr
 
 from .cli import add_model_arguments, config_from_args
@@ -86,7 +87,7 @@ def main(argv=None) -> int:
         "device": args.device, "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
         "python": platform.python_version(), "machine": platform.machine(),
     }
-    (out / "train_report.json").write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    write_json(out / "train_report.json", doc)
     print(json.dumps(doc, indent=2))
     return 0
 

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from framegraph.kernels.backend import Backend
+from framegraph.stream.files import write_json
 
 from ..cameras import read_json_object
 from .field import NerfField
@@ -181,7 +182,7 @@ class NerfModel(nn.Module):
 
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
-        (d / CONFIG_NAME).write_text(json.dumps(self.config.to_dict(), indent=2) + "\n", encoding="utf-8")
+        write_json(d / CONFIG_NAME, self.config.to_dict())
         save_file(self.tensors(), str(d / WEIGHTS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
         return d
 

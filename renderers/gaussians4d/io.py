@@ -51,7 +51,7 @@ from torch import Tensor
 
 from framegraph.renderers.gaussians.reference import quat_to_rotmat
 from framegraph.renderers.gaussians.scene import SceneError
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 
 from .reference import rotmat4_to_quats
 from .scene import DEFAULT_TIME_DURATION, Gaussian4DScene
@@ -283,7 +283,8 @@ def save_checkpoint(
         params["t"], params["scaling_t"], params["rotation_r"], True, None, deg_t,
     )
     path.parent.mkdir(parents=True, exist_ok=True)
-    torch.save((capture, int(iteration)), path)
+    with written_whole(path) as tmp:
+        torch.save((capture, int(iteration)), tmp)
     if sidecar:
         meta = {"format": SIDECAR_FORMAT, "time_duration": list(s.time_duration), "n_gaussians": n,
                 "sh_degree": deg, "sh_degree_t": deg_t}

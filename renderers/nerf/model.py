@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from framegraph.kernels.backend import Backend
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 
 from ..cameras import read_json_object
 from .field import NerfField
@@ -183,7 +183,8 @@ class NerfModel(nn.Module):
         d = Path(directory)
         d.mkdir(parents=True, exist_ok=True)
         write_json(d / CONFIG_NAME, self.config.to_dict())
-        save_file(self.tensors(), str(d / WEIGHTS_NAME), metadata={"format": FORMAT, "version": str(VERSION)})
+        with written_whole(d / WEIGHTS_NAME) as tmp:
+            save_file(self.tensors(), str(tmp), metadata={"format": FORMAT, "version": str(VERSION)})
         return d
 
 

@@ -45,7 +45,7 @@ from framegraph.models.vae import crop_frames
 from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 
-from ...training import REPORT, cpu_threads, lr_at
+from ...training import REPORT, cpu_threads, lr_at, timed
 from ..clips.prepare import MIN_SECONDS, prepare_video
 from ..eval.real import speech_per_frame
 from .bundle import (
@@ -478,14 +478,10 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     idle = idle_range(openness, n_loop, int(round(cfg.idle_seconds * fps)))
     nearest = nearest_frames(thumbs, range(*idle))
 
-    t0 = time.monotonic()
-    matte = person_mattes(loop)  # the person's matte in each loop frame: smoothed over time, refined on the frame
-    timings["matte_s"] = round(time.monotonic() - t0, 1)
-
-    t0 = time.monotonic()
-    with cpu_threads(torch_threads):
+    with timed(timings, "matte"):  # the person's matte in each loop frame: smoothed over time, refined on the frame
+        matte = person_mattes(loop)
+    with timed(timings, "generator"), cpu_threads(torch_threads):
         generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
-    timings["generator_s"] = round(time.monotonic() - t0, 1)
 
     sound = _fit_sound(audio, speech, z, openness, n_train, cfg, fps, audio_from)
 

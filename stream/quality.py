@@ -1,4 +1,5 @@
-"""Picture quality, the one measure every layer compares frames with: :func:`psnr`."""
+"""The measures every layer compares with: :func:`psnr` (pictures), :func:`pearson` and :func:`pearson_by_lag`
+(two series, e.g. a mouth's openness against the speech's loudness)."""
 from __future__ import annotations
 
 import math
@@ -30,4 +31,30 @@ def psnr(a, b, data_range: float = 1.0, *, lo: float = 0.0) -> float:
     return math.inf if mse == 0 else 10.0 * math.log10(data_range * data_range / mse)
 
 
-__all__ = ["psnr"]
+def pearson(a, b, digits: int | None = None) -> float | None:
+    """Pearson correlation of two series of one length (tensors, arrays or lists) over the entries where both are
+    finite; None with fewer than 3 of them or a side that does not vary. ``digits``: rounded to that many.
+
+        pearson(drawn_openness, real_openness, digits=4)
+    """
+    x, y = _float64(a).ravel(), _float64(b).ravel()
+    if x.shape != y.shape:
+        raise ValueError(f"pearson: lengths {x.size} and {y.size} differ")
+    keep = np.isfinite(x) & np.isfinite(y)
+    x, y = x[keep], y[keep]
+    if len(x) < 3 or x.std() < 1e-9 or y.std() < 1e-9:
+        return None
+    r = float(np.corrcoef(x, y)[0, 1])
+    return r if digits is None else round(r, digits)
+
+
+def pearson_by_lag(a, b, max_lag: int) -> dict[int, float | None]:
+    """:func:`pearson` of ``a[t + lag]`` with ``b[t]`` for each ``lag`` in ``-max_lag..max_lag`` (positive: ``a``
+    follows ``b`` by ``lag`` entries), over the overlap."""
+    x, y = _float64(a).ravel(), _float64(b).ravel()
+    n = min(len(x), len(y))
+    return {lag: pearson(x[lag:n], y[:n - lag]) if lag >= 0 else pearson(x[:n + lag], y[-lag:n])
+            for lag in range(-max_lag, max_lag + 1)}
+
+
+__all__ = ["psnr", "pearson", "pearson_by_lag"]

@@ -27,6 +27,8 @@ from pipecat.pipeline.worker import PipelineParams, PipelineWorker
 from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 from pipecat.workers.runner import WorkerRunner
 
+from framegraph.stream.quality import pearson_by_lag
+
 from .measure import summary_ms
 
 TICKS = 48_000  # session clock ticks per second (pts in the frames' metadata)
@@ -174,12 +176,7 @@ def audio_rms_per_image(rec: Recording) -> np.ndarray:
 def best_lag(openness: np.ndarray, rms: np.ndarray, max_lag: int = 4) -> tuple[int, list[float]]:
     """The lag (frames; positive: the mouth after the sound) at which the mouth's openness best follows the
     sound's loudness, and the correlation at each lag ``-max_lag..max_lag``."""
-    corr = []
-    for lag in range(-max_lag, max_lag + 1):
-        a = openness[max(lag, 0):len(openness) + min(lag, 0)]
-        b = rms[max(-lag, 0):len(rms) + min(-lag, 0)]
-        ok = len(a) > 2 and a.std() > 0 and b.std() > 0
-        corr.append(float(np.corrcoef(a, b)[0, 1]) if ok else 0.0)
+    corr = [0.0 if r is None else r for r in pearson_by_lag(openness, rms, max_lag).values()]
     return int(np.argmax(corr)) - max_lag, corr
 
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from framegraph.stream.files import write_json
+from framegraph.stream.quality import pearson
 
 from ..training import REPORT
 from .encoder import AudioEncoder
@@ -97,14 +98,7 @@ def _augment_mel(model: AudioEncoder, mel: torch.Tensor, gen: torch.Generator, g
 
 def correlations(pred: torch.Tensor, truth: torch.Tensor) -> list[float | None]:
     """Pearson correlation per parameter of ``[N, P]`` predictions vs truth (None where constant)."""
-    out = []
-    for j in range(truth.shape[1]):
-        a, b = pred[:, j].double(), truth[:, j].double()
-        if a.std() == 0 or b.std() == 0:
-            out.append(None)
-        else:
-            out.append(round(float(torch.corrcoef(torch.stack([a, b]))[0, 1]), 4))
-    return out
+    return [pearson(pred[:, j], truth[:, j], digits=4) for j in range(truth.shape[1])]
 
 
 def _predict(model: AudioEncoder, head: torch.nn.Linear, clip: AudioClip) -> torch.Tensor:

@@ -38,7 +38,7 @@ from framegraph.models.audio.vad import WINDOW_SAMPLES, SileroVAD
 from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_openness
 from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames, open_media
-from framegraph.stream.quality import psnr
+from framegraph.stream.quality import pearson, pearson_by_lag, psnr
 
 PSNR_CAP_DB = 99.0  # what identical pictures score in the JSON reports (JSON has no infinity)
 
@@ -53,14 +53,6 @@ JAW_BAND = 0.03
 JAW_SEGMENTS = 4  # the line is cut into this many stretches; the weakest says whether it breaks somewhere
 JAW_BREAK = 0.5  # a stretch whose edge keeps less than this share of the real one's: the jaw line breaks there
 JAW_MIN_EDGE = 2.0  # grey levels / px: a real stretch weaker than this has no edge to keep (skipped)
-
-
-def _pearson(a: np.ndarray, b: np.ndarray) -> float | None:
-    keep = np.isfinite(a) & np.isfinite(b)
-    a, b = a[keep], b[keep]
-    if len(a) < 3 or a.std() == 0 or b.std() == 0:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
 
 
 def speech_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
@@ -238,7 +230,7 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
     gen, real = col("lm_open"), col("lm_open_real")
     out = {"frames": len(rows), "faces_found_generated": r4(np.isfinite(gen).mean()) if rows else None,
            "faces_found_real": r4(np.isfinite(real).mean()) if rows else None,
-           "landmark_openness_corr": r4(_pearson(gen, real)),
+           "landmark_openness_corr": r4(pearson(gen, real)),
            "landmark_openness_generated_mean": mean("lm_open"), "landmark_openness_real_mean": mean("lm_open_real"),
            "landmark_openness_swing": r4(_swing(gen, real)),
            "outside_mouth_psnr_db": mean("outside_psnr"), "outside_mouth_ssim": mean("outside_ssim"),
@@ -275,10 +267,7 @@ def track_clip(clip, *, audio=None, max_lag: int = 5) -> dict:
     samples = decode_audio(audio if audio is not None else clip)
     level, speech = loudness_db_per_frame(samples, n, fps), speech_per_frame(samples, n, fps)
     o = track.mouth_openness
-    lags = {}
-    for lag in range(-max_lag, max_lag + 1):
-        a, b = (o[lag:], level[:n - lag]) if lag >= 0 else (o[:lag], level[-lag:])
-        lags[lag] = _pearson(a, b)
+    lags = pearson_by_lag(o, level, max_lag)
     best = max((k for k in lags if lags[k] is not None), key=lambda k: lags[k], default=0)
     quiet = silent_frames(speech)
     eyes = track.eyes_openness

@@ -49,7 +49,7 @@ from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import AudioFileSource, decode_audio, iter_video_frames, open_media, read_video
 from framegraph.stream.progress import run_with_progress
-from framegraph.stream.quality import psnr
+from framegraph.stream.quality import pearson, psnr
 
 from ..graph import build_avatar_graph
 from ..portrait.bundle import PortraitAvatar
@@ -84,13 +84,6 @@ def mouth_openness(frames: torch.Tensor, mouth_box, reference: torch.Tensor, *,
     thr = dark_fraction * float(ref_l.median())
     dark = (_luma(frames[:, y0:y1, x0:x1]) < thr).float()
     return (dark.sum(dim=(1, 2)) / float(mouth_box[2])).numpy()
-
-
-def pearson(a, b) -> float | None:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if len(a) < 3 or a.std() == 0 or b.std() == 0:
-        return None
-    return float(np.corrcoef(a, b)[0, 1])
 
 
 def motion_region(mouth_box, image_hw, margin: float = 2.0) -> tuple[int, int, int, int]:

@@ -24,6 +24,7 @@ import torch
 
 from framegraph.models.audio.features import extract_features
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
+from framegraph.stream.quality import pearson
 
 from ..clips.io import ClipWriter, probe
 from ..clips.prepare import prepare_video
@@ -98,11 +99,9 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
                    av_offset_frames=lag,
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
-                   shape_vs_real_openness_corr=None if ok.sum() < 3 or shape_open[ok].std() < 1e-9 else
-                   round(float(np.corrcoef(shape_open[ok], real_open[ok])[0, 1]), 4),
+                   shape_vs_real_openness_corr=pearson(shape_open[ok], real_open[ok], digits=4),
                    # the generator's part: how the drawn mouth follows the shape it was asked for
-                   picture_vs_shape_openness_corr=None if drawn.sum() < 3 or shape_open[drawn].std() < 1e-9 else
-                   round(float(np.corrcoef(shape_open[drawn], drawn_open[drawn])[0, 1]), 4),
+                   picture_vs_shape_openness_corr=pearson(shape_open[drawn], drawn_open[drawn], digits=4),
                    real_openness_std=round(float(np.nanstd(real_open)), 4),
                    real_speaking_openness=_mean_std(real_open[ok & (speech[a:b] >= 0.5)]),
                    redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
@@ -138,7 +137,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
     drawn, jaw, speaking = np.array(drawn, np.float64), np.array(jaw), np.array(speaking)
     ok = np.isfinite(drawn)
     return {"sentences": sentences, "seed": seed, "frames": int(ok.sum()),
-            "drawn_vs_phoneme_jaw_corr": round(float(np.corrcoef(drawn[ok], jaw[ok])[0, 1]), 4),
+            "drawn_vs_phoneme_jaw_corr": pearson(drawn[ok], jaw[ok], digits=4),
             "drawn_speaking_openness": _mean_std(drawn[ok & speaking]),
             "drawn_silent_openness_mean": round(float(drawn[ok & ~speaking].mean()), 4) if (ok & ~speaking).any()
             else None}

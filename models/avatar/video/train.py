@@ -44,6 +44,7 @@ from framegraph.models.matte import person_mattes
 from framegraph.models.vae import crop_frames
 from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
+from framegraph.stream.quality import pearson
 
 from ...training import REPORT, cpu_threads, lr_at, timed
 from ..clips.prepare import MIN_SECONDS, prepare_video
@@ -298,13 +299,6 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
     return model.eval(), history, report
 
 
-def _corr(a, b) -> float | None:
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    if len(a) < 3 or a.std() < 1e-9 or b.std() < 1e-9:
-        return None
-    return round(float(np.corrcoef(a, b)[0, 1]), 4)
-
-
 def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
     """The audio encoder: ``audio_from`` (an encoder folder or an avatar bundle holding ``audio/``), default
     the shipped astronaut's (trained on many eSpeak voices to predict the mouth: speaker-independent)."""
@@ -372,7 +366,7 @@ def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps
     with torch.no_grad():
         pred = head(context_windows(feats, context))[n_train:, 0].numpy()
     return {"frames": len(z) - n_train, "start_s": round(n_train / fps, 3),
-            "shape_openness_corr": _corr(pred, z[n_train:, 0].numpy())}
+            "shape_openness_corr": pearson(pred, z[n_train:, 0], digits=4)}
 
 
 def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.ndarray, audio: np.ndarray,

@@ -28,6 +28,7 @@ from framegraph.models.audio.features import extract_features
 from framegraph.models.synth import mouth_curves
 from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
 from framegraph.models.synth.plan import VOICES, make_sentence
+from framegraph.stream.quality import pearson
 
 from ..eval.real import speech_per_frame
 from .lipsync import ShapeHead, context_windows, openness_lines
@@ -105,6 +106,6 @@ def typed_check(head: ShapeHead, encoder: AudioEncoder, fps: float, *, sentences
     jaw = np.concatenate([j for _, j, _ in said])
     speaking = np.concatenate([s for _, _, s in said])
     return {"sentences": sentences, "frames": len(pred), "seed": seed,
-            "openness_vs_phoneme_jaw_corr": round(float(np.corrcoef(pred, jaw)[0, 1]), 4),
+            "openness_vs_phoneme_jaw_corr": pearson(pred, jaw, digits=4),
             "speaking_openness": {"mean": round(float(pred[speaking].mean()), 4),
                                   "std": round(float(pred[speaking].std()), 4)}}

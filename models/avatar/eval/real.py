@@ -230,7 +230,7 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
     gen, real = col("lm_open"), col("lm_open_real")
     out = {"frames": len(rows), "faces_found_generated": r4(np.isfinite(gen).mean()) if rows else None,
            "faces_found_real": r4(np.isfinite(real).mean()) if rows else None,
-           "landmark_openness_corr": r4(pearson(gen, real)),
+           "landmark_openness_corr": pearson(gen, real, digits=4),
            "landmark_openness_generated_mean": mean("lm_open"), "landmark_openness_real_mean": mean("lm_open_real"),
            "landmark_openness_swing": r4(_swing(gen, real)),
            "outside_mouth_psnr_db": mean("outside_psnr"), "outside_mouth_ssim": mean("outside_ssim"),

@@ -93,15 +93,14 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     real_open = np.array([r.get("lm_open_real", np.nan) for r in rows], np.float64)
     drawn_open = np.array([r["lm_open"] for r in rows], np.float64)
     ok = np.isfinite(real_open)
-    drawn = np.isfinite(drawn_open)
     if summary["jaw"] is not None:  # the worst frame, as a time in the clip
         summary["jaw"]["worst_frame_s"] = round((a + summary["jaw"]["worst_frame"]) / fps, 3)
     summary.update(clip=os.path.abspath(clip), start_s=round(a / fps, 3), end_s=round(b / fps, 3),
                    av_offset_frames=lag,
                    region_size=avatar.region_size, box_side_px=avatar.box_side,
-                   shape_vs_real_openness_corr=pearson(shape_open[ok], real_open[ok], digits=4),
+                   shape_vs_real_openness_corr=pearson(shape_open, real_open, digits=4),
                    # the generator's part: how the drawn mouth follows the shape it was asked for
-                   picture_vs_shape_openness_corr=pearson(shape_open[drawn], drawn_open[drawn], digits=4),
+                   picture_vs_shape_openness_corr=pearson(shape_open, drawn_open, digits=4),
                    real_openness_std=round(float(np.nanstd(real_open)), 4),
                    real_speaking_openness=_mean_std(real_open[ok & (speech[a:b] >= 0.5)]),
                    redraw_ms_p50=round(float(np.median(ms)), 2), threads=torch.get_num_threads())
@@ -137,7 +136,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
     drawn, jaw, speaking = np.array(drawn, np.float64), np.array(jaw), np.array(speaking)
     ok = np.isfinite(drawn)
     return {"sentences": sentences, "seed": seed, "frames": int(ok.sum()),
-            "drawn_vs_phoneme_jaw_corr": pearson(drawn[ok], jaw[ok], digits=4),
+            "drawn_vs_phoneme_jaw_corr": pearson(drawn, jaw, digits=4),
             "drawn_speaking_openness": _mean_std(drawn[ok & speaking]),
             "drawn_silent_openness_mean": round(float(drawn[ok & ~speaking].mean()), 4) if (ok & ~speaking).any()
             else None}

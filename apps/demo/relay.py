@@ -37,7 +37,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from framegraph.apps.client import Recorder
 from framegraph.apps.server.config import is_loopback
-from framegraph.apps.server.protocol import parse_media
+from framegraph.apps.server.protocol import Kind, parse_media
 
 log = logging.getLogger("framegraph.demo")
 
@@ -264,7 +264,7 @@ class Relay:
 
     def record(self, take: Take, header, payload) -> None:
         """One frame or audio chunk the page was sent, counted and recorded."""
-        if header.kind == 3:
+        if header.kind == Kind.PCM16:
             take.audio_messages += 1
         else:
             take.frames += 1

@@ -23,7 +23,6 @@ import math
 from dataclasses import dataclass
 
 from framegraph.models.avatar import AvatarBundle, build_avatar_graph, load_avatar
-from framegraph.models.avatar.base import require_matte
 from framegraph.models.runtime import default_device
 from framegraph.renderers.billboard import Placement, QuadInScene
 from framegraph.renderers.cameras import CameraPath, load_nerfstudio_camera_path
@@ -173,8 +172,7 @@ def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: 
     scene = open_scene_checked(scene_path, time_duration)
     placement = placement_from(place, scene)
     avatar = load_avatar(avatar_dir)
-    if avatar.matte is None:  # say it before anything heavy is built
-        require_matte(avatar, None, "matte.png" if avatar.kind == "portrait" else "matte.npz")
+    avatar.required_matte()  # say it before anything heavy is built
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     path = camera_path(scene, camera_path_file, total, width, height, avatar.fps)
     sink = MP4Sink(out, width=width, height=height, fps=avatar.fps, audio_rate=SAMPLE_RATE, preset=preset)

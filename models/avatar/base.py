@@ -51,7 +51,7 @@ class RunSettings:
         max_lag_ms: live streams: frames whose audio is older than this are skipped (None: none skipped).
         onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
         alpha: the picture's stage also sends the person matte, ``"alpha"`` ``uint8 [height, width]`` (255: the
-            person), frame for frame with ``"video"``; a bundle without a matte is refused (:func:`require_matte`).
+            person), frame for frame with ``"video"``; a bundle without a matte is refused (``required_matte``).
         video_device: where the picture (the ``"video"`` output) goes (None: ``device``; ``"cpu"`` for an encoder
             after a GPU run: the picture is copied down without the GPU stages waiting).
         cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
@@ -134,7 +134,7 @@ class AvatarBundle(Protocol):
     meta: dict  # everything else its avatar.json holds (training report, provenance...)
     root: str | None  # the folder it was loaded from
     # the person matte, uint8 (255: the person): [H, W] of the portrait, or [N, H, W] of a video avatar's loop
-    # frames; None in bundles made before mattes were (:func:`require_matte` says what to do)
+    # frames; None in bundles made before mattes were (``required_matte`` says what to do)
     matte: torch.Tensor | None
 
     @property
@@ -150,6 +150,9 @@ class AvatarBundle(Protocol):
     @property
     def region_size(self) -> int:
         """Side in px of the square region the models generate."""
+
+    def required_matte(self) -> torch.Tensor:
+        """The person matte, or :class:`AvatarError` saying how to add one (:class:`MatteInFolder`)."""
 
     def add_matte(self) -> str:
         """Compute the person matte (``framegraph avatar matte``: for a bundle made before mattes) and write it into
@@ -173,17 +176,6 @@ def onnx_dir(bundle, settings: RunSettings) -> str:
         raise ValueError("the avatar was not loaded from a folder; give the export folder (onnx_dir, the output of "
                          "`framegraph export --avatar`)")
     return os.path.join(bundle.root, "onnx")
-
-
-def require_matte(bundle, matte: torch.Tensor | None, file: str) -> torch.Tensor:
-    """``matte``, or :class:`AvatarError` saying that ``bundle`` (made before avatars had one) has no person matte
-    ``file`` and how to give it one."""
-    if matte is not None:
-        return matte
-    where = repr(bundle.root) if bundle.root else "(not loaded from a folder)"
-    raise AvatarError(f"avatar bundle {where} has no person matte ({file}): it was made before avatars had one, so "
-                      f"it cannot be shown with alpha, over a background or in a scene; add one with `framegraph "
-                      f"avatar matte --avatar {bundle.root or 'DIR'}` (or train it again)")
 
 
 def read_matte_png(path: Path, size: tuple[int, int]) -> torch.Tensor:
@@ -222,6 +214,34 @@ class PictureSize:
         return int(self.portrait.shape[0])
 
 
+class MatteInFolder:
+    """A bundle kind's person matte, kept in its folder as ``MATTE_FILE``: the kind computes it
+    (``person_matte()``) and writes it in its own format (``write_matte(path, matte)``); this asks for it and adds
+    it."""
+
+    MATTE_FILE: ClassVar[str]
+
+    def required_matte(self) -> torch.Tensor:
+        """``self.matte``, or :class:`AvatarError` saying that the bundle (made before avatars had one) has no
+        person matte and how to give it one."""
+        if self.matte is not None:
+            return self.matte
+        where = repr(self.root) if self.root else "(not loaded from a folder)"
+        raise AvatarError(f"avatar bundle {where} has no person matte ({self.MATTE_FILE}): it was made before avatars "
+                          f"had one, so it cannot be shown with alpha, over a background or in a scene; add one with "
+                          f"`framegraph avatar matte --avatar {self.root or 'DIR'}` (or train it again)")
+
+    def add_matte(self) -> str:
+        """Compute the person matte and write it into the bundle folder (``MATTE_FILE``; nothing else changes);
+        returns its path."""
+        if self.root is None:
+            raise ValueError(f"the {type(self).__name__} was not loaded from a folder: save it first")
+        path = Path(self.root) / self.MATTE_FILE
+        self.matte = self.person_matte()
+        self.write_matte(path, self.matte)
+        return str(path)
+
+
 def load_json(path: Path) -> dict:
     """A bundle's JSON file as a dict; :class:`AvatarError` naming the file when missing or not an object."""
     if not path.is_file():
@@ -253,5 +273,5 @@ def load_part(root: Path, part: str, cls):
 
 
 __all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarError", "RunSettings", "StateOverride", "AvatarStages",
-           "add_audio_side", "AvatarBundle", "PictureSize", "load_json", "load_part", "onnx_dir", "require_matte",
+           "add_audio_side", "AvatarBundle", "PictureSize", "MatteInFolder", "load_json", "load_part", "onnx_dir",
            "read_matte_png", "write_matte_png"]

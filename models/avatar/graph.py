@@ -96,7 +96,7 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
         live: a live stream (see :class:`~.base.RunSettings`); ``max_lag_ms`` then defaults to
             :data:`LIVE_MAX_LAG_MS`.
         alpha: ``video`` also sends the person matte on its ``"alpha"`` port (the caller connects it); a bundle
-            without a matte is refused (:func:`~.base.require_matte`).
+            without a matte is refused (the bundle's ``required_matte``).
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
             :class:`~.base.RunSettings` (what each means there; a kind uses those that apply to it).
         video_device: where the picture goes (default: the ``sink``'s video input's device; with ``out`` the

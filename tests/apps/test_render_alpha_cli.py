@@ -98,12 +98,14 @@ def test_background_that_is_neither_a_colour_nor_a_picture(tmp_path, speech, cap
     assert "expected a colour" in capsys.readouterr().err
 
 
-def test_video_avatar_carries_each_loop_frames_matte(tmp_path, speech):
+def test_video_avatar_carries_each_loop_frames_matte(tmp_path, speech, capsys):
     """A video avatar's loop frames each have their own matte (learnt at train, here added to a small bundle with
     `avatar matte`); the rendered alpha is the matte of the loop frame shown."""
     from framegraph.models.avatar import random_video_avatar, save_video_avatar
 
     root = save_video_avatar(tmp_path / "video", random_video_avatar(n_frames=6))
+    assert main(["render", "--avatar", root, "--audio", speech, "--alpha", "--out", str(tmp_path / "no.mov")]) == 2
+    assert f"avatar bundle {root!r} has no person matte (matte.npz)" in capsys.readouterr().err
     assert main(["avatar", "matte", "--avatar", root]) == 0
     mattes = load_avatar(root).matte
     assert mattes.shape == (6, 256, 256) and (mattes == 0).any() and (mattes == 255).any()

@@ -41,12 +41,12 @@ from ..base import (
     AVATAR_JSON,
     AvatarError,
     AvatarStages,
+    MatteInFolder,
     PictureSize,
     RunSettings,
     add_audio_side,
     load_part,
     read_matte_png,
-    require_matte,
     write_matte_png,
 )
 from . import compiled as _compiled  # noqa: F401  (registers the compiled runtime)
@@ -64,7 +64,7 @@ SMALL_VAE = dict(block_out_channels=(32, 64, 64), patch_size=4, latent_channels=
 
 
 @dataclass
-class PortraitAvatar(PictureSize):
+class PortraitAvatar(PictureSize, MatteInFolder):
     """A loaded portrait bundle (see the module docstring); an :class:`~..base.AvatarBundle`.
 
     Attributes:
@@ -96,6 +96,7 @@ class PortraitAvatar(PictureSize):
     root: str | None = None
     _reference: torch.Tensor | None = None
     kind: ClassVar[str] = "portrait"
+    MATTE_FILE: ClassVar[str] = MATTE_FILE
 
     @property
     def latent_size(self) -> int:
@@ -130,18 +131,15 @@ class PortraitAvatar(PictureSize):
         portrait (default feathered ellipse); its picture goes to ``out_device`` (default ``device``); ``alpha``: it
         also sends the portrait's matte on an ``"alpha"`` port (:class:`~..base.AvatarError` when the bundle has
         none)."""
-        matte = require_matte(self, self.matte, MATTE_FILE) if alpha else None
+        matte = self.required_matte() if alpha else None
         return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device, alpha=matte,
                          out_device=out_device)
 
-    def add_matte(self) -> str:
-        """Compute the portrait's person matte (:func:`~framegraph.models.matte.person_matte`) and write it into the
-        bundle folder (``matte.png``; nothing else changes); returns its path."""
-        if self.root is None:
-            raise ValueError("the avatar was not loaded from a folder: save it first (save_avatar)")
-        self.matte = person_matte(self.portrait)
-        write_matte_png(Path(self.root) / MATTE_FILE, self.matte)
-        return str(Path(self.root) / MATTE_FILE)
+    def person_matte(self) -> torch.Tensor:
+        """The portrait's person matte, ``uint8 [H, W]`` (:func:`~framegraph.models.matte.person_matte`)."""
+        return person_matte(self.portrait)
+
+    write_matte = staticmethod(write_matte_png)  # (path, matte): the MATTE_FILE format, an 8-bit grey PNG
 
     def export_onnx(self, out_dir: str) -> dict:
         """The ONNX export of the three models (:func:`~.onnx.export_avatar`)."""
@@ -153,7 +151,7 @@ class PortraitAvatar(PictureSize):
         region pasted into the portrait; with ``settings.alpha`` also the portrait's matte), each model on its
         ``settings.runtime`` engine."""
         if settings.alpha:
-            require_matte(self, self.matte, MATTE_FILE)
+            self.required_matte()
         engines = runtime.engines("avatar-portrait", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,

@@ -45,7 +45,7 @@ from framegraph.stream import Graph, Stage
 from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import MediaError, read_video
 
-from ..base import AvatarError, AvatarStages, PictureSize, RunSettings, add_audio_side, load_part, require_matte
+from ..base import AvatarError, AvatarStages, MatteInFolder, PictureSize, RunSettings, add_audio_side, load_part
 from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and compiled)
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
@@ -127,8 +127,14 @@ def texture_mask(mask: torch.Tensor, lips: torch.Tensor, margin_px: float) -> to
     return ((1 - near[0, 0]) * (mask > 0.5).float()).clamp_(0.0, 1.0)
 
 
+def _write_matte(path: Path, matte: torch.Tensor) -> None:
+    """``uint8 [N, H, W]`` → ``matte.npz`` (``alpha``, compressed; written whole, then renamed)."""
+    with written_whole(path) as tmp:
+        np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
+
+
 @dataclass
-class VideoAvatar(PictureSize):
+class VideoAvatar(PictureSize, MatteInFolder):
     """A loaded video avatar bundle (see the module docstring).
 
     Attributes:
@@ -170,6 +176,7 @@ class VideoAvatar(PictureSize):
     root: str | None = None
     keeps: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = KIND
+    MATTE_FILE: ClassVar[str] = MATTE_FILE
 
     @property
     def portrait(self) -> torch.Tensor:
@@ -207,7 +214,7 @@ class VideoAvatar(PictureSize):
         CPU the audio encoder and the generator on ONNX Runtime, :mod:`.onnx`); the audio side and the loop frames
         stay on the CPU, each picked frame uploaded. ``settings.alpha``: the loop also plays the frames' mattes,
         which the mouth region passes on beside its picture (the lower face is redrawn inside the person)."""
-        mattes = require_matte(self, self.matte, MATTE_FILE) if settings.alpha else None
+        mattes = self.required_matte() if settings.alpha else None
         engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
         device = settings.device
@@ -233,14 +240,11 @@ class VideoAvatar(PictureSize):
             graph.connect(loop, region, "alpha", "alpha", capacity=2)
         return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
 
-    def add_matte(self) -> str:
-        """Compute the loop frames' person mattes (:func:`~framegraph.models.matte.person_mattes`) and write them
-        into the bundle folder (``matte.npz``; nothing else changes); returns its path."""
-        if self.root is None:
-            raise ValueError("the avatar was not loaded from a folder: save it first (save_video_avatar)")
-        self.matte = person_mattes(self.frames)
-        _write_matte(Path(self.root) / MATTE_FILE, self.matte)
-        return str(Path(self.root) / MATTE_FILE)
+    def person_matte(self) -> torch.Tensor:
+        """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""
+        return person_mattes(self.frames)
+
+    write_matte = staticmethod(_write_matte)  # (path, mattes): the MATTE_FILE format
 
     def export_onnx(self, out_dir: str) -> dict:
         """The ONNX export of the audio encoder and the generator (:func:`~.onnx.export_video_avatar`)."""
@@ -334,12 +338,6 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
-
-
-def _write_matte(path: Path, matte: torch.Tensor) -> None:
-    """``uint8 [N, H, W]`` → ``matte.npz`` (``alpha``, compressed; written whole, then renamed)."""
-    with written_whole(path) as tmp:
-        np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
 
 
 def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:

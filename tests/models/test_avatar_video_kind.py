@@ -368,6 +368,41 @@ def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
 
 
 @pytest.mark.slow
+def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
+    """The openness asked of the generator was calibrated at the end of training (loop frames redrawn with the
+    person's shapes, measured with the landmarks): loop frames redrawn for the openness of other frames — as the
+    avatar plays, width and roundness following the openness — open the mouth as wide as the person did in those
+    frames, on average, closer than asking for the openness as it was measured."""
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.video.lipsync import openness_lines
+    from framegraph.models.avatar.video.openness import MIN_FRAMES, drawn_openness
+    from framegraph.models.avatar.video.train import track_faces
+
+    line = talking["report"]["shape_head"]["openness_line"]
+    assert line["used"] and line["frames"] >= MIN_FRAMES, line
+    provenance = (talking["bundle"] / "PROVENANCE.md").read_text()
+    assert f"- openness calibrated: on {line['frames']} loop frames" in provenance
+    a = load_avatar(talking["bundle"])
+    picks = np.arange(0, len(a.frames), 3)
+    frames = a.frames[picks].numpy()
+    track = track_faces(iter(frames), "loop")
+    z = torch.from_numpy((track.shapes - np.array(a.shape_mean)) / np.array(a.shape_std)).float()
+    slope, intercept = openness_lines(z)  # width and roundness follow the openness as in the person's frames
+    z = z[torch.randperm(len(z), generator=torch.Generator().manual_seed(1))]  # each frame another frame's shape
+
+    def on_lines(openness):
+        return torch.cat([openness[:, None], (slope * openness[:, None] + intercept).float()], 1)
+
+    drawn = drawn_openness(a, frames, a.boxes[picks], on_lines(line["offset"] + line["scale"] * z[:, 0]),
+                           a.jaws[picks])
+    as_measured = drawn_openness(a, frames, a.boxes[picks], on_lines(z[:, 0]), a.jaws[picks])
+    person = a.shape_mean[0] + a.shape_std[0] * z[:, 0].numpy()
+    assert np.isfinite(drawn).mean() >= 0.9
+    miss, miss_before = abs(np.nanmean(drawn - person)), abs(np.nanmean(as_measured - person))
+    assert miss <= 0.05 * person.mean() and miss < miss_before, (miss, miss_before, person.mean(), line)
+
+
+@pytest.mark.slow
 def test_typed_text_moves_the_drawn_mouth_with_its_phonemes(talking):
     """What a user who types sees: eSpeak sentences the avatar never learnt, drawn on its loop — the mouth opens
     and closes with the phonemes' jaw, and is more open while the voice speaks than in its pauses."""

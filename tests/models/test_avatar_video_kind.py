@@ -378,10 +378,10 @@ def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
     from framegraph.models.avatar.video.openness import MIN_FRAMES, drawn_openness
     from framegraph.models.avatar.video.train import track_faces
 
-    line = talking["report"]["shape_head"]["openness_line"]
-    assert line["used"] and line["frames"] >= MIN_FRAMES, line
+    calib = talking["report"]["shape_head"]["openness_calibration"]
+    assert calib["used"] and calib["frames"] >= MIN_FRAMES and calib["offset"] > 0, calib
     provenance = (talking["bundle"] / "PROVENANCE.md").read_text()
-    assert f"- openness calibrated: on {line['frames']} loop frames" in provenance
+    assert f"- openness calibrated: on {calib['frames']} loop frames" in provenance
     a = load_avatar(talking["bundle"])
     picks = np.arange(0, len(a.frames), 3)
     frames = a.frames[picks].numpy()
@@ -393,13 +393,12 @@ def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
     def on_lines(openness):
         return torch.cat([openness[:, None], (slope * openness[:, None] + intercept).float()], 1)
 
-    drawn = drawn_openness(a, frames, a.boxes[picks], on_lines(line["offset"] + line["scale"] * z[:, 0]),
-                           a.jaws[picks])
+    drawn = drawn_openness(a, frames, a.boxes[picks], on_lines(z[:, 0] + calib["offset"]), a.jaws[picks])
     as_measured = drawn_openness(a, frames, a.boxes[picks], on_lines(z[:, 0]), a.jaws[picks])
     person = a.shape_mean[0] + a.shape_std[0] * z[:, 0].numpy()
     assert np.isfinite(drawn).mean() >= 0.9
     miss, miss_before = abs(np.nanmean(drawn - person)), abs(np.nanmean(as_measured - person))
-    assert miss <= 0.05 * person.mean() and miss < miss_before, (miss, miss_before, person.mean(), line)
+    assert miss <= 0.05 * person.mean() and miss < miss_before, (miss, miss_before, person.mean(), calib)
 
 
 @pytest.mark.slow

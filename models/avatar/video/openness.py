@@ -1,18 +1,19 @@
 """How open the generator draws the mouth it is asked for, measured on the avatar's own loop frames, and the shape
-head asked for what lands on the person's openness.
+head asked for what lands on the person's openness, on average.
 
 The generator learns each training frame's lower face from that frame's measured shape, yet need not draw the
 mouth as open as the person's for the same shape (on a news anchor it drew it less open: landmark openness 0.043
 held out where the person's was 0.060, with a head that asked for about the right shapes). At the end of training
-:func:`drawn_openness` redraws loop frames — each with the measured shape of another training frame, as the avatar
+:func:`drawn_openness` redraws loop frames — each for the measured shape of another training frame, as the avatar
 plays: a loop frame and the shape the voice asks for — and measures them with the face landmarks;
-:func:`openness_line` fits the drawn openness against the asked one (standardised) and inverts it: the asked
-openness ``z`` that makes the generator draw the person's ``mean + std · z`` is ``offset + scale · z``.
-:func:`calibrate_openness` folds that into the shape head's openness row and the rest shape (the head stays one
-linear map: the runtimes and the ONNX export are unchanged); training then has the other shape numbers follow the
-new openness along the person's lines (:func:`~.lipsync.follow_openness`) — the generator opens the mouth with
-the width and roundness that go with it, and a wider openness asked alone is drawn far less wide. Where the
-generator draws what it is asked, the line is the identity.
+:func:`openness_offset` says how far the drawn openness falls short of the person's on average, in standard
+deviations of the asked openness (the drawn openness rises by the slope of a least-squares line per asked std):
+the shift that closes the gap. :func:`calibrate_openness` adds it to the shape head's openness and the rest shape
+(the head stays one linear map: the runtimes and the ONNX export are unchanged); training then has the other shape
+numbers follow the new openness along the person's lines (:func:`~.lipsync.follow_openness`) — the generator
+opens the mouth with the width and roundness that go with it, and a wider openness asked alone is drawn far less
+wide. Only the level is moved: stretching the asked swing by the line's slope as well overshot the person's swing
+on held-out speech (docs/real_people.md). Where the generator draws what it is asked, the shift is 0.
 """
 from __future__ import annotations
 
@@ -28,10 +29,9 @@ from .lipsync import ShapeHead
 from .stages import MouthRegion
 
 OPENNESS_FRAMES = 160  # loop frames redrawn and measured at the end of training
-MIN_FRAMES = 24  # the fewest measured for a line
+MIN_FRAMES = 24  # the fewest measured for a shift
 MIN_RESPONSE = 0.25  # the drawn openness must follow at least this share of the person's own swing
-MAX_SCALE = 2.0  # the asked swing is stretched or shrunk by at most this factor
-MAX_OFFSET = 1.0  # and moved by at most this many standard deviations of the person's openness
+MAX_OFFSET = 1.0  # the most the asked openness is moved, in standard deviations of the person's
 
 
 def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.Tensor,
@@ -56,40 +56,36 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
     return out
 
 
-def openness_line(asked: np.ndarray, drawn: np.ndarray, mean: float, std: float) -> tuple[float, float, dict]:
-    """``offset, scale`` such that asking the generator for ``offset + scale · z`` draws the person's openness
-    ``mean + std · z`` (``asked [K]``: the standardised openness the frames were drawn from, ``drawn [K]``: what
-    the landmarks measured, NaN skipped), and a report. The identity ``(0, 1)`` when the line cannot be trusted:
-    fewer than :data:`MIN_FRAMES` measured, or the drawn openness follows less than :data:`MIN_RESPONSE` of the
-    person's swing; ``offset`` and ``scale`` are held within :data:`MAX_OFFSET` and ``1 / MAX_SCALE ..
-    MAX_SCALE``."""
+def openness_offset(asked: np.ndarray, drawn: np.ndarray, mean: float, std: float) -> tuple[float, dict]:
+    """The shift (standard deviations of the person's openness) to add to the openness asked of the generator so
+    that, on average, it draws the person's: ``asked [K]`` the standardised openness the frames were drawn for,
+    ``drawn [K]`` what the landmarks measured (NaN skipped), the person's openness for ``z`` being ``mean + std
+    · z``. The gap between the two means, over the slope of the drawn openness per asked std; with a report.
+    0 when it cannot be trusted: fewer than :data:`MIN_FRAMES` measured, or the drawn openness follows less than
+    :data:`MIN_RESPONSE` of the person's swing; held within ``±``:data:`MAX_OFFSET`."""
     ok = np.isfinite(drawn) & np.isfinite(asked)
     report = {"frames": int(ok.sum())}
     if ok.sum() < MIN_FRAMES:
-        return 0.0, 1.0, {**report, "used": False, "why": f"fewer than {MIN_FRAMES} redrawn frames measured"}
-    slope, intercept = np.polyfit(asked[ok], drawn[ok], 1)  # drawn ≈ intercept + slope · z
-    real = mean + std * asked[ok]
-    report.update({k: round(float(v), 5) for k, v in (("drawn_intercept", intercept), ("drawn_slope", slope),
-                                                      ("real_intercept", mean), ("real_slope", std),
-                                                      ("drawn_mean", drawn[ok].mean()), ("real_mean", real.mean()))})
+        return 0.0, {**report, "used": False, "why": f"fewer than {MIN_FRAMES} redrawn frames measured"}
+    slope = np.polyfit(asked[ok], drawn[ok], 1)[0]  # drawn openness per asked std
+    drawn_mean, real_mean = drawn[ok].mean(), mean + std * asked[ok].mean()
+    report.update({k: round(float(v), 5) for k, v in (("drawn_mean", drawn_mean), ("real_mean", real_mean),
+                                                      ("drawn_slope", slope), ("real_slope", std))})
     if not slope >= MIN_RESPONSE * std:
-        return 0.0, 1.0, {**report, "used": False, "why": "the drawn openness hardly follows the asked one"}
-    scale = float(np.clip(std / slope, 1 / MAX_SCALE, MAX_SCALE))
-    offset = float(np.clip((mean - intercept) / slope, -MAX_OFFSET, MAX_OFFSET))
-    return offset, scale, {**report, "used": True, "offset": round(offset, 4), "scale": round(scale, 4)}
+        return 0.0, {**report, "used": False, "why": "the drawn openness hardly follows the asked one"}
+    offset = float(np.clip((real_mean - drawn_mean) / slope, -MAX_OFFSET, MAX_OFFSET))
+    return offset, {**report, "used": True, "offset": round(offset, 4)}
 
 
-def calibrate_openness(head: ShapeHead, rest, offset: float, scale: float) -> tuple[ShapeHead, torch.Tensor]:
-    """A copy of ``head`` whose openness (the first shape number) is ``offset + scale ·`` the old one, and ``rest
-    [P]`` with its openness moved the same way; the other numbers unchanged. Still one linear map."""
+def calibrate_openness(head: ShapeHead, rest, offset: float) -> tuple[ShapeHead, torch.Tensor]:
+    """A copy of ``head`` whose openness (the first shape number) is ``offset`` higher, and ``rest [P]`` with its
+    openness moved the same; the other numbers unchanged. Still one linear map."""
     out = copy.deepcopy(head)
     with torch.no_grad():
-        out.linear.weight[0] *= scale
-        out.linear.bias[0] = offset + scale * out.linear.bias[0]
+        out.linear.bias[0] += offset
     rest = torch.as_tensor(rest, dtype=torch.float32).clone()
-    rest[0] = offset + scale * rest[0]
+    rest[0] += offset
     return out.eval(), rest
 
 
-__all__ = ["drawn_openness", "openness_line", "calibrate_openness", "OPENNESS_FRAMES", "MIN_FRAMES", "MAX_SCALE",
-           "MAX_OFFSET"]
+__all__ = ["drawn_openness", "openness_offset", "calibrate_openness", "OPENNESS_FRAMES", "MIN_FRAMES", "MAX_OFFSET"]

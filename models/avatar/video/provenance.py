@@ -87,14 +87,14 @@ def write_training_provenance(root, report: dict) -> Path:
                         f"{person['mean']:+.2f})" if check else ""))
     elif typed.get("skipped"):
         lines.append(f"- typed text: no eSpeak NG sentences learnt ({typed['skipped']})")
-    line = report.get("shape_head", {}).get("openness_line") or {}
-    if line.get("used"):
-        lines.append(f"- openness calibrated: on {line['frames']} loop frames redrawn for the person's shapes the "
-                     f"mouth opened {line['drawn_mean']:.3f} on average where the person's did {line['real_mean']:.3f} "
-                     f"(landmark openness); the shape head asks for {line['offset']:+.2f} + {line['scale']:.2f} x "
-                     "its openness to land on the person's")
-    elif line.get("why"):
-        lines.append(f"- openness not calibrated ({line['why']})")
+    calib = report.get("shape_head", {}).get("openness_calibration") or {}
+    if calib.get("used"):
+        lines.append(f"- openness calibrated: on {calib['frames']} loop frames redrawn for the person's shapes the "
+                     f"mouth opened {calib['drawn_mean']:.3f} on average where the person's did "
+                     f"{calib['real_mean']:.3f} (landmark openness); the shape head asks for "
+                     f"{calib['offset']:+.2f} std of openness more")
+    elif calib.get("why"):
+        lines.append(f"- openness not calibrated ({calib['why']})")
     lines += ["", "## Measured (`framegraph avatar eval`)", "",
               "Each evaluation of this bundle adds a section here.", ""]
     path = Path(root) / PROVENANCE

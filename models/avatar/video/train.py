@@ -20,7 +20,7 @@
              text moves the mouth as the person would (:mod:`.typed`)
           ─▶ the openness asked of the generator calibrated (:mod:`.openness`): loop frames redrawn with the
              person's measured shapes and measured with the landmarks; where it draws the mouth less (or more)
-             open than the person's, the head and the rest shape ask for what lands on the person's openness
+             open than the person's on average, the head and the rest shape ask for that much more (or less)
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -75,7 +75,7 @@ from .lipsync import (
     region_loss,
 )
 from .loop import nearest_frames
-from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openness_line
+from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openness_offset
 from .provenance import write_training_provenance
 from .sync import estimate_av_offset, shift_frames
 from .typed import TYPED_SENTENCES, typed_check, typed_rows
@@ -428,10 +428,10 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
 def _calibrate_openness(avatar: VideoAvatar, z: torch.Tensor, cfg: VideoTrainConfig) -> dict:
     """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` loop frames
     redrawn, each for the measured shape of another training frame (``z [n_train, P]``, standardised) picked at
-    random — as the avatar plays, a loop frame with the shape the voice asks for — and measured. With
-    ``cfg.follow_openness`` the other shape numbers then follow the new openness along the person's lines (the
-    generator opens the mouth with them: asked alone, a wider openness is drawn far less wide). Returns the line's
-    report."""
+    random — as the avatar plays, a loop frame with the shape the voice asks for — and measured; the head asks for
+    the openness shifted by what the drawn mouth falls short of the person's. With ``cfg.follow_openness`` the
+    other shape numbers then follow the new openness along the person's lines (the generator opens the mouth with
+    them: asked alone, a wider openness is drawn far less wide). Returns the report."""
     count, seed = cfg.openness_frames, cfg.seed
     if count <= 0:
         return {"used": False, "why": "openness_frames is 0"}
@@ -439,8 +439,8 @@ def _calibrate_openness(avatar: VideoAvatar, z: torch.Tensor, cfg: VideoTrainCon
     frames, shapes = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
     drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], z[shapes],
                            avatar.jaws[frames])
-    offset, scale, report = openness_line(z[shapes, 0].numpy(), drawn, avatar.shape_mean[0], avatar.shape_std[0])
-    head, rest = calibrate_openness(avatar.shape_head, avatar.rest_shape, offset, scale)
+    offset, report = openness_offset(z[shapes, 0].numpy(), drawn, avatar.shape_mean[0], avatar.shape_std[0])
+    head, rest = calibrate_openness(avatar.shape_head, avatar.rest_shape, offset)
     if cfg.follow_openness:
         head, rest, _ = follow_openness(head, z, rest)
     avatar.shape_head, avatar.rest_shape = head, rest.tolist()
@@ -511,7 +511,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     with timed(timings, "openness"):
-        sound.report["openness_line"] = _calibrate_openness(avatar, z[:n_train], cfg)
+        sound.report["openness_calibration"] = _calibrate_openness(avatar, z[:n_train], cfg)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),

@@ -369,35 +369,41 @@ def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
 
 @pytest.mark.slow
 def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
-    """The openness asked of the generator was calibrated at the end of training (loop frames redrawn with the
-    person's shapes, measured with the landmarks): loop frames redrawn for the openness of other frames — as the
-    avatar plays, width and roundness following the openness — open the mouth as wide as the person did in those
-    frames, on average, closer than asking for the openness as it was measured."""
+    """The openness the head asks of the generator was calibrated at the end of training: loop frames redrawn for
+    what the head asks from training frames' sound (as the avatar plays) open the mouth as wide as the person did
+    in those frames, on average — closer than the same head without the shift."""
+    from framegraph.models.audio.features import extract_features
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.video.lipsync import openness_lines
-    from framegraph.models.avatar.video.openness import MIN_FRAMES, drawn_openness
+    from framegraph.models.avatar.video.lipsync import context_windows, follow_openness
+    from framegraph.models.avatar.video.openness import MIN_FRAMES, calibrate_openness, drawn_openness
+    from framegraph.models.avatar.video.sync import shift_audio
     from framegraph.models.avatar.video.train import track_faces
 
-    calib = talking["report"]["shape_head"]["openness_calibration"]
+    r = talking["report"]
+    calib = r["shape_head"]["openness_calibration"]
     assert calib["used"] and calib["frames"] >= MIN_FRAMES and calib["offset"] > 0, calib
     provenance = (talking["bundle"] / "PROVENANCE.md").read_text()
-    assert f"- openness calibrated: on {calib['frames']} loop frames" in provenance
+    assert f"- openness calibrated: on {calib['frames']} loop frames redrawn for what the shape head" in provenance
     a = load_avatar(talking["bundle"])
-    picks = np.arange(0, len(a.frames), 3)
-    frames = a.frames[picks].numpy()
-    track = track_faces(iter(frames), "loop")
+    n = r["train_frames"]
+    track = track_faces(iter(read_video(talking["clip"])["frames"][:n]), "training frames")
     z = torch.from_numpy((track.shapes - np.array(a.shape_mean)) / np.array(a.shape_std)).float()
-    slope, intercept = openness_lines(z)  # width and roundness follow the openness as in the person's frames
-    z = z[torch.randperm(len(z), generator=torch.Generator().manual_seed(1))]  # each frame another frame's shape
+    audio = shift_audio(talking["audio"], a.av_offset_frames, SR // int(a.fps))
+    with torch.no_grad():
+        windows = context_windows(extract_features(a.audio, audio, a.fps)[:n], a.shape_head.config.context)
+    before, _ = calibrate_openness(a.shape_head, a.rest_shape, -calib["offset"])
+    before, _, _ = follow_openness(before, z, torch.tensor(a.rest_shape))  # the head as training fitted it
+    picks = np.arange(0, n, 3)
+    loop = np.random.default_rng(1).integers(0, len(a.frames), len(picks))  # each on a loop frame
 
-    def on_lines(openness):
-        return torch.cat([openness[:, None], (slope * openness[:, None] + intercept).float()], 1)
+    def drawn(head):
+        with torch.no_grad():
+            asked = head(windows)[picks]
+        return drawn_openness(a, a.frames[loop].numpy(), a.boxes[loop], asked, a.jaws[loop])
 
-    drawn = drawn_openness(a, frames, a.boxes[picks], on_lines(z[:, 0] + calib["offset"]), a.jaws[picks])
-    as_measured = drawn_openness(a, frames, a.boxes[picks], on_lines(z[:, 0]), a.jaws[picks])
-    person = a.shape_mean[0] + a.shape_std[0] * z[:, 0].numpy()
-    assert np.isfinite(drawn).mean() >= 0.9
-    miss, miss_before = abs(np.nanmean(drawn - person)), abs(np.nanmean(as_measured - person))
+    now, then, person = drawn(a.shape_head), drawn(before), track.shapes[picks, 0]
+    assert np.isfinite(now).mean() >= 0.9
+    miss, miss_before = abs(np.nanmean(now) - person.mean()), abs(np.nanmean(then) - person.mean())
     assert miss <= 0.05 * person.mean() and miss < miss_before, (miss, miss_before, person.mean(), calib)
 
 

@@ -20,7 +20,7 @@ def _generator_draws(z, gain=0.8, bias=-0.004, noise=0.002, seed=0):
 
 def test_asking_for_the_shifted_openness_draws_the_persons_on_average():
     z = np.random.default_rng(1).standard_normal(160)
-    offset, report = openness_offset(z, _generator_draws(z), MEAN, STD)
+    offset, report = openness_offset(z, _generator_draws(z), MEAN + STD * z, STD)
     assert report["used"] and report["frames"] == 160 and offset > 0
     assert report["drawn_mean"] < report["real_mean"]  # the mouth was drawn too closed
     person = MEAN + STD * z
@@ -31,8 +31,19 @@ def test_asking_for_the_shifted_openness_draws_the_persons_on_average():
 
 def test_a_generator_that_draws_what_it_is_asked_keeps_the_head_as_it_is():
     z = np.random.default_rng(2).standard_normal(160)
-    offset, report = openness_offset(z, MEAN + STD * z, MEAN, STD)
+    offset, report = openness_offset(z, MEAN + STD * z, MEAN + STD * z, STD)
     assert report["used"] and offset == pytest.approx(0.0, abs=1e-9)
+
+
+def test_the_shift_is_measured_against_the_persons_frames_not_the_asked_shapes():
+    """The head asks for less than the person did in those frames (a regression answers towards the mean and
+    below it here): the shift brings the drawn mouth to the person's openness, not to the head's."""
+    person_z = np.random.default_rng(5).standard_normal(160) + 0.3
+    asked = 0.8 * person_z - 0.2
+    offset, report = openness_offset(asked, MEAN + STD * asked, MEAN + STD * person_z, STD)
+    assert report["used"] and offset == pytest.approx((0.3 - 0.8 * 0.3 + 0.2), abs=0.05)
+    drawn = MEAN + STD * (asked + offset)
+    assert abs(drawn.mean() - (MEAN + STD * person_z).mean()) < 1e-9
 
 
 @pytest.mark.parametrize("drawn, why", [
@@ -41,15 +52,15 @@ def test_a_generator_that_draws_what_it_is_asked_keeps_the_head_as_it_is():
 ])
 def test_a_shift_that_cannot_be_trusted_is_not_used(drawn, why):
     z = np.random.default_rng(3).standard_normal(160)
-    offset, report = openness_offset(z, drawn(z), MEAN, STD)
+    offset, report = openness_offset(z, drawn(z), MEAN + STD * z, STD)
     assert offset == 0.0 and not report["used"] and why in report["why"]
 
 
 def test_the_shift_is_held_within_its_bound():
     z = np.random.default_rng(4).standard_normal(160)
-    offset, report = openness_offset(z, 0.3 * (MEAN + STD * z) - 0.02, MEAN, STD)
+    offset, report = openness_offset(z, 0.3 * (MEAN + STD * z) - 0.02, MEAN + STD * z, STD)
     assert report["used"] and offset == MAX_OFFSET
-    offset, _ = openness_offset(z, 0.3 * (MEAN + STD * z) + 0.2, MEAN, STD)
+    offset, _ = openness_offset(z, 0.3 * (MEAN + STD * z) + 0.2, MEAN + STD * z, STD)
     assert offset == -MAX_OFFSET
 
 

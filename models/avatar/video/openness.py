@@ -1,19 +1,20 @@
-"""How open the generator draws the mouth it is asked for, measured on the avatar's own loop frames, and the shape
-head asked for what lands on the person's openness, on average.
+"""How open the generator draws the mouth the shape head asks for, measured on the avatar's own loop frames, and
+the head made to ask for what lands on the person's openness, on average.
 
 The generator learns each training frame's lower face from that frame's measured shape, yet need not draw the
-mouth as open as the person's for the same shape (on a news anchor it drew it less open: landmark openness 0.043
-held out where the person's was 0.060, with a head that asked for about the right shapes). At the end of training
-:func:`drawn_openness` redraws loop frames — each for the measured shape of another training frame, as the avatar
-plays: a loop frame and the shape the voice asks for — and measures them with the face landmarks;
-:func:`openness_offset` says how far the drawn openness falls short of the person's on average, in standard
-deviations of the asked openness (the drawn openness rises by the slope of a least-squares line per asked std):
-the shift that closes the gap. :func:`calibrate_openness` adds it to the shape head's openness and the rest shape
-(the head stays one linear map: the runtimes and the ONNX export are unchanged); training then has the other shape
-numbers follow the new openness along the person's lines (:func:`~.lipsync.follow_openness`) — the generator
-opens the mouth with the width and roundness that go with it, and a wider openness asked alone is drawn far less
-wide. Only the level is moved: stretching the asked swing by the line's slope as well overshot the person's swing
-on held-out speech (docs/real_people.md). Where the generator draws what it is asked, the shift is 0.
+mouth as open as the person's (on a news anchor it drew it less open: landmark openness 0.043 held out where the
+person's was 0.060, with a head that asked for about the right shapes), and the head's shapes, smoother than the
+person's, are drawn less open again. At the end of training :func:`drawn_openness` redraws loop frames for the
+shapes the head asks from training frames' sound — as the avatar plays: a loop frame and the shape the voice asks
+for — and measures them with the face landmarks; :func:`openness_offset` says how far the drawn openness falls
+short of the person's own in those frames, in standard deviations of the asked openness (the drawn openness rises
+by the slope of a least-squares line per asked std): the shift that closes the gap. :func:`calibrate_openness`
+adds it to the head's openness and the rest shape (the head stays one linear map: the runtimes and the ONNX
+export are unchanged); training then has the other shape numbers follow the new openness along the person's
+lines (:func:`~.lipsync.follow_openness`) — the generator opens the mouth with the width and roundness that go
+with it, and a wider openness asked alone is drawn far less wide. Only the level is moved: stretching the asked
+swing by the line's slope as well overshot the person's swing on held-out speech (docs/real_people.md). Where
+the generator draws what it is asked, the shift is 0.
 """
 from __future__ import annotations
 
@@ -56,19 +57,20 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
     return out
 
 
-def openness_offset(asked: np.ndarray, drawn: np.ndarray, mean: float, std: float) -> tuple[float, dict]:
+def openness_offset(asked: np.ndarray, drawn: np.ndarray, person: np.ndarray, std: float) -> tuple[float, dict]:
     """The shift (standard deviations of the person's openness) to add to the openness asked of the generator so
     that, on average, it draws the person's: ``asked [K]`` the standardised openness the frames were drawn for,
-    ``drawn [K]`` what the landmarks measured (NaN skipped), the person's openness for ``z`` being ``mean + std
-    · z``. The gap between the two means, over the slope of the drawn openness per asked std; with a report.
-    0 when it cannot be trusted: fewer than :data:`MIN_FRAMES` measured, or the drawn openness follows less than
+    ``drawn [K]`` what the landmarks measured on them (NaN skipped), ``person [K]`` the person's own openness in
+    the frames the shapes were asked for, ``std`` the person's openness per standardised unit. The gap between the
+    two means, over the slope of the drawn openness per asked unit (a least-squares line); with a report. 0 when
+    it cannot be trusted: fewer than :data:`MIN_FRAMES` measured, or the drawn openness follows less than
     :data:`MIN_RESPONSE` of the person's swing; held within ``±``:data:`MAX_OFFSET`."""
-    ok = np.isfinite(drawn) & np.isfinite(asked)
+    ok = np.isfinite(drawn) & np.isfinite(asked) & np.isfinite(person)
     report = {"frames": int(ok.sum())}
     if ok.sum() < MIN_FRAMES:
         return 0.0, {**report, "used": False, "why": f"fewer than {MIN_FRAMES} redrawn frames measured"}
-    slope = np.polyfit(asked[ok], drawn[ok], 1)[0]  # drawn openness per asked std
-    drawn_mean, real_mean = drawn[ok].mean(), mean + std * asked[ok].mean()
+    slope = np.polyfit(asked[ok], drawn[ok], 1)[0]  # drawn openness per asked unit
+    drawn_mean, real_mean = drawn[ok].mean(), person[ok].mean()
     report.update({k: round(float(v), 5) for k, v in (("drawn_mean", drawn_mean), ("real_mean", real_mean),
                                                       ("drawn_slope", slope), ("real_slope", std))})
     if not slope >= MIN_RESPONSE * std:

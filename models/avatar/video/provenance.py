@@ -89,10 +89,10 @@ def write_training_provenance(root, report: dict) -> Path:
         lines.append(f"- typed text: no eSpeak NG sentences learnt ({typed['skipped']})")
     calib = report.get("shape_head", {}).get("openness_calibration") or {}
     if calib.get("used"):
-        lines.append(f"- openness calibrated: on {calib['frames']} loop frames redrawn for the person's shapes the "
-                     f"mouth opened {calib['drawn_mean']:.3f} on average where the person's did "
-                     f"{calib['real_mean']:.3f} (landmark openness); the shape head asks for "
-                     f"{calib['offset']:+.2f} std of openness more")
+        lines.append(f"- openness calibrated: on {calib['frames']} loop frames redrawn for what the shape head asks "
+                     f"from training frames' sound, the mouth opened {calib['drawn_mean']:.3f} on average where the "
+                     f"person's did {calib['real_mean']:.3f} in those frames (landmark openness); the head now asks "
+                     f"for {calib['offset']:+.2f} std of openness more")
     elif calib.get("why"):
         lines.append(f"- openness not calibrated ({calib['why']})")
     lines += ["", "## Measured (`framegraph avatar eval`)", "",

@@ -18,9 +18,9 @@
              roundness then follow the predicted openness as in the person's frames (``follow_openness``);
              and a few eSpeak NG sentences with shapes set from their phonemes on the person's scale, so typed
              text moves the mouth as the person would (:mod:`.typed`)
-          ─▶ the openness asked of the generator calibrated (:mod:`.openness`): loop frames redrawn with the
-             person's measured shapes and measured with the landmarks; where it draws the mouth less (or more)
-             open than the person's on average, the head and the rest shape ask for that much more (or less)
+          ─▶ the openness asked of the generator calibrated (:mod:`.openness`): loop frames redrawn for what the
+             head asks from training frames' sound and measured with the landmarks; where the mouth is drawn less
+             (or more) open than the person's in those frames, the head and the rest shape ask for that much more
           ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
@@ -390,7 +390,8 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
 class SoundFit:
     """The sound side of a video avatar (:func:`_fit_sound`): the audio ``encoder`` (and the file it came from),
     the ``head`` from its features to the mouth shape, the ``rest`` shape (standardised ``[P]``), the head's fit
-    ``report``, its ``heldout`` numbers (None without a held-out end) and the sound's ``av_offset`` report."""
+    ``report``, its ``heldout`` numbers (None without a held-out end), the sound's ``av_offset`` report and the
+    ``features [T, D]`` of the whole video's sound, aligned to its frames."""
 
     encoder: AudioEncoder
     encoder_path: str
@@ -399,6 +400,7 @@ class SoundFit:
     report: dict
     heldout: dict | None
     av_offset: dict | None
+    features: torch.Tensor
 
 
 def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, openness: np.ndarray, n_train: int,
@@ -422,24 +424,27 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
         head, rest, report["follow_openness"] = follow_openness(head, z[:n_train], rest)
     report["typed"] = {**typed_report, "check": typed_check(head, encoder, fps)}
     heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
-    return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report)
+    return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report, feats)
 
 
-def _calibrate_openness(avatar: VideoAvatar, z: torch.Tensor, cfg: VideoTrainConfig) -> dict:
-    """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` loop frames
-    redrawn, each for the measured shape of another training frame (``z [n_train, P]``, standardised) picked at
-    random — as the avatar plays, a loop frame with the shape the voice asks for — and measured; the head asks for
-    the openness shifted by what the drawn mouth falls short of the person's. With ``cfg.follow_openness`` the
-    other shape numbers then follow the new openness along the person's lines (the generator opens the mouth with
-    them: asked alone, a wider openness is drawn far less wide). Returns the report."""
-    count, seed = cfg.openness_frames, cfg.seed
+def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig) -> dict:
+    """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` training
+    frames picked at random, the shape the head asks for from each one's sound (``features [n_train, D]``), drawn on
+    a loop frame picked at random (as the avatar plays) and measured, against the person's own openness in those
+    frames (``z [n_train, P]``, standardised); the head then asks for its openness shifted by what the drawn mouth
+    fell short. With ``cfg.follow_openness`` the other shape numbers follow the new openness along the person's
+    lines (the generator opens the mouth with them: asked alone, a wider openness is drawn far less wide). Returns
+    the report."""
+    count = cfg.openness_frames
     if count <= 0:
         return {"used": False, "why": "openness_frames is 0"}
-    rng = np.random.default_rng(seed)
-    frames, shapes = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
-    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], z[shapes],
-                           avatar.jaws[frames])
-    offset, report = openness_offset(z[shapes, 0].numpy(), drawn, avatar.shape_mean[0], avatar.shape_std[0])
+    rng = np.random.default_rng(cfg.seed)
+    frames, picks = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
+    with torch.no_grad():
+        asked = avatar.shape_head(context_windows(features, cfg.context))[picks]
+    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], asked, avatar.jaws[frames])
+    mean, std = avatar.shape_mean[0], avatar.shape_std[0]
+    offset, report = openness_offset(asked[:, 0].numpy(), drawn, mean + std * z[picks, 0].numpy(), std)
     head, rest = calibrate_openness(avatar.shape_head, avatar.rest_shape, offset)
     if cfg.follow_openness:
         head, rest, _ = follow_openness(head, z, rest)
@@ -511,7 +516,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          shape_mean=mean.tolist(), shape_std=std.tolist(),
                          rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     with timed(timings, "openness"):
-        sound.report["openness_calibration"] = _calibrate_openness(avatar, z[:n_train], cfg)
+        sound.report["openness_calibration"] = _calibrate_openness(avatar, sound.features[:n_train], z[:n_train],
+                                                                   cfg)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),

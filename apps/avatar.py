@@ -16,6 +16,7 @@ from framegraph.models.avatar.eval.synthetic import evaluate_avatar
 from framegraph.models.avatar.eval.video import evaluate_typed_text, evaluate_video_avatar
 from framegraph.models.avatar.portrait.refine import refine_decoder
 from framegraph.models.avatar.portrait.train import train_avatar
+from framegraph.models.avatar.video.openness import OPENNESS_FRAMES
 from framegraph.models.avatar.video.provenance import PROVENANCE, add_evaluation
 from framegraph.models.avatar.video.train import train_video_avatar
 from framegraph.models.dit import AvatarDiT
@@ -141,7 +142,8 @@ def run_train_video(args: argparse.Namespace) -> int:
                                   max_region=args.max_region, loop_seconds=args.loop_seconds,
                                   max_side=args.max_side or 1280, vad=not args.no_vad, seed=args.seed,
                                   critic_weight=args.critic_weight, av_sync=args.av_sync,
-                                  typed_sentences=args.typed_sentences)
+                                  typed_sentences=args.typed_sentences,
+                                  openness_frames=OPENNESS_FRAMES if args.openness_calibration else 0)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / FaceError are ValueErrors
         return _train_error(exc)
     print(f"video avatar from {r['frames']} frames ({r['seconds']:g} s): {r['region_choice']}; trained in "

@@ -136,6 +136,10 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--av-sync", action=argparse.BooleanOptionalAction, default=True,
                    help="with --kind video: measure how late the video's sound is against the mouth (up to 400 ms) "
                         "and train on it aligned (default on)")
+    t.add_argument("--openness-calibration", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --kind video: at the end, draw loop frames for what the mouth-shape head asks from the "
+                        "video's sound, measure them, and shift the head so the drawn mouth opens as wide as the "
+                        "person's on average (default on; a wider mouth can be drawn a little softer)")
     t.add_argument("--typed-sentences", type=non_negative_int, default=6,
                    help="with --kind video: eSpeak NG sentences the audio -> mouth-shape head also learns, their "
                         "shapes set from their phonemes on the person's scale, so typed text moves the mouth like "

@@ -81,3 +81,19 @@ def test_the_shift_moves_only_the_heads_openness_and_the_rest_shapes():
     assert type(new) is ShapeHead and torch.equal(rest, torch.tensor([-0.6, 0.2, -0.1]))  # the inputs untouched
     with torch.no_grad():
         torch.testing.assert_close(head(x), before)
+
+
+def test_the_calibration_can_be_turned_off_from_the_command_line():
+    """``avatar train --video --no-openness-calibration``: no frames redrawn, the head left as fitted, and the
+    train report (and so PROVENANCE.md) says it was turned off."""
+    from framegraph.apps.cli import build_parser
+    from framegraph.models.avatar.video.openness import OPENNESS_FRAMES
+    from framegraph.models.avatar.video.train import VideoTrainConfig, _calibrate_openness
+
+    assert VideoTrainConfig().openness_frames == OPENNESS_FRAMES
+    for argv, want in ((["--no-openness-calibration"], False), ([], True)):
+        args = build_parser(["avatar", "train"]).parse_args(["avatar", "train", "--video", "me.mp4", "--out", "x",
+                                                             *argv])
+        assert args.openness_calibration is want
+    report = _calibrate_openness(None, None, None, VideoTrainConfig(openness_frames=0))  # touches nothing
+    assert not report["used"] and "--no-openness-calibration" in report["why"]

@@ -437,7 +437,7 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
     the report."""
     count = cfg.openness_frames
     if count <= 0:
-        return {"used": False, "why": "openness_frames is 0"}
+        return {"used": False, "why": "turned off: openness_frames 0, `--no-openness-calibration`"}
     rng = np.random.default_rng(cfg.seed)
     frames, picks = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
     with torch.no_grad():

@@ -6,5 +6,8 @@ UNet redraws the lower face for a mouth shape that a ridge head predicts from th
 - :mod:`.lipsync`: the two small models; :mod:`.stages`: ``MouthShape``, ``MouthRegion``; :mod:`.loop`: the
   ping-pong loop of the person's frames (``VideoLoop``).
 - :mod:`.train`: training from one video (:func:`~.train.train_video_avatar`); :mod:`.critic`: the lips' texture
-  critic and its guard; :mod:`.provenance`: the bundle's ``PROVENANCE.md``.
+  critic and its guard; :mod:`.sync`: how late the video's sound is; :mod:`.typed`: eSpeak sentences the head
+  also learns; :mod:`.openness`: the openness asked of the generator, calibrated at the end; :mod:`.provenance`:
+  the bundle's ``PROVENANCE.md``.
+- :mod:`.jaw`: the frame's own jaw line kept; :mod:`.engines`, :mod:`.onnx`: the runtimes the models run on.
 """

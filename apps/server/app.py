@@ -65,15 +65,23 @@ class StreamServer:
     async def close(self) -> None:
         """Stop accepting and close every connection (code 1001; sessions free their graphs). Clients
         get ``shutdown_grace_s`` to take what was sent and answer the close; the connections left then
-        are cut off (a client that never reads cannot hold the server up). Returns when every
-        connection handler has returned."""
+        are cut off (a client that never reads, or a WebRTC peer that never closes, cannot hold the server
+        up). Returns when every connection handler has returned (a WebRTC session's graph is given 1 s
+        more to stop)."""
         if self._server is None:
             return
         self._server.close()
-        if self._background:  # WebRTC sessions: no WebSocket connection the server would close for them
-            await self.close_sessions(1001, "server shutting down")
-            if self._background:  # the sessions may all have ended while they were closed
-                await asyncio.wait(list(self._background), timeout=self.config.shutdown_grace_s + 1.0)
+        await asyncio.gather(self._close_webrtc(), self._close_websockets())
+
+    async def _close_webrtc(self) -> None:
+        """The WebRTC sessions: no WebSocket connection the server would close for them."""
+        if not self._background:
+            return
+        await self.close_sessions(1001, "server shutting down", self.config.shutdown_grace_s)
+        if self._background:  # cut or closed: their graphs are stopping
+            await asyncio.wait(list(self._background), timeout=1.0)
+
+    async def _close_websockets(self) -> None:
         try:
             await asyncio.wait_for(self._server.wait_closed(), self.config.shutdown_grace_s)
         except TimeoutError:
@@ -155,13 +163,27 @@ class StreamServer:
             self._offer_buckets = {a: b for a, b in self._offer_buckets.items() if b.tokens < b.burst}
         return self._offer_buckets.setdefault(address or "?", TokenBucket(rate, max(1.0, rate)))
 
-    async def close_sessions(self, code: int, reason: str) -> None:
+    async def close_sessions(self, code: int, reason: str, timeout_s: float | None = None) -> None:
         """Close every session's connection with ``code`` and ``reason`` (their graphs stop as on a
-        client's close); returns when each has sent its close frame (or was cut off)."""
+        client's close); returns when each has sent its close and its client answered. A connection
+        whose client has not answered within ``timeout_s`` (default: the close timeout) is cut."""
+        timeout_s = self.config.close_timeout_s if timeout_s is None else timeout_s
         sessions = list(self.sessions.values())
         for session in sessions:
             session.end_reason = reason
-        await asyncio.gather(*(s.transport.close(code, reason) for s in sessions), return_exceptions=True)
+        closing = {asyncio.ensure_future(s.transport.close(code, reason)): s for s in sessions}
+        if not closing:
+            return
+        _, late = await asyncio.wait(closing, timeout=timeout_s)
+        if late:
+            log.info("closing: cutting %d connection(s) whose client did not answer within %g s", len(late),
+                     timeout_s)
+        for task in late:
+            closing[task].transport.abort()
+        _, stuck = await asyncio.wait(closing, timeout=1.0)  # cut: their closes return at once
+        for task in stuck:
+            task.cancel()
+        await asyncio.gather(*closing, return_exceptions=True)
 
     def release(self, session: Session) -> None:
         """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""

@@ -64,6 +64,27 @@ async def offer_text() -> str:
     return sdp
 
 
+def count_frames(pc, frames: list) -> None:
+    """Append the receipt time of each video frame ``pc`` decodes to ``frames``."""
+    from framegraph.apps.server.webrtc_media import track_frames
+
+    @pc.on("track")
+    def on_track(track):
+        async def drain():
+            async for _ in track_frames(track):
+                frames.append(time.monotonic())
+        asyncio.ensure_future(drain())
+
+
+async def answer_to(pc, url: str, options: dict) -> dict:
+    """Post ``pc``'s offer for a test card with ``options``; the server's answer (a dict)."""
+    from framegraph.apps.client_webrtc import post_offer
+
+    await pc.setLocalDescription(await pc.createOffer())
+    return await asyncio.to_thread(post_offer, offer_url(url), {
+        "type": "offer", "sdp": pc.localDescription.sdp, "pipeline": "testcard", "options": options}, None)
+
+
 def tone(seconds: float) -> np.ndarray:
     t = np.arange(int(seconds * 16000)) / 16000
     return (0.3 * 32767 * np.sin(2 * np.pi * 220 * t) * (np.sin(2 * np.pi * 2 * t) > 0)).astype(np.int16)
@@ -186,7 +207,6 @@ def test_data_channel_garbage_and_floods_get_errors_and_the_session_goes_on():
     async def scenario(url):
         from aiortc import RTCPeerConnection, RTCSessionDescription
 
-        from framegraph.apps.client_webrtc import post_offer
 
         pc = RTCPeerConnection()
         channel = pc.createDataChannel("control")
@@ -195,19 +215,8 @@ def test_data_channel_garbage_and_floods_get_errors_and_the_session_goes_on():
         channel.on("message", lambda m: got.append(json.loads(m)))
         opened = asyncio.Event()
         channel.on("open", opened.set)
-
-        @pc.on("track")
-        def on_track(track):
-            async def drain():
-                while True:
-                    await track.recv()
-                    frames.append(time.monotonic())
-            asyncio.ensure_future(drain())
-
-        await pc.setLocalDescription(await pc.createOffer())
-        answer = await asyncio.to_thread(post_offer, offer_url(url), {
-            "type": "offer", "sdp": pc.localDescription.sdp, "pipeline": "testcard",
-            "options": {"seconds": 6, "size": "160x120"}}, None)
+        count_frames(pc, frames)
+        answer = await answer_to(pc, url, {"seconds": 6, "size": "160x120"})
         await pc.setRemoteDescription(RTCSessionDescription(**{k: answer[k] for k in ("sdp", "type")}))
         await asyncio.wait_for(opened.wait(), 10)
         for junk in ["not json", "[1, 2]", '{"type": 5}', '{"type": "launch"}', '{"type": "pose"}', b"\x00\x01binary"]:
@@ -238,7 +247,6 @@ def _vanishing_peer(url: str, connect: bool, ready: threading.Event) -> None:
     never applies the answer (gone during ICE)."""
     from aiortc import RTCPeerConnection, RTCSessionDescription
 
-    from framegraph.apps.client_webrtc import post_offer
 
     loop = asyncio.new_event_loop()
 
@@ -246,10 +254,7 @@ def _vanishing_peer(url: str, connect: bool, ready: threading.Event) -> None:
         pc = RTCPeerConnection()
         pc.createDataChannel("control")
         pc.addTransceiver("video", direction="recvonly")
-        await pc.setLocalDescription(await pc.createOffer())
-        answer = await asyncio.to_thread(post_offer, offer_url(url), {
-            "type": "offer", "sdp": pc.localDescription.sdp, "pipeline": "testcard",
-            "options": {"seconds": 60, "size": "160x120"}}, None)
+        answer = await answer_to(pc, url, {"seconds": 60, "size": "160x120"})
         if connect:
             await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
             for _ in range(100):
@@ -318,12 +323,36 @@ def test_twenty_webrtc_sessions_in_a_row_leave_no_threads_fds_or_memory_behind()
     assert grown <= 0.02, f"RSS grew {100 * grown:.1f} % over 20 WebRTC sessions"
 
 
-def test_sigterm_ends_the_server_within_2_s_with_webrtc_peers_attached():
+def _stubborn_peer(url: str, streaming: threading.Event, release: threading.Event, seen: list) -> None:
+    """A peer that streams and ignores the server's ``close``: it keeps its peer connection up (answering
+    RTCP, reading media) until ``release`` is set. ``seen`` gets the type of each control message."""
+    from aiortc import RTCPeerConnection, RTCSessionDescription
+
+    async def run():
+        pc = RTCPeerConnection()
+        channel = pc.createDataChannel("control")
+        channel.on("message", lambda m: seen.append(json.loads(m).get("type")) if isinstance(m, str) else None)
+        pc.addTransceiver("video", direction="recvonly")
+        frames = []
+        count_frames(pc, frames)
+        answer = await answer_to(pc, url, {"seconds": 60, "size": "160x120"})
+        await pc.setRemoteDescription(RTCSessionDescription(sdp=answer["sdp"], type="answer"))
+        while not release.is_set():
+            if len(frames) > 10:
+                streaming.set()
+            await asyncio.sleep(0.05)
+        await pc.close()
+
+    asyncio.run(run())
+
+
+def test_sigterm_ends_the_server_within_2_s_whatever_its_webrtc_peers_do():
     import signal
 
     from framegraph.apps.bench.network import server_process
 
     peers: list[dict] = []
+    stubborn_streaming, release, stubborn_seen = threading.Event(), threading.Event(), []
     with server_process(start_timeout_s=60) as server:
         proc, lines, url = server.proc, server.log, server.url
         frames: list[list[int]] = [[], []]
@@ -333,15 +362,23 @@ def test_sigterm_ends_the_server_within_2_s_with_webrtc_peers_attached():
                                                            frames_ns=frames[i], end_timeout_s=5)))
 
         threads = [threading.Thread(target=peer, args=(i,), daemon=True) for i in range(2)]
+        threads.append(threading.Thread(target=_stubborn_peer, args=(url, stubborn_streaming, release, stubborn_seen),
+                                        daemon=True))
         for t in threads:
             t.start()
-        wait_for(lambda: all(len(f) > 10 for f in frames), 30, "both peers to receive frames")
+        wait_for(lambda: all(len(f) > 10 for f in frames) and stubborn_streaming.is_set(), 30,
+                 "the three peers to receive frames")
         proc.send_signal(signal.SIGTERM)
         t_term = time.monotonic()
-        proc.wait(10)
-        exited_after = time.monotonic() - t_term
+        try:
+            proc.wait(10)
+        finally:
+            exited_after = time.monotonic() - t_term
+            release.set()
         for t in threads:
             t.join(15)
     assert exited_after < 2.0, (exited_after, "".join(lines))
     assert proc.returncode == 0, "".join(lines)
     assert len(peers) == 2 and all(p["video_frames"] > 10 for p in peers)
+    assert "close" in stubborn_seen  # it was told, and did not listen
+    assert "Traceback" not in "".join(lines), "".join(lines)

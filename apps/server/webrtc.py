@@ -86,8 +86,10 @@ def refusal(code: ErrorCode | str, message: str, status: int | None = None):
 
 def check_offer(body: dict) -> tuple[str, set[str]]:
     """The SDP of a posted offer, checked: it parses, has a data channel (``m=application``) and a video
-    section the client can receive on. Returns it and the kinds the client can receive (``{"video",
-    "audio"}``). Raises ``ProtocolError`` (``bad_offer``) naming what is wrong."""
+    section the client can receive on, and each section has what JSEP requires to connect (ICE credentials,
+    a DTLS role and a fingerprint aiortc can check). Returns it and the kinds the client can receive
+    (``{"video", "audio"}``). Raises ``ProtocolError`` (``bad_offer``) naming what is wrong."""
+    from aiortc.rtcdtlstransport import X509_DIGEST_ALGORITHMS
     from aiortc.sdp import SessionDescription
 
     sdp = body.get("sdp")
@@ -100,6 +102,17 @@ def check_offer(body: dict) -> tuple[str, set[str]]:
         raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer's SDP does not parse ({type(exc).__name__}: "
                                          f"{str(exc)[:120]})") from None
     kinds = [m.kind for m in parsed.media]
+    for m in parsed.media:
+        if m.ice is None or not m.ice.usernameFragment or not m.ice.password:
+            raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer's {m.kind} section has no ICE credentials "
+                                                     f"(a=ice-ufrag and a=ice-pwd)")
+        if m.dtls is None:  # aiortc drops the DTLS parameters of a section without a=setup
+            raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer's {m.kind} section has no DTLS role (a=setup)")
+        algorithms = [f.algorithm.lower() for f in m.dtls.fingerprints]
+        if not set(algorithms) & set(X509_DIGEST_ALGORITHMS):
+            raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer's {m.kind} section has no DTLS fingerprint "
+                                                     f"(a=fingerprint) of {', '.join(X509_DIGEST_ALGORITHMS)}; got "
+                                                     f"{algorithms or 'none'}: JSEP requires one")
     if "application" not in kinds:
         raise ProtocolError(ErrorCode.BAD_OFFER, f"the offer has no data channel (m=application; it has {kinds}): "
                                          f"control messages travel on one")

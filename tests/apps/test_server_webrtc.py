@@ -184,6 +184,32 @@ def test_bad_offers_are_refused_with_their_codes_while_a_good_session_streams():
     assert gap < 0.5, f"the good session stalled {gap:.2f} s while bad offers came in"
 
 
+def test_offers_that_cannot_connect_are_refused_before_a_peer_connection_with_no_traceback(caplog):
+    sdp = asyncio.run(offer_text())
+
+    def without(*prefixes: str) -> str:
+        return "\r\n".join(line for line in sdp.split("\r\n") if not line.startswith(prefixes))
+
+    md5_only = "\r\n".join("a=fingerprint:md5 00:11:22" if line.startswith("a=fingerprint:sha-256") else line
+                            for line in without("a=fingerprint:sha-384", "a=fingerprint:sha-512").split("\r\n"))
+    offers = {"no fingerprint": (without("a=fingerprint"), "a=fingerprint"),
+              "md5 fingerprint only": (md5_only, "a=fingerprint"), "no setup": (without("a=setup"), "a=setup"),
+              "no ICE password": (without("a=ice-pwd"), "a=ice-pwd")}
+    with caplog.at_level("INFO"), running(webrtc_offers_per_s=50) as srv:
+        url = offer_url(srv.url)
+        got = {name: post(url, {"type": "offer", "sdp": offer, "pipeline": "testcard"})
+               for name, (offer, _) in offers.items()}
+        opened = srv.server.sessions_total
+        time.sleep(1.0)  # an unretrieved task exception is logged once the task is collected
+        gc.collect()
+    for name, (status, body) in got.items():
+        assert status == 400 and isinstance(body, dict) and body["code"] == "bad_offer", (name, status, body)
+        assert offers[name][1] in body["message"], (name, body["message"])
+    assert opened == 0  # refused before any peer connection or session was made
+    logged = "\n".join(f"{r.getMessage()} {r.exc_text or ''}" for r in caplog.records)
+    assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"], logged
+
+
 def test_twenty_offers_in_a_second_from_one_client_are_rate_limited_and_leave_no_session():
     async def burst(url):
         sdp, codes = await offer_text(), []  # one real offer, posted 20 times (its peer never connects)

@@ -5,7 +5,7 @@ The client posts JSON ``{"sdp": OFFER, "type": "offer", "pipeline": NAME, "optio
 a WebSocket start (token, Origin, Host, ``--max-sessions``, a cluster ticket; :func:`.http.admission`), then the
 offer is checked (a data channel and a video section that can receive) and the pipeline is built with the same
 validation as ``start``; refusals are HTTP errors whose JSON body is the protocol's ``error`` message
-(``{"type": "error", "code", "message"}``): 400 ``bad_offer`` / ``bad_option`` / ``bad_message``, 404
+(``{"type": "error", "code", "message"}``): 400 ``bad_offer`` / ``bad_option`` / ``bad_json`` / ``bad_message``, 404
 ``unknown_pipeline``, 413 ``too_large``, 429 ``rate_limited``, 401 / 403 / 503 as for a WebSocket.
 
 Then the session is an ordinary :class:`~.session.Session` over a :class:`WebRtcTransport`: its control
@@ -139,6 +139,9 @@ async def handle_offer(server: StreamServer, request) -> object:
     if getattr(request, "too_large", False) or len(request.body) > MAX_OFFER_BYTES:
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.TOO_LARGE, f"offer body over {MAX_OFFER_BYTES} bytes")
+    if getattr(request, "bad_framing", None):
+        server.count_rejected("webrtc_offer")
+        return refusal(ErrorCode.BAD_MESSAGE, request.bad_framing)
     if not server.offer_bucket(getattr(request, "peer", None)).take():
         server.count_rejected("webrtc_rate")
         return refusal(ErrorCode.RATE_LIMITED, f"more than {server.config.webrtc_offers_per_s:g} offers a second; "
@@ -146,7 +149,8 @@ async def handle_offer(server: StreamServer, request) -> object:
     try:
         body = json.loads(request.body)
         if not isinstance(body, dict):
-            raise ProtocolError(ErrorCode.BAD_MESSAGE, f"the offer is a JSON object; got {type(body).__name__}")
+            raise ProtocolError(ErrorCode.BAD_JSON, f"the offer body is JSON but not an object: got "
+                                                    f"{type(body).__name__} {request.body[:40]!r}")
         name = body.get("pipeline")
         if not isinstance(name, str) or not isinstance(body.get("options", {}), dict):
             raise ProtocolError(ErrorCode.BAD_MESSAGE, f'the offer needs "pipeline" (a string) and "options" (an '

@@ -210,6 +210,57 @@ def test_offers_that_cannot_connect_are_refused_before_a_peer_connection_with_no
     assert not [r for r in caplog.records if r.exc_info or r.levelname == "ERROR"], logged
 
 
+def post_chunked(url: str, body: bytes, chunk_bytes: int = 1000) -> tuple[int, dict]:
+    """POST ``body`` with ``Transfer-Encoding: chunked`` (``chunk_bytes`` a chunk); the status and JSON reply."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=20)
+    chunks = (body[i:i + chunk_bytes] for i in range(0, len(body), chunk_bytes))
+    conn.request("POST", parts.path, chunks, {"Content-Type": "application/json"}, encode_chunked=True)
+    reply = conn.getresponse()
+    return reply.status, json.loads(reply.read())
+
+
+def post_raw(url: str, head: str, body: bytes) -> tuple[int, dict]:
+    """A POST written by hand (``head``: header lines), for framings no client library sends."""
+    import socket
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    with socket.create_connection((parts.hostname, parts.port), timeout=20) as sock:
+        sock.sendall(f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\n{head}\r\n".encode() + body)
+        reply = b""
+        while data := sock.recv(65536):
+            reply += data
+    status_line, _, rest = reply.partition(b"\r\n")
+    return int(status_line.split()[1]), json.loads(rest.partition(b"\r\n\r\n")[2])
+
+
+def test_chunked_offers_are_read_and_their_size_is_capped_as_they_arrive():
+    sdp = asyncio.run(offer_text())
+    offer = {"type": "offer", "sdp": sdp, "pipeline": "testcard", "options": {"seconds": 1, "size": "160x120"}}
+    with running(webrtc_offers_per_s=50, webrtc_connect_timeout_s=1.0) as srv:
+        url = offer_url(srv.url)
+        small = post_chunked(url, json.dumps(offer).encode(), 500)
+        huge = post_chunked(url, json.dumps({**offer, "sdp": sdp + "a=x-pad:" + "x" * 2**20}).encode(), 16384)
+        bad_size = post_raw(url, "Transfer-Encoding: chunked\r\n", b"zz\r\n{}\r\n0\r\n\r\n")
+        gzip = post_raw(url, "Transfer-Encoding: gzip\r\n", b"")
+    assert small[0] == 200 and small[1]["type"] == "answer", small
+    assert (huge[0], huge[1]["code"]) == (413, "too_large"), huge
+    assert (bad_size[0], bad_size[1]["code"]) == (400, "bad_message") and "chunk size" in bad_size[1]["message"]
+    assert (gzip[0], gzip[1]["code"]) == (400, "bad_message") and "'gzip'" in gzip[1]["message"], gzip
+
+
+def test_an_offer_body_that_is_json_but_not_an_object_is_bad_json():
+    with running() as srv:
+        got = {text: post(offer_url(srv.url), text.encode()) for text in ("[1, 2]", "42", '"offer"', "null")}
+    for text, (status, body) in got.items():
+        assert status == 400 and body["code"] == "bad_json", (text, status, body)
+        assert "not an object" in body["message"], body
+
+
 def test_twenty_offers_in_a_second_from_one_client_are_rate_limited_and_leave_no_session():
     async def burst(url):
         sdp, codes = await offer_text(), []  # one real offer, posted 20 times (its peer never connects)

@@ -170,9 +170,13 @@ def _admit(server: StreamServer) -> Response | None:
     """None (go on with the handshake) while a session slot is free, else 503."""
     if server.session_count >= server.config.max_sessions:
         server.count_rejected("busy")
-        return response(503, f"server busy: {server.config.max_sessions} sessions already\n",
-                        extra={"Retry-After": "5"})
+        return busy(server)
     return None
+
+
+def busy(server: StreamServer) -> Response:
+    """The one answer for "every session slot is taken": 503, plain text, ``Retry-After``."""
+    return response(503, f"server busy: {server.config.max_sessions} sessions already\n", extra={"Retry-After": "5"})
 
 
 def static_file(root: str | None, path: str) -> Response:

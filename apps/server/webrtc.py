@@ -32,7 +32,7 @@ from websockets.datastructures import MultipleValuesError
 
 from . import http, pipelines
 from .config import ice_servers
-from .http import admission, response, token_ok
+from .http import admission, busy, response, token_ok
 from .outbox import VIDEO, Item
 from .protocol import ErrorCode, ProtocolError
 from .session import Session
@@ -193,11 +193,11 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
         return refusal(ErrorCode.BAD_OFFER, f"cannot answer this offer ({type(exc).__name__}: {str(exc)[:160]})")
     transport.pick_codec()
     session = server.open_session(transport)
-    if session is None:  # the slot went to another connection meanwhile
+    if session is None:  # the slot went to another offer or connection meanwhile: full, as at admission
         await pc.close()
         pipeline.graph.cancel()
         pipeline.closed()  # never started
-        return refusal(ErrorCode.RATE_LIMITED, f"server busy: {server.config.max_sessions} sessions already", 503)
+        return busy(server)
     transport.session = session
     server.keep(asyncio.create_task(_run(server, session, name, pipeline), name=f"webrtc session {session.id}"))
     return response(200, json.dumps({"type": "answer", "sdp": pc.localDescription.sdp, "session": session.id}),

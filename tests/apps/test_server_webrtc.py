@@ -268,7 +268,7 @@ def test_twenty_offers_in_a_second_from_one_client_are_rate_limited_and_leave_no
         for _ in range(20):
             status, body = await asyncio.to_thread(post, url, {"type": "offer", "sdp": sdp, "pipeline": "testcard",
                                                                "options": {"seconds": 30}})
-            codes.append((status, body.get("code") if status != 200 else "answer"))
+            codes.append((status, "answer" if status == 200 else body.get("code") if isinstance(body, dict) else body))
         return codes, time.monotonic() - t0
 
     with running(max_sessions=8) as srv:
@@ -278,6 +278,31 @@ def test_twenty_offers_in_a_second_from_one_client_are_rate_limited_and_leave_no
         assert 1 <= len(answered) <= 8, codes  # the burst of 5 (and what refilled meanwhile), not 20
         assert (429, "rate_limited") in codes
         wait_for(lambda: srv.server.session_count == 0, 7, "answered offers that never connected to be cleaned up")
+
+
+def test_offers_past_max_sessions_get_the_same_503_whether_they_come_at_once_or_one_by_one():
+    sdp = asyncio.run(offer_text())  # its peer never connects: each answered offer holds its slot for 1 s
+    offer = {"type": "offer", "sdp": sdp, "pipeline": "testcard", "options": {"seconds": 5, "size": "160x120"}}
+    with running(max_sessions=2, webrtc_offers_per_s=100, webrtc_connect_timeout_s=1.0) as srv:
+        url = offer_url(srv.url)
+        start = threading.Barrier(8)
+        at_once: list = []
+
+        def one():
+            start.wait()
+            at_once.append(post(url, offer))
+
+        threads = [threading.Thread(target=one) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(30)
+        one_by_one = [post(url, offer) for _ in range(3)]  # the two answered ones still hold their slots
+        wait_for(lambda: srv.server.session_count == 0, 5, "the answered offers that never connected to end")
+    answered = [r for r in at_once if r[0] == 200]
+    full = [r for r in at_once + one_by_one if r[0] != 200]
+    assert len(answered) == 2 and len(full) == 9, at_once + one_by_one
+    assert all(r == (503, "server busy: 2 sessions already\n") for r in full), full  # never rate_limited
 
 
 def test_data_channel_garbage_and_floods_get_errors_and_the_session_goes_on():

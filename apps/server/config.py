@@ -39,7 +39,8 @@ class ServerConfig:
         webrtc_offers_per_s: WebRTC offers a second from one client address (bursts of one second's worth);
             more are answered 429.
         webrtc_connect_timeout_s: a WebRTC peer must connect (ICE + DTLS) within this after its offer.
-        webrtc_peer_timeout_s: a connected WebRTC peer silent this long (no RTCP, no data channel) is gone.
+        webrtc_peer_timeout_s: a connected WebRTC peer that sent nothing at all this long is gone (it is sent
+            an SCTP heartbeat after a third of it).
     """
 
     host: str = "127.0.0.1"

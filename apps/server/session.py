@@ -17,6 +17,7 @@ the close handshake, and no close waits on a client longer than the close timeou
 from __future__ import annotations
 
 import asyncio
+import collections
 import json
 import logging
 import secrets
@@ -91,6 +92,7 @@ class Session:
                          "video_dropped": 0, "errors": 0, "rate_limited": 0, "bytes_out": 0}
         self.sent = {VIDEO: 0, AUDIO: 0, CONTROL: 0}
         self.first_video_ns = self.last_video_ns = 0
+        self.video_sent_ns: collections.deque[int] = collections.deque(maxlen=256)  # when the last frames went out
         self._last_rate_error = 0.0
         self._receiver: asyncio.Task | None = None
         self._sender: asyncio.Task | None = None
@@ -357,6 +359,7 @@ class Session:
                 if item.kind == VIDEO:
                     self.last_video_ns = time.monotonic_ns()
                     self.first_video_ns = self.first_video_ns or self.last_video_ns
+                    self.video_sent_ns.append(self.last_video_ns)
         except TransportClosed:
             return
         if self.end_reason is None:  # the graph ended by itself (end of stream, stop, or failure)
@@ -429,7 +432,21 @@ class Session:
             "stages": stages,
             "received": {k: self.counters[k] for k in ("messages_in", "audio_samples_in", "poses_in", "video_in",
                                                        "video_dropped", "errors", "rate_limited")},
+            "warnings": [w for w in (self._slow_warning(),) if w],
         }
+
+    def _slow_warning(self, window_s: float = 3.0) -> str | None:
+        """A sentence when the video of the last ``window_s`` went out at under half the fps the session asked
+        for (the server cannot keep up: frames are dropped); None otherwise, or before ``window_s`` of running."""
+        asked = ((self.pipeline.format or {}).get("video") or {}).get("fps") if self.pipeline is not None else None
+        now = time.monotonic_ns()
+        if not asked or self.state != "running" or not self.started_ns or now - self.started_ns < window_s * 1e9:
+            return None
+        fps = sum(1 for t in self.video_sent_ns if now - t <= window_s * 1e9) / window_s
+        if fps >= asked / 2:
+            return None
+        return (f"video at {fps:.2g} fps over the last {window_s:g} s, under half the {asked:g} fps asked: this "
+                f"server cannot keep up and drops frames; a smaller size or a lower fps would keep up")
 
 
 def _latency_ms(summary: dict) -> dict:

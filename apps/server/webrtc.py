@@ -14,9 +14,9 @@ its media over RTP tracks (:mod:`.webrtc_media`). Two messages exist only here: 
 ``{"type": "frame", ...}`` for each video frame (its RTP timestamp and the media header's timings, so a client
 can measure glass-to-glass as over the WebSocket) and ``{"type": "close", "code", "reason"}`` before it closes
 the peer connection; a client may send ``{"type": "clock", "rtp_timestamp", "capture_ns"}`` to give its
-microphone's capture times. A peer that does not connect within ``webrtc_connect_timeout_s``, or is silent
-(no RTCP report, no data channel message) for ``webrtc_peer_timeout_s`` once connected, is gone: the session
-ends as on a WebSocket disconnect.
+microphone's capture times. A peer that does not connect within ``webrtc_connect_timeout_s``, or sends nothing
+at all (no datagram of any kind; a quiet peer is sent an SCTP heartbeat) for ``webrtc_peer_timeout_s`` once
+connected, is gone: the session ends as on a WebSocket disconnect. A slow session (its frames late) is not.
 """
 from __future__ import annotations
 
@@ -175,7 +175,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
     session started (its slot taken now, freed when it ends)."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
-    from .webrtc_media import survive_loss
+    from .webrtc_media import survive_loss, watch_datagrams
 
     ice = [RTCIceServer(**s) for s in ice_servers(server.config.ice_servers)]
     pc = RTCPeerConnection(RTCConfiguration(iceServers=ice or None))
@@ -185,6 +185,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         await pc.setLocalDescription(await pc.createAnswer())
         survive_loss(pc)
+        watch_datagrams(pc, transport.heard)
     except Exception as exc:  # noqa: BLE001 - aiortc refuses offers it cannot answer with ValueError and others
         await pc.close()
         pipeline.graph.cancel()
@@ -319,8 +320,11 @@ class WebRtcTransport:
             self._closed.set()
             self._arrived.set()
 
-    def _on_message(self, message) -> None:
+    def heard(self) -> None:
+        """The peer sent something (any datagram)."""
         self._heard = time.monotonic()
+
+    def _on_message(self, message) -> None:
         limit = self.config.max_message_bytes
         if len(message) > 4 * limit:  # as the WebSocket closes with 1009: nothing this big is read
             log.warning("webrtc session: %d-byte data channel message; closing", len(message))
@@ -429,10 +433,16 @@ class WebRtcTransport:
         return True
 
     async def _watch(self) -> None:
-        """End the session when ICE has not connected in time, or the connected peer fell silent (no RTCP
-        receiver report on any of our tracks and no data channel message for the peer timeout)."""
+        """End the session when ICE has not connected in time, or the connected peer fell silent: it sent nothing
+        at all (no datagram of any kind) for the peer timeout. A live peer is never that quiet: besides its RTCP and
+        ICE checks it acknowledges the server's data-channel messages, and once it has been quiet for a third of
+        the timeout the watchdog sends it an SCTP heartbeat, which it must answer. How late the server's own
+        frames are does not count: a slow session is slow, not gone."""
+        from .webrtc_media import ask_peer
+
         cfg = self.config
         deadline = time.monotonic() + cfg.webrtc_connect_timeout_s
+        asked = 0.0
         while not self._closed.is_set():
             await asyncio.sleep(0.5)
             now = time.monotonic()
@@ -441,14 +451,13 @@ class WebRtcTransport:
                     log.info("webrtc: peer did not connect within %g s", cfg.webrtc_connect_timeout_s)
                     break
                 continue
-            for sender in self.pc.getSenders():
-                stats = await sender.getStats()
-                for s in stats.values():
-                    if s.type == "remote-inbound-rtp":
-                        self._heard = max(self._heard, now - (time.time() - s.timestamp.timestamp()))
-            if now - self._heard > cfg.webrtc_peer_timeout_s:
-                log.info("webrtc: peer silent for %g s; gone", now - self._heard)
+            silent = now - self._heard
+            if silent > cfg.webrtc_peer_timeout_s:
+                log.info("webrtc: peer silent for %.1f s (sent nothing at all); gone", silent)
                 break
+            if silent > cfg.webrtc_peer_timeout_s / 3 and now - asked > cfg.webrtc_peer_timeout_s / 3:
+                ask_peer(self.pc)
+                asked = now
         if self.session is not None and self.session.end_reason is None:
             self.session.end_reason = "disconnected"
         self._closed.set()

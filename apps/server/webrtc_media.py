@@ -106,6 +106,41 @@ def _resend_last_flight(dtls) -> None:
     ice._send, ice._recv = sending, receiving
 
 
+def watch_datagrams(pc, heard: Callable[[], None]) -> None:
+    """Call ``heard()`` for each datagram the peer of ``pc`` sends (STUN, DTLS, RTP, RTCP, SCTP: whatever it is),
+    as it comes off the socket: what a live peer sends, whether or not the server's own media flow. Reaches into
+    aioice's connection (``RTCIceTransport._connection``, its ``data_received`` / ``request_received``, aiortc
+    1.x); where that is missing, nothing is watched."""
+    sctp = getattr(pc, "sctp", None)
+    transports = {t.receiver.transport for t in pc.getTransceivers()} | ({sctp.transport} if sctp else set())
+    for connection in {getattr(dtls.transport, "_connection", None) for dtls in transports} - {None}:
+        for name in ("data_received", "request_received"):
+            original = getattr(connection, name, None)
+            if original is not None:
+                setattr(connection, name, _stamping(original, heard))
+
+
+def _stamping(original: Callable, heard: Callable[[], None]) -> Callable:
+    def received(*args):
+        heard()
+        return original(*args)
+    return received
+
+
+def ask_peer(pc) -> None:
+    """Send the peer an SCTP HEARTBEAT (RFC 9260 8.3), which a live peer must answer: a quiet peer then says
+    something (aiortc 1.x's private ``RTCSctpTransport._send_chunk``; where missing, nothing is sent)."""
+    from aiortc.rtcsctptransport import HeartbeatChunk
+
+    sctp = getattr(pc, "sctp", None)
+    if sctp is None or getattr(sctp, "_association_state", None) != sctp.State.ESTABLISHED:
+        return
+    if hasattr(sctp, "_send_chunk"):
+        chunk = HeartbeatChunk()
+        chunk.params = [(1, time.monotonic_ns().to_bytes(8, "big"))]  # Heartbeat Info, echoed back
+        asyncio.ensure_future(sctp._send_chunk(chunk))
+
+
 class OpusJitterBuffer:
     """The client's microphone packets, for aiortc's receiver (its ``add(packet) → (pli, frame)``, one frame per
     packet): each Opus packet is a frame of its own, released as it arrives while packets come in order (aiortc's

@@ -682,6 +682,7 @@ setInterval(() => {
   lines.push(`server        p50 ${pct(m.server, 0.5).toFixed(1)}  p95 ${pct(m.server, 0.95).toFixed(1)} ms`,
              `dropped       ${m.drops} seen, ${m.skipped} not shown` +
              (d ? `, server: ${d.video} video ${d.audio} audio ${d.source} source` : ""));
+  for (const w of (s && s.warnings) || []) lines.push(`warning       ${w}`);
   if (orbit.on) lines.push(`camera        az ${orbit.az.toFixed(0)}°  el ${orbit.el.toFixed(0)}°  ${orbit.sent} poses sent`);
   $("readout").textContent = lines.join("\n");
 }, 250);

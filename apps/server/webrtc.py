@@ -456,7 +456,7 @@ class WebRtcTransport:
                 log.info("webrtc: peer silent for %.1f s (sent nothing at all); gone", silent)
                 break
             if silent > cfg.webrtc_peer_timeout_s / 3 and now - asked > cfg.webrtc_peer_timeout_s / 3:
-                ask_peer(self.pc)
+                await ask_peer(self.pc)
                 asked = now
         if self.session is not None and self.session.end_reason is None:
             self.session.end_reason = "disconnected"

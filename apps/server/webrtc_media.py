@@ -127,18 +127,22 @@ def _stamping(original: Callable, heard: Callable[[], None]) -> Callable:
     return received
 
 
-def ask_peer(pc) -> None:
+async def ask_peer(pc) -> None:
     """Send the peer an SCTP HEARTBEAT (RFC 9260 8.3), which a live peer must answer: a quiet peer then says
-    something (aiortc 1.x's private ``RTCSctpTransport._send_chunk``; where missing, nothing is sent)."""
+    something (aiortc 1.x's private ``RTCSctpTransport._send_chunk``; where missing, nothing is sent). A
+    connection that is going away is not an error here: the watchdog sees it."""
     from aiortc.rtcsctptransport import HeartbeatChunk
 
     sctp = getattr(pc, "sctp", None)
-    if sctp is None or getattr(sctp, "_association_state", None) != sctp.State.ESTABLISHED:
+    established = sctp is not None and getattr(sctp, "_association_state", None) == sctp.State.ESTABLISHED
+    if not established or not hasattr(sctp, "_send_chunk"):
         return
-    if hasattr(sctp, "_send_chunk"):
-        chunk = HeartbeatChunk()
-        chunk.params = [(1, time.monotonic_ns().to_bytes(8, "big"))]  # Heartbeat Info, echoed back
-        asyncio.ensure_future(sctp._send_chunk(chunk))
+    chunk = HeartbeatChunk()
+    chunk.params = [(1, time.monotonic_ns().to_bytes(8, "big"))]  # Heartbeat Info, echoed back
+    try:
+        await sctp._send_chunk(chunk)
+    except (ConnectionError, OSError) as exc:
+        log.debug("webrtc: heartbeat not sent (%s)", exc)
 
 
 class OpusJitterBuffer:

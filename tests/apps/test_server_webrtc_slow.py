@@ -1,7 +1,8 @@
 """A slow session over WebRTC (issue #42): a server that cannot keep up with the frame rate (a heavy model, a loaded
 CPU) degrades — fewer frames, dropped frames, a ``stats`` warning — and the session stays up while its peer is
 alive. Liveness is what the peer sends, not how late the server's own frames are. A real server on loopback, a real
-aiortc peer (``framegraph client --transport webrtc``'s own), a real graph whose stage takes seconds a frame.
+graph whose stage takes seconds a frame, and two real peers: ``framegraph client --transport webrtc``'s aiortc one,
+and the served page in headless Chromium (which, before, showed ``closed (1006 data channel closed)``).
 """
 import asyncio
 import time
@@ -63,3 +64,19 @@ def test_a_session_slower_than_its_frame_rate_degrades_and_stays_up_while_its_pe
     assert s["video_frames"] >= 2, s["video_frames"]
     assert stats["dropped"]["edges"] + stats["dropped"]["source"] > 100  # 25 fps asked, 0.25 fps made
     assert stats["warnings"] and "cannot keep up" in stats["warnings"][0], stats["warnings"]
+
+
+def test_the_page_in_chromium_keeps_a_slow_session_up_and_is_told_why_it_is_slow(browser):
+    from browser_util import Page
+
+    with running(stats_interval_s=30) as srv:
+        page = Page(browser, srv.http_url)
+        try:
+            page.start("slowcard", size="320x240")  # 4 s a frame, 8 s long: its first frame 4 s after the start
+            transport = page.wait_stats(lambda s: s["transport"] is not None, 10, "the session to start")["transport"]
+            s = page.wait_stats(lambda s: s["ended"] is not None or s["closed"] is not None, 30, "the session to end")
+        finally:
+            page.close()
+    assert (transport, s["ended"], s["closed"]) == ("webrtc", "finished", 1000), (transport, s["ended"], s["closed"])
+    assert s["received"] >= 1, s["received"]
+    assert "cannot keep up" in " ".join(s["server_stats"]["warnings"]), s["server_stats"]["warnings"]

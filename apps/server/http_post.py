@@ -45,10 +45,11 @@ class PostConnection(ServerConnection):
         elif self._post is None:
             super().data_received(data)
             return
+        elif self._done:
+            return  # the request is whole, or refused unread (too large): the rest is dropped, not kept
         else:
             self._post += data
-        if not self._done:
-            self._parse()
+        self._parse()
 
     def _parse(self) -> None:
         buf = self._post

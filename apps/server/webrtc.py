@@ -185,7 +185,7 @@ async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, 
         await pc.setRemoteDescription(RTCSessionDescription(sdp=sdp, type="offer"))
         await pc.setLocalDescription(await pc.createAnswer())
         survive_loss(pc)
-        watch_datagrams(pc, transport.heard)
+        transport.watched = watch_datagrams(pc, transport.heard)
     except Exception as exc:  # noqa: BLE001 - aiortc refuses offers it cannot answer with ValueError and others
         await pc.close()
         pipeline.graph.cancel()
@@ -238,6 +238,7 @@ class WebRtcTransport:
         self._open = asyncio.Event()
         self._closed = asyncio.Event()
         self._heard = time.monotonic()
+        self.watched = False  # every datagram from the peer is seen (else its silence is not judged)
         self._tasks: list[asyncio.Task] = []
         self._closing: asyncio.Future | None = None
         self._remote: list = []  # the client's tracks (its microphone, its camera)
@@ -325,6 +326,7 @@ class WebRtcTransport:
         self._heard = time.monotonic()
 
     def _on_message(self, message) -> None:
+        self.heard()
         limit = self.config.max_message_bytes
         if len(message) > 4 * limit:  # as the WebSocket closes with 1009: nothing this big is read
             log.warning("webrtc session: %d-byte data channel message; closing", len(message))
@@ -451,7 +453,7 @@ class WebRtcTransport:
                     log.info("webrtc: peer did not connect within %g s", cfg.webrtc_connect_timeout_s)
                     break
                 continue
-            silent = now - self._heard
+            silent = now - self._heard if self.watched else 0.0  # unwatched: only a failed connection ends it
             if silent > cfg.webrtc_peer_timeout_s:
                 log.info("webrtc: peer silent for %.1f s (sent nothing at all); gone", silent)
                 break

@@ -106,18 +106,21 @@ def _resend_last_flight(dtls) -> None:
     ice._send, ice._recv = sending, receiving
 
 
-def watch_datagrams(pc, heard: Callable[[], None]) -> None:
+def watch_datagrams(pc, heard: Callable[[], None]) -> bool:
     """Call ``heard()`` for each datagram the peer of ``pc`` sends (STUN, DTLS, RTP, RTCP, SCTP: whatever it is),
     as it comes off the socket: what a live peer sends, whether or not the server's own media flow. Reaches into
     aioice's connection (``RTCIceTransport._connection``, its ``data_received`` / ``request_received``, aiortc
-    1.x); where that is missing, nothing is watched."""
+    1.x); returns False where that is missing (nothing is watched)."""
     sctp = getattr(pc, "sctp", None)
     transports = {t.receiver.transport for t in pc.getTransceivers()} | ({sctp.transport} if sctp else set())
-    for connection in {getattr(dtls.transport, "_connection", None) for dtls in transports} - {None}:
-        for name in ("data_received", "request_received"):
-            original = getattr(connection, name, None)
-            if original is not None:
-                setattr(connection, name, _stamping(original, heard))
+    connections = {getattr(dtls.transport, "_connection", None) for dtls in transports} - {None}
+    names = ("data_received", "request_received")
+    if not connections or not all(hasattr(c, name) for c in connections for name in names):
+        return False
+    for connection in connections:
+        for name in names:
+            setattr(connection, name, _stamping(getattr(connection, name), heard))
+    return True
 
 
 def _stamping(original: Callable, heard: Callable[[], None]) -> Callable:

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from collections.abc import Callable
 
@@ -87,6 +89,31 @@ def add_runtime_argument(p: argparse.ArgumentParser, help: str, *, choices=AVATA
     kw = {"type": type} if type is not None else {"choices": choices}
     p.add_argument("--runtime", default=default, help=help, **kw)
     p.add_argument("--backend", dest="runtime", action=_DeprecatedAlias, new="--runtime", help=argparse.SUPPRESS, **kw)
+
+
+def port(text: str) -> int:
+    """``--port``: 0..65535 (0: the system picks a free one)."""
+    return _number(text, int, "a whole number", lambda v: 0 <= v <= 65535, "a port 0..65535 (0 picks a free one)")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A ``ValueError`` naming ``port`` and ``--port`` when a program already listens there (port 0 is always free).
+    Tried as the servers bind (``SO_REUSEADDR``), so only a listening socket counts."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return  # a host that does not resolve: the server's own bind says so
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return
+            raise ValueError(f"port {port} on {host} is in use (another program listens there): choose another "
+                             f"with --port N, or --port 0 for a free one") from None
 
 
 def size_hw(text: str) -> tuple[int, int]:

@@ -14,6 +14,7 @@ from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
+from framegraph.stream.media.alpha import ALPHA_FORMATS
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
@@ -32,18 +33,43 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
 
 
 def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
-    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written."""
+    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written.
+
+    A file already at ``--out`` is replaced only by a complete render: the sink then finishes at its partial name
+    (``NAME.partial.EXT``), renamed to ``--out`` here when the render was not interrupted; after Ctrl-C it stays
+    there, and the summary says so."""
     hint = "a smaller --size renders faster" + (
         "" if torch.cuda.is_available() else ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
+    earlier = os.path.exists(args.out)
+    if earlier:
+        sink.path = sink.partial_path  # the sink's own rename at the end leaves the file where it was written
     report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
     if args.report:
         write_json(args.report, report)
-    state = "interrupted, wrote" if report["interrupted"] else "wrote"
+    written, kept = args.out, ""
+    if earlier and report["interrupted"]:
+        written, kept = sink.partial_path, f"; {args.out}, from before, is left as it was"
+    elif earlier:
+        os.replace(sink.partial_path, args.out)
+    state = "interrupted, wrote the partial render to" if report["interrupted"] else "wrote"
     audio = f", {sink.audio_samples_written / sink.audio_rate:.2f} s audio" if sink.audio_rate else ""
-    print(f"{state} {args.out}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
-          f"{audio} ({report['fps']:.1f} frames/s rendered)", file=sys.stderr)
-    print(os.path.abspath(args.out))
+    print(f"{state} {written}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
+          f"{audio} ({report['fps']:.1f} frames/s rendered){kept}", file=sys.stderr)
+    print(os.path.abspath(written))
     return 0
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """``--out`` ends in an extension this render writes: ``.mp4``, or with ``--alpha`` ``.webm`` / ``.mov``
+    (``ValueError`` naming them otherwise)."""
+    root, ext = os.path.splitext(args.out)
+    accepted = tuple(ALPHA_FORMATS) if args.alpha else (".mp4",)
+    if ext.lower() in accepted:
+        return
+    writes = ("--alpha writes .webm (VP9 with alpha + Opus) or .mov (ProRes 4444 + PCM)" if args.alpha else
+              "a render writes .mp4 (H.264 + AAC; .webm and .mov with --alpha)")
+    raise ValueError(f"--out {args.out}: {writes}, and {ext or 'no extension'!r} is none of them; e.g. --out "
+                     f"{root}{accepted[0]}")
 
 
 def check_choice(args: argparse.Namespace) -> None:
@@ -74,6 +100,7 @@ def check_choice(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_choice(args)
+    check_out(args)
     width, height = args.size or (640, 360)
     fps = args.fps or 25.0
     if args.scene and args.avatar:

@@ -92,7 +92,7 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
                     graph.cancel()
                     raise
                 interrupted = True
-                bar.write("interrupted: finishing the file (Ctrl-C again to abort)")
+                bar.write("interrupted: finishing the file (Ctrl-C again to abort)", file=sys.stderr)
                 graph.drain()
             done = graph.telemetry.stages[index].work.count
             bar.update(done - bar.n)

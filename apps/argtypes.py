@@ -44,8 +44,21 @@ def non_negative_float(text: str) -> float:
     return _number(text, float, "a number", lambda v: v >= 0, "a number ≥ 0")
 
 
+# The largest picture a --size may ask for: H.264's largest level (6.2) holds 8192x4320.
+MAX_SIDE = 8192
+MAX_PIXELS = 8192 * 4320
+SIZE_LIMIT = "at most 8192 a side and 8192x4320 pixels in all"
+
+
+def _check_limit(text: str, w: int, h: int) -> None:
+    if w > MAX_SIDE or h > MAX_SIDE or w * h > MAX_PIXELS:
+        raise argparse.ArgumentTypeError(f"size {text!r} is past the limit: {SIZE_LIMIT} (H.264's largest picture); "
+                                         f"e.g. 3840x2160")
+
+
 def size(text: str, *, even: bool = False) -> tuple[int, int]:
-    """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs)."""
+    """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs); within
+    :data:`SIZE_LIMIT`."""
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -53,6 +66,7 @@ def size(text: str, *, even: bool = False) -> tuple[int, int]:
     if w <= 0 or h <= 0 or (even and (w % 2 or h % 2)):
         need = "positive and even" if even else "positive"
         raise argparse.ArgumentTypeError(f"size {text!r}: width and height must be {need}")
+    _check_limit(text, w, h)
     return w, h
 
 
@@ -118,13 +132,14 @@ def check_port_free(host: str, port: int) -> None:
 
 def size_hw(text: str) -> tuple[int, int]:
     """``"480x832"`` → ``(480, 832)``: HEIGHTxWIDTH, the video models' convention (``framegraph generate``,
-    ``export --generate``, ``bench generate``)."""
+    ``export --generate``, ``bench generate``); within :data:`SIZE_LIMIT`."""
     try:
         h, w = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
     if h <= 0 or w <= 0:
         raise argparse.ArgumentTypeError(f"--size {text!r}: height and width must be positive")
+    _check_limit(text, w, h)
     return h, w
 
 

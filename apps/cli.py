@@ -162,6 +162,9 @@ def out_of_memory(exc: BaseException) -> str | None:
             tried = re.search(r"allocate (\d+) bytes", text)
             at_once = f" (it asked for {int(tried.group(1)) / 2**30:.1f} GiB at once)" if tried else ""
             return f"out of memory{at_once}: a smaller --size, or a machine with more free memory"
+        if type(e).__name__ == "ExternalError" and "avcodec" in text:  # x264 says "malloc ... failed" just before
+            return ("the video encoder (FFmpeg) failed, most likely out of memory at this size: a smaller --size, or "
+                    "a machine with more free memory")
     return None
 
 

@@ -8,6 +8,7 @@ import argparse
 import os
 import sys
 
+import psutil
 import torch
 
 from framegraph.models.runtime import default_device
@@ -32,6 +33,24 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
+# What a render holds, measured as peak RSS (test card and the toy scene on a CPU, 320x180 to 3840x2160:
+# benchmarks/README.md): ~300 MB, and ~90 bytes a pixel of its frames (rings, encoder, renderer), taken as 112.
+BASE_BYTES = 300 * 2**20
+BYTES_PER_PIXEL = 112
+
+
+def check_memory(width: int, height: int, available: int | None = None) -> int:
+    """Refuse, before anything is allocated, a render at ``width`` x ``height`` that this machine's free memory
+    (``available`` bytes; default: what the system says) would not hold: a ``ValueError`` naming both.
+    Returns the bytes estimated."""
+    need = BASE_BYTES + BYTES_PER_PIXEL * width * height
+    free = psutil.virtual_memory().available if available is None else available
+    if need > free:
+        raise ValueError(f"--size {width}x{height}: this render needs about {need / 2**30:.1f} GiB of memory, and "
+                         f"{free / 2**30:.1f} GiB is free; a smaller --size (or a machine with more memory)")
+    return need
+
+
 def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
     """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written.
 
@@ -40,6 +59,7 @@ def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> 
     there, and the summary says so."""
     hint = "a smaller --size renders faster" + (
         "" if torch.cuda.is_available() else ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
+    check_memory(sink.width, sink.height)
     earlier = os.path.exists(args.out)
     if earlier:
         sink.path = sink.partial_path  # the sink's own rename at the end leaves the file where it was written

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
 import sys
 
 import psutil
@@ -79,6 +80,33 @@ def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> 
     return 0
 
 
+def wav_cut_short(path: str) -> str | None:
+    """When ``path`` is a WAV file shorter than its header says (a copy or a recording cut off), a sentence saying
+    how much audio it holds of how much; else None (not a WAV, whole, or a header that gives no length)."""
+    try:
+        with open(path, "rb") as f:
+            riff = f.read(12)
+            if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+                return None
+            rate = block = None
+            while len(head := f.read(8)) == 8:
+                chunk, size = head[:4], struct.unpack("<I", head[4:])[0]
+                if chunk == b"fmt ":
+                    fmt = f.read(size + size % 2)
+                    rate, block = struct.unpack("<I", fmt[4:8])[0], struct.unpack("<H", fmt[12:14])[0]
+                elif chunk == b"data":
+                    held = os.fstat(f.fileno()).st_size - f.tell()
+                    if not rate or not block or size in (0, 0xFFFFFFFF) or held >= size:
+                        return None
+                    return (f"{path} is cut short: its header promises {size / block / rate:.2f} s of audio, the file "
+                            f"holds {held / block / rate:.2f} s; rendering the {held / block / rate:.2f} s it holds")
+                else:
+                    f.seek(size + size % 2, os.SEEK_CUR)
+    except OSError:
+        return None  # the decoder says what is wrong with the file
+    return None
+
+
 def check_out(args: argparse.Namespace) -> None:
     """``--out`` ends in an extension this render writes: ``.mp4``, or with ``--alpha`` ``.webm`` / ``.mov``
     (``ValueError`` naming them otherwise)."""
@@ -121,6 +149,9 @@ def check_choice(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     check_choice(args)
     check_out(args)
+    short = wav_cut_short(args.audio) if args.audio else None
+    if short:
+        print(f"framegraph render: note: {short}", file=sys.stderr)
     width, height = args.size or (640, 360)
     fps = args.fps or 25.0
     if args.scene and args.avatar:

@@ -34,8 +34,9 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
-# What a render holds, measured as peak RSS (test card and the toy scene on a CPU, 320x180 to 3840x2160:
-# benchmarks/README.md): ~300 MB, and ~90 bytes a pixel of its frames (rings, encoder, renderer), taken as 112.
+# What a render holds, from its peak RSS (test card and toy scene on a CPU, 320x180 to 3840x2160:
+# benchmarks/results/cpu/render_memory.json): ~300 MiB, and 86-102 bytes a pixel of its frames (rings, encoder,
+# renderer), taken as 112.
 BASE_BYTES = 300 * 2**20
 BYTES_PER_PIXEL = 112
 

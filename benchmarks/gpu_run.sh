@@ -33,7 +33,7 @@ cd "$(dirname "$0")/.."
 WHEELS=(av==19.0.2 diffusers==0.42.1 plyfile==1.1.5 websockets==17.4 fla_core==0.6.0 rich==15.0.0 packaging==26.4
         ninja==1.13.2)
 SILERO=silero-vad==6.2.3
-CARRIED=benchmarks/gpu_carry.txt
+CARRIED=${GPU_CARRIED:-benchmarks/gpu_carry.txt}  # GPU_CARRIED: another list (tests/test_gpu_plan.py)
 GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
 GSPLAT_WAIT=${GSPLAT_WAIT:-120}
 LIMIT_BYTES=$((56 * 1024 * 1024))  # what a call carries is 64 MiB: 8 MiB are left as a margin
@@ -126,7 +126,8 @@ fits() {  # LABEL CHECKOUT WHL: says the sum against the limit; false when over 
 # ---- --plan: the upload the next GPU call would carry, from CARRIED (no .whl/ needed) ----------------------------
 if [ "${1:-}" = "--plan" ]; then
   [ -f "$CARRIED" ] || { echo "FAIL no $CARRIED (bash benchmarks/gpu_run.sh --prepare writes it)"; exit 1; }
-  fits "the files $CARRIED lists" "$(checkout_bytes)" "$(carried_bytes)" && echo "plan: ok" || { echo "plan: FAILED"; exit 1; }
+  fits "the files $CARRIED lists" "$(checkout_bytes)" "$(carried_bytes)" || { echo "plan: FAILED"; exit 1; }
+  echo "plan: ok"
   exit 0
 fi
 
@@ -156,7 +157,7 @@ if [ "${1:-}" = "--dry-run" ]; then
   done
   for w in "${WHEELS[@]}"; do
     w=${w/==/-}
-    compgen -G ".whl/${w}-*-cp312-*.whl" >/dev/null || compgen -G ".whl/${w}-*-py3-*.whl" >/dev/null \
+    compgen -G ".whl/${w}-cp312-*.whl" >/dev/null || compgen -G ".whl/${w}-py3-*.whl" >/dev/null \
       || [ -f ".whl/$w.tar.xz" ] || { echo "FAIL wheel $w: not in .whl/ (bash benchmarks/gpu_run.sh --prepare)"; bad=1; }
   done
   now=$( (cd .whl 2>/dev/null && stat -c '%s %n' * | sort -k2) )

@@ -45,8 +45,9 @@ import threading
 # Commands: name → (front module: add_arguments(parser) and IMPLEMENTATION, help, description).
 COMMANDS = {
     "render": ("framegraph.apps.commands.render", "render offline to an MP4 file",
-               "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar. Ctrl-C finishes "
-               "a playable file."),
+               "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar and a time "
+               "estimate from the pace measured. Ctrl-C finishes a playable file (at NAME.partial.mp4 when an "
+               "earlier file is at --out: that one is never replaced by a partial render)."),
     "generate": ("framegraph.apps.commands.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
                  "Generate video chunk by chunk with a causal Wan 2.1 or SANA-Video model from local weights (text- or "
                  "video-to-video), to an MP4, with a progress bar. Ctrl-C finishes a playable file."),

@@ -1,5 +1,6 @@
 # framegraph — two commands:  make demo   |   make test
-# Both create .venv and install everything they need first.
+# Both create .venv and install what they need first: `make demo` only what the demo runs (the package, aiortc
+# for the live page's WebRTC, MediaPipe's face mesh; espeak-ng), `make test` that and the test tools and extras.
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -10,33 +11,48 @@ TORCH  ?= torch==2.13.0
 # not). Installed with --no-deps: its declared dependencies would put opencv-contrib-python 5 beside our
 # opencv-python-headless 4 and pull jax; what the face mesh really needs is in pyproject.toml.
 MEDIAPIPE ?= mediapipe==0.10.21
+DEMO_STAMP := $(VENV)/.framegraph-demo-installed
 STAMP  := $(VENV)/.framegraph-installed
-# Debian packages the demo and the tests use (espeak-ng speaks typed text and makes training clips;
-# chromium runs the browser tests; iproute2's ip and tc build the network namespace and netem impairment of
-# the WebRTC tests). Installed with apt-get when running as root, else named.
-SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1 chromium iproute2
+# Debian packages. The demo's: espeak-ng speaks typed text and makes training clips. The tests' add chromium
+# (the browser tests) and iproute2 (ip and tc build the network namespace and netem impairment of the WebRTC
+# tests). Installed with apt-get when running as root, else named.
+DEMO_SYSTEM_PACKAGES ?= espeak-ng libespeak-ng1
+TEST_SYSTEM_PACKAGES ?= $(DEMO_SYSTEM_PACKAGES) chromium iproute2
 
-.PHONY: demo test install system-deps clean help
+.PHONY: demo test install install-demo system-deps system-deps-demo clean help
 
 help:
 	@echo "make demo   set up .venv, render the test card to out/, then start the live avatar demo"
 	@echo "make test   set up .venv with the test tools and run the whole suite"
+	@echo "make install-demo / make install   only set up .venv (for the demo / for the tests)"
 
-$(STAMP): pyproject.toml setup.py
+# The demo's environment: torch, the package with its webrtc extra (aiortc: the live page's WebRTC) and
+# MediaPipe's face mesh (`avatar train --video`).
+$(DEMO_STAMP): pyproject.toml setup.py
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 	  { echo "framegraph needs Python >= 3.11 (found $$($(PYTHON) --version)); set PYTHON=python3.11"; exit 1; }
 	@$(PYTHON) -m venv --help >/dev/null 2>&1 || \
 	  { echo "missing system package: python3-venv (Debian/Ubuntu: sudo apt-get install python3-venv)"; exit 1; }
 	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/python -c 'import torch' 2>/dev/null || $(BIN)/pip install -q "$(TORCH)"
-	$(BIN)/pip install -q -e ".[dev]"
+	$(BIN)/pip install -q -e ".[webrtc]"
 	$(BIN)/pip install -q --no-deps "$(MEDIAPIPE)"
+	@touch $(DEMO_STAMP)
+
+# The tests' environment: the demo's and the dev extra (pytest, ruff, Playwright, ONNX export, Ray Serve,
+# Pipecat).
+$(STAMP): $(DEMO_STAMP)
+	$(BIN)/pip install -q -e ".[dev]"
 	@touch $(STAMP)
+
+install-demo: $(DEMO_STAMP)
 
 install: $(STAMP)
 
+# `make system-deps PACKAGES="..."`: the Debian packages named installed (as root) or named as missing.
+PACKAGES ?= $(TEST_SYSTEM_PACKAGES)
 system-deps:
-	@missing=""; for p in $(SYSTEM_PACKAGES); do \
+	@missing=""; for p in $(PACKAGES); do \
 	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q "ok installed" || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
@@ -47,7 +63,10 @@ system-deps:
 	  fi; \
 	fi
 
-demo: system-deps $(STAMP)
+system-deps-demo:
+	@$(MAKE) --no-print-directory system-deps PACKAGES="$(DEMO_SYSTEM_PACKAGES)"
+
+demo: system-deps-demo $(DEMO_STAMP)
 	@mkdir -p out
 	$(BIN)/framegraph render --testcard --seconds 5 --fps 25 --size 640x360 --out out/testcard.mp4 \
 	  --report out/testcard.json

@@ -2,7 +2,9 @@
 from __future__ import annotations
 
 import argparse
+import errno
 import os
+import socket
 import sys
 from collections.abc import Callable
 
@@ -42,8 +44,21 @@ def non_negative_float(text: str) -> float:
     return _number(text, float, "a number", lambda v: v >= 0, "a number ≥ 0")
 
 
+# The largest picture a --size may ask for: H.264's largest level (6.2) holds 8192x4320.
+MAX_SIDE = 8192
+MAX_PIXELS = 8192 * 4320
+SIZE_LIMIT = "at most 8192 a side and 8192x4320 pixels in all"
+
+
+def _check_limit(text: str, w: int, h: int) -> None:
+    if w > MAX_SIDE or h > MAX_SIDE or w * h > MAX_PIXELS:
+        raise argparse.ArgumentTypeError(f"size {text!r} is past the limit: {SIZE_LIMIT} (H.264's largest picture); "
+                                         f"e.g. 3840x2160")
+
+
 def size(text: str, *, even: bool = False) -> tuple[int, int]:
-    """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs)."""
+    """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs); within
+    :data:`SIZE_LIMIT`."""
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -51,6 +66,7 @@ def size(text: str, *, even: bool = False) -> tuple[int, int]:
     if w <= 0 or h <= 0 or (even and (w % 2 or h % 2)):
         need = "positive and even" if even else "positive"
         raise argparse.ArgumentTypeError(f"size {text!r}: width and height must be {need}")
+    _check_limit(text, w, h)
     return w, h
 
 
@@ -89,15 +105,41 @@ def add_runtime_argument(p: argparse.ArgumentParser, help: str, *, choices=AVATA
     p.add_argument("--backend", dest="runtime", action=_DeprecatedAlias, new="--runtime", help=argparse.SUPPRESS, **kw)
 
 
+def port(text: str) -> int:
+    """``--port``: 0..65535 (0: the system picks a free one)."""
+    return _number(text, int, "a whole number", lambda v: 0 <= v <= 65535, "a port 0..65535 (0 picks a free one)")
+
+
+def check_port_free(host: str, port: int) -> None:
+    """A ``ValueError`` naming ``port`` and ``--port`` when a program already listens there (port 0 is always free).
+    Tried as the servers bind (``SO_REUSEADDR``), so only a listening socket counts."""
+    if port == 0:
+        return
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+    except OSError:
+        return  # a host that does not resolve: the server's own bind says so
+    with socket.socket(family, kind, proto) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind(address)
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return
+            raise ValueError(f"port {port} on {host} is in use (another program listens there): choose another "
+                             f"with --port N, or --port 0 for a free one") from None
+
+
 def size_hw(text: str) -> tuple[int, int]:
     """``"480x832"`` → ``(480, 832)``: HEIGHTxWIDTH, the video models' convention (``framegraph generate``,
-    ``export --generate``, ``bench generate``)."""
+    ``export --generate``, ``bench generate``); within :data:`SIZE_LIMIT`."""
     try:
         h, w = (int(v) for v in text.lower().split("x"))
     except ValueError:
         raise argparse.ArgumentTypeError(f"--size {text!r}: expected HEIGHTxWIDTH, e.g. 480x832") from None
     if h <= 0 or w <= 0:
         raise argparse.ArgumentTypeError(f"--size {text!r}: height and width must be positive")
+    _check_limit(text, w, h)
     return h, w
 
 

@@ -14,8 +14,8 @@ How a command is laid out — the one rule for imports in apps/:
   the standard library and light modules of apps/ (``argtypes``, the settings dataclasses whose defaults its
   options show: ``server/config.py``... — the server, demo and cluster packages export their names on first use,
   so such a module loads alone) — never torch, a model or a renderer — so ``framegraph --help`` and
-  ``framegraph CMD --help`` answer at once. (One exception, said in its docstring: ``fit-nerf`` and
-  ``bench nerf_fit`` take the NeRF's own options, ``renderers/nerf/cli.py``, which load torch.)
+  ``framegraph CMD --help`` answer at once (``fit-nerf`` and ``bench nerf_fit`` take the NeRF's own options from
+  ``renderers/nerf_options.py``, which is torch-free for that reason).
 - Its **implementation** (``apps/render.py``, ``apps/server/cli.py``, ``apps/bench/kernels.py``...) has
   ``run(args) -> int`` and imports what it needs at its top: torch, the models, the renderers — and its front,
   when it shares a declaration (a list of choices, a default). A front never imports its implementation; the CLI
@@ -38,13 +38,16 @@ import functools
 import gc
 import importlib
 import os
+import re
 import sys
+import threading
 
 # Commands: name → (front module: add_arguments(parser) and IMPLEMENTATION, help, description).
 COMMANDS = {
     "render": ("framegraph.apps.commands.render", "render offline to an MP4 file",
-               "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar. Ctrl-C finishes "
-               "a playable file."),
+               "Render offline to MP4 (H.264 + AAC) through a stage graph, with a progress bar and a time "
+               "estimate from the pace measured. Ctrl-C finishes a playable file (at NAME.partial.mp4 when an "
+               "earlier file is at --out: that one is never replaced by a partial render)."),
     "generate": ("framegraph.apps.commands.generate", "stream a video diffusion model (Wan 2.1, SANA-Video) to an MP4",
                  "Generate video chunk by chunk with a causal Wan 2.1 or SANA-Video model from local weights (text- or "
                  "video-to-video), to an MP4, with a progress bar. Ctrl-C finishes a playable file."),
@@ -76,10 +79,12 @@ COMMANDS = {
                "Stream audio (or nothing, for the test card) to a framegraph server, record what comes back to MP4, "
                "and measure glass-to-glass latency."),
     "avatar": ("framegraph.apps.commands.avatar",
-               "talking avatar: synthetic clips (synth), training (train, refine), evaluation (eval)",
+               "talking avatar: synthetic clips (synth), training (train, refine), the person matte (matte), "
+               "evaluation (eval)",
                "Talking-avatar tools. `synth` writes MP4 + per-frame JSON ground-truth clips of a portrait speaking "
                "espeak-ng sentences; `train` trains an avatar bundle (VAE, DiT, audio encoder), also from your own "
-               "video; `refine` trains a bundle's decoder further (the reference warp); `eval` measures one "
+               "video; `refine` trains a bundle's decoder further (the reference warp); `matte` adds the person "
+               "matte (for --alpha, a background or a scene) to a bundle made without one; `eval` measures one "
                "against ground truth."),
     "bench": ("framegraph.apps.commands.bench", "measure speed and latency; writes JSON (+ PNG)",
               "Benchmarks write JSON with the device, versions and exact command."),
@@ -104,8 +109,8 @@ def _add_commands(sub, table: dict, argv: list[str]) -> None:
             sub.add_parser(name, help=help_)
             continue
         front = importlib.import_module(module)
-        first_line = (front.__doc__ or help_).strip().splitlines()[0]
-        p = sub.add_parser(name, help=help_, description=description or first_line)
+        first_paragraph = " ".join((front.__doc__ or help_).strip().split("\n\n")[0].split())
+        p = sub.add_parser(name, help=help_, description=description or first_paragraph)
         if hasattr(front, "SUBCOMMANDS"):
             _add_commands(p.add_subparsers(dest=f"{name}_command", required=True, metavar="WHAT"),
                           front.SUBCOMMANDS, rest)
@@ -150,6 +155,33 @@ def _reported_errors() -> tuple[type, ...]:
     return (ValueError, FileNotFoundError) + ((graph.StageError,) if graph is not None else ())
 
 
+def out_of_memory(exc: BaseException) -> str | None:
+    """The sentence for an allocation that failed (``exc`` or, for a stage's failure, its cause), else None."""
+    for e in (exc, exc.__cause__):
+        text = str(e) if e is not None else ""
+        if isinstance(e, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
+            tried = re.search(r"allocate (\d+) bytes", text)
+            at_once = f" (it asked for {int(tried.group(1)) / 2**30:.1f} GiB at once)" if tried else ""
+            return f"out of memory{at_once}: a smaller --size, or a machine with more free memory"
+        if type(e).__name__ == "ExternalError" and "avcodec" in text:  # x264 says "malloc ... failed" just before
+            return ("the video encoder (FFmpeg) failed, most likely out of memory at this size: a smaller --size, or "
+                    "a machine with more free memory")
+    return None
+
+
+def _stop_now_if_a_stage_computes(code: int) -> None:
+    """After Ctrl-C: when a stage's worker is still inside a computation (a frame that takes minutes), end the
+    process now with ``code``. Left to the interpreter's exit, that thread would be torn down inside torch, which
+    aborts (``terminate called without an active exception``, exit 134)."""
+    busy = [t for t in threading.enumerate() if t.name.startswith("framegraph:") and t.is_alive()]
+    for t in busy:
+        t.join(timeout=1.0)
+    if any(t.is_alive() for t in busy):
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run one command line (``argv``; None: this process's, which then exits)."""
     global _command_line
@@ -160,10 +192,17 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args) or 0)
     except _reported_errors() as exc:
-        print(f"framegraph {args.command}: error: {exc}", file=sys.stderr)
+        print(f"framegraph {args.command}: error: {out_of_memory(exc) or exc}", file=sys.stderr)
+        return 2
+    except (MemoryError, RuntimeError) as exc:  # an allocation that failed is a sentence; any other error raises
+        if out_of_memory(exc) is None:
+            raise
+        print(f"framegraph {args.command}: error: {out_of_memory(exc)}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"framegraph {args.command}: aborted", file=sys.stderr)
+        if exiting:
+            _stop_now_if_a_stage_computes(130)
         return 130
     finally:
         if exiting:  # the interpreter's last collection need not walk torch's objects: 0.3-0.8 s less on 2 cores

@@ -6,14 +6,17 @@ from __future__ import annotations
 
 import argparse
 import os
+import struct
 import sys
 
+import psutil
 import torch
 
 from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.files import write_json
 from framegraph.stream.media import MP4Sink
+from framegraph.stream.media.alpha import ALPHA_FORMATS
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.testcard import TestCardAudio, TestCardVideo
 
@@ -31,19 +34,91 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
+# What a render holds, from its peak RSS (test card and toy scene on a CPU, 320x180 to 3840x2160:
+# benchmarks/results/cpu/render_memory.json): ~300 MiB, and 86-102 bytes a pixel of its frames (rings, encoder,
+# renderer), taken as 112.
+BASE_BYTES = 300 * 2**20
+BYTES_PER_PIXEL = 112
+
+
+def check_memory(width: int, height: int, available: int | None = None) -> int:
+    """Refuse, before anything is allocated, a render at ``width`` x ``height`` that this machine's free memory
+    (``available`` bytes; default: what the system says) would not hold: a ``ValueError`` naming both.
+    Returns the bytes estimated."""
+    need = BASE_BYTES + BYTES_PER_PIXEL * width * height
+    free = psutil.virtual_memory().available if available is None else available
+    if need > free:
+        raise ValueError(f"--size {width}x{height}: this render needs about {need / 2**30:.1f} GiB of memory, and "
+                         f"{free / 2**30:.1f} GiB is free; a smaller --size (or a machine with more memory)")
+    return need
+
+
 def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
-    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written."""
+    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written.
+
+    A file already at ``--out`` is replaced only by a complete render: the sink then finishes at its partial name
+    (``NAME.partial.EXT``), renamed to ``--out`` here when the render was not interrupted; after Ctrl-C it stays
+    there, and the summary says so."""
     hint = "a smaller --size renders faster" + (
         "" if torch.cuda.is_available() else ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
+    check_memory(sink.width, sink.height)
+    earlier = os.path.exists(args.out)
+    if earlier:
+        sink.path = sink.partial_path  # the sink's own rename at the end leaves the file where it was written
     report = run_with_progress(graph, sink, total, desc=f"render {os.path.basename(args.out)}", slow_hint=hint)
     if args.report:
         write_json(args.report, report)
-    state = "interrupted, wrote" if report["interrupted"] else "wrote"
+    written, kept = args.out, ""
+    if earlier and report["interrupted"]:
+        written, kept = sink.partial_path, f"; {args.out}, from before, is left as it was"
+    elif earlier:
+        os.replace(sink.partial_path, args.out)
+    state = "interrupted, wrote the partial render to" if report["interrupted"] else "wrote"
     audio = f", {sink.audio_samples_written / sink.audio_rate:.2f} s audio" if sink.audio_rate else ""
-    print(f"{state} {args.out}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
-          f"{audio} ({report['fps']:.1f} frames/s rendered)", file=sys.stderr)
-    print(os.path.abspath(args.out))
+    print(f"{state} {written}: {sink.frames_written} frames {sink.width}x{sink.height} @ {float(sink.fps):g} fps"
+          f"{audio} ({report['fps']:.1f} frames/s rendered){kept}", file=sys.stderr)
+    print(os.path.abspath(written))
     return 0
+
+
+def wav_cut_short(path: str) -> str | None:
+    """When ``path`` is a WAV file shorter than its header says (a copy or a recording cut off), a sentence saying
+    how much audio it holds of how much; else None (not a WAV, whole, or a header that gives no length)."""
+    try:
+        with open(path, "rb") as f:
+            riff = f.read(12)
+            if len(riff) < 12 or riff[:4] != b"RIFF" or riff[8:12] != b"WAVE":
+                return None
+            rate = block = None
+            while len(head := f.read(8)) == 8:
+                chunk, size = head[:4], struct.unpack("<I", head[4:])[0]
+                if chunk == b"fmt ":
+                    fmt = f.read(size + size % 2)
+                    rate, block = struct.unpack("<I", fmt[4:8])[0], struct.unpack("<H", fmt[12:14])[0]
+                elif chunk == b"data":
+                    held = os.fstat(f.fileno()).st_size - f.tell()
+                    if not rate or not block or size in (0, 0xFFFFFFFF) or held >= size:
+                        return None
+                    return (f"{path} is cut short: its header promises {size / block / rate:.2f} s of audio, the file "
+                            f"holds {held / block / rate:.2f} s; rendering the {held / block / rate:.2f} s it holds")
+                else:
+                    f.seek(size + size % 2, os.SEEK_CUR)
+    except OSError:
+        return None  # the decoder says what is wrong with the file
+    return None
+
+
+def check_out(args: argparse.Namespace) -> None:
+    """``--out`` ends in an extension this render writes: ``.mp4``, or with ``--alpha`` ``.webm`` / ``.mov``
+    (``ValueError`` naming them otherwise)."""
+    root, ext = os.path.splitext(args.out)
+    accepted = tuple(ALPHA_FORMATS) if args.alpha else (".mp4",)
+    if ext.lower() in accepted:
+        return
+    writes = ("--alpha writes .webm (VP9 with alpha + Opus) or .mov (ProRes 4444 + PCM)" if args.alpha else
+              "a render writes .mp4 (H.264 + AAC; .webm and .mov with --alpha)")
+    raise ValueError(f"--out {args.out}: {writes}, and {ext or 'no extension'!r} is none of them; e.g. --out "
+                     f"{root}{accepted[0]}")
 
 
 def check_choice(args: argparse.Namespace) -> None:
@@ -74,6 +149,10 @@ def check_choice(args: argparse.Namespace) -> None:
 
 def run(args: argparse.Namespace) -> int:
     check_choice(args)
+    check_out(args)
+    short = wav_cut_short(args.audio) if args.audio else None
+    if short:
+        print(f"framegraph render: note: {short}", file=sys.stderr)
     width, height = args.size or (640, 360)
     fps = args.fps or 25.0
     if args.scene and args.avatar:

@@ -20,31 +20,50 @@ def _duration(seconds: float) -> str:
 
 
 class TotalEstimate:
-    """Estimates the run's total time from the pace of the frames after the first (the first one carries
-    the warm-up), and says so once: ``line(done, total)`` returns the sentence to print, or None."""
+    """Estimates the run's total time from the frames measured so far, and says it: ``line(done, total)`` returns
+    the sentence to print, or None.
 
-    def __init__(self, unit: str, hint: str | None, slow_s: float, from_s: float):
+    The pace is that of the last half of the run measured (at least 2 s), so a fast start (frames
+    already waiting in the rings, a first burst) is soon outweighed. The first frame carries the warm-up and is not
+    paced. The estimate is said once ``settle_s`` of frames are measured, and said again, revised, whenever it
+    moves by more than ``revise`` (a fraction) from the one last said."""
+
+    def __init__(self, unit: str, hint: str | None, slow_s: float, from_s: float, settle_s: float = 2.0,
+                 revise: float = 0.25):
         self.unit, self.hint, self.slow_s, self.from_s = unit, hint, slow_s, from_s
+        self.settle_s, self.revise = settle_s, revise
         self.t_start = time.monotonic()
-        self.t_first: float | None = None
-        self.said = False
+        self.samples: list[tuple[float, int]] = []  # (time, frames done) from the first frame on
+        self.said: float | None = None  # the estimate last said (s)
+
+    def pace(self, now: float, done: int) -> float | None:
+        """Frames per second over the last half of the measured time (at least 2 s); None before any."""
+        t_first = self.samples[0][0]
+        since = max(t_first, now - max(2.0, 0.5 * (now - t_first)))
+        t0, d0 = [(t, d) for t, d in self.samples if t <= since][-1]
+        return (done - d0) / (now - t0) if done > d0 and now > t0 else None
 
     def line(self, done: int, total: int) -> str | None:
         now = time.monotonic()
-        if self.said or done < 1 or total <= 0:
+        if done < 1 or total <= 0 or done >= total:
             return None
-        if self.t_first is None:
-            self.t_first = now
+        if not self.samples or done > self.samples[-1][1]:
+            self.samples.append((now, done))
+        if now - self.samples[0][0] < self.settle_s:
             return None
-        if done < 2 or now - self.t_first < 1.0:
+        rate = self.pace(now, done)
+        if rate is None:
             return None
-        rate = (done - 1) / (now - self.t_first)  # frames per second after the first
-        estimate = (self.t_first - self.t_start) + (total - 1) / rate
-        self.said = True
+        estimate = (now - self.t_start) + (total - done) / rate
+        if self.said is not None and abs(estimate - self.said) <= self.revise * self.said:
+            return None
+        first = self.said is None
+        self.said = estimate
         if estimate < self.from_s:
             return None
-        text = f"estimated total: {_duration(estimate)} for {total} {self.unit}s at {rate:.3g} {self.unit}/s"
-        if self.hint and estimate > self.slow_s:
+        text = (f"{'estimated' if first else 'revised estimate, at the pace so far:'} total: {_duration(estimate)} "
+                f"for {total} {self.unit}s at {rate:.3g} {self.unit}/s")
+        if self.hint and estimate > self.slow_s and first:
             text += f"; {self.hint}"
         return text
 
@@ -52,9 +71,10 @@ class TotalEstimate:
 def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit: str = "frame",
                       slow_hint: str | None = None, slow_s: float = 60.0, estimate_from_s: float = 10.0) -> dict:
     """Start ``graph``, show a progress bar of frames processed by ``counter`` (usually the sink) out
-    of ``total``, and return the report. After the first frames the estimated total time is printed once
-    when it is at least ``estimate_from_s`` seconds (with ``slow_hint``, how to make it faster, when it is
-    longer than ``slow_s``): the bar alone says nothing when stderr is not a terminal. Ctrl-C
+    of ``total``, and return the report. After the first frames the estimated total time (:class:`TotalEstimate`,
+    from the pace measured) is printed when it is at least ``estimate_from_s`` seconds (with ``slow_hint``, how to
+    make it faster, when it is longer than ``slow_s``), and again when the pace changes it: the bar alone says
+    nothing when stderr is not a terminal. Ctrl-C
     drains the graph, so file sinks finish a playable file; the report then has ``"interrupted": True``."""
     graph.start()
     index = graph.stages.index(counter)
@@ -72,7 +92,7 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
                     graph.cancel()
                     raise
                 interrupted = True
-                bar.write("interrupted: finishing the file (Ctrl-C again to abort)")
+                bar.write("interrupted: finishing the file (Ctrl-C again to abort)", file=sys.stderr)
                 graph.drain()
             done = graph.telemetry.stages[index].work.count
             bar.update(done - bar.n)

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import add_config_argument, add_runtime_argument
+from framegraph.apps.argtypes import add_config_argument, add_runtime_argument, port
 from framegraph.apps.demo.config import DemoConfig
 
 IMPLEMENTATION = "framegraph.apps.demo.cli"  # its run(args) runs the command
@@ -12,7 +12,7 @@ IMPLEMENTATION = "framegraph.apps.demo.cli"  # its run(args) runs the command
 def add_arguments(p: argparse.ArgumentParser) -> None:
     d = DemoConfig()
     p.add_argument("--host", default=d.host, help=f"address to listen on (default {d.host}: this machine only)")
-    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument("--port", type=port, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
     p.add_argument("--pipeline", default=d.pipeline,
                    help="pipeline to run: auto (the avatar when available, else the microphone scope), "
                         "avatar, scope (default auto)")

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import INT8_DEFAULT_MODE, INT8_MODES, positive_int, size_hw
+from framegraph.apps.argtypes import INT8_DEFAULT_MODE, INT8_MODES, SIZE_LIMIT, positive_int, size_hw
 
 IMPLEMENTATION = "framegraph.apps.export"  # its run(args) runs the command
 
@@ -30,7 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     what.add_argument("--avatar", help="the avatar bundle folder (e.g. assets/avatars/astronaut)")
     what.add_argument("--generate", metavar="MODEL_DIR",
                       help="a diffusers video model folder (its vae/ is exported), as `framegraph generate` takes it")
-    p.add_argument("--size", type=size_hw, help="(--generate, required) HEIGHTxWIDTH of the video, e.g. 480x832")
+    p.add_argument("--size", type=size_hw,
+                   help=f"(--generate, required) HEIGHTxWIDTH of the video, e.g. 480x832 ({SIZE_LIMIT})")
     p.add_argument("--chunk-frames", type=positive_int, default=3,
                    help="(--generate) latent frames per chunk, as generate's --chunk-frames (default 3)")
     p.add_argument("--out", default=None,

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import positive_int, video_size
+from framegraph.apps.argtypes import SIZE_LIMIT, positive_int, video_size
 
 IMPLEMENTATION = "framegraph.apps.fit"  # its run(args) runs the command
 
@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--downscale", type=positive_int, default=1, help="(with --images) shrink images by N")
     p.add_argument("--views", type=positive_int, default=32, help="(with --synthetic) training views (default 32)")
     p.add_argument("--size", type=video_size, default=(128, 96),
-                   help="(with --synthetic) WIDTHxHEIGHT of the rendered views (default 128x96)")
+                   help=f"(with --synthetic) WIDTHxHEIGHT of the rendered views (default 128x96; {SIZE_LIMIT})")
     p.add_argument("--report", help="where to write the JSON report (default OUT.report.json)")
     add_run_arguments(p, "OUT.fit.json / OUT.fit.safetensors")
 

@@ -1,14 +1,14 @@
 """``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio / Blender).
 
-The one front that loads torch for its ``--help``: the NeRF's model options are the renderer's own
-(``renderers/nerf/cli.py``: sizes with per-device defaults), shared with its demo trainer and ``bench nerf_fit``.
+The NeRF's model options are the renderer's own (``renderers/nerf_options.py``: sizes with per-device defaults,
+torch-free), shared with its demo trainer and ``bench nerf_fit``.
 """
 from __future__ import annotations
 
 import argparse
 
 from framegraph.apps.argtypes import positive_int
-from framegraph.renderers.nerf.cli import add_model_arguments, per_device_help
+from framegraph.renderers.nerf_options import add_model_arguments, per_device_help
 
 from .fit import add_run_arguments
 
@@ -30,7 +30,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "scale / offset / aabb, else a cube around the point the cameras look at)")
     p.add_argument("--background", type=float, nargs=3, default=(1.0, 1.0, 1.0), metavar=("R", "G", "B"),
                    help="colour behind the scene and under transparent pixels (default white)")
-    add_model_arguments(p)  # sizes default per device (renderers/nerf/cli.py DEVICE_DEFAULTS)
+    add_model_arguments(p)  # sizes default per device (renderers/nerf_options.py DEVICE_DEFAULTS)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--device", default=None, help="cuda or cpu (default cuda when available)")
     p.add_argument("--report", help="where to write the JSON report (default OUT/report.json)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from framegraph.apps.argtypes import (
+    SIZE_LIMIT,
     VAE_RUNTIMES,
     add_compile_argument,
     add_runtime_argument,
@@ -63,7 +64,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--sink-frames", type=int,
                    help="(Wan) the stream's first latent frames kept for ever as attention sinks (default 1 chunk)")
     p.add_argument("--size", type=size_hw, default=(480, 832),
-                   help="HEIGHTxWIDTH in pixels (default 480x832); multiples of 16")
+                   help=f"HEIGHTxWIDTH in pixels (default 480x832); multiples of 16, {SIZE_LIMIT}")
     length = p.add_mutually_exclusive_group()
     length.add_argument("--seconds", type=positive_float, help="video length (default 5); rounded up to whole chunks")
     length.add_argument("--chunks", type=positive_int, help="number of chunks to generate")

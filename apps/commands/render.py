@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 
 from framegraph.apps.argtypes import (
+    SIZE_LIMIT,
     add_compile_argument,
     add_runtime_argument,
     background,
@@ -59,8 +60,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fps", type=positive_float, default=None,
                    help="frames per second (default 25; with --avatar the avatar's own, the only one it renders at)")
     p.add_argument("--size", type=video_size, default=None,
-                   help="WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
-                        "scales the picture to fit, aspect kept)")
+                   help=f"WIDTHxHEIGHT (default 640x360; with --avatar the portrait's own size — another size "
+                        f"scales the picture to fit, aspect kept), {SIZE_LIMIT}; a size this machine's free memory "
+                        f"would not hold is refused before the render starts")
     p.add_argument("--out", required=True, help="output .mp4 file (.webm or .mov with --alpha)")
     add_compile_argument(p, "the avatar's models (with --avatar)")
     add_runtime_argument(p, "(with --avatar) where the models compute: torch, or onnx (ONNX Runtime on the CPU, "

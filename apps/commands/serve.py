@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from framegraph.apps.argtypes import add_config_argument
+from framegraph.apps.argtypes import add_config_argument, port
 from framegraph.apps.server.config import ServerConfig
 
 IMPLEMENTATION = "framegraph.apps.server.cli"  # its run(args) runs the command
@@ -14,7 +14,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     d = ServerConfig()
     p.add_argument("--host", default=d.host, help=f"address to bind (default {d.host}; anything but loopback "
                                                   f"needs --token)")
-    p.add_argument("--port", type=int, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
+    p.add_argument("--port", type=port, default=d.port, help=f"port (default {d.port}; 0 picks a free one)")
     p.add_argument("--token", default=os.environ.get("FRAMEGRAPH_TOKEN"),
                    help="shared secret clients present (Authorization: Bearer T, or ?token=T); "
                         "default $FRAMEGRAPH_TOKEN")

@@ -8,6 +8,8 @@ import sys
 import threading
 import webbrowser
 
+from framegraph.apps.argtypes import check_port_free
+
 from .app import serve_demo_in_thread
 from .context import DemoConfig
 
@@ -23,6 +25,7 @@ def config_from_args(args: argparse.Namespace) -> DemoConfig:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
+    check_port_free(config.host, config.port)  # before Gradio and the pipeline load: a sentence, exit 2
     print("framegraph demo: starting (loading Gradio and the pipeline)…", file=sys.stderr, flush=True)
     demo = serve_demo_in_thread(config).start()
     stop = threading.Event()

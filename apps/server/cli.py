@@ -7,6 +7,8 @@ import logging
 import signal
 import sys
 
+from framegraph.apps.argtypes import check_port_free
+
 from . import pipelines
 from .app import ServerConfig, StreamServer
 
@@ -37,5 +39,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
     config.validate()  # ValueError → "framegraph serve: error: ..." (exit 2)
+    check_port_free(config.host, config.port)
     asyncio.run(serve_until_signalled(config))
     return 0

@@ -675,7 +675,11 @@ setInterval(() => {
     `first frame   ${m.firstFrame === null ? "-" : m.firstFrame.toFixed(0) + " ms"}`,
   ];
   if (session.audio_in) {
-    lines.push(`glass→glass   p50 ${pct(m.g2g, 0.5).toFixed(1)}  p95 ${pct(m.g2g, 0.95).toFixed(1)} ms`,
+    // no frame stamped with a capture time: "n/a" and why, never NaN
+    const why = live === "webrtc" ? "not measured over WebRTC" : !useMic || feeding() ? "no microphone"
+                                                                                         : "no frame measured yet";
+    lines.push(m.g2g.length ? `glass→glass   p50 ${pct(m.g2g, 0.5).toFixed(1)}  p95 ${pct(m.g2g, 0.95).toFixed(1)} ms`
+                            : `glass→glass   n/a — ${why}`,
                useMic && !feeding() ? `  mic input   ${pct(m.inputMs, 0.5).toFixed(1)} ms (browser-reported, included)`
                                     : `  audio in    ${feeding() ? "clip" : "silence"}, stamped when sent (no microphone)`);
   }

@@ -178,3 +178,19 @@ def test_the_page_orbits_the_scene_while_the_avatar_talks_in_it(page, server):
     assert np.abs(after.astype(int) - before.astype(int)).mean() > 3  # seen from elsewhere now
     final = stop_and_check(page)
     assert final["server_stats"]["received"]["audio_samples_in"] > 0  # the microphone drove the avatar
+
+
+def test_the_readout_says_n_a_for_glass_to_glass_it_cannot_measure_never_nan(browser, server, tmp_path):
+    """The page over WebRTC (its default, as in the demo) without a microphone: no frame carries a capture time."""
+    page = Page(browser, server.http_url, screenshot=tmp_path / "page.png")
+    try:
+        page.page.wait_for_selector("#pipeline option[value='scope']", state="attached", timeout=10_000)
+        page.page.select_option("#pipeline", "scope")
+        page.player_frame.evaluate("window.fg.start({ mic: false })")
+        page.wait_stats(lambda s: s["presented"] >= 10, 40, "10 scope frames presented")
+        wait_for(lambda: "glass→glass" in page.player_frame.inner_text("#readout"), 5, "the readout")
+        readout = page.player_frame.inner_text("#readout")
+        assert "glass→glass   n/a — not measured over WebRTC" in readout and "NaN" not in readout, readout
+        stop_and_check(page)
+    finally:
+        page.close()

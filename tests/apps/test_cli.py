@@ -12,7 +12,6 @@ from framegraph.apps.cli import COMMANDS, build_parser
 from framegraph.apps.commands.bench import BENCHES
 
 PY = sys.executable
-TORCH_FOR_HELP = {("fit-nerf",), ("bench", "nerf_fit")}  # the NeRF's own options (renderers/nerf/cli.py) load torch
 
 
 def loaded_after(argv_lines: list[list[str]], prefixes: tuple[str, ...]) -> list[list[str]]:
@@ -36,10 +35,12 @@ def test_framegraph_help_does_not_import_torch():
 
 
 def test_no_commands_help_imports_torch_a_model_or_a_renderer():
-    lines = [[name, "--help"] for name in COMMANDS if (name,) not in TORCH_FOR_HELP]
-    lines += [["bench", name, "--help"] for name in BENCHES if ("bench", name) not in TORCH_FOR_HELP]
+    lines = [[name, "--help"] for name in COMMANDS]  # fit-nerf among them: its NeRF options are torch-free too
+    lines += [["bench", name, "--help"] for name in BENCHES]
     heavy = ("torch", "framegraph.models", "framegraph.renderers", "framegraph.stream", "diffusers", "gradio")
-    light = {"framegraph.models", "framegraph.models.runtime"}  # the runtime registry's names: no torch in them
+    # the runtime registry's names, the NeRF's options: no torch in them
+    light = {"framegraph.models", "framegraph.models.runtime", "framegraph.renderers",
+             "framegraph.renderers.nerf_options"}
     for argv, loaded in zip(lines, loaded_after(lines, heavy)):
         assert [m for m in loaded if m not in light] == [], (argv, loaded)
 
@@ -80,3 +81,25 @@ def test_the_runtimes_the_command_line_offers_are_the_models_own():
     assert INT8_MODES == MODES and INT8_DEFAULT_MODE == DEFAULT_MODE
     with pytest.raises(SystemExit):
         build_parser(["render"]).parse_args(["render", "--testcard", "--out", "o.mp4", "--runtime", "tensorrt"])
+
+
+def described(argv: list[str]) -> str:
+    """The description ``--help`` prints for the (sub)command ``argv``."""
+    parser = build_parser([*argv, "--help"])
+    for word in argv:
+        parser = parser._subparsers._group_actions[0].choices[word]
+    return parser.description
+
+
+def test_every_commands_and_benchs_help_describes_it_in_whole_sentences():
+    lines = [[name] for name in COMMANDS] + [["bench", name] for name in BENCHES]
+    cut = [(argv, described(argv)[-40:]) for argv in lines if not described(argv).rstrip().endswith((".", ")"))]
+    assert not cut, cut  # e.g. `bench startup`'s was its docstring's first line, cut mid-sentence
+
+
+def test_avatar_help_names_every_tool():
+    done = subprocess.run([PY, "-m", "framegraph.apps.cli", "avatar", "--help"], capture_output=True, text=True)
+    for tool in ("synth", "train", "refine", "matte", "eval"):
+        assert f"`{tool}`" in done.stdout, tool
+    listed = subprocess.run([PY, "-m", "framegraph.apps.cli", "--help"], capture_output=True, text=True).stdout
+    assert "(matte)" in listed

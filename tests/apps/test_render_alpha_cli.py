@@ -81,7 +81,8 @@ def test_a_bundle_without_a_matte_is_refused_and_can_be_given_one(tmp_path, spee
 
 
 @pytest.mark.parametrize("argv, message", [
-    (["--alpha", "--out", "x.mp4"], "WebM (VP9 with alpha, .webm) or ProRes 4444 (.mov); the name ends in '.mp4'"),
+    (["--alpha", "--out", "x.mp4"], "--alpha writes .webm (VP9 with alpha + Opus) or .mov (ProRes 4444 + PCM), and "
+                                    "'.mp4' is none of them"),
     (["--alpha", "--background", "green", "--out", "x.webm"], "give one of them"),
     (["--alpha", "--size", "128x128", "--out", "x.webm"], "keep the avatar's own size"),
 ])

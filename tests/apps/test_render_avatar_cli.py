@@ -108,3 +108,23 @@ def test_files_without_usable_audio_are_refused_with_the_reason(tmp_path, capsys
         assert main(["render", "--avatar", str(SHIPPED), "--audio", str(bad), "--out", str(tmp_path / "o.mp4")]) == 2
         err = capsys.readouterr().err
         assert str(bad) in err or bad.name in err, err
+
+
+def test_a_truncated_wav_renders_with_a_note_of_how_much_audio_was_read(tmp_path, capsys):
+    whole = tmp_path / "whole.wav"
+    t = np.arange(2 * 16000) / 16000
+    with wave.open(str(whole), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.sin(2 * np.pi * 180 * t) * 6000).astype("<i2").tobytes())
+    cut = tmp_path / "cut.wav"
+    data = whole.read_bytes()
+    cut.write_bytes(data[:44 + 16000 * 2 // 2])  # the header, then 0.5 s of the 2 s it promises
+    out = tmp_path / "cut.mp4"
+    assert main(["render", "--avatar", str(SHIPPED), "--audio", str(cut), "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"note: {cut} is cut short: its header promises 2.00 s of audio, the file holds 0.50 s" in err, err
+    assert abs(len(read_video(out)["audio"]) / 16000 - 0.5) < 0.1
+    assert main(["render", "--avatar", str(SHIPPED), "--audio", str(whole), "--out", str(tmp_path / "w.mp4")]) == 0
+    assert "cut short" not in capsys.readouterr().err

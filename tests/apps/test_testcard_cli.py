@@ -64,28 +64,57 @@ def test_render_report_json(tmp_path):
     assert set(data["stages"]) == {"testcard_video", "testcard_audio", "mp4"}
 
 
-def test_ctrl_c_during_render_drains_and_leaves_a_playable_file(tmp_path):
-    out = tmp_path / "long.mp4"
+def interrupted_render(out, size="640x360") -> subprocess.CompletedProcess:
+    """A 600 s test card rendered to ``out``, Ctrl-C'ed once its partial file holds some frames."""
     # The render starts as from a terminal, Ctrl-C at its default: a suite started in the background (`pytest &`)
     # ignores SIGINT, and a child inherits that (it then rendered all 600 s and never heard the Ctrl-C).
     ignored = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         proc = subprocess.Popen([PY, "-m", "framegraph.apps.cli", "render", "--testcard", "--seconds", "600",
-                                 "--size", "640x360", "--out", str(out)],
+                                 "--size", size, "--out", str(out)],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     finally:
         signal.signal(signal.SIGINT, ignored)
-    partial = tmp_path / "long.partial.mp4"
+    partial = out.with_name(out.stem + ".partial.mp4")
     deadline = time.monotonic() + 60
     while not (partial.exists() and partial.stat().st_size > 20000) and time.monotonic() < deadline:
         time.sleep(0.1)
     proc.send_signal(signal.SIGINT)
     stdout, stderr = proc.communicate(timeout=60)
-    assert proc.returncode == 0, stderr
-    assert "interrupted" in stderr
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+
+
+def test_ctrl_c_during_render_drains_and_leaves_a_playable_file(tmp_path):
+    out = tmp_path / "long.mp4"
+    done = interrupted_render(out)
+    assert done.returncode == 0, done.stderr
+    assert "interrupted" in done.stderr
     v = read_video(out)
     assert 0 < len(v["frames"]) < 600 * 25
-    assert not partial.exists()
+    assert not (tmp_path / "long.partial.mp4").exists()
+
+
+def test_ctrl_c_never_replaces_an_earlier_complete_file_and_says_where_the_partial_is(tmp_path):
+    out = tmp_path / "take.mp4"
+    assert main(["render", "--testcard", "--seconds", "1", "--size", "64x48", "--out", str(out)]) == 0
+    earlier = out.read_bytes()
+    done = interrupted_render(out)
+    assert done.returncode == 0, done.stderr
+    assert out.read_bytes() == earlier  # the complete file from before, intact
+    partial = tmp_path / "take.partial.mp4"
+    assert 0 < len(read_video(partial)["frames"]) < 600 * 25  # what was rendered, playable, under its own name
+    assert str(partial) in done.stderr and "left as it was" in done.stderr
+    assert done.stdout.strip() == str(partial)
+    # a complete render does replace it
+    assert main(["render", "--testcard", "--seconds", "2", "--size", "64x48", "--out", str(out)]) == 0
+    assert len(read_video(out)["frames"]) == 50
+
+
+def test_an_output_extension_no_writer_knows_is_refused_naming_those_accepted(tmp_path, capsys):
+    assert main(["render", "--testcard", "--seconds", "1", "--out", str(tmp_path / "x.txt")]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and "'.txt'" in err and ".mp4" in err and ".webm" in err
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_info_lists_versions_and_backends(capsys):

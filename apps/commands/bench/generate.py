@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import VAE_RUNTIMES, add_runtime_argument, positive_int, runtime_list, size_hw
+from framegraph.apps.argtypes import SIZE_LIMIT, VAE_RUNTIMES, add_runtime_argument, positive_int, runtime_list, size_hw
 
 from . import add_out_argument
 
@@ -15,7 +15,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--family", choices=["wan", "sana"], required=True)
     p.add_argument("--config", choices=["1.3b", "2b", "tiny"], required=True,
                    help="1.3b (Wan 2.1), 2b (SANA-Video) or tiny (either family; CPU runs)")
-    p.add_argument("--size", type=size_hw, default=(480, 832), help="HEIGHTxWIDTH (default 480x832)")
+    p.add_argument("--size", type=size_hw, default=(480, 832), help=f"HEIGHTxWIDTH (default 480x832; {SIZE_LIMIT})")
     p.add_argument("--steps", type=positive_int, default=4,
                    help="denoising steps per chunk (timesteps 1000 down in equal steps)")
     p.add_argument("--attention", choices=["sdpa", "monarch"], default="sdpa", help="(Wan) attention over the cache")

@@ -1,12 +1,11 @@
 """``framegraph bench nerf_fit``: fit-nerf on a real capture — steps/s and held-out PSNR against training time.
 
-Like ``framegraph fit-nerf``, it takes the NeRF's own options (``renderers/nerf/cli.py``), so its ``--help``
-loads torch."""
+Like ``framegraph fit-nerf``, it takes the NeRF's own options (``renderers/nerf_options.py``, torch-free)."""
 from __future__ import annotations
 
 import argparse
 
-from framegraph.renderers.nerf.cli import add_model_arguments, per_device_help
+from framegraph.renderers.nerf_options import add_model_arguments, per_device_help
 
 from . import add_out_argument
 

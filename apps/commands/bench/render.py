@@ -6,7 +6,7 @@ import os
 from typing import Literal, get_args
 
 from framegraph import assets
-from framegraph.apps.argtypes import size
+from framegraph.apps.argtypes import SIZE_LIMIT, size
 
 from . import add_out_argument
 
@@ -57,7 +57,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random scene sizes, comma-separated (default 100000,1000000,3000000 on CUDA, "
                         "1000,10000,30000 on CPU)")
     g.add_argument("--sh-degree", type=int, default=3, choices=(0, 1, 2, 3), help="random scene SH degree")
-    g.add_argument("--size", type=size, default=None, help="WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU)")
+    g.add_argument("--size", type=size, default=None,
+                   help=f"WIDTHxHEIGHT (default 1920x1080 on CUDA, 192x108 on CPU; {SIZE_LIMIT})")
     g.add_argument("--cameras", type=int, default=1, help="cameras rendered per call (batched)")
     g.add_argument("--tile-size", type=int, default=16)
     g.add_argument("--no-gsplat", action="store_true", help="don't run gsplat even when it is installed")
@@ -69,10 +70,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="random 4D scene sizes as well (SH 3, temporal degree 1), comma-separated "
                         "(default 100000 on CUDA, none on CPU)")
     g.add_argument("--size-4d", type=size, default=None,
-                   help="WIDTHxHEIGHT (default 1352x1014 on CUDA, 135x101 on CPU)")
+                   help=f"WIDTHxHEIGHT (default 1352x1014 on CUDA, 135x101 on CPU; {SIZE_LIMIT})")
     g = p.add_argument_group("nerf")
     g.add_argument("--nerf", default=DEFAULT_NERF, help="NeRF directory (default assets/nerf/spheres)")
-    g.add_argument("--size-nerf", type=size, default=None, help="WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU)")
+    g.add_argument("--size-nerf", type=size, default=None,
+                   help=f"WIDTHxHEIGHT (default 800x800 on CUDA, 80x80 on CPU; {SIZE_LIMIT})")
     g.add_argument("--chunk-rays", type=int, default=1 << 14, help="rays marched together (default 16384)")
     g.add_argument("--interpreted-nerf", action="store_true",
                    help="on CPU, run the Triton NeRF through the interpreter too (minutes per frame)")

@@ -2,7 +2,7 @@
 per-branch work p50 and the first frame."""
 from __future__ import annotations
 
-from framegraph.apps.argtypes import placement, positive_float, positive_int, video_size
+from framegraph.apps.argtypes import SIZE_LIMIT, placement, positive_float, positive_int, video_size
 
 from . import add_out_argument
 
@@ -17,7 +17,8 @@ def add_arguments(p) -> None:
     p.add_argument("--place", type=placement, default=DEFAULT_PLACE, metavar="X,Y,Z[,YAW,HEIGHT]",
                    help="where the avatar stands (default -0.6,-0.8,0 in the toy scene; write --place=-1,0,0 for a "
                         "value that starts with a minus)")
-    p.add_argument("--size", type=video_size, default=(320, 180), help="the scene's WIDTHxHEIGHT (default 320x180)")
+    p.add_argument("--size", type=video_size, default=(320, 180),
+                   help=f"the scene's WIDTHxHEIGHT (default 320x180; {SIZE_LIMIT})")
     p.add_argument("--seconds", type=positive_float, default=6.0, help="seconds of speech per run (default 6)")
     p.add_argument("--device", default=None, help="where the scene renders (default: cuda when available)")
     p.add_argument("--threads", type=positive_int, default=None,

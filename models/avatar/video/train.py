@@ -29,10 +29,11 @@ shape head's openness correlation on audio it never saw), so ``avatar eval`` can
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -45,11 +46,12 @@ from framegraph.models.audio.features import extract_features
 from framegraph.models.face import FaceError, FaceLandmarker, one_face
 from framegraph.models.matte import person_mattes
 from framegraph.models.vae import crop_frames
-from framegraph.stream.files import write_json
+from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
+from framegraph.stream.progress import finish_step_on_interrupt
 from framegraph.stream.quality import pearson
 
-from ...training import REPORT, cpu_threads, lr_at, timed
+from ...training import REPORT, Pace, cpu_threads, duration, lr_at, timed
 from ..clips.prepare import MIN_SECONDS, prepare_video
 from ..eval.real import speech_per_frame
 from .bundle import (
@@ -138,15 +140,19 @@ def measure_shape(face) -> list[float]:
             float(extent[1] / max(extent[0], 1e-6))]
 
 
-def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
+def track_faces(frames_iter, where: str, total: int | None = None, progress: bool = False) -> FaceTrack:
     """Landmarks on every frame of ``frames_iter`` (``uint8 [H, W, 3]`` each), checked: one face in (nearly)
-    every frame. Frames without a usable face take the nearest good frame's geometry.
+    every frame. Frames without a usable face take the nearest good frame's geometry. ``progress``: a bar
+    with its ETA (of ``total`` frames).
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
     centres, widths, shapes, polygons, lips, jaws, found, errors = [], [], [], [], [], [], [], {}
+    from tqdm import tqdm
+
     with FaceLandmarker(max_faces=2, video=True) as marker:
-        for t, frame in enumerate(frames_iter):
+        for t, frame in enumerate(tqdm(frames_iter, total=total, desc="face landmarks", unit="frame",
+                                       disable=not progress, dynamic_ncols=True)):
             try:
                 face = one_face(marker.detect(frame), where=f"{where} frame {t}")
             except FaceError as exc:
@@ -232,9 +238,39 @@ def clips_audio(clips: list[str]) -> np.ndarray:
     return np.concatenate(parts)
 
 
+GENERATOR_STATE = "generator_state.pt"  # in OUT/train: the generator phase's checkpoint
+CHECKPOINT_S = 300.0  # seconds between the generator's checkpoints (and one at Ctrl-C and at the end)
+
+
+def _generator_settings(cfg: VideoTrainConfig, regions: torch.Tensor, shapes: torch.Tensor) -> dict:
+    """What a generator checkpoint must match to be continued: the settings (all but the steps) and the
+    training pictures and shapes (their SHA-256: another video in the same folder starts afresh)."""
+    keys = ("batch", "lr", "warmup", "channels", "edge_weight", "mouth_weight", "critic_weight", "critic_start",
+            "critic_lr", "seed")
+    digest = hashlib.sha256(regions.numpy().tobytes())
+    digest.update(shapes.numpy().tobytes())
+    return {**{k: list(v) if isinstance(v, tuple) else v for k, v in asdict(cfg).items() if k in keys},
+            "frames": len(regions), "size": int(regions.shape[1]), "frames_sha256": digest.hexdigest()}
+
+
+def _load_generator_state(path: Path | None, settings: dict, resume: bool, log) -> dict | None:
+    """The checkpoint at ``path`` when resuming and it was made with the same ``settings`` (else None, said)."""
+    if path is None or not resume or not path.is_file():
+        return None
+    state = torch.load(path, map_location="cpu", weights_only=False)
+    if state.get("settings") != settings:
+        if log:
+            differ = sorted(k for k in settings if state.get("settings", {}).get(k) != settings[k])
+            log(f"the generator checkpoint {path} was made with other settings ({', '.join(differ)}): "
+                f"training the generator from step 0")
+        return None
+    return state
+
+
 def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
-                    cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
-                    log=None) -> tuple[MouthGenerator, list[dict], dict]:
+                    cfg: VideoTrainConfig, lips: torch.Tensor | None = None, log=None, *,
+                    checkpoint: Path | None = None, resume: bool = True, checkpoint_s: float = CHECKPOINT_S,
+                    pace: Pace | None = None) -> tuple[MouthGenerator, list[dict], dict]:
     """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
     ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
     the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
@@ -242,6 +278,11 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
     :class:`~.critic.TextureCritic` on the lips' box (where the L1 loss alone draws an average: a blur) adds
     ``critic_weight`` · its loss from step ``critic_start`` (the critic trains from 100 steps before), watched
     by a :class:`~.critic.CriticGuard`.
+
+    ``checkpoint``: the file that keeps the phase's state (weights, optimizers, sampler RNG, guard, step,
+    history), written every ``checkpoint_s`` seconds, at Ctrl-C (then ``KeyboardInterrupt`` is raised) and at
+    the end. With ``resume`` a checkpoint of the same settings is continued from its step: the result is the
+    uninterrupted run's. ``pace`` times the steps (the ETA in the log lines).
 
     Returns the model (eval mode), the history (every 50 steps: the total loss, the L1 part and its running
     mean) and the critic's report (its settings, the lips' box, the step the guard dropped it at or None)."""
@@ -259,49 +300,105 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
         weight = weight + 2 * cfg.mouth_weight * lips[None, None]
     guard = CriticGuard()
     report = {"weight": cfg.critic_weight if use_critic else 0.0, "start": cfg.critic_start, "dropped_at": None}
+    opt_critic = None
     if use_critic:
         opt_critic = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=(0.5, 0.999))
         rows, cols = lips_box(lips)
         report["box_px"] = [rows.start, rows.stop, cols.start, cols.stop]
         critic_m = m[..., rows, cols].expand(cfg.batch, -1, -1, -1)
-    history = []
+    history, start = [], 0
+    settings = _generator_settings(cfg, regions, shapes)
+    state = _load_generator_state(checkpoint, settings, resume, log)
+    if state is not None:
+        start, history = min(state["step"], cfg.steps), state["history"]
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        gen.set_state(state["rng"])
+        guard.mean, guard.best, guard.dropped_at, guard._saved = state["guard"]
+        if use_critic and state["critic"] is not None:
+            critic.load_state_dict(state["critic"])
+            opt_critic.load_state_dict(state["critic_optimizer"])
+        if log:
+            log(f"generator: continuing at step {start}/{cfg.steps} from the checkpoint {checkpoint}" if start <
+                cfg.steps else f"generator: all {cfg.steps} steps were trained by an earlier run ({checkpoint})")
+
+    def save(done: int) -> None:
+        checkpoint.parent.mkdir(parents=True, exist_ok=True)
+        with written_whole(checkpoint) as tmp:
+            torch.save({"settings": settings, "step": done, "history": history, "model": model.state_dict(),
+                        "optimizer": opt.state_dict(), "rng": gen.get_state(),
+                        "guard": (guard.mean, guard.best, guard.dropped_at, guard._saved),
+                        "critic": critic.state_dict() if use_critic else None,
+                        "critic_optimizer": opt_critic.state_dict() if use_critic else None}, tmp)
+
+    pace = pace or Pace()
     model.train()
-    for step in range(cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
-        idx = torch.randint(0, len(regions), (cfg.batch,), generator=gen)
-        x = regions[idx].permute(0, 3, 1, 2).float() / 255.0
-        B = len(idx)
-        pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
-        l1 = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
-        critic_trains = use_critic and guard.dropped_at is None and step >= cfg.critic_start - 100
-        critic_on = critic_trains and step >= cfg.critic_start
-        loss = l1
-        if critic_trains:
-            fake = (pred * m + x * (1 - m))[..., rows, cols]  # the lips as pasted: generated where hidden
-        if critic_on:
-            loss = l1 + cfg.critic_weight * adversarial_loss(critic, fake, critic_m[:B])
-        if guard.update(step, l1.item(), critic_on, model, opt):  # before this step changes the weights
-            if log:
-                log(f"generator step {step}: the L1 loss rose to {guard.mean:.4f} (best {guard.best:.4f}) "
-                    "with the texture critic; back to the last healthy weights, finishing without it")
-            continue  # this step's losses came from the weights just replaced
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if critic_trains:
-            for g in opt_critic.param_groups:
-                g["lr"] = lr_at(step, cfg.steps, cfg.critic_lr, 0)
-            opt_critic.zero_grad(set_to_none=True)
-            critic_loss(critic, x[..., rows, cols], fake, critic_m[:B]).backward()
-            opt_critic.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
-            history.append({"step": step, "loss": round(loss.item(), 5), "l1": round(l1.item(), 5),
-                            "l1_mean": round(guard.mean, 5)})
-            if log:
-                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f} (L1 {l1.item():.4f})")
+    with finish_step_on_interrupt() as ctrl_c:
+        pace.start()
+        saved_at = time.monotonic()
+        for step in range(start, cfg.steps):
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
+            idx = torch.randint(0, len(regions), (cfg.batch,), generator=gen)
+            x = regions[idx].permute(0, 3, 1, 2).float() / 255.0
+            B = len(idx)
+            pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
+            l1 = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
+            critic_trains = use_critic and guard.dropped_at is None and step >= cfg.critic_start - 100
+            critic_on = critic_trains and step >= cfg.critic_start
+            loss = l1
+            if critic_trains:
+                fake = (pred * m + x * (1 - m))[..., rows, cols]  # the lips as pasted: generated where hidden
+            if critic_on:
+                loss = l1 + cfg.critic_weight * adversarial_loss(critic, fake, critic_m[:B])
+            if guard.update(step, l1.item(), critic_on, model, opt):  # before this step changes the weights
+                if log:  # this step's losses came from the weights just replaced: no update
+                    log(f"generator step {step}: the L1 loss rose to {guard.mean:.4f} (best {guard.best:.4f}) "
+                        "with the texture critic; back to the last healthy weights, finishing without it")
+            else:
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                opt.step()
+                if critic_trains:
+                    for g in opt_critic.param_groups:
+                        g["lr"] = lr_at(step, cfg.steps, cfg.critic_lr, 0)
+                    opt_critic.zero_grad(set_to_none=True)
+                    critic_loss(critic, x[..., rows, cols], fake, critic_m[:B]).backward()
+                    opt_critic.step()
+                if step % 50 == 0 or step == cfg.steps - 1:
+                    history.append({"step": step, "loss": round(loss.item(), 5), "l1": round(l1.item(), 5),
+                                    "l1_mean": round(guard.mean, 5)})
+                    if log:
+                        left = pace.left(step + 1, cfg.steps)
+                        log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f} (L1 {l1.item():.4f})"
+                            + (f", {left}" if left else ""))
+            pace.tick()
+            if checkpoint is not None and (ctrl_c.is_set() or time.monotonic() - saved_at >= checkpoint_s):
+                save(step + 1)
+                saved_at = time.monotonic()
+            if ctrl_c.is_set():
+                if log:
+                    log(f"interrupted at generator step {step + 1}/{cfg.steps}" + (
+                        f"; the checkpoint {checkpoint} keeps it: run the same command again to continue from "
+                        f"there" if checkpoint is not None else ""))
+                raise KeyboardInterrupt
+    if checkpoint is not None and start < cfg.steps:
+        save(cfg.steps)
     report["dropped_at"] = guard.dropped_at
     return model.eval(), history, report
+
+
+def estimate_generator(cfg: VideoTrainConfig, size: int, trial_steps: int = 3) -> float:
+    """Seconds per generator step at ``size``² with ``cfg``'s batch and channels, measured now: ``trial_steps``
+    steps after a warm-up one, on random pictures, without the texture critic."""
+    gen = torch.Generator().manual_seed(cfg.seed)
+    regions = torch.randint(0, 256, (2 * cfg.batch, size, size, 3), generator=gen, dtype=torch.uint8)
+    mask = torch.zeros(size, size)
+    mask[size // 2:] = 1
+    pace = Pace()
+    train_generator(regions, torch.randn(len(regions), len(SHAPE_NAMES), generator=gen), mask, regions[0],
+                    replace(cfg, steps=trial_steps + 1, critic_weight=0.0), pace=pace)
+    return float(pace.step_s)
 
 
 def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
@@ -427,7 +524,8 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
     return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report, feats)
 
 
-def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig) -> dict:
+def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig,
+                        progress: bool = False) -> dict:
     """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` training
     frames picked at random, the shape the head asks for from each one's sound (``features [n_train, D]``), drawn on
     a loop frame picked at random (as the avatar plays) and measured, against the person's own openness in those
@@ -442,7 +540,8 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
     frames, picks = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
     with torch.no_grad():
         asked = avatar.shape_head(context_windows(features, cfg.context))[picks]
-    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], asked, avatar.jaws[frames])
+    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], asked, avatar.jaws[frames],
+                           progress=progress)
     mean, std = avatar.shape_mean[0], avatar.shape_std[0]
     offset, report = openness_offset(asked[:, 0].numpy(), drawn, mean + std * z[picks, 0].numpy(), std)
     head, rest = calibrate_openness(avatar.shape_head, avatar.rest_shape, offset)
@@ -452,14 +551,30 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
     return report
 
 
+def _say_estimate(cfg: VideoTrainConfig, torch_threads: int | None, checkpoint: Path, log) -> None:
+    """The time the generator will take, said up front: its step measured now (:func:`estimate_generator`)."""
+    with cpu_threads(torch_threads):
+        step_s = estimate_generator(cfg, cfg.max_region)
+        threads = torch.get_num_threads()
+    log(f"the generator's {cfg.steps} steps will take about {duration(step_s * cfg.steps)} here: {step_s:.3g} s a "
+        f"step, measured just now on 3 trial steps at {cfg.max_region}² with {threads} CPU thread"
+        f"{'s' if threads != 1 else ''} (the texture "
+        f"critic from step {cfg.critic_start} adds to it; the ETA below follows the measured pace). Before it: "
+        f"the video's clips, landmarks and matte; after it: the sound and the openness calibration; each shows "
+        f"its own progress. A checkpoint is kept in {checkpoint} every {CHECKPOINT_S / 60:.0f} min and at "
+        f"Ctrl-C: the same command again continues from it")
+
+
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
-                       torch_threads: int | None = None, progress: bool = True, log=None,
+                       torch_threads: int | None = None, progress: bool = True, log=None, resume: bool = True,
                        **settings) -> tuple[VideoAvatar, dict]:
     """A talking video of one person → a video avatar bundle in ``out_dir`` (see the module docstring).
 
     ``settings``: :class:`VideoTrainConfig` fields. ``face_box`` / ``mouth_box``: help
     :func:`~.video.prepare_video` find the face (px of the video). Returns the avatar and the report
-    (also ``out_dir/train_report.json``).
+    (also ``out_dir/train_report.json``). With ``log`` the generator's time is measured and said up front, and
+    its steps are logged with an ETA; ``progress``: bars with ETAs for the other phases. The generator keeps a
+    checkpoint (``out_dir/train/generator_state.pt``); with ``resume`` it continues from there.
 
     Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech, lips
     that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
@@ -469,6 +584,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     _check_config(cfg)
     out, t_start, timings = Path(out_dir), time.monotonic(), {}
     path = os.fspath(video)
+    checkpoint = out / "train" / GENERATOR_STATE
+    if log:
+        _say_estimate(cfg, torch_threads, checkpoint, log)
     prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps
@@ -480,7 +598,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{MIN_SPEECH:.0%} needed); the avatar learns its lips from the person talking")
     timings["prepare_s"] = round(time.monotonic() - t_start, 1)
 
-    track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path))
+    track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path),
+                        total=int(round(prep.seconds * fps)), progress=progress)
     n = len(track.found)
     n_train = n - int(round(cfg.holdout * n))
     H, W = prep.portrait["height"], prep.portrait["width"]
@@ -505,9 +624,13 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     nearest = nearest_frames(thumbs, range(*idle))
 
     with timed(timings, "matte"):  # the person's matte in each loop frame: smoothed over time, refined on the frame
-        matte = person_mattes(loop)
+        matte = person_mattes(loop, progress=progress)
     with timed(timings, "generator"), cpu_threads(torch_threads):
-        generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
+        generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log,
+                                                            checkpoint=checkpoint, resume=resume)
+    if log:
+        log("fitting the sound to the mouth shapes (the audio encoder on the whole video's sound, the eSpeak "
+            "sentences)")
 
     sound = _fit_sound(audio, speech, z, openness, n_train, cfg, fps, audio_from)
     avatar = VideoAvatar(generator=generator, shape_head=sound.head, audio=sound.encoder, frames=loop,
@@ -517,7 +640,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     with timed(timings, "openness"):
         sound.report["openness_calibration"] = _calibrate_openness(avatar, sound.features[:n_train], z[:n_train],
-                                                                   cfg)
+                                                                   cfg, progress)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),
@@ -540,4 +663,5 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
 
 
 __all__ = ["VideoTrainConfig", "FaceTrack", "SoundFit", "train_video_avatar", "track_faces", "clips_audio",
-           "measure_shape", "lower_face_mask", "idle_range", "train_generator"]
+           "measure_shape", "lower_face_mask", "idle_range", "train_generator", "estimate_generator",
+           "GENERATOR_STATE", "CHECKPOINT_S"]

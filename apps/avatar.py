@@ -136,7 +136,7 @@ def run_train_video(args: argparse.Namespace) -> int:
         return _train_error(f"--max-region {args.max_region} must be a multiple of 16, at least 64")
     try:
         _, r = train_video_avatar(args.video, args.out, face_box=args.face_box, mouth_box=args.mouth_box,
-                                  audio_from=args.audio_from, torch_threads=args.threads,
+                                  audio_from=args.audio_from, torch_threads=args.threads, resume=args.resume,
                                   log=lambda m: print(m, file=sys.stderr), steps=args.steps or 3000,
                                   batch=args.batch, lr=args.lr or 2e-3, holdout=args.holdout,
                                   max_region=args.max_region, loop_seconds=args.loop_seconds,

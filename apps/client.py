@@ -218,6 +218,29 @@ class _Tally:
         self.encode_ms.append(header.encode_us / 1e3)
 
 
+def wait_for_server(url: str, seconds: float) -> None:
+    """Return once the server of ``url`` (its WebSocket URL) answers ``/healthz``; a :class:`ClientError` when none
+    answered within ``seconds`` (``--wait``: a server just started in the background is still loading)."""
+    import urllib.error
+    import urllib.parse
+    import urllib.request
+
+    parts = urllib.parse.urlsplit(url)
+    health = urllib.parse.urlunsplit(("https" if parts.scheme == "wss" else "http", parts.netloc, "/healthz", "", ""))
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            with urllib.request.urlopen(health, timeout=2):
+                return
+        except urllib.error.HTTPError:
+            return  # it answers: the session says what is wrong
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise ClientError(f"no server answered at {health} within --wait {seconds:g} s: start `framegraph "
+                                  f"serve` first, or give its address with --url") from None
+            time.sleep(0.25)
+
+
 async def _connect(url: str, token: str | None):
     """Open the WebSocket; returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
@@ -491,6 +514,8 @@ def run(args: argparse.Namespace, webrtc_session=None) -> int:
     if args.transport == "webrtc" and (args.camera or args.orbit is not None):
         raise ValueError("--camera and --orbit go over the WebSocket transport only (for now)")
     try:
+        if args.wait:
+            wait_for_server(args.url, args.wait)
         if args.transport == "webrtc":
             if webrtc_session is None:
                 raise ValueError("--transport webrtc: run it as `framegraph client` (apps/client_webrtc.py)")

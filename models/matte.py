@@ -28,7 +28,7 @@ import torch
 import torch.nn.functional as F
 
 from framegraph.models.face import FaceLandmarker
-from framegraph.models.face.landmarker import MediaPipeGraph, mediapipe_solution
+from framegraph.models.face.landmarker import MediaPipeGraph, mediapipe_solution, started
 
 TIME_SIGMA_FRAMES = 1.0  # temporal smoothing of the raw probabilities (σ in frames)
 REFINE_RADIUS = 0.02  # the guided filter's window radius, as a share of the picture's shorter side
@@ -43,7 +43,8 @@ class SelfieSegmenter(MediaPipeGraph):
 
     def __init__(self):
         needs = "the person matte needs MediaPipe's selfie segmentation"
-        self._graph = mediapipe_solution("selfie_segmentation", needs).SelfieSegmentation(model_selection=0)
+        selfie = mediapipe_solution("selfie_segmentation", needs)
+        self._graph = started(lambda: selfie.SelfieSegmentation(model_selection=0))
 
     def segment(self, frame_rgb: np.ndarray) -> np.ndarray:
         mask = self._process(frame_rgb, "segment").segmentation_mask
@@ -114,17 +115,19 @@ def refine(probs: torch.Tensor, frames: torch.Tensor, faces: Sequence[np.ndarray
     return (alpha * 255.0).round_().clamp_(0, 255).to(torch.uint8)
 
 
-def person_mattes(frames, *, video: bool = True) -> torch.Tensor:
+def person_mattes(frames, *, video: bool = True, progress: bool = False) -> torch.Tensor:
     """The person mattes ``uint8 [T, H, W]`` of ``frames`` (``uint8 [T, H, W, 3]`` RGB, numpy or torch): the
     selfie segmentation and the face mesh on each frame (``video``: frames of one video in order, tracked), then
-    :func:`refine`."""
+    :func:`refine`. ``progress``: a bar with its ETA."""
+    from tqdm import tqdm
+
     frames = torch.as_tensor(np.asarray(frames))
     if frames.dtype != torch.uint8 or frames.dim() != 4 or frames.shape[3] != 3:
         raise ValueError(f"person_mattes wants uint8 [T, H, W, 3] RGB frames; got {frames.dtype} "
                          f"{list(frames.shape)}")
     probs, faces = [], []
     with SelfieSegmenter() as seg, FaceLandmarker(max_faces=1, video=video) as marker:
-        for f in frames.numpy():
+        for f in tqdm(frames.numpy(), desc="person matte", unit="frame", disable=not progress, dynamic_ncols=True):
             probs.append(seg.segment(f))
             found = marker.detect(f)
             faces.append(found[0].points if found else None)

@@ -1,11 +1,13 @@
 """What the trainers of :mod:`framegraph.models` share: the learning-rate schedule, the CPU threads while
-training, the rule that resumes a finished phase or trains it, and files written whole."""
+training, the rule that resumes a finished phase or trains it, the pace of a loop (its ETA), and files written
+whole."""
 from __future__ import annotations
 
 import contextlib
 import json
 import math
 import time
+from collections import deque
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -13,6 +15,7 @@ from typing import TypeVar
 import torch
 
 from framegraph.stream.memory import keep_freed_memory
+from framegraph.stream.progress import _duration as duration
 
 T = TypeVar("T")
 REPORT = "train_report.json"
@@ -72,4 +75,35 @@ def resume_or_train(steps: int, done: int | None, load: Callable[[], T], train: 
     return train()
 
 
-__all__ = ["REPORT", "lr_at", "cpu_threads", "timed", "recorded_steps", "resume_or_train"]
+class Pace:
+    """The measured pace of a loop: call :meth:`tick` after each step. The seconds per step are the mean of the
+    last ``window`` steps (the first step after the start, a warm-up, is left out)."""
+
+    def __init__(self, window: int = 50):
+        self.times: deque[float] = deque(maxlen=window)
+        self.last: float | None = None
+        self.ticks = 0
+
+    def tick(self) -> None:
+        now = time.monotonic()
+        if self.last is not None and self.ticks > 1:
+            self.times.append(now - self.last)
+        self.last, self.ticks = now, self.ticks + 1
+
+    def start(self) -> None:
+        """The loop starts (again) now: the time before it is no step's."""
+        self.last, self.ticks = time.monotonic(), 1
+
+    @property
+    def step_s(self) -> float | None:
+        """Seconds per step (None before two steps were timed)."""
+        return sum(self.times) / len(self.times) if self.times else None
+
+    def left(self, done: int, total: int) -> str:
+        """``"1.21 s/step, about 52 min left"`` for ``done`` of ``total`` steps ("" before a step was timed)."""
+        if self.step_s is None:
+            return ""
+        return f"{self.step_s:.3g} s/step, about {duration(self.step_s * max(0, total - done))} left"
+
+
+__all__ = ["REPORT", "lr_at", "cpu_threads", "timed", "recorded_steps", "resume_or_train", "Pace", "duration"]

@@ -1,9 +1,13 @@
 """Running a graph from the command line: a progress bar, an estimate of the total time, Ctrl-C that
-drains, a clear summary."""
+drains, a clear summary; and Ctrl-C held to the end of a training loop's step."""
 from __future__ import annotations
 
+import contextlib
+import signal
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
 from tqdm import tqdm
 
@@ -104,3 +108,26 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
         bar.close()
     report["interrupted"] = interrupted
     return report
+
+
+@contextlib.contextmanager
+def finish_step_on_interrupt() -> Iterator[threading.Event]:
+    """Within the block the first SIGINT only sets the yielded event (the loop stops at the next step
+    boundary); a second one raises ``KeyboardInterrupt`` at once. Outside the main thread signals can't be
+    caught: the event never sets and Ctrl-C behaves as usual."""
+    event = threading.Event()
+    if threading.current_thread() is not threading.main_thread():
+        yield event
+        return
+
+    def handler(signum, frame):
+        if event.is_set():
+            raise KeyboardInterrupt
+        event.set()
+        print("\nCtrl-C: finishing this step and saving (Ctrl-C again to stop at once)", file=sys.stderr)
+
+    previous = signal.signal(signal.SIGINT, handler)
+    try:
+        yield event
+    finally:
+        signal.signal(signal.SIGINT, previous)

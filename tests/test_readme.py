@@ -1,6 +1,8 @@
 """The README's "Try it" block runs exactly as written after the two commands, and gives what it promises."""
+import contextlib
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -21,6 +23,7 @@ def try_it_block() -> str:
 
 
 @pytest.mark.skipif(not Path(sys.executable).parent.joinpath("activate").exists(), reason="needs a virtualenv")
+@pytest.mark.timeout(480)  # eight renders, then a server and a client session
 def test_try_it_block_runs_as_written(tmp_path):
     block = try_it_block()
     assert block.startswith(". .venv/bin/activate\n")
@@ -30,9 +33,15 @@ def test_try_it_block_runs_as_written(tmp_path):
     (tmp_path / "out").mkdir()
     env = {k: v for k, v in os.environ.items() if k not in ("VIRTUAL_ENV", "PYTHONPATH")}
     env["PATH"] = "/usr/bin:/bin"  # `framegraph` is found only through the activation the block does
-    r = subprocess.run(["bash", "-e", "-c", block], cwd=tmp_path, env=env, capture_output=True, text=True,
-                       timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
+    # its own process group, so a server the block started in the background cannot outlive it
+    proc = subprocess.Popen(["bash", "-e", "-c", block], cwd=tmp_path, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=420)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0, stderr[-2000:]
     card = read_video(tmp_path / "out" / "testcard.mp4")
     assert card["frames"].shape[0] == 50 and np.abs(card["audio"]).max() > 1000  # picture and beeps
     for name in ("toy", "ball"):
@@ -50,6 +59,10 @@ def test_try_it_block_runs_as_written(tmp_path):
     scene = read_video(tmp_path / "out" / "in_scene.mp4")
     assert scene["frames"].shape == (len(talk["frames"]), 180, 320, 3)  # as long as the speech, at the scene's size
     assert np.sqrt(np.mean(scene["audio"].astype(float) ** 2)) > 300
+    served = read_video(tmp_path / "out" / "served.mp4")  # the client's recording of the server's avatar
+    assert served["frames"].shape[1:] == (256, 256, 3) and len(served["frames"]) >= 1  # fewer than 25 fps when busy
+    assert served["frames"].astype(float).std() > 20  # a face, not a blank
+    assert re.search(r"session \w+ \(avatar over websocket, .*\n  time to first frame .*\n  fps +[\d.]+", stderr)
 
 
 def test_readme_is_a_map_under_3000_words_whose_links_all_resolve():

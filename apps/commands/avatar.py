@@ -17,7 +17,10 @@ own video: the video is checked (one face big enough, speech, at least 10 s), cu
 16 kHz audio in ``AVATAR_DIR/train/video_clips``, the face landmarks are found on every frame (MediaPipe's
 face mesh), a small UNet learns to redraw the lower face of those frames for a mouth shape, and a head on
 the audio encoder learns the shape from the speech; the avatar plays the first ``--loop-seconds`` of the
-video back and forth and redraws only the mouth region (see ``models/avatar/video_train.py``).
+video back and forth and redraws only the mouth region (see ``models/avatar/video/train.py``). It says up
+front how long the generator will take (its step measured on the machine), shows an ETA in every phase, and
+keeps the generator's checkpoint in ``AVATAR_DIR/train/generator_state.pt`` every 5 min and at Ctrl-C: the
+same command again continues from that step (``--no-resume``: from step 0). Guide: ``docs/real_people.md``.
 ``--kind portrait`` (and ``--clips`` / ``--synth``) trains the still-portrait bundle (VAE, latents + audio
 features, flow matching, few-step distillation, rollout training; checkpoints and resume in
 ``AVATAR_DIR/train``); see ``models/avatar/train.py`` and ``models/avatar/video.py``.
@@ -203,7 +206,8 @@ def _add_train_model_options(t: argparse.ArgumentParser) -> None:
     _add_training_run_options(t)
     t.add_argument("--seed", type=int, default=0, help="seed (0)")
     t.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
-                   help="continue from OUT/train checkpoints (default on)")
+                   help="continue from OUT/train checkpoints (default on; with --video the generator's, kept "
+                        "every 5 min and at Ctrl-C, continues from the step it stopped at)")
 
 
 def _add_matte(sub) -> None:

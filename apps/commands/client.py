@@ -26,6 +26,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "lost to a slow model), e.g. --pipeline generate --option input=camera --option "
                         "strength=0.5; the returned stream is recorded as usual")
     p.add_argument("--seconds", type=float, help="stop after this long (default: end of the audio; testcard: 5)")
+    p.add_argument("--wait", type=float, default=0.0, metavar="SECONDS",
+                   help="wait up to this long for the server to answer (its /healthz), e.g. right after starting "
+                        "`framegraph serve &` (default 0: connect at once)")
     p.add_argument("--out", help="record the returned video and audio to this MP4")
     p.add_argument("--size", help="WIDTHxHEIGHT requested (default: the pipeline's)")
     p.add_argument("--fps", type=float, help="frames per second requested")

@@ -8,8 +8,11 @@ neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, fla
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
+import sys
+import threading
 from typing import Self
 
 import numpy as np
@@ -28,17 +31,71 @@ class FaceError(ValueError):
     """A picture or video that cannot make an avatar: no face, two faces, a face too small."""
 
 
+_quiet_lock = threading.Lock()
+_quiet_depth = 0
+_quiet_saved: int | None = None
+
+
+@contextlib.contextmanager
+def native_logs_silenced():
+    """Drop what C++ code writes to stderr in the block: MediaPipe's absl and TFLite logs (``W0000 ...
+    inference_feedback_manager.cc:114] ...``, ``INFO: Created TensorFlow Lite XNNPACK delegate``), which no
+    setting turns off. The process's stderr descriptor points at /dev/null meanwhile (``sys.stderr`` is flushed
+    first); nested and threaded uses share one redirection."""
+    global _quiet_depth, _quiet_saved
+    with _quiet_lock:
+        if _quiet_depth == 0:
+            sys.stderr.flush()
+            _quiet_saved = os.dup(2)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 2)
+            os.close(devnull)
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                sys.stderr.flush()
+                os.dup2(_quiet_saved, 2)
+                os.close(_quiet_saved)
+                _quiet_saved = None
+
+
+def _protobuf_compatible() -> None:
+    """MediaPipe 0.10.21 asks protobuf's ``MessageFactory`` for ``GetPrototype``, which protobuf 5 removed (each
+    graph then printed ``AttributeError: 'MessageFactory' object has no attribute 'GetPrototype'``): it is given
+    back as the ``GetMessageClass`` that replaced it."""
+    from google.protobuf import message_factory
+
+    if not hasattr(message_factory.MessageFactory, "GetPrototype"):
+        message_factory.MessageFactory.GetPrototype = lambda self, descriptor: message_factory.GetMessageClass(
+            descriptor)
+
+
 def mediapipe_solution(name: str, needs: str):
     """The module ``mediapipe.python.solutions.<name>`` (MediaPipe's C++ start-up chatter on stderr silenced), or an
     ImportError that begins with ``needs`` (what needs it) and says how to install the pinned wheel."""
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
-        return importlib.import_module(f"mediapipe.python.solutions.{name}")
+        _protobuf_compatible()
+        with native_logs_silenced():
+            return importlib.import_module(f"mediapipe.python.solutions.{name}")
     except ImportError as e:
         raise ImportError(
             f"{needs} ({e}); install it without its dependencies, which would add a second OpenCV: "
             f"`pip install --no-deps {MEDIAPIPE}` (make install does it)"
         ) from e
+
+
+def started(make):
+    """``make()``'s MediaPipe solution with its graph started: its calculators open in the graph's threads after
+    ``make`` returns (logging as they do), so they are waited for with the C++ logs silenced."""
+    with native_logs_silenced():
+        solution = make()
+        solution._graph.wait_until_idle()  # SolutionBase keeps its CalculatorGraph there
+    return solution
 
 
 class MediaPipeGraph:
@@ -55,11 +112,13 @@ class MediaPipeGraph:
         frame = np.asarray(frame_rgb)
         if frame.dtype != np.uint8 or frame.ndim != 3 or frame.shape[2] != 3:
             raise ValueError(f"{verb} wants a uint8 [H, W, 3] RGB image; got {frame.dtype} {frame.shape}")
-        return self._graph.process(np.ascontiguousarray(frame))
+        with native_logs_silenced():
+            return self._graph.process(np.ascontiguousarray(frame))
 
     def close(self) -> None:
         if self._graph is not None:
-            self._graph.close()
+            with native_logs_silenced():
+                self._graph.close()
             self._graph = None
 
     def __enter__(self) -> Self:
@@ -88,9 +147,10 @@ class FaceLandmarker(MediaPipeGraph):
         if max_faces < 1:
             raise ValueError(f"max_faces must be >= 1; got {max_faces}")
         self.max_faces, self.video = max_faces, video
-        self._graph = mediapipe_solution("face_mesh", "the face landmarks need MediaPipe's face mesh").FaceMesh(
+        face_mesh = mediapipe_solution("face_mesh", "the face landmarks need MediaPipe's face mesh")
+        self._graph = started(lambda: face_mesh.FaceMesh(
             static_image_mode=not video, max_num_faces=max_faces, refine_landmarks=True,
-            min_detection_confidence=min_confidence, min_tracking_confidence=min_confidence)
+            min_detection_confidence=min_confidence, min_tracking_confidence=min_confidence))
 
     _finder = None  # the full-range face detector, made on first need
 
@@ -122,12 +182,14 @@ class FaceLandmarker(MediaPipeGraph):
         painted over and the picture searched again, up to ``max_faces``."""
         if self._finder is None:
             needs = "finding small faces needs MediaPipe's face detection"
-            self._finder = mediapipe_solution("face_detection", needs).FaceDetection(model_selection=1,
-                                                                                      min_detection_confidence=0.5)
+            face_detection = mediapipe_solution("face_detection", needs)
+            self._finder = started(lambda: face_detection.FaceDetection(model_selection=1,
+                                                                        min_detection_confidence=0.5))
         height, width = frame.shape[:2]
         search, faces = np.ascontiguousarray(frame), []
         for _ in range(self.max_faces):
-            found = self._finder.process(search).detections
+            with native_logs_silenced():
+                found = self._finder.process(search).detections
             if not found:
                 break
             box = found[0].location_data.relative_bounding_box
@@ -143,7 +205,8 @@ class FaceLandmarker(MediaPipeGraph):
 
     def close(self) -> None:
         if self._finder is not None:
-            self._finder.close()
+            with native_logs_silenced():
+                self._finder.close()
             self._finder = None
         super().close()
 

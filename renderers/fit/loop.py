@@ -17,13 +17,10 @@ needs to continue bit for bit), written by :func:`write_checkpoint` and read by 
 """
 from __future__ import annotations
 
-import contextlib
 import json
-import signal
 import sys
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +28,7 @@ import torch
 from torch import Tensor
 
 from framegraph.stream.files import write_json, written_whole
+from framegraph.stream.progress import finish_step_on_interrupt
 
 from ..posed_images import PosedImages
 
@@ -86,7 +84,7 @@ class TrainingRun:
         bar = tqdm(total=end, initial=self.step, desc=desc, disable=not progress, dynamic_ncols=True, unit="step")
         recent: list[float] = []
         t0 = time.perf_counter()
-        with _finish_step_on_interrupt() as interrupted:
+        with finish_step_on_interrupt() as interrupted:
             try:
                 while self.step < end and not interrupted.is_set():
                     out = self.train_step()
@@ -112,29 +110,6 @@ class TrainingRun:
                 raise KeyboardInterrupt
         if checkpoint:
             self.save(checkpoint)
-
-
-@contextlib.contextmanager
-def _finish_step_on_interrupt() -> Iterator[threading.Event]:
-    """Within the block the first SIGINT only sets the yielded event (the loop stops at the next step
-    boundary); a second one raises ``KeyboardInterrupt`` at once. Outside the main thread signals can't be
-    caught: the event never sets and Ctrl-C behaves as usual."""
-    event = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield event
-        return
-
-    def handler(signum, frame):
-        if event.is_set():
-            raise KeyboardInterrupt
-        event.set()
-        print("\nCtrl-C: finishing this step and saving (Ctrl-C again to stop at once)", file=sys.stderr)
-
-    previous = signal.signal(signal.SIGINT, handler)
-    try:
-        yield event
-    finally:
-        signal.signal(signal.SIGINT, previous)
 
 
 def progress(items: Iterable, total: int, desc: str, enabled: bool = True) -> Iterable:

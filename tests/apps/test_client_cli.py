@@ -86,6 +86,37 @@ def test_client_testcard_needs_no_audio(server, tmp_path, capsys):
     assert list(flashes) == [0]
 
 
+def test_client_waits_for_a_server_that_is_still_starting_and_says_when_none_came(tmp_path, capsys):
+    import socket
+    import threading
+    import time
+
+    with socket.socket() as probe:  # a free port: nothing listens there yet
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    t0 = time.monotonic()
+    rc, _, err = run_client(["--url", f"ws://127.0.0.1:{port}/ws", "--wait", "1"], capsys)
+    assert rc == 1 and time.monotonic() - t0 >= 1
+    assert err.strip() == (f"framegraph client: error: no server answered at http://127.0.0.1:{port}/healthz within "
+                           f"--wait 1 s: start `framegraph serve` first, or give its address with --url")
+    started, done = threading.Event(), threading.Event()
+
+    def serve_late():  # `framegraph serve &` still loading when the client starts
+        time.sleep(1.0)
+        with serve_in_thread(ServerConfig(port=port, stats_interval_s=0.25)):
+            started.set()
+            done.wait(60)
+
+    late = threading.Thread(target=serve_late, daemon=True)
+    late.start()
+    rc, _, err = run_client(["--url", f"ws://127.0.0.1:{port}/ws", "--wait", "30", "--seconds", "1",
+                             "--size", "128x96"], capsys)
+    done.set()
+    late.join(10)
+    assert started.is_set() and rc == 0, err
+    assert "testcard over websocket" in err
+
+
 def test_client_reports_refusals_clearly(server, tmp_path, capsys):
     rc, _, err = run_client(["--url", server.url, "--token", "wrong", "--pipeline", "testcard"], capsys)
     assert rc == 1 and "HTTP 401" in err

@@ -5,7 +5,8 @@ UNet redraws the lower face for a mouth shape that a ridge head predicts from th
   ``audio/``), its geometry, loading, saving and graph stages.
 - :mod:`.lipsync`: the two small models; :mod:`.stages`: ``MouthShape``, ``MouthRegion``; :mod:`.loop`: the
   ping-pong loop of the person's frames (``VideoLoop``).
-- :mod:`.train`: training from one video (:func:`~.train.train_video_avatar`); :mod:`.critic`: the lips' texture
+- :mod:`.train`: training from one video (:func:`~.train.train_video_avatar`); :mod:`.generator`: its mouth
+  generator phase (the loop, its checkpoint and exact resume, its time said up front); :mod:`.critic`: the lips' texture
   critic and its guard; :mod:`.sync`: how late the video's sound is; :mod:`.typed`: eSpeak sentences the head
   also learns; :mod:`.openness`: the openness asked of the generator, calibrated at the end; :mod:`.provenance`:
   the bundle's ``PROVENANCE.md``.

@@ -13,7 +13,7 @@ adds it to the head's openness and the rest shape (the head stays one linear map
 export are unchanged); training then has the other shape numbers follow the new openness along the person's
 lines (:func:`~.lipsync.follow_openness`) — the generator opens the mouth with the width and roundness that go
 with it, and a wider openness asked alone is drawn far less wide. Only the level is moved: stretching the asked
-swing by the line's slope as well overshot the person's swing on held-out speech (docs/real_people.md). Where
+swing by the line's slope as well overshot the person's swing on held-out speech (benchmarks/README.md). Where
 the generator draws what it is asked, the shift is 0.
 """
 from __future__ import annotations
@@ -36,17 +36,20 @@ MAX_OFFSET = 1.0  # the most the asked openness is moved, in standard deviations
 
 
 def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.Tensor,
-                   jaws: np.ndarray | None = None) -> np.ndarray:
+                   jaws: np.ndarray | None = None, progress: bool = False) -> np.ndarray:
     """Landmark openness (inner-lip gap / mouth width) of each frame redrawn for a shape.
 
     ``frames uint8 [K, H, W, 3]`` at the avatar's size (its loop frames), ``boxes [K, 4]`` their regions (x, y,
     side, side px), ``shapes [K, P]`` the standardised shape each is redrawn for, ``jaws [K, M, 2]`` their jaw
     lines (None: the whole hidden area is redrawn). Returns ``float64 [K]``, NaN where no face was
-    found in the drawn frame."""
+    found in the drawn frame. ``progress``: a bar with its ETA."""
+    from tqdm import tqdm
+
     region = MouthRegion.for_avatar(avatar)
     out = np.full(len(frames), np.nan)
     with FaceLandmarker(max_faces=1) as marker, torch.no_grad():
-        for k, frame in enumerate(frames):
+        for k, frame in enumerate(tqdm(frames, desc="openness calibration", unit="frame", disable=not progress,
+                                       dynamic_ncols=True)):
             box = [int(round(float(v))) for v in boxes[k]]
             keep = jaw_keep(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
             drawn = region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,

@@ -49,7 +49,7 @@ from framegraph.stream.files import write_json
 from framegraph.stream.media import SAMPLE_RATE, MediaError, decode_audio, read_video
 from framegraph.stream.quality import pearson
 
-from ...training import REPORT, cpu_threads, lr_at, timed
+from ...training import REPORT, cpu_threads, timed
 from ..clips.prepare import MIN_SECONDS, prepare_video
 from ..eval.real import speech_per_frame
 from .bundle import (
@@ -63,16 +63,14 @@ from .bundle import (
     shape_stats,
     texture_mask,
 )
-from .critic import CriticGuard, TextureCritic, adversarial_loss, critic_loss, lips_box
+from .generator import GENERATOR_STATE, say_estimate, train_generator
 from .lipsync import (
     SHAPE_NAMES,
-    MouthGenerator,
     ShapeHead,
     context_windows,
     fit_shape_head,
     follow_openness,
     quiet_audio,
-    region_loss,
 )
 from .loop import nearest_frames
 from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openness_offset
@@ -138,15 +136,19 @@ def measure_shape(face) -> list[float]:
             float(extent[1] / max(extent[0], 1e-6))]
 
 
-def track_faces(frames_iter, where: str, total: int | None = None) -> FaceTrack:
+def track_faces(frames_iter, where: str, total: int | None = None, progress: bool = False) -> FaceTrack:
     """Landmarks on every frame of ``frames_iter`` (``uint8 [H, W, 3]`` each), checked: one face in (nearly)
-    every frame. Frames without a usable face take the nearest good frame's geometry.
+    every frame. Frames without a usable face take the nearest good frame's geometry. ``progress``: a bar
+    with its ETA (of ``total`` frames).
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
     centres, widths, shapes, polygons, lips, jaws, found, errors = [], [], [], [], [], [], [], {}
+    from tqdm import tqdm
+
     with FaceLandmarker(max_faces=2, video=True) as marker:
-        for t, frame in enumerate(frames_iter):
+        for t, frame in enumerate(tqdm(frames_iter, total=total, desc="face landmarks", unit="frame",
+                                       disable=not progress, dynamic_ncols=True)):
             try:
                 face = one_face(marker.detect(frame), where=f"{where} frame {t}")
             except FaceError as exc:
@@ -230,78 +232,6 @@ def clips_audio(clips: list[str]) -> np.ndarray:
         a = decode_audio(c)[:need]
         parts.append(np.pad(a, (0, need - len(a))))
     return np.concatenate(parts)
-
-
-def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
-                    cfg: VideoTrainConfig, lips: torch.Tensor | None = None,
-                    log=None) -> tuple[MouthGenerator, list[dict], dict]:
-    """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
-    ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
-    the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
-    that again. With ``lips``, ``critic_weight`` > 0 and more than ``critic_start`` steps, a
-    :class:`~.critic.TextureCritic` on the lips' box (where the L1 loss alone draws an average: a blur) adds
-    ``critic_weight`` · its loss from step ``critic_start`` (the critic trains from 100 steps before), watched
-    by a :class:`~.critic.CriticGuard`.
-
-    Returns the model (eval mode), the history (every 50 steps: the total loss, the L1 part and its running
-    mean) and the critic's report (its settings, the lips' box, the step the guard dropped it at or None)."""
-    gen = torch.Generator().manual_seed(cfg.seed)
-    use_critic = lips is not None and cfg.critic_weight > 0 and cfg.steps > cfg.critic_start
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
-        model = MouthGenerator(channels=tuple(cfg.channels), shape_dim=shapes.shape[1], sample_size=regions.shape[1])
-        critic = TextureCritic() if use_critic else None
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=1e-4)
-    m = mask[None, None]
-    ref = reference.permute(2, 0, 1)[None].float() / 255.0
-    weight = 1.0 + cfg.mouth_weight * m
-    if lips is not None:
-        weight = weight + 2 * cfg.mouth_weight * lips[None, None]
-    guard = CriticGuard()
-    report = {"weight": cfg.critic_weight if use_critic else 0.0, "start": cfg.critic_start, "dropped_at": None}
-    if use_critic:
-        opt_critic = torch.optim.Adam(critic.parameters(), lr=cfg.critic_lr, betas=(0.5, 0.999))
-        rows, cols = lips_box(lips)
-        report["box_px"] = [rows.start, rows.stop, cols.start, cols.stop]
-        critic_m = m[..., rows, cols].expand(cfg.batch, -1, -1, -1)
-    history = []
-    model.train()
-    for step in range(cfg.steps):
-        for g in opt.param_groups:
-            g["lr"] = lr_at(step, cfg.steps, cfg.lr, cfg.warmup)
-        idx = torch.randint(0, len(regions), (cfg.batch,), generator=gen)
-        x = regions[idx].permute(0, 3, 1, 2).float() / 255.0
-        B = len(idx)
-        pred = model(x * (1 - m), m.expand(B, -1, -1, -1), ref.expand(B, -1, -1, -1), shapes[idx])
-        l1 = region_loss(pred, x, weight.expand(B, -1, -1, -1), cfg.edge_weight)
-        critic_trains = use_critic and guard.dropped_at is None and step >= cfg.critic_start - 100
-        critic_on = critic_trains and step >= cfg.critic_start
-        loss = l1
-        if critic_trains:
-            fake = (pred * m + x * (1 - m))[..., rows, cols]  # the lips as pasted: generated where hidden
-        if critic_on:
-            loss = l1 + cfg.critic_weight * adversarial_loss(critic, fake, critic_m[:B])
-        if guard.update(step, l1.item(), critic_on, model, opt):  # before this step changes the weights
-            if log:
-                log(f"generator step {step}: the L1 loss rose to {guard.mean:.4f} (best {guard.best:.4f}) "
-                    "with the texture critic; back to the last healthy weights, finishing without it")
-            continue  # this step's losses came from the weights just replaced
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        opt.step()
-        if critic_trains:
-            for g in opt_critic.param_groups:
-                g["lr"] = lr_at(step, cfg.steps, cfg.critic_lr, 0)
-            opt_critic.zero_grad(set_to_none=True)
-            critic_loss(critic, x[..., rows, cols], fake, critic_m[:B]).backward()
-            opt_critic.step()
-        if step % 50 == 0 or step == cfg.steps - 1:
-            history.append({"step": step, "loss": round(loss.item(), 5), "l1": round(l1.item(), 5),
-                            "l1_mean": round(guard.mean, 5)})
-            if log:
-                log(f"generator step {step}/{cfg.steps} loss {loss.item():.4f} (L1 {l1.item():.4f})")
-    report["dropped_at"] = guard.dropped_at
-    return model.eval(), history, report
 
 
 def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
@@ -427,7 +357,8 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
     return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report, feats)
 
 
-def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig) -> dict:
+def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig,
+                        progress: bool = False) -> dict:
     """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` training
     frames picked at random, the shape the head asks for from each one's sound (``features [n_train, D]``), drawn on
     a loop frame picked at random (as the avatar plays) and measured, against the person's own openness in those
@@ -442,7 +373,8 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
     frames, picks = rng.integers(0, len(avatar.frames), count), rng.integers(0, len(z), count)
     with torch.no_grad():
         asked = avatar.shape_head(context_windows(features, cfg.context))[picks]
-    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], asked, avatar.jaws[frames])
+    drawn = drawn_openness(avatar, avatar.frames[frames].numpy(), avatar.boxes[frames], asked, avatar.jaws[frames],
+                           progress=progress)
     mean, std = avatar.shape_mean[0], avatar.shape_std[0]
     offset, report = openness_offset(asked[:, 0].numpy(), drawn, mean + std * z[picks, 0].numpy(), std)
     head, rest = calibrate_openness(avatar.shape_head, avatar.rest_shape, offset)
@@ -453,13 +385,15 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
 
 
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
-                       torch_threads: int | None = None, progress: bool = True, log=None,
+                       torch_threads: int | None = None, progress: bool = True, log=None, resume: bool = True,
                        **settings) -> tuple[VideoAvatar, dict]:
     """A talking video of one person → a video avatar bundle in ``out_dir`` (see the module docstring).
 
     ``settings``: :class:`VideoTrainConfig` fields. ``face_box`` / ``mouth_box``: help
     :func:`~.video.prepare_video` find the face (px of the video). Returns the avatar and the report
-    (also ``out_dir/train_report.json``).
+    (also ``out_dir/train_report.json``). With ``log`` the generator's time is measured and said up front, and
+    its steps are logged with an ETA; ``progress``: bars with ETAs for the other phases. The generator keeps a
+    checkpoint (``out_dir/train/generator_state.pt``); with ``resume`` it continues from there.
 
     Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech, lips
     that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
@@ -469,6 +403,9 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     _check_config(cfg)
     out, t_start, timings = Path(out_dir), time.monotonic(), {}
     path = os.fspath(video)
+    checkpoint = out / "train" / GENERATOR_STATE
+    if log:
+        say_estimate(cfg, torch_threads, checkpoint, log)
     prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps
@@ -480,7 +417,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"{MIN_SPEECH:.0%} needed); the avatar learns its lips from the person talking")
     timings["prepare_s"] = round(time.monotonic() - t_start, 1)
 
-    track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path))
+    track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path),
+                        total=int(round(prep.seconds * fps)), progress=progress)
     n = len(track.found)
     n_train = n - int(round(cfg.holdout * n))
     H, W = prep.portrait["height"], prep.portrait["width"]
@@ -505,9 +443,13 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     nearest = nearest_frames(thumbs, range(*idle))
 
     with timed(timings, "matte"):  # the person's matte in each loop frame: smoothed over time, refined on the frame
-        matte = person_mattes(loop)
+        matte = person_mattes(loop, progress=progress)
     with timed(timings, "generator"), cpu_threads(torch_threads):
-        generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log)
+        generator, history, critic_report = train_generator(regions_t, z[:n_train], mask, reference, cfg, lips, log,
+                                                            checkpoint=checkpoint, resume=resume)
+    if log:
+        log("fitting the sound to the mouth shapes (the audio encoder on the whole video's sound, the eSpeak "
+            "sentences)")
 
     sound = _fit_sound(audio, speech, z, openness, n_train, cfg, fps, audio_from)
     avatar = VideoAvatar(generator=generator, shape_head=sound.head, audio=sound.encoder, frames=loop,
@@ -517,7 +459,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
     with timed(timings, "openness"):
         sound.report["openness_calibration"] = _calibrate_openness(avatar, sound.features[:n_train], z[:n_train],
-                                                                   cfg)
+                                                                   cfg, progress)
     timings["total_s"] = round(time.monotonic() - t_start, 1)
     report = {"kind": "video", "source": prep.source, "frames": n, "train_frames": n_train, "seconds": prep.seconds,
               "loop_frames": n_loop, "idle": list(idle), "face_width_px": round(float(np.median(track.widths)), 1),

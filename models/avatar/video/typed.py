@@ -13,7 +13,7 @@ person opens while speaking. So the head's fit also gets a few eSpeak sentences 
 Frames the voice detector calls silent answer the rest shape; the other shape numbers follow openness along the
 person's own lines (:func:`~.lipsync.openness_lines`). :func:`typed_check` measures the fitted head on other
 sentences, the way a user meets it: how well its openness follows their phonemes' jaw and how wide it opens.
-``TYPED_SENTENCES`` = 6, chosen by measurement on two people (refitted heads; docs/real_people.md): the drawn mouth
+``TYPED_SENTENCES`` = 6, chosen by measurement on two people (refitted heads; benchmarks/README.md): the drawn mouth
 on unseen sentences follows their phonemes' jaw at 0.57 / 0.64 (without: 0.46 / 0.44; with 3: 0.55 / 0.58), while
 on the people's own held-out speech the openness correlation moved by -0.005 / -0.004 and the swing stayed in
 0.85-1.15 (1.03 / 0.87).

@@ -30,6 +30,8 @@ BENCHES = {
                  "Wan / SANA-Video streamed end to end: FPS (denoise + decode + encode), first frame, stage p50/p99"),
     "video_avatar": (f"{__name__}.video_avatar",
                      "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
+    "av_sync": (f"{__name__}.av_sync",
+                "the A/V shift training makes on real clips, old rule vs new, the shape head's fit at each lag"),
     "pipecat": (f"{__name__}.pipecat",
                 "the avatar as a Pipecat processor: fps delivered, TTS-frame-to-image delay vs the bare graph, agents"),
     "nerf_fit": (f"{__name__}.nerf_fit", "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),

@@ -1,5 +1,5 @@
-"""Audio for the avatar: log-mel features, a causal conv encoder, Silero voice activity, and the
-``AudioFeatures`` stage.
+"""Audio for the avatar: log-mel features, a causal conv encoder, Whisper's encoder over a sliding window
+(:mod:`.whisper`, :mod:`.whisper_stream`), Silero voice activity, and the ``AudioFeatures`` stage.
 
     from framegraph.models.audio import AudioFeatures, AudioEncoder, extract_features
 """

@@ -37,7 +37,7 @@ from framegraph.stream.quality import pearson
 from .meta import bench_metadata, write_result
 
 
-def _tail_fit(feats: torch.Tensor, z: torch.Tensor, n_train: int, lag: int, context: int) -> float | None:
+def tail_fit(feats: torch.Tensor, z: torch.Tensor, n_train: int, lag: int, context: int) -> float | None:
     """The head fitted on the training frames' features moved by ``lag``: its openness correlation on the tail."""
     moved = shift_frames(feats, lag)
     head, _ = fit_shape_head(moved[:n_train], z[:n_train], context=context)
@@ -46,20 +46,27 @@ def _tail_fit(feats: torch.Tensor, z: torch.Tensor, n_train: int, lag: int, cont
     return pearson(pred, z[n_train:, 0], digits=4)
 
 
-def measure_clip(path: str, work: str, holdout: float) -> dict:
-    """One clip's lags by both rules and the head's fits at them (see the module docstring)."""
-    cfg = VideoTrainConfig(holdout=holdout)
-    prep = prepare_video(path, work, region_size=64, max_side=cfg.max_side, progress=False)
-    fps, audio = prep.fps, clips_audio(prep.clips)
+def track_clip(path: str, work: str, holdout: float):
+    """A clip as training sees it: fps, its audio (int16 16 kHz), the measured shapes ``[T, P]``, their standardised
+    ``z`` and the training frames' count (the first ``1 - holdout``)."""
+    prep = prepare_video(path, work, region_size=64, max_side=VideoTrainConfig().max_side, progress=False)
+    audio = clips_audio(prep.clips)
     track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path))
     n = len(track.found)
     n_train = n - int(round(holdout * n))
     mean, std = shape_stats(track.shapes[:n_train])
-    z = torch.from_numpy((track.shapes - mean) / std).float()
+    return prep.fps, audio, track.shapes, torch.from_numpy((track.shapes - mean) / std).float(), n_train
+
+
+def measure_clip(path: str, work: str, holdout: float) -> dict:
+    """One clip's lags by both rules and the head's fits at them (see the module docstring)."""
+    cfg = VideoTrainConfig(holdout=holdout)
+    fps, audio, shapes, z, n_train = track_clip(path, work, holdout)
+    n = len(z)
     encoder, _ = _audio_encoder(None)
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
-    _, _, report = _align_sound(feats, None, track.shapes[:, 0], audio, z, n_train, cfg, fps)
+    _, _, report = _align_sound(feats, None, shapes[:, 0], audio, z, n_train, cfg, fps)
     checks = report["checks"]
     old = report["peak_frames"] if checks["gain_over_lag_0"] and checks["above_chance"] else 0
     new = report["frames"]
@@ -68,7 +75,7 @@ def measure_clip(path: str, work: str, holdout: float) -> dict:
             "decision_changed": old != new, "av_offset": report,
             "head_cv_openness_corr": {str(k): v for k, v in head_fit_by_lag(feats[:n_train], z[:n_train], lags,
                                                                             context=cfg.context).items()},
-            "head_tail_openness_corr": {str(k): _tail_fit(feats, z, n_train, k, cfg.context) for k in lags}}
+            "head_tail_openness_corr": {str(k): tail_fit(feats, z, n_train, k, cfg.context) for k in lags}}
 
 
 def run(args: argparse.Namespace) -> int:

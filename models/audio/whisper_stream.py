@@ -126,4 +126,19 @@ class StreamingWhisperFeatures:
         return out[:max(math.ceil(self.total / FRAME_SAMPLES) - rows_before, 0)]
 
 
-__all__ = ["WhisperWindows", "encode_windows", "whisper_features", "StreamingWhisperFeatures"]
+
+
+def per_video_frame(rows: torch.Tensor, frames: int, fps: float) -> torch.Tensor:
+    """50-Hz rows ``[R, D]`` → ``[frames, D]``: video frame ``k`` the mean of its ``50 / fps`` rows (those of
+    them that exist; a frame past the last row repeats it). ``fps`` must divide 50."""
+    per = 50 / fps
+    if per != int(per) or per < 1:
+        raise ValueError(f"fps={fps:g}: Whisper's rows come at 50 Hz, so the video's frame rate must divide 50 "
+                         "(25, 10, 50...)")
+    per = int(per)
+    need = frames * per
+    rows = torch.cat([rows, rows[-1:].expand(max(need - len(rows), 0), -1)])[:need]
+    return rows.reshape(frames, per, -1).mean(1)
+
+
+__all__ = ["WhisperWindows", "encode_windows", "whisper_features", "StreamingWhisperFeatures", "per_video_frame"]

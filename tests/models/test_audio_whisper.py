@@ -141,3 +141,71 @@ def test_streamed_features_are_the_offline_ones_for_the_same_windows(engines, en
     rows.append(stream.flush())
     streamed = torch.cat(rows)
     assert streamed.shape == offline.shape and (streamed - offline).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("whole_chunks", [False, True])
+def test_the_stage_in_a_graph_gives_the_offline_features_per_video_frame(tmp_path, engines, whole_chunks):
+    """AudioFileSource → WhisperFeatures → sink: one row per video frame (25 fps) at its pts, the offline rows
+    averaged per frame, whether the stream ends on a short chunk or through the flush hook."""
+    import math
+    import wave
+
+    from framegraph.models.audio.whisper_stage import WhisperFeatures
+    from framegraph.models.audio.whisper_stream import per_video_frame
+    from framegraph.stream import Clock, Graph, PortSpec, RecordingSink
+    from framegraph.stream.media import AudioFileSource
+
+    x = _voice(2.3, seed=5)  # 115 whole chunks of 320 ...
+    x = x if whole_chunks else x[:-243]  # ... or the last one short
+    with wave.open(str(tmp_path / "v.wav"), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes(x.tobytes())
+    spec = WhisperWindows(context_ms=1000, hop_ms=80, lookahead_ms=80)
+    graph = Graph(Clock("fast"))
+    src = graph.add(AudioFileSource(tmp_path / "v.wav"))
+    stage = graph.add(WhisperFeatures(engines["ct2"], windows=spec, fps=25))
+    sink = graph.add(RecordingSink({"features": PortSpec((384,))}))
+    graph.connect(src, stage, "audio")
+    graph.connect(stage, sink, "features")
+    report = graph.run(timeout=120)
+    assert report["error"] is None
+    got = sink.of("features")
+    n = math.ceil(len(x) / 640)
+    assert [f.pts for f in got] == [graph.clock.ticks_from_frame(k, 25) for k in range(n)]
+    offline = per_video_frame(whisper_features(engines["ct2"], x, spec), n, 25)
+    assert (torch.stack([f.data for f in got]) - offline).abs().max() < 1e-4
+    with pytest.raises(ValueError, match="the video's frame rate must divide 50"):
+        WhisperFeatures(engines["ct2"], fps=30)
+
+
+def test_a_barge_in_restarts_the_windows_marks_one_frame_and_keeps_the_timeline(engines):
+    """The graph's reset after 30 chunks (0.6 s): the windows start afresh, the first frame after it (only) is
+    marked interrupted, and the frames stay one per 40 ms of the stream, at their pts, to its end."""
+    import math
+
+    from helpers import BargeIn
+
+    from framegraph.models.audio.whisper_stage import WhisperFeatures
+    from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink
+    from framegraph.stream.media import PushAudioSource
+
+    x = _voice(2.0, seed=7)
+    src = PushAudioSource()
+    src.push(x)
+    src.close()
+    graph = Graph(Clock("fast"))
+    graph.add(src)
+    barge = graph.add(BargeIn(after=30))
+    barge.graph = graph
+    stage = graph.add(WhisperFeatures(engines["ct2"], windows=WhisperWindows(1000, 80, 80), fps=25))
+    sink = graph.add(RecordingSink({"features": PortSpec((384,))}))
+    graph.connect(src, barge, "audio")
+    graph.connect(barge, stage, "audio")
+    graph.connect(stage, sink, "features")
+    assert graph.run(timeout=120)["error"] is None
+    got = sink.of("features")
+    flagged = [i for i, f in enumerate(got) if f.flags & Flag.INTERRUPTED]
+    assert len(flagged) == 1 and 0.3 < flagged[0] / 25 < 0.8, flagged
+    assert [f.pts for f in got] == [graph.clock.ticks_from_frame(k, 25) for k in range(math.ceil(len(x) / 640))]

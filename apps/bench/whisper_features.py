@@ -14,7 +14,8 @@ Measures (:mod:`framegraph.models.audio.whisper_stream`):
   face-tracked as ``avatar train --video`` does (:func:`~framegraph.apps.bench.av_sync.track_clip`), the sound
   moved by the lag training finds, the rows averaged per video frame (two per frame at 25 fps), the head's
   cross-validated openness correlation on the training frames and on the held-out tail — beside the same for
-  the astronaut's audio encoder, the features video avatars are trained on today.
+  the astronaut's audio encoder, the features video avatars are trained on today; ``--pca`` also fits it on the
+  rows projected onto their first principal components (of the training frames).
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ import torch
 
 from framegraph.models.audio.features import extract_features
 from framegraph.models.audio.whisper import WhisperEncoderEngine, whisper_log_mel
-from framegraph.models.audio.whisper_stream import WhisperWindows, encode_windows, whisper_features
+from framegraph.models.audio.whisper_stream import WhisperWindows, encode_windows, per_video_frame, whisper_features
 from framegraph.models.avatar.video.sync import head_fit_by_lag
 from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound, _audio_encoder
 from framegraph.stream.media import decode_audio
@@ -54,6 +55,15 @@ def _agreement(windowed: torch.Tensor, whole: torch.Tensor) -> dict:
     return {"cosine": round(cos, 4), "corr": round(corr, 4)}
 
 
+def _principal(frames: torch.Tensor, n_train: int, dims: int) -> torch.Tensor:
+    """``frames [T, D]`` projected onto the first ``dims`` principal components of the training frames (0: all)."""
+    if dims <= 0:
+        return frames
+    mean = frames[:n_train].mean(0)
+    _, _, v = torch.linalg.svd(frames[:n_train] - mean, full_matrices=False)
+    return (frames - mean) @ v[:dims].T
+
+
 def _head_fits(args, engine, contexts, lookaheads) -> dict:
     """The shape head on each window's features of ``args.clip`` against the astronaut encoder's."""
     fps, audio, shapes, z, n_train = track_clip(args.clip, args.work, args.holdout)
@@ -74,13 +84,14 @@ def _head_fits(args, engine, contexts, lookaheads) -> dict:
               f"{out['fits'][-1]['head_tail_openness_corr']}")
 
     fit(astronaut, {"features": "astronaut audio encoder"})
-    per_frame = round(16000 / fps) // 320
+    pca = [int(d) for d in args.pca.split(",")]
     for context in contexts:
         for ahead in lookaheads:
-            rows = whisper_features(engine, audio, WhisperWindows(context, args.hop_ms, ahead))
-            rows = torch.cat([rows, rows[-1:].expand(max(n * per_frame - len(rows), 0), -1)])[:n * per_frame]
-            fit(rows.reshape(n, per_frame, -1).mean(1), {"features": "whisper", "context_ms": context,
-                                                         "lookahead_ms": ahead})
+            frames = per_video_frame(whisper_features(engine, audio, WhisperWindows(context, args.hop_ms, ahead)),
+                                     n, fps)
+            for dims in pca:
+                fit(_principal(frames, n_train, dims), {"features": "whisper", "context_ms": context,
+                                                        "lookahead_ms": ahead, "pca": dims})
     return out
 
 

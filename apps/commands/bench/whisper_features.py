@@ -23,4 +23,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--clip", help="a talking video: also fit the shape head on each window's features")
     p.add_argument("--holdout", type=float, default=0.2, help="with --clip: the end share kept out of training")
     p.add_argument("--work", default="out/whisper_features", help="with --clip: folder for its prepared clips")
+    p.add_argument("--pca", default="0", help="with --clip: also fit on the first N principal components of the "
+                                              "rows, comma-separated (0: all the rows' numbers)")
     add_out_argument(p)

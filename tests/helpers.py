@@ -74,6 +74,24 @@ class Boom(Stage):
         out.write("x").data.copy_(inputs["x"].data)
 
 
+class BargeIn(Stage):
+    """Audio pass-through that asks its ``graph`` (set after adding it) for a barge-in at chunk ``after``."""
+
+    def __init__(self, after: int = 30, chunk: int = 320):
+        super().__init__("barge")
+        self.inputs = {"audio": PortSpec((chunk,), torch.int16)}
+        self.outputs = {"audio": PortSpec((chunk,), torch.int16)}
+        self.after, self.n, self.graph = after, 0, None
+
+    def process(self, inputs, out):
+        self.n += 1
+        if self.n == self.after:
+            self.graph.reset()
+        f = out.write("audio")
+        f.data.copy_(inputs["audio"].data)
+        f.length = inputs["audio"].length
+
+
 def wait_for(predicate, timeout_s: float, what: str) -> None:
     """Poll ``predicate`` every 20 ms; fail the test naming ``what`` after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s

@@ -1,5 +1,5 @@
-"""Audio for the avatar: log-mel features, a causal conv encoder, Silero voice activity, and the
-``AudioFeatures`` stage.
+"""Audio for the avatar: log-mel features, a causal conv encoder, Whisper's encoder over a sliding window
+(:mod:`.whisper`, :mod:`.whisper_stream`), Silero voice activity, and the ``AudioFeatures`` stage.
 
     from framegraph.models.audio import AudioFeatures, AudioEncoder, extract_features
 """
@@ -9,10 +9,15 @@ from .frontend import STATE_DIM, AudioFrontEnd, FrameOutput, decode_state, extra
 from .mel import LogMel, hz_to_mel, mel_center_frequencies, mel_filterbank, mel_to_hz
 from .stage import AudioFeatures
 from .vad import IDLE, LISTENING, SPEAKING, STATE_NAMES, SileroVAD, VoiceActivity, check_hysteresis, silero_model_path
+from .whisper import WhisperEncoderEngine, WhisperModelError
+from .whisper_stage import WhisperFeatures
+from .whisper_stream import StreamingWhisperFeatures, WhisperWindows, per_video_frame, whisper_features
 
 __all__ = [
     "MAX_LOOKAHEAD_MS", "AudioEncoder", "default_encoder", "FrameTiming", "StreamingFeatures", "as_float_audio",
     "extract_features", "STATE_DIM", "AudioFrontEnd", "FrameOutput", "decode_state", "extract", "state_vector",
     "LogMel", "hz_to_mel", "mel_center_frequencies", "mel_filterbank", "mel_to_hz", "AudioFeatures", "IDLE",
     "LISTENING", "SPEAKING", "STATE_NAMES", "SileroVAD", "VoiceActivity", "check_hysteresis", "silero_model_path",
+    "WhisperEncoderEngine", "WhisperModelError", "WhisperFeatures", "StreamingWhisperFeatures", "WhisperWindows",
+    "per_video_frame", "whisper_features",
 ]

@@ -62,23 +62,69 @@ def test_a_weak_lag_is_found_on_a_long_video_and_chance_is_not_taken_for_one():
         levels.append(report["chance_level"])
     assert sum(lag != 0 for lag in given) <= 2 and min(levels) > 0.15, (given, levels)
 
+def _late_by(sound: np.ndarray, samples: int) -> np.ndarray:
+    """``sound`` coming ``samples`` late (silence in front), its length kept."""
+    return np.concatenate([np.zeros(samples, sound.dtype), sound[:len(sound) - samples]])
+
+
+def test_a_correlation_that_only_rises_towards_the_window_end_is_no_offset():
+    """A mouth whose voice comes 15 or 12 frames late (past the 10 searched) gives a correlation that rises to the
+    window's end: a trend, not a peak, so the sound is left in step and the report says why (both were taken for
+    10 frames)."""
+    voice = np.repeat(np.random.default_rng(5).random(60 * 25 // 12) > 0.5, 12).astype(np.float64)
+    mouth = voice + 0.3 * np.random.default_rng(6).standard_normal(len(voice))
+    sound = (np.repeat(voice, 640) * 8000 * np.sin(np.arange(len(voice) * 640) / 5)).astype(np.int16)
+    for late in (15 * 640, 12 * 640):
+        lag, report = estimate_av_offset(mouth, _late_by(sound, late), 25)
+        scores = report["openness_loudness_corr_by_lag"]
+        assert scores["10"] > scores["0"] + 0.3 and report["peak_frames"] == 10, report
+        assert lag == 0 and report["frames"] == 0 and not report["checks"]["inside_window"], report
+        assert "only rises towards the window's end" in report["reason"], report
+
+
+def _talk(frames: int, seed: int):
+    """A mouth that opens with a voice in 4-frame syllables ``[T]`` and the voice's sound (int16, 16 kHz, 25 fps)."""
+    rng = np.random.default_rng(seed)
+    voice = np.repeat(rng.random(frames // 4) > 0.5, 4).astype(np.float64)
+    openness = voice + 0.05 * rng.random(len(voice))
+    return openness, (np.repeat(voice, 640) * 8000 * np.sin(np.arange(len(voice) * 640) / 5)).astype(np.int16)
+
+
 def test_train_aligns_the_sound_by_the_measured_offset_unless_told_not_to():
-    """``avatar train --video`` measures the offset and moves the audio features by it; ``--no-av-sync`` keeps the
-    sound as recorded (and records no measure)."""
+    """``avatar train --video`` measures the offset, has the shape head confirm it and moves the audio features by
+    it; ``--no-av-sync`` keeps the sound as recorded (and records no measure)."""
     from framegraph.apps.cli import build_parser
     from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound
 
-    rng = np.random.default_rng(1)
-    voice = np.repeat(rng.random(60) > 0.5, 4).astype(np.float64)  # 240 frames of syllables, on and off
-    openness = voice + 0.05 * rng.random(len(voice))  # the mouth opens with the voice ...
-    late = shift_audio((np.repeat(voice, 640) * 8000 * np.sin(np.arange(len(voice) * 640) / 5)).astype(np.int16),
-                       -4, 640)  # ... whose sound comes 4 frames late
-    feats = torch.arange(len(voice), dtype=torch.float32)[:, None]
-    moved, _, report = _align_sound(feats, None, openness, late, len(voice), VideoTrainConfig(), 25)
-    assert report["frames"] == 4 and moved[:, 0].tolist()[:3] == [4.0, 5.0, 6.0]
-    kept, _, report = _align_sound(feats, None, openness, late, len(voice), VideoTrainConfig(av_sync=False), 25)
+    openness, sound = _talk(240, seed=1)
+    late = shift_audio(sound, -4, 640)  # the sound comes 4 frames late ...
+    rng = np.random.default_rng(2)  # ... and so do the features computed from it
+    feats = torch.from_numpy(np.stack([shift_frames(openness, -4), rng.random(240)], 1)).float()
+    z = torch.from_numpy((openness - openness.mean()) / openness.std()).float()[:, None]
+    moved, _, report = _align_sound(feats, None, openness, late, z, len(z), VideoTrainConfig(), 25)
+    assert report["frames"] == 4 and torch.equal(moved, shift_frames(feats, 4)), report
+    fits = report["head_cv_openness_corr"]
+    assert report["checks"]["head_confirms"] and fits["4"] > fits["0"] + 0.5 and "confirmed" in report["reason"]
+    kept, _, report = _align_sound(feats, None, openness, late, z, len(z), VideoTrainConfig(av_sync=False), 25)
     assert report is None and torch.equal(kept, feats)
     for argv, want in ((["--no-av-sync"], False), ([], True)):
         args = build_parser(["avatar", "train"]).parse_args(["avatar", "train", "--video", "me.mp4", "--out", "x",
                                                              *argv])
         assert args.av_sync is want
+
+
+def test_an_offset_the_shape_head_does_not_confirm_is_not_made():
+    """The loudness peaks 4 frames late but the features the head learns from follow the mouth as recorded: the
+    head fits worse on them moved, so the sound is left in step, with the head's two fits as the reason."""
+    from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound
+
+    openness, sound = _talk(240, seed=3)
+    rng = np.random.default_rng(4)
+    feats = torch.from_numpy(np.stack([openness, rng.random(240)], 1)).float()
+    z = torch.from_numpy((openness - openness.mean()) / openness.std()).float()[:, None]
+    kept, _, report = _align_sound(feats, None, openness, shift_audio(sound, -4, 640), z, len(z),
+                                   VideoTrainConfig(), 25)
+    fits = report["head_cv_openness_corr"]
+    assert report["peak_frames"] == 4 and report["frames"] == 0 and torch.equal(kept, feats), report
+    assert not report["checks"]["head_confirms"] and fits["0"] > fits["4"], report
+    assert "the shape head fits no better there" in report["reason"]

@@ -8,6 +8,7 @@ import wave
 import numpy as np
 import pytest
 import torch
+from helpers import BargeIn
 
 from framegraph.models.audio import (
     IDLE,
@@ -23,7 +24,7 @@ from framegraph.models.audio import (
     silero_model_path,
 )
 from framegraph.models.synth import synthesize
-from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink, Stage
+from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink
 from framegraph.stream.media import AudioFileSource
 
 SR = 16_000
@@ -172,21 +173,6 @@ def test_audio_features_stage_in_a_graph(tmp_path, speech, model, whole_chunks):
 
 
 def test_stage_reset_marks_the_next_frame_interrupted(speech, model):
-    class Barge(Stage):  # pass-through that asks the graph for a barge-in after 30 chunks
-        def __init__(self):
-            super().__init__("barge")
-            self.inputs = {"audio": PortSpec((320,), torch.int16)}
-            self.outputs = {"audio": PortSpec((320,), torch.int16)}
-            self.n = 0
-
-        def process(self, inputs, out):
-            self.n += 1
-            if self.n == 30:
-                self.graph.reset()
-            f = out.write("audio")
-            f.data.copy_(inputs["audio"].data)
-            f.length = inputs["audio"].length
-
     from framegraph.stream.media import PushAudioSource
 
     src = PushAudioSource()
@@ -194,7 +180,7 @@ def test_stage_reset_marks_the_next_frame_interrupted(speech, model):
     src.close()
     graph = Graph(Clock("fast"))
     graph.add(src)
-    barge = graph.add(Barge())
+    barge = graph.add(BargeIn(after=30))
     barge.graph = graph
     feats = graph.add(AudioFeatures(model, fps=25))
     sink = graph.add(RecordingSink({"features": PortSpec((model.feature_dim,)), "state": PortSpec((4,))}))

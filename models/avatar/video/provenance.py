@@ -72,7 +72,9 @@ def write_training_provenance(root, report: dict) -> Path:
         lines.append(f"- the video's sound came {sync['frames']} frames ({sync['seconds']:g} s) after its picture "
                      "(measured from the mouth on the training frames); the shape head learnt on it so aligned")
     elif sync is not None:
-        lines.append("- the video's sound was found in step with its picture (from the mouth on the training frames)")
+        why = f": {sync['reason']}" if sync.get("reason") else ""
+        lines.append("- the video's sound was left in step with its picture (from the mouth on the training "
+                     f"frames{why})")
     if held and held.get("shape_openness_corr") is not None:
         lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
                      f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")

@@ -8,15 +8,26 @@ moved 6 frames earlier.
 
 :func:`estimate_av_offset` finds the shift from the training frames alone, from something that has no time of
 its own: a mouth opens as the voice gets loud (vowels), so the measured openness is cross-correlated with the
-sound's loudness per frame and the peak's lag is the offset — kept only where the peak is clear: it must beat
-lag 0 by :data:`MIN_GAIN` and stand out of chance, i.e. beat :data:`CHANCE_QUANTILE` of the peaks the same two
-signals give with the sound moved seconds away (every circular shift of at least :data:`CHANCE_SHIFT_S`). How
-high a chance peak reaches depends on the clip's length and on how smooth the two signals are: 0.19-0.29 on the
-20-s clips of ``docs/real_people.md``, less on longer videos, so a fixed threshold would either make lags up on
-a short clip or miss a weak but certain one on a long one. (The head's own cross-validated fit is no such measure: its
-causal features predict the mouth better from sound a few frames *later* even on a clip that is in step — the
-synthetic astronaut's by 6 frames —, which live would show as a mouth that lags the voice.) The trainer fits
-the head on the sound so aligned and the bundle records the offset; ``avatar eval`` aligns the source video's
+sound's loudness per frame and the peak's lag is the offset — kept only where the clip proves it:
+
+- the peak stands :data:`MIN_GAIN` above lag 0 and strictly inside the search window: the best of the lags
+  searched and of :data:`PAST_END_LAGS` more past each end, and at neither end. A correlation that only rises
+  towards an end is a trend (a mouth slower than the voice, a drift), not a peak — on a natural one-shot to
+  camera it rose from -0.11 at lag 0 to 0.223 at 9 and 0.219 at 10 (the end), was taken as 360 ms of lateness,
+  and the avatar's held-out mouth fell from 0.54 to 0.19;
+- it stands out of chance: above :data:`CHANCE_QUANTILE` of the peaks the same two signals give with the sound
+  moved seconds away (every circular shift of at least :data:`CHANCE_SHIFT_S`). How high a chance peak reaches
+  depends on the clip's length and on how smooth the two signals are: 0.19-0.29 on the 20-s clips of
+  ``docs/real_people.md``, less on longer videos, so a fixed threshold would either make lags up on a short
+  clip or miss a weak but certain one on a long one;
+- the shape head confirms it (:func:`head_fit_by_lag`): its cross-validated openness correlation on the sound
+  so moved beats the one on the sound as recorded by :data:`MIN_HEAD_GAIN`, on the same frames and folds. The
+  head alone would not do to search with: its causal features predict the mouth better from sound a few frames
+  *later* even on a clip that is in step (the synthetic astronaut's by 6 frames), which live would show as a
+  mouth that lags the voice; so it only vetoes, with a margin.
+
+Otherwise the sound is left as recorded (lag 0) and the report says which test failed. The trainer fits the
+head on the sound so aligned and the bundle records the offset; ``avatar eval`` aligns the source video's
 held-out sound by it (the real frames are the mouth of the sound as it was spoken). Live, the head answers the
 sound as it plays: no latency is added.
 """
@@ -28,9 +39,11 @@ import torch
 MAX_OFFSET_FRAMES = 10  # the latest sound searched for: 400 ms at 25 fps
 MIN_OFFSET_FRAMES = -3  # ... and the earliest (sound ahead of the picture: rare)
 MIN_GAIN = 0.1  # the openness-loudness correlation at the offset must beat the one at lag 0 by this much ...
+PAST_END_LAGS = 5  # ... and be the best of the window's lags and this many more past each end
 CHANCE_QUANTILE = 0.99  # ... and this share of the peaks the signals reach with the sound moved far away
 CHANCE_SHIFT_S = 2.0  # the least circular shift (s) of the sound that counts as "far away"
 CHANCE_SHIFTS = 200  # at most this many shifts, evenly spaced
+MIN_HEAD_GAIN = 0.05  # the head's cross-validated openness correlation must gain this much at the offset
 LOUDNESS_FLOOR_DB = -60.0  # quieter frames count as this loud (silence, whatever its hiss)
 
 
@@ -86,29 +99,93 @@ def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
                        lags=range(MIN_OFFSET_FRAMES, MAX_OFFSET_FRAMES + 1)) -> tuple[int, dict]:
     """The frames by which the sound ``audio`` (int16, 16 kHz, from the first frame on) comes after the mouth
     whose ``openness [T]`` was measured per frame (NaN: no face): the lag in ``lags`` at which openness and the
-    sound's loudness per frame correlate best, when that peak is clear (:data:`MIN_GAIN` over lag 0, above
-    :data:`CHANCE_QUANTILE` of :func:`chance_peaks`), else 0. Returns the lag and a report (the correlation at
-    every lag, the chance level)."""
+    sound's loudness per frame correlate best, when that peak is clear (:data:`MIN_GAIN` over lag 0, strictly
+    inside ``lags`` and above the :data:`PAST_END_LAGS` past either end, above :data:`CHANCE_QUANTILE` of
+    :func:`chance_peaks`), else 0; the shape head's confirmation is the caller's (:func:`confirm_offset`).
+    Returns the lag and a report: the correlation at every lag, the chance level, the best lag
+    (``peak_frames``), each test passed or not (``checks``) and the ``reason``."""
     from ..eval.real import loudness_db_per_frame
 
     o = np.asarray(openness, np.float64)
     level = np.maximum(loudness_db_per_frame(audio, len(o), fps), LOUDNESS_FLOOR_DB)
+    lags = [int(k) for k in lags]
     scores = _corr_by_lag(o, level, lags)
     valid = [k for k in scores if scores[k] == scores[k]]
     best = max(valid, key=lambda k: scores[k], default=0)
-    at_zero = scores.get(0, float("nan"))
-    no_gain = at_zero == at_zero and scores.get(best, 0.0) < at_zero + MIN_GAIN  # (at_zero == at_zero: not NaN)
+    peak = scores.get(best, float("nan"))
+    past = _corr_by_lag(o, level, [*range(lags[0] - PAST_END_LAGS, lags[0]),
+                                   *range(lags[-1] + 1, lags[-1] + 1 + PAST_END_LAGS)])
+    wide = {k: v for k, v in {**scores, **past}.items() if v == v}  # the lags searched and those past the ends
+    widest = max(wide, key=lambda k: wide[k], default=best)
     chance = chance_peaks(o, level, fps, lags)
     chance_level = float(np.quantile(chance, CHANCE_QUANTILE)) if len(chance) else float("nan")
-    clear = bool(valid) and not no_gain and chance_level == chance_level and scores[best] > chance_level
-    chosen = int(best) if clear else 0
-    return chosen, {"frames": chosen,
+
+    at_zero = scores.get(0, float("nan"))
+    checks = {"gain_over_lag_0": bool(valid) and (not at_zero == at_zero or peak >= at_zero + MIN_GAIN),
+              "inside_window": bool(valid) and widest == best and best not in (lags[0], lags[-1]),
+              "above_chance": bool(valid) and chance_level == chance_level and peak > chance_level}
+    chosen = int(best) if best != 0 and all(checks.values()) else 0
+    if not valid:
+        reason = "no lag could be measured (too few frames with a face and sound)"
+    elif best == 0:
+        reason = "lag 0 correlates best"
+    elif not checks["gain_over_lag_0"]:
+        reason = f"the peak at {best} frames ({peak:.3f}) beats lag 0 ({at_zero:.3f}) by less than {MIN_GAIN}"
+    elif not checks["inside_window"]:
+        reason = (f"the correlation only rises towards the window's end (best searched {peak:.3f} at {best} "
+                  f"frames, {wide[widest]:.3f} at {widest} of {lags[0] - PAST_END_LAGS}..{lags[-1] + PAST_END_LAGS}"
+                  f"): a trend, not a peak")
+    elif not checks["above_chance"]:
+        reason = f"the peak at {best} frames ({peak:.3f}) does not stand out of chance ({chance_level:.3f})"
+    else:
+        reason = f"a clear peak at {best} frames ({peak:.3f}; lag 0 {at_zero:.3f}, chance {chance_level:.3f})"
+    return chosen, {"frames": chosen, "peak_frames": int(best), "checks": checks, "reason": reason,
                     "openness_loudness_corr_by_lag": {str(k): round(v, 4) for k, v in scores.items()},
+                    "past_ends_corr_by_lag": {str(k): round(v, 4) for k, v in past.items()},
                     "chance_level": round(chance_level, 4), "chance_quantile": CHANCE_QUANTILE,
-                    "chance_p": round(float((1 + (chance >= scores[best]).sum()) / (1 + len(chance))), 4) if valid
+                    "chance_p": round(float((1 + (chance >= peak).sum()) / (1 + len(chance))), 4) if valid
                     else 1.0,
                     "min_gain": MIN_GAIN}
 
 
-__all__ = ["MAX_OFFSET_FRAMES", "MIN_OFFSET_FRAMES", "MIN_GAIN", "CHANCE_QUANTILE", "chance_peaks", "shift_frames",
-           "shift_audio", "estimate_av_offset"]
+def head_fit_by_lag(features: torch.Tensor, shapes: torch.Tensor, lags, *, context: int = 3) -> dict[int, float]:
+    """The shape head's cross-validated openness correlation (:func:`~.lipsync.fit_shape_head`, its best ridge)
+    with ``features [T, D]`` moved by each lag against ``shapes [T, P]``: all on the same frames (those every
+    lag has real sound for) and so the same folds."""
+    from .lipsync import fit_shape_head
+
+    lags = [int(k) for k in lags]
+    lo, hi = max(0, -min(lags)), len(features) - max(0, max(lags))
+    fits = {}
+    for lag in lags:
+        moved = shift_frames(features, lag)[lo:hi]
+        _, report = fit_shape_head(moved, shapes[lo:hi], context=context)
+        fits[lag] = round(max(v for v in report["cv_openness_corr"].values() if v == v), 4)
+    return fits
+
+
+def confirm_offset(lag: int, report: dict, features: torch.Tensor, shapes: torch.Tensor, *,
+                   context: int = 3) -> int:
+    """``lag`` (from :func:`estimate_av_offset`, whose ``report`` is updated in place) if the shape head fits
+    the ``shapes [T, P]`` better from ``features [T, D]`` moved by it than as recorded, by :data:`MIN_HEAD_GAIN`
+    (:func:`head_fit_by_lag`), else 0 with the reason."""
+    if lag == 0:
+        return 0
+    fits = head_fit_by_lag(features, shapes, (0, lag), context=context)
+    report["head_cv_openness_corr"] = {str(k): v for k, v in fits.items()}
+    report["min_head_gain"] = MIN_HEAD_GAIN
+    report["checks"]["head_confirms"] = fits[lag] >= fits[0] + MIN_HEAD_GAIN
+    if not report["checks"]["head_confirms"]:
+        report["reason"] = (f"{report['reason']}, but the shape head fits no better there: held-out openness "
+                            f"correlation {fits[lag]:.3f} at {lag} frames vs {fits[0]:.3f} at 0 (less than "
+                            f"{MIN_HEAD_GAIN} more)")
+        lag = 0
+    else:
+        report["reason"] = (f"{report['reason']}, confirmed by the shape head: {fits[lag]:.3f} at {lag} frames vs "
+                            f"{fits[0]:.3f} at 0")
+    report["frames"] = lag
+    return lag
+
+
+__all__ = ["MAX_OFFSET_FRAMES", "MIN_OFFSET_FRAMES", "MIN_GAIN", "PAST_END_LAGS", "MIN_HEAD_GAIN", "CHANCE_QUANTILE",
+           "chance_peaks", "shift_frames", "shift_audio", "estimate_av_offset", "head_fit_by_lag", "confirm_offset"]

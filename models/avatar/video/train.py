@@ -10,7 +10,8 @@
              (L1 + Sobel-edge loss, the lower face weighted; from ``critic_start`` a TextureCritic on the
              lips' box asks for the grain of real lips, watched by a guard: :mod:`.critic`)
           ─▶ the sound aligned to the picture (:mod:`.sync`: the lag, up to 400 ms, at which the measured
-             openness follows the sound's loudness best, where that is clear; a video's sound can come late)
+             openness follows the sound's loudness best, where the clip proves it — a peak inside the window,
+             above chance, confirmed by the shape head's fit —, else none; a video's sound can come late)
           ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
              the measured shape (ridge regression, causal window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
@@ -75,7 +76,7 @@ from .lipsync import (
 from .loop import nearest_frames
 from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openness_offset
 from .provenance import write_training_provenance
-from .sync import estimate_av_offset, shift_frames
+from .sync import confirm_offset, estimate_av_offset, shift_frames
 from .typed import TYPED_SENTENCES, typed_check, typed_rows
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
@@ -305,13 +306,15 @@ def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps
 
 
 def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.ndarray, audio: np.ndarray,
-                 n_train: int, cfg: VideoTrainConfig, fps: float):
+                 z: torch.Tensor, n_train: int, cfg: VideoTrainConfig, fps: float):
     """The audio features ``[T, D]`` and the voice detector's ``speech [T]`` moved by the frames the video's sound
-    comes late by (:func:`~.sync.estimate_av_offset` on the training frames; with ``cfg.av_sync`` off: as
-    recorded), and the report (None when off)."""
+    comes late by, where the training frames prove it (:func:`~.sync.estimate_av_offset`, confirmed by the shape
+    head's fit of the standardised shapes ``z [T, P]``: :func:`~.sync.confirm_offset`; with ``cfg.av_sync`` off:
+    as recorded), and the report, with the reason (None when off)."""
     if not cfg.av_sync:
         return feats, speech, None
     lag, report = estimate_av_offset(openness[:n_train], audio[:int(n_train * SAMPLE_RATE / fps)], fps)
+    lag = confirm_offset(lag, report, feats[:n_train], z[:n_train], context=cfg.context)
     report["seconds"] = round(lag / fps, 3)
     return shift_frames(feats, lag), None if speech is None else shift_frames(speech, lag), report
 
@@ -343,7 +346,7 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
     with torch.no_grad():
         feats = extract_features(encoder, audio, fps)[:n]
         quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
-    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, n_train, cfg, fps)
+    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, z, n_train, cfg, fps)
     rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
     typed, typed_report = typed_rows(encoder, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
                                      seed=cfg.seed)

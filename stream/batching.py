@@ -11,13 +11,14 @@ submits the call's tensors to a :class:`Lane` of the process's :class:`ModelServ
     picture = client(masked, mask, reference, shape, deadline_ns=due)   # each tensor [1, ...]: its share
     client.close()                                 # the stage's teardown; the lane's thread ends with the last
 
-Per tick the lane's thread takes the pending requests by deadline (earliest first, a request without one
-after those with one), runs as many as still make the earliest deadline as one batch (``run`` is called with
-each input concatenated on axis 0, ``[B, ...]``, and returns ``[B, ...]`` or a tuple of them), and copies each
-request's row into its client's own buffer. A request that cannot make its deadline even alone is dropped
-(``on_miss="drop"``: the client raises :class:`Missed`, the stage skips the frame) or run alone, late
-(``on_miss="run"``). The lane measures its cost per batch size (at warm-up and on the way):
-:meth:`Lane.capacity` says how many sessions it holds at a frame rate.
+A request's deadline is the latest moment its computation may start (a live stage's: its input's arrival plus the
+lag it allows, the moment it would skip the frame itself). Per tick the lane's thread takes the pending requests by
+deadline (earliest first, a request without one after those with one) and runs as many as one batch as finish no
+later than the earliest would alone, started at its deadline (``run`` is called with each input concatenated on
+axis 0, ``[B, ...]``, and returns ``[B, ...]`` or a tuple of them); it copies each request's row into its client's
+own buffer. A request whose deadline has passed is dropped (``on_miss="drop"``: the client raises :class:`Missed`,
+the stage skips the frame) or run alone, late (``on_miss="run"``). The lane measures its cost per batch size (at
+warm-up and on the way): :meth:`Lane.capacity` says how many sessions it holds at a frame rate.
 
 What one session does never holds up another: a cancelled request leaves the queue at once (the client raises
 :class:`Cancelled`, which the graph treats as its stop); a request whose batch raises is run again alone, so the
@@ -40,7 +41,7 @@ BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up (up to the lan
 
 
 class Missed(Exception):
-    """The request could not be computed before its deadline, and its session's policy drops it."""
+    """The request's deadline passed before its computation could start, and its session's policy drops it."""
 
 
 class Cancelled(RingAborted):
@@ -205,14 +206,15 @@ class Lane:
         dropped = []
         while self._pending:
             head = self._pending[0]
-            if head.deadline_ns is None or head.on_miss == "run" or now + self.cost(1) <= head.deadline_ns:
+            if head.deadline_ns is None or head.on_miss == "run" or now <= head.deadline_ns:
                 break
             dropped.append(self._pending.pop(0))
         if not self._pending:
             return [], dropped
         b = 1
         limit = min(self.max_batch, len(self._pending))
-        due = self._pending[0].deadline_ns  # the earliest: the one a larger batch must not make late
+        due = self._pending[0].deadline_ns  # the earliest: a larger batch must not make it later than alone
+        due = None if due is None else max(due, now) + self.cost(1)
         while b < limit and (due is None or now + self.cost(b + 1) <= due):
             b += 1
         batch, self._pending[:b] = self._pending[:b], []
@@ -225,7 +227,8 @@ class Lane:
         while self._thread is threading.current_thread() and len(self._pending) < min(self._open, self.max_batch):
             now = time.monotonic_ns()
             due = min((r.deadline_ns for r in self._pending if r.deadline_ns is not None), default=None)
-            latest = end if due is None else min(end, due - int(self.cost(len(self._pending) + 1)))
+            latest = end if due is None else \
+                min(end, due + int(self.cost(1)) - int(self.cost(len(self._pending) + 1)))
             if now >= latest:
                 return
             self._cv.wait((latest - now) / 1e9)
@@ -249,7 +252,7 @@ class Lane:
                 batch, dropped = self._choose()
             for r in dropped:
                 self.stats.missed += 1
-                r.client._fail(Missed(f"{self.name}: the request's deadline passed before it could run"), r)
+                r.client._fail(Missed(f"{self.name}: the request's deadline passed before it could start"), r)
             if batch:
                 self._run(batch)
 
@@ -270,8 +273,8 @@ class Lane:
         waits = self.stats.waits_ns
         for i, r in enumerate(batch):
             waits.append(start - r.enqueued_ns)
-            if r.deadline_ns is not None and time.monotonic_ns() > r.deadline_ns:
-                self.stats.late += 1
+            if r.deadline_ns is not None and start > r.deadline_ns:
+                self.stats.late += 1  # started after its deadline (a request that runs when late)
             self.stats.served += 1
             r.client._deliver(tuple(o[i:i + 1] for o in outs), r)
         del waits[:-4096]

@@ -130,7 +130,7 @@ def test_a_deadline_that_cannot_be_met_is_dropped_or_run_alone(avatar):
     late.open()
     (request,) = rows(avatar, 1)
     past = time.monotonic_ns() - 1
-    with pytest.raises(Missed, match="deadline passed"):
+    with pytest.raises(Missed, match="deadline passed before it could start"):
         drop(*request, deadline_ns=past)
     with torch.no_grad():
         assert torch.equal(late(*request, deadline_ns=past), avatar.generator(*request))
@@ -138,6 +138,31 @@ def test_a_deadline_that_cannot_be_met_is_dropped_or_run_alone(avatar):
     assert lane.stats.missed == 1 and lane.stats.late == 1
     drop.close()
     late.close()
+
+
+def test_a_batch_is_as_large_as_the_earliest_deadline_allows(avatar):
+    from framegraph.stream.batching import _Request
+
+    service = ModelService()
+    lane = service.lane("generator", avatar.generator)
+    lane.warm(rows(avatar, 1)[0], sizes=(1, 8))
+    assert lane.cost(8) > 2 * lane.cost(1)
+
+    def chosen(slack_ns):
+        clients = [service.client("generator", avatar.generator) for _ in range(8)]
+        requests = [_Request(c, r, None, "drop") for c, r in zip(clients, rows(avatar, 8))]
+        requests[3].deadline_ns = time.monotonic_ns() + slack_ns  # the earliest, whatever its place in the queue
+        for r in requests:
+            lane.submit(r)
+        with lane._cv:
+            batch, dropped = lane._choose()
+            lane._pending.clear()
+        return [requests.index(r) for r in batch], [requests.index(r) for r in dropped]
+
+    assert chosen(10**10) == ([3, 0, 1, 2, 4, 5, 6, 7], [])  # time to spare: one batch of all, earliest first
+    # a batch of two would end cost(2) - cost(1) later than it alone, more than its slack: it runs alone
+    assert chosen(int(lane.cost(1) / 2)) == ([3], [])
+    assert chosen(-1) == ([0, 1, 2, 4, 5, 6, 7], [3])  # its start has passed: dropped, the others batched
 
 
 def test_a_cancelled_call_returns_at_once_and_the_next_session_runs(avatar):

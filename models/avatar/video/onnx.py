@@ -117,11 +117,11 @@ class OrtBatchGenerator:
 @runtime.register("avatar-video-batch", "onnx")
 def onnx_batch(avatar, settings) -> OrtBatchGenerator:
     """The exported generator (checked against the bundle) for batches, with ``torch_threads`` intra-op threads
-    (default half the cores)."""
+    (default every core: one lane runs the generator for all the sessions)."""
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r}")
     export = CheckedExport(onnx_dir(avatar, settings), load_manifest(onnx_dir(avatar, settings), avatar))
-    return OrtBatchGenerator(export.graph("generator", settings.torch_threads or default_threads()),
+    return OrtBatchGenerator(export.graph("generator", settings.torch_threads or os.cpu_count() or 1),
                              avatar.region_size)
 
 

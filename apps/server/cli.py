@@ -37,5 +37,6 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
     config = config_from_args(args)
     config.validate()  # ValueError → "framegraph serve: error: ..." (exit 2)
+    pipelines.base.set_batching(args.batching == "on")
     asyncio.run(serve_until_signalled(config))
     return 0

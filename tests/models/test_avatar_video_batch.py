@@ -91,3 +91,9 @@ def test_batching_on_the_compiled_runtime_is_refused_in_a_sentence(exported):
     avatar, _ = exported
     with pytest.raises(ValueError, match="avatar-video-batch runs on torch or onnx, not 'compiled'"):
         build_avatar_graph(avatar, PushAudioSource(), runtime="compiled", batching=ModelService())
+
+
+def test_batching_on_a_gpu_is_refused_in_a_sentence(exported):
+    avatar, _ = exported
+    with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
+        build_avatar_graph(avatar, PushAudioSource(), device="cuda", batching=ModelService())

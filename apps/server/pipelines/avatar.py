@@ -25,8 +25,8 @@ their alpha: for consumers that keep alpha — OBS, a game engine, a web page ov
 
 Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
 only while its avatar folder holds a bundle (:func:`unavailable`). With ``framegraph serve --batching on`` the
-sessions of one video avatar bundle (runtime ``torch`` or ``onnx``) run its generator in the server's model service
-(:func:`~.base.model_service`): their frames' calls in one batch.
+sessions of one video avatar bundle (runtime ``torch`` or ``onnx``, on the CPU) run its generator in the server's
+model service (:func:`~.base.model_service`): their frames' calls in one batch.
 """
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
                          ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
                          f"made before avatars had one)")
-    batching = model_service() if avatar.kind == "video" and \
+    batching = model_service() if avatar.kind == "video" and device == "cpu" and \
         runtime in models_runtime.runtimes("avatar-video-batch") else None
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)

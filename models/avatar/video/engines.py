@@ -51,8 +51,11 @@ def torch_batch(avatar, settings):
 def batched_generator(service, avatar, settings):
     """``generator_engine`` for :class:`~.stages.MouthRegion`: ``generator ↦`` a
     :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's generator on
-    ``settings.runtime`` and device (``torch`` or ``onnx``); the lane's engine is built by the first session."""
+    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU; the lane's engine is built by the first session."""
     runtime.check("avatar-video-batch", settings.runtime)
+    if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
+        raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
+                         f"without batching on a GPU)")
     key = ("avatar-video generator", id(avatar.generator), settings.runtime, str(settings.device),
            avatar.region_size, settings.onnx_dir)
 

@@ -105,6 +105,9 @@ class Lane:
         self.stats = LaneStats()
         self.shapes: tuple | None = None  # the request's input shapes, each [1, ...], fixed by the first request
         self._cv = threading.Condition()
+        # one run of the engine at a time (the lane's thread's, or a warm-up's), its outputs read before the next
+        self._engine = threading.RLock()
+        self._warmed = False
         self._pending: list[_Request] = []
         self._open = 0
         self._thread: threading.Thread | None = None
@@ -164,35 +167,46 @@ class Lane:
     # ---- cost ---------------------------------------------------------------------------------------
     def cost(self, b: int) -> float:
         """The expected ns of a batch of ``b``: measured, else scaled from the nearest size measured (0 before any)."""
-        if b in self.cost_ns:
-            return self.cost_ns[b]
-        if not self.cost_ns:
+        cost = dict(self.cost_ns)  # a copy: the lane's thread adds sizes
+        if b in cost:
+            return cost[b]
+        if not cost:
             return 0.0
-        near = min(self.cost_ns, key=lambda m: abs(m - b))
-        return self.cost_ns[near] * b / near
+        near = min(cost, key=lambda m: abs(m - b))
+        return cost[near] * b / near
 
     def capacity(self, fps: float) -> int:
         """How many sessions, each asking once per frame at ``fps``, the lane serves in time: the largest batch
         size whose measured cost fits in one frame (0 when even one does not, or nothing was measured)."""
         period = 1e9 / fps
-        fits = [b for b in self.cost_ns if self.cost_ns[b] <= period]
+        fits = [b for b, ns in dict(self.cost_ns).items() if ns <= period]
         return max(fits, default=0)
 
     def warm(self, example: tuple[torch.Tensor, ...], sizes=BUCKETS, repeats: int = 3) -> dict[int, float]:
         """Run batches of ``sizes`` (up to ``max_batch``) made of ``example`` (one row per input) ``repeats`` times
-        each, on the caller's thread, and keep the fastest time of each size as its cost; returns ms per size."""
+        each, on the caller's thread (never beside the lane's own run), and keep the fastest time of each size as
+        its cost; returns ms per size."""
         self.check(example)
         for b in (s for s in sizes if s <= self.max_batch):
             batch = tuple(t.expand(b, *t.shape[1:]).contiguous() for t in example)
             best = None
             for _ in range(repeats):
-                t0 = time.perf_counter_ns()
-                with torch.inference_mode():
+                with self._engine, torch.inference_mode():
+                    t0 = time.perf_counter_ns()
                     self.run_batch(*batch)
-                dt = time.perf_counter_ns() - t0
+                    dt = time.perf_counter_ns() - t0
                 best = dt if best is None else min(best, dt)
             self.cost_ns[b] = float(best)
+        self._warmed = True
         return {b: round(ns / 1e6, 3) for b, ns in sorted(self.cost_ns.items())}
+
+    def warm_once(self, example: tuple[torch.Tensor, ...]) -> None:
+        """:meth:`warm` unless it ran or runs: of sessions set up at once, the first warms the lane."""
+        with self._cv:
+            if self._warmed:
+                return
+            self._warmed = True
+        self.warm(example)
 
     def _measured(self, b: int, ns: int) -> None:
         old = self.cost_ns.get(b)
@@ -257,6 +271,10 @@ class Lane:
                 self._run(batch)
 
     def _run(self, batch: list[_Request]) -> None:
+        with self._engine:
+            self._run_locked(batch)
+
+    def _run_locked(self, batch: list[_Request]) -> None:
         start = time.monotonic_ns()
         try:
             outs = self._call(batch)

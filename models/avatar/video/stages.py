@@ -215,10 +215,10 @@ class MouthRegion(Stage):
             self.warm()  # a CUDA graph per stage: captured here, not at the first frame
             return
         engine = self.draw.lane if self.batched else self.draw  # one warm-up per model, however many sessions
-        if self.batched and engine not in _WARMED:  # the lane's cost per batch size, before the first session's
-            S = self.size  # frame: what the batches it forms are sized by
-            engine.warm((torch.zeros(1, 3, S, S, device=self.device), self.mask, self.reference,
-                         torch.zeros(1, self.generator.config.shape_dim, device=self.device)))
+        if self.batched:  # the lane's cost per batch size (once per lane): what the batches it forms are sized by
+            S = self.size
+            engine.warm_once((torch.zeros(1, 3, S, S, device=self.device), self.mask, self.reference,
+                              torch.zeros(1, self.generator.config.shape_dim, device=self.device)))
         warmed = _WARMED.setdefault(engine, set())  # the first call of each kernel at a new size is the
         key = (self.frame_size, self.side, self.texture is not None, self.device, self.compiled)  # slow one: once
         if key not in warmed:  # per process, size and runtime, on a blank frame, not on a user's frame

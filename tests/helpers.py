@@ -101,6 +101,21 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
+def avatar_session(avatar, audio: np.ndarray, **graph_kw):
+    """An avatar graph (not started) that speaks ``audio`` (int16 at 16 kHz, pushed whole) into a recording sink of
+    its video: ``(graph, sink)``; ``graph_kw``: more ``build_avatar_graph`` arguments."""
+    from framegraph.models.avatar import build_avatar_graph
+    from framegraph.stream.media import SAMPLE_RATE, PushAudioSource
+
+    src = PushAudioSource(max_buffer_ms=int(1000 * len(audio) / SAMPLE_RATE) + 100)
+    ag = build_avatar_graph(avatar, src, audio_sink=None, **graph_kw)
+    sink = ag.graph.add(RecordingSink({"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8)}))
+    ag.graph.connect(ag.video, sink, "video", capacity=4)
+    src.push(audio)
+    src.close()
+    return ag.graph, sink
+
+
 def framegraph_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("framegraph:")]
 

@@ -139,7 +139,7 @@ def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: i
 def _frames_for(avatar, samples: int) -> int:
     """Video frames a stream of ``samples`` makes (``chunk_frames = 1``; larger chunks round up)."""
     k = math.ceil(samples * avatar.fps / SAMPLE_RATE)
-    c = avatar.chunk_frames
+    c = getattr(avatar, "chunk_frames", 1)  # a video avatar: one frame at a time
     return math.ceil(k / c) * c
 
 
@@ -201,7 +201,9 @@ def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | 
 
 def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads: int | None, audio: np.ndarray,
                      graph_kw: dict | None = None) -> dict:
-    """``n`` server-like graphs at once, each fed in real time by its own thread from a common start."""
+    """``n`` server-like graphs at once, each fed in real time by its own thread from a common start (a portrait's
+    or a video avatar's: each kind's own figures beside the common ones); ``cpu_ms_per_frame``: the process's CPU
+    time over the frames all sessions presented."""
     samples = len(audio)
     expected = _frames_for(avatar, samples)
     graphs = []
@@ -215,11 +217,13 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
     t0 = time.monotonic() + 0.05
     t0_ns = time.monotonic_ns() + 50_000_000
     feeders = [_pusher(src, a, t0, live=True) for _, src, _, a in graphs]
+    cpu0 = time.process_time()
     for f in feeders:
         f.start()
     reports = [ag.graph.join() for ag, *_ in graphs]
     for f in feeders:
         f.join()
+    cpu_s = time.process_time() - cpu0
     end_of_audio_ns = t0_ns + int(1e9 * samples / SAMPLE_RATE)
     per = []
     for (ag, src, sink, _), rep in zip(graphs, reports):
@@ -227,20 +231,28 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
         arr = sink.arrival_ns[:m]
         fps = float((m - 1) / ((arr[-1] - arr[0]) / 1e9)) if m > 1 and arr[-1] > arr[0] else 0.0
         e2e = rep["end_to_end"]
-        per.append({"frames": int(sink.count), "expected_frames": expected, "presented_fps": fps,
-                    "fraction_of_target": fps / avatar.fps,
-                    "ttff_ms": (int(arr[0]) - t0_ns) / 1e6 if m else None,
-                    "end_lag_ms": (int(arr[-1]) - end_of_audio_ns) / 1e6 if m else None,
-                    "end_to_end_ms": {k: e2e.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
-                    "dropped_at_source": rep["sources"]["mic"]["dropped_in_flight_limit"],
-                    "audio_overflow_samples": int(src.overflow_samples),
-                    "edge_drops": sum(e["drops"] for e in rep["edges"]),
-                    "denoiser_steps_used": {str(k): v for k, v in ag.stages["denoiser"].steps_used.items()},
-                    "frames_skipped_late": int(ag.stages["denoiser"].frames_skipped),
-                    "denoiser_p50_ms": rep["stages"]["denoiser"]["work"].get("p50_ms")})
+        row = {"frames": int(sink.count), "expected_frames": expected, "presented_fps": fps,
+               "fraction_of_target": fps / avatar.fps,
+               "ttff_ms": (int(arr[0]) - t0_ns) / 1e6 if m else None,
+               "end_lag_ms": (int(arr[-1]) - end_of_audio_ns) / 1e6 if m else None,
+               "end_to_end_ms": {k: e2e.get(k) for k in ("p50_ms", "p95_ms", "p99_ms", "max_ms")},
+               "dropped_at_source": rep["sources"]["mic"]["dropped_in_flight_limit"],
+               "audio_overflow_samples": int(src.overflow_samples),
+               "edge_drops": sum(e["drops"] for e in rep["edges"])}
+        if "denoiser" in ag.stages:  # a portrait
+            row.update({"denoiser_steps_used": {str(k): v for k, v in ag.stages["denoiser"].steps_used.items()},
+                        "frames_skipped_late": int(ag.stages["denoiser"].frames_skipped),
+                        "denoiser_p50_ms": rep["stages"]["denoiser"]["work"].get("p50_ms")})
+        else:  # a video avatar
+            row.update({"frames_skipped_late": int(ag.stages["mouth_region"].frames_skipped),
+                        "mouth_region_p50_ms": rep["stages"]["mouth_region"]["work"].get("p50_ms")})
+        per.append(row)
     fps_all = [p["presented_fps"] for p in per]
+    presented = sum(p["frames"] for p in per)
     return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,
             "per_session": per, "fps_min": min(fps_all), "fps_median": float(np.median(fps_all)),
+            "aggregate_fps": float(sum(fps_all)),
+            "cpu_ms_per_frame": 1000.0 * cpu_s / presented if presented else None,
             "all_keep_up": all(f >= SESSION_FPS_TOLERANCE * avatar.fps for f in fps_all)}
 
 

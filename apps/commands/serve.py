@@ -27,6 +27,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--web-root", default=d.web_root, help="folder served at / (default: the bundled page)")
     add_config_argument(p, "--stats-interval", d, "stats_interval_s", "seconds between stats messages")
     p.add_argument("--no-webrtc", action="store_true", help="answer no WebRTC offers (clients use the WebSocket)")
+    p.add_argument("--batching", choices=["on", "off"], default="off",
+                   help="on: the sessions of one video avatar run its generator in one batch per tick, each by its "
+                        "frame's deadline (default off: each session alone)")
     p.add_argument("--ice-server", action="append", default=[], metavar="URL",
                    help="STUN / TURN server for WebRTC peers, e.g. stun:stun.example.org:3478 or "
                         "turn:USER:PASSWORD@turn.example.org:3478 (repeatable; default: none, host candidates "

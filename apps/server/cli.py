@@ -40,5 +40,6 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.validate()  # ValueError → "framegraph serve: error: ..." (exit 2)
     check_port_free(config.host, config.port)
+    pipelines.base.set_batching(args.batching == "on")
     asyncio.run(serve_until_signalled(config))
     return 0

@@ -56,6 +56,8 @@ class RunSettings:
             after a GPU run: the picture is copied down without the GPU stages waiting).
         cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
             compiled code alone, to time the two apart).
+        batching: a :class:`~framegraph.stream.batching.ModelService`: the heavy model runs in one batch with the other
+            sessions' of the same bundle (a kind that has a batched engine; None: each session alone).
     """
 
     runtime: Runtime = "torch"
@@ -71,6 +73,7 @@ class RunSettings:
     alpha: bool = False
     video_device: str | None = None
     cuda_graphs: bool | None = None
+    batching: object = None
 
 
 class StateOverride(Stage):

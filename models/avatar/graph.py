@@ -76,7 +76,8 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
                        live: bool = False, budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
                        preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
                        max_lag_ms: float | None = None, runtime: Runtime = "torch", onnx_dir: str | None = None,
-                       alpha: bool = False, video_device: str | None = None, name: str = "avatar") -> AvatarGraph:
+                       alpha: bool = False, video_device: str | None = None, batching=None,
+                       name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output), for a bundle of either kind.
 
@@ -97,6 +98,8 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
             :data:`LIVE_MAX_LAG_MS`.
         alpha: ``video`` also sends the person matte on its ``"alpha"`` port (the caller connects it); a bundle
             without a matte is refused (the bundle's ``required_matte``).
+        batching: a :class:`~framegraph.stream.batching.ModelService` shared by the sessions whose model calls run
+            in one batch (None: this session's alone).
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
             :class:`~.base.RunSettings` (what each means there; a kind uses those that apply to it).
         video_device: where the picture goes (default: the ``sink``'s video input's device; with ``out`` the
@@ -108,7 +111,7 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
         video_device = sink.inputs["video"].device if sink is not None else "cpu" if out is not None else device
     settings = RunSettings(runtime=runtime, device=device, vad=vad, steps=steps, live=live, budget_ms=budget_ms,
                            seed=seed, torch_threads=torch_threads, max_lag_ms=max_lag_ms, onnx_dir=onnx_dir,
-                           alpha=alpha, video_device=video_device)
+                           alpha=alpha, video_device=video_device, batching=batching)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     parts = avatar.add_stages(g, src, settings)

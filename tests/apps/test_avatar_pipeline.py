@@ -117,3 +117,27 @@ def test_video_avatar_session_streams_its_own_frames_at_their_size(avatar_dir):
     photo = np.asarray(astronaut_portrait().image, np.float64)
     assert np.abs(picture[:80] - photo[:80]).mean() < 12  # the person's own frames (top: no mouth region)
     assert sum(h.payload_len for h, *_ in got["audio"]) >= 2 * 0.7 * 16000
+
+
+def test_sessions_of_one_video_avatar_share_the_model_service_when_batching_is_on(avatar_dir, monkeypatch):
+    from framegraph.apps.server.pipelines import base
+
+    monkeypatch.setattr(base, "_SERVICE", base.ModelService())
+    base.set_batching(True)
+    try:
+        samples = tone(1.0, amp=0.3)
+        with running() as srv:
+            async def both():
+                return await asyncio.gather(*(speak(srv.url, {"portrait": "me"}, samples) for _ in range(2)))
+
+            sessions = asyncio.run(both())
+    finally:
+        base.set_batching(False)
+    for ready, got in sessions:  # each streams (a loaded CPU skips live frames it cannot make in time)
+        assert ready["batched"] is True and len(got["video"]) >= 5
+    (lane,) = base._SERVICE.lanes().values()
+    assert lane.stats.served >= sum(len(got["video"]) for _, got in sessions)  # every picture from the lane
+    assert max(lane.stats.batches) >= 2 and not lane.running  # batches shared; no thread left
+    text = base.batching_metrics_text()
+    assert f'framegraph_batch_requests_served_total{{lane="{lane.name}"}} {lane.stats.served}' in text
+    assert 'framegraph_batches_total{lane="' in text and "framegraph_batch_capacity_sessions" in text

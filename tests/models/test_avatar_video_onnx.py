@@ -3,23 +3,19 @@ runtime "onnx" gives the torch frames, and an export of another bundle is refuse
 import numpy as np
 import pytest
 import torch
-from helpers import psnr_per_frame
+from helpers import avatar_session, psnr_per_frame
 
 pytest.importorskip("onnx")
 
 from framegraph.models.avatar import build_avatar_graph, random_video_avatar
-from framegraph.models.avatar.video.onnx import OrtGenerator, export_video_avatar, load_manifest
+from framegraph.models.avatar.video.onnx import OrtGenerator, load_manifest
 from framegraph.models.onnx import CheckedExport, ExportError
-from framegraph.stream import PortSpec, RecordingSink
 from framegraph.stream.media import SAMPLE_RATE, PushAudioSource
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory):
-    avatar = random_video_avatar()
-    out = str(tmp_path_factory.mktemp("video_onnx"))
-    export_video_avatar(avatar, out)
-    return avatar, out
+def exported(exported_video_avatar):
+    return exported_video_avatar
 
 
 def test_the_exported_generator_draws_the_torch_picture(exported):
@@ -37,13 +33,8 @@ def test_the_exported_generator_draws_the_torch_picture(exported):
 
 
 def frames(avatar, audio: np.ndarray, **kw) -> np.ndarray:
-    src = PushAudioSource(max_buffer_ms=int(1000 * len(audio) / SAMPLE_RATE) + 100)
-    ag = build_avatar_graph(avatar, src, audio_sink=None, **kw)
-    sink = ag.graph.add(RecordingSink({"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8)}))
-    ag.graph.connect(ag.video, sink, "video", capacity=4)
-    src.push(audio)
-    src.close()
-    ag.graph.run(timeout=120)
+    graph, sink = avatar_session(avatar, audio, **kw)
+    graph.run(timeout=120)
     return torch.stack(sink.data()).numpy()
 
 

@@ -45,6 +45,8 @@ BENCHES = {
                 "every Triton kernel compiled for sm_89 / sm_90 / sm_120: registers, spills, shared memory"),
     "scene_avatar": (f"{__name__}.scene_avatar",
                      "the avatar in a 3D scene: each branch alone and the composite, FPS, work p50, first frame"),
+    "sessions": (f"{__name__}.sessions",
+                 "many live sessions at once, batched by the model service or each alone: fps, p95, CPU per frame"),
     "startup": (f"{__name__}.startup", "each command's start-up: --help, render --help, info, a test card, an avatar"),
 }
 

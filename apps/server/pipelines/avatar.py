@@ -24,7 +24,9 @@ to cover the frame), or ``transparent`` with ``codec`` ``png`` or ``webp`` (RGBA
 their alpha: for consumers that keep alpha — OBS, a game engine, a web page over its own background).
 
 Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
-only while its avatar folder holds a bundle (:func:`unavailable`).
+only while its avatar folder holds a bundle (:func:`unavailable`). With ``framegraph serve --batching on`` the
+sessions of one video avatar bundle (runtime ``torch`` or ``onnx``, on the CPU) run its generator in the server's
+model service (:func:`~.base.model_service`): their frames' calls in one batch.
 """
 from __future__ import annotations
 
@@ -40,7 +42,7 @@ from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import JoinAlpha, PushAudioSource
 
-from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out
+from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out, model_service
 from .options import (
     FPS_RANGE,
     Background,
@@ -178,6 +180,8 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
                          ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
                          f"made before avatars had one)")
+    batching = model_service() if avatar.kind == "video" and device == "cpu" and \
+        runtime in models_runtime.runtimes("avatar-video-batch") else None
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
@@ -185,7 +189,7 @@ def build(opts: AvatarOptions) -> Pipeline:
         ag = build_avatar_graph(avatar, mic, sink=None if matted else encoder, audio_sink=sink, graph=graph,
                                 device=device, steps=opts.steps, live=True, alpha=matted,
                                 torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
-                                runtime=runtime)
+                                runtime=runtime, batching=batching)
     except ValueError as exc:  # ExportError: no up-to-date export
         raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
                        f"portrait {name!r} has no up-to-date {runtime} export on this server") from None
@@ -203,7 +207,8 @@ def build(opts: AvatarOptions) -> Pipeline:
                             "state": opts.state, "device": device,
                             "background": opts.background if isinstance(opts.background, str) else
                             list(opts.background),
-                            "runtime": runtime, "backend": runtime, "states": list(STATES)})
+                            "runtime": runtime, "backend": runtime, "states": list(STATES),
+                            "batched": batching is not None})
 
 
 PIPELINE = PipelineSpec("avatar", "talking portrait driven by the client's microphone (state: auto | speaking | "

@@ -1,5 +1,6 @@
 """What every pipeline builds and hands to the session: :class:`Pipeline` (its graph and the handles the session
-feeds and reads), and the video out every pipeline ends with (:func:`add_video_out`)."""
+feeds and reads), the video out every pipeline ends with (:func:`add_video_out`), and the server's one model service
+(:func:`model_service`: sessions of one model batched together, when the server runs with ``--batching on``)."""
 from __future__ import annotations
 
 import threading
@@ -8,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from framegraph.stream import Graph, Stage
+from framegraph.stream.batching import ModelService
 from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, RGBAImageEncoder, chunk_samples
 
 from ..protocol import AUDIO_SAMPLE_RATE, Kind
@@ -18,6 +20,38 @@ if TYPE_CHECKING:  # pragma: no cover - the camera checks pictures with the sess
     from ..camera import CameraInput
 
 AUDIO_CHUNK = chunk_samples(AUDIO_SAMPLE_RATE, 20)  # 320 samples = 20 ms
+_SERVICE = ModelService()  # no thread until a session opens a client
+_BATCHING = [False]
+
+
+def set_batching(on: bool) -> None:
+    """Whether this server's sessions of one model share the model service (``framegraph serve --batching``)."""
+    _BATCHING[0] = bool(on)
+
+
+def model_service() -> ModelService | None:
+    """The process's model service while batching is on (:func:`set_batching`), else None."""
+    return _SERVICE if _BATCHING[0] else None
+
+
+def batching_metrics_text() -> str:
+    """The model service's lanes as Prometheus text: batches by size, requests served / missed / late / failed,
+    queue wait p50 / p95 (ms), the measured ms per batch size and the sessions each lane holds at 25 fps."""
+    lines = []
+    for lane in _SERVICE.lanes().values():
+        name = f'lane="{lane.name}"'
+        st = lane.stats
+        lines += [f'framegraph_batches_total{{{name},size="{b}"}} {n}' for b, n in sorted(st.batches.items())]
+        for what in ("served", "missed", "late", "failed", "cancelled"):
+            lines.append(f"framegraph_batch_requests_{what}_total{{{name}}} {getattr(st, what)}")
+        for q in (0.5, 0.95):
+            wait = st.wait_ms(q)
+            if wait is not None:
+                lines.append(f'framegraph_batch_queue_wait_ms{{{name},quantile="{q:g}"}} {wait:.3f}')
+        lines += [f'framegraph_batch_cost_ms{{{name},size="{b}"}} {ns / 1e6:.3f}' for b, ns in
+                  sorted(lane.cost_ns.items())]
+        lines.append(f"framegraph_batch_capacity_sessions{{{name},fps=\"25\"}} {lane.capacity(25.0)}")
+    return "".join(line + "\n" for line in lines)
 PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels": 1, "chunk_ms": 20}
 
 

@@ -46,7 +46,7 @@ from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import MediaError, read_video
 
 from ..base import AvatarError, AvatarStages, MatteInFolder, PictureSize, RunSettings, add_audio_side, load_part
-from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and compiled)
+from .engines import batched_generator  # (registers its runtimes: torch and compiled)
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
 from .onnx import export_video_avatar
@@ -213,11 +213,14 @@ class VideoAvatar(PictureSize, MatteInFolder):
         the picture compute on ``settings.device`` on its ``runtime`` (:mod:`.engines`: torch, compiled; or on the
         CPU the audio encoder and the generator on ONNX Runtime, :mod:`.onnx`); the audio side and the loop frames
         stay on the CPU, each picked frame uploaded. ``settings.alpha``: the loop also plays the frames' mattes,
-        which the mouth region passes on beside its picture (the lower face is redrawn inside the person)."""
+        which the mouth region passes on beside its picture (the lower face is redrawn inside the person).
+        ``settings.batching``: the generator runs in the service's batches (:func:`~.engines.batched_generator`)."""
         mattes = self.required_matte() if settings.alpha else None
         engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
         device = settings.device
+        generator = engines.generator if settings.batching is None else \
+            batched_generator(settings.batching, self, settings)
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       engine=engines.audio), "cpu")
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
@@ -227,7 +230,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
                                                   out_device=settings.video_device, matte=settings.alpha,
                                                   torch_threads=settings.torch_threads, engine=engines.picture,
-                                                  generator_engine=engines.generator, graphs=engines.graphs))
+                                                  generator_engine=generator, graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)

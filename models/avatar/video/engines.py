@@ -5,6 +5,10 @@
   (static shapes: the box is a tensor, :meth:`~.stages.MouthRegion.picture_at`); on CUDA the picture step replayed
   from a CUDA graph.
 - ``onnx``: the audio encoder and the generator on ONNX Runtime (:mod:`.onnx`, registered there).
+
+Batched (model ``"avatar-video-batch"``, runtimes ``torch`` and ``onnx``): the generator for a batch of sessions,
+``[B, ...]`` in and out, run by a lane of a :class:`~framegraph.stream.batching.ModelService`;
+:func:`batched_generator` hands each session's :class:`~.stages.MouthRegion` a client of that lane.
 """
 from __future__ import annotations
 
@@ -38,4 +42,28 @@ def compiled_engines(avatar, settings) -> VideoEngines:
                         graphs=options.graphs(settings.device))
 
 
-__all__ = ["VideoEngines", "torch_engines", "compiled_engines"]
+@runtime.register("avatar-video-batch", "torch")
+def torch_batch(avatar, settings):
+    """The torch generator itself: it takes a batch (``[B, ...]`` inputs, ``[B, 3, S, S]`` out)."""
+    return avatar.generator.to(settings.device).eval()
+
+
+def batched_generator(service, avatar, settings):
+    """``generator_engine`` for :class:`~.stages.MouthRegion`: ``generator ↦`` a
+    :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's generator on
+    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU; the lane's engine is built by the first session."""
+    runtime.check("avatar-video-batch", settings.runtime)
+    if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
+        raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
+                         f"without batching on a GPU)")
+    key = ("avatar-video generator", id(avatar.generator), settings.runtime, str(settings.device),
+           avatar.region_size, settings.onnx_dir)
+
+    def client(generator):
+        return service.client(key, lambda: runtime.engines("avatar-video-batch", settings.runtime, avatar, settings),
+                              build=True, name=f"video-generator-{avatar.region_size}-{settings.runtime}")
+
+    return client
+
+
+__all__ = ["VideoEngines", "torch_engines", "compiled_engines", "torch_batch", "batched_generator"]

@@ -3,8 +3,9 @@
 Files written by :func:`export_video_avatar` (shapes fixed by the bundle: batch 1, its region size ``S``):
 
 - ``audio.onnx``: the audio encoder's conv stack (:func:`~framegraph.models.audio.onnx.export_audio_encoder`).
-- ``generator.onnx``: :class:`~.lipsync.MouthGenerator`, ``masked [1, 3, S, S], mask [1, 1, S, S], reference
-  [1, 3, S, S], shape [1, P] → picture [1, 3, S, S]`` (images RGB in [0, 1]).
+- ``generator.onnx``: :class:`~.lipsync.MouthGenerator`, ``masked [B, 3, S, S], mask [B, 1, S, S], reference
+  [B, 3, S, S], shape [B, P] → picture [B, 3, S, S]`` (images RGB in [0, 1]; the batch axis ``B`` dynamic: one
+  session runs ``B = 1``, a batch of sessions :class:`OrtBatchGenerator`).
 
 The shape head (one linear layer on a few feature vectors) and the picture's crop, texture and paste stay in
 torch: they cost little next to the generator. ``manifest.json`` has the layout of every export
@@ -19,7 +20,7 @@ import torch
 
 from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder, export_audio_encoder
-from framegraph.models.onnx import CheckedExport, OrtGraph, default_threads
+from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph, default_threads
 from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash, write_manifest
 from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
 
@@ -58,9 +59,11 @@ def export_video_avatar(avatar, out_dir: str) -> dict:
     gen = avatar.generator.float().eval()
     S, P = avatar.region_size, gen.config.shape_dim
     gen_args = (torch.rand(1, 3, S, S), avatar.mask.float()[None, None], torch.rand(1, 3, S, S), torch.randn(1, P))
-    export_module(gen, gen_args, os.path.join(out_dir, "generator.onnx"), list(GENERATOR_IO), ["picture"])
+    batch = {name: {0: "batch"} for name in (*GENERATOR_IO, "picture")}
+    export_module(gen, gen_args, os.path.join(out_dir, "generator.onnx"), list(GENERATOR_IO), ["picture"],
+                  dynamic_axes=batch)
     files["generator"] = {"file": "generator.onnx", "inputs": io_entries(list(GENERATOR_IO), gen_args, MEANING),
-                          "outputs": io_entries(["picture"], [gen_args[0]], MEANING)}
+                          "outputs": io_entries(["picture"], [gen_args[0]], MEANING), "batch": "dynamic"}
     return write_manifest(out_dir, {"format": FORMAT, "opset": OPSET, "bundle_hash": video_avatar_hash(avatar),
                                     "bundle": avatar.root, "torch": torch.__version__, "files": files})
 
@@ -83,6 +86,45 @@ class OrtGenerator:
         return self.out
 
 
+class OrtBatchGenerator:
+    """The mouth generator on ONNX Runtime for a batch of sessions: ``(masked, mask, reference, shape)``, each
+    ``[B, ...]`` → ``picture [B, 3, S, S]`` (a buffer per ``B``, reused by the next call of that size). Needs an
+    export with the dynamic batch axis; an older one is refused, naming the command that makes it again."""
+
+    def __init__(self, graph: OrtGraph, size: int):
+        batch = graph.session.get_inputs()[0].shape[0]
+        if not isinstance(batch, str):
+            raise ExportError(f"{graph.path} runs one session at a time (batch axis fixed to {batch}); batching "
+                              f"needs an export with a dynamic batch axis: run `framegraph export --avatar BUNDLE` "
+                              f"again")
+        self.graph, self.io, self.size = graph, graph.binding(), size
+        self.graphs = {"generator": graph}
+        self.out: dict[int, torch.Tensor] = {}
+
+    def __call__(self, masked, mask, reference, shape) -> torch.Tensor:
+        B = masked.shape[0]
+        out = self.out.get(B)
+        if out is None:
+            out = self.out[B] = torch.empty(B, 3, self.size, self.size)
+        keep = [v.float().contiguous() for v in (masked, mask, reference, shape)]  # alive until the run is done
+        for name, v in zip(GENERATOR_IO, keep):
+            self.graph.bind(self.io, name, v)
+        self.graph.bind(self.io, "picture", out, output=True)
+        self.graph.run(self.io)
+        return out
+
+
+@runtime.register("avatar-video-batch", "onnx")
+def onnx_batch(avatar, settings) -> OrtBatchGenerator:
+    """The exported generator (checked against the bundle) for batches, with ``torch_threads`` intra-op threads
+    (default every core: one lane runs the generator for all the sessions)."""
+    if str(settings.device) != "cpu":
+        raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r}")
+    export = CheckedExport(onnx_dir(avatar, settings), load_manifest(onnx_dir(avatar, settings), avatar))
+    return OrtBatchGenerator(export.graph("generator", settings.torch_threads or os.cpu_count() or 1),
+                             avatar.region_size)
+
+
 @runtime.register("avatar-video", "onnx")
 def onnx_engines(avatar, settings) -> VideoEngines:
     """ONNX Runtime from the bundle's export (checked against it), the generator with ``torch_threads``
@@ -99,4 +141,4 @@ def onnx_engines(avatar, settings) -> VideoEngines:
 
 
 __all__ = ["FORMAT", "PARTS", "video_avatar_hash", "load_manifest", "export_video_avatar", "OrtGenerator",
-           "onnx_engines"]
+           "OrtBatchGenerator", "onnx_batch", "onnx_engines"]

@@ -28,6 +28,7 @@ from framegraph.models.graphs import GraphedStep
 from framegraph.models.vae import crop_frames
 from framegraph.models.vae.register import gaussian_blur
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.batching import BatchClient, Missed
 
 from .lipsync import MouthGenerator, ShapeHead
 
@@ -130,7 +131,10 @@ class MouthRegion(Stage):
         engine: ``engine(fn)`` → how the device path :meth:`picture_at` runs (its runtime: as it is, or compiled).
         generator_engine: what runs the generator inside that path (its runtime, :mod:`framegraph.models.runtime`):
             ``generator_engine(generator)`` → a function called as the generator is (ONNX Runtime's); None: the
-            torch model itself.
+            torch model itself; a :class:`~framegraph.stream.batching.BatchClient` (the generator run in batches
+            with other sessions', :func:`~.engines.batched_generator`) is opened at setup, closed at teardown,
+            cancelled by ``interrupt`` and given the frame's deadline (live: its audio's arrival + ``max_lag_ms``);
+            a frame the batch cannot make in time is skipped (``frames_skipped``).
         graphs: replay the device path from a CUDA graph (on CUDA; its inputs copied into static buffers).
         matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
             redrawn lower face lies inside the person), skipped with it when the frame is.
@@ -153,6 +157,7 @@ class MouthRegion(Stage):
         super().__init__(name)
         self.generator = generator.to(device).eval()
         self.draw = self.generator if generator_engine is None else generator_engine(self.generator)
+        self.batched = isinstance(self.draw, BatchClient)
         self.device = str(torch.device(device))
         S = int(mask.shape[0])
         self.size, self.side = S, int(box_side)
@@ -184,8 +189,9 @@ class MouthRegion(Stage):
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
         if keep:
             self.inputs["keep"] = PortSpec((self.side, self.side), torch.float32, device)
-        # the picture is made on the device and copied down when the output is elsewhere (an encoder's CPU)
-        self._scratch = None if out_device == self.device and not graphs else \
+        # the picture is made on the device and copied down when the output is elsewhere (an encoder's CPU), and
+        # made before its slot is taken when a batch may skip it
+        self._scratch = None if out_device == self.device and not graphs and not self.batched else \
             torch.empty(H, W, 3, dtype=torch.uint8, device=device)
         run = self.picture_at if engine is None else _inference(engine(self._picture))
         self.compiled = engine is not None
@@ -203,10 +209,17 @@ class MouthRegion(Stage):
     def setup(self, ctx):
         super().setup(ctx)
         self.frames_skipped = 0
+        if self.batched:
+            self.draw.open()
         if self._step is not None and self._step.enabled:
             self.warm()  # a CUDA graph per stage: captured here, not at the first frame
             return
-        warmed = _WARMED.setdefault(self.draw, set())  # the first call of each kernel at a new size is the
+        engine = self.draw.lane if self.batched else self.draw  # one warm-up per model, however many sessions
+        if self.batched:  # the lane's cost per batch size (once per lane): what the batches it forms are sized by
+            S = self.size
+            engine.warm_once((torch.zeros(1, 3, S, S, device=self.device), self.mask, self.reference,
+                              torch.zeros(1, self.generator.config.shape_dim, device=self.device)))
+        warmed = _WARMED.setdefault(engine, set())  # the first call of each kernel at a new size is the
         key = (self.frame_size, self.side, self.texture is not None, self.device, self.compiled)  # slow one: once
         if key not in warmed:  # per process, size and runtime, on a blank frame, not on a user's frame
             self.warm()
@@ -305,20 +318,34 @@ class MouthRegion(Stage):
         out[rows, cols] = blended.round_().clamp_(0, 255).to(torch.uint8)
         return out
 
+    def teardown(self) -> None:
+        if self.batched:
+            self.draw.close()
+
+    def interrupt(self) -> None:
+        if self.batched:
+            self.draw.cancel()  # a call waiting on the batch returns now
+
     def process(self, inputs, out):
         frame = inputs["frame"]
         if self.stale(frame, "frame", self.max_lag_ms):
             self.frames_skipped += 1
             return
-        video = out.write("video").data
         args = (frame.data, inputs["box"].data, inputs["shape"].data)
         if "keep" in self.inputs:
             args += (inputs["keep"].data,)
         if self._step is None:
-            self._direct(*args, out=video)
+            self._direct(*args, out=out.write("video").data)
         else:
-            picture = self._step(*args)  # into the scratch frame
-            video.copy_(picture, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
+            if self.batched:
+                live = self.max_lag_ms is not None and self.ctx.clock.mode == "realtime" and frame.capture_ns
+                self.draw.deadline_ns = int(frame.capture_ns + self.max_lag_ms * 1e6) if live else None
+            try:
+                picture = self._step(*args)  # into the scratch frame
+            except Missed:
+                self.frames_skipped += 1
+                return
+            out.write("video").data.copy_(picture, non_blocking=True)  # a download slot on CUDA (see stream.Frame)
         if "alpha" in self.outputs:
             out.write("alpha").data.copy_(inputs["alpha"].data, non_blocking=True)
 

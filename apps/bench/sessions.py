@@ -1,0 +1,117 @@
+"""``framegraph bench sessions``: N live sessions of one avatar at once, their model calls batched by one model
+service (:mod:`framegraph.stream.batching`) or each session's alone.
+
+    framegraph bench sessions --pipeline avatar,video_avatar --sessions 1,2,4,8 --batching on,off \\
+        --out benchmarks/results/cpu/sessions.json
+
+Each session is built as the server builds it (a realtime clock, live: frames whose audio is older than the live lag
+are skipped) and fed its speech in 20 ms chunks in real time from a common start (``measure_sessions``, shared with
+``bench avatar``). Per run: each session's presented fps, its glass-to-glass p50 / p95 (audio chunk in to picture
+out), the aggregate fps, the process's CPU time per presented frame and, batched, the service's batch sizes, queue
+wait and frames missed. ``video_avatar``: a video avatar with the trained bundles' generator widths at
+``--video-region`` (fresh weights: the cost does not depend on them); ``avatar``: the shipped portrait. Batching
+is built for the video avatar's generator; the portrait's rows with batching on say so and measure nothing.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+
+from framegraph.models.avatar import load_avatar, random_video_avatar
+from framegraph.models.avatar.portrait.onnx import export_avatar
+from framegraph.models.avatar.video.onnx import export_video_avatar
+from framegraph.stream.batching import ModelService
+
+from .avatar_measure import SESSION_FPS_TOLERANCE, measure_sessions
+from .measure import torch_threads
+from .meta import ROOT, bench_metadata, write_result
+from .speech import speech
+
+TRAINED_WIDTHS = (24, 48, 96, 96)  # MouthGenerator's default channels: what trained video bundles have
+NOT_BUILT = "the portrait's DiT and VAE decoder have no batched engine yet: its sessions run alone"
+
+
+def _avatar(pipeline: str, args):
+    if pipeline == "video_avatar":
+        return f"video avatar {args.video_region}²", random_video_avatar(region_size=args.video_region,
+                                                                          generator_channels=TRAINED_WIDTHS)
+    path = args.avatar or os.path.join(ROOT, "assets", "avatars", "astronaut")
+    return os.path.basename(os.path.normpath(path)), load_avatar(path)
+
+
+def _graph_kw(pipeline: str, avatar, args, tmp: str) -> dict:
+    if args.runtime == "torch":
+        return {"runtime": "torch"}
+    out = os.path.join(tmp, pipeline)
+    if not os.path.isdir(out):
+        (export_video_avatar if pipeline == "video_avatar" else export_avatar)(avatar, out)
+    return {"runtime": "onnx", "onnx_dir": out}
+
+
+def _measure(pipeline: str, args, tmp: str, audio) -> dict:
+    name, avatar = _avatar(pipeline, args)
+    kw = _graph_kw(pipeline, avatar, args, tmp)
+    rows = []
+    for batching in args.batching:
+        for n in args.sessions:
+            if batching == "on" and pipeline != "video_avatar":
+                rows.append({"batching": "on", "sessions": n, "skipped": NOT_BUILT})
+                continue
+            service = ModelService(torch_threads=args.torch_threads) if batching == "on" else None
+            print(f"[{pipeline}] {n} session(s), batching {batching}", flush=True)
+            run = measure_sessions(avatar, n, args.seconds, "cpu", args.torch_threads, audio,
+                                   {**kw, "batching": service})
+            run["batching"] = batching
+            run["p95_ms_max"] = max((p["end_to_end_ms"]["p95_ms"] or 0.0) for p in run["per_session"])
+            if service is not None:
+                (lane,) = service.lanes().values()
+                run["service"] = {**lane.stats.as_dict(), "cost_ms": {str(b): round(ns / 1e6, 3) for b, ns in
+                                                                       sorted(lane.cost_ns.items())}}
+            print(f"[{pipeline}] {n} session(s), batching {batching}: fps min {run['fps_min']:.1f}, aggregate "
+                  f"{run['aggregate_fps']:.1f}, p95 {run['p95_ms_max']:.0f} ms, CPU {run['cpu_ms_per_frame']:.1f} "
+                  f"ms/frame", flush=True)
+            rows.append(run)
+    held = {b: max((r["sessions"] for r in rows if r["batching"] == b and r.get("all_keep_up")), default=0)
+            for b in args.batching}
+    return {"avatar": name, "runtime": args.runtime, "region_size": avatar.region_size, "fps": avatar.fps,
+            "runs": rows, "sessions_held": held}
+
+
+def run(args: argparse.Namespace) -> int:
+    result = bench_metadata("sessions")
+    audio, audio_info = speech(args.seconds, seed=2)
+    result["description"] = {
+        "what": "N live sessions of one avatar at once (realtime clock, fed in real time), their generator calls "
+                "batched by one model service or each alone",
+        "keep_up_rule": f"presented fps >= {SESSION_FPS_TOLERANCE:g} x the avatar's fps",
+        "glass_to_glass": "end_to_end_ms: an audio chunk's arrival at the source to its picture at the sink",
+        "cpu_ms_per_frame": "the process's CPU time over the run / the frames all sessions presented",
+        "audio": {**audio_info, "seconds": args.seconds}, "torch_threads": args.torch_threads,
+        "cpus": os.cpu_count(), "load_at_start": os.getloadavg()[0]}
+    with torch_threads(args.torch_threads), tempfile.TemporaryDirectory(prefix="fg-bench-sessions-") as tmp:
+        result["pipelines"] = {p: _measure(p, args, tmp, audio) for p in args.pipeline}
+    result["load_at_end"] = os.getloadavg()[0]
+    png = write_result(result, args.out, figure)
+    for p, res in result["pipelines"].items():
+        print(f"{p} ({res['avatar']}, {res['runtime']}): sessions held at {res['fps']:g} fps: "
+              + ", ".join(f"batching {b} {n}" for b, n in res["sessions_held"].items()))
+    print(f"wrote {args.out} and {png}")
+    return 0
+
+
+def figure(result: dict, plt):
+    pipes = result["pipelines"]
+    fig, axes = plt.subplots(1, len(pipes), figsize=(5.5 * len(pipes), 4), squeeze=False)
+    for ax, (p, res) in zip(axes[0], pipes.items()):
+        for b, colour in (("on", "#228833"), ("off", "#aa3377")):
+            runs = [r for r in res["runs"] if r["batching"] == b and "fps_min" in r]
+            if runs:
+                ax.plot([r["sessions"] for r in runs], [r["fps_min"] for r in runs], "o-", color=colour,
+                        label=f"batching {b}: slowest session")
+        ax.axhline(SESSION_FPS_TOLERANCE * res["fps"], color="grey", ls="--", lw=1, label="keeps up")
+        ax.set(xscale="log", xlabel="sessions at once", ylabel="presented fps")
+        ax.set_title(f"{p}: {res['avatar']} on {res['runtime']}", fontsize=10)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    return fig

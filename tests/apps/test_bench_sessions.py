@@ -1,0 +1,34 @@
+"""``framegraph bench sessions`` on the CPU: live sessions of a video avatar with and without the model service, and
+the portrait's rows with batching on saying it is not built; a wrong pipeline name is refused in a sentence."""
+import json
+
+import pytest
+
+from framegraph.apps.cli import main
+
+
+def test_sessions_batched_and_alone_each_with_their_figures(tmp_path):
+    out = tmp_path / "sessions.json"
+    assert main(["bench", "sessions", "--pipeline", "video_avatar,avatar", "--sessions", "2", "--batching", "on,off",
+                 "--runtime", "torch", "--video-region", "64", "--seconds", "1", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    video = data["pipelines"]["video_avatar"]
+    on, off = video["runs"]
+    assert (on["batching"], off["batching"]) == ("on", "off") and on["sessions"] == off["sessions"] == 2
+    for run in (on, off):
+        assert len(run["per_session"]) == 2 and all(p["frames"] > 0 for p in run["per_session"])
+        assert run["aggregate_fps"] == pytest.approx(sum(p["presented_fps"] for p in run["per_session"]))
+        assert run["cpu_ms_per_frame"] > 0 and run["p95_ms_max"] > 0
+    assert on["service"]["served"] > 0 and set(on["service"]["cost_ms"]) >= {"1", "2"}
+    assert "service" not in off
+    portrait_on = data["pipelines"]["avatar"]["runs"][0]
+    assert "no batched engine yet" in portrait_on["skipped"]
+    assert data["pipelines"]["avatar"]["runs"][1]["per_session"]
+    assert (tmp_path / "sessions.png").stat().st_size > 0
+
+
+def test_a_pipeline_it_does_not_know_is_refused(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["bench", "sessions", "--pipeline", "scope", "--out", "x.json"])
+    assert e.value.code == 2
+    assert "--pipeline 'scope': expected a comma-separated list of avatar, video_avatar" in capsys.readouterr().err

@@ -1,0 +1,99 @@
+"""The video avatar's generator in batches: on torch and on ONNX Runtime (the export's dynamic batch axis) each row of
+a batch is what that session's call alone gives (≤ 1e-5); live sessions on ONNX Runtime through one model service
+get the frames each makes alone; an export without the batch axis is refused, naming the command."""
+import numpy as np
+import pytest
+import torch
+from helpers import avatar_session
+
+pytest.importorskip("onnx")
+
+from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar.video.onnx import OrtBatchGenerator, OrtGenerator, load_manifest
+from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph
+from framegraph.models.onnx.trace import export_module
+from framegraph.stream.batching import ModelService
+from framegraph.stream.media import SAMPLE_RATE, PushAudioSource
+
+
+@pytest.fixture(scope="module")
+def exported(exported_video_avatar):
+    return exported_video_avatar
+
+
+def batch(avatar, n: int):
+    S, g = avatar.region_size, torch.Generator().manual_seed(n)
+    mask = avatar.mask[None, None].float().expand(n, 1, S, S).contiguous()
+    return (torch.rand(n, 3, S, S, generator=g) * (1 - mask), mask, torch.rand(n, 3, S, S, generator=g),
+            torch.randn(n, 3, generator=g))
+
+
+def assert_rows_alone(run_batch, run_one, inputs):
+    got = run_batch(*inputs).clone()
+    for i in range(got.shape[0]):
+        want = run_one(*(t[i:i + 1] for t in inputs))
+        assert float((got[i:i + 1] - want).abs().max()) <= 1e-5
+
+
+@torch.no_grad()
+def test_torch_batches_give_each_row_its_own_picture(exported):
+    avatar, _ = exported
+    for n in (2, 4, 8):
+        assert_rows_alone(avatar.generator, avatar.generator, batch(avatar, n))
+
+
+def test_onnx_batches_give_each_row_its_own_picture(exported):
+    avatar, out = exported
+    export = CheckedExport(out, load_manifest(out, avatar))
+    assert export.manifest["files"]["generator"]["batch"] == "dynamic"
+    batched = OrtBatchGenerator(export.graph("generator", 1), avatar.region_size)
+    one = OrtGenerator(export.graph("generator", 1), avatar.region_size)
+    for n in (2, 4, 8):
+        assert_rows_alone(batched, lambda *a: one(*a).clone(), batch(avatar, n))
+    with torch.no_grad():  # and the batch is the torch model's
+        inputs = batch(avatar, 4)
+        assert float((batched(*inputs) - avatar.generator(*inputs)).abs().max()) <= 1e-4
+
+
+def test_an_export_without_the_batch_axis_is_refused(exported, tmp_path):
+    avatar, _ = exported
+    path = str(tmp_path / "generator.onnx")
+    export_module(avatar.generator.float().eval(), batch(avatar, 1), path, ["masked", "mask", "reference", "shape"],
+                  ["picture"])
+    with pytest.raises(ExportError, match=r"batch axis fixed to 1.*run `framegraph export --avatar BUNDLE` again"):
+        OrtBatchGenerator(OrtGraph(path), avatar.region_size)
+
+
+def frames(avatar, audios, **kw):
+    runs = [avatar_session(avatar, audio, **kw) for audio in audios]
+    for g, _ in runs:
+        g.start()
+    for g, _ in runs:
+        g.join(120)
+    return [torch.stack(sink.data()).numpy() for _, sink in runs]
+
+
+def test_sessions_on_onnx_through_one_service_get_their_own_frames(exported):
+    avatar, out = exported
+    t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
+    audios = [(np.sin(2 * np.pi * f * t) * 6000 * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.int16)
+              for f in (150, 200, 250)]
+    want = [frames(avatar, [a], runtime="onnx", onnx_dir=out)[0] for a in audios]
+    service = ModelService()
+    got = frames(avatar, audios, runtime="onnx", onnx_dir=out, batching=service)
+    for g, w in zip(got, want):
+        assert g.shape == w.shape and np.abs(g.astype(int) - w).max() <= 1  # rounding of a value ≤ 1e-5 apart
+    (lane,) = service.lanes().values()
+    assert max(lane.stats.batches) >= 2
+
+
+def test_batching_on_the_compiled_runtime_is_refused_in_a_sentence(exported):
+    avatar, _ = exported
+    with pytest.raises(ValueError, match="avatar-video-batch runs on torch or onnx, not 'compiled'"):
+        build_avatar_graph(avatar, PushAudioSource(), runtime="compiled", batching=ModelService())
+
+
+def test_batching_on_a_gpu_is_refused_in_a_sentence(exported):
+    avatar, _ = exported
+    with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
+        build_avatar_graph(avatar, PushAudioSource(), device="cuda", batching=ModelService())

@@ -143,12 +143,15 @@ def test_pictures_at_the_fps_stamped_with_their_audio_the_mouth_moving_with_spee
     assert {t.name for t in threading.enumerate()} <= threads_before, threading.enumerate()
 
 
-def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_bot_goes_on():
-    """torch runtime. Mid-sentence an InterruptionFrame (barge-in): the picture after it shows the mouth at rest,
-    no more of that sentence is heard, the idle face goes on, a next utterance is spoken; CancelFrame ends it."""
+@pytest.mark.parametrize("runtime", ["torch", "onnx"])
+def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_bot_goes_on(runtime, request):
+    """Mid-sentence an InterruptionFrame (barge-in): the picture after it shows the mouth at rest, no more of that
+    sentence is heard, the idle face goes on at the frame rate, a next utterance is spoken, no error on the way (on
+    ONNX Runtime the models' reset once failed, and the next sentence was lost); CancelFrame ends it."""
     long = say("This is a long sentence that the user will interrupt long before it reaches its very end.")
     after = say("Yes?")
-    agent = Agent(FramegraphAvatar(ASTRONAUT, runtime="torch"))
+    onnx = request.getfixturevalue("onnx_dir") if runtime == "onnx" else None
+    agent = Agent(FramegraphAvatar(ASTRONAUT, runtime=runtime, onnx_dir=onnx))
     script = ["pictures", 0.4, *utterance(long, RATE, "long"), 1.6, InterruptionFrame(), 1.2,
               *utterance(after, RATE, "after"), len(after) / RATE + 0.8, CancelFrame()]
     run([agent], [script])
@@ -176,6 +179,8 @@ def test_interruption_rests_the_mouth_within_a_frame_drops_the_sentence_and_the_
     assert np.all(np.diff([f.pts for _, f in later.images]) == 40_000_000)  # every frame period has its picture
     heard_after = sum(len(f.audio) // 2 for _, f in later.audio if f.context_id == "after")
     assert abs(heard_after - len(after)) < RATE // 50
+    errors = [f.error for _, f in agent.upstream.got if isinstance(f, ErrorFrame)]
+    assert not errors and agent.avatar.session.failure is None, errors[:3]
     assert isinstance(order[-1][1], CancelFrame) and not no_graph_threads()
 
 

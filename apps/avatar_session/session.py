@@ -130,6 +130,9 @@ class AvatarSession:
             a, self.source, sink=self.output, audio_sink=self.output, graph=g, device="cpu", steps=self.steps,
             live=True, max_in_flight=None, torch_threads=1, video_policy="drop_oldest", runtime=self.runtime,
             onnx_dir=self.onnx_dir, name=self.name)
+        for edge in g.edges:  # the audio is the session's clock: models that fall behind never hold it back
+            if edge.src is self.source and edge.dst is not self.output:
+                edge.policy = "drop_oldest"  # the chunks they missed are silence to them (AudioFeatures)
         self.graph = g
         g.start()
 

@@ -114,8 +114,8 @@ class SessionOutput(Stage):
         self._rest_before, self._rest_after = clock.ticks(REST_BEFORE_S), clock.ticks(REST_AFTER_S)
         self._hold = clock.ticks(MAX_AUDIO_HOLD_S)
         self._delay = clock.ticks(self.video_delay_s)
-        # an output frame is due this long after the one before (echoes come each chunk: it leaves by two periods)
         self._period = clock.ticks_from_frame(1, self.out_fps)  # an overdue frame is made once its period was heard
+        # an output frame is due this long after the one before (echoes come each chunk: it leaves by two periods)
         self._gap = max(self._chunk_ticks, clock.ticks_from_frame(GAP_FRAMES, self.out_fps) - self._chunk_ticks)
         self._filled_at: int | None = None  # ``_heard_to`` when the last output frame was made
 

@@ -261,9 +261,10 @@ class AvatarSession:
         return self.source.queued_samples / SAMPLE_RATE if self.graph is not None else 0.0
 
     def stats(self) -> dict:
-        """Counters: frames out, repeated (re-timed or skipped as stale), replaced after a barge-in, generated,
-        source chunks that ran dry, items dropped for a consumer that did not take them."""
+        """Counters: frames out, repeated (re-timed, skipped as stale, or standing in for a late one), pictures that
+        came after their frame had left (late), replaced after a barge-in, generated, source chunks that ran dry,
+        items dropped for a consumer that did not take them."""
         o = self.output if self.graph is not None else None
-        return {"frames_out": o.frames_out if o else 0, "repeated": o.repeated if o else 0,
+        return {"frames_out": o.frames_out if o else 0, "repeated": o.repeated if o else 0, "late": o.late if o else 0,
                 "replaced_after_clear": o.replaced if o else 0, "generated": o.generated if o else 0,
                 "underrun_chunks": self.source.underrun_chunks if o else 0, "dropped_items": self.dropped_items}

@@ -97,7 +97,6 @@ async def play(agent: Agent, script: list) -> None:
             continue
         agent.fed.append((time.monotonic_ns(), step))
         await agent.worker.queue_frame(step)
-        await asyncio.sleep(0)  # as a TTS's generator yields between its frames
 
 
 async def run_agents(agents: list[Agent], scripts: list[list], *, audio_out_sample_rate: int = 24_000,
@@ -174,7 +173,7 @@ def audio_after_image(rec: Recording) -> dict:
         if k < 0:
             lead = max(lead, float("inf"))  # no image of its time ever came
             continue
-        d = (t - arrival[k]) / 1e6
+        d = float(t - arrival[k]) / 1e6
         after += d >= 0
         lead, late = max(lead, -d), max(late, d)
     return {"frames": len(rec.audio), "share": after / len(rec.audio), "lead_ms": lead, "late_ms": late}

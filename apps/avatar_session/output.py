@@ -7,7 +7,10 @@ The echo of a chunk reaches the sink at once; its picture one graph latency late
 until the picture of the same time is out, then releases both — an image, then the audio of its frame
 period — so the two leave stamped from the one session clock and in sync, however long the models take.
 Pictures are re-timed to the output frame rate (each output frame shows the newest picture of its time: a
-picture the models skipped as stale is covered by the one before, so the cadence holds). After a barge-in
+picture the models skipped as stale is covered by the one before). The cadence never waits on the models: an
+output frame whose picture is not in two frame periods after the one before it, or half a second after its
+time, shows the picture before (the models' late picture is shown at the next frame), so the audio is never
+ahead of its picture and the picture stream never pauses longer than two frame periods. After a barge-in
 (:meth:`SessionOutput.clear_before`) the audio from before it is dropped and its pictures still in flight
 are replaced by the last picture of the face at rest.
 """
@@ -28,7 +31,8 @@ from .source import CHUNK, SpeechSource
 
 REST_BEFORE_S = 0.3  # a picture with no speech this long before it ...
 REST_AFTER_S = 0.12  # ... nor this long after (the audio encoder's look-ahead) shows the face at rest
-MAX_AUDIO_HOLD_S = 0.5  # audio waits at most this long (of its own time) for the pictures of its time
+MAX_AUDIO_HOLD_S = 0.5  # an output frame waits at most this long after its time for its picture (and its audio)
+GAP_FRAMES = 2  # ... nor longer than this many frame periods after the output frame before it
 
 
 @dataclass
@@ -95,7 +99,7 @@ class SessionOutput(Stage):
         self._lock = threading.Lock()
         self._cleared_pts = -1  # audio and pictures before this pts are from before the last barge-in
         self.rest_picture: np.ndarray | None = None
-        self.frames_out = self.repeated = self.replaced = self.generated = self.audio_dropped = 0
+        self.frames_out = self.repeated = self.replaced = self.generated = self.audio_dropped = self.late = 0
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -110,6 +114,10 @@ class SessionOutput(Stage):
         self._rest_before, self._rest_after = clock.ticks(REST_BEFORE_S), clock.ticks(REST_AFTER_S)
         self._hold = clock.ticks(MAX_AUDIO_HOLD_S)
         self._delay = clock.ticks(self.video_delay_s)
+        self._period = clock.ticks_from_frame(1, self.out_fps)  # an overdue frame is made once its period was heard
+        # an output frame is due this long after the one before (echoes come each chunk: it leaves by two periods)
+        self._gap = max(self._chunk_ticks, clock.ticks_from_frame(GAP_FRAMES, self.out_fps) - self._chunk_ticks)
+        self._filled_at: int | None = None  # ``_heard_to`` when the last output frame was made
 
     # ---- barge-in (any thread) ---------------------------------------------------------------------------
     def clear_before(self, pts: int) -> None:
@@ -129,6 +137,7 @@ class SessionOutput(Stage):
             self._prev = (slot_pts, self.rest_picture, 0)
             self._video.append(VideoOut(slot_pts, self.rest_picture, False, slot_pts, True))
             self._slot += 1
+            self._filled_at = self._heard_to
             self._release(items)
         return items
 
@@ -141,6 +150,7 @@ class SessionOutput(Stage):
                 self._on_audio(inputs["audio"].pts, cleared)
             if "video" in inputs:
                 self._on_video(inputs["video"], cleared)
+            self._fill_due()
             self._release(items)
         if items:
             self.emit(items)
@@ -192,12 +202,32 @@ class SessionOutput(Stage):
             self.rest_picture = picture
         current = (pts, picture, frame.capture_ns)
         clock = self.ctx.clock
+        if self._slot and pts <= clock.ticks_from_frame(self._slot - 1, self.out_fps):
+            self.late += 1  # its output frame left without it (the picture before stood in): the next one shows it
         while (slot_pts := clock.ticks_from_frame(self._slot, self.out_fps)) <= pts:
             shown = current if slot_pts == pts or self._prev is None else self._prev
             self.repeated += shown is not current
             self._video.append(self._frame(slot_pts, shown, rest and shown is current))
             self._slot += 1
+            self._filled_at = self._heard_to
         self._prev = current
+
+    def _fill_due(self) -> None:
+        """Under the lock: output frames whose picture is overdue (two frame periods after the frame before, or
+        ``MAX_AUDIO_HOLD_S`` after their time) are made now, showing the picture before, once all of their
+        period's audio has been heard (it leaves right after them)."""
+        if self._prev is None or self._filled_at is None:
+            return
+        clock = self.ctx.clock
+        while True:
+            slot_pts = clock.ticks_from_frame(self._slot, self.out_fps)
+            heard = self._heard_to - slot_pts - self._delay  # how long ago its time was heard
+            if heard < self._period or (heard < self._hold and self._heard_to - self._filled_at < self._gap):
+                return
+            self.repeated += 1
+            self._video.append(self._frame(slot_pts, self._prev, False))
+            self._slot += 1
+            self._filled_at = self._heard_to
 
     def _frame(self, slot_pts: int, shown, rest: bool) -> VideoOut:
         src_pts, picture, capture_ns = shown
@@ -216,7 +246,7 @@ class SessionOutput(Stage):
     def _release(self, items: list, final: bool = False) -> None:
         """Release what is due, in presentation order: a picture at pts ``v`` counts as at ``v + delay``; it leaves
         once every chunk before that has been echoed (and its audio has left), and audio at ``p`` leaves once every
-        picture before ``p`` has (the pictures still to come start at the next output frame)."""
+        picture before ``p`` has (the pictures still to come start at the next output frame): never before it."""
         next_key = self.ctx.clock.ticks_from_frame(self._slot, self.out_fps) + self._delay
         while True:
             a = self._audio[0] if self._audio else None
@@ -225,9 +255,8 @@ class SessionOutput(Stage):
             if v is not None and (a is None or v_key <= a.pts) and (final or self._heard_to >= v_key):
                 items.append(self._video.popleft())
                 self.frames_out += 1
-            elif a is not None and (v is None or a.pts < v_key) and (final or a.pts < next_key
-                                                                          or self._heard_to - a.pts > self._hold):
-                self._release_one(items)  # (or: no pictures for a while — the audio does not wait for them)
+            elif a is not None and (v is None or a.pts < v_key) and (final or a.pts < next_key):
+                self._release_one(items)
             else:
                 return
 

@@ -130,6 +130,9 @@ class AvatarSession:
             a, self.source, sink=self.output, audio_sink=self.output, graph=g, device="cpu", steps=self.steps,
             live=True, max_in_flight=None, torch_threads=1, video_policy="drop_oldest", runtime=self.runtime,
             onnx_dir=self.onnx_dir, name=self.name)
+        for edge in g.edges:  # the audio is the session's clock: models that fall behind never hold it back
+            if edge.src is self.source and edge.dst is not self.output:
+                edge.policy = "drop_oldest"  # the chunks they missed are silence to them (AudioFeatures)
         self.graph = g
         g.start()
 
@@ -258,9 +261,10 @@ class AvatarSession:
         return self.source.queued_samples / SAMPLE_RATE if self.graph is not None else 0.0
 
     def stats(self) -> dict:
-        """Counters: frames out, repeated (re-timed or skipped as stale), replaced after a barge-in, generated,
-        source chunks that ran dry, items dropped for a consumer that did not take them."""
+        """Counters: frames out, repeated (re-timed, skipped as stale, or standing in for a late one), pictures that
+        came after their frame had left (late), replaced after a barge-in, generated, source chunks that ran dry,
+        items dropped for a consumer that did not take them."""
         o = self.output if self.graph is not None else None
-        return {"frames_out": o.frames_out if o else 0, "repeated": o.repeated if o else 0,
+        return {"frames_out": o.frames_out if o else 0, "repeated": o.repeated if o else 0, "late": o.late if o else 0,
                 "replaced_after_clear": o.replaced if o else 0, "generated": o.generated if o else 0,
                 "underrun_chunks": self.source.underrun_chunks if o else 0, "dropped_items": self.dropped_items}

@@ -7,7 +7,8 @@ its sessions): N Pipecat pipelines (``PipelineWorker`` s on one ``WorkerRunner``
 speech as a streaming TTS pushes it — 20 ms ``TTSAudioRawFrame`` s at 24 kHz, at real time, between
 ``TTSStartedFrame`` and ``TTSStoppedFrame`` — → ``FramegraphAvatar`` → a recorder (``pipecat_agent``). Then the
 same speech, same runtime, pushed at real time into N bare avatar graphs as the server builds them
-(``PushAudioSource`` → ``build_avatar_graph`` → a sink stamping each frame's arrival).
+(``PushAudioSource`` → ``build_avatar_graph`` → a sink stamping each frame's arrival). Then, per runtime, one
+pipeline fed the same speech all at once (``push: "at_once"``: a fast TTS sending a whole reply).
 
 Measured, per agent:
 
@@ -18,7 +19,11 @@ Measured, per agent:
   bare graph: the 20 ms chunk pushed → its frame at the sink); ``added_delay_ms``: Pipecat p50 − bare p50;
 - audio to mouth: ``av_push_gap_ms`` (each audio frame's arrival at the recorder − its image's), ``stamp_offset_ms``
   (audio pts − its image's pts), ``mouth_lag_frames`` (the lag at which the mouth's openness best follows the
-  loudness of the audio out, portrait bundles).
+  loudness of the audio out, portrait bundles);
+- ``audio_after_image``: the share of audio frames reaching the recorder with or after the image of their frame
+  period (the target: all of them), the most one came before it (``lead_ms``) and after it (``late_ms``);
+  ``image_gap_ms``: the longest wait between two images at the recorder until the ``EndFrame`` (target: ≤ two
+  frame periods).
 
 The issue's target: 25 fps at the 256² output with ≤ 150 ms added delay over the bare graph, 2 CPU cores, ONNX.
 """
@@ -44,6 +49,7 @@ from framegraph.models.synth.resample import resample
 from framegraph.stream import Clock, Graph, PortSpec, Stage
 from framegraph.stream.media import PushAudioSource
 
+from . import pipecat_agent
 from .measure import summary_ms
 from .meta import bench_metadata, write_result
 from .pipecat_agent import Agent, analyse, audio_rms_per_image, best_lag, pictures, split, utterance
@@ -90,6 +96,10 @@ def run(args) -> int:
                 piped = measure_pipecat(args.avatar, audio16, n, runtime, exports.get(runtime))
                 result["rows"].append(_row(runtime, n, bare, piped))
                 _print_row(result["rows"][-1])
+            print(f"[pipecat] {runtime}: Pipecat pipeline, the speech pushed at once …", flush=True)
+            at_once = measure_pipecat(args.avatar, audio16, 1, runtime, exports.get(runtime), at_once=True)
+            result["rows"].append(_row(runtime, 1, [], at_once, push="at_once"))
+            _print_row(result["rows"][-1])
     result["target_met"] = _target_met(result)
     png = write_result(result, args.out, figure)
     print(f"wrote {args.out} and {png}; target (onnx, 1 agent: >= 25 fps, <= 150 ms added): {result['target_met']}")
@@ -170,14 +180,17 @@ def _bare_summary(r: dict, fps: float) -> dict:
 
 
 # ---- Pipecat pipelines -----------------------------------------------------------------------------------
-def measure_pipecat(bundle: str, audio16: np.ndarray, n: int, runtime: str, onnx_dir: str | None) -> list[dict]:
-    """N Pipecat pipelines at once, each fed ``audio16`` (at 24 kHz) as a streaming TTS pushes it."""
+def measure_pipecat(bundle: str, audio16: np.ndarray, n: int, runtime: str, onnx_dir: str | None,
+                    at_once: bool = False) -> list[dict]:
+    """N Pipecat pipelines at once, each fed ``audio16`` (at 24 kHz) as a streaming TTS pushes it (``at_once``: all
+    of it queued at once, then the time it lasts)."""
     from pipecat.frames.frames import EndFrame
 
     tts = resample(audio16, SAMPLE_RATE, TTS_RATE)
     agents = [Agent(FramegraphAvatar(bundle, runtime=runtime, onnx_dir=onnx_dir)) for _ in range(n)]
-    scripts = [["pictures", 1.0, ("realtime", utterance(tts, TTS_RATE, f"speech-{i}")), 1.0, EndFrame()]
-               for i in range(n)]
+    speech_frames = [utterance(tts, TTS_RATE, f"speech-{i}") for i in range(n)]
+    scripts = [["pictures", 1.0, *frames, len(tts) / TTS_RATE, 1.0, EndFrame()] if at_once else
+               ["pictures", 1.0, ("realtime", frames), 1.0, EndFrame()] for frames in speech_frames]
     run_agents(agents, scripts, timeout_s=len(tts) / TTS_RATE + 120)
     return [_pipecat_summary(a) for a in agents]
 
@@ -185,6 +198,9 @@ def measure_pipecat(bundle: str, audio16: np.ndarray, n: int, runtime: str, onnx
 def _pipecat_summary(agent) -> dict:
     rec = split(agent.sink.got)
     m = analyse(rec)
+    end = agent.fed[-1][0]  # the EndFrame queued: after it the queued speech drains, the live stream is over
+    live = split([(t, f) for t, f in agent.sink.got if t < end])
+    m["audio_after_image"], m["image_gap_ms"] = pipecat_agent.audio_after_image(live), pipecat_agent.image_gap_ms(live)
     session = agent.avatar.session
     a = session.avatar
     if isinstance(a, PortraitAvatar) and rec.images:
@@ -196,29 +212,40 @@ def _pipecat_summary(agent) -> dict:
 
 
 # ---- the table -------------------------------------------------------------------------------------------
-def _row(runtime: str, n: int, bare: list[dict], piped: list[dict]) -> dict:
+def _row(runtime: str, n: int, bare: list[dict], piped: list[dict], push: str = "realtime") -> dict:
     def p50(ms):
         return ms["latency_ms"].get("p50_ms") if ms.get("latency_ms") else None
 
     b = [p50(x) for x in bare if p50(x) is not None]
     p = [p50(x) for x in piped if p50(x) is not None]
-    return {"runtime": runtime, "agents": n, "bare": bare, "pipecat": piped,
+    order = [x["audio_after_image"] for x in piped]
+    return {"runtime": runtime, "agents": n, "push": push, "bare": bare, "pipecat": piped,
+            "audio_after_image_min": min((o["share"] or 0.0) for o in order),
+            "audio_lead_ms_max": max((o["lead_ms"] or 0.0) for o in order),
+            "image_gap_ms_max": max((x["image_gap_ms"] or 0.0) for x in piped),
             "fps_min": min((x.get("fps") or 0.0) for x in piped),
             "unique_fps_min": min((x.get("unique_fps") or 0.0) for x in piped),
-            "bare_fps_min": min((x.get("fps") or 0.0) for x in bare),
+            "bare_fps_min": min((x.get("fps") or 0.0) for x in bare) if bare else None,
             "latency_p50_ms": float(np.mean(p)) if p else None, "bare_latency_p50_ms": float(np.mean(b)) if b else None,
             "added_delay_ms": float(np.mean(p) - np.mean(b)) if p and b else None}
 
 
 def _print_row(r: dict) -> None:
+    sync = (f"audio after its image {100 * r['audio_after_image_min']:.1f} % (lead ≤ {r['audio_lead_ms_max']:.0f} ms), "
+            f"longest image gap {r['image_gap_ms_max']:.0f} ms")
+    if r["push"] == "at_once":
+        print(f"  {r['runtime']:>9} × 1, speech at once: Pipecat {r['fps_min']:.1f} fps delivered, "
+              f"{r['unique_fps_min']:.1f} generated; {sync}", flush=True)
+        return
     print(f"  {r['runtime']:>9} × {r['agents']}: Pipecat {r['fps_min']:.1f} fps delivered, {r['unique_fps_min']:.1f} "
           f"generated (slowest agent), latency p50 "
           f"{r['latency_p50_ms'] or 0:.0f} ms; bare graph {r['bare_fps_min']:.1f} fps, p50 "
-          f"{r['bare_latency_p50_ms'] or 0:.0f} ms; added {r['added_delay_ms'] or 0:.0f} ms", flush=True)
+          f"{r['bare_latency_p50_ms'] or 0:.0f} ms; added {r['added_delay_ms'] or 0:.0f} ms; {sync}", flush=True)
 
 
 def _target_met(result: dict) -> bool | None:
-    rows = [r for r in result["rows"] if r["runtime"] == TARGET["runtime"] and r["agents"] == 1]
+    rows = [r for r in result["rows"] if r["runtime"] == TARGET["runtime"] and r["agents"] == 1
+            and r["push"] == "realtime"]
     if not rows or result["output_size"] != TARGET["output"]:
         return None
     r = rows[0]
@@ -227,7 +254,7 @@ def _target_met(result: dict) -> bool | None:
 
 
 def figure(result: dict, plt):
-    rows = result["rows"]
+    rows = [r for r in result["rows"] if r["push"] == "realtime"]
     names = [f"{r['runtime']}\n×{r['agents']}" for r in rows]
     xs = np.arange(len(rows))
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))

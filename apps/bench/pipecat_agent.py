@@ -48,6 +48,7 @@ class Recorder(FrameProcessor):
         if direction == self.direction:
             self.got.append((time.monotonic_ns(), frame))
         await self.push_frame(frame, direction)
+        await asyncio.sleep(0)  # a burst queued here (a sentence at once) must not hold the loop: it measures
 
 
 def utterance(samples: np.ndarray, rate: int, context_id: str, frame_ms: int = FRAME_MS) -> list[Frame]:
@@ -154,6 +155,34 @@ def stamp_offsets_ms(rec: Recording) -> np.ndarray:
         elif isinstance(f, TTSAudioRawFrame) and last is not None:
             out.append((f.pts - last) / 1e6)
     return np.array(out)
+
+
+def audio_after_image(rec: Recording) -> dict:
+    """Per audio frame out, against the image of its frame period (the one whose pts is the last at or before the
+    audio's): ``share`` of audio frames that reached the sink with or after that image, ``lead_ms`` (the most an
+    audio frame came before its image; 0 when none did), ``late_ms`` (the most one came after it), ``frames``."""
+    if not rec.images or not rec.audio:
+        return {"frames": len(rec.audio), "share": None, "lead_ms": None, "late_ms": None}
+    pts = np.array([f.pts for _, f in rec.images], np.int64)
+    arrival = np.array([t for t, _ in rec.images], np.int64)
+    order = np.argsort(pts, kind="stable")
+    pts, arrival = pts[order], arrival[order]
+    after, lead, late = 0, 0.0, 0.0
+    for t, f in rec.audio:
+        k = np.searchsorted(pts, f.pts, side="right") - 1
+        if k < 0:
+            lead = max(lead, float("inf"))  # no image of its time ever came
+            continue
+        d = float(t - arrival[k]) / 1e6
+        after += d >= 0
+        lead, late = max(lead, -d), max(late, d)
+    return {"frames": len(rec.audio), "share": after / len(rec.audio), "lead_ms": lead, "late_ms": late}
+
+
+def image_gap_ms(rec: Recording, after_ns: int = 0) -> float | None:
+    """The longest wait between two images reaching the sink (ms), among those arriving from ``after_ns`` on."""
+    t = np.array([a for a, _ in rec.images if a >= after_ns], np.int64)
+    return float(np.diff(t).max() / 1e6) if len(t) > 1 else None
 
 
 def audio_rms_per_image(rec: Recording) -> np.ndarray:

@@ -168,6 +168,9 @@ class FramegraphAvatar(FrameProcessor):
                                      segment=self._segment)
         except ValueError as exc:  # a rate / layout the avatar cannot take: this frame is dropped, not the bot
             await self.push_error(f"{self}: {frame}: {exc}")
+        # a TTS may send a whole sentence at once: the frames queued here are taken without a pause, so give the
+        # pump (pictures out) its turn between them, or the picture stream stops until the sentence is all in
+        await asyncio.sleep(0)
 
     async def _on_tts_stopped(self, frame: TTSStoppedFrame) -> None:
         key = frame.context_id if frame.context_id is not None else self._segment

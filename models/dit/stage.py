@@ -156,7 +156,8 @@ class Denoiser(Stage):
 
     def reset(self) -> None:
         if self._started:
-            self.engine.reset()
+            with torch.inference_mode():  # as at start and generate: the engine's tensors are inference tensors
+                self.engine.reset()
             self._generator.manual_seed(self.seed)
         self._count = 0
         self._flags = Flag.INTERRUPTED

@@ -144,3 +144,37 @@ def test_dit_ort_reset_starts_the_stream_afresh(exported):
         run(*blocks[2])  # the parity flips an odd number of times before the reset
         ort.reset()
         assert ort.frames == 0 and rel(run(*blocks[0]), first) <= 1e-6
+
+
+def test_denoiser_on_ort_resets_on_its_thread_outside_inference_mode(exported):
+    """The graph calls a stage's reset() between frames, outside inference mode (a barge-in): the ORT engine's
+    buffers, made under it at setup, are reset in place and the stream starts over (it once raised instead)."""
+    from types import SimpleNamespace
+
+    from framegraph.models.avatar.portrait.engines import OrtDiT
+    from framegraph.models.dit import Denoiser
+    from framegraph.stream import Clock, Frame, StageContext
+
+    ex, model, ref, c, k = dit_parts(exported)
+    den = Denoiser(model, ref, steps=1, chunk_frames=k, seed=5,
+                   engine=lambda m: OrtDiT(m, ex.graph("dit_velocity"), ex.graph("dit_commit")))
+    den.setup(StageContext(Clock("fast"), torch.device("cpu")))
+    made = []
+    out = SimpleNamespace(write=lambda port: made.append(Frame(den.outputs[port], 1)) or made[-1])
+    gen = torch.Generator().manual_seed(1)
+    features, labels = torch.randn(2 * k, c.audio_dim, generator=gen), torch.rand(2 * k, c.state_dim, generator=gen)
+
+    def chunk():
+        for i in range(k):
+            inputs = {"features": Frame(den.inputs["features"], 1), "state": Frame(den.inputs["state"], 1)}
+            inputs["features"].data.copy_(features[i])
+            inputs["state"].data.copy_(labels[i])
+            den.process(inputs, out)
+
+    chunk()
+    chunk()
+    assert not torch.is_inference_mode_enabled()
+    den.reset()
+    chunk()
+    assert len(made) == 3 and rel(made[1].data, made[0].data) > 1e-3  # the second chunk had a past
+    assert rel(made[2].data, made[0].data) <= 1e-6  # after the reset: the first chunk again

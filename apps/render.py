@@ -35,7 +35,7 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
 
 
 # What a render holds, from its peak RSS (test card and toy scene on a CPU, 320x180 to 3840x2160:
-# benchmarks/results/cpu/render_memory.json): ~300 MiB, and 86-102 bytes a pixel of its frames (rings, encoder,
+# benchmarks/reports/render_memory.json): ~300 MiB, and 86-102 bytes a pixel of its frames (rings, encoder,
 # renderer), taken as 112.
 BASE_BYTES = 300 * 2**20
 BYTES_PER_PIXEL = 112

@@ -64,7 +64,7 @@ class ServerConfig:
     ice_servers: tuple[str, ...] = ()
     webrtc_offers_per_s: float = 5.0
     webrtc_connect_timeout_s: float = 5.0
-    webrtc_peer_timeout_s: float = 3.0
+    webrtc_peer_timeout_s: float = 4.5
 
     def validate(self) -> None:
         """Refuse unsafe or impossible settings with a message that says what to change."""

@@ -76,7 +76,11 @@ def test_a_bundle_without_a_matte_is_refused_and_can_be_given_one(tmp_path, spee
     err = capsys.readouterr().err
     assert "has no person matte (matte.png)" in err and f"framegraph avatar matte --avatar {old}" in err
     assert main(["avatar", "matte", "--avatar", str(old)]) == 0
-    assert torch.equal(load_avatar(old).matte, load_avatar(SHIPPED).matte)  # the same computation as the shipped one
+    # The same computation as the shipped matte: the same matte to the eye. Not bit-exact: MediaPipe's float model
+    # and the refinement round differently on another CPU or library build (seen: one pixel one level apart).
+    made, shipped = load_avatar(old).matte.int(), load_avatar(SHIPPED).matte.int()
+    assert (made - shipped).abs().max() <= 2  # no pixel more than 2 of 255 apart
+    assert ((made >= 128) == (shipped >= 128)).float().mean() >= 0.999  # person and background in the same places
     assert main(["render", "--avatar", str(old), "--audio", speech, "--alpha", "--out", str(out)]) == 0
 
 

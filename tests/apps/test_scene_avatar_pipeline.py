@@ -28,6 +28,8 @@ def test_the_avatar_talks_in_the_scene_while_the_camera_orbits():
     async def session(url):
         async with connect(url) as ws:
             ready = await start(ws, "scene_avatar", size="96x64", place="-0.6,-0.8,0,0,1.2")
+            got = {"control": [], "video": [], "audio": []}
+            reader = asyncio.create_task(receive_all(ws, timeout_s=90, got=got))
             audio = tone(2.0)
             cam = ready["camera"]
             for i, chunk in enumerate(audio.reshape(-1, 320)):
@@ -36,8 +38,13 @@ def test_the_avatar_talks_in_the_scene_while_the_camera_orbits():
                     eye = [cam["target"][0], cam["target"][1] - cam["distance"], cam["target"][2] + 1.0]
                     await ws.send(json.dumps({"type": "pose", "matrix": look_at(eye, cam["target"]).tolist()}))
                 await asyncio.sleep(0.02)
+            # The scene keeps rendering after the speech (the avatar's last frame stays). On a CPU the pure-torch
+            # Gaussian renderer sets the pace (0.2-0.6 s a frame on 2 shared cores): wait for the frames, then stop.
+            async with asyncio.timeout(60):
+                while len(got["video"]) < 10:
+                    await asyncio.sleep(0.05)
             await ws.send(json.dumps({"type": "stop"}))
-            return ready, await receive_all(ws, timeout_s=60)
+            return ready, await reader
 
     with running() as server:
         ready, got = asyncio.run(session(server.url))

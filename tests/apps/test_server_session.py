@@ -56,9 +56,10 @@ async def stream_audio(ws, samples: np.ndarray, realtime: bool = True) -> None:
     await ws.send(json.dumps({"type": "stop"}))
 
 
-async def receive_all(ws, timeout_s: float = 20) -> dict:
-    """Everything until the server closes: control messages by type, media as (header, payload, t_ns)."""
-    got = {"control": [], "video": [], "audio": []}
+async def receive_all(ws, timeout_s: float = 20, got: dict | None = None) -> dict:
+    """Everything until the server closes: control messages by type, media as (header, payload, t_ns); into
+    ``got`` as it arrives when given (a caller can watch it while the session runs)."""
+    got = {"control": [], "video": [], "audio": []} if got is None else got
     async with asyncio.timeout(timeout_s):
         async for m in ws:
             if isinstance(m, str):

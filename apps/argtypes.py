@@ -81,7 +81,7 @@ def video_size(text: str) -> tuple[int, int]:
 AVATAR_RUNTIMES = RUNTIMES
 VAE_RUNTIMES = ("torch", "onnx")
 INT8_MODES = ("dynamic", "static")  # how `framegraph export --int8` quantizes (models.onnx.quantize.MODES)
-INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.avatar.portrait.int8.DEFAULT_MODE)
+INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.avatar.int8.DEFAULT_MODE)
 
 
 class _DeprecatedAlias(argparse.Action):

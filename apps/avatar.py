@@ -14,8 +14,8 @@ from framegraph.models.avatar.clips.prepare import prepare_video
 from framegraph.models.avatar.eval.real import track_clip
 from framegraph.models.avatar.eval.synthetic import evaluate_avatar
 from framegraph.models.avatar.eval.video import evaluate_typed_text, evaluate_video_avatar
-from framegraph.models.avatar.portrait.refine import refine_decoder
 from framegraph.models.avatar.portrait.train import train_avatar
+from framegraph.models.avatar.refine import refine_decoder
 from framegraph.models.avatar.video.openness import OPENNESS_FRAMES
 from framegraph.models.avatar.video.provenance import PROVENANCE, add_evaluation
 from framegraph.models.avatar.video.train import train_video_avatar

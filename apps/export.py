@@ -11,7 +11,7 @@ import time
 
 from framegraph.models import runtime
 from framegraph.models.avatar import RunSettings, load_avatar, onnx_dir
-from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, check_models, quantize_export
+from framegraph.models.avatar.int8 import DEFAULT_INT8, check_models, quantize_export
 from framegraph.models.generate import load_folder_vae
 from framegraph.models.generate.onnx import default_wan_onnx_dir, export_wan_vae
 

@@ -3,7 +3,8 @@
 Every import of framegraph's own modules counts, at the top of a module or inside a function: ``stream``
 and ``kernels`` depend on nothing else in framegraph; ``models`` and ``renderers`` on those two (and the
 shipped ``assets``), not on each other; ``apps`` on anything. And no two modules import each other at
-load time (an import circle), directly or through others.
+load time (an import circle), directly or through others; inside each package, at any depth, no two of its
+modules or sub-packages do either.
 """
 import ast
 from pathlib import Path
@@ -114,21 +115,68 @@ def test_no_import_circles():
     assert not circles, "\n".join(circles)
 
 
-def package_of(module: str) -> str:
-    """``framegraph.models.avatar.portrait.bundle`` → ``framegraph.models.avatar``: the sub-package of a layer
-    (a module directly in a layer is its own)."""
-    return ".".join(module.split(".")[:3])
+def sibling_edges() -> dict[tuple[str, str], list[str]]:
+    """(child, child) → the imports behind it, for every import between two children of one package.
 
-
-def test_no_circles_between_sub_packages():
-    """Sub-packages depend on each other one way too: ``models.avatar`` may use ``models.onnx`` and
-    ``models.generate`` may, but ``models.onnx`` uses neither — a circle between packages is a tangle even
-    when no two modules import each other."""
-    graph: dict[str, set[str]] = {}
+    A child is a module or a sub-package directly in the package: ``models/avatar/portrait/int8.py`` importing
+    ``models/avatar/graph.py`` is the edge ``models.avatar.portrait → models.avatar.graph``. An import of a
+    module's own package (or of its own submodule) is no edge. Imports inside functions count; those under
+    ``if TYPE_CHECKING:`` (annotations only, never run) do not."""
+    edges: dict[tuple[str, str], list[str]] = {}
     for name, path in MODULES.items():
-        src = package_of(name)
-        for _, target in imports(name, path, run_time_only=True):
-            if target in MODULES and package_of(target) != src:
-                graph.setdefault(src, set()).add(package_of(target))
-    circles = _circles(graph)
-    assert not circles, "\n".join(circles)
+        for line, target in imports(name, path, run_time_only=True):
+            if target not in MODULES:
+                continue
+            a, b = name.split("."), target.split(".")
+            shared = 0
+            while shared < min(len(a), len(b)) and a[shared] == b[shared]:
+                shared += 1
+            if shared == len(a) or shared == len(b):
+                continue  # one is the other's package
+            edge = (".".join(a[:shared + 1]), ".".join(b[:shared + 1]))
+            edges.setdefault(edge, []).append(f"{path.relative_to(REPO)}:{line} imports {target}")
+    return edges
+
+
+def _strongly_connected(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of two or more nodes that reach each other (Tarjan), each sorted."""
+    index, low, stack, on_stack, groups = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while not group or group[-1] != v:
+                group.append(stack.pop())
+                on_stack.discard(group[-1])
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return groups
+
+
+def test_no_circles_between_the_modules_of_a_package():
+    """Inside every package, at every depth, its modules and sub-packages depend on each other one way:
+    ``models.avatar.bundle`` loads ``portrait/``, so nothing in ``portrait/`` may use ``bundle`` or ``graph``;
+    ``models.avatar`` may use ``models.onnx``, never the reverse. Shared helpers move down (to a leaf module,
+    or a package below both). This covers the top-level packages too (``framegraph.*``)."""
+    edges = sibling_edges()
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+    found = []
+    for group in _strongly_connected(graph):
+        closing = [f"  {a} -> {b}: {why[0]}" for (a, b), why in sorted(edges.items()) if a in group and b in group]
+        found.append(" <-> ".join(m.removeprefix("framegraph.") for m in group) + "\n" + "\n".join(closing))
+    assert not found, "modules of one package import each other in a circle:\n" + "\n".join(found)

@@ -1,5 +1,7 @@
-"""The README's "Try it" block runs exactly as written after the two commands, and gives what it promises."""
+"""The README's "Try it" block and its runtime example run exactly as written and give what they promise; its map
+names every folder and every top-level module."""
 import contextlib
+import fnmatch
 import os
 import re
 import signal
@@ -10,9 +12,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from framegraph.stream.media import read_video, read_video_rgba
+from framegraph.stream import Clock, Graph
+from framegraph.stream.media import MP4Sink, read_video, read_video_rgba
+from framegraph.stream.testcard import TestCardVideo
 
 REPO = Path(__file__).resolve().parents[1]
+PACKAGES = ("stream", "kernels", "models", "renderers", "apps", "benchmarks")  # the folders whose modules are mapped
 
 
 def try_it_block() -> str:
@@ -80,3 +85,74 @@ def test_every_command_of_the_cli_is_in_the_readme():
     text = (REPO / "README.md").read_text()
     absent = [name for name in COMMANDS if f"framegraph {name}" not in text]
     assert not absent, f"commands the README's table does not name: {absent}"
+
+
+def runtime_example() -> str:
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"### The runtime in one page\n+```python\n(.*?)```", text, re.S)
+    assert m, "README.md has no '### The runtime in one page' section with a ```python block"
+    return m.group(1)
+
+
+@pytest.mark.timeout(120)
+def test_runtime_example_runs_as_pasted(tmp_path):
+    """Pasted into a file and run: an MP4 of the test card, inverted."""
+    (tmp_path / "example.py").write_text(runtime_example())
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run([sys.executable, "example.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=100)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    out = read_video(tmp_path / "out.mp4")["frames"]
+    g = Graph(Clock("fast"))  # the same test card, not inverted
+    card = g.add(TestCardVideo(width=640, height=360, fps=25, seconds=2))
+    g.connect(card, g.add(MP4Sink(str(tmp_path / "card.mp4"), width=640, height=360, fps=25, audio_rate=None)))
+    g.run()
+    card = read_video(tmp_path / "card.mp4")["frames"]
+    assert out.shape == card.shape == (50, 360, 640, 3)
+    assert np.abs(255 - card.astype(float) - out.astype(float)).mean() < 8  # the negative, up to H.264's loss
+    assert np.abs(card.astype(float) - out.astype(float)).mean() > 50  # not the card itself
+
+
+def map_sections() -> dict[str, str]:
+    """The architecture map's text per top-level folder (a line ``name/`` at column 0 opens one)."""
+    text = (REPO / "README.md").read_text()
+    m = re.search(r"## Architecture\n+```\n(.*?)```", text, re.S)
+    assert m, "README.md has no '## Architecture' section with a map in a ``` block"
+    sections, current = {}, None
+    for line in m.group(1).splitlines():
+        if opened := re.match(r"(\w+)/\s", line):
+            current = opened.group(1)
+            sections[current] = ""
+        if current:
+            sections[current] += line + "\n"
+    return sections
+
+
+def test_the_map_names_every_folder_and_every_top_level_module():
+    """The rule: in its top-level folder's part of the map, every folder of modules is named (``name/``) and every
+    module directly in the top-level folder is named by its file (``name.py``, or a pattern like ``webrtc*.py``).
+    A folder's inner modules are its own ``__init__``'s to describe."""
+    sections = map_sections()
+    absent = [f"{p}/ (no part of the map)" for p in PACKAGES if p not in sections]
+    for package in (p for p in PACKAGES if p in sections):
+        files = set(re.findall(r"[\w*]+\.py", sections[package]))
+        folders = set(re.findall(r"(\w+)/", sections[package]))
+        for path in sorted((REPO / package).rglob("*.py")):
+            rel = path.relative_to(REPO / package)
+            if len(rel.parts) > 1 and rel.parts[-2] not in folders:
+                absent.append(f"{package}/{rel.parent}/")
+                folders.add(rel.parts[-2])  # said once
+            elif len(rel.parts) == 1 and path.name != "__init__.py" and not any(
+                    fnmatch.fnmatch(path.name, f) for f in files):
+                absent.append(f"{package}/{rel}")
+    assert not absent, f"the README's map (## Architecture) leaves out: {absent}"
+
+
+def test_the_map_names_every_server_pipeline():
+    """Each module of ``apps/server/pipelines/`` that declares a ``PIPELINE`` is in the map's list of them."""
+    m = re.search(r"pipelines/: one module per pipeline \(([^)]*)\)", map_sections()["apps"])
+    assert m, "the map's apps/ part has no 'pipelines/: one module per pipeline (...)' list"
+    listed = set(re.split(r",\s*", " ".join(m.group(1).split())))
+    declared = {p.stem for p in (REPO / "apps/server/pipelines").glob("*.py")
+                if re.search(r"^PIPELINE\b", p.read_text(), re.M)}
+    assert declared and listed == declared, f"the map lists {sorted(listed)}; the modules declare {sorted(declared)}"

@@ -60,7 +60,7 @@ from PIL import Image
 
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.avatar import AvatarError, PortraitAvatar, load_avatar
-from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+from framegraph.models.avatar.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 from framegraph.models.dit import AvatarDiT
 from framegraph.models.runtime import default_device

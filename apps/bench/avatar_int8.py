@@ -2,7 +2,7 @@
 
     framegraph bench avatar_int8 --out benchmarks/results/cpu/avatar_int8.json
 
-For each ``--modes`` entry (``static``, ``dynamic``: ``models/avatar/portrait/int8.py``) the shipped bundle is
+For each ``--modes`` entry (``static``, ``dynamic``: ``models/avatar/int8.py``) the shipped bundle is
 exported and quantized (into a temporary folder), then each model — audio encoder, DiT, VAE decoder — is
 run **alone** in int8 (the others float32) and compared with the float32 ORT export:
 
@@ -12,7 +12,7 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
   PROVENANCE.md), means over the clips (``models/avatar/eval/synthetic.py``, ``real_measures=False``);
 - **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*,
   call after call in turns on the same inputs (recorded from the float32 stages on ``--seconds`` of speech,
-  :func:`~framegraph.models.avatar.portrait.int8.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
+  :func:`~framegraph.models.avatar.int8.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
   the model's time per video frame (p50 × calls per frame, summed over its files). Taking turns call by
   call keeps the comparison fair on a machine whose load changes (this one is shared);
 - **speed, in the graph**: ``bench avatar``'s steady run (speech pushed at once, fast clock) of each variant:
@@ -20,7 +20,7 @@ run **alone** in int8 (the others float32) and compared with the float32 ORT exp
   the machine's load more than the side-by-side figures do.
 
 A model keeps int8 when both quality figures stay within 0.01 of float32 and it takes less time per frame
-(:func:`~framegraph.models.avatar.portrait.int8.choose_int8`); the decision (mode and models) is what
+(:func:`~framegraph.models.avatar.int8.choose_int8`); the decision (mode and models) is what
 ``framegraph export --int8`` uses by default (``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, checked against
 this JSON by the tests). When more than one model holds, they are measured together too.
 """
@@ -38,7 +38,7 @@ import numpy as np
 
 from framegraph.models.avatar import load_avatar
 from framegraph.models.avatar.eval.synthetic import evaluate_avatar
-from framegraph.models.avatar.portrait.int8 import (
+from framegraph.models.avatar.int8 import (
     MODES,
     TOLERANCE,
     choose_int8,

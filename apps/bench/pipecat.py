@@ -42,7 +42,7 @@ from framegraph.apps.bundles import load_bundle_at
 from framegraph.apps.pipecat import FramegraphAvatar
 from framegraph.models.avatar import PortraitAvatar, build_avatar_graph
 from framegraph.models.avatar.eval.synthetic import mouth_openness
-from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
+from framegraph.models.avatar.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 from framegraph.models.avatar.portrait.onnx import export_avatar
 from framegraph.models.runtime import RUNTIMES
 from framegraph.models.synth.resample import resample

@@ -12,7 +12,7 @@ EPILOG = """\
         an avatar bundle's models (a portrait: audio encoder, DiT step and commit, VAE decoder; a video
         avatar: audio encoder and mouth generator), for
         render / bench / demo; default output DIR/onnx, where their --runtime onnx looks. --int8 also
-        writes an int8 version of every file beside it (models/avatar/portrait/int8.py) for --runtime onnx-int8;
+        writes an int8 version of every file beside it (models/avatar/int8.py) for --runtime onnx-int8;
         the models that run int8 there are the measured default (only those whose avatar quality holds,
         benchmarks/results/cpu/avatar_int8.json) or --int8-models.
     framegraph export --generate MODEL_DIR --size HxW [--chunk-frames N] [--out DIR]

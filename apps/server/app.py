@@ -25,9 +25,10 @@ from . import webrtc
 from .config import ServerConfig
 from .http import WS_PATH
 from .http_post import PostConnection
+from .limits import TokenBucket
 from .loop_thread import LoopThread, StartedInWith
 from .protocol import ErrorCode
-from .session import Session, TokenBucket
+from .session import Session
 
 log = logging.getLogger("framegraph.server")
 

@@ -19,7 +19,7 @@ behind a busy model to be replaced; a live camera just sends (the newest picture
 
 Every refusal is a :class:`~.protocol.ProtocolError` and leaves the session running:
 
-- ``too_large``: a payload over ``max_bytes``, or a picture over :data:`~.pipelines.MAX_PIXELS` pixels
+- ``too_large``: a payload over ``max_bytes``, or a picture over :data:`~.limits.MAX_PIXELS` pixels
   (checked from the JPEG header, before decoding);
 - ``bad_binary``: a payload that is not a JPEG, or one that does not decode (truncated, corrupt);
 - ``rate_limited``: pictures faster than ``max_fps`` (a token bucket, bursts of one second's worth, at least
@@ -42,9 +42,8 @@ from PIL import Image
 from framegraph.stream import PushSource
 from framegraph.stream.media import scale_picture, video_port
 
-from .pipelines.options import MAX_PIXELS
+from .limits import MAX_PIXELS, TokenBucket
 from .protocol import ErrorCode, ProtocolError
-from .session import TokenBucket
 
 BURST_FRAMES = 3  # the fewest pictures a client may send back to back before the rate counts
 JPEG_MAGIC = b"\xff\xd8\xff"

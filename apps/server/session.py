@@ -28,6 +28,7 @@ from framegraph.stream import StageError
 from framegraph.stream.media import H264Encoder
 
 from . import pipelines
+from .limits import TokenBucket
 from .outbox import AUDIO, CONTROL, END, VIDEO, Item, Outbox
 from .protocol import (
     HEADER_BYTES,
@@ -46,24 +47,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from .app import StreamServer
 
 log = logging.getLogger("framegraph.server")
-
-
-class TokenBucket:
-    """At most ``rate`` messages per second on average, bursts up to ``burst``."""
-
-    def __init__(self, rate: float, burst: float):
-        self.rate, self.burst = float(rate), float(burst)
-        self.tokens = float(burst)
-        self.t = time.monotonic()
-
-    def take(self) -> bool:
-        now = time.monotonic()
-        self.tokens = min(self.burst, self.tokens + (now - self.t) * self.rate)
-        self.t = now
-        if self.tokens >= 1.0:
-            self.tokens -= 1.0
-            return True
-        return False
 
 
 class Session:

@@ -1,5 +1,6 @@
 """Audio for the avatar: log-mel features, a causal conv encoder, Whisper's encoder over a sliding window
-(:mod:`.whisper`, :mod:`.whisper_stream`), Silero voice activity, and the ``AudioFeatures`` stage.
+(:mod:`.whisper`, :mod:`.whisper_stream`), Silero voice activity, speech and loudness per video frame
+(:mod:`.per_frame`), and the ``AudioFeatures`` stage.
 
     from framegraph.models.audio import AudioFeatures, AudioEncoder, extract_features
 """

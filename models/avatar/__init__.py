@@ -7,7 +7,8 @@
 - :mod:`.bundle`: :func:`load_avatar` (any kind, by ``avatar.json``'s ``kind``).
 - :mod:`.graph`: :func:`build_avatar_graph` (audio → the bundle's stages → sink), :func:`render_avatar_graph`.
 - :mod:`.portrait`: a still portrait talks — ``Denoiser → VAEDecode → Composite``, its training, its ONNX export
-  and engines, its int8 files.
+  and engines. :mod:`.int8`: that export's int8 files, calibrated on the graph. :mod:`.refine`: its decoder
+  trained further.
 - :mod:`.video`: a person's own video talks — their frames looped, the mouth redrawn (``MouthShape, VideoLoop →
   MouthRegion``), its training from one video.
 - :mod:`.clips`: a person's talking video → training clips (what both kinds train on).

@@ -3,7 +3,7 @@
 :func:`quantize_file` writes the int8 version of one float32 file, with the hash of the models it came from
 in its ONNX metadata (:data:`~.manifest.BUNDLE_KEY`: a file of other models copied into an export folder is
 refused, :func:`~.manifest.check_int8_file`). Which files an export keeps in int8, and how they are
-calibrated, is the model's business (the avatar's: :mod:`framegraph.models.avatar.portrait.int8`).
+calibrated, is the model's business (the avatar's: :mod:`framegraph.models.avatar.int8`).
 
 Modes (only the weight-heavy ops are quantized — ``Conv``, ``MatMul``, ``Gemm``; the elementwise maths and
 the norms stay float32):

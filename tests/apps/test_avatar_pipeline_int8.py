@@ -16,7 +16,7 @@ def test_onnx_int8_backend_session_streams_and_an_export_without_int8_is_refused
     pytest.importorskip("onnx")
     from framegraph.apps.server.protocol import ProtocolError
     from framegraph.models.avatar import load_avatar
-    from framegraph.models.avatar.portrait.int8 import quantize_export
+    from framegraph.models.avatar.int8 import quantize_export
     from framegraph.models.avatar.portrait.onnx import export_avatar
 
     avatar = load_avatar(avatar_dir / "astronaut")

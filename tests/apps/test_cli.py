@@ -72,7 +72,7 @@ def test_the_runtimes_the_command_line_offers_are_the_models_own():
     import framegraph.models.avatar  # noqa: F401  (a model registers its runtimes when it is imported)
     import framegraph.models.generate  # noqa: F401
     from framegraph.models import runtime
-    from framegraph.models.avatar.portrait.int8 import DEFAULT_MODE
+    from framegraph.models.avatar.int8 import DEFAULT_MODE
     from framegraph.models.onnx.quantize import MODES
 
     assert AVATAR_RUNTIMES == runtime.runtimes("avatar-portrait")

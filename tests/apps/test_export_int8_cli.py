@@ -14,7 +14,7 @@ from test_export_cli import psnr_per_frame, speech_like_wav
 from framegraph.apps.cli import main
 from framegraph.assets import path as asset
 from framegraph.models.avatar import random_avatar, save_avatar
-from framegraph.models.avatar.portrait.int8 import DEFAULT_INT8, DEFAULT_MODE
+from framegraph.models.avatar.int8 import DEFAULT_INT8, DEFAULT_MODE
 from framegraph.stream.media import read_video
 
 

@@ -1,4 +1,4 @@
-"""int8 exports (models/avatar/portrait/int8.py): calibration recorded from the float32 stages, int8 files that run
+"""int8 exports (models/avatar/int8.py): calibration recorded from the float32 stages, int8 files that run
 through the avatar graph and stay close to float32, refused when quantized from another bundle, and the
 keep-or-not decision (also against the recorded measurement)."""
 
@@ -14,8 +14,7 @@ from helpers import psnr_per_frame
 pytest.importorskip("onnx")
 
 from framegraph.models.avatar import build_avatar_graph, random_avatar
-from framegraph.models.avatar.portrait.engines import AvatarExport
-from framegraph.models.avatar.portrait.int8 import (
+from framegraph.models.avatar.int8 import (
     DEFAULT_INT8,
     DEFAULT_MODE,
     TOLERANCE,
@@ -25,6 +24,7 @@ from framegraph.models.avatar.portrait.int8 import (
     record_inputs,
     set_int8_models,
 )
+from framegraph.models.avatar.portrait.engines import AvatarExport
 from framegraph.models.avatar.portrait.onnx import MODELS, PARTS, export_avatar
 from framegraph.models.onnx import ExportError
 from framegraph.models.onnx.manifest import BUNDLE_KEY

@@ -16,7 +16,6 @@ from framegraph.models.avatar.eval.real import (
     edge_across,
     real_summary,
     silent_frames,
-    speech_per_frame,
     track_clip,
 )
 from framegraph.models.synth import FaceParams, PortraitRenderer, astronaut_portrait
@@ -134,17 +133,6 @@ def test_lips_closed_in_silence(real_frames):
     opened = [real_frames[6]] * len(real_frames)  # the mouth wide open all the time
     s = real_summary(measure(opened, real_frames), speech)["silence"]
     assert s["lips_closed_fraction_generated"] == 0.0 and s["lips_closed_fraction_real"] == 1.0
-
-
-def test_speech_per_frame_finds_speech_not_silence():
-    from framegraph.models.synth import synthesize
-
-    voice = synthesize("Hello there, this is a test.", voice="en-us", rate_wpm=170, pitch=50).samples
-    audio = np.concatenate([np.zeros(16000, np.int16), voice, np.zeros(16000, np.int16)])
-    n = len(audio) // 640
-    p = speech_per_frame(audio, n, 25)
-    assert p.shape == (n,) and p[:20].max() < 0.2 and p[-20:].max() < 0.2
-    assert p[25 + 5:n - 25 - 5].mean() > 0.5
 
 
 @pytest.mark.slow

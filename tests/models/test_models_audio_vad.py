@@ -23,6 +23,7 @@ from framegraph.models.audio import (
     extract,
     silero_model_path,
 )
+from framegraph.models.audio.per_frame import speech_per_frame
 from framegraph.models.synth import synthesize
 from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink
 from framegraph.stream.media import AudioFileSource
@@ -195,3 +196,12 @@ def test_stage_reset_marks_the_next_frame_interrupted(speech, model):
     # (4 chunks) — 0.48 s, seen on a loaded machine — or lead the frames still in flight after it
     assert 0.4 < flagged[0] / 25 < 0.8
     assert [g[0] for g in rows(sink)] == [graph.clock.ticks_from_frame(k, 25) for k in range(len(rows(sink)))]
+
+
+def test_speech_per_frame_finds_speech_not_silence():
+    voice = synthesize("Hello there, this is a test.", voice="en-us", rate_wpm=170, pitch=50).samples
+    audio = np.concatenate([np.zeros(16000, np.int16), voice, np.zeros(16000, np.int16)])
+    n = len(audio) // 640
+    p = speech_per_frame(audio, n, 25)
+    assert p.shape == (n,) and p[:20].max() < 0.2 and p[-20:].max() < 0.2
+    assert p[25 + 5:n - 25 - 5].mean() > 0.5

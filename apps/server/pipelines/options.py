@@ -30,10 +30,10 @@ from typing import Any, ClassVar
 from framegraph import assets
 from framegraph.apps.argtypes import COLOURS, colour
 
+from ..limits import MAX_PIXELS
 from ..protocol import ErrorCode, ProtocolError
 
 MIN_SIDE = 16  # px: one H.264 macroblock; the test card's frame counter and the scope's waveform fit whole
-MAX_PIXELS = 1920 * 1080
 FPS_RANGE = (1, 60)
 PICTURE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 

@@ -29,12 +29,10 @@ face, and does its mouth openness follow the clip's own loudness?
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import torch
 
-from framegraph.models.audio.vad import WINDOW_SAMPLES, SileroVAD
+from framegraph.models.audio.per_frame import loudness_db_per_frame, speech_per_frame
 from framegraph.models.face import FaceLandmarker, FaceLandmarks, outside_mouth_mask, track_openness
 from framegraph.models.vae import ssim_map, uint8_to_frames
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, iter_video_frames, open_media
@@ -53,35 +51,6 @@ JAW_BAND = 0.03
 JAW_SEGMENTS = 4  # the line is cut into this many stretches; the weakest says whether it breaks somewhere
 JAW_BREAK = 0.5  # a stretch whose edge keeps less than this share of the real one's: the jaw line breaks there
 JAW_MIN_EDGE = 2.0  # grey levels / px: a real stretch weaker than this has no edge to keep (skipped)
-
-
-def speech_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
-    """float [T]: Silero VAD's speech probability per video frame (the most of the 32 ms windows it
-    overlaps) for ``audio`` int16 mono at 16 kHz; frames past the audio's end get 0."""
-    a = np.asarray(audio, np.float32) / 32768.0
-    vad = SileroVAD()
-    n_win = math.ceil(len(a) / WINDOW_SAMPLES)
-    a = np.pad(a, (0, n_win * WINDOW_SAMPLES - len(a)))
-    probs = np.array([vad(a[i * WINDOW_SAMPLES:(i + 1) * WINDOW_SAMPLES]) for i in range(n_win)])
-    out = np.zeros(n_frames)
-    for k in range(n_frames):
-        w0 = int(k / fps * SAMPLE_RATE) // WINDOW_SAMPLES
-        w1 = int(math.ceil((k + 1) / fps * SAMPLE_RATE / WINDOW_SAMPLES))
-        if w0 < n_win:
-            out[k] = probs[w0:max(w1, w0 + 1)].max()
-    return out
-
-
-def loudness_db_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
-    """float [T]: RMS level (dBFS) of ``audio`` (int16 mono, 16 kHz) over each video frame."""
-    a = np.asarray(audio, np.float64) / 32768.0
-    spf = SAMPLE_RATE / fps
-    out = np.full(n_frames, -120.0)
-    for k in range(n_frames):
-        seg = a[int(k * spf):int((k + 1) * spf)]
-        if len(seg):
-            out[k] = 10 * math.log10(float(np.mean(seg ** 2)) + 1e-12)
-    return out
 
 
 def silent_frames(speech: np.ndarray, margin: int = 2) -> np.ndarray:

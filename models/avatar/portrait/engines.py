@@ -4,7 +4,8 @@
   :class:`~framegraph.models.vae.TorchVAE`.
 - ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export (:mod:`.onnx`; ``framegraph export
   --avatar``), checked against the bundle (:class:`~framegraph.models.onnx.ExportError` when missing, stale or
-  foreign); ``onnx-int8`` runs the models the export keeps in int8 (:mod:`.int8`) from their int8 files.
+  foreign); ``onnx-int8`` runs the models the export keeps in int8 (:mod:`framegraph.models.avatar.int8`) from
+  their int8 files.
   :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared :class:`~framegraph.models.onnx.OrtVAEStream` hold
   each model's stream state as torch tensors bound to the sessions.
 
@@ -42,7 +43,7 @@ class PortraitEngines(NamedTuple):
 class AvatarExport(CheckedExport):
     """An export directory checked against ``avatar`` (see :func:`~.onnx.load_manifest`); makes the sessions
     of each stage. ``int8``: the parts of the models the export keeps in int8 (its manifest's ``int8.models``,
-    :mod:`.int8`) load their int8 file, checked to come from the same bundle."""
+    :mod:`framegraph.models.avatar.int8`) load their int8 file, checked to come from the same bundle."""
 
     def __init__(self, export_dir: str, avatar, *, int8: bool = False):
         super().__init__(export_dir, load_manifest(export_dir, avatar))

@@ -104,7 +104,7 @@ def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
     :func:`chance_peaks`), else 0; the shape head's confirmation is the caller's (:func:`confirm_offset`).
     Returns the lag and a report: the correlation at every lag, the chance level, the best lag
     (``peak_frames``), each test passed or not (``checks``) and the ``reason``."""
-    from ..eval.real import loudness_db_per_frame
+    from framegraph.models.audio.per_frame import loudness_db_per_frame
 
     o = np.asarray(openness, np.float64)
     level = np.maximum(loudness_db_per_frame(audio, len(o), fps), LOUDNESS_FLOOR_DB)

@@ -43,6 +43,7 @@ import torch.nn.functional as F
 from framegraph import assets
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
+from framegraph.models.audio.per_frame import speech_per_frame
 from framegraph.models.face import FaceError, FaceLandmarker, one_face
 from framegraph.models.matte import person_mattes
 from framegraph.models.vae import crop_frames
@@ -52,7 +53,6 @@ from framegraph.stream.quality import pearson
 
 from ...training import REPORT, cpu_threads, timed
 from ..clips.prepare import MIN_SECONDS, prepare_video
-from ..eval.real import speech_per_frame
 from .bundle import (
     MAX_MODEL_SIZE,
     VideoAvatar,

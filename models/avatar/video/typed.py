@@ -25,12 +25,12 @@ import torch
 
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
+from framegraph.models.audio.per_frame import speech_per_frame
 from framegraph.models.synth import mouth_curves
 from framegraph.models.synth.espeak import EspeakError, EspeakNotFound, synthesize
 from framegraph.models.synth.plan import VOICES, make_sentence
 from framegraph.stream.quality import pearson
 
-from ..eval.real import speech_per_frame
 from .lipsync import ShapeHead, context_windows, openness_lines
 
 TYPED_SENTENCES = 6  # eSpeak sentences in the shape head's fit (0: none)

@@ -1,8 +1,8 @@
-"""The avatar bundle's int8 export: which of its models run int8, calibrated on its own stream.
+"""The portrait bundle's int8 export: which of its models run int8, calibrated on its own stream.
 
-:func:`quantize_export` writes ``<part>.int8.onnx`` beside each float32 file of an export (:mod:`.onnx`) with
+:func:`quantize_export` writes ``<part>.int8.onnx`` beside each float32 file of an export (:mod:`.portrait.onnx`) with
 :func:`~framegraph.models.onnx.quantize.quantize_file` and records them in its manifest (section ``int8``):
-the mode, each file, and ``models`` — the models (``audio``, ``dit``, ``vae``; :data:`~.onnx.MODELS`) that
+the mode, each file, and ``models`` — the models (``audio``, ``dit``, ``vae``; :data:`~.portrait.onnx.MODELS`) that
 ``runtime="onnx-int8"`` runs in int8 (the others stay float32). ``static`` calibration runs the float32
 stages on a clip's audio (:func:`record_inputs`) and keeps what every session read at each call.
 
@@ -24,8 +24,8 @@ from framegraph.models.synth import clip_seed, plan_clip
 from framegraph.stream import Stage
 from framegraph.stream.media import SAMPLE_RATE, PushAudioSource, decode_audio
 
-from ..graph import build_avatar_graph
-from .onnx import MODELS, PARTS, load_manifest
+from .graph import build_avatar_graph
+from .portrait.onnx import MODELS, PARTS, load_manifest
 
 TOLERANCE = 0.01  # largest drop of openness correlation / identity SSIM (vs float32 ORT) that keeps a model int8
 # The measured decision (benchmarks/results/cpu/avatar_int8.json, choose_int8 over it): mode and models kept.
@@ -37,7 +37,7 @@ DEFAULT_INT8: tuple[str, ...] = ("audio",)
 
 
 def check_models(models) -> list[str]:
-    """``models`` (names of :data:`~.onnx.MODELS`) as a list in canonical order; a clear error otherwise."""
+    """``models`` (names of :data:`~.portrait.onnx.MODELS`) as a list in canonical order; a clear error otherwise."""
     models = list(models)
     bad = [m for m in models if m not in MODELS]
     if bad:
@@ -102,7 +102,7 @@ def quantize_export(
     log=None,
 ) -> dict:
     """Quantize every part of the float32 export in ``export_dir`` (checked against ``avatar``) into
-    ``<part>.int8.onnx`` and record them in the manifest; ``models`` (names of :data:`~.onnx.MODELS`)
+    ``<part>.int8.onnx`` and record them in the manifest; ``models`` (names of :data:`~.portrait.onnx.MODELS`)
     are the ones ``runtime="onnx-int8"`` runs in int8. ``static`` calibrates on ``calibration_audio`` (a file
     with audio; default :func:`calibration_speech`). Returns the manifest."""
     import onnxruntime

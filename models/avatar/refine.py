@@ -1,4 +1,4 @@
-"""Sharpen a trained avatar's decoder: ``refine_decoder(avatar_dir, clips_dir, out_dir, steps=...)``.
+"""Sharpen a trained portrait avatar's decoder: ``refine_decoder(avatar_dir, clips_dir, out_dir, steps=...)``.
 
 Trains the VAE's decoder side only (``train_vae(..., train_encoder=False)``): the encoder and the latent
 statistics stay as they are, so the avatar's denoiser, audio encoder and settings carry over untouched
@@ -20,9 +20,9 @@ from pathlib import Path
 
 from framegraph.models.vae import load_face_clips, redrawable, train_vae, with_reference_warp
 
-from ..base import AvatarError
-from ..bundle import load_avatar
-from .bundle import PARTS, save_avatar
+from .base import AvatarError
+from .bundle import load_avatar
+from .portrait.bundle import PARTS, save_avatar
 
 WORK = "train"
 

@@ -4,6 +4,7 @@ import wave
 import numpy as np
 import pytest
 import torch
+from helpers import write_wav
 
 from framegraph.apps.cli import main
 from framegraph.assets import path as asset
@@ -113,11 +114,7 @@ def test_files_without_usable_audio_are_refused_with_the_reason(tmp_path, capsys
 def test_a_truncated_wav_renders_with_a_note_of_how_much_audio_was_read(tmp_path, capsys):
     whole = tmp_path / "whole.wav"
     t = np.arange(2 * 16000) / 16000
-    with wave.open(str(whole), "wb") as w:
-        w.setnchannels(1)
-        w.setsampwidth(2)
-        w.setframerate(16000)
-        w.writeframes((np.sin(2 * np.pi * 180 * t) * 6000).astype("<i2").tobytes())
+    write_wav(whole, np.sin(2 * np.pi * 180 * t) * 6000)
     cut = tmp_path / "cut.wav"
     data = whole.read_bytes()
     cut.write_bytes(data[:44 + 16000 * 2 // 2])  # the header, then 0.5 s of the 2 s it promises

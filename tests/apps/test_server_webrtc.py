@@ -271,12 +271,14 @@ def test_twenty_offers_in_a_second_from_one_client_are_rate_limited_and_leave_no
             codes.append((status, "answer" if status == 200 else body.get("code") if isinstance(body, dict) else body))
         return codes, time.monotonic() - t0
 
-    with running(max_sessions=8) as srv:
+    # room for all 20, so "full" (503) never answers first: only the rate limit (5 a second, bursts of 5) refuses
+    with running(max_sessions=20) as srv:
         codes, took = asyncio.run(burst(offer_url(srv.url)))
-        assert took < 1.5, took  # 20 offers in about a second
+        assert took < 2.5, took  # 20 offers faster than the 5 + 5 a second the bucket lets through
         answered = [c for c in codes if c[1] == "answer"]
-        assert 1 <= len(answered) <= 8, codes  # the burst of 5 (and what refilled meanwhile), not 20
+        assert 1 <= len(answered) <= 5 + 5 * took + 1, (took, codes)  # the burst and what refilled meanwhile
         assert (429, "rate_limited") in codes
+        assert all(c in ((200, "answer"), (429, "rate_limited")) for c in codes), codes
         wait_for(lambda: srv.server.session_count == 0, 7, "answered offers that never connected to be cleaned up")
 
 

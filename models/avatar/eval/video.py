@@ -22,7 +22,6 @@ import time
 import numpy as np
 import torch
 
-from framegraph.models.audio.features import extract_features
 from framegraph.stream.media import SAMPLE_RATE, decode_audio, read_video
 from framegraph.stream.quality import pearson
 
@@ -62,8 +61,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     b = n if end_s is None else min(n, int(round(end_s * fps)))
     if not 0 <= a < b:
         raise ValueError(f"{clip}: segment {start_s:g}..{end_s} s holds no frames (the clip has {n / fps:.2f} s)")
-    with torch.no_grad():
-        feats = extract_features(avatar.audio, audio, fps)
+    feats = avatar.hear(audio, fps)
     feats = torch.cat([feats, feats[-1:].expand(max(0, n - len(feats)), -1)])[:n]
     speech = speech_per_frame(audio, n, fps)
     track = track_faces(iter(frames[a:b]), os.path.basename(clip))
@@ -115,7 +113,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
     openness against the sentences' phonemes' jaw curve), ``drawn_speaking_openness`` (mean and std over the frames
     the voice detector hears speech in) and ``drawn_silent_openness_mean``. Raises ``EspeakNotFound`` without
     eSpeak NG."""
-    said = typed_sentences(avatar.audio, avatar.fps, sentences, seed)
+    said = typed_sentences(avatar.hear, avatar.fps, sentences, seed)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     region = MouthRegion.for_avatar(avatar)
     meter, drawn, jaw, speaking, k = LandmarkMeter(), [], [], [], 0

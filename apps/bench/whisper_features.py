@@ -14,8 +14,10 @@ Measures (:mod:`framegraph.models.audio.whisper_stream`):
   face-tracked as ``avatar train --video`` does (:func:`~framegraph.apps.bench.av_sync.track_clip`), the sound
   moved by the lag training finds, the rows averaged per video frame (two per frame at 25 fps), the head's
   cross-validated openness correlation on the training frames and on the held-out tail — beside the same for
-  the astronaut's audio encoder, the features video avatars are trained on today; ``--pca`` also fits it on the
-  rows projected onto their first principal components (of the training frames).
+  the astronaut's audio encoder; ``--pca`` also fits it on the rows projected onto their first principal
+  components (of the training frames); and on each candidate of :mod:`~framegraph.models.avatar.video.features`
+  (the encoder's features with Whisper's beside them), with the one the folds choose (``chosen_by_folds``: what
+  ``avatar train --video`` picks) and its tail against the encoder's alone.
 """
 from __future__ import annotations
 
@@ -30,6 +32,7 @@ import torch
 from framegraph.models.audio.features import extract_features
 from framegraph.models.audio.whisper import WhisperEncoderEngine, whisper_log_mel
 from framegraph.models.audio.whisper_stream import WhisperWindows, encode_windows, per_video_frame, whisper_features
+from framegraph.models.avatar.video.features import CHOICES, candidates
 from framegraph.models.avatar.video.sync import head_fit_by_lag
 from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound, _audio_encoder
 from framegraph.stream.media import decode_audio
@@ -92,6 +95,18 @@ def _head_fits(args, engine, contexts, lookaheads) -> dict:
             for dims in pca:
                 fit(_principal(frames, n_train, dims), {"features": "whisper", "context_ms": context,
                                                         "lookahead_ms": ahead, "pca": dims})
+            # beside the encoder's, as video avatars hear them: each candidate's columns, the folds choosing
+            joined = torch.cat([astronaut, frames], 1)
+            for columns in candidates(joined[:n_train], astronaut.shape[1]):
+                fit(columns(joined).float(), {"features": columns.name, "context_ms": context,
+                                              "lookahead_ms": ahead})
+            beside = out["fits"][-len(CHOICES):]
+            pick = max(beside, key=lambda f: f["head_cv_openness_corr"])
+            out.setdefault("chosen_by_folds", []).append(
+                {"context_ms": context, "lookahead_ms": ahead, "chosen": pick["features"],
+                 "head_tail_openness_corr": pick["head_tail_openness_corr"],
+                 "tail_change_vs_encoder": round(pick["head_tail_openness_corr"] - beside[0]["head_tail_openness_corr"],
+                                                 4)})
     return out
 
 

@@ -23,8 +23,8 @@ from .whisper import WhisperEncoderEngine
 from .whisper_stage import WhisperFrames
 from .whisper_stream import WhisperWindows, per_video_frame, whisper_features
 
-# the Whisper window of joined features: 1 s of context, a window every 80 ms reaching 80 ms ahead (on the three
-# development people, these fitted the shape head better than 1.5 s or a 160-ms hop, at 0.27 s of one core per s)
+# Whisper's window in joined features: 1 s of context, a window every 80 ms reaching 80 ms ahead
+# (docs/whisper_features.md)
 JOINED_WINDOWS = WhisperWindows(context_ms=1000, hop_ms=80, lookahead_ms=80)
 
 

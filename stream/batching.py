@@ -18,7 +18,8 @@ later than the earliest would alone, started at its deadline (``run`` is called 
 axis 0, ``[B, ...]``, and returns ``[B, ...]`` or a tuple of them); it copies each request's row into its client's
 own buffer. A request whose deadline has passed is dropped (``on_miss="drop"``: the client raises :class:`Missed`,
 the stage skips the frame) or run alone, late (``on_miss="run"``). The lane measures its cost per batch size (at
-warm-up and on the way): :meth:`Lane.capacity` says how many sessions it holds at a frame rate.
+warm-up and on the way): :meth:`Lane.capacity` says how many sessions it holds at a frame rate, and a client asked
+for with a frame rate is refused (:class:`Full`) when one more session would not fit (:meth:`Lane.room`).
 
 What one session does never holds up another: a cancelled request leaves the queue at once (the client raises
 :class:`Cancelled`, which the graph treats as its stop); a request whose batch raises is run again alone, so the
@@ -42,6 +43,10 @@ BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up (up to the lan
 
 class Missed(Exception):
     """The request's deadline passed before its computation could start, and its session's policy drops it."""
+
+
+class Full(Exception):
+    """A new session would not fit in the lane's measured capacity (:meth:`Lane.room`): refuse it, retry later."""
 
 
 class Cancelled(RingAborted):
@@ -181,6 +186,17 @@ class Lane:
         period = 1e9 / fps
         fits = [b for b, ns in dict(self.cost_ns).items() if ns <= period]
         return max(fits, default=0)
+
+    @property
+    def sessions(self) -> int:
+        """How many clients are open: the sessions the lane serves now."""
+        return self._open
+
+    def room(self, fps: float) -> bool:
+        """Whether one more session, each asking once per frame at ``fps``, still fits: the expected cost of a
+        batch of every open client and one more (:meth:`cost`) is within one frame. True for the first session
+        (a model slower than a frame serves one, at the rate it can) and before anything was measured."""
+        return self._open == 0 or not self.cost_ns or self.cost(self._open + 1) <= 1e9 / fps
 
     def warm(self, example: tuple[torch.Tensor, ...], sizes=BUCKETS, repeats: int = 3) -> dict[int, float]:
         """Run batches of ``sizes`` (up to ``max_batch``) made of ``example`` (one row per input) ``repeats`` times
@@ -407,10 +423,14 @@ class ModelService:
 
     Args:
         max_batch / window_ms / torch_threads: each new lane's (:class:`Lane`).
+        admit: refuse a client asked for with a frame rate that would not fit (:meth:`client`; a server's
+            admission). False: every client is given (a benchmark measuring past capacity).
     """
 
-    def __init__(self, *, max_batch: int = 8, window_ms: float = 2.0, torch_threads: int | None = None):
+    def __init__(self, *, max_batch: int = 8, window_ms: float = 2.0, torch_threads: int | None = None,
+                 admit: bool = False):
         self.max_batch, self.window_ms, self.torch_threads = max_batch, window_ms, torch_threads
+        self.admit = admit
         self._lanes: dict[Hashable, Lane] = {}
         self._lock = threading.Lock()
 
@@ -427,9 +447,16 @@ class ModelService:
             return lane
 
     def client(self, key: Hashable, run, *, name: str = "model", build: bool = False,
-               on_miss: str = "drop") -> BatchClient:
-        """A new :class:`BatchClient` on the lane of ``key`` (see :meth:`lane`)."""
-        return BatchClient(self.lane(key, run, name=name, build=build), on_miss=on_miss)
+               on_miss: str = "drop", fps: float | None = None) -> BatchClient:
+        """A new :class:`BatchClient` on the lane of ``key`` (see :meth:`lane`). With ``fps`` (the session's frame
+        rate) and ``admit``, raises :class:`Full`, naming the measured cost, when one more session would not fit in
+        one frame."""
+        lane = self.lane(key, run, name=name, build=build)
+        if self.admit and fps is not None and not lane.room(fps):
+            raise Full(f"{lane.name}: {lane.sessions} session(s) already fill this model's time on this machine "
+                       f"(a batch of {lane.sessions + 1} is expected to take {lane.cost(lane.sessions + 1) / 1e6:.1f} "
+                       f"ms, one frame at {fps:g} fps is {1000 / fps:.1f} ms)")
+        return BatchClient(lane, on_miss=on_miss)
 
     def lanes(self) -> dict[Hashable, Lane]:
         with self._lock:
@@ -442,4 +469,4 @@ class ModelService:
                             "running": lane.running} for lane in self.lanes().values()}
 
 
-__all__ = ["ModelService", "Lane", "LaneStats", "BatchClient", "Missed", "Cancelled", "ON_MISS", "BUCKETS"]
+__all__ = ["ModelService", "Lane", "LaneStats", "BatchClient", "Missed", "Full", "Cancelled", "ON_MISS", "BUCKETS"]

@@ -21,7 +21,7 @@ from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
 
-from . import webrtc
+from . import pipelines, webrtc
 from .config import ServerConfig
 from .http import WS_PATH
 from .http_post import PostConnection
@@ -234,7 +234,9 @@ class StreamServer:
                [({"session": s.id, "kind": k}, n) for s in sessions for k, n in s.outbox.dropped.items()])
         family("outbox_depth", "gauge", "Messages waiting to be sent, by session.",
                [({"session": s.id}, s.outbox.depth) for s in sessions])
-        return text + "\n".join(lines) + "\n"
+        family("session_video_fps", "gauge", "Video frames sent per second over the last 3 s, by session.",
+               [({"session": s.id}, round(s.recent_fps(), 2)) for s in sessions if s.pipeline is not None])
+        return text + "\n".join(lines) + "\n" + pipelines.base.batching_metrics_text()
 
 
 class ServerHandle(StartedInWith, LoopThread):

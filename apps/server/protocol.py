@@ -71,18 +71,21 @@ class ErrorCode(str, enum.Enum):
     PIPELINE_FAILED = "pipeline_failed"  # a stage raised; the session ends
     INTERNAL = "internal"
     BAD_OFFER = "bad_offer"  # WebRTC: an SDP offer that does not parse, or lacks a data channel or video
+    FULL = "full"  # the model's measured capacity is taken by other sessions: retry after retry_after_s
 
 
 class ProtocolError(Exception):
     """A client message the server refuses; ``code`` is an :class:`ErrorCode`."""
 
-    def __init__(self, code: ErrorCode, message: str):
+    def __init__(self, code: ErrorCode, message: str, retry_after_s: float | None = None):
         super().__init__(message)
         self.code = ErrorCode(code)
         self.message = message
+        self.retry_after_s = retry_after_s  # when trying again may succeed (``full``), in s
 
     def to_message(self, **extra) -> dict:
-        return {"type": "error", "code": self.code.value, "message": self.message, **extra}
+        retry = {} if self.retry_after_s is None else {"retry_after_s": self.retry_after_s}
+        return {"type": "error", "code": self.code.value, "message": self.message, **retry, **extra}
 
 
 @dataclass

@@ -246,7 +246,15 @@ class Session:
         if self.state != "new":
             raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
                                                         f"pipeline per connection")
-        await self.launch(name, pipelines.build(name, options))  # ProtocolError: unknown pipeline, bad option
+        try:
+            pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+        except ProtocolError as exc:
+            if exc.code != ErrorCode.FULL:
+                raise
+            self.send_error(exc)  # the model has no room now: the session ends, the client retries later
+            await self._finish("full")
+            return
+        await self.launch(name, pipeline)
 
     async def launch(self, name: str, pipeline: pipelines.Pipeline) -> None:
         """Start a built pipeline (``start``, or a WebRTC offer that named it) and queue ``ready``; a stage
@@ -418,6 +426,11 @@ class Session:
             "warnings": [w for w in (self._slow_warning(),) if w],
         }
 
+    def recent_fps(self, window_s: float = 3.0) -> float:
+        """Video frames sent per second over the last ``window_s``."""
+        now = time.monotonic_ns()
+        return sum(1 for t in self.video_sent_ns if now - t <= window_s * 1e9) / window_s
+
     def _slow_warning(self, window_s: float = 3.0) -> str | None:
         """A sentence when the video of the last ``window_s`` went out at under half the fps the session asked
         for (the server cannot keep up: frames are dropped); None otherwise, or before ``window_s`` of running."""
@@ -425,7 +438,7 @@ class Session:
         now = time.monotonic_ns()
         if not asked or self.state != "running" or not self.started_ns or now - self.started_ns < window_s * 1e9:
             return None
-        fps = sum(1 for t in self.video_sent_ns if now - t <= window_s * 1e9) / window_s
+        fps = self.recent_fps(window_s)
         if fps >= asked / 2:
             return None
         return (f"video at {fps:.2g} fps over the last {window_s:g} s, under half the {asked:g} fps asked: this "

@@ -48,7 +48,7 @@ CONFIG_PATH = "/webrtc/config"
 MAX_OFFER_BYTES = 64 * 1024  # an offer with every codec and a few hundred candidates is under 16 KiB
 INBOX = 64  # data-channel messages waiting for the session's receiver; more are dropped (counted)
 _STATUS = {ErrorCode.UNKNOWN_PIPELINE: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.RATE_LIMITED: 429,
-           ErrorCode.INTERNAL: 500, ErrorCode.PIPELINE_FAILED: 500}
+           ErrorCode.INTERNAL: 500, ErrorCode.PIPELINE_FAILED: 500, ErrorCode.FULL: 503}
 
 
 def process_request(server: StreamServer, connection, request):
@@ -77,11 +77,13 @@ async def _offer_or_400(server: StreamServer, request):
         return response(400, f"header {exc} given more than once\n")
 
 
-def refusal(code: ErrorCode | str, message: str, status: int | None = None):
-    """An HTTP refusal whose body is the protocol's ``error`` message."""
+def refusal(code: ErrorCode | str, message: str, status: int | None = None, retry_after_s: float | None = None):
+    """An HTTP refusal whose body is the protocol's ``error`` message (with ``retry_after_s``: its field and the
+    ``Retry-After`` header)."""
     status = status or _STATUS.get(code, 400)
-    return response(status, json.dumps({"type": "error", "code": str(getattr(code, "value", code)),
-                                        "message": message}), "application/json")
+    body = ProtocolError(code, message, retry_after_s).to_message()
+    extra = None if retry_after_s is None else {"Retry-After": str(max(1, round(retry_after_s)))}
+    return response(status, json.dumps(body), "application/json", extra=extra)
 
 
 def check_offer(body: dict) -> tuple[str, set[str]]:
@@ -165,8 +167,8 @@ async def handle_offer(server: StreamServer, request) -> object:
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.BAD_JSON, f"the offer body is not JSON ({exc})")
     except ProtocolError as exc:
-        server.count_rejected("webrtc_offer")
-        return refusal(exc.code, exc.message)
+        server.count_rejected("full" if exc.code == ErrorCode.FULL else "webrtc_offer")
+        return refusal(exc.code, exc.message, retry_after_s=exc.retry_after_s)
     return await _answer(server, request, name, pipeline, sdp, "audio" in receives)
 
 

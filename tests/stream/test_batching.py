@@ -11,7 +11,7 @@ import torch
 from helpers import avatar_session
 
 from framegraph.models.avatar import random_video_avatar
-from framegraph.stream.batching import Cancelled, Lane, Missed, ModelService
+from framegraph.stream.batching import Cancelled, Full, Lane, Missed, ModelService
 from framegraph.stream.media import SAMPLE_RATE
 
 
@@ -220,3 +220,25 @@ def test_twenty_sessions_leave_no_thread_behind(avatar):
 def test_a_lane_refuses_max_batch_zero():
     with pytest.raises(ValueError, match="max_batch 0; expected at least 1"):
         Lane(lambda x: x, max_batch=0)
+
+
+def test_a_service_that_admits_refuses_the_session_its_measured_cost_cannot_fit():
+    # the trained bundles' generator width at a 256² region: one thread takes longer than a 25-fps frame for a batch of 2
+    heavy = random_video_avatar(region_size=256, generator_channels=(24, 48, 96, 96))
+    service = ModelService(admit=True)
+    first, _ = avatar_session(heavy, speech(150, 3.0), batching=service)
+    first.start()  # its setup opens its client and measures the lane's cost per batch size
+    (lane,) = service.lanes().values()
+    assert lane.sessions == 1 and lane.cost(2) > 40e6 and lane.capacity(25.0) == 0
+    with pytest.raises(Full, match=r"1 session\(s\) already fill this model's time on this machine \(a batch of 2 "
+                                   r"is expected to take \d+\.\d ms, one frame at 25 fps is 40.0 ms\)"):
+        avatar_session(heavy, speech(180), batching=service)
+    service.admit = False  # a service that does not admit (a benchmark past capacity) gives every client
+    second, _ = avatar_session(heavy, speech(180, 0.2), batching=service)
+    second.cancel()
+    service.admit = True
+    first.cancel()
+    first.join(60)
+    assert lane.sessions == 0 and not lane.running
+    third, _ = avatar_session(heavy, speech(220, 0.2), batching=service)  # room again once the first has gone
+    third.cancel()

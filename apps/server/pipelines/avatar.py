@@ -26,7 +26,9 @@ their alpha: for consumers that keep alpha — OBS, a game engine, a web page ov
 Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
 only while its avatar folder holds a bundle (:func:`unavailable`). With ``framegraph serve --batching on`` the
 sessions of one video avatar bundle (runtime ``torch`` or ``onnx``, on the CPU) run its generator in the server's
-model service (:func:`~.base.model_service`): their frames' calls in one batch.
+model service (:func:`~.base.model_service`): their frames' calls in one batch. A session that would push the
+model past its measured capacity (one more session's batch no longer fits in a frame) is refused with ``full``
+and ``retry_after_s``; the sessions there keep their frame rate.
 """
 from __future__ import annotations
 
@@ -40,9 +42,20 @@ from framegraph.models import runtime as models_runtime
 from framegraph.models.composite import OverBackground
 from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
+from framegraph.stream.batching import Full
 from framegraph.stream.media import JoinAlpha, PushAudioSource
 
-from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, Unavailable, add_video_out, model_service
+from ..protocol import ErrorCode, ProtocolError
+from .base import (
+    AUDIO_CHUNK,
+    FULL_RETRY_S,
+    PCM16_FORMAT,
+    Pipeline,
+    PipelineSpec,
+    Unavailable,
+    add_video_out,
+    model_service,
+)
 from .options import (
     FPS_RANGE,
     Background,
@@ -193,6 +206,9 @@ def build(opts: AvatarOptions) -> Pipeline:
     except ValueError as exc:  # ExportError: no up-to-date export
         raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
                        f"portrait {name!r} has no up-to-date {runtime} export on this server") from None
+    except Full as exc:  # the model service's measured capacity: the sessions there keep their frame rate
+        raise ProtocolError(ErrorCode.FULL, f"avatar {name!r} is full on this server: {exc}; try again later or "
+                                            f"another server", retry_after_s=FULL_RETRY_S) from None
     if matted:
         _matte_out(graph, ag.video, encoder, opts.background, size)
     ag.set_state(opts.state)

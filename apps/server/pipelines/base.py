@@ -20,7 +20,8 @@ if TYPE_CHECKING:  # pragma: no cover - the camera checks pictures with the sess
     from ..camera import CameraInput
 
 AUDIO_CHUNK = chunk_samples(AUDIO_SAMPLE_RATE, 20)  # 320 samples = 20 ms
-_SERVICE = ModelService()  # no thread until a session opens a client
+_SERVICE = ModelService(admit=True)  # no thread until a session opens a client; refuses one that would not fit
+FULL_RETRY_S = 5.0  # what a session refused for a full model is told to wait (``retry_after_s``)
 _BATCHING = [False]
 
 
@@ -35,23 +36,39 @@ def model_service() -> ModelService | None:
 
 
 def batching_metrics_text() -> str:
-    """The model service's lanes as Prometheus text: batches by size, requests served / missed / late / failed,
-    queue wait p50 / p95 (ms), the measured ms per batch size and the sessions each lane holds at 25 fps."""
+    """The model service's lanes as Prometheus text (label ``lane``): batches by size, requests served / missed /
+    late / failed / cancelled, queue wait p50 / p95 (ms), the measured ms per batch size, the sessions on each lane
+    and how many it holds at 25 fps. Empty before any lane exists."""
+    lanes = list(_SERVICE.lanes().values())
+    if not lanes:
+        return ""
     lines = []
-    for lane in _SERVICE.lanes().values():
-        name = f'lane="{lane.name}"'
-        st = lane.stats
-        lines += [f'framegraph_batches_total{{{name},size="{b}"}} {n}' for b, n in sorted(st.batches.items())]
-        for what in ("served", "missed", "late", "failed", "cancelled"):
-            lines.append(f"framegraph_batch_requests_{what}_total{{{name}}} {getattr(st, what)}")
-        for q in (0.5, 0.95):
-            wait = st.wait_ms(q)
-            if wait is not None:
-                lines.append(f'framegraph_batch_queue_wait_ms{{{name},quantile="{q:g}"}} {wait:.3f}')
-        lines += [f'framegraph_batch_cost_ms{{{name},size="{b}"}} {ns / 1e6:.3f}' for b, ns in
-                  sorted(lane.cost_ns.items())]
-        lines.append(f"framegraph_batch_capacity_sessions{{{name},fps=\"25\"}} {lane.capacity(25.0)}")
+
+    def family(name: str, kind: str, help_: str, series):
+        lines.extend((f"# HELP framegraph_{name} {help_}", f"# TYPE framegraph_{name} {kind}"))
+        lines.extend(f"framegraph_{name}{{{labels}}} {value}" for labels, value in series)
+
+    def lane_(lane, **more) -> str:
+        return ",".join([f'lane="{lane.name}"'] + [f'{k}="{v}"' for k, v in more.items()])
+
+    family("batches_total", "counter", "Batches a lane ran, by size.",
+           [(lane_(ln, size=b), n) for ln in lanes for b, n in sorted(ln.stats.batches.items())])
+    for what, help_ in (("served", "served"), ("missed", "dropped for their deadline"),
+                        ("late", "started after their deadline"), ("failed", "failed"),
+                        ("cancelled", "cancelled by their session")):
+        family(f"batch_requests_{what}_total", "counter", f"Requests to a lane {help_}.",
+               [(lane_(ln), getattr(ln.stats, what)) for ln in lanes])
+    family("batch_queue_wait_ms", "gauge", "Wait from a request's submit to the start of its batch, ms.",
+           [(lane_(ln, quantile=f"{q:g}"), f"{w:.3f}") for ln in lanes for q in (0.5, 0.95)
+            if (w := ln.stats.wait_ms(q)) is not None])
+    family("batch_cost_ms", "gauge", "Measured time of one batch, by size, ms.",
+           [(lane_(ln, size=b), f"{ns / 1e6:.3f}") for ln in lanes for b, ns in sorted(ln.cost_ns.items())])
+    family("batch_sessions", "gauge", "Sessions a lane serves now.", [(lane_(ln), ln.sessions) for ln in lanes])
+    family("batch_capacity_sessions", "gauge", "Sessions a lane holds at 25 fps (its measured cost).",
+           [(lane_(ln, fps=25), ln.capacity(25.0)) for ln in lanes])
     return "".join(line + "\n" for line in lines)
+
+
 PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels": 1, "chunk_ms": 20}
 
 

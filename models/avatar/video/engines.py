@@ -51,7 +51,9 @@ def torch_batch(avatar, settings):
 def batched_generator(service, avatar, settings):
     """``generator_engine`` for :class:`~.stages.MouthRegion`: ``generator ↦`` a
     :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's generator on
-    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU; the lane's engine is built by the first session."""
+    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU; the lane's engine is built by the first session.
+    A service that admits raises :class:`~framegraph.stream.batching.Full` when one more session at the avatar's
+    frame rate would not fit."""
     runtime.check("avatar-video-batch", settings.runtime)
     if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
         raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
@@ -61,7 +63,8 @@ def batched_generator(service, avatar, settings):
 
     def client(generator):
         return service.client(key, lambda: runtime.engines("avatar-video-batch", settings.runtime, avatar, settings),
-                              build=True, name=f"video-generator-{avatar.region_size}-{settings.runtime}")
+                              build=True, name=f"video-generator-{avatar.region_size}-{settings.runtime}",
+                              fps=avatar.fps)
 
     return client
 

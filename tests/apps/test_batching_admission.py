@@ -1,0 +1,115 @@
+"""Admission from the model service's measured capacity (`framegraph serve --batching on`), on a real server on
+loopback: a video avatar whose generator takes longer than a frame holds one session; the next one, over the
+WebSocket and over WebRTC, is refused `full` with its retry time, while the first keeps streaming; `/metrics` shows
+the lane, its sessions and the refusal; once the first ends, a new session is admitted."""
+import asyncio
+import json
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+from test_avatar_pipeline import speak
+from test_server_session import tone
+from websockets.asyncio.client import connect
+
+from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
+
+
+def _post(url: str, body: dict) -> tuple[int, dict, dict]:
+    req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(req, timeout=20) as r:
+            return r.status, dict(r.headers), json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, dict(exc.headers), json.loads(exc.read())
+
+
+def _metrics(url: str) -> str:
+    with urllib.request.urlopen(url + "metrics", timeout=10) as r:
+        return r.read().decode()
+
+
+@pytest.mark.slow
+def test_a_session_past_the_models_measured_capacity_is_refused_full_and_the_first_keeps_streaming(tmp_path,
+                                                                                                 monkeypatch):
+    from server_util import running
+
+    from framegraph.apps.server.pipelines import base
+
+    # the trained bundles' generator width at a 256² region: on one thread a batch of 2 takes several frames
+    save_video_avatar(tmp_path / "heavy", random_video_avatar(region_size=256, generator_channels=(24, 48, 96, 96)))
+    monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
+    monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True))
+    base.set_batching(True)
+    options = {"portrait": "heavy"}
+    try:
+        with running(stats_interval_s=0.25) as srv:
+            async def scenario():
+                first = asyncio.create_task(speak(srv.url, options, tone(4.0, amp=0.3)))
+                (lane,) = await _until(lambda: base._SERVICE.lanes().values() if any(
+                    ln.sessions for ln in base._SERVICE.lanes().values()) and all(
+                    ln.cost_ns for ln in base._SERVICE.lanes().values()) else None)
+                async with connect(srv.url) as ws:  # the second session: refused at its start, told when to retry
+                    await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
+                                              "options": options}))
+                    refused = [json.loads(m) for m in await _texts(ws)]
+                refused_ns = time.monotonic_ns()
+                offer = await asyncio.to_thread(_post, srv.http_url + "webrtc/offer", {
+                    "type": "offer", "sdp": await _offer_text(), "pipeline": "avatar", "options": options})
+                metrics = await asyncio.to_thread(_metrics, srv.http_url)
+                ready, got = await first
+                return lane, refused, refused_ns, offer, metrics, ready, got
+
+            lane, refused, refused_ns, offer, metrics, ready, got = asyncio.run(scenario())
+            assert ready["batched"] is True
+            error = refused[0]
+            assert error["type"] == "error" and error["code"] == "full" and error["retry_after_s"] == 5.0
+            assert "avatar 'heavy' is full on this server" in error["message"] and "a batch of 2" in error["message"]
+            assert refused[-1]["type"] == "ended" and not any(m["type"] == "ready" for m in refused)
+            status, headers, body = offer  # the same refusal over WebRTC: 503, Retry-After, the code
+            assert status == 503 and headers["Retry-After"] == "5" and body["code"] == "full"
+            assert f'framegraph_batch_sessions{{lane="{lane.name}"}} 1' in metrics
+            assert 'framegraph_server_errors_total{code="full"} 1' in metrics  # the WebSocket's error message
+            assert 'framegraph_server_rejected_total{reason="full"} 1' in metrics  # the offer
+            assert "framegraph_server_session_video_fps{session=" in metrics
+            # the first session went on streaming after the refusals: pictures of the sound it sent after them
+            after = [h for h, _, _ in got["video"] if h.capture_ns > refused_ns]
+            assert len(after) >= 3 and lane.stats.served >= len(got["video"])
+            assert lane.sessions == 0 and not lane.running  # its session ended: no thread left
+
+            async def again():  # the lane is empty again: a new session is admitted
+                return await speak(srv.url, options, tone(0.5, amp=0.3))
+
+            ready, _ = asyncio.run(again())
+            assert ready["type"] == "ready" and ready["batched"] is True
+    finally:
+        base.set_batching(False)
+
+
+async def _until(probe, timeout_s: float = 60.0):
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end:
+        value = probe()
+        if value:
+            return tuple(value)
+        await asyncio.sleep(0.05)
+    raise AssertionError("the first session's lane never measured its cost")
+
+
+async def _texts(ws) -> list[str]:
+    """Every text message until the server closes the connection."""
+    texts = []
+    try:
+        async for message in ws:
+            if isinstance(message, str):
+                texts.append(message)
+    except Exception:  # noqa: BLE001 - the close, whichever code
+        pass
+    return texts
+
+
+async def _offer_text() -> str:
+    from test_server_webrtc import offer_text
+
+    return await offer_text()

@@ -21,6 +21,20 @@ torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")
+def astronaut_talking_clip(tmp_path_factory):
+    """A 12 s clip of the astronaut speaking (`framegraph avatar synth --seed 1`): its MP4 (the JSON of its
+    ground truth beside it). Made once per run; skipped without espeak-ng."""
+    from framegraph.apps.cli import main
+    from framegraph.models.synth import espeak_available
+
+    if not espeak_available():
+        pytest.skip("needs the system package espeak-ng (apt-get install espeak-ng) to make a talking clip")
+    root = tmp_path_factory.mktemp("synth")
+    assert main(["avatar", "synth", "--out", str(root), "--clips", "1", "--seconds", "12", "--seed", "1"]) == 0
+    return root / "clip_00000.mp4"
+
+
+@pytest.fixture(scope="session")
 def compile_cache(tmp_path_factory):
     """One Inductor / Triton cache for the session's compiled-runtime tests (``FRAMEGRAPH_CACHE``): what one test
     compiled (the C++ precompiled header, kernels of the same source) the next one reuses. Compilation is cold in

@@ -20,6 +20,9 @@ Measures, on this machine's CPU:
   the first session's (its kernels run for the first time in the process), ``first_frame_warm_ms`` the median
   of the next ``--warm-runs`` sessions' (what each later user of a running server waits for). Speed runs
   before quality, so the first session is the process's first.
+
+With ``--people VIDEO...`` it measures one change to what the mouth hears on every person instead
+(:mod:`.video_avatar_people`).
 """
 from __future__ import annotations
 
@@ -128,6 +131,12 @@ def _training_run(folder: str) -> dict | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.people:
+        from . import video_avatar_people
+        return video_avatar_people.run(args)
+    if not (args.avatar and args.clip):
+        raise ValueError("bench video_avatar needs --avatar and --clip (one bundle on a clip of its person), or "
+                         "--people VIDEO... (a change measured on every person)")
     folder = os.path.abspath(args.avatar)
     avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
     if avatar.kind != "video":
@@ -168,6 +177,9 @@ def run(args: argparse.Namespace) -> int:
 
 
 def figure(data: dict, plt):
+    if "people" in data:
+        from . import video_avatar_people
+        return video_avatar_people.figure(data, plt)
     fig, ax = plt.subplots(figsize=(6, 3.2))
     runs = data.get("speed", [])
     labels = [f"{r['region_size']}² {r.get('runtime', 'torch')}" for r in runs]

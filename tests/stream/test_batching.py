@@ -223,7 +223,7 @@ def test_a_lane_refuses_max_batch_zero():
 
 
 def test_a_service_that_admits_refuses_the_session_its_measured_cost_cannot_fit():
-    # the trained bundles' generator width at a 256² region: one thread takes longer than a 25-fps frame for a batch of 2
+    # the trained bundles' generator width at a 256² region: on one thread a batch of 2 takes longer than a frame
     heavy = random_video_avatar(region_size=256, generator_channels=(24, 48, 96, 96))
     service = ModelService(admit=True)
     first, _ = avatar_session(heavy, speech(150, 3.0), batching=service)

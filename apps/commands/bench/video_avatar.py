@@ -1,5 +1,5 @@
 """``framegraph bench video_avatar``: a video avatar on a real clip — held-out lip sync, PSNR outside the mouth,
-FPS, first frame."""
+FPS, first frame; with ``--people``, one change to what the mouth hears, before and after, on every person."""
 from __future__ import annotations
 
 import argparse
@@ -10,8 +10,21 @@ IMPLEMENTATION = "framegraph.apps.bench.video_avatar"  # its run(args) and figur
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--avatar", required=True, help="a video avatar bundle (framegraph avatar train --video)")
-    p.add_argument("--clip", required=True, help="a real clip of the same person at the bundle's size and fps")
+    p.add_argument("--avatar", help="a video avatar bundle (framegraph avatar train --video)")
+    p.add_argument("--clip", help="a real clip of the same person at the bundle's size and fps")
+    p.add_argument("--people", nargs="+", metavar="VIDEO",
+                   help="instead of --avatar/--clip: talking videos of one person each; per person a bundle is "
+                        "trained with --change off and one with it on (the same generator), both measured on the "
+                        "held-out tail; the change is kept only if nobody's openness correlation drops by more "
+                        "than 0.03 (minutes per person: the training's, about 10 for a 20-s video on 2 threads)")
+    p.add_argument("--change", default="whisper",
+                   help="with --people: the training switch compared, off then on: whisper (the mouth hears "
+                        "Whisper's features beside the encoder), av_sync, follow_openness (default whisper)")
+    p.add_argument("--work", default="people", help="with --people: where the bundles are trained (WORK/<video "
+                                                     "name>/{before,after}; a finished one is continued; people)")
+    p.add_argument("--steps", type=int, default=3000, help="with --people: the generator's training steps (3000)")
+    p.add_argument("--holdout", type=float, default=0.2,
+                   help="with --people: the share of each video's end kept out of training and measured (0.2)")
     p.add_argument("--start-s", type=float, help="held-out segment start (default: the bundle's training holdout)")
     p.add_argument("--end-s", type=float, help="held-out segment end (default: the clip's end)")
     p.add_argument("--audio", help="speech driving the speed runs (default: the clip's own sound)")

@@ -8,7 +8,8 @@ training, and the ``VAEDecode`` stage.
 - :mod:`.register`: batched affine registration (Lucas–Kanade): the head pose of a drawn frame.
 - :mod:`.losses`: SSIM, PSNR, KL, the mouth-weighted reconstruction loss.
 - :mod:`.data`: synthetic clips cut to the face region, per-frame mouth boxes, redrawn targets.
-- :mod:`.train`: ``train_vae`` (checkpoints, resume, held-out PSNR; decoder-only, latent noise).
+- :mod:`.train`: ``train_vae`` and its settings ``VAETrainConfig`` (checkpoints, resume, held-out PSNR; decoder-only,
+  latent noise).
 - :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
 """
 from .data import (
@@ -25,7 +26,7 @@ from .data import (
 from .losses import box_mask, kl_divergence, reconstruction_loss, ssim, ssim_map
 from .model import Cache, CausalTemporalConv, VideoVAE, frames_to_uint8, uint8_to_frames, with_reference_warp
 from .stage import ChunkDecodeStage, TorchVAE, VAEDecode, VAEEngine, remember_reference, stream_start
-from .train import VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
+from .train import VAETrainConfig, VAETrainResult, evaluate_vae, measure_latent_stats, reference_region, train_vae
 
 __all__ = [
     "FaceClips", "box_to_region", "crop_frames", "face_clips_from_frames", "face_crop_box", "load_face_clips",
@@ -33,6 +34,6 @@ __all__ = [
     "mouth_box_for_frame", "box_mask", "kl_divergence", "reconstruction_loss", "ssim", "ssim_map", "Cache",
     "CausalTemporalConv", "VideoVAE", "frames_to_uint8", "uint8_to_frames", "ChunkDecodeStage", "VAEDecode",
     "VAEEngine", "TorchVAE", "stream_start", "remember_reference",
-    "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region",
+    "VAETrainConfig", "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region",
     "train_vae", "with_reference_warp",
 ]

@@ -315,15 +315,58 @@ def _optimise(run: _Run, model: VideoVAE, params, opt, gen: torch.Generator, tra
     _save_checkpoint(ckpt, model, opt, gen, run.step, run.history, run.initial, run.seconds())
 
 
-def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3, device: str = "cpu",
-              seed: int = 0, progress: bool = True, *, size: int = 128, clip_frames: int = 3,
-              model: VideoVAE | None = None, model_config: dict | None = None, mouth_weight: float = 4.0,
-              ssim_weight: float = 0.2, kl_weight: float = 1e-4, warmup: int = 20, lr_min_fraction: float = 0.1,
-              eval_every: int = 100, eval_frames: int = 64, checkpoint_every: int = 100, resume: bool = True,
-              max_clips: int | None = None, holdout_fraction: float = 0.15,
-              torch_threads: int | None = None, reference_image: Tensor | None = None,
-              train_encoder: bool = True, redraw_targets: bool | None = None,
-              latent_noise: float = 0.0) -> VAETrainResult:
+@dataclass
+class VAETrainConfig:
+    """Settings of :func:`train_vae`.
+
+    Attributes:
+        steps: total optimisation steps (when resuming, training continues up to this number).
+        batch: windows per step; clip_frames: consecutive frames per window (the temporal convs learn from these).
+        lr / warmup / lr_min_fraction: AdamW peak rate, warm-up steps, final fraction of the peak.
+        device: ``"cpu"``, ``"cuda"``...; seed: model init, window sampling and posterior noise.
+        size: the face region's side, px (a folder's clips are cut to it).
+        model_config: ``VideoVAE(sample_size=size, **model_config)`` when no model is given.
+        mouth_weight / ssim_weight / kl_weight: loss weights (see the module docstring).
+        eval_every / eval_frames: held-out evaluation period (steps) and frame count.
+        checkpoint_every: steps between checkpoints (and one at the end).
+        resume: continue from ``out_dir/checkpoint`` when it exists (its model, optimizer, sampler state and
+            history; the given model and ``model_config`` are then ignored).
+        max_clips: read at most this many clips from a folder; holdout_fraction: the share held out
+            (:meth:`FaceClips.split`).
+        train_encoder: False trains the decoder side only (encoder and latent statistics frozen); needs a
+            trained model (or a checkpoint) with latent statistics.
+        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn without the video
+            codec (:attr:`~.data.FaceClips.targets`); None: whenever the folder's clips can be redrawn.
+        latent_noise: each window's latent gets Gaussian noise of a std drawn from ``[0, latent_noise]``
+            (normalised-latent units) before decoding, so the decoder learns to clean a denoiser's latents.
+    """
+
+    steps: int = 300
+    batch: int = 4
+    lr: float = 1e-3
+    device: str = "cpu"
+    seed: int = 0
+    size: int = 128
+    clip_frames: int = 3
+    model_config: dict | None = None
+    mouth_weight: float = 4.0
+    ssim_weight: float = 0.2
+    kl_weight: float = 1e-4
+    warmup: int = 20
+    lr_min_fraction: float = 0.1
+    eval_every: int = 100
+    eval_frames: int = 64
+    checkpoint_every: int = 100
+    resume: bool = True
+    max_clips: int | None = None
+    holdout_fraction: float = 0.15
+    train_encoder: bool = True
+    redraw_targets: bool | None = None
+    latent_noise: float = 0.0
+
+
+def train_vae(data, out_dir, *, model: VideoVAE | None = None, reference_image: Tensor | None = None,
+              progress: bool = True, torch_threads: int | None = None, **settings) -> VAETrainResult:
     """Train (or resume training) a :class:`VideoVAE` on face-region clips.
 
     Args:
@@ -331,54 +374,33 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
             at ``size`` px), a ``uint8 [T, S, S, 3]`` / ``[N, T, S, S, 3]`` tensor of regions, or
             :class:`FaceClips`.
         out_dir: where the model, the report and the checkpoint go (created).
-        steps: total optimisation steps (when resuming, training continues up to this number).
-        batch: windows per step; clip_frames: consecutive frames per window (the temporal convs learn
-            from these).
-        lr / warmup / lr_min_fraction: AdamW peak rate, warm-up steps, final fraction of the peak.
-        device: ``"cpu"``, ``"cuda"``...; seed: model init, window sampling and posterior noise.
-        model / model_config: start from this model, or build ``VideoVAE(sample_size=size, **model_config)``.
-        mouth_weight / ssim_weight / kl_weight: loss weights (see the module docstring).
-        eval_every / eval_frames: held-out evaluation period (steps) and frame count.
-        checkpoint_every: steps between checkpoints (and one at the end); resume: continue from
-            ``out_dir/checkpoint`` when it exists (its model, optimizer, sampler state and history; then
-            ``model`` / ``model_config`` are ignored).
-        max_clips: read at most this many clips from a folder; holdout_fraction: share held out
-            (see :meth:`FaceClips.split`).
-        progress: show a tqdm bar (loss, held-out PSNR).
-        torch_threads: intra-op CPU threads while training (restored after; None: leave torch's
-            setting). On a CPU shared with other jobs 1 is often several times faster than more:
-            OpenMP threads that wait for a busy core spin.
+        model: start from this model (else one is built from ``model_config``; ignored when resuming).
         reference_image: the identity reference (portrait) for a ``reference_skip`` model: ``uint8
             [H, W, 3]`` full frame (cut with the clips' crop box) or the ``[S, S, 3]`` region.
-        train_encoder: False trains the decoder side only (encoder and latent statistics frozen; see the
-            module docstring); needs a trained ``model`` (or a checkpoint) with latent statistics.
-        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn without the
-            video codec (:attr:`~.data.FaceClips.targets`) while the encoder reads the video; None (default):
-            whenever the folder's clips can be redrawn (:func:`~.data.redrawable`).
-        latent_noise: each window's latent gets Gaussian noise of a std drawn uniformly from
-            ``[0, latent_noise]`` (normalised-latent units) before decoding, so the decoder learns to turn a
-            denoiser's imperfect latents into clean faces (a trained avatar's denoiser is off by ~0.4–0.55
-            rms on held-out audio); 0: none.
+        progress: show a tqdm bar (loss, held-out PSNR).
+        torch_threads: intra-op CPU threads while training (restored after; None: leave torch's setting).
+        settings: :class:`VAETrainConfig` fields.
 
     Returns :class:`VAETrainResult` (the trained model on ``device`` in eval mode, the report, the
     loss history). Raises ``ValueError`` for bad settings, ``FileNotFoundError`` for a missing folder.
     """
-    if latent_noise < 0:
-        raise ValueError(f"train_vae: latent_noise={latent_noise} must be >= 0 (a noise std)")
-    if steps < 1 or batch < 1 or clip_frames < 1 or lr <= 0:
-        raise ValueError(f"train_vae: steps={steps}, batch={batch}, clip_frames={clip_frames} must be >= 1 and "
-                         f"lr={lr} > 0")
+    cfg = VAETrainConfig(**settings)
+    if cfg.latent_noise < 0:
+        raise ValueError(f"train_vae: latent_noise={cfg.latent_noise} must be >= 0 (a noise std)")
+    if cfg.steps < 1 or cfg.batch < 1 or cfg.clip_frames < 1 or cfg.lr <= 0:
+        raise ValueError(f"train_vae: steps={cfg.steps}, batch={cfg.batch}, clip_frames={cfg.clip_frames} must be "
+                         f">= 1 and lr={cfg.lr} > 0")
     with cpu_threads(torch_threads):
         t_start = time.monotonic()
         out = Path(out_dir)
         ckpt = out / CHECKPOINT
-        clips, source = _as_clips(data, size, max_clips, redraw_targets)
-        train, held = clips.split(holdout_fraction)
-        device = torch.device(device)
+        clips, source = _as_clips(data, cfg.size, cfg.max_clips, cfg.redraw_targets)
+        train, held = clips.split(cfg.holdout_fraction)
+        device = torch.device(cfg.device)
         data_seconds = time.monotonic() - t_start
 
-        model, state = _start_model(ckpt, resume=resume, model=model, model_config=model_config, seed=seed,
-                                    size=clips.size, device=device, train_encoder=train_encoder)
+        model, state = _start_model(ckpt, resume=cfg.resume, model=model, model_config=cfg.model_config,
+                                    seed=cfg.seed, size=clips.size, device=device, train_encoder=cfg.train_encoder)
         params = [p for p in model.parameters() if p.requires_grad]
         f = model.spatial_compression
         if clips.size % f:
@@ -388,22 +410,21 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         out.mkdir(parents=True, exist_ok=True)  # only once every argument is known to be good
         evaluate = None  # held-out evaluation, when something is held out
         if held.n_frames:
-            evaluate = lambda m: evaluate_vae(m, held, max_frames=eval_frames, device=device,  # noqa: E731
+            evaluate = lambda m: evaluate_vae(m, held, max_frames=cfg.eval_frames, device=device,  # noqa: E731
                                               reference=ref)
-        opt = torch.optim.AdamW(params, lr=lr, weight_decay=0.0)
-        gen = torch.Generator().manual_seed(seed)
+        opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
+        gen = torch.Generator().manual_seed(cfg.seed)
         run = _Run.begin(state, opt, gen, evaluate, model)
-        settings = dict(steps=steps, batch=batch, clip_frames=clip_frames, lr=lr, warmup=warmup,
-                        lr_min_fraction=lr_min_fraction, mouth_weight=mouth_weight, ssim_weight=ssim_weight,
-                        kl_weight=kl_weight, latent_noise=latent_noise)
-        _optimise(run, model, params, opt, gen, train, ref, device=device, seed=seed, ckpt=ckpt,
-                  evaluate=evaluate, eval_every=eval_every, checkpoint_every=checkpoint_every, progress=progress,
-                  **settings)
+        losses = {k: getattr(cfg, k) for k in ("steps", "batch", "clip_frames", "lr", "warmup", "lr_min_fraction",
+                                               "mouth_weight", "ssim_weight", "kl_weight", "latent_noise")}
+        _optimise(run, model, params, opt, gen, train, ref, device=device, seed=cfg.seed, ckpt=ckpt,
+                  evaluate=evaluate, eval_every=cfg.eval_every, checkpoint_every=cfg.checkpoint_every,
+                  progress=progress, **losses)
         train_seconds = run.seconds()
-        final = _finish(model, out, train, evaluate, train_encoder=train_encoder, device=device)
+        final = _finish(model, out, train, evaluate, train_encoder=cfg.train_encoder, device=device)
         report = {
-            **{k: v for k, v in settings.items() if k not in ("warmup", "lr_min_fraction")},
-            "steps": run.step, "seed": seed, "size": clips.size, "train_encoder": train_encoder,
+            **{k: v for k, v in losses.items() if k not in ("warmup", "lr_min_fraction")},
+            "steps": run.step, "seed": cfg.seed, "size": clips.size, "train_encoder": cfg.train_encoder,
             "targets": "redrawn" if clips.targets is not None else "video",
             "data": _data_report(source, clips, train, held), "model": _model_report(model),
             "heldout_initial": run.initial, "heldout_final": final,
@@ -416,4 +437,4 @@ def train_vae(data, out_dir, steps: int = 300, batch: int = 4, lr: float = 1e-3,
         return VAETrainResult(model, report, run.history)
 
 
-__all__ = ["VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae"]
+__all__ = ["VAETrainConfig", "VAETrainResult", "evaluate_vae", "measure_latent_stats", "reference_region", "train_vae"]

@@ -1,6 +1,6 @@
 """The ``"compiled"`` runtime's shared parts: Inductor compilation with static shapes, and its caches on disk.
 
-A model's compiled engine (registered beside its torch engine, :mod:`framegraph.models.runtime`) runs the same
+A model's compiled engine (listed beside its torch engine, :mod:`framegraph.models.runtime`) runs the same
 torch code through ``torch.compile`` (Inductor: C++ on a CPU, Triton on a GPU; our Triton kernels are custom ops
 with fake implementations, so they are traced through as single nodes). Shapes are static per session
 (``dynamic=False``): a session's sizes are fixed when it starts, so each step compiles once for them and never

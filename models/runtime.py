@@ -9,29 +9,41 @@
 
 A model stage does not know its runtime. It is handed an *engine*: an object with the one or two calls the
 stage makes per frame (encode audio, denoise a block, decode a chunk) and the stream state those calls
-carry; each stage module defines its engine's protocol and the torch engine, its default. Each model
-registers here, per runtime it supports, a factory that builds its stages' engines:
-
-    @runtime.register("avatar-portrait", "onnx")
-    def _onnx_engines(avatar, settings): ...
+carry; each stage module defines its engine's protocol and the torch engine, its default. :data:`FACTORIES`
+names, per model and runtime, the function that builds its stages' engines (imported when first asked for):
 
     engines = runtime.engines("avatar-portrait", "onnx", avatar, settings)
-
-A model's factories are registered when its module is imported (the graph builder that asks for them
-imports it: :mod:`framegraph.models.avatar`, :mod:`framegraph.models.generate`).
 
 "backend" means one thing elsewhere: the kernel choice of a fast op (``auto | triton | torch``,
 :mod:`framegraph.kernels.backend`), which the torch runtime uses.
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+import importlib
 from typing import Literal
 
 Runtime = Literal["torch", "compiled", "onnx", "onnx-int8"]
 RUNTIMES: tuple[str, ...] = ("torch", "compiled", "onnx", "onnx-int8")
 
-_FACTORIES: dict[str, dict[str, Callable]] = {}
+# Every model's engine factories, by runtime: "module:function", imported when first asked for. A model that gains
+# a runtime gains a line here.
+_M = "framegraph.models"
+FACTORIES: dict[str, dict[str, str]] = {
+    "avatar-portrait": {"torch": f"{_M}.avatar.portrait.engines:torch_engines",
+                        "compiled": f"{_M}.avatar.portrait.compiled:compiled_engines",
+                        "onnx": f"{_M}.avatar.portrait.engines:onnx_engines",
+                        "onnx-int8": f"{_M}.avatar.portrait.engines:onnx_int8_engines"},
+    "avatar-video": {"torch": f"{_M}.avatar.video.engines:torch_engines",
+                     "compiled": f"{_M}.avatar.video.engines:compiled_engines",
+                     "onnx": f"{_M}.avatar.video.onnx:onnx_engines"},
+    "avatar-video-batch": {"torch": f"{_M}.avatar.video.engines:torch_batch",  # [B, ...] in and out
+                           "onnx": f"{_M}.avatar.video.onnx:onnx_batch"},
+    "generate-denoiser": {"torch": f"{_M}.generate.compiled:torch_denoiser",
+                          "compiled": f"{_M}.generate.compiled:compiled_denoiser"},
+    "generate-vae": {"torch": f"{_M}.generate.stages:torch_vae_engine",
+                     "compiled": f"{_M}.generate.compiled:compiled_vae",
+                     "onnx": f"{_M}.generate.onnx:onnx_vae_engine"},
+}
 
 
 def default_device(runtime: str = "torch") -> str:
@@ -50,21 +62,9 @@ def default_runtime(device) -> str:
     return "compiled" if torch.device(device).type == "cuda" else "torch"
 
 
-def register(model: str, runtime: str) -> Callable[[Callable], Callable]:
-    """Decorator: ``factory`` builds ``model``'s engines on ``runtime`` (one of :data:`RUNTIMES`)."""
-    if runtime not in RUNTIMES:
-        raise ValueError(f"runtime.register: runtime {runtime!r}; expected one of {RUNTIMES}")
-
-    def wrap(factory: Callable) -> Callable:
-        _FACTORIES.setdefault(model, {})[runtime] = factory
-        return factory
-
-    return wrap
-
-
 def runtimes(model: str) -> tuple[str, ...]:
     """The runtimes ``model`` has engines for, in :data:`RUNTIMES` order."""
-    have = _FACTORIES.get(model, {})
+    have = FACTORIES.get(model, {})
     return tuple(r for r in RUNTIMES if r in have)
 
 
@@ -81,7 +81,8 @@ def check(model: str, runtime: str) -> str:
 
 def engines(model: str, runtime: str, /, *args, **kwargs):
     """What ``model``'s factory for ``runtime`` builds from ``args`` / ``kwargs`` (see :func:`check`)."""
-    return _FACTORIES[model][check(model, runtime)](*args, **kwargs)
+    module, name = FACTORIES[model][check(model, runtime)].split(":")
+    return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
-__all__ = ["Runtime", "RUNTIMES", "default_device", "default_runtime", "register", "runtimes", "check", "engines"]
+__all__ = ["Runtime", "RUNTIMES", "FACTORIES", "default_device", "default_runtime", "runtimes", "check", "engines"]

@@ -36,7 +36,7 @@ class RunSettings:
     """How one run uses a bundle (what :func:`~.graph.build_avatar_graph` was asked for).
 
     Attributes:
-        runtime: where the models compute (:mod:`framegraph.models.runtime`; a kind's engines are registered
+        runtime: where the models compute (:mod:`framegraph.models.runtime`; a kind's engines are listed there
             as model ``"avatar-<kind>"``); a kind refuses one it lacks.
         device: where the torch models run and the ports live ("cpu", "cuda").
         vad: the speaking state from Silero VAD (None: the bundle's setting).

@@ -23,7 +23,6 @@ from __future__ import annotations
 import torch
 
 from framegraph.kernels.processors.streaming_rope import StreamingRotaryPosEmbed
-from framegraph.models import runtime
 from framegraph.models.compile import CompileSettings, compile_in_place, compiled
 from framegraph.models.graphs import GraphedStep
 
@@ -121,19 +120,16 @@ class CompiledWanVAE:
         self.state = None
 
 
-@runtime.register("generate-denoiser", "torch")
-def _torch_denoiser(**_):
+def torch_denoiser(**_):
     """``engine(stream)`` → the stream as it is."""
     return lambda stream: stream
 
 
-@runtime.register("generate-denoiser", "compiled")
-def _compiled_denoiser(*, cuda_graphs: bool | None = None, **_):
+def compiled_denoiser(*, cuda_graphs: bool | None = None, **_):
     options = CompileSettings(cuda_graphs=cuda_graphs)
     return lambda stream: compile_stream(stream, options)
 
 
-@runtime.register("generate-vae", "compiled")
-def _compiled_vae(**_):
+def compiled_vae(**_):
     """``engine(vae)`` → :class:`CompiledWanVAE`."""
     return CompiledWanVAE

@@ -23,7 +23,6 @@ from framegraph.stream import Clock, Graph, Stage
 from framegraph.stream.media import ScaleVideo, VideoFileSource
 from framegraph.stream.memory import keep_freed_memory
 
-from . import compiled, onnx  # noqa: F401  (register the compiled runtime and the VAE decoder's ONNX Runtime)
 from .checkpoint import GenerateModel
 from .family import SHIFT
 from .prompts import PromptBook

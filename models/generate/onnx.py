@@ -33,7 +33,6 @@ import os
 import torch
 from torch import nn
 
-from framegraph.models import runtime
 from framegraph.models.onnx import CheckedExport, OrtVAEStream, default_threads
 from framegraph.models.onnx.manifest import OPSET, ExportError, check_manifest, weights_hash, write_manifest
 from framegraph.models.onnx.trace import export_module, io_entries, require_onnx
@@ -237,9 +236,8 @@ class OrtWanVAE:
         self.stream.reset()
 
 
-@runtime.register("generate-vae", "onnx")
-def _onnx_engine(*, export_dir: str | None, size: tuple[int, int], chunk_frames: int, device: str,
-                 dtype: torch.dtype, threads: int | None = None, model: str = "MODEL_DIR"):
+def onnx_vae_engine(*, export_dir: str | None, size: tuple[int, int], chunk_frames: int, device: str,
+                    dtype: torch.dtype, threads: int | None = None, model: str = "MODEL_DIR"):
     """``engine(vae)`` → :class:`OrtWanVAE` from ``export_dir`` (float32 on the CPU only)."""
     if export_dir is None:
         raise ValueError("the VAE decoder on runtime 'onnx' needs the folder `framegraph export --generate` wrote")

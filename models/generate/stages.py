@@ -22,7 +22,6 @@ from typing import Protocol
 
 import torch
 
-from framegraph.models import runtime
 from framegraph.models.vae import ChunkDecodeStage, frames_to_uint8
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import video_port
@@ -296,8 +295,7 @@ class TorchWanVAE:
         self.state = None
 
 
-@runtime.register("generate-vae", "torch")
-def _torch_engine(**_):
+def torch_vae_engine(**_):
     """``engine(vae)`` → :class:`TorchWanVAE` (the runtime registry's torch entry)."""
     return TorchWanVAE
 

@@ -10,8 +10,6 @@ from framegraph.stream.media import PushAudioSource
 
 
 def test_the_registry_lists_each_models_runtimes():
-    import framegraph.models.generate  # noqa: F401  (a model registers its engines when it is imported)
-
     assert runtime.runtimes("avatar-portrait") == ("torch", "compiled", "onnx", "onnx-int8")
     assert runtime.runtimes("avatar-video") == ("torch", "compiled", "onnx")
     assert runtime.runtimes("generate-vae") == ("torch", "compiled", "onnx")
@@ -21,6 +19,17 @@ def test_the_registry_lists_each_models_runtimes():
     with pytest.raises(ValueError, match="generate-vae runs on torch, compiled or onnx, not 'onnx-int8'"):
         runtime.check("generate-vae", "onnx-int8")
     assert runtime.default_runtime("cpu") == "torch" and runtime.default_runtime("cuda") == "compiled"
+
+
+def test_every_factory_the_registry_names_is_a_function_of_its_module():
+    import importlib
+    import inspect
+
+    for model, factories in runtime.FACTORIES.items():
+        assert set(factories) <= set(runtime.RUNTIMES), model
+        for name, where in factories.items():
+            module, function = where.split(":")
+            assert inspect.isfunction(getattr(importlib.import_module(module), function)), (model, name)
 
 
 @pytest.mark.parametrize("gpu", [False, True])

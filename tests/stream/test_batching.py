@@ -146,7 +146,7 @@ def test_a_batch_is_as_large_as_the_earliest_deadline_allows(avatar):
 
     service = ModelService()
     lane = service.lane("generator", avatar.generator)
-    lane.warm(rows(avatar, 1)[0], sizes=(1, 8))
+    lane.warm(rows(avatar, 1)[0], sizes=(1, 8), repeats=10)  # the fastest of 10: a busy CPU inflates a few
     assert lane.cost(8) > 2 * lane.cost(1)
 
     def chosen(slack_ns):

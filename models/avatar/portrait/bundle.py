@@ -15,8 +15,8 @@ bad file; ``save_avatar(DIR, avatar)`` writes it (atomically per file). ``random
 randomly initialised bundle (tests, smoke runs: it exercises the whole graph, it does not talk well).
 
 Its stages (:meth:`PortraitAvatar.add_stages`): ``features → Denoiser → VAEDecode → Composite``; their engines
-come from the runtime registry (:mod:`framegraph.models.runtime`, model ``"avatar-portrait"``: torch here,
-ONNX Runtime in :mod:`.engines`).
+come from the runtime registry (:mod:`framegraph.models.runtime`, model ``"avatar-portrait"``: torch and ONNX
+Runtime in :mod:`.engines`, compiled in :mod:`.compiled`).
 """
 from __future__ import annotations
 
@@ -49,8 +49,6 @@ from ..base import (
     read_matte_png,
     write_matte_png,
 )
-from . import compiled as _compiled  # noqa: F401  (registers the compiled runtime)
-from . import engines as _engines  # noqa: F401  (registers its runtimes: torch and ONNX Runtime)
 from .onnx import export_avatar
 
 FORMAT_VERSION = 1

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import torch
 
-from framegraph.models import runtime
 from framegraph.models.compile import CompileSettings, compiled
 from framegraph.models.graphs import GraphedStep
 from framegraph.models.sampler import host_schedule, sample_euler, timestep_schedule
@@ -122,7 +121,6 @@ class CompiledVAE:
                            enabled=self.settings.graphs(next(iter(cache.values())).device), name="vae next chunk")
 
 
-@runtime.register("avatar-portrait", "compiled")
 def compiled_engines(avatar, settings) -> PortraitEngines:
     """Compiled DiT and decoder; the audio encoder on torch (see the module docs)."""
     options = CompileSettings(cuda_graphs=settings.cuda_graphs)

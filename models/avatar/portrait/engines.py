@@ -20,7 +20,6 @@ from typing import NamedTuple
 
 import torch
 
-from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.dit import TorchDiT
 from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, default_threads
@@ -172,17 +171,14 @@ def _ort_engines(avatar, settings, *, int8: bool) -> PortraitEngines:
                                                   reference))
 
 
-@runtime.register("avatar-portrait", "torch")
 def torch_engines(avatar, settings) -> PortraitEngines:
     return PortraitEngines(audio=None, dit=TorchDiT, vae=TorchVAE)
 
 
-@runtime.register("avatar-portrait", "onnx")
 def onnx_engines(avatar, settings) -> PortraitEngines:
     return _ort_engines(avatar, settings, int8=False)
 
 
-@runtime.register("avatar-portrait", "onnx-int8")
 def onnx_int8_engines(avatar, settings) -> PortraitEngines:
     return _ort_engines(avatar, settings, int8=True)
 

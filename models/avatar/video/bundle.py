@@ -52,7 +52,7 @@ from framegraph.stream.files import write_json, written_whole
 from framegraph.stream.media import MediaError, read_video
 
 from ..base import AvatarError, AvatarStages, MatteInFolder, PictureSize, RunSettings, add_audio_side, load_part
-from .engines import batched_generator  # (registers its runtimes: torch and compiled)
+from .engines import batched_generator
 from .lipsync import SHAPE_NAMES, MouthGenerator, ShapeHead
 from .loop import VideoLoop
 from .onnx import export_video_avatar

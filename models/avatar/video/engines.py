@@ -4,7 +4,7 @@
 - ``compiled``: the shape head and the whole picture step (cut, redraw, texture, paste) compiled by Inductor
   (static shapes: the box is a tensor, :meth:`~.stages.MouthRegion.picture_at`); on CUDA the picture step replayed
   from a CUDA graph.
-- ``onnx``: the audio encoder and the generator on ONNX Runtime (:mod:`.onnx`, registered there).
+- ``onnx``: the audio encoder and the generator on ONNX Runtime (:mod:`.onnx`).
 
 Batched (model ``"avatar-video-batch"``, runtimes ``torch`` and ``onnx``): the generator for a batch of sessions,
 ``[B, ...]`` in and out, run by a lane of a :class:`~framegraph.stream.batching.ModelService`;
@@ -28,13 +28,11 @@ class VideoEngines(NamedTuple):
     graphs: bool = False  # MouthRegion replays its picture step from a CUDA graph
 
 
-@runtime.register("avatar-video", "torch")
 def torch_engines(avatar, settings) -> VideoEngines:
     """The models themselves."""
     return VideoEngines()
 
 
-@runtime.register("avatar-video", "compiled")
 def compiled_engines(avatar, settings) -> VideoEngines:
     """The shape head and the picture step compiled (see the module docstring)."""
     options = CompileSettings(cuda_graphs=settings.cuda_graphs)
@@ -42,7 +40,6 @@ def compiled_engines(avatar, settings) -> VideoEngines:
                         graphs=options.graphs(settings.device))
 
 
-@runtime.register("avatar-video-batch", "torch")
 def torch_batch(avatar, settings):
     """The torch generator itself: it takes a batch (``[B, ...]`` inputs, ``[B, 3, S, S]`` out)."""
     return avatar.generator.to(settings.device).eval()

@@ -18,7 +18,6 @@ import os
 
 import torch
 
-from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder, export_audio_encoder
 from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph, default_threads
 from framegraph.models.onnx.manifest import OPSET, check_manifest, weights_hash, write_manifest
@@ -114,7 +113,6 @@ class OrtBatchGenerator:
         return out
 
 
-@runtime.register("avatar-video-batch", "onnx")
 def onnx_batch(avatar, settings) -> OrtBatchGenerator:
     """The exported generator (checked against the bundle) for batches, with ``torch_threads`` intra-op threads
     (default every core: one lane runs the generator for all the sessions)."""
@@ -125,7 +123,6 @@ def onnx_batch(avatar, settings) -> OrtBatchGenerator:
                              avatar.region_size)
 
 
-@runtime.register("avatar-video", "onnx")
 def onnx_engines(avatar, settings) -> VideoEngines:
     """ONNX Runtime from the bundle's export (checked against it), the generator with ``torch_threads``
     intra-op threads (default half the cores), the audio encoder with 1."""

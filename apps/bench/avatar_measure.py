@@ -203,7 +203,8 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
                      graph_kw: dict | None = None) -> dict:
     """``n`` server-like graphs at once, each fed in real time by its own thread from a common start (a portrait's
     or a video avatar's: each kind's own figures beside the common ones); ``cpu_ms_per_frame``: the process's CPU
-    time over the frames all sessions presented."""
+    time over the frames all sessions presented; ``fps_spread``: (fastest − slowest) / fastest presented fps, how
+    fair the shares were."""
     samples = len(audio)
     expected = _frames_for(avatar, samples)
     graphs = []
@@ -251,6 +252,7 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
     presented = sum(p["frames"] for p in per)
     return {"sessions": n, "audio_seconds": samples / SAMPLE_RATE, "target_fps": avatar.fps,
             "per_session": per, "fps_min": min(fps_all), "fps_median": float(np.median(fps_all)),
+            "fps_spread": (max(fps_all) - min(fps_all)) / max(fps_all) if max(fps_all) > 0 else None,
             "aggregate_fps": float(sum(fps_all)),
             "cpu_ms_per_frame": 1000.0 * cpu_s / presented if presented else None,
             "all_keep_up": all(f >= SESSION_FPS_TOLERANCE * avatar.fps for f in fps_all)}

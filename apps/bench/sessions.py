@@ -6,9 +6,9 @@ service (:mod:`framegraph.stream.batching`) or each session's alone.
 
 Each session is built as the server builds it (a realtime clock, live: frames whose audio is older than the live lag
 are skipped) and fed its speech in 20 ms chunks in real time from a common start (``measure_sessions``, shared with
-``bench avatar``). Per run: each session's presented fps, its glass-to-glass p50 / p95 (audio chunk in to picture
-out), the aggregate fps, the process's CPU time per presented frame and, batched, the service's batch sizes, queue
-wait and frames missed. ``video_avatar``: a video avatar with the trained bundles' generator widths at
+``bench avatar``). Per run: each session's presented fps and their spread (how fair the shares were), its
+glass-to-glass p50 / p95 (audio chunk in to picture out), the aggregate fps, the process's CPU time per presented
+frame and, batched, the service's batch sizes, queue wait and frames missed. ``video_avatar``: a video avatar with the trained bundles' generator widths at
 ``--video-region`` (fresh weights: the cost does not depend on them); ``avatar``: the shipped portrait. Batching
 is built for the video avatar's generator; the portrait's rows with batching on say so and measure nothing.
 """
@@ -68,7 +68,8 @@ def _measure(pipeline: str, args, tmp: str, audio) -> dict:
                 (lane,) = service.lanes().values()
                 run["service"] = {**lane.stats.as_dict(), "cost_ms": {str(b): round(ns / 1e6, 3) for b, ns in
                                                                        sorted(lane.cost_ns.items())}}
-            print(f"[{pipeline}] {n} session(s), batching {batching}: fps min {run['fps_min']:.1f}, aggregate "
+            spread = "" if run["fps_spread"] is None else f" (spread {100 * run['fps_spread']:.0f} %)"
+            print(f"[{pipeline}] {n} session(s), batching {batching}: fps min {run['fps_min']:.1f}{spread}, aggregate "
                   f"{run['aggregate_fps']:.1f}, p95 {run['p95_ms_max']:.0f} ms, CPU {run['cpu_ms_per_frame']:.1f} "
                   f"ms/frame", flush=True)
             rows.append(run)

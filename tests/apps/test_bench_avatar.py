@@ -65,6 +65,8 @@ def test_bench_avatar_quick_json_is_complete_and_consistent(quick_run):
             assert _finite_positive(p["presented_fps"]) and p["presented_fps"] < 1.5 * run["target_fps"]
             assert p["ttff_ms"] >= r["sizes"][0]["ttff"]["audio_wait_ms"]
         assert run["fps_min"] == min(p["presented_fps"] for p in run["per_session"])
+        fps = [p["presented_fps"] for p in run["per_session"]]
+        assert run["fps_spread"] == pytest.approx((max(fps) - min(fps)) / max(fps))
     assert set(r["summary"]["sizes"]) == {"64", "shipped"}
     assert (out.parent / "avatar.png").stat().st_size > 1000
 

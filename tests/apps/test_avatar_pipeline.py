@@ -42,18 +42,20 @@ def test_the_pipeline_is_offered_only_while_the_avatar_folder_has_a_bundle(avata
 
 async def speak(url: str, options: dict, samples, events: dict | None = None):
     """An ``avatar`` session: start with ``options``, send ``samples`` at microphone pace (20 ms messages),
-    the control message ``events[i]`` after audio message ``i``, then ``stop``; returns ``(ready, got)``."""
+    the control message ``events[i]`` after audio message ``i``, then ``stop``, reading all along (a client that
+    did not would have its video dropped); returns ``(ready, got)``."""
     async with connect(url) as ws:
         await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar", "options": options}))
         ready = json.loads(await asyncio.wait_for(ws.recv(), 30))
         assert ready["type"] == "ready", ready
+        reading = asyncio.create_task(receive_all(ws, 60))
         for i in range(len(samples) // 320):
             await asyncio.sleep(0.02)
             await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
             if events and i in events:
                 await ws.send(json.dumps(events[i]))
         await ws.send(json.dumps({"type": "stop"}))
-        return ready, await receive_all(ws, 60)
+        return ready, await reading
 
 
 def test_avatar_session_streams_video_and_echo_and_takes_state_and_interrupt(avatar_dir):

@@ -1,7 +1,9 @@
-"""Admission from the model service's measured capacity (`framegraph serve --batching on`), on a real server on
-loopback: a video avatar whose generator takes longer than a frame holds one session; the next one, over the
-WebSocket and over WebRTC, is refused `full` with its retry time, while the first keeps streaming; `/metrics` shows
-the lane, its sessions and the refusal; once the first ends, a new session is admitted."""
+"""Batched sessions (`framegraph serve --batching on`) on a real server on loopback.
+
+Admission from the model service's measured capacity: a video avatar whose generator takes longer than a frame
+holds one session; the next one, over the WebSocket and over WebRTC, is refused `full` with its retry time, while
+the first keeps streaming; `/metrics` shows the lane, its sessions and the refusal; once the first ends, a new
+session is admitted. A session whose client stops reading holds up nobody on the lane it shares."""
 import asyncio
 import json
 import time
@@ -10,7 +12,8 @@ import urllib.request
 
 import pytest
 from test_avatar_pipeline import speak
-from test_server_session import tone
+from test_server_limits import non_reader
+from test_server_session import pcm_message, receive_all, start, tone
 from websockets.asyncio.client import connect
 
 from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
@@ -113,3 +116,52 @@ async def _offer_text() -> str:
     from test_server_webrtc import offer_text
 
     return await offer_text()
+
+
+@pytest.mark.slow
+def test_a_session_whose_client_stops_reading_holds_up_nobody_on_the_lane(tmp_path, monkeypatch):
+    from server_util import running
+
+    from framegraph.apps.server.pipelines import base
+
+    save_video_avatar(tmp_path / "me", random_video_avatar())
+    monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
+    monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True, window_ms=45.0))
+    base.set_batching(True)
+    samples = tone(3.0, amp=0.3)
+    try:
+        with running(stats_interval_s=0.25) as srv:
+            async def scenario():
+                stalled = await non_reader(srv.url, srv.server.port)
+                await start(stalled, "avatar", portrait="me")  # reads "ready", then never again
+
+                async def speak_unread():  # the stalled client keeps speaking (its frames fill its socket)
+                    for i in range(len(samples) // 320):
+                        await stalled.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+                        await asyncio.sleep(0.02)
+
+                talking = asyncio.create_task(speak_unread())
+                async with connect(srv.url) as ws:  # the other client reads as it speaks
+                    ready = await start(ws, "avatar", portrait="me")
+                    reading = asyncio.create_task(receive_all(ws, 60))
+                    for i in range(len(samples) // 320):
+                        await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+                        await asyncio.sleep(0.02)
+                    await ws.send(json.dumps({"type": "stop"}))
+                    got = await reading
+                await talking
+                metrics = await asyncio.to_thread(_metrics, srv.http_url)
+                stalled.transport.abort()
+                return ready, got, metrics
+
+            ready, got, metrics = asyncio.run(scenario())
+            (lane,) = base._SERVICE.lanes().values()
+        assert ready["batched"] is True
+        captured = [h.capture_ns for h, _, _ in got["video"]]
+        assert len(captured) >= 50  # of 75 frames (3 s at 25 fps): a loaded CPU skips some live
+        assert max(b - a for a, b in zip(captured, captured[1:])) < 0.5e9  # the reader's pictures never stalled
+        drops = [line for line in metrics.splitlines() if line.startswith("framegraph_server_send_drops_total")]
+        assert any(float(line.split()[-1]) > 0 for line in drops), drops  # the other did stop reading
+        assert lane.stats.served >= len(captured) and not lane.running
+    finally:
+        base.set_batching(False)

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Protocol
 
 import numpy as np
 import torch
@@ -22,6 +22,9 @@ from framegraph.models.audio import IDLE, LISTENING, SPEAKING, STATE_DIM
 from framegraph.models.runtime import Runtime
 from framegraph.stream import Graph, PortSpec, Stage
 from framegraph.stream.files import written_whole
+
+if TYPE_CHECKING:  # pragma: no cover - a run's model service
+    from framegraph.stream.batching import ModelService
 
 AVATAR_JSON = "avatar.json"
 STATE_MODES = ("auto", "speaking", "listening", "idle")
@@ -73,7 +76,7 @@ class RunSettings:
     alpha: bool = False
     video_device: str | None = None
     cuda_graphs: bool | None = None
-    batching: object = None
+    batching: ModelService | None = None
 
 
 class StateOverride(Stage):

@@ -77,9 +77,9 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         meta: everything else found in avatar.json (training report, provenance...).
     """
 
-    vae: object
-    dit: object
-    audio: object
+    vae: VideoVAE
+    dit: AvatarDiT
+    audio: AudioEncoder
     portrait: torch.Tensor
     crop_box: tuple[int, int, int, int]
     region_size: int

@@ -15,8 +15,9 @@ so two full-width pools would fight for the same cores.
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
@@ -30,13 +31,18 @@ from framegraph.models.vae import TorchVAE
 from ..base import onnx_dir
 from .onnx import MODELS, dit_state_names, dit_state_outputs, load_manifest
 
+if TYPE_CHECKING:  # pragma: no cover - the engines' argument and result types
+    from framegraph.models.audio import AudioEncoder
+    from framegraph.models.dit import AvatarDiT, DiTEngine
+    from framegraph.models.vae import VAEEngine
+
 
 class PortraitEngines(NamedTuple):
     """What each stage of a portrait run computes with (see :mod:`framegraph.models.runtime`)."""
 
-    audio: object  # AudioFeatures' engine: model → log-mel conv stack runner (None: the torch model)
-    dit: object  # Denoiser's: model → DiTEngine
-    vae: object  # VAEDecode's: (model, reference) → VAEEngine
+    audio: Callable[[AudioEncoder], Callable] | None  # AudioFeatures': → the log-mel conv stack runner
+    dit: Callable[[AvatarDiT], DiTEngine]  # the Denoiser's
+    vae: Callable[..., VAEEngine]  # VAEDecode's: (model, reference) → its engine
 
 
 class AvatarExport(CheckedExport):

@@ -12,19 +12,25 @@ Batched (model ``"avatar-video-batch"``, runtimes ``torch`` and ``onnx``): the g
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 from framegraph.models import runtime
 from framegraph.models.compile import CompileSettings, compiled
+
+if TYPE_CHECKING:  # pragma: no cover - the engines' argument types
+    from framegraph.models.audio import AudioEncoder
+
+    from .lipsync import MouthGenerator, ShapeHead
 
 
 class VideoEngines(NamedTuple):
     """What each stage of a video avatar run computes with; None: the torch model itself."""
 
-    audio: object = None  # AudioFeatures': AudioEncoder → the log-mel conv stack's runner
-    head: object = None  # MouthShape's: ShapeHead → the callable run on context [1, K, D] → shape [1, P]
-    generator: object = None  # MouthRegion's generator: MouthGenerator → a callable called as the generator is
-    picture: object = None  # MouthRegion's device path (frame, box, shape) → the callable that makes the picture
+    audio: Callable[[AudioEncoder], Callable] | None = None  # AudioFeatures': → the log-mel conv stack's runner
+    head: Callable[[ShapeHead], Callable] | None = None  # MouthShape's: → run on context [1, K, D] → shape [1, P]
+    generator: Callable[[MouthGenerator], Callable] | None = None  # MouthRegion's: → called as the generator is
+    picture: Callable[[Callable], Callable] | None = None  # MouthRegion's (frame, box, shape) path → the picture
     graphs: bool = False  # MouthRegion replays its picture step from a CUDA graph
 
 

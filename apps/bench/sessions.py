@@ -8,9 +8,10 @@ Each session is built as the server builds it (a realtime clock, live: frames wh
 are skipped) and fed its speech in 20 ms chunks in real time from a common start (``measure_sessions``, shared with
 ``bench avatar``). Per run: each session's presented fps and their spread (how fair the shares were), its
 glass-to-glass p50 / p95 (audio chunk in to picture out), the aggregate fps, the process's CPU time per presented
-frame and, batched, the service's batch sizes, queue wait and frames missed. ``video_avatar``: a video avatar with the trained bundles' generator widths at
-``--video-region`` (fresh weights: the cost does not depend on them); ``avatar``: the shipped portrait. Batching
-is built for the video avatar's generator; the portrait's rows with batching on say so and measure nothing.
+frame and, batched, the service's batch sizes, queue wait and frames missed. ``video_avatar``: a video avatar
+with the trained bundles' generator widths at ``--video-region`` (fresh weights: the cost does not depend on
+them); ``avatar``: the shipped portrait. Batching is built for the video avatar's generator; the portrait's rows
+with batching on say so and measure nothing.
 """
 from __future__ import annotations
 

@@ -32,7 +32,7 @@ from framegraph.models.avatar.video.train import train_video_avatar
 from framegraph.stream.media import decode_audio
 
 from .meta import bench_metadata, write_result
-from .video_avatar import _at_region, _speed
+from .video_avatar_speed import at_region, graph_speed
 
 KEEP_DROP = 0.03  # the most a person's held-out openness correlation may drop for a change to be kept
 CHANGES = ("whisper", "av_sync", "follow_openness")  # VideoTrainConfig's switches of the sound's side
@@ -52,9 +52,9 @@ def _measure(folder: Path, video: str, audio, args) -> dict:
     """One bundle's held-out quality and its graph's speed (see the module docstring)."""
     avatar = load_bundle(folder.name, str(folder.parent))
     q = evaluate_video_avatar(avatar, video, start_s=avatar.heldout_start_s)
-    speed = [_speed(avatar, audio, args.seconds, 0, "torch", args.threads)]
+    speed = [graph_speed(avatar, audio, args.seconds, 0, "torch", args.threads)]
     if args.region and args.region != avatar.region_size and args.region <= min(avatar.width, avatar.height):
-        speed.append(_speed(_at_region(avatar, args.region), audio, args.seconds, 0, "torch", args.threads))
+        speed.append(graph_speed(at_region(avatar, args.region), audio, args.seconds, 0, "torch", args.threads))
     return {**{k: q.get(k) for k in QUALITY}, "heldout_start_s": avatar.heldout_start_s,
             "features": avatar.features_kind,
             "fps": {str(s["region_size"]): s["fps"] for s in speed},

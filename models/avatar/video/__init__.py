@@ -10,5 +10,6 @@ UNet redraws the lower face for a mouth shape that a ridge head predicts from th
   critic and its guard; :mod:`.sync`: how late the video's sound is; :mod:`.typed`: eSpeak sentences the head
   also learns; :mod:`.openness`: the openness asked of the generator, calibrated at the end; :mod:`.provenance`:
   the bundle's ``PROVENANCE.md``.
-- :mod:`.jaw`: the frame's own jaw line kept; :mod:`.engines`, :mod:`.onnx`: the runtimes the models run on.
+- :mod:`.features`: what the shape head hears (the encoder's features, Whisper's beside them); :mod:`.jaw`: the
+  frame's own jaw line kept; :mod:`.engines`, :mod:`.onnx`: the runtimes the models run on.
 """

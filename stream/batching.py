@@ -32,12 +32,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Hashable
+from typing import Literal, get_args
 
 import torch
 
 from .ring import RingAborted
 
-ON_MISS = ("drop", "run")
+OnMiss = Literal["drop", "run"]  # a request past its deadline: dropped (the frame skipped) or run late
+ON_MISS: tuple[str, ...] = get_args(OnMiss)
 BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up (up to the lane's max_batch)
 
 
@@ -336,7 +338,7 @@ class BatchClient:
     stage's ``interrupt``) makes a call waiting now, and every call until the next :meth:`open`, raise
     :class:`Cancelled`."""
 
-    def __init__(self, lane: Lane, *, on_miss: str = "drop"):
+    def __init__(self, lane: Lane, *, on_miss: OnMiss = "drop"):
         if on_miss not in ON_MISS:
             raise ValueError(f"BatchClient: on_miss {on_miss!r}; expected one of {ON_MISS}")
         self.lane, self.on_miss = lane, on_miss
@@ -447,7 +449,7 @@ class ModelService:
             return lane
 
     def client(self, key: Hashable, run, *, name: str = "model", build: bool = False,
-               on_miss: str = "drop", fps: float | None = None) -> BatchClient:
+               on_miss: OnMiss = "drop", fps: float | None = None) -> BatchClient:
         """A new :class:`BatchClient` on the lane of ``key`` (see :meth:`lane`). With ``fps`` (the session's frame
         rate) and ``admit``, raises :class:`Full`, naming the measured cost, when one more session would not fit in
         one frame."""

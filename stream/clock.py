@@ -17,9 +17,11 @@ from __future__ import annotations
 import threading
 import time
 from fractions import Fraction
+from typing import Literal, get_args
 
 TICKS_PER_SECOND = 48_000
-MODES = ("realtime", "fast")
+ClockMode = Literal["realtime", "fast"]
+MODES: tuple[str, ...] = get_args(ClockMode)
 
 
 class Clock:
@@ -30,7 +32,7 @@ class Clock:
         ticks_per_second: tick rate of pts values.
     """
 
-    def __init__(self, mode: str = "fast", ticks_per_second: int = TICKS_PER_SECOND):
+    def __init__(self, mode: ClockMode = "fast", ticks_per_second: int = TICKS_PER_SECOND):
         if mode not in MODES:
             raise ValueError(f"unknown clock mode {mode!r}; expected one of {MODES}")
         self.mode = mode

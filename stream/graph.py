@@ -25,7 +25,7 @@ from .clock import Clock, FlowLimiter
 from .frame import Frame
 from .memory import keep_freed_memory
 from .node import Node
-from .ring import POLICIES, Ring
+from .ring import POLICIES, Policy, Ring
 from .stage import TRIGGERS, Stage
 from .telemetry import Telemetry
 from .workers import start_worker
@@ -50,7 +50,7 @@ class Edge:
     src_port: str
     dst: Stage
     dst_port: str
-    policy: str = "block"
+    policy: Policy = "block"
     capacity: int = 2
 
     @property
@@ -99,7 +99,7 @@ class Graph:
         return stage
 
     def connect(self, src: Stage, dst: Stage, src_port: str | None = None, dst_port: str | None = None,
-                *, policy: str = "block", capacity: int = 2) -> Edge:
+                *, policy: Policy = "block", capacity: int = 2) -> Edge:
         """Join ``src.src_port`` to ``dst.dst_port`` with a ring of ``capacity`` slots and ``policy``.
         A port name may be omitted when the stage has exactly one; ``dst_port`` defaults to
         ``src_port``'s name when ``dst`` has a port of that name."""

@@ -21,10 +21,12 @@ from __future__ import annotations
 import collections
 import threading
 from collections.abc import Callable
+from typing import Literal, get_args
 
 from .frame import Frame, PortSpec
 
-POLICIES = ("block", "drop_oldest", "drop_newest", "latest")
+Policy = Literal["block", "drop_oldest", "drop_newest", "latest"]  # what a full ring does with a new frame
+POLICIES: tuple[str, ...] = get_args(Policy)
 
 
 class RingAborted(Exception):
@@ -43,7 +45,7 @@ class Ring:
         name: ``"producer.port -> consumer.port"``, used in errors and telemetry.
     """
 
-    def __init__(self, spec: PortSpec, capacity: int = 2, policy: str = "block", n_stages: int = 1,
+    def __init__(self, spec: PortSpec, capacity: int = 2, policy: Policy = "block", n_stages: int = 1,
                  name: str = "ring"):
         if policy not in POLICIES:
             raise ValueError(f"ring {name}: unknown policy {policy!r}; expected one of {POLICIES}")

@@ -13,7 +13,7 @@ import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Protocol
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, get_args
 
 import numpy as np
 import torch
@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # pragma: no cover - a run's model service
     from framegraph.stream.batching import ModelService
 
 AVATAR_JSON = "avatar.json"
-STATE_MODES = ("auto", "speaking", "listening", "idle")
+StateMode = Literal["auto", "speaking", "listening", "idle"]  # the speaking state: the VAD's, or one held
+STATE_MODES: tuple[str, ...] = get_args(StateMode)
 
 
 class AvatarError(ValueError):
@@ -84,7 +85,7 @@ class StateOverride(Stage):
     ``"speaking"`` / ``"listening"`` / ``"idle"`` (forced; the VAD's speech probability is kept).
     :meth:`set_mode` may be called from any thread; it shows from the next frame."""
 
-    def __init__(self, *, device: str = "cpu", mode: str = "auto", name: str = "state"):
+    def __init__(self, *, device: str = "cpu", mode: StateMode = "auto", name: str = "state"):
         super().__init__(name)
         self.inputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
         self.outputs = {"state": PortSpec((STATE_DIM,), torch.float32, device)}
@@ -92,7 +93,7 @@ class StateOverride(Stage):
         self.mode = "auto"
         self.set_mode(mode)
 
-    def set_mode(self, mode: str) -> None:
+    def set_mode(self, mode: StateMode) -> None:
         if mode not in STATE_MODES:
             raise ValueError(f"StateOverride: mode {mode!r}; expected one of {STATE_MODES}")
         with self._lock:

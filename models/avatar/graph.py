@@ -28,6 +28,8 @@ import torch
 from framegraph.models.composite import OverBackground
 from framegraph.models.runtime import Runtime, default_device
 from framegraph.stream import Clock, Graph, Stage
+from framegraph.stream.batching import ModelService
+from framegraph.stream.clock import ClockMode
 from framegraph.stream.media import (
     SAMPLE_RATE,
     AlphaVideoSink,
@@ -38,8 +40,9 @@ from framegraph.stream.media import (
     alpha_format,
     decode_audio,
 )
+from framegraph.stream.ring import Policy
 
-from .base import STATE_MODES, AvatarBundle, RunSettings, StateOverride
+from .base import STATE_MODES, AvatarBundle, RunSettings, StateMode, StateOverride
 from .bundle import load_avatar
 
 # Live streams: a frame with a newer one waiting behind it, or whose audio arrived longer ago than this, is
@@ -64,7 +67,7 @@ class AvatarGraph:
     sink: Stage | None
     audio_sink: Stage | None
 
-    def set_state(self, mode: str) -> None:
+    def set_state(self, mode: StateMode) -> None:
         """``auto`` (VAD) or a forced ``speaking`` / ``listening`` / ``idle``."""
         self.state.set_mode(mode)
         self.features.set_listening(mode == "listening")
@@ -72,11 +75,13 @@ class AvatarGraph:
 
 def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | None = None, *,
                        out: str | None = None, audio_sink: Stage | None | bool = True, graph: Graph | None = None,
-                       clock: str = "fast", device: str = "cpu", steps: int | None = None, vad: bool | None = None,
-                       live: bool = False, budget_ms: float | None = None, max_in_flight: int | None = 8, seed: int = 0,
-                       preset: str = "offline", torch_threads: int | None = None, video_policy: str = "block",
+                       clock: ClockMode = "fast", device: str = "cpu", steps: int | None = None,
+                       vad: bool | None = None, live: bool = False, budget_ms: float | None = None,
+                       max_in_flight: int | None = 8, seed: int = 0, preset: str = "offline",
+                       torch_threads: int | None = None, video_policy: Policy = "block",
                        max_lag_ms: float | None = None, runtime: Runtime = "torch", onnx_dir: str | None = None,
-                       alpha: bool = False, video_device: str | None = None, batching=None,
+                       alpha: bool = False,
+                       video_device: str | None = None, batching: ModelService | None = None,
                        name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
     stage with an ``"audio"`` ``int16 [320]`` output), for a bundle of either kind.

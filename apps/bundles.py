@@ -1,11 +1,14 @@
-"""Avatar bundles loaded once per process and shared: the server's sessions, the Pipecat avatar, the benches.
+"""The avatar bundles of this process: the catalogue (the avatar folder, the names in it, the default) and the
+bundles loaded once and shared by the server's sessions, the demo, the Pipecat avatar and the benches.
 
-    from framegraph.apps.bundles import load_bundle_at
-    avatar = load_bundle_at("assets/avatars/astronaut")   # loads (≈ 2-3 s on a CPU) the first time, then cached
+    from framegraph.apps.bundles import available_avatars, load_bundle, load_bundle_at
+    available_avatars()                       # the bundle names in $FRAMEGRAPH_AVATARS (else assets/avatars)
+    avatar = load_bundle("astronaut")         # loads (≈ 2-3 s on a CPU) the first time, then cached
+    avatar = load_bundle_at("out/me")         # any folder
 
 Each caller builds its own graph (its own stream state) on the shared weights. With a limit
 (:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from the cache (graphs still
-running on one keep it alive until they end).
+running on one keep it alive until they end). The catalogue reads folders only; the models load on first use.
 """
 from __future__ import annotations
 
@@ -14,9 +17,10 @@ import os
 import threading
 import time
 
-from framegraph.models.audio.vad import SileroVAD
-from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
-from framegraph.models.runtime import default_device, default_runtime
+from framegraph import assets
+from framegraph.models.avatar.base import AVATAR_JSON
+
+DEFAULT_AVATAR = "astronaut"  # the shipped bundle's name, first among the avatars when present
 
 _cache: collections.OrderedDict[str, object] = collections.OrderedDict()  # path -> bundle, least recent first
 _bundle_limit = 0  # 0: keep every bundle loaded
@@ -24,11 +28,46 @@ _load_s: dict[str, float] = {}  # path -> seconds its last load took
 _lock = threading.Lock()
 
 
+def shipped_avatar() -> str:
+    """The shipped bundle's folder (``assets/avatars/astronaut``)."""
+    return str(assets.path("avatars") / DEFAULT_AVATAR)
+
+
+def avatars_dir() -> str:
+    """The avatar folder: ``$FRAMEGRAPH_AVATARS``, else the shipped ``assets/avatars``."""
+    return os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars"))
+
+
+def available_avatars(root: str | None = None) -> list[str]:
+    """Bundle names (folders with an ``avatar.json``) in the avatar folder (``root``), the default first."""
+    root = root or avatars_dir()
+    if not os.path.isdir(root):
+        return []
+    names = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, AVATAR_JSON)))
+    return sorted(names, key=lambda n: n != DEFAULT_AVATAR)
+
+
+def default_avatar(root: str | None = None) -> str:
+    """The bundle a session gets when it names none."""
+    names = available_avatars(root)
+    return names[0] if names else DEFAULT_AVATAR
+
+
+def load_bundle(name: str, root: str | None = None):
+    """The loaded bundle ``name`` in the avatar folder (``root``, default :func:`avatars_dir`), as
+    :func:`load_bundle_at` loads it."""
+    return load_bundle_at(os.path.join(root or avatars_dir(), name))
+
+
 def load_bundle_at(path) -> object:
     """The loaded avatar bundle at folder ``path`` (either kind), cached by its absolute path, and the voice
     detector its graphs use (one onnxruntime session per process: importing onnxruntime and creating it takes
     ~0.2 s, which would otherwise delay the first graph's first frame). Raises
     :class:`~framegraph.models.avatar.AvatarError` naming the missing or bad file."""
+    from framegraph.models.audio.vad import SileroVAD  # the models: loaded on first use
+    from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
+    from framegraph.models.runtime import default_device, default_runtime
+
     path = os.path.abspath(os.fspath(path))
     with _lock:
         if path not in _cache:

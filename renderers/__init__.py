@@ -15,7 +15,7 @@ The index (each name is imported from its module when first used, so importing t
 """
 from __future__ import annotations
 
-import importlib
+from framegraph.stream.lazy import lazy_index
 
 _INDEX = {
     **dict.fromkeys(("rasterize", "GaussianScene", "SceneError", "load_scene", "load_ply", "save_ply", "load_splat",
@@ -31,16 +31,4 @@ _INDEX = {
     **dict.fromkeys(("ProceduralScene", "procedural_scene"), ".scenes"),
 }
 __all__ = sorted(_INDEX)
-
-
-def __getattr__(name: str):
-    """A name of the index, imported from its module on first use."""
-    if name not in _INDEX:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(_INDEX[name], __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_INDEX))
+__getattr__, __dir__ = lazy_index(__name__, _INDEX)

@@ -28,7 +28,7 @@ PORTRAITS_DIR = str(assets.path("portraits"))
 DEFAULT_PORTRAIT = "astronaut"
 # The avatar pipeline's options the demo sets: start option PORTRAIT_OPTION (an avatar bundle's name in the
 # server's avatar folder, sent only when it is not the default) and live option STATE_OPTION (``config``).
-PORTRAIT_OPTION = "portrait"
+PORTRAIT_OPTION = "avatar"
 STATE_OPTION = "state"
 
 

@@ -24,7 +24,7 @@ import gradio as gr
 import numpy as np
 
 from framegraph.apps.client import ClientError, stream_session
-from framegraph.apps.server.pipelines.avatar import STATES
+from framegraph.models.avatar.base import STATE_MODES
 
 from . import clips
 from .context import STATE_OPTION, DemoContext, portraits
@@ -187,7 +187,7 @@ def _layout(ctx: DemoContext, voice_list: list[str], portrait_list: list[str]) -
                 play_btn = gr.Button("Play into the take", variant="primary", elem_id="fg-play-file")
             portrait = gr.Dropdown(portrait_list, value=portrait_list[0], label="portrait / avatar",
                                    interactive=choice.avatar, elem_id="fg-portrait")
-            state = gr.Radio(list(STATES), value="auto", label="state (auto: from voice activity)",
+            state = gr.Radio(list(STATE_MODES), value="auto", label="state (auto: from voice activity)",
                              interactive=choice.avatar, elem_id="fg-state",
                              info=None if choice.avatar else f"the {choice.name} pipeline has no state")
             with gr.Row():

@@ -1,6 +1,6 @@
 """The talking avatar: bundles of two kinds, the stream graph that runs either, their training and evaluation.
 
-    from framegraph.models.avatar import load_avatar, build_avatar_graph
+    from framegraph.models.avatar import load_avatar, build_avatar_graph   # each name imported when first used
 
 - :mod:`.base`: the :class:`AvatarBundle` protocol both kinds implement, a run's :class:`RunSettings`,
   the audio side every graph starts with (``AudioFeatures`` → :class:`StateOverride`).
@@ -14,24 +14,18 @@
 - :mod:`.clips`: a person's talking video → training clips (what both kinds train on).
 - :mod:`.eval`: measuring an avatar — against synthetic ground truth, and against a person's real frames.
 """
-from .base import (
-    AVATAR_JSON,
-    STATE_MODES,
-    AvatarBundle,
-    AvatarError,
-    AvatarStages,
-    RunSettings,
-    StateOverride,
-    onnx_dir,
-)
-from .bundle import KINDS, load_avatar
-from .graph import LIVE_MAX_LAG_MS, AvatarGraph, build_avatar_graph, render_avatar_graph, warm_avatar
-from .portrait.bundle import SMALL_VAE, TINY_VAE, PortraitAvatar, random_avatar, save_avatar
-from .video.bundle import VideoAvatar, random_video_avatar, save_video_avatar
+from __future__ import annotations
 
-__all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages", "RunSettings", "StateOverride",
-           "onnx_dir",
-           "KINDS", "load_avatar", "LIVE_MAX_LAG_MS", "AvatarGraph", "build_avatar_graph", "render_avatar_graph",
-           "warm_avatar",
-           "SMALL_VAE", "TINY_VAE", "PortraitAvatar", "random_avatar", "save_avatar", "VideoAvatar",
-           "random_video_avatar", "save_video_avatar"]
+from framegraph.stream.lazy import lazy_index
+
+_INDEX = {
+    **dict.fromkeys(("AVATAR_JSON", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages", "RunSettings",
+                     "StateOverride", "onnx_dir"), ".base"),
+    **dict.fromkeys(("KINDS", "load_avatar"), ".bundle"),
+    **dict.fromkeys(("LIVE_MAX_LAG_MS", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar"),
+                    ".graph"),
+    **dict.fromkeys(("SMALL_VAE", "TINY_VAE", "PortraitAvatar", "random_avatar", "save_avatar"), ".portrait.bundle"),
+    **dict.fromkeys(("VideoAvatar", "random_video_avatar", "save_video_avatar"), ".video.bundle"),
+}
+__all__ = sorted(_INDEX)
+__getattr__, __dir__ = lazy_index(__name__, _INDEX)

@@ -123,7 +123,7 @@ def test_pipeline_choice_falls_back_to_scope_and_prefers_the_avatar(monkeypatch,
     choice = choose_pipeline("auto")
     assert choice.name == "avatar" and choice.avatar and "avatar" in choice.note
     assert choice.start_options({}, "astronaut") == {}  # the shipped portrait is the pipeline's default
-    assert choice.start_options({"codec": "h264"}, "me") == {"codec": "h264", "portrait": "me"}
+    assert choice.start_options({"codec": "h264"}, "me") == {"codec": "h264", "avatar": "me"}
     assert choice.start_options({}, None, "onnx") == {"runtime": "onnx"}  # framegraph demo --runtime onnx
     with pytest.raises(ValueError, match="not available"):
         choose_pipeline("no-such-pipeline")

@@ -1,17 +1,18 @@
-"""The ``avatar`` pipeline: the client's microphone drives a talking portrait.
+"""The ``avatar`` pipeline: the client's microphone drives a talking avatar, a bundle of any kind.
 
-    mic (PushAudioSource) ─▶ AudioFeatures ─▶ StateOverride ─▶ Denoiser ─▶ VAEDecode ─▶ Composite ─▶ encode ─▶ send
-        └──────────────────────────────── audio echoed back, same pts ─────────────────────────────────────▲
+    mic (PushAudioSource) ─▶ the bundle's stages ─▶ [the person over a background] ─▶ encode ─▶ send
+        └──────────────── audio echoed back, same pts ────────────────────▲
 
-(a video avatar bundle, kind ``"video"``: MouthShape, VideoLoop → MouthRegion in place of the three
-generating stages; ``models.avatar.build_avatar_graph`` picks by the bundle's kind.)
+``models.avatar.build_avatar_graph`` adds the stages the bundle's kind defines (a portrait: AudioFeatures →
+StateOverride → Denoiser → VAEDecode → Composite; a video avatar: MouthShape, VideoLoop → MouthRegion); this
+module knows no kind.
 
-The picture is an avatar bundle (``models.avatar``) from the server's avatar folder, :func:`avatars_dir`
-(``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``) — option ``portrait``: a bundle's name, never a client path
-(default ``astronaut``, else the first bundle there). Video size and fps are the bundle's (its portrait's size;
-the client may only ask for exactly those). ``runtime`` (old name ``backend``): ``torch``, or ``onnx`` (the model
-stages on ONNX Runtime from the bundle's ``onnx/`` export), or ``onnx-int8`` (the same, the models that export
-keeps in int8 running int8); an avatar without a fitting export is refused, with the reason in the server's log.
+The avatar is a bundle from the server's avatar folder, :func:`~framegraph.apps.bundles.avatars_dir`
+(``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``) — option ``avatar`` (old name ``portrait``): a bundle's
+name, never a client path (default ``astronaut``, else the first bundle there). Video size and fps are the
+bundle's (the client may only ask for exactly those). ``runtime`` (old name ``backend``): ``torch``, or ``onnx``
+(the model stages on ONNX Runtime from the bundle's ``onnx/`` export), or ``onnx-int8`` (the same, the models that
+export keeps in int8 running int8); an avatar without a fitting export is refused, with the reason in the server's log.
 Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking / idle) | ``speaking`` | ``listening`` |
 ``idle`` (forced). ``interrupt`` (barge-in) is the session's ``graph.reset()``: the audio context, the denoiser's
 stream state and the decoder cache start afresh and the next frame is flagged ``INTERRUPTED``.
@@ -36,9 +37,10 @@ import logging
 import os
 from dataclasses import dataclass
 
-from framegraph import assets
 from framegraph.apps.argtypes import AVATAR_RUNTIMES
+from framegraph.apps.bundles import DEFAULT_AVATAR, available_avatars, avatars_dir, default_avatar, load_bundle
 from framegraph.models import runtime as models_runtime
+from framegraph.models.avatar.base import STATE_MODES
 from framegraph.models.composite import OverBackground
 from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
@@ -71,29 +73,6 @@ from .options import (
 
 log = logging.getLogger("framegraph.server")
 
-DEFAULT_AVATAR = "astronaut"
-STATES = ("auto", "speaking", "listening", "idle")
-
-def avatars_dir() -> str:
-    """The server's avatar folder: ``$FRAMEGRAPH_AVATARS``, else the shipped ``assets/avatars``."""
-    return os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars"))
-
-
-def available_avatars(root: str | None = None) -> list[str]:
-    """Bundle names (folders with an ``avatar.json``) in the avatar folder, the default first."""
-    root = root or avatars_dir()
-    if not os.path.isdir(root):
-        return []
-    names = sorted(n for n in os.listdir(root) if os.path.isfile(os.path.join(root, n, "avatar.json")))
-    return sorted(names, key=lambda n: n != DEFAULT_AVATAR)
-
-
-def default_avatar(root: str | None = None) -> str:
-    """The bundle a session gets when it names no ``portrait``."""
-    names = available_avatars(root)
-    return names[0] if names else DEFAULT_AVATAR
-
-
 def unavailable() -> Unavailable | None:
     if available_avatars():
         return None
@@ -102,26 +81,16 @@ def unavailable() -> Unavailable | None:
                        f"avatar train --synth 24 --out {os.path.join(avatars_dir(), DEFAULT_AVATAR)}`")
 
 
-def load_bundle(name: str, root: str | None = None):
-    """The loaded bundle ``name`` in the avatar folder (``root``, default :func:`avatars_dir`), from the process's
-    shared cache (:func:`framegraph.apps.bundles.load_bundle_at`: sessions share the weights, each has its own
-    stream state; with a limit, :func:`~framegraph.apps.bundles.set_bundle_limit`, the least recently used
-    bundles beyond it are dropped)."""
-    from framegraph.apps.bundles import load_bundle_at  # heavy: the avatar's models, loaded on first use
-
-    return load_bundle_at(os.path.join(root or avatars_dir(), name))
-
-
 @dataclass
 class AvatarOptions(VideoOptions):
     size: tuple[int, int] | None = option(None, "the bundle's own size (the only one it streams at; the shipped "
                                                 "astronaut: 256x256)", Size())
     fps: float | None = option(None, "the bundle's own frame rate (the only one it streams at)", Number(*FPS_RANGE))
-    portrait: str | None = option(None, "the avatar bundle to run (default: astronaut, else the first)",
-                                  Choice(available_avatars, "one of the server's avatars"))
+    avatar: str | None = option(None, "the avatar bundle to run, of any kind (default: astronaut, else the first)",
+                                Choice(available_avatars, "one of the server's avatars"), alias="portrait")
     steps: int | None = option(None, "sampler steps (default: the bundle's)", Integer(1, 4))
     state: str = option("auto", "speaking state: auto (voice activity decides), or forced speaking / listening / idle",
-                        Choice(STATES), live=True)
+                        Choice(STATE_MODES), live=True)
     runtime: str | None = option(None, "where the models compute: compiled (Inductor, and CUDA graphs: the default "
                                        "on a GPU), torch (the default on a CPU), or ONNX Runtime on the CPU from the "
                                        "bundle's export (onnx; onnx-int8: the models it keeps in int8 run int8)",
@@ -171,11 +140,12 @@ def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) 
 def build(opts: AvatarOptions) -> Pipeline:
     from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
 
-    name = opts.portrait or default_avatar()
+    name = opts.avatar or default_avatar()
     try:
         avatar = load_bundle(name)
     except (ValueError, OSError) as exc:  # AvatarError, a file that does not load
-        raise _refused("portrait", name, "another of the server's avatars", exc, "this one cannot be loaded") from None
+        raise _refused(opts.key("avatar"), name, "another of the server's avatars", exc,
+                       "this one cannot be loaded") from None
     size, fps = (avatar.width, avatar.height), avatar.fps
     if opts.size not in (None, size):
         raise bad_option("avatar", "size", f"{opts.width}x{opts.height}", f"the avatar's size {size[0]}x{size[1]}")
@@ -185,7 +155,7 @@ def build(opts: AvatarOptions) -> Pipeline:
     kind_runtimes = models_runtime.runtimes(f"avatar-{avatar.kind}")
     if runtime not in kind_runtimes:
         raise bad_option("avatar", opts.key("runtime"), runtime,
-                         f"one of {', '.join(kind_runtimes)} (portrait {name!r} is a {avatar.kind} avatar)")
+                         f"one of {', '.join(kind_runtimes)} (avatar {name!r} is a {avatar.kind} avatar)")
     opts.size, opts.fps = size, fps
     device = default_device(runtime)
     matted = opts.background != "portrait"
@@ -205,7 +175,7 @@ def build(opts: AvatarOptions) -> Pipeline:
                                 runtime=runtime, batching=batching)
     except ValueError as exc:  # ExportError: no up-to-date export
         raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
-                       f"portrait {name!r} has no up-to-date {runtime} export on this server") from None
+                       f"avatar {name!r} has no up-to-date {runtime} export on this server") from None
     except Full as exc:  # the model service's measured capacity: the sessions there keep their frame rate
         raise ProtocolError(ErrorCode.FULL, f"avatar {name!r} is full on this server: {exc}; try again later or "
                                             f"another server", retry_after_s=FULL_RETRY_S) from None
@@ -223,9 +193,9 @@ def build(opts: AvatarOptions) -> Pipeline:
                             "state": opts.state, "device": device,
                             "background": opts.background if isinstance(opts.background, str) else
                             list(opts.background),
-                            "runtime": runtime, "backend": runtime, "states": list(STATES),
+                            "runtime": runtime, "backend": runtime, "states": list(STATE_MODES),
                             "batched": batching is not None})
 
 
-PIPELINE = PipelineSpec("avatar", "talking portrait driven by the client's microphone (state: auto | speaking | "
+PIPELINE = PipelineSpec("avatar", "talking avatar driven by the client's microphone (state: auto | speaking | "
                                   "listening | idle; interrupt resets)", AvatarOptions, build, unavailable)

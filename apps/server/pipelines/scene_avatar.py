@@ -10,9 +10,10 @@ avatar, its camera poses drive the scene, one video comes back.
 shows the avatar's newest frame, so the page can orbit while the avatar talks, and keeps orbiting between utterances
 (the last frame stays). Video starts with the avatar's first frame, i.e. with the client's first audio. ``ready``
 carries ``camera`` (the orbit the initial pose was made from, as the ``scene`` pipeline's) and ``place`` (where the
-avatar stands). Options name the scene (the server's scene folder, as ``scene``) and the avatar (the server's avatar
-folder, as ``avatar``'s ``portrait``) by name; a bundle without a person matte is refused. ``place``: ``"x,y,z"`` or
-``"x,y,z,yaw,height"`` in scene units (default: the orbit's centre), inside the scene's box.
+avatar stands). Options name the scene (the server's scene folder, as ``scene``) and the avatar (option ``avatar``,
+old name ``portrait``: the server's avatar folder, as for the ``avatar`` pipeline) by name; a bundle without a
+person matte is refused. ``place``: ``"x,y,z"`` or ``"x,y,z,yaw,height"`` in scene units (default: the orbit's
+centre), inside the scene's box.
 """
 from __future__ import annotations
 
@@ -26,7 +27,7 @@ from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
-from .avatar import STATES, available_avatars, default_avatar, load_bundle
+from .avatar import STATE_MODES, available_avatars, default_avatar, load_bundle
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, add_video_out
 from .options import FPS_RANGE, Choice, FileName, Number, Size, Text, VideoOptions, bad_option, option
 from .scene import SCENE, CameraPoses, orbit_camera, scene_dirs
@@ -47,11 +48,12 @@ class SceneAvatarOptions(VideoOptions):
     size: tuple[int, int] | None = option((320, 180), "the scene's (and the video's) width and height", Size())
     fps: float | None = option(None, "the avatar's own frame rate (the only one it streams at)", Number(*FPS_RANGE))
     scene: str = option("toy.ply", "the scene, by name", FileName(SCENE))
-    portrait: str | None = option(None, "the avatar bundle (default: astronaut, else the first); it needs a person "
-                                        "matte", Choice(available_avatars, "one of the server's avatars"))
+    avatar: str | None = option(None, "the avatar bundle (default: astronaut, else the first); it needs a person "
+                                      "matte", Choice(available_avatars, "one of the server's avatars"),
+                                alias="portrait")
     place: str | None = option(None, 'where the avatar stands: "x,y,z" or "x,y,z,yaw,height" in scene units (default: '
                                      "the orbit's centre; yaw in degrees, none: facing the camera)", Text(80))
-    state: str = option("auto", "speaking state: auto, or forced speaking / listening / idle", Choice(STATES),
+    state: str = option("auto", "speaking state: auto, or forced speaking / listening / idle", Choice(STATE_MODES),
                         live=True)
     runtime: str = option("torch", "where the avatar's models compute", Choice(AVATAR_RUNTIMES))
 
@@ -86,16 +88,17 @@ def _open(name: str):
 def build(opts: SceneAvatarOptions) -> Pipeline:
     from framegraph.apps.scene_avatar.graph import build_scene_avatar_graph  # heavy: the models and renderers
 
-    name = opts.portrait or default_avatar()
+    name = opts.avatar or default_avatar()
     try:
         avatar = load_bundle(name)
     except (ValueError, OSError) as exc:
-        log.warning("scene_avatar: portrait %r refused: %s", name, exc)
-        raise bad_option("scene_avatar", "portrait", name, "another of the server's avatars (this one cannot be "
-                                                           "loaded; the server's log says why)") from None
+        log.warning("scene_avatar: avatar %r refused: %s", name, exc)
+        raise bad_option("scene_avatar", opts.key("avatar"), name, "another of the server's avatars (this one "
+                                                                   "cannot be loaded; the server's log says why)") \
+            from None
     if avatar.matte is None:
-        raise bad_option("scene_avatar", "portrait", name, "an avatar with a person matte (this one was made before "
-                                                           "avatars had one)")
+        raise bad_option("scene_avatar", opts.key("avatar"), name, "an avatar with a person matte (this one was "
+                                                                   "made before avatars had one)")
     if opts.fps is not None and abs(opts.fps - avatar.fps) > 1e-6:
         raise bad_option("scene_avatar", "fps", opts.fps, f"the avatar's frame rate {avatar.fps:g}")
     opts.fps = avatar.fps
@@ -120,7 +123,7 @@ def build(opts: SceneAvatarOptions) -> Pipeline:
                     configure=configure,
                     format={"video": opts.video_format(), "audio_out": PCM16_FORMAT, "audio_in": PCM16_FORMAT,
                             "pose_in": True, "camera": orbit, "scene": scene.kind, "gaussians": scene.size,
-                            "avatar": name, "kind": avatar.kind, "state": opts.state, "states": list(STATES),
+                            "avatar": name, "kind": avatar.kind, "state": opts.state, "states": list(STATE_MODES),
                             "place": {"anchor": list(where.anchor), "height": where.height, "yaw_deg": where.yaw_deg},
                             "device": device})
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Protocol
 
 import torch
 
@@ -24,56 +24,104 @@ SceneKind = Literal["3dgs", "4dgs", "nerf"]
 SCENE_SUFFIXES = (".ply", ".splat", ".pth")
 
 
-@dataclass
-class SceneFile:
-    """A loaded scene: ``kind``, the data (``GaussianScene`` / ``Gaussian4DScene`` / ``NerfModel``) and
-    how an orbit frames it. Make as many render stages from it as there are graphs (one per session)."""
+class SceneFile(Protocol):
+    """A loaded scene of any kind: what it is, how an orbit frames it, and the render stages it makes (as many as
+    there are graphs: one per session). One class per kind implements it."""
 
     path: str
     kind: SceneKind
-    data: GaussianScene | Gaussian4DScene | NerfModel
     framing: Framing
 
     @property
     def size(self) -> int:
         """Gaussians in the scene (0 for a NeRF)."""
-        return 0 if self.kind == "nerf" else self.data.n
 
     def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
                      budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
                      sync_free: bool | None = None) -> RenderStage:
-        """A render stage for this scene (a 4DGS scene plays at ``t`` = the frame's stream time ×
-        ``time_scale``, looping; a NeRF draws its own background, :meth:`background`). ``layers``: it also sends
-        depth, opacity and its camera (:class:`~.stages.RenderStage`). ``sync_free``: see
-        :func:`~.stages.sync_free_on`."""
-        if self.kind == "nerf":
-            return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms,
-                                   layers=layers, sync_free=sync_free)
-        if self.kind == "4dgs":
-            return Gaussian4DRenderStage(self.data, width=width, height=height, device=device, layers=layers,
-                                         background=background, time_scale=time_scale, budget_ms=budget_ms,
-                                         sync_free=sync_free)
+        """A render stage for this scene. ``layers``: it also sends depth, opacity and its camera
+        (:class:`~.stages.RenderStage`); ``sync_free``: see :func:`~.stages.sync_free_on`; ``time_scale``: a 4DGS
+        scene plays at ``t`` = the frame's stream time × it, looping."""
+
+    def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
+        """The colour (RGB in [0, 1]) behind the scene in its pictures: ``asked``, or a NeRF's own."""
+
+    def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """The scene's box ``(lo, hi)`` in world units."""
+
+
+@dataclass
+class GaussianSceneFile:
+    """A 3DGS scene (``.ply`` / ``.splat``): :class:`SceneFile`."""
+
+    path: str
+    data: GaussianScene
+    framing: Framing
+    kind: SceneKind = "3dgs"
+
+    @property
+    def size(self) -> int:
+        return self.data.n
+
+    def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
+                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
+                     sync_free: bool | None = None) -> RenderStage:
         return GaussianRenderStage(self.data, width=width, height=height, device=device, background=background,
                                    budget_ms=budget_ms, layers=layers, sync_free=sync_free)
 
     def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
-        """The colour (RGB in [0, 1]) behind the scene in its pictures: ``asked`` (what :meth:`render_stage` was
-        given), or a NeRF's own."""
-        if self.kind == "nerf":
-            return tuple(float(v) for v in self.data.config.background)
         return tuple(float(v) for v in asked)
 
     def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        """The scene's box ``(lo, hi)`` in world units: a NeRF's AABB; for Gaussians, the box holding 99 % of
-        their centres along each axis (0.5–99.5 %: a few stray splats do not stretch it), grown by 10 % of its
-        size on each side."""
-        if self.kind == "nerf":
-            aabb = [float(v) for v in self.data.config.aabb]
-            return tuple(aabb[:3]), tuple(aabb[3:])
+        """The box holding 99 % of the centres along each axis (0.5–99.5 %: a few stray splats do not stretch it),
+        grown by 10 % of its size on each side."""
         means = self.data.means.detach().to("cpu", torch.float64)
         lo, hi = torch.quantile(means, 0.005, dim=0), torch.quantile(means, 0.995, dim=0)
         margin = 0.1 * (hi - lo).clamp_min(1e-3)
         return tuple((lo - margin).tolist()), tuple((hi + margin).tolist())
+
+
+@dataclass
+class Gaussian4DSceneFile(GaussianSceneFile):
+    """A 4DGS checkpoint (``.pth``), played at the frame's stream time: :class:`SceneFile`."""
+
+    data: Gaussian4DScene
+    kind: SceneKind = "4dgs"
+
+    def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
+                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
+                     sync_free: bool | None = None) -> RenderStage:
+        return Gaussian4DRenderStage(self.data, width=width, height=height, device=device, layers=layers,
+                                     background=background, time_scale=time_scale, budget_ms=budget_ms,
+                                     sync_free=sync_free)
+
+
+@dataclass
+class NerfSceneFile:
+    """A NeRF folder, drawing its own background: :class:`SceneFile`."""
+
+    path: str
+    data: NerfModel
+    framing: Framing
+    kind: SceneKind = "nerf"
+
+    @property
+    def size(self) -> int:
+        return 0
+
+    def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
+                     budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
+                     sync_free: bool | None = None) -> RenderStage:
+        return NerfRenderStage(self.data, width=width, height=height, device=device, budget_ms=budget_ms,
+                               layers=layers, sync_free=sync_free)
+
+    def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
+        return tuple(float(v) for v in self.data.config.background)
+
+    def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+        """The NeRF's AABB."""
+        aabb = [float(v) for v in self.data.config.aabb]
+        return tuple(aabb[:3]), tuple(aabb[3:])
 
 
 def scene_kind(path: str | os.PathLike) -> SceneKind:
@@ -102,9 +150,13 @@ def open_scene(path: str | os.PathLike, *, time_duration: tuple[float, float] | 
                          f"(.pth), not a {kind} scene")
     if kind == "nerf":
         model = load_nerf(path)
-        return SceneFile(str(path), kind, model, framing_for_nerf(model))
-    data = load_checkpoint(path, time_duration=time_duration) if kind == "4dgs" else load_scene(path)
-    return SceneFile(str(path), kind, data, framing_for_points(data.means))
+        return NerfSceneFile(str(path), model, framing_for_nerf(model))
+    if kind == "4dgs":
+        data = load_checkpoint(path, time_duration=time_duration)
+        return Gaussian4DSceneFile(str(path), data, framing_for_points(data.means))
+    data = load_scene(path)
+    return GaussianSceneFile(str(path), data, framing_for_points(data.means))
 
 
-__all__ = ["SCENE_SUFFIXES", "SceneFile", "SceneKind", "open_scene", "scene_kind"]
+__all__ = ["SCENE_SUFFIXES", "SceneFile", "SceneKind", "GaussianSceneFile", "Gaussian4DSceneFile", "NerfSceneFile",
+           "open_scene", "scene_kind"]

@@ -152,10 +152,12 @@ def build(opts: AvatarOptions) -> Pipeline:
     if opts.fps is not None and abs(opts.fps - fps) > 1e-6:
         raise bad_option("avatar", "fps", opts.fps, f"the avatar's frame rate {fps:g}")
     runtime = opts.runtime or models_runtime.default_runtime(default_device())
-    kind_runtimes = models_runtime.runtimes(f"avatar-{avatar.kind}")
-    if runtime not in kind_runtimes:
+    try:
+        models_runtime.check(f"avatar-{avatar.kind}", runtime)
+    except ValueError:
         raise bad_option("avatar", opts.key("runtime"), runtime,
-                         f"one of {', '.join(kind_runtimes)} (avatar {name!r} is a {avatar.kind} avatar)")
+                         f"one of {', '.join(models_runtime.runtimes(f'avatar-{avatar.kind}'))} (avatar {name!r} is "
+                         f"a {avatar.kind} avatar)") from None
     opts.size, opts.fps = size, fps
     device = default_device(runtime)
     matted = opts.background != "portrait"
@@ -163,8 +165,9 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
                          ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
                          f"made before avatars had one)")
-    batching = model_service() if avatar.kind == "video" and device == "cpu" and \
-        runtime in models_runtime.runtimes("avatar-video-batch") else None
+    # a kind with a batched engine on this runtime (the CPU only for now) shares the server's model service
+    batching = model_service() if device == "cpu" and \
+        runtime in models_runtime.runtimes(f"avatar-{avatar.kind}-batch") else None
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)

@@ -84,12 +84,12 @@ def _scene(opts: SceneOptions, on_cuda: bool):
     """The scene the options name (opened), or a random one."""
     from framegraph.renderers.gaussians import SceneError, random_scene  # heavy: the renderers
     from framegraph.renderers.nerf import NerfLoadError
-    from framegraph.renderers.scene_file import SceneFile, open_scene
+    from framegraph.renderers.scene_file import GaussianSceneFile, open_scene
     from framegraph.renderers.stages import framing_for_points
 
     if opts.scene is None:
         data = random_scene(opts.gaussians or (20_000 if on_cuda else 400), sh_degree=0, seed=opts.seed)
-        return SceneFile("random", "3dgs", data, framing_for_points(data.means))
+        return GaussianSceneFile("random", data, framing_for_points(data.means))
     path = next((os.path.join(d, opts.scene) for d in scene_dirs() if os.path.exists(os.path.join(d, opts.scene))),
                 None)
     if path is None:

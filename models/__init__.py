@@ -9,6 +9,7 @@ The index, by module (each imported when used):
   ``Denoiser`` stage;
 - :mod:`.vae`: ``VideoVAE`` (causal in time, streaming decode), ``train_vae`` and the ``VAEDecode`` stage;
 - :mod:`.generate`: Wan / SANA-Video causal generation from a diffusers model folder;
+- :mod:`.musetalk`: MuseTalk 1.5 from the user's own files;
 - :mod:`.face`: face landmarks and the mouth's measures; :mod:`.matte`: the person matte;
 - :mod:`.synth`: synthetic talking-portrait clips (eSpeak NG speech, visemes) for training;
 - :mod:`.composite`: a generated region pasted into the full frame (``Composite``);
@@ -18,5 +19,5 @@ The index, by module (each imported when used):
 - :mod:`.training`: what the trainers share; :mod:`.pretrained`: the diffusers-format model base.
 """
 
-__all__ = ["audio", "avatar", "compile", "composite", "dit", "face", "generate", "graphs", "matte", "onnx",
-           "pretrained", "runtime", "sampler", "synth", "training", "vae"]
+__all__ = ["audio", "avatar", "compile", "composite", "dit", "face", "generate", "graphs", "matte", "musetalk",
+           "onnx", "pretrained", "runtime", "sampler", "synth", "training", "vae"]

@@ -1,6 +1,7 @@
 """Small stages the runtime tests build graphs from, and the talking-video makers of the avatar tests."""
 from __future__ import annotations
 
+import json
 import threading
 import time
 import wave
@@ -288,3 +289,37 @@ def dit_block_inputs(config, ref: torch.Tensor, generator: torch.Generator, devi
     audio = torch.randn(1, k, config.audio_dim, generator=generator, device=device)
     labels = torch.rand(1, k, config.state_dim, generator=generator, device=device)
     return noise, audio, labels
+
+
+# ---- a tiny MuseTalk (stock diffusers / transformers classes, random weights) in MuseTalk's released layout ----
+MUSETALK_AUDIO_DIM = 16  # the tiny Whisper's width = the tiny UNet's cross-attention width
+
+
+def tiny_musetalk_folder(root, seed: int = 0) -> Path:
+    """``root/models/{musetalkV15/{musetalk.json,unet.pth},sd-vae/,whisper/}``: a UNet2DConditionModel (8 latent
+    channels in, 4 out, attending to 16-wide audio), an AutoencoderKL (8× down, 4 channels) and a 2-layer
+    WhisperModel, all tiny and random; returns ``root``."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import WhisperConfig, WhisperModel
+
+    root = Path(root)
+    torch.manual_seed(seed)
+    unet_config = {"sample_size": 32, "in_channels": 8, "out_channels": 4, "layers_per_block": 1,
+                   "block_out_channels": [16, 32], "down_block_types": ["CrossAttnDownBlock2D", "DownBlock2D"],
+                   "up_block_types": ["UpBlock2D", "CrossAttnUpBlock2D"], "cross_attention_dim": MUSETALK_AUDIO_DIM,
+                   "attention_head_dim": 4, "norm_num_groups": 8}
+    unet = UNet2DConditionModel(**unet_config)
+    (root / "models/musetalkV15").mkdir(parents=True, exist_ok=True)
+    (root / "models/musetalkV15/musetalk.json").write_text(json.dumps(unet_config))
+    torch.save(unet.state_dict(), root / "models/musetalkV15/unet.pth")
+    vae = AutoencoderKL(block_out_channels=(8, 16, 16, 16), down_block_types=("DownEncoderBlock2D",) * 4,
+                        up_block_types=("UpDecoderBlock2D",) * 4, latent_channels=4, norm_num_groups=8,
+                        layers_per_block=1, sample_size=256)
+    vae.save_pretrained(root / "models/sd-vae")
+    whisper = WhisperModel(WhisperConfig(d_model=MUSETALK_AUDIO_DIM, encoder_layers=2, decoder_layers=1,
+                                         encoder_attention_heads=2, decoder_attention_heads=2, encoder_ffn_dim=32,
+                                         decoder_ffn_dim=32, num_mel_bins=80, max_source_positions=1500,
+                                         vocab_size=64, max_target_positions=32, pad_token_id=0, bos_token_id=1,
+                                         eos_token_id=2, decoder_start_token_id=1))
+    whisper.save_pretrained(root / "models/whisper")
+    return root

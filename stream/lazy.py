@@ -1,6 +1,6 @@
 """A package index whose names are imported when first used: ``from pkg import name`` loads only name's module.
 
-    _INDEX = {"rasterize": ".gaussians", "look_at": ".cameras"}
+    _INDEX = {"load_avatar": ".bundle", "build_avatar_graph": ".graph"}
     __all__ = sorted(_INDEX)
     __getattr__, __dir__ = lazy_index(__name__, _INDEX)
 """

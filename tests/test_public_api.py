@@ -88,14 +88,6 @@ PUBLIC = {
         "reference_region", "region_size", "remember_reference", "ssim", "ssim_map", "stream_start",
         "train_vae", "uint8_to_frames", "with_reference_warp"
     ],
-    "renderers": [
-        "CameraPath", "CameraSource", "FitConfig", "Fitter", "Gaussian4DRenderStage", "Gaussian4DScene",
-        "GaussianRenderStage", "GaussianScene", "KeyframePath", "NerfConfig", "NerfLoadError", "NerfModel",
-        "Placement", "ProceduralScene", "QuadInScene", "RenderStage", "SceneError", "SceneFile", "intrinsics",
-        "load_nerf", "load_nerfstudio_camera_path", "load_ply", "load_scene", "load_splat", "look_at",
-        "open_scene", "orbit_path", "procedural_scene", "random_scene", "random_scene_4d", "rasterize",
-        "rasterize_4d", "render_rays", "save_ply", "scene_kind"
-    ],
     "renderers.fit": [
         "CheckpointError", "DatasetError", "DensifyConfig", "FitConfig", "Fitter", "PosedImages", "TrainingRun",
         "fit_loss", "focus_bounds", "init_params", "load_transforms", "params_to_scene", "scene_scale_of",

@@ -2,4 +2,6 @@
 
 - :mod:`.files`: its released layout (the UNet's ``musetalk.json`` and ``unet.pth``, ``sd-vae/``, ``whisper/``),
   found, checked and loaded into the stock diffusers / transformers classes.
+- :mod:`.audio`: Whisper's every-layer features at 50 Hz and the 10-row window each video frame attends to.
+- :mod:`.step`: one frame — the masked and whole face's latents, the UNet at timestep 0, the VAE decode.
 """

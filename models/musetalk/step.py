@@ -1,0 +1,63 @@
+"""One frame of MuseTalk 1.5 as it defines the step: the face's latents in, the redrawn face out.
+
+    latents = face_latents(vae, faces)     # [B, 8, S/8, S/8]: the face, lower half blacked out, then whole
+    faces = MuseTalkStep(unet, vae)(latents, windows)   # uint8 [B, S, S, 3] (S = 256 for MuseTalk's models)
+
+A face is a square crop, ``uint8 [S, S, 3]`` RGB, scaled to [-1, 1]; its masked copy has the lower half black
+before scaling. Each is encoded by the VAE (the posterior's mean, times the VAE's ``scaling_factor``: the same
+picture every run, where MuseTalk draws a sample) and the two are joined on channels, masked first. The UNet runs
+once at timestep 0 with the frame's audio context (:func:`~.audio.frame_windows` plus the position code) as
+cross-attention; its output is the face's latent, decoded by the VAE (``x / 2 + 0.5``, clamped, rounded).
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from .audio import position_code
+
+
+def to_unit(faces: torch.Tensor) -> torch.Tensor:
+    """``uint8 [B, S, S, 3]`` → ``float32 [B, 3, S, S]`` in [-1, 1]."""
+    return faces.permute(0, 3, 1, 2).float() / 127.5 - 1.0
+
+
+def masked(faces: torch.Tensor) -> torch.Tensor:
+    """``uint8 [B, S, S, 3]`` with the lower half (rows S/2 on) black: what the UNet sees of the mouth."""
+    out = faces.clone()
+    out[:, faces.shape[1] // 2:] = 0
+    return out
+
+
+@torch.inference_mode()
+def face_latents(vae, faces: torch.Tensor) -> torch.Tensor:
+    """``[B, 2C, S/f, S/f]``: the masked faces' latents, then the faces' own (see the module docstring)."""
+    scale = vae.config.scaling_factor
+    pictures = torch.cat([to_unit(masked(faces)), to_unit(faces)]).to(vae.device, vae.dtype)
+    latents = vae.encode(pictures).latent_dist.mean * scale
+    half = len(faces)
+    return torch.cat([latents[:half], latents[half:]], dim=1)
+
+
+class MuseTalkStep(nn.Module):
+    """The UNet and the VAE decoder as one call: ``(latents [B, 8, h, w], windows [B, N, D]) → uint8 [B, S, S,
+    3]``. ``windows``: each frame's audio context without the position code (this adds it)."""
+
+    def __init__(self, unet, vae, context_rows: int | None = None):
+        super().__init__()
+        self.unet, self.vae = unet, vae
+        width = unet.config.cross_attention_dim
+        self.register_buffer("code", position_code(context_rows or 64, width), persistent=False)
+        self.register_buffer("timestep", torch.zeros((), dtype=torch.long), persistent=False)
+
+    def forward(self, latents: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+        if windows.shape[1] > len(self.code):
+            raise ValueError(f"MuseTalkStep: {windows.shape[1]} context rows; the position code holds "
+                             f"{len(self.code)}")
+        context = windows + self.code[:windows.shape[1]].to(windows.dtype)
+        latent = self.unet(latents, self.timestep, encoder_hidden_states=context).sample
+        image = self.vae.decode(latent / self.vae.config.scaling_factor).sample
+        return (image / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).permute(0, 2, 3, 1)
+
+
+__all__ = ["MuseTalkStep", "face_latents", "masked", "to_unit"]

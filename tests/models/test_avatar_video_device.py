@@ -65,7 +65,7 @@ def test_a_later_session_finds_the_keep_shares_an_earlier_one_drew():
     """The shares live with the bundle: drawing one takes ms at a real region (2.5-3.6 ms at 208-256 px), and each
     session used to draw every loop frame's again, the first time it showed it."""
     from framegraph.apps.bench.launches import Drain, _audio_source
-    from framegraph.apps.bench.video_avatar import _at_region
+    from framegraph.apps.bench.video_avatar_speed import at_region
     from framegraph.models.avatar import build_avatar_graph
 
     avatar = random_video_avatar(n_frames=6, region_size=64)
@@ -81,5 +81,5 @@ def test_a_later_session_finds_the_keep_shares_an_earlier_one_drew():
     session(avatar)
     assert all(avatar.keeps[i] is share for i, share in drawn.items())  # kept, not drawn again
     L = avatar.box_side
-    session(_at_region(avatar, L + 32))  # a copy with other boxes (it shares the dict): shares of its own box
+    session(at_region(avatar, L + 32))  # a copy with other boxes (it shares the dict): shares of its own box
     assert {tuple(s.shape) for s in avatar.keeps.values()} == {(L, L), (L + 32, L + 32)}

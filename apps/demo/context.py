@@ -14,8 +14,8 @@ from urllib.parse import urlencode
 from PIL import Image
 
 from framegraph import assets
+from framegraph.apps.bundles import available_avatars, default_avatar, load_bundle
 from framegraph.apps.server import pipelines
-from framegraph.apps.server.pipelines.avatar import available_avatars, default_avatar, load_bundle
 from framegraph.apps.server.protocol import ProtocolError
 
 from .clips import ClipStore

@@ -23,11 +23,12 @@ import os
 from dataclasses import dataclass
 
 from framegraph.apps.argtypes import AVATAR_RUNTIMES, placement
+from framegraph.apps.bundles import available_avatars, default_avatar, load_bundle
+from framegraph.models.avatar.base import STATE_MODES
 from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph
 from framegraph.stream.media import PushAudioSource
 
-from .avatar import STATE_MODES, available_avatars, default_avatar, load_bundle
 from .base import AUDIO_CHUNK, PCM16_FORMAT, Pipeline, PipelineSpec, add_video_out
 from .options import FPS_RANGE, Choice, FileName, Number, Size, Text, VideoOptions, bad_option, option
 from .scene import SCENE, CameraPoses, orbit_camera, scene_dirs

@@ -40,8 +40,8 @@ def test_a_session_past_the_models_measured_capacity_is_refused_full_and_the_fir
 
     from framegraph.apps.server.pipelines import base
 
-    # the trained bundles' generator width at a 256² region: on one thread a batch of 2 takes several frames
-    save_video_avatar(tmp_path / "heavy", random_video_avatar(region_size=256, generator_channels=(24, 48, 96, 96)))
+    # wider than the trained bundles' generator, at a 256² region: on one thread a batch of 2 takes several frames
+    save_video_avatar(tmp_path / "heavy", random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128)))
     monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
     monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True))
     base.set_batching(True)

@@ -223,13 +223,13 @@ def test_a_lane_refuses_max_batch_zero():
 
 
 def test_a_service_that_admits_refuses_the_session_its_measured_cost_cannot_fit():
-    # the trained bundles' generator width at a 256² region: on one thread a batch of 2 takes longer than a frame
-    heavy = random_video_avatar(region_size=256, generator_channels=(24, 48, 96, 96))
+    # wider than the trained bundles' generator, at a 256² region: on one thread a batch of 2 takes several frames
+    heavy = random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128))
     service = ModelService(admit=True)
     first, _ = avatar_session(heavy, speech(150, 3.0), batching=service)
     first.start()  # its setup opens its client and measures the lane's cost per batch size
     (lane,) = service.lanes().values()
-    assert lane.sessions == 1 and lane.cost(2) > 40e6 and lane.capacity(25.0) == 0
+    assert lane.sessions == 1 and lane.cost(2) > 40e6 and lane.capacity(25.0) <= 1
     with pytest.raises(Full, match=r"1 session\(s\) already fill this model's time on this machine \(a batch of 2 "
                                    r"is expected to take \d+\.\d ms, one frame at 25 fps is 40.0 ms\)"):
         avatar_session(heavy, speech(180), batching=service)

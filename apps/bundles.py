@@ -28,11 +28,6 @@ _load_s: dict[str, float] = {}  # path -> seconds its last load took
 _lock = threading.Lock()
 
 
-def shipped_avatar() -> str:
-    """The shipped bundle's folder (``assets/avatars/astronaut``)."""
-    return str(assets.path("avatars") / DEFAULT_AVATAR)
-
-
 def avatars_dir() -> str:
     """The avatar folder: ``$FRAMEGRAPH_AVATARS``, else the shipped ``assets/avatars``."""
     return os.environ.get("FRAMEGRAPH_AVATARS") or str(assets.path("avatars"))

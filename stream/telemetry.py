@@ -184,6 +184,13 @@ def _labels(**kv) -> str:
     return "{" + ",".join(parts) + "}" if parts else ""
 
 
+def prometheus_family(name: str, kind: str, help_: str, series) -> list[str]:
+    """The lines of one Prometheus metric family: ``# HELP``, ``# TYPE`` (``counter`` / ``gauge``) and one line per
+    ``(labels dict, value)`` of ``series``."""
+    return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"] + [f"{name}{_labels(**lab)} {value}"
+                                                                   for lab, value in series]
+
+
 def prometheus_text(telemetries: list[Telemetry] | Telemetry, edges: list[list[dict]] | None = None,
                     prefix: str = "framegraph", labels: list[dict] | None = None) -> str:
     """Prometheus text exposition (format 0.0.4) of one or several graphs' telemetry.
@@ -213,10 +220,7 @@ def prometheus_text(telemetries: list[Telemetry] | Telemetry, edges: list[list[d
             lines.append(f"{prefix}_{name}_count{_labels(**lab)} {win.count}")
 
     def counter(name: str, kind: str, help_: str, series: list[tuple[dict, float]]):
-        lines.append(f"# HELP {prefix}_{name} {help_}")
-        lines.append(f"# TYPE {prefix}_{name} {kind}")
-        for lab, value in series:
-            lines.append(f"{prefix}_{name}{_labels(**lab)} {value}")
+        lines.extend(prometheus_family(f"{prefix}_{name}", kind, help_, series))
 
     def per_stage(part: str) -> list[tuple[dict, LatencyWindow]]:
         return [({**lab, "stage": s.name}, getattr(s, part)) for t, lab in zip(telemetries, labels)

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from websockets.asyncio.server import Server, serve
 
 from framegraph.stream import prometheus_text
+from framegraph.stream.telemetry import prometheus_family
 
 from . import pipelines, webrtc
 from .config import ServerConfig
@@ -213,12 +214,7 @@ class StreamServer:
         lines = []
 
         def family(name: str, kind: str, help_: str, series: list[tuple[dict, float]]):
-            lines.append(f"# HELP framegraph_server_{name} {help_}")
-            lines.append(f"# TYPE framegraph_server_{name} {kind}")
-            for labels, value in series:
-                lab = ",".join(f'{k}="{v}"' for k, v in labels.items())
-                lines.append(f"framegraph_server_{name}{{{lab}}} {value}" if lab else
-                             f"framegraph_server_{name} {value}")
+            lines.extend(prometheus_family(f"framegraph_server_{name}", kind, help_, series))
 
         sessions = list(self.sessions.values())
         family("sessions", "gauge", "Open WebSocket sessions.", [({}, len(sessions))])

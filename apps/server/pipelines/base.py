@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from framegraph.stream import Graph, Stage
 from framegraph.stream.batching import ModelService
 from framegraph.stream.media import H264Encoder, JpegEncoder, PushAudioSource, RGBAImageEncoder, chunk_samples
+from framegraph.stream.telemetry import prometheus_family
 
 from ..protocol import AUDIO_SAMPLE_RATE, Kind
 from ..stages import OutboxSink
@@ -45,11 +46,10 @@ def batching_metrics_text() -> str:
     lines = []
 
     def family(name: str, kind: str, help_: str, series):
-        lines.extend((f"# HELP framegraph_{name} {help_}", f"# TYPE framegraph_{name} {kind}"))
-        lines.extend(f"framegraph_{name}{{{labels}}} {value}" for labels, value in series)
+        lines.extend(prometheus_family(f"framegraph_{name}", kind, help_, series))
 
-    def lane_(lane, **more) -> str:
-        return ",".join([f'lane="{lane.name}"'] + [f'{k}="{v}"' for k, v in more.items()])
+    def lane_(lane, **more) -> dict:
+        return {"lane": lane.name, **more}
 
     family("batches_total", "counter", "Batches a lane ran, by size.",
            [(lane_(ln, size=b), n) for ln in lanes for b, n in sorted(ln.stats.batches.items())])

@@ -16,7 +16,7 @@ Measures, on this machine's CPU:
   clock, at the video's resolution: frames per second (throughput) and the time from the graph's start
   to its first frame out — for the bundle's own region size and for a ``--region`` (256)
   generator of the same architecture (its weights fresh: the cost does not depend on them). The bundle is
-  loaded as the server loads it (``load_bundle``: the weights and the voice detector); ``first_frame_ms`` is
+  loaded as the server loads it (``load_bundle_at``: the weights and the voice detector); ``first_frame_ms`` is
   the first session's (its kernels run for the first time in the process), ``first_frame_warm_ms`` the median
   of the next ``--warm-runs`` sessions' (what each later user of a running server waits for). Speed runs
   before quality, so the first session is the process's first.
@@ -33,7 +33,7 @@ import time
 
 import torch
 
-from framegraph.apps.server.pipelines.avatar import load_bundle
+from framegraph.apps.bundles import load_bundle_at
 from framegraph.models import runtime as models_runtime
 from framegraph.models.avatar.eval.video import evaluate_typed_text, evaluate_video_avatar
 from framegraph.models.synth.espeak import EspeakNotFound
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError("bench video_avatar needs --avatar and --clip (one bundle on a clip of its person), or "
                          "--people VIDEO... (a change measured on every person)")
     folder = os.path.abspath(args.avatar)
-    avatar = load_bundle(os.path.basename(folder), os.path.dirname(folder))
+    avatar = load_bundle_at(folder)
     if avatar.kind != "video":
         raise ValueError(f"--avatar {args.avatar!r} is a portrait bundle; this bench measures a video avatar "
                          f"(framegraph avatar train --video)")

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from framegraph.apps.server.pipelines.avatar import load_bundle
+from framegraph.apps.bundles import load_bundle_at
 from framegraph.models.avatar.eval.video import evaluate_video_avatar
 from framegraph.models.avatar.video.generator import GENERATOR_STATE
 from framegraph.models.avatar.video.train import train_video_avatar
@@ -50,7 +50,7 @@ def _train(video: str, folder: Path, settings: dict, threads: int) -> tuple[dict
 
 def _measure(folder: Path, video: str, audio, args) -> dict:
     """One bundle's held-out quality and its graph's speed (see the module docstring)."""
-    avatar = load_bundle(folder.name, str(folder.parent))
+    avatar = load_bundle_at(folder)
     q = evaluate_video_avatar(avatar, video, start_s=avatar.heldout_start_s)
     speed = [graph_speed(avatar, audio, args.seconds, 0, "torch", args.threads)]
     if args.region and args.region != avatar.region_size and args.region <= min(avatar.width, avatar.height):

@@ -23,7 +23,7 @@ import torch
 
 from .clock import Clock, FlowLimiter
 from .frame import Frame
-from .memory import keep_freed_memory
+from .memory import freeze_loaded_objects, keep_freed_memory
 from .node import Node
 from .ring import POLICIES, Policy, Ring
 from .stage import TRIGGERS, Stage
@@ -244,6 +244,8 @@ class Graph:
         if self._error is not None:
             self.cancel()
             self.join()  # raises the setup error
+        if self.clock.mode == "realtime":
+            freeze_loaded_objects()  # the collector's full walks skip the loaded models (stream/memory.py)
         self.clock.start()  # pts 0 is now, after setup
         self.telemetry.started()
         self._go.set()

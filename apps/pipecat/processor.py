@@ -6,10 +6,11 @@
 
 A thin layer over :class:`~framegraph.apps.avatar_session.AvatarSession`:
 
-- ``TTSAudioRawFrame`` → ``push_audio`` (consumed: the speech leaves again with its pictures); one segment per
-  TTS context (``context_id``), split on ``TTSStartedFrame`` / ``TTSStoppedFrame``. The started / stopped
-  frames are held and pushed on when the segment's first audio / after its last audio leaves, so the
-  transport's "bot speaking" follows what is heard.
+- ``TTSAudioRawFrame`` → ``push_audio`` (consumed: the speech leaves again with its pictures), at most ``AHEAD_S``
+  ahead of what is heard (a reply sent at once waits in the processor's queue); one segment per TTS context
+  (``context_id``), split on ``TTSStartedFrame`` / ``TTSStoppedFrame``. The started / stopped frames are held and
+  pushed on when the segment's first audio / after its last audio leaves, so the transport's "bot speaking"
+  follows what is heard.
 - out: ``OutputImageRawFrame`` at the output fps, always (the idle / listening face between utterances), and
   ``TTSAudioRawFrame`` with the speech, both stamped (``pts``, ns on the pipeline's clock) from the session's
   one audio clock and pushed in presentation order: an image, then the audio of its frame period. Each
@@ -44,6 +45,8 @@ from pipecat.processors.frame_processor import FrameDirection, FrameProcessor
 
 from framegraph.apps.avatar_session import AudioOut, AvatarSession, SegmentEvent, VideoOut
 
+AHEAD_S = 0.5  # TTS audio is taken in at most this far ahead of what is heard; the rest waits in Pipecat's queue
+AHEAD_POLL_S = 0.02
 END_GRACE_S = 10.0  # EndFrame: the graph may take this long beyond the queued speech to finish
 CANCEL_WAIT_S = 10.0
 
@@ -168,9 +171,12 @@ class FramegraphAvatar(FrameProcessor):
                                      segment=self._segment)
         except ValueError as exc:  # a rate / layout the avatar cannot take: this frame is dropped, not the bot
             await self.push_error(f"{self}: {frame}: {exc}")
-        # a TTS may send a whole sentence at once: the frames queued here are taken without a pause, so give the
-        # pump (pictures out) its turn between them, or the picture stream stops until the sentence is all in
+        # a TTS may send a whole reply at once: past AHEAD_S queued, the next frame is taken when the speech before
+        # it is heard (taken back to back, 500 frames hold the interpreter for half a second and the graph's threads
+        # stall); the rest waits in this processor's queue, where a barge-in drops it
         await asyncio.sleep(0)
+        while self._session.running and self._session.queued_speech_s > AHEAD_S:
+            await asyncio.sleep(AHEAD_POLL_S)
 
     async def _on_tts_stopped(self, frame: TTSStoppedFrame) -> None:
         key = frame.context_id if frame.context_id is not None else self._segment

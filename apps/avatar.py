@@ -1,6 +1,6 @@
 """``framegraph avatar``'s implementation (its options and usage: ``apps/commands/avatar.py``): synthetic clips
-(``synth``), training (``train``, ``refine``), the person matte (``matte``) and evaluation (``eval``) of the talking
-avatar."""
+(``synth``), training (``train``, ``refine``), the person matte (``matte``), evaluation (``eval``) of the talking
+avatar, and a person prepared for MuseTalk (``prepare``)."""
 from __future__ import annotations
 
 import argparse
@@ -43,7 +43,31 @@ def run(args: argparse.Namespace) -> int:
     if getattr(args, "face_box", None) is not None:
         args.face_box = parse_box(args.face_box)
     return {"synth": run_synth, "train": run_train, "refine": run_refine, "eval": run_eval,
-            "matte": run_matte}[args.avatar_command](args)
+            "matte": run_matte, "prepare": run_prepare}[args.avatar_command](args)
+
+
+def run_prepare(args: argparse.Namespace) -> int:
+    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5 (models/musetalk/prepare.py)."""
+    from framegraph.models.face import FaceError
+    from framegraph.models.musetalk.bundle import describe
+    from framegraph.models.musetalk.files import MuseTalkError, MuseTalkFiles
+    from framegraph.models.musetalk.prepare import prepare_musetalk
+
+    def error(message) -> int:
+        print(f"framegraph avatar prepare: error: {message}", file=sys.stderr)
+        return 2
+
+    try:
+        files = MuseTalkFiles.find(args.musetalk, unet_config=args.unet_config, unet_weights=args.unet_weights,
+                                   vae=args.vae, whisper=args.whisper)
+        avatar = prepare_musetalk(files, args.video, args.out, loop_seconds=args.loop_seconds,
+                                  idle_seconds=args.idle_seconds, max_side=args.max_side, device=args.device,
+                                  log=lambda m: print(m, file=sys.stderr))
+    except (MuseTalkError, MediaError, FaceError, ValueError) as exc:
+        return error(exc)
+    print(describe(avatar), file=sys.stderr)
+    print(os.path.abspath(args.out))
+    return 0
 
 
 def run_matte(args: argparse.Namespace) -> int:

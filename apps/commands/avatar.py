@@ -50,6 +50,12 @@ closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/
 face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
 closed in silence: ``models/avatar/evaluate_real.py``). Without ``--avatar`` it measures the clip alone:
 how well the landmarks track the face and whether its mouth follows its sound.
+
+    framegraph avatar prepare --musetalk DIR --video PERSON.mp4 --out BUNDLE [--loop-seconds 10]
+
+``prepare`` makes a MuseTalk 1.5 bundle from the user's own MuseTalk files and a video of the person (nothing
+trained): the loop frames, MuseTalk's face box, a blend mask and the VAE's latents of every loop frame
+(``models/musetalk/prepare.py``; guide: ``docs/musetalk.md``).
 """
 from __future__ import annotations
 
@@ -73,6 +79,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     _add_matte(sub)
     _add_refine(sub)
     _add_eval(sub)
+    _add_prepare(sub)
 
 
 def _add_synth(sub) -> None:
@@ -254,6 +261,31 @@ def _add_refine(sub) -> None:
     _add_training_run_options(r)
     r.add_argument("--resume", action=argparse.BooleanOptionalAction, default=True,
                    help="continue from OUT/train/vae's checkpoint (default on)")
+
+
+def _add_prepare(sub) -> None:
+    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5 from the user's own model files."""
+    p = sub.add_parser("prepare", help="prepare a person for MuseTalk 1.5 (your own model files; nothing trained)",
+                       description="Prepare the person of --video for MuseTalk 1.5 once: the first --loop-seconds at "
+                                   "25 fps, the face box, the blend mask and the VAE's latents of every loop frame, "
+                                   "and where MuseTalk's files are (models/musetalkV15/{musetalk.json,unet.pth}, "
+                                   "models/sd-vae/, models/whisper/ under --musetalk, each path overridable). "
+                                   "Nothing is downloaded. Guide: docs/musetalk.md.")
+    p.add_argument("--musetalk", metavar="DIR", help="the MuseTalk folder (holding models/musetalkV15, models/sd-vae "
+                                                     "and models/whisper)")
+    p.add_argument("--video", required=True, help="a video of the person facing the camera (its sound is not used)")
+    p.add_argument("--out", required=True, help="the bundle folder to write")
+    p.add_argument("--unet-config", help="the UNet's musetalk.json (default: under --musetalk)")
+    p.add_argument("--unet-weights", help="the UNet's unet.pth (default: under --musetalk)")
+    p.add_argument("--vae", help="the VAE folder, sd-vae-ft-mse in diffusers' layout (default: under --musetalk)")
+    p.add_argument("--whisper", help="the whisper-tiny folder in transformers' layout (default: under --musetalk)")
+    p.add_argument("--loop-seconds", type=positive_float, default=10.0,
+                   help="seconds of the video the avatar loops back and forth (10)")
+    p.add_argument("--idle-seconds", type=positive_float, default=2.0,
+                   help="the calmest stretch of mouth in the loop, played while the avatar is silent (2)")
+    p.add_argument("--max-side", type=positive_int, default=1280,
+                   help="frames are scaled down to this longer side (1280)")
+    p.add_argument("--device", default="cpu", help="where the VAE encodes the faces: cpu or cuda (cpu)")
 
 
 def _add_training_run_options(p: argparse.ArgumentParser) -> None:

@@ -125,7 +125,7 @@ class VideoTrainConfig:
 class FaceTrack:
     """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
     ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons, ``lips`` outer lip
-    contours and ``jaws`` jaw lines (px), ``found [T]`` bool."""
+    contours and ``jaws`` jaw lines (px), ``found [T]`` bool, ``points float32 [T, 478, 2]`` every landmark (px)."""
 
     centres: np.ndarray
     widths: np.ndarray
@@ -134,6 +134,7 @@ class FaceTrack:
     lips: list
     found: np.ndarray
     jaws: np.ndarray | None = None
+    points: np.ndarray | None = None
 
 
 def measure_shape(face) -> list[float]:
@@ -151,7 +152,7 @@ def track_faces(frames_iter, where: str, total: int | None = None, progress: boo
 
     Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
     frames had it."""
-    centres, widths, shapes, polygons, lips, jaws, found, errors = [], [], [], [], [], [], [], {}
+    centres, widths, shapes, polygons, lips, jaws, points, found, errors = [], [], [], [], [], [], [], [], {}
     from tqdm import tqdm
 
     with FaceLandmarker(max_faces=2, video=True) as marker:
@@ -168,6 +169,7 @@ def track_faces(frames_iter, where: str, total: int | None = None, progress: boo
                 polygons.append(None)
                 lips.append(None)
                 jaws.append(None)
+                points.append(None)
                 found.append(False)
                 continue
             left, right = face.mouth_corners()
@@ -177,6 +179,7 @@ def track_faces(frames_iter, where: str, total: int | None = None, progress: boo
             polygons.append(face.lower_face_polygon())
             lips.append(face.lip_outer())
             jaws.append(face.jaw_line())
+            points.append(face.points)
             found.append(True)
     n = len(found)
     bad = n - sum(found)
@@ -190,10 +193,10 @@ def track_faces(frames_iter, where: str, total: int | None = None, progress: boo
     for i in range(n):  # fill the misses from the nearest good frame
         if not found[i]:
             j = min(good, key=lambda g: abs(g - i))
-            centres[i], widths[i], shapes[i], polygons[i], lips[i], jaws[i] = (
-                centres[j], widths[j], shapes[j], polygons[j], lips[j], jaws[j])
+            centres[i], widths[i], shapes[i], polygons[i], lips[i], jaws[i], points[i] = (
+                centres[j], widths[j], shapes[j], polygons[j], lips[j], jaws[j], points[j])
     return FaceTrack(np.array(centres, np.float64), np.array(widths), np.array(shapes, np.float64), polygons, lips,
-                     np.array(found), np.array(jaws, np.float32))
+                     np.array(found), np.array(jaws, np.float32), np.array(points, np.float32))
 
 
 def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:

@@ -1,6 +1,8 @@
 """Test speech for the benches that stream audio: 16 kHz mono int16."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from framegraph.models.synth import espeak_available, make_sentence, synthesize
@@ -41,3 +43,13 @@ def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
         total += len(s) + len(pause)
     return np.concatenate(parts)[:n], {"source": "espeak-ng speech (en-us, models.synth.synthesize)",
                                       "text": " ".join(texts)}
+
+
+def speech_or_file(path: str | None, seconds: float = 20.0) -> tuple[np.ndarray, dict]:
+    """The speech a bench measures on: the file at ``path`` (16 kHz int16, named by its file name in the JSON) or,
+    without one, :func:`speech` of ``seconds``."""
+    if path:
+        from framegraph.stream.media import decode_audio
+
+        return decode_audio(path), {"source": os.path.basename(path)}
+    return speech(seconds)

@@ -35,11 +35,10 @@ from framegraph.models.audio.whisper_stream import WhisperWindows, encode_window
 from framegraph.models.avatar.video.features import CHOICES, candidates
 from framegraph.models.avatar.video.sync import head_fit_by_lag
 from framegraph.models.avatar.video.train import VideoTrainConfig, _align_sound, _audio_encoder
-from framegraph.stream.media import decode_audio
 
 from .av_sync import tail_fit, track_clip
 from .meta import bench_metadata, write_result
-from .speech import speech
+from .speech import speech_or_file
 
 
 def _engine(name: str, model, threads: int) -> WhisperEncoderEngine:
@@ -112,10 +111,7 @@ def _head_fits(args, engine, contexts, lookaheads) -> dict:
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
-    if args.audio:
-        audio, source = decode_audio(args.audio), {"source": os.path.basename(args.audio)}
-    else:
-        audio, source = speech(20.0)
+    audio, source = speech_or_file(args.audio)
     audio = audio[:30 * 16000]  # one pass over the whole clip: at most Whisper's 30 s
     result = bench_metadata("whisper_features")
     if args.audio:  # the file is named, its folder (data outside the repo) not recorded

@@ -226,14 +226,17 @@ def load_torch_encoder(path=None):
         raise WhisperModelError(f"Whisper model {str(path)!r} ({kind}) could not be read: {e}") from e
 
 
-def torch_encode(encoder, log_mel: torch.Tensor, every_layer: bool = False) -> torch.Tensor:
+def torch_encode(encoder, log_mel: torch.Tensor, every_layer: bool = False,
+                 positions: list[int] | None = None) -> torch.Tensor:
     """``WhisperEncoder`` on ``log_mel [B, 80, 2N]`` (any even length up to 30 s) → ``[B, N, D]``: its own
-    forward, except that the first ``N`` position embeddings are added (transformers insists on 30 s).
+    forward, except that the first ``N`` position embeddings are added (transformers insists on 30 s), or with
+    ``positions`` those from ``positions[b]`` on for window ``b`` (``0 <= p <= 1500 - N``).
     ``every_layer``: ``[B, N, L + 1, D]``, its hidden states as transformers returns them (the embedding, the
     input of each later layer, the normed output; what MuseTalk reads)."""
     x = torch.nn.functional.gelu(encoder.conv1(log_mel))
     x = torch.nn.functional.gelu(encoder.conv2(x)).permute(0, 2, 1)
-    x = x + encoder.embed_positions.weight[:x.shape[1]]
+    n, table = x.shape[1], encoder.embed_positions.weight
+    x = x + (table[:n] if positions is None else torch.stack([table[p:p + n] for p in positions]))
     states = []
     for layer in encoder.layers:
         states.append(x)

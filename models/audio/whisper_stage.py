@@ -130,9 +130,11 @@ class WhisperFeatures(Stage):
         self.frames.restart()
         self.interrupted = False
 
+    port = "features"  # the output port's name
+
     def _emit(self, out, frames) -> None:
         for k, row in frames:
-            f = out.write("features")
+            f = out.write(self.port)
             f.data.copy_(row)
             f.pts = self.ctx.clock.ticks_from_frame(k, self.fps)
             if self.interrupted:

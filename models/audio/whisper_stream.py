@@ -67,11 +67,15 @@ def _window(audio: torch.Tensor, start: int, length: int) -> torch.Tensor:
     return out
 
 
-def encode_windows(engine, windows: list[torch.Tensor], spec: WhisperWindows) -> torch.Tensor:
-    """Each window ``[context]`` → its kept rows; ``[len(windows) · hop / 320, D]``."""
+def encode_windows(engine, windows: list[torch.Tensor], spec: WhisperWindows,
+                   starts: list[int] | None = None) -> torch.Tensor:
+    """Each window ``[context]`` → its kept rows; ``[len(windows) · hop / 320, D]``. ``starts``: each window's first
+    sample in the stream, for an engine that places a window where it falls in the stream (its ``encode_at(log_mel,
+    starts)``); other engines see each window on its own."""
     mel = whisper_log_mel(torch.stack(windows))  # [W, 80, context / 160]
     assert mel.shape[-1] == spec.context // HOP
-    return engine(mel)[:, spec.kept()].flatten(0, 1)
+    encoded = engine.encode_at(mel, starts) if starts is not None and hasattr(engine, "encode_at") else engine(mel)
+    return encoded[:, spec.kept()].flatten(0, 1)
 
 
 def whisper_features(engine, audio, spec: WhisperWindows = WhisperWindows(), *, batch: int = 16) -> torch.Tensor:
@@ -80,8 +84,9 @@ def whisper_features(engine, audio, spec: WhisperWindows = WhisperWindows(), *, 
     x = as_float_audio(audio)
     rows = math.ceil(len(x) / FRAME_SAMPLES)
     count = math.ceil(len(x) / spec.hop)
-    wins = [_window(x, spec.end(w) - spec.context, spec.context) for w in range(count)]
-    parts = [encode_windows(engine, wins[i:i + batch], spec) for i in range(0, count, batch)]
+    starts = [spec.end(w) - spec.context for w in range(count)]
+    wins = [_window(x, start, spec.context) for start in starts]
+    parts = [encode_windows(engine, wins[i:i + batch], spec, starts[i:i + batch]) for i in range(0, count, batch)]
     return torch.cat(parts)[:rows] if parts else torch.zeros(0, engine.dim)
 
 
@@ -100,15 +105,16 @@ class StreamingWhisperFeatures:
 
     def _take(self, last: int) -> torch.Tensor:
         """Windows ``next_window .. last - 1``, encoded; the buffer trimmed to what later windows need."""
-        wins = []
+        wins, starts = [], []
         for w in range(self.next_window, last):
             start = self.spec.end(w) - self.spec.context
             wins.append(_window(self.buffer, start - self.offset, self.spec.context))  # zeros before 0
+            starts.append(start)
         self.next_window = last
         keep_from = max(self.spec.end(last) - self.spec.context, 0)
         if keep_from > self.offset:
             self.buffer, self.offset = self.buffer[keep_from - self.offset:], keep_from
-        return encode_windows(self.engine, wins, self.spec) if wins else torch.zeros(0, self.engine.dim)
+        return encode_windows(self.engine, wins, self.spec, starts) if wins else torch.zeros(0, self.engine.dim)
 
     def push(self, samples) -> torch.Tensor:
         x = as_float_audio(samples)

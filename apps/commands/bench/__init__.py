@@ -34,6 +34,8 @@ BENCHES = {
                 "the A/V shift training makes on real clips, old rule vs new, the shape head's fit at each lag"),
     "whisper_features": (f"{__name__}.whisper_features",
                          "Whisper encoder features on a sliding window: cost per engine and window, agreement"),
+    "musetalk": (f"{__name__}.musetalk",
+                 "MuseTalk 1.5: its audio context live (sliding windows) against offline 30-s segments, cost"),
     "pipecat": (f"{__name__}.pipecat",
                 "the avatar as a Pipecat processor: fps delivered, TTS-frame-to-image delay vs the bare graph, agents"),
     "nerf_fit": (f"{__name__}.nerf_fit", "fit-nerf on a real capture: steps/s and held-out PSNR against training time"),

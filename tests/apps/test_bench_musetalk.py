@@ -1,0 +1,23 @@
+"""`framegraph bench musetalk`: MuseTalk's audio context live against its offline 30-s pass, on a tiny random
+Whisper of MuseTalk's layout and the astronaut's speech — the JSON a reader needs, the windows at their positions."""
+import json
+
+from helpers import tiny_musetalk_folder
+
+from framegraph.apps.cli import main
+
+
+def test_bench_musetalk_records_agreement_per_layer_cost_and_reach(astronaut_talking_clip, tmp_path):
+    folder = tiny_musetalk_folder(tmp_path / "musetalk")
+    out = tmp_path / "musetalk.json"
+    assert main(["bench", "musetalk", "--audio", str(astronaut_talking_clip), "--whisper",
+                 str(folder / "models/whisper"), "--contexts-ms", "400,800", "--repeats", "2", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())
+    assert r["benchmark"] == "musetalk" and r["command"].startswith("framegraph bench musetalk")
+    assert "--audio clip_00000.mp4 --whisper whisper " in r["command"]  # the inputs named, their folders not
+    assert r["layers"] == 3 and [c["context_ms"] for c in r["context"]] == [400, 800]
+    for c in r["context"]:
+        assert len(c["cosine_per_layer"]) == 3 and c["window_ms_p50"] > 0
+        assert c["cosine_per_layer"][0] > 0.99  # the embedding layer: each window's rows at their own positions
+        assert 0 <= c["context_rel_error"] < 1 and c["reach_past_frame_ms"] == 80 + 80 + 80
+    assert (tmp_path / "musetalk.png").stat().st_size > 0

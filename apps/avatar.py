@@ -278,6 +278,9 @@ def run_eval(args: argparse.Namespace) -> int:
         avatar = load_avatar(args.avatar)
         if avatar.kind == "video":
             return _eval_video_avatar(avatar, args)
+        if avatar.kind == "musetalk":
+            raise ValueError(f"{args.avatar!r} is a MuseTalk avatar: `avatar eval` does not measure one yet "
+                             f"(`framegraph render --avatar {args.avatar} --audio FILE` plays it)")
         if args.start_s is not None or args.end_s is not None or args.av_offset is not None:
             raise ValueError("--start-s / --end-s / --av-offset go with a video avatar (avatar train --video); "
                              f"{args.avatar!r} is a portrait avatar")

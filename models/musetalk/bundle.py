@@ -13,14 +13,29 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import torch
 
-from framegraph.models.avatar.base import AVATAR_JSON, AvatarError, PictureSize, load_json
-from framegraph.models.avatar.video.bundle import write_loop
+from framegraph.models import runtime
+from framegraph.models.avatar.base import (
+    AVATAR_JSON,
+    AvatarError,
+    AvatarStages,
+    MatteInFolder,
+    PictureSize,
+    RunSettings,
+    add_audio_side,
+    load_json,
+)
+from framegraph.models.avatar.video.bundle import MATTE_FILE, _load_matte, _write_matte, write_loop
+from framegraph.models.avatar.video.loop import VideoLoop
+from framegraph.stream import Graph, Stage
 from framegraph.stream.files import write_json
 
+from .audio import ROWS
+from .face import FACE_SIZE
 from .files import MuseTalkFiles
 
 KIND = "musetalk"
@@ -29,13 +44,15 @@ LOOP, FACES, LATENTS = "loop.mp4", "faces.npz", "latents.pt"
 
 
 @dataclass
-class MuseTalkAvatar(PictureSize):
+class MuseTalkAvatar(PictureSize, MatteInFolder):
     """A prepared person (see the module docstring). ``frames`` ``uint8 [N, H, W, 3]``; ``boxes`` ``int [N, 4]``;
     ``masks`` N ``uint8 [h, w]``; ``latents`` ``float32 [N, 8, h', w']``; ``idle`` ``(a, b)`` the loop's calm
     stretch and ``nearest_idle`` ``int [N]`` the idle frame most like each (:class:`~framegraph.models.avatar.video.
-    loop.LoopCursor`)."""
+    loop.LoopCursor`); ``matte`` ``uint8 [N, H, W]`` the loop frames' person mattes, or None."""
 
-    kind = KIND
+    kind: ClassVar[str] = KIND
+    MATTE_FILE: ClassVar[str] = MATTE_FILE
+    vad: ClassVar[bool] = True
     files: MuseTalkFiles
     frames: torch.Tensor
     boxes: np.ndarray
@@ -46,11 +63,57 @@ class MuseTalkAvatar(PictureSize):
     fps: float
     meta: dict = field(default_factory=dict)
     root: str | None = None
+    matte: torch.Tensor | None = None
+    engines_cache: dict = field(default_factory=dict, repr=False)  # (device, dtype) → the loaded models (.engines)
 
     @property
     def portrait(self) -> torch.Tensor:
         """``uint8 [H, W, 3]``: the first frame of the idle range (the avatar at rest)."""
         return self.frames[self.idle[0]]
+
+    @property
+    def region_size(self) -> int:
+        return FACE_SIZE
+
+    def person_matte(self) -> torch.Tensor:
+        """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""
+        from framegraph.models.matte import person_mattes
+
+        return person_mattes(self.frames)
+
+    write_matte = staticmethod(_write_matte)  # (path, mattes): the MATTE_FILE format
+
+    def export_onnx(self, out_dir: str) -> dict:
+        raise AvatarError("a MuseTalk avatar has no ONNX export yet: it runs on the torch runtime")
+
+    def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
+        """``source`` → :class:`~.hearing.MuseTalkHearing` (each frame's context and the speaking state) → the
+        state → :class:`~framegraph.models.avatar.video.loop.VideoLoop` (the loop frame and its index), both →
+        :class:`~.stages.MuseTalkFace` (the picture). The UNet and the VAE compute on ``settings.device``
+        (:mod:`.engines`), the audio side on the CPU; ``settings.alpha``: the loop's mattes leave beside it."""
+        from .hearing import MuseTalkHearing
+        from .stages import MuseTalkFace
+
+        if settings.batching is not None:
+            raise ValueError("a MuseTalk avatar is not served in batches yet: run it with batching off")
+        engines = runtime.engines("avatar-musetalk", settings.runtime, self, settings)
+        mattes = self.required_matte() if settings.alpha else None
+        vad = self.vad if settings.vad is None else settings.vad
+        hearing = MuseTalkHearing(engines.whisper, fps=self.fps, vad=vad)
+        features, state = add_audio_side(graph, source, hearing, "cpu")
+        xywh = np.concatenate([self.boxes[:, :2], self.boxes[:, 2:] - self.boxes[:, :2]], axis=1)
+        loop = graph.add(VideoLoop(self.frames, xywh, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
+                                   index=True, device=settings.device))
+        face = graph.add(MuseTalkFace(self, engines.step, ROWS * engines.whisper.layers, dtype=engines.dtype,
+                                      device=settings.device, out_device=settings.video_device,
+                                      max_lag_ms=settings.max_lag_ms, matte=settings.alpha))
+        graph.connect(state, loop, "state", "state", capacity=8)
+        graph.connect(features, face, "features", "context", capacity=8)
+        graph.connect(loop, face, "frame", "frame", capacity=2)
+        graph.connect(loop, face, "index", "index", capacity=2)
+        if settings.alpha:
+            graph.connect(loop, face, "alpha", "alpha", capacity=2)
+        return AvatarStages(features, state, face, {"loop": loop, "musetalk_face": face})
 
 
 def save_musetalk_avatar(root, avatar: MuseTalkAvatar) -> str:
@@ -62,6 +125,8 @@ def save_musetalk_avatar(root, avatar: MuseTalkAvatar) -> str:
                         nearest_idle=np.asarray(avatar.nearest_idle, np.int64),
                         **{f"mask_{i}": m for i, m in enumerate(avatar.masks)})
     torch.save(avatar.latents.float().contiguous(), root / LATENTS)
+    if avatar.matte is not None:
+        _write_matte(root / MATTE_FILE, avatar.matte)
     f = avatar.files
     cfg = {"kind": KIND, "format": FORMAT, "fps": avatar.fps, "width": avatar.width, "height": avatar.height,
            "loop_frames": len(avatar.frames), "idle": list(avatar.idle),
@@ -101,8 +166,10 @@ def load_musetalk_avatar(root, cfg: dict | None = None) -> MuseTalkAvatar:
                           f"{AVATAR_JSON} says {n} (prepare the bundle again)")
     known = {"kind", "format", "fps", "width", "height", "loop_frames", "idle", "musetalk"}
     meta = {k: v for k, v in cfg.items() if k not in known}
+    H, W = frames.shape[1:3]
+    matte = _load_matte(root / MATTE_FILE, (n, H, W)) if (root / MATTE_FILE).is_file() else None
     return MuseTalkAvatar(files, frames, boxes, masks, latents, (int(cfg["idle"][0]), int(cfg["idle"][1])), nearest,
-                          float(cfg["fps"]), meta, str(root))
+                          float(cfg["fps"]), meta, str(root), matte)
 
 
 def describe(avatar: MuseTalkAvatar) -> str:

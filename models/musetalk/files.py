@@ -23,6 +23,32 @@ UNET_CONFIG, UNET_WEIGHTS = "musetalk.json", "unet.pth"
 VAE_DIR, WHISPER_DIR = Path("models/sd-vae"), Path("models/whisper")
 
 
+# The released models' configs (MuseTalk 1.5's musetalk.json, sd-vae-ft-mse's config.json; Whisper: transformers'
+# WhisperConfig defaults are whisper-tiny's): for models of the real size with random weights (the benches' speed).
+RELEASED_UNET_CONFIG = {
+    "act_fn": "silu", "attention_head_dim": 8, "block_out_channels": [320, 640, 1280, 1280],
+    "center_input_sample": False, "cross_attention_dim": 384,
+    "down_block_types": ["CrossAttnDownBlock2D"] * 3 + ["DownBlock2D"], "downsample_padding": 1,
+    "flip_sin_to_cos": True, "freq_shift": 0, "in_channels": 8, "layers_per_block": 2, "mid_block_scale_factor": 1,
+    "norm_eps": 1e-05, "norm_num_groups": 32, "out_channels": 4, "sample_size": 64,
+    "up_block_types": ["UpBlock2D"] + ["CrossAttnUpBlock2D"] * 3}
+RELEASED_VAE_CONFIG = {
+    "block_out_channels": [128, 256, 512, 512], "down_block_types": ["DownEncoderBlock2D"] * 4,
+    "up_block_types": ["UpDecoderBlock2D"] * 4, "layers_per_block": 2, "latent_channels": 4, "norm_num_groups": 32,
+    "sample_size": 256, "act_fn": "silu", "in_channels": 3, "out_channels": 3}
+
+
+def released_size_models(seed: int = 0):
+    """``(unet, vae, whisper_encoder)``: the stock classes at the released models' sizes, random weights, eval."""
+    from diffusers import AutoencoderKL, UNet2DConditionModel
+    from transformers import WhisperConfig
+    from transformers.models.whisper.modeling_whisper import WhisperEncoder
+
+    torch.manual_seed(seed)
+    return (UNet2DConditionModel(**RELEASED_UNET_CONFIG).eval(), AutoencoderKL(**RELEASED_VAE_CONFIG).eval(),
+            WhisperEncoder(WhisperConfig()).eval())
+
+
 class MuseTalkError(ValueError):
     """MuseTalk's files are missing or do not fit each other."""
 
@@ -124,5 +150,5 @@ def load_whisper(folder, width: int):
     return encoder
 
 
-__all__ = ["MuseTalkError", "MuseTalkFiles", "load_unet", "load_vae", "load_whisper", "UNET_DIR", "UNET_CONFIG",
-           "UNET_WEIGHTS", "VAE_DIR", "WHISPER_DIR"]
+__all__ = ["MuseTalkError", "MuseTalkFiles", "RELEASED_UNET_CONFIG", "RELEASED_VAE_CONFIG", "load_unet", "load_vae",
+           "load_whisper", "released_size_models", "UNET_DIR", "UNET_CONFIG", "UNET_WEIGHTS", "VAE_DIR", "WHISPER_DIR"]

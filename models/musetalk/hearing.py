@@ -17,6 +17,7 @@ import math
 
 import torch
 
+from framegraph.models.audio.joined import JoinedFeatures
 from framegraph.models.audio.whisper import torch_encode
 from framegraph.models.audio.whisper_stage import WhisperFeatures, WhisperFrames
 from framegraph.models.audio.whisper_stream import WhisperWindows, whisper_features
@@ -121,6 +122,26 @@ class ContextFrames(WhisperFrames):
         return out
 
 
+class MuseTalkHearing(JoinedFeatures):
+    """:class:`MuseTalkAudio`'s context with the avatars' speaking state beside it (the audio front's voice
+    detector, :class:`~framegraph.models.audio.AudioFeatures`; its own features are not sent).
+
+    Ports: in ``"audio"`` ``int16 [320]``; out ``"features"`` ``float32 [ROWS · (L + 1), D]`` (the frame's context)
+    and ``"state"`` ``float32 [4]``, a frame's two together. ``reset()`` (barge-in) starts both afresh.
+    """
+
+    def __init__(self, engine: EveryLayerEngine, *, windows: WhisperWindows = LIVE_WINDOWS, fps: float = 25.0,
+                 vad: bool = True, device: str = "cpu", name: str = "musetalk_hearing"):
+        super().__init__(None, whisper=engine, windows=windows, fps=fps, vad=vad, device=device, name=name)
+        self.whisper = ContextFrames(engine, windows, fps)
+        spec = self.outputs["features"]
+        self.outputs["features"] = type(spec)((ROWS * engine.layers, engine.width), spec.dtype, spec.device)
+        self.context_shape = (ROWS * engine.layers, engine.width)
+
+    def _send_joined(self, out, r, row: torch.Tensor | None) -> None:
+        self._send(out, r, torch.zeros(self.context_shape) if row is None else row)
+
+
 class MuseTalkAudio(WhisperFeatures):
     """Audio in (16 kHz mono PCM16 chunks), each video frame's MuseTalk context out (see the module docstring).
 
@@ -141,4 +162,4 @@ class MuseTalkAudio(WhisperFeatures):
                                                                   torch.float32, device)}
 
 
-__all__ = ["ContextFrames", "EveryLayerEngine", "LIVE_WINDOWS", "MuseTalkAudio", "live_context"]
+__all__ = ["ContextFrames", "EveryLayerEngine", "LIVE_WINDOWS", "MuseTalkAudio", "MuseTalkHearing", "live_context"]

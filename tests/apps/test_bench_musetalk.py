@@ -21,3 +21,19 @@ def test_bench_musetalk_records_agreement_per_layer_cost_and_reach(astronaut_tal
         assert c["cosine_per_layer"][0] > 0.99  # the embedding layer: each window's rows at their own positions
         assert 0 <= c["context_rel_error"] < 1 and c["reach_past_frame_ms"] == 80 + 80 + 80
     assert (tmp_path / "musetalk.png").stat().st_size > 0
+
+
+def test_bench_musetalk_speed_records_each_part_of_a_frame_and_the_share_of_the_machine(tmp_path):
+    folder = tiny_musetalk_folder(tmp_path / "musetalk")
+    out = tmp_path / "speed.json"
+    assert main(["bench", "musetalk", "--parts", "speed", "--musetalk", str(folder), "--batches", "1,2",
+                 "--speed-repeats", "1", "--out", str(out)]) == 0
+    s = json.loads(out.read_text())["speed"]
+    assert s["models"] == "the user's files" and s["dtype"] == "float32" and s["device"] == "cpu"
+    assert [b["batch"] for b in s["batches"]] == [1, 2]
+    for b in s["batches"]:
+        assert b["unet_ms_per_frame"] > 0 and b["decode_ms_per_frame"] > 0 and b["frames_per_s_models"] > 0
+    one = s["batches"][0]
+    assert s["end_to_end_ms_per_frame"] >= one["unet_ms_per_frame"] + one["decode_ms_per_frame"]
+    assert s["gflop_per_frame"] > 0 and 0 < s["fraction_of_matmul_peak"] and s["first_frame_ms"] > 0
+    assert (tmp_path / "speed.png").stat().st_size > 0

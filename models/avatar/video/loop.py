@@ -110,6 +110,8 @@ class VideoLoop(Stage):
             kept in ``keeps``: a frame shown again sends the same share; a cross-fade's is made as it comes).
         keeps: where the drawn shares are kept, (loop frame, its box) -> ``float32 [L, L]`` (default: this stage's
             own dict; a bundle passes its own, so a later session finds the shares an earlier one drew).
+        index: also send which loop frame is shown (the one of larger weight in a cross-fade) on an ``"index"``
+            port, ``int64 [1]`` on the CPU (for a model that keeps something per loop frame).
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
     ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
@@ -122,7 +124,7 @@ class VideoLoop(Stage):
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
                  mattes: torch.Tensor | None = None, jaws=None, keeps: dict[tuple, torch.Tensor] | None = None,
-                 device: str = "cpu", name: str = "loop"):
+                 index: bool = False, device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
         if self.frames.dtype != torch.uint8 or self.frames.dim() != 4 or self.frames.shape[3] != 3:
@@ -150,6 +152,8 @@ class VideoLoop(Stage):
             L = int(round(float(self.boxes[0, 2])))
             self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
         self._keeps = {} if keeps is None else keeps  # (loop frame, box) -> its keep share (drawing one takes ms)
+        if index:
+            self.outputs["index"] = PortSpec((1,), torch.int64, "cpu")
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -162,6 +166,8 @@ class VideoLoop(Stage):
         alpha = out.write("alpha") if self.mattes is not None else None
         if self.jaws is not None:
             out.write("keep").data.copy_(self.keep(picks), non_blocking=True)
+        if "index" in self.outputs:
+            out.write("index").data.fill_(max(picks, key=lambda p: p[1])[0])
         if len(picks) == 1:
             i = picks[0][0]
             frame.data.copy_(self.frames[i])

@@ -140,3 +140,24 @@ def test_ctrl_c_in_training_keeps_the_step_and_the_same_command_continues_there(
     assert [h["step"] for h in report["generator_history"]] == [*range(0, 200, 50), 199]
     assert np.isfinite([h["loss"] for h in report["generator_history"]]).all()
     assert second.stdout.strip() == str(out.resolve())
+
+
+def test_the_estimate_is_not_measured_when_the_checkpoint_has_every_step(tmp_path, monkeypatch):
+    """Resuming from a finished generator says so instead of timing 3 trial steps (a few seconds for nothing);
+    an unfinished one, or --no-resume, is still measured."""
+    import torch
+
+    from framegraph.models.avatar.video import generator as g
+    from framegraph.models.avatar.video.train import VideoTrainConfig
+
+    cfg = VideoTrainConfig(steps=200, max_region=64)
+    checkpoint = tmp_path / "generator_state.pt"
+    torch.save({"step": 200}, checkpoint)
+    measured, said = [], []
+    monkeypatch.setattr(g, "estimate_generator", lambda cfg, side: measured.append(side) or 0.01)
+    g.say_estimate(cfg, 1, checkpoint, said.append)
+    assert measured == [] and "has all 200 steps" in said[-1]
+    g.say_estimate(cfg, 1, checkpoint, said.append, resume=False)
+    torch.save({"step": 120}, checkpoint)
+    g.say_estimate(cfg, 1, checkpoint, said.append)
+    assert measured == [64, 64] and all("will take about" in s for s in said[1:])

@@ -184,8 +184,15 @@ def estimate_generator(cfg, size: int, trial_steps: int = 3) -> float:
     return float(pace.step_s)
 
 
-def say_estimate(cfg, torch_threads: int | None, checkpoint: Path, log) -> None:
-    """The time the generator will take, said up front: its step measured now (:func:`estimate_generator`)."""
+def say_estimate(cfg, torch_threads: int | None, checkpoint: Path, log, resume: bool = True) -> None:
+    """The time the generator will take, said up front: its step measured now (:func:`estimate_generator`); when
+    resuming from a checkpoint that has all the steps, that instead (nothing is measured)."""
+    if resume and checkpoint.is_file():
+        done = torch.load(checkpoint, map_location="cpu", weights_only=False).get("step", 0)
+        if done >= cfg.steps:
+            log(f"the generator's checkpoint {checkpoint} has all {cfg.steps} steps: if it was made with these "
+                f"settings (checked once the video's frames are read) the generator is trained already")
+            return
     with cpu_threads(torch_threads):
         step_s = estimate_generator(cfg, cfg.max_region)
         threads = torch.get_num_threads()

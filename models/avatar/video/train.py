@@ -469,7 +469,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     path = os.fspath(video)
     checkpoint = out / "train" / GENERATOR_STATE
     if log:
-        say_estimate(cfg, torch_threads, checkpoint, log)
+        say_estimate(cfg, torch_threads, checkpoint, log, resume)
     prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps

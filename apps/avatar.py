@@ -47,11 +47,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5 (models/musetalk/prepare.py)."""
+    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5 (models/avatar/musetalk/prepare.py)."""
+    from framegraph.models.avatar.musetalk.bundle import describe
+    from framegraph.models.avatar.musetalk.files import MuseTalkError, MuseTalkFiles
+    from framegraph.models.avatar.musetalk.prepare import prepare_musetalk
     from framegraph.models.face import FaceError
-    from framegraph.models.musetalk.bundle import describe
-    from framegraph.models.musetalk.files import MuseTalkError, MuseTalkFiles
-    from framegraph.models.musetalk.prepare import prepare_musetalk
 
     def error(message) -> int:
         print(f"framegraph avatar prepare: error: {message}", file=sys.stderr)

@@ -33,7 +33,7 @@ PUBLIC = {
         "apply_rope"
     ],
     "models": [
-        "audio", "avatar", "compile", "composite", "dit", "face", "generate", "graphs", "matte", "musetalk", "onnx",
+        "audio", "avatar", "compile", "composite", "dit", "face", "generate", "graphs", "matte", "onnx",
         "pretrained", "runtime", "sampler", "synth", "training", "vae"
     ],
     "models.audio": [

@@ -7,8 +7,9 @@ speed of one frame at the real model size.
 **context** (``--parts context``):
 
 Offline, MuseTalk encodes 30-s segments of the audio, so a row hears up to 30 s on both sides; live, Whisper runs
-on a sliding window (:mod:`framegraph.models.musetalk.hearing`). Per window length (``--contexts-ms``, a window every
-``--hop-ms`` reaching ``--lookahead-ms`` ahead), on the same speech (at most 30 s: one offline segment):
+on a sliding window (:mod:`framegraph.models.avatar.musetalk.hearing`). Per window length (``--contexts-ms``, a
+window every ``--hop-ms`` reaching ``--lookahead-ms`` ahead), on the same speech (at most 30 s: one offline
+segment):
 
 - **agreement** of each encoder layer's 50-Hz rows live against offline: the mean cosine similarity of the rows, and
   of whole frame contexts (``[ROWS · (L + 1), D]``, what the UNet attends to) their relative error
@@ -40,8 +41,8 @@ import torch
 
 from framegraph.models.audio.whisper import load_torch_encoder
 from framegraph.models.audio.whisper_stream import WhisperWindows, encode_windows, whisper_features
-from framegraph.models.musetalk.audio import RIGHT, ROWS, every_layer_features, frame_windows
-from framegraph.models.musetalk.hearing import LIVE_WINDOWS, EveryLayerEngine
+from framegraph.models.avatar.musetalk.audio import RIGHT, ROWS, every_layer_features, frame_windows
+from framegraph.models.avatar.musetalk.hearing import LIVE_WINDOWS, EveryLayerEngine
 
 from .meta import bench_metadata, write_result
 from .speech import speech_or_file
@@ -142,8 +143,14 @@ def _median_ms(fn, repeats: int, sync) -> float:
 def _speed(args: argparse.Namespace, result: dict) -> None:
     from torch.utils.flop_counter import FlopCounterMode
 
-    from framegraph.models.musetalk.face import paste_face
-    from framegraph.models.musetalk.files import MuseTalkFiles, load_unet, load_vae, load_whisper, released_size_models
+    from framegraph.models.avatar.musetalk.face import paste_face
+    from framegraph.models.avatar.musetalk.files import (
+        MuseTalkFiles,
+        load_unet,
+        load_vae,
+        load_whisper,
+        released_size_models,
+    )
 
     from .timing import measure_peaks
 

@@ -55,7 +55,7 @@ how well the landmarks track the face and whether its mouth follows its sound.
 
 ``prepare`` makes a MuseTalk 1.5 bundle from the user's own MuseTalk files and a video of the person (nothing
 trained): the loop frames, MuseTalk's face box, a blend mask and the VAE's latents of every loop frame
-(``models/musetalk/prepare.py``; guide: ``docs/musetalk.md``).
+(``models/avatar/musetalk/prepare.py``; guide: ``docs/musetalk.md``).
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
-"""The talking avatar: bundles of two kinds, the stream graph that runs either, their training and evaluation.
+"""The talking avatar: bundles of three kinds, the stream graph that runs any, their training and evaluation.
 
     from framegraph.models.avatar import load_avatar, build_avatar_graph   # each name imported when first used
 
-- :mod:`.base`: the :class:`AvatarBundle` protocol both kinds implement, a run's :class:`RunSettings`,
+- :mod:`.base`: the :class:`AvatarBundle` protocol every kind implements, a run's :class:`RunSettings`,
   the audio side every graph starts with (``AudioFeatures`` → :class:`StateOverride`).
 - :mod:`.bundle`: :func:`load_avatar` (any kind, by ``avatar.json``'s ``kind``).
 - :mod:`.graph`: :func:`build_avatar_graph` (audio → the bundle's stages → sink), :func:`render_avatar_graph`.
@@ -11,7 +11,9 @@
   trained further.
 - :mod:`.video`: a person's own video talks — their frames looped, the mouth redrawn (``MouthShape, VideoLoop →
   MouthRegion``), its training from one video.
-- :mod:`.clips`: a person's talking video → training clips (what both kinds train on).
+- :mod:`.musetalk`: MuseTalk 1.5 from the user's own files — a person prepared once, the audio context live, the
+  loop frame's face redrawn (``MuseTalkHearing, VideoLoop → MuseTalkFace``).
+- :mod:`.clips`: a person's talking video → training clips (what the trained kinds learn from).
 - :mod:`.eval`: measuring an avatar — against synthetic ground truth, and against a person's real frames.
 """
 from __future__ import annotations

@@ -2,14 +2,14 @@
 folder to that kind's loader.
 
     DIR/avatar.json     ``kind``: "portrait" (the default: :mod:`.portrait`), "video" (:mod:`.video`) or "musetalk"
-                        (:mod:`framegraph.models.musetalk`), and
+                        (:mod:`framegraph.models.avatar.musetalk`), and
                         that kind's settings; the rest of the folder is the kind's own.
 """
 from __future__ import annotations
 
 from pathlib import Path
 
-from framegraph.models.musetalk.bundle import MuseTalkAvatar, load_musetalk_avatar
+from framegraph.models.avatar.musetalk.bundle import MuseTalkAvatar, load_musetalk_avatar
 
 from .base import AVATAR_JSON, AvatarBundle, AvatarError, load_json
 from .portrait.bundle import PortraitAvatar, load_portrait_avatar

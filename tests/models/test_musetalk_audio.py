@@ -8,8 +8,8 @@ import pytest
 import torch
 from helpers import MUSETALK_AUDIO_DIM, tiny_musetalk_folder
 
-from framegraph.models.musetalk.audio import ROWS, every_layer_features, frame_windows, position_code
-from framegraph.models.musetalk.files import load_whisper
+from framegraph.models.avatar.musetalk.audio import ROWS, every_layer_features, frame_windows, position_code
+from framegraph.models.avatar.musetalk.files import load_whisper
 
 
 @pytest.fixture(scope="module")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from helpers import MUSETALK_AUDIO_DIM, tiny_musetalk_folder
 
-from framegraph.models.musetalk.files import MuseTalkError, MuseTalkFiles, load_unet, load_vae, load_whisper
+from framegraph.models.avatar.musetalk.files import MuseTalkError, MuseTalkFiles, load_unet, load_vae, load_whisper
 
 
 @pytest.fixture(scope="module")

@@ -9,9 +9,9 @@ import torch
 from helpers import MUSETALK_AUDIO_DIM, BargeIn, tiny_musetalk_folder
 
 from framegraph.models.audio.whisper_stream import WhisperWindows
-from framegraph.models.musetalk.audio import ROWS
-from framegraph.models.musetalk.files import load_whisper
-from framegraph.models.musetalk.hearing import ContextFrames, EveryLayerEngine, MuseTalkAudio, live_context
+from framegraph.models.avatar.musetalk.audio import ROWS
+from framegraph.models.avatar.musetalk.files import load_whisper
+from framegraph.models.avatar.musetalk.hearing import ContextFrames, EveryLayerEngine, MuseTalkAudio, live_context
 from framegraph.stream import Clock, Flag, Graph, PortSpec, RecordingSink
 from framegraph.stream.media import AudioFileSource, PushAudioSource, decode_audio
 

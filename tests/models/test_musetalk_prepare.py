@@ -10,9 +10,8 @@ import torch
 from helpers import tiny_musetalk_folder
 
 from framegraph.apps.cli import main
-from framegraph.models.face.landmarks import CHIN, FACE_OVAL, JAW_LINE, N_POINTS
-from framegraph.models.musetalk.bundle import load_musetalk_avatar
-from framegraph.models.musetalk.face import (
+from framegraph.models.avatar.musetalk.bundle import load_musetalk_avatar
+from framegraph.models.avatar.musetalk.face import (
     FACE_SIZE,
     MARGIN_PX,
     NOSE_RIDGE,
@@ -22,8 +21,9 @@ from framegraph.models.musetalk.face import (
     feather_sigma,
     paste_face,
 )
-from framegraph.models.musetalk.files import load_vae
-from framegraph.models.musetalk.step import face_latents
+from framegraph.models.avatar.musetalk.files import load_vae
+from framegraph.models.avatar.musetalk.step import face_latents
+from framegraph.models.face.landmarks import CHIN, FACE_OVAL, JAW_LINE, N_POINTS
 from framegraph.models.synth import load_portrait
 
 ASTRONAUT = load_portrait()

@@ -8,9 +8,9 @@ import torch
 from helpers import MUSETALK_AUDIO_DIM, astronaut, tiny_musetalk_folder
 from PIL import Image
 
-from framegraph.models.musetalk.audio import ROWS
-from framegraph.models.musetalk.files import MuseTalkFiles, load_unet, load_vae
-from framegraph.models.musetalk.step import MuseTalkStep, face_latents
+from framegraph.models.avatar.musetalk.audio import ROWS
+from framegraph.models.avatar.musetalk.files import MuseTalkFiles, load_unet, load_vae
+from framegraph.models.avatar.musetalk.step import MuseTalkStep, face_latents
 
 
 @pytest.fixture(scope="module")

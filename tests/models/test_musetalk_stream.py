@@ -78,8 +78,8 @@ def test_runtimes_it_does_not_have_are_refused_with_a_sentence(bundle, tmp_path,
 def test_the_face_stage_draws_the_step_of_the_shown_loop_frame_pasted_by_its_mask(bundle):
     """One frame through the stage's picture against the parts spelled out: the step on loop frame i's latents
     and the context, the face scaled into i's box and blended by i's mask."""
-    from framegraph.models.musetalk.engines import torch_engines
-    from framegraph.models.musetalk.stages import MuseTalkFace
+    from framegraph.models.avatar.musetalk.engines import torch_engines
+    from framegraph.models.avatar.musetalk.stages import MuseTalkFace
 
     a = load_avatar(bundle)
     settings = type("S", (), {"device": "cpu"})()

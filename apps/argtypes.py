@@ -36,6 +36,11 @@ def positive_ints(text: str) -> list[int]:
     return [positive_int(part.strip()) for part in text.split(",")]
 
 
+def non_negative_ints(text: str) -> list[int]:
+    """Comma-separated whole numbers ≥ 0: ``"0,80"`` → ``[0, 80]``."""
+    return [non_negative_int(part.strip()) for part in text.split(",")]
+
+
 def positive_float(text: str) -> float:
     return _number(text, float, "a number", lambda v: v > 0, "a positive number")
 

@@ -50,16 +50,6 @@ from .speech import speech_or_file
 FPS = 25.0
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        values = []
-    if not values:
-        raise ValueError(f"{what} {text!r}: expected comma-separated whole milliseconds")
-    return values
-
-
 def _agreement(engine: EveryLayerEngine, live_rows: torch.Tensor, offline_rows: torch.Tensor, frames: int) -> dict:
     n = min(len(live_rows), len(offline_rows))
     live = live_rows[:n].reshape(n, engine.layers, engine.width)
@@ -93,8 +83,7 @@ def run(args: argparse.Namespace) -> int:
 def _context(args: argparse.Namespace, result: dict) -> None:
     audio, source = speech_or_file(args.audio)
     audio = audio[:30 * 16000 // 640 * 640]  # one offline segment, whole video frames
-    contexts = _ints(args.contexts_ms, "--contexts-ms")
-    lookaheads = _ints(args.lookaheads_ms, "--lookaheads-ms")
+    contexts, lookaheads = args.contexts_ms, args.lookaheads_ms
     encoder = load_torch_encoder(args.whisper)
     engine = EveryLayerEngine(encoder)
     frames = len(audio) // 640
@@ -181,7 +170,7 @@ def _speed(args: argparse.Namespace, result: dict) -> None:
         vae.decode(unet(latents, timestep, encoder_hidden_states=context).sample / scale)
         sync()
         speed["first_frame_ms"] = round(1000 * (time.perf_counter() - first), 1)
-        for b in [int(v) for v in args.batches.split(",")]:
+        for b in args.batches:
             latents = torch.randn(b, 8, 32, 32, device=device, dtype=dtype)
             context = torch.randn(b, 50, width, device=device, dtype=dtype)
             out = unet(latents, timestep, encoder_hidden_states=context).sample

@@ -38,7 +38,10 @@ FACTORIES: dict[str, dict[str, str]] = {
                      "onnx": f"{_M}.avatar.video.onnx:onnx_engines"},
     "avatar-video-batch": {"torch": f"{_M}.avatar.video.engines:torch_batch",  # [B, ...] in and out
                            "onnx": f"{_M}.avatar.video.onnx:onnx_batch"},
-    "avatar-musetalk": {"torch": f"{_M}.avatar.musetalk.engines:torch_engines"},
+    "avatar-musetalk": {"torch": f"{_M}.avatar.musetalk.engines:torch_engines",
+                        "onnx": f"{_M}.avatar.musetalk.onnx:onnx_engines"},
+    "avatar-musetalk-batch": {"torch": f"{_M}.avatar.musetalk.engines:torch_batch",  # [B, ...] in and out
+                              "onnx": f"{_M}.avatar.musetalk.onnx:onnx_batch"},
     "generate-denoiser": {"torch": f"{_M}.generate.compiled:torch_denoiser",
                           "compiled": f"{_M}.generate.compiled:compiled_denoiser"},
     "generate-vae": {"torch": f"{_M}.generate.stages:torch_vae_engine",

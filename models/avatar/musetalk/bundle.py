@@ -84,27 +84,35 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
     write_matte = staticmethod(_write_matte)  # (path, mattes): the MATTE_FILE format
 
     def export_onnx(self, out_dir: str) -> dict:
-        raise AvatarError("a MuseTalk avatar has no ONNX export yet: it runs on the torch runtime")
+        """Write the ONNX files of the UNet step and the VAE decoder (:func:`~.onnx.export_musetalk`)."""
+        from .onnx import export_musetalk
+
+        return export_musetalk(self, out_dir)
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """``source`` → :class:`~.hearing.MuseTalkHearing` (each frame's context and the speaking state) → the
         state → :class:`~framegraph.models.avatar.video.loop.VideoLoop` (the loop frame and its index), both →
         :class:`~.stages.MuseTalkFace` (the picture). The UNet and the VAE compute on ``settings.device``
-        (:mod:`.engines`), the audio side on the CPU; ``settings.alpha``: the loop's mattes leave beside it."""
+        (:mod:`.engines`), the audio side on the CPU. ``settings.alpha``: the loop's mattes leave beside it.
+        ``settings.batching``: the step runs in the service's batches (:func:`~.engines.batched_step`)."""
+        from .engines import MuseTalkEngines, batched_step, whisper_engine
         from .hearing import MuseTalkHearing
         from .stages import MuseTalkFace
 
         if settings.batching is not None:
-            raise ValueError("a MuseTalk avatar is not served in batches yet: run it with batching off")
-        engines = runtime.engines("avatar-musetalk", settings.runtime, self, settings)
+            engines = MuseTalkEngines(batched_step(settings.batching, self, settings), whisper_engine(self),
+                                      torch.float32)
+        else:
+            engines = runtime.engines("avatar-musetalk", settings.runtime, self, settings)
         mattes = self.required_matte() if settings.alpha else None
         vad = self.vad if settings.vad is None else settings.vad
-        hearing = MuseTalkHearing(engines.whisper, fps=self.fps, vad=vad)
+        whisper = engines.whisper
+        hearing = MuseTalkHearing(whisper, fps=self.fps, vad=vad)
         features, state = add_audio_side(graph, source, hearing, "cpu")
         xywh = np.concatenate([self.boxes[:, :2], self.boxes[:, 2:] - self.boxes[:, :2]], axis=1)
         loop = graph.add(VideoLoop(self.frames, xywh, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
                                    index=True, device=settings.device))
-        face = graph.add(MuseTalkFace(self, engines.step, ROWS * engines.whisper.layers, dtype=engines.dtype,
+        face = graph.add(MuseTalkFace(self, engines.step, (ROWS * whisper.layers, whisper.width), dtype=engines.dtype,
                                       device=settings.device, out_device=settings.video_device,
                                       max_lag_ms=settings.max_lag_ms, matte=settings.alpha))
         graph.connect(state, loop, "state", "state", capacity=8)

@@ -4,29 +4,57 @@
     engines.step(latents [B, 8, h, w], context [B, N, D]) → uint8 [B, S, S, 3]   (on settings.device)
     engines.whisper                                                             (the audio context's encoder)
 
-The torch engines: the UNet and the VAE in float32 on a CPU, float16 on a GPU (as MuseTalk's realtime path runs
-them); Whisper's encoder in float32 on the CPU, beside the audio. The models are loaded once per bundle, device and
-precision, and shared by its sessions.
+- ``torch``: the UNet and the VAE in float32 on a CPU, float16 on a GPU, as MuseTalk's realtime path runs them.
+- ``onnx``: the UNet step and the VAE decoder on ONNX Runtime, from the bundle's export (:mod:`.onnx`).
+
+Whisper's encoder runs in float32 on the CPU, beside the audio, on every runtime. The models are loaded once per
+bundle, device and precision, and shared by its sessions.
+
+Batched (model ``"avatar-musetalk-batch"``, runtimes ``torch`` and ``onnx``): the step for a batch of sessions,
+``[B, ...]`` in and out, run by a lane of a :class:`~framegraph.stream.batching.ModelService`.
+:func:`batched_step` hands each session's :class:`~.stages.MuseTalkFace` a client of that lane.
 """
 from __future__ import annotations
 
+import json
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
-from .files import load_unet, load_vae, load_whisper
+from framegraph.models import runtime
+
+from .files import MuseTalkError, load_unet, load_vae, load_whisper
 from .hearing import EveryLayerEngine
 from .step import MuseTalkStep
 
-_LOCK = threading.Lock()
+_LOCK = threading.RLock()
 
 
 @dataclass
 class MuseTalkEngines:
-    step: MuseTalkStep
+    step: MuseTalkStep  # or what is called as it is (an OrtStep, a BatchClient)
     whisper: EveryLayerEngine
     dtype: torch.dtype
+
+
+def cross_attention_width(avatar) -> int:
+    """The UNet's cross-attention width, read from its config file (the Whisper it needs is this wide)."""
+    path = avatar.files.unet_config
+    try:
+        return int(json.loads(Path(path).read_text())["cross_attention_dim"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise MuseTalkError(f"MuseTalk: the UNet's config {str(path)!r} has no cross_attention_dim ({e})") from e
+
+
+def whisper_engine(avatar) -> EveryLayerEngine:
+    """The bundle's Whisper encoder, every layer read, float32 on the CPU; loaded once per bundle."""
+    with _LOCK:
+        cache = avatar.engines_cache
+        if "whisper" not in cache:
+            cache["whisper"] = EveryLayerEngine(load_whisper(avatar.files.whisper, cross_attention_width(avatar)))
+        return cache["whisper"]
 
 
 def _models(avatar, device: str, dtype: torch.dtype) -> MuseTalkEngines:
@@ -36,11 +64,15 @@ def _models(avatar, device: str, dtype: torch.dtype) -> MuseTalkEngines:
         cache = avatar.engines_cache
         if key not in cache:
             f = avatar.files
-            unet = load_unet(f.unet_config, f.unet_weights)
-            whisper = EveryLayerEngine(load_whisper(f.whisper, unet.config.cross_attention_dim))
-            step = MuseTalkStep(unet, load_vae(f.vae)).to(device, dtype).eval().requires_grad_(False)
-            cache[key] = MuseTalkEngines(step, whisper, dtype)
+            step = MuseTalkStep(load_unet(f.unet_config, f.unet_weights), load_vae(f.vae))
+            cache[key] = MuseTalkEngines(step.to(device, dtype).eval().requires_grad_(False), whisper_engine(avatar),
+                                         dtype)
         return cache[key]
+
+
+def cpu_float_models(avatar) -> MuseTalkEngines:
+    """The torch models in float32 on the CPU (what the ONNX export traces)."""
+    return _models(avatar, "cpu", torch.float32)
 
 
 def torch_engines(avatar, settings) -> MuseTalkEngines:
@@ -49,4 +81,24 @@ def torch_engines(avatar, settings) -> MuseTalkEngines:
     return _models(avatar, settings.device, torch.float16 if device.type == "cuda" else torch.float32)
 
 
-__all__ = ["MuseTalkEngines", "torch_engines"]
+def torch_batch(avatar, settings) -> MuseTalkStep:
+    """The torch step itself, float32 on the CPU: it takes a batch."""
+    return cpu_float_models(avatar).step
+
+
+def batched_step(service, avatar, settings):
+    """A :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's step on
+    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU. The lane's engine is built by the first session.
+    A service that admits raises :class:`~framegraph.stream.batching.Full` when one more session at the
+    avatar's frame rate would not fit."""
+    runtime.check("avatar-musetalk-batch", settings.runtime)
+    if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
+        raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
+                         f"without batching on a GPU)")
+    key = ("avatar-musetalk step", id(avatar), settings.runtime, settings.onnx_dir)
+    return service.client(key, lambda: runtime.engines("avatar-musetalk-batch", settings.runtime, avatar, settings),
+                          build=True, name=f"musetalk-step-{settings.runtime}", fps=avatar.fps)
+
+
+__all__ = ["MuseTalkEngines", "cross_attention_width", "whisper_engine", "cpu_float_models", "torch_engines",
+           "torch_batch", "batched_step"]

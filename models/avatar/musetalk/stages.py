@@ -13,6 +13,7 @@ from __future__ import annotations
 import torch
 
 from framegraph.stream import PortSpec, Stage
+from framegraph.stream.batching import BatchClient, Missed
 
 from .face import paste_face
 
@@ -22,8 +23,11 @@ class MuseTalkFace(Stage):
 
     Args:
         avatar: the :class:`~.bundle.MuseTalkAvatar` (its latents, boxes and masks per loop frame).
-        step: the :class:`~.step.MuseTalkStep` on ``device`` (an engine's, :mod:`.engines`); ``dtype`` its precision.
-        context_rows: N, the rows of a frame's context (ROWS × Whisper's layers + 1: 50 for whisper-tiny).
+        step: what draws the face: the :class:`~.step.MuseTalkStep` on ``device``, or what is called as it is
+            (:mod:`.engines`). ``dtype`` is its precision. A :class:`~framegraph.stream.batching.BatchClient`
+            (:func:`~.engines.batched_step`) is opened at setup and closed at teardown. It gets the frame's
+            deadline; a frame the batch cannot make in time is skipped.
+        context_shape: ``(N, D)`` of a frame's context (N = ROWS × Whisper's layers + 1: 50 for whisper-tiny).
         max_lag_ms: live streams: a frame with a newer one behind it, or whose audio is older than this, is skipped
             (:meth:`~framegraph.stream.Stage.stale`). out_device: where the picture goes (default ``device``).
         matte: the loop frame's person matte comes in on ``"alpha"`` and leaves beside the picture.
@@ -32,26 +36,44 @@ class MuseTalkFace(Stage):
     ``"alpha"`` ``uint8 [H, W]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``), at the frame's pts.
     """
 
-    def __init__(self, avatar, step, context_rows: int, *, dtype: torch.dtype = torch.float32, device: str = "cpu",
-                 out_device: str | None = None, max_lag_ms: float | None = None, matte: bool = False,
-                 name: str = "musetalk_face"):
+    def __init__(self, avatar, step, context_shape: tuple[int, int], *, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu", out_device: str | None = None, max_lag_ms: float | None = None,
+                 matte: bool = False, name: str = "musetalk_face"):
         super().__init__(name)
         out_device = out_device or device
         self.step, self.dtype, self.device, self.max_lag_ms = step, dtype, torch.device(device), max_lag_ms
+        self.batched = isinstance(step, BatchClient)
         self.latents = avatar.latents.to(device, dtype)
         self.boxes = [tuple(int(v) for v in b) for b in avatar.boxes]
         self.masks = [torch.from_numpy(m).to(device) for m in avatar.masks]
         H, W = avatar.height, avatar.width
-        rows, width = step.code.shape[0], step.unet.config.cross_attention_dim
-        self.inputs = {"context": PortSpec((context_rows, width), torch.float32, device),
+        self.context_shape = tuple(int(v) for v in context_shape)
+        self.inputs = {"context": PortSpec(self.context_shape, torch.float32, device),
                        "frame": PortSpec((H, W, 3), torch.uint8, device), "index": PortSpec((1,), torch.int64, "cpu")}
         self.outputs = {"video": PortSpec((H, W, 3), torch.uint8, out_device)}
-        if context_rows > rows:
-            raise ValueError(f"MuseTalkFace: {context_rows} context rows; the step's code holds {rows}")
+        most = getattr(step, "max_rows", None)
+        if most is not None and self.context_shape[0] > most:
+            raise ValueError(f"MuseTalkFace: {self.context_shape[0]} context rows; the step takes at most {most}")
         if matte:
             self.inputs["alpha"] = PortSpec((H, W), torch.uint8, device)
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
         self.frames_skipped = 0
+
+    def setup(self, ctx):
+        super().setup(ctx)
+        self.frames_skipped = 0
+        if self.batched:
+            self.step.open()
+            context = torch.zeros(1, *self.context_shape, dtype=self.dtype, device=self.device)
+            self.step.lane.warm_once((self.latents[:1], context))  # the lane's cost per batch size, once per lane
+
+    def teardown(self) -> None:
+        if self.batched:
+            self.step.close()
+
+    def interrupt(self) -> None:
+        if self.batched:
+            self.step.cancel()  # a call waiting on the batch returns now
 
     @torch.inference_mode()
     def picture(self, context: torch.Tensor, frame: torch.Tensor, i: int) -> torch.Tensor:
@@ -65,7 +87,15 @@ class MuseTalkFace(Stage):
             self.frames_skipped += 1
             return
         i = int(inputs["index"].data[0])
-        out.write("video").data.copy_(self.picture(inputs["context"].data, frame.data, i), non_blocking=True)
+        if self.batched:  # live: the frame's deadline is its audio's arrival plus the lag it allows
+            live = self.max_lag_ms is not None and self.ctx.clock.mode == "realtime" and frame.capture_ns
+            self.step.deadline_ns = int(frame.capture_ns + self.max_lag_ms * 1e6) if live else None
+        try:
+            picture = self.picture(inputs["context"].data, frame.data, i)
+        except Missed:
+            self.frames_skipped += 1
+            return
+        out.write("video").data.copy_(picture, non_blocking=True)
         if "alpha" in self.outputs:
             out.write("alpha").data.copy_(inputs["alpha"].data, non_blocking=True)
 

@@ -47,7 +47,8 @@ class MuseTalkStep(nn.Module):
         super().__init__()
         self.unet, self.vae = unet, vae
         width = unet.config.cross_attention_dim
-        self.register_buffer("code", position_code(context_rows or 64, width), persistent=False)
+        self.max_rows, self.width = context_rows or 64, width  # the context it takes: at most [max_rows, width]
+        self.register_buffer("code", position_code(self.max_rows, width), persistent=False)
         self.register_buffer("timestep", torch.zeros((), dtype=torch.long), persistent=False)
 
     def forward(self, latents: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:

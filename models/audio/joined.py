@@ -43,7 +43,7 @@ class JoinedFeatures(AudioFeatures):
     """:class:`~.stage.AudioFeatures` with Whisper's rows beside its features; see the module docstring.
 
     Args: those of :class:`~.stage.AudioFeatures`, and ``whisper``, a :class:`~.whisper.WhisperEncoderEngine`, with
-        its ``windows``.
+    its ``windows``.
 
     Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"features"`` ``float32 [D + W]`` and ``"state"`` ``float32 [4]``.
     A frame's state leaves with its features. Both wait for Whisper's window.

@@ -45,7 +45,7 @@ class AudioFeatures(Stage):
             torch model itself. The STFT and the VAD stay in torch.
 
     Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"features"`` ``float32 [feature_dim]`` and ``"state"`` ``float32
-        [4]``, on ``device``.
+    [4]``, on ``device``.
     The stage computes on the CPU whatever ``device``.
     The audio arrives there, the VAD runs there, and the encoder is small.
     Its outputs are uploaded. So no GPU work waits on it, and it never reads a value back from a device.

@@ -46,7 +46,7 @@ class DiTEngine(Protocol):
     def generate(self, noise: torch.Tensor, audio: torch.Tensor, labels: torch.Tensor, steps: int,
                  shift: float) -> torch.Tensor:
         """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents ``[1, C, k,
-            h, w]``.
+        h, w]``.
 
         The block is committed to the stream.
         """

@@ -1,6 +1,8 @@
-"""Audio for the avatar: log-mel features, a causal conv encoder, Whisper's encoder over a sliding window
-(:mod:`.whisper`, :mod:`.whisper_stream`), Silero voice activity, speech and loudness per video frame
-(:mod:`.per_frame`), and the ``AudioFeatures`` stage.
+"""Audio for the avatar.
+
+It holds log-mel features, a causal conv encoder and the ``AudioFeatures`` stage.
+:mod:`.whisper` and :mod:`.whisper_stream` run Whisper's encoder over a sliding window.
+Silero gives voice activity. :mod:`.per_frame` gives speech and loudness per video frame.
 
     from framegraph.models.audio import AudioFeatures, AudioEncoder, extract_features
 """

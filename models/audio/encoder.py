@@ -1,17 +1,19 @@
 """A small causal convolutional audio encoder: log-mel frames → one feature vector per mel frame.
 
-The model is a :class:`~framegraph.models.pretrained.PretrainedModel`: ``save_pretrained(folder)`` writes
-``config.json`` + ``diffusion_pytorch_model.safetensors`` and ``AudioEncoder.from_pretrained(folder)``
-loads it back. The config holds the whole front end (sample rate, window, hop, mel bands), so a saved
-encoder always sees the features it was trained on.
+The model is a :class:`~framegraph.models.pretrained.PretrainedModel`.
+``save_pretrained(folder)`` writes ``config.json`` + ``diffusion_pytorch_model.safetensors``.
+``AudioEncoder.from_pretrained(folder)`` loads it back.
+The config holds the whole front end: sample rate, window, hop, mel bands.
+So a saved encoder always sees the features it was trained on.
 
-Causality: every convolution is *valid* (no padding) and looks only backwards in time, so output frame
-``t`` depends on mel frames ``t - receptive_field + 1 .. t`` only. Callers feed
-``receptive_field - 1`` silence frames (``log(log_floor)``) in front of the stream, which is exactly
-what zero audio before the start produces — this is what makes the streaming path (a rolling context
-of the last ``receptive_field - 1`` frames) give the same numbers as the offline path. Look-ahead is
-not inside the model: a video frame reads the output ``lookahead_frames`` mel frames after its end
-(see :mod:`.features`).
+Causality: every convolution is *valid*, without padding, and looks only backwards in time.
+Output frame ``t`` depends on mel frames ``t - receptive_field + 1 .. t`` only.
+Callers feed ``receptive_field - 1`` silence frames, ``log(log_floor)``, in front of the stream.
+That is exactly what zero audio before the start produces.
+So the streaming path gives the same numbers as the offline path.
+Its rolling context is the last ``receptive_field - 1`` frames.
+Look-ahead is not inside the model.
+A video frame reads the output ``lookahead_frames`` mel frames after its end; see :mod:`.features`.
 """
 from __future__ import annotations
 
@@ -30,15 +32,17 @@ class AudioEncoder(PretrainedModel):
     """Causal conv encoder over log-mel frames.
 
     Args:
-        sample_rate: Hz of the input audio (16 000).
-        win_ms / hop_ms: STFT window and hop in ms (25 / 10); n_fft: FFT size (512).
-        n_mels, f_min, f_max: mel filterbank (80 bands, 40 Hz .. Nyquist when f_max is None).
-        log_floor: mel power floor before the log; mel_offset / mel_scale: the input is normalised as
-            ``(log_mel - mel_offset) / mel_scale``.
-        channels: width of the conv stack; feature_dim: size of each output vector.
+        sample_rate: Hz of the input audio, 16 000.
+        win_ms / hop_ms: STFT window and hop in ms, 25 / 10.
+        n_fft: FFT size, 512.
+        n_mels, f_min, f_max: mel filterbank. 80 bands, 40 Hz .. Nyquist when f_max is None.
+        log_floor: mel power floor before the log.
+        mel_offset / mel_scale: the input is normalised as ``(log_mel - mel_offset) / mel_scale``.
+        channels: width of the conv stack.
+        feature_dim: size of each output vector.
         kernel_size, dilations: one residual causal conv block per dilation.
-        lookahead_ms: how far past the end of a video frame its features may look (≤ 80 ms, a whole
-            number of hops).
+        lookahead_ms: how far past the end of a video frame its features may look. At most 80 ms, a whole number of
+            hops.
 
     ``forward(log_mel float32 [B, n_mels, T])`` → ``float32 [B, feature_dim, T - receptive_field + 1]``.
     """
@@ -74,7 +78,7 @@ class AudioEncoder(PretrainedModel):
 
     @property
     def receptive_field(self) -> int:
-        """Mel frames that one output frame sees (itself and the ones before it)."""
+        """Mel frames that one output frame sees: itself and the ones before it."""
         c = self.config
         return 1 + (c.kernel_size - 1) * sum(c.dilations)
 
@@ -103,8 +107,10 @@ class AudioEncoder(PretrainedModel):
 
 
 def default_encoder(seed: int = 0, **config) -> AudioEncoder:
-    """An untrained :class:`AudioEncoder` with weights drawn deterministically from ``seed`` (until a
-    trained checkpoint ships)."""
+    """An untrained :class:`AudioEncoder` with weights drawn deterministically from ``seed``.
+
+    It stands in until a trained checkpoint ships.
+    """
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
         return AudioEncoder(**config).eval()

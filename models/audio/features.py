@@ -1,17 +1,17 @@
-"""Audio features per video frame, offline or streaming — the same numbers either way.
+"""Audio features per video frame, offline or streaming. Both give the same numbers.
 
-Timing (all counts from the first sample of the stream, 16 kHz by default):
+Timing counts samples from the stream's first sample, at 16 kHz by default:
 
-- video frame ``k`` (at ``fps``) covers samples ``[start_k, end_k)`` with ``end_k = floor((k + 1) · sr / fps)``;
-- its features are the encoder output at mel frame ``j_k = end_k // hop - 1 + lookahead_frames``, i.e.
-  they use audio up to ``(j_k + 1) · hop ≤ end_k + lookahead`` samples (≤ 80 ms after the frame's end);
-- a stream of ``S`` samples has ``ceil(S · fps / sr)`` video frames; at the end of a stream the missing
-  look-ahead is filled with silence.
+- video frame ``k`` at ``fps`` covers samples ``[start_k, end_k)`` with ``end_k = floor((k + 1) · sr / fps)``.
+- its features are the encoder output at mel frame ``j_k = end_k // hop - 1 + lookahead_frames``. They use audio up to
+  ``(j_k + 1) · hop ≤ end_k + lookahead`` samples, at most 80 ms after the frame's end.
+- a stream of ``S`` samples has ``ceil(S · fps / sr)`` video frames. At the stream's end the missing look-ahead is
+  filled with silence.
 
-:func:`extract_features` computes all frames at once (one STFT, one pass of the conv stack);
-:class:`StreamingFeatures` takes audio chunk by chunk and keeps a rolling context (the last
-``receptive_field - 1`` mel frames and the last ``win - hop`` samples), emitting each frame as soon as
-its audio (with look-ahead) has arrived.
+:func:`extract_features` computes all frames at once, with one STFT and one pass of the conv stack.
+:class:`StreamingFeatures` takes audio chunk by chunk and keeps a rolling context.
+That context is the last ``receptive_field - 1`` mel frames and the last ``win - hop`` samples.
+It emits each frame as soon as its audio, look-ahead included, has arrived.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from .encoder import AudioEncoder
 
 
 def as_float_audio(samples) -> torch.Tensor:
-    """int16 PCM (numpy or torch) → ``float32 [S]`` in [-1, 1); float input is passed through."""
+    """int16 PCM, numpy or torch → ``float32 [S]`` in [-1, 1). Float input is passed through."""
     x = torch.as_tensor(np.asarray(samples) if not isinstance(samples, torch.Tensor) else samples)
     if x.dim() != 1:
         raise ValueError(f"expected mono audio [S], got shape {tuple(x.shape)}")
@@ -39,11 +39,13 @@ def as_float_audio(samples) -> torch.Tensor:
 
 @dataclass(frozen=True)
 class FrameTiming:
-    """Where video frames fall on the audio sample axis (see the module docstring).
+    """Where video frames fall on the audio sample axis; see the module docstring.
 
     Args:
-        fps: video frames per second (``≤ sample_rate / hop``: at least one mel frame per video frame).
-        sample_rate: Hz. hop: samples per mel frame. lookahead_frames: mel frames read past a frame's end.
+        fps: video frames per second. At most ``sample_rate / hop``: at least one mel frame per video frame.
+        sample_rate: Hz.
+        hop: samples per mel frame.
+        lookahead_frames: mel frames read past a frame's end.
     """
 
     fps: Fraction
@@ -73,7 +75,7 @@ class FrameTiming:
         return (self.mel_index(k) + 1) * self.hop
 
     def n_frames(self, n_samples: int) -> int:
-        """Video frames in a stream of ``n_samples`` (every frame that starts before the end)."""
+        """Video frames in a stream of ``n_samples``: every frame that starts before the end."""
         return math.ceil(n_samples * self.fps / self.sample_rate)
 
     def lookahead_ms(self, k: int) -> float:
@@ -86,11 +88,12 @@ def extract_features(model: AudioEncoder, samples, fps) -> torch.Tensor:
     """Offline: features of every video frame of a whole recording.
 
     Args:
-        model: the encoder. samples: int16 PCM ``[S]`` at ``model.config.sample_rate`` (or float in [-1, 1]).
+        model: the encoder.
+        samples: int16 PCM ``[S]`` at ``model.config.sample_rate``, or float in [-1, 1].
         fps: video frame rate.
     Returns:
-        ``float32 [K, feature_dim]`` with ``K = ceil(S · fps / sample_rate)``; row ``k`` belongs to the video
-        frame shown at ``k / fps`` seconds.
+        ``float32 [K, feature_dim]`` with ``K = ceil(S · fps / sample_rate)``. Row ``k`` belongs to the video frame
+        shown at ``k / fps`` seconds.
     """
     timing = FrameTiming.of(model, fps)
     x = as_float_audio(samples).to(model.device)
@@ -108,17 +111,18 @@ def extract_features(model: AudioEncoder, samples, fps) -> torch.Tensor:
 class StreamingFeatures:
     """Chunk-by-chunk features with a rolling context.
 
-    ``push(samples)`` → list of ``(k, float32 [feature_dim])`` for every video frame that became
-    computable; ``flush()`` fills the end of the stream with silence and returns the remaining frames;
-    ``reset()`` (barge-in) forgets the audio heard so far — it is treated as silence from then on —
-    while the sample and frame counters go on, so pts stay on the stream's timeline. ``restart()``
-    also sets the counters back to zero (a new stream).
+    ``push(samples)`` → list of ``(k, float32 [feature_dim])``, one for every video frame that became computable.
+    ``flush()`` fills the end of the stream with silence and returns the remaining frames.
+    ``reset()`` is for barge-in. It forgets the audio heard so far, which counts as silence from then on.
+    The sample and frame counters go on, so pts stay on the stream's timeline.
+    ``restart()`` also sets the counters back to zero, for a new stream.
 
-    Memory is bounded: ``win - hop`` samples, less than one hop of pending samples, and
-    ``receptive_field - 1`` mel frames (plus those of one push).
+    Memory is bounded. It holds ``win - hop`` samples, less than one hop of pending samples and ``receptive_field -
+    1`` mel frames.
+    One push adds its own frames on top.
 
-    ``encode``: the function that runs the conv stack, ``float32 [1, n_mels, T] → [1, D, T - R + 1]``
-    (default: the model; another runtime passes its engine here, the mel front end stays torch).
+    ``encode`` runs the conv stack, ``float32 [1, n_mels, T] → [1, D, T - R + 1]``.
+    It defaults to the model. Another runtime passes its engine here. The mel front end stays torch.
     """
 
     def __init__(self, model: AudioEncoder, fps, encode=None):
@@ -144,12 +148,12 @@ class StreamingFeatures:
 
     @property
     def samples_seen(self) -> int:
-        """Samples pushed so far, including the silence added by :meth:`flush`."""
+        """Samples pushed so far, the silence that :meth:`flush` added included."""
         return self.n_mel * self.model.hop_length + len(self._pending)
 
     @torch.no_grad()
     def push(self, samples) -> list[tuple[int, torch.Tensor]]:
-        """Feed audio (int16 PCM ``[n]`` or float) and return the frames that became ready."""
+        """Feed audio and return the frames that became ready. Audio is int16 PCM ``[n]`` or float."""
         x = as_float_audio(samples).to(self.model.device)
         self.samples_in += len(x)
         return self._advance(x)

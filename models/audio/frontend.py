@@ -1,9 +1,10 @@
-"""The avatar's audio front end: per video frame, a feature vector and a speaking / listening / idle state.
+"""The avatar's audio front end. Per video frame it gives a feature vector and a speaking / listening / idle state.
 
-:class:`AudioFrontEnd` joins :class:`~.features.StreamingFeatures` and :class:`~.vad.VoiceActivity` on one
-sample timeline: the state reported with video frame ``k`` is the VAD state after every 512-sample
-window that ends within the audio frame ``k``'s features use (its end + look-ahead), so it does not
-depend on how the audio was chunked. :func:`extract` runs a whole recording through it at once.
+:class:`AudioFrontEnd` joins :class:`~.features.StreamingFeatures` and :class:`~.vad.VoiceActivity` on one sample
+timeline.
+Video frame ``k`` reports the VAD state after every 512-sample window that ends within the audio its features use.
+That audio runs to the frame's end plus the look-ahead. So the state does not depend on how the audio was chunked.
+:func:`extract` runs a whole recording through it at once.
 """
 from __future__ import annotations
 
@@ -19,8 +20,10 @@ STATE_DIM = 4  # one-hot idle / speaking / listening, then the speech probabilit
 
 
 def state_vector(state: int, probability: float, out: torch.Tensor | None = None) -> torch.Tensor:
-    """``float32 [4]``: one-hot of ``state`` (``IDLE``, ``SPEAKING``, ``LISTENING``) then the VAD speech
-    probability in [0, 1]. Written into ``out`` when given."""
+    """``float32 [4]``: one-hot of ``state``, then the VAD speech probability in [0, 1].
+
+    ``state`` is ``IDLE``, ``SPEAKING`` or ``LISTENING``. Written into ``out`` when given.
+    """
     v = out if out is not None else torch.empty(STATE_DIM)
     v.zero_()
     v[state] = 1.0
@@ -35,9 +38,11 @@ def decode_state(vector: torch.Tensor) -> tuple[str, float]:
 
 @dataclass
 class FrameOutput:
-    """What the front end produces for video frame ``index``: ``features`` ``float32 [feature_dim]``,
-    ``state`` (``IDLE`` / ``SPEAKING`` / ``LISTENING``), the VAD ``probability``, and ``interrupted``
-    (the first frame after a barge-in ``reset()``)."""
+    """What the front end produces for video frame ``index``.
+
+    ``features`` is ``float32 [feature_dim]``. ``state`` is ``IDLE``, ``SPEAKING`` or ``LISTENING``.
+    ``probability`` is the VAD's. ``interrupted`` marks the first frame after a barge-in ``reset()``.
+    """
 
     index: int
     features: torch.Tensor
@@ -54,9 +59,10 @@ class AudioFrontEnd:
     """Streaming features + voice activity, one :class:`FrameOutput` per video frame.
 
     Args:
-        model: the :class:`AudioEncoder`. fps: video frame rate.
-        vad: a :class:`VoiceActivity`, or None for no VAD (state is then idle / listening only).
-        encode: runs the conv stack (see :class:`~.features.StreamingFeatures`; default the model itself).
+        model: the :class:`AudioEncoder`.
+        fps: video frame rate.
+        vad: a :class:`VoiceActivity`, or None for no VAD. The state is then idle or listening only.
+        encode: runs the conv stack; see :class:`~.features.StreamingFeatures`. Defaults to the model itself.
     """
 
     def __init__(self, model: AudioEncoder, fps, vad: VoiceActivity | None = None, encode=None):
@@ -83,7 +89,7 @@ class AudioFrontEnd:
         return self.vad.state, self.vad.probability
 
     def push(self, samples) -> list[FrameOutput]:
-        """Feed int16 PCM ``[n]`` (any n) and return the frames that became ready."""
+        """Feed int16 PCM ``[n]`` of any length and return the frames that became ready."""
         x = as_float_audio(samples)
         out: list[FrameOutput] = []
         f = self.features
@@ -100,8 +106,10 @@ class AudioFrontEnd:
         return self._wrap(self.features.flush())
 
     def reset(self) -> None:
-        """Barge-in: audio so far becomes silence, the VAD forgets and is idle (or listening) at once;
-        the next frame out is marked ``interrupted``. Frame and sample counters go on."""
+        """Barge-in: the audio so far becomes silence. The VAD forgets and is idle or listening at once.
+
+        The next frame out is marked ``interrupted``. Frame and sample counters go on.
+        """
         self.features.reset()
         if self.vad is not None:
             self.vad.reset()
@@ -124,7 +132,7 @@ class AudioFrontEnd:
 
 
 def extract(model: AudioEncoder, samples, fps, vad: VoiceActivity | None = None) -> list[FrameOutput]:
-    """A whole recording at once → one :class:`FrameOutput` per video frame (``ceil(S · fps / sr)``)."""
+    """A whole recording at once → one :class:`FrameOutput` per video frame, ``ceil(S · fps / sr)`` of them."""
     front = AudioFrontEnd(model, fps, vad)
     if vad is not None:
         vad.reset()

@@ -3,11 +3,13 @@
     audio int16 [320] ──▶ JoinedFeatures ──features float32 [D + W] (the encoder's D, then Whisper's W)──▶
                                         └─state float32 [4]─▶
 
-The small :class:`~.encoder.AudioEncoder` hears sound (loudness, its spectrum: trained on eSpeak NG voices); Whisper's
-encoder hears speech (trained on many hours of it). A head fitted on both takes from each what fits the person.
-Frame ``k`` leaves once both sides have it: Whisper's window reaches ``lookahead_ms`` past the frame and comes
-every ``hop_ms``, so the joined frame comes up to ``lookahead + hop`` later than the encoder's alone. Offline
-(:func:`joined_features`) and streamed give the same numbers for the same audio.
+The small :class:`~.encoder.AudioEncoder` hears sound: loudness and its spectrum. It was trained on eSpeak NG voices.
+Whisper's encoder hears speech; it was trained on many hours of it.
+A head fitted on both takes from each what fits the person.
+Frame ``k`` leaves once both sides have it.
+Whisper's window reaches ``lookahead_ms`` past the frame and comes every ``hop_ms``.
+So the joined frame comes up to ``lookahead + hop`` later than the encoder's alone.
+Offline with :func:`joined_features` and streamed, the same audio gives the same numbers.
 """
 from __future__ import annotations
 
@@ -28,22 +30,25 @@ JOINED_WINDOWS = WhisperWindows(context_ms=1000, hop_ms=80, lookahead_ms=80)
 
 def joined_features(encoder: AudioEncoder, engine: WhisperEncoderEngine, audio, fps: float,
                     windows: WhisperWindows = JOINED_WINDOWS) -> torch.Tensor:
-    """Offline: ``float32 [K, D + W]`` for a whole recording (``K = ceil(S · fps / 16000)``), the encoder's
-    :func:`~.features.extract_features` then Whisper's rows averaged per video frame."""
+    """Offline: ``float32 [K, D + W]`` for a whole recording, with ``K = ceil(S · fps / 16000)``.
+
+    The encoder's :func:`~.features.extract_features` come first, then Whisper's rows averaged per video frame.
+    """
     ours = extract_features(encoder, audio, fps)
     rows = whisper_features(engine, audio, windows)
     return torch.cat([ours, per_video_frame(rows, len(ours), fps)], 1)
 
 
 class JoinedFeatures(AudioFeatures):
-    """:class:`~.stage.AudioFeatures` with Whisper's rows beside its features (see the module docstring).
+    """:class:`~.stage.AudioFeatures` with Whisper's rows beside its features; see the module docstring.
 
-    Args: those of :class:`~.stage.AudioFeatures`, and ``whisper`` (a :class:`~.whisper.WhisperEncoderEngine`)
-    with its ``windows``.
+    Args: those of :class:`~.stage.AudioFeatures`, and ``whisper``, a :class:`~.whisper.WhisperEncoderEngine`, with
+    its ``windows``.
 
-    Ports: in ``"audio"`` ``int16 [chunk]``; out ``"features"`` ``float32 [D + W]`` and ``"state"`` ``float32
-    [4]``. A frame's state leaves with its features (both wait for Whisper's window). ``reset()`` (barge-in)
-    starts both sides afresh; the frame numbers go on, so the two stay paired.
+    Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"features"`` ``float32 [D + W]`` and ``"state"`` ``float32 [4]``.
+    A frame's state leaves with its features. Both wait for Whisper's window.
+    ``reset()`` is for barge-in. It starts both sides afresh.
+    The frame numbers go on, so the two stay paired.
     """
 
     def __init__(self, model: AudioEncoder | str | None = None, *, whisper: WhisperEncoderEngine,
@@ -89,8 +94,11 @@ class JoinedFeatures(AudioFeatures):
         self._waiting.append(r)
 
     def _pair(self, out, final: bool = False) -> None:
-        """Send each waiting frame whose Whisper row has come; one Whisper has already passed (a frame it never
-        made) takes the nearest earlier row, and at the end every frame leaves (with the last row)."""
+        """Send each waiting frame whose Whisper row has come.
+
+        A frame Whisper has already passed without making takes the nearest earlier row.
+        At the end every frame leaves, with the last row.
+        """
         while self._waiting:
             r = self._waiting[0]
             row = self._rows.pop(r.index, None)

@@ -1,10 +1,11 @@
 """Log-mel spectrogram in pure torch: framing, Hann window, FFT, a triangular mel filterbank, log.
 
-Frames are **causal**: mel frame ``j`` is computed from the ``win_length`` samples that end at sample
-``(j + 1) * hop_length`` (samples before 0 are zeros). So frame ``j`` can be computed as soon as
-``(j + 1) * hop_length`` samples have arrived, and the streaming and the offline paths frame the
-signal identically. With the defaults (16 kHz, 25 ms window, 10 ms hop) frame ``j`` covers
-``[(j + 1) * 10 ms - 25 ms, (j + 1) * 10 ms)``.
+Frames are **causal**. Mel frame ``j`` is computed from the ``win_length`` samples that end at sample ``(j + 1) *
+hop_length``.
+Samples before 0 are zeros. So frame ``j`` is ready once ``(j + 1) * hop_length`` samples have arrived.
+The streaming and the offline paths frame the signal identically.
+The defaults are 16 kHz, a 25 ms window and a 10 ms hop. Frame ``j`` then covers ``[(j + 1) * 10 ms - 25 ms, (j + 1) *
+10 ms)``.
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from framegraph.stream.media import SAMPLE_RATE
 
 
 def hz_to_mel(hz):
-    """HTK mel scale: ``2595 · log10(1 + f / 700)`` (works on floats and tensors)."""
+    """HTK mel scale: ``2595 · log10(1 + f / 700)``. Works on floats and tensors."""
     if isinstance(hz, torch.Tensor):
         return 2595.0 * torch.log10(1.0 + hz / 700.0)
     return 2595.0 * math.log10(1.0 + hz / 700.0)
@@ -30,7 +31,7 @@ def mel_to_hz(mel):
 
 
 def mel_center_frequencies(n_mels: int, f_min: float, f_max: float) -> torch.Tensor:
-    """``float64 [n_mels]``: centre frequency (Hz) of each triangular filter (equally spaced in mel)."""
+    """``float64 [n_mels]``: centre frequency in Hz of each triangular filter, equally spaced in mel."""
     mels = torch.linspace(hz_to_mel(f_min), hz_to_mel(f_max), n_mels + 2, dtype=torch.float64)
     return mel_to_hz(mels[1:-1])
 
@@ -39,11 +40,11 @@ def mel_filterbank(n_mels: int, n_fft: int, sample_rate: int, f_min: float = 0.0
                    f_max: float | None = None) -> torch.Tensor:
     """Triangular mel filterbank, ``float32 [n_mels, n_fft // 2 + 1]``.
 
-    Filter ``m`` rises linearly from the centre of filter ``m - 1`` to its own centre and falls to the
-    centre of filter ``m + 1`` (centres equally spaced on the HTK mel scale between ``f_min`` and
-    ``f_max`` Hz). Each filter is normalised to unit area in Hz (Slaney-style), so a white spectrum gives
-    about the same value in every band. Raises ``ValueError`` if a filter would cover no FFT bin (too
-    many mels for the FFT size).
+    Filter ``m`` rises linearly from the centre of filter ``m - 1`` to its own centre.
+    It falls to the centre of filter ``m + 1``.
+    Centres are equally spaced on the HTK mel scale between ``f_min`` and ``f_max`` Hz.
+    Each filter has unit area in Hz, Slaney-style. So a white spectrum gives about the same value in every band.
+    Raises ``ValueError`` if a filter would cover no FFT bin: too many mels for the FFT size.
     """
     f_max = sample_rate / 2 if f_max is None else f_max
     if not 0 <= f_min < f_max <= sample_rate / 2:
@@ -67,15 +68,15 @@ class LogMel(torch.nn.Module):
     """Waveform → causal log-mel frames.
 
     Args:
-        sample_rate: Hz. win_length / hop_length: samples (defaults: 25 ms / 10 ms at 16 kHz).
-        n_fft: FFT size (≥ win_length; the windowed frame is zero-padded).
-        n_mels, f_min, f_max: the filterbank (Hz).
-        log_floor: mel power below this is clamped before the natural log (so silence is
-            ``log(log_floor)`` exactly).
+        sample_rate: Hz.
+        win_length / hop_length: samples. Defaults: 25 ms / 10 ms at 16 kHz.
+        n_fft: FFT size, ≥ win_length. The windowed frame is zero-padded.
+        n_mels, f_min, f_max: the filterbank, in Hz.
+        log_floor: mel power below this is clamped before the natural log. So silence is ``log(log_floor)`` exactly.
 
-    ``forward(wave float32 [..., S])`` → ``float32 [..., n_mels, T]`` with ``T = S // hop_length``
-    frames, the signal treated as zeros before sample 0 (see the module docstring for the framing).
-    Input amplitude is in [-1, 1] (int16 / 32768).
+    ``forward(wave float32 [..., S])`` → ``float32 [..., n_mels, T]`` with ``T = S // hop_length`` frames.
+    The signal is zeros before sample 0. The module docstring gives the framing.
+    Input amplitude is in [-1, 1], that is int16 / 32768.
     """
 
     def __init__(self, sample_rate: int = SAMPLE_RATE, win_length: int = 400, hop_length: int = 160, n_fft: int = 512,
@@ -102,8 +103,10 @@ class LogMel(torch.nn.Module):
         return math.log(self.log_floor)
 
     def frames(self, padded: torch.Tensor) -> torch.Tensor:
-        """Log-mel of a signal that already carries its ``context`` samples in front:
-        ``[..., context + T * hop]`` → ``[..., n_mels, T]``. The streaming path calls this directly."""
+        """Log-mel of a signal that already carries its ``context`` samples in front.
+
+        ``[..., context + T * hop]`` → ``[..., n_mels, T]``. The streaming path calls this directly.
+        """
         x = padded.unfold(-1, self.win_length, self.hop_length)  # [..., T, win]
         spec = torch.fft.rfft(x * self.window, n=self.n_fft)  # [..., T, F]
         power = spec.real.square() + spec.imag.square()

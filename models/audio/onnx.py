@@ -1,8 +1,10 @@
-"""The audio encoder on ONNX Runtime: its export and its runner, shared by every avatar kind's ONNX runtime.
+"""The audio encoder on ONNX Runtime: its export and its runner.
 
-- ``audio.onnx`` (:func:`export_audio_encoder`): the :class:`~.encoder.AudioEncoder` conv stack, ``log_mel
-  float32 [1, n_mels, T] → features [1, D, T - R + 1]`` (``T`` dynamic: the window holds the ``R - 1`` mel frames
-  of context, the encoder's streaming state; the STFT front end stays in torch).
+Every avatar kind's ONNX runtime shares them.
+
+- ``audio.onnx`` (:func:`export_audio_encoder`): the :class:`~.encoder.AudioEncoder` conv stack, ``log_mel float32 [1,
+  n_mels, T] → features [1, D, T - R + 1]``. ``T`` is dynamic. The window holds the ``R - 1`` mel frames of context,
+  the encoder's streaming state. The STFT front end stays in torch.
 - :class:`OrtAudioEncoder`: the runner :class:`~.stage.AudioFeatures` takes as its engine.
 """
 from __future__ import annotations
@@ -17,7 +19,7 @@ from framegraph.models.onnx.trace import export_module
 
 
 class AudioGraph(nn.Module):
-    """``log_mel [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` (the encoder's forward)."""
+    """``log_mel [1, n_mels, T]`` → ``features [1, D, T - R + 1]``: the encoder's forward."""
 
     def __init__(self, encoder):
         super().__init__()
@@ -28,8 +30,10 @@ class AudioGraph(nn.Module):
 
 
 def export_audio_encoder(enc, out_dir: str) -> dict:
-    """Write ``audio.onnx`` (the encoder's conv stack; the STFT front end stays in torch) into ``out_dir``;
-    returns its manifest entry."""
+    """Write ``audio.onnx`` into ``out_dir`` and return its manifest entry.
+
+    The file holds the encoder's conv stack. The STFT front end stays in torch.
+    """
     mel = enc.silence(enc.receptive_field + 3)[None]
     export_module(AudioGraph(enc), (mel,), os.path.join(out_dir, "audio.onnx"), ["log_mel"], ["features"],
             {"log_mel": {2: "T"}, "features": {2: "T_out"}})
@@ -42,10 +46,13 @@ def export_audio_encoder(enc, out_dir: str) -> dict:
 
 
 class OrtAudioEncoder:
-    """``log_mel float32 [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` on ORT (the callable
-    :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``). Its window is a
-    column slice of the rolling mel context, so it is made dense first (one copy of ``n_mels × T`` floats,
-    a few KB); the output is written by ORT straight into the returned tensor."""
+    """``log_mel float32 [1, n_mels, T]`` → ``features [1, D, T - R + 1]`` on ORT.
+
+    It is the callable :class:`~framegraph.models.audio.features.StreamingFeatures` takes as ``encode``.
+    Its window is a column slice of the rolling mel context. So it is made dense first: one copy of ``n_mels × T``
+    floats, a few KB.
+    ORT writes the output straight into the returned tensor.
+    """
 
     def __init__(self, graph: OrtGraph, receptive_field: int, feature_dim: int):
         self.graph, self.r, self.d = graph, receptive_field, feature_dim

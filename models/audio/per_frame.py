@@ -15,8 +15,11 @@ from .vad import WINDOW_SAMPLES, SileroVAD
 
 
 def speech_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
-    """float [T]: Silero VAD's speech probability per video frame (the most of the 32 ms windows it
-    overlaps) for ``audio`` int16 mono at 16 kHz; frames past the audio's end get 0."""
+    """float [T]: Silero VAD's speech probability per video frame.
+
+    Each frame takes the most of the 32 ms windows it overlaps. ``audio`` is int16 mono at 16 kHz.
+    Frames past the audio's end get 0.
+    """
     a = np.asarray(audio, np.float32) / 32768.0
     vad = SileroVAD()
     n_win = math.ceil(len(a) / WINDOW_SAMPLES)
@@ -32,7 +35,7 @@ def speech_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray
 
 
 def loudness_db_per_frame(audio: np.ndarray, n_frames: int, fps: float) -> np.ndarray:
-    """float [T]: RMS level (dBFS) of ``audio`` (int16 mono, 16 kHz) over each video frame."""
+    """float [T]: RMS level in dBFS of ``audio`` over each video frame. ``audio`` is int16 mono at 16 kHz."""
     a = np.asarray(audio, np.float64) / 32768.0
     spf = SAMPLE_RATE / fps
     out = np.full(n_frames, -120.0)

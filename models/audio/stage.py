@@ -3,15 +3,16 @@
     AudioFileSource / PushAudioSource ──audio int16 [320]──▶ AudioFeatures ──features float32 [D]──▶ ...
                                                                          └──state float32 [4]─────▶ ...
 
-Per 20 ms audio chunk in, zero or more video frames out (one per ``1 / fps``, as soon as that frame's
-audio plus look-ahead has arrived), on both outputs, with ``pts = clock.ticks_from_frame(k, fps)`` —
-video time derived from audio sample counts. ``"state"`` is :func:`~.frontend.state_vector`: one-hot
-idle / speaking / listening, then the VAD speech probability.
+Per 20 ms audio chunk in, zero or more video frames come out, one per ``1 / fps``.
+A frame leaves as soon as its audio plus look-ahead has arrived. It goes out on both outputs.
+Its pts is ``clock.ticks_from_frame(k, fps)``: video time derived from audio sample counts.
+``"state"`` is :func:`~.frontend.state_vector`: one-hot idle / speaking / listening, then the VAD speech probability.
 
-The sample position of each chunk comes from its pts, so if chunks were dropped upstream the gap is
-filled with silence and video frames stay on the audio timeline. The last chunk of a stream is the one
-with ``length < chunk``; then, and in any case when the stream ends (the runtime's ``flush`` hook), the
-stage emits the frames still waiting for look-ahead, their look-ahead filled with silence.
+Each chunk's sample position comes from its pts.
+So if chunks were dropped upstream, the gap is filled with silence. Video frames stay on the audio timeline.
+A stream's last chunk is the one with ``length < chunk``.
+Then the stage emits the frames still waiting for look-ahead, their look-ahead filled with silence.
+It does the same whenever the stream ends, in the runtime's ``flush`` hook.
 """
 from __future__ import annotations
 
@@ -28,28 +29,30 @@ from .vad import SileroVAD, VoiceActivity, check_hysteresis
 
 
 class AudioFeatures(Stage):
-    """Audio in (16 kHz mono PCM16 chunks), per-video-frame features and speaking state out.
+    """Audio in as 16 kHz mono PCM16 chunks; per-video-frame features and speaking state out.
 
     Args:
-        model: an :class:`AudioEncoder`, a folder saved with ``save_pretrained``, or None (an untrained
-            encoder with seeded weights).
+        model: an :class:`AudioEncoder`, a folder saved with ``save_pretrained``, or None. None is an untrained
+            encoder with seeded weights.
         fps: video frame rate of the outputs.
-        vad: use Silero VAD for the speaking state (False: idle / listening only).
-        on_threshold / off_threshold / min_silence_ms: VAD hysteresis (see :class:`VoiceActivity`).
-        chunk: samples per input chunk (320 = 20 ms at 16 kHz).
-        torch_threads: intra-op threads for this stage's worker thread (per-chunk work is tiny and other
-            stages run in parallel; None leaves torch's setting alone).
-        engine: what runs the encoder's conv stack (its runtime, :mod:`framegraph.models.runtime`):
-            ``engine(model)`` → a function ``log_mel float32 [1, n_mels, T] → [1, D, T - R + 1]``; default:
-            the torch model itself. The STFT and the VAD stay in torch.
+        vad: use Silero VAD for the speaking state. False gives idle / listening only.
+        on_threshold / off_threshold / min_silence_ms: VAD hysteresis; see :class:`VoiceActivity`.
+        chunk: samples per input chunk. 320 is 20 ms at 16 kHz.
+        torch_threads: intra-op threads for this stage's worker thread. Per-chunk work is tiny and other stages run in
+            parallel. None leaves torch's setting alone.
+        engine: what runs the encoder's conv stack, its runtime; see :mod:`framegraph.models.runtime`.
+            ``engine(model)`` → a function ``log_mel float32 [1, n_mels, T] → [1, D, T - R + 1]``. Defaults to the
+            torch model itself. The STFT and the VAD stay in torch.
 
-    Ports: in ``"audio"`` ``int16 [chunk]``; out ``"features"`` ``float32 [feature_dim]`` and ``"state"``
-    ``float32 [4]``, on ``device``. The stage computes on the CPU whatever ``device`` (the audio arrives there and
-    the VAD runs there; the encoder is small): its outputs are uploaded, so no GPU work waits on it and it never
-    reads a value back from a device.
-    ``reset()`` (barge-in, called by the graph between frames) clears the audio context and the VAD; the
-    next frame out carries ``Flag.INTERRUPTED``. :meth:`set_listening` may be called from any thread and
-    shows from the next frame out.
+    Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"features"`` ``float32 [feature_dim]`` and ``"state"`` ``float32
+    [4]``, on ``device``.
+    The stage computes on the CPU whatever ``device``.
+    The audio arrives there, the VAD runs there, and the encoder is small.
+    Its outputs are uploaded. So no GPU work waits on it, and it never reads a value back from a device.
+
+    ``reset()`` is for barge-in; the graph calls it between frames.
+    It clears the audio context and the VAD. The next frame out carries ``Flag.INTERRUPTED``.
+    :meth:`set_listening` may be called from any thread. It shows from the next frame out.
     """
 
     def __init__(self, model: AudioEncoder | str | None = None, *, fps: float = 25.0, vad: bool = True,
@@ -84,7 +87,7 @@ class AudioFeatures(Stage):
 
     # ---- control (any thread) -----------------------------------------------------------------
     def set_listening(self, listening: bool) -> None:
-        """The app's listening flag (the avatar listens to the user); applies from the next frame."""
+        """The app's listening flag: the avatar listens to the user. Applies from the next frame."""
         with self._lock:
             self._listening = bool(listening)
 

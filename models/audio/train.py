@@ -1,22 +1,25 @@
 """Teach the audio encoder what the mouth does: ``train_audio_encoder(clips, out_dir, ...)``.
 
-An untrained encoder gives the denoiser random projections of the log-mel; it can still learn from
-them, but slowly and poorly. When the training clips carry per-frame mouth parameters (the ground truth
-that ``framegraph avatar synth`` writes: ``jaw_open``, ``lip_width``, ``lip_round``, ``teeth``), the
-encoder is first trained to predict them, through a linear head that is thrown away afterwards::
+An untrained encoder gives the denoiser random projections of the log-mel.
+The denoiser can still learn from them, but slowly and poorly.
+Training clips may carry per-frame mouth parameters.
+``framegraph avatar synth`` writes this ground truth: ``jaw_open``, ``lip_width``, ``lip_round``, ``teeth``.
+The encoder is then first trained to predict them.
+A linear head does the prediction and is thrown away afterwards::
 
     audio (16 kHz) ─▶ log-mel ─▶ AudioEncoder ─▶ features [T, D] (one per video frame, as extract_features)
                                                       └─▶ Linear(D, 4) ─▶ mouth parameters, MSE vs truth
 
-The features are computed exactly as :func:`~.features.extract_features` computes them (silence before
-the start, the same mel frame per video frame, the same look-ahead), so what the encoder learns here is
-what the streaming stage gives the denoiser. Windows of ``window`` video frames are cut at random from
-the clips; each window's audio gets a random gain (``±gain_db``) and a little noise, so loud, quiet and
-slightly noisy speech give the same features.
+The features are computed exactly as :func:`~.features.extract_features` computes them.
+That means silence before the start, the same mel frame per video frame and the same look-ahead.
+So what the encoder learns here is what the streaming stage gives the denoiser.
+Windows of ``window`` video frames are cut at random from the clips.
+Each window's audio gets a random gain of ``±gain_db`` and a little noise.
+So loud, quiet and slightly noisy speech give the same features.
 
-Output ``out_dir``: the encoder (``save_pretrained``) and ``train_report.json`` with the held-out
-per-parameter correlation of the head's prediction with the truth (how much of the mouth the audio
-features explain).
+Output in ``out_dir``: the encoder, saved with ``save_pretrained``, and ``train_report.json``.
+The report holds the held-out correlation of the head's prediction with the truth, per parameter.
+It says how much of the mouth the audio features explain.
 """
 from __future__ import annotations
 
@@ -40,8 +43,12 @@ MOUTH_PARAMS = ("jaw_open", "lip_width", "lip_round", "teeth")
 
 @dataclass
 class AudioClip:
-    """One clip's training tensors: ``mel float32 [n_mels, M]`` (silence prefix included) and, per video
-    frame ``k``, ``index[k]`` = the encoder output column of its features and ``targets[k]`` ``[P]``."""
+    """One clip's training tensors.
+
+    ``mel float32 [n_mels, M]`` includes the silence prefix.
+    Per video frame ``k``, ``index[k]`` is the encoder output column of its features.
+    ``targets[k]`` is ``[P]``.
+    """
 
     name: str
     mel: torch.Tensor
@@ -65,7 +72,8 @@ def clip_tensors(model: AudioEncoder, samples, fps, targets: torch.Tensor, name:
 
 
 def _windows(clips: list[AudioClip], model: AudioEncoder, batch: int, window: int, gen: torch.Generator):
-    """Random windows → (mel [B, n_mels, L], columns [B, W] into each window's output, targets [B, W, P])."""
+    """Random windows → mel ``[B, n_mels, L]``, columns ``[B, W]`` into each window's output, targets ``[B, W, P]``.
+    """
     r = model.receptive_field
     lengths = torch.tensor([c.targets.shape[0] for c in clips], dtype=torch.float64)
     w = int(min(window, lengths.min().item()))
@@ -87,8 +95,11 @@ def _windows(clips: list[AudioClip], model: AudioEncoder, batch: int, window: in
 
 def _augment_mel(model: AudioEncoder, mel: torch.Tensor, gen: torch.Generator, gain_db: float,
                  noise_db: float) -> torch.Tensor:
-    """A random gain per window (adds ``2·log(gain)`` to the log power) and a noise floor ``noise_db`` below
-    full scale mixed in the power domain — what a quieter / louder / noisier microphone does to log-mel."""
+    """A random gain per window and a noise floor ``noise_db`` below full scale.
+
+    The gain adds ``2·log(gain)`` to the log power. The noise is mixed in the power domain.
+    This is what a quieter, louder or noisier microphone does to log-mel.
+    """
     b = mel.shape[0]
     gain = (torch.rand(b, 1, 1, generator=gen) * 2 - 1) * gain_db
     shifted = mel + gain * math.log(10) / 10  # log power: +g dB = +g/10·ln 10
@@ -97,7 +108,7 @@ def _augment_mel(model: AudioEncoder, mel: torch.Tensor, gen: torch.Generator, g
 
 
 def correlations(pred: torch.Tensor, truth: torch.Tensor) -> list[float | None]:
-    """Pearson correlation per parameter of ``[N, P]`` predictions vs truth (None where constant)."""
+    """Pearson correlation per parameter of ``[N, P]`` predictions vs truth. None where constant."""
     return [pearson(pred[:, j], truth[:, j], digits=4) for j in range(truth.shape[1])]
 
 
@@ -110,8 +121,10 @@ def train_audio_encoder(clips: list[AudioClip], out_dir, *, model: AudioEncoder,
                         batch: int = 16, window: int = 50, lr: float = 2e-3, gain_db: float = 12.0,
                         noise_db: float = 60.0, holdout: int = 1, seed: int = 0,
                         progress: bool = True) -> dict:
-    """Train ``model`` (in place) to predict the clips' mouth parameters; write it and a report to
-    ``out_dir``. ``holdout`` clips (the last ones) are kept out and measured. Returns the report."""
+    """Train ``model`` in place to predict the clips' mouth parameters. Write it and a report to ``out_dir``.
+
+    The last ``holdout`` clips are kept out and measured. Returns the report.
+    """
     from tqdm import tqdm
 
     if not clips:

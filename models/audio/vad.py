@@ -1,15 +1,18 @@
 """Voice activity: the Silero VAD ONNX model run with onnxruntime, plus hysteresis and app states.
 
-The model file ships inside the ``silero-vad`` PyPI wheel (``silero_vad/data/silero_vad.onnx``, MIT
-licence); nothing is downloaded. We call it directly with onnxruntime: each call takes one window of
-512 samples at 16 kHz (32 ms) preceded by the last 64 samples of the previous window (context),
-``input float32 [1, 576]``, the recurrent ``state float32 [2, 1, 128]`` and ``sr int64 []``, and returns
-the speech probability ``output float32 [1, 1]`` and the next ``stateN``.
+The model file ships inside the ``silero-vad`` PyPI wheel as ``silero_vad/data/silero_vad.onnx``, under the MIT
+licence.
+Nothing is downloaded. We call it directly with onnxruntime.
+Each call takes one window of 512 samples, 32 ms at 16 kHz.
+The last 64 samples of the previous window come before it as context.
+Inputs are ``input float32 [1, 576]``, the recurrent ``state float32 [2, 1, 128]`` and ``sr int64 []``.
+It returns the speech probability ``output float32 [1, 1]`` and the next ``stateN``.
 
-:class:`VoiceActivity` turns probabilities into a state with hysteresis — speaking starts when the
-probability reaches ``on_threshold`` and stops after ``min_silence_ms`` below ``off_threshold`` — and
-adds ``listening``, which the app sets (the avatar is listening to the user). ``reset()`` (barge-in)
-forgets the model state and returns to idle at once.
+:class:`VoiceActivity` turns probabilities into a state with hysteresis.
+Speaking starts when the probability reaches ``on_threshold``.
+It stops after ``min_silence_ms`` below ``off_threshold``.
+It adds ``listening``, which the app sets while the avatar listens to the user.
+``reset()`` is for barge-in: it forgets the model state and returns to idle at once.
 """
 from __future__ import annotations
 
@@ -30,8 +33,11 @@ CONTEXT_SAMPLES = 64
 
 
 def silero_model_path() -> Path:
-    """Path of ``silero_vad.onnx`` inside the installed ``silero-vad`` package (override with the
-    ``FRAMEGRAPH_SILERO_VAD`` environment variable). Raises ``FileNotFoundError`` saying what to install."""
+    """Path of ``silero_vad.onnx`` inside the installed ``silero-vad`` package.
+
+    The ``FRAMEGRAPH_SILERO_VAD`` environment variable overrides it.
+    Raises ``FileNotFoundError`` saying what to install.
+    """
     override = os.environ.get("FRAMEGRAPH_SILERO_VAD")
     if override:
         if not os.path.isfile(override):
@@ -61,8 +67,11 @@ _sessions_lock = threading.Lock()
 
 
 def _session(path: Path, threads: int):
-    """The process's one onnxruntime session of ``path`` (its creation costs ~60 ms; ``run`` may be called
-    from many threads at once, and the model's state lives in each caller, not in the session)."""
+    """The process's one onnxruntime session of ``path``.
+
+    Its creation costs about 60 ms. ``run`` may be called from many threads at once.
+    The model's state lives in each caller, not in the session.
+    """
     import onnxruntime as ort
 
     with _sessions_lock:
@@ -77,11 +86,12 @@ def _session(path: Path, threads: int):
 
 
 class SileroVAD:
-    """Silero VAD on onnxruntime, one 512-sample window (32 ms at 16 kHz) per call.
+    """Silero VAD on onnxruntime, one 512-sample window per call: 32 ms at 16 kHz.
 
-    ``__call__(window float32 [512] in [-1, 1])`` → speech probability in [0, 1]. The recurrent state
-    and the 64-sample context are kept here and cleared by :meth:`reset`; the onnxruntime session is shared
-    by every instance in the process (so a new live session's voice detector starts at once).
+    ``__call__(window float32 [512] in [-1, 1])`` → speech probability in [0, 1].
+    The recurrent state and the 64-sample context live here. :meth:`reset` clears them.
+    Every instance in the process shares the onnxruntime session.
+    So a new live session's voice detector starts at once.
     """
 
     def __init__(self, path: str | os.PathLike | None = None, threads: int = 1):
@@ -113,14 +123,16 @@ class VoiceActivity:
 
     Args:
         on_threshold: speech probability at which speaking starts.
-        off_threshold: probability below which silence is counted (``≤ on_threshold``: hysteresis).
-        min_silence_ms: silence (below ``off_threshold``) needed before speaking stops; 0 stops on the
-            first silent window.
-        vad: a :class:`SileroVAD` (one is created when None).
+        off_threshold: probability below which silence is counted. At most ``on_threshold``: hysteresis.
+        min_silence_ms: silence below ``off_threshold`` needed before speaking stops. 0 stops on the first silent
+            window.
+        vad: a :class:`SileroVAD`. One is created when None.
 
-    ``push(samples float32 [n])`` runs every complete 512-sample window (so a decision is at most 32 ms
-    old) and returns how many windows ran; ``state`` is ``SPEAKING`` while speech is detected, else
-    ``LISTENING`` if the app set :attr:`listening`, else ``IDLE``. ``probability`` is the last window's.
+    ``push(samples float32 [n])`` runs every complete 512-sample window and returns how many ran.
+    So a decision is at most 32 ms old.
+    ``state`` is ``SPEAKING`` while speech is detected.
+    Otherwise it is ``LISTENING`` if the app set :attr:`listening`, else ``IDLE``.
+    ``probability`` is the last window's.
     """
 
     def __init__(self, *, on_threshold: float = 0.5, off_threshold: float = 0.35, min_silence_ms: float = 64.0,
@@ -134,7 +146,7 @@ class VoiceActivity:
         self.reset()
 
     def reset(self) -> None:
-        """Barge-in: forget the model state and pending samples; idle (or listening) at once."""
+        """Barge-in: forget the model state and pending samples. Idle or listening at once."""
         self.vad.reset()
         self._fill = 0
         self.speaking = False

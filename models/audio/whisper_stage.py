@@ -2,12 +2,14 @@
 
     AudioFileSource / PushAudioSource ──audio int16 [320]──▶ WhisperFeatures ──features float32 [D]──▶ ...
 
-Per 20 ms chunk in, zero or more video frames out: frame ``k`` is the mean of its ``50 / fps`` Whisper rows
-(:func:`~.whisper_stream.per_video_frame`), out as soon as their windows have arrived
-(:class:`~.whisper_stream.StreamingWhisperFeatures`), with ``pts = clock.ticks_from_frame(k, fps)``. The same
-numbers as :func:`~.whisper_stream.whisper_features` then :func:`~.whisper_stream.per_video_frame` offline. Chunks
-dropped upstream are filled with silence (the pts say where each chunk belongs); the stream's end (a short chunk,
-or the runtime's ``flush``) emits the frames still waiting, their look-ahead silent.
+Per 20 ms chunk in, zero or more video frames come out.
+Frame ``k`` is the mean of its ``50 / fps`` Whisper rows; see :func:`~.whisper_stream.per_video_frame`.
+It leaves as soon as their windows have arrived; see :class:`~.whisper_stream.StreamingWhisperFeatures`.
+Its pts is ``clock.ticks_from_frame(k, fps)``.
+The numbers equal :func:`~.whisper_stream.whisper_features` then :func:`~.whisper_stream.per_video_frame` offline.
+Chunks dropped upstream are filled with silence; the pts say where each chunk belongs.
+The stream's end is a short chunk or the runtime's ``flush``.
+It emits the frames still waiting, their look-ahead silent.
 """
 from __future__ import annotations
 
@@ -22,14 +24,17 @@ from .whisper_stream import StreamingWhisperFeatures, WhisperWindows, per_video_
 
 
 class WhisperFrames:
-    """Audio on the stream's timeline → Whisper features per video frame, numbered: the windows and the frame
-    bookkeeping that :class:`WhisperFeatures` (and the joined features of
-    :class:`~.joined.JoinedFeatures`) share.
+    """Audio on the stream's timeline → Whisper features per video frame, numbered.
 
-    ``push(position, samples)``: ``samples`` (int16) whose first sample is sample ``position`` of the stream (a
-    gap since the last push is filled with silence) → ``[(k, row float32 [D])]``, the video frames whose windows
-    are complete. ``finish()``: the stream paused (a short chunk, the end): the frames still waiting, their
-    look-ahead silent; the next push starts fresh windows. ``reset()``: barge-in, the same from the next frame on.
+    It holds the windows and the frame bookkeeping.
+    :class:`WhisperFeatures` and the joined features of :class:`~.joined.JoinedFeatures` share it.
+
+    ``push(position, samples)`` takes int16 ``samples`` whose first sample is sample ``position`` of the stream.
+    A gap since the last push is filled with silence.
+    It returns ``[(k, row float32 [D])]``, the video frames whose windows are complete.
+    ``finish()`` is for a paused stream: a short chunk, or the end.
+    It returns the frames still waiting, their look-ahead silent. The next push starts fresh windows.
+    ``reset()`` is for barge-in. It does the same from the next frame on.
     """
 
     def __init__(self, engine: WhisperEncoderEngine, windows: WhisperWindows, fps: float):
@@ -92,15 +97,17 @@ class WhisperFrames:
 
 
 class WhisperFeatures(Stage):
-    """Audio in (16 kHz mono PCM16 chunks), per-video-frame Whisper features out.
+    """Audio in as 16 kHz mono PCM16 chunks; per-video-frame Whisper features out.
 
     Args:
-        engine: a :class:`~.whisper.WhisperEncoderEngine` (None: the default model and engine).
-        windows: the sliding window (:class:`~.whisper_stream.WhisperWindows`). fps: video frames per second
-            (dividing 50). chunk: samples per input chunk.
+        engine: a :class:`~.whisper.WhisperEncoderEngine`. None: the default model and engine.
+        windows: the sliding window, a :class:`~.whisper_stream.WhisperWindows`.
+        fps: video frames per second, dividing 50.
+        chunk: samples per input chunk.
 
-    Ports: in ``"audio"`` ``int16 [chunk]``; out ``"features"`` ``float32 [D]`` on ``device``. ``reset()``
-    (barge-in) starts the windows afresh; the next frame out carries ``Flag.INTERRUPTED``.
+    Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"features"`` ``float32 [D]`` on ``device``.
+    ``reset()`` is for barge-in. It starts the windows afresh.
+    The next frame out carries ``Flag.INTERRUPTED``.
     """
 
     def __init__(self, engine: WhisperEncoderEngine | None = None, *, windows: WhisperWindows = WhisperWindows(),

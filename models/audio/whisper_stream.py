@@ -1,11 +1,14 @@
-"""Whisper encoder features over a sliding window: the same windows offline (training) and live (streaming).
+"""Whisper encoder features over a sliding window. Offline training and live streaming use the same windows.
 
-Feature row ``f`` (50 Hz) stands for samples ``[320 f, 320 (f + 1))``. Window ``w`` is the ``context`` samples that
-end ``lookahead`` samples after hop ``w``'s end, i.e. ``[(w + 1) · hop + lookahead - context, (w + 1) · hop +
-lookahead)`` (zeros before the stream's start and, at its end, after it); Whisper's log-mel and encoder run on it
-and its rows for hop ``w`` — ``hop / 320`` of them — are kept. So a row depends only on its own window, and
-:func:`whisper_features` (all windows at once) and :class:`StreamingWhisperFeatures` (each window as soon as its
-audio has arrived) give the same numbers. The latency a row adds live is its ``lookahead`` plus up to one hop.
+Feature row ``f`` at 50 Hz stands for samples ``[320 f, 320 (f + 1))``.
+Window ``w`` is the ``context`` samples that end ``lookahead`` samples after hop ``w``'s end.
+That is ``[(w + 1) · hop + lookahead - context, (w + 1) · hop + lookahead)``.
+It holds zeros before the stream's start and, at its end, after it.
+Whisper's log-mel and encoder run on it. Its ``hop / 320`` rows for hop ``w`` are kept.
+So a row depends only on its own window.
+:func:`whisper_features` runs all windows at once.
+:class:`StreamingWhisperFeatures` runs each window as soon as its audio has arrived.
+Both give the same numbers. Live, a row adds its ``lookahead`` plus up to one hop of latency.
 """
 from __future__ import annotations
 
@@ -20,8 +23,11 @@ from .whisper import FRAME_SAMPLES, HOP, whisper_log_mel
 
 @dataclass(frozen=True)
 class WhisperWindows:
-    """The sliding window: ``context_ms`` of audio per window, a new one every ``hop_ms``, each reaching
-    ``lookahead_ms`` past its hop's end (all multiples of 20 ms; ``context_ms ≥ hop_ms + lookahead_ms``)."""
+    """The sliding window: ``context_ms`` of audio per window, a new one every ``hop_ms``.
+
+    Each window reaches ``lookahead_ms`` past its hop's end.
+    All are multiples of 20 ms, and ``context_ms ≥ hop_ms + lookahead_ms``.
+    """
 
     context_ms: int = 1500
     hop_ms: int = 80
@@ -49,7 +55,7 @@ class WhisperWindows:
         return self.lookahead_ms * 16
 
     def end(self, w: int) -> int:
-        """The sample at which window ``w`` ends (exclusive)."""
+        """The sample at which window ``w`` ends, exclusive."""
         return (w + 1) * self.hop + self.lookahead
 
     def kept(self) -> slice:
@@ -69,9 +75,12 @@ def _window(audio: torch.Tensor, start: int, length: int) -> torch.Tensor:
 
 def encode_windows(engine, windows: list[torch.Tensor], spec: WhisperWindows,
                    starts: list[int] | None = None) -> torch.Tensor:
-    """Each window ``[context]`` → its kept rows; ``[len(windows) · hop / 320, D]``. ``starts``: each window's first
-    sample in the stream, for an engine that places a window where it falls in the stream (its ``encode_at(log_mel,
-    starts)``); other engines see each window on its own."""
+    """Each window ``[context]`` → its kept rows, ``[len(windows) · hop / 320, D]`` in all.
+
+    ``starts`` holds each window's first sample in the stream.
+    An engine with ``encode_at(log_mel, starts)`` uses it to place a window where it falls in the stream.
+    Other engines see each window on its own.
+    """
     mel = whisper_log_mel(torch.stack(windows))  # [W, 80, context / 160]
     assert mel.shape[-1] == spec.context // HOP
     encoded = engine.encode_at(mel, starts) if starts is not None and hasattr(engine, "encode_at") else engine(mel)
@@ -79,8 +88,10 @@ def encode_windows(engine, windows: list[torch.Tensor], spec: WhisperWindows,
 
 
 def whisper_features(engine, audio, spec: WhisperWindows = WhisperWindows(), *, batch: int = 16) -> torch.Tensor:
-    """``audio`` (int16 or float, 16 kHz) → ``float32 [ceil(S / 320), D]``: every window at once (see the module
-    docstring); ``engine`` a :class:`~.whisper.WhisperEncoderEngine`."""
+    """``audio`` → ``float32 [ceil(S / 320), D]``: every window at once; see the module docstring.
+
+    ``audio`` is int16 or float at 16 kHz. ``engine`` is a :class:`~.whisper.WhisperEncoderEngine`.
+    """
     x = as_float_audio(audio)
     rows = math.ceil(len(x) / FRAME_SAMPLES)
     count = math.ceil(len(x) / spec.hop)
@@ -91,9 +102,12 @@ def whisper_features(engine, audio, spec: WhisperWindows = WhisperWindows(), *, 
 
 
 class StreamingWhisperFeatures:
-    """Audio chunk by chunk in, feature rows out as soon as their window has arrived: ``push(samples)`` →
-    ``float32 [k, D]`` (k ≥ 0), ``flush()`` → the rows still waiting, their look-ahead filled with silence. Rows
-    equal :func:`whisper_features`' for the same stream."""
+    """Audio chunk by chunk in, feature rows out as soon as their window has arrived.
+
+    ``push(samples)`` → ``float32 [k, D]`` with k ≥ 0.
+    ``flush()`` → the rows still waiting, their look-ahead filled with silence.
+    Rows equal :func:`whisper_features`' for the same stream.
+    """
 
     def __init__(self, engine, spec: WhisperWindows = WhisperWindows()):
         self.engine, self.spec = engine, spec
@@ -104,7 +118,7 @@ class StreamingWhisperFeatures:
         self.offset, self.total, self.next_window = 0, 0, 0
 
     def _take(self, last: int) -> torch.Tensor:
-        """Windows ``next_window .. last - 1``, encoded; the buffer trimmed to what later windows need."""
+        """Windows ``next_window .. last - 1``, encoded. The buffer is trimmed to what later windows need."""
         wins, starts = [], []
         for w in range(self.next_window, last):
             start = self.spec.end(w) - self.spec.context
@@ -126,7 +140,7 @@ class StreamingWhisperFeatures:
         return self._take(max(ready, self.next_window))
 
     def flush(self) -> torch.Tensor:
-        """The rows of the windows not yet complete, up to the stream's last sample (cut to its length)."""
+        """The rows of the windows not yet complete, up to the stream's last sample, cut to its length."""
         rows_before = self.next_window * self.spec.hop // FRAME_SAMPLES
         out = self._take(max(math.ceil(self.total / self.spec.hop), self.next_window))
         return out[:max(math.ceil(self.total / FRAME_SAMPLES) - rows_before, 0)]
@@ -135,8 +149,11 @@ class StreamingWhisperFeatures:
 
 
 def per_video_frame(rows: torch.Tensor, frames: int, fps: float) -> torch.Tensor:
-    """50-Hz rows ``[R, D]`` → ``[frames, D]``: video frame ``k`` the mean of its ``50 / fps`` rows (those of
-    them that exist; a frame past the last row repeats it). ``fps`` must divide 50."""
+    """50-Hz rows ``[R, D]`` → ``[frames, D]``.
+
+    Video frame ``k`` is the mean of those of its ``50 / fps`` rows that exist.
+    A frame past the last row repeats it. ``fps`` must divide 50.
+    """
     per = 50 / fps
     if per != int(per) or per < 1:
         raise ValueError(f"fps={fps:g}: Whisper's rows come at 50 Hz, so the video's frame rate must divide 50 "

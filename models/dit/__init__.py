@@ -2,13 +2,13 @@
 
     from framegraph.models.dit import AvatarDiT, Denoiser, generate
 
-- :class:`AvatarDiT` (``model.py``): the diffusers-format ``PretrainedModel`` (velocity
-  prediction; teacher-forced training call; ``init_stream`` / ``commit`` for streaming).
-- :class:`DiTStreamState` (``state.py``): per-layer fp32 linear-attention sums + FFN temporal caches.
-- :func:`generate_block`, :func:`generate` (``generate.py``): few-step Euler denoising + commit.
-- :class:`Denoiser` (``stage.py``): the stream-graph stage (features + state in, latent chunks out).
+- :class:`AvatarDiT` in ``model.py``: the diffusers-format ``PretrainedModel``. It predicts velocity. It has a
+  teacher-forced training call and ``init_stream`` / ``commit`` for streaming.
+- :class:`DiTStreamState` in ``state.py``: per-layer fp32 linear-attention sums + FFN temporal caches.
+- :func:`generate_block`, :func:`generate` in ``generate.py``: few-step Euler denoising + commit.
+- :class:`Denoiser` in ``stage.py``: the stream-graph stage. Features + state go in, latent chunks come out.
 
-Training (see :mod:`framegraph.models.sampler` for the conventions)::
+Training follows the conventions of :mod:`framegraph.models.sampler`::
 
     model = AvatarDiT.from_preset("tiny", latent_channels=8, sample_size=8, frames_per_block=1)
     # x0 [B, 8, T, 8, 8] VAE latents of a clip's face region, ref [B, 8, 8, 8] the portrait's latent,

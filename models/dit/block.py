@@ -2,14 +2,14 @@
 
 A block runs in one of two modes:
 
-- **self** (:meth:`DiTBlock.forward_self`): the tokens attend block-causally to themselves, after an
-  optional streamed past (a :class:`LayerStreamState`). Used for a streamed chunk (noisy, while
-  denoising; clean, when committing it), for the clean pass of teacher forcing, and for a whole noisy
-  sequence (diffusion forcing / the Monarch teacher).
-- **clean past** (:meth:`DiTBlock.forward_context`): teacher forcing. Noisy tokens of block ``b`` see
-  their own block and the *clean* sequence's blocks ``< b`` (as streaming does once those blocks were
-  committed clean). Attention takes per-block prefix states of the clean pass (the batch folded with
-  the blocks, one kernel call); the FFN's temporal conv reads clean features for earlier blocks.
+- **self** (:meth:`DiTBlock.forward_self`): the tokens attend block-causally to themselves. An optional streamed past,
+  a :class:`LayerStreamState`, comes first. It serves a streamed chunk: noisy while denoising, clean when committing
+  it. It also serves the clean pass of teacher forcing. It serves a whole noisy sequence too: diffusion forcing and
+  the Monarch teacher.
+- **clean past** (:meth:`DiTBlock.forward_context`): teacher forcing. Noisy tokens of block ``b`` see their own block.
+  They also see the *clean* sequence's blocks ``< b``, as streaming does once those blocks were committed clean.
+  Attention takes per-block prefix states of the clean pass. The batch is folded with the blocks, in one kernel call.
+  The FFN's temporal conv reads clean features for earlier blocks.
 """
 from __future__ import annotations
 
@@ -32,9 +32,14 @@ ATTENTIONS = ("linear", "monarch")
 
 @dataclass
 class Geometry:
-    """Sizes of one call: ``batch``, latent ``frames`` and token grid ``height x width`` per frame (after
-    patching), ``frames_per_block`` (attention block), and the rotary tables ``rope = (cos, sin)``, each
-    ``float32 [frames * height * width, head_dim]`` at absolute stream positions."""
+    """Sizes of one call.
+
+    ``batch`` is the batch size. ``frames`` counts latent frames.
+    ``height x width`` is the token grid per frame, after patching.
+    ``frames_per_block`` is the attention block.
+    ``rope = (cos, sin)`` holds the rotary tables at absolute stream positions.
+    Each is ``float32 [frames * height * width, head_dim]``.
+    """
 
     batch: int
     frames: int
@@ -65,17 +70,22 @@ class CleanContext:
 
 
 class BlockCausalSelfAttention(nn.Module):
-    """Multi-head self-attention with ReLU linear attention (``attention="linear"``, the streaming one)
-    or Monarch-approximated softmax attention (``"monarch"``; frame-causal, whole sequences only).
+    """Multi-head self-attention, linear or Monarch.
 
-    q/k get RMSNorm (``qk_norm``); RoPE over (t, y, x) is handed to the linear-attention kernel, which
-    rotates the ReLU features of the numerator only (Sana-Video); for Monarch it rotates q and k.
+    ``attention="linear"`` is ReLU linear attention, the streaming one.
+    ``"monarch"`` is Monarch-approximated softmax attention. It is frame-causal and takes whole sequences only.
 
-    ``decay`` (linear only): the streamed sums are multiplied by ``decay`` after every block, so a block
-    sees block ``b - j`` with weight ``decay^j``. ``1`` is Sana-Video's plain sum, where the current
-    chunk's share of the context shrinks as ``1 / frames`` over a long stream; ``< 1`` bounds the
-    effective context (``~ 1 / (1 - decay)`` blocks) so training clips longer than that see the same
-    attention statistics as a 10-minute stream.
+    q/k get RMSNorm with ``qk_norm``. RoPE over (t, y, x) goes to the linear-attention kernel.
+    That kernel rotates the ReLU features of the numerator only, as Sana-Video does.
+    For Monarch, RoPE rotates q and k.
+
+    ``decay`` is for linear attention only.
+    The streamed sums are multiplied by ``decay`` after every block.
+    So a block sees block ``b - j`` with weight ``decay^j``.
+    ``1`` is Sana-Video's plain sum. There the current chunk's share of the context shrinks as ``1 / frames`` over a
+    long stream.
+    ``< 1`` bounds the effective context to about ``1 / (1 - decay)`` blocks.
+    Training clips longer than that then see the same attention statistics as a 10-minute stream.
     """
 
     def __init__(self, dim: int, heads: int, qk_norm: bool = True, attention: str = "linear", backend: str = "auto",
@@ -105,10 +115,11 @@ class BlockCausalSelfAttention(nn.Module):
 
     def forward(self, x: torch.Tensor, geo: Geometry, state: LinearAttentionState | None = None,
                 want_prefix: bool = False):
-        """Self mode. ``x [B, N, D]``; ``state``: the streamed past (None: empty).
+        """Self mode. ``x [B, N, D]``. ``state`` is the streamed past; None means empty.
 
-        Returns ``(out [B, N, D], state after the last block or None, prefix states or None)``; with
-        ``decay < 1`` the returned state is already decayed for the next block."""
+        Returns ``(out [B, N, D], state after the last block or None, prefix states or None)``.
+        With ``decay < 1`` the returned state is already decayed for the next block.
+        """
         q, k, v = self._qkv(x)
         cos, sin = geo.rope
         if self.attention == "monarch":
@@ -134,8 +145,10 @@ class BlockCausalSelfAttention(nn.Module):
         return self._attend_after(q, k, v, geo, prefix, x.dtype)
 
     def _attend_after(self, q, k, v, geo: Geometry, prefix: LinearAttentionState, dtype) -> torch.Tensor:
-        """Each block of ``q, k, v [B, H, N, d]`` attends to itself after its own prefix state
-        (``[B * nb, ...]``): the blocks folded into the batch, one kernel call."""
+        """Each block of ``q, k, v [B, H, N, d]`` attends to itself after its own prefix state ``[B * nb, ...]``.
+
+        The blocks are folded into the batch, in one kernel call.
+        """
         B, H, N, d = q.shape
         nb, bs = N // geo.block_tokens, geo.block_tokens
 
@@ -149,13 +162,15 @@ class BlockCausalSelfAttention(nn.Module):
         return self._out(out, dtype)
 
     def _prefix_states(self, k: torch.Tensor, v: torch.Tensor, geo: Geometry, state: LinearAttentionState | None):
-        """Per-block prefix states, the kernel's sums written out (same formula as its reference)::
+        """Per-block prefix states: the kernel's sums written out, by the same formula as its reference::
 
             own_j = (sum over block j of v rot(relu(k))^T,  sum over block j of relu(k))
             E_0 = state (or 0),   E_{b+1} = decay * (E_b + own_b)
 
-        ``k, v [B, H, N, d]`` → ``(E_0..E_{nb-1}`` folded as ``kv [B * nb, H, d, d]``, ``k_sum [B * nb, H, d]``;
-        ``E_nb`` as ``[B, H, ...]``), fp32. With ``decay = 1`` these are plain exclusive prefix sums."""
+        Input is ``k, v [B, H, N, d]``. All outputs are fp32.
+        ``E_0..E_{nb-1}`` come folded as ``kv [B * nb, H, d, d]`` and ``k_sum [B * nb, H, d]``.
+        ``E_nb`` comes as ``[B, H, ...]``. With ``decay = 1`` these are plain exclusive prefix sums.
+        """
         B, H, N, d = k.shape
         nb, bs = N // geo.block_tokens, geo.block_tokens
         k_feat = F.relu(k.float())
@@ -182,11 +197,14 @@ class BlockCausalSelfAttention(nn.Module):
 
 
 class DiTBlock(nn.Module):
-    """adaLN-modulated block: block-causal self-attention → cross-attention (identity + audio window) →
-    gated conv FFN with a causal temporal conv. Modulation is per latent frame.
+    """adaLN-modulated block with three parts. Modulation is per latent frame.
 
-    Per-frame conditioning ``mod [B, T, 6, D]`` (shared adaLN-single projection) plus this block's learned
-    table gives shift / scale / gate for the attention and the FFN (``norm_modulate``, ``gate_residual``).
+    The parts are block-causal self-attention, then cross-attention to the identity and the audio window.
+    Last comes the gated conv FFN with a causal temporal conv.
+
+    Per-frame conditioning is ``mod [B, T, 6, D]``, a shared adaLN-single projection.
+    This block's learned table is added to it.
+    That gives shift / scale / gate for the attention and the FFN; see ``norm_modulate`` and ``gate_residual``.
     """
 
     def __init__(self, dim: int, heads: int, hidden: int, temporal_kernel: int = 3, qk_norm: bool = True,
@@ -200,13 +218,15 @@ class DiTBlock(nn.Module):
         self.ffn = GatedConvFFN(dim, hidden, temporal_kernel)
 
     def _mods(self, mod: torch.Tensor) -> list[torch.Tensor]:
-        """``[B, T, 6, D]`` → six ``[B * T, 1, D]``: shift/scale/gate (attention), shift/scale/gate (FFN)."""
+        """``[B, T, 6, D]`` → six ``[B * T, 1, D]``: shift/scale/gate for attention, then for the FFN."""
         m = (mod + self.modulation.to(mod.dtype)).flatten(0, 1)  # [B*T, 6, D]
         return [m[:, i: i + 1] for i in range(6)]
 
     def _attend(self, x, mods, geo, ref_kv, audio_tokens, attention):
-        """The shared part up to the FFN's temporal conv. ``x [B, T*n, D]`` →
-        ``(h [B*T, n, D], y [B, T, n, D], extra)``."""
+        """The shared part up to the FFN's temporal conv.
+
+        ``x [B, T*n, D]`` → ``(h [B*T, n, D], y [B, T, n, D], extra)``.
+        """
         B, T, n = geo.batch, geo.frames, geo.tokens_per_frame
         shift_a, scale_a, gate_a, shift_f, scale_f, gate_f = mods
         h = x.reshape(B * T, n, -1)
@@ -220,7 +240,7 @@ class DiTBlock(nn.Module):
 
     def forward_self(self, x: torch.Tensor, mod: torch.Tensor, geo: Geometry, ref_kv, audio_tokens: torch.Tensor,
                      state: LayerStreamState | None = None, want_context: bool = False):
-        """Self mode. ``x [B, T*n, D]``; ``audio_tokens [B*T, W, D]``; ``ref_kv`` identity keys/values or None.
+        """Self mode. ``x [B, T*n, D]``; ``audio_tokens [B*T, W, D]``. ``ref_kv`` holds identity keys/values or None.
 
         Returns ``(x_out [B, T*n, D], (attention state, FFN cache) after these frames, CleanContext or None)``.
         """
@@ -239,7 +259,7 @@ class DiTBlock(nn.Module):
 
     def forward_context(self, x: torch.Tensor, mod: torch.Tensor, geo: Geometry, ref_kv, audio_tokens: torch.Tensor,
                         context: CleanContext) -> torch.Tensor:
-        """Clean-past mode (teacher forcing); shapes as :meth:`forward_self`. Returns ``x_out [B, T*n, D]``."""
+        """Clean-past mode for teacher forcing; shapes as :meth:`forward_self`. Returns ``x_out [B, T*n, D]``."""
         mods = self._mods(mod)
 
         def attention(a):

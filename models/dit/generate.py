@@ -14,12 +14,13 @@ def generate_block(model: AvatarDiT, stream: DiTStreamState, noise: torch.Tensor
     """Denoise one block and advance the stream past it.
 
     Args:
-        noise: ``[B, C, frames_per_block, h, w]`` starting noise (``x`` at ``t = 1``).
-        audio: ``[B, frames_per_block, audio_dim]``; state_label: ``[B, frames_per_block, state_dim]``.
-        steps / shift / renoise / generator: the sampler (:func:`~framegraph.models.sampler.sample_euler`).
+        noise: ``[B, C, frames_per_block, h, w]`` starting noise, ``x`` at ``t = 1``.
+        audio: ``[B, frames_per_block, audio_dim]``.
+        state_label: ``[B, frames_per_block, state_dim]``.
+        steps / shift / renoise / generator: the sampler, :func:`~framegraph.models.sampler.sample_euler`.
 
     Returns:
-        the clean latents ``[B, C, frames_per_block, h, w]`` (already committed to ``stream``).
+        the clean latents ``[B, C, frames_per_block, h, w]``, already committed to ``stream``.
     """
     x0 = sample_euler(lambda x, t: model(x, t, audio, state_label, stream=stream), noise, steps=steps,
                       shift=shift, renoise=renoise, generator=generator)
@@ -30,10 +31,12 @@ def generate_block(model: AvatarDiT, stream: DiTStreamState, noise: torch.Tensor
 def generate(model: AvatarDiT, ref: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, *,
              steps: int = 4, shift: float = 1.0, generator: torch.Generator | None = None,
              stream: DiTStreamState | None = None) -> torch.Tensor:
-    """Generate ``T`` latent frames for ``audio [B, T, F]`` / ``state_label [B, T, S]`` block by block
-    (offline convenience over :func:`generate_block`; ``T`` a multiple of ``frames_per_block``).
+    """Generate ``T`` latent frames for ``audio [B, T, F]`` / ``state_label [B, T, S]`` block by block.
 
-    Returns ``[B, C, T, h, w]``."""
+    An offline convenience over :func:`generate_block`. ``T`` is a multiple of ``frames_per_block``.
+
+    Returns ``[B, C, T, h, w]``.
+    """
     B, T = audio.shape[:2]
     k = model.config.frames_per_block
     if T % k:

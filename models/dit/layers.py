@@ -1,9 +1,11 @@
-"""Building blocks of :class:`~.model.AvatarDiT`: patches, positions, time embedding, the cross-attention
-and the gated conv FFN with its causal temporal part.
+"""Building blocks of :class:`~.model.AvatarDiT`.
 
-Token layout everywhere: a latent video ``[B, C, T, h, w]`` becomes ``[B, T * hh * ww, D]`` tokens in
-row-major ``(frame, y, x)`` order (``hh = h / p``, ``ww = w / p`` for patch size ``p``), so the tokens
-of latent frame ``f`` are the contiguous run ``f * n .. (f + 1) * n - 1`` with ``n = hh * ww``.
+They are patches, positions, time embedding, the cross-attention, and the gated conv FFN with its causal temporal
+part.
+
+Token layout everywhere: a latent video ``[B, C, T, h, w]`` becomes ``[B, T * hh * ww, D]`` tokens.
+They are in row-major ``(frame, y, x)`` order, with ``hh = h / p`` and ``ww = w / p`` for patch size ``p``.
+So the tokens of latent frame ``f`` are the contiguous run ``f * n .. (f + 1) * n - 1`` with ``n = hh * ww``.
 """
 from __future__ import annotations
 
@@ -39,12 +41,13 @@ def rope_tables(frame_offset: int, frames: int, height: int, width: int, head_di
                 device=None) -> tuple[torch.Tensor, torch.Tensor]:
     """3-D rotary tables over (t, y, x) in the interleaved-pair convention of ``framegraph.kernels.rope``.
 
-    The head dim is split like Wan / Sana-Video: ``2 * (D // 6)`` channels each for y and x, the rest
-    for time. Time positions are absolute stream frame indices ``frame_offset .. frame_offset + frames - 1``
-    (angles computed in float64, so positions stay accurate for hours of frames).
+    The head dim is split like Wan / Sana-Video.
+    y and x get ``2 * (D // 6)`` channels each; time gets the rest.
+    Time positions are absolute stream frame indices ``frame_offset .. frame_offset + frames - 1``.
+    Angles are computed in float64, so positions stay accurate for hours of frames.
 
     Returns:
-        ``(cos, sin)``, each float32 ``[frames * height * width, head_dim]`` (token order (t, y, x)).
+        ``(cos, sin)``, each float32 ``[frames * height * width, head_dim]`` in token order (t, y, x).
     """
     if head_dim % 2:
         raise ValueError(f"rope_tables: head_dim={head_dim} must be even")
@@ -68,7 +71,7 @@ def rope_tables(frame_offset: int, frames: int, height: int, width: int, head_di
 
 
 def sincos_2d(height: int, width: int, dim: int, device=None) -> torch.Tensor:
-    """Fixed 2-D sin-cos position embedding ``float32 [height * width, dim]`` (MAE / DiT style)."""
+    """Fixed 2-D sin-cos position embedding ``float32 [height * width, dim]``, MAE / DiT style."""
     quarter = dim // 4
     omega = 1.0 / 10_000 ** (torch.arange(quarter, dtype=torch.float64, device=device) / max(quarter, 1))
     ys, xs = torch.meshgrid(torch.arange(height, dtype=torch.float64, device=device),
@@ -82,7 +85,7 @@ def sincos_2d(height: int, width: int, dim: int, device=None) -> torch.Tensor:
 
 
 def timestep_embedding(t: torch.Tensor, dim: int, max_period: float = 10_000.0) -> torch.Tensor:
-    """Sinusoidal embedding of ``1000 * t`` (``t`` in [0, 1], any shape ``[...]``) → ``[..., dim]``."""
+    """Sinusoidal embedding of ``1000 * t`` → ``[..., dim]``. ``t`` is in [0, 1], any shape ``[...]``."""
     half = dim // 2
     freqs = torch.exp(-math.log(max_period) * torch.arange(half, dtype=torch.float32, device=t.device) / half)
     args = 1000.0 * t.float()[..., None] * freqs
@@ -95,11 +98,11 @@ def audio_windows(audio: torch.Tensor, history: torch.Tensor | None, past: int) 
 
     Args:
         audio: ``[B, T, F]`` features of the frames being processed.
-        history: ``[B, past, F]`` features of the ``past`` frames before them (None: zeros, the start of
-            a stream).
+        history: ``[B, past, F]`` features of the ``past`` frames before them. None means zeros, the start of a
+            stream.
 
     Returns:
-        ``[B, T, past + 1, F]`` (oldest first).
+        ``[B, T, past + 1, F]``, oldest first.
     """
     if past == 0:
         return audio[:, :, None]
@@ -115,12 +118,14 @@ def audio_windows(audio: torch.Tensor, history: torch.Tensor | None, past: int) 
 class CrossAttention(nn.Module):
     """Softmax cross-attention of each frame's tokens to that frame's context tokens.
 
-    The context of latent frame ``f`` is the identity tokens (the reference latent, the same for every
-    frame: "always in context") followed by the ``W`` audio tokens of ``f``'s window. Per frame, so it
-    adds no dependence between frames.
+    The context of latent frame ``f`` starts with the identity tokens.
+    They come from the reference latent and are the same for every frame: "always in context".
+    The ``W`` audio tokens of ``f``'s window follow.
+    It works per frame, so it adds no dependence between frames.
 
-    Shapes: ``x [B*T, n, D]``; ``ref_kv``: keys/values of the identity tokens ``([B, H, m, d], [B, H, m, d])``
-    or None; ``audio [B*T, W, D]``. Returns ``[B*T, n, D]``.
+    Shapes: ``x [B*T, n, D]`` and ``audio [B*T, W, D]``.
+    ``ref_kv`` holds keys/values of the identity tokens ``([B, H, m, d], [B, H, m, d])``, or None.
+    Returns ``[B*T, n, D]``.
     """
 
     def __init__(self, dim: int, heads: int, qk_norm: bool = True):
@@ -153,16 +158,16 @@ class CrossAttention(nn.Module):
 
 
 class GatedConvFFN(nn.Module):
-    """SANA's GLUMBConv with a causal temporal part (SANA-Video style).
+    """SANA's GLUMBConv with a causal temporal part, SANA-Video style.
 
-    ``x [B, T, n, D]`` → 1x1 expand to ``2 * hidden`` → depthwise 3x3 conv on each frame's ``hh x ww``
-    grid → GLU (``a * silu(gate)``) → 1x1 project to ``D`` = ``y``; then the temporal part, a depthwise
-    causal conv over frames with a residual::
+    ``x [B, T, n, D]`` → 1x1 expand to ``2 * hidden`` → depthwise 3x3 conv on each frame's ``hh x ww`` grid.
+    Then GLU ``a * silu(gate)`` → 1x1 project to ``D``, giving ``y``.
+    Then comes the temporal part, a depthwise causal conv over frames with a residual::
 
         out[f] = y[f] + sum_{i < k} w_i * y[f - i]          (k = temporal_kernel, w: [D, k], zero-init)
 
-    Streaming keeps ``y`` of the last ``k - 1`` frames as a cache (``[B, k - 1, n, D]``), so a chunk
-    processed after its past gives the full-sequence result.
+    Streaming keeps ``y`` of the last ``k - 1`` frames as a cache, ``[B, k - 1, n, D]``.
+    So a chunk processed after its past gives the full-sequence result.
     """
 
     def __init__(self, dim: int, hidden: int, temporal_kernel: int = 3):
@@ -176,7 +181,7 @@ class GatedConvFFN(nn.Module):
         self.temporal_weight = nn.Parameter(torch.zeros(dim, temporal_kernel))
 
     def spatial(self, x: torch.Tensor, height: int, width: int) -> torch.Tensor:
-        """``[B, T, n, D]`` → ``y [B, T, n, D]`` (frame by frame)."""
+        """``[B, T, n, D]`` → ``y [B, T, n, D]``, frame by frame."""
         B, T, n, _ = x.shape
         h = self.inverted(x).reshape(B * T, height, width, -1).permute(0, 3, 1, 2)
         h = self.depthwise(h).permute(0, 2, 3, 1).reshape(B, T, n, -1)
@@ -184,9 +189,10 @@ class GatedConvFFN(nn.Module):
         return self.point(a * F.silu(gate))
 
     def temporal(self, y: torch.Tensor, cache: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Causal temporal conv of ``y [B, T, n, D]`` after ``cache [B, k-1, n, D]`` (None: zeros).
+        """Causal temporal conv of ``y [B, T, n, D]`` after ``cache [B, k-1, n, D]``. A None cache is zeros.
 
-        Returns ``(out [B, T, n, D], new_cache [B, k-1, n, D])``."""
+        Returns ``(out [B, T, n, D], new_cache [B, k-1, n, D])``.
+        """
         k, T = self.temporal_kernel, y.shape[1]
         if cache is None:
             cache = y.new_zeros(y.shape[0], k - 1, *y.shape[2:])
@@ -197,9 +203,11 @@ class GatedConvFFN(nn.Module):
         return out, seq[:, seq.shape[1] - (k - 1):]
 
     def temporal_with_clean_past(self, y: torch.Tensor, y_clean: torch.Tensor, frames_per_block: int) -> torch.Tensor:
-        """Teacher forcing: frame ``f`` reads ``y`` for frames of its own block and ``y_clean`` (the clean
-        sequence at this layer) for earlier blocks — what streaming sees once earlier blocks were
-        committed clean. ``y, y_clean: [B, T, n, D]``."""
+        """Teacher forcing: frame ``f`` reads ``y`` for frames of its own block.
+
+        For earlier blocks it reads ``y_clean``, the clean sequence at this layer.
+        That is what streaming sees once earlier blocks were committed clean. ``y, y_clean: [B, T, n, D]``.
+        """
         k, T = self.temporal_kernel, y.shape[1]
         block = torch.arange(T, device=y.device) // frames_per_block
         out = y

@@ -1,38 +1,41 @@
 """``AvatarDiT``: the block-autoregressive linear DiT that denoises the avatar's face latents.
 
-SANA-Video style: latents ``[B, C, T, h, w]`` (from the video VAE; no temporal compression, so one
-latent frame per video frame) are patchified into tokens; each block is adaLN-modulated (per frame)
-block-causal ReLU linear attention with 3-D RoPE, a cross-attention to the frame's context, and a
-gated conv FFN with a causal temporal conv. It predicts the flow-matching velocity ``eps - x0`` (see
-:mod:`framegraph.models.sampler`).
+It follows SANA-Video. Latents ``[B, C, T, h, w]`` come from the video VAE.
+The VAE does not compress time, so there is one latent frame per video frame.
+The latents are patchified into tokens. Each block is adaLN-modulated per frame.
+A block has block-causal ReLU linear attention with 3-D RoPE and a cross-attention to the frame's context.
+A gated conv FFN with a causal temporal conv follows.
+It predicts the flow-matching velocity ``eps - x0``; see :mod:`framegraph.models.sampler`.
 
 Conditioning, per latent frame ``f``:
 
-- **audio**: the features of frames ``f - audio_past_frames .. f`` (``AudioFeatures``' 128-d vectors,
-  which already look ≤ 80 ms ahead) — as cross-attention tokens, and flattened through an MLP into the
-  frame's adaLN vector (additive);
-- **state label** (``[4]``: one-hot idle / speaking / listening + speech probability) — embedded and
-  added to the timestep embedding;
-- **identity**: the reference latent ``[C, h, w]`` of the portrait is channel-concatenated to every
-  frame's input (pixel-aligned: the model can copy what does not move) and, with ``identity_tokens``,
-  its patch tokens are in every frame's cross-attention context. It is deliberately *not* only in the
-  linear-attention state, where its weight would fade as ``1 / frames`` over a long stream.
+- **audio**: the features of frames ``f - audio_past_frames .. f``. These are ``AudioFeatures``' 128-d vectors, which
+  already look ≤ 80 ms ahead. They enter as cross-attention tokens. They are also flattened through an MLP and added
+  to the frame's adaLN vector.
+- **state label**: ``[4]``, one-hot idle / speaking / listening + speech probability. It is embedded and added to the
+  timestep embedding.
+- **identity**: the reference latent ``[C, h, w]`` of the portrait. It is channel-concatenated to every frame's input.
+  Being pixel-aligned, the model can copy what does not move. With ``identity_tokens``, its patch tokens are also in
+  every frame's cross-attention context. It is deliberately *not* only in the linear-attention state. There its weight
+  would fade as ``1 / frames`` over a long stream.
 
-Three ways to call it (see :meth:`AvatarDiT.forward`):
+Three ways to call it; see :meth:`AvatarDiT.forward`:
 
-1. ``model(x_t, t, audio, state_label, ref)`` — a whole sequence, block-causal over itself (diffusion
-   forcing when ``t`` is per frame; the only mode of ``attention="monarch"``).
-2. ``model(x_t, t, audio, state_label, ref, clean=x0)`` — teacher forcing: noisy block ``b`` sees the
-   *clean* blocks ``< b``; exactly what streaming computes, in one parallel call (training).
-3. streaming: ``stream = model.init_stream(ref)``; per block ``model(x_t, t, audio, state_label,
-   stream=stream)`` while denoising (reads the state), then ``model.commit(x0, audio, state_label,
-   stream)`` — the clean block run once more at ``t = 0`` to advance the state (Self-Forcing /
-   SANA-Video). Memory is flat however long the stream.
+1. ``model(x_t, t, audio, state_label, ref)``: a whole sequence, block-causal over itself. With ``t`` per frame this
+   is diffusion forcing. It is the only mode of ``attention="monarch"``.
+2. ``model(x_t, t, audio, state_label, ref, clean=x0)``: teacher forcing for training. Noisy block ``b`` sees the
+   *clean* blocks ``< b``. This is exactly what streaming computes, in one parallel call.
+3. streaming: ``stream = model.init_stream(ref)``. Per block, call ``model(x_t, t, audio, state_label,
+   stream=stream)`` while denoising; it reads the state. Then ``model.commit(x0, audio, state_label, stream)`` runs
+   the clean block once more at ``t = 0`` to advance the state. This follows Self-Forcing and SANA-Video. Memory is
+   flat however long the stream.
 
-Attention variants: ``attention="linear"`` (default; constant-memory streaming state) or
-``"monarch"`` (softmax attention approximated by a Monarch matrix, frame-causal, over the whole
-sequence: it needs all past tokens, so it has no constant-memory state — use it for an offline teacher
-or offline rendering, not for the live stream).
+Attention variants:
+
+- ``attention="linear"``: the default, with a constant-memory streaming state.
+- ``"monarch"``: softmax attention approximated by a Monarch matrix, frame-causal, over the whole sequence. It needs
+  all past tokens, so it has no constant-memory state. Use it for an offline teacher or offline rendering, not for the
+  live stream.
 """
 from __future__ import annotations
 
@@ -60,26 +63,28 @@ PRESETS: dict[DiTPreset, dict] = {
 
 
 class AvatarDiT(PretrainedModel):
-    """Block-autoregressive linear DiT (velocity prediction) for avatar face latents.
+    """Block-autoregressive linear DiT for avatar face latents. It predicts velocity.
 
     Args:
-        latent_channels: ``C`` of the VAE latents (8).
-        sample_size: latent ``h`` (= ``w``) or ``[h, w]`` the model is built for (8 for a 128x128 face,
-            16 for 256x256); other sizes divisible by ``patch_size`` also run.
-        patch_size: ``p`` (1 or 2); tokens per frame ``n = (h / p) * (w / p)``.
-        width, depth, heads: transformer width ``D``, blocks, attention heads (head dim ``D / heads``).
+        latent_channels: ``C`` of the VAE latents, 8.
+        sample_size: latent ``h`` (= ``w``) or ``[h, w]`` the model is built for. 8 for a 128x128 face, 16 for
+            256x256. Other sizes divisible by ``patch_size`` also run.
+        patch_size: ``p``, 1 or 2. Tokens per frame: ``n = (h / p) * (w / p)``.
+        width, depth, heads: transformer width ``D``, blocks, attention heads. Head dim is ``D / heads``.
         ffn_ratio: FFN hidden width / ``D``.
-        temporal_kernel: frames seen by the FFN's causal temporal conv (cache of ``k - 1`` frames).
-        frames_per_block: latent frames per attention block = per generated chunk (1-4).
-        audio_dim: audio feature size (128); audio_past_frames: earlier frames in each frame's window.
-        state_dim: size of the state label (4).
-        attention: ``"linear"`` or ``"monarch"`` (see module docs).
-        attention_decay: per-block decay of the streamed linear-attention sums (1 = Sana-Video's plain
-            sum; < 1 bounds the context for long streams, see ``BlockCausalSelfAttention``).
+        temporal_kernel: frames seen by the FFN's causal temporal conv. Its cache holds ``k - 1`` frames.
+        frames_per_block: latent frames per attention block, which is per generated chunk: 1-4.
+        audio_dim: audio feature size, 128.
+        audio_past_frames: earlier frames in each frame's window.
+        state_dim: size of the state label, 4.
+        attention: ``"linear"`` or ``"monarch"``; see the module docs.
+        attention_decay: per-block decay of the streamed linear-attention sums. 1 is Sana-Video's plain sum. Below 1
+            it bounds the context for long streams; see ``BlockCausalSelfAttention``.
         qk_norm: RMSNorm on queries and keys.
         identity_tokens: also put the reference latent's tokens in every frame's cross-attention context.
-        rope_theta: RoPE base; freq_dim: sinusoidal timestep embedding size.
-        backend: kernel backend ``"auto" | "torch" | "triton"`` (auto: Triton on CUDA).
+        rope_theta: RoPE base.
+        freq_dim: sinusoidal timestep embedding size.
+        backend: kernel backend ``"auto" | "torch" | "triton"``. Auto is Triton on CUDA.
     """
 
     @register_to_config
@@ -125,7 +130,7 @@ class AvatarDiT(PretrainedModel):
 
     @classmethod
     def from_preset(cls, name: DiTPreset, **overrides) -> AvatarDiT:
-        """A fresh model of a named size (``"tiny"``, ``"small"``, ``"base"``), config overrides on top."""
+        """A fresh model of a named size: ``"tiny"``, ``"small"`` or ``"base"``. Config overrides go on top."""
         if name not in PRESETS:
             raise ValueError(f"AvatarDiT.from_preset: unknown preset {name!r}; expected one of {sorted(PRESETS)}")
         return cls(**{**PRESETS[name], **overrides})
@@ -166,7 +171,7 @@ class AvatarDiT(PretrainedModel):
 
     @staticmethod
     def _frame_times(t, B: int, T: int, device) -> torch.Tensor:
-        """``t`` (scalar, ``[B]`` or ``[B, T]``) → ``float32 [B, T]``."""
+        """``t`` as a scalar, ``[B]`` or ``[B, T]`` → ``float32 [B, T]``."""
         t = torch.as_tensor(t, dtype=torch.float32, device=device)
         if t.dim() == 0:
             return t.expand(B, T)
@@ -187,7 +192,7 @@ class AvatarDiT(PretrainedModel):
 
     # ---- embeddings ---------------------------------------------------------------------------
     def _embed(self, x: torch.Tensor, ref: torch.Tensor, geo: Geometry) -> torch.Tensor:
-        """``x [B, C, T, h, w]`` ⊕ ``ref`` → tokens ``[B, T*n, D]`` (+ fixed 2-D positions)."""
+        """``x [B, C, T, h, w]`` ⊕ ``ref`` → tokens ``[B, T*n, D]``, fixed 2-D positions added."""
         T = x.shape[2]
         inp = torch.cat([x, ref[:, :, None].expand(-1, -1, T, -1, -1).to(x.dtype)], dim=1)
         tokens = self.x_embed(patchify(inp, self.config.patch_size))
@@ -195,7 +200,7 @@ class AvatarDiT(PretrainedModel):
         return (tokens.unflatten(1, (T, -1)) + pos).flatten(1, 2)
 
     def _ref_kv(self, ref: torch.Tensor, geo: Geometry) -> list:
-        """Per block, the identity tokens' cross-attention keys/values (or Nones)."""
+        """Per block, the identity tokens' cross-attention keys/values, or Nones."""
         if self.ref_embed is None:
             return [None] * len(self.blocks)
         tokens = self.ref_embed(patchify(ref[:, :, None], self.config.patch_size))  # [B, n, D]
@@ -228,18 +233,18 @@ class AvatarDiT(PretrainedModel):
         """Predict the velocity ``eps - x0`` of noisy latents.
 
         Args:
-            x: ``[B, C, T, h, w]`` noisy latents ``x_t``; ``T`` a multiple of ``frames_per_block``
-                (exactly ``frames_per_block`` when streaming).
-            t: time in [0, 1] (1 = noise): scalar, ``[B]`` or ``[B, T]`` (one per frame; keep it constant
-                within a block).
+            x: ``[B, C, T, h, w]`` noisy latents ``x_t``. ``T`` is a multiple of ``frames_per_block``, exactly
+                ``frames_per_block`` when streaming.
+            t: time in [0, 1], where 1 is noise. A scalar, ``[B]`` or ``[B, T]`` with one per frame. Keep it constant
+                within a block.
             audio: ``[B, T, audio_dim]`` audio features, one vector per latent frame.
             state_label: ``[B, T, state_dim]`` idle / speaking / listening one-hot + speech probability.
-            ref: ``[B, C, h, w]`` or ``[C, h, w]`` reference latent (not needed with ``stream``).
-            clean: ``[B, C, T, h, w]`` clean latents of the same frames: teacher forcing (block ``b``
-                attends to the clean blocks ``< b``); gradients flow through both passes.
-            stream: a :class:`DiTStreamState`: continue that stream (read only; see :meth:`commit`).
-            rope: streaming only: the rotary tables ``(cos, sin)`` of the block's positions (default: computed
-                from ``stream.frames``; the ONNX export passes them as graph inputs, see :meth:`stream_rope`).
+            ref: ``[B, C, h, w]`` or ``[C, h, w]`` reference latent. Not needed with ``stream``.
+            clean: ``[B, C, T, h, w]`` clean latents of the same frames, for teacher forcing. Block ``b`` attends to
+                the clean blocks ``< b``. Gradients flow through both passes.
+            stream: a :class:`DiTStreamState` to continue. It is read only; see :meth:`commit`.
+            rope: streaming only. The rotary tables ``(cos, sin)`` of the block's positions. By default they are
+                computed from ``stream.frames``. The ONNX export passes them as graph inputs; see :meth:`stream_rope`.
 
         Returns:
             ``[B, C, T, h, w]`` predicted velocity, in x's dtype.
@@ -283,9 +288,11 @@ class AvatarDiT(PretrainedModel):
 
     # ---- streaming ----------------------------------------------------------------------------
     def init_stream(self, ref: torch.Tensor, batch: int | None = None) -> DiTStreamState:
-        """A fresh :class:`DiTStreamState` for reference latent ``ref [B, C, h, w]`` or ``[C, h, w]``
-        (``batch`` copies of a single reference). Build it under the grad mode you will stream in
-        (``torch.inference_mode()`` for inference)."""
+        """A fresh :class:`DiTStreamState` for reference latent ``ref [B, C, h, w]`` or ``[C, h, w]``.
+
+        A single reference is copied ``batch`` times.
+        Build it under the grad mode you will stream in: ``torch.inference_mode()`` for inference.
+        """
         c = self.config
         if ref.dim() == 3:
             ref = ref[None]
@@ -312,8 +319,10 @@ class AvatarDiT(PretrainedModel):
                              f"latents; got batch {B} of {(h, w)}")
 
     def stream_rope(self, stream: DiTStreamState, frames: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """The rotary tables ``(cos, sin)`` (float32 ``[frames * n, head_dim]``) of the next ``frames`` (default
-        one block) positions of ``stream``."""
+        """The rotary tables ``(cos, sin)`` of the next ``frames`` positions of ``stream``.
+
+        Each is float32 ``[frames * n, head_dim]``. ``frames`` defaults to one block.
+        """
         h, w = stream.ref.shape[-2:]
         T = frames or self.config.frames_per_block
         return self._geometry(stream.batch, T, h, w, stream.frames, stream.ref.device).rope
@@ -326,9 +335,12 @@ class AvatarDiT(PretrainedModel):
 
     def commit_step(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState,
                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
-        """What :meth:`commit` writes, without writing it: per layer ``kv, k_sum, ffn_cache``, then the new
-        audio history (the list :meth:`DiTStreamState.tensors` order of the streamed part; the ONNX export
-        returns these as graph outputs). ``rope``: as in :meth:`forward`."""
+        """What :meth:`commit` writes, without writing it.
+
+        Per layer it gives ``kv, k_sum, ffn_cache``, then the new audio history.
+        That is the order of the streamed part in :meth:`DiTStreamState.tensors`.
+        The ONNX export returns these as graph outputs. ``rope``: as in :meth:`forward`.
+        """
         self._check(x0, audio, state_label, "x0")
         audio, state_label = audio.to(x0.dtype), state_label.to(x0.dtype)
         B, _, T, h, w = x0.shape
@@ -348,9 +360,12 @@ class AvatarDiT(PretrainedModel):
         return out + [history]
 
     def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState) -> None:
-        """Advance ``stream`` past clean latents ``x0 [B, C, T, h, w]`` (``T`` a multiple of
-        ``frames_per_block``): one pass at ``t = 0``, block-causal, updating every layer's attention sums
-        and FFN cache in place (detached), the audio history and the frame counter."""
+        """Advance ``stream`` past clean latents ``x0 [B, C, T, h, w]``. ``T`` is a multiple of ``frames_per_block``.
+
+        It runs one block-causal pass at ``t = 0``.
+        It updates every layer's attention sums and FFN cache in place, detached.
+        It also updates the audio history and the frame counter.
+        """
         new = self.commit_step(x0, audio, state_label, stream)
         for layer, i in zip(stream.layers, range(0, 3 * len(stream.layers), 3)):
             for t, v in zip(layer.tensors(), new[i:i + 3]):

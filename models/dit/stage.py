@@ -3,16 +3,19 @@
     AudioFeatures ──features float32 [F]──▶ Denoiser ──latent float32 [C, T_chunk, h, w]──▶ VAEDecode ...
                   └──state float32 [4]───▶
 
-One latent frame per video frame (the VAE does not compress time). The stage collects ``T_chunk``
-input frames, then generates their latents block by block (``frames_per_block`` frames per block:
-few-step Euler denoising from seeded noise, then the clean block is committed to the
-:class:`~.state.DiTStreamState`), and emits one chunk whose ``pts`` is that of its first frame. Memory is
-flat however long the stream runs.
+There is one latent frame per video frame, since the VAE does not compress time.
+The stage collects ``T_chunk`` input frames. Then it generates their latents block by block.
+A block holds ``frames_per_block`` frames.
+Each block gets few-step Euler denoising from seeded noise.
+Then the clean block is committed to the :class:`~.state.DiTStreamState`.
+The stage emits one chunk whose ``pts`` is that of its first frame.
+Memory is flat however long the stream runs.
 
-Speed: ``budget_ms`` bounds the time of one ``process`` call, and the expensive call is the one that
-completes a chunk (the others only buffer), so set it to what one chunk may take. Over budget the
-graph steps down the fallbacks: fewer sampler steps (``"2 steps"``, then ``"1 step"`` for a 4-step
-stage); back up when comfortably inside.
+Speed: ``budget_ms`` bounds the time of one ``process`` call.
+The expensive call is the one that completes a chunk; the others only buffer.
+So set it to what one chunk may take.
+Over budget the graph steps down the fallbacks: fewer sampler steps.
+A 4-step stage goes to ``"2 steps"``, then ``"1 step"``. It steps back up when comfortably inside.
 """
 from __future__ import annotations
 
@@ -28,19 +31,25 @@ from .model import AvatarDiT
 
 
 class DiTEngine(Protocol):
-    """How a :class:`Denoiser` computes (its runtime, :mod:`framegraph.models.runtime`): one stream of the
-    model at a time. The torch engine is :class:`TorchDiT`; ONNX Runtime's is in the avatar's portrait kind."""
+    """How a :class:`Denoiser` computes: its runtime; see :mod:`framegraph.models.runtime`.
+
+    It runs one stream of the model at a time.
+    The torch engine is :class:`TorchDiT`. ONNX Runtime's is in the avatar's portrait kind.
+    """
 
     def start(self, reference: torch.Tensor) -> None:
-        """A new stream with identity ``reference [C, h, w]`` (the stage's setup)."""
+        """A new stream with identity ``reference [C, h, w]``. The stage's setup calls it."""
 
     def reset(self) -> None:
-        """Forget the stream's past, keep its identity (barge-in)."""
+        """Forget the stream's past and keep its identity, for barge-in."""
 
     def generate(self, noise: torch.Tensor, audio: torch.Tensor, labels: torch.Tensor, steps: int,
                  shift: float) -> torch.Tensor:
-        """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents
-        ``[1, C, k, h, w]``, committed to the stream."""
+        """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents ``[1, C, k,
+        h, w]``.
+
+        The block is committed to the stream.
+        """
 
 
 class TorchDiT:
@@ -62,7 +71,7 @@ class TorchDiT:
 
 
 def step_levels(steps: int) -> list[int]:
-    """Sampler steps per fallback level: ``steps`` halved down to 1 (4 → [4, 2, 1], 3 → [3, 1])."""
+    """Sampler steps per fallback level: ``steps`` halved down to 1. 4 → [4, 2, 1], 3 → [3, 1]."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"Denoiser: steps={steps!r}; expected an int >= 1")
     levels = [steps]
@@ -75,31 +84,35 @@ class Denoiser(Stage):
     """Audio features + speaking state in, generated face latents out, one chunk per ``T_chunk`` frames.
 
     Args:
-        model: an :class:`AvatarDiT` (``attention="linear"``) or a folder saved with ``save_pretrained``.
-        reference: ``[C, h, w]`` reference latent of the portrait (the identity, fixed for the stage).
-        steps: sampler steps at full quality (1-4); fallbacks halve it down to 1.
-        shift: time shift of the sampler's schedule (what the model was trained / distilled with).
-        chunk_frames: latent frames per output chunk (``T_chunk``), a multiple of the model's
-            ``frames_per_block`` (default: ``frames_per_block``).
-        seed: noise seed; the noise sequence restarts from it on :meth:`reset`, so a stream is reproducible.
-        budget_ms: time one chunk may take (see module docs); None: no fallbacks are taken.
+        model: an :class:`AvatarDiT` with ``attention="linear"``, or a folder saved with ``save_pretrained``.
+        reference: ``[C, h, w]`` reference latent of the portrait. It is the identity, fixed for the stage.
+        steps: sampler steps at full quality, 1-4. Fallbacks halve it down to 1.
+        shift: time shift of the sampler's schedule. Use what the model was trained or distilled with.
+        chunk_frames: latent frames per output chunk, ``T_chunk``. A multiple of the model's ``frames_per_block``,
+            which is the default.
+        seed: noise seed. The noise sequence restarts from it on :meth:`reset`, so a stream is reproducible.
+        budget_ms: time one chunk may take; see the module docs. None: no fallbacks are taken.
         device: where the model runs and the ports live.
-        torch_threads: intra-op threads of this stage's worker thread (None: leave torch's setting).
-        max_lag_ms: live streams (realtime clock) only: a chunk whose first frame has a newer one waiting
-            behind it, or whose audio arrived more than this long ago (its ``capture_ns``), is skipped —
-            counted in ``frames_skipped``, never generated — so when the machine is slower than the stream
-            each chunk starts from the freshest audio and the frame rate drops instead of a queue growing
-            (:meth:`~framegraph.stream.Stage.stale`). None: every frame is generated (offline rendering).
-        engine: what computes: ``engine(model)`` → a :class:`DiTEngine` (default :class:`TorchDiT`; the
-            runtime registry, :mod:`framegraph.models.runtime`, makes the others).
+        torch_threads: intra-op threads of this stage's worker thread. None leaves torch's setting.
+        max_lag_ms: for live streams on a realtime clock only. Some chunks are skipped and never generated. One is a
+            chunk whose first frame has a newer one waiting behind it. Another is one whose audio arrived more than
+            this long ago, by its ``capture_ns``. ``frames_skipped`` counts them. So when the machine is slower than
+            the stream, each chunk starts from the freshest audio. The frame rate drops instead of a queue growing;
+            see :meth:`~framegraph.stream.Stage.stale`. None: every frame is generated, for offline rendering.
+        engine: what computes. ``engine(model)`` → a :class:`DiTEngine`. The default is :class:`TorchDiT`. The runtime
+            registry, :mod:`framegraph.models.runtime`, makes the others.
 
-    Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``; out ``"latent"``
-    ``float32 [C, T_chunk, h, w]``. At end of stream a partial chunk is completed by repeating its last
-    input frame and emitted. ``reset()`` (barge-in) forgets the stream and the partial chunk; the next
-    chunk carries ``Flag.INTERRUPTED``.
+    Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``.
+    Out ``"latent"`` ``float32 [C, T_chunk, h, w]``.
+    At end of stream a partial chunk is completed by repeating its last input frame, and emitted.
+    ``reset()`` is for barge-in. It forgets the stream and the partial chunk.
+    The next chunk carries ``Flag.INTERRUPTED``.
 
-    Counters: ``chunks_out``, ``last_steps``, ``steps_used`` (steps → chunks generated with them),
-    ``frames_skipped`` (late live frames, see ``max_lag_ms``).
+    Counters:
+
+    - ``chunks_out``, ``last_steps``.
+    - ``steps_used``: steps → chunks generated with them.
+    - ``frames_skipped``: late live frames; see ``max_lag_ms``.
     """
 
     def __init__(self, model: AvatarDiT | str, reference: torch.Tensor, *, steps: int = 4, shift: float = 1.0,

@@ -1,13 +1,15 @@
 """``DiTStreamState``: everything :class:`~.model.AvatarDiT` remembers of a stream, in constant memory.
 
-Per layer, the linear-attention state (fp32 ``kv [B, H, d, d]`` + ``k_sum [B, H, d]``: the sum over every
-committed token, so its size does not depend on how long the stream has run) and the FFN's temporal
-cache (the last ``temporal_kernel - 1`` frames of features, ``[B, k-1, n, D]``); for the whole model the
-last ``audio_past_frames`` audio feature vectors and the frame counter (RoPE positions). The identity
-(reference latent and its per-layer cross-attention keys/values) is constant for the stream.
+Per layer it holds the linear-attention state: fp32 ``kv [B, H, d, d]`` + ``k_sum [B, H, d]``.
+These sum over every committed token, so their size does not depend on how long the stream has run.
+Per layer it also holds the FFN's temporal cache, ``[B, k-1, n, D]``.
+That cache is the features of the last ``temporal_kernel - 1`` frames.
+For the whole model it holds the last ``audio_past_frames`` audio feature vectors.
+It also holds the frame counter, which gives the RoPE positions.
+The identity is constant for the stream: the reference latent and its per-layer cross-attention keys/values.
 
-Only :meth:`AvatarDiT.commit` advances the state (in place: tensors keep their storage, so memory stays
-flat and addresses stable); denoising calls read it.
+Only :meth:`AvatarDiT.commit` advances the state. It works in place: tensors keep their storage.
+So memory stays flat and addresses stay stable. Denoising calls read the state.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ from framegraph.kernels.block_linear_attention import LinearAttentionState
 
 @dataclass
 class LayerStreamState:
-    """One block's streamed past: ``attn`` (fp32 linear-attention sums) and ``ffn_cache [B, k-1, n, D]``."""
+    """One block's streamed past: ``attn``, the fp32 linear-attention sums, and ``ffn_cache [B, k-1, n, D]``."""
 
     attn: LinearAttentionState
     ffn_cache: torch.Tensor
@@ -31,15 +33,15 @@ class LayerStreamState:
 
 @dataclass
 class DiTStreamState:
-    """The stream state of an :class:`~.model.AvatarDiT` (build it with ``model.init_stream(ref)``).
+    """The stream state of an :class:`~.model.AvatarDiT`. Build it with ``model.init_stream(ref)``.
 
     Attributes:
-        ref: ``[B, C, h, w]`` reference latent of the portrait (the identity).
-        ref_kv: per layer, the identity tokens' cross-attention keys/values ``([B, H, m, d], [B, H, m, d])``
-            (None when the model has no identity tokens).
+        ref: ``[B, C, h, w]`` reference latent of the portrait: the identity.
+        ref_kv: per layer, the identity tokens' cross-attention keys/values ``([B, H, m, d], [B, H, m, d])``. None
+            when the model has no identity tokens.
         layers: one :class:`LayerStreamState` per block.
         audio_history: ``[B, audio_past_frames, F]`` audio features of the last committed frames.
-        frames: latent frames committed so far (the next chunk's first RoPE time position).
+        frames: latent frames committed so far. It is the next chunk's first RoPE time position.
     """
 
     ref: torch.Tensor
@@ -53,7 +55,7 @@ class DiTStreamState:
         return self.ref.shape[0]
 
     def tensors(self) -> list[torch.Tensor]:
-        """Every tensor the state holds (identity included)."""
+        """Every tensor the state holds, the identity included."""
         out = [self.ref, self.audio_history]
         for layer in self.layers:
             out += layer.tensors()
@@ -67,8 +69,10 @@ class DiTStreamState:
         return sum(t.numel() * t.element_size() for t in self.tensors())
 
     def reset(self) -> None:
-        """Forget the stream (barge-in): zero the attention sums, caches and audio history; keep the identity.
-        Works from any grad mode, also on a state built under ``torch.inference_mode()``."""
+        """Forget the stream on barge-in. Zero the attention sums, caches and audio history; keep the identity.
+
+        Works from any grad mode, also on a state built under ``torch.inference_mode()``.
+        """
         with torch.inference_mode(self.audio_history.is_inference()):
             for layer in self.layers:
                 for t in layer.tensors():

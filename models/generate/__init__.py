@@ -1,23 +1,25 @@
-"""Real video diffusion models (stock diffusers classes) streamed chunk by chunk with a cache of the past.
+"""Real video diffusion models, stock diffusers classes, streamed chunk by chunk with a cache of the past.
 
-- :mod:`.wan`: :class:`WanCausal`, the Wan 2.1 family (``WanTransformer3DModel``) run block-causally
-  (Self-Forcing / CausVid) with a rolling KV cache with attention sinks.
-- :mod:`.sana`: :class:`SanaVideoStream`, the SANA-Video family (``SanaVideoTransformer3DModel``):
-  block-causal linear attention with a constant-size state and a block-causal feed-forward temporal
-  convolution with its cache (LongSANA style).
-- :mod:`.vae`: streaming decode of the causal video VAE ``AutoencoderKLWan``, its temporal cache carried
-  across calls in a :class:`WanDecodeState`.
+- :mod:`.wan`: :class:`WanCausal`, the Wan 2.1 family (``WanTransformer3DModel``). It runs block-causally, as in
+  Self-Forcing / CausVid, with a rolling KV cache with attention sinks.
+- :mod:`.sana`: :class:`SanaVideoStream`, the SANA-Video family (``SanaVideoTransformer3DModel``). It has block-causal
+  linear attention with a constant-size state. Its block-causal feed-forward temporal convolution keeps a cache,
+  LongSANA style.
+- :mod:`.vae`: streaming decode of the causal video VAE ``AutoencoderKLWan``. Its temporal cache is carried across
+  calls in a :class:`WanDecodeState`.
 
-Both families offer ``generate_chunk`` (few-step flow matching over one chunk of latent frames, then a
-commit pass on the clean chunk) and ``reset()``.
+Both families offer ``generate_chunk`` and ``reset()``.
+``generate_chunk`` runs few-step flow matching over one chunk of latent frames, then a commit pass on the clean chunk.
 
-- :mod:`.family`: the family adapters (:data:`FAMILIES`: how attention is made block-causal, how the cache
-  is kept and trimmed, which VAE) behind one :class:`CausalStream`.
+- :mod:`.family`: the family adapters behind one :class:`CausalStream`. :data:`FAMILIES` says how attention is made
+  block-causal, how the cache is kept and trimmed, and which VAE.
 - :mod:`.checkpoint`: diffusers folders and single-file Wan causal students, from local disk only.
-- :mod:`.prompts`: prompt embeddings (the folder's text encoder or a safetensors file), cached per prompt.
-- :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``; the
-  decoder's engine by runtime (:mod:`framegraph.models.runtime`): torch, or ONNX Runtime (:mod:`.onnx`: the
-  export of the causal decoder with its cache as explicit inputs / outputs, ``framegraph export --generate``).
+- :mod:`.prompts`: prompt embeddings from the folder's text encoder or a safetensors file, cached per prompt.
+- :mod:`.stages` / :mod:`.graph`: ``NoiseSource | video → VAEEncode → CausalDenoiser → CausalVAEDecode``. The
+  decoder's engine goes by runtime; see :mod:`framegraph.models.runtime`. It is torch or ONNX Runtime.
+- :mod:`.onnx`: the export of the causal decoder with its cache as explicit inputs / outputs, ``framegraph export
+  --generate``.
+- :mod:`.compiled`: the compiled runtime.
 """
 from .checkpoint import GenerateModel, detect_family, load_folder_vae, load_generate_model
 from .family import FAMILIES, SHIFT, CausalStream, Family, warp_timesteps

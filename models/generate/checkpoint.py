@@ -1,8 +1,8 @@
-"""Video models from local disk only (nothing is ever downloaded).
+"""Video models from local disk only. Nothing is ever downloaded.
 
 Two layouts:
 
-- a **diffusers folder** (what ``save_pretrained`` / the hub's ``*-Diffusers`` repositories hold)::
+- a **diffusers folder**, as ``save_pretrained`` and the hub's ``*-Diffusers`` repositories hold it::
 
       model_index.json          the pipeline's parts (its "_class_name": WanPipeline or SanaVideoPipeline)
       transformer/              config.json + diffusion_pytorch_model*.safetensors  (WanTransformer3DModel
@@ -11,14 +11,13 @@ Two layouts:
       scheduler/                (read by diffusers' pipelines; framegraph samples with its own few-step schedule)
       text_encoder/ tokenizer/  optional: without them, pass precomputed prompt embeddings
 
-- a **single-file causal student** in the original Wan format (``.safetensors``, ``.pt`` or ``.pth``: the
-  state dicts Self-Forcing, CausVid and LongLive publish, also when nested under ``generator_ema`` /
-  ``generator`` / ``model`` / ``state_dict`` or prefixed ``model.``), converted with diffusers' own Wan
-  single-file key mapping into a ``WanTransformer3DModel`` built from ``BASE/transformer/config.json``; the
-  VAE (and text encoder) come from ``BASE``, a diffusers folder of the same base model (e.g.
-  ``Wan2.1-T2V-1.3B-Diffusers``).
+- a **single-file causal student** in the original Wan format: ``.safetensors``, ``.pt`` or ``.pth``. These are the
+  state dicts Self-Forcing, CausVid and LongLive publish. They may be nested under ``generator_ema`` / ``generator`` /
+  ``model`` / ``state_dict``, or prefixed ``model.``. Diffusers' own Wan single-file key mapping converts them. The
+  result is a ``WanTransformer3DModel`` built from ``BASE/transformer/config.json``. The VAE and text encoder come
+  from ``BASE``. That is a diffusers folder of the same base model, e.g. ``Wan2.1-T2V-1.3B-Diffusers``.
 
-:func:`load_generate_model` checks every part and says what is missing or wrong and how to fix it.
+:func:`load_generate_model` checks every part. It says what is missing or wrong and how to fix it.
 """
 from __future__ import annotations
 
@@ -44,8 +43,12 @@ NESTED = ("generator_ema", "generator", "model", "state_dict", "module")
 
 @dataclass
 class GenerateModel:
-    """What :func:`load_generate_model` loaded: the family, the transformer, the VAE, where the text
-    encoder would be (``text_folder``), the prompt length and the native frame rate."""
+    """What :func:`load_generate_model` loaded.
+
+    It holds the family, the transformer and the VAE.
+    ``text_folder`` says where the text encoder would be.
+    It also holds the prompt length and the native frame rate.
+    """
 
     family: Family
     transformer: torch.nn.Module
@@ -56,7 +59,7 @@ class GenerateModel:
     source: str
 
     def latent_size(self, height: int, width: int) -> tuple[int, int]:
-        """Pixels → latent ``(h, w)``; raises for a size the VAE and the transformer's patches cannot tile."""
+        """Pixels → latent ``(h, w)``. Raises for a size the VAE and the transformer's patches cannot tile."""
         s = self.vae.config.scale_factor_spatial
         p_h, p_w = tuple(self.transformer.config.patch_size)[1:]
         step_h, step_w = s * p_h, s * p_w
@@ -84,7 +87,7 @@ def _read_json(path: str, what: str) -> dict:
 
 
 def detect_family(folder: str) -> str:
-    """``"wan"`` or ``"sana"`` from a diffusers folder's transformer config (or its model_index.json)."""
+    """``"wan"`` or ``"sana"`` from a diffusers folder's transformer config or its model_index.json."""
     for path in (os.path.join(folder, "transformer", "config.json"), os.path.join(folder, "model_index.json")):
         if os.path.isfile(path):
             name = _read_json(path, "").get("_class_name")
@@ -108,7 +111,7 @@ def _check_folder(folder: str) -> None:
 
 
 def read_state_dict(path: str) -> dict[str, torch.Tensor]:
-    """A single-file checkpoint's tensors, unwrapped from the usual nestings (see the module docs)."""
+    """A single-file checkpoint's tensors, unwrapped from the usual nestings; see the module docs."""
     try:
         if path.endswith(".safetensors"):
             sd = load_file(path)
@@ -131,8 +134,11 @@ def read_state_dict(path: str) -> dict[str, torch.Tensor]:
 
 
 def _load_weights(cls, part: str, state: dict[str, torch.Tensor] | None, source: str, dtype: torch.dtype):
-    """``cls`` built from ``part/config.json`` with ``state`` (None: ``part``'s own safetensors shards), checked
-    key by key and shape by shape (a mismatch is a clear error, never a silently random layer)."""
+    """``cls`` built from ``part/config.json`` with ``state``. None means ``part``'s own safetensors shards.
+
+    It is checked key by key and shape by shape.
+    A mismatch is a clear error, never a silently random layer.
+    """
     model = cls.from_config(cls.load_config(part))
     if state is None:
         shards = sorted(glob.glob(os.path.join(part, "*.safetensors")))
@@ -161,9 +167,12 @@ def _load_weights(cls, part: str, state: dict[str, torch.Tensor] | None, source:
 
 
 def cast_keeping_fp32(model: torch.nn.Module, dtype: torch.dtype) -> torch.nn.Module:
-    """Cast ``model``'s floating parameters and buffers to ``dtype``, except those of the modules its class keeps
-    in float32 (``_keep_in_fp32_modules``: Wan's norms, time embedder, modulation tables and rotary table), as
-    diffusers' ``from_pretrained(torch_dtype=...)`` does."""
+    """Cast ``model``'s floating parameters and buffers to ``dtype``, as diffusers'
+    ``from_pretrained(torch_dtype=...)`` does.
+
+    The modules its class keeps in float32 are left out: ``_keep_in_fp32_modules``.
+    For Wan those are the norms, time embedder, modulation tables and rotary table.
+    """
     keep = set(getattr(model, "_keep_in_fp32_modules", None) or [])
     for name, tensor in [*model.named_parameters(), *model.named_buffers()]:
         if tensor.is_floating_point() and not keep.intersection(name.split(".")):
@@ -193,13 +202,13 @@ def _single_file_transformer(path: str, base: str | None, dtype: torch.dtype) ->
 
 def load_generate_model(model: str, *, family: str | None = None, base: str | None = None,
                         device: str = "cpu", dtype: torch.dtype = torch.float32) -> GenerateModel:
-    """Load a diffusers folder, or a single-file Wan causal student with ``base`` (see the module docs).
+    """Load a diffusers folder, or a single-file Wan causal student with ``base``; see the module docs.
 
     Args:
         model: the folder or the checkpoint file.
-        family: ``"wan" | "sana"``; None: from the folder's config.
-        base: (single files) the diffusers folder supplying config, VAE and text encoder; (folders) optional,
-            used for parts the model folder lacks (its text encoder).
+        family: ``"wan" | "sana"``. None: from the folder's config.
+        base: for single files, the diffusers folder supplying config, VAE and text encoder. For folders it is
+            optional. It supplies parts the model folder lacks, such as its text encoder.
         device / dtype: where and in what precision the transformer and VAE run.
     """
     single = os.path.isfile(model)
@@ -234,8 +243,11 @@ def load_generate_model(model: str, *, family: str | None = None, base: str | No
 
 
 def load_folder_vae(folder: str):
-    """The ``AutoencoderKLWan`` of a diffusers model folder (``folder/vae``: config.json + safetensors),
-    float32 on the CPU, loaded and checked as ``framegraph generate`` loads it."""
+    """The ``AutoencoderKLWan`` of a diffusers model folder, float32 on the CPU.
+
+    It reads ``folder/vae``: config.json + safetensors.
+    It is loaded and checked as ``framegraph generate`` loads it.
+    """
     part = os.path.join(folder, "vae")
     config = _read_json(os.path.join(part, "config.json"), "expected a diffusers video model folder with vae/ "
                                                            "(config.json + weights); for a single-file student, "

@@ -1,22 +1,30 @@
-"""The generate pipeline's compiled runtime (``"compiled"``, :mod:`framegraph.models.compile`).
+"""The generate pipeline's compiled runtime, ``"compiled"``; see :mod:`framegraph.models.compile`.
 
-- **Denoiser** (:func:`compile_stream`): every transformer block of the stock diffusers model is compiled by
-  Inductor in place (regional compilation: the blocks share one code object, so one compilation serves all
-  layers). The streaming parts keep their Python bookkeeping out of the compiled graphs: the self-attention
-  processors' ``attend`` (the KV cache / linear-attention state, with its frame counters) and SANA's block-causal
-  temporal conv (its cache) run as they are between the compiled pieces, so a stream's position never becomes a
-  guard that would recompile every chunk. On CUDA each denoising step — one velocity call of the transformer,
-  the cache read only — is replayed from a CUDA graph (:class:`GraphedVelocity`): the time, the latents and the
-  prompt are copied into static buffers, the rotary table of the stream's position is pinned into buffers
-  before each step, and one graph is captured per state of the cache (Wan: per number of frames it holds,
-  until it is full; SANA: before and after the first commit). The commit pass runs compiled, not graphed.
-- **VAE decoder** (:class:`CompiledWanVAE`): :func:`~.vae.decode_chunk` with ``vae.decoder`` compiled (its
-  feature cache is a Python list the decoder rebinds: the first frame, the second and the steady ones each get
-  their graph). Not graphed.
+**Denoiser** (:func:`compile_stream`): Inductor compiles every transformer block of the stock diffusers model in
+place.
+This is regional compilation. The blocks share one code object, so one compilation serves all layers.
+The streaming parts keep their Python bookkeeping out of the compiled graphs.
+One is the self-attention processors' ``attend``: the KV cache or linear-attention state, with its frame counters.
+The other is SANA's block-causal temporal conv, with its cache.
+Both run as they are between the compiled pieces.
+So a stream's position never becomes a guard that would recompile every chunk.
 
-The model objects are shared with the torch runtime: compiling the blocks in place means every later call of
-that transformer runs them compiled, whatever its runtime (the same numbers: ``tests/models/
-test_compiled_generate.py`` holds both to ≤ 1e-4 relative in float32).
+On CUDA each denoising step is replayed from a CUDA graph; see :class:`GraphedVelocity`.
+A step is one velocity call of the transformer, with the cache read only.
+The time, the latents and the prompt are copied into static buffers.
+The rotary table of the stream's position is pinned into buffers before each step.
+One graph is captured per state of the cache.
+For Wan that is per number of frames it holds, until it is full.
+For SANA it is before and after the first commit.
+The commit pass runs compiled, not graphed.
+
+**VAE decoder** (:class:`CompiledWanVAE`): :func:`~.vae.decode_chunk` with ``vae.decoder`` compiled.
+Its feature cache is a Python list the decoder rebinds.
+The first frame, the second and the steady ones each get their graph. It is not graphed.
+
+The model objects are shared with the torch runtime.
+Compiling the blocks in place means every later call of that transformer runs them compiled, whatever its runtime.
+The numbers are the same: ``tests/models/test_compiled_generate.py`` holds both to ≤ 1e-4 relative in float32.
 """
 from __future__ import annotations
 
@@ -35,9 +43,11 @@ MAX_GRAPHS = 16  # captured velocity graphs kept per stream (a reset that reallo
 
 
 def compile_transformer(model: torch.nn.Module, settings: CompileSettings = CompileSettings()) -> int:
-    """Compile the transformer's blocks (Wan's ``blocks``, SANA's ``transformer_blocks``) in place, the streaming
-    processors' ``attend`` and the block-causal convs left out of the graphs (see the module docs). Idempotent;
-    returns the number of blocks compiled."""
+    """Compile the transformer's blocks in place: Wan's ``blocks``, SANA's ``transformer_blocks``.
+
+    The streaming processors' ``attend`` and the block-causal convs stay out of the graphs; see the module docs.
+    Idempotent. Returns the number of blocks compiled.
+    """
     if not settings.inductor:
         return 0
     for module in model.modules():
@@ -55,8 +65,11 @@ def compile_transformer(model: torch.nn.Module, settings: CompileSettings = Comp
 
 
 class GraphedVelocity:
-    """A streamer's ``velocity`` call replayed from CUDA graphs, one per :meth:`graph_key` of the streamer (see
-    the module docs); off CUDA, the call itself. Installed on the streamer by :func:`compile_stream`."""
+    """A streamer's ``velocity`` call replayed from CUDA graphs, one per :meth:`graph_key` of the streamer.
+
+    See the module docs. Off CUDA it is the call itself.
+    :func:`compile_stream` installs it on the streamer.
+    """
 
     def __init__(self, streamer, rope: StreamingRotaryPosEmbed | None, *, enabled: bool):
         self.streamer, self.rope, self.enabled = streamer, rope, enabled
@@ -84,8 +97,10 @@ class GraphedVelocity:
 
 
 def compile_stream(stream, settings: CompileSettings = CompileSettings()):
-    """The compiled runtime applied to a :class:`~.family.CausalStream`: its transformer's blocks compiled, and on
-    CUDA its denoising steps graphed. Returns ``stream``."""
+    """The compiled runtime applied to a :class:`~.family.CausalStream`. Returns ``stream``.
+
+    Its transformer's blocks are compiled. On CUDA its denoising steps are graphed.
+    """
     model = stream.model
     compile_transformer(model, settings)
     device = next(model.parameters()).device
@@ -97,16 +112,22 @@ def compile_stream(stream, settings: CompileSettings = CompileSettings()):
 
 class CompiledWanVAE:
     """The :class:`~.stages.CausalVAEEngine` of the compiled runtime: :func:`~.vae.decode_chunk` with the decoder
-    compiled (a wrapper: the shared ``vae`` is left as it is)."""
+    compiled.
+
+    It is a wrapper: the shared ``vae`` is left as it is.
+    """
 
     def __init__(self, vae, settings: CompileSettings = CompileSettings()):
         self.vae, self.state = vae, None
         self._compiled = compiled(vae.decoder, settings)
 
     def decoder(self, x, *, feat_cache, feat_idx, first_chunk):
-        """The compiled decoder on a feature cache made contiguous first: the decoder keeps slices of its inputs,
-        whose strides depend on the chunk they came from, and static shapes include strides (each new pattern
-        would compile the decoder again, mid-stream)."""
+        """The compiled decoder on a feature cache made contiguous first.
+
+        The decoder keeps slices of its inputs, whose strides depend on the chunk they came from.
+        Static shapes include strides.
+        So each new pattern would compile the decoder again, mid-stream.
+        """
         for i, t in enumerate(feat_cache):
             if isinstance(t, torch.Tensor) and not t.is_contiguous():
                 feat_cache[i] = t.contiguous()

@@ -1,9 +1,10 @@
 """Model families: what differs between the Wan 2.1 and SANA-Video streams, behind one small interface.
 
-A family says which stock diffusers transformer class it streams, which VAE decodes it (both use
-``AutoencoderKLWan``), how attention is made block-causal and how the cache of the past is kept and
-trimmed. :meth:`Family.open` installs that into a loaded model and returns a :class:`CausalStream`, the
-one interface the graph's :class:`~.stages.CausalDenoiser` uses::
+A family says which stock diffusers transformer class it streams and which VAE decodes it.
+Both use ``AutoencoderKLWan``.
+It says how attention is made block-causal, and how the cache of the past is kept and trimmed.
+:meth:`Family.open` installs that into a loaded model and returns a :class:`CausalStream`.
+That is the one interface the graph's :class:`~.stages.CausalDenoiser` uses::
 
     stream = FAMILIES["wan"].open(model, latent_size=(60, 104), chunk_frames=3)
     clean = stream.generate(noise, prompt_embeds, prompt_mask, timesteps=[1000, 750, 500, 250])
@@ -18,11 +19,13 @@ family        attention made block-causal by        cache of the past (trimmed h
               block-linear attention + causal conv  frames of each feed-forward's temporal conv (nothing to trim)
 ============  ====================================  ===========================================================
 
-Rotary positions count latent frames from the start of the stream, and the stock rotary table ends at
-the model's ``rope_max_seq_len``. A stream therefore *re-anchors* before it gets there
-(:meth:`CausalStream.reanchor`): the past is forgotten and the last few clean chunks are committed again
-from position 0, so an endless stream keeps going with the same recent context (for Wan, what its window
-held; the old sink frames are replaced by the oldest chunk recommitted).
+Rotary positions count latent frames from the start of the stream.
+The stock rotary table ends at the model's ``rope_max_seq_len``.
+So a stream *re-anchors* before it gets there; see :meth:`CausalStream.reanchor`.
+The past is forgotten, and the last few clean chunks are committed again from position 0.
+So an endless stream keeps going with the same recent context.
+For Wan that is what its window held.
+The oldest chunk, recommitted, replaces the old sink frames.
 """
 from __future__ import annotations
 
@@ -43,24 +46,28 @@ SHIFT = 5.0  # the flow shift Wan 2.1 and its causal students (Self-Forcing, Cau
 
 
 def warp_timesteps(timesteps: Sequence[float], shift: float = SHIFT) -> list[float]:
-    """Nominal timesteps (0..1000, e.g. ``[1000, 750, 500, 250]``) → the model timesteps a shifted flow
-    schedule gives them: ``t' = 1000 * shift * s / (1 + (shift - 1) * s)``, ``s = t / 1000`` (what
-    Self-Forcing's ``warp_denoising_step`` reads from the shifted scheduler table: 1000, 937.5, 833.3, 625
-    for shift 5). ``shift = 1`` leaves them as they are."""
+    """Nominal timesteps → the model timesteps a shifted flow schedule gives them.
+
+    Nominal ones run 0..1000, e.g. ``[1000, 750, 500, 250]``.
+    The map is ``t' = 1000 * shift * s / (1 + (shift - 1) * s)`` with ``s = t / 1000``.
+    Self-Forcing's ``warp_denoising_step`` reads the same from the shifted scheduler table.
+    For shift 5 it gives 1000, 937.5, 833.3, 625. ``shift = 1`` leaves them as they are.
+    """
     if not shift > 0:
         raise ValueError(f"shift={shift}; expected a positive number (5 for Wan 2.1 students, 1 for none)")
     return [1000.0 * shift * (t / 1000.0) / (1.0 + (shift - 1.0) * (t / 1000.0)) for t in timesteps]
 
 
 class CausalStream:
-    """One stream of latent chunks: a family's streamer behind one interface (:class:`WanStream`,
-    :class:`SanaStream` say how to generate, commit and count with it).
+    """One stream of latent chunks: a family's streamer behind one interface.
+
+    :class:`WanStream` and :class:`SanaStream` say how to generate, commit and count with it.
 
     Args:
         streamer: a :class:`~.wan.WanCausal` or :class:`~.sana.SanaVideoStream` installed in ``model``.
         model: the stock transformer.
         chunk_frames: latent frames per chunk.
-        anchor_chunks: clean chunks kept for :meth:`reanchor` (bounded memory: ``anchor_chunks`` chunks).
+        anchor_chunks: clean chunks kept for :meth:`reanchor`. Memory is bounded to ``anchor_chunks`` chunks.
     """
 
     def __init__(self, streamer, model: torch.nn.Module, *, chunk_frames: int, anchor_chunks: int) -> None:
@@ -82,11 +89,11 @@ class CausalStream:
     # ---- what a family's stream says --------------------------------------------------------------
     @property
     def frames_committed(self) -> int:
-        """Latent frames committed since the stream (or its last re-anchor) started."""
+        """Latent frames committed since the stream or its last re-anchor started."""
         raise NotImplementedError
 
     def past_nbytes(self) -> int:
-        """Bytes of the streamer's past (caches or sums)."""
+        """Bytes of the streamer's past: caches or sums."""
         raise NotImplementedError
 
     def _generate(self, noise, embeds, mask, timesteps, renoise, generator) -> torch.Tensor:
@@ -96,8 +103,10 @@ class CausalStream:
         raise NotImplementedError
 
     def warm_chunks(self) -> int:
-        """Chunks that take the stream through every state of its past (what a warm-up runs): 2 — the first
-        chunk (no past) and one with a past."""
+        """Chunks that take the stream through every state of its past. A warm-up runs them.
+
+        Here it is 2: the first chunk, with no past, and one with a past.
+        """
         return 2
 
     # ---- the stream -------------------------------------------------------------------------------
@@ -107,7 +116,7 @@ class CausalStream:
         self.recent = []
 
     def reanchor(self) -> None:
-        """Forget the past and commit the kept recent chunks again from position 0 (see the module docs)."""
+        """Forget the past and commit the kept recent chunks again from position 0; see the module docs."""
         self.streamer.reset()
         for clean, embeds, mask in self.recent:
             self._commit(clean, embeds, mask)
@@ -129,9 +138,13 @@ class CausalStream:
         renoise: bool = True,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The next chunk: ``noise [B, C, F, h, w]`` (the chunk at ``timesteps[0]``), ``prompt_embeds
-        [B, L, D]``, ``prompt_mask [B, L]`` (1 = keep; SANA reads it, Wan's padding is zeros) → the clean
-        chunk ``[B, C, F, h, w]``, committed to the past."""
+        """The next chunk, committed to the past.
+
+        Inputs are ``noise [B, C, F, h, w]``, ``prompt_embeds [B, L, D]`` and ``prompt_mask [B, L]``.
+        ``noise`` is the chunk at ``timesteps[0]``.
+        In the mask 1 means keep. SANA reads it; Wan's padding is zeros.
+        Returns the clean chunk ``[B, C, F, h, w]``.
+        """
         if self.frames_committed + self.chunk_frames > self.max_frames:
             self.reanchor()
         clean = self._generate(noise, prompt_embeds, prompt_mask, list(timesteps), renoise, generator)
@@ -140,7 +153,7 @@ class CausalStream:
 
 
 class WanStream(CausalStream):
-    """A :class:`~.wan.WanCausal` stream (the KV caches are its past; Wan reads no prompt mask)."""
+    """A :class:`~.wan.WanCausal` stream. The KV caches are its past. Wan reads no prompt mask."""
 
     @property
     def frames_committed(self) -> int:
@@ -157,14 +170,17 @@ class WanStream(CausalStream):
         self.streamer.commit(clean, embeds)
 
     def warm_chunks(self) -> int:
-        """Until the KV cache is full, each chunk attends over a longer past (its own compiled shape / CUDA graph):
-        the chunks that fill it, and one more."""
+        """The chunks that fill the KV cache, and one more.
+
+        Until the cache is full, each chunk attends over a longer past.
+        Each such chunk has its own compiled shape or CUDA graph.
+        """
         cache = self.streamer.caches[0]
         return -(-(cache.capacity_frames - cache.sink_frames) // self.chunk_frames) + 2
 
 
 class SanaStream(CausalStream):
-    """A :class:`~.sana.SanaVideoStream` stream (linear-attention sums and conv caches are its past)."""
+    """A :class:`~.sana.SanaVideoStream` stream. Linear-attention sums and conv caches are its past."""
 
     @property
     def frames_committed(self) -> int:
@@ -182,7 +198,7 @@ class SanaStream(CausalStream):
 
 
 class Family:
-    """What one model family needs to stream (subclasses fill it in)."""
+    """What one model family needs to stream. Subclasses fill it in."""
 
     name: str
     transformer_class: type
@@ -193,7 +209,7 @@ class Family:
         raise NotImplementedError
 
     def check(self, model: torch.nn.Module, where: str) -> None:
-        """Raise a ``ValueError`` naming ``where`` (the config file) if this model cannot be streamed."""
+        """Raise a ``ValueError`` naming ``where``, the config file, if this model cannot be streamed."""
         if not isinstance(model, self.transformer_class):
             raise ValueError(
                 f"{where}: the transformer is a {type(model).__name__}; the {self.name!r} family streams a "
@@ -208,15 +224,20 @@ class Family:
 
     def open(self, model: torch.nn.Module, *, latent_size: tuple[int, int], chunk_frames: int,
              **options) -> CausalStream:
-        """Install the block-causal attention and cache into ``model``; returns the stream."""
+        """Install the block-causal attention and cache into ``model``. Returns the stream."""
         raise NotImplementedError
 
 
 class WanFamily(Family):
     """Wan 2.1 (``WanTransformer3DModel``): block-causal KV-cache attention, Self-Forcing / CausVid style.
 
-    ``open`` options: ``cache_frames`` (12), ``sink_frames`` (chunk_frames), ``attention`` ``"sdpa" |
-    "monarch"``, ``backend``."""
+    ``open`` options:
+
+    - ``cache_frames``: 12 by default.
+    - ``sink_frames``: ``chunk_frames`` by default.
+    - ``attention``: ``"sdpa" | "monarch"``.
+    - ``backend``.
+    """
 
     name = "wan"
     transformer_class = WanTransformer3DModel
@@ -242,8 +263,11 @@ class WanFamily(Family):
 
 
 class SanaFamily(Family):
-    """SANA-Video (``SanaVideoTransformer3DModel``): block-linear attention with a constant-size state and a
-    block-causal feed-forward temporal conv (LongSANA style). ``open`` options: ``backend``."""
+    """SANA-Video (``SanaVideoTransformer3DModel``), LongSANA style.
+
+    It has block-linear attention with a constant-size state and a block-causal feed-forward temporal conv.
+    ``open`` options: ``backend``.
+    """
 
     name = "sana"
     transformer_class = SanaVideoTransformer3DModel

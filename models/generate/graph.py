@@ -33,8 +33,11 @@ __all__ = ["GenerateGraph", "build_generate_graph"]
 
 @dataclass
 class GenerateGraph:
-    """What :func:`build_generate_graph` made. ``decode.outputs["video"]`` is the video to connect to a sink;
-    ``frames`` is the number of video frames it will write (None: endless)."""
+    """What :func:`build_generate_graph` made.
+
+    ``decode.outputs["video"]`` is the video to connect to a sink.
+    ``frames`` is the number of video frames it will write; None means endless.
+    """
 
     graph: Graph
     source: Stage
@@ -44,18 +47,25 @@ class GenerateGraph:
     fps: float
 
     def warm(self) -> dict:
-        """Warm the model stages at this graph's shape before it starts (the model load's second half): dummy
-        chunks through the denoiser (every state of its cache) and the decoder, compiled graphs built and CUDA
-        graphs captured, so the first real chunk finds everything ready. Each runs in a thread of its own, as in
-        the graph, with the graph's memory policy: a thread's heap (glibc gives each its own) is then already
-        paged in when the session's stage threads take it over. Returns the seconds each took."""
+        """Warm the model stages at this graph's shape before it starts. This is the model load's second half.
+
+        Dummy chunks go through the denoiser, covering every state of its cache, and through the decoder.
+        Compiled graphs are built and CUDA graphs captured, so the first real chunk finds everything ready.
+        Each runs in a thread of its own, as in the graph, with the graph's memory policy.
+        glibc gives each thread its own heap.
+        So that heap is already paged in when the session's stage threads take it over.
+        Returns the seconds each took.
+        """
         keep_freed_memory()
         return dict(zip(("denoiser_s", "vae_decode_s"), in_threads(self.denoiser.warm, self.decode.warm)))
 
 
 def in_threads(*calls) -> list:
-    """Each of ``calls`` in a thread of its own, one after the other, every thread alive until all are done (so
-    each keeps its own malloc arena for the threads that come after); returns their results in order."""
+    """Each of ``calls`` in a thread of its own, one after the other. Returns their results in order.
+
+    Every thread stays alive until all are done.
+    So each keeps its own malloc arena for the threads that come after.
+    """
     results, errors = [None] * len(calls), []
     turn = [threading.Semaphore(0) for _ in calls] + [threading.Semaphore(0)]
     done = threading.Event()
@@ -106,18 +116,22 @@ def build_generate_graph(
     cuda_graphs: bool | None = None,
     **options,
 ) -> GenerateGraph:
-    """Build the graph (no sink) for ``chunks`` chunks (None: endless) of ``size = (height, width)`` video.
+    """Build the graph, without a sink, for ``chunks`` chunks of ``size = (height, width)`` video.
 
-    ``source``: a stage with a ``"video"`` output (``uint8 [H', W', 3]``) for video-to-video at ``strength``
-    (scaled to ``size`` when it differs); None: text-to-video from seeded noise.
-    ``source_in_flight``: the source's ``max_in_flight`` (live streams: a chunk that would run late is dropped
-    at the source). ``vae_runtime`` (:mod:`framegraph.models.runtime`): ``"torch"``, or ``"onnx"``: the causal VAE
-    decoder on ONNX Runtime (CPU, float32) from the export in ``onnx_dir`` (``framegraph export --generate``; a
-    missing or stale one raises :class:`~framegraph.models.onnx.ExportError`) with ``onnx_threads`` intra-op
-    threads (None: half the cores). ``denoiser_runtime``: ``"torch"`` or ``"compiled"`` (the transformer's blocks
-    compiled; on CUDA its steps replayed from CUDA graphs unless ``cuda_graphs=False``; ``vae_runtime="compiled"``
-    compiles the decoder). ``options``: the family's (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both:
-    ``backend``, the kernels' choice).
+    ``chunks`` None means endless.
+
+    - ``source``: a stage with a ``"video"`` output ``uint8 [H', W', 3]``, for video-to-video at ``strength``. It is
+      scaled to ``size`` when it differs. None: text-to-video from seeded noise.
+    - ``source_in_flight``: the source's ``max_in_flight``. In live streams a chunk that would run late is dropped at
+      the source.
+    - ``vae_runtime``: see :mod:`framegraph.models.runtime`. ``"torch"``, or ``"onnx"``: the causal VAE decoder on
+      ONNX Runtime, CPU, float32. It runs the export in ``onnx_dir``, made by ``framegraph export --generate``. A
+      missing or stale one raises :class:`~framegraph.models.onnx.ExportError`. ``onnx_threads`` sets its intra-op
+      threads; None is half the cores. ``"compiled"`` compiles the decoder.
+    - ``denoiser_runtime``: ``"torch"`` or ``"compiled"``. Compiled means the transformer's blocks are compiled. On
+      CUDA its steps are also replayed from CUDA graphs, unless ``cuda_graphs=False``.
+    - ``options``: the family's. Wan takes ``attention``, ``cache_frames`` and ``sink_frames``. Both take ``backend``,
+      the kernels' choice.
     """
     height, width = size
     latent_size = gm.latent_size(height, width)
@@ -171,5 +185,5 @@ def file_source(path: str, frames: int | None, fps: float) -> VideoFileSource:
 
 
 def default_dtype(device: str) -> torch.dtype:
-    """bf16 on CUDA (the Triton kernels' and the released checkpoints' precision), fp32 on the CPU."""
+    """bf16 on CUDA, the Triton kernels' and the released checkpoints' precision. fp32 on the CPU."""
     return torch.bfloat16 if torch.device(device).type == "cuda" else torch.float32

@@ -1,29 +1,36 @@
-"""The generate pipeline's causal VAE decoder (diffusers' ``AutoencoderKLWan``, Wan 2.1 / 2.2, SANA-Video) on
-ONNX Runtime: :func:`~framegraph.models.generate.vae.decode_chunk` exported with the decoder's temporal
-cache as explicit inputs and outputs.
+"""The generate pipeline's causal VAE decoder on ONNX Runtime.
 
-Files written by :func:`export_wan_vae` (shapes fixed per ``size = (H, W)`` and ``chunk_frames = F``, batch 1):
+The decoder is diffusers' ``AutoencoderKLWan``: Wan 2.1 / 2.2, SANA-Video.
+:func:`~framegraph.models.generate.vae.decode_chunk` is exported with the decoder's temporal cache as explicit inputs
+and outputs.
 
-- ``vae_first.onnx``: the stream's first chunk: ``z [1, z_dim, F, h, w]`` (VAE scale, what ``vae.decode``
-  takes) → ``frames [1, 3, 1 + r (F - 1), H, W]`` in [-1, 1] and the whole cache ``cache:feat_cache.<i>``.
-- ``vae_next.onnx``: every later chunk: ``z`` + the cache → ``frames [1, 3, r F, H, W]`` + the next cache
-  (``cache:feat_cache.<i>:out``).
+:func:`export_wan_vae` writes these files.
+Shapes are fixed per ``size = (H, W)`` and ``chunk_frames = F``, at batch 1.
 
-The cache: entry ``i`` of diffusers' ``feat_cache`` list (one per causal conv the decoder visits), the last 2
-frames of that conv's input, ``[1, C_i, 2, h_i, w_i]``. After the stream's first latent frame diffusers
-keeps only 1 frame per conv and a marker ``"Rep"`` for each temporal upsampler (whose conv then pads with
-zeros); :func:`steady_cache` writes that state as the 2-frame layout of every later chunk — a zero frame in
-front, zeros for ``"Rep"`` — which the decoder computes with identically (a causal conv pads the missing
-past with zeros either way), so one ``next`` graph serves every chunk after the first, whatever ``F``.
+- ``vae_first.onnx``: the stream's first chunk. ``z [1, z_dim, F, h, w]`` → ``frames [1, 3, 1 + r (F - 1), H, W]`` in
+  [-1, 1] and the whole cache ``cache:feat_cache.<i>``. ``z`` is at VAE scale, what ``vae.decode`` takes.
+- ``vae_next.onnx``: every later chunk. ``z`` + the cache → ``frames [1, 3, r F, H, W]`` + the next cache,
+  ``cache:feat_cache.<i>:out``.
 
-Export needs one change to the model: its upsamplers' ``nn.Upsample(scale_factor=2, mode="nearest-exact")``
-has no ONNX export in torch's exporter (``aten::_upsample_nearest_exact2d``); :class:`Nearest2x`
-computes the same thing (an exact copy of pixels, no arithmetic) with Expand + Reshape.
+The cache: entry ``i`` is entry ``i`` of diffusers' ``feat_cache`` list, one per causal conv the decoder visits.
+It holds the last 2 frames of that conv's input, ``[1, C_i, 2, h_i, w_i]``.
+After the stream's first latent frame diffusers keeps only 1 frame per conv.
+It keeps a marker ``"Rep"`` for each temporal upsampler, whose conv then pads with zeros.
+:func:`steady_cache` writes that state as the 2-frame layout of every later chunk.
+A zero frame goes in front, and zeros stand for ``"Rep"``.
+The decoder computes identically with it: a causal conv pads the missing past with zeros either way.
+So one ``next`` graph serves every chunk after the first, whatever ``F``.
 
-``manifest.json`` has the layout of every export (:mod:`framegraph.models.onnx.manifest`, format
-:data:`WAN_VAE_FORMAT`), its hash over the VAE's config and weights and the geometry (:func:`wan_vae_hash`);
-the runner is the streamed decoder every VAE shares, :class:`~framegraph.models.onnx.OrtVAEStream`, and
-:class:`OrtWanVAE` the engine of :class:`~.stages.CausalVAEDecode` on ONNX Runtime (``runtime="onnx"``).
+Export needs one change to the model.
+Its upsamplers' ``nn.Upsample(scale_factor=2, mode="nearest-exact")`` has no ONNX export in torch's exporter.
+The missing op is ``aten::_upsample_nearest_exact2d``.
+:class:`Nearest2x` computes the same thing with Expand + Reshape: an exact copy of pixels, no arithmetic.
+
+``manifest.json`` has the layout of every export; see :mod:`framegraph.models.onnx.manifest`.
+Its format is :data:`WAN_VAE_FORMAT`.
+It also has its hash over the VAE's config, weights and the geometry; see :func:`wan_vae_hash`.
+The runner is :class:`~framegraph.models.onnx.OrtVAEStream`, the streamed decoder every VAE shares.
+:class:`OrtWanVAE` is the engine of :class:`~.stages.CausalVAEDecode` on ONNX Runtime, ``runtime="onnx"``.
 """
 from __future__ import annotations
 
@@ -44,9 +51,12 @@ PARTS = ("vae_first", "vae_next")
 
 
 class Nearest2x(nn.Module):
-    """``[N, C, H, W]`` → ``[N, C, 2H, 2W]``, every pixel repeated 2 × 2: what ``nn.Upsample(scale_factor=2,
-    mode="nearest-exact")`` computes (for a factor of 2, nearest-exact's source index ``floor((i + 0.5) / 2)``
-    is ``i // 2``), written as Expand + Reshape, which export to ONNX."""
+    """``[N, C, H, W]`` → ``[N, C, 2H, 2W]``, every pixel repeated 2 × 2.
+
+    That is what ``nn.Upsample(scale_factor=2, mode="nearest-exact")`` computes.
+    For a factor of 2, nearest-exact's source index ``floor((i + 0.5) / 2)`` is ``i // 2``.
+    It is written as Expand + Reshape, which export to ONNX.
+    """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         n, c, h, w = x.shape
@@ -54,7 +64,7 @@ class Nearest2x(nn.Module):
 
 
 def exportable(vae):
-    """A float32 copy of ``vae`` whose 2× nearest-exact upsamplers are :class:`Nearest2x` (``vae`` is untouched)."""
+    """A float32 copy of ``vae`` whose 2× nearest-exact upsamplers are :class:`Nearest2x`. ``vae`` is untouched."""
     vae = copy.deepcopy(vae).float().eval()
     for module in list(vae.modules()):
         for name, child in module.named_children():
@@ -69,7 +79,7 @@ def exportable(vae):
 
 
 def latent_size(vae, size: tuple[int, int]) -> tuple[int, int]:
-    """Pixels ``(H, W)`` → latent ``(h, w)`` of ``vae`` (raises for a size it does not tile)."""
+    """Pixels ``(H, W)`` → latent ``(h, w)`` of ``vae``. Raises for a size it does not tile."""
     s = vae.config.scale_factor_spatial
     height, width = size
     if height <= 0 or width <= 0 or height % s or width % s:
@@ -78,15 +88,21 @@ def latent_size(vae, size: tuple[int, int]) -> tuple[int, int]:
 
 
 def wan_vae_hash(vae, size: tuple[int, int], chunk_frames: int) -> str:
-    """sha256 over what an export depends on: the VAE's config (diffusers' bookkeeping keys, such as the
-    folder it was loaded from, left out) and weights, the frame size and the chunk length."""
+    """sha256 over what an export depends on.
+
+    That is the VAE's config and weights, the frame size and the chunk length.
+    Diffusers' bookkeeping keys in the config are left out, such as the folder it was loaded from.
+    """
     return weights_hash({"size_hw": list(size), "chunk_frames": int(chunk_frames)}, {"vae": vae})
 
 
 def steady_cache(feat_cache: list, shapes: dict[int, tuple[int, ...]]) -> list[torch.Tensor]:
-    """``feat_cache`` (a :class:`~framegraph.models.generate.vae.WanDecodeState`'s) as the cache layout of the
-    stream's later chunks: entry ``i`` of each key of ``shapes`` as a ``shapes[i]`` (2-frame) tensor — 1-frame
-    entries with a zero frame in front, ``"Rep"`` as zeros (see the module docs)."""
+    """``feat_cache`` as the cache layout of the stream's later chunks.
+
+    ``feat_cache`` is a :class:`~framegraph.models.generate.vae.WanDecodeState`'s.
+    Entry ``i`` of each key of ``shapes`` becomes a 2-frame ``shapes[i]`` tensor.
+    1-frame entries get a zero frame in front, and ``"Rep"`` becomes zeros; see the module docs.
+    """
     out = []
     for i, shape in shapes.items():
         t = feat_cache[i]
@@ -100,7 +116,7 @@ def steady_cache(feat_cache: list, shapes: dict[int, tuple[int, ...]]) -> list[t
 
 
 def cache_shapes(vae, latent_hw: tuple[int, int], chunk_frames: int) -> dict[int, tuple[int, ...]]:
-    """``{feat_cache index: shape}`` of the cache between two later chunks (decoded once here, on zeros)."""
+    """``{feat_cache index: shape}`` of the cache between two later chunks. Decoded once here, on zeros."""
     z = torch.zeros(1, vae.config.z_dim, chunk_frames, *latent_hw)
     _, state = decode_chunk(vae, z)
     _, state = decode_chunk(vae, z, state)  # two chunks: at least 2 latent frames, every entry 2 frames
@@ -112,7 +128,8 @@ def cache_key(i: int) -> str:
 
 
 class WanDecodeFirst(nn.Module):
-    """``z`` → ``(frames, *cache)``: :func:`decode_chunk` of a stream's first chunk, the cache in the steady layout."""
+    """``z`` → ``(frames, *cache)``: :func:`decode_chunk` of a stream's first chunk, the cache in the steady layout.
+    """
 
     def __init__(self, vae, shapes: dict[int, tuple[int, ...]]):
         super().__init__()
@@ -141,9 +158,13 @@ class WanDecodeNext(nn.Module):
 
 @torch.no_grad()
 def export_wan_vae(vae, out_dir: str, *, size: tuple[int, int], chunk_frames: int, source: str | None = None) -> dict:
-    """Write ``vae_first.onnx``, ``vae_next.onnx`` and ``manifest.json`` of ``vae`` (an ``AutoencoderKLWan``)
-    for frames of ``size = (H, W)`` decoded ``chunk_frames`` latent frames at a time into ``out_dir``;
-    returns the manifest. ``source``: where the VAE came from (recorded, for the stale-export message)."""
+    """Write ``vae_first.onnx``, ``vae_next.onnx`` and ``manifest.json`` of ``vae`` into ``out_dir``. Returns the
+    manifest.
+
+    ``vae`` is an ``AutoencoderKLWan``.
+    The export is for frames of ``size = (H, W)``, decoded ``chunk_frames`` latent frames at a time.
+    ``source`` says where the VAE came from. It is recorded for the stale-export message.
+    """
     require_onnx()
     if chunk_frames < 1:
         raise ValueError(f"chunk_frames={chunk_frames}; expected a positive number of latent frames")
@@ -187,15 +208,20 @@ def export_command(model: str, size: tuple[int, int], chunk_frames: int, out: st
 
 
 def default_wan_onnx_dir(model_dir: str, size: tuple[int, int], chunk_frames: int) -> str:
-    """Where ``framegraph export --generate`` puts an export by default and ``--runtime onnx`` looks:
-    ``MODEL_DIR/onnx/vae_<H>x<W>_f<F>`` (one per size and chunk length)."""
+    """Where ``framegraph export --generate`` puts an export by default and ``--runtime onnx`` looks.
+
+    It is ``MODEL_DIR/onnx/vae_<H>x<W>_f<F>``, one per size and chunk length.
+    """
     return os.path.join(model_dir, "onnx", f"vae_{size[0]}x{size[1]}_f{chunk_frames}")
 
 
 def load_wan_manifest(export_dir: str, vae, *, size: tuple[int, int], chunk_frames: int,
                       model: str = "MODEL_DIR") -> dict:
-    """The manifest of ``export_dir``, checked against ``vae``, ``size`` and ``chunk_frames`` (raises
-    :class:`~framegraph.models.onnx.ExportError` naming the export command; ``model``: the folder to name in it)."""
+    """The manifest of ``export_dir``, checked against ``vae``, ``size`` and ``chunk_frames``.
+
+    Raises :class:`~framegraph.models.onnx.ExportError` naming the export command.
+    ``model`` is the folder to name in it.
+    """
     default = os.path.normpath(export_dir) == os.path.normpath(default_wan_onnx_dir(model, size, chunk_frames))
     hint = f"run `{export_command(model, size, chunk_frames, None if default else export_dir)}`"
     return check_manifest(export_dir, fmt=WAN_VAE_FORMAT, want_hash=wan_vae_hash(vae, size, chunk_frames),
@@ -204,7 +230,7 @@ def load_wan_manifest(export_dir: str, vae, *, size: tuple[int, int], chunk_fram
 
 
 class WanVAEExport(CheckedExport):
-    """An export directory checked against ``vae``, ``size`` and ``chunk_frames`` (:func:`load_wan_manifest`)."""
+    """An export directory checked against ``vae``, ``size`` and ``chunk_frames`` by :func:`load_wan_manifest`."""
 
     def __init__(self, export_dir: str, vae, *, size: tuple[int, int], chunk_frames: int, model: str = "MODEL_DIR"):
         super().__init__(export_dir, load_wan_manifest(export_dir, vae, size=size, chunk_frames=chunk_frames,
@@ -212,16 +238,19 @@ class WanVAEExport(CheckedExport):
         self.vae = vae
 
     def stream(self, threads: int = 1) -> OrtVAEStream:
-        """A fresh :class:`~framegraph.models.onnx.OrtVAEStream` of the two graphs (``threads`` intra-op threads
-        each)."""
+        """A fresh :class:`~framegraph.models.onnx.OrtVAEStream` of the two graphs, ``threads`` intra-op threads each.
+        """
         return OrtVAEStream(self.graph("vae_first", threads), self.graph("vae_next", threads), self.manifest["files"])
 
 
 class OrtWanVAE:
-    """The :class:`~.stages.CausalVAEEngine` on ONNX Runtime (float32, CPU): the export in ``export_dir``
-    (:func:`export_wan_vae` of ``vae`` at this frame size and ``chunk_frames``; a missing or stale one raises
-    :class:`~framegraph.models.onnx.ExportError` naming the export command, with ``model`` as the folder in
-    it), the decoder's cache bound in place between chunks."""
+    """The :class:`~.stages.CausalVAEEngine` on ONNX Runtime, float32 on the CPU.
+
+    It runs the export in ``export_dir``: :func:`export_wan_vae` of ``vae`` at this frame size and ``chunk_frames``.
+    A missing or stale one raises :class:`~framegraph.models.onnx.ExportError` naming the export command.
+    ``model`` is the folder named in it.
+    The decoder's cache is bound in place between chunks.
+    """
 
     def __init__(self, vae, export_dir: str, *, size: tuple[int, int], chunk_frames: int, threads: int | None = None,
                  model: str = "MODEL_DIR"):
@@ -238,7 +267,7 @@ class OrtWanVAE:
 
 def onnx_vae_engine(*, export_dir: str | None, size: tuple[int, int], chunk_frames: int, device: str,
                     dtype: torch.dtype, threads: int | None = None, model: str = "MODEL_DIR"):
-    """``engine(vae)`` → :class:`OrtWanVAE` from ``export_dir`` (float32 on the CPU only)."""
+    """``engine(vae)`` → :class:`OrtWanVAE` from ``export_dir``. Float32 on the CPU only."""
     if export_dir is None:
         raise ValueError("the VAE decoder on runtime 'onnx' needs the folder `framegraph export --generate` wrote")
     if dtype != torch.float32 or torch.device(device).type != "cpu":

@@ -1,17 +1,19 @@
-"""Prompt embeddings for the video models: from the checkpoint's own text encoder or from a file, cached per prompt.
+"""Prompt embeddings for the video models, cached per prompt.
 
-A :class:`PromptBook` turns a prompt into what the transformer's cross-attention reads, ``embeds float32
-[L, D]`` and ``mask float32 [L]`` (1 = a real token), always ``L = max_tokens`` rows (zero-padded, so a
-stage's port has one shape):
+They come from the checkpoint's own text encoder or from a file.
+A :class:`PromptBook` turns a prompt into what the transformer's cross-attention reads.
+That is ``embeds float32 [L, D]`` and ``mask float32 [L]``, where 1 marks a real token.
+There are always ``L = max_tokens`` rows, zero-padded, so a stage's port has one shape.
 
-- text, with the folder's ``text_encoder/`` + ``tokenizer/`` (transformers; Wan 2.1: UMT5-XXL, SANA-Video:
-  Gemma 2): tokenised to ``max_tokens``, encoded, the rows after the prompt's tokens set to zero (as
-  diffusers' ``WanPipeline`` does). The prompt is encoded as given: diffusers' ``SanaVideoPipeline`` by
-  default prefixes a long "complex human instruction", which is not done here;
-- a ``.safetensors`` file holding ``prompt_embeds [L, D]`` (or ``[1, L, D]``) and optionally
-  ``prompt_attention_mask [L]`` — for folders without a text encoder, or to skip loading one.
+- text, with the folder's ``text_encoder/`` + ``tokenizer/``, run by transformers. Wan 2.1 uses UMT5-XXL; SANA-Video
+  uses Gemma 2. The text is tokenised to ``max_tokens`` and encoded. The rows after the prompt's tokens are set to
+  zero, as diffusers' ``WanPipeline`` does. The prompt is encoded as given. Diffusers' ``SanaVideoPipeline`` by
+  default prefixes a long "complex human instruction"; that is not done here.
+- a ``.safetensors`` file holding ``prompt_embeds [L, D]`` or ``[1, L, D]``, and optionally ``prompt_attention_mask
+  [L]``. It serves folders without a text encoder, or skips loading one.
 
-Each distinct prompt is encoded once (``cache``, at most ``cache_size`` entries, oldest dropped).
+Each distinct prompt is encoded once.
+``cache`` holds at most ``cache_size`` entries; the oldest is dropped.
 """
 from __future__ import annotations
 
@@ -26,8 +28,11 @@ __all__ = ["PromptBook", "load_prompt_embeds"]
 
 
 def load_prompt_embeds(path: str, text_dim: int, max_tokens: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """Read ``prompt_embeds`` (``[L, D]`` or ``[1, L, D]``) and optional ``prompt_attention_mask`` from a
-    safetensors file; returns ``(embeds float32 [L', D], mask float32 [L'])``, ``L' = max_tokens or L``."""
+    """Read ``prompt_embeds`` and optional ``prompt_attention_mask`` from a safetensors file.
+
+    ``prompt_embeds`` is ``[L, D]`` or ``[1, L, D]``.
+    Returns ``(embeds float32 [L', D], mask float32 [L'])`` with ``L' = max_tokens or L``.
+    """
     if not os.path.isfile(path):
         raise FileNotFoundError(f"prompt embeddings {path}: no such file; expected a .safetensors file with a "
                                 f"'prompt_embeds' tensor [L, {text_dim}]")
@@ -62,14 +67,14 @@ def _fit(embeds: torch.Tensor, mask: torch.Tensor, rows: int) -> tuple[torch.Ten
 
 
 class PromptBook:
-    """Prompts → ``(embeds [L, D], mask [L])`` on ``device`` (see the module docs).
+    """Prompts → ``(embeds [L, D], mask [L])`` on ``device``; see the module docs.
 
     Args:
-        text_dim: ``D``, the model's text width (checked against the encoder and files).
-        max_tokens: ``L`` (Wan 2.1 was trained with 512, SANA-Video with 300).
-        folder: a diffusers folder with ``text_encoder/`` and ``tokenizer/`` (None: files only).
+        text_dim: ``D``, the model's text width. It is checked against the encoder and files.
+        max_tokens: ``L``. Wan 2.1 was trained with 512, SANA-Video with 300.
+        folder: a diffusers folder with ``text_encoder/`` and ``tokenizer/``. None: files only.
         device / dtype: where the text encoder runs and the embeddings are returned, and their precision.
-        encoder_dtype: the text encoder's precision (bf16 on a GPU: Wan's UMT5-XXL is 5.7 B parameters).
+        encoder_dtype: the text encoder's precision. Use bf16 on a GPU: Wan's UMT5-XXL has 5.7 B parameters.
     """
 
     def __init__(self, text_dim: int, max_tokens: int, *, folder: str | None = None, device: str = "cpu",
@@ -88,7 +93,7 @@ class PromptBook:
         return self.folder is not None and os.path.isdir(os.path.join(self.folder, "text_encoder"))
 
     def file(self, path: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embeddings precomputed in a safetensors file (see :func:`load_prompt_embeds`), cached by path."""
+        """Embeddings precomputed in a safetensors file, cached by path; see :func:`load_prompt_embeds`."""
         key = f"file:{os.path.abspath(path)}"
         if key not in self.cache:
             embeds, mask = load_prompt_embeds(path, self.text_dim, self.max_tokens)
@@ -96,7 +101,7 @@ class PromptBook:
         return self._get(key)
 
     def text(self, prompt: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """Embeddings of ``prompt`` from the folder's text encoder (encoded once, then cached)."""
+        """Embeddings of ``prompt`` from the folder's text encoder, encoded once and then cached."""
         if not isinstance(prompt, str):
             raise ValueError(f"prompt {prompt!r}: expected a string")
         key = f"text:{prompt}"

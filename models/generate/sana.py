@@ -1,34 +1,39 @@
-"""The SANA-Video family streamed block by block with a constant-size state (LongSANA style).
+"""The SANA-Video family streamed block by block with a constant-size state, LongSANA style.
 
-The model is the stock ``diffusers.SanaVideoTransformer3DModel``; :class:`SanaVideoStream` changes two
-things inside it and holds nothing else:
+The model is the stock ``diffusers.SanaVideoTransformer3DModel``.
+:class:`SanaVideoStream` changes two things inside it and holds nothing else:
 
-- every self-attention gets a stateful :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor`
-  (block-causal ReLU linear attention whose past is a fixed-size sum per layer) and ``model.rope`` a
-  :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed` (frame positions continue across calls);
-- every feed-forward's temporal convolution (``GLUMBTempConv.conv_temp``, a centred ``(k, 1)`` conv over
-  latent frames) becomes a :class:`BlockCausalTemporalConv`: the same weights, but a frame sees its
-  neighbours only inside its own block and the last ``k // 2`` frames before it; the frames after a block
-  are zeros. The last ``k // 2`` frames of the committed stream are its cache (``[B, C, k // 2, N]``).
+- every self-attention gets a stateful :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor`. It is
+  block-causal ReLU linear attention whose past is a fixed-size sum per layer. ``model.rope`` becomes a
+  :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed`, so frame positions continue across calls.
+- every feed-forward's temporal convolution becomes a :class:`BlockCausalTemporalConv`. The stock one is
+  ``GLUMBTempConv.conv_temp``, a centred ``(k, 1)`` conv over latent frames. The weights stay the same. But a frame
+  sees its neighbours only inside its own block and the last ``k // 2`` frames before it. The frames after a block are
+  zeros. The last ``k // 2`` frames of the committed stream are its cache, ``[B, C, k // 2, N]``.
 
-A block is ``frames_per_block`` latent frames. Both the attention and the convolution are then causal
-across blocks and bidirectional inside one, so a stream fed a whole number of blocks per call computes
-exactly what the same model computes over the whole sequence at once (``tests/test_generate_sana_vae.py``).
+A block is ``frames_per_block`` latent frames.
+Both the attention and the convolution are then causal across blocks and bidirectional inside one.
+So a stream fed a whole number of blocks per call computes exactly what the model computes over the whole sequence.
+``tests/test_generate_sana_vae.py`` checks this.
 
-State semantics (those of the processors): a pass with ``commit=False`` (a denoising step) reads the
-past and leaves it as it was; a pass with ``commit=True`` (the pass over the clean chunk, at ``t = 0``)
-appends the chunk to it. :meth:`SanaVideoStream.reset` forgets the stream. The state's size does not
-depend on how long the stream has run (:meth:`SanaVideoStream.state_nbytes`); the frame positions do: a
-stream longer than the model's ``rope_max_seq_len`` latent frames is refused with a ``ValueError``
-(``StreamingRotaryPosEmbed``) and must be reset.
+State semantics are those of the processors.
+A pass with ``commit=False``, a denoising step, reads the past and leaves it as it was.
+A pass with ``commit=True`` appends the chunk to it. That is the pass over the clean chunk, at ``t = 0``.
+:meth:`SanaVideoStream.reset` forgets the stream.
+The state's size does not depend on how long the stream has run; see :meth:`SanaVideoStream.state_nbytes`.
+The frame positions do.
+A stream longer than the model's ``rope_max_seq_len`` latent frames is refused with a ``ValueError``.
+``StreamingRotaryPosEmbed`` raises it, and the stream must be reset.
 
-**This is a model change.** The stock model's ``conv_temp`` reads the next frame; here the last frame of
-each block reads zeros instead (exactly as at the end of a stock clip), and attention cannot see later
-blocks. A checkpoint trained for the stock, bidirectional model (the released SANA-Video weights) runs,
-but it was not trained for this and its output degrades, most at block boundaries. Weights trained
-causally this way (LongSANA's chunk-causal students: its ``CachedGLUMBConvTemp`` prepends the cached
-last frame and pads the future with zeros, as here) stream as trained; ``frames_per_block`` must then be
-the chunk size they were trained with.
+**This is a model change.** The stock model's ``conv_temp`` reads the next frame.
+Here the last frame of each block reads zeros instead, exactly as at the end of a stock clip.
+Attention cannot see later blocks.
+A checkpoint trained for the stock, bidirectional model runs, such as the released SANA-Video weights.
+But it was not trained for this, and its output degrades, most at block boundaries.
+Weights trained causally this way stream as trained.
+LongSANA's chunk-causal students are such weights.
+Its ``CachedGLUMBConvTemp`` prepends the cached last frame and pads the future with zeros, as here.
+``frames_per_block`` must then be the chunk size they were trained with.
 
 Use::
 
@@ -60,17 +65,18 @@ NUM_TRAIN_TIMESTEPS = 1000  # diffusers' FlowMatchEulerDiscreteScheduler: model 
 class BlockCausalTemporalConv(torch.nn.Module):
     """Drop-in for ``GLUMBTempConv.conv_temp``: the stock conv's weights, causal across blocks of frames.
 
-    For the frames of one block (``frames_per_block`` consecutive frames, counted from the first frame
-    of the call) the output is the stock convolution of ``[last k//2 frames before the block, the block,
-    k//2 zero frames]``: neighbours inside the block and in the past, never after the block.
+    A block is ``frames_per_block`` consecutive frames, counted from the first frame of the call.
+    For its frames the output is the stock convolution of ``[last k//2 frames before the block, the block, k//2 zero
+    frames]``.
+    So a frame sees neighbours inside the block and in the past, never after the block.
 
     Args:
-        conv: the stock ``nn.Conv2d`` (kernel ``(k, 1)``, ``k`` odd, padding ``(k // 2, 0)``, stride 1),
-            kept as ``self.conv`` and used as is.
-        frames_per_block: frames per block (a call must hold whole blocks).
-        stateful: carry the last ``k // 2`` frames of committed input from call to call in ``self.cache``
-            (``[B, C, k // 2, N]``, detached). ``False``: every call starts from an empty (zero) past.
-        update_state: when ``stateful``, commit this call's frames to the cache (``False``: read only).
+        conv: the stock ``nn.Conv2d``, kept as ``self.conv`` and used as is. Its kernel is ``(k, 1)`` with ``k`` odd,
+            padding ``(k // 2, 0)`` and stride 1.
+        frames_per_block: frames per block. A call must hold whole blocks.
+        stateful: carry the last ``k // 2`` frames of committed input from call to call in ``self.cache``. The cache
+            is ``[B, C, k // 2, N]``, detached. ``False``: every call starts from an empty, zero past.
+        update_state: when ``stateful``, commit this call's frames to the cache. ``False``: read only.
     """
 
     def __init__(self, conv: torch.nn.Conv2d, frames_per_block: int, *, stateful: bool = True,
@@ -98,7 +104,7 @@ class BlockCausalTemporalConv(torch.nn.Module):
         self.cache = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """x ``[B, C, F, N]`` (``N`` = height * width) -> ``[B, C, F, N]``."""
+        """x ``[B, C, F, N]`` -> ``[B, C, F, N]``, with ``N`` = height * width."""
         batch, channels, frames, tokens = x.shape
         if frames % self.frames_per_block:
             raise ValueError(
@@ -132,7 +138,10 @@ def install_block_causal_convs(
     model: torch.nn.Module, frames_per_block: int, **kwargs
 ) -> dict[str, BlockCausalTemporalConv]:
     """Replace every ``GLUMBTempConv.conv_temp`` in ``model`` with its own ``BlockCausalTemporalConv(conv,
-    frames_per_block, **kwargs)`` (installing again rewraps the stock conv). Returns them by module name."""
+    frames_per_block, **kwargs)``.
+
+    Installing again rewraps the stock conv. Returns them by module name.
+    """
     installed = {}
     feed_forwards = [(name, m) for name, m in model.named_modules() if type(m).__name__ == "GLUMBTempConv"]
     for name, module in feed_forwards:
@@ -145,14 +154,18 @@ def install_block_causal_convs(
 
 
 def sigmas_from_timesteps(timesteps: Sequence[float]) -> torch.Tensor:
-    """Model timesteps (``0 < t <= 1000``, strictly decreasing, e.g. ``[1000, 750, 500, 250]``) -> the
-    sampler's schedule ``float32 [steps + 1]``: ``t / 1000`` then ``0`` (the clean end)."""
+    """Model timesteps -> the sampler's schedule ``float32 [steps + 1]``: ``t / 1000``, then ``0`` for the clean end.
+
+    Timesteps satisfy ``0 < t <= 1000`` and strictly decrease, e.g. ``[1000, 750, 500, 250]``.
+    """
     return torch.tensor(host_sigmas(timesteps), dtype=torch.float32)
 
 
 def host_sigmas(timesteps: Sequence[float]) -> list[float]:
-    """:func:`sigmas_from_timesteps` as Python floats (float32 values): what the sampler takes, so no step reads a
-    tensor back (checks and error messages are the same)."""
+    """:func:`sigmas_from_timesteps` as Python floats of float32 values. The sampler takes these.
+
+    So no step reads a tensor back. Checks and error messages are the same.
+    """
     values = [float(t) for t in timesteps] if isinstance(timesteps, (list, tuple)) else None
     if not values:
         raise ValueError(f"timesteps={timesteps!r}; expected a non-empty list of numbers such as [1000, 750, 500, 250]")
@@ -167,14 +180,14 @@ def host_sigmas(timesteps: Sequence[float]) -> list[float]:
 class SanaVideoStream:
     """A stock ``SanaVideoTransformer3DModel`` generating latent video block by block, endlessly.
 
-    Installs the streaming processors, rotary table and :class:`BlockCausalTemporalConv` s into ``model``
-    (see the module docs: a model change). Every chunk passed in must be whole blocks of latent frames
-    of ``latent_size``.
+    It installs the streaming processors, rotary table and :class:`BlockCausalTemporalConv` s into ``model``.
+    See the module docs: this is a model change.
+    Every chunk passed in must be whole blocks of latent frames of ``latent_size``.
 
     Args:
-        model: the stock model (eval mode; any float dtype and device).
-        latent_size: ``(height, width)`` of the latent frames (pixels / the VAE's spatial factor).
-        frames_per_block: latent frames per causal block (the chunk size a causal checkpoint was trained with).
+        model: the stock model in eval mode, any float dtype and device.
+        latent_size: ``(height, width)`` of the latent frames: pixels / the VAE's spatial factor.
+        frames_per_block: latent frames per causal block. Use the chunk size a causal checkpoint was trained with.
         backend: attention kernel backend, ``"auto" | "triton" | "torch"``.
     """
 
@@ -211,19 +224,24 @@ class SanaVideoStream:
     # ------------------------------------------------------------------ state
 
     def reset(self) -> None:
-        """Forget the stream (barge-in, new prompt session): the next chunk starts at frame 0, empty past."""
+        """Forget the stream, on barge-in or a new prompt session.
+
+        The next chunk starts at frame 0 with an empty past.
+        """
         reset_block_linear_state(self.processors)
         for conv in self.convs.values():
             conv.reset()
 
     @property
     def frames_committed(self) -> int:
-        """Latent frames committed to the stream so far (the next chunk's first frame position)."""
+        """Latent frames committed to the stream so far: the next chunk's first frame position."""
         return next(iter(self.processors.values())).tokens_seen // self.tokens_per_frame
 
     def graph_key(self) -> tuple:
-        """What a captured velocity call depends on besides its inputs: where the past lives (None before the
-        first commit; the storage is kept from then on until :meth:`reset`)."""
+        """What a captured velocity call depends on besides its inputs: where the past lives.
+
+        It is None before the first commit. From then on the storage is kept until :meth:`reset`.
+        """
         state = next(iter(self.processors.values())).state
         conv = next(iter(self.convs.values())).cache
         return ("sana", None if state is None else state.kv.data_ptr(), None if conv is None else conv.data_ptr())
@@ -278,9 +296,12 @@ class SanaVideoStream:
     @torch.no_grad()
     def velocity(self, latents: torch.Tensor, sigma: torch.Tensor | float, prompt_embeds: torch.Tensor,
                  prompt_mask: torch.Tensor | None = None) -> torch.Tensor:
-        """A read-only pass (a denoising step): ``latents [B, C, F, H, W]`` at noise level ``sigma`` (scalar
-        or ``[B]``, in ``[0, 1]``), ``prompt_embeds [B, L, caption_channels]``, ``prompt_mask [B, L]`` (1 =
-        keep). Returns the predicted flow velocity ``[B, C, F, H, W]``; the past is unchanged."""
+        """A read-only pass, as in a denoising step. Returns the predicted flow velocity ``[B, C, F, H, W]``.
+
+        ``latents [B, C, F, H, W]`` are at noise level ``sigma``, a scalar or ``[B]`` in ``[0, 1]``.
+        ``prompt_embeds`` is ``[B, L, caption_channels]``. In ``prompt_mask [B, L]`` 1 means keep.
+        The past is unchanged.
+        """
         return self._forward(latents, sigma, prompt_embeds, prompt_mask, commit=False)
 
     @torch.no_grad()
@@ -299,20 +320,20 @@ class SanaVideoStream:
         renoise: bool = False,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The next chunk of the stream: few-step flow matching from ``noise`` then a commit pass.
+        """The next chunk of the stream: few-step flow matching from ``noise``, then a commit pass.
 
         Args:
-            noise: ``[B, C, F, H, W]`` the chunk at its first timestep (pure noise for text-to-video; for
-                video-to-video, input latents noised to that timestep). ``F`` whole blocks.
-            prompt_embeds: ``[B, L, caption_channels]``; may differ from chunk to chunk.
+            noise: ``[B, C, F, H, W]``, the chunk at its first timestep. ``F`` is whole blocks. For text-to-video it
+                is pure noise. For video-to-video it is input latents noised to that timestep.
+            prompt_embeds: ``[B, L, caption_channels]``. May differ from chunk to chunk.
             timesteps: model timesteps, strictly decreasing in ``(0, 1000]``, one per model evaluation.
-            prompt_mask: ``[B, L]`` (1 = keep), or ``None``.
-            renoise: a distilled few-step model's sampler (CausVid / Self-Forcing / LCM): estimate the clean
-                chunk and noise it again to the next timestep with fresh noise from ``generator``; ``False``:
-                deterministic Euler steps (see :func:`framegraph.models.sampler.sample_euler`).
+            prompt_mask: ``[B, L]`` with 1 meaning keep, or ``None``.
+            renoise: a distilled few-step model's sampler, as in CausVid / Self-Forcing / LCM. It estimates the clean
+                chunk and noises it again to the next timestep with fresh noise from ``generator``. ``False``:
+                deterministic Euler steps; see :func:`framegraph.models.sampler.sample_euler`.
 
         Returns:
-            the clean chunk ``[B, C, F, H, W]`` (the model's latent space), now part of the stream's past.
+            the clean chunk ``[B, C, F, H, W]`` in the model's latent space, now part of the stream's past.
         """
         sigmas = host_sigmas(timesteps)
         self._check(noise, prompt_embeds)

@@ -3,14 +3,17 @@
     text-to-video:   NoiseSource ──latent──▶ CausalDenoiser ──latent──▶ CausalVAEDecode ──video──▶ encoder / sink
     video-to-video:  video source ──video──▶ VAEEncode ──latent──▶ CausalDenoiser (strength < 1) ──▶ ...
 
-A ``latent`` frame is one chunk: ``float32 [C, F, h, w]`` (``F = chunk_frames`` latent frames, the
-transformer's latent space) on the model's device. Video frames are ``uint8 [H, W, 3]`` RGB on the CPU,
-one per frame of the ring. The causal VAE turns the stream's first latent frame into one video frame and
-every later one into ``r = scale_factor_temporal`` (4), so chunk ``k`` covers video frames
-``[first_frame(k), first_frame(k + 1))`` (:func:`first_frame`); its ``pts`` is that of its first video frame.
+A ``latent`` frame is one chunk: ``float32 [C, F, h, w]`` on the model's device.
+``F = chunk_frames`` latent frames, in the transformer's latent space.
+Video frames are ``uint8 [H, W, 3]`` RGB on the CPU, one per frame of the ring.
+The causal VAE turns the stream's first latent frame into one video frame.
+It turns every later one into ``r = scale_factor_temporal`` frames, 4.
+So chunk ``k`` covers video frames ``[first_frame(k), first_frame(k + 1))``; see :func:`first_frame`.
+Its ``pts`` is that of its first video frame.
 
-The prompt lives in the denoiser, not on a port: :meth:`CausalDenoiser.set_prompt` (any thread) is used
-from the next chunk the denoiser starts, whatever is already queued in the rings.
+The prompt lives in the denoiser, not on a port.
+:meth:`CausalDenoiser.set_prompt` may be called from any thread.
+The prompt is used from the next chunk the denoiser starts, whatever is already queued in the rings.
 """
 from __future__ import annotations
 
@@ -39,9 +42,12 @@ STRENGTH_MEANING = ("how much of the input video to change: the noise level it i
 
 
 def check_strength(value) -> float:
-    """The video-to-video ``strength`` (see :data:`STRENGTH_MEANING`) as a float; ``ValueError`` naming the value
-    otherwise. The one check behind ``framegraph generate --strength``, the server's ``strength`` option and
-    :class:`CausalDenoiser`."""
+    """The video-to-video ``strength`` as a float; see :data:`STRENGTH_MEANING`.
+
+    Otherwise raises ``ValueError`` naming the value.
+    It is the one check behind ``framegraph generate --strength``, the server's ``strength`` option and
+    :class:`CausalDenoiser`.
+    """
     ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0.0 < value <= 1.0
     if not ok:
         raise ValueError(f"strength={value!r}; expected a number in (0, 1]: {STRENGTH_MEANING}")
@@ -54,8 +60,10 @@ def _synchronize(device: str) -> None:
 
 
 def first_frame(chunk: int, chunk_frames: int, r: int) -> int:
-    """Index of the first video frame of chunk ``chunk`` (the VAE decodes latent frame 0 to 1 frame, later ones to
-    ``r``)."""
+    """Index of the first video frame of chunk ``chunk``.
+
+    The VAE decodes latent frame 0 to 1 frame, later ones to ``r``.
+    """
     return 0 if chunk == 0 else 1 + r * (chunk * chunk_frames - 1)
 
 
@@ -65,9 +73,12 @@ def video_frames(chunks: int, chunk_frames: int, r: int) -> int:
 
 
 class NoiseSource(Stage):
-    """Source of text-to-video chunks: seeded Gaussian noise ``[C, F, h, w]`` per chunk, ``n_chunks`` of
-    them (None: endless), chunk ``k`` stamped at video frame :func:`first_frame` ``(k)`` at ``fps``.
-    ``reset()`` restarts the noise sequence and the frame count."""
+    """Source of text-to-video chunks: seeded Gaussian noise ``[C, F, h, w]`` per chunk.
+
+    It makes ``n_chunks`` of them; None means endless.
+    Chunk ``k`` is stamped at video frame :func:`first_frame` ``(k)`` at ``fps``.
+    ``reset()`` restarts the noise sequence and the frame count.
+    """
 
     def __init__(self, *, channels: int, chunk_frames: int, latent_size: tuple[int, int], fps: float,
                  temporal_factor: int, n_chunks: int | None = None, seed: int = 0, device: str = "cpu",
@@ -98,9 +109,13 @@ class NoiseSource(Stage):
 
 
 class VAEEncode(Stage):
-    """Video frames in, latent chunks out (video-to-video): the causal VAE encoder with its cache carried
-    across chunks. Collects ``1 + r * (F - 1)`` frames for the stream's first chunk, ``r * F`` after; the
-    chunk's pts is its first frame's. Frames ``uint8 [H, W, 3]`` (CPU) → ``float32 [C, F, H / s, W / s]``."""
+    """Video frames in, latent chunks out, for video-to-video.
+
+    It is the causal VAE encoder, its cache carried across chunks.
+    It collects ``1 + r * (F - 1)`` frames for the stream's first chunk and ``r * F`` after.
+    The chunk's pts is its first frame's.
+    Frames ``uint8 [H, W, 3]`` on the CPU → ``float32 [C, F, H / s, W / s]``.
+    """
 
     def __init__(self, vae, *, size: tuple[int, int], chunk_frames: int, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, name: str = "vae_encode"):
@@ -142,29 +157,37 @@ class VAEEncode(Stage):
 
 
 class CausalDenoiser(Stage):
-    """A real video model (a :class:`~.family.Family`'s stock diffusers transformer) generating one latent
-    chunk per input chunk, with its cache of the past.
+    """A real video model generating one latent chunk per input chunk, with its cache of the past.
+
+    The model is a :class:`~.family.Family`'s stock diffusers transformer.
 
     Args:
-        family / model: the family and its loaded transformer (the streaming processors are installed here).
-        prompts: the :class:`~.prompts.PromptBook` prompts are encoded with (cached per prompt).
-        latent_size: ``(h, w)`` of the latent frames; chunk_frames: ``F``.
-        timesteps: few-step schedule on the 0..1000 scale, decreasing (e.g. ``(1000, 750, 500, 250)``).
-        shift: flow shift the nominal timesteps are warped with (:func:`~.family.warp_timesteps`; 5 as the
-            Wan 2.1 students were trained, 1: the timesteps as given).
-        strength: None — the input chunk is the starting noise (text-to-video); a number in (0, 1] — the
-            input is clean latents (video-to-video), noised to the level ``sigma = strength`` (1: nothing of it
-            is kept) and denoised along the (warped) ``timesteps`` scaled by it.
-        renoise: the few-step sampler of distilled causal students (Self-Forcing, CausVid): re-noise the
-            ``x0`` estimate at each step; ``False``: deterministic Euler.
-        seed: seed of the sampler's noise (restarted by ``reset()``).
-        options: family options (Wan: ``attention``, ``cache_frames``, ``sink_frames``; both: ``backend``).
-        engine: ``engine(stream)`` → the stream run on a runtime (:mod:`framegraph.models.runtime`, model
-            ``"generate-denoiser"``); None: the torch code as it is.
+        family / model: the family and its loaded transformer. The streaming processors are installed here.
+        prompts: the :class:`~.prompts.PromptBook` that encodes prompts, cached per prompt.
+        latent_size: ``(h, w)`` of the latent frames.
+        chunk_frames: ``F``.
+        timesteps: few-step schedule on the 0..1000 scale, decreasing, e.g. ``(1000, 750, 500, 250)``.
+        shift: flow shift that warps the nominal timesteps; see :func:`~.family.warp_timesteps`. 5 is what the Wan 2.1
+            students were trained with. 1 keeps the timesteps as given.
+        strength: None means the input chunk is the starting noise, for text-to-video. A number in (0, 1] means the
+            input is clean latents, for video-to-video. They are noised to the level ``sigma = strength``; at 1
+            nothing of them is kept. They are then denoised along the warped ``timesteps`` scaled by it.
+        renoise: the few-step sampler of distilled causal students such as Self-Forcing and CausVid. It re-noises the
+            ``x0`` estimate at each step. ``False``: deterministic Euler.
+        seed: seed of the sampler's noise. ``reset()`` restarts it.
+        options: family options. Wan takes ``attention``, ``cache_frames`` and ``sink_frames``. Both take ``backend``.
+        engine: ``engine(stream)`` → the stream run on a runtime; see :mod:`framegraph.models.runtime`, model
+            ``"generate-denoiser"``. None: the torch code as it is.
 
-    Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device. Counters: ``chunks_out``,
-    ``prompt`` (the key of the prompt the last chunk used), ``prompts_used`` (chunk index where each
-    prompt took effect; the last 64). Its time per chunk is the runtime's telemetry (the stage's ``work``).
+    Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device.
+
+    Counters:
+
+    - ``chunks_out``.
+    - ``prompt``: the key of the prompt the last chunk used.
+    - ``prompts_used``: the chunk index where each prompt took effect, the last 64.
+
+    Its time per chunk is the runtime's telemetry, the stage's ``work``.
     """
 
     def __init__(self, family: Family, model: torch.nn.Module, prompts: PromptBook, *,
@@ -195,16 +218,23 @@ class CausalDenoiser(Stage):
 
     # ---- control (any thread) -----------------------------------------------------------------
     def set_prompt(self, text: str | None = None, *, embeds_file: str | None = None) -> None:
-        """Use this prompt from the next chunk on: ``text`` (encoded by the folder's text encoder) or
-        ``embeds_file`` (precomputed, see :func:`~.prompts.load_prompt_embeds`). Encoding happens here, in
-        the caller's thread, so a bad prompt raises to the caller and never stops the stream."""
+        """Use this prompt from the next chunk on.
+
+        Give ``text``, encoded by the folder's text encoder.
+        Or give ``embeds_file``, precomputed; see :func:`~.prompts.load_prompt_embeds`.
+        Encoding happens here, in the caller's thread.
+        So a bad prompt raises to the caller and never stops the stream.
+        """
         if (text is None) == (embeds_file is None):
             raise ValueError("set_prompt: give a text prompt or an embeddings file, not both or neither")
         embeds = self.prompts.text(text) if text is not None else self.prompts.file(embeds_file)
         self.set_prompt_embeds(*embeds, name=text if text is not None else f"file:{embeds_file}")
 
     def set_prompt_embeds(self, embeds: torch.Tensor, mask: torch.Tensor | None = None, *, name: str) -> None:
-        """Use these prompt embeddings ``[L, D]`` (``mask [L]``, 1 = a token; None: all) from the next chunk on."""
+        """Use these prompt embeddings ``[L, D]`` from the next chunk on.
+
+        In ``mask [L]`` 1 marks a token. None means all.
+        """
         width = self.family.text_dim(self.model)
         if embeds.dim() != 2 or embeds.shape[1] != width:
             raise ValueError(f"set_prompt_embeds: embeddings {tuple(embeds.shape)}; expected [L, {width}]")
@@ -213,17 +243,20 @@ class CausalDenoiser(Stage):
             self._pending = (name, (embeds.to(self.device), mask.to(self.device)))
 
     def reset(self) -> None:
-        """Forget the stream (a restart): empty past, the sampler's noise from its seed again."""
+        """Forget the stream, for a restart: empty past, and the sampler's noise from its seed again."""
         self.stream.reset()
         self._generator.manual_seed(self.seed)
 
     # ---- warm-up --------------------------------------------------------------------------------
     @torch.no_grad()
     def warm(self, chunks: int | None = None) -> float:
-        """Run ``chunks`` dummy chunks of this stream's shape, then :meth:`reset` (default: on the compiled runtime
-        enough to fill the cache of the past, so each of its states has met the model — compiled graphs built,
-        CUDA graphs captured —, else one); the prompt is the one set, else zeros of the prompt book's length.
-        Returns the seconds it took."""
+        """Run ``chunks`` dummy chunks of this stream's shape, then :meth:`reset`. Returns the seconds it took.
+
+        On the compiled runtime the default is enough chunks to fill the cache of the past.
+        Then each of its states has met the model: compiled graphs built, CUDA graphs captured.
+        Otherwise the default is one.
+        The prompt is the one set, else zeros of the prompt book's length.
+        """
         started = time.perf_counter()
         shape = self.inputs["latent"].shape
         embeds, mask = self._embeds if self._embeds is not None else (
@@ -271,8 +304,10 @@ class CausalDenoiser(Stage):
 
 
 class CausalVAEEngine(Protocol):
-    """How a :class:`CausalVAEDecode` computes (its runtime, :mod:`framegraph.models.runtime`); the torch engine
-    is :class:`TorchWanVAE`, ONNX Runtime's :class:`~.onnx.OrtWanVAE`."""
+    """How a :class:`CausalVAEDecode` computes: its runtime; see :mod:`framegraph.models.runtime`.
+
+    The torch engine is :class:`TorchWanVAE`. ONNX Runtime's is :class:`~.onnx.OrtWanVAE`.
+    """
 
     def decode(self, latents: torch.Tensor) -> torch.Tensor:
         """``[1, z_dim, F, h, w]`` at the VAE's scale → ``[1, 3, T, H, W]`` in [-1, 1], the cache carried."""
@@ -296,19 +331,24 @@ class TorchWanVAE:
 
 
 def torch_vae_engine(**_):
-    """``engine(vae)`` → :class:`TorchWanVAE` (the runtime registry's torch entry)."""
+    """``engine(vae)`` → :class:`TorchWanVAE`: the runtime registry's torch entry."""
     return TorchWanVAE
 
 
 class CausalVAEDecode(ChunkDecodeStage):
-    """Latent chunks in, video frames out: ``AutoencoderKLWan`` decoding each chunk with its temporal cache
-    carried across chunks (:func:`~.vae.decode_chunk`), so the stream decodes as one whole video would.
+    """Latent chunks in, video frames out.
 
-    Writes one ``uint8 [H, W, 3]`` frame per video frame: ``1 + r * (F - 1)`` for the stream's first chunk,
-    ``r * F`` after; frame ``i`` of a chunk at ``chunk.pts + clock.ticks_from_frame(i, fps)``. ``reset()``
-    starts a new video (the next chunk decodes as a first one). ``frames_out`` counts frames written
-    (the time per chunk is the runtime's telemetry: the stage's ``work``). ``engine(vae)`` → the
-    :class:`CausalVAEEngine` that decodes (default :class:`TorchWanVAE`)."""
+    ``AutoencoderKLWan`` decodes each chunk with :func:`~.vae.decode_chunk`.
+    Its temporal cache is carried across chunks, so the stream decodes as one whole video would.
+
+    It writes one ``uint8 [H, W, 3]`` frame per video frame.
+    That is ``1 + r * (F - 1)`` for the stream's first chunk and ``r * F`` after.
+    Frame ``i`` of a chunk goes at ``chunk.pts + clock.ticks_from_frame(i, fps)``.
+    ``reset()`` starts a new video: the next chunk decodes as a first one.
+    ``frames_out`` counts frames written.
+    The time per chunk is the runtime's telemetry, the stage's ``work``.
+    ``engine(vae)`` → the :class:`CausalVAEEngine` that decodes. The default is :class:`TorchWanVAE`.
+    """
 
     def __init__(self, vae, *, latent_size: tuple[int, int], chunk_frames: int, fps: float, device: str = "cpu",
                  dtype: torch.dtype = torch.float32, engine: Callable[..., CausalVAEEngine] = TorchWanVAE,
@@ -322,8 +362,10 @@ class CausalVAEDecode(ChunkDecodeStage):
 
     @torch.no_grad()
     def warm(self, chunks: int = 3) -> float:
-        """Decode ``chunks`` chunks of zeros (a stream's first chunk, the second, then a steady one: each reads a
-        cache of another kind), then start a new video. Returns the seconds it took."""
+        """Decode ``chunks`` chunks of zeros, then start a new video. Returns the seconds it took.
+
+        The chunks are a stream's first, its second, then a steady one. Each reads a cache of another kind.
+        """
         started = time.perf_counter()
         shape = self.inputs["latent"].shape
         for _ in range(chunks):

@@ -1,25 +1,28 @@
-"""Streaming decode (and encode) for diffusers' causal video VAE ``AutoencoderKLWan`` (Wan 2.1 / 2.2, SANA-Video).
+"""Streaming decode and encode for diffusers' causal video VAE ``AutoencoderKLWan``: Wan 2.1 / 2.2, SANA-Video.
 
-``AutoencoderKLWan.decode`` already decodes one latent frame at a time: every ``WanCausalConv3d`` of its
-decoder reads the last ``CACHE_T = 2`` frames of its input from the previous frame's call (a list
-``feat_cache`` with one entry per causal conv, walked in order with an index ``feat_idx``), and the first
-latent frame is decoded with ``first_chunk=True`` (it becomes one video frame; every later latent frame
-becomes ``scale_factor_temporal`` frames). But ``decode`` clears that cache before and after each call,
-so it can only decode a whole video.
+``AutoencoderKLWan.decode`` already decodes one latent frame at a time.
+Every ``WanCausalConv3d`` of its decoder reads the last ``CACHE_T = 2`` frames of its input from the previous frame's
+call.
+They sit in a list ``feat_cache`` with one entry per causal conv, walked in order with an index ``feat_idx``.
+The first latent frame is decoded with ``first_chunk=True`` and becomes one video frame.
+Every later latent frame becomes ``scale_factor_temporal`` frames.
+But ``decode`` clears that cache before and after each call, so it can only decode a whole video.
 
-:func:`decode_chunk` runs the same loop over one chunk of latent frames with the cache held in a
-:class:`WanDecodeState` that is passed in and returned (nothing is kept in the VAE): decoding a latent
-video chunk by chunk gives the frames of one ``vae.decode`` of the whole video. The state is a fixed
-number of 2-frame feature maps, so its size does not depend on the stream's length.
+:func:`decode_chunk` runs the same loop over one chunk of latent frames.
+The cache is held in a :class:`WanDecodeState` that is passed in and returned. Nothing is kept in the VAE.
+Decoding a latent video chunk by chunk gives the frames of one ``vae.decode`` of the whole video.
+The state is a fixed number of 2-frame feature maps, so its size does not depend on the stream's length.
 
-Input is what ``vae.decode`` takes: diffusers' video pipelines first map the transformer's latents with
-``latents * latents_std + latents_mean`` (the VAE config's per-channel statistics). Spatial tiling
-(``vae.enable_tiling()``) is not used here.
+Input is what ``vae.decode`` takes.
+Diffusers' video pipelines first map the transformer's latents with ``latents * latents_std + latents_mean``.
+Those are the VAE config's per-channel statistics.
+Spatial tiling with ``vae.enable_tiling()`` is not used here.
 
-:func:`encode_chunk` is the encoder's twin (video-to-video): ``AutoencoderKLWan.encode`` reads the first
-video frame alone, then ``scale_factor_temporal`` frames per latent frame, with the same kind of cache;
-streamed in pieces of whole latent frames it gives the latents of one ``vae.encode`` (the posterior's
-mean) of the whole video.
+:func:`encode_chunk` is the encoder's twin, for video-to-video.
+``AutoencoderKLWan.encode`` reads the first video frame alone, then ``scale_factor_temporal`` frames per latent frame.
+It keeps the same kind of cache.
+Streamed in pieces of whole latent frames, it gives the latents of one ``vae.encode`` of the whole video.
+Those latents are the posterior's mean.
 
 Use::
 
@@ -44,11 +47,11 @@ class WanDecodeState:
     """The decoder's temporal past: the VAE's ``feat_cache`` and how far the stream has come.
 
     Attributes:
-        feat_cache: one entry per ``WanCausalConv3d`` of ``vae.decoder``, in the order the decoder visits
-            them: ``None`` before the first frame, then the last (up to 2) frames of that conv's input
-            ``[B, C, <=2, h, w]`` (or diffusers' marker ``"Rep"`` for a temporal upsampler after the first frame).
-        frames: latent frames decoded so far (0: the next frame is the stream's first).
-        latent_shape: ``(B, h, w)`` of the stream's latents (``None`` before the first frame).
+        feat_cache: one entry per ``WanCausalConv3d`` of ``vae.decoder``, in the order the decoder visits them.
+            ``None`` before the first frame. Then the last frames of that conv's input, up to 2: ``[B, C, <=2, h,
+            w]``. After the first frame a temporal upsampler holds diffusers' marker ``"Rep"`` instead.
+        frames: latent frames decoded so far. 0 means the next frame is the stream's first.
+        latent_shape: ``(B, h, w)`` of the stream's latents. ``None`` before the first frame.
     """
 
     feat_cache: list = field(default_factory=list)
@@ -82,14 +85,14 @@ def decode_chunk(
 
     Args:
         vae: the stock ``AutoencoderKLWan``.
-        latents: ``[B, z_dim, F, h, w]``, ``F >= 1``, the next ``F`` latent frames (VAE scale, see module docs).
-        state: the state returned for the previous chunk; ``None`` starts a stream. It is not modified.
-        decoder: what runs ``vae.decoder`` (default: itself; the compiled runtime passes it compiled).
+        latents: ``[B, z_dim, F, h, w]``, ``F >= 1``, the next ``F`` latent frames at VAE scale; see the module docs.
+        state: the state returned for the previous chunk. ``None`` starts a stream. It is not modified.
+        decoder: what runs ``vae.decoder``. By default it is itself; the compiled runtime passes it compiled.
 
     Returns:
-        ``(video, state)``: ``video [B, out_channels, T, h * s, w * s]`` clamped to ``[-1, 1]`` (``s`` the
-        spatial factor; ``T = 1 + r * (F - 1)`` for the stream's first chunk, ``r * F`` after, ``r`` the
-        temporal factor) and the state to pass with the next chunk.
+        ``(video, state)``: ``video [B, out_channels, T, h * s, w * s]`` clamped to ``[-1, 1]``, and the state to pass
+        with the next chunk. ``s`` is the spatial factor and ``r`` the temporal one. ``T = 1 + r * (F - 1)`` for the
+        stream's first chunk, ``r * F`` after.
     """
     if not isinstance(vae, AutoencoderKLWan):
         raise TypeError(f"decode_chunk: vae is a {type(vae).__name__}; expected an AutoencoderKLWan")
@@ -120,8 +123,11 @@ def decode_chunk(
 
 
 class WanEncodeState(WanDecodeState):
-    """The encoder's temporal past (``feat_cache`` over ``vae.encoder``'s causal convs); ``frames`` counts
-    video frames encoded, ``latent_shape`` is ``(B, H, W)`` of the stream's video frames."""
+    """The encoder's temporal past: ``feat_cache`` over ``vae.encoder``'s causal convs.
+
+    ``frames`` counts video frames encoded.
+    ``latent_shape`` is ``(B, H, W)`` of the stream's video frames.
+    """
 
     @classmethod
     def empty(cls, vae: AutoencoderKLWan) -> WanEncodeState:
@@ -132,13 +138,13 @@ class WanEncodeState(WanDecodeState):
 def encode_chunk(
     vae: AutoencoderKLWan, video: torch.Tensor, state: WanEncodeState | None = None
 ) -> tuple[torch.Tensor, WanEncodeState]:
-    """Encode the next video frames of a stream to latents (the posterior's mean, VAE scale).
+    """Encode the next video frames of a stream to latents: the posterior's mean, at VAE scale.
 
     Args:
         vae: the stock ``AutoencoderKLWan``.
-        video: ``[B, 3, T, H, W]`` in ``[-1, 1]``; ``T = 1 + r * k`` for the stream's first chunk, ``r * k``
-            after (``r = vae.config.scale_factor_temporal``, ``k >= 0`` latent frames).
-        state: the state returned for the previous chunk; ``None`` starts a stream. It is not modified.
+        video: ``[B, 3, T, H, W]`` in ``[-1, 1]``. ``T = 1 + r * k`` for the stream's first chunk, ``r * k`` after.
+            ``r = vae.config.scale_factor_temporal``, and ``k >= 0`` counts latent frames.
+        state: the state returned for the previous chunk. ``None`` starts a stream. It is not modified.
 
     Returns:
         ``(latents, state)``: ``latents [B, z_dim, (1 if first) + k, H / s, W / s]`` and the next state.
@@ -176,8 +182,10 @@ def _stats(vae: AutoencoderKLWan, like: torch.Tensor) -> tuple[torch.Tensor, tor
 
 
 def to_vae_scale(vae: AutoencoderKLWan, latents: torch.Tensor) -> torch.Tensor:
-    """The transformer's latents ``[B, z_dim, F, h, w]`` → what ``vae.decode`` takes (``x * std + mean``, as
-    diffusers' Wan and SANA-Video pipelines do)."""
+    """The transformer's latents ``[B, z_dim, F, h, w]`` → what ``vae.decode`` takes.
+
+    It computes ``x * std + mean``, as diffusers' Wan and SANA-Video pipelines do.
+    """
     mean, std = _stats(vae, latents)
     return latents * std + mean
 

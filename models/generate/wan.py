@@ -1,4 +1,4 @@
-"""The Wan 2.1 family run causally (Self-Forcing / CausVid): a stock ``WanTransformer3DModel``, chunk by chunk.
+"""The Wan 2.1 family run causally, as in Self-Forcing / CausVid: a stock ``WanTransformer3DModel``, chunk by chunk.
 
     from framegraph.models.generate import WanCausal
 
@@ -9,15 +9,18 @@
     wan.reset()                                            # a new stream (or a new scene)
     wan.uninstall()                                        # the stock model again
 
-What the family holds: block-causal attention through
-:class:`~framegraph.kernels.processors.WanCausalAttnProcessor` on every self-attention (one
-:class:`~framegraph.kernels.processors.KVCache` per layer: ``sink_frames`` + a rolling window,
-``cache_frames`` committed latent frames in all), rotary positions absolute in the stream, and the
-sampling: few-step flow matching (:func:`~framegraph.models.sampler.sample_euler`) over one chunk, then
-the clean chunk committed to the cache by one more model call at ``t = 0`` (the cache is refreshed from
-the clean output, not from the last noisy pass). The rest of the stock Wan transformer (patch embedding
-with a temporal patch of 1 frame, adaLN, cross-attention to the prompt, feed-forward) acts token by
-token, so it is causal as it is.
+What the family holds:
+
+- block-causal attention through :class:`~framegraph.kernels.processors.WanCausalAttnProcessor` on every
+  self-attention. Each layer has one :class:`~framegraph.kernels.processors.KVCache`: ``sink_frames`` + a rolling
+  window, ``cache_frames`` committed latent frames in all.
+- rotary positions absolute in the stream.
+- the sampling: few-step flow matching over one chunk; see :func:`~framegraph.models.sampler.sample_euler`. Then one
+  more model call at ``t = 0`` commits the clean chunk to the cache. So the cache is refreshed from the clean output,
+  not from the last noisy pass.
+
+The rest of the stock Wan transformer acts token by token, so it is causal as it is.
+That is the patch embedding with a temporal patch of 1 frame, adaLN, cross-attention to the prompt and feed-forward.
 """
 from __future__ import annotations
 
@@ -44,12 +47,11 @@ class WanCausal:
     """A stock ``diffusers.WanTransformer3DModel`` streamed block-causally with a rolling KV cache.
 
     Args:
-        model: the Wan transformer (its self-attention processors and ``rope`` are replaced until
-            :meth:`uninstall`).
-        chunk_frames: latent frames generated per chunk (one causal block; Self-Forcing uses 3).
-        cache_frames: committed latent frames the cache keeps per layer (sinks + rolling window).
-        sink_frames: the stream's first latent frames, kept for ever (attention sinks).
-        attention: ``"sdpa"`` (exact softmax) or ``"monarch"`` (Monarch attention, block-causal).
+        model: the Wan transformer. Its self-attention processors and ``rope`` are replaced until :meth:`uninstall`.
+        chunk_frames: latent frames generated per chunk, one causal block. Self-Forcing uses 3.
+        cache_frames: committed latent frames the cache keeps per layer: sinks + rolling window.
+        sink_frames: the stream's first latent frames, kept for ever as attention sinks.
+        attention: ``"sdpa"`` for exact softmax, or ``"monarch"`` for block-causal Monarch attention.
         num_iters / backend: Monarch attention's fitting iterations and kernel backend.
     """
 
@@ -93,17 +95,20 @@ class WanCausal:
 
     @property
     def frames_seen(self) -> int:
-        """Latent frames committed to the stream so far (the next chunk's first frame index)."""
+        """Latent frames committed to the stream so far: the next chunk's first frame index."""
         return self.caches[0].frames_seen
 
     def graph_key(self) -> tuple:
-        """What a captured velocity call depends on besides its inputs: the frames the caches hold (the length of
-        ``[cache, chunk]``) and the cache storage (a new layout reallocates it)."""
+        """What a captured velocity call depends on besides its inputs.
+
+        That is the frames the caches hold, the length of ``[cache, chunk]``.
+        It is also the cache storage, which a new layout reallocates.
+        """
         cache = self.caches[0]
         return ("wan", cache.frames, 0 if cache.k is None else cache.k.data_ptr())
 
     def reset(self) -> None:
-        """Forget the stream: the next chunk is frame 0 with an empty past (the cache storage is reused)."""
+        """Forget the stream: the next chunk is frame 0 with an empty past. The cache storage is reused."""
         for p in self.processors.values():
             p.reset()
 
@@ -115,14 +120,18 @@ class WanCausal:
     def velocity(self, latents: torch.Tensor, t: torch.Tensor, prompt_embeds: torch.Tensor) -> torch.Tensor:
         """The model's flow velocity ``v = eps - x0`` for a chunk ``[B, C, F_chunk, H, W]`` at ``t [B]`` in [0, 1].
 
-        Reads the cache, never writes it (``prompt_embeds [B, L, text_dim]``)."""
+        It reads the cache and never writes it. ``prompt_embeds`` is ``[B, L, text_dim]``.
+        """
         self._check_chunk(latents)
         set_update_state(self.processors, False)
         return self.model(latents, t * NUM_TRAIN_TIMESTEPS, prompt_embeds, return_dict=False)[0]
 
     def commit(self, clean: torch.Tensor, prompt_embeds: torch.Tensor) -> None:
-        """Commit a clean chunk ``[B, C, F_chunk, H, W]``: the model runs on it at ``t = 0`` and every layer
-        keeps its keys and values (the oldest window frames beyond ``cache_frames`` are evicted)."""
+        """Commit a clean chunk ``[B, C, F_chunk, H, W]``.
+
+        The model runs on it at ``t = 0``, and every layer keeps its keys and values.
+        The oldest window frames beyond ``cache_frames`` are evicted.
+        """
         self._check_chunk(clean)
         t0 = clean.new_zeros(clean.shape[0])
         set_update_state(self.processors, True)
@@ -141,11 +150,13 @@ class WanCausal:
         renoise: bool = True,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Denoise one chunk from ``noise [B, C, F_chunk, H, W]`` and commit it; returns the clean latents (same shape).
+        """Denoise one chunk from ``noise [B, C, F_chunk, H, W]`` and commit it. Returns the clean latents, same
+        shape.
 
-        ``timesteps``: the decreasing few-step schedule on Wan's 0..1000 scale, e.g. ``[1000, 750, 500, 250]``
-        (one model call each, then the commit call). ``renoise=True`` is Self-Forcing's sampler: each step
-        estimates ``x0`` and re-noises it to the next timestep with fresh noise from ``generator``;
+        ``timesteps`` is the decreasing few-step schedule on Wan's 0..1000 scale, e.g. ``[1000, 750, 500, 250]``.
+        Each takes one model call; the commit call follows.
+        ``renoise=True`` is Self-Forcing's sampler.
+        Each step estimates ``x0`` and re-noises it to the next timestep with fresh noise from ``generator``.
         ``False``: deterministic Euler steps.
         """
         self._check_chunk(noise)

@@ -3,12 +3,13 @@
     from framegraph.models.synth import load_portrait, make_clip
     job = make_clip("out/synth", 0, seconds=4, fps=25, portrait=load_portrait(), seed=1)
 
-- :mod:`.espeak`: speech + timed phoneme / word events from libespeak-ng (ctypes).
+- :mod:`.espeak`: speech + timed phoneme / word events from libespeak-ng, through ctypes.
 - :mod:`.visemes`: phoneme → mouth shape table and coarticulation.
-- :mod:`.portrait`: the shipped portrait or a user's, with lip line, mouth / eye boxes (face landmarks).
-- :mod:`.render`: mouth, teeth, blink and head-motion warps of the portrait (torch).
-- :mod:`.plan` / :mod:`.clip`: a clip's schedule and ground truth; MP4 + JSON through a stage graph.
-- :mod:`.truth`: a clip's frames redrawn from its JSON, without the codec (clean training targets).
+- :mod:`.portrait`: the shipped portrait or a user's, with lip line and mouth / eye boxes from face landmarks.
+- :mod:`.render`: mouth, teeth, blink and head-motion warps of the portrait, in torch.
+- :mod:`.plan` / :mod:`.clip`: a clip's schedule and ground truth. MP4 + JSON come out through a stage graph.
+- :mod:`.truth`: a clip's frames redrawn from its JSON, without the codec. These are clean training targets.
+- :mod:`.resample`: band-limited resampling of int16 audio.
 """
 from .clip import ArrayAudioSource, ClipJob, FaceSource, clip_seed, make_clip, prepare_clip
 from .espeak import EspeakError, EspeakNotFound, PhonemeEvent, Speech, espeak_available, synthesize

@@ -1,10 +1,13 @@
-"""Write a synthetic talking clip: MP4 (H.264 + AAC 16 kHz) through a real stage graph, plus JSON.
+"""Write a synthetic talking clip: MP4 through a real stage graph, plus JSON.
+
+The MP4 holds H.264 video and AAC audio at 16 kHz.
 
     FaceSource (renders FaceParams → uint8 [H, W, 3], pts from the frame index) ──video──▶ MP4Sink
     ArrayAudioSource (int16 [320] chunks, pts from sample counts)             ──audio──▶ MP4Sink
 
-The JSON next to the MP4 holds the ground truth of every frame (mouth parameters, blink, head pose
-offsets, state label), the segments and the phoneme / word events, and the portrait's geometry.
+The JSON next to the MP4 holds the ground truth of every frame.
+That is the mouth parameters, blink, head pose offsets and state label.
+It also holds the segments, the phoneme / word events and the portrait's geometry.
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ FORMAT_VERSION = 1
 
 
 class FaceSource(Stage):
-    """Source: renders ``plan.faces[i]`` on the portrait → ``"video"`` ``uint8 [H, W, 3]``,
-    ``pts = clock.ticks_from_frame(i, fps)``."""
+    """Source: renders ``plan.faces[i]`` on the portrait → ``"video"`` ``uint8 [H, W, 3]``.
+
+    Frame ``i`` gets ``pts = clock.ticks_from_frame(i, fps)``.
+    """
 
     def __init__(self, renderer: PortraitRenderer, plan: ClipPlan, *, torch_threads: int | None = 1,
                  name: str = "face"):
@@ -51,8 +56,10 @@ class FaceSource(Stage):
 
 
 class ArrayAudioSource(Stage):
-    """Source: an int16 array as ``"audio"`` ``int16 [chunk]`` chunks (pts from sample counts; the last
-    chunk zero-padded with ``length`` = its real samples)."""
+    """Source: an int16 array as ``"audio"`` ``int16 [chunk]`` chunks. Pts come from sample counts.
+
+    The last chunk is zero-padded, with ``length`` set to its real samples.
+    """
 
     def __init__(self, samples: np.ndarray, *, sample_rate: int = SAMPLE_RATE, chunk_ms: int = 20, name: str = "audio"):
         super().__init__(name)
@@ -80,7 +87,7 @@ class ArrayAudioSource(Stage):
 
 @dataclass
 class ClipJob:
-    """One clip to write: its plan, graph and output paths (see :func:`prepare_clip`)."""
+    """One clip to write: its plan, graph and output paths; see :func:`prepare_clip`."""
 
     plan: ClipPlan
     graph: Graph
@@ -90,21 +97,23 @@ class ClipJob:
     meta: dict
 
     def write_ground_truth(self) -> None:
-        """Write the JSON ground truth (after the graph has run)."""
+        """Write the JSON ground truth, after the graph has run."""
         gt = {"format_version": FORMAT_VERSION, **self.meta, "video": os.path.basename(self.video_path),
               "width": self.sink.width, "height": self.sink.height, **self.plan.ground_truth()}
         write_json(self.json_path, gt, indent=1)
 
 
 def clip_seed(seed: int, index: int) -> np.random.Generator:
-    """The random generator of clip ``index`` of a run with ``seed`` (independent streams)."""
+    """The random generator of clip ``index`` of a run with ``seed``. The streams are independent."""
     return np.random.default_rng([int(seed), int(index)])
 
 
 def prepare_clip(out_dir: str, index: int, *, seconds: float, fps: int, portrait: Portrait, seed: int,
                  renderer: PortraitRenderer | None = None, preset: str = "offline") -> ClipJob:
     """Plan clip ``index`` and build the graph that writes ``out_dir/clip_{index:05d}.mp4``.
-    Run it with ``job.graph.run()`` (or a progress runner), then ``job.write_ground_truth()``."""
+
+    Run it with ``job.graph.run()`` or a progress runner, then ``job.write_ground_truth()``.
+    """
     plan = plan_clip(seconds, fps, clip_seed(seed, index))
     renderer = renderer or PortraitRenderer(portrait)
     stem = os.path.join(out_dir, f"clip_{index:05d}")
@@ -122,7 +131,7 @@ def prepare_clip(out_dir: str, index: int, *, seconds: float, fps: int, portrait
 
 def make_clip(out_dir: str, index: int = 0, *, seconds: float = 4.0, fps: int = 25, portrait: Portrait,
               seed: int = 0, renderer: PortraitRenderer | None = None) -> ClipJob:
-    """Plan, render and write one clip (MP4 + JSON) without a progress bar; returns the job."""
+    """Plan, render and write one clip, MP4 + JSON, without a progress bar. Returns the job."""
     os.makedirs(out_dir, exist_ok=True)
     job = prepare_clip(out_dir, index, seconds=seconds, fps=fps, portrait=portrait, seed=seed, renderer=renderer)
     job.graph.run()

@@ -1,10 +1,12 @@
 """Speech with timed phonemes from eSpeak NG, through ``libespeak-ng`` and ctypes.
 
-eSpeak NG is loaded and initialised in ``AUDIO_OUTPUT_SYNCHRONOUS`` mode with phoneme events on, once
-per utterance (so results do not depend on what was said before); :func:`synthesize` speaks a text with
-a voice, rate and pitch and returns the audio (resampled from eSpeak's 22 050 Hz to 16 kHz mono int16)
-and the events eSpeak reports while synthesizing: one per phoneme and one per word, each with its
-``audio_position`` (ms from the start of the audio).
+eSpeak NG is loaded and initialised once per utterance.
+So results do not depend on what was said before.
+It runs in ``AUDIO_OUTPUT_SYNCHRONOUS`` mode with phoneme events on.
+:func:`synthesize` speaks a text with a voice, rate and pitch.
+It returns the audio as 16 kHz mono int16, resampled from eSpeak's 22 050 Hz.
+It also returns the events eSpeak reports while synthesizing: one per phoneme and one per word.
+Each carries its ``audio_position``, in ms from the start of the audio.
 
 The library has process-wide state, so every call holds one lock.
 When it is missing, :class:`EspeakNotFound` says how to install it.
@@ -40,11 +42,11 @@ INSTALL_HINT = ("install the system package `espeak-ng` (Debian/Ubuntu: `sudo ap
 
 
 class EspeakNotFound(RuntimeError):
-    """libespeak-ng (or its voice data) is not installed."""
+    """libespeak-ng or its voice data is not installed."""
 
 
 class EspeakError(RuntimeError):
-    """eSpeak NG rejected a request (unknown voice, synthesis failure)."""
+    """eSpeak NG rejected a request: an unknown voice or a synthesis failure."""
 
 
 class _EventId(ctypes.Union):
@@ -62,10 +64,14 @@ _CALLBACK = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.POINTER(ctypes.c_short), ctype
 
 @dataclass(frozen=True)
 class PhonemeEvent:
-    """One eSpeak event. ``time_ms``: audio position in ms from the start of the utterance;
-    ``kind``: ``"phoneme"`` or ``"word"``; ``name``: the eSpeak phoneme mnemonic (e.g. ``"aI"``, ``"t"``,
-    ``"_"`` for a pause) or, for a word, the word's text; ``text_position``: character offset
-    (1-based, as eSpeak reports it)."""
+    """One eSpeak event.
+
+    - ``time_ms``: audio position in ms from the start of the utterance.
+    - ``kind``: ``"phoneme"`` or ``"word"``.
+    - ``name``: the eSpeak phoneme mnemonic, e.g. ``"aI"``, ``"t"``, or ``"_"`` for a pause. For a word, the word's
+      text.
+    - ``text_position``: character offset, 1-based as eSpeak reports it.
+    """
 
     time_ms: float
     kind: str
@@ -79,7 +85,7 @@ class PhonemeEvent:
 
 @dataclass
 class Speech:
-    """An utterance: ``samples`` int16 [S] mono at ``sample_rate`` Hz and its events (time-ordered)."""
+    """An utterance: ``samples`` int16 [S] mono at ``sample_rate`` Hz, and its time-ordered events."""
 
     samples: np.ndarray
     sample_rate: int
@@ -186,9 +192,13 @@ _LOCK = threading.Lock()
 
 
 def _fresh_engine() -> _Espeak:
-    """Load and initialise the library. eSpeak NG keeps state between utterances that no call resets
-    (the phase of its pitch flutter, a function-level static in the wave generator), so each utterance
-    gets a freshly loaded library: the same text, voice, rate and pitch always give the same samples."""
+    """Load and initialise the library.
+
+    eSpeak NG keeps state between utterances that no call resets.
+    One example is the phase of its pitch flutter, a function-level static in the wave generator.
+    So each utterance gets a freshly loaded library.
+    The same text, voice, rate and pitch then always give the same samples.
+    """
     return _Espeak()
 
 
@@ -219,16 +229,18 @@ def synthesize(text: str, *, voice: str = "en-us", rate_wpm: int = 175, pitch: i
     """Speak ``text`` and return the audio and its timed phoneme / word events.
 
     Args:
-        text: UTF-8 text (with ``phonemes=True``, text inside ``[[ ]]`` is eSpeak phoneme mnemonics).
-        voice: an eSpeak NG voice name, optionally with a variant (``"en-us"``, ``"en-gb+f3"``).
-        rate_wpm: speaking rate in words per minute (80..450).
-        pitch: base pitch 0..100 (50 normal); pitch_range: 0 (monotone) ..100.
-        sample_rate: output rate in Hz (eSpeak's native 22 050 Hz is resampled).
+        text: UTF-8 text. With ``phonemes=True``, text inside ``[[ ]]`` is eSpeak phoneme mnemonics.
+        voice: an eSpeak NG voice name, optionally with a variant: ``"en-us"``, ``"en-gb+f3"``.
+        rate_wpm: speaking rate in words per minute, 80..450.
+        pitch: base pitch 0..100; 50 is normal.
+        pitch_range: 0 for monotone ..100.
+        sample_rate: output rate in Hz. eSpeak's native 22 050 Hz is resampled.
     Returns:
-        :class:`Speech` with ``samples`` int16 [S] and events sorted by time; each event's ``time_ms``
-        is eSpeak's ``audio_position`` (ms from the start of the audio).
+        :class:`Speech` with ``samples`` int16 [S] and events sorted by time. Each event's ``time_ms`` is eSpeak's
+        ``audio_position``, in ms from the start of the audio.
     Raises:
-        EspeakNotFound: libespeak-ng is not installed; EspeakError: a bad voice or a failed synthesis;
+        EspeakNotFound: libespeak-ng is not installed.
+        EspeakError: a bad voice or a failed synthesis.
         ValueError: empty text or parameters out of range.
     """
     if not text or not text.strip():

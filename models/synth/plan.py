@@ -1,11 +1,14 @@
 """Plan a synthetic talking clip: what is said when, and the face's state on every frame.
 
-A clip is a sequence of segments — ``idle`` (mouth at rest), ``speech`` (one sentence from eSpeak NG
-in a random voice, rate and pitch) and ``listening`` (mouth closed in a slight smile, nods) — filling
-``seconds``. From the segments come the audio track (16 kHz mono int16) and one :class:`FaceParams`
-per video frame: mouth parameters from the phoneme events (see :mod:`.visemes`), blinks, and a
-small, smooth head motion. Everything is drawn from one ``numpy.random.Generator``, so a seed gives
-the same clip every time.
+A clip is a sequence of segments filling ``seconds``:
+
+- ``idle``: the mouth at rest.
+- ``speech``: one sentence from eSpeak NG in a random voice, rate and pitch.
+- ``listening``: the mouth closed in a slight smile, with nods.
+
+The segments give the audio track, 16 kHz mono int16, and one :class:`FaceParams` per video frame.
+Those hold mouth parameters from the phoneme events, blinks, and a small, smooth head motion; see :mod:`.visemes`.
+Everything is drawn from one ``numpy.random.Generator``. So a seed gives the same clip every time.
 """
 from __future__ import annotations
 
@@ -36,7 +39,7 @@ _OPENERS = ["Well,", "So,", "Honestly,", "Look,", "Yes,", "Okay,", ""]
 
 
 def make_sentence(rng: np.random.Generator, max_words: int | None = None) -> str:
-    """A random, pronounceable English sentence (varied phonemes)."""
+    """A random, pronounceable English sentence with varied phonemes."""
     parts = [rng.choice(_OPENERS), rng.choice(_SUBJECTS), rng.choice(_VERBS), rng.choice(_OBJECTS)]
     if rng.random() < 0.6:
         parts.append(rng.choice(_TAILS))
@@ -51,8 +54,10 @@ def make_sentence(rng: np.random.Generator, max_words: int | None = None) -> str
 
 @dataclass
 class Segment:
-    """A stretch of the clip: ``kind`` is ``"idle"``, ``"speech"`` or ``"listening"``; times in s.
-    Speech segments also carry what was said and how."""
+    """A stretch of the clip. ``kind`` is ``"idle"``, ``"speech"`` or ``"listening"``. Times are in s.
+
+    Speech segments also carry what was said and how.
+    """
 
     kind: str
     start_s: float
@@ -74,11 +79,12 @@ class ClipPlan:
     """Everything about a clip except its pixels.
 
     Attributes:
-        fps / sample_rate / n_frames: video rate, audio rate (Hz), frame count.
+        fps / sample_rate / n_frames: video rate, audio rate in Hz, frame count.
         audio: ``int16 [n_frames · sample_rate / fps]`` mono.
         segments: the clip's :class:`Segment` list, in time order, covering [0, n_frames / fps).
         events: eSpeak phoneme and word events, times in ms from the start of the clip.
-        faces: one :class:`FaceParams` per frame; states: one of idle / speaking / listening per frame.
+        faces: one :class:`FaceParams` per frame.
+        states: one of idle / speaking / listening per frame.
     """
 
     fps: int
@@ -145,7 +151,7 @@ def _schedule(rng, total_s: float, fps: int, sample_rate: int):
 
 
 def _blinks(rng, total_s: float, listening_spans) -> list[float]:
-    """Blink start times (s): about every 2-5 s, a little more often while listening."""
+    """Blink start times in s: about every 2-5 s, a little more often while listening."""
     times, t = [], float(rng.uniform(0.3, 2.0))
     while t < total_s:
         times.append(t)
@@ -166,8 +172,10 @@ def _blink_curve(starts, times_s) -> np.ndarray:
 
 
 def _head_motion(rng, times_s, speaking, listening) -> np.ndarray:
-    """``[N, 3]``: dx, dy (px), roll (deg) — sums of slow sines, livelier while speaking, nods while
-    listening."""
+    """``[N, 3]``: dx and dy in px, roll in deg.
+
+    They are sums of slow sines, livelier while speaking, with nods while listening.
+    """
     out = np.zeros((len(times_s), 3))
     for axis, amp in enumerate((1.2, 0.8, 1.0)):
         for _ in range(3):
@@ -188,10 +196,12 @@ def _smooth(x: np.ndarray, fps: int, seconds: float = 0.25) -> np.ndarray:
 
 
 def plan_clip(seconds: float, fps: int, rng: np.random.Generator, sample_rate: int = SAMPLE_RATE) -> ClipPlan:
-    """Plan a clip of ``round(seconds · fps)`` frames (see the module docstring).
+    """Plan a clip of ``round(seconds · fps)`` frames; see the module docstring.
 
-    Raises ``ValueError`` for a non-positive length or an fps that does not divide the sample rate
-    into whole samples per frame (25, 30, 50... are fine at 16 kHz)."""
+    Raises ``ValueError`` for a non-positive length.
+    It also raises for an fps that does not divide the sample rate into whole samples per frame.
+    25, 30, 50... are fine at 16 kHz.
+    """
     if seconds <= 0:
         raise ValueError(f"plan_clip: seconds={seconds} must be positive")
     if fps <= 0 or sample_rate % fps:

@@ -1,12 +1,14 @@
 """Portraits for synthetic talking clips: the image and where its mouth and eyes are.
 
-The shipped portrait (``assets/portraits/astronaut.png``, public domain, see its PROVENANCE.md) comes
-with measured boxes in ``astronaut.json``. For any other image the face is found with MediaPipe's face
-mesh (:mod:`framegraph.models.face`): the lip line where the lips meet, the corners' curve, the outer lip
-contour's box and the eyes' lid boxes come from its landmarks, so the renderer opens the mouth between
-the real lips and closes the real eyelids. A mouth box given by the user wins over the landmarks' one.
+The shipped portrait is ``assets/portraits/astronaut.png``, public domain; see its PROVENANCE.md.
+Its measured boxes come in ``astronaut.json``.
+For any other image, MediaPipe's face mesh finds the face; see :mod:`framegraph.models.face`.
+Its landmarks give the lip line where the lips meet, the corners' curve and the outer lip contour's box.
+They also give the eyes' lid boxes.
+So the renderer opens the mouth between the real lips and closes the real eyelids.
+A mouth box given by the user wins over the landmarks' one.
 
-Boxes are ``(x, y, width, height)`` in pixels of the (possibly downscaled) portrait image.
+Boxes are ``(x, y, width, height)`` in pixels of the portrait image, which may be downscaled.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ MIN_FACE_PX = 48  # narrower faces give too few pixels for a mouth (the portrait
 
 
 class PortraitError(ValueError):
-    """The portrait cannot be used (not an image, no face found...)."""
+    """The portrait cannot be used: not an image, no face found..."""
 
 
 @dataclass
@@ -35,14 +37,15 @@ class Portrait:
 
     Attributes:
         image: ``uint8 [H, W, 3]`` RGB, H and W even.
-        mouth_box: ``(x, y, w, h)`` px around the lips; lip_line_y: row where the lips part at the
-            mouth's centre; lip_curve: px the corners sit higher than that (a smile; 0: straight).
-        eye_boxes: ``[(x, y, w, h), ...]`` px around each eye's opening (left to right; may be empty).
+        mouth_box: ``(x, y, w, h)`` px around the lips.
+        lip_line_y: row where the lips part at the mouth's centre.
+        lip_curve: px the corners sit higher than that: a smile. 0 is straight.
+        eye_boxes: ``[(x, y, w, h), ...]`` px around each eye's opening, left to right. May be empty.
         face_box: the face detection, when there was one.
         name / source: for ground-truth files.
-        region_size: side (px) of the square face region a photo avatar of this portrait should generate
-            (:func:`framegraph.models.vae.region_size` of the face; None: not chosen). Written to the clips'
-            JSON ``portrait`` block, where the avatar trainer reads it.
+        region_size: side in px of the square face region a photo avatar of this portrait should generate. It is
+            :func:`framegraph.models.vae.region_size` of the face. None: not chosen. It is written to the clips' JSON
+            ``portrait`` block, where the avatar trainer reads it.
     """
 
     image: np.ndarray
@@ -79,7 +82,7 @@ def portraits_folder() -> Path:
 
 
 def astronaut_portrait() -> Portrait:
-    """The shipped public-domain portrait (Eileen Collins, NASA) with its measured boxes."""
+    """The shipped public-domain portrait, Eileen Collins of NASA, with its measured boxes."""
     folder = portraits_folder()
     meta = json.loads((folder / "astronaut.json").read_text())
     image = np.asarray(Image.open(folder / meta["image"]).convert("RGB"))
@@ -89,8 +92,11 @@ def astronaut_portrait() -> Portrait:
 
 
 def read_image(path, max_side: int = 512) -> tuple[np.ndarray, float]:
-    """Read an image file as ``uint8 [H, W, 3]`` RGB, scaled so its longer side is at most ``max_side``
-    and cropped to even sizes (H.264 yuv420p). Returns the image and the scale applied."""
+    """Read an image file as ``uint8 [H, W, 3]`` RGB. Returns the image and the scale applied.
+
+    It is scaled so its longer side is at most ``max_side``.
+    It is cropped to even sizes for H.264 yuv420p.
+    """
     path = os.fspath(path)
     if not os.path.exists(path):
         raise FileNotFoundError(f"portrait {path!r} does not exist; expected an image file (PNG, JPEG...)")
@@ -113,10 +119,13 @@ def read_image(path, max_side: int = 512) -> tuple[np.ndarray, float]:
 
 
 def landmark_regions(face: FaceLandmarks) -> dict:
-    """The renderer's geometry from one face's landmarks: ``{"face_box", "mouth_box", "lip_line_y",
-    "lip_curve", "eye_boxes"}`` (px). The lip line is where the lips meet at the mouth's centre (the mean
-    of the inner lips' middle points), the curve how much higher the corners sit, the boxes those of the
-    face, the outer lip contour and each eye's lids."""
+    """The renderer's geometry from one face's landmarks, in px.
+
+    It is ``{"face_box", "mouth_box", "lip_line_y", "lip_curve", "eye_boxes"}``.
+    The lip line is where the lips meet at the mouth's centre: the mean of the inner lips' middle points.
+    The curve is how much higher the corners sit.
+    The boxes are those of the face, the outer lip contour and each eye's lids.
+    """
     centre_y = float(np.mean(face.points[[13, 14], 1]))
     left, right = face.mouth_corners()
     return {"face_box": tuple(float(v) for v in face.face_box()),
@@ -126,9 +135,11 @@ def landmark_regions(face: FaceLandmarks) -> dict:
 
 
 def detect_face_regions(image: np.ndarray, where: str = "the portrait") -> dict:
-    """Find the one face of ``image`` (``uint8 [H, W, 3]`` RGB) with MediaPipe's face mesh and return
-    :func:`landmark_regions` of it. Raises :class:`PortraitError` naming ``where`` when there is no face,
-    two faces or a face narrower than ``MIN_FACE_PX``."""
+    """Find the one face of ``image`` with MediaPipe's face mesh and return :func:`landmark_regions` of it.
+
+    ``image`` is ``uint8 [H, W, 3]`` RGB.
+    Raises :class:`PortraitError` naming ``where`` for no face, two faces, or a face narrower than ``MIN_FACE_PX``.
+    """
     with FaceLandmarker(max_faces=2) as landmarker:
         faces = landmarker.detect(np.ascontiguousarray(image, dtype=np.uint8))
     try:
@@ -139,7 +150,7 @@ def detect_face_regions(image: np.ndarray, where: str = "the portrait") -> dict:
 
 
 def estimate_eyes(mouth_box: Box) -> list[Box]:
-    """Eye boxes guessed from the mouth box alone (typical adult proportions)."""
+    """Eye boxes guessed from the mouth box alone, by typical adult proportions."""
     x, y, w, h = mouth_box
     cx, cy = x + w / 2, y + h / 2
     ew, eh = 0.45 * w, 0.17 * w
@@ -163,7 +174,7 @@ def load_portrait(path=None, *, mouth_box: Box | None = None, max_side: int = 51
 
     Args:
         path: an image file; None for the shipped astronaut portrait.
-        mouth_box: ``(x, y, w, h)`` px in the *original* image (scaled with it); None: detect.
+        mouth_box: ``(x, y, w, h)`` px in the *original* image, scaled with it. None: detect.
         max_side: larger images are scaled down to this longer side.
     Raises:
         FileNotFoundError / PortraitError with the file name and what was expected.

@@ -1,16 +1,16 @@
-"""Animate a still portrait: jaw, lips, teeth, blinks and head motion as smooth image warps (pure torch).
+"""Animate a still portrait: jaw, lips, teeth, blinks and head motion as smooth image warps, in pure torch.
 
 Rendering one frame from :class:`FaceParams`:
 
-1. **Mouth warp** (backward map, ``grid_sample``): below the lip line the lower lip, chin and jaw move
-   down by ``jaw_open · max_jaw_drop · mouth width`` — a lens-shaped profile at the lips (the corners
-   stay) that widens to the whole jaw lower down and fades out below the chin; above it the upper lip
-   lifts a little. ``lip_width`` / ``lip_round`` scale the mouth region horizontally (stretch / pucker).
-2. **Inner mouth**: the opening between the lips is painted dark red (darker at the back, a tongue tint
-   at the bottom), with an upper teeth band (and a fainter lower one) whose height follows ``teeth``;
-   all edges are soft (no aliasing as the mouth moves).
-3. **Blinks**: each eye's opening is covered from the top by lid-coloured skin (sampled just above the
-   eye) down to ``blink`` of its height, with a dark lash line at the lid's edge.
+1. **Mouth warp**: a backward map through ``grid_sample``. Below the lip line the lower lip, chin and jaw move down by
+   ``jaw_open · max_jaw_drop · mouth width``. The profile is lens-shaped at the lips, where the corners stay. Lower
+   down it widens to the whole jaw, and it fades out below the chin. Above the line the upper lip lifts a little.
+   ``lip_width`` / ``lip_round`` scale the mouth region horizontally: stretch / pucker.
+2. **Inner mouth**: the opening between the lips is painted dark red. It is darker at the back, with a tongue tint at
+   the bottom. An upper teeth band, and a fainter lower one, have a height that follows ``teeth``. All edges are soft,
+   so nothing aliases as the mouth moves.
+3. **Blinks**: lid-coloured skin covers each eye's opening from the top, down to ``blink`` of its height. The skin is
+   sampled just above the eye. A dark lash line marks the lid's edge.
 4. **Head motion**: the whole picture is rotated (roll), shifted and scaled about the neck.
 
 Everything outside the mouth, the eyes and the head motion is the original portrait's pixels.
@@ -31,9 +31,11 @@ from .portrait import Portrait
 class FaceParams:
     """One frame's face state.
 
-    jaw_open 0..1, lip_width -1..1, lip_round 0..1, teeth 0..1 (see :mod:`.visemes`); blink 0 (open) ..1
-    (closed); head_dx / head_dy: px shift; head_roll_deg: degrees (positive = clockwise on screen);
-    head_scale: 1 = the portrait's size.
+    - ``jaw_open`` 0..1, ``lip_width`` -1..1, ``lip_round`` 0..1, ``teeth`` 0..1; see :mod:`.visemes`.
+    - ``blink``: 0 is open, 1 is closed.
+    - ``head_dx`` / ``head_dy``: shift in px.
+    - ``head_roll_deg``: degrees. Positive is clockwise on screen.
+    - ``head_scale``: 1 is the portrait's size.
     """
 
     jaw_open: float = 0.0
@@ -72,8 +74,8 @@ class PortraitRenderer:
         portrait: the image and its mouth / eye boxes.
         max_jaw_drop: lower-lip drop at ``jaw_open = 1``, as a fraction of the mouth width.
 
-    ``render(params)`` → ``uint8 [H, W, 3]`` (a torch tensor on the CPU). The mouth is computed in a
-    region around it only (everything the warp can move), so a frame costs a few ms at 256² on one core.
+    ``render(params)`` → ``uint8 [H, W, 3]``, a torch tensor on the CPU.
+    The mouth is computed only in a region around it: everything the warp can move.
     """
 
     def __init__(self, portrait: Portrait, max_jaw_drop: float = 0.32):
@@ -157,8 +159,10 @@ class PortraitRenderer:
 
     # ---- overlays -----------------------------------------------------------------------------
     def _opening(self, drop, up, lens):
-        """(top, bottom, gap, inside) over the ROI: the opening's upper and lower edges (px rows), their
-        distance, and its soft coverage 0..1."""
+        """(top, bottom, gap, inside) over the ROI.
+
+        These are the opening's upper and lower edges as px rows, their distance, and its soft coverage 0..1.
+        """
         top = self.lip_line - up * lens
         bottom = self.lip_line + drop * lens
         gap = bottom - top
@@ -201,8 +205,10 @@ class PortraitRenderer:
     # ---- public -------------------------------------------------------------------------------
     @torch.no_grad()
     def opening_mask(self, p: FaceParams) -> torch.Tensor:
-        """float32 [H, W] 0..1: where :meth:`render` paints the inside of the mouth for ``p`` (before the
-        head motion moves the picture)."""
+        """float32 [H, W] 0..1: where :meth:`render` paints the inside of the mouth for ``p``.
+
+        It is the mask before the head motion moves the picture.
+        """
         mask = torch.zeros(self.h, self.w)
         k, drop, up, lens = self._mouth_geometry(p)
         if drop > 0:

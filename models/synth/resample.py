@@ -1,20 +1,25 @@
-"""Band-limited resampling of int16 audio (windowed sinc), with no delay: output sample ``n`` is the
-input signal evaluated at time ``n / rate_out``."""
+"""Band-limited resampling of int16 audio by windowed sinc, with no delay.
+
+Output sample ``n`` is the input signal evaluated at time ``n / rate_out``.
+"""
 from __future__ import annotations
 
 import numpy as np
 
 
 def _kaiser(u: np.ndarray, beta: float = 8.0) -> np.ndarray:
-    """Kaiser window at positions ``u`` in [-1, 1] (0 outside)."""
+    """Kaiser window at positions ``u`` in [-1, 1]. 0 outside."""
     inside = np.abs(u) < 1
     return np.where(inside, np.i0(beta * np.sqrt(np.clip(1 - u * u, 0, None))) / np.i0(beta), 0.0)
 
 
 def resample(samples: np.ndarray, rate_in: int, rate_out: int, taps: int = 32) -> np.ndarray:
-    """Resample mono ``int16 [S]`` from ``rate_in`` to ``rate_out`` Hz → ``int16 [round(S * rate_out /
-    rate_in)]``. A Kaiser-windowed sinc of ``taps`` input samples; the cut-off is 0.95 × the lower
-    Nyquist frequency. Exact copy when the rates are equal."""
+    """Resample mono ``int16 [S]`` from ``rate_in`` to ``rate_out`` Hz → ``int16 [round(S * rate_out / rate_in)]``.
+
+    It uses a Kaiser-windowed sinc of ``taps`` input samples.
+    The cut-off is 0.95 × the lower Nyquist frequency.
+    It is an exact copy when the rates are equal.
+    """
     x = np.asarray(samples)
     if x.ndim != 1:
         raise ValueError(f"resample: expected mono samples [S], got shape {x.shape}")

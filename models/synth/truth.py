@@ -1,14 +1,15 @@
-"""A synthetic clip's frames without the video codec: re-rendered from its ground-truth JSON.
+"""A synthetic clip's frames without the video codec, re-rendered from its ground-truth JSON.
 
-A clip's MP4 is H.264 (crf 20 by default), which alone takes the astronaut portrait to ~0.935 SSIM and
-~37 dB. Its JSON holds everything the frames were drawn from — the portrait's geometry and every frame's
-:class:`~.render.FaceParams` — and ``framegraph avatar synth`` keeps the exact portrait image it drew on
-as ``portrait.png`` next to the clips, so the frames can be drawn again, losslessly, as training targets::
+A clip's MP4 is H.264, crf 20 by default. The codec alone loses detail; docs/generate.md gives the figures.
+Its JSON holds everything the frames were drawn from.
+That is the portrait's geometry and every frame's :class:`~.render.FaceParams`.
+``framegraph avatar synth`` keeps the exact portrait image it drew on as ``portrait.png`` next to the clips.
+So the frames can be drawn again, losslessly, as training targets::
 
     frames = render_truth("data/synth/clip_00003.json")      # uint8 [T, H, W, 3], equal to what was encoded
 
-(parameters are stored to 4 decimals, so a redraw differs from the original by rounding only). Folders
-written before ``portrait.png`` existed still work when their portrait is the shipped astronaut.
+Parameters are stored to 4 decimals, so a redraw differs from the original by rounding only.
+Folders without ``portrait.png`` still work when their portrait is the shipped astronaut.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def face_params(frame: dict) -> FaceParams:
 
 
 def save_portrait_image(folder, portrait: Portrait) -> None:
-    """Write ``folder/portrait.png`` (the image the clips are drawn on) unless it is already there."""
+    """Write ``folder/portrait.png``, the image the clips are drawn on, unless it is already there."""
     from PIL import Image
 
     path = Path(folder) / PORTRAIT_PNG
@@ -49,9 +50,12 @@ def save_portrait_image(folder, portrait: Portrait) -> None:
 
 
 def clips_portrait(meta: dict | None, folder) -> np.ndarray | None:
-    """The exact image a folder's synthetic clips were drawn on (``uint8 [H, W, 3]``): its ``portrait.png``,
-    or the shipped astronaut when the clips' ``portrait`` block (``meta``) names it; None when unknown or
-    when its size is not the clips'."""
+    """The exact image a folder's synthetic clips were drawn on, ``uint8 [H, W, 3]``.
+
+    It is the folder's ``portrait.png``.
+    Or it is the shipped astronaut, when the clips' ``portrait`` block in ``meta`` names it.
+    None when unknown, or when its size is not the clips'.
+    """
     if not meta:
         return None
     size = [meta.get("width"), meta.get("height")]
@@ -87,8 +91,11 @@ def can_render_truth(json_path) -> bool:
 
 
 def render_truth(json_path, *, max_frames: int | None = None) -> torch.Tensor:
-    """The clip's frames drawn again from ``json_path``: ``uint8 [T, H, W, 3]`` (T = its frame count, or
-    ``max_frames``). Raises ``ValueError`` naming what is missing when the clip cannot be redrawn."""
+    """The clip's frames drawn again from ``json_path``: ``uint8 [T, H, W, 3]``.
+
+    T is its frame count, or ``max_frames``.
+    Raises ``ValueError`` naming what is missing when the clip cannot be redrawn.
+    """
     path = Path(json_path)
     truth = json.loads(path.read_text())
     meta, frames = truth.get("portrait"), truth.get("frames") or []

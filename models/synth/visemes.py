@@ -3,17 +3,19 @@
 Each eSpeak phoneme maps to a viseme target of four mouth parameters:
 
 ==========  =====================================================================
-jaw_open    0 (lips together) .. 1 (wide open, as in "father")
-lip_width   -1 (narrow, puckered) .. 0 (neutral) .. 1 (stretched, as in "see")
-lip_round   0 (flat) .. 1 (rounded / protruded, as in "who")
-teeth       0 (hidden) .. 1 (clearly visible: inner-mouth darkness with a teeth band)
+jaw_open    0 = lips together .. 1 = wide open, as in "father"
+lip_width   -1 = narrow, puckered .. 0 = neutral .. 1 = stretched, as in "see"
+lip_round   0 = flat .. 1 = rounded / protruded, as in "who"
+teeth       0 = hidden .. 1 = clearly visible: inner-mouth darkness with a teeth band
 ==========  =====================================================================
 
-Diphthongs glide between two targets. Coarticulation follows the dominance model of Cohen & Massaro
-(1993): every phoneme pulls the mouth toward its target with a weight that decays exponentially away
-from the phoneme's centre; the shape at time t is the weighted mean. Bilabials (p, b, m) dominate
-strongly so the lips really close; h and the alveolars barely, so they take the shape of neighbouring
-vowels.
+Diphthongs glide between two targets.
+Coarticulation follows the dominance model of Cohen & Massaro, 1993.
+Every phoneme pulls the mouth toward its target.
+Its weight decays exponentially away from the phoneme's centre.
+The shape at time t is the weighted mean.
+Bilabials (p, b, m) dominate strongly, so the lips really close.
+h and the alveolars barely dominate, so they take the shape of neighbouring vowels.
 """
 from __future__ import annotations
 
@@ -27,8 +29,10 @@ REST = (0.0, 0.0, 0.0, 0.0)
 
 @dataclass(frozen=True)
 class Viseme:
-    """A mouth target (``PARAMS`` order), an optional second target (diphthongs glide to it), the
-    dominance ``strength`` (0..1) and ``reach_ms`` (how far its influence extends)."""
+    """A mouth target in ``PARAMS`` order, and an optional second target that diphthongs glide to.
+
+    ``strength`` is the dominance, 0..1. ``reach_ms`` is how far its influence extends.
+    """
 
     target: tuple[float, float, float, float]
     glide_to: tuple[float, float, float, float] | None = None
@@ -93,9 +97,12 @@ _CONSONANT_FALLBACK = _v(0.2, 0.1, 0.0, 0.4, 0.3)
 
 
 def viseme_for(phoneme: str) -> Viseme:
-    """The viseme of an eSpeak phoneme mnemonic. Stress marks and eSpeak's variant suffixes
-    (``t#``, ``n-``, ``l/``, ``r-``, ``@2``...) fall back to the base phoneme; unknown names to a neutral
-    vowel or consonant shape."""
+    """The viseme of an eSpeak phoneme mnemonic.
+
+    Stress marks and eSpeak's variant suffixes fall back to the base phoneme: ``t#``, ``n-``, ``l/``, ``r-``,
+    ``@2``...
+    Unknown names fall back to a neutral vowel or consonant shape.
+    """
     name = phoneme.strip().lstrip("'\",%=")
     if name in VISEMES:
         return VISEMES[name]
@@ -111,9 +118,8 @@ def mouth_curves(phonemes: list[tuple[float, str]], end_ms: float, times_ms: np.
     """Coarticulated mouth parameters at ``times_ms``.
 
     Args:
-        phonemes: ``(start_ms, name)`` in time order; each lasts until the next one starts (the last
-            until ``end_ms``).
-        end_ms: end of the utterance (ms). Outside ``[first start, end_ms]`` the mouth is at rest.
+        phonemes: ``(start_ms, name)`` in time order. Each lasts until the next one starts; the last until ``end_ms``.
+        end_ms: end of the utterance in ms. Outside ``[first start, end_ms]`` the mouth is at rest.
         times_ms: ``float [N]`` query times in ms.
     Returns:
         ``float32 [N, 4]`` in ``PARAMS`` order.

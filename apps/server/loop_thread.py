@@ -1,7 +1,7 @@
 """An asyncio server on its own event loop, in a daemon thread.
 
 This is the one way the server and the cluster's front door run beside the caller's code.
-:class:`StartedInWith` is the context manager of the handles that start them.
+The class :class:`StartedInWith` is the context manager of the handles that start them.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class LoopThread:
 
     ``_serve`` sets ``_ready`` once it is up. A failure before that sets it too.
     ``_serve`` returns once ``_stop``, its own event, is set.
-    :meth:`_start_thread` starts the thread and waits for ``_ready``. It raises what ``_serve`` failed with.
+    Then :meth:`_start_thread` starts the thread and waits for ``_ready``. It raises what ``_serve`` failed with.
 
     The loop's default executor serves ``asyncio.to_thread`` and aiortc's encoders.
     It is its own pool of at most :attr:`workers` threads, named ``<name>:worker_<i>``.

@@ -5,7 +5,7 @@ Control messages are JSON text objects with a ``"type"``.
 Media messages are binary: a fixed 48-byte little-endian :class:`MediaHeader`, then the payload.
 
 Everything a client sends is checked here before the session acts on it.
-:func:`parse_control` and :func:`parse_media` raise :class:`ProtocolError`.
+Both :func:`parse_control` and :func:`parse_media` raise :class:`ProtocolError`.
 It has a stable ``code`` and a message that names the offending value.
 The session turns it into an ``error`` message.
 """

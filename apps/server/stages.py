@@ -26,7 +26,9 @@ TICKS_PER_SAMPLE = TICKS_PER_SECOND // SAMPLE_RATE  # 3
 
 
 class AudioScope(Stage):
-    """``int16 [chunk]`` audio in → a ``uint8 [H, W, 3]`` scope picture per video frame period, and the same audio out.
+    """``int16 [chunk]`` audio in → a ``uint8 [H, W, 3]`` scope picture per video frame period.
+
+    The same audio goes out too.
 
     The background brightens with the loudness of the newest chunk.
     So a clap is a bright frame, easy to time glass-to-glass with a camera.
@@ -109,8 +111,8 @@ class CaptureTimes:
     They stamp output with when the audio that produced it was captured, in the client's own clock.
     This gives glass-to-glass latency without synchronized clocks.
 
-    :meth:`add` records each audio message: its sample count and the capture time of its last sample.
-    :meth:`of_sample` returns the capture time of sample ``index``, interpolated at the sample rate.
+    Its :meth:`add` records each audio message: its sample count and the capture time of its last sample.
+    Its :meth:`of_sample` returns the capture time of sample ``index``, interpolated at the sample rate.
     The index counts from the first pushed sample.
     It keeps the last ``capacity`` messages.
     """

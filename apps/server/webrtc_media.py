@@ -8,10 +8,10 @@ Out, server → client, the graph's own encoders are used, and aiortc only packe
 
 - **video**: the pipeline runs with ``codec: "h264"``.
   Each Annex-B access unit becomes an ``av.Packet`` whose pts is the frame's session pts, in 48 kHz ticks.
-  aiortc converts it to the 90 kHz RTP clock.
+  Then aiortc converts it to the 90 kHz RTP clock.
   A picture-loss indication from the browser asks the graph's encoder for a key frame.
   A peer that offers VP8 but no H.264 gets the frames re-encoded as VP8 by aiortc.
-  aiortc then also follows the receiver's bitrate estimate.
+  Then aiortc also follows the receiver's bitrate estimate.
 - **audio**: each 20 ms PCM16 chunk at 16 kHz is Opus-encoded here into a packet.
   The encoder is libopus at 16 kHz mono, a valid Opus stream on the 48 kHz RTP clock.
   The packet's pts is the session pts of the sound it holds.
@@ -59,7 +59,7 @@ def rtp_origin(sender, last_timestamp: int | None) -> int | None:
     """The random origin aiortc added to ``sender``'s RTP timestamps. None until a packet went out.
 
     It comes from the timestamp of the last packet sent and ``last_timestamp``, what we gave it in RTP units.
-    aiortc keeps it private: ``_RTCRtpSender__rtp_timestamp``, aiortc 1.x.
+    It is private in aiortc: ``_RTCRtpSender__rtp_timestamp``, aiortc 1.x.
     Without it no ``frame`` timing messages are sent. Nothing else changes.
     """
     sent = getattr(sender, "_RTCRtpSender__rtp_timestamp", None)
@@ -211,7 +211,7 @@ class OpusJitterBuffer:
 def received_rtp(receiver, pts: int) -> int | None:
     """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``. None when not known.
 
-    aiortc counts received timestamps from the first one it saw.
+    The receiver counts received timestamps from the first one it saw.
     That origin is private: ``TimestampMapper._origin``, aiortc 1.x.
     """
     mapper = getattr(receiver, "_RTCRtpReceiver__timestamp_mapper", None)
@@ -302,7 +302,7 @@ class OpusPackets:
     The encoder is libopus at 16 kHz mono, a valid stream on Opus's 48 kHz RTP clock.
     The pts is in 48 kHz ticks. The caller gives each chunk's pts.
     A packet holds sound from the encoder's look-ahead before its chunk on.
-    aiortc only packetizes the packets.
+    Then aiortc only packetizes the packets.
     So the RTP timestamps are those pts, plus the stream's random origin.
     """
 

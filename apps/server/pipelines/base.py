@@ -142,7 +142,7 @@ class Pipeline:
             The outbox drops only for a reader that falls behind.
         options: the pipeline's options class. :meth:`apply_config` checks ``config`` against its ``live`` fields.
         on_close: gives back what the pipeline borrowed for the session, such as ``generate``'s loaded model.
-            :meth:`closed` calls it once, when the graph has stopped or will never start.
+            It is called once by :meth:`closed`, when the graph has stopped or will never start.
     """
 
     graph: Graph

@@ -18,7 +18,7 @@ The default is the shipped ``assets/scenes``, ``assets/scenes4d`` and ``assets/n
 A client never sends a path.
 A scene is a ``.ply`` or ``.splat`` file, a 4DGS ``.pth`` checkpoint or a NeRF folder.
 A 4DGS scene plays at t = stream time, looping.
-:func:`~framegraph.renderers.scene_file.open_scene` opens it.
+It is opened by :func:`~framegraph.renderers.scene_file.open_scene`.
 The options may instead ask for a random scene.
 The renderers are imported when a session first starts this pipeline.
 """

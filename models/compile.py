@@ -1,18 +1,23 @@
 """The ``"compiled"`` runtime's shared parts: Inductor compilation with static shapes, and its caches on disk.
 
-A model's compiled engine (listed beside its torch engine, :mod:`framegraph.models.runtime`) runs the same
-torch code through ``torch.compile`` (Inductor: C++ on a CPU, Triton on a GPU; our Triton kernels are custom ops
-with fake implementations, so they are traced through as single nodes). Shapes are static per session
-(``dynamic=False``): a session's sizes are fixed when it starts, so each step compiles once for them and never
-again; a new size compiles anew. On CUDA the per-frame / per-step calls are then captured into CUDA graphs
-(:mod:`framegraph.models.graphs`).
+A model's compiled engine is listed beside its torch engine, in :mod:`framegraph.models.runtime`.
+It runs the same torch code through ``torch.compile``.
+Inductor emits C++ on a CPU and Triton on a GPU.
+Our Triton kernels are custom ops with fake implementations, so they are traced through as single nodes.
+Shapes are static per session, with ``dynamic=False``.
+A session's sizes are fixed when it starts. So each step compiles once for them and never again.
+A new size compiles anew.
+On CUDA the per-frame and per-step calls are then captured into CUDA graphs: :mod:`framegraph.models.graphs`.
 
-Compilation is slow the first time (seconds to minutes) and cached on disk: Inductor's FX-graph cache and
-Triton's kernel cache live under :func:`cache_dir` (``$FRAMEGRAPH_CACHE``, default ``~/.cache/framegraph``), so a
-restart reloads the kernels instead of compiling them. A pipeline's ``warm()`` runs one dummy frame / chunk at
-the session's shape when its model loads, so the first real frame finds everything compiled.
+Compilation is slow the first time, seconds to minutes, and it is cached on disk.
+Inductor's FX-graph cache and Triton's kernel cache live under :func:`cache_dir`.
+That is ``$FRAMEGRAPH_CACHE``, default ``~/.cache/framegraph``.
+So a restart reloads the kernels instead of compiling them.
+A pipeline's ``warm()`` runs one dummy frame or chunk at the session's shape when its model loads.
+So the first real frame finds everything compiled.
 
-:class:`CompileSettings` is what a run asks for: compile or not, CUDA graphs or not (default: on CUDA).
+:class:`CompileSettings` is what a run asks for: compile or not, CUDA graphs or not.
+CUDA graphs are on by default on CUDA.
 """
 from __future__ import annotations
 
@@ -32,8 +37,10 @@ _SET_BY_US: dict[str, str] = {}
 
 
 def cache_dir() -> Path:
-    """Where framegraph keeps its caches: ``$FRAMEGRAPH_CACHE``, else ``$XDG_CACHE_HOME/framegraph``, else
-    ``~/.cache/framegraph``."""
+    """Where framegraph keeps its caches.
+
+    It is ``$FRAMEGRAPH_CACHE``, else ``$XDG_CACHE_HOME/framegraph``, else ``~/.cache/framegraph``.
+    """
     given = os.environ.get(CACHE_ENV)
     if given:
         return Path(given).expanduser()
@@ -42,9 +49,13 @@ def cache_dir() -> Path:
 
 
 def use_cache_dir(root: str | os.PathLike | None = None) -> dict[str, str]:
-    """Point Inductor's (``TORCHINDUCTOR_CACHE_DIR``) and Triton's (``TRITON_CACHE_DIR``) caches at
-    ``root/inductor`` and ``root/triton`` (default :func:`cache_dir`) and turn on Inductor's FX-graph cache. A
-    directory the user set in the environment wins. Returns the two directories in use."""
+    """Point Inductor's and Triton's caches at ``root/inductor`` and ``root/triton``.
+
+    They are ``TORCHINDUCTOR_CACHE_DIR`` and ``TRITON_CACHE_DIR``. ``root`` defaults to :func:`cache_dir`.
+    It also turns on Inductor's FX-graph cache.
+    A directory the user set in the environment wins.
+    Returns the two directories in use.
+    """
     root = Path(root) if root is not None else cache_dir()
     for var, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
         if not _user_set(var):  # ours to (re)point
@@ -79,17 +90,23 @@ class CompileSettings:
     """How the compiled runtime runs a model.
 
     Attributes:
-        inductor: compile with ``torch.compile`` (False: the eager torch code, e.g. to time CUDA graphs alone).
-        cuda_graphs: capture the per-frame / per-step call into CUDA graphs (None: on CUDA devices unless
-            ``$FRAMEGRAPH_CUDA_GRAPHS=0``; on a CPU there are none and the call runs as it is).
+        inductor: compile with ``torch.compile``.
+            False runs the eager torch code, e.g. to time CUDA graphs alone.
+        cuda_graphs: capture the per-frame or per-step call into CUDA graphs.
+            None means on CUDA devices, unless ``$FRAMEGRAPH_CUDA_GRAPHS=0``.
+            On a CPU there are none, and the call runs as it is.
     """
 
     inductor: bool = True
     cuda_graphs: bool | None = None
 
     def graphs(self, device: str | torch.device) -> bool:
-        """Whether steps on ``device`` are graphed: ``cuda_graphs`` if set, else ``$FRAMEGRAPH_CUDA_GRAPHS`` (``0``:
-        off, to time the compiled code alone), else on CUDA; never off CUDA."""
+        """Whether steps on ``device`` are graphed. Never off CUDA.
+
+        It is ``cuda_graphs`` if set.
+        Else it is ``$FRAMEGRAPH_CUDA_GRAPHS``, where ``0`` turns them off to time the compiled code alone.
+        Else it is on for CUDA.
+        """
         wanted = self.cuda_graphs
         if wanted is None:
             wanted = os.environ.get(GRAPHS_ENV, "1").strip().lower() not in ("0", "false", "off", "no")
@@ -108,8 +125,11 @@ def _prepare() -> None:
 
 
 def compiled(fn, settings: CompileSettings = CompileSettings()):
-    """``fn`` (a function or module) compiled by Inductor with static shapes, the caches under :func:`cache_dir`;
-    ``fn`` itself when ``settings.inductor`` is False. Compilation happens at the first call of each shape."""
+    """``fn``, a function or module, compiled by Inductor with static shapes. The caches are under :func:`cache_dir`.
+
+    It is ``fn`` itself when ``settings.inductor`` is False.
+    Compilation happens at the first call of each shape.
+    """
     if not settings.inductor:
         return fn
     _prepare()
@@ -117,8 +137,11 @@ def compiled(fn, settings: CompileSettings = CompileSettings()):
 
 
 def compile_in_place(module: torch.nn.Module, settings: CompileSettings = CompileSettings()) -> torch.nn.Module:
-    """Compile ``module``'s forward in place (``nn.Module.compile``: its state-dict keys and hooks unchanged), the
-    way a repeated block of a transformer is compiled once and reused by every layer. Returns ``module``."""
+    """Compile ``module``'s forward in place with ``nn.Module.compile``. Returns ``module``.
+
+    Its state-dict keys and hooks are unchanged.
+    This is how a repeated block of a transformer is compiled once and reused by every layer.
+    """
     if settings.inductor:
         _prepare()
         module.compile(dynamic=False)

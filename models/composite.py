@@ -2,14 +2,19 @@
 
     VAEDecode ──face uint8 [h, w, 3]──▶ Composite ──video uint8 [H, W, 3]──▶ Encode / Sink
 
-The model works on a square face region (say 128²); the output is the full portrait frame: a fixed
-background (the portrait at its own size) with the region, resized to its box if needed, blended in
-through a soft alpha mask that is 1 in the middle of the box and falls smoothly (smoothstep, so the
-slope is continuous) to exactly 0 on the box's outer ring of pixels — no seam at the border.
+The model works on a square face region, say 128².
+The output is the full portrait frame: a fixed background, the portrait at its own size.
+The region is resized to its box if needed and blended in through a soft alpha mask.
+The mask is 1 in the middle of the box.
+It falls smoothly to exactly 0 on the box's outer ring of pixels, so there is no seam at the border.
+The fall is a smoothstep, so the slope is continuous.
 
-Conventions: images are ``[H, W, 3]`` RGB, ``uint8`` (0..255) or float; boxes ``(x, y, w, h)`` in integer
-pixels of the background (column, row of the top-left corner, width, height); masks ``float32 [h, w]`` in
-[0, 1] at the box's size.
+Conventions:
+
+- Images are ``[H, W, 3]`` RGB, ``uint8`` in 0..255 or float.
+- Boxes are ``(x, y, w, h)`` in integer pixels of the background.
+  That is the column and row of the top-left corner, then width and height.
+- Masks are ``float32 [h, w]`` in [0, 1], at the box's size.
 
     mask = feather_mask(h, w, feather_px=12, shape="ellipse")
     frame = composite(background, region, box, mask)      # also what the Composite stage runs
@@ -37,10 +42,13 @@ def _smoothstep(e0: float, e1: float, x: Tensor) -> Tensor:
 def feather_mask(height: int, width: int, feather_px: float, shape: str = "ellipse", *, device="cpu") -> Tensor:
     """Soft alpha ``float32 [height, width]`` for a box of that size.
 
-    ``shape="ellipse"``: the ellipse inscribed in the box; ``"rounded"``: the box as a rectangle with
-    corners rounded by ``feather_px``. ``d`` is the distance (px) of a pixel centre inside the shape's
-    edge (along the radius, for the ellipse); alpha is ``smoothstep(0.5, 0.5 + feather_px, d)``: 0 on
-    and outside the edge (the box's outer ring is 0), rising monotonically over ``feather_px`` px to 1.
+    With ``shape="ellipse"`` the shape is the ellipse inscribed in the box.
+    With ``"rounded"`` it is the box as a rectangle, with corners rounded by ``feather_px``.
+    ``d`` is the distance in px of a pixel centre inside the shape's edge.
+    For the ellipse it is taken along the radius.
+    Alpha is ``smoothstep(0.5, 0.5 + feather_px, d)``.
+    It is 0 on and outside the edge, so the box's outer ring is 0.
+    It rises monotonically over ``feather_px`` px to 1.
     """
     if shape not in SHAPES:
         raise ValueError(f"feather_mask: shape={shape!r}; expected one of {SHAPES}")
@@ -70,7 +78,7 @@ def feather_mask(height: int, width: int, feather_px: float, shape: str = "ellip
 
 
 def check_box(box: Sequence[int], height: int, width: int) -> tuple[int, int, int, int]:
-    """Validate ``box = (x, y, w, h)`` against an ``height × width`` frame; returns it as ints."""
+    """Validate ``box = (x, y, w, h)`` against an ``height × width`` frame. Returns it as ints."""
     if len(box) != 4:
         raise ValueError(f"box {tuple(box)} must be (x, y, w, h)")
     x, y, w, h = (int(round(float(v))) for v in box)
@@ -83,8 +91,11 @@ def check_box(box: Sequence[int], height: int, width: int) -> tuple[int, int, in
 
 
 def resize_region(region: Tensor, height: int, width: int) -> Tensor:
-    """``[h, w, 3]`` (any dtype) → ``float32 [height, width, 3]`` (bilinear, antialiased when shrinking;
-    the values are unchanged when the size already matches)."""
+    """``[h, w, 3]`` of any dtype → ``float32 [height, width, 3]``.
+
+    It is bilinear, antialiased when shrinking.
+    The values are unchanged when the size already matches.
+    """
     if tuple(region.shape[:2]) == (height, width):
         return region.float()
     shrink = height < region.shape[0] or width < region.shape[1]
@@ -99,14 +110,14 @@ def composite(background: Tensor, region: Tensor, box: Sequence[int], mask: Tens
 
     Args:
         background: the full frame, ``uint8`` or float.
-        region: the generated region (same dtype family); resized to the box when its size differs.
-        box: ``(x, y, w, h)`` px, inside the frame.
-        mask: ``float [h_box, w_box]`` alpha in [0, 1] (see :func:`feather_mask`).
-        out: optional ``[H, W, 3]`` tensor of ``background``'s dtype to write into (may be ``background``
-            itself); a new tensor otherwise.
+        region: the generated region, of the same dtype family. It is resized to the box when its size differs.
+        box: ``(x, y, w, h)`` in px, inside the frame.
+        mask: ``float [h_box, w_box]`` alpha in [0, 1]. See :func:`feather_mask`.
+        out: optional ``[H, W, 3]`` tensor of ``background``'s dtype to write into.
+            It may be ``background`` itself. Otherwise a new tensor is made.
 
-    Returns the frame: ``background + mask · (region − background)`` inside the box (rounded for
-    ``uint8``), ``background`` elsewhere.
+    Returns the frame. Inside the box it is ``background + mask · (region − background)``, rounded for ``uint8``.
+    Elsewhere it is ``background``.
     """
     if background.dim() != 3 or background.shape[2] != 3:
         raise ValueError(f"composite: background must be [H, W, 3], got {list(background.shape)}")
@@ -135,8 +146,10 @@ def composite(background: Tensor, region: Tensor, box: Sequence[int], mask: Tens
 
 
 def load_background(image, device="cpu") -> Tensor:
-    """A background frame as ``uint8 [H, W, 3]`` on ``device``: a path to an image file (PNG, JPEG...),
-    a ``uint8 [H, W, 3]`` numpy array or tensor."""
+    """A background frame as ``uint8 [H, W, 3]`` on ``device``.
+
+    ``image`` is a path to an image file such as PNG or JPEG, or a ``uint8 [H, W, 3]`` numpy array or tensor.
+    """
     if isinstance(image, (str, os.PathLike)):
         from PIL import Image
 
@@ -155,22 +168,28 @@ class Composite(Stage):
     """Paste each generated face region into the full-resolution background frame.
 
     Args:
-        background: the full frame (path, numpy array or tensor, ``uint8 [H, W, 3]``), e.g. the portrait
-            at its original size.
-        box: ``(x, y, w, h)`` px of the background where the region goes (for the avatar: the crop box
-            the model's training regions were cut from, see ``models.vae.data.face_crop_box``).
-        region_size: ``(h, w)`` (or one int) of the incoming ``"face"`` frames (default: the box size);
-            resized to the box when different.
-        feather_px: width of the soft edge in box px (default: 12% of the box's shorter side).
-        shape: ``"ellipse"`` or ``"rounded"`` (see :func:`feather_mask`).
+        background: the full frame, ``uint8 [H, W, 3]``, as a path, numpy array or tensor.
+            For example the portrait at its original size.
+        box: ``(x, y, w, h)`` in px of the background, where the region goes.
+            For the avatar it is the crop box the model's training regions were cut from.
+            See ``models.vae.data.face_crop_box``.
+        region_size: ``(h, w)`` or one int, the size of the incoming ``"face"`` frames.
+            The default is the box size. Frames are resized to the box when different.
+        feather_px: width of the soft edge in box px. The default is 12% of the box's shorter side.
+        shape: ``"ellipse"`` or ``"rounded"``. See :func:`feather_mask`.
         device: where inputs arrive, the blend runs and outputs are written.
-        alpha: ``uint8 [H, W]`` the background's person matte, or None; given, each frame also leaves on an
-            ``"alpha"`` port (the region is pasted inside the person, so the matte does not change).
+        alpha: ``uint8 [H, W]``, the background's person matte, or None.
+            When given, each frame also leaves on an ``"alpha"`` port.
+            The region is pasted inside the person, so the matte does not change.
 
-    Ports: in ``"face"`` ``uint8 [h, w, 3]`` on ``device``; out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``
-    ``uint8 [H, W]``) on ``out_device`` (default ``device``; ``"cpu"`` after a GPU composite: the frame is copied to
-    the host without waiting, for an encoder).
-    The background and the mask are prepared once, here; nothing but the blend runs per frame.
+    Ports:
+
+    - in ``"face"``: ``uint8 [h, w, 3]`` on ``device``.
+    - out ``"video"``: ``uint8 [H, W, 3]``, and ``"alpha"`` ``uint8 [H, W]``, on ``out_device``.
+      ``out_device`` defaults to ``device``.
+      With ``"cpu"`` after a GPU composite, the frame is copied to the host without waiting, for an encoder.
+
+    The background and the mask are prepared once, here. Nothing but the blend runs per frame.
     Output frames keep the input's pts and flags.
     """
 
@@ -206,8 +225,11 @@ class Composite(Stage):
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
 
     def frame_alpha(self) -> Tensor:
-        """``float32 [H, W]``: how much of each output pixel is the generated region (the mask at its box,
-        0 elsewhere) — where the frames move; the rest is the background."""
+        """``float32 [H, W]``: how much of each output pixel is the generated region.
+
+        It is the mask at its box and 0 elsewhere.
+        That is where the frames move. The rest is the background.
+        """
         H, W = self.background.shape[:2]
         x, y, w, h = self.box
         alpha = torch.zeros(H, W, dtype=torch.float32, device=self.mask.device)
@@ -226,7 +248,7 @@ class Composite(Stage):
 
 
 def cover_picture(image: Tensor, height: int, width: int) -> Tensor:
-    """``uint8 [h, w, 3]`` scaled to cover a ``height × width`` frame (aspect kept) and cropped to it, centred."""
+    """``uint8 [h, w, 3]`` scaled to cover a ``height × width`` frame, aspect kept, and cropped to it, centred."""
     h, w = image.shape[:2]
     s = max(height / h, width / w)
     sh, sw = max(height, round(h * s)), max(width, round(w * s))
@@ -236,8 +258,11 @@ def cover_picture(image: Tensor, height: int, width: int) -> Tensor:
 
 
 def background_frame(background, height: int, width: int, device="cpu") -> Tensor:
-    """``uint8 [height, width, 3]``: a colour ``(r, g, b)`` 0..255 filling the frame, or a picture (path, array or
-    tensor, see :func:`load_background`) scaled to cover it."""
+    """``uint8 [height, width, 3]``: a colour filling the frame, or a picture scaled to cover it.
+
+    The colour is ``(r, g, b)`` in 0..255.
+    The picture is a path, array or tensor, as for :func:`load_background`.
+    """
     if isinstance(background, (tuple, list)) and len(background) == 3 and all(isinstance(v, int) for v in background):
         if not all(0 <= v <= 255 for v in background):
             raise ValueError(f"background colour {tuple(background)}: each of r, g, b must be 0..255")
@@ -246,8 +271,11 @@ def background_frame(background, height: int, width: int, device="cpu") -> Tenso
 
 
 def over(video: Tensor, alpha: Tensor, background: Tensor, *, out: Tensor | None = None) -> Tensor:
-    """``video uint8 [H, W, 3]`` over ``background uint8 [H, W, 3]`` through ``alpha uint8 [H, W]`` (255: the
-    video): ``background + alpha / 255 · (video − background)``, rounded."""
+    """``video uint8 [H, W, 3]`` over ``background uint8 [H, W, 3]`` through ``alpha uint8 [H, W]``.
+
+    Alpha 255 is the video.
+    The result is ``background + alpha / 255 · (video − background)``, rounded.
+    """
     a = alpha.float()[..., None] / 255.0
     blended = torch.lerp(background.float(), video.float(), a).round_().clamp_(0, 255).to(torch.uint8)
     if out is None:
@@ -258,8 +286,14 @@ def over(video: Tensor, alpha: Tensor, background: Tensor, *, out: Tensor | None
 class OverBackground(Stage):
     """A matted picture over a background: a colour, or a picture scaled to cover the frame.
 
-    Ports: in ``"video"`` ``uint8 [H, W, 3]`` and ``"alpha"`` ``uint8 [H, W]`` (lock-step: the same frame's); out
-    ``"video"`` ``uint8 [H, W, 3]`` (:func:`over`). The background is prepared once, here."""
+    Ports:
+
+    - in ``"video"``: ``uint8 [H, W, 3]``, and ``"alpha"``: ``uint8 [H, W]``.
+      They come in lock-step, the same frame's.
+    - out ``"video"``: ``uint8 [H, W, 3]``, from :func:`over`.
+
+    The background is prepared once, here.
+    """
 
     def __init__(self, background, *, width: int, height: int, device: str = "cpu", name: str = "background"):
         super().__init__(name)

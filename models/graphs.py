@@ -1,22 +1,33 @@
 """CUDA graphs for the per-frame and per-step calls: one capture, then a replay per call on static buffers.
 
-A :class:`GraphedStep` wraps ``fn(*inputs) -> output(s)``: on its first call on CUDA it runs ``fn`` a few times
-on a side stream (first calls of kernels, allocator warm-up, a compiled function's compilation), captures one call
-into a ``torch.cuda.CUDAGraph`` reading *static input buffers*, and from then on every call copies its inputs
-into those buffers and replays the graph: one launch for the whole step, no Python, no allocation. The outputs
-are the graph's own tensors, overwritten by the next call: use or copy them before calling again.
+A :class:`GraphedStep` wraps ``fn(*inputs) -> output(s)``.
+On its first call on CUDA it runs ``fn`` a few times on a side stream.
+These calls cover first kernel launches, allocator warm-up and a compiled function's compilation.
+Then it captures one call into a ``torch.cuda.CUDAGraph`` that reads *static input buffers*.
+From then on every call copies its inputs into those buffers and replays the graph.
+That is one launch for the whole step, with no Python and no allocation.
+The outputs are the graph's own tensors, overwritten by the next call.
+Use or copy them before calling again.
 
-What a captured step must not do (the launch audit, :mod:`framegraph.stream.audit`, checks the first two on a
-CPU): read a value back to the host (``.item()``, ``nonzero``...: capture fails), make its shapes or its Python
-control flow depend on data, or read tensors it did not own at capture time (a state tensor rebound to a new one
-after the capture is not seen by the replay: state must be updated in place, ``copy_``). Values that change from
-call to call (a time step, the rotary table of a stream position, a prompt) must be inputs.
+What a captured step must not do:
 
-Warm-up calls run ``fn`` for real; a stateful step names its ``state`` tensors, which are saved before them and
-put back after the capture, so capturing leaves the stream where it was (the capture itself executes nothing).
+- read a value back to the host, such as ``.item()`` or ``nonzero``. Capture then fails.
+- make its shapes or its Python control flow depend on data.
+- read tensors it did not own at capture time.
+  A state tensor rebound to a new one after the capture is not seen by the replay.
+  State must be updated in place, with ``copy_``.
 
-Off CUDA, or with ``enabled=False``, a :class:`GraphedStep` is ``fn`` itself (same call, same return value): the
-code paths and their tests are the same on a CPU.
+The launch audit, :mod:`framegraph.stream.audit`, checks the first two on a CPU.
+Values that change from call to call must be inputs.
+Examples are a time step, the rotary table of a stream position and a prompt.
+
+Warm-up calls run ``fn`` for real.
+A stateful step names its ``state`` tensors.
+They are saved before the warm-up and put back after the capture.
+So capturing leaves the stream where it was. The capture itself executes nothing.
+
+Off CUDA, or with ``enabled=False``, a :class:`GraphedStep` is ``fn`` itself, with the same call and return value.
+So the code paths and their tests are the same on a CPU.
 """
 from __future__ import annotations
 
@@ -28,16 +39,16 @@ __all__ = ["GraphedStep"]
 
 
 class GraphedStep:
-    """``fn(*inputs)`` replayed from a CUDA graph (see the module docs).
+    """``fn(*inputs)`` replayed from a CUDA graph. See the module docs.
 
     Args:
-        fn: the step; its tensor arguments are copied into static buffers, its result (a tensor or a tuple /
-            list of tensors) is returned as the graph's static outputs.
-        enabled: capture (False: call ``fn`` directly). Only CUDA inputs are captured.
-        state: tensors ``fn`` updates in place (a stream's state), restored after the warm-up calls.
+        fn: the step. Its tensor arguments are copied into static buffers.
+            Its result, a tensor or a tuple or list of tensors, is returned as the graph's static outputs.
+        enabled: capture. False calls ``fn`` directly. Only CUDA inputs are captured.
+        state: tensors ``fn`` updates in place, a stream's state. They are restored after the warm-up calls.
         warmup: calls of ``fn`` before the capture.
-        pool: a graph memory pool to share with the other graphs of one model
-            (``torch.cuda.graph_pool_handle()``); None: its own.
+        pool: a graph memory pool to share with the other graphs of one model.
+            Get one with ``torch.cuda.graph_pool_handle()``. None: its own.
         name: for errors.
     """
 
@@ -86,5 +97,5 @@ class GraphedStep:
         self.graph = graph
 
     def reset(self) -> None:
-        """Drop the graph (a new shape or new state storage): the next call captures again."""
+        """Drop the graph, for a new shape or new state storage. The next call captures again."""
         self.graph, self.inputs, self.output = None, [], None

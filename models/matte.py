@@ -1,22 +1,32 @@
-"""The person matte: how much of each pixel is the person (alpha), for avatars shown over another picture.
+"""The person matte: how much of each pixel is the person, as alpha. It is for avatars shown over another picture.
 
     raw = SelfieSegmenter().segment(frame)          # float32 [H, W]: MediaPipe's person probability
     alpha = person_matte(portrait)                  # uint8 [H, W]: 255 on the person, 0 on the background
     alphas = person_mattes(frames)                  # uint8 [T, H, W]: a video's, smoothed over time
 
-The segmentation model is MediaPipe's selfie segmentation (``selfie_segmentation.tflite``, 256×256 input, in the
-same ``mediapipe==0.10.21`` wheel as the face mesh: nothing is downloaded). Its raw mask is coarse (computed at
-256², upsampled) and flickers by a few percent from frame to frame, so :func:`person_mattes`:
+The segmentation model is MediaPipe's selfie segmentation, ``selfie_segmentation.tflite``, with 256×256 input.
+It ships in the ``mediapipe==0.10.21`` wheel, as the face mesh does.
+So nothing is downloaded.
+Its raw mask is coarse: it is computed at 256² and upsampled.
+It also flickers by a few percent from frame to frame.
+So :func:`person_mattes` does four things:
 
-1. smooths the probabilities over time (a Gaussian of :data:`TIME_SIGMA_FRAMES` frames, ends reflected — the
-   loop of a video avatar plays back and forth, so its frames' neighbours are those on both sides);
-2. refines them against the frame (:func:`guided_filter`, He et al. 2010: the matte's edges follow the picture's
-   own edges — hair, the shoulder line — within :data:`REFINE_RADIUS` of the model's);
-3. maps them to alpha with a smooth ramp (:data:`RAMP`: under 0.25 is background, 0; over 0.75 is person, 1);
-4. fills the face — the hull of its face-mesh landmarks — with 1: the part of the picture that talks is never
-   see-through, whatever the model says about a beard, glasses or a microphone.
+1. It smooths the probabilities over time.
+   The kernel is a Gaussian of :data:`TIME_SIGMA_FRAMES` frames, with the ends reflected.
+   A video avatar's loop plays back and forth.
+   So a frame's neighbours are those on both sides.
+2. It refines them against the frame with :func:`guided_filter`, after He et al. 2010.
+   The matte's edges then follow the picture's own edges, within :data:`REFINE_RADIUS` of the model's.
+   Hair and the shoulder line are such edges.
+3. It maps them to alpha with a smooth ramp, :data:`RAMP`.
+   Under 0.25 is background, 0. Over 0.75 is person, 1.
+4. It fills the face with 1. The face is the hull of its face-mesh landmarks.
+   So the part of the picture that talks is never see-through.
+   That holds whatever the model says about a beard, glasses or a microphone.
 
-The mattes are uint8 (0..255), stored with the bundle (``models.avatar``) and carried on ``"alpha"`` ports.
+The mattes are uint8, 0..255.
+They are stored with the bundle, in ``models.avatar``.
+They travel on ``"alpha"`` ports.
 """
 from __future__ import annotations
 
@@ -37,9 +47,11 @@ RAMP = (0.25, 0.75)  # refined probability → alpha: 0 below the first, 1 above
 
 
 class SelfieSegmenter(MediaPipeGraph):
-    """MediaPipe's selfie segmentation (the general 256×256 model of the wheel); a context manager.
+    """MediaPipe's selfie segmentation, the general 256×256 model of the wheel. It is a context manager.
 
-    :meth:`segment`: ``uint8 [H, W, 3]`` RGB → ``float32 [H, W]`` the probability that each pixel is a person."""
+    Its :meth:`segment` maps ``uint8 [H, W, 3]`` RGB → ``float32 [H, W]``.
+    That is the probability that each pixel is a person.
+    """
 
     def __init__(self):
         needs = "the person matte needs MediaPipe's selfie segmentation"
@@ -52,9 +64,11 @@ class SelfieSegmenter(MediaPipeGraph):
 
 
 def _box_mean(x: torch.Tensor, r: int) -> torch.Tensor:
-    """Mean of ``x [..., H, W]`` over the ``(2r + 1)²`` window around each pixel (edges replicated), as a mean
-    along the rows of a mean along the columns: 2 · (2r + 1) additions per pixel instead of (2r + 1)² (a 720p
-    video's loop, r = 14: 0.19 s instead of 1.8 s per 10 frames, six times per guided filter)."""
+    """Mean of ``x [..., H, W]`` over the ``(2r + 1)²`` window around each pixel. Edges are replicated.
+
+    It is a mean along the rows of a mean along the columns.
+    That costs 2 · (2r + 1) additions per pixel instead of (2r + 1)².
+    """
     shape = x.shape
     y = F.pad(x.reshape(-1, 1, *shape[-2:]), (r, r, r, r), mode="replicate")
     y = F.avg_pool2d(y, (1, 2 * r + 1), stride=1)
@@ -62,9 +76,14 @@ def _box_mean(x: torch.Tensor, r: int) -> torch.Tensor:
 
 
 def guided_filter(p: torch.Tensor, guide: torch.Tensor, radius: int, eps: float) -> torch.Tensor:
-    """He et al.'s guided filter with a grey guide: ``p [..., H, W]`` smoothed so that its edges follow ``guide
-    [..., H, W]`` (both float in [0, 1]). In each window the output is a linear function ``a · guide + b`` of the
-    guide fitted to ``p`` (least squares, ``eps`` penalising ``a``), the fits of the windows over a pixel averaged."""
+    """He et al.'s guided filter with a grey guide.
+
+    ``p [..., H, W]`` is smoothed so that its edges follow ``guide [..., H, W]``. Both are float in [0, 1].
+    In each window the output is a linear function of the guide, ``a · guide + b``.
+It is fitted to ``p``.
+    The fit is least squares, with ``eps`` penalising ``a``.
+    The fits of the windows over a pixel are averaged.
+    """
     mean_i, mean_p = _box_mean(guide, radius), _box_mean(p, radius)
     cov_ip = _box_mean(guide * p, radius) - mean_i * mean_p
     var_i = _box_mean(guide * guide, radius) - mean_i * mean_i
@@ -74,8 +93,11 @@ def guided_filter(p: torch.Tensor, guide: torch.Tensor, radius: int, eps: float)
 
 
 def smooth_over_time(probs: torch.Tensor, sigma_frames: float = TIME_SIGMA_FRAMES) -> torch.Tensor:
-    """``float32 [T, H, W]`` averaged over neighbouring frames with a Gaussian of ``sigma_frames`` (the ends
-    reflected); unchanged for a single frame or ``sigma_frames <= 0``."""
+    """``float32 [T, H, W]`` averaged over neighbouring frames with a Gaussian of ``sigma_frames``.
+
+    The ends are reflected.
+    It is unchanged for a single frame or ``sigma_frames <= 0``.
+    """
     T = probs.shape[0]
     if T < 2 or sigma_frames <= 0:
         return probs
@@ -93,8 +115,11 @@ def _smoothstep(e0: float, e1: float, x: torch.Tensor) -> torch.Tensor:
 
 
 def face_fill(landmarks_xy: np.ndarray | None, height: int, width: int) -> np.ndarray:
-    """``float32 [H, W]``: 1 inside the convex hull of a face's landmarks ``[P, 2]`` (px), 0 elsewhere (all 0 for
-    None: no face)."""
+    """``float32 [H, W]``: 1 inside the convex hull of a face's landmarks, 0 elsewhere.
+
+    The landmarks are ``[P, 2]`` in px.
+    None means no face, and gives all 0.
+    """
     out = np.zeros((height, width), np.float32)
     if landmarks_xy is not None:
         hull = cv2.convexHull(np.round(np.asarray(landmarks_xy, np.float32)).astype(np.int32))
@@ -103,8 +128,11 @@ def face_fill(landmarks_xy: np.ndarray | None, height: int, width: int) -> np.nd
 
 
 def refine(probs: torch.Tensor, frames: torch.Tensor, faces: Sequence[np.ndarray | None]) -> torch.Tensor:
-    """Raw probabilities ``float32 [T, H, W]`` of ``frames uint8 [T, H, W, 3]`` → the mattes ``uint8 [T, H, W]``
-    (steps 1–4 of the module docstring; ``faces``: each frame's landmarks ``[P, 2]`` px, or None)."""
+    """Raw probabilities ``float32 [T, H, W]`` of ``frames uint8 [T, H, W, 3]`` → the mattes ``uint8 [T, H, W]``.
+
+    These are steps 1–4 of the module docstring.
+    ``faces`` holds each frame's landmarks ``[P, 2]`` in px, or None.
+    """
     T, H, W = probs.shape
     p = smooth_over_time(probs)
     grey = frames.float().mean(-1) / 255.0
@@ -116,9 +144,13 @@ def refine(probs: torch.Tensor, frames: torch.Tensor, faces: Sequence[np.ndarray
 
 
 def person_mattes(frames, *, video: bool = True, progress: bool = False) -> torch.Tensor:
-    """The person mattes ``uint8 [T, H, W]`` of ``frames`` (``uint8 [T, H, W, 3]`` RGB, numpy or torch): the
-    selfie segmentation and the face mesh on each frame (``video``: frames of one video in order, tracked), then
-    :func:`refine`. ``progress``: a bar with its ETA."""
+    """The person mattes ``uint8 [T, H, W]`` of ``frames``.
+
+    ``frames`` is ``uint8 [T, H, W, 3]`` RGB, numpy or torch.
+    The selfie segmentation and the face mesh run on each frame, then :func:`refine`.
+    With ``video`` the frames are one video's, in order. The face is then tracked.
+    With ``progress`` a bar shows its ETA.
+    """
     from tqdm import tqdm
 
     frames = torch.as_tensor(np.asarray(frames))
@@ -135,7 +167,7 @@ def person_mattes(frames, *, video: bool = True, progress: bool = False) -> torc
 
 
 def person_matte(image) -> torch.Tensor:
-    """The person matte ``uint8 [H, W]`` of one picture ``uint8 [H, W, 3]`` (a portrait)."""
+    """The person matte ``uint8 [H, W]`` of one picture ``uint8 [H, W, 3]``, e.g. a portrait."""
     return person_mattes(np.asarray(image)[None], video=False)[0]
 
 

@@ -1,4 +1,4 @@
-"""Our own models' save / load, in diffusers' folder format without importing diffusers.
+"""Our own models' save and load, in diffusers' folder format, without importing diffusers.
 
     class AudioEncoder(PretrainedModel):
         @register_to_config
@@ -7,15 +7,17 @@
     model.save_pretrained("bundle/audio")   # config.json + diffusion_pytorch_model.safetensors
     AudioEncoder.from_pretrained("bundle/audio")
 
-The folder is what diffusers' ``ModelMixin`` / ``ConfigMixin`` write and read (``config.json`` holds the
-``__init__`` arguments and ``_class_name``; the weights are one safetensors file), so bundles written by
-either load with either. Importing diffusers costs ≈ 2 s on a 2-core CPU (it imports ``torch._dynamo``);
-our models need only this file format, so they pay nothing for it. The stock diffusers classes (Wan,
-SANA-Video, their VAE) still come from diffusers, in :mod:`framegraph.models.generate`.
+The folder is what diffusers' ``ModelMixin`` and ``ConfigMixin`` write and read.
+``config.json`` holds the ``__init__`` arguments and ``_class_name``. The weights are one safetensors file.
+So bundles written by either load with either.
+Importing diffusers is slow, since it imports ``torch._dynamo``.
+Our models need only this file format, so they pay nothing for it.
+The stock diffusers classes still come from diffusers, in :mod:`framegraph.models.generate`.
+Those are Wan, SANA-Video and their VAE.
 
-``register_to_config`` records every ``__init__`` argument (defaults included) in ``model.config``, a
-read-only mapping with attribute access (``model.config.width``); ``model.register_to_config(k=v)``
-adds or changes entries afterwards (saved with the model).
+``register_to_config`` records every ``__init__`` argument, defaults included, in ``model.config``.
+That is a read-only mapping with attribute access, such as ``model.config.width``.
+``model.register_to_config(k=v)`` adds or changes entries afterwards. They are saved with the model.
 """
 from __future__ import annotations
 
@@ -52,8 +54,10 @@ class FrozenConfig(dict):
 
 
 def register_to_config(init):
-    """Decorator for a :class:`PretrainedModel`'s ``__init__``: its arguments, defaults included, become
-    ``self.config`` before the body runs."""
+    """Decorator for a :class:`PretrainedModel`'s ``__init__``.
+
+    Its arguments, defaults included, become ``self.config`` before the body runs.
+    """
     signature = inspect.signature(init)
 
     @functools.wraps(init)
@@ -78,14 +82,14 @@ def _to_json(value):
 
 
 class PretrainedModel(nn.Module):
-    """``nn.Module`` with a recorded config and diffusers-format ``save_pretrained`` / ``from_pretrained``."""
+    """``nn.Module`` with a recorded config and diffusers-format ``save_pretrained`` and ``from_pretrained``."""
 
     @property
     def config(self) -> FrozenConfig:
         return self._config
 
     def register_to_config(self, **values) -> None:
-        """Add or change config entries (kept by :meth:`save_pretrained`)."""
+        """Add or change config entries. :meth:`save_pretrained` keeps them."""
         nn.Module.__setattr__(self, "_config", FrozenConfig({**self._config, **values}))
 
     @property
@@ -98,13 +102,15 @@ class PretrainedModel(nn.Module):
 
     @classmethod
     def from_config(cls, config: dict):
-        """A new, randomly initialised model with ``config``'s ``__init__`` arguments (other keys ignored)."""
+        """A new, randomly initialised model with ``config``'s ``__init__`` arguments. Other keys are ignored."""
         params = inspect.signature(cls.__init__).parameters
         return cls(**{k: v for k, v in dict(config).items() if k in params and k != "self"})
 
     def save_pretrained(self, folder) -> None:
-        """Write ``folder/config.json`` and ``folder/diffusion_pytorch_model.safetensors`` (each written whole:
-        a crash leaves the previous file, never half of one)."""
+        """Write ``folder/config.json`` and ``folder/diffusion_pytorch_model.safetensors``.
+
+        Each is written whole: a crash leaves the previous file, never half of one.
+        """
         from safetensors.torch import save_file
 
         folder = Path(folder)
@@ -117,10 +123,13 @@ class PretrainedModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, folder, low_cpu_mem_usage: bool | None = None, torch_dtype: torch.dtype | None = None):
-        """Load a folder written by :meth:`save_pretrained` (or by diffusers' ``ModelMixin``). Config keys that
-        are not ``__init__`` arguments (``_class_name``, ``_diffusers_version``...) are ignored; a weight file
-        whose tensors do not match the model (missing, unexpected or mis-shaped) is an error naming the file.
-        ``low_cpu_mem_usage`` is accepted for diffusers' signature and has no effect."""
+        """Load a folder written by :meth:`save_pretrained`, or by diffusers' ``ModelMixin``.
+
+        Config keys that are not ``__init__`` arguments are ignored, such as ``_class_name`` and ``_diffusers_version``.
+        A weight file whose tensors do not match the model is an error naming the file.
+        Tensors may be missing, unexpected or mis-shaped.
+        ``low_cpu_mem_usage`` is accepted for diffusers' signature and has no effect.
+        """
         from safetensors.torch import load_file
 
         folder = Path(folder)

@@ -1,4 +1,6 @@
-"""Where a model computes — its *runtime* — chosen per run from one registry.
+"""Where a model computes, its *runtime*, chosen per run from one registry.
+
+The runtimes::
 
     runtime="torch"      the model's own torch code, on any device
     runtime="compiled"   the same torch code compiled by Inductor (static shapes per session, caches on disk) and,
@@ -7,15 +9,17 @@
     runtime="onnx"       ONNX Runtime on the CPU, from the model's export (``framegraph export``)
     runtime="onnx-int8"  the same, the parts the export keeps in int8 running their int8 files
 
-A model stage does not know its runtime. It is handed an *engine*: an object with the one or two calls the
-stage makes per frame (encode audio, denoise a block, decode a chunk) and the stream state those calls
-carry; each stage module defines its engine's protocol and the torch engine, its default. :data:`FACTORIES`
-names, per model and runtime, the function that builds its stages' engines (imported when first asked for):
+A model stage does not know its runtime. It is handed an *engine*.
+An engine has the one or two calls the stage makes per frame, and the stream state those calls carry.
+Such calls encode audio, denoise a block or decode a chunk.
+Each stage module defines its engine's protocol and the torch engine, its default.
+:data:`FACTORIES` names the function that builds the stages' engines, per model and runtime.
+It is imported when first asked for:
 
     engines = runtime.engines("avatar-portrait", "onnx", avatar, settings)
 
-"backend" means one thing elsewhere: the kernel choice of a fast op (``auto | triton | torch``,
-:mod:`framegraph.kernels.backend`), which the torch runtime uses.
+"backend" means one thing elsewhere: the kernel choice of a fast op.
+That is ``auto | triton | torch``, in :mod:`framegraph.kernels.backend`. The torch runtime uses it.
 """
 from __future__ import annotations
 
@@ -51,16 +55,22 @@ FACTORIES: dict[str, dict[str, str]] = {
 
 
 def default_device(runtime: str = "torch") -> str:
-    """Where a model runs when the caller does not choose: ``"cuda"`` when a GPU is there and ``runtime`` computes
-    in torch (``torch``, ``compiled``), else ``"cpu"`` (the ``onnx`` runtimes are ONNX Runtime on the CPU)."""
+    """Where a model runs when the caller does not choose.
+
+    It is ``"cuda"`` when a GPU is there and ``runtime`` computes in torch: ``torch`` or ``compiled``.
+    Else it is ``"cpu"``. The ``onnx`` runtimes are ONNX Runtime on the CPU.
+    """
     import torch
 
     return "cuda" if torch.cuda.is_available() and runtime in ("torch", "compiled") else "cpu"
 
 
 def default_runtime(device) -> str:
-    """The runtime a model runs on when the caller does not choose: ``"compiled"`` on CUDA (Inductor and CUDA
-    graphs), ``"torch"`` elsewhere (compiling on a CPU is opt-in: it takes seconds to minutes and may not pay)."""
+    """The runtime a model runs on when the caller does not choose.
+
+    It is ``"compiled"`` on CUDA, with Inductor and CUDA graphs. It is ``"torch"`` elsewhere.
+    Compiling on a CPU is opt-in: it takes seconds to minutes and may not pay.
+    """
     import torch
 
     return "compiled" if torch.device(device).type == "cuda" else "torch"
@@ -73,7 +83,7 @@ def runtimes(model: str) -> tuple[str, ...]:
 
 
 def check(model: str, runtime: str) -> str:
-    """``runtime`` if ``model`` runs on it; else a ValueError naming what it runs on."""
+    """``runtime`` if ``model`` runs on it. Else a ValueError naming what it runs on."""
     if runtime not in runtimes(model):
         if runtime not in RUNTIMES:
             raise ValueError(f"runtime {runtime!r} is not one of {', '.join(RUNTIMES)}")
@@ -84,7 +94,7 @@ def check(model: str, runtime: str) -> str:
 
 
 def engines(model: str, runtime: str, /, *args, **kwargs):
-    """What ``model``'s factory for ``runtime`` builds from ``args`` / ``kwargs`` (see :func:`check`)."""
+    """What ``model``'s factory for ``runtime`` builds from ``args`` and ``kwargs``. See :func:`check`."""
     module, name = FACTORIES[model][check(model, runtime)].split(":")
     return getattr(importlib.import_module(module), name)(*args, **kwargs)
 

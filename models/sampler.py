@@ -1,25 +1,27 @@
-"""Rectified flow (flow matching): the interpolation, the few-step Euler sampler and the training losses.
+"""Rectified flow, or flow matching: the interpolation, the few-step Euler sampler and the training losses.
 
-Convention (the one of SD3, SANA and diffusers' ``FlowMatchEulerDiscreteScheduler``; ``t = sigma``)::
+The convention is that of SD3, SANA and diffusers' ``FlowMatchEulerDiscreteScheduler``, with ``t = sigma``::
 
     x_t = (1 - t) * x0 + t * eps          t in [0, 1]; t = 0 is data, t = 1 pure noise, eps ~ N(0, I)
     v   = d x_t / d t = eps - x0           what a model predicts ("velocity")
     x0  = x_t - t * v                      the data estimate implied by a velocity (exact on straight paths)
 
-Sampling integrates ``dx/dt = v(x, t)`` from ``t = 1`` down to ``t = 0`` with Euler steps over a
-(shifted) timestep schedule. One step is ``x0 = eps - v(eps, 1)``.
+Sampling integrates ``dx/dt = v(x, t)`` from ``t = 1`` down to ``t = 0``.
+It takes Euler steps over a timestep schedule, which may be shifted.
+One step is ``x0 = eps - v(eps, 1)``.
 
-Everything here is pure torch and model-agnostic: a *velocity function* is any callable
-``fn(x_t, t, **cond) -> v`` with ``v`` shaped like ``x_t``. ``t`` is a tensor of shape ``[B]`` (one time
-per sample) or ``[B, T]`` (one time per frame of a video laid out ``[B, C, T, ...]``; see
-:func:`expand_time`). ``AvatarDiT`` is such a function.
+Everything here is pure torch and model-agnostic.
+A *velocity function* is any callable ``fn(x_t, t, **cond) -> v``, with ``v`` shaped like ``x_t``.
+``t`` is a tensor of shape ``[B]``, one time per sample.
+Or it is ``[B, T]``, one time per frame of a video laid out ``[B, C, T, ...]``. See :func:`expand_time`.
+``AvatarDiT`` is such a function.
 
 Training pieces:
 
-- :func:`flow_matching_loss` — conditional flow matching: ``|| v_theta(x_t, t) - (eps - x0) ||^2``.
-- :func:`distill_loss` — consistency distillation (LCM-style, in the flow parameterisation): the
-  student's data estimate at ``t`` is pulled towards a frozen *target* network's data estimate at the
-  point one teacher ODE step closer to the data. See its docstring.
+- :func:`flow_matching_loss`: conditional flow matching, ``|| v_theta(x_t, t) - (eps - x0) ||^2``.
+- :func:`distill_loss`: consistency distillation, LCM-style, in the flow parameterisation.
+  The student's data estimate at ``t`` is pulled towards a frozen *target* network's data estimate.
+  That estimate is taken at the point one teacher ODE step closer to the data. See its docstring.
 """
 from __future__ import annotations
 
@@ -40,9 +42,11 @@ VelocityFn = Callable[..., torch.Tensor]
 
 
 def shift_time(t: torch.Tensor, shift: float) -> torch.Tensor:
-    """SD3 / SANA time shift ``shift * t / (1 + (shift - 1) * t)``: ``shift > 1`` spends more steps (and
-    training samples) at high noise, which larger latents need. ``shift = 1`` is the identity; the ends
-    ``0`` and ``1`` are fixed."""
+    """SD3 and SANA time shift: ``shift * t / (1 + (shift - 1) * t)``.
+
+    ``shift > 1`` spends more steps and training samples at high noise, which larger latents need.
+    ``shift = 1`` is the identity. The ends ``0`` and ``1`` are fixed.
+    """
     if shift <= 0:
         raise ValueError(f"shift_time: shift={shift}; expected a positive number")
     return shift * t / (1 + (shift - 1) * t)
@@ -57,8 +61,12 @@ def timestep_schedule(steps: int, shift: float = 1.0, device=None) -> torch.Tens
 
 
 def expand_time(t: torch.Tensor | float, x: torch.Tensor) -> torch.Tensor:
-    """Broadcast a time to ``x``'s shape: ``[B]`` → ``[B, 1, 1, ...]``; ``[B, T]`` → ``[B, 1, T, 1, ...]``
-    (per-frame times of a video ``x [B, C, T, ...]``); a scalar stays a scalar tensor."""
+    """Broadcast a time to ``x``'s shape.
+
+    ``[B]`` becomes ``[B, 1, 1, ...]``.
+    ``[B, T]`` becomes ``[B, 1, T, 1, ...]``: per-frame times of a video ``x [B, C, T, ...]``.
+    A scalar stays a scalar tensor.
+    """
     t = torch.as_tensor(t, dtype=x.dtype, device=x.device)
     if t.dim() == 0:
         return t
@@ -87,20 +95,24 @@ def velocity_target(x0: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
 
 
 def predict_x0(x_t: torch.Tensor, v: torch.Tensor, t: torch.Tensor | float) -> torch.Tensor:
-    """Data estimate ``x_t - t v`` (the endpoint of a straight path through ``x_t`` with velocity ``v``)."""
+    """Data estimate ``x_t - t v``: the endpoint of a straight path through ``x_t`` with velocity ``v``."""
     return x_t - expand_time(t, x_t) * v
 
 
 def _full_time(t: float, x: torch.Tensor, time_shape: tuple[int, ...] | None) -> torch.Tensor:
-    """A scalar time (a Python number) as a tensor of ``time_shape`` (default ``[B]``)."""
+    """A scalar time, a Python number, as a tensor of ``time_shape``. The default shape is ``[B]``."""
     shape = time_shape if time_shape is not None else (x.shape[0],)
     return torch.full(shape, t, dtype=x.dtype, device=x.device)
 
 
 def host_schedule(timesteps) -> list[float]:
-    """A schedule (a 1-D tensor or a sequence of numbers) as Python floats rounded to float32, the values the
-    sampler's arithmetic uses. The sampler keeps its schedule on the host: reading a device tensor's values once
-    per step would wait for the device (a host sync) inside every denoising step."""
+    """A schedule as Python floats rounded to float32, the values the sampler's arithmetic uses.
+
+    The schedule is a 1-D tensor or a sequence of numbers.
+    The sampler keeps its schedule on the host.
+    Reading a device tensor's values once per step would wait for the device inside every denoising step.
+    That is a host sync.
+    """
     if isinstance(timesteps, torch.Tensor):
         if timesteps.dim() != 1:
             raise ValueError(f"sample_euler: timesteps has shape {tuple(timesteps.shape)}; expected [steps + 1]")
@@ -123,22 +135,24 @@ def sample_euler(
     renoise: bool = False,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Integrate the flow from noise (``t = 1``) to data (``t = 0``) with Euler steps.
+    """Integrate the flow from noise at ``t = 1`` to data at ``t = 0`` with Euler steps.
 
     Args:
-        velocity_fn: ``fn(x_t, t, **cond) -> v``, ``t`` a tensor of ``time_shape``.
-        noise: ``x_1``, any shape ``[B, ...]``.
-        steps: number of model evaluations (1-4 for a distilled model, 20-50 for a teacher).
-        shift: time shift of the schedule (see :func:`shift_time`).
-        timesteps: explicit decreasing schedule ``[steps + 1]`` from 1 to 0 (overrides steps/shift): a tensor
-            (read once, rounded to float32) or a list of Python floats (used as given; :func:`host_schedule`
-            makes one). The schedule stays on the host: no step reads a tensor back.
+        velocity_fn: ``fn(x_t, t, **cond) -> v``, with ``t`` a tensor of ``time_shape``.
+        noise: ``x_1``, of any shape ``[B, ...]``.
+        steps: number of model evaluations. 1-4 for a distilled model, 20-50 for a teacher.
+        shift: time shift of the schedule. See :func:`shift_time`.
+        timesteps: explicit decreasing schedule ``[steps + 1]`` from 1 to 0. It overrides steps and shift.
+            A tensor is read once and rounded to float32.
+            A list of Python floats is used as given. :func:`host_schedule` makes one.
+            The schedule stays on the host: no step reads a tensor back.
         cond: keyword arguments passed to ``velocity_fn`` on every call.
-        time_shape: shape of the ``t`` tensor handed to ``velocity_fn`` (default ``[B]``; ``[B, T]`` for
-            per-frame times).
-        renoise: consistency-model (LCM) multistep sampling: instead of the deterministic Euler step,
-            estimate ``x0 = x_t - t v`` and re-noise it to the next time with fresh noise from
-            ``generator``. Both coincide for one step.
+        time_shape: shape of the ``t`` tensor handed to ``velocity_fn``.
+            The default is ``[B]``. Use ``[B, T]`` for per-frame times.
+        renoise: consistency-model multistep sampling, as in LCM.
+            Instead of the deterministic Euler step, it estimates ``x0 = x_t - t v``.
+            Then it re-noises it to the next time with fresh noise from ``generator``.
+            Both coincide for one step.
 
     Returns:
         the sample at ``t = 0``, shaped like ``noise``.
@@ -163,7 +177,7 @@ def sample_euler(
 
 
 def _schedule_floats(steps: int, shift: float) -> list[float]:
-    """:func:`timestep_schedule` computed on the host (float64, then rounded to float32 by :func:`host_schedule`)."""
+    """:func:`timestep_schedule` computed on the host in float64. :func:`host_schedule` then rounds it to float32."""
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"timestep_schedule: steps={steps!r}; expected an int >= 1")
     if shift <= 0:
@@ -186,9 +200,13 @@ def sample_timesteps(
     generator: torch.Generator | None = None,
     device=None,
 ) -> torch.Tensor:
-    """Training times in ``(0, 1)``: ``"logit_normal"`` (SD3: ``sigmoid(N(mean, std))``) or ``"uniform"``,
-    then :func:`shift_time`. ``repeat > 1`` repeats each value along the last dim (one time per block of
-    ``repeat`` frames: ``shape=(B, T // repeat), repeat=block`` gives ``[B, T]``)."""
+    """Training times in ``(0, 1)``, then :func:`shift_time`.
+
+    ``dist`` is ``"logit_normal"`` or ``"uniform"``.
+    ``"logit_normal"`` is SD3's ``sigmoid(N(mean, std))``.
+    ``repeat > 1`` repeats each value along the last dim, for one time per block of ``repeat`` frames.
+    So ``shape=(B, T // repeat), repeat=block`` gives ``[B, T]``.
+    """
     if dist == "logit_normal":
         t = torch.sigmoid(mean + std * torch.randn(shape, generator=generator, device=device))
     elif dist == "uniform":
@@ -217,18 +235,21 @@ def flow_matching_loss(
 
     Args:
         model: velocity function ``fn(x_t, t, **cond)``.
-        x0: clean data ``[B, ...]`` (video latents ``[B, C, T, h, w]``).
-        cond: keyword arguments for the model (conditioning; for ``AvatarDiT`` also ``clean=x0`` to train
-            with a clean past — teacher forcing).
-        t: times (``[B]`` or ``[B, T]``); default drawn by :func:`sample_timesteps` with ``time_shape``
-            (default ``[B]``), ``time_repeat``, ``dist`` and ``shift``.
-        noise: ``eps`` shaped like x0; default ``randn``. Passing a noise *coupled* to x0 trains on that
-            coupling (the loss is then zero for the coupling's exact velocity field).
-        weight: optional weights broadcastable to x0 (a mouth-region mask, per-sample weights).
+        x0: clean data ``[B, ...]``. For video latents, ``[B, C, T, h, w]``.
+        cond: keyword arguments for the model, its conditioning.
+            For ``AvatarDiT`` also ``clean=x0``, to train with a clean past. That is teacher forcing.
+        t: times, ``[B]`` or ``[B, T]``.
+            By default they are drawn by :func:`sample_timesteps`.
+            That draw uses ``time_shape``, ``time_repeat``, ``dist`` and ``shift``. ``time_shape`` defaults to ``[B]``.
+        noise: ``eps`` shaped like x0. The default is ``randn``.
+            A noise *coupled* to x0 trains on that coupling.
+            The loss is then zero for the coupling's exact velocity field.
+        weight: optional weights broadcastable to x0, such as a mouth-region mask or per-sample weights.
 
     Returns:
-        the scalar loss. Its minimum over velocity fields is the conditional variance of ``noise - x0``
-        given ``x_t`` (not zero unless the coupling is deterministic), so compare losses, don't expect 0.
+        the scalar loss.
+        Its minimum over velocity fields is the conditional variance of ``noise - x0`` given ``x_t``.
+        That is not zero unless the coupling is deterministic. So compare losses, and don't expect 0.
     """
     cond = dict(cond or {})
     if noise is None:
@@ -260,32 +281,37 @@ def distill_loss(
     huber_c: float | None = None,
     generator: torch.Generator | None = None,
 ) -> torch.Tensor:
-    """Consistency distillation (Latent Consistency Models, written in the flow parameterisation).
+    """Consistency distillation: Latent Consistency Models, written in the flow parameterisation.
 
-    The consistency function of a velocity model is ``f(x, t) = x - t v(x, t)`` (its data estimate);
-    ``f(x, 0) = x`` holds by construction (LCM's boundary condition, with ``c_skip = 1, c_out = -t``).
-    For a grid ``tau_0 = 0 < tau_1 < ... < tau_N = 1`` (``N = intervals``, shifted by ``shift``) and
-    ``n`` drawn uniformly in ``skip..N``, with ``t = tau_n`` and ``s = tau_{n - skip}``::
+    The consistency function of a velocity model is its data estimate, ``f(x, t) = x - t v(x, t)``.
+    ``f(x, 0) = x`` holds by construction.
+    That is LCM's boundary condition, with ``c_skip = 1, c_out = -t``.
+    Take a grid ``tau_0 = 0 < tau_1 < ... < tau_N = 1``, with ``N = intervals``, shifted by ``shift``.
+    Draw ``n`` uniformly in ``skip..N``. Let ``t = tau_n`` and ``s = tau_{n - skip}``::
 
         x_t    = (1 - t) x0 + t eps
         x_s    = x_t + teacher ODE solve from t to s     (``teacher_steps`` Euler steps; no grad)
         loss   = d( f_student(x_t, t),  stopgrad f_target(x_s, s) )
 
-    ``d`` is the squared error (or LCM's pseudo-Huber ``sqrt(e^2 + c^2) - c`` per element with
-    ``huber_c``). ``target`` is the EMA of the student (LCM); ``None`` uses the student itself under
-    ``no_grad`` (the "stop-gradient" variant of improved consistency training). A student trained to
-    zero loss maps any ``x_t`` to the teacher's ODE endpoint, so it samples in 1-4 steps with
-    :func:`sample_euler` (``renoise=True`` is LCM's multistep sampler). Classifier-free guidance
-    belongs inside ``teacher`` (a wrapper that mixes conditional and unconditional velocities).
+    ``d`` is the squared error.
+    With ``huber_c`` it is LCM's pseudo-Huber ``sqrt(e^2 + c^2) - c`` per element.
+    ``target`` is the EMA of the student, as in LCM.
+    ``None`` uses the student itself under ``no_grad``.
+    That is the "stop-gradient" variant of improved consistency training.
+    A student trained to zero loss maps any ``x_t`` to the teacher's ODE endpoint.
+    So it samples in 1-4 steps with :func:`sample_euler`. ``renoise=True`` is LCM's multistep sampler.
+    Classifier-free guidance belongs inside ``teacher``.
+    That is a wrapper that mixes conditional and unconditional velocities.
 
     Args:
         student, teacher, target: velocity functions ``fn(x_t, t, **cond)``.
-        x0: data ``[B, ...]``; cond: model keyword arguments (``clean=x0`` for teacher forcing).
-        time_shape / time_repeat: shape of the drawn grid indices (default ``[B]``; ``(B, T // k)`` with
-            ``time_repeat=k`` for one time per block of ``k`` frames).
+        x0: data ``[B, ...]``.
+        cond: model keyword arguments. Use ``clean=x0`` for teacher forcing.
+        time_shape / time_repeat: shape of the drawn grid indices. The default is ``[B]``.
+            Use ``(B, T // k)`` with ``time_repeat=k`` for one time per block of ``k`` frames.
 
     Returns:
-        the scalar loss (exactly zero when student = target = teacher = a field with straight paths).
+        the scalar loss. It is exactly zero when student, target and teacher are one field with straight paths.
     """
     if intervals < 1 or not 1 <= skip <= intervals:
         raise ValueError(f"distill_loss: intervals={intervals}, skip={skip}; expected 1 <= skip <= intervals")

@@ -1,6 +1,11 @@
-"""What the trainers of :mod:`framegraph.models` share: the learning-rate schedule, the CPU threads while
-training, the rule that resumes a finished phase or trains it, the pace of a loop (its ETA), and files written
-whole."""
+"""What the trainers of :mod:`framegraph.models` share.
+
+- the learning-rate schedule;
+- the CPU threads while training;
+- the rule that resumes a finished phase or trains it;
+- the pace of a loop, and its ETA;
+- files written whole.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -22,8 +27,11 @@ REPORT = "train_report.json"
 
 
 def lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float = 0.1) -> float:
-    """The learning rate of ``step`` (0-based) of ``steps``: linear warm-up over ``warmup`` steps to ``lr``,
-    then cosine decay to ``min_fraction · lr`` at the last step."""
+    """The learning rate of ``step`` of ``steps``, 0-based.
+
+    It warms up linearly over ``warmup`` steps to ``lr``.
+    Then it decays on a cosine to ``min_fraction · lr`` at the last step.
+    """
     if step < warmup:
         return lr * (step + 1) / warmup
     p = min(1.0, (step - warmup) / max(1, steps - warmup))
@@ -32,10 +40,13 @@ def lr_at(step: int, steps: int, lr: float, warmup: int, min_fraction: float = 0
 
 @contextlib.contextmanager
 def cpu_threads(n: int | None):
-    """Run the block with ``n`` intra-op CPU threads (None: unchanged), restoring the setting after; from then on the
-    process keeps the memory it frees (:func:`~framegraph.stream.memory.keep_freed_memory`): a training step frees
-    its activations and allocates them again at the next step, and without it glibc handed them back to the kernel
-    every step, to fault every page in again at the next one."""
+    """Run the block with ``n`` intra-op CPU threads, restoring the setting after. None leaves it unchanged.
+
+    From then on the process keeps the memory it frees: :func:`~framegraph.stream.memory.keep_freed_memory`.
+    A training step frees its activations and allocates them again at the next step.
+    Without this, glibc would hand them back to the kernel every step.
+    Every page would then fault in again at the next one.
+    """
     keep_freed_memory()
     before = torch.get_num_threads()
     if n:
@@ -48,7 +59,7 @@ def cpu_threads(n: int | None):
 
 @contextlib.contextmanager
 def timed(timings: dict[str, float], name: str):
-    """Store the block's wall-clock seconds (rounded to 0.1) as ``timings[name + "_s"]``."""
+    """Store the block's wall-clock seconds, rounded to 0.1, as ``timings[name + "_s"]``."""
     t = time.monotonic()
     try:
         yield
@@ -57,9 +68,11 @@ def timed(timings: dict[str, float], name: str):
 
 
 def recorded_steps(folder, resume: bool = True) -> int | None:
-    """The steps an earlier training recorded in ``folder/train_report.json`` next to its model's
-    ``config.json`` (None when either is missing or ``resume`` is off): what :func:`resume_or_train`
-    compares with the steps asked for."""
+    """The steps an earlier training recorded in ``folder/train_report.json``, next to its model's ``config.json``.
+
+    None when either file is missing or ``resume`` is off.
+    :func:`resume_or_train` compares it with the steps asked for.
+    """
     folder = Path(folder)
     if not resume or not (folder / "config.json").is_file() or not (folder / REPORT).is_file():
         return None
@@ -67,17 +80,23 @@ def recorded_steps(folder, resume: bool = True) -> int | None:
 
 
 def resume_or_train(steps: int, done: int | None, load: Callable[[], T], train: Callable[[], T]) -> T:
-    """One phase of a training: ``load()`` what an earlier run finished when it recorded ``done`` steps of
-    this phase and that is at least the ``steps`` asked for; else ``train()`` (which continues from the
-    phase's own checkpoint where it keeps one). ``done`` is None when nothing finished (or on a fresh start)."""
+    """One phase of a training: load it or train it.
+
+    It calls ``load()`` when an earlier run recorded ``done`` steps of this phase, at least the ``steps`` asked for.
+    Else it calls ``train()``. That continues from the phase's own checkpoint, where it keeps one.
+    ``done`` is None when nothing finished, or on a fresh start.
+    """
     if done is not None and done >= steps:
         return load()
     return train()
 
 
 class Pace:
-    """The measured pace of a loop: call :meth:`tick` after each step. The seconds per step are the mean of the
-    last ``window`` steps (the first step after the start, a warm-up, is left out)."""
+    """The measured pace of a loop. Call :meth:`tick` after each step.
+
+    The seconds per step are the mean of the last ``window`` steps.
+    The first step after the start is a warm-up, and is left out.
+    """
 
     def __init__(self, window: int = 50):
         self.times: deque[float] = deque(maxlen=window)
@@ -91,16 +110,16 @@ class Pace:
         self.last, self.ticks = now, self.ticks + 1
 
     def start(self) -> None:
-        """The loop starts (again) now: the time before it is no step's."""
+        """The loop starts, or starts again, now. The time before it is no step's."""
         self.last, self.ticks = time.monotonic(), 1
 
     @property
     def step_s(self) -> float | None:
-        """Seconds per step (None before two steps were timed)."""
+        """Seconds per step. None before two steps were timed."""
         return sum(self.times) / len(self.times) if self.times else None
 
     def left(self, done: int, total: int) -> str:
-        """``"1.21 s/step, about 52 min left"`` for ``done`` of ``total`` steps ("" before a step was timed)."""
+        """``"1.21 s/step, about 52 min left"`` for ``done`` of ``total`` steps. "" before a step was timed."""
         if self.step_s is None:
             return ""
         return f"{self.step_s:.3g} s/step, about {duration(self.step_s * max(0, total - done))} left"

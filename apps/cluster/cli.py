@@ -1,9 +1,11 @@
-"""``framegraph cluster``: serve sessions from many replicas on a Ray cluster (Ray Serve), one front door.
+"""``framegraph cluster``: serve sessions from many replicas on a Ray cluster, with one front door.
+
+It runs on Ray Serve. For example::
 
     framegraph cluster --replicas 2 --sessions-per-replica 3             # a local Ray cluster on this machine
     ray start --head && framegraph cluster --address auto --min-replicas 1 --max-replicas 8
 
-Clients connect to the printed ``ws://.../ws`` exactly as to ``framegraph serve`` (apps/PROTOCOL.md).
+Clients connect to the printed ``ws://.../ws`` exactly as to ``framegraph serve``. See apps/PROTOCOL.md.
 """
 from __future__ import annotations
 

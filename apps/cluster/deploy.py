@@ -1,14 +1,17 @@
-"""Deploy framegraph as a Ray Serve application: a front door and N replicas (``framegraph cluster``).
+"""Deploy framegraph as a Ray Serve application: a front door and N replicas. The command is ``framegraph cluster``.
 
     cluster = start_cluster(ClusterSettings(replicas=2))   # a local Ray cluster (or address="auto")
     print(cluster.url)                                      # ws://127.0.0.1:8765/ws, as framegraph serve
     cluster.view(); cluster.metrics(); cluster.stop()
 
-Two deployments in the application :data:`APP`: ``gateway`` (one replica, no CPU claimed: the front door,
-:mod:`.gateway`) and ``replica`` (``cpus_per_replica`` / ``gpus_per_replica`` each: one per GPU on a GPU
-cluster; a fixed count, or autoscaled on live sessions with :mod:`.scaling`). Serve restarts a replica
-whose process dies (health checks every second) and, on scale-down, gives the stopping one the drain
-grace plus a margin before it is killed.
+The application :data:`APP` has two deployments:
+
+- ``gateway``: the front door, :mod:`.gateway`. One replica, no CPU claimed.
+- ``replica``: ``cpus_per_replica`` and ``gpus_per_replica`` each. On a GPU cluster, one per GPU.
+  The count is fixed, or autoscaled on live sessions with :mod:`.scaling`.
+
+Serve restarts a replica whose process dies. Health checks run every second.
+On scale-down, Serve gives the stopping replica the drain grace plus a margin before it is killed.
 """
 from __future__ import annotations
 
@@ -63,14 +66,14 @@ class Cluster:
         return self.url.replace("ws://", "http://", 1).removesuffix("/ws") + "/"
 
     def view(self) -> dict:
-        """The front door's view (``GET /cluster``): every replica's state."""
+        """The front door's view, ``GET /cluster``: every replica's state."""
         return json.loads(self._get("cluster"))
 
     def live(self) -> list[dict]:
         return [r for r in self.view()["replicas"] if r["alive"] and not r["draining"]]
 
     def wait_for_replicas(self, n: int, timeout_s: float = 120.0) -> list[dict]:
-        """Wait until ``n`` replicas report in alive and not draining (others may still be stopping)."""
+        """Wait until ``n`` replicas report in alive and not draining. Others may still be stopping."""
         deadline = time.monotonic() + timeout_s
         while True:
             live = self.live()
@@ -81,7 +84,7 @@ class Cluster:
             time.sleep(0.2)
 
     def metrics(self) -> str:
-        """The cluster's Prometheus text (``GET /metrics``)."""
+        """The cluster's Prometheus text, ``GET /metrics``."""
         return self._get("metrics")
 
     def _get(self, path: str) -> str:
@@ -90,7 +93,7 @@ class Cluster:
             return r.read().decode()
 
     def stop(self) -> None:
-        """Delete the application (replicas drain with the settings' grace), and stop Ray if we started it."""
+        """Delete the application, and stop Ray if we started it. Replicas drain with the settings' grace."""
         import ray  # optional: framegraph[cluster]
 
         serve.delete(APP)
@@ -107,9 +110,12 @@ class Cluster:
 
 def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_cpus: int | None = None,
                   wait_s: float = 180.0) -> Cluster:
-    """Deploy on the Ray cluster at ``address`` (``"auto"``: the one ``ray start --head`` started here), or
-    on a new local one (``num_cpus``: its size; default the machine's), and wait until the starting
-    replicas report in."""
+    """Deploy on a Ray cluster and wait until the starting replicas report in.
+
+    With ``address`` it uses the Ray cluster there.
+    ``"auto"`` is the one ``ray start --head`` started here.
+    Without it, it starts a new local one. ``num_cpus`` is its size, by default the machine's.
+    """
     import ray  # optional: framegraph[cluster]
 
     settings.validate()
@@ -135,8 +141,11 @@ def start_cluster(settings: ClusterSettings, address: str | None = None, *, num_
 
 
 def _off_loop(call):
-    """``call()`` on a short-lived thread: Serve's blocking ``.result()`` refuses to run on a thread that has
-    an asyncio loop running (a Jupyter cell, Playwright's sync API), and the caller may be one."""
+    """``call()`` on a short-lived thread.
+
+    Serve's blocking ``.result()`` refuses to run on a thread that has an asyncio loop running.
+    Examples are a Jupyter cell and Playwright's sync API. The caller may be one.
+    """
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return pool.submit(call).result()
 

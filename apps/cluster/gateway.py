@@ -1,20 +1,29 @@
 """The cluster's front door: places each new session on a replica with room, and shows the whole cluster.
 
-Clients connect to ``ws://HOST:PORT/ws`` exactly as to ``framegraph serve``; the front door answers the
-handshake with **HTTP 307** to the chosen replica's own WebSocket, ``ws://REPLICA/ws?ticket=T`` (a
-one-time ticket, :mod:`.tickets`), and the session runs there from ``start`` to its end (affinity is the
-connection itself). Browsers do not follow redirects on WebSockets, so the page asks ``GET /place`` first
-(JSON ``{"url", "replica"}``) and connects there. When every live replica is full (or none is up) the
-answer is **503** with ``Retry-After``, never a wait.
+Clients connect to ``ws://HOST:PORT/ws`` exactly as to ``framegraph serve``.
+The front door answers the handshake with **HTTP 307** to the chosen replica's own WebSocket.
+That is ``ws://REPLICA/ws?ticket=T``, with a one-time ticket from :mod:`.tickets`.
+The session runs there from ``start`` to its end. The connection itself is the affinity.
+Browsers do not follow redirects on WebSockets.
+So the page asks ``GET /place`` first, gets JSON ``{"url", "replica"}`` and connects there.
+When every live replica is full, or none is up, the answer is **503** with ``Retry-After``.
+It is never a wait.
 
-Placement reads the replicas' own reports (:meth:`Gateway.report`, every ``heartbeat_s``): capacity,
-sessions, draining. A ticket handed out counts as a taken slot until the replica reports it redeemed or
-it expires. A replica not heard from for ``dead_after_s`` gets no new sessions (its process died: its
-clients lost their connections with it; Serve starts a replacement, which reports in).
+Placement reads the replicas' own reports, sent to :meth:`Gateway.report` every ``heartbeat_s``.
+They carry capacity, sessions and draining.
+A ticket handed out counts as a taken slot until the replica reports it redeemed, or it expires.
+A replica not heard from for ``dead_after_s`` gets no new sessions.
+Its process died, and its clients lost their connections with it.
+Serve starts a replacement, which reports in.
 
-HTTP: ``/ws``, ``/place``, ``/cluster`` (JSON: every replica), ``/metrics`` (Prometheus: every replica's
-series labelled ``replica``, plus ``framegraph_cluster_*``), ``/healthz``, ``/pipelines`` (and ``/pipelines/NAME``),
-and the web page.
+HTTP routes:
+
+- ``/ws`` and ``/place``.
+- ``/cluster``: JSON, every replica.
+- ``/metrics``: Prometheus. Every replica's series is labelled ``replica``, plus ``framegraph_cluster_*``.
+- ``/healthz``.
+- ``/pipelines`` and ``/pipelines/NAME``.
+- The web page.
 """
 from __future__ import annotations
 
@@ -72,8 +81,11 @@ class ReplicaView:
 
 
 class Gateway:
-    """The front door (``deploy.py`` makes it a one-replica Serve deployment): the replicas' reports
-    come in through :meth:`report` (a Serve handle call); clients come to its own HTTP/WebSocket port."""
+    """The front door. ``deploy.py`` makes it a one-replica Serve deployment.
+
+    The replicas' reports come in through :meth:`report`, a Serve handle call.
+    Clients come to its own HTTP and WebSocket port.
+    """
 
     def __init__(self, settings: ClusterSettings):
         self.settings = settings
@@ -87,7 +99,7 @@ class Gateway:
 
     # ---- control: reports from the replicas -----------------------------------------------------
     def report(self, state: dict) -> None:
-        """A replica's heartbeat (:meth:`~.replica.Replica.state`)."""
+        """A replica's heartbeat: :meth:`~.replica.Replica.state`."""
         with self._lock:
             view = self.replicas.get(state["id"])
             if view is None:
@@ -99,9 +111,13 @@ class Gateway:
 
     # ---- placement ------------------------------------------------------------------------------
     def place(self) -> dict:
-        """Choose the live, non-draining replica with the most free slots (ties: fewer sessions, then
-        id), reserve a slot with a ticket: ``{"url": ws URL with the ticket, "replica": id}``.
-        Raises :class:`ClusterFull`."""
+        """Choose a replica and reserve a slot on it with a ticket.
+
+        It picks the live, non-draining replica with the most free slots.
+        Ties go to fewer sessions, then to the id.
+        Returns ``{"url": ws URL with the ticket, "replica": id}``.
+        Raises :class:`ClusterFull`.
+        """
         now = time.monotonic()
         with self._lock:
             live = [v for v in self.replicas.values()
@@ -124,8 +140,12 @@ class Gateway:
             return {"url": f"{chosen.state['url']}?ticket={ticket}", "replica": chosen.state["id"]}
 
     def _answers(self, view: ReplicaView, now: float) -> bool:
-        """A replica whose reports are late (a busy machine, or a dead process) is probed: a dead
-        process's port refuses at once, and the replica is then out until it reports again."""
+        """Whether a replica answers. A replica whose reports are late is probed.
+
+        Reports come late from a busy machine or a dead process.
+        A dead process's port refuses at once.
+        The replica is then out until it reports again.
+        """
         if now - view.seen <= 2 * self.settings.heartbeat_s:
             return True
         parts = urlsplit(view.state["url"])
@@ -174,7 +194,7 @@ class Gateway:
 
     # ---- HTTP -----------------------------------------------------------------------------------
     def route(self, request):
-        """Every request is answered here (the front door never upgrades a connection itself)."""
+        """Every request is answered here. The front door never upgrades a connection itself."""
         path = urlsplit(request.path).path
         upgrade = "websocket" in request.headers.get("Upgrade", "").lower()
         s = self.settings
@@ -215,8 +235,12 @@ class Gateway:
         return pipelines_response(path) or static_file(WEB_ROOT, path)
 
     def _admit(self, request) -> tuple[dict | None, object]:
-        """``(placed, None)``: the session placed on a replica (:meth:`place`); ``(None, response)`` when the front
-        door's checks refuse the request (:meth:`_refuse`) or no replica has room (503)."""
+        """The placement of a request, or its refusal.
+
+        Returns ``(placed, None)`` for a session placed on a replica by :meth:`place`.
+        Returns ``(None, response)`` when the front door's checks refuse the request, in :meth:`_refuse`.
+        It does so too when no replica has room, with 503.
+        """
         refused = self._refuse(request)
         if refused is not None:
             return None, refused
@@ -226,7 +250,7 @@ class Gateway:
             return None, response(503, f"{exc}\n", extra={"Retry-After": "5"})
 
     def _refuse(self, request):
-        """The single server's checks (Host, Origin, token) at the front door; None when they pass."""
+        """The single server's checks at the front door: Host, Origin, token. None when they pass."""
         s = self.settings
         if not s.token and not host_is_loopback(request):
             self.rejected["host"] += 1
@@ -243,8 +267,10 @@ class Gateway:
 
 
 class _Listener(LoopThread):
-    """The front door's HTTP port: websockets' server on its own event loop thread, every request
-    answered by :meth:`Gateway.route`."""
+    """The front door's HTTP port: websockets' server on its own event loop thread.
+
+    Every request is answered by :meth:`Gateway.route`.
+    """
 
     def __init__(self, gateway: Gateway):
         self.gateway = gateway

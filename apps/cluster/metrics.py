@@ -1,5 +1,8 @@
-"""One Prometheus view of the cluster: every replica's ``/metrics`` text merged, each series labelled
-with its ``replica``, plus the front door's own families (prefix ``framegraph_cluster_``)."""
+"""One Prometheus view of the cluster.
+
+Every replica's ``/metrics`` text is merged, each series labelled with its ``replica``.
+The front door adds its own families, with prefix ``framegraph_cluster_``.
+"""
 from __future__ import annotations
 
 import re
@@ -8,7 +11,7 @@ _SAMPLE = re.compile(r"^([A-Za-z_:][A-Za-z0-9_:]*)(\{[^}]*\})?\s+(.*)$")
 
 
 def label_sample(line: str, labels: dict[str, str]) -> str:
-    """``name{a="1"} v`` with ``labels`` added first (``name v`` gets braces)."""
+    """``name{a="1"} v`` with ``labels`` added first. ``name v`` gets braces."""
     m = _SAMPLE.match(line)
     if m is None:
         return line
@@ -19,8 +22,11 @@ def label_sample(line: str, labels: dict[str, str]) -> str:
 
 
 def merge(texts: list[tuple[dict[str, str], str]]) -> str:
-    """Merge Prometheus texts (each with the labels to add to all its samples) so each metric family is
-    one group with one ``# HELP`` / ``# TYPE``, as the exposition format requires."""
+    """Merge Prometheus texts so each metric family is one group with one ``# HELP`` and ``# TYPE``.
+
+    Each text comes with the labels to add to all its samples.
+    The exposition format requires one group per family.
+    """
     families: dict[str, dict] = {}
     for labels, text in texts:
         family = None

@@ -1,12 +1,18 @@
-"""A cluster replica: one ``framegraph serve`` (its own WebSocket port) inside a Ray Serve replica.
+"""A cluster replica: one ``framegraph serve``, on its own WebSocket port, inside a Ray Serve replica.
 
-Media never crosses Ray: clients that the front door placed here connect to this replica's own
-WebSocket (admitted by a ticket, :mod:`.tickets`) and every frame goes from here to them directly.
-Through Serve only control flows: the replica reports its state to the front door every
-``heartbeat_s`` (:meth:`state`), Serve asks it for autoscaling figures (:meth:`record_autoscaling_stats`:
-live sessions) and its health (:meth:`check_health`), and on scale-down Serve calls ``__del__``, where the
-replica drains (:meth:`drain`): no new sessions, the running ones get ``drain_grace_s`` to finish and are
-then closed with code 1001 and a reason.
+Media never cross Ray.
+Clients that the front door placed here connect to this replica's own WebSocket.
+A ticket admits them: :mod:`.tickets`.
+Every frame goes from here to them directly.
+
+Only control flows through Serve:
+
+- The replica reports its state to the front door every ``heartbeat_s``: :meth:`state`.
+- Serve asks it for autoscaling figures, the live sessions: :meth:`record_autoscaling_stats`.
+- Serve asks it for its health: :meth:`check_health`.
+- On scale-down Serve calls ``__del__``, where the replica drains: :meth:`drain`.
+  It takes no new sessions. The running ones get ``drain_grace_s`` to finish.
+  Then they are closed with code 1001 and a reason.
 """
 from __future__ import annotations
 
@@ -30,15 +36,15 @@ DRAIN_CODE = 1001
 
 
 def drain_reason(why: str) -> str:
-    """The close reason a drained session gets (a WebSocket close reason: at most 123 bytes)."""
+    """The close reason a drained session gets. A WebSocket close reason has at most 123 bytes."""
     return f"replica draining ({why}); connect again to continue"
 
 
 class Replica:
-    """The replica's body (``deploy.py`` makes it a Serve deployment).
+    """The replica's body. ``deploy.py`` makes it a Serve deployment.
 
     Args:
-        gateway: a Serve handle to the front door (:class:`~.gateway.Gateway`).
+        gateway: a Serve handle to the front door, :class:`~.gateway.Gateway`.
         settings: the cluster's :class:`ClusterSettings`.
     """
 
@@ -77,8 +83,11 @@ class Replica:
                 "start_s": round(self.start_s, 3), "metrics": server.metrics_text()}
 
     def _redeemed(self) -> list[str]:
-        """Tickets the front door may stop counting: those of running sessions (which count themselves in
-        ``sessions``) and those whose handshake is long over."""
+        """Tickets the front door may stop counting.
+
+        These are the tickets of running sessions, which count themselves in ``sessions``.
+        They are also those whose handshake is long over.
+        """
         running = {nonce_of(query_value(s.transport.request, "ticket")) for s in list(self.server.sessions.values())}
         return sorted((running - {None}) | set(self.tickets.settled()))
 
@@ -92,8 +101,12 @@ class Replica:
             raise RuntimeError(f"replica {self.id}: its WebSocket server stopped")
 
     def drain(self, why: str = "scale-down", grace_s: float | None = None) -> int:
-        """Refuse new sessions (HTTP 503), give the running ones ``grace_s`` (default the settings') to end,
-        then close those left with code 1001 and :func:`drain_reason`. Returns how many were closed."""
+        """Drain the replica. Returns how many sessions were closed.
+
+        It refuses new sessions with HTTP 503.
+        The running ones get ``grace_s`` to end. It defaults to the settings'.
+        Those left are then closed with code 1001 and :func:`drain_reason`.
+        """
         grace_s = self.settings.drain_grace_s if grace_s is None else grace_s
         self.server.draining = f"replica {self.id} is draining ({why})"
         self._wake.set()  # tell the front door at once
@@ -110,9 +123,12 @@ class Replica:
         return closed
 
     def __del__(self):
-        """Serve stops this replica (scale-down, redeploy, shutdown): drain, then stop the server. (Serve
-        runs this on the replica's event loop, which has nothing else to do by then; the heartbeats and
-        the WebSocket server have threads of their own.)"""
+        """Serve stops this replica: drain, then stop the server.
+
+        Serve stops it on scale-down, redeploy or shutdown.
+        Serve runs this on the replica's event loop, which has nothing else to do by then.
+        The heartbeats and the WebSocket server have threads of their own.
+        """
         if getattr(self, "handle", None) is None:
             return
         try:

@@ -1,8 +1,9 @@
 """Autoscaling on live sessions: the Ray Serve policy the replica deployment runs with.
 
-Each replica reports its sessions (:meth:`~.replica.Replica.record_autoscaling_stats`); the policy asks
-for ``ceil(total sessions / (sessions_per_replica × target_fill))`` replicas within the bounds. Serve then
-adds replicas, or stops some: a stopped replica drains (:meth:`~.replica.Replica.drain`).
+Each replica reports its sessions: :meth:`~.replica.Replica.record_autoscaling_stats`.
+The policy asks for ``ceil(total sessions / (sessions_per_replica × target_fill))`` replicas, within the bounds.
+Serve then adds replicas, or stops some.
+A stopped replica drains: :meth:`~.replica.Replica.drain`.
 """
 from __future__ import annotations
 
@@ -10,14 +11,18 @@ import math
 
 
 def wanted_replicas(sessions: float, sessions_per_replica: int, target_fill: float, lo: int, hi: int) -> int:
-    """Replicas for ``sessions`` live sessions so that each is about ``target_fill`` full, in [lo, hi]."""
+    """Replicas for ``sessions`` live sessions, so that each is about ``target_fill`` full, in [lo, hi]."""
     need = math.ceil(sessions / (sessions_per_replica * target_fill) - 1e-9) if sessions > 0 else lo
     return max(lo, min(hi, need))
 
 
 class SessionPolicy:
-    """Serve's ``policy_function`` (a class: Serve builds it with ``policy_kwargs`` and calls it with its
-    ``AutoscalingContext`` on every tick; it returns the replica count and the policy state)."""
+    """Serve's ``policy_function``.
+
+    It is a class. Serve builds it with ``policy_kwargs``.
+    Serve calls it with its ``AutoscalingContext`` on every tick.
+    It returns the replica count and the policy state.
+    """
 
     def __init__(self, sessions_per_replica: int, target_fill: float):
         self.sessions_per_replica, self.target_fill = sessions_per_replica, target_fill

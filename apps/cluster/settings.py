@@ -12,22 +12,22 @@ class ClusterSettings:
     """How the cluster is laid out and how its parts behave.
 
     Attributes:
-        host / port: where the front door listens (clients connect to ``ws://host:port/ws``).
-        token: required from clients at the front door when set (mandatory off loopback).
-        replicas: fixed replica count when ``max_replicas`` is None; else the starting count.
-        min_replicas / max_replicas: autoscaling bounds on live sessions (both None: no autoscaling).
-        sessions_per_replica: capacity of one replica (a GPU, or ``cpus_per_replica`` cores on CPU).
+        host / port: where the front door listens. Clients connect to ``ws://host:port/ws``.
+        token: required from clients at the front door when set. Mandatory off loopback.
+        replicas: fixed replica count when ``max_replicas`` is None. Else the starting count.
+        min_replicas / max_replicas: autoscaling bounds on live sessions. Both None: no autoscaling.
+        sessions_per_replica: capacity of one replica: a GPU, or ``cpus_per_replica`` cores on CPU.
         target_fill: autoscaling aims at this fraction of the replicas' capacity in use.
         cpus_per_replica / gpus_per_replica: Ray resources each replica claims.
-        max_bundles: avatar bundles a replica keeps loaded (least recently used ones beyond it go).
-        drain_grace_s: on scale-down, how long a replica's sessions may run on before they are closed
-            (close code 1001 and a reason).
+        max_bundles: avatar bundles a replica keeps loaded. The least recently used ones beyond it go.
+        drain_grace_s: on scale-down, how long a replica's sessions may run on before they are closed.
+            They close with code 1001 and a reason.
         heartbeat_s: how often a replica reports its state to the front door.
-        dead_after_s: a replica not heard from for this long gets no new sessions (one late by more than
-            two heartbeats is probed first: a dead process refuses at once).
-        stats_interval_s: the replicas' per-session ``stats`` period (as ``framegraph serve``).
+        dead_after_s: a replica not heard from for this long gets no new sessions.
+            One late by more than two heartbeats is probed first. A dead process refuses at once.
+        stats_interval_s: the replicas' per-session ``stats`` period, as for ``framegraph serve``.
         allowed_origins: browser origins allowed besides the front door's own.
-        secret: signs admission tickets (generated per cluster; never sent to clients).
+        secret: signs admission tickets. It is generated per cluster and never sent to clients.
     """
 
     host: str = "127.0.0.1"

@@ -1,10 +1,13 @@
 """One-time admission tickets: the front door signs them, a replica redeems them.
 
-A ticket is ``REPLICA.EXPIRES_MS.NONCE.SIGNATURE`` (``SIGNATURE``: the first 32 hex digits of
-HMAC-SHA256 of the rest under the cluster's secret). The front door issues one per placement and sends
-the client to ``ws://REPLICA/ws?ticket=...``; the replica accepts the WebSocket only with a ticket that
-is signed, names this replica, has not expired and was not used before. No round trip between the two
-is needed, and a ticket is useless anywhere else or twice.
+A ticket is ``REPLICA.EXPIRES_MS.NONCE.SIGNATURE``.
+``SIGNATURE`` is the first 32 hex digits of HMAC-SHA256 of the rest, under the cluster's secret.
+The front door issues one per placement.
+It sends the client to ``ws://REPLICA/ws?ticket=...``.
+The replica accepts the WebSocket only with a valid ticket.
+Valid means signed, naming this replica, not expired and not used before.
+No round trip between the two is needed.
+A ticket is useless anywhere else, or twice.
 """
 from __future__ import annotations
 
@@ -22,23 +25,29 @@ def _sign(secret: str, body: str) -> str:
 
 
 def issue(secret: str, replica: str, ttl_s: float = TICKET_TTL_S) -> tuple[str, str]:
-    """A new ticket for ``replica``: ``(ticket, nonce)``; it expires ``ttl_s`` seconds from now
-    (wall clock: the front door and the replica may run on different machines)."""
+    """A new ticket for ``replica``: ``(ticket, nonce)``. It expires ``ttl_s`` seconds from now.
+
+    The expiry is in wall-clock time, since the front door and the replica may run on different machines.
+    """
     nonce = secrets.token_hex(8)
     body = f"{replica}.{int((time.time() + ttl_s) * 1000)}.{nonce}"
     return f"{body}.{_sign(secret, body)}", nonce
 
 
 def nonce_of(ticket: str | None) -> str | None:
-    """The nonce part of a ticket (None for anything that is not one)."""
+    """The nonce part of a ticket. None for anything that is not one."""
     parts = (ticket or "").split(".")
     return parts[2] if len(parts) == 4 else None
 
 
 class TicketBook:
-    """The replica's side: :meth:`redeem` each ticket at most once; :meth:`settled` lists the nonces of
-    tickets whose handshake is long over (reported to the front door, which then stops counting them as
-    reserved: by then the session has started and counts itself, or never will)."""
+    """The replica's side of the tickets.
+
+    Its :meth:`redeem` takes each ticket at most once.
+    Its :meth:`settled` lists the nonces of tickets whose handshake is long over.
+    Those are reported to the front door, which stops counting them as reserved.
+    By then the session has started and counts itself, or never will.
+    """
 
     def __init__(self, secret: str, replica: str):
         self.secret, self.replica = secret, replica
@@ -46,7 +55,7 @@ class TicketBook:
         self._lock = threading.Lock()
 
     def redeem(self, ticket: str | None) -> bool:
-        """True (and the ticket is spent) if ``ticket`` is valid for this replica now."""
+        """True if ``ticket`` is valid for this replica now. The ticket is then spent."""
         if not ticket:
             return False
         try:

@@ -1,11 +1,15 @@
-"""framegraph in Pipecat (``pip install 'framegraph[pipecat]'``): the open, self-hosted avatar of a voice agent.
+"""framegraph in Pipecat: the open, self-hosted avatar of a voice agent.
 
-- :class:`FramegraphAvatar` (:mod:`.processor`): the frame processor between the TTS and ``transport.output()``.
-- :class:`EspeakTTSService` (:mod:`.tts`): eSpeak NG as a Pipecat TTS service (local, no key), for the example.
+Install it with ``pip install 'framegraph[pipecat]'``.
+
+- :class:`FramegraphAvatar`, in :mod:`.processor`: the frame processor between the TTS and ``transport.output()``.
+- :class:`EspeakTTSService`, in :mod:`.tts`: eSpeak NG as a Pipecat TTS service, for the example.
+  It is local and needs no key.
 - :mod:`.webrtc`: a small server for a bot on Pipecat's SmallWebRTC transport and its prebuilt browser client.
 - :mod:`.cli`: ``framegraph pipecat-demo``, which runs the example agent ``examples/pipecat_avatar_bot.py``.
 
-The two classes are imported on first use, so ``framegraph`` itself (and its CLI) never imports ``pipecat``.
+The two classes are imported on first use.
+So ``framegraph`` itself and its CLI never import ``pipecat``.
 """
 __all__ = ["FramegraphAvatar", "EspeakTTSService"]
 

@@ -1,9 +1,11 @@
-"""``framegraph pipecat-demo``'s implementation (its options: ``apps/commands/pipecat_demo.py``).
+"""``framegraph pipecat-demo``'s implementation. Its options are in ``apps/commands/pipecat_demo.py``.
 
-It runs ``examples/pipecat_avatar_bot.py`` of the source checkout (the same as ``python
-examples/pipecat_avatar_bot.py``): Pipecat's SmallWebRTC transport and prebuilt browser client, eSpeak NG as the
-TTS, ``FramegraphAvatar`` between the TTS and the transport. Needs ``pip install 'framegraph[pipecat]'``.
-This module imports no Pipecat itself (the CLI's ``--help`` stays quick); the example does.
+It runs ``examples/pipecat_avatar_bot.py`` of the source checkout.
+That is the same as ``python examples/pipecat_avatar_bot.py``.
+The example uses Pipecat's SmallWebRTC transport and prebuilt browser client.
+eSpeak NG is the TTS. ``FramegraphAvatar`` sits between the TTS and the transport.
+It needs ``pip install 'framegraph[pipecat]'``.
+This module imports no Pipecat itself, so the CLI's ``--help`` stays quick. The example does import it.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ EXAMPLE = os.path.join(ROOT, "examples", "pipecat_avatar_bot.py")
 
 
 def load_example():
-    """The example agent's module (``examples/pipecat_avatar_bot.py`` of the checkout)."""
+    """The example agent's module: ``examples/pipecat_avatar_bot.py`` of the checkout."""
     if not os.path.isfile(EXAMPLE):
         raise FileNotFoundError(f"the example agent {EXAMPLE} is not here: it ships with framegraph's source "
                                 f"checkout (run `framegraph pipecat-demo` from an editable install, "

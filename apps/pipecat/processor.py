@@ -4,21 +4,27 @@
                          FramegraphAvatar("assets/avatars/astronaut", runtime="onnx"),
                          transport.output(), assistant_agg])
 
-A thin layer over :class:`~framegraph.apps.avatar_session.AvatarSession`:
+It is a thin layer over :class:`~framegraph.apps.avatar_session.AvatarSession`:
 
-- ``TTSAudioRawFrame`` → ``push_audio`` (consumed: the speech leaves again with its pictures), at most ``AHEAD_S``
-  ahead of what is heard (a reply sent at once waits in the processor's queue); one segment per TTS context
-  (``context_id``), split on ``TTSStartedFrame`` / ``TTSStoppedFrame``. The started / stopped frames are held and
-  pushed on when the segment's first audio / after its last audio leaves, so the transport's "bot speaking"
-  follows what is heard.
-- out: ``OutputImageRawFrame`` at the output fps, always (the idle / listening face between utterances), and
-  ``TTSAudioRawFrame`` with the speech, both stamped (``pts``, ns on the pipeline's clock) from the session's
-  one audio clock and pushed in presentation order: an image, then the audio of its frame period. Each
-  carries ``metadata["framegraph"]`` (session pts in 48 kHz ticks, speech or not, …).
-- ``InterruptionFrame`` → ``clear``: queued speech dropped, the next picture is the face at rest.
-  ``UserStartedSpeakingFrame`` / ``UserStoppedSpeakingFrame`` → the listening face on / off.
-- ``StartFrame`` starts the graph; ``EndFrame`` lets queued speech play out, then ends it; ``CancelFrame``
-  (and ``cleanup``) stop it at once — no thread is left. Other frames pass through untouched.
+- ``TTSAudioRawFrame`` → ``push_audio``.
+  The frame is consumed: the speech leaves again with its pictures.
+  Audio is taken at most ``AHEAD_S`` ahead of what is heard.
+  A reply sent at once waits in the processor's queue.
+  There is one segment per TTS context, ``context_id``, split on ``TTSStartedFrame`` and ``TTSStoppedFrame``.
+  The started and stopped frames are held.
+  They are pushed on when the segment's first audio leaves, and after its last audio leaves.
+  So the transport's "bot speaking" follows what is heard.
+- out: ``OutputImageRawFrame`` at the output fps, always. Between utterances it shows the idle or listening face.
+  Also ``TTSAudioRawFrame`` with the speech.
+  Both are stamped from the session's one audio clock. ``pts`` is in ns on the pipeline's clock.
+  They are pushed in presentation order: an image, then the audio of its frame period.
+  Each carries ``metadata["framegraph"]``: session pts in 48 kHz ticks, speech or not, and more.
+- ``InterruptionFrame`` → ``clear``. Queued speech is dropped. The next picture is the face at rest.
+- ``UserStartedSpeakingFrame`` and ``UserStoppedSpeakingFrame`` turn the listening face on and off.
+- ``StartFrame`` starts the graph.
+  ``EndFrame`` lets queued speech play out, then ends it.
+  ``CancelFrame`` and ``cleanup`` stop it at once. No thread is left.
+  Other frames pass through untouched.
 """
 from __future__ import annotations
 
@@ -52,7 +58,7 @@ CANCEL_WAIT_S = 10.0
 
 
 async def _in_thread(fn, *args):
-    """Run ``fn(*args)`` in a one-shot thread (it ends with the call) and await its result."""
+    """Run ``fn(*args)`` in a one-shot thread and await its result. The thread ends with the call."""
     loop = asyncio.get_running_loop()
     done = loop.create_future()
 
@@ -79,20 +85,23 @@ async def _in_thread(fn, *args):
 
 
 class FramegraphAvatar(FrameProcessor):
-    """A framegraph avatar bundle (portrait or video kind) speaking the TTS audio (see the module docstring).
+    """A framegraph avatar bundle, of portrait or video kind, speaking the TTS audio. See the module docstring.
 
     Args:
-        bundle: the bundle folder (loaded once per process; an error here names what is missing).
-        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (:mod:`framegraph.models.runtime`; ONNX Runtime reads
-            the export made by ``framegraph export --avatar BUNDLE``, in ``onnx_dir`` or ``BUNDLE/onnx``; int8 is
-            for portrait bundles).
-        fps: output frames per second (default: the avatar's; set the transport's ``video_out_framerate`` to
-            it). ``width`` / ``height`` / ``fps`` of the processor are what to give the transport.
-        steps: sampler steps of a portrait bundle (default: the bundle's).
-        start_buffer_ms: an utterance starts once this much of it has arrived (or it ended).
-        video_delay_ms: each image is pushed this long after the audio of its time (default 0: together). A
-            transport whose audio reaches the viewer later than its video (WebRTC to a browser: its audio jitter
-            buffer) shows lips before their sound; this moves the pictures back to the sound.
+        bundle: the bundle folder. It is loaded once per process. An error here names what is missing.
+        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``. See :mod:`framegraph.models.runtime`.
+            ONNX Runtime reads the export made by ``framegraph export --avatar BUNDLE``.
+            It is in ``onnx_dir`` or ``BUNDLE/onnx``. int8 is for portrait bundles.
+        fps: output frames per second. The default is the avatar's.
+            Set the transport's ``video_out_framerate`` to it.
+            The processor's ``width``, ``height`` and ``fps`` are what to give the transport.
+        steps: sampler steps of a portrait bundle. The default is the bundle's.
+        start_buffer_ms: an utterance starts once this much of it has arrived, or it ended.
+        video_delay_ms: each image is pushed this long after the audio of its time.
+            The default 0 pushes them together.
+            Some transports bring audio to the viewer later than video.
+            WebRTC to a browser does, through its audio jitter buffer.
+            The viewer then sees lips before their sound. This moves the pictures back to the sound.
     """
 
     def __init__(self, bundle, *, runtime: str = "torch", onnx_dir: str | None = None, fps: float | None = None,
@@ -172,8 +181,8 @@ class FramegraphAvatar(FrameProcessor):
         except ValueError as exc:  # a rate / layout the avatar cannot take: this frame is dropped, not the bot
             await self.push_error(f"{self}: {frame}: {exc}")
         # a TTS may send a whole reply at once: past AHEAD_S queued, the next frame is taken when the speech before
-        # it is heard (taken back to back, 500 frames hold the interpreter for half a second and the graph's threads
-        # stall); the rest waits in this processor's queue, where a barge-in drops it
+        # it is heard (taken back to back, they would hold the interpreter and stall the graph's threads); the rest
+        # waits in this processor's queue, where a barge-in drops it
         await asyncio.sleep(0)
         while self._session.running and self._session.queued_speech_s > AHEAD_S:
             await asyncio.sleep(AHEAD_POLL_S)
@@ -278,7 +287,7 @@ class FramegraphAvatar(FrameProcessor):
                     await self.push_frame(held)
 
     def _pts_ns(self, ticks: int) -> int:
-        """Session pts (48 kHz ticks) → ns on the pipeline's clock."""
+        """Session pts in 48 kHz ticks → ns on the pipeline's clock."""
         graph = self._session.graph
         return graph.clock.deadline_ns(ticks) - self._clock_offset_ns
 

@@ -1,8 +1,10 @@
-"""``EspeakTTSService``: eSpeak NG (``models.synth.espeak``, ctypes, no network, no key) as a Pipecat TTS service.
+"""``EspeakTTSService``: eSpeak NG as a Pipecat TTS service.
 
-A stand-in for a real TTS in the offline example: it speaks each text the pipeline sends (a sentence at a
-time) at the pipeline's output rate, in 20 ms ``TTSAudioRawFrame`` s between ``TTSStartedFrame`` and
-``TTSStoppedFrame`` (the base ``TTSService`` pushes those).
+It uses ``models.synth.espeak`` through ctypes, with no network and no key.
+It stands in for a real TTS in the offline example.
+It speaks each text the pipeline sends, a sentence at a time, at the pipeline's output rate.
+The speech comes in 20 ms ``TTSAudioRawFrame`` s between ``TTSStartedFrame`` and ``TTSStoppedFrame``.
+The base ``TTSService`` pushes those two.
 """
 from __future__ import annotations
 
@@ -19,11 +21,11 @@ FRAME_MS = 20
 
 
 class EspeakTTSService(TTSService):
-    """Speech from eSpeak NG (system package ``espeak-ng``).
+    """Speech from eSpeak NG, the system package ``espeak-ng``.
 
     Args:
-        voice: an eSpeak NG voice (``"en-us"``, ``"en-gb+f3"``...).
-        rate_wpm: speaking rate, words per minute (80–450).
+        voice: an eSpeak NG voice, such as ``"en-us"`` or ``"en-gb+f3"``.
+        rate_wpm: speaking rate, in words per minute, 80–450.
     """
 
     def __init__(self, *, voice: str = "en-us", rate_wpm: int = 165, **kwargs):

@@ -3,15 +3,25 @@
     app = build_app(bot)          # bot(connection: SmallWebRTCConnection) -> awaitable, one per browser session
     Server(app, port=7860).run()  # http://127.0.0.1:7860/
 
-``/`` is the demo page (``web/index.html``, ``web/app.js``): Pipecat's browser client library —
-``@pipecat-ai/client-js`` and ``@pipecat-ai/small-webrtc-transport``, bundled in ``web/pipecat-client.js`` by
-``web/src/build.sh`` — with a media manager that needs no network (the library's default one loads Daily's call
-bundle from c.daily.co at run time). ``/client/`` is Pipecat's prebuilt playground (``pipecat-ai-prebuilt``), which
-works when that CDN is reachable. The routes are those both clients call (``POST /api/offer``; ``POST /start`` →
-a session id, then ``POST`` / ``PATCH /sessions/{id}/api/offer`` for the WebRTC offer and ICE candidates), as
-Pipecat's development runner (``pipecat.runner.run``) serves them, without its other transports, rooms or uploads:
-everything is local (host candidates only; no STUN server is named). A bot runs as a task of the server's loop from
-its connection's offer until its pipeline ends.
+``/`` is the demo page: ``web/index.html`` and ``web/app.js``.
+It uses Pipecat's browser client library.
+That is ``@pipecat-ai/client-js`` and ``@pipecat-ai/small-webrtc-transport``.
+``web/src/build.sh`` bundles them in ``web/pipecat-client.js``.
+The page has a media manager that needs no network.
+The library's default one loads Daily's call bundle from c.daily.co at run time.
+``/client/`` is Pipecat's prebuilt playground, ``pipecat-ai-prebuilt``.
+It works when that CDN is reachable.
+
+The routes are those both clients call:
+
+- ``POST /api/offer``.
+- ``POST /start`` → a session id.
+- Then ``POST`` and ``PATCH /sessions/{id}/api/offer``, for the WebRTC offer and the ICE candidates.
+
+They are served as Pipecat's development runner, ``pipecat.runner.run``, serves them.
+Its other transports, rooms and uploads are left out.
+Everything is local: host candidates only, and no STUN server is named.
+A bot runs as a task of the server's loop, from its connection's offer until its pipeline ends.
 """
 from __future__ import annotations
 
@@ -32,7 +42,7 @@ WEB = os.path.join(os.path.dirname(os.path.abspath(__file__)), "web")  # the dem
 
 
 def build_app(bot: Bot):
-    """The FastAPI app serving ``bot`` to browsers (see the module docstring)."""
+    """The FastAPI app serving ``bot`` to browsers. See the module docstring."""
     from pipecat.transports.smallwebrtc.request_handler import (
         IceCandidate,
         SmallWebRTCPatchRequest,
@@ -112,8 +122,11 @@ def _log_failure(task: asyncio.Task) -> None:
 
 
 class Server:
-    """``app`` served by uvicorn on ``host``:``port`` (0: a free port) — :meth:`run` in the foreground, or
-    :meth:`start` / :meth:`stop` on a thread of its own (tests)."""
+    """``app`` served by uvicorn on ``host``:``port``. Port 0 picks a free port.
+
+    Use :meth:`run` in the foreground.
+    Or use :meth:`start` and :meth:`stop` on a thread of its own, as tests do.
+    """
 
     def __init__(self, app, host: str = "127.0.0.1", port: int = 7860):
         import uvicorn
@@ -129,7 +142,7 @@ class Server:
         return f"http://{self.host}:{sock.getsockname()[1]}/"
 
     def run(self, on_ready: Callable[[str], None] | None = None) -> None:
-        """Serve until Ctrl-C; ``on_ready(url)`` once listening."""
+        """Serve until Ctrl-C. ``on_ready(url)`` is called once listening."""
         async def main():
             task = asyncio.create_task(self._server.serve())
             while not self._server.started and not task.done():

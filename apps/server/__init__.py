@@ -1,15 +1,23 @@
 """WebSocket streaming server: ``framegraph serve``.
 
-Each connection is a session that owns its own stage graph, built by the pipeline registry
-(:mod:`.pipelines`) from the client's ``start`` message. The protocol is specified in
-``apps/PROTOCOL.md`` and implemented in :mod:`.protocol`; HTTP (``/metrics``, ``/healthz``, the web
-page in ``apps/web``) shares the port.
+Each connection is a session. It owns its own stage graph.
+The pipeline registry in :mod:`.pipelines` builds that graph from the client's ``start`` message.
+``apps/PROTOCOL.md`` specifies the protocol, and :mod:`.protocol` implements it.
+HTTP shares the port: ``/metrics``, ``/healthz`` and the web page in ``apps/web``.
 
-Modules: ``protocol`` (messages, media header), ``pipelines`` (registry, built-in pipelines),
-``stages`` (scope, pose input, outbox sink), ``outbox`` (bounded send buffer), ``session`` (one
-connection), ``http`` (routes), ``config`` (``ServerConfig``), ``app`` (server, background-thread handle),
-``cli`` (``framegraph serve``'s implementation; its options: ``apps/commands/serve.py``). The names below load
-from their modules on first use, so ``config`` imports alone.
+Modules:
+
+- ``protocol``: messages, media header.
+- ``pipelines``: registry, built-in pipelines.
+- ``stages``: scope, pose input, outbox sink.
+- ``outbox``: bounded send buffer.
+- ``session``: one connection.
+- ``http``: routes.
+- ``config``: ``ServerConfig``.
+- ``app``: server, background-thread handle.
+- ``cli``: ``framegraph serve``'s implementation. Its options live in ``apps/commands/serve.py``.
+
+The names below load from their modules on first use. So ``config`` imports alone.
 """
 from framegraph.apps import exports
 

@@ -5,9 +5,11 @@
         print(server.url)                         # ws://127.0.0.1:PORT/ws
         await server.serve_forever()
 
-or, from synchronous code (tests, a Gradio app): ``with serve_in_thread(config) as handle: handle.url``.
-One session per connection, each with its own graph; HTTP (``/metrics``, ``/healthz``, the web page)
-and WebRTC offers (``POST /webrtc/offer``, :mod:`.webrtc`) on the same port.
+From synchronous code, such as tests or a Gradio app, use
+``with serve_in_thread(config) as handle: handle.url``.
+There is one session per connection, each with its own graph.
+HTTP shares the port: ``/metrics``, ``/healthz`` and the web page.
+So do WebRTC offers, on ``POST /webrtc/offer`` (:mod:`.webrtc`).
 """
 from __future__ import annotations
 
@@ -65,18 +67,21 @@ class StreamServer:
         return self
 
     async def close(self) -> None:
-        """Stop accepting and close every connection (code 1001; sessions free their graphs). Clients
-        get ``shutdown_grace_s`` to take what was sent and answer the close; the connections left then
-        are cut off (a client that never reads, or a WebRTC peer that never closes, cannot hold the server
-        up). Returns when every connection handler has returned (a WebRTC session's graph is given 1 s
-        more to stop)."""
+        """Stop accepting and close every connection with code 1001. Sessions free their graphs.
+
+        Clients get ``shutdown_grace_s`` to take what was sent and answer the close.
+        The connections left then are cut off.
+        So a client that never reads, or a WebRTC peer that never closes, cannot hold the server up.
+        Returns when every connection handler has returned.
+        A WebRTC session's graph gets 1 s more to stop.
+        """
         if self._server is None:
             return
         self._server.close()
         await asyncio.gather(self._close_webrtc(), self._close_websockets())
 
     async def _close_webrtc(self) -> None:
-        """The WebRTC sessions: no WebSocket connection the server would close for them."""
+        """The WebRTC sessions. The server closes no WebSocket connection for them."""
         if not self._background:
             return
         await self.close_sessions(1001, "server shutting down", self.config.shutdown_grace_s)
@@ -139,8 +144,11 @@ class StreamServer:
             log.info("session %s closed (%s)", session.id, session.end_reason)
 
     def open_session(self, connection) -> Session | None:
-        """A new session on ``connection`` (a websockets connection or a :class:`~.transport.Transport`),
-        counted among ``max_sessions``; None when they are all taken."""
+        """A new session on ``connection``, counted among ``max_sessions``.
+
+        ``connection`` is a websockets connection or a :class:`~.transport.Transport`.
+        Returns None when all sessions are taken.
+        """
         if self.session_count >= self.config.max_sessions:
             self.count_rejected("busy")
             return None
@@ -154,7 +162,7 @@ class StreamServer:
         return session
 
     def keep(self, task: asyncio.Task) -> None:
-        """Hold a WebRTC session's task until it ends (the loop keeps only weak references)."""
+        """Hold a WebRTC session's task until it ends. The loop keeps only weak references."""
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
@@ -166,9 +174,13 @@ class StreamServer:
         return self._offer_buckets.setdefault(address or "?", TokenBucket(rate, max(1.0, rate)))
 
     async def close_sessions(self, code: int, reason: str, timeout_s: float | None = None) -> None:
-        """Close every session's connection with ``code`` and ``reason`` (their graphs stop as on a
-        client's close); returns when each has sent its close and its client answered. A connection
-        whose client has not answered within ``timeout_s`` (default: the close timeout) is cut."""
+        """Close every session's connection with ``code`` and ``reason``.
+
+        Their graphs stop as on a client's close.
+        Returns when each has sent its close and its client answered.
+        A connection whose client has not answered within ``timeout_s`` is cut.
+        ``timeout_s`` defaults to the close timeout.
+        """
         timeout_s = self.config.close_timeout_s if timeout_s is None else timeout_s
         sessions = list(self.sessions.values())
         for session in sessions:
@@ -188,7 +200,7 @@ class StreamServer:
         await asyncio.gather(*closing, return_exceptions=True)
 
     def release(self, session: Session) -> None:
-        """Free ``session``'s slot (its graph has stopped); it may still be closing its connection."""
+        """Free ``session``'s slot once its graph has stopped. It may still be closing its connection."""
         if self.sessions.pop(session.id, None) is not None:
             self._sessions_changed()
 
@@ -204,8 +216,11 @@ class StreamServer:
 
     # ---- metrics --------------------------------------------------------------------------------
     def metrics_text(self) -> str:
-        """Prometheus text: every running session's graph telemetry (labels ``session``,
-        ``pipeline``) plus the server's own counters (prefix ``framegraph_server_``)."""
+        """Prometheus text: every running session's graph telemetry and the server's own counters.
+
+        Graph telemetry has labels ``session`` and ``pipeline``.
+        The server's counters have the prefix ``framegraph_server_``.
+        """
         live = [s for s in list(self.sessions.values())
                 if s.pipeline is not None and s.pipeline.graph.telemetry is not None]
         text = prometheus_text([s.pipeline.graph.telemetry for s in live],
@@ -236,7 +251,7 @@ class StreamServer:
 
 
 class ServerHandle(StartedInWith, LoopThread):
-    """A server running on its own event loop in a background thread (see :func:`serve_in_thread`)."""
+    """A server running on its own event loop in a background thread. See :func:`serve_in_thread`."""
 
     def __init__(self, config: ServerConfig):
         self.config = config
@@ -275,5 +290,5 @@ class ServerHandle(StartedInWith, LoopThread):
 
 
 def serve_in_thread(config: ServerConfig | None = None) -> ServerHandle:
-    """A :class:`ServerHandle` (not yet started; use it as a context manager or call ``start()``)."""
+    """A :class:`ServerHandle`, not yet started. Use it as a context manager or call ``start()``."""
     return ServerHandle(config or ServerConfig())

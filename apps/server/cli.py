@@ -1,4 +1,4 @@
-"""``framegraph serve``: the streaming server, WebSocket and WebRTC (protocol: ``apps/PROTOCOL.md``)."""
+"""``framegraph serve``: the streaming server, WebSocket and WebRTC. The protocol is ``apps/PROTOCOL.md``."""
 from __future__ import annotations
 
 import argparse
@@ -22,7 +22,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 
 async def serve_until_signalled(config: ServerConfig) -> None:
-    """Run until SIGINT / SIGTERM, then close every session (graphs cancelled and joined)."""
+    """Run until SIGINT or SIGTERM, then close every session. Their graphs are cancelled and joined."""
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

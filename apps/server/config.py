@@ -1,5 +1,7 @@
-"""What ``framegraph serve`` can set (:class:`ServerConfig`), with nothing heavy to import: the command's front
-shows its defaults, the cluster and the demo reuse it."""
+"""What ``framegraph serve`` can set, as :class:`ServerConfig`, with nothing heavy to import.
+
+The command's front shows its defaults. The cluster and the demo reuse it.
+"""
 from __future__ import annotations
 
 import ipaddress
@@ -14,33 +16,35 @@ class ServerConfig:
     """Everything ``framegraph serve`` can set.
 
     Attributes:
-        host / port: where to listen (127.0.0.1 by default; port 0 lets the OS pick).
-        token: required on every WebSocket (and ``/metrics``) when set; mandatory when ``host`` is
-            not a loopback address.
-        max_sessions: concurrent sessions; more are refused with HTTP 503.
-        max_message_bytes: a bigger client message gets a ``too_large`` error; one over 4× this
-            closes the connection (code 1009) before it is even read whole.
-        max_messages_per_s: per connection (token bucket, burst of one second's worth).
-        allowed_origins: browser origins allowed besides the server's own (``"*"``: any).
-        web_root: folder served over HTTP (``apps/web``); None serves no files.
+        host / port: where to listen. The host defaults to 127.0.0.1. Port 0 lets the OS pick.
+        token: required on every WebSocket and on ``/metrics`` when set.
+            It is mandatory when ``host`` is not a loopback address.
+        max_sessions: concurrent sessions. More are refused with HTTP 503.
+        max_message_bytes: a bigger client message gets a ``too_large`` error.
+            A message over 4× this closes the connection with code 1009, before it is read whole.
+        max_messages_per_s: per connection. A token bucket with bursts of one second's worth.
+        allowed_origins: browser origins allowed besides the server's own. ``"*"`` allows any.
+        web_root: folder served over HTTP, ``apps/web``. None serves no files.
         stats_interval_s: how often a session sends ``stats``.
         start_timeout_s: a connection must send ``start`` within this.
-        send_buffer_bytes: kernel send buffer per connection; small keeps latency low under a slow
-            reader (what does not fit is dropped in the outbox, not queued in the kernel).
-        outbox_video / outbox_audio / outbox_control: per-session outbox capacities (messages).
-        max_errors: protocol errors in a row before the connection is closed (code 1008).
-        close_timeout_s: how long a closing connection waits for the client's side of the close
-            handshake (a client that does not read is then cut off).
-        shutdown_grace_s: on shutdown, how long clients get to take what is already sent and answer
-            the close (code 1001) before every connection left is cut off.
-        webrtc: answer WebRTC offers (``POST /webrtc/offer``; False: 501, clients use the WebSocket).
-        ice_servers: STUN / TURN URLs for WebRTC peers (``turn:USER:PASSWORD@HOST:PORT``); none: host
-            candidates only (loopback and LAN).
-        webrtc_offers_per_s: WebRTC offers a second from one client address (bursts of one second's worth);
-            more are answered 429.
-        webrtc_connect_timeout_s: a WebRTC peer must connect (ICE + DTLS) within this after its offer.
-        webrtc_peer_timeout_s: a connected WebRTC peer that sent nothing at all this long is gone (it is sent
-            an SCTP heartbeat after a third of it).
+        send_buffer_bytes: kernel send buffer per connection.
+            Small keeps latency low under a slow reader.
+            What does not fit is dropped in the outbox, not queued in the kernel.
+        outbox_video / outbox_audio / outbox_control: per-session outbox capacities, in messages.
+        max_errors: protocol errors in a row before the connection is closed with code 1008.
+        close_timeout_s: how long a closing connection waits for the client's side of the close handshake.
+            A client that does not read is then cut off.
+        shutdown_grace_s: on shutdown, how long clients get to take what is sent and answer the close.
+            The close has code 1001. Every connection left after that is cut off.
+        webrtc: answer WebRTC offers on ``POST /webrtc/offer``.
+            False answers 501, and clients use the WebSocket.
+        ice_servers: STUN and TURN URLs for WebRTC peers, as ``turn:USER:PASSWORD@HOST:PORT``.
+            None means host candidates only: loopback and LAN.
+        webrtc_offers_per_s: WebRTC offers a second from one client address, in bursts of one second's worth.
+            More are answered 429.
+        webrtc_connect_timeout_s: a WebRTC peer must connect, ICE and DTLS, within this after its offer.
+        webrtc_peer_timeout_s: a connected WebRTC peer that sent nothing at all this long is gone.
+            It is sent an SCTP heartbeat after a third of it.
     """
 
     host: str = "127.0.0.1"
@@ -83,8 +87,10 @@ class ServerConfig:
 
 
 def ice_servers(urls: tuple[str, ...]) -> list[dict]:
-    """``--ice-server`` values → ``[{"urls", "username"?, "credential"?}]`` (the browser's RTCIceServer).
-    A URL may carry credentials as ``turn:USER:PASSWORD@HOST:PORT[?transport=udp|tcp]``."""
+    """``--ice-server`` values → ``[{"urls", "username"?, "credential"?}]``, the browser's RTCIceServer.
+
+    A URL may carry credentials as ``turn:USER:PASSWORD@HOST:PORT[?transport=udp|tcp]``.
+    """
     out = []
     for url in urls:
         scheme, sep, rest = url.partition(":")
@@ -102,7 +108,7 @@ def ice_servers(urls: tuple[str, ...]) -> list[dict]:
 
 
 def is_loopback(host: str) -> bool:
-    """True for a loopback name or address (127.0.0.0/8, ::1, localhost)."""
+    """True for a loopback name or address: 127.0.0.0/8, ::1, localhost."""
     if host in ("localhost", "localhost.localdomain"):
         return True
     try:

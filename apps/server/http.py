@@ -1,9 +1,16 @@
 """Plain HTTP on the WebSocket port, through websockets' ``process_request`` hook.
 
-Routes: ``/ws`` (the WebSocket endpoint: token, Origin and session-limit checks happen here, before
-the upgrade), ``POST /webrtc/offer`` (a WebRTC session, :mod:`.webrtc`: the same checks), ``/webrtc/config``
-(the ICE servers a browser should use), ``/healthz``, ``/metrics`` (Prometheus text), ``/pipelines`` and
-``/pipelines/NAME`` (JSON), and static files from ``apps/web/`` (``/`` is ``index.html``). Everything else is 404.
+Routes:
+
+- ``/ws``: the WebSocket endpoint. The token, Origin and session-limit checks happen here, before the upgrade.
+- ``POST /webrtc/offer``: a WebRTC session, :mod:`.webrtc`, with the same checks.
+- ``/webrtc/config``: the ICE servers a browser should use.
+- ``/healthz``.
+- ``/metrics``: Prometheus text.
+- ``/pipelines`` and ``/pipelines/NAME``: JSON.
+- Static files from ``apps/web/``. ``/`` is ``index.html``.
+
+Everything else is 404.
 """
 from __future__ import annotations
 
@@ -34,7 +41,7 @@ _TYPES = {".js": "text/javascript; charset=utf-8", ".mjs": "text/javascript; cha
 
 def response(status: int, body: bytes | str, content_type: str = "text/plain; charset=utf-8",
              extra: dict | None = None) -> Response:
-    """A complete HTTP response (the connection closes after it)."""
+    """A complete HTTP response. The connection closes after it."""
     if isinstance(body, str):
         body = body.encode()
     status = http.HTTPStatus(status)
@@ -47,8 +54,10 @@ def response(status: int, body: bytes | str, content_type: str = "text/plain; ch
 
 
 def request_token(request: Request) -> str | None:
-    """The token a client presented: ``Authorization: Bearer T`` or ``?token=T`` (browsers cannot set
-    headers on a WebSocket)."""
+    """The token a client presented: ``Authorization: Bearer T`` or ``?token=T``.
+
+    Browsers cannot set headers on a WebSocket, so the query form exists.
+    """
     auth = request.headers.get("Authorization", "")
     if auth.lower().startswith("bearer "):
         return auth[7:].strip()
@@ -56,7 +65,7 @@ def request_token(request: Request) -> str | None:
 
 
 def query_value(request: Request, name: str) -> str | None:
-    """The first ``?name=`` value of the request's URL (None when absent)."""
+    """The first ``?name=`` value of the request's URL, or None when absent."""
     values = parse_qs(urlsplit(request.path).query).get(name)
     return values[0] if values else None
 
@@ -69,8 +78,12 @@ def token_ok(expected: str | None, request: Request) -> bool:
 
 
 def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
-    """No Origin (not a browser): fine, the token guards it. Otherwise the page must come from this
-    server (Origin host:port == Host) or from a configured origin (``*`` allows any)."""
+    """Whether the request's Origin is allowed.
+
+    No Origin means not a browser. That is fine: the token guards it.
+    Otherwise the page must come from this server, with Origin host:port equal to Host.
+    Or it must come from a configured origin. ``*`` allows any.
+    """
     try:
         origin = request.headers.get("Origin")
     except MultipleValuesError:
@@ -84,9 +97,12 @@ def origin_ok(request: Request, allowed: tuple[str, ...]) -> bool:
 
 
 def host_is_loopback(request: Request) -> bool:
-    """The Host header names this machine (``localhost``, ``127.x``, ``[::1]``). Without a token the
-    server only trusts such requests: a page whose DNS name was rebound to 127.0.0.1 sends its own
-    name as Host, so it passes the same-origin check but not this one."""
+    """The Host header names this machine: ``localhost``, ``127.x``, ``[::1]``.
+
+    Without a token the server only trusts such requests.
+    A page whose DNS name was rebound to 127.0.0.1 sends its own name as Host.
+    So it passes the same-origin check but not this one.
+    """
 
     try:
         hostname = urlsplit("//" + request.headers.get("Host", "")).hostname or ""
@@ -96,8 +112,10 @@ def host_is_loopback(request: Request) -> bool:
 
 
 def process_request(server: StreamServer, connection, request: Request) -> Response | None:
-    """websockets' hook: answer plain HTTP here; return None to go on with the WebSocket handshake. (The
-    server's hook is :func:`.webrtc.process_request`, which answers the WebRTC routes and hands the rest here.)"""
+    """websockets' hook: answer plain HTTP here. Return None to go on with the WebSocket handshake.
+
+    The server's hook is :func:`.webrtc.process_request`. It answers the WebRTC routes and hands the rest here.
+    """
     try:
         return _route(server, request)
     except MultipleValuesError as exc:
@@ -131,8 +149,12 @@ def _route(server: StreamServer, request: Request) -> Response | None:
 
 
 def pipelines_response(path: str) -> Response | None:
-    """``/pipelines`` (name → description, the pipelines this server runs) and ``/pipelines/NAME`` (that one's
-    description and its options: kind, range or choices, default, meaning, live); None for any other path."""
+    """The pipeline routes, or None for any other path.
+
+    ``/pipelines`` maps name → description for the pipelines this server runs.
+    ``/pipelines/NAME`` gives that one's description and its options.
+    Each option has its kind, range or choices, default, meaning and whether it is live.
+    """
     if path == "/pipelines":
         return response(200, json.dumps(pipelines.available()), "application/json")
     if not path.startswith("/pipelines/"):
@@ -144,8 +166,11 @@ def pipelines_response(path: str) -> Response | None:
 
 
 def admission(server: StreamServer, request: Request) -> Response | None:
-    """The checks before a session (a WebSocket upgrade or a WebRTC offer): draining, a cluster ticket, Host,
-    Origin, token, a free slot. None: admitted; else the refusal."""
+    """The checks before a session, a WebSocket upgrade or a WebRTC offer.
+
+    They are: draining, a cluster ticket, Host, Origin, token, a free slot.
+    Returns None when admitted, else the refusal.
+    """
     cfg = server.config
     if server.draining:
         server.count_rejected("draining")
@@ -167,7 +192,7 @@ def admission(server: StreamServer, request: Request) -> Response | None:
 
 
 def _admit(server: StreamServer) -> Response | None:
-    """None (go on with the handshake) while a session slot is free, else 503."""
+    """None while a session slot is free, so the handshake goes on. Else 503."""
     if server.session_count >= server.config.max_sessions:
         server.count_rejected("busy")
         return busy(server)
@@ -180,7 +205,7 @@ def busy(server: StreamServer) -> Response:
 
 
 def static_file(root: str | None, path: str) -> Response:
-    """A file directly inside ``root`` (no folders, no dot files, no escaping it), or 404."""
+    """A file directly inside ``root``, or 404. No folders, no dot files, no escaping ``root``."""
     name = "index.html" if path in ("/", "") else path.lstrip("/")
     if root is None or "/" in name or "\\" in name or name.startswith(".") or not name:
         return response(404, f"not found: {path}\n")

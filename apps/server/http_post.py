@@ -1,14 +1,25 @@
 """A POST on the WebSocket port: websockets' connection class, taught to read one request with a body.
 
-Why this design: the server's HTTP is websockets' ``process_request`` hook, and websockets' HTTP parser takes
-GET only. Rather than a second HTTP server (another port, another place for the token, Origin and session
-checks to drift apart) or a proxy in front, :class:`PostConnection` — passed to ``serve()`` through
-websockets' documented ``create_connection`` hook — reads a ``POST`` itself (request line, headers, a body
-of at most ``MAX_BODY`` bytes, sized by ``Content-Length`` or sent ``Transfer-Encoding: chunked``) and hands
-it to the same ``process_request`` as a :class:`~websockets.http11.Request` with ``method = "POST"``,
-``body``, ``too_large`` (over ``MAX_BODY``: the rest is not read), ``bad_framing`` (a sentence, or None) and
-``peer`` (the client's address) set. The answer goes out through websockets' own response path and the
-connection closes, as for every plain-HTTP answer. Any other request is fed to websockets unchanged.
+The server's HTTP is websockets' ``process_request`` hook, and websockets' HTTP parser takes GET only.
+A second HTTP server would need another port.
+Its token, Origin and session checks could drift apart from these.
+So there is no second server and no proxy in front.
+Instead :class:`PostConnection` reads a ``POST`` itself.
+It is passed to ``serve()`` through websockets' documented ``create_connection`` hook.
+It reads the request line, the headers and a body of at most ``MAX_BODY`` bytes.
+The body is sized by ``Content-Length`` or sent with ``Transfer-Encoding: chunked``.
+The request goes to the same ``process_request`` as a :class:`~websockets.http11.Request`.
+These attributes are set on it:
+
+- ``method``: ``"POST"``.
+- ``body``: the bytes read.
+- ``too_large``: the body is over ``MAX_BODY``. The rest is not read.
+- ``bad_framing``: a sentence, or None.
+- ``peer``: the client's address.
+
+The answer goes out through websockets' own response path.
+Then the connection closes, as for every plain-HTTP answer.
+Any other request is fed to websockets unchanged.
 """
 from __future__ import annotations
 
@@ -21,7 +32,7 @@ MAX_HEAD = 16 * 1024  # bytes of request line and headers
 
 
 class PostConnection(ServerConnection):
-    """A websockets server connection that also accepts one ``POST`` request (see the module docstring)."""
+    """A websockets server connection that also accepts one ``POST`` request. See the module docstring."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -75,7 +86,7 @@ class PostConnection(ServerConnection):
             self.request_rcvd.set_result(None)
 
     def _read_head(self, lines: list[str]) -> bool:
-        """The request line and headers → ``self._request`` and how its body comes; False: not HTTP."""
+        """The request line and headers → ``self._request`` and how its body comes. False: not HTTP."""
         parts = lines[0].split(" ")
         headers = Headers()
         for line in lines[1:]:
@@ -106,8 +117,11 @@ class PostConnection(ServerConnection):
         return True
 
     def _read_chunks(self) -> None:
-        """Take the chunks that are in (RFC 9112 7.1: ``SIZE[;ext]\\r\\nDATA\\r\\n``... ``0\\r\\n``, trailers,
-        ``\\r\\n``), counting the body as it comes: once it is over ``MAX_BODY`` the rest is not read."""
+        """Take the chunks that are in, counting the body as it comes.
+
+        The framing is RFC 9112 7.1: ``SIZE[;ext]\\r\\nDATA\\r\\n``... ``0\\r\\n``, trailers, ``\\r\\n``.
+        Once the body is over ``MAX_BODY`` the rest is not read.
+        """
         buf, request = self._post, self._request
         while not self._done:
             eol = buf.find(b"\r\n")

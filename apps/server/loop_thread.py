@@ -1,5 +1,8 @@
-"""An asyncio server on its own event loop, in a daemon thread: the one way the server and the cluster's front
-door run beside the caller's code; :class:`StartedInWith`, the context manager of the handles that start them."""
+"""An asyncio server on its own event loop, in a daemon thread.
+
+This is the one way the server and the cluster's front door run beside the caller's code.
+The class :class:`StartedInWith` is the context manager of the handles that start them.
+"""
 from __future__ import annotations
 
 import asyncio
@@ -10,8 +13,10 @@ from typing import Self
 
 
 class StartedInWith:
-    """A handle with ``start()`` (which returns the handle) and ``stop()``; as a context manager it starts on
-    entering the ``with`` block and stops on leaving it."""
+    """A handle with ``start()`` and ``stop()``. ``start()`` returns the handle.
+
+    As a context manager it starts on entering the ``with`` block. It stops on leaving it.
+    """
 
     def __enter__(self) -> Self:
         return self.start()
@@ -21,13 +26,17 @@ class StartedInWith:
 
 
 class LoopThread:
-    """Runs the subclass's ``_serve()`` coroutine on :attr:`loop` in a daemon thread named ``name``. ``_serve`` sets
-    ``_ready`` once it is up (a failure before that sets it too) and returns once ``_stop`` (its own event) is set;
-    :meth:`_start_thread` starts the thread and waits for that, raising what ``_serve`` failed with.
+    """Runs the subclass's ``_serve()`` coroutine on :attr:`loop` in a daemon thread named ``name``.
 
-    The loop's default executor (``asyncio.to_thread``, aiortc's encoders) is its own pool of at most
-    :attr:`workers` threads named ``<name>:worker_<i>``: it grows lazily up to that bound while calls overlap and
-    is shut down with the loop, so a count of the process's threads can tell its workers from anything leaked."""
+    ``_serve`` sets ``_ready`` once it is up. A failure before that sets it too.
+    ``_serve`` returns once ``_stop``, its own event, is set.
+    Then :meth:`_start_thread` starts the thread and waits for ``_ready``. It raises what ``_serve`` failed with.
+
+    The loop's default executor serves ``asyncio.to_thread`` and aiortc's encoders.
+    It is its own pool of at most :attr:`workers` threads, named ``<name>:worker_<i>``.
+    It grows lazily up to that bound while calls overlap. It is shut down with the loop.
+    So a count of the process's threads can tell its workers from anything leaked.
+    """
 
     workers = min(32, (os.cpu_count() or 1) + 4)  # asyncio's own default bound
 

@@ -1,11 +1,13 @@
-"""Outbox: the small bounded buffer between a session's graph (worker threads) and its asyncio sender.
+"""Outbox: the small bounded buffer between a session's graph and its asyncio sender.
 
-The sink stage :meth:`Outbox.offer` s encoded video, audio and control messages from its thread; the
-session's sender coroutine awaits :meth:`Outbox.get` and writes them to the WebSocket. A client that
-reads too slowly never makes anything grow: each kind has a fixed capacity and, when it is full, the
-oldest message of that kind is dropped and counted. Dropping one H.264 access unit would corrupt the
-frames that reference it, so after a video drop every following non-key frame is dropped too until a
-key frame arrives (the outbox asks the encoder for one through ``on_keyframe_needed``).
+The graph runs on worker threads.
+Its sink stage calls :meth:`Outbox.offer` with encoded video, audio and control messages.
+The session's sender coroutine awaits :meth:`Outbox.get` and writes them to the WebSocket.
+A client that reads too slowly never makes anything grow.
+Each kind has a fixed capacity. When it is full, the oldest message of that kind is dropped and counted.
+Dropping one H.264 access unit would corrupt the frames that reference it.
+So after a video drop every following non-key frame is dropped too, until a key frame arrives.
+The outbox asks the encoder for one through ``on_keyframe_needed``.
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ VIDEO, AUDIO, CONTROL, END = "video", "audio", "control", "end"
 class Item:
     """One message waiting to be sent.
 
-    ``header`` is the :class:`~.protocol.MediaHeader` for media (packed when sent, so the time spent
-    waiting here can be reported), ``payload`` the bytes; for control messages ``payload`` is the dict.
+    For media, ``header`` is the :class:`~.protocol.MediaHeader` and ``payload`` the bytes.
+    The header is packed when sent, so the time spent waiting here can be reported.
+    For control messages ``payload`` is the dict.
     """
 
     kind: str
@@ -42,9 +45,9 @@ class Outbox:
     """Bounded per-kind queue, filled from any thread, drained by one asyncio task.
 
     Args:
-        loop: the session's event loop (the consumer side).
+        loop: the session's event loop, the consumer side.
         video / audio / control: capacity per kind, in messages.
-        on_keyframe_needed: called (from the producer's thread) after H.264 frames were dropped.
+        on_keyframe_needed: called after H.264 frames were dropped, from the producer's thread.
     """
 
     def __init__(self, loop: asyncio.AbstractEventLoop, *, video: int = 4, audio: int = 25, control: int = 16,
@@ -66,8 +69,11 @@ class Outbox:
 
     # ---- producer side (any thread) ----------------------------------------------------------
     def offer(self, item: Item, front: bool = False) -> bool:
-        """Queue ``item`` (``front``: before everything queued, e.g. ``ready`` ahead of the first
-        media); returns False if it was dropped (outbox ended, or video waiting for a key frame)."""
+        """Queue ``item``. Returns False if it was dropped.
+
+        With ``front`` it goes before everything queued, e.g. ``ready`` ahead of the first media.
+        It is dropped when the outbox has ended, or when video waits for a key frame.
+        """
         need_key = False
         with self._lock:
             if self._ended:
@@ -97,8 +103,11 @@ class Outbox:
         return True
 
     def _drop_oldest(self, kind: str) -> bool:
-        """Drop the oldest message of ``kind`` (lock held). For video, also drop the non-key frames
-        that depend on it. Returns True if a key frame must be requested."""
+        """Drop the oldest message of ``kind``, with the lock held.
+
+        For video, also drop the non-key frames that depend on it.
+        Returns True if a key frame must be requested.
+        """
         victim = next(i for i in self._items if i.kind == kind)
         self._remove(victim)
         if kind in self.discontinuity:
@@ -118,12 +127,12 @@ class Outbox:
         self.dropped[item.kind] += 1
 
     def reserve(self, kind: str, capacity: int) -> None:
-        """Hold at least ``capacity`` messages of ``kind`` (a pipeline whose frames come in bursts)."""
+        """Hold at least ``capacity`` messages of ``kind``. For a pipeline whose frames come in bursts."""
         with self._lock:
             self._caps[kind] = max(self._caps[kind], capacity)
 
     def end(self) -> None:
-        """No more messages after those queued (the graph finished). Idempotent, any thread."""
+        """No more messages after those queued: the graph finished. Idempotent, any thread."""
         with self._lock:
             if self._ended:
                 return
@@ -132,8 +141,10 @@ class Outbox:
             self._wake()
 
     def clear_media(self) -> int:
-        """Drop every queued video and audio message (barge-in); returns how many. Not counted as
-        drops: the client asked for them to go."""
+        """Drop every queued video and audio message, for barge-in. Returns how many.
+
+        These are not counted as drops: the client asked for them to go.
+        """
         with self._lock:
             keep = [i for i in self._items if i.kind not in (VIDEO, AUDIO)]
             n = len(self._items) - len(keep)
@@ -142,9 +153,12 @@ class Outbox:
         return n
 
     def hold_media(self, held: bool) -> None:
-        """While held, :meth:`get` hands out control messages only; media (and the end) wait, queued
-        and bounded as usual. The session holds media while its graph starts, so that ``ready`` is
-        the first message a client gets."""
+        """While held, :meth:`get` hands out control messages only.
+
+        Media and the end wait, queued and bounded as usual.
+        The session holds media while its graph starts.
+        So ``ready`` is the first message a client gets.
+        """
         with self._lock:
             self._media_held = held
             if not held and self._items:
@@ -161,8 +175,10 @@ class Outbox:
 
     # ---- consumer side (the session's event loop) -------------------------------------------
     async def get(self) -> Item:
-        """The next message, oldest first (only control messages while media are held); an ``END``
-        item after the last one."""
+        """The next message, oldest first. An ``END`` item comes after the last one.
+
+        While media are held, only control messages come.
+        """
         while True:
             with self._lock:
                 item = next((i for i in self._items if not self._media_held or i.kind == CONTROL), None)
@@ -180,7 +196,7 @@ class Outbox:
         return len(self._items)
 
     def take_discontinuity(self, kind: str) -> bool:
-        """True once after messages of ``kind`` were dropped (the sender flags the next one)."""
+        """True once after messages of ``kind`` were dropped. The sender flags the next one."""
         with self._lock:
             flag = self.discontinuity.get(kind, False)
             if flag:

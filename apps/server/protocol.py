@@ -1,12 +1,13 @@
-"""The wire protocol of ``framegraph serve`` (version 1): control messages and the binary media header.
+"""The wire protocol of ``framegraph serve``, version 1: control messages and the binary media header.
 
-``apps/PROTOCOL.md`` is the specification; this module is its executable twin. Control messages are
-JSON text objects with a ``"type"``; media messages are binary: a fixed 48-byte little-endian
-:class:`MediaHeader` followed by the payload.
+``apps/PROTOCOL.md`` is the specification. This module is its executable twin.
+Control messages are JSON text objects with a ``"type"``.
+Media messages are binary: a fixed 48-byte little-endian :class:`MediaHeader`, then the payload.
 
-Everything a client sends is checked here before the session acts on it: :func:`parse_control` and
-:func:`parse_media` raise :class:`ProtocolError` with a stable ``code`` and a message that names the
-offending value, and the session turns that into an ``error`` message.
+Everything a client sends is checked here before the session acts on it.
+Both :func:`parse_control` and :func:`parse_media` raise :class:`ProtocolError`.
+It has a stable ``code`` and a message that names the offending value.
+The session turns it into an ``error`` message.
 """
 from __future__ import annotations
 
@@ -90,17 +91,17 @@ class ProtocolError(Exception):
 
 @dataclass
 class MediaHeader:
-    """The 48-byte header in front of every binary message (see ``apps/PROTOCOL.md``).
+    """The 48-byte header in front of every binary message. See ``apps/PROTOCOL.md``.
 
     Attributes:
         kind: :class:`Kind` of the payload.
         flags: :class:`MediaFlag` bits.
-        seq: per-kind counter of messages the sender produced (a gap means some were dropped).
-        pts: presentation time in session ticks (48 000 per second).
-        capture_ns: capture time of the audio (or source frame) this message descends from, ns.
-        graph_us / compute_us / encode_us / send_wait_us: server-side timings of this message, µs:
-            source capture → sink, time in compute stages, time in the encoder, and time waiting in
-            the session's send buffer. Zero in client → server messages.
+        seq: per-kind counter of messages the sender produced. A gap means some were dropped.
+        pts: presentation time in session ticks, 48 000 per second.
+        capture_ns: capture time of the audio or source frame this message descends from, in ns.
+        graph_us / compute_us / encode_us / send_wait_us: server-side timings of this message, in µs.
+            They are source capture → sink, time in compute stages, time in the encoder,
+            and time waiting in the session's send buffer. Zero in client → server messages.
         payload_len: bytes of payload after the header.
     """
 
@@ -128,15 +129,22 @@ def _clamp_u32(v) -> int:
 
 
 def pack_media(header: MediaHeader, payload) -> bytes:
-    """Header + payload as one binary message (``header.payload_len`` is set from the payload)."""
+    """Header + payload as one binary message. ``header.payload_len`` is set from the payload."""
     header.payload_len = len(payload)
     return header.pack() + bytes(payload)
 
 
 def parse_media(data: bytes) -> tuple[MediaHeader, memoryview]:
-    """Split a binary message into its header and payload; raise :class:`ProtocolError` (bad_binary)
-    when it is shorter than a header, has the wrong magic or version, a header length below 48, an
-    unknown kind, or a payload length that does not match what follows the header."""
+    """Split a binary message into its header and payload.
+
+    Raises :class:`ProtocolError` with ``bad_binary`` when the message:
+
+    - is shorter than a header;
+    - has the wrong magic or version;
+    - has a header length below 48;
+    - has an unknown kind;
+    - has a payload length that does not match what follows the header.
+    """
     if len(data) < HEADER_BYTES:
         raise ProtocolError(ErrorCode.BAD_BINARY, f"binary message of {len(data)} bytes is shorter than "
                                                   f"the {HEADER_BYTES}-byte media header")
@@ -163,10 +171,14 @@ def parse_media(data: bytes) -> tuple[MediaHeader, memoryview]:
 # ---- control messages ---------------------------------------------------------------------------------
 
 def parse_control(text: str) -> dict:
-    """Decode a text message into a checked control message (a dict with a known ``type``).
+    """Decode a text message into a checked control message: a dict with a known ``type``.
 
-    Raises :class:`ProtocolError`: bad_json (not JSON / not an object), unknown_type, bad_message (a
-    field of the wrong type)."""
+    Raises :class:`ProtocolError`:
+
+    - ``bad_json``: not JSON, or not an object.
+    - ``unknown_type``.
+    - ``bad_message``: a field of the wrong type.
+    """
     try:
         msg = json.loads(text)
     except (ValueError, RecursionError) as exc:
@@ -214,8 +226,11 @@ def _short(value) -> str:
 
 
 def parse_pose(matrix) -> list[list[float]]:
-    """A camera pose: 4×4 world-to-camera matrix (OpenCV convention: x right, y down, z forward), as
-    a list of 4 rows (or 16 numbers, row-major). Returns 4 rows of floats; raises bad_message."""
+    """A camera pose: a 4×4 world-to-camera matrix, as a list of 4 rows or 16 numbers, row-major.
+
+    The convention is OpenCV's: x right, y down, z forward.
+    Returns 4 rows of floats. Raises ``bad_message``.
+    """
     if isinstance(matrix, list) and len(matrix) == 16 and all(_is_number(v) for v in matrix):
         matrix = [matrix[i:i + 4] for i in range(0, 16, 4)]
     ok = (isinstance(matrix, list) and len(matrix) == 4

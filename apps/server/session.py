@@ -1,18 +1,23 @@
 """Session: one client connection, one pipeline graph, from ``start`` to ``ended``.
 
-The session is transport-neutral: it talks to its client through a :class:`~.transport.Transport` (a
-WebSocket, :class:`~.transport.WebSocketTransport`, or a WebRTC peer, ``webrtc.WebRtcTransport``). Two
-coroutines per connection: the **receiver** checks and dispatches what the client sends
-(control JSON, PCM audio) and never waits on the client's reading; the **sender** drains the
-session's :class:`~.outbox.Outbox` (media from the graph's sink, control messages) into the transport.
-A slow reader therefore stalls only the sender, and the outbox drops what does not fit.
+The session is transport-neutral. It talks to its client through a :class:`~.transport.Transport`.
+That is a WebSocket, :class:`~.transport.WebSocketTransport`, or a WebRTC peer, ``webrtc.WebRtcTransport``.
+Two coroutines run per connection:
 
-Every refusal is an ``error`` message with a stable code; none of them ends the session, except
-``timeout`` (no ``start``), ``pipeline_failed`` and too many errors in a row (then nothing more is
-read: the connection closes with code 1008). When the connection goes, whatever the reason, the graph
-is cancelled and joined before the handler returns: no session outlives its socket and no thread
-outlives its session. A session frees its slot (``max_sessions``) when its graph has stopped, before
-the close handshake, and no close waits on a client longer than the close timeout.
+- The **receiver** checks and dispatches what the client sends: control JSON, PCM audio.
+  It never waits on the client's reading.
+- The **sender** drains the session's :class:`~.outbox.Outbox` into the transport.
+  The outbox holds media from the graph's sink and control messages.
+
+So a slow reader stalls only the sender, and the outbox drops what does not fit.
+
+Every refusal is an ``error`` message with a stable code. Most do not end the session.
+The exceptions are ``timeout`` (no ``start``), ``pipeline_failed`` and too many errors in a row.
+After too many errors nothing more is read, and the connection closes with code 1008.
+When the connection goes, for any reason, the graph is cancelled and joined before the handler returns.
+No session outlives its socket, and no thread outlives its session.
+A session frees its ``max_sessions`` slot when its graph has stopped, before the close handshake.
+No close waits on a client longer than the close timeout.
 """
 from __future__ import annotations
 
@@ -50,8 +55,11 @@ log = logging.getLogger("framegraph.server")
 
 
 class Session:
-    """State of one connection. ``await Session(server, ws).run()`` is the whole connection handler; ``ws``
-    is a websockets connection or any :class:`~.transport.Transport`."""
+    """State of one connection.
+
+    ``await Session(server, ws).run()`` is the whole connection handler.
+    ``ws`` is a websockets connection or any :class:`~.transport.Transport`.
+    """
 
     def __init__(self, server: StreamServer, ws):
         self.server = server
@@ -96,9 +104,12 @@ class Session:
             await self.close()
 
     async def close(self) -> None:
-        """Free everything: stop the graph (cancel + join, off the event loop), stop the tasks, free the
-        slot; then, if the session is the one closing (too many errors), what is queued (the errors) and
-        the close handshake."""
+        """Free everything.
+
+        It stops the graph off the event loop, with cancel and join. Then it stops the tasks and frees the slot.
+        If the session itself is closing, after too many errors, it then sends what is queued.
+        Those are the errors. The close handshake follows.
+        """
         if self._stats is not None:
             self._stats.cancel()
         if self.pipeline is not None:
@@ -120,10 +131,12 @@ class Session:
             self._sender.cancel()
 
     async def _close_socket(self, code: int, reason: str, last: list[dict] | None = None) -> None:
-        """After the sender has sent what is queued (the outbox has ended), send the control messages
-        ``last``, then the close handshake (``code``). A client that does not read (its buffers full, so
-        even the close frame cannot go out) is given the connection's close timeout, then the
-        connection is cut."""
+        """Send the control messages ``last``, then the close handshake with ``code``.
+
+        This happens after the sender has sent what is queued, once the outbox has ended.
+        A client that does not read has full buffers, so even the close frame cannot go out.
+        It is given the connection's close timeout. Then the connection is cut.
+        """
         sender = self._sender
         discard = None
         if asyncio.current_task() is self._receiver:  # the receive loop is over: nobody reads
@@ -146,8 +159,10 @@ class Session:
                 discard.cancel()
 
     async def _discard_incoming(self) -> None:
-        """Read and drop whatever the client still sends, so that its side of the close handshake is
-        seen (unread messages would fill the receive queue and stop the connection reading)."""
+        """Read and drop whatever the client still sends, so its side of the close handshake is seen.
+
+        Unread messages would fill the receive queue and stop the connection reading.
+        """
         try:
             while True:
                 await self.transport.recv()
@@ -257,8 +272,11 @@ class Session:
         await self.launch(name, pipeline)
 
     async def launch(self, name: str, pipeline: pipelines.Pipeline) -> None:
-        """Start a built pipeline (``start``, or a WebRTC offer that named it) and queue ``ready``; a stage
-        failing to start is ``pipeline_failed`` and ends the session."""
+        """Start a built pipeline and queue ``ready``.
+
+        The pipeline comes from ``start``, or from a WebRTC offer that named it.
+        A stage failing to start is ``pipeline_failed`` and ends the session.
+        """
         pipeline.sink.attach(self.outbox, self.capture_times if pipeline.audio_in is not None else None)
         self.outbox.reserve(VIDEO, pipeline.video_burst)  # a generate chunk's frames come at once: none dropped
         if isinstance(pipeline.encoder, H264Encoder):
@@ -303,7 +321,7 @@ class Session:
         self.counters["audio_samples_in"] += n
 
     def _on_camera(self, payload: memoryview) -> None:
-        """A camera picture (JPEG) for a pipeline with ``video_in``; refusals are ``camera.CameraInput``'s."""
+        """A camera JPEG for a pipeline with ``video_in``. The refusals are ``camera.CameraInput``'s."""
         pipeline = self._require_running("camera picture")
         if pipeline.video_in is None:
             raise ProtocolError(ErrorCode.UNSUPPORTED, f"pipeline {self.pipeline_name!r} takes no camera pictures "
@@ -357,8 +375,10 @@ class Session:
             await self._finish("stopped" if self.state == "stopping" else "finished")
 
     async def _finish(self, reason: str) -> None:
-        """End the session in order: everything queued is sent, then a pipeline failure (if any), the
-        final ``stats`` and ``ended``; then the connection closes (code 1000)."""
+        """End the session in order, then close the connection with code 1000.
+
+        First everything queued is sent. Then come a pipeline failure, if any, the final ``stats`` and ``ended``.
+        """
         if self.end_reason is not None:
             return
         self.end_reason = reason
@@ -432,8 +452,12 @@ class Session:
         return sum(1 for t in self.video_sent_ns if now - t <= window_s * 1e9) / window_s
 
     def _slow_warning(self, window_s: float = 3.0) -> str | None:
-        """A sentence when the video of the last ``window_s`` went out at under half the fps the session asked
-        for (the server cannot keep up: frames are dropped); None otherwise, or before ``window_s`` of running."""
+        """A sentence when the server cannot keep up, else None.
+
+        It is given when the video of the last ``window_s`` went out at under half the fps the session asked for.
+        Frames are then being dropped.
+        None also before ``window_s`` of running.
+        """
         asked = ((self.pipeline.format or {}).get("video") or {}).get("fps") if self.pipeline is not None else None
         now = time.monotonic_ns()
         if not asked or self.state != "running" or not self.started_ns or now - self.started_ns < window_s * 1e9:
@@ -446,11 +470,14 @@ class Session:
 
 
 def _latency_ms(summary: dict) -> dict:
-    """A :class:`~framegraph.stream.telemetry.LatencyWindow` summary (its percentiles already computed there) as the
-    ``stats`` message's ``{"p50", "p95", "p99", "mean", "max"}``, rounded to the µs."""
+    """A :class:`~framegraph.stream.telemetry.LatencyWindow` summary as the ``stats`` message's latency dict.
+
+    The keys are ``{"p50", "p95", "p99", "mean", "max"}``, rounded to the µs.
+    The percentiles are already computed in the summary.
+    """
     return {k.removesuffix("_ms"): round(v, 3) for k, v in summary.items() if k.endswith("_ms")}
 
 
 def _wait_ms(summary: dict | None) -> dict | None:
-    """A stage's wait summary as ``{"p50", "p95", "p99", "mean", "max", "total_s"}`` (None: no such side)."""
+    """A stage's wait summary as ``{"p50", "p95", "p99", "mean", "max", "total_s"}``. None: no such side."""
     return None if summary is None else {**_latency_ms(summary), "total_s": round(summary["total_s"], 3)}

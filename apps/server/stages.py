@@ -1,9 +1,10 @@
 """Stages the server's pipelines are built from.
 
-- :class:`AudioScope`: pushed microphone PCM → a live waveform / level picture per video frame, plus the
-  audio itself passed through (so it can be played back in sync). The glass-to-glass latency probe.
-- :class:`OutboxSink`: encoded video and PCM audio → the session's :class:`~.outbox.Outbox`, each with
-  its media header (timings taken from the frame's per-stage enter/exit times).
+- :class:`AudioScope`: pushed microphone PCM → a live waveform and level picture per video frame.
+  The audio itself passes through, so it can be played back in sync.
+  It is the glass-to-glass latency probe.
+- :class:`OutboxSink`: encoded video and PCM audio → the session's :class:`~.outbox.Outbox`.
+  Each message gets its media header. The timings come from the frame's per-stage enter and exit times.
 - :class:`CaptureTimes`: maps an input sample index back to the client's capture time of that sample.
 """
 from __future__ import annotations
@@ -25,14 +26,17 @@ TICKS_PER_SAMPLE = TICKS_PER_SECOND // SAMPLE_RATE  # 3
 
 
 class AudioScope(Stage):
-    """``int16 [chunk]`` audio in → ``uint8 [H, W, 3]`` scope picture (one per video frame period) and
-    the same audio out.
+    """``int16 [chunk]`` audio in → a ``uint8 [H, W, 3]`` scope picture per video frame period.
 
-    The picture: the background brightens with the loudness of the newest chunk (a clap is a bright
-    frame: easy to time glass-to-glass with a camera), the waveform of the last ``window_ms`` is drawn
-    as a yellow trace, and a green strip at the bottom scrolls the level history. A video frame is
-    emitted by the first chunk of each video frame period at ``fps`` (as soon as it arrives: no
-    waiting for the rest of the period); its pts is that chunk's, so it plays with that audio.
+    The same audio goes out too.
+
+    The background brightens with the loudness of the newest chunk.
+    So a clap is a bright frame, easy to time glass-to-glass with a camera.
+    The waveform of the last ``window_ms`` is drawn as a yellow trace.
+    A green strip at the bottom scrolls the level history.
+    The first chunk of each video frame period at ``fps`` emits a video frame.
+    It goes out as soon as that chunk arrives, without waiting for the rest of the period.
+    Its pts is that chunk's, so it plays with that audio.
     """
 
     def __init__(self, *, width: int, height: int, fps: float, window_ms: float = 40.0, gain: float = 1.0,
@@ -102,12 +106,15 @@ class AudioScope(Stage):
 
 
 class CaptureTimes:
-    """Client capture times of pushed audio, to stamp output with "when was the audio that produced
-    this captured" in the client's own clock (glass-to-glass latency without synchronized clocks).
+    """Client capture times of pushed audio.
 
-    :meth:`add` records each audio message (its sample count and the client's capture time of its
-    last sample); :meth:`of_sample` returns the capture time of sample ``index`` (counted from the
-    first pushed sample), interpolated at the sample rate. Keeps the last ``capacity`` messages.
+    They stamp output with when the audio that produced it was captured, in the client's own clock.
+    This gives glass-to-glass latency without synchronized clocks.
+
+    Its :meth:`add` records each audio message: its sample count and the capture time of its last sample.
+    Its :meth:`of_sample` returns the capture time of sample ``index``, interpolated at the sample rate.
+    The index counts from the first pushed sample.
+    It keeps the last ``capacity`` messages.
     """
 
     def __init__(self, capacity: int = 1024, sample_rate: int = SAMPLE_RATE):
@@ -128,7 +135,7 @@ class CaptureTimes:
             self._n += 1
 
     def of_sample(self, index: int) -> int | None:
-        """Client capture ns of sample ``index``, or None when unknown (too old, or not stamped)."""
+        """Client capture ns of sample ``index``. None when unknown: too old, or not stamped."""
         with self._lock:
             cap = len(self._end)
             for k in range(min(self._n, cap)):  # newest first: output is usually about recent input
@@ -143,12 +150,17 @@ class CaptureTimes:
 
 
 class OutboxSink(Stage):
-    """Sink: encoded video (``uint8`` variable-length: JPEG, H.264, or PNG / WebP with alpha) and ``int16`` audio
-    chunks → the session's outbox, each with its :class:`~.protocol.MediaHeader`. Never blocks: the outbox drops
-    (and counts) what a slow client cannot take.
+    """Sink: encoded video and ``int16`` audio chunks → the session's outbox.
 
-    Set before the graph starts: ``outbox`` (:meth:`attach`), optionally ``capture_times`` (client
-    capture-time mapping) and ``timing`` (stage indices whose time counts as compute / encode).
+    The video is ``uint8`` and variable-length: JPEG, H.264, or PNG and WebP with alpha.
+    Each message gets its :class:`~.protocol.MediaHeader`.
+    It never blocks. The outbox drops and counts what a slow client cannot take.
+
+    Set before the graph starts:
+
+    - ``outbox``, through :meth:`attach`.
+    - ``capture_times``, optional: the client capture-time mapping.
+    - ``timing``, optional: the stage indices whose time counts as compute or encode.
     """
 
     trigger = "any"

@@ -1,10 +1,16 @@
 """What a :class:`~.session.Session` needs from a connection: the transport-neutral seam.
 
-A session (one pipeline graph, from ``start`` to ``ended``) talks to its client through a **transport**:
-text control messages both ways, binary messages in, media items out, a close. Two adapters exist:
-:class:`WebSocketTransport` here (the protocol of ``apps/PROTOCOL.md``: media as binary messages with the
-48-byte header) and ``webrtc.WebRtcTransport`` (control over a data channel, media on RTP tracks). The
-session never sees which one it has; a transport raises :class:`TransportClosed` once its connection is gone.
+A session is one pipeline graph, from ``start`` to ``ended``.
+It talks to its client through a **transport**.
+A transport carries text control messages both ways, binary messages in, media items out, and a close.
+Two adapters exist:
+
+- :class:`WebSocketTransport` here, the protocol of ``apps/PROTOCOL.md``.
+  Media are binary messages with the 48-byte header.
+- ``webrtc.WebRtcTransport``: control over a data channel, media on RTP tracks.
+
+The session never sees which one it has.
+A transport raises :class:`TransportClosed` once its connection is gone.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from .outbox import Item
 
 
 class TransportClosed(Exception):
-    """The client's connection is gone (closed, lost, or cut)."""
+    """The client's connection is gone: closed, lost, or cut."""
 
 
 class Transport(Protocol):
@@ -24,7 +30,7 @@ class Transport(Protocol):
 
     Attributes:
         close_timeout: seconds a closing connection waits for the client's side of the close.
-        request: the HTTP request that opened the connection (its query carries a cluster ticket).
+        request: the HTTP request that opened the connection. Its query carries a cluster ticket.
         remote_address: the client's address, for logs.
     """
 
@@ -33,24 +39,26 @@ class Transport(Protocol):
     remote_address: Any
 
     async def recv(self) -> str | bytes:
-        """The client's next message: ``str`` (control JSON) or ``bytes`` (media)."""
+        """The client's next message: ``str`` for control JSON, ``bytes`` for media."""
 
     async def send_text(self, text: str) -> None:
-        """One control message (JSON text)."""
+        """One control message, as JSON text."""
 
     async def send_media(self, item: Item) -> int:
-        """One encoded video frame or audio chunk from the outbox; returns the bytes it put on the wire."""
+        """One encoded video frame or audio chunk from the outbox. Returns the bytes it put on the wire."""
 
     async def close(self, code: int, reason: str) -> None:
-        """The close handshake (``code``: a WebSocket close code; 1000 normal, 1001 going away)."""
+        """The close handshake. ``code`` is a WebSocket close code: 1000 normal, 1001 going away."""
 
     def abort(self) -> None:
         """Cut the connection at once, without a handshake."""
 
 
 class WebSocketTransport:
-    """A ``websockets`` server connection as a :class:`Transport`: media go out as binary messages, the
-    48-byte :class:`~.protocol.MediaHeader` packed in front of the payload."""
+    """A ``websockets`` server connection as a :class:`Transport`.
+
+    Media go out as binary messages, with the 48-byte :class:`~.protocol.MediaHeader` packed in front of the payload.
+    """
 
     def __init__(self, ws):
         self.ws = ws

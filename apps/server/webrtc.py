@@ -1,22 +1,38 @@
-"""``POST /webrtc/offer``: a session over WebRTC (aiortc) beside the WebSocket one.
+"""``POST /webrtc/offer``: a session over WebRTC with aiortc, beside the WebSocket one.
 
-The client posts JSON ``{"sdp": OFFER, "type": "offer", "pipeline": NAME, "options": {...}}`` and gets
-``{"sdp": ANSWER, "type": "answer", "session": ID}``. Before anything is built the request passes the checks of
-a WebSocket start (token, Origin, Host, ``--max-sessions``, a cluster ticket; :func:`.http.admission`), then the
-offer is checked (a data channel and a video section that can receive) and the pipeline is built with the same
-validation as ``start``; refusals are HTTP errors whose JSON body is the protocol's ``error`` message
-(``{"type": "error", "code", "message"}``): 400 ``bad_offer`` / ``bad_option`` / ``bad_json`` / ``bad_message``, 404
-``unknown_pipeline``, 413 ``too_large``, 429 ``rate_limited``, 401 / 403 / 503 as for a WebSocket.
+The client posts JSON ``{"sdp": OFFER, "type": "offer", "pipeline": NAME, "options": {...}}``.
+It gets ``{"sdp": ANSWER, "type": "answer", "session": ID}``.
 
-Then the session is an ordinary :class:`~.session.Session` over a :class:`WebRtcTransport`: its control
-messages go over the data channel unchanged (``ready`` first, ``stats``, ``config``, ``ended``, errors...),
-its media over RTP tracks (:mod:`.webrtc_media`). Two messages exist only here: the server sends
-``{"type": "frame", ...}`` for each video frame (its RTP timestamp and the media header's timings, so a client
-can measure glass-to-glass as over the WebSocket) and ``{"type": "close", "code", "reason"}`` before it closes
-the peer connection; a client may send ``{"type": "clock", "rtp_timestamp", "capture_ns"}`` to give its
-microphone's capture times. A peer that does not connect within ``webrtc_connect_timeout_s``, or sends nothing
-at all (no datagram of any kind; a quiet peer is sent an SCTP heartbeat) for ``webrtc_peer_timeout_s`` once
-connected, is gone: the session ends as on a WebSocket disconnect. A slow session (its frames late) is not.
+Before anything is built, the request passes the checks of a WebSocket start.
+They are the token, Origin, Host, ``--max-sessions`` and a cluster ticket: :func:`.http.admission`.
+Then the offer is checked. It needs a data channel and a video section that can receive.
+The pipeline is built with the same validation as ``start``.
+Refusals are HTTP errors. Their JSON body is the protocol's ``error`` message,
+``{"type": "error", "code", "message"}``:
+
+- 400: ``bad_offer``, ``bad_option``, ``bad_json``, ``bad_message``.
+- 404: ``unknown_pipeline``.
+- 413: ``too_large``.
+- 429: ``rate_limited``.
+- 401, 403 and 503: as for a WebSocket.
+
+Then the session is an ordinary :class:`~.session.Session` over a :class:`WebRtcTransport`.
+Its control messages go over the data channel unchanged: ``ready`` first, ``stats``, ``config``, ``ended``, errors.
+Its media go over RTP tracks, :mod:`.webrtc_media`.
+Some messages exist only here:
+
+- The server sends ``{"type": "frame", ...}`` for each video frame.
+  It holds the frame's RTP timestamp and the media header's timings.
+  So a client can measure glass-to-glass as over the WebSocket.
+- The server sends ``{"type": "close", "code", "reason"}`` before it closes the peer connection.
+- A client may send ``{"type": "clock", "rtp_timestamp", "capture_ns"}``.
+  It gives its microphone's capture times.
+
+A peer is gone when it does not connect within ``webrtc_connect_timeout_s``.
+It is also gone when, once connected, it sends nothing at all for ``webrtc_peer_timeout_s``.
+Nothing means no datagram of any kind. A quiet peer is sent an SCTP heartbeat.
+The session then ends as on a WebSocket disconnect.
+A slow session, with its frames late, is not gone.
 """
 from __future__ import annotations
 
@@ -52,8 +68,11 @@ _STATUS = {ErrorCode.UNKNOWN_PIPELINE: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.
 
 
 def process_request(server: StreamServer, connection, request):
-    """The server's HTTP hook: ``POST /webrtc/offer`` (a coroutine: :func:`handle_offer`), ``GET
-    /webrtc/config``; everything else is :func:`.http.process_request`'s."""
+    """The server's HTTP hook.
+
+    It answers ``POST /webrtc/offer`` with a coroutine, :func:`handle_offer`, and ``GET /webrtc/config``.
+    Everything else is :func:`.http.process_request`'s.
+    """
     path = urlsplit(request.path).path
     if getattr(request, "method", "GET") == "POST":
         if path != OFFER_PATH:
@@ -78,8 +97,10 @@ async def _offer_or_400(server: StreamServer, request):
 
 
 def refusal(code: ErrorCode | str, message: str, status: int | None = None, retry_after_s: float | None = None):
-    """An HTTP refusal whose body is the protocol's ``error`` message (with ``retry_after_s``: its field and the
-    ``Retry-After`` header)."""
+    """An HTTP refusal whose body is the protocol's ``error`` message.
+
+    With ``retry_after_s`` the body has that field, and the response a ``Retry-After`` header.
+    """
     status = status or _STATUS.get(code, 400)
     body = ProtocolError(code, message, retry_after_s).to_message()
     extra = None if retry_after_s is None else {"Retry-After": str(max(1, round(retry_after_s)))}
@@ -87,10 +108,15 @@ def refusal(code: ErrorCode | str, message: str, status: int | None = None, retr
 
 
 def check_offer(body: dict) -> tuple[str, set[str]]:
-    """The SDP of a posted offer, checked: it parses, has a data channel (``m=application``) and a video
-    section the client can receive on, and each section has what JSEP requires to connect (ICE credentials,
-    a DTLS role and a fingerprint aiortc can check). Returns it and the kinds the client can receive
-    (``{"video", "audio"}``). Raises ``ProtocolError`` (``bad_offer``) naming what is wrong."""
+    """The SDP of a posted offer, checked.
+
+    It must parse and have a data channel, ``m=application``.
+    It must have a video section the client can receive on.
+    Each section must have what JSEP requires to connect.
+    That is ICE credentials, a DTLS role and a fingerprint aiortc can check.
+    Returns the SDP and the kinds the client can receive, ``{"video", "audio"}``.
+    Raises ``ProtocolError`` with ``bad_offer``, naming what is wrong.
+    """
     from aiortc.rtcdtlstransport import X509_DIGEST_ALGORITHMS
     from aiortc.sdp import SessionDescription
 
@@ -126,7 +152,7 @@ def check_offer(body: dict) -> tuple[str, set[str]]:
 
 
 async def handle_offer(server: StreamServer, request) -> object:
-    """``POST /webrtc/offer`` → the answer (see the module docstring); every refusal is an HTTP error."""
+    """``POST /webrtc/offer`` → the answer. See the module docstring. Every refusal is an HTTP error."""
     refused = admission(server, request)
     if refused is not None:
         return refused
@@ -173,8 +199,11 @@ async def handle_offer(server: StreamServer, request) -> object:
 
 
 async def _answer(server: StreamServer, request, name: str, pipeline, sdp: str, audio_out: bool):
-    """Peer connection for a built pipeline: tracks by what the pipeline sends and takes, the answer, the
-    session started (its slot taken now, freed when it ends)."""
+    """The peer connection for a built pipeline.
+
+    It adds tracks by what the pipeline sends and takes, makes the answer and starts the session.
+    The session's slot is taken now and freed when it ends.
+    """
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
     from .webrtc_media import survive_loss, watch_datagrams
@@ -219,8 +248,11 @@ async def _run(server: StreamServer, session: Session, name: str, pipeline) -> N
 
 
 class WebRtcTransport:
-    """A peer connection as a session's :class:`~.transport.Transport`: control on the data channel, media
-    on RTP tracks, the peer's liveness watched (ICE that does not connect, a peer gone silent)."""
+    """A peer connection as a session's :class:`~.transport.Transport`.
+
+    Control goes on the data channel and media on RTP tracks.
+    The peer's liveness is watched: ICE that does not connect, a peer gone silent.
+    """
 
     def __init__(self, server: StreamServer, pc, request):
         from .webrtc_media import ClientClock
@@ -249,8 +281,12 @@ class WebRtcTransport:
 
     # ---- set-up ---------------------------------------------------------------------------------
     def add_tracks(self, pipeline, audio_out: bool) -> None:
-        """Video out always, audio out when the pipeline sends audio and the offer can receive it; the
-        client's audio / camera tracks are received when it sends them and the pipeline takes them."""
+        """Add the tracks.
+
+        Video goes out always.
+        Audio goes out when the pipeline sends audio and the offer can receive it.
+        The client's audio and camera tracks are received when it sends them and the pipeline takes them.
+        """
         from aiortc import RTCRtpSender
 
         from .webrtc_media import AudioOut, VideoOut
@@ -272,7 +308,7 @@ class WebRtcTransport:
         self.pc.on("track", self._on_track)
 
     def pick_codec(self) -> None:
-        """Read the negotiated video codec from the answer: H.264 is passed through, VP8 is re-encoded."""
+        """Read the negotiated video codec from the answer. H.264 is passed through, VP8 is re-encoded."""
         from aiortc.sdp import SessionDescription
 
         answer = SessionDescription.parse(self.pc.localDescription.sdp)
@@ -281,7 +317,7 @@ class WebRtcTransport:
         self.video.passthrough = self.codec == "video/h264"
 
     def start_inputs(self, pipeline, session: Session) -> None:
-        """Once the graph runs: read the client's tracks into the pipeline's inputs, watch the peer."""
+        """Once the graph runs: read the client's tracks into the pipeline's inputs, and watch the peer."""
         from .webrtc_media import pump_camera, pump_microphone
 
         self._tasks.append(asyncio.create_task(self._watch(), name=f"webrtc {session.id} watchdog"))
@@ -324,7 +360,7 @@ class WebRtcTransport:
             self._arrived.set()
 
     def heard(self) -> None:
-        """The peer sent something (any datagram)."""
+        """The peer sent something: any datagram."""
         self._heard = time.monotonic()
 
     def _on_message(self, message) -> None:
@@ -391,9 +427,12 @@ class WebRtcTransport:
         return len(item.payload)
 
     async def close(self, code: int, reason: str) -> None:
-        """The ``close`` message, then the client's side of the close: it closes its peer connection once it has
-        everything before it (over a lossy link the last messages may still be on their way: closing at once
-        lost them). The session's close timeout bounds the wait, as for a WebSocket's close frame."""
+        """The ``close`` message, then the client's side of the close.
+
+        The client closes its peer connection once it has everything before it.
+        Over a lossy link the last messages may still be on their way. Closing at once would lose them.
+        The session's close timeout bounds the wait, as for a WebSocket's close frame.
+        """
         if self.channel is not None and self.channel.readyState == "open":
             self.channel.send(json.dumps({"type": "close", "code": code, "reason": reason}))
             await self._closed.wait()
@@ -405,8 +444,11 @@ class WebRtcTransport:
         asyncio.ensure_future(self.shut())
 
     async def shut(self) -> None:
-        """Close the peer connection and stop the input and watchdog tasks (idempotent). The close runs as
-        its own task, never cancelled half-way (aiortc's second close would then wait for ever)."""
+        """Close the peer connection and stop the input and watchdog tasks. Idempotent.
+
+        The close runs as its own task and is never cancelled half-way.
+        A second aiortc close would then wait for ever.
+        """
         self._closed.set()
         self._arrived.set()
         for task in self._tasks:
@@ -418,8 +460,10 @@ class WebRtcTransport:
 
     # ---- timing and liveness ----------------------------------------------------------------------
     def _frame_timing(self, item: Item, rtp_timestamp: int) -> None:
-        """The ``frame`` message: what the WebSocket's media header says about this video frame, keyed by
-        the RTP timestamp the client sees on it."""
+        """The ``frame`` message: what the WebSocket's media header says about this video frame.
+
+        It is keyed by the RTP timestamp the client sees on the frame.
+        """
         if self.channel is None or self.channel.readyState != "open":
             return
         h = item.header
@@ -429,19 +473,26 @@ class WebRtcTransport:
             "encode_us": h.encode_us, "send_wait_us": h.send_wait_us, "bytes": len(item.payload)}))
 
     def _audio_anchor(self, pts: int, rtp_timestamp: int) -> bool:
-        """The ``rtp`` message: the audio packet stamped ``rtp_timestamp`` carries session pts ``pts`` (both on
-        the 48 kHz clock: later packets follow from it). False while the data channel is not open."""
+        """The ``rtp`` message: the audio packet stamped ``rtp_timestamp`` carries session pts ``pts``.
+
+        Both are on the 48 kHz clock, so later packets follow from it.
+        Returns False while the data channel is not open.
+        """
         if self.channel is None or self.channel.readyState != "open":
             return False
         self.channel.send(json.dumps({"type": "rtp", "kind": "audio", "pts": pts, "rtp_timestamp": rtp_timestamp}))
         return True
 
     async def _watch(self) -> None:
-        """End the session when ICE has not connected in time, or the connected peer fell silent: it sent nothing
-        at all (no datagram of any kind) for the peer timeout. A live peer is never that quiet: besides its RTCP and
-        ICE checks it acknowledges the server's data-channel messages, and once it has been quiet for a third of
-        the timeout the watchdog sends it an SCTP heartbeat, which it must answer. How late the server's own
-        frames are does not count: a slow session is slow, not gone."""
+        """End the session when ICE has not connected in time, or the connected peer fell silent.
+
+        Silent means it sent nothing at all, no datagram of any kind, for the peer timeout.
+        A live peer is never that quiet. It sends RTCP and ICE checks.
+        It also acknowledges the server's data-channel messages.
+        Once it has been quiet for a third of the timeout, the watchdog sends it an SCTP heartbeat.
+        The peer must answer that.
+        How late the server's own frames are does not count. A slow session is slow, not gone.
+        """
         from .webrtc_media import ask_peer
 
         cfg = self.config

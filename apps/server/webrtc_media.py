@@ -1,22 +1,31 @@
-"""The media side of a WebRTC session: the session's encoded media as RTP tracks, the client's tracks into
-the pipeline's inputs, and the map from RTP timestamps to the session clock.
+"""The media side of a WebRTC session.
 
-Out (server → client), the graph's own encoders are used, and aiortc only packetizes:
+It sends the session's encoded media as RTP tracks.
+It feeds the client's tracks into the pipeline's inputs.
+It maps RTP timestamps to the session clock.
 
-- **video**: the pipeline runs with ``codec: "h264"``; each access unit (Annex-B) becomes an ``av.Packet``
-  whose pts is the frame's session pts (48 kHz ticks), which aiortc converts to the 90 kHz RTP clock. A
-  picture-loss indication from the browser asks the graph's encoder for a key frame. A peer that offers VP8
-  but no H.264 gets the frames decoded and re-encoded as VP8 by aiortc (which then also follows the
-  receiver's bitrate estimate).
-- **audio**: each 20 ms PCM16 chunk at 16 kHz is Opus-encoded here (libopus at 16 kHz mono, a valid Opus
-  stream on the 48 kHz RTP clock) into a packet whose pts is the session pts of the sound it holds (the
-  chunk's, less the encoder's 6.5 ms look-ahead): 48 000 ticks a second
-  is Opus's RTP clock, so audio and video RTP timestamps are the session clock (plus each stream's random
-  RTP origin), and the browser lines them up through the RTCP sender reports as the MP4 muxer does by pts.
+Out, server → client, the graph's own encoders are used, and aiortc only packetizes:
 
-In (client → server): the microphone track is resampled to 16 kHz mono PCM16 and pushed into
-``Pipeline.audio_in``; a camera track (``generate`` with ``input: "camera"``) is pushed picture by picture
-through ``Pipeline.video_in`` (scaled to the session size; the rate limit of camera pictures over the WebSocket).
+- **video**: the pipeline runs with ``codec: "h264"``.
+  Each Annex-B access unit becomes an ``av.Packet`` whose pts is the frame's session pts, in 48 kHz ticks.
+  Then aiortc converts it to the 90 kHz RTP clock.
+  A picture-loss indication from the browser asks the graph's encoder for a key frame.
+  A peer that offers VP8 but no H.264 gets the frames re-encoded as VP8 by aiortc.
+  Then aiortc also follows the receiver's bitrate estimate.
+- **audio**: each 20 ms PCM16 chunk at 16 kHz is Opus-encoded here into a packet.
+  The encoder is libopus at 16 kHz mono, a valid Opus stream on the 48 kHz RTP clock.
+  The packet's pts is the session pts of the sound it holds.
+  That is the chunk's pts, less the encoder's 6.5 ms look-ahead.
+  Opus's RTP clock runs at 48 000 ticks a second.
+  So audio and video RTP timestamps are the session clock, plus each stream's random RTP origin.
+  The browser lines them up through the RTCP sender reports, as the MP4 muxer does by pts.
+
+In, client → server:
+
+- The microphone track is resampled to 16 kHz mono PCM16 and pushed into ``Pipeline.audio_in``.
+- A camera track is pushed picture by picture through ``Pipeline.video_in``.
+  This is ``generate`` with ``input: "camera"``.
+  Pictures are scaled to the session size, with the rate limit of camera pictures over the WebSocket.
 """
 from __future__ import annotations
 
@@ -42,16 +51,17 @@ RTP_AUDIO_HZ = 48_000
 
 
 def to_rtp(ticks: int, hz: int) -> int:
-    """Session ticks (48 kHz) → units of an RTP clock of ``hz``, as aiortc converts them."""
+    """Session ticks at 48 kHz → units of an RTP clock of ``hz``, as aiortc converts them."""
     return int(ticks * hz // 48_000)
 
 
 def rtp_origin(sender, last_timestamp: int | None) -> int | None:
-    """The random origin aiortc added to ``sender``'s RTP timestamps, from the timestamp of the last packet
-    it sent and what we gave it (``last_timestamp``, in RTP units); None until a packet went out.
+    """The random origin aiortc added to ``sender``'s RTP timestamps. None until a packet went out.
 
-    aiortc keeps it private (``_RTCRtpSender__rtp_timestamp``, aiortc 1.x); without it frame timings are
-    not sent (``frame`` messages), and nothing else changes."""
+    It comes from the timestamp of the last packet sent and ``last_timestamp``, what we gave it in RTP units.
+    It is private in aiortc: ``_RTCRtpSender__rtp_timestamp``, aiortc 1.x.
+    Without it no ``frame`` timing messages are sent. Nothing else changes.
+    """
     sent = getattr(sender, "_RTCRtpSender__rtp_timestamp", None)
     if sender is None or sent is None or last_timestamp is None:
         return None
@@ -62,15 +72,21 @@ SCTP_RTO_INITIAL_S = 1.0  # RFC 9260's RTO.Initial; aiortc keeps RFC 4960's 3 s
 
 
 def survive_loss(pc) -> None:
-    """Two things aiortc (1.x) lacks on a lossy link, for a peer connection whose descriptions are set (its DTLS
-    role and SCTP transport known, the handshake not yet begun). Both reach into aiortc's private state
-    (``RTCSctpTransport._rto``, ``RTCIceTransport._send`` / ``_recv``): where that is missing, nothing changes.
+    """Two things aiortc 1.x lacks on a lossy link.
 
-    - The data channel's SCTP retransmits a lost packet after 1 s (RFC 9260) until it has measured the round trip,
-      not after 3 s: a lost INIT or COOKIE-ECHO held the session's ``ready`` (and so all its media) for 3 s.
-    - As the DTLS server, the last handshake flight is sent again whenever the peer's last flight comes again
-      (RFC 6347 4.2.4; OpenSSL does not): when ours was lost, the peer's handshake never finished (2 % loss: about
-      one session in 50 never started)."""
+    It is called once the peer connection's descriptions are set.
+    Its DTLS role and SCTP transport are then known, and the handshake has not begun.
+    Both fixes reach into aiortc's private state.
+    That is ``RTCSctpTransport._rto`` and ``RTCIceTransport._send`` / ``_recv``.
+    Where that is missing, nothing changes.
+
+    - The data channel's SCTP retransmits a lost packet after 1 s, per RFC 9260, instead of 3 s.
+      This holds until it has measured the round trip.
+      A lost INIT or COOKIE-ECHO would otherwise hold the session's ``ready``, and so all its media.
+    - As the DTLS server, it sends the last handshake flight again whenever the peer's last flight comes again.
+      This is RFC 6347 4.2.4. OpenSSL does not do it.
+      Without it, a lost last flight means the peer's handshake never finishes.
+    """
     sctp = getattr(pc, "sctp", None)
     if sctp is not None and getattr(sctp, "_rto", 0) > SCTP_RTO_INITIAL_S:
         sctp._rto = SCTP_RTO_INITIAL_S
@@ -107,10 +123,14 @@ def _resend_last_flight(dtls) -> None:
 
 
 def watch_datagrams(pc, heard: Callable[[], None]) -> bool:
-    """Call ``heard()`` for each datagram the peer of ``pc`` sends (STUN, DTLS, RTP, RTCP, SCTP: whatever it is),
-    as it comes off the socket: what a live peer sends, whether or not the server's own media flow. Reaches into
-    aioice's connection (``RTCIceTransport._connection``, its ``data_received`` / ``request_received``, aiortc
-    1.x); returns False where that is missing (nothing is watched)."""
+    """Call ``heard()`` for each datagram the peer of ``pc`` sends, as it comes off the socket.
+
+    Any datagram counts: STUN, DTLS, RTP, RTCP, SCTP.
+    That is what a live peer sends, whether or not the server's own media flow.
+    It reaches into aioice's connection: ``RTCIceTransport._connection``, aiortc 1.x.
+    It wraps that connection's ``data_received`` and ``request_received``.
+    Returns False where they are missing. Nothing is then watched.
+    """
     sctp = getattr(pc, "sctp", None)
     transports = {t.receiver.transport for t in pc.getTransceivers()} | ({sctp.transport} if sctp else set())
     connections = {getattr(dtls.transport, "_connection", None) for dtls in transports} - {None}
@@ -131,9 +151,12 @@ def _stamping(original: Callable, heard: Callable[[], None]) -> Callable:
 
 
 async def ask_peer(pc) -> None:
-    """Send the peer an SCTP HEARTBEAT (RFC 9260 8.3), which a live peer must answer: a quiet peer then says
-    something (aiortc 1.x's private ``RTCSctpTransport._send_chunk``; where missing, nothing is sent). A
-    connection that is going away is not an error here: the watchdog sees it."""
+    """Send the peer an SCTP HEARTBEAT, RFC 9260 8.3. A live peer must answer it.
+
+    So a quiet peer then says something.
+    It uses aiortc 1.x's private ``RTCSctpTransport._send_chunk``. Where missing, nothing is sent.
+    A connection that is going away is not an error here. The watchdog sees it.
+    """
     from aiortc.rtcsctptransport import HeartbeatChunk
 
     sctp = getattr(pc, "sctp", None)
@@ -149,12 +172,16 @@ async def ask_peer(pc) -> None:
 
 
 class OpusJitterBuffer:
-    """The client's microphone packets, for aiortc's receiver (its ``add(packet) → (pli, frame)``, one frame per
-    packet): each Opus packet is a frame of its own, released as it arrives while packets come in order (aiortc's
-    buffer held each one until the next came: 20 ms on every sample's way to the pipeline). Once a packet comes
-    after a later one (a jittery link reorders), one packet is held back from then on, so that a packet overtaken
-    by the next still fits in; a packet later than that, or a gap that does not fill, is lost (the pipeline's
-    input goes on without it)."""
+    """The client's microphone packets, for aiortc's receiver.
+
+    The receiver calls ``add(packet) → (pli, frame)``, with one frame per packet.
+    Each Opus packet is a frame of its own.
+    While packets come in order, each is released as it arrives.
+    A jittery link may reorder, so a packet comes after a later one.
+    From then on one packet is held back, so a packet overtaken by the next still fits in.
+    A packet later than that is lost. So is a gap that does not fill.
+    The pipeline's input goes on without it.
+    """
 
     def __init__(self, capacity: int = 16):
         self.capacity = capacity
@@ -182,17 +209,22 @@ class OpusJitterBuffer:
 
 
 def received_rtp(receiver, pts: int) -> int | None:
-    """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``: aiortc counts received
-    timestamps from the first one it saw (its private ``TimestampMapper._origin``, aiortc 1.x); None when
-    that is not known."""
+    """The RTP timestamp of a frame an aiortc ``receiver`` decoded with ``pts``. None when not known.
+
+    The receiver counts received timestamps from the first one it saw.
+    That origin is private: ``TimestampMapper._origin``, aiortc 1.x.
+    """
     mapper = getattr(receiver, "_RTCRtpReceiver__timestamp_mapper", None)
     origin = getattr(mapper, "_origin", None)
     return None if origin is None or pts is None else (pts + origin) % 2**32
 
 
 class _Handoff(MediaStreamTrack):
-    """A track fed one item at a time by the session's sender (``await put(item)`` returns once aiortc
-    took the previous one: the outbox in front of it does the bounding and dropping)."""
+    """A track fed one item at a time by the session's sender.
+
+    ``await put(item)`` returns once aiortc took the previous one.
+    The outbox in front of it does the bounding and dropping.
+    """
 
     def __init__(self):
         super().__init__()
@@ -209,9 +241,13 @@ class _Handoff(MediaStreamTrack):
 
 
 class VideoOut(_Handoff):
-    """The session's H.264 frames as RTP. ``passthrough``: packets as they are (the peer takes H.264);
-    else decoded to pictures for aiortc's VP8 encoder. ``on_frame(item, rtp_timestamp)`` is called for
-    each frame once its RTP timestamp is known (the ``frame`` timing message)."""
+    """The session's H.264 frames as RTP.
+
+    With ``passthrough``, packets go as they are: the peer takes H.264.
+    Otherwise they are decoded to pictures for aiortc's VP8 encoder.
+    ``on_frame(item, rtp_timestamp)`` is called for each frame once its RTP timestamp is known.
+    It sends the ``frame`` timing message.
+    """
 
     kind = "video"
 
@@ -260,10 +296,15 @@ class VideoOut(_Handoff):
 
 
 class OpusPackets:
-    """PCM16 chunks (16 kHz mono, 20 ms) → Opus packets (libopus at 16 kHz mono: a valid stream on Opus's
-    48 kHz RTP clock) stamped with the pts of the sound they hold, in 48 kHz ticks: the caller gives each chunk's
-    pts, and a packet holds sound from the encoder's look-ahead before its chunk on. aiortc only packetizes
-    them, so the RTP timestamps are those pts (plus the stream's random origin)."""
+    """PCM16 chunks → Opus packets stamped with the pts of the sound they hold.
+
+    The chunks are 16 kHz mono, 20 ms each.
+    The encoder is libopus at 16 kHz mono, a valid stream on Opus's 48 kHz RTP clock.
+    The pts is in 48 kHz ticks. The caller gives each chunk's pts.
+    A packet holds sound from the encoder's look-ahead before its chunk on.
+    Then aiortc only packetizes the packets.
+    So the RTP timestamps are those pts, plus the stream's random origin.
+    """
 
     def __init__(self, bitrate: int = 32_000):
         self._codec = av.CodecContext.create("libopus", "w")
@@ -276,8 +317,11 @@ class OpusPackets:
         self._samples = 0
 
     def encode(self, pcm: bytes, pts: int):
-        """One 20 ms chunk (640 bytes of ``<i2``) at session pts ``pts`` → its packet (None while the encoder
-        fills up)."""
+        """One 20 ms chunk at session pts ``pts`` → its packet.
+
+        The chunk is 640 bytes of ``<i2``.
+        Returns None while the encoder fills up.
+        """
         samples = np.frombuffer(pcm, "<i2").reshape(1, -1)
         frame = av.AudioFrame.from_ndarray(samples, format="s16", layout="mono")
         frame.sample_rate, frame.pts = AUDIO_SAMPLE_RATE, self._samples
@@ -294,9 +338,11 @@ class OpusPackets:
 
 
 class AudioOut(_Handoff):
-    """The session's PCM16 chunks (16 kHz mono) as Opus packets stamped with their session pts.
-    ``on_anchor(pts, rtp_timestamp)`` is called when the RTP timestamp of a packet is known, until it returns
-    True (sent)."""
+    """The session's PCM16 chunks, 16 kHz mono, as Opus packets stamped with their session pts.
+
+    ``on_anchor(pts, rtp_timestamp)`` is called once the RTP timestamp of a packet is known.
+    It is called again until it returns True, meaning sent.
+    """
 
     kind = "audio"
 
@@ -320,10 +366,14 @@ class AudioOut(_Handoff):
 
 
 class ClientClock:
-    """Capture times of the client's microphone, from its ``clock`` messages: ``{"rtp_timestamp": R,
-    "capture_ns": C}`` says the sample the client's audio track stamped ``R`` (48 kHz RTP units, its
-    random origin included) was captured at ``C`` ns on the client's clock. Later samples are placed at
-    the sample rate from the newest such anchor (within ±2³¹ units: RTP timestamps wrap)."""
+    """Capture times of the client's microphone, from its ``clock`` messages.
+
+    ``{"rtp_timestamp": R, "capture_ns": C}`` says when one sample was captured.
+    It is the sample the client's audio track stamped ``R``, captured at ``C`` ns on the client's clock.
+    ``R`` is in 48 kHz RTP units, its random origin included.
+    Later samples are placed at the sample rate from the newest such anchor.
+    This works within ±2³¹ units, since RTP timestamps wrap.
+    """
 
     def __init__(self):
         self.anchor: tuple[int, int] | None = None
@@ -333,7 +383,7 @@ class ClientClock:
             self.anchor = (rtp_timestamp % 2**32, capture_ns)
 
     def capture_ns(self, rtp_timestamp: int) -> int:
-        """Client capture ns of the sample stamped ``rtp_timestamp``; 0 when no anchor came (unknown)."""
+        """Client capture ns of the sample stamped ``rtp_timestamp``. 0 when no anchor came: unknown."""
         if self.anchor is None:
             return 0
         r, c = self.anchor
@@ -342,8 +392,10 @@ class ClientClock:
 
 
 async def track_frames(track):
-    """The frames an aiortc ``track`` receives, until it ends (``MediaStreamError``: the peer stopped it or went
-    away)."""
+    """The frames an aiortc ``track`` receives, until it ends.
+
+    It ends on ``MediaStreamError``: the peer stopped the track or went away.
+    """
     while True:
         try:
             yield await track.recv()
@@ -352,8 +404,11 @@ async def track_frames(track):
 
 
 async def pump_microphone(track, receiver, pipeline, capture_times, clock: ClientClock, counters: dict) -> None:
-    """The client's audio track → ``pipeline.audio_in`` as 16 kHz mono PCM16, each block's client capture
-    time recorded (when the client sends ``clock``). Returns when the track ends."""
+    """The client's audio track → ``pipeline.audio_in`` as 16 kHz mono PCM16.
+
+    Each block's client capture time is recorded, when the client sends ``clock``.
+    Returns when the track ends.
+    """
     resampler = av.AudioResampler(format="s16", layout="mono", rate=AUDIO_SAMPLE_RATE)
     async for frame in track_frames(track):
         rtp = received_rtp(receiver, frame.pts)
@@ -366,8 +421,11 @@ async def pump_microphone(track, receiver, pipeline, capture_times, clock: Clien
 
 
 async def pump_camera(track, pipeline, counters: dict) -> None:
-    """The client's camera track → ``pipeline.video_in`` as pictures (at most its ``max_fps``: the rest are
-    skipped here, not refused), scaled to the session size as camera pictures over the WebSocket are."""
+    """The client's camera track → ``pipeline.video_in`` as pictures.
+
+    At most ``max_fps`` pictures go in. The rest are skipped here, not refused.
+    They are scaled to the session size, as camera pictures over the WebSocket are.
+    """
     video_in, last = pipeline.video_in, 0.0
     async for frame in track_frames(track):
         now = time.monotonic()

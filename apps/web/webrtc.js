@@ -22,13 +22,11 @@ window.fgRtc = (() => {
   const CONNECT_MS = 5000;
   const SYNC_MS = 500;  // how often the video's delay follows the audio's
 
-  // Lip sync: the picture waits as long as the sound does. The audio's jitter buffer (NetEq, 30-45 ms, more
-  // under load) and its output (~30 ms) take far longer than the video's ~25 ms, and Chromium's own sync moves
-  // the video's delay by half the gap a second and not at all within 30 ms: the test card's beep came 64-101 ms
-  // after its flash (docs/webrtc.md). Every SYNC_MS the video receiver's jitterBufferTarget is set to the
-  // audio's delay over that interval (jitter buffer, arrival to playout, plus the playout path's delay): the
-  // video's target delay from arrival to render then matches the audio's from arrival to the speaker.
-  // Returns a stop function.
+  // Lip sync: the picture waits as long as the sound does. The audio's path (its jitter buffer and output) is
+  // longer than the video's, and Chromium's own sync closes that gap slowly (figures: docs/webrtc.md). Every
+  // SYNC_MS the video receiver's jitterBufferTarget is set to the audio's delay over that interval: its jitter
+  // buffer, arrival to playout, plus the playout path's delay. The video's target delay from arrival to render
+  // then matches the audio's from arrival to the speaker. Returns a stop function.
   function lipSync(pc, link) {
     const video = pc.getReceivers().find((r) => r.track && r.track.kind === "video");
     if (!video || !("jitterBufferTarget" in video)) return () => {};

@@ -1,18 +1,22 @@
-"""The pipelines a session can ``start``: one module per pipeline in this package, found by scanning it.
+"""The pipelines a session can ``start``. There is one module per pipeline in this package, found by scanning it.
 
 A pipeline module declares ``PIPELINE = PipelineSpec(name, description, OptionsClass, build)``:
 
-- its options, one dataclass (:mod:`.options`: each field's kind, default and meaning), from which come the
-  ``start`` checks and their ``bad_option`` errors (:meth:`~.options.Options.parse`), the ``config`` checks (its
-  ``live`` fields) and what ``GET /pipelines/NAME`` says;
-- ``build(opts) -> Pipeline``: a fresh :class:`~framegraph.stream.Graph` for one session, with the inputs the
-  session feeds (client audio, camera poses, camera pictures) and the sink it sends from (:class:`.base.Pipeline`);
-- optionally ``unavailable() -> Unavailable | None``: why this server cannot run it now (the avatar without a bundle).
+- Its options: one dataclass of :mod:`.options`, with each field's kind, default and meaning.
+  From it come the ``start`` checks and their ``bad_option`` errors, :meth:`~.options.Options.parse`.
+  From it also come the ``config`` checks of its ``live`` fields, and what ``GET /pipelines/NAME`` says.
+- ``build(opts) -> Pipeline``: a fresh :class:`~framegraph.stream.Graph` for one session.
+  It has the inputs the session feeds: client audio, camera poses, camera pictures.
+  It has the sink the session sends from. See :class:`.base.Pipeline`.
+- Optionally ``unavailable() -> Unavailable | None``: why this server cannot run it now.
+  An example is the avatar without a bundle.
 
-A module's top imports are light (the runtime, this package): the models or renderers a pipeline runs are imported
-at the head of its ``build``, so the server starts without them and a session loads them on first use (the rule
-in ``apps/cli.py``'s docstring). ``testcard.py`` and ``scope.py`` are the smallest whole examples; a pipeline
-defined elsewhere joins with :func:`register`.
+A module's top imports are light: the runtime and this package.
+The models or renderers a pipeline runs are imported at the head of its ``build``.
+So the server starts without them, and a session loads them on first use.
+This is the rule in ``apps/cli.py``'s docstring.
+``testcard.py`` and ``scope.py`` are the smallest whole examples.
+A pipeline defined elsewhere joins with :func:`register`.
 """
 from __future__ import annotations
 
@@ -36,7 +40,10 @@ _scanned = False
 
 
 def register(name: str, description: str, options: type[Options] = VideoOptions):
-    """Decorator for a pipeline defined outside this package: ``builder(opts: options) -> Pipeline`` under ``name``."""
+    """Decorator for a pipeline defined outside this package.
+
+    It registers ``builder(opts: options) -> Pipeline`` under ``name``.
+    """
     def wrap(builder: Callable[[Options], Pipeline]):
         REGISTRY[name] = PipelineSpec(name, description, options, builder)
         return builder
@@ -66,7 +73,7 @@ def available() -> dict[str, str]:
 
 
 def spec(name: str) -> PipelineSpec:
-    """The pipeline ``name``, available or not; ``unknown_pipeline`` when there is none."""
+    """The pipeline ``name``, available or not. Raises ``unknown_pipeline`` when there is none."""
     _scan()
     if name not in REGISTRY:
         raise ProtocolError(ErrorCode.UNKNOWN_PIPELINE, f"unknown pipeline {name[:40]!r}; this server has "
@@ -75,7 +82,7 @@ def spec(name: str) -> PipelineSpec:
 
 
 def describe(name: str) -> dict:
-    """``GET /pipelines/NAME``: the description, whether this server can run it (and why not), and every option."""
+    """``GET /pipelines/NAME``: the description, whether this server can run it, why not, and every option."""
     s = spec(name)
     why = _why_not(s)
     return {"name": name, "description": s.description, "available": why is None,
@@ -83,8 +90,10 @@ def describe(name: str) -> dict:
 
 
 def build(name: str, options: dict | None) -> Pipeline:
-    """Build a fresh pipeline for one session; raises :class:`ProtocolError` (``unknown_pipeline``,
-    ``bad_option``)."""
+    """Build a fresh pipeline for one session.
+
+    Raises :class:`ProtocolError` with ``unknown_pipeline`` or ``bad_option``.
+    """
     s = spec(name)
     why = _why_not(s)
     if why is not None:

@@ -3,33 +3,45 @@
     mic (PushAudioSource) ─▶ the bundle's stages ─▶ [the person over a background] ─▶ encode ─▶ send
         └──────────────── audio echoed back, same pts ────────────────────▲
 
-``models.avatar.build_avatar_graph`` adds the stages the bundle's kind defines (a portrait: AudioFeatures →
-StateOverride → Denoiser → VAEDecode → Composite; a video avatar: MouthShape, VideoLoop → MouthRegion); this
-module knows no kind.
+``models.avatar.build_avatar_graph`` adds the stages the bundle's kind defines. This module knows no kind.
+A portrait runs AudioFeatures → StateOverride → Denoiser → VAEDecode → Composite.
+A video avatar runs MouthShape, VideoLoop → MouthRegion.
 
-The avatar is a bundle from the server's avatar folder, :func:`~framegraph.apps.bundles.avatars_dir`
-(``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``) — option ``avatar`` (old name ``portrait``): a bundle's
-name, never a client path (default ``astronaut``, else the first bundle there). Video size and fps are the
-bundle's (the client may only ask for exactly those). ``runtime`` (old name ``backend``): ``torch``, or ``onnx``
-(the model stages on ONNX Runtime from the bundle's ``onnx/`` export), or ``onnx-int8`` (the same, the models that
-export keeps in int8 running int8); an avatar without a fitting export is refused, with the reason in the server's log.
-Live ``config``: ``state`` ∈ ``auto`` (Silero VAD decides speaking / idle) | ``speaking`` | ``listening`` |
-``idle`` (forced). ``interrupt`` (barge-in) is the session's ``graph.reset()``: the audio context, the denoiser's
-stream state and the decoder cache start afresh and the next frame is flagged ``INTERRUPTED``.
+The avatar is a bundle from the server's avatar folder, :func:`~framegraph.apps.bundles.avatars_dir`.
+That is ``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``.
 
-``background`` (old bundles without a person matte refuse all but the first): ``portrait`` (the bundle's own
-picture, the default), a colour (``green``, ``#00ff00``, ``0,255,0``: the person over it), a picture's file name in
-the server's backgrounds folder, :func:`~.options.backgrounds_dir` (``$FRAMEGRAPH_BACKGROUNDS``, default
-``assets/backgrounds``; a name such as ``toy_scene.jpg``, never a client path: the person over the picture, scaled
-to cover the frame), or ``transparent`` with ``codec`` ``png`` or ``webp`` (RGBA pictures, the person's matte as
-their alpha: for consumers that keep alpha — OBS, a game engine, a web page over its own background).
+- ``avatar``, old name ``portrait``: a bundle's name, never a client path.
+  The default is ``astronaut``, else the first bundle there.
+- Video size and fps are the bundle's. The client may only ask for exactly those.
+- ``runtime``, old name ``backend``: ``torch``, ``onnx`` or ``onnx-int8``.
+  ``onnx`` runs the model stages on ONNX Runtime from the bundle's ``onnx/`` export.
+  ``onnx-int8`` is the same, with the models that export keeps in int8 running int8.
+  An avatar without a fitting export is refused. The reason goes to the server's log.
+- Live ``config``: ``state`` is ``auto``, ``speaking``, ``listening`` or ``idle``.
+  With ``auto`` Silero VAD decides speaking or idle. The others are forced.
+- ``interrupt``, barge-in, is the session's ``graph.reset()``.
+  The audio context, the denoiser's stream state and the decoder cache start afresh.
+  The next frame is flagged ``INTERRUPTED``.
 
-Bundles are loaded once per process and shared by the sessions (:func:`load_bundle`); the server has the pipeline
-only while its avatar folder holds a bundle (:func:`unavailable`). With ``framegraph serve --batching on`` the
-sessions of one video avatar bundle (runtime ``torch`` or ``onnx``, on the CPU) run its generator in the server's
-model service (:func:`~.base.model_service`): their frames' calls in one batch. A session that would push the
-model past its measured capacity (one more session's batch no longer fits in a frame) is refused with ``full``
-and ``retry_after_s``; the sessions there keep their frame rate.
+``background`` is one of these. Old bundles without a person matte refuse all but the first.
+
+- ``portrait``: the bundle's own picture. The default.
+- A colour, such as ``green``, ``#00ff00`` or ``0,255,0``. The person goes over it.
+- A picture's file name in the server's backgrounds folder, :func:`~.options.backgrounds_dir`.
+  That is ``$FRAMEGRAPH_BACKGROUNDS``, default ``assets/backgrounds``.
+  The name is such as ``toy_scene.jpg``, never a client path.
+  The person goes over the picture, scaled to cover the frame.
+- ``transparent``, with ``codec`` ``png`` or ``webp``. The pictures are RGBA, with the person's matte as alpha.
+  This is for consumers that keep alpha: OBS, a game engine, a web page over its own background.
+
+Bundles are loaded once per process and shared by the sessions: :func:`load_bundle`.
+The server has the pipeline only while its avatar folder holds a bundle: :func:`unavailable`.
+With ``framegraph serve --batching on``, sessions of one video avatar bundle share a model service.
+That holds for runtime ``torch`` or ``onnx``, on the CPU.
+They run its generator in the server's :func:`~.base.model_service`, their frames' calls in one batch.
+A session that would push the model past its measured capacity is refused.
+That is when one more session's batch no longer fits in a frame.
+The refusal is ``full`` with ``retry_after_s``. The sessions there keep their frame rate.
 """
 from __future__ import annotations
 
@@ -112,15 +124,21 @@ class AvatarOptions(VideoOptions):
 
 
 def _refused(key: str, value, expected: str, exc: Exception, why: str):
-    """A refusal whose cause is the server's own (a bundle or export it cannot use): the client hears what it may
-    send instead, the server's log gets the cause."""
+    """A refusal whose cause is the server's own: a bundle or export it cannot use.
+
+    The client hears what it may send instead. The server's log gets the cause.
+    """
     log.warning("avatar: %s %r refused: %s", key, value, exc)
     return bad_option("avatar", key, value, f"{expected} ({why}; the server's log says why)")
 
 
 def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) -> None:
-    """The avatar's picture and matte → the encoder: joined as RGBA (``transparent``), or over a colour ``(r, g, b)``
-    or a picture (its file name in :func:`~.options.backgrounds_dir`)."""
+    """The avatar's picture and matte → the encoder.
+
+    With ``transparent`` they are joined as RGBA.
+    Otherwise the picture goes over a colour ``(r, g, b)`` or over a picture.
+    The picture is named by its file name in :func:`~.options.backgrounds_dir`.
+    """
     w, h = size
     if background == "transparent":
         stage = graph.add(JoinAlpha(width=w, height=h))

@@ -1,6 +1,10 @@
-"""What every pipeline builds and hands to the session: :class:`Pipeline` (its graph and the handles the session
-feeds and reads), the video out every pipeline ends with (:func:`add_video_out`), and the server's one model service
-(:func:`model_service`: sessions of one model batched together, when the server runs with ``--batching on``)."""
+"""What every pipeline builds and hands to the session.
+
+- :class:`Pipeline`: its graph and the handles the session feeds and reads.
+- :func:`add_video_out`: the video out every pipeline ends with.
+- :func:`model_service`: the server's one model service.
+  Sessions of one model are batched together when the server runs with ``--batching on``.
+"""
 from __future__ import annotations
 
 import threading
@@ -27,19 +31,26 @@ _BATCHING = [False]
 
 
 def set_batching(on: bool) -> None:
-    """Whether this server's sessions of one model share the model service (``framegraph serve --batching``)."""
+    """Whether this server's sessions of one model share the model service. Set by ``framegraph serve --batching``."""
     _BATCHING[0] = bool(on)
 
 
 def model_service() -> ModelService | None:
-    """The process's model service while batching is on (:func:`set_batching`), else None."""
+    """The process's model service while batching is on, else None. See :func:`set_batching`."""
     return _SERVICE if _BATCHING[0] else None
 
 
 def batching_metrics_text() -> str:
-    """The model service's lanes as Prometheus text (label ``lane``): batches by size, requests served / missed /
-    late / failed / cancelled, queue wait p50 / p95 (ms), the measured ms per batch size, the sessions on each lane
-    and how many it holds at 25 fps. Empty before any lane exists."""
+    """The model service's lanes as Prometheus text, with label ``lane``. Empty before any lane exists.
+
+    Per lane it gives:
+
+    - batches by size;
+    - requests served, missed, late, failed and cancelled;
+    - queue wait p50 and p95, in ms;
+    - the measured ms per batch size;
+    - the sessions on the lane, and how many it holds at 25 fps.
+    """
     lanes = list(_SERVICE.lanes().values())
     if not lanes:
         return ""
@@ -74,8 +85,11 @@ PCM16_FORMAT = {"format": "pcm16", "sample_rate": AUDIO_SAMPLE_RATE, "channels":
 
 def add_video_out(graph: Graph, v: VideoOptions, audio_chunk: int | None = None) -> tuple[Stage, OutboxSink]:
     """Add the encoder for ``v.codec`` and the session's sink to ``graph``, encoder → sink connected.
-    The caller connects its picture to ``encoder`` (port ``"video"``; for ``png`` / ``webp``, pictures with alpha:
-    port ``"rgba"``) and, with ``audio_chunk``, its audio to ``sink`` (port ``"audio"``)."""
+
+    The caller connects its picture to ``encoder`` on port ``"video"``.
+    For ``png`` and ``webp``, pictures with alpha, the port is ``"rgba"``.
+    With ``audio_chunk``, the caller connects its audio to ``sink`` on port ``"audio"``.
+    """
     if v.codec in ("png", "webp"):
         enc = RGBAImageEncoder(width=v.width, height=v.height, codec=v.codec, quality=v.quality, name="encode")
         kind, port = (Kind.PNG if v.codec == "png" else Kind.WEBP), v.codec
@@ -94,11 +108,14 @@ def add_video_out(graph: Graph, v: VideoOptions, audio_chunk: int | None = None)
 
 
 class PoseInput(Protocol):
-    """Where a session pushes the client's ``pose`` messages: a :class:`~framegraph.stream.PushSource` of
-    ``float32 [4, 4]``, or an adapter such as the scene pipeline's ``CameraPoses``."""
+    """Where a session pushes the client's ``pose`` messages.
+
+    It is a :class:`~framegraph.stream.PushSource` of ``float32 [4, 4]``.
+    Or it is an adapter, such as the scene pipeline's ``CameraPoses``.
+    """
 
     def push(self, matrix) -> None:
-        """A world-to-camera ``[4, 4]`` matrix (OpenCV); raises ``ValueError`` for a bad one."""
+        """A world-to-camera ``[4, 4]`` matrix, OpenCV convention. Raises ``ValueError`` for a bad one."""
 
     def close(self) -> None:
         """The client's poses end."""
@@ -111,20 +128,21 @@ class Pipeline:
     Attributes:
         graph: built, not started.
         sink: where encoded media leaves the graph.
-        encoder: the video encoder (key-frame requests, live ``quality``).
-        audio_in: client PCM goes here (None: the pipeline takes no audio).
-        pose_in: client camera poses go here (None: no pose input).
-        video_in: client camera pictures (JPEG) go here (None: no camera input; the session adds
-            ``video_in`` to ``ready``).
+        encoder: the video encoder, for key-frame requests and live ``quality``.
+        audio_in: client PCM goes here. None: the pipeline takes no audio.
+        pose_in: client camera poses go here. None: no pose input.
+        video_in: client camera JPEG pictures go here. None: no camera input.
+            The session adds ``video_in`` to ``ready``.
         format: the negotiated format, sent in ``ready``.
-        configure: ``configure(changes) -> applied`` for the pipeline's own live options (its options' ``live``
-            fields, checked: ``{name: value}`` of those a ``config`` message sent).
-        video_burst: the most video frames the graph hands the sink at once (``generate``: a chunk's
-            frames); the session's video outbox holds at least that many, so a client that keeps up loses
-            none of them (the outbox drops only for a reader that falls behind).
-        options: the pipeline's options class (:meth:`apply_config` checks ``config`` against its ``live`` fields).
-        on_close: gives back what the pipeline borrowed for the session (the ``generate`` pipeline's loaded model):
-            called once, by :meth:`closed`, when the graph has stopped or will never start.
+        configure: ``configure(changes) -> applied`` for the pipeline's own live options.
+            ``changes`` is ``{name: value}`` of the ``live`` fields a ``config`` message sent, checked.
+        video_burst: the most video frames the graph hands the sink at once. For ``generate``, a chunk's frames.
+            The session's video outbox holds at least that many.
+            So a client that keeps up loses none of them.
+            The outbox drops only for a reader that falls behind.
+        options: the pipeline's options class. :meth:`apply_config` checks ``config`` against its ``live`` fields.
+        on_close: gives back what the pipeline borrowed for the session, such as ``generate``'s loaded model.
+            It is called once by :meth:`closed`, when the graph has stopped or will never start.
     """
 
     graph: Graph
@@ -140,7 +158,7 @@ class Pipeline:
     on_close: Callable[[], None] | None = None
 
     def closed(self) -> None:
-        """The graph has stopped (or never started): give back what the pipeline borrowed, once."""
+        """The graph has stopped, or never started: give back what the pipeline borrowed, once."""
         on_close, self.on_close = self.on_close, None
         if on_close is not None:
             on_close()
@@ -154,8 +172,11 @@ class Pipeline:
                         if not s.is_source and s is not self.encoder and s is not self.sink]}
 
     def stop(self) -> None:
-        """The client is done: close its inputs (buffered audio still flows), or drain the graph when
-        it has none; the session ends when the sink has sent everything."""
+        """The client is done: close its inputs, or drain the graph when it has none.
+
+        Buffered audio still flows.
+        The session ends when the sink has sent everything.
+        """
         inputs = [src for src in (self.audio_in, self.pose_in, self.video_in) if src is not None]
         if not inputs:
             self.graph.drain()
@@ -166,9 +187,12 @@ class Pipeline:
             self.graph.drain()
 
     def apply_config(self, values: dict | None) -> dict:
-        """A ``config`` message's options: checked (``bad_option`` for an unknown or bad one, before anything
-        changes), then applied — ``quality`` (JPEG), ``keyframe`` (H.264) and the pipeline's own live options.
-        Returns what took effect; ``stats_interval_ms`` is returned for the session to apply."""
+        """Check and apply a ``config`` message's options. Returns what took effect.
+
+        All are checked before anything changes. An unknown or bad one is ``bad_option``.
+        Then ``quality`` applies to JPEG, ``keyframe`` to H.264, and the rest to the pipeline's own live options.
+        ``stats_interval_ms`` is returned for the session to apply.
+        """
         changes = self.options.parse_live(values, self.format.get("pipeline", "pipeline"))
         applied: dict[str, Any] = {}
         quality = changes.pop("quality", None)
@@ -186,8 +210,11 @@ class Pipeline:
 
 @dataclass(frozen=True)
 class Unavailable:
-    """Why a server cannot run a pipeline: ``reason`` for its clients (what the server lacks, in the protocol's
-    terms), ``fix`` for its operator (logged; it may name folders and commands)."""
+    """Why a server cannot run a pipeline.
+
+    ``reason`` is for its clients: what the server lacks, in the protocol's terms.
+    ``fix`` is for its operator. It is logged and may name folders and commands.
+    """
 
     reason: str
     fix: str
@@ -203,17 +230,24 @@ class PipelineSpec:
 
 
 class ModelPool:
-    """Loaded models lent to one session at a time, kept for the next session of the same model when given back.
+    """Loaded models lent to one session at a time, kept for the next session of the same model.
 
-    For models whose stream state lives inside them (a video generator's attention processors hold its KV cache), so
-    two running graphs never share one. A session :meth:`take`s a model for its whole run and gives it back with
-    :meth:`give_back` once its graph has stopped (:attr:`Pipeline.on_close`). A later session of the same model then
-    gets it without loading it from disk and with its compiled code already built (a new model object is compiled
-    again: seconds, where warming a known one takes tens of ms). A model is keyed by ``(place, version)``: where it
-    is loaded from and onto (a folder and a device) and what it was loaded from (its files as they were). Kept idle:
-    at most ``max_idle`` models per place, of its newest version only — a model given back beyond that, or of a
-    version older than the place's newest, is let go (its memory with it: a GPU holds one idle copy, not one per
-    session that ever ran at once). ``loads``: how many models it loaded.
+    It is for models whose stream state lives inside them.
+    A video generator's attention processors hold its KV cache, for example.
+    So two running graphs never share one.
+    A session calls :meth:`take` for its whole run.
+    It calls :meth:`give_back` once its graph has stopped, through :attr:`Pipeline.on_close`.
+    A later session of the same model then gets it without loading it from disk.
+    Its compiled code is already built.
+    A new model object is compiled again, which takes seconds. Warming a known one takes tens of ms.
+
+    A model is keyed by ``(place, version)``.
+    The place is where it is loaded from and onto: a folder and a device.
+    The version is what it was loaded from: its files as they were.
+    At most ``max_idle`` models per place are kept idle, of its newest version only.
+    A model given back beyond that is let go, and so is one older than the place's newest version.
+    Its memory goes with it. A GPU holds one idle copy, not one per session that ever ran at once.
+    ``loads`` counts how many models it loaded.
     """
 
     def __init__(self, max_idle: int = 1):
@@ -224,7 +258,7 @@ class ModelPool:
         self.loads = 0
 
     def take(self, place, version, load: Callable[[], object]):
-        """An idle model of ``(place, version)``, or ``load()``'s (a new one) when none is idle."""
+        """An idle model of ``(place, version)``, or a new one from ``load()`` when none is idle."""
         with self._lock:
             if self._newest.get(place) != version:
                 self._newest[place] = version
@@ -236,7 +270,7 @@ class ModelPool:
         return load()
 
     def give_back(self, place, version, model) -> None:
-        """``model`` (taken for ``(place, version)``) is free again: its session's graph has stopped."""
+        """``model``, taken for ``(place, version)``, is free again: its session's graph has stopped."""
         with self._lock:
             idle = self._idle.setdefault(place, [])
             if self._newest.get(place) == version and len(idle) < self.max_idle:

@@ -1,24 +1,38 @@
-"""The ``generate`` pipeline: a causal video diffusion model (Wan 2.1 or SANA-Video) streamed live, endlessly.
+"""The ``generate`` pipeline: a causal video diffusion model, Wan 2.1 or SANA-Video, streamed live, endlessly.
+
+The graph, by input::
 
     input "noise":  noise chunks (NoiseSource, at the video's pace) → CausalDenoiser → CausalVAEDecode → encode → send
     input "camera": client JPEGs → camera (CameraInput's PushSource, session size) → VAEEncode → CausalDenoiser
                     (video-to-video at ``strength``) → CausalVAEDecode → encode → send
 
-With ``input: "camera"`` (StreamDiffusionV2-style live restyle) the client's camera pictures are the input
-video: ``ready.video_in`` says what to send (:mod:`..camera`), ``strength`` (required) how much of it to change.
-The stream is paced by the pictures: nothing is generated until the first one arrives (the session waits; no
-noise or black input is made up), a chunk goes out once its pictures are in (``1 + 4 (F - 1)`` for the first,
-``4 F`` after: ``ready.video_in.pictures_per_chunk``), and when pictures stop the stream pauses. A chunk's
-frames leave the decoder at once; the session's video outbox holds a whole chunk (``Pipeline.video_burst``).
+``input: "camera"`` is a live restyle in the style of StreamDiffusionV2.
+The client's camera pictures are the input video.
+``ready.video_in`` says what to send. See :mod:`..camera`.
+``strength`` is required. It says how much of the input to change.
+The pictures pace the stream:
 
-Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS`` (diffusers folders as
-``framegraph generate --model`` takes them; a client never sends a path): the options are
-:class:`GenerateOptions`. Live (``config``): ``prompt`` or ``prompt_embeds`` — encoded at once (cached per prompt)
-and used from the next chunk the denoiser starts; no restart. ``interrupt`` restarts the stream (empty past).
+- Nothing is generated until the first picture arrives. The session waits.
+  No noise or black input is made up.
+- A chunk goes out once its pictures are in.
+  That is ``1 + 4 (F - 1)`` for the first chunk and ``4 F`` after: ``ready.video_in.pictures_per_chunk``.
+- When pictures stop, the stream pauses.
 
-A refusal whose cause is the server's (a model that does not load, an ONNX export missing or stale, a text
-encoder that does not load) tells the client what it may send instead and leaves the cause — paths, the command
-that fixes it — in the server's log.
+A chunk's frames leave the decoder at once.
+The session's video outbox holds a whole chunk: ``Pipeline.video_burst``.
+
+Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS``.
+They are diffusers folders, as ``framegraph generate --model`` takes them.
+A client never sends a path. The options are :class:`GenerateOptions`.
+Live ``config`` takes ``prompt`` or ``prompt_embeds``.
+It is encoded at once, cached per prompt, and used from the next chunk the denoiser starts.
+There is no restart.
+``interrupt`` restarts the stream with an empty past.
+
+Some refusals have the server as their cause.
+Examples are a model that does not load, an ONNX export missing or stale, a text encoder that does not load.
+Such a refusal tells the client what it may send instead.
+The cause goes to the server's log, with paths and the command that fixes it.
 """
 from __future__ import annotations
 
@@ -54,12 +68,12 @@ STRENGTH = ("how much of the input video to change: the noise level it is taken 
 
 
 def models_dir() -> str | None:
-    """The server's model folder: ``$FRAMEGRAPH_MODELS`` (None when unset)."""
+    """The server's model folder: ``$FRAMEGRAPH_MODELS``. None when unset."""
     return os.environ.get("FRAMEGRAPH_MODELS") or None
 
 
 def model_names() -> list[str]:
-    """The diffusers folders (with a ``model_index.json``) in the server's model folder, in name order."""
+    """The diffusers folders, with a ``model_index.json``, in the server's model folder, in name order."""
     root = models_dir()
     if root is None or not os.path.isdir(root):
         return []
@@ -113,14 +127,19 @@ class GenerateOptions(VideoOptions):
 
 
 def _refused(key: str, value, expected: str, exc: Exception) -> ProtocolError:
-    """A refusal caused by the server (its model, its export): what the client may send, the cause in the log."""
+    """A refusal caused by the server, by its model or its export.
+
+    The client hears what it may send. The cause goes to the log.
+    """
     log.warning("generate: %s %r refused: %s", key, value, exc)
     return bad_option("generate", key, value, f"{expected}; the server's log says why")
 
 
 def _check_size(gm, opts: GenerateOptions) -> None:
-    """The model tiles the size: width and height multiples of its tile, within its rotary table (the checks of
-    ``GenerateModel.latent_size``, worded for the client in WxH)."""
+    """The model tiles the size: width and height are multiples of its tile, within its rotary table.
+
+    These are the checks of ``GenerateModel.latent_size``, worded for the client in WxH.
+    """
     s = gm.vae.config.scale_factor_spatial
     p_h, p_w = tuple(gm.transformer.config.patch_size)[1:]
     step_w, step_h = s * p_w, s * p_h
@@ -141,8 +160,11 @@ def _check_size(gm, opts: GenerateOptions) -> None:
 
 
 def _embeds(gm, folder: str, name: str) -> str:
-    """The path of the embeddings file ``name`` in the model folder, checked (it exists and holds embeddings of
-    the model's text width) — refusals name the file, never the folder's path."""
+    """The path of the embeddings file ``name`` in the model folder, checked.
+
+    It must exist and hold embeddings of the model's text width.
+    Refusals name the file, never the folder's path.
+    """
     from framegraph.models.generate import load_prompt_embeds  # heavy: the model is loaded by now anyway
 
     path = os.path.join(folder, name)
@@ -159,7 +181,7 @@ def _embeds(gm, folder: str, name: str) -> str:
 
 
 def _prompt(gm, folder: str, text: str | None, embeds: str | None) -> tuple[str | None, str | None]:
-    """``(prompt, embeddings path)``, checked against the model: a text prompt needs its text encoder."""
+    """``(prompt, embeddings path)``, checked against the model. A text prompt needs its text encoder."""
     if text is not None and gm.text_folder is None:
         files = sorted(f for f in os.listdir(folder) if f.endswith(".safetensors"))
         raise bad_option("generate", "prompt", text, f"prompt_embeds instead (model {os.path.basename(folder)!r} has "
@@ -198,7 +220,10 @@ def _files(folder: str) -> tuple:
 
 
 def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *, on_close) -> Pipeline:
-    """The session's graph on the loaded model ``gm`` (taken from :data:`MODELS`; ``on_close`` gives it back)."""
+    """The session's graph on the loaded model ``gm``.
+
+    ``gm`` is taken from :data:`MODELS`. ``on_close`` gives it back.
+    """
     from framegraph.models.generate import build_generate_graph
     from framegraph.models.generate.onnx import default_wan_onnx_dir
     from framegraph.models.onnx import ExportError

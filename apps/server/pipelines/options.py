@@ -1,4 +1,6 @@
-"""What a pipeline takes, declared once: a dataclass of options whose fields say their kind, default and meaning.
+"""What a pipeline takes, declared once.
+
+It is a dataclass of options whose fields say their kind, default and meaning.
 
     @dataclass
     class ScopeOptions(VideoOptions):
@@ -7,16 +9,20 @@
 
 From that one declaration come:
 
-- :meth:`Options.parse`: a client's ``start`` options checked — each value against its field, unknown names
-  refused (a typo must not pass silently), cross-field rules in :meth:`Options.check` — into an instance;
-- :meth:`Options.parse_live`: a ``config`` message's options (the fields marked ``live``, and the ones every
-  session takes: :class:`SessionLive`);
-- :meth:`Options.schema`: what ``GET /pipelines/NAME`` says about each option (kind, range or choices, default,
-  meaning, live).
+- :meth:`Options.parse`: a client's ``start`` options, checked, into an instance.
+  Each value is checked against its field.
+  Unknown names are refused, since a typo must not pass silently.
+  Cross-field rules live in :meth:`Options.check`.
+- :meth:`Options.parse_live`: a ``config`` message's options.
+  These are the fields marked ``live``, and the ones every session takes: :class:`SessionLive`.
+- :meth:`Options.schema`: what ``GET /pipelines/NAME`` says about each option.
+  That is its kind, range or choices, default, meaning and whether it is live.
 
-Every refusal is a ``bad_option`` :class:`~..protocol.ProtocolError` worded in the protocol's terms:
-``"NAME: option 'KEY' = VALUE; expected WHAT"`` — the value as the client sent it, what it may send instead (a
-range, the server's names), never a server path or a command-line flag.
+Every refusal is a ``bad_option`` :class:`~..protocol.ProtocolError`, worded in the protocol's terms:
+``"NAME: option 'KEY' = VALUE; expected WHAT"``.
+The value is quoted as the client sent it.
+WHAT is what the client may send instead, such as a range or the server's names.
+It is never a server path or a command-line flag.
 """
 from __future__ import annotations
 
@@ -39,14 +45,19 @@ PICTURE_SUFFIXES = (".jpg", ".jpeg", ".png", ".webp")
 
 
 def backgrounds_dir() -> Path:
-    """The server's folder of background pictures: ``$FRAMEGRAPH_BACKGROUNDS``, else the shipped
-    ``assets/backgrounds``."""
+    """The server's folder of background pictures.
+
+    It is ``$FRAMEGRAPH_BACKGROUNDS``, else the shipped ``assets/backgrounds``.
+    """
     return Path(os.environ.get("FRAMEGRAPH_BACKGROUNDS") or assets.path("backgrounds"))
 
 
 def background_pictures() -> list[str]:
-    """The file names of the pictures in :func:`backgrounds_dir` (.jpg, .jpeg, .png, .webp), sorted; what a client
-    may send as a ``background``."""
+    """The file names of the pictures in :func:`backgrounds_dir`, sorted.
+
+    The suffixes are .jpg, .jpeg, .png and .webp.
+    These are what a client may send as a ``background``.
+    """
     root = backgrounds_dir()
     if not root.is_dir():
         return []
@@ -65,11 +76,11 @@ def _short(value) -> str:
 
 
 class Expected(ValueError):
-    """A value a :class:`Kind` does not take; the message is what it takes."""
+    """A value a :class:`Kind` does not take. The message is what it takes."""
 
 
 class Kind:
-    """What values an option takes: :meth:`check` returns the value parsed or raises :class:`Expected`."""
+    """What values an option takes. :meth:`check` returns the value parsed or raises :class:`Expected`."""
 
     type: ClassVar[str] = "any"
 
@@ -85,7 +96,7 @@ class Kind:
 
 @dataclasses.dataclass(frozen=True)
 class Number(Kind):
-    """A finite number in ``[lo, hi]`` (``(lo, hi]`` with ``lo_open``)."""
+    """A finite number in ``[lo, hi]``. With ``lo_open`` it is ``(lo, hi]``."""
 
     lo: float
     hi: float
@@ -138,8 +149,11 @@ class Flag(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Choice(Kind):
-    """One of ``choices``: a tuple, or a function giving the names the server has now (its avatars, its models)
-    — ``what`` says what they are."""
+    """One of ``choices``.
+
+    ``choices`` is a tuple, or a function giving the names the server has now, such as its avatars or models.
+    ``what`` says what they are.
+    """
 
     choices: Sequence[str] | Callable[[], Sequence[str]]
     what: str = "one of"
@@ -179,8 +193,10 @@ class Text(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class FileName(Kind):
-    """The name of a file (or folder) in a folder of the server's: a plain name, never a path; whether it is there
-    is the pipeline's check (it knows the folder)."""
+    """The name of a file or folder in a folder of the server's. It is a plain name, never a path.
+
+    Whether it is there is the pipeline's check. The pipeline knows the folder.
+    """
 
     where: str
     suffixes: tuple[str, ...] = ()
@@ -202,9 +218,13 @@ class FileName(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Background(Kind):
-    """``portrait``, ``transparent``, a colour (:func:`~framegraph.apps.argtypes.colour`) or the file name of a
-    picture in the server's :func:`backgrounds_dir` (a bare name, exactly as :func:`background_pictures` lists it,
-    never a path): returned as the word, ``(r, g, b)``, or the name."""
+    """A background: ``portrait``, ``transparent``, a colour, or a picture's file name.
+
+    The colour is as :func:`~framegraph.apps.argtypes.colour` reads it.
+    The picture is in the server's :func:`backgrounds_dir`.
+    Its name is bare, exactly as :func:`background_pictures` lists it, never a path.
+    Returns the word, ``(r, g, b)``, or the name.
+    """
 
     type: ClassVar[str] = "background"
 
@@ -230,8 +250,11 @@ class Background(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Size(Kind):
-    """``"WxH"`` or ``[W, H]`` → ``(width, height)`` in pixels: even (H.264 yuv420p), each side at least
-    :data:`MIN_SIDE`, at most :data:`MAX_PIXELS` pixels in all."""
+    """``"WxH"`` or ``[W, H]`` → ``(width, height)`` in pixels.
+
+    Sides are even, for H.264 yuv420p.
+    Each side is at least :data:`MIN_SIDE`. The total is at most :data:`MAX_PIXELS` pixels.
+    """
 
     type: ClassVar[str] = "size"
 
@@ -255,7 +278,7 @@ class Size(Kind):
 
 @dataclasses.dataclass(frozen=True)
 class Decreasing(Kind):
-    """A strictly decreasing list of 1 to ``max_len`` numbers in ``(0, hi]`` (diffusion timesteps)."""
+    """A strictly decreasing list of 1 to ``max_len`` numbers in ``(0, hi]``: diffusion timesteps."""
 
     hi: float
     max_len: int
@@ -276,8 +299,14 @@ class Decreasing(Kind):
 
 
 def option(default, help: str, kind: Kind, *, live: bool = False, alias: str | None = None):
-    """A field of a pipeline's options: its ``default`` (None: the pipeline's own, said in ``help``), what it means,
-    what it takes; ``live``: also changeable in a ``config`` message; ``alias``: an old name still accepted."""
+    """A field of a pipeline's options.
+
+    - ``default``: its default. None means the pipeline's own, said in ``help``.
+    - ``help``: what it means.
+    - ``kind``: what it takes.
+    - ``live``: also changeable in a ``config`` message.
+    - ``alias``: an old name still accepted.
+    """
     meta = {"help": help, "kind": kind, "live": live, "alias": alias}
     if isinstance(default, (list, dict)):
         return dataclasses.field(default_factory=lambda: type(default)(default), metadata=meta)
@@ -289,7 +318,7 @@ def _fields(cls) -> list[dataclasses.Field]:
 
 
 def _value(f: dataclasses.Field, values: dict, pipeline: str) -> tuple[str, Any]:
-    """The key a field was sent under (its name, or its alias) and the value sent (None: not sent)."""
+    """The key a field was sent under, its name or its alias, and the value sent. None: not sent."""
     alias = f.metadata["alias"]
     if alias and values.get(alias) is not None:
         if values.get(f.name) is not None:
@@ -306,7 +335,10 @@ def _check(f: dataclasses.Field, key: str, value, pipeline: str):
 
 
 def _refuse_unknown(values: dict, fields: list[dataclasses.Field], pipeline: str, what: str) -> None:
-    """Refuse the names no field answers to (its name or its old one); the refusal lists the current names."""
+    """Refuse the names no field answers to, by its name or its old one.
+
+    The refusal lists the current names.
+    """
     names = sorted(f.name for f in fields)
     unknown = sorted(set(values) - set(names) - {f.metadata["alias"] for f in fields})
     if unknown:
@@ -315,13 +347,16 @@ def _refuse_unknown(values: dict, fields: list[dataclasses.Field], pipeline: str
 
 @dataclasses.dataclass
 class Options:
-    """Base of every pipeline's options dataclass (fields made with :func:`option`)."""
+    """Base of every pipeline's options dataclass. Its fields are made with :func:`option`."""
 
     @classmethod
     def parse(cls, values: dict | None, pipeline: str):
-        """A client's ``start`` options, checked, as an instance (a field left at None means "the pipeline's own",
-        known only once it runs: the avatar's size, the model's fps). Raises ``bad_option`` naming the option, the
-        value and what is expected."""
+        """A client's ``start`` options, checked, as an instance.
+
+        A field left at None means "the pipeline's own", known only once it runs.
+        Examples are the avatar's size and the model's fps.
+        Raises ``bad_option`` naming the option, the value and what is expected.
+        """
         values = dict(values or {})
         fields = _fields(cls)
         _refuse_unknown(values, fields, pipeline, "this pipeline takes")
@@ -337,8 +372,10 @@ class Options:
 
     @classmethod
     def parse_live(cls, values: dict | None, pipeline: str) -> dict:
-        """A ``config`` message's options: those of :class:`SessionLive` and this pipeline's ``live`` fields,
-        checked; returns ``{name: value}`` of those sent."""
+        """A ``config`` message's options, checked. Returns ``{name: value}`` of those sent.
+
+        They are those of :class:`SessionLive` and this pipeline's ``live`` fields.
+        """
         values = dict(values or {})
         fields = _fields(SessionLive) + [f for f in _fields(cls) if f.metadata["live"]]
         _refuse_unknown(values, fields, pipeline, "live options (config) are")
@@ -351,7 +388,10 @@ class Options:
 
     @classmethod
     def schema(cls) -> dict:
-        """Each option: its kind (``type`` and range / choices...), ``default``, ``help``, ``live``, ``alias``."""
+        """Each option: its kind, ``default``, ``help``, ``live`` and ``alias``.
+
+        The kind is its ``type`` with its range or choices.
+        """
         out = {}
         for f in _fields(cls):
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
@@ -363,16 +403,16 @@ class Options:
         return out
 
     def key(self, name: str) -> str:
-        """The name the client sent option ``name`` under (its old name, for an alias), for a refusal to quote."""
+        """The name the client sent option ``name`` under, for a refusal to quote. For an alias, the old name."""
         return getattr(self, "_sent_as", {}).get(name, name)
 
     def check(self, pipeline: str) -> None:
-        """Rules between options (``strength`` only with ``input: "camera"``...): raise :func:`bad_option`."""
+        """Rules between options, such as ``strength`` only with ``input: "camera"``. Raises :func:`bad_option`."""
 
 
 @dataclasses.dataclass
 class SessionLive(Options):
-    """What a ``config`` message may set on every pipeline (besides the pipeline's own ``live`` options)."""
+    """What a ``config`` message may set on every pipeline, besides the pipeline's own ``live`` options."""
 
     quality: int | None = option(None, "JPEG quality (jpeg sessions)", Integer(1, 100))
     keyframe: bool | None = option(None, "true: the next frame is a key frame (h264 sessions)", Flag())
@@ -381,7 +421,10 @@ class SessionLive(Options):
 
 @dataclasses.dataclass
 class VideoOptions(Options):
-    """The video format every pipeline negotiates; a pipeline's options subclass it (and may change a default)."""
+    """The video format every pipeline negotiates.
+
+    A pipeline's options subclass it, and may change a default.
+    """
 
     size: tuple[int, int] | None = option((320, 240), "the video's width and height", Size())
     fps: float | None = option(25.0, "video frames a second", Number(*FPS_RANGE))

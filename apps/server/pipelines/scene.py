@@ -1,17 +1,26 @@
-"""The ``scene`` pipeline: a scene viewer (3DGS, 4DGS or NeRF) driven by the client's camera poses.
+"""The ``scene`` pipeline: a scene viewer driven by the client's camera poses. Scenes are 3DGS, 4DGS or NeRF.
+
+The graph::
 
     camera (CameraSource, newest pushed pose, at fps) → render (the scene's RenderStage) → encode → send
 
-The client orbits the camera (the web page: drag on the picture, wheel to zoom) and sends ``pose``
-messages; each rendered frame uses the newest pose (poses never queue). ``ready`` carries ``camera``:
-the orbit the initial pose was made from (``target``, ``up``, ``distance``, ``azimuth_deg``,
-``elevation_deg``, ``fov_deg``, the vertical field of view), so a client starts where the server does.
+The client orbits the camera and sends ``pose`` messages.
+On the web page, drag on the picture to orbit and use the wheel to zoom.
+Each rendered frame uses the newest pose. Poses never queue.
+``ready`` carries ``camera``: the orbit the initial pose was made from.
+Its keys are ``target``, ``up``, ``distance``, ``azimuth_deg``, ``elevation_deg`` and ``fov_deg``.
+``fov_deg`` is the vertical field of view.
+So a client starts where the server does.
 
-The options (:class:`SceneOptions`) name a scene by name in the server's scene folder (:func:`scene_dirs`:
-``$FRAMEGRAPH_SCENES``, default the shipped ``assets/scenes``, ``assets/scenes4d`` and ``assets/nerf``; never a
-client path) — a ``.ply`` / ``.splat`` file, a 4DGS ``.pth`` checkpoint (played at t = stream time, looping) or a
-NeRF folder, opened by :func:`~framegraph.renderers.scene_file.open_scene` — or ask for a random scene. The
-renderers are imported when a session first starts this pipeline.
+The options, :class:`SceneOptions`, name a scene in the server's scene folder, :func:`scene_dirs`.
+That is ``$FRAMEGRAPH_SCENES``.
+The default is the shipped ``assets/scenes``, ``assets/scenes4d`` and ``assets/nerf``.
+A client never sends a path.
+A scene is a ``.ply`` or ``.splat`` file, a 4DGS ``.pth`` checkpoint or a NeRF folder.
+A 4DGS scene plays at t = stream time, looping.
+It is opened by :func:`~framegraph.renderers.scene_file.open_scene`.
+The options may instead ask for a random scene.
+The renderers are imported when a session first starts this pipeline.
 """
 from __future__ import annotations
 
@@ -33,8 +42,10 @@ log = logging.getLogger("framegraph.server")
 
 
 class CameraPoses:
-    """What the session pushes ``pose`` messages into (``push`` / ``close``), for a
-    :class:`CameraSource`: each push becomes the camera's live pose."""
+    """What the session pushes ``pose`` messages into, with ``push`` and ``close``.
+
+    It feeds a :class:`CameraSource`. Each push becomes the camera's live pose.
+    """
 
     def __init__(self, camera):
         self.camera = camera
@@ -52,8 +63,10 @@ class CameraPoses:
 
 
 def orbit_eye(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[float]:
-    """Camera position on the orbit around ``target`` (z up), as the web page computes it:
-    azimuth 0 looks from +y, 90 from −x."""
+    """Camera position on the orbit around ``target``, z up, as the web page computes it.
+
+    Azimuth 0 looks from +y, 90 from −x.
+    """
     az, el = math.radians(azimuth_deg), math.radians(elevation_deg)
     a, b = (0.0, 1.0, 0.0), (-1.0, 0.0, 0.0)
     return [target[i] + distance * (math.cos(el) * (math.cos(az) * a[i] + math.sin(az) * b[i])
@@ -61,8 +74,10 @@ def orbit_eye(target, distance: float, azimuth_deg: float, elevation_deg: float)
 
 
 def scene_dirs() -> list[str]:
-    """Where the server looks up a scene by name: ``$FRAMEGRAPH_SCENES`` (one folder), else the shipped
-    3DGS, 4DGS and NeRF scenes."""
+    """Where the server looks up a scene by name.
+
+    It is ``$FRAMEGRAPH_SCENES``, one folder. Else it is the shipped 3DGS, 4DGS and NeRF scenes.
+    """
     if os.environ.get("FRAMEGRAPH_SCENES"):
         return [os.environ["FRAMEGRAPH_SCENES"]]
     return [str(assets.path(kind)) for kind in ("scenes", "scenes4d", "nerf")]
@@ -81,7 +96,7 @@ class SceneOptions(VideoOptions):
 
 
 def _scene(opts: SceneOptions, on_cuda: bool):
-    """The scene the options name (opened), or a random one."""
+    """The scene the options name, opened, or a random one."""
     from framegraph.renderers.gaussians import SceneError, random_scene  # heavy: the renderers
     from framegraph.renderers.nerf import NerfLoadError
     from framegraph.renderers.scene_file import GaussianSceneFile, open_scene
@@ -103,8 +118,12 @@ def _scene(opts: SceneOptions, on_cuda: bool):
 
 
 def orbit_camera(framing, opts: VideoOptions):
-    """The orbit round the scene's ``framing`` that the initial pose is made from (``ready``'s ``camera``), and the
-    :class:`~framegraph.renderers.stages.CameraSource` that starts there, at the options' size and fps."""
+    """The orbit round the scene's ``framing`` that the initial pose is made from, and its camera.
+
+    The orbit is ``ready``'s ``camera``.
+    The camera is a :class:`~framegraph.renderers.stages.CameraSource` that starts there.
+    It runs at the options' size and fps.
+    """
     from framegraph.renderers.cameras import intrinsics, look_at  # heavy: the renderers
     from framegraph.renderers.stages import CameraSource
 

@@ -1,19 +1,29 @@
-"""The ``scene_avatar`` pipeline: the talking avatar standing in a 3D scene — the client's microphone drives the
-avatar, its camera poses drive the scene, one video comes back.
+"""The ``scene_avatar`` pipeline: the talking avatar standing in a 3D scene.
+
+The client's microphone drives the avatar. Its camera poses drive the scene. One video comes back.
 
     mic (PushAudioSource) ─▶ [the avatar's stages, with its matte] ──video, alpha (latest)────┐
     │                                                                                      ▼
     │ camera (CameraSource, newest pushed pose, at the avatar's fps) ─▶ render (layers) ─▶ QuadInScene ─▶ encode ─▶ send
     └──────────────────────────────── audio echoed back, same clock ───────────────────────────────────▲
 
-(:func:`framegraph.apps.scene_avatar.build_scene_avatar_graph` with ``live``.) The scene frames set the pace; each
-shows the avatar's newest frame, so the page can orbit while the avatar talks, and keeps orbiting between utterances
-(the last frame stays). Video starts with the avatar's first frame, i.e. with the client's first audio. ``ready``
-carries ``camera`` (the orbit the initial pose was made from, as the ``scene`` pipeline's) and ``place`` (where the
-avatar stands). Options name the scene (the server's scene folder, as ``scene``) and the avatar (option ``avatar``,
-old name ``portrait``: the server's avatar folder, as for the ``avatar`` pipeline) by name; a bundle without a
-person matte is refused. ``place``: ``"x,y,z"`` or ``"x,y,z,yaw,height"`` in scene units (default: the orbit's
-centre), inside the scene's box.
+It is :func:`framegraph.apps.scene_avatar.build_scene_avatar_graph` with ``live``.
+The scene frames set the pace. Each shows the avatar's newest frame.
+So the page can orbit while the avatar talks.
+It keeps orbiting between utterances, and the last frame stays.
+Video starts with the avatar's first frame, i.e. with the client's first audio.
+
+``ready`` carries ``camera`` and ``place``.
+``camera`` is the orbit the initial pose was made from, as in the ``scene`` pipeline.
+``place`` is where the avatar stands.
+
+Options name the scene and the avatar by name:
+
+- ``scene``: in the server's scene folder, as for the ``scene`` pipeline.
+- ``avatar``, old name ``portrait``: in the server's avatar folder, as for the ``avatar`` pipeline.
+  A bundle without a person matte is refused.
+- ``place``: ``"x,y,z"`` or ``"x,y,z,yaw,height"`` in scene units, inside the scene's box.
+  The default is the orbit's centre.
 """
 from __future__ import annotations
 
@@ -37,8 +47,11 @@ log = logging.getLogger("framegraph.server")
 
 
 class EndingCameraPoses(CameraPoses):
-    """As the scene viewer's poses, but the client's end also ends the camera (nothing else would: the poses are
-    pushed, the camera source has no end of its own), so the session drains once the audio has played."""
+    """As the scene viewer's poses, but the client's end also ends the camera.
+
+    Nothing else would: the poses are pushed, and the camera source has no end of its own.
+    So the session drains once the audio has played.
+    """
 
     def close(self) -> None:
         self.camera.n_frames = self.camera.index
@@ -71,8 +84,10 @@ def _place(opts: SceneAvatarOptions, scene) -> tuple:
 
 
 def _open(name: str):
-    """The scene ``name`` in the server's scene folder, opened; ``bad_option`` when it is not there or does not load
-    (the cause in the server's log)."""
+    """The scene ``name`` in the server's scene folder, opened.
+
+    Raises ``bad_option`` when it is not there or does not load. The cause goes to the server's log.
+    """
     from framegraph.renderers.scene_file import open_scene  # heavy: the renderers
 
     path = next((os.path.join(d, name) for d in scene_dirs() if os.path.exists(os.path.join(d, name))), None)

@@ -1,5 +1,7 @@
-"""The ``scope`` pipeline: the client's microphone → a live waveform / level picture, and the audio echoed back in
-sync — the glass-to-glass latency probe."""
+"""The ``scope`` pipeline: the client's microphone → a live waveform and level picture.
+
+The audio is echoed back in sync. It is the glass-to-glass latency probe.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

@@ -1,5 +1,7 @@
-"""The ``testcard`` pipeline: the stream test card (moving bands, frame counter, a white flash each second with a
-beep exactly on it), video and audio out — the smallest whole pipeline."""
+"""The ``testcard`` pipeline: the stream test card, video and audio out. It is the smallest whole pipeline.
+
+The card has moving bands and a frame counter. It flashes white each second, with a beep exactly on it.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass

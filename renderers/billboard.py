@@ -21,8 +21,8 @@ per pixel, so perspective-correct by construction.
 Compositing is per pixel, colours in [0, 1]; see :func:`composite_quad`. The scene's picture ``C`` holds its own
 background colour ``bg`` where its opacity ``A`` is below 1. The quad has colour ``q`` and alpha ``a``.
 
-- Where the quad is nearer than the scene's depth, it goes over: ``C + a · (q − C)``. So it does where the scene
-  is empty.
+- Where the quad is nearer than the scene's depth, it goes over: ``C + a · (q − C)``. It also goes over where
+  the scene is empty.
 - Where the scene is nearer, the quad shows only through what the scene leaves uncovered:
   ``C + (1 − A) · a · (q − bg)``. So a Gaussian in front hides the person exactly where it is opaque. Its soft
   edge lets the person through.

@@ -2,8 +2,8 @@
 
 Between ``refine_start`` and ``refine_stop``, every ``refine_every`` steps:
 
-- **grow**: some Gaussians' average 2D mean-gradient norm exceeds ``grow_grad2d``. It is in NDC units: pixels
-  scaled by ``width / 2``, ``height / 2``. Small ones are *cloned*: their largest scale is at most
+- **grow**: a Gaussian grows when its average 2D mean-gradient norm exceeds ``grow_grad2d``. The norm is in NDC
+  units: pixels scaled by ``width / 2``, ``height / 2``. Small ones are *cloned*: their largest scale is at most
   ``grow_scale3d x scene_scale``. Large ones are *split* in two. The children are sampled from the parent's
   Gaussian, with scales / 1.6.
 - **prune**: Gaussians with opacity < ``prune_opacity`` are removed. After the first opacity reset, so are

@@ -1,30 +1,34 @@
-"""A picture with alpha placed in a rendered scene: a textured quad standing at a 3D position, perspective-correct,
-depth-tested against the scene's depth, with a soft contact shadow on the ground under it.
+"""A picture with alpha placed in a rendered scene. It is a textured quad standing at a 3D position. It is
+perspective-correct and depth-tested against the scene's depth. A soft contact shadow lies on the ground under it.
 
     render (layers=True) ─video, depth, opacity, camera─┐
                                                         ├─▶ QuadInScene ──video uint8 [H, W, 3]──▶ encode / sink
     any picture stage ──image uint8 [h, w, 3], alpha [h, w]─┘
 
-Why here: placing a quad is camera math (:func:`~.cameras.pixel_rays`, :func:`~.cameras.project_points`) and
-depth-testing it needs the renderers' depth and opacity layers (:class:`~.stages.RenderStage` with ``layers``); the
-picture is any RGBA stream — this module knows nothing of avatars (``models`` and ``renderers`` do not import each
-other: ``apps/scene_avatar`` joins an avatar's picture and matte to a scene with it).
+Why here: placing a quad is camera math, with :func:`~.cameras.pixel_rays` and :func:`~.cameras.project_points`.
+Depth-testing it needs the renderers' depth and opacity layers: a :class:`~.stages.RenderStage` with ``layers``.
+The picture is any RGBA stream. This module knows nothing of avatars. ``models`` and ``renderers`` do not import
+each other. ``apps/scene_avatar`` joins an avatar's picture and matte to a scene with it.
 
-Geometry (world units, ``up`` = +z as the scenes are stored): the quad's bottom edge is centred on the
-:class:`Placement`'s ``anchor`` (where the person stands), it is ``height`` tall and ``height · w / h`` wide (the
-picture's aspect), upright, and faces either the camera (``yaw_deg`` None: it turns about ``up`` to face each
-camera's centre) or a fixed direction (``yaw_deg``: 0 faces −y, 90 faces +x). Texture coordinates ``(u, v)`` run
-left → right and top → bottom of the picture. For each pixel the ray through its centre meets the quad's plane at
-camera-z depth ``s`` (:func:`quad_hits`); the picture is sampled there (bilinear, so exact per pixel: perspective-
-correct by construction).
+Geometry is in world units, with ``up`` = +z as the scenes are stored. The quad's bottom edge is centred on the
+:class:`Placement`'s ``anchor``, where the person stands. It is ``height`` tall and ``height · w / h`` wide, the
+picture's aspect. It stands upright. With ``yaw_deg`` None it faces the camera: it turns about ``up`` to face each
+camera's centre. With ``yaw_deg`` set it faces a fixed direction: 0 faces −y, 90 faces +x. Texture coordinates
+``u, v`` run left → right and top → bottom of the picture. For each pixel, the ray through its centre meets the
+quad's plane at camera-z depth ``s``; see :func:`quad_hits`. The picture is sampled there, bilinear. That is exact
+per pixel, so perspective-correct by construction.
 
-Compositing per pixel, colours in [0, 1] (:func:`composite_quad`): the scene's picture ``C`` holds its own
-background colour ``bg`` where its opacity ``A`` is below 1; the quad's colour ``q`` and alpha ``a``. Where the quad
-is nearer than the scene's depth (or the scene is empty there) it goes over: ``C + a · (q − C)``; where the scene is
-nearer, the quad shows only through what the scene leaves uncovered: ``C + (1 − A) · a · (q − bg)`` — so a Gaussian
-in front hides the person exactly where it is opaque and lets it through its soft edge. Before that the contact
-shadow darkens ``C`` by ``shadow · exp(−2 (r / R)²)`` at distance ``r < R`` (``R``: half the quad's width) from the
-anchor on the ground plane, where no scene content stands in front of that ground point.
+Compositing is per pixel, colours in [0, 1]; see :func:`composite_quad`. The scene's picture ``C`` holds its own
+background colour ``bg`` where its opacity ``A`` is below 1. The quad has colour ``q`` and alpha ``a``.
+
+- Where the quad is nearer than the scene's depth, it goes over: ``C + a · (q − C)``. It also goes over where
+  the scene is empty.
+- Where the scene is nearer, the quad shows only through what the scene leaves uncovered:
+  ``C + (1 − A) · a · (q − bg)``. So a Gaussian in front hides the person exactly where it is opaque. Its soft
+  edge lets the person through.
+- Before that, the contact shadow darkens ``C`` by ``shadow · exp(−2 (r / R)²)``. ``r < R`` is the distance from
+  the anchor on the ground plane. ``R`` is half the quad's width. It applies where no scene content stands in
+  front of that ground point.
 """
 from __future__ import annotations
 
@@ -48,12 +52,12 @@ OPAQUE_EPS = 1e-4  # a scene opacity below this is empty: its depth says nothing
 
 @dataclass(frozen=True)
 class Placement:
-    """Where a picture stands in a scene (see the module docstring).
+    """Where a picture stands in a scene. See the module docstring.
 
     Attributes:
         anchor: ``(x, y, z)`` world position of the bottom centre of the picture.
-        height: its height in world units (> 0).
-        yaw_deg: the direction it faces, fixed (0: −y, 90: +x); None: it faces the camera.
+        height: its height in world units, > 0.
+        yaw_deg: the fixed direction it faces. 0 is −y, 90 is +x. None: it faces the camera.
     """
 
     anchor: tuple[float, float, float]
@@ -67,8 +71,8 @@ class Placement:
             raise ValueError(f"placement height {self.height}: expected a height > 0 (world units)")
 
     def axes(self, camera_center: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """The quad's ``right``, ``up`` and ``normal`` (towards its viewer) world unit vectors ``[3]`` for a camera
-        at ``camera_center [3]``."""
+        """The quad's ``right``, ``up`` and ``normal`` world unit vectors ``[3]``. ``normal`` points towards its
+        viewer, a camera at ``camera_center [3]``."""
         up = torch.tensor(UP, dtype=torch.float32, device=camera_center.device)
         if self.yaw_deg is None:
             n = camera_center.float() - torch.tensor(self.anchor, dtype=torch.float32, device=camera_center.device)
@@ -82,8 +86,9 @@ class Placement:
         return torch.linalg.cross(up, n), up, n
 
     def world_point(self, u: float, v: float, aspect: float, camera_center: Tensor) -> Tensor:
-        """The world point ``[3]`` of texture coordinates ``(u, v)`` (0..1, left → right, top → bottom) of a picture
-        of ``aspect`` = width / height, seen from ``camera_center``."""
+        """The world point ``[3]`` of texture coordinates ``u, v`` of a picture seen from ``camera_center``.
+
+        ``u, v`` run 0..1, left → right and top → bottom. ``aspect`` is width / height."""
         right, up, _ = self.axes(camera_center)
         anchor = torch.tensor(self.anchor, dtype=torch.float32, device=camera_center.device)
         return anchor + (u - 0.5) * self.height * aspect * right + (1.0 - v) * self.height * up
@@ -93,9 +98,11 @@ class Placement:
 
 
 def quad_hits(placement: Placement, aspect: float, origin: Tensor, dirs: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """Where rays ``origin [3] + s · dirs [..., 3]`` (camera-z-scaled, :func:`~.cameras.pixel_rays`) meet the quad:
-    texture coordinates ``uv [..., 2]``, depth ``s [...]`` and ``inside [...]`` (bool: in front of the camera and
-    within the picture)."""
+    """Where rays ``origin [3] + s · dirs [..., 3]`` meet the quad.
+
+    ``dirs`` are camera-z-scaled, as :func:`~.cameras.pixel_rays` makes them. Returns texture coordinates
+    ``uv [..., 2]``, depth ``s [...]`` and ``inside [...]``. ``inside`` is bool: in front of the camera and within
+    the picture."""
     right, up, n = placement.axes(origin)
     anchor = torch.tensor(placement.anchor, dtype=torch.float32, device=origin.device)
     denom = dirs @ n
@@ -109,8 +116,10 @@ def quad_hits(placement: Placement, aspect: float, origin: Tensor, dirs: Tensor)
 
 def contact_shadow(placement: Placement, aspect: float, origin: Tensor, dirs: Tensor, strength: float
                    ) -> tuple[Tensor, Tensor]:
-    """The soft contact shadow for rays ``origin + s · dirs [..., 3]``: its darkening ``[...]`` (0..``strength``)
-    where each ray meets the ground plane through the anchor, and that point's depth ``s [...]``."""
+    """The soft contact shadow for rays ``origin + s · dirs [..., 3]``.
+
+    Each ray meets the ground plane through the anchor. Returns the darkening there ``[...]``, 0..``strength``,
+    and that point's depth ``s [...]``."""
     up = torch.tensor(UP, dtype=torch.float32, device=origin.device)
     anchor = torch.tensor(placement.anchor, dtype=torch.float32, device=origin.device)
     denom = dirs @ up
@@ -123,8 +132,10 @@ def contact_shadow(placement: Placement, aspect: float, origin: Tensor, dirs: Te
 
 def quad_window(placement: Placement, aspect: float, viewmat: Tensor, K: Tensor, width: int, height: int
                 ) -> tuple[int, int, int, int]:
-    """``(x0, y0, x1, y1)``: the pixels the quad and its shadow can touch (the box of their projected corners,
-    clipped to the frame; the whole frame when a corner lies behind the camera). Only these are computed."""
+    """``(x0, y0, x1, y1)``: the pixels the quad and its shadow can touch. Only these are computed.
+
+    It is the box of their projected corners, clipped to the frame. It is the whole frame when a corner lies behind
+    the camera."""
     center = camera_centers(viewmat.float())
     right, up, n = placement.axes(center)
     anchor = torch.tensor(placement.anchor, dtype=torch.float32)
@@ -142,17 +153,17 @@ def quad_window(placement: Placement, aspect: float, viewmat: Tensor, K: Tensor,
 def composite_quad(scene: Tensor, depth: Tensor, opacity: Tensor, image: Tensor, alpha: Tensor,
                    placement: Placement, viewmat: Tensor, K: Tensor, *, background=(0.0, 0.0, 0.0),
                    shadow: float = 0.5, window: bool = True, out: Tensor | None = None) -> Tensor:
-    """The scene's picture with ``image`` placed in it (see the module docstring).
+    """The scene's picture with ``image`` placed in it. See the module docstring.
 
     Args:
-        scene: ``uint8 [H, W, 3]`` the rendered scene (over its ``background``, RGB in [0, 1]).
-        depth / opacity: ``float32 [H, W]`` the scene's layers (:class:`~.stages.RenderStage`, ``layers``).
-        image / alpha: ``uint8 [h, w, 3]`` and ``uint8 [h, w]`` the picture and its matte (255: opaque).
+        scene: ``uint8 [H, W, 3]`` the rendered scene, over its ``background``, RGB in [0, 1].
+        depth / opacity: ``float32 [H, W]`` the scene's layers. See :class:`~.stages.RenderStage`, ``layers``.
+        image / alpha: ``uint8 [h, w, 3]`` and ``uint8 [h, w]`` the picture and its matte. 255 is opaque.
         placement: where it stands. viewmat / K: the camera the scene was rendered from.
-        shadow: the contact shadow's darkest share (0: none).
-        window: compute only the pixels the quad and its shadow can touch (:func:`quad_window`); False computes
-            every pixel (the same result: the readable twin).
-        out: ``uint8 [H, W, 3]`` to write into (may be ``scene``); a new tensor otherwise.
+        shadow: the contact shadow's darkest share. 0: none.
+        window: compute only the pixels the quad and its shadow can touch, by :func:`quad_window`. False computes
+            every pixel. The result is the same: it is the readable twin.
+        out: ``uint8 [H, W, 3]`` to write into. It may be ``scene``. A new tensor otherwise.
     Returns ``out``.
     """
     H, W = scene.shape[:2]
@@ -182,19 +193,22 @@ def composite_quad(scene: Tensor, depth: Tensor, opacity: Tensor, image: Tensor,
 
 
 class QuadInScene(Stage):
-    """Places each incoming picture (with its matte) in the scene frame rendered for the same instant.
+    """Places each incoming picture, with its matte, in the scene frame rendered for the same instant.
 
     Args:
-        placement: where the picture stands (:meth:`set_placement` changes it from any thread, from the next frame).
+        placement: where the picture stands. :meth:`set_placement` changes it from any thread, from the next frame.
         image_size: ``(h, w)`` of the pictures. frame_size: ``(H, W)`` of the scene frames.
-        background: the scene render's background colour (RGB in [0, 1]: what its picture shows where it is empty).
-        shadow: the contact shadow's strength (0: none).
-        matte: the pictures come with their matte on ``"alpha"``; False: they are opaque (a screen in the scene).
+        background: the scene render's background colour, RGB in [0, 1]. Its picture shows it where it is empty.
+        shadow: the contact shadow's strength. 0: none.
+        matte: the pictures come with their matte on ``"alpha"``. False: they are opaque, like a screen in the
+            scene.
 
-    Ports: in ``"image"`` ``uint8 [h, w, 3]``, ``"alpha"`` ``uint8 [h, w]`` (the picture's, with ``matte``), ``"video"``
-    ``uint8 [H, W, 3]``, ``"depth"`` / ``"opacity"`` ``float32 [H, W]``, ``"camera"`` ``float32 [2, 4, 4]`` (the
-    scene's, from a :class:`~.stages.RenderStage` with ``layers``); out ``"video"`` ``uint8 [H, W, 3]``, with the
-    picture's pts (its ports come first: on a shared clock both branches stamp the same pts for the same instant).
+    Ports:
+        in: ``"image"`` ``uint8 [h, w, 3]``. ``"alpha"`` ``uint8 [h, w]``, the picture's, with ``matte``.
+            ``"video"`` ``uint8 [H, W, 3]``, ``"depth"`` / ``"opacity"`` ``float32 [H, W]`` and ``"camera"``
+            ``float32 [2, 4, 4]``. These are the scene's, from a :class:`~.stages.RenderStage` with ``layers``.
+        out: ``"video"`` ``uint8 [H, W, 3]``, with the picture's pts. Its ports come first. On a shared clock
+            both branches stamp the same pts for the same instant.
     """
 
     def __init__(self, placement: Placement, *, image_size: tuple[int, int], frame_size: tuple[int, int],

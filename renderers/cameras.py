@@ -1,19 +1,18 @@
 """Cameras: OpenCV convention, world-to-camera matrices, paths through time.
 
-Convention everywhere in framegraph: camera axes x right, y down, z forward
-(a visible point has camera z > 0); a pose is a **world-to-camera** ``[4, 4]``
-matrix ``viewmat`` with ``x_cam = R @ x_world + t``; intrinsics are
-``K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels with pixel centres at
-``+0.5``. This is what :func:`framegraph.renderers.gaussians.rasterize` takes.
+One convention holds everywhere in framegraph. Camera axes are x right, y down, z forward. A visible point has
+camera z > 0. A pose is a **world-to-camera** ``[4, 4]`` matrix ``viewmat``, with ``x_cam = R @ x_world + t``.
+Intrinsics are ``K = [[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels. Pixel centres are at ``+0.5``. This is
+what :func:`framegraph.renderers.gaussians.rasterize` takes.
 
 - :func:`look_at`, :func:`intrinsics` build single cameras.
-- :func:`orbit_path` circles a point; :class:`KeyframePath` interpolates
-  keyframes smoothly (slerp for rotations, cubic Hermite / Catmull-Rom for
-  positions) at any time ``t``.
-- :func:`load_nerfstudio_camera_path` reads nerfstudio's ``camera_path.json``
-  (OpenGL camera-to-world) into the same form.
-- :func:`project_points` (world → pixels and depth) and :func:`pixel_rays` (pixels → world rays): the
-  camera math a compositor uses to put something into a rendered picture (:mod:`.billboard`).
+- :func:`orbit_path` circles a point.
+- :class:`KeyframePath` interpolates keyframes smoothly at any time ``t``. Rotations are slerped. Positions
+  follow a cubic Hermite, Catmull-Rom spline.
+- :func:`load_nerfstudio_camera_path` reads nerfstudio's ``camera_path.json`` into the same form. That file is
+  OpenGL camera-to-world.
+- :func:`project_points` maps world to pixels and depth. :func:`pixel_rays` maps pixels to world rays. A
+  compositor uses this camera math to put something into a rendered picture; see :mod:`.billboard`.
 """
 from __future__ import annotations
 
@@ -34,7 +33,7 @@ OPENGL_TO_OPENCV = torch.diag(torch.tensor([1.0, -1.0, -1.0, 1.0], dtype=torch.f
 
 
 class CameraPathError(ValueError):
-    """A camera path file that doesn't parse; the message names the file and the problem."""
+    """A camera path file that doesn't parse. The message names the file and the problem."""
 
 
 def _vec(x: ArrayLike, dtype=torch.float64) -> Tensor:
@@ -44,9 +43,8 @@ def _vec(x: ArrayLike, dtype=torch.float64) -> Tensor:
 def look_at(eye: ArrayLike, target: ArrayLike, up: ArrayLike = (0.0, 0.0, 1.0)) -> Tensor:
     """World-to-camera ``[..., 4, 4]`` float32 for a camera at ``eye`` looking at ``target``.
 
-    ``up`` is the world direction that appears upward in the image (so image
-    y, which points down, is along ``-up`` projected on the image plane).
-    Inputs broadcast: ``eye [..., 3]`` gives ``[..., 4, 4]``.
+    ``up`` is the world direction that appears upward in the image. So image y, which points down, is along
+    ``-up`` projected on the image plane. Inputs broadcast: ``eye [..., 3]`` gives ``[..., 4, 4]``.
     """
     eye, target, up = _vec(eye), _vec(target), _vec(up)
     forward = target - eye
@@ -77,11 +75,10 @@ def intrinsics(
     fov_axis: str = "y",
     principal_point: Sequence[float] | None = None,
 ) -> Tensor:
-    """Pinhole ``K [3, 3]`` float32 from a field of view (degrees) or a focal length (pixels).
+    """Pinhole ``K [3, 3]`` float32 from a field of view in degrees or a focal length in pixels.
 
-    ``fov_axis`` says which image axis ``fov_deg`` spans ("y": vertical, as in
-    nerfstudio / three.js; "x": horizontal). Square pixels; the principal
-    point defaults to the image centre ``(width / 2, height / 2)``.
+    ``fov_axis`` says which image axis ``fov_deg`` spans. "y" is vertical, as in nerfstudio and three.js. "x" is
+    horizontal. Pixels are square. The principal point defaults to the image centre ``(width / 2, height / 2)``.
     """
     if (fov_deg is None) == (focal is None):
         raise ValueError("intrinsics: give exactly one of fov_deg or focal")
@@ -101,10 +98,10 @@ class CameraPath:
     """Cameras for a sequence of frames.
 
     Attributes:
-        viewmats: ``[T, 4, 4]`` world-to-camera (OpenCV).
+        viewmats: ``[T, 4, 4]`` world-to-camera, OpenCV axes.
         Ks: ``[T, 3, 3]`` intrinsics.
         width, height: image size in pixels.
-        fps: frames per second (frame ``i`` is at ``i / fps`` seconds).
+        fps: frames per second. Frame ``i`` is at ``i / fps`` seconds.
     """
 
     viewmats: Tensor
@@ -131,9 +128,11 @@ def camera_centers(viewmats: Tensor) -> Tensor:
 
 
 def project_points(points: Tensor, viewmat: Tensor, K: Tensor) -> tuple[Tensor, Tensor]:
-    """World points ``[..., 3]`` seen by one camera (``viewmat [4, 4]`` world-to-camera, ``K [3, 3]``): their pixel
-    positions ``[..., 2]`` (x right, y down; pixel ``(row i, col j)`` has its centre at ``(j + 0.5, i + 0.5)``)
-    and their camera-z depths ``[...]`` (> 0 in front of the camera)."""
+    """World points ``[..., 3]`` seen by one camera, in pixels and depth.
+
+    The camera is ``viewmat [4, 4]`` world-to-camera and ``K [3, 3]``. Returns pixel positions ``[..., 2]``, x
+    right and y down. Pixel row i, col j has its centre at ``(j + 0.5, i + 0.5)``. Also returns camera-z depths
+    ``[...]``, > 0 in front of the camera."""
     R, t = viewmat[:3, :3].to(points.dtype), viewmat[:3, 3].to(points.dtype)
     cam = points @ R.T + t
     z = cam[..., 2]
@@ -143,9 +142,10 @@ def project_points(points: Tensor, viewmat: Tensor, K: Tensor) -> tuple[Tensor, 
 
 
 def pixel_rays(viewmat: Tensor, K: Tensor, x0: int, y0: int, x1: int, y1: int) -> tuple[Tensor, Tensor]:
-    """The rays through the pixel centres of the window ``[y0, y1) × [x0, x1)`` of a camera: its centre
-    ``[3]`` and world directions ``[y1 - y0, x1 - x0, 3]`` scaled so that each has camera-z 1 (a point ``o + s · d``
-    lies at camera-z depth ``s``)."""
+    """The rays through the pixel centres of the window ``[y0, y1) × [x0, x1)`` of a camera.
+
+    Returns the camera centre ``[3]`` and world directions ``[y1 - y0, x1 - x0, 3]``. Each direction is scaled to
+    camera-z 1. So a point ``o + s · d`` lies at camera-z depth ``s``."""
     K, R = K.float(), viewmat[:3, :3].float()
     ys = torch.arange(y0, y1, dtype=torch.float32, device=K.device) + 0.5
     xs = torch.arange(x0, x1, dtype=torch.float32, device=K.device) + 0.5
@@ -170,7 +170,7 @@ def orbit_path(
 ) -> CameraPath:
     """``n_frames`` cameras circling ``center`` at ``radius``, ``elevation_deg`` above the plane ⟂ ``up``.
 
-    The loop is open (frame ``n_frames`` would equal frame 0), so it repeats seamlessly.
+    The loop is open: frame ``n_frames`` would equal frame 0. So it repeats seamlessly.
     """
     if n_frames < 1:
         raise ValueError(f"orbit_path: n_frames must be >= 1, got {n_frames}")
@@ -196,7 +196,7 @@ def orbit_path(
 # Rotations
 # ----------------------------------------------------------------------------
 def rotmat_to_quat(R: Tensor) -> Tensor:
-    """Unit quaternions ``[..., 4]`` (w, x, y, z) with ``w >= 0`` from rotation matrices ``[..., 3, 3]``."""
+    """Unit quaternions ``[..., 4]`` from rotation matrices ``[..., 3, 3]``. Order w, x, y, z, with ``w >= 0``."""
     R = R.to(torch.float64)
     m = R.reshape(-1, 3, 3)
     tr = m[:, 0, 0] + m[:, 1, 1] + m[:, 2, 2]
@@ -220,7 +220,7 @@ def rotmat_to_quat(R: Tensor) -> Tensor:
 
 
 def quat_to_rotmat(q: Tensor) -> Tensor:
-    """Rotation matrices ``[..., 3, 3]`` from quaternions ``[..., 4]`` (w, x, y, z)."""
+    """Rotation matrices ``[..., 3, 3]`` from quaternions ``[..., 4]``, order w, x, y, z."""
     q = q / q.norm(dim=-1, keepdim=True)
     w, x, y, z = q.unbind(-1)
     return torch.stack([
@@ -248,18 +248,16 @@ def slerp(q0: Tensor, q1: Tensor, u: Tensor) -> Tensor:
 class KeyframePath:
     """A smooth camera path through keyframe poses, evaluated at any time.
 
-    Positions (camera centres) follow a cubic Hermite spline with Catmull-Rom
-    tangents (finite differences scaled for uneven keyframe spacing), so the
-    path is C1 and passes through every keyframe; orientations are slerped
-    between consecutive keyframes. Times outside ``[times[0], times[-1]]`` clamp
-    (or wrap with ``loop=True``).
+    Positions, the camera centres, follow a cubic Hermite spline with Catmull-Rom tangents. The tangents are
+    finite differences scaled for uneven keyframe spacing. So the path is C1 and passes through every keyframe.
+    Orientations are slerped between consecutive keyframes. Times outside ``[times[0], times[-1]]`` clamp. With
+    ``loop=True`` they wrap.
 
     Args:
-        viewmats: ``[K, 4, 4]`` world-to-camera keyframes (K >= 1).
-        times: ``[K]`` strictly increasing keyframe times (seconds); default
-            ``0, 1, ..., K - 1``.
-        loop: treat the path as closed: after ``times[-1]`` it returns to the
-            first keyframe at ``times[-1] + (times[-1] - times[-2])``.
+        viewmats: ``[K, 4, 4]`` world-to-camera keyframes, K >= 1.
+        times: ``[K]`` strictly increasing keyframe times in seconds. Default ``0, 1, ..., K - 1``.
+        loop: treat the path as closed. After ``times[-1]`` it returns to the first keyframe. It gets there at
+            ``times[-1] + (times[-1] - times[-2])``.
     """
 
     def __init__(self, viewmats: Tensor, times: ArrayLike | None = None, *, loop: bool = False):
@@ -309,7 +307,7 @@ class KeyframePath:
         return float(self.times[-1] - self.times[0])
 
     def at(self, t: float | Tensor) -> Tensor:
-        """World-to-camera float32 ``[4, 4]`` at time ``t`` (or ``[T, 4, 4]`` for ``t [T]``)."""
+        """World-to-camera float32 ``[4, 4]`` at time ``t``. ``t [T]`` gives ``[T, 4, 4]``."""
         t = _vec(t)
         scalar = t.dim() == 0
         t = t.reshape(-1)
@@ -340,7 +338,7 @@ class KeyframePath:
         return viewmats[0] if scalar else viewmats
 
     def sample(self, n_frames: int, K: Tensor, width: int, height: int, fps: float | None = None) -> CameraPath:
-        """``n_frames`` evenly spaced cameras over the path (including both ends unless looping)."""
+        """``n_frames`` evenly spaced cameras over the path. Both ends are included unless looping."""
         if self.loop:
             ts = self.times[0] + self.duration * torch.arange(n_frames, dtype=torch.float64) / n_frames
         else:
@@ -355,8 +353,10 @@ class KeyframePath:
 # nerfstudio camera_path.json
 # ----------------------------------------------------------------------------
 def read_json_object(path: Path, fail: Callable[[str], Exception]) -> dict:
-    """The JSON object in the file at ``path``; a missing or unreadable file, invalid JSON or another
-    top-level value raise ``fail(problem)`` (an exception naming the file, built by the caller)."""
+    """The JSON object in the file at ``path``.
+
+    A missing or unreadable file, invalid JSON or another top-level value raise ``fail(problem)``. The caller
+    builds that exception; it names the file."""
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
@@ -373,13 +373,12 @@ def read_json_object(path: Path, fail: Callable[[str], Exception]) -> dict:
 
 
 def load_nerfstudio_camera_path(path: str | os.PathLike) -> CameraPath:
-    """Read a nerfstudio ``camera_path.json`` (as written by its viewer) as OpenCV cameras.
+    """Read a nerfstudio ``camera_path.json``, as its viewer writes it, as OpenCV cameras.
 
-    Uses ``render_width``, ``render_height``, ``fps`` (or ``len(camera_path) /
-    seconds``) and each ``camera_path`` entry's ``camera_to_world`` (16 numbers,
-    row-major 4x4, or a nested 4x4 list; OpenGL axes) and ``fov`` (vertical,
-    degrees). Only ``camera_type: "perspective"`` is supported. Raises
-    :class:`CameraPathError` naming the file and the problem.
+    It uses ``render_width``, ``render_height`` and ``fps``, or else ``len(camera_path) / seconds``. Each
+    ``camera_path`` entry gives ``camera_to_world`` and ``fov``. ``camera_to_world`` is 16 numbers, row-major
+    4x4, or a nested 4x4 list, in OpenGL axes. ``fov`` is vertical, in degrees. Only ``camera_type:
+    "perspective"`` is supported. Raises :class:`CameraPathError` naming the file and the problem.
     """
     path = Path(path)
 

@@ -1,23 +1,23 @@
-"""Fixed capacities for data-sized work lists, so that a steady-state frame never waits for the device.
+"""Fixed capacities for data-sized work lists. A steady-state frame never waits for the device.
 
-A renderer's work lists are sized by the data: the (Gaussian, tile) overlaps of a splatting frame, the
-samples a ray marcher evaluates. Sizing a tensor by such a count means reading the count back to the host
-(a host sync: the CPU waits for the GPU's queue to drain). The usual way around it, used here: give the
-list a **capacity** that persists across frames, fill slots ``0 .. count - 1`` and mark the rest as padding
-(fixed shapes, no read). A :class:`Capacity`
+A renderer's work lists are sized by the data. Examples: the (Gaussian, tile) overlaps of a splatting frame.
+Or the samples a ray marcher evaluates. Sizing a tensor by such a count reads the count back to the host. That
+is a host sync: the CPU waits for the GPU's queue to drain. The usual way around it is used here. The list has
+a **capacity** that persists across frames. Slots ``0 .. count - 1`` are filled. The rest are padding. Shapes
+stay fixed and nothing is read. A :class:`Capacity` works in two phases.
 
-- on its first use (the warm-up frame) reads the count once (one host sync, outside the steady state) and
-  sets the capacity to ``count * headroom``, rounded up to a multiple of ``quantum``;
-- afterwards never reads the current count: it keeps, on the device, the largest count of the frames since its
-  last look, copies that ``non_blocking`` into a host buffer (pinned on a GPU) and, at the next frame, looks at
-  what is there once the copy has landed (a CUDA event that is queried, never waited for; a copy still on its
-  way is looked at a frame later, and the maximum it carries still holds every frame before it). If a frame
-  needed more than the capacity, it **overflowed**: it dropped the entries beyond the capacity (which ones: see
-  the caller), the capacity grows to ``count * headroom`` and :attr:`Capacity.overflows` counts it. A frame that
-  needs more than ``headroom`` times the warm-up count is therefore drawn with some work missing, once.
+- The warm-up frame reads the count once. That host sync is outside the steady state. The capacity becomes
+  ``count * headroom``, rounded up to a multiple of ``quantum``.
+- Later frames never read the current count. The device keeps the largest count since the last look. It is
+  copied ``non_blocking`` into a host buffer, pinned on a GPU. The next frame looks once the copy has landed.
+  A CUDA event tells; it is queried, never waited for. A copy still on its way is looked at a frame later.
+  Its maximum still covers every frame before it.
+- A frame that needed more than the capacity has **overflowed**. It dropped the entries beyond the capacity.
+  The caller decides which. The capacity then grows to ``count * headroom``. :attr:`Capacity.overflows` counts
+  it. So a frame needing over ``headroom`` times the warm-up count loses some work, once.
 
-The look at the host buffer is a read of host memory (numpy), not of a tensor: on a GPU it does not wait,
-and the launch audit (:mod:`framegraph.stream.audit`) does not count it.
+The look reads host memory through numpy, not a tensor. On a GPU it does not wait. The launch audit,
+:mod:`framegraph.stream.audit`, does not count it.
 """
 from __future__ import annotations
 
@@ -30,16 +30,16 @@ __all__ = ["Capacity"]
 
 
 class Capacity:
-    """A size for a data-dependent count that is read back once, then checked one frame late without a sync.
+    """A size for a data-dependent count. It is read back once, then checked one frame late without a sync.
 
     Args:
-        headroom: capacity = count x headroom when set or grown (1.5).
-        quantum: capacities are multiples of this (and at least this).
+        headroom: capacity = count x headroom when set or grown. Default 1.5.
+        quantum: capacities are multiples of this, and at least this.
 
     Attributes:
-        value: the current capacity (None before the first :meth:`size`).
-        overflows: looks that found a frame (or frames) needing more than the capacity they were given.
-        peak: the largest count seen so far (the warm-up read, then the late checks).
+        value: the current capacity. None before the first :meth:`size`.
+        overflows: looks that found a frame needing more than its capacity.
+        peak: the largest count seen so far. The warm-up read and the late checks set it.
     """
 
     def __init__(self, headroom: float = 1.5, quantum: int = 256):
@@ -59,11 +59,11 @@ class Capacity:
         return max(self.quantum, math.ceil(count * self.headroom / self.quantum) * self.quantum)
 
     def size(self, count: Tensor, limit: int | None = None) -> int:
-        """The capacity for this frame, whose list needs ``count`` (0-d integer tensor) entries.
+        """The capacity for this frame, whose list needs ``count`` entries. ``count`` is a 0-d integer tensor.
 
-        First call: reads ``count`` (a host sync). Later calls: no read of ``count``; grows the capacity if the
-        previous frame's count (now on the host) exceeded it. ``limit``: an upper bound on any count (for
-        example every Gaussian in every tile), the capacity never exceeds it.
+        The first call reads ``count``, a host sync. Later calls do not read ``count``. They grow the capacity
+        when an earlier frame's count exceeded it. That count is already on the host. ``limit`` bounds any
+        count, for example every Gaussian in every tile. The capacity never exceeds it.
         """
         if self.value is None:
             self.peak = int(count)  # the warm-up read

@@ -1,7 +1,8 @@
-"""Posed images from a nerfstudio / instant-ngp / Blender ``transforms.json``, as OpenCV cameras.
+"""Posed images from a nerfstudio, instant-ngp or Blender ``transforms.json``, as OpenCV cameras.
 
-The one loader of this format in framegraph: ``framegraph fit`` (3D Gaussians, ``renderers/fit``) and
-``framegraph fit-nerf`` (``renderers/nerf``) both read their data through :func:`load_transforms`.
+This is the one loader of this format in framegraph. ``framegraph fit`` and ``framegraph fit-nerf`` both read
+their data through :func:`load_transforms`. The first fits 3D Gaussians, ``renderers/fit``. The second fits a
+NeRF, ``renderers/nerf``.
 
 Format::
 
@@ -16,28 +17,27 @@ Format::
       ]
     }
 
-- ``transform_matrix`` is **camera-to-world in OpenGL axes** (x right, y up, z backwards) as
-  nerfstudio, instant-ngp and Blender write it (4x4, or 3x4 without the last row); it is converted to
-  framegraph's OpenCV **world-to-camera** ``viewmat``.
-- Instead of ``fl_x``/``fl_y`` a file may give ``camera_angle_x`` (horizontal field of view in radians,
-  the Blender synthetic format). Any of ``w, h, fl_x, fl_y, cx, cy, camera_angle_x`` may also be set
-  per frame (overriding the top level). When ``w``/``h`` are given the images must have that size.
-- ``file_path`` is looked up relative to the images folder (then with its first folder stripped, then
-  with ``.png`` / ``.jpg`` appended: the Blender scenes write ``./train/r_0`` without an extension).
-  Frames whose image is not there are skipped, as instant-ngp does, with one warning that counts them
-  (instant-ngp's fox lists 67 frames and ships 50 images); too few left (``min_images``) is an error.
+- ``transform_matrix`` is **camera-to-world in OpenGL axes**: x right, y up, z backwards. So nerfstudio,
+  instant-ngp and Blender write it. It is 4x4, or 3x4 without the last row. It is converted to framegraph's
+  OpenCV **world-to-camera** ``viewmat``.
+- A file may give ``camera_angle_x`` instead of ``fl_x``/``fl_y``. It is the horizontal field of view in
+  radians, the Blender synthetic format. Any of ``w, h, fl_x, fl_y, cx, cy, camera_angle_x`` may also be set
+  per frame. That overrides the top level. When ``w``/``h`` are given, the images must have that size.
+- ``file_path`` is looked up relative to the images folder. Then with its first folder stripped. Then with
+  ``.png`` or ``.jpg`` appended: the Blender scenes write ``./train/r_0`` without an extension. Frames whose
+  image is not there are skipped, as instant-ngp does. One warning counts them. Instant-ngp's fox lists 67
+  frames and ships 50 images. Fewer than ``min_images`` left is an error.
 - RGBA images are composited over ``background``.
-- Lens distortion (OpenCV ``k1 k2 p1 p2`` and ``k3``; with ``"is_fisheye": true`` or
-  ``"camera_model": "OPENCV_FISHEYE"`` the fisheye ``k1 k2 k3 k4``), top level or per frame, is undone
-  on load: each image is resampled to a pinhole camera (``cv2.initUndistortRectifyMap``) whose
-  intrinsics keep only valid pixels (``getOptimalNewCameraMatrix`` with alpha 0, same size), and
+- Lens distortion is undone on load. It may be set at the top level or per frame. The OpenCV model has
+  ``k1 k2 p1 p2`` and ``k3``. With ``"is_fisheye": true`` or ``"camera_model": "OPENCV_FISHEYE"`` it is the
+  fisheye ``k1 k2 k3 k4``. Each image is resampled to a pinhole camera with ``cv2.initUndistortRectifyMap``.
+  Its intrinsics keep only valid pixels: ``getOptimalNewCameraMatrix`` with alpha 0, same size.
   :attr:`PosedImages.Ks` are those new intrinsics.
-- The scene box: instant-ngp maps a world point ``p`` to ``p * scale + offset`` and marches the cube of
-  side ``aabb_scale`` centred on ``(0.5, 0.5, 0.5)`` there (defaults ``scale`` 0.33, ``offset`` 0.5,
-  ``aabb_scale`` 1; an ``"aabb": [[min], [max]]`` sets ``scale`` and ``offset`` so that box becomes the
-  unit cube). A file with any of these keys gets that box, in world units, as
-  :attr:`PosedImages.scene_box`; without them :meth:`PosedImages.suggested_aabb` centres a box on the
-  point the cameras look at (:func:`focus_bounds`).
+- The scene box. Instant-ngp maps a world point ``p`` to ``p * scale + offset``. There it marches the cube of
+  side ``aabb_scale`` centred on ``(0.5, 0.5, 0.5)``. Defaults: ``scale`` 0.33, ``offset`` 0.5, ``aabb_scale``
+  1. An ``"aabb": [[min], [max]]`` sets ``scale`` and ``offset`` so that box becomes the unit cube. A file with
+  any of these keys gets that box, in world units, as :attr:`PosedImages.scene_box`. Without them,
+  :meth:`PosedImages.suggested_aabb` centres a box on the point the cameras look at; see :func:`focus_bounds`.
 
 Every error is a :class:`DatasetError` whose message names the file and the problem.
 """
@@ -64,7 +64,7 @@ NGP_SCALE, NGP_OFFSET, NGP_MAX_AABB_SCALE = 0.33, 0.5, 128  # instant-ngp's defa
 
 
 class DatasetError(ValueError):
-    """Images or cameras that can't be used; the message names the file and the problem."""
+    """Images or cameras that can't be used. The message names the file and the problem."""
 
 
 @dataclass
@@ -73,13 +73,13 @@ class PosedImages:
 
     Attributes:
         images: ``[N, H, W, 3]`` float32 RGB in [0, 1].
-        viewmats: ``[N, 4, 4]`` float32 world-to-camera (OpenCV).
+        viewmats: ``[N, 4, 4]`` float32 world-to-camera, OpenCV axes.
         Ks: ``[N, 3, 3]`` float32 intrinsics in pixels of these images.
-        names: one label per image (the ``file_path`` as written in the JSON, or ``view_007``).
-        source: where the data came from (for reports).
-        files: the image files read, resolved (empty for images that came from no file).
-        scene_box: ``[xmin, ymin, zmin, xmax, ymax, zmax]`` in world units from the file's instant-ngp
-            keys (``aabb_scale``, ``scale``, ``offset``, ``aabb``; module docstring), or None.
+        names: one label per image. The ``file_path`` as written in the JSON, or ``view_007``.
+        source: where the data came from, for reports.
+        files: the image files read, resolved. Empty for images that came from no file.
+        scene_box: ``[xmin, ymin, zmin, xmax, ymax, zmax]`` in world units, or None. It comes from the file's
+            instant-ngp keys: ``aabb_scale``, ``scale``, ``offset``, ``aabb``. See the module docstring.
     """
 
     images: Tensor
@@ -119,16 +119,18 @@ class PosedImages:
                            self.source, [self.files[i] for i in idx] if self.files else [], self.scene_box)
 
     def split(self, every: int) -> tuple[PosedImages, PosedImages]:
-        """``(train, held_out)``: every ``every``-th image (0, every, 2 every, ...) is held out (every=0: none)."""
+        """``(train, held_out)``. Every ``every``-th image is held out: 0, every, 2 every, and so on. every=0: none."""
         n = len(self)
         held = list(range(0, n, every)) if every and n > 1 else []
         train = [i for i in range(n) if i not in set(held)]
         return self.subset(train), self.subset(held)
 
     def suggested_aabb(self, extent: float = 0.4) -> list[float]:
-        """The scene box ``[xmin, ymin, zmin, xmax, ymax, zmax]``: :attr:`scene_box` when the file set one,
-        else the cube of :func:`focus_bounds` (centred on the point the cameras look at, half-size
-        ``extent`` × their median distance to it; 0.4 puts the Blender scenes' [-1.5, 1.5] box inside)."""
+        """The scene box ``[xmin, ymin, zmin, xmax, ymax, zmax]``.
+
+        It is :attr:`scene_box` when the file set one. Else it is the cube of :func:`focus_bounds`. That cube is
+        centred on the point the cameras look at. Its half-size is ``extent`` × their median distance to it.
+        0.4 puts the Blender scenes' [-1.5, 1.5] box inside."""
         if self.scene_box is not None:
             return list(self.scene_box)
         lo, hi = focus_bounds(self.viewmats, extent)
@@ -136,8 +138,10 @@ class PosedImages:
 
 
 def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]:
-    """A box ``(lo [3], hi [3])`` around what the cameras look at: the least-squares nearest point to
-    all optical axes, with half-size ``extent x`` the median camera distance to it."""
+    """A box ``(lo [3], hi [3])`` around what the cameras look at.
+
+    Its centre is the least-squares nearest point to all optical axes. Its half-size is ``extent x`` the median
+    camera distance to it."""
     v = viewmats.double()
     centers = camera_centers(v)
     axes = v[:, 2, :3]  # camera +z in world coordinates (rows of R)
@@ -152,21 +156,21 @@ def focus_bounds(viewmats: Tensor, extent: float = 0.5) -> tuple[Tensor, Tensor]
 def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
                     background: Sequence[float] = (0.0, 0.0, 0.0), downscale: int = 1,
                     limit: int | None = None, min_images: int = 1) -> PosedImages:
-    """Read a ``transforms.json`` and its images (format in the module docstring).
+    """Read a ``transforms.json`` and its images. The module docstring gives the format.
 
     Args:
         cameras: the JSON file.
-        images_dir: folder the ``file_path`` entries are relative to (default: the JSON's folder).
+        images_dir: folder the ``file_path`` entries are relative to. Default: the JSON's folder.
         background: RGB in [0, 1] under transparent pixels of RGBA images.
-        downscale: integer factor to shrink images (box average) and intrinsics by, e.g. 4 for a
-            quick CPU fit (after undistorting at full size).
-        limit: read only the first ``limit`` frames (None: all).
-        min_images: fewest frames with an image that are enough; frames without one are skipped with
-            a warning, fewer than this left is an error.
+        downscale: integer factor to shrink images and intrinsics by, e.g. 4 for a quick CPU fit. Images are
+            box-averaged, after undistorting at full size.
+        limit: read only the first ``limit`` frames. None: all.
+        min_images: fewest frames with an image that are enough. Frames without one are skipped with a
+            warning. Fewer than this left is an error.
 
-    Raises :class:`DatasetError` naming the file and the problem (too few images found, unreadable
-    images, sizes that disagree with the JSON or with each other, malformed JSON, missing poses or
-    intrinsics, bad distortion coefficients or scene box keys).
+    Raises :class:`DatasetError` naming the file and the problem. Problems: too few images found, unreadable
+    images, sizes that disagree with the JSON or with each other, malformed JSON. Also missing poses or
+    intrinsics, bad distortion coefficients or scene box keys.
     """
     path = Path(cameras)
     root = Path(images_dir) if images_dir is not None else path.parent
@@ -234,9 +238,10 @@ def load_transforms(cameras: PathLike, images_dir: PathLike | None = None, *,
 
 
 def _frames_with_images(frames: list, root: Path, path: Path, min_images: int, fail) -> list[tuple[int, dict, Path]]:
-    """The ``frames`` whose image is under ``root``, as ``(index, frame, image path)``; the others are skipped
-    with one warning that counts them, fewer than ``min_images`` left is an error (``fail(problem)`` builds the
-    errors about ``path``)."""
+    """The ``frames`` whose image is under ``root``, as ``(index, frame, image path)``.
+
+    The others are skipped with one warning that counts them. Fewer than ``min_images`` left is an error.
+    ``fail(problem)`` builds the errors about ``path``."""
     found, missing = [], []  # (index, frame, image path), file_path
     for i, frame in enumerate(frames):
         where = f"frames[{i}]"
@@ -261,9 +266,10 @@ def _frames_with_images(frames: list, root: Path, path: Path, min_images: int, f
 
 
 def ngp_scene_box(doc: dict, fail) -> list[float] | None:
-    """The box instant-ngp marches, in the file's world units, from ``aabb_scale`` / ``scale`` / ``offset`` /
-    ``aabb`` (module docstring), or None when the file has none of these keys. ``fail(problem)`` builds the
-    error for a malformed value."""
+    """The box instant-ngp marches, in the file's world units, or None.
+
+    It comes from ``aabb_scale`` / ``scale`` / ``offset`` / ``aabb``; see the module docstring. None when the file
+    has none of these keys. ``fail(problem)`` builds the error for a malformed value."""
     if not any(k in doc for k in ("aabb_scale", "scale", "offset", "aabb")):
         return None
     try:
@@ -330,9 +336,9 @@ def _intrinsics(intr: dict, w: int, h: int, fail) -> Tensor:
 
 
 def _lens(intr: dict, fail) -> tuple[tuple[float, ...], bool] | None:
-    """``(coefficients, fisheye)`` of the frame's lens, or None for a pinhole (all zero / absent).
+    """``(coefficients, fisheye)`` of the frame's lens. None for a pinhole, all zero or absent.
 
-    OpenCV model: ``(k1, k2, p1, p2, k3)``; fisheye: ``(k1, k2, k3, k4)``."""
+    OpenCV model: ``k1, k2, p1, p2, k3``. Fisheye: ``k1, k2, k3, k4``."""
     try:
         c = {k: float(intr[k] or 0) for k in _DISTORTION}
     except (TypeError, ValueError):
@@ -357,10 +363,12 @@ _UNDISTORT_MAPS: dict = {}  # (w, h, K, coefficients, fisheye) -> (map_x, map_y,
 
 def undistort(img: np.ndarray, K: Tensor, coefficients: Sequence[float], fisheye: bool = False
               ) -> tuple[np.ndarray, Tensor]:
-    """``img [H, W, 3]`` float32 taken through a distorting lens, resampled (bilinear) to the pinhole camera
-    of the same size whose intrinsics keep only valid pixels; returns ``(image, K [3, 3])`` of that camera.
+    """``img [H, W, 3]`` float32 taken through a distorting lens, resampled to a pinhole camera.
 
-    ``coefficients``: OpenCV ``(k1, k2, p1, p2, k3)``, or ``(k1, k2, k3, k4)`` with ``fisheye``.
+    The pinhole camera has the same size. Its intrinsics keep only valid pixels. Resampling is bilinear.
+    Returns ``(image, K [3, 3])`` of that camera.
+
+    ``coefficients``: OpenCV ``k1, k2, p1, p2, k3``, or ``k1, k2, k3, k4`` with ``fisheye``.
     """
     import cv2
 
@@ -399,7 +407,7 @@ def _find_image(root: Path, file_path: str) -> Path | None:
 
 
 def _read_image(path: Path, background: Sequence[float]) -> np.ndarray:
-    """``[H, W, 3]`` float32 in [0, 1]; alpha composited over ``background``."""
+    """``[H, W, 3]`` float32 in [0, 1]. Alpha is composited over ``background``."""
     from PIL import Image, UnidentifiedImageError
 
     try:

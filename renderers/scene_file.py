@@ -1,5 +1,5 @@
-"""``open_scene(path)``: any scene file a user has, ready to render — one door for the CLI, the
-benches and the server.
+"""``open_scene(path)``: any scene file a user has, ready to render. One door for the CLI, the benches and the
+server.
 
     scene = open_scene("assets/scenes4d/bouncing_ball.pth")        # or a .ply / .splat, or a NeRF folder
     stage = scene.render_stage(width=640, height=360, device="cpu")  # a RenderStage
@@ -25,8 +25,9 @@ SCENE_SUFFIXES = (".ply", ".splat", ".pth")
 
 
 class SceneFile(Protocol):
-    """A loaded scene of any kind: what it is, how an orbit frames it, and the render stages it makes (as many as
-    there are graphs: one per session). One class per kind implements it."""
+    """A loaded scene of any kind. It says what it is, how an orbit frames it, and makes render stages.
+
+    It makes as many stages as there are graphs, one per session. One class per kind implements it."""
 
     path: str
     kind: SceneKind
@@ -34,17 +35,18 @@ class SceneFile(Protocol):
 
     @property
     def size(self) -> int:
-        """Gaussians in the scene (0 for a NeRF)."""
+        """Gaussians in the scene. 0 for a NeRF."""
 
     def render_stage(self, *, width: int, height: int, device: str = "cpu", background=(0.0, 0.0, 0.0),
                      budget_ms: float | None = None, time_scale: float = 1.0, layers: bool = False,
                      sync_free: bool | None = None) -> RenderStage:
-        """A render stage for this scene. ``layers``: it also sends depth, opacity and its camera
-        (:class:`~.stages.RenderStage`); ``sync_free``: see :func:`~.stages.sync_free_on`; ``time_scale``: a 4DGS
-        scene plays at ``t`` = the frame's stream time × it, looping."""
+        """A render stage for this scene, a :class:`~.stages.RenderStage`.
+
+        ``layers``: it also sends depth, opacity and its camera. ``sync_free``: see :func:`~.stages.sync_free_on`.
+        ``time_scale``: a 4DGS scene plays at ``t`` = the frame's stream time × it, looping."""
 
     def background(self, asked=(0.0, 0.0, 0.0)) -> tuple[float, float, float]:
-        """The colour (RGB in [0, 1]) behind the scene in its pictures: ``asked``, or a NeRF's own."""
+        """The colour behind the scene in its pictures, RGB in [0, 1]. ``asked``, or a NeRF's own."""
 
     def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
         """The scene's box ``(lo, hi)`` in world units."""
@@ -52,7 +54,7 @@ class SceneFile(Protocol):
 
 @dataclass
 class GaussianSceneFile:
-    """A 3DGS scene (``.ply`` / ``.splat``): :class:`SceneFile`."""
+    """A 3DGS scene, ``.ply`` or ``.splat``: a :class:`SceneFile`."""
 
     path: str
     data: GaussianScene
@@ -73,8 +75,9 @@ class GaussianSceneFile:
         return tuple(float(v) for v in asked)
 
     def bounds(self) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
-        """The box holding 99 % of the centres along each axis (0.5–99.5 %: a few stray splats do not stretch it),
-        grown by 10 % of its size on each side."""
+        """The box holding 99 % of the centres along each axis, grown by 10 % of its size on each side.
+
+        It spans the 0.5 to 99.5 % quantiles, so a few stray splats do not stretch it."""
         means = self.data.means.detach().to("cpu", torch.float64)
         lo, hi = torch.quantile(means, 0.005, dim=0), torch.quantile(means, 0.995, dim=0)
         margin = 0.1 * (hi - lo).clamp_min(1e-3)
@@ -83,7 +86,7 @@ class GaussianSceneFile:
 
 @dataclass
 class Gaussian4DSceneFile(GaussianSceneFile):
-    """A 4DGS checkpoint (``.pth``), played at the frame's stream time: :class:`SceneFile`."""
+    """A 4DGS checkpoint, ``.pth``, played at the frame's stream time: a :class:`SceneFile`."""
 
     data: Gaussian4DScene
     kind: SceneKind = "4dgs"
@@ -125,7 +128,7 @@ class NerfSceneFile:
 
 
 def scene_kind(path: str | os.PathLike) -> SceneKind:
-    """What a path holds, by its form: a folder is a NeRF, ``.pth`` a 4DGS checkpoint, ``.ply`` /
+    """What a path holds, by its form. A folder is a NeRF, ``.pth`` a 4DGS checkpoint, ``.ply`` or
     ``.splat`` 3D Gaussians. Raises ``ValueError`` for anything else, ``FileNotFoundError`` when missing."""
     p = Path(path)
     if not p.exists():
@@ -142,8 +145,8 @@ def scene_kind(path: str | os.PathLike) -> SceneKind:
 
 
 def open_scene(path: str | os.PathLike, *, time_duration: tuple[float, float] | None = None) -> SceneFile:
-    """Load the scene at ``path`` (see :func:`scene_kind`). ``time_duration``: a 4DGS scene's time span
-    when its checkpoint has no sidecar (fudan-zvg keeps it in the training config)."""
+    """Load the scene at ``path``; :func:`scene_kind` says how. ``time_duration``: a 4DGS scene's time span
+    when its checkpoint has no sidecar. The fudan-zvg code keeps it in the training config."""
     kind = scene_kind(path)
     if time_duration is not None and kind != "4dgs":
         raise ValueError(f"scene {str(path)!r}: a time duration (--time-duration) goes with a 4DGS checkpoint "

@@ -1,15 +1,14 @@
 """Procedural ground-truth scenes: posed training images without downloading data.
 
-A :class:`ProceduralScene` is a handful of analytic primitives (spheres, axis-aligned
-boxes, a checkered ground square) with procedural textures, lit by one
-directional light with hard shadows and a little specular on the spheres. It is
-rendered by a plain ray caster in torch (no Gaussians involved), so fitting
-Gaussians to its images is a real reconstruction problem with exactly known
-cameras — the same shape of data a user brings from COLMAP or nerfstudio.
+A :class:`ProceduralScene` is a handful of analytic primitives with procedural textures. They are spheres,
+axis-aligned boxes and a checkered ground square. One directional light lights them, with hard shadows. The
+spheres have a little specular. A plain ray caster in torch renders it; no Gaussians are involved. So fitting
+Gaussians to its images is a real reconstruction problem with exactly known cameras. It is the same shape of data
+a user brings from COLMAP or nerfstudio.
 
-Conventions are framegraph's (``renderers/cameras.py``): world z is up, cameras
-are OpenCV world-to-camera ``viewmats [C, 4, 4]`` with intrinsics ``Ks [C, 3, 3]``
-in pixels, pixel ``(row i, col j)`` has its centre at ``(j + 0.5, i + 0.5)``.
+Conventions are framegraph's; see ``renderers/cameras.py``. World z is up. Cameras are OpenCV world-to-camera
+``viewmats [C, 4, 4]`` with intrinsics ``Ks [C, 3, 3]`` in pixels. Pixel row i, col j has its centre at
+``(j + 0.5, i + 0.5)``.
 
     scene = procedural_scene("toy")
     views = scene.views(40, 128, 96, seed=0)           # training cameras
@@ -32,8 +31,9 @@ _FAR = 1e9
 
 @dataclass(frozen=True)
 class Sphere:
-    """A sphere with ``n_sectors`` alternating coloured sectors around the z axis (a beach ball),
-    turned by ``phase`` radians about that axis."""
+    """A sphere with ``n_sectors`` alternating coloured sectors around the z axis, like a beach ball.
+
+    It is turned by ``phase`` radians about that axis."""
 
     center: tuple[float, float, float]
     radius: float
@@ -46,7 +46,7 @@ class Sphere:
 
 @dataclass(frozen=True)
 class Box:
-    """An axis-aligned box: ``center``, ``half_size`` per axis; faces ``color`` with a ``frame_color`` border."""
+    """An axis-aligned box: ``center``, ``half_size`` per axis. Faces are ``color`` with a ``frame_color`` border."""
 
     center: tuple[float, float, float]
     half_size: tuple[float, float, float]
@@ -67,19 +67,19 @@ class Ground:
 
 @dataclass
 class ProceduralScene:
-    """Analytic primitives + a directional light, rendered by :meth:`render`.
+    """Analytic primitives and a directional light, rendered by :meth:`render`.
 
     Attributes:
-        name: the scene's name (``framegraph fit --synthetic NAME``).
-        ground, spheres, boxes: the geometry (world units: metres, z up).
+        name: the scene's name, as in ``framegraph fit --synthetic NAME``.
+        ground, spheres, boxes: the geometry, in metres with z up.
         light_dir: unit direction *towards* the light.
         ambient: fraction of the albedo seen in shadow.
-        background: RGB where rays hit nothing (the fit uses the same colour).
+        background: RGB where rays hit nothing. The fit uses the same colour.
         target: the point training cameras look at.
         camera_radius: distance of training cameras from ``target``.
-        elevation_deg: (min, max) camera elevations above the ground plane.
+        elevation_deg: min and max camera elevations above the ground plane.
         fov_deg: vertical field of view of the cameras.
-        shadows: cast hard shadows from the spheres and boxes (off: every surface facing the light is lit).
+        shadows: cast hard shadows from the spheres and boxes. Off: every surface facing the light is lit.
     """
 
     name: str
@@ -114,10 +114,9 @@ class ProceduralScene:
     def views(self, n: int, width: int, height: int, *, seed: int = 0, offset: float = 0.0) -> CameraPath:
         """``n`` cameras around :attr:`target` at :attr:`camera_radius`, looking at it.
 
-        Azimuths are evenly spaced (plus a seeded jitter and ``offset`` of one
-        spacing, so ``offset=0.5`` gives views between the ``offset=0`` ones:
-        held-out views); elevations sweep :attr:`elevation_deg` in a
-        low-discrepancy order. Deterministic in ``seed``.
+        Azimuths are evenly spaced, plus a seeded jitter. ``offset`` shifts them by that share of one spacing.
+        So ``offset=0.5`` gives held-out views between the ``offset=0`` ones. Elevations sweep
+        :attr:`elevation_deg` in a low-discrepancy order. Deterministic in ``seed``.
         """
         if n < 1:
             raise ValueError(f"views: n must be >= 1, got {n}")
@@ -146,15 +145,14 @@ class ProceduralScene:
         """Ray-cast ``C`` views.
 
         Args:
-            viewmats: ``[C, 4, 4]`` world-to-camera (OpenCV).
+            viewmats: ``[C, 4, 4]`` world-to-camera, OpenCV axes.
             Ks: ``[C, 3, 3]`` intrinsics in pixels.
             width, height: image size in pixels.
-            supersample: ``s`` gives ``s x s`` rays per pixel, box-filtered (anti-aliasing).
+            supersample: ``s`` gives ``s x s`` rays per pixel, box-filtered for anti-aliasing.
 
         Returns:
-            ``images [C, H, W, 3]`` float32 RGB in [0, 1] and ``depth [C, H, W]``
-            float32, the camera z of the surface seen through the pixel centre
-            (``inf`` on background).
+            ``images [C, H, W, 3]`` float32 RGB in [0, 1] and ``depth [C, H, W]`` float32. Depth is the camera z
+            of the surface seen through the pixel centre. It is ``inf`` on background.
         """
         if viewmats.dim() != 3 or viewmats.shape[1:] != (4, 4) or Ks.shape != (viewmats.shape[0], 3, 3):
             raise ValueError(f"render: viewmats must be [C, 4, 4] and Ks [C, 3, 3], got {list(viewmats.shape)} "
@@ -176,10 +174,10 @@ class ProceduralScene:
 
     @staticmethod
     def _rays(view: Tensor, K: Tensor, u: Tensor, v: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Rays through pixel positions ``(u, v)`` (any shape ``S``, pixels, x right / y down).
+        """Rays through pixel positions ``u, v`` in pixels, x right and y down. They have any shape ``S``.
 
-        Returns unit world-space directions ``[*S, 3]``, the camera centre ``[3]``
-        and the camera z per unit of ray length ``[*S]`` (ray distance -> depth).
+        Returns unit world-space directions ``[*S, 3]`` and the camera centre ``[3]``. Also the camera z per unit
+        of ray length ``[*S]``, which turns ray distance into depth.
         """
         fx, fy, cx, cy = K[0, 0], K[1, 1], K[0, 2], K[1, 2]
         d_cam = torch.stack([(u - cx) / fx, (v - cy) / fy, torch.ones_like(u)], dim=-1)
@@ -189,7 +187,7 @@ class ProceduralScene:
         return d_world, -(R.T @ t), 1.0 / norm[..., 0]
 
     def _cast(self, view: Tensor, K: Tensor, xs: Tensor, ys: Tensor) -> tuple[Tensor, Tensor]:
-        """Colours ``[len(ys), len(xs), 3]`` and camera-z depth (inf = miss) on the grid ``xs x ys``."""
+        """Colours ``[len(ys), len(xs), 3]`` and camera-z depth on the grid ``xs x ys``. A miss is inf."""
         v, u = torch.meshgrid(ys, xs, indexing="ij")
         d, o, z_per_t = self._rays(view, K, u, v)
         hit = self._intersect(o.expand_as(d), d)
@@ -197,7 +195,7 @@ class ProceduralScene:
         return self._shade(o, d, hit), depth
 
     def _shade(self, o: Tensor, d: Tensor, hit: dict[str, Tensor]) -> Tensor:
-        """Colour ``[..., 3]`` of rays ``o + t d`` given their nearest hits (background on a miss)."""
+        """Colour ``[..., 3]`` of rays ``o + t d`` given their nearest hits. A miss gets the background."""
         t, n, albedo, spec = hit["t"], hit["normal"], hit["albedo"], hit["specular"]
         p = o + t[..., None] * d
         light = torch.tensor(self.light_dir, dtype=torch.float64)
@@ -216,10 +214,10 @@ class ProceduralScene:
         return torch.where(miss[..., None], bg, color.clamp(0.0, 1.0))
 
     def _intersect(self, o: Tensor, d: Tensor, *, objects_only: bool = False) -> dict[str, Tensor]:
-        """Nearest intersection along rays ``o + t d`` (``[..., 3]`` each, ``d`` unit).
+        """Nearest intersection along rays ``o + t d``. Each is ``[..., 3]``; ``d`` is unit.
 
-        Returns ``t [...]`` (``>= _FAR`` for a miss), ``normal [..., 3]``,
-        ``albedo [..., 3]`` and ``specular [...]``.
+        Returns ``t [...]``, ``normal [..., 3]``, ``albedo [..., 3]`` and ``specular [...]``. A miss has
+        ``t >= _FAR``.
         """
         shape = d.shape[:-1]
         best_t = torch.full(shape, _FAR, dtype=d.dtype)
@@ -287,9 +285,8 @@ class ProceduralScene:
                       height: int = 48) -> tuple[Tensor, Tensor]:
         """About ``n`` surface points with colours, as an SfM-like point cloud ``([M, 3], [M, 3])``.
 
-        Points are the surfaces seen through randomly chosen pixels of
-        ``n_views`` cameras (so only visible surfaces get points); colours are
-        the rendered pixel colours. Deterministic in ``seed``.
+        Points are the surfaces seen through randomly chosen pixels of ``n_views`` cameras. So only visible
+        surfaces get points. Colours are the rendered pixel colours. Deterministic in ``seed``.
         """
         views = self.views(n_views, width, height, seed=seed + 7919, offset=0.25)
         g = torch.Generator().manual_seed(seed)
@@ -313,8 +310,9 @@ class ProceduralScene:
 
 
 def ray_sphere(o: Tensor, d: Tensor, center: Tensor, radius: float) -> tuple[Tensor, Tensor]:
-    """Distance ``t [...]`` along rays ``o, d [..., 3]`` (unit ``d``) to where they enter a sphere, and
-    whether they meet it at all (``[...]`` bool; a ray that does may still enter behind its origin)."""
+    """Distance ``t [...]`` along rays ``o, d [..., 3]`` to where they enter a sphere. ``d`` is unit.
+
+    Also whether they meet it at all, ``[...]`` bool. A ray that does may still enter behind its origin."""
     oc = o - center
     b = (oc * d).sum(-1)
     disc = b * b - ((oc * oc).sum(-1) - radius ** 2)
@@ -326,7 +324,7 @@ def _c(rgb: Sequence[float]) -> Tensor:
 
 
 def toy_scene() -> ProceduralScene:
-    """A checkered ground square with a beach ball, a framed box and a small sphere (about 3 m across)."""
+    """A checkered ground square with a beach ball, a framed box and a small sphere. About 3 m across."""
     return ProceduralScene(
         name="toy",
         ground=Ground(half_size=1.5, cell=0.375, color_a=(0.85, 0.82, 0.75), color_b=(0.30, 0.33, 0.40)),
@@ -348,13 +346,15 @@ BOUNCING_BALL_DURATION_S = 2.0  # the dynamic scene below loops every 2 s
 
 
 def bouncing_ball_scene(t: float) -> ProceduralScene:
-    """The 4DGS demo's ground truth at time ``t`` seconds: the toy scene's checkered floor, a red-and-white
-    beach ball that bounces twice per loop along a figure-eight while spinning (one turn per loop), and
-    three coloured blobs that drift in loops, swell and shrink away, and shift hue.
+    """The 4DGS demo's ground truth at time ``t`` seconds.
 
-    Everything is periodic in :data:`BOUNCING_BALL_DURATION_S`, so the scene loops seamlessly. No
-    shadows and no specular highlights: each surface point's colour depends on time only (what a
-    4D Gaussian's constant colour can follow).
+    It has the toy scene's checkered floor and a red-and-white beach ball. The ball bounces twice per loop along
+    a figure-eight. It spins one turn per loop. Three coloured blobs drift in loops, swell and shrink away, and
+    shift hue.
+
+    Everything is periodic in :data:`BOUNCING_BALL_DURATION_S`, so the scene loops seamlessly. There are no
+    shadows and no specular highlights. Each surface point's colour depends on time only. A 4D Gaussian's
+    constant colour can follow that.
     """
     w = 2 * math.pi / BOUNCING_BALL_DURATION_S
     u = (t / (BOUNCING_BALL_DURATION_S / 2)) % 1.0  # bounce phase: on the floor at u = 0
@@ -378,7 +378,7 @@ def bouncing_ball_scene(t: float) -> ProceduralScene:
 
 
 def procedural_scene(name: str) -> ProceduralScene:
-    """The procedural scene called ``name`` (see :data:`SCENES`)."""
+    """The procedural scene called ``name``; see :data:`SCENES`."""
     try:
         return SCENES[name]()
     except KeyError:

@@ -1,14 +1,17 @@
 """Renderers as stream stages: a camera source, the render stage every renderer builds on, the 3DGS one.
 
-Cameras travel on a ``"camera"`` port, ``float32 [2, 4, 4]`` on the CPU: ``camera[0]`` is the
-world-to-camera matrix (OpenCV: x right, y down, z forward) and ``camera[1, :3, :3]`` the intrinsics K
-in pixels. Rendered frames leave as ``uint8 [H, W, 3]`` RGB on the CPU, ready for an encoder.
+Cameras travel on a ``"camera"`` port, ``float32 [2, 4, 4]`` on the CPU. ``camera[0]`` is the world-to-camera
+matrix. It is OpenCV's: x right, y down, z forward. ``camera[1, :3, :3]`` is the intrinsics K in pixels. Rendered
+frames leave as ``uint8 [H, W, 3]`` RGB on the CPU, ready for an encoder.
 
-A render stage made with ``layers=True`` also sends what a compositor needs to put something else into the
-picture (:mod:`.billboard`): ``"depth"`` ``float32 [H, W]`` — the expected camera-z depth of what each pixel shows
-(``Σ wᵢ zᵢ / Σ wᵢ``, the 3DGS ``RGB+ED`` mode; 0 where nothing is), ``"opacity"`` ``float32 [H, W]`` — how much of
-the pixel the scene covers (``1 − T``; the rest is the background colour) — and the ``"camera"`` it rendered from,
-all in the same frame as the picture.
+A render stage made with ``layers=True`` sends more. A compositor needs it to put something else into the
+picture; see :mod:`.billboard`. All of it is in the same frame as the picture.
+
+- ``"depth"`` ``float32 [H, W]``: the expected camera-z depth of what each pixel shows. It is ``Σ wᵢ zᵢ / Σ wᵢ``,
+  the 3DGS ``RGB+ED`` mode. It is 0 where nothing is.
+- ``"opacity"`` ``float32 [H, W]``: how much of the pixel the scene covers, ``1 − T``. The rest is the background
+  colour.
+- ``"camera"``: the camera it rendered from.
 """
 from __future__ import annotations
 
@@ -35,15 +38,17 @@ def pack_camera(viewmat: torch.Tensor, K: torch.Tensor, out: torch.Tensor | None
 
 
 class CameraSource(IndexedSource):
-    """Source of cameras at ``fps``: frames of a :class:`CameraPath` (``n_frames`` of them, looping if
-    the path is shorter), or — when ``path`` is None — live poses pushed with :meth:`push_pose` (the
-    newest pose is used for each frame: ``latest`` semantics, a fast client never queues).
+    """Source of cameras at ``fps``.
+
+    With a :class:`CameraPath`, it plays ``n_frames`` of its frames, looping if the path is shorter. With
+    ``path`` None, it plays live poses pushed with :meth:`push_pose`. Each frame uses the newest pose. These
+    are ``latest`` semantics: a fast client never queues.
 
     Args:
         path: the cameras to play, or None for pushed poses.
-        fps: frame rate; pts come from the frame index.
-        n_frames: frames to emit (default ``len(path)``; required for pushed poses unless live forever).
-        K / width / height: intrinsics for pushed poses (default 50° horizontal fov).
+        fps: frame rate. pts come from the frame index.
+        n_frames: frames to emit. Default ``len(path)``. Pushed poses need it, unless live forever.
+        K / width / height: intrinsics for pushed poses. Default: 50° horizontal fov.
     """
 
     def __init__(self, path: CameraPath | None = None, *, fps: float = 30.0, n_frames: int | None = None,
@@ -63,7 +68,7 @@ class CameraSource(IndexedSource):
         self.poses_pushed = 0
 
     def push_pose(self, viewmat) -> None:
-        """Set the live pose (``[4, 4]`` world-to-camera, OpenCV). Safe from any thread."""
+        """Set the live pose, ``[4, 4]`` world-to-camera in OpenCV axes. Safe from any thread."""
         v = torch.as_tensor(viewmat, dtype=torch.float32)
         if v.shape != (4, 4) or not torch.isfinite(v).all():
             raise ValueError(f"pose must be a finite 4x4 world-to-camera matrix, got shape {list(v.shape)}")
@@ -84,26 +89,29 @@ class CameraSource(IndexedSource):
 
 
 def sync_free_on(device: str | torch.device, asked: bool | None) -> bool:
-    """Whether a render stage on ``device`` runs its sync-free path (fixed-shape work lists: no host sync in a
-    steady-state frame). ``asked`` None: on a GPU, where a host read waits for the device; on a CPU, where a
-    read costs nothing, the readable data-sized path is faster. True: everywhere (the launch audit counts the
-    GPU path on a CPU this way)."""
+    """Whether a render stage on ``device`` runs its sync-free path.
+
+    That path uses fixed-shape work lists: no host sync in a steady-state frame. ``asked`` None: on a GPU only.
+    There a host read waits for the device. On a CPU a read costs nothing and the data-sized path is faster.
+    ``asked`` True: everywhere. The launch audit counts the GPU path on a CPU this way."""
     return torch.device(device).type != "cpu" if asked is None else bool(asked)
 
 
 class RenderStage(Stage):
-    """Base of every renderer stage: a ``"camera"`` in (:data:`CAMERA_PORT`), an RGB ``"video"`` frame out
-    (``uint8 [height, width, 3]`` on the CPU). A subclass says how to get its scene onto the device
-    (:meth:`prepare`, once, in the stage's thread) and how to draw one view (:meth:`render`); the base
-    does the ports, the device, the frame's time and the conversion to 8-bit.
+    """Base of every renderer stage. A ``"camera"`` comes in (:data:`CAMERA_PORT`); an RGB ``"video"`` frame
+    goes out, ``uint8 [height, width, 3]`` on the CPU.
+
+    A subclass says how to get its scene onto the device: :meth:`prepare`, once, in the stage's thread. It says
+    how to draw one view: :meth:`render`. The base does the ports, the device, the frame's time and the
+    conversion to 8-bit.
 
     Args:
-        width / height: output size in pixels (the camera's K must be for this size).
-        device: where to render (``"cuda"``: the Triton kernels; ``"cpu"``: the torch references).
-        budget_ms: per-frame budget (deadline misses are counted).
-        layers: also send ``"depth"``, ``"opacity"`` and ``"camera"`` (see the module docstring;
-            :meth:`render_layers`).
-        sync_free: whether :meth:`prepare` sets up the renderer's sync-free path (:func:`sync_free_on`).
+        width / height: output size in pixels. The camera's K must be for this size.
+        device: where to render. ``"cuda"`` runs the Triton kernels, ``"cpu"`` the torch references.
+        budget_ms: per-frame budget. Deadline misses are counted.
+        layers: also send ``"depth"``, ``"opacity"`` and ``"camera"``. See the module docstring and
+            :meth:`render_layers`.
+        sync_free: whether :meth:`prepare` sets up the renderer's sync-free path. See :func:`sync_free_on`.
     """
 
     def __init__(self, *, width: int, height: int, device: str = "cpu", budget_ms: float | None = None,
@@ -123,17 +131,21 @@ class RenderStage(Stage):
                                 opacity=PortSpec((height, width), torch.float32, "cpu"), camera=CAMERA_PORT)
 
     def prepare(self) -> None:
-        """Move the scene to :attr:`device` (called once, at setup)."""
+        """Move the scene to :attr:`device`. Called once, at setup."""
 
     def render(self, view: torch.Tensor, K: torch.Tensor, t: float) -> torch.Tensor:
-        """``view [4, 4]`` world-to-camera (OpenCV) and ``K [3, 3]`` on the device, ``t`` the frame's
-        stream time in seconds → ``float [height, width, 3]`` RGB in [0, 1] on the device."""
+        """Draw one view.
+
+        ``view [4, 4]`` is world-to-camera in OpenCV axes, and ``K [3, 3]`` the intrinsics, both on the device.
+        ``t`` is the frame's stream time in seconds. Returns ``float [height, width, 3]`` RGB in [0, 1] on the
+        device."""
         raise NotImplementedError
 
     def render_layers(self, view: torch.Tensor, K: torch.Tensor, t: float
                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """As :meth:`render`, with the depth and the opacity: ``(rgb [H, W, 3], depth [H, W], opacity [H, W])``
-        (``layers=True``; see the module docstring). A renderer that has them overrides this."""
+        """As :meth:`render`, with the depth and the opacity: ``(rgb [H, W, 3], depth [H, W], opacity [H, W])``.
+
+        Used with ``layers=True``; see the module docstring. A renderer that has them overrides this."""
         raise NotImplementedError(f"{type(self).__name__} does not render depth and opacity (layers)")
 
     def setup(self, ctx):
@@ -160,7 +172,7 @@ class GaussianRenderStage(RenderStage):
     """Renders a :class:`GaussianScene` for each incoming camera into an RGB frame.
 
     Args:
-        scene: the Gaussians (moved to ``device`` at setup; refused first if it does not fit).
+        scene: the Gaussians. Moved to ``device`` at setup; refused first if it does not fit.
         background: RGB in [0, 1] behind the Gaussians.
         sync_free: see :func:`sync_free_on`.
         width / height / device / budget_ms: see :class:`RenderStage`.
@@ -197,8 +209,8 @@ class GaussianRenderStage(RenderStage):
 
 @dataclass(frozen=True)
 class Framing:
-    """How an orbit frames a scene: it circles ``center`` (z up) at ``distance``, ``elevation_deg`` above
-    the horizon, with a ``fov_deg`` field of view."""
+    """How an orbit frames a scene. It circles ``center`` at ``distance``, with z up. It sits
+    ``elevation_deg`` above the horizon, with a ``fov_deg`` field of view."""
 
     center: tuple[float, float, float]
     distance: float
@@ -211,8 +223,10 @@ class Framing:
 
 
 def framing_for_points(means: torch.Tensor, elevation_deg: float = 20.0, fov_deg: float = 50.0) -> Framing:
-    """Frames Gaussians ``means [N, 3]``: around their median centre, at 2.2× the radius holding 90 % of
-    them (z up, as INRIA/COLMAP scenes are usually stored)."""
+    """Frames Gaussians ``means [N, 3]`` around their median centre.
+
+    The distance is 2.2× the radius holding 90 % of them. Z is up, as INRIA and COLMAP scenes are usually
+    stored."""
     means = means.detach().to("cpu", torch.float64)
     center = means.median(dim=0).values
     radius = float(torch.quantile((means - center).norm(dim=1), 0.9)) if len(means) > 1 else 1.0
@@ -221,7 +235,7 @@ def framing_for_points(means: torch.Tensor, elevation_deg: float = 20.0, fov_deg
 
 def orbit_for_scene(scene: GaussianScene, n_frames: int, width: int, height: int, fps: float,
                     elevation_deg: float = 20.0, fov_deg: float = 50.0) -> CameraPath:
-    """An orbit that frames the scene (see :func:`framing_for_points`)."""
+    """An orbit that frames the scene; see :func:`framing_for_points`."""
     return framing_for_points(scene.means, elevation_deg, fov_deg).orbit(n_frames, width, height, fps)
 
 

@@ -1,13 +1,13 @@
 """Fit 3D Gaussians to posed images: the 3DGS training recipe on framegraph's rasterizer.
 
-- :class:`Fitter`, :class:`FitConfig` — the optimisation loop, checkpoints and resume (``trainer.py``).
-- :class:`TrainingRun` — the loop every fit shares (progress bar, checkpoint files, Ctrl-C; ``loop.py``),
-  also under the NeRF fit.
-- :class:`DensifyConfig` — clone / split / prune / opacity-reset schedule (``densify.py``).
-- :func:`ssim`, :func:`fit_loss` — image losses (``losses.py``; PSNR: :func:`framegraph.stream.quality.psnr`).
-- :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset` — data (``data.py``; the
-  ``transforms.json`` loader is the shared one in ``renderers/posed_images.py``).
-- ``params.py`` — parameter layout, initialisation and conversion to :class:`GaussianScene`.
+- :class:`Fitter`, :class:`FitConfig`: the optimisation loop, checkpoints and resume. In ``trainer.py``.
+- :class:`TrainingRun`: the loop every fit shares, the NeRF fit too. Progress bar, checkpoint files, Ctrl-C.
+  In ``loop.py``.
+- :class:`DensifyConfig`: the clone, split, prune and opacity-reset schedule. In ``densify.py``.
+- :func:`ssim`, :func:`fit_loss`: image losses, in ``losses.py``. PSNR is :func:`framegraph.stream.quality.psnr`.
+- :class:`PosedImages`, :func:`load_transforms`, :func:`synthetic_dataset`: data, in ``data.py``. The
+  ``transforms.json`` loader is the shared one in ``renderers/posed_images.py``.
+- ``params.py``: parameter layout, initialisation and conversion to :class:`GaussianScene`.
 """
 from .data import DatasetError, PosedImages, load_transforms, synthetic_dataset
 from .densify import DensifyConfig

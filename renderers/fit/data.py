@@ -1,9 +1,9 @@
-"""Posed images to fit: a folder of images + a camera file, or a procedural scene's renders.
+"""Posed images to fit: a folder of images and a camera file, or a procedural scene's renders.
 
-The camera file (``--cameras FILE.json``) is a nerfstudio / instant-ngp / Blender ``transforms.json``,
-read by the shared loader :func:`framegraph.renderers.posed_images.load_transforms` (the format is
-described there); :class:`PosedImages` and :class:`DatasetError` come from the same module and are
-re-exported here. This module adds :func:`synthetic_dataset`, the procedural scene's posed renders.
+The camera file, ``--cameras FILE.json``, is a nerfstudio, instant-ngp or Blender ``transforms.json``. The
+shared loader :func:`framegraph.renderers.posed_images.load_transforms` reads it and describes the format.
+:class:`PosedImages` and :class:`DatasetError` come from the same module and are re-exported here. This module
+adds :func:`synthetic_dataset`, the procedural scene's posed renders.
 """
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from ..scenes import procedural_scene
 
 def synthetic_dataset(name: str, n_views: int, width: int, height: int, *, seed: int = 0,
                       held_out: bool = False, supersample: int = 2) -> PosedImages:
-    """Render ``n_views`` posed images of the procedural scene ``name`` (``held_out`` picks views
-    between the training ones)."""
+    """Render ``n_views`` posed images of the procedural scene ``name``.
+
+    ``held_out`` picks views between the training ones."""
 
     scene = procedural_scene(name)
     views = scene.views(n_views, width, height, seed=seed + (1 if held_out else 0),

@@ -1,20 +1,17 @@
-"""Adaptive density control of the 3DGS recipe (Kerbl et al. 2023; gsplat ``DefaultStrategy``).
+"""Adaptive density control of the 3DGS recipe, after Kerbl et al. 2023 and gsplat's ``DefaultStrategy``.
 
 Between ``refine_start`` and ``refine_stop``, every ``refine_every`` steps:
 
-- **grow**: Gaussians whose average 2D mean-gradient norm (in NDC units: pixels
-  scaled by ``width / 2``, ``height / 2``) exceeds ``grow_grad2d`` are
-  *cloned* when small (largest scale <= ``grow_scale3d x scene_scale``) or
-  *split* in two when large (children sampled from the parent's Gaussian,
-  scales / 1.6);
-- **prune**: Gaussians with opacity < ``prune_opacity``, and (after the first
-  opacity reset) those larger than ``prune_scale3d x scene_scale``, are removed;
+- **grow**: a Gaussian grows when its average 2D mean-gradient norm exceeds ``grow_grad2d``. The norm is in NDC
+  units: pixels scaled by ``width / 2``, ``height / 2``. Small ones are *cloned*: their largest scale is at most
+  ``grow_scale3d x scene_scale``. Large ones are *split* in two. The children are sampled from the parent's
+  Gaussian, with scales / 1.6.
+- **prune**: Gaussians with opacity < ``prune_opacity`` are removed. After the first opacity reset, so are
+  those larger than ``prune_scale3d x scene_scale``.
 
-and every ``reset_every`` steps opacities are clamped to ``2 x prune_opacity``
-so that floaters fade out and get pruned.
+Every ``reset_every`` steps, opacities are clamped to ``2 x prune_opacity``. So floaters fade out and get pruned.
 
-Every operation keeps the optimizers consistent: new Gaussians start with zero
-Adam moments, kept ones keep theirs.
+Every operation keeps the optimizers consistent. New Gaussians start with zero Adam moments. Kept ones keep theirs.
 """
 from __future__ import annotations
 
@@ -33,7 +30,7 @@ Optimizers = dict[str, torch.optim.Optimizer]
 
 @dataclass
 class DensifyConfig:
-    """When and how the Gaussian set is grown and pruned (steps are optimisation steps)."""
+    """When and how the Gaussian set is grown and pruned. Steps are optimisation steps."""
 
     refine_start: int = 500
     refine_stop: int = 15_000
@@ -50,7 +47,7 @@ class DensifyState:
     """Running per-Gaussian statistics between refinements.
 
     Attributes:
-        grad2d: ``[N]`` sum of 2D mean-gradient norms (NDC units) over the views that saw the Gaussian.
+        grad2d: ``[N]`` sum of 2D mean-gradient norms, in NDC units, over the views that saw the Gaussian.
         count: ``[N]`` number of such views.
     """
 
@@ -60,7 +57,7 @@ class DensifyState:
 
     @torch.no_grad()
     def update(self, means2d_grad: Tensor, radii: Tensor, width: int, height: int) -> None:
-        """Accumulate from one rendered batch: ``means2d_grad [C, N, 2]`` (pixels), ``radii [C, N, 2]``."""
+        """Accumulate from one rendered batch: ``means2d_grad [C, N, 2]`` in pixels, ``radii [C, N, 2]``."""
         C = means2d_grad.shape[0]
         g = means2d_grad.clone()
         g[..., 0] *= width / 2.0 * C
@@ -74,11 +71,11 @@ class DensifyState:
         self.count.zero_()
 
     def select(self, keep: Tensor) -> None:
-        """Keep rows ``keep`` (an index tensor), in that order."""
+        """Keep rows ``keep``, an index tensor, in that order."""
         self.grad2d, self.count = self.grad2d[keep], self.count[keep]
 
     def append(self, n: int) -> None:
-        """Add ``n`` fresh (zero) rows at the end."""
+        """Add ``n`` fresh rows of zeros at the end."""
         self.grad2d = torch.cat([self.grad2d, self.grad2d.new_zeros(n)])
         self.count = torch.cat([self.count, self.count.new_zeros(n)])
 
@@ -105,14 +102,14 @@ def _replace(params: Params, optimizers: Optimizers, make: Callable[[str, Tensor
 
 @torch.no_grad()
 def keep_rows(params: Params, optimizers: Optimizers, state: DensifyState, keep: Tensor) -> None:
-    """Keep only the Gaussians at indices ``keep`` (prune the rest)."""
+    """Keep only the Gaussians at indices ``keep``. The rest are pruned."""
     _replace(params, optimizers, lambda _n, p: p[keep], lambda v: v[keep])
     state.select(keep)
 
 
 @torch.no_grad()
 def append_rows(params: Params, optimizers: Optimizers, state: DensifyState, new: Params) -> None:
-    """Append new Gaussians (``new[name]`` rows) with zero optimizer moments."""
+    """Append new Gaussians, ``new[name]`` rows, with zero optimizer moments."""
     n = new["means"].shape[0]
     _replace(params, optimizers, lambda name, p: torch.cat([p, new[name].to(p)]),
              lambda v: torch.cat([v, v.new_zeros((n,) + v.shape[1:])]))
@@ -121,7 +118,7 @@ def append_rows(params: Params, optimizers: Optimizers, state: DensifyState, new
 
 @torch.no_grad()
 def clone(params: Params, optimizers: Optimizers, state: DensifyState, mask: Tensor) -> int:
-    """Duplicate the Gaussians where ``mask [N]`` is set (the copies sit on the originals)."""
+    """Duplicate the Gaussians where ``mask [N]`` is set. The copies sit on the originals."""
     sel = torch.where(mask)[0]
     append_rows(params, optimizers, state, {k: v[sel] for k, v in params.items()})
     return int(sel.numel())
@@ -150,7 +147,7 @@ def split(params: Params, optimizers: Optimizers, state: DensifyState, mask: Ten
 
 @torch.no_grad()
 def reset_opacity(params: Params, optimizers: Optimizers, value: float) -> None:
-    """Clamp opacities to at most ``value`` (post-sigmoid) and zero their Adam moments."""
+    """Clamp opacities to at most ``value``, post-sigmoid, and zero their Adam moments."""
     cap = float(torch.logit(torch.tensor(value)))
     opt = optimizers.get("opacities")
     old = params["opacities"]
@@ -165,7 +162,7 @@ def reset_opacity(params: Params, optimizers: Optimizers, value: float) -> None:
 
 @torch.no_grad()
 def largest_scale(params: Params) -> Tensor:
-    """``[N]`` each Gaussian's largest standard deviation (world units)."""
+    """``[N]`` each Gaussian's largest standard deviation, in world units."""
     return torch.exp(params["scales"]).max(dim=-1).values
 
 
@@ -173,10 +170,10 @@ def largest_scale(params: Params) -> Tensor:
 def refine(params: Params, optimizers: Optimizers, state: DensifyState, cfg: DensifyConfig, step: int,
            scene_scale: float, generator: torch.Generator | None = None, *,
            size: Callable[[Params], Tensor] = largest_scale, split_fn: Callable[..., int] = split) -> dict[str, int]:
-    """One densification round (grow, then prune); returns the counts of each operation.
+    """One densification round: grow, then prune. Returns the counts of each operation.
 
-    ``size`` gives the ``[N]`` spatial extent compared with ``scene_scale`` and ``split_fn`` splits (as
-    :func:`split`); other kinds of Gaussians (4D ones) pass their own."""
+    ``size`` gives the ``[N]`` spatial extent compared with ``scene_scale``. ``split_fn`` splits, as :func:`split`
+    does. Other kinds of Gaussians, such as 4D ones, pass their own."""
     grads = state.grad2d / state.count.clamp(min=1)
     high = grads > cfg.grow_grad2d
     small = size(params) <= cfg.grow_scale3d * scene_scale

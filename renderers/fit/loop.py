@@ -1,19 +1,21 @@
 """What every fit shares: the step loop with its progress bar, checkpoint files, Ctrl-C, resume checks.
 
-:class:`TrainingRun` is the base of :class:`~framegraph.renderers.fit.Fitter` (3D Gaussians) and
-:class:`~framegraph.renderers.nerf.NerfFitter` (NeRF): a subclass keeps ``step`` (steps done),
-``wall_s`` and ``history`` and gives :meth:`~TrainingRun.train_step` and :meth:`~TrainingRun.save`;
+:class:`TrainingRun` is the base of :class:`~framegraph.renderers.fit.Fitter` for 3D Gaussians. It is also the
+base of :class:`~framegraph.renderers.nerf.NerfFitter` for NeRF. A subclass keeps ``step``, the steps done. It
+also keeps ``wall_s`` and ``history``. It gives :meth:`~TrainingRun.train_step` and :meth:`~TrainingRun.save`.
 :meth:`~TrainingRun.run` is the one loop:
 
-- a tqdm bar (steps, rate and ETA) with the mean PSNR of the last 50 training batches;
-- a checkpoint every ``checkpoint_every`` steps and at the end;
-- Ctrl-C lets the step in flight finish, saves a checkpoint (when one is named) and raises
-  ``KeyboardInterrupt``, so the saved state is exactly that of a step boundary and ``--resume`` continues
-  as if never stopped; a second Ctrl-C interrupts at once (nothing more is saved).
+- a tqdm bar with steps, rate and ETA. It shows the mean PSNR of the last 50 training batches.
+- a checkpoint every ``checkpoint_every`` steps and at the end.
+- Ctrl-C lets the step in flight finish. It saves a checkpoint, when one is named. Then it raises
+  ``KeyboardInterrupt``. So the saved state is exactly that of a step boundary. ``--resume`` continues as if
+  never stopped. A second Ctrl-C interrupts at once, and nothing more is saved.
 
-A checkpoint ``PREFIX`` is ``PREFIX.fit.json`` (format, version, step, config, data fingerprint, history,
-written last) and ``PREFIX.fit.safetensors`` (tensors: parameters, Adam moments, anything else the fit
-needs to continue bit for bit), written by :func:`write_checkpoint` and read by :func:`read_checkpoint`.
+A checkpoint ``PREFIX`` is two files. :func:`write_checkpoint` writes them and :func:`read_checkpoint` reads them.
+
+- ``PREFIX.fit.json``: format, version, step, config, data fingerprint, history. Written last.
+- ``PREFIX.fit.safetensors``: the tensors. Parameters, Adam moments, anything else the fit needs to continue
+  bit for bit.
 """
 from __future__ import annotations
 
@@ -34,12 +36,14 @@ from ..posed_images import PosedImages
 
 
 class CheckpointError(ValueError):
-    """A fit checkpoint that can't be resumed; the message names the file and the problem."""
+    """A fit checkpoint that can't be resumed. The message names the file and the problem."""
 
 
 class TrainingRun:
-    """A fit in progress, driven by :meth:`run`. Subclasses set ``train`` (the training data), ``step``,
-    ``wall_s``, ``history``, ``total_steps`` and implement :meth:`train_step` and :meth:`save`."""
+    """A fit in progress, driven by :meth:`run`.
+
+    Subclasses set ``train``, the training data. They also set ``step``, ``wall_s``, ``history`` and
+    ``total_steps``. They implement :meth:`train_step` and :meth:`save`."""
 
     train: PosedImages
     step: int = 0
@@ -48,35 +52,34 @@ class TrainingRun:
     total_steps: int = 0
 
     def checkpoint_doc(self, fmt: str, version: int, **fields: Any) -> dict[str, Any]:
-        """A checkpoint's JSON: ``format`` and ``version``, the progress (``step``, ``wall_s``, ``history``), the
-        fingerprint of the training data (``data``) and the fit's own ``fields``."""
+        """A checkpoint's JSON. It holds ``format`` and ``version`` and the progress: ``step``, ``wall_s``,
+        ``history``. It holds the fingerprint of the training data, ``data``, and the fit's own ``fields``."""
         return {"format": fmt, "version": version, "step": self.step, "wall_s": round(self.wall_s, 3),
                 "data": data_fingerprint(self.train), "history": self.history, **fields}
 
     def resume_progress(self, doc: dict[str, Any]) -> None:
-        """Take ``step``, ``wall_s`` and ``history`` from a checkpoint's JSON (:meth:`checkpoint_doc`)."""
+        """Take ``step``, ``wall_s`` and ``history`` from a checkpoint's JSON; see :meth:`checkpoint_doc`."""
         self.step, self.wall_s = int(doc["step"]), float(doc.get("wall_s", 0.0))
         self.history = list(doc.get("history", []))
 
     def train_step(self) -> dict[str, float]:
-        """One optimisation step; returns at least ``{"loss", "psnr"}`` of the step's batch."""
+        """One optimisation step. Returns at least ``{"loss", "psnr"}`` of the step's batch."""
         raise NotImplementedError
 
     def save(self, prefix: str) -> dict[str, str]:
-        """Write the checkpoint ``prefix`` (and the usable result); returns the paths written."""
+        """Write the checkpoint ``prefix`` and the usable result. Returns the paths written."""
         raise NotImplementedError
 
     def progress_postfix(self) -> dict[str, Any]:
-        """Extra fields for the progress bar (e.g. the number of Gaussians)."""
+        """Extra fields for the progress bar, e.g. the number of Gaussians."""
         return {}
 
     def run(self, steps: int | None = None, *, progress: bool = True, checkpoint_every: int | None = None,
             checkpoint: str | None = None, desc: str = "fit") -> None:
-        """Train until step ``steps`` (default :attr:`total_steps`) with a progress bar (steps/s, ETA, PSNR).
+        """Train until step ``steps``, default :attr:`total_steps`. A progress bar shows steps/s, ETA and PSNR.
 
-        With ``checkpoint`` (a path prefix), saves every ``checkpoint_every`` steps and at the end.
-        Ctrl-C: the step in flight finishes, the checkpoint (when given) is saved, ``KeyboardInterrupt``
-        is raised.
+        With ``checkpoint``, a path prefix, it saves every ``checkpoint_every`` steps and at the end. On Ctrl-C,
+        the step in flight finishes. The checkpoint, when given, is saved. ``KeyboardInterrupt`` is raised.
         """
         from tqdm import tqdm
 
@@ -113,8 +116,9 @@ class TrainingRun:
 
 
 def progress(items: Iterable, total: int, desc: str, enabled: bool = True) -> Iterable:
-    """``items`` with a tqdm bar (for evaluations that take a while) when ``enabled``; the finished bar stays
-    on screen, so the user sees that every item was done (and how long it took)."""
+    """``items`` with a tqdm bar when ``enabled``, for evaluations that take a while.
+
+    The finished bar stays on screen. So the user sees that every item was done, and how long it took."""
     from tqdm import tqdm
 
     return tqdm(items, total=total, desc=desc, disable=not enabled, dynamic_ncols=True, leave=True)
@@ -127,8 +131,10 @@ def checkpoint_paths(prefix: str) -> tuple[Path, Path]:
 
 
 def write_checkpoint(prefix: str, doc: dict[str, Any], tensors: dict[str, Tensor]) -> dict[str, str]:
-    """Write ``tensors`` (CPU, contiguous) then ``doc`` as the checkpoint ``prefix``; each file is written whole
-    (:func:`~framegraph.stream.files.written_whole`), so an interruption never leaves half a file."""
+    """Write ``tensors`` then ``doc`` as the checkpoint ``prefix``. Tensors must be CPU and contiguous.
+
+    Each file is written whole by :func:`~framegraph.stream.files.written_whole`. So an interruption never leaves
+    half a file."""
     from safetensors.torch import save_file
 
     jpath, spath = checkpoint_paths(prefix)
@@ -141,9 +147,10 @@ def write_checkpoint(prefix: str, doc: dict[str, Any], tensors: dict[str, Tensor
 
 def read_checkpoint(prefix: str, fmt: str, version: int,
                     data: PosedImages | None = None) -> tuple[dict[str, Any], dict[str, Tensor]]:
-    """``(doc, tensors)`` of the checkpoint ``prefix``, checked to be of format ``fmt`` and ``version`` (and, with
-    ``data``, to have been fit on that data: :func:`check_same_data`); :class:`CheckpointError` names the file and
-    the problem."""
+    """``(doc, tensors)`` of the checkpoint ``prefix``, checked to be of format ``fmt`` and ``version``.
+
+    With ``data``, it is also checked to have been fit on that data; see :func:`check_same_data`.
+    :class:`CheckpointError` names the file and the problem."""
     from safetensors import SafetensorError
     from safetensors.torch import load_file
 
@@ -171,13 +178,13 @@ def read_checkpoint(prefix: str, fmt: str, version: int,
 
 
 def data_fingerprint(data: PosedImages) -> dict[str, Any]:
-    """What identifies the training data in a checkpoint (views, size, source, mean pixel)."""
+    """What identifies the training data in a checkpoint: views, size, source, mean pixel."""
     return {"n_views": len(data), "width": data.width, "height": data.height, "source": data.source,
             "image_mean": round(float(data.images.float().mean()), 6)}
 
 
 def check_same_data(prefix: str, saved: dict[str, Any], data: PosedImages) -> None:
-    """Refuse (:class:`CheckpointError`) to resume on data whose views or size differ from the checkpoint's."""
+    """Refuse to resume on data whose views or size differ from the checkpoint's. Raises :class:`CheckpointError`."""
     have = data_fingerprint(data)
     for key in ("n_views", "width", "height"):
         if saved.get(key) != have[key]:
@@ -186,8 +193,9 @@ def check_same_data(prefix: str, saved: dict[str, Any], data: PosedImages) -> No
 
 
 def adam_tensors(opt: torch.optim.Optimizer, names: Sequence[str], prefix: str = "adam") -> dict[str, Tensor]:
-    """The Adam state of ``opt``'s parameters (in param-group order, one name each) as
-    ``{f"{prefix}.{name}.{step|exp_avg|exp_avg_sq}": tensor}`` (empty before the first step)."""
+    """The Adam state of ``opt``'s parameters, as ``{f"{prefix}.{name}.{step|exp_avg|exp_avg_sq}": tensor}``.
+
+    Parameters come in param-group order, one name each. It is empty before the first step."""
     params = [p for g in opt.param_groups for p in g["params"]]
     if len(params) != len(names):
         raise ValueError(f"adam_tensors: {len(params)} parameters but {len(names)} names")
@@ -201,7 +209,7 @@ def adam_tensors(opt: torch.optim.Optimizer, names: Sequence[str], prefix: str =
 
 def load_adam_tensors(opt: torch.optim.Optimizer, names: Sequence[str], tensors: dict[str, Tensor],
                       prefix: str = "adam") -> None:
-    """Inverse of :func:`adam_tensors` (parameters without saved state keep none)."""
+    """Inverse of :func:`adam_tensors`. Parameters without saved state keep none."""
     params = [p for g in opt.param_groups for p in g["params"]]
     for name, p in zip(names, params):
         if f"{prefix}.{name}.exp_avg" in tensors:

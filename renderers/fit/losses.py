@@ -1,4 +1,4 @@
-"""Image losses and metrics for fitting: L1, SSIM, PSNR (images ``[..., H, W, 3]`` in [0, 1])."""
+"""Image losses and metrics for fitting: L1, SSIM, PSNR. Images are ``[..., H, W, 3]`` in [0, 1]."""
 from __future__ import annotations
 
 import torch
@@ -14,13 +14,11 @@ def _gaussian_window(size: int, sigma: float, device: torch.device, dtype: torch
 
 
 def ssim(a: Tensor, b: Tensor, *, window: int = 11, sigma: float = 1.5, data_range: float = 1.0) -> Tensor:
-    """Mean structural similarity of two image batches ``[..., H, W, C]`` (a scalar tensor).
+    """Mean structural similarity of two image batches ``[..., H, W, C]``, as a scalar tensor.
 
-    The INRIA 3DGS / Wang et al. 2004 form: local statistics under an 11 x 11
-    Gaussian window (sigma 1.5) with zero padding ("same" size output),
-    ``C1 = (0.01 L)^2``, ``C2 = (0.03 L)^2`` for data range ``L``, averaged over
-    pixels, channels and images. Identical images give exactly 1.
-    Differentiable.
+    It is the INRIA 3DGS form, after Wang et al. 2004. Local statistics use an 11 x 11 Gaussian window, sigma
+    1.5. Padding is zero, for a "same" size output. ``C1 = (0.01 L)^2`` and ``C2 = (0.03 L)^2`` for data range
+    ``L``. It is averaged over pixels, channels and images. Identical images give exactly 1. Differentiable.
     """
     if a.shape != b.shape or a.dim() < 3:
         raise ValueError(f"ssim: images must have the same shape [..., H, W, C], got {list(a.shape)} and "

@@ -1,18 +1,14 @@
-"""Trainable 3DGS parameters: initialisation, activation, and conversion to/from :class:`GaussianScene`.
+"""Trainable 3DGS parameters: initialisation, activation, and conversion to and from :class:`GaussianScene`.
 
-Parameters are held **pre-activation**, one leaf tensor per kind (as gsplat's
-``simple_trainer`` does), so each gets its own optimizer and learning rate:
+Parameters are held **pre-activation**, one leaf tensor per kind, as gsplat's ``simple_trainer`` does. So each
+gets its own optimizer and learning rate. By name, with shape and activation:
 
-====================  ==============  ==========================================
-name                  shape           activation
-====================  ==============  ==========================================
-``means``             ``[N, 3]``      none (world units)
-``scales``            ``[N, 3]``      ``exp`` -> standard deviations
-``quats``             ``[N, 4]``      normalised (w, x, y, z)
-``opacities``         ``[N]``         ``sigmoid``
-``sh0``               ``[N, 1, 3]``   SH degree-0 coefficient (``f_dc``)
-``shN``               ``[N, K-1, 3]`` higher SH coefficients (``f_rest``), K = (d+1)^2
-====================  ==============  ==========================================
+- ``means`` ``[N, 3]``: none, in world units.
+- ``scales`` ``[N, 3]``: ``exp`` gives standard deviations.
+- ``quats`` ``[N, 4]``: normalised, order w, x, y, z.
+- ``opacities`` ``[N]``: ``sigmoid``.
+- ``sh0`` ``[N, 1, 3]``: the SH degree-0 coefficient, ``f_dc``.
+- ``shN`` ``[N, K-1, 3]``: the higher SH coefficients, ``f_rest``. K = (d+1)^2.
 """
 from __future__ import annotations
 
@@ -27,12 +23,12 @@ Params = dict[str, Tensor]
 
 
 def rgb_to_sh0(rgb: Tensor) -> Tensor:
-    """Degree-0 SH coefficient ``[..., 3]`` that renders as ``rgb`` (``0.5 + SH_C0 * c = rgb``)."""
+    """Degree-0 SH coefficient ``[..., 3]`` that renders as ``rgb``: ``0.5 + SH_C0 * c = rgb``."""
     return (rgb - 0.5) / SH_C0
 
 
 def knn_mean_distance(points: Tensor, k: int = 3, chunk: int = 2048) -> Tensor:
-    """Mean distance ``[N]`` from each point ``[N, 3]`` to its ``k`` nearest other points (brute force)."""
+    """Mean distance ``[N]`` from each point ``[N, 3]`` to its ``k`` nearest other points. Brute force."""
     n = points.shape[0]
     if n <= 1:
         return torch.ones(n, dtype=points.dtype, device=points.device)
@@ -48,12 +44,11 @@ def knn_mean_distance(points: Tensor, k: int = 3, chunk: int = 2048) -> Tensor:
 def init_params(points: Tensor, colors: Tensor | None = None, *, sh_degree: int = 3,
                 init_opacity: float = 0.1, init_scale: float = 1.0,
                 generator: torch.Generator | None = None) -> Params:
-    """Gaussians at ``points [N, 3]`` with base colours ``colors [N, 3]`` in [0, 1] (random if None).
+    """Gaussians at ``points [N, 3]`` with base colours ``colors [N, 3]`` in [0, 1]. None gives random colours.
 
-    As gsplat's trainer: isotropic scales = ``init_scale`` x the mean distance to
-    the 3 nearest neighbours, random quaternions, opacity ``init_opacity``,
-    higher SH coefficients zero. Returns float32 leaf tensors (CPU unless
-    ``points`` is elsewhere) with ``requires_grad``.
+    As gsplat's trainer does: scales are isotropic, ``init_scale`` x the mean distance to the 3 nearest
+    neighbours. Quaternions are random. Opacity is ``init_opacity``. Higher SH coefficients are zero. Returns
+    float32 leaf tensors with ``requires_grad``. They are on the CPU unless ``points`` is elsewhere.
     """
     points = points.float()
     n, device = points.shape[0], points.device
@@ -78,7 +73,7 @@ def random_points(lo: Tensor, hi: Tensor, n: int, generator: torch.Generator | N
 
 
 def activated(params: Params) -> dict[str, Tensor]:
-    """Keyword arguments for :func:`rasterize` (means, quats, scales, opacities, colors) from ``params``."""
+    """Keyword arguments for :func:`rasterize` from ``params``: means, quats, scales, opacities, colors."""
     return {
         "means": params["means"],
         "quats": params["quats"],
@@ -90,7 +85,7 @@ def activated(params: Params) -> dict[str, Tensor]:
 
 @torch.no_grad()
 def params_to_scene(params: Params, sh_degree: int | None = None) -> GaussianScene:
-    """A detached CPU :class:`GaussianScene` (keeping SH up to ``sh_degree``, default all)."""
+    """A detached CPU :class:`GaussianScene`. It keeps SH up to ``sh_degree``, default all."""
     a = activated(params)
     sh = a["colors"]
     if sh_degree is not None:
@@ -101,7 +96,7 @@ def params_to_scene(params: Params, sh_degree: int | None = None) -> GaussianSce
 
 
 def scene_to_params(scene: GaussianScene, sh_degree: int | None = None, device=None) -> Params:
-    """Trainable parameters from an activated scene (SH padded with zeros up to ``sh_degree``)."""
+    """Trainable parameters from an activated scene. SH is padded with zeros up to ``sh_degree``."""
     device = device or scene.device
     degree = scene.sh_degree if sh_degree is None else sh_degree
     K = (degree + 1) ** 2

@@ -1,17 +1,18 @@
-"""The fitting loop: Gaussians optimised against posed images (the 3DGS recipe, as gsplat's trainer).
+"""The fitting loop: Gaussians optimised against posed images. It is the 3DGS recipe, as gsplat's trainer has it.
 
-One view per step, rendered with :func:`rasterize` (``backend="auto"``: the torch
-reference's autograd on CPU, the Triton backward on CUDA); loss
-``0.8 L1 + 0.2 (1 - SSIM)``; one Adam per parameter kind with its own learning
-rate (means decaying exponentially to 1 % over the run); SH degree raised by one
-every ``sh_interval`` steps; densification from the accumulated 2D mean
-gradients (``densify.py``). Deterministic for a seed: the view order and every
-random draw derive from ``(seed, epoch)`` / ``(seed, step)``, so a resumed fit
-continues exactly as an uninterrupted one.
+- One view per step, rendered with :func:`rasterize`, ``backend="auto"``. That is the torch reference's autograd
+  on CPU and the Triton backward on CUDA.
+- The loss is ``0.8 L1 + 0.2 (1 - SSIM)``.
+- One Adam per parameter kind, with its own learning rate. The means' rate decays exponentially to 1 % over the
+  run.
+- The SH degree rises by one every ``sh_interval`` steps.
+- Densification works from the accumulated 2D mean gradients; see ``densify.py``.
 
-Checkpoint ``PREFIX`` = ``PREFIX.ply`` (the scene, INRIA PLY), ``PREFIX.fit.json``
-(step, config, history) and ``PREFIX.fit.safetensors`` (raw parameters, Adam
-moments, densification statistics).
+It is deterministic for a seed. The view order and every random draw derive from ``(seed, epoch)`` or
+``(seed, step)``. So a resumed fit continues exactly as an uninterrupted one.
+
+Checkpoint ``PREFIX`` is three files. ``PREFIX.ply`` is the scene, as INRIA PLY. ``PREFIX.fit.json`` holds step,
+config and history. ``PREFIX.fit.safetensors`` holds raw parameters, Adam moments and densification statistics.
 """
 from __future__ import annotations
 
@@ -48,15 +49,12 @@ CHECKPOINT_VERSION = 1
 
 @dataclass
 class FitConfig:
-    """Everything that decides a fit (saved in the checkpoint JSON).
+    """Everything that decides a fit. It is saved in the checkpoint JSON.
 
-    Learning rates: gsplat's defaults (tuned for 30 000 steps on megapixel
-    images) except ``lr_means`` (1.6e-4 there), ``lr_scales`` (5e-3) and
-    ``lr_sh0`` (2.5e-3), raised for CPU-sized fits of a few thousand steps.
-    ``lr_means`` is multiplied by the scene scale and decays to
-    ``lr_means_final`` of itself by the last step.
-    ``sh_interval`` / densification steps of None scale with ``steps`` (see
-    :meth:`resolved`).
+    Learning rates are gsplat's defaults, tuned for 30 000 steps on megapixel images. Three are raised for
+    CPU-sized fits of a few thousand steps: ``lr_means``, 1.6e-4 there; ``lr_scales``, 5e-3 there; ``lr_sh0``,
+    2.5e-3 there. ``lr_means`` is multiplied by the scene scale. It decays to ``lr_means_final`` of itself by the
+    last step. ``sh_interval`` and densification steps of None scale with ``steps``; see :meth:`resolved`.
     """
 
     steps: int = 3000
@@ -81,9 +79,9 @@ class FitConfig:
     def resolved(self) -> FitConfig:  # (of the same class: subclasses add their own fields)
         """A copy with step-dependent defaults filled in for a run of :attr:`steps`.
 
-        gsplat's schedule is for 30 000 steps; shorter runs scale it
-        (SH degree up every steps/30, densify from 5 % to 50 % of the run,
-        every 1 %, at least every 50 steps; opacity reset every 20 %).
+        gsplat's schedule is for 30 000 steps. Shorter runs scale it. The SH degree goes up every steps/30.
+        Densification runs from 5 % to 50 % of the run, every 1 %, at least every 50 steps. Opacity resets
+        every 20 %.
         """
         cfg = type(self)(**{f.name: getattr(self, f.name) for f in fields(self)})
         cfg.densify = DensifyConfig(**asdict(self.densify))
@@ -117,9 +115,11 @@ class FitConfig:
 
 def optimizer_step(loss: Tensor, optimizers: dict[str, torch.optim.Optimizer], set_lrs: Callable[[], None],
                    diverged: str) -> float:
-    """One step of every optimiser on ``loss``: zero the gradients, backpropagate (a loss with no gradient —
-    nothing visible in the view — steps on zero gradients), refuse a non-finite loss (``FloatingPointError``
-    "``diverged``: loss is ..."), set the learning rates, step. Returns the loss value."""
+    """One step of every optimiser on ``loss``. Returns the loss value.
+
+    It zeroes the gradients and backpropagates. A loss with no gradient steps on zero gradients; that is a view
+    where nothing is visible. A non-finite loss is refused: ``FloatingPointError`` "``diverged``: loss is ...".
+    Then it sets the learning rates and steps."""
     for opt in optimizers.values():
         opt.zero_grad(set_to_none=True)
     if loss.requires_grad:
@@ -145,10 +145,10 @@ class Fitter(TrainingRun):
     Args:
         train: the training views.
         config: see :class:`FitConfig`.
-        device: where to optimise ("cpu" or "cuda").
-        bounds: ``(lo [3], hi [3])`` box for random initial points (default :func:`focus_bounds`).
-        points / colors: an initial point cloud ``[M, 3]`` (+ ``[M, 3]`` colours in [0, 1])
-            to start from instead of random points.
+        device: where to optimise, "cpu" or "cuda".
+        bounds: ``(lo [3], hi [3])`` box for random initial points. Default: :func:`focus_bounds`.
+        points / colors: an initial point cloud ``[M, 3]`` to start from instead of random points. Optional
+            ``[M, 3]`` colours in [0, 1].
         scene_scale: overrides :func:`scene_scale_of`.
     """
 
@@ -212,7 +212,7 @@ class Fitter(TrainingRun):
 
     def render(self, viewmats: Tensor, Ks: Tensor, width: int, height: int,
                sh_degree: int | None = None) -> tuple[Tensor, dict[str, Any]]:
-        """Render the current Gaussians: ``([C, H, W, 3], meta)`` (differentiable)."""
+        """Render the current Gaussians, differentiably: ``([C, H, W, 3], meta)``."""
         d = self.sh_degree_now if sh_degree is None else sh_degree
         C = viewmats.shape[0]
         colors, _, meta = rasterize(**activated(self.params), viewmats=viewmats.to(self.device),
@@ -222,7 +222,7 @@ class Fitter(TrainingRun):
 
     # ------------------------------------------------------------------
     def train_step(self) -> dict[str, float]:
-        """One optimisation step (+ densification when due). Returns ``{"loss", "psnr"}`` of the view."""
+        """One optimisation step, with densification when due. Returns ``{"loss", "psnr"}`` of the view."""
         i = self.view_index(self.step)
         target = self._images[i:i + 1]
         W, H = self.train.width, self.train.height
@@ -249,7 +249,7 @@ class Fitter(TrainingRun):
 
     @torch.no_grad()
     def evaluate(self, data: PosedImages, chunk: int = 4) -> dict[str, Any]:
-        """PSNR / SSIM of the current Gaussians on ``data`` (mean over views, and per view)."""
+        """PSNR and SSIM of the current Gaussians on ``data``: the mean over views, and per view."""
         per_view, ssims = [], []
         for j in range(0, len(data), chunk):
             vm, K = data.viewmats[j:j + chunk], data.Ks[j:j + chunk]
@@ -262,7 +262,7 @@ class Fitter(TrainingRun):
                 "psnr_per_view": [round(p, 3) for p in per_view], "n_views": len(per_view)}
 
     def scene(self) -> GaussianScene:
-        """The Gaussians as a CPU :class:`GaussianScene` (all SH coefficients)."""
+        """The Gaussians as a CPU :class:`GaussianScene`, with all SH coefficients."""
         return params_to_scene(self.params)
 
     # ------------------------------------------------------------------
@@ -275,7 +275,7 @@ class Fitter(TrainingRun):
 
     # ------------------------------------------------------------------
     def save(self, prefix: str) -> dict[str, str]:
-        """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``; returns the paths."""
+        """Write ``PREFIX.ply``, ``PREFIX.fit.json`` and ``PREFIX.fit.safetensors``. Returns the paths."""
         prefix = _strip_ply(prefix)
         ply = prefix + ".ply"
         Path(ply).parent.mkdir(parents=True, exist_ok=True)
@@ -293,8 +293,9 @@ class Fitter(TrainingRun):
     @classmethod
     def load(cls, prefix: str, train: PosedImages, *, device: str | torch.device = "cpu",
              steps: int | None = None) -> Fitter:
-        """Resume from :meth:`save`'s files. ``train`` must be the same data (checked); ``steps``
-        may extend the run (the learning-rate schedule then follows the new length)."""
+        """Resume from :meth:`save`'s files. ``train`` must be the same data; it is checked.
+
+        ``steps`` may extend the run. The learning-rate schedule then follows the new length."""
         prefix = _strip_ply(prefix)
         doc, tensors = read_checkpoint(prefix, CHECKPOINT_FORMAT, CHECKPOINT_VERSION, train)
         cfg = FitConfig.from_json(doc["config"])

@@ -1,18 +1,17 @@
-"""3D Gaussian splatting: render INRIA / gsplat scenes with the semantics of gsplat.
+"""3D Gaussian splatting: render INRIA and gsplat scenes with the semantics of gsplat.
 
 Public API:
 
-- :func:`rasterize` — project, colour and blend Gaussians into a batch of
-  cameras (Triton kernels on CUDA, the readable torch reference elsewhere).
-- :func:`rasterize_to_pixels` — the blending step alone, on either backend.
-- :class:`TileCapacity` — fixed-capacity tile lists kept across frames: no host sync per frame.
-- :class:`GaussianScene`, :func:`load_ply`, :func:`save_ply`, :func:`load_splat`,
-  :func:`load_scene`, :func:`check_fits` — scenes in the formats users have.
+- :func:`rasterize`: project, colour and blend Gaussians into a batch of cameras. Triton kernels on CUDA, the
+  readable torch reference elsewhere.
+- :func:`rasterize_to_pixels`: the blending step alone, on either backend.
+- :class:`TileCapacity`: fixed-capacity tile lists kept across frames. No host sync per frame.
+- :class:`GaussianScene`, :func:`load_ply`, :func:`save_ply`, :func:`load_splat`, :func:`load_scene`,
+  :func:`check_fits`: scenes in the formats users have.
 
-Layout of every fast op in framegraph: ``reference.py`` is the pure-torch twin of every step;
-``triton.py`` holds the kernels; this file dispatches between them and registers the kernels as
-torch custom ops (``torch.ops.framegraph.gaussians_rasterize_fwd`` / ``_bwd``); ``io.py`` reads and
-writes the file formats.
+Every fast op in framegraph has this layout. ``reference.py`` is the pure-torch twin of every step.
+``triton.py`` holds the kernels. This file dispatches between them. It registers the kernels as torch custom
+ops: ``torch.ops.framegraph.gaussians_rasterize_fwd`` and ``_bwd``. ``io.py`` reads and writes the file formats.
 """
 from __future__ import annotations
 
@@ -78,68 +77,65 @@ def rasterize(
     validate: bool = True,
     tiles: TileCapacity | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
-    """Render 3D Gaussians into ``C`` cameras; same semantics as gsplat's ``rasterization()``.
+    """Render 3D Gaussians into ``C`` cameras, with the same semantics as gsplat's ``rasterization()``.
 
-    Pipeline: project each Gaussian into each camera (EWA splatting with an
-    ``eps2d`` blur), evaluate colours (directly, or from spherical harmonics of
-    the direction camera -> Gaussian), list Gaussian-tile overlaps sorted by
-    depth, and alpha-blend each tile front to back.
+    The pipeline projects each Gaussian into each camera: EWA splatting with an ``eps2d`` blur. It evaluates
+    colours, directly or from spherical harmonics of the direction camera -> Gaussian. It lists Gaussian-tile
+    overlaps sorted by depth. It alpha-blends each tile front to back.
 
     Args:
         means: ``[N, 3]`` Gaussian centres in world space.
-        quats: ``[N, 4]`` rotations as quaternions **(w, x, y, z)**; normalised
-            here, so any non-zero norm is fine.
-        scales: ``[N, 3]`` **activated** scales (standard deviations along the
-            Gaussian's axes; ``exp`` of what an INRIA PLY stores).
-        opacities: ``[N]`` **activated** opacities in [0, 1] (``sigmoid`` of the PLY value).
-        colors: without ``sh_degree``: ``[N, D]`` or ``[C, N, D]`` per-Gaussian
-            features (any D, e.g. RGB). With ``sh_degree``: SH coefficients
-            ``[N, K, 3]`` or ``[C, N, K, 3]``, ``K >= (sh_degree + 1) ** 2``;
-            the colour is ``max(SH(dir) + 0.5, 0)`` with ``dir`` from the camera
-            centre to the Gaussian (gsplat / INRIA convention).
-        viewmats: ``[C, 4, 4]`` **world-to-camera** matrices, OpenCV convention
-            (x right, y down, z forward; visible points have z > 0).
-        Ks: ``[C, 3, 3]`` pinhole intrinsics ``[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]``
-            in pixels; pixel ``(row i, col j)`` has its centre at ``(j + 0.5, i + 0.5)``.
+        quats: ``[N, 4]`` rotations as quaternions, order **w, x, y, z**. They are normalised here, so any
+            non-zero norm is fine.
+        scales: ``[N, 3]`` **activated** scales: standard deviations along the Gaussian's axes. An INRIA PLY
+            stores their log.
+        opacities: ``[N]`` **activated** opacities in [0, 1]. An INRIA PLY stores their logit.
+        colors: without ``sh_degree``, ``[N, D]`` or ``[C, N, D]`` per-Gaussian features of any D, e.g. RGB.
+            With ``sh_degree``, SH coefficients ``[N, K, 3]`` or ``[C, N, K, 3]``, ``K >= (sh_degree + 1) ** 2``.
+            The colour is then ``max(SH(dir) + 0.5, 0)``. ``dir`` runs from the camera centre to the Gaussian.
+            This is the gsplat and INRIA convention.
+        viewmats: ``[C, 4, 4]`` **world-to-camera** matrices, OpenCV convention. X right, y down, z forward;
+            visible points have z > 0.
+        Ks: ``[C, 3, 3]`` pinhole intrinsics ``[[fx, 0, cx], [0, fy, cy], [0, 0, 1]]`` in pixels. Pixel row i,
+            col j has its centre at ``(j + 0.5, i + 0.5)``.
         width, height: image size in pixels.
-        sh_degree: 0..3 to treat ``colors`` as SH coefficients; None for plain colours.
+        sh_degree: 0..3 to treat ``colors`` as SH coefficients. None for plain colours.
         near_plane, far_plane: Gaussians with camera z outside ``[near, far]`` are culled.
-        eps2d: added to the diagonal of each 2D covariance (a ~0.3 px blur).
+        eps2d: added to the diagonal of each 2D covariance. That is a blur of about 0.3 px.
         radius_clip: Gaussians whose pixel radii are both <= this are skipped.
-        backgrounds: ``[C, D]`` (or ``[D]``) colour behind the Gaussians;
-            None = black. In depth modes the depth channel's background is 0.
-        tile_size: tile edge in pixels (16 like gsplat; the Triton backend
-            takes 4, 8, 16 or 32).
-        render_mode: ``"RGB"`` colours; ``"D"`` accumulated depth
-            ``sum w_i z_i``; ``"ED"`` expected depth (``D / alpha``);
-            ``"RGB+D"`` / ``"RGB+ED"`` colours with the depth as last channel.
-        alpha_cap: maximum per-Gaussian alpha (0.999 like gsplat; 0.99 like INRIA).
-        rasterize_mode: ``"classic"``, or ``"antialiased"`` (opacity scaled by
-            ``sqrt(det(cov2d) / det(cov2d + eps2d I))`` as in Mip-Splatting / gsplat).
-        backend: ``"auto"`` (Triton kernels on CUDA float32 tensors, the torch
-            reference elsewhere), ``"triton"`` or ``"torch"``.
-        validate: check shapes, devices and finiteness (one host sync). Turn off
-            on a hot path once the inputs are known good.
-        tiles: None (tile lists sized by the data: a few host syncs a frame), or the
-            :class:`TileCapacity` of a stream of frames: fixed-capacity tile lists, no host
-            sync after its first frame (the render stages pass one). No autograd on the torch
-            backend then.
+        backgrounds: ``[C, D]`` or ``[D]`` colour behind the Gaussians. None is black. In depth modes the depth
+            channel's background is 0.
+        tile_size: tile edge in pixels. 16, like gsplat. The Triton backend takes 4, 8, 16 or 32.
+        render_mode: ``"RGB"`` gives colours. ``"D"`` gives accumulated depth ``sum w_i z_i``. ``"ED"`` gives
+            expected depth, ``D / alpha``. ``"RGB+D"`` and ``"RGB+ED"`` give colours with the depth as last
+            channel.
+        alpha_cap: maximum per-Gaussian alpha. 0.999 is gsplat's, 0.99 INRIA's.
+        rasterize_mode: ``"classic"`` or ``"antialiased"``. Antialiased scales opacity by
+            ``sqrt(det(cov2d) / det(cov2d + eps2d I))``, as in Mip-Splatting and gsplat.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. Auto runs the Triton kernels on CUDA float32 tensors
+            and the torch reference elsewhere.
+        validate: check shapes, devices and finiteness. That is one host sync. Turn it off on a hot path once
+            the inputs are known good.
+        tiles: None, or the :class:`TileCapacity` of a stream of frames. None sizes tile lists by the data, with
+            a few host syncs a frame. A :class:`TileCapacity` gives fixed-capacity tile lists. There is no host
+            sync after its first frame. The render stages pass one. There is no autograd on the torch backend
+            then.
 
     Returns:
         A tuple:
 
-        - **colors** ``[C, H, W, D]`` (D = 3 for RGB, 1 for D/ED, 4 for RGB+D/ED).
-        - **alphas** ``[C, H, W, 1]`` accumulated opacity ``1 - T``.
+        - **colors** ``[C, H, W, D]``. D = 3 for RGB, 1 for D/ED, 4 for RGB+D/ED.
+        - **alphas** ``[C, H, W, 1]``, the accumulated opacity ``1 - T``.
         - **meta** dict: ``radii [C, N, 2] int32``, ``means2d [C, N, 2]``,
           ``depths [C, N]``, ``conics [C, N, 3]``, ``opacities [C, N]``,
           ``tiles_per_gauss [C, N]``, ``isect_ids [M]``, ``flatten_ids [M]``,
           ``isect_offsets [C, tile_height, tile_width]``, ``tile_width``,
           ``tile_height``, ``tile_size``, ``width``, ``height``, ``n_cameras``,
-          ``backend``, ``n_isects`` (0-d with ``tiles``: the used length of the
-          padded ``isect_ids`` / ``flatten_ids``; None without).
+          ``backend`` and ``n_isects``.
+        - ``n_isects`` is 0-d with ``tiles``: the used length of the padded ``isect_ids`` and ``flatten_ids``.
+          It is None without.
 
-    Differentiable w.r.t. means, quats, scales, opacities, colors and
-    backgrounds on both backends.
+    Differentiable w.r.t. means, quats, scales, opacities, colors and backgrounds on both backends.
     """
     if validate:
         _validate(means, quats, scales, opacities, colors, viewmats, Ks, width, height, sh_degree,
@@ -170,15 +166,16 @@ def rasterize(
 
 @dataclass
 class TileCapacity:
-    """The capacities a renderer keeps from frame to frame so that its steady-state frames make no host sync
-    (see :mod:`framegraph.renderers.capacity`; pass one to :func:`rasterize`, one per stream of frames).
+    """The capacities a renderer keeps from frame to frame. Its steady-state frames then make no host sync.
+
+    See :mod:`framegraph.renderers.capacity`. Pass one to :func:`rasterize`, one per stream of frames.
 
     Attributes:
         isects: the (Gaussian, tile) overlaps of a frame. A frame that needs more than it holds drops the
-            overlaps of its last Gaussians (in index order) and the next frames get room for them.
-        per_tile: the longest tile list, for the torch twin of the Triton kernel
-            (:func:`reference.rasterize_tiles_fixed`); an overflowing frame drops the farthest Gaussians of
-            its longest tiles.
+            overlaps of its last Gaussians, in index order. The next frames get room for them.
+        per_tile: the longest tile list, for the torch twin of the Triton kernel,
+            :func:`reference.rasterize_tiles_fixed`. An overflowing frame drops the farthest Gaussians of its
+            longest tiles.
     """
 
     isects: Capacity = field(default_factory=lambda: Capacity(headroom=1.5, quantum=1024))
@@ -190,18 +187,18 @@ class TileCapacity:
 
 
 def per_camera(x: Tensor, C: int, rank: int) -> Tensor:
-    """``x`` with a leading camera axis of size ``C``: as is if it has ``rank`` dims, else expanded (no copy)."""
+    """``x`` with a leading camera axis of size ``C``. As is if it has ``rank`` dims, else expanded without a copy."""
     return x if x.dim() == rank else x[None].expand(C, *x.shape)
 
 
 def view_dirs(means: Tensor, viewmats: Tensor) -> Tensor:
-    """Directions ``[C, N, 3]`` from each camera centre to each point ``means [N, 3]`` (not normalised)."""
+    """Directions ``[C, N, 3]`` from each camera centre to each point ``means [N, 3]``. Not normalised."""
     campos = torch.linalg.inv_ex(viewmats)[0][:, :3, 3]  # [C, 3] camera centres (inv_ex: no status read back)
     return means[None, :, :] - campos[:, None, :]
 
 
 def expect_shape(name: str, t: Any, shape: tuple[Any, ...]) -> None:
-    """Raise if ``t`` is not a tensor of ``shape`` (ints fixed, None free)."""
+    """Raise if ``t`` is not a tensor of ``shape``. Ints in ``shape`` are fixed, None is free."""
     if not isinstance(t, Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
     ok = t.dim() == len(shape) and all(s is None or s == d for s, d in zip(shape, t.shape))
@@ -213,8 +210,10 @@ def expect_shape(name: str, t: Any, shape: tuple[Any, ...]) -> None:
 def check_render_args(means: Tensor, viewmats: Tensor, Ks: Tensor, width: int, height: int, tile_size: int,
                       render_mode: str, sh_degree: int | None, colors: Tensor,
                       backgrounds: Tensor | None) -> tuple[int, int]:
-    """The checks 3DGS and 4DGS share: render mode, image size, ``means [N, 3]``, cameras, plain colours
-    (``[N, D]`` or ``[C, N, D]``), ``sh_degree`` and backgrounds. Returns ``(N, C)``."""
+    """The checks 3DGS and 4DGS share. Returns ``(N, C)``.
+
+    They check render mode, image size, ``means [N, 3]``, cameras, plain colours ``[N, D]`` or ``[C, N, D]``,
+    ``sh_degree`` and backgrounds."""
     if render_mode not in RENDER_MODES:
         raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
     for name, v in (("width", width), ("height", height), ("tile_size", tile_size)):
@@ -235,8 +234,9 @@ def check_render_args(means: Tensor, viewmats: Tensor, Ks: Tensor, width: int, h
 
 
 def check_values(named: dict[str, Tensor], invalid: dict[str, tuple[Tensor, str]]) -> None:
-    """Every tensor of ``named`` is floating point, on the first one's device and finite; no entry of the
-    ``invalid`` masks (name -> (bool mask of bad entries, what is wrong with them)) is set. One host sync."""
+    """Every tensor of ``named`` is floating point, on the first one's device and finite. One host sync.
+
+    ``invalid`` maps a name to a bool mask of bad entries and what is wrong with them. No entry may be set."""
     first, device = next(iter(named.items()))[0], next(iter(named.values())).device
     for name, t in named.items():
         if t.device != device:
@@ -281,16 +281,17 @@ def blend_projected(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tens
                     opacities_c: Tensor, width: int, height: int, *, backgrounds: Tensor | None,
                     tile_size: int, render_mode: RenderMode, alpha_cap: float, backend: Backend,
                     tiles: TileCapacity | None = None) -> tuple[Tensor, Tensor, dict[str, Any]]:
-    """The steps after projection, shared by 3DGS and 4DGS: depth channels for the render mode, tile
-    intersection and sort, front-to-back blending (``backend`` "triton" or "torch"), expected depth.
-    ``tiles``: None for the readable, data-sized tile lists (a few host syncs a frame); a
-    :class:`TileCapacity` for fixed-capacity lists without a host sync after the first frame
-    (:func:`_blend_fixed`; then ``isect_ids`` / ``flatten_ids`` in the meta end in padding, ``n_isects``
-    is their used length).
+    """The steps after projection, shared by 3DGS and 4DGS.
 
-    Args: projected Gaussians per camera — ``means2d [C, N, 2]``, ``radii [C, N, 2]``, ``depths [C, N]``,
-    ``conics [C, N, 3]``, ``colors_c [C, N, D]``, ``opacities_c [C, N]``; ``backgrounds [C, D]`` or
-    ``[D]`` or None. Returns ``(colors [C, H, W, D'], alphas [C, H, W, 1], meta)``.
+    They are: depth channels for the render mode, tile intersection and sort, front-to-back blending, expected
+    depth. ``backend`` is "triton" or "torch". ``tiles`` None gives the readable, data-sized tile lists, with a
+    few host syncs a frame. A :class:`TileCapacity` gives fixed-capacity lists, by :func:`_blend_fixed`. There is
+    no host sync after the first frame. Then ``isect_ids`` and ``flatten_ids`` in the meta end in padding.
+    ``n_isects`` is their used length.
+
+    Args: the projected Gaussians per camera. ``means2d [C, N, 2]``, ``radii [C, N, 2]``, ``depths [C, N]``,
+    ``conics [C, N, 3]``, ``colors_c [C, N, D]``, ``opacities_c [C, N]``. ``backgrounds`` is ``[C, D]``, ``[D]``
+    or None. Returns ``(colors [C, H, W, D'], alphas [C, H, W, 1], meta)``.
     """
     C = means2d.shape[0]
     if backgrounds is not None and backgrounds.dim() == 1:
@@ -338,11 +339,12 @@ def _blend_fixed(means2d: Tensor, radii: Tensor, depths: Tensor, conics: Tensor,
                  opacities_c: Tensor, width: int, height: int, *, backgrounds: Tensor | None, tile_size: int,
                  alpha_cap: float, backend: Backend, tiles: TileCapacity
                  ) -> tuple[Tensor, Tensor, Tensor, Tensor, tuple[Tensor, Tensor]]:
-    """Tile lists and blending of :func:`blend_projected` without a host sync (after the first frame):
-    intersections in ``tiles.isects`` slots (:func:`reference.isect_tiles_fixed`), tile ranges by
-    ``searchsorted`` (:func:`reference.tile_ranges`), then the Triton kernels, or on the torch backend their
-    torch twin :func:`reference.rasterize_tiles_fixed` (``tiles.per_tile`` Gaussians per tile at most; memory
-    ~ 2^22 floats a block, and slower on a CPU than the readable per-tile loop).
+    """Tile lists and blending of :func:`blend_projected` without a host sync after the first frame.
+
+    Intersections go in ``tiles.isects`` slots, by :func:`reference.isect_tiles_fixed`. Tile ranges come from
+    ``searchsorted``, by :func:`reference.tile_ranges`. Then the Triton kernels run. On the torch backend their
+    torch twin :func:`reference.rasterize_tiles_fixed` runs instead. It takes at most ``tiles.per_tile`` Gaussians
+    per tile. Its memory is about 2^22 floats a block. On a CPU it is slower than the readable per-tile loop.
 
     Returns ``tiles_per_gauss [C, N]``, ``isect_ids [cap]``, ``flatten_ids [cap]``, the tile ranges
     ``[C * n_tiles + 1]`` and ``(colors, alphas)``.
@@ -370,10 +372,11 @@ def rasterize_to_pixels(means2d: Tensor, conics: Tensor, colors: Tensor, opaciti
                         tile_size: int, isect_offsets: Tensor, flatten_ids: Tensor, backgrounds: Tensor | None = None,
                         alpha_cap: float = DEFAULT_ALPHA_CAP, *, backend: Backend = "auto",
                         n_isects: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Blend projected Gaussians into images: :func:`reference.rasterize_to_pixels` (same arguments and
-    returns) on the torch backend, the Triton tile kernels (float32; ``tile_size`` 4, 8, 16 or 32) on the
-    Triton one. Differentiable on both. ``n_isects`` (0-d): the used length of ``flatten_ids`` when the rest
-    is padding (:func:`reference.isect_tiles_fixed`); None: all of it."""
+    """Blend projected Gaussians into images. Differentiable on both backends.
+
+    The torch backend runs :func:`reference.rasterize_to_pixels`, with the same arguments and returns. The Triton
+    one runs the tile kernels, float32, ``tile_size`` 4, 8, 16 or 32. ``n_isects`` is 0-d: the used length of
+    ``flatten_ids`` when the rest is padding, as :func:`reference.isect_tiles_fixed` leaves it. None: all of it."""
     op = "rasterize_to_pixels"
     if resolve_backend(backend, means2d, op=op, auto_dtypes=(torch.float32,)) == "torch":
         return reference.rasterize_to_pixels(means2d, conics, colors, opacities, width, height, tile_size,

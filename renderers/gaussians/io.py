@@ -1,14 +1,16 @@
-"""Scene files: INRIA 3DGS PLY (read and write) and antimatter15 ``.splat`` (read).
+"""Scene files: INRIA 3DGS PLY, read and write, and antimatter15 ``.splat``, read.
 
-INRIA PLY: binary little-endian, one ``vertex`` element, float32 properties
-``x y z nx ny nz f_dc_0..2 f_rest_0..(3(K-1)-1) opacity scale_0..2 rot_0..3``
-(62 floats for SH degree 3). ``f_rest`` is channel-major: all red
-coefficients, then green, then blue. ``opacity`` is a logit, ``scale_*`` are
-logs, ``rot_*`` a quaternion (w, x, y, z), not necessarily unit.
+INRIA PLY is binary little-endian, with one ``vertex`` element of float32 properties:
+``x y z nx ny nz f_dc_0..2 f_rest_0..(3(K-1)-1) opacity scale_0..2 rot_0..3``. That is 62 floats for SH degree 3.
+``f_rest`` is channel-major: all red coefficients, then green, then blue. ``opacity`` is a logit. ``scale_*`` are
+logs. ``rot_*`` is a quaternion, order w, x, y, z, not necessarily unit.
 
-``.splat``: 32 bytes per Gaussian: position 3 x f32, linear scale 3 x f32,
-RGBA 4 x u8 (colour = 0.5 + SH_C0 * f_dc, alpha = opacity), quaternion
-4 x u8 (w, x, y, z), ``(q - 128) / 128``.
+``.splat`` has 32 bytes per Gaussian:
+
+- position: 3 x f32.
+- linear scale: 3 x f32.
+- RGBA: 4 x u8. Colour = 0.5 + SH_C0 * f_dc, alpha = opacity.
+- quaternion: 4 x u8, order w, x, y, z, as ``(q - 128) / 128``.
 """
 from __future__ import annotations
 
@@ -53,7 +55,7 @@ class _Element:
 
 
 def _read_header(f, path: Path) -> tuple[str, list[_Element], int]:
-    """Parse a PLY header; returns (endian '<' or '>', elements, header length in bytes)."""
+    """Parse a PLY header. Returns endian '<' or '>', the elements and the header length in bytes."""
     magic = f.readline(16)
     if magic.rstrip(b"\r\n") != b"ply":
         raise SceneError(f"{path}: not a PLY file (it does not start with 'ply')")
@@ -207,12 +209,12 @@ def _check_finite(path: Path, name: str, values: np.ndarray) -> None:
 def load_ply(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
     """Read an INRIA 3DGS PLY into an activated :class:`GaussianScene`.
 
-    Opacities get ``sigmoid``, scales ``exp``, quaternions are normalised and
-    SH coefficients reshaped to ``[N, K, 3]`` (degree inferred from the number
-    of ``f_rest`` properties). Raises :class:`SceneError` naming the file for
-    a malformed or truncated file, missing properties, a wrong vertex count or
-    NaN/Inf values, and :class:`SceneTooLargeError` (before allocating) if the
-    scene would not fit in host memory or on ``device``.
+    Opacities get ``sigmoid`` and scales ``exp``. Quaternions are normalised. SH coefficients are reshaped to
+    ``[N, K, 3]``. The degree follows from the number of ``f_rest`` properties.
+
+    Raises :class:`SceneError` naming the file for a malformed or truncated file. So it does for missing
+    properties, a wrong vertex count or NaN/Inf values. Raises :class:`SceneTooLargeError` before allocating,
+    if the scene would not fit in host memory or on ``device``.
     """
     path = Path(path)
     if not path.is_file():
@@ -262,7 +264,7 @@ def load_ply(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
 
 
 def _reuse_raw(raw: np.ndarray | None, current: np.ndarray, activate, invert) -> np.ndarray:
-    """Encode ``current`` back to file values, keeping the loaded bits where they still decode to it."""
+    """Encode ``current`` back to file values. It keeps the loaded bits where they still decode to it."""
     encoded = invert(current)
     if raw is None or raw.shape != current.shape:
         return encoded
@@ -273,10 +275,10 @@ def _reuse_raw(raw: np.ndarray | None, current: np.ndarray, activate, invert) ->
 
 
 def save_ply(scene: GaussianScene, path: PathLike) -> None:
-    """Write ``scene`` as an INRIA 3DGS PLY (inverse activations; zero normals).
+    """Write ``scene`` as an INRIA 3DGS PLY, with inverse activations and zero normals.
 
-    Loading the result and saving again gives the same bytes; Gaussians
-    unchanged since :func:`load_ply` keep their original raw values.
+    Loading the result and saving again gives the same bytes. Gaussians unchanged since :func:`load_ply` keep
+    their original raw values.
     """
     path = Path(path)
     n, K = scene.n, scene.sh.shape[1]
@@ -315,7 +317,7 @@ _SPLAT_DTYPE = np.dtype([("position", "<f4", 3), ("scale", "<f4", 3), ("rgba", "
 
 
 def load_splat(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
-    """Read an antimatter15 ``.splat`` file (32 bytes per Gaussian) as an SH-degree-0 scene."""
+    """Read an antimatter15 ``.splat`` file, 32 bytes per Gaussian, as an SH-degree-0 scene."""
     path = Path(path)
     if not path.is_file():
         raise SceneError(f"{path}: no such file")
@@ -346,7 +348,7 @@ def load_splat(path: PathLike, device: DeviceLike | None = None) -> GaussianScen
 
 
 def load_scene(path: PathLike, device: DeviceLike | None = None) -> GaussianScene:
-    """Load a scene by extension: ``.ply`` (INRIA) or ``.splat``."""
+    """Load a scene by extension: ``.ply``, INRIA's, or ``.splat``."""
     suffix = Path(path).suffix.lower()
     if suffix == ".ply":
         return load_ply(path, device)

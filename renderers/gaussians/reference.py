@@ -1,28 +1,25 @@
 """Pure-torch 3D Gaussian splatting, one readable function per step.
 
-This is the slow, obvious twin of the Triton path (``triton.py``) and the
-definition of what "correct" means for it. Every step follows the semantics of
-gsplat's ``rasterization()`` (nerfstudio-project/gsplat), so scenes trained
-there render the same here:
+This is the slow, obvious twin of the Triton path in ``triton.py``. It defines what "correct" means for it.
+Every step follows the semantics of gsplat's ``rasterization()``, from nerfstudio-project/gsplat. So scenes
+trained there render the same here:
 
-1. :func:`quat_scale_to_covar`   quaternion (w, x, y, z) + scale -> 3D covariance
-2. :func:`project_gaussians`     EWA splatting: world -> camera -> pixels, 2D
-                                 conics, per-axis pixel radii, culling
-3. :func:`spherical_harmonics`   view-dependent colour, SH degree 0..3
-4. :func:`isect_tiles`           (camera | tile | depth) keys, one per
-   :func:`isect_offsets`         Gaussian-tile overlap, sorted; tile ranges
-5. :func:`rasterize_to_pixels`   per-tile front-to-back alpha blending
+1. :func:`quat_scale_to_covar`: quaternion and scale -> 3D covariance. Order w, x, y, z.
+2. :func:`project_gaussians`: EWA splatting, world -> camera -> pixels. 2D conics, per-axis pixel radii, culling.
+3. :func:`spherical_harmonics`: view-dependent colour, SH degree 0..3.
+4. :func:`isect_tiles`, :func:`isect_offsets`: camera | tile | depth keys, one per Gaussian-tile overlap,
+   sorted. Then the tile ranges.
+5. :func:`rasterize_to_pixels`: per-tile front-to-back alpha blending.
 
 Steps 4 and 5 size their lists by the data, which reads counts back to the host. The render stages' sync-free
-path uses their fixed-shape forms (:func:`isect_tiles_fixed` into a capacity, :func:`tile_ranges`,
-:func:`rasterize_tiles_fixed`): the same lists and, up to float rounding, the same images.
+path uses their fixed-shape forms. These are :func:`isect_tiles_fixed` into a capacity, :func:`tile_ranges` and
+:func:`rasterize_tiles_fixed`. They give the same lists and, up to float rounding, the same images.
 
-Everything is differentiable by autograd except the integer bookkeeping
-(radii, tile keys), which is what training needs.
+Everything is differentiable by autograd except the integer bookkeeping: radii and tile keys. That is what
+training needs.
 
-Conventions: pixel ``(i, j)`` (row, column) has its centre at
-``(j + 0.5, i + 0.5)``; cameras are OpenCV (x right, y down, z forward);
-``viewmats`` are world-to-camera.
+Conventions: pixel row i, column j has its centre at ``(j + 0.5, i + 0.5)``. Cameras are OpenCV: x right, y
+down, z forward. ``viewmats`` are world-to-camera.
 """
 from __future__ import annotations
 
@@ -48,7 +45,7 @@ SH_C0 = 0.28209479177387814
 # 1. Covariance
 # ----------------------------------------------------------------------------
 def quat_to_rotmat(quats: Tensor) -> Tensor:
-    """Rotation matrices ``[..., 3, 3]`` from quaternions ``[..., 4]`` (w, x, y, z).
+    """Rotation matrices ``[..., 3, 3]`` from quaternions ``[..., 4]``, order w, x, y, z.
 
     Quaternions are normalised first, so any non-zero scale is accepted.
     """
@@ -64,8 +61,8 @@ def quat_to_rotmat(quats: Tensor) -> Tensor:
 def quat_scale_to_covar(quats: Tensor, scales: Tensor) -> Tensor:
     """3D covariances ``[..., 3, 3] = R S S^T R^T`` from quats ``[..., 4]`` and scales ``[..., 3]``.
 
-    ``scales`` are standard deviations along the Gaussian's local axes (already
-    activated, i.e. ``exp`` of what an INRIA PLY stores).
+    ``scales`` are standard deviations along the Gaussian's local axes. They are already activated. An INRIA PLY
+    stores their log.
     """
     M = quat_to_rotmat(quats) * scales[..., None, :]  # R @ diag(s)
     return M @ M.transpose(-1, -2)
@@ -89,15 +86,14 @@ def perspective_project(
     """Pinhole projection of camera-space Gaussians.
 
     Args:
-        means_c: ``[C, N, 3]`` camera-space means (z > 0 in front of the camera).
+        means_c: ``[C, N, 3]`` camera-space means. z > 0 in front of the camera.
         covars_c: ``[C, N, 3, 3]`` camera-space covariances.
-        Ks: ``[C, 3, 3]`` intrinsics (fx, fy, cx, cy used).
+        Ks: ``[C, 3, 3]`` intrinsics. fx, fy, cx and cy are used.
 
     Returns:
-        ``means2d [C, N, 2]`` in pixels and ``covars2d [C, N, 2, 2]``, the
-        first-order (EWA) image of the covariance. The Jacobian is taken at the
-        mean with x/z and y/z clamped to 1.3x the field of view's tangent (about
-        the principal point), so Gaussians far off screen don't blow up.
+        ``means2d [C, N, 2]`` in pixels and ``covars2d [C, N, 2, 2]``. That is the first-order, EWA image of the
+        covariance. The Jacobian is taken at the mean, with x/z and y/z clamped. The clamp is 1.3x the field of
+        view's tangent about the principal point. So Gaussians far off screen don't blow up.
     """
     x, y, z = means_c.unbind(-1)
     fx, fy = Ks[:, 0, 0, None], Ks[:, 1, 1, None]  # [C, 1]
@@ -119,9 +115,11 @@ def perspective_project(
 def project_gaussians(
     means: Tensor, quats: Tensor, scales: Tensor, viewmats: Tensor, Ks: Tensor, width: int, height: int, **options
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """Project 3D Gaussians into ``C`` cameras (gsplat's ``fully_fused_projection``): the covariances of
-    ``quats [N, 4]`` (rotations, (w, x, y, z), any non-zero norm) and ``scales [N, 3]`` (activated standard
-    deviations) through :func:`project_covariances`, whose keyword ``options`` these are."""
+    """Project 3D Gaussians into ``C`` cameras, as gsplat's ``fully_fused_projection`` does.
+
+    ``quats [N, 4]`` are rotations, order w, x, y, z, of any non-zero norm. ``scales [N, 3]`` are activated
+    standard deviations. Their covariances go through :func:`project_covariances`. The keyword ``options`` are
+    that function's."""
     return project_covariances(means, quat_scale_to_covar(quats, scales), viewmats, Ks, width, height, **options)
 
 
@@ -140,29 +138,27 @@ def project_covariances(
     radius_clip: float = 0.0,
     calc_compensations: bool = False,
 ) -> tuple[Tensor, Tensor, Tensor, Tensor, Tensor | None]:
-    """Project 3D Gaussians given by world-space covariances into ``C`` cameras (EWA splatting).
+    """Project 3D Gaussians given by world-space covariances into ``C`` cameras, by EWA splatting.
 
     Args:
         means: ``[N, 3]`` world-space centres.
-        covars: ``[N, 3, 3]`` world-space covariances (:func:`quat_scale_to_covar`; 4DGS slices give them
-            directly).
+        covars: ``[N, 3, 3]`` world-space covariances. :func:`quat_scale_to_covar` makes them. 4DGS slices give
+            them directly.
         viewmats: ``[C, 4, 4]`` world-to-camera, OpenCV convention.
         Ks: ``[C, 3, 3]`` intrinsics.
-        opacities: ``[N]`` or ``[C, N]`` activated opacities. When given (as
-            gsplat does), Gaussians with opacity < 1/255 are culled and the
-            pixel radius shrinks to where alpha falls below 1/255, which
-            changes no pixel, only the work.
-        eps2d: added to the 2D covariance diagonal (a pixel-sized blur).
-        near_plane, far_plane: depth range kept (camera z).
+        opacities: ``[N]`` or ``[C, N]`` activated opacities. When given, as gsplat does, Gaussians with
+            opacity < 1/255 are culled. The pixel radius shrinks to where alpha falls below 1/255. That changes
+            no pixel, only the work.
+        eps2d: added to the 2D covariance diagonal. A pixel-sized blur.
+        near_plane, far_plane: depth range kept, in camera z.
         radius_clip: Gaussians whose pixel radii are both <= this are culled.
-        calc_compensations: also return ``sqrt(det(cov2d) / det(cov2d + eps2d I))``
-            (the "antialiased" opacity factor of Mip-Splatting).
+        calc_compensations: also return ``sqrt(det(cov2d) / det(cov2d + eps2d I))``. That is the "antialiased"
+            opacity factor of Mip-Splatting.
 
     Returns:
-        ``radii [C, N, 2] int32`` (x, y pixel half-extents, 0 = culled),
-        ``means2d [C, N, 2]``, ``depths [C, N]`` (camera z), ``conics [C, N, 3]``
-        (upper triangle ``a, b, c`` of the inverse 2D covariance),
-        ``compensations [C, N]`` or None.
+        ``radii [C, N, 2] int32``: x, y pixel half-extents, 0 = culled.
+        ``means2d [C, N, 2]``. ``depths [C, N]``, the camera z. ``conics [C, N, 3]``: the upper triangle
+        ``a, b, c`` of the inverse 2D covariance. ``compensations [C, N]`` or None.
     """
     means_c, covars_c = world_to_camera(means, covars, viewmats)
     depths = means_c[..., 2]
@@ -211,8 +207,7 @@ def project_covariances(
 def sh_basis(degree: int, dirs: Tensor) -> Tensor:
     """Real SH basis ``[..., (degree + 1) ** 2]`` at unit directions ``[..., 3]``.
 
-    Ordering and signs match gsplat / INRIA 3DGS (``f_dc`` is basis 0, ``f_rest``
-    follow in this order).
+    Ordering and signs match gsplat and INRIA 3DGS. ``f_dc`` is basis 0; ``f_rest`` follow in this order.
     """
     if not 0 <= degree <= 3:
         raise ValueError(f"sh_degree must be 0..3, got {degree}")
@@ -246,9 +241,8 @@ def sh_basis(degree: int, dirs: Tensor) -> Tensor:
 def spherical_harmonics(degree: int, dirs: Tensor, coeffs: Tensor) -> Tensor:
     """Evaluate SH colour ``[..., 3]`` for view directions ``[..., 3]`` and coefficients ``[..., K, 3]``.
 
-    ``dirs`` need not be normalised. Only the first ``(degree + 1) ** 2`` of the
-    ``K`` coefficients are used. The result is the raw SH sum; the renderer
-    adds 0.5 and clamps at 0 as gsplat and INRIA do.
+    ``dirs`` need not be normalised. Only the first ``(degree + 1) ** 2`` of the ``K`` coefficients are used.
+    The result is the raw SH sum. The renderer adds 0.5 and clamps at 0, as gsplat and INRIA do.
     """
     n_bases = (degree + 1) ** 2
     if coeffs.shape[-2] < n_bases:
@@ -269,18 +263,19 @@ def tile_grid(width: int, height: int, tile_size: int) -> tuple[int, int]:
 def isect_tiles(
     means2d: Tensor, radii: Tensor, depths: Tensor, tile_size: int, tile_width: int, tile_height: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """List every (Gaussian, tile) overlap, sorted by (camera, tile, depth).
+    """List every (Gaussian, tile) overlap, sorted by camera, tile and depth.
 
     Args:
-        means2d: ``[C, N, 2]``; radii: ``[C, N, 2]`` int (0 = culled); depths: ``[C, N]``.
+        means2d: ``[C, N, 2]``.
+        radii: ``[C, N, 2]`` int. 0 = culled.
+        depths: ``[C, N]``.
 
     Returns:
-        ``tiles_per_gauss [C, N] int32``, ``isect_ids [M] int64`` (sorted keys:
-        camera id in the top bits, then tile id, then the depth's float32 bit
-        pattern in the low 32 bits; positive floats sort like their bits), and
-        ``flatten_ids [M] int32`` (the Gaussian's index into the flattened
-        ``[C * N]`` axis). Ties keep the order (camera, Gaussian, tile row, tile
-        column) because the sort is stable.
+        ``tiles_per_gauss [C, N] int32``, ``isect_ids [M] int64`` and ``flatten_ids [M] int32``.
+        ``isect_ids`` are the sorted keys. The camera id is in the top bits, then the tile id. The depth's
+        float32 bit pattern is in the low 32 bits. Positive floats sort like their bits. ``flatten_ids`` is the
+        Gaussian's index into the flattened ``[C * N]`` axis. The sort is stable. So ties keep the order camera,
+        Gaussian, tile row, tile column.
     """
     C, N = depths.shape
     device = means2d.device
@@ -300,7 +295,7 @@ def isect_tiles(
 
 
 def key_bits(n_cameras: int, tile_width: int, tile_height: int) -> int:
-    """Bits of the tile id in an intersection key; raises if camera and tile ids overflow the 32-bit prefix."""
+    """Bits of the tile id in an intersection key. Raises if camera and tile ids overflow the 32-bit prefix."""
     tile_bits = (tile_width * tile_height).bit_length()
     if tile_bits + n_cameras.bit_length() > 32:
         raise ValueError(f"{n_cameras} cameras x {tile_width * tile_height} tiles do not fit the 32-bit key prefix")
@@ -309,8 +304,10 @@ def key_bits(n_cameras: int, tile_width: int, tile_height: int) -> int:
 
 def tile_boxes(means2d: Tensor, radii: Tensor, tile_size: int, tile_width: int, tile_height: int
                ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Tile bounding box of every projected Gaussian, flattened over ``[C * N]``: first tile column ``x0``,
-    first tile row ``y0``, box width ``box_w`` (tiles) and ``tiles_per_gauss`` (0 for culled Gaussians), int64."""
+    """Tile bounding box of every projected Gaussian, flattened over ``[C * N]``, int64.
+
+    Returns the first tile column ``x0``, the first tile row ``y0`` and the box width ``box_w`` in tiles. Also
+    ``tiles_per_gauss``, 0 for culled Gaussians."""
     rx, ry = radii[..., 0].float(), radii[..., 1].float()
     tx, ty = means2d[..., 0].detach() / tile_size, means2d[..., 1].detach() / tile_size
     x0 = torch.floor(tx - rx / tile_size).clamp(0, tile_width).long()
@@ -324,8 +321,10 @@ def tile_boxes(means2d: Tensor, radii: Tensor, tile_size: int, tile_width: int, 
 
 def isect_keys(gauss: Tensor, k: Tensor, x0: Tensor, y0: Tensor, box_w: Tensor, depths: Tensor, tile_width: int,
                tile_bits: int) -> Tensor:
-    """Sort keys ``[M] int64`` of overlaps ``k`` (row-major index in the Gaussian's tile box) of Gaussians
-    ``gauss`` (indices into ``[C * N]``): camera id, tile id, depth bits (see :func:`isect_tiles`)."""
+    """Sort keys ``[M] int64`` of overlaps ``k`` of Gaussians ``gauss``: camera id, tile id, depth bits.
+
+    ``k`` is the row-major index in the Gaussian's tile box. ``gauss`` indexes ``[C * N]``. See
+    :func:`isect_tiles`."""
     N = depths.shape[1]
     box_w = box_w[gauss].clamp(min=1)  # >= 1: padding slots may point at an empty box
     tile_x = x0[gauss] + k % box_w
@@ -343,20 +342,20 @@ PAD_KEY = torch.iinfo(torch.int64).max  # the key of an unused slot: sorts after
 def isect_tiles_fixed(
     boxes: tuple[Tensor, Tensor, Tensor, Tensor], depths: Tensor, tile_width: int, tile_height: int, capacity: int
 ) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`isect_tiles` into ``capacity`` slots, without a host sync (fixed shapes, no data-sized tensor).
+    """:func:`isect_tiles` into ``capacity`` slots, without a host sync: fixed shapes, no data-sized tensor.
 
-    Slot ``s`` holds overlap ``s`` of the list :func:`isect_tiles` builds (same order, same keys): its Gaussian
-    is found by ``searchsorted`` in the running sum of ``tiles_per_gauss``. Slots past the total get the key
-    :data:`PAD_KEY` (sorted last) and Gaussian 0. If the total exceeds ``capacity``, the overlaps past it (those
-    of the last Gaussians in ``[C * N]`` order) are dropped.
+    Slot ``s`` holds overlap ``s`` of the list :func:`isect_tiles` builds, in the same order with the same keys.
+    Its Gaussian is found by ``searchsorted`` in the running sum of ``tiles_per_gauss``. Slots past the total get
+    the key :data:`PAD_KEY`, which sorts last, and Gaussian 0. If the total exceeds ``capacity``, the overlaps
+    past it are dropped. Those are the last Gaussians' in ``[C * N]`` order.
 
     Args:
-        boxes: :func:`tile_boxes` of the projected Gaussians (its last entry, summed, is the total wanted);
+        boxes: :func:`tile_boxes` of the projected Gaussians. Its last entry, summed, is the total wanted.
         depths: ``[C, N]``.
 
     Returns:
-        ``tiles_per_gauss [C, N] int32``, ``isect_ids [capacity] int64`` (the sorted keys, real ones first)
-        and ``flatten_ids [capacity] int32``.
+        ``tiles_per_gauss [C, N] int32``, ``isect_ids [capacity] int64`` and ``flatten_ids [capacity] int32``.
+        ``isect_ids`` are the sorted keys, real ones first.
     """
     C, N = depths.shape
     tile_bits = key_bits(C, tile_width, tile_height)
@@ -376,10 +375,11 @@ def isect_tiles_fixed(
 
 @torch.no_grad()
 def tile_ranges(isect_ids: Tensor, n_cameras: int, tile_width: int, tile_height: int) -> Tensor:
-    """Tile ``t`` of camera ``c`` (flat index ``c * n_tiles + t``) owns ``flatten_ids[r[i] : r[i + 1]]``:
-    the ranges ``r [C * n_tiles + 1] int32`` of keys sorted by :func:`isect_tiles_fixed` (padding excluded;
-    ``r[-1]`` is the number of real overlaps kept). ``searchsorted`` of the tile boundaries: fixed shapes,
-    no host sync. Same starts as :func:`isect_offsets`."""
+    """The ranges ``r [C * n_tiles + 1] int32`` of keys sorted by :func:`isect_tiles_fixed`.
+
+    Tile ``t`` of camera ``c`` has flat index ``c * n_tiles + t``. It owns ``flatten_ids[r[i] : r[i + 1]]``.
+    Padding is excluded. ``r[-1]`` is the number of real overlaps kept. It is a ``searchsorted`` of the tile
+    boundaries: fixed shapes, no host sync. The starts are those of :func:`isect_offsets`."""
     n_tiles = tile_width * tile_height
     tile_bits = n_tiles.bit_length()
     prefix = isect_ids >> 32
@@ -393,8 +393,7 @@ def tile_ranges(isect_ids: Tensor, n_cameras: int, tile_width: int, tile_height:
 def isect_offsets(isect_ids: Tensor, n_cameras: int, tile_width: int, tile_height: int) -> Tensor:
     """Start of each tile's run in the sorted intersections: ``[C, tile_height, tile_width] int32``.
 
-    Tile ``t`` of camera ``c`` owns ``flatten_ids[offsets[c, t] : next offset]``
-    (the last one runs to the end).
+    Tile ``t`` of camera ``c`` owns ``flatten_ids[offsets[c, t] : next offset]``. The last one runs to the end.
     """
     n_tiles = tile_width * tile_height
     tile_bits = n_tiles.bit_length()
@@ -421,16 +420,19 @@ def blend_tile(
     Args:
         means2d ``[M, 2]``, conics ``[M, 3]``, colors ``[M, D]``, opacities ``[M]``:
             the tile's Gaussians, nearest first.
-        pixels: ``[P, 2]`` pixel centres (x, y).
+        pixels: ``[P, 2]`` pixel centres, x and y.
 
     Returns:
-        ``color [P, D]`` (without background) and ``transmittance [P]``.
+        ``color [P, D]``, without background, and ``transmittance [P]``.
 
-    Per pixel, in order: ``sigma = 0.5 (a dx^2 + c dy^2) + b dx dy`` with
-    ``d = mean - pixel``; ``alpha = min(alpha_cap, opacity * exp(-sigma))``;
-    Gaussians with sigma < 0 or alpha < 1/255 are skipped; blending stops before
-    the first Gaussian that would take the transmittance to <= 1e-4. Written as
-    a cumulative product so the whole tile is one autograd graph.
+    Per pixel, in order:
+
+    - ``sigma = 0.5 (a dx^2 + c dy^2) + b dx dy`` with ``d = mean - pixel``.
+    - ``alpha = min(alpha_cap, opacity * exp(-sigma))``.
+    - Gaussians with sigma < 0 or alpha < 1/255 are skipped.
+    - Blending stops before the first Gaussian that would take the transmittance to <= 1e-4.
+
+    It is written as a cumulative product, so the whole tile is one autograd graph.
     """
     d = means2d[None, :, :] - pixels[:, None, :]  # [P, M, 2]
     dx, dy = d[..., 0], d[..., 1]
@@ -470,12 +472,12 @@ def rasterize_to_pixels(
         opacities ``[C, N]``: per-camera projected Gaussians.
         isect_offsets: ``[C, tile_height, tile_width]`` from :func:`isect_offsets`.
         flatten_ids: ``[M]`` from :func:`isect_tiles`.
-        backgrounds: ``[C, D]`` colour behind everything, or None (black).
-        n_isects: 0-d, the used length of ``flatten_ids`` (the rest is padding, as from
-            :func:`isect_tiles_fixed`); None: all of it.
+        backgrounds: ``[C, D]`` colour behind everything, or None for black.
+        n_isects: 0-d, the used length of ``flatten_ids``. The rest is padding, as from
+            :func:`isect_tiles_fixed`. None: all of it.
 
     Returns:
-        ``colors [C, H, W, D]`` and ``alphas [C, H, W, 1]`` (= 1 - transmittance).
+        ``colors [C, H, W, D]`` and ``alphas [C, H, W, 1]``. Alphas are 1 - transmittance.
     """
     C, N = means2d.shape[:2]
     D = colors.shape[-1]
@@ -513,8 +515,9 @@ def rasterize_to_pixels(
 
 def tile_pixels(n_cameras: int, tile_width: int, tile_height: int, tile_size: int, device, dtype
                 ) -> tuple[Tensor, Tensor]:
-    """Pixel centres ``x, y [C * n_tiles, tile_size ** 2]`` of every tile (row-major within a tile; pixels
-    past the image's right and bottom edges included)."""
+    """Pixel centres ``x, y [C * n_tiles, tile_size ** 2]`` of every tile.
+
+    They are row-major within a tile. Pixels past the image's right and bottom edges are included."""
     tile = torch.arange(n_cameras * tile_width * tile_height, device=device) % (tile_width * tile_height)
     p = torch.arange(tile_size * tile_size, device=device)
     ys = (tile // tile_width)[:, None] * tile_size + (p // tile_size)[None, :]
@@ -527,18 +530,21 @@ def rasterize_tiles_fixed(means2d: Tensor, conics: Tensor, colors: Tensor, opaci
                           tile_size: int, tile_offsets: Tensor, flatten_ids: Tensor, per_tile: int,
                           backgrounds: Tensor | None = None, alpha_cap: float = DEFAULT_ALPHA_CAP,
                           batch: int | None = None) -> tuple[Tensor, Tensor]:
-    """:func:`rasterize_to_pixels` for all tiles at once, without a host sync: the torch twin of the Triton
-    kernel (``triton.py``), which the sync-free render stages run on the torch backend (no autograd).
+    """:func:`rasterize_to_pixels` for all tiles at once, without a host sync.
 
-    Every tile walks its depth-sorted Gaussians ``batch`` at a time, ``per_tile`` in all (a capacity: at least
-    the longest tile's list, else that tile's farthest Gaussians are dropped), carrying each pixel's
-    transmittance and a "done" flag from batch to batch, as the kernel does. Fixed shapes ``[C * n_tiles,
-    tile_size ** 2, batch]`` (``batch`` None: the largest power of two in 16..256 that keeps such a block
-    under 2^22 entries); the loop count depends on ``per_tile`` only.
+    It is the torch twin of the Triton kernel in ``triton.py``. The sync-free render stages run it on the torch
+    backend, without autograd.
 
-    Args: as :func:`rasterize_to_pixels`, with ``tile_offsets [C * n_tiles + 1]`` (from :func:`tile_ranges`)
-    in place of ``isect_offsets``. Returns ``colors [C, H, W, D]`` and ``alphas [C, H, W, 1]``; equal to
-    :func:`rasterize_to_pixels` up to float rounding (the sums run in another order).
+    Every tile walks its depth-sorted Gaussians ``batch`` at a time, ``per_tile`` in all. ``per_tile`` is a
+    capacity. It should be at least the longest tile's list; else that tile's farthest Gaussians are dropped.
+    Each pixel's transmittance and a "done" flag carry from batch to batch, as in the kernel. Shapes are fixed:
+    ``[C * n_tiles, tile_size ** 2, batch]``. ``batch`` None picks the largest power of two in 16..256 that
+    keeps such a block under 2^22 entries. The loop count depends on ``per_tile`` only.
+
+    Args: as :func:`rasterize_to_pixels`, with ``tile_offsets [C * n_tiles + 1]`` in place of
+    ``isect_offsets``. :func:`tile_ranges` makes them. Returns ``colors [C, H, W, D]`` and
+    ``alphas [C, H, W, 1]``. They equal :func:`rasterize_to_pixels` up to float rounding; the sums run in
+    another order.
     """
     C, N = means2d.shape[:2]
     D = colors.shape[-1]

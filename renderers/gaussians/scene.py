@@ -12,7 +12,7 @@ DeviceLike = str | torch.device
 
 
 class SceneError(ValueError):
-    """A scene file or tensor set that can't be used; the message names the file and the problem."""
+    """A scene file or tensor set that can't be used. The message names the file and the problem."""
 
 
 class SceneTooLargeError(SceneError, MemoryError):
@@ -20,14 +20,16 @@ class SceneTooLargeError(SceneError, MemoryError):
 
 
 class TensorScene:
-    """What the 3DGS and 4DGS scenes share: per-Gaussian tensors (``TENSORS``, ``means [N, 3]`` first) that are
-    checked for shape, counted and moved to a device together (refused if they would not fit there)."""
+    """What the 3DGS and 4DGS scenes share: per-Gaussian tensors, ``TENSORS``, with ``means [N, 3]`` first.
+
+    They are checked for shape, counted and moved to a device together. A move is refused if they would not fit."""
 
     TENSORS: ClassVar[tuple[str, ...]]
 
     def _check_shapes(self, expected: dict[str, tuple[int, ...]]) -> int:
-        """Raise :class:`SceneError` unless each tensor named in ``expected`` has its shape (``-1`` is N);
-        returns N."""
+        """Raise :class:`SceneError` unless each tensor named in ``expected`` has its shape. ``-1`` is N.
+
+        Returns N."""
         n = self.means.shape[0] if isinstance(self.means, Tensor) and self.means.dim() == 2 else -1
         for name, shape in expected.items():
             t, want = getattr(self, name), tuple(n if d == -1 else d for d in shape)
@@ -50,7 +52,7 @@ class TensorScene:
         raise NotImplementedError
 
     def to(self, device: DeviceLike, dtype: torch.dtype | None = None):
-        """A copy on ``device`` (refused with the numbers if it would not fit there)."""
+        """A copy on ``device``. Refused, with the numbers, if it would not fit there."""
         device = torch.device(device)
         if device != self.device:
             self.check_fits(device)
@@ -63,14 +65,13 @@ class GaussianScene(TensorScene):
 
     Attributes:
         means: ``[N, 3]`` world-space centres.
-        quats: ``[N, 4]`` unit quaternions (w, x, y, z).
-        scales: ``[N, 3]`` standard deviations (``exp`` of the PLY's ``scale_*``).
-        opacities: ``[N]`` in [0, 1] (``sigmoid`` of the PLY's ``opacity``).
-        sh: ``[N, K, 3]`` SH coefficients, K = (sh_degree + 1) ** 2; ``sh[:, 0]``
-            is the PLY's ``f_dc``, ``sh[:, 1:]`` its ``f_rest`` (channel-major there).
-        raw: the pre-activation float32 values a loader read (numpy, CPU), so
-            that saving an unedited scene writes back the same bits. Not part
-            of equality; edited Gaussians are re-encoded from the tensors.
+        quats: ``[N, 4]`` unit quaternions, order w, x, y, z.
+        scales: ``[N, 3]`` standard deviations. The PLY's ``scale_*`` are their logs.
+        opacities: ``[N]`` in [0, 1]. The PLY's ``opacity`` is their logit.
+        sh: ``[N, K, 3]`` SH coefficients, K = (sh_degree + 1) ** 2. ``sh[:, 0]`` is the PLY's ``f_dc``.
+            ``sh[:, 1:]`` is its ``f_rest``, which is channel-major there.
+        raw: the pre-activation float32 values a loader read, numpy on the CPU. Saving an unedited scene writes
+            back the same bits. Not part of equality. Edited Gaussians are re-encoded from the tensors.
     """
 
     means: Tensor
@@ -135,13 +136,13 @@ _RENDER_BYTES_PER_GAUSSIAN = 160
 
 
 def bytes_per_gaussian(sh_degree: int = 3) -> int:
-    """Estimated bytes one Gaussian needs to be held and rendered (one camera)."""
+    """Estimated bytes one Gaussian needs to be held and rendered, for one camera."""
     K = (sh_degree + 1) ** 2
     return 4 * (11 + 3 * K) + _RENDER_BYTES_PER_GAUSSIAN
 
 
 def available_bytes(device: DeviceLike) -> int:
-    """Free memory on ``device`` in bytes (CUDA: free device memory; CPU: available RAM)."""
+    """Free memory on ``device`` in bytes. On CUDA, free device memory. On a CPU, available RAM."""
     device = torch.device(device)
     if device.type == "cuda":
         free, _total = torch.cuda.mem_get_info(device)
@@ -166,17 +167,18 @@ def check_fits(
 ) -> int:
     """Refuse, before allocating, a scene that would not fit ``device``.
 
-    Returns the estimated bytes needed; raises :class:`SceneTooLargeError`
-    naming the Gaussian count, the bytes needed and the bytes free.
-    ``available`` overrides the free-memory query (for tests and planning).
+    Returns the estimated bytes needed. Raises :class:`SceneTooLargeError` naming the Gaussian count, the bytes
+    needed and the bytes free. ``available`` overrides the free-memory query, for tests and planning.
     """
     need = int(n_gaussians) * bytes_per_gaussian(sh_degree)
     return refuse_if_too_large(need, device, available, f"{source}: {n_gaussians:,} Gaussians (SH degree {sh_degree})")
 
 
 def refuse_if_too_large(need: int, device: DeviceLike, available: int | None, what: str) -> int:
-    """Raise :class:`SceneTooLargeError` ("``what`` need about ... MiB on ..., but only ... MiB is free") if
-    ``need`` bytes exceed the free memory of ``device`` (or ``available``); returns ``need``."""
+    """Raise :class:`SceneTooLargeError` if ``need`` bytes exceed the free memory of ``device``. Returns ``need``.
+
+    ``available``, when given, is that free memory. The message reads "``what`` need about ... MiB on ..., but
+    only ... MiB is free"."""
     free = available_bytes(device) if available is None else int(available)
     if need > free:
         raise SceneTooLargeError(f"{what} need about {need / 2**20:,.1f} MiB on {torch.device(device)}, "

@@ -1,26 +1,22 @@
 """Triton kernels for the hot step of 3D Gaussian splatting: tile rasterization.
 
-One program per (camera, tile). It walks the tile's depth-sorted Gaussian ids
-in batches of ``BATCH``; for a batch it evaluates all ``TILE * TILE`` pixels
-against all ``BATCH`` Gaussians at once (``[P, B]`` blocks), turns the
-sequential front-to-back recurrence into a cumulative product along the batch,
-and carries the transmittance and a per-pixel "done" flag to the next batch.
-The semantics are exactly those of :func:`reference.blend_tile` (and gsplat).
+One program runs per (camera, tile). It walks the tile's depth-sorted Gaussian ids in batches of ``BATCH``. For
+a batch it evaluates all ``TILE * TILE`` pixels against all ``BATCH`` Gaussians at once, in ``[P, B]`` blocks. It
+turns the sequential front-to-back recurrence into a cumulative product along the batch. It carries the
+transmittance and a per-pixel "done" flag to the next batch. The semantics are exactly those of
+:func:`reference.blend_tile` and of gsplat.
 
-The backward pass replays the same batches front to back. It needs no
-per-pixel "last Gaussian" index: with the forward colour ``acc`` of a pixel,
-the colour still to come behind Gaussian ``j`` is ``acc - sum_{k<=j} w_k c_k``,
-so every gradient is available in the forward order:
+The backward pass replays the same batches front to back. It needs no per-pixel "last Gaussian" index. Take the
+forward colour ``acc`` of a pixel. The colour still to come behind Gaussian ``j`` is ``acc - sum_{k<=j} w_k c_k``.
+So every gradient is available in the forward order:
 
     dL/dalpha_j = T_j (g . c_j) - (g . (acc - F_j)) / (1 - alpha_j) - gT T_final / (1 - alpha_j)
 
-with ``g`` the colour gradient, ``gT`` the transmittance gradient and ``F_j``
-the running ``sum_{k<=j} w_k c_k``. Per-Gaussian sums over the tile's pixels
-are accumulated with atomics.
+Here ``g`` is the colour gradient and ``gT`` the transmittance gradient. ``F_j`` is the running
+``sum_{k<=j} w_k c_k``. Per-Gaussian sums over the tile's pixels are accumulated with atomics.
 
-Kernels run on CUDA, or on CPU through Triton's interpreter
-(``TRITON_INTERPRET=1`` set before this module is imported). Projection,
-spherical harmonics and tile sorting stay in torch (``reference.py``).
+Kernels run on CUDA, or on CPU through Triton's interpreter. For that, set ``TRITON_INTERPRET=1`` before this
+module is imported. Projection, spherical harmonics and tile sorting stay in torch, in ``reference.py``.
 """
 
 import torch
@@ -36,18 +32,16 @@ from .reference import ALPHA_THRESHOLD, TRANSMITTANCE_THRESHOLD
 _ALPHA_THRESHOLD = tl.constexpr(ALPHA_THRESHOLD)
 _TRANSMITTANCE_THRESHOLD = tl.constexpr(TRANSMITTANCE_THRESHOLD)
 
-# (Gaussians per inner step, warps per tile). Chosen with `framegraph bench compile` (ptxas, offline) so each
-# kernel fits in registers without spilling on sm_89, sm_90 and sm_120: the forward's 16 Gaussians per step
-# spill on sm_89 (16 B at its 128-register cap for 8 warps), so sm_89 steps through 8 (80 registers; 4 warps
-# at 16 would fit too, but at 255 registers). Backward 8 everywhere (~170 registers). Not yet tuned by
-# timing on a GPU (a GPU session's job).
+# (Gaussians per inner step, warps per tile). Each kernel fits in registers without spilling on sm_89, sm_90 and
+# sm_120. The forward steps through 8 Gaussians on sm_89, 16 elsewhere; the backward 8 everywhere.
+# docs/renderers.md says how these were chosen.
 FWD_BATCH, FWD_WARPS = 16, 8
 FWD_BATCH_SM89 = 8
 BWD_BATCH, BWD_WARPS = 8, 8
 
 
 def forward_config(capability: int) -> tuple[int, int]:
-    """(BATCH, num_warps) of ``_rasterize_fwd_kernel`` on a GPU of compute ``capability`` (89 = sm_89)."""
+    """``(BATCH, num_warps)`` of ``_rasterize_fwd_kernel`` on a GPU of compute ``capability``. 89 is sm_89."""
     return (FWD_BATCH_SM89 if capability == 89 else FWD_BATCH), FWD_WARPS
 
 
@@ -71,10 +65,9 @@ def _batch_alphas(
 ):
     """Alphas of one batch of Gaussians at every pixel of the tile, and the blend bookkeeping.
 
-    Returns the Gaussian ids, the in-range mask, offsets ``dx, dy``, conic
-    entries, opacities, ``vis = exp(-sigma)``, the effective alpha (0 where
-    skipped), the transmittance after each Gaussian, which Gaussians are blended
-    (``kept``), and which pixels finish in this batch (``stop``).
+    Returns the Gaussian ids, the in-range mask, offsets ``dx, dy``, conic entries and opacities. Also
+    ``vis = exp(-sigma)`` and the effective alpha, 0 where skipped. Also the transmittance after each Gaussian.
+    Last, ``kept``, which Gaussians are blended, and ``stop``, which pixels finish in this batch.
     """
     idx = cur + tl.arange(0, BATCH)
     in_range = idx < end
@@ -203,7 +196,7 @@ def _rasterize_bwd_kernel(
 # Launchers (registered as torch custom ops in ``__init__.py``).
 # ----------------------------------------------------------------------------
 def _grid(means2d: Tensor, colors: Tensor, width: int, height: int, tile_size: int) -> tuple[int, int, int, int]:
-    """(programs = cameras x tiles, tiles per row, tiles per camera, padded channel count)."""
+    """``(programs, tiles per row, tiles per camera, padded channel count)``. Programs are cameras x tiles."""
     tile_w, tile_h = -(-width // tile_size), -(-height // tile_size)
     return means2d.shape[0] * tile_w * tile_h, tile_w, tile_w * tile_h, triton.next_power_of_2(colors.shape[-1])
 
@@ -211,11 +204,11 @@ def _grid(means2d: Tensor, colors: Tensor, width: int, height: int, tile_size: i
 def rasterize_fwd(means2d: Tensor, conics: Tensor, colors: Tensor, opacities: Tensor, tile_offsets: Tensor,
                   flatten_ids: Tensor, width: int, height: int, tile_size: int, alpha_cap: float
                   ) -> tuple[Tensor, Tensor]:
-    """Blended colour ``[C, H, W, D]`` (no background) and transmittance ``[C, H, W]``.
+    """Blended colour ``[C, H, W, D]``, without background, and transmittance ``[C, H, W]``.
 
-    ``means2d [C, N, 2]``, ``conics [C, N, 3]``, ``colors [C, N, D]``, ``opacities [C, N]`` (float32,
-    contiguous); ``tile_offsets [C * n_tiles + 1]`` int32 (tile starts, then the number of intersections);
-    ``flatten_ids [M]`` int32 sorted by (camera, tile, depth).
+    Inputs are float32 and contiguous: ``means2d [C, N, 2]``, ``conics [C, N, 3]``, ``colors [C, N, D]``,
+    ``opacities [C, N]``. ``tile_offsets [C * n_tiles + 1]`` int32 holds the tile starts, then the number of
+    intersections. ``flatten_ids [M]`` int32 is sorted by camera, tile and depth.
     """
     C, D = means2d.shape[0], colors.shape[-1]
     programs, tile_w, n_tiles, DP = _grid(means2d, colors, width, height, tile_size)
@@ -235,7 +228,7 @@ def rasterize_bwd(saved: list[Tensor], grad_out: Tensor, grad_trans: Tensor, wid
                   tile_size: int, alpha_cap: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
     """Gradients w.r.t. ``means2d, conics, colors, opacities`` of :func:`rasterize_fwd`.
 
-    ``saved``: the forward's six tensor arguments, then its two outputs (``out``, ``trans``).
+    ``saved``: the forward's six tensor arguments, then its two outputs, ``out`` and ``trans``.
     """
     means2d, conics, colors, opacities, tile_offsets, flatten_ids, out, trans = saved
     programs, tile_w, n_tiles, DP = _grid(means2d, colors, width, height, tile_size)

@@ -1,23 +1,23 @@
-"""4D Gaussian splatting: dynamic scenes with the semantics of fudan-zvg's 4DGS (ICLR 2024).
+"""4D Gaussian splatting: dynamic scenes with the semantics of fudan-zvg's 4DGS, from ICLR 2024.
 
-Each Gaussian lives in (x, y, z, t): a 4D mean, 4 scales and a 4D rotation made of a left and a
-right quaternion. To render time ``t`` every Gaussian is *sliced*: conditioned on ``t`` it is a 3D
-Gaussian (moved along its space-time tilt, shrunk to the Schur complement, faded by its temporal
-marginal), which the 3DGS pipeline then projects and blends.
+Each Gaussian lives in x, y, z, t. It has a 4D mean, 4 scales and a 4D rotation. The rotation is made of a left
+and a right quaternion. To render time ``t``, every Gaussian is *sliced*. Conditioned on ``t``, it is a 3D
+Gaussian. It moves along its space-time tilt, shrinks to the Schur complement and fades by its temporal
+marginal. The 3DGS pipeline then projects and blends it.
 
 Public API:
 
-- :func:`rasterize_4d` — slice at ``t``, colour (SH x temporal cosines), project, blend
-  (Triton slice + Triton blending on CUDA, the readable torch reference elsewhere).
-- :class:`Gaussian4DScene`, :func:`random_scene_4d` — activated parameters in memory.
-- :func:`load_checkpoint`, :func:`save_checkpoint` — fudan-zvg ``chkpnt*.pth`` files.
-- :class:`Gaussian4DRenderStage` (in ``stage.py``) — camera in, frame at ``t = pts`` out.
-- :class:`Fitter4D` (in ``fit.py``) — fits 4D Gaussians to multi-view video.
-- ``python -m framegraph.renderers.gaussians4d.demo`` — fits the shipped demo scene to its procedural
-  ground truth.
+- :func:`rasterize_4d`: slice at ``t``, colour by SH x temporal cosines, project, blend. It runs the Triton slice
+  and Triton blending on CUDA, the readable torch reference elsewhere.
+- :class:`Gaussian4DScene`, :func:`random_scene_4d`: activated parameters in memory.
+- :func:`load_checkpoint`, :func:`save_checkpoint`: fudan-zvg ``chkpnt*.pth`` files.
+- :class:`Gaussian4DRenderStage`, in ``stage.py``: camera in, frame at ``t = pts`` out.
+- :class:`Fitter4D`, in ``fit.py``: fits 4D Gaussians to multi-view video.
+- ``python -m framegraph.renderers.gaussians4d.demo``: fits the shipped demo scene to its procedural ground
+  truth.
 
-Layout of every fast op in framegraph: ``reference.py`` is the pure-torch twin of every step;
-``triton.py`` holds the slice kernel; this file dispatches between them (:func:`slice_gaussians`) and
+Every fast op in framegraph has this layout. ``reference.py`` is the pure-torch twin of every step.
+``triton.py`` holds the slice kernel. This file dispatches between them, in :func:`slice_gaussians`. It
 registers the kernel as the torch custom op ``torch.ops.framegraph.gaussians4d_slice``.
 """
 from __future__ import annotations
@@ -94,51 +94,57 @@ def rasterize_4d(
     validate: bool = True,
     tiles: TileCapacity | None = None,
 ) -> tuple[Tensor, Tensor, dict[str, Any]]:
-    """Render 4D Gaussians at time ``t`` into ``C`` cameras (fudan-zvg 4DGS semantics).
+    """Render 4D Gaussians at time ``t`` into ``C`` cameras, with fudan-zvg 4DGS semantics.
 
-    Pipeline: slice every 4D Gaussian at ``t`` (conditional 3D mean and covariance, opacity x
-    temporal marginal), drop those whose marginal is <= ``cull_threshold``, evaluate colours
-    (spherical harmonics x temporal cosine basis, view direction from the camera centre to the
-    Gaussian's spatial mean ``mu_xyz`` as in fudan-zvg's CUDA renderer), then the 3DGS pipeline of
-    :func:`framegraph.renderers.gaussians.rasterize`: EWA projection with an ``eps2d`` blur, tiles
-    sorted by depth, front-to-back blending.
+    The pipeline:
+
+    - Slice every 4D Gaussian at ``t``. That gives a conditional 3D mean and covariance, and opacity x temporal
+      marginal.
+    - Drop those whose marginal is <= ``cull_threshold``.
+    - Evaluate colours: spherical harmonics x a temporal cosine basis. The view direction runs from the camera
+      centre to the Gaussian's spatial mean ``mu_xyz``, as in fudan-zvg's CUDA renderer.
+    - Run the 3DGS pipeline of :func:`framegraph.renderers.gaussians.rasterize`. That is EWA projection with an
+      ``eps2d`` blur, tiles sorted by depth, front-to-back blending.
 
     Args:
         means: ``[N, 3]`` spatial means; times: ``[N]`` temporal means.
-        scales: ``[N, 4]`` **activated** standard deviations (x, y, z, t axes of each Gaussian).
-        quats_l, quats_r: ``[N, 4]`` left / right quaternions (w, x, y, z), any non-zero norm;
-            the 4D rotation is ``L(q_l) @ R(q_r)``.
+        scales: ``[N, 4]`` **activated** standard deviations, along each Gaussian's x, y, z, t axes.
+        quats_l, quats_r: ``[N, 4]`` left and right quaternions, order w, x, y, z, any non-zero norm.
+            The 4D rotation is ``L(q_l) @ R(q_r)``.
         opacities: ``[N]`` **activated** opacities in [0, 1].
-        colors: without ``sh_degree``: ``[N, D]`` or ``[C, N, D]`` features. With ``sh_degree``:
-            ``[N, K, 3]`` coefficients, ``K >= (sh_degree_t + 1) * (sh_degree + 1) ** 2`` (see
-            :func:`reference.sh_colors_4d`); the colour is ``max(value + 0.5, 0)``.
-        t: render time, in the scene's units (a Python float).
-        viewmats: ``[C, 4, 4]`` world-to-camera (OpenCV); Ks: ``[C, 3, 3]`` intrinsics in pixels.
+        colors: without ``sh_degree``, ``[N, D]`` or ``[C, N, D]`` features. With ``sh_degree``,
+            ``[N, K, 3]`` coefficients, ``K >= (sh_degree_t + 1) * (sh_degree + 1) ** 2``. See
+            :func:`reference.sh_colors_4d`. The colour is then ``max(value + 0.5, 0)``.
+        t: render time in the scene's units, a Python float.
+        viewmats: ``[C, 4, 4]`` world-to-camera, OpenCV axes. Ks: ``[C, 3, 3]`` intrinsics in pixels.
         width, height: image size.
-        sh_degree: 0..3 to treat ``colors`` as SH coefficients; None for plain colours.
-        sh_degree_t: degree of the temporal cosine basis; duration: its period
-            (``time_duration[1] - time_duration[0]``).
+        sh_degree: 0..3 to treat ``colors`` as SH coefficients. None for plain colours.
+        sh_degree_t: degree of the temporal cosine basis. duration: its period,
+            ``time_duration[1] - time_duration[0]``.
         near_plane, far_plane, eps2d, radius_clip, backgrounds, tile_size, render_mode, alpha_cap:
             as in :func:`framegraph.renderers.gaussians.rasterize`.
-        cull_threshold: temporal marginal at or below which a Gaussian is skipped (0.05 like fudan-zvg).
-        backend: ``"auto"`` (Triton slice + Triton blending on CUDA float32, torch elsewhere),
-            ``"triton"`` or ``"torch"``.
-        validate: check shapes, devices and finiteness (one host sync).
-        tiles: None (culling compacts the Gaussians, tile lists sized by the data: a few host syncs a
-            frame), or the :class:`~framegraph.renderers.gaussians.TileCapacity` of a stream of frames:
-            culled Gaussians keep their slot with opacity 0 (so projection culls them) and the tile lists
-            have fixed capacities; no host sync after the first frame (the render stage passes one).
+        cull_threshold: temporal marginal at or below which a Gaussian is skipped. 0.05, like fudan-zvg.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. Auto runs the Triton slice and Triton blending on CUDA
+            float32, torch elsewhere.
+        validate: check shapes, devices and finiteness. One host sync.
+        tiles: None, or the :class:`~framegraph.renderers.gaussians.TileCapacity` of a stream of frames. With
+            None, culling compacts the Gaussians and tile lists are sized by the data. That costs a few host
+            syncs a frame. With a capacity, culled Gaussians keep their slot with opacity 0, so projection
+            culls them. The tile lists have fixed capacities. There is no host sync after the first frame. The
+            render stage passes one.
 
     Returns:
-        ``colors [C, H, W, D]``, ``alphas [C, H, W, 1]`` and a meta dict: the slice of all ``N``
-        Gaussians (``means3d [N, 3]``, ``covars [N, 6]``, ``opacities_t [N]``, ``keep [N] bool``),
-        ``ids [M]`` (the kept Gaussians, in order; with ``tiles``: None, and ``M = N``), and the 3DGS meta of
-        those ``M``
-        (``radii [C, M, 2]``, ``means2d``, ``depths``, ``conics``, ``isect_ids``, ``flatten_ids``,
-        ``isect_offsets``, ...), plus ``backend``.
+        ``colors [C, H, W, D]``, ``alphas [C, H, W, 1]`` and a meta dict. The meta holds:
+
+        - the slice of all ``N`` Gaussians: ``means3d [N, 3]``, ``covars [N, 6]``, ``opacities_t [N]``,
+          ``keep [N] bool``.
+        - ``ids [M]``: the kept Gaussians, in order. With ``tiles`` it is None, and ``M = N``.
+        - the 3DGS meta of those ``M``: ``radii [C, M, 2]``, ``means2d``, ``depths``, ``conics``,
+          ``isect_ids``, ``flatten_ids``, ``isect_offsets``, and so on.
+        - ``backend``.
 
     Differentiable w.r.t. means, times, scales, quats, opacities and colors on both backends.
-    Without ``tiles``, culling compacts the Gaussians with one host sync (``nonzero``).
+    Without ``tiles``, culling compacts the Gaussians with one host sync, a ``nonzero``.
     """
     if validate:
         _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, viewmats, Ks, width, height,
@@ -182,7 +188,7 @@ def rasterize_4d(
 
 
 class _Selected:
-    """``x.index_select(dim, ids)``, or ``x`` itself when ``ids`` is None (every Gaussian kept)."""
+    """``x.index_select(dim, ids)``, or ``x`` itself when ``ids`` is None and every Gaussian is kept."""
 
     def __init__(self, ids: Tensor | None):
         self.ids = ids
@@ -226,8 +232,10 @@ def _validate(means, times, scales, quats_l, quats_r, opacities, colors, t, view
 def slice_gaussians(means: Tensor, times: Tensor, scales: Tensor, quats_l: Tensor, quats_r: Tensor,
                     opacities: Tensor, t: float, cull_threshold: float = CULL_THRESHOLD, *,
                     backend: Backend = "auto") -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Condition 4D Gaussians on time ``t``: :func:`reference.slice_gaussians` (same arguments and returns)
-    on the torch backend, the Triton slice kernel (float32) on the Triton one. Differentiable on both."""
+    """Condition 4D Gaussians on time ``t``. Differentiable on both backends.
+
+    The torch backend runs :func:`reference.slice_gaussians`, with the same arguments and returns. The Triton
+    one runs the Triton slice kernel, float32."""
     op = "slice_gaussians"
     if resolve_backend(backend, means, op=op, auto_dtypes=(torch.float32,)) == "torch":
         return reference.slice_gaussians(means, times, scales, quats_l, quats_r, opacities, t, cull_threshold)
@@ -259,7 +267,7 @@ def _setup_context(ctx, inputs, output):
 
 
 def _backward(ctx, g_means, g_covars, g_opac, _g_keep):
-    """Replays :func:`reference.slice_gaussians` under autograd (cheap next to rendering)."""
+    """Replays :func:`reference.slice_gaussians` under autograd. That is cheap next to rendering."""
     inputs = [x.detach().requires_grad_(True) for x in ctx.saved_tensors]
     with torch.enable_grad():
         outs = reference.slice_gaussians(*inputs, ctx.t, ctx.cull_threshold)[:3]

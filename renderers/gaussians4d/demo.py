@@ -1,15 +1,17 @@
-"""Fit the shipped 4DGS demo scene to multi-view video of its procedural ground truth, and save it as a
-fudan-zvg checkpoint.
+"""Fit the shipped 4DGS demo scene to multi-view video of its procedural ground truth. Save it as a fudan-zvg
+checkpoint.
 
     python -m framegraph.renderers.gaussians4d.demo --out assets/scenes4d/bouncing_ball.pth --threads 1
 
-The ground truth is :func:`framegraph.renderers.scenes.bouncing_ball_scene` (a checkered floor, a
-bouncing, spinning beach ball and drifting coloured blobs; a 2-second loop), ray-cast in torch. A rig of
-``--cameras`` cameras films ``--frames`` frames of the loop at ``--size``; the 4D Gaussians start at the
-scene's surface points at those frame times and are fitted by :class:`Fitter4D`. The PSNR is measured on
-cameras placed between the rig's, at times halfway between its frames (never trained on). Writes
-``OUT.pth`` + ``OUT.json`` (the checkpoint and its ``time_duration`` sidecar) and ``OUT.report.json``
-(command, settings, times, PSNR, versions). Deterministic for a seed on one machine and torch build.
+The ground truth is :func:`framegraph.renderers.scenes.bouncing_ball_scene`, ray-cast in torch. It has a
+checkered floor, a bouncing, spinning beach ball and drifting coloured blobs. It loops every 2 seconds. A rig of
+``--cameras`` cameras films ``--frames`` frames of the loop at ``--size``. The 4D Gaussians start at the scene's
+surface points at those frame times. :class:`Fitter4D` fits them. The PSNR is measured on cameras placed between
+the rig's. The times are halfway between its frames. None of these is trained on.
+
+It writes ``OUT.pth`` and ``OUT.json``: the checkpoint and its ``time_duration`` sidecar. It also writes
+``OUT.report.json``: command, settings, times, PSNR, versions. It is deterministic for a seed on one machine
+and torch build.
 """
 from __future__ import annotations
 
@@ -33,15 +35,16 @@ TIME_DURATION = (0.0, BOUNCING_BALL_DURATION_S)
 
 
 def rig_video(frames: int, cameras: int, width: int, height: int, *, seed: int = 0) -> VideoViews:
-    """The training video: ``frames`` frames (times ``k / frames`` of the loop) from a rig of ``cameras``."""
+    """The training video: ``frames`` frames from a rig of ``cameras``. Frame ``k`` is at ``k / frames`` of the loop."""
     times = [k * BOUNCING_BALL_DURATION_S / frames for k in range(frames)]
     return render_video(bouncing_ball_scene, times, bouncing_ball_scene(0.0).views(cameras, width, height, seed=seed))
 
 
 def held_out_video(frames: int, width: int, height: int, *, n_frames: int = 4, n_cameras: int = 4,
                    seed: int = 0) -> VideoViews:
-    """What the fit is scored on: ``n_frames`` times halfway between the frames of a ``frames``-frame rig
-    video, seen from ``n_cameras`` cameras placed between the rig's."""
+    """What the fit is scored on: ``n_frames`` times, seen from ``n_cameras`` cameras.
+
+    The times are halfway between the frames of a ``frames``-frame rig video. The cameras sit between the rig's."""
     step = BOUNCING_BALL_DURATION_S / frames
     times = [(k + 0.5) * step for k in range(0, frames, max(1, frames // n_frames))][:n_frames]
     views = bouncing_ball_scene(0.0).views(n_cameras, width, height, seed=seed + 1, offset=0.5)
@@ -51,7 +54,7 @@ def held_out_video(frames: int, width: int, height: int, *, n_frames: int = 4, n
 def fit_demo(*, frames: int = 40, cameras: int = 12, width: int = 128, height: int = 96, steps: int = 2000,
              points_per_frame: int = 150, max_gaussians: int = 12_000, seed: int = 0,
              progress: bool = True) -> tuple[Fitter4D, VideoViews]:
-    """Fit the demo scene; returns the finished :class:`Fitter4D` and the held-out video."""
+    """Fit the demo scene. Returns the finished :class:`Fitter4D` and the held-out video."""
     train = rig_video(frames, cameras, width, height, seed=seed)
     held = held_out_video(frames, width, height, seed=seed)
     points, colors, times = scene_points(bouncing_ball_scene, train.times.tolist(), points_per_frame, seed=seed)

@@ -1,26 +1,23 @@
-"""Fit 4D Gaussians (fudan-zvg parameters) to multi-view video: the 3DGS recipe of ``renderers/fit`` in 4D.
+"""Fit 4D Gaussians, as fudan-zvg parameters, to multi-view video. It is the 3DGS recipe of ``renderers/fit`` in 4D.
 
-The data is what a camera rig records: ``V`` fixed cameras filming ``T`` frames (:class:`VideoViews`).
-Each step renders one (frame, camera) pair with :func:`rasterize_4d` (slice at the frame's time, then
-the 3DGS rasterizer; the torch reference's autograd on CPU) and takes one Adam step per parameter kind
-on ``fit_loss`` (L1 + SSIM). Densification is ``renderers/fit``'s (``refine``: clone / split / prune by
-the accumulated 2D mean gradients, opacity resets) with a 4D split that samples children from the
-4D Gaussian, so they spread in time as well as space. Deterministic for a seed on one machine: the
+The data is what a camera rig records: ``V`` fixed cameras filming ``T`` frames, a :class:`VideoViews`. Each
+step renders one (frame, camera) pair with :func:`rasterize_4d`. That slices at the frame's time, then runs the
+3DGS rasterizer; on CPU it is the torch reference's autograd. Each step takes one Adam step per parameter kind
+on ``fit_loss``, L1 + SSIM. Densification is ``renderers/fit``'s ``refine``. It clones, splits and prunes by the
+accumulated 2D mean gradients, and resets opacities. Its split here is 4D: children are sampled from the 4D
+Gaussian, so they spread in time as well as space. The fit is deterministic for a seed on one machine. The
 order of (frame, camera) pairs and every random draw derive from the seed and the step.
 
-Parameters are held pre-activation, as fudan-zvg stores them (:func:`save_checkpoint` writes them):
+Parameters are held pre-activation, as fudan-zvg stores them. :func:`save_checkpoint` writes them. By name,
+with shape and activation:
 
-============  ===========  =================================================
-name          shape        activation
-============  ===========  =================================================
-``means``     ``[N, 3]``   none (world units, ``_xyz``)
-``times``     ``[N]``      none (seconds, ``_t``)
-``scales``    ``[N, 4]``   ``exp`` -> standard deviations (x, y, z axes, t axis)
-``quats_l``   ``[N, 4]``   normalised (``_rotation``)
-``quats_r``   ``[N, 4]``   normalised (``_rotation_r``)
-``opacities`` ``[N]``      ``sigmoid``
-``sh0``       ``[N, 1, 3]``colour, SH degree 0 (``_features_dc``)
-============  ===========  =================================================
+- ``means`` ``[N, 3]``: none. World units, ``_xyz``.
+- ``times`` ``[N]``: none. Seconds, ``_t``.
+- ``scales`` ``[N, 4]``: ``exp`` gives standard deviations, along the x, y, z axes and the t axis.
+- ``quats_l`` ``[N, 4]``: normalised. ``_rotation``.
+- ``quats_r`` ``[N, 4]``: normalised. ``_rotation_r``.
+- ``opacities`` ``[N]``: ``sigmoid``.
+- ``sh0`` ``[N, 1, 3]``: colour, SH degree 0. ``_features_dc``.
 """
 from __future__ import annotations
 
@@ -56,7 +53,7 @@ class VideoViews:
     Attributes:
         images: ``[T, V, H, W, 3]`` float32 RGB in [0, 1].
         times: ``[T]`` frame times in seconds.
-        cameras: the ``V`` cameras (``viewmats [V, 4, 4]``, ``Ks [V, 3, 3]``, width, height).
+        cameras: the ``V`` cameras: ``viewmats [V, 4, 4]``, ``Ks [V, 3, 3]``, width, height.
     """
 
     images: Tensor
@@ -81,7 +78,7 @@ class VideoViews:
 
 def render_video(scene_at: Callable[[float], ProceduralScene], times: Sequence[float], cameras: CameraPath,
                  supersample: int = 2) -> VideoViews:
-    """Ray-cast the procedural scene ``scene_at(t)`` at each time in ``times`` (seconds) from ``cameras``."""
+    """Ray-cast the procedural scene ``scene_at(t)`` from ``cameras`` at each time in ``times``, in seconds."""
     times = torch.as_tensor(list(times), dtype=torch.float32)
     w, h = cameras.width, cameras.height
     images = torch.stack([scene_at(float(t)).render(cameras.viewmats, cameras.Ks, w, h, supersample=supersample)[0]
@@ -93,11 +90,10 @@ def render_video(scene_at: Callable[[float], ProceduralScene], times: Sequence[f
 class Fit4DConfig(FitConfig):
     """A 4D fit: :class:`FitConfig`'s schedule and learning rates, plus the temporal ones.
 
-    ``init_sigma_t`` is the initial temporal standard deviation (seconds) of the Gaussians, which start
-    at the frame times of their points; ``lr_times`` is the learning rate of their temporal means
-    (seconds, decaying like the spatial means'); both quaternions use ``lr_quats``. Colour is SH degree
-    0 (``sh_degree`` is ignored): a Gaussian's colour is constant, a changing colour is carried by
-    Gaussians of different times.
+    ``init_sigma_t`` is the initial temporal standard deviation of the Gaussians, in seconds. They start at the
+    frame times of their points. ``lr_times`` is the learning rate of their temporal means, in seconds. It decays
+    like the spatial means'. Both quaternions use ``lr_quats``. Colour is SH degree 0; ``sh_degree`` is ignored.
+    A Gaussian's colour is constant. Gaussians of different times carry a changing colour.
     """
 
     sh_degree: int = 0
@@ -111,11 +107,11 @@ class Fitter4D:
     """A 4D fit in progress: parameters, optimizers, densification state, step, history.
 
     Args:
-        train: the training video (every frame from every camera).
+        train: the training video, every frame from every camera.
         config: see :class:`Fit4DConfig`.
-        points: ``[M, 3]`` initial Gaussian centres, ``colors [M, 3]`` their RGB in [0, 1] and
-            ``times [M]`` their times in seconds (e.g. the scene's surface points at the frame times).
-        time_duration: ``(t0, t1)`` of the scene (the checkpoint's ``time_duration``).
+        points: ``[M, 3]`` initial Gaussian centres. ``colors [M, 3]`` are their RGB in [0, 1]. ``times [M]``
+            are their times in seconds. For example, the scene's surface points at the frame times.
+        time_duration: ``(t0, t1)`` of the scene, the checkpoint's ``time_duration``.
     """
 
     def __init__(self, train: VideoViews, config: Fit4DConfig, points: Tensor, colors: Tensor, times: Tensor,
@@ -166,7 +162,7 @@ class Fitter4D:
             opt.param_groups[0]["lr"] = lrs[k]
 
     def pair_index(self, step: int) -> tuple[int, int]:
-        """The ``(frame, camera)`` step ``step`` trains on: a fresh seeded permutation of all pairs each epoch."""
+        """The ``(frame, camera)`` pair step ``step`` trains on. Each epoch permutes all pairs afresh, seeded."""
         V = self.train.n_cameras
         n = self.train.n_frames * V
         epoch, i = divmod(step, n)
@@ -182,7 +178,7 @@ class Fitter4D:
                                time_duration=self.time_duration)
 
     def render(self, t: float, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, dict]:
-        """The current Gaussians at time ``t`` from ``C`` cameras: ``([C, H, W, 3], meta)``, differentiable."""
+        """The current Gaussians at time ``t`` from ``C`` cameras, differentiable: ``([C, H, W, 3], meta)``."""
         p = self.params
         C = viewmats.shape[0]
         colors, _, meta = rasterize_4d(
@@ -194,7 +190,7 @@ class Fitter4D:
         return colors, meta
 
     def train_step(self) -> dict[str, float]:
-        """One optimisation step (+ densification when due); returns ``{"loss", "psnr"}`` of the pair."""
+        """One optimisation step, with densification when due. Returns ``{"loss", "psnr"}`` of the pair."""
         f, v = self.pair_index(self.step)
         cams = self.train.cameras
         target = self.train.images[f, v][None]
@@ -230,7 +226,7 @@ class Fitter4D:
 
     @torch.no_grad()
     def evaluate(self, data: VideoViews) -> dict[str, float]:
-        """Mean PSNR (dB) of the current Gaussians over every frame and camera of ``data``, and its worst frame."""
+        """Mean PSNR in dB of the current Gaussians over every frame and camera of ``data``, and its worst frame."""
         per_frame = []
         cams = data.cameras
         for f in range(data.n_frames):
@@ -240,7 +236,7 @@ class Fitter4D:
                 "n_frames": data.n_frames, "n_cameras": data.n_cameras}
 
     def run(self, steps: int | None = None, *, progress: bool = True, desc: str = "fit 4D") -> None:
-        """Train until step ``steps`` (default ``config.steps``) with a tqdm bar showing the running PSNR."""
+        """Train until step ``steps``, default ``config.steps``. A tqdm bar shows the running PSNR."""
         from tqdm import tqdm
 
         end = self.cfg.steps if steps is None else steps
@@ -261,10 +257,10 @@ class Fitter4D:
 
 
 def spatial_size(params: Params) -> Tensor:
-    """``[N]`` the largest standard deviation of each Gaussian's slice at its own time (world units).
+    """``[N]`` the largest standard deviation of each Gaussian's slice at its own time, in world units.
 
-    (The 4D scales mix metres and seconds; this is the spatial part, ``sqrt`` of the largest eigenvalue
-    of the conditional covariance, bounded above by the largest spatial axis.)"""
+    The 4D scales mix metres and seconds. This is the spatial part: ``sqrt`` of the largest eigenvalue of the
+    conditional covariance. The largest spatial axis bounds it above."""
     R = rotation_4d(params["quats_l"], params["quats_r"])
     s = torch.exp(params["scales"])
     cov = (R * s[:, None, :] ** 2) @ R.transpose(1, 2)
@@ -275,8 +271,9 @@ def spatial_size(params: Params) -> Tensor:
 @torch.no_grad()
 def split_4d(params: Params, optimizers: dict, state: DensifyState, mask: Tensor,
              generator: torch.Generator | None = None) -> int:
-    """Replace each Gaussian where ``mask [N]`` is set by two drawn from its 4D Gaussian (space and time),
-    with all four scales / 1.6 (:func:`framegraph.renderers.fit.densify.split` in 4D)."""
+    """Replace each Gaussian where ``mask [N]`` is set by two drawn from its 4D Gaussian, in space and time.
+
+    All four scales are divided by 1.6. It is :func:`framegraph.renderers.fit.densify.split` in 4D."""
     sel = torch.where(mask)[0]
     n = int(sel.numel())
     if n == 0:
@@ -297,8 +294,10 @@ def split_4d(params: Params, optimizers: dict, state: DensifyState, mask: Tensor
 @torch.no_grad()
 def scene_points(scene_at: Callable[[float], ProceduralScene], times: Sequence[float], per_frame: int,
                  seed: int = 0) -> tuple[Tensor, Tensor, Tensor]:
-    """Initial points: ``per_frame`` surface points of ``scene_at(t)`` at each time (its SfM-like point
-    cloud, :meth:`ProceduralScene.sample_points`), as ``(points [M, 3], colors [M, 3], times [M])``."""
+    """Initial points: ``per_frame`` surface points of ``scene_at(t)`` at each time.
+
+    They are its SfM-like point cloud, from :meth:`ProceduralScene.sample_points`. Returns
+    ``(points [M, 3], colors [M, 3], times [M])``."""
     pts, cols, ts = [], [], []
     for k, t in enumerate(times):
         p, c = scene_at(float(t)).sample_points(per_frame, seed=seed + k)

@@ -1,8 +1,8 @@
-"""fudan-zvg 4DGS checkpoints: load (with their activations) and save in the same layout.
+"""fudan-zvg 4DGS checkpoints: load them, with their activations, and save in the same layout.
 
-Their training (``main.py`` / ``Scene.save``) writes ``chkpnt<iteration>.pth`` and
-``chkpnt_best.pth`` with ``torch.save((gaussians.capture(), iteration), path)``; for
-``gaussian_dim=4`` ``GaussianModel.capture()`` is the 19-tuple
+Their training, ``main.py`` and ``Scene.save``, writes ``chkpnt<iteration>.pth`` and ``chkpnt_best.pth``. It
+uses ``torch.save((gaussians.capture(), iteration), path)``. For ``gaussian_dim=4``,
+``GaussianModel.capture()`` is the 19-tuple::
 
     0 active_sh_degree   int
     1 _xyz               [N, 3]
@@ -24,17 +24,17 @@ Their training (``main.py`` / ``Scene.save``) writes ``chkpnt<iteration>.pth`` a
    17 env_map            tensor or None (a background environment map; not rendered here)
    18 active_sh_degree_t int
 
-(a ``gaussian_dim=3`` checkpoint has 12 entries: no ``t_gradient_accum``, nothing after
-``spatial_lr_scale``). Their code saves no point-cloud PLY for 4D models (``Scene.save`` writes only
-the checkpoint; ``GaussianModel`` has no ``save_ply``). The scene's ``time_duration`` comes from their
-config file, not the checkpoint: pass it to :func:`load_checkpoint`, or keep it in the JSON
-sidecar :func:`save_checkpoint` writes next to the ``.pth`` (``<name>.json``).
+A ``gaussian_dim=3`` checkpoint has 12 entries. It has no ``t_gradient_accum`` and nothing after
+``spatial_lr_scale``. Their code saves no point-cloud PLY for 4D models. ``Scene.save`` writes only the
+checkpoint, and ``GaussianModel`` has no ``save_ply``. The scene's ``time_duration`` comes from their config
+file, not the checkpoint. Pass it to :func:`load_checkpoint`. Or keep it in the JSON sidecar that
+:func:`save_checkpoint` writes next to the ``.pth``, ``<name>.json``.
 
-``rot_4d=False`` checkpoints (a 3D rotation, and ``exp(_scaling_t)`` used directly as the temporal
-*variance*, as their renderer does) load as the equivalent ``rot_4d`` scene.
+``rot_4d=False`` checkpoints load as the equivalent ``rot_4d`` scene. Those have a 3D rotation. They use
+``exp(_scaling_t)`` directly as the temporal *variance*, as their renderer does.
 
-Checkpoints are pickles: :func:`load_checkpoint` calls ``torch.load(weights_only=False)``, which can
-run code from the file. Only load checkpoints you trust.
+Checkpoints are pickles. :func:`load_checkpoint` calls ``torch.load(weights_only=False)``, which can run code
+from the file. Only load checkpoints you trust.
 """
 from __future__ import annotations
 
@@ -69,7 +69,7 @@ SIDECAR_FORMAT = "framegraph 4DGS checkpoint metadata v1"
 
 
 class CheckpointError(SceneError):
-    """A 4DGS checkpoint that can't be used; the message names the file and what was expected."""
+    """A 4DGS checkpoint that can't be used. The message names the file and what was expected."""
 
 
 def sidecar_path(path: PathLike) -> Path:
@@ -88,21 +88,19 @@ def load_checkpoint(
 ) -> Gaussian4DScene:
     """Read a fudan-zvg 4DGS checkpoint into an activated :class:`Gaussian4DScene`.
 
-    Activations as in their ``GaussianModel``: ``exp`` for ``_scaling`` / ``_scaling_t``, ``sigmoid``
-    for ``_opacity``, normalised quaternions. Colours keep the active degrees
-    (``active_sh_degree``, ``active_sh_degree_t``); their 16-wide temporal blocks are compacted to
-    ``(active_sh_degree + 1) ** 2``.
+    Activations are as in their ``GaussianModel``. ``_scaling`` and ``_scaling_t`` get ``exp``. ``_opacity``
+    gets ``sigmoid``. Quaternions are normalised. Colours keep the active degrees, ``active_sh_degree`` and
+    ``active_sh_degree_t``. Their 16-wide temporal blocks are compacted to ``(active_sh_degree + 1) ** 2``.
 
     Args:
         path: a ``chkpnt*.pth``.
-        time_duration: ``(t0, t1)`` from the training config (e.g. ``[0, 10]`` for their N3V
-            configs, ``[0, 1]`` for D-NeRF). Default: the JSON sidecar if there is one, else their
-            default ``(-0.5, 0.5)``.
+        time_duration: ``(t0, t1)`` from the training config. For example ``[0, 10]`` for their N3V configs,
+            ``[0, 1]`` for D-NeRF. Default: the JSON sidecar if there is one. Else their default ``(-0.5, 0.5)``.
         device: where the tensors go.
 
     Raises:
-        CheckpointError: naming the file and what was wrong (not a torch file, not the
-            ``(model_params, iteration)`` layout, a 3D checkpoint, bad shapes, NaN/Inf values).
+        CheckpointError: naming the file and what was wrong. Not a torch file, or not the
+            ``(model_params, iteration)`` layout. A 3D checkpoint, bad shapes, NaN/Inf values.
     """
     path = Path(path)
     if not path.is_file():
@@ -247,14 +245,13 @@ def save_checkpoint(
     scene: Gaussian4DScene, path: PathLike, *, iteration: int = 0, sh_degree_t_max: int | None = None,
     sidecar: bool = True,
 ) -> Path:
-    """Write ``scene`` as a fudan-zvg checkpoint ``(GaussianModel.capture(), iteration)`` (``rot_4d=True``).
+    """Write ``scene`` as a fudan-zvg checkpoint ``(GaussianModel.capture(), iteration)``, with ``rot_4d=True``.
 
-    Pre-activation values are stored (log scales, logit opacity, unit quaternions), features in
-    their layout: ``[N, 1, 3]`` + ``[N, K - 1, 3]`` with temporal blocks 16 wide when
-    ``sh_degree_t > 0`` (so SH degree 3 is stored, zero-padded). Training statistics are zeros and
-    the optimizer state is an empty Adam ``state_dict`` with their parameter groups, so their
-    ``GaussianModel.restore`` accepts the file. With ``sidecar`` the scene's ``time_duration`` goes
-    to ``<name>.json``. Returns ``path``.
+    Pre-activation values are stored: log scales, logit opacity, unit quaternions. Features are in their layout:
+    ``[N, 1, 3]`` + ``[N, K - 1, 3]``. With ``sh_degree_t > 0``, temporal blocks are 16 wide. So SH degree 3 is
+    stored, zero-padded. Training statistics are zeros. The optimizer state is an empty Adam ``state_dict`` with
+    their parameter groups. So their ``GaussianModel.restore`` accepts the file. With ``sidecar``, the scene's
+    ``time_duration`` goes to ``<name>.json``. Returns ``path``.
     """
     path = Path(path)
     s = scene.to("cpu", torch.float32)

@@ -1,4 +1,4 @@
-"""A 4D Gaussian scene in memory (activated parameters), and a random one for tests."""
+"""A 4D Gaussian scene in memory, as activated parameters, and a random one for tests."""
 from __future__ import annotations
 
 import math
@@ -18,22 +18,22 @@ DEFAULT_TIME_DURATION = (-0.5, 0.5)  # fudan-zvg's default ``--time_duration``
 
 @dataclass
 class Gaussian4DScene(TensorScene):
-    """Activated 4DGS parameters (fudan-zvg, ``rot_4d=True`` semantics), ready for :func:`rasterize_4d`.
+    """Activated 4DGS parameters, ready for :func:`rasterize_4d`. Semantics are fudan-zvg's, ``rot_4d=True``.
 
     Attributes:
-        means: ``[N, 3]`` spatial means ``mu_xyz`` (the checkpoint's ``_xyz``).
-        times: ``[N]`` temporal means ``mu_t`` (``_t``), in the scene's time units.
-        scales: ``[N, 4]`` standard deviations along the Gaussian's 4 axes
-            (``exp`` of ``_scaling`` and ``_scaling_t``).
-        quats_l, quats_r: ``[N, 4]`` unit quaternions (w, x, y, z) of the left and right
-            isoclinic rotations; the 4D rotation is ``L(q_l) @ R(q_r)`` (``_rotation``, ``_rotation_r``).
-        opacities: ``[N]`` in [0, 1] (``sigmoid`` of ``_opacity``).
-        sh: ``[N, K, 3]`` colour coefficients, ``K = (sh_degree_t + 1) * (sh_degree + 1) ** 2``:
-            block ``k`` of ``(sh_degree + 1) ** 2`` SH coefficients is weighted by
+        means: ``[N, 3]`` spatial means ``mu_xyz``. The checkpoint's ``_xyz``.
+        times: ``[N]`` temporal means ``mu_t``, in the scene's time units. The checkpoint's ``_t``.
+        scales: ``[N, 4]`` standard deviations along the Gaussian's 4 axes. ``_scaling`` and ``_scaling_t``
+            are their logs.
+        quats_l, quats_r: ``[N, 4]`` unit quaternions of the left and right isoclinic rotations, order
+            w, x, y, z. The 4D rotation is ``L(q_l) @ R(q_r)``. The checkpoint's ``_rotation``, ``_rotation_r``.
+        opacities: ``[N]`` in [0, 1]. ``_opacity`` is their logit.
+        sh: ``[N, K, 3]`` colour coefficients, ``K = (sh_degree_t + 1) * (sh_degree + 1) ** 2``.
+            Block ``k`` of ``(sh_degree + 1) ** 2`` SH coefficients is weighted by
             ``cos(2 pi k (mu_t - t) / duration)``.
-        sh_degree_t: degree of the temporal cosine basis (0 = colour constant in time).
-        time_duration: ``(t0, t1)``, the scene's time span (fudan-zvg's ``time_duration``); its
-            length normalises the temporal basis and is the loop period of a render stage.
+        sh_degree_t: degree of the temporal cosine basis. 0 is a colour constant in time.
+        time_duration: ``(t0, t1)``, the scene's time span, fudan-zvg's ``time_duration``. Its length
+            normalises the temporal basis. It is the loop period of a render stage.
     """
 
     means: Tensor
@@ -98,8 +98,9 @@ def random_scene_4d(
     device: DeviceLike = "cpu",
     dtype: torch.dtype = torch.float32,
 ) -> Gaussian4DScene:
-    """A reproducible random 4D scene: ``n`` Gaussians in a cube of half-size ``extent``, times spread
-    over ``time_duration``, temporal scales a tenth to a third of the duration."""
+    """A reproducible random 4D scene: ``n`` Gaussians in a cube of half-size ``extent``.
+
+    Times spread over ``time_duration``. Temporal scales are a tenth to a third of the duration."""
     g = torch.Generator().manual_seed(seed)
     t0, t1 = time_duration
     T = t1 - t0
@@ -128,13 +129,13 @@ _RENDER_BYTES_PER_GAUSSIAN = 220  # slice outputs, projection, colours and tile 
 
 
 def bytes_per_gaussian_4d(n_coeffs: int = 16) -> int:
-    """Estimated bytes one 4D Gaussian needs to be held and rendered (one camera)."""
+    """Estimated bytes one 4D Gaussian needs to be held and rendered, for one camera."""
     return 4 * (3 + 1 + 4 + 4 + 4 + 1 + 3 * n_coeffs) + _RENDER_BYTES_PER_GAUSSIAN
 
 
 def check_fits_4d(n_gaussians: int, device: DeviceLike, n_coeffs: int = 16, *, available: int | None = None,
                   source: str = "4D scene") -> int:
-    """Refuse, before allocating, a 4D scene that would not fit ``device``; returns the bytes needed."""
+    """Refuse, before allocating, a 4D scene that would not fit ``device``. Returns the bytes needed."""
     need = int(n_gaussians) * bytes_per_gaussian_4d(n_coeffs)
     return refuse_if_too_large(need, device, available,
                                f"{source}: {n_gaussians:,} 4D Gaussians ({n_coeffs} colour coefficients each)")

@@ -1,7 +1,7 @@
 """4DGS as a stream stage: a camera in, the scene at time ``t = pts`` out.
 
-Ports as in ``renderers/stages.py``: input ``"camera"`` (``float32 [2, 4, 4]`` CPU: world-to-camera
-matrix, then K), output ``"video"`` (``uint8 [H, W, 3]`` RGB on the CPU).
+Ports are as in ``renderers/stages.py``. Input ``"camera"`` is ``float32 [2, 4, 4]`` on the CPU: the
+world-to-camera matrix, then K. Output ``"video"`` is ``uint8 [H, W, 3]`` RGB on the CPU.
 """
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from .scene import Gaussian4DScene, check_fits_4d
 
 
 def scene_time(seconds: float, scene: Gaussian4DScene, *, time_scale: float = 1.0, loop: bool = True) -> float:
-    """Scene time shown at stream time ``seconds``: ``t0 + seconds * time_scale``, wrapped into
-    ``[t0, t1)`` when ``loop`` (else clamped to ``[t0, t1]``)."""
+    """Scene time shown at stream time ``seconds``: ``t0 + seconds * time_scale``.
+
+    With ``loop`` it is wrapped into ``[t0, t1)``. Else it is clamped to ``[t0, t1]``."""
     t0, t1 = scene.time_duration
     u = seconds * time_scale
     if loop:
@@ -26,14 +27,14 @@ def scene_time(seconds: float, scene: Gaussian4DScene, *, time_scale: float = 1.
 class Gaussian4DRenderStage(RenderStage):
     """Renders a :class:`Gaussian4DScene` for each incoming camera, at the frame's time.
 
-    The scene time of a frame is ``t0 + pts_seconds * time_scale``, looping over the scene's
-    ``time_duration`` (see :func:`scene_time`), so a 2-second scene repeats every 2 s of stream.
+    The scene time of a frame is ``t0 + pts_seconds * time_scale``. It loops over the scene's
+    ``time_duration``; see :func:`scene_time`. So a 2-second scene repeats every 2 s of stream.
 
     Args:
-        scene: the 4D Gaussians (moved to ``device`` at setup; refused first if they do not fit).
+        scene: the 4D Gaussians. Moved to ``device`` at setup; refused first if they do not fit.
         background: RGB in [0, 1] behind the Gaussians.
-        time_scale: scene time units per stream second (1.0: the scene's units are seconds).
-        loop: wrap time over the scene's duration (else hold the last instant).
+        time_scale: scene time units per stream second. 1.0: the scene's units are seconds.
+        loop: wrap time over the scene's duration. Else hold the last instant.
         sync_free: see :func:`~framegraph.renderers.stages.sync_free_on`.
         width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """

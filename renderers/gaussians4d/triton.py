@@ -1,15 +1,19 @@
-"""Triton kernel for the 4DGS temporal slice (the twin of :func:`reference.slice_gaussians`).
+"""Triton kernel for the 4DGS temporal slice. It is the twin of :func:`reference.slice_gaussians`.
 
-One program per block of ``BLOCK`` Gaussians; each lane handles one Gaussian end to end: normalise
-the two quaternions, build the 4D rotation ``R = L(q_l) R(q_r)`` row by row, scale its columns,
-form the 10 unique entries of ``Sigma = (R S)(R S)^T`` and condition on ``t``: conditional mean
-(3), conditional covariance (6 unique values), opacity x temporal marginal, and the cull flag.
-Everything after the slice (projection, tiles, blending) is the 3DGS pipeline.
+One program runs per block of ``BLOCK`` Gaussians. Each lane handles one Gaussian end to end:
 
-``__init__.py`` registers the launcher as a torch custom op (schema + fake implementation, so graphs
-capture it) whose backward replays :func:`reference.slice_gaussians` under autograd, which is cheap next
-to rendering. Runs on CUDA, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set before
-this module is imported).
+- normalise the two quaternions.
+- build the 4D rotation ``R = L(q_l) R(q_r)`` row by row, and scale its columns.
+- form the 10 unique entries of ``Sigma = (R S)(R S)^T``.
+- condition on ``t``. That gives the conditional mean, 3 values, and the conditional covariance, 6 unique
+  values. Also opacity x temporal marginal, and the cull flag.
+
+Everything after the slice is the 3DGS pipeline: projection, tiles, blending.
+
+``__init__.py`` registers the launcher as a torch custom op. It has a schema and a fake implementation, so
+graphs capture it. Its backward replays :func:`reference.slice_gaussians` under autograd. That is cheap next
+to rendering. It runs on CUDA, or on CPU through Triton's interpreter. For that, set ``TRITON_INTERPRET=1``
+before this module is imported.
 """
 
 import torch
@@ -23,7 +27,7 @@ WARPS = 4
 
 @triton.jit
 def _row_times_right(x0, x1, x2, x3, p, q, r, s):
-    """Row vector ``x`` times fudan-zvg's ``M_r(p, q, r, s)``: one row of ``R = M_l M_r``."""
+    """Row vector ``x`` times fudan-zvg's ``M_r(p, q, r, s)``. That is one row of ``R = M_l M_r``."""
     return (x0 * p - x1 * q - x2 * r - x3 * s,
             x0 * q + x1 * p + x2 * s - x3 * r,
             x0 * r - x1 * s + x2 * p + x3 * q,
@@ -37,14 +41,14 @@ def _dot4(a0, a1, a2, a3, b0, b1, b2, b3):
 
 @triton.jit
 def _load4(ptr, i, m, first, rest):
-    """The 4 values of row ``i`` of an ``[N, 4]`` tensor (``first`` / ``rest`` where masked)."""
+    """The 4 values of row ``i`` of an ``[N, 4]`` tensor. ``first`` and ``rest`` where masked."""
     return (tl.load(ptr + 4 * i, mask=m, other=first), tl.load(ptr + 4 * i + 1, mask=m, other=rest),
             tl.load(ptr + 4 * i + 2, mask=m, other=rest), tl.load(ptr + 4 * i + 3, mask=m, other=rest))
 
 
 @triton.jit
 def _load_unit_quat(ptr, i, m):
-    """Quaternion ``i`` of an ``[N, 4]`` tensor, normalised (identity where masked)."""
+    """Quaternion ``i`` of an ``[N, 4]`` tensor, normalised. The identity where masked."""
     w, x, y, z = _load4(ptr, i, m, 1.0, 0.0)
     inv = 1.0 / tl.sqrt(w * w + x * x + y * y + z * z)
     return w * inv, x * inv, y * inv, z * inv
@@ -113,8 +117,9 @@ def _slice_kernel(
 
 def slice_gaussians(means: Tensor, times: Tensor, scales: Tensor, quats_l: Tensor, quats_r: Tensor,
                     opacities: Tensor, t: float, cull_threshold: float) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Launch :func:`_slice_kernel`: the twin of :func:`reference.slice_gaussians` (same arguments and
-    returns; float32)."""
+    """Launch :func:`_slice_kernel`, the twin of :func:`reference.slice_gaussians`.
+
+    It takes the same arguments and gives the same returns, in float32."""
     N = means.shape[0]
     out_means = means.new_empty((N, 3))
     out_covars = means.new_empty((N, 6))

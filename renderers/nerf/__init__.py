@@ -1,22 +1,22 @@
-"""NeRF in the instant-ngp style (Müller et al. 2022): hash grid + tiny MLPs + occupancy-skipping marcher.
+"""NeRF in the instant-ngp style, after Müller et al. 2022: a hash grid, tiny MLPs, an occupancy-skipping marcher.
 
 Public API:
 
-- :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError` — the model, its
-  settings, and the on-disk directory (``config.json`` + ``model.safetensors``).
-- :func:`fit` — train on posed images (measured with :func:`framegraph.stream.quality.psnr`);
-  :class:`NerfFitter` / :class:`NerfFitConfig` — the same fit step by step on the shared loop, with
-  checkpoints and exact resume; :func:`load_transforms` reads posed images from an instant-ngp /
-  nerfstudio / Blender ``transforms.json`` (the shared loader of ``renderers/posed_images.py``, white
-  background by default); ``cli.py`` holds the model's command-line options (``framegraph fit-nerf`` is
-  ``apps/fit_nerf.py``).
-- :class:`NerfRenderStage` (in ``stage.py``) — a render stage for stream graphs.
-- building blocks: :func:`hash_encode` / :class:`HashGridConfig` (``hash_encoding/``), :func:`mlp`
-  (``mlp/``), :class:`OccupancyGrid`, :func:`render_rays` / :func:`camera_rays` (``marcher.py``),
-  :class:`NerfField`; :class:`SphereScene` renders analytic training images.
+- :class:`NerfModel`, :class:`NerfConfig`, :func:`load_nerf`, :class:`NerfLoadError`: the model, its settings,
+  and the on-disk directory. That holds ``config.json`` and ``model.safetensors``.
+- :func:`fit`: train on posed images. It is measured with :func:`framegraph.stream.quality.psnr`.
+- :class:`NerfFitter`, :class:`NerfFitConfig`: the same fit step by step on the shared loop. It has
+  checkpoints and exact resume.
+- :func:`load_transforms`: posed images from an instant-ngp, nerfstudio or Blender ``transforms.json``. It is
+  the shared loader of ``renderers/posed_images.py``, with a white background by default.
+- ``cli.py``: the model's command-line options. ``framegraph fit-nerf`` is ``apps/fit_nerf.py``.
+- :class:`NerfRenderStage`, in ``stage.py``: a render stage for stream graphs.
+- Building blocks: :func:`hash_encode` and :class:`HashGridConfig` in ``hash_encoding/``. :func:`mlp` in
+  ``mlp/``. :class:`OccupancyGrid`, :func:`render_rays` and :func:`camera_rays` in ``marcher.py``.
+  :class:`NerfField`. :class:`SphereScene` renders analytic training images.
 
-Each kernel folder has ``reference.py`` (pure torch) beside ``triton.py``; ``backend="auto"`` picks
-Triton on CUDA and the reference elsewhere.
+Each kernel folder has ``reference.py``, pure torch, beside ``triton.py``. ``backend="auto"`` picks Triton on
+CUDA and the reference elsewhere.
 """
 from .dataset import DatasetError, PosedImages, load_transforms
 from .field import NerfField, sh_encode, trunc_exp

@@ -1,7 +1,7 @@
-"""The NeRF model's command-line options: :func:`add_model_arguments` (declared, torch-free, in
-``renderers/nerf_options.py``) and :func:`config_from_args`.
+"""The NeRF model's command-line options: :func:`add_model_arguments` and :func:`config_from_args`.
 
-``framegraph fit-nerf`` (``apps/fit_nerf.py``) and the demo trainer (``demo.py``) build their model from them.
+The options are declared, torch-free, in ``renderers/nerf_options.py``. ``framegraph fit-nerf``, in
+``apps/fit_nerf.py``, builds its model from them. So does the demo trainer, ``demo.py``.
 """
 from __future__ import annotations
 
@@ -17,8 +17,9 @@ __all__ = ["DEVICE_DEFAULTS", "add_model_arguments", "config_from_args", "device
            "resolve_defaults"]
 
 def config_from_args(args: argparse.Namespace, aabb, background, **options) -> NerfConfig:
-    """The :class:`NerfConfig` of :func:`add_model_arguments`' options for the scene box ``aabb`` (6 numbers)
-    and ``background`` (RGB); ``options``: other NerfConfig fields."""
+    """The :class:`NerfConfig` of :func:`add_model_arguments`' options.
+
+    ``aabb`` is the scene box, 6 numbers. ``background`` is RGB. ``options`` are other NerfConfig fields."""
     diag = float((torch.tensor(aabb[3:]) - torch.tensor(aabb[:3])).norm())
     grid = HashGridConfig(n_levels=args.levels, log2_table_size=args.log2_table, finest_resolution=args.finest)
     return NerfConfig(aabb=aabb, grid=grid, step_size=diag / args.steps_per_diagonal, background=background,

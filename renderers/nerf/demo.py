@@ -2,11 +2,13 @@
 
     python -m framegraph.renderers.nerf.demo --out assets/nerf/spheres
 
-renders ``--views`` training images of :func:`spheres.demo_scene` (analytic spheres, white background)
-from cameras around it, fits a :class:`NerfModel` with :func:`fit`, measures PSNR on ``--held-out``
-cameras never trained on, and writes into ``--out``: ``config.json`` + ``model.safetensors`` (the
-NeRF), ``train_report.json`` (command, seed, steps, wall time, PSNR, versions) and ``preview.png``
-(held-out ground truth above the NeRF's renders).
+It renders ``--views`` training images of :func:`spheres.demo_scene`, from cameras around it. That scene is
+analytic spheres on a white background. It fits a :class:`NerfModel` with :func:`fit`. It measures PSNR on
+``--held-out`` cameras never trained on. It writes into ``--out``:
+
+- ``config.json`` and ``model.safetensors``: the NeRF.
+- ``train_report.json``: command, seed, steps, wall time, PSNR, versions.
+- ``preview.png``: held-out ground truth above the NeRF's renders.
 """
 from __future__ import annotations
 

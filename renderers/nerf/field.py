@@ -1,12 +1,13 @@
-"""The radiance field: hash grid → density MLP → (SH-encoded direction, geometry features) → colour MLP.
+"""The radiance field: hash grid → density MLP → SH-encoded direction and geometry features → colour MLP.
 
 Shapes follow instant-ngp's NeRF network:
 
-- ``grid``: multiresolution hash encoding of the position normalised to the AABB → ``[N, L * F]``
-  (``32`` with 16 levels × 2 features).
-- ``density`` MLP: ``L * F → 64 → 16`` (one hidden layer, ReLU, no biases). Output 0 is the log-density:
-  ``sigma = trunc_exp(out[0])`` (units: 1 / world length); outputs 1..15 are the geometry features.
-- ``color`` MLP: ``16 (SH of the view direction, degree 4) + 15 → 64 → 64 → 3``, sigmoid → RGB in [0, 1].
+- ``grid``: multiresolution hash encoding of the position, normalised to the AABB → ``[N, L * F]``. That is
+  ``32`` with 16 levels × 2 features.
+- ``density`` MLP: ``L * F → 64 → 16``. One hidden layer, ReLU, no biases. Output 0 is the log-density:
+  ``sigma = trunc_exp(out[0])``, in 1 / world length. Outputs 1..15 are the geometry features.
+- ``color`` MLP: ``16 + 15 → 64 → 64 → 3``, sigmoid → RGB in [0, 1]. The 16 are the SH of the view direction,
+  degree 4.
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ SH_DIMS = SH_DEGREE * SH_DEGREE
 
 
 class _TruncExp(torch.autograd.Function):
-    """``exp(x)`` whose gradient uses ``exp(min(x, 15))`` — instant-ngp's guard against exploding grads."""
+    """``exp(x)`` whose gradient uses ``exp(min(x, 15))``. That is instant-ngp's guard against exploding grads."""
 
     @staticmethod
     def forward(ctx, x):
@@ -45,8 +46,8 @@ def trunc_exp(x: Tensor) -> Tensor:
 def sh_encode(dirs: Tensor) -> Tensor:
     """Real spherical harmonics of unit directions ``[N, 3]`` up to band 3 → ``[N, 16]``.
 
-    The basis and signs of tiny-cuda-nn's ``SphericalHarmonics`` encoding (which maps its [0, 1]
-    inputs to [-1, 1] first; here directions are taken as they are).
+    The basis and signs are those of tiny-cuda-nn's ``SphericalHarmonics`` encoding. That encoding maps its
+    [0, 1] inputs to [-1, 1] first. Here directions are taken as they are.
     """
     x, y, z = dirs.unbind(-1)
     xx, yy, zz = x * x, y * y, z * z
@@ -76,11 +77,11 @@ class NerfField(nn.Module):
     Args:
         grid: the hash grid's shape.
         aabb: ``(xmin, ymin, zmin, xmax, ymax, zmax)`` world box mapped to the grid's unit cube.
-        hidden: hidden width of both MLPs (a power of two >= 16 for the fused kernel).
-        n_geo_features: geometry features passed from the density to the colour MLP (15).
-        generator: for the initial weights (reproducible fits).
+        hidden: hidden width of both MLPs. The fused kernel needs a power of two >= 16.
+        n_geo_features: geometry features passed from the density to the colour MLP. Default 15.
+        generator: for the initial weights, so fits are reproducible.
 
-    Parameters (the safetensors keys): ``grid.table [E, F]``, ``density.0 [L*F, H]``,
+    Parameters, by safetensors key: ``grid.table [E, F]``, ``density.0 [L*F, H]``,
     ``density.1 [H, 1 + n_geo]``, ``color.0 [16 + n_geo, H]``, ``color.1 [H, H]``, ``color.2 [H, 3]``.
     """
 
@@ -101,11 +102,11 @@ class NerfField(nn.Module):
         self.color = nn.ParameterList([nn.Parameter(w) for w in col])
 
     def normalize(self, x: Tensor) -> Tensor:
-        """World points ``[N, 3]`` → the grid's unit cube (not clamped)."""
+        """World points ``[N, 3]`` → the grid's unit cube. Not clamped."""
         return (x - self.aabb[:3]) / (self.aabb[3:] - self.aabb[:3])
 
     def query_density(self, x: Tensor, backend: Backend = "auto") -> tuple[Tensor, Tensor]:
-        """``sigma [N]`` (1 / world length) and geometry features ``[N, n_geo]`` at world points ``x [N, 3]``."""
+        """``sigma [N]`` in 1 / world length, and geometry features ``[N, n_geo]``, at world points ``x [N, 3]``."""
         enc = hash_encode(self.normalize(x), self.grid["table"], self.grid_config, meta=self.level_meta,
                           backend=backend)
         h = mlp(enc, list(self.density), "none", backend=backend)

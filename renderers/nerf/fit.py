@@ -1,22 +1,25 @@
-"""Fitting a :class:`NerfModel` to posed images (instant-ngp's recipe, shrunk to run on a CPU).
+"""Fitting a :class:`NerfModel` to posed images. It is instant-ngp's recipe, shrunk to run on a CPU.
 
-Each step draws a random batch of rays from all training pixels, marches them with a random offset
-per ray (so samples cover the whole interval, not fixed points), skips empty space with the occupancy
-grid, composites over the model's background and takes an Adam step on a Huber (or MSE) loss. Every
-``occupancy_every`` steps the occupancy grid is updated from the current density (all cells during
-the warm-up, then ``occupancy_cells`` sampled cells).
+Each step draws a random batch of rays from all training pixels. It marches them with a random offset per ray.
+So samples cover the whole interval, not fixed points. It skips empty space with the occupancy grid. It
+composites over the model's background. It takes an Adam step on a Huber or MSE loss. Every
+``occupancy_every`` steps, the occupancy grid is updated from the current density. All cells update during the
+warm-up. Then ``occupancy_cells`` sampled cells update.
 
-Adam settings follow instant-ngp: ``betas=(0.9, 0.99)``, ``eps=1e-15``, learning rate ``1e-2`` with a
-small weight decay on the MLPs only; the rate steps down (×0.33) at 50 %, 75 % and 90 % of the steps.
+Adam settings follow instant-ngp: ``betas=(0.9, 0.99)``, ``eps=1e-15``, learning rate ``1e-2``. A small weight
+decay applies to the MLPs only. The rate steps down ×0.33 at 50 %, 75 % and 90 % of the steps.
 
-:class:`NerfFitter` is the fit in progress on the shared loop (``renderers/fit/loop.py``: progress bar
-with PSNR and ETA, checkpoints, Ctrl-C saves); every random draw comes from one generator whose state is
-checkpointed with the weights, Adam moments and occupancy grid, so a resumed fit ends bit for bit where an
+:class:`NerfFitter` is the fit in progress on the shared loop, ``renderers/fit/loop.py``. That gives a progress
+bar with PSNR and ETA, checkpoints, and Ctrl-C saves. Every random draw comes from one generator. Its state is
+checkpointed with the weights, Adam moments and occupancy grid. So a resumed fit ends bit for bit where an
 uninterrupted one does. :func:`fit` is the same loop as one call.
 
-Checkpoint ``PREFIX``: ``PREFIX.fit.json`` (step, fit config, data fingerprint, history) and
-``PREFIX.fit.safetensors`` (Adam moments, occupancy EMA, generator state); the weights are the NeRF
-directory saved beside them (``framegraph fit-nerf`` keeps all of it in ``OUT/``, prefix ``OUT/fit``).
+Checkpoint ``PREFIX`` is two files and a directory:
+
+- ``PREFIX.fit.json``: step, fit config, data fingerprint, history.
+- ``PREFIX.fit.safetensors``: Adam moments, occupancy EMA, generator state.
+- The weights are the NeRF directory saved beside them. ``framegraph fit-nerf`` keeps all of it in ``OUT/``,
+  with prefix ``OUT/fit``.
 """
 from __future__ import annotations
 
@@ -52,9 +55,11 @@ LOSSES = ("huber", "mse")
 
 @dataclass
 class FitReport:
-    """What :func:`fit` measured: ``losses`` per step, ``wall_s`` and ``cpu_s`` (this process's CPU time:
-    on a shared machine the honest measure of work), samples evaluated per ray (mean over steps), the
-    final occupied fraction of the grid."""
+    """What :func:`fit` measured.
+
+    It holds ``losses`` per step, ``wall_s`` and ``cpu_s``. ``cpu_s`` is this process's CPU time. On a shared
+    machine that is the honest measure of work. It also holds the samples evaluated per ray, as a mean over
+    steps, and the final occupied fraction of the grid."""
 
     steps: int
     losses: list = field(default_factory=list)
@@ -65,7 +70,7 @@ class FitReport:
 
 
 def dataset_rays(images: Tensor, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-    """All pixels of ``images [N, H, W, 3]`` (in [0, 1]) as rays: ``origins, dirs, colors [N * H * W, 3]``."""
+    """All pixels of ``images [N, H, W, 3]``, in [0, 1], as rays: ``origins, dirs, colors [N * H * W, 3]``."""
     N, H, W, _ = images.shape
     o, d = zip(*(camera_rays(viewmats[i], Ks[i], W, H) for i in range(N)))
     return torch.cat(o), torch.cat(d), images.reshape(-1, 3).float()
@@ -73,15 +78,15 @@ def dataset_rays(images: Tensor, viewmats: Tensor, Ks: Tensor) -> tuple[Tensor, 
 
 @dataclass
 class NerfFitConfig:
-    """Everything that decides a NeRF fit besides the model (saved in the checkpoint).
+    """Everything that decides a NeRF fit besides the model. It is saved in the checkpoint.
 
     Attributes:
         steps: optimisation steps; ``batch_rays``: rays per step.
-        lr: Adam learning rate (instant-ngp: 1e-2), ×0.33 at 50 %, 75 % and 90 % of ``steps``.
-        loss: ``"huber"`` (delta 0.1, on RGB) or ``"mse"``.
-        occupancy_every: steps between occupancy updates (0: never update, keep the grid as it is).
-        occupancy_warmup: before this step every cell is re-evaluated at each update.
-        occupancy_cells: cells evaluated per update after the warm-up (None: a quarter of them).
+        lr: Adam learning rate; instant-ngp's is 1e-2. It goes ×0.33 at 50 %, 75 % and 90 % of ``steps``.
+        loss: ``"huber"``, delta 0.1 on RGB, or ``"mse"``.
+        occupancy_every: steps between occupancy updates. 0: never update, keep the grid as it is.
+        occupancy_warmup: before this step, every cell is re-evaluated at each update.
+        occupancy_cells: cells evaluated per update after the warm-up. None: a quarter of them.
         seed: seeds ray batches, offsets and occupancy samples.
     """
 
@@ -101,20 +106,22 @@ class NerfFitConfig:
             raise ValueError(f"fit: steps must be >= 0 and batch_rays >= 1, got {self.steps} and {self.batch_rays}")
 
     def lr_at(self, step: int) -> float:
-        """The learning rate of step ``step`` (0-based)."""
+        """The learning rate of step ``step``, 0-based."""
         milestones = [int(self.steps * f) for f in (0.5, 0.75, 0.9)]
         return self.lr * 0.33 ** bisect.bisect_right(milestones, step)
 
 
 class NerfFitter(TrainingRun):
-    """A NeRF fit in progress: ``model`` trained in place on ``train``; :meth:`run` (the shared loop),
-    :meth:`save` / :meth:`load` for checkpoints, :meth:`evaluate` for held-out PSNR.
+    """A NeRF fit in progress: ``model`` trained in place on ``train``.
+
+    :meth:`run` is the shared loop. :meth:`save` and :meth:`load` handle checkpoints. :meth:`evaluate` gives
+    held-out PSNR.
 
     Args:
-        model: the NeRF to train (its device is where training runs).
-        train: training views (``images [N, H, W, 3]`` in [0, 1], OpenCV ``viewmats``, ``Ks``).
+        model: the NeRF to train. Training runs on its device.
+        train: training views: ``images [N, H, W, 3]`` in [0, 1], OpenCV ``viewmats``, ``Ks``.
         config: see :class:`NerfFitConfig`.
-        backend: kernels to use (``"auto"``: Triton on CUDA).
+        backend: kernels to use. ``"auto"`` is Triton on CUDA.
     """
 
     def __init__(self, model: NerfModel, train: PosedImages, config: NerfFitConfig | None = None, *,
@@ -145,7 +152,7 @@ class NerfFitter(TrainingRun):
         return {"occupied": f"{self.model.occupancy.occupied_fraction:.3f}"}
 
     def train_step(self) -> dict[str, float]:
-        """One step (an occupancy update first when due). Returns the batch's ``{"loss", "psnr"}``."""
+        """One step, with an occupancy update first when due. Returns the batch's ``{"loss", "psnr"}``."""
         c, model, gen = self.cfg, self.model, self.generator
         dev = model.device
         if c.occupancy_every and self.step % c.occupancy_every == 0:
@@ -176,7 +183,7 @@ class NerfFitter(TrainingRun):
 
     @torch.no_grad()
     def evaluate(self, data: PosedImages, *, progress: bool = False) -> dict[str, Any]:
-        """PSNR of the model's renders of ``data``'s views (mean and per view), with a progress bar."""
+        """PSNR of the model's renders of ``data``'s views, the mean and per view. It shows a progress bar."""
         from ..fit.loop import progress as bar
 
         per_view = []
@@ -188,7 +195,7 @@ class NerfFitter(TrainingRun):
 
     # ------------------------------------------------------------------ checkpoints
     def save(self, prefix: str) -> dict[str, str]:
-        """Write the NeRF directory ``prefix``'s folder and the checkpoint ``prefix``; returns the paths."""
+        """Write the NeRF directory, ``prefix``'s folder, and the checkpoint ``prefix``. Returns the paths."""
         out = self.model.save(Path(prefix).parent)
         occ = self.model.occupancy
         tensors = {**adam_tensors(self.optimizer, self.param_names), "occupancy.opacity": occ.opacity,
@@ -200,8 +207,10 @@ class NerfFitter(TrainingRun):
     @classmethod
     def load(cls, prefix: str, train: PosedImages, *, device="cpu", steps: int | None = None,
              backend: Backend = "auto") -> NerfFitter:
-        """Resume :meth:`save`'s files (the NeRF directory is ``prefix``'s folder). ``train`` must be the same
-        data (checked); ``steps`` may extend the run (the learning-rate schedule then follows the new length)."""
+        """Resume :meth:`save`'s files. The NeRF directory is ``prefix``'s folder.
+
+        ``train`` must be the same data; it is checked. ``steps`` may extend the run. The learning-rate schedule
+        then follows the new length."""
         doc, tensors = read_checkpoint(str(prefix), CHECKPOINT_FORMAT, CHECKPOINT_VERSION, train)
         config = NerfFitConfig(**doc["config"])
         if steps is not None:
@@ -223,15 +232,15 @@ def fit(model: NerfModel, images: Tensor, viewmats: Tensor, Ks: Tensor, *, steps
         occupancy_warmup: int = 256, occupancy_cells: int | None = None, seed: int = 0,
         backend: Backend = "auto", log_every: int = 0,
         callback: Callable[[int, float], None] | None = None) -> FitReport:
-    """Train ``model`` in place on posed images (a :class:`NerfFitter` run without a bar or checkpoints).
+    """Train ``model`` in place on posed images. It is a :class:`NerfFitter` run without a bar or checkpoints.
 
     Args:
-        images: ``[N, H, W, 3]`` float in [0, 1] (or uint8, divided by 255).
-        viewmats: ``[N, 4, 4]`` world-to-camera (OpenCV); ``Ks``: ``[N, 3, 3]``.
+        images: ``[N, H, W, 3]`` float in [0, 1]. Or uint8, divided by 255.
+        viewmats: ``[N, 4, 4]`` world-to-camera, OpenCV axes. ``Ks``: ``[N, 3, 3]``.
         steps, batch_rays, lr, loss, occupancy_every, occupancy_warmup, occupancy_cells, seed: see
             :class:`NerfFitConfig`.
-        backend: kernels to use (``"auto"``: Triton on CUDA).
-        log_every: print the loss every so many steps (0: quiet).
+        backend: kernels to use. ``"auto"`` is Triton on CUDA.
+        log_every: print the loss every so many steps. 0: quiet.
         callback: ``callback(step, loss)`` after each step.
     """
     config = NerfFitConfig(steps=steps, batch_rays=batch_rays, lr=lr, loss=loss, occupancy_every=occupancy_every,

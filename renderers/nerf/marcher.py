@@ -1,30 +1,33 @@
-"""Rays, fixed-step ray marching with empty-space skipping, and volume rendering — readable torch.
+"""Rays, fixed-step ray marching with empty-space skipping, and volume rendering, in readable torch.
 
-Rays come from OpenCV cameras (``renderers/cameras.py``): pixel ``(row i, col j)`` looks through
-``(j + 0.5, i + 0.5)``; directions are unit length in world space, so ``t`` is a world distance.
+Rays come from OpenCV cameras, as in ``renderers/cameras.py``. Pixel row i, col j looks through
+``(j + 0.5, i + 0.5)``. Directions are unit length in world space, so ``t`` is a world distance.
 
-Marching: a ray enters the AABB at ``t_near`` and leaves at ``t_far``; sample ``k`` sits at
-``t_k = t_near + (k + u) * step_size`` (``u`` in [0, 1): 0.5 when rendering, random per ray while
-training) for every ``t_k < t_far``, and represents the interval ``delta = step_size`` around it.
+Marching: a ray enters the AABB at ``t_near`` and leaves at ``t_far``. Sample ``k`` sits at
+``t_k = t_near + (k + u) * step_size``, for every ``t_k < t_far``. ``u`` is in [0, 1). It is 0.5 when rendering
+and random per ray while training. Each sample represents the interval ``delta = step_size`` around it.
 
-Volume rendering (Max 1995 / NeRF): ``alpha_k = 1 - exp(-sigma_k * delta)``,
-``T_k = prod_{m<k} (1 - alpha_m)``, ``w_k = T_k * alpha_k``; colour ``sum_k w_k c_k + T_final * background``.
+Volume rendering follows Max 1995 and NeRF:
+
+- ``alpha_k = 1 - exp(-sigma_k * delta)``.
+- ``T_k = prod_{m<k} (1 - alpha_m)``, ``w_k = T_k * alpha_k``.
+- colour ``sum_k w_k c_k + T_final * background``.
 
 Two things skip work without changing what the sum means:
 
-- **empty-space skipping**: samples in unoccupied cells of an :class:`OccupancyGrid` are never
-  evaluated (their sigma is taken as 0);
-- **early ray termination**: a sample whose transmittance ``T_k`` is below ``early_stop`` (1e-4)
-  contributes nothing, and once a ray's transmittance falls below it the ray is dropped from later
-  chunks of steps. The image changes by at most ``early_stop`` per channel (colours are in [0, 1]).
+- **empty-space skipping**: samples in unoccupied cells of an :class:`OccupancyGrid` are never evaluated.
+  Their sigma is taken as 0.
+- **early ray termination**: a sample whose transmittance ``T_k`` is below ``early_stop`` contributes nothing.
+  The default is 1e-4. Once a ray's transmittance falls below it, the ray is dropped from later chunks of
+  steps. The image changes by at most ``early_stop`` per channel. Colours are in [0, 1].
 
-Samples are processed ``chunk_steps`` steps at a time for all live rays; the result does not depend
-on the chunking.
+Samples are processed ``chunk_steps`` steps at a time for all live rays. The result does not depend on the
+chunking.
 
-The readable march sizes everything by the data (the longest ray, the live rays, the samples to evaluate),
-which reads values back to the host every chunk. The sync-free march (``capacity``: a
-:class:`MarchCapacity`) computes the same sums with fixed shapes: a fixed number of steps for every ray,
-the samples to evaluate packed into a fixed capacity, all steps in one chunk (no ray is dropped early).
+The readable march sizes everything by the data: the longest ray, the live rays, the samples to evaluate. That
+reads values back to the host every chunk. The sync-free march computes the same sums with fixed shapes. It runs
+with ``capacity``, a :class:`MarchCapacity`. Every ray marches a fixed number of steps. The samples to evaluate
+are packed into a fixed capacity. All steps run in one chunk, so no ray is dropped early.
 """
 from __future__ import annotations
 
@@ -47,10 +50,10 @@ def camera_rays(viewmat: Tensor, K: Tensor, width: int, height: int) -> tuple[Te
     """World-space rays of every pixel of an OpenCV camera.
 
     Args:
-        viewmat: ``[4, 4]`` world-to-camera (x right, y down, z forward).
+        viewmat: ``[4, 4]`` world-to-camera. X right, y down, z forward.
         K: ``[3, 3]`` intrinsics in pixels.
     Returns:
-        ``origins [H * W, 3]`` and unit ``dirs [H * W, 3]``, row-major over pixels (row i, col j).
+        ``origins [H * W, 3]`` and unit ``dirs [H * W, 3]``, row-major over pixels.
     """
     viewmat, K = viewmat.float(), K.float()
     dev = viewmat.device
@@ -65,9 +68,9 @@ def camera_rays(viewmat: Tensor, K: Tensor, width: int, height: int) -> tuple[Te
 
 
 def ray_aabb(origins: Tensor, dirs: Tensor, aabb: Tensor, near: float = 0.0) -> tuple[Tensor, Tensor]:
-    """Entry and exit distances ``[R]`` of rays with a box (slab method); ``t_far <= t_near`` means a miss.
+    """Entry and exit distances ``[R]`` of rays with a box, by the slab method. ``t_far <= t_near`` is a miss.
 
-    ``t_near`` is at least ``near`` (so cameras inside the box start at their centre).
+    ``t_near`` is at least ``near``. So cameras inside the box start at their centre.
     """
     inv = 1.0 / torch.where(dirs.abs() < 1e-12, torch.full_like(dirs, 1e-12), dirs)
     t0 = (aabb[:3] - origins) * inv
@@ -82,11 +85,11 @@ class RenderResult:
     """What :func:`render_rays` returns.
 
     Attributes:
-        rgb: ``[R, 3]`` composited colour (background included).
+        rgb: ``[R, 3]`` composited colour, background included.
         opacity: ``[R]`` accumulated opacity ``1 - T_final``.
-        depth: ``[R]`` expected distance ``sum w_k t_k`` (0 where nothing was hit).
-        n_evaluated: samples at which the field was evaluated (after skipping and termination).
-        n_candidates: samples inside the AABB before any skipping. Both 0-d tensors from the sync-free march.
+        depth: ``[R]`` expected distance ``sum w_k t_k``. 0 where nothing was hit.
+        n_evaluated: samples at which the field was evaluated, after skipping and termination.
+        n_candidates: samples inside the AABB before any skipping. Both are 0-d tensors from the sync-free march.
     """
 
     rgb: Tensor
@@ -97,16 +100,16 @@ class RenderResult:
 
 
 class MarchCapacity:
-    """The fixed sizes of a sync-free march (:func:`render_rays` with ``capacity``), kept across frames.
+    """The fixed sizes of a sync-free march, kept across frames. That is :func:`render_rays` with ``capacity``.
 
     Args:
-        max_steps: steps marched per ray, whatever the ray: at least the longest chord of the AABB over
-            ``step_size`` (:meth:`for_box`), so no ray is cut short.
-        headroom, quantum: of the sample capacities (see :class:`~framegraph.renderers.capacity.Capacity`).
+        max_steps: steps marched per ray, whatever the ray. It is at least the longest chord of the AABB over
+            ``step_size``; see :meth:`for_box`. So no ray is cut short.
+        headroom, quantum: of the sample capacities. See :class:`~framegraph.renderers.capacity.Capacity`.
 
     Each batch of rays of a frame has its own :class:`~framegraph.renderers.capacity.Capacity`: the samples the
-    field evaluates. A frame whose samples overflow it leaves the last of them (in ray order, the rays of the
-    last rows) unevaluated, i.e. empty space, for that frame; the next frames get room for them.
+    field evaluates. A frame whose samples overflow it leaves the last of them unevaluated for that frame. In ray
+    order, those are the rays of the last rows. They count as empty space. The next frames get room for them.
     """
 
     def __init__(self, max_steps: int, *, headroom: float = 1.5, quantum: int = 256):
@@ -115,7 +118,7 @@ class MarchCapacity:
 
     @classmethod
     def for_box(cls, aabb, step_size: float, **kw) -> MarchCapacity:
-        """For an AABB ``(xmin, ymin, zmin, xmax, ymax, zmax)`` (Python numbers: no read back) and step size."""
+        """For an AABB ``(xmin, ymin, zmin, xmax, ymax, zmax)`` and a step size. Python numbers: no read back."""
         diagonal = math.dist(aabb[:3], aabb[3:])
         return cls(math.ceil(diagonal / step_size * (1 + 1e-6)) + 1, **kw)
 
@@ -131,8 +134,10 @@ class MarchCapacity:
 
 def _evaluate_selected(field_fn: FieldFn, pts: Tensor, dirs: Tensor, todo: Tensor, step_size: float
                        ) -> tuple[Tensor, Tensor, int]:
-    """Optical thickness ``tau [R, S]`` and colour ``[R, S, 3]`` of the ``todo [R, S]`` samples at ``pts [R, S, 3]``
-    (0 elsewhere), evaluating exactly those (``nonzero``: a host sync), and their number."""
+    """Optical thickness ``tau [R, S]`` and colour ``[R, S, 3]`` of the ``todo [R, S]`` samples at ``pts [R, S, 3]``.
+
+    They are 0 elsewhere. It evaluates exactly those samples, by ``nonzero``: a host sync. It also returns their
+    number."""
     sel = todo.nonzero(as_tuple=True)
     tau = torch.zeros(todo.shape, device=pts.device, dtype=pts.dtype)
     col = torch.zeros(todo.shape + (3,), device=pts.device, dtype=pts.dtype)
@@ -145,10 +150,11 @@ def _evaluate_selected(field_fn: FieldFn, pts: Tensor, dirs: Tensor, todo: Tenso
 
 def _evaluate_fixed(field_fn: FieldFn, pts: Tensor, dirs: Tensor, todo: Tensor, step_size: float,
                     capacity: Capacity) -> tuple[Tensor, Tensor, Tensor]:
-    """:func:`_evaluate_selected` without a host sync: the ``todo`` samples are packed, in row-major order, into
-    ``capacity`` slots (slot ``s`` finds its sample by ``searchsorted`` in the running count), the field runs
-    on all slots, unused ones are dropped; samples past the capacity are left out (empty). Returns the count
-    as a 0-d tensor."""
+    """:func:`_evaluate_selected` without a host sync.
+
+    The ``todo`` samples are packed, in row-major order, into ``capacity`` slots. Slot ``s`` finds its sample by
+    ``searchsorted`` in the running count. The field runs on all slots, and unused ones are dropped. Samples
+    past the capacity are left out, as empty. Returns the count as a 0-d tensor."""
     R, S = todo.shape
     ends = torch.cumsum(todo.reshape(-1), 0)  # [R * S] running count of samples to evaluate
     count = ends[-1]
@@ -172,21 +178,22 @@ def render_rays(field_fn: FieldFn, origins: Tensor, dirs: Tensor, aabb: Tensor, 
 
     Args:
         field_fn: ``(points [M, 3], dirs [M, 3]) -> (sigma [M], rgb [M, 3])``.
-        step_size: fixed distance between samples (world units).
-        occupancy: skip samples in its unoccupied cells (None: evaluate every sample).
-        background: ``[3]`` colour behind the field (None: black).
-        early_stop: transmittance below which samples no longer count (0 disables termination).
+        step_size: fixed distance between samples, in world units.
+        occupancy: skip samples in its unoccupied cells. None: evaluate every sample.
+        background: ``[3]`` colour behind the field. None: black.
+        early_stop: transmittance below which samples no longer count. 0 disables termination.
         chunk_steps: steps marched per round for all live rays.
-        offsets: ``[R]`` sample offsets ``u`` in [0, 1) (None: 0.5, the interval midpoints).
+        offsets: ``[R]`` sample offsets ``u`` in [0, 1). None: 0.5, the interval midpoints.
         near: minimum distance along each ray.
-        capacity: None: the readable march, sized by the data (it reads the longest ray, whether rays are
-            still live, and which samples to evaluate back: host syncs every chunk). A :class:`MarchCapacity`
-            (kept across frames): the sync-free march, one chunk of ``capacity.max_steps`` steps for every ray
-            (``chunk_steps`` is ignored), its samples packed into a fixed capacity (:func:`_evaluate_fixed`).
-            No ray leaves early, so the field is also evaluated behind where a ray terminates (those samples
-            get weight 0): the same image up to float rounding, unless the capacity overflows. Memory ~ rays x
-            ``max_steps`` x 16 floats. ``n_evaluated`` / ``n_candidates`` are then 0-d tensors (not read back).
-        ray_batch: which batch of the frame's rays this is (keys the capacities).
+        capacity: None gives the readable march, sized by the data. It reads back the longest ray, whether rays
+            are still live, and which samples to evaluate. Those are host syncs every chunk. A
+            :class:`MarchCapacity`, kept across frames, gives the sync-free march. Every ray marches one chunk
+            of ``capacity.max_steps`` steps; ``chunk_steps`` is ignored. Its samples are packed into a fixed
+            capacity by :func:`_evaluate_fixed`. No ray leaves early. So the field is also evaluated behind
+            where a ray terminates. Those samples get weight 0. The image is the same up to float rounding,
+            unless the capacity overflows. Memory is about rays x ``max_steps`` x 16 floats.
+            ``n_evaluated`` and ``n_candidates`` are then 0-d tensors, not read back.
+        ray_batch: which batch of the frame's rays this is. It keys the capacities.
 
     Differentiable w.r.t. whatever ``field_fn`` depends on.
     """

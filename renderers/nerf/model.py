@@ -1,14 +1,14 @@
-"""``NerfModel``: config + field + occupancy grid; rendering, and saving / loading as a directory.
+"""``NerfModel``: config, field and occupancy grid. Rendering, and saving and loading as a directory.
 
 A NeRF directory holds:
 
-- ``config.json`` — ``{"format": "framegraph-nerf", "version": 1, "aabb": [6], "grid": {n_levels,
+- ``config.json``: ``{"format": "framegraph-nerf", "version": 1, "aabb": [6], "grid": {n_levels,
   n_features, log2_table_size, base_resolution, finest_resolution}, "resolutions": [L], "dense": [L],
   "hidden": 64, "n_geo_features": 15, "step_size": float, "background": [3],
-  "occupancy": {"resolution", "threshold", "decay"}}`` (``resolutions`` / ``dense`` are derived from
-  ``grid`` and checked on load);
-- ``model.safetensors`` — the field's weights (``grid.table``, ``density.{0,1}``, ``color.{0,1,2}``,
-  float32) and ``occupancy.bits`` (the occupancy bitfield, ``uint8 [ceil(R^3 / 8)]``).
+  "occupancy": {"resolution", "threshold", "decay"}}``.
+  ``resolutions`` and ``dense`` are derived from ``grid`` and checked on load.
+- ``model.safetensors``: the field's weights, float32. They are ``grid.table``, ``density.{0,1}`` and
+  ``color.{0,1,2}``. Also ``occupancy.bits``, the occupancy bitfield, ``uint8 [ceil(R^3 / 8)]``.
 
 :func:`load_nerf` raises :class:`NerfLoadError` naming the file and the problem.
 """
@@ -37,7 +37,7 @@ CONFIG_NAME, WEIGHTS_NAME = "config.json", "model.safetensors"
 
 
 class NerfLoadError(ValueError):
-    """A NeRF directory that cannot be loaded; the message names the file and the problem."""
+    """A NeRF directory that cannot be loaded. The message names the file and the problem."""
 
 
 @dataclass
@@ -49,7 +49,7 @@ class NerfConfig:
         grid: hash grid shape.
         hidden: width of both MLPs' hidden layers.
         n_geo_features: geometry features from the density MLP to the colour MLP.
-        step_size: marching step in world units (default: the box diagonal / 512).
+        step_size: marching step in world units. Default: the box diagonal / 512.
         background: RGB behind the field, in [0, 1].
         occupancy_resolution / occupancy_threshold / occupancy_decay: see :class:`OccupancyGrid`.
     """
@@ -83,7 +83,7 @@ class NerfConfig:
 
     @classmethod
     def from_dict(cls, d: dict) -> NerfConfig:
-        """Inverse of :meth:`to_dict`; raises ``KeyError`` / ``TypeError`` / ``ValueError`` on bad fields."""
+        """Inverse of :meth:`to_dict`. Raises ``KeyError``, ``TypeError`` or ``ValueError`` on bad fields."""
         occ = d.get("occupancy", {})
         return cls(aabb=d["aabb"], grid=HashGridConfig(**d["grid"]), hidden=int(d.get("hidden", 64)),
                    n_geo_features=int(d.get("n_geo_features", 15)), step_size=d.get("step_size"),
@@ -94,9 +94,9 @@ class NerfConfig:
 
 
 class NerfModel(nn.Module):
-    """An instant-ngp style NeRF: :class:`NerfField` + :class:`OccupancyGrid` + :class:`NerfConfig`.
+    """An instant-ngp style NeRF: :class:`NerfField`, :class:`OccupancyGrid` and :class:`NerfConfig`.
 
-    ``model.render(viewmat, K, width, height)`` gives an image; :func:`fit` trains it; :meth:`save` /
+    ``model.render(viewmat, K, width, height)`` gives an image. :func:`fit` trains it. :meth:`save` and
     :func:`load_nerf` write and read a directory.
     """
 
@@ -129,23 +129,24 @@ class NerfModel(nn.Module):
     def render_rays(self, origins: Tensor, dirs: Tensor, *, backend: Backend = "auto", use_occupancy: bool = True,
                     early_stop: float = EARLY_STOP, offsets: Tensor | None = None, chunk_steps: int = 64,
                     capacity: MarchCapacity | None = None, ray_batch: int = 0) -> RenderResult:
-        """Composite rays ``[R, 3]`` (world, unit dirs) through the field; see :func:`marcher.render_rays`."""
+        """Composite rays ``[R, 3]`` through the field; see :func:`marcher.render_rays`. World rays, unit dirs."""
         return render_rays(lambda p, d: self.field(p, d, backend), origins, dirs, self.field.aabb,
                            self.config.step_size, occupancy=self.occupancy if use_occupancy else None,
                            background=self.background, early_stop=early_stop, chunk_steps=chunk_steps,
                            offsets=offsets, capacity=capacity, ray_batch=ray_batch)
 
     def march_capacity(self) -> MarchCapacity:
-        """Fixed sizes for sync-free marching through this model (pass to :meth:`render` frame after frame)."""
+        """Fixed sizes for sync-free marching through this model. Pass them to :meth:`render` frame after frame."""
         return MarchCapacity.for_box(self.config.aabb, self.config.step_size)
 
     def render(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
                chunk_rays: int = 1 << 14, use_occupancy: bool = True, early_stop: float = EARLY_STOP,
                capacity: MarchCapacity | None = None) -> Tensor:
-        """Image ``[H, W, 3]`` float32 in [0, 1] for one OpenCV camera (``viewmat [4, 4]`` world-to-camera,
-        ``K [3, 3]``), rendered on the model's device. Wrap in ``torch.no_grad()`` unless training.
-        ``capacity``: None for the readable march, or :meth:`march_capacity` (kept across frames) for the
-        sync-free one (see :func:`marcher.render_rays`)."""
+        """Image ``[H, W, 3]`` float32 in [0, 1] for one OpenCV camera, rendered on the model's device.
+
+        The camera is ``viewmat [4, 4]`` world-to-camera and ``K [3, 3]``. Wrap in ``torch.no_grad()`` unless
+        training. ``capacity`` is None for the readable march. For the sync-free one it is
+        :meth:`march_capacity`, kept across frames; see :func:`marcher.render_rays`."""
         o, d = camera_rays(viewmat.to(self.device), K.to(self.device), width, height)
         rgb = [self.render_rays(oc, dc, backend=backend, use_occupancy=use_occupancy, early_stop=early_stop,
                                 capacity=capacity, ray_batch=i).rgb
@@ -155,9 +156,11 @@ class NerfModel(nn.Module):
     def render_layers(self, viewmat: Tensor, K: Tensor, width: int, height: int, *, backend: Backend = "auto",
                       chunk_rays: int = 1 << 14, early_stop: float = EARLY_STOP,
                       capacity: MarchCapacity | None = None) -> tuple[Tensor, Tensor, Tensor]:
-        """As :meth:`render`, with the expected camera-z depth ``[H, W]`` of what each pixel shows (the expected
-        distance along the ray ``Σ w t / Σ w`` times the ray's forward component; 0 where nothing was hit) and the
-        opacity ``[H, W]`` (``1 − T``)."""
+        """As :meth:`render`, with the depth ``[H, W]`` and the opacity ``[H, W]``.
+
+        The depth is the expected camera-z depth of what each pixel shows. It is the expected distance along the
+        ray, ``Σ w t / Σ w``, times the ray's forward component. It is 0 where nothing was hit. The opacity is
+        ``1 − T``."""
         o, d = camera_rays(viewmat.to(self.device), K.to(self.device), width, height)
         forward = viewmat.to(self.device)[2, :3].float()  # the camera's z axis in world coordinates
         rgb, depth, opacity = [], [], []
@@ -171,13 +174,13 @@ class NerfModel(nn.Module):
 
     # ------------------------------------------------------------------ I/O
     def tensors(self) -> dict[str, Tensor]:
-        """The safetensors payload: field weights + packed occupancy bits (CPU, contiguous)."""
+        """The safetensors payload: field weights and packed occupancy bits, on the CPU, contiguous."""
         out = {k: v.detach().cpu().contiguous() for k, v in self.field.state_dict().items()}
         out["occupancy.bits"] = self.occupancy.packed_bits()
         return out
 
     def save(self, directory: str | os.PathLike) -> Path:
-        """Write ``config.json`` and ``model.safetensors`` into ``directory`` (created if needed)."""
+        """Write ``config.json`` and ``model.safetensors`` into ``directory``. It is created if needed."""
         from safetensors.torch import save_file
 
         d = Path(directory)
@@ -189,8 +192,9 @@ class NerfModel(nn.Module):
 
 
 def is_nerf_dir(path: str | os.PathLike) -> bool:
-    """Whether ``path`` looks like a NeRF directory (has a ``config.json`` naming our format) — for
-    commands that take either a NeRF directory or a Gaussian-splatting file."""
+    """Whether ``path`` looks like a NeRF directory: it has a ``config.json`` naming our format.
+
+    For commands that take either a NeRF directory or a Gaussian-splatting file."""
     cfg = Path(path) / CONFIG_NAME
     if not cfg.is_file():
         return False
@@ -203,9 +207,9 @@ def is_nerf_dir(path: str | os.PathLike) -> bool:
 def load_nerf(directory: str | os.PathLike, device="cpu") -> NerfModel:
     """Load a NeRF directory written by :meth:`NerfModel.save`.
 
-    Raises :class:`NerfLoadError` naming the file and what is wrong: missing directory, config or
-    weights; config that is not JSON or lacks / mistypes fields; weights that are not safetensors,
-    miss tensors, have unexpected ones, or have the wrong shape or dtype for the config.
+    Raises :class:`NerfLoadError` naming the file and what is wrong. That may be a missing directory, config or
+    weights. Or a config that is not JSON, or lacks or mistypes fields. Or weights that are not safetensors,
+    miss tensors or have unexpected ones. Or weights of the wrong shape or dtype for the config.
     """
     from safetensors import SafetensorError
     from safetensors.torch import load_file

@@ -1,13 +1,13 @@
-"""Occupancy grid for empty-space skipping (instant-ngp §4 / appendix E.2, as nerfacc also does it).
+"""Occupancy grid for empty-space skipping, as in instant-ngp §4 and appendix E.2. nerfacc does it too.
 
-The AABB is split into ``R^3`` cells (128³ by default). Each cell keeps an exponential moving maximum of
-the **step opacity** ``1 - exp(-sigma * step_size)`` seen at random points inside it; a cell is occupied
-when that value exceeds ``min(threshold, mean over cells)`` (threshold 0.01 = "1 % of the light stops
-in one step"). The ray marcher never evaluates the network at samples in unoccupied cells.
+The AABB is split into ``R^3`` cells, 128³ by default. Each cell keeps an exponential moving maximum of the
+**step opacity** ``1 - exp(-sigma * step_size)``. It is sampled at random points inside the cell. A cell is
+occupied when that value exceeds ``min(threshold, mean over cells)``. Threshold 0.01 means "1 % of the light
+stops in one step". The ray marcher never evaluates the network at samples in unoccupied cells.
 
-Cell ``(i, j, k)`` (x, y, z order) covers ``aabb_min + [i, i+1) * cell_size``; the flat index is
-``i * R^2 + j * R + k``. ``bits`` is a bool tensor ``[R, R, R]``; :meth:`packed_bits` packs it 8 cells
-per byte (little-endian bit order) for saving.
+Cell ``(i, j, k)``, in x, y, z order, covers ``aabb_min + [i, i+1) * cell_size``. The flat index is
+``i * R^2 + j * R + k``. ``bits`` is a bool tensor ``[R, R, R]``. :meth:`packed_bits` packs it 8 cells per
+byte for saving, in little-endian bit order.
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ class OccupancyGrid:
         aabb: ``(xmin, ymin, zmin, xmax, ymax, zmax)``.
         resolution: cells per axis.
         threshold: step opacity above which a cell is occupied.
-        decay: EMA decay applied to every cell at each update (0.95).
+        decay: EMA decay applied to every cell at each update. Default 0.95.
         device: where the grid lives.
 
     Attributes:
-        opacity: ``[R, R, R]`` float32, the running step opacity of each cell (starts at 0: nothing
-            measured yet; the first update fills it).
-        bits: ``[R, R, R]`` bool, the occupancy used for skipping (starts all occupied).
+        opacity: ``[R, R, R]`` float32, the running step opacity of each cell. It starts at 0, nothing measured
+            yet. The first update fills it.
+        bits: ``[R, R, R]`` bool, the occupancy used for skipping. It starts all occupied.
     """
 
     def __init__(self, aabb: Sequence[float], resolution: int = 128, *, threshold: float = 0.01,
@@ -59,7 +59,7 @@ class OccupancyGrid:
         return (self.aabb[3:] - self.aabb[:3]) / self.resolution
 
     def cell_coords(self, points: Tensor) -> tuple[Tensor, Tensor]:
-        """Integer cell coordinates ``[N, 3]`` (int64, clamped) and an inside-AABB mask ``[N]`` for ``points``."""
+        """Integer cell coordinates ``[N, 3]``, int64 and clamped, and an inside-AABB mask ``[N]`` for ``points``."""
         u = (points - self.aabb[:3]) / self.cell_size
         inside = ((u >= 0) & (u <= self.resolution)).all(dim=-1)
         return u.floor().clamp(0, self.resolution - 1).to(torch.int64), inside
@@ -78,9 +78,10 @@ class OccupancyGrid:
                generator: torch.Generator | None = None, chunk: int = 1 << 16) -> None:
         """One EMA update from ``density_fn(points [M, 3]) -> sigma [M]``.
 
-        Every cell decays by ``decay``; then ``n_cells`` cells (all when None; otherwise half drawn
-        uniformly, half among the occupied ones, as instant-ngp does after its warm-up) take the max
-        of their decayed value and the step opacity at one uniformly random point inside them.
+        Every cell decays by ``decay``. Then ``n_cells`` cells take the max of their decayed value and a new
+        sample. The sample is the step opacity at one uniformly random point inside the cell. With ``n_cells``
+        None, all cells update. Otherwise half are drawn uniformly and half among the occupied ones. Instant-ngp
+        does the same after its warm-up.
         """
         R3 = self.resolution ** 3
         dev = self.device
@@ -108,7 +109,7 @@ class OccupancyGrid:
         self.updates += 1
 
     def packed_bits(self) -> Tensor:
-        """``bits`` as ``uint8 [ceil(R^3 / 8)]``, cell ``n`` in bit ``n % 8`` of byte ``n // 8``."""
+        """``bits`` as ``uint8 [ceil(R^3 / 8)]``. Cell ``n`` is in bit ``n % 8`` of byte ``n // 8``."""
         flat = self.bits.reshape(-1).to(torch.uint8).cpu()
         pad = (-flat.numel()) % 8
         flat = torch.cat([flat, flat.new_zeros(pad)]).reshape(-1, 8)
@@ -116,7 +117,7 @@ class OccupancyGrid:
         return (flat.to(torch.int32) * weights.to(torch.int32)).sum(dim=1).to(torch.uint8)
 
     def load_packed_bits(self, packed: Tensor) -> None:
-        """Inverse of :meth:`packed_bits`; the running opacity becomes 1 where occupied, 0 elsewhere."""
+        """Inverse of :meth:`packed_bits`. The running opacity becomes 1 where occupied, 0 elsewhere."""
         R3 = self.resolution ** 3
         expected = (R3 + 7) // 8
         if packed.dtype != torch.uint8 or packed.shape != (expected,):

@@ -1,9 +1,9 @@
 """A small analytic scene to train NeRFs on: coloured, procedurally textured spheres, ray-cast in torch.
 
-Everything here is exact geometry (ray-sphere intersections), so training images can be rendered for
-any OpenCV camera with no assets: each sphere has two colours blended by a smooth band pattern in its
-own spherical coordinates, lit by one directional light plus ambient (diffuse, view-independent). Rays
-that miss every sphere see ``background``.
+Everything here is exact geometry, by ray-sphere intersection. So training images can be rendered for any OpenCV
+camera with no assets. Each sphere has two colours. A smooth band pattern in its own spherical coordinates
+blends them. One directional light plus ambient lights them. Shading is diffuse and view-independent. Rays that
+miss every sphere see ``background``.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class Sphere:
 
 @dataclass
 class SphereScene:
-    """Spheres (all inside ``aabb``) over a flat background colour; z is up."""
+    """Spheres over a flat background colour, all inside ``aabb``. Z is up."""
 
     spheres: list[Sphere]
     background: Sequence[float] = (1.0, 1.0, 1.0)
@@ -39,7 +39,7 @@ class SphereScene:
     aabb: Sequence[float] = (-1.0, -1.0, -1.0, 1.0, 1.0, 1.0)
 
     def render_rays(self, origins: Tensor, dirs: Tensor) -> Tensor:
-        """RGB ``[R, 3]`` in [0, 1] seen along rays ``origins, dirs [R, 3]`` (unit dirs)."""
+        """RGB ``[R, 3]`` in [0, 1] seen along rays ``origins, dirs [R, 3]``. Dirs are unit."""
         R = origins.shape[0]
         best_t = torch.full((R,), math.inf, dtype=origins.dtype)
         rgb = torch.as_tensor(self.background, dtype=origins.dtype).expand(R, 3).clone()
@@ -64,7 +64,7 @@ class SphereScene:
         return rgb
 
     def render(self, viewmat: Tensor, K: Tensor, width: int, height: int) -> Tensor:
-        """Image ``[H, W, 3]`` float32 in [0, 1] for an OpenCV camera (``viewmat [4, 4]``, ``K [3, 3]``)."""
+        """Image ``[H, W, 3]`` float32 in [0, 1] for an OpenCV camera, ``viewmat [4, 4]`` and ``K [3, 3]``."""
         o, d = camera_rays(viewmat.cpu(), K.cpu(), width, height)
         return self.render_rays(o, d).reshape(height, width, 3).float()
 
@@ -81,8 +81,9 @@ def demo_scene() -> SphereScene:
 
 def sphere_views(n: int, *, width: int, height: int, radius: float = 3.0, fov_deg: float = 45.0,
                  elevations_deg: Sequence[float] = (-15.0, 15.0, 40.0), start_deg: float = 0.0) -> CameraPath:
-    """``n`` cameras looking at the origin from a sphere of ``radius``: azimuths spread evenly (golden-angle
-    offsets between rings), elevations cycling through ``elevations_deg``."""
+    """``n`` cameras looking at the origin from a sphere of ``radius``.
+
+    Azimuths spread evenly, with golden-angle offsets between rings. Elevations cycle through ``elevations_deg``."""
     eyes = []
     for i in range(n):
         el = math.radians(elevations_deg[i % len(elevations_deg)])

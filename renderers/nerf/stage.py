@@ -1,9 +1,9 @@
-"""``NerfRenderStage``: a NeRF as a stream stage (camera in, RGB frame out).
+"""``NerfRenderStage``: a NeRF as a stream stage. A camera comes in, an RGB frame goes out.
 
-Input ``"camera"``: ``float32 [2, 4, 4]`` on the CPU, as produced by
-:class:`framegraph.renderers.stages.CameraSource` (``camera[0]`` world-to-camera, OpenCV;
-``camera[1, :3, :3]`` the intrinsics K in pixels). Output ``"video"``: ``uint8 [H, W, 3]`` RGB on the
-CPU. Rendering happens on the stage's ``device`` (Triton kernels on CUDA, the torch reference on CPU).
+Input ``"camera"`` is ``float32 [2, 4, 4]`` on the CPU, as :class:`framegraph.renderers.stages.CameraSource`
+produces it. ``camera[0]`` is world-to-camera, OpenCV. ``camera[1, :3, :3]`` is the intrinsics K in pixels.
+Output ``"video"`` is ``uint8 [H, W, 3]`` RGB on the CPU. Rendering happens on the stage's ``device``. That is
+the Triton kernels on CUDA and the torch reference on CPU.
 """
 from __future__ import annotations
 
@@ -22,12 +22,12 @@ class NerfRenderStage(RenderStage):
     """Renders a :class:`NerfModel` for each incoming camera.
 
     Args:
-        model: the NeRF, or a NeRF directory (loaded with :func:`load_nerf`).
-        backend: ``"auto"`` (Triton on CUDA), ``"triton"`` or ``"torch"``.
-        chunk_rays: rays marched together (bounds memory).
-        early_stop: transmittance at which rays terminate (see ``marcher.py``).
-        sync_free: see :func:`~framegraph.renderers.stages.sync_free_on` (the sync-free march keeps a
-            :class:`~.marcher.MarchCapacity` across frames).
+        model: the NeRF, or a NeRF directory loaded with :func:`load_nerf`.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. Auto is Triton on CUDA.
+        chunk_rays: rays marched together. It bounds memory.
+        early_stop: transmittance at which rays terminate; see ``marcher.py``.
+        sync_free: see :func:`~framegraph.renderers.stages.sync_free_on`. The sync-free march keeps a
+            :class:`~.marcher.MarchCapacity` across frames.
         width / height / device / budget_ms: see :class:`~framegraph.renderers.stages.RenderStage`.
     """
 
@@ -55,7 +55,7 @@ class NerfRenderStage(RenderStage):
 
 
 def framing_for_nerf(model: NerfModel, elevation_deg: float = 25.0, fov_deg: float = 45.0) -> Framing:
-    """Frames a NeRF: around the centre of its AABB at 1.75× its half-diagonal (z up)."""
+    """Frames a NeRF around the centre of its AABB, at 1.75× its half-diagonal. Z is up."""
     aabb = torch.tensor(model.config.aabb, dtype=torch.float64)
     center = (aabb[:3] + aabb[3:]) / 2
     radius = 1.75 * float((aabb[3:] - aabb[:3]).norm() / 2)
@@ -64,5 +64,5 @@ def framing_for_nerf(model: NerfModel, elevation_deg: float = 25.0, fov_deg: flo
 
 def orbit_for_nerf(model: NerfModel, n_frames: int, width: int, height: int, fps: float,
                    elevation_deg: float = 25.0, fov_deg: float = 45.0):
-    """An orbit that frames the NeRF (see :func:`framing_for_nerf`)."""
+    """An orbit that frames the NeRF; see :func:`framing_for_nerf`."""
     return framing_for_nerf(model, elevation_deg, fov_deg).orbit(n_frames, width, height, fps)

@@ -1,9 +1,11 @@
-"""Multiresolution hash encoding: :func:`hash_encode` dispatches to Triton (CUDA) or the vectorized torch path.
+"""Multiresolution hash encoding. :func:`hash_encode` dispatches to Triton on CUDA, or to the vectorized torch path.
 
-``reference.py`` is the readable definition, level by level (and :class:`HashGridConfig` the shape of a grid);
-``vectorized.py`` the same in one gather over all levels (the ``"torch"`` backend, CPU's default);
-``triton.py`` the fused kernels. The Triton path is the custom op ``torch.ops.framegraph.nerf_hash_encode``
-with its backward ``nerf_hash_encode_backward`` (gradient w.r.t. the table only).
+- ``reference.py`` is the readable definition, level by level. :class:`HashGridConfig` there is the shape of a
+  grid.
+- ``vectorized.py`` is the same in one gather over all levels. It is the ``"torch"`` backend, CPU's default.
+- ``triton.py`` holds the fused kernels. The Triton path is the custom op
+  ``torch.ops.framegraph.nerf_hash_encode``. Its backward is ``nerf_hash_encode_backward``, for the gradient
+  w.r.t. the table only.
 """
 from __future__ import annotations
 
@@ -24,15 +26,15 @@ OP = "hash_encode"
 
 def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig, *, meta: Tensor | None = None,
                 backend: Backend = "auto") -> Tensor:
-    """Encode points ``x01 [N, 3]`` (unit cube ``[0, 1]^3``) → features ``[N, L * F]`` (see ``reference.py``).
+    """Encode points ``x01 [N, 3]`` in the unit cube ``[0, 1]^3`` → features ``[N, L * F]``. See ``reference.py``.
 
     Args:
-        x01: positions normalised to the unit cube (clamped there); no gradient flows to them.
+        x01: positions normalised to the unit cube, and clamped there. No gradient flows to them.
         table: ``[cfg.n_entries, cfg.n_features]`` trainable features, float32.
         cfg: the grid's shape.
-        meta: ``cfg.level_meta(device)`` if you have it cached (saves a host-to-device copy per call).
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"`` (the vectorized
-            path; the level-by-level reference is :func:`hash_encode_reference`).
+        meta: ``cfg.level_meta(device)``, if you have it cached. That saves a host-to-device copy per call.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. Auto is Triton on CUDA, torch elsewhere. Torch is the
+            vectorized path. The level-by-level reference is :func:`hash_encode_reference`.
     """
     if x01.dim() != 2 or x01.shape[-1] != 3:
         raise ValueError(f"{OP}: x01 has shape {list(x01.shape)}; expected [N, 3]")

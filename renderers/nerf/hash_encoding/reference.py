@@ -1,24 +1,24 @@
-"""Multiresolution hash encoding (Müller et al. 2022, instant-ngp), readable pure torch.
+"""Multiresolution hash encoding, after Müller et al. 2022 and instant-ngp, in readable pure torch.
 
-Conventions (shared with ``triton.py``; the tests hold the two to each other):
+These conventions are shared with ``triton.py``. The tests hold the two to each other.
 
-- Input points ``x [N, 3]`` are **normalised** to the unit cube ``[0, 1]^3`` (the model maps its AABB
-  there); values outside are clamped.
-- Level ``l`` (``0 <= l < L``) has ``N_l = floor(N_min * b**l)`` cells per axis, with the geometric
-  growth factor ``b = exp((ln N_max - ln N_min) / (L - 1))`` (paper eq. 2-3), so ``N_0 = N_min`` and
-  ``N_{L-1} = N_max``. Its vertices are the integer points ``0..N_l`` of ``x * N_l``: ``(N_l + 1)^3``
-  of them.
-- A level whose vertices fit in the table (``(N_l + 1)^3 <= T``) is stored **densely** (one entry per
-  vertex, index ``i + j (N_l+1) + k (N_l+1)^2``, no collisions), as instant-ngp does for its coarse
-  levels; finer levels are **hashed** into ``T`` entries with the spatial hash
+- Input points ``x [N, 3]`` are **normalised** to the unit cube ``[0, 1]^3``. The model maps its AABB there.
+  Values outside are clamped.
+- Level ``l`` has ``N_l = floor(N_min * b**l)`` cells per axis, for ``0 <= l < L``. The geometric growth factor
+  is ``b = exp((ln N_max - ln N_min) / (L - 1))``, the paper's eq. 2-3. So ``N_0 = N_min`` and
+  ``N_{L-1} = N_max``. Its vertices are the integer points ``0..N_l`` of ``x * N_l``. There are
+  ``(N_l + 1)^3`` of them.
+- A level whose vertices fit in the table is stored **densely**: ``(N_l + 1)^3 <= T``. It has one entry per
+  vertex, index ``i + j (N_l+1) + k (N_l+1)^2``, and no collisions. Instant-ngp does this for its coarse
+  levels. Finer levels are **hashed** into ``T`` entries. The spatial hash is
   ``(i * 1) xor (j * 2654435761) xor (k * 805459861)`` in uint32 arithmetic, modulo ``T``.
-- All levels live in one table ``[sum_l size_l, F]`` (``F`` features per entry); level ``l`` starts
-  at row ``offsets[l]``.
-- Features of the 8 cell corners are blended trilinearly; the encoding is ``[N, L * F]`` with level
-  ``l`` in columns ``l*F .. l*F + F - 1``.
+- All levels live in one table ``[sum_l size_l, F]``, with ``F`` features per entry. Level ``l`` starts at row
+  ``offsets[l]``.
+- Features of the 8 cell corners are blended trilinearly. The encoding is ``[N, L * F]``. Level ``l`` is in
+  columns ``l*F .. l*F + F - 1``.
 
-Unlike tiny-cuda-nn we do not shift positions by half a cell nor use ``N_min * b**l - 1``; the grid
-here is the one in the paper's text, which makes dense levels exact and easy to check.
+Unlike tiny-cuda-nn, we do not shift positions by half a cell. Nor do we use ``N_min * b**l - 1``. The grid here
+is the one in the paper's text. That makes dense levels exact and easy to check.
 """
 from __future__ import annotations
 
@@ -37,11 +37,11 @@ class HashGridConfig:
     """Shape of a multiresolution hash grid.
 
     Attributes:
-        n_levels: L, number of resolution levels (16 in instant-ngp).
-        n_features: F, features per level (2).
-        log2_table_size: T = 2**log2_table_size entries per hashed level (19 in instant-ngp).
-        base_resolution: N_min, cells per axis of the coarsest level (16).
-        finest_resolution: N_max, cells per axis of the finest level (2048 for a unit-scale NeRF).
+        n_levels: L, number of resolution levels. 16 in instant-ngp.
+        n_features: F, features per level. Default 2.
+        log2_table_size: T = 2**log2_table_size entries per hashed level. 19 in instant-ngp.
+        base_resolution: N_min, cells per axis of the coarsest level. Default 16.
+        finest_resolution: N_max, cells per axis of the finest level. 2048 for a unit-scale NeRF.
     """
 
     n_levels: int = 16
@@ -74,7 +74,7 @@ class HashGridConfig:
 
     @property
     def resolutions(self) -> list[int]:
-        """Cells per axis ``N_l`` of each level (the last one is exactly ``finest_resolution``)."""
+        """Cells per axis ``N_l`` of each level. The last one is exactly ``finest_resolution``."""
         b = self.growth_factor
         res = [int(math.floor(self.base_resolution * b ** l + 1e-6)) for l in range(self.n_levels)]
         res[-1] = self.finest_resolution if self.n_levels > 1 else self.base_resolution
@@ -82,7 +82,7 @@ class HashGridConfig:
 
     @property
     def dense(self) -> list[bool]:
-        """Whether each level is stored densely (all its vertices fit in the table)."""
+        """Whether each level is stored densely, because all its vertices fit in the table."""
         return [(r + 1) ** 3 <= self.table_size for r in self.resolutions]
 
     @property
@@ -107,7 +107,7 @@ class HashGridConfig:
         return self.n_levels * self.n_features
 
     def level_meta(self, device="cpu") -> Tensor:
-        """``[L, 4]`` int64 rows ``(N_l, size_l, offset_l, dense_l)`` — what the kernels read."""
+        """``[L, 4]`` int64 rows ``(N_l, size_l, offset_l, dense_l)``. The kernels read them."""
         rows = [(r, s, o, int(d)) for r, s, o, d in zip(self.resolutions, self.level_sizes, self.offsets, self.dense)]
         return torch.tensor(rows, dtype=torch.int64, device=device)
 
@@ -116,7 +116,7 @@ class HashGridConfig:
 
 
 def init_table(cfg: HashGridConfig, generator: torch.Generator | None = None, scale: float = 1e-4) -> Tensor:
-    """A fresh table ``[n_entries, F]`` float32, uniform in ``[-scale, scale]`` (instant-ngp's init)."""
+    """A fresh table ``[n_entries, F]`` float32, uniform in ``[-scale, scale]``. That is instant-ngp's init."""
     t = torch.rand(cfg.n_entries, cfg.n_features, generator=generator, dtype=torch.float32)
     return (t * 2 - 1) * scale
 
@@ -128,13 +128,13 @@ def spatial_hash(i: Tensor, j: Tensor, k: Tensor, table_size: int) -> Tensor:
 
 
 def level_corners(x01: Tensor, resolution: int, size: int, dense: bool):
-    """Corner rows (within the level) and trilinear weights for points ``x01 [N, 3]`` in ``[0, 1]^3``.
+    """Corner rows within the level, and trilinear weights, for points ``x01 [N, 3]`` in ``[0, 1]^3``.
 
-    Returns ``index [N, 8]`` int64 and ``weight [N, 8]`` (same dtype as ``x01``). Corner ``c`` takes
-    the upper vertex along axis ``d`` when bit ``d`` of ``c`` is set (``c = bx + 2 by + 4 bz``); its
-    weight is the product over axes of ``frac`` (upper) or ``1 - frac`` (lower), so the 8 weights sum
-    to 1. Per axis we form the two vertex coordinates and weights ``[N, 3, 2]``, then combine them by
-    broadcasting ``z × y × x`` into the 8 corners.
+    Returns ``index [N, 8]`` int64 and ``weight [N, 8]``, of the same dtype as ``x01``. Corner ``c`` is
+    ``bx + 2 by + 4 bz``. It takes the upper vertex along axis ``d`` when bit ``d`` of ``c`` is set. Its weight
+    is the product over axes of ``frac`` for upper, ``1 - frac`` for lower. So the 8 weights sum to 1. Per axis
+    we form the two vertex coordinates and weights ``[N, 3, 2]``. Then we combine them by broadcasting
+    ``z × y × x`` into the 8 corners.
     """
     pos = x01.clamp(0.0, 1.0) * resolution
     lower = pos.floor().clamp(max=resolution - 1)  # x = 1 falls in the last cell, with frac = 1
@@ -156,10 +156,10 @@ def level_corners(x01: Tensor, resolution: int, size: int, dense: bool):
 
 
 def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig) -> Tensor:
-    """Encode ``x01 [N, 3]`` (unit cube) with ``table [n_entries, F]`` → ``[N, L * F]``.
+    """Encode ``x01 [N, 3]``, in the unit cube, with ``table [n_entries, F]`` → ``[N, L * F]``.
 
-    Differentiable w.r.t. ``table`` (plain autograd: gradients scatter-add into the corners' rows).
-    No gradient flows to ``x01``.
+    Differentiable w.r.t. ``table`` by plain autograd. Gradients scatter-add into the corners' rows. No gradient
+    flows to ``x01``.
     """
     if table.shape != (cfg.n_entries, cfg.n_features):
         raise ValueError(f"hash_encode: table has shape {list(table.shape)}; expected "

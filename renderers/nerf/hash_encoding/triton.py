@@ -1,13 +1,13 @@
-"""Triton kernels for the multiresolution hash encoding (same conventions as ``reference.py``).
+"""Triton kernels for the multiresolution hash encoding, with the conventions of ``reference.py``.
 
-One program per (block of ``BLOCK`` points, level). It computes the cell of each point at that level,
-then for each of the 8 corners its row (dense index or uint32 spatial hash), the trilinear weight, and
-accumulates ``weight * table[row]`` (``F`` features at once). The backward pass walks the same corners
-and scatter-adds ``weight * grad_out`` into the table gradient with atomics (hash collisions and shared
-corners make atomics necessary). No gradient w.r.t. the positions.
+One program runs per (block of ``BLOCK`` points, level). It computes the cell of each point at that level. Then,
+for each of the 8 corners, it finds the row and the trilinear weight. The row is a dense index or a uint32
+spatial hash. It accumulates ``weight * table[row]``, ``F`` features at once. The backward pass walks the same
+corners. It scatter-adds ``weight * grad_out`` into the table gradient with atomics. Hash collisions and shared
+corners make atomics necessary. There is no gradient w.r.t. the positions.
 
-Kernels run on CUDA, or on CPU through Triton's interpreter (``TRITON_INTERPRET=1`` set before Triton is
-first imported).
+Kernels run on CUDA, or on CPU through Triton's interpreter. For that, set ``TRITON_INTERPRET=1`` before Triton
+is first imported.
 """
 from __future__ import annotations
 
@@ -21,9 +21,10 @@ BLOCK = 128
 
 @triton.jit
 def _level_setup(x_ptr, meta_ptr, N, L: tl.constexpr, F: tl.constexpr, BLOCK: tl.constexpr):
-    """This program's (block of points, level): offsets ``[BLOCK, F]`` of its features in the ``[N, L * F]``
-    encoding, the points' mask ``[BLOCK, 1]``, the level's constants, the lower cell corner (int64) and the
-    fractions."""
+    """This program's block of points and level.
+
+    Returns the offsets ``[BLOCK, F]`` of its features in the ``[N, L * F]`` encoding, and the points' mask
+    ``[BLOCK, 1]``. Also the level's constants, the lower cell corner, int64, and the fractions."""
     pid_n = tl.program_id(0)
     lvl = tl.program_id(1)
     res = tl.load(meta_ptr + lvl * 4 + 0)
@@ -46,8 +47,9 @@ def _level_setup(x_ptr, meta_ptr, N, L: tl.constexpr, F: tl.constexpr, BLOCK: tl
 
 @triton.jit
 def _corner(c: tl.constexpr, F: tl.constexpr, res, size, offset, dense, ix, iy, iz, fx, fy, fz):
-    """Offsets ``[BLOCK, F]`` of the table row (int64) of corner ``c`` (bit d set = upper vertex along axis d)
-    and its trilinear weight ``[BLOCK, 1]``."""
+    """Offsets ``[BLOCK, F]`` of the table row, int64, of corner ``c``, and its trilinear weight ``[BLOCK, 1]``.
+
+    Bit d of ``c`` set means the upper vertex along axis d."""
     bx = c & 1  # constexpr arithmetic: resolved at compile time
     by = (c >> 1) & 1
     bz = (c >> 2) & 1

@@ -1,16 +1,17 @@
-"""Multiresolution hash encoding, vectorized over levels: the fast pure-torch path (CPU's default).
+"""Multiresolution hash encoding, vectorized over levels. It is the fast pure-torch path, CPU's default.
 
-Same conventions and results as ``reference.py`` (the tests hold the two to each other, values and
-gradients), computed differently:
+It has the same conventions and results as ``reference.py``. The tests hold the two to each other, values and
+gradients. It computes them differently:
 
-- the cell, fractions and corner rows of **all levels at once** on ``[N, L, ...]`` tensors: per axis the
-  two vertex coordinates and their weights ``[N, L, 3, 2]`` (for hashed levels the vertex coordinate is
-  already multiplied by its prime and masked to uint32), then the 8 corners by broadcasting — two adds
-  (dense levels) or two xors (hashed levels) and two products over ``[N, L, 8]``;
-- **one gather** of all ``N * L * 8`` corner rows blended by their weights: :func:`torch.nn.functional.embedding_bag`
-  (``mode="sum"`` with ``per_sample_weights``) reads the 8 rows of each (point, level) and sums them
-  weighted, and its backward scatter-adds ``weight * grad`` into the table rows — without the
-  ``[N, 8, F]`` intermediate tensors per level that the reference builds.
+- It finds the cell, fractions and corner rows of **all levels at once**, on ``[N, L, ...]`` tensors. Per axis
+  it forms the two vertex coordinates and their weights ``[N, L, 3, 2]``. For hashed levels the vertex
+  coordinate is already multiplied by its prime and masked to uint32. Then it builds the 8 corners by
+  broadcasting. That takes two adds for dense levels, or two xors for hashed ones, and two products over
+  ``[N, L, 8]``.
+- It does **one gather** of all ``N * L * 8`` corner rows, blended by their weights. That is
+  :func:`torch.nn.functional.embedding_bag`, ``mode="sum"`` with ``per_sample_weights``. It reads the 8 rows of
+  each (point, level) and sums them weighted. Its backward scatter-adds ``weight * grad`` into the table rows.
+  There are no per-level ``[N, 8, F]`` intermediate tensors, as the reference builds.
 
 The table size ``T`` is a power of two, so ``h mod T`` is ``h & (T - 1)``.
 """
@@ -47,9 +48,9 @@ def _level_constants(cfg: HashGridConfig, device: torch.device):
 
 
 def level_rows_and_weights(x01: Tensor, cfg: HashGridConfig) -> tuple[Tensor, Tensor]:
-    """Table rows (offsets included) ``[N, L, 8]`` int32 and trilinear weights ``[N, L, 8]`` of ``x01 [N, 3]``.
+    """Table rows ``[N, L, 8]`` int32, offsets included, and trilinear weights ``[N, L, 8]`` of ``x01 [N, 3]``.
 
-    Corner ``c = bx + 2 by + 4 bz`` as in :func:`reference.level_corners`.
+    Corner ``c = bx + 2 by + 4 bz``, as in :func:`reference.level_corners`.
     """
     res, mult, offsets, n_dense = _level_constants(cfg, x01.device)
     res = res.to(x01.dtype)
@@ -78,8 +79,9 @@ def level_rows_and_weights(x01: Tensor, cfg: HashGridConfig) -> tuple[Tensor, Te
 
 
 def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig) -> Tensor:
-    """Encode ``x01 [N, 3]`` (unit cube) with ``table [n_entries, F]`` → ``[N, L * F]``, like
-    :func:`reference.hash_encode` (differentiable w.r.t. ``table`` only)."""
+    """Encode ``x01 [N, 3]``, in the unit cube, with ``table [n_entries, F]`` → ``[N, L * F]``.
+
+    Like :func:`reference.hash_encode`. Differentiable w.r.t. ``table`` only."""
     if table.shape != (cfg.n_entries, cfg.n_features):
         raise ValueError(f"hash_encode: table has shape {list(table.shape)}; expected "
                          f"[{cfg.n_entries}, {cfg.n_features}] for {cfg}")
@@ -92,9 +94,9 @@ def hash_encode(x01: Tensor, table: Tensor, cfg: HashGridConfig) -> Tensor:
 class _BlendRows(torch.autograd.Function):
     """``out[b] = sum_c weight[b, c] * table[rows[b, c]]`` for ``rows, weight [B, 8]`` → ``[B, F]``.
 
-    Forward: :func:`F.embedding_bag`. Backward (table only): ``grad_table[r] += weight * grad_out`` over
-    every (b, c) with ``rows[b, c] = r``, as one :func:`torch.bincount` over the flat ``row * F + f``
-    (several times faster on CPU than embedding_bag's own backward or ``index_add_``).
+    Forward: :func:`F.embedding_bag`. Backward, for the table only: ``grad_table[r] += weight * grad_out``. It
+    runs over every (b, c) with ``rows[b, c] = r``. It is one :func:`torch.bincount` over the flat
+    ``row * F + f``. docs/renderers.md says why.
     """
 
     @staticmethod

@@ -1,8 +1,8 @@
-"""Small bias-free MLPs: :func:`mlp` dispatches to the fused Triton kernel (CUDA) or the torch reference.
+"""Small bias-free MLPs. :func:`mlp` dispatches to the fused Triton kernel on CUDA, or to the torch reference.
 
-The Triton path is the custom op ``torch.ops.framegraph.nerf_fused_mlp``: forward fused in one kernel,
-backward in torch (it recomputes the hidden activations, then the usual matrix products) — correct for
-training, fast where it matters most (rendering).
+The Triton path is the custom op ``torch.ops.framegraph.nerf_fused_mlp``. Its forward is fused in one kernel.
+Its backward is in torch. It recomputes the hidden activations, then does the usual matrix products. That is
+correct for training, and fast where it matters most, in rendering.
 """
 from __future__ import annotations
 
@@ -21,11 +21,11 @@ OP = "mlp"
 
 
 def mlp(x: Tensor, weights: Sequence[Tensor], output_activation: str = "none", *, backend: Backend = "auto") -> Tensor:
-    """``x [N, in]`` through bias-free ``weights`` (``[in, H], [H, H]*, [H, out]``) → ``[N, out]``.
+    """``x [N, in]`` through bias-free ``weights`` → ``[N, out]``. Weights are ``[in, H], [H, H]*, [H, out]``.
 
-    Hidden layers use ReLU; ``output_activation`` is ``"none"`` or ``"sigmoid"``. ``backend``:
-    ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"``. Differentiable w.r.t.
-    ``x`` and the weights on both backends.
+    Hidden layers use ReLU. ``output_activation`` is ``"none"`` or ``"sigmoid"``. ``backend`` is ``"auto"``,
+    ``"triton"`` or ``"torch"``. Auto is Triton on CUDA, torch elsewhere. Differentiable w.r.t. ``x`` and the
+    weights on both backends.
     """
     if output_activation not in OUTPUT_ACTIVATIONS:
         raise ValueError(f"{OP}: output_activation={output_activation!r}; expected one of {OUTPUT_ACTIVATIONS}")

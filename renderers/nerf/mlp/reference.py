@@ -1,8 +1,8 @@
-"""Small bias-free MLPs (tiny-cuda-nn's ``FullyFusedMLP`` shape), readable torch.
+"""Small bias-free MLPs in readable torch. They have the shape of tiny-cuda-nn's ``FullyFusedMLP``.
 
-An MLP is a list of weight matrices ``[W_0 [in, H], W_1 [H, H], ..., W_k [H, out]]`` applied to row
-vectors: ``h = relu(h @ W_i)`` for every layer but the last, then ``y = act(h @ W_k)`` with ``act``
-``"none"`` or ``"sigmoid"``. No biases (as in instant-ngp: the hash features carry the offsets).
+An MLP is a list of weight matrices ``[W_0 [in, H], W_1 [H, H], ..., W_k [H, out]]``. They apply to row vectors:
+``h = relu(h @ W_i)`` for every layer but the last. Then ``y = act(h @ W_k)``, with ``act`` ``"none"`` or
+``"sigmoid"``. There are no biases, as in instant-ngp. The hash features carry the offsets.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def mlp_forward(x: Tensor, weights: Sequence[Tensor], output_activation: str = "
 
 
 def init_weights(sizes: Sequence[int], generator: torch.Generator | None = None) -> list[Tensor]:
-    """He-uniform (ReLU gain) matrices for layer widths ``sizes = [in, H, ..., out]``."""
+    """He-uniform matrices, with ReLU gain, for layer widths ``sizes = [in, H, ..., out]``."""
     out = []
     for fan_in, fan_out in zip(sizes[:-1], sizes[1:]):
         bound = (6.0 / fan_in) ** 0.5

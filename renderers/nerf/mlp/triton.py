@@ -1,12 +1,12 @@
 """Fully fused small MLP in Triton: one program evaluates the whole network for ``BLOCK`` points.
 
-The input block ``[BLOCK, IN]`` is loaded once; each layer is a ``tl.dot`` against a weight matrix
-loaded whole (``[IN, H]``, ``[H, H]``, ``[H, OUT]``: a few KB, kept in registers / shared memory) and
-the activations never leave the chip until the output store. Widths are padded to powers of two
-``>= 16`` (``tl.dot``'s minimum) with zero rows / columns, which changes nothing in the result.
+The input block ``[BLOCK, IN]`` is loaded once. Each layer is a ``tl.dot`` against a weight matrix loaded whole:
+``[IN, H]``, ``[H, H]`` or ``[H, OUT]``. They are a few KB, kept in registers or shared memory. The activations
+never leave the chip until the output store. Widths are padded with zero rows and columns to powers of two
+``>= 16``, ``tl.dot``'s minimum. That changes nothing in the result.
 
-Same maths as ``reference.mlp_forward``; fp32 with ``input_precision="ieee"`` so the two agree to
-float rounding (TF32 would be faster on GPU but not comparable bit for bit).
+The maths is that of ``reference.mlp_forward``. It runs in fp32 with ``input_precision="ieee"``. So the two
+agree to float rounding. TF32 would be faster on GPU but not comparable bit for bit.
 """
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import triton.language as tl
 from torch import Tensor
 
 BLOCK = 64  # points per program
-# 8 warps: with 4, the colour MLP (two hidden layers) spills on sm_90 and sm_120 (ptxas, `framegraph bench
-# compile`); with 8 it needs ~183 registers and no spill on sm_89, sm_90 and sm_120. Not yet timed on a GPU.
+# 8 warps: the colour MLP fits in registers without spilling on sm_89, sm_90 and sm_120.
+# docs/renderers.md says how this was chosen.
 WARPS = 8
 
 
@@ -44,9 +44,9 @@ def _fused_mlp_kernel(x_ptr, w_in_ptr, w_mid_ptr, w_out_ptr, y_ptr, N, IN, OUT,
 
 
 def fused_mlp_fwd(x: Tensor, w_in: Tensor, w_mid: Tensor, w_out: Tensor, sigmoid: bool) -> Tensor:
-    """``x [N, IN]``, ``w_in [IN, H]``, ``w_mid [n_mid, H, H]`` (n_mid may be 0), ``w_out [H, OUT]`` → ``[N, OUT]``.
+    """``x [N, IN]``, ``w_in [IN, H]``, ``w_mid [n_mid, H, H]``, ``w_out [H, OUT]`` → ``[N, OUT]``. n_mid may be 0.
 
-    All float32 and contiguous; ``H`` a power of two >= 16.
+    All are float32 and contiguous. ``H`` is a power of two >= 16.
     """
     N, IN = x.shape
     H, OUT = w_out.shape

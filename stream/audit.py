@@ -27,8 +27,8 @@ tensor value back runs on a GPU without waiting for it.
         step()
     counter.counts()   # {"kernels": 212, "syncs": 0, "sync_ops": {}, "allocations": 97, ...}
 
-The function :func:`count_stage_calls` wraps stages of a graph. Each ``process`` call is then counted in the stage's own
-worker thread. Torch modes are per thread.
+The function :func:`count_stage_calls` wraps stages of a graph. Each ``process`` call is then counted in the
+stage's own worker thread. Torch modes are per thread.
 """
 from __future__ import annotations
 

@@ -2,8 +2,7 @@
 
 The context :func:`written_whole` works with any writer. The file appears complete or not at all. The name
 :func:`partial_name` says where it is written meanwhile. The function :func:`write_json` is the project's one
-JSON writer. Reports, bundles and benches
-use it.
+JSON writer. Reports, bundles and benches use it.
 """
 from __future__ import annotations
 

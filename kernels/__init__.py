@@ -1,7 +1,9 @@
-"""Kernels: one folder per op (``reference.py`` the readable twin, ``triton.py`` the fast path, the dispatch in its
-``__init__.py``), and the diffusers attention processors built on them.
+"""Kernels: one folder per op, and the diffusers attention processors built on them.
 
-The index, by module (each imported when used)::
+In each folder ``reference.py`` is the readable twin and ``triton.py`` the fast path. The dispatch is in its
+``__init__.py``.
+
+The index, by module. Each is imported when used::
 
     from framegraph.kernels.block_linear_attention import block_linear_attention, LinearAttentionState, zero_state
     from framegraph.kernels.monarch_attention import monarch_attention, monarch_factors, MonarchFactors
@@ -10,7 +12,7 @@ The index, by module (each imported when used)::
     from framegraph.kernels.processors import install_block_linear_processors, install_monarch_processors
     from framegraph.kernels.backend import resolve_backend       # auto | triton | torch, per call
 
-``tiles.py`` holds the Triton helpers the kernels share (not public).
+``tiles.py`` holds the Triton helpers the kernels share. It is not public.
 """
 
 __all__ = ["backend", "block_linear_attention", "modulation", "monarch_attention", "processors", "rope"]

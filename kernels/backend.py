@@ -1,13 +1,13 @@
-"""One home for backend choice, for every fast op in framegraph (kernels and renderers alike).
+"""One home for backend choice, for every fast op in framegraph. Kernels and renderers alike use it.
 
-Every fast op has the same layout: ``reference.py`` (pure torch), ``triton.py`` (the kernels), and its
-public function in ``__init__.py``, which calls :func:`resolve_backend` to turn
-``backend: Backend = "auto"`` into ``"triton"`` or ``"torch"``:
+Every fast op has the same layout. ``reference.py`` is pure torch. ``triton.py`` holds the kernels. The
+public function is in ``__init__.py``. It calls :func:`resolve_backend` to turn ``backend: Backend = "auto"``
+into ``"triton"`` or ``"torch"``:
 
-- ``"auto"``: Triton when the inputs are on CUDA (and Triton imports), the pure-torch reference elsewhere.
-- ``"triton"``: the Triton kernels. On CPU tensors this is only allowed under Triton's interpreter
-  (``TRITON_INTERPRET=1`` set in the environment *before* triton is first imported);
-  that is how the tests check the kernels without a GPU.
+- ``"auto"``: Triton when the inputs are on CUDA and Triton imports. Elsewhere the pure-torch reference.
+- ``"triton"``: the Triton kernels. On CPU tensors this is only allowed under Triton's interpreter. That needs
+  ``TRITON_INTERPRET=1`` in the environment *before* triton is first imported. The tests check the kernels
+  without a GPU that way.
 - ``"torch"``: the reference, differentiable by plain autograd.
 
 The ``check_*`` helpers below are the argument checks the ops share.
@@ -29,18 +29,20 @@ _TRITON_INSTALLED = importlib.util.find_spec("triton") is not None
 
 
 def triton_installed() -> bool:
-    """Whether the ``triton`` package is installed (it may still have no GPU to run on)."""
+    """Whether the ``triton`` package is installed. It may still have no GPU to run on."""
     return _TRITON_INSTALLED
 
 
 def triton_interpret_enabled() -> bool:
-    """Whether Triton's interpreter is switched on (``TRITON_INTERPRET=1``)."""
+    """Whether Triton's interpreter is switched on with ``TRITON_INTERPRET=1``."""
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
 
 
 def triton_available(device: torch.device | str) -> bool:
-    """Whether the Triton kernels can run on tensors on ``device``: CUDA (with a GPU present), or the CPU
-    under Triton's interpreter."""
+    """Whether the Triton kernels can run on tensors on ``device``.
+
+    That is CUDA with a GPU present, or the CPU under Triton's interpreter.
+    """
     kind = torch.device(device).type
     if not _TRITON_INSTALLED:
         return False
@@ -48,8 +50,11 @@ def triton_available(device: torch.device | str) -> bool:
 
 
 def device_capability(device: torch.device) -> int:
-    """Compute capability of a CUDA device (89 = sm_89), which picks a kernel's launch configuration; 89 on
-    the CPU, where Triton's interpreter runs sm_89's choice (the tightest: least shared memory)."""
+    """Compute capability of a CUDA device, such as 89 for sm_89. It picks a kernel's launch configuration.
+
+    It is 89 on the CPU. There Triton's interpreter runs sm_89's choice, the tightest, with the least shared
+    memory.
+    """
     if device.type != "cuda":
         return 89
     major, minor = torch.cuda.get_device_capability(device)
@@ -60,8 +65,8 @@ def resolve_backend(backend: Backend, *tensors: torch.Tensor | None, op: str,
                     auto_dtypes: Iterable[torch.dtype] | None = None) -> Literal["triton", "torch"]:
     """Return ``"triton"`` or ``"torch"`` for ``backend`` given the op's input tensors.
 
-    ``auto_dtypes``: where given, ``"auto"`` picks Triton only when the first tensor has one of these dtypes
-    (the 3DGS / 4DGS kernels compute in float32 and pass ``(torch.float32,)``).
+    Where ``auto_dtypes`` is given, ``"auto"`` picks Triton only when the first tensor has one of these
+    dtypes. The 3DGS / 4DGS kernels compute in float32 and pass ``(torch.float32,)``.
     """
     if backend not in BACKENDS:
         raise ValueError(f"{op}: backend={backend!r}; expected one of {BACKENDS}")
@@ -103,8 +108,10 @@ def check_same_device(op: str, **tensors: torch.Tensor | None) -> None:
 
 
 def check_broadcastable(op: str, name: str, t: torch.Tensor, shape: torch.Size, layout: str) -> None:
-    """``t`` broadcasts to exactly ``shape`` (plain Python: ``torch.broadcast_shapes`` costs ~0.2 ms a call on
-    CPU, which the per-frame DiT paid hundreds of times a chunk)."""
+    """Check that ``t`` broadcasts to exactly ``shape``.
+
+    The check is plain Python. ``torch.broadcast_shapes`` is slow on the CPU for a per-frame check.
+    """
     have, want = tuple(t.shape), tuple(shape)
     ok = len(have) <= len(want) and all(a == 1 or a == b for a, b in zip(reversed(have), reversed(want)))
     if not ok:

@@ -1,6 +1,6 @@
 """The runtime: frames, rings, stages, graphs, the session clock, telemetry and media I/O.
 
-See ``docs/DESIGN.md`` (the runtime contract) and the README's architecture section.
+``docs/DESIGN.md`` holds the runtime contract. The README's architecture section gives the overview.
 """
 from .clock import TICKS_PER_SECOND, Clock, FlowLimiter
 from .files import write_json

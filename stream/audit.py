@@ -1,31 +1,34 @@
 """What one frame costs a device: the kernels it dispatches, the host syncs it makes, the tensors it allocates.
 
-A GPU pipeline keeps up when its steady-state frame only *enqueues* work: a host sync (the host reading a value
-computed on the device: ``.item()``, ``.tolist()``, ``bool(t)``, ``.cpu()``, an op whose output shape depends on
-the data such as ``nonzero`` or boolean-mask indexing) makes the CPU wait for the device, empties the queue and
-cannot be captured into a CUDA graph. :class:`OpCounter` counts, in the thread that uses it:
+A GPU pipeline keeps up when its steady-state frame only *enqueues* work. A host sync is the host reading a
+value computed on the device. Examples are ``.item()``, ``.tolist()``, ``bool(t)`` and ``.cpu()``. An op whose
+output shape depends on the data is one too, such as ``nonzero`` or boolean-mask indexing. A sync makes the CPU
+wait for the device. It empties the queue. It cannot be captured into a CUDA graph. An :class:`OpCounter` counts
+these, in the thread that uses it:
 
-- ``kernels``: every aten op dispatched that computes (views and metadata-only ops excluded). In eager torch
-  each is one kernel launch on a GPU (a compiled graph fuses several into one: count those with the profiler);
-- ``syncs``: host reads (``Tensor.item / tolist / numpy / cpu / __bool__ / __int__ / __float__ / __index__``,
-  ``.to("cpu")``) and ops tagged ``data_dependent_output`` (``aten::_local_scalar_dense``, ``equal``...) or
-  ``dynamic_output_shape`` (``nonzero``, ``masked_select``, ``unique``, ``repeat_interleave`` without
-  ``output_size``; ``index`` / ``index_put_`` only with a boolean mask: integer indices have a static shape) and
-  ``aten::_linalg_check_errors`` (``torch.linalg.solve`` and kin read their status back to raise);
-  each with its name in ``sync_ops``;
-- ``allocations`` / ``allocated_bytes``: op outputs that own new storage (not a view, not written in place).
+- ``kernels``: every aten op dispatched that computes. Views and metadata-only ops are left out. In eager torch
+  each is one kernel launch on a GPU. A compiled graph fuses several into one. Count those with the profiler.
+- ``syncs``: host reads and ops that wait for data. Host reads are
+  ``Tensor.item / tolist / numpy / cpu / __bool__ / __int__ / __float__ / __index__`` and ``.to("cpu")``.
+  Ops tagged ``data_dependent_output`` count, such as ``aten::_local_scalar_dense`` and ``equal``.
+  Ops tagged ``dynamic_output_shape`` count, such as ``nonzero``, ``masked_select`` and ``unique``.
+  ``repeat_interleave`` counts only without ``output_size``.
+  ``index`` and ``index_put_`` count only with a boolean mask. Integer indices have a static shape.
+  ``aten::_linalg_check_errors`` counts. ``torch.linalg.solve`` and kin read their status back to raise.
+  Each sync's name goes into ``sync_ops``.
+- ``allocations`` / ``allocated_bytes``: op outputs that own new storage. A view or an in-place write does not.
 
-On a CPU every tensor is a host tensor, so the counter cannot tell a read of a value computed on the device
-from a read of host data: it counts every read. That is the point of running it on a CPU: a steady-state step
-that reads *no* tensor value back runs on a GPU without waiting for it.
+On a CPU every tensor is a host tensor. So the counter cannot tell a read of a device value from a read of
+host data. It counts every read. That is the point of running it on a CPU. A steady-state step that reads *no*
+tensor value back runs on a GPU without waiting for it.
 
     counter = OpCounter()
     with counter:
         step()
     counter.counts()   # {"kernels": 212, "syncs": 0, "sync_ops": {}, "allocations": 97, ...}
 
-:func:`count_stage_calls` wraps stages of a graph so that each ``process`` call is counted in the stage's own
-worker thread (modes are per thread).
+The function :func:`count_stage_calls` wraps stages of a graph. Each ``process`` call is then counted in the
+stage's own worker thread. Torch modes are per thread.
 """
 from __future__ import annotations
 
@@ -56,7 +59,7 @@ _BOOL_INDEXED = {"aten::index", "aten::index_put", "aten::index_put_", "aten::_i
 
 
 def _to_host(args, kwargs) -> bool:
-    """``Tensor.to`` called with a CPU device (the transfer a GPU tensor makes to the host)."""
+    """``Tensor.to`` called with a CPU device. That is the transfer a GPU tensor makes to the host."""
     targets = list(args[1:]) + [kwargs.get("device")]
     return any((isinstance(a, (str, torch.device)) and torch.device(a).type == "cpu") for a in targets if a is not None)
 
@@ -105,8 +108,10 @@ def _storages(values) -> set[int]:
 
 
 class OpCounter:
-    """Counts kernels, host syncs and allocations of what runs in this thread while it is entered (see the
-    module docs). Entered again, it adds to its counts; :meth:`reset` starts over."""
+    """Counts kernels, host syncs and allocations of what runs in this thread while it is entered.
+
+    The module docs say what each count holds. Entered again, it adds to its counts. Its :meth:`reset` starts over.
+    """
 
     def __init__(self):
         self.quiet = 0
@@ -165,7 +170,7 @@ class OpCounter:
 
 
 class StageCalls:
-    """The counts of each ``process`` call of one stage, in call order (see :func:`count_stage_calls`)."""
+    """The counts of each ``process`` call of one stage, in call order. It is made by :func:`count_stage_calls`."""
 
     def __init__(self, name: str):
         self.name = name
@@ -177,15 +182,20 @@ class StageCalls:
             self.calls.append(counts)
 
     def steady(self, skip: int) -> list[dict]:
-        """The calls after the first ``skip`` (warm-up: first frames allocate state, build tables, compile)."""
+        """The calls after the first ``skip``.
+
+        The skipped ones are the warm-up. First frames allocate state, build tables and compile.
+        """
         with self._lock:
             return list(self.calls[skip:])
 
 
 def count_stage_calls(stages: Iterable) -> dict[str, StageCalls]:
-    """Wrap each stage's ``process`` so every call is counted in the thread that makes it (the stage's worker);
-    returns the per-stage :class:`StageCalls` by stage name. The wrapping lives on the instance: build a new
-    graph to run uncounted."""
+    """Wrap each stage's ``process`` so every call is counted in the stage's worker thread.
+
+    Returns the per-stage :class:`StageCalls` by stage name. The wrapping lives on the instance. Build a new
+    graph to run uncounted.
+    """
     found = {}
     for stage in stages:
         calls = found[stage.name] = StageCalls(stage.name)

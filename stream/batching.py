@@ -1,9 +1,11 @@
-"""A model service shared by many sessions' graphs: their requests to one model run together, as one batch.
+"""A model service shared by many sessions' graphs.
 
-Every session runs its own graph, and each of its model stages calls its model one frame at a time; N sessions
+Their requests to one model run together, as one batch.
+
+Every session runs its own graph. Each of its model stages calls its model one frame at a time. N sessions
 would cost N model calls per tick. Instead a stage is handed a :class:`BatchClient` as its engine. The client
-submits the call's tensors to a :class:`Lane` of the process's :class:`ModelService` — one lane per model
-(same weights, runtime and shapes, named by a key) — and waits for its own result::
+submits the call's tensors to a :class:`Lane` of the process's :class:`ModelService`. There is one lane per
+model, named by a key. A model is the same weights, runtime and shapes. The client waits for its own result::
 
     service = ModelService()
     client = service.client(("generator", bundle_hash, "onnx", 160), run=ort_batched, name="generator")
@@ -11,21 +13,29 @@ submits the call's tensors to a :class:`Lane` of the process's :class:`ModelServ
     picture = client(masked, mask, reference, shape, deadline_ns=due)   # each tensor [1, ...]: its share
     client.close()                                 # the stage's teardown; the lane's thread ends with the last
 
-A request's deadline is the latest moment its computation may start (a live stage's: its input's arrival plus the
-lag it allows, the moment it would skip the frame itself). Per tick the lane's thread takes the pending requests by
-deadline (earliest first, a request without one after those with one) and runs as many as one batch as finish no
-later than the earliest would alone, started at its deadline (``run`` is called with each input concatenated on
-axis 0, ``[B, ...]``, and returns ``[B, ...]`` or a tuple of them); it copies each request's row into its client's
-own buffer. A request whose deadline has passed is dropped (``on_miss="drop"``: the client raises :class:`Missed`,
-the stage skips the frame) or run alone, late (``on_miss="run"``). The lane measures its cost per batch size (at
-warm-up and on the way): :meth:`Lane.capacity` says how many sessions it holds at a frame rate, and a client asked
-for with a frame rate is refused (:class:`Full`) when one more session would not fit (:meth:`Lane.room`).
+A request's deadline is the latest moment its computation may start. For a live stage that is its input's
+arrival plus the lag it allows. It is the moment the stage would skip the frame itself.
 
-What one session does never holds up another: a cancelled request leaves the queue at once (the client raises
-:class:`Cancelled`, which the graph treats as its stop); a request whose batch raises is run again alone, so the
-error reaches only the session that caused it; the lane never waits on a session (results go into the
-client's buffer, which the client reads when it likes). No queue is unbounded: a client has one request in
-flight at a time.
+Per tick the lane's thread takes the pending requests by deadline. The earliest comes first. A request without a
+deadline comes after those with one. The thread runs as many as one batch as finish no later than the earliest
+would alone, started at its deadline. ``run`` is called with each input concatenated on axis 0, ``[B, ...]``. It
+returns ``[B, ...]`` or a tuple of them. The thread copies each request's row into its client's own buffer.
+
+A request whose deadline has passed is dropped with ``on_miss="drop"``. The client then raises :class:`Missed`
+and the stage skips the frame. With ``on_miss="run"`` it is run alone, late.
+
+The lane measures its cost per batch size, at warm-up and on the way. Its :meth:`Lane.capacity` says how many
+sessions it holds at a frame rate. A client that asks with a frame rate is refused with :class:`Full` when one
+more session would not fit (:meth:`Lane.room`).
+
+What one session does never holds up another:
+
+- A cancelled request leaves the queue at once. The client raises :class:`Cancelled`, which the graph treats as
+  its stop.
+- A request whose batch raises is run again alone. So the error reaches only the session that caused it.
+- The lane never waits on a session. Results go into the client's buffer. The client reads it when it likes.
+
+No queue is unbounded. A client has one request in flight at a time.
 """
 from __future__ import annotations
 
@@ -38,9 +48,9 @@ import torch
 
 from .ring import RingAborted
 
-OnMiss = Literal["drop", "run"]  # a request past its deadline: dropped (the frame skipped) or run late
+OnMiss = Literal["drop", "run"]  # a request past its deadline: dropped, so the frame is skipped, or run late
 ON_MISS: tuple[str, ...] = get_args(OnMiss)
-BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up (up to the lane's max_batch)
+BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up, up to the lane's max_batch
 
 
 class Missed(Exception):
@@ -48,11 +58,14 @@ class Missed(Exception):
 
 
 class Full(Exception):
-    """A new session would not fit in the lane's measured capacity (:meth:`Lane.room`): refuse it, retry later."""
+    """A new session would not fit in the lane's measured capacity, by :meth:`Lane.room`.
+
+    Refuse it and retry later.
+    """
 
 
 class Cancelled(RingAborted):
-    """The session cancelled its request (the graph stops; a :class:`~.ring.RingAborted` to the node)."""
+    """The session cancelled its request. The graph stops. To the node it is a :class:`~.ring.RingAborted`."""
 
 
 class _Request:
@@ -63,13 +76,16 @@ class _Request:
         self.enqueued_ns = time.monotonic_ns()
 
     def order(self) -> tuple:
-        """Earliest deadline first; requests without one after, in arrival order."""
+        """Earliest deadline first. Requests without one come after, in arrival order."""
         return (self.deadline_ns is None, self.deadline_ns or 0, self.enqueued_ns)
 
 
 class LaneStats:
-    """What a lane did: batches by size, requests served, dropped for their deadline, run late, failed, and the
-    queue wait (ns from submit to the start of its batch) of every served request, kept for the last 4096."""
+    """What a lane did.
+
+    It counts batches by size and requests served, dropped for their deadline, run late and failed. It keeps
+    the queue wait of the last 4096 served requests. The wait is the ns from submit to the start of the batch.
+    """
 
     def __init__(self):
         self.batches: dict[int, int] = {}
@@ -77,7 +93,7 @@ class LaneStats:
         self.waits_ns: list[int] = []
 
     def wait_ms(self, q: float) -> float | None:
-        """The ``q`` quantile (0..1) of the queue wait in ms, or None before any request was served."""
+        """The ``q`` quantile of the queue wait in ms, ``q`` in 0..1. None before any request was served."""
         if not self.waits_ns:
             return None
         w = sorted(self.waits_ns)
@@ -90,15 +106,18 @@ class LaneStats:
 
 
 class Lane:
-    """The pending requests of one model and the thread that runs them in batches (see the module docstring).
+    """The pending requests of one model and the thread that runs them in batches.
+
+    The module docstring says how batches are chosen.
 
     Args:
-        run: ``run(*inputs)`` with each input ``[B, ...]`` → ``[B, ...]`` or a tuple of them (the batched engine).
+        run: the batched engine. ``run(*inputs)`` takes each input ``[B, ...]``. It returns ``[B, ...]`` or a
+            tuple of them.
         name: for the thread's name and the metrics.
         max_batch: the most requests in one batch.
-        window_ms: how long the thread waits for more requests when fewer are pending than clients are open (never
-            past what the earliest deadline allows).
-        torch_threads: torch's intra-op threads in the lane's thread (None: unchanged).
+        window_ms: how long the thread waits for more requests when fewer are pending than clients are open.
+            It never waits past what the earliest deadline allows.
+        torch_threads: torch's intra-op threads in the lane's thread. None leaves them unchanged.
     """
 
     def __init__(self, run: Callable, *, name: str = "model", max_batch: int = 8, window_ms: float = 2.0,
@@ -108,11 +127,11 @@ class Lane:
         self.run_batch, self.name = run, name
         self.max_batch, self.window_ns = int(max_batch), int(window_ms * 1e6)
         self.torch_threads = torch_threads
-        self.cost_ns: dict[int, float] = {}  # batch size -> measured seconds of one run, smoothed (ns)
+        self.cost_ns: dict[int, float] = {}  # batch size -> measured time of one run in ns, smoothed
         self.stats = LaneStats()
         self.shapes: tuple | None = None  # the request's input shapes, each [1, ...], fixed by the first request
         self._cv = threading.Condition()
-        # one run of the engine at a time (the lane's thread's, or a warm-up's), its outputs read before the next
+        # one run of the engine at a time, the lane's thread's or a warm-up's; its outputs are read before the next
         self._engine = threading.RLock()
         self._warmed = False
         self._pending: list[_Request] = []
@@ -130,7 +149,7 @@ class Lane:
                 self._thread.start()
 
     def detach(self) -> None:
-        """A client closes; the last one ends the thread (joined here, so none is left behind)."""
+        """A client closes. The last one ends the thread. It is joined here, so none is left behind."""
         with self._cv:
             self._open -= 1
             thread = self._thread if self._open == 0 else None
@@ -145,7 +164,10 @@ class Lane:
         return self._thread is not None
 
     def check(self, inputs: tuple[torch.Tensor, ...]) -> None:
-        """Raise a ValueError naming the offending input unless ``inputs`` have the lane's shapes (one row each)."""
+        """Raise a ValueError naming the offending input unless ``inputs`` have the lane's shapes.
+
+        Each input must be one row.
+        """
         shapes = tuple(tuple(t.shape) for t in inputs)
         if any(not s or s[0] != 1 for s in shapes):
             raise ValueError(f"{self.name}: a request's inputs have shapes {[list(s) for s in shapes]}; each must "
@@ -163,7 +185,7 @@ class Lane:
             self._cv.notify_all()
 
     def withdraw(self, request: _Request) -> bool:
-        """Take ``request`` out of the queue; False when it was already taken into a batch."""
+        """Take ``request`` out of the queue. False when it was already taken into a batch."""
         with self._cv:
             if request in self._pending:
                 self._pending.remove(request)
@@ -173,7 +195,10 @@ class Lane:
 
     # ---- cost ---------------------------------------------------------------------------------------
     def cost(self, b: int) -> float:
-        """The expected ns of a batch of ``b``: measured, else scaled from the nearest size measured (0 before any)."""
+        """The expected ns of a batch of ``b``.
+
+        It is the measured cost, else scaled from the nearest size measured. It is 0 before any.
+        """
         cost = dict(self.cost_ns)  # a copy: the lane's thread adds sizes
         if b in cost:
             return cost[b]
@@ -183,8 +208,11 @@ class Lane:
         return cost[near] * b / near
 
     def capacity(self, fps: float) -> int:
-        """How many sessions, each asking once per frame at ``fps``, the lane serves in time: the largest batch
-        size whose measured cost fits in one frame (0 when even one does not, or nothing was measured)."""
+        """How many sessions the lane serves in time, each asking once per frame at ``fps``.
+
+        That is the largest batch size whose measured cost fits in one frame. It is 0 when even one does not,
+        or when nothing was measured.
+        """
         period = 1e9 / fps
         fits = [b for b, ns in dict(self.cost_ns).items() if ns <= period]
         return max(fits, default=0)
@@ -195,15 +223,21 @@ class Lane:
         return self._open
 
     def room(self, fps: float) -> bool:
-        """Whether one more session, each asking once per frame at ``fps``, still fits: the expected cost of a
-        batch of every open client and one more (:meth:`cost`) is within one frame. True for the first session
-        (a model slower than a frame serves one, at the rate it can) and before anything was measured."""
+        """Whether one more session still fits, each asking once per frame at ``fps``.
+
+        It fits when the expected cost of a batch of every open client and one more is within one frame.
+        That cost is :meth:`cost`. True for the first session: a model slower than a frame serves one, at
+        the rate it can. True before anything was measured.
+        """
         return self._open == 0 or not self.cost_ns or self.cost(self._open + 1) <= 1e9 / fps
 
     def warm(self, example: tuple[torch.Tensor, ...], sizes=BUCKETS, repeats: int = 3) -> dict[int, float]:
-        """Run batches of ``sizes`` (up to ``max_batch``) made of ``example`` (one row per input) ``repeats`` times
-        each, on the caller's thread (never beside the lane's own run), and keep the fastest time of each size as
-        its cost; returns ms per size."""
+        """Measure the cost of each batch size in ``sizes``, up to ``max_batch``.
+
+        Each batch is made of ``example``, one row per input. Each size runs ``repeats`` times on the caller's
+        thread. It never runs beside the lane's own run. The fastest time of each size is kept as its cost.
+        Returns ms per size.
+        """
         self.check(example)
         for b in (s for s in sizes if s <= self.max_batch):
             batch = tuple(t.expand(b, *t.shape[1:]).contiguous() for t in example)
@@ -219,7 +253,7 @@ class Lane:
         return {b: round(ns / 1e6, 3) for b, ns in sorted(self.cost_ns.items())}
 
     def warm_once(self, example: tuple[torch.Tensor, ...]) -> None:
-        """:meth:`warm` unless it ran or runs: of sessions set up at once, the first warms the lane."""
+        """:meth:`warm` unless it ran or runs. Of sessions set up at once, the first warms the lane."""
         with self._cv:
             if self._warmed:
                 return
@@ -232,7 +266,10 @@ class Lane:
 
     # ---- the lane's thread ----------------------------------------------------------------------
     def _choose(self) -> tuple[list[_Request], list[_Request]]:
-        """Under the lock: the next batch (taken out of the queue) and the requests dropped for their deadline."""
+        """Under the lock: the next batch and the requests dropped for their deadline.
+
+        The batch is taken out of the queue.
+        """
         self._pending.sort(key=_Request.order)
         now = time.monotonic_ns()
         dropped = []
@@ -253,8 +290,10 @@ class Lane:
         return batch, dropped
 
     def _gather(self) -> None:
-        """Under the lock: wait up to the window for one request per open client, while the earliest deadline
-        leaves the time."""
+        """Under the lock: wait up to the window for one request per open client.
+
+        It waits only while the earliest deadline leaves the time.
+        """
         end = time.monotonic_ns() + self.window_ns
         while self._thread is threading.current_thread() and len(self._pending) < min(self._open, self.max_batch):
             now = time.monotonic_ns()
@@ -330,13 +369,16 @@ class Lane:
 
 
 class BatchClient:
-    """One session stage's handle on a lane: called as its model is (``[1, ...]`` tensors in, the result out, in a
-    buffer of the client's reused by the next call), with the session's deadline (monotonic ns, or None) and its
-    policy for a deadline it cannot make (``on_miss``: ``"drop"`` or ``"run"``).
+    """One session stage's handle on a lane. It is called as its model is.
 
-    :meth:`open` / :meth:`close` bracket a session (a stage's setup / teardown); :meth:`cancel` (any thread: the
-    stage's ``interrupt``) makes a call waiting now, and every call until the next :meth:`open`, raise
-    :class:`Cancelled`."""
+    ``[1, ...]`` tensors go in and the result comes out. The result lies in a buffer of the client's. The next
+    call reuses it. The call takes the session's deadline in monotonic ns, or None. ``on_miss`` is its policy for
+    a deadline it cannot make: ``"drop"`` or ``"run"``.
+
+    :meth:`open` and :meth:`close` bracket a session, in a stage's setup and teardown. Its :meth:`cancel` may come
+    from any thread, such as the stage's ``interrupt``. It makes a call waiting now raise :class:`Cancelled`. So
+    does every call until the next :meth:`open`.
+    """
 
     def __init__(self, lane: Lane, *, on_miss: OnMiss = "drop"):
         if on_miss not in ON_MISS:
@@ -352,7 +394,10 @@ class BatchClient:
         self._opened = False
 
     def open(self) -> None:
-        """Start a session (idempotent): the lane runs, a cancel from the last session is forgotten."""
+        """Start a session. Idempotent.
+
+        The lane runs. A cancel from the last session is forgotten.
+        """
         with self._lock:
             self._cancelled = False
             if self._opened:
@@ -361,7 +406,10 @@ class BatchClient:
         self.lane.attach()
 
     def close(self) -> None:
-        """End the session (idempotent): a call in flight is cancelled; the lane stops with its last client."""
+        """End the session. Idempotent.
+
+        A call in flight is cancelled. The lane stops with its last client.
+        """
         self.cancel()
         with self._lock:
             opened, self._opened = self._opened, False
@@ -378,8 +426,11 @@ class BatchClient:
         self._done.set()
 
     def __call__(self, *inputs: torch.Tensor, deadline_ns: int | None = None):
-        """The model's output for ``inputs`` (each ``[1, ...]``), a tensor or a tuple as the engine returns; raises
-        :class:`Missed`, :class:`Cancelled`, or what the model raised for these inputs."""
+        """The model's output for ``inputs``, each ``[1, ...]``.
+
+        It is a tensor or a tuple, as the engine returns. Raises :class:`Missed` or :class:`Cancelled`. Raises
+        what the model raised for these inputs.
+        """
         if not self._opened:
             raise RuntimeError(f"{self.lane.name}: the client is not open (a stage opens it in its setup)")
         inputs = tuple(t.detach().contiguous() for t in inputs)
@@ -421,12 +472,15 @@ class BatchClient:
 
 
 class ModelService:
-    """The lanes of one process, one per model key (weights, runtime and shapes: what may share a batch).
+    """The lanes of one process, one per model key.
+
+    A key names weights, runtime and shapes: what may share a batch.
 
     Args:
-        max_batch / window_ms / torch_threads: each new lane's (:class:`Lane`).
-        admit: refuse a client asked for with a frame rate that would not fit (:meth:`client`; a server's
-            admission). False: every client is given (a benchmark measuring past capacity).
+        max_batch / window_ms / torch_threads: each new :class:`Lane`'s.
+        admit: refuse a client that asks with a frame rate that would not fit, in :meth:`client`. This is a
+            server's admission. With False every client is given. A benchmark measuring past capacity wants
+            that.
     """
 
     def __init__(self, *, max_batch: int = 8, window_ms: float = 2.0, torch_threads: int | None = None,
@@ -438,8 +492,10 @@ class ModelService:
 
     def lane(self, key: Hashable, run: Callable[[], Callable] | Callable, *, name: str = "model",
              build: bool = False) -> Lane:
-        """The lane of ``key``, made on first use with ``run`` (the batched engine; with ``build``, ``run()``
-        makes it, called once)."""
+        """The lane of ``key``, made on first use with ``run``.
+
+        ``run`` is the batched engine. With ``build``, ``run()`` makes it, called once.
+        """
         with self._lock:
             lane = self._lanes.get(key)
             if lane is None:
@@ -450,9 +506,11 @@ class ModelService:
 
     def client(self, key: Hashable, run, *, name: str = "model", build: bool = False,
                on_miss: OnMiss = "drop", fps: float | None = None) -> BatchClient:
-        """A new :class:`BatchClient` on the lane of ``key`` (see :meth:`lane`). With ``fps`` (the session's frame
-        rate) and ``admit``, raises :class:`Full`, naming the measured cost, when one more session would not fit in
-        one frame."""
+        """A new :class:`BatchClient` on the lane of ``key``, from :meth:`lane`.
+
+        ``fps`` is the session's frame rate. With ``fps`` and ``admit``, raises :class:`Full` when one more
+        session would not fit in one frame. The error names the measured cost.
+        """
         lane = self.lane(key, run, name=name, build=build)
         if self.admit and fps is not None and not lane.room(fps):
             raise Full(f"{lane.name}: {lane.sessions} session(s) already fill this model's time on this machine "
@@ -465,7 +523,7 @@ class ModelService:
             return dict(self._lanes)
 
     def metrics(self) -> dict:
-        """Per lane: its stats (:class:`LaneStats`), the measured ms per batch size and whether its thread runs."""
+        """Per lane: its :class:`LaneStats`, the measured ms per batch size and whether its thread runs."""
         return {lane.name: {**lane.stats.as_dict(), "cost_ms": {b: round(ns / 1e6, 3) for b, ns in
                                                                 sorted(lane.cost_ns.items())},
                             "running": lane.running} for lane in self.lanes().values()}

@@ -1,16 +1,16 @@
 """The session clock: one timeline for audio and video, and the pacing of sources.
 
-Time is counted in integer **ticks** (48 000 per second by default): 20 ms of 16 kHz audio is 960
-ticks, a 25 fps frame 1920, a 30 fps frame 1600, a 60 fps frame 800. Audio is the master: video pts
-are derived from audio sample counts (or, in offline renders, from the frame index), never from the
-wall clock, so picture and sound cannot drift apart.
+Time is counted in integer **ticks**, 48 000 per second by default. So 20 ms of 16 kHz audio is 960 ticks.
+A 25 fps frame is 1920 ticks, a 30 fps frame 1600, a 60 fps frame 800. Audio is the master. Video pts come
+from audio sample counts, or from the frame index in offline renders. They never come from the wall clock.
+So picture and sound cannot drift apart.
 
 Modes:
 ``realtime``
-    a source's frame is released when the wall clock reaches its pts (measured from the moment the
-    graph started); live use.
+    A source's frame is released when the wall clock reaches its pts. The wall clock counts from the
+    moment the graph started. For live use.
 ``fast``
-    as fast as possible, no waiting (offline render, bench).
+    As fast as possible, with no waiting. For offline renders and benches.
 """
 from __future__ import annotations
 
@@ -42,15 +42,15 @@ class Clock:
 
     # ---- conversions --------------------------------------------------------------------------
     def ticks_from_samples(self, n_samples: int, sample_rate: int) -> int:
-        """pts of audio sample ``n_samples`` at ``sample_rate`` Hz (exact when the rates divide)."""
+        """pts of audio sample ``n_samples`` at ``sample_rate`` Hz. Exact when the rates divide."""
         return (int(n_samples) * self.ticks_per_second) // int(sample_rate)
 
     def ticks_from_frame(self, index: int, fps: float | Fraction) -> int:
-        """pts of video frame ``index`` at ``fps`` frames per second (rounded to the nearest tick)."""
+        """pts of video frame ``index`` at ``fps`` frames per second, rounded to the nearest tick."""
         return round(Fraction(int(index)) * self.ticks_per_second / Fraction(fps).limit_denominator(1001))
 
     def frame_at_ticks(self, pts: int, fps: float | Fraction) -> int:
-        """Index of the video frame showing at ``pts`` (the last frame whose pts ≤ ``pts``)."""
+        """Index of the video frame showing at ``pts``: the last frame whose pts ≤ ``pts``."""
         return int(Fraction(int(pts)) * Fraction(fps).limit_denominator(1001) // self.ticks_per_second)
 
     def seconds(self, ticks: int) -> float:
@@ -65,7 +65,7 @@ class Clock:
         self._stopped.clear()
 
     def stop(self) -> None:
-        """Wake anything waiting in :meth:`wait_until` (graph cancel / drain)."""
+        """Wake anything waiting in :meth:`wait_until`. Used on graph cancel and drain."""
         self._stopped.set()
 
     def now_ticks(self) -> int:
@@ -75,12 +75,14 @@ class Clock:
         return (time.monotonic_ns() - self.start_ns) * self.ticks_per_second // 1_000_000_000
 
     def deadline_ns(self, pts: int) -> int:
-        """Monotonic ns at which ``pts`` is due (realtime mode)."""
+        """Monotonic ns at which ``pts`` is due in realtime mode."""
         return (self.start_ns or 0) + pts * 1_000_000_000 // self.ticks_per_second
 
     def wait_until(self, pts: int) -> bool:
-        """Realtime: wait until ``pts`` is due; return False if the clock was stopped meanwhile.
-        Fast mode returns at once."""
+        """Realtime: wait until ``pts`` is due.
+
+        Returns False if the clock was stopped meanwhile. Fast mode returns at once.
+        """
         if self.mode == "fast":
             return not self._stopped.is_set()
         delay_s = (self.deadline_ns(pts) - time.monotonic_ns()) / 1e9
@@ -92,9 +94,9 @@ class Clock:
 class FlowLimiter:
     """At most ``max_in_flight`` frames of one source between the source and the sinks.
 
-    A frame is "done" when a sink consumes it, when a stage consumes it without emitting anything,
-    or when a ring drops it. Done-ness is tracked as a watermark of sequence numbers (frames of one
-    source are produced in order), so the limiter needs no per-frame bookkeeping.
+    A frame is "done" when a sink consumes it. It is also done when a stage consumes it without emitting
+    anything, or when a ring drops it. Done-ness is a watermark of sequence numbers. Frames of one source are
+    produced in order. So the limiter needs no per-frame bookkeeping.
     """
 
     def __init__(self, max_in_flight: int):
@@ -115,7 +117,7 @@ class FlowLimiter:
         return self.in_flight < self.max_in_flight
 
     def wait_for_room(self) -> bool:
-        """Block until a frame may be emitted; False if cancelled."""
+        """Block until a frame may be emitted. Returns False if cancelled."""
         with self._cv:
             while not self._cancelled and self.in_flight >= self.max_in_flight:
                 self._cv.wait()

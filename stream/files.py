@@ -1,6 +1,9 @@
-"""Files written whole: :func:`written_whole` (any writer: the file appears complete or not at all),
-:func:`partial_name` (where it is written meanwhile) and :func:`write_json`, the one JSON writer of the project
-(reports, bundles, benches)."""
+"""Files written whole.
+
+The context :func:`written_whole` works with any writer. The file appears complete or not at all. The name
+:func:`partial_name` says where it is written meanwhile. The function :func:`write_json` is the project's one
+JSON writer. Reports, bundles and benches use it.
+"""
 from __future__ import annotations
 
 import json
@@ -13,8 +16,10 @@ import numpy as np
 
 
 def json_default(value):
-    """What ``json`` cannot write as it is: numpy scalars as Python numbers, paths as strings; anything else is a
-    TypeError naming its type."""
+    """What ``json`` cannot write as it is.
+
+    Numpy scalars become Python numbers. Paths become strings. Anything else raises a TypeError naming its type.
+    """
     if isinstance(value, np.generic):
         return value.item()
     if isinstance(value, os.PathLike):
@@ -23,17 +28,22 @@ def json_default(value):
 
 
 def partial_name(path) -> str:
-    """``NAME.partial.EXT`` beside ``path`` (``NAME.EXT``): where a file is written before it is whole. The
-    extension is kept for the writers that choose the format by it (PIL, ``np.savez``)."""
+    """``NAME.partial.EXT`` beside ``path``, which is ``NAME.EXT``.
+
+    A file is written there before it is whole. The extension is kept for writers that choose the format by it,
+    such as PIL and ``np.savez``.
+    """
     root, ext = os.path.splitext(os.fspath(path))
     return f"{root}.partial{ext}"
 
 
 @contextmanager
 def written_whole(path) -> Iterator[Path]:
-    """``with written_whole(path) as tmp: save(..., tmp)``: the block writes :func:`partial_name`, which is renamed
-    to ``path`` when the block ends, so a reader (or a crash) never sees half a file; when the block raises, the
-    partial file is removed and ``path`` is left as it was."""
+    """Use as ``with written_whole(path) as tmp: save(..., tmp)``.
+
+    The block writes :func:`partial_name`. It is renamed to ``path`` when the block ends. A reader or a crash
+    never sees half a file. When the block raises, the partial file is removed. ``path`` is then left as it was.
+    """
     path = Path(path)
     tmp = Path(partial_name(path))
     try:
@@ -45,8 +55,10 @@ def written_whole(path) -> Iterator[Path]:
 
 
 def write_json(path, data, *, indent: int = 2, sort_keys: bool = False) -> Path:
-    """Write ``data`` as indented JSON to ``path`` (its folder made), whole (:func:`written_whole`). Returns the
-    path."""
+    """Write ``data`` as indented JSON to ``path``, whole, with :func:`written_whole`.
+
+    The folder is made if needed. Returns the path.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     with written_whole(path) as tmp:

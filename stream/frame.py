@@ -1,9 +1,9 @@
 """Ports and frames: what travels along an edge of a stage graph.
 
-A :class:`PortSpec` declares what one port carries: a tensor of fixed ``shape``, ``dtype`` and
-``device``. A :class:`Frame` is one slot of a ring: the tensor, allocated once when the graph starts,
-plus the metadata the runtime carries from stage to stage (sequence number, presentation time in
-session-clock ticks, capture time, per-stage timings, flags).
+A :class:`PortSpec` declares what one port carries. That is a tensor of fixed ``shape``, ``dtype`` and
+``device``. A :class:`Frame` is one slot of a ring. It holds the tensor, allocated once when the graph starts.
+It also holds the metadata the runtime carries from stage to stage. That is the sequence number, the
+presentation time in session-clock ticks, the capture time, per-stage timings and flags.
 """
 from __future__ import annotations
 
@@ -30,9 +30,9 @@ class PortSpec:
     """What one port carries.
 
     Args:
-        shape: tensor shape of one frame, e.g. ``(H, W, 3)`` for an RGB image or ``(320,)`` for 20 ms of
-            16 kHz audio. For variable-length payloads (encoded bytes) this is the capacity and the
-            frame's ``length`` says how much of dim 0 is valid.
+        shape: tensor shape of one frame. ``(H, W, 3)`` is an RGB image. ``(320,)`` is 20 ms of 16 kHz
+            audio. For variable-length payloads such as encoded bytes, this is the capacity. The frame's
+            ``length`` then says how much of dim 0 is valid.
         dtype: ``torch.dtype`` of the tensor.
         device: ``"cpu"``, ``"cuda"``, ``"cuda:1"``...
         variable: True when only ``frame.length`` elements along dim 0 are meaningful.
@@ -63,21 +63,21 @@ class Frame:
     """One slot of a ring: a preallocated tensor and the metadata that travels with it.
 
     Attributes:
-        data: the payload tensor, shape/dtype/device of the port's :class:`PortSpec`. Stages write into
-            it in place; it is never reallocated while the graph runs.
-        length: valid elements along dim 0 (``data.shape[0]`` unless the port is variable-length or a
-            source ended mid-chunk).
-        seq: sequence number given by the source this frame descends from (0, 1, 2, ...).
+        data: the payload tensor, with the shape, dtype and device of the port's :class:`PortSpec`.
+            Stages write into it in place. It is never reallocated while the graph runs.
+        length: valid elements along dim 0. It is ``data.shape[0]`` unless the port is variable-length
+            or a source ended mid-chunk.
+        seq: sequence number given by the source this frame descends from, counting 0, 1, 2 and on.
         origin: index of that source in the graph.
-        pts: presentation time in integer ticks of the session clock (see :class:`~.clock.Clock`).
-        capture_ns: ``time.monotonic_ns()`` when the source captured / produced the data.
-        stage_ns: ``int64 [n_stages, 2]`` enter/exit monotonic ns of each stage this frame's lineage went
-            through (0 where it did not).
+        pts: presentation time in integer ticks of the session clock, a :class:`~.clock.Clock`.
+        capture_ns: ``time.monotonic_ns()`` when the source captured or produced the data.
+        stage_ns: ``int64 [n_stages, 2]`` enter and exit monotonic ns of each stage. Only stages this
+            frame's lineage went through are set. The rest are 0.
         flags: :class:`Flag` bits.
-        ready_event: on CUDA, the event recorded on the producer's stream after it wrote ``data``;
-            the consumer's stream waits on it (no device-wide synchronize).
-        done_event: on CUDA, the event recorded on the consumer's stream when it released the slot;
-            the producer's stream waits on it before writing the slot again.
+        ready_event: on CUDA, the event recorded on the producer's stream after it wrote ``data``.
+            The consumer's stream waits on it. There is no device-wide synchronize.
+        done_event: on CUDA, the event recorded on the consumer's stream when it released the slot.
+            The producer's stream waits on it before writing the slot again.
     """
 
     __slots__ = ("data", "length", "seq", "origin", "pts", "capture_ns", "stage_ns", "flags",
@@ -93,10 +93,13 @@ class Frame:
         self.reset_meta()
 
     def make_download(self) -> None:
-        """This slot receives a CUDA stage's output on the host: its memory is pinned (so the producer's copy into
-        it is asynchronous) and it gets a ``ready_event``, recorded on the producer's stream after its copy and
-        waited for by the host before the consumer reads (:class:`~.node.Node`): the producer never waits for
-        its own GPU work, the host consumer waits only for the copy it needs."""
+        """Make this slot receive a CUDA stage's output on the host.
+
+        Its memory is pinned, so the producer's copy into it is asynchronous. It gets a ``ready_event``. The
+        producer's stream records it after the copy. The host waits for it before the consumer reads, in
+        :class:`~.node.Node`. The producer never waits for its own GPU work. The host consumer waits only for
+        the copy it needs.
+        """
         if self.data.is_cuda or self.ready_event is not None:
             return
         self.data = self.data.pin_memory()
@@ -112,7 +115,7 @@ class Frame:
         self.flags = Flag.NONE
 
     def copy_meta_from(self, other: Frame) -> None:
-        """Carry lineage metadata (not the payload) from an input frame to an output frame."""
+        """Carry lineage metadata from an input frame to an output frame. The payload is not copied."""
         self.seq = other.seq
         self.origin = other.origin
         self.pts = other.pts

@@ -6,12 +6,18 @@
     g.connect(card, sink, "video")            # policy="block", capacity=2 by default
     report = g.run()                           # start() + join(); raises StageError if a stage failed
 
-Life cycle: ``start()`` validates, allocates every ring once, runs each stage's ``setup`` in its own
-thread and waits for all of them; ``drain()`` asks sources to end, and end-of-stream flows through so
-every stage finalizes (a file sink closes a playable file); ``cancel()`` stops everything at once;
-``join()`` waits for the workers and raises :class:`StageError` naming the stage whose exception
-stopped the graph. No stage runs after ``join``; the worker threads park for the next graph's stages of the same
-kind (:mod:`.workers`: a session starts on threads whose per-thread state is warm).
+Life cycle:
+
+- ``start()`` validates and allocates every ring once. It runs each stage's ``setup`` in its own thread. It
+  waits for all of them.
+- ``drain()`` asks sources to end. End-of-stream flows through, so every stage finalizes. A file sink closes a
+  playable file.
+- ``cancel()`` stops everything at once.
+- ``join()`` waits for the workers. It raises :class:`StageError` naming the stage whose exception stopped the
+  graph.
+
+No stage runs after ``join``. The worker threads park for the next graph's stages of the same kind. So a
+session starts on threads whose per-thread state is warm. See :mod:`.workers`.
 """
 from __future__ import annotations
 
@@ -32,11 +38,11 @@ from .workers import start_worker
 
 
 class GraphError(ValueError):
-    """The graph is malformed (found by validation before anything starts)."""
+    """The graph is malformed. Validation finds it before anything starts."""
 
 
 class StageError(RuntimeError):
-    """A stage raised; the graph stopped. ``stage`` names it; the original is ``__cause__``."""
+    """A stage raised and the graph stopped. ``stage`` names it. The original is ``__cause__``."""
 
     def __init__(self, stage: str, cause: BaseException):
         super().__init__(f"stage {stage!r} failed: {type(cause).__name__}: {cause}")
@@ -62,7 +68,7 @@ class Graph:
     """A pipeline of stages joined by rings.
 
     Args:
-        clock: the session clock (default: fast mode, for offline work).
+        clock: the session clock. The default is fast mode, for offline work.
         name: used in reports and errors.
         telemetry_window: latency samples kept per stage for percentiles.
     """
@@ -85,9 +91,12 @@ class Graph:
 
     # ---- building -----------------------------------------------------------------------------
     def add(self, stage: Stage, *, max_in_flight: int | None = None) -> Stage:
-        """Add a stage. ``max_in_flight`` (sources only) bounds the frames of this source between it
-        and the sinks: in realtime mode extra frames are dropped at the source (counted); in fast mode
-        the source waits."""
+        """Add a stage.
+
+        ``max_in_flight`` applies to sources only. It bounds the frames of this source between it and the
+        sinks. In realtime mode extra frames are dropped at the source and counted. In fast mode the source
+        waits.
+        """
         if not isinstance(stage, Stage):
             raise GraphError(f"graph {self.name!r}: add() takes a Stage, got {type(stage).__name__}")
         if any(s.name == stage.name for s in self.stages):
@@ -101,8 +110,10 @@ class Graph:
     def connect(self, src: Stage, dst: Stage, src_port: str | None = None, dst_port: str | None = None,
                 *, policy: Policy = "block", capacity: int = 2) -> Edge:
         """Join ``src.src_port`` to ``dst.dst_port`` with a ring of ``capacity`` slots and ``policy``.
-        A port name may be omitted when the stage has exactly one; ``dst_port`` defaults to
-        ``src_port``'s name when ``dst`` has a port of that name."""
+
+        A port name may be omitted when the stage has exactly one. ``dst_port`` defaults to ``src_port``'s
+        name when ``dst`` has a port of that name.
+        """
         for s in (src, dst):
             if s not in self.stages:
                 raise GraphError(f"graph {self.name!r}: stage {s.name!r} was not added before connect()")
@@ -129,7 +140,7 @@ class Graph:
 
     # ---- validation ---------------------------------------------------------------------------
     def validate(self) -> None:
-        """Check the graph before anything is allocated; raise :class:`GraphError` naming the stages."""
+        """Check the graph before anything is allocated. Raises :class:`GraphError` naming the stages."""
         if not self.stages:
             raise GraphError(f"graph {self.name!r} has no stages")
         if not any(s.is_source for s in self.stages):
@@ -189,9 +200,11 @@ class Graph:
 
     # ---- running ------------------------------------------------------------------------------
     def start(self) -> None:
-        """Validate, allocate the rings and run every stage's ``setup`` (each on its worker thread; on a CPU while
-        the rings are allocated), then let the sources go. Raises :class:`GraphError` or :class:`StageError` (a
-        failed setup)."""
+        """Validate, allocate the rings and run every stage's ``setup``, then let the sources go.
+
+        Each setup runs on its worker thread. On a CPU the setups run while the rings are allocated. Raises
+        :class:`GraphError`, or :class:`StageError` for a failed setup.
+        """
         if self._started and any(n.thread and n.thread.is_alive() for n in self._nodes):
             raise GraphError(f"graph {self.name!r} is already running")
         self.validate()
@@ -251,20 +264,25 @@ class Graph:
         self._go.set()
 
     def _start_workers(self) -> None:
-        """Each node's run (its setup, then its loop once the graph goes) on a worker thread (:mod:`.workers`)."""
+        """Start each node's run on a worker thread from :mod:`.workers`.
+
+        The run is its setup, then its loop once the graph goes.
+        """
         for node in self._nodes:
             stage = node.stage
             node.thread = start_worker((type(stage), stage.name), stage.torch_threads, node.run,
                                        f"framegraph:{self.name}:{stage.name}", stage.name)
 
     def run(self, timeout: float | None = None) -> dict:
-        """``start()`` then ``join()``; returns the report."""
+        """``start()`` then ``join()``. Returns the report."""
         self.start()
         return self.join(timeout)
 
     def drain(self) -> None:
-        """Ask the sources to end; end-of-stream flows through and every stage finalizes.
-        Returns at once; ``join()`` waits for the end."""
+        """Ask the sources to end. End-of-stream flows through and every stage finalizes.
+
+        Returns at once. ``join()`` waits for the end.
+        """
         self._stopping = True
         self.clock.stop()
         for node in self._nodes:
@@ -274,7 +292,7 @@ class Graph:
                 node.stage.interrupt()
 
     def cancel(self) -> None:
-        """Stop every stage now (frames in flight are discarded). Returns at once."""
+        """Stop every stage now. Frames in flight are discarded. Returns at once."""
         self._aborted = self._stopping = True
         self.clock.stop()
         self._go.set()
@@ -293,10 +311,11 @@ class Graph:
             node.stage.interrupt()
 
     def join(self, timeout: float | None = None) -> dict:
-        """Wait for every worker to finish; return the report, or raise :class:`StageError`.
+        """Wait for every worker to finish. Returns the report, or raises :class:`StageError`.
 
-        Waits in short steps so Ctrl-C reaches the caller (who typically calls ``drain()`` and joins
-        again). With ``timeout`` (s), raises ``TimeoutError`` if workers are still running."""
+        Waits in short steps so Ctrl-C reaches the caller. The caller typically calls ``drain()`` and joins
+        again. With ``timeout`` in s, raises ``TimeoutError`` if workers are still running.
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         for node in self._nodes:
             while node.thread is not None and node.thread.is_alive():
@@ -313,7 +332,7 @@ class Graph:
         return any(n.thread is not None and n.thread.is_alive() for n in self._nodes)
 
     def reset(self) -> None:
-        """Barge-in: every stage's ``reset()`` runs before its next frame (in its own thread)."""
+        """Barge-in: every stage's ``reset()`` runs before its next frame, in its own thread."""
         for node in self._nodes:
             node.reset_requested = True
 
@@ -324,7 +343,7 @@ class Graph:
                 for node in self._nodes for rings in node.out_rings.values() for r in rings]
 
     def report(self) -> dict:
-        """Telemetry of the current (or last) run as a JSON-ready dict."""
+        """Telemetry of the current or last run as a JSON-ready dict."""
         if self.telemetry is None:
             return {"graph": self.name, "started": False}
         sources = {n.stage.name: {"frames": n.seq, "dropped_in_flight_limit": n.source_drops,
@@ -338,7 +357,7 @@ class Graph:
     # ---- what the nodes ask of the run (see stream/node.py) ------------------------------------------
     @property
     def aborted(self) -> bool:
-        """``cancel()`` was called or a stage failed: frames in flight are discarded."""
+        """``cancel()`` was called or a stage failed. Frames in flight are discarded."""
         return self._aborted
 
     @property
@@ -347,19 +366,21 @@ class Graph:
         return self._stopping
 
     def wait_go(self) -> None:
-        """Block until every stage is set up and the clock started (or the run was cancelled)."""
+        """Block until every stage is set up and the clock started, or the run was cancelled."""
         self._go.wait()
 
     def fail(self, node: Node, exc: BaseException) -> None:
-        """A stage raised: remember the first failure (``join`` raises it) and stop everything."""
+        """A stage raised: remember the first failure and stop everything. ``join`` raises it."""
         with self._error_lock:
             if self._error is None:
                 self._error = StageError(node.stage.name, exc)
         self.cancel()
 
     def frame_done(self, frame: Frame) -> None:
-        """A frame left the graph (sink, consumed without output, dropped): release its source's
-        flow-limiter slot."""
+        """A frame left the graph: release its source's flow-limiter slot.
+
+        It left at a sink, was consumed without output, or was dropped.
+        """
         if 0 <= frame.origin < len(self._nodes):
             limiter = self._nodes[frame.origin].limiter
             if limiter is not None:

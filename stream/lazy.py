@@ -1,4 +1,6 @@
-"""A package index whose names are imported when first used: ``from pkg import name`` loads only name's module.
+"""A package index whose names are imported when first used.
+
+``from pkg import name`` loads only the module of ``name``.
 
     _INDEX = {"load_avatar": ".bundle", "build_avatar_graph": ".graph"}
     __all__ = sorted(_INDEX)
@@ -12,8 +14,11 @@ from collections.abc import Callable
 
 
 def lazy_index(package: str, index: dict[str, str]) -> tuple[Callable[[str], object], Callable[[], list[str]]]:
-    """The module-level ``__getattr__`` and ``__dir__`` of ``package``: a name of ``index`` (name → module, relative
-    to the package) is imported from its module on first use and kept in the package."""
+    """The module-level ``__getattr__`` and ``__dir__`` of ``package``.
+
+    ``index`` maps each name to its module, relative to the package. A name is imported from its module on first
+    use. It is then kept in the package.
+    """
     def getattr_(name: str):
         if name not in index:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")

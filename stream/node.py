@@ -1,20 +1,27 @@
-"""Node: one stage at run time — its rings, worker thread, CUDA stream, telemetry and fallback governor.
+"""Node: one stage at run time.
 
-The :class:`~.graph.Graph` builds one node per stage when it starts and owns the life cycle (start,
-drain, cancel, join); the node runs the stage in its own thread. Their contract, both ways:
+A node holds the stage's rings, worker thread, CUDA stream, telemetry and fallback governor.
 
-- the node asks the graph for the run's state — ``clock``, ``telemetry``, ``aborted``, ``stopping``,
-  ``wait_go()`` — and tells it ``fail(node, exc)`` (a stage raised) and ``frame_done(frame)`` (a frame's
-  lineage ended: its source's flow-limiter credit comes back);
-- :class:`~.stage.Outputs` asks the node for slots through :class:`~.stage.SlotProvider`
-  (``connected``, ``acquire``, ``unacquire``, ``publish``, ``count_discarded``), and the node drives the
-  outputs through their runtime side (``begin``, ``finish``, ``abandon``, ``newest_pts``).
+The :class:`~.graph.Graph` builds one node per stage when it starts. The graph owns the life cycle: start,
+drain, cancel and join. The node runs the stage in its own thread. Their contract, both ways:
 
-Timing, per frame (see :class:`~.telemetry.StageStats`): ``input_wait`` is the time in
-:meth:`Node._wait_inputs`; every blocking ``acquire_write`` on an output ring (and a fast-mode source's wait
-for a flow-limiter credit) adds to ``out_wait_ns``; a source fed from outside the graph reports its wait
-for that input through ``ctx.input_waited`` (``in_wait_ns``); ``work`` is the ``process`` call less the
-waits inside it. Two ``monotonic_ns`` reads per wait, no allocation.
+- The node asks the graph for the run's state. That is ``clock``, ``telemetry``, ``aborted``, ``stopping``
+  and ``wait_go()``. It calls ``fail(node, exc)`` when a stage raised. It calls ``frame_done(frame)`` when a
+  frame's lineage ended. Its source's flow-limiter credit then comes back.
+- :class:`~.stage.Outputs` asks the node for slots through :class:`~.stage.SlotProvider`. That is
+  ``connected``, ``acquire``, ``unacquire``, ``publish`` and ``count_discarded``. The node drives the outputs
+  through their runtime side: ``begin``, ``finish``, ``abandon`` and ``newest_pts``.
+
+Timing, per frame, as in :class:`~.telemetry.StageStats`:
+
+- ``input_wait`` is the time in :meth:`Node._wait_inputs`.
+- Every blocking ``acquire_write`` on an output ring adds to ``out_wait_ns``. So does a fast-mode source's wait
+  for a flow-limiter credit.
+- A source fed from outside the graph reports its wait for that input through ``ctx.input_waited``. It goes
+  into ``in_wait_ns``.
+- ``work`` is the ``process`` call less the waits inside it.
+
+Each wait costs two ``monotonic_ns`` reads and no allocation.
 """
 from __future__ import annotations
 
@@ -70,8 +77,10 @@ class Node:
     # ---- device -------------------------------------------------------------------------------
     @property
     def device(self) -> torch.device:
-        """The stage's device: its CUDA device if any port is on one (an upload or download stage
-        then still orders its work after its producers' with events), else the CPU."""
+        """The stage's device: its CUDA device if any port is on one, else the CPU.
+
+        An upload or download stage then still orders its work after its producers' with events.
+        """
         if self.stage.device is not None:
             return torch.device(self.stage.device)
         devices = [torch.device(s.device) for s in (*self.stage.outputs.values(), *self.stage.inputs.values())]
@@ -86,7 +95,7 @@ class Node:
         return bool(self.out_rings.get(port))
 
     def count_discarded(self, port: str) -> None:
-        """A frame was written to ``port``, which nobody reads: it is released at once, only counted."""
+        """A frame was written to ``port``, which nobody reads. It is released at once and only counted."""
         self.stats.discarded += 1
 
     def acquire(self, port: str) -> Frame:
@@ -132,7 +141,7 @@ class Node:
         rings[0].commit(frame)
 
     def _acquire_write(self, ring: Ring) -> Frame:
-        """``ring.acquire_write()``, its time (blocked on a full ring) added to ``out_wait_ns``."""
+        """``ring.acquire_write()``. Its time blocked on a full ring is added to ``out_wait_ns``."""
         t0 = time.monotonic_ns()
         frame = ring.acquire_write()
         self.out_wait_ns += time.monotonic_ns() - t0
@@ -153,7 +162,7 @@ class Node:
 
     # ---- fallback governor --------------------------------------------------------------------
     def govern(self, ms: float) -> None:
-        """Step the fallback level from this frame's ``work`` (ms; waits on neighbours left out)."""
+        """Step the fallback level from this frame's ``work`` in ms. Waits on neighbours are left out."""
         stage, budget = self.stage, self.stage.budget_ms
         if budget is None or not stage.fallbacks:
             return
@@ -340,7 +349,7 @@ class Node:
             self.govern(work_ns / 1e6)
 
     def _flush(self, last: Frame | None) -> None:
-        """End of stream: let the stage emit what it still holds (metadata of its last input)."""
+        """End of stream: let the stage emit what it still holds, with the metadata of its last input."""
         out = self.outputs
         self.enter_ns = time.monotonic_ns()
         out.begin(last)

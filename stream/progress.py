@@ -1,5 +1,8 @@
-"""Running a graph from the command line: a progress bar, an estimate of the total time, Ctrl-C that
-drains, a clear summary; and Ctrl-C held to the end of a training loop's step."""
+"""Running a graph from the command line.
+
+It gives a progress bar, an estimate of the total time, Ctrl-C that drains and a clear summary. A training
+loop's step can hold Ctrl-C to the step's end.
+"""
 from __future__ import annotations
 
 import contextlib
@@ -24,13 +27,15 @@ def _duration(seconds: float) -> str:
 
 
 class TotalEstimate:
-    """Estimates the run's total time from the frames measured so far, and says it: ``line(done, total)`` returns
-    the sentence to print, or None.
+    """Estimates the run's total time from the frames measured so far, and says it.
 
-    The pace is that of the last half of the run measured (at least 2 s), so a fast start (frames
-    already waiting in the rings, a first burst) is soon outweighed. The first frame carries the warm-up and is not
-    paced. The estimate is said once ``settle_s`` of frames are measured, and said again, revised, whenever it
-    moves by more than ``revise`` (a fraction) from the one last said."""
+    ``line(done, total)`` returns the sentence to print, or None.
+
+    The pace is that of the last half of the run measured, at least 2 s. So a fast start is soon outweighed.
+    Such a start comes from frames already waiting in the rings, or a first burst. The first frame carries the
+    warm-up and is not paced. The estimate is said once ``settle_s`` of frames are measured. It is said again,
+    revised, whenever it moves by more than the fraction ``revise`` from the one last said.
+    """
 
     def __init__(self, unit: str, hint: str | None, slow_s: float, from_s: float, settle_s: float = 2.0,
                  revise: float = 0.25):
@@ -41,7 +46,7 @@ class TotalEstimate:
         self.said: float | None = None  # the estimate last said (s)
 
     def pace(self, now: float, done: int) -> float | None:
-        """Frames per second over the last half of the measured time (at least 2 s); None before any."""
+        """Frames per second over the last half of the measured time, at least 2 s. None before any."""
         t_first = self.samples[0][0]
         since = max(t_first, now - max(2.0, 0.5 * (now - t_first)))
         t0, d0 = [(t, d) for t, d in self.samples if t <= since][-1]
@@ -74,12 +79,15 @@ class TotalEstimate:
 
 def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit: str = "frame",
                       slow_hint: str | None = None, slow_s: float = 60.0, estimate_from_s: float = 10.0) -> dict:
-    """Start ``graph``, show a progress bar of frames processed by ``counter`` (usually the sink) out
-    of ``total``, and return the report. After the first frames the estimated total time (:class:`TotalEstimate`,
-    from the pace measured) is printed when it is at least ``estimate_from_s`` seconds (with ``slow_hint``, how to
-    make it faster, when it is longer than ``slow_s``), and again when the pace changes it: the bar alone says
-    nothing when stderr is not a terminal. Ctrl-C
-    drains the graph, so file sinks finish a playable file; the report then has ``"interrupted": True``."""
+    """Start ``graph``, show a progress bar and return the report.
+
+    The bar counts frames processed by ``counter`` out of ``total``. ``counter`` is usually the sink. After the
+    first frames the estimated total time is printed, from the pace measured, by :class:`TotalEstimate`. It is
+    printed only when it is at least ``estimate_from_s`` seconds. When it is longer than ``slow_s``,
+    ``slow_hint`` says how to make it faster. It is printed again when the pace changes it. The bar alone says
+    nothing when stderr is not a terminal. Ctrl-C drains the graph, so file sinks finish a playable file. The
+    report then has ``"interrupted": True``.
+    """
     graph.start()
     index = graph.stages.index(counter)
     bar = tqdm(total=total, desc=desc, unit=unit, disable=None, file=sys.stderr, dynamic_ncols=True)
@@ -112,9 +120,11 @@ def run_with_progress(graph: Graph, counter: Stage, total: int, desc: str, unit:
 
 @contextlib.contextmanager
 def finish_step_on_interrupt() -> Iterator[threading.Event]:
-    """Within the block the first SIGINT only sets the yielded event (the loop stops at the next step
-    boundary); a second one raises ``KeyboardInterrupt`` at once. Outside the main thread signals can't be
-    caught: the event never sets and Ctrl-C behaves as usual."""
+    """Within the block the first SIGINT only sets the yielded event.
+
+    The loop then stops at the next step boundary. A second SIGINT raises ``KeyboardInterrupt`` at once. Outside
+    the main thread signals can't be caught. There the event never sets and Ctrl-C behaves as usual.
+    """
     event = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield event

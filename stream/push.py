@@ -1,11 +1,11 @@
-"""Sources fed from outside the graph — the generic twin of GStreamer's appsrc.
+"""Sources fed from outside the graph. They are the generic twin of GStreamer's appsrc.
 
-:class:`Pushed` is what every such source shares: another thread hands values in, :meth:`~Pushed.close`
-ends the stream once what is buffered is out, :meth:`~Pushed.interrupt` ends it at once (barge-in,
-cancel), and the worker waits on one condition for any of the three. Two sources build on it:
+The class :class:`Pushed` is what every such source shares. Another thread hands values in. A call of
+:meth:`~Pushed.close` ends the stream once what is buffered is out. A call of :meth:`~Pushed.interrupt` ends it
+at once, on barge-in or cancel. The worker waits on one condition for any of the three. Two sources build on it:
 
-- :class:`PushSource`: one value with a :class:`PortSpec` (a client's camera pose or camera picture, a control value);
-  the newest pending value wins, nothing queues.
+- :class:`PushSource`: one value with a :class:`PortSpec`. Examples are a client's camera pose or picture, or a
+  control value. The newest pending value wins. Nothing queues.
 - :class:`~.media.PushAudioSource`: PCM samples of any length in, fixed chunks out, through a bounded
   buffer.
 """
@@ -22,12 +22,14 @@ from .stage import EndOfStream, Stage
 
 
 class Pushed(Stage):
-    """Base of the sources another thread feeds: the lock, close / interrupt, and the worker's wait (reported
-    to the graph as the source's ``input_wait``, so a source idle until the client sends is not slow).
+    """Base of the sources another thread feeds.
 
-    Subclasses hold their buffer under ``self._cv`` (a ``threading.Condition``), call
-    :meth:`_accepting` inside it before storing a pushed value and ``self._cv.notify_all()`` after, and
-    call :meth:`_wait_until` at the start of ``process``.
+    It holds the lock, close and interrupt, and the worker's wait. The wait is reported to the graph as the
+    source's ``input_wait``. So a source idle until the client sends does not count as slow.
+
+    Subclasses hold their buffer under ``self._cv``, a ``threading.Condition``. They call :meth:`_accepting`
+    inside it before storing a pushed value. They call ``self._cv.notify_all()`` after. They call
+    :meth:`_wait_until` at the start of ``process``.
     """
 
     waits_outside = True
@@ -44,7 +46,7 @@ class Pushed(Stage):
             self._cv.notify_all()
 
     def interrupt(self) -> None:
-        """End the stream now, dropping what is buffered (the graph's cancel calls this)."""
+        """End the stream now, dropping what is buffered. The graph's cancel calls this."""
         with self._cv:
             self._interrupted = True
             self._cv.notify_all()
@@ -59,8 +61,11 @@ class Pushed(Stage):
             raise ValueError(f"{self.name}: push after close")
 
     def _wait_until(self, ready: Callable[[], bool]) -> bool:
-        """Under ``self._cv``: wait until ``ready()``, a close or an interrupt. False when interrupted (the
-        stream ends now); after a close the caller delivers what is left, if anything."""
+        """Under ``self._cv``: wait until ``ready()``, a close or an interrupt.
+
+        Returns False when interrupted: the stream ends now. After a close the caller delivers what is left,
+        if anything.
+        """
         t0 = time.monotonic_ns()
         while not ready() and not self._closed and not self._interrupted:
             self._cv.wait()
@@ -70,15 +75,18 @@ class Pushed(Stage):
 
 
 class PushSource(Pushed):
-    """Emits what another thread :meth:`push` es, on port ``port`` (``spec``), stamped with the session
-    clock at arrival. Holds one pending value: a value pushed while an older one is still pending
-    replaces it (counted in ``superseded``) — the newest pose wins, nothing queues. Connect it with a
-    ``latest`` edge to a stage paced by something else, or with any edge to be paced by the pushes.
+    """Emits what another thread :meth:`push` es, on port ``port``, described by ``spec``.
+
+    Each value is stamped with the session clock at arrival. The source holds one pending value. A value
+    pushed while an older one is pending replaces it. ``superseded`` counts these. The newest pose wins and
+    nothing queues. Connect it with a ``latest`` edge to a stage paced by something else. Or connect it with
+    any edge to be paced by the pushes.
 
     Args:
         spec: shape, dtype and device of a value.
         name: the stage name.
-        port: the output port's name (``"value"``; ``"video"`` for pictures, as a video source's).
+        port: the output port's name, ``"value"`` by default. Use ``"video"`` for pictures, as a video
+            source does.
     """
 
     def __init__(self, spec: PortSpec, *, name: str = "push", port: str = "value"):
@@ -90,8 +98,11 @@ class PushSource(Pushed):
         self.superseded = 0
 
     def push(self, value) -> None:
-        """Hand a value in (any thread). Raises ``ValueError`` for a value of another shape, a float value
-        that is not finite, or after :meth:`close`."""
+        """Hand a value in, from any thread.
+
+        Raises ``ValueError`` for a value of another shape or a float value that is not finite. It also raises
+        after :meth:`close`.
+        """
         v = torch.as_tensor(value, dtype=self.spec.dtype)
         if tuple(v.shape) != tuple(self.spec.shape):
             raise ValueError(f"{self.name}: expected a value of shape {list(self.spec.shape)}, got {list(v.shape)}")

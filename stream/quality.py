@@ -1,5 +1,8 @@
-"""The measures every layer compares with: :func:`psnr` (pictures), :func:`pearson` and :func:`pearson_by_lag`
-(two series, e.g. a mouth's openness against the speech's loudness)."""
+"""The measures every layer compares with.
+
+The function :func:`psnr` compares pictures. The functions :func:`pearson` and :func:`pearson_by_lag` compare
+two series. An example is a mouth's openness against the speech's loudness.
+"""
 from __future__ import annotations
 
 import math
@@ -15,10 +18,11 @@ def _float64(x) -> np.ndarray:
 
 
 def psnr(a, b, data_range: float = 1.0, *, lo: float = 0.0) -> float:
-    """Peak signal-to-noise ratio in dB of ``a`` against the reference ``b`` (tensors or arrays of one shape, a
-    picture or a batch), values in ``[lo, lo + data_range]``: images in [0, 1] by default; ``data_range=2,
-    lo=-1`` for [-1, 1]; ``data_range=255`` for uint8. ``a`` is clamped to the range first, as it would be
-    shown. Identical pictures give ``inf``.
+    """Peak signal-to-noise ratio in dB of ``a`` against the reference ``b``.
+
+    Both are tensors or arrays of one shape: a picture or a batch. Values lie in ``[lo, lo + data_range]``.
+    The default is images in [0, 1]. Use ``data_range=2, lo=-1`` for [-1, 1]. Use ``data_range=255`` for uint8.
+    ``a`` is clamped to the range first, as it would be shown. Identical pictures give ``inf``.
 
         psnr(render, truth)                  # float images in [0, 1]
         psnr(frame, real, data_range=255)    # uint8 frames
@@ -32,8 +36,10 @@ def psnr(a, b, data_range: float = 1.0, *, lo: float = 0.0) -> float:
 
 
 def pearson(a, b, digits: int | None = None) -> float | None:
-    """Pearson correlation of two series of one length (tensors, arrays or lists) over the entries where both are
-    finite; None with fewer than 3 of them or a side that does not vary. ``digits``: rounded to that many.
+    """Pearson correlation of two series of one length.
+
+    The series are tensors, arrays or lists. Only entries where both are finite count. Returns None with fewer
+    than 3 of them, or when a side does not vary. With ``digits``, the result is rounded to that many.
 
         pearson(drawn_openness, real_openness, digits=4)
     """
@@ -49,8 +55,10 @@ def pearson(a, b, digits: int | None = None) -> float | None:
 
 
 def pearson_by_lag(a, b, max_lag: int) -> dict[int, float | None]:
-    """:func:`pearson` of ``a[t + lag]`` with ``b[t]`` for each ``lag`` in ``-max_lag..max_lag`` (positive: ``a``
-    follows ``b`` by ``lag`` entries), over the overlap."""
+    """:func:`pearson` of ``a[t + lag]`` with ``b[t]`` for each ``lag`` in ``-max_lag..max_lag``.
+
+    A positive lag means ``a`` follows ``b`` by ``lag`` entries. Each value uses the overlap only.
+    """
     x, y = _float64(a).ravel(), _float64(b).ravel()
     n = min(len(x), len(y))
     return {lag: pearson(x[lag:n], y[:n - lag]) if lag >= 0 else pearson(x[:n + lag], y[-lag:n])

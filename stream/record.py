@@ -1,10 +1,10 @@
-"""Stages at the two ends of a graph built from plain Python values — for tests, tools and small apps.
+"""Stages at the two ends of a graph built from plain Python values. For tests, tools and small apps.
 
-- :class:`IterableSource`: emits the items of an iterable (tensors, arrays, numbers) on one port.
-- :class:`CountSource`: emits frames filled with their index (0, 1, 2, ...), a given number or endlessly.
+- :class:`IterableSource`: emits the items of an iterable on one port. Items are tensors, arrays or numbers.
+- :class:`CountSource`: emits frames filled with their index 0, 1, 2, ... It stops after a given number or never.
 - :class:`RecordingSink`: keeps a copy of every frame that reaches it, with its metadata.
 
-Both run in the graph like any other stage (threads, rings, pacing, the flow limiter); they only spare
+They run in the graph like any other stage, with threads, rings, pacing and the flow limiter. They spare
 writing a ``Stage`` subclass to feed known values in or to look at what came out.
 """
 from __future__ import annotations
@@ -20,10 +20,11 @@ from .stage import EndOfStream, IndexedSource, Stage
 
 
 class IterableSource(Stage):
-    """Emits each item of ``items`` as one frame on port ``port`` (``spec``), ``pts`` = the item's index
-    at ``fps`` frames per second. An item is anything ``torch.as_tensor`` takes with the spec's shape.
-    A sequence (list, tensor, array) plays again from its start when the graph is set up again; a
-    one-shot iterator plays once.
+    """Emits each item of ``items`` as one frame on port ``port``, described by ``spec``.
+
+    The ``pts`` is the item's index at ``fps`` frames per second. An item is anything ``torch.as_tensor``
+    takes with the spec's shape. A list, tensor or array plays again from its start when the graph is set up
+    again. A one-shot iterator plays once.
 
     Args:
         items: the values, in order.
@@ -60,9 +61,10 @@ class IterableSource(Stage):
 
 
 class CountSource(IndexedSource):
-    """Emits ``n`` frames on port ``"x"`` (``n=None``: until the graph stops), frame ``i`` filled with ``i`` and
-    stamped ``pts`` = frame ``i`` at ``fps``; it counts from 0 again when the graph is set up again. The
-    runtime's tests and benches feed their graphs with it.
+    """Emits ``n`` frames on port ``"x"``. With ``n=None`` it runs until the graph stops.
+
+    Frame ``i`` is filled with ``i``. Its ``pts`` is that of frame ``i`` at ``fps``. The count starts from 0
+    again when the graph is set up again. The runtime's tests and benches feed their graphs with it.
 
     Args:
         n: frames to emit, or None for no end.
@@ -84,7 +86,7 @@ class CountSource(IndexedSource):
 
 @dataclass
 class Recorded:
-    """One frame as a :class:`RecordingSink` saw it. ``data`` is a copy (CPU), safe to keep."""
+    """One frame as a :class:`RecordingSink` saw it. ``data`` is a CPU copy, safe to keep."""
 
     port: str
     data: torch.Tensor
@@ -100,7 +102,7 @@ class RecordingSink(Stage):
     Args:
         ports: input port name → :class:`PortSpec`.
         name: the stage name.
-        delay_s: sleep this long per call (stands for a slow consumer).
+        delay_s: sleep this long per call. It stands for a slow consumer.
     """
 
     def __init__(self, ports: dict[str, PortSpec], *, name: str = "record", delay_s: float = 0.0):
@@ -116,7 +118,7 @@ class RecordingSink(Stage):
             self.records.append(Recorded(port, f.data.detach().to("cpu", copy=True), f.seq, f.pts, f.flags, f.length))
 
     def of(self, port: str | None = None) -> list[Recorded]:
-        """The records of one port (the only one when ``port`` is None)."""
+        """The records of one port. With ``port`` None, the sink must have exactly one port."""
         if port is None:
             if len(self.inputs) != 1:
                 raise ValueError(f"{self.name} has ports {sorted(self.inputs)}: name one")

@@ -1,18 +1,18 @@
 """Ring: a fixed set of preallocated frames between one producer stage and one consumer stage.
 
-Each edge of a graph is one ring. Its slots are allocated once, when the graph starts; while it runs
-nothing is allocated and nothing queues without bound. What happens when the producer is faster than
-the consumer is the edge's explicit **policy**:
+Each edge of a graph is one ring. Its slots are allocated once, when the graph starts. While it runs,
+nothing is allocated and nothing queues without bound. The edge's explicit **policy** says what happens when
+the producer is faster than the consumer:
 
 ``block``
-    the producer waits for a free slot (backpressure). Nothing is lost; offline renders use this.
+    The producer waits for a free slot. This is backpressure. Nothing is lost. Offline renders use this.
 ``drop_oldest``
-    the producer takes the oldest unread frame's slot; that frame is dropped (counted). Live video.
+    The producer takes the oldest unread frame's slot. That frame is dropped and counted. For live video.
 ``drop_newest``
-    the new frame is dropped (counted) and the unread ones are kept.
+    The new frame is dropped and counted. The unread ones are kept.
 ``latest``
-    wait-free newest value: the consumer always gets the most recent frame, and keeps re-reading it
-    until a newer one arrives (camera pose → renderer). Superseded unread frames count as drops.
+    A wait-free newest value. The consumer always gets the most recent frame. It re-reads it until a newer
+    one arrives, as for camera pose → renderer. Superseded unread frames count as drops.
 
 Slot life cycle: FREE → (producer) WRITING → READY → (consumer) READING → FREE.
 """
@@ -38,8 +38,8 @@ class Ring:
 
     Args:
         spec: what each slot holds.
-        capacity: number of slots (1–8; ``drop_oldest`` uses at least 2 — one being written, one waiting
-            for the reader — and ``latest`` at least 3: one written, one ready, one read).
+        capacity: number of slots, 1–8. ``drop_oldest`` uses at least 2: one being written, one waiting
+            for the reader. ``latest`` uses at least 3: one written, one ready, one read.
         policy: one of ``block | drop_oldest | drop_newest | latest``.
         n_stages: size of each frame's per-stage timing table.
         name: ``"producer.port -> consumer.port"``, used in errors and telemetry.
@@ -55,8 +55,8 @@ class Ring:
             capacity = max(capacity, 3)
         elif policy == "drop_oldest":
             # With one slot the producer would take back every frame the moment it starts writing the
-            # next one (it holds the slot while a paced source waits for its pts), so the consumer could
-            # lose every race: one slot to write while one waits for the reader.
+            # next one. It holds the slot while a paced source waits for its pts. So the consumer could
+            # lose every race. Hence one slot to write while one waits for the reader.
             capacity = max(capacity, 2)
         self.spec, self.capacity, self.policy, self.name = spec, capacity, policy, name
         self.slots = [Frame(spec, n_stages, i) for i in range(capacity)]
@@ -87,7 +87,7 @@ class Ring:
 
     # ---- producer side ------------------------------------------------------------------------
     def acquire_write(self) -> Frame:
-        """A slot to write the next frame into (metadata reset). Blocks only under ``block``."""
+        """A slot to write the next frame into, its metadata reset. Blocks only under ``block``."""
         with self._lock:
             while True:
                 if self._aborted:
@@ -109,7 +109,7 @@ class Ring:
         return frame
 
     def commit(self, frame: Frame) -> None:
-        """Publish a written frame to the consumer (or drop it, under ``drop_newest`` when full)."""
+        """Publish a written frame to the consumer. Under ``drop_newest`` a full ring drops it instead."""
         with self._lock:
             self.frames_in += 1
             if frame is self._spare:
@@ -137,7 +137,7 @@ class Ring:
         self._ring_doorbell()
 
     def abort(self) -> None:
-        """Wake every waiter with :class:`RingAborted` (graph cancel)."""
+        """Wake every waiter with :class:`RingAborted`. Used on graph cancel."""
         with self._lock:
             self._aborted = True
             self._space.notify_all()
@@ -168,8 +168,10 @@ class Ring:
         return len(self._ready)
 
     def take(self) -> Frame:
-        """The next frame for the consumer (oldest first; newest under ``latest``). Call
-        :meth:`has_frame` first. Release it with :meth:`release` when done."""
+        """The next frame for the consumer: oldest first, or newest under ``latest``.
+
+        Call :meth:`has_frame` first. Release it with :meth:`release` when done.
+        """
         with self._lock:
             if self.policy == "latest":
                 if self._ready:
@@ -188,7 +190,7 @@ class Ring:
             return self.slots[self._ready.popleft()]
 
     def release(self, frame: Frame) -> None:
-        """The consumer is done with ``frame``; its slot becomes free (kept under ``latest``)."""
+        """The consumer is done with ``frame``. Its slot becomes free. Under ``latest`` it is kept."""
         if self.policy == "latest":
             return
         with self._lock:

@@ -1,8 +1,8 @@
 """Stage: the unit of work in a graph.
 
-A stage declares its ports and computes; scheduling, threads, queues, pacing and timing belong to
-the graph. Subclasses set ``inputs`` / ``outputs`` (port name → :class:`PortSpec`) in ``__init__`` and
-implement :meth:`Stage.process`::
+A stage declares its ports and computes. Scheduling, threads, queues, pacing and timing belong to the
+graph. Subclasses set ``inputs`` and ``outputs`` in ``__init__``. Each maps a port name to a
+:class:`PortSpec`. Subclasses implement :meth:`Stage.process`::
 
     class Invert(Stage):
         def __init__(self, shape):
@@ -14,8 +14,8 @@ implement :meth:`Stage.process`::
             frame = out.write("video")          # a preallocated slot; metadata copied from the input
             torch.sub(255, inputs["video"].data, out=frame.data)
 
-A stage with no inputs is a **source**: the graph calls ``process`` repeatedly, paces it by the pts it
-sets (realtime mode), stamps ``seq``/``capture_ns``, and applies the flow limiter. A source ends the
+A stage with no inputs is a **source**. The graph calls ``process`` repeatedly. In realtime mode it paces
+it by the pts it sets. It stamps ``seq`` and ``capture_ns``. It applies the flow limiter. A source ends the
 stream by raising :class:`EndOfStream`. A stage with no outputs is a **sink**.
 """
 from __future__ import annotations
@@ -43,18 +43,19 @@ class StageContext:
     """What the graph hands a stage at ``setup``.
 
     Attributes:
-        clock: the session clock (tick conversions; pts of the stage's outputs).
-        device: the stage's device (from its ports, or ``cpu``).
-        stream: the stage's own CUDA stream (None on CPU). Work inside ``process`` runs on it.
-        telemetry: the graph's telemetry (sinks report A/V offset through it).
+        clock: the session clock. It converts ticks and gives the pts of the stage's outputs.
+        device: the stage's device, from its ports, or ``cpu``.
+        stream: the stage's own CUDA stream, None on CPU. Work inside ``process`` runs on it.
+        telemetry: the graph's telemetry. Sinks report A/V offset through it.
         index: the stage's index in the graph.
-        cancelled: ``cancelled()`` is True when the graph was cancelled or a stage failed (as opposed
-            to a normal end or drain); a file sink's ``teardown`` uses it to keep what it wrote under a
+        cancelled: ``cancelled()`` is True when the graph was cancelled or a stage failed. It is False on a
+            normal end or drain. A file sink's ``teardown`` uses it. It then keeps what it wrote under a
             name that says it is partial.
-        input_waited: ``input_waited(ns)`` — a source with ``waits_outside`` reports the ns its ``process``
-            just waited for input from outside the graph; they count as its ``input_wait``, not its work.
-        waiting: ``waiting(port)`` — frames queued on input ``port`` behind the ones ``process`` was just
-            given (a live stage skips to the newest: :meth:`Stage.stale`).
+        input_waited: ``input_waited(ns)`` is for a source with ``waits_outside``. It reports the ns its
+            ``process`` just waited for input from outside the graph. They count as its ``input_wait``, not
+            its work.
+        waiting: ``waiting(port)`` counts frames queued on input ``port`` behind the ones ``process`` was
+            just given. A live stage skips to the newest with :meth:`Stage.stale`.
     """
 
     clock: Clock
@@ -72,21 +73,23 @@ class Stage:
 
     Class or instance attributes a subclass sets:
         inputs / outputs: ``dict[str, PortSpec]``.
-        budget_ms: per-frame budget of ``process`` (None: no budget). Overruns count as deadline misses
-            and, with ``fallbacks``, make the graph step down to a cheaper level.
-        fallbacks: names of cheaper levels, best first (e.g. ``("2 steps", "1 step")``); the graph
+        budget_ms: per-frame budget of ``process`` in ms. None means no budget. Overruns count as
+            deadline misses. With ``fallbacks``, they make the graph step down to a cheaper level.
+        fallbacks: names of cheaper levels, best first, such as ``("2 steps", "1 step")``. The graph
             calls :meth:`set_fallback` with 1..len(fallbacks), or 0 for full quality.
-        device: where the stage computes, when its ports don't say (a renderer reading CPU poses and
-            writing CPU frames but rendering on ``"cuda"``); None: derived from the ports.
-        trigger: ``"all"`` — ``process`` runs when every input has a frame (lock-step join);
-            ``"any"`` — whenever at least one has (a muxer taking audio and video at their own rates).
-            An input whose edge has the ``latest`` policy (a camera pose) never gates ``process`` once
-            it holds a value; it is re-read until a newer one arrives.
-        waits_outside: a source whose ``process`` waits for input pushed from outside the graph (a
-            client's audio or camera) and reports that wait through ``ctx.input_waited``; its telemetry
-            then has an ``input_wait`` like a consumer's (:class:`~.push.Pushed` sets it).
-        torch_threads: torch's intra-op threads in the stage's worker thread, set there before ``setup`` (OpenMP
-            keeps the count per thread); None: left as torch gives a new thread (the last count set in any thread).
+        device: where the stage computes, when its ports don't say. An example is a renderer that reads
+            CPU poses and writes CPU frames but renders on ``"cuda"``. None: derived from the ports.
+        trigger: with ``"all"``, ``process`` runs when every input has a frame. That is a lock-step join.
+            With ``"any"``, it runs whenever at least one has. A muxer takes audio and video at their own
+            rates this way. An input on a ``latest`` edge never gates ``process`` once it holds a value.
+            A camera pose is one. It is re-read until a newer one arrives.
+        waits_outside: set on a source whose ``process`` waits for input pushed from outside the graph.
+            A client's audio or camera is such input. The source reports that wait through
+            ``ctx.input_waited``. Its telemetry then has an ``input_wait`` like a consumer's.
+            The class :class:`~.push.Pushed` sets it.
+        torch_threads: torch's intra-op threads in the stage's worker thread. They are set there before
+            ``setup``. OpenMP keeps the count per thread. None leaves it as torch gives a new thread. That
+            is the last count set in any thread.
     """
 
     inputs: dict[str, PortSpec] = {}
@@ -107,30 +110,39 @@ class Stage:
 
     # ---- life cycle (override) ----------------------------------------------------------------
     def setup(self, ctx: StageContext) -> None:
-        """Called once in the stage's worker thread before the first frame (load weights, warm up)."""
+        """Called once in the stage's worker thread before the first frame. Load weights and warm up here."""
         self.ctx = ctx
 
     def process(self, inputs: dict[str, Frame], out: Outputs) -> None:
-        """Compute one step. ``inputs`` maps port → frame (only the ports that have one, when
-        ``trigger == "any"``); write results into slots from ``out.write(port)``."""
+        """Compute one step.
+
+        ``inputs`` maps port → frame. When ``trigger == "any"`` it holds only the ports that have one. Write
+        results into slots from ``out.write(port)``.
+        """
         raise NotImplementedError
 
     def flush(self, out: Outputs) -> None:
-        """End of stream reached every input (not called on cancel): emit what is still held back
-        (frames waiting for look-ahead, an encoder's delayed packets). Default: nothing."""
+        """End of stream reached every input: emit what is still held back.
+
+        Examples are frames waiting for look-ahead and an encoder's delayed packets. Not called on cancel.
+        The default does nothing.
+        """
 
     def teardown(self) -> None:
         """Called once in the worker thread after the last frame, also after errors and cancel."""
 
     def reset(self) -> None:
-        """Forget stream state (barge-in). Stateful stages override; called between frames."""
+        """Forget stream state on barge-in. Stateful stages override it. It is called between frames."""
 
     def stale(self, frame: Frame, port: str, max_lag_ms: float | None) -> bool:
-        """Live streams only (realtime clock, ``max_lag_ms`` set): should the input ``frame`` on ``port`` be
-        skipped rather than computed? Yes when a newer frame already waits on ``port``, or when its data
-        arrived (``capture_ns``) more than ``max_lag_ms`` ago. A stage that skips these computes from the
-        freshest input it has, so a machine slower than the stream shows fewer frames, never a delay that
-        grows or a frame from input older than it must be. Always False offline (any other clock)."""
+        """Should the input ``frame`` on ``port`` be skipped rather than computed?
+
+        This applies to live streams only: a realtime clock with ``max_lag_ms`` set. It is True when a newer
+        frame already waits on ``port``. It is also True when the frame's data arrived more than
+        ``max_lag_ms`` ago, by ``capture_ns``. A stage that skips these computes from the freshest input it
+        has. A machine slower than the stream then shows fewer frames. It never shows a growing delay, or a
+        frame from input older than it must be. Always False offline, on any other clock.
+        """
         ctx = self.ctx
         if max_lag_ms is None or ctx is None or getattr(ctx.clock, "mode", None) != "realtime":
             return False
@@ -139,7 +151,7 @@ class Stage:
         return bool(frame.capture_ns) and (time.monotonic_ns() - frame.capture_ns) > max_lag_ms * 1e6
 
     def set_fallback(self, level: int) -> None:
-        """Switch to cheaper level ``level`` (0 = full quality). Override when ``fallbacks`` is set."""
+        """Switch to cheaper level ``level``; 0 is full quality. Override when ``fallbacks`` is set."""
         self.fallback_level = level
 
     def interrupt(self) -> None:
@@ -159,9 +171,12 @@ class Stage:
 
 
 class IndexedSource(Stage):
-    """A source that counts its frames: frame ``index`` (from 0, and from 0 again when the graph is set up again)
-    is stamped ``pts`` = frame ``index`` at ``fps``, and the stream ends after ``n_frames`` (None: no end). A
-    subclass gives :meth:`emit`, which writes frame ``index`` into ``out``."""
+    """A source that counts its frames.
+
+    ``index`` counts from 0, and from 0 again when the graph is set up again. Frame ``index`` gets the
+    ``pts`` of frame ``index`` at ``fps``. The stream ends after ``n_frames``. None means no end. A subclass
+    gives :meth:`emit`, which writes frame ``index`` into ``out``.
+    """
 
     def __init__(self, name: str, *, fps: float, n_frames: int | None = None):
         super().__init__(name)
@@ -173,8 +188,10 @@ class IndexedSource(Stage):
         self.index = 0
 
     def emit(self, out: Outputs) -> Frame:
-        """Write frame :attr:`index` into ``out`` (``out.write(port)``) and return it; raise :class:`EndOfStream`
-        when there is none."""
+        """Write frame :attr:`index` into ``out`` with ``out.write(port)`` and return it.
+
+        Raise :class:`EndOfStream` when there is none.
+        """
         raise NotImplementedError
 
     def process(self, inputs: dict[str, Frame], out: Outputs) -> None:
@@ -186,7 +203,7 @@ class IndexedSource(Stage):
 
 
 class SlotProvider(Protocol):
-    """What :class:`Outputs` needs from the runtime for one stage (``stream.node.Node`` provides it)."""
+    """What :class:`Outputs` needs from the runtime for one stage. ``stream.node.Node`` provides it."""
 
     stage: Stage
 
@@ -194,7 +211,7 @@ class SlotProvider(Protocol):
         """True when some consumer reads ``port``."""
 
     def acquire(self, port: str) -> Frame:
-        """A writable slot for ``port`` (may block under a ``block`` edge)."""
+        """A writable slot for ``port``. It may block under a ``block`` edge."""
 
     def unacquire(self, port: str, frame: Frame) -> None:
         """Give back a slot that will not be published."""
@@ -209,17 +226,18 @@ class SlotProvider(Protocol):
 class Outputs:
     """Hands a stage writable output slots during one ``process`` call.
 
-    ``write(port)`` acquires a slot (it may block under a ``block`` edge: backpressure), with the
-    lineage metadata of the newest input already copied in; the slot is published when ``process``
-    returns, or when ``write`` is called again for the same port (several outputs from one call).
+    ``write(port)`` acquires a slot. It may block under a ``block`` edge: that is backpressure. The slot
+    has the lineage metadata of the newest input already copied in. It is published when ``process``
+    returns. It is also published when ``write`` is called again for the same port. So one call can give
+    several outputs.
 
-    A port nobody reads (not connected in this graph) still hands out a slot, so a stage need not know
-    how it is wired; that frame is released at once, counted as ``discarded`` in the stage's report,
-    and never holds its source's flow-limiter credit. ``written`` counts every slot handed out in this
-    call, ``emitted`` only those that travel on to a consumer.
+    A port nobody reads in this graph still hands out a slot. So a stage need not know how it is wired.
+    That frame is released at once. It is counted as ``discarded`` in the stage's report. It never holds
+    its source's flow-limiter credit. ``written`` counts every slot handed out in this call. ``emitted``
+    counts only those that travel on to a consumer.
 
-    A stage only calls ``write``; ``begin`` / ``finish`` / ``abandon`` / ``newest_pts`` are the runtime's
-    side (one ``process`` call is framed by ``begin`` and ``finish`` or, when it raised, ``abandon``).
+    A stage only calls ``write``. ``begin``, ``finish``, ``abandon`` and ``newest_pts`` are the runtime's
+    side. ``begin`` opens one ``process`` call. ``finish`` closes it, or ``abandon`` when it raised.
     """
 
     def __init__(self, slots: SlotProvider):
@@ -254,12 +272,12 @@ class Outputs:
 
     # ---- the runtime's side ---------------------------------------------------------------------
     def begin(self, template: Frame | None) -> None:
-        """A ``process`` call starts; its outputs carry ``template``'s lineage (None at a source)."""
+        """A ``process`` call starts. Its outputs carry ``template``'s lineage. It is None at a source."""
         self._template = template
         self.written = self.emitted = 0
 
     def newest_pts(self) -> int:
-        """The largest pts among the slots written in this call (there is at least one)."""
+        """The largest pts among the slots written in this call. There is at least one."""
         return max(f.pts for f in self._pending.values())
 
     def finish(self) -> None:

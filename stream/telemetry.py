@@ -1,9 +1,9 @@
 """Telemetry: per-stage work and waits, end-to-end latency, FPS, drops, deadline misses, time to first frame.
 
-Recording is cheap enough to leave on: each sample goes into a preallocated window (a numpy ring of
-the last ``window`` values) plus cumulative histogram buckets, with no allocation. Percentiles are
-computed only when a report is asked for. ``prometheus_text`` renders a report in the Prometheus text
-exposition format, so any server can mount it at ``/metrics``.
+Recording is cheap enough to leave on. Each sample goes into a preallocated window. That is a numpy ring of
+the last ``window`` values. It also goes into cumulative histogram buckets. Nothing is allocated. Percentiles
+are computed only when a report is asked for. ``prometheus_text`` renders a report in the Prometheus text
+exposition format. So any server can mount it at ``/metrics``.
 """
 from __future__ import annotations
 
@@ -19,8 +19,10 @@ BUCKETS_MS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 25.0, 50.0, 100.0, 250.
 
 
 def percentiles(values: np.ndarray, ps: tuple[float, ...]) -> list[float]:
-    """``np.percentile(values, ps)`` (linear interpolation), from one sort: numpy's own call loads ``numpy.ma``
-    (~0.1 s) the first time, at the end of every command-line run."""
+    """``np.percentile(values, ps)`` with linear interpolation, from one sort.
+
+    numpy's own call loads ``numpy.ma`` the first time. That would slow the end of every command-line run.
+    """
     v = np.sort(values)
     out = []
     for p in ps:
@@ -32,7 +34,7 @@ def percentiles(values: np.ndarray, ps: tuple[float, ...]) -> list[float]:
 
 
 class LatencyWindow:
-    """The last ``window`` latency samples (ms) plus all-time histogram counts and sum."""
+    """The last ``window`` latency samples in ms, plus all-time histogram counts and sum."""
 
     def __init__(self, window: int = 4096):
         self.values_ms = np.zeros(window, dtype=np.float64)
@@ -59,17 +61,17 @@ class LatencyWindow:
 
 
 class StageStats:
-    """What the runtime records for one stage, per frame, in three parts that do not overlap:
+    """What the runtime records for one stage, per frame, in three parts that do not overlap.
 
-    - ``work``: the stage's own compute — its ``process`` call, less the time it was blocked on output;
-    - ``output_wait``: blocked on output — waiting for a free slot on a full downstream ring (``block``
-      edge; fan-out copies included) and, at a source in fast mode, for a flow-limiter credit;
-    - ``input_wait``: waiting for upstream input before the call (at a source fed from outside the graph,
-      :attr:`~.stage.Stage.waits_outside`, its wait inside ``process`` for the pushed input).
+    - ``work``: the stage's own compute. That is its ``process`` call, less the time it was blocked on output.
+    - ``output_wait``: blocked on output. That is waiting for a free slot on a full downstream ``block`` ring.
+      Fan-out copies are included. At a source in fast mode it also covers waiting for a flow-limiter credit.
+    - ``input_wait``: waiting for upstream input before the call. A source fed from outside the graph has
+      :attr:`~.stage.Stage.waits_outside`. There it is the wait inside ``process`` for the pushed input.
 
-    A realtime source's wait for its frame's pts (pacing) is in none of them. Any other source has no
-    ``input_wait``, a sink no ``output_wait`` (None). Budgets, deadline misses and the
-    fallback governor look at ``work`` only: a stage that waits on its neighbours is not over budget.
+    A realtime source's pacing wait for its frame's pts is in none of them. Any other source has no
+    ``input_wait``. A sink has no ``output_wait``. Those are None. Budgets, deadline misses and the fallback
+    governor look at ``work`` only. A stage that waits on its neighbours is not over budget.
     """
 
     def __init__(self, name: str, budget_ms: float | None, window: int, *, inputs: bool = True,
@@ -88,8 +90,11 @@ class StageStats:
 
     def record(self, enter_ns: int, exit_ns: int, work_ns: int, output_wait_ns: int = 0,
                input_wait_ns: int = 0) -> None:
-        """One frame: it entered ``process`` at ``enter_ns`` and left the stage at ``exit_ns`` (monotonic
-        ns, for the FPS); ``work_ns`` / ``output_wait_ns`` / ``input_wait_ns`` its three parts (ns)."""
+        """Record one frame.
+
+        It entered ``process`` at ``enter_ns`` and left the stage at ``exit_ns``. Both are monotonic ns, for
+        the FPS. ``work_ns``, ``output_wait_ns`` and ``input_wait_ns`` are its three parts in ns.
+        """
         ms = work_ns / 1e6
         self.work.add(ms)
         if self.output_wait is not None:
@@ -112,8 +117,11 @@ class StageStats:
         return None if win is None else {**win.summary(), "total_s": win.sum_ms / 1000.0}
 
     def report(self) -> dict:
-        """``work`` (count, mean, p50/p95/p99, max in ms), ``output_wait`` / ``input_wait`` (the same plus
-        ``total_s``, all-time seconds; None where the stage has no such side), frames, fps, budget checks."""
+        """The stage's report: ``work``, ``output_wait``, ``input_wait``, frames, fps and budget checks.
+
+        ``work`` has count, mean, p50/p95/p99 and max in ms. ``output_wait`` and ``input_wait`` add
+        ``total_s``, in all-time seconds. They are None where the stage has no such side.
+        """
         return {"budget_ms": self.budget_ms, "frames": self.work.count, "fps": self.fps(),
                 "work": self.work.summary(), "output_wait": self._wait_summary(self.output_wait),
                 "input_wait": self._wait_summary(self.input_wait), "deadline_misses": self.deadline_misses,
@@ -122,13 +130,16 @@ class StageStats:
 
 
 class Telemetry:
-    """Per-graph telemetry: one :class:`StageStats` per stage, end-to-end latency at sinks, TTFF,
-    A/V offset. Thread-safe for the graph's workers (each stage writes only its own stats; sinks
-    share the end-to-end window under a lock)."""
+    """Per-graph telemetry.
+
+    It holds one :class:`StageStats` per stage, end-to-end latency at sinks, TTFF and A/V offset. It is
+    thread-safe for the graph's workers. Each stage writes only its own stats. Sinks share the end-to-end
+    window under a lock.
+    """
 
     def __init__(self, stage_names: list[str], budgets_ms: list[float | None], window: int = 4096,
                  sides: list[tuple[bool, bool]] | None = None):
-        """``sides``: per stage, (has inputs, has outputs); None: every stage has both."""
+        """``sides`` gives per stage a pair: has inputs, has outputs. None means every stage has both."""
         sides = sides or [(True, True)] * len(stage_names)
         self.stages = [StageStats(n, b, window, inputs=i, outputs=o)
                        for n, b, (i, o) in zip(stage_names, budgets_ms, sides)]
@@ -154,7 +165,7 @@ class Telemetry:
             self._last_sink_ns = now_ns
 
     def record_av_offset(self, offset_ms: float) -> None:
-        """A sink that presents audio and video reports how far video leads audio (ms, signed)."""
+        """A sink that presents audio and video reports how far video leads audio, in signed ms."""
         with self._lock:
             self.av_offset.add(offset_ms)
 
@@ -185,20 +196,23 @@ def _labels(**kv) -> str:
 
 
 def prometheus_family(name: str, kind: str, help_: str, series) -> list[str]:
-    """The lines of one Prometheus metric family: ``# HELP``, ``# TYPE`` (``counter`` / ``gauge``) and one line per
-    ``(labels dict, value)`` of ``series``."""
+    """The lines of one Prometheus metric family.
+
+    They are ``# HELP``, ``# TYPE`` and one line per ``(labels dict, value)`` of ``series``. The type is
+    ``counter`` or ``gauge``.
+    """
     return [f"# HELP {name} {help_}", f"# TYPE {name} {kind}"] + [f"{name}{_labels(**lab)} {value}"
                                                                    for lab, value in series]
 
 
 def prometheus_text(telemetries: list[Telemetry] | Telemetry, edges: list[list[dict]] | None = None,
                     prefix: str = "framegraph", labels: list[dict] | None = None) -> str:
-    """Prometheus text exposition (format 0.0.4) of one or several graphs' telemetry.
+    """Prometheus text exposition, format 0.0.4, of one or several graphs' telemetry.
 
     Args:
-        telemetries: a :class:`Telemetry` or a list of them (one per session of a server).
-        edges: per telemetry, the edge list of :meth:`Graph.edge_report` (drops, queue depth).
-        labels: per telemetry, extra labels (e.g. ``{"session": "3"}``).
+        telemetries: a :class:`Telemetry` or a list of them, one per session of a server.
+        edges: per telemetry, the edge list of :meth:`Graph.edge_report`, with drops and queue depth.
+        labels: per telemetry, extra labels such as ``{"session": "3"}``.
     Returns the text to serve with content type ``text/plain; version=0.0.4``.
     """
     if isinstance(telemetries, Telemetry):

@@ -1,9 +1,9 @@
 """The test card: procedural video and audio whose sync can be measured from the output file.
 
-Video: moving colour bands, a frame counter, and a full white **flash** on the first frame of every
-second. Audio: a quiet 220 Hz tone with a loud 1 kHz **beep** starting exactly at each flash frame's
-pts and lasting one frame period. A decoder can find flashes (bright frames) and beep onsets (loud
-audio) and check they coincide: that measures A/V sync end to end.
+The video has moving colour bands and a frame counter. The first frame of every second is a full white
+**flash**. The audio is a quiet 220 Hz tone. A loud 1 kHz **beep** starts exactly at each flash frame's pts.
+It lasts one frame period. A decoder finds the flashes as bright frames and the beep onsets as loud audio. It
+checks that they coincide. That measures A/V sync end to end.
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ def flash_frames(fps, n_frames: int) -> list[int]:
 
 
 def _digit_masks(h: int) -> torch.Tensor:
-    """``bool [10, h, w]`` seven-segment glyphs of height ``h`` (width h/2)."""
+    """``bool [10, h, w]`` seven-segment glyphs of height ``h`` and width h/2."""
     w, t = max(3, h // 2), max(1, h // 8)
     masks = torch.zeros(10, h, w, dtype=torch.bool)
     mid = h // 2
@@ -45,7 +45,10 @@ def _digit_masks(h: int) -> torch.Tensor:
 
 
 class TestCardVideo(Stage):
-    """Source: ``uint8 [H, W, 3]`` test-card frames at ``fps`` for ``seconds`` (pts from the frame index)."""
+    """Source: ``uint8 [H, W, 3]`` test-card frames at ``fps`` for ``seconds``.
+
+    The pts comes from the frame index.
+    """
 
     __test__ = False  # not a pytest class
 

@@ -1,17 +1,22 @@
-"""Worker threads that outlive a graph: a session's stages start on threads that already ran stages like them.
+"""Worker threads that outlive a graph.
 
-A new thread pays on its first frames for what is kept per thread (oneDNN's scratchpad and primitive caches,
-OpenMP's team, torch's thread-local state, the pages of its stack), and starting one costs a fraction of a
-millisecond: on a 96-px video avatar, whose frames take ~5 ms on a 2-core CPU, a session's graph start and its
-first frame in fresh threads were most of what made its first frame 1.8x a steady one (``bench first_frame``).
-So :meth:`Graph.start <framegraph.stream.graph.Graph.start>` hands each node to :func:`start_worker`: a parked
-worker that last ran a stage of the same kind (class and name) takes it, else any parked worker of the same group
-(the stage's torch thread count: OpenMP keeps it per thread), else a new worker thread starts. No stage sets any
-other per-thread state; torch's grad mode, which a stage could leave behind, is put back after each run.
+A session's stages start on threads that already ran stages like them.
 
-An idle worker is named ``framegraph-idle:<stage>:<n>`` and ends after ``IDLE_S`` seconds without work (or at
-:func:`retire_idle_workers`); while it runs a node it carries the node's thread name (``framegraph:<graph>:<stage>``)
-and it is renamed before its run is reported done. A forked child starts with no parked workers.
+A new thread pays on its first frames for what is kept per thread. That is oneDNN's scratchpad and primitive
+caches, OpenMP's team, torch's thread-local state and the pages of its stack. Starting a thread also costs a
+fraction of a millisecond. With small models this makes a session's first frame slow. ``bench first_frame``
+measures it.
+
+So :meth:`Graph.start <framegraph.stream.graph.Graph.start>` hands each node to :func:`start_worker`. A parked
+worker that last ran a stage of the same kind takes it. The kind is the class and name. Else any parked worker of
+the same group takes it. The group is the stage's torch thread count, which OpenMP keeps per thread. Else a new
+worker thread starts. No stage sets any other per-thread state. A stage could leave torch's grad mode behind. It
+is put back after each run.
+
+An idle worker is named ``framegraph-idle:<stage>:<n>``. It ends after ``IDLE_S`` seconds without work, or at
+:func:`retire_idle_workers`. While it runs a node it carries the node's thread name,
+``framegraph:<graph>:<stage>``. It is renamed before its run is reported done. A forked child starts with no
+parked workers.
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ IDLE_S = 60.0  # an idle worker thread ends after this long without a node to ru
 
 
 class Run:
-    """One node's run on a worker: ``is_alive()`` and ``join(timeout)``, as a ``threading.Thread``'s."""
+    """One node's run on a worker. It has ``is_alive()`` and ``join(timeout)``, as a ``threading.Thread`` does."""
 
     def __init__(self, target: Callable[[], None], name: str):
         self.target, self.name = target, name
@@ -52,7 +57,7 @@ class _Worker:
         self.thread.start()
 
     def give(self, run: Run | None) -> None:
-        """Its next run; None: end (it was taken off the idle list)."""
+        """Give it its next run. None ends it. It was then taken off the idle list."""
         with self._cv:
             self._run, self._retired = run, run is None
             self._cv.notify()
@@ -83,7 +88,10 @@ class _Worker:
 
 
 class WorkerPool:
-    """Idle workers by key (see the module's docstring). ``idle_s``: how long an idle worker waits for work."""
+    """Idle workers by key, as the module's docstring says.
+
+    ``idle_s`` is how long an idle worker waits for work.
+    """
 
     def __init__(self, idle_s: float = IDLE_S):
         self.idle_s = idle_s
@@ -92,9 +100,11 @@ class WorkerPool:
         self._ids = itertools.count()
 
     def start(self, kind: Hashable, group: Hashable, target: Callable[[], None], name: str, label: str) -> Run:
-        """Run ``target`` on the idle worker of ``(kind, group)`` parked last, else on one of ``group`` that ran
-        another kind, else on a new one; ``name``: the thread's name while it runs; ``label``: the worker's name
-        after ``framegraph-idle:`` from then on."""
+        """Run ``target`` on the idle worker of ``(kind, group)`` parked last.
+
+        Else it runs on one of ``group`` that ran another kind. Else it runs on a new one. ``name`` is the
+        thread's name while it runs. ``label`` is the worker's name after ``framegraph-idle:`` from then on.
+        """
         run = Run(target, name)
         key = (kind, group)
         with self._lock:
@@ -112,7 +122,7 @@ class WorkerPool:
             self._idle.setdefault(worker.key, []).append(worker)
 
     def leave(self, worker: _Worker) -> bool:
-        """An idle worker's wait ran out: True (it ends) unless :meth:`start` has just taken it."""
+        """An idle worker's wait ran out. True means it ends. It is False when :meth:`start` has just taken it."""
         with self._lock:
             parked = self._idle.get(worker.key, [])
             if worker not in parked:
@@ -126,7 +136,7 @@ class WorkerPool:
             return sum(len(v) for v in self._idle.values())
 
     def retire(self) -> None:
-        """End every parked worker now (for a test that counts the threads left)."""
+        """End every parked worker now. For a test that counts the threads left."""
         with self._lock:
             workers = [w for v in self._idle.values() for w in v]
             self._idle.clear()

@@ -1,9 +1,9 @@
-"""Block-causal ReLU linear attention (Sana-style), with a recurrent state for streaming.
+"""Block-causal ReLU linear attention in Sana's style, with a recurrent state for streaming.
 
-``block_linear_attention(q, k, v, block_size=...)`` is the public entry point; ``reference.py`` is the
-readable pure-torch version and ``triton.py`` the kernels. The Triton path is registered as the custom op
-``torch.ops.framegraph.block_linear_attention`` (with a fake implementation and a backward), so it
-survives ``torch.compile`` and CUDA-graph capture.
+``block_linear_attention(q, k, v, block_size=...)`` is the public entry point. ``reference.py`` is the
+readable pure-torch version. ``triton.py`` holds the kernels. The Triton path is registered as the custom op
+``torch.ops.framegraph.block_linear_attention``. It has a fake implementation and a backward. So it survives
+``torch.compile`` and CUDA-graph capture.
 """
 from __future__ import annotations
 
@@ -37,27 +37,27 @@ def block_linear_attention(
         S_b   = state.kv    + sum over tokens n in blocks <= b of v_n rot(phi(k_n))^T
         z_b   = state.k_sum + sum over tokens n in blocks <= b of phi(k_n)
 
-    RoPE (``rot``) touches only the numerator; the denominator uses un-rotated features, exactly as
+    RoPE, written ``rot``, touches only the numerator. The denominator uses un-rotated features, exactly as
     diffusers' Sana-Video ``SanaLinearAttnProcessor3_0``. With ``block_size == N`` and no state this is
     that processor's attention. Accumulation is fp32 whatever the input dtype.
 
-    Streaming: pass the returned state back in with the next tokens; a stream processed block by block
-    gives the full-sequence result, with memory independent of its length. The state is differentiable
-    (gradients flow into ``state`` when it requires grad; the rope tables get none).
+    Streaming: pass the returned state back in with the next tokens. A stream processed block by block gives
+    the full-sequence result. Its memory does not depend on its length. The state is differentiable.
+    Gradients flow into ``state`` when it requires grad. The rope tables get none.
 
     Args:
-        q: ``[B, H, N, D]`` queries (float32, float16 or bfloat16).
+        q: ``[B, H, N, D]`` queries in float32, float16 or bfloat16.
         k: ``[B, H, N, D]`` keys, same dtype as q.
         v: ``[B, H, N, Dv]`` values, same dtype as q.
-        block_size: tokens per block; must divide ``N``.
-        rope: ``(cos, sin)`` each broadcastable to ``[B, H, N, D]`` (``D`` even), interleaved-pair
-            convention of ``framegraph.kernels.rope`` (diffusers' Sana-Video tables, permuted from
-            ``[1, N, 1, D]`` to ``[1, 1, N, D]``). Positions must be absolute when streaming.
-        state: :class:`LinearAttentionState` (``kv [B, H, Dv, D]``, ``k_sum [B, H, D]``, float32)
-            summarising every token before ``q[:, :, 0]``; ``None`` means an empty past.
+        block_size: tokens per block. It must divide ``N``.
+        rope: ``cos, sin``, each broadcastable to ``[B, H, N, D]``, with ``D`` even. They follow the
+            interleaved-pair convention of ``framegraph.kernels.rope``. The Sana-Video tables of diffusers fit,
+            permuted from ``[1, N, 1, D]`` to ``[1, 1, N, D]``. Positions must be absolute when streaming.
+        state: a :class:`LinearAttentionState` of float32 ``kv [B, H, Dv, D]`` and ``k_sum [B, H, D]``.
+            It sums up every token before ``q[:, :, 0]``. ``None`` means an empty past.
         eps: added to the denominator.
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` (head dims ``D, Dv <= 128``)
-            or ``"torch"``.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. ``"auto"`` is Triton on CUDA, torch elsewhere.
+            ``"triton"`` needs head dims ``D, Dv <= 128``.
 
     Returns:
         ``out [B, H, N, Dv]`` in q's dtype, and the :class:`LinearAttentionState` after the last token.
@@ -112,11 +112,11 @@ def _check_args(q, k, v, block_size, rope, state) -> None:
         check_same_device(OP, q=q, state_kv=kv, state_k_sum=k_sum)
 
 
-# ----------------------------------------------------------------------------- custom op (Triton path)
+# ----------------------------------------------------------------------------- custom op: the Triton path
 
 
 def _rope_table(q: torch.Tensor, cos: torch.Tensor | None, sin: torch.Tensor | None) -> torch.Tensor | None:
-    """``stack((cos, sin))`` in fp32, broadcast (without copying) to ``[2, B, H, N, D]``."""
+    """``stack((cos, sin))`` in fp32, broadcast to ``[2, B, H, N, D]`` without copying."""
     if cos is None:
         return None
     cos, sin = (t.reshape((1,) * (4 - t.dim()) + tuple(t.shape)) for t in (cos, sin))

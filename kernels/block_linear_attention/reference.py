@@ -1,6 +1,6 @@
-"""Block-causal ReLU linear attention, pure torch: the readable twin of ``triton.py``.
+"""Block-causal ReLU linear attention in pure torch. The readable twin of ``triton.py``.
 
-For a token ``m`` in block ``b(m)`` (blocks of ``block_size`` consecutive tokens)::
+Blocks are ``block_size`` consecutive tokens. For a token ``m`` in block ``b``::
 
     phi(x)  = relu(x)                          feature map, on q and k
     rot(x)  = apply_rope(x, cos, sin)          identity when no rope is given
@@ -8,8 +8,8 @@ For a token ``m`` in block ``b(m)`` (blocks of ``block_size`` consecutive tokens
     z_b     = z_0 + sum_{n in blocks <= b} phi(k_n)                [D]      denominator state
     out_m   = S_b rot(phi(q_m)) / (z_b . phi(q_m) + eps)
 
-RoPE rotates only the numerator's features; the denominator uses the un-rotated ones, as diffusers'
-``SanaLinearAttnProcessor3_0`` (transformer_sana_video.py) does. Everything is computed in fp32.
+RoPE rotates only the numerator's features. The denominator uses the un-rotated ones. That is what
+diffusers' ``SanaLinearAttnProcessor3_0`` does, in transformer_sana_video.py. Everything is computed in fp32.
 """
 from __future__ import annotations
 
@@ -22,10 +22,10 @@ from ..rope.reference import apply_rope
 
 
 class LinearAttentionState(NamedTuple):
-    """Everything before the next token, in fp32 (memory independent of stream length).
+    """Everything before the next token, in fp32. Its memory does not depend on stream length.
 
-    kv:    ``[B, H, Dv, D]`` = sum over past tokens of ``v rot(phi(k))^T`` (numerator)
-    k_sum: ``[B, H, D]``     = sum over past tokens of ``phi(k)`` (denominator, un-rotated)
+    kv: ``[B, H, Dv, D]``, the numerator. It sums ``v rot(phi(k))^T`` over past tokens.
+    k_sum: ``[B, H, D]``, the denominator. It sums the un-rotated ``phi(k)`` over past tokens.
     """
 
     kv: torch.Tensor
@@ -48,9 +48,10 @@ def block_linear_attention(
     state: LinearAttentionState | None = None,
     eps: float = 1e-15,
 ) -> tuple[torch.Tensor, LinearAttentionState]:
-    """q, k: ``[B, H, N, D]``; v: ``[B, H, N, Dv]``; rope: ``(cos, sin)`` broadcastable to ``[B, H, N, D]``.
+    """Block-causal linear attention of ``q, k [B, H, N, D]`` and ``v [B, H, N, Dv]``.
 
-    Returns ``out [B, H, N, Dv]`` (dtype of q) and the state after the last token.
+    ``rope`` is ``cos, sin``, broadcastable to ``[B, H, N, D]``. Returns ``out [B, H, N, Dv]`` in q's dtype.
+    Also returns the state after the last token.
     """
     B, H, N, D = q.shape
     Dv = v.shape[-1]
@@ -67,7 +68,7 @@ def block_linear_attention(
     outs = []
     for start in range(0, N, block_size):
         block = slice(start, start + block_size)
-        # The block sees itself (bidirectionally) and every earlier block: update first, then read.
+        # The block sees itself, bidirectionally, and every earlier block: update first, then read.
         kv = kv + v32[:, :, block].transpose(-1, -2) @ k_rot[:, :, block]  # [B, H, Dv, D]
         k_sum = k_sum + k_feat[:, :, block].sum(dim=2)  # [B, H, D]
         numerator = q_rot[:, :, block] @ kv.transpose(-1, -2)  # [B, H, block, Dv]

@@ -1,31 +1,32 @@
-"""Block-causal ReLU linear attention in Triton (forward and backward).
+"""Block-causal ReLU linear attention in Triton, forward and backward.
 
-Same maths as ``reference.py``. Work is split so every phase is parallel over blocks:
+The maths is that of ``reference.py``. Work is split so every phase is parallel over blocks. The phases, with
+each kernel's grid::
 
-forward
-  1. ``_block_sums_kernel``    per (block, batch*head, BV values): dS_c = sum_{n in c} v_n rot(phi(k_n))^T,
-                               dz_c = sum phi(k_n)
-  2. torch cumsum over blocks  S_c = S_0 + sum_{c' <= c} dS_c'   (inclusive: a block sees itself)
-  3. ``_block_output_kernel``  per (span of <= 256 rows, batch*head, BV values):
-                               out = S_c rot(phi(q)) / (z_c . phi(q) + eps)
-backward (recomputes 1-2 instead of saving per-block states)
-  4. ``_query_grad_kernel``    per (block, batch*head): dq and g_c = sum_{m in c} dden_m phi(q_m), reading S_c
-                               BV values at a time (dden needs every value: dden = -rot . drot / den)
-  5. ``_query_state_grad_kernel`` per (block, batch*head, BV values): G_c = sum_{m in c} dnum_m rot(phi(q_m))^T
-  6. torch reverse cumsum      suffix sums of G, g (plus the gradient of the returned final state)
-  7. ``_key_grad_kernel``      per (span of <= 256 rows, batch*head): dk, dv, reading G_c BV values at a time
+    forward
+      1. ``_block_sums_kernel``    per (block, batch*head, BV values): dS_c = sum_{n in c} v_n rot(phi(k_n))^T,
+                                   dz_c = sum phi(k_n)
+      2. torch cumsum over blocks  S_c = S_0 + sum_{c' <= c} dS_c'   (inclusive: a block sees itself)
+      3. ``_block_output_kernel``  per (span of <= 256 rows, batch*head, BV values):
+                                   out = S_c rot(phi(q)) / (z_c . phi(q) + eps)
+    backward (recomputes 1-2 instead of saving per-block states)
+      4. ``_query_grad_kernel``    per (block, batch*head): dq and g_c = sum_{m in c} dden_m phi(q_m), reading S_c
+                                   BV values at a time (dden needs every value: dden = -rot . drot / den)
+      5. ``_query_state_grad_kernel`` per (block, batch*head, BV values): G_c = sum_{m in c} dnum_m rot(phi(q_m))^T
+      6. torch reverse cumsum      suffix sums of G, g (plus the gradient of the returned final state)
+      7. ``_key_grad_kernel``      per (span of <= 256 rows, batch*head): dk, dv, reading G_c BV values at a time
 
-No program holds a whole [Dv, D] state in registers: the kernels that build or apply one split it into
-[BV, BK] slices over a grid axis, and the gradient kernels that need every value of a row loop over the
-slices. :func:`launch_configs` picks BV, BT, warps and pipeline stages per GPU architecture.
+No program holds a whole [Dv, D] state in registers. The kernels that build or apply one split it into
+[BV, BK] slices over a grid axis. The gradient kernels that need every value of a row loop over the slices.
+The function :func:`launch_configs` picks BV, BT, warps and pipeline stages per GPU architecture.
 
-RoPE (interleaved pairs, see ``kernels/rope``) is fused into the loads: even and odd channels are read
-separately, rotated in registers and re-interleaved with ``tl.join`` + ``tl.reshape``. Accumulation is
-fp32. For fp32 inputs every dot uses ``input_precision="ieee"``; for fp16/bf16 inputs the dots against
-an fp32 state use ``"tf32"`` and the sums that build a state take operands rounded to 16 bits (the input
-dtype, or bf16 for gradients), which is where diffusers rounds too (its rotated features are stored in the
-input dtype before its fp32 matmul).
-Key head dims up to 128 are held whole in one program (``D`` padded to a power of two >= 16).
+RoPE is fused into the loads. It rotates interleaved pairs, as in ``kernels/rope``. Even and odd channels are
+read separately. They are rotated in registers and re-interleaved with ``tl.join`` + ``tl.reshape``.
+Accumulation is fp32. For fp32 inputs every dot uses ``input_precision="ieee"``. For fp16/bf16 inputs the dots
+against an fp32 state use ``"tf32"``. The sums that build a state then take operands rounded to 16 bits. That
+is the input dtype, or bf16 for gradients. The diffusers code rounds there too. It stores its rotated features in the
+input dtype before its fp32 matmul. Key head dims up to 128 are held whole in one program. ``D`` is padded to
+a power of two >= 16.
 """
 from __future__ import annotations
 
@@ -37,7 +38,7 @@ from ..backend import device_capability
 from ..tiles import head, load_tile, store_tile
 
 MAX_HEAD_DIM = 128
-ROWS_PER_PROGRAM = 256  # output / key-gradient kernels: rows sharing one load of a block's state
+ROWS_PER_PROGRAM = 256  # output and key-gradient kernels: rows sharing one load of a block's state
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -51,7 +52,7 @@ def _interleave(even, odd, BT: tl.constexpr, BK: tl.constexpr):
 
 @triton.jit
 def _load_rope(rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BK: tl.constexpr):
-    """cos of each pair (read at column 2i) and sin (read at column 2i+1), [BT, BK//2] fp32."""
+    """cos and sin of each pair, [BT, BK//2] fp32. cos is read at column 2i, sin at column 2i+1."""
     pairs = tl.arange(0, BK // 2)
     mask = row_mask[:, None] & (2 * pairs[None, :] < D)
     base = rope_ptr + rows[:, None] * s_rn
@@ -63,7 +64,7 @@ def _load_rope(rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D, BK: tl.constexpr):
 @triton.jit
 def _load_features(x_ptr, s_n, s_d, rope_ptr, s_rt, s_rn, s_rd, rows, row_mask, D,
                    BT: tl.constexpr, BK: tl.constexpr, ROPE: tl.constexpr):
-    """phi(x) = relu(x) and rot(phi(x)), both [BT, BK] fp32 (zero outside rows/columns)."""
+    """``phi(x) = relu(x)`` and ``rot(phi(x))``, both [BT, BK] fp32. Zero outside the rows and columns."""
     if ROPE:
         pairs = tl.arange(0, BK // 2)
         mask = row_mask[:, None] & (2 * pairs[None, :] < D)
@@ -93,7 +94,10 @@ def _unrotate(g, cos, sin, BT: tl.constexpr, BK: tl.constexpr):
 
 @triton.jit
 def _span(SPANS, SPAN, BLOCK):
-    """Block ``c`` and the rows ``[start, end)`` within it of this program (program ``c * SPANS + span``)."""
+    """Block ``c`` of this program and the rows ``[start, end)`` within it.
+
+    The program is number ``c * SPANS + span``.
+    """
     pid = tl.program_id(0)
     c, span = pid // SPANS, pid % SPANS
     return c, span * SPAN, tl.minimum((span + 1) * SPAN, BLOCK)
@@ -101,7 +105,10 @@ def _span(SPANS, SPAN, BLOCK):
 
 @triton.jit
 def _block_rows(c, BLOCK, t, end, BT: tl.constexpr):
-    """Rows ``t .. t + BT`` of block ``c`` (token indices) and their mask (below ``end`` within the block)."""
+    """Rows ``t .. t + BT`` of block ``c`` as token indices, and their mask.
+
+    The mask keeps rows below ``end`` within the block.
+    """
     offs = t + tl.arange(0, BT)
     return c * BLOCK + offs, offs < end
 
@@ -325,16 +332,15 @@ def check_head_dims(D: int, Dv: int) -> None:
         )
 
 
-# Per GPU architecture, for heads wider than 64: (BV, BT, num_warps, num_stages) of each kernel — BV state rows
-# (values) per program or per loop step, BT rows per step — for fp32 ("ieee") and fp16/bf16 ("tf32") inputs.
-# Chosen with `framegraph bench compile` (ptxas, offline) at D = Dv = 128: the largest tiles that neither spill
-# nor exceed the per-block shared memory (99 KiB on sm_89 / sm_120, 227 KiB on sm_90). One [128, 128] fp32
-# state is 64 KiB — 64 registers a thread at 8 warps — and a dot stages its operand through shared memory, so
-# the state is split into [BV, 128] slices; one pipeline stage (no prefetch of the next step) where the
-# default three spilled or overflowed. The backward's dq and dk kernels keep a [BT, 128] gradient, the
-# features and their rotation live across their loop over the state's slices, hence BT = 16 and BV = 32 / 16:
-# the largest that ptxas fits in 255 registers. GPU timings of these choices are still to be taken (a GPU
-# session's job): the table records fit, not measured speed.
+# Per GPU architecture, for heads wider than 64: (BV, BT, num_warps, num_stages) of each kernel, for fp32
+# ("ieee") and fp16/bf16 ("tf32") inputs. BV is state rows (values) per program or per loop step. BT is rows
+# per step. At D = Dv = 128 each entry is the largest tile that neither spills nor exceeds the per-block shared
+# memory: 99 KiB on sm_89 / sm_120, 227 KiB on sm_90. One [128, 128] fp32 state is 64 KiB, 64 registers a
+# thread at 8 warps. A dot stages its operand through shared memory. So the state is split into [BV, 128]
+# slices. One pipeline stage, with no prefetch of the next step, is used where three do not fit. The
+# backward's dq and dk kernels keep a [BT, 128] gradient. The features and their rotation live across their
+# loop over the state's slices. Hence BT = 16 and BV = 32 / 16, the largest that fit in 255 registers.
+# `framegraph bench compile` compiles exactly these. The table records fit, not speed: docs/runtimes.md.
 _ALL_ARCHS = (89, 90, 120)
 _WIDE_TILES = {
     ("sums", "ieee"): dict.fromkeys(_ALL_ARCHS, (128, 32, 8, 1)),
@@ -352,12 +358,15 @@ KERNELS = ("sums", "output", "query_grad", "query_state_grad", "key_grad")
 
 
 def launch_configs(D: int, Dv: int, block_size: int, dtype: torch.dtype, capability: int) -> dict[str, dict]:
-    """Launch configuration of each kernel (``KERNELS``) for head dims ``D``, ``Dv``, inputs of ``dtype``, on
-    a GPU of compute ``capability`` (89 = sm_89; architectures not in the table get the nearest one below,
-    or sm_89's): ``BT``, ``BK``, ``BV``, ``PRECISION``, ``num_warps``, ``num_stages``.
+    """Launch configuration of each kernel in ``KERNELS``.
 
-    Heads up to 64 wide (state <= 64 x 64) are small enough for one program with any architecture: 4 warps,
-    64 rows per step. Wider heads follow ``_WIDE_TILES``. `framegraph bench compile` compiles exactly these.
+    It is for head dims ``D``, ``Dv`` and inputs of ``dtype``, on a GPU of compute ``capability``. For example,
+    89 means sm_89. Architectures not in the table get the nearest one below, or sm_89's. Each configuration gives
+    ``BT``, ``BK``, ``BV``, ``PRECISION``, ``num_warps`` and ``num_stages``.
+
+    Heads up to 64 wide, a state <= 64 x 64, are small enough for one program on any architecture. They get
+    4 warps and 64 rows per step. Wider heads follow ``_WIDE_TILES``. `framegraph bench compile` compiles
+    exactly these.
     """
     check_head_dims(D, Dv)
     BK = max(16, triton.next_power_of_2(D))
@@ -383,13 +392,19 @@ def _configs(q: torch.Tensor, v: torch.Tensor, block_size: int) -> dict[str, dic
 
 
 def _spans(block_size: int, BT: int) -> tuple[int, int]:
-    """Rows per program (a multiple of BT, so the per-block state is loaded once per ~256 rows) and spans per block."""
+    """Rows per program and spans per block.
+
+    The rows are a multiple of BT. So the per-block state is loaded once per ~256 rows.
+    """
     span = BT * max(1, min(ROWS_PER_PROGRAM // BT, triton.cdiv(block_size, BT)))
     return span, triton.cdiv(block_size, span)
 
 
 def _rope_args(rope: torch.Tensor | None, q: torch.Tensor) -> tuple:
-    """``rope`` is ``stack((cos, sin))`` broadcast to ``[2, B, H, N, D]`` (zero strides where broadcast)."""
+    """The kernel arguments for ``rope``, which is ``stack((cos, sin))`` broadcast to ``[2, B, H, N, D]``.
+
+    Broadcast dims have zero strides.
+    """
     if rope is None:
         return (q, 0, 0, 0, 0, 0)
     return (rope, *rope.stride())
@@ -409,7 +424,7 @@ def _block_sums(k, v, rope, block_size, cfg):
 
 
 def _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfg):
-    """Per-block states ``S_c``, ``z_c`` including block ``c`` itself: ``[B, H, NB, Dv, D]``, ``[B, H, NB, D]``."""
+    """Per-block states ``S_c [B, H, NB, Dv, D]`` and ``z_c [B, H, NB, D]``. Each includes block ``c`` itself."""
     kv, ksum = _block_sums(k, v, rope, block_size, cfg)
     kv = torch.cumsum(kv, dim=2).add_(kv0.float().unsqueeze(2))
     ksum = torch.cumsum(ksum, dim=2).add_(ksum0.float().unsqueeze(2))
@@ -417,7 +432,7 @@ def _inclusive_states(k, v, rope, kv0, ksum0, block_size, cfg):
 
 
 def forward(q, k, v, rope, kv0, ksum0, block_size: int, eps: float):
-    """Returns ``out [B, H, N, Dv]`` (dtype of q), final ``kv [B, H, Dv, D]`` and ``k_sum [B, H, D]`` (fp32)."""
+    """Returns ``out [B, H, N, Dv]`` in q's dtype, and the final fp32 ``kv [B, H, Dv, D]`` and ``k_sum [B, H, D]``."""
     B, H, N, D = q.shape
     Dv = v.shape[-1]
     NB = N // block_size
@@ -434,7 +449,7 @@ def forward(q, k, v, rope, kv0, ksum0, block_size: int, eps: float):
 
 
 def backward(d_out, d_kv_final, d_ksum_final, q, k, v, rope, kv0, ksum0, block_size: int, eps: float):
-    """Returns ``dq, dk, dv`` (dtypes of q, k, v) and the gradients of the initial state (fp32)."""
+    """Returns ``dq, dk, dv`` in the dtypes of q, k, v, and the fp32 gradients of the initial state."""
     B, H, N, D = q.shape
     Dv = v.shape[-1]
     NB = N // block_size

@@ -1,9 +1,9 @@
 """Fused elementwise ops of a DiT block: adaLN modulation and gated residual.
 
-``norm_modulate(x, scale, shift)`` = ``norm(x) * (1 + scale) + shift`` in one pass (LayerNorm without
-affine, or RMSNorm, optional per-channel ``weight``); ``gate_residual(x, y, gate)`` = ``x + gate * y``.
-Both compute in fp32 and return ``x.dtype``. The Triton paths are custom ops
-(``torch.ops.framegraph.norm_modulate`` / ``gate_residual``) with fake implementations and backwards.
+``norm_modulate(x, scale, shift)`` is ``norm(x) * (1 + scale) + shift`` in one pass. The norm is LayerNorm
+without affine, or RMSNorm. A per-channel ``weight`` is optional. ``gate_residual(x, y, gate)`` is
+``x + gate * y``. Both compute in fp32 and return ``x.dtype``. The Triton paths are the custom ops
+``torch.ops.framegraph.norm_modulate`` and ``gate_residual``. They have fake implementations and backwards.
 """
 from __future__ import annotations
 
@@ -30,16 +30,17 @@ def norm_modulate(
     """Normalise ``x`` over channels, then modulate: ``norm(x) * weight * (1 + scale) + shift``.
 
     Args:
-        x: ``[B, N, C]`` (or ``[N, C]``) activations.
-        scale, shift: broadcastable to ``x``, typically ``[B, 1, C]`` (per sample) or ``[B, N, C]``.
-        norm: ``"layer"`` (``(x - mean) / sqrt(var + eps)``) or ``"rms"`` (``x / sqrt(mean(x^2) + eps)``).
-        eps: added to the variance / mean square.
-        weight: optional ``[C]`` per-channel gain applied after normalising (``None``: no affine,
-            as in Sana's ``norm1``/``norm2``).
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"``.
+        x: ``[B, N, C]`` or ``[N, C]`` activations.
+        scale, shift: broadcastable to ``x``. Typically ``[B, 1, C]``, per sample, or ``[B, N, C]``.
+        norm: ``"layer"`` or ``"rms"``. ``"layer"`` divides ``x - mean`` by ``sqrt(var + eps)``.
+            ``"rms"`` divides ``x`` by ``sqrt(mean(x^2) + eps)``.
+        eps: added to the variance or mean square.
+        weight: optional ``[C]`` per-channel gain applied after normalising. ``None`` means no affine,
+            as in Sana's ``norm1`` and ``norm2``.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. ``"auto"`` is Triton on CUDA, torch elsewhere.
 
     Returns:
-        ``[B, N, C]`` (shape of x) in ``x.dtype``.
+        ``[B, N, C]``, the shape of x, in ``x.dtype``.
     """
     op = "norm_modulate"
     _check_rows(op, x=x)
@@ -62,8 +63,8 @@ def gate_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor, *, backe
     """Gated residual ``x + gate * y``.
 
     Args:
-        x: ``[B, N, C]`` (or ``[N, C]``) residual stream; the result has its dtype.
-        y: same shape as x (the branch output).
+        x: ``[B, N, C]`` or ``[N, C]`` residual stream. The result has its dtype.
+        y: the branch output, the same shape as x.
         gate: broadcastable to ``x``, typically ``[B, 1, C]`` or ``[B, N, C]``.
     """
     op = "gate_residual"
@@ -86,12 +87,12 @@ def _check_rows(op: str, **tensors: torch.Tensor) -> None:
 
 
 def _as_bnc(t: torch.Tensor, shape: torch.Size) -> torch.Tensor:
-    """View ``t`` (broadcastable to ``shape``) as ``[B, N, C]`` without copying (zero strides)."""
+    """View ``t`` as ``[B, N, C]`` without copying, through zero strides. ``t`` broadcasts to ``shape``."""
     t = t.expand(shape)
     return t.unsqueeze(0) if t.dim() == 2 else t
 
 
-# ----------------------------------------------------------------------------- custom ops (Triton path)
+# ----------------------------------------------------------------------------- custom ops: the Triton path
 
 
 @torch.library.custom_op("framegraph::norm_modulate", mutates_args=())

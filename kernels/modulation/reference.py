@@ -1,7 +1,7 @@
-"""adaLN modulation and gated residual of a DiT block, pure torch: the readable twin of ``triton.py``.
+"""adaLN modulation and gated residual of a DiT block in pure torch. The readable twin of ``triton.py``.
 
-This is the unfused sequence diffusers' ``SanaVideoTransformerBlock`` runs (norm, then ``* (1 + scale)
-+ shift``; later ``x + gate * y``), written in fp32 and rounded once to the input dtype.
+This is the unfused sequence diffusers' ``SanaVideoTransformerBlock`` runs. First the norm, then
+``* (1 + scale) + shift``. Later ``x + gate * y``. It is written in fp32 and rounded once to the input dtype.
 """
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def norm_modulate(
     eps: float = 1e-6,
     weight: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """``norm(x) * (1 + scale) + shift`` over the last dim of ``x [..., C]``; result in ``x.dtype``."""
+    """``norm(x) * (1 + scale) + shift`` over the last dim of ``x [..., C]``. The result is in ``x.dtype``."""
     x32 = x.float()
     if norm == "layer":
         normed = F.layer_norm(x32, x.shape[-1:], eps=eps)  # (x - mean) / sqrt(var + eps), no affine
@@ -29,5 +29,5 @@ def norm_modulate(
 
 
 def gate_residual(x: torch.Tensor, y: torch.Tensor, gate: torch.Tensor) -> torch.Tensor:
-    """``x + gate * y``; result in ``x.dtype``."""
+    """``x + gate * y``. The result is in ``x.dtype``."""
     return (x.float() + gate.float() * y.float()).to(x.dtype)

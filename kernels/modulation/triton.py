@@ -1,7 +1,7 @@
 """adaLN modulation and gated residual in Triton: one pass over the row, fp32 maths.
 
-Tensors are viewed as ``[B, N, C]``; ``scale``, ``shift`` and ``gate`` are read through broadcast strides
-(``[B, 1, C]`` per-sample or ``[B, N, C]`` per-token modulation cost nothing extra). Norm kernels hold a
+Tensors are viewed as ``[B, N, C]``. ``scale``, ``shift`` and ``gate`` are read through broadcast strides.
+So ``[B, 1, C]`` per-sample and ``[B, N, C]`` per-token modulation cost the same. Norm kernels hold a
 whole row of ``C`` channels per program.
 """
 from __future__ import annotations
@@ -13,7 +13,7 @@ import triton.language as tl
 
 @triton.jit
 def _normalize(x, mask, C, eps, RMS: tl.constexpr):
-    """Returns (x_hat, rstd) for one row, masked columns zero."""
+    """Returns ``x_hat, rstd`` for one row. Masked columns are zero."""
     if RMS:
         rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / C + eps)
         x_hat = x * rstd
@@ -27,8 +27,11 @@ def _normalize(x, mask, C, eps, RMS: tl.constexpr):
 
 @triton.jit
 def _row_block(N, C, BC: tl.constexpr):
-    """This program's row of the ``[B, N, C]`` view (flat index, ``b``, ``n``) and its block of ``BC`` columns
-    (block ``program_id(1)``; the norm kernels run one block per row) with their in-range mask."""
+    """This program's row of the ``[B, N, C]`` view and its block of ``BC`` columns.
+
+    The row comes as its flat index, ``b`` and ``n``. The block is number ``program_id(1)``. The norm kernels
+    run one block per row. The columns' in-range mask comes last.
+    """
     row = tl.program_id(0)
     cols = tl.program_id(1) * BC + tl.arange(0, BC)
     return row, row // N, row % N, cols, cols < C
@@ -36,8 +39,10 @@ def _row_block(N, C, BC: tl.constexpr):
 
 @triton.jit
 def _load_row(ptr, s_b, s_n, s_c, b, n, cols, mask):
-    """fp32 values at ``cols`` of row ``(b, n)`` of a ``[B, N, C]`` view with strides ``s_b, s_n, s_c`` (zero
-    strides broadcast); zero where masked."""
+    """fp32 values at ``cols`` of row ``b, n`` of a ``[B, N, C]`` view.
+
+    Its strides are ``s_b, s_n, s_c``. Zero strides broadcast. Values are zero where masked.
+    """
     return tl.load(ptr + b * s_b + n * s_n + cols * s_c, mask=mask, other=0.0).to(tl.float32)
 
 
@@ -141,7 +146,7 @@ def norm_modulate(x, scale, shift, weight, rms: bool, eps: float) -> torch.Tenso
 
 
 def norm_modulate_backward(dy, x, scale, weight, rms: bool, eps: float):
-    """Returns ``dx [B, N, C]`` and fp32 per-element terms of d scale and d weight (to be summed)."""
+    """Returns ``dx [B, N, C]`` and fp32 per-element terms of d scale and d weight. The caller sums them."""
     B, N, C = x.shape
     dx = torch.empty(B, N, C, device=x.device, dtype=x.dtype)
     d_scale = torch.empty(B, N, C, device=x.device, dtype=torch.float32)
@@ -158,7 +163,7 @@ _ELEMENTWISE_BC = 1024
 
 
 def _elementwise_block(C: int) -> int:
-    """Columns per program of the gated-residual kernels: the row, up to 1024 (power of two >= 16)."""
+    """Columns per program of the gated-residual kernels: the row, up to 1024. A power of two >= 16."""
     return min(_ELEMENTWISE_BC, max(16, triton.next_power_of_2(C)))
 
 
@@ -173,7 +178,7 @@ def gate_residual(x, y, gate) -> torch.Tensor:
 
 
 def gate_residual_backward(d_out, y, gate):
-    """Returns ``dy [B, N, C]`` (dtype of y) and fp32 per-element terms of d gate (to be summed)."""
+    """Returns ``dy [B, N, C]`` in y's dtype and fp32 per-element terms of d gate. The caller sums them."""
     B, N, C = y.shape
     dy = torch.empty(B, N, C, device=y.device, dtype=y.dtype)
     d_gate = torch.empty(B, N, C, device=y.device, dtype=torch.float32)

@@ -1,12 +1,12 @@
-"""Monarch attention (MonarchAttention / MonarchRT): softmax attention fitted by a Monarch matrix.
+"""Monarch attention: softmax attention fitted by a Monarch matrix, after MonarchAttention and MonarchRT.
 
-``monarch_attention(q, k, v, grid=(F, Hh, Ww))`` is the public entry point; ``reference.py`` is the
-readable pure-torch version (with the maths, the grid mapping and the causal mask written out),
-``triton.py`` the fused forward kernels and ``triton_backward.py`` the backward kernels (gradients of q,
-k, v through every alternating update, recomputing the factors from the forward's log-sum-exps — the
-maths is in its docstring). The Triton path is the custom op ``torch.ops.framegraph.monarch_attention``
-with its backward ``torch.ops.framegraph.monarch_attention_backward`` (both with fake implementations),
-so it survives ``torch.compile`` and CUDA-graph capture.
+``monarch_attention(q, k, v, grid=(F, Hh, Ww))`` is the public entry point. ``reference.py`` is the readable
+pure-torch version. It writes out the maths, the grid mapping and the causal mask. ``triton.py`` holds the
+fused forward kernels. ``triton_backward.py`` holds the backward kernels. They give the gradients of q, k, v
+through every alternating update. They recompute the factors from the forward's log-sum-exps. Its docstring
+has the maths. The Triton path is the custom op ``torch.ops.framegraph.monarch_attention``. Its backward is
+``torch.ops.framegraph.monarch_attention_backward``. Both have fake implementations. So the path survives
+``torch.compile`` and CUDA-graph capture.
 """
 from __future__ import annotations
 
@@ -31,28 +31,29 @@ def monarch_attention(
     block_causal: bool = False,
     backend: Backend = "auto",
 ) -> torch.Tensor:
-    """Self-attention over a video token grid, approximated by a fitted Monarch matrix (never N x N).
+    """Self-attention over a video token grid, approximated by a fitted Monarch matrix. Never N x N.
 
-    Tokens are in row-major ``(frame, y, x)`` order (diffusers' patchified order). Each frame row of
-    ``Ww`` tokens is one Monarch block: one factor mixes the columns inside each key row (the weights
-    depend on the query's column), the other mixes the ``F * Hh`` rows (per query). Both factors are the
-    closed-form alternating updates of MonarchAttention, started from block-diagonal attention; a
-    softmax matrix that is itself Monarch-structured is reproduced exactly. Cost
-    ``O(B H N (F Hh + Ww) D)`` time, ``O(B H N D)`` extra memory. See ``reference.py`` for the maths.
+    Tokens are in row-major frame, y, x order. That is diffusers' patchified order. Each frame row of ``Ww``
+    tokens is one Monarch block. One factor mixes the columns inside each key row. Its weights depend on the
+    query's column. The other factor mixes the ``F * Hh`` rows, per query. Both factors are the closed-form
+    alternating updates of MonarchAttention. They start from block-diagonal attention. A softmax matrix that is
+    itself Monarch-structured is reproduced exactly. The cost is ``O(B H N (F Hh + Ww) D)`` time and
+    ``O(B H N D)`` extra memory. ``reference.py`` has the maths.
 
     Args:
-        q: ``[B, H, N, D]`` queries (float32, float16 or bfloat16), ``N = F * Hh * Ww``.
-        k: ``[B, H, N, D]`` keys (same shape and dtype as q: self-attention over the grid).
+        q: ``[B, H, N, D]`` queries in float32, float16 or bfloat16, with ``N = F * Hh * Ww``.
+        k: ``[B, H, N, D]`` keys, of q's shape and dtype. This is self-attention over the grid.
         v: ``[B, H, N, Dv]`` values.
-        grid: ``(F, Hh, Ww)`` — latent frames, rows and columns after patching.
-        num_iters: alternating (row factor, column factor) updates, >= 1 (1 to 3 is typical).
-        block_causal: a query sees only keys of its own and earlier frames (autoregressive video).
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` (head dims <= 128) or ``"torch"``.
+        grid: ``(F, Hh, Ww)``: latent frames, rows and columns after patching.
+        num_iters: alternating updates of row factor and column factor, >= 1. Typical values are 1 to 3.
+        block_causal: a query sees only keys of its own and earlier frames, as autoregressive video needs.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. ``"auto"`` is Triton on CUDA, torch elsewhere.
+            ``"triton"`` needs head dims <= 128.
 
     Returns:
-        ``out [B, H, N, Dv]`` in q's dtype (fp32 accumulation); scores are scaled by ``1 / sqrt(D)``.
-        Differentiable in q, k, v on both backends (Triton: backward kernels that recompute the factors
-        from the forward's log-sum-exps, ``O(B H N D)`` extra memory; torch: plain autograd).
+        ``out [B, H, N, Dv]`` in q's dtype, accumulated in fp32. Scores are scaled by ``1 / sqrt(D)``. It
+        is differentiable in q, k, v on both backends. Triton's backward kernels recompute the factors from
+        the forward's log-sum-exps, with ``O(B H N D)`` extra memory. The torch backend uses plain autograd.
     """
     grid = _check_args(q, k, v, grid, num_iters, block_causal)
     if resolve_backend(backend, q, k, v, op=OP) == "torch":
@@ -103,7 +104,7 @@ def _check_args(q, k, v, grid, num_iters, block_causal) -> tuple[int, int, int]:
     return (frames, height, width)
 
 
-# ----------------------------------------------------------------------------- custom op (Triton path)
+# ----------------------------------------------------------------------------- custom op: the Triton path
 
 
 @torch.library.custom_op("framegraph::monarch_attention", mutates_args=())
@@ -111,8 +112,10 @@ def _forward_op(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
     frames: int, height: int, width: int, num_iters: int, block_causal: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``out [B, H, N, Dv]`` and the statistics the backward needs (see ``triton.forward``):
-    ``lse_L [T, B, H, Ww, F*Hh]``, ``a_R [T-1, B, H, N, D]``, ``c_R [T-1, B, H, N]`` (fp32)."""
+    """``out [B, H, N, Dv]`` and the fp32 statistics the backward needs, as in ``triton.forward``.
+
+    They are ``lse_L [T, B, H, Ww, F*Hh]``, ``a_R [T-1, B, H, N, D]`` and ``c_R [T-1, B, H, N]``.
+    """
     from . import triton as kernels
 
     return kernels.forward(q, k, v, (frames, height, width), num_iters, block_causal)

@@ -1,9 +1,8 @@
-"""Monarch attention, pure torch: the readable twin of ``triton.py`` (and the tests' ground truth).
+"""Monarch attention in pure torch. The readable twin of ``triton.py``, and the tests' ground truth.
 
-MonarchAttention (Yaras et al., 2025) replaces ``softmax(q k^T / sqrt(D))`` by the Monarch matrix that
-best fits it, found by a few alternating closed-form updates; MonarchRT aligns the blocks with the video
-grid. Here, for a video grid ``(F, Hh, Ww)`` with tokens in row-major ``(f, y, x)`` order (diffusers'
-patchified order)::
+MonarchAttention by Yaras et al., 2025, replaces ``softmax(q k^T / sqrt(D))`` by the Monarch matrix that best
+fits it. A few alternating closed-form updates find it. MonarchRT aligns the blocks with the video grid. Here
+the video grid is ``(F, Hh, Ww)``. Tokens are in row-major f, y, x order, diffusers' patchified order::
 
     token n = (f * Hh + y) * Ww + x  =  l * b + j      l = f * Hh + y   which frame row   (M = F * Hh rows)
                                                          j = x            where in the row  (b = Ww columns)
@@ -12,18 +11,18 @@ and the attention of query ``(l, j)`` on key ``(k, i)`` is approximated by::
 
     A[(l, j), (k, i)] = L[j, k, l] * R[k, j, i]        sum_k L[j, k, l] = 1,  sum_i R[k, j, i] = 1
 
-- ``R[k, j, :]`` ("within a row"): for key row ``k``, a distribution over its columns ``i`` that depends
-  on the query only through the query's column ``j`` — b blocks of size b x b per row: ``M * b * b``.
-- ``L[j, :, l]`` ("across rows"): for query ``(l, j)``, a distribution over the ``M`` rows ``k`` —
-  b blocks of size M x M: ``b * M * M``.
+- ``R[k, j, :]``: within a row. For key row ``k`` it is a distribution over its columns ``i``. It depends on
+  the query only through the query's column ``j``. That makes b blocks of size b x b per row: ``M * b * b``.
+- ``L[j, :, l]``: across rows. For query ``l, j`` it is a distribution over the ``M`` rows ``k``. That makes b
+  blocks of size M x M: ``b * M * M``.
 
-So ``A = P_b L P_a R`` with two block-diagonal factors (``R`` = blocks per key row, ``L`` = blocks per
-column) and the row/column transposition permutations between them; rows of ``A`` sum to one. Total size
-``N (M + b)``; with ``M ~ b ~ sqrt(N)`` everything below costs ``Theta(N sqrt(N) D)``.
+So ``A = P_b L P_a R`` with two block-diagonal factors. ``R`` has blocks per key row. ``L`` has blocks per
+column. The row/column transposition permutations lie between them. Rows of ``A`` sum to one. The total size
+is ``N (M + b)``. With ``M ~ b ~ sqrt(N)`` everything below costs ``Theta(N sqrt(N) D)``.
 
-The fit maximises ``sum_rows <A_row, S_row> + entropy(A_row)`` over Monarch ``A`` (``S`` = the scaled
-scores; softmax is the unconstrained maximiser, so an exactly Monarch-structured softmax is recovered).
-Each factor has a closed form given the other (``scale = 1 / sqrt(D)``)::
+The fit maximises ``sum_rows <A_row, S_row> + entropy(A_row)`` over Monarch ``A``. ``S`` is the scaled
+scores. Softmax is the unconstrained maximiser. So an exactly Monarch-structured softmax is recovered. Each
+factor has a closed form given the other, with ``scale = 1 / sqrt(D)``::
 
     init    L[j, k, l] = [k == l]                                 (R is then block-diagonal attention)
     R step  a_R[k, j] = sum_l L[j, k, l] q[l, j]                  [M, b, D]
@@ -34,22 +33,22 @@ Each factor has a closed form given the other (``scale = 1 / sqrt(D)``)::
             L[j, :, l] = softmax_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])
     output  y[k, j] = sum_i R[k, j, i] v[k, i];  out[l, j] = sum_k L[j, k, l] y[k, j]
 
-``num_iters`` counts (R step, L step) pairs. ``block_causal``: query frame ``f(l) = l // Hh`` may see key
-frame ``f(k) = k // Hh`` only if ``f(k) <= f(l)``. A row never spans two frames, so the mask depends on
-``(l, k)`` only and enters the two updates as follows:
+``num_iters`` counts pairs of R step and L step. With ``block_causal``, query frame ``f(l) = l // Hh`` may
+see key frame ``f(k) = k // Hh`` only if ``f(k) <= f(l)``. A row never spans two frames. So the mask depends
+on ``l, k`` only. It enters the two updates as follows:
 
-- L step: ``-inf`` logits on future rows (``f(k) > f(l)``), so ``L`` — and with it ``A`` — is exactly zero
-  wherever the mask is; ``R`` (inside one row, one frame) needs no mask.
-- R step: the sums over queries ``l`` run over the key row's *own frame* only (``f(l) == f(k)``), not
-  over every query allowed to see it. Otherwise, from the second iteration on, ``R`` of an early row
-  would be fitted to later frames' queries, whose ``L`` depends on later keys — a leak of future frames
-  into early outputs. Restricted this way, everything about frame ``f`` (its rows' ``R``, ``a_L``,
-  ``c_L``, ``y``) depends on frames ``<= f`` only, by induction over frames — as autoregressive
-  generation needs (and those per-row quantities are what a frame cache would keep). An exactly
-  Monarch-structured softmax is still recovered (its ``R`` does not depend on the query row).
+- L step: logits on future rows are ``-inf``. Those are rows with ``f(k) > f(l)``. So ``L`` is exactly zero
+  wherever the mask is, and with it ``A``. ``R`` lies inside one row and one frame. It needs no mask.
+- R step: the sums over queries ``l`` run over the key row's *own frame* only, where ``f(l) == f(k)``. They
+  do not run over every query allowed to see it. Otherwise, from the second iteration on, ``R`` of an early
+  row would be fitted to later frames' queries. Their ``L`` depends on later keys. Future frames would leak
+  into early outputs. Restricted this way, everything about frame ``f`` depends on frames ``<= f`` only. That
+  covers its rows' ``R``, ``a_L``, ``c_L`` and ``y``. It follows by induction over frames. Autoregressive
+  generation needs this. Those per-row quantities are what a frame cache would keep. An exactly
+  Monarch-structured softmax is still recovered. Its ``R`` does not depend on the query row.
 
-All maths is fp32; only the block factors (``L``: ``b * M * M``, ``R``: ``M * b * b`` per head) are
-materialised, never the ``N x N`` matrix (except in :func:`monarch_matrix`, for tests on small N).
+All maths is fp32. Only the block factors are materialised. Per head ``L`` holds ``b * M * M`` and ``R``
+holds ``M * b * b``. The ``N x N`` matrix never is, except in :func:`monarch_matrix` for tests on small N.
 """
 from __future__ import annotations
 
@@ -61,10 +60,11 @@ C_MIN = 1e-20  # floor of c_R: a row no query looks at (c_R == 0) gets a uniform
 
 
 class MonarchFactors(NamedTuple):
-    """The two block-diagonal factors of the fitted Monarch matrix (fp32).
+    """The two block-diagonal fp32 factors of the fitted Monarch matrix.
 
-    L: ``[B, H, b, M, M]`` — ``L[..., j, k, l]``: weight of key row ``k`` for query ``(l, j)``
-    R: ``[B, H, M, b, b]`` — ``R[..., k, j, i]``: weight of column ``i`` of key row ``k`` for query column ``j``
+    L: ``[B, H, b, M, M]``. ``L[..., j, k, l]`` is the weight of key row ``k`` for query ``l, j``.
+    R: ``[B, H, M, b, b]``. ``R[..., k, j, i]`` is the weight of column ``i`` of key row ``k`` for query
+    column ``j``.
     """
 
     L: torch.Tensor
@@ -72,27 +72,30 @@ class MonarchFactors(NamedTuple):
 
 
 def row_split(grid: tuple[int, int, int]) -> tuple[int, int]:
-    """``(M, b)``: number of rows ``F * Hh`` and tokens per row ``Ww`` of a ``(F, Hh, Ww)`` grid."""
+    """``M, b`` of a ``(F, Hh, Ww)`` grid: its number of rows ``F * Hh`` and tokens per row ``Ww``."""
     frames, height, width = grid
     return frames * height, width
 
 
 def row_causal_mask(grid: tuple[int, int, int], device=None) -> torch.Tensor:
-    """``allowed [M, M]`` (bool, indexed ``[l, k]``): query row ``l`` may see key row ``k`` (same or earlier frame)."""
+    """Bool ``allowed [M, M]``, indexed ``[l, k]``: query row ``l`` may see key row ``k``.
+
+    It may when key row ``k`` lies in the same or an earlier frame.
+    """
     frames, height, _ = grid
     frame = torch.arange(frames * height, device=device) // height
     return frame[None, :] <= frame[:, None]
 
 
 def row_same_frame(grid: tuple[int, int, int], device=None) -> torch.Tensor:
-    """``[M, M]`` float: 1 where rows ``l`` and ``k`` lie in the same frame (the causal R step's queries)."""
+    """Float ``[M, M]``: 1 where rows ``l`` and ``k`` lie in the same frame. These are the causal R step's queries."""
     frames, height, _ = grid
     frame = torch.arange(frames * height, device=device) // height
     return (frame[None, :] == frame[:, None]).float()
 
 
 def token_causal_mask(grid: tuple[int, int, int], device=None) -> torch.Tensor:
-    """``allowed [N, N]`` (bool, ``[query, key]``): key frame <= query frame."""
+    """Bool ``allowed [N, N]``, indexed ``[query, key]``: key frame <= query frame."""
     frames, height, width = grid
     frame = torch.arange(frames * height * width, device=device) // (height * width)
     return frame[None, :] <= frame[:, None]
@@ -101,7 +104,10 @@ def token_causal_mask(grid: tuple[int, int, int], device=None) -> torch.Tensor:
 def monarch_factors(
     q: torch.Tensor, k: torch.Tensor, grid: tuple[int, int, int], num_iters: int = 1, block_causal: bool = False
 ) -> MonarchFactors:
-    """Fit the Monarch factors to ``softmax(q k^T / sqrt(D))``. q, k: ``[B, H, N, D]``, ``N = F * Hh * Ww``."""
+    """Fit the Monarch factors to ``softmax(q k^T / sqrt(D))``.
+
+    q and k are ``[B, H, N, D]``, with ``N = F * Hh * Ww``.
+    """
     Bt, H, N, D = q.shape
     M, b = row_split(grid)
     scale = D ** -0.5
@@ -118,9 +124,9 @@ def monarch_factors(
 
 
 def _r_step(qb, kb, L, scale):
-    """R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j]); returns ``[B, H, M, b, b]``.
+    """``R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j])``. Returns ``[B, H, M, b, b]``.
 
-    ``L [B, H, b, M(k), M(l)]``: the column factor, zeroed on the queries the fit should ignore (causal).
+    ``L [B, H, b, M(k), M(l)]`` is the column factor. In causal fits it is zeroed on the queries to ignore.
     """
     a_R = torch.einsum("...jkl,...ljd->...kjd", L, qb)  # [B, H, M, b, D]
     c_R = L.sum(dim=-1).transpose(-1, -2)  # [B, H, M(k), b(j)]
@@ -129,7 +135,7 @@ def _r_step(qb, kb, L, scale):
 
 
 def _l_step(qb, kb, R, scale, allowed):
-    """L[j, :, l] = softmax_k(scale * q[l, j] . a_L[j, k] - c_L[j, k]); returns ``[B, H, b, M, M]``."""
+    """``L[j, :, l] = softmax_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])``. Returns ``[B, H, b, M, M]``."""
     a_L = torch.einsum("...kji,...kid->...jkd", R, kb)  # [B, H, b, M, D]
     c_L = torch.special.xlogy(R, R).sum(dim=-1).transpose(-1, -2)  # [B, H, b(j), M(k)]
     logits = scale * torch.einsum("...jkd,...ljd->...jkl", a_L, qb) - c_L[..., None]  # [B, H, b, M(k), M(l)]
@@ -139,7 +145,7 @@ def _l_step(qb, kb, R, scale, allowed):
 
 
 def apply_monarch(factors: MonarchFactors, v: torch.Tensor) -> torch.Tensor:
-    """``out [B, H, N, Dv]`` (fp32) = the Monarch matrix times ``v [B, H, N, Dv]``, through the factors."""
+    """fp32 ``out [B, H, N, Dv]``: the Monarch matrix times ``v [B, H, N, Dv]``, through the factors."""
     L, R = factors
     Bt, H, b, M, _ = L.shape
     vb = v.float().view(Bt, H, M, b, v.shape[-1])
@@ -156,13 +162,16 @@ def monarch_attention(
     num_iters: int = 1,
     block_causal: bool = False,
 ) -> torch.Tensor:
-    """q, k: ``[B, H, N, D]``; v: ``[B, H, N, Dv]`` -> ``[B, H, N, Dv]`` in q's dtype (fp32 maths)."""
+    """Monarch attention of ``q, k [B, H, N, D]`` and ``v [B, H, N, Dv]``.
+
+    Returns ``[B, H, N, Dv]`` in q's dtype. The maths is fp32.
+    """
     factors = monarch_factors(q, k, grid, num_iters, block_causal)
     return apply_monarch(factors, v).to(q.dtype)
 
 
 def monarch_matrix(factors: MonarchFactors) -> torch.Tensor:
-    """The dense ``[B, H, N, N]`` Monarch matrix ``A[(l, j), (k, i)] = L[j, k, l] R[k, j, i]`` (small N only)."""
+    """The dense ``[B, H, N, N]`` Monarch matrix ``A[(l, j), (k, i)] = L[j, k, l] R[k, j, i]``. Small N only."""
     L, R = factors
     Bt, H, b, M, _ = L.shape
     dense = torch.einsum("...jkl,...kji->...ljki", L, R)  # [B, H, M(l), b(j), M(k), b(i)]
@@ -176,7 +185,10 @@ def softmax_attention(
     grid: tuple[int, int, int] | None = None,
     block_causal: bool = False,
 ) -> torch.Tensor:
-    """Exact ``softmax(q k^T / sqrt(D)) v`` in fp32 (block-causal over frames of ``grid`` if asked), q's dtype."""
+    """Exact ``softmax(q k^T / sqrt(D)) v`` in fp32, returned in q's dtype.
+
+    With ``block_causal`` it is block-causal over the frames of ``grid``.
+    """
     scores = (q.float() @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
     if block_causal:
         scores = scores.masked_fill(~token_causal_mask(grid, q.device), float("-inf"))

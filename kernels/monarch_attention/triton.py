@@ -1,32 +1,33 @@
-"""Monarch attention in Triton (forward): the maths of ``reference.py`` with online softmaxes.
+"""Monarch attention in Triton, forward: the maths of ``reference.py`` with online softmaxes.
 
-Notation as in ``reference.py``: query/key token ``n = l * b + j`` (row ``l`` of ``M = F * Hh`` frame
-rows, column ``j`` of ``b = Ww``). Neither factor is ever stored: each kernel streams one softmax and
-keeps only its running max / sum and the weighted sums it needs (fp32):
+The notation is that of ``reference.py``. A query or key token is ``n = l * b + j``. That is row ``l`` of
+``M = F * Hh`` frame rows and column ``j`` of ``b = Ww``. Neither factor is ever stored. Each kernel streams
+one softmax. It keeps only its running max and sum and the fp32 weighted sums it needs. The kernels, each with
+its program and loop::
 
-``_row_step_kernel``      program = (key row k, tile of query columns j); loops over the row's columns i:
-                          R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j]) and from it
-                          a_L[j, k] = sum_i R k,   c_L[j, k] = sum_i R log R,   (last step) y[j, k] = sum_i R v
-                          (and, for the backward's recomputation, lse_R[j, k] = logsumexp_i of R's logits)
-``_column_lse_kernel``    program = (column j, tile of query rows l); loops over key rows k:
-                          lse_L[j, l] = logsumexp_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])   (causal: k's
-                          frame <= l's frame), and on the last step also out[l, j] = sum_k L[j, k, l] y[j, k]
-``_column_sum_kernel``    program = (column j, tile of key rows k); loops over query rows l with the lse above:
-                          a_R[k, j] = sum_l L[j, k, l] q[l, j],   c_R[k, j] = sum_l L[j, k, l]
-                          (causal: only the l in k's own frame)
+    ``_row_step_kernel``      program = (key row k, tile of query columns j); loops over the row's columns i:
+                              R[k, j, :] = softmax_i(scale * a_R[k, j] . k[k, i] / c_R[k, j]) and from it
+                              a_L[j, k] = sum_i R k,   c_L[j, k] = sum_i R log R,   (last step) y[j, k] = sum_i R v
+                              (and, for the backward's recomputation, lse_R[j, k] = logsumexp_i of R's logits)
+    ``_column_lse_kernel``    program = (column j, tile of query rows l); loops over key rows k:
+                              lse_L[j, l] = logsumexp_k(scale * q[l, j] . a_L[j, k] - c_L[j, k])   (causal: k's
+                              frame <= l's frame), and on the last step also out[l, j] = sum_k L[j, k, l] y[j, k]
+    ``_column_sum_kernel``    program = (column j, tile of key rows k); loops over query rows l with the lse above:
+                              a_R[k, j] = sum_l L[j, k, l] q[l, j],   c_R[k, j] = sum_l L[j, k, l]
+                              (causal: only the l in k's own frame)
 
-``L`` is normalised over ``k`` but summed over ``l``, hence the separate log-sum-exp pass. Iteration 1
-starts from ``L = I``: ``a_R = q``, ``c_R = 1``. Work per step is ``O(N (M + b) D)`` and extra memory
-``O(N D)`` (``a_L``, ``a_R``, ``y``) — never ``N x N``. fp32 inputs use ``input_precision="ieee"``;
-fp16/bf16 inputs are read into fp32 and multiplied with tf32. Head dims up to 128 (padded to powers of
-two >= 16).
+``L`` is normalised over ``k`` but summed over ``l``. Hence the separate log-sum-exp pass. Iteration 1 starts
+from ``L = I``, so ``a_R = q`` and ``c_R = 1``. Work per step is ``O(N (M + b) D)``. Extra memory is
+``O(N D)``, for ``a_L``, ``a_R`` and ``y``. It is never ``N x N``. Inputs in fp32 use ``input_precision="ieee"``.
+Inputs in fp16/bf16 are read into fp32 and multiplied with tf32. Head dims go up to 128. They are padded to
+powers of two >= 16.
 
-For the backward (``triton_backward.py``) :func:`forward` also returns what it cannot cheaply recompute,
-like flash-attention's log-sum-exp: every iteration's ``lse_L`` (``N`` floats per head and iteration)
-and the R-step inputs ``a_R``, ``c_R`` of iterations 2..T (iteration 1's are ``q`` and 1).
+The backward lives in ``triton_backward.py``. For it :func:`forward` also returns what it cannot cheaply
+recompute, like flash-attention's log-sum-exp. That is every iteration's ``lse_L``, ``N`` floats per head and
+iteration. It is also the R-step inputs ``a_R``, ``c_R`` of iterations 2..T. Iteration 1's are ``q`` and 1.
 
-Layouts: "token-indexed" tensors are ``[B*H, N, ...]`` with ``n = k * b + j`` (like q); "column-major"
-per-block statistics are ``[B*H, b, M, ...]`` indexed ``[j, k]`` (one contiguous run of ``M`` per column).
+Layouts: "token-indexed" tensors are ``[B*H, N, ...]`` with ``n = k * b + j``, like q. "Column-major"
+per-block statistics are ``[B*H, b, M, ...]``, indexed ``[j, k]``. Each column is one contiguous run of ``M``.
 """
 from __future__ import annotations
 
@@ -39,15 +40,17 @@ from ..tiles import head, load_tile, store_tile
 
 MAX_HEAD_DIM = 128
 MAX_TILE = 64  # rows / columns per tile (32 for head dims > 64); the tests lower it to 16 to exercise multi-tile loops
-BACKWARD_MAX_TILE = 32  # rows / columns per tile of the backward: its kernels hold more live tiles (64 spills)
+BACKWARD_MAX_TILE = 32  # rows / columns per tile of the backward: its kernels hold more live tiles; 64 spills
 C_MIN = tl.constexpr(1e-20)  # as reference.C_MIN
 
 
 @triton.jit
 def _program_tile(extent, BLOCK: tl.constexpr):
-    """What this program works on, on a grid ``(blocks * cdiv(extent, BLOCK), B * H)``: its block (a key row
-    or a column), its tile's first index, the tile's ``BLOCK`` indices along ``extent`` and their in-range
-    mask, and its (batch, head) ``bh``."""
+    """What this program works on, on a grid ``(blocks * cdiv(extent, BLOCK), B * H)``.
+
+    It returns its block, a key row or a column. Then its tile's first index. Then the tile's ``BLOCK``
+    indices along ``extent`` and their in-range mask. Last comes its batch and head ``bh``.
+    """
     pid = tl.program_id(0)
     tiles = tl.cdiv(extent, BLOCK)
     first = (pid % tiles) * BLOCK
@@ -57,8 +60,10 @@ def _program_tile(extent, BLOCK: tl.constexpr):
 
 @triton.jit
 def _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE: tl.constexpr, HAS_C: tl.constexpr, BJ: tl.constexpr):
-    """``c_R[k, j]`` of key row ``k = row``, columns ``js``, and the R softmax's logit scale ``SCALE / c_R``
-    (iteration 1, not ``HAS_C``: ``c_R = 1``, the scale is ``SCALE``)."""
+    """``c_R[k, j]`` of key row ``k = row``, columns ``js``, and the R softmax's logit scale ``SCALE / c_R``.
+
+    In iteration 1, without ``HAS_C``, ``c_R = 1`` and the scale is ``SCALE``.
+    """
     if HAS_C:
         c = tl.load(c_ptr + bh * M * NB + row * NB + js, mask=j_mask, other=1.0)
         coef = SCALE / tl.maximum(c, C_MIN)
@@ -71,9 +76,12 @@ def _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE: tl.constexpr, HAS_C: tl.c
 @triton.jit
 def _row_program(a_ptr, s_ab, s_ah, s_an, s_ad, c_ptr, k_ptr, s_kb, s_kh, v_ptr, s_vb, s_vh, H, M, NB, D,
                  SCALE: tl.constexpr, BJ: tl.constexpr, BD: tl.constexpr, HAS_C: tl.constexpr):
-    """Set-up of an R-step program (the forward's and the backward's recomputation): key row ``k``, its
-    query columns ``js`` (mask ``j_mask``), ``bh``, the ``a_R`` tile ``[BJ, BD]``, ``c_R`` and the logit
-    scale (see :func:`_r_scale`), and the k / v pointers moved to this (batch, head)."""
+    """Set-up of an R-step program, for the forward and for the backward's recomputation.
+
+    It returns key row ``k``, its query columns ``js`` with mask ``j_mask``, and ``bh``. Then the ``a_R``
+    tile ``[BJ, BD]``, ``c_R`` and the logit scale, as :func:`_r_scale` gives them. Last come the k and v
+    pointers moved to this batch and head.
+    """
     row, _, js, j_mask, bh = _program_tile(NB, BJ)
     a = load_tile(head(a_ptr, bh, H, s_ab, s_ah), s_an, s_ad, row * NB + js, j_mask, D, BD)  # [BJ, BD]
     c, coef = _r_scale(c_ptr, bh, M, NB, row, js, j_mask, SCALE, HAS_C, BJ)
@@ -87,8 +95,10 @@ def _frame(rows, ROWS_PER_FRAME):
 
 @triton.jit
 def _frames_end(end, M, ROWS_PER_FRAME):
-    """First row after the frame of row ``end - 1`` (capped at ``M``): block-causal rows ``[0, end)`` see
-    the rows up to there."""
+    """First row after the frame of row ``end - 1``, capped at ``M``.
+
+    Block-causal rows ``[0, end)`` see the rows up to there.
+    """
     return tl.minimum(M, (_frame(tl.minimum(end, M) - 1, ROWS_PER_FRAME) + 1) * ROWS_PER_FRAME)
 
 
@@ -249,19 +259,22 @@ def check_head_dims(D: int, Dv: int) -> None:
 
 def tiles(D: int, Dv: int, dtype: torch.dtype, grid: tuple[int, int, int], capability: int,
           backward: bool = False) -> dict:
-    """Launch configuration on a GPU of compute ``capability`` (89 = sm_89): ``BD``/``BV`` (head dims),
-    ``BJ``/``BI`` (columns of a row: per program / per loop step of the R kernels), ``BL``/``BK`` (rows of a
-    column: per program / per step of ``_column_lse_kernel``; ``_column_sum_kernel`` and the backward's key
-    kernels swap the roles), precision, warps and pipeline stages — at most ``MAX_TILE``, 32 for head dims > 64.
+    """Launch configuration on a GPU of compute ``capability``, such as 89 for sm_89.
 
-    fp32 inputs multiply with "ieee" FMA dots, which hold far more registers than tf32's tensor-core dots:
-    with heads > 64, ptxas (`framegraph bench compile`) spills at 32-wide loop steps, so the steps are 16
-    (forward) and everything is 16 with one pipeline stage (backward). The backward's bf16/fp16
-    ``_row_key_grad_kernel`` spills with 32 columns per program, so ``BI`` is 16 there. sm_89, sm_90 and sm_120
-    get the same tiles (none needs more than 99 KiB of shared memory); ``capability`` is accepted so that
-    every launcher answers the same question. GPU timings are still to be taken (a GPU session's job).
+    - ``BD``/``BV``: the head dims.
+    - ``BJ``/``BI``: columns of a row, per program and per loop step of the R kernels.
+    - ``BL``/``BK``: rows of a column, per program and per step of ``_column_lse_kernel``.
+      ``_column_sum_kernel`` and the backward's key kernels swap the roles.
+    - Then precision, warps and pipeline stages.
+
+    Tiles are at most ``MAX_TILE``, and 32 for head dims > 64. Inputs in fp32 multiply with "ieee" FMA dots. They
+    hold far more registers than tf32's tensor-core dots. With heads > 64 they spill at 32-wide loop steps. So
+    the forward's steps are 16. In the backward everything is 16, with one pipeline stage. The backward's
+    bf16/fp16 ``_row_key_grad_kernel`` spills with 32 columns per program. So ``BI`` is 16 there. The targets
+    sm_89, sm_90 and sm_120 get the same tiles. None needs more than 99 KiB of shared memory. ``capability`` is
+    accepted so that every launcher answers the same question.
     """
-    del capability  # one configuration fits all three targets (see the docstring)
+    del capability  # one configuration fits all three targets, as the docstring says
     frames, height, width = grid
     BD, BV = _pow2(D, hi=128), _pow2(Dv, hi=128)
     wide = max(BD, BV) > 64
@@ -281,10 +294,11 @@ def tiles(D: int, Dv: int, dtype: torch.dtype, grid: tuple[int, int, int], capab
 
 
 def row_step(a_src, c_src, k, v, a_l, c_l, y, lse_r, grid, cfg, *, first: bool, with_v: bool) -> None:
-    """One R step for every key row: ``a_L``, ``c_L`` (and ``y`` if ``with_v``, ``lse_R`` if not None).
+    """One R step for every key row. It writes ``a_L`` and ``c_L``.
 
-    ``a_src`` ``[B, H, N, D]`` (any strides) is ``a_R`` — or ``q`` on the ``first`` iteration, where
-    ``c_R = 1`` and ``c_src`` is not read; ``c_src`` ``[B*H, N]`` fp32 is ``c_R``.
+    It also writes ``y`` if ``with_v``, and ``lse_R`` if that is not None. ``a_src`` ``[B, H, N, D]`` may have
+    any strides. It is ``a_R``, or ``q`` on the ``first`` iteration. There ``c_R = 1`` and ``c_src`` is not
+    read. Else ``c_src`` is ``c_R``, fp32 ``[B*H, N]``.
     """
     B, H, N, D = a_src.shape
     M, NB = grid[0] * grid[1], grid[2]
@@ -298,10 +312,12 @@ def row_step(a_src, c_src, k, v, a_l, c_l, y, lse_r, grid, cfg, *, first: bool, 
 
 def forward(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, grid: tuple[int, int, int], num_iters: int,
             block_causal: bool) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """q, k ``[B, H, N, D]``, v ``[B, H, N, Dv]`` (any strides) -> ``out [B, H, N, Dv]`` in q's dtype, and
-    the statistics the backward reads (fp32, contiguous; ``T = num_iters``):
+    """Monarch attention of q, k ``[B, H, N, D]`` and v ``[B, H, N, Dv]``, of any strides.
 
-    - ``lse_L [T, B, H, b, M]``: log-normaliser of each iteration's L softmax, indexed ``[j, l]``;
+    Returns ``out [B, H, N, Dv]`` in q's dtype. Also returns the statistics the backward reads. They are fp32
+    and contiguous, with ``T = num_iters``:
+
+    - ``lse_L [T, B, H, b, M]``: log-normaliser of each iteration's L softmax, indexed ``[j, l]``.
     - ``a_R [T-1, B, H, N, D]``, ``c_R [T-1, B, H, N]``: the R-step inputs of iterations 2..T, token-indexed.
     """
     B, H, N, D = q.shape

@@ -1,7 +1,8 @@
-"""Monarch attention in Triton (backward): gradients of q, k, v through the alternating updates.
+"""Monarch attention in Triton, backward: gradients of q, k, v through the alternating updates.
 
-Notation of ``reference.py``, per batch and head: ``M = F * Hh`` frame rows ``l, k``, ``b = Ww`` columns
-``j, i``, ``scale = 1 / sqrt(D)``. Iteration ``t = 1..T`` (``T = num_iters``) of the forward is::
+The notation is that of ``reference.py``, per batch and head. There are ``M = F * Hh`` frame rows ``l, k``
+and ``b = Ww`` columns ``j, i``. ``scale`` is ``1 / sqrt(D)``. ``T`` is ``num_iters``. Iteration ``t = 1..T``
+of the forward is::
 
     R step   z[k, j, i] = coef[k, j] * a_R[k, j] . k[k, i]      coef = scale / max(c_R, C_MIN) (t=1: a_R=q, c_R=1)
              R[k, j, i] = exp(z - lse_R[k, j])                  softmax over the row's columns i
@@ -12,51 +13,54 @@ Notation of ``reference.py``, per batch and head: ``M = F * Hh`` frame rows ``l,
              (W = 1, or with block_causal W[l, k] = [f(l) == f(k)]: the R step's own-frame queries)
     output   out[l, j] = sum_k L[j, k, l] y[j, k]               (t = T)
 
-The backward walks ``t = T..1``. Every factor entry it needs is recomputed from small saved statistics
-(``lse_L`` of every iteration and ``a_R``, ``c_R`` of iterations 2..T, from the forward; ``lse_R``, ``a_L``,
-``c_L``, ``y`` by re-running iteration ``t``'s R step), so neither ``L`` nor ``R`` is ever stored. What
+The backward walks ``t = T..1``. Every factor entry it needs is recomputed from small saved statistics. The
+forward saves ``lse_L`` of every iteration and ``a_R``, ``c_R`` of iterations 2..T. Re-running iteration
+``t``'s R step gives ``lse_R``, ``a_L``, ``c_L`` and ``y``. So neither ``L`` nor ``R`` is ever stored. What
 flows into the L softmax of iteration ``t`` always has the form::
 
     dL[j, k, l] = W[l, k] * (x[l, j] . g[j, k] + h[j, k])
         t = T:  x = dout [.., Dv], g = y,        h = 0,       W = 1      (from out = sum_k L y)
         t < T:  x = q    [.., D],  g = da_R',    h = dc_R',   W as above (from the next R step's sums)
 
-and the kernels are (``[..]`` = shape per batch*head; ``N = M b``):
+The kernels follow. ``[..]`` is the shape per batch*head, and ``N = M b``.
 
-1. ``_row_step_kernel`` (forward's, with ``lse_R``): recompute ``a_L, c_L [b, M, D], [b, M]``, ``lse_R``,
-   ``y [b, M, Dv]`` of iteration ``t``.
-2. ``_column_grad_query_kernel``, program = (column j, tile of query rows l), loop over key rows k —
-   the "dQ" pass of flash-attention, with the softmax shift ``delta`` computed on the fly::
+1. ``_row_step_kernel``: the forward's, with ``lse_R``. It recomputes ``a_L, c_L [b, M, D], [b, M]``,
+   ``lse_R`` and ``y [b, M, Dv]`` of iteration ``t``.
+2. ``_column_grad_query_kernel``: a program per column j and tile of query rows l. It loops over key rows k.
+   This is the "dQ" pass of flash-attention. The softmax shift ``delta`` is computed on the fly::
 
        u[l, j]     = sum_k W L g[j, k]            (t = T: u = out recomputed; t < T: dq gets u, from a_R')
        delta[l, j] = sum_k L dL = x . u + sum_k W L h
        dS[j, k, l] = L (dL - delta)                                        (softmax backward over k)
        dq[l, j]   += scale * sum_k dS a_L[j, k] = scale * (sum_k L dL a_L - delta * sum_k L a_L)
 
-3. ``_column_grad_key_kernel``, program = (column j, tile of key rows k), loop over query rows l (the
-   "dK dV" pass)::
+3. ``_column_grad_key_kernel``: a program per column j and tile of key rows k. It loops over query rows l.
+   This is the "dK dV" pass::
 
        da_L[j, k] = scale * sum_l dS q[l, j]      dc_L[j, k] = -sum_l dS      (t = T) dy[j, k] = sum_l L dout[l, j]
 
-4. ``_row_grad_kernel``, program = (key row k, tile of query columns j), loop over the row's columns i.
-   ``dR = dy . v_i + da_L . k_i + dc_L (log R + 1)``, so the softmax backward over i is::
+4. ``_row_grad_kernel``: a program per key row k and tile of query columns j. It loops over the row's
+   columns i. ``dR = dy . v_i + da_L . k_i + dc_L (log R + 1)``. So the softmax backward over i is::
 
        dz[k, j, i] = R (dy . v_i + da_L . k_i + dc_L z + rho)
        rho[j, k]   = -(dy . y + da_L . a_L + dc_L (c_L + lse_R))          (stored for kernel 5)
        da_R[k, j]  = coef * sum_i dz k[k, i]      dc_R[k, j] = -sum_i dz z / c_R   (0 where c_R < C_MIN)
 
-   which kernel 2 / 3 of iteration ``t - 1`` read as ``g``, ``h``; at ``t = 1``, ``a_R = q``: ``dq += da_R``.
-5. ``_row_key_grad_kernel``, program = (key row k, tile of columns i), loop over query columns j::
+   Kernels 2 and 3 of iteration ``t - 1`` read these as ``g``, ``h``. At ``t = 1``, ``a_R = q``, so
+   ``dq += da_R``.
+5. ``_row_key_grad_kernel``: a program per key row k and tile of columns i. It loops over query columns j.
+   It adds::
 
        dk[k, i] += sum_j R da_L[j, k] + sum_j coef dz a_R[k, j]     (t = T) dv[k, i] = sum_j R dy[j, k]
 
-Work per iteration is two row passes (``O(N b D)``) and two column passes (``O(N M D)``) on top of the
-recomputed R step — ``Theta(N sqrt(N) D)`` for ``M ~ b ~ sqrt(N)``; extra memory ``O(N D)`` fp32
-(``a_L``, ``da_L``, ``da_R``, ``y``, ``dy`` and the ``dq``/``dk`` accumulators), never ``N x N``; kept
-from the forward to the backward: ``T N`` floats (``lse_L``) plus ``(T - 1) N (D + 1)`` (``a_R``, ``c_R``). Each
-program owns the ``dq`` / ``dk`` rows it adds to, so there are no atomics and the result is deterministic.
-Layouts as in ``triton.py``: token-indexed ``[B*H, N, ..]`` (``n = k * b + j``) and column-major per-block
-statistics ``[B*H, b, M, ..]`` indexed ``[j, k]``.
+Work per iteration is two row passes and two column passes on top of the recomputed R step. A row pass is
+``O(N b D)``. A column pass is ``O(N M D)``. That is ``Theta(N sqrt(N) D)`` for ``M ~ b ~ sqrt(N)``. Extra
+memory is ``O(N D)`` fp32, never ``N x N``. It holds ``a_L``, ``da_L``, ``da_R``, ``y``, ``dy`` and the
+``dq``/``dk`` accumulators. The forward keeps ``T N`` floats of ``lse_L`` for the backward. It also keeps
+``(T - 1) N (D + 1)`` floats of ``a_R`` and ``c_R``. Each program owns the ``dq`` / ``dk`` rows it adds to.
+So there are no atomics, and the result is deterministic. Layouts are as in ``triton.py``. Token-indexed
+tensors are ``[B*H, N, ..]`` with ``n = k * b + j``. Column-major per-block statistics are ``[B*H, b, M, ..]``,
+indexed ``[j, k]``.
 """
 from __future__ import annotations
 
@@ -82,9 +86,12 @@ from .triton import (
 @triton.jit
 def _column_grad_program(q_ptr, s_qb, s_qh, x_ptr, s_xb, s_xh, al_ptr, cl_ptr, lse_ptr, g_ptr, h_ptr,
                          H, M, NB, D, G, BLOCK: tl.constexpr):
-    """Set-up of a column-gradient program: column ``j``, its tile (first row, ``BLOCK`` rows and their mask),
-    ``bh``, and the pointers moved to this (batch, head) and column: q, x (token-indexed), a_L, c_L, lse_L,
-    g, h (column-major statistics), with the statistics' column index ``bh * b + j``."""
+    """Set-up of a column-gradient program.
+
+    It returns column ``j`` and its tile: the first row, ``BLOCK`` rows and their mask. Then ``bh``. Then the
+    pointers moved to this batch, head and column. Token-indexed are q and x. Column-major statistics are
+    a_L, c_L, lse_L, g and h. The statistics' column index is ``bh * b + j``.
+    """
     col, first, rows, mask, bh = _program_tile(M, BLOCK)
     column = bh * NB + col
     return (col, first, rows, mask, column, head(q_ptr, bh, H, s_qb, s_qh), head(x_ptr, bh, H, s_xb, s_xh),
@@ -330,10 +337,10 @@ def backward(
     lse_l: torch.Tensor, a_r: torch.Tensor, c_r: torch.Tensor,
     grid: tuple[int, int, int], num_iters: int, block_causal: bool,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Gradients ``dq, dk, dv`` (dtypes and shapes of q, k, v) of ``out`` given ``d_out [B, H, N, Dv]``.
+    """Gradients ``dq, dk, dv`` of ``out`` given ``d_out [B, H, N, Dv]``. They have q, k, v's dtypes and shapes.
 
-    ``lse_l [T, B, H, b, M]``, ``a_r [T-1, B, H, N, D]``, ``c_r [T-1, B, H, N]`` are the statistics
-    returned by :func:`triton.forward` for the same inputs (fp32, contiguous).
+    ``lse_l [T, B, H, b, M]``, ``a_r [T-1, B, H, N, D]`` and ``c_r [T-1, B, H, N]`` are the statistics
+    returned by :func:`triton.forward` for the same inputs. They are fp32 and contiguous.
     """
     B, H, N, D = q.shape
     Dv = v.shape[-1]

@@ -1,4 +1,4 @@
-"""diffusers attention processors backed by framegraph kernels (swap attention without touching a model)."""
+"""diffusers attention processors backed by framegraph kernels. They swap attention without touching a model."""
 from .block_linear import (
     BlockLinearAttnProcessor,
     install_block_linear_processors,

@@ -1,7 +1,7 @@
 """``BlockLinearAttnProcessor``: diffusers' Sana-Video linear attention on framegraph's block-causal kernel.
 
-A drop-in for ``SanaLinearAttnProcessor3_0`` (the self-attention ``attn1`` of every
-``SanaVideoTransformerBlock`` in ``diffusers.SanaVideoTransformer3DModel``)::
+A drop-in for ``SanaLinearAttnProcessor3_0``. That is the self-attention ``attn1`` of every
+``SanaVideoTransformerBlock`` in ``diffusers.SanaVideoTransformer3DModel``::
 
     from framegraph.kernels.processors import BlockLinearAttnProcessor, install_block_linear_processors
 
@@ -21,23 +21,24 @@ A drop-in for ``SanaLinearAttnProcessor3_0`` (the self-attention ``attn1`` of ev
         model(chunk_clean, ...)
     reset_block_linear_state(procs)            # barge-in / new stream
 
-State semantics: with ``stateful=True`` each call continues the stream held in ``processor.state`` (a
-:class:`~framegraph.kernels.block_linear_attention.LinearAttentionState`, detached, fp32,
-``[B, H, Dv, D]`` + ``[B, H, D]``: memory independent of stream length) and counts the tokens committed
-in ``processor.tokens_seen``; ``update_state=False`` reads it without advancing it; ``reset()`` forgets it.
+State semantics: with ``stateful=True`` each call continues the stream held in ``processor.state``. That is
+a :class:`~framegraph.kernels.block_linear_attention.LinearAttentionState`. It is detached fp32
+``[B, H, Dv, D]`` + ``[B, H, D]``. Its memory does not depend on stream length. ``processor.tokens_seen``
+counts the tokens committed. ``update_state=False`` reads the state without advancing it. ``reset()`` forgets
+it.
 
-RoPE positions must be absolute in the stream, but the stock model recomputes its rotary table from
-frame 0 on every call. ``stream_rope=True`` replaces ``model.rope`` (diffusers' ``WanRotaryPosEmbed``)
-with a :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed` that returns the stock table's
-rows for frames ``[offset, offset + F)``, ``offset = tokens_seen // tokens_per_frame``: it advances by a
-chunk's frames exactly when that chunk is committed (``update_state=True``), stays during read-only
-passes and is 0 again after ``reset_block_linear_state``. Past the table's end (the model's
-``rope_max_seq_len`` frames) it raises ``ValueError`` naming both numbers. Installing again without
-``stream_rope`` puts the stock module back.
+RoPE positions must be absolute in the stream. The stock model recomputes its rotary table from frame 0 on
+every call. ``stream_rope=True`` replaces ``model.rope``, diffusers' ``WanRotaryPosEmbed``. In its place goes a
+:class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed`. It returns the stock table's rows for frames
+``[offset, offset + F)``, with ``offset = tokens_seen // tokens_per_frame``. The offset advances by a chunk's
+frames exactly when that chunk is committed, with ``update_state=True``. It stays during read-only passes. It
+is 0 again after ``reset_block_linear_state``. Past the table's end it raises ``ValueError`` naming both
+numbers. The end is the model's ``rope_max_seq_len`` frames. Installing again without ``stream_rope`` puts the
+stock module back.
 
-The rest of the stock model is not causal in time: ``GLUMBTempConv`` (the feed-forward) mixes each frame
-with its neighbours on both sides through ``conv_temp``, so a streamed model matches the block-causal
-full-sequence model only where that convolution is zero (see ``tests/test_kernels_processors.py``).
+The rest of the stock model is not causal in time. The feed-forward ``GLUMBTempConv`` mixes each frame with
+its neighbours on both sides through ``conv_temp``. So a streamed model matches the block-causal full-sequence
+model only where that convolution is zero. ``tests/test_kernels_processors.py`` checks this.
 """
 from __future__ import annotations
 
@@ -64,12 +65,12 @@ class BlockLinearAttnProcessor(AttnProcessor):
     """Sana-Video ReLU linear attention, block-causal, with an optional per-layer streaming state.
 
     Args:
-        block_size: tokens per block (e.g. tokens per latent frame); ``None`` = the whole sequence is
-            one block, which reproduces ``SanaLinearAttnProcessor3_0``.
-        stateful: carry a :class:`LinearAttentionState` from call to call (see module docs).
-        update_state: when ``stateful``, advance the state past this call's tokens (``False``: read only).
+        block_size: tokens per block, such as the tokens per latent frame. With ``None`` the whole
+            sequence is one block. That reproduces ``SanaLinearAttnProcessor3_0``.
+        stateful: carry a :class:`LinearAttentionState` from call to call, as the module docs say.
+        update_state: when ``stateful``, advance the state past this call's tokens. ``False`` reads only.
         backend: kernel backend, ``"auto" | "triton" | "torch"``.
-        eps: denominator epsilon (diffusers uses ``1e-15``).
+        eps: denominator epsilon. The diffusers default is ``1e-15``.
     """
 
     def __init__(
@@ -89,7 +90,7 @@ class BlockLinearAttnProcessor(AttnProcessor):
         self.backend = backend
         self.eps = eps
         self.state: LinearAttentionState | None = None
-        self.tokens_seen = 0  # tokens committed to the stream (the stream position)
+        self.tokens_seen = 0  # tokens committed to the stream: the stream position
 
     def reset(self) -> None:
         """Forget the stream: the next call starts from an empty past, at position 0."""
@@ -99,12 +100,16 @@ class BlockLinearAttnProcessor(AttnProcessor):
     cast_to_input_dtype = True  # as SanaLinearAttnProcessor3_0
 
     def check_call(self, hidden_states, encoder_hidden_states, attention_mask) -> None:
-        """Cross-attention is allowed (keys and values from ``encoder_hidden_states``); ``attention_mask`` is
-        ignored, as by the stock processor."""
+        """Allow cross-attention, with keys and values from ``encoder_hidden_states``.
+
+        ``attention_mask`` is ignored, as by the stock processor.
+        """
 
     def heads(self, attn, hidden_states, encoder_hidden_states, rotary_emb) -> tuple[torch.Tensor, ...]:
-        """The stock processor's projections and optional norms, split into heads ``[B, H, N, D]`` (the
-        rotary embedding is applied inside the kernel, to the features)."""
+        """The stock processor's projections and optional norms, split into heads ``[B, H, N, D]``.
+
+        The rotary embedding is applied inside the kernel, to the features.
+        """
         if encoder_hidden_states is None:
             encoder_hidden_states = hidden_states
         query = attn.to_q(hidden_states)
@@ -117,7 +122,10 @@ class BlockLinearAttnProcessor(AttnProcessor):
         return tuple(t.unflatten(2, (attn.heads, -1)).transpose(1, 2) for t in (query, key, value))
 
     def attend(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, rotary_emb=None) -> torch.Tensor:
-        """Block-causal linear attention ``[B, H, N, Dv]``, continuing (and advancing) the stream if stateful."""
+        """Block-causal linear attention ``[B, H, N, Dv]``.
+
+        If stateful, it continues the stream and may advance it.
+        """
         rope = None
         if rotary_emb is not None:
             rope = tuple(t.transpose(1, 2) for t in rotary_emb)  # [1, N, 1, D] -> [1, 1, N, D]
@@ -140,7 +148,7 @@ class BlockLinearAttnProcessor(AttnProcessor):
         if self.stateful and self.update_state:
             if self.state is None or self.state.kv.shape != new_state[0].shape:
                 self.state = LinearAttentionState(*(t.detach() for t in new_state))
-            else:  # in place: the state keeps its storage (a captured CUDA graph reads it there)
+            else:  # in place: the state keeps its storage, where a captured CUDA graph reads it
                 self.state.kv.copy_(new_state[0])
                 self.state.k_sum.copy_(new_state[1])
             self.tokens_seen += n_tokens
@@ -150,12 +158,13 @@ class BlockLinearAttnProcessor(AttnProcessor):
 def install_block_linear_processors(
     model: torch.nn.Module, *, stream_rope: bool = False, **kwargs
 ) -> dict[str, BlockLinearAttnProcessor]:
-    """Replace every ``SanaLinearAttnProcessor3_0`` in ``model`` with its own ``BlockLinearAttnProcessor(**kwargs)``.
+    """Replace every ``SanaLinearAttnProcessor3_0`` in ``model`` with its own ``BlockLinearAttnProcessor``.
 
-    One processor per attention layer, so each layer keeps its own state. Cross-attention processors are
-    left alone. ``stream_rope=True`` (needs ``stateful=True``) also wraps ``model.rope`` in a
-    :class:`StreamingRotaryPosEmbed` reading these processors' stream position; otherwise the stock
-    ``model.rope`` is (put back) in place. Returns the new processors by module name.
+    Each is built as ``BlockLinearAttnProcessor(**kwargs)``. There is one processor per attention layer, so
+    each layer keeps its own state. Cross-attention processors are left alone. ``stream_rope=True`` needs
+    ``stateful=True``. It also wraps ``model.rope`` in a :class:`StreamingRotaryPosEmbed`. That reads these
+    processors' stream position. Otherwise the stock ``model.rope`` is in place, put back if needed. Returns
+    the new processors by module name.
     """
     if stream_rope and not kwargs.get("stateful", False):
         raise ValueError("install_block_linear_processors: stream_rope=True needs stateful=True (a stream)")

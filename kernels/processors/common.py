@@ -1,10 +1,11 @@
 """diffusers' attention-processor call, once, for every processor in this package.
 
-diffusers calls ``processor(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)`` on
-each ``Attention`` module. :class:`AttnProcessor` is that call: it checks the inputs (:meth:`check_call`),
-splits the projections into heads (:meth:`heads`), lets the subclass attend (:meth:`attend`) and applies
-the module's output projection. :func:`wan_heads` is the stock Wan processor's projections, RMS norms and
-rotary embedding.
+On each ``Attention`` module diffusers calls
+``processor(attn, hidden_states, encoder_hidden_states, attention_mask, rotary_emb)``. The class
+:class:`AttnProcessor` is that call. It checks the inputs with :meth:`check_call`. It splits the projections
+into heads with :meth:`heads`. It lets the subclass attend with :meth:`attend`. It applies the module's output
+projection. The function :func:`wan_heads` holds the stock Wan processor's projections, RMS norms and rotary
+embedding.
 """
 from __future__ import annotations
 
@@ -14,9 +15,12 @@ from ..rope.reference import apply_rope
 
 
 class AttnProcessor:
-    """Base of the attention processors (subclasses implement :meth:`attend`, and may override the rest)."""
+    """Base of the attention processors.
 
-    cast_to_input_dtype = False  # the output in hidden_states' dtype (Sana), else in the queries' (Wan)
+    Subclasses implement :meth:`attend`. They may override the rest.
+    """
+
+    cast_to_input_dtype = False  # True: the output in hidden_states' dtype, as Sana; else the queries', as Wan
 
     def __call__(
         self,
@@ -26,8 +30,10 @@ class AttnProcessor:
         attention_mask: torch.Tensor | None = None,
         rotary_emb: tuple[torch.Tensor, torch.Tensor] | None = None,
     ) -> torch.Tensor:
-        """hidden_states ``[B, N, C]``; rotary_emb: diffusers' ``(cos, sin)``, each ``[1, N, 1, D]``.
-        Returns ``[B, N, C]``."""
+        """Attend over ``hidden_states [B, N, C]``. Returns ``[B, N, C]``.
+
+        ``rotary_emb`` is diffusers' ``(cos, sin)``, each ``[1, N, 1, D]``.
+        """
         self.check_call(hidden_states, encoder_hidden_states, attention_mask)
         q, k, v = self.heads(attn, hidden_states, encoder_hidden_states, rotary_emb)  # [B, H, N, D]
         out = self.attend(q, k, v, rotary_emb)  # [B, H, N, Dv]
@@ -47,7 +53,7 @@ class AttnProcessor:
 
     def heads(self, attn, hidden_states: torch.Tensor, encoder_hidden_states: torch.Tensor | None,
               rotary_emb: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-        """Queries, keys, values ``[B, H, N, D]``; default: :func:`wan_heads`."""
+        """Queries, keys, values ``[B, H, N, D]``. The default is :func:`wan_heads`."""
         return wan_heads(attn, hidden_states, rotary_emb)
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
@@ -58,10 +64,12 @@ class AttnProcessor:
 
 def wan_heads(attn, hidden_states: torch.Tensor,
               rotary_emb: tuple[torch.Tensor, torch.Tensor] | None) -> tuple[torch.Tensor, ...]:
-    """The stock ``WanAttnProcessor``'s self-attention inputs: projections (fused or not), RMS norms of q and
-    k, heads, rotary embedding (interleaved pairs, the same maths as diffusers' ``apply_rotary_emb``).
+    """The stock ``WanAttnProcessor``'s self-attention inputs.
 
-    ``hidden_states [B, N, C]``; returns q, k, v ``[B, H, N, D]``.
+    These are the projections, fused or not, and RMS norms of q and k. Then come the heads and the rotary
+    embedding. It rotates interleaved pairs, the same maths as diffusers' ``apply_rotary_emb``.
+
+    Takes ``hidden_states [B, N, C]``. Returns q, k, v ``[B, H, N, D]``.
     """
     if getattr(attn, "fused_projections", False):
         query, key, value = attn.to_qkv(hidden_states).chunk(3, dim=-1)

@@ -1,7 +1,7 @@
 """``MonarchAttnProcessor``: Monarch attention in diffusers' Wan-style softmax video transformers.
 
 A drop-in for ``WanAttnProcessor`` on the self-attention ``attn1`` of every ``WanTransformerBlock`` in
-``diffusers.WanTransformer3DModel`` (cross-attention ``attn2`` keeps its stock processor)::
+``diffusers.WanTransformer3DModel``. The cross-attention ``attn2`` keeps its stock processor::
 
     from framegraph.kernels.processors import install_monarch_processors
 
@@ -13,9 +13,9 @@ A drop-in for ``WanAttnProcessor`` on the self-attention ``attn1`` of every ``Wa
     # exact=True: the stock maths (SDPA), for A/B checks — outputs equal to the stock model's
     procs = install_monarch_processors(model, exact=True)
 
-The projections, RMS norms and rotary embedding (interleaved pairs, Wan's ``apply_rotary_emb``) are the
-stock processor's; only ``softmax(q k^T / sqrt(D)) v`` is replaced by
-:func:`~framegraph.kernels.monarch_attention.monarch_attention` over the token grid.
+The projections, RMS norms and rotary embedding are the stock processor's. The rotary embedding rotates
+interleaved pairs, as Wan's ``apply_rotary_emb`` does. Only ``softmax(q k^T / sqrt(D)) v`` is replaced. It
+becomes :func:`~framegraph.kernels.monarch_attention.monarch_attention` over the token grid.
 """
 from __future__ import annotations
 
@@ -32,14 +32,15 @@ STOCK_PROCESSOR = "WanAttnProcessor"
 
 
 class MonarchAttnProcessor(AttnProcessor):
-    """Wan self-attention with Monarch attention over the ``(frames, height, width)`` token grid.
+    """Wan self-attention with Monarch attention over the token grid of frames, height and width.
 
     Args:
-        grid: ``(F, Hh, Ww)`` after patching, ``F * Hh * Ww`` = sequence length; ``None`` until set
-            (``install_monarch_processors`` without ``grid`` sets it before every model call).
-        num_iters: Monarch fitting iterations (see ``monarch_attention``).
+        grid: ``(F, Hh, Ww)`` after patching. ``F * Hh * Ww`` is the sequence length. It is ``None`` until
+            set. ``install_monarch_processors`` without ``grid`` sets it before every model call.
+        num_iters: Monarch fitting iterations, as in ``monarch_attention``.
         block_causal: frames attend only to their own and earlier frames.
-        exact: compute exact softmax attention instead (the stock processor's maths, same outputs).
+        exact: compute exact softmax attention instead. That is the stock processor's maths, with the same
+            outputs.
         backend: kernel backend, ``"auto" | "triton" | "torch"``.
     """
 
@@ -63,7 +64,7 @@ class MonarchAttnProcessor(AttnProcessor):
         self.backend = backend
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotary_emb=None) -> torch.Tensor:
-        """Monarch attention of ``q, k, v [B, H, N, D]`` over the grid (or SDPA when ``exact``)."""
+        """Monarch attention of ``q, k, v [B, H, N, D]`` over the grid. SDPA when ``exact``."""
         if self.exact:
             return F.scaled_dot_product_attention(q, k, v, dropout_p=0.0, is_causal=False)
         if self.grid is None:
@@ -76,7 +77,10 @@ class MonarchAttnProcessor(AttnProcessor):
 
 
 def grid_from_latents(latents_shape, patch_size) -> tuple[int, int, int]:
-    """``(F, Hh, Ww)`` for latents ``[B, C, frames, height, width]`` patchified by ``patch_size=(p_t, p_h, p_w)``."""
+    """``(F, Hh, Ww)`` for latents ``[B, C, frames, height, width]``.
+
+    The latents are patchified by ``patch_size=(p_t, p_h, p_w)``.
+    """
     _, _, frames, height, width = latents_shape
     p_t, p_h, p_w = patch_size
     return frames // p_t, height // p_h, width // p_w
@@ -85,11 +89,12 @@ def grid_from_latents(latents_shape, patch_size) -> tuple[int, int, int]:
 def install_monarch_processors(
     model: torch.nn.Module, grid: tuple[int, int, int] | None = None, **kwargs
 ) -> dict[str, MonarchAttnProcessor]:
-    """Give every self-attention ``WanAttnProcessor`` of ``model`` its own ``MonarchAttnProcessor(grid, **kwargs)``.
+    """Give every self-attention ``WanAttnProcessor`` of ``model`` its own ``MonarchAttnProcessor``.
 
-    Cross-attention layers keep their processors. With ``grid=None`` a forward pre-hook on ``model``
-    sets each processor's grid from the call's latents ``[B, C, F, H, W]`` and ``model.config.patch_size``
-    (installing again replaces that hook). Returns the new processors by module name.
+    Each is built as ``MonarchAttnProcessor(grid, **kwargs)``. Cross-attention layers keep their processors.
+    With ``grid=None`` a forward pre-hook on ``model`` sets each processor's grid. It reads the call's latents
+    ``[B, C, F, H, W]`` and ``model.config.patch_size``. Installing again replaces that hook. Returns the new
+    processors by module name.
     """
     installed = {}
     for name, module in model.named_modules():

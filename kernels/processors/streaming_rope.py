@@ -1,14 +1,15 @@
 """``StreamingRotaryPosEmbed``: the Sana-Video / Wan rotary table for frames later in a stream.
 
-diffusers' ``WanRotaryPosEmbed`` (``SanaVideoTransformer3DModel.rope``) always numbers the latent frames
-of a call from 0. When a model is streamed chunk by chunk, the frames of chunk ``c`` are really frames
-``[offset, offset + F)`` of the stream; this module returns the stock module's ``(cos, sin)`` rows for
-exactly those positions, read from the stock module's own ``freqs_cos`` / ``freqs_sin`` buffers (same
-dtype, device and ``[1, N, 1, D]`` layout). Height and width positions are unchanged.
+The diffusers ``WanRotaryPosEmbed`` is ``SanaVideoTransformer3DModel.rope``. It always numbers the latent
+frames of a call from 0. When a model is streamed chunk by chunk, the frames of chunk ``c`` are really frames
+``[offset, offset + F)`` of the stream. This module returns the stock module's ``cos, sin`` rows for exactly
+those positions. It reads them from the stock module's own ``freqs_cos`` / ``freqs_sin`` buffers. They keep
+the same dtype, device and ``[1, N, 1, D]`` layout. Height and width positions are unchanged.
 
-The offset is not stored here: it is the stream position of the attention processors it was given (their
-``tokens_seen``, advanced only when a call commits its state), divided by the tokens per frame. So it
-advances exactly on committing passes, stays put on read-only ones and returns to 0 on ``reset()``.
+The offset is not stored here. It is the stream position of the attention processors it was given, divided by
+the tokens per frame. That position is their ``tokens_seen``. It advances only when a call commits its state.
+So the offset advances exactly on committing passes. It stays put on read-only ones. It returns to 0 on
+``reset()``.
 """
 from __future__ import annotations
 
@@ -23,10 +24,10 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
     """Drop-in for a ``WanRotaryPosEmbed`` whose frame positions continue across calls.
 
     Args:
-        rope: the model's stock ``WanRotaryPosEmbed`` (kept as ``self.rope``; its buffers are used as is).
-        processors: objects with ``tokens_seen`` (e.g. the model's stateful
-            :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor` s): tokens already committed
-            to the stream. All must agree. Empty: the offset is 0 unless passed to :meth:`forward`.
+        rope: the model's stock ``WanRotaryPosEmbed``. It is kept as ``self.rope``. Its buffers are used as is.
+        processors: objects with ``tokens_seen``, the tokens already committed to the stream. The model's
+            stateful :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor` s are such objects.
+            All must agree. When empty, the offset is 0 unless passed to :meth:`forward`.
     """
 
     def __init__(self, rope: torch.nn.Module, processors: Iterable = ()) -> None:
@@ -36,10 +37,13 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         self.static: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def pin(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Compute the table of the stream's current position for latents shaped like ``hidden_states`` into
-        buffers that :meth:`forward` then returns as they are (allocated at the first call, refilled in place
-        after): a CUDA graph captured around the model reads the rows of whatever position the buffers hold.
-        :meth:`unpin` goes back to computing the table at every call."""
+        """Compute the table of the stream's current position into fixed buffers.
+
+        The latents are shaped like ``hidden_states``. The buffers are allocated at the first call and refilled
+        in place after. The method :meth:`forward` then returns them as they are. A CUDA graph captured around
+        the model reads the rows of whatever position the buffers hold. The method :meth:`unpin` goes back to
+        computing the table at every call.
+        """
         self.static, static = None, self.static
         cos, sin = self.forward(hidden_states)
         if static is None or static[0].shape != cos.shape:
@@ -54,7 +58,7 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         self.static = None
 
     def stream_tokens(self) -> int:
-        """Tokens committed to the stream so far (0 for a fresh or reset stream)."""
+        """Tokens committed to the stream so far. It is 0 for a fresh or reset stream."""
         positions = {p.tokens_seen for p in self.processors}
         if len(positions) > 1:
             raise ValueError(
@@ -67,12 +71,13 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
     def forward(
         self, hidden_states: torch.Tensor, frame_offset: int | None = None
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """hidden_states ``[B, C, F, H, W]`` (latents; only the shape is read).
+        """The rotary table for latents ``hidden_states [B, C, F, H, W]``. Only the shape is read.
 
-        Returns ``(cos, sin)``, each ``[1, F' * H' * W', 1, D]`` (``F' = F // p_t`` etc.), for frames
-        ``[frame_offset, frame_offset + F')``; ``frame_offset=None`` takes it from the stream position.
+        Returns ``cos, sin``, each ``[1, F' * H' * W', 1, D]``, with ``F' = F // p_t`` and so on. The rows are
+        for frames ``[frame_offset, frame_offset + F')``. With ``frame_offset=None`` the offset comes from the
+        stream position.
         """
-        if self.static is not None:  # pinned (see pin): the rows of the position the buffers hold
+        if self.static is not None:  # pinned, see pin: the rows of the position the buffers hold
             return self.static
         _, _, num_frames, height, width = hidden_states.shape
         p_t, p_h, p_w = self.rope.patch_size

@@ -1,8 +1,8 @@
-"""``WanCausalAttnProcessor``: Wan self-attention run block-causally over a stream, with a KV cache of the past.
+"""``WanCausalAttnProcessor``: Wan self-attention run block-causally over a stream.
 
-A drop-in for ``WanAttnProcessor`` on the self-attention ``attn1`` of every ``WanTransformerBlock`` in
-``diffusers.WanTransformer3DModel`` (cross-attention ``attn2`` keeps its stock processor). The model is
-fed one *chunk* of latent frames per call (Self-Forcing / CausVid)::
+It keeps a KV cache of the past. It is a drop-in for ``WanAttnProcessor`` on the self-attention ``attn1`` of
+every ``WanTransformerBlock`` in ``diffusers.WanTransformer3DModel``. The cross-attention ``attn2`` keeps its
+stock processor. The model is fed one *chunk* of latent frames per call, as in Self-Forcing and CausVid::
 
     from framegraph.kernels.processors import install_wan_causal_processors, set_update_state
 
@@ -15,27 +15,28 @@ fed one *chunk* of latent frames per call (Self-Forcing / CausVid)::
         model(x0, 0, prompt_embeds)
     for p in procs.values(): p.reset()              # a new stream
 
-Attention: the chunk's queries see every key the cache holds and every key of their own chunk (inside a
-chunk attention is bidirectional; across chunks it is causal — the "block-causal" mask with one block per
-chunk). The cache keeps, per layer, the keys and values (after RMS norm and rotary embedding) of the
-committed frames: the first ``sink_frames`` of the stream for ever (attention sinks) and a rolling window
-of the most recent ones, ``capacity_frames`` in all, in fixed preallocated storage.
+Attention: the chunk's queries see every key the cache holds and every key of their own chunk. Inside a
+chunk attention is bidirectional. Across chunks it is causal. That is the "block-causal" mask with one block
+per chunk. Per layer, the cache keeps the keys and values of the committed frames. They are taken after RMS
+norm and rotary embedding. The first ``sink_frames`` of the stream stay for ever, as attention sinks. A
+rolling window keeps the most recent ones. That makes ``capacity_frames`` in all, in fixed preallocated
+storage.
 
 - ``attention="sdpa"``: exact softmax attention of the chunk's queries on ``[cache, chunk]`` keys. With
   nothing evicted this is the stock model over the whole sequence with the block-causal mask.
 - ``attention="monarch"``: :func:`~framegraph.kernels.monarch_attention.monarch_attention` with
-  ``block_causal=True`` over the grid ``(blocks, chunk_frames * Hh, Ww)`` of ``[cache, chunk]`` — each
-  chunk one causal block, so the causal structure is the same as SDPA's. Block-causal Monarch makes
-  everything about a block depend on earlier blocks only, so the chunk's outputs equal those of Monarch
-  over the whole sequence with the same grid, exactly, as long as nothing was evicted. The fit needs the
-  past's queries too, so the cache also keeps them, and the past's factors are refitted on every call
-  (cost grows with the cache, bounded by ``capacity_frames``). After an eviction the factors are fitted
-  over the frames kept only (unlike SDPA, no full-sequence mask reproduces that).
+  ``block_causal=True``. It runs over the grid ``(blocks, chunk_frames * Hh, Ww)`` of ``[cache, chunk]``.
+  Each chunk is one causal block, so the causal structure is the same as SDPA's. Block-causal Monarch makes
+  everything about a block depend on earlier blocks only. So the chunk's outputs equal exactly those of
+  Monarch over the whole sequence with the same grid. That holds as long as nothing was evicted. The fit
+  needs the past's queries too, so the cache also keeps them. The past's factors are refitted on every call.
+  The cost grows with the cache, bounded by ``capacity_frames``. After an eviction the factors are fitted
+  over the frames kept only. Unlike with SDPA, no full-sequence mask reproduces that.
 
-RoPE positions are absolute in the stream: the install wraps ``model.rope`` in a
-:class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed` that reads the processors'
-``tokens_seen`` (committed tokens), so the chunk's frames get rows ``[frames committed, + chunk)``; cached
-keys keep the positions they were committed with. A stream ends with a clear error at the rotary table's
+RoPE positions are absolute in the stream. The install wraps ``model.rope`` in a
+:class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed`. It reads the processors' ``tokens_seen``,
+the committed tokens. So the chunk's frames get rows ``[frames committed, + chunk)``. Cached keys keep the
+positions they were committed with. A stream ends with a clear error at the rotary table's
 ``rope_max_seq_len`` latent frames.
 """
 from __future__ import annotations
@@ -55,18 +56,18 @@ ATTENTION = ("sdpa", "monarch")
 
 
 class KVCache:
-    """Keys and values (and for Monarch, queries) of one attention layer's committed latent frames.
+    """Keys and values of one attention layer's committed latent frames. For Monarch, also queries.
 
     Args:
         capacity_frames: committed frames kept: ``sink_frames`` + a rolling window of the most recent.
         sink_frames: the stream's first frames, never evicted.
 
-    Storage is allocated by the first :meth:`write` (when batch, heads, tokens per frame, head dim, chunk
-    size, dtype and device are known) and never grows: ``k``, ``v`` (and ``q``) are each
-    ``[B, H, (capacity_frames + chunk_frames) * T, D]``, ``T`` = tokens per latent frame; the last
-    ``chunk_frames`` slots hold the chunk being denoised, so attention reads one contiguous view. Frames are
-    kept in stream order: sinks first, then the window. ``frames`` counts the frames held,
-    ``frames_seen`` the frames ever committed (the stream position).
+    Storage is allocated by the first :meth:`write`. Then batch, heads, tokens per frame, head dim, chunk
+    size, dtype and device are known. It never grows. ``k``, ``v`` and ``q`` are each
+    ``[B, H, (capacity_frames + chunk_frames) * T, D]``, with ``T`` the tokens per latent frame. The last
+    ``chunk_frames`` slots hold the chunk being denoised. So attention reads one contiguous view. Frames are
+    kept in stream order: sinks first, then the window. ``frames`` counts the frames held. ``frames_seen``
+    counts the frames ever committed: the stream position.
     """
 
     def __init__(self, capacity_frames: int, sink_frames: int = 0) -> None:
@@ -89,12 +90,12 @@ class KVCache:
         self.frames_seen = 0
 
     def reset(self) -> None:
-        """Forget the stream (the storage is kept and reused by a stream of the same layout)."""
+        """Forget the stream. The storage is kept for reuse by a stream of the same layout."""
         self.frames = 0
         self.frames_seen = 0
 
     def held_frames(self) -> list[int]:
-        """Stream indices of the frames held, in storage order (sinks, then the window)."""
+        """Stream indices of the frames held, in storage order: sinks, then the window."""
         sinks = min(self.frames, self.sink_frames)
         return list(range(sinks)) + list(range(self.frames_seen - (self.frames - sinks), self.frames_seen))
 
@@ -111,10 +112,10 @@ class KVCache:
     def write(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tokens_per_frame: int, keep_queries: bool
     ) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
-        """Put a chunk's ``q, k, v [B, H, Nc, D]`` after the frames held; return views of ``[held, chunk]``.
+        """Put a chunk's ``q, k, v [B, H, Nc, D]`` after the frames held. Return views of ``[held, chunk]``.
 
-        Returns ``(q_all, k_all, v_all)``, each ``[B, H, (frames + chunk_frames) * T, D]`` (``q_all`` is
-        ``None`` unless ``keep_queries``). Nothing is committed: see :meth:`commit`.
+        Returns ``q_all, k_all, v_all``, each ``[B, H, (frames + chunk_frames) * T, D]``. ``q_all`` is ``None``
+        unless ``keep_queries``. Nothing is committed. That is the job of :meth:`commit`.
         """
         batch, heads, n_tokens, head_dim = k.shape
         if n_tokens % tokens_per_frame:
@@ -146,7 +147,7 @@ class KVCache:
         return (self.q[:, :, :end] if keep_queries else None), self.k[:, :, :end], self.v[:, :, :end]
 
     def commit(self) -> None:
-        """Keep the chunk last written; evict the oldest window frames beyond ``capacity_frames``."""
+        """Keep the chunk last written. Evict the oldest window frames beyond ``capacity_frames``."""
         self.frames += self.chunk_frames
         self.frames_seen += self.chunk_frames
         drop = self.frames - self.capacity_frames
@@ -154,7 +155,7 @@ class KVCache:
             T = self.tokens_per_frame
             first, kept = self.sink_frames * T, (self.capacity_frames - self.sink_frames) * T
             for buf in (self.k, self.v, self.q):
-                if buf is not None:  # shift the window down over the evicted frames (regions overlap: clone)
+                if buf is not None:  # shift the window down over the evicted frames; the regions overlap: clone
                     buf[:, :, first:first + kept] = buf[:, :, first + drop * T:first + drop * T + kept].clone()
             self.frames = self.capacity_frames
 
@@ -166,17 +167,17 @@ class KVCache:
 
 
 class WanCausalAttnProcessor(AttnProcessor):
-    """Wan self-attention over ``[cache, chunk]``, block-causal by chunk (see the module docs).
+    """Wan self-attention over ``[cache, chunk]``, block-causal by chunk. The module docs say more.
 
     Args:
         cache: this layer's :class:`KVCache`.
-        attention: ``"sdpa"`` (exact) or ``"monarch"`` (Monarch attention, block-causal by chunk).
+        attention: ``"sdpa"``, exact, or ``"monarch"``, Monarch attention block-causal by chunk.
         num_iters: Monarch fitting iterations.
         backend: Monarch kernel backend, ``"auto" | "triton" | "torch"``.
-        update_state: commit this call's chunk to the cache (the clean pass); ``False``: read only.
+        update_state: commit this call's chunk to the cache, as the clean pass does. ``False`` reads only.
 
-    ``grid`` ``(F, Hh, Ww)`` of the call's chunk after patching is set before every model call by the
-    forward pre-hook of :func:`install_wan_causal_processors`.
+    The ``grid`` is the call's chunk after patching, ``(F, Hh, Ww)``. The forward pre-hook of
+    :func:`install_wan_causal_processors` sets it before every model call.
     """
 
     def __init__(
@@ -201,7 +202,7 @@ class WanCausalAttnProcessor(AttnProcessor):
 
     @property
     def tokens_seen(self) -> int:
-        """Tokens committed to the stream (read by :class:`StreamingRotaryPosEmbed` for the frame offset)."""
+        """Tokens committed to the stream. The :class:`StreamingRotaryPosEmbed` reads it for the frame offset."""
         return self.cache.frames_seen * (self.cache.tokens_per_frame or 0)
 
     def reset(self) -> None:
@@ -223,8 +224,10 @@ class WanCausalAttnProcessor(AttnProcessor):
             )
 
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotary_emb=None) -> torch.Tensor:
-        """The chunk's ``q, k, v [B, H, Nc, D]`` attend over ``[cache, chunk]``; commits the chunk if
-        ``update_state``."""
+        """The chunk's ``q, k, v [B, H, Nc, D]`` attend over ``[cache, chunk]``.
+
+        Commits the chunk if ``update_state``.
+        """
         frames, height, width = self.grid
         monarch = self.attention == "monarch"
         q_all, k_all, v_all = self.cache.write(q, k, v, height * width, keep_queries=monarch)  # [B, H, Np + Nc, D]
@@ -256,11 +259,12 @@ def install_wan_causal_processors(
     num_iters: int = 1,
     backend: str = "auto",
 ) -> dict[str, WanCausalAttnProcessor]:
-    """Give every self-attention of a ``WanTransformer3DModel`` a :class:`WanCausalAttnProcessor` with its own cache.
+    """Give every self-attention of a ``WanTransformer3DModel`` a :class:`WanCausalAttnProcessor`.
 
-    Also wraps ``model.rope`` in a :class:`StreamingRotaryPosEmbed` over these processors, and registers a
-    forward pre-hook that checks each call's latents ``[B, C, F, H, W]`` are whole patches and sets the
-    processors' grid. Installing again replaces all three. Returns the processors by module name.
+    Each gets its own cache. The install also wraps ``model.rope`` in a :class:`StreamingRotaryPosEmbed` over
+    these processors. It registers a forward pre-hook. The hook checks that each call's latents
+    ``[B, C, F, H, W]`` are whole patches. It sets the processors' grid. Installing again replaces all three.
+    Returns the processors by module name.
     """
     patch_size = tuple(model.config.patch_size) if hasattr(model, "config") else None
     if patch_size is None or getattr(model, "rope", None) is None:
@@ -269,7 +273,7 @@ def install_wan_causal_processors(
             f"expected a diffusers WanTransformer3DModel"
         )
     uninstall_wan_causal_processors(model)
-    rope = model.rope  # the stock table (a streaming one installed before was just taken off)
+    rope = model.rope  # the stock table; a streaming one installed before was just taken off
     installed = {}
     for name, module in model.named_modules():
         processor = getattr(module, "processor", None)
@@ -303,7 +307,7 @@ def install_wan_causal_processors(
 
 
 def uninstall_wan_causal_processors(model: torch.nn.Module) -> None:
-    """Put the stock ``WanAttnProcessor`` and rotary table back (nothing to do on a stock model)."""
+    """Put the stock ``WanAttnProcessor`` and rotary table back. On a stock model it does nothing."""
     from diffusers.models.transformers.transformer_wan import WanAttnProcessor
 
     for module in model.modules():

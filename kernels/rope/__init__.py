@@ -1,11 +1,11 @@
-"""Rotary position embedding with diffusers' Sana-Video / Wan convention (interleaved channel pairs).
+"""Rotary position embedding with diffusers' Sana-Video / Wan convention of interleaved channel pairs.
 
-``apply_rope(x, cos, sin)`` rotates pairs ``(x[2i], x[2i+1])`` by the angle whose cosine is
-``cos[..., 2i]`` and sine ``sin[..., 2i+1]`` — what diffusers' ``apply_rotary_emb`` inside
-``SanaLinearAttnProcessor3_0`` computes with the tables of ``WanRotaryPosEmbed`` (each angle repeated
-twice, ``repeat_interleave_real=True``). It is *not* the rotate-half (GPT-NeoX / Llama) convention.
-The Triton path is the custom op ``torch.ops.framegraph.apply_rope`` (gradient w.r.t. ``x`` only;
-rope tables are constants).
+``apply_rope(x, cos, sin)`` rotates pairs ``(x[2i], x[2i+1])``. The angle's cosine is ``cos[..., 2i]``. Its
+sine is ``sin[..., 2i+1]``. That is what diffusers' ``apply_rotary_emb`` inside ``SanaLinearAttnProcessor3_0``
+computes with the tables of ``WanRotaryPosEmbed``. There each angle is repeated twice, with
+``repeat_interleave_real=True``. It is *not* the rotate-half convention of GPT-NeoX / Llama. The Triton path
+is the custom op ``torch.ops.framegraph.apply_rope``. Its gradient is w.r.t. ``x`` only. Rope tables are
+constants.
 """
 from __future__ import annotations
 
@@ -20,12 +20,13 @@ OP = "apply_rope"
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, *, backend: Backend = "auto") -> torch.Tensor:
-    """Rotate interleaved channel pairs of ``x``; fp32 maths, result in ``x.dtype``.
+    """Rotate interleaved channel pairs of ``x``. The maths is fp32. The result is in ``x.dtype``.
 
     Args:
-        x: ``[..., D]`` of rank 2 to 4 (e.g. ``[B, H, N, D]`` or diffusers' ``[B, N, H, D]``), ``D`` even.
-        cos, sin: broadcastable to ``x`` (e.g. ``[1, 1, N, D]`` or ``[N, D]``).
-        backend: ``"auto"`` (Triton on CUDA, torch elsewhere), ``"triton"`` or ``"torch"``.
+        x: ``[..., D]`` of rank 2 to 4, ``D`` even. Examples are ``[B, H, N, D]`` and diffusers'
+            ``[B, N, H, D]``.
+        cos, sin: broadcastable to ``x``, such as ``[1, 1, N, D]`` or ``[N, D]``.
+        backend: ``"auto"``, ``"triton"`` or ``"torch"``. ``"auto"`` is Triton on CUDA, torch elsewhere.
     """
     check_float_dtype(OP, "x", x)
     if not 2 <= x.dim() <= 4:

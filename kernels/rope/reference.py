@@ -1,10 +1,10 @@
 """Rotary position embedding, pure torch: the readable twin of ``triton.py``.
 
-Convention (diffusers' ``apply_rotary_emb`` inside the Sana-Video / Wan linear attention processors):
-channels are rotated in *interleaved pairs* ``(x[2i], x[2i+1])``, and ``cos``/``sin`` come in the full
-head width ``D`` with each angle repeated twice (``get_1d_rotary_pos_embed(..., repeat_interleave_real=True)``).
-Exactly like diffusers, the cosine of pair ``i`` is read at ``cos[..., 2i]`` and the sine at
-``sin[..., 2i+1]``::
+The convention is diffusers' ``apply_rotary_emb`` inside the Sana-Video / Wan linear attention processors.
+Channels are rotated in *interleaved pairs* ``(x[2i], x[2i+1])``. ``cos`` and ``sin`` come in the full head
+width ``D``. Each angle is repeated twice, as
+``get_1d_rotary_pos_embed(..., repeat_interleave_real=True)`` makes them. Exactly like diffusers, the cosine
+of pair ``i`` is read at ``cos[..., 2i]``. The sine is read at ``sin[..., 2i+1]``::
 
     out[2i]   = x[2i] * cos[2i] - x[2i+1] * sin[2i+1]
     out[2i+1] = x[2i] * sin[2i+1] + x[2i+1] * cos[2i]
@@ -15,11 +15,11 @@ import torch
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """Rotate interleaved channel pairs of ``x`` (computed in fp32, returned in ``x.dtype``).
+    """Rotate interleaved channel pairs of ``x``. Computed in fp32, returned in ``x.dtype``.
 
     Args:
         x: ``[..., D]`` with ``D`` even.
-        cos, sin: broadcastable to ``x``, ``[..., D]`` (each angle repeated for both channels of a pair).
+        cos, sin: broadcastable to ``x``, ``[..., D]``. Each angle is repeated for both channels of a pair.
     """
     x_even, x_odd = x.float().unflatten(-1, (-1, 2)).unbind(-1)
     c = cos[..., 0::2].float()
@@ -29,10 +29,12 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def diffusers_apply_rotary_emb(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """diffusers' ``apply_rotary_emb`` of ``SanaLinearAttnProcessor3_0``
-    (diffusers/models/transformers/transformer_sana_video.py) as diffusers writes it: the same rotation as
-    :func:`apply_rope` but computed in ``x``'s dtype. The unfused peer that ``bench kernels`` times and the tests
-    compare against; ``x [..., D]``, ``cos`` / ``sin`` broadcastable to it."""
+    """The ``apply_rotary_emb`` of diffusers' ``SanaLinearAttnProcessor3_0``, as diffusers writes it.
+
+    It lives in diffusers/models/transformers/transformer_sana_video.py. It is the same rotation as
+    :func:`apply_rope` but computed in ``x``'s dtype. It is the unfused peer that ``bench kernels`` times. The
+    tests compare against it. ``x`` is ``[..., D]``. ``cos`` and ``sin`` broadcast to it.
+    """
     x1, x2 = x.unflatten(-1, (-1, 2)).unbind(-1)
     c, s = cos[..., 0::2], sin[..., 1::2]
     out = torch.empty_like(x)

@@ -1,7 +1,7 @@
 """Rotary position embedding in Triton: one pass, fp32 maths, output in ``x``'s dtype.
 
-Same convention as ``reference.py`` (interleaved pairs, cos read at column 2i, sin at 2i+1). The
-backward is the same kernel with the sine negated (the rotation's transpose).
+The convention is that of ``reference.py``: interleaved pairs, cos read at column 2i, sin at 2i+1. The
+backward is the same kernel with the sine negated. That is the rotation's transpose.
 """
 from __future__ import annotations
 
@@ -39,7 +39,10 @@ def _rope_kernel(
 
 
 def rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, transpose: bool = False) -> torch.Tensor:
-    """``x [A, S1, S2, D]``; cos, sin broadcastable to it. ``transpose`` applies the inverse rotation."""
+    """Rotate ``x [A, S1, S2, D]``. ``cos`` and ``sin`` broadcast to it.
+
+    ``transpose`` applies the inverse rotation.
+    """
     table = torch.stack(torch.broadcast_tensors(cos, sin)).to(torch.float32).expand(2, *x.shape)
     out = torch.empty(x.shape, device=x.device, dtype=x.dtype)
     A, S1, S2, D = x.shape

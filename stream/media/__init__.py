@@ -1,4 +1,7 @@
-"""Media I/O on PyAV (FFmpeg): audio sources, MP4 / H.264 / JPEG / image-sequence outputs, video with alpha."""
+"""Media I/O on PyAV, which wraps FFmpeg.
+
+It has audio sources, MP4 / H.264 / JPEG / image-sequence outputs and video with alpha.
+"""
 from .alpha import (
     ALPHA_FORMATS,
     IMAGE_CODECS,

@@ -1,14 +1,20 @@
-"""Video with an alpha channel: pictures and their mattes joined into RGBA, written to WebM (VP9 with alpha) or
-ProRes 4444 ``.mov`` files, read back, and RGBA pictures as PNG / WebP images.
+"""Video with an alpha channel.
+
+Pictures and their mattes are joined into RGBA. They are written to WebM files, VP9 with alpha, or to ProRes
+4444 ``.mov`` files. Such files are read back. RGBA pictures can also go out as PNG / WebP images.
 
     video uint8 [H, W, 3] ─┐
                            ├─▶ JoinAlpha ──rgba uint8 [H, W, 4]──▶ AlphaVideoSink("talk.webm" | "talk.mov")
     alpha uint8 [H, W] ────┘                                          ▲ audio int16 [chunk]
 
-The format follows the file name (:data:`ALPHA_FORMATS`): ``.webm`` — VP9 (libvpx, ``yuva420p``: the alpha plane
-coded as a second VP9 stream, what browsers and OBS play with transparency) with Opus sound; ``.mov`` — ProRes 4444
-(``prores_ks``, ``yuva444p10le``: the editors' intermediate, alpha kept losslessly) with 16-bit PCM sound. Both
-encoders are in the FFmpeg that PyAV's wheel carries. FFmpeg's own VP9 decoder drops the alpha plane, so
+The format follows the file name, by :data:`ALPHA_FORMATS`:
+
+- ``.webm``: VP9 from libvpx in ``yuva420p``, with Opus sound. The alpha plane is coded as a second VP9 stream.
+  Browsers and OBS play that with transparency.
+- ``.mov``: ProRes 4444 from ``prores_ks`` in ``yuva444p10le``, with 16-bit PCM sound. It is the editors'
+  intermediate. Alpha is kept losslessly.
+
+Both encoders are in the FFmpeg that PyAV's wheel carries. FFmpeg's own VP9 decoder drops the alpha plane. So
 :func:`read_video_rgba` decodes WebM with libvpx's.
 """
 from __future__ import annotations
@@ -33,12 +39,14 @@ ALPHA_FORMATS = {
                                                  "row-mt": "1"}, "libopus"),
     ".mov": ("mov", "prores_ks", "yuva444p10le", {"profile": "4", "alpha_bits": "16"}, "pcm_s16le"),
 }
-IMAGE_CODECS = ("png", "webp")  # RGBA pictures one by one (the server's transparent video)
+IMAGE_CODECS = ("png", "webp")  # RGBA pictures one by one: the server's transparent video
 
 
 def alpha_format(path) -> str:
-    """The suffix of ``path`` when it names a video format with alpha (:data:`ALPHA_FORMATS`); ``ValueError``
-    naming the suffix and those expected otherwise."""
+    """The suffix of ``path`` when it names a video format with alpha, one of :data:`ALPHA_FORMATS`.
+
+    Otherwise raises ``ValueError`` naming the suffix and those expected.
+    """
     suffix = os.path.splitext(os.fspath(path))[1].lower()
     if suffix not in ALPHA_FORMATS:
         raise ValueError(f"{os.fspath(path)!r}: video with alpha is written as WebM (VP9 with alpha, .webm) or ProRes "
@@ -53,8 +61,9 @@ def rgba_port(width: int, height: int) -> PortSpec:
 class JoinAlpha(Stage):
     """A picture and its matte, frame for frame, as one RGBA picture.
 
-    Ports: in ``"video"`` ``uint8 [H, W, 3]`` and ``"alpha"`` ``uint8 [H, W]`` (the same frame's: lock-step); out
-    ``"rgba"`` ``uint8 [H, W, 4]`` (straight, not premultiplied, alpha)."""
+    Ports: in ``"video"`` ``uint8 [H, W, 3]`` and ``"alpha"`` ``uint8 [H, W]``. They are the same frame's, in
+    lock-step. Out ``"rgba"`` ``uint8 [H, W, 4]``. Its alpha is straight, not premultiplied.
+    """
 
     def __init__(self, *, width: int, height: int, name: str = "join_alpha"):
         super().__init__(name)
@@ -68,12 +77,15 @@ class JoinAlpha(Stage):
 
 
 class AlphaVideoSink(MP4Sink):
-    """Sink: a video file with an alpha channel (WebM VP9 + Opus, or ProRes 4444 ``.mov`` + PCM, by the name's
-    suffix: :data:`ALPHA_FORMATS`) and, when ``audio_rate`` is set, sound.
+    """Sink: a video file with an alpha channel and, when ``audio_rate`` is set, sound.
 
-    Inputs: ``"video"`` ``uint8 [H, W, 4]`` RGBA (straight alpha; :class:`JoinAlpha` makes it) and ``"audio"``
-    ``int16 [chunk]``. Muxed by pts, written as ``NAME.partial.EXT`` and renamed at the end, as :class:`MP4Sink`
-    does."""
+    The name's suffix picks the format from :data:`ALPHA_FORMATS`. It is WebM VP9 + Opus, or ProRes 4444
+    ``.mov`` + PCM.
+
+    Inputs: ``"video"`` ``uint8 [H, W, 4]`` RGBA with straight alpha, as :class:`JoinAlpha` makes it. And
+    ``"audio"`` ``int16 [chunk]``. Streams are muxed by pts. The file is written as ``NAME.partial.EXT`` and
+    renamed at the end, as :class:`MP4Sink` does.
+    """
 
     def __init__(self, path, *, width: int, height: int, fps: float, audio_rate: int | None = SAMPLE_RATE,
                  audio_chunk_ms: int = 20, name: str = "alpha_video"):
@@ -90,8 +102,11 @@ class AlphaVideoSink(MP4Sink):
 
 
 def _decoded_frames(container, stream):
-    """The decoded frames of ``stream``: WebM's VP9 through libvpx (which decodes the alpha plane FFmpeg's own
-    VP9 decoder drops), anything else through the stream's own decoder."""
+    """The decoded frames of ``stream``.
+
+    WebM's VP9 goes through libvpx. It decodes the alpha plane that FFmpeg's own VP9 decoder drops. Anything
+    else goes through the stream's own decoder.
+    """
     if stream.codec_context.name != "vp9":
         yield from container.decode(stream)
         return
@@ -103,8 +118,11 @@ def _decoded_frames(container, stream):
 
 
 def read_video_rgba(path) -> dict:
-    """Decode a video file with alpha (what :class:`AlphaVideoSink` writes): ``{"frames": uint8 [T, H, W, 4] RGBA,
-    "fps", "has_alpha"}`` (``has_alpha`` False, alpha 255, for a file without an alpha plane)."""
+    """Decode a video file with alpha, as :class:`AlphaVideoSink` writes.
+
+    Returns ``{"frames": uint8 [T, H, W, 4] RGBA, "fps", "has_alpha"}``. For a file without an alpha plane,
+    ``has_alpha`` is False and alpha is 255.
+    """
     container = open_media(path)
     try:
         if not container.streams.video:
@@ -122,8 +140,11 @@ def read_video_rgba(path) -> dict:
 
 
 class RGBAImageEncoder(Stage):
-    """``uint8 [H, W, 4]`` RGBA in, a PNG (lossless) or WebP (``quality``; lossless at 100) picture out on a
-    variable-length ``uint8`` port — video frames for consumers that keep alpha, one picture a frame."""
+    """``uint8 [H, W, 4]`` RGBA in, a PNG or WebP picture out on a variable-length ``uint8`` port.
+
+    PNG is lossless. WebP uses ``quality`` and is lossless at 100. These are video frames for consumers that
+    keep alpha, one picture a frame.
+    """
 
     def __init__(self, *, width: int, height: int, codec: str = "png", quality: int = 90, name: str = "rgba_image"):
         super().__init__(name)

@@ -1,8 +1,9 @@
-"""Audio in: any file FFmpeg decodes, or PCM pushed live by a server, as 16 kHz mono PCM16 chunks.
+"""Audio in, as 16 kHz mono PCM16 chunks.
 
-Both sources have the same output port, ``"audio"``: ``int16 [chunk_samples]`` (320 samples = 20 ms
-at 16 kHz), with ``pts`` counted from the number of samples delivered (audio is the master clock).
-The last chunk of a stream is zero-padded and its ``length`` says how many samples are real.
+The audio comes from any file FFmpeg decodes, or as PCM pushed live by a server. Both sources have the same
+output port, ``"audio"``: ``int16 [chunk_samples]``. At 16 kHz, 320 samples are 20 ms. The ``pts`` counts the
+samples delivered. Audio is the master clock. The last chunk of a stream is zero-padded. Its ``length`` says
+how many samples are real.
 """
 from __future__ import annotations
 
@@ -37,8 +38,11 @@ def _audio_stream(container, path):
 
 
 def iter_pcm16(path, sample_rate: int = SAMPLE_RATE):
-    """Decode ``path`` and yield int16 mono numpy blocks at ``sample_rate``. Raises :class:`MediaError`
-    naming the file when it is missing, empty, not media, has no audio, or is truncated/corrupt."""
+    """Decode ``path`` and yield int16 mono numpy blocks at ``sample_rate``.
+
+    Raises :class:`MediaError` naming the file when it is missing, empty or not media. It also raises when the
+    file has no audio or is truncated or corrupt.
+    """
     container = open_media(path)
     try:
         stream = _audio_stream(container, path)
@@ -69,11 +73,12 @@ def decode_audio(path, sample_rate: int = SAMPLE_RATE) -> np.ndarray:
 
 
 class AudioFileSource(Stage):
-    """Source: decodes an audio (or video) file and emits 20 ms chunks of 16 kHz mono PCM16.
+    """Source: decodes an audio or video file and emits 20 ms chunks of 16 kHz mono PCM16.
 
     Args:
-        path: any file FFmpeg decodes (wav, mp3, flac, ogg, m4a, mp4 with audio...).
-        sample_rate / chunk_ms: output format (defaults 16 kHz, 20 ms → 320 samples).
+        path: any file FFmpeg decodes: wav, mp3, flac, ogg, m4a, mp4 with audio and more.
+        sample_rate: the output's sample rate, 16 kHz by default.
+        chunk_ms: the output's chunk length, 20 ms by default. That makes 320 samples.
     The file is probed at construction, so a bad path fails before a graph is built.
     """
 
@@ -134,11 +139,11 @@ class AudioFileSource(Stage):
 
 
 class PushAudioSource(Pushed):
-    """Source fed from outside the graph (a WebSocket session, a microphone callback).
+    """Source fed from outside the graph, such as a WebSocket session or a microphone callback.
 
-    Another thread calls :meth:`push` with PCM16 mono samples at ``sample_rate`` and :meth:`close` at the
-    end. Samples wait in a fixed buffer of ``max_buffer_ms``; if the graph falls that far behind, the
-    oldest samples are dropped and counted in ``overflow_samples`` (never an unbounded queue).
+    Another thread calls :meth:`push` with PCM16 mono samples at ``sample_rate``. It calls :meth:`close` at
+    the end. Samples wait in a fixed buffer of ``max_buffer_ms``. If the graph falls that far behind, the
+    oldest samples are dropped. ``overflow_samples`` counts them. The queue is never unbounded.
     ``capture_ns`` of each chunk is when its last sample arrived.
     """
 
@@ -159,8 +164,11 @@ class PushAudioSource(Pushed):
         self.overflow_samples = 0
 
     def push(self, pcm) -> int:
-        """Append samples (``bytes`` of little-endian PCM16, or an int16 array). Returns how many
-        samples were buffered. Raises ``ValueError`` on an odd byte count or after :meth:`close`."""
+        """Append samples: ``bytes`` of little-endian PCM16, or an int16 array.
+
+        Returns how many samples were buffered. Raises ``ValueError`` on an odd byte count or after
+        :meth:`close`.
+        """
         if isinstance(pcm, (bytes, bytearray, memoryview)):
             if len(pcm) % 2:
                 raise ValueError(f"PCM16 needs an even number of bytes, got {len(pcm)}")

@@ -7,7 +7,7 @@ import av
 
 
 class MediaError(ValueError):
-    """A media file could not be used. ``path`` names it; the message says what was expected."""
+    """A media file could not be used. ``path`` names it. The message says what was expected."""
 
     def __init__(self, path, problem: str):
         self.path = os.fspath(path)

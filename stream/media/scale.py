@@ -1,5 +1,8 @@
-"""A picture of one size in, the same picture at another size out (aspect kept): :func:`scale_picture`, and
-:class:`ScaleVideo`, the stage that applies it to every frame."""
+"""A picture of one size in, the same picture at another size out, aspect kept.
+
+The function :func:`scale_picture` scales one picture. The class :class:`ScaleVideo` is the stage that
+applies it to every frame.
+"""
 from __future__ import annotations
 
 import torch
@@ -10,7 +13,10 @@ from .video import video_port
 
 
 def fit_box(src_wh: tuple[int, int], dst_wh: tuple[int, int]) -> tuple[int, int, int, int]:
-    """``(x, y, w, h)`` of the largest ``src``-shaped box centred in ``dst`` (pixels; even sizes)."""
+    """``(x, y, w, h)`` of the largest ``src``-shaped box centred in ``dst``.
+
+    In pixels. The sizes are even.
+    """
     (sw, sh), (dw, dh) = src_wh, dst_wh
     s = min(dw / sw, dh / sh)
     w, h = min(dw, 2 * round(sw * s / 2)), min(dh, 2 * round(sh * s / 2))
@@ -18,9 +24,12 @@ def fit_box(src_wh: tuple[int, int], dst_wh: tuple[int, int]) -> tuple[int, int,
 
 
 def scale_picture(picture: torch.Tensor, size: tuple[int, int], out: torch.Tensor | None = None) -> torch.Tensor:
-    """``uint8 [H, W, 3]`` → ``uint8 [height, width, 3]`` (``size = (width, height)``): scaled to fit with its
-    aspect ratio kept (antialiased bilinear), centred, the bars black when the aspects differ. Written into
-    ``out`` when given (a ring slot), else into a new tensor."""
+    """``uint8 [H, W, 3]`` → ``uint8 [height, width, 3]``, with ``size = (width, height)``.
+
+    The picture is scaled to fit with its aspect ratio kept, antialiased bilinear. It is centred. The bars are
+    black when the aspects differ. It is written into ``out`` when given, such as a ring slot. Else it goes into a
+    new tensor.
+    """
     sh, sw = picture.shape[:2]
     x, y, w, h = fit_box((sw, sh), size)
     if out is None:

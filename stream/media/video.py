@@ -1,7 +1,7 @@
 """Video out: MP4 (H.264 + AAC) files, live H.264 and JPEG encoders, image sequences.
 
 Video frames travel as ``uint8 [H, W, 3]`` RGB on the CPU. Encoded payloads travel on variable-length
-``uint8`` ports (``frame.length`` bytes are valid), so a WebSocket sink can send them as they are.
+``uint8`` ports. ``frame.length`` bytes are valid. So a WebSocket sink can send them as they are.
 """
 from __future__ import annotations
 
@@ -20,11 +20,9 @@ from ..stage import EndOfStream, IndexedSource, Stage
 from .audio import SAMPLE_RATE, chunk_samples
 from .errors import MediaError, open_media
 
-# x264 settings. "live": every frame leaves the encoder at once (zerolatency: no lookahead, no
-# B-frames, no frame threads). "offline": better compression; the encoder may hold frames back.
-# "master": near-transparent (crf 10, ~2.5× the bytes of "offline") for files that are training data —
-# measured on the astronaut portrait's face, crf 20 alone brings its SSIM to the original down to 0.935,
-# crf 10 to 0.971.
+# x264 settings. "live": every frame leaves the encoder at once. That is zerolatency: no lookahead, no
+# B-frames, no frame threads. "offline": better compression; the encoder may hold frames back.
+# "master": near-transparent at crf 10, for files that are training data. docs/runtimes.md has its cost.
 PRESETS = {
     "live": {"preset": "ultrafast", "tune": "zerolatency", "bf": "0"},
     "offline": {"preset": "veryfast", "crf": "20"},
@@ -42,15 +40,16 @@ def _check_size(width: int, height: int, what: str) -> None:
 
 
 class MP4Sink(Stage):
-    """Sink: writes an MP4 file with H.264 (yuv420p) video and, optionally, AAC audio.
+    """Sink: writes an MP4 file with H.264 yuv420p video and, optionally, AAC audio.
 
-    Inputs: ``"video"`` ``uint8 [H, W, 3]`` and, when ``audio_rate`` is set, ``"audio"`` ``int16
-    [chunk]`` mono PCM. Streams are muxed by pts (session ticks → each stream's own time base), so
-    picture and sound stay in sync whatever order frames arrive in (``trigger = "any"``).
+    Inputs: ``"video"`` ``uint8 [H, W, 3]``. When ``audio_rate`` is set, also ``"audio"``
+    ``int16 [chunk]`` mono PCM. Streams are muxed by pts, from session ticks to each stream's own time
+    base. So picture and sound stay in sync whatever order frames arrive in, with ``trigger = "any"``.
 
-    The file is written as ``NAME.partial.mp4`` and renamed to ``path`` when the stream ends normally
-    (also after Ctrl-C → drain). If the graph is cancelled or a stage fails, what was written is closed
-    properly and kept as ``NAME.partial.mp4`` (``self.partial_path``), never silently half-written.
+    The file is written as ``NAME.partial.mp4``. It is renamed to ``path`` when the stream ends normally.
+    Ctrl-C → drain is a normal end too. If the graph is cancelled or a stage fails, what was written is
+    closed properly. It is kept as ``NAME.partial.mp4``, in ``self.partial_path``. It is never silently
+    half-written.
     """
 
     trigger = "any"
@@ -84,14 +83,20 @@ class MP4Sink(Stage):
         self._container, self._vstream, self._astream = self._open()
 
     def _open(self):
-        """The container and its video and audio streams (None without audio), ready to mux: H.264 + AAC in MP4
-        here; a sink for another format overrides this (with :meth:`_open_streams`) and :meth:`_video_frame`."""
+        """The container and its video and audio streams, ready to mux.
+
+        The audio stream is None without audio. Here it is H.264 + AAC in MP4. A sink for another format
+        overrides this, using :meth:`_open_streams`. It also overrides :meth:`_video_frame`.
+        """
         options = dict(PRESETS[self.preset], g=str(max(1, round(2 * self.fps))))
         return self._open_streams("mp4", "libx264", "yuv420p", options, "aac")
 
     def _open_streams(self, fmt: str, vcodec: str, pix_fmt: str, options: dict, acodec: str):
-        """``partial_path`` opened as container ``fmt`` with a ``vcodec`` stream (``pix_fmt``, encoder
-        ``options``) at the sink's size and rate, and a mono ``acodec`` stream when the sink has sound."""
+        """``partial_path`` opened as container ``fmt``.
+
+        It has a ``vcodec`` stream at the sink's size and rate, with ``pix_fmt`` and encoder ``options``.
+        It has a mono ``acodec`` stream when the sink has sound.
+        """
         container = av.open(self.partial_path, mode="w", format=fmt)
         vs = container.add_stream(vcodec, rate=self.fps)
         vs.width, vs.height, vs.pix_fmt = self.width, self.height, pix_fmt
@@ -105,7 +110,10 @@ class MP4Sink(Stage):
         return container, vs, audio
 
     def _video_frame(self, data: torch.Tensor) -> av.VideoFrame:
-        """A ``"video"`` frame's data as a PyAV frame for the encoder (it converts to the stream's pixel format)."""
+        """A ``"video"`` frame's data as a PyAV frame for the encoder.
+
+        The encoder converts it to the stream's pixel format.
+        """
         return av.VideoFrame.from_ndarray(data.numpy(), format="rgb24")
 
     def process(self, inputs, out):
@@ -150,9 +158,11 @@ class MP4Sink(Stage):
 
 
 def encoder_opens(codec: str) -> bool:
-    """True when FFmpeg has the encoder ``codec`` and it opens on this machine. A hardware encoder
-    (``h264_nvenc``) is compiled into the wheel whether or not its GPU and driver are here; only
-    opening it tells."""
+    """True when FFmpeg has the encoder ``codec`` and it opens on this machine.
+
+    A hardware encoder such as ``h264_nvenc`` is compiled into the wheel whether or not its GPU and driver
+    are here. Only opening it tells.
+    """
     try:
         c = av.CodecContext.create(codec, "w")
         if c.type == "video":
@@ -167,9 +177,11 @@ def encoder_opens(codec: str) -> bool:
 
 
 class H264Encoder(Stage):
-    """Live H.264 encoder: ``uint8 [H, W, 3]`` frames in, one Annex-B access unit out per frame
-    (zerolatency, no B-frames), on a variable-length ``uint8`` port. Key frames carry
-    :attr:`Flag.KEYFRAME`; one every ``gop`` frames so a client can join mid-stream."""
+    """Live H.264 encoder: ``uint8 [H, W, 3]`` frames in, one Annex-B access unit out per frame.
+
+    It runs zerolatency, with no B-frames. The output is a variable-length ``uint8`` port. Key frames carry
+    :attr:`Flag.KEYFRAME`. One comes every ``gop`` frames, so a client can join mid-stream.
+    """
 
     def __init__(self, *, width: int, height: int, fps: float, gop: int | None = None,
                  bitrate_kbps: int | None = None, name: str = "h264"):
@@ -184,8 +196,10 @@ class H264Encoder(Stage):
         self._keyframe_requested = False
 
     def request_keyframe(self) -> None:
-        """Make the next frame a key frame (any thread): a live sink dropped frames that later ones
-        depend on, or a client joined mid-stream."""
+        """Make the next frame a key frame. Callable from any thread.
+
+        Use it when a live sink dropped frames that later ones depend on, or a client joined mid-stream.
+        """
         self._keyframe_requested = True
 
     def setup(self, ctx):
@@ -252,8 +266,10 @@ def _put_bytes(frame, payload, who: str) -> None:
 
 
 class ImageSequenceSink(Stage):
-    """Sink: writes each frame to ``folder/pattern`` (``frame_000000.png`` ...; the extension picks
-    PNG or JPEG). The frame index comes from pts, so dropped frames leave gaps, not shifts."""
+    """Sink: writes each frame to ``folder/pattern``, such as ``frame_000000.png``.
+
+    The extension picks PNG or JPEG. The frame index comes from pts, so dropped frames leave gaps, not shifts.
+    """
 
     def __init__(self, folder, *, width: int, height: int, fps: float, pattern: str = "frame_{:06d}.png",
                  name: str = "images"):
@@ -277,8 +293,10 @@ class ImageSequenceSink(Stage):
 
 
 def iter_video_frames(path):
-    """Yield the frames of a video file one by one as ``uint8 [H, W, 3]`` RGB (constant memory, for long
-    files that :func:`read_video` would hold in RAM all at once)."""
+    """Yield the frames of a video file one by one as ``uint8 [H, W, 3]`` RGB.
+
+    Memory stays constant. Use it for long files that :func:`read_video` would hold in RAM all at once.
+    """
     container = open_media(path)
     try:
         if not container.streams.video:
@@ -290,8 +308,11 @@ def iter_video_frames(path):
 
 
 def read_video(path) -> dict:
-    """Decode an MP4 (or any video file) for inspection: ``{"frames": uint8 [T, H, W, 3],
-    "frame_times_s": [T], "fps", "audio": int16 [S] or None, "audio_rate", "audio_start_s"}``."""
+    """Decode an MP4 or any video file for inspection.
+
+    Returns ``{"frames": uint8 [T, H, W, 3], "frame_times_s": [T], "fps", "audio": int16 [S] or None,
+    "audio_rate", "audio_start_s"}``.
+    """
     container = open_media(path)
     try:
         if not container.streams.video:
@@ -327,7 +348,7 @@ def read_video(path) -> dict:
 
 
 def probe_video(path) -> tuple[int, int, float | None]:
-    """``(width, height, fps)`` of a video file's first video stream (fps None when the file does not say)."""
+    """``(width, height, fps)`` of a video file's first video stream. The fps is None when the file does not say."""
     container = open_media(path)
     try:
         if not container.streams.video:
@@ -339,10 +360,12 @@ def probe_video(path) -> tuple[int, int, float | None]:
 
 
 class VideoFileSource(IndexedSource):
-    """Source: the frames of a video file, ``uint8 [H, W, 3]`` RGB at the file's own size, one per call,
-    stamped at ``fps`` (default: the file's rate) from frame 0. ``loop``: start again at the end (a file
-    that drives an endless stream); ``n_frames``: stop after that many. Probed at construction, so a bad
-    file fails before a graph is built."""
+    """Source: the frames of a video file, ``uint8 [H, W, 3]`` RGB at the file's own size, one per call.
+
+    Frames are stamped at ``fps`` from frame 0. The default is the file's rate. With ``loop`` it starts again
+    at the end, so a file can drive an endless stream. ``n_frames`` stops it after that many. The file is
+    probed at construction, so a bad file fails before a graph is built.
+    """
 
     def __init__(self, path, *, fps: float | None = None, loop: bool = False, n_frames: int | None = None,
                  name: str = "video_file"):

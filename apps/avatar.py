@@ -279,8 +279,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if avatar.kind == "video":
             return _eval_video_avatar(avatar, args)
         if avatar.kind == "musetalk":
-            raise ValueError(f"{args.avatar!r} is a MuseTalk avatar: `avatar eval` does not measure one yet "
-                             f"(`framegraph render --avatar {args.avatar} --audio FILE` plays it)")
+            return _eval_musetalk(avatar, args)
         if args.start_s is not None or args.end_s is not None or args.av_offset is not None:
             raise ValueError("--start-s / --end-s / --av-offset go with a video avatar (avatar train --video); "
                              f"{args.avatar!r} is a portrait avatar")
@@ -328,6 +327,31 @@ def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     return _write_metrics(args.out, metrics, ("landmark_openness_corr", "landmark_openness_swing",
                                               "outside_mouth_psnr_db", "mouth_sharpness_ratio", "lips_sharpness_ratio",
                                               "jaw_edge_ratio"))
+
+
+def _eval_musetalk(avatar, args: argparse.Namespace) -> int:
+    """``avatar eval`` of a MuseTalk avatar: the clip's real frames redrawn from its sound, measured with the face
+    landmarks against themselves (:func:`evaluate_musetalk`). The figures go into the bundle's provenance."""
+    from framegraph.models.avatar.eval.musetalk import evaluate_musetalk
+
+    other = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
+                                      ("--runtime", args.runtime != "torch"), ("--onnx", args.onnx)) if given]
+    if other:
+        raise ValueError(f"{', '.join(other)}: not for a MuseTalk avatar; {args.avatar!r} is one (give --clip, and "
+                         f"--start-s / --end-s to choose the stretch measured)")
+    metrics = evaluate_musetalk(avatar, args.clip, start_s=args.start_s or 0.0, end_s=args.end_s,
+                                out_video=args.video, av_offset_frames=args.av_offset or 0)
+    metrics["avatar"] = os.path.abspath(args.avatar)
+    if args.video:
+        metrics["video"] = os.path.abspath(args.video)
+    try:
+        add_evaluation(args.avatar, metrics)
+    except OSError as exc:  # a read-only bundle: the JSON still gets written
+        print(f"framegraph avatar eval: warning: could not add the figures to the bundle's {PROVENANCE} ({exc})",
+              file=sys.stderr)
+    return _write_metrics(args.out, metrics, ("landmark_openness_corr", "landmark_openness_swing",
+                                              "outside_mouth_psnr_db", "mouth_sharpness_ratio",
+                                              "lips_sharpness_ratio"))
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:

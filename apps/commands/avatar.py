@@ -322,10 +322,11 @@ def _add_eval(sub) -> None:
                             "`framegraph export [--int8]`)")
     e.add_argument("--onnx", default=None, help="(with --runtime onnx / onnx-int8) the export folder (default: "
                                                 "AVATAR/onnx)")
-    e.add_argument("--start-s", type=float, help="(video avatar) where the measured stretch of the clip starts, "
-                                                 "in s (default: where the part kept out of training begins)")
-    e.add_argument("--end-s", type=float, help="(video avatar) where it ends (default: the clip's end)")
+    e.add_argument("--start-s", type=float, help="(video or MuseTalk avatar) where the measured stretch of the "
+                                                 "clip starts, in s (default: a video avatar's part kept out of "
+                                                 "training; a MuseTalk avatar's 0)")
+    e.add_argument("--end-s", type=float, help="(video or MuseTalk avatar) where it ends (default: the clip's end)")
     e.add_argument("--av-offset", type=int, metavar="FRAMES",
-                   help="(video avatar) frames by which the clip's sound comes after its picture, moved earlier "
-                        "before measuring (default: what `avatar train --video` measured on the bundle's source "
-                        "video; 0 for a clip recorded otherwise)")
+                   help="(video or MuseTalk avatar) frames by which the clip's sound comes after its picture, moved "
+                        "earlier before measuring (default: what `avatar train --video` measured on the bundle's "
+                        "source video; 0 for a MuseTalk avatar or a clip recorded otherwise)")

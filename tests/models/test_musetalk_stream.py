@@ -98,10 +98,9 @@ def test_the_face_stage_draws_the_step_of_the_shown_loop_frame_pasted_by_its_mas
     assert torch_engines(a, settings) is eng  # the models are loaded once per bundle, device and precision
 
 
-def test_alpha_is_the_loop_frames_matte_once_the_bundle_has_one_and_eval_says_it_does_not_measure_it(
-        bundle, tmp_path, capsys):
+def test_alpha_is_the_loop_frames_matte_once_the_bundle_has_one(bundle, tmp_path, capsys):
     """`--alpha` needs the person matte: refused with the command that adds it, then `avatar matte` adds the loop
-    frames' mattes and the WebM's alpha is the matte of the frame shown; `avatar eval` is a sentence."""
+    frames' mattes and the WebM's alpha is the matte of the frame shown."""
     import shutil
 
     from framegraph.stream.media import read_video_rgba
@@ -121,7 +120,37 @@ def test_alpha_is_the_loop_frames_matte_once_the_bundle_has_one_and_eval_says_it
     alpha = rgba["frames"][..., 3].astype(np.float32)
     assert min(np.abs(mattes - alpha[5]).mean(axis=(1, 2))) < 3  # the matte of a loop frame
     assert alpha[5].min() < 20 and alpha[5].max() > 235  # the background out, the person in
+
+
+def test_avatar_eval_redraws_the_persons_real_frames_from_their_sound_and_measures_them(
+        bundle, tmp_path, capsys, astronaut_talking_clip):
+    """`avatar eval` on the person's real clip: each real frame's lower face redrawn (the rest of the frame its own),
+    measured by the face landmarks; the figures in the JSON and the bundle's provenance; options of other kinds
+    refused in a sentence."""
+    import json
+    import shutil
+
+    own = tmp_path / "person"
+    shutil.copytree(bundle, own)
+    out, video = tmp_path / "m.json", tmp_path / "redrawn.mp4"
+    assert main(["avatar", "eval", "--avatar", str(own), "--clip", str(astronaut_talking_clip), "--start-s", "1",
+                 "--end-s", "3", "--out", str(out), "--video", str(video)]) == 0
+    m = json.loads(out.read_text())
+    assert m["frames"] == 50 and m["faces_found_real"] == 1.0 and m["reference"] == "the bundle's rest frame"
+    assert m["outside_mouth_psnr_db"] > 30, m  # the face above the mouth is the real frame's
+    for key in ("landmark_openness_corr", "landmark_openness_swing", "lips_sharpness_ratio", "redraw_ms_p50"):
+        assert key in m
+    real = read_video(astronaut_talking_clip)["frames"][25:75].astype(np.float32)
+    drawn = read_video(video)["frames"].astype(np.float32)
+    assert len(drawn) == 50
+    a = load_avatar(own)
+    x1, y1, x2, y2 = (int(v) for v in np.median(a.boxes, axis=0))
+    assert np.abs(drawn[:, :y1 - 4] - real[:, :y1 - 4]).mean() < 3  # above the face: the real frame
+    lower = slice((y1 + y2) // 2 + 8, y2 - 8), slice(x1 + 12, x2 - 12)
+    assert np.abs(drawn[:, lower[0], lower[1]] - real[:, lower[0], lower[1]]).mean() > 8  # the model's mouth
+    assert "mouth-openness correlation" in (own / "PROVENANCE.md").read_text()
     capsys.readouterr()
-    code = main(["avatar", "eval", "--avatar", str(own), "--clip", str(wav), "--out", str(tmp_path / "m.json")])
+    code = main(["avatar", "eval", "--avatar", str(own), "--clip", str(astronaut_talking_clip), "--steps", "2",
+                 "--out", str(out)])
     err = capsys.readouterr().err
-    assert code == 2 and "does not measure one yet" in err, err
+    assert code == 2 and "--steps: not for a MuseTalk avatar" in err, err

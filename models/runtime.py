@@ -43,6 +43,7 @@ FACTORIES: dict[str, dict[str, str]] = {
     "avatar-video-batch": {"torch": f"{_M}.avatar.video.engines:torch_batch",  # [B, ...] in and out
                            "onnx": f"{_M}.avatar.video.onnx:onnx_batch"},
     "avatar-musetalk": {"torch": f"{_M}.avatar.musetalk.engines:torch_engines",
+                        "compiled": f"{_M}.avatar.musetalk.engines:compiled_engines",
                         "onnx": f"{_M}.avatar.musetalk.onnx:onnx_engines"},
     "avatar-musetalk-batch": {"torch": f"{_M}.avatar.musetalk.engines:torch_batch",  # [B, ...] in and out
                               "onnx": f"{_M}.avatar.musetalk.onnx:onnx_batch"},

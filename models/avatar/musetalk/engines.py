@@ -5,6 +5,8 @@
     engines.whisper                                                             (the audio context's encoder)
 
 - ``torch``: the UNet and the VAE in float32 on a CPU, float16 on a GPU, as MuseTalk's realtime path runs them.
+- ``compiled``: the torch step compiled by Inductor, static shapes per batch size. On CUDA each batch size's
+  step is replayed from a CUDA graph (:class:`CompiledStep`).
 - ``onnx``: the UNet step and the VAE decoder on ONNX Runtime, from the bundle's export (:mod:`.onnx`).
 
 Whisper's encoder runs in float32 on the CPU, beside the audio, on every runtime. The models are loaded once per
@@ -24,6 +26,8 @@ from pathlib import Path
 import torch
 
 from framegraph.models import runtime
+from framegraph.models.compile import CompileSettings, compiled
+from framegraph.models.graphs import GraphedStep
 
 from .files import MuseTalkError, load_unet, load_vae, load_whisper
 from .hearing import EveryLayerEngine
@@ -81,6 +85,30 @@ def torch_engines(avatar, settings) -> MuseTalkEngines:
     return _models(avatar, settings.device, torch.float16 if device.type == "cuda" else torch.float32)
 
 
+class CompiledStep:
+    """A :class:`~.step.MuseTalkStep` compiled, called as it is: ``(latents [B, 8, h, w], windows [B, N, D]) →
+    uint8 [B, S, S, 3]``. Each batch size compiles once. On CUDA each is captured into a CUDA graph at its first
+    call; the result is then the graph's own buffer, overwritten by the next call of that size."""
+
+    def __init__(self, step: MuseTalkStep, settings: CompileSettings, device):
+        self.max_rows, self.width = step.max_rows, step.width
+        self.fn, self.graphs = compiled(step, settings), settings.graphs(device)
+        self._steps: dict[int, GraphedStep] = {}
+
+    def __call__(self, latents: torch.Tensor, windows: torch.Tensor) -> torch.Tensor:
+        B = latents.shape[0]
+        if B not in self._steps:
+            self._steps[B] = GraphedStep(self.fn, enabled=self.graphs, name=f"musetalk step x{B}")
+        return self._steps[B](latents, windows)
+
+
+def compiled_engines(avatar, settings) -> MuseTalkEngines:
+    """The compiled runtime: the torch engines' step compiled (CUDA graphs on CUDA unless turned off)."""
+    base = torch_engines(avatar, settings)
+    step = CompiledStep(base.step, CompileSettings(cuda_graphs=settings.cuda_graphs), settings.device)
+    return MuseTalkEngines(step, base.whisper, base.dtype)
+
+
 def torch_batch(avatar, settings) -> MuseTalkStep:
     """The torch step itself, float32 on the CPU: it takes a batch."""
     return cpu_float_models(avatar).step
@@ -100,5 +128,5 @@ def batched_step(service, avatar, settings):
                           build=True, name=f"musetalk-step-{settings.runtime}", fps=avatar.fps)
 
 
-__all__ = ["MuseTalkEngines", "cross_attention_width", "whisper_engine", "cpu_float_models", "torch_engines",
-           "torch_batch", "batched_step"]
+__all__ = ["MuseTalkEngines", "CompiledStep", "cross_attention_width", "whisper_engine", "cpu_float_models",
+           "torch_engines", "compiled_engines", "torch_batch", "batched_step"]

@@ -1,10 +1,12 @@
-"""MediaPipe's face mesh behind a small API, and the checks a face must pass to make an avatar.
+"""MediaPipe's face mesh behind a small API.
+
+It also holds the checks a face must pass to make an avatar.
 
 The mesh has 478 landmarks. Its model is the ``face_landmark.tflite`` carried by the mediapipe 0.10.x wheel.
 
 mediapipe is installed with ``--no-deps``; ``make install`` does it. Its declared dependencies would add
 ``opencv-contrib-python`` 5 beside our ``opencv-python-headless`` 4. They would also pull jax. The face mesh
-needs neither. It needs only the runtime packages listed in pyproject.toml: absl-py, attrs, flatbuffers and
+needs neither. It needs only the runtime packages in pyproject.toml. They are absl-py, attrs, flatbuffers and
 protobuf 4 or 6. Protobuf 5.x breaks the parsing of its graph config.
 """
 from __future__ import annotations
@@ -29,7 +31,7 @@ SMALL_FACE_CROP = 2.5
 
 
 class FaceError(ValueError):
-    """A picture or video that cannot make an avatar: no face, two faces, a face too small."""
+    """A picture or video that cannot make an avatar. It has no face, two faces, or a face too small."""
 
 
 _quiet_lock = threading.Lock()
@@ -98,7 +100,7 @@ def mediapipe_solution(name: str, needs: str):
 def started(make):
     """``make()``'s MediaPipe solution with its graph started.
 
-    Its calculators open in the graph's threads after ``make`` returns, and they log as they do. So they are
+    Its calculators open in the graph's threads after ``make`` returns. They log as they do. So they are
     waited for with the C++ logs silenced."""
     with native_logs_silenced():
         solution = make()
@@ -116,7 +118,7 @@ class MediaPipeGraph:
     def _process(self, frame_rgb: np.ndarray, verb: str):
         """The graph's result for ``frame_rgb``, a uint8 ``[H, W, 3]`` RGB image.
 
-        ``verb`` is the calling method; it names it in the error on any other input."""
+        ``verb`` is the calling method. The error on any other input names it."""
         if self._graph is None:
             raise RuntimeError(f"this {type(self).__name__} was closed; make a new one")
         frame = np.asarray(frame_rgb)
@@ -143,15 +145,16 @@ class FaceLandmarker(MediaPipeGraph):
 
     It is a context manager; ``close()`` releases the MediaPipe graph.
 
-    ``max_faces``: how many faces to look for. 2 is enough to tell "two faces" apart from one.
-    ``video``: the images are frames of one video, in order. The mesh then tracks the face from frame to frame
-    instead of detecting it anew. That is faster and steadier. Leave it False for unrelated images.
+    ``max_faces``: how many faces to look for. Two tell "two faces" apart from one.
+    ``video``: the images are frames of one video, in order. The mesh then tracks the face from frame to
+    frame. It does not detect it anew. That is faster and steadier. Leave it False for unrelated images.
 
-    The mesh finds faces with MediaPipe's short-range detector. It is made for faces that fill a good part of the
-    picture, such as a selfie or a face crop. It misses small faces, such as a person at a lectern in a wide
-    frame. On single images, with ``video`` False, a picture with no face found is searched again. This uses the
-    full-range detector, for faces up to ~5 m away. Each face it finds is meshed in a square crop around it,
-    sized by :data:`SMALL_FACE_CROP`. The landmarks come back in px of the whole picture.
+    The mesh finds faces with MediaPipe's short-range detector. It is made for faces that fill a good part of
+    the picture. Examples are a selfie or a face crop. It misses small faces. An example is a person at a
+    lectern in a wide frame. On single images, with ``video`` False, a second search follows. It runs where no
+    face was found. It uses the full-range detector, for faces up to ~5 m away. Each face it finds is meshed in
+    a square crop around it. :data:`SMALL_FACE_CROP` sizes the crop. The landmarks come back in px of the whole
+    picture.
     """
 
     def __init__(self, *, max_faces: int = 2, video: bool = False, min_confidence: float = 0.5):
@@ -166,7 +169,9 @@ class FaceLandmarker(MediaPipeGraph):
     _finder = None  # the full-range face detector, made on first need
 
     def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
-        """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none.
+        """uint8 [H, W, 3] RGB → the faces found, largest first.
+
+        Returns [] when there is none.
 
         On single images this also finds small faces; see the class docstring."""
         faces = self._mesh(frame_rgb)
@@ -194,7 +199,7 @@ class FaceLandmarker(MediaPipeGraph):
         """Faces too small for the mesh's detector.
 
         The full-range detector finds them. Each is meshed in a square crop around it, one face per crop. That
-        detector reports one face per picture. So each face found is painted over and the picture searched
+        detector reports one face per picture. So each face found is painted over. Then the picture is searched
         again, up to ``max_faces``."""
         if self._finder is None:
             needs = "finding small faces needs MediaPipe's face detection"
@@ -232,9 +237,9 @@ class FaceLandmarker(MediaPipeGraph):
 
 
 def _square(cx: float, cy: float, side: float, width: int, height: int) -> tuple[int, int, int, int]:
-    """The square of ``side`` px centred at (``cx``, ``cy``), clipped to a ``width`` x ``height`` picture.
+    """The square of ``side`` px centred at (``cx``, ``cy``), as (x0, y0, x1, y1).
 
-    Returns (x0, y0, x1, y1)."""
+    It is clipped to a ``width`` x ``height`` picture."""
     half = side / 2
     x0, y0 = max(0, int(cx - half)), max(0, int(cy - half))
     return x0, y0, min(width, int(cx + half) + 1), min(height, int(cy + half) + 1)
@@ -244,7 +249,7 @@ def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) ->
     """The single face of an image, else :class:`FaceError`.
 
     ``faces`` are as :meth:`FaceLandmarker.detect` returns them, largest first. The error is raised when no face
-    is found. It is raised for two faces: a second face at least ``SECOND_FACE_RATIO`` of the first's width.
+    is found. It is raised for two faces. A second face counts at ``SECOND_FACE_RATIO`` of the first's width.
     A smaller face in the background is ignored. It is raised when the face is narrower than ``min_face_px``."""
     if not faces:
         raise FaceError(f"no face found in {where}: the face must be visible, frontal-ish and lit; "

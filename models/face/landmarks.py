@@ -34,7 +34,7 @@ BELOW_CHIN = 0.15
 
 
 def _box(points: np.ndarray, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(x, y, w, h) px of the points' bounding box in whole pixels, covering them, clipped to the image."""
+    """(x, y, w, h) px of the points' bounding box. It is in whole pixels, covering them, clipped to the image."""
     width, height = size
     x0, y0 = np.floor(points.min(axis=0)).astype(int)
     x1, y1 = np.ceil(points.max(axis=0)).astype(int) + 1
@@ -47,8 +47,8 @@ def _box(points: np.ndarray, size: tuple[int, int]) -> tuple[int, int, int, int]
 class FaceLandmarks:
     """One face in one image.
 
-    ``points``: float32 [478, 2] pixel (x, y) in the image given. They may lie a little outside it when the
-    border cuts the face. ``image_size``: (width, height)."""
+    ``points``: float32 [478, 2] pixel (x, y) in the image given. They may lie a little outside it. That
+    happens when the border cuts the face. ``image_size``: (width, height)."""
     points: np.ndarray
     image_size: tuple[int, int]
 
@@ -59,7 +59,7 @@ class FaceLandmarks:
         self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
 
     def face_box(self) -> tuple[int, int, int, int]:
-        """(x, y, w, h) px of the whole face: all landmarks, mid-forehead to chin, cheek to cheek."""
+        """(x, y, w, h) px of the whole face. It spans all landmarks: mid-forehead to chin, cheek to cheek."""
         return _box(self.points, self.image_size)
 
     def mouth_box(self) -> tuple[int, int, int, int]:
@@ -75,9 +75,9 @@ class FaceLandmarks:
         return self.points[list(LIP_INNER)].copy()
 
     def jaw_line(self) -> np.ndarray:
-        """float32 [13, 2] px: the jaw line, where the face meets the neck or collar.
+        """float32 [13, 2] px: the jaw line. There the face meets the neck or collar.
 
-        It is an open polyline from one jaw angle over the chin to the other (:data:`JAW_LINE`)."""
+        It is an open polyline (:data:`JAW_LINE`). It runs from one jaw angle over the chin to the other."""
         return self.points[list(JAW_LINE)].copy()
 
     def mouth_corners(self) -> tuple[np.ndarray, np.ndarray]:
@@ -117,11 +117,11 @@ class FaceLandmarks:
         return (up / max(float(np.linalg.norm(up)), 1e-6)).astype(np.float32)
 
     def lower_face_polygon(self) -> np.ndarray:
-        """float32 [K, 2] px, a closed polygon: the face outline below the nose, cheek to cheek.
+        """float32 [K, 2] px: the face outline below the nose, cheek to cheek. It is a closed polygon.
 
         The cut runs through the subnasale, across the face's own axis. So a tilted head tilts it. The polygon
-        is stretched past the chin by ``BELOW_CHIN`` of the nose-to-chin distance, because an opening jaw goes
-        there. It is the region a lip-sync model regenerates. It is clipped to the image."""
+        reaches past the chin by ``BELOW_CHIN`` of the nose-to-chin distance. An opening jaw goes there. It is
+        the region a lip-sync model regenerates. It is clipped to the image."""
         up = self.up_axis()
         nose = self.points[SUBNASALE]
         oval = self.points[list(FACE_OVAL)]

@@ -83,7 +83,7 @@ def reconstruction_loss(recon: Tensor, target: Tensor, weight: Tensor | None = N
     """``weighted L1 + ssim_weight · (1 − weighted SSIM)`` of videos ``[B, 3, T, H, W]`` in [-1, 1].
 
     ``weight`` ``[B·T, 1, H, W]`` scales each pixel's share. An example is ``1 + (mouth_weight − 1) · mouth
-    mask``. Both terms are normalised by the weights' mean, so the loss scale does not depend on it.
+    mask``. Both terms are normalised by the weights' mean. So the loss scale does not depend on it.
     Returns the loss and its parts as floats, for logging."""
     r, t = video_to_frames(recon), video_to_frames(target)
     if weight is None:

@@ -73,8 +73,8 @@ def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
     """``grid_sample(image, affine_grid(theta, image.shape))`` for ``image [N, C, H, W]``, ``theta [N, 2, 3]``.
 
     Sampling is bilinear, with border padding and ``align_corners=False``. The grid is built by broadcasting.
-    ``affine_grid`` goes through a batched matmul that costs more than the sampling itself at these sizes on a
-    CPU."""
+    ``affine_grid`` would use a batched matmul. At these sizes on a CPU that costs more than the sampling.
+    """
     h, w = image.shape[-2:]
     x, y = pixel_grid(h, w, image.device, theta.dtype)
     t = theta.view(-1, 6, 1, 1)

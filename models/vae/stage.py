@@ -8,8 +8,8 @@ would. It writes **one output frame per latent frame**, in order. Frame ``i`` of
 
     pts = chunk.pts + clock.ticks_from_frame(i, fps)
 
-So the chunk's pts is the pts of its first frame. The next frames follow at the frame period. This is exact at
-25 / 30 / 50 / 60 fps with the 48 kHz clock. The chunk's flags, ``INTERRUPTED`` and ``DISCONTINUITY``, go on
+So the chunk's pts is the pts of its first frame. The next frames follow at the frame period. With the 48 kHz
+clock this is exact at 25 / 30 / 50 / 60 fps. The chunk's flags, ``INTERRUPTED`` and ``DISCONTINUITY``, go on
 its first frame only. ``reset()`` on barge-in drops the cache. The next chunk then starts a new stream. Its
 past is its own first frame repeated.
 
@@ -123,7 +123,9 @@ class ChunkDecodeStage(Stage):
         self.engine.reset()
 
     def write_frames(self, out, chunk, rgb: torch.Tensor) -> None:
-        """``rgb [T, H, W, 3]`` → ``T`` frames on the output port. uint8, or floats in 0..255 cast in the copy."""
+        """``rgb [T, H, W, 3]`` → ``T`` frames on the output port.
+
+        ``rgb`` is uint8, or floats in 0..255 cast in the copy."""
         for i in range(rgb.shape[0]):
             f = out.write(self.port)
             f.data.copy_(rgb[i], non_blocking=True)  # a download slot on CUDA: the reader waits, not this stage

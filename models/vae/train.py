@@ -269,8 +269,8 @@ class _Run:
     def begin(cls, state: dict | None, opt, gen: torch.Generator, evaluate, model: VideoVAE) -> _Run:
         """Start from a checkpoint's ``state``, or fresh.
 
-        From a checkpoint, the optimizer and sampler are restored too. A fresh run first measures the held-out
-        figures of the untrained model, when there is a held-out set."""
+        From a checkpoint, the optimizer and sampler are restored too. With a held-out set, a fresh run first
+        measures the untrained model on it."""
         if state is not None:
             opt.load_state_dict(state["optimizer"])
             gen.set_state(state["sampler_rng"])
@@ -355,8 +355,9 @@ class VAETrainConfig:
         holdout_fraction: the share held out; see :meth:`FaceClips.split`.
         train_encoder: False trains the decoder side only. The encoder and latent statistics are frozen.
             It needs a trained model, or a checkpoint, with latent statistics.
-        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn without the video
-            codec (:attr:`~.data.FaceClips.targets`). None: whenever the folder's clips can be redrawn.
+        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn. The redrawn frames
+            skip the video codec (:attr:`~.data.FaceClips.targets`). None: whenever the folder's clips can be
+            redrawn.
         latent_noise: each window's latent gets Gaussian noise before decoding. Its std is drawn from
             ``[0, latent_noise]``, in normalised-latent units. So the decoder learns to clean a denoiser's
             latents.

@@ -7,24 +7,24 @@ ground truth beyond the real video itself:
   :meth:`~framegraph.models.face.FaceLandmarks.mouth_openness`. It is measured on the generated and on the
   real frame. ``landmark_openness_corr`` is their Pearson correlation over the clip. Give a held-out clip,
   whose audio was not used in training.
-- **The face outside the mouth** is compared with the real frame by PSNR in dB and SSIM. SSIM uses a 7 px
-  Gaussian window. The area is the real face's box minus its lower-face polygon grown by 4 px
-  (:func:`~framegraph.models.face.outside_mouth_mask`). A video avatar's frames *are* the real frames there,
-  up to the paste-back seam. The target is ≥ 30 dB.
-- **Sharpness of the mouth region** is the variance of the Laplacian inside the real lower-face polygon. It
-  is given as generated / real. 1 is as sharp as the video. A blurry region scores well below.
-- **The jaw line** is the luminance edge across the real face's jaw line. :meth:`FaceLandmarks.jaw_line` runs
-  from one jaw angle over the chin to the other. Points lie 1 px apart along it. At each, the strongest
-  gradient across the line counts, within ±``JAW_BAND`` of the face's width. That band is the landmarks' own
-  error. The ratio is generated / real, per frame. ``jaw_edge_ratio`` covers the whole line. A chin that melts
-  into the collar scores well below 1. The weakest quarter is scored too (:data:`JAW_SEGMENTS`). If it keeps
-  under :data:`JAW_BREAK` of the real edge, the jaw line breaks in that frame. ``jaw_breaks`` counts those
-  frames, and the worst frame is named.
-- **Lips closed in silence** looks at frames whose audio Silero VAD calls silent. The probability must be
-  < 0.2 over the frame and the two frames either side. Lips move just before and after sound. The lips count
-  as closed when the openness is below ``CLOSED_OPENNESS``. They also count as closed below the real frames'
-  median openness in silence + ``REST_MARGIN``. That covers someone whose mouth rests parted in a smile. The
-  share is given for the generated and for the real frames.
+- **The face outside the mouth** is compared with the real frame. The scores are PSNR in dB and SSIM. SSIM uses a 7 px
+  Gaussian window. The area is the real face's box minus its lower-face polygon. The polygon is grown by 4 px
+  (:func:`~framegraph.models.face.outside_mouth_mask`). A video avatar's frames *are* the real frames there, up to the
+  paste-back seam. The target is ≥ 30 dB.
+- **Sharpness of the mouth region** is the variance of the Laplacian. It is taken inside the real lower-face polygon. It
+    is given as generated / real. A ratio of 1 is as sharp as the video. A blurry region scores well below.
+- **The jaw line** is the luminance edge across the real face's jaw line. The line is :meth:`FaceLandmarks.jaw_line`. It
+  runs from one jaw angle over the chin to the other. Points lie 1 px apart along it. At each, the strongest gradient
+  across the line counts. It is sought within ±``JAW_BAND`` of the face's width. That band is the landmarks' own error.
+  The ratio is generated / real, per frame. ``jaw_edge_ratio`` covers the whole line. A chin that melts into the collar
+  scores well below 1. The weakest quarter is scored too (:data:`JAW_SEGMENTS`). It may keep under :data:`JAW_BREAK` of
+  the real edge. Then the jaw line breaks in that frame. ``jaw_breaks`` counts those frames, and the worst frame is
+  named.
+- **Lips closed in silence** looks at silent frames. Silero VAD decides. The speech probability must be < 0.2 there.
+  That holds over the frame and the two frames either side. Lips move just before and after sound. The lips count as
+  closed when the openness is below ``CLOSED_OPENNESS``. They also count as closed below a personal level. That is the
+  real frames' median openness in silence + ``REST_MARGIN``. That covers someone whose mouth rests parted in a smile.
+  The share is given for the generated and for the real frames.
 
 :func:`track_clip` applies the same measures to a real clip alone. Does the landmark model follow this face?
 Does its mouth openness follow the clip's own loudness?
@@ -106,7 +106,7 @@ def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLand
 def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[float]:
     """The variance of the Laplacian of the luminance inside each polygon, generated / real.
 
-    The polygons are in px of the frame: the real lower face and the outer lip contour. Each image's
+    The polygons are the real lower face and the outer lip contour. They are in px of the frame. Each image's
     Laplacian is computed once."""
     import cv2
 
@@ -128,8 +128,8 @@ def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[
 def edge_across(image: np.ndarray, line: np.ndarray, band_px: float) -> np.ndarray:
     """How sharp the edge along the polyline ``line [M, 2]`` is: float [K].
 
-    ``line`` is in px of ``image``, a uint8 [H, W, 3]. The points lie 1 px apart along it. At each, the value
-    is the strongest luminance gradient across the line, along its normal. It is in grey levels / px, within
+    ``line`` is in px of ``image``, a uint8 [H, W, 3]. The points lie 1 px apart along it. At each, the value is the
+    strongest luminance gradient across the line. It is taken along the normal. It is in grey levels / px, within
     ±``band_px`` of the line. So it finds the edge wherever within the band it lies."""
     import cv2
 
@@ -160,7 +160,7 @@ def edge_across(image: np.ndarray, line: np.ndarray, band_px: float) -> np.ndarr
 def jaw_edge_ratios(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
     """The jaw line's edge ratios, generated / real.
 
-    ``jaw_edge`` is the edge across the real ``face``'s jaw line, over the whole line (:func:`edge_across`).
+    ``jaw_edge`` covers the whole line. It is the edge across the real ``face``'s jaw line (:func:`edge_across`).
     ``jaw_edge_weakest`` is the same over the weakest of its :data:`JAW_SEGMENTS` stretches. Only stretches
     with a real edge of at least :data:`JAW_MIN_EDGE` count. NaN where the real frame has no edge there."""
     line, band = face.jaw_line(), max(2.0, JAW_BAND * face.size_px())
@@ -175,8 +175,8 @@ def jaw_edge_ratios(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks
 def jaw_summary(edge: np.ndarray, weakest: np.ndarray) -> dict | None:
     """The jaw line over a clip, from the per-frame ``jaw_edge`` / ``jaw_edge_weakest`` ratios.
 
-    NaN ratios mean no edge was measured. Returns their mean and the worst frame, with its index in the clip
-    and its ratio. Returns the frames where the line breaks: the weakest stretch under :data:`JAW_BREAK`."""
+    NaN ratios mean no edge was measured. Returns their mean and the worst frame. The worst frame comes with its index
+    in the clip and its ratio. Returns the frames where the line breaks: the weakest stretch under :data:`JAW_BREAK`."""
     ok = np.isfinite(edge)
     if not ok.any():
         return None
@@ -194,8 +194,8 @@ def jaw_summary(edge: np.ndarray, weakest: np.ndarray) -> dict | None:
 def _swing(generated: np.ndarray, real: np.ndarray) -> float | None:
     """How widely the generated mouth opens and shuts against the real one.
 
-    It is the std of the generated openness / the real's, over the frames where both have a face. 1 means as
-    wide. A regression's ~0.6 means less."""
+    It is the std of the generated openness / the real's. The frames are those where both have a face. A ratio of 1
+    means as wide. A regression's ~0.6 means less."""
     ok = np.isfinite(generated) & np.isfinite(real)
     if ok.sum() < 3 or real[ok].std() < 1e-9:
         return None
@@ -234,10 +234,10 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
 def track_clip(clip, *, audio=None, max_lag: int = 5) -> dict:
     """The landmark model on a real clip alone.
 
-    It gives the share of frames with a face. It compares mouth openness over time with the loudness of the
-    clip's own audio, or of ``audio``, any file with sound. That gives the Pearson correlation at lag 0 and the
-    best within ±``max_lag`` frames. A positive lag means the mouth comes after the sound. It gives openness in
-    silence and in speech. It counts blinks: eye openness dipping below 60 % of its median."""
+    It gives the share of frames with a face. It compares mouth openness over time with the loudness of the audio. The
+    audio is the clip's own, or ``audio``, any file with sound. That gives the Pearson correlation at lag 0. It also
+    gives the best within ±``max_lag`` frames. A positive lag means the mouth comes after the sound. It gives openness
+    in silence and in speech. It counts blinks: eye openness dipping below 60 % of its median."""
     container = open_media(clip)
     try:
         stream = container.streams.video[0]

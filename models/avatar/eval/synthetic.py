@@ -1,41 +1,40 @@
 """Evaluate an avatar on a clip it was not trained on: ``evaluate_avatar(avatar, clip, truth)``.
 
-**Mouth openness in a frame** comes from :func:`mouth_openness`. It looks inside the *search box*. That box is
-the portrait's rest mouth box, from the ground truth or the bundle. It is widened by 15 % each side. It is
-grown downwards by the largest jaw drop the renderer draws, 0.32 × mouth width, plus the head-motion margin.
-Inside it, the *inner-mouth* pixels are counted. Their luminance is below ``dark_fraction`` (0.55) of the
-median luminance of the same box in the reference portrait. Lips and skin are far brighter than the open
-mouth's cavity. Openness = inner-mouth pixels / mouth width in px. That is the mean vertical extent in px of
-the dark opening per column of the mouth. It needs no model. :func:`estimator_check` shows how well it tracks
-the ground truth ``jaw_open`` on the real clip itself. That is the report's ``estimator_corr``.
+**Mouth openness in a frame** comes from :func:`mouth_openness`. It looks inside the *search box*. That box starts from
+the portrait's rest mouth box. The box comes from the ground truth or the bundle. It is widened by 15 % each side. It is
+grown downwards by the largest jaw drop the renderer draws. That drop is 0.32 × mouth width. The head-motion margin is
+added. Inside it, the *inner-mouth* pixels are counted. Their luminance is below ``dark_fraction`` (0.55) of a reference
+level. That level is the median luminance of the same box in the reference portrait. Lips and skin are far brighter than
+the open mouth's cavity. Openness = inner-mouth pixels / mouth width in px. That is the mean vertical extent of the dark
+opening, in px. The mean is over the columns of the mouth. It needs no model. On the real clip itself,
+:func:`estimator_check` shows how well it tracks the ground truth ``jaw_open``. That is the report's ``estimator_corr``.
 
 **Metrics** go to JSON:
 
 - ``openness_corr``: Pearson correlation of the generated frames' openness with the ground-truth ``jaw_open``.
 - ``estimator_corr``: the same estimator on the real clip's frames vs the ground truth.
-- ``silence``: openness on the frames whose ground truth is not ``speaking`` and whose jaw is shut
-  (``jaw_open < 0.05``). It is given generated vs real. ``lips_closed_fraction`` is the share of those
-  generated frames with openness ≤ the real clip's 95th percentile there + 0.5 px.
+- ``silence``: openness on silent frames, generated vs real. Those frames' ground truth is not ``speaking``. Their jaw
+  is shut, with ``jaw_open < 0.05``. ``lips_closed_fraction`` is the share of those generated frames whose lips count as
+  closed. Their openness is ≤ the real clip's 95th percentile there + 0.5 px.
 
-**Identity** comes from :class:`IdentityMeter`. It is SSIM and PSNR between a frame and the reference portrait.
-SSIM uses a 7 px Gaussian window, on [-1, 1] RGB. The area is inside the face crop box, outside the *mouth
-motion region*. That region, from :func:`motion_region`, is lips, jaw and chin: what speech is supposed to
-change. The portrait is moved into the frame's head pose, by an ECC fit on that same area. The avatar's small
-head motion is not an identity change. The frame itself is not resampled. For the avatar's own frames only the
-region it draws moves. That is the Composite mask; the rest is the portrait. So the portrait is posed there and
-composited the same way, through :class:`IdentityMeter`'s ``drawn``. A real clip is posed as a whole.
+**Identity** comes from :class:`IdentityMeter`. It is SSIM and PSNR between a frame and the reference portrait. SSIM
+uses a 7 px Gaussian window, on [-1, 1] RGB. The area is inside the face crop box, outside the *mouth motion region*.
+That region comes from :func:`motion_region`. It is lips, jaw and chin: what speech is supposed to change. The portrait
+is moved into the frame's head pose. An ECC fit on that same area finds the pose. The avatar's small head motion is not
+an identity change. The frame itself is not resampled. For the avatar's own frames only the region it draws moves. That
+is the Composite mask; the rest is the portrait. So the portrait is posed there and composited the same way, through
+:class:`IdentityMeter`'s ``drawn``. A real clip is posed as a whole.
 
-- ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames. They are measured as the
-  frames leave the Composite stage. That is before the H.264 encoder, whose own loss on this portrait is not
-  the model's.
+- ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames. They are measured as the frames leave
+  the Composite stage. That is before the H.264 encoder. The encoder's own loss on this portrait is not the model's.
 - ``identity_ssim_mp4`` is the same on the written MP4.
 - ``identity_ssim_unaligned`` is the same without the registration.
 - ``identity_ssim_real`` is the real clip, an MP4, under the same measure.
 
-**Real data** is the ``real`` block, from :mod:`.real`. The same generated frames are measured with face
-landmarks against the clip's real frames. The measures are landmark mouth-openness correlation, PSNR / SSIM of
-the face outside the mouth, sharpness of the mouth region and lips closed where the clip's audio is silent.
-They need no ground truth beyond the real video. So a person's own held-out clip is judged by them.
+**Real data** is the ``real`` block, from :mod:`.real`. The same generated frames are measured with face landmarks
+against the clip's real frames. The measures are landmark mouth-openness correlation and PSNR / SSIM of the face outside
+the mouth. They add the sharpness of the mouth region. They add lips closed where the clip's audio is silent. They need
+no ground truth beyond the real video. So a person's own held-out clip is judged by them.
 """
 from __future__ import annotations
 
@@ -96,7 +95,7 @@ def mouth_openness(frames: torch.Tensor, mouth_box, reference: torch.Tensor, *,
 def motion_region(mouth_box, image_hw, margin: float = 2.0) -> tuple[int, int, int, int]:
     """Integer ``(x0, y0, x1, y1)`` of the lower face that speech moves: lips, jaw and chin.
 
-    It comes from the rest mouth box ``(x, y, w, h)`` alone, so it works for any portrait. Let ``a = w / 2``,
+    It comes from the rest mouth box ``(x, y, w, h)`` alone. So it works for any portrait. Let ``a = w / 2``,
     around the mouth's centre. The region spans 2.5 ``a`` to each side. It runs from 2.2 ``a`` above the lip
     line to 1.4 ``a`` below the chin. The chin lies 0.75 ``w`` under the lip line. This is the support of the
     synthetic renderer's jaw and lip warp, in :class:`framegraph.models.synth.render.PortraitRenderer`. It is
@@ -112,13 +111,13 @@ def motion_region(mouth_box, image_hw, margin: float = 2.0) -> tuple[int, int, i
 class IdentityMeter:
     """Identity of a frame against the reference portrait, head pose compensated.
 
-    The face crop box minus the :func:`motion_region` is the *identity area*. It holds forehead, eyes, nose,
-    cheeks and hair. The frame's head pose is fitted on that area by an affine ECC fit, OpenCV's
-    ``findTransformECC``. The avatar's small head motion is not an identity change. The reference is moved
-    into that pose, bilinearly. The untouched frame is then compared with it there. The scores are SSIM, with
-    a 7 px Gaussian window on [-1, 1] RGB, and PSNR in dB. ECC is a local fit. When the fitted pose scores
-    lower than no motion at all, the unmoved reference's scores are taken. The reference is moved, not the
-    frame. A sub-pixel bilinear resampling blurs fine texture, and that would lower the frame's score.
+    The face crop box minus the :func:`motion_region` is the *identity area*. It holds forehead, eyes, nose, cheeks and
+    hair. The frame's head pose is fitted on that area. The fit is an affine ECC fit, OpenCV's ``findTransformECC``. The
+    avatar's small head motion is not an identity change. The reference is moved into that pose, bilinearly. The
+    untouched frame is then compared with it there. The scores are SSIM and PSNR in dB. SSIM uses a 7 px Gaussian window
+    on [-1, 1] RGB. ECC is a local fit. The fitted pose may score lower than no motion at all. Then the unmoved
+    reference's scores are taken. The reference is moved, not the frame. A sub-pixel bilinear resampling blurs fine
+    texture. That would lower the frame's score.
 
     ``drawn`` is ``float [H, W]`` in [0, 1]. It says where the measured frames were generated. For the avatar it
     is the :class:`~framegraph.models.composite.Composite` mask, ``frame_alpha()``. The rest of its frames is
@@ -223,9 +222,8 @@ def identity_ssim(frames: torch.Tensor, reference: torch.Tensor, crop_box, mouth
 class FrameMeter(Stage):
     """Sink of the composited ``"video"``. It measures every frame as it arrives, before any video codec.
 
-    With ``real``, it also measures the real frame of the same index. ``real`` is an iterator of the real
-    clip's ``uint8 [H, W, 3]`` frames, in step. It keeps nothing but numbers. So a stream of any length fits in
-    memory.
+    With ``real``, it also measures the real frame of the same index. ``real`` iterates over the real clip's frames, in
+    step. Each is ``uint8 [H, W, 3]``. It keeps nothing but numbers. So a stream of any length fits in memory.
 
     ``rows[k]`` holds the generated frame's ``open``, its openness in px. It holds ``ssim`` / ``psnr`` /
     ``ssim_raw`` from :class:`IdentityMeter`. With ``real`` it adds ``open_real``, ``ssim_real`` /
@@ -298,7 +296,7 @@ def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | N
 def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
     """The metrics of :class:`FrameMeter` rows against the ground truth; see the module docstring.
 
-    ``jaw`` None means the clip has no mouth ground truth, as in a person's own video. Then there are no
+    ``jaw`` None means the clip has no mouth ground truth. A person's own video has none. Then there are no
     openness metrics."""
     r = lambda v: None if v is None or not np.isfinite(v) else round(float(v), 4)  # noqa: E731
     n = len(rows)
@@ -343,10 +341,10 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
     where the models compute (:func:`~..graph.build_avatar_graph`). Use ``"onnx-int8"`` to measure the int8
     export.
 
-    ``real_measures`` False measures only the generated frames against the ground truth and the portrait.
-    That is openness correlation, silence and identity. It skips the measures against the clip's real frames,
-    such as the ``real`` block and ``identity_ssim_real``. It skips the written MP4 too. It takes about a tenth
-    of the time."""
+    ``real_measures`` False measures only the generated frames against the ground truth and the portrait. That is
+    openness correlation, silence and identity. It skips the measures against the clip's real frames. Those are the
+    ``real`` block, ``identity_ssim_real`` and the like. It skips the written MP4 too. It takes about a tenth of the
+    time."""
 
     if truth is None:  # a person's own clip: no ground truth, one entry per frame of the video
         truth = {"truth": False, "frames": [{"index": i} for i, _ in enumerate(iter_video_frames(clip))]}

@@ -66,7 +66,7 @@ class MouthGenerator(PretrainedModel):
 
     ``forward(masked [B, 3, S, S], mask [B, 1, S, S], reference [B, 3, S, S], shape [B, P])`` →
     ``float32 [B, 3, S, S]`` in [0, 1]. Images are RGB in [0, 1]. ``mask`` is 1 where the pixels are hidden.
-    The skips carry the unmasked pixels and the reference to the output at full resolution.
+    The skips carry the unmasked pixels and the reference to the output. They do so at full resolution.
     """
 
     @register_to_config
@@ -149,14 +149,14 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
                    max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
-    ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech. They are silence and noise at
-    several levels. Each is windowed on its own. All are answered with ``rest [P]``, the person's mouth in
-    silence. These rows are added to every fit and never validated on. So the head keeps the mouth at rest on
-    sounds that are not speech, such as a microphone's hiss. It needs no gate.
+    ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech. They are silence and noise at several
+    levels. Each is windowed on its own. All are answered with ``rest [P]``, the person's mouth in silence. These rows
+    are added to every fit and never validated on. So the head keeps the mouth at rest on sounds that are not speech. An
+    example is a microphone's hiss. It needs no gate.
 
     ``known``: ``(features [T_i, D], shapes [T_i, P])`` pairs of other speech. Their shapes are set rather than
-    measured. They are typed text spoken by eSpeak NG, its visemes on the person's scale (:mod:`.typed`). They
-    are also windowed on their own, added to every fit and never validated on.
+    measured. They are typed text spoken by eSpeak NG (:mod:`.typed`). Its visemes are on the person's scale. They are
+    also windowed on their own. They join every fit and are never validated on.
 
     ``ridge`` None: chosen from a grid by ``folds`` contiguous folds. Each fold is a block of time. So
     neighbouring frames do not leak into the validation.
@@ -164,16 +164,15 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
     Amplitude: a regression answers what it cannot tell apart with the average. So its shapes swing less than
     the person's. The fitted head is scaled by ``gain`` about the person's mean shape over ``shapes``. ``gain``
     is the measured first shape number's std / the folds' predictions' std. It lies within ``[1, max_gain]``.
-    So the mouth opens as wide as the person's, on average as far as theirs. The correlation is unchanged.
+    So the mouth opens as wide as the person's. On average it opens as far as theirs. The correlation is unchanged.
 
-    The quiet and known rows must still answer their shapes once scaled. So the final fit asks them for
-    ``mean + (shape - mean) / gain``. Known rows have shapes that swing, unlike the rest shape. With them, the
-    folds are fitted again asking the same, and the gain is measured again. That repeats three times. The scale
-    centre is the mean, not the rest. Scaling about the rest would move the speech's mean by
-    ``(gain - 1) · (mean - rest)``.
+    The quiet and known rows must still answer their shapes once scaled. So the final fit asks them for ``mean + (shape
+    - mean) / gain``. Known rows have shapes that swing, unlike the rest shape. With them, the folds are fitted again,
+    asking the same. Then the gain is measured again. That repeats three times. The scale centre is the mean, not the
+    rest. Scaling about the rest would move the speech's mean. It would move by ``(gain - 1) · (mean - rest)``.
 
-    Returns the head and a report. It has the ridge chosen, the folds' correlation of the first shape number,
-    and the gain.
+    Returns the head and a report. It has the ridge chosen and the gain. It has the folds' correlation of the first
+    shape number.
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
     Y = shapes.double()
@@ -247,14 +246,14 @@ def openness_lines(shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -> tuple[ShapeHead, torch.Tensor, dict]:
     """The head with every shape number but openness following the predicted openness.
 
-    Openness is the first number. The others follow it as they do in the person's own ``shapes [T, P]``, by a
-    least-squares line per number. That replaces their own regression. The ``rest [P]`` shape is moved onto
-    those lines. It is still one linear map.
+    Openness is the first number. The others follow it as they do in the person's own ``shapes [T, P]``. Each follows a
+    least-squares line. That replaces their own regression. The ``rest [P]`` shape is moved onto those lines. It is
+    still one linear map.
 
-    Why: the audio tells the other numbers, width and roundness, apart far worse than openness. So their
-    regressions answer with about their mean, whatever the openness. Scaled by the gain, they make combinations
-    of the three that the person never made. The generator draws those badly. Returns the head, the rest shape
-    and a report. The report has each line's slope, intercept and correlation with openness."""
+    Why: the audio tells width and roundness apart far worse than openness. So their regressions answer with about their
+    mean, whatever the openness. Scaled by the gain, they make combinations the person never made. The generator draws
+    those badly. Returns the head, the rest shape and a report. The report has each line's slope, intercept and
+    correlation with openness."""
     z = shapes.double()
     o = z[:, 0]
     coef = torch.stack(openness_lines(shapes))  # [2, P - 1]: slope, intercept
@@ -278,8 +277,8 @@ def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -
 def quiet_audio(seconds: float = 2.0, levels: tuple[float, ...] = QUIET_LEVELS, seed: int = 0) -> list[np.ndarray]:
     """``int16 [seconds * 16000]`` clips of no speech, for :func:`fit_shape_head`'s ``quiet_features``.
 
-    They are digital silence and white noise at each of ``levels``. A level is an RMS as a share of full scale.
-    1e-4 is ≈ -80 dBFS. 0.1 is -20 dBFS."""
+    They are digital silence and white noise at each of ``levels``. A level is an RMS as a share of full scale. A level
+    of 1e-4 is ≈ -80 dBFS. A level of 0.1 is -20 dBFS."""
     rng = np.random.default_rng(seed)
     n = int(round(seconds * SAMPLE_RATE))
     return [np.clip(rng.standard_normal(n) * level * 32767, -32768, 32767).astype(np.int16) for level in levels]

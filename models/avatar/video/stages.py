@@ -6,15 +6,14 @@
 
 :class:`MouthShape` keeps the last ``K`` feature vectors, causally. It runs the :class:`~.lipsync.ShapeHead`.
 Some heads were trained to answer silence and noise with the person's resting mouth. Those are followed as
-they are. An older head is gated: while the avatar does not speak, the shape eases to the resting mouth.
+they are. An older head is gated. While the avatar does not speak, the shape eases to the resting mouth.
 
-:class:`MouthRegion` cuts the region at the frame's box and hides the lower face. The
-:class:`~.lipsync.MouthGenerator` redraws it for the shape. The loop frame's own finest texture is laid over it
-away from the lips. A bundle's ``texture`` map says where. The generator draws stubble and pores only blurred.
-The region is pasted back with the feathered alpha (:func:`framegraph.models.composite.composite`). Every pixel
-outside that alpha is the loop frame's own. So is everything below the loop frame's jaw line, when the bundle
-has the loop frames' jaw lines. The loop makes that mask (:func:`~.jaw.jaw_keep`). The chin and the collar are
-never redrawn.
+:class:`MouthRegion` cuts the region at the frame's box and hides the lower face. The :class:`~.lipsync.MouthGenerator`
+redraws it for the shape. The loop frame's own finest texture is laid over it away from the lips. A bundle's ``texture``
+map says where. The generator draws stubble and pores only blurred. The region is pasted back with the feathered alpha
+(:func:`framegraph.models.composite.composite`). Every pixel outside that alpha is the loop frame's own. So is
+everything below the loop frame's jaw line. That needs a bundle with the loop frames' jaw lines. The loop makes that
+mask (:func:`~.jaw.jaw_keep`). The chin and the collar are never redrawn.
 """
 from __future__ import annotations
 
@@ -58,12 +57,12 @@ class MouthShape(Stage):
         head: the :class:`ShapeHead`.
         rest: ``[P]``, the shape of the mouth at rest, in silence.
         gate: ease to ``rest`` while the state is not speaking. This is for heads not trained on quiet audio.
-            A gate also shuts lips that really move at the edges of speech, where the voice detector lags.
-        ease: per frame, how far the shape moves towards the resting mouth when not speaking. The same holds
+            A gate also shuts lips that really move at the edges of speech. There the voice detector lags.
+        ease: per frame, how far the shape moves towards rest when not speaking. The same holds
             back when speaking. 1 means at once.
-        limit: the output is clamped to ``±limit``, in standard deviations of the person's own shapes.
+        limit: the output is clamped to ``±limit``. The unit is the std of the person's own shapes.
 
-    Ports: in ``"features"`` ``float32 [D]`` and ``"state"`` ``float32 [4]``, on the CPU, from the audio side.
+    Ports: in ``"features"`` ``float32 [D]`` and ``"state"`` ``float32 [4]``. They come on the CPU, from the audio side.
     Out ``"shape"`` ``float32 [P]`` on ``device``, where the head runs. The inputs are uploaded, and the speaking
     gate is kept there. Nothing is read back. ``engine(head)``: the callable that runs the head, its runtime.
     """
@@ -94,7 +93,7 @@ class MouthShape(Stage):
     def step(self, features: torch.Tensor, speaking: bool | torch.Tensor) -> torch.Tensor:
         """The next frame's shape ``[P]`` from its features ``[D]`` and whether the avatar speaks.
 
-        Speaking is a bool, or a 0-dim tensor with 1 for speaking. :meth:`process` passes the tensor, computed
+        Speaking is a bool, or a 0-dim tensor with 1 for speaking. The tensor is what :meth:`process` passes, computed
         on the device."""
         if self._seen == 0:
             self._context.copy_(features.expand_as(self._context))  # the first frame repeated, as in training
@@ -142,27 +141,27 @@ class MouthRegion(Stage):
             compiled.
         generator_engine: what runs the generator inside that path; see :mod:`framegraph.models.runtime`.
             ``generator_engine(generator)`` → a function called as the generator is, such as ONNX Runtime's.
-            None: the torch model itself. It may give a :class:`~framegraph.stream.batching.BatchClient`, which
-            runs the generator in batches with other sessions' (:func:`~.engines.batched_generator`). The client
+            None: the torch model itself. It may give a :class:`~framegraph.stream.batching.BatchClient`
+                (:func:`~.engines.batched_generator`). That runs the generator in batches with other sessions'. The
+                client
             is opened at setup and closed at teardown. ``interrupt`` cancels it. It gets the frame's deadline:
             live, its audio's arrival + ``max_lag_ms``. A frame the batch cannot make in time is skipped, and
             ``frames_skipped`` counts it.
         graphs: replay the device path from a CUDA graph, on CUDA. Its inputs are copied into static buffers.
         matte: the frame's person matte comes in on ``"alpha"``. It leaves beside the picture, unchanged. The
             redrawn lower face lies inside the person. It is skipped with the frame.
-        keep: the share of the box kept from the frame itself comes in on ``"keep"``. It is ``float32 [L, L]``,
-            1 at and below the frame's jaw line (:func:`~.jaw.jaw_keep`). :class:`~.loop.VideoLoop` makes it
-            from a bundle's ``jaws``. Nothing there is redrawn. False: the whole hidden area is, as in older
-            bundles.
+        keep: the frame's kept share of the box comes in on ``"keep"``. It is ``float32 [L, L]``, 1 at and below the
+            frame's jaw line (:func:`~.jaw.jaw_keep`). It is made by :class:`~.loop.VideoLoop` from a bundle's ``jaws``.
+            Nothing there is redrawn. False: the whole hidden area is, as in older bundles.
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` and ``"shape"`` ``float32 [P]``. With their
     options, ``"alpha"`` ``uint8 [H, W]`` and ``"keep"`` ``float32 [L, L]`` come in too. Out go ``"video"``
     ``uint8 [H, W, 3]`` and, with ``matte``, ``"alpha"``. They carry the frame's pts and flags, on
     ``out_device``. The rest is on ``device``.
 
-    :meth:`process` cuts and pastes the region with index tensors made from the box on the device
-    (:meth:`picture_at`). No value is read back. The shapes do not depend on where the box is. :meth:`picture`
-    is its readable twin. It slices at a box of Python ints.
+    :meth:`process` cuts and pastes the region with index tensors (:meth:`picture_at`). They are made from the box on
+    the device. No value is read back. The shapes do not depend on where the box is. Its readable twin is
+    :meth:`picture`. It slices at a box of Python ints.
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
@@ -244,8 +243,8 @@ class MouthRegion(Stage):
     def warm(self) -> None:
         """Run the picture step once on a blank frame of the session's size.
 
-        That makes the first calls of kernels, a compiled runtime's compilation and a CUDA graph's capture.
-        :meth:`setup` does it once per process, size and runtime. With a CUDA graph it is once per stage."""
+        That makes the first calls of kernels. A compiled runtime compiles, and a CUDA graph is captured. This is done
+        by :meth:`setup`, once per process, size and runtime. With a CUDA graph it is once per stage."""
         H, W = self.frame_size
         L = self.side
         frame = torch.zeros(H, W, 3, dtype=torch.uint8, device=self.device)

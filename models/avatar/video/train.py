@@ -242,9 +242,9 @@ def _read_clips(clips: list[str]):
 def clips_audio(clips: list[str]) -> np.ndarray:
     """The prepared clips' audio joined, as ``int16`` at 16 kHz. Only the audio is decoded.
 
-    Each clip's audio is written from its first frame's time by :class:`~..clips.io.ClipWriter`. It is cut or
-    padded to the ``audio_samples`` its JSON names, its frames' length. As decoded, each clip's audio runs past
-    its frames to whole AAC frames of 1,024 samples. Joined uncut, the sound would drift later clip by clip."""
+    Each clip's audio is written from its first frame's time by :class:`~..clips.io.ClipWriter`. It is cut or padded to
+    the ``audio_samples`` its JSON names, its frames' length. As decoded, each clip's audio runs past its frames. It
+    runs to whole AAC frames of 1,024 samples. Joined uncut, the sound would drift later clip by clip."""
     parts = []
     for c in clips:
         need = int(json.loads(Path(c).with_suffix(".json").read_text())["audio_samples"])
@@ -256,9 +256,8 @@ def clips_audio(clips: list[str]) -> np.ndarray:
 def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
     """The audio encoder.
 
-    It comes from ``audio_from``, an encoder folder or an avatar bundle holding ``audio/``. The default is the
-    shipped astronaut's. That one was trained on many eSpeak voices to predict the mouth, so it is
-    speaker-independent."""
+    It comes from ``audio_from``, an encoder folder or an avatar bundle holding ``audio/``. The default is the shipped
+    astronaut's. That one was trained on many eSpeak voices to predict the mouth. So it is speaker-independent."""
     path = Path(audio_from) if audio_from else assets.path("avatars") / "astronaut" / "audio"
     if (path / "audio" / "config.json").is_file():
         path = path / "audio"
@@ -269,7 +268,7 @@ def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
 
 
 def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
-    """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
+    """The lips must move in the video. The avatar learns the person's mouth shapes from it."""
     if openness.std() < least:
         raise MediaError(path, f"the lips barely move in it (mouth openness "
                                f"{openness.min():.3f}..{openness.max():.3f}, std {openness.std():.4f}, at least "
@@ -291,7 +290,7 @@ def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
                  n_loop: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
     """Read the clips once more.
 
-    Returns the training regions ``uint8 [n_train, size, size, 3]``: each frame's box, cut and scaled. Returns
+    Returns the training regions ``uint8 [n_train, size, size, 3]``. Each is a frame's box, cut and scaled. Returns
     the loop frames ``uint8 [n_loop, H, W, 3]``. Returns their 1/8-scale grey thumbnails
     ``float32 [n_loop, H/8, W/8]``. Those find the idle frame nearest each loop frame."""
     regions, loop, thumbs, t = [], [], [], 0
@@ -311,8 +310,8 @@ def rest_shape(z: torch.Tensor, openness: np.ndarray, speech: np.ndarray | None,
                least: int = 25) -> tuple[torch.Tensor, str]:
     """The person's mouth in silence ``[P]``, standardised, from the training frames ``z [T, P]``.
 
-    It is the median over the frames the voice detector calls silent. ``speech [≥ T]`` holds its probability per
-    frame; silent is < 0.5. With fewer than ``least`` such frames, or no audio, it is the median over the 20 %
+    It is the median over the frames the voice detector calls silent. ``speech [≥ T]`` holds its probability per frame;
+    silent is < 0.5. There may be fewer than ``least`` such frames, or no audio. Then it is the median over the 20 %
     most closed, by ``openness [T]``. It also says which."""
     if speech is not None:
         silent = speech[:len(z)] < 0.5
@@ -334,10 +333,10 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
                  z: torch.Tensor, n_train: int, cfg: VideoTrainConfig, fps: float):
     """The audio features ``[T, D]`` and the voice detector's ``speech [T]``, aligned, and the report.
 
-    They are moved by the frames the video's sound comes late by, where the training frames prove it.
-    :func:`~.sync.estimate_av_offset` finds the lag. The shape head's fit of the standardised shapes
-    ``z [T, P]`` confirms it, by :func:`~.sync.confirm_offset`. With ``cfg.av_sync`` off they stay as recorded.
-    The report says the reason. It is None when off."""
+    They are moved by the frames the video's sound comes late by. That needs the training frames to prove it.
+    :func:`~.sync.estimate_av_offset` finds the lag. The shape head's fit of the standardised shapes ``z [T, P]`` must
+    confirm it (:func:`~.sync.confirm_offset`). With ``cfg.av_sync`` off they stay as recorded. The report says the
+    reason. It is None when off."""
     if not cfg.av_sync:
         return feats, speech, None
     lag, report = estimate_av_offset(openness[:n_train], audio[:int(n_train * SAMPLE_RATE / fps)], fps)
@@ -350,11 +349,11 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
 class SoundFit:
     """The sound side of a video avatar, from :func:`_fit_sound`.
 
-    It holds the audio ``encoder`` and the file it came from. It holds the ``whisper`` settings of the bundle;
-    None means the head hears the encoder alone. It holds the ``head`` from the features to the mouth shape. It
-    holds the ``rest`` shape, standardised ``[P]``, and the head's fit ``report``. It holds its ``heldout``
-    numbers, None without a held-out end. It holds the sound's ``av_offset`` report. It holds the
-    ``features [T, D]`` the head reads, of the whole video's sound, aligned to its frames."""
+    It holds the audio ``encoder`` and the file it came from. It holds the bundle's ``whisper`` settings. None means the
+    head hears the encoder alone. It holds the ``head`` from the features to the mouth shape. It holds the ``rest``
+    shape, standardised ``[P]``, and the head's fit ``report``. It holds its ``heldout`` numbers, None without a
+    held-out end. It holds the sound's ``av_offset`` report. It holds the ``features [T, D]`` the head reads. They are
+    of the whole video's sound, aligned to its frames."""
 
     encoder: AudioEncoder
     encoder_path: str
@@ -398,7 +397,7 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
                cfg: VideoTrainConfig, fps: float, audio_from) -> SoundFit:
     """Fit the sound side; see the module docstring.
 
-    It takes the joined features (:mod:`.features`) of the whole video, ``audio`` ``int16`` at 16 kHz. It takes
+    It takes the joined features (:mod:`.features`) of the whole video. ``audio`` is ``int16`` at 16 kHz. It takes
     those of quiet clips and of the eSpeak sentences. It aligns the sound to the picture. The lag is found on the
     encoder's columns. Then it fits the ShapeHead on the first ``n_train`` frames' standardised shapes
     ``z [T, P]``. The quiet and typed rows join on each candidate's columns. The best cross-validated fit is kept."""
@@ -447,11 +446,11 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
     """Calibrate the avatar's head and rest shape in place (:mod:`.openness`); returns the report.
 
     ``cfg.openness_frames`` training frames are picked at random. The head asks for a shape from each one's sound,
-    ``features [n_train, D]``. The shape is drawn on a loop frame picked at random, as the avatar plays. The drawn
-    frame is measured against the person's own openness in those frames, ``z [n_train, P]`` standardised. The
-    head then asks for its openness shifted by what the drawn mouth fell short. With ``cfg.follow_openness`` the
-    other shape numbers follow the new openness along the person's lines. The generator opens the mouth with
-    them. Asked alone, a wider openness is drawn far less wide."""
+    ``features [n_train, D]``. The shape is drawn on a loop frame picked at random, as the avatar plays. The drawn frame
+    is measured. It is set against the person's own openness in those frames, ``z [n_train, P]``. The head then asks for
+    more openness. The shift is what the drawn mouth fell short. With ``cfg.follow_openness`` the other shape numbers
+    follow the new openness along the person's lines. The generator opens the mouth with them. Asked alone, a wider
+    openness is drawn far less wide."""
     count = cfg.openness_frames
     if count <= 0:
         return {"used": False, "why": "turned off: openness_frames 0, `--no-openness-calibration`"}

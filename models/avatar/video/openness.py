@@ -1,25 +1,24 @@
 """How open the generator draws the mouth the shape head asks for, and the head made to ask for the right level.
 
-The generator's openness is measured on the avatar's own loop frames. The head is then made to ask for what
-lands on the person's openness, on average.
+The generator's openness is measured on the avatar's own loop frames. The head is then made to ask for more or less. On
+average the drawn mouth then lands on the person's openness.
 
-The generator learns each training frame's lower face from that frame's measured shape. Yet it need not draw
-the mouth as open as the person's. The head's shapes are smoother than the person's, and they are drawn less
-open again. At the end of training :func:`drawn_openness` redraws loop frames for the shapes the head asks. The
-head hears the training frames' sound. This is as the avatar plays: a loop frame and the shape the voice asks
-for. The face landmarks measure the drawn frames.
+The generator learns each training frame's lower face from that frame's measured shape. Yet it need not draw the mouth
+as open as the person's. The head's shapes are smoother than the person's. They are drawn less open again. At the end of
+training, :func:`drawn_openness` redraws loop frames. It uses the shapes the head asks for. The head hears the training
+frames' sound. This is as the avatar plays. A loop frame meets the shape the voice asks for. The face landmarks measure
+the drawn frames.
 
-:func:`openness_offset` says how far the drawn openness falls short of the person's own in those frames. It is
-in standard deviations of the asked openness. The drawn openness rises by the slope of a least-squares line
-per asked std. The result is the shift that closes the gap. :func:`calibrate_openness` adds it to the head's
-openness and to the rest shape. The head stays one linear map, so the runtimes and the ONNX export are
-unchanged.
+:func:`openness_offset` compares the drawn openness with the person's own in those frames. It says how far it falls
+short. It is in standard deviations of the asked openness. The drawn openness rises by the slope of a least-squares line
+per asked std. The result is the shift that closes the gap. It is added by :func:`calibrate_openness`, to the head's
+openness and to the rest shape. The head stays one linear map. So the runtimes and the ONNX export are unchanged.
 
 Training then has the other shape numbers follow the new openness along the person's lines
-(:func:`~.lipsync.follow_openness`). So the generator opens the mouth with the width and roundness that go with
-it. A wider openness asked alone is drawn far less wide. Only the level is moved. Stretching the asked swing by
-the line's slope as well overshot the person's swing on held-out speech (benchmarks/README.md). Where the
-generator draws what it is asked, the shift is 0.
+(:func:`~.lipsync.follow_openness`). So the generator opens the mouth with the matching width and roundness. A wider
+openness asked alone is drawn far less wide. Only the level is moved. The swing is not stretched by the line's slope.
+That overshot the person's swing on held-out speech (benchmarks/README.md). Where the generator draws what it is asked,
+the shift is 0.
 """
 from __future__ import annotations
 
@@ -66,13 +65,13 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
 
 
 def openness_offset(asked: np.ndarray, drawn: np.ndarray, person: np.ndarray, std: float) -> tuple[float, dict]:
-    """The shift to add to the openness asked of the generator, so that on average it draws the person's.
+    """The shift to add to the openness asked of the generator. With it, on average, it draws the person's.
 
-    The shift is in standard deviations of the person's openness. ``asked [K]`` is the standardised openness the
-    frames were drawn for. ``drawn [K]`` is what the landmarks measured on them; NaN is skipped. ``person [K]``
-    is the person's own openness in the frames the shapes were asked for. ``std`` is the person's openness per
-    standardised unit. The shift is the gap between the two means, over the slope of the drawn openness per
-    asked unit. That slope is a least-squares line. A report comes with it.
+    The shift is in standard deviations of the person's openness. ``asked [K]`` is the standardised openness the frames
+    were drawn for. ``drawn [K]`` is what the landmarks measured on them; NaN is skipped. ``person [K]`` is the person's
+    own openness in the frames the shapes were asked for. ``std`` is the person's openness per standardised unit. The
+    shift is the gap between the two means, over a slope. That is the slope of the drawn openness per asked unit. That
+    slope is a least-squares line. A report comes with it.
 
     It is 0 when it cannot be trusted. That is when fewer than :data:`MIN_FRAMES` were measured. It is also when
     the drawn openness follows less than :data:`MIN_RESPONSE` of the person's swing. It is held within

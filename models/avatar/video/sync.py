@@ -1,30 +1,30 @@
 """How late a video's sound is against its picture, measured from the person's own mouth.
 
-A recording's sound and picture are not always in step. A phone's audio path, a re-encode or an edit can move
-the sound by a few frames. Trained on such a video as it is, the audio → shape head must predict the mouth from
+A recording's sound and picture are not always in step. A phone's audio path can move the sound by a few frames. So can
+a re-encode or an edit. Trained on such a video as it is, the audio → shape head suffers. It must predict the mouth from
 sound that has not come yet. Its openness fit then drops sharply; ``docs/real_people.md`` has a case.
 
-:func:`estimate_av_offset` finds the shift from the training frames alone. It uses something with no time of
-its own: a mouth opens as the voice gets loud, on vowels. So the measured openness is cross-correlated with the
-sound's loudness per frame. The peak's lag is the offset. It is kept only where the clip proves it:
+:func:`estimate_av_offset` finds the shift from the training frames alone. It uses something with no time of its own. A
+mouth opens as the voice gets loud, on vowels. So the measured openness is cross-correlated with the sound's loudness
+per frame. The peak's lag is the offset. It is kept only where the clip proves it:
 
-- The peak stands :data:`MIN_GAIN` above lag 0. It lies strictly inside the search window. It is the best of
-  the lags searched and of :data:`PAST_END_LAGS` more past each end, and at neither end. A correlation that
-  only rises towards an end is a trend, not a peak. Such a trend is a mouth slower than the voice, or a drift.
-- It stands out of chance. It beats :data:`CHANCE_QUANTILE` of the peaks the same two signals give with the
-  sound moved seconds away. Those are every circular shift of at least :data:`CHANCE_SHIFT_S`. How high a
-  chance peak reaches depends on the clip's length. It also depends on how smooth the two signals are. So a
-  fixed threshold would make lags up on a short clip, or miss a weak but certain one on a long one.
-- The shape head confirms it (:func:`head_fit_by_lag`). Its cross-validated openness correlation on the sound so
-  moved must beat the one on the sound as recorded by :data:`MIN_HEAD_GAIN`. It uses the same frames and folds.
-  The head alone would not do to search with. Its causal features predict the mouth better from sound a few
-  frames *later*, even on a clip that is in step. Live, that would show as a mouth that lags the voice. So it
+- The peak stands :data:`MIN_GAIN` above lag 0. It lies strictly inside the search window. It is the best of the lags
+  searched. It also beats :data:`PAST_END_LAGS` more past each end. It lies at neither end. A correlation that only
+  rises towards an end is a trend, not a peak. Such a trend is a mouth slower than the voice, or a drift.
+- It stands out of chance. It beats :data:`CHANCE_QUANTILE` of the chance peaks. Those come from the same two signals,
+  with the sound moved seconds away. Those are every circular shift of at least :data:`CHANCE_SHIFT_S`. How high a
+  chance peak reaches depends on the clip's length. It also depends on how smooth the two signals are. So a fixed
+  threshold would fail. It would make lags up on a short clip. It would miss a weak but certain one on a long one.
+- The shape head confirms it (:func:`head_fit_by_lag`). It compares its cross-validated openness correlation on the
+  moved sound and on the sound as recorded. The moved one must win by :data:`MIN_HEAD_GAIN`. It uses the same frames and
+  folds. The head alone would not do to search with. Its causal features predict the mouth better from sound a few
+  frames *later*. That holds even on a clip that is in step. Live, that would show as a mouth that lags the voice. So it
   only vetoes, with a margin.
 
-Otherwise the sound is left as recorded, at lag 0, and the report says which test failed. The trainer fits the
-head on the sound so aligned. The bundle records the offset. ``avatar eval`` aligns the source video's held-out
-sound by it. The real frames are the mouth of the sound as it was spoken. Live, the head answers the sound as
-it plays, so no latency is added.
+Otherwise the sound is left as recorded, at lag 0. The report says which test failed. The trainer fits the head on the
+sound so aligned. The bundle records the offset. ``avatar eval`` aligns the source video's held-out sound by it. The
+real frames are the mouth of the sound as it was spoken. Live, the head answers the sound as it plays. No latency is
+added.
 """
 from __future__ import annotations
 
@@ -54,7 +54,7 @@ def shift_frames(x, lag: int):
 def shift_audio(samples: np.ndarray, lag: int, samples_per_frame: int) -> np.ndarray:
     """``samples [S]`` moved ``lag`` frames earlier or later; the length is kept.
 
-    ``lag`` > 0 means the sound came late; it moves earlier and silence fills the end. ``lag`` < 0 moves it later;
+    ``lag`` > 0 means the sound came late. It moves earlier and silence fills the end. ``lag`` < 0 moves it later;
     silence fills the start."""
     n = abs(int(lag)) * int(samples_per_frame)
     if lag == 0 or n == 0:
@@ -85,9 +85,9 @@ def _corr_by_lag(openness: np.ndarray, level: np.ndarray, lags) -> dict[int, flo
 def chance_peaks(openness: np.ndarray, level: np.ndarray, fps: float, lags) -> np.ndarray:
     """How high a peak climbs by chance for these two signals.
 
-    It is the best correlation over ``lags`` of ``openness [T]`` with ``level [T]``, circularly shifted. Every
-    shift of at least :data:`CHANCE_SHIFT_S` either way counts. At most :data:`CHANCE_SHIFTS` shifts are
-    taken, evenly spaced. Empty when the clip is too short for any."""
+    It is the best correlation over ``lags`` of ``openness [T]`` with ``level [T]``. The level is circularly shifted.
+    Every shift of at least :data:`CHANCE_SHIFT_S` either way counts. At most :data:`CHANCE_SHIFTS` shifts are taken,
+    evenly spaced. Empty when the clip is too short for any."""
     low = int(round(CHANCE_SHIFT_S * fps))
     shifts = np.arange(low, len(level) - low + 1)
     if len(shifts) > CHANCE_SHIFTS:
@@ -100,12 +100,11 @@ def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
                        lags=range(MIN_OFFSET_FRAMES, MAX_OFFSET_FRAMES + 1)) -> tuple[int, dict]:
     """The frames by which the sound ``audio`` comes after the mouth whose ``openness [T]`` was measured.
 
-    ``audio`` is int16 at 16 kHz, from the first frame on. ``openness`` is per frame; NaN means no face. The
-    result is the lag in ``lags`` at which openness and the sound's loudness per frame correlate best. That
-    peak must be clear. It must beat lag 0 by :data:`MIN_GAIN`. It must lie strictly inside ``lags``. It must
-    beat the :data:`PAST_END_LAGS` past either end. It must be above :data:`CHANCE_QUANTILE` of
-    :func:`chance_peaks`. Else the result is 0. The shape head's confirmation is the caller's
-    (:func:`confirm_offset`).
+    ``audio`` is int16 at 16 kHz, from the first frame on. ``openness`` is per frame; NaN means no face. The result is a
+    lag in ``lags``. At it, openness and the sound's loudness per frame correlate best. That peak must be clear. It must
+    beat lag 0 by :data:`MIN_GAIN`. It must lie strictly inside ``lags``. It must beat the :data:`PAST_END_LAGS` past
+    either end. It must be above :data:`CHANCE_QUANTILE` of :func:`chance_peaks`. Else the result is 0. The shape head's
+    confirmation is the caller's (:func:`confirm_offset`).
 
     Returns the lag and a report. The report has the correlation at every lag and the chance level. It has the
     best lag, ``peak_frames``. It has each test passed or not, ``checks``, and the ``reason``."""
@@ -175,8 +174,8 @@ def confirm_offset(lag: int, report: dict, features: torch.Tensor, shapes: torch
                    context: int = 3) -> int:
     """``lag`` if the shape head confirms it, else 0 with the reason.
 
-    ``lag`` comes from :func:`estimate_av_offset`, whose ``report`` is updated in place. The head must fit the
-    ``shapes [T, P]`` better from ``features [T, D]`` moved by it than as recorded. It must gain
+    ``lag`` comes from :func:`estimate_av_offset`, whose ``report`` is updated in place. The head must fit the ``shapes
+    [T, P]`` better from moved ``features [T, D]``. It is compared with them as recorded. It must gain
     :data:`MIN_HEAD_GAIN`, by :func:`head_fit_by_lag`."""
     if lag == 0:
         return 0

@@ -3,10 +3,10 @@
 It holds the :class:`AvatarBundle` protocol the graph builder talks to. It holds the :class:`RunSettings` of
 one run. It holds the bundle folder's own checks, of ``avatar.json`` and its model folders.
 
-Several kinds implement the protocol. The still portrait is in :mod:`.portrait`. A DiT generates the face
-region of one picture. The video avatar is in :mod:`.video`. The person's own frames are looped, and a small
-UNet redraws the mouth. :func:`~.graph.build_avatar_graph` builds the audio side and the sinks. It asks the
-bundle for the stages in between. It never asks which kind it holds.
+Several kinds implement the protocol. The still portrait is in :mod:`.portrait`. A DiT generates the face region of one
+picture. The video avatar is in :mod:`.video`. The person's own frames are looped, and a small UNet redraws the mouth.
+The graph builder, :func:`~.graph.build_avatar_graph`, builds the audio side and the sinks. It asks the bundle for the
+stages in between. It never asks which kind it holds.
 """
 from __future__ import annotations
 
@@ -47,10 +47,9 @@ class RunSettings:
         device: where the torch models run and the ports live: "cpu", "cuda".
         vad: the speaking state from Silero VAD. None: the bundle's setting.
         steps: sampler steps of a kind that samples, such as the portrait's DiT with 1–4. None: the bundle's.
-        live: a live stream on a realtime clock. Generation keeps up with the stream. Frames whose audio is
-            older than ``max_lag_ms`` are skipped. A kind that can trade quality for time keeps each chunk
-            within its own duration, unless ``budget_ms`` says otherwise. The portrait does it with fewer
-            sampler steps.
+        live: a live stream on a realtime clock. Generation keeps up with the stream. Frames whose audio is older than
+            ``max_lag_ms`` are skipped. A kind may trade quality for time. It then keeps each chunk within its own
+            duration, unless ``budget_ms`` says otherwise. The portrait does it with fewer sampler steps.
         budget_ms: time one generated chunk may take before the stage falls back. None: no fallbacks. With
             ``live``, None means the chunk's own duration.
         seed: noise seed of a kind that samples.
@@ -64,9 +63,8 @@ class RunSettings:
             encoder after a GPU run. The picture is then copied down without the GPU stages waiting.
         cuda_graphs: for runtime ``"compiled"``, replay the per-frame steps from CUDA graphs. None: on CUDA.
             False: the compiled code alone, to time the two apart.
-        batching: a :class:`~framegraph.stream.batching.ModelService`. The heavy model runs in one batch with
-            the other sessions' of the same bundle. It needs a kind with a batched engine. None: each session
-            alone.
+        batching: a :class:`~framegraph.stream.batching.ModelService`. The heavy model runs in one batch with other
+            sessions'. They share the bundle. It needs a kind with a batched engine. None: each session alone.
     """
 
     runtime: Runtime = "torch"
@@ -143,7 +141,7 @@ def add_audio_side(graph: Graph, source: Stage, features: Stage, device: str) ->
 
 
 class AvatarBundle(Protocol):
-    """A loaded avatar bundle of any kind, as the graph builder, the apps and the benches see it."""
+    """A loaded avatar bundle of any kind. The graph builder, the apps and the benches see it so."""
 
     kind: ClassVar[str]  # "portrait" | "video": the ``kind`` of its avatar.json
     fps: float
@@ -249,7 +247,7 @@ class MatteInFolder:
     def required_matte(self) -> torch.Tensor:
         """``self.matte``, or :class:`AvatarError`.
 
-        The error says that the bundle has no person matte and how to give it one. Such bundles were made
+        The error says that the bundle has no person matte. It says how to give it one. Such bundles were made
         before avatars had one."""
         if self.matte is not None:
             return self.matte
@@ -271,7 +269,7 @@ class MatteInFolder:
 
 
 def load_json(path: Path) -> dict:
-    """A bundle's JSON file as a dict. :class:`AvatarError` names the file when missing or not an object."""
+    """A bundle's JSON file as a dict. The error, :class:`AvatarError`, names the file when missing or not an object."""
     if not path.is_file():
         raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is missing")
     try:

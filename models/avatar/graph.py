@@ -8,10 +8,10 @@
 for the stages in between. A portrait gives ``Denoiser → VAEDecode → Composite`` (:mod:`.portrait`). A video
 avatar gives ``MouthShape, VideoLoop → MouthRegion`` (:mod:`.video`). Each runs on the run's runtime.
 
-Audio pts are the master. ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``,
-counted from audio samples. Every later stage keeps those pts. The sink muxes by pts. So the video is in sync
-with the echoed audio however long each stage takes. A stream of ``S`` samples makes ``ceil(S · fps / 16000)``
-frames with ``chunk_frames = 1``. Larger chunks round the last one up.
+Audio pts are the master. ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``, counted
+from audio samples. Every later stage keeps those pts. The sink muxes by pts. So the video is in sync with the echoed
+audio. That holds however long each stage takes. A stream of ``S`` samples makes ``ceil(S · fps / 16000)`` frames with
+``chunk_frames = 1``. Larger chunks round the last one up.
 
     from framegraph.models.avatar import load_avatar, build_avatar_graph
     from framegraph.stream.media import AudioFileSource
@@ -108,7 +108,7 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
         alpha: ``video`` also sends the person matte on its ``"alpha"`` port. The caller connects it. A bundle
             without a matte is refused by its ``required_matte``.
         batching: a :class:`~framegraph.stream.batching.ModelService` shared by the sessions. Their model calls
-            run in one batch. None: this session's run alone.
+            run in one batch. None: this session's calls run alone.
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
             :class:`~.base.RunSettings`. Each means what it means there. A kind uses those that apply to it.
         video_device: where the picture goes. Default: the device of the ``sink``'s video input. With ``out``
@@ -170,14 +170,14 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
                         onnx_dir: str | None = None, alpha: bool = False, background=None) -> tuple[Graph, Stage, int]:
     """``framegraph render --avatar DIR --audio FILE --out FILE``.
 
-    Returns the offline graph, on a fast clock with the video and the audio. It also returns its sink and the
-    number of frames it will write, for a progress bar.
+    Returns the offline graph, on a fast clock with the video and the audio. It also returns its sink and the number of
+    frames it will write. The count serves a progress bar.
 
-    ``size`` is (width, height) of the video when it is not the avatar's. The picture is scaled to fit, aspect
-    kept, by :class:`~framegraph.stream.media.ScaleVideo`. ``alpha``: a video with the person matte as its
-    alpha channel. ``out`` is then a ``.webm`` or ``.mov``, written by
-    :class:`~framegraph.stream.media.AlphaVideoSink`. ``background``: the person over a colour ``(r, g, b)``
-    or a picture, to MP4. :class:`~framegraph.models.composite.OverBackground` does it. ``runtime`` and
+    ``size`` is (width, height) of the video when it is not the avatar's. The picture is scaled to fit, aspect kept, by
+    :class:`~framegraph.stream.media.ScaleVideo`. ``alpha``: a video with the person matte as its alpha channel. ``out``
+    is then a ``.webm`` or ``.mov``, written by :class:`~framegraph.stream.media.AlphaVideoSink`. ``background``: the
+    person over a colour ``(r, g, b)`` or a picture, to MP4. That is done by
+    :class:`~framegraph.models.composite.OverBackground`. ``runtime`` and
     ``onnx_dir``: see :func:`build_avatar_graph`."""
     device = device or default_device(runtime)
     avatar = load_avatar(avatar_dir)

@@ -1,8 +1,8 @@
 """Training data from a person's own talking video: ``prepare_video(video, out_dir)``.
 
-A user records a few minutes of themselves talking to the camera. It is as for LiveTalking, ER-NeRF or
-MuseTalk. There is one person, frontal, with steady framing and the microphone on. :func:`prepare_video` turns
-that file into a clips folder. :func:`framegraph.models.avatar.train.train_avatar` accepts it::
+A user records a few minutes of themselves talking to the camera. It is as for LiveTalking, ER-NeRF or MuseTalk. There
+is one person, frontal, with steady framing and the microphone on. :func:`prepare_video` turns that file into a clips
+folder. The trainer, :func:`framegraph.models.avatar.train.train_avatar`, accepts it::
 
     out_dir/clip_00000.mp4   H.264 + AAC (16 kHz mono), the video's frames at ``fps`` (25), scaled so the
     out_dir/clip_00000.json  longer side is at most ``max_side`` px; the JSON has the portrait block
@@ -21,7 +21,7 @@ Steps:
 2. The face and mouth are found with the face landmarks. They are searched on ``sample_frames`` frames spread
    over the video. This uses :func:`framegraph.models.synth.portrait.detect_face_regions`, as for portraits.
    **One** stable face and mouth box is kept for the whole video. It is the median of the detections, with
-   outliers dropped. A box the user gives wins, as ``face_box`` / ``mouth_box`` in px of the video as it plays.
+   outliers dropped. A box the user gives wins. It is ``face_box`` / ``mouth_box`` in px of the video as it plays.
 3. Frames are resampled by time to ``fps``, taking the nearest frame. The audio is resampled to 16 kHz mono,
    aligned to the first frame. The result is cut into segments of about ``segment_seconds``. They have equal
    lengths, so no short tail shrinks training windows.
@@ -244,9 +244,9 @@ def _find_boxes(path: str, info: dict, face_box: Box | None, mouth_box: Box | No
                 min_seconds: float, progress: bool) -> tuple[dict, Box | None, Box, dict]:
     """Pass 1 and the face.
 
-    Returns the :func:`~.io.scan`, given ``seconds``, the video's length. Returns the face box, or None when
-    none was found but a mouth box was given. Returns the mouth box, in px of the video as it plays. The user's
-    boxes win over the detection. Returns how they were found."""
+    Returns the :func:`~.io.scan`, given ``seconds``, the video's length. Returns the face box. It is None when none was
+    found but a mouth box was given. Returns the mouth box, in px of the video as it plays. The user's boxes win over
+    the detection. Returns how they were found."""
     est = info["seconds"] or 0.0  # unknown duration (rare): one sample a second from the start
     times = [est * (i + 0.5) / sample_frames if est else float(i) for i in range(sample_frames)]
     need_detect = face_box is None
@@ -284,10 +284,10 @@ def _output_frame(path: str, W: int, H: int, face_box: Box | None, mouth_box: Bo
                   max_side: int) -> tuple[int, int, Box | None, Box, tuple[int, int, int]]:
     """The clips' frame, the boxes in it and the face crop box.
 
-    The frame is ``(width, height)`` in even px. It is the ``W x H`` video scaled so its longer side is at most
-    ``max_side``. It is kept larger where the face region would be smaller than ``region_size``. It is never
-    scaled up. The face and mouth boxes are in its px. The crop box is ``(x, y, size)``. Raises when the face
-    is too small for the region."""
+    The frame is ``(width, height)`` in even px. It is the ``W x H`` video, scaled. Its longer side is at most
+    ``max_side``. It is kept larger where the face region would be smaller than ``region_size``. It is never scaled up.
+    The face and mouth boxes are in its px. The crop box is ``(x, y, size)``. Raises when the face is too small for the
+    region."""
 
     crop_src = face_crop_box((H, W), face_box, mouth_box)[2]
     what = (f"face {face_box[2]:.0f}x{face_box[3]:.0f} px" if face_box is not None else
@@ -441,10 +441,9 @@ def prepare_video(video_path, out_dir, *, face_box: Box | None = None, mouth_box
         reuse: keep the clips of an earlier call with the same file and settings.
         progress: tqdm bars.
     Raises:
-        :class:`~framegraph.stream.media.MediaError`, a ``ValueError`` naming the file. It is raised for a
-        missing, unreadable or too short file. It is raised for a file without a video or audio track, or
-        with a silent audio track. It is raised for no face, or a face too small. ``ValueError`` is raised
-        for bad arguments.
+        :class:`~framegraph.stream.media.MediaError`, a ``ValueError`` naming the file. It is raised for a missing,
+        unreadable or too short file. It is raised for a file without a video or audio track. It is raised for a silent
+        audio track. It is raised for no face, or a face too small. ``ValueError`` is raised for bad arguments.
     """
     from PIL import Image
 

@@ -116,11 +116,10 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
 def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES, seed: int = CHECK_SEED) -> dict:
     """Draw ``sentences`` random eSpeak NG sentences on the avatar and measure them.
 
-    The sentences use the demo's voices. They go through the avatar's audio stages. The mouth is drawn on its
-    loop frames in turn, and the face landmarks measure it. ``drawn_vs_phoneme_jaw_corr`` is the drawn
-    openness against the jaw curve of the sentences' phonemes. ``drawn_speaking_openness`` is the mean and std
-    over the frames the voice detector hears speech in. ``drawn_silent_openness_mean`` is the rest. Raises
-    ``EspeakNotFound`` without eSpeak NG."""
+    The sentences use the demo's voices. They go through the avatar's audio stages. The mouth is drawn on its loop
+    frames in turn. The face landmarks measure it. ``drawn_vs_phoneme_jaw_corr`` is the drawn openness against the jaw
+    curve of the sentences' phonemes. ``drawn_speaking_openness`` is the mean and std over the frames the voice detector
+    hears speech in. ``drawn_silent_openness_mean`` is the rest. Raises ``EspeakNotFound`` without eSpeak NG."""
     said = typed_sentences(avatar.hear, avatar.fps, sentences, seed)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     region = MouthRegion.for_avatar(avatar)
@@ -155,9 +154,9 @@ def _mean_std(x: np.ndarray) -> dict | None:
 def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:
     """``clip`` as it plays at the avatar's size and fps.
 
-    That is ``clip`` itself when it already does. Else the clip is made in ``tmp`` as training made its source
-    video, by :func:`~..clips.prepare.prepare_video`. It is resampled to the avatar's fps and scaled to its
-    size, as one segment. So the source video itself can be given, whatever its resolution and frame rate."""
+    That is ``clip`` itself when it already does. Else the clip is made in ``tmp`` as training made its source video, by
+    :func:`~..clips.prepare.prepare_video`. It is resampled to the avatar's fps and scaled to its size. It is one
+    segment. So the source video itself can be given, whatever its resolution and frame rate."""
     info = probe(clip)
     if (info["width"], info["height"]) == (avatar.width, avatar.height) and abs((info["fps"] or 0) - avatar.fps) < 0.01:
         return clip

@@ -10,6 +10,6 @@ them. The region is pasted back into the portrait.
 - :mod:`.onnx`: its export to ONNX, with ``framegraph export --avatar``. The export's int8 files belong to
   :mod:`framegraph.models.avatar.int8`, which runs the graph.
 - :mod:`.data`: clips → latents, audio features and states.
-- :mod:`.train`: the training phases: VAE, audio encoder, flow matching, distillation, rollout.
-  :mod:`framegraph.models.avatar.refine` trains a trained bundle's decoder further.
+- :mod:`.train`: the training phases: VAE, audio encoder, flow matching, distillation, rollout. A trained bundle's
+decoder is trained further by :mod:`framegraph.models.avatar.refine`.
 """

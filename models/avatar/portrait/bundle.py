@@ -1,7 +1,7 @@
 """The portrait avatar bundle, ``kind: "portrait"``, the default.
 
 It is one folder holding everything a talking still portrait needs. This module also holds the stages it adds
-to an avatar graph.
+to an avatar graph. The folder holds::
 
     DIR/avatar.json      portrait file, crop (face) box, mouth box, region size, fps, chunk frames,
                          sampler steps / shift, latent normalisation, VAD on/off
@@ -181,8 +181,8 @@ class PortraitAvatar(PictureSize, MatteInFolder):
 def load_portrait_avatar(root, cfg: dict) -> PortraitAvatar:
     """The portrait bundle at ``root`` whose ``avatar.json`` is ``cfg``.
 
-    :func:`~..bundle.load_avatar` reads the file and picks the kind. :class:`~..base.AvatarError` names the
-    missing or bad file."""
+    The loader, :func:`~..bundle.load_avatar`, reads the file and picks the kind. The error,
+    :class:`~..base.AvatarError`, names the missing or bad file."""
     from PIL import Image
 
     root = Path(root)

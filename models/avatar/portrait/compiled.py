@@ -1,11 +1,10 @@
 """The portrait avatar's compiled engines: runtime ``"compiled"``, from :mod:`framegraph.models.compile`.
 
-- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT and
-  the commit of the clean block. The stream state is updated in place. The step is one function of
-  ``(noise, audio, labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA
-  graph per sampler-step count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the
-  block's stream position is an input, computed outside the step. So neither the compiled graph nor the
-  captured one depends on how far the stream has come.
+- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then comes
+  the commit of the clean block. The stream state is updated in place. The step is one function of ``(noise, audio,
+  labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA graph per sampler-step
+  count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the block's stream position is an input. It
+  is computed outside the step. So neither graph depends on how far the stream has come.
 - :class:`CompiledVAE` compiles the decoder's steady step. That step decodes a chunk with the stream's cache.
   It writes the temporal cache back in place. On CUDA it is also graphed. A stream's first chunk has no cache
   yet; the reference features are computed then. It runs the torch model, once.

@@ -1,20 +1,20 @@
 """Training data of the denoiser: clips → face-region latents, audio features and state labels.
 
-It reads each ``clip_NNNNN.mp4`` + ``.json`` of a folder. That is ``framegraph avatar synth`` output, or a
+It reads each ``clip_NNNNN.mp4`` + ``.json`` of a folder. That is ``framegraph avatar synth`` output. It may also be a
 user's video with a JSON of the same form.
 
-- The frames are cut to the face region by :func:`framegraph.models.vae.load_face_clips`. The folder has one
-  crop box. The trained VAE encodes them **once**. It streams them in chunks with the encoder cache, exactly
-  as a live stream would. The result is ``latents float32 [C, T, h, w]``, normalised to ~unit variance.
+- The frames are cut to the face region by :func:`framegraph.models.vae.load_face_clips`. The folder has one crop box.
+  The trained VAE encodes them **once**. It streams them in chunks with the encoder cache. That is exactly as a live
+  stream would. The result is ``latents float32 [C, T, h, w]``, normalised to ~unit variance.
 - The audio track, 16 kHz mono, goes through the **offline** path of :mod:`framegraph.models.audio`. That is
-  :func:`~framegraph.models.audio.extract`. It gives features and a Silero-VAD state per video frame. They are
-  the same numbers the ``AudioFeatures`` stage produces when the audio streams in chunk by chunk.
+  :func:`~framegraph.models.audio.extract`. It gives features and a Silero-VAD state per video frame. They are the same
+  numbers the ``AudioFeatures`` stage produces. There the audio streams in chunk by chunk.
 - The state label per frame is what the stage would emit. That is the VAD's idle / speaking one-hot and
   speech probability. It is ``listening`` where the ground truth says the avatar listens. The app sets that
   live.
 
-Everything is cached in one ``.pt`` file. Its key is a fingerprint of the VAE weights, the audio encoder and
-the clip files. So later phases and resumed runs do not recompute it.
+Everything is cached in one ``.pt`` file. Its key is a fingerprint. It covers the VAE weights, the audio encoder and the
+clip files. So later phases and resumed runs do not recompute it.
 """
 from __future__ import annotations
 
@@ -50,7 +50,7 @@ class ClipData:
 
 
 def clip_audio(path) -> np.ndarray:
-    """The clip's audio as int16 mono 16 kHz samples, aligned so sample 0 is at video time 0."""
+    """The clip's audio as int16 mono 16 kHz samples. Sample 0 is at video time 0."""
 
 
     info = read_video(path)

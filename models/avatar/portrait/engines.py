@@ -2,12 +2,11 @@
 
 - ``torch``: the stages' own defaults. They are the audio encoder itself,
   :class:`~framegraph.models.dit.TorchDiT` and :class:`~framegraph.models.vae.TorchVAE`.
-- ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export. :mod:`.onnx` and
-  ``framegraph export --avatar`` make it. It is checked against the bundle.
-  :class:`~framegraph.models.onnx.ExportError` says when it is missing, stale or foreign. ``onnx-int8`` runs
-  the models the export keeps in int8 from their int8 files (:mod:`framegraph.models.avatar.int8`).
-  :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared :class:`~framegraph.models.onnx.OrtVAEStream` hold
-  each model's stream state as torch tensors bound to the sessions.
+- ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export. It is made by :mod:`.onnx` and
+  ``framegraph export --avatar``. It is checked against the bundle. An :class:`~framegraph.models.onnx.ExportError` says
+  when it is missing, stale or foreign. ``onnx-int8`` runs the models the export keeps in int8 from their int8 files
+  (:mod:`framegraph.models.avatar.int8`). The classes :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared
+  :class:`~framegraph.models.onnx.OrtVAEStream` hold each model's stream state as torch tensors bound to the sessions.
 
 Threads: each session gets intra-op threads. The audio encoder gets 1, for 20 ms chunks of small work. The DiT
 and the decoder get ``torch_threads`` each. The default is half the cores. They run side by side on successive
@@ -146,7 +145,7 @@ class OrtDiTStream:
 class OrtDiT:
     """The :class:`~framegraph.models.dit.DiTEngine` on ONNX Runtime.
 
-    It runs the same few-step Euler sampler over the exported velocity call, then the exported commit. The
+    It runs the same few-step Euler sampler over the exported velocity call. Then it runs the exported commit. The
     stream state is bound in place (:class:`OrtDiTStream`)."""
 
     def __init__(self, model, velocity: OrtGraph, commit: OrtGraph):

@@ -5,10 +5,10 @@
 - ``audio.onnx``: the :class:`~framegraph.models.audio.AudioEncoder` conv stack, ``log_mel float32
   [1, n_mels, T] → features [1, D, T - R + 1]``. ``T`` is dynamic. The window holds the ``R - 1`` mel frames
   of context, the encoder's streaming state. The STFT front end stays in torch.
-- ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream. Its
-  inputs are ``x, t, audio, state_label``, the stream state and the block's rotary tables. The state is the
-  reference latent and the audio history. Per layer it adds the linear-attention sums ``kv`` / ``k_sum``,
-  the FFN cache and the identity keys / values. The output is ``velocity``. The state is read only.
+- ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream. Its inputs are
+  ``x, t, audio, state_label``, the stream state and the block's rotary tables. The state is the reference latent and
+  the audio history. Per layer it adds the linear-attention sums ``kv`` / ``k_sum`` and the FFN cache. It adds the
+  identity keys / values. The output is ``velocity``. The state is read only.
 - ``dit_commit.onnx``: :meth:`AvatarDiT.commit_step`. The same state goes in and the advanced state comes out.
   The outputs are ``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``.
 - ``vae_first.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream. The latent and reference region
@@ -43,9 +43,9 @@ MODELS = {"audio": ("audio",), "dit": ("dit_velocity", "dit_commit"), "vae": ("v
 def avatar_hash(avatar) -> str:
     """sha256 over what the exported graphs depend on.
 
-    That is the three models' configs and weights, and the stream geometry: region size and chunk. Weights
-    include buffers, such as the VAE's latent statistics. The portrait and the reference latent are graph
-    *inputs*, so they are not part of it."""
+    That is the three models' configs and weights, and the stream geometry: region size and chunk. Weights include
+    buffers, such as the VAE's latent statistics. The portrait and the reference latent are graph *inputs*. So they are
+    not part of it."""
     return weights_hash({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
                         {name: getattr(avatar, name) for name in ("audio", "dit", "vae")})
 

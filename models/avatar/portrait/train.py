@@ -25,7 +25,7 @@ checkpoint: ``dit/`` + ``trainer_state.pt``. That is written every ``checkpoint_
 each phase. It holds ``teacher/``, the many-step flow model before distillation. ``avatar eval --dit``
 compares the two.
 
-The loss of the DiT phases is weighted ``mouth_weight`` on the latent pixels under the mouth, and 1 elsewhere.
+The DiT phases weight their loss. The weight is ``mouth_weight`` on the latent pixels under the mouth, and 1 elsewhere.
 The mouth is the rest box grown down by the largest jaw drop. The avatar is judged on the mouth.
 """
 from __future__ import annotations
@@ -199,7 +199,7 @@ def _vae_phase(cfg: TrainConfig, clips_dir: Path, work: Path, background: torch.
 
 def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
                  progress: bool) -> tuple[object, dict]:
-    """(2) The audio encoder for this avatar, and a report of where it came from; see the module docstring."""
+    """(2) The audio encoder for this avatar, and a report of where it came from. See the module docstring."""
 
     if cfg.audio_from:
         src = Path(cfg.audio_from)
@@ -223,7 +223,7 @@ def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
 def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progress: bool) -> tuple[object, dict]:
     """The seeded encoder trained on the clips' ground-truth mouth parameters, written to ``folder``.
 
-    Clips without them, like a person's own video, take the encoder the shipped avatar learnt on speech."""
+    Some clips lack them, like a person's own video. They take the encoder the shipped avatar learnt on speech."""
 
 
     encoder = default_encoder(cfg.seed)

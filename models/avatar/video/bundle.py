@@ -367,8 +367,8 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
 def load_video_avatar(root, cfg: dict) -> VideoAvatar:
     """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg``.
 
-    :func:`~..bundle.load_avatar` reads the file and picks the kind. :class:`~..base.AvatarError` names the
-    missing or bad file."""
+    The loader, :func:`~..bundle.load_avatar`, reads the file and picks the kind. The error,
+    :class:`~..base.AvatarError`, names the missing or bad file."""
     root = Path(root)
     where = f"avatar bundle {str(root)!r}"
     for key in ("size", "fps", "region_size", "idle", "shape"):

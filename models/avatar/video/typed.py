@@ -1,18 +1,17 @@
 """Typed text on a real person's avatar: eSpeak NG sentences whose mouth shapes are known from their phonemes.
 
-The shape head learns from the person's own voice. Typed text reaches it as eSpeak NG's voice, the TTS of the
-demo and of the Pipecat bot. Their video never held that voice. A regression answers speech it never heard
-with whatever its weights make of it. On eSpeak its openness can run well above the person's own. So
-the head's fit also gets a few eSpeak sentences as ``known`` rows (:func:`~.lipsync.fit_shape_head`). Their
-shapes are set from their phonemes:
+The shape head learns from the person's own voice. Typed text reaches it as eSpeak NG's voice. That is the TTS of the
+demo and of the Pipecat bot. Their video never held that voice. A regression answers speech it never heard with whatever
+its weights make of it. On eSpeak its openness can run well above the person's own. So the head's fit also gets a few
+eSpeak sentences as ``known`` rows (:func:`~.lipsync.fit_shape_head`). Their shapes are set from their phonemes:
 
     text ─▶ eSpeak NG ─▶ audio ─▶ what the head hears ─▶ features [T, D]
                     └─▶ phonemes ─▶ visemes' jaw [T] (mouth_curves) ─▶ standardised over the speech frames
                                     ─▶ × the person's speech-frame openness std + their mean ─▶ openness [T]
 
-Frames the voice detector calls silent answer the rest shape. The other shape numbers follow openness along the
-person's own lines (:func:`~.lipsync.openness_lines`). :func:`typed_check` measures the fitted head on other
-sentences, the way a user meets it. It measures how well its openness follows their phonemes' jaw, and how wide
+Frames the voice detector calls silent answer the rest shape. The other shape numbers follow openness along the person's
+own lines (:func:`~.lipsync.openness_lines`). The check, :func:`typed_check`, measures the fitted head on other
+sentences, the way a user meets it. It measures how well its openness follows their phonemes' jaw. It measures how wide
 it opens. ``TYPED_SENTENCES`` is 6, chosen by measurement on two people. benchmarks/README.md has the figures.
 """
 from __future__ import annotations
@@ -85,7 +84,7 @@ def typed_rows(hear: Hear, shapes: torch.Tensor, speech: np.ndarray | None, rest
                fps: float, *, sentences: int = TYPED_SENTENCES, seed: int = 0) -> tuple[list, dict]:
     """``known`` rows for :func:`~.lipsync.fit_shape_head` from ``sentences`` eSpeak sentences.
 
-    They are on the scale of the person's training ``shapes [T, P]``; see the module docstring. Returns the rows
+    They are on the scale of the person's training ``shapes [T, P]``. See the module docstring. Returns the rows
     ``[(features [T_i, D], shapes [T_i, P])]`` and a report. There are no rows when eSpeak NG is missing or
     ``sentences`` is 0. The report then says why."""
     if sentences <= 0:

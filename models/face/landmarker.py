@@ -149,12 +149,11 @@ class FaceLandmarker(MediaPipeGraph):
     ``video``: the images are frames of one video, in order. The mesh then tracks the face from frame to
     frame. It does not detect it anew. That is faster and steadier. Leave it False for unrelated images.
 
-    The mesh finds faces with MediaPipe's short-range detector. It is made for faces that fill a good part of
-    the picture. Examples are a selfie or a face crop. It misses small faces. An example is a person at a
-    lectern in a wide frame. On single images, with ``video`` False, a second search follows. It runs where no
-    face was found. It uses the full-range detector, for faces up to ~5 m away. Each face it finds is meshed in
-    a square crop around it. :data:`SMALL_FACE_CROP` sizes the crop. The landmarks come back in px of the whole
-    picture.
+    The mesh finds faces with MediaPipe's short-range detector. It is made for faces that fill a good part of the
+    picture. Examples are a selfie or a face crop. It misses small faces. An example is a person at a lectern in a wide
+    frame. On single images, with ``video`` False, a picture with no face is searched again. It uses the full-range
+    detector, for faces up to ~5 m away. Each face it finds is meshed in a square crop around it.
+    :data:`SMALL_FACE_CROP` sizes the crop. The landmarks come back in px of the whole picture.
     """
 
     def __init__(self, *, max_faces: int = 2, video: bool = False, min_confidence: float = 0.5):
@@ -248,9 +247,9 @@ def _square(cx: float, cy: float, side: float, width: int, height: int) -> tuple
 def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) -> FaceLandmarks:
     """The single face of an image, else :class:`FaceError`.
 
-    ``faces`` are as :meth:`FaceLandmarker.detect` returns them, largest first. The error is raised when no face
-    is found. It is raised for two faces. A second face counts at ``SECOND_FACE_RATIO`` of the first's width.
-    A smaller face in the background is ignored. It is raised when the face is narrower than ``min_face_px``."""
+    ``faces`` are as :meth:`FaceLandmarker.detect` returns them, largest first. The error is raised when no face is
+    found. It is raised for two faces. A second face counts if it is at least ``SECOND_FACE_RATIO`` of the first's
+    width. A smaller face in the background is ignored. It is raised when the face is narrower than ``min_face_px``."""
     if not faces:
         raise FaceError(f"no face found in {where}: the face must be visible, frontal-ish and lit; "
                         "try a frame where the person looks at the camera")

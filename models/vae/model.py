@@ -34,14 +34,14 @@ That gives the same frames as ``vae.decode(z_all)``.
 They agree to float rounding, ~1e-6. The encoder works the same
 way, with ``encode(x_chunk, cache)``. Encoder and decoder caches are separate dicts.
 
-**Identity reference.** It is optional, with ``reference_skip=True``. The avatar always knows its reference
-portrait, so the decoder may read it. A small per-image :class:`ReferenceEncoder` reads the reference region
-``[B, 3, H, W]``. It makes features at every decoder resolution. A 3×3 conv of ``[decoder features, reference
-features]`` follows each decoder level and the output conv. Its output is added to the decoder features. That
-conv is zero-initialised. The latent then has to carry what *changes*: mouth, eyes, pose. Fine identity detail
-comes from the reference at full resolution: texture, hair, the eyes' shape. It is not squeezed through the
-16× latent. ``decode(z, cache, reference=ref)`` computes the reference features once and keeps them in the
-cache. Later chunks of the stream pass only the cache.
+**Identity reference.** It is optional, with ``reference_skip=True``. The avatar always knows its reference portrait, so
+the decoder may read it. A small per-image :class:`ReferenceEncoder` reads the reference region ``[B, 3, H, W]``. It
+makes features at every decoder resolution. A 3×3 conv of ``[decoder features, reference features]`` comes after each
+decoder level. One more comes before the output conv. Each one's output is added to the decoder features. Those convs
+are zero-initialised. The latent then has to carry what *changes*: mouth, eyes, pose. Fine identity detail comes from
+the reference at full resolution: texture, hair, the eyes' shape. It is not squeezed through the 16× latent. ``decode(z,
+cache, reference=ref)`` computes the reference features once and keeps them in the cache. Later chunks of the stream
+pass only the cache.
 
 **Reference warp.** It is optional, with ``reference_warp=True``, and needs ``reference_skip``. After the
 decoder has drawn the frame, the reference is moved onto it. An affine registration of the reference to the

@@ -1,10 +1,12 @@
-"""What every avatar bundle kind shares: the :class:`AvatarBundle` protocol the graph builder talks to, the
-:class:`RunSettings` of one run, and the bundle folder's own checks (``avatar.json``, its model folders).
+"""What every avatar bundle kind shares.
 
-Two kinds implement the protocol: the still portrait (:mod:`.portrait`: a DiT generates the face region of one
-picture) and the video avatar (:mod:`.video`: the person's own frames looped, a small UNet redraws the mouth).
-:func:`~.graph.build_avatar_graph` builds the audio side and the sinks and asks the bundle for the stages in
-between; it never asks which kind it holds.
+It holds the :class:`AvatarBundle` protocol the graph builder talks to. It holds the :class:`RunSettings` of
+one run. It holds the bundle folder's own checks, of ``avatar.json`` and its model folders.
+
+Several kinds implement the protocol. The still portrait is in :mod:`.portrait`. A DiT generates the face region of one
+picture. The video avatar is in :mod:`.video`. The person's own frames are looped, and a small UNet redraws the mouth.
+The graph builder, :func:`~.graph.build_avatar_graph`, builds the audio side and the sinks. It asks the bundle for the
+stages in between. It never asks which kind it holds.
 """
 from __future__ import annotations
 
@@ -32,36 +34,37 @@ STATE_MODES: tuple[str, ...] = get_args(StateMode)
 
 
 class AvatarError(ValueError):
-    """A bundle folder is missing a file or holds a bad one (the message names it)."""
+    """A bundle folder is missing a file or holds a bad one. The message names it."""
 
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How one run uses a bundle (what :func:`~.graph.build_avatar_graph` was asked for).
+    """How one run uses a bundle: what :func:`~.graph.build_avatar_graph` was asked for.
 
     Attributes:
-        runtime: where the models compute (:mod:`framegraph.models.runtime`; a kind's engines are listed there
-            as model ``"avatar-<kind>"``); a kind refuses one it lacks.
-        device: where the torch models run and the ports live ("cpu", "cuda").
-        vad: the speaking state from Silero VAD (None: the bundle's setting).
-        steps: sampler steps of a kind that samples (the portrait's DiT, 1–4; None: the bundle's).
-        live: a live stream (realtime clock): generation keeps up with the stream — frames whose audio is older
-            than ``max_lag_ms`` are skipped, and a kind that can trade quality for time keeps each chunk within
-            its own duration (the portrait: fewer sampler steps) unless ``budget_ms`` says otherwise.
-        budget_ms: time one generated chunk may take before the stage falls back (None: no fallbacks, or with
-            ``live`` the chunk's own duration).
+        runtime: where the models compute; see :mod:`framegraph.models.runtime`. A kind's engines are listed
+            there as model ``"avatar-<kind>"``. A kind refuses a runtime it lacks.
+        device: where the torch models run and the ports live: "cpu", "cuda".
+        vad: the speaking state from Silero VAD. None: the bundle's setting.
+        steps: sampler steps of a kind that samples, such as the portrait's DiT with 1–4. None: the bundle's.
+        live: a live stream on a realtime clock. Generation keeps up with the stream. Frames whose audio is older than
+            ``max_lag_ms`` are skipped. A kind may trade quality for time. It then keeps each chunk within its own
+            duration, unless ``budget_ms`` says otherwise. The portrait does it with fewer sampler steps.
+        budget_ms: time one generated chunk may take before the stage falls back. None: no fallbacks. With
+            ``live``, None means the chunk's own duration.
         seed: noise seed of a kind that samples.
-        torch_threads: intra-op threads of the heavy stages' worker threads (None: torch's setting).
-        max_lag_ms: live streams: frames whose audio is older than this are skipped (None: none skipped).
-        onnx_dir: the ONNX export for the ``onnx`` runtimes (None: ``<bundle>/onnx``).
-        alpha: the picture's stage also sends the person matte, ``"alpha"`` ``uint8 [height, width]`` (255: the
-            person), frame for frame with ``"video"``; a bundle without a matte is refused (``required_matte``).
-        video_device: where the picture (the ``"video"`` output) goes (None: ``device``; ``"cpu"`` for an encoder
-            after a GPU run: the picture is copied down without the GPU stages waiting).
-        cuda_graphs: runtime ``"compiled"``: replay the per-frame steps from CUDA graphs (None: on CUDA; False: the
-            compiled code alone, to time the two apart).
-        batching: a :class:`~framegraph.stream.batching.ModelService`: the heavy model runs in one batch with the other
-            sessions' of the same bundle (a kind that has a batched engine; None: each session alone).
+        torch_threads: intra-op threads of the heavy stages' worker threads. None: torch's setting.
+        max_lag_ms: live streams skip frames whose audio is older than this. None: none skipped.
+        onnx_dir: the ONNX export for the ``onnx`` runtimes. None: ``<bundle>/onnx``.
+        alpha: the picture's stage also sends the person matte, frame for frame with ``"video"``. It is
+            ``"alpha"`` ``uint8 [height, width]``, 255 on the person. A bundle without a matte is refused, by
+            ``required_matte``.
+        video_device: where the picture, the ``"video"`` output, goes. None: ``device``. Use ``"cpu"`` for an
+            encoder after a GPU run. The picture is then copied down without the GPU stages waiting.
+        cuda_graphs: for runtime ``"compiled"``, replay the per-frame steps from CUDA graphs. None: on CUDA.
+            False: the compiled code alone, to time the two apart.
+        batching: a :class:`~framegraph.stream.batching.ModelService`. The heavy model runs in one batch with other
+            sessions'. They share the bundle. It needs a kind with a batched engine. None: each session alone.
     """
 
     runtime: Runtime = "torch"
@@ -81,9 +84,11 @@ class RunSettings:
 
 
 class StateOverride(Stage):
-    """Passes the speaking-state vector through, or replaces it: ``mode`` ``"auto"`` (the VAD's state),
-    ``"speaking"`` / ``"listening"`` / ``"idle"`` (forced; the VAD's speech probability is kept).
-    :meth:`set_mode` may be called from any thread; it shows from the next frame."""
+    """Passes the speaking-state vector through, or replaces it.
+
+    ``mode`` ``"auto"`` passes the VAD's state. ``"speaking"``, ``"listening"`` and ``"idle"`` force a state.
+    The VAD's speech probability is kept. :meth:`set_mode` may be called from any thread. It shows from the
+    next frame."""
 
     def __init__(self, *, device: str = "cpu", mode: StateMode = "auto", name: str = "state"):
         super().__init__(name)
@@ -112,10 +117,12 @@ class StateOverride(Stage):
 
 @dataclass
 class AvatarStages:
-    """What a bundle added to a graph (:meth:`AvatarBundle.add_stages`): the audio side every kind has —
-    ``features`` (an :class:`~framegraph.models.audio.AudioFeatures`: ``"audio"`` in, ``"features"`` and
-    ``"state"`` out) and ``state`` (its :class:`StateOverride`) — then the kind's own stages by name, and
-    ``video``, the one of them with the ``"video"`` output (``uint8 [height, width, 3]``)."""
+    """What a bundle added to a graph with :meth:`AvatarBundle.add_stages`.
+
+    First comes the audio side every kind has. ``features`` is an :class:`~framegraph.models.audio.AudioFeatures`,
+    with ``"audio"`` in and ``"features"`` and ``"state"`` out. ``state`` is its :class:`StateOverride`. Then
+    come the kind's own stages by name. ``video`` is the one of them with the ``"video"`` output,
+    ``uint8 [height, width, 3]``."""
 
     features: Stage
     state: StateOverride
@@ -124,8 +131,9 @@ class AvatarStages:
 
 
 def add_audio_side(graph: Graph, source: Stage, features: Stage, device: str) -> tuple[Stage, StateOverride]:
-    """Add ``features`` and a :class:`StateOverride` after it, connected: ``source ──audio──▶ features
-    ──state──▶ state``; returns both (every kind's stages start here)."""
+    """Add ``features`` and a :class:`StateOverride` after it, connected; returns both.
+
+    The wiring is ``source ──audio──▶ features ──state──▶ state``. Every kind's stages start here."""
     features, state = graph.add(features), graph.add(StateOverride(device=device))
     graph.connect(source, features, "audio", "audio", capacity=8)
     graph.connect(features, state, "state", "state", capacity=8)
@@ -133,7 +141,7 @@ def add_audio_side(graph: Graph, source: Stage, features: Stage, device: str) ->
 
 
 class AvatarBundle(Protocol):
-    """A loaded avatar bundle of either kind, as the graph builder, the apps and the benches see it."""
+    """A loaded avatar bundle of any kind. The graph builder, the apps and the benches see it so."""
 
     kind: ClassVar[str]  # "portrait" | "video": the ``kind`` of its avatar.json
     fps: float
@@ -162,21 +170,27 @@ class AvatarBundle(Protocol):
         """The person matte, or :class:`AvatarError` saying how to add one (:class:`MatteInFolder`)."""
 
     def add_matte(self) -> str:
-        """Compute the person matte (``framegraph avatar matte``: for a bundle made before mattes) and write it into
-        the bundle folder; returns the file written."""
+        """Compute the person matte and write it into the bundle folder; returns the file written.
+
+        ``framegraph avatar matte`` calls it, for a bundle made before mattes."""
 
     def export_onnx(self, out_dir: str) -> dict:
-        """Write the ONNX files of this bundle's models and their manifest into ``out_dir`` (what the ``onnx``
-        runtime reads; ``framegraph export --avatar``); returns the manifest."""
+        """Write the ONNX files of this bundle's models and their manifest into ``out_dir``.
+
+        The ``onnx`` runtime reads them; ``framegraph export --avatar`` calls this. Returns the manifest."""
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
-        """Add the stages that turn ``source``'s ``"audio"`` (``int16 [320]``, 16 kHz) into the picture, connected
-        (starting with :func:`add_audio_side`), computing on ``settings.runtime``."""
+        """Add the stages that turn ``source``'s ``"audio"`` into the picture, connected.
+
+        The audio is ``int16 [320]`` at 16 kHz. The stages start with :func:`add_audio_side`. They compute on
+        ``settings.runtime``."""
 
 
 def onnx_dir(bundle, settings: RunSettings) -> str:
-    """The ONNX export a run on an ``onnx`` runtime reads: ``settings.onnx_dir``, else ``<bundle>/onnx`` (where
-    ``framegraph export --avatar`` writes by default)."""
+    """The ONNX export that a run on an ``onnx`` runtime reads.
+
+    It is ``settings.onnx_dir``, else ``<bundle>/onnx``. ``framegraph export --avatar`` writes there by
+    default."""
     if settings.onnx_dir is not None:
         return settings.onnx_dir
     if bundle.root is None:
@@ -186,8 +200,9 @@ def onnx_dir(bundle, settings: RunSettings) -> str:
 
 
 def read_matte_png(path: Path, size: tuple[int, int]) -> torch.Tensor:
-    """A bundle's matte picture (8-bit grey) as ``uint8 [H, W]``; :class:`AvatarError` naming the file when it does
-    not load or is not ``size`` (H, W)."""
+    """A bundle's 8-bit grey matte picture as ``uint8 [H, W]``.
+
+    Raises :class:`AvatarError` naming the file when it does not load or is not ``size`` (H, W)."""
     from PIL import Image
 
     try:
@@ -202,7 +217,7 @@ def read_matte_png(path: Path, size: tuple[int, int]) -> torch.Tensor:
 
 
 def write_matte_png(path: Path, matte: torch.Tensor) -> None:
-    """``uint8 [H, W]`` → an 8-bit grey PNG at ``path`` (written whole, then renamed)."""
+    """``uint8 [H, W]`` → an 8-bit grey PNG at ``path``. It is written whole, then renamed."""
     from PIL import Image
 
     with written_whole(path) as tmp:
@@ -210,7 +225,7 @@ def write_matte_png(path: Path, matte: torch.Tensor) -> None:
 
 
 class PictureSize:
-    """``width`` / ``height`` in px of what an avatar shows, from its ``portrait`` (``uint8 [H, W, 3]``)."""
+    """``width`` / ``height`` in px of what an avatar shows, from its ``portrait`` ``uint8 [H, W, 3]``."""
 
     @property
     def width(self) -> int:
@@ -222,15 +237,18 @@ class PictureSize:
 
 
 class MatteInFolder:
-    """A bundle kind's person matte, kept in its folder as ``MATTE_FILE``: the kind computes it
-    (``person_matte()``) and writes it in its own format (``write_matte(path, matte)``); this asks for it and adds
-    it."""
+    """A bundle kind's person matte, kept in its folder as ``MATTE_FILE``.
+
+    The kind computes it with ``person_matte()``. It writes it in its own format, with ``write_matte(path,
+    matte)``. This class asks for it and adds it."""
 
     MATTE_FILE: ClassVar[str]
 
     def required_matte(self) -> torch.Tensor:
-        """``self.matte``, or :class:`AvatarError` saying that the bundle (made before avatars had one) has no
-        person matte and how to give it one."""
+        """``self.matte``, or :class:`AvatarError`.
+
+        The error says that the bundle has no person matte. It says how to give it one. Such bundles were made
+        before avatars had one."""
         if self.matte is not None:
             return self.matte
         where = repr(self.root) if self.root else "(not loaded from a folder)"
@@ -239,8 +257,9 @@ class MatteInFolder:
                           f"`framegraph avatar matte --avatar {self.root or 'DIR'}` (or train it again)")
 
     def add_matte(self) -> str:
-        """Compute the person matte and write it into the bundle folder (``MATTE_FILE``; nothing else changes);
-        returns its path."""
+        """Compute the person matte and write it into the bundle folder as ``MATTE_FILE``.
+
+        Nothing else changes. Returns its path."""
         if self.root is None:
             raise ValueError(f"the {type(self).__name__} was not loaded from a folder: save it first")
         path = Path(self.root) / self.MATTE_FILE
@@ -250,7 +269,7 @@ class MatteInFolder:
 
 
 def load_json(path: Path) -> dict:
-    """A bundle's JSON file as a dict; :class:`AvatarError` naming the file when missing or not an object."""
+    """A bundle's JSON file as a dict. The error, :class:`AvatarError`, names the file when missing or not an object."""
     if not path.is_file():
         raise AvatarError(f"avatar bundle {str(path.parent)!r}: {path.name} is missing")
     try:
@@ -263,8 +282,9 @@ def load_json(path: Path) -> dict:
 
 
 def load_part(root: Path, part: str, cls):
-    """The model ``cls`` saved in ``root/part`` (a save_pretrained folder), in eval mode; :class:`AvatarError`
-    naming the missing or bad file."""
+    """The model ``cls`` saved in the save_pretrained folder ``root/part``, in eval mode.
+
+    Raises :class:`AvatarError` naming the missing or bad file."""
     folder = root / part
     if not folder.is_dir():
         raise AvatarError(f"avatar bundle {str(root)!r}: the {part}/ folder ({cls.__name__}) is missing")

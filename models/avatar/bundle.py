@@ -1,5 +1,6 @@
-"""Loading an avatar bundle of either kind: :func:`load_avatar` reads ``avatar.json``'s ``kind`` and hands the
-folder to that kind's loader.
+"""Loading an avatar bundle of any kind.
+
+:func:`load_avatar` reads ``avatar.json``'s ``kind``. It hands the folder to that kind's loader.
 
     DIR/avatar.json     ``kind``: "portrait" (the default: :mod:`.portrait`), "video" (:mod:`.video`) or "musetalk"
                         (:mod:`framegraph.models.avatar.musetalk`), and
@@ -23,8 +24,10 @@ KIND_MEANING = {PortraitAvatar.kind: "a still portrait, DiT",
 
 
 def load_avatar(root) -> AvatarBundle:
-    """Load an avatar bundle folder of either kind (``avatar.json``'s ``kind``, default ``"portrait"``);
-    :class:`~.base.AvatarError` names the missing or bad file."""
+    """Load an avatar bundle folder of any kind.
+
+    The kind is ``avatar.json``'s ``kind``, by default ``"portrait"``. :class:`~.base.AvatarError` names the
+    missing or bad file."""
     root = Path(root)
     if not root.is_dir():
         raise AvatarError(f"avatar bundle {str(root)!r} does not exist (a folder made by `framegraph avatar train`)")

@@ -1,17 +1,17 @@
-"""The avatar's stream graph: audio in, the talking picture (and the audio) out, for a bundle of either kind.
+"""The avatar's stream graph: audio in, the talking picture and the audio out, for a bundle of any kind.
 
     audio source ──audio──▶ AudioFeatures ──features──▶ [the bundle's stages] ──video──▶ sink
         │                          └──state──▶ StateOverride ──state──▶ │
         └───────────────────────────────────────audio──────────────────────────────────────▶ sink
 
-:func:`build_avatar_graph` adds the source and the sinks and asks the bundle (:class:`~.base.AvatarBundle`)
-for the stages in between: a portrait's ``Denoiser → VAEDecode → Composite`` (:mod:`.portrait`), a video
-avatar's ``MouthShape, VideoLoop → MouthRegion`` (:mod:`.video`), each on the run's runtime.
+:func:`build_avatar_graph` adds the source and the sinks. It asks the bundle, an :class:`~.base.AvatarBundle`,
+for the stages in between. A portrait gives ``Denoiser → VAEDecode → Composite`` (:mod:`.portrait`). A video
+avatar gives ``MouthShape, VideoLoop → MouthRegion`` (:mod:`.video`). Each runs on the run's runtime.
 
-Audio pts are the master: ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``
-counted from audio samples, every later stage keeps those pts, and the sink muxes by pts — so the
-video is in sync with the echoed audio however long each stage takes. A stream of ``S`` samples makes
-``ceil(S · fps / 16000)`` frames (with ``chunk_frames = 1``; larger chunks round the last one up).
+Audio pts are the master. ``AudioFeatures`` stamps video frame ``k`` with ``clock.ticks_from_frame(k, fps)``, counted
+from audio samples. Every later stage keeps those pts. The sink muxes by pts. So the video is in sync with the echoed
+audio. That holds however long each stage takes. A stream of ``S`` samples makes ``ceil(S · fps / 16000)`` frames with
+``chunk_frames = 1``. Larger chunks round the last one up.
 
     from framegraph.models.avatar import load_avatar, build_avatar_graph
     from framegraph.stream.media import AudioFileSource
@@ -53,10 +53,12 @@ LIVE_MAX_LAG_MS = 250.0
 
 @dataclass
 class AvatarGraph:
-    """What :func:`build_avatar_graph` made: the graph, its source, the audio side every kind has
-    (``features``, ``state``), the bundle's own stages by name (``stages``: ``denoiser`` / ``decode`` /
-    ``composite`` for a portrait, ``mouth_shape`` / ``loop`` / ``mouth_region`` for a video avatar), ``video``
-    (the stage with the ``"video"`` output) and the sinks (None when the caller connects the outputs)."""
+    """What :func:`build_avatar_graph` made.
+
+    It holds the graph and its source. It holds the audio side every kind has, ``features`` and ``state``. It
+    holds the bundle's own stages by name, as ``stages``. A portrait has ``denoiser`` / ``decode`` /
+    ``composite``. A video avatar has ``mouth_shape`` / ``loop`` / ``mouth_region``. ``video`` is the stage
+    with the ``"video"`` output. Then come the sinks, None when the caller connects the outputs."""
 
     graph: Graph
     source: Stage
@@ -83,32 +85,34 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
                        alpha: bool = False,
                        video_device: str | None = None, batching: ModelService | None = None,
                        name: str = "avatar") -> AvatarGraph:
-    """Build the avatar graph around ``audio_source`` (``AudioFileSource`` / ``PushAudioSource`` or any
-    stage with an ``"audio"`` ``int16 [320]`` output), for a bundle of either kind.
+    """Build the avatar graph around ``audio_source``, for a bundle of any kind.
+
+    ``audio_source`` is an ``AudioFileSource`` or ``PushAudioSource``. It may be any stage with an ``"audio"``
+    ``int16 [320]`` output.
 
     Args:
-        avatar: a loaded bundle (:func:`~.bundle.load_avatar`).
-        sink: the stage the picture's ``"video"`` goes to (an MP4Sink, an encoder...); None with ``out``:
-            an ``MP4Sink(out)`` at the avatar's size with the audio; None without ``out``: the caller
+        avatar: a loaded bundle, from :func:`~.bundle.load_avatar`.
+        sink: the stage the picture's ``"video"`` goes to, e.g. an MP4Sink or an encoder. None with ``out``:
+            an ``MP4Sink(out)`` at the avatar's size, with the audio. None without ``out``: the caller
             connects ``video`` itself.
-        audio_sink: where the source's audio is echoed (its ``"audio"`` input): True = ``sink`` when it has
-            an audio input, a stage, or None / False for no echo.
-        graph: add to this graph (default: a new one on ``Clock(clock)``).
+        audio_sink: where the source's audio is echoed, to its ``"audio"`` input. True means ``sink``, when it
+            has an audio input. It may be a stage. None or False means no echo.
+        graph: add to this graph. Default: a new one on ``Clock(clock)``.
         max_in_flight: bound on frames between the source and the sinks.
-        video_policy: ring policy into ``sink`` (``"drop_oldest"`` for a live encoder).
-        runtime: where the models compute (:mod:`framegraph.models.runtime`): ``"torch"``, or — portrait
-            bundles — ``"onnx"`` / ``"onnx-int8"``: ONNX Runtime on the CPU from the export in ``onnx_dir``
-            (default ``<bundle>/onnx``; made by ``framegraph export``).
-        live: a live stream (see :class:`~.base.RunSettings`); ``max_lag_ms`` then defaults to
+        video_policy: ring policy into ``sink``. Use ``"drop_oldest"`` for a live encoder.
+        runtime: where the models compute; see :mod:`framegraph.models.runtime`. It is ``"torch"``. Portrait
+            bundles may also use ``"onnx"`` / ``"onnx-int8"``. Those run ONNX Runtime on the CPU from the
+            export in ``onnx_dir``. The default is ``<bundle>/onnx``, made by ``framegraph export``.
+        live: a live stream; see :class:`~.base.RunSettings`. ``max_lag_ms`` then defaults to
             :data:`LIVE_MAX_LAG_MS`.
-        alpha: ``video`` also sends the person matte on its ``"alpha"`` port (the caller connects it); a bundle
-            without a matte is refused (the bundle's ``required_matte``).
-        batching: a :class:`~framegraph.stream.batching.ModelService` shared by the sessions whose model calls run
-            in one batch (None: this session's alone).
+        alpha: ``video`` also sends the person matte on its ``"alpha"`` port. The caller connects it. A bundle
+            without a matte is refused by its ``required_matte``.
+        batching: a :class:`~framegraph.stream.batching.ModelService` shared by the sessions. Their model calls
+            run in one batch. None: this session's calls run alone.
         device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
-            :class:`~.base.RunSettings` (what each means there; a kind uses those that apply to it).
-        video_device: where the picture goes (default: the ``sink``'s video input's device; with ``out`` the
-            CPU; else ``device``).
+            :class:`~.base.RunSettings`. Each means what it means there. A kind uses those that apply to it.
+        video_device: where the picture goes. Default: the device of the ``sink``'s video input. With ``out``
+            it is the CPU. Else it is ``device``.
     """
     if live and max_lag_ms is None:
         max_lag_ms = LIVE_MAX_LAG_MS
@@ -138,11 +142,13 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
 
 def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime = "torch", seconds: float = 0.3,
                 **graph_kw) -> float:
-    """Warm a loaded bundle for the sessions that will use it (the preload's second half): a short graph of
-    ``seconds`` of silence through every stage at the session's shape on ``runtime`` — the first calls of its
-    kernels, a compiled runtime's compilation (cached on disk: a restart reads it back). A session started after it
-    finds its models ready, so its first frame costs about what a steady frame does. ``graph_kw``: more
-    :func:`build_avatar_graph` arguments (``steps``, ``torch_threads``...). Returns the seconds it took."""
+    """Warm a loaded bundle for the sessions that will use it; returns the seconds it took.
+
+    This is the preload's second half. A short graph runs ``seconds`` of silence through every stage. It runs
+    at the session's shape on ``runtime``. So its kernels get their first calls. A compiled runtime compiles.
+    That is cached on disk, and a restart reads it back. A session started after it finds its models ready.
+    Its first frame then costs about what a steady frame does. ``graph_kw``: more :func:`build_avatar_graph`
+    arguments, such as ``steps`` and ``torch_threads``."""
     import time
 
     from framegraph.stream import PortSpec
@@ -162,13 +168,17 @@ def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime =
 def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
                         preset: str = "offline", size: tuple[int, int] | None = None, runtime: Runtime = "torch",
                         onnx_dir: str | None = None, alpha: bool = False, background=None) -> tuple[Graph, Stage, int]:
-    """``framegraph render --avatar DIR --audio FILE --out FILE``: the offline graph (fast clock, the video with the
-    audio), its sink and the number of frames it will write (for a progress bar). ``size`` (width, height): the
-    video's size when it is not the avatar's — the picture scaled to fit, aspect kept
-    (:class:`~framegraph.stream.media.ScaleVideo`). ``alpha``: a video with the person matte as its alpha channel
-    (``out`` a ``.webm`` or ``.mov``: :class:`~framegraph.stream.media.AlphaVideoSink`); ``background``: the person
-    over a colour ``(r, g, b)`` or a picture (:class:`~framegraph.models.composite.OverBackground`), to MP4. ``runtime``
-    / ``onnx_dir``: see :func:`build_avatar_graph`."""
+    """``framegraph render --avatar DIR --audio FILE --out FILE``.
+
+    Returns the offline graph, on a fast clock with the video and the audio. It also returns its sink and the number of
+    frames it will write. The count serves a progress bar.
+
+    ``size`` is (width, height) of the video when it is not the avatar's. The picture is scaled to fit, aspect kept, by
+    :class:`~framegraph.stream.media.ScaleVideo`. ``alpha``: a video with the person matte as its alpha channel. ``out``
+    is then a ``.webm`` or ``.mov``, written by :class:`~framegraph.stream.media.AlphaVideoSink`. ``background``: the
+    person over a colour ``(r, g, b)`` or a picture, to MP4. That is done by
+    :class:`~framegraph.models.composite.OverBackground`. ``runtime`` and
+    ``onnx_dir``: see :func:`build_avatar_graph`."""
     device = device or default_device(runtime)
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)

@@ -1,15 +1,16 @@
 """The portrait bundle's int8 export: which of its models run int8, calibrated on its own stream.
 
-:func:`quantize_export` writes ``<part>.int8.onnx`` beside each float32 file of an export (:mod:`.portrait.onnx`) with
-:func:`~framegraph.models.onnx.quantize.quantize_file` and records them in its manifest (section ``int8``):
-the mode, each file, and ``models`` — the models (``audio``, ``dit``, ``vae``; :data:`~.portrait.onnx.MODELS`) that
-``runtime="onnx-int8"`` runs in int8 (the others stay float32). ``static`` calibration runs the float32
-stages on a clip's audio (:func:`record_inputs`) and keeps what every session read at each call.
+:func:`quantize_export` writes ``<part>.int8.onnx`` beside each float32 file of an export. The export is
+:mod:`.portrait.onnx`'s. It uses :func:`~framegraph.models.onnx.quantize.quantize_file`. It records the files in
+the manifest's ``int8`` section: the mode, each file, and ``models``. Those are the models that
+``runtime="onnx-int8"`` runs in int8, among ``audio``, ``dit`` and ``vae`` (:data:`~.portrait.onnx.MODELS`).
+The others stay float32. ``static`` calibration runs the float32 stages on a clip's audio
+(:func:`record_inputs`). It keeps what every session read at each call.
 
-Which models keep int8 by default (:data:`DEFAULT_INT8`) is a measurement, not a guess: ``framegraph
-bench avatar_int8`` quantizes each model alone and runs ``avatar eval``'s openness correlation and identity
-SSIM on held-out clips against float32 ORT; :func:`choose_int8` keeps a model when both stay within
-:data:`TOLERANCE` and it is faster. The recorded result is ``benchmarks/results/cpu/avatar_int8.json``.
+Which models keep int8 by default is a measurement, not a guess. That default is :data:`DEFAULT_INT8`.
+``framegraph bench avatar_int8`` quantizes each model alone. It runs ``avatar eval``'s openness correlation
+and identity SSIM on held-out clips, against float32 ORT. :func:`choose_int8` keeps a model when both stay
+within :data:`TOLERANCE` and it is faster. The recorded result is ``benchmarks/results/cpu/avatar_int8.json``.
 """
 from __future__ import annotations
 
@@ -28,16 +29,13 @@ from .graph import build_avatar_graph
 from .portrait.onnx import MODELS, PARTS, load_manifest
 
 TOLERANCE = 0.01  # largest drop of openness correlation / identity SSIM (vs float32 ORT) that keeps a model int8
-# The measured decision (benchmarks/results/cpu/avatar_int8.json, choose_int8 over it): mode and models kept.
-# Shipped astronaut, 3 held-out clips: static int8 holds quality only for the audio encoder (openness corr.
-# -0.0098, identity SSIM -0.0003; 0.23 -> 0.16 ms per frame), and is slower for the DiT (2.86 -> 3.36 ms) and
-# the VAE decoder (15.6 -> 17.4 ms); dynamic int8 is slower for all three (0.24 -> 0.49, 2.8 -> 4.5, 16 -> 33 ms).
+# The decision recorded in benchmarks/results/cpu/avatar_int8.json (docs/runtimes.md): mode and models kept.
 DEFAULT_MODE = "static"
 DEFAULT_INT8: tuple[str, ...] = ("audio",)
 
 
 def check_models(models) -> list[str]:
-    """``models`` (names of :data:`~.portrait.onnx.MODELS`) as a list in canonical order; a clear error otherwise."""
+    """``models``, names of :data:`~.portrait.onnx.MODELS`, as a list in canonical order; else a clear error."""
     models = list(models)
     bad = [m for m in models if m not in MODELS]
     if bad:
@@ -46,9 +44,11 @@ def check_models(models) -> list[str]:
 
 
 def record_inputs(avatar, export_dir: str, audio, *, seconds: float | None = None) -> dict[str, list[dict]]:
-    """Run ``avatar``'s float32 ORT stages (the real graph, :func:`~framegraph.models.avatar.build_avatar_graph`
-    with ``runtime="onnx"``) on ``audio`` (a file with audio, or 16 kHz int16 samples; the first ``seconds``)
-    and return, per part (:data:`~.onnx.PARTS`), the inputs of every session call in order:
+    """Record the inputs of ``avatar``'s float32 ORT stages on ``audio``.
+
+    The stages are the real graph: :func:`~framegraph.models.avatar.build_avatar_graph` with ``runtime="onnx"``.
+    ``audio`` is a file with audio, or 16 kHz int16 samples. Only the first ``seconds`` run. Returns the inputs
+    of every session call in order, per part of :data:`~.onnx.PARTS`. The form is
     ``{part: [{input name: float32 array}, ...]}``."""
     pcm = decode_audio(audio) if isinstance(audio, (str, os.PathLike)) else np.asarray(audio, np.int16)
     if seconds is not None:
@@ -101,10 +101,12 @@ def quantize_export(
     calibration_seconds: float | None = 6.0,
     log=None,
 ) -> dict:
-    """Quantize every part of the float32 export in ``export_dir`` (checked against ``avatar``) into
-    ``<part>.int8.onnx`` and record them in the manifest; ``models`` (names of :data:`~.portrait.onnx.MODELS`)
-    are the ones ``runtime="onnx-int8"`` runs in int8. ``static`` calibrates on ``calibration_audio`` (a file
-    with audio; default :func:`calibration_speech`). Returns the manifest."""
+    """Quantize every part of the float32 export in ``export_dir`` into ``<part>.int8.onnx``.
+
+    The export is checked against ``avatar``. The files are recorded in the manifest. ``models`` are names of
+    :data:`~.portrait.onnx.MODELS`. They are the ones ``runtime="onnx-int8"`` runs in int8. ``static``
+    calibrates on ``calibration_audio``, a file with audio. Its default is :func:`calibration_speech`.
+    Returns the manifest."""
     import onnxruntime
 
     models = check_models(models)
@@ -155,8 +157,9 @@ def set_int8_models(export_dir: str, avatar, models) -> dict:
 
 
 def variant_dir(export_dir: str, out_dir: str, avatar, models) -> str:
-    """A copy of the int8 export ``export_dir`` in ``out_dir`` running ``models`` in int8 (for measuring one
-    model at a time)."""
+    """A copy of the int8 export ``export_dir`` in ``out_dir``, running ``models`` in int8.
+
+    It serves to measure one model at a time."""
     if os.path.isdir(out_dir):
         shutil.rmtree(out_dir)
     shutil.copytree(export_dir, out_dir)
@@ -165,9 +168,11 @@ def variant_dir(export_dir: str, out_dir: str, avatar, models) -> str:
 
 
 def calibration_speech(seconds: float = 6.0, seed: int = 0) -> np.ndarray:
-    """16 kHz int16 speech for the static calibration: the audio of synthetic clip 0 of ``avatar synth --seed
-    SEED`` (espeak-ng, :mod:`framegraph.models.synth`; seed 0 is the training clips' — the held-out clips the
-    quality is measured on use another seed)."""
+    """16 kHz int16 speech for the static calibration.
+
+    It is the audio of synthetic clip 0 of ``avatar synth --seed SEED``, spoken by espeak-ng through
+    :mod:`framegraph.models.synth`. Seed 0 is the training clips' seed. The held-out clips that quality is
+    measured on use another seed."""
     return plan_clip(seconds, 25, clip_seed(seed, 0)).audio
 
 
@@ -175,11 +180,13 @@ def calibration_speech(seconds: float = 6.0, seed: int = 0) -> np.ndarray:
 
 
 def choose_int8(fp32: dict, per_model: dict, tolerance: float = TOLERANCE) -> dict:
-    """Which models keep int8. ``fp32``: ``{"openness_corr", "identity_ssim"}`` of float32 ORT; ``per_model``:
-    for each model run alone in int8 (``{"audio": {...}, ...}``) the same two figures and ``"ms_per_frame":
-    {"fp32": ms, "int8": ms}`` (the model's session time per video frame, both measured side by side). A model
-    is kept when its openness correlation and identity SSIM each drop by at most ``tolerance`` and int8 takes
-    less time. Returns ``{"models": [kept], "why": {model: reason}}``."""
+    """Which models keep int8.
+
+    ``fp32`` holds ``{"openness_corr", "identity_ssim"}`` of float32 ORT. ``per_model`` holds, for each model
+    run alone in int8, the same two figures, as ``{"audio": {...}, ...}``. Each also holds ``"ms_per_frame":
+    {"fp32": ms, "int8": ms}``. That is the model's session time per video frame, both timed side by side. A
+    model is kept when int8 takes less time. Its openness correlation and identity SSIM must each drop by at
+    most ``tolerance``. Returns ``{"models": [kept], "why": {model: reason}}``."""
     kept, why = [], {}
     for model in MODELS:
         m = per_model.get(model)

@@ -1,16 +1,17 @@
 """Sharpen a trained portrait avatar's decoder: ``refine_decoder(avatar_dir, clips_dir, out_dir, steps=...)``.
 
-Trains the VAE's decoder side only (``train_vae(..., train_encoder=False)``): the encoder and the latent
-statistics stay as they are, so the avatar's denoiser, audio encoder and settings carry over untouched
-and the new bundle talks exactly as the old one did — only the pixels it draws change. By default the
-decoder first gets the reference warp (:func:`framegraph.models.vae.with_reference_warp`): it learns to
-hand back the portrait's own pixels, moved with the head, wherever the face did not change, which is
-what identity (SSIM against the portrait outside the mouth) is judged on. Synthetic clips are learnt
-without the video codec's loss (their frames redrawn from the JSON: :mod:`framegraph.models.synth.truth`).
+It trains the VAE's decoder side only, with ``train_vae(..., train_encoder=False)``. The encoder and the
+latent statistics stay as they are. So the avatar's denoiser, audio encoder and settings carry over
+untouched. The new bundle talks exactly as the old one did. Only the pixels it draws change.
 
-Output: a complete bundle at ``out_dir`` (the source bundle's other folders, e.g. ``teacher/``, copied),
-with the decoder training's report under ``avatar.json`` → ``decoder_refine`` and its checkpoint in
-``out_dir/train/vae`` (a second call with more ``steps`` resumes there).
+By default the decoder first gets the reference warp (:func:`framegraph.models.vae.with_reference_warp`). It
+learns to hand back the portrait's own pixels, moved with the head, wherever the face did not change.
+Identity is judged on that: SSIM against the portrait outside the mouth. Synthetic clips are learnt without
+the video codec's loss. Their frames are redrawn from the JSON by :mod:`framegraph.models.synth.truth`.
+
+The output is a complete bundle at ``out_dir``. The source bundle's other folders are copied, e.g.
+``teacher/``. The decoder training's report goes under ``avatar.json`` → ``decoder_refine``. Its checkpoint
+goes in ``out_dir/train/vae``. A second call with more ``steps`` resumes there.
 """
 from __future__ import annotations
 
@@ -31,16 +32,19 @@ def refine_decoder(avatar_dir, clips_dir, out_dir, *, steps: int = 400, batch: i
                    lr: float = 1e-3, warp: bool = True, latent_noise: float = 0.5, device: str = "cpu",
                    progress: bool = True, torch_threads: int | None = None, max_clips: int | None = None,
                    resume: bool = True, seed: int = 0) -> dict:
-    """Train the decoder of the bundle at ``avatar_dir`` on the talking clips in ``clips_dir`` (a folder
-    ``framegraph avatar synth`` or ``avatar train --video`` prepared, of the same portrait) and write the
-    new bundle to ``out_dir``; returns the VAE training report (see :func:`framegraph.models.vae.train_vae`).
+    """Train the decoder of the bundle at ``avatar_dir`` and write the new bundle to ``out_dir``.
 
-    ``warp``: add the reference-warp head first (when the VAE has none yet; it needs a ``reference_skip``
-    VAE). ``latent_noise``: noise on the latents while training (see :func:`~framegraph.models.vae.train_vae`;
-    0.5 covers the denoiser's measured error), so the decoder copies the portrait from the denoiser's
-    latents as it does from the encoder's. ``steps`` / ``batch`` / ``clip_frames`` / ``lr``: the VAE
-    trainer's settings. Raises :class:`AvatarError` for a bad bundle, a bundle whose VAE cannot take the
-    warp, or ``out_dir`` being the source bundle (it is never overwritten)."""
+    It trains on the talking clips in ``clips_dir``, of the same portrait. ``framegraph avatar synth`` or
+    ``avatar train --video`` prepares that folder. Returns the VAE training report; see
+    :func:`framegraph.models.vae.train_vae`.
+
+    ``warp``: first add the reference-warp head, when the VAE has none yet. It needs a ``reference_skip`` VAE.
+    ``latent_noise``: noise on the latents while training; see :func:`~framegraph.models.vae.train_vae`. 0.5
+    covers the denoiser's error. So the decoder copies the portrait from the denoiser's latents as it does
+    from the encoder's. ``steps`` / ``batch`` / ``clip_frames`` / ``lr``: the VAE trainer's settings.
+
+    Raises :class:`AvatarError` for a bad bundle. It raises it for a bundle whose VAE cannot take the warp. It
+    raises it when ``out_dir`` is the source bundle, which is never overwritten."""
 
     src, out = Path(avatar_dir), Path(out_dir)
     if out.resolve() == src.resolve():

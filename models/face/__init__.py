@@ -1,12 +1,14 @@
-"""Face geometry from a real landmark model: MediaPipe's face mesh (478 points) in pixels.
+"""Face geometry from a real landmark model, in pixels.
 
-- :class:`FaceLandmarker` (a context manager): uint8 RGB image → the faces' :class:`FaceLandmarks`.
-- :class:`FaceLandmarks`: boxes (face, mouth, eyes), lip contours, mouth corners, mouth and eye openness,
-  the lower-face polygon a lip-sync model regenerates.
-- :func:`track_openness` (a video's frames → per-frame mouth / eye openness) and :func:`outside_mouth_mask`
-  (the face without its lower part: what a lip-sync model must leave as it was).
-- :func:`one_face` / :class:`FaceError`: the checks a picture must pass to make an avatar (one face, big
-  enough), with sentences naming the file and frame.
+The model is MediaPipe's face mesh of 478 points.
+
+- :class:`FaceLandmarker` is a context manager. It maps a uint8 RGB image to the faces' :class:`FaceLandmarks`.
+- :class:`FaceLandmarks` gives boxes for the face, mouth and eyes. It gives lip contours and mouth corners.
+  It gives mouth and eye openness. It gives the lower-face polygon that a lip-sync model regenerates.
+- :func:`track_openness` maps a video's frames to per-frame mouth and eye openness.
+- :func:`outside_mouth_mask` is the face without its lower part. A lip-sync model must leave that part as it was.
+- :func:`one_face` and :class:`FaceError` check a picture for an avatar. It needs one face, big enough. The
+  errors name the file and frame.
 """
 from .landmarker import MEDIAPIPE, FaceError, FaceLandmarker, one_face
 from .landmarks import FaceLandmarks

@@ -1,10 +1,13 @@
-"""MediaPipe's face mesh (478 landmarks, the ``face_landmark.tflite`` carried by the mediapipe 0.10.x
-wheel) behind a small API, and the checks a face must pass to make an avatar.
+"""MediaPipe's face mesh behind a small API.
 
-mediapipe is installed with ``--no-deps`` (``make install`` does it): its declared dependencies would add
-``opencv-contrib-python`` 5 beside our ``opencv-python-headless`` 4 and pull jax; the face mesh needs
-neither, only the runtime packages listed in pyproject.toml (absl-py, attrs, flatbuffers, protobuf 4 or 6:
-5.x breaks its graph config's parsing).
+It also holds the checks a face must pass to make an avatar.
+
+The mesh has 478 landmarks. Its model is the ``face_landmark.tflite`` carried by the mediapipe 0.10.x wheel.
+
+mediapipe is installed with ``--no-deps``; ``make install`` does it. Its declared dependencies would add
+``opencv-contrib-python`` 5 beside our ``opencv-python-headless`` 4. They would also pull jax. The face mesh
+needs neither. It needs only the runtime packages in pyproject.toml. They are absl-py, attrs, flatbuffers and
+protobuf 4 or 6. Protobuf 5.x breaks the parsing of its graph config.
 """
 from __future__ import annotations
 
@@ -28,7 +31,7 @@ SMALL_FACE_CROP = 2.5
 
 
 class FaceError(ValueError):
-    """A picture or video that cannot make an avatar: no face, two faces, a face too small."""
+    """A picture or video that cannot make an avatar. It has no face, two faces, or a face too small."""
 
 
 _quiet_lock = threading.Lock()
@@ -38,10 +41,12 @@ _quiet_saved: int | None = None
 
 @contextlib.contextmanager
 def native_logs_silenced():
-    """Drop what C++ code writes to stderr in the block: MediaPipe's absl and TFLite logs (``W0000 ...
-    inference_feedback_manager.cc:114] ...``, ``INFO: Created TensorFlow Lite XNNPACK delegate``), which no
-    setting turns off. The process's stderr descriptor points at /dev/null meanwhile (``sys.stderr`` is flushed
-    first); nested and threaded uses share one redirection."""
+    """Drop what C++ code writes to stderr in the block.
+
+    That is MediaPipe's absl and TFLite logs, which no setting turns off. Examples are ``W0000 ...
+    inference_feedback_manager.cc:114] ...`` and ``INFO: Created TensorFlow Lite XNNPACK delegate``. Meanwhile
+    the process's stderr descriptor points at /dev/null. ``sys.stderr`` is flushed first. Nested and threaded
+    uses share one redirection."""
     global _quiet_depth, _quiet_saved
     with _quiet_lock:
         if _quiet_depth == 0:
@@ -64,9 +69,10 @@ def native_logs_silenced():
 
 
 def _protobuf_compatible() -> None:
-    """MediaPipe 0.10.21 asks protobuf's ``MessageFactory`` for ``GetPrototype``, which protobuf 5 removed (each
-    graph then printed ``AttributeError: 'MessageFactory' object has no attribute 'GetPrototype'``): it is given
-    back as the ``GetMessageClass`` that replaced it."""
+    """Give protobuf's ``MessageFactory`` back its ``GetPrototype``.
+
+    MediaPipe 0.10.21 calls it, but protobuf 5 removed it. Without it each graph prints an ``AttributeError``. It
+    is given back as ``GetMessageClass``, which replaced it."""
     from google.protobuf import message_factory
 
     if not hasattr(message_factory.MessageFactory, "GetPrototype"):
@@ -75,8 +81,10 @@ def _protobuf_compatible() -> None:
 
 
 def mediapipe_solution(name: str, needs: str):
-    """The module ``mediapipe.python.solutions.<name>`` (MediaPipe's C++ start-up chatter on stderr silenced), or an
-    ImportError that begins with ``needs`` (what needs it) and says how to install the pinned wheel."""
+    """The module ``mediapipe.python.solutions.<name>``, with MediaPipe's C++ start-up chatter silenced.
+
+    Without mediapipe, raises an ImportError. It begins with ``needs``, what needs it. It says how to install
+    the pinned wheel."""
     os.environ.setdefault("GLOG_minloglevel", "2")
     try:
         _protobuf_compatible()
@@ -90,8 +98,10 @@ def mediapipe_solution(name: str, needs: str):
 
 
 def started(make):
-    """``make()``'s MediaPipe solution with its graph started: its calculators open in the graph's threads after
-    ``make`` returns (logging as they do), so they are waited for with the C++ logs silenced."""
+    """``make()``'s MediaPipe solution with its graph started.
+
+    Its calculators open in the graph's threads after ``make`` returns. They log as they do. So they are
+    waited for with the C++ logs silenced."""
     with native_logs_silenced():
         solution = make()
         solution._graph.wait_until_idle()  # SolutionBase keeps its CalculatorGraph there
@@ -99,14 +109,16 @@ def started(make):
 
 
 class MediaPipeGraph:
-    """A MediaPipe solution's graph (``_graph``, set by the subclass) run on RGB images; a context manager
-    (``close()`` releases the graph)."""
+    """A MediaPipe solution's graph run on RGB images.
+
+    The subclass sets ``_graph``. It is a context manager; ``close()`` releases the graph."""
 
     _graph = None
 
     def _process(self, frame_rgb: np.ndarray, verb: str):
-        """The graph's result for ``frame_rgb`` (uint8 ``[H, W, 3]`` RGB; ``verb``: the calling method, for the
-        error on anything else)."""
+        """The graph's result for ``frame_rgb``, a uint8 ``[H, W, 3]`` RGB image.
+
+        ``verb`` is the calling method. The error on any other input names it."""
         if self._graph is None:
             raise RuntimeError(f"this {type(self).__name__} was closed; make a new one")
         frame = np.asarray(frame_rgb)
@@ -129,18 +141,19 @@ class MediaPipeGraph:
 
 
 class FaceLandmarker(MediaPipeGraph):
-    """Finds faces and their 478 landmarks in RGB images; a context manager (``close()`` releases the
-    MediaPipe graph).
+    """Finds faces and their 478 landmarks in RGB images.
 
-    ``max_faces``: how many faces to look for (2 is enough to tell "two faces" apart from one).
-    ``video``: frames of one video in order — the mesh tracks the face from frame to frame instead of
-    detecting it anew (faster, steadier); leave False for unrelated images.
+    It is a context manager; ``close()`` releases the MediaPipe graph.
 
-    The mesh finds faces with MediaPipe's short-range detector, made for faces that fill a good part of the
-    picture (a selfie, a face crop): in a 1280×720 frame of a person standing at a lectern (face ~125 px) it
-    finds none. On single images (``video`` False) a picture where the mesh finds no face is searched again
-    with the full-range detector (faces up to ~5 m away), and each face it finds is meshed in a square crop
-    around it (:data:`SMALL_FACE_CROP`); the landmarks come back in px of the whole picture.
+    ``max_faces``: how many faces to look for. Two tell "two faces" apart from one.
+    ``video``: the images are frames of one video, in order. The mesh then tracks the face from frame to
+    frame. It does not detect it anew. That is faster and steadier. Leave it False for unrelated images.
+
+    The mesh finds faces with MediaPipe's short-range detector. It is made for faces that fill a good part of the
+    picture. Examples are a selfie or a face crop. It misses small faces. An example is a person at a lectern in a wide
+    frame. On single images, with ``video`` False, a picture with no face is searched again. It uses the full-range
+    detector, for faces up to ~5 m away. Each face it finds is meshed in a square crop around it.
+    :data:`SMALL_FACE_CROP` sizes the crop. The landmarks come back in px of the whole picture.
     """
 
     def __init__(self, *, max_faces: int = 2, video: bool = False, min_confidence: float = 0.5):
@@ -155,16 +168,21 @@ class FaceLandmarker(MediaPipeGraph):
     _finder = None  # the full-range face detector, made on first need
 
     def detect(self, frame_rgb: np.ndarray) -> list[FaceLandmarks]:
-        """uint8 [H, W, 3] RGB → the faces found, largest first; [] when there is none (single images: also
-        small faces, see the class docstring)."""
+        """uint8 [H, W, 3] RGB → the faces found, largest first.
+
+        Returns [] when there is none.
+
+        On single images this also finds small faces; see the class docstring."""
         faces = self._mesh(frame_rgb)
         if faces or self.video:
             return faces
         return self._small_faces(np.asarray(frame_rgb))
 
     def _mesh(self, frame_rgb: np.ndarray, offset=(0.0, 0.0), size=None) -> list[FaceLandmarks]:
-        """The mesh's faces in ``frame_rgb``, their points moved by ``offset`` (px) into a picture of ``size``
-        (width, height; default: this one's), largest first."""
+        """The mesh's faces in ``frame_rgb``, largest first.
+
+        Their points are moved by ``offset`` px into a picture of ``size``. ``size`` is (width, height) and
+        defaults to this picture's."""
         result = self._process(frame_rgb, "detect")
         height, width = np.shape(frame_rgb)[:2]
         faces = []
@@ -177,9 +195,11 @@ class FaceLandmarker(MediaPipeGraph):
         return sorted(faces, key=lambda f: -f.size_px())
 
     def _small_faces(self, frame: np.ndarray) -> list[FaceLandmarks]:
-        """Faces too small for the mesh's detector: found by the full-range detector, each meshed in a square
-        crop around it (one face per crop). That detector reports one face per picture, so each face found is
-        painted over and the picture searched again, up to ``max_faces``."""
+        """Faces too small for the mesh's detector.
+
+        The full-range detector finds them. Each is meshed in a square crop around it, one face per crop. That
+        detector reports one face per picture. So each face found is painted over. Then the picture is searched
+        again, up to ``max_faces``."""
         if self._finder is None:
             needs = "finding small faces needs MediaPipe's face detection"
             face_detection = mediapipe_solution("face_detection", needs)
@@ -211,22 +231,25 @@ class FaceLandmarker(MediaPipeGraph):
         super().close()
 
     def detect_one(self, frame_rgb: np.ndarray, *, where: str, min_face_px: int = 0) -> FaceLandmarks:
-        """The one face of ``frame_rgb``, or :class:`FaceError` naming ``where`` (e.g. "talk.mp4 frame 12")."""
+        """The one face of ``frame_rgb``, or :class:`FaceError` naming ``where``, e.g. "talk.mp4 frame 12"."""
         return one_face(self.detect(frame_rgb), where=where, min_face_px=min_face_px)
 
 
 def _square(cx: float, cy: float, side: float, width: int, height: int) -> tuple[int, int, int, int]:
-    """The square of ``side`` px centred at (``cx``, ``cy``), clipped to a ``width`` x ``height`` picture:
-    (x0, y0, x1, y1)."""
+    """The square of ``side`` px centred at (``cx``, ``cy``), as (x0, y0, x1, y1).
+
+    It is clipped to a ``width`` x ``height`` picture."""
     half = side / 2
     x0, y0 = max(0, int(cx - half)), max(0, int(cy - half))
     return x0, y0, min(width, int(cx + half) + 1), min(height, int(cy + half) + 1)
 
 
 def one_face(faces: list[FaceLandmarks], *, where: str, min_face_px: int = 0) -> FaceLandmarks:
-    """The single face of an image (``faces`` as :meth:`FaceLandmarker.detect` returns them, largest
-    first), else :class:`FaceError`: none found; two faces (a second one at least ``SECOND_FACE_RATIO``
-    of the first's width — a small face in the background is ignored); narrower than ``min_face_px``."""
+    """The single face of an image, else :class:`FaceError`.
+
+    ``faces`` are as :meth:`FaceLandmarker.detect` returns them, largest first. The error is raised when no face is
+    found. It is raised for two faces. A second face counts if it is at least ``SECOND_FACE_RATIO`` of the first's
+    width. A smaller face in the background is ignored. It is raised when the face is narrower than ``min_face_px``."""
     if not faces:
         raise FaceError(f"no face found in {where}: the face must be visible, frontal-ish and lit; "
                         "try a frame where the person looks at the camera")

@@ -1,8 +1,8 @@
 """One face's 478 MediaPipe face-mesh landmarks in pixels, and the geometry read from them.
 
-Index tables follow MediaPipe's canonical face mesh (468 points + 10 iris points with
-``refine_landmarks=True``); "left"/"right" below are the *image's* left and right (the subject's right
-and left).
+Index tables follow MediaPipe's canonical face mesh. It has 468 points, plus 10 iris points with
+``refine_landmarks=True``. "Left" and "right" below are the *image's* left and right. They are the subject's
+right and left.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ BELOW_CHIN = 0.15
 
 
 def _box(points: np.ndarray, size: tuple[int, int]) -> tuple[int, int, int, int]:
-    """(x, y, w, h) px of the points' bounding box (whole pixels, covering them), clipped to the image."""
+    """(x, y, w, h) px of the points' bounding box. It is in whole pixels, covering them, clipped to the image."""
     width, height = size
     x0, y0 = np.floor(points.min(axis=0)).astype(int)
     x1, y1 = np.ceil(points.max(axis=0)).astype(int) + 1
@@ -45,8 +45,10 @@ def _box(points: np.ndarray, size: tuple[int, int]) -> tuple[int, int, int, int]
 
 @dataclass
 class FaceLandmarks:
-    """One face in one image: ``points`` float32 [478, 2] pixel (x, y) in the image given (may lie a
-    little outside it when the face is cut by the border); ``image_size`` (width, height)."""
+    """One face in one image.
+
+    ``points``: float32 [478, 2] pixel (x, y) in the image given. They may lie a little outside it. That
+    happens when the border cuts the face. ``image_size``: (width, height)."""
     points: np.ndarray
     image_size: tuple[int, int]
 
@@ -57,7 +59,7 @@ class FaceLandmarks:
         self.image_size = (int(self.image_size[0]), int(self.image_size[1]))
 
     def face_box(self) -> tuple[int, int, int, int]:
-        """(x, y, w, h) px of the whole face (all landmarks: mid-forehead to chin, cheek to cheek)."""
+        """(x, y, w, h) px of the whole face. It spans all landmarks: mid-forehead to chin, cheek to cheek."""
         return _box(self.points, self.image_size)
 
     def mouth_box(self) -> tuple[int, int, int, int]:
@@ -65,16 +67,17 @@ class FaceLandmarks:
         return _box(self.lip_outer(), self.image_size)
 
     def lip_outer(self) -> np.ndarray:
-        """float32 [20, 2] px: the outer lip contour, a closed polygon (last point joins the first)."""
+        """float32 [20, 2] px: the outer lip contour, a closed polygon. Its last point joins the first."""
         return self.points[list(LIP_OUTER)].copy()
 
     def lip_inner(self) -> np.ndarray:
-        """float32 [20, 2] px: the inner lip contour (the opening between the lips), a closed polygon."""
+        """float32 [20, 2] px: the inner lip contour, a closed polygon. It is the opening between the lips."""
         return self.points[list(LIP_INNER)].copy()
 
     def jaw_line(self) -> np.ndarray:
-        """float32 [13, 2] px: the jaw line, an open polyline from one jaw angle over the chin to the other
-        (:data:`JAW_LINE`): where the face meets the neck or collar."""
+        """float32 [13, 2] px: the jaw line. There the face meets the neck or collar.
+
+        It is an open polyline (:data:`JAW_LINE`). It runs from one jaw angle over the chin to the other."""
         return self.points[list(JAW_LINE)].copy()
 
     def mouth_corners(self) -> tuple[np.ndarray, np.ndarray]:
@@ -88,13 +91,15 @@ class FaceLandmarks:
         return float(np.linalg.norm(right - left))
 
     def mouth_openness(self) -> float:
-        """Mean gap between the inner lips (3 places across the mouth) / mouth width; unitless, 0 when
-        the lips touch, about 0.3-0.5 for a wide-open "a"."""
+        """Mean gap between the inner lips / mouth width; unitless.
+
+        The gap is measured at 3 places across the mouth. It is 0 when the lips touch. It is about 0.3-0.5 for a
+        wide-open "a"."""
         gaps = [np.linalg.norm(self.points[lo] - self.points[up]) for up, lo in LIP_GAP_PAIRS]
         return float(np.mean(gaps) / max(self.mouth_width(), 1e-6))
 
     def eyes_openness(self) -> float:
-        """Mean eye aspect ratio of both eyes (lid gap / eye width); about 0.25-0.35 open, < 0.15 shut."""
+        """Mean eye aspect ratio of both eyes: lid gap / eye width. About 0.25-0.35 open, < 0.15 shut."""
         ratios = []
         for p1, p2, p3, p4, p5, p6 in EYES:
             pt = self.points
@@ -107,15 +112,16 @@ class FaceLandmarks:
         return tuple(_box(self.points[list(ring)], self.image_size) for ring in EYE_BOXES)
 
     def up_axis(self) -> np.ndarray:
-        """float32 [2] unit vector from the chin towards the forehead (image y grows downwards)."""
+        """float32 [2] unit vector from the chin towards the forehead. Image y grows downwards."""
         up = self.points[FOREHEAD] - self.points[CHIN]
         return (up / max(float(np.linalg.norm(up)), 1e-6)).astype(np.float32)
 
     def lower_face_polygon(self) -> np.ndarray:
-        """float32 [K, 2] px, a closed polygon: the face outline below the nose (a cut through the
-        subnasale, across the face's own axis, so a tilted head tilts it), cheek to cheek and stretched
-        ``BELOW_CHIN`` of the nose-to-chin distance past the chin, because an opening jaw goes there.
-        The region a lip-sync model regenerates; clipped to the image."""
+        """float32 [K, 2] px: the face outline below the nose, cheek to cheek. It is a closed polygon.
+
+        The cut runs through the subnasale, across the face's own axis. So a tilted head tilts it. The polygon
+        reaches past the chin by ``BELOW_CHIN`` of the nose-to-chin distance. An opening jaw goes there. It is
+        the region a lip-sync model regenerates. It is clipped to the image."""
         up = self.up_axis()
         nose = self.points[SUBNASALE]
         oval = self.points[list(FACE_OVAL)]
@@ -137,5 +143,5 @@ class FaceLandmarks:
         return poly.astype(np.float32)
 
     def size_px(self) -> int:
-        """The face's width in px (cheek to cheek at the widest), the size the checks compare."""
+        """The face's width in px, cheek to cheek at the widest. The checks compare this size."""
         return self.face_box()[2]

@@ -1,4 +1,6 @@
-"""Face measures over the frames of a video: mouth and eye openness per frame, and the lower face's mask.
+"""Face measures over the frames of a video.
+
+They are mouth and eye openness per frame, and the lower face's mask.
 
     track = track_openness(iter_video_frames("talk.mp4"))
     track.mouth_openness     # float64 [T], NaN where no face was found
@@ -16,7 +18,7 @@ from .landmarks import FaceLandmarks
 
 @dataclass
 class OpennessTrack:
-    """Per-frame measures of one face through a video (``[T]`` arrays; NaN where no face was found)."""
+    """Per-frame measures of one face through a video, as ``[T]`` arrays. NaN where no face was found."""
     mouth_openness: np.ndarray
     eyes_openness: np.ndarray
     mouth_width_px: np.ndarray
@@ -28,8 +30,10 @@ class OpennessTrack:
 
 
 def track_openness(frames: Iterable[np.ndarray], *, max_frames: int | None = None) -> OpennessTrack:
-    """Run the face mesh in video mode over ``frames`` (``uint8 [H, W, 3]`` RGB, in order) and keep the
-    largest face's mouth openness, eye openness and mouth width of every frame."""
+    """Run the face mesh in video mode over ``frames``, uint8 ``[H, W, 3]`` RGB in order.
+
+    It keeps the largest face's measures of every frame. They are mouth openness, eye openness and mouth
+    width."""
     mouth, eyes, width = [], [], []
     with FaceLandmarker(max_faces=1, video=True) as landmarker:
         for i, frame in enumerate(frames):
@@ -45,8 +49,10 @@ def track_openness(frames: Iterable[np.ndarray], *, max_frames: int | None = Non
 
 
 def outside_mouth_mask(face: FaceLandmarks, grow_px: int = 4) -> np.ndarray:
-    """bool [H, W]: the face box without the lower-face polygon (grown by ``grow_px``) — the part of the
-    face a lip-sync model must leave as it was (eyes, brows, nose, forehead, upper cheeks)."""
+    """bool [H, W]: the face box without the lower-face polygon, grown by ``grow_px``.
+
+    A lip-sync model must leave this part of the face as it was. It holds the eyes, brows, nose, forehead and
+    upper cheeks."""
     import cv2
 
     width, height = face.image_size

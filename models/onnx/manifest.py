@@ -1,11 +1,14 @@
-"""``manifest.json`` of an ONNX export: what each file's inputs / outputs are, the opset, and the hash of the
-models it came from — so an export that does not match the models being run is refused with a clear message.
+"""``manifest.json`` of an ONNX export.
 
-One layout for every kind of export (``format``, ``opset``, ``bundle_hash``, ``files`` with each file's
-inputs / outputs), whatever model it holds — the avatar bundle's (:mod:`framegraph.models.avatar.portrait.onnx`)
-or the generate pipeline's causal VAE decoder (:mod:`framegraph.models.generate.onnx`): each hashes its models
-with :func:`weights_hash` and checks an export with :func:`check_manifest`. An export may also hold int8
-versions of its files (:mod:`.quantize`), listed in the manifest's ``int8`` section (:func:`int8_parts`)."""
+The manifest says what each file's inputs and outputs are, the opset, and the hash of the models the export
+came from. An export that does not match the models being run is refused with a clear message.
+
+Every kind of export has one layout: ``format``, ``opset``, ``bundle_hash``, and ``files`` with each file's
+inputs and outputs. That holds whatever model it is. Two use it: the avatar bundle's
+:mod:`framegraph.models.avatar.portrait.onnx` and the generate pipeline's causal VAE decoder in
+:mod:`framegraph.models.generate.onnx`. Each hashes its models with :func:`weights_hash`. Each checks an export
+with :func:`check_manifest`. An export may also hold int8 versions of its files, made by :mod:`.quantize`. The
+manifest's ``int8`` section lists them; :func:`int8_parts` reads it."""
 from __future__ import annotations
 
 import hashlib
@@ -27,16 +30,20 @@ class ExportError(ValueError):
 
 
 def model_config(model: torch.nn.Module) -> dict:
-    """A diffusers model's config without diffusers' own bookkeeping (``_name_or_path`` — the folder it was loaded
-    from, as spelt —, ``_class_name``, ``_diffusers_version``): the same bundle hashes the same wherever it lies
-    and however its path is written."""
+    """A diffusers model's config without diffusers' own bookkeeping.
+
+    Dropped are ``_name_or_path``, ``_class_name`` and ``_diffusers_version``. ``_name_or_path`` is the folder
+    it was loaded from, as spelt. So the same bundle hashes the same wherever it lies and however its path is
+    written."""
     return {k: v for k, v in dict(model.config).items() if not k.startswith("_")}
 
 
 def weights_hash(geometry: dict, models: dict[str, torch.nn.Module],
                  config: Callable[[torch.nn.Module], dict] = model_config) -> str:
-    """sha256 over the stream geometry (JSON) and, per model in order, its ``config(model)`` and its weights
-    (buffers included) as float32."""
+    """sha256 over the stream geometry and the models.
+
+    The geometry is hashed as JSON. Then, per model in order, its ``config(model)`` and its weights as float32.
+    Buffers count as weights."""
     h = hashlib.sha256()
     h.update(json.dumps(geometry, sort_keys=True).encode())
     for name, model in models.items():
@@ -54,9 +61,11 @@ def write_manifest(out_dir: str, manifest: dict) -> dict:
 
 def check_manifest(export_dir: str, *, fmt: str, want_hash: str, parts: tuple[str, ...], hint: str,
                    source: str = "bundle", extra: tuple[str, ...] = (), geometry: dict | None = None) -> dict:
-    """The manifest of ``export_dir`` if it has format ``fmt``, the fields ``geometry`` (shapes fixed at export),
-    the hash ``want_hash`` (of the ``source`` being run) and files for ``parts`` (and entries ``extra``); else
-    :class:`ExportError` ending with ``hint`` (the command that makes a fresh export)."""
+    """The manifest of ``export_dir``, checked.
+
+    The manifest must have format ``fmt`` and the fields ``geometry``, the shapes fixed at export. Its hash must
+    be ``want_hash``, the hash of the ``source`` being run. It must list files for ``parts`` and the entries
+    ``extra``. Else raises :class:`ExportError`, ending with ``hint``: the command that makes a fresh export."""
     path = os.path.join(export_dir, MANIFEST)
     if not os.path.isfile(path):
         raise ExportError(f"no ONNX export at {export_dir} ({MANIFEST} not found); {hint}")
@@ -88,9 +97,11 @@ def check_manifest(export_dir: str, *, fmt: str, want_hash: str, parts: tuple[st
 
 
 def int8_parts(export_dir: str, manifest: dict, models: dict[str, tuple[str, ...]], hint: str) -> dict[str, str]:
-    """``{part: path}`` of the int8 files the export's ``int8`` section keeps (its ``models``: the models that run
-    int8, each one of ``models`` (model → its parts); the others stay float32). Raises :class:`ExportError`
-    when the export has no int8 files (ending with ``hint``, the command that makes them)."""
+    """``{part: path}`` of the int8 files kept in the export's ``int8`` section.
+
+    The section's ``models`` are the models that run int8. Each is one of ``models``, which maps a model to its
+    parts. The others stay float32. Raises :class:`ExportError` when the export has no int8 files. The error
+    ends with ``hint``, the command that makes them."""
     section = manifest.get("int8")
     if not isinstance(section, dict) or not isinstance(section.get("files"), dict):
         raise ExportError(f"the ONNX export at {export_dir} has no int8 files; {hint}")
@@ -108,8 +119,9 @@ def int8_parts(export_dir: str, manifest: dict, models: dict[str, tuple[str, ...
 
 
 def check_int8_file(path: str, metadata: dict, manifest: dict, hint: str) -> None:
-    """Refuse an int8 file whose metadata (:data:`BUNDLE_KEY`) names other models than ``manifest``'s (the
-    error ends with ``hint``, the command that makes a fresh one)."""
+    """Refuse an int8 file whose metadata names other models than ``manifest``'s.
+
+    The metadata key is :data:`BUNDLE_KEY`. The error ends with ``hint``, the command that makes a fresh file."""
     got, want = metadata.get(BUNDLE_KEY), manifest.get("bundle_hash")
     if got != want:
         raise ExportError(f"{path} was quantized from another bundle (hash {str(got)[:12]}…, this export's is "

@@ -1,18 +1,18 @@
-"""int8 versions of an export's ONNX files (``onnxruntime.quantization``).
+"""int8 versions of an export's ONNX files, made with ``onnxruntime.quantization``.
 
-:func:`quantize_file` writes the int8 version of one float32 file, with the hash of the models it came from
-in its ONNX metadata (:data:`~.manifest.BUNDLE_KEY`: a file of other models copied into an export folder is
-refused, :func:`~.manifest.check_int8_file`). Which files an export keeps in int8, and how they are
-calibrated, is the model's business (the avatar's: :mod:`framegraph.models.avatar.int8`).
+:func:`quantize_file` writes the int8 version of one float32 file. The file's ONNX metadata holds the hash of
+the models it came from, under :data:`~.manifest.BUNDLE_KEY`. So a file of other models copied into an export
+folder is refused by :func:`~.manifest.check_int8_file`. Which files an export keeps in int8, and how they are
+calibrated, is the model's business. The avatar's choice is in :mod:`framegraph.models.avatar.int8`.
 
-Modes (only the weight-heavy ops are quantized — ``Conv``, ``MatMul``, ``Gemm``; the elementwise maths and
-the norms stay float32):
+Only the weight-heavy ops are quantized: ``Conv``, ``MatMul`` and ``Gemm``. The elementwise maths and the
+norms stay float32. There are two modes:
 
-- ``dynamic`` (:func:`onnxruntime.quantization.quantize_dynamic`): int8 weights, activations quantized per
-  call from their own range (``ConvInteger`` / ``MatMulInteger``); needs no data.
-- ``static`` (:func:`onnxruntime.quantization.quantize_static`, QDQ, per-channel weights): activation
-  ranges calibrated (min / max) on real inputs — what a session read at each call
-  (:attr:`~.session.OrtGraph.record`), served by a :class:`FeedReader`.
+- ``dynamic``, with :func:`onnxruntime.quantization.quantize_dynamic`. Weights are int8. Activations are
+  quantized per call from their own range, as ``ConvInteger`` / ``MatMulInteger``. It needs no data.
+- ``static``, with :func:`onnxruntime.quantization.quantize_static`. It writes QDQ with per-channel weights.
+  Activation ranges are calibrated as min / max on real inputs. Those inputs are what a session read at each
+  call (:attr:`~.session.OrtGraph.record`), served by a :class:`FeedReader`.
 """
 from __future__ import annotations
 
@@ -37,8 +37,10 @@ def int8_file(part_file: str) -> str:
 
 
 class FeedReader:
-    """A calibration data reader (``get_next`` / ``rewind``, what ``quantize_static`` asks for) over recorded
-    feeds, at most ``limit`` of them taken evenly over the recording."""
+    """A calibration data reader over recorded feeds.
+
+    It has ``get_next`` and ``rewind``, which ``quantize_static`` asks for. It yields at most ``limit`` feeds,
+    taken evenly over the recording."""
 
     def __init__(self, feeds: list[dict], limit: int = CALIBRATION_FEEDS):
         if not feeds:
@@ -59,8 +61,10 @@ class FeedReader:
 
 @contextlib.contextmanager
 def _quiet_preprocess_hint():
-    """Drop onnxruntime.quantization's root-logger hint to run its pre-processing (shape inference and
-    fusions; these graphs are traced with fixed shapes and optimised when the session loads)."""
+    """Drop onnxruntime.quantization's root-logger hint to run its pre-processing.
+
+    That pre-processing is shape inference and fusions. These graphs are traced with fixed shapes. They are
+    optimised when the session loads."""
 
     class Hint(logging.Filter):
         def filter(self, record):
@@ -75,8 +79,10 @@ def _quiet_preprocess_hint():
 
 
 def quantize_file(src: str, dst: str, mode: str, bundle_hash: str, feeds: list[dict] | None = None) -> None:
-    """Write the int8 version of ``src`` to ``dst`` (``mode``: see the module docstring; ``static`` needs
-    ``feeds``, the part's recorded inputs) with ``bundle_hash`` in its metadata."""
+    """Write the int8 version of ``src`` to ``dst``, with ``bundle_hash`` in its metadata.
+
+    ``mode`` is one of the modes in the module docstring. ``static`` needs ``feeds``, the part's recorded
+    inputs."""
     import onnx
     from onnxruntime.quantization import (
         CalibrationDataReader,

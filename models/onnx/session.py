@@ -1,11 +1,15 @@
-"""ONNX Runtime sessions bound to torch tensors' memory (CPU: IOBinding on ``data_ptr()``, no copies).
+"""ONNX Runtime sessions bound to torch tensors' memory.
 
-:class:`OrtGraph` is one session; :class:`CheckedExport` an export folder whose manifest was checked, which
-makes them. A model's engine (:mod:`framegraph.models.runtime`) holds its stream state as torch tensors
-bound to its sessions, in two sets that swap roles each step (the step reads one set and writes the other),
-so the state never goes through numpy and stays bound between calls. :class:`OrtVAEStream` is the one
-every streamed decoder shares — the avatar's :class:`~framegraph.models.vae.VideoVAE` and the generate
-pipeline's causal ``AutoencoderKLWan``; the others live with their models.
+On the CPU they use IOBinding on ``data_ptr()``, with no copies. :class:`OrtGraph` is one session.
+:class:`CheckedExport` is an export folder whose manifest was checked; it makes the sessions.
+
+A model's engine in :mod:`framegraph.models.runtime` holds its stream state as torch tensors. They are bound to
+its sessions in two sets that swap roles each step. The step reads one set and writes the other. So the state
+never goes through numpy and stays bound between calls.
+
+:class:`OrtVAEStream` is shared by every streamed decoder. Those are the avatar's
+:class:`~framegraph.models.vae.VideoVAE` and the generate pipeline's causal ``AutoencoderKLWan``. The other
+engines live with their models.
 """
 from __future__ import annotations
 
@@ -18,15 +22,18 @@ from .manifest import ExportError
 
 
 def default_threads() -> int:
-    """Intra-op threads for each of a graph's heavy sessions: half the cores (at least 1) — the stages run side
-    by side on successive frames, so two full-width pools would fight for the same cores."""
+    """Intra-op threads for each of a graph's heavy sessions: half the cores, at least 1.
+
+    The stages run side by side on successive frames. Two full-width pools would fight for the same cores."""
     return max(1, (os.cpu_count() or 2) // 2)
 
 
 def session_options(threads: int):
-    """Latency settings: ``threads`` intra-op threads (what this stage may use while the graph's other stages
-    run beside it), one inter-op thread, sequential execution, no spin-waiting (a spinning pool would take
-    the cores the other stages need), every graph optimisation."""
+    """Latency settings for one session.
+
+    ``threads`` is the intra-op thread count. It is what this stage may use while the graph's other stages run
+    beside it. There is one inter-op thread and sequential execution. Every graph optimisation is on.
+    Spin-waiting is off: a spinning pool would take the cores the other stages need."""
     import onnxruntime as ort
 
     so = ort.SessionOptions()
@@ -40,7 +47,7 @@ def session_options(threads: int):
 
 
 class OrtGraph:
-    """One ``InferenceSession`` (CPU execution provider) of an exported file, with IOBinding helpers."""
+    """One ``InferenceSession`` of an exported file on the CPU execution provider, with IOBinding helpers."""
 
     def __init__(self, path: str, threads: int = 1):
         import onnxruntime as ort
@@ -60,8 +67,9 @@ class OrtGraph:
         return self.session.io_binding()
 
     def bind(self, io, name: str, t: torch.Tensor, output: bool = False) -> None:
-        """Bind ``t``'s memory (float32, contiguous, CPU) to input / output ``name``; inputs the graph
-        dropped (unused) are skipped."""
+        """Bind ``t``'s memory to input or output ``name``.
+
+        ``t`` is float32, contiguous, on the CPU. Inputs that the graph dropped as unused are skipped."""
         if t.dtype != torch.float32 or not t.is_contiguous() or t.device.type != "cpu":
             raise ValueError(f"{os.path.basename(self.path)}: {name} must be a contiguous float32 CPU tensor, "
                              f"got {t.dtype} on {t.device} (contiguous={t.is_contiguous()})")
@@ -78,12 +86,16 @@ class OrtGraph:
 
 
 class OrtVAEStream:
-    """Streamed decoding on ORT: the first chunk of a stream runs ``vae_first`` (reference in, when the
-    decoder has one), the next ones ``vae_next`` with the temporal cache (two bound sets, swapped each chunk)
-    and the reference features (bound once). ``entry``: the manifest's ``files`` (``vae_first``, ``vae_next``,
-    ``vae_cache``: its ``temporal`` and ``reference`` cache keys). Shared by the avatar's VAE and the generate
-    pipeline's causal Wan VAE (:mod:`.wan_vae`), whose first chunk decodes to fewer frames than the next ones:
-    each graph writes its own frames buffer."""
+    """Streamed decoding on ORT.
+
+    The first chunk of a stream runs ``vae_first``, with the reference in when the decoder has one. The next
+    chunks run ``vae_next`` with the temporal cache and the reference features. The cache is two bound sets,
+    swapped each chunk. The reference features are bound once.
+
+    ``entry`` is the manifest's ``files``: ``vae_first``, ``vae_next`` and ``vae_cache``. ``vae_cache`` holds
+    the ``temporal`` and ``reference`` cache keys. The avatar's VAE uses this class. So does the generate
+    pipeline's causal Wan VAE (:mod:`.wan_vae`). Its first chunk decodes to fewer frames than the next ones.
+    So each graph writes its own frames buffer."""
 
     def __init__(self, first: OrtGraph, nxt: OrtGraph, entry: dict, reference: torch.Tensor | None = None):
         self.first, self.next = first, nxt
@@ -118,8 +130,9 @@ class OrtVAEStream:
         self.started, self.parity = False, 0
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """Latent chunk ``z [1, C, T, h, w]`` → frames ``[1, 3, T', H, W]`` in [-1, 1] (a buffer reused by the
-        next call)."""
+        """Latent chunk ``z [1, C, T, h, w]`` → frames ``[1, 3, T', H, W]`` in [-1, 1].
+
+        The frames are a buffer that the next call reuses."""
         z = z.float().contiguous()
         if not self.started:
             self.first.bind(self.fio, "z", z)
@@ -137,7 +150,7 @@ class OrtVAEStream:
 
 
 class CheckedExport:
-    """An export directory whose manifest has been checked (:mod:`.manifest`); makes the sessions of its files."""
+    """An export directory whose manifest was checked by :mod:`.manifest`; it makes the sessions of its files."""
 
     def __init__(self, export_dir: str, manifest: dict):
         self.dir, self.manifest = export_dir, manifest

@@ -1,8 +1,9 @@
-"""Tracing a torch module into an ONNX file, and describing its inputs / outputs for the manifest.
+"""Tracing a torch module into an ONNX file, and describing its inputs and outputs for the manifest.
 
-The one exporter every model's export uses (the avatar's :mod:`framegraph.models.avatar.portrait.onnx`, the
-generate pipeline's :mod:`framegraph.models.generate.onnx`): the TorchScript tracer at :data:`~.manifest.OPSET`,
-with ``aten::rms_norm`` written out (opset 17 has no RMSNormalization).
+Every model's export uses this one exporter. Two do so: the avatar's
+:mod:`framegraph.models.avatar.portrait.onnx` and the generate pipeline's :mod:`framegraph.models.generate.onnx`.
+It is the TorchScript tracer at :data:`~.manifest.OPSET`. It writes ``aten::rms_norm`` out, since opset 17 has no
+RMSNormalization.
 """
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ from .manifest import OPSET
 
 
 def _rms_norm(g, x, normalized_shape, weight, eps):
-    """ONNX for ``aten::rms_norm`` over the last axis (``nn.RMSNorm(dim)``; opset 17 has no RMSNormalization):
-    ``x / sqrt(mean(x², -1) + eps) * weight``."""
+    """ONNX for ``aten::rms_norm`` over the last axis, as in ``nn.RMSNorm(dim)``.
+
+    Opset 17 has no RMSNormalization. The graph is ``x / sqrt(mean(x², -1) + eps) * weight``."""
     from torch.onnx import symbolic_helper as sh
 
     eps = sh._maybe_get_const(eps, "f")
@@ -28,8 +30,10 @@ def _rms_norm(g, x, normalized_shape, weight, eps):
 
 def export_module(module: nn.Module, args: tuple, path: str, inputs: list[str], outputs: list[str],
             dynamic_axes: dict | None = None) -> None:
-    """Trace ``module`` on ``args`` into the ONNX file ``path`` (opset :data:`~.manifest.OPSET`, constants
-    folded, the TorchScript exporter) with these input / output names and ``dynamic_axes``."""
+    """Trace ``module`` on ``args`` into the ONNX file ``path``.
+
+    It uses the TorchScript exporter at opset :data:`~.manifest.OPSET`, with constants folded. The inputs and
+    outputs get these names and ``dynamic_axes``."""
     torch.onnx.register_custom_op_symbolic("aten::rms_norm", _rms_norm, OPSET)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the tracer's notes on Python ints taken from shapes (fixed per bundle)
@@ -38,8 +42,10 @@ def export_module(module: nn.Module, args: tuple, path: str, inputs: list[str], 
 
 
 def io_entries(names: list[str], tensors, meaning: dict[str, str]) -> list[dict]:
-    """The manifest's description of graph inputs / outputs: name, shape, dtype and the meaning of the first key of
-    ``meaning`` the name starts with (else the name)."""
+    """The manifest's description of graph inputs and outputs.
+
+    Each entry has a name, shape and dtype. Its meaning is the value of the first key of ``meaning`` that the
+    name starts with. Without one, the meaning is the name."""
     return [{"name": n, "shape": list(t.shape), "dtype": "float32",
              "meaning": next((v for k, v in meaning.items() if n.startswith(k)), n)}
             for n, t in zip(names, tensors)]

@@ -1,16 +1,17 @@
-"""The video VAE of the avatar: a causal, 16×-compressive autoencoder for the face region, its
-training, and the ``VAEDecode`` stage.
+"""The video VAE of the avatar, its training, and the ``VAEDecode`` stage.
+
+The VAE is a causal autoencoder for the face region. It compresses 16× in space.
 
     from framegraph.models.vae import VideoVAE, VAEDecode, train_vae
 
-- :mod:`.model`: ``VideoVAE`` (a diffusers-format ``PretrainedModel``), streaming encode / decode
-  with explicit caches; the identity reference and the reference warp (``with_reference_warp``).
-- :mod:`.register`: batched affine registration (Lucas–Kanade): the head pose of a drawn frame.
+- :mod:`.model`: ``VideoVAE``, a diffusers-format ``PretrainedModel``. It encodes and decodes in a stream,
+  with explicit caches. It holds the identity reference and the reference warp (``with_reference_warp``).
+- :mod:`.register`: batched affine registration by Lucas–Kanade. It finds the head pose of a drawn frame.
 - :mod:`.losses`: SSIM, PSNR, KL, the mouth-weighted reconstruction loss.
 - :mod:`.data`: synthetic clips cut to the face region, per-frame mouth boxes, redrawn targets.
-- :mod:`.train`: ``train_vae`` and its settings ``VAETrainConfig`` (checkpoints, resume, held-out PSNR; decoder-only,
-  latent noise).
-- :mod:`.stage`: ``VAEDecode`` (latent chunks → face frames, pts per frame).
+- :mod:`.train`: ``train_vae`` and its settings ``VAETrainConfig``. It has checkpoints, resume and held-out
+  PSNR. It can train the decoder only, and add latent noise.
+- :mod:`.stage`: ``VAEDecode``. It maps latent chunks to face frames, with a pts per frame.
 """
 from .data import (
                    FaceClips,

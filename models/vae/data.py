@@ -1,12 +1,12 @@
 """Face-region training data for the video VAE: synthetic talking clips cropped to the face.
 
-A clip folder holds ``clip_NNNNN.mp4`` + ``clip_NNNNN.json`` pairs as ``framegraph avatar synth`` writes
-them. The JSON's ``portrait`` block gives the face and mouth boxes (px of the full frame) and each
-entry of ``frames`` the jaw opening and head shift of that frame, from which the mouth box of every
-frame is derived (:func:`mouth_box_for_frame`). Every clip of one folder is cropped with one square
-box (:func:`face_crop_box`) — the same box the ``Composite`` stage pastes the generated region back at.
+A clip folder holds ``clip_NNNNN.mp4`` + ``clip_NNNNN.json`` pairs, as ``framegraph avatar synth`` writes
+them. The JSON's ``portrait`` block gives the face and mouth boxes, in px of the full frame. Each entry of
+``frames`` gives the jaw opening and head shift of that frame. Each frame's mouth box is derived from them
+by :func:`mouth_box_for_frame`. Every clip of one folder is cropped with one square box, from
+:func:`face_crop_box`. The ``Composite`` stage pastes the generated region back at the same box.
 
-Boxes are ``(x, y, w, h)`` in pixels; frames are ``uint8 [T, S, S, 3]`` at the region size ``S``.
+Boxes are ``(x, y, w, h)`` in pixels. Frames are ``uint8 [T, S, S, 3]`` at the region size ``S``.
 """
 from __future__ import annotations
 
@@ -30,10 +30,11 @@ def face_crop_box(image_hw: tuple[int, int], face_box: Box | None = None, mouth_
                   scale: float = 1.35, shift_down: float = 0.1) -> tuple[int, int, int, int]:
     """The square region the model works on, in px of an ``image_hw = (H, W)`` frame.
 
-    From the face box: side ``scale × max(face w, h)``, centred on the face centre moved down by
-    ``shift_down × face h`` (so an open jaw stays inside). Without a face box, from the mouth box: side
-    ``3 × mouth w``, centred a quarter side above the mouth centre. The box is moved (not shrunk) to lie
-    inside the image, and shrunk only when the image is smaller than it. Returns integer ``(x, y, s, s)``.
+    From the face box, the side is ``scale × max(face w, h)``. The box is centred below the face centre, by
+    ``shift_down × face h``. So an open jaw stays inside. Without a face box it comes from the mouth box.
+    Then the side is ``3 × mouth w``, centred a quarter side above the mouth centre. The box is moved, not
+    shrunk, to lie inside the image. It is shrunk only when the image is smaller than it. Returns integer
+    ``(x, y, s, s)``.
     """
     h_img, w_img = int(image_hw[0]), int(image_hw[1])
     if face_box is not None:
@@ -56,11 +57,12 @@ def face_crop_box(image_hw: tuple[int, int], face_box: Box | None = None, mouth_
 
 
 def region_size(image_hw: tuple[int, int], face_box: Box, *, scale: float = 1.35) -> int:
-    """Side in px of the square region to generate for a face: the side of its :func:`face_crop_box`
-    (the box the composite pastes back at) rounded to a multiple of 16 (the VAE's compression), within
-    [64, 256]. So the region is drawn at about the face's own resolution — not a 64-px region blown up
-    over a 260-px face — up to 256² (the CPU real-time budget; larger faces are generated at 256² and
-    scaled up by the paste). 64² is the smallest the VAE works at."""
+    """Side in px of the square region to generate for a face.
+
+    It is the side of the face's :func:`face_crop_box`, the box the composite pastes back at. It is rounded to
+    a multiple of 16, the VAE's compression, within [64, 256]. So the region is drawn at about the face's own
+    resolution. A 64-px region is not blown up over a 260-px face. The cap of 256² is the CPU real-time
+    budget. Larger faces are generated at 256² and scaled up by the paste. The VAE works at 64² at least."""
     side = face_crop_box(image_hw, face_box, scale=scale)[2]
     return int(min(max(round(side / 16) * 16, 64), 256))
 
@@ -69,9 +71,9 @@ def mouth_box_for_frame(portrait: dict, frame: dict | None = None, *, margin: fl
                         max_jaw_drop: float = 0.32) -> Box:
     """The mouth box of one synthetic frame, px of the full frame.
 
-    ``portrait`` is a clip JSON's ``portrait`` block; ``frame`` one entry of its ``frames`` (None: the
-    rest pose). The portrait's mouth box is moved by the head shift, grown downwards by the jaw drop
-    (``jaw_open · max_jaw_drop · 2 · half mouth width``, as the renderer draws it) and by ``margin`` px
+    ``portrait`` is a clip JSON's ``portrait`` block. ``frame`` is one entry of its ``frames``; None is the
+    rest pose. The portrait's mouth box is moved by the head shift. It is grown downwards by the jaw drop, as the
+    renderer draws it. The drop is ``jaw_open · max_jaw_drop · 2 · half mouth width``. It is grown by ``margin`` px
     on every side."""
     x, y, w, h = (float(v) for v in portrait["mouth_box"])
     dx = dy = drop = 0.0
@@ -89,8 +91,9 @@ def box_to_region(box: Box, crop: tuple[int, int, int, int], size: int) -> Box:
 
 
 def crop_frames(frames: Tensor, crop: tuple[int, int, int, int], size: int) -> Tensor:
-    """``uint8 [T, H, W, 3]`` → the ``crop`` box resized to ``uint8 [T, size, size, 3]`` (bilinear,
-    antialiased when shrinking)."""
+    """``uint8 [T, H, W, 3]`` → the ``crop`` box resized to ``uint8 [T, size, size, 3]``.
+
+    Resizing is bilinear, antialiased when shrinking."""
     x, y, w, h = crop
     if x < 0 or y < 0 or x + w > frames.shape[2] or y + h > frames.shape[1]:
         raise ValueError(f"crop box {crop} is outside the {frames.shape[2]}x{frames.shape[1]} frames")
@@ -108,13 +111,13 @@ class FaceClips:
 
     Attributes:
         frames: one ``uint8 [T_i, S, S, 3]`` tensor per clip.
-        mouth_boxes: one ``float32 [T_i, 4]`` per clip: the mouth box of each frame in region px
-            (None: no mouth weighting).
-        crop_box: the ``(x, y, s, s)`` full-frame box the region was cut from (None if not known).
-        names: a name per clip (file stem).
-        targets: what a decoder should give back for each clip, ``uint8 [T_i, S, S, 3]`` (None: the frames
-            themselves). Synthetic clips can have their frames redrawn without the video codec here, so the
-            model learns the clean picture while its encoder reads the decoded video, as at run time.
+        mouth_boxes: one ``float32 [T_i, 4]`` per clip: the mouth box of each frame in region px.
+            None means no mouth weighting.
+        crop_box: the ``(x, y, s, s)`` full-frame box the region was cut from. None if not known.
+        names: a name per clip, the file stem.
+        targets: what a decoder should give back for each clip, ``uint8 [T_i, S, S, 3]``. None means the
+            frames themselves. Synthetic clips can have their frames redrawn here without the video codec.
+            The model then learns the clean picture. Its encoder still reads the decoded video, as at run time.
     """
 
     frames: list[Tensor]
@@ -124,7 +127,7 @@ class FaceClips:
     targets: list[Tensor] | None = None
 
     def target(self, i: int) -> Tensor:
-        """Clip ``i``'s reconstruction target (its redrawn frames, or the frames)."""
+        """Clip ``i``'s reconstruction target: its redrawn frames, or else the frames."""
         return self.frames[i] if self.targets is None else self.targets[i]
 
     @property
@@ -136,8 +139,10 @@ class FaceClips:
         return sum(int(f.shape[0]) for f in self.frames)
 
     def split(self, holdout_fraction: float = 0.15) -> tuple[FaceClips, FaceClips]:
-        """(train, held out): with several clips the last ``max(1, round(fraction · n))`` clips are held
-        out; with one clip, its last ``fraction`` of frames."""
+        """(train, held out).
+
+        With several clips the last ``max(1, round(fraction · n))`` clips are held out. With one clip, its last
+        ``fraction`` of frames is held out."""
         n = len(self.frames)
         if n >= 2:
             k = min(n - 1, max(1, round(holdout_fraction * n)))
@@ -154,8 +159,10 @@ class FaceClips:
 
 
 def face_clips_from_frames(frames: Tensor, mouth_boxes: Tensor | None = None) -> FaceClips:
-    """Frames already cut to the region: ``uint8 [T, S, S, 3]`` (one clip) or ``[N, T, S, S, 3]``;
-    ``mouth_boxes`` ``[T, 4]`` / ``[N, T, 4]`` or ``[4]`` (one box for every frame), region px."""
+    """Frames already cut to the region, in region px.
+
+    ``frames`` is ``uint8 [T, S, S, 3]`` for one clip, or ``[N, T, S, S, 3]``. ``mouth_boxes`` is ``[T, 4]``
+    or ``[N, T, 4]``. It may be ``[4]``, one box for every frame."""
     if frames.dtype != torch.uint8 or frames.dim() not in (4, 5) or frames.shape[-1] != 3:
         raise ValueError(f"face_clips_from_frames: expected uint8 [T, S, S, 3] or [N, T, S, S, 3] frames, got "
                          f"{frames.dtype} {list(frames.shape)}")
@@ -177,11 +184,11 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
                     redraw_targets: bool = False) -> FaceClips:
     """Read ``clip_*.mp4`` + ``clip_*.json`` from ``clips_dir`` and cut every frame to the face region.
 
-    The crop box (same for all clips) is ``crop_box`` or :func:`face_crop_box` of the first clip's
-    portrait. ``redraw_targets``: also redraw each synthetic clip's frames from its JSON without the
-    codec (:func:`framegraph.models.synth.render_truth`) as :attr:`FaceClips.targets`; check first with
-    :func:`redrawable`. Raises ``FileNotFoundError`` / ``ValueError`` naming the folder or file when
-    there are no clips, a clip has no JSON, or frame counts disagree."""
+    The crop box is the same for all clips. It is ``crop_box``, or :func:`face_crop_box` of the first clip's
+    portrait. ``redraw_targets``: also redraw each synthetic clip's frames from its JSON, without the codec.
+    They become :attr:`FaceClips.targets`, drawn by :func:`framegraph.models.synth.render_truth`. Check first
+    with :func:`redrawable`. Raises ``FileNotFoundError`` or ``ValueError`` naming the folder or file. That
+    happens when there are no clips, a clip has no JSON, or frame counts disagree."""
 
     folder = Path(clips_dir)
     if not folder.is_dir():
@@ -220,8 +227,10 @@ def load_face_clips(clips_dir, *, size: int = 128, crop_box: tuple[int, int, int
 
 
 def redrawable(clips_dir, max_clips: int | None = None) -> bool:
-    """True when every clip of the folder can be redrawn from its JSON (``load_face_clips(...,
-    redraw_targets=True)`` will work): synthetic clips whose portrait image is known."""
+    """True when every clip of the folder can be redrawn from its JSON.
+
+    Then ``load_face_clips(..., redraw_targets=True)`` will work. That needs synthetic clips whose portrait
+    image is known."""
 
     videos = sorted(Path(clips_dir).glob("clip_*.mp4"))[:max_clips]
     return bool(videos) and all(can_render_truth(v.with_suffix(".json")) for v in videos)

@@ -1,8 +1,8 @@
 """Reconstruction losses and metrics for the video VAE.
 
-Images are channels-first ``[N, 3, H, W]`` (or videos ``[B, 3, T, H, W]``, folded to frames) with values
-in [-1, 1] unless a function says otherwise. Written here rather than shared with ``renderers/fit``
-because models must not depend on renderers.
+Images are channels-first ``[N, 3, H, W]``. Videos ``[B, 3, T, H, W]`` are folded to frames. Values are in
+[-1, 1] unless a function says otherwise. The losses are written here, not shared with ``renderers/fit``.
+Models must not depend on renderers.
 """
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from torch import Tensor
 
 
 def video_to_frames(x: Tensor) -> Tensor:
-    """``[B, C, T, H, W]`` → ``[B·T, C, H, W]`` (4-D input is returned as is)."""
+    """``[B, C, T, H, W]`` → ``[B·T, C, H, W]``. A 4-D input is returned as is."""
     if x.dim() == 4:
         return x
     if x.dim() != 5:
@@ -28,10 +28,11 @@ def _gaussian_1d(size: int, sigma: float, device, dtype) -> Tensor:
 
 
 def ssim_map(a: Tensor, b: Tensor, *, window: int = 7, sigma: float = 1.5, data_range: float = 2.0) -> Tensor:
-    """Per-pixel SSIM (Wang et al. 2004) of two frame batches ``[N, C, H, W]``: Gaussian window
-    (separable, ``window`` taps, ``sigma`` px), valid convolution (no padding), constants
-    ``(0.01 L)²`` and ``(0.03 L)²`` for data range ``L`` (2 for [-1, 1] images).
-    Returns ``[N, C, H - window + 1, W - window + 1]``; identical images give 1 everywhere."""
+    """Per-pixel SSIM (Wang et al. 2004) of two frame batches ``[N, C, H, W]``.
+
+    The window is Gaussian and separable, with ``window`` taps and ``sigma`` px. The convolution is valid, with
+    no padding. The constants are ``(0.01 L)²`` and ``(0.03 L)²`` for data range ``L``. ``L`` is 2 for [-1, 1]
+    images. Returns ``[N, C, H - window + 1, W - window + 1]``. Identical images give 1 everywhere."""
     if a.shape != b.shape or a.dim() != 4:
         raise ValueError(f"ssim: expected two [N, C, H, W] tensors of one shape, got {list(a.shape)} and "
                          f"{list(b.shape)}")
@@ -54,13 +55,15 @@ def ssim_map(a: Tensor, b: Tensor, *, window: int = 7, sigma: float = 1.5, data_
 
 
 def ssim(a: Tensor, b: Tensor, **kw) -> Tensor:
-    """Mean SSIM (a scalar tensor, differentiable) of frames or videos in [-1, 1]; see :func:`ssim_map`."""
+    """Mean SSIM of frames or videos in [-1, 1], as a differentiable scalar tensor; see :func:`ssim_map`."""
     return ssim_map(video_to_frames(a), video_to_frames(b), **kw).mean()
 
 
 def box_mask(boxes: Tensor, height: int, width: int) -> Tensor:
-    """Soft-edged rectangles: ``boxes float [N, 4]`` (x, y, w, h in px) → ``float [N, 1, height, width]``,
-    1 inside each box, 0 outside, a 1-px linear ramp at the edges (pixel centres at ``i + 0.5``)."""
+    """Soft-edged rectangles: ``boxes float [N, 4]`` → ``float [N, 1, height, width]``.
+
+    Each box is x, y, w, h in px. The mask is 1 inside each box and 0 outside. The edges are a 1-px linear ramp.
+    Pixel centres lie at ``i + 0.5``."""
     ys = torch.arange(height, dtype=torch.float32, device=boxes.device) + 0.5
     xs = torch.arange(width, dtype=torch.float32, device=boxes.device) + 0.5
     x0, y0 = boxes[:, 0, None], boxes[:, 1, None]
@@ -71,7 +74,7 @@ def box_mask(boxes: Tensor, height: int, width: int) -> Tensor:
 
 
 def kl_divergence(mean: Tensor, logvar: Tensor) -> Tensor:
-    """KL(N(mean, exp(logvar)) ‖ N(0, 1)) averaged over every latent element (nats per element)."""
+    """KL(N(mean, exp(logvar)) ‖ N(0, 1)) averaged over every latent element, in nats per element."""
     return 0.5 * (mean * mean + logvar.exp() - 1.0 - logvar).mean()
 
 
@@ -79,9 +82,9 @@ def reconstruction_loss(recon: Tensor, target: Tensor, weight: Tensor | None = N
                         ssim_weight: float = 0.2) -> tuple[Tensor, dict]:
     """``weighted L1 + ssim_weight · (1 − weighted SSIM)`` of videos ``[B, 3, T, H, W]`` in [-1, 1].
 
-    ``weight`` ``[B·T, 1, H, W]`` (e.g. ``1 + (mouth_weight − 1) · mouth mask``) scales each pixel's
-    share; both terms are normalised by the weights' mean, so the loss scale does not depend on it.
-    Returns the loss and its parts (floats) for logging."""
+    ``weight`` ``[B·T, 1, H, W]`` scales each pixel's share. An example is ``1 + (mouth_weight − 1) · mouth
+    mask``. Both terms are normalised by the weights' mean. So the loss scale does not depend on it.
+    Returns the loss and its parts as floats, for logging."""
     r, t = video_to_frames(recon), video_to_frames(target)
     if weight is None:
         weight = torch.ones_like(r[:, :1])

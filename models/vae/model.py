@@ -1,65 +1,69 @@
 """``VideoVAE``: a small causal video autoencoder for the generated face region.
 
-Shapes (defaults: 128² region, 8 latent channels, 16× spatial compression, no temporal compression)::
+The defaults are a 128² region, 8 latent channels, 16× spatial compression and no temporal compression.
+Shapes::
 
     x  float32 [B, 3, T, H, W]  in [-1, 1]   ──encode──▶  z  float32 [B, C, T, H/16, W/16]  (~unit variance)
     z                                          ──decode──▶  x̂  float32 [B, 3, T, H, W]  (≈ [-1, 1], not clamped)
 
-**Architecture.** Per frame it is a plain 2-D conv autoencoder: a ``patch_size`` pixel-unshuffle (no
-conv runs at full resolution), then per level GroupNorm/SiLU residual blocks and a stride-2 conv down to
-the next width (``block_out_channels`` = widths per level), a middle block, and a 3×3 conv to the latent
-moments; the decoder mirrors it (nearest ×2 upsampling, each followed by a conv to the next width) and
-ends in a pixel shuffle. Spatial compression is
-``patch_size · 2^(len(block_out_channels) - 1)`` (2 · 8 = 16 by default). GroupNorm normalises each frame
-on its own, so no statistic mixes frames. Frames run in channels-last layout (about twice as fast on CPU
-with oneDNN, and what cuDNN prefers in half precision).
+**Architecture.** Per frame it is a plain 2-D conv autoencoder. It starts with a ``patch_size``
+pixel-unshuffle, so no conv runs at full resolution. Each level has GroupNorm/SiLU residual blocks. A
+stride-2 conv goes down to the next width. ``block_out_channels`` are the widths per level. Then come a
+middle block and a 3×3 conv to the latent moments. The decoder mirrors it. It upsamples by nearest ×2, each
+followed by a conv to the next width. It ends in a pixel shuffle. Spatial compression is
+``patch_size · 2^(len(block_out_channels) - 1)``. By default that is 2 · 8 = 16. GroupNorm normalises each
+frame on its own, so no statistic mixes frames. Frames run in channels-last layout. On a CPU, oneDNN runs it
+faster. In half precision, cuDNN prefers it.
 
-**Causal in time.** The residual blocks of the coarser levels (``temporal_from_level`` on) and the
-middle blocks also have a temporal branch: a ``(temporal_kernel, 1, 1)``
-convolution that sees frame ``t`` and the ``temporal_kernel - 1`` frames before it, never after
-(zero-initialised, so a fresh model starts as a per-frame image autoencoder). Before the first frame
-of a stream the missing past is the first frame repeated (a still image encodes like a still video).
-Streaming: each temporal conv keeps its last ``temporal_kernel - 1`` input frames in a **cache**,
-a plain ``dict[str, Tensor]`` passed in and returned (flash-linear-attention style, never hidden in
-the module)::
+**Causal in time.** Some residual blocks also have a temporal branch. They are those of the coarser levels,
+from ``temporal_from_level`` on, and the middle blocks. The branch is a ``(temporal_kernel, 1, 1)``
+convolution. It sees frame ``t`` and the ``temporal_kernel - 1`` frames before it, never after. It is
+zero-initialised, so a fresh model starts as a per-frame image autoencoder. Before a stream's first frame, the
+missing past is the first frame repeated. So a still image encodes like a still video.
+
+Streaming: each temporal conv keeps its last ``temporal_kernel - 1`` input frames in a **cache**. The cache
+is a plain ``dict[str, Tensor]``, passed in and returned. It is never hidden in the module. This is
+flash-linear-attention style::
 
     cache = None
     for z_chunk in chunks:                      # [B, C, T_chunk, h, w], any T_chunk >= 1
         frames, cache = vae.decode(z_chunk, cache)
 
-gives the same frames as ``vae.decode(z_all)`` (to float rounding, ~1e-6). The encoder works the same
-way (``encode(x_chunk, cache)``); encoder and decoder caches are separate dicts.
+That gives the same frames as ``vae.decode(z_all)``.
 
-**Identity reference (optional, ``reference_skip=True``).** The avatar always knows its reference
-portrait, so the decoder may read it: a small per-image :class:`ReferenceEncoder` turns the reference
-region ``[B, 3, H, W]`` into features at every decoder resolution, and after each decoder level (and
-before the output conv) a zero-initialised 3×3 conv of ``[decoder features, reference features]`` is
-added to the decoder features. The latent then has to carry what *changes* (mouth, eyes, pose), while
-fine identity detail (texture, hair, eyes' shape) comes from the reference at full resolution instead of
-being squeezed through the 16× latent. ``decode(z, cache, reference=ref)`` computes the reference
-features once and keeps them in the cache, so later chunks of the stream pass only the cache.
+They agree to float rounding, ~1e-6. The encoder works the same
+way, with ``encode(x_chunk, cache)``. Encoder and decoder caches are separate dicts.
 
-**Reference warp (optional, ``reference_warp=True``, needs ``reference_skip``).** After the decoder has
-drawn the frame, the reference is moved onto it: an affine registration (:mod:`.register`, Lucas–Kanade)
-of the reference to the drawn frame gives the head pose — the drawn face may be soft, but its pose is
-right, and low frequencies are what fix a pose. A head, which sees the decoder's features, the drawn
-frame and the moved reference side by side, then gives a blend weight per pixel; the frame is
+**Identity reference.** It is optional, with ``reference_skip=True``. The avatar always knows its reference portrait, so
+the decoder may read it. A small per-image :class:`ReferenceEncoder` reads the reference region ``[B, 3, H, W]``. It
+makes features at every decoder resolution. A 3×3 conv of ``[decoder features, reference features]`` comes after each
+decoder level. One more comes before the output conv. Each one's output is added to the decoder features. Those convs
+are zero-initialised. The latent then has to carry what *changes*: mouth, eyes, pose. Fine identity detail comes from
+the reference at full resolution: texture, hair, the eyes' shape. It is not squeezed through the 16× latent. ``decode(z,
+cache, reference=ref)`` computes the reference features once and keeps them in the cache. Later chunks of the stream
+pass only the cache.
+
+**Reference warp.** It is optional, with ``reference_warp=True``, and needs ``reference_skip``. After the
+decoder has drawn the frame, the reference is moved onto it. An affine registration of the reference to the
+drawn frame gives the head pose. It is Lucas–Kanade, from :mod:`.register`. The drawn face may be soft, but
+its pose is right. Low frequencies are what fix a pose. A head then gives a blend weight per pixel. It sees
+the decoder's features, the drawn frame and the moved reference side by side. The frame is
 
     x̂ = rgb + m · (warp(reference, pose) − rgb),      m = clamp(blend, 0, 1)
 
-so wherever the face did not change (hair, eyes open, cheeks) the decoder can hand back the reference's
-own pixels, moved with the head, instead of redrawing them from the 16× latent, and draws only what
-changed (mouth, blinks). The blend head starts at zero (``m = 0`` — and the clamp still passes
-gradients at 0), so the warp is off until trained: a trained ``reference_skip`` decoder given the head
-decodes exactly as before, and :func:`~.train.train_vae` with ``train_encoder=False`` can then teach it
-the warp without touching the encoder — the latent space, and any denoiser trained on it, stay valid.
+So the decoder can hand back the reference's own pixels, moved with the head. It does so where the face did
+not change, as in hair, open eyes and cheeks. It does not redraw them from the 16× latent. It draws only what
+changed, such as the mouth and blinks. The blend head starts at zero, so ``m = 0``. The clamp still passes
+gradients at 0. So the warp is off until trained. A trained ``reference_skip`` decoder given the head decodes
+exactly as before. Then :func:`~.train.train_vae` with ``train_encoder=False`` can teach it the warp. The
+encoder is not touched. The latent space stays valid, and so does any denoiser trained on it.
 
-**Latent.** A diagonal Gaussian posterior (KL-regularised with a small weight while training, which
-keeps the latent smooth and bounded so a denoiser's small errors decode gracefully), then a
-per-channel shift/scale stored in the config (``latent_mean`` / ``latent_std``, measured on the
-training frames after training by :func:`~.train.train_vae`) so that what :meth:`VideoVAE.encode`
-returns and :meth:`VideoVAE.decode` takes has about zero mean and unit variance per channel —
-the scale the denoiser expects. ``encode`` returns the posterior mean unless ``sample=True``.
+**Latent.** The posterior is a diagonal Gaussian. It is KL-regularised with a small weight while training.
+That keeps the latent smooth and bounded, so a denoiser's small errors decode gracefully. Then comes a
+per-channel shift and scale. The config stores them as ``latent_mean`` / ``latent_std``. After training,
+:func:`~.train.train_vae` measures them on the training frames. So :meth:`VideoVAE.encode` returns a latent
+with about zero mean and unit variance per channel. :meth:`VideoVAE.decode` takes the same. That is the scale the
+denoiser expects. ``encode`` returns the posterior mean unless ``sample=True``.
 """
 from __future__ import annotations
 
@@ -76,7 +80,7 @@ Cache = dict[str, Tensor]
 
 
 class _CacheIO:
-    """Threads a cache dict through one encode/decode call: reads the old one, collects the new one."""
+    """Threads a cache dict through one encode/decode call. It reads the old one and collects the new one."""
 
     def __init__(self, old: Cache | None):
         self.old = old or {}
@@ -86,12 +90,12 @@ class _CacheIO:
 class CausalTemporalConv(nn.Module):
     """Convolution along time over ``kernel`` frames that only looks back.
 
-    ``forward(x [B·T, C, H, W], frames=T, io)`` → ``[B·T, C, H, W]``: output frame ``t`` is a linear map
-    of input frames ``t - kernel + 1 .. t`` at the same pixel (a ``(kernel, 1, 1)`` conv, computed as one
-    matmul over the stacked window in channels-last layout). The past comes from
-    ``io.old[self.cache_key]`` (``[B, kernel - 1, H, W, C]``) or, at the start of a stream, from the first
-    frame repeated; the last ``kernel - 1`` frames are put in ``io.new`` for the next call. Weights start
-    at zero (the branch is off until trained).
+    ``forward(x [B·T, C, H, W], frames=T, io)`` → ``[B·T, C, H, W]``. Output frame ``t`` is a linear map of
+    input frames ``t - kernel + 1 .. t``. The map works per pixel. That is a ``(kernel, 1, 1)`` conv. It is computed
+    as one matmul over the stacked window in channels-last layout. The past comes from
+    ``io.old[self.cache_key]``, shaped ``[B, kernel - 1, H, W, C]``. At the start of a stream it is the first
+    frame repeated. The last ``kernel - 1`` frames are put in ``io.new`` for the next call. Weights start at
+    zero, so the branch is off until trained.
     """
 
     def __init__(self, channels: int, kernel: int):
@@ -122,8 +126,9 @@ class CausalTemporalConv(nn.Module):
 
 
 class ResBlock(nn.Module):
-    """Residual block on ``[B·T, C, H, W]`` frames: two GroupNorm→SiLU→3×3 convs, then (when
-    ``temporal_kernel`` is not None) the causal temporal branch ``x + tconv(SiLU(GroupNorm(x)))``."""
+    """Residual block on ``[B·T, C, H, W]`` frames: two GroupNorm→SiLU→3×3 convs.
+
+    When ``temporal_kernel`` is not None, the causal temporal branch follows: ``x + tconv(SiLU(GroupNorm(x)))``."""
 
     def __init__(self, c_in: int, c_out: int, groups: int, temporal_kernel: int | None):
         super().__init__()
@@ -153,10 +158,12 @@ def _groups(channels: int, groups: int) -> int:
 
 
 def _down_path(c_in: int, widths: Sequence[int], level) -> tuple[nn.Conv2d, nn.ModuleList, nn.ModuleList, int]:
-    """The downward path of an encoder: ``(conv_in, blocks, downs, c)`` — a 3×3 conv from ``c_in`` to
-    ``widths[0]`` channels, one level per width (``level(c, w, i)``: level ``i``'s module, ``c`` → ``w``
-    channels), a stride-2 conv straight to the next width after every level but the last, and ``c`` the
-    channels at the bottom (``widths[-1]``)."""
+    """The downward path of an encoder: ``(conv_in, blocks, downs, c)``.
+
+    ``conv_in`` is a 3×3 conv from ``c_in`` to ``widths[0]`` channels. ``blocks`` has one level per width.
+    ``level(c, w, i)`` makes level ``i``'s module, from ``c`` to ``w`` channels. ``downs`` holds a stride-2
+    conv straight to the next width after every level but the last. ``c`` is the channels at the bottom,
+    ``widths[-1]``."""
     conv_in = nn.Conv2d(c_in, widths[0], 3, padding=1)
     blocks, downs = nn.ModuleList(), nn.ModuleList()
     c = widths[0]
@@ -197,8 +204,10 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-    """Latent ``[B·T, C, H/f, W/f]`` → ``[B·T, 3·p², H/p, W/p]``; with ``reference`` it also takes the
-    :class:`ReferenceEncoder` features (per clip, ``[B, ...]``) and fuses them after every level."""
+    """Latent ``[B·T, C, H/f, W/f]`` → ``[B·T, 3·p², H/p, W/p]``.
+
+    With ``reference`` it also takes the :class:`ReferenceEncoder` features, per clip as ``[B, ...]``. It
+    fuses them after every level."""
 
     def __init__(self, c_out: int, widths: Sequence[int], layers: int, latent: int, groups: int, kt: int,
                  t_from: int, reference: bool = False, warp: bool = False):
@@ -257,9 +266,11 @@ class Decoder(nn.Module):
         return self._warp_blend(h, self.conv_out(h), ref[-1], frames)
 
     def _warp_blend(self, h: Tensor, out: Tensor, pixels: Tensor, frames: int) -> Tensor:
-        """Final features ``h [B·T, c, H/p, W/p]``, the drawn frame ``out [B·T, 3·p², H/p, W/p]`` and the
-        reference ``pixels [B, 3, H, W]`` → ``rgb + m · (warp(pixels) − rgb)``, pixel-unshuffled like
-        ``out`` (see the module docstring)."""
+        """Blend the moved reference into the drawn frame; see the module docstring.
+
+        ``h [B·T, c, H/p, W/p]`` are the final features. ``out [B·T, 3·p², H/p, W/p]`` is the drawn frame.
+        ``pixels [B, 3, H, W]`` is the reference. Returns ``rgb + m · (warp(pixels) − rgb)``, pixel-unshuffled like
+        ``out``."""
         p = self.patch
         rgb = F.pixel_shuffle(out, p)  # [B·T, 3, H, W]
         src = pixels.to(rgb.dtype).repeat_interleave(frames, dim=0)
@@ -274,9 +285,10 @@ class Decoder(nn.Module):
 class ReferenceEncoder(nn.Module):
     """Reference image → features at every decoder fusion point, finest last.
 
-    ``[B, 3·p², H/p, W/p]`` (pixel-unshuffled reference) → list of ``[B, c_i, H/f_i, W/f_i]`` in decoder
-    order: one per decoder level (coarsest first, widths as the decoder's), then the finest once more with
-    the unshuffled reference pixels concatenated (what the output conv fuses with).
+    The input is the pixel-unshuffled reference ``[B, 3·p², H/p, W/p]``. The output is a list of
+    ``[B, c_i, H/f_i, W/f_i]`` in decoder order. There is one per decoder level, coarsest first, with the
+    decoder's widths. Then comes the finest once more, with the unshuffled reference pixels concatenated. That
+    last one is what the output conv fuses with.
     """
 
     def __init__(self, c_in: int, widths: Sequence[int], groups: int):
@@ -297,27 +309,29 @@ class ReferenceEncoder(nn.Module):
 
 
 class VideoVAE(PretrainedModel):
-    """Causal video autoencoder for the face region (see the module docstring).
+    """Causal video autoencoder for the face region; see the module docstring.
 
     Args:
-        in_channels: image channels (3, RGB in [-1, 1]).
+        in_channels: image channels: 3, RGB in [-1, 1].
         latent_channels: C of the latent.
-        block_out_channels: conv width per resolution level; each level after the first halves the size.
-        patch_size: pixel-unshuffle factor in front of the first conv (1, 2 or 4).
-        layers_per_block / decoder_layers_per_block: residual blocks per level (encoder / decoder).
-        temporal_kernel: frames each causal temporal conv sees (itself and ``temporal_kernel - 1`` before).
-        temporal_from_level: residual blocks of levels ``>= temporal_from_level`` (0 = the finest) and the
-            middle blocks have a temporal branch; the finest levels stay per-frame (cheaper; fine detail
-            needs no temporal context).
-        norm_groups: GroupNorm groups (divides every width).
-        sample_size: side of the square region it was built/trained for (px; informational — any size that
-            is a multiple of :attr:`spatial_compression` works).
-        latent_mean / latent_std: per-channel shift and scale of the raw posterior mean (None: 0 and 1);
-            ``encode`` returns ``(raw - mean) / std``, ``decode`` undoes it.
-        reference_skip: the decoder also reads an identity reference image (see the module docstring);
-            ``decode`` then needs ``reference=`` (or a cache that holds its features).
-        reference_warp: the decoder may also copy the reference's pixels, moved into the pose of the face it
-            drew and blended per pixel (see the module docstring); needs ``reference_skip``.
+        block_out_channels: conv width per resolution level. Each level after the first halves the size.
+        patch_size: pixel-unshuffle factor in front of the first conv: 1, 2 or 4.
+        layers_per_block: residual blocks per level of the encoder.
+        decoder_layers_per_block: the same for the decoder.
+        temporal_kernel: frames each causal temporal conv sees: itself and ``temporal_kernel - 1`` before.
+        temporal_from_level: residual blocks of levels ``>= temporal_from_level`` have a temporal branch.
+            Level 0 is the finest. The middle blocks have one too. The finest levels stay per-frame. That is
+            cheaper, and fine detail needs no temporal context.
+        norm_groups: GroupNorm groups. It divides every width.
+        sample_size: side in px of the square region it was built and trained for. It is informational.
+            Any size that is a multiple of :attr:`spatial_compression` works.
+        latent_mean: per-channel shift of the raw posterior mean. None means 0.
+        latent_std: per-channel scale of the raw posterior mean. None means 1.
+            ``encode`` returns ``(raw - mean) / std``; ``decode`` undoes it.
+        reference_skip: the decoder also reads an identity reference image; see the module docstring.
+            ``decode`` then needs ``reference=``, or a cache that holds its features.
+        reference_warp: the decoder may also copy the reference's pixels. It moves them into the pose of the
+            face it drew. It blends them per pixel; see the module docstring. Needs ``reference_skip``.
     """
 
     @register_to_config
@@ -352,7 +366,7 @@ class VideoVAE(PretrainedModel):
     # ---- geometry -----------------------------------------------------------------------------
     @property
     def spatial_compression(self) -> int:
-        """Image pixels per latent pixel along each side (16 by default)."""
+        """Image pixels per latent pixel along each side; 16 by default."""
         c = self.config
         return c.patch_size * 2 ** (len(c.block_out_channels) - 1)
 
@@ -385,7 +399,7 @@ class VideoVAE(PretrainedModel):
             raise ValueError(f"VideoVAE: latent_std must be positive, got {std}")
 
     def set_latent_stats(self, mean: Sequence[float], std: Sequence[float]) -> None:
-        """Store the per-channel shift/scale (in the config too, so ``save_pretrained`` keeps them)."""
+        """Store the per-channel shift and scale. They go in the config too, so ``save_pretrained`` keeps them."""
         mean, std = [float(v) for v in mean], [float(v) for v in std]
         self._load_latent_stats(mean, std)
         self.register_to_config(latent_mean=mean, latent_std=std)
@@ -403,8 +417,10 @@ class VideoVAE(PretrainedModel):
             raise ValueError(f"VideoVAE.{what}: expected a [B, {channels}, T, H, W] tensor, got {list(x.shape)}")
 
     def encode_moments(self, x: Tensor, cache: Cache | None = None) -> tuple[Tensor, Tensor, Cache]:
-        """Posterior of ``x float [B, 3, T, H, W]`` in [-1, 1]: raw ``mean`` and ``logvar``
-        ``[B, C, T, H/f, W/f]`` (not normalised), and the encoder cache for the next chunk."""
+        """Posterior of ``x float [B, 3, T, H, W]`` in [-1, 1].
+
+        Returns the raw ``mean`` and ``logvar`` ``[B, C, T, H/f, W/f]``, not normalised. It also returns the
+        encoder cache for the next chunk."""
         self._check_video(x, self.config.in_channels, "encode")
         b, c, t, h, w = x.shape
         self._check_size(h, w)
@@ -418,7 +434,8 @@ class VideoVAE(PretrainedModel):
     def encode(self, x: Tensor, cache: Cache | None = None, *, sample: bool = False,
                generator: torch.Generator | None = None) -> tuple[Tensor, Cache]:
         """``x float [B, 3, T, H, W]`` in [-1, 1] → (normalised latent ``[B, C, T, H/f, W/f]``, cache).
-        The posterior mean, or a sample of it when ``sample``."""
+
+        The latent is the posterior mean, or a sample of it when ``sample``."""
         mean, logvar, cache = self.encode_moments(x, cache)
         z = mean
         if sample:
@@ -432,8 +449,10 @@ class VideoVAE(PretrainedModel):
         return self.reference_encoder is not None
 
     def reference_features(self, reference: Tensor) -> list[Tensor]:
-        """``reference float [B, 3, H, W]`` (or ``[B, 3, 1, H, W]``) in [-1, 1] → the decoder's reference
-        features (computed once per stream; :meth:`decode` keeps them in its cache)."""
+        """``reference float [B, 3, H, W]`` in [-1, 1] → the decoder's reference features.
+
+        ``[B, 3, 1, H, W]`` works too. They are computed once per stream; :meth:`decode` keeps them in its
+        cache."""
         if not self.uses_reference:
             raise ValueError("VideoVAE.reference_features: this model was built without reference_skip")
         if reference.dim() == 5:
@@ -479,7 +498,7 @@ class VideoVAE(PretrainedModel):
 
     def decode_raw(self, z_raw: Tensor, cache: Cache | None = None, *,
                    reference: Tensor | None = None) -> tuple[Tensor, Cache]:
-        """Decode a raw (not normalised) latent; see :meth:`decode`."""
+        """Decode a raw latent, not normalised; see :meth:`decode`."""
         self._check_video(z_raw, self.config.latent_channels, "decode")
         b, c, t, h, w = z_raw.shape
         io = _CacheIO(cache)
@@ -491,19 +510,21 @@ class VideoVAE(PretrainedModel):
 
     def decode(self, z: Tensor, cache: Cache | None = None, *,
                reference: Tensor | None = None) -> tuple[Tensor, Cache]:
-        """Normalised latent ``z float [B, C, T, h, w]`` → (frames ``[B, 3, T, h·f, w·f]`` ≈ [-1, 1],
-        decoder cache). Pass the returned cache with the next chunk of the same stream; None starts one.
-        A ``reference_skip`` model needs ``reference float [B, 3, h·f, w·f]`` in [-1, 1] with the first
-        chunk (its features then travel in the cache)."""
+        """Normalised latent ``z float [B, C, T, h, w]`` → (frames ``[B, 3, T, h·f, w·f]`` ≈ [-1, 1], cache).
+
+        Pass the returned decoder cache with the next chunk of the same stream. None starts a stream. A
+        ``reference_skip`` model needs ``reference float [B, 3, h·f, w·f]`` in [-1, 1] with the first chunk.
+        Its features then travel in the cache."""
         self._check_video(z, self.config.latent_channels, "decode")
         return self.decode_raw(self.denormalize(z), cache, reference=reference)
 
     def forward(self, x: Tensor, sample: bool = True, generator: torch.Generator | None = None,
                 reference: Tensor | None = None, latent_noise: Tensor | None = None):
-        """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar);
-        ``reference [B, 3, H, W]`` for a ``reference_skip`` model. ``latent_noise float [B]``: the std of
-        Gaussian noise added to each sample's latent, in units of the normalised latent (what a denoiser
-        makes) — teaches the decoder to decode a denoiser's imperfect latents gracefully."""
+        """Training pass over whole clips: ``x [B, 3, T, H, W]`` → (reconstruction, raw mean, logvar).
+
+        A ``reference_skip`` model takes ``reference [B, 3, H, W]``. ``latent_noise float [B]`` is the std of
+        Gaussian noise added to each sample's latent. Its unit is the normalised latent, what a denoiser
+        makes. It teaches the decoder to decode a denoiser's imperfect latents gracefully."""
         mean, logvar, _ = self.encode_moments(x)
         z = mean
         if sample:
@@ -518,7 +539,8 @@ class VideoVAE(PretrainedModel):
 
 def with_reference_warp(vae: VideoVAE) -> VideoVAE:
     """A copy of a ``reference_skip`` ``vae`` with the reference-warp head added (``reference_warp=True``).
-    The head starts off, so the copy decodes exactly as ``vae`` does until it is trained."""
+
+    The head starts off. So the copy decodes exactly as ``vae`` does until it is trained."""
     if not vae.uses_reference:
         raise ValueError("with_reference_warp: the VAE was built without reference_skip; the warp reads the "
                          "decoder's identity reference, so train a reference_skip VAE first")
@@ -532,7 +554,7 @@ def with_reference_warp(vae: VideoVAE) -> VideoVAE:
 
 
 def frames_to_uint8(x: Tensor) -> Tensor:
-    """``[..., 3, H, W]`` in [-1, 1] → ``uint8 [..., H, W, 3]`` (rounded, clamped)."""
+    """``[..., 3, H, W]`` in [-1, 1] → ``uint8 [..., H, W, 3]``, rounded and clamped."""
     return ((x.float() + 1.0) * 127.5).round_().clamp_(0, 255).to(torch.uint8).movedim(-3, -1)
 
 

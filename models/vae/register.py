@@ -1,15 +1,17 @@
-"""Affine image registration (Lucas–Kanade, Gauss–Newton), batched in torch: where did the head move?
+"""Affine image registration, batched in torch: where did the head move?
 
-``register_affine(moving, fixed)`` finds, per image pair, the affine ``theta [N, 2, 3]`` (grid_sample's
-normalised coordinates, ``align_corners=False``) such that ``grid_sample(moving, affine_grid(theta))``
-looks like ``fixed``. The decoder's reference warp uses it to move the portrait onto the face it has just
-drawn: the drawn face is blurrier than the portrait, but its pose is right, and a pose is what low
-frequencies pin down. Both images are blurred alike first; residuals are weighted robustly (Cauchy), so a
-mouth that opened or eyes that closed in ``fixed`` do not pull the pose.
+It is Lucas–Kanade, solved by Gauss–Newton. ``register_affine(moving, fixed)`` finds an affine
+``theta [N, 2, 3]`` per image pair. ``theta`` is in grid_sample's normalised coordinates, with
+``align_corners=False``. Then ``grid_sample(moving, affine_grid(theta))`` looks like ``fixed``.
 
-Forward-additive Gauss–Newton on ``theta = I + Δ``: each step solves ``(JᵀWJ + λI) δ = −JᵀWr`` with the
-residual ``r = warped − fixed`` and ``J`` the warped image's gradient times ``(x, y, 1)``. No gradient flows
-through the estimate (it is a measurement of the pose, not a learned quantity).
+The decoder's reference warp uses it. It moves the portrait onto the face the decoder has just drawn. The
+drawn face is blurrier than the portrait, but its pose is right. Low frequencies pin down a pose. Both images
+are blurred alike first. Residuals are weighted robustly, with a Cauchy weight. So a mouth that opened or eyes
+that closed in ``fixed`` do not pull the pose.
+
+Each forward-additive Gauss–Newton step on ``theta = I + Δ`` solves ``(JᵀWJ + λI) δ = −JᵀWr``. The residual is
+``r = warped − fixed``. ``J`` is the warped image's gradient times ``(x, y, 1)``. No gradient flows through
+the estimate. It is a measurement of the pose, not a learned quantity.
 """
 from __future__ import annotations
 
@@ -26,8 +28,9 @@ def _luma(x: Tensor) -> Tensor:
 
 
 def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
-    """``[N, C, H, W]`` blurred by a Gaussian of ``sigma`` px (separable, replicate borders); ``sigma <= 0``:
-    ``x`` itself."""
+    """``[N, C, H, W]`` blurred by a separable Gaussian of ``sigma`` px, with replicate borders.
+
+    With ``sigma <= 0`` it returns ``x`` itself."""
     if sigma <= 0:
         return x
     N, C, H, W = x.shape
@@ -41,10 +44,11 @@ def gaussian_blur(x: Tensor, sigma: float) -> Tensor:
 
 
 def pad_edges(x: Tensor, r: int, dim: int) -> Tensor:
-    """``x`` with its first and last slice along ``dim`` repeated ``r`` times on each side: ``F.pad(mode=
-    "replicate")`` as a concatenation of slices. The same numbers; written so because Inductor (torch 2.13)
-    fails to compile its replicate padding of the VAE decoder's pixel-shuffled output (an index of an index:
-    ``vr must not be None``)."""
+    """``x`` with its first and last slice along ``dim`` repeated ``r`` times on each side.
+
+    It is ``F.pad(mode="replicate")`` as a concatenation of slices, with the same numbers. Inductor in torch 2.13
+    fails to compile replicate padding of the VAE decoder's pixel-shuffled output. The error is ``vr must not
+    be None``, from an index of an index."""
     n = x.shape[dim]
     first, last = x.narrow(dim, 0, 1), x.narrow(dim, n - 1, 1)
     sizes = list(x.shape)
@@ -53,7 +57,7 @@ def pad_edges(x: Tensor, r: int, dim: int) -> Tensor:
 
 
 def _gradient(x: Tensor) -> tuple[Tensor, Tensor]:
-    """Central differences (per px) of ``[N, 1, H, W]``, replicate borders."""
+    """Central differences per px of ``[N, 1, H, W]``, with replicate borders."""
     p = pad_edges(pad_edges(x, 1, -1), 1, -2)
     return (p[..., 1:-1, 2:] - p[..., 1:-1, :-2]) / 2, (p[..., 2:, 1:-1] - p[..., :-2, 1:-1]) / 2
 
@@ -66,9 +70,11 @@ def pixel_grid(height: int, width: int, device=None, dtype=torch.float32) -> tup
 
 
 def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
-    """``grid_sample(image, affine_grid(theta, image.shape))`` (bilinear, border, ``align_corners=False``)
-    for ``image [N, C, H, W]`` and ``theta [N, 2, 3]``, with the grid built by broadcasting (``affine_grid``
-    goes through a batched matmul that costs more than the sampling itself at these sizes on a CPU)."""
+    """``grid_sample(image, affine_grid(theta, image.shape))`` for ``image [N, C, H, W]``, ``theta [N, 2, 3]``.
+
+    Sampling is bilinear, with border padding and ``align_corners=False``. The grid is built by broadcasting.
+    ``affine_grid`` would use a batched matmul. At these sizes on a CPU that costs more than the sampling.
+    """
     h, w = image.shape[-2:]
     x, y = pixel_grid(h, w, image.device, theta.dtype)
     t = theta.view(-1, 6, 1, 1)
@@ -77,16 +83,20 @@ def affine_sample(image: Tensor, theta: Tensor) -> Tensor:
 
 
 def _solve(a: Tensor, b: Tensor) -> Tensor:
-    """``torch.linalg.solve`` without its error check, which reads the solver's status back to the host (on a GPU:
-    a host sync per Gauss–Newton step, and an op a compiled graph cannot cache). The systems here are symmetric
-    positive definite plus damping: never singular."""
+    """``torch.linalg.solve`` without its error check.
+
+    The check reads the solver's status back to the host. On a GPU that is a host sync per Gauss–Newton step. It
+    is also an op a compiled graph cannot cache. The systems here are symmetric positive definite plus damping.
+    They are never singular."""
     return torch.linalg.solve_ex(a, b)[0]
 
 
 def solve_spd_unrolled(a: Tensor, b: Tensor) -> Tensor:
-    """``a⁻¹ b`` for small symmetric positive-definite systems ``a [N, n, n]``, ``b [N, n, k]`` by Gaussian
-    elimination unrolled over the (static) ``n`` — plain elementwise ops, so it exports to ONNX, which has
-    no linear solve. (No pivoting: an SPD matrix does not need it.) The twin of ``torch.linalg.solve`` here."""
+    """``a⁻¹ b`` for small symmetric positive-definite systems ``a [N, n, n]``, ``b [N, n, k]``.
+
+    It is Gaussian elimination unrolled over the static ``n``. It uses plain elementwise ops, so it exports to
+    ONNX, which has no linear solve. It does not pivot; an SPD matrix does not need it. It is the twin of
+    ``torch.linalg.solve`` here."""
     n = a.shape[-1]
     rows, rhs = [a[:, i] for i in range(n)], [b[:, i] for i in range(n)]  # [N, n] / [N, k] each
     for i in range(n):
@@ -107,9 +117,9 @@ def register_affine(moving: Tensor, fixed: Tensor, *, iters: int = 8, blur_sigma
                     robust_scale: float = 0.1, damping: float = 1e-6) -> Tensor:
     """Affine ``theta float [N, 2, 3]`` taking ``fixed``'s pixels to where they are in ``moving``.
 
-    ``moving`` ``[N or 1, C, H, W]`` and ``fixed`` ``[N, C, H, W]`` (C = 1 or 3, values in [-1, 1]);
+    ``moving`` is ``[N or 1, C, H, W]`` and ``fixed`` is ``[N, C, H, W]``. C is 1 or 3; values are in [-1, 1].
     ``grid_sample(moving, affine_grid(theta, fixed.shape), align_corners=False)`` then matches ``fixed``.
-    ``robust_scale``: residual (in image units) at which a pixel's weight halves."""
+    ``robust_scale``: the residual, in image units, at which a pixel's weight halves."""
     n, _, h, w = fixed.shape
     mov = gaussian_blur(_luma(moving.float()), blur_sigma).expand(n, -1, -1, -1)
     fix = gaussian_blur(_luma(fixed.float()), blur_sigma)

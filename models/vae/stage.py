@@ -1,21 +1,22 @@
-"""``VAEDecode``: latent chunks in, face-region frames out (the avatar pipeline's decode stage).
+"""``VAEDecode``: latent chunks in, face-region frames out. It is the avatar pipeline's decode stage.
 
     Denoiser ──latent float32 [C, T_chunk, h, w]──▶ VAEDecode ──face uint8 [H, W, 3]──▶ Composite
 
-One input frame is a chunk of ``T_chunk`` (1–4) normalised latent frames of one stream; the stage
-decodes it with the decoder cache of the previous chunks (so a stream decodes exactly as a whole video
-would) and writes **one output frame per latent frame**, in order. Frame ``i`` of a chunk gets
+One input frame is a chunk of ``T_chunk`` normalised latent frames of one stream. ``T_chunk`` is 1–4. The
+stage decodes it with the decoder cache of the previous chunks. So a stream decodes exactly as a whole video
+would. It writes **one output frame per latent frame**, in order. Frame ``i`` of a chunk gets
 
     pts = chunk.pts + clock.ticks_from_frame(i, fps)
 
-i.e. the chunk's pts is the pts of its first frame and the next ones follow at the frame period
-(exact at 25 / 30 / 50 / 60 fps with the 48 kHz clock). Flags of the chunk (``INTERRUPTED``,
-``DISCONTINUITY``) go on its first frame only. ``reset()`` (barge-in) drops the cache, so the next chunk
-starts a new stream (its past is its own first frame repeated).
+So the chunk's pts is the pts of its first frame. The next frames follow at the frame period. With the 48 kHz
+clock this is exact at 25 / 30 / 50 / 60 fps. The chunk's flags, ``INTERRUPTED`` and ``DISCONTINUITY``, go on
+its first frame only. ``reset()`` on barge-in drops the cache. The next chunk then starts a new stream. Its
+past is its own first frame repeated.
 
-A decoder that reads an identity reference computes that reference's features with a stream's first chunk. They
-depend on the model and the reference alone, which every session of a bundle shares: :func:`stream_start` hands a
-new stream the features a previous one computed (the warm-up's), so a session's first chunk costs a steady one.
+A decoder that reads an identity reference computes the reference's features with a stream's first chunk.
+They depend on the model and the reference alone. Every session of a bundle shares those. So
+:func:`stream_start` hands a new stream the features a previous stream computed, such as the warm-up's. A
+session's first chunk then costs as much as a steady one.
 """
 from __future__ import annotations
 
@@ -31,11 +32,13 @@ from .model import VideoVAE, uint8_to_frames
 
 
 class VAEEngine(Protocol):
-    """How a :class:`VAEDecode` computes (its runtime, :mod:`framegraph.models.runtime`): one stream of
-    chunks, its decoder cache carried from chunk to chunk. The torch engine is :class:`TorchVAE`."""
+    """How a :class:`VAEDecode` computes: its runtime, from :mod:`framegraph.models.runtime`.
+
+    It decodes one stream of chunks. Its decoder cache is carried from chunk to chunk. The torch engine is
+    :class:`TorchVAE`."""
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
-        """``z [1, C, T, h, w]`` (normalised) → frames ``[1, 3, T, H, W]`` in [-1, 1]."""
+        """``z [1, C, T, h, w]``, normalised → frames ``[1, 3, T, H, W]`` in [-1, 1]."""
 
     def reset(self) -> None:
         """Start a new stream: the next chunk decodes as a first one."""
@@ -47,14 +50,17 @@ _REFERENCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _weights_version(model: VideoVAE) -> int:
-    """Grows whenever a weight of ``model`` changes in place (an optimizer step): features computed before are
-    stale then."""
+    """Grows whenever a weight of ``model`` changes in place, as in an optimizer step.
+
+    Features computed before that are stale."""
     return sum(p._version for p in model.parameters())
 
 
 def stream_start(model: VideoVAE, reference: torch.Tensor | None) -> dict | None:
-    """The cache a new stream of ``model`` starts from: the ``reference.*`` entries (the reference's features) when
-    a stream of this model and this reference computed them before, else None (the first chunk computes them)."""
+    """The cache a new stream of ``model`` starts from.
+
+    It holds the ``reference.*`` entries, the reference's features. They are there when a stream of this model
+    and this reference computed them before. Else it is None, and the first chunk computes them."""
     known = _REFERENCES.get(model) if reference is not None else None
     if known is None or known[0].shape != reference.shape or known[0].device != reference.device \
             or known[0].dtype != reference.dtype or known[1] != _weights_version(model) \
@@ -64,16 +70,19 @@ def stream_start(model: VideoVAE, reference: torch.Tensor | None) -> dict | None
 
 
 def remember_reference(model: VideoVAE, reference: torch.Tensor | None, cache: dict) -> None:
-    """Keep the reference features a stream's first chunk put in ``cache`` for the next streams
-    (:func:`stream_start`)."""
+    """Keep the reference features that a stream's first chunk put in ``cache``, for the next streams.
+
+    :func:`stream_start` hands them out."""
     entries = {k: v for k, v in cache.items() if k.startswith("reference.")}
     if reference is not None and entries:
         _REFERENCES[model] = (reference, _weights_version(model), entries)
 
 
 class TorchVAE:
-    """The torch engine: :meth:`VideoVAE.decode` with its cache; ``reference`` (frames ``[1, 3, H, W]`` in
-    [-1, 1], or None) goes with a stream's first chunk (later chunks find its features in the cache)."""
+    """The torch engine: :meth:`VideoVAE.decode` with its cache.
+
+    ``reference`` is frames ``[1, 3, H, W]`` in [-1, 1], or None. It goes with a stream's first chunk. Later
+    chunks find its features in the cache."""
 
     def __init__(self, model: VideoVAE, reference: torch.Tensor | None):
         self.model, self.reference, self.cache = model, reference, None
@@ -93,10 +102,12 @@ class TorchVAE:
 
 
 class ChunkDecodeStage(Stage):
-    """What a stage that decodes a stream of latent chunks shares (this module's :class:`VAEDecode`, the generate
-    pipeline's ``CausalVAEDecode``): its engine, whose stream starts anew at setup and on :meth:`reset`, and the
-    chunk's frames written one by one — frame ``i`` at ``chunk.pts + clock.ticks_from_frame(i, fps)``, the
-    chunk's ``INTERRUPTED`` / ``DISCONTINUITY`` flags on its first frame only. ``frames_out`` counts them."""
+    """What a stage that decodes a stream of latent chunks shares.
+
+    Two such stages are this module's :class:`VAEDecode` and the generate pipeline's ``CausalVAEDecode``. They
+    share the engine, whose stream starts anew at setup and on :meth:`reset`. They share how a chunk's frames are
+    written, one by one. Frame ``i`` goes at ``chunk.pts + clock.ticks_from_frame(i, fps)``. The chunk's
+    ``INTERRUPTED`` / ``DISCONTINUITY`` flags go on its first frame only. ``frames_out`` counts the frames."""
 
     def __init__(self, name: str, engine, *, port: str, fps: float):
         super().__init__(name)
@@ -112,7 +123,9 @@ class ChunkDecodeStage(Stage):
         self.engine.reset()
 
     def write_frames(self, out, chunk, rgb: torch.Tensor) -> None:
-        """``rgb [T, H, W, 3]`` (uint8, or floats in 0..255 cast in the copy) → ``T`` frames on the output port."""
+        """``rgb [T, H, W, 3]`` → ``T`` frames on the output port.
+
+        ``rgb`` is uint8, or floats in 0..255 cast in the copy."""
         for i in range(rgb.shape[0]):
             f = out.write(self.port)
             f.data.copy_(rgb[i], non_blocking=True)  # a download slot on CUDA: the reader waits, not this stage
@@ -127,17 +140,17 @@ class VAEDecode(ChunkDecodeStage):
 
     Args:
         model: a :class:`VideoVAE` or a folder saved with ``save_pretrained``.
-        size: ``(H, W)`` of the decoded region in px, or one int for a square (default: the model's
-            ``sample_size``); latent size is ``size / model.spatial_compression``.
-        chunk_frames: latent frames per input chunk (1–4).
-        fps: video frame rate (pts spacing of the frames of one chunk).
+        size: ``(H, W)`` of the decoded region in px, or one int for a square. Default: the model's
+            ``sample_size``. The latent size is ``size / model.spatial_compression``.
+        chunk_frames: latent frames per input chunk, 1–4.
+        fps: video frame rate. It sets the pts spacing of the frames of one chunk.
         device: where the latent arrives, the model runs and the frames are written.
-        dtype: compute dtype of the decoder (``torch.float16`` / ``bfloat16`` on a GPU for speed).
-        reference: the identity reference region ``uint8 [H, W, 3]`` (required by a ``reference_skip``
-            model; its features are computed at the start of each stream and kept in the cache).
+        dtype: compute dtype of the decoder. Use ``torch.float16`` / ``bfloat16`` on a GPU for speed.
+        reference: the identity reference region ``uint8 [H, W, 3]``. A ``reference_skip`` model requires it.
+            Its features are computed at the start of each stream and kept in the cache.
 
-    Ports: in ``"latent"`` ``float32 [C, chunk_frames, H/f, W/f]``; out ``"face"`` ``uint8 [H, W, 3]``
-    (RGB, one frame per write), both on ``device``.
+    Ports: in ``"latent"`` ``float32 [C, chunk_frames, H/f, W/f]``; out ``"face"`` ``uint8 [H, W, 3]``.
+    The output is RGB, one frame per write. Both are on ``device``.
     """
 
     def __init__(self, model: VideoVAE | str, *, size: int | tuple[int, int] | None = None, chunk_frames: int = 1,

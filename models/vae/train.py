@@ -1,15 +1,16 @@
 """Train the video VAE on face-region clips: ``train_vae(clips_dir_or_frames, out_dir, steps=...)``.
 
-Loss per step, on ``batch`` windows of ``clip_frames`` consecutive frames (``float [B, 3, T, S, S]``)::
+Each step sees ``batch`` windows of ``clip_frames`` consecutive frames, ``float [B, 3, T, S, S]``. The loss
+is::
 
     weighted L1  +  ssim_weight · (1 − weighted SSIM)  +  kl_weight · KL(posterior ‖ N(0, 1))
 
-where the pixel weight is ``mouth_weight`` inside the frame's mouth box and 1 elsewhere, so the mouth —
-the part the avatar is judged on — reconstructs sharply. The encoder reads the clip as decoded from its
-MP4; the reconstruction target is the same frame, or — for synthetic clips, whose frames can be redrawn
-from their JSON (``redraw_targets``) — the frame without the codec's loss (crf 20 puts the astronaut
-clips ~37 dB from their redrawn frames), so the decoder learns the clean picture. AdamW, linear warm-up
-then cosine decay to ``lr_min_fraction · lr``, gradient norm clipped to 1.
+The pixel weight is ``mouth_weight`` inside the frame's mouth box and 1 elsewhere. The avatar is judged on the
+mouth, so the mouth must reconstruct sharply. The encoder reads the clip as decoded from its MP4. The
+reconstruction target is the same frame. Synthetic clips can be redrawn from their JSON instead
+(``redraw_targets``). Their target is then the frame without the codec's loss. So the decoder learns the clean
+picture. The optimizer is AdamW. The rate warms up linearly, then decays by cosine to ``lr_min_fraction · lr``.
+The gradient norm is clipped to 1.
 
 Output folder::
 
@@ -17,21 +18,15 @@ Output folder::
     out_dir/train_report.json                                    settings, data, timings, PSNR / SSIM
     out_dir/checkpoint/                                          model + trainer_state.pt, for resuming
 
-Evaluation streams the held-out clips through the model chunk by chunk (encoder and decoder caches,
-as the avatar pipeline runs it) and reports PSNR over all pixels and over the mouth boxes, and SSIM.
-After training, the per-channel mean / std of the latent on training frames are stored in the model's
-config (``latent_mean`` / ``latent_std``) so ``encode`` hands the denoiser ~unit-variance latents.
+Evaluation streams the held-out clips through the model chunk by chunk. It uses encoder and decoder caches, as
+the avatar pipeline does. It reports PSNR over all pixels and over the mouth boxes, and SSIM. After training,
+the latent's per-channel mean and std on training frames go in the model's config. They are ``latent_mean``
+and ``latent_std``. So ``encode`` hands the denoiser ~unit-variance latents.
 
-**Decoder only** (``train_encoder=False``): the encoder and the latent statistics are frozen and only
-the decoder (and a reference encoder) learn, so the latent space does not move and a denoiser already
-trained on it stays valid — how an existing avatar's decoder is sharpened or given the reference warp
-(:func:`~.model.with_reference_warp`) without retraining anything else.
-
-Measured (CPU, one thread of a 2-core machine shared with other jobs; default 2.8 M-parameter model):
-6 clips of 8 s from ``framegraph avatar synth --clips 6 --seconds 8 --seed 0`` (5 train, 1 held out),
-``train_vae(clips, out, steps=240, batch=4, clip_frames=2, lr=2e-3, torch_threads=1)``: held-out PSNR
-10.3 → 26.8 dB (mouth 22.8 dB, SSIM 0.81) in 10 min; resumed to ``steps=480``: 29.9 dB (mouth 26.4 dB,
-SSIM 0.89) after 16 min in all. Still rising — a GPU run of a few thousand steps is the intended use.
+**Decoder only**, with ``train_encoder=False``. The encoder and the latent statistics are frozen. Only the
+decoder and a reference encoder learn. So the latent space does not move. A denoiser already trained on it
+stays valid. This is how an existing avatar's decoder is sharpened without retraining anything else. It is
+also how it gets the reference warp of :func:`~.model.with_reference_warp`.
 """
 from __future__ import annotations
 
@@ -59,7 +54,7 @@ TRAINER_STATE = "trainer_state.pt"
 
 @dataclass
 class VAETrainResult:
-    """What :func:`train_vae` returns (``report`` is also written to ``out_dir/train_report.json``)."""
+    """What :func:`train_vae` returns. ``report`` is also written to ``out_dir/train_report.json``."""
 
     model: VideoVAE
     report: dict
@@ -67,8 +62,10 @@ class VAETrainResult:
 
 
 def _window_batch(clips: FaceClips, batch: int, frames: int, gen: torch.Generator, mouth_weight: float):
-    """``batch`` random windows → (input x float [B, 3, T, S, S] in [-1, 1], target (x itself unless the
-    clips have :attr:`~.data.FaceClips.targets`), weight [B·T, 1, S, S] or None)."""
+    """``batch`` random windows → (x, target, weight).
+
+    ``x`` is the input, float [B, 3, T, S, S] in [-1, 1]. ``target`` is ``x`` itself, unless the clips have
+    :attr:`~.data.FaceClips.targets`. ``weight`` is [B·T, 1, S, S] or None."""
     lengths = torch.tensor([int(c.shape[0]) for c in clips.frames], dtype=torch.float64)
     t = int(min(frames, lengths.min().item()))
     picks = torch.multinomial(lengths, batch, replacement=True, generator=gen).tolist()
@@ -90,11 +87,13 @@ def _window_batch(clips: FaceClips, batch: int, frames: int, gen: torch.Generato
 @torch.no_grad()
 def evaluate_vae(model: VideoVAE, clips: FaceClips, *, max_frames: int = 64, chunk: int = 4,
                  device="cpu", reference: Tensor | None = None) -> dict:
-    """Stream the first ``max_frames`` frames of ``clips`` (spread over the clips) through encode →
-    decode, ``chunk`` frames at a time with caches; return PSNR (dB, all pixels), mouth PSNR (dB, inside
-    the mouth boxes; None without boxes), SSIM and the frame count — against the clips' targets when
-    they have them (redrawn frames), else the frames. ``reference float [1, 3, S, S]``:
-    the identity reference of a ``reference_skip`` model."""
+    """Stream the first ``max_frames`` frames of ``clips`` through encode → decode.
+
+    The frames are spread over the clips. They go ``chunk`` frames at a time, with caches. Returns PSNR in dB
+    over all pixels. Returns mouth PSNR in dB, inside the mouth boxes; it is None without boxes. Returns SSIM
+    and the frame count. The scores compare with the clips' targets when they have them, the redrawn frames.
+    Else they compare with the frames. ``reference float [1, 3, S, S]`` is the identity reference of a
+    ``reference_skip`` model."""
     model.eval()
     per_clip = max(1, max_frames // len(clips.frames))
     se = n = mouth_se = mouth_n = 0.0
@@ -142,9 +141,10 @@ def measure_latent_stats(model: VideoVAE, clips: FaceClips, *, max_frames: int =
 
 
 def reference_region(reference_image: Tensor | None, clips: FaceClips) -> Tensor:
-    """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1]:
-    ``reference_image`` is ``uint8 [S, S, 3]`` (already the region) or ``[H, W, 3]`` (a full frame, cut
-    with the clips' crop box)."""
+    """The identity reference of a ``reference_skip`` VAE as ``float32 [1, 3, S, S]`` in [-1, 1].
+
+    ``reference_image`` is ``uint8 [S, S, 3]``, already the region. Or it is ``[H, W, 3]``, a full frame. A full
+    frame is cut with the clips' crop box."""
 
     if reference_image is None:
         raise ValueError("train_vae: this VAE (reference_skip) decodes with an identity reference; pass "
@@ -175,9 +175,11 @@ def _as_clips(data, size: int, max_clips: int | None, redraw: bool | None) -> tu
 
 def _start_model(ckpt: Path, *, resume: bool, model: VideoVAE | None, model_config: dict | None, seed: int,
                  size: int, device, train_encoder: bool) -> tuple[VideoVAE, dict | None]:
-    """The model to train (on ``device``, in train mode) and the trainer state to continue from (None: a
-    fresh start): the checkpoint's when resuming from one, else ``model`` or a new ``VideoVAE(sample_size=
-    size, **model_config)`` drawn from ``seed``; with ``train_encoder=False`` its encoder is frozen."""
+    """The model to train, and the trainer state to continue from.
+
+    The model is on ``device``, in train mode. The state is None for a fresh start. When resuming, both come from
+    the checkpoint. Else the model is ``model``, or a new ``VideoVAE(sample_size=size, **model_config)`` drawn
+    from ``seed``. With ``train_encoder=False`` its encoder is frozen."""
     state = None
     if resume and (ckpt / TRAINER_STATE).exists():
         model = VideoVAE.from_pretrained(ckpt, low_cpu_mem_usage=False)
@@ -197,8 +199,10 @@ def _start_model(ckpt: Path, *, resume: bool, model: VideoVAE | None, model_conf
 
 def _save_checkpoint(ckpt: Path, model: VideoVAE, opt, gen: torch.Generator, step: int, history: list[dict],
                      initial: dict | None, seconds: float) -> None:
-    """``ckpt/`` (the model) + ``ckpt/trainer_state.pt``: optimizer, sampler RNG, step, history, the
-    held-out scores before training and the seconds trained over all runs."""
+    """Write ``ckpt/`` with the model, and ``ckpt/trainer_state.pt``.
+
+    The state holds the optimizer, sampler RNG, step and history. It holds the held-out scores before training.
+    It holds the seconds trained over all runs."""
     model.save_pretrained(ckpt)
     with written_whole(ckpt / TRAINER_STATE) as tmp:
         torch.save({"optimizer": opt.state_dict(), "sampler_rng": gen.get_state(), "step": torch.tensor(step),
@@ -209,8 +213,9 @@ def _save_checkpoint(ckpt: Path, model: VideoVAE, opt, gen: torch.Generator, ste
 def _step_loss(model: VideoVAE, x: Tensor, target: Tensor, weight: Tensor | None, ref: Tensor | None, *,
                latent_noise: float, noise_gen: torch.Generator, ssim_weight: float,
                kl_weight: float) -> tuple[Tensor, Tensor, dict]:
-    """The loss of one batch ``x``, ``target`` ``[B, 3, T, S, S]`` (see the module docstring), its KL term
-    and the reconstruction's parts."""
+    """The loss of one batch ``x``, ``target`` ``[B, 3, T, S, S]``; see the module docstring.
+
+    Returns the loss, its KL term and the reconstruction's parts."""
     sigma = None
     if latent_noise > 0:
         sigma = latent_noise * torch.rand(x.shape[0], generator=noise_gen, device=x.device)
@@ -222,8 +227,10 @@ def _step_loss(model: VideoVAE, x: Tensor, target: Tensor, weight: Tensor | None
 
 
 def _finish(model: VideoVAE, out: Path, train: FaceClips, evaluate, *, train_encoder: bool, device) -> dict | None:
-    """The trained model in eval mode, its latent statistics measured on ``train`` (kept when the encoder
-    was frozen), saved to ``out``; returns its held-out scores (``evaluate(model)``; None without)."""
+    """Finish training: the model in eval mode, saved to ``out``.
+
+    Its latent statistics are measured on ``train``. They are kept when the encoder was frozen. Returns its
+    held-out scores from ``evaluate(model)``, or None without them."""
     model.eval()
     if train_encoder:
         mean_c, std_c = measure_latent_stats(model, train, device=device)
@@ -247,8 +254,10 @@ def _model_report(model: VideoVAE) -> dict:
 
 @dataclass
 class _Run:
-    """Where a training run stands: steps done, the loss history, the held-out figures before training,
-    and the training seconds of earlier (resumed) runs."""
+    """Where a training run stands.
+
+    It holds the steps done, the loss history and the held-out figures before training. It holds the training
+    seconds of earlier, resumed runs."""
 
     step: int = 0
     history: list[dict] = field(default_factory=list)
@@ -258,8 +267,10 @@ class _Run:
 
     @classmethod
     def begin(cls, state: dict | None, opt, gen: torch.Generator, evaluate, model: VideoVAE) -> _Run:
-        """From a checkpoint's ``state`` (optimizer and sampler restored too), or fresh (held-out figures
-        of the untrained model measured first, when there is a held-out set)."""
+        """Start from a checkpoint's ``state``, or fresh.
+
+        From a checkpoint, the optimizer and sampler are restored too. With a held-out set, a fresh run first
+        measures the untrained model on it."""
         if state is not None:
             opt.load_state_dict(state["optimizer"])
             gen.set_state(state["sampler_rng"])
@@ -281,8 +292,10 @@ def _optimise(run: _Run, model: VideoVAE, params, opt, gen: torch.Generator, tra
               *, device, seed: int, ckpt: Path, evaluate, eval_every: int, checkpoint_every: int, progress: bool,
               steps: int, batch: int, clip_frames: int, lr: float, warmup: int, lr_min_fraction: float,
               mouth_weight: float, ssim_weight: float, kl_weight: float, latent_noise: float) -> None:
-    """The optimisation loop, from ``run.step`` up to ``steps``: held-out evaluation every ``eval_every``
-    steps, a checkpoint every ``checkpoint_every`` and one at the end."""
+    """The optimisation loop, from ``run.step`` up to ``steps``.
+
+    It evaluates on the held-out set every ``eval_every`` steps. It writes a checkpoint every
+    ``checkpoint_every`` steps, and one at the end."""
     from tqdm import tqdm
 
     noise_gen = torch.Generator(device=device).manual_seed(seed + 1)
@@ -320,25 +333,34 @@ class VAETrainConfig:
     """Settings of :func:`train_vae`.
 
     Attributes:
-        steps: total optimisation steps (when resuming, training continues up to this number).
-        batch: windows per step; clip_frames: consecutive frames per window (the temporal convs learn from these).
-        lr / warmup / lr_min_fraction: AdamW peak rate, warm-up steps, final fraction of the peak.
-        device: ``"cpu"``, ``"cuda"``...; seed: model init, window sampling and posterior noise.
-        size: the face region's side, px (a folder's clips are cut to it).
+        steps: total optimisation steps. When resuming, training continues up to this number.
+        batch: windows per step.
+        clip_frames: consecutive frames per window. The temporal convs learn from these.
+        lr: AdamW peak rate.
+        warmup: warm-up steps.
+        lr_min_fraction: final fraction of the peak rate.
+        device: ``"cpu"``, ``"cuda"``...
+        seed: seeds model init, window sampling and posterior noise.
+        size: the face region's side in px. A folder's clips are cut to it.
         model_config: ``VideoVAE(sample_size=size, **model_config)`` when no model is given.
-        mouth_weight / ssim_weight / kl_weight: loss weights (see the module docstring).
-        eval_every / eval_frames: held-out evaluation period (steps) and frame count.
-        checkpoint_every: steps between checkpoints (and one at the end).
-        resume: continue from ``out_dir/checkpoint`` when it exists (its model, optimizer, sampler state and
-            history; the given model and ``model_config`` are then ignored).
-        max_clips: read at most this many clips from a folder; holdout_fraction: the share held out
-            (:meth:`FaceClips.split`).
-        train_encoder: False trains the decoder side only (encoder and latent statistics frozen); needs a
-            trained model (or a checkpoint) with latent statistics.
-        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn without the video
-            codec (:attr:`~.data.FaceClips.targets`); None: whenever the folder's clips can be redrawn.
-        latent_noise: each window's latent gets Gaussian noise of a std drawn from ``[0, latent_noise]``
-            (normalised-latent units) before decoding, so the decoder learns to clean a denoiser's latents.
+        mouth_weight: loss weight; see the module docstring.
+        ssim_weight: loss weight; see the module docstring.
+        kl_weight: loss weight; see the module docstring.
+        eval_every: held-out evaluation period, in steps.
+        eval_frames: frames per held-out evaluation.
+        checkpoint_every: steps between checkpoints. One is also written at the end.
+        resume: continue from ``out_dir/checkpoint`` when it exists. That restores its model, optimizer,
+            sampler state and history. The given model and ``model_config`` are then ignored.
+        max_clips: read at most this many clips from a folder.
+        holdout_fraction: the share held out; see :meth:`FaceClips.split`.
+        train_encoder: False trains the decoder side only. The encoder and latent statistics are frozen.
+            It needs a trained model, or a checkpoint, with latent statistics.
+        redraw_targets: for a clips folder, learn to give back each synthetic frame redrawn. The redrawn frames
+            skip the video codec (:attr:`~.data.FaceClips.targets`). None: whenever the folder's clips can be
+            redrawn.
+        latent_noise: each window's latent gets Gaussian noise before decoding. Its std is drawn from
+            ``[0, latent_noise]``, in normalised-latent units. So the decoder learns to clean a denoiser's
+            latents.
     """
 
     steps: int = 300
@@ -367,22 +389,22 @@ class VAETrainConfig:
 
 def train_vae(data, out_dir, *, model: VideoVAE | None = None, reference_image: Tensor | None = None,
               progress: bool = True, torch_threads: int | None = None, **settings) -> VAETrainResult:
-    """Train (or resume training) a :class:`VideoVAE` on face-region clips.
+    """Train a :class:`VideoVAE` on face-region clips, or resume training it.
 
     Args:
-        data: a folder of ``framegraph avatar synth`` clips (cut to the face with :func:`load_face_clips`
-            at ``size`` px), a ``uint8 [T, S, S, 3]`` / ``[N, T, S, S, 3]`` tensor of regions, or
-            :class:`FaceClips`.
-        out_dir: where the model, the report and the checkpoint go (created).
-        model: start from this model (else one is built from ``model_config``; ignored when resuming).
-        reference_image: the identity reference (portrait) for a ``reference_skip`` model: ``uint8
-            [H, W, 3]`` full frame (cut with the clips' crop box) or the ``[S, S, 3]`` region.
-        progress: show a tqdm bar (loss, held-out PSNR).
-        torch_threads: intra-op CPU threads while training (restored after; None: leave torch's setting).
+        data: the clips. It may be a folder of ``framegraph avatar synth`` clips. They are cut to the face
+            with :func:`load_face_clips` at ``size`` px. It may be a ``uint8 [T, S, S, 3]`` or
+            ``[N, T, S, S, 3]`` tensor of regions. It may be :class:`FaceClips`.
+        out_dir: where the model, the report and the checkpoint go. It is created.
+        model: start from this model. Else one is built from ``model_config``. Ignored when resuming.
+        reference_image: the identity reference portrait for a ``reference_skip`` model. It is a ``uint8
+            [H, W, 3]`` full frame, cut with the clips' crop box. Or it is the ``[S, S, 3]`` region.
+        progress: show a tqdm bar with the loss and held-out PSNR.
+        torch_threads: intra-op CPU threads while training, restored after. None leaves torch's setting.
         settings: :class:`VAETrainConfig` fields.
 
-    Returns :class:`VAETrainResult` (the trained model on ``device`` in eval mode, the report, the
-    loss history). Raises ``ValueError`` for bad settings, ``FileNotFoundError`` for a missing folder.
+    Returns :class:`VAETrainResult`. It holds the trained model on ``device`` in eval mode, the report and the
+    loss history. Raises ``ValueError`` for bad settings. Raises ``FileNotFoundError`` for a missing folder.
     """
     cfg = VAETrainConfig(**settings)
     if cfg.latent_noise < 0:

@@ -1,9 +1,10 @@
-"""Reading a person's talking video and writing training clips, for :mod:`.video` (PyAV).
+"""Reading a person's talking video and writing training clips, for :mod:`.video`, with PyAV.
 
-Reading is frame by frame, never the whole video in memory: :func:`probe` (the header), :func:`scan`
-(every frame decoded once: count, times, frames sampled for the face search), :func:`read_audio` (the
-track as 16 kHz mono). Frames come out as displayed: scaled, and phone videos with a rotation flag
-turned upright. :class:`ClipWriter` writes one clip (H.264 + AAC) as ``.partial.mp4`` first.
+Reading is frame by frame, never the whole video in memory. :func:`probe` reads the header. :func:`scan`
+decodes every frame once. It finds the count and the times, and samples frames for the face search.
+:func:`read_audio` reads the track as 16 kHz mono. Frames come out as displayed. They are scaled, and phone
+videos with a rotation flag are turned upright. :class:`ClipWriter` writes one clip, H.264 + AAC, as
+``.partial.mp4`` first.
 """
 from __future__ import annotations
 
@@ -19,13 +20,13 @@ DETECT_MAX_SIDE = 1024  # frames are searched for the face at most this large (s
 
 
 def media_error(path, problem: str):
-    """A :class:`~framegraph.stream.media.MediaError` (a ``ValueError``) naming the file and the problem."""
+    """A :class:`~framegraph.stream.media.MediaError`, a ``ValueError``, naming the file and the problem."""
 
     return MediaError(path, problem)
 
 
 def open_video(path):
-    """The container, its first video stream and its first audio stream (None when there is none)."""
+    """The container, its first video stream and its first audio stream. The audio stream is None when absent."""
 
     container = open_media(path)
     if not container.streams.video:
@@ -42,7 +43,7 @@ def open_video(path):
 
 
 def rotation_turns(frame) -> int:
-    """Quarter turns (counterclockwise, as ``np.rot90``) that show the frame upright (phone videos)."""
+    """Quarter turns that show a phone video's frame upright. They turn counterclockwise, as ``np.rot90``."""
     try:
         angle = float(frame.rotation or 0)
     except (AttributeError, TypeError, ValueError):  # pragma: no cover - PyAV without frame.rotation
@@ -51,7 +52,7 @@ def rotation_turns(frame) -> int:
 
 
 def rgb_frame(frame, turns: int, width: int, height: int) -> np.ndarray:
-    """A decoded frame → ``uint8 [height, width, 3]`` RGB as displayed (scaled, turned upright)."""
+    """A decoded frame → ``uint8 [height, width, 3]`` RGB as displayed: scaled and turned upright."""
     w, h = (height, width) if turns % 2 else (width, height)
     if (frame.width, frame.height) == (w, h):
         arr = frame.to_ndarray(format="rgb24")
@@ -85,8 +86,9 @@ def probe(path) -> dict:
 
 
 def scan(path, sample_times: list[float], *, progress: bool, total: int | None) -> dict:
-    """Decode every frame once: count them, find their times, keep the frames nearest ``sample_times``
-    (as displayed, at most :data:`DETECT_MAX_SIDE` px)."""
+    """Decode every frame once: count them, find their times, keep the frames nearest ``sample_times``.
+
+    Kept frames are as displayed, at most :data:`DETECT_MAX_SIDE` px."""
     from tqdm import tqdm
 
     container, vs, _ = open_video(path)
@@ -129,7 +131,7 @@ def scan(path, sample_times: list[float], *, progress: bool, total: int | None) 
 
 
 def read_audio(path) -> tuple[np.ndarray, float | None]:
-    """The audio track as int16 mono 16 kHz, and the time of its first sample (s, None if unknown)."""
+    """The audio track as int16 mono 16 kHz, and the time in s of its first sample. The time is None if unknown."""
     import av
 
     container, _, stream = open_video(path)

@@ -1,8 +1,8 @@
 """Training data from a person's own talking video: ``prepare_video(video, out_dir)``.
 
-A user records a few minutes of themselves talking to the camera (as for LiveTalking, ER-NeRF or
-MuseTalk: one person, frontal, steady framing, the microphone on). :func:`prepare_video` turns that file
-into a clips folder :func:`framegraph.models.avatar.train.train_avatar` accepts::
+A user records a few minutes of themselves talking to the camera. It is as for LiveTalking, ER-NeRF or MuseTalk. There
+is one person, frontal, with steady framing and the microphone on. :func:`prepare_video` turns that file into a clips
+folder. The trainer, :func:`framegraph.models.avatar.train.train_avatar`, accepts it::
 
     out_dir/clip_00000.mp4   H.264 + AAC (16 kHz mono), the video's frames at ``fps`` (25), scaled so the
     out_dir/clip_00000.json  longer side is at most ``max_side`` px; the JSON has the portrait block
@@ -13,17 +13,21 @@ into a clips folder :func:`framegraph.models.avatar.train.train_avatar` accepts:
     out_dir/index.json       the source, the settings, the boxes found and the clips (also lets a rerun
                              with the same file and settings reuse the clips)
 
-Steps: the file is checked (readable, a video stream, an **audio track** — the avatar learns its mouth
-from the speech —, at least :data:`MIN_SECONDS` long, big enough for the region size); the face and mouth
-are found with the face landmarks on ``sample_frames`` frames spread over the video
-(:func:`framegraph.models.synth.portrait.detect_face_regions`, as for portraits) and **one** stable face /
-mouth box is kept for the whole video (the median of the detections, outliers dropped); a box the user
-gives (``face_box`` / ``mouth_box``, px of the video as it plays) wins. Frames are resampled by time
-(nearest frame) to ``fps``, the audio to 16 kHz mono aligned to the first frame, and the result is cut
-into segments of about ``segment_seconds`` (equal lengths, so no short tail shrinks training windows).
+Steps:
 
-The video is decoded twice, frame by frame (never held in memory, :mod:`.video_io`): once to sample
-frames for the face search, once to write the clips. Phone videos with a rotation flag are turned upright.
+1. The file is checked. It must be readable, with a video stream. It must have an **audio track**. The
+   avatar learns its mouth from the speech. It must be at least :data:`MIN_SECONDS` long. It must be big
+   enough for the region size.
+2. The face and mouth are found with the face landmarks. They are searched on ``sample_frames`` frames spread
+   over the video. This uses :func:`framegraph.models.synth.portrait.detect_face_regions`, as for portraits.
+   **One** stable face and mouth box is kept for the whole video. It is the median of the detections, with
+   outliers dropped. A box the user gives wins. It is ``face_box`` / ``mouth_box`` in px of the video as it plays.
+3. Frames are resampled by time to ``fps``, taking the nearest frame. The audio is resampled to 16 kHz mono,
+   aligned to the first frame. The result is cut into segments of about ``segment_seconds``. They have equal
+   lengths, so no short tail shrinks training windows.
+
+The video is decoded twice, frame by frame, by :mod:`.io`. It is never held in memory. The first pass samples
+frames for the face search. The second writes the clips. Phone videos with a rotation flag are turned upright.
 """
 from __future__ import annotations
 
@@ -66,15 +70,18 @@ Box = tuple[float, float, float, float]
 
 @dataclass
 class PreparedVideo:
-    """What :func:`prepare_video` wrote (also stored in ``out_dir/index.json``).
+    """What :func:`prepare_video` wrote. It is also stored in ``out_dir/index.json``.
 
     Attributes:
-        clips_dir: the folder to train on; clips: its ``clip_*.mp4`` files.
-        portrait_path: the background frame (PNG) for the bundle; portrait: the clips' ``portrait`` block
-            (width, height, face_box, mouth_box... in px of the clips' frames).
+        clips_dir: the folder to train on.
+        clips: its ``clip_*.mp4`` files.
+        portrait_path: the background frame PNG for the bundle.
+        portrait: the clips' ``portrait`` block. It holds width, height, face_box, mouth_box... in px of the
+            clips' frames.
         fps, frames, seconds: of the clips together.
-        source: the input video (path, size, fps, seconds, rotation) and the scale applied to it.
-        detection: how the boxes were found (sampled frames, frames with a face, boxes in source px).
+        source: the input video and the scale applied to it. The video has path, size, fps, seconds, rotation.
+        detection: how the boxes were found. It holds the sampled frames, frames with a face and boxes in
+            source px.
         reused: the clips were already there from an identical earlier call.
     """
 
@@ -93,7 +100,7 @@ class PreparedVideo:
 
 # ---- the face -----------------------------------------------------------------------------------------
 def _mouth_from_face(face: Box) -> Box:
-    """The mouth box from a face box's proportions (as :func:`detect_face_regions` places it)."""
+    """The mouth box from a face box's proportions, placed as :func:`detect_face_regions` does."""
     fx, fy, fw, fh = face
     mw, mh = 0.45 * fw, 0.15 * fh
     return (fx + 0.5 * fw - mw / 2, fy + 0.84 * fh - mh / 2, mw, mh)
@@ -110,12 +117,14 @@ def _check_box(path, box: Box | None, what: str, width: int, height: int) -> Box
 
 
 def locate_face(path, samples: list[np.ndarray], scale: float) -> dict:
-    """One stable face box and mouth box (px of the source video) from the face landmarks
-    (:func:`~framegraph.models.synth.portrait.detect_face_regions`) on ``samples`` (frames shrunk by
-    ``scale``): the median of the detections that agree with the median.
+    """One stable face box and mouth box, in px of the source video.
 
-    Raises :class:`~framegraph.stream.media.MediaError` when no face, two faces in every sample, or a face in
-    too few frames is found."""
+    They come from the face landmarks of
+    :func:`~framegraph.models.synth.portrait.detect_face_regions` on ``samples``. The samples are frames shrunk
+    by ``scale``. Each box is the median of the detections that agree with the median.
+
+    Raises :class:`~framegraph.stream.media.MediaError` when no face is found. It is raised for two faces in
+    every sample. It is raised for a face found in too few frames."""
     faces, mouths, found_at, two = [], [], [], 0
     for i, img in enumerate(samples):
         try:
@@ -178,7 +187,7 @@ def _reuse(out: Path, video: dict, settings: dict) -> PreparedVideo | None:
 
 
 def _clear(out: Path) -> None:
-    """Remove what an earlier call wrote here (only these names)."""
+    """Remove what an earlier call wrote here, and only these names."""
     for p in list(out.glob("clip_*.mp4")) + list(out.glob("clip_*.json")):
         p.unlink()
     for name in ("index.json", "portrait.png"):
@@ -191,7 +200,7 @@ def _need(min_seconds: float) -> str:
 
 
 def _check_arguments(fps: int | None, segment_seconds: float, region_size: int) -> int:
-    """The clips' frame rate (``fps``, default :data:`DEFAULT_FPS`) once the arguments are known to be good."""
+    """The clips' frame rate, once the arguments are known to be good. ``fps`` defaults to :data:`DEFAULT_FPS`."""
     fps = DEFAULT_FPS if fps is None else fps
     if int(fps) != fps or fps <= 0 or SAMPLE_RATE % int(fps):
         raise ValueError(f"prepare_video: fps={fps} must be a whole number dividing 16000 (20, 25, 32, 40, 50...)")
@@ -203,8 +212,10 @@ def _check_arguments(fps: int | None, segment_seconds: float, region_size: int) 
 
 
 def _check_file(path: str, min_seconds: float, region_size: int) -> dict:
-    """The video's header (:func:`~.video_io.probe`) once it is known to be readable, with a video and an
-    audio track, long enough and big enough for the face region."""
+    """The video's header (:func:`~.io.probe`), once the file is known to be good.
+
+    It must be readable, with a video and an audio track. It must be long enough and big enough for the face
+    region."""
     info = probe(path)  # MediaError: missing, empty, not media, no video stream
     if info["audio"] is None:
         raise media_error(path, "has no audio track; the avatar learns to move its mouth from the speech, so it "
@@ -221,7 +232,7 @@ def _check_file(path: str, min_seconds: float, region_size: int) -> dict:
 
 
 def _read_speech(path: str) -> tuple[np.ndarray, float | None]:
-    """The audio track (:func:`~.video_io.read_audio`) once it is known not to be silent."""
+    """The audio track (:func:`~.io.read_audio`), once it is known not to be silent."""
     audio, start = read_audio(path)
     if len(audio) == 0 or int(np.abs(audio.astype(np.int32)).max()) < SILENT_PEAK:
         raise media_error(path, "its audio track is silent; the avatar learns to move its mouth from the speech, "
@@ -231,9 +242,11 @@ def _read_speech(path: str) -> tuple[np.ndarray, float | None]:
 
 def _find_boxes(path: str, info: dict, face_box: Box | None, mouth_box: Box | None, *, sample_frames: int,
                 min_seconds: float, progress: bool) -> tuple[dict, Box | None, Box, dict]:
-    """Pass 1 and the face: the :func:`~.video_io.scan` (with ``seconds``, the video's length), the face box
-    (None: none found, but a mouth box was given) and the mouth box in px of the video as it plays (the
-    user's boxes win over the detection), and how they were found."""
+    """Pass 1 and the face.
+
+    Returns the :func:`~.io.scan`, given ``seconds``, the video's length. Returns the face box. It is None when none was
+    found but a mouth box was given. Returns the mouth box, in px of the video as it plays. The user's boxes win over
+    the detection. Returns how they were found."""
     est = info["seconds"] or 0.0  # unknown duration (rare): one sample a second from the start
     times = [est * (i + 0.5) / sample_frames if est else float(i) for i in range(sample_frames)]
     need_detect = face_box is None
@@ -269,10 +282,12 @@ def _find_boxes(path: str, info: dict, face_box: Box | None, mouth_box: Box | No
 
 def _output_frame(path: str, W: int, H: int, face_box: Box | None, mouth_box: Box, *, region_size: int,
                   max_side: int) -> tuple[int, int, Box | None, Box, tuple[int, int, int]]:
-    """The clips' frame ``(width, height)`` (even px: the ``W x H`` video scaled so its longer side is at most
-    ``max_side``, kept larger where the face region would be smaller than ``region_size``, never scaled
-    up), the face and mouth boxes in it and the face crop box ``(x, y, size)``; raises when the face is too
-    small for the region."""
+    """The clips' frame, the boxes in it and the face crop box.
+
+    The frame is ``(width, height)`` in even px. It is the ``W x H`` video, scaled. Its longer side is at most
+    ``max_side``. It is kept larger where the face region would be smaller than ``region_size``. It is never scaled up.
+    The face and mouth boxes are in its px. The crop box is ``(x, y, size)``. Raises when the face is too small for the
+    region."""
 
     crop_src = face_crop_box((H, W), face_box, mouth_box)[2]
     what = (f"face {face_box[2]:.0f}x{face_box[3]:.0f} px" if face_box is not None else
@@ -300,9 +315,11 @@ def _output_frame(path: str, W: int, H: int, face_box: Box | None, mouth_box: Bo
 
 def _timeline(path: str, audio: np.ndarray, audio_start: float | None, found: dict, *, fps: int,
               segment_seconds: float, min_seconds: float) -> tuple[np.ndarray, list[int], float]:
-    """The audio aligned to the first frame and cut (or padded) to the clips' ``n`` frames of
-    ``SAMPLE_RATE // fps`` samples, the clips' bounds ``[0, ..., n]`` in frames (equal lengths of about
-    ``segment_seconds``) and the audio's seconds before cutting."""
+    """The clips' audio and bounds.
+
+    Returns three things. The first is the audio, aligned to the first frame. It is cut or padded to the clips'
+    ``n`` frames of ``SAMPLE_RATE // fps`` samples. The second is the clips' bounds ``[0, ..., n]`` in frames.
+    They are equal lengths of about ``segment_seconds``. The third is the audio's seconds before cutting."""
     audio = align_audio(audio, audio_start, found["first_s"])
     audio_s = len(audio) / SAMPLE_RATE
     if min(found["seconds"], audio_s) < min_seconds - 0.05:
@@ -316,7 +333,7 @@ def _timeline(path: str, audio: np.ndarray, audio_start: float | None, found: di
 
 
 def _portrait_block(path: str, width: int, height: int, face: Box | None, mouth: Box) -> dict:
-    """The clips' ``portrait`` block (boxes in px of the clips' frames), as ``framegraph avatar synth`` writes."""
+    """The clips' ``portrait`` block, as ``framegraph avatar synth`` writes. Boxes are in px of the clips' frames."""
     name = Path(path).stem
     return {"name": name if name != "astronaut" else "astronaut (video)", "source": os.path.abspath(path),
             "kind": "video", "width": width, "height": height,
@@ -326,8 +343,9 @@ def _portrait_block(path: str, width: int, height: int, face: Box | None, mouth:
 
 
 def _write_clip_json(path: str, video: str, i: int, bounds: list[int], fps: int, portrait: dict) -> dict:
-    """Write clip ``i``'s JSON next to its MP4 ``video`` (frames ``bounds[i]`` to ``bounds[i + 1]`` of the
-    source); returns the clip's entry of ``index.json``."""
+    """Write clip ``i``'s JSON next to its MP4 ``video``; returns the clip's entry of ``index.json``.
+
+    The clip holds frames ``bounds[i]`` to ``bounds[i + 1]`` of the source."""
     start, n = bounds[i], bounds[i + 1] - bounds[i]
     clip = {"format_version": FORMAT_VERSION, "clip": i, "video": os.path.basename(video), "truth": False,
             "source": {"video": os.path.abspath(path), "start_s": round(start / fps, 4),
@@ -342,9 +360,11 @@ def _write_clip_json(path: str, video: str, i: int, bounds: list[int], fps: int,
 
 def _write_clips(path: str, out: Path, found: dict, audio: np.ndarray, bounds: list[int], portrait: dict, *,
                  fps: int, progress: bool) -> tuple[list[dict], list[np.ndarray]]:
-    """Pass 2: the video resampled by time to ``fps`` (nearest frame; the last one holds to the end), scaled
-    to the portrait block's size and cut at ``bounds`` into ``out/clip_NNNNN.mp4`` + ``.json`` with their
-    audio. Returns the clips' ``index.json`` entries and the first :data:`BACKGROUND_SECONDS` of frames."""
+    """Pass 2: write the clips. Returns their ``index.json`` entries and the first frames.
+
+    The video is resampled by time to ``fps``, taking the nearest frame. The last frame holds to the end. It is
+    scaled to the portrait block's size. It is cut at ``bounds`` into ``out/clip_NNNNN.mp4`` + ``.json``, with
+    their audio. The first frames returned cover :data:`BACKGROUND_SECONDS`."""
     import av
     from tqdm import tqdm
 
@@ -404,26 +424,26 @@ def prepare_video(video_path, out_dir, *, face_box: Box | None = None, mouth_box
                   segment_seconds: float = DEFAULT_SEGMENT_SECONDS, fps: int | None = None,
                   region_size: int = 64, max_side: int = DEFAULT_MAX_SIDE, sample_frames: int = 24,
                   min_seconds: float = MIN_SECONDS, reuse: bool = True, progress: bool = True) -> PreparedVideo:
-    """Turn a talking video into a clips folder for ``train_avatar`` (see the module docstring).
+    """Turn a talking video into a clips folder for ``train_avatar``; see the module docstring.
 
     Args:
-        video_path: any video FFmpeg decodes, with its audio track (MP4, MOV, MKV, WebM...).
-        out_dir: the clips folder to write (created; earlier ``clip_*`` files there are replaced).
-        face_box / mouth_box: ``(x, y, w, h)`` px of the video as it plays; given, they replace the
-            detection (a mouth box alone: the face box is still searched for, and not needed if absent).
-        segment_seconds: about this long each clip (the video is cut into equal parts).
-        fps: frame rate of the clips; must divide 16000 (default :data:`DEFAULT_FPS`, 25).
-        region_size: the avatar's face region (px): the face must be big enough for it.
-        max_side: frames are scaled down to this longer side (kept larger when the face would be
-            smaller than ``region_size`` otherwise, never scaled up).
+        video_path: any video FFmpeg decodes, with its audio track: MP4, MOV, MKV, WebM...
+        out_dir: the clips folder to write. It is created. Earlier ``clip_*`` files there are replaced.
+        face_box / mouth_box: ``(x, y, w, h)`` px of the video as it plays. Given, they replace the
+            detection. With a mouth box alone, the face box is still searched for. It is not needed if absent.
+        segment_seconds: about this long each clip. The video is cut into equal parts.
+        fps: frame rate of the clips. It must divide 16000. Default :data:`DEFAULT_FPS`, 25.
+        region_size: the avatar's face region in px. The face must be big enough for it.
+        max_side: frames are scaled down to this longer side. They are kept larger when the face would
+            otherwise be smaller than ``region_size``. They are never scaled up.
         sample_frames: frames searched for the face, spread over the video.
         min_seconds: the shortest video accepted (:data:`MIN_SECONDS`).
         reuse: keep the clips of an earlier call with the same file and settings.
         progress: tqdm bars.
     Raises:
-        :class:`~framegraph.stream.media.MediaError` (a ``ValueError`` naming the file) for a missing,
-        unreadable or too short file, one without a video or audio track, a silent audio track, no face
-        or a face too small; ``ValueError`` for bad arguments.
+        :class:`~framegraph.stream.media.MediaError`, a ``ValueError`` naming the file. It is raised for a missing,
+        unreadable or too short file. It is raised for a file without a video or audio track. It is raised for a silent
+        audio track. It is raised for no face, or a face too small. ``ValueError`` is raised for bad arguments.
     """
     from PIL import Image
 

@@ -1,31 +1,33 @@
 """Real-data evaluation with face landmarks: generated frames against a person's real frames.
 
-Everything here is measured with MediaPipe's face mesh (:mod:`framegraph.models.face`), so it needs no
+Everything here is measured with MediaPipe's face mesh, from :mod:`framegraph.models.face`. So it needs no
 ground truth beyond the real video itself:
 
-- **Mouth openness** (:meth:`~framegraph.models.face.FaceLandmarks.mouth_openness`: inner-lip gap / mouth
-  width) on the generated and on the real frame; ``landmark_openness_corr`` is their Pearson correlation
-  over the clip (give a clip — a held-out segment — whose audio was not used in training).
-- **The face outside the mouth** vs the real frame: PSNR (dB) and SSIM (7 px Gaussian window) over the
-  real face's box minus its lower-face polygon grown by 4 px
-  (:func:`~framegraph.models.face.outside_mouth_mask`) — a video avatar's frames *are* the real frames
-  there, up to the paste-back seam (target ≥ 30 dB).
-- **Sharpness of the mouth region**: variance of the Laplacian inside the real lower-face polygon,
-  generated / real (1 = as sharp as the video; a blurry region scores well below).
-- **The jaw line**: the luminance edge across the real face's jaw line (:meth:`FaceLandmarks.jaw_line`, from
-  one jaw angle over the chin to the other): at points 1 px apart along it, the strongest gradient across the
-  line within ±``JAW_BAND`` of the face's width (the landmarks' own error), generated / real — per frame over
-  the whole line (``jaw_edge_ratio``: a chin that melts into the collar scores well below 1) and over its
-  weakest quarter (:data:`JAW_SEGMENTS`); a frame whose weakest quarter keeps under :data:`JAW_BREAK` of the
-  real edge counts as one where the jaw line breaks (``jaw_breaks``), and the worst frame is named.
-- **Lips closed in silence**: in frames whose audio Silero VAD calls silent (probability < 0.2 over the
-  frame and the two frames either side, as lips move just before and after sound) the lips count as
-  closed when the openness is below ``CLOSED_OPENNESS`` or below the real frames' median openness in
-  silence + ``REST_MARGIN`` (someone whose mouth rests parted in a smile); the share for the generated
-  and for the real frames.
+- **Mouth openness** is inner-lip gap / mouth width, as in
+  :meth:`~framegraph.models.face.FaceLandmarks.mouth_openness`. It is measured on the generated and on the
+  real frame. ``landmark_openness_corr`` is their Pearson correlation over the clip. Give a held-out clip,
+  whose audio was not used in training.
+- **The face outside the mouth** is compared with the real frame. The scores are PSNR in dB and SSIM. SSIM uses a 7 px
+  Gaussian window. The area is the real face's box minus its lower-face polygon. The polygon is grown by 4 px
+  (:func:`~framegraph.models.face.outside_mouth_mask`). A video avatar's frames *are* the real frames there, up to the
+  paste-back seam. The target is ≥ 30 dB.
+- **Sharpness of the mouth region** is the variance of the Laplacian. It is taken inside the real lower-face polygon. It
+    is given as generated / real. A ratio of 1 is as sharp as the video. A blurry region scores well below.
+- **The jaw line** is the luminance edge across the real face's jaw line. The line is :meth:`FaceLandmarks.jaw_line`. It
+  runs from one jaw angle over the chin to the other. Points lie 1 px apart along it. At each, the strongest gradient
+  across the line counts. It is sought within ±``JAW_BAND`` of the face's width. That band is the landmarks' own error.
+  The ratio is generated / real, per frame. ``jaw_edge_ratio`` covers the whole line. A chin that melts into the collar
+  scores well below 1. The weakest quarter is scored too (:data:`JAW_SEGMENTS`). It may keep under :data:`JAW_BREAK` of
+  the real edge. Then the jaw line breaks in that frame. ``jaw_breaks`` counts those frames, and the worst frame is
+  named.
+- **Lips closed in silence** looks at silent frames. Silero VAD decides. The speech probability must be < 0.2 there.
+  That holds over the frame and the two frames either side. Lips move just before and after sound. The lips count as
+  closed when the openness is below ``CLOSED_OPENNESS``. They also count as closed below a personal level. That is the
+  real frames' median openness in silence + ``REST_MARGIN``. That covers someone whose mouth rests parted in a smile.
+  The share is given for the generated and for the real frames.
 
-:func:`track_clip` applies the same measures to a real clip alone — does the landmark model follow this
-face, and does its mouth openness follow the clip's own loudness?
+:func:`track_clip` applies the same measures to a real clip alone. Does the landmark model follow this face?
+Does its mouth openness follow the clip's own loudness?
 """
 from __future__ import annotations
 
@@ -40,9 +42,7 @@ from framegraph.stream.quality import pearson, pearson_by_lag, psnr
 
 PSNR_CAP_DB = 99.0  # what identical pictures score in the JSON reports (JSON has no infinity)
 
-# inner-lip gap / mouth width below which the lips count as closed. Measured: lips pressed or resting
-# together read 0.00-0.05 (a closed-mouth 3D character 0.004-0.047, 5th-95th percentile); lips parted on
-# a smile over the teeth 0.12-0.14; the synthetic renderer's jaw at 0.3 opens to ~0.2 on the astronaut.
+# inner-lip gap / mouth width below which the lips count as closed (docs/real_people.md: how it was chosen)
 CLOSED_OPENNESS = 0.08
 REST_MARGIN = 0.03
 SILENT_PROBABILITY = 0.2
@@ -54,15 +54,16 @@ JAW_MIN_EDGE = 2.0  # grey levels / px: a real stretch weaker than this has no e
 
 
 def silent_frames(speech: np.ndarray, margin: int = 2) -> np.ndarray:
-    """bool [T]: no speech in the frame nor ``margin`` frames either side (``speech`` per frame, 0..1)."""
+    """bool [T]: no speech in the frame nor ``margin`` frames either side. ``speech`` is per frame, 0..1."""
     loud = speech >= SILENT_PROBABILITY
     near = np.convolve(loud.astype(float), np.ones(2 * margin + 1), mode="same") > 0
     return ~near
 
 
 class LandmarkMeter:
-    """Per-frame landmark measures of generated frames against the real ones (see the module docstring).
-    Two face meshes in video mode, one per stream. ``measure(generated, real)`` → a dict row."""
+    """Per-frame landmark measures of generated frames against the real ones; see the module docstring.
+
+    It runs two face meshes in video mode, one per stream. ``measure(generated, real)`` → a dict row."""
 
     def __init__(self):
         self.generated = FaceLandmarker(max_faces=1, video=True)
@@ -87,8 +88,9 @@ class LandmarkMeter:
 
 
 def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
-    """``outside_psnr`` (dB, 8-bit) and ``outside_ssim`` of ``generated`` vs ``real`` (uint8 [H, W, 3])
-    over the real ``face``'s box minus its lower face (:func:`outside_mouth_mask`)."""
+    """``outside_psnr`` and ``outside_ssim`` of ``generated`` vs ``real``, both uint8 [H, W, 3].
+
+    PSNR is in dB for 8 bits. Both cover the real ``face``'s box minus its lower face (:func:`outside_mouth_mask`)."""
     mask = outside_mouth_mask(face)
     if mask.sum() < 64:
         return {"outside_psnr": np.nan, "outside_ssim": np.nan}
@@ -102,8 +104,10 @@ def outside_mouth_scores(generated: np.ndarray, real: np.ndarray, face: FaceLand
 
 
 def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[float]:
-    """Per polygon (px of the frame: the real lower face, the outer lip contour), the variance of the
-    Laplacian of the luminance inside it, generated / real (each image's Laplacian computed once)."""
+    """The variance of the Laplacian of the luminance inside each polygon, generated / real.
+
+    The polygons are the real lower face and the outer lip contour. They are in px of the frame. Each image's
+    Laplacian is computed once."""
     import cv2
 
     def laplacian(img):
@@ -122,9 +126,11 @@ def sharpness_ratios(generated: np.ndarray, real: np.ndarray, polygons) -> list[
 
 
 def edge_across(image: np.ndarray, line: np.ndarray, band_px: float) -> np.ndarray:
-    """float [K]: at points 1 px apart along the polyline ``line [M, 2]`` (px of ``image``, uint8 [H, W, 3]),
-    the strongest luminance gradient across the line (grey levels / px, along its normal) within ±``band_px``
-    of it — how sharp the edge the line follows is, wherever within the band it lies."""
+    """How sharp the edge along the polyline ``line [M, 2]`` is: float [K].
+
+    ``line`` is in px of ``image``, a uint8 [H, W, 3]. The points lie 1 px apart along it. At each, the value is the
+    strongest luminance gradient across the line. It is taken along the normal. It is in grey levels / px, within
+    ±``band_px`` of the line. So it finds the edge wherever within the band it lies."""
     import cv2
 
     grey = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY).astype(np.float32)
@@ -152,9 +158,11 @@ def edge_across(image: np.ndarray, line: np.ndarray, band_px: float) -> np.ndarr
 
 
 def jaw_edge_ratios(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks) -> dict:
-    """``jaw_edge``: the edge across the real ``face``'s jaw line (:func:`edge_across`), generated / real, over
-    the whole line; ``jaw_edge_weakest``: the same over its weakest of :data:`JAW_SEGMENTS` stretches (those
-    with a real edge of at least :data:`JAW_MIN_EDGE`). NaN where the real frame has no edge there."""
+    """The jaw line's edge ratios, generated / real.
+
+    ``jaw_edge`` covers the whole line. It is the edge across the real ``face``'s jaw line (:func:`edge_across`).
+    ``jaw_edge_weakest`` is the same over the weakest of its :data:`JAW_SEGMENTS` stretches. Only stretches
+    with a real edge of at least :data:`JAW_MIN_EDGE` count. NaN where the real frame has no edge there."""
     line, band = face.jaw_line(), max(2.0, JAW_BAND * face.size_px())
     gen, ref = edge_across(generated, line, band), edge_across(real, line, band)
     if len(ref) < JAW_SEGMENTS or ref.mean() < JAW_MIN_EDGE:
@@ -165,9 +173,10 @@ def jaw_edge_ratios(generated: np.ndarray, real: np.ndarray, face: FaceLandmarks
 
 
 def jaw_summary(edge: np.ndarray, weakest: np.ndarray) -> dict | None:
-    """The jaw line over a clip from the per-frame ``jaw_edge`` / ``jaw_edge_weakest`` ratios (NaN: no edge
-    measured): their mean, the worst frame (its index in the clip and its ratio) and the frames where the line
-    breaks (the weakest stretch under :data:`JAW_BREAK`)."""
+    """The jaw line over a clip, from the per-frame ``jaw_edge`` / ``jaw_edge_weakest`` ratios.
+
+    NaN ratios mean no edge was measured. Returns their mean and the worst frame. The worst frame comes with its index
+    in the clip and its ratio. Returns the frames where the line breaks: the weakest stretch under :data:`JAW_BREAK`."""
     ok = np.isfinite(edge)
     if not ok.any():
         return None
@@ -183,8 +192,10 @@ def jaw_summary(edge: np.ndarray, weakest: np.ndarray) -> dict | None:
 
 
 def _swing(generated: np.ndarray, real: np.ndarray) -> float | None:
-    """How widely the generated mouth opens and shuts against the real one: the std of the generated
-    openness / the real's, over the frames where both have a face (1: as wide; a regression's ~0.6: less)."""
+    """How widely the generated mouth opens and shuts against the real one.
+
+    It is the std of the generated openness / the real's. The frames are those where both have a face. A ratio of 1
+    means as wide. A regression's ~0.6 means less."""
     ok = np.isfinite(generated) & np.isfinite(real)
     if ok.sum() < 3 or real[ok].std() < 1e-9:
         return None
@@ -192,7 +203,7 @@ def _swing(generated: np.ndarray, real: np.ndarray) -> float | None:
 
 
 def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
-    """The landmark metrics of :class:`LandmarkMeter` rows; ``speech`` per-frame probability or None."""
+    """The landmark metrics of :class:`LandmarkMeter` rows. ``speech`` is a per-frame probability, or None."""
     col = lambda key: np.array([r.get(key, np.nan) for r in rows], dtype=np.float64)  # noqa: E731
     r4 = lambda v: None if v is None or not np.isfinite(v) else round(float(v), 4)  # noqa: E731
     mean = lambda key: r4(np.nanmean(col(key))) if np.isfinite(col(key)).any() else None  # noqa: E731
@@ -211,7 +222,7 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
         quiet = silent_frames(np.asarray(speech[:len(rows)], np.float64))
         rest = float(np.nanmedian(real[quiet])) if np.isfinite(real[quiet]).any() else np.nan
         # closed: below CLOSED_OPENNESS, or no more open than this person's own mouth at rest (a smile
-        # over the teeth rests at ~0.13) + REST_MARGIN
+        # over the teeth) + REST_MARGIN
         limit = max(CLOSED_OPENNESS, rest + REST_MARGIN) if np.isfinite(rest) else CLOSED_OPENNESS
         closed = lambda o: r4(np.mean(o[quiet & np.isfinite(o)] < limit)) \
             if (quiet & np.isfinite(o)).any() else None  # noqa: E731
@@ -221,10 +232,12 @@ def real_summary(rows: list[dict], speech: np.ndarray | None) -> dict:
 
 
 def track_clip(clip, *, audio=None, max_lag: int = 5) -> dict:
-    """The landmark model on a real clip alone: share of frames with a face, mouth openness over time
-    against the loudness of the clip's own audio (or ``audio``, any file with sound): Pearson
-    correlation at lag 0 and the best within ±``max_lag`` frames (positive lag: the mouth after the sound),
-    openness in silence and in speech, blinks (eye openness dips below 60 % of its median)."""
+    """The landmark model on a real clip alone.
+
+    It gives the share of frames with a face. It compares mouth openness over time with the loudness of the audio. The
+    audio is the clip's own, or ``audio``, any file with sound. That gives the Pearson correlation at lag 0. It also
+    gives the best within ±``max_lag`` frames. A positive lag means the mouth comes after the sound. It gives openness
+    in silence and in speech. It counts blinks: eye openness dipping below 60 % of its median."""
     container = open_media(clip)
     try:
         stream = container.streams.video[0]

@@ -1,36 +1,40 @@
 """Evaluate an avatar on a clip it was not trained on: ``evaluate_avatar(avatar, clip, truth)``.
 
-**Mouth openness in a frame** (:func:`mouth_openness`): inside the *search box* — the portrait's rest
-mouth box (ground truth / bundle) widened by 15 % each side and grown downwards by the largest jaw drop
-the renderer draws (0.32 × mouth width) plus the head-motion margin — count the *inner-mouth* pixels:
-luminance below ``dark_fraction`` (0.55) of the median luminance of the same box in the reference
-portrait (lips and skin are far brighter than the open mouth's cavity). Openness = inner-mouth pixels
-/ mouth width in px, i.e. the mean vertical extent (px) of the dark opening per column of the mouth.
-It needs no model; :func:`estimator_check` shows on the real clip itself how well it tracks the ground
-truth ``jaw_open`` (the ``estimator_corr`` number of the report).
+**Mouth openness in a frame** comes from :func:`mouth_openness`. It looks inside the *search box*. That box starts from
+the portrait's rest mouth box. The box comes from the ground truth or the bundle. It is widened by 15 % each side. It is
+grown downwards by the largest jaw drop the renderer draws. That drop is 0.32 × mouth width. The head-motion margin is
+added. Inside it, the *inner-mouth* pixels are counted. Their luminance is below ``dark_fraction`` (0.55) of a reference
+level. That level is the median luminance of the same box in the reference portrait. Lips and skin are far brighter than
+the open mouth's cavity. Openness = inner-mouth pixels / mouth width in px. That is the mean vertical extent of the dark
+opening, in px. The mean is over the columns of the mouth. It needs no model. On the real clip itself,
+:func:`estimator_check` shows how well it tracks the ground truth ``jaw_open``. That is the report's ``estimator_corr``.
 
-**Metrics** (JSON): ``openness_corr`` — Pearson correlation of the generated frames' openness with the
-ground-truth ``jaw_open``; ``estimator_corr`` — the same estimator on the real clip's frames vs the
-ground truth; ``silence`` — openness on frames whose ground truth is not ``speaking`` and whose jaw is
-shut (``jaw_open < 0.05``), generated vs real, and the share of those generated frames with
-openness ≤ the real clip's 95th percentile there + 0.5 px (``lips_closed_fraction``).
+**Metrics** go to JSON:
 
-**Identity** (:class:`IdentityMeter`): SSIM (7 px Gaussian window, on [-1, 1] RGB) and PSNR between a
-frame and the reference portrait inside the face crop box, outside the *mouth motion region*
-(:func:`motion_region`: lips, jaw, chin — what speech is supposed to change), with the portrait moved
-into the frame's head pose (an ECC fit on that same area: the avatar's small head motion is not an
-identity change; the frame itself is not resampled). For the avatar's own frames only the region it
-draws moves (the Composite mask; the rest is the portrait), so the portrait is posed there and
-composited the same way (:class:`IdentityMeter` ``drawn``); a real clip is posed as a whole.
-``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames, measured as they leave
-the Composite stage (before the H.264 encoder, whose own loss on this portrait is not the model's);
-``identity_ssim_mp4`` is the same on the written MP4, ``identity_ssim_unaligned`` without the
-registration, and ``identity_ssim_real`` the real clip (an MP4) under the same measure.
+- ``openness_corr``: Pearson correlation of the generated frames' openness with the ground-truth ``jaw_open``.
+- ``estimator_corr``: the same estimator on the real clip's frames vs the ground truth.
+- ``silence``: openness on silent frames, generated vs real. Those frames' ground truth is not ``speaking``. Their jaw
+  is shut, with ``jaw_open < 0.05``. ``lips_closed_fraction`` is the share of those generated frames whose lips count as
+  closed. Their openness is ≤ the real clip's 95th percentile there + 0.5 px.
 
-**Real data** (the ``real`` block, :mod:`.evaluate_real`): the same generated frames measured with face
-landmarks against the clip's real frames — landmark mouth-openness correlation, PSNR / SSIM of the face
-outside the mouth, sharpness of the mouth region, lips closed where the clip's audio is silent. These need
-no ground truth beyond the real video, so they are what a person's own held-out clip is judged by.
+**Identity** comes from :class:`IdentityMeter`. It is SSIM and PSNR between a frame and the reference portrait. SSIM
+uses a 7 px Gaussian window, on [-1, 1] RGB. The area is inside the face crop box, outside the *mouth motion region*.
+That region comes from :func:`motion_region`. It is lips, jaw and chin: what speech is supposed to change. The portrait
+is moved into the frame's head pose. An ECC fit on that same area finds the pose. The avatar's small head motion is not
+an identity change. The frame itself is not resampled. For the avatar's own frames only the region it draws moves. That
+is the Composite mask; the rest is the portrait. So the portrait is posed there and composited the same way, through
+:class:`IdentityMeter`'s ``drawn``. A real clip is posed as a whole.
+
+- ``identity_ssim`` / ``identity_psnr_db`` are averaged over the generated frames. They are measured as the frames leave
+  the Composite stage. That is before the H.264 encoder. The encoder's own loss on this portrait is not the model's.
+- ``identity_ssim_mp4`` is the same on the written MP4.
+- ``identity_ssim_unaligned`` is the same without the registration.
+- ``identity_ssim_real`` is the real clip, an MP4, under the same measure.
+
+**Real data** is the ``real`` block, from :mod:`.real`. The same generated frames are measured with face landmarks
+against the clip's real frames. The measures are landmark mouth-openness correlation and PSNR / SSIM of the face outside
+the mouth. They add the sharpness of the mouth region. They add lips closed where the clip's audio is silent. They need
+no ground truth beyond the real video. So a person's own held-out clip is judged by them.
 """
 from __future__ import annotations
 
@@ -65,7 +69,7 @@ def _luma(frames: torch.Tensor) -> torch.Tensor:
 
 
 def search_box(mouth_box, image_hw, margin: float = 4.0) -> tuple[int, int, int, int]:
-    """Integer ``(x0, y0, x1, y1)`` where the mouth opening can be (see the module docstring)."""
+    """Integer ``(x0, y0, x1, y1)`` where the mouth opening can be; see the module docstring."""
     x, y, w, h = (float(v) for v in mouth_box)
     x0 = math.floor(x - 0.15 * w - margin)
     x1 = math.ceil(x + 1.15 * w + margin)
@@ -77,8 +81,10 @@ def search_box(mouth_box, image_hw, margin: float = 4.0) -> tuple[int, int, int,
 
 def mouth_openness(frames: torch.Tensor, mouth_box, reference: torch.Tensor, *,
                    dark_fraction: float = DARK_FRACTION) -> np.ndarray:
-    """Per-frame openness (px) of ``frames uint8 [T, H, W, 3]``; ``mouth_box`` rest box (x, y, w, h) px,
-    ``reference uint8 [H, W, 3]`` the portrait (sets the darkness threshold)."""
+    """Per-frame openness in px of ``frames uint8 [T, H, W, 3]``.
+
+    ``mouth_box`` is the rest box (x, y, w, h) in px. ``reference uint8 [H, W, 3]`` is the portrait. It sets
+    the darkness threshold."""
     x0, y0, x1, y1 = search_box(mouth_box, frames.shape[1:3])
     ref_l = _luma(reference[y0:y1, x0:x1])
     thr = dark_fraction * float(ref_l.median())
@@ -89,10 +95,11 @@ def mouth_openness(frames: torch.Tensor, mouth_box, reference: torch.Tensor, *,
 def motion_region(mouth_box, image_hw, margin: float = 2.0) -> tuple[int, int, int, int]:
     """Integer ``(x0, y0, x1, y1)`` of the lower face that speech moves: lips, jaw and chin.
 
-    From the rest mouth box ``(x, y, w, h)`` alone (so it works for any portrait): ``a = w / 2`` around
-    the mouth's centre, 2.5 ``a`` to each side, from 2.2 ``a`` above the lip line down to 1.4 ``a`` below
-    the chin (0.75 ``w`` under the lip line) — the support of the synthetic renderer's jaw / lip warp
-    (:class:`framegraph.models.synth.render.PortraitRenderer`), which is also where a real jaw moves skin."""
+    It comes from the rest mouth box ``(x, y, w, h)`` alone. So it works for any portrait. Let ``a = w / 2``,
+    around the mouth's centre. The region spans 2.5 ``a`` to each side. It runs from 2.2 ``a`` above the lip
+    line to 1.4 ``a`` below the chin. The chin lies 0.75 ``w`` under the lip line. This is the support of the
+    synthetic renderer's jaw and lip warp, in :class:`framegraph.models.synth.render.PortraitRenderer`. It is
+    also where a real jaw moves skin."""
     x, y, w, h = (float(v) for v in mouth_box)
     a, cx, cy = w / 2, x + w / 2, y + h / 2
     x0, x1 = math.floor(cx - 2.5 * a - margin), math.ceil(cx + 2.5 * a + margin)
@@ -104,21 +111,20 @@ def motion_region(mouth_box, image_hw, margin: float = 2.0) -> tuple[int, int, i
 class IdentityMeter:
     """Identity of a frame against the reference portrait, head pose compensated.
 
-    The face crop box minus the :func:`motion_region` is the *identity area* (forehead, eyes, nose, cheeks,
-    hair). The frame's head pose is fitted with an affine ECC fit (OpenCV ``findTransformECC``) on that
-    area — the avatar's small head motion is not an identity change — and the reference is moved into that
-    pose (bilinear); the frame, untouched, is then compared with it there: SSIM (7 px Gaussian window,
-    [-1, 1] RGB) and PSNR (dB). When the fitted pose scores lower than no motion at all (ECC is a local
-    fit), the unmoved reference's scores are taken. Moving the reference rather than the frame matters: a
-    sub-pixel bilinear resampling blurs fine texture, and resampling the frame instead scored a held-out
-    real clip 0.908 where this measure gives 0.957 (every 5th frame of seed 1000 clip 0).
+    The face crop box minus the :func:`motion_region` is the *identity area*. It holds forehead, eyes, nose, cheeks and
+    hair. The frame's head pose is fitted on that area. The fit is an affine ECC fit, OpenCV's ``findTransformECC``. The
+    avatar's small head motion is not an identity change. The reference is moved into that pose, bilinearly. The
+    untouched frame is then compared with it there. The scores are SSIM and PSNR in dB. SSIM uses a 7 px Gaussian window
+    on [-1, 1] RGB. ECC is a local fit. The fitted pose may score lower than no motion at all. Then the unmoved
+    reference's scores are taken. The reference is moved, not the frame. A sub-pixel bilinear resampling blurs fine
+    texture. That would lower the frame's score.
 
-    ``drawn`` (``float [H, W]`` in [0, 1]; None: the whole frame moves, as in a real video): where the
-    measured frames were generated — the avatar's :class:`~framegraph.models.composite.Composite` mask
-    (``frame_alpha()``); the rest of its frames is the portrait itself, unmoved. The pose is then fitted
-    on the identity area inside the drawn region, as a rigid in-plane motion (rotation + shift; that band
-    is too narrow to pin down a full affine), and the reference is moved there only and composited like
-    the frames (moving the whole reference would compare the avatar's fixed background with a moved one).
+    ``drawn`` is ``float [H, W]`` in [0, 1]. It says where the measured frames were generated. For the avatar it
+    is the :class:`~framegraph.models.composite.Composite` mask, ``frame_alpha()``. The rest of its frames is
+    the portrait itself, unmoved. None means the whole frame moves, as in a real video. With ``drawn``, the pose
+    is fitted on the identity area inside the drawn region. It is a rigid in-plane motion: rotation + shift.
+    That band is too narrow to pin down a full affine. The reference is moved there only, and composited like
+    the frames. Moving the whole reference would compare the avatar's fixed background with a moved one.
     ``measure(frame)`` returns ``(ssim, psnr_db, ssim_unaligned)`` for one ``uint8 [H, W, 3]`` frame."""
 
     def __init__(self, reference: torch.Tensor, crop_box, mouth_box, *, drawn=None):
@@ -154,7 +160,7 @@ class IdentityMeter:
             self.fit_mask = moving if moving.sum() >= 256 else mask
 
     def fit_pose(self, frame: np.ndarray) -> np.ndarray:
-        """The affine ``float32 [2, 3]`` taking reference px to ``frame`` px (ECC on the identity area)."""
+        """The affine ``float32 [2, 3]`` taking reference px to ``frame`` px. ECC fits it on the identity area."""
         import cv2
 
         gray = cv2.cvtColor(frame, cv2.COLOR_RGB2GRAY).astype(np.float32)
@@ -169,8 +175,10 @@ class IdentityMeter:
         return warp
 
     def posed_reference(self, frame: np.ndarray) -> np.ndarray:
-        """The reference portrait moved into ``frame``'s head pose (``uint8 [H, W, 3]``); with ``drawn``,
-        moved only there and composited into the unmoved portrait as the avatar's frames are."""
+        """The reference portrait moved into ``frame``'s head pose, as ``uint8 [H, W, 3]``.
+
+        With ``drawn`` it is moved only there. It is composited into the unmoved portrait, as the avatar's
+        frames are."""
         import cv2
 
         H, W = self.ref.shape[:2]
@@ -204,21 +212,24 @@ class IdentityMeter:
 
 def identity_ssim(frames: torch.Tensor, reference: torch.Tensor, crop_box, mouth_box, *,
                   align: bool = True) -> np.ndarray:
-    """Per-frame identity SSIM of ``frames uint8 [T, H, W, 3]`` (see :class:`IdentityMeter`; ``align=False``:
-    without the head-pose registration)."""
+    """Per-frame identity SSIM of ``frames uint8 [T, H, W, 3]``; see :class:`IdentityMeter`.
+
+    ``align=False`` skips the head-pose registration."""
     meter = IdentityMeter(reference, crop_box, mouth_box)
     return np.array([meter.measure(f)[0 if align else 2] for f in np.asarray(frames)])
 
 
 class FrameMeter(Stage):
-    """Sink of the composited ``"video"``: measures every frame as it arrives (before any video codec),
-    and, with ``real`` (an iterator of the real clip's ``uint8 [H, W, 3]`` frames, in step), the real frame
-    of the same index too. Keeps nothing but numbers, so a stream of any length fits in memory.
+    """Sink of the composited ``"video"``. It measures every frame as it arrives, before any video codec.
 
-    ``rows[k]``: ``open`` (openness px), ``ssim`` / ``psnr`` / ``ssim_raw`` (:class:`IdentityMeter`) of the
-    generated frame; with ``real``: ``open_real``, ``ssim_real`` / ``psnr_real`` / ``ssim_real_raw``, and
-    ``face_psnr`` / ``mouth_psnr`` — generated vs real frame (dB) over the face crop / the mouth motion region;
-    with ``landmarks`` (a :class:`~.evaluate_real.LandmarkMeter`) also its landmark columns.
+    With ``real``, it also measures the real frame of the same index. ``real`` iterates over the real clip's frames, in
+    step. Each is ``uint8 [H, W, 3]``. It keeps nothing but numbers. So a stream of any length fits in memory.
+
+    ``rows[k]`` holds the generated frame's ``open``, its openness in px. It holds ``ssim`` / ``psnr`` /
+    ``ssim_raw`` from :class:`IdentityMeter`. With ``real`` it adds ``open_real``, ``ssim_real`` /
+    ``psnr_real`` / ``ssim_real_raw``. It adds ``face_psnr`` / ``mouth_psnr``, generated vs real frame in dB.
+    They cover the face crop and the mouth motion region. With ``landmarks``, a :class:`~.real.LandmarkMeter`,
+    it also adds its landmark columns.
     """
 
     def __init__(self, avatar: PortraitAvatar, mouth_box, *, real=None, drawn=None,
@@ -266,9 +277,10 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
 def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
                   seed: int = 0, progress: bool = False, meter: FrameMeter | None = None,
                   total: int | None = None, runtime: str = "torch", onnx_dir: str | None = None) -> dict:
-    """Run the avatar graph on ``audio_path`` (any file with audio) into ``out_mp4``. ``meter`` also
-    receives every composited frame (before the codec). ``runtime`` / ``onnx_dir``: where the models compute
-    (see :func:`~..graph.build_avatar_graph`). Returns the graph's report."""
+    """Run the avatar graph on ``audio_path``, any file with audio, into ``out_mp4``.
+
+    ``meter`` also receives every composited frame, before the codec. ``runtime`` / ``onnx_dir``: where the
+    models compute; see :func:`~..graph.build_avatar_graph`. Returns the graph's report."""
 
 
     ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), steps=steps, vad=vad,
@@ -282,8 +294,10 @@ def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | N
 
 
 def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
-    """The metrics of :class:`FrameMeter` rows against the ground truth (see the module docstring);
-    ``jaw`` None: the clip has no mouth ground truth (a person's own video), so no openness metrics."""
+    """The metrics of :class:`FrameMeter` rows against the ground truth; see the module docstring.
+
+    ``jaw`` None means the clip has no mouth ground truth. A person's own video has none. Then there are no
+    openness metrics."""
     r = lambda v: None if v is None or not np.isfinite(v) else round(float(v), 4)  # noqa: E731
     n = len(rows)
     o_gen, o_real = _column(rows, "open"), _column(rows, "open_real")
@@ -318,16 +332,19 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
 def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None, steps: int | None = None,
                     seed: int = 0, progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
                     runtime: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
-    """Generate from ``clip``'s audio and measure it against ``truth`` (see the module docstring; ``truth``
-    None: a real clip without a JSON — only the measures against its real frames, no mouth ground truth).
+    """Generate from ``clip``'s audio and measure it against ``truth``; see the module docstring.
 
-    Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift`` block (minute ``n``
-    minus minute 1). ``identity_ssim_mp4`` (the same measure on the written H.264 file) is computed for
-    clips up to ``codec_check_max_frames`` frames. ``runtime`` / ``onnx_dir``: where the models compute
-    (:func:`~..graph.build_avatar_graph`; e.g. ``"onnx-int8"`` to measure the int8 export). ``real_measures``
-    False: only the generated frames against the ground truth and the portrait (openness correlation, silence,
-    identity) — no measures against the clip's real frames (the ``real`` block, ``identity_ssim_real``...) nor
-    of the written MP4; about a tenth of the time."""
+    ``truth`` None means a real clip without a JSON. Then only the measures against its real frames run, with
+    no mouth ground truth. Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift``
+    block. The drift is minute ``n`` minus minute 1. ``identity_ssim_mp4`` is the same measure on the written
+    H.264 file. It is computed for clips up to ``codec_check_max_frames`` frames. ``runtime`` / ``onnx_dir``:
+    where the models compute (:func:`~..graph.build_avatar_graph`). Use ``"onnx-int8"`` to measure the int8
+    export.
+
+    ``real_measures`` False measures only the generated frames against the ground truth and the portrait. That is
+    openness correlation, silence and identity. It skips the measures against the clip's real frames. Those are the
+    ``real`` block, ``identity_ssim_real`` and the like. It skips the written MP4 too. It takes about a tenth of the
+    time."""
 
     if truth is None:  # a person's own clip: no ground truth, one entry per frame of the video
         truth = {"truth": False, "frames": [{"index": i} for i, _ in enumerate(iter_video_frames(clip))]}
@@ -402,7 +419,7 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
 
 
 def estimator_check(clip, truth) -> dict:
-    """The openness estimator on a real clip vs its ground truth (no model involved)."""
+    """The openness estimator on a real clip vs its ground truth. No model is involved."""
 
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
     frames = torch.from_numpy(read_video(clip)["frames"])

@@ -1,17 +1,22 @@
 """A video avatar measured against the person's real frames: ``evaluate_video_avatar(avatar, clip, ...)``.
 
-For every frame of a segment of a real clip of the person (give one whose audio was not used in
-training: ``avatar train --video --holdout 0.2`` keeps the last 20 % out): the real frame is the base
-(instead of the loop, so the picture can be compared pixel for pixel), its region box comes from its own
-landmarks, the mouth shape from the clip's audio through the avatar's audio stages (:class:`MouthShape`,
-with the speaking state from Silero VAD), and the lower face is redrawn and pasted back exactly as the
-live graph does (:class:`MouthRegion`). Then the face engineer's landmark measures
-(:mod:`.real`): mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth,
-mouth sharpness, the jaw line's edge, lips closed in silence — and the time per frame of redraw + paste.
+It takes a segment of a real clip of the person. Give one whose audio was not used in training.
+``avatar train --video --holdout 0.2`` keeps the last 20 % out. For every frame of it:
 
-:func:`evaluate_typed_text`: the avatar as a user who types meets it — eSpeak NG sentences it never learnt, drawn
-on its loop frames: how the drawn mouth follows their phonemes' jaw, and how wide it opens while speaking (beside
-the person's own real openness while speaking, ``real_speaking_openness`` of :func:`evaluate_video_avatar`).
+- The real frame is the base, instead of the loop. So the picture can be compared pixel for pixel.
+- Its region box comes from its own landmarks.
+- The mouth shape comes from the clip's audio, through the avatar's audio stages (:class:`MouthShape`). The
+  speaking state comes from Silero VAD.
+- The lower face is redrawn and pasted back exactly as the live graph does (:class:`MouthRegion`).
+
+Then come the face engineer's landmark measures, from :mod:`.real`. They are mouth-openness correlation
+generated vs real, and PSNR / SSIM outside the mouth. They are mouth sharpness, the jaw line's edge and lips
+closed in silence. The time per frame of redraw + paste is measured too.
+
+:func:`evaluate_typed_text` meets the avatar as a user who types does. It draws eSpeak NG sentences it never
+learnt on its loop frames. It measures how the drawn mouth follows their phonemes' jaw. It measures how wide
+it opens while speaking. Compare that with the person's own real openness while speaking. That is
+``real_speaking_openness`` of :func:`evaluate_video_avatar`.
 """
 from __future__ import annotations
 
@@ -38,12 +43,13 @@ from .real import LandmarkMeter, real_summary, speech_per_frame
 
 def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, end_s: float | None = None,
                           out_video=None, av_offset_frames: int | None = None) -> dict:
-    """Measure ``avatar`` on the frames of ``clip`` (the source video, made as training made it, or a clip at the
-    avatar's size and fps) from ``start_s`` to ``end_s``
-    (see the module docstring); ``out_video``: also write the generated segment (MP4 with its audio).
-    ``av_offset_frames``: the frames by which the clip's sound comes after its picture, so moved earlier
-    (:func:`~..video.sync.shift_audio`) — None: the bundle's own measure of its source video (give 0 for a clip
-    recorded otherwise)."""
+    """Measure ``avatar`` on the frames of ``clip`` from ``start_s`` to ``end_s``; see the module docstring.
+
+    ``clip`` is the source video, made as training made it. Or it is a clip at the avatar's size and fps.
+    ``out_video``: also write the generated segment, as MP4 with its audio. ``av_offset_frames``: the frames by
+    which the clip's sound comes after its picture. The sound is moved that much earlier
+    (:func:`~..video.sync.shift_audio`). None uses the bundle's own measure of its source video. Give 0 for a
+    clip recorded otherwise."""
     clip = os.fspath(clip)
     with tempfile.TemporaryDirectory() as tmp:
         played = _as_played(avatar, clip, tmp)
@@ -108,11 +114,12 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
 
 
 def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES, seed: int = CHECK_SEED) -> dict:
-    """``sentences`` random eSpeak NG sentences (the demo's voices) through the avatar's audio stages, the mouth
-    drawn on its loop frames in turn and measured by the face landmarks: ``drawn_vs_phoneme_jaw_corr`` (the drawn
-    openness against the sentences' phonemes' jaw curve), ``drawn_speaking_openness`` (mean and std over the frames
-    the voice detector hears speech in) and ``drawn_silent_openness_mean``. Raises ``EspeakNotFound`` without
-    eSpeak NG."""
+    """Draw ``sentences`` random eSpeak NG sentences on the avatar and measure them.
+
+    The sentences use the demo's voices. They go through the avatar's audio stages. The mouth is drawn on its loop
+    frames in turn. The face landmarks measure it. ``drawn_vs_phoneme_jaw_corr`` is the drawn openness against the jaw
+    curve of the sentences' phonemes. ``drawn_speaking_openness`` is the mean and std over the frames the voice detector
+    hears speech in. ``drawn_silent_openness_mean`` is the rest. Raises ``EspeakNotFound`` without eSpeak NG."""
     said = typed_sentences(avatar.hear, avatar.fps, sentences, seed)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
     region = MouthRegion.for_avatar(avatar)
@@ -145,9 +152,11 @@ def _mean_std(x: np.ndarray) -> dict | None:
 
 
 def _as_played(avatar: VideoAvatar, clip: str, tmp: str) -> str:
-    """``clip`` itself when it plays at the avatar's size and fps, else the clip made so as training made its
-    source video (:func:`~..clips.prepare.prepare_video`: resampled to the avatar's fps, scaled to its size, one
-    segment) in ``tmp`` — so the source video itself can be given, whatever its resolution and frame rate."""
+    """``clip`` as it plays at the avatar's size and fps.
+
+    That is ``clip`` itself when it already does. Else the clip is made in ``tmp`` as training made its source video, by
+    :func:`~..clips.prepare.prepare_video`. It is resampled to the avatar's fps and scaled to its size. It is one
+    segment. So the source video itself can be given, whatever its resolution and frame rate."""
     info = probe(clip)
     if (info["width"], info["height"]) == (avatar.width, avatar.height) and abs((info["fps"] or 0) - avatar.fps) < 0.01:
         return clip

@@ -1,12 +1,15 @@
-"""The portrait kind: a still picture talks. An audio-conditioned linear DiT generates the face region's latents
-block by block, a causal VAE decodes them, and the region is pasted back into the portrait.
+"""The portrait kind: a still picture talks.
 
-- :mod:`.bundle`: :class:`PortraitAvatar` (``DIR/{vae,dit,audio}/``, ``portrait.png``, ``avatar.json``), its
-  loading, saving and graph stages; :func:`random_avatar` for tests.
-- :mod:`.engines`: its engines per runtime (torch, ONNX Runtime), :mod:`.compiled` the compiled runtime's;
-  :mod:`.onnx`: its export to ONNX (``framegraph
-  export --avatar``). The export's int8 files are :mod:`framegraph.models.avatar.int8`'s (it runs the graph).
-- :mod:`.data` / :mod:`.train`: clips → latents, audio features and states; the training phases (VAE, audio
-  encoder, flow matching, distillation, rollout). A trained bundle's decoder trained further:
-  :mod:`framegraph.models.avatar.refine`.
+An audio-conditioned linear DiT generates the face region's latents block by block. A causal VAE decodes
+them. The region is pasted back into the portrait.
+
+- :mod:`.bundle`: :class:`PortraitAvatar`, with ``DIR/{vae,dit,audio}/``, ``portrait.png`` and
+  ``avatar.json``. It holds loading, saving and the graph stages. :func:`random_avatar` is for tests.
+- :mod:`.engines`: its engines per runtime, torch and ONNX Runtime.
+- :mod:`.compiled`: the compiled runtime's engines.
+- :mod:`.onnx`: its export to ONNX, with ``framegraph export --avatar``. The export's int8 files belong to
+  :mod:`framegraph.models.avatar.int8`, which runs the graph.
+- :mod:`.data`: clips → latents, audio features and states.
+- :mod:`.train`: the training phases: VAE, audio encoder, flow matching, distillation, rollout. A trained bundle's
+decoder is trained further by :mod:`framegraph.models.avatar.refine`.
 """

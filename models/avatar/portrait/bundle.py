@@ -1,5 +1,7 @@
-"""The portrait avatar bundle (``kind: "portrait"``, the default): one folder holding everything a talking
-still portrait needs, and the stages it adds to an avatar graph.
+"""The portrait avatar bundle, ``kind: "portrait"``, the default.
+
+It is one folder holding everything a talking still portrait needs. This module also holds the stages it adds
+to an avatar graph. The folder holds::
 
     DIR/avatar.json      portrait file, crop (face) box, mouth box, region size, fps, chunk frames,
                          sampler steps / shift, latent normalisation, VAD on/off
@@ -10,13 +12,14 @@ still portrait needs, and the stages it adds to an avatar graph.
     DIR/dit/             AvatarDiT     (diffusers save_pretrained folder)
     DIR/audio/           AudioEncoder  (diffusers save_pretrained folder)
 
-:func:`load_portrait_avatar` checks every piece and raises :class:`~..base.AvatarError` naming the missing or
-bad file; ``save_avatar(DIR, avatar)`` writes it (atomically per file). ``random_avatar(...)`` makes a tiny,
-randomly initialised bundle (tests, smoke runs: it exercises the whole graph, it does not talk well).
+:func:`load_portrait_avatar` checks every piece. It raises :class:`~..base.AvatarError` naming the missing or
+bad file. ``save_avatar(DIR, avatar)`` writes it, atomically per file. ``random_avatar(...)`` makes a tiny,
+randomly initialised bundle. It is for tests and smoke runs. It exercises the whole graph, but it does not
+talk well.
 
-Its stages (:meth:`PortraitAvatar.add_stages`): ``features → Denoiser → VAEDecode → Composite``; their engines
-come from the runtime registry (:mod:`framegraph.models.runtime`, model ``"avatar-portrait"``: torch and ONNX
-Runtime in :mod:`.engines`, compiled in :mod:`.compiled`).
+Its stages come from :meth:`PortraitAvatar.add_stages`: ``features → Denoiser → VAEDecode → Composite``. Their
+engines come from the runtime registry, :mod:`framegraph.models.runtime`, as model ``"avatar-portrait"``. Torch
+and ONNX Runtime are in :mod:`.engines`. The compiled engines are in :mod:`.compiled`.
 """
 from __future__ import annotations
 
@@ -63,18 +66,18 @@ SMALL_VAE = dict(block_out_channels=(32, 64, 64), patch_size=4, latent_channels=
 
 @dataclass
 class PortraitAvatar(PictureSize, MatteInFolder):
-    """A loaded portrait bundle (see the module docstring); an :class:`~..base.AvatarBundle`.
+    """A loaded portrait bundle; an :class:`~..base.AvatarBundle`. See the module docstring.
 
     Attributes:
-        vae / dit / audio: the three models (eval mode, CPU until moved).
+        vae / dit / audio: the three models, in eval mode, on the CPU until moved.
         portrait: ``uint8 [H, W, 3]`` background frame.
-        crop_box: ``(x, y, s, s)`` px of the portrait: where the model's square region comes from and goes back.
-        mouth_box: ``(x, y, w, h)`` px of the portrait around the lips at rest (eval; may be None).
-        region_size: side of the generated region in px (the VAE's frame size).
+        crop_box: ``(x, y, s, s)`` px of the portrait. The model's square region comes from there and goes back.
+        mouth_box: ``(x, y, w, h)`` px of the portrait around the lips at rest. For eval; may be None.
+        region_size: side of the generated region in px. It is the VAE's frame size.
         fps, chunk_frames, steps, shift: stream settings of the Denoiser.
         vad: use the Silero VAD for the speaking state.
-        matte: ``uint8 [H, W]`` the person matte of the portrait (``matte.png``), or None (an older bundle).
-        meta: everything else found in avatar.json (training report, provenance...).
+        matte: ``uint8 [H, W]``, the person matte of the portrait from ``matte.png``. None in an older bundle.
+        meta: everything else found in avatar.json, such as the training report and provenance.
     """
 
     vae: VideoVAE
@@ -101,13 +104,13 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         return self.region_size // self.vae.spatial_compression
 
     def region(self, frames: torch.Tensor | None = None) -> torch.Tensor:
-        """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]`` (default: the portrait)."""
+        """The face region ``uint8 [T, S, S, 3]`` cut from ``frames [T, H, W, 3]``. Default: the portrait."""
         frames = self.portrait[None] if frames is None else frames
         return crop_frames(frames, self.crop_box, self.region_size)
 
     @torch.no_grad()
     def reference_latent(self) -> torch.Tensor:
-        """``float32 [C, h, w]``: the portrait's face region encoded by the VAE (the identity)."""
+        """``float32 [C, h, w]``: the portrait's face region encoded by the VAE. It is the identity."""
         if self._reference is None:
             x = uint8_to_frames(self.region()).transpose(0, 1)[None]  # [1, 3, 1, S, S]
             z, _ = self.vae.encode(x.to(self.vae.device))
@@ -115,7 +118,7 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         return self._reference
 
     def settings(self) -> dict:
-        """The avatar.json content (without the meta block)."""
+        """The avatar.json content, without the meta block."""
         c = self.vae.config
         return {"format_version": FORMAT_VERSION, "portrait": PORTRAIT_FILE,
                 "size": [self.width, self.height], "face_box": [int(v) for v in self.crop_box],
@@ -125,10 +128,11 @@ class PortraitAvatar(PictureSize, MatteInFolder):
                 "latent_norm": {"mean": c.latent_mean, "std": c.latent_std}}
 
     def composite(self, device: str = "cpu", alpha: bool = False, out_device: str | None = None) -> Composite:
-        """The :class:`~framegraph.models.composite.Composite` stage that pastes the generated region into the
-        portrait (default feathered ellipse); its picture goes to ``out_device`` (default ``device``); ``alpha``: it
-        also sends the portrait's matte on an ``"alpha"`` port (:class:`~..base.AvatarError` when the bundle has
-        none)."""
+        """The :class:`~framegraph.models.composite.Composite` stage that pastes the region into the portrait.
+
+        Its default mask is a feathered ellipse. Its picture goes to ``out_device``, by default ``device``.
+        ``alpha``: it also sends the portrait's matte on an ``"alpha"`` port. Without a matte in the bundle
+        that raises :class:`~..base.AvatarError`."""
         matte = self.required_matte() if alpha else None
         return Composite(self.portrait, self.crop_box, region_size=self.region_size, device=device, alpha=matte,
                          out_device=out_device)
@@ -144,10 +148,12 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         return export_avatar(self, out_dir)
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
-        """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~framegraph.models.dit.Denoiser`
-        → :class:`~framegraph.models.vae.VAEDecode` → :class:`~framegraph.models.composite.Composite` (the face
-        region pasted into the portrait; with ``settings.alpha`` also the portrait's matte), each model on its
-        ``settings.runtime`` engine."""
+        """Add the portrait's stages, each model on its ``settings.runtime`` engine.
+
+        The chain is ``source`` → :class:`~framegraph.models.audio.AudioFeatures` →
+        :class:`~framegraph.models.dit.Denoiser` → :class:`~framegraph.models.vae.VAEDecode` →
+        :class:`~framegraph.models.composite.Composite`. The Composite pastes the face region into the portrait.
+        With ``settings.alpha`` it also sends the portrait's matte."""
         if settings.alpha:
             self.required_matte()
         engines = runtime.engines("avatar-portrait", settings.runtime, self, settings)
@@ -173,8 +179,10 @@ class PortraitAvatar(PictureSize, MatteInFolder):
 
 
 def load_portrait_avatar(root, cfg: dict) -> PortraitAvatar:
-    """The portrait bundle at ``root`` whose ``avatar.json`` is ``cfg`` (:func:`~..bundle.load_avatar` reads it
-    and picks the kind); :class:`~..base.AvatarError` names the missing / bad file."""
+    """The portrait bundle at ``root`` whose ``avatar.json`` is ``cfg``.
+
+    The loader, :func:`~..bundle.load_avatar`, reads the file and picks the kind. The error,
+    :class:`~..base.AvatarError`, names the missing or bad file."""
     from PIL import Image
 
     root = Path(root)
@@ -232,7 +240,7 @@ def load_portrait_avatar(root, cfg: dict) -> PortraitAvatar:
 
 
 def save_avatar(root, avatar: PortraitAvatar) -> str:
-    """Write ``avatar`` as a bundle folder (created); returns its path."""
+    """Write ``avatar`` as a bundle folder, created; returns its path."""
     from PIL import Image
 
     root = Path(root)
@@ -252,7 +260,7 @@ def save_avatar(root, avatar: PortraitAvatar) -> str:
 def random_avatar(*, portrait: torch.Tensor | np.ndarray | None = None, crop_box=None, mouth_box=None,
                   region_size: int = 64, fps: float = 25.0, chunk_frames: int = 1, steps: int = 1, seed: int = 0,
                   vad: bool = False, vae_config: dict | None = None, dit_config: dict | None = None) -> PortraitAvatar:
-    """A tiny randomly initialised avatar (default: the astronaut portrait) — for tests of the plumbing."""
+    """A tiny randomly initialised avatar, for tests of the plumbing. The default portrait is the astronaut."""
 
     if portrait is None:
         p = astronaut_portrait()

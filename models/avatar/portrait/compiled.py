@@ -1,17 +1,18 @@
-"""The portrait avatar's compiled engines (runtime ``"compiled"``, :mod:`framegraph.models.compile`).
+"""The portrait avatar's compiled engines: runtime ``"compiled"``, from :mod:`framegraph.models.compile`.
 
-- :class:`CompiledDiT`: one *block step* — the few-step Euler sampler over the streamed DiT and the commit of the
-  clean block, the stream state updated in place — as one function of ``(noise, audio, labels, rope_cos,
-  rope_sin)``, compiled by Inductor and, on CUDA, replayed from one CUDA graph per sampler-step count (the
-  fallbacks' 4 → 2 → 1 each get theirs). The rotary table of the block's stream position is an input, computed
-  outside the step, so neither the compiled graph nor the captured one depends on how far the stream has come.
-- :class:`CompiledVAE`: the decoder's steady step — a chunk decoded with the stream's cache, the temporal cache
-  written back in place — compiled and, on CUDA, graphed; a stream's first chunk (no cache yet: the reference
-  features are computed then) runs the torch model, once.
+- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then comes
+  the commit of the clean block. The stream state is updated in place. The step is one function of ``(noise, audio,
+  labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA graph per sampler-step
+  count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the block's stream position is an input. It
+  is computed outside the step. So neither graph depends on how far the stream has come.
+- :class:`CompiledVAE` compiles the decoder's steady step. That step decodes a chunk with the stream's cache.
+  It writes the temporal cache back in place. On CUDA it is also graphed. A stream's first chunk has no cache
+  yet; the reference features are computed then. It runs the torch model, once.
 
-Both compute what :class:`~framegraph.models.dit.TorchDiT` and :class:`~framegraph.models.vae.TorchVAE` compute
-(``tests/models/test_compiled_avatar.py``: ≤ 1e-4 relative in float32); the audio encoder stays on its torch
-engine (it runs on the CPU on 20-ms chunks of varying length, :class:`~framegraph.models.audio.AudioFeatures`).
+Both compute what :class:`~framegraph.models.dit.TorchDiT` and :class:`~framegraph.models.vae.TorchVAE`
+compute. ``tests/models/test_compiled_avatar.py`` checks ≤ 1e-4 relative in float32. The audio encoder stays
+on its torch engine. It runs on the CPU on 20-ms chunks of varying length, in
+:class:`~framegraph.models.audio.AudioFeatures`.
 """
 from __future__ import annotations
 
@@ -26,15 +27,16 @@ from .engines import PortraitEngines
 
 
 def streamed_tensors(stream) -> list[torch.Tensor]:
-    """The tensors :meth:`~framegraph.models.dit.AvatarDiT.commit_step` returns new values for, in its order:
-    per layer ``kv, k_sum, ffn_cache``, then the audio history."""
+    """The tensors :meth:`~framegraph.models.dit.AvatarDiT.commit_step` returns new values for, in its order.
+
+    Per layer they are ``kv, k_sum, ffn_cache``. Then comes the audio history."""
     return [t for layer in stream.layers for t in layer.tensors()] + [stream.audio_history]
 
 
 class CompiledDiT:
-    """The :class:`~framegraph.models.dit.DiTEngine` of the compiled runtime (see the module docs).
+    """The :class:`~framegraph.models.dit.DiTEngine` of the compiled runtime; see the module docs.
 
-    ``settings.cuda_graphs`` (None: on CUDA) captures each step count's block step once, at its first block."""
+    ``settings.cuda_graphs`` captures each step count's block step once, at its first block. None means on CUDA."""
 
     def __init__(self, model, settings: CompileSettings = CompileSettings()):
         self.model, self.settings = model, settings
@@ -83,7 +85,7 @@ class CompiledDiT:
 
 
 class CompiledVAE:
-    """The :class:`~framegraph.models.vae.VAEEngine` of the compiled runtime (see the module docs)."""
+    """The :class:`~framegraph.models.vae.VAEEngine` of the compiled runtime; see the module docs."""
 
     def __init__(self, model, reference: torch.Tensor | None, settings: CompileSettings = CompileSettings()):
         self.model, self.reference, self.settings = model, reference, settings
@@ -122,7 +124,7 @@ class CompiledVAE:
 
 
 def compiled_engines(avatar, settings) -> PortraitEngines:
-    """Compiled DiT and decoder; the audio encoder on torch (see the module docs)."""
+    """Compiled DiT and decoder; the audio encoder on torch. See the module docs."""
     options = CompileSettings(cuda_graphs=settings.cuda_graphs)
     return PortraitEngines(audio=None, dit=lambda model: CompiledDiT(model, options),
                            vae=lambda model, reference: CompiledVAE(model, reference, options))

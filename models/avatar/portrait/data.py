@@ -1,19 +1,20 @@
 """Training data of the denoiser: clips → face-region latents, audio features and state labels.
 
-For each ``clip_NNNNN.mp4`` + ``.json`` of a folder (``framegraph avatar synth`` output, or a user's video
-with a JSON of the same form):
+It reads each ``clip_NNNNN.mp4`` + ``.json`` of a folder. That is ``framegraph avatar synth`` output. It may also be a
+user's video with a JSON of the same form.
 
-- the frames are cut to the face region (:func:`framegraph.models.vae.load_face_clips`, one crop box for
-  the folder) and encoded **once** by the trained VAE (streamed in chunks with the encoder cache, exactly
-  as a live stream would) → ``latents float32 [C, T, h, w]`` (normalised, ~unit variance);
-- the audio track (16 kHz mono) goes through the **offline** path of :mod:`framegraph.models.audio`
-  (:func:`~framegraph.models.audio.extract`: features and Silero-VAD state per video frame — the same
-  numbers the ``AudioFeatures`` stage produces when the audio streams in chunk by chunk);
-- the state label per frame is what the stage would emit: the VAD's idle / speaking one-hot and speech
-  probability, with ``listening`` where the ground truth says the avatar listens (the app sets it live).
+- The frames are cut to the face region by :func:`framegraph.models.vae.load_face_clips`. The folder has one crop box.
+  The trained VAE encodes them **once**. It streams them in chunks with the encoder cache. That is exactly as a live
+  stream would. The result is ``latents float32 [C, T, h, w]``, normalised to ~unit variance.
+- The audio track, 16 kHz mono, goes through the **offline** path of :mod:`framegraph.models.audio`. That is
+  :func:`~framegraph.models.audio.extract`. It gives features and a Silero-VAD state per video frame. They are the same
+  numbers the ``AudioFeatures`` stage produces. There the audio streams in chunk by chunk.
+- The state label per frame is what the stage would emit. That is the VAD's idle / speaking one-hot and
+  speech probability. It is ``listening`` where the ground truth says the avatar listens. The app sets that
+  live.
 
-Everything is cached in one ``.pt`` file keyed by a fingerprint of the VAE weights, the audio encoder
-and the clip files, so later phases and resumed runs do not recompute it.
+Everything is cached in one ``.pt`` file. Its key is a fingerprint. It covers the VAE weights, the audio encoder and the
+clip files. So later phases and resumed runs do not recompute it.
 """
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ from ..clips.io import align_audio
 
 @dataclass
 class ClipData:
-    """One clip's training tensors (``T`` video frames)."""
+    """One clip's training tensors, for ``T`` video frames."""
 
     name: str
     latents: torch.Tensor  # float32 [C, T, h, w]
@@ -49,7 +50,7 @@ class ClipData:
 
 
 def clip_audio(path) -> np.ndarray:
-    """The clip's audio as int16 mono 16 kHz samples, aligned so sample 0 is at video time 0."""
+    """The clip's audio as int16 mono 16 kHz samples. Sample 0 is at video time 0."""
 
 
     info = read_video(path)
@@ -92,7 +93,7 @@ def _fingerprint(vae, audio_encoder, videos: list[Path], region_size: int, vad: 
 
 @torch.no_grad()
 def encode_frames(vae, frames: torch.Tensor, chunk: int = 8) -> torch.Tensor:
-    """``uint8 [T, S, S, 3]`` → normalised latents ``float32 [C, T, h, w]`` (streamed with the cache)."""
+    """``uint8 [T, S, S, 3]`` → normalised latents ``float32 [C, T, h, w]``, streamed with the cache."""
 
     cache, zs = None, []
     for s in range(0, frames.shape[0], chunk):
@@ -105,10 +106,10 @@ def encode_frames(vae, frames: torch.Tensor, chunk: int = 8) -> torch.Tensor:
 def prepare_clips(clips_dir, vae, audio_encoder, *, region_size: int, fps: float = 25.0, vad: bool = True,
                   crop_box=None, max_clips: int | None = None, cache_path=None,
                   progress: bool = True) -> tuple[list[ClipData], tuple[int, int, int, int], dict]:
-    """Encode every clip of ``clips_dir`` (see the module docstring).
+    """Encode every clip of ``clips_dir``; see the module docstring.
 
-    Returns ``(clips, crop_box, portrait_json)``; with ``cache_path`` the result is stored there and
-    reused while the fingerprint (models + clip files) matches."""
+    Returns ``(clips, crop_box, portrait_json)``. With ``cache_path`` the result is stored there. It is reused
+    while the fingerprint of the models and clip files matches."""
     from tqdm import tqdm
 
 
@@ -155,8 +156,9 @@ def prepare_clips(clips_dir, vae, audio_encoder, *, region_size: int, fps: float
 
 
 def sample_windows(clips: list[ClipData], batch: int, frames: int, gen: torch.Generator):
-    """``batch`` random windows of ``frames`` consecutive frames →
-    ``(x0 [B, C, T, h, w], audio [B, T, F], labels [B, T, 4])``."""
+    """``batch`` random windows of ``frames`` consecutive frames.
+
+    Returns ``(x0 [B, C, T, h, w], audio [B, T, F], labels [B, T, 4])``."""
     lengths = torch.tensor([c.frames for c in clips], dtype=torch.float64)
     t = int(min(frames, lengths.min().item()))
     picks = torch.multinomial(lengths, batch, replacement=True, generator=gen).tolist()

@@ -1,17 +1,16 @@
-"""The portrait avatar's engines, per runtime (:mod:`framegraph.models.runtime`, model ``"avatar-portrait"``).
+"""The portrait avatar's engines, per runtime: :mod:`framegraph.models.runtime`, model ``"avatar-portrait"``.
 
-- ``torch``: the stages' own defaults — the audio encoder itself, :class:`~framegraph.models.dit.TorchDiT`,
-  :class:`~framegraph.models.vae.TorchVAE`.
-- ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export (:mod:`.onnx`; ``framegraph export
-  --avatar``), checked against the bundle (:class:`~framegraph.models.onnx.ExportError` when missing, stale or
-  foreign); ``onnx-int8`` runs the models the export keeps in int8 (:mod:`framegraph.models.avatar.int8`) from
-  their int8 files.
-  :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared :class:`~framegraph.models.onnx.OrtVAEStream` hold
-  each model's stream state as torch tensors bound to the sessions.
+- ``torch``: the stages' own defaults. They are the audio encoder itself,
+  :class:`~framegraph.models.dit.TorchDiT` and :class:`~framegraph.models.vae.TorchVAE`.
+- ``onnx`` / ``onnx-int8``: ONNX Runtime on the CPU from the bundle's export. It is made by :mod:`.onnx` and
+  ``framegraph export --avatar``. It is checked against the bundle. An :class:`~framegraph.models.onnx.ExportError` says
+  when it is missing, stale or foreign. ``onnx-int8`` runs the models the export keeps in int8 from their int8 files
+  (:mod:`framegraph.models.avatar.int8`). The classes :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared
+  :class:`~framegraph.models.onnx.OrtVAEStream` hold each model's stream state as torch tensors bound to the sessions.
 
-Threads: each session gets intra-op threads; the audio encoder 1 (20 ms chunks of small work), the DiT and
-the decoder ``torch_threads`` each, by default half the cores — they run side by side on successive frames,
-so two full-width pools would fight for the same cores.
+Threads: each session gets intra-op threads. The audio encoder gets 1, for 20 ms chunks of small work. The DiT
+and the decoder get ``torch_threads`` each. The default is half the cores. They run side by side on successive
+frames. Two full-width pools would fight for the same cores.
 """
 from __future__ import annotations
 
@@ -38,7 +37,7 @@ if TYPE_CHECKING:  # pragma: no cover - the engines' argument and result types
 
 
 class PortraitEngines(NamedTuple):
-    """What each stage of a portrait run computes with (see :mod:`framegraph.models.runtime`)."""
+    """What each stage of a portrait run computes with; see :mod:`framegraph.models.runtime`."""
 
     audio: Callable[[AudioEncoder], Callable] | None  # AudioFeatures': → the log-mel conv stack runner
     dit: Callable[[AvatarDiT], DiTEngine]  # the Denoiser's
@@ -46,9 +45,11 @@ class PortraitEngines(NamedTuple):
 
 
 class AvatarExport(CheckedExport):
-    """An export directory checked against ``avatar`` (see :func:`~.onnx.load_manifest`); makes the sessions
-    of each stage. ``int8``: the parts of the models the export keeps in int8 (its manifest's ``int8.models``,
-    :mod:`framegraph.models.avatar.int8`) load their int8 file, checked to come from the same bundle."""
+    """An export directory checked against ``avatar``; it makes the sessions of each stage.
+
+    See :func:`~.onnx.load_manifest`. ``int8``: the models the export keeps in int8 load their parts' int8
+    files. Those are its manifest's ``int8.models``, from :mod:`framegraph.models.avatar.int8`. Each file is
+    checked to come from the same bundle."""
 
     def __init__(self, export_dir: str, avatar, *, int8: bool = False):
         super().__init__(export_dir, load_manifest(export_dir, avatar))
@@ -66,11 +67,11 @@ class AvatarExport(CheckedExport):
 
 
 class OrtDiTStream:
-    """One DiT stream on ORT: :meth:`velocity` (read only) and :meth:`commit` (advances the state).
+    """One DiT stream on ORT: :meth:`velocity` reads only, :meth:`commit` advances the state.
 
-    ``stream``: a fresh :class:`~framegraph.models.dit.state.DiTStreamState` from ``model.init_stream``
-    (torch, once per stream: the identity keys / values); its tensors are set A of the state, set B is a
-    copy; ``x`` / ``audio`` / ``state_label`` are bound where they lie at each call."""
+    ``stream`` is a fresh :class:`~framegraph.models.dit.state.DiTStreamState` from ``model.init_stream``.
+    That runs in torch, once per stream, for the identity keys and values. Its tensors are set A of the state.
+    Set B is a copy. ``x`` / ``audio`` / ``state_label`` are bound where they lie at each call."""
 
     def __init__(self, model, stream, velocity: OrtGraph, commit: OrtGraph):
         
@@ -110,8 +111,9 @@ class OrtDiTStream:
 
     def velocity(self, x: torch.Tensor, t: torch.Tensor, audio: torch.Tensor,
                  state_label: torch.Tensor) -> torch.Tensor:
-        """``x [1, C, k, h, w]``, ``t [1]``, ``audio [1, k, F]``, ``state_label [1, k, S]`` → velocity (a buffer
-        reused by the next call)."""
+        """``x [1, C, k, h, w]``, ``t [1]``, ``audio [1, k, F]``, ``state_label [1, k, S]`` → velocity.
+
+        The velocity is a buffer that the next call reuses."""
         io, g = self.vio[self.parity], self.velocity_graph
         keep = [v.float().contiguous() for v in (x, t, audio, state_label)]  # alive until the run is done
         for name, v in zip(("x", "t", "audio", "state_label"), keep):
@@ -120,7 +122,7 @@ class OrtDiTStream:
         return self.v
 
     def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> None:
-        """Advance the stream past the clean block ``x0``: writes the other state set, which becomes current."""
+        """Advance the stream past the clean block ``x0``. It writes the other state set, which becomes current."""
         io, g = self.cio[self.parity], self.commit_graph
         keep = [v.float().contiguous() for v in (x0, audio, state_label)]  # alive until the run is done
         for name, v in zip(("x0", "audio", "state_label"), keep):
@@ -141,8 +143,10 @@ class OrtDiTStream:
 
 
 class OrtDiT:
-    """The :class:`~framegraph.models.dit.DiTEngine` on ONNX Runtime: the same few-step Euler sampler over the
-    exported velocity call, then the exported commit; the stream state bound in place (:class:`OrtDiTStream`)."""
+    """The :class:`~framegraph.models.dit.DiTEngine` on ONNX Runtime.
+
+    It runs the same few-step Euler sampler over the exported velocity call. Then it runs the exported commit. The
+    stream state is bound in place (:class:`OrtDiTStream`)."""
 
     def __init__(self, model, velocity: OrtGraph, commit: OrtGraph):
         if model.dtype != torch.float32:

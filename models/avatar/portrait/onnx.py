@@ -1,23 +1,25 @@
 """Export the portrait avatar's three stateful models to ONNX, every stream state an explicit input and output.
 
-Files written by :func:`export_avatar` (shapes fixed by the bundle: batch 1, its region size and chunk):
+:func:`export_avatar` writes these files. The bundle fixes their shapes: batch 1, its region size and chunk.
 
 - ``audio.onnx``: the :class:`~framegraph.models.audio.AudioEncoder` conv stack, ``log_mel float32
-  [1, n_mels, T] → features [1, D, T - R + 1]`` (``T`` dynamic: the window holds the ``R - 1`` mel frames of
-  context, the encoder's streaming state; the STFT front end stays in torch).
-- ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream:
-  ``x, t, audio, state_label`` + the stream state (reference latent, audio history, per layer the
-  linear-attention sums ``kv`` / ``k_sum``, the FFN cache and the identity keys / values) + the block's
-  rotary tables → ``velocity``. The state is read only.
-- ``dit_commit.onnx``: :meth:`AvatarDiT.commit_step`: the same state in, the advanced state out
-  (``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``).
-- ``vae_first.onnx`` / ``vae_next.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream (latent
-  + reference region in, frames + the whole decoder cache out) and of the next ones (latent + temporal
-  cache + reference features in, frames + next temporal cache out).
+  [1, n_mels, T] → features [1, D, T - R + 1]``. ``T`` is dynamic. The window holds the ``R - 1`` mel frames
+  of context, the encoder's streaming state. The STFT front end stays in torch.
+- ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream. Its inputs are
+  ``x, t, audio, state_label``, the stream state and the block's rotary tables. The state is the reference latent and
+  the audio history. Per layer it adds the linear-attention sums ``kv`` / ``k_sum`` and the FFN cache. It adds the
+  identity keys / values. The output is ``velocity``. The state is read only.
+- ``dit_commit.onnx``: :meth:`AvatarDiT.commit_step`. The same state goes in and the advanced state comes out.
+  The outputs are ``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``.
+- ``vae_first.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream. The latent and reference region
+  go in. Frames and the whole decoder cache come out.
+- ``vae_next.onnx``: the same for the next chunks. The latent, temporal cache and reference features go in.
+  Frames and the next temporal cache come out.
 
-``manifest.json`` (:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`) records the opset, every
-input / output with its meaning and shape, and the hash of the bundle the files came from. The export traces
-the models' readable torch path (the kernels' ``"torch"`` backend, :mod:`framegraph.kernels.backend`).
+``manifest.json`` has format :data:`FORMAT`, from :mod:`framegraph.models.onnx.manifest`. It records the
+opset and every input and output with its meaning and shape. It records the hash of the bundle the files came
+from. The export traces the models' readable torch path. That is the kernels' ``"torch"`` backend, from
+:mod:`framegraph.kernels.backend`.
 """
 from __future__ import annotations
 
@@ -39,16 +41,19 @@ MODELS = {"audio": ("audio",), "dit": ("dit_velocity", "dit_commit"), "vae": ("v
 
 
 def avatar_hash(avatar) -> str:
-    """sha256 over what the exported graphs depend on: the three models' configs and weights (buffers
-    included: the VAE's latent statistics) and the stream geometry (region size, chunk). The portrait and
-    the reference latent are graph *inputs*, so they are not part of it."""
+    """sha256 over what the exported graphs depend on.
+
+    That is the three models' configs and weights, and the stream geometry: region size and chunk. Weights include
+    buffers, such as the VAE's latent statistics. The portrait and the reference latent are graph *inputs*. So they are
+    not part of it."""
     return weights_hash({"region_size": avatar.region_size, "chunk_frames": avatar.chunk_frames},
                         {name: getattr(avatar, name) for name in ("audio", "dit", "vae")})
 
 
 def load_manifest(export_dir: str, avatar) -> dict:
-    """The manifest of the avatar export ``export_dir``, checked against ``avatar`` (raises
-    :class:`~framegraph.models.onnx.ExportError`)."""
+    """The manifest of the avatar export ``export_dir``, checked against ``avatar``.
+
+    Raises :class:`~framegraph.models.onnx.ExportError`."""
     return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar_hash(avatar), parts=PARTS,
                           hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`", extra=("vae_cache",))
 
@@ -65,13 +70,15 @@ def dit_state_names(depth: int, identity: bool) -> list[str]:
 
 
 def dit_state_outputs(depth: int) -> list[str]:
-    """Names of the commit graph's outputs: the advanced state (see :meth:`AvatarDiT.commit_step`)."""
+    """Names of the commit graph's outputs: the advanced state. See :meth:`AvatarDiT.commit_step`."""
     return [f"{n}_{i}_out" for i in range(depth) for n in ("kv", "k_sum", "ffn_cache")] + ["audio_history_out"]
 
 
 def stream_from_inputs(model, ref, history, flat):
-    """A :class:`~framegraph.models.dit.state.DiTStreamState` over graph inputs (per layer ``kv, k_sum,
-    ffn_cache``, then per layer ``ref_k, ref_v`` when the model has identity tokens)."""
+    """A :class:`~framegraph.models.dit.state.DiTStreamState` over graph inputs.
+
+    Per layer they are ``kv, k_sum, ffn_cache``. Then come per layer ``ref_k, ref_v``, when the model has
+    identity tokens."""
     depth = len(model.blocks)
     layers = [LayerStreamState(LinearAttentionState(flat[3 * i], flat[3 * i + 1]), flat[3 * i + 2])
               for i in range(depth)]
@@ -81,7 +88,7 @@ def stream_from_inputs(model, ref, history, flat):
 
 
 class DiTVelocity(nn.Module):
-    """``(x, t, audio, state_label, *state, rope_cos, rope_sin)`` → velocity (one streamed denoising call)."""
+    """``(x, t, audio, state_label, *state, rope_cos, rope_sin)`` → velocity. It is one streamed denoising call."""
 
     def __init__(self, model):
         super().__init__()
@@ -105,7 +112,7 @@ class DiTCommit(nn.Module):
 
 
 class VAEFirst(nn.Module):
-    """``(z, [reference])`` → ``(frames, *cache)`` for the first chunk of a stream (cache keys: ``keys``)."""
+    """``(z, [reference])`` → ``(frames, *cache)`` for the first chunk of a stream. The cache keys are ``keys``."""
 
     def __init__(self, vae, keys: list[str]):
         super().__init__()
@@ -131,8 +138,9 @@ class VAENext(nn.Module):
 
 @torch.no_grad()
 def export_avatar(avatar, out_dir: str) -> dict:
-    """Write the ONNX files of ``avatar`` (a loaded bundle, :func:`~framegraph.models.avatar.load_avatar`)
-    and their ``manifest.json`` into ``out_dir``; returns the manifest."""
+    """Write the ONNX files of ``avatar`` and their ``manifest.json`` into ``out_dir``; returns the manifest.
+
+    ``avatar`` is a loaded bundle, from :func:`~framegraph.models.avatar.load_avatar`."""
     require_onnx()
     os.makedirs(out_dir, exist_ok=True)
     files = {}

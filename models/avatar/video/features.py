@@ -4,16 +4,16 @@
              then Whisper's W) ─▶ each candidate's columns ─▶ the shape head fitted on each, same folds and rows
           ─▶ the best cross-validated openness fit kept, its head folded back onto the raw columns
 
-Candidates (:data:`CHOICES`):
+The candidates are :data:`CHOICES`:
 
-- ``"encoder"``: the encoder's D columns alone (what every bundle heard before; it runs without Whisper);
-- ``"encoder+whisper16"``: the encoder's and the first 16 principal components of Whisper's (of the training
-  frames, each scaled to unit variance);
+- ``"encoder"``: the encoder's D columns alone. Every bundle heard this before. It runs without Whisper.
+- ``"encoder+whisper16"``: the encoder's columns and the first 16 principal components of Whisper's. The
+  components are of the training frames, each scaled to unit variance.
 - ``"encoder+whisper"``: all D + W columns.
 
-A head fitted on principal components is one linear map of the raw columns too (:func:`fold_head`), so a bundle's
-head reads the raw joined features whatever was chosen, and the live graph runs
-:class:`~framegraph.models.audio.joined.JoinedFeatures` (or, for ``"encoder"``, the encoder's stage alone).
+A head fitted on principal components is one linear map of the raw columns too (:func:`fold_head`). So a
+bundle's head reads the raw joined features, whatever was chosen. The live graph runs
+:class:`~framegraph.models.audio.joined.JoinedFeatures`. For ``"encoder"`` it runs the encoder's stage alone.
 """
 from __future__ import annotations
 
@@ -45,8 +45,9 @@ class Columns:
 
 
 def candidates(joined_train: torch.Tensor, encoder_dim: int, names=CHOICES) -> list[Columns]:
-    """The candidates' maps for ``joined_train [T, D + W]`` (the training frames: the principal components are
-    theirs); ``names`` a subset of :data:`CHOICES`."""
+    """The candidates' maps for ``joined_train [T, D + W]``; ``names`` is a subset of :data:`CHOICES`.
+
+    ``joined_train`` holds the training frames. The principal components are theirs."""
     x = joined_train.double()
     total = x.shape[1]
     out = []
@@ -73,8 +74,10 @@ def candidates(joined_train: torch.Tensor, encoder_dim: int, names=CHOICES) -> l
 
 
 def fold_head(head: ShapeHead, columns: Columns) -> ShapeHead:
-    """``head`` (reading ``columns(x)``) as a head reading the raw ``x`` (:attr:`Columns.raw_dim` columns):
-    the same numbers, one linear map. ``"encoder"`` heads come back unchanged (they read the encoder's columns)."""
+    """``head``, which reads ``columns(x)``, as a head reading the raw ``x``.
+
+    The raw ``x`` has :attr:`Columns.raw_dim` columns. The numbers are the same; it is one linear map.
+    ``"encoder"`` heads come back unchanged, since they read the encoder's columns."""
     if columns.name == "encoder":
         return head
     c = head.config

@@ -1,9 +1,12 @@
-"""The video avatar's mouth generator phase: :func:`train_generator` (the training loop, its checkpoint and exact
-resume) and :func:`estimate_generator` (its step measured on this machine, for the time said up front).
+"""The video avatar's mouth generator phase.
 
-The checkpoint (``OUT/train/generator_state.pt``) holds the settings, the SHA-256 of the training pictures, the
-step, the history and every state the loop carries (weights, optimizers, the sampler's RNG, the critic's guard):
-continued, the run ends where an uninterrupted one does. ``cfg`` is a :class:`~.train.VideoTrainConfig`.
+:func:`train_generator` is the training loop, with its checkpoint and exact resume. :func:`estimate_generator`
+measures its step on this machine, for the time said up front.
+
+The checkpoint is ``OUT/train/generator_state.pt``. It holds the settings, the SHA-256 of the training pictures,
+the step and the history. It holds every state the loop carries: weights, optimizers, the sampler's RNG and the
+critic's guard. So a continued run ends where an uninterrupted one does. ``cfg`` is a
+:class:`~.train.VideoTrainConfig`.
 """
 from __future__ import annotations
 
@@ -26,8 +29,10 @@ CHECKPOINT_S = 300.0  # seconds between the generator's checkpoints (and one at 
 
 
 def _generator_settings(cfg, regions: torch.Tensor, shapes: torch.Tensor) -> dict:
-    """What a generator checkpoint must match to be continued: the settings (all but the steps) and the
-    training pictures and shapes (their SHA-256: another video in the same folder starts afresh)."""
+    """What a generator checkpoint must match to be continued.
+
+    That is the settings, all but the steps. It is the training pictures and shapes, by their SHA-256. So
+    another video in the same folder starts afresh."""
     keys = ("batch", "lr", "warmup", "channels", "edge_weight", "mouth_weight", "critic_weight", "critic_start",
             "critic_lr", "seed")
     digest = hashlib.sha256(regions.numpy().tobytes())
@@ -37,7 +42,7 @@ def _generator_settings(cfg, regions: torch.Tensor, shapes: torch.Tensor) -> dic
 
 
 def _load_generator_state(path: Path | None, settings: dict, resume: bool, log) -> dict | None:
-    """The checkpoint at ``path`` when resuming and it was made with the same ``settings`` (else None, said)."""
+    """The checkpoint at ``path``, when resuming and made with the same ``settings``. Else None, and it says so."""
     if path is None or not resume or not path.is_file():
         return None
     state = torch.load(path, map_location="cpu", weights_only=False)
@@ -54,21 +59,23 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
                     cfg, lips: torch.Tensor | None = None, log=None, *,
                     checkpoint: Path | None = None, resume: bool = True, checkpoint_s: float = CHECKPOINT_S,
                     pace: Pace | None = None) -> tuple[MouthGenerator, list[dict], dict]:
-    """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]`` with their standardised
-    ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference uint8 [S, S, 3]``. The loss weighs
-    the hidden lower face ``1 + mouth_weight`` and the ``lips [S, S]`` area (where the mouth moves) twice
-    that again. With ``lips``, ``critic_weight`` > 0 and more than ``critic_start`` steps, a
-    :class:`~.critic.TextureCritic` on the lips' box (where the L1 loss alone draws an average: a blur) adds
-    ``critic_weight`` · its loss from step ``critic_start`` (the critic trains from 100 steps before), watched
-    by a :class:`~.critic.CriticGuard`.
+    """The :class:`MouthGenerator` trained on ``regions uint8 [T, S, S, 3]``.
 
-    ``checkpoint``: the file that keeps the phase's state (weights, optimizers, sampler RNG, guard, step,
-    history), written every ``checkpoint_s`` seconds, at Ctrl-C (then ``KeyboardInterrupt`` is raised) and at
-    the end. With ``resume`` a checkpoint of the same settings is continued from its step: the result is the
-    uninterrupted run's. ``pace`` times the steps (the ETA in the log lines).
+    The regions come with their standardised ``shapes [T, P]``, the hidden ``mask [S, S]`` and the ``reference
+    uint8 [S, S, 3]``. The loss weighs the hidden lower face ``1 + mouth_weight``. It weighs the ``lips [S, S]``
+    area, where the mouth moves, twice that again. A :class:`~.critic.TextureCritic` may join on the lips' box.
+    There the L1 loss alone draws an average: a blur. It needs ``lips``, ``critic_weight`` > 0 and more than
+    ``critic_start`` steps. From step ``critic_start`` it adds ``critic_weight`` · its loss. The critic trains
+    from 100 steps before. A :class:`~.critic.CriticGuard` watches it.
 
-    Returns the model (eval mode), the history (every 50 steps: the total loss, the L1 part and its running
-    mean) and the critic's report (its settings, the lips' box, the step the guard dropped it at or None)."""
+    ``checkpoint``: the file that keeps the phase's state. That is weights, optimizers, sampler RNG, guard, step
+    and history. It is written every ``checkpoint_s`` seconds, at Ctrl-C and at the end. At Ctrl-C
+    ``KeyboardInterrupt`` is then raised. With ``resume`` a checkpoint of the same settings is continued from
+    its step. The result is the uninterrupted run's. ``pace`` times the steps, for the ETA in the log lines.
+
+    Returns the model in eval mode and the history. The history has, every 50 steps, the total loss, the L1 part
+    and its running mean. It also returns the critic's report. That has its settings, the lips' box, and the
+    step the guard dropped it at, or None."""
     gen = torch.Generator().manual_seed(cfg.seed)
     use_critic = lips is not None and cfg.critic_weight > 0 and cfg.steps > cfg.critic_start
     with torch.random.fork_rng(devices=[]):
@@ -172,8 +179,9 @@ def train_generator(regions: torch.Tensor, shapes: torch.Tensor, mask: torch.Ten
 
 
 def estimate_generator(cfg, size: int, trial_steps: int = 3) -> float:
-    """Seconds per generator step at ``size``² with ``cfg``'s batch and channels, measured now: ``trial_steps``
-    steps after a warm-up one, on random pictures, without the texture critic."""
+    """Seconds per generator step at ``size``² with ``cfg``'s batch and channels, measured now.
+
+    It times ``trial_steps`` steps after a warm-up one. They run on random pictures, without the texture critic."""
     gen = torch.Generator().manual_seed(cfg.seed)
     regions = torch.randint(0, 256, (2 * cfg.batch, size, size, 3), generator=gen, dtype=torch.uint8)
     mask = torch.zeros(size, size)
@@ -185,8 +193,10 @@ def estimate_generator(cfg, size: int, trial_steps: int = 3) -> float:
 
 
 def say_estimate(cfg, torch_threads: int | None, checkpoint: Path, log, resume: bool = True) -> None:
-    """The time the generator will take, said up front: its step measured now (:func:`estimate_generator`); when
-    resuming from a checkpoint that has all the steps, that instead (nothing is measured)."""
+    """The time the generator will take, said up front.
+
+    Its step is measured now, by :func:`estimate_generator`. When resuming from a checkpoint that has all the
+    steps, that is said instead, and nothing is measured."""
     if resume and checkpoint.is_file():
         done = torch.load(checkpoint, map_location="cpu", weights_only=False).get("step", 0)
         if done >= cfg.steps:

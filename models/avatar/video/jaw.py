@@ -1,10 +1,10 @@
 """The jaw line kept from the base frame: below it the video avatar never redraws.
 
-The generator hides and redraws the lower face of every frame — the union of where it lies in the training
-frames, past the chin, because an opening jaw goes there. Redrawn there, the chin must be placed from a
-mouth shape alone, and on a person who moves their head while talking it lands a few px off or soft: the chin
-melts into the collar. :func:`jaw_keep` is the part of the region at and below the base frame's own jaw line
-(the face mesh's, stored per loop frame in the bundle): there the picture stays the base frame's.
+The generator hides and redraws the lower face of every frame. That is the union of where it lies in the training
+frames. It reaches past the chin, because an opening jaw goes there. Redrawn there, the chin must be placed from a mouth
+shape alone. Some people move their head while talking. On them it lands a few px off, or soft. The chin melts into the
+collar. The mask :func:`jaw_keep` is the part of the region at and below the base frame's own jaw line. That line is the
+face mesh's, stored per loop frame in the bundle. There the picture stays the base frame's.
 """
 from __future__ import annotations
 
@@ -17,12 +17,13 @@ JAW_FEATHER = 0.03  # ... blending into the generated picture over this share of
 
 
 def jaw_keep(jaw_line: np.ndarray, box, margin: float = JAW_MARGIN, feather: float = JAW_FEATHER) -> torch.Tensor:
-    """``float32 [L, L]`` for the region at ``box`` (x, y, L, L px of the frame): 1 where the base frame's own
-    picture is kept — everything below its jaw line ``jaw_line [M, 2]`` (px of the frame, from one jaw angle
-    over the chin to the other: :meth:`~framegraph.models.face.FaceLandmarks.jaw_line`) raised by ``margin · L``
-    px, out to the region's sides past the jaw angles — rising from 0 to 1 over ``feather · L`` px above that.
-    So the chin, the jaw line and the collar under it are the frame's own, never redrawn: a generated lower
-    face cannot smear into the collar."""
+    """``float32 [L, L]`` for the region at ``box``: 1 where the base frame's own picture is kept.
+
+    ``box`` is x, y, L, L px of the frame. ``jaw_line [M, 2]`` is in px of the frame. It runs from one jaw angle over
+    the chin to the other. It is as :meth:`~framegraph.models.face.FaceLandmarks.jaw_line` gives it. The kept part is
+    everything below that line, raised by ``margin · L`` px. It reaches out to the region's sides past the jaw angles.
+    Above it the mask rises from 0 to 1 over ``feather · L`` px. So the chin, the jaw line and the collar under it are
+    the frame's own. They are never redrawn. A generated lower face cannot smear into the collar."""
     import cv2
 
     x, y, L = float(box[0]), float(box[1]), int(round(float(box[2])))

@@ -6,12 +6,16 @@
     shape         [P]       ─┘
     audio features [K, D] (the last K frames, causal) ─▶ ShapeHead (linear) ─▶ shape [P]
 
-Shape: :data:`SHAPE_NAMES` measured from the lip landmarks (``openness`` = inner gap / mouth width,
-``width`` = mouth width / face width, ``roundness`` = outer lip height / width), standardised per person
-(``(value - mean) / std`` of their video). The generator is trained on the person's own frames with each
-frame's *measured* shape, so it is sharp and its input is always a real mouth shape; at run time the
-shape comes from the audio through :class:`ShapeHead`. The lower face is masked in the target (the jaw
-line included), so only the shape says how open the mouth is.
+The shape is :data:`SHAPE_NAMES`, measured from the lip landmarks:
+
+- ``openness``: inner gap / mouth width.
+- ``width``: mouth width / face width.
+- ``roundness``: outer lip height / width.
+
+Each is standardised per person, as ``(value - mean) / std`` over their video. The generator is trained on the
+person's own frames with each frame's *measured* shape. So it is sharp, and its input is always a real mouth
+shape. At run time the shape comes from the audio through :class:`ShapeHead`. The lower face is masked in the
+target, the jaw line included. So only the shape says how open the mouth is.
 
 Both save and load as diffusers-format folders (:class:`~framegraph.models.pretrained.PretrainedModel`).
 """
@@ -56,13 +60,13 @@ class MouthGenerator(PretrainedModel):
     """A small UNet that redraws the masked lower face of a region for a given mouth shape.
 
     Args:
-        channels: widths of the four strided levels (S/2, S/4, S/8, S/16).
+        channels: widths of the four strided levels: S/2, S/4, S/8, S/16.
         shape_dim: P, the size of the shape vector.
-        sample_size: S, the region side in px it was trained at (any multiple of 16 runs).
+        sample_size: S, the region side in px it was trained at. Any multiple of 16 runs.
 
     ``forward(masked [B, 3, S, S], mask [B, 1, S, S], reference [B, 3, S, S], shape [B, P])`` →
-    ``float32 [B, 3, S, S]`` in [0, 1]; images are RGB in [0, 1], ``mask`` 1 where the pixels are hidden.
-    The skips carry the unmasked pixels and the reference to the output at full resolution.
+    ``float32 [B, 3, S, S]`` in [0, 1]. Images are RGB in [0, 1]. ``mask`` is 1 where the pixels are hidden.
+    The skips carry the unmasked pixels and the reference to the output. They do so at full resolution.
     """
 
     @register_to_config
@@ -106,15 +110,16 @@ class MouthGenerator(PretrainedModel):
 
 
 class ShapeHead(PretrainedModel):
-    """Audio features of the last ``context`` frames → the standardised mouth shape (linear).
+    """Audio features of the last ``context`` frames → the standardised mouth shape, by a linear map.
 
     Args:
-        feature_dim: D of the audio encoder's features. context: K frames (this one and K - 1 before it:
-            causal; the encoder's own look-ahead is inside each frame's features).
+        feature_dim: D of the audio encoder's features.
+        context: K frames: this one and K - 1 before it. That is causal. The encoder's own look-ahead is inside
+            each frame's features.
         shape_dim: P.
 
-    ``forward(features float32 [B, K, D])`` → ``[B, P]``. The input is normalised with the stored
-    per-dimension ``mean`` / ``std`` buffers; weights are fitted in closed form (:func:`fit_shape_head`).
+    ``forward(features float32 [B, K, D])`` → ``[B, P]``. The input is normalised with the stored per-dimension
+    ``mean`` / ``std`` buffers. Weights are fitted in closed form by :func:`fit_shape_head`.
     """
 
     @register_to_config
@@ -130,8 +135,9 @@ class ShapeHead(PretrainedModel):
 
 
 def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
-    """``[T, D]`` → ``[T, K, D]``: row ``t`` holds frames ``t - K + 1 .. t`` (the first frame repeated
-    before the start), what the streaming stage keeps."""
+    """``[T, D]`` → ``[T, K, D]``: row ``t`` holds frames ``t - K + 1 .. t``.
+
+    The first frame is repeated before the start. This is what the streaming stage keeps."""
     pad = features[:1].expand(context - 1, -1)
     x = torch.cat([pad, features], 0)
     return torch.stack([x[k:k + len(features)] for k in range(context)], 1)
@@ -143,27 +149,30 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
                    max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
-    ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech (silence, noise at several
-    levels), each windowed on its own, all answered with ``rest [P]`` (the person's mouth in silence): rows
-    added to every fit, never validated on, so the head keeps the mouth at rest on sounds that are not
-    speech (a microphone's hiss) without a gate. ``known``: ``(features [T_i, D], shapes [T_i, P])`` pairs of
-    other speech whose shapes are set rather than measured (typed text spoken by eSpeak NG, its visemes on the
-    person's scale: :mod:`.typed`), also windowed on their own, added to every fit and never validated on.
-    ``ridge`` None: chosen from a grid by ``folds`` contiguous folds (each fold is a block of time, so
-    neighbouring frames do not leak into the validation).
+    ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech. They are silence and noise at several
+    levels. Each is windowed on its own. All are answered with ``rest [P]``, the person's mouth in silence. These rows
+    are added to every fit and never validated on. So the head keeps the mouth at rest on sounds that are not speech. An
+    example is a microphone's hiss. It needs no gate.
 
-    Amplitude: a regression answers what it cannot tell apart with the average, so its shapes swing less
-    than the person's (held out on s1: the mouth opened 2/3 as wide as the real one). The fitted head is
-    scaled about the person's mean shape over ``shapes`` by ``gain`` = the measured first shape number's std /
-    the folds' predictions' std, within ``[1, max_gain]``: the mouth opens as wide as the person's, on average
-    as far as theirs, and the correlation is unchanged. So that the quiet and known rows still answer their
-    shapes once scaled, the final fit asks them for ``mean + (shape - mean) / gain``; with known rows (whose shapes
-    swing, unlike the rest shape) the folds are fitted again asking the same, and the gain re-measured, three times
-    (measured with them unscaled, the gain came out low: the anchor's own speech swung 0.86 instead of 0.88).
-    (Scaled about the rest instead, the speech's mean moved by ``(gain - 1) · (mean - rest)``: a news anchor whose
-    lips part in pauses, rest 0.48 std above his mean, was drawn 0.23 std more closed than he speaks, on average,
-    at a gain of 1.5.)
-    Returns the head and a report (the ridge chosen, the folds' correlation of the first shape number, the gain).
+    ``known``: ``(features [T_i, D], shapes [T_i, P])`` pairs of other speech. Their shapes are set rather than
+    measured. They are typed text spoken by eSpeak NG (:mod:`.typed`). Its visemes are on the person's scale. They are
+    also windowed on their own. They join every fit and are never validated on.
+
+    ``ridge`` None: chosen from a grid by ``folds`` contiguous folds. Each fold is a block of time. So
+    neighbouring frames do not leak into the validation.
+
+    Amplitude: a regression answers what it cannot tell apart with the average. So its shapes swing less than
+    the person's. The fitted head is scaled by ``gain`` about the person's mean shape over ``shapes``. ``gain``
+    is the measured first shape number's std / the folds' predictions' std. It lies within ``[1, max_gain]``.
+    So the mouth opens as wide as the person's. On average it opens as far as theirs. The correlation is unchanged.
+
+    The quiet and known rows must still answer their shapes once scaled. So the final fit asks them for ``mean + (shape
+    - mean) / gain``. Known rows have shapes that swing, unlike the rest shape. With them, the folds are fitted again,
+    asking the same. Then the gain is measured again. That repeats three times. The scale centre is the mean, not the
+    rest. Scaling about the rest would move the speech's mean. It would move by ``(gain - 1) · (mean - rest)``.
+
+    Returns the head and a report. It has the ridge chosen and the gain. It has the folds' correlation of the first
+    shape number.
     """
     X = context_windows(features.float(), context).reshape(len(features), -1).double()
     Y = shapes.double()
@@ -225,23 +234,26 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
 
 
 def openness_lines(shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """How the person's other shape numbers go with their openness: ``slope [P - 1]`` and ``intercept [P - 1]``
-    (float64) of a least-squares line per number over ``shapes [T, P]``."""
+    """How the person's other shape numbers go with their openness.
+
+    Returns ``slope [P - 1]`` and ``intercept [P - 1]`` as float64. They are a least-squares line per number
+    over ``shapes [T, P]``."""
     z = shapes.double()
     coef = torch.linalg.lstsq(torch.stack([z[:, 0], torch.ones_like(z[:, 0])], 1), z[:, 1:]).solution
     return coef[0], coef[1]
 
 
 def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -> tuple[ShapeHead, torch.Tensor, dict]:
-    """The head with every shape number but the first (openness) following the predicted openness as it does in
-    the person's own ``shapes [T, P]`` (a least-squares line per number), instead of its own regression; and the
-    ``rest [P]`` shape moved onto those lines. Still one linear map.
+    """The head with every shape number but openness following the predicted openness.
 
-    Why: the audio tells the other numbers (width, roundness) apart far worse than openness, so their regressions
-    answer with about their mean whatever the openness — and scaled by the gain, combinations of the three that
-    the person never made, which the generator draws badly (held out on the desk address: landmark openness
-    correlation 0.44 with the shape's own 0.66; following the openness, 0.74). Returns the head, the rest shape
-    and a report (each line's slope, intercept and correlation with openness)."""
+    Openness is the first number. The others follow it as they do in the person's own ``shapes [T, P]``. Each follows a
+    least-squares line. That replaces their own regression. The ``rest [P]`` shape is moved onto those lines. It is
+    still one linear map.
+
+    Why: the audio tells width and roundness apart far worse than openness. So their regressions answer with about their
+    mean, whatever the openness. Scaled by the gain, they make combinations the person never made. The generator draws
+    those badly. Returns the head, the rest shape and a report. The report has each line's slope, intercept and
+    correlation with openness."""
     z = shapes.double()
     o = z[:, 0]
     coef = torch.stack(openness_lines(shapes))  # [2, P - 1]: slope, intercept
@@ -263,16 +275,17 @@ def follow_openness(head: ShapeHead, shapes: torch.Tensor, rest: torch.Tensor) -
 
 
 def quiet_audio(seconds: float = 2.0, levels: tuple[float, ...] = QUIET_LEVELS, seed: int = 0) -> list[np.ndarray]:
-    """``int16 [seconds * 16000]`` clips of no speech: digital silence and white noise at each of ``levels``
-    (RMS as a share of full scale: 1e-4 ≈ -80 dBFS ... 0.1 = -20 dBFS), for :func:`fit_shape_head`'s
-    ``quiet_features``."""
+    """``int16 [seconds * 16000]`` clips of no speech, for :func:`fit_shape_head`'s ``quiet_features``.
+
+    They are digital silence and white noise at each of ``levels``. A level is an RMS as a share of full scale. A level
+    of 1e-4 is ≈ -80 dBFS. A level of 0.1 is -20 dBFS."""
     rng = np.random.default_rng(seed)
     n = int(round(seconds * SAMPLE_RATE))
     return [np.clip(rng.standard_normal(n) * level * 32767, -32768, 32767).astype(np.int16) for level in levels]
 
 
 def sobel_edges(x: torch.Tensor) -> torch.Tensor:
-    """``[B, C, H, W]`` → ``[B, 2C, H, W]``: horizontal and vertical Sobel responses (the edge loss)."""
+    """``[B, C, H, W]`` → ``[B, 2C, H, W]``: horizontal and vertical Sobel responses, for the edge loss."""
     k = torch.tensor([[-1.0, 0.0, 1.0], [-2.0, 0.0, 2.0], [-1.0, 0.0, 1.0]], device=x.device, dtype=x.dtype)
     C = x.shape[1]
     kx = k.expand(C, 1, 3, 3)
@@ -282,8 +295,9 @@ def sobel_edges(x: torch.Tensor) -> torch.Tensor:
 
 
 def region_loss(pred: torch.Tensor, target: torch.Tensor, weight: torch.Tensor, edge: float = 0.5) -> torch.Tensor:
-    """L1 + ``edge`` · L1 of the Sobel edges, weighted per pixel by ``weight [B, 1, H, W]`` (the masked
-    lower face counts most)."""
+    """L1 + ``edge`` · L1 of the Sobel edges, weighted per pixel by ``weight [B, 1, H, W]``.
+
+    The masked lower face counts most."""
     w = weight / weight.mean()
     l1 = ((pred - target).abs() * w).mean()
     e = ((sobel_edges(pred) - sobel_edges(target)).abs() * w).mean()

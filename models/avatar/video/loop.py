@@ -5,15 +5,16 @@
                            └──keep  float32 [L, L]────▶   (the region kept from the frame: below its jaw line;
                                                              with ``jaws``)
 
-:class:`LoopCursor` is the plan, frame by frame: a **ping-pong** over the loop frames ``0 .. N-1``
-(``0, 1, ..., N-1, N-2, ..., 1, 0, 1, ...``: every step goes to a neighbouring frame of the recording,
-so head motion and blinks are the person's own and no turn is a jump). While the avatar does not speak
-the cursor ping-pongs inside the **idle range** ``[a, b)`` (a stretch of the video with the mouth at rest).
-Going silent while outside it, the cursor jumps to the idle frame most like the current one (the
-``nearest_idle`` table: smallest pixel difference on small copies) and cross-fades over ``fade``
-frames from the frame it left (held), so no step is larger than the loop's own motion plus
-``1 / (fade + 1)`` of that (already small) difference; going back to speech just carries on over the
-whole range from where it is.
+:class:`LoopCursor` is the plan, frame by frame. It is a **ping-pong** over the loop frames ``0 .. N-1``: ``0, 1, ...,
+N-1, N-2, ..., 1, 0, 1, ...``. Every step goes to a neighbouring frame of the recording. So head motion and blinks are
+the person's own. No turn is a jump. While the avatar does not speak, the cursor ping-pongs inside the **idle range**
+``[a, b)``. That is a stretch of the video with the mouth at rest.
+
+The avatar may go silent outside it. Then the cursor jumps to the idle frame most like the current one. The
+``nearest_idle`` table holds those: the smallest pixel difference on small copies. It cross-fades over ``fade`` frames
+from the frame it left, which is held. So no step is larger than the loop's own motion plus ``1 / (fade + 1)`` of that
+difference. That difference is already small. Back in speech, the cursor carries on from where it is. It covers the
+whole range.
 """
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ from .jaw import jaw_keep
 
 
 def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
-    """One step of a ping-pong over ``lo .. hi - 1`` from frame ``i`` going ``step`` (+1 / -1): the next
-    frame and direction (turning at the ends; a one-frame range stays put)."""
+    """One step of a ping-pong over ``lo .. hi - 1``. It starts at frame ``i``, going ``step``, +1 or -1.
+
+    Returns the next frame and direction. It turns at the ends. A one-frame range stays put."""
     if hi - lo <= 1:
         return lo, step
     if not lo <= i < hi:
@@ -42,8 +44,9 @@ def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
 
 
 def nearest_frames(thumbs: np.ndarray, candidates: range) -> np.ndarray:
-    """For each frame ``t`` of ``thumbs [N, h, w(, 3)]`` the index in ``candidates`` with the smallest mean
-    absolute difference to it: ``int64 [N]``."""
+    """The index in ``candidates`` most like each frame ``t`` of ``thumbs [N, h, w(, 3)]``: ``int64 [N]``.
+
+    Most like means the smallest mean absolute difference."""
     x = thumbs.reshape(len(thumbs), -1).astype(np.float32)
     c = x[list(candidates)]
     out = np.empty(len(x), np.int64)
@@ -53,15 +56,16 @@ def nearest_frames(thumbs: np.ndarray, candidates: range) -> np.ndarray:
 
 
 class LoopCursor:
-    """Which loop frame(s) to show next (see the module docstring).
+    """Which loop frame or frames to show next; see the module docstring.
 
     Args:
-        n_frames: N loop frames. idle: ``(a, b)`` the idle range (``0 <= a < b <= N``).
-        nearest_idle: ``int [N]`` the idle frame most like each frame (default: the nearest in time).
+        n_frames: N loop frames.
+        idle: ``(a, b)``, the idle range, with ``0 <= a < b <= N``.
+        nearest_idle: ``int [N]``, the idle frame most like each frame. Default: the nearest in time.
         fade: frames of the cross-fade when jumping into the idle range.
 
-    :meth:`step` (``speaking``) → ``[(frame, weight), ...]``: one frame with weight 1, or two during a
-    cross-fade (weights sum to 1).
+    :meth:`step` (``speaking``) → ``[(frame, weight), ...]``. That is one frame with weight 1, or two during a
+    cross-fade. The weights sum to 1.
     """
 
     def __init__(self, n_frames: int, idle: tuple[int, int], nearest_idle=None, fade: int = 4):
@@ -99,27 +103,28 @@ class VideoLoop(Stage):
     """The loop frames as a stream: one base frame and its region box per incoming state.
 
     Args:
-        frames: ``uint8 [N, H, W, 3]`` the loop frames (source resolution).
-        boxes: ``int [N, 4]`` (x, y, w, h) px of the mouth region in each frame (w, h the same for all).
+        frames: ``uint8 [N, H, W, 3]``, the loop frames at source resolution.
+        boxes: ``int [N, 4]``, (x, y, w, h) px of the mouth region in each frame. Width and height are the same for all.
         idle / nearest_idle / fade: see :class:`LoopCursor`.
-        mattes: ``uint8 [N, H, W]`` each frame's person matte, or None; given, the matte of the frame shown (blended
-            as the frames are in a cross-fade) leaves on an ``"alpha"`` port.
-        jaws: ``float [N, M, 2]`` each frame's jaw line (px of the frame), or None; given, the share of the box
-            kept from the frame itself (:func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are) leaves
-            on a ``"keep"`` port, made here on the CPU so the device path reads no value back (once per loop frame,
-            kept in ``keeps``: a frame shown again sends the same share; a cross-fade's is made as it comes).
-        keeps: where the drawn shares are kept, (loop frame, its box) -> ``float32 [L, L]`` (default: this stage's
-            own dict; a bundle passes its own, so a later session finds the shares an earlier one drew).
-        index: also send which loop frame is shown (the one of larger weight in a cross-fade) on an ``"index"``
-            port, ``int64 [1]`` on the CPU (for a model that keeps something per loop frame).
+        mattes: ``uint8 [N, H, W]``, each frame's person matte, or None. Given, the matte of the frame shown
+            leaves on an ``"alpha"`` port. In a cross-fade it is blended as the frames are.
+        jaws: ``float [N, M, 2]``, each frame's jaw line in px of the frame, or None. Given, a ``"keep"`` port sends the
+            frame's kept share of the box. It is :func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are. It
+            is made here on the CPU. So the device path reads no value back. It is made once per loop frame and kept in
+            ``keeps``. A frame shown again sends the same share. A cross-fade's share is made as it comes.
+        keeps: where the drawn shares are kept: (loop frame, its box) -> ``float32 [L, L]``. Default: this
+            stage's own dict. A bundle passes its own. So a later session finds the shares an earlier one drew.
+        index: also send which loop frame is shown. It goes on an ``"index"`` port, ``int64 [1]`` on the CPU. In a
+            cross-fade it is the one of larger weight. It serves a model that keeps something per loop frame.
 
-    Ports: in ``"state"`` ``float32 [4]`` on the CPU (speaking when its one-hot says so); out ``"frame"``
-    ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]`` (and ``"alpha"`` ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``)
-    on ``device`` (the loop frames
-    stay on the CPU: each is uploaded as it is picked), keeping the state's pts and flags. A stream starts at
-    the idle range's first frame (streams start silent: no cross-fade into it delays the first frame). A
-    barge-in (``reset()``) leaves the cursor where it is: the silence that follows eases it into the idle
-    range; a jump back to the start would show as a cut.
+    Ports: in ``"state"`` ``float32 [4]`` on the CPU. It means speaking when its one-hot says so. Out go
+    ``"frame"`` ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``. With their options, ``"alpha"`` ``uint8 [H, W]``
+    and ``"keep"`` ``float32 [L, L]`` go out too. Outputs are on ``device`` and keep the state's pts and flags.
+    The loop frames stay on the CPU; each is uploaded as it is picked.
+
+    A stream starts at the idle range's first frame. Streams start silent, so no cross-fade into it delays the
+    first frame. A barge-in (``reset()``) leaves the cursor where it is. The silence that follows eases it into
+    the idle range. A jump back to the start would show as a cut.
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
@@ -182,8 +187,9 @@ class VideoLoop(Stage):
             alpha.data.copy_(_blend(self.mattes, picks))
 
     def keep(self, picks: list[tuple[int, float]]) -> torch.Tensor:
-        """``float32 [L, L]``: :func:`~.jaw.jaw_keep` of the blended jaw line at the blended box, as the frame of
-        ``picks`` (the cursor's ``(i, w)``) is blended."""
+        """``float32 [L, L]``: :func:`~.jaw.jaw_keep` of the blended jaw line at the blended box.
+
+        It is blended as the frame of ``picks``, the cursor's ``(i, w)``, is blended."""
         box = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
         key = (picks[0][0], *box.astype(int).tolist())  # a frame's share at its box (a copy may move the boxes)
         if len(picks) == 1 and key in self._keeps:

@@ -1,16 +1,16 @@
-"""The video avatar on ONNX Runtime: its export and its engines (runtime ``"onnx"`` of model ``"avatar-video"``).
+"""The video avatar on ONNX Runtime: its export and its engines, runtime ``"onnx"`` of model ``"avatar-video"``.
 
-Files written by :func:`export_video_avatar` (shapes fixed by the bundle: batch 1, its region size ``S``):
+:func:`export_video_avatar` writes these files. The bundle fixes their shapes: batch 1, its region size ``S``.
 
 - ``audio.onnx``: the audio encoder's conv stack (:func:`~framegraph.models.audio.onnx.export_audio_encoder`).
 - ``generator.onnx``: :class:`~.lipsync.MouthGenerator`, ``masked [B, 3, S, S], mask [B, 1, S, S], reference
-  [B, 3, S, S], shape [B, P] → picture [B, 3, S, S]`` (images RGB in [0, 1]; the batch axis ``B`` dynamic: one
-  session runs ``B = 1``, a batch of sessions :class:`OrtBatchGenerator`).
+  [B, 3, S, S], shape [B, P] → picture [B, 3, S, S]``. Images are RGB in [0, 1]. The batch axis ``B`` is
+  dynamic. One session runs ``B = 1``. A batch of sessions runs :class:`OrtBatchGenerator`.
 
-The shape head (one linear layer on a few feature vectors) and the picture's crop, texture and paste stay in
-torch: they cost little next to the generator. ``manifest.json`` has the layout of every export
-(:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`), its hash over the two models' configs and
-weights and the region size, so an export of another or an older bundle is refused.
+The shape head stays in torch. It is one linear layer on a few feature vectors. So do the picture's crop,
+texture and paste. They cost little next to the generator. ``manifest.json`` has the layout of every export,
+from :mod:`framegraph.models.onnx.manifest`, with format :data:`FORMAT`. Its hash covers the two models' configs
+and weights and the region size. So an export of another bundle, or an older one, is refused.
 """
 from __future__ import annotations
 
@@ -35,23 +35,27 @@ MEANING = {"masked": "the region with the lower face hidden, RGB in [0, 1]", "ma
 
 
 def video_avatar_hash(avatar) -> str:
-    """sha256 over what the exported graphs depend on: the audio encoder's and the generator's configs and
-    weights, and the region size the generator's graph is fixed to."""
+    """sha256 over what the exported graphs depend on.
+
+    That is the audio encoder's and the generator's configs and weights. It includes the region size that the
+    generator's graph is fixed to."""
     return weights_hash({"region_size": avatar.region_size},
                         {"audio": avatar.audio, "generator": avatar.generator})
 
 
 def load_manifest(export_dir: str, avatar) -> dict:
-    """The manifest of the video avatar export ``export_dir``, checked against ``avatar`` (raises
-    :class:`~framegraph.models.onnx.ExportError` naming the export command)."""
+    """The manifest of the video avatar export ``export_dir``, checked against ``avatar``.
+
+    Raises :class:`~framegraph.models.onnx.ExportError` naming the export command."""
     return check_manifest(export_dir, fmt=FORMAT, want_hash=video_avatar_hash(avatar), parts=PARTS,
                           hint=f"run `framegraph export --avatar BUNDLE --out {export_dir}`")
 
 
 @torch.no_grad()
 def export_video_avatar(avatar, out_dir: str) -> dict:
-    """Write the ONNX files of the video avatar ``avatar`` and their ``manifest.json`` into ``out_dir``;
-    returns the manifest."""
+    """Write the ONNX files of the video avatar ``avatar`` and their ``manifest.json`` into ``out_dir``.
+
+    Returns the manifest."""
     require_onnx()
     os.makedirs(out_dir, exist_ok=True)
     files = {"audio": export_audio_encoder(avatar.audio.float().eval(), out_dir)}
@@ -68,8 +72,10 @@ def export_video_avatar(avatar, out_dir: str) -> dict:
 
 
 class OrtGenerator:
-    """The mouth generator on ONNX Runtime: called as the torch model is, ``(masked, mask, reference, shape) →
-    picture [1, 3, S, S]`` (a buffer reused by the next call); inputs bound where they lie."""
+    """The mouth generator on ONNX Runtime, called as the torch model is.
+
+    ``(masked, mask, reference, shape) → picture [1, 3, S, S]``. The picture is a buffer that the next call
+    reuses. Inputs are bound where they lie."""
 
     def __init__(self, graph: OrtGraph, size: int):
         self.graph, self.io = graph, graph.binding()
@@ -86,9 +92,11 @@ class OrtGenerator:
 
 
 class OrtBatchGenerator:
-    """The mouth generator on ONNX Runtime for a batch of sessions: ``(masked, mask, reference, shape)``, each
-    ``[B, ...]`` → ``picture [B, 3, S, S]`` (a buffer per ``B``, reused by the next call of that size). Needs an
-    export with the dynamic batch axis; an older one is refused, naming the command that makes it again."""
+    """The mouth generator on ONNX Runtime for a batch of sessions.
+
+    ``(masked, mask, reference, shape)``, each ``[B, ...]`` → ``picture [B, 3, S, S]``. There is a buffer per
+    ``B``, reused by the next call of that size. It needs an export with the dynamic batch axis. An older
+    export is refused, naming the command that makes it again."""
 
     def __init__(self, graph: OrtGraph, size: int):
         batch = graph.session.get_inputs()[0].shape[0]
@@ -114,8 +122,10 @@ class OrtBatchGenerator:
 
 
 def onnx_batch(avatar, settings) -> OrtBatchGenerator:
-    """The exported generator (checked against the bundle) for batches, with ``torch_threads`` intra-op threads
-    (default every core: one lane runs the generator for all the sessions)."""
+    """The exported generator for batches, checked against the bundle.
+
+    It gets ``torch_threads`` intra-op threads, by default every core. One lane runs the generator for all the
+    sessions."""
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r}")
     export = CheckedExport(onnx_dir(avatar, settings), load_manifest(onnx_dir(avatar, settings), avatar))
@@ -124,8 +134,9 @@ def onnx_batch(avatar, settings) -> OrtBatchGenerator:
 
 
 def onnx_engines(avatar, settings) -> VideoEngines:
-    """ONNX Runtime from the bundle's export (checked against it), the generator with ``torch_threads``
-    intra-op threads (default half the cores), the audio encoder with 1."""
+    """ONNX Runtime engines from the bundle's export, checked against it.
+
+    The generator gets ``torch_threads`` intra-op threads, by default half the cores. The audio encoder gets 1."""
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r} (use runtime "
                          f"'torch' or 'compiled' on a GPU)")

@@ -1,20 +1,24 @@
-"""How open the generator draws the mouth the shape head asks for, measured on the avatar's own loop frames, and
-the head made to ask for what lands on the person's openness, on average.
+"""How open the generator draws the mouth the shape head asks for, and the head made to ask for the right level.
 
-The generator learns each training frame's lower face from that frame's measured shape, yet need not draw the
-mouth as open as the person's (on a news anchor it drew it less open: landmark openness 0.043 held out where the
-person's was 0.060, with a head that asked for about the right shapes), and the head's shapes, smoother than the
-person's, are drawn less open again. At the end of training :func:`drawn_openness` redraws loop frames for the
-shapes the head asks from training frames' sound — as the avatar plays: a loop frame and the shape the voice asks
-for — and measures them with the face landmarks; :func:`openness_offset` says how far the drawn openness falls
-short of the person's own in those frames, in standard deviations of the asked openness (the drawn openness rises
-by the slope of a least-squares line per asked std): the shift that closes the gap. :func:`calibrate_openness`
-adds it to the head's openness and the rest shape (the head stays one linear map: the runtimes and the ONNX
-export are unchanged); training then has the other shape numbers follow the new openness along the person's
-lines (:func:`~.lipsync.follow_openness`) — the generator opens the mouth with the width and roundness that go
-with it, and a wider openness asked alone is drawn far less wide. Only the level is moved: stretching the asked
-swing by the line's slope as well overshot the person's swing on held-out speech (benchmarks/README.md). Where
-the generator draws what it is asked, the shift is 0.
+The generator's openness is measured on the avatar's own loop frames. The head is then made to ask for more or less. On
+average the drawn mouth then lands on the person's openness.
+
+The generator learns each training frame's lower face from that frame's measured shape. Yet it need not draw the mouth
+as open as the person's. The head's shapes are smoother than the person's. They are drawn less open again. At the end of
+training, :func:`drawn_openness` redraws loop frames. It uses the shapes the head asks for. The head hears the training
+frames' sound. This is as the avatar plays. A loop frame meets the shape the voice asks for. The face landmarks measure
+the drawn frames.
+
+:func:`openness_offset` compares the drawn openness with the person's own in those frames. It says how far it falls
+short. It is in standard deviations of the asked openness. The drawn openness rises by the slope of a least-squares line
+per asked std. The result is the shift that closes the gap. It is added by :func:`calibrate_openness`, to the head's
+openness and to the rest shape. The head stays one linear map. So the runtimes and the ONNX export are unchanged.
+
+Training then has the other shape numbers follow the new openness along the person's lines
+(:func:`~.lipsync.follow_openness`). So the generator opens the mouth with the matching width and roundness. A wider
+openness asked alone is drawn far less wide. Only the level is moved. The swing is not stretched by the line's slope.
+That overshot the person's swing on held-out speech (benchmarks/README.md). Where the generator draws what it is asked,
+the shift is 0.
 """
 from __future__ import annotations
 
@@ -37,12 +41,12 @@ MAX_OFFSET = 1.0  # the most the asked openness is moved, in standard deviations
 
 def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.Tensor,
                    jaws: np.ndarray | None = None, progress: bool = False) -> np.ndarray:
-    """Landmark openness (inner-lip gap / mouth width) of each frame redrawn for a shape.
+    """Landmark openness of each frame redrawn for a shape: inner-lip gap / mouth width.
 
-    ``frames uint8 [K, H, W, 3]`` at the avatar's size (its loop frames), ``boxes [K, 4]`` their regions (x, y,
-    side, side px), ``shapes [K, P]`` the standardised shape each is redrawn for, ``jaws [K, M, 2]`` their jaw
-    lines (None: the whole hidden area is redrawn). Returns ``float64 [K]``, NaN where no face was
-    found in the drawn frame. ``progress``: a bar with its ETA."""
+    ``frames uint8 [K, H, W, 3]`` are loop frames at the avatar's size. ``boxes [K, 4]`` are their regions, as
+    x, y, side, side px. ``shapes [K, P]`` is the standardised shape each is redrawn for. ``jaws [K, M, 2]`` are
+    their jaw lines. None means the whole hidden area is redrawn. Returns ``float64 [K]``. It is NaN where no
+    face was found in the drawn frame. ``progress``: a bar with its ETA."""
     from tqdm import tqdm
 
     region = MouthRegion.for_avatar(avatar)
@@ -61,13 +65,17 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
 
 
 def openness_offset(asked: np.ndarray, drawn: np.ndarray, person: np.ndarray, std: float) -> tuple[float, dict]:
-    """The shift (standard deviations of the person's openness) to add to the openness asked of the generator so
-    that, on average, it draws the person's: ``asked [K]`` the standardised openness the frames were drawn for,
-    ``drawn [K]`` what the landmarks measured on them (NaN skipped), ``person [K]`` the person's own openness in
-    the frames the shapes were asked for, ``std`` the person's openness per standardised unit. The gap between the
-    two means, over the slope of the drawn openness per asked unit (a least-squares line); with a report. 0 when
-    it cannot be trusted: fewer than :data:`MIN_FRAMES` measured, or the drawn openness follows less than
-    :data:`MIN_RESPONSE` of the person's swing; held within ``±``:data:`MAX_OFFSET`."""
+    """The shift to add to the openness asked of the generator. With it, on average, it draws the person's.
+
+    The shift is in standard deviations of the person's openness. ``asked [K]`` is the standardised openness the frames
+    were drawn for. ``drawn [K]`` is what the landmarks measured on them; NaN is skipped. ``person [K]`` is the person's
+    own openness in the frames the shapes were asked for. ``std`` is the person's openness per standardised unit. The
+    shift is the gap between the two means, over a slope. That is the slope of the drawn openness per asked unit. That
+    slope is a least-squares line. A report comes with it.
+
+    It is 0 when it cannot be trusted. That is when fewer than :data:`MIN_FRAMES` were measured. It is also when
+    the drawn openness follows less than :data:`MIN_RESPONSE` of the person's swing. It is held within
+    ``±``:data:`MAX_OFFSET`."""
     ok = np.isfinite(drawn) & np.isfinite(asked) & np.isfinite(person)
     report = {"frames": int(ok.sum())}
     if ok.sum() < MIN_FRAMES:
@@ -83,8 +91,10 @@ def openness_offset(asked: np.ndarray, drawn: np.ndarray, person: np.ndarray, st
 
 
 def calibrate_openness(head: ShapeHead, rest, offset: float) -> tuple[ShapeHead, torch.Tensor]:
-    """A copy of ``head`` whose openness (the first shape number) is ``offset`` higher, and ``rest [P]`` with its
-    openness moved the same; the other numbers unchanged. Still one linear map."""
+    """A copy of ``head`` whose openness, the first shape number, is ``offset`` higher.
+
+    Also returns ``rest [P]`` with its openness moved the same. The other numbers are unchanged. It is still one
+    linear map."""
     out = copy.deepcopy(head)
     with torch.no_grad():
         out.linear.bias[0] += offset

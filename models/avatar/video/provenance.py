@@ -1,8 +1,9 @@
 """A video avatar bundle's ``PROVENANCE.md``: where the avatar came from and what was measured on it.
 
-``avatar train --video`` writes it (the source video — name, size, SHA-256 — how it was trained, the training
-report's held-out figure); each ``avatar eval`` adds a section with what it measured against the person's
-real frames. A user who shares a bundle shares this page with it.
+``avatar train --video`` writes it. It names the source video by name, size and SHA-256. It says how the
+avatar was trained, and gives the training report's held-out figure. Each ``avatar eval`` adds a section. It
+holds what that eval measured against the person's real frames. A user who shares a bundle shares this page
+with it.
 """
 from __future__ import annotations
 
@@ -38,7 +39,7 @@ def _now() -> str:
 
 
 def write_training_provenance(root, report: dict) -> Path:
-    """``root/PROVENANCE.md`` for a bundle just trained by ``train_video_avatar`` (its ``report``)."""
+    """``root/PROVENANCE.md`` for a bundle just trained by ``train_video_avatar``, from its ``report``."""
     src, cfg, held = report["source"], report["config"], report.get("heldout")
     video = src["video"]
     critic = report.get("critic") or {}
@@ -114,8 +115,9 @@ def write_training_provenance(root, report: dict) -> Path:
 
 
 def add_evaluation(root, metrics: dict) -> Path:
-    """Add a section with ``avatar eval``'s ``metrics`` (of a video avatar) to ``root/PROVENANCE.md``,
-    starting the page if the bundle has none."""
+    """Add a section with ``avatar eval``'s ``metrics`` of a video avatar to ``root/PROVENANCE.md``.
+
+    It starts the page if the bundle has none."""
     path = Path(root) / PROVENANCE
     if not path.exists():
         path.write_text("# Video avatar — provenance\n\n## Measured (`framegraph avatar eval`)\n\n")

@@ -4,15 +4,16 @@
           └─state─▶ StateOverride ─state─┬▶ (MouthShape)                     ▲ ▲
                                          └▶ VideoLoop ─frame, box────────────┘─┘
 
-:class:`MouthShape` keeps the last ``K`` feature vectors (causal) and runs the :class:`~.lipsync.ShapeHead`;
-a head trained to answer silence and noise with the person's resting mouth is followed as it is, an older
-one is gated: while the avatar does not speak the shape eases to the resting mouth. :class:`MouthRegion` cuts the
-region at the frame's box, hides the lower face, lets the :class:`~.lipsync.MouthGenerator` redraw it for
-the shape, lays the loop frame's own finest texture over it away from the lips (a bundle's ``texture`` map:
-the generator draws stubble and pores only blurred) and pastes it back with the feathered alpha
-(:func:`framegraph.models.composite.composite`): every pixel outside that alpha is the loop frame's own, and so
-is everything below the loop frame's jaw line when the bundle has the loop frames' jaw lines
-(:func:`~.jaw.jaw_keep`, made by the loop: the chin and the collar are never redrawn).
+:class:`MouthShape` keeps the last ``K`` feature vectors, causally. It runs the :class:`~.lipsync.ShapeHead`.
+Some heads were trained to answer silence and noise with the person's resting mouth. Those are followed as
+they are. An older head is gated. While the avatar does not speak, the shape eases to the resting mouth.
+
+:class:`MouthRegion` cuts the region at the frame's box and hides the lower face. The :class:`~.lipsync.MouthGenerator`
+redraws it for the shape. The loop frame's own finest texture is laid over it away from the lips. A bundle's ``texture``
+map says where. The generator draws stubble and pores only blurred. The region is pasted back with the feathered alpha
+(:func:`framegraph.models.composite.composite`). Every pixel outside that alpha is the loop frame's own. So is
+everything below the loop frame's jaw line. That needs a bundle with the loop frames' jaw lines. The loop makes that
+mask (:func:`~.jaw.jaw_keep`). The chin and the collar are never redrawn.
 """
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ _WARMED: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _inference(fn):
-    """``fn`` called under ``torch.inference_mode()`` (a compiled function is compiled without it inside)."""
+    """``fn`` called under ``torch.inference_mode()``. A compiled function is compiled without it inside."""
     def call(*args, **kwargs):
         with torch.inference_mode():
             return fn(*args, **kwargs)
@@ -53,16 +54,17 @@ class MouthShape(Stage):
     """Per video frame, the standardised mouth shape ``float32 [P]`` from the audio features.
 
     Args:
-        head: the :class:`ShapeHead`. rest: ``[P]`` the shape of the mouth at rest (silence).
-        gate: ease to ``rest`` while the state is not speaking (for heads not trained on quiet audio; a
-            gate also shuts lips that really move at the edges of speech, where the voice detector lags).
-        ease: per frame, how far the shape moves towards the resting mouth when not speaking (and back
-            when speaking): 1 = at once.
-        limit: the output is clamped to ``±limit`` (standard deviations of the person's own shapes).
+        head: the :class:`ShapeHead`.
+        rest: ``[P]``, the shape of the mouth at rest, in silence.
+        gate: ease to ``rest`` while the state is not speaking. This is for heads not trained on quiet audio.
+            A gate also shuts lips that really move at the edges of speech. There the voice detector lags.
+        ease: per frame, how far the shape moves towards rest when not speaking. The same holds
+            back when speaking. 1 means at once.
+        limit: the output is clamped to ``±limit``. The unit is the std of the person's own shapes.
 
-    Ports: in ``"features"`` ``float32 [D]``, ``"state"`` ``float32 [4]`` on the CPU (the audio side's); out
-    ``"shape"`` ``float32 [P]`` on ``device``, where the head runs (the inputs uploaded, the speaking gate kept
-    there: nothing is read back). ``engine(head)``: the callable that runs the head (its runtime).
+    Ports: in ``"features"`` ``float32 [D]`` and ``"state"`` ``float32 [4]``. They come on the CPU, from the audio side.
+    Out ``"shape"`` ``float32 [P]`` on ``device``, where the head runs. The inputs are uploaded, and the speaking
+    gate is kept there. Nothing is read back. ``engine(head)``: the callable that runs the head, its runtime.
     """
 
     def __init__(self, head: ShapeHead, rest, *, gate: bool = True, ease: float = 0.5, limit: float = 3.0,
@@ -89,8 +91,10 @@ class MouthShape(Stage):
 
     @torch.no_grad()
     def step(self, features: torch.Tensor, speaking: bool | torch.Tensor) -> torch.Tensor:
-        """The next frame's shape ``[P]`` from its features ``[D]`` and whether the avatar speaks (a bool, or a
-        0-dim tensor, 1 = speaking: what :meth:`process` passes, computed on the device)."""
+        """The next frame's shape ``[P]`` from its features ``[D]`` and whether the avatar speaks.
+
+        Speaking is a bool, or a 0-dim tensor with 1 for speaking. The tensor is what :meth:`process` passes, computed
+        on the device."""
         if self._seen == 0:
             self._context.copy_(features.expand_as(self._context))  # the first frame repeated, as in training
         else:
@@ -116,37 +120,48 @@ class MouthRegion(Stage):
     """The loop frame with its lower face redrawn for the mouth shape, at the frame's resolution.
 
     Args:
-        generator: the :class:`MouthGenerator`. mask / paste: ``float32 [S, S]`` the hidden lower face and
-            the feathered paste-back alpha (0 wherever ``mask`` is 0). reference: ``uint8 [S, S, 3]``.
-        frame_size: ``(H, W)`` of the frames. box_side: ``L``, the region's side in px of the frame.
-        texture: ``float32 [S, S]`` or None: where the frame's own finest detail (stubble, pores, below
-            about :data:`TEXTURE_SCALE` of the region's side) replaces the generated picture's — the lower face
-            away from the lips, whose fine texture the generator only draws blurred (:meth:`picture`).
-        max_lag_ms: live streams (realtime clock): a frame with a newer one waiting behind it, or whose audio
-            arrived longer ago than this, is skipped (``frames_skipped``; :meth:`~framegraph.stream.Stage.stale`),
-            so a slow machine shows fewer frames, each from the freshest audio, never a growing delay.
-        torch_threads: intra-op threads of this stage's worker (None: unchanged).
-        device: where the generator runs and the frames arrive; out_device: where the picture goes (default
-            ``device``; ``"cpu"`` for an encoder after a GPU run).
-        engine: ``engine(fn)`` → how the device path :meth:`picture_at` runs (its runtime: as it is, or compiled).
-        generator_engine: what runs the generator inside that path (its runtime, :mod:`framegraph.models.runtime`):
-            ``generator_engine(generator)`` → a function called as the generator is (ONNX Runtime's); None: the
-            torch model itself; a :class:`~framegraph.stream.batching.BatchClient` (the generator run in batches
-            with other sessions', :func:`~.engines.batched_generator`) is opened at setup, closed at teardown,
-            cancelled by ``interrupt`` and given the frame's deadline (live: its audio's arrival + ``max_lag_ms``);
-            a frame the batch cannot make in time is skipped (``frames_skipped``).
-        graphs: replay the device path from a CUDA graph (on CUDA; its inputs copied into static buffers).
-        matte: the frame's person matte comes in on ``"alpha"`` and leaves beside the picture, unchanged (the
-            redrawn lower face lies inside the person), skipped with it when the frame is.
-        keep: the share of the box kept from the frame itself comes in on ``"keep"`` (``float32 [L, L]``: 1 at
-            and below the frame's jaw line, :func:`~.jaw.jaw_keep`, made by :class:`~.loop.VideoLoop` from a
-            bundle's ``jaws``): nothing there is redrawn. False: the whole hidden area is (older bundles).
+        generator: the :class:`MouthGenerator`.
+        mask: ``float32 [S, S]``, the hidden lower face.
+        paste: ``float32 [S, S]``, the feathered paste-back alpha. It is 0 wherever ``mask`` is 0.
+        reference: ``uint8 [S, S, 3]``.
+        frame_size: ``(H, W)`` of the frames.
+        box_side: ``L``, the region's side in px of the frame.
+        texture: ``float32 [S, S]`` or None. It says where the frame's own finest detail replaces the generated
+            picture's. That detail is stubble and pores, below about :data:`TEXTURE_SCALE` of the region's side.
+            It covers the lower face away from the lips. The generator draws that fine texture only blurred
+            (:meth:`picture`).
+        max_lag_ms: for live streams on a realtime clock. A frame with a newer one waiting behind it is
+            skipped. So is a frame whose audio arrived longer ago than this. ``frames_skipped`` counts them; see
+            :meth:`~framegraph.stream.Stage.stale`. So a slow machine shows fewer frames, each from the freshest
+            audio. It never shows a growing delay.
+        torch_threads: intra-op threads of this stage's worker. None: unchanged.
+        device: where the generator runs and the frames arrive.
+        out_device: where the picture goes. Default ``device``. Use ``"cpu"`` for an encoder after a GPU run.
+        engine: ``engine(fn)`` → how the device path :meth:`picture_at` runs. That is its runtime: as it is, or
+            compiled.
+        generator_engine: what runs the generator inside that path; see :mod:`framegraph.models.runtime`.
+            ``generator_engine(generator)`` → a function called as the generator is, such as ONNX Runtime's.
+            None: the torch model itself. It may give a :class:`~framegraph.stream.batching.BatchClient`
+                (:func:`~.engines.batched_generator`). That runs the generator in batches with other sessions'. The
+                client
+            is opened at setup and closed at teardown. ``interrupt`` cancels it. It gets the frame's deadline:
+            live, its audio's arrival + ``max_lag_ms``. A frame the batch cannot make in time is skipped, and
+            ``frames_skipped`` counts it.
+        graphs: replay the device path from a CUDA graph, on CUDA. Its inputs are copied into static buffers.
+        matte: the frame's person matte comes in on ``"alpha"``. It leaves beside the picture, unchanged. The
+            redrawn lower face lies inside the person. It is skipped with the frame.
+        keep: the frame's kept share of the box comes in on ``"keep"``. It is ``float32 [L, L]``, 1 at and below the
+            frame's jaw line (:func:`~.jaw.jaw_keep`). It is made by :class:`~.loop.VideoLoop` from a bundle's ``jaws``.
+            Nothing there is redrawn. False: the whole hidden area is, as in older bundles.
 
-    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]``, ``"shape"`` ``float32 [P]`` (and ``"alpha"``
-    ``uint8 [H, W]``, ``"keep"`` ``float32 [L, L]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``; pts
-    and flags of the frame, on ``out_device``), the rest on ``device``. :meth:`process` cuts and pastes the region
-    with index tensors made from the box on the device (:meth:`picture_at`: no value is read back, and the shapes
-    do not depend on where the box is); :meth:`picture` is its readable twin, slicing at a box of Python ints.
+    Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` and ``"shape"`` ``float32 [P]``. With their
+    options, ``"alpha"`` ``uint8 [H, W]`` and ``"keep"`` ``float32 [L, L]`` come in too. Out go ``"video"``
+    ``uint8 [H, W, 3]`` and, with ``matte``, ``"alpha"``. They carry the frame's pts and flags, on
+    ``out_device``. The rest is on ``device``.
+
+    :meth:`process` cuts and pastes the region with index tensors (:meth:`picture_at`). They are made from the box on
+    the device. No value is read back. The shapes do not depend on where the box is. Its readable twin is
+    :meth:`picture`. It slices at a box of Python ints.
     """
 
     def __init__(self, generator: MouthGenerator, mask: torch.Tensor, paste: torch.Tensor, reference: torch.Tensor,
@@ -201,7 +216,7 @@ class MouthRegion(Stage):
 
     @classmethod
     def for_avatar(cls, avatar, **kwargs) -> MouthRegion:
-        """The stage for a :class:`~.video_bundle.VideoAvatar` at its frames' size (``kwargs``: the rest)."""
+        """The stage for a :class:`~.bundle.VideoAvatar` at its frames' size. ``kwargs`` are the rest."""
         return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
                    avatar.width), box_side=avatar.box_side, texture=avatar.texture,
                    keep=avatar.jaws is not None, **kwargs)
@@ -226,9 +241,10 @@ class MouthRegion(Stage):
             warmed.add(key)
 
     def warm(self) -> None:
-        """Run the picture step once on a blank frame of the session's size (first calls of kernels, a compiled
-        runtime's compilation, a CUDA graph's capture): what :meth:`setup` does once per process, size and
-        runtime (per stage for a CUDA graph)."""
+        """Run the picture step once on a blank frame of the session's size.
+
+        That makes the first calls of kernels. A compiled runtime compiles, and a CUDA graph is captured. This is done
+        by :meth:`setup`, once per process, size and runtime. With a CUDA graph it is once per stage."""
         H, W = self.frame_size
         L = self.side
         frame = torch.zeros(H, W, 3, dtype=torch.uint8, device=self.device)
@@ -247,15 +263,17 @@ class MouthRegion(Stage):
         return self._generate(crop_frames(frame[None], tuple(int(v) for v in box), self.size), shape)
 
     def _generate(self, region: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [1, S, S, 3]`` (the box's pixels at the model's size) → the redrawn ``uint8 [S, S, 3]``."""
+        """``region uint8 [1, S, S, 3]``, the box's pixels at the model's size → the redrawn ``uint8 [S, S, 3]``."""
         x = region.permute(0, 3, 1, 2).float() / 255.0
         y = self.draw(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     @torch.inference_mode()
     def lay_texture(self, frame: torch.Tensor, box, region: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, its finest detail (below a
-        Gaussian of ``TEXTURE_SCALE · L`` px) taken from ``frame``'s own pixels there, weighted by ``texture``."""
+        """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, with ``frame``'s finest detail.
+
+        That detail lies below a Gaussian of ``TEXTURE_SCALE · L`` px. It is taken from ``frame``'s own pixels
+        there, weighted by ``texture``."""
         x, y, L, _ = (int(v) for v in box)
         return self._texture(frame[y:y + L, x:x + L], region)
 
@@ -272,10 +290,11 @@ class MouthRegion(Stage):
 
     def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, keep: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
-        """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` (the frame's
-        fine texture laid over it where ``texture`` says) and pasted back — but not where ``keep`` (``float32
-        [L, L]`` or None: :func:`~.jaw.jaw_keep` of the frame's jaw line) keeps the frame: what :meth:`process`
-        emits."""
+        """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` and pasted back.
+
+        The frame's fine texture is laid over it where ``texture`` says. Nothing is pasted where ``keep`` keeps
+        the frame. ``keep`` is ``float32 [L, L]`` or None: :func:`~.jaw.jaw_keep` of the frame's jaw line. This
+        is what :meth:`process` emits."""
         region = self.redraw(frame, box, shape)
         if self.texture is not None:
             region = self.lay_texture(frame, box, region)
@@ -283,9 +302,10 @@ class MouthRegion(Stage):
         return composite(frame, region, box, alpha, out=out)
 
     def window(self, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` of the frame it
-        covers, as index tensors (the corner clamped into the frame, as :func:`~framegraph.models.vae.crop_frames`
-        would refuse a box outside it)."""
+        """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` it covers.
+
+        They are index tensors. The corner is clamped into the frame.
+        :func:`~framegraph.models.vae.crop_frames` would refuse a box outside it."""
         H, W = self.frame_size
         box = box.long()
         rows = box[1].clamp(0, H - self.side) + self._offsets
@@ -295,13 +315,15 @@ class MouthRegion(Stage):
     @torch.inference_mode()
     def picture_at(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
                    keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`picture` with the box a tensor on the device: the region is gathered and pasted back through
-        index tensors (:meth:`window`), so nothing is read back to the host and every shape is fixed."""
+        """:meth:`picture` with the box a tensor on the device.
+
+        The region is gathered and pasted back through index tensors (:meth:`window`). So nothing is read back
+        to the host, and every shape is fixed."""
         return self._picture(frame, box, shape, keep, out)
 
     def _picture(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
                  keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
-        """:meth:`picture_at` without its grad mode (what a runtime compiles; called under inference mode)."""
+        """:meth:`picture_at` without its grad mode. A runtime compiles this; it is called under inference mode."""
         rows, cols = self.window(box)
         base = frame[rows, cols]  # [L, L, 3]: the box's pixels
         region = base[None]

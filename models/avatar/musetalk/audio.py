@@ -1,11 +1,13 @@
 """MuseTalk's audio context: Whisper's every-layer features at 50 Hz, and the window each video frame attends to.
 
-Per 30-s segment of the 16 kHz audio: Whisper's log-mel of the segment padded to 30 s (as Whisper's feature
-extractor makes it), the encoder's hidden states at 50 Hz — its embedding, each later layer's input and the normed
-output, ``L + 1`` of them (5 for whisper-tiny) — kept for the audio's length. Video frame ``i`` (at ``fps``) attends
-to ``ROWS`` = 2·(``LEFT`` + ``RIGHT`` + 1) = 10 rows starting at row ⌊i·50/fps⌋ of those features, padded with
-2·``LEFT`` zero rows before and 6·``RIGHT`` after; its rows × layers are flattened to the UNet's context
-``[ROWS·(L + 1), D]`` (50 × 384 for whisper-tiny), and a sinusoidal position code is added.
+The 16 kHz audio is encoded in 30-s segments. Each segment's log-mel is padded to 30 s, as Whisper's feature
+extractor makes it. The encoder's hidden states are kept at 50 Hz for the audio's length. They are ``L + 1`` per
+row: the embedding, each later layer's input and the normed output. Whisper-tiny has 5.
+
+Video frame ``i`` at ``fps`` attends to ``ROWS`` = 2·(``LEFT`` + ``RIGHT`` + 1) = 10 rows of those features. They
+start at row ⌊i·50/fps⌋. The features are padded with 2·``LEFT`` zero rows before and 6·``RIGHT`` after. A frame's
+rows × layers are flattened to the UNet's context ``[ROWS·(L + 1), D]``. For whisper-tiny that is 50 × 384. A
+sinusoidal position code is added.
 """
 from __future__ import annotations
 
@@ -23,8 +25,9 @@ SEGMENT = 30 * SAMPLE_RATE  # Whisper's window: the audio is encoded 30 s at a t
 
 
 def every_layer_features(encoder, wave: torch.Tensor) -> torch.Tensor:
-    """``float32 [T, L + 1, D]``: Whisper's hidden states of ``wave float32 [S]`` (16 kHz, in [-1, 1]), T = ⌊S / 320⌋
-    rows at 50 Hz (see the module docstring)."""
+    """``float32 [T, L + 1, D]``: Whisper's hidden states of ``wave float32 [S]``, 16 kHz in [-1, 1].
+
+    T = ⌊S / 320⌋ rows at 50 Hz. See the module docstring."""
     parts = []
     with torch.inference_mode():
         for start in range(0, max(len(wave), 1), SEGMENT):
@@ -38,8 +41,10 @@ def every_layer_features(encoder, wave: torch.Tensor) -> torch.Tensor:
 
 
 def frame_windows(features: torch.Tensor, fps: float, frames: int | None = None) -> torch.Tensor:
-    """``[N, ROWS·(L + 1), D]``: each video frame's context from ``features [T, L + 1, D]`` at ``fps``; N = the
-    frames the audio covers (⌊T / 50 · fps⌋) unless ``frames`` is given. No position code (:func:`position_code`)."""
+    """``[N, ROWS·(L + 1), D]``: each video frame's context from ``features [T, L + 1, D]`` at ``fps``.
+
+    N is ``frames`` if given. Otherwise it is the frames the audio covers, ⌊T / 50 · fps⌋. No position code is
+    added; see :func:`position_code`."""
     per_frame = AUDIO_FPS / fps
     n = math.floor(len(features) / AUDIO_FPS * fps) if frames is None else frames
     pad = math.ceil(per_frame)
@@ -55,8 +60,9 @@ def frame_windows(features: torch.Tensor, fps: float, frames: int | None = None)
 
 
 def position_code(length: int, width: int) -> torch.Tensor:
-    """``float32 [length, width]``: the sinusoidal position code added to a frame's context (sines on even
-    columns, cosines on odd, wavelengths from 2π to 10000·2π)."""
+    """``float32 [length, width]``: the sinusoidal position code added to a frame's context.
+
+    Even columns hold sines, odd columns cosines. Wavelengths run from 2π to 10000·2π."""
     position = torch.arange(length, dtype=torch.float32)[:, None]
     rate = torch.exp(torch.arange(0, width, 2, dtype=torch.float32) * (-math.log(10000.0) / width))
     code = torch.zeros(length, width)

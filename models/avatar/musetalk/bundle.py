@@ -1,13 +1,18 @@
 """A person prepared for MuseTalk: the loop frames, where the face is in each, how it blends back, its latents.
 
-    BUNDLE/avatar.json    kind "musetalk"; fps, size, loop frames, the idle range; where MuseTalk's files are
-    BUNDLE/loop.mp4       the loop frames (H.264, every frame kept), played back and forth as the video avatar's
-    BUNDLE/faces.npz      per loop frame: ``boxes`` int32 [N, 4] (x1, y1, x2, y2), ``nearest_idle`` int64 [N],
-                          ``mask_<i>`` uint8 [h, w] (the blend mask of frame i's box)
-    BUNDLE/latents.pt     float32 [N, 8, h, w]: each loop face's masked and whole latents (what the UNet reads)
-    BUNDLE/PROVENANCE.md  the source video (name, SHA-256), MuseTalk's files, when and how it was prepared
+The bundle folder holds five files:
 
-The model files stay where the user keeps them; the bundle records their paths (:class:`~.files.MuseTalkFiles`).
+- ``avatar.json``: kind ``"musetalk"``. It records the fps, size, loop frames and idle range. It says where
+  MuseTalk's files are.
+- ``loop.mp4``: the loop frames in H.264, every frame kept. The video avatar plays them back and forth.
+- ``faces.npz``: per loop frame, ``boxes`` ``int32 [N, 4]`` as x1, y1, x2, y2 and ``nearest_idle`` ``int64 [N]``.
+  Each ``mask_<i>`` ``uint8 [h, w]`` is the blend mask of frame i's box.
+- ``latents.pt``: ``float32 [N, 8, h, w]``. These are each loop face's masked and whole latents. The UNet reads
+  them.
+- ``PROVENANCE.md``: the source video's name and SHA-256, and MuseTalk's files. It says when and how the bundle
+  was prepared.
+
+The model files stay where the user keeps them. The bundle records their paths (:class:`~.files.MuseTalkFiles`).
 """
 from __future__ import annotations
 
@@ -45,10 +50,18 @@ LOOP, FACES, LATENTS = "loop.mp4", "faces.npz", "latents.pt"
 
 @dataclass
 class MuseTalkAvatar(PictureSize, MatteInFolder):
-    """A prepared person (see the module docstring). ``frames`` ``uint8 [N, H, W, 3]``; ``boxes`` ``int [N, 4]``;
-    ``masks`` N ``uint8 [h, w]``; ``latents`` ``float32 [N, 8, h', w']``; ``idle`` ``(a, b)`` the loop's calm
-    stretch and ``nearest_idle`` ``int [N]`` the idle frame most like each (:class:`~framegraph.models.avatar.video.
-    loop.LoopCursor`); ``matte`` ``uint8 [N, H, W]`` the loop frames' person mattes, or None."""
+    """A prepared person. See the module docstring.
+
+    Attributes:
+        frames: ``uint8 [N, H, W, 3]``, the loop frames.
+        boxes: ``int [N, 4]``, each frame's face box.
+        masks: N ``uint8 [h, w]``, each box's blend mask.
+        latents: ``float32 [N, 8, h', w']``, each face's masked and whole latents.
+        idle: ``(a, b)``, the loop's calm stretch.
+        nearest_idle: ``int [N]``, the idle frame most like each frame.
+            See :class:`~framegraph.models.avatar.video.loop.LoopCursor`.
+        matte: ``uint8 [N, H, W]``, the loop frames' person mattes, or None.
+    """
 
     kind: ClassVar[str] = KIND
     MATTE_FILE: ClassVar[str] = MATTE_FILE
@@ -68,7 +81,7 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
 
     @property
     def portrait(self) -> torch.Tensor:
-        """``uint8 [H, W, 3]``: the first frame of the idle range (the avatar at rest)."""
+        """``uint8 [H, W, 3]``: the first frame of the idle range. It shows the avatar at rest."""
         return self.frames[self.idle[0]]
 
     @property
@@ -76,7 +89,7 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
         return FACE_SIZE
 
     def person_matte(self) -> torch.Tensor:
-        """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""
+        """The loop frames' person mattes, ``uint8 [N, H, W]``. See :func:`~framegraph.models.matte.person_mattes`."""
         from framegraph.models.matte import person_mattes
 
         return person_mattes(self.frames)
@@ -84,17 +97,21 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
     write_matte = staticmethod(_write_matte)  # (path, mattes): the MATTE_FILE format
 
     def export_onnx(self, out_dir: str) -> dict:
-        """Write the ONNX files of the UNet step and the VAE decoder (:func:`~.onnx.export_musetalk`)."""
+        """Write the ONNX files of the UNet step and the VAE decoder. See :func:`~.onnx.export_musetalk`."""
         from .onnx import export_musetalk
 
         return export_musetalk(self, out_dir)
 
     def add_stages(self, graph: Graph, source: Stage, settings: RunSettings) -> AvatarStages:
-        """``source`` → :class:`~.hearing.MuseTalkHearing` (each frame's context and the speaking state) → the
-        state → :class:`~framegraph.models.avatar.video.loop.VideoLoop` (the loop frame and its index), both →
-        :class:`~.stages.MuseTalkFace` (the picture). The UNet and the VAE compute on ``settings.device``
-        (:mod:`.engines`), the audio side on the CPU. ``settings.alpha``: the loop's mattes leave beside it.
-        ``settings.batching``: the step runs in the service's batches (:func:`~.engines.batched_step`)."""
+        """Add the avatar's stages to ``graph``, fed by ``source``.
+
+        ``source`` feeds :class:`~.hearing.MuseTalkHearing`. It gives each frame's context and the speaking state.
+        The state drives :class:`~framegraph.models.avatar.video.loop.VideoLoop`. It gives the loop frame and its
+        index. Both feed :class:`~.stages.MuseTalkFace`, which draws the picture.
+
+        The UNet and the VAE compute on ``settings.device``; see :mod:`.engines`. The audio side runs on the CPU.
+        With ``settings.alpha``, the loop's mattes leave beside the picture. With ``settings.batching``, the step
+        runs in the service's batches; see :func:`~.engines.batched_step`."""
         from .engines import MuseTalkEngines, batched_step, whisper_engine
         from .hearing import MuseTalkHearing
         from .stages import MuseTalkFace
@@ -125,7 +142,7 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
 
 
 def save_musetalk_avatar(root, avatar: MuseTalkAvatar) -> str:
-    """Write ``avatar`` as a bundle folder (see the module docstring); returns its path."""
+    """Write ``avatar`` as a bundle folder and return its path. See the module docstring."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     write_loop(root / LOOP, avatar.frames, avatar.fps)
@@ -146,8 +163,10 @@ def save_musetalk_avatar(root, avatar: MuseTalkAvatar) -> str:
 
 
 def load_musetalk_avatar(root, cfg: dict | None = None) -> MuseTalkAvatar:
-    """The bundle at ``root``; :class:`AvatarError` names a missing or bad file, and MuseTalk's files where they are
-    no longer (:class:`~.files.MuseTalkError`)."""
+    """The bundle at ``root``.
+
+    Raises :class:`AvatarError` naming a missing or bad file. Raises :class:`~.files.MuseTalkError` when MuseTalk's
+    files are no longer where the bundle says."""
     from framegraph.stream.media import read_video
 
     root = Path(root)

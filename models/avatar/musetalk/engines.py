@@ -1,20 +1,20 @@
-"""MuseTalk's engines (:mod:`framegraph.models.runtime`): what its stages call per frame, on a runtime.
+"""MuseTalk's engines (:mod:`framegraph.models.runtime`): what its stages call per frame, on a runtime::
 
     engines = runtime.engines("avatar-musetalk", "torch", avatar, settings)
     engines.step(latents [B, 8, h, w], context [B, N, D]) → uint8 [B, S, S, 3]   (on settings.device)
     engines.whisper                                                             (the audio context's encoder)
 
-- ``torch``: the UNet and the VAE in float32 on a CPU, float16 on a GPU, as MuseTalk's realtime path runs them.
-- ``compiled``: the torch step compiled by Inductor, static shapes per batch size. On CUDA each batch size's
-  step is replayed from a CUDA graph (:class:`CompiledStep`).
-- ``onnx``: the UNet step and the VAE decoder on ONNX Runtime, from the bundle's export (:mod:`.onnx`).
+- ``torch``: the UNet and the VAE in float32 on a CPU, float16 on a GPU. MuseTalk's realtime path runs them so.
+- ``compiled``: the torch step compiled by Inductor, with static shapes per batch size. On CUDA each batch
+  size's step replays from a CUDA graph. See :class:`CompiledStep`.
+- ``onnx``: the UNet step and the VAE decoder on ONNX Runtime, from the bundle's export. See :mod:`.onnx`.
 
 Whisper's encoder runs in float32 on the CPU, beside the audio, on every runtime. The models are loaded once per
-bundle, device and precision, and shared by its sessions.
+bundle, device and precision. The bundle's sessions share them.
 
-Batched (model ``"avatar-musetalk-batch"``, runtimes ``torch`` and ``onnx``): the step for a batch of sessions,
-``[B, ...]`` in and out, run by a lane of a :class:`~framegraph.stream.batching.ModelService`.
-:func:`batched_step` hands each session's :class:`~.stages.MuseTalkFace` a client of that lane.
+Batched, the model is ``"avatar-musetalk-batch"``, on runtime ``torch`` or ``onnx``. It is the step for a batch of
+sessions, ``[B, ...]`` in and out. A lane of a :class:`~framegraph.stream.batching.ModelService` runs it.
+Here :func:`batched_step` hands each session's :class:`~.stages.MuseTalkFace` a client of that lane.
 """
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class MuseTalkEngines:
 
 
 def cross_attention_width(avatar) -> int:
-    """The UNet's cross-attention width, read from its config file (the Whisper it needs is this wide)."""
+    """The UNet's cross-attention width, read from its config file. The Whisper it needs is this wide."""
     path = avatar.files.unet_config
     try:
         return int(json.loads(Path(path).read_text())["cross_attention_dim"])
@@ -53,7 +53,7 @@ def cross_attention_width(avatar) -> int:
 
 
 def whisper_engine(avatar) -> EveryLayerEngine:
-    """The bundle's Whisper encoder, every layer read, float32 on the CPU; loaded once per bundle."""
+    """The bundle's Whisper encoder, every layer read, in float32 on the CPU. It is loaded once per bundle."""
     with _LOCK:
         cache = avatar.engines_cache
         if "whisper" not in cache:
@@ -62,7 +62,7 @@ def whisper_engine(avatar) -> EveryLayerEngine:
 
 
 def _models(avatar, device: str, dtype: torch.dtype) -> MuseTalkEngines:
-    """The bundle's models on ``device`` in ``dtype``, loaded once (kept on the bundle, shared by its sessions)."""
+    """The bundle's models on ``device`` in ``dtype``, loaded once. They are kept on the bundle for its sessions."""
     key = (str(torch.device(device)), dtype)
     with _LOCK:
         cache = avatar.engines_cache
@@ -75,7 +75,7 @@ def _models(avatar, device: str, dtype: torch.dtype) -> MuseTalkEngines:
 
 
 def cpu_float_models(avatar) -> MuseTalkEngines:
-    """The torch models in float32 on the CPU (what the ONNX export traces)."""
+    """The torch models in float32 on the CPU. The ONNX export traces these."""
     return _models(avatar, "cpu", torch.float32)
 
 
@@ -110,15 +110,17 @@ def compiled_engines(avatar, settings) -> MuseTalkEngines:
 
 
 def torch_batch(avatar, settings) -> MuseTalkStep:
-    """The torch step itself, float32 on the CPU: it takes a batch."""
+    """The torch step itself, in float32 on the CPU. It takes a batch."""
     return cpu_float_models(avatar).step
 
 
 def batched_step(service, avatar, settings):
-    """A :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's step on
-    ``settings.runtime`` (``torch`` or ``onnx``), on the CPU. The lane's engine is built by the first session.
-    A service that admits raises :class:`~framegraph.stream.batching.Full` when one more session at the
-    avatar's frame rate would not fit."""
+    """A :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane for this bundle's step.
+
+    The step runs on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. The first session builds the lane's
+    engine. The client asks at the avatar's frame rate. A service that admits raises
+    :class:`~framegraph.stream.batching.Full` when one more such session would not fit. Raises
+    :class:`ValueError` for a device other than the CPU."""
     runtime.check("avatar-musetalk-batch", settings.runtime)
     if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
         raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "

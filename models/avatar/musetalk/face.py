@@ -5,14 +5,15 @@
     mask = blend_mask(polygon, box)           # uint8 [y2 - y1, x2 - x1]: how much of the drawn face is kept
     frame = paste_face(frame, face, box, mask)
 
-The box is MuseTalk 1.5's, on the face mesh's landmarks: cheek to cheek (the face outline's extent), from the
-lowest point of the jaw line up to as far above the nose ridge as that point is below it, then ``MARGIN_PX`` lower
-(1.5's extra margin under the chin), clipped to the frame. The crop is the box scaled to 256² (Lanczos).
+The box is MuseTalk 1.5's, drawn on the face mesh's landmarks. It spans cheek to cheek, the face outline's extent.
+Its bottom is the jaw line's lowest point. Its top is as far above the nose ridge as the bottom is below it. The
+bottom then goes ``MARGIN_PX`` lower, 1.5's extra margin under the chin. The box is clipped to the frame. The crop
+is the box scaled to 256² with Lanczos.
 
-The mask: MuseTalk parses the face with a BiSeNet (which no registry package ships) and keeps the skin and lips
-below the box's middle; here the lower-face polygon of the face mesh takes the parse's place, also kept below the
-box's middle and inside the box, and is feathered with the Gaussian MuseTalk's realtime path blurs with (a kernel of
-a tenth of the blend square's side, 1.5 × the box's longer side).
+For the mask, MuseTalk parses the face with a BiSeNet. It keeps the skin and lips below the box's middle. No
+registry package ships that BiSeNet. Here the face mesh's lower-face polygon takes the parse's place. It too is kept
+below the box's middle and inside the box. It is feathered with the Gaussian that MuseTalk's realtime path blurs
+with. The kernel is a tenth of the blend square's side. That side is 1.5 × the box's longer side.
 """
 from __future__ import annotations
 
@@ -32,8 +33,10 @@ Box = tuple[int, int, int, int]
 
 
 def face_box(points: np.ndarray, size: tuple[int, int], margin_px: int = MARGIN_PX) -> Box:
-    """``(x1, y1, x2, y2)`` px (ends exclusive) of the face MuseTalk redraws, from one face's landmarks
-    ``float [478, 2]`` in a frame of ``size`` (width, height) (see the module docstring)."""
+    """``(x1, y1, x2, y2)`` px of the face MuseTalk redraws; the ends are exclusive.
+
+    It comes from one face's landmarks ``float [478, 2]`` in a frame of ``size``, as width and height. See the
+    module docstring. Raises :class:`ValueError` when the face is too small or outside the frame."""
     width, height = size
     oval = points[list(FACE_OVAL)]
     bottom = float(points[list(JAW_LINE), 1].max())
@@ -47,7 +50,9 @@ def face_box(points: np.ndarray, size: tuple[int, int], margin_px: int = MARGIN_
 
 
 def crop_face(frame: np.ndarray, box: Box, size: int = FACE_SIZE) -> np.ndarray:
-    """``uint8 [size, size, 3]``: the box of ``frame`` (``uint8 [H, W, 3]``) scaled to ``size``² (Lanczos)."""
+    """``uint8 [size, size, 3]``: the box of ``frame`` scaled to ``size``² with Lanczos.
+
+    ``frame`` is ``uint8 [H, W, 3]``."""
     from PIL import Image
 
     x1, y1, x2, y2 = box
@@ -56,7 +61,7 @@ def crop_face(frame: np.ndarray, box: Box, size: int = FACE_SIZE) -> np.ndarray:
 
 
 def feather_sigma(box: Box) -> float:
-    """px: the Gaussian's sigma for this box (OpenCV's sigma of MuseTalk's odd kernel size)."""
+    """px: the Gaussian's sigma for this box. It is OpenCV's sigma for MuseTalk's odd kernel size."""
     x1, y1, x2, y2 = box
     half = int(max(x2 - x1, y2 - y1) // 2 * EXPAND)
     kernel = int(BLUR * 2 * half // 2 * 2) + 1
@@ -64,8 +69,10 @@ def feather_sigma(box: Box) -> float:
 
 
 def blend_mask(polygon: np.ndarray, box: Box) -> np.ndarray:
-    """``uint8 [y2 - y1, x2 - x1]``: the share of the drawn face kept at each pixel of the box (255 = all), from
-    the frame's lower-face polygon ``float [K, 2]`` (px of the frame; see the module docstring)."""
+    """``uint8 [y2 - y1, x2 - x1]``: the share of the drawn face kept at each pixel of the box.
+
+    255 keeps all of it. The mask is drawn from the frame's lower-face polygon ``float [K, 2]``, in px of the frame.
+    See the module docstring."""
     from PIL import Image, ImageDraw, ImageFilter
 
     x1, y1, x2, y2 = box
@@ -83,8 +90,10 @@ def blend_mask(polygon: np.ndarray, box: Box) -> np.ndarray:
 
 
 def paste_face(frame: torch.Tensor, face: torch.Tensor, box: Box, mask: torch.Tensor) -> torch.Tensor:
-    """``uint8 [H, W, 3]``: ``frame`` with the drawn ``face`` (``uint8 [S, S, 3]``, scaled to the box, bilinear)
-    blended into its box by ``mask`` (``uint8 [h, w]``, 255 = the face). Any device; ``frame`` is not changed."""
+    """``uint8 [H, W, 3]``: ``frame`` with the drawn ``face`` blended into its box by ``mask``.
+
+    ``face`` is ``uint8 [S, S, 3]``, scaled to the box bilinearly. ``mask`` is ``uint8 [h, w]``; 255 keeps all of the
+    face. Any device works. ``frame`` is not changed."""
     x1, y1, x2, y2 = box
     drawn = F.interpolate(face.permute(2, 0, 1)[None].float(), size=(y2 - y1, x2 - x1), mode="bilinear",
                           align_corners=False)[0].permute(1, 2, 0)

@@ -1,14 +1,14 @@
 """MuseTalk 1.5's model files, from the user's own folder: found, checked and loaded.
 
-MuseTalk's released layout (each path can be given instead)::
+MuseTalk's released layout is below. Each path can be given instead::
 
     ROOT/models/musetalkV15/musetalk.json    the UNet's config (a diffusers UNet2DConditionModel)
     ROOT/models/musetalkV15/unet.pth         its state dict
     ROOT/models/sd-vae/                      the VAE (diffusers AutoencoderKL, sd-vae-ft-mse)
     ROOT/models/whisper/                     the audio encoder (transformers' whisper-tiny)
 
-Nothing is downloaded. A missing file, a state dict that does not fit its config, or a Whisper whose width is
-not the UNet's cross-attention width is a :class:`MuseTalkError` naming what was expected.
+Nothing is downloaded. A missing file raises :class:`MuseTalkError`. So does a state dict that does not fit its
+config. So does a Whisper whose width is not the UNet's cross-attention width. The error names what was expected.
 """
 from __future__ import annotations
 
@@ -23,8 +23,8 @@ UNET_CONFIG, UNET_WEIGHTS = "musetalk.json", "unet.pth"
 VAE_DIR, WHISPER_DIR = Path("models/sd-vae"), Path("models/whisper")
 
 
-# The released models' configs (MuseTalk 1.5's musetalk.json, sd-vae-ft-mse's config.json; Whisper: transformers'
-# WhisperConfig defaults are whisper-tiny's): for models of the real size with random weights (the benches' speed).
+# The released models' configs: MuseTalk 1.5's musetalk.json and sd-vae-ft-mse's config.json. Transformers'
+# WhisperConfig defaults are whisper-tiny's. They build models of the real size with random weights, for the benches.
 RELEASED_UNET_CONFIG = {
     "act_fn": "silu", "attention_head_dim": 8, "block_out_channels": [320, 640, 1280, 1280],
     "center_input_sample": False, "cross_attention_dim": 384,
@@ -39,7 +39,9 @@ RELEASED_VAE_CONFIG = {
 
 
 def released_size_models(seed: int = 0):
-    """``(unet, vae, whisper_encoder)``: the stock classes at the released models' sizes, random weights, eval."""
+    """``(unet, vae, whisper_encoder)``: the stock classes at the released models' sizes.
+
+    The weights are random. Each model is in eval mode."""
     from diffusers import AutoencoderKL, UNet2DConditionModel
     from transformers import WhisperConfig
     from transformers.models.whisper.modeling_whisper import WhisperEncoder
@@ -55,7 +57,7 @@ class MuseTalkError(ValueError):
 
 @dataclass(frozen=True)
 class MuseTalkFiles:
-    """Where the four parts are (see the module docstring)."""
+    """Where the four parts are. See the module docstring."""
 
     unet_config: Path
     unet_weights: Path
@@ -64,7 +66,10 @@ class MuseTalkFiles:
 
     @classmethod
     def find(cls, root=None, *, unet_config=None, unet_weights=None, vae=None, whisper=None) -> MuseTalkFiles:
-        """The files under ``root`` in MuseTalk's layout, each overridable; checked to exist."""
+        """The files under ``root`` in MuseTalk's layout. Each path can be given instead.
+
+        Every file is checked to exist. Raises :class:`MuseTalkError` for a missing one. It also raises when
+        ``root`` is not given and a path is missing."""
         if root is None and None in (unet_config, unet_weights, vae, whisper):
             raise MuseTalkError("MuseTalk's files: give the MuseTalk folder (the one holding models/musetalkV15, "
                                 "models/sd-vae and models/whisper) or every path")
@@ -85,7 +90,8 @@ class MuseTalkFiles:
 
 
 def _mismatch(model: torch.nn.Module, state: dict) -> list[str]:
-    """The first differences between a model's parameters and a state dict: missing, unexpected, other shapes."""
+    """The differences between a model's parameters and a state dict. They are missing keys, unexpected keys and
+    other shapes."""
     own = model.state_dict()
     found = [f"{k} missing" for k in own if k not in state]
     found += [f"{k} not in the config's model" for k in state if k not in own]
@@ -95,7 +101,9 @@ def _mismatch(model: torch.nn.Module, state: dict) -> list[str]:
 
 
 def load_unet(config_path, weights_path):
-    """The UNet (diffusers ``UNet2DConditionModel``, float32, eval) from its config and state dict."""
+    """The UNet from its config and state dict: a diffusers ``UNet2DConditionModel`` in float32, in eval mode.
+
+    Raises :class:`MuseTalkError` when the config does not build, or the weights do not load or fit."""
     from diffusers import UNet2DConditionModel
 
     try:
@@ -121,7 +129,9 @@ def load_unet(config_path, weights_path):
 
 
 def load_vae(folder):
-    """The VAE (diffusers ``AutoencoderKL``, float32, eval) of a diffusers folder."""
+    """The VAE of a diffusers folder: an ``AutoencoderKL`` in float32, in eval mode.
+
+    Raises :class:`MuseTalkError` when the folder does not load."""
     from diffusers import AutoencoderKL
 
     try:
@@ -132,8 +142,10 @@ def load_vae(folder):
 
 
 def load_whisper(folder, width: int):
-    """Whisper's encoder (transformers ``WhisperEncoder``, float32, eval) of a transformers folder, checked to be
-    ``width`` wide (the UNet's cross-attention width: whisper-tiny's 384)."""
+    """Whisper's encoder of a transformers folder: a ``WhisperEncoder`` in float32, in eval mode.
+
+    It is checked to be ``width`` wide. That is the UNet's cross-attention width, whisper-tiny's 384. Raises
+    :class:`MuseTalkError` when the folder does not load or the width differs."""
     from framegraph.models.audio.whisper import WhisperModelError, encoder_from_transformers, model_kind
 
     try:

@@ -2,14 +2,17 @@
 
     audio int16 [320] ──▶ MuseTalkAudio ──context float32 [ROWS·(L + 1), D]──▶ (the UNet's cross-attention)
 
-Offline, MuseTalk encodes 30-s segments (:func:`~.audio.every_layer_features`): a row then hears up to 30 s of
-audio on both sides, which a live stream cannot wait for. Live, Whisper runs on a sliding window
-(:class:`~framegraph.models.audio.whisper_stream.WhisperWindows`: ``context_ms`` of audio per window, one every
-``hop_ms``, reaching ``lookahead_ms`` past it, its rows at their positions in the 30-s segment), each window's
-every-layer states kept for its hop; frame ``k``
-takes rows ``2k - 4 .. 2k + 5`` of those (at 25 fps; zeros before the stream's start and after its end), as
-:func:`~.audio.frame_windows` takes them. So a frame leaves once the audio reaches 80 ms past its end, plus the
-window's look-ahead, plus up to one hop. :func:`live_context` gives the same windows for a whole recording.
+Offline, MuseTalk encodes 30-s segments; see :func:`~.audio.every_layer_features`. A row then hears up to 30 s of
+audio on both sides. A live stream cannot wait for that.
+
+Live, Whisper runs on a sliding window, a :class:`~framegraph.models.audio.whisper_stream.WhisperWindows`. A window
+holds ``context_ms`` of audio. One starts every ``hop_ms`` and reaches ``lookahead_ms`` past its hop. Its rows take
+their positions in the 30-s segment. Each window's every-layer states are kept for its hop.
+
+At 25 fps, frame ``k`` takes rows ``2k - 4 .. 2k + 5`` of those, as :func:`~.audio.frame_windows` takes them. Rows
+before the stream's start and after its end are zeros. So a frame leaves once the audio is 80 ms past its end. Add
+the window's look-ahead and up to one hop to that. For a whole recording, :func:`live_context` gives the same
+windows.
 """
 from __future__ import annotations
 
@@ -28,11 +31,12 @@ LIVE_WINDOWS = WhisperWindows(context_ms=1500, hop_ms=80, lookahead_ms=80)
 
 
 class EveryLayerEngine:
-    """Whisper's encoder returning every layer's states, flattened per row: ``engine(log_mel [B, 80, 2N])`` →
-    ``float32 [B, N, (L + 1) · D]`` (the engine the sliding windows run). ``layers`` = L + 1, ``width`` = D.
+    """Whisper's encoder returning every layer's states, flattened per row. The sliding windows run it.
 
-    :meth:`encode_at` places each window where its rows fall in MuseTalk's 30-s segments: Whisper's position code is
-    absolute, and the UNet learned the rows with theirs (``docs/musetalk.md``)."""
+    ``engine(log_mel [B, 80, 2N])`` returns ``float32 [B, N, (L + 1) · D]``. ``layers`` is L + 1 and ``width`` is D.
+
+    Its :meth:`encode_at` places each window where its rows fall in MuseTalk's 30-s segments. Whisper's position
+    code is absolute. The UNet learned the rows with theirs; see ``docs/musetalk.md``."""
 
     def __init__(self, encoder):
         self.encoder = encoder
@@ -44,10 +48,11 @@ class EveryLayerEngine:
         return self._encode(log_mel, None)
 
     def encode_at(self, log_mel: torch.Tensor, starts: list[int] | None) -> torch.Tensor:
-        """As a call, window ``b`` starting at sample ``starts[b]`` of the stream: its rows take the positions they
-        have in their 30-s segment (one reaching past its segment's end, the segment's last ``N``). A window
-        reaching before the stream's start is encoded from the start on (the offline segment has nothing before
-        it either); its rows before the start are zeros."""
+        """As a call, with window ``b`` starting at sample ``starts[b]`` of the stream.
+
+        Its rows take the positions they have in their 30-s segment. A window reaching past its segment's end takes
+        the segment's last ``N`` positions. A window reaching before the stream's start is encoded from the start
+        on. The offline segment has nothing before it either. Its rows before the start are zeros."""
         if starts is None:
             return self._encode(log_mel, None)
         n = log_mel.shape[-1] // 2
@@ -69,8 +74,10 @@ class EveryLayerEngine:
 
 def live_context(engine: EveryLayerEngine, audio, fps: float = 25.0, windows: WhisperWindows = LIVE_WINDOWS,
                  frames: int | None = None) -> torch.Tensor:
-    """Offline: ``[N, ROWS · (L + 1), D]``, every frame's window of a whole recording (``audio`` int16 or float, 16
-    kHz; N the frames it reaches into unless ``frames``) as :class:`MuseTalkAudio` streams them."""
+    """``[N, ROWS · (L + 1), D]``: every frame's window of a whole recording, as :class:`MuseTalkAudio` streams them.
+
+    It runs offline. ``audio`` is int16 or float at 16 kHz. N is ``frames`` if given. Otherwise it is every frame
+    the audio reaches into."""
     rows = whisper_features(engine, audio, windows)
     if frames is None:
         frames = math.ceil(len(audio) * fps / 16000)  # every frame the audio reaches into, as the stream ends
@@ -78,8 +85,11 @@ def live_context(engine: EveryLayerEngine, audio, fps: float = 25.0, windows: Wh
 
 
 class ContextFrames(WhisperFrames):
-    """:class:`~framegraph.models.audio.whisper_stage.WhisperFrames` whose frame ``k`` is MuseTalk's window of the
-    rows (see the module docstring): ``[(k, window [ROWS · (L + 1), D])]`` once its last row has come."""
+    """A :class:`~framegraph.models.audio.whisper_stage.WhisperFrames` whose frames are MuseTalk's windows.
+
+    Frame ``k`` is MuseTalk's window of the rows; see the module docstring. It comes out as
+    ``(k, window [ROWS · (L + 1), D])`` once its last row has come. Raises :class:`ValueError` when ``fps`` does
+    not divide 50."""
 
     def __init__(self, engine: EveryLayerEngine, windows: WhisperWindows, fps: float):
         per = AUDIO_FPS / fps
@@ -97,8 +107,9 @@ class ContextFrames(WhisperFrames):
         return rows.reshape(ROWS * self.engine.layers, self.engine.width)
 
     def _ready(self, final: bool) -> list[tuple[int, torch.Tensor]]:
-        """The frames whose window is whole (``final``: every frame the samples cover, zeros after the end); the
-        rows no later frame reads are dropped."""
+        """The frames whose window is whole. With ``final``, every frame the samples cover, zeros after the end.
+
+        The rows no later frame reads are dropped."""
         if final:
             left = self.base_frame + math.ceil(self.samples / self.samples_per_frame) - self.frames_out
             need = (left - 1) * self.per + ROWS if left > 0 else 0
@@ -123,11 +134,14 @@ class ContextFrames(WhisperFrames):
 
 
 class MuseTalkHearing(JoinedFeatures):
-    """:class:`MuseTalkAudio`'s context with the avatars' speaking state beside it (the audio front's voice
-    detector, :class:`~framegraph.models.audio.AudioFeatures`; its own features are not sent).
+    """The context of :class:`MuseTalkAudio`, with the avatars' speaking state beside it.
 
-    Ports: in ``"audio"`` ``int16 [320]``; out ``"features"`` ``float32 [ROWS · (L + 1), D]`` (the frame's context)
-    and ``"state"`` ``float32 [4]``, a frame's two together. ``reset()`` (barge-in) starts both afresh.
+    The state comes from the audio front's voice detector, :class:`~framegraph.models.audio.AudioFeatures`. That
+    front's own features are not sent.
+
+    Ports: in ``"audio"`` ``int16 [320]``. Out ``"features"`` ``float32 [ROWS · (L + 1), D]``, the frame's
+    context, and ``"state"`` ``float32 [4]``. A frame's two leave together. ``reset()`` starts both afresh, as on
+    a barge-in.
     """
 
     def __init__(self, engine: EveryLayerEngine, *, windows: WhisperWindows = LIVE_WINDOWS, fps: float = 25.0,
@@ -143,13 +157,17 @@ class MuseTalkHearing(JoinedFeatures):
 
 
 class MuseTalkAudio(WhisperFeatures):
-    """Audio in (16 kHz mono PCM16 chunks), each video frame's MuseTalk context out (see the module docstring).
+    """Audio in as 16 kHz mono PCM16 chunks, each video frame's MuseTalk context out. See the module docstring.
 
-    Args: ``engine`` an :class:`EveryLayerEngine`; ``windows`` / ``fps`` / ``chunk`` / ``device`` as
-    :class:`~framegraph.models.audio.whisper_stage.WhisperFeatures` takes them.
+    Args:
+        engine: an :class:`EveryLayerEngine`.
+        windows: the sliding window, as :class:`~framegraph.models.audio.whisper_stage.WhisperFeatures` takes it.
+        fps: video frames per second, dividing 50.
+        chunk: samples per input chunk.
+        device: where the context goes.
 
-    Ports: in ``"audio"`` ``int16 [chunk]``; out ``"context"`` ``float32 [ROWS · (L + 1), D]`` (no position code),
-    ``pts`` its video frame's. ``reset()`` (barge-in): the windows start afresh, the past silent.
+    Ports: in ``"audio"`` ``int16 [chunk]``. Out ``"context"`` ``float32 [ROWS · (L + 1), D]``, without the position
+    code, at its video frame's ``pts``. ``reset()`` is for barge-in. The windows start afresh, with a silent past.
     """
 
     port = "context"

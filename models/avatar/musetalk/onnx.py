@@ -1,15 +1,16 @@
-"""MuseTalk on ONNX Runtime: its export and its engines (runtime ``"onnx"`` of model ``"avatar-musetalk"``).
+"""MuseTalk on ONNX Runtime: its export and its engines. This is runtime ``"onnx"`` of model ``"avatar-musetalk"``.
 
-Files written by :func:`export_musetalk` (the batch axis ``B`` dynamic; the rest fixed by the bundle):
+Files written by :func:`export_musetalk` are below. The batch axis ``B`` is dynamic. The bundle fixes the rest.
 
-- ``unet.onnx``: the UNet at timestep 0, ``latents [B, 8, h, w], windows [B, N, D] → latent [B, 4, h, w]``.
+- ``unet.onnx``: the UNet at timestep 0.
+  It maps ``latents [B, 8, h, w], windows [B, N, D] → latent [B, 4, h, w]``.
   The position code is added inside, as :class:`~.step.MuseTalkStep` adds it.
-- ``vae_decoder.onnx``: the VAE decode, ``latent [B, 4, h, w] → face [B, S, S, 3]``. The face is float32 in
-  0..255, already rounded and clamped; the engine casts it to ``uint8``.
+- ``vae_decoder.onnx``: the VAE decode, ``latent [B, 4, h, w] → face [B, S, S, 3]``.
+  The face is float32 in 0..255, already rounded and clamped. The engine casts it to ``uint8``.
 
-Whisper's encoder stays in torch. ``manifest.json`` has the layout of every export
-(:mod:`framegraph.models.onnx.manifest`, format :data:`FORMAT`). Its hash covers the UNet's and the VAE's files
-and the fixed shapes, so an export of other files is refused.
+Whisper's encoder stays in torch. ``manifest.json`` has the layout of every export. See
+:mod:`framegraph.models.onnx.manifest`; the format is :data:`FORMAT`. Its hash covers the fixed shapes and the
+UNet's and the VAE's files. So an export of other files is refused.
 """
 from __future__ import annotations
 
@@ -35,7 +36,9 @@ MEANING = {"latents": "the masked face's latents, then the whole face's", "windo
 
 
 class UNetAtZero(nn.Module):
-    """The UNet of a :class:`~.step.MuseTalkStep` as it is exported: the position code added, timestep 0."""
+    """The UNet of a :class:`~.step.MuseTalkStep` as it is exported.
+
+    It adds the position code and runs at timestep 0."""
 
     def __init__(self, step):
         super().__init__()
@@ -48,8 +51,9 @@ class UNetAtZero(nn.Module):
 
 
 class FaceDecoder(nn.Module):
-    """The VAE decode of a :class:`~.step.MuseTalkStep`: ``latent [B, 4, h, w]`` → ``float32 [B, S, S, 3]``, the
-    pixel values in 0..255, rounded."""
+    """The VAE decode of a :class:`~.step.MuseTalkStep`: ``latent [B, 4, h, w]`` → ``float32 [B, S, S, 3]``.
+
+    The pixel values are in 0..255, rounded."""
 
     def __init__(self, step):
         super().__init__()
@@ -61,14 +65,15 @@ class FaceDecoder(nn.Module):
 
 
 def geometry(avatar, context_rows: int, width: int) -> dict:
-    """The shapes an export is fixed to: the latents' ``[8, h, w]`` and the context's ``[N, D]``."""
+    """The shapes an export is fixed to. They are the latents' ``[8, h, w]`` and the context's ``[N, D]``."""
     return {"latents": list(avatar.latents.shape[1:]), "context": [int(context_rows), int(width)]}
 
 
 def files_hash(avatar, geo: dict) -> str:
-    """sha256 over the fixed shapes and the bytes of the UNet's config and weights and the VAE folder's files.
+    """A sha256 over the fixed shapes and the bytes of the model files.
 
-    MuseTalk's models are the user's files, so the export is tied to them, not to a model loaded in memory."""
+    The files are the UNet's config and weights and the VAE folder's files. MuseTalk's models are the user's
+    files. So the export is tied to them, not to a model loaded in memory."""
     h = hashlib.sha256(json.dumps(geo, sort_keys=True).encode())
     f = avatar.files
     vae_files = sorted(p for p in Path(f.vae).rglob("*") if p.is_file())
@@ -85,8 +90,9 @@ def _hint(export_dir: str) -> str:
 
 
 def load_manifest(export_dir: str, avatar, context_rows: int, width: int) -> dict:
-    """The manifest of the MuseTalk export ``export_dir``, checked against ``avatar``'s files and shapes (raises
-    :class:`~framegraph.models.onnx.ExportError` naming the export command)."""
+    """The manifest of the MuseTalk export ``export_dir``, checked against ``avatar``'s files and shapes.
+
+    Raises :class:`~framegraph.models.onnx.ExportError` naming the export command."""
     geo = geometry(avatar, context_rows, width)
     return check_manifest(export_dir, fmt=FORMAT, want_hash=files_hash(avatar, geo), parts=PARTS,
                           hint=_hint(export_dir), source="MuseTalk model", geometry=geo)
@@ -94,8 +100,10 @@ def load_manifest(export_dir: str, avatar, context_rows: int, width: int) -> dic
 
 @torch.no_grad()
 def export_musetalk(avatar, out_dir: str) -> dict:
-    """Write the ONNX files of ``avatar``'s UNet step and VAE decoder and their ``manifest.json`` into ``out_dir``;
-    returns the manifest. The models are loaded from the bundle's files, in float32 on the CPU."""
+    """Write the ONNX files of ``avatar``'s UNet step and VAE decoder into ``out_dir``.
+
+    Their ``manifest.json`` goes beside them. Returns the manifest. The models are loaded from the bundle's files,
+    in float32 on the CPU."""
     from .engines import cpu_float_models
 
     require_onnx()
@@ -121,9 +129,11 @@ def export_musetalk(avatar, out_dir: str) -> dict:
 
 
 class OrtStep:
-    """The UNet step and the VAE decode on ONNX Runtime, called as :class:`~.step.MuseTalkStep` is:
-    ``(latents [B, 8, h, w], windows [B, N, D]) → uint8 [B, S, S, 3]``. Buffers are kept per ``B`` and reused by
-    the next call of that size."""
+    """The UNet step and the VAE decode on ONNX Runtime. It is called as :class:`~.step.MuseTalkStep` is.
+
+    The call maps ``(latents [B, 8, h, w], windows [B, N, D]) → uint8 [B, S, S, 3]``. Buffers are kept per ``B``.
+    The next call of that size reuses them. Raises :class:`~framegraph.models.onnx.ExportError` for a graph whose
+    batch axis is fixed."""
 
     def __init__(self, unet: OrtGraph, decoder: OrtGraph, manifest: dict):
         for graph in (unet, decoder):
@@ -157,7 +167,9 @@ class OrtStep:
 
 
 def checked_export(avatar, settings, context_rows: int, width: int) -> CheckedExport:
-    """The bundle's export (``settings.onnx_dir``, else ``<bundle>/onnx``), its manifest checked; CPU only."""
+    """The bundle's export with its manifest checked. It is in ``settings.onnx_dir``, else ``<bundle>/onnx``.
+
+    CPU only: raises :class:`ValueError` for another device."""
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r} (use runtime "
                          f"'torch' on a GPU)")
@@ -166,7 +178,7 @@ def checked_export(avatar, settings, context_rows: int, width: int) -> CheckedEx
 
 
 def onnx_step(avatar, settings, threads: int) -> OrtStep:
-    """An :class:`OrtStep` of the bundle's checked export, each graph with ``threads`` intra-op threads."""
+    """An :class:`OrtStep` of the bundle's checked export. Each graph has ``threads`` intra-op threads."""
     from .engines import whisper_engine
 
     whisper = whisper_engine(avatar)
@@ -175,8 +187,9 @@ def onnx_step(avatar, settings, threads: int) -> OrtStep:
 
 
 def onnx_engines(avatar, settings):
-    """The ONNX runtime: the step from the bundle's export with ``torch_threads`` intra-op threads (default half
-    the cores); Whisper in torch, float32 on the CPU."""
+    """The ONNX runtime. The step comes from the bundle's export. Whisper runs in torch, in float32 on the CPU.
+
+    The step has ``torch_threads`` intra-op threads. The default is half the cores."""
     from .engines import MuseTalkEngines, whisper_engine
 
     step = onnx_step(avatar, settings, settings.torch_threads or default_threads())
@@ -184,8 +197,9 @@ def onnx_engines(avatar, settings):
 
 
 def onnx_batch(avatar, settings) -> OrtStep:
-    """The exported step for batches of sessions, with ``torch_threads`` intra-op threads (default every core:
-    one lane runs it for all the sessions)."""
+    """The exported step for batches of sessions, with ``torch_threads`` intra-op threads.
+
+    The default is every core. One lane runs it for all the sessions."""
     return onnx_step(avatar, settings, settings.torch_threads or os.cpu_count() or 1)
 
 

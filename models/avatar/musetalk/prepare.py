@@ -1,11 +1,11 @@
-"""A person prepared for MuseTalk, once, without training (``framegraph avatar prepare --musetalk``).
+"""A person prepared for MuseTalk, once, without training. The command is ``framegraph avatar prepare --musetalk``.
 
     video ─▶ the first ``loop_seconds`` at 25 fps (scaled to ``max_side``) ─▶ face landmarks on every frame (one face)
           ─▶ per frame: MuseTalk's face box, the 256² crop, the blend mask, the VAE's latents of the crop
           ─▶ the loop as the video avatar picks it: the calmest ``idle_seconds`` of mouth as the idle range, the
              idle frame most like each frame ─▶ the bundle (:mod:`.bundle`)
 
-The video's sound is not used: any video of one person facing the camera will do.
+The video's sound is not used. Any video of one person facing the camera will do.
 """
 from __future__ import annotations
 
@@ -33,8 +33,10 @@ MIN_FRAMES = 2
 
 
 def loop_frames(path, seconds: float, fps: float = FPS, max_side: int = 1280) -> list[np.ndarray]:
-    """The video's first ``seconds`` at ``fps`` (the frame on show at each output time), ``uint8 [H, W, 3]`` each,
-    scaled down so the longer side is at most ``max_side``. :class:`MediaError` for a file with no video."""
+    """The video's first ``seconds`` at ``fps``, ``uint8 [H, W, 3]`` each.
+
+    Each is the frame on show at its output time. Frames are scaled down so the longer side is at most
+    ``max_side``. Raises :class:`MediaError` for a file with no video, or with fewer than ``MIN_FRAMES`` frames."""
     container = open_media(path)
     out: list[np.ndarray] = []
     try:
@@ -65,11 +67,12 @@ def loop_frames(path, seconds: float, fps: float = FPS, max_side: int = 1280) ->
 def prepare_musetalk(files: MuseTalkFiles, video, out_dir, *, loop_seconds: float = 10.0, idle_seconds: float = 2.0,
                      max_side: int = 1280, batch: int = 8, device: str = "cpu", progress: bool = True,
                      log=None) -> MuseTalkAvatar:
-    """Prepare the person of ``video`` for MuseTalk (see the module docstring) into the bundle ``out_dir``.
+    """Prepare the person of ``video`` for MuseTalk into the bundle ``out_dir``. See the module docstring.
 
     MuseTalk's files are checked to fit each other first. Raises :class:`~.files.MuseTalkError` for MuseTalk's
-    files, :class:`MediaError` for an unreadable video and
-    :class:`~framegraph.models.face.FaceError` for a video with no face or several (how many frames had it)."""
+    files. Raises :class:`MediaError` for an unreadable video. Raises :class:`~framegraph.models.face.FaceError`
+    for a video with no face or several. It says how many frames had one. Raises :class:`ValueError` unless
+    ``loop_seconds`` and ``idle_seconds`` are positive."""
     path = os.fspath(video)
     if not os.path.isfile(path):
         raise MediaError(path, "does not exist")

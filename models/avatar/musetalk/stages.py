@@ -4,9 +4,9 @@
     frame uint8 [H, W, 3] ───┼──▶ MuseTalkFace ──video uint8 [H, W, 3]──▶   (and alpha, passed on)
     index int64 [1] ─────────┘
 
-Per frame: the shown loop frame's latents (prepared once, :mod:`.prepare`), the UNet at timestep 0 with the context
-as cross-attention and the VAE decode (:class:`~.step.MuseTalkStep`), the face pasted into the frame at that loop
-frame's box by its blend mask (:func:`~.face.paste_face`).
+Per frame, the stage takes the shown loop frame's latents, prepared once by :mod:`.prepare`. The UNet runs at
+timestep 0 with the context as cross-attention. The VAE decodes; see :class:`~.step.MuseTalkStep`. The face is
+pasted into the frame at that loop frame's box, by its blend mask. See :func:`~.face.paste_face`.
 """
 from __future__ import annotations
 
@@ -19,21 +19,27 @@ from .face import paste_face
 
 
 class MuseTalkFace(Stage):
-    """See the module docstring.
+    """The loop frame with its face redrawn for the frame's audio context. See the module docstring.
 
     Args:
-        avatar: the :class:`~.bundle.MuseTalkAvatar` (its latents, boxes and masks per loop frame).
-        step: what draws the face: the :class:`~.step.MuseTalkStep` on ``device``, or what is called as it is
-            (:mod:`.engines`). ``dtype`` is its precision. A :class:`~framegraph.stream.batching.BatchClient`
-            (:func:`~.engines.batched_step`) is opened at setup and closed at teardown. It gets the frame's
-            deadline; a frame the batch cannot make in time is skipped.
-        context_shape: ``(N, D)`` of a frame's context (N = ROWS × Whisper's layers + 1: 50 for whisper-tiny).
-        max_lag_ms: live streams: a frame with a newer one behind it, or whose audio is older than this, is skipped
-            (:meth:`~framegraph.stream.Stage.stale`). out_device: where the picture goes (default ``device``).
-        matte: the loop frame's person matte comes in on ``"alpha"`` and leaves beside the picture.
+        avatar: the :class:`~.bundle.MuseTalkAvatar`. It gives the latents, boxes and masks per loop frame.
+        step: what draws the face. It is the :class:`~.step.MuseTalkStep` on ``device``, or what is called as it
+            is; see :mod:`.engines`. A :class:`~framegraph.stream.batching.BatchClient` from
+            :func:`~.engines.batched_step` is opened at setup and closed at teardown. It gets the frame's deadline.
+            A frame the batch cannot make in time is skipped.
+        context_shape: ``(N, D)`` of a frame's context. N is ROWS × Whisper's layers + 1, 50 for whisper-tiny.
+        dtype: the step's precision.
+        device: where the step runs. The context and the frame arrive there.
+        out_device: where the picture goes. The default is ``device``.
+        max_lag_ms: for live streams. A frame is skipped when a newer one is behind it. So is a frame whose audio
+            is older than this. See :meth:`~framegraph.stream.Stage.stale`.
+        matte: the loop frame's person matte comes in on ``"alpha"``. It leaves beside the picture.
 
-    Ports: in ``"context"`` ``float32 [N, D]``, ``"frame"`` ``uint8 [H, W, 3]``, ``"index"`` ``int64 [1]`` (and
-    ``"alpha"`` ``uint8 [H, W]``); out ``"video"`` ``uint8 [H, W, 3]`` (and ``"alpha"``), at the frame's pts.
+    Raises :class:`ValueError` when the context has more rows than the step takes.
+
+    Ports: in ``"context"`` ``float32 [N, D]``, ``"frame"`` ``uint8 [H, W, 3]`` and ``"index"`` ``int64 [1]``.
+    Out ``"video"`` ``uint8 [H, W, 3]``, at the frame's pts. With ``matte``, ``"alpha"`` ``uint8 [H, W]`` comes in
+    and leaves too.
     """
 
     def __init__(self, avatar, step, context_shape: tuple[int, int], *, dtype: torch.dtype = torch.float32,
@@ -77,7 +83,9 @@ class MuseTalkFace(Stage):
 
     @torch.inference_mode()
     def picture(self, context: torch.Tensor, frame: torch.Tensor, i: int) -> torch.Tensor:
-        """``uint8 [H, W, 3]``: loop frame ``i`` (``frame``, as shown) with its face drawn for ``context``."""
+        """``uint8 [H, W, 3]``: loop frame ``i`` with its face drawn for ``context``.
+
+        ``frame`` is that loop frame as shown."""
         face = self.step(self.latents[i:i + 1], context[None].to(self.device, self.dtype))[0]
         return paste_face(frame, face, self.boxes[i], self.masks[i])
 

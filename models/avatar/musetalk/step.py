@@ -1,13 +1,16 @@
-"""One frame of MuseTalk 1.5 as it defines the step: the face's latents in, the redrawn face out.
+"""One frame of MuseTalk 1.5, as it defines the step. The face's latents go in; the redrawn face comes out.
 
     latents = face_latents(vae, faces)     # [B, 8, S/8, S/8]: the face, lower half blacked out, then whole
     faces = MuseTalkStep(unet, vae)(latents, windows)   # uint8 [B, S, S, 3] (S = 256 for MuseTalk's models)
 
-A face is a square crop, ``uint8 [S, S, 3]`` RGB, scaled to [-1, 1]; its masked copy has the lower half black
-before scaling. Each is encoded by the VAE (the posterior's mean, times the VAE's ``scaling_factor``: the same
-picture every run, where MuseTalk draws a sample) and the two are joined on channels, masked first. The UNet runs
-once at timestep 0 with the frame's audio context (:func:`~.audio.frame_windows` plus the position code) as
-cross-attention; its output is the face's latent, decoded by the VAE (``x / 2 + 0.5``, clamped, rounded).
+A face is a square crop, ``uint8 [S, S, 3]`` RGB, scaled to [-1, 1]. Its masked copy has the lower half black
+before scaling. The VAE encodes each one. It takes the posterior's mean, times the VAE's ``scaling_factor``. So
+every run gives the same picture, where MuseTalk draws a sample. The two latents are joined on channels, masked
+first.
+
+The UNet runs once at timestep 0. Its cross-attention is the frame's audio context. That is
+:func:`~.audio.frame_windows` plus the position code. The UNet's output is the face's latent. The VAE decodes it as
+``x / 2 + 0.5``, clamped and rounded.
 """
 from __future__ import annotations
 
@@ -23,7 +26,7 @@ def to_unit(faces: torch.Tensor) -> torch.Tensor:
 
 
 def masked(faces: torch.Tensor) -> torch.Tensor:
-    """``uint8 [B, S, S, 3]`` with the lower half (rows S/2 on) black: what the UNet sees of the mouth."""
+    """``uint8 [B, S, S, 3]`` with the lower half black, rows S/2 on. This is what the UNet sees of the mouth."""
     out = faces.clone()
     out[:, faces.shape[1] // 2:] = 0
     return out
@@ -31,7 +34,7 @@ def masked(faces: torch.Tensor) -> torch.Tensor:
 
 @torch.inference_mode()
 def face_latents(vae, faces: torch.Tensor) -> torch.Tensor:
-    """``[B, 2C, S/f, S/f]``: the masked faces' latents, then the faces' own (see the module docstring)."""
+    """``[B, 2C, S/f, S/f]``: the masked faces' latents, then the faces' own. See the module docstring."""
     scale = vae.config.scaling_factor
     pictures = torch.cat([to_unit(masked(faces)), to_unit(faces)]).to(vae.device, vae.dtype)
     latents = vae.encode(pictures).latent_dist.mean * scale
@@ -40,8 +43,11 @@ def face_latents(vae, faces: torch.Tensor) -> torch.Tensor:
 
 
 class MuseTalkStep(nn.Module):
-    """The UNet and the VAE decoder as one call: ``(latents [B, 8, h, w], windows [B, N, D]) → uint8 [B, S, S,
-    3]``. ``windows``: each frame's audio context without the position code (this adds it)."""
+    """The UNet and the VAE decoder as one call.
+
+    The call maps ``(latents [B, 8, h, w], windows [B, N, D]) → uint8 [B, S, S, 3]``. ``windows`` is each frame's
+    audio context without the position code. The step adds it. Raises :class:`ValueError` when ``windows`` has
+    more rows than the position code holds."""
 
     def __init__(self, unet, vae, context_rows: int | None = None):
         super().__init__()

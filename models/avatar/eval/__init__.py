@@ -7,4 +7,6 @@
   where VAD hears silence.
 - :mod:`.video`: a video avatar redraws its person's held-out frames from their audio. :mod:`.real` measures
   them.
+- :mod:`.musetalk`: a MuseTalk avatar redraws the person's real frames from their sound. :mod:`.real` measures
+  them too.
 """

@@ -36,6 +36,10 @@ weights. It reports:
   compared with the device's measured dense-matmul rate.
 
 It runs in float32 on a CPU, float16 on CUDA.
+
+The **onnx** part runs with ``--parts onnx``. It exports the same UNet step and VAE decoder to a temporary folder.
+Then it times one frame on torch and on ONNX Runtime, float32 on the CPU, each with ``--threads`` threads.
+It reports both times, their ratio, the export's and the session's load time and the largest pixel difference.
 """
 from __future__ import annotations
 
@@ -72,8 +76,8 @@ def _agreement(engine: EveryLayerEngine, live_rows: torch.Tensor, offline_rows: 
 def run(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if not parts or set(parts) - {"context", "speed"}:
-        raise ValueError(f"--parts {args.parts!r}: expected context, speed or both")
+    if not parts or set(parts) - {"context", "speed", "onnx"}:
+        raise ValueError(f"--parts {args.parts!r}: expected context, speed, onnx or a list of them")
     result = bench_metadata("musetalk")
     for given in (args.audio, args.whisper, args.musetalk):  # files named, their folders (outside the repo) not
         if given:
@@ -83,6 +87,8 @@ def run(args: argparse.Namespace) -> int:
         _context(args, result)
     if "speed" in parts:
         _speed(args, result)
+    if "onnx" in parts:
+        _onnx(args, result)
     write_result(result, args.out, figure)
     print(f"wrote {args.out}")
     return 0
@@ -137,10 +143,8 @@ def _median_ms(fn, repeats: int, sync) -> float:
     return statistics.median(times)
 
 
-def _speed(args: argparse.Namespace, result: dict) -> None:
-    from torch.utils.flop_counter import FlopCounterMode
-
-    from framegraph.models.avatar.musetalk.face import paste_face
+def _load_models(args: argparse.Namespace):
+    """``(unet, vae, whisper_encoder, what)``: ``--musetalk``'s files, else the released sizes with random weights."""
     from framegraph.models.avatar.musetalk.files import (
         MuseTalkFiles,
         load_unet,
@@ -149,19 +153,25 @@ def _speed(args: argparse.Namespace, result: dict) -> None:
         released_size_models,
     )
 
+    if args.musetalk:
+        files = MuseTalkFiles.find(args.musetalk)
+        unet, vae = load_unet(files.unet_config, files.unet_weights), load_vae(files.vae)
+        return unet, vae, load_whisper(files.whisper, unet.config.cross_attention_dim), "the user's files"
+    return (*released_size_models(), "the stock classes at the released sizes, random weights")
+
+
+def _speed(args: argparse.Namespace, result: dict) -> None:
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from framegraph.models.avatar.musetalk.face import paste_face
+
     from .timing import measure_peaks
 
     device = torch.device(args.device)
     dtype = torch.float16 if device.type == "cuda" else torch.float32
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     t0 = time.perf_counter()
-    if args.musetalk:
-        files = MuseTalkFiles.find(args.musetalk)
-        unet, vae, models = load_unet(files.unet_config, files.unet_weights), load_vae(files.vae), "the user's files"
-        encoder = load_whisper(files.whisper, unet.config.cross_attention_dim)
-    else:
-        unet, vae, encoder = released_size_models()
-        models = "the stock classes at the released sizes, random weights"
+    unet, vae, encoder, models = _load_models(args)
     unet, vae = unet.to(device, dtype), vae.to(device, dtype)
     load_s = time.perf_counter() - t0
     width = unet.config.cross_attention_dim
@@ -218,7 +228,47 @@ def _speed(args: argparse.Namespace, result: dict) -> None:
           f"{achieved:.3f} TFLOP/s, {achieved / peak['matmul_tflop_s']:.0%} of the measured matmul rate", flush=True)
 
 
+def _onnx(args: argparse.Namespace, result: dict) -> None:
+    import tempfile
+
+    from framegraph.models.avatar.musetalk.onnx import OrtStep, export_step
+    from framegraph.models.avatar.musetalk.step import MuseTalkStep
+    from framegraph.models.onnx import OrtGraph
+
+    unet, vae, _, models = _load_models(args)
+    step = MuseTalkStep(unet, vae).eval().requires_grad_(False)
+    width = unet.config.cross_attention_dim
+    g = torch.Generator().manual_seed(0)
+    latents, windows = torch.randn(1, 8, 32, 32, generator=g), torch.randn(1, 50, width, generator=g)
+    with tempfile.TemporaryDirectory() as tmp:
+        t0 = time.perf_counter()
+        files = export_step(step, latents, windows, tmp)
+        export_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        graphs = [OrtGraph(os.path.join(tmp, files[k]["file"]), args.threads) for k in ("unet", "vae_decoder")]
+        ort = OrtStep(*graphs, {"context": [50, width], "files": files})
+        load_s = time.perf_counter() - t0
+        with torch.inference_mode():
+            torch_ms = _median_ms(lambda: step(latents, windows), args.speed_repeats, lambda: None)
+            onnx_ms = _median_ms(lambda: ort(latents, windows), args.speed_repeats, lambda: None)
+            level = int((ort(latents, windows).int() - step(latents, windows).int()).abs().max())
+    result["onnx"] = {"models": models, "device": "cpu", "dtype": "float32", "threads": args.threads, "batch": 1,
+                      "torch_ms_per_frame": round(torch_ms, 1), "onnx_ms_per_frame": round(onnx_ms, 1),
+                      "torch_over_onnx": round(torch_ms / onnx_ms, 3), "export_s": round(export_s, 1),
+                      "session_load_s": round(load_s, 1), "max_pixel_difference": level}
+    print(f"one frame: torch {torch_ms:.0f} ms, ONNX Runtime {onnx_ms:.0f} ms ({torch_ms / onnx_ms:.2f}x); export "
+          f"{export_s:.0f} s, largest pixel difference {level}", flush=True)
+
+
 def figure(data: dict, plt):
+    if "context" not in data and "speed" not in data:  # the ONNX part alone
+        o = data["onnx"]
+        fig, a = plt.subplots(figsize=(4.5, 3.2))
+        a.bar(["torch", "ONNX Runtime"], [o["torch_ms_per_frame"], o["onnx_ms_per_frame"]])
+        a.set_ylabel("ms per frame (UNet + decode)", fontsize=8)
+        fig.suptitle(f"MuseTalk's step, {o['threads']} CPU thread(s), float32", fontsize=9)
+        fig.tight_layout()
+        return fig
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.2))
     if "context" not in data:  # the speed alone
         rows = data["speed"]["batches"]

@@ -37,3 +37,16 @@ def test_bench_musetalk_speed_records_each_part_of_a_frame_and_the_share_of_the_
     assert s["end_to_end_ms_per_frame"] >= one["unet_ms_per_frame"] + one["decode_ms_per_frame"]
     assert s["gflop_per_frame"] > 0 and 0 < s["fraction_of_matmul_peak"] and s["first_frame_ms"] > 0
     assert (tmp_path / "speed.png").stat().st_size > 0
+
+
+def test_bench_musetalk_onnx_times_the_step_on_torch_and_on_onnx_runtime_in_one_process(tmp_path):
+    folder = tiny_musetalk_folder(tmp_path / "musetalk")
+    out = tmp_path / "onnx.json"
+    assert main(["bench", "musetalk", "--parts", "onnx", "--musetalk", str(folder), "--speed-repeats", "2",
+                 "--out", str(out)]) == 0
+    o = json.loads(out.read_text())["onnx"]
+    assert o["models"] == "the user's files" and o["threads"] == 1 and o["batch"] == 1
+    assert o["torch_ms_per_frame"] > 0 and o["onnx_ms_per_frame"] > 0 and o["export_s"] > 0
+    assert o["torch_over_onnx"] == round(o["torch_ms_per_frame"] / o["onnx_ms_per_frame"], 3)
+    assert o["max_pixel_difference"] <= 1  # the same faces, to a level of rounding
+    assert (tmp_path / "onnx.png").stat().st_size > 0

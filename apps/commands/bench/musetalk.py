@@ -1,6 +1,7 @@
 """``framegraph bench musetalk``: MuseTalk 1.5 on this machine — its audio context live (Whisper on a sliding
 window) against MuseTalk's offline 30-s segments (agreement per layer, cost, how far a frame's context reaches), and
-one frame's speed at the real model size (UNet, decode, paste, end-to-end fps, first frame, share of the peak)."""
+one frame's speed at the real model size (UNet, decode, paste, end-to-end fps, first frame, share of the peak), and
+the step on ONNX Runtime against torch."""
 from __future__ import annotations
 
 import argparse
@@ -23,9 +24,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--hop-ms", type=int, default=80, help="a new window every this many ms (80)")
     p.add_argument("--repeats", type=int, default=20, help="windows timed per setting (20)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (1)")
-    p.add_argument("--parts", default="context", help="what to measure: context, speed or both (context,speed)")
-    p.add_argument("--musetalk", metavar="DIR", help="speed: MuseTalk's folder (default: the stock classes at the "
-                                                     "released sizes with random weights)")
+    p.add_argument("--parts", default="context",
+                   help="what to measure, comma-separated: context, speed, onnx (the step on torch and on ONNX Runtime "
+                        "at batch 1; exports to a temporary folder) (default: context)")
+    p.add_argument("--musetalk", metavar="DIR", help="speed, onnx: MuseTalk's folder (default: the stock classes at "
+                                                     "the released sizes with random weights)")
     p.add_argument("--device", default="cpu", help="speed: where the UNet and the VAE run (cpu; cuda: float16)")
     p.add_argument("--batches", type=positive_ints, default=[1, 2, 4],
                    help="speed: batch sizes, comma-separated (1,2,4)")

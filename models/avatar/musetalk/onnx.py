@@ -99,19 +99,13 @@ def load_manifest(export_dir: str, avatar, context_rows: int, width: int) -> dic
 
 
 @torch.no_grad()
-def export_musetalk(avatar, out_dir: str) -> dict:
-    """Write the ONNX files of ``avatar``'s UNet step and VAE decoder into ``out_dir``.
+def export_step(step, latents: torch.Tensor, windows: torch.Tensor, out_dir: str) -> dict:
+    """Write ``unet.onnx`` and ``vae_decoder.onnx`` of a float32 CPU :class:`~.step.MuseTalkStep` into ``out_dir``.
 
-    Their ``manifest.json`` goes beside them. Returns the manifest. The models are loaded from the bundle's files,
-    in float32 on the CPU."""
-    from .engines import cpu_float_models
-
+    ``latents [1, 8, h, w]`` and ``windows [1, N, D]`` are the example inputs; they fix every axis but the batch.
+    Returns the manifest's ``files`` section."""
     require_onnx()
     os.makedirs(out_dir, exist_ok=True)
-    models = cpu_float_models(avatar)
-    step, rows, width = models.step, ROWS * models.whisper.layers, models.whisper.width
-    latents = avatar.latents[:1].float()
-    windows = torch.zeros(1, rows, width)
     unet_io = {name: {0: "batch"} for name in ("latents", "windows", "latent")}
     export_module(UNetAtZero(step), (latents, windows), os.path.join(out_dir, "unet.onnx"), ["latents", "windows"],
                   ["latent"], dynamic_axes=unet_io)
@@ -119,10 +113,22 @@ def export_musetalk(avatar, out_dir: str) -> dict:
     export_module(FaceDecoder(step), (latent,), os.path.join(out_dir, "vae_decoder.onnx"), ["latent"], ["face"],
                   dynamic_axes={name: {0: "batch"} for name in ("latent", "face")})
     face = FaceDecoder(step)(latent)
-    files = {"unet": {"file": "unet.onnx", "inputs": io_entries(["latents", "windows"], [latents, windows], MEANING),
-                      "outputs": io_entries(["latent"], [latent], MEANING), "batch": "dynamic"},
-             "vae_decoder": {"file": "vae_decoder.onnx", "inputs": io_entries(["latent"], [latent], MEANING),
-                             "outputs": io_entries(["face"], [face], MEANING), "batch": "dynamic"}}
+    return {"unet": {"file": "unet.onnx", "inputs": io_entries(["latents", "windows"], [latents, windows], MEANING),
+                     "outputs": io_entries(["latent"], [latent], MEANING), "batch": "dynamic"},
+            "vae_decoder": {"file": "vae_decoder.onnx", "inputs": io_entries(["latent"], [latent], MEANING),
+                            "outputs": io_entries(["face"], [face], MEANING), "batch": "dynamic"}}
+
+
+def export_musetalk(avatar, out_dir: str) -> dict:
+    """Write the ONNX files of ``avatar``'s UNet step and VAE decoder into ``out_dir``.
+
+    Their ``manifest.json`` goes beside them. Returns the manifest. The models are loaded from the bundle's files,
+    in float32 on the CPU."""
+    from .engines import cpu_float_models
+
+    models = cpu_float_models(avatar)
+    rows, width = ROWS * models.whisper.layers, models.whisper.width
+    files = export_step(models.step, avatar.latents[:1].float(), torch.zeros(1, rows, width), out_dir)
     geo = geometry(avatar, rows, width)
     return write_manifest(out_dir, {"format": FORMAT, "opset": OPSET, "bundle_hash": files_hash(avatar, geo),
                                     "bundle": avatar.root, "torch": torch.__version__, **geo, "files": files})
@@ -204,4 +210,4 @@ def onnx_batch(avatar, settings) -> OrtStep:
 
 
 __all__ = ["FORMAT", "PARTS", "UNetAtZero", "FaceDecoder", "geometry", "files_hash", "load_manifest",
-           "export_musetalk", "OrtStep", "checked_export", "onnx_step", "onnx_engines", "onnx_batch"]
+           "export_step", "export_musetalk", "OrtStep", "checked_export", "onnx_step", "onnx_engines", "onnx_batch"]

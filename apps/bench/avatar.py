@@ -193,33 +193,20 @@ def figure(result: dict, plt):
 
 # ---- command line ------------------------------------------------------------------------------------
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{what} {text!r}: expected comma-separated integers") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{what} {text!r}: expected positive integers")
-    return values
-
-
 def _settings(args) -> dict:
     cuda = args.device.startswith("cuda")
     q = args.quick
-    s = {"sizes": _ints(args.sizes, "--sizes") if args.sizes is not None else ([64] if q else [256, 384, 512]),
+    s = {"sizes": args.sizes if args.sizes is not None else ([64] if q else [256, 384, 512]),
          "seconds": args.seconds if args.seconds is not None else (1.0 if q else 20.0 if cuda else 6.0),
          "repeats": args.repeats if args.repeats is not None else (1 if q else 3),
-         "sessions": _ints(args.sessions, "--sessions") if args.sessions is not None
+         "sessions": args.sessions if args.sessions is not None
          else ([2] if q else [1, 2] if not cuda else [1, 2, 4]),
          "session_seconds": args.session_seconds if args.session_seconds is not None
          else (1.0 if q else 10.0 if cuda else 6.0),
          "ttff_seconds": 0.32, "warmup_frames": 5 if q else 10,
          "torch_threads": args.torch_threads if args.torch_threads is not None else (None if cuda else 1)}
-    ss = args.session_size if args.session_size is not None else (
-        str(s["sizes"][0]) if q else "384" if cuda else "shipped")
-    if ss != "shipped":
-        ss = _ints(ss, "--session-size")[0]
-    s["session_size"] = ss
+    s["session_size"] = args.session_size if args.session_size is not None else (
+        s["sizes"][0] if q else 384 if cuda else "shipped")
     if s["seconds"] <= 0 or s["session_seconds"] <= 0:
         raise ValueError("--seconds and --session-seconds must be > 0")
     if s["repeats"] < 1:

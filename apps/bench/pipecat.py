@@ -61,22 +61,12 @@ CHUNK = 320
 TARGET = {"fps": 25.0, "added_delay_ms": 150.0, "runtime": "onnx", "output": [256, 256]}
 
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in text.split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{what} {text!r}: expected comma-separated whole numbers, e.g. 1,2") from None
-    if not values or min(values) < 1:
-        raise ValueError(f"{what} {text!r}: expected numbers >= 1")
-    return values
-
-
 def run(args) -> int:
     runtimes = [r.strip() for r in args.runtime.split(",") if r.strip()]
     bad = [r for r in runtimes if r not in RUNTIMES]
     if bad or not runtimes:
         raise ValueError(f"--runtime {args.runtime!r}: expected some of {RUNTIMES}")
-    agents = _ints(args.agents, "--agents")
+    agents = args.agents
     avatar = load_bundle_at(args.avatar)
     audio16, described = speech(args.seconds)
     result = {**bench_metadata("pipecat"), "settings": {"avatar": args.avatar, "runtimes": runtimes, "agents": agents,

@@ -2,22 +2,25 @@
 
     framegraph bench whisper_features --audio speech.wav --out benchmarks/results/cpu/whisper_features.json
 
-Measures (:mod:`framegraph.models.audio.whisper_stream`):
+It measures :mod:`framegraph.models.audio.whisper_stream`:
 
-- **cost** per engine (torch: the weights in transformers' ``WhisperEncoder``; CTranslate2 at each compute type)
-  and window length: the median time of one window (its log-mel and the encoder, one at a time as live; the
-  engines take turns window by window), and so the milliseconds per second of audio at ``--hop-ms``;
-- **agreement** per window length and look-ahead: each 50-Hz row computed in its window against the same row
-  computed in one pass over the whole clip (up to 30 s, Whisper's own window): the mean cosine similarity and
-  the correlation over the rows, per feature dimension, averaged (torch engine: the windows, not the engine);
-- with ``--clip`` (a talking video), **the shape head** on each window's features: the clip prepared and
-  face-tracked as ``avatar train --video`` does (:func:`~framegraph.apps.bench.av_sync.track_clip`), the sound
-  moved by the lag training finds, the rows averaged per video frame (two per frame at 25 fps), the head's
-  cross-validated openness correlation on the training frames and on the held-out tail — beside the same for
-  the astronaut's audio encoder; ``--pca`` also fits it on the rows projected onto their first principal
-  components (of the training frames); and on each candidate of :mod:`~framegraph.models.avatar.video.features`
-  (the encoder's features with Whisper's beside them), with the one the folds choose (``chosen_by_folds``: what
-  ``avatar train --video`` picks) and its tail against the encoder's alone.
+- **cost** per engine and window length. The engines are torch, with the weights in transformers'
+  ``WhisperEncoder``, and CTranslate2 at each compute type. The figure is the median time of one window: its
+  log-mel and the encoder. Windows run one at a time, as live. The engines take turns window by window. From it
+  comes the milliseconds per second of audio at ``--hop-ms``.
+- **agreement** per window length and look-ahead. Each 50-Hz row computed in its window is compared with the
+  same row from one pass over the whole clip. The pass covers up to 30 s, Whisper's own window. It records the
+  mean cosine similarity and the correlation over the rows, per feature dimension, averaged. It uses the torch
+  engine, since it measures the windows, not the engine.
+- with ``--clip``, a talking video, **the shape head** on each window's features. The clip is prepared and
+  face-tracked as ``avatar train --video`` does; see :func:`~framegraph.apps.bench.av_sync.track_clip`. The
+  sound is moved by the lag training finds. The rows are averaged per video frame, two per frame at 25 fps. It
+  records the head's cross-validated openness correlation on the training frames and on the held-out tail. The
+  same is recorded for the astronaut's audio encoder beside it. ``--pca`` also fits the head on the rows
+  projected onto their first principal components, from the training frames. It also fits each candidate of
+  :mod:`~framegraph.models.avatar.video.features`: the encoder's features with Whisper's beside them. It
+  records the one the folds choose, ``chosen_by_folds``, which ``avatar train --video`` picks. That one's tail
+  is compared with the encoder's alone.
 """
 from __future__ import annotations
 
@@ -58,7 +61,7 @@ def _agreement(windowed: torch.Tensor, whole: torch.Tensor) -> dict:
 
 
 def _principal(frames: torch.Tensor, n_train: int, dims: int) -> torch.Tensor:
-    """``frames [T, D]`` projected onto the first ``dims`` principal components of the training frames (0: all)."""
+    """``frames [T, D]`` projected onto the first ``dims`` principal components of the training frames. 0: all."""
     if dims <= 0:
         return frames
     mean = frames[:n_train].mean(0)

@@ -9,9 +9,9 @@ Phases:
 1. **replicas** — for each count in ``--replicas``, the cluster application with that many replicas.
    It is ``framegraph cluster``'s ``start_cluster``. Its start time is recorded: deploy until every replica
    reports, and each replica's own start. Then come **sessions at target FPS**. First 1, then 2, 3 …
-   concurrent ``--pipeline`` sessions run through the front door. Each step lasts ``--ramp-seconds``. The ramp stops when one
-   presents under 90 % of the target FPS, or when the cluster is full. It records the last count that held,
-   and that count per replica.
+   concurrent ``--pipeline`` sessions run through the front door. Each step lasts ``--ramp-seconds``. The
+   ramp stops when one presents under 90 % of the target FPS, or when the cluster is full. It records the
+   last count that held, and that count per replica.
 2. **paths** — one session at a time, alternating, ``--rounds`` times each. It records glass-to-glass
    p50 / p95 of three paths. (a) is a plain ``framegraph serve`` in this process. (b) is the cluster path:
    front door → 307 → the replica's own WebSocket. (c) is Serve's WebSocket-capable HTTP proxy. There the

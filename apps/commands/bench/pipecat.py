@@ -1,5 +1,7 @@
-"""``framegraph bench pipecat``: the avatar as a Pipecat processor in real Pipecat pipelines against the bare avatar
-graph — images per second delivered, the delay from a TTS frame to its image, concurrent agents."""
+"""``framegraph bench pipecat``: the avatar as a Pipecat processor, against the bare avatar graph.
+
+The processor runs in real Pipecat pipelines. It records images per second delivered and the delay from a TTS
+frame to its image. It also runs concurrent agents."""
 from __future__ import annotations
 
 import argparse

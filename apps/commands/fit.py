@@ -1,6 +1,4 @@
-"""``framegraph fit``: fit 3D Gaussians to posed images and save an INRIA PLY.
-
-It can also fit a procedural scene."""
+"""``framegraph fit``: fit 3D Gaussians to posed images, or a procedural scene, and save an INRIA PLY."""
 from __future__ import annotations
 
 import argparse

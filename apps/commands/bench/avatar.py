@@ -1,6 +1,5 @@
-"""``framegraph bench avatar``: the talking avatar's speed.
-
-It measures time to first frame, FPS and stage p50/p99 per region size, and concurrent sessions."""
+"""``framegraph bench avatar``: the talking avatar's speed. It measures time to first frame, FPS and stage p50/p99 per
+region size, and concurrent sessions."""
 from __future__ import annotations
 
 import argparse

@@ -1,6 +1,5 @@
-"""``framegraph bench compile``: every Triton kernel compiled offline for sm_89 / sm_90 / sm_120.
-
-It records registers, spills and shared memory."""
+"""``framegraph bench compile``: every Triton kernel compiled offline for sm_89 / sm_90 / sm_120. It records registers,
+spills and shared memory."""
 from __future__ import annotations
 
 import argparse

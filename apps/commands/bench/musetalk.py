@@ -1,9 +1,7 @@
-"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine.
-
-It runs two parts. The first compares its audio context live with MuseTalk's offline 30-s segments. Live means
-Whisper on a sliding window. It records agreement per layer, cost, and how far a frame's context reaches. The
-second times one frame at the real model size. It records UNet, decode, paste, end-to-end fps, first frame and
-share of the peak."""
+"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine. It runs two parts. The first compares its audio context
+live with MuseTalk's offline 30-s segments. Live means Whisper on a sliding window. It records agreement per layer,
+cost, and how far a frame's context reaches. The second times one frame at the real model size. It records UNet, decode,
+paste, end-to-end fps, first frame and share of the peak."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,6 @@
-"""``framegraph bench pipecat``: the avatar as a Pipecat processor, against the bare avatar graph.
-
-The processor runs in real Pipecat pipelines. It records images per second delivered and the delay from a TTS
-frame to its image. It also runs concurrent agents."""
+"""``framegraph bench pipecat``: the avatar as a Pipecat processor, against the bare avatar graph. The processor runs in
+real Pipecat pipelines. It records images per second delivered and the delay from a TTS frame to its image. It also runs
+concurrent agents."""
 from __future__ import annotations
 
 import argparse

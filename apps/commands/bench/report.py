@@ -1,6 +1,5 @@
-"""``framegraph bench report``: benchmark JSON files collected into one HTML page and a summary PNG.
-
-Each file is drawn by its bench."""
+"""``framegraph bench report``: benchmark JSON files collected into one HTML page and a summary PNG. Each file is drawn
+by its bench."""
 from __future__ import annotations
 
 import argparse

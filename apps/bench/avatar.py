@@ -20,7 +20,7 @@ and 60 FPS at 512². Four sessions at ≥ 25 FPS each. The JSON compares with th
 ``assets/avatars/astronaut``. The class covers its VAE, DiT and audio-encoder configs, sampler steps, chunk
 size, fps and VAD setting. For each ``--sizes`` entry, a bundle of that class is built with **random weights**.
 Its generated face region, the VAE's decoded frame, has that side. Speed does not depend on the weights.
-The region is pasted into the shipped portrait, scaled by ``size / shipped_region`` as the shipped framing is.
+The region is pasted into the shipped portrait, scaled by ``size / shipped_region`` to keep the shipped framing.
 So the composited output frame is larger than the region: ``frame_size`` in the JSON. The shipped avatar
 itself is measured too, as ``"shipped"``, with its trained weights and native region. ``--no-shipped`` skips it.
 

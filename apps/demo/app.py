@@ -5,11 +5,11 @@
 
 The demo's port serves one FastAPI app, run by uvicorn. Its layout:
 
-- ``/``            the Gradio app, :mod:`.ui`.
-- ``/fg/...``      the player, shown in an iframe. It is ``apps/web/player.html`` + ``app.js`` + ``webrtc.js``
-                   + ``pcm-worklet.js``.
+- ``/`` is the Gradio app, :mod:`.ui`.
+- ``/fg/...`` is the player, shown in an iframe. It is ``apps/web/player.html`` + ``app.js`` + ``webrtc.js`` +
+  ``pcm-worklet.js``.
 - ``/fg/webrtc/offer?tab=ID`` takes its WebRTC offer. The offer is forwarded to the server. The session is
-                   tapped for the take; see :mod:`.webrtc_takes`.
+  tapped for the take; see :mod:`.webrtc_takes`.
 - ``/fg/ws?tab=ID`` is its WebSocket, the fallback: :class:`~.relay.Relay` → the server.
 - ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream.
 - ``/fg/idle/NAME.png`` is the avatar's idle face, the player's picture until the first take.

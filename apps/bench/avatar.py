@@ -4,7 +4,7 @@
     framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
     framegraph bench avatar --runtime torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
 
-``--runtime torch,onnx`` measures every row on each runtime, in the same run on the same machine.
+``--runtime torch,onnx`` measures every row on each runtime. It does so in the same run, on the same machine.
 ``torch,compiled`` does the same with Inductor, and CUDA graphs on a GPU. The ``onnx`` rows run the three model
 stages on ONNX Runtime (``models.onnx``). The bench exports them into a temporary folder before measuring.
 Random-weight rows have no bundle folder to export from. ``--onnx DIR`` uses an existing export of the shipped
@@ -17,35 +17,36 @@ and 60 FPS at 512². Four sessions at ≥ 25 FPS each. The JSON compares with th
 ``targets_apply`` says whether this device is an H100.
 
 **What is measured.** The model class is the architecture of the shipped avatar, ``--avatar``. The default is
-``assets/avatars/astronaut``. The class covers its VAE, DiT and audio-encoder configs, sampler steps, chunk
-size, fps and VAD setting. For each ``--sizes`` entry, a bundle of that class is built with **random weights**.
-Its generated face region, the VAE's decoded frame, has that side. Speed does not depend on the weights.
-The region is pasted into the shipped portrait, scaled by ``size / shipped_region`` to keep the shipped framing.
-So the composited output frame is larger than the region: ``frame_size`` in the JSON. The shipped avatar
-itself is measured too, as ``"shipped"``, with its trained weights and native region. ``--no-shipped`` skips it.
+``assets/avatars/astronaut``. The class covers its VAE, DiT and audio-encoder configs. It covers the sampler steps,
+chunk size, fps and VAD setting. For each ``--sizes`` entry, a bundle of that class is built with **random
+weights**. Its generated face region, the VAE's decoded frame, has that side. Speed does not depend on the weights.
+The region is pasted into the shipped portrait. It is scaled by ``size / shipped_region``, which keeps the shipped
+framing. So the composited output frame is larger than the region: ``frame_size`` in the JSON. The shipped avatar
+itself is measured too, as ``"shipped"``. It has its trained weights and native region. ``--no-shipped`` skips it.
 
-Every graph is the real one, ``models.avatar.build_avatar_graph``: AudioFeatures → state → Denoiser →
+Every graph is the real one, ``models.avatar.build_avatar_graph``. It runs AudioFeatures → state → Denoiser →
 VAEDecode → Composite. A ``PushAudioSource`` feeds it. A collecting sink stamps each composited frame's arrival
-with ``time.monotonic_ns``. On CUDA it first synchronizes the sink's own stream, so the frame is really
+with ``time.monotonic_ns``. On CUDA it first synchronizes the sink's own stream. So the frame is really
 finished. The hot path never synchronizes the whole device.
 
 1. **time to first frame** — from the first audio pushed to the first composited frame at the sink.
-   ``live``: 20 ms chunks pushed at real-time pace on a real-time clock, as a server session sees them.
+   ``live``: 20 ms chunks pushed at real-time pace on a real-time clock. A server session sees them so.
    The first frame cannot come before its audio and look-ahead have arrived: ``audio_wait_ms``.
    ``burst``: the audio pushed at once on a fast clock. This is the pure compute and hand-off latency.
    ``cold`` is the first session of a freshly built bundle. Graph build and start are timed separately.
    ``warm`` is the median over ``--repeats`` later sessions.
-2. **steady FPS** — ``--seconds`` of speech pushed at once, on a fast clock, with full sampler steps and no
+2. **steady FPS** — ``--seconds`` of speech pushed at once, on a fast clock. It runs full sampler steps, with no
    fallbacks. It reports frames per second at the sink after the first ``warmup_frames``. Per stage it
-   reports work p50 / p99 and waits from the graph's telemetry. Work is ``process()`` less its waits on
-   full rings. On CUDA it adds each call's GPU time, from CUDA events on the stage's stream.
+   reports work p50 / p99 and waits, from the graph's telemetry. Work is ``process()`` less its waits on
+   full rings. On CUDA it adds each call's GPU time. CUDA events on the stage's stream give it.
 3. **sessions** — N graphs at once, built as the server's ``avatar`` pipeline builds them. That means a
-   real-time clock, ``max_in_flight=8``, a per-chunk budget with step fallbacks, and ``drop_oldest`` into
-   the sink. Each has its own audio, pushed in real time by its own thread. It reports presented FPS per
-   session against the avatar's fps, TTFF, drops and end-to-end latency. There is no video encoding here.
-   That is the server bench's part.
+   real-time clock and ``max_in_flight=8``. It means a per-chunk budget with step fallbacks, and
+   ``drop_oldest`` into the sink. Each has its own audio, pushed in real time by its own thread. It reports
+   presented FPS per session, against the avatar's fps. It reports TTFF, drops and end-to-end latency. There
+   is no video encoding here. That is the server bench's part.
 
-Audio is espeak-ng speech (``models.synth``) when the library is present, else synthetic voiced bursts.
+Audio is espeak-ng speech, from ``models.synth``, when the library is present. Otherwise it is synthetic voiced
+bursts.
 The JSON names which.
 """
 from __future__ import annotations
@@ -265,7 +266,9 @@ def _log(msg: str) -> None:
 
 
 def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dict:
-    """What the JSON says about the run beside its numbers: device, model class, weights, settings, targets."""
+    """What the JSON says about the run beside its numbers.
+
+    That is the device, model class, weights, settings and targets."""
     device = args.device
     return {
         "stage_device": device,
@@ -389,9 +392,9 @@ def _summary(result: dict) -> dict:
 
 
 def _compare(result: dict) -> dict:
-    """Per avatar measured on both backends: onnx / torch steady FPS and torch / onnx per-stage p50.
+    """Per avatar measured on both backends, two ratios.
 
-    Above 1, onnx is faster."""
+    One is onnx / torch steady FPS. The other is torch / onnx per-stage p50. Above 1, onnx is faster."""
     out = {}
     by = {(r["name"].rsplit(" ", 1)[0], r.get("backend", "torch")): r for r in result["sizes"]}
     for (name, b), r in by.items():

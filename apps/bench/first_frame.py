@@ -10,17 +10,18 @@ Each configuration runs in a fresh Python process. A cold start is a new process
 called yet. It has three timed steps:
 
 1. **preload**: build the model, with random weights at the pipeline's architecture. When ``warm``, also run
-   its pipeline's ``warm()``. That sends a dummy chunk or a short stretch of silence through every stage, at
-   the session's shape. The server's bundle preload does the same. So do ``framegraph generate``'s model load
+   its pipeline's ``warm()``. That sends a dummy chunk or a short stretch of silence through every stage. It
+   runs at the session's shape. The server's bundle preload does the same. So do ``framegraph generate``'s model load
    and the demo's start.
 2. **first frame**: a session's graph starts. This is the time until its first frame reaches the sink. It is
-   what a user waits for: the graph's start, the audio look-ahead, the first frame through every stage.
+   what a user waits for. That is the graph's start, the audio look-ahead, and the first frame through every
+   stage.
    ``graph_start_s`` is the graph's start within it: rings, worker threads, each stage's setup.
    ``first_capture_s`` is when the source captured what the first unit came from, at its end. What came
-   before it went through the pipeline one frame at a time, as the steady frames do. An avatar's audio
+   before it went through the pipeline one frame at a time. The steady frames do the same. An avatar's audio
    look-ahead is an example.
 3. **steady**: the rest of the session, frames one at a time. The source has ``max_in_flight=1``. Each frame
-   is alone in the pipeline, so its latency is the pipeline's, not a queue's. The figure is the median
+   is alone in the pipeline. So its latency is the pipeline's, not a queue's. The figure is the median
    end-to-end latency of frames after the first ``--warmup``. For generate it is of chunks.
 
 Configurations are per pipeline and per runtime:
@@ -28,7 +29,7 @@ Configurations are per pipeline and per runtime:
 - ``generate``: random Wan at ``--config``, 4 steps, per chunk. The default is tiny at 64x96; ``1.3b`` on a
   GPU.
 - ``avatar``: the shipped portrait bundle, per frame.
-- ``video_avatar``: a video avatar of the trained bundles' architecture with random weights, per frame. It
+- ``video_avatar``: a video avatar with random weights, per frame. It has the trained bundles' architecture. It
   runs once per region of ``--video-region``.
 
 The runtimes are ``torch`` and ``compiled``. Each runs without warm-up and with it. The compiled runtime runs a
@@ -102,10 +103,10 @@ def _avatar(args) -> dict:
 
 
 def _session(graph, sink, preload_s: float, warm_s, *, unit: str) -> dict:
-    """Run a session: the first frame's time from the graph's start, and each unit's end-to-end latency.
+    """Run a session. Returns the first frame's time from the graph's start, and each unit's latency.
 
-    A unit is what one source frame became: a chunk, or a frame. Its latency is its first frame's arrival at the
-    sink less the source's capture time of what it came from."""
+    A unit is what one source frame became: a chunk, or a frame. Its end-to-end latency starts at the source's
+    capture time of what it came from. It ends at its first frame's arrival at the sink."""
     arrivals: dict[int, tuple[int, int]] = {}  # source seq -> (arrival ns, capture ns) of its first frame
     inner = sink.process
 
@@ -137,9 +138,9 @@ def _one(args) -> dict:
 def _configurations(pipelines, runtimes, video_regions):
     """(pipeline, runtime, warm, start, video region or None) for every run.
 
-    torch runs without, then with, a warm-up. compiled runs with a warm-up on an empty cache, so it compiles.
-    It runs again on the cache it left, as a restart. Then it runs without a warm-up. That first frame pays
-    what the warm-up would have: tracing, and the cache read back."""
+    The torch runtime runs without, then with, a warm-up. The compiled one runs with a warm-up on an empty
+    cache, so it compiles. It runs again on the cache it left, as a restart. Then it runs without a warm-up.
+    That first frame pays what the warm-up would have: tracing, and the cache read back."""
     for pipeline in pipelines:
         for region in video_regions if pipeline == "video_avatar" else [None]:
             for runtime in runtimes:
@@ -180,10 +181,10 @@ def _summarise(r: dict, warmup: int) -> dict:
 
 
 def _median_run(runs: list[dict]) -> dict:
-    """Of a configuration's runs, each in a fresh process, the one with the median first frame / steady ratio.
+    """Of a configuration's runs, the one with the median first frame / steady ratio.
 
-    If any run failed, the first failed one is returned. Every run's ratio is in ``first_over_steady_runs``. A
-    first frame is one sample, and it varies from process to process."""
+    Each run is in a fresh process. If any run failed, the first failed one is returned. Every run's ratio is in
+    ``first_over_steady_runs``. A first frame is one sample, and it varies from process to process."""
     failed = [r for r in runs if "error" in r or r["first_over_steady"] is None]
     if failed:
         return failed[0]
@@ -193,7 +194,7 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def figure(data: dict, plt):
-    """Per configuration: first frame and steady latency (log scale), the 1.5x target as a tick."""
+    """Per configuration: first frame and steady latency, on a log scale. The 1.5x target is a tick."""
     rows = [c for c in data["configurations"] if "first_frame_s" in c]
     fig, ax = plt.subplots(figsize=(9, 0.38 * max(len(rows), 4) + 1))
     labels = [f"{c['pipeline']}{' ' + str(c['video_region']) if 'video_region' in c else ''} · {c['runtime']} · "

@@ -3,7 +3,7 @@
     framegraph bench launches --out benchmarks/results/cpu/launches.json
     framegraph bench launches --pipelines avatar,generate --frames 24 --out out/launches.json
 
-Each pipeline runs through its real graph. It uses the stages the apps build, the torch runtime and a fast
+Each pipeline runs through its real graph. It uses the stages the apps build. It uses the torch runtime and a fast
 clock. An :class:`~framegraph.stream.audit.OpCounter` counts each stage's ``process`` in its own worker
 thread. It counts three things:
 
@@ -18,17 +18,17 @@ steady state.
 Pipelines and their unit:
 
 - ``avatar``: the shipped portrait bundle, per video frame.
-- ``video_avatar``: a video avatar bundle with random weights and region ``--video-region``, per video frame.
+- ``video_avatar``: a video avatar bundle, per video frame. It has random weights and region ``--video-region``.
 - ``generate``: tiny random Wan, per chunk.
 - ``3dgs`` / ``4dgs`` / ``nerf``: per rendered frame. The scenes are a random SH3 scene, the shipped bouncing
-  ball and the shipped spheres NeRF.
+  ball, and the shipped spheres NeRF.
 
 Each pipeline names its *device stages*. Those compute on the pipeline's device in a GPU run: the models, the
 renderer, the composite. The others are host stages by design and are reported beside them. They are audio in,
 the video avatar's loop frames, encoders and sinks. **Target: 0 host syncs per steady-state frame in the
 device stages**. ``tests/apps/test_bench_launches.py`` fails when one gains a sync.
 
-On a CPU every tensor is a host tensor, so a read of any tensor counts. See :mod:`framegraph.stream.audit`.
+On a CPU every tensor is a host tensor. So a read of any tensor counts. See :mod:`framegraph.stream.audit`.
 The kernel counts are eager torch's launches. A compiled runtime fuses them; count those with the profiler on a
 GPU.
 
@@ -36,7 +36,7 @@ The JSON holds, per pipeline and per stage, ``calls`` and ``sync_ops``. It holds
 ``allocations`` per call, as median and max. It also holds the per-unit totals of the device stages. A table is
 printed, and drawn beside it.
 
-The renderers run their sync-free path, ``sync_free=True``, as a GPU does by default. 3DGS and 4DGS use
+The renderers run their sync-free path, ``sync_free=True``, as a GPU does by default. The 3DGS and 4DGS renderers use
 fixed-capacity tile lists. On the CPU they use the torch twin of the Triton blending kernel. NeRF uses a
 fixed-shape march. Their ``capacity_overflows`` count the frames that needed more than a capacity held. Those
 frames lost work.
@@ -71,7 +71,7 @@ from .speech import speech_like
 
 @dataclass
 class Built:
-    """A pipeline ready to run: its graph, the stages it counts, which of them are device stages, its unit."""
+    """A pipeline ready to run. It has its graph, the stages it counts, its device stages and its unit."""
 
     graph: Graph
     counted: list[Stage]

@@ -6,11 +6,11 @@ delay packets in each direction. Its byte counters are what went over the wire.
 Without impairment the link is a plain veth pair. That is the kernel's own path, like loopback. The impairment
 is that of ``tc netem delay D J loss L`` on each end. Every packet kept is delayed by D ± J ms, uniform. So
 packets reorder when J exceeds their spacing. Each is lost with probability L. It is built in one of two ways,
-whichever this kernel allows. :attr:`Link.method` says which:
+whichever this kernel allows. Its :attr:`Link.method` says which:
 
 - **netem**: the veth pair with ``tc qdisc add dev ... root netem`` on both ends.
-- **relay**: for a kernel with no ``sch_netem``, such as a VM's minimal kernel. A pair of TUN devices, one in
-  each namespace, and a process that moves IP packets between them. The process is :func:`relay`. It applies
+- **relay**: for a kernel with no ``sch_netem``, such as a VM's minimal kernel. It is a pair of TUN devices,
+  one in each namespace. A process moves IP packets between them. The process is :func:`relay`. It applies
   the same loss and delay.
 
 It needs root or CAP_NET_ADMIN, and ``ip`` from iproute2. For netem it also needs ``tc``.
@@ -42,7 +42,8 @@ class NamespaceUnavailable(RuntimeError):
 
 @dataclasses.dataclass(frozen=True)
 class Impairment:
-    """Per direction: each packet is lost with ``loss_percent`` %, else delayed by ``delay_ms`` ± ``jitter_ms``."""
+    """Per direction: each packet is lost with ``loss_percent`` %. Otherwise it is delayed by ``delay_ms`` ±
+    ``jitter_ms``."""
 
     loss_percent: float = 2.0
     delay_ms: float = 30.0
@@ -129,7 +130,7 @@ def namespace_link(impairment: Impairment | None = None) -> Iterator[Link]:
 def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> bool:
     """A veth pair into ``name``, with netem on both ends for an ``impairment``.
 
-    Returns False, leaving nothing behind, when that needs netem and the kernel has none."""
+    Returns False when that needs netem and the kernel has none. It then leaves nothing behind."""
     _ip("link", "add", f"{name}h", "type", "veth", "peer", "name", f"{name}n")
     if impairment is not None:
         probe = subprocess.run(["tc", "qdisc", "add", "dev", f"{name}h", "root", "netem", *impairment.netem_args()],
@@ -148,7 +149,7 @@ def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> boo
 
 
 def _tun_relay(name: str, host: str, peer: str, impairment: Impairment) -> subprocess.Popen:
-    """TUN devices ``{name}h`` here and ``{name}n`` in the namespace, made and joined by a relay process."""
+    """TUN devices ``{name}h`` here and ``{name}n`` in the namespace. A relay process makes and joins them."""
     proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.bench.network", f"{name}h", f"{name}n",
                              str(impairment.loss_percent), str(impairment.delay_ms), str(impairment.jitter_ms)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)

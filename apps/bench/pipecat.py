@@ -2,35 +2,36 @@
 
     framegraph bench pipecat --runtime torch,onnx --agents 1,2 --out benchmarks/results/cpu/pipecat.json
 
-It runs per runtime and per number of concurrent agents. All run in one process on one event loop, as a Pipecat
-bot server runs its sessions. Three runs:
+It runs per runtime and per number of concurrent agents. All agents share one process and one event loop. That
+is how a Pipecat bot server runs its sessions. Three runs:
 
-1. N Pipecat pipelines, ``PipelineWorker`` s on one ``WorkerRunner``. Each is a feeder → ``FramegraphAvatar`` →
-   a recorder, from ``pipecat_agent``. The feeder plays eSpeak NG speech as a streaming TTS pushes it. That is
-   20 ms ``TTSAudioRawFrame`` s at 24 kHz, at real time, between ``TTSStartedFrame`` and ``TTSStoppedFrame``.
-2. The same speech on the same runtime, pushed at real time into N bare avatar graphs. They are built as the
-   server builds them: ``PushAudioSource`` → ``build_avatar_graph`` → a sink stamping each frame's arrival.
-3. Per runtime, one pipeline fed the same speech all at once, ``push: "at_once"``. That is a fast TTS sending a
+1. N Pipecat pipelines: ``PipelineWorker`` s on one ``WorkerRunner``. Each is a feeder → ``FramegraphAvatar`` →
+   a recorder, from ``pipecat_agent``. The feeder plays eSpeak NG speech as a streaming TTS pushes it. It sends
+   20 ms ``TTSAudioRawFrame`` s at 24 kHz, at real time. They come between ``TTSStartedFrame`` and
+   ``TTSStoppedFrame``.
+2. N bare avatar graphs, fed the same speech at real time on the same runtime. They are built as the server
+   builds them. That is ``PushAudioSource`` → ``build_avatar_graph`` → a sink stamping each frame's arrival.
+3. Per runtime, one pipeline fed the same speech all at once: ``push: "at_once"``. That is a fast TTS sending a
    whole reply.
 
 Measured, per agent:
 
-- ``fps``: images a second reaching the recorder after the first second. It runs at the output rate whatever
+- ``fps``: images a second reaching the recorder after the first second. It holds the output rate whatever
   happens. ``unique_fps`` counts pictures the models made, not repeats of the last one. The models skip frames
-  when the CPU cannot keep up, and the target is on these.
-- ``latency_ms``: from a TTS audio frame's arrival at the avatar to the image of its time at the recorder. It
-  counts speech images. For the bare graph it is from the 20 ms chunk pushed to its frame at the sink.
-  ``added_delay_ms`` is Pipecat p50 − bare p50.
+  when the CPU cannot keep up. The target is on these.
+- ``latency_ms``: a TTS audio frame's arrival at the avatar → the image of its time at the recorder. It counts
+  speech images. For the bare graph, it is the 20 ms chunk pushed → its frame at the sink. ``added_delay_ms``
+  is Pipecat p50 − bare p50.
 - audio to mouth, three figures. ``av_push_gap_ms`` is each audio frame's arrival at the recorder − its image's.
-  ``stamp_offset_ms`` is audio pts − its image's pts. ``mouth_lag_frames`` is the lag at which the mouth's
-  openness best follows the loudness of the audio out, for portrait bundles.
-- ``audio_after_image``: the share of audio frames reaching the recorder with or after the image of their frame
-  period. The target is all of them. ``lead_ms`` is the most one came before it; ``late_ms`` the most after.
-  ``image_gap_ms``: the longest wait between two images at the recorder until the ``EndFrame``. The target is
-  ≤ two frame periods.
+  ``stamp_offset_ms`` is audio pts − its image's pts. ``mouth_lag_frames`` is for portrait bundles. It is the lag
+  at which the mouth's openness best follows the loudness of the audio out.
+- ``audio_after_image``: the share of audio frames that reach the recorder with or after their image. Their
+  image is the one of their frame period. The target is all of them. ``lead_ms`` is the most one came before it;
+  ``late_ms`` the most after. ``image_gap_ms``: the longest wait between two images at the recorder, until the
+  ``EndFrame``. The target is ≤ two frame periods.
 
-The issue's target is 25 fps at the 256² output, with ≤ 150 ms added delay over the bare graph. That is on
-2 CPU cores, with ONNX.
+The issue's target: 25 fps at the 256² output, on 2 CPU cores, with ONNX. The added delay over the bare graph
+must stay ≤ 150 ms.
 """
 from __future__ import annotations
 

@@ -2,11 +2,14 @@
 
     feeder ──TTSStartedFrame, TTSAudioRawFrame…, TTSStoppedFrame──▶ FramegraphAvatar ──▶ Recorder (sink)
 
-:func:`run_agents` runs real Pipecat pipelines: ``PipelineWorker`` on a ``WorkerRunner``. Each is fed by a
-script of timed frames. :func:`utterance` builds one from real speech. The :class:`Recorder` at the end keeps
-every frame with its arrival time. Another, before the avatar, keeps the frames coming back upstream: errors.
-:func:`analyse` turns a recording into what a viewer perceives. That is frame rate, stamps, audio-to-picture
-sync, delay from a TTS frame to its picture, and the mouth's openness against the sound.
+The function :func:`run_agents` runs real Pipecat pipelines: ``PipelineWorker`` on a ``WorkerRunner``. Each is
+fed by a script of timed frames. The function :func:`utterance` builds one from real speech. The
+:class:`Recorder` at the end keeps every frame with its arrival time. Another, before the avatar, keeps the
+frames coming back upstream. Those are errors.
+
+Then :func:`analyse` turns a recording into what a viewer perceives. It gives the frame rate and the stamps. It
+gives audio-to-picture sync, and the delay from a TTS frame to its picture. It gives the mouth's openness against
+the sound.
 """
 from __future__ import annotations
 
@@ -54,7 +57,8 @@ class Recorder(FrameProcessor):
 def utterance(samples: np.ndarray, rate: int, context_id: str, frame_ms: int = FRAME_MS) -> list[Frame]:
     """A TTS response as a TTS service pushes it.
 
-    It is started, then ``int16`` ``samples`` at ``rate`` Hz in ``frame_ms`` audio frames, then stopped."""
+    It is started, then ``int16`` ``samples`` at ``rate`` Hz, then stopped. The samples go in ``frame_ms`` audio
+    frames."""
     step = rate * frame_ms // 1000
     audio = [TTSAudioRawFrame(audio=samples[i:i + step].tobytes(), sample_rate=rate, num_channels=1,
                               context_id=context_id) for i in range(0, len(samples), step)]
@@ -78,7 +82,7 @@ async def play(agent: Agent, script: list) -> None:
     - a frame;
     - a number: seconds to wait;
     - ``"pictures"``: wait for the avatar's first picture at the sink, so its graph runs;
-    - ``("realtime", frames)``: audio frames queued at their own pace, as a TTS streaming at real time."""
+    - ``("realtime", frames)``: audio frames queued at their own pace. A TTS streaming at real time does that."""
     for step in script:
         if isinstance(step, (int, float)):
             await asyncio.sleep(step)
@@ -154,7 +158,7 @@ def pictures(rec: Recording) -> np.ndarray:
 def stamp_offsets_ms(rec: Recording) -> np.ndarray:
     """Per audio frame out: its pts minus the pts of the last image pushed before it, in ms.
 
-    It lies in [0, one frame period) when each image is followed by the audio of its own period."""
+    Each image may be followed by the audio of its own period. The offsets then lie in [0, one frame period)."""
     out, last = [], None
     for _, f in rec.order:
         if isinstance(f, OutputImageRawFrame):
@@ -192,13 +196,13 @@ def audio_after_image(rec: Recording) -> dict:
 
 
 def image_gap_ms(rec: Recording, after_ns: int = 0) -> float | None:
-    """The longest wait between two images reaching the sink in ms, among those arriving from ``after_ns`` on."""
+    """The longest wait between two images reaching the sink, in ms. Only images from ``after_ns`` on count."""
     t = np.array([a for a, _ in rec.images if a >= after_ns], np.int64)
     return float(np.diff(t).max() / 1e6) if len(t) > 1 else None
 
 
 def audio_rms_per_image(rec: Recording) -> np.ndarray:
-    """Per image: the RMS of the audio out over its frame period, in int16 units. 0 where no audio falls."""
+    """Per image: the RMS of the audio out over its frame period. It is in int16 units, 0 where no audio falls."""
     if not rec.images:
         return np.zeros(0)
     period = rec.images[1][1].pts - rec.images[0][1].pts if len(rec.images) > 1 else 40_000_000

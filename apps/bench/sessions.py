@@ -6,20 +6,21 @@ each session calls its own.
     framegraph bench sessions --pipeline avatar,video_avatar --sessions 1,2,4,8 --batching on,off \\
         --out benchmarks/results/cpu/sessions.json
 
-Each session is built as the server builds it. It has a realtime clock and is live: frames whose audio is
-older than the live lag are skipped. Each is fed its speech in 20 ms chunks in real time from a common start.
-That is ``measure_sessions``, shared with ``bench avatar``.
+Each session is built as the server builds it. It has a realtime clock and is live. Frames whose audio is older
+than the live lag are skipped. Each session is fed its speech in 20 ms chunks, in real time, from a common
+start. That is ``measure_sessions``, shared with ``bench avatar``.
 
 Per run it records:
 
 - each session's presented fps, and their spread: how fair the shares were;
-- each session's glass-to-glass p50 / p95, from audio chunk in to picture out;
-- the aggregate fps, and the process's CPU time per presented frame;
-- batched, the service's batch sizes, queue wait and frames missed.
+- each session's glass-to-glass p50 / p95, audio chunk in → picture out;
+- the aggregate fps;
+- the process's CPU time per presented frame;
+- batched: the service's batch sizes, queue wait and frames missed.
 
-``video_avatar`` is a video avatar with the trained bundles' generator widths at ``--video-region``. Its
+``video_avatar`` is a video avatar at ``--video-region``. It has the trained bundles' generator widths. Its
 weights are fresh, since the cost does not depend on them. ``avatar`` is the shipped portrait. Batching is built
-for the video avatar's generator. The portrait's rows with batching on say so and measure nothing.
+for the video avatar's generator. The portrait's rows with batching on say so, and measure nothing.
 """
 from __future__ import annotations
 

@@ -4,27 +4,27 @@
     framegraph bench server --transport websocket,webrtc --transport-seconds 4 --pipelines scope --out /tmp/t.json
 
 ``framegraph serve`` runs as its own process in a network namespace; see apps/bench/network.py. It runs once
-behind a clean veth pair: the kernel's own path, as loopback. It runs once behind the impairment,
+behind a clean veth pair. That is the kernel's own path, as loopback. It runs once behind the impairment,
 ``--impairment``. The default is 2 % loss and 30 ± 30 ms each way.
 
 Real clients stream each pipeline for ``--transport-seconds``. They are ``framegraph client``'s sessions,
 WebSocket and WebRTC. One session runs at a time, and the transports take turns. First comes a short untimed
 session of each pipeline on each transport. It covers imports, model loads and codec set-up. Per session:
 
-- **glass-to-glass** p50 / p95, for pipelines with audio input: ``scope`` and ``avatar``. It runs from the
-  client's capture of the audio behind a frame to the frame decoded (WebRTC) or received. The WebSocket client
-  does not decode, so its figure leaves out a decode. The ``testcard`` takes no audio. Its figure runs from the
-  server's monotonic clock at the frame's source to receipt. Client and server share this host's clock.
+- **glass-to-glass** p50 / p95, for pipelines with audio input: ``scope`` and ``avatar``. It starts at the client's
+  capture of the audio behind a frame. It ends when the frame is decoded (WebRTC) or received. The WebSocket client does
+  not decode, so its figure leaves out a decode. The ``testcard`` takes no audio. Its figure starts at the frame's
+  source, on the server's monotonic clock. It ends at receipt. Client and server share this host's clock.
 - **first frame**: offer or connect → the first frame.
-- **server CPU**: the server process's CPU time over the session's wall time, as % of one core.
+- **server CPU**: the server process's CPU time over the session's wall time. It is in % of one core.
 - **bytes per second** on the wire, each way. These are the link's counters: IP packets, headers included.
 
 With ``--repeat N`` each cell is N sessions, and each figure is their median. See :func:`combine`. The
 transports still take turns, session by session. The sessions are kept in the JSON. A single session's impaired
 p95 varies from run to run.
 
-Targets, from issue #31: on the clean link, WebRTC's glass-to-glass p50 within the WebSocket's + 30 ms. Under
-impairment, its p95 below the WebSocket's. The JSON says, per pipeline, whether each was met.
+Targets are from issue #31. On the clean link, WebRTC's glass-to-glass p50 is within the WebSocket's + 30 ms.
+Under impairment, its p95 is below the WebSocket's. The JSON says, per pipeline, whether each was met.
 """
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ MEDIAN_FIELDS = ("latency_p50_ms", "latency_p95_ms", "first_frame_ms", "frames",
 def combine(sessions: list[dict]) -> dict:
     """One cell of ``repeat`` sessions. One session is returned as it is.
 
-    It holds the median of each of :data:`MEDIAN_FIELDS` over them, and of the bytes per second. The sessions
+    It holds the median of each of :data:`MEDIAN_FIELDS` over them. It holds the median bytes per second. The sessions
     themselves go under ``"sessions"``. ``"failed_sessions"`` counts those that showed no frame or reported an
     error. A median would hide them."""
     if len(sessions) == 1:

@@ -3,20 +3,21 @@
     SpeechSource ──audio (echo, same pts)──────────────────────────▶ SessionOutput ──▶ [VideoOut, AudioOut, ...]
         └──▶ AudioFeatures ─▶ ... ─▶ composite ──video (pts of its audio)──▶      (by pts, at the output fps)
 
-The echo of a chunk reaches the sink at once. Its picture comes one graph latency later. The sink holds the
-audio until the picture of the same time is out. Then it releases both: an image, then the audio of its frame
-period. So the two leave stamped from the one session clock, and in sync, however long the models take.
+The echo of a chunk reaches the sink at once. Its picture comes one graph latency later. The sink holds the audio
+back. It waits until the picture of the same time is out. Then it releases both: an image, then the audio of its
+frame period. So the two leave stamped from the one session clock. They stay in sync, however long the models
+take.
 
 Pictures are re-timed to the output frame rate. Each output frame shows the newest picture of its time. A
 picture the models skipped as stale is covered by the one before.
 
 The cadence never waits on the models. An output frame may lack its picture two frame periods after the frame
-before it. Or it may lack it half a second after its time. Then it shows the picture before. The models' late
+before it. It may lack it half a second after its time. Then it shows the picture before. The models' late
 picture is shown at the next frame. So the audio is never ahead of its picture. The picture stream never pauses
 longer than two frame periods.
 
 After a barge-in, :meth:`SessionOutput.clear_before`, the audio from before it is dropped. Its pictures still in
-flight are replaced by the last picture of the face at rest.
+flight are replaced. The last picture of the face at rest takes their place.
 """
 from __future__ import annotations
 
@@ -92,9 +93,9 @@ class SessionOutput(Stage):
         source: the session's :class:`SpeechSource`. Its log says what each echoed chunk was.
         size: ``(width, height)`` of the pictures.
         fps: the avatar's frame rate. ``out_fps``: the output frame rate; pictures are re-timed to it.
-        video_delay_s: each picture leaves this long after the audio of its time. 0 means together. It is for a
-            transport whose audio path is slower than its video path. Otherwise the player shows lips before
-            their sound.
+        video_delay_s: each picture leaves this long after the audio of its time. With 0 they leave together. It
+            is for a transport whose audio path is slower than its video path. Otherwise the player shows lips
+            before their sound.
         emit: called from the graph's thread with each batch of items, in order.
     """
 
@@ -177,7 +178,7 @@ class SessionOutput(Stage):
             self.emit(items)
 
     def _drop_cleared(self) -> int:
-        """Under the lock: drop held audio from before the last barge-in and replace held pictures. Returns its pts."""
+        """Under the lock: drop held audio from before the last barge-in. Replace held pictures. Returns its pts."""
         cleared = self._cleared_pts
         if self._audio and self._audio[0].pts < cleared:
             self._audio = collections.deque(i for i in self._audio if i.pts >= cleared)
@@ -227,9 +228,10 @@ class SessionOutput(Stage):
         self._prev = current
 
     def _fill_due(self) -> None:
-        """Under the lock: make the output frames whose picture is overdue, showing the picture before.
+        """Under the lock: make the output frames whose picture is overdue. They show the picture before.
 
-        A picture is overdue two frame periods after the frame before, or ``MAX_AUDIO_HOLD_S`` after its time.
+        A picture is overdue two frame periods after the frame before. It is also overdue ``MAX_AUDIO_HOLD_S``
+        after its time.
         The frame is made once all of its period's audio has been heard. That audio leaves right after it."""
         if self._prev is None or self._filled_at is None:
             return
@@ -261,8 +263,8 @@ class SessionOutput(Stage):
     def _release(self, items: list, final: bool = False) -> None:
         """Release what is due, in presentation order.
 
-        A picture at pts ``v`` counts as at ``v + delay``. It leaves once every chunk before that has been echoed
-        and its audio has left. Audio at ``p`` leaves once every picture before ``p`` has. The pictures still to
+        A picture at pts ``v`` counts as at ``v + delay``. It leaves once every chunk before that has been echoed.
+        Its audio must have left too. Audio at ``p`` leaves once every picture before ``p`` has. The pictures still to
         come start at the next output frame. So audio never leaves before its picture."""
         next_key = self.ctx.clock.ticks_from_frame(self._slot, self.out_fps) + self._delay
         while True:

@@ -10,7 +10,7 @@
 
 The graph is the avatar's own, ``models.avatar.build_avatar_graph``. It takes either bundle kind, on torch or
 ONNX Runtime. It sits between a :class:`~.source.SpeechSource` and a :class:`~.output.SessionOutput`. The source
-plays speech segments, with silence between them, paced by the session's realtime clock. The output releases
+plays speech segments, with silence between them. The session's realtime clock paces it. The output releases
 pictures and audio together by pts.
 
 A framework adapter is thin. ``apps/pipecat`` is one; a LiveKit Agents video generator would be the same. It
@@ -90,7 +90,7 @@ class AvatarSession:
         fps: output frames per second. The default is the avatar's; others re-time its pictures.
         steps: sampler steps of a portrait bundle. The default is the bundle's.
         start_buffer_ms / max_speech_s: see :class:`~.source.SpeechSource`.
-        video_delay_ms: each picture leaves this long after the audio of its time. 0 means together. It is for
+        video_delay_ms: each picture leaves this long after the audio of its time. With 0 they leave together. It is for
             a transport whose audio reaches the viewer later than its video. See :class:`~.output.SessionOutput`.
         on_ready: called from the graph's thread when items wait in :meth:`take`.
     """
@@ -141,7 +141,7 @@ class AvatarSession:
         g.start()
 
     def close(self) -> None:
-        """No more speech: what is queued plays out, then the graph ends. :meth:`join` waits for it."""
+        """No more speech: what is queued plays out, then the graph ends. Use :meth:`join` to wait for it."""
         with self._lock:
             rest = [(k, r.rate, r(None)) for k, r in self._resamplers.items()]
             self._resamplers.clear()
@@ -176,10 +176,10 @@ class AvatarSession:
     def push_audio(self, pcm, sample_rate: int, *, channels: int = 1, segment=None) -> int:
         """Queue speech of segment ``segment``. Returns the 16 kHz samples queued.
 
-        A segment is an utterance; ``None`` is a segment too. ``pcm`` is little-endian PCM16 bytes or an int16
-        array, with ``channels`` interleaved. It is at ``sample_rate`` Hz, from 8 000 to 192 000. It is resampled
-        to 16 kHz for the models, and heard at its own rate. Raises ``ValueError`` for a rate, channel count or
-        size it cannot take. Also for too much queued speech."""
+        A segment is an utterance; ``None`` is a segment too. ``pcm`` is little-endian PCM16 bytes or an int16 array,
+        with ``channels`` interleaved. It is at ``sample_rate`` Hz, from 8 000 to 192 000. It is resampled to 16 kHz for
+        the models. The listener hears it at its own rate. Raises ``ValueError`` for a rate, channel count or size it
+        cannot take. Also for too much queued speech."""
         if not isinstance(sample_rate, (int, np.integer)) or not MIN_RATE <= sample_rate <= MAX_RATE:
             raise ValueError(f"sample rate {sample_rate!r} Hz: the avatar resamples {MIN_RATE}-{MAX_RATE} Hz audio to "
                              f"16 kHz; expected an integer rate in that range")
@@ -228,7 +228,9 @@ class AvatarSession:
         return pts
 
     def _post_clear(self, items: list) -> list:
-        """Under the lock: ``items`` less the audio and segment events from before the last barge-in.
+        """Under the lock: ``items`` less what came before the last barge-in.
+
+        That drops the audio and segment events from before it.
 
         Its pictures become the face at rest. The graph's thread may hand over a batch it made just before the
         barge-in."""

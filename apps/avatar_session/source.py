@@ -7,13 +7,13 @@ audio at its original rate for the listener.
 
 Every 20 ms of the session clock the source emits one 320-sample chunk. The graph paces it in real time; the
 pts are counted from samples. The chunk is the next 20 ms of the current segment. When no segment is playing it
-is silence. So the graph keeps drawing the idle or listening face between utterances, never a frozen picture.
+is silence. So the graph keeps drawing the idle or listening face between utterances. It never shows a frozen picture.
 
-A segment starts playing once ``start_buffer`` samples are in, or once it ended. So a TTS delivering at real
-time does not stall mid-word on the first jitter. A segment may run dry mid-way when its TTS is slower than real
+A segment starts playing once ``start_buffer`` samples are in, or once it ended. So a TTS delivering at real time does
+not stall mid-word. The first jitter does not stop it. A segment may run dry mid-way when its TTS is slower than real
 time. It then gets silence until more arrives.
 
-What each chunk was is logged as a :class:`ChunkInfo`, with the original-rate audio it stands for. The output
+What each chunk was is logged as a :class:`ChunkInfo`. The entry holds the original-rate audio it stands for. The output
 stage takes the entries in pts order when the chunk's echo reaches it. See :meth:`SpeechSource.take_info`.
 The barge-in, :meth:`clear`, drops every queued segment. It returns the pts from which chunks are post-clear.
 """
@@ -38,7 +38,7 @@ class ChunkInfo:
 
     - ``pts``: in ticks.
     - ``segment``: None for silence between segments.
-    - ``speech``: 16 kHz samples of speech in it. 0 for silence, and for a segment that ran dry.
+    - ``speech``: 16 kHz samples of speech in it. It is 0 for silence, and for a segment that ran dry.
     - ``first`` / ``last``: the segment's first / last chunk.
     - ``audio``: ``int16 [N]``, the original-rate samples it stands for, at ``rate`` Hz.
     - ``arrival_ns``: when its first speech sample was pushed, monotonic. 0 for silence."""
@@ -114,7 +114,7 @@ class SpeechSource(Pushed):
     def push(self, key, pcm16: np.ndarray, original: np.ndarray, rate: int) -> int:
         """Append audio to segment ``key``. Returns the 16 kHz samples buffered in all.
 
-        A new key opens a new segment after the others. It ends those still open, since a TTS speaks one
+        A new key opens a new segment after the others. It ends those still open. A TTS speaks one
         response at a time. ``pcm16`` is int16 [S] at 16 kHz, for the graph. ``original`` is int16 [N] at
         ``rate`` Hz, what the listener hears."""
         with self._cv:

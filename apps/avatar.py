@@ -1,7 +1,7 @@
 """``framegraph avatar``'s implementation. Its options and usage are in ``apps/commands/avatar.py``.
 
-It covers the talking avatar's tools: synthetic clips (``synth``), training (``train``, ``refine``), the person
-matte (``matte``) and evaluation (``eval``). It also prepares a person for MuseTalk (``prepare``)."""
+It covers the talking avatar's tools. They are synthetic clips (``synth``) and training (``train``, ``refine``). They
+are the person matte (``matte``) and evaluation (``eval``). It also prepares a person for MuseTalk (``prepare``)."""
 from __future__ import annotations
 
 import argparse
@@ -178,7 +178,7 @@ def run_train_video(args: argparse.Namespace) -> int:
 
 
 def clips_region_size(clips: str) -> int | None:
-    """The face region side in px that the clips' portrait block names, from the first clip JSON.
+    """The face region side in px that the clips' portrait block names. It is read from the first clip JSON.
 
     ``avatar synth`` writes the photo's face size there. None when it names none."""
     for f in sorted(Path(clips).glob("clip_*.json")):
@@ -306,8 +306,8 @@ def run_eval(args: argparse.Namespace) -> int:
 def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
     """``avatar eval`` of a video avatar.
 
-    The base is the clip's real frames from ``--start-s``. The default start is where the part of its source
-    video kept out of training begins. The lower face is redrawn from the clip's audio. It is measured with the
+    The base is the clip's real frames from ``--start-s``. The default start is where its source video's held-out part
+    begins. That part was kept out of training. The lower face is redrawn from the clip's audio. It is measured with the
     face landmarks against the real frames, by :func:`evaluate_video_avatar`."""
     portrait_only = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
                                               ("--runtime", args.runtime != "torch"), ("--onnx", args.onnx)) if given]

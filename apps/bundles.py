@@ -1,14 +1,14 @@
 """The avatar bundles of this process: the catalogue, and the bundles loaded once and shared.
 
-The catalogue is the avatar folder, the names in it and the default. The loaded bundles are shared by the
-server's sessions, the demo, the Pipecat avatar and the benches.
+The catalogue is the avatar folder, the names in it and the default. The server's sessions share the loaded bundles. So
+do the demo, the Pipecat avatar and the benches.
 
     from framegraph.apps.bundles import available_avatars, load_bundle, load_bundle_at
     available_avatars()                       # the bundle names in $FRAMEGRAPH_AVATARS (else assets/avatars)
     avatar = load_bundle("astronaut")         # loads (≈ 2-3 s on a CPU) the first time, then cached
     avatar = load_bundle_at("out/me")         # any folder
 
-Each caller builds its own graph, with its own stream state, on the shared weights.
+Each caller builds its own graph, with its own stream state, on the shared weights. The function
 :func:`set_bundle_limit` sets a limit. The least recently used bundles beyond it are dropped from the cache.
 Graphs still running on one keep it alive until they end. The catalogue reads folders only. The models load on
 first use.

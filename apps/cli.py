@@ -10,15 +10,15 @@
 How a command is laid out. This is the one rule for imports in apps/:
 
 - A command has a **front**: the module :data:`COMMANDS` names, in ``apps/commands/``. It declares the command's
-  options, ``add_arguments(parser)``. It names its implementation, ``IMPLEMENTATION``. At its top it imports only
-  the standard library and light modules of apps/. Those are ``argtypes`` and the settings dataclasses whose
-  defaults its options show, such as ``server/config.py``. The server, demo and cluster packages export their
-  names on first use, so such a module loads alone. A front never imports torch, a model or a renderer. So
-  ``framegraph --help`` and ``framegraph CMD --help`` answer at once. ``fit-nerf`` and ``bench nerf_fit`` take
-  the NeRF's own options from ``renderers/nerf_options.py``. That module is torch-free for this reason.
+  options, ``add_arguments(parser)``. It names its implementation, ``IMPLEMENTATION``. At its top it imports only the
+  standard library and light modules of apps/. Those are ``argtypes``, and the settings dataclasses whose defaults its
+  options show. ``server/config.py`` is one. The server, demo and cluster packages export their names on first use. So
+  such a module loads alone. A front never imports torch, a model or a renderer. So ``framegraph --help`` and
+  ``framegraph CMD --help`` answer at once. ``fit-nerf`` and ``bench nerf_fit`` take the NeRF's own options from
+  ``renderers/nerf_options.py``. That module is torch-free for this reason.
 - Its **implementation** has ``run(args) -> int``. Examples are ``apps/render.py``, ``apps/server/cli.py`` and
   ``apps/bench/kernels.py``. It imports what it needs at its top: torch, the models, the renderers. It also
-  imports its front when it shares a declaration, such as a list of choices or a default. A front never imports
+  imports its front when it shares a declaration. That may be a list of choices or a default. A front never imports
   its implementation. The CLI does, by name, only to run the command. Dependencies point one way:
   implementation → front.
 - A front may list ``SUBCOMMANDS`` instead: name → (front module, help, description). ``framegraph bench`` does,
@@ -33,8 +33,8 @@ saying which:
 
 - those of the rule above. That means a pipeline's models. ``render`` loads the renderers or the avatar only for
   a scene or an avatar.
-- optional extras, where a missing one is a message, not a crash. They are ray and Serve's fastapi ingress,
-  aiortc and what imports it, pipecat and uvicorn, fla and gsplat.
+- optional extras, where a missing one is a message, not a crash. They are ray and Serve's fastapi ingress, and
+  aiortc and what imports it. They are pipecat and uvicorn, fla and gsplat.
 - Triton, for ``bench compile``.
 - matplotlib, in ``bench/meta.py``'s ``pyplot``. Its backend is chosen before pyplot loads.
 """
@@ -101,7 +101,7 @@ COMMANDS = {
 
 
 def _positional(argv: list[str]) -> tuple[str | None, list[str]]:
-    """The first word of ``argv`` that is not an option, the command chosen, and what follows it."""
+    """The first word of ``argv`` that is not an option, and what follows it. That word is the command chosen."""
     for i, word in enumerate(argv):
         if not word.startswith("-"):
             return word, argv[i + 1:]
@@ -151,8 +151,8 @@ _command_line: list[str] | None = None
 def command_line() -> str:
     """The ``framegraph`` command being run, as typed.
 
-    ``main`` records it. So a benchmark run from Python with ``main([...])`` records its own arguments, not the
-    host program's."""
+    ``main`` records it. So a benchmark run from Python with ``main([...])`` records its own arguments. It does not
+    record the host program's."""
     if _command_line is not None:
         return " ".join(["framegraph", *_command_line])
     return " ".join([os.path.basename(sys.executable)] + sys.argv)
@@ -183,9 +183,9 @@ def out_of_memory(exc: BaseException) -> str | None:
 
 
 def _stop_now_if_a_stage_computes(code: int) -> None:
-    """After Ctrl-C, end the process now with ``code`` when a stage's worker is still inside a computation.
+    """After Ctrl-C, end the process now with ``code`` if a stage's worker still computes.
 
-    Such a computation may be a frame that takes minutes. Left to the interpreter's exit, that thread would be
+    The computation may be a frame that takes minutes. Left to the interpreter's exit, that thread would be
     torn down inside torch. That aborts with ``terminate called without an active exception``, exit 134."""
     busy = [t for t in threading.enumerate() if t.name.startswith("framegraph:") and t.is_alive()]
     for t in busy:

@@ -5,18 +5,19 @@
     framegraph client --pipeline generate --camera walk.mp4 --option input=camera --option strength=0.5 \
         --option prompt="an oil painting" --out out/painted.mp4
 
-The audio file is decoded to 16 kHz mono PCM16. It is sent in 20 ms messages paced in real time. Each message is
-stamped with the moment its last sample would have left a microphone. The server stamps every frame it sends back
-with the capture time of the audio that produced it. So **glass-to-glass latency** is measured on one clock, the
+The audio file is decoded to 16 kHz mono PCM16. It is sent in 20 ms messages paced in real time. Each message is stamped
+with a time. It is when its last sample would have left a microphone. The server stamps every frame it sends back. The
+stamp is the capture time of the audio that produced it. So **glass-to-glass latency** is measured on one clock, the
 client's, with no clock sync. It is receipt − capture of that audio.
 
-Frames, JPEG or H.264, and returned audio are recorded to MP4 by a background thread. The MP4 is H.264 + AAC,
+Frames, JPEG or H.264, and returned audio are recorded to MP4. A background thread does it. The MP4 is H.264 + AAC,
 muxed by pts. The client prints time to first frame, FPS and latency percentiles. ``--json`` prints a summary.
 
-``--camera VIDEO`` sends a video file's frames as the camera, in JPEG, with flow control. It sends a chunk of
-pictures at the session fps, then waits for its generated frames. The chunk size is
-``ready.video_in.pictures_per_chunk``. So no frame of the file is replaced by the next while the model is busy,
-however slow it is. The recording holds one generated frame per frame sent. A last partial chunk makes none.
+``--camera VIDEO`` sends a video file's frames as the camera, in JPEG. It uses flow control. It sends a chunk of
+pictures at the session fps. Then it waits for their generated frames. The chunk size is
+``ready.video_in.pictures_per_chunk``. So no frame of the file is replaced by the next while the model is busy. That
+holds however slow the model is. The recording holds one generated frame per frame sent. A last partial chunk makes
+none.
 """
 from __future__ import annotations
 
@@ -65,7 +66,7 @@ class ClientError(RuntimeError):
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames and writes them with the returned audio to an MP4, muxed by pts.
+    """Decodes received frames and writes them to an MP4, with the returned audio, muxed by pts.
 
     Frames are JPEG or H.264. With ``raw`` they are ``uint8 [H, W, 3]`` pictures. The MP4 is H.264 + AAC. It is
     written on its own thread behind a bounded queue. ``dropped`` counts what did not fit. ``NAME.partial.mp4``
@@ -187,8 +188,8 @@ class _Tally:
     def pictures_lost(self) -> int:
         """Camera pictures the server reports it did not use, in the latest ``stats``.
 
-        They were dropped for the rate, replaced by a newer one, or dropped at the source while the model was
-        busy."""
+        Some were dropped for the rate. Some were replaced by a newer one. Some were dropped at the source while
+        the model was busy."""
         received, dropped = (self.stats or {}).get("received", {}), (self.stats or {}).get("dropped", {})
         return received.get("video_dropped", 0) + dropped.get("source", 0) + dropped.get("input_replaced_pictures", 0)
 
@@ -225,7 +226,7 @@ class _Tally:
 def wait_for_server(url: str, seconds: float) -> None:
     """Return once the server of WebSocket URL ``url`` answers ``/healthz``.
 
-    Raises :class:`ClientError` when none answered within ``seconds``. That is ``--wait``, for a server just
+    Raises :class:`ClientError` when none answered within ``seconds``. That is ``--wait``. It is for a server just
     started in the background that is still loading."""
     import urllib.error
     import urllib.parse
@@ -311,7 +312,7 @@ async def _send_camera(ws, path: str, ready: dict, seconds: float | None, tally:
     """A video file's frames as camera pictures, kind JPEG, then ``stop``.
 
     Flow control uses ``ready.video_in.pictures_per_chunk``. One chunk's pictures go at the session fps. Then it
-    waits until the server has sent their frames, then sends the next chunk. No picture reaches the server while
+    waits until the server has sent their frames. Then it sends the next chunk. No picture reaches the server while
     the model is busy. So none is replaced or dropped, however slow the model. Every frame of the file is used.
     The recording has one generated frame per frame sent. A last partial chunk makes none.
 
@@ -430,10 +431,10 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
         seconds: stop after this long. By default it stops when the audio ends, or when the server ends.
         out: record received video, and audio, to this MP4.
         orbit_deg_per_s: for pipelines that take camera poses, ``ready.pose_in``. It sends a ``pose`` per frame
-            period that orbits the server's starting camera, ``ready.camera``, at this rate.
+            period. The poses orbit the server's starting camera, ``ready.camera``, at this rate.
         camera: a video file sent as the camera, for pipelines with ``ready.video_in``. Its frames go as JPEG at
             the session fps, once, a chunk at a time. Each chunk is sent when the frames of the one before came
-            back, so no picture is lost to a slow model. Then ``stop``, or stop at ``seconds`` of the file.
+            back. So no picture is lost to a slow model. Then ``stop``, or stop at ``seconds`` of the file.
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
             appended to it. Soak runs use it to look at latency over time.
     """

@@ -1,15 +1,15 @@
 """``framegraph client --transport webrtc``: the same session as :func:`..client.stream_session`, over WebRTC.
 
-The offer goes to ``POST /webrtc/offer`` on the server named by the same ``--url`` as for the WebSocket. So
+The offer goes to ``POST /webrtc/offer`` on the server. The same ``--url`` as for the WebSocket names it. So
 ``ws://HOST:PORT/ws?token=T`` → ``http://HOST:PORT/webrtc/offer?token=T``. A cluster front door answers 307 to a
 replica, which is followed here.
 
-Audio goes up as an Opus track whose packets this client stamps itself. So it can tell the server, in ``clock``
-messages, when the audio behind each RTP timestamp was captured. The server sends a ``frame`` message for each
-video frame. It carries the frame's RTP timestamp and the media header's fields. Those are the capture time of
-that audio on this client's clock, and server timings. Glass-to-glass latency is then receipt of the decoded
-frame − capture. It is on one clock, as over the WebSocket, and the summary has the same fields. Received frames
-and audio are recorded by the same :class:`..client.Recorder`, placed by session pts.
+Audio goes up as an Opus track whose packets this client stamps itself. So it can tell the server when the audio behind
+each RTP timestamp was captured. It does so in ``clock`` messages. The server sends a ``frame`` message for each video
+frame. It carries the frame's RTP timestamp and the media header's fields. Those are the capture time of that audio on
+this client's clock, and server timings. Glass-to-glass latency is then receipt of the decoded frame − capture. It is on
+one clock, as over the WebSocket. The summary has the same fields. Received frames and audio are recorded by the same
+:class:`..client.Recorder`, placed by session pts.
 
 The ``framegraph client`` command enters here, for both transports: :func:`run`. So ``client.py`` itself never
 imports WebRTC.
@@ -69,7 +69,7 @@ def post_offer(url: str, body: dict, token: str | None, hops: int = 3) -> dict:
 
 
 class _Microphone:
-    """The audio file as a live microphone: 20 ms Opus packets paced in real time, as a track for aiortc.
+    """The audio file as a live microphone, a track for aiortc. It sends 20 ms Opus packets paced in real time.
 
     Each packet's capture time is kept by RTP timestamp, for the ``clock`` messages."""
 
@@ -212,25 +212,25 @@ KEYFRAME_WAITS = 3
 def starts_h264_keyframe(data: bytes) -> bool:
     """Whether a depayloaded H.264 RTP packet begins a key frame.
 
-    The packet is Annex-B, as aiortc's depayloader gives it. It does when a NAL unit in it is a sequence
-    parameter set. The unit may be a single NAL or an aggregate. It may be a fragmentation unit's first fragment.
-    x264 puts one before each IDR picture; it is the server's encoder and aiortc's. The picture's slices come
-    after it, and there may be several. A middle fragment has no start code, so it never begins one. Inside a
-    NAL unit no start code occurs, by emulation prevention."""
+    The packet is Annex-B, as aiortc's depayloader gives it. It does when a NAL unit in it is a sequence parameter set.
+    The unit may be a single NAL or an aggregate. It may be a fragmentation unit's first fragment. The x264 encoder puts
+    one before each IDR picture. It is the server's encoder and aiortc's. The picture's slices come after it, and there
+    may be several. A middle fragment has no start code, so it never begins one. Inside a NAL unit no start code occurs,
+    by emulation prevention."""
     return any(nal and nal[0] & 0x1F == H264_SPS for nal in data.split(b"\x00\x00\x00\x01")[1:])
 
 
 class VideoJitterBuffer:
     """H.264 RTP packets → access units in order, as a browser's jitter buffer does.
 
-    Each access unit is released as soon as its last packet is in, by the RTP marker bit. Where a packet is
-    missing, the frames behind it wait ``max_wait_ms`` for its retransmission. The receiver NACKs it once a later
-    packet shows the hole. The wait is ``KEYFRAME_WAITS`` times as long when the frame with the hole is a key
-    frame. Then the incomplete frames are dropped. Nothing is released until a key frame, since H.264 frames refer
-    to the one before. One is asked for, with a PLI. A complete frame that can be decoded is never dropped.
+    Each access unit is released as soon as its last packet is in. The RTP marker bit marks that packet. Where a packet
+    is missing, the frames behind it wait ``max_wait_ms`` for its retransmission. The receiver NACKs it once a later
+    packet shows the hole. The wait is ``KEYFRAME_WAITS`` times as long when the frame with the hole is a key frame.
+    Then the incomplete frames are dropped. Nothing is released until a key frame, since H.264 frames refer to the one
+    before. One is asked for, with a PLI. A complete frame that can be decoded is never dropped.
 
-    aiortc's own 1.x buffer works otherwise. It releases a frame only when the next frame's first packet comes, at
-    most one frame per packet. It waits for a lost packet until 512 more have come. See docs/webrtc.md.
+    aiortc's own 1.x buffer works otherwise. It releases a frame only when the next frame's first packet comes. It
+    releases at most one frame per packet. It waits for a lost packet until 512 more have come. See docs/webrtc.md.
 
     Packets are kept by RTP sequence number, 16 bits, wrapping. ``_next`` is the first one not yet released or
     dropped. Times are monotonic ns, given by the caller to :meth:`add` and :meth:`expire`."""
@@ -336,7 +336,7 @@ class VideoJitterBuffer:
         return True
 
     def _complete_frame(self) -> tuple[list, int] | None:
-        """The packets of the frame at ``_next``, removed, when all are in, and the sequence number after it."""
+        """The packets of the frame at ``_next`` when all are in, and the sequence number after it. They are removed."""
         packets, seq = [], self._next
         while (packet := self._packets.get(seq)) is not None:
             if packets and packet.timestamp != packets[0].timestamp:
@@ -355,7 +355,8 @@ class VideoJitterBuffer:
 class _ReceiverVideoBuffer:
     """A :class:`VideoJitterBuffer` in place of an aiortc 1.x video receiver's jitter buffer.
 
-    The frames it releases go straight into the receiver's decoder queue; aiortc takes one frame per packet. A
+    The frames it releases go straight into the receiver's decoder queue. The aiortc receiver takes one frame per
+    packet. A
     timer gives up on a missing packet at its deadline. Each give-up sends a PLI. It reaches into the receiver's
     private state: ``__decoder_queue``, ``__timestamp_mapper``, ``__codecs``. Where that is missing it is not
     installed."""
@@ -499,10 +500,10 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
     """One session over WebRTC. Returns the summary of :func:`..client.stream_session`, with ``transport``
     ``"webrtc"``.
 
-    ``url`` is the server's WebSocket URL; the offer endpoint is found from it. When ``frames_ns`` is given, the
-    receipt time of each decoded video frame is appended to it, in monotonic ns. ``video_buffer`` picks the video's
+    ``url`` is the server's WebSocket URL; the offer endpoint is found from it. It appends the receipt time of each
+    decoded video frame to ``frames_ns``, when given, in monotonic ns. ``video_buffer`` picks the video's
     jitter buffer. True is :class:`VideoJitterBuffer`: each frame is decoded once its last packet is in. A lost
-    packet is waited for ``MAX_WAIT_MS``. False is aiortc's own. It releases a frame a frame period later, and
+    packet is waited for ``MAX_WAIT_MS``. False is aiortc's own. It releases a frame a frame period later. It
     waits for a lost packet until 512 more came."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 

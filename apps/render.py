@@ -1,9 +1,9 @@
 """``framegraph render``'s implementation. Its options are in ``apps/commands/render.py``.
 
-It renders through a graph to a video file, with a progress bar, its report and a summary line. It renders the
-test card, a scene (``render_scene.py``) or the avatar. The avatar may have alpha or stand over a background. It
-may stand in a scene (``scene_avatar/``). The renderers and the avatar's models are imported only by the render
-that uses them. A test card loads neither."""
+It renders through a graph to a video file. It shows a progress bar, and writes its report and a summary line. It
+renders the test card, a scene (``render_scene.py``) or the avatar. The avatar may have alpha or stand over a
+background. It may stand in a scene (``scene_avatar/``). Only the render that uses them imports the renderers or the
+avatar's models. A test card loads neither."""
 from __future__ import annotations
 
 import argparse
@@ -43,7 +43,7 @@ BYTES_PER_PIXEL = 112
 
 
 def check_memory(width: int, height: int, available: int | None = None) -> int:
-    """Refuse a render at ``width`` x ``height`` that this machine's free memory would not hold.
+    """Refuse a render at ``width`` x ``height`` that would not fit. The limit is this machine's free memory.
 
     It refuses before anything is allocated, with a ``ValueError`` naming both. ``available`` is the free memory in
     bytes; by default, what the system says. Returns the bytes estimated."""
@@ -127,7 +127,7 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def check_choice(args: argparse.Namespace) -> None:
-    """What to render, from the flags: the test card, a scene, the avatar, or the avatar in a scene.
+    """What to render, from the flags. It is the test card, a scene, the avatar, or the avatar in a scene.
 
     Each option must come with what it goes with. Otherwise a ``ValueError`` names the option."""
     if not (args.testcard or args.scene or args.avatar):

@@ -6,9 +6,10 @@ from collections.abc import Callable
 
 
 def exports(package: str, names: dict[str, str]) -> Callable[[str], object]:
-    """A package's ``__getattr__`` (PEP 562) that loads each public name from its submodule on first use
-    (``names``: name → ``".module"``), so a light module inside the package — a command's settings — can be
-    imported alone, without the heavy ones beside it."""
+    """A package's ``__getattr__``, per PEP 562, that loads each public name from its submodule on first use.
+
+    ``names`` maps name → ``".module"``. So a light module inside the package can be imported alone, without the
+    heavy ones beside it. A command's settings are such a module."""
 
     def __getattr__(name: str):
         if name not in names:

@@ -12,8 +12,9 @@ from framegraph.models.runtime import RUNTIMES
 
 
 def _number(text: str, parse: Callable[[str], float], kind: str, ok: Callable[[float], bool], expected: str):
-    """``text`` read by ``parse`` (``int`` or ``float``); an error says it is not ``kind`` or, when ``ok(value)`` is
-    false, that ``expected`` was expected."""
+    """``text`` read by ``parse``, ``int`` or ``float``.
+
+    An error says it is not ``kind``. When ``ok(value)`` is false, it says that ``expected`` was expected."""
     try:
         v = parse(text)
     except ValueError:
@@ -62,8 +63,9 @@ def _check_limit(text: str, w: int, h: int) -> None:
 
 
 def size(text: str, *, even: bool = False) -> tuple[int, int]:
-    """``"640x360"`` → ``(640, 360)``; ``even``: both sides even (what H.264 in yuv420p needs); within
-    :data:`SIZE_LIMIT`."""
+    """``"640x360"`` → ``(640, 360)``, within :data:`SIZE_LIMIT`.
+
+    With ``even``, both sides must be even, as H.264 in yuv420p needs."""
     try:
         w, h = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -80,13 +82,13 @@ def video_size(text: str) -> tuple[int, int]:
     return size(text, even=True)
 
 
-# Where a model's stages compute (models/runtime.py, torch-free): every runtime an avatar kind may run on, and the
-# generate pipeline's causal VAE decoder's (registered by models.generate, which --help does not load: this copy
-# and the int8 ones are checked against the models by tests/apps/test_cli.py).
+# Where a model's stages compute (models/runtime.py, torch-free). AVATAR_RUNTIMES: every runtime an avatar kind may
+# run on. VAE_RUNTIMES: the generate pipeline's causal VAE decoder's, registered by models.generate, which --help
+# does not load. tests/apps/test_cli.py checks this copy and the int8 ones against the models.
 AVATAR_RUNTIMES = RUNTIMES
 VAE_RUNTIMES = ("torch", "onnx")
 INT8_MODES = ("dynamic", "static")  # how `framegraph export --int8` quantizes (models.onnx.quantize.MODES)
-INT8_DEFAULT_MODE = "static"  # `--int8` alone: the measured choice (models.avatar.int8.DEFAULT_MODE)
+INT8_DEFAULT_MODE = "static"  # `--int8` alone: bench avatar_int8's choice (models.avatar.int8.DEFAULT_MODE)
 
 
 class _DeprecatedAlias(argparse.Action):
@@ -103,21 +105,25 @@ class _DeprecatedAlias(argparse.Action):
 
 def add_runtime_argument(p: argparse.ArgumentParser, help: str, *, choices=AVATAR_RUNTIMES, type=None,
                          default="torch") -> None:
-    """``--runtime`` (where the models compute) and its old name ``--backend``, hidden, still accepted with a
-    deprecation note. ``type`` instead of ``choices``: a parsed list (the benches' ``torch,onnx``)."""
+    """``--runtime``, where the models compute, and its old name ``--backend``.
+
+    The old name is hidden and still accepted, with a deprecation note. ``type`` replaces ``choices`` for a
+    parsed list, such as the benches' ``torch,onnx``."""
     kw = {"type": type} if type is not None else {"choices": choices}
     p.add_argument("--runtime", default=default, help=help, **kw)
     p.add_argument("--backend", dest="runtime", action=_DeprecatedAlias, new="--runtime", help=argparse.SUPPRESS, **kw)
 
 
 def port(text: str) -> int:
-    """``--port``: 0..65535 (0: the system picks a free one)."""
+    """``--port``: 0..65535. With 0 the system picks a free one."""
     return _number(text, int, "a whole number", lambda v: 0 <= v <= 65535, "a port 0..65535 (0 picks a free one)")
 
 
 def check_port_free(host: str, port: int) -> None:
-    """A ``ValueError`` naming ``port`` and ``--port`` when a program already listens there (port 0 is always free).
-    Tried as the servers bind (``SO_REUSEADDR``), so only a listening socket counts."""
+    """A ``ValueError`` naming ``port`` and ``--port`` when a program already listens there.
+
+    Port 0 is always free. The port is tried as the servers bind it, with ``SO_REUSEADDR``. So only a listening
+    socket counts."""
     if port == 0:
         return
     try:
@@ -136,8 +142,10 @@ def check_port_free(host: str, port: int) -> None:
 
 
 def size_hw(text: str) -> tuple[int, int]:
-    """``"480x832"`` → ``(480, 832)``: HEIGHTxWIDTH, the video models' convention (``framegraph generate``,
-    ``export --generate``, ``bench generate``); within :data:`SIZE_LIMIT`."""
+    """``"480x832"`` → ``(480, 832)``, within :data:`SIZE_LIMIT`.
+
+    The order is HEIGHTxWIDTH, the video models' convention. ``framegraph generate``, ``export --generate`` and
+    ``bench generate`` use it."""
     try:
         h, w = (int(v) for v in text.lower().split("x"))
     except ValueError:
@@ -162,7 +170,9 @@ def timesteps(text: str) -> list[float]:
 
 
 def runtime_list(choices: tuple[str, ...]):
-    """A type for ``--runtime A,B``: runtimes measured one after the other (the benches), each one of ``choices``."""
+    """A type for ``--runtime A,B``: runtimes measured one after the other, each one of ``choices``.
+
+    The benches use it."""
 
     def parse(text: str) -> list[str]:
         names = [v.strip() for v in text.split(",") if v.strip()]
@@ -180,7 +190,7 @@ COLOURS = {"green": (0, 255, 0), "blue": (0, 0, 255), "magenta": (255, 0, 255), 
 
 
 def colour(text: str) -> tuple[int, int, int] | None:
-    """``"green"`` / ``"#00ff00"`` / ``"0,255,0"`` → ``(r, g, b)`` 0..255; None when ``text`` is not a colour."""
+    """``"green"`` / ``"#00ff00"`` / ``"0,255,0"`` → ``(r, g, b)`` 0..255. None when ``text`` is not a colour."""
     t = text.strip().lower()
     if t in COLOURS:
         return COLOURS[t]
@@ -194,7 +204,7 @@ def colour(text: str) -> tuple[int, int, int] | None:
 
 
 def background(text: str):
-    """``--background``: a colour (:func:`colour`) as ``(r, g, b)``, or the path of an existing picture."""
+    """``--background``: a colour as ``(r, g, b)``, or the path of an existing picture. See :func:`colour`."""
     rgb = colour(text)
     if rgb is not None:
         return rgb
@@ -205,7 +215,7 @@ def background(text: str):
 
 
 def placement(text: str) -> tuple[float, ...]:
-    """``--place X,Y,Z[,YAW,HEIGHT]``: 3 or 5 numbers (a height > 0)."""
+    """``--place X,Y,Z[,YAW,HEIGHT]``: 3 or 5 numbers. A height must be > 0."""
     try:
         values = tuple(float(v) for v in text.split(","))
     except ValueError:
@@ -220,8 +230,9 @@ def placement(text: str) -> tuple[float, ...]:
 
 
 def add_compile_argument(p: argparse.ArgumentParser, what: str) -> None:
-    """``--compile / --no-compile``: run ``what`` on the ``compiled`` runtime (Inductor, and CUDA graphs on a GPU;
-    :mod:`framegraph.models.compile`). Default: on CUDA, off on a CPU."""
+    """``--compile / --no-compile``: run ``what`` on the ``compiled`` runtime. Default: on CUDA, off on a CPU.
+
+    That runtime is Inductor, and CUDA graphs on a GPU. See :mod:`framegraph.models.compile`."""
     p.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
                    help=f"compile {what} with torch.compile (Inductor) and, on a GPU, replay its steps from CUDA "
                         f"graphs; kernels cached in $FRAMEGRAPH_CACHE (default ~/.cache/framegraph). Default: on "
@@ -229,8 +240,10 @@ def add_compile_argument(p: argparse.ArgumentParser, what: str) -> None:
 
 
 def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
-    """The runtime a command runs its torch models on: ``"compiled"`` when ``--compile`` says so (or, unset, on
-    CUDA) and the models run on torch; ``runtime`` otherwise."""
+    """The runtime a command runs its torch models on.
+
+    It is ``"compiled"`` when ``--compile`` says so and the models run on torch. Unset, ``--compile`` means on
+    with CUDA. Otherwise it is ``runtime``."""
     import torch
 
     on = compile_flag if compile_flag is not None else torch.device(device).type == "cuda"
@@ -238,8 +251,10 @@ def compiled_or(compile_flag: bool | None, runtime: str, device: str) -> str:
 
 
 def add_config_argument(p: argparse.ArgumentParser, flag: str, config, field: str, help: str) -> None:
-    """``flag``: a number or a string whose default is ``config``'s ``field`` (its type, the default's), the help
-    ``help`` followed by "(default VALUE)" (a float written with ``:g``)."""
+    """Add ``flag``: a number or a string whose default is ``config``'s ``field``.
+
+    Its type is the default's. Its help is ``help`` followed by "(default VALUE)". A float is written with
+    ``:g``."""
     default = getattr(config, field)
     shown = f"{default:g}" if isinstance(default, float) else default
     p.add_argument(flag, type=type(default), default=default, help=f"{help} (default {shown})")

@@ -1,6 +1,7 @@
-"""``framegraph avatar``'s implementation (its options and usage: ``apps/commands/avatar.py``): synthetic clips
-(``synth``), training (``train``, ``refine``), the person matte (``matte``), evaluation (``eval``) of the talking
-avatar, and a person prepared for MuseTalk (``prepare``)."""
+"""``framegraph avatar``'s implementation. Its options and usage are in ``apps/commands/avatar.py``.
+
+It covers the talking avatar's tools. They are synthetic clips (``synth``) and training (``train``, ``refine``). They
+are the person matte (``matte``) and evaluation (``eval``). It also prepares a person for MuseTalk (``prepare``)."""
 from __future__ import annotations
 
 import argparse
@@ -47,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def run_prepare(args: argparse.Namespace) -> int:
-    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5 (models/avatar/musetalk/prepare.py)."""
+    """``avatar prepare --musetalk``: a person prepared for MuseTalk 1.5. See models/avatar/musetalk/prepare.py."""
     from framegraph.models.avatar.musetalk.bundle import describe
     from framegraph.models.avatar.musetalk.files import MuseTalkError, MuseTalkFiles
     from framegraph.models.avatar.musetalk.prepare import prepare_musetalk
@@ -128,7 +129,7 @@ def _train_error(message) -> int:
 
 
 def _prepare_video(args: argparse.Namespace):
-    """``--video``: the clips folder (OUT/train/video_clips), or an exit code after a clear error."""
+    """``--video``: the clips folder, OUT/train/video_clips, or an exit code after a clear error."""
     if args.portrait:
         return _train_error("--portrait is for --synth; with --video the bundle's background is the median of "
                             "the video's first 2 s")
@@ -177,8 +178,9 @@ def run_train_video(args: argparse.Namespace) -> int:
 
 
 def clips_region_size(clips: str) -> int | None:
-    """The face region side (px) the clips' portrait block names (``avatar synth`` writes the photo's face
-    size there), from the first clip JSON; None when it names none."""
+    """The face region side in px that the clips' portrait block names. It is read from the first clip JSON.
+
+    ``avatar synth`` writes the photo's face size there. None when it names none."""
     for f in sorted(Path(clips).glob("clip_*.json")):
         try:
             size = json.loads(f.read_text())["portrait"].get("region_size")
@@ -301,9 +303,11 @@ def run_eval(args: argparse.Namespace) -> int:
 
 
 def _eval_video_avatar(avatar, args: argparse.Namespace) -> int:
-    """``avatar eval`` of a video avatar: the real frames of the clip from ``--start-s`` (default: the part of its
-    source video kept out of training) as the base, the lower face redrawn from the clip's audio, measured with
-    the face landmarks against the real frames (:func:`evaluate_video_avatar`)."""
+    """``avatar eval`` of a video avatar.
+
+    The base is the clip's real frames from ``--start-s``. The default start is where its source video's held-out part
+    begins. That part was kept out of training. The lower face is redrawn from the clip's audio. It is measured with the
+    face landmarks against the real frames, by :func:`evaluate_video_avatar`."""
     portrait_only = [name for name, given in (("--truth", args.truth), ("--steps", args.steps), ("--dit", args.dit),
                                               ("--runtime", args.runtime != "torch"), ("--onnx", args.onnx)) if given]
     if portrait_only:
@@ -355,7 +359,7 @@ def _eval_musetalk(avatar, args: argparse.Namespace) -> int:
 
 
 def _write_metrics(out: str, metrics: dict, headline: tuple[str, ...]) -> int:
-    """Write ``metrics`` as JSON to ``out`` (whole or not at all), print the headline numbers and the path."""
+    """Write ``metrics`` as JSON to ``out``, whole or not at all. Print the headline numbers and the path."""
     write_json(out, metrics, indent=1)
     print(json.dumps({k: metrics[k] for k in headline}), file=sys.stderr)
     print(os.path.abspath(out))

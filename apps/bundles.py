@@ -1,14 +1,17 @@
-"""The avatar bundles of this process: the catalogue (the avatar folder, the names in it, the default) and the
-bundles loaded once and shared by the server's sessions, the demo, the Pipecat avatar and the benches.
+"""The avatar bundles of this process: the catalogue, and the bundles loaded once and shared.
+
+The catalogue is the avatar folder, the names in it and the default. The server's sessions share the loaded bundles. So
+do the demo, the Pipecat avatar and the benches.
 
     from framegraph.apps.bundles import available_avatars, load_bundle, load_bundle_at
     available_avatars()                       # the bundle names in $FRAMEGRAPH_AVATARS (else assets/avatars)
     avatar = load_bundle("astronaut")         # loads (≈ 2-3 s on a CPU) the first time, then cached
     avatar = load_bundle_at("out/me")         # any folder
 
-Each caller builds its own graph (its own stream state) on the shared weights. With a limit
-(:func:`set_bundle_limit`) the least recently used bundles beyond it are dropped from the cache (graphs still
-running on one keep it alive until they end). The catalogue reads folders only; the models load on first use.
+Each caller builds its own graph, with its own stream state, on the shared weights. The function
+:func:`set_bundle_limit` sets a limit. The least recently used bundles beyond it are dropped from the cache.
+Graphs still running on one keep it alive until they end. The catalogue reads folders only. The models load on
+first use.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def avatars_dir() -> str:
 
 
 def available_avatars(root: str | None = None) -> list[str]:
-    """Bundle names (folders with an ``avatar.json``) in the avatar folder (``root``), the default first."""
+    """Bundle names in the avatar folder ``root``, the default first. A bundle is a folder with an ``avatar.json``."""
     root = root or avatars_dir()
     if not os.path.isdir(root):
         return []
@@ -49,16 +52,18 @@ def default_avatar(root: str | None = None) -> str:
 
 
 def load_bundle(name: str, root: str | None = None):
-    """The loaded bundle ``name`` in the avatar folder (``root``, default :func:`avatars_dir`), as
-    :func:`load_bundle_at` loads it."""
+    """The loaded bundle ``name`` in the avatar folder, as :func:`load_bundle_at` loads it.
+
+    ``root`` is the folder; the default is :func:`avatars_dir`."""
     return load_bundle_at(os.path.join(root or avatars_dir(), name))
 
 
 def load_bundle_at(path) -> object:
-    """The loaded avatar bundle at folder ``path`` (either kind), cached by its absolute path, and the voice
-    detector its graphs use (one onnxruntime session per process: importing onnxruntime and creating it takes
-    ~0.2 s, which would otherwise delay the first graph's first frame). Raises
-    :class:`~framegraph.models.avatar.AvatarError` naming the missing or bad file."""
+    """The loaded avatar bundle at folder ``path``, of either kind, and the voice detector its graphs use.
+
+    The bundle is cached by its absolute path. The detector is one onnxruntime session per process. Made here, it
+    does not delay the first graph's first frame. Raises :class:`~framegraph.models.avatar.AvatarError` naming the
+    missing or bad file."""
     from framegraph.models.audio.vad import SileroVAD  # the models: loaded on first use
     from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
     from framegraph.models.runtime import default_device, default_runtime
@@ -83,7 +88,7 @@ def load_bundle_at(path) -> object:
 
 
 def set_bundle_limit(n: int) -> None:
-    """Keep at most ``n`` bundles loaded (0: no limit); a cluster replica sets it."""
+    """Keep at most ``n`` bundles loaded. 0 means no limit. A cluster replica sets it."""
     global _bundle_limit
     _bundle_limit = n
 

@@ -7,29 +7,36 @@
     framegraph client --url ws://127.0.0.1:8765/ws --pipeline scope --audio speech.wav --out take.mp4
     framegraph info
 
-How a command is laid out — the one rule for imports in apps/:
+How a command is laid out. This is the one rule for imports in apps/:
 
 - A command has a **front**: the module :data:`COMMANDS` names, in ``apps/commands/``. It declares the command's
-  options, ``add_arguments(parser)``, and names its implementation, ``IMPLEMENTATION``; it imports at its top only
-  the standard library and light modules of apps/ (``argtypes``, the settings dataclasses whose defaults its
-  options show: ``server/config.py``... — the server, demo and cluster packages export their names on first use,
-  so such a module loads alone) — never torch, a model or a renderer — so ``framegraph --help`` and
-  ``framegraph CMD --help`` answer at once (``fit-nerf`` and ``bench nerf_fit`` take the NeRF's own options from
-  ``renderers/nerf_options.py``, which is torch-free for that reason).
-- Its **implementation** (``apps/render.py``, ``apps/server/cli.py``, ``apps/bench/kernels.py``...) has
-  ``run(args) -> int`` and imports what it needs at its top: torch, the models, the renderers — and its front,
-  when it shares a declaration (a list of choices, a default). A front never imports its implementation; the CLI
-  does, by name, only to run the command. Dependencies point one way: implementation → front.
-- A front may list ``SUBCOMMANDS`` (name → (front module, help, description)) instead: ``framegraph bench``, one
-  front per bench. The CLI builds only the chosen command's parser, and below it only the chosen subcommand's.
-- Server pipelines (``apps/server/pipelines/``): a pipeline's module declares its options with light imports; its
-  ``build`` starts by importing the models or renderers it runs, so a server loads them on a pipeline's first use.
+  options, ``add_arguments(parser)``. It names its implementation, ``IMPLEMENTATION``. At its top it imports only the
+  standard library and light modules of apps/. Those are ``argtypes``, and the settings dataclasses whose defaults its
+  options show. ``server/config.py`` is one. The server, demo and cluster packages export their names on first use. So
+  such a module loads alone. A front never imports torch, a model or a renderer. So ``framegraph --help`` and
+  ``framegraph CMD --help`` answer at once. ``fit-nerf`` and ``bench nerf_fit`` take the NeRF's own options from
+  ``renderers/nerf_options.py``. That module is torch-free for this reason.
+- Its **implementation** has ``run(args) -> int``. Examples are ``apps/render.py``, ``apps/server/cli.py`` and
+  ``apps/bench/kernels.py``. It imports what it needs at its top: torch, the models, the renderers. It also
+  imports its front when it shares a declaration. That may be a list of choices or a default. A front never imports
+  its implementation. The CLI does, by name, only to run the command. Dependencies point one way:
+  implementation → front.
+- A front may list ``SUBCOMMANDS`` instead: name → (front module, help, description). ``framegraph bench`` does,
+  with one front per bench. The CLI builds only the chosen command's parser. Below it, it builds only the chosen
+  subcommand's.
+- Server pipelines live in ``apps/server/pipelines/``. A pipeline's module declares its options with light
+  imports. Its ``build`` starts by importing the models or renderers it runs. So a server loads them on a
+  pipeline's first use.
 
-Elsewhere in apps/, imports sit at the top of the module. The ones left inside functions, each with a comment saying
-which, are: those of the rule above (a pipeline's models; ``render`` loads the renderers or the avatar only for a
-scene or an avatar), optional extras (a missing one is a message, not a crash: ray and Serve's fastapi ingress,
-aiortc and what imports it, pipecat and uvicorn, fla, gsplat), Triton (``bench compile``) and matplotlib
-(``bench/meta.py``'s ``pyplot``: its backend is chosen before pyplot loads).
+Elsewhere in apps/, imports sit at the top of the module. Some are left inside functions, each with a comment
+saying which:
+
+- those of the rule above. That means a pipeline's models. ``render`` loads the renderers or the avatar only for
+  a scene or an avatar.
+- optional extras, where a missing one is a message, not a crash. They are ray and Serve's fastapi ingress, and
+  aiortc and what imports it. They are pipecat and uvicorn, fla and gsplat.
+- Triton, for ``bench compile``.
+- matplotlib, in ``bench/meta.py``'s ``pyplot``. Its backend is chosen before pyplot loads.
 """
 from __future__ import annotations
 
@@ -94,7 +101,7 @@ COMMANDS = {
 
 
 def _positional(argv: list[str]) -> tuple[str | None, list[str]]:
-    """The first word of ``argv`` that is not an option (the command chosen), and what follows it."""
+    """The first word of ``argv`` that is not an option, and what follows it. That word is the command chosen."""
     for i, word in enumerate(argv):
         if not word.startswith("-"):
             return word, argv[i + 1:]
@@ -102,7 +109,7 @@ def _positional(argv: list[str]) -> tuple[str | None, list[str]]:
 
 
 def _add_commands(sub, table: dict, argv: list[str]) -> None:
-    """One parser per entry of ``table``; only the chosen one's front is imported and its arguments built."""
+    """One parser per entry of ``table``. Only the chosen one's front is imported and its arguments built."""
     chosen, rest = _positional(argv)
     for name, (module, help_, description) in table.items():
         if name != chosen:
@@ -120,14 +127,16 @@ def _add_commands(sub, table: dict, argv: list[str]) -> None:
 
 
 def _run(implementation: str, args: argparse.Namespace) -> int:
-    """Run a command: its implementation module imported now, its ``run(args)`` called."""
+    """Run a command: import its implementation module now and call its ``run(args)``."""
     return importlib.import_module(implementation).run(args)
 
 
 def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
-    """The CLI's parser for the command line ``argv``: every command is listed, but only the chosen command's
-    front is imported (and below ``bench``, only the chosen bench's), so a command never pays for (or fails on)
-    another's dependencies — the demo's web stack, say."""
+    """The CLI's parser for the command line ``argv``.
+
+    Every command is listed, but only the chosen command's front is imported. Below ``bench``, only the chosen
+    bench's is. So a command never pays for, or fails on, another's dependencies. The demo's web stack is one
+    such."""
     parser = argparse.ArgumentParser(
         prog="framegraph",
         description="Real-time generative video and neural rendering: graphs of stages over preallocated "
@@ -140,23 +149,27 @@ _command_line: list[str] | None = None
 
 
 def command_line() -> str:
-    """The ``framegraph`` command being run, as typed (``main`` records it, so a benchmark run from Python —
-    ``main([...])`` — records its own arguments, not the host program's)."""
+    """The ``framegraph`` command being run, as typed.
+
+    ``main`` records it. So a benchmark run from Python with ``main([...])`` records its own arguments. It does not
+    record the host program's."""
     if _command_line is not None:
         return " ".join(["framegraph", *_command_line])
     return " ".join([os.path.basename(sys.executable)] + sys.argv)
 
 
 def _reported_errors() -> tuple[type, ...]:
-    """What :func:`main` reports in one line: ValueError (the runtime's MediaError and GraphError are ones),
-    FileNotFoundError, and StageError once a graph has run (its module is loaded then; importing it here would
-    load torch for every command)."""
+    """What :func:`main` reports in one line.
+
+    That is ValueError, which the runtime's MediaError and GraphError are. It is FileNotFoundError. It is
+    StageError once a graph has run, since its module is loaded then. Importing it here would load torch for
+    every command."""
     graph = sys.modules.get("framegraph.stream.graph")
     return (ValueError, FileNotFoundError) + ((graph.StageError,) if graph is not None else ())
 
 
 def out_of_memory(exc: BaseException) -> str | None:
-    """The sentence for an allocation that failed (``exc`` or, for a stage's failure, its cause), else None."""
+    """The sentence for an allocation that failed, else None. ``exc`` is checked, or for a stage's failure its cause."""
     for e in (exc, exc.__cause__):
         text = str(e) if e is not None else ""
         if isinstance(e, MemoryError) or "can't allocate memory" in text or "out of memory" in text.lower():
@@ -170,9 +183,10 @@ def out_of_memory(exc: BaseException) -> str | None:
 
 
 def _stop_now_if_a_stage_computes(code: int) -> None:
-    """After Ctrl-C: when a stage's worker is still inside a computation (a frame that takes minutes), end the
-    process now with ``code``. Left to the interpreter's exit, that thread would be torn down inside torch, which
-    aborts (``terminate called without an active exception``, exit 134)."""
+    """After Ctrl-C, end the process now with ``code`` if a stage's worker still computes.
+
+    The computation may be a frame that takes minutes. Left to the interpreter's exit, that thread would be
+    torn down inside torch. That aborts with ``terminate called without an active exception``, exit 134."""
     busy = [t for t in threading.enumerate() if t.name.startswith("framegraph:") and t.is_alive()]
     for t in busy:
         t.join(timeout=1.0)
@@ -183,7 +197,7 @@ def _stop_now_if_a_stage_computes(code: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command line (``argv``; None: this process's, which then exits)."""
+    """Run one command line. ``argv`` None means this process's, which then exits."""
     global _command_line
     exiting = argv is None  # the `framegraph` script and `python -m`: the process ends with this command
     argv = sys.argv[1:] if argv is None else list(argv)
@@ -205,9 +219,9 @@ def main(argv: list[str] | None = None) -> int:
             _stop_now_if_a_stage_computes(130)
         return 130
     finally:
-        # the interpreter's last collection need not walk torch's objects: 0.3-0.8 s less on 2 cores. Not once
-        # triton is loaded (torch's optimizers load it): frozen objects are never freed, and its nanobind module
-        # then lists each one as leaked on exit (~80 lines of "nanobind: leaked ...")
+        # the interpreter's last collection need not walk torch's objects. Not once triton is loaded (torch's
+        # optimizers load it): frozen objects are never freed, and its nanobind module then lists each one as
+        # leaked on exit
         if exiting and "triton._C.libtriton" not in sys.modules:
             gc.freeze()
 

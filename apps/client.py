@@ -5,17 +5,19 @@
     framegraph client --pipeline generate --camera walk.mp4 --option input=camera --option strength=0.5 \
         --option prompt="an oil painting" --out out/painted.mp4
 
-The audio file is decoded to 16 kHz mono PCM16 and sent in 20 ms messages paced in real time, each
-stamped with the moment its last sample would have left a microphone. The server stamps every frame
-it sends back with the capture time of the audio that produced it, so **glass-to-glass latency**
-(receipt − capture of that audio) is measured on one clock, the client's, with no clock sync. Frames
-(JPEG or H.264) and returned audio are recorded to MP4 (H.264 + AAC) by a background thread, muxed by
-their pts. Prints time to first frame, FPS and latency percentiles; ``--json`` prints a summary.
+The audio file is decoded to 16 kHz mono PCM16. It is sent in 20 ms messages paced in real time. Each message is stamped
+with a time. It is when its last sample would have left a microphone. The server stamps every frame it sends back. The
+stamp is the capture time of the audio that produced it. So **glass-to-glass latency** is measured on one clock, the
+client's, with no clock sync. It is receipt − capture of that audio.
 
-``--camera VIDEO`` sends a video file's frames as the camera (JPEG), with flow control: a chunk of pictures
-(``ready.video_in.pictures_per_chunk``) at the session fps, then a wait for its generated frames, so no frame
-of the file is replaced by the next while the model is busy (however slow it is) and the recording holds one
-generated frame per frame sent (a last partial chunk makes none).
+Frames, JPEG or H.264, and returned audio are recorded to MP4. A background thread does it. The MP4 is H.264 + AAC,
+muxed by pts. The client prints time to first frame, FPS and latency percentiles. ``--json`` prints a summary.
+
+``--camera VIDEO`` sends a video file's frames as the camera, in JPEG. It uses flow control. It sends a chunk of
+pictures at the session fps. Then it waits for their generated frames. The chunk size is
+``ready.video_in.pictures_per_chunk``. So no frame of the file is replaced by the next while the model is busy. That
+holds however slow the model is. The recording holds one generated frame per frame sent. A last partial chunk makes
+none.
 """
 from __future__ import annotations
 
@@ -58,15 +60,17 @@ CHUNK_SAMPLES = AUDIO_SAMPLE_RATE * 20 // 1000  # 20 ms
 
 
 class ClientError(RuntimeError):
-    """The server refused the session or the exchange went wrong; the message says how."""
+    """The server refused the session, or the exchange went wrong. The message says how."""
 
 
 # ---- recording ------------------------------------------------------------------------------------------
 
 class Recorder:
-    """Decodes received frames (JPEG / H.264; ``raw``: ``uint8 [H, W, 3]`` pictures) and writes them with the returned
-    audio to an MP4 (H.264 + AAC), muxed by pts, on its own thread behind a bounded queue (``dropped`` counts what
-    did not fit). ``NAME.partial.mp4`` is renamed to ``path`` when :meth:`close` finishes."""
+    """Decodes received frames and writes them to an MP4, with the returned audio, muxed by pts.
+
+    Frames are JPEG or H.264. With ``raw`` they are ``uint8 [H, W, 3]`` pictures. The MP4 is H.264 + AAC. It is
+    written on its own thread behind a bounded queue. ``dropped`` counts what did not fit. ``NAME.partial.mp4``
+    is renamed to ``path`` when :meth:`close` finishes."""
 
     def __init__(self, path: str, *, width: int, height: int, fps: float, codec: str, audio: bool,
                  max_queue: int = 512):
@@ -152,7 +156,7 @@ class Recorder:
 # ---- the session --------------------------------------------------------------------------------------
 
 def _percentiles(values: list[float]) -> dict:
-    """``values`` (ms) as the summary's count, p50 / p95 / p99 and max, rounded to the µs."""
+    """``values`` in ms as the summary's count, p50 / p95 / p99 and max, rounded to the µs."""
     if not values:
         return {"count": 0}
     v = np.asarray(values)
@@ -163,7 +167,7 @@ def _percentiles(values: list[float]) -> dict:
 
 @dataclass
 class _Tally:
-    """What a session received, counted as it arrives (the summary is made from it)."""
+    """What a session received, counted as it arrives. The summary is made from it."""
 
     frames_ns: list[int] = field(default_factory=list)  # receipt time of each video frame
     g2g_ms: list[float] = field(default_factory=list)
@@ -182,15 +186,16 @@ class _Tally:
 
     @property
     def pictures_lost(self) -> int:
-        """Camera pictures the server reports (in the latest ``stats``) it did not use: dropped for the rate,
-        replaced by a newer one, or dropped at the source while the model was busy."""
+        """Camera pictures the server reports it did not use, in the latest ``stats``.
+
+        Some were dropped for the rate. Some were replaced by a newer one. Some were dropped at the source while
+        the model was busy."""
         received, dropped = (self.stats or {}).get("received", {}), (self.stats or {}).get("dropped", {})
         return received.get("video_dropped", 0) + dropped.get("source", 0) + dropped.get("input_replaced_pictures", 0)
 
     @property
     def video_answered(self) -> int:
-        """Video frames the server has sent so far, counted by ``seq`` (frames it dropped for a slow reader
-        count too)."""
+        """Video frames the server has sent so far, counted by ``seq``. Those dropped for a slow reader count too."""
         return self.video_seqs[-1] + 1 if self.video_seqs else 0
 
     def text(self, msg: dict) -> None:
@@ -219,8 +224,10 @@ class _Tally:
 
 
 def wait_for_server(url: str, seconds: float) -> None:
-    """Return once the server of ``url`` (its WebSocket URL) answers ``/healthz``; a :class:`ClientError` when none
-    answered within ``seconds`` (``--wait``: a server just started in the background is still loading)."""
+    """Return once the server of WebSocket URL ``url`` answers ``/healthz``.
+
+    Raises :class:`ClientError` when none answered within ``seconds``. That is ``--wait``. It is for a server just
+    started in the background that is still loading."""
     import urllib.error
     import urllib.parse
     import urllib.request
@@ -242,7 +249,7 @@ def wait_for_server(url: str, seconds: float) -> None:
 
 
 async def _connect(url: str, token: str | None):
-    """Open the WebSocket; returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
+    """Open the WebSocket. Returns ``(context manager, websocket)``. Refusals become :class:`ClientError`."""
     headers = {"Authorization": f"Bearer {token}"} if token else None
     try:
         ws_cm = connect(url, additional_headers=headers, max_size=2**24, compression=None, open_timeout=10)
@@ -255,7 +262,7 @@ async def _connect(url: str, token: str | None):
 
 
 async def _start(ws, pipeline: str, options: dict | None, audio: np.ndarray | None) -> dict:
-    """Send ``start`` and wait for ``ready`` (its message is returned); a refusal is a :class:`ClientError`."""
+    """Send ``start`` and wait for ``ready``. Returns its message. A refusal is a :class:`ClientError`."""
     await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": pipeline, "options": options or {}}))
     while True:
         msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
@@ -285,8 +292,10 @@ async def _send_audio(ws, audio: np.ndarray, seconds: float | None, tally: _Tall
 
 
 def camera_jpegs(path: str, video_in: dict):
-    """The frames of a video file as the camera pictures ``ready.video_in`` asks for: scaled to its size (aspect
-    kept, :func:`~framegraph.stream.media.scale_picture`), JPEG at quality 90, lowered until under ``max_bytes``."""
+    """The frames of a video file as the camera pictures ``ready.video_in`` asks for.
+
+    Each is scaled to its size, aspect kept, by :func:`~framegraph.stream.media.scale_picture`. Each is JPEG at
+    quality 90, lowered until under ``max_bytes``."""
     size = (video_in["width"], video_in["height"])
     for rgb in iter_video_frames(path):
         if rgb.shape[:2] != (size[1], size[0]):
@@ -300,15 +309,16 @@ def camera_jpegs(path: str, video_in: dict):
 
 
 async def _send_camera(ws, path: str, ready: dict, seconds: float | None, tally: _Tally) -> None:
-    """A video file's frames as camera pictures (kind JPEG), then ``stop``.
+    """A video file's frames as camera pictures, kind JPEG, then ``stop``.
 
-    Flow control (``ready.video_in.pictures_per_chunk``): one chunk's pictures at the session fps, then a wait
-    until the server has sent their frames, then the next chunk. No picture reaches the server while the model
-    is busy, so none is replaced or dropped however slow the model: every frame of the file is used, and the
-    recording has one generated frame per frame sent (a last partial chunk makes none). A picture the server
-    reports lost anyway (``stats.dropped``, ``stats.received.video_dropped``) is made up by the next one, so
-    the wait cannot hang; after an error the rest is sent at the session fps. Without ``pictures_per_chunk``:
-    at the session fps throughout."""
+    Flow control uses ``ready.video_in.pictures_per_chunk``. One chunk's pictures go at the session fps. Then it
+    waits until the server has sent their frames. Then it sends the next chunk. No picture reaches the server while
+    the model is busy. So none is replaced or dropped, however slow the model. Every frame of the file is used.
+    The recording has one generated frame per frame sent. A last partial chunk makes none.
+
+    The server may report a picture lost anyway, in ``stats.dropped`` or ``stats.received.video_dropped``. The
+    next one makes up for it, so the wait cannot hang. After an error the rest is sent at the session fps.
+    Without ``pictures_per_chunk`` it sends at the session fps throughout."""
     fps = min(ready["video"]["fps"], ready["video_in"]["max_fps"])
     per_chunk = ready["video_in"].get("pictures_per_chunk")
     chunk_end = per_chunk["first"] if per_chunk else None  # pictures used (= frames made) once this chunk is out
@@ -337,7 +347,7 @@ async def _stop_after(ws, delay: float) -> None:
 
 
 async def _send_orbit(ws, ready: dict, deg_per_s: float) -> None:
-    """One ``pose`` per frame period, orbiting the server's starting camera (``ready.camera``)."""
+    """One ``pose`` per frame period, orbiting the server's starting camera, ``ready.camera``."""
     cam = ready.get("camera") or {}
     t0 = time.monotonic()
     while True:
@@ -348,7 +358,7 @@ async def _send_orbit(ws, ready: dict, deg_per_s: float) -> None:
 
 
 async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float, latency_trace: list | None) -> None:
-    """Count (and record) everything the server sends until it ends the session or ``limit_s`` passes."""
+    """Count and record everything the server sends, until it ends the session or ``limit_s`` passes."""
     try:
         async with asyncio.timeout(limit_s):
             async for message in ws:
@@ -369,8 +379,10 @@ async def _receive(ws, tally: _Tally, recorder: Recorder | None, limit_s: float,
 
 
 def close_of(ws) -> dict:
-    """How the connection ended: ``{"code", "reason"}`` (code 1006 when it was lost without a close
-    frame — the serving process stopped or the network failed; a cluster client connects again)."""
+    """How the connection ended: ``{"code", "reason"}``.
+
+    The code is 1006 when it was lost without a close frame. Then the serving process stopped or the network
+    failed. A cluster client connects again."""
     code = ws.close_code
     if code is None:
         return {"code": None, "reason": ""}
@@ -409,22 +421,22 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
                          out: str | None = None, end_timeout_s: float = 15.0,
                          latency_trace: list | None = None, orbit_deg_per_s: float | None = None,
                          camera: str | None = None) -> dict:
-    """Run one session against a server and return the summary dict (see the module docstring).
+    """Run one session against a server and return the summary dict. See the module docstring.
 
-    Phases: connect → start (``ready``) → feeders (audio at mic pace, or a timed stop; camera orbit) →
-    receive until ``ended`` → summary.
+    Phases: connect → start (``ready``) → feeders → receive until ``ended`` → summary. The feeders send audio at
+    mic pace, or a timed stop, and a camera orbit.
 
     Args:
-        audio: int16 mono 16 kHz samples to stream in real time (needed by pipelines with audio input).
-        seconds: stop after this long (default: when the audio ends, or when the server ends).
-        out: record received video (+ audio) to this MP4.
-        orbit_deg_per_s: for pipelines that take camera poses (``ready.pose_in``): send a ``pose`` per
-            frame period that orbits the server's starting camera (``ready.camera``) at this rate.
-        camera: a video file sent as the camera (pipelines with ``ready.video_in``): its frames as JPEG at the
-            session fps, once, a chunk at a time (each sent when the frames of the one before came back: no
-            picture is lost to a slow model), then ``stop`` (or at ``seconds`` of the file).
+        audio: int16 mono 16 kHz samples to stream in real time. Pipelines with audio input need it.
+        seconds: stop after this long. By default it stops when the audio ends, or when the server ends.
+        out: record received video, and audio, to this MP4.
+        orbit_deg_per_s: for pipelines that take camera poses, ``ready.pose_in``. It sends a ``pose`` per frame
+            period. The poses orbit the server's starting camera, ``ready.camera``, at this rate.
+        camera: a video file sent as the camera, for pipelines with ``ready.video_in``. Its frames go as JPEG at
+            the session fps, once, a chunk at a time. Each chunk is sent when the frames of the one before came
+            back. So no picture is lost to a slow model. Then ``stop``, or stop at ``seconds`` of the file.
         latency_trace: when given, ``(receipt monotonic ns, glass-to-glass ms)`` of every video frame is
-            appended to it (for soak runs that look at latency over time).
+            appended to it. Soak runs use it to look at latency over time.
     """
     tally, recorder = _Tally(), None
     ws_cm, ws = await _connect(url, token)
@@ -464,13 +476,13 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
 
 
 def orbit_pose(target, distance: float, azimuth_deg: float, elevation_deg: float) -> list[list[float]]:
-    """World-to-camera 4×4 (OpenCV) on the orbit the ``scene`` pipeline and the web page use (z up)."""
+    """World-to-camera 4×4, OpenCV, on the orbit the ``scene`` pipeline and the web page use. z is up."""
     eye = orbit_eye(target, distance, azimuth_deg, elevation_deg)
     return look_at(torch.tensor(eye), torch.tensor(target, dtype=torch.float64)).tolist()
 
 
 def _gaps(seqs: list[int]) -> int:
-    """Messages missing from a per-kind sequence (dropped by the server for a slow reader)."""
+    """Messages missing from a per-kind sequence: dropped by the server for a slow reader."""
     return int(sum(max(0, b - a - 1) for a, b in zip(seqs, seqs[1:])))
 
 
@@ -491,8 +503,10 @@ def options_from_args(args: argparse.Namespace) -> dict:
 
 
 def run(args: argparse.Namespace, webrtc_session=None) -> int:
-    """The command. ``webrtc_session``: the WebRTC session function (``client_webrtc.stream_session_webrtc``,
-    passed in by ``client_webrtc.run``, the command's entry, so this module does not import it)."""
+    """The command.
+
+    ``webrtc_session`` is the WebRTC session function, ``client_webrtc.stream_session_webrtc``.
+    ``client_webrtc.run``, the command's entry, passes it in. So this module does not import it."""
     options = options_from_args(args)
     audio = decode_audio(args.audio) if args.audio else None
     if args.camera and not os.path.isfile(args.camera):

@@ -1,15 +1,17 @@
 """``framegraph client --transport webrtc``: the same session as :func:`..client.stream_session`, over WebRTC.
 
-The offer goes to ``POST /webrtc/offer`` on the server named by the same ``--url`` as for the WebSocket
-(``ws://HOST:PORT/ws?token=T`` → ``http://HOST:PORT/webrtc/offer?token=T``; a cluster front door answers 307
-to a replica, followed here). Audio goes up as an Opus track whose packets this client stamps itself, so it
-can tell the server, in ``clock`` messages, when the audio behind each RTP timestamp was captured; the server's
-``frame`` message for each video frame carries the frame's RTP timestamp and the media header's fields
-(capture time of that audio on this client's clock, server timings). Glass-to-glass latency is then receipt of
-the decoded frame − capture, on one clock, as over the WebSocket, and the summary has the same fields.
-Received frames and audio are recorded by the same :class:`..client.Recorder`, placed by session pts.
+The offer goes to ``POST /webrtc/offer`` on the server. The same ``--url`` as for the WebSocket names it. So
+``ws://HOST:PORT/ws?token=T`` → ``http://HOST:PORT/webrtc/offer?token=T``. A cluster front door answers 307 to a
+replica, which is followed here.
 
-The ``framegraph client`` command enters here (:func:`run`: both transports), so that ``client.py`` itself never
+Audio goes up as an Opus track whose packets this client stamps itself. So it can tell the server when the audio behind
+each RTP timestamp was captured. It does so in ``clock`` messages. The server sends a ``frame`` message for each video
+frame. It carries the frame's RTP timestamp and the media header's fields. Those are the capture time of that audio on
+this client's clock, and server timings. Glass-to-glass latency is then receipt of the decoded frame − capture. It is on
+one clock, as over the WebSocket. The summary has the same fields. Received frames and audio are recorded by the same
+:class:`..client.Recorder`, placed by session pts.
+
+The ``framegraph client`` command enters here, for both transports: :func:`run`. So ``client.py`` itself never
 imports WebRTC.
 """
 from __future__ import annotations
@@ -34,15 +36,17 @@ OFFER_PATH = "/webrtc/offer"
 
 
 def offer_url(ws_url: str) -> str:
-    """The offer endpoint of the server at ``ws_url`` (its query, e.g. a token or a cluster ticket, kept)."""
+    """The offer endpoint of the server at ``ws_url``. Its query is kept, such as a token or a cluster ticket."""
     parts = urlsplit(ws_url)
     scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
     return urlunsplit((scheme, parts.netloc, OFFER_PATH, parts.query, ""))
 
 
 def post_offer(url: str, body: dict, token: str | None, hops: int = 3) -> dict:
-    """POST the offer; the answer as a dict, with ``url``: where it was answered. A 307 (a cluster front door
-    placing the session) is followed; a refusal is a :class:`ClientError` with the server's code and message."""
+    """POST the offer. Returns the answer as a dict, with ``url``: where it was answered.
+
+    A 307 from a cluster front door placing the session is followed. A refusal is a :class:`ClientError` with the
+    server's code and message."""
     data = json.dumps(body).encode()
     headers = {"Content-Type": "application/json"}
     if token:
@@ -65,8 +69,9 @@ def post_offer(url: str, body: dict, token: str | None, hops: int = 3) -> dict:
 
 
 class _Microphone:
-    """The audio file as a live microphone: 20 ms Opus packets paced in real time (a track for aiortc), each
-    one's capture time kept by RTP timestamp for the ``clock`` messages."""
+    """The audio file as a live microphone, a track for aiortc. It sends 20 ms Opus packets paced in real time.
+
+    Each packet's capture time is kept by RTP timestamp, for the ``clock`` messages."""
 
     def __init__(self, audio: np.ndarray, seconds: float | None, on_clock):
         from aiortc import MediaStreamTrack
@@ -120,8 +125,9 @@ class _Microphone:
 
 
 class _Receiver:
-    """Pairs decoded frames with the server's ``frame`` messages by RTP timestamp; feeds the tally and the
-    recorder as the WebSocket client's receive loop does."""
+    """Pairs decoded frames with the server's ``frame`` messages by RTP timestamp.
+
+    It feeds the tally and the recorder, as the WebSocket client's receive loop does."""
 
     def __init__(self, tally: _Tally, recorder_box: list, latency_trace: list | None):
         self.tally, self.recorder_box, self.trace = tally, recorder_box, latency_trace
@@ -197,35 +203,37 @@ class _Receiver:
 
 
 H264_SPS = 7  # NAL unit type of a sequence parameter set: a key frame's access unit starts with one
-MAX_WAIT_MS = 100.0  # how long the frames behind a lost packet wait for its retransmission (measured: issue #31)
+MAX_WAIT_MS = 100.0  # how long the frames behind a lost packet wait for its retransmission (docs/webrtc.md)
 # a key frame asked for is awaited 3 × MAX_WAIT_MS (a round trip and a frame) before it is asked for again; so long
 # too is a hole in a key frame waited for (dropping it means waiting for another key frame, as large and as exposed)
 KEYFRAME_WAITS = 3
 
 
 def starts_h264_keyframe(data: bytes) -> bool:
-    """Whether a depayloaded H.264 RTP packet (Annex-B, as aiortc's depayloader gives it) begins a key frame: a NAL
-    unit in it (a single NAL, an aggregate, or a fragmentation unit's first fragment) is a sequence parameter set,
-    which x264 (the server's encoder and aiortc's) puts before each IDR picture. Its slices, which may be several,
-    come after it. A middle fragment (no start code) never does; inside a NAL unit no start code occurs
-    (emulation prevention)."""
+    """Whether a depayloaded H.264 RTP packet begins a key frame.
+
+    The packet is Annex-B, as aiortc's depayloader gives it. It does when a NAL unit in it is a sequence parameter set.
+    The unit may be a single NAL or an aggregate. It may be a fragmentation unit's first fragment. The x264 encoder puts
+    one before each IDR picture. It is the server's encoder and aiortc's. The picture's slices come after it, and there
+    may be several. A middle fragment has no start code, so it never begins one. Inside a NAL unit no start code occurs,
+    by emulation prevention."""
     return any(nal and nal[0] & 0x1F == H264_SPS for nal in data.split(b"\x00\x00\x00\x01")[1:])
 
 
 class VideoJitterBuffer:
-    """H.264 RTP packets → access units in order, each as soon as its last packet (RTP marker bit) is in, as a
-    browser's does; where a packet is missing, the frames behind it wait ``max_wait_ms`` for its retransmission
-    (the receiver NACKs it once a later packet shows the hole; ``KEYFRAME_WAITS`` times as long when the frame
-    with the hole is a key frame), and then the incomplete frames are dropped,
-    nothing is released until a key frame (H.264 frames refer to the one before), and one is asked for (PLI).
-    A complete frame that can be decoded is never dropped.
+    """H.264 RTP packets → access units in order, as a browser's jitter buffer does.
 
-    aiortc's own buffer (1.x) released a frame only when the next frame's first packet came (a frame period, 40 ms
-    at 25 fps, on every frame), at most one frame per packet, and waited for a lost packet until 512 more had
-    come (seconds): under 2 % loss its glass-to-glass p95 was several frame periods over the WebSocket's.
+    Each access unit is released as soon as its last packet is in. The RTP marker bit marks that packet. Where a packet
+    is missing, the frames behind it wait ``max_wait_ms`` for its retransmission. The receiver NACKs it once a later
+    packet shows the hole. The wait is ``KEYFRAME_WAITS`` times as long when the frame with the hole is a key frame.
+    Then the incomplete frames are dropped. Nothing is released until a key frame, since H.264 frames refer to the one
+    before. One is asked for, with a PLI. A complete frame that can be decoded is never dropped.
 
-    Packets are kept by RTP sequence number (16 bits, wrapping); ``_next`` is the first one not yet released or
-    dropped. Times are monotonic ns, given by the caller (:meth:`add`, :meth:`expire`)."""
+    aiortc's own 1.x buffer works otherwise. It releases a frame only when the next frame's first packet comes. It
+    releases at most one frame per packet. It waits for a lost packet until 512 more have come. See docs/webrtc.md.
+
+    Packets are kept by RTP sequence number, 16 bits, wrapping. ``_next`` is the first one not yet released or
+    dropped. Times are monotonic ns, given by the caller to :meth:`add` and :meth:`expire`."""
 
     def __init__(self, max_wait_ms: float = MAX_WAIT_MS, capacity: int = 512):
         self.max_wait_ns = int(max_wait_ms * 1e6)
@@ -239,19 +247,19 @@ class VideoJitterBuffer:
 
     @property
     def deadline_ns(self) -> int | None:
-        """When the wait for the missing packet (or the asked-for key frame) ends; None while nothing waits."""
+        """When the wait for the missing packet, or the asked-for key frame, ends. None while nothing waits."""
         if self._waiting_since is None:
             return None
         waits = KEYFRAME_WAITS if self._need_keyframe or self._holding_keyframe() else 1
         return self._waiting_since + self.max_wait_ns * waits
 
     def _holding_keyframe(self) -> bool:
-        """Whether the oldest frame waiting (for the hole) is a key frame."""
+        """Whether the oldest frame waiting for the hole is a key frame."""
         first = self._packets.get(self._next)
         return first is not None and starts_h264_keyframe(first._data)
 
     def add(self, packet, now_ns: int) -> tuple[bool, list]:
-        """One packet in; returns (ask for a key frame, the frames now complete, oldest first: ``JitterFrame``)."""
+        """One packet in. Returns (ask for a key frame, the frames now complete as ``JitterFrame``, oldest first)."""
         seq = packet.sequence_number
         if self._next is None:
             self._next = (seq - 100) % 2**16  # a key frame's first packets may still come, reordered
@@ -266,21 +274,22 @@ class VideoJitterBuffer:
         return False, self._release(now_ns)
 
     def _move_to(self, seq: int) -> None:
-        """Release or drop nothing before ``seq`` any more: the packets before it are dropped."""
+        """Release or drop nothing before ``seq`` any more. The packets before it are dropped."""
         self._next = seq
         for s in [s for s in self._packets if (s - seq) % 2**16 >= 2**15]:
             del self._packets[s]
 
     def expire(self, now_ns: int) -> tuple[bool, list]:
-        """Past :attr:`deadline_ns`: the incomplete frames are dropped (or the key frame asked for again); returns
-        what :meth:`add` does. Before it: nothing changes."""
+        """Past :attr:`deadline_ns`, drop the incomplete frames, or ask for the key frame again.
+
+        Returns what :meth:`add` does. Before the deadline nothing changes."""
         deadline = self.deadline_ns
         if deadline is None or now_ns < deadline:
             return False, []
         return self._give_up(now_ns)
 
     def _give_up(self, now_ns: int) -> tuple[bool, list]:
-        """Drop what waits before the next key frame after the hole; ask for one when none is in."""
+        """Drop what waits before the next key frame after the hole. Ask for one when none is in."""
         if self._hole is not None:  # the frame with the hole (a key frame, too) can never be decoded
             self._move_to((self._hole + 1) % 2**16)
         self._need_keyframe = True
@@ -314,7 +323,7 @@ class VideoJitterBuffer:
         return frames
 
     def _skip_to_keyframe(self) -> bool:
-        """Drop the packets before the first key frame's first packet, and start there; False while none is in."""
+        """Drop the packets before the first key frame's first packet, and start there. False while none is in."""
         ahead = sorted((s - self._next) % 2**16 for s in self._packets)
         start = next((a for a in ahead if starts_h264_keyframe(self._packets[(self._next + a) % 2**16]._data)), None)
         if start is None:
@@ -327,7 +336,7 @@ class VideoJitterBuffer:
         return True
 
     def _complete_frame(self) -> tuple[list, int] | None:
-        """The packets of the frame at ``_next`` when all are in (removed), and the sequence number after it."""
+        """The packets of the frame at ``_next`` when all are in, and the sequence number after it. They are removed."""
         packets, seq = [], self._next
         while (packet := self._packets.get(seq)) is not None:
             if packets and packet.timestamp != packets[0].timestamp:
@@ -344,10 +353,13 @@ class VideoJitterBuffer:
 
 
 class _ReceiverVideoBuffer:
-    """A :class:`VideoJitterBuffer` in an aiortc (1.x) video receiver's place for its jitter buffer: the frames it
-    releases go straight into the receiver's decoder queue (aiortc takes one frame per packet), a timer gives up
-    on a missing packet at its deadline, and each give-up sends a PLI. Reaches into the receiver's private state
-    (``__decoder_queue``, ``__timestamp_mapper``, ``__codecs``); where that is missing it is not installed."""
+    """A :class:`VideoJitterBuffer` in place of an aiortc 1.x video receiver's jitter buffer.
+
+    The frames it releases go straight into the receiver's decoder queue. The aiortc receiver takes one frame per
+    packet. A
+    timer gives up on a missing packet at its deadline. Each give-up sends a PLI. It reaches into the receiver's
+    private state: ``__decoder_queue``, ``__timestamp_mapper``, ``__codecs``. Where that is missing it is not
+    installed."""
 
     PRIVATE = ("decoder_queue", "timestamp_mapper", "codecs", "jitter_buffer")
 
@@ -363,7 +375,7 @@ class _ReceiverVideoBuffer:
         return installed
 
     def add(self, packet) -> tuple[bool, None]:
-        """aiortc's call for each packet: (send a PLI, no frame: they were queued here)."""
+        """aiortc's call for each packet. Returns (send a PLI, no frame), since frames were queued here."""
         codec = self.receiver._RTCRtpReceiver__codecs.get(packet.payload_type)
         if codec is None or codec.name != "H264":  # only H.264 is understood here: aiortc's own buffer for others
             from aiortc.jitterbuffer import JitterBuffer
@@ -404,9 +416,10 @@ async def _drain(track, handle) -> None:
 
 def _control_handler(receiver: _Receiver, tally: _Tally, ready_box: list[dict], got_ready: asyncio.Event,
                      ended: asyncio.Event):
-    """The data channel's message handler: ``frame`` timings and the ``rtp`` anchor go to the receiver,
-    ``ready`` into ``ready_box``, the rest to the tally; ``close``, ``ended`` (or an error before ``ready``)
-    set ``ended``."""
+    """The data channel's message handler.
+
+    ``frame`` timings and the ``rtp`` anchor go to the receiver. ``ready`` goes into ``ready_box``. The rest goes
+    to the tally. ``close`` and ``ended`` set ``ended``, as does an error before ``ready``."""
     def on_message(text) -> None:
         msg = json.loads(text)
         kind = msg.get("type")
@@ -430,8 +443,10 @@ def _control_handler(receiver: _Receiver, tally: _Tally, ready_box: list[dict], 
 
 
 def _track_handler(pc, receiver: _Receiver, tasks: list, frames_ns: list | None, video_buffer: bool):
-    """The peer connection's ``track`` handler: each of the server's tracks drained into the receiver by a task
-    added to ``tasks`` (each video frame's receipt time also appended to ``frames_ns``, when given)."""
+    """The peer connection's ``track`` handler.
+
+    A task added to ``tasks`` drains each of the server's tracks into the receiver. When ``frames_ns`` is given,
+    each video frame's receipt time is also appended to it."""
     def on_track(track):
         rtp_receiver = next((r for r in pc.getReceivers() if r.track is track), None)
         setattr(receiver, f"{track.kind}_receiver", rtp_receiver)
@@ -450,8 +465,9 @@ def _track_handler(pc, receiver: _Receiver, tasks: list, frames_ns: list | None,
 
 
 def _add_media(pc, channel, audio: np.ndarray | None, seconds: float | None) -> _Microphone | None:
-    """Receive video; send ``audio`` as a live microphone (its ``clock`` messages on ``channel``), or receive
-    audio when there is none to send. Returns the microphone (None without audio)."""
+    """Receive video. Send ``audio`` as a live microphone, or receive audio when there is none to send.
+
+    The microphone's ``clock`` messages go on ``channel``. Returns the microphone, None without audio."""
     mic = None
     pc.addTransceiver("video", direction="recvonly")
     if audio is not None:
@@ -464,8 +480,9 @@ def _add_media(pc, channel, audio: np.ndarray | None, seconds: float | None) -> 
 
 
 async def _await_ready(pc, got_ready: asyncio.Event, ready_box: list[dict], tally: _Tally) -> dict:
-    """The server's ``ready`` message, waited for 30 s at most; a :class:`ClientError` when none comes or the
-    session failed before it."""
+    """The server's ``ready`` message, waited for 30 s at most.
+
+    Raises :class:`ClientError` when none comes, or when the session failed before it."""
     try:
         await asyncio.wait_for(got_ready.wait(), 30)
     except TimeoutError:
@@ -480,12 +497,14 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
                                 token: str | None = None, out: str | None = None, end_timeout_s: float = 15.0,
                                 latency_trace: list | None = None, ice_servers: list[dict] | None = None,
                                 frames_ns: list | None = None, video_buffer: bool = True) -> dict:
-    """One session over WebRTC; returns the summary of :func:`..client.stream_session` (``transport``:
-    ``"webrtc"``). ``url`` is the server's WebSocket URL (the offer endpoint is found from it).
-    ``frames_ns``: when given, the receipt time (monotonic ns) of each decoded video frame is appended.
-    ``video_buffer``: the video's jitter buffer is :class:`VideoJitterBuffer` (each frame decoded once its last
-    packet is in; a lost packet waited for ``MAX_WAIT_MS``); False: aiortc's own (a frame period later, and a lost
-    packet waited for until 512 more came)."""
+    """One session over WebRTC. Returns the summary of :func:`..client.stream_session`, with ``transport``
+    ``"webrtc"``.
+
+    ``url`` is the server's WebSocket URL; the offer endpoint is found from it. It appends the receipt time of each
+    decoded video frame to ``frames_ns``, when given, in monotonic ns. ``video_buffer`` picks the video's
+    jitter buffer. True is :class:`VideoJitterBuffer`: each frame is decoded once its last packet is in. A lost
+    packet is waited for ``MAX_WAIT_MS``. False is aiortc's own. It releases a frame a frame period later. It
+    waits for a lost packet until 512 more came."""
     from aiortc import RTCConfiguration, RTCIceServer, RTCPeerConnection, RTCSessionDescription
 
     from framegraph.apps.server.webrtc_media import survive_loss
@@ -543,7 +562,7 @@ async def stream_session_webrtc(url: str, pipeline: str = "testcard", options: d
 
 
 async def _stop_when(channel, mic, seconds: float | None) -> None:
-    """``stop`` when the microphone has played the file (or after ``seconds``)."""
+    """``stop`` when the microphone has played the file, or after ``seconds``."""
     if mic is not None:
         await mic.done.wait()
     else:

@@ -1,6 +1,8 @@
-"""``framegraph export``'s implementation (its options and the usage: ``apps/commands/export.py``): ONNX files of
-an avatar bundle's models or of a video model's causal VAE decoder, every stream state an explicit input / output,
-with their manifest, for ``--runtime onnx``. Needs the ``onnx`` package (``pip install 'framegraph[export]'``).
+"""``framegraph export``'s implementation. Its options and usage are in ``apps/commands/export.py``.
+
+It writes ONNX files of an avatar bundle's models, or of a video model's causal VAE decoder, for
+``--runtime onnx``. Every stream state is an explicit input / output. A manifest goes with them. It needs the
+``onnx`` package: ``pip install 'framegraph[export]'``.
 """
 from __future__ import annotations
 

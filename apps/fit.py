@@ -1,16 +1,16 @@
-"""``framegraph fit``: fit 3D Gaussians to posed images (or a procedural scene) and save an INRIA PLY.
+"""``framegraph fit``: fit 3D Gaussians to posed images, or a procedural scene, and save an INRIA PLY.
 
     framegraph fit --synthetic toy --out out/toy.ply --steps 3000
     framegraph fit --images DIR --cameras DIR/transforms.json --out scene.ply --downscale 4
 
-Camera file: nerfstudio-style ``transforms.json`` (OpenGL camera-to-world
-``transform_matrix`` per frame, ``fl_x fl_y cx cy w h`` in pixels); see
-``framegraph.renderers.fit.data`` for the full format. Every ``--held-out-every``-th
-image is held out and scored at the end. Writes ``OUT.ply`` plus
-``OUT.fit.json`` / ``OUT.fit.safetensors`` (the state ``--resume`` continues from,
-saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and a JSON
-report (``OUT.report.json`` unless ``--report`` says otherwise). ``framegraph
-fit-nerf`` (``fit_nerf.py``) shares the report header.
+The camera file is a nerfstudio-style ``transforms.json``. Each frame has an OpenGL camera-to-world
+``transform_matrix``, and ``fl_x fl_y cx cy w h`` in pixels. See ``framegraph.renderers.fit.data`` for the full
+format. Every ``--held-out-every``-th image is held out and scored at the end.
+
+It writes ``OUT.ply``. It writes ``OUT.fit.json`` / ``OUT.fit.safetensors``, the state ``--resume`` continues
+from. That state is saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C. It writes a JSON report,
+``OUT.report.json`` unless ``--report`` says otherwise. ``framegraph fit-nerf``, in ``fit_nerf.py``, shares the
+report header.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from .cli import command_line
 
 
 def start_device(args: argparse.Namespace) -> str:
-    """Apply ``--threads`` and resolve ``--device`` (default cuda when available); refuses cuda without it."""
+    """Apply ``--threads`` and resolve ``--device``, by default cuda when available. Refuses cuda without it."""
     if args.threads:
         torch.set_num_threads(args.threads)
     device = args.device or default_device()

@@ -1,17 +1,21 @@
-"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio / Blender).
+"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json``.
+
+The file may come from instant-ngp, nerfstudio or Blender.
 
     framegraph fit-nerf data/fox/transforms.json --out out/fox --downscale 8 --steps 2000
     framegraph fit-nerf data/fox/transforms.json --out out/fox --downscale 8 --steps 4000 --resume
 
-The file is read by the loader ``fit`` uses too (``renderers/posed_images.py``): frames without their image
-are skipped with a warning, lens distortion is undone, and the scene box is instant-ngp's when the file sets
-``aabb_scale`` / ``scale`` / ``offset`` / ``aabb`` (else a cube around the point the cameras look at; or
-``--aabb``). Every ``--hold-out``-th frame is kept out of training and scored at the end.
+The file is read by the loader ``fit`` uses too, ``renderers/posed_images.py``. Frames without their image are
+skipped with a warning. Lens distortion is undone. The scene box is instant-ngp's when the file sets
+``aabb_scale`` / ``scale`` / ``offset`` / ``aabb``. Otherwise it is a cube around the point the cameras look at,
+or ``--aabb``. Every ``--hold-out``-th frame is kept out of training and scored at the end.
 
-``OUT/`` receives the NeRF (``config.json`` + ``model.safetensors``; render it with
-``framegraph render --scene OUT``), the checkpoint ``--resume`` continues from (``fit.fit.json`` +
-``fit.fit.safetensors``, saved every ``--checkpoint-every`` steps, at the end and on Ctrl-C) and the JSON
-report (``report.json`` unless ``--report`` says otherwise).
+``OUT/`` receives three things:
+
+- the NeRF: ``config.json`` + ``model.safetensors``. Render it with ``framegraph render --scene OUT``.
+- the checkpoint ``--resume`` continues from: ``fit.fit.json`` + ``fit.fit.safetensors``. It is saved every
+  ``--checkpoint-every`` steps, at the end and on Ctrl-C.
+- the JSON report: ``report.json`` unless ``--report`` says otherwise.
 """
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
-"""``framegraph generate``'s implementation (its options: ``apps/commands/generate.py``): a real video diffusion
-model (Wan 2.1 or SANA-Video, causal) streamed to an MP4.
+"""``framegraph generate``'s implementation: a real video diffusion model streamed to an MP4.
+
+The model is Wan 2.1 or SANA-Video, causal. Its options are in ``apps/commands/generate.py``.
 
     framegraph generate --model Wan2.1-T2V-1.3B-Self-Forcing --prompt "a fox running through snow" \\
         --seconds 10 --out fox.mp4
@@ -34,7 +35,7 @@ def _chunks(args, fps: float, r: int) -> int:
 
 
 def _onnx_dir(args) -> str | None:
-    """``--onnx``, or (``--runtime onnx``) where ``framegraph export --generate`` puts the VAE folder's export."""
+    """``--onnx``, or for ``--runtime onnx`` where ``framegraph export --generate`` puts the VAE folder's export."""
     if args.runtime != "onnx" or args.onnx:
         return args.onnx
     folder = args.base if os.path.isfile(args.model) else args.model

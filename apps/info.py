@@ -1,5 +1,6 @@
-"""``framegraph info``'s implementation: versions, devices and backends available on this machine (also the
-machine description every benchmark JSON starts with)."""
+"""``framegraph info``'s implementation: versions, devices and backends available on this machine.
+
+It is also the machine description every benchmark JSON starts with."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,9 @@
-"""``framegraph render``'s implementation (its options: ``apps/commands/render.py``): the test card, a scene
-(``render_scene.py``), the avatar (with alpha or over a background) or the avatar in a scene (``scene_avatar/``)
-through a graph to a video file with a progress bar, its report and a summary line.
-The renderers and the avatar's models are imported only by the render that uses them: a test card loads neither."""
+"""``framegraph render``'s implementation. Its options are in ``apps/commands/render.py``.
+
+It renders through a graph to a video file. It shows a progress bar, and writes its report and a summary line. It
+renders the test card, a scene (``render_scene.py``) or the avatar. The avatar may have alpha or stand over a
+background. It may stand in a scene (``scene_avatar/``). Only the render that uses them imports the renderers or the
+avatar's models. A test card loads neither."""
 from __future__ import annotations
 
 import argparse
@@ -34,17 +36,17 @@ def build_testcard_graph(out: str, width: int, height: int, fps: float, seconds:
     return graph, sink
 
 
-# What a render holds, from its peak RSS (test card and toy scene on a CPU, 320x180 to 3840x2160:
-# benchmarks/reports/render_memory.json): ~300 MiB, and 86-102 bytes a pixel of its frames (rings, encoder,
-# renderer), taken as 112.
+# What a render holds: a base, and bytes a pixel of its frames (rings, encoder, renderer). From peak RSS; see
+# docs/bench_notes.md.
 BASE_BYTES = 300 * 2**20
 BYTES_PER_PIXEL = 112
 
 
 def check_memory(width: int, height: int, available: int | None = None) -> int:
-    """Refuse, before anything is allocated, a render at ``width`` x ``height`` that this machine's free memory
-    (``available`` bytes; default: what the system says) would not hold: a ``ValueError`` naming both.
-    Returns the bytes estimated."""
+    """Refuse a render at ``width`` x ``height`` that would not fit. The limit is this machine's free memory.
+
+    It refuses before anything is allocated, with a ``ValueError`` naming both. ``available`` is the free memory in
+    bytes; by default, what the system says. Returns the bytes estimated."""
     need = BASE_BYTES + BYTES_PER_PIXEL * width * height
     free = psutil.virtual_memory().available if available is None else available
     if need > free:
@@ -54,11 +56,11 @@ def check_memory(width: int, height: int, available: int | None = None) -> int:
 
 
 def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> int:
-    """Run ``graph`` (``total`` frames into ``sink``) with a progress bar; write ``--report``; say what was written.
+    """Run ``graph``, ``total`` frames into ``sink``, with a progress bar. Write ``--report``; say what was written.
 
-    A file already at ``--out`` is replaced only by a complete render: the sink then finishes at its partial name
-    (``NAME.partial.EXT``), renamed to ``--out`` here when the render was not interrupted; after Ctrl-C it stays
-    there, and the summary says so."""
+    A file already at ``--out`` is replaced only by a complete render. The sink then finishes at its partial name,
+    ``NAME.partial.EXT``. It is renamed to ``--out`` here when the render was not interrupted. After Ctrl-C it
+    stays there, and the summary says so."""
     hint = "a smaller --size renders faster" + (
         "" if torch.cuda.is_available() else ", and a machine with a CUDA GPU far faster (this one renders on its CPU)")
     check_memory(sink.width, sink.height)
@@ -82,8 +84,10 @@ def write(graph: Graph, sink: MP4Sink, total: int, args: argparse.Namespace) -> 
 
 
 def wav_cut_short(path: str) -> str | None:
-    """When ``path`` is a WAV file shorter than its header says (a copy or a recording cut off), a sentence saying
-    how much audio it holds of how much; else None (not a WAV, whole, or a header that gives no length)."""
+    """A sentence when ``path`` is a WAV file shorter than its header says, else None.
+
+    Such a file is a copy or a recording cut off. The sentence says how much audio it holds of how much. None
+    means not a WAV, whole, or a header that gives no length."""
     try:
         with open(path, "rb") as f:
             riff = f.read(12)
@@ -109,8 +113,9 @@ def wav_cut_short(path: str) -> str | None:
 
 
 def check_out(args: argparse.Namespace) -> None:
-    """``--out`` ends in an extension this render writes: ``.mp4``, or with ``--alpha`` ``.webm`` / ``.mov``
-    (``ValueError`` naming them otherwise)."""
+    """``--out`` ends in an extension this render writes: ``.mp4``, or with ``--alpha`` ``.webm`` / ``.mov``.
+
+    Otherwise a ``ValueError`` names them."""
     root, ext = os.path.splitext(args.out)
     accepted = tuple(ALPHA_FORMATS) if args.alpha else (".mp4",)
     if ext.lower() in accepted:
@@ -122,8 +127,9 @@ def check_out(args: argparse.Namespace) -> None:
 
 
 def check_choice(args: argparse.Namespace) -> None:
-    """What to render, from the flags: one of the test card, a scene, the avatar, or the avatar in a scene; each
-    option with what it goes with (``ValueError`` naming the option otherwise)."""
+    """What to render, from the flags. It is the test card, a scene, the avatar, or the avatar in a scene.
+
+    Each option must come with what it goes with. Otherwise a ``ValueError`` names the option."""
     if not (args.testcard or args.scene or args.avatar):
         raise ValueError("say what to render: --testcard, --scene FILE or --avatar DIR (--scene with --avatar places "
                          "the talking avatar in the scene)")

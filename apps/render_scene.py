@@ -13,8 +13,9 @@ def build_scene_graph(scene_path: str, out: str, width: int, height: int, fps: f
                       camera_path: str | None = None, device: str | None = None,
                       preset: str = "offline", time_duration: tuple[float, float] | None = None,
                       time_scale: float = 1.0) -> tuple[Graph, MP4Sink, int]:
-    """CameraSource (orbit or nerfstudio path) → renderer (3DGS, 4DGS at t = frame time, or NeRF) →
-    MP4Sink (video only)."""
+    """CameraSource → renderer → MP4Sink, video only.
+
+    The source is an orbit or a nerfstudio path. The renderer is 3DGS, 4DGS at t = frame time, or NeRF."""
     device = device or default_device()
     scene = open_scene(scene_path, time_duration=time_duration)
     if camera_path:

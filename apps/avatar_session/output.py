@@ -3,16 +3,21 @@
     SpeechSource ──audio (echo, same pts)──────────────────────────▶ SessionOutput ──▶ [VideoOut, AudioOut, ...]
         └──▶ AudioFeatures ─▶ ... ─▶ composite ──video (pts of its audio)──▶      (by pts, at the output fps)
 
-The echo of a chunk reaches the sink at once; its picture one graph latency later. The sink holds the audio
-until the picture of the same time is out, then releases both — an image, then the audio of its frame
-period — so the two leave stamped from the one session clock and in sync, however long the models take.
-Pictures are re-timed to the output frame rate (each output frame shows the newest picture of its time: a
-picture the models skipped as stale is covered by the one before). The cadence never waits on the models: an
-output frame whose picture is not in two frame periods after the one before it, or half a second after its
-time, shows the picture before (the models' late picture is shown at the next frame), so the audio is never
-ahead of its picture and the picture stream never pauses longer than two frame periods. After a barge-in
-(:meth:`SessionOutput.clear_before`) the audio from before it is dropped and its pictures still in flight
-are replaced by the last picture of the face at rest.
+The echo of a chunk reaches the sink at once. Its picture comes one graph latency later. The sink holds the audio
+back. It waits until the picture of the same time is out. Then it releases both: an image, then the audio of its
+frame period. So the two leave stamped from the one session clock. They stay in sync, however long the models
+take.
+
+Pictures are re-timed to the output frame rate. Each output frame shows the newest picture of its time. A
+picture the models skipped as stale is covered by the one before.
+
+The cadence never waits on the models. An output frame may lack its picture two frame periods after the frame
+before it. It may lack it half a second after its time. Then it shows the picture before. The models' late
+picture is shown at the next frame. So the audio is never ahead of its picture. The picture stream never pauses
+longer than two frame periods.
+
+After a barge-in, :meth:`SessionOutput.clear_before`, the audio from before it is dropped. Its pictures still in
+flight are replaced. The last picture of the face at rest takes their place.
 """
 from __future__ import annotations
 
@@ -37,10 +42,14 @@ GAP_FRAMES = 2  # ... nor longer than this many frame periods after the output f
 
 @dataclass
 class VideoOut:
-    """One output frame: ``picture`` ``uint8 [H, W, 3]`` at session time ``pts`` (clock ticks); ``speech``:
-    speech audio falls in its frame period; ``source_pts``: the pts of the generated picture it shows
-    (< ``pts`` when repeated); ``rest``: the face-at-rest picture put in for one generated before a barge-in;
-    ``capture_ns``: when its audio entered the graph; ``arrival_ns``: when that speech was pushed (0: silence)."""
+    """One output frame.
+
+    - ``picture``: ``uint8 [H, W, 3]`` at session time ``pts``, in clock ticks.
+    - ``speech``: speech audio falls in its frame period.
+    - ``source_pts``: the pts of the generated picture it shows. Below ``pts`` when repeated.
+    - ``rest``: the face-at-rest picture, put in for one generated before a barge-in.
+    - ``capture_ns``: when its audio entered the graph.
+    - ``arrival_ns``: when that speech was pushed. 0 for silence."""
 
     pts: int
     picture: np.ndarray
@@ -53,8 +62,10 @@ class VideoOut:
 
 @dataclass
 class AudioOut:
-    """The speech of one 20 ms chunk at its original rate: ``samples`` ``int16 [N]`` mono at ``sample_rate``
-    Hz, heard from session time ``pts``; ``segment`` its utterance; ``arrival_ns`` when it was pushed."""
+    """The speech of one 20 ms chunk at its original rate.
+
+    ``samples`` is ``int16 [N]`` mono at ``sample_rate`` Hz, heard from session time ``pts``. ``segment`` is its
+    utterance. ``arrival_ns`` is when it was pushed."""
 
     pts: int
     samples: np.ndarray
@@ -65,7 +76,7 @@ class AudioOut:
 
 @dataclass
 class SegmentEvent:
-    """``kind`` ``"started"`` (before the segment's first audio) or ``"ended"`` (after its last)."""
+    """``kind`` is ``"started"``, before the segment's first audio, or ``"ended"``, after its last."""
 
     kind: str
     segment: object
@@ -73,15 +84,18 @@ class SegmentEvent:
 
 
 class SessionOutput(Stage):
-    """The session's sink: pictures and the echoed audio in, :class:`VideoOut` / :class:`AudioOut` /
-    :class:`SegmentEvent` out through ``emit(list)`` in presentation order (see the module docstring).
+    """The session's sink: pictures and the echoed audio in, items out in presentation order.
+
+    The items are :class:`VideoOut`, :class:`AudioOut` and :class:`SegmentEvent`. They go out through
+    ``emit(list)``. See the module docstring.
 
     Args:
-        source: the session's :class:`SpeechSource` (its log says what each echoed chunk was).
+        source: the session's :class:`SpeechSource`. Its log says what each echoed chunk was.
         size: ``(width, height)`` of the pictures.
-        fps: the avatar's frame rate; ``out_fps``: the output frame rate (pictures re-timed to it).
-        video_delay_s: each picture leaves this long after the audio of its time (0: together) — for a transport
-            whose audio path is slower than its video path (the player shows lips before their sound otherwise).
+        fps: the avatar's frame rate. ``out_fps``: the output frame rate; pictures are re-timed to it.
+        video_delay_s: each picture leaves this long after the audio of its time. With 0 they leave together. It
+            is for a transport whose audio path is slower than its video path. Otherwise the player shows lips
+            before their sound.
         emit: called from the graph's thread with each batch of items, in order.
     """
 
@@ -121,13 +135,14 @@ class SessionOutput(Stage):
 
     # ---- barge-in (any thread) ---------------------------------------------------------------------------
     def clear_before(self, pts: int) -> None:
-        """Everything before ``pts`` is from before a barge-in: its audio is dropped, its pictures replaced."""
+        """Everything before ``pts`` is from before a barge-in. Its audio is dropped and its pictures replaced."""
         with self._lock:
             self._cleared_pts = max(self._cleared_pts, pts)
 
     def rest_now(self) -> list:
-        """Right after a barge-in: the next output frame shows the face at rest, now (the models take a few
-        frames to pick up again after their reset); the items due, to emit."""
+        """Right after a barge-in, the next output frame shows the face at rest, now. Returns the items due.
+
+        The models take a few frames to pick up again after their reset."""
         items: list = []
         with self._lock:
             if self.rest_picture is None or self.ctx is None:
@@ -163,7 +178,7 @@ class SessionOutput(Stage):
             self.emit(items)
 
     def _drop_cleared(self) -> int:
-        """Under the lock: held audio from before the last barge-in dropped, held pictures replaced; its pts."""
+        """Under the lock: drop held audio from before the last barge-in. Replace held pictures. Returns its pts."""
         cleared = self._cleared_pts
         if self._audio and self._audio[0].pts < cleared:
             self._audio = collections.deque(i for i in self._audio if i.pts >= cleared)
@@ -213,9 +228,11 @@ class SessionOutput(Stage):
         self._prev = current
 
     def _fill_due(self) -> None:
-        """Under the lock: output frames whose picture is overdue (two frame periods after the frame before, or
-        ``MAX_AUDIO_HOLD_S`` after their time) are made now, showing the picture before, once all of their
-        period's audio has been heard (it leaves right after them)."""
+        """Under the lock: make the output frames whose picture is overdue. They show the picture before.
+
+        A picture is overdue two frame periods after the frame before. It is also overdue ``MAX_AUDIO_HOLD_S``
+        after its time.
+        The frame is made once all of its period's audio has been heard. That audio leaves right after it."""
         if self._prev is None or self._filled_at is None:
             return
         clock = self.ctx.clock
@@ -244,9 +261,11 @@ class SessionOutput(Stage):
         return not any(a < hi and b > lo for a, b, _ in self._speech)
 
     def _release(self, items: list, final: bool = False) -> None:
-        """Release what is due, in presentation order: a picture at pts ``v`` counts as at ``v + delay``; it leaves
-        once every chunk before that has been echoed (and its audio has left), and audio at ``p`` leaves once every
-        picture before ``p`` has (the pictures still to come start at the next output frame): never before it."""
+        """Release what is due, in presentation order.
+
+        A picture at pts ``v`` counts as at ``v + delay``. It leaves once every chunk before that has been echoed.
+        Its audio must have left too. Audio at ``p`` leaves once every picture before ``p`` has. The pictures still to
+        come start at the next output frame. So audio never leaves before its picture."""
         next_key = self.ctx.clock.ticks_from_frame(self._slot, self.out_fps) + self._delay
         while True:
             a = self._audio[0] if self._audio else None

@@ -8,12 +8,14 @@
     items = session.take()                            # VideoOut / AudioOut / SegmentEvent, in order
     session.close(); session.join()                   # or cancel()
 
-The graph is the avatar's own (``models.avatar.build_avatar_graph``, either bundle kind, torch or ONNX
-Runtime) between a :class:`~.source.SpeechSource` (speech segments, silence between them, paced by the
-session's realtime clock) and a :class:`~.output.SessionOutput` (pictures and audio released together by
-pts). A framework adapter (``apps/pipecat``; a LiveKit Agents video generator would be the same) only
-turns its frames into ``push_audio`` / ``end_segment`` / ``clear`` calls and the items back into its frames:
-``on_ready`` is called from the graph's thread whenever items wait in :meth:`take`.
+The graph is the avatar's own, ``models.avatar.build_avatar_graph``. It takes either bundle kind, on torch or
+ONNX Runtime. It sits between a :class:`~.source.SpeechSource` and a :class:`~.output.SessionOutput`. The source
+plays speech segments, with silence between them. The session's realtime clock paces it. The output releases
+pictures and audio together by pts.
+
+A framework adapter is thin. ``apps/pipecat`` is one; a LiveKit Agents video generator would be the same. It
+turns its frames into ``push_audio`` / ``end_segment`` / ``clear`` calls. It turns the items back into its
+frames. ``on_ready`` is called from the graph's thread whenever items wait in :meth:`take`.
 """
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ MAX_PENDING_S = 2.0  # items waiting for take() beyond this much video are dropp
 
 
 def to_mono16(pcm, channels: int) -> np.ndarray:
-    """``bytes`` of little-endian PCM16 (or an int16 array), ``channels`` interleaved → int16 [N] mono."""
+    """``bytes`` of little-endian PCM16, or an int16 array, with ``channels`` interleaved → int16 [N] mono."""
     if channels not in (1, 2):
         raise ValueError(f"{channels} audio channels; expected 1 (mono) or 2 (stereo)")
     if isinstance(pcm, (bytes, bytearray, memoryview)):
@@ -56,8 +58,9 @@ def to_mono16(pcm, channels: int) -> np.ndarray:
 
 
 class _Resampler:
-    """One segment's streaming resampler to 16 kHz mono (PyAV / FFmpeg's swresample: its state carries across
-    pushes, so the 16 kHz stream is the same whatever the frame sizes)."""
+    """One segment's streaming resampler to 16 kHz mono, with PyAV / FFmpeg's swresample.
+
+    Its state carries across pushes. So the 16 kHz stream is the same whatever the frame sizes."""
 
     def __init__(self, rate: int):
         self.rate = rate
@@ -80,16 +83,16 @@ class AvatarSession:
     """A live avatar graph fed with speech, handing out its pictures and audio in presentation order.
 
     Args:
-        bundle: an avatar bundle folder (loaded once per process, :func:`~framegraph.apps.bundles.load_bundle_at`)
-            or a loaded bundle, either kind.
-        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (portrait bundles; the export made by ``framegraph
-            export --avatar``, in ``onnx_dir`` or ``<bundle>/onnx``).
-        fps: output frames per second (default: the avatar's; others re-time its pictures).
-        steps: sampler steps of a portrait bundle (default: the bundle's).
+        bundle: an avatar bundle folder, or a loaded bundle, either kind. A folder is loaded once per process,
+            by :func:`~framegraph.apps.bundles.load_bundle_at`.
+        runtime: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``. The ONNX ones are for portrait bundles. They use the
+            export made by ``framegraph export --avatar``, in ``onnx_dir`` or ``<bundle>/onnx``.
+        fps: output frames per second. The default is the avatar's; others re-time its pictures.
+        steps: sampler steps of a portrait bundle. The default is the bundle's.
         start_buffer_ms / max_speech_s: see :class:`~.source.SpeechSource`.
-        video_delay_ms: each picture leaves this long after the audio of its time (0: together; see
-            :class:`~.output.SessionOutput`: for a transport whose audio reaches the viewer later than its video).
-        on_ready: called (from the graph's thread) when items wait in :meth:`take`.
+        video_delay_ms: each picture leaves this long after the audio of its time. With 0 they leave together. It is for
+            a transport whose audio reaches the viewer later than its video. See :class:`~.output.SessionOutput`.
+        on_ready: called from the graph's thread when items wait in :meth:`take`.
     """
 
     def __init__(self, bundle, *, runtime: str = "torch", onnx_dir: str | None = None, fps: float | None = None,
@@ -119,8 +122,9 @@ class AvatarSession:
 
     # ---- life cycle --------------------------------------------------------------------------------------
     def start(self) -> None:
-        """Build and start the graph (its stages' setup: a second or so on a CPU); the idle face streams from
-        now on. Raises the graph's error (a missing ONNX export names the command that makes it)."""
+        """Build and start the graph, with its stages' setup. The idle face streams from now on.
+
+        Raises the graph's error. A missing ONNX export names the command that makes it."""
         a = self.avatar
         g = Graph(Clock("realtime"), name=self.name)
         self.source = g.add(SpeechSource(**self._source_args))
@@ -137,7 +141,7 @@ class AvatarSession:
         g.start()
 
     def close(self) -> None:
-        """No more speech: what is queued plays out, then the graph ends (:meth:`join` waits for it)."""
+        """No more speech: what is queued plays out, then the graph ends. Use :meth:`join` to wait for it."""
         with self._lock:
             rest = [(k, r.rate, r(None)) for k, r in self._resamplers.items()]
             self._resamplers.clear()
@@ -154,7 +158,9 @@ class AvatarSession:
             self.graph.cancel()
 
     def join(self, timeout: float | None = None) -> dict:
-        """Wait for the graph's threads to end; its report (raises its error, or ``TimeoutError``)."""
+        """Wait for the graph's threads to end. Returns its report.
+
+        Raises its error, or ``TimeoutError``."""
         return self.graph.join(timeout) if self.graph is not None else {}
 
     @property
@@ -163,15 +169,17 @@ class AvatarSession:
 
     @property
     def failure(self) -> str | None:
-        """Why the graph stopped, when one of its stages failed (None otherwise)."""
+        """Why the graph stopped, when one of its stages failed. None otherwise."""
         return self.graph.report().get("error") if self.graph is not None else None
 
     # ---- input (any thread) ------------------------------------------------------------------------------
     def push_audio(self, pcm, sample_rate: int, *, channels: int = 1, segment=None) -> int:
-        """Queue speech of segment ``segment`` (an utterance; ``None`` is a segment too): ``pcm`` little-endian
-        PCM16 bytes or an int16 array, ``channels`` interleaved, at ``sample_rate`` Hz (8 000–192 000; resampled
-        to 16 kHz for the models, heard at its own rate). Returns the 16 kHz samples queued. Raises
-        ``ValueError`` for a rate, channel count or size it cannot take, or too much queued speech."""
+        """Queue speech of segment ``segment``. Returns the 16 kHz samples queued.
+
+        A segment is an utterance; ``None`` is a segment too. ``pcm`` is little-endian PCM16 bytes or an int16 array,
+        with ``channels`` interleaved. It is at ``sample_rate`` Hz, from 8 000 to 192 000. It is resampled to 16 kHz for
+        the models. The listener hears it at its own rate. Raises ``ValueError`` for a rate, channel count or size it
+        cannot take. Also for too much queued speech."""
         if not isinstance(sample_rate, (int, np.integer)) or not MIN_RATE <= sample_rate <= MAX_RATE:
             raise ValueError(f"sample rate {sample_rate!r} Hz: the avatar resamples {MIN_RATE}-{MAX_RATE} Hz audio to "
                              f"16 kHz; expected an integer rate in that range")
@@ -189,8 +197,9 @@ class AvatarSession:
         return self.source.push(segment, pcm16, original, rate)
 
     def end_segment(self, segment) -> bool:
-        """Segment ``segment`` is complete: it plays out (then ``SegmentEvent("ended")``). False when nothing of
-        it is queued (never pushed, already spoken, or cleared)."""
+        """Segment ``segment`` is complete: it plays out, then ``SegmentEvent("ended")``.
+
+        False when nothing of it is queued: never pushed, already spoken, or cleared."""
         with self._lock:
             r = self._resamplers.pop(segment, None)
         if r is not None and self.graph is not None:
@@ -200,9 +209,11 @@ class AvatarSession:
         return self.graph is not None and self.source.end_segment(segment)
 
     def clear(self) -> int:
-        """Barge-in: queued speech is dropped, the models forget the stream, waiting audio items are dropped, the
-        next output frame shows the face at rest at once and pictures still in flight from the dropped speech give
-        way to it. Returns the pts (clock ticks) from which everything is post-clear."""
+        """Barge-in. Returns the pts, in clock ticks, from which everything is post-clear.
+
+        Queued speech is dropped, and the models forget the stream. Waiting audio items are dropped. The next
+        output frame shows the face at rest at once. Pictures still in flight from the dropped speech give way
+        to it."""
         if self.graph is None:
             return 0
         with self._lock:
@@ -217,8 +228,12 @@ class AvatarSession:
         return pts
 
     def _post_clear(self, items: list) -> list:
-        """Under the lock: ``items`` less the audio and segment events from before the last barge-in, its pictures
-        the face at rest (the graph's thread may hand over a batch it made just before the barge-in)."""
+        """Under the lock: ``items`` less what came before the last barge-in.
+
+        That drops the audio and segment events from before it.
+
+        Its pictures become the face at rest. The graph's thread may hand over a batch it made just before the
+        barge-in."""
         cleared, rest, kept = self._cleared, self.output.rest_picture, []
         for item in items:
             if item.pts >= cleared:
@@ -230,20 +245,23 @@ class AvatarSession:
         return kept
 
     def set_listening(self, listening: bool) -> None:
-        """The user is speaking: between utterances the avatar shows its listening face (its idle face otherwise)."""
+        """The user is speaking. Between utterances the avatar shows its listening face, else its idle face."""
         if self.graph is not None:
             self.avatar_graph.features.set_listening(listening)
 
     # ---- output ------------------------------------------------------------------------------------------
     def take(self) -> list:
-        """The items ready since the last call, in presentation order: :class:`~.output.VideoOut`,
-        :class:`~.output.AudioOut`, :class:`~.output.SegmentEvent`."""
+        """The items ready since the last call, in presentation order.
+
+        They are :class:`~.output.VideoOut`, :class:`~.output.AudioOut` and :class:`~.output.SegmentEvent`."""
         with self._lock:
             items, self._pending, self._pending_video = self._pending, [], 0
         return items
 
     def _emit(self, items: list) -> None:
-        """From the graph's thread: queue ``items`` (bounded: a consumer that stopped taking loses the oldest)."""
+        """From the graph's thread: queue ``items``.
+
+        The queue is bounded. A consumer that stopped taking loses the oldest."""
         limit = MAX_PENDING_S * self.fps
         with self._lock:
             self._pending.extend(self._post_clear(items) if self._cleared >= 0 else items)
@@ -261,9 +279,15 @@ class AvatarSession:
         return self.source.queued_samples / SAMPLE_RATE if self.graph is not None else 0.0
 
     def stats(self) -> dict:
-        """Counters: frames out, repeated (re-timed, skipped as stale, or standing in for a late one), pictures that
-        came after their frame had left (late), replaced after a barge-in, generated, source chunks that ran dry,
-        items dropped for a consumer that did not take them."""
+        """Counters of the session.
+
+        - frames out;
+        - repeated: re-timed, skipped as stale, or standing in for a late one;
+        - late: pictures that came after their frame had left;
+        - replaced after a barge-in;
+        - generated;
+        - source chunks that ran dry;
+        - items dropped for a consumer that did not take them."""
         o = self.output if self.graph is not None else None
         return {"frames_out": o.frames_out if o else 0, "repeated": o.repeated if o else 0, "late": o.late if o else 0,
                 "replaced_after_clear": o.replaced if o else 0, "generated": o.generated if o else 0,

@@ -2,17 +2,20 @@
 
     push(segment, samples16k, original) ─▶ [segments, in order] ─▶ 20 ms chunk every 20 ms of the clock ─▶ "audio"
 
-A segment is one utterance (a TTS response): its 16 kHz mono samples for the graph and the same audio at its
-original rate for the listener. Every 20 ms of the session clock (realtime pacing by the graph, the pts
-counted from samples) the source emits one 320-sample chunk: the next 20 ms of the current segment, or
-silence when no segment is playing — so the graph keeps drawing the idle / listening face between
-utterances, never a frozen picture. A segment starts playing once ``start_buffer`` samples are in (or it
-ended): a TTS delivering at real time then does not stall mid-word on the first jitter. A segment that runs
-dry mid-way (its TTS is slower than real time) gets silence until more arrives.
+A segment is one utterance, a TTS response. It holds its 16 kHz mono samples for the graph. It holds the same
+audio at its original rate for the listener.
 
-What each chunk was is logged (:class:`ChunkInfo`, with the original-rate audio it stands for); the output
-stage takes the entries in pts order (:meth:`SpeechSource.take_info`) when the chunk's echo reaches it.
-:meth:`clear` (barge-in) drops every queued segment and returns the pts from which chunks are post-clear.
+Every 20 ms of the session clock the source emits one 320-sample chunk. The graph paces it in real time; the
+pts are counted from samples. The chunk is the next 20 ms of the current segment. When no segment is playing it
+is silence. So the graph keeps drawing the idle or listening face between utterances. It never shows a frozen picture.
+
+A segment starts playing once ``start_buffer`` samples are in, or once it ended. So a TTS delivering at real time does
+not stall mid-word. The first jitter does not stop it. A segment may run dry mid-way when its TTS is slower than real
+time. It then gets silence until more arrives.
+
+What each chunk was is logged as a :class:`ChunkInfo`. The entry holds the original-rate audio it stands for. The output
+stage takes the entries in pts order when the chunk's echo reaches it. See :meth:`SpeechSource.take_info`.
+The barge-in, :meth:`clear`, drops every queued segment. It returns the pts from which chunks are post-clear.
 """
 from __future__ import annotations
 
@@ -31,10 +34,14 @@ CHUNK = chunk_samples()  # 320 samples: 20 ms at 16 kHz
 
 @dataclass
 class ChunkInfo:
-    """One emitted chunk: ``pts`` (ticks); ``segment`` (None: silence between segments); ``speech`` (16 kHz
-    samples of speech in it; 0 for silence, and for a segment that ran dry); ``first`` / ``last``: the
-    segment's first / last chunk; ``audio``: ``int16 [N]`` the original-rate samples it stands for, at
-    ``rate`` Hz; ``arrival_ns``: when its first speech sample was pushed (monotonic; 0 for silence)."""
+    """One emitted chunk.
+
+    - ``pts``: in ticks.
+    - ``segment``: None for silence between segments.
+    - ``speech``: 16 kHz samples of speech in it. It is 0 for silence, and for a segment that ran dry.
+    - ``first`` / ``last``: the segment's first / last chunk.
+    - ``audio``: ``int16 [N]``, the original-rate samples it stands for, at ``rate`` Hz.
+    - ``arrival_ns``: when its first speech sample was pushed, monotonic. 0 for silence."""
 
     pts: int
     segment: object = None
@@ -78,13 +85,14 @@ def _take(parts: collections.deque, n: int) -> np.ndarray:
 
 
 class SpeechSource(Pushed):
-    """Source of the avatar session (see the module docstring). ``push`` / ``end_segment`` / ``clear`` may be
-    called from any thread.
+    """Source of the avatar session; see the module docstring.
+
+    ``push`` / ``end_segment`` / ``clear`` may be called from any thread.
 
     Args:
-        start_buffer_ms: a segment starts playing once this much of it is buffered (or it ended).
-        max_buffer_s: at most this much speech (16 kHz) waits; a push beyond it raises ``ValueError``.
-        log_capacity: chunks logged for the output stage (bounded; older entries are dropped).
+        start_buffer_ms: a segment starts playing once this much of it is buffered, or once it ended.
+        max_buffer_s: at most this much speech, at 16 kHz, waits. A push beyond it raises ``ValueError``.
+        log_capacity: chunks logged for the output stage. It is bounded; older entries are dropped.
     """
 
     def __init__(self, *, start_buffer_ms: float = 40.0, max_buffer_s: float = 120.0, log_capacity: int = 4096,
@@ -104,9 +112,11 @@ class SpeechSource(Pushed):
 
     # ---- the feeding side (any thread) ---------------------------------------------------------------------
     def push(self, key, pcm16: np.ndarray, original: np.ndarray, rate: int) -> int:
-        """Append to segment ``key`` (a new key opens a new segment after the others, ending those still open:
-        a TTS speaks one response at a time) ``pcm16`` (int16 [S] at 16 kHz, for the graph) and ``original``
-        (int16 [N] at ``rate`` Hz, what the listener hears). Returns the 16 kHz samples buffered in all."""
+        """Append audio to segment ``key``. Returns the 16 kHz samples buffered in all.
+
+        A new key opens a new segment after the others. It ends those still open. A TTS speaks one
+        response at a time. ``pcm16`` is int16 [S] at 16 kHz, for the graph. ``original`` is int16 [N] at
+        ``rate`` Hz, what the listener hears."""
         with self._cv:
             self._accepting()
             buffered = sum(s.buffered for s in self._segments)
@@ -143,15 +153,16 @@ class SpeechSource(Pushed):
             return False
 
     def close(self) -> None:
-        """No more input: every queued segment is complete; the source ends once they have played out."""
+        """No more input: every queued segment is complete. The source ends once they have played out."""
         with self._cv:
             for s in self._segments:
                 s.ended = True
         super().close()
 
     def clear(self) -> tuple[int, list]:
-        """Barge-in: drop every queued segment. Returns the pts of the next chunk (every chunk from it on is
-        post-clear) and the keys dropped."""
+        """Barge-in: drop every queued segment.
+
+        Returns the pts of the next chunk and the keys dropped. Every chunk from that pts on is post-clear."""
         with self._cv:
             keys = [s.key for s in self._segments]
             self._segments.clear()
@@ -164,7 +175,7 @@ class SpeechSource(Pushed):
             return sum(s.buffered for s in self._segments)
 
     def take_info(self, pts: int) -> ChunkInfo | None:
-        """The log entry of the chunk at ``pts`` (entries before it, never delivered, are discarded)."""
+        """The log entry of the chunk at ``pts``. Entries before it, never delivered, are discarded."""
         with self._cv:
             while self._log and self._log[0].pts < pts:
                 self._log.popleft()

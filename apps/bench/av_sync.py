@@ -3,14 +3,20 @@
     framegraph bench av_sync --clip person.mp4 --name "desk address" --work /tmp/av_sync \\
         --out benchmarks/results/cpu/av_sync.json
 
-Per clip, as training measures it (:func:`~framegraph.models.avatar.video.train.train_video_avatar`: the clip
-prepared, the face tracked on every frame, the measured openness and shapes, the audio encoder's features; the
-first ``1 - holdout`` of the frames for training): the training's own decision
-(:func:`~framegraph.models.avatar.video.train._align_sound`: a peak inside the window, above chance, confirmed by
-the shape head) beside the rule before it (the best lag if it beats lag 0 by ``MIN_GAIN`` and chance, read off
-the same report's checks), and the shape head fitted at each lag the two rules pick: its cross-validated
-openness correlation on the training frames (same frames, same folds) and its openness correlation on the
-held-out tail (fitted on all training frames so moved, the tail's sound moved alike).
+Each clip is prepared as training prepares it. See
+:func:`~framegraph.models.avatar.video.train.train_video_avatar`. The face is tracked on every frame. The
+openness, the shapes and the audio encoder's features are measured. The first ``1 - holdout`` of the frames
+are for training.
+
+Two rules pick a lag. The new one is the training's own decision,
+:func:`~framegraph.models.avatar.video.train._align_sound`. It wants a peak inside the window, above chance,
+confirmed by the shape head. The old rule takes the best lag if it beats lag 0 by ``MIN_GAIN`` and chance. It
+is read off the same report's checks.
+
+The shape head is fitted at each lag the two rules pick. Two figures come out per lag. One is its
+cross-validated openness correlation on the training frames, with the same frames and folds. The other is its
+openness correlation on the held-out tail. For that, the head is fitted on all training frames so moved. The
+tail's sound is moved alike.
 """
 from __future__ import annotations
 
@@ -47,8 +53,10 @@ def tail_fit(feats: torch.Tensor, z: torch.Tensor, n_train: int, lag: int, conte
 
 
 def track_clip(path: str, work: str, holdout: float):
-    """A clip as training sees it: fps, its audio (int16 16 kHz), the measured shapes ``[T, P]``, their standardised
-    ``z`` and the training frames' count (the first ``1 - holdout``)."""
+    """A clip as training sees it.
+
+    Returns its fps, its audio as int16 at 16 kHz, the measured shapes ``[T, P]``, their standardised ``z``, and
+    the training frames' count, the first ``1 - holdout``."""
     prep = prepare_video(path, work, region_size=64, max_side=VideoTrainConfig().max_side, progress=False)
     audio = clips_audio(prep.clips)
     track = track_faces((f for clip in _read_clips(prep.clips) for f in clip["frames"]), os.path.basename(path))

@@ -4,47 +4,50 @@
     framegraph bench avatar --out /tmp/avatar.json --quick                   # small, a smoke test
     framegraph bench avatar --runtime torch,onnx --out benchmarks/results/cpu/avatar_onnx.json  # both backends
 
-``--runtime torch,onnx`` (or ``torch,compiled``: Inductor, and CUDA graphs on a GPU) measures every row on each
-runtime (same run, same machine): the ``onnx`` rows
-run the three model stages on ONNX Runtime (``models.onnx``). Their exports are made by the bench into a
-temporary folder before measuring (random-weight rows have no bundle folder to export from); ``--onnx DIR``
-uses an existing export of the shipped bundle instead. ``onnx-int8`` rows add the int8 files to that export
-(``framegraph export --int8``'s default mode and kept models; per-model int8 figures: ``bench avatar_int8``).
-The sessions part runs on each backend.
+``--runtime torch,onnx`` measures every row on each runtime. It does so in the same run, on the same machine.
+``torch,compiled`` does the same with Inductor, and CUDA graphs on a GPU. The ``onnx`` rows run the three model
+stages on ONNX Runtime (``models.onnx``). The bench exports them into a temporary folder before measuring.
+Random-weight rows have no bundle folder to export from. ``--onnx DIR`` uses an existing export of the shipped
+bundle instead. ``onnx-int8`` rows add the int8 files to that export. They use ``framegraph export --int8``'s
+default mode and kept models. ``bench avatar_int8`` has the per-model int8 figures. The sessions part runs on
+each backend.
 
-Issue 5's targets, on an H100 for the shipped model class: first frame ≤ 100 ms, ≥ 120 FPS at 384²,
-≥ 60 FPS at 512², four sessions at ≥ 25 FPS each. The JSON compares with them only as a reference:
-they apply to an H100, and ``targets_apply`` says whether this device is one.
+Issue 5's targets are for the shipped model class on an H100. First frame ≤ 100 ms. At least 120 FPS at 384²
+and 60 FPS at 512². Four sessions at ≥ 25 FPS each. The JSON compares with them only as a reference.
+``targets_apply`` says whether this device is an H100.
 
-**What is measured.** The model class is the architecture of the shipped avatar (``--avatar``, default
-``assets/avatars/astronaut``: its VAE / DiT / audio-encoder configs, sampler steps, chunk size, fps and
-VAD setting). For each ``--sizes`` entry a bundle of that class is built with **random weights** whose
-generated face region (the VAE's decoded frame) has that side; speed does not depend on the weights.
-The region is pasted into the shipped portrait scaled by ``size / shipped_region`` (the shipped
-framing), so the composited output frame is larger than the region (``frame_size`` in the JSON). The
-shipped avatar itself (trained weights, native region) is measured too, as ``"shipped"`` (``--no-shipped``
-skips it). Every graph is the real one (``models.avatar.build_avatar_graph``: AudioFeatures → state →
-Denoiser → VAEDecode → Composite) fed by a ``PushAudioSource``; a collecting sink stamps each
-composited frame's arrival (``time.monotonic_ns``; on CUDA after synchronizing the sink's own stream, so
-the frame is really finished — never a device-wide synchronize on the hot path).
+**What is measured.** The model class is the architecture of the shipped avatar, ``--avatar``. The default is
+``assets/avatars/astronaut``. The class covers its VAE, DiT and audio-encoder configs. It covers the sampler steps,
+chunk size, fps and VAD setting. For each ``--sizes`` entry, a bundle of that class is built with **random
+weights**. Its generated face region, the VAE's decoded frame, has that side. Speed does not depend on the weights.
+The region is pasted into the shipped portrait. It is scaled by ``size / shipped_region``, which keeps the shipped
+framing. So the composited output frame is larger than the region: ``frame_size`` in the JSON. The shipped avatar
+itself is measured too, as ``"shipped"``. It has its trained weights and native region. ``--no-shipped`` skips it.
+
+Every graph is the real one, ``models.avatar.build_avatar_graph``. It runs AudioFeatures → state → Denoiser →
+VAEDecode → Composite. A ``PushAudioSource`` feeds it. A collecting sink stamps each composited frame's arrival
+with ``time.monotonic_ns``. On CUDA it first synchronizes the sink's own stream. So the frame is really
+finished. The hot path never synchronizes the whole device.
 
 1. **time to first frame** — from the first audio pushed to the first composited frame at the sink.
-   ``live``: 20 ms chunks pushed at real-time pace on a real-time clock (what a server session sees;
-   the first frame cannot come before its audio and look-ahead have arrived: ``audio_wait_ms``).
-   ``burst``: the audio pushed at once (fast clock) — the pure compute + hand-off latency. ``cold`` is
-   the first session of a freshly built bundle (graph build and start timed separately); ``warm`` the
-   median over ``--repeats`` later sessions.
-2. **steady FPS** — ``--seconds`` of speech pushed at once, fast clock, no fallbacks (full sampler
-   steps): frames per second at the sink after the first ``warmup_frames``, and per-stage work
-   (``process()`` less its waits on full rings) p50 / p99 and waits from the graph's telemetry (on
-   CUDA also the GPU time of each call, CUDA events on the stage's stream).
-3. **sessions** — N graphs at once (built as the server's ``avatar`` pipeline builds them: real-time
-   clock, ``max_in_flight=8``, per-chunk budget with step fallbacks, ``drop_oldest`` into the sink), each
-   with its own audio pushed in real time by its own thread: presented FPS per session against the
-   avatar's fps, TTFF, drops, end-to-end latency. (No video encoding: that is the server bench's part.)
+   ``live``: 20 ms chunks pushed at real-time pace on a real-time clock. A server session sees them so.
+   The first frame cannot come before its audio and look-ahead have arrived: ``audio_wait_ms``.
+   ``burst``: the audio pushed at once on a fast clock. This is the pure compute and hand-off latency.
+   ``cold`` is the first session of a freshly built bundle. Graph build and start are timed separately.
+   ``warm`` is the median over ``--repeats`` later sessions.
+2. **steady FPS** — ``--seconds`` of speech pushed at once, on a fast clock. It runs full sampler steps, with no
+   fallbacks. It reports frames per second at the sink after the first ``warmup_frames``. Per stage it
+   reports work p50 / p99 and waits, from the graph's telemetry. Work is ``process()`` less its waits on
+   full rings. On CUDA it adds each call's GPU time. CUDA events on the stage's stream give it.
+3. **sessions** — N graphs at once, built as the server's ``avatar`` pipeline builds them. That means a
+   real-time clock and ``max_in_flight=8``. It means a per-chunk budget with step fallbacks, and
+   ``drop_oldest`` into the sink. Each has its own audio, pushed in real time by its own thread. It reports
+   presented FPS per session, against the avatar's fps. It reports TTFF, drops and end-to-end latency. There
+   is no video encoding here. That is the server bench's part.
 
-Audio: espeak-ng speech (``models.synth``) when the library is present, else synthetic voiced bursts;
-the JSON names which.
+Audio is espeak-ng speech, from ``models.synth``, when the library is present. Otherwise it is synthetic voiced
+bursts.
+The JSON names which.
 """
 from __future__ import annotations
 
@@ -100,8 +103,10 @@ def size_multiple(cls: dict) -> int:
 
 
 def random_bundle(cls: dict, size: int, seed: int = 0):
-    """A :class:`~framegraph.models.avatar.PortraitAvatar` of the shipped class with random weights and a generated
-    region of ``size`` px, composited into the shipped portrait scaled by ``size / shipped_region``."""
+    """A :class:`~framegraph.models.avatar.PortraitAvatar` of the shipped class with random weights.
+
+    Its generated region is ``size`` px. It is composited into the shipped portrait, scaled by
+    ``size / shipped_region``."""
     a = cls["avatar"]
     scale = size / int(a["region_size"])
     with Image.open(os.path.join(cls["root"], a["portrait"])) as im:
@@ -193,33 +198,20 @@ def figure(result: dict, plt):
 
 # ---- command line ------------------------------------------------------------------------------------
 
-def _ints(text: str, what: str) -> list[int]:
-    try:
-        values = [int(v) for v in str(text).split(",") if v.strip()]
-    except ValueError:
-        raise ValueError(f"{what} {text!r}: expected comma-separated integers") from None
-    if not values or any(v < 1 for v in values):
-        raise ValueError(f"{what} {text!r}: expected positive integers")
-    return values
-
-
 def _settings(args) -> dict:
     cuda = args.device.startswith("cuda")
     q = args.quick
-    s = {"sizes": _ints(args.sizes, "--sizes") if args.sizes is not None else ([64] if q else [256, 384, 512]),
+    s = {"sizes": args.sizes if args.sizes is not None else ([64] if q else [256, 384, 512]),
          "seconds": args.seconds if args.seconds is not None else (1.0 if q else 20.0 if cuda else 6.0),
          "repeats": args.repeats if args.repeats is not None else (1 if q else 3),
-         "sessions": _ints(args.sessions, "--sessions") if args.sessions is not None
+         "sessions": args.sessions if args.sessions is not None
          else ([2] if q else [1, 2] if not cuda else [1, 2, 4]),
          "session_seconds": args.session_seconds if args.session_seconds is not None
          else (1.0 if q else 10.0 if cuda else 6.0),
          "ttff_seconds": 0.32, "warmup_frames": 5 if q else 10,
          "torch_threads": args.torch_threads if args.torch_threads is not None else (None if cuda else 1)}
-    ss = args.session_size if args.session_size is not None else (
-        str(s["sizes"][0]) if q else "384" if cuda else "shipped")
-    if ss != "shipped":
-        ss = _ints(ss, "--session-size")[0]
-    s["session_size"] = ss
+    s["session_size"] = args.session_size if args.session_size is not None else (
+        s["sizes"][0] if q else 384 if cuda else "shipped")
     if s["seconds"] <= 0 or s["session_seconds"] <= 0:
         raise ValueError("--seconds and --session-seconds must be > 0")
     if s["repeats"] < 1:
@@ -274,7 +266,9 @@ def _log(msg: str) -> None:
 
 
 def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dict:
-    """What the JSON says about the run beside its numbers: device, model class, weights, settings, targets."""
+    """What the JSON says about the run beside its numbers.
+
+    That is the device, model class, weights, settings and targets."""
     device = args.device
     return {
         "stage_device": device,
@@ -304,9 +298,11 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
 
 
 def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
-    """``build_avatar_graph`` arguments for ``backend``; for onnx / onnx-int8, the export of ``avatar`` (made now,
-    timed, into the run's temporary folder — onnx-int8 adds the int8 files with the export's default choice;
-    ``--onnx`` for the shipped bundle)."""
+    """``build_avatar_graph`` arguments for ``backend``.
+
+    For onnx and onnx-int8 it includes the export of ``avatar``. The export is made now, timed, into the run's
+    temporary folder. For onnx-int8 it adds the int8 files the export picks by default. The shipped bundle uses
+    ``--onnx`` when given."""
     if backend in ("torch", "compiled"):
         return {} if backend == "torch" else {"runtime": "compiled"}
     if name == "shipped" and args.onnx:
@@ -330,8 +326,9 @@ def _row_name(name: str, backend: str, s: dict) -> str:
 
 
 def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
-    """One row per ``--sizes`` entry (random weights) and the shipped avatar, per backend; and the sessions'
-    avatar ``(name, Avatar)``."""
+    """One row per ``--sizes`` entry (random weights) and one for the shipped avatar, per backend.
+
+    Also returns the sessions' avatar as ``(name, Avatar)``."""
     ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
     common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
                   torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)
@@ -395,8 +392,9 @@ def _summary(result: dict) -> dict:
 
 
 def _compare(result: dict) -> dict:
-    """Per avatar measured on both backends: onnx / torch steady FPS and torch / onnx per-stage p50 (> 1: onnx
-    is faster)."""
+    """Per avatar measured on both backends, two ratios.
+
+    One is onnx / torch steady FPS. The other is torch / onnx per-stage p50. Above 1, onnx is faster."""
     out = {}
     by = {(r["name"].rsplit(" ", 1)[0], r.get("backend", "torch")): r for r in result["sizes"]}
     for (name, b), r in by.items():

@@ -2,27 +2,30 @@
 
     framegraph bench avatar_int8 --out benchmarks/results/cpu/avatar_int8.json
 
-For each ``--modes`` entry (``static``, ``dynamic``: ``models/avatar/int8.py``) the shipped bundle is
-exported and quantized (into a temporary folder), then each model — audio encoder, DiT, VAE decoder — is
-run **alone** in int8 (the others float32) and compared with the float32 ORT export:
+For each ``--modes`` entry, the shipped bundle is exported and quantized into a temporary folder. The modes are
+``static`` and ``dynamic``, from ``models/avatar/int8.py``. Then each model is run **alone** in int8, the others
+in float32. The models are the audio encoder, the DiT and the VAE decoder. Each is compared with the float32
+ORT export:
 
-- **quality**: ``avatar eval``'s openness correlation (generated mouth vs the ground-truth jaw) and identity
-  SSIM (vs the portrait outside the mouth) on held-out synthetic clips (``--clips``, default: the three clips
-  of ``avatar synth --clips 3 --seconds 6 --seed 1000``, the shipped figures' clips — see the bundle's
-  PROVENANCE.md), means over the clips (``models/avatar/eval/synthetic.py``, ``real_measures=False``);
-- **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*,
-  call after call in turns on the same inputs (recorded from the float32 stages on ``--seconds`` of speech,
-  :func:`~framegraph.models.avatar.int8.record_inputs`), ``--threads`` intra-op threads: p50 per call, and
-  the model's time per video frame (p50 × calls per frame, summed over its files). Taking turns call by
-  call keeps the comparison fair on a machine whose load changes (this one is shared);
-- **speed, in the graph**: ``bench avatar``'s steady run (speech pushed at once, fast clock) of each variant:
-  FPS and per-stage ``process()`` p50, the variants in turns, ``--rounds`` times (medians). These move with
-  the machine's load more than the side-by-side figures do.
+- **quality**: ``avatar eval``'s openness correlation and identity SSIM. Openness compares the generated mouth
+  with the ground-truth jaw. Identity compares with the portrait outside the mouth. Both use held-out
+  synthetic clips, ``--clips``. The default is the three clips of
+  ``avatar synth --clips 3 --seconds 6 --seed 1000``. Those are the shipped figures' clips; see the bundle's
+  PROVENANCE.md. The figures are means over the clips, from ``models/avatar/eval/synthetic.py`` with
+  ``real_measures=False``.
+- **speed, per model**: the float32 and the int8 session of each of the model's files run *side by side*.
+  They take turns call by call, on the same inputs. The inputs are recorded from the float32 stages on
+  ``--seconds`` of speech, with :func:`~framegraph.models.avatar.int8.record_inputs`. Each uses ``--threads``
+  intra-op threads. It records p50 per call, and the model's time per video frame. That is p50 × calls per
+  frame, summed over its files. Taking turns keeps the comparison fair on a machine whose load changes.
+- **speed, in the graph**: ``bench avatar``'s steady run of each variant, with speech pushed at once on a fast
+  clock. It records FPS and per-stage ``process()`` p50. The variants take turns, ``--rounds`` times, and the
+  figures are medians. These move with the machine's load more than the side-by-side figures do.
 
-A model keeps int8 when both quality figures stay within 0.01 of float32 and it takes less time per frame
-(:func:`~framegraph.models.avatar.int8.choose_int8`); the decision (mode and models) is what
-``framegraph export --int8`` uses by default (``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, checked against
-this JSON by the tests). When more than one model holds, they are measured together too.
+A model keeps int8 when both quality figures stay within 0.01 of float32. It must also take less time per
+frame. See :func:`~framegraph.models.avatar.int8.choose_int8`. The decision, mode and models, is what
+``framegraph export --int8`` uses by default. It is ``quantize.DEFAULT_MODE`` / ``DEFAULT_INT8``, which the tests
+check against this JSON. When more than one model holds, they are measured together too.
 """
 
 from __future__ import annotations
@@ -171,7 +174,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _modes(args: argparse.Namespace) -> list[str]:
-    """The ``--modes`` asked for, checked (with ``--rounds`` and ``--clip-count``)."""
+    """The ``--modes`` asked for, checked, with ``--rounds`` and ``--clip-count``."""
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]
     if not modes or any(m not in MODES for m in modes):
         raise ValueError(f"--modes {args.modes!r}: expected a comma-separated list of {', '.join(MODES)}")
@@ -181,8 +184,10 @@ def _modes(args: argparse.Namespace) -> list[str]:
 
 
 def _variants(avatar, tmp: str, fp32: str, modes: list[str]) -> tuple[dict, dict]:
-    """The float32 export at ``fp32`` quantized whole per mode (into ``tmp``), and the variants measured: float32
-    and, per mode, each model alone in int8. Returns the variants and the seconds each mode's quantization took."""
+    """The float32 export at ``fp32`` quantized whole per mode, into ``tmp``, and the variants measured.
+
+    The variants are float32 and, per mode, each model alone in int8. Returns the variants and the seconds each
+    mode's quantization took."""
     variants = {"fp32": {"backend": "onnx", "onnx_dir": fp32, "mode": None, "models": []}}
     quantize_s = {}
     for mode in modes:
@@ -241,8 +246,9 @@ def _decision(best: str, kept: list[str]) -> dict:
 
 
 def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads: int, repeats: int) -> dict:
-    """Each file's float32 and int8 sessions called in turns on the same recorded inputs (see the module
-    docstring): ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
+    """Each file's float32 and int8 sessions called in turns on the same recorded inputs.
+
+    See the module docstring. Returns ``{"parts": {part: {...}}, "ms_per_frame": {model: {"fp32", "int8"}}}``."""
     with open(os.path.join(int8_dir, "manifest.json")) as f:
         manifest = json.load(f)
     parts = {}

@@ -1,6 +1,8 @@
-"""What ``framegraph bench avatar`` measures on one avatar: time to first frame (live and burst, cold and
-warm), steady FPS with per-stage times, and concurrent server-like sessions. Each run is the real avatar graph
-(``models.avatar.build_avatar_graph``) fed by a ``PushAudioSource``, ending in a sink that stamps arrivals."""
+"""What ``framegraph bench avatar`` measures on one avatar.
+
+It measures time to first frame, live and burst, cold and warm. It measures steady FPS with per-stage times,
+and concurrent server-like sessions. Each run is the real avatar graph, ``models.avatar.build_avatar_graph``.
+A ``PushAudioSource`` feeds it. It ends in a sink that stamps arrivals."""
 from __future__ import annotations
 
 import math
@@ -30,7 +32,7 @@ def _params(module) -> int:
 
 def _collect_sink(height: int, width: int, device: str, capacity: int):
     class Collect(Stage):
-        """Stamps each composited frame's arrival (after its producer's work on CUDA has finished)."""
+        """Stamps each composited frame's arrival. On CUDA, after its producer's work has finished."""
 
         def __init__(self):
             super().__init__("collect")
@@ -52,8 +54,10 @@ def _collect_sink(height: int, width: int, device: str, capacity: int):
 
 
 class _GpuStageTimer:
-    """CUDA events around each stage's ``process()`` on the stage's own stream (preallocated, resolved
-    after the run) — the GPU time of each call, which host-side telemetry cannot see."""
+    """CUDA events around each stage's ``process()`` on the stage's own stream.
+
+    The events are preallocated and resolved after the run. They give the GPU time of each call, which
+    host-side telemetry cannot see."""
 
     def __init__(self, stages, capacity: int):
         self.events = {}
@@ -97,7 +101,9 @@ def _sync(device: str) -> None:
 
 
 def _pusher(src, audio: np.ndarray, t0_s: float, live: bool, done: threading.Event | None = None):
-    """Feed ``audio`` into ``src``: 20 ms chunks due at ``t0 + k·20 ms`` (live) or all at once; then close."""
+    """Feed ``audio`` into ``src``, then close it.
+
+    Live: 20 ms chunks, each due at ``t0 + k·20 ms``. Otherwise all at once."""
     def feed():
         try:
             if not live:
@@ -137,7 +143,7 @@ def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: i
 
 
 def _frames_for(avatar, samples: int) -> int:
-    """Video frames a stream of ``samples`` makes (``chunk_frames = 1``; larger chunks round up)."""
+    """Video frames a stream of ``samples`` makes, for ``chunk_frames = 1``. Larger chunks round up."""
     k = math.ceil(samples * avatar.fps / SAMPLE_RATE)
     c = getattr(avatar, "chunk_frames", 1)  # a video avatar: one frame at a time
     return math.ceil(k / c) * c
@@ -147,7 +153,7 @@ def _frames_for(avatar, samples: int) -> int:
 
 def measure_ttff(avatar, audio: np.ndarray, device: str, live: bool, torch_threads: int | None,
                  graph_kw: dict | None = None) -> dict:
-    """One session: build, start, push ``audio`` (live or at once), wait for the end. Times in ms."""
+    """One session: build, start, push ``audio`` live or at once, wait for the end. Times in ms."""
     t = time.monotonic_ns()
     ag, src, sink, _ = _graph(avatar, device, clock="realtime" if live else "fast",
                               frames=_frames_for(avatar, len(audio)), buffer_ms=500 if live else 2000,
@@ -201,10 +207,11 @@ def measure_steady(avatar, audio: np.ndarray, device: str, torch_threads: int | 
 
 def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads: int | None, audio: np.ndarray,
                      graph_kw: dict | None = None) -> dict:
-    """``n`` server-like graphs at once, each fed in real time by its own thread from a common start (a portrait's
-    or a video avatar's: each kind's own figures beside the common ones); ``cpu_ms_per_frame``: the process's CPU
-    time over the frames all sessions presented; ``fps_spread``: (fastest − slowest) / fastest presented fps, how
-    fair the shares were."""
+    """``n`` server-like graphs at once, of a portrait or a video avatar.
+
+    Each is fed in real time by its own thread from a common start. Each kind has its own figures beside the
+    common ones. ``cpu_ms_per_frame`` is the process's CPU time over the frames all sessions presented.
+    ``fps_spread`` is (fastest − slowest) / fastest presented fps. It says how fair the shares were."""
     samples = len(audio)
     expected = _frames_for(avatar, samples)
     graphs = []
@@ -261,8 +268,9 @@ def measure_sessions(avatar, n: int, seconds: float, device: str, torch_threads:
 def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np.ndarray,
                  steady_audio: np.ndarray, repeats: int, torch_threads: int | None, warmup_frames: int, log,
                  graph_kw: dict | None = None) -> dict:
-    """One row: TTFF (cold, warm live, warm burst) and the steady run. ``graph_kw``: extra
-    ``build_avatar_graph`` arguments (``runtime`` / ``onnx_dir``)."""
+    """One row: TTFF (cold, warm live, warm burst) and the steady run.
+
+    ``graph_kw``: extra ``build_avatar_graph`` arguments, ``runtime`` or ``onnx_dir``."""
     timing = FrameTiming.of(avatar.audio, avatar.fps)
     need = timing.required_samples(0)
     wait_ms = 1000.0 * (math.ceil(need / CHUNK) - 1) * CHUNK / SAMPLE_RATE

@@ -2,23 +2,25 @@
 
     framegraph bench server --cluster --replicas 1,2 --out benchmarks/results/cpu/server_cluster.json
 
-One local Ray cluster in this process (``ray.init``), Serve with its HTTP proxy on a loopback port, and real
-WebSocket clients (``framegraph client``'s ``stream_session``) through real sockets. Phases:
+It runs one local Ray cluster in this process with ``ray.init``. Serve's HTTP proxy listens on a loopback
+port. Real WebSocket clients connect through real sockets, with ``framegraph client``'s ``stream_session``.
+Phases:
 
-1. **replicas** — for each count in ``--replicas``: the cluster application (``framegraph cluster``'s
-   ``start_cluster``) with that many replicas; its start time (deploy → every replica reporting, and each
-   replica's own start), then **sessions at target FPS**: 1, 2, 3 … concurrent ``--pipeline`` sessions
-   through the front door for ``--ramp-seconds`` each, until one of them presents under 90 % of the
-   target FPS (or the cluster is full); the last count that held, and that count per replica.
-2. **paths** — one session at a time, alternating, ``--rounds`` times each: glass-to-glass p50 / p95 of
-   (a) a plain ``framegraph serve`` (in this process), (b) the cluster path (front door → 307 → the replica's
-   own WebSocket), (c) Serve's WebSocket-capable HTTP proxy (client → Serve proxy → a Serve replica that
-   relays over loopback to its own ``framegraph serve``). (c) is the alternative the cluster did not take;
-   it is measured so the choice rests on numbers.
-3. **bundle** — one avatar session through the front door; the replica's bundle load time.
+1. **replicas** — for each count in ``--replicas``, the cluster application with that many replicas.
+   It is ``framegraph cluster``'s ``start_cluster``. Its start time is recorded: deploy until every replica
+   reports, and each replica's own start. Then come **sessions at target FPS**. First 1, then 2, 3 …
+   concurrent ``--pipeline`` sessions run through the front door. Each step lasts ``--ramp-seconds``. The
+   ramp stops when one presents under 90 % of the target FPS, or when the cluster is full. It records the
+   last count that held, and that count per replica.
+2. **paths** — one session at a time, alternating, ``--rounds`` times each. It records glass-to-glass
+   p50 / p95 of three paths. (a) is a plain ``framegraph serve`` in this process. (b) is the cluster path:
+   front door → 307 → the replica's own WebSocket. (c) is Serve's WebSocket-capable HTTP proxy. There the
+   client goes to the Serve proxy, then a Serve replica relays over loopback to its own ``framegraph serve``.
+   (c) is the alternative the cluster did not take. It is measured so the choice rests on numbers.
+3. **bundle** — one avatar session through the front door, and the replica's bundle load time.
 
-On one machine the replicas share its cores: "sessions per replica" then says what the cluster path
-costs, not what more machines would add.
+On one machine the replicas share its cores. "Sessions per replica" then says what the cluster path costs,
+not what more machines would add.
 """
 from __future__ import annotations
 
@@ -99,8 +101,9 @@ def measure_replicas(replicas: int, args, base) -> dict:
 
 
 def _relay_deployment():
-    """A Serve deployment behind Serve's HTTP proxy that relays one WebSocket to its own framegraph server:
-    the media path framegraph's cluster does *not* take, built here to measure it."""
+    """A Serve deployment behind Serve's HTTP proxy that relays one WebSocket to its own framegraph server.
+
+    This is the media path framegraph's cluster does *not* take. It is built here to measure it."""
     from fastapi import FastAPI, WebSocket  # optional: framegraph[cluster] (Serve's ingress)
 
     api = FastAPI()

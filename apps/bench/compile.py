@@ -1,13 +1,15 @@
 """``framegraph bench compile``: every Triton kernel, compiled offline for the GPUs we target.
 
-:func:`registry` is the one registry of the project's Triton kernels (attention, modulation, rope, 3DGS
-forward/backward, 4DGS slice, NeRF hash encoding and MLP) with their production configurations for one
-target: where a launcher picks its tiles per architecture, the registry asks the launcher's own function. Each is
-compiled with Triton's bundled ptxas — no GPU needed — for every target in :data:`TARGETS` (sm_89 RTX 4090,
-sm_90 H100, sm_120 RTX 5090). The JSON records per kernel and architecture the registers per thread,
-spilled bytes (ptxas' spill stores / loads), stack frame and shared memory, checked against the
-architecture's per-block shared-memory limit. A kernel that spills or does not fit is a failure: the
-command exits 1.
+:func:`registry` is the one registry of the project's Triton kernels. It covers attention, modulation, rope,
+3DGS forward and backward, 4DGS slice, NeRF hash encoding and MLP. Each comes in its production configurations
+for one target. Where a launcher picks its tiles per architecture, the registry asks the launcher's own
+function. Each kernel is compiled with Triton's bundled ptxas, so no GPU is needed. It is compiled for every
+target in :data:`TARGETS`: sm_89 RTX 4090, sm_90 H100, sm_120 RTX 5090.
+
+The JSON records, per kernel and architecture, the registers per thread and the spilled bytes. Spills are
+ptxas' spill stores and loads. It also records the stack frame and shared memory. Shared memory is checked
+against the architecture's per-block limit. A kernel that spills or does not fit is a failure. The command
+then exits 1.
 
 Triton's interpreter cannot compile, so the command refuses to run with ``TRITON_INTERPRET=1``.
 """
@@ -39,8 +41,8 @@ from .meta import bench_metadata, write_result
 class Kernel:
     """One Triton kernel in one production configuration.
 
-    ``module`` is under ``framegraph.``; ``pointers`` maps an argument-name prefix to its pointer type
-    (other ``*_ptr`` arguments get ``dtype``); ``floats`` are the fp32 scalar arguments (others are i32).
+    ``module`` is under ``framegraph.``. ``pointers`` maps an argument-name prefix to its pointer type. Other
+    ``*_ptr`` arguments get ``dtype``. ``floats`` are the fp32 scalar arguments; the others are i32.
     """
 
     module: str
@@ -73,8 +75,9 @@ def _dedup(kernels: list[Kernel]) -> list[Kernel]:
 
 
 def registry(capability: int) -> list[Kernel]:
-    """Every Triton kernel of framegraph, in each production configuration it is launched with on a GPU of
-    compute ``capability`` (89 = sm_89), for 128-wide attention heads."""
+    """Every Triton kernel of framegraph, in each production configuration, for 128-wide attention heads.
+
+    These are the configurations it is launched with on a GPU of compute ``capability``. 89 is sm_89."""
     from framegraph.kernels.block_linear_attention import triton as bla_tri  # heavy: the Triton kernels
     from framegraph.kernels.monarch_attention import triton as monarch_tri  # heavy
     from framegraph.renderers.gaussians import triton as gs  # heavy

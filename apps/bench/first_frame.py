@@ -1,37 +1,47 @@
-"""A session's first frame after the model is loaded (preload), cold or warm, eager or compiled, against its steady
-per-frame (per-chunk) latency.
+"""A session's first frame after the model is loaded, against its steady per-frame latency.
+
+The first frame is measured after preload, cold or warm, eager or compiled. The steady latency is per frame, or
+per chunk.
 
     framegraph bench first_frame --out benchmarks/results/cpu/first_frame.json
     framegraph bench first_frame --pipelines generate --runtimes torch,compiled --out out/ff.json
 
-Each configuration runs in a fresh Python process (a cold start is a new process: nothing imported, no kernel
-called yet), in three timed steps:
+Each configuration runs in a fresh Python process. A cold start is a new process: nothing imported, no kernel
+called yet. It has three timed steps:
 
-1. **preload**: build the model (random weights at the pipeline's architecture) and, when ``warm``, its
-   pipeline's ``warm()`` — a dummy chunk / a short stretch of silence through every stage at the session's shape
-   (the server's bundle preload, ``framegraph generate``'s model load, the demo's start do the same);
-2. **first frame**: a session's graph starts; the time until its first frame reaches the sink (what a user waits:
-   the graph's start, the audio look-ahead, the first frame through every stage);
-   ``graph_start_s`` of it is the graph's start (rings, worker threads, each stage's setup) and ``first_capture_s``
-   when the source captured what the first unit came from (its end: what came before it, e.g. an avatar's audio
-   look-ahead, went through the pipeline one frame at a time, as the steady frames do);
-3. **steady**: the rest of the session, frames one at a time (``max_in_flight=1`` at the source: each frame
-   alone in the pipeline, so its latency is the pipeline's, not a queue's): the median end-to-end latency of
-   frames (generate: of chunks) after the first ``--warmup``.
+1. **preload**: build the model, with random weights at the pipeline's architecture. When ``warm``, also run
+   its pipeline's ``warm()``. That sends a dummy chunk or a short stretch of silence through every stage. It
+   runs at the session's shape. The server's bundle preload does the same. So do ``framegraph generate``'s model load
+   and the demo's start.
+2. **first frame**: a session's graph starts. This is the time until its first frame reaches the sink. It is
+   what a user waits for. That is the graph's start, the audio look-ahead, and the first frame through every
+   stage.
+   ``graph_start_s`` is the graph's start within it: rings, worker threads, each stage's setup.
+   ``first_capture_s`` is when the source captured what the first unit came from, at its end. What came
+   before it went through the pipeline one frame at a time. The steady frames do the same. An avatar's audio
+   look-ahead is an example.
+3. **steady**: the rest of the session, frames one at a time. The source has ``max_in_flight=1``. Each frame
+   is alone in the pipeline. So its latency is the pipeline's, not a queue's. The figure is the median
+   end-to-end latency of frames after the first ``--warmup``. For generate it is of chunks.
 
-Configurations: per pipeline (``generate``: random Wan at ``--config`` — tiny at 64x96 by default, ``1.3b`` on a
-GPU — 4 steps, per chunk; ``avatar``: the shipped portrait bundle, per frame; ``video_avatar``: a video avatar of
-the trained bundles' architecture, random weights, per frame, once per region of ``--video-region``) and runtime
-(``torch``, ``compiled``), without warm-up (today's first frame) and with it; the compiled runtime also a second
-time with the same cache folder (a restart: its preload reads the compiled kernels back instead of compiling). The
-cache folder is a fresh temporary one per pipeline and region (``FRAMEGRAPH_CACHE``), so the first compiled run
-compiles from nothing.
+Configurations are per pipeline and per runtime:
 
-With ``--repeat N`` the whole sequence runs N times (the compiled runtime's first run each time on a new, empty
-cache folder); each configuration keeps the figures of its run whose first frame / steady ratio is the median (the
-lower middle one for an even N), every run's ratio beside them.
+- ``generate``: random Wan at ``--config``, 4 steps, per chunk. The default is tiny at 64x96; ``1.3b`` on a
+  GPU.
+- ``avatar``: the shipped portrait bundle, per frame.
+- ``video_avatar``: a video avatar with random weights, per frame. It has the trained bundles' architecture. It
+  runs once per region of ``--video-region``.
 
-Target: after preload, the first frame within 1.5x the steady latency (``first_over_steady`` in the JSON).
+The runtimes are ``torch`` and ``compiled``. Each runs without warm-up and with it. The compiled runtime runs a
+second time with the same cache folder. That is a restart: its preload reads the compiled kernels back instead
+of compiling. The cache folder, ``FRAMEGRAPH_CACHE``, is a fresh temporary one per pipeline and region. So the
+first compiled run compiles from nothing.
+
+With ``--repeat N`` the whole sequence runs N times. The compiled runtime's first run gets a new, empty cache
+folder each time. Each configuration keeps the figures of its median run, by first frame / steady ratio. For an
+even N that is the lower middle one. Every run's ratio is kept beside them.
+
+Target: after preload, the first frame within 1.5x the steady latency. It is ``first_over_steady`` in the JSON.
 """
 from __future__ import annotations
 
@@ -93,9 +103,10 @@ def _avatar(args) -> dict:
 
 
 def _session(graph, sink, preload_s: float, warm_s, *, unit: str) -> dict:
-    """Run a session: the first frame's time from the graph's start, and each unit's end-to-end latency (its first
-    frame's arrival at the sink less the source's capture time of what it came from; a unit is what one source
-    frame became: a chunk, a frame)."""
+    """Run a session. Returns the first frame's time from the graph's start, and each unit's latency.
+
+    A unit is what one source frame became: a chunk, or a frame. Its end-to-end latency starts at the source's
+    capture time of what it came from. It ends at its first frame's arrival at the sink."""
     arrivals: dict[int, tuple[int, int]] = {}  # source seq -> (arrival ns, capture ns) of its first frame
     inner = sink.process
 
@@ -125,9 +136,11 @@ def _one(args) -> dict:
 
 
 def _configurations(pipelines, runtimes, video_regions):
-    """(pipeline, runtime, warm, start, video region or None): torch without then with a warm-up; compiled with a
-    warm-up on an empty cache (it compiles), again on the cache it left (a restart), then without a warm-up (the
-    first frame pays what the warm-up would have: tracing, the cache read back)."""
+    """(pipeline, runtime, warm, start, video region or None) for every run.
+
+    The torch runtime runs without, then with, a warm-up. The compiled one runs with a warm-up on an empty
+    cache, so it compiles. It runs again on the cache it left, as a restart. Then it runs without a warm-up.
+    That first frame pays what the warm-up would have: tracing, and the cache read back."""
     for pipeline in pipelines:
         for region in video_regions if pipeline == "video_avatar" else [None]:
             for runtime in runtimes:
@@ -168,9 +181,10 @@ def _summarise(r: dict, warmup: int) -> dict:
 
 
 def _median_run(runs: list[dict]) -> dict:
-    """Of a configuration's runs (fresh processes each), the one with the median first frame / steady ratio (the
-    first failed one if any failed), with every run's ratio in ``first_over_steady_runs``: a first frame is one
-    sample, and on a shared 2-core machine one process's first frame moves by tens of percent."""
+    """Of a configuration's runs, the one with the median first frame / steady ratio.
+
+    Each run is in a fresh process. If any run failed, the first failed one is returned. Every run's ratio is in
+    ``first_over_steady_runs``. A first frame is one sample, and it varies from process to process."""
     failed = [r for r in runs if "error" in r or r["first_over_steady"] is None]
     if failed:
         return failed[0]
@@ -180,7 +194,7 @@ def _median_run(runs: list[dict]) -> dict:
 
 
 def figure(data: dict, plt):
-    """Per configuration: first frame and steady latency (log scale), the 1.5x target as a tick."""
+    """Per configuration: first frame and steady latency, on a log scale. The 1.5x target is a tick."""
     rows = [c for c in data["configurations"] if "first_frame_s" in c]
     fig, ax = plt.subplots(figsize=(9, 0.38 * max(len(rows), 4) + 1))
     labels = [f"{c['pipeline']}{' ' + str(c['video_region']) if 'video_region' in c else ''} · {c['runtime']} · "

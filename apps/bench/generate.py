@@ -9,26 +9,34 @@
     framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --runtime torch,onnx \
         --out benchmarks/results/cpu/generate_vae_onnx.json
 
-Random weights at the released configurations give the real speed, so no checkpoint is needed: ``1.3b`` is
-Wan 2.1 T2V 1.3B (``WanTransformer3DModel``: 30 layers, 12 heads of 128, FFN 8960) with the Wan 2.1 VAE;
-``2b`` is SANA-Video 2B (``SanaVideoTransformer3DModel``'s default configuration: 20 layers, 20 heads of 112)
-with the same ``AutoencoderKLWan``; ``tiny`` the test suite's tiny models (for CPU runs; says nothing about
-a GPU). The graph is the one ``framegraph generate`` runs, with an H.264 encoder at its end:
+Random weights at the released configurations give the real speed, so no checkpoint is needed.
+
+- ``1.3b`` is Wan 2.1 T2V 1.3B with the Wan 2.1 VAE. That is ``WanTransformer3DModel``: 30 layers, 12 heads
+  of 128, FFN 8960.
+- ``2b`` is SANA-Video 2B with the same ``AutoencoderKLWan``. That is
+  ``SanaVideoTransformer3DModel``'s default configuration: 20 layers, 20 heads of 112.
+- ``tiny`` is the test suite's tiny models, for CPU runs. It says nothing about a GPU.
+
+The graph is the one ``framegraph generate`` runs, with an H.264 encoder at its end:
 
     NoiseSource → CausalDenoiser (len(timesteps) steps + 1 commit pass per chunk) → CausalVAEDecode → H264Encoder → sink
 
-``--chunks`` chunks (the first ``--warmup`` excluded from the steady FPS) in a fast clock. Recorded: end-to-end
-FPS over the steady chunks (encoded frames per second of wall time at the sink), time to first encoded frame
-from the graph's start, each stage's work p50/p99 per call (the runtime's telemetry: ``process()`` less its
-waits on full rings; denoiser and decoder per chunk, encoder per frame) and its waits (``output_wait_p50_ms``:
-blocked on a full downstream ring, ``input_wait_p50_ms``: waiting for input), peak memory (CUDA: max
-allocated; CPU: peak RSS), attention variant, dtype, the exact command.
+It runs ``--chunks`` chunks on a fast clock. The first ``--warmup`` are excluded from the steady FPS. Recorded:
 
-``--runtime torch,onnx`` runs the graph once per runtime of the VAE decoder (``onnx``: the decoder exported
-first, :mod:`framegraph.models.generate.onnx`, its ``export_s`` recorded) and records each run under
-``backends`` with the two numbers side by side (``vae_decode_p50_ms``, ``fps_end_to_end``). ``--vae``
-picks the decoder: ``tiny`` (the test suite's) or ``wan2.1`` (``AutoencoderKLWan``'s default configuration,
-the Wan 2.1 VAE: the real decoder's cost, with whichever transformer ``--config`` names).
+- end-to-end FPS over the steady chunks: encoded frames per second of wall time at the sink;
+- time to first encoded frame from the graph's start;
+- each stage's work p50/p99 per call, from the runtime's telemetry. Work is ``process()`` less its waits on
+  full rings. The denoiser and decoder are per chunk, the encoder per frame.
+- each stage's waits. ``output_wait_p50_ms`` is time blocked on a full downstream ring.
+  ``input_wait_p50_ms`` is time waiting for input.
+- peak memory: max allocated on CUDA, peak RSS on a CPU;
+- the attention variant, the dtype and the exact command.
+
+``--runtime torch,onnx`` runs the graph once per runtime of the VAE decoder. For ``onnx`` the decoder is
+exported first with :mod:`framegraph.models.generate.onnx`, and ``export_s`` is recorded. Each run goes under
+``backends``, with ``vae_decode_p50_ms`` and ``fps_end_to_end`` side by side. ``--vae`` picks the decoder.
+``tiny`` is the test suite's. ``wan2.1`` is ``AutoencoderKLWan``'s default configuration, the Wan 2.1 VAE. It
+gives the real decoder's cost, with whichever transformer ``--config`` names.
 """
 from __future__ import annotations
 
@@ -88,8 +96,9 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: 
 
 
 def measure(args, backend: str = "torch") -> dict:
-    """One run of the graph with the VAE decoder on ``backend`` (``"onnx"``: exported first, the time recorded
-    as ``export_s``)."""
+    """One run of the graph with the VAE decoder on ``backend``.
+
+    For ``"onnx"`` the decoder is exported first, and the time is recorded as ``export_s``."""
     device = args.device or default_device(backend)
     dtype = default_dtype(device)
     gm = build_model(args.family, args.config, device, dtype, args.vae)
@@ -160,7 +169,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
 
 
 def figure(data: dict, plt):
-    """Per-stage work p50 / p99 of one run (a ``--runtime`` comparison: :func:`compare_figure`)."""
+    """Per-stage work p50 / p99 of one run. A ``--runtime`` comparison is :func:`compare_figure`."""
     if "backends" in data:
         return compare_figure(data, plt)
     fig, ax = plt.subplots(figsize=(7, 3.5))

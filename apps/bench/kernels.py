@@ -1,21 +1,25 @@
 """``framegraph bench kernels``: time framegraph's kernels against a peer in the same process.
 
-For each op the median time of framegraph's implementation (``backend="auto"``: Triton on CUDA, the torch
-reference elsewhere) is compared with peers run on the same inputs:
+For each op, framegraph's median time is compared with peers. The peers run on the same inputs. Framegraph
+runs with ``backend="auto"``: Triton on CUDA, the torch reference elsewhere. The peers:
 
 - ``block_linear_attention``: the naive torch reference, and fla's ``chunk_linear_attn`` when ``fla``
-  imports (token-causal rather than block-causal, so a speed peer, not an equivalent);
-- ``norm_modulate``, ``gate_residual``, ``apply_rope``: the unfused torch sequence diffusers runs;
-- ``monarch_attention``: exact ``scaled_dot_product_attention`` (the op approximates it), plus the
-  approximation error (relative L2 vs SDPA) for ``num_iters`` 1..3 on video-like and on random q/k/v.
+  imports. That one is token-causal, not block-causal. So it is a speed peer, not an equivalent.
+- ``norm_modulate``, ``gate_residual``, ``apply_rope``: the unfused torch sequence diffusers runs.
+- ``monarch_attention``: exact ``scaled_dot_product_attention``, which the op approximates. It also records
+  the approximation error, relative L2 vs SDPA. That is for ``num_iters`` 1..3, on video-like and on random
+  q/k/v.
 
-Writes JSON (device, versions, the exact command line, git commit, shapes, median ms, ratio to each
-peer, achieved TB/s and TFLOP/s as a fraction of the device's peaks measured in the same run — its copy
-bandwidth and bf16 matmul throughput, :func:`~.timing.measure_peaks` — and of its datasheet's) and a PNG plot
-beside it. Timing is :func:`~.timing.do_bench`: on CUDA ≥ ``--warmup-ms`` of untimed calls, then ≥ ``--rep-ms``
-of repetitions, each after an L2 flush, each between its own CUDA events, and where the op can be captured also
-replayed from a CUDA graph (``graph_ms``: no launch overhead); on a CPU ``perf_counter`` (small shapes with
-``--tiny``), so the command runs, honestly labelled, anywhere.
+It writes JSON and a PNG plot beside it. The JSON holds the device, versions and the exact command line.
+It holds the git commit, shapes, median ms and the ratio to each peer. It also holds achieved TB/s and
+TFLOP/s. Each is a fraction of the device's peaks, as measured in the same run. Each is also a fraction of
+its datasheet's. The measured peaks are copy bandwidth and bf16 matmul throughput. See
+:func:`~.timing.measure_peaks`.
+
+Timing is :func:`~.timing.do_bench`. On CUDA it makes ≥ ``--warmup-ms`` of untimed calls, then ≥ ``--rep-ms``
+of repetitions. Each repetition follows an L2 flush and sits between its own CUDA events. An op that can be
+captured is also replayed from a CUDA graph. That is ``graph_ms``, with no launch overhead. On a CPU it uses
+``perf_counter``, with small shapes under ``--tiny``. So the command runs anywhere, honestly labelled.
 """
 from __future__ import annotations
 
@@ -83,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _timed(fn: Callable[[], object], args, device: torch.device) -> dict:
-    """:func:`~.timing.do_bench` of ``fn`` with the run's budgets (``args.warmup`` extra untimed calls first)."""
+    """:func:`~.timing.do_bench` of ``fn`` with the run's budgets. ``args.warmup`` extra untimed calls come first."""
     for _ in range(args.warmup):
         fn()
     return do_bench(fn, device, warmup_ms=args.warmup_ms, rep_ms=args.rep_ms, max_reps=args.iters)
@@ -242,10 +246,11 @@ MONARCH_TINY_GRID = (4, 8, 16)
 def video_like_qkv(shape, grid, generator, sharpness: float = 2.0, noise: float = 0.3):
     """q, k, v ``[B, H, N, D]`` from one low-frequency random field over ``(f, y, x)`` plus noise.
 
-    The field is trilinear-upsampled Gaussian noise (about one control point per 2 frames and per 4 rows /
-    columns); q and k are the field seen through nearby random projections, so tokens attend to tokens
-    with similar content — mostly their neighbours in space and time — as in video DiTs. v is its own
-    smooth field. ``sharpness`` scales q and k (peakier attention).
+    The field is trilinear-upsampled Gaussian noise. It has about one control point per 2 frames and per 4 rows
+    or columns. The q and k are the field seen through nearby random projections. So tokens attend to tokens
+    with similar content. Those are mostly their neighbours in space and time, as in video DiTs. The v is its
+    own smooth field.
+    ``sharpness`` scales q and k, for peakier attention.
     """
     B, H, N, D = shape
     frames, height, width = grid

@@ -1,30 +1,45 @@
-"""Host syncs, kernels and allocations per steady-state frame of every pipeline (the launch audit).
+"""Host syncs, kernels and allocations per steady-state frame of every pipeline: the launch audit.
 
     framegraph bench launches --out benchmarks/results/cpu/launches.json
     framegraph bench launches --pipelines avatar,generate --frames 24 --out out/launches.json
 
-Each pipeline runs through its real graph (the stages the apps build, torch runtime, fast clock) with each stage's
-``process`` counted in its own worker thread by :class:`~framegraph.stream.audit.OpCounter`: aten kernels
-dispatched (views excluded), host syncs (``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, ``nonzero``,
-boolean-mask indexing, every data-dependent shape — each by name) and tensors allocated. The first ``--warmup``
-calls of each stage are left out (they build state, tables and caches); the rest is the steady state.
+Each pipeline runs through its real graph. It uses the stages the apps build. It uses the torch runtime and a fast
+clock. An :class:`~framegraph.stream.audit.OpCounter` counts each stage's ``process`` in its own worker
+thread. It counts three things:
 
-Pipelines and their unit: ``avatar`` (the shipped portrait bundle, per video frame), ``video_avatar`` (a video
-avatar bundle — random weights, region ``--video-region`` — per video frame), ``generate`` (tiny random Wan, per
-chunk), ``3dgs`` / ``4dgs`` / ``nerf`` (per rendered frame: a random SH3 scene, the shipped bouncing ball, the
-shipped spheres NeRF). Each pipeline names its *device stages*: the stages that compute on the pipeline's device
-in a GPU run (the models, the renderer, the composite). The others are host stages by design (audio in, the
-video avatar's loop frames, encoders, sinks) and are reported beside them. **Target: 0 host syncs per
-steady-state frame in the device stages**; ``tests/apps/test_bench_launches.py`` fails when one gains a sync.
+- aten kernels dispatched, views excluded;
+- host syncs, each by name: ``.item()``, ``.tolist()``, ``.cpu()``, ``bool(tensor)``, ``nonzero``,
+  boolean-mask indexing, every data-dependent shape;
+- tensors allocated.
 
-On a CPU every tensor is a host tensor, so a read of any tensor counts (see :mod:`framegraph.stream.audit`); the
-kernel counts are eager torch's launches (a compiled runtime fuses them: count those with the profiler on a GPU).
-JSON: per pipeline, per stage ``calls``, ``kernels`` / ``syncs`` / ``allocations`` per call (median, max),
-``sync_ops``, and the per-unit totals of the device stages; a table is printed and drawn beside it.
+The first ``--warmup`` calls of each stage are left out. They build state, tables and caches. The rest is the
+steady state.
 
-The renderers run their sync-free path (``sync_free=True``, what a GPU runs by default): fixed-capacity tile
-lists and, on the CPU, the torch twin of the Triton blending kernel (3DGS / 4DGS); a fixed-shape march (NeRF).
-Their ``capacity_overflows`` count the frames that needed more than a capacity held (and lost work).
+Pipelines and their unit:
+
+- ``avatar``: the shipped portrait bundle, per video frame.
+- ``video_avatar``: a video avatar bundle, per video frame. It has random weights and region ``--video-region``.
+- ``generate``: tiny random Wan, per chunk.
+- ``3dgs`` / ``4dgs`` / ``nerf``: per rendered frame. The scenes are a random SH3 scene, the shipped bouncing
+  ball, and the shipped spheres NeRF.
+
+Each pipeline names its *device stages*. Those compute on the pipeline's device in a GPU run: the models, the
+renderer, the composite. The others are host stages by design and are reported beside them. They are audio in,
+the video avatar's loop frames, encoders and sinks. **Target: 0 host syncs per steady-state frame in the
+device stages**. ``tests/apps/test_bench_launches.py`` fails when one gains a sync.
+
+On a CPU every tensor is a host tensor. So a read of any tensor counts. See :mod:`framegraph.stream.audit`.
+The kernel counts are eager torch's launches. A compiled runtime fuses them; count those with the profiler on a
+GPU.
+
+The JSON holds, per pipeline and per stage, ``calls`` and ``sync_ops``. It holds ``kernels`` / ``syncs`` /
+``allocations`` per call, as median and max. It also holds the per-unit totals of the device stages. A table is
+printed, and drawn beside it.
+
+The renderers run their sync-free path, ``sync_free=True``, as a GPU does by default. The 3DGS and 4DGS renderers use
+fixed-capacity tile lists. On the CPU they use the torch twin of the Triton blending kernel. NeRF uses a
+fixed-shape march. Their ``capacity_overflows`` count the frames that needed more than a capacity held. Those
+frames lost work.
 """
 from __future__ import annotations
 
@@ -56,7 +71,7 @@ from .speech import speech_like
 
 @dataclass
 class Built:
-    """A pipeline ready to run: its graph, the stages it counts, which of them are device stages, its unit."""
+    """A pipeline ready to run. It has its graph, the stages it counts, its device stages and its unit."""
 
     graph: Graph
     counted: list[Stage]
@@ -77,7 +92,7 @@ class Drain(Stage):
 
 
 def _audio_source(seconds: float) -> IterableSource:
-    """Speech-like 16 kHz PCM in 20 ms chunks (pts from the chunk index: 50 a second)."""
+    """Speech-like 16 kHz PCM in 20 ms chunks. The pts come from the chunk index: 50 a second."""
     pcm = torch.from_numpy(speech_like(seconds))
     n = len(pcm) // 320
     return IterableSource(pcm[: n * 320].view(n, 320), PortSpec((320,), torch.int16), port="audio", fps=50.0,

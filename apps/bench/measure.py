@@ -19,9 +19,10 @@ MiB = 2 ** 20
 
 
 def summary_ms(values_ms) -> dict:
-    """``{"count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"}`` of a sequence of times in ms
-    (``{"count": 0}`` when empty): the graph telemetry's own summary
-    (:class:`~framegraph.stream.telemetry.LatencyWindow`), so a bench's p99 means what a graph report's means."""
+    """``{"count", "mean_ms", "p50_ms", "p95_ms", "p99_ms", "max_ms"}`` of a sequence of times in ms.
+
+    Empty input gives ``{"count": 0}``. It is the graph telemetry's own summary,
+    :class:`~framegraph.stream.telemetry.LatencyWindow`. So a bench's p99 means what a graph report's means."""
     window = LatencyWindow(max(1, len(values_ms)))
     for v in values_ms:
         window.add(float(v))
@@ -29,10 +30,13 @@ def summary_ms(values_ms) -> dict:
 
 
 def stage_times(report: dict, names=None) -> dict:
-    """Per stage of a graph report (``names``, or all) that ran: its work per call — ``calls``, ``mean_ms``,
-    ``p50_ms``, ``p95_ms``, ``p99_ms``, ``max_ms`` of ``process()`` less its waits on full rings — and its waits,
-    ``output_wait_p50_ms`` / ``output_wait_p99_ms`` / ``output_wait_total_s`` (blocked on a full downstream
-    ring) and the same for ``input_wait`` (waiting for upstream input); None where the stage has no such side."""
+    """Per stage of a graph report that ran: its work per call and its waits.
+
+    ``names`` picks the stages; the default is all. Work is ``process()`` less its waits on full rings. It has
+    ``calls``, ``mean_ms``, ``p50_ms``, ``p95_ms``, ``p99_ms`` and ``max_ms``. The waits are
+    ``output_wait_p50_ms`` / ``output_wait_p99_ms`` / ``output_wait_total_s``: time blocked on a full downstream
+    ring. The same three exist for ``input_wait``: time waiting for upstream input. Each is None where the
+    stage has no such side."""
     table = {}
     for name in report["stages"] if names is None else names:
         s = report["stages"][name]
@@ -49,9 +53,10 @@ def stage_times(report: dict, names=None) -> dict:
 
 def time_ms(call: Callable[[int], object], device: torch.device, iters: int, warmup: int = 0,
             first: int = 0) -> list[float]:
-    """ms of each of ``iters`` calls ``call(i)`` after ``warmup`` untimed ones; ``i`` counts from ``first``
-    (a frame index, for renderers whose scene moves). CUDA events on CUDA (no host synchronize inside the
-    timed region), ``time.perf_counter`` elsewhere."""
+    """ms of each of ``iters`` calls ``call(i)`` after ``warmup`` untimed ones.
+
+    ``i`` counts from ``first``. It is a frame index, for renderers whose scene moves. Timing uses CUDA events on
+    CUDA, with no host synchronize inside the timed region. Elsewhere it uses ``time.perf_counter``."""
     for i in range(warmup):
         call(first + i)
     first += warmup
@@ -75,7 +80,7 @@ def time_ms(call: Callable[[int], object], device: torch.device, iters: int, war
 
 @contextlib.contextmanager
 def torch_threads(n: int | None) -> Iterator[None]:
-    """torch's CPU intra-op threads set to ``n`` inside the block (``None``: left as they are), then restored."""
+    """torch's CPU intra-op threads set to ``n`` inside the block, then restored. ``None`` leaves them as they are."""
     previous = torch.get_num_threads()
     if n is not None:
         torch.set_num_threads(n)
@@ -86,13 +91,13 @@ def torch_threads(n: int | None) -> Iterator[None]:
 
 
 def rss_bytes() -> int:
-    """Resident memory of this process, bytes (Linux ``/proc/self/statm``)."""
+    """Resident memory of this process in bytes, from Linux ``/proc/self/statm``."""
     with open("/proc/self/statm") as f:
         return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
 
 
 def status_kib(field: str) -> int | None:
-    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``), or None where there is none."""
+    """A ``kB`` field of ``/proc/self/status``, such as ``VmRSS`` or ``VmHWM``. None where there is none."""
     try:
         with open("/proc/self/status") as f:
             for line in f:
@@ -104,15 +109,15 @@ def status_kib(field: str) -> int | None:
 
 
 class MemoryProbe:
-    """Peak memory of one call: ``{"peak_memory_mib", "render_memory_mib"}`` (``method`` says how).
+    """Peak memory of one call: ``{"peak_memory_mib", "render_memory_mib"}``. ``method`` says how.
 
-    - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats`` (everything torch
-      allocated on the device, scene included); render memory = that peak minus what was allocated
-      before the call.
-    - CPU (Linux): the process's peak RSS (``VmHWM``) during the call, after resetting it through
-      ``/proc/self/clear_refs`` and returning freed heap pages with ``malloc_trim``; render memory =
-      that peak minus the RSS before the call.
-    - CPU elsewhere: RSS sampled by ``psutil`` every millisecond in a thread (can miss short peaks).
+    - CUDA: ``torch.cuda.max_memory_allocated`` after ``reset_peak_memory_stats``. That is everything torch
+      allocated on the device, scene included. Render memory is that peak minus what was allocated before the
+      call.
+    - CPU on Linux: the process's peak RSS, ``VmHWM``, during the call. It is reset first through
+      ``/proc/self/clear_refs``, and freed heap pages are returned with ``malloc_trim``. Render memory is that
+      peak minus the RSS before the call.
+    - CPU elsewhere: RSS sampled by ``psutil`` every millisecond in a thread. It can miss short peaks.
     """
 
     kind: Literal["cuda", "vmhwm", "psutil"]

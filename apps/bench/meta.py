@@ -1,5 +1,7 @@
-"""What every benchmark JSON records beside its numbers (device, versions, exact command, commit), and
-how a bench writes its result (the JSON, and its figure as a PNG beside it)."""
+"""What every benchmark JSON records beside its numbers, and how a bench writes its result.
+
+The JSON records the device, versions, the exact command and the commit. A bench writes the JSON, and its
+figure as a PNG beside it."""
 from __future__ import annotations
 
 import datetime
@@ -52,7 +54,7 @@ def bench_metadata(name: str) -> dict:
 
 
 def pyplot():
-    """``matplotlib.pyplot`` drawing off screen (the Agg backend)."""
+    """``matplotlib.pyplot`` drawing off screen, with the Agg backend."""
     import matplotlib  # heavy, and only for figures; the backend must be chosen before pyplot is imported
 
     matplotlib.use("Agg")
@@ -61,8 +63,9 @@ def pyplot():
 
 
 def write_result(result: dict, out, figure: Callable) -> str:
-    """Write ``result`` as JSON to ``out`` (its folder made) and ``figure(result, plt)`` as a PNG beside it
-    (``NAME.png`` for ``NAME.json``); returns the PNG's path."""
+    """Write ``result`` as JSON to ``out``, making its folder. Returns the PNG's path.
+
+    ``figure(result, plt)`` goes as a PNG beside it: ``NAME.png`` for ``NAME.json``."""
     write_json(out, result)
     png = os.path.splitext(str(out))[0] + ".png"
     plt = pyplot()

@@ -3,11 +3,12 @@
     framegraph bench nerf_fit --transforms fox/transforms.json --downscale 8 --aabb -1.5 -1.5 -1.5 1.5 1.5 1.5 \\
         --out benchmarks/results/cpu/nerf_fit_fox.json
 
-Fits a NeRF exactly as ``framegraph fit-nerf`` does (same loader, same hold-out: every ``--hold-out``-th frame,
-same per-device default sizes) and every ``--eval-every`` steps renders the held-out frames and scores them
-(PSNR, dB). The training clock stops while it evaluates, so ``train_s`` is the time a plain ``fit-nerf`` run
-would have spent; CPU time of this process is recorded beside it (on a shared machine the wall time depends
-on the other work: the load average is recorded too). The JSON names the dataset and holds no images.
+It fits a NeRF exactly as ``framegraph fit-nerf`` does. It uses the same loader and the same per-device default
+sizes. The hold-out is the same: every ``--hold-out``-th frame. Every ``--eval-every`` steps it renders the
+held-out frames and scores them in PSNR, dB. The training clock stops while it evaluates. So ``train_s`` is the
+time a plain ``fit-nerf`` run would have spent. This process's CPU time is recorded beside it. On a shared
+machine the wall time depends on the other work, so the load average is recorded too. The JSON names the
+dataset and holds no images.
 """
 from __future__ import annotations
 

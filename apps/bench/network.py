@@ -1,18 +1,20 @@
-"""A server process behind a network link, for the transport tests and ``framegraph bench server --transport``:
-the server runs in its own network namespace and clients in this one reach it over a link that may lose and
-delay packets in each direction; the link's byte counters are what went over the wire.
+"""A server process behind a network link, for the transport tests and ``framegraph bench server --transport``.
 
-Without impairment the link is a plain veth pair (the kernel's own path, like loopback). The impairment is that
-of ``tc netem delay D J loss L`` on each end (every packet kept is delayed by D ± J ms, uniform, so packets
-reorder when J exceeds their spacing; each is lost with probability L), built in one of two ways, whichever this
-kernel allows (:attr:`Link.method` says which):
+The server runs in its own network namespace. Clients in this one reach it over a link. The link may lose and
+delay packets in each direction. Its byte counters are what went over the wire.
 
-- **netem**: the veth pair with ``tc qdisc add dev ... root netem`` on both ends;
-- **relay**: where the kernel has no ``sch_netem`` (a VM's minimal kernel), a pair of TUN devices, one in each
-  namespace, and a process (:func:`relay`) that moves IP packets between them with the same loss and delay.
+Without impairment the link is a plain veth pair. That is the kernel's own path, like loopback. The impairment
+is that of ``tc netem delay D J loss L`` on each end. Every packet kept is delayed by D ± J ms, uniform. So
+packets reorder when J exceeds their spacing. Each is lost with probability L. It is built in one of two ways,
+whichever this kernel allows. Its :attr:`Link.method` says which:
 
-Needs root (or CAP_NET_ADMIN), ``ip`` (iproute2) and, for netem, ``tc``; :class:`NamespaceUnavailable` says
-what is missing.
+- **netem**: the veth pair with ``tc qdisc add dev ... root netem`` on both ends.
+- **relay**: for a kernel with no ``sch_netem``, such as a VM's minimal kernel. It is a pair of TUN devices,
+  one in each namespace. A process moves IP packets between them. The process is :func:`relay`. It applies
+  the same loss and delay.
+
+It needs root or CAP_NET_ADMIN, and ``ip`` from iproute2. For netem it also needs ``tc``.
+:class:`NamespaceUnavailable` says what is missing.
 """
 from __future__ import annotations
 
@@ -35,12 +37,13 @@ from collections.abc import Iterator
 
 
 class NamespaceUnavailable(RuntimeError):
-    """No network namespace (or no impaired link into one) can be made here; the message says why."""
+    """No network namespace, or no impaired link into one, can be made here. The message says why."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Impairment:
-    """Per direction: each packet is lost with ``loss_percent`` %, else delayed by ``delay_ms`` ± ``jitter_ms``."""
+    """Per direction: each packet is lost with ``loss_percent`` %. Otherwise it is delayed by ``delay_ms`` ±
+    ``jitter_ms``."""
 
     loss_percent: float = 2.0
     delay_ms: float = 30.0
@@ -59,7 +62,7 @@ class Impairment:
 
 @dataclasses.dataclass
 class Link:
-    """A namespace ``namespace`` reachable at ``peer_address`` from this one (whose end is ``host_address``)."""
+    """A namespace ``namespace`` reachable at ``peer_address`` from this one. This end is ``host_address``."""
 
     namespace: str
     host_address: str
@@ -74,15 +77,16 @@ class Link:
         return f"{self.impairment.describe()} ({how})"
 
     def wire_bytes(self) -> dict[str, int]:
-        """Bytes that crossed the link so far (IP packets, headers included): ``server_to_client``,
-        ``client_to_server``."""
+        """Bytes that crossed the link so far, as IP packets with headers.
+
+        Keys: ``server_to_client``, ``client_to_server``."""
         stats = f"/sys/class/net/{self.namespace}h/statistics"
         with open(f"{stats}/rx_bytes") as rx, open(f"{stats}/tx_bytes") as tx:
             return {"server_to_client": int(rx.read()), "client_to_server": int(tx.read())}
 
 
 def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
-    """``ip ARGS`` (in ``namespace``); ``ip tc ...`` runs ``tc ...``."""
+    """``ip ARGS``, in ``namespace`` when given. ``ip tc ...`` runs ``tc ...``."""
     cmd = list(args[1:]) if args[0] == "tc" else ["ip", *args]
     if namespace:
         cmd = ["ip", "netns", "exec", namespace, *cmd]
@@ -94,10 +98,10 @@ def _ip(*args: str, namespace: str | None = None, check: bool = True) -> subproc
 
 @contextlib.contextmanager
 def namespace_link(impairment: Impairment | None = None) -> Iterator[Link]:
-    """A fresh network namespace behind a link with ``impairment`` (None: none; see the module docstring);
-    removed on exit.
+    """A fresh network namespace behind a link with ``impairment``, removed on exit.
 
-    Names and the /30 subnet come from this process's id, so concurrent runs do not collide."""
+    None means no impairment; see the module docstring. Names and the /30 subnet come from this process's id.
+    So concurrent runs do not collide."""
     if shutil.which("ip") is None:
         raise NamespaceUnavailable("`ip` (iproute2) is not installed: apt-get install -y iproute2")
     n = os.getpid() % 16384
@@ -124,8 +128,9 @@ def namespace_link(impairment: Impairment | None = None) -> Iterator[Link]:
 
 
 def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> bool:
-    """A veth pair into ``name``, with netem on both ends for an ``impairment``; False (nothing left behind) where
-    that needs netem and the kernel has none."""
+    """A veth pair into ``name``, with netem on both ends for an ``impairment``.
+
+    Returns False when that needs netem and the kernel has none. It then leaves nothing behind."""
     _ip("link", "add", f"{name}h", "type", "veth", "peer", "name", f"{name}n")
     if impairment is not None:
         probe = subprocess.run(["tc", "qdisc", "add", "dev", f"{name}h", "root", "netem", *impairment.netem_args()],
@@ -144,7 +149,7 @@ def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> boo
 
 
 def _tun_relay(name: str, host: str, peer: str, impairment: Impairment) -> subprocess.Popen:
-    """TUN devices ``{name}h`` (here) and ``{name}n`` (in the namespace), made and joined by a relay process."""
+    """TUN devices ``{name}h`` here and ``{name}n`` in the namespace. A relay process makes and joins them."""
     proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.bench.network", f"{name}h", f"{name}n",
                              str(impairment.loss_percent), str(impairment.delay_ms), str(impairment.jitter_ms)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -172,8 +177,9 @@ def _open_tun(name: str) -> int:
 
 
 def relay(host_dev: str, peer_dev: str, impairment: Impairment, seed: int = 0) -> None:
-    """Make TUN devices ``host_dev`` and ``peer_dev`` and move IP packets between them, each lost or delayed
-    as ``impairment`` says (netem's model), until killed. Prints ``ready`` once both exist."""
+    """Make TUN devices ``host_dev`` and ``peer_dev`` and move IP packets between them until killed.
+
+    Each packet is lost or delayed as ``impairment`` says, in netem's model. Prints ``ready`` once both exist."""
     a, b = _open_tun(host_dev), _open_tun(peer_dev)
     other = {a: b, b: a}
     print("ready", flush=True)
@@ -203,8 +209,9 @@ def relay(host_dev: str, peer_dev: str, impairment: Impairment, seed: int = 0) -
 
 @dataclasses.dataclass
 class ServerProcess:
-    """``framegraph serve`` in a child process: ``url`` (its WebSocket URL), ``token``, ``pid``, ``log`` (its
-    stderr lines so far)."""
+    """``framegraph serve`` in a child process.
+
+    Attributes: ``url`` (its WebSocket URL), ``token``, ``pid``, and ``log``, its stderr lines so far."""
 
     proc: subprocess.Popen
     url: str
@@ -224,8 +231,9 @@ class ServerProcess:
 
 @contextlib.contextmanager
 def server_process(link: Link | None = None, *args: str, start_timeout_s: float = 90) -> Iterator[ServerProcess]:
-    """``framegraph serve`` (extra ``args`` passed on) on loopback, or inside ``link``'s namespace at its
-    address (with a random token: a server off loopback needs one); SIGTERM on exit."""
+    """``framegraph serve`` on loopback, or inside ``link``'s namespace at its address. SIGTERM on exit.
+
+    Extra ``args`` are passed on. Off loopback it gets a random token, since such a server needs one."""
     token = None if link is None else os.urandom(8).hex()
     host = "127.0.0.1" if link is None else link.peer_address
     cmd = [sys.executable, "-m", "framegraph.apps.cli", "serve", "--host", host, "--port", "0", *args]

@@ -1,12 +1,15 @@
-"""A Pipecat agent's avatar path, run in process and measured: what ``bench pipecat`` and the Pipecat tests use.
+"""A Pipecat agent's avatar path, run in process and measured. ``bench pipecat`` and the Pipecat tests use it.
 
     feeder ──TTSStartedFrame, TTSAudioRawFrame…, TTSStoppedFrame──▶ FramegraphAvatar ──▶ Recorder (sink)
 
-:func:`run_agents` runs real Pipecat pipelines (``PipelineWorker`` on a ``WorkerRunner``), each fed by a
-script of timed frames (:func:`utterance` builds one from real speech); the :class:`Recorder` at the end keeps
-every frame with its arrival time, and another before the avatar the frames coming back upstream (errors).
-:func:`analyse` turns a recording into what a viewer perceives: frame rate, stamps, audio-to-picture sync,
-delay from a TTS frame to its picture, the mouth's openness against the sound.
+The function :func:`run_agents` runs real Pipecat pipelines: ``PipelineWorker`` on a ``WorkerRunner``. Each is
+fed by a script of timed frames. The function :func:`utterance` builds one from real speech. The
+:class:`Recorder` at the end keeps every frame with its arrival time. Another, before the avatar, keeps the
+frames coming back upstream. Those are errors.
+
+Then :func:`analyse` turns a recording into what a viewer perceives. It gives the frame rate and the stamps. It
+gives audio-to-picture sync, and the delay from a TTS frame to its picture. It gives the mouth's openness against
+the sound.
 """
 from __future__ import annotations
 
@@ -52,8 +55,10 @@ class Recorder(FrameProcessor):
 
 
 def utterance(samples: np.ndarray, rate: int, context_id: str, frame_ms: int = FRAME_MS) -> list[Frame]:
-    """A TTS response as a TTS service pushes it: started, ``int16`` ``samples`` at ``rate`` Hz in
-    ``frame_ms`` audio frames, stopped."""
+    """A TTS response as a TTS service pushes it.
+
+    It is started, then ``int16`` ``samples`` at ``rate`` Hz, then stopped. The samples go in ``frame_ms`` audio
+    frames."""
     step = rate * frame_ms // 1000
     audio = [TTSAudioRawFrame(audio=samples[i:i + step].tobytes(), sample_rate=rate, num_channels=1,
                               context_id=context_id) for i in range(0, len(samples), step)]
@@ -72,9 +77,12 @@ class Agent:
 
 
 async def play(agent: Agent, script: list) -> None:
-    """Queue ``script`` into the agent's pipeline: each entry a frame, a number (seconds to wait), ``"pictures"``
-    (wait for the avatar's first picture at the sink: its graph runs), or ``("realtime", frames)`` — audio
-    frames queued at their own pace (a TTS streaming at real time)."""
+    """Queue ``script`` into the agent's pipeline. Each entry is one of:
+
+    - a frame;
+    - a number: seconds to wait;
+    - ``"pictures"``: wait for the avatar's first picture at the sink, so its graph runs;
+    - ``("realtime", frames)``: audio frames queued at their own pace. A TTS streaming at real time does that."""
     for step in script:
         if isinstance(step, (int, float)):
             await asyncio.sleep(step)
@@ -101,8 +109,10 @@ async def play(agent: Agent, script: list) -> None:
 
 async def run_agents(agents: list[Agent], scripts: list[list], *, audio_out_sample_rate: int = 24_000,
                      timeout_s: float = 120.0) -> None:
-    """Run one pipeline per agent (``upstream`` recorder → avatar → ``sink`` recorder) on one ``WorkerRunner``,
-    each played its script (which should end with an ``EndFrame`` or a ``CancelFrame``)."""
+    """Run one pipeline per agent on one ``WorkerRunner``, each played its script.
+
+    A pipeline is ``upstream`` recorder → avatar → ``sink`` recorder. A script should end with an ``EndFrame`` or
+    a ``CancelFrame``."""
     runner = WorkerRunner(handle_sigint=False)
     for a in agents:
         a.worker = PipelineWorker(Pipeline([a.upstream, a.avatar, a.sink]), enable_rtvi=False,
@@ -146,8 +156,9 @@ def pictures(rec: Recording) -> np.ndarray:
 
 
 def stamp_offsets_ms(rec: Recording) -> np.ndarray:
-    """Per audio frame out: its pts minus the pts of the last image pushed before it (ms; in [0, one frame
-    period) when each image is followed by the audio of its own period)."""
+    """Per audio frame out: its pts minus the pts of the last image pushed before it, in ms.
+
+    Each image may be followed by the audio of its own period. The offsets then lie in [0, one frame period)."""
     out, last = [], None
     for _, f in rec.order:
         if isinstance(f, OutputImageRawFrame):
@@ -158,9 +169,14 @@ def stamp_offsets_ms(rec: Recording) -> np.ndarray:
 
 
 def audio_after_image(rec: Recording) -> dict:
-    """Per audio frame out, against the image of its frame period (the one whose pts is the last at or before the
-    audio's): ``share`` of audio frames that reached the sink with or after that image, ``lead_ms`` (the most an
-    audio frame came before its image; 0 when none did), ``late_ms`` (the most one came after it), ``frames``."""
+    """Per audio frame out, against the image of its frame period.
+
+    That image is the one whose pts is the last at or before the audio's. Keys:
+
+    - ``share``: of audio frames that reached the sink with or after that image;
+    - ``lead_ms``: the most an audio frame came before its image; 0 when none did;
+    - ``late_ms``: the most one came after it;
+    - ``frames``."""
     if not rec.images or not rec.audio:
         return {"frames": len(rec.audio), "share": None, "lead_ms": None, "late_ms": None}
     pts = np.array([f.pts for _, f in rec.images], np.int64)
@@ -180,13 +196,13 @@ def audio_after_image(rec: Recording) -> dict:
 
 
 def image_gap_ms(rec: Recording, after_ns: int = 0) -> float | None:
-    """The longest wait between two images reaching the sink (ms), among those arriving from ``after_ns`` on."""
+    """The longest wait between two images reaching the sink, in ms. Only images from ``after_ns`` on count."""
     t = np.array([a for a, _ in rec.images if a >= after_ns], np.int64)
     return float(np.diff(t).max() / 1e6) if len(t) > 1 else None
 
 
 def audio_rms_per_image(rec: Recording) -> np.ndarray:
-    """Per image: the RMS (int16 units) of the audio out over its frame period (0 where no audio falls)."""
+    """Per image: the RMS of the audio out over its frame period. It is in int16 units, 0 where no audio falls."""
     if not rec.images:
         return np.zeros(0)
     period = rec.images[1][1].pts - rec.images[0][1].pts if len(rec.images) > 1 else 40_000_000
@@ -203,17 +219,22 @@ def audio_rms_per_image(rec: Recording) -> np.ndarray:
 
 
 def best_lag(openness: np.ndarray, rms: np.ndarray, max_lag: int = 4) -> tuple[int, list[float]]:
-    """The lag (frames; positive: the mouth after the sound) at which the mouth's openness best follows the
-    sound's loudness, and the correlation at each lag ``-max_lag..max_lag``."""
+    """The lag at which the mouth's openness best follows the sound's loudness, in frames.
+
+    Positive means the mouth after the sound. Also returns the correlation at each lag ``-max_lag..max_lag``."""
     corr = [0.0 if r is None else r for r in pearson_by_lag(openness, rms, max_lag).values()]
     return int(np.argmax(corr)) - max_lag, corr
 
 
 def analyse(rec: Recording, *, steady_after_s: float = 1.0) -> dict:
-    """What the sink saw: ``frames``, ``fps`` (images per second of arrival, after ``steady_after_s``),
-    ``unique_fps`` (pictures not repeated), ``stamp_offset_ms`` (audio pts − its image's pts: p50, max),
-    ``latency_ms`` (image arrival − arrival of the TTS audio it speaks, speech images), ``av_push_gap_ms``
-    (each audio frame's arrival − its image's arrival)."""
+    """What the sink saw:
+
+    - ``frames``;
+    - ``fps``: images per second of arrival, after ``steady_after_s``;
+    - ``unique_fps``: pictures not repeated;
+    - ``stamp_offset_ms``: audio pts − its image's pts, as p50 and max;
+    - ``latency_ms``: image arrival − arrival of the TTS audio it speaks, for speech images;
+    - ``av_push_gap_ms``: each audio frame's arrival − its image's arrival."""
     if len(rec.images) < 2:
         return {"frames": len(rec.images)}
     t = np.array([a for a, _ in rec.images], np.int64)

@@ -5,40 +5,44 @@
     framegraph bench render --out out/render.json --quick                   # smoke test, not a measurement
     framegraph bench render --out out/r.json --sections 3dgs --gaussians 500000 --size 1280x720
 
-Sections (``--sections``, default all three):
+Sections are picked by ``--sections``. The default is all three:
 
-- ``3dgs``: random SH-degree-3 scenes of each ``--gaussians`` size (CUDA default 10⁵, 10⁶, 3·10⁶ at
-  1920x1080; CPU default 10³, 10⁴, 3·10⁴ at 192x108), or one ``--scene`` file. A frame is a whole
-  :func:`rasterize` call (projection, SH, tile sort, blending) for ``--cameras`` cameras.
-- ``4dgs``: the shipped ``assets/scenes4d/bouncing_ball.pth`` (or ``--scene4d``), plus random 4D scenes
-  of each ``--gaussians4d`` size (CUDA default 10⁵; CPU none), at 1352x1014 on CUDA (135x101 on CPU).
-  Scene time advances 1/60 of the scene's duration per frame (looping), as in playback.
-- ``nerf``: the shipped ``assets/nerf/spheres`` (or ``--nerf``) at 800x800 on CUDA (80x80 on CPU); a
-  frame is :meth:`NerfModel.render` (ray generation, marching with occupancy skipping and early
-  termination, compositing).
+- ``3dgs``: random SH-degree-3 scenes of each ``--gaussians`` size, or one ``--scene`` file. On CUDA the
+  default sizes are 10⁵, 10⁶ and 3·10⁶ at 1920x1080. On a CPU they are 10³, 10⁴ and 3·10⁴ at 192x108. A
+  frame is a whole :func:`rasterize` call for ``--cameras`` cameras. That is projection, SH, tile sort and
+  blending.
+- ``4dgs``: the shipped ``assets/scenes4d/bouncing_ball.pth``, or ``--scene4d``. Random 4D scenes of each
+  ``--gaussians4d`` size come too. The CUDA default is 10⁵; the CPU has none. It renders at 1352x1014 on
+  CUDA and 135x101 on a CPU. Scene time advances 1/60 of the scene's duration per frame, looping, as in
+  playback.
+- ``nerf``: the shipped ``assets/nerf/spheres``, or ``--nerf``. It renders at 800x800 on CUDA and 80x80 on a
+  CPU. A frame is :meth:`NerfModel.render`. That is ray generation, marching and compositing. The march
+  skips by occupancy and terminates early.
 
-Per case and backend (``--backends``, the torch reference and Triton): median, p90, min and max ms per
-frame and FPS, after ``--warmup`` untimed frames; PSNR against the torch reference's image (same camera
-and time); peak memory of one render (see ``memory_method`` in the JSON). GPU timings use CUDA events
-around each frame (no I/O in the timed region: images stay on the device); CPU timings ``time.perf_counter`` with
-one torch thread unless ``--threads`` (``torch_threads`` in the JSON). When
-``gsplat`` is importable on CUDA, ``gsplat.rasterization`` renders the same 3DGS inputs in the same run:
-its own entry, plus ``ms_ratio_vs_gsplat`` (ours / gsplat: below 1 is faster) and ``psnr_vs_gsplat_db``
-in ours.
+Per case and backend it records ms per frame and FPS. The ms are median, p90, min and max, after
+``--warmup`` untimed frames. ``--backends`` lists the backends: the torch reference and Triton. It records PSNR
+against the torch reference's image, for the same camera and time. It records the peak memory of one render;
+see ``memory_method`` in the JSON.
 
-On a CPU-only machine Triton runs through its interpreter: those timings say nothing about speed, are
-flagged ``"interpreted": true``, are rendered ``--interpreted-iters`` times only (default once, which also
-gives the PSNR), and carry no speed-up. Interpreted Triton NeRF takes minutes per frame, so on CPU it is
+GPU timings use CUDA events around each frame. No I/O is in the timed region: images stay on the device. CPU
+timings use ``time.perf_counter`` with one torch thread, unless ``--threads``. That is ``torch_threads`` in the
+JSON. When ``gsplat`` is importable on CUDA, ``gsplat.rasterization`` renders the same 3DGS inputs in the same
+run. It gets its own entry. Ours gets ``ms_ratio_vs_gsplat`` and ``psnr_vs_gsplat_db``. A ratio below 1 means
+ours is faster.
+
+On a CPU-only machine Triton runs through its interpreter. Those timings say nothing about speed. They are
+flagged ``"interpreted": true`` and carry no speed-up. They render ``--interpreted-iters`` times only. The
+default is once, which also gives the PSNR. Interpreted Triton NeRF takes minutes per frame. So on a CPU it is
 skipped unless ``--interpreted-nerf``.
 
-A scene that would not fit in the device's free memory is refused before anything is allocated (the
-renderers' ``check_fits`` estimates; ``--available-mib`` overrides the free memory for planning): the
-case records ``"refused"`` with the numbers and the run goes on.
+A scene that would not fit in the device's free memory is refused before anything is allocated. The estimate
+is the renderers' ``check_fits``. ``--available-mib`` overrides the free memory for planning. The case records
+``"refused"`` with the numbers, and the run goes on.
 
-JSON: benchmark metadata (device, versions, command, commit, load), ``cases`` (one per section and size,
-each with ``results`` keyed by backend), and — for readers of the first version of this file — the first
-3DGS case's ``scene``, ``resolution``, ``cameras`` and ``results`` at the top level. PNG beside it: FPS per
-case and backend, and the torch reference's frame of each case.
+The JSON holds benchmark metadata: device, versions, command, commit, load. It holds ``cases``, one per section
+and size. Each case has ``results`` keyed by backend. For older readers, the first 3DGS case's ``scene``,
+``resolution``, ``cameras`` and ``results`` are also at the top level. The PNG beside it shows FPS per case and
+backend, and the torch reference's frame of each case.
 """
 from __future__ import annotations
 
@@ -57,9 +61,10 @@ from .timing import CaseTimeout, measure_peaks, time_cap
 
 
 def figure(data: dict, plt, previews=None):
-    """FPS per case and backend (log scale; interpreted Triton hatched and labelled as not a speed), and
-    the torch reference's frame of each case when ``previews`` (``[(name, image)]``) are given. Usable
-    by ``bench report`` on a saved JSON (without previews)."""
+    """FPS per case and backend on a log scale, and the torch reference's frame of each case.
+
+    Interpreted Triton is hatched and labelled as not a speed. The frames are drawn when ``previews``,
+    ``[(name, image)]``, are given. ``bench report`` can use it on a saved JSON, without previews."""
     cases = data.get("cases") or [{"name": "render", "results": data.get("results", {})}]
     colours = {"torch": "#4477aa", "triton": "#228833", "gsplat": "#ee6677"}
     labels, values, cols, hatches, notes = [], [], [], [], []
@@ -202,7 +207,7 @@ def _measure(args: argparse.Namespace, device: torch.device) -> tuple[dict, list
         for case in done:
             _print_case(case, time.perf_counter() - started)
 
-    # the first version of this file had one 3DGS case at the top level: keep those fields
+    # older readers read one 3DGS case at the top level: keep those fields
     first = next((c for c in result["cases"] if c["section"] == "3dgs" and not c.get("refused")), None)
     first = first or next((c for c in result["cases"] if not c.get("refused")), None)
     if first is not None:

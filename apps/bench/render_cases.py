@@ -1,5 +1,7 @@
-"""The cases of ``framegraph bench render``: per section (3DGS, 4DGS, NeRF) and size, every backend renders
-the same inputs; times, peak memory and PSNR against the torch reference (and gsplat) per backend."""
+"""The cases of ``framegraph bench render``, per section and size.
+
+The sections are 3DGS, 4DGS and NeRF. Every backend renders the same inputs. Per backend a case records times,
+peak memory, and PSNR against the torch reference and gsplat."""
 from __future__ import annotations
 
 import gc
@@ -39,7 +41,9 @@ DEFAULTS = {
 
 
 def _stats(times: list, frames_per_call: int) -> dict:
-    """ms per frame (median, p90, min, max) and FPS of ``times`` (ms per call of ``frames_per_call`` frames)."""
+    """ms per frame (median, p90, min, max) and FPS of ``times``.
+
+    ``times`` are ms per call of ``frames_per_call`` frames."""
     ms = summary_ms(times)
     return {"ms_per_frame_median": ms["p50_ms"], "ms_per_frame_p90": float(np.percentile(times, 90)),
             "ms_per_frame_min": min(times), "ms_per_frame_max": ms["max_ms"],
@@ -51,8 +55,10 @@ def _json_number(v):
 
 
 class Cases:
-    """The cases of one run: ``cases_3dgs`` / ``cases_4dgs`` / ``cases_nerf`` each return a list of case dicts
-    (``results`` keyed by backend, or ``refused``); ``previews`` collects the torch reference's frame per case."""
+    """The cases of one run.
+
+    ``cases_3dgs`` / ``cases_4dgs`` / ``cases_nerf`` each return a list of case dicts. A case has ``results``
+    keyed by backend, or ``refused``. ``previews`` collects the torch reference's frame per case."""
 
     def __init__(self, args, device: torch.device):
         self.args, self.device = args, device
@@ -83,9 +89,11 @@ class Cases:
         return gsplat, {"available": True, "version": getattr(gsplat, "__version__", None)}
 
     def run_case(self, case: dict, renders: dict, frames_per_call: int = 1) -> dict:
-        """Time each backend of ``renders`` (``name -> (render(frame_index) -> image, skip_reason)``; a
-        reason other than None records the backend as skipped) on the same inputs; images of frame 0
-        are compared with the torch reference's (PSNR) and with gsplat's when it ran."""
+        """Time each backend of ``renders`` on the same inputs.
+
+        ``renders`` maps ``name -> (render(frame_index) -> image, skip_reason)``. A reason other than None
+        records the backend as skipped. Images of frame 0 are compared with the torch reference's, by PSNR. They
+        are also compared with gsplat's when it ran."""
         images = {}
         results = case.setdefault("results", {})
         for backend, (render, note) in renders.items():
@@ -145,8 +153,10 @@ class Cases:
         return case
 
     def _bench(self, render, warmup: int) -> dict:
-        """:func:`~.timing.do_bench` of successive frames (frame ``i`` advances the 4DGS scene's time) after
-        ``warmup`` untimed ones; at least ``iters`` repetitions (CPU) or ``--rep-ms`` of them (CUDA)."""
+        """:func:`~.timing.do_bench` of successive frames after ``warmup`` untimed ones.
+
+        Frame ``i`` advances the 4DGS scene's time. It makes at least ``iters`` repetitions on a CPU, or
+        ``--rep-ms`` of them on CUDA."""
         frame = iter(range(1, 1 << 30))
         for _ in range(warmup):
             render(next(frame))
@@ -168,9 +178,10 @@ class Cases:
         return out
 
     def per_backend(self, section: str, draw, count) -> tuple[dict, dict]:
-        """One render function per backend of ``section`` for :meth:`run_case`: ``draw(backend, i)`` gives
-        ``(image, meta)`` of frame ``i`` (run under ``no_grad``); ``count(meta)`` of frame 0 is kept per backend
-        in the second dict returned."""
+        """One render function per backend of ``section``, for :meth:`run_case`.
+
+        ``draw(backend, i)`` gives ``(image, meta)`` of frame ``i``, run under ``no_grad``. ``count(meta)`` of
+        frame 0 is kept per backend, in the second dict returned."""
         counts = {}
 
         def for_backend(backend):
@@ -186,8 +197,9 @@ class Cases:
 
     @staticmethod
     def open(path, kind: str, flag: str):
-        """The scene at ``path`` through :func:`~framegraph.renderers.scene_file.open_scene` (on the CPU),
-        refused unless it is a ``kind`` scene."""
+        """The scene at ``path``, opened on the CPU by :func:`~framegraph.renderers.scene_file.open_scene`.
+
+        It is refused unless it is a ``kind`` scene."""
         scene = open_scene(path)
         if scene.kind != kind:
             raise ValueError(f"{flag} {path}: that is a {scene.kind} scene; {flag} takes a {kind} one")
@@ -324,9 +336,10 @@ class Cases:
 
     # ------------------------------------------------------------------------------------------ NeRF
     def jobs(self) -> list[tuple[float, str, list | None]]:
-        """Every case of the chosen sections as ``(estimated work, section, its items)``, the cheapest first (work:
-        Gaussians + pixels for 3DGS / 4DGS — a checkpoint counted as 10⁵ Gaussians —, 16 samples a pixel for NeRF),
-        so the quick cases print before a slow one starts."""
+        """Every case of the chosen sections as ``(estimated work, section, its items)``, the cheapest first.
+
+        Work for 3DGS / 4DGS is Gaussians + pixels. A checkpoint counts as 10⁵ Gaussians. For NeRF it is 16
+        samples a pixel. So the quick cases print before a slow one starts."""
         args, out = self.args, []
         if "3dgs" in args.sections:
             w, h = self.default("size", args.size)
@@ -383,8 +396,10 @@ class Cases:
 
 
 def nerf_bytes(model, width: int, height: int, chunk_rays: int, chunk_steps: int = 64) -> int:
-    """Upper bound of the memory a NeRF render needs: weights + occupancy + the image, and one marching
-    chunk (``min(chunk_rays, pixels) x chunk_steps`` samples) with every sample evaluated by the field."""
+    """Upper bound of the memory a NeRF render needs.
+
+    That is weights + occupancy + the image, and one marching chunk. A chunk is
+    ``min(chunk_rays, pixels) x chunk_steps`` samples, each evaluated by the field."""
     c = model.config
     weights = sum(t.numel() * t.element_size() for t in model.tensors().values())
     rays = min(chunk_rays, width * height)

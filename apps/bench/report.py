@@ -1,12 +1,16 @@
-"""Collects benchmark JSON files into one HTML page (plots embedded) and a summary PNG.
+"""Collects benchmark JSON files into one HTML page, with plots embedded, and a summary PNG.
 
     framegraph bench report --inputs benchmarks/results --out out/report.html
 
-Each JSON is drawn by the bench that wrote it (its ``"benchmark"`` name; files written before the name was
-recorded are recognised by their content: ``hop_overhead`` is the runtime bench, ``results`` with ``op`` the
-kernel bench, ``results`` keyed by backend the render bench), with that bench's ``figure``; anything else is
-shown as a table of its numbers. Nothing is re-measured: the page shows what the files say, with their
-device, versions and commands.
+Each JSON is drawn by the bench that wrote it, with that bench's ``figure``. Its ``"benchmark"`` field names
+the bench. Older files without the name are recognised by their content:
+
+- ``hop_overhead``: the runtime bench;
+- ``results`` with ``op``: the kernel bench;
+- ``results`` keyed by backend: the render bench.
+
+Anything else is shown as a table of its numbers. Nothing is re-measured. The page shows what the files say,
+with their device, versions and commands.
 """
 from __future__ import annotations
 
@@ -46,7 +50,7 @@ def _load(paths: list[str]) -> list[tuple[str, dict]]:
 
 
 def kind_of(data: dict) -> str:
-    """The name of the bench that wrote ``data`` (a key of ``BENCHES``), or ``"other"``."""
+    """The name of the bench that wrote ``data``, a key of ``BENCHES``, or ``"other"``."""
     if data.get("benchmark") in BENCHES:
         return data["benchmark"]
     if "hop_overhead" in data:
@@ -88,7 +92,7 @@ def _flat_numbers(data, prefix="") -> list[tuple[str, object]]:
 
 
 def build_report(inputs: list[str]) -> tuple[str, list]:
-    """HTML of the report and the matplotlib figures it holds (for the summary PNG)."""
+    """HTML of the report, and the matplotlib figures it holds for the summary PNG."""
     plt = pyplot()
     sections, figures = [], []
     for path, data in _load(inputs):

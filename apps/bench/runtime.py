@@ -1,22 +1,23 @@
 """Stage-graph runtime benchmark: per-hop overhead, latency under overload, work and waits, allocations, RSS.
 
-Five measurements, each on a real graph of trivial stages (so what is measured is the runtime):
+There are five measurements. Each runs on a real graph of trivial stages, so what is measured is the runtime.
 
-1. **hop latency** — a paced source (unloaded pipeline) through ``--hops`` relay stages; for every frame,
-   the time from one stage's exit to the next stage's entry (the ring hand-off and thread wake-up),
-   p50/p99 in µs. Also the fast-mode throughput of the same chain.
-2. **overload** — a realtime source at ``--fps``, a relay costing ``--relay-ms``, and a sink costing two
-   frame periods (2× overload), with ``max_in_flight=1``: end-to-end latency percentiles against the
-   bound "one frame period + sum of stage times", and the frames dropped at the source; each stage's work
-   and waits.
-3. **backpressure** — a fast-clock source, a relay costing ``--relay-ms`` and a sink costing ``--sink-ms``
-   through one-slot ``block`` rings: the sink sets the pace, and the telemetry must show the source and the
-   relay *waiting on output* for it (``output_wait``), their ``work`` staying their own cost.
-4. **allocations** — over ``--frames`` frames after a warm-up: growth of live Python heap blocks
-   (tracemalloc) and, on CUDA, caching-allocator allocations (should be zero: rings are preallocated).
-5. **RSS** — resident memory sampled over the same run (should stay flat, ≤ 1 %).
+1. **hop latency** — a paced source through ``--hops`` relay stages, with the pipeline unloaded. For every
+   frame it takes the time from one stage's exit to the next stage's entry. That is the ring hand-off and
+   thread wake-up, as p50/p99 in µs. It also measures the fast-mode throughput of the same chain.
+2. **overload** — a realtime source at ``--fps`` and a relay costing ``--relay-ms``. The sink costs two frame
+   periods, a 2× overload. The source has ``max_in_flight=1``. It records end-to-end latency percentiles
+   against the bound "one frame period + sum of stage times". It records the frames dropped at the source,
+   and each stage's work and waits.
+3. **backpressure** — a fast-clock source, a relay costing ``--relay-ms`` and a sink costing ``--sink-ms``.
+   They are joined by one-slot ``block`` rings. The sink sets the pace. The telemetry must show the source and
+   the relay *waiting on output* for it: ``output_wait``. Their ``work`` must stay their own cost.
+4. **allocations** — over ``--frames`` frames after a warm-up. It records the growth of live Python heap
+   blocks, by tracemalloc. On CUDA it also counts caching-allocator allocations. Those should be zero: rings are
+   preallocated.
+5. **RSS** — resident memory sampled over the same run. It should stay flat, within 1 %.
 
-Stage "costs" are ``time.sleep`` (which releases the GIL, as a GPU wait does), not CPU work.
+Stage "costs" are ``time.sleep``, not CPU work. A sleep releases the GIL, as a GPU wait does.
 """
 from __future__ import annotations
 
@@ -50,8 +51,10 @@ class Relay(Stage):
 
 
 class ProbeSink(Stage):
-    """Records each frame's hop gaps (exit of stage i → entry of stage i+1) into preallocated arrays;
-    optionally samples RSS and starts tracemalloc / CUDA allocation counting after ``warmup`` frames."""
+    """Records each frame's hop gaps into preallocated arrays.
+
+    A gap is from the exit of stage i to the entry of stage i+1. After ``warmup`` frames it can also sample RSS
+    and start tracemalloc and CUDA allocation counting."""
 
     def __init__(self, n: int, n_stages: int, shape, device, cost_ms: float = 0.0, warmup: int = 0,
                  track_memory: bool = False):
@@ -105,7 +108,7 @@ def _chain(n: int, hops: int, fps: float, mode: Literal["realtime", "fast"], sha
 
 
 def _summary_us(values_us) -> dict:
-    """``{"p50", "p95", "p99", "mean", "max"}`` of times in µs (``{}`` when empty)."""
+    """``{"p50", "p95", "p99", "mean", "max"}`` of times in µs. ``{}`` when empty."""
     return {k.removesuffix("_ms"): v for k, v in summary_ms(values_us).items() if k != "count"}
 
 
@@ -144,8 +147,10 @@ def measure_overload(seconds: float, fps: float, relay_ms: float, device, shape)
 
 
 def measure_backpressure(frames: int, relay_ms: float, sink_ms: float, device, shape) -> dict:
-    """Fast source → relay (``relay_ms``) → sink (``sink_ms``) through one-slot block rings: per stage, its
-    work and its waits (the source's and the relay's waits on output are the sink's pace, not their work)."""
+    """Fast source → relay (``relay_ms``) → sink (``sink_ms``) through one-slot block rings.
+
+    Per stage it returns its work and its waits. The source's and the relay's waits on output are the sink's
+    pace, not their work."""
     g, _, _ = _chain(frames, 2, 1000.0, "fast", shape, device, relay_ms=relay_ms, sink_ms=sink_ms, capacity=1)
     report = g.run()
     return {"frames": frames, "stage_ms": {"source": 0.0, "relay0": relay_ms, "sink": sink_ms},
@@ -196,7 +201,7 @@ def figure(data: dict, plt):
     axes[2].ticklabel_format(useOffset=False)
     axes[2].set_title(f"RSS over {m['frames']} frames (MiB)")
     axes[2].set_xlabel("frame")
-    if "backpressure" in data:  # results recorded before work and waits were told apart have no such run
+    if "backpressure" in data:  # older results, without work and waits told apart, have no such run
         b = data["backpressure"]
         names = list(b["stages"])
         left = np.zeros(len(names))

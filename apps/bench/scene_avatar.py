@@ -1,15 +1,18 @@
-"""``framegraph bench scene_avatar`` (options: ``apps/commands/bench/scene_avatar.py``): the avatar in a scene, measured
-as a user runs it — three real graphs on the fast clock, each ending in a sink that keeps nothing:
+"""``framegraph bench scene_avatar``: the avatar in a scene, measured as a user runs it.
 
-- **avatar alone**: speech → the avatar's stages (with its matte) at the bundle's own size;
-- **scene alone**: the orbit's cameras → the scene's render stage (with its depth and opacity layers) at the size asked;
-- **composite**: both in one graph (:func:`~framegraph.apps.scene_avatar.build_scene_avatar_graph`), joined by the
-  compositing stage on the audio clock.
+Its options are in ``apps/commands/bench/scene_avatar.py``. It runs three real graphs on the fast clock. Each
+ends in a sink that keeps nothing:
 
-For each: frames per second at the sink, time to the first frame, and each stage's work p50/p99 (its own compute,
-without its waits: :mod:`framegraph.stream.telemetry`). The target on CPU: the composite at ≥ 90 % of its slower
-branch's FPS alone (compositing and the shared clock cost little, the branches work in parallel, each stage on its
-own thread).
+- **avatar alone**: speech → the avatar's stages, with its matte, at the bundle's own size.
+- **scene alone**: the orbit's cameras → the scene's render stage at the size asked. The stage makes depth and
+  opacity layers too.
+- **composite**: both in one graph, :func:`~framegraph.apps.scene_avatar.build_scene_avatar_graph`. The
+  compositing stage joins them on the audio clock.
+
+For each it records frames per second at the sink and time to the first frame. It records each stage's work
+p50/p99: its own compute, without its waits. See :mod:`framegraph.stream.telemetry`. The target on a CPU: the
+composite at ≥ 90 % of its slower branch's FPS alone. Compositing and the shared clock cost little. The
+branches work in parallel, each stage on its own thread.
 """
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ TARGET_SHARE = 0.9  # the composite's FPS / its slower branch's alone, at least 
 
 
 class Discard(Stage):
-    """A sink that takes each picture and keeps nothing (the measure is the graph, not an encoder)."""
+    """A sink that takes each picture and keeps nothing. The measure is the graph, not an encoder."""
 
     def __init__(self, shape: tuple[int, ...], name: str = "discard"):
         super().__init__(name)
@@ -111,8 +114,10 @@ def measure(args: argparse.Namespace) -> dict:
 
 
 def _branch_work(stages: dict) -> dict:
-    """The composite run's work p50 per branch: the sum of its stages' (the avatar's: the audio side and the picture
-    stages; the scene's: the camera and the render), and the compositor's."""
+    """The composite run's work p50 per branch, and the compositor's.
+
+    A branch's figure is the sum of its stages'. The avatar's are the audio side and the picture stages. The
+    scene's are the camera and the render."""
     scene = {"camera", "gaussians", "gaussians4d", "nerf"}
     comp = {"quad_in_scene"}
     sums = {"avatar": 0.0, "scene": 0.0, "composite": 0.0}

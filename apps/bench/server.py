@@ -5,14 +5,16 @@
     framegraph bench server --cluster --replicas 1,2 --out FILE.json             # on Ray Serve: see cluster.py
     framegraph bench server --transport websocket,webrtc --out FILE.json         # transports: see transport.py
 
-A real server runs in this process on a loopback port (``serve_in_thread``) and a real WebSocket client
-(``framegraph client``'s ``stream_session``) talks to it, so the RSS figures cover both. Two phases:
+A real server runs in this process on a loopback port, with ``serve_in_thread``. A real WebSocket client talks
+to it: ``framegraph client``'s ``stream_session``. So the RSS figures cover both. Two phases:
 
-1. **sessions** — ``--sessions`` sessions one after another, each streaming ``--session-seconds`` of
-   speech-like audio in real time through ``--pipeline`` (default ``scope``); RSS after each (after a
-   garbage collection), and its growth from the end of the warm-up (the first 10 %) to the end.
-2. **soak** — one session streaming ``--soak-seconds`` of audio: glass-to-glass latency p50/p95 per
-   minute (flat means no drift or queue growth), frames presented as a fraction of the target FPS.
+1. **sessions** — ``--sessions`` sessions one after another. Each streams ``--session-seconds`` of
+   speech-like audio in real time through ``--pipeline``. The default pipeline is ``scope``. RSS is taken
+   after each session, after a garbage collection. Its growth is taken from the end of the warm-up to the end.
+   The warm-up is the first 10 %.
+2. **soak** — one session streaming ``--soak-seconds`` of audio. It records glass-to-glass latency p50/p95
+   per minute. Flat means no drift or queue growth. It records frames presented as a fraction of the target
+   FPS.
 """
 from __future__ import annotations
 
@@ -80,8 +82,10 @@ def run_soak(url: str, pipeline: str, seconds: float, bin_s: float) -> dict:
 
 
 def figure(data: dict, plt):
-    """RSS after each session, and glass-to-glass latency p50 / p95 over the soak (a ``--cluster`` result:
-    :func:`cluster.figure`; a ``--transport`` one: :func:`transport.figure`)."""
+    """RSS after each session, and glass-to-glass latency p50 / p95 over the soak.
+
+    A ``--cluster`` result is drawn by :func:`cluster.figure`. A ``--transport`` one is drawn by
+    :func:`transport.figure`."""
     if data.get("cluster"):
         return cluster.figure(data, plt)
     if data.get("transport_comparison"):

@@ -1,17 +1,26 @@
-"""``framegraph bench sessions``: N live sessions of one avatar at once, their model calls batched by one model
-service (:mod:`framegraph.stream.batching`) or each session's alone.
+"""``framegraph bench sessions``: N live sessions of one avatar at once, batched or not.
+
+With batching, their model calls go through one model service, :mod:`framegraph.stream.batching`. Without it,
+each session calls its own.
 
     framegraph bench sessions --pipeline avatar,video_avatar --sessions 1,2,4,8 --batching on,off \\
         --out benchmarks/results/cpu/sessions.json
 
-Each session is built as the server builds it (a realtime clock, live: frames whose audio is older than the live lag
-are skipped) and fed its speech in 20 ms chunks in real time from a common start (``measure_sessions``, shared with
-``bench avatar``). Per run: each session's presented fps and their spread (how fair the shares were), its
-glass-to-glass p50 / p95 (audio chunk in to picture out), the aggregate fps, the process's CPU time per presented
-frame and, batched, the service's batch sizes, queue wait and frames missed. ``video_avatar``: a video avatar
-with the trained bundles' generator widths at ``--video-region`` (fresh weights: the cost does not depend on
-them); ``avatar``: the shipped portrait. Batching is built for the video avatar's generator; the portrait's rows
-with batching on say so and measure nothing.
+Each session is built as the server builds it. It has a realtime clock and is live. Frames whose audio is older
+than the live lag are skipped. Each session is fed its speech in 20 ms chunks, in real time, from a common
+start. That is ``measure_sessions``, shared with ``bench avatar``.
+
+Per run it records:
+
+- each session's presented fps, and their spread: how fair the shares were;
+- each session's glass-to-glass p50 / p95, audio chunk in → picture out;
+- the aggregate fps;
+- the process's CPU time per presented frame;
+- batched: the service's batch sizes, queue wait and frames missed.
+
+``video_avatar`` is a video avatar at ``--video-region``. It has the trained bundles' generator widths. Its
+weights are fresh, since the cost does not depend on them. ``avatar`` is the shipped portrait. Batching is built
+for the video avatar's generator. The portrait's rows with batching on say so, and measure nothing.
 """
 from __future__ import annotations
 

@@ -10,7 +10,9 @@ from framegraph.stream.media import SAMPLE_RATE
 
 
 def speech_like(seconds: float, rate: int = SAMPLE_RATE, seed: int = 0) -> np.ndarray:
-    """Voiced bursts (harmonics of a wandering pitch, 150–600 ms) separated by short silences, int16."""
+    """Voiced bursts separated by short silences, int16.
+
+    A burst is 150–600 ms of harmonics of a wandering pitch."""
     rng = np.random.default_rng(seed)
     out = np.zeros(int(seconds * rate), np.float64)
     i = 0
@@ -26,8 +28,10 @@ def speech_like(seconds: float, rate: int = SAMPLE_RATE, seed: int = 0) -> np.nd
 
 
 def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
-    """Exactly ``seconds`` of 16 kHz int16 speech: espeak-ng sentences when available, else
-    :func:`speech_like` bursts. Returns the samples and a description for the JSON (``{"source", "text"}``)."""
+    """Exactly ``seconds`` of 16 kHz int16 speech.
+
+    It is espeak-ng sentences when available, else :func:`speech_like` bursts. Returns the samples and a
+    description for the JSON: ``{"source", "text"}``."""
     n = int(round(seconds * SAMPLE_RATE))
     if not espeak_available():
         return speech_like(seconds, SAMPLE_RATE, seed)[:n], {
@@ -46,8 +50,10 @@ def speech(seconds: float, seed: int = 0) -> tuple[np.ndarray, dict]:
 
 
 def speech_or_file(path: str | None, seconds: float = 20.0) -> tuple[np.ndarray, dict]:
-    """The speech a bench measures on: the file at ``path`` (16 kHz int16, named by its file name in the JSON) or,
-    without one, :func:`speech` of ``seconds``."""
+    """The speech a bench measures on.
+
+    With ``path``, the file there: 16 kHz int16, named by its file name in the JSON. Without one,
+    :func:`speech` of ``seconds``."""
     if path:
         from framegraph.stream.media import decode_audio
 

@@ -2,14 +2,20 @@
 
     framegraph bench startup --out benchmarks/results/cpu/startup.json
 
-Each command is run as a user runs it — the ``framegraph`` script beside this interpreter, in a fresh process, from
-the repository root — ``--runs`` times, the commands taken in turns so that a burst of load on a shared machine
-spreads over all of them; the JSON has every wall time, the median, and the target it is held to (issue #35, on
-2 cores): ``--help`` and ``render --help`` ≤ 0.5 s, ``info`` ≤ 1.5 s, a 1-s test card ≤ 1.5 s, a 1-s avatar render
-(the shipped bundle, 1 s of espeak-ng speech) ≤ 3 s. One more run of each under ``python -X importtime`` records
-whether it imports torch and how long its imports take. The load average is recorded with each command's runs,
-and each run's CPU time (user + system) beside its wall time: on a shared machine the wall time also holds the
-waits for a core.
+Each command is run as a user runs it. That is the ``framegraph`` script beside this interpreter, in a fresh
+process, from the repository root. Each runs ``--runs`` times. The commands take turns, so a burst of load on a
+shared machine spreads over all of them. The JSON has every wall time, the median, and the target.
+
+The targets are from issue #35, on 2 cores:
+
+- ``--help`` and ``render --help``: ≤ 0.5 s;
+- ``info``: ≤ 1.5 s;
+- a 1-s test card: ≤ 1.5 s;
+- a 1-s avatar render: ≤ 3 s. It uses the shipped bundle and 1 s of espeak-ng speech.
+
+One more run of each goes under ``python -X importtime``. It records whether the command imports torch and how
+long its imports take. The load average is recorded with each command's runs. Each run's CPU time, user +
+system, is recorded beside its wall time. On a shared machine the wall time also holds the waits for a core.
 """
 from __future__ import annotations
 
@@ -44,8 +50,10 @@ def _commands(avatar: str, wav: str, tmp: str) -> dict[str, list[str]]:
 
 
 def _timed(argv: list[str]) -> tuple[float, float]:
-    """``(wall s, CPU s)`` of one run: the CPU time (user + system, the process and its threads) is what the
-    command cost the machine; on a shared machine the wall time also holds its waits for a core."""
+    """``(wall s, CPU s)`` of one run.
+
+    The CPU time is user + system, for the process and its threads. It is what the command cost the machine.
+    On a shared machine the wall time also holds its waits for a core."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     done = subprocess.run(argv, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -114,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def figure(data: dict, plt):
-    """Median wall time per command (each run a dot), its target a tick, its median CPU time a diamond."""
+    """Median wall time per command, each run a dot. Its target is a tick, its median CPU time a diamond."""
     rows = data["commands"]
     names = list(rows)
     fig, ax = plt.subplots(figsize=(9, 0.6 * len(names) + 1.4))

@@ -1,17 +1,24 @@
-"""Timing an op the way GPU kernels are timed in the field (Triton's ``do_bench``), and the card's own peaks.
+"""Timing an op the way GPU kernels are timed in the field, and the card's own peaks.
 
-:func:`do_bench` on CUDA: a first call (compilation, autotuning) is not timed; the time of one call is estimated;
-then calls run untimed for at least ``warmup_ms`` (the clocks ramp up), then timed repetitions for at least
-``rep_ms``, each after the L2 cache is flushed (a buffer larger than any L2 is zeroed, so an op cannot read
-inputs a previous repetition left in the cache), each timed by its own pair of CUDA events around the op alone.
-Where the op can be captured (no host sync, no allocation it cannot replay), the repetitions are replayed from one
-CUDA graph of ``flush, op`` pairs instead — no launch overhead in the figure — and the time of a graph of flushes
-alone is subtracted. On a CPU: ``time.perf_counter`` around each call, the same warm-up and repetition budgets,
-no flush.
+The way is Triton's ``do_bench``. On CUDA, :func:`do_bench` works in steps:
 
-:func:`measure_peaks` measures in the same run what the device really reaches — copy bandwidth (a device-to-device
-``copy_`` of a buffer much larger than L2: bytes read + written per second) and dense matmul throughput (bf16 on
-CUDA, float32 on a CPU) — so an op can be reported as a fraction of *measured* peaks, not of a datasheet's.
+- A first call is not timed. It holds compilation and autotuning.
+- The time of one call is estimated.
+- Calls run untimed for at least ``warmup_ms``, while the clocks ramp up.
+- Timed repetitions run for at least ``rep_ms``.
+
+Each repetition follows an L2 flush. A buffer larger than any L2 is zeroed. So an op cannot read inputs a
+previous repetition left in the cache. Each is timed by its own pair of CUDA events around the op alone.
+
+Some ops can be captured: no host sync, no allocation it cannot replay. Their repetitions are replayed from one
+CUDA graph of ``flush, op`` pairs instead. So the figure has no launch overhead. The time of a graph of flushes
+alone is subtracted. On a CPU it uses ``time.perf_counter`` around each call. The warm-up and repetition budgets
+are the same. There is no flush.
+
+:func:`measure_peaks` measures what the device really reaches, in the same run. One peak is copy bandwidth: a
+device-to-device ``copy_`` of a buffer much larger than L2. It counts bytes read + written per second. The other
+is dense matmul throughput: bf16 on CUDA, float32 on a CPU. So an op can be reported as a fraction of *measured*
+peaks, not of a datasheet's.
 """
 from __future__ import annotations
 
@@ -29,7 +36,7 @@ L2_FLUSH_BYTES = 256 * 2**20  # larger than the L2 of any GPU we time (H100 50 M
 
 
 def flush_buffer(device: torch.device) -> torch.Tensor | None:
-    """The buffer zeroed between repetitions to flush L2 (None on a CPU)."""
+    """The buffer zeroed between repetitions to flush L2. None on a CPU."""
     if device.type != "cuda":
         return None
     return torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.int32, device=device)
@@ -77,8 +84,9 @@ def _events(fn, cache, n: int) -> list[float]:
 
 
 def _graphed(fn, cache, n: int) -> float | None:
-    """ms per call from a CUDA graph of ``n`` (flush, op) pairs less a graph of ``n`` flushes; None when the op
-    cannot be captured."""
+    """ms per call from a CUDA graph of ``n`` (flush, op) pairs, less a graph of ``n`` flushes.
+
+    None when the op cannot be captured."""
     try:
         stream = torch.cuda.Stream()
         with torch.cuda.stream(stream):
@@ -111,10 +119,12 @@ def _graphed(fn, cache, n: int) -> float | None:
 def do_bench(fn: Callable[[], object], device: torch.device | str, *, warmup_ms: float = 25.0,
              rep_ms: float = 100.0, flush_l2: bool = True, graph: bool = True, max_reps: int = 10_000,
              min_reps: int = 3, keep_times: bool = False) -> dict:
-    """Time ``fn()`` (see the module docs). Returns ``median_ms`` (the figure to report), ``min_ms``, ``p20_ms``,
-    ``p80_ms``, ``mean_ms``, ``reps``, ``warmup_calls``, ``method`` and, on CUDA, ``graph_ms`` (per call from a
-    CUDA-graph replay, None where the op could not be captured) and ``graph_note``; ``times_ms`` (every
-    repetition) with ``keep_times``."""
+    """Time ``fn()``, as the module docs say.
+
+    Returns ``median_ms``, the figure to report. Also ``min_ms``, ``p20_ms``, ``p80_ms``, ``mean_ms``, ``reps``,
+    ``warmup_calls`` and ``method``. On CUDA it adds ``graph_ms`` and ``graph_note``. ``graph_ms`` is per call
+    from a CUDA-graph replay, None where the op could not be captured. With ``keep_times`` it adds ``times_ms``,
+    every repetition."""
     device = torch.device(device)
     if device.type != "cuda":
         out = _cpu(fn, warmup_ms, rep_ms, max_reps, min_reps)
@@ -140,14 +150,15 @@ def do_bench(fn: Callable[[], object], device: torch.device | str, *, warmup_ms:
 
 
 class CaseTimeout(Exception):
-    """A case ran past its time cap (:func:`time_cap`)."""
+    """A case ran past its time cap. See :func:`time_cap`."""
 
 
 @contextlib.contextmanager
 def time_cap(seconds: float | None, what: str):
-    """Raise :class:`CaseTimeout` in this (the main) thread once ``seconds`` have passed inside the block, so one
-    slow case cannot take a whole run's time (``SIGALRM``: it interrupts Python between operations, not a running
-    kernel). None or 0: no cap."""
+    """Raise :class:`CaseTimeout` once ``seconds`` have passed inside the block. None or 0: no cap.
+
+    It raises in this thread, the main one. So one slow case cannot take a whole run's time. It uses
+    ``SIGALRM``, which interrupts Python between operations, not a running kernel."""
     if not seconds or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -165,7 +176,7 @@ def time_cap(seconds: float | None, what: str):
 
 
 def measure_peaks(device: torch.device | str, *, copy_mib: int = 1024, matmul_n: int = 8192) -> dict:
-    """The device's own copy bandwidth and dense matmul throughput, measured now (see the module docs)."""
+    """The device's own copy bandwidth and dense matmul throughput, measured now. See the module docs."""
     device = torch.device(device)
     cuda = device.type == "cuda"
     if not cuda:

@@ -3,27 +3,28 @@
     framegraph bench server --transport websocket,webrtc --out benchmarks/results/cpu/server_transport.json
     framegraph bench server --transport websocket,webrtc --transport-seconds 4 --pipelines scope --out /tmp/t.json
 
-``framegraph serve`` runs as its own process in a network namespace (apps/bench/network.py), once behind a clean
-veth pair (the kernel's own path, as loopback) and once behind the impairment (``--impairment``, default 2 % loss
-and 30 ± 30 ms each way); real clients (``framegraph client``'s sessions, WebSocket and WebRTC) stream each
-pipeline for ``--transport-seconds``, one session at a time, the transports taking turns, after a short untimed
-session of each pipeline on each transport (imports, model loads, codec set-up: the first avatar session took
-5 s more). Per session:
+``framegraph serve`` runs as its own process in a network namespace; see apps/bench/network.py. It runs once
+behind a clean veth pair. That is the kernel's own path, as loopback. It runs once behind the impairment,
+``--impairment``. The default is 2 % loss and 30 ± 30 ms each way.
 
-- **glass-to-glass** p50 / p95: the client's capture of the audio behind a frame → the frame decoded (WebRTC) or
-  received (the WebSocket client does not decode: its figure leaves out a decode of ~1 ms at 320x240) — for
-  pipelines with audio input (``scope``, ``avatar``); the ``testcard`` takes none, so its figure is the server's
-  monotonic clock at the frame's source → receipt (client and server share this host's clock);
-- **first frame**: offer / connect → the first frame;
-- **server CPU**: the server process's CPU time over the session's wall time (% of one core);
-- **bytes per second** on the wire, each way (the link's counters: IP packets, headers included).
+Real clients stream each pipeline for ``--transport-seconds``. They are ``framegraph client``'s sessions,
+WebSocket and WebRTC. One session runs at a time, and the transports take turns. First comes a short untimed
+session of each pipeline on each transport. It covers imports, model loads and codec set-up. Per session:
 
-With ``--repeat N`` each cell is N sessions (the transports still taking turns, session by session) and each figure
-their median (:func:`combine`; the sessions are kept in the JSON): one 10-s session's impaired p95 moves by tens of
-ms from run to run.
+- **glass-to-glass** p50 / p95, for pipelines with audio input: ``scope`` and ``avatar``. It starts at the client's
+  capture of the audio behind a frame. It ends when the frame is decoded (WebRTC) or received. The WebSocket client does
+  not decode, so its figure leaves out a decode. The ``testcard`` takes no audio. Its figure starts at the frame's
+  source, on the server's monotonic clock. It ends at receipt. Client and server share this host's clock.
+- **first frame**: offer or connect → the first frame.
+- **server CPU**: the server process's CPU time over the session's wall time. It is in % of one core.
+- **bytes per second** on the wire, each way. These are the link's counters: IP packets, headers included.
 
-Targets (issue #31): WebRTC's glass-to-glass p50 within the WebSocket's + 30 ms on the clean link, and its p95
-below the WebSocket's under impairment; the JSON says, per pipeline, whether each was met.
+With ``--repeat N`` each cell is N sessions, and each figure is their median. See :func:`combine`. The
+transports still take turns, session by session. The sessions are kept in the JSON. A single session's impaired
+p95 varies from run to run.
+
+Targets are from issue #31. On the clean link, WebRTC's glass-to-glass p50 is within the WebSocket's + 30 ms.
+Under impairment, its p95 is below the WebSocket's. The JSON says, per pipeline, whether each was met.
 """
 from __future__ import annotations
 
@@ -97,9 +98,11 @@ MEDIAN_FIELDS = ("latency_p50_ms", "latency_p95_ms", "first_frame_ms", "frames",
 
 
 def combine(sessions: list[dict]) -> dict:
-    """One cell of ``repeat`` sessions: the median of each of :data:`MEDIAN_FIELDS` over them (and of the bytes per
-    second), the sessions themselves under ``"sessions"`` and ``"failed_sessions"``, how many showed no frame or
-    reported an error (a median would hide them); one session is returned as it is."""
+    """One cell of ``repeat`` sessions. One session is returned as it is.
+
+    It holds the median of each of :data:`MEDIAN_FIELDS` over them. It holds the median bytes per second. The sessions
+    themselves go under ``"sessions"``. ``"failed_sessions"`` counts those that showed no frame or reported an
+    error. A median would hide them."""
     if len(sessions) == 1:
         return sessions[0]
     cell = dict(sessions[-1])
@@ -116,8 +119,9 @@ def combine(sessions: list[dict]) -> dict:
 
 def run_condition(impairment: Impairment | None, transports: list[str], pipelines: list[str],
                   seconds: float, repeat: int = 1) -> dict:
-    """Every pipeline over every transport behind one link, ``repeat`` sessions each (a cell is their
-    :func:`combine`); the transports take turns per pipeline, session by session."""
+    """Every pipeline over every transport behind one link, ``repeat`` sessions each.
+
+    A cell is their :func:`combine`. The transports take turns per pipeline, session by session."""
     runs: dict[str, dict] = {}
     with namespace_link(impairment) as link, server_process(link) as server:
         for pipeline in pipelines:
@@ -136,7 +140,7 @@ def run_condition(impairment: Impairment | None, transports: list[str], pipeline
 
 
 def targets(result: dict) -> dict:
-    """Per pipeline: WebRTC p50 ≤ WebSocket p50 + 30 ms (clean link), WebRTC p95 < WebSocket p95 (impaired)."""
+    """Per pipeline: WebRTC p50 ≤ WebSocket p50 + 30 ms on the clean link. WebRTC p95 < WebSocket p95 impaired."""
     out = {}
     for pipeline, runs in result["conditions"]["clean"]["runs"].items():
         ws, rtc = runs.get("websocket"), runs.get("webrtc")

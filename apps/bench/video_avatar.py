@@ -1,28 +1,32 @@
-"""``framegraph bench video_avatar``: a video avatar (bundle kind "video") on a real clip of its person.
+"""``framegraph bench video_avatar``: a video avatar, bundle kind "video", on a real clip of its person.
 
     framegraph bench video_avatar --avatar AVATAR_DIR --clip person.mp4 --out benchmarks/results/cpu/video_avatar.json
 
-Measures, on this machine's CPU:
+It measures, on this machine's CPU:
 
-- **quality** on the held-out segment (default: from the bundle's ``training.heldout.start_s`` to the end;
-  audio never used in training): :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar` — the
-  landmark mouth-openness correlation generated vs real, PSNR / SSIM outside the mouth, mouth sharpness,
-  the jaw line's edge (its worst frame), lips closed in silence;
-- **typed text** (``typed_text``): :func:`~framegraph.models.avatar.eval.video.evaluate_typed_text` — eSpeak NG
-  sentences the avatar never learnt, drawn on its loop: the drawn mouth against their phonemes' jaw, and how wide
-  it opens while speaking beside the person's real ``real_speaking_openness``;
-- **speed** of the real graph (``build_avatar_graph``: AudioFeatures → state → MouthShape, VideoLoop →
-  MouthRegion) on each ``--runtime`` (torch, and ONNX Runtime from an export made for the run), on a fast
-  clock, at the video's resolution: frames per second (throughput) and the time from the graph's start
-  to its first frame out — for the bundle's own region size and for a ``--region`` (256)
-  generator of the same architecture (its weights fresh: the cost does not depend on them). The bundle is
-  loaded as the server loads it (``load_bundle_at``: the weights and the voice detector); ``first_frame_ms`` is
-  the first session's (its kernels run for the first time in the process), ``first_frame_warm_ms`` the median
-  of the next ``--warm-runs`` sessions' (what each later user of a running server waits for). Speed runs
-  before quality, so the first session is the process's first.
+- **quality** on the held-out segment. Its audio was never used in training. By default the segment runs from
+  the bundle's ``training.heldout.start_s`` to the end. The measure is
+  :func:`framegraph.models.avatar.video_eval.evaluate_video_avatar`. It gives the landmark mouth-openness
+  correlation, generated vs real. It gives PSNR / SSIM outside the mouth, and mouth sharpness. It gives the jaw
+  line's edge at its worst frame. It checks that the lips close in silence.
+- **typed text**, ``typed_text``: :func:`~framegraph.models.avatar.eval.video.evaluate_typed_text`. The avatar
+  draws eSpeak NG sentences it never learnt, on its loop. The drawn mouth is compared with their phonemes' jaw.
+  It also records how wide the mouth opens while speaking. The person's real ``real_speaking_openness`` stands
+  beside it.
+- **speed** of the real graph, ``build_avatar_graph``. The graph is AudioFeatures → state → MouthShape,
+  VideoLoop → MouthRegion. It runs on each ``--runtime``: torch, and ONNX Runtime. The ONNX export is made for
+  the run. It runs on a fast clock at the video's resolution. It records frames per second. It records the time
+  from the graph's start to its first frame out. Both are taken at the bundle's own region size. Both are also
+  taken for a generator of the same architecture at ``--region``, 256 by default. That generator's weights are
+  fresh, since the cost does not depend on them.
 
-With ``--people VIDEO...`` it measures one change to what the mouth hears on every person instead
-(:mod:`.video_avatar_people`).
+The bundle is loaded as the server loads it, with ``load_bundle_at``. That loads the weights and the voice
+detector. ``first_frame_ms`` is the first session's. Its kernels run for the first time in the process.
+``first_frame_warm_ms`` is the median of the next ``--warm-runs`` sessions'. That is what each later user of a
+running server waits for. Speed runs before quality, so the first session is the process's first.
+
+With ``--people VIDEO...`` it measures something else. It measures one change to what the mouth hears, on every
+person. See :mod:`.video_avatar_people`.
 """
 from __future__ import annotations
 
@@ -45,8 +49,9 @@ from .video_avatar_speed import at_region, graph_speed
 
 
 def _training_run(folder: str) -> dict | None:
-    """How the bundle's training went, from its report (``avatar train``'s ``train_report.json``): the seconds of
-    each phase, the threads, torch, the video's frames and seconds; None for a bundle without one."""
+    """How the bundle's training went, from ``avatar train``'s ``train_report.json``. None without one.
+
+    It holds the seconds of each phase, the threads and torch. It holds the video's frames and seconds."""
     path = os.path.join(folder, REPORT)
     if not os.path.exists(path):
         return None

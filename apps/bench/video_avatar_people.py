@@ -2,17 +2,19 @@
 
     framegraph bench video_avatar --people a.mp4 b.mp4 c.mp4 --work WORK --out benchmarks/results/cpu/people.json
 
-Per talking video (one person each): a bundle is trained with ``--change``'s setting off (``before``: for
-``whisper``, the mouth hears the astronaut encoder alone) and one with it on (``after``: the default), both on the
-same first part of the video (``--holdout`` keeps its tail out of training). The change touches only the sound's
-side (features, shape head, A/V lag): the generator is trained once, for ``before``, and ``after`` continues from
-its finished checkpoint. Both are measured as ``bench video_avatar`` measures one bundle: the held-out tail's
-landmark openness correlation and swing, the lips' sharpness, the lips in silence, and frames per second of the
-real graph (torch, fast clock) at the bundle's region and at ``--region``.
+Each talking video shows one person. Per video, two bundles are trained on the same first part of the video.
+``--holdout`` keeps its tail out of training. ``before`` has ``--change``'s setting off. For ``whisper`` that
+means the mouth hears the astronaut encoder alone. ``after`` has it on, the default.
+
+The change touches only the sound's side: features, shape head, A/V lag. So the generator is trained once, for
+``before``. ``after`` continues from its finished checkpoint. Both are measured as ``bench video_avatar``
+measures one bundle. That is the held-out tail's landmark openness correlation and swing, the lips' sharpness
+and the lips in silence. It is also frames per second of the real graph, torch on a fast clock. Speed is taken
+at the bundle's region and at ``--region``.
 
 The verdict: the change is kept only if no person's held-out openness correlation drops by more than
-``KEEP_DROP`` (0.03). ``WORK/<video name>/{before,after}`` keep the bundles and their train reports; a bundle
-trained there before with the same settings is continued, not trained again (the generator's checkpoint).
+``KEEP_DROP``, 0.03. ``WORK/<video name>/{before,after}`` keep the bundles and their train reports. A bundle
+trained there before with the same settings is continued from the generator's checkpoint, not trained again.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ QUALITY = ("landmark_openness_corr", "landmark_openness_swing", "lips_sharpness_
 
 
 def _train(video: str, folder: Path, settings: dict, threads: int) -> tuple[dict, float]:
-    """Train (or continue) the bundle in ``folder``; returns its report and the minutes it took here."""
+    """Train or continue the bundle in ``folder``. Returns its report and the minutes it took here."""
     t0 = time.monotonic()
     _, report = train_video_avatar(video, folder, torch_threads=threads, progress=False,
                                    log=lambda m: print(f"  {m}", file=sys.stderr), **settings)
@@ -49,7 +51,7 @@ def _train(video: str, folder: Path, settings: dict, threads: int) -> tuple[dict
 
 
 def _measure(folder: Path, video: str, audio, args) -> dict:
-    """One bundle's held-out quality and its graph's speed (see the module docstring)."""
+    """One bundle's held-out quality and its graph's speed. See the module docstring."""
     avatar = load_bundle_at(folder)
     q = evaluate_video_avatar(avatar, video, start_s=avatar.heldout_start_s)
     speed = [graph_speed(avatar, audio, args.seconds, 0, "torch", args.threads)]

@@ -1,5 +1,7 @@
-"""How fast a video avatar's real graph draws (``bench video_avatar`` and ``--people``): frames per second and the
-time to the first frame, at the bundle's region or another (:func:`at_region`)."""
+"""How fast a video avatar's real graph draws, for ``bench video_avatar`` and ``--people``.
+
+It measures frames per second and the time to the first frame. That is at the bundle's region or another; see
+:func:`at_region`."""
 from __future__ import annotations
 
 import copy
@@ -31,9 +33,11 @@ class _Arrivals(Stage):
 
 
 def graph_speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "torch", threads: int = 2) -> dict:
-    """Frames per second and time to the first frame of the avatar's graph on ``audio`` (fast clock) on
-    ``runtime``: the first session on ``seconds`` of it, then ``warm_runs`` sessions on its first second (first
-    frame only). ``onnx``: the avatar is exported first (the export's time is reported, not counted)."""
+    """Frames per second and time to the first frame of the avatar's graph on ``audio``, on ``runtime``.
+
+    It runs on a fast clock. The first session runs on ``seconds`` of audio. Then ``warm_runs`` sessions run on
+    its first second, for the first frame only. For ``onnx`` the avatar is exported first. The export's time is
+    reported, not counted."""
     def session(path: str) -> tuple[list[float], float]:  # the arrival times, the graph's start
         sink = _Arrivals(avatar.height, avatar.width)
         ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast",
@@ -68,7 +72,7 @@ def graph_speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "t
 
 
 def at_region(avatar, size: int):
-    """The same avatar with a fresh generator (same architecture) at ``size``² and a box of ``size`` px."""
+    """The same avatar with a fresh generator at ``size``² and a box of ``size`` px. The architecture is the same."""
     big = copy.copy(avatar)
     c = avatar.generator.config
     big.generator = MouthGenerator(channels=tuple(c.channels), shape_dim=c.shape_dim, sample_size=size).eval()

@@ -2,22 +2,29 @@
 
     framegraph bench whisper_features --audio speech.wav --out benchmarks/results/cpu/whisper_features.json
 
-Measures (:mod:`framegraph.models.audio.whisper_stream`):
+It measures :mod:`framegraph.models.audio.whisper_stream`:
 
-- **cost** per engine (torch: the weights in transformers' ``WhisperEncoder``; CTranslate2 at each compute type)
-  and window length: the median time of one window (its log-mel and the encoder, one at a time as live; the
-  engines take turns window by window), and so the milliseconds per second of audio at ``--hop-ms``;
-- **agreement** per window length and look-ahead: each 50-Hz row computed in its window against the same row
-  computed in one pass over the whole clip (up to 30 s, Whisper's own window): the mean cosine similarity and
-  the correlation over the rows, per feature dimension, averaged (torch engine: the windows, not the engine);
-- with ``--clip`` (a talking video), **the shape head** on each window's features: the clip prepared and
-  face-tracked as ``avatar train --video`` does (:func:`~framegraph.apps.bench.av_sync.track_clip`), the sound
-  moved by the lag training finds, the rows averaged per video frame (two per frame at 25 fps), the head's
-  cross-validated openness correlation on the training frames and on the held-out tail — beside the same for
-  the astronaut's audio encoder; ``--pca`` also fits it on the rows projected onto their first principal
-  components (of the training frames); and on each candidate of :mod:`~framegraph.models.avatar.video.features`
-  (the encoder's features with Whisper's beside them), with the one the folds choose (``chosen_by_folds``: what
-  ``avatar train --video`` picks) and its tail against the encoder's alone.
+- **cost** per engine and window length. One engine is torch, with the weights in transformers'
+  ``WhisperEncoder``. The others are CTranslate2 at each compute type. The figure is the median time of one
+  window: its log-mel and the encoder. Windows run one at a time, as live. The engines take turns window by
+  window. From it comes the cost in milliseconds per second of audio at ``--hop-ms``.
+- **agreement** per window length and look-ahead. Each 50-Hz row is computed in its window. It is compared with
+  the same row from one pass over the whole clip. That pass covers up to 30 s, Whisper's own window. The figures
+  are the mean cosine similarity, and the correlation over the rows. The correlation is per feature dimension,
+  averaged. It uses the torch engine, since it measures the windows, not the engine.
+- with ``--clip``, a talking video: **the shape head** on each window's features. The clip is prepared and
+  face-tracked as ``avatar train --video`` does. See :func:`~framegraph.apps.bench.av_sync.track_clip`. The
+  sound is moved by the lag training finds. The rows are averaged per video frame, two per frame at 25 fps. The
+  figure is the head's cross-validated openness correlation. It is taken on the training frames and on the
+  held-out tail. The astronaut's audio encoder gets the same, beside it.
+
+With ``--clip`` it also fits two more things:
+
+- with ``--pca``, the head on the rows projected onto their first principal components. The components come
+  from the training frames.
+- each candidate of :mod:`~framegraph.models.avatar.video.features`. A candidate is the encoder's features with
+  Whisper's beside them. It records the one the folds choose, ``chosen_by_folds``. That is what
+  ``avatar train --video`` picks. Its tail is compared with the encoder's alone.
 """
 from __future__ import annotations
 
@@ -50,7 +57,7 @@ def _engine(name: str, model, threads: int) -> WhisperEncoderEngine:
 
 
 def _agreement(windowed: torch.Tensor, whole: torch.Tensor) -> dict:
-    """Mean cosine similarity of the rows, and the mean over dimensions of their correlation over time."""
+    """Mean cosine similarity of the rows. Also the mean over dimensions of their correlation over time."""
     cos = torch.nn.functional.cosine_similarity(windowed, whole, dim=1).mean().item()
     a, b = windowed - windowed.mean(0), whole - whole.mean(0)
     corr = ((a * b).sum(0) / (a.norm(dim=0) * b.norm(dim=0)).clamp_min(1e-9)).mean().item()
@@ -58,7 +65,9 @@ def _agreement(windowed: torch.Tensor, whole: torch.Tensor) -> dict:
 
 
 def _principal(frames: torch.Tensor, n_train: int, dims: int) -> torch.Tensor:
-    """``frames [T, D]`` projected onto the first ``dims`` principal components of the training frames (0: all)."""
+    """``frames [T, D]`` projected onto the first ``dims`` principal components of the training frames.
+
+    0 means all of them."""
     if dims <= 0:
         return frames
     mean = frames[:n_train].mean(0)

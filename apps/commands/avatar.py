@@ -2,60 +2,68 @@
 
     framegraph avatar synth --out data/synth --clips 100 --seconds 8 [--portrait me.jpg] [--seed 0]
 
-``synth`` writes synthetic talking clips of a portrait (MP4: H.264 + AAC 16 kHz) with a JSON of
-ground truth per frame (jaw open, lip width / round, teeth, blink, head pose offsets, state) and the
-eSpeak NG phoneme events, plus ``index.json`` listing the clips. Needs the system package
-``espeak-ng``.
+``synth`` writes synthetic talking clips of a portrait. They are MP4, with H.264 + AAC 16 kHz. Each clip has a JSON of
+ground truth per frame. It holds jaw open, lip width and round, and teeth. It holds blink, head pose offsets and state.
+It also holds the eSpeak NG phoneme events. ``index.json`` lists the clips. It needs the system package ``espeak-ng``.
 
     framegraph avatar train --clips DIR --out AVATAR_DIR [--steps N] [--device cpu] [--resume/--no-resume]
     framegraph avatar train --synth 24 --out AVATAR_DIR      # first makes 24 clips into AVATAR_DIR/train/clips
     framegraph avatar train --video me.mp4 --out AVATAR_DIR [--holdout 0.2] [--steps 3000] [--critic-weight 0.1]
                             [--kind portrait]
 
-``train`` trains an avatar bundle. With ``--video`` (kind ``video``, the default) it is made of the person's
-own video: the video is checked (one face big enough, speech, at least 10 s), cut into 25 fps clips with
-16 kHz audio in ``AVATAR_DIR/train/video_clips``, the face landmarks are found on every frame (MediaPipe's
-face mesh), a small UNet learns to redraw the lower face of those frames for a mouth shape, and a head on
-the audio encoder learns the shape from the speech; the avatar plays the first ``--loop-seconds`` of the
-video back and forth and redraws only the mouth region (see ``models/avatar/video/train.py``). It says up
-front how long the generator will take (its step measured on the machine), shows an ETA in every phase, and
-keeps the generator's checkpoint in ``AVATAR_DIR/train/generator_state.pt`` every 5 min and at Ctrl-C: the
-same command again continues from that step (``--no-resume``: from step 0). Guide: ``docs/real_people.md``.
-``--kind portrait`` (and ``--clips`` / ``--synth``) trains the still-portrait bundle (VAE, latents + audio
-features, flow matching, few-step distillation, rollout training; checkpoints and resume in
-``AVATAR_DIR/train``); see ``models/avatar/train.py`` and ``models/avatar/video.py``.
+``train`` trains an avatar bundle. With ``--video`` it is made of the person's own video. Its kind is ``video``,
+the default. The steps:
+
+- The video is checked: one face big enough, speech, at least 10 s.
+- It is cut into 25 fps clips with 16 kHz audio in ``AVATAR_DIR/train/video_clips``.
+- The face landmarks are found on every frame, with MediaPipe's face mesh.
+- A small UNet learns to redraw the lower face of those frames. It draws it for a mouth shape.
+- A head on the audio encoder learns the shape from the speech.
+
+The avatar plays the first ``--loop-seconds`` of the video back and forth. It redraws only the mouth region.
+See ``models/avatar/video/train.py``. Training says up front how long the generator will take. It measures the
+generator's step on the machine for that. It shows an ETA in every phase. It keeps the generator's checkpoint in
+``AVATAR_DIR/train/generator_state.pt``, every 5 min and at Ctrl-C. The same command again continues from that
+step. ``--no-resume`` starts from step 0. Guide: ``docs/real_people.md``.
+
+``--kind portrait``, or ``--clips`` / ``--synth``, trains the still-portrait bundle. That is a VAE, latents + audio
+features and flow matching. It adds few-step distillation and rollout training. Checkpoints and resume live in
+``AVATAR_DIR/train``. See ``models/avatar/train.py`` and ``models/avatar/video.py``.
 
     framegraph avatar refine --avatar DIR --clips DIR --out NEW_DIR [--steps 400] [--warp/--no-warp]
 
-``refine`` trains a bundle's VAE decoder further (encoder, denoiser and audio encoder unchanged, so the
-avatar talks as before) and, by default, gives it the reference warp: the decoder hands back the
-portrait's own pixels, moved with the head, wherever the face did not change. Writes a new bundle; the
-source is never overwritten. See ``models/avatar/refine.py``.
+``refine`` trains a bundle's VAE decoder further. The encoder, denoiser and audio encoder stay unchanged. So the avatar
+talks as before. By default it also gives the decoder the reference warp. The decoder then hands back the portrait's own
+pixels, moved with the head. It does so wherever the face did not change. It writes a new bundle. The source is never
+overwritten. See ``models/avatar/refine.py``.
 
     framegraph avatar matte --avatar DIR
 
-``matte`` gives a bundle made before avatars had a person matte its matte (MediaPipe's selfie segmentation, refined
-on the picture and, for a video avatar's loop frames, smoothed over time: ``models/matte.py``), written into the
-bundle; training makes it for new bundles. With it the avatar renders with alpha, over a background or in a scene.
+``matte`` gives an older bundle without a person matte its matte. It writes it into the bundle. The matte is
+MediaPipe's selfie segmentation, refined on the picture. For a video avatar's loop frames it is smoothed over
+time. See ``models/matte.py``. Training makes the matte for new bundles. With it the avatar renders with alpha,
+over a background or in a scene.
 
     framegraph avatar eval --avatar DIR --clip FILE.mp4 [--truth FILE.json] --out FILE.json [--video OUT.mp4]
     framegraph avatar eval --clip FILE.mp4 --out FILE.json
 
-``eval`` of a video avatar redraws the lower face of the clip's real frames from its audio (from where the part
-of the source video kept out of training begins, or ``--start-s``) and measures it against those frames with the
-face landmarks (``models/avatar/video_eval.py``), and adds the figures to the bundle's PROVENANCE.md (which
-``train --video`` starts: the source video and its SHA-256, how it was trained). ``eval`` of a portrait avatar
-generates from the clip's audio and measures mouth-openness correlation with the ground truth,
-closed lips in silence and identity SSIM outside the mouth (see ``models/avatar/eval/synthetic.py``), and with
-face landmarks against the clip's real frames (openness correlation, the face outside the mouth, lips
-closed in silence: ``models/avatar/evaluate_real.py``). Without ``--avatar`` it measures the clip alone:
-how well the landmarks track the face and whether its mouth follows its sound.
+``eval`` of a video avatar redraws the lower face of the clip's real frames. It draws from the clip's audio. It starts
+where the part of the source video kept out of training begins. ``--start-s`` sets another start. It measures the result
+against those frames with the face landmarks; see ``models/avatar/video_eval.py``. It adds the figures to the bundle's
+PROVENANCE.md. ``train --video`` starts that file. It names the source video, its SHA-256 and how it was trained.
+
+``eval`` of a portrait avatar generates from the clip's audio. It measures mouth-openness correlation with the
+ground truth. It measures closed lips in silence, and identity SSIM outside the mouth. See
+``models/avatar/eval/synthetic.py``. It also measures with face landmarks against the clip's real frames. That
+gives openness correlation, the face outside the mouth and lips closed in silence. See
+``models/avatar/evaluate_real.py``. Without ``--avatar`` it measures the clip alone. It says how well the
+landmarks track the face. It says whether its mouth follows its sound.
 
     framegraph avatar prepare --musetalk DIR --video PERSON.mp4 --out BUNDLE [--loop-seconds 10]
 
-``prepare`` makes a MuseTalk 1.5 bundle from the user's own MuseTalk files and a video of the person (nothing
-trained): the loop frames, MuseTalk's face box, a blend mask and the VAE's latents of every loop frame
-(``models/avatar/musetalk/prepare.py``; guide: ``docs/musetalk.md``).
+``prepare`` makes a MuseTalk 1.5 bundle. It uses the user's own MuseTalk files and a video of the person. Nothing is
+trained. The bundle holds the loop frames, MuseTalk's face box and a blend mask. It holds the VAE's latents of every
+loop frame. See ``models/avatar/musetalk/prepare.py``. Guide: ``docs/musetalk.md``.
 """
 from __future__ import annotations
 
@@ -127,8 +135,10 @@ def _add_train(sub) -> None:
 
 
 def _add_train_source_options(t: argparse.ArgumentParser) -> None:
-    """``avatar train``'s options for its source: the kind of avatar made of a video, the video's face and cuts,
-    the synthetic clips of ``--synth``."""
+    """``avatar train``'s options for its source.
+
+    They set the kind of avatar made of a video. They set the video's face and cuts. They set the synthetic clips
+    of ``--synth``."""
     t.add_argument("--kind", choices=["video", "portrait"],
                    help="with --video: 'video' (default) keeps the person's own frames, looped back and forth, and "
                         "redraws only the lower face for the speech (sharp, real head motion and blinks); "
@@ -179,8 +189,10 @@ def _add_train_source_options(t: argparse.ArgumentParser) -> None:
 
 
 def _add_train_model_options(t: argparse.ArgumentParser) -> None:
-    """``avatar train``'s options for the bundle: where it is written, the training steps, the models' sizes and
-    settings, the machine."""
+    """``avatar train``'s options for the bundle.
+
+    They set where it is written and the training steps. They set the models' sizes and settings, and the
+    machine."""
     t.add_argument("--out", required=True, help="the avatar bundle folder to write")
     t.add_argument("--steps", type=positive_int,
                    help="training steps: of the mouth generator (kind video, 3000) or the DiT's flow matching (1000)")
@@ -223,7 +235,7 @@ def _add_train_model_options(t: argparse.ArgumentParser) -> None:
 
 
 def _add_matte(sub) -> None:
-    """``avatar matte``: the person matte added to a bundle made before avatars had one."""
+    """``avatar matte``: the person matte added to an older bundle without one."""
     m = sub.add_parser("matte", help="add the person matte to a bundle made before avatars had one (for --alpha, "
                                      "--background and scenes)",
                        description="Compute the person matte of a bundle's portrait (or of each loop frame of a video "
@@ -289,14 +301,14 @@ def _add_prepare(sub) -> None:
 
 
 def _add_training_run_options(p: argparse.ArgumentParser) -> None:
-    """The options ``train`` and ``refine`` share: how many of the clips, and the machine the training runs on."""
+    """The options ``train`` and ``refine`` share: how many of the clips, and the machine to train on."""
     p.add_argument("--max-clips", type=positive_int, help="use at most this many clips")
     p.add_argument("--device", default="cpu", help="cpu or cuda (cpu)")
     p.add_argument("--threads", type=positive_int, default=None, help="torch CPU threads while training")
 
 
 def _add_eval(sub) -> None:
-    """``avatar eval``: generated frames measured against a clip (or the clip's landmarks alone)."""
+    """``avatar eval``: generated frames measured against a clip, or the clip's landmarks alone."""
     e = sub.add_parser("eval", help="generate from a clip's audio and measure it against the clip (and its ground "
                                     "truth); without --avatar, how well the face landmarks track the clip",
                        description="With a synthetic clip's JSON (--truth): mouth-openness correlation with the "

@@ -1,4 +1,4 @@
-"""``framegraph client``: stream to a ``framegraph serve`` server, record what comes back, measure latency."""
+"""``framegraph client``: stream to a ``framegraph serve`` server, record what comes back, and measure latency."""
 from __future__ import annotations
 
 import argparse

@@ -1,4 +1,5 @@
-"""``framegraph cluster``: serve sessions from many replicas on a Ray cluster (Ray Serve), one front door."""
+"""``framegraph cluster``: serve sessions from many replicas on a Ray cluster. It runs on Ray Serve, behind one front
+door."""
 from __future__ import annotations
 
 import argparse

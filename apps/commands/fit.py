@@ -1,4 +1,4 @@
-"""``framegraph fit``: fit 3D Gaussians to posed images (or a procedural scene) and save an INRIA PLY."""
+"""``framegraph fit``: fit 3D Gaussians to posed images, or a procedural scene, and save an INRIA PLY."""
 from __future__ import annotations
 
 import argparse
@@ -48,7 +48,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def add_run_arguments(p: argparse.ArgumentParser, checkpoint: str) -> None:
-    """The options of a fit's run that ``fit`` and ``fit-nerf`` share (``checkpoint`` names its files)."""
+    """The options of a fit's run that ``fit`` and ``fit-nerf`` share. ``checkpoint`` names its files."""
     p.add_argument("--resume", action="store_true",
                    help=f"continue from {checkpoint} (same data and options; a larger --steps continues the run)")
     p.add_argument("--checkpoint-every", type=positive_int, default=None,

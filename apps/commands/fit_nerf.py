@@ -1,7 +1,8 @@
-"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json`` (instant-ngp / nerfstudio / Blender).
+"""``framegraph fit-nerf``: train a NeRF directory from a ``transforms.json``.
 
-The NeRF's model options are the renderer's own (``renderers/nerf_options.py``: sizes with per-device defaults,
-torch-free), shared with its demo trainer and ``bench nerf_fit``.
+The file may come from instant-ngp, nerfstudio or Blender. The NeRF's model options are the renderer's own, in
+``renderers/nerf_options.py``. They are torch-free, with sizes that default per device. Its demo trainer and
+``bench nerf_fit`` share them.
 """
 from __future__ import annotations
 

@@ -1,4 +1,6 @@
-"""``framegraph generate``: stream a real video diffusion model (Wan 2.1 or SANA-Video, causal) to an MP4.
+"""``framegraph generate``: stream a real video diffusion model to an MP4.
+
+The model is Wan 2.1 or SANA-Video, causal.
 
     framegraph generate --model Wan2.1-T2V-1.3B-Self-Forcing --prompt "a fox running through snow" \\
         --seconds 10 --out fox.mp4

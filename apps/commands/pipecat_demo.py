@@ -3,7 +3,7 @@
     framegraph pipecat-demo                          # http://127.0.0.1:7860/ — connect, type, the avatar speaks it
     framegraph pipecat-demo --runtime onnx           # after `framegraph export --avatar assets/avatars/astronaut`
 
-Needs ``pip install 'framegraph[pipecat]'``; this front imports no Pipecat (``--help`` stays quick).
+It needs ``pip install 'framegraph[pipecat]'``. This front imports no Pipecat, so ``--help`` stays quick.
 """
 from __future__ import annotations
 
@@ -16,12 +16,12 @@ IMPLEMENTATION = "framegraph.apps.pipecat.cli"  # its run(args) runs the command
 
 DEFAULT_AVATAR = str(assets.path("avatars") / "astronaut")
 GREETING = "Hello! Type a sentence, and I will say it."
-VIDEO_DELAY_MS = 100.0  # measured for SmallWebRTC → Chromium at 30 fps: docs/pipecat.md
+VIDEO_DELAY_MS = 100.0  # for SmallWebRTC → Chromium at 30 fps: docs/pipecat.md
 WEBRTC_FPS = 30.0  # aiortc's VideoStreamTrack.next_timestamp: VIDEO_PTIME = 1/30 s per frame, whatever the rate
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
-    """The example agent's options (the example's own command line is this one)."""
+    """The example agent's options. The example's own command line is this one."""
     p.add_argument("--avatar", default=DEFAULT_AVATAR, help="avatar bundle folder, portrait or video kind "
                                                             "(default: the shipped astronaut)")
     p.add_argument("--runtime", default="torch", choices=AVATAR_RUNTIMES,

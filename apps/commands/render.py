@@ -1,5 +1,7 @@
-"""``framegraph render``: offline renders to MP4 through a real stage graph (the test card, a scene, the avatar, the
-avatar with alpha or over a background, the avatar placed in a scene).
+"""``framegraph render``: offline renders to MP4 through a real stage graph.
+
+It renders the test card, a scene or the avatar. The avatar can have alpha, stand over a background, or be
+placed in a scene.
 
     framegraph render --avatar assets/avatars/astronaut --audio hello.wav --alpha --out hello.webm
     framegraph render --scene assets/scenes/toy.ply --avatar assets/avatars/astronaut --audio hello.wav \

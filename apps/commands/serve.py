@@ -1,4 +1,4 @@
-"""``framegraph serve``: the WebSocket streaming server (protocol: ``apps/PROTOCOL.md``)."""
+"""``framegraph serve``: the WebSocket streaming server. The protocol is in ``apps/PROTOCOL.md``."""
 from __future__ import annotations
 
 import argparse

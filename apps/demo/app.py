@@ -3,20 +3,21 @@
     with serve_demo_in_thread(DemoConfig(port=0)) as demo:    # tests; `framegraph demo` runs it in front
         print(demo.url)                                       # http://127.0.0.1:PORT/
 
-Layout of the demo's port (one FastAPI app run by uvicorn):
+The demo's port serves one FastAPI app, run by uvicorn. Its layout:
 
-- ``/``            the Gradio app (:mod:`.ui`);
-- ``/fg/...``      the player (``apps/web/player.html`` + ``app.js`` + ``webrtc.js`` + ``pcm-worklet.js``), shown
-                   in an iframe; ``/fg/webrtc/offer?tab=ID`` takes its WebRTC offer (forwarded to the server, the
-                   session tapped for the take: :mod:`.webrtc_takes`), ``/fg/ws?tab=ID`` is its WebSocket, the
-                   fallback (:class:`~.relay.Relay` → the server);
-                   ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream; ``/fg/idle/NAME.png``
-                   the avatar's idle face, the player's picture until the first take.
+- ``/`` is the Gradio app, :mod:`.ui`.
+- ``/fg/...`` is the player, shown in an iframe. It is ``apps/web/player.html`` + ``app.js`` + ``webrtc.js`` +
+  ``pcm-worklet.js``.
+- ``/fg/webrtc/offer?tab=ID`` takes its WebRTC offer. The offer is forwarded to the server. The session is
+  tapped for the take; see :mod:`.webrtc_takes`.
+- ``/fg/ws?tab=ID`` is its WebSocket, the fallback: :class:`~.relay.Relay` → the server.
+- ``/fg/clip/ID`` serves a clip's PCM16 for the player to stream.
+- ``/fg/idle/NAME.png`` is the avatar's idle face, the player's picture until the first take.
 
-The framegraph :class:`~framegraph.apps.server.StreamServer` runs in the same process on its own event
-loop (``serve_in_thread``), bound to loopback on a free port: the relay and the API's headless takes
-are its clients. Each session owns its graph, so tabs never share state. The avatar's bundle is loaded
-while the demo starts (imports, weights, identity latent: about 2 s on a CPU), not by the first take.
+The framegraph :class:`~framegraph.apps.server.StreamServer` runs in the same process on its own event loop,
+with ``serve_in_thread``. It is bound to loopback on a free port. The relay and the API's headless takes are its
+clients. Each session owns its graph, so tabs never share state. The avatar's bundle is loaded while the demo
+starts, not by the first take. That covers imports, weights and the identity latent.
 """
 from __future__ import annotations
 
@@ -91,7 +92,7 @@ def create_app(ctx: DemoContext):
 
 
 class DemoHandle(StartedInWith):
-    """The demo running: the framegraph server on its own thread, uvicorn (relay + Gradio) on another."""
+    """The demo running: the framegraph server on its own thread, and uvicorn with relay + Gradio on another."""
 
     def __init__(self, config: DemoConfig):
         self.config = config
@@ -159,5 +160,5 @@ class DemoHandle(StartedInWith):
 
 
 def serve_demo_in_thread(config: DemoConfig | None = None) -> DemoHandle:
-    """A :class:`DemoHandle` (not started; use it as a context manager or call ``start()``)."""
+    """A :class:`DemoHandle`, not started. Use it as a context manager, or call ``start()``."""
     return DemoHandle(config or DemoConfig())

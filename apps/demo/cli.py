@@ -1,4 +1,6 @@
-"""``framegraph demo``: the live demo in the browser (Gradio page + our low-latency WebSocket player)."""
+"""``framegraph demo``: the live demo in the browser.
+
+It is a Gradio page with our low-latency WebSocket player."""
 from __future__ import annotations
 
 import argparse

@@ -1,8 +1,8 @@
 """Audio the demo streams into a take: typed text spoken by eSpeak NG, or an uploaded file.
 
-Both become 16 kHz mono int16 PCM (the protocol's input format). :class:`ClipStore` keeps the few most
-recent clips in memory under random ids, for the player to fetch (``/fg/clip/ID``, raw PCM16
-little-endian) and stream in real time.
+Both become 16 kHz mono int16 PCM, the protocol's input format. :class:`ClipStore` keeps the few most recent
+clips in memory under random ids. The player fetches them from ``/fg/clip/ID`` as raw PCM16 little-endian. It
+streams them in real time.
 """
 from __future__ import annotations
 
@@ -22,11 +22,11 @@ DEFAULT_VOICE = "en-us"
 
 
 class ClipError(ValueError):
-    """The text or file cannot become a clip; the message says why and what would work."""
+    """The text or file cannot become a clip. The message says why and what would work."""
 
 
 def voices() -> list[str]:
-    """eSpeak NG voices offered in the demo (the ones the avatar's training clips use)."""
+    """eSpeak NG voices offered in the demo: the ones the avatar's training clips use."""
     return list(dict.fromkeys([DEFAULT_VOICE, *VOICES]))
 
 
@@ -45,7 +45,7 @@ def speak(text: str, voice: str = DEFAULT_VOICE, rate_wpm: int = 165) -> np.ndar
 
 
 def load(path: str) -> np.ndarray:
-    """Any audio (or video) file FFmpeg decodes → int16 [S] mono at 16 kHz."""
+    """Any audio or video file FFmpeg decodes → int16 [S] mono at 16 kHz."""
     if not path:
         raise ClipError("choose an audio file first")
     try:
@@ -66,7 +66,7 @@ def _checked(samples: np.ndarray, what: str) -> np.ndarray:
 
 
 class ClipStore:
-    """The last ``capacity`` clips, by random id (thread-safe)."""
+    """The last ``capacity`` clips, by random id. Thread-safe."""
 
     def __init__(self, capacity: int = 32):
         self.capacity = capacity

@@ -1,5 +1,6 @@
-"""What ``framegraph demo`` can set (:class:`DemoConfig`), with nothing heavy to import: the command's front
-shows its defaults."""
+"""What ``framegraph demo`` can set, :class:`DemoConfig`, with nothing heavy to import.
+
+So the command's front can show its defaults."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,14 +11,14 @@ class DemoConfig:
     """What ``framegraph demo`` can set.
 
     Attributes:
-        host / port: where the demo listens (127.0.0.1 by default; port 0 picks a free one).
-        pipeline: ``"auto"`` (``avatar`` when the server has it, else ``scope``) or a pipeline name.
-        max_sessions: concurrent live sessions (tabs) plus headless takes.
-        takes_dir: where take MP4s go (default: a fresh temporary folder).
-        video: start options for the video (size, fps, codec); the pipeline's defaults otherwise.
-        runtime: where the avatar's models compute, ``"torch"``, ``"onnx"`` or ``"onnx-int8"`` (its ``runtime``
-            start option).
-        transport: the player's, ``"webrtc"`` (falling back to the WebSocket) or ``"websocket"``.
+        host / port: where the demo listens. The default host is 127.0.0.1. Port 0 picks a free one.
+        pipeline: ``"auto"`` or a pipeline name. ``"auto"`` is ``avatar`` when the server has it, else ``scope``.
+        max_sessions: concurrent live sessions, meaning tabs, plus headless takes.
+        takes_dir: where take MP4s go. The default is a fresh temporary folder.
+        video: start options for the video: size, fps, codec. Otherwise the pipeline's defaults.
+        runtime: where the avatar's models compute: ``"torch"``, ``"onnx"`` or ``"onnx-int8"``. It is the
+            avatar's ``runtime`` start option.
+        transport: the player's: ``"webrtc"``, falling back to the WebSocket, or ``"websocket"``.
     """
 
     host: str = "127.0.0.1"

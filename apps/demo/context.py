@@ -1,5 +1,6 @@
-"""What the demo's parts share: its configuration, the pipeline it runs, and the per-process context
-that the Gradio handlers (:mod:`.ui`) and the routes (:mod:`.app`) both use."""
+"""What the demo's parts share: its configuration, the pipeline it runs, and the per-process context.
+
+The Gradio handlers, :mod:`.ui`, and the routes, :mod:`.app`, both use that context."""
 from __future__ import annotations
 
 import io
@@ -51,8 +52,10 @@ class PipelineChoice:
         return options
 
     def warm_up(self) -> None:
-        """Load what the first session would otherwise wait for: the avatar's default bundle (shared by
-        every session; about 2 s on a CPU, most of a cold first frame's delay)."""
+        """Load what the first session would otherwise wait for.
+
+        That is the avatar's default bundle, shared by every session. It is most of a cold first frame's
+        delay."""
         if self.name == "avatar":
             try:
                 load_bundle(default_avatar())
@@ -61,7 +64,9 @@ class PipelineChoice:
 
 
 def pipeline_available(name: str) -> tuple[bool, str]:
-    """Whether the server can run ``name``, and why not (with what fixes it: the demo runs on this machine)."""
+    """Whether the server can run ``name``, and why not.
+
+    The reason says what fixes it, since the demo runs on this machine."""
     try:
         spec = pipelines.spec(name)
     except ProtocolError:
@@ -71,8 +76,10 @@ def pipeline_available(name: str) -> tuple[bool, str]:
 
 
 def choose_pipeline(requested: str = "auto") -> PipelineChoice:
-    """``auto``: the avatar when it is available, else the microphone scope, with a note saying which
-    runs and why. A named pipeline must be available."""
+    """Pick the pipeline the demo runs.
+
+    ``auto`` picks the avatar when it is available, else the microphone scope. A note says which runs and why. A
+    named pipeline must be available."""
     if requested == "auto":
         ok, why = pipeline_available("avatar")
         if ok:
@@ -90,9 +97,11 @@ def choose_pipeline(requested: str = "auto") -> PipelineChoice:
 
 
 def portraits() -> list[str]:
-    """The names the avatar picker offers: the server's avatar bundles (``$FRAMEGRAPH_AVATARS`` or
-    assets/avatars — still portraits and video avatars made with ``framegraph avatar train --video``
-    alike), the default first; without any bundle, the portraits shipped in assets/portraits."""
+    """The names the avatar picker offers, the default first.
+
+    They are the server's avatar bundles, from ``$FRAMEGRAPH_AVATARS`` or assets/avatars. Still portraits and
+    video avatars made with ``framegraph avatar train --video`` count alike. Without any bundle, they are the
+    portraits shipped in assets/portraits."""
     bundles = available_avatars()
     if bundles:
         return bundles  # the default first
@@ -120,7 +129,7 @@ class DemoContext:
         self._lock = threading.Lock()
 
     def tab_for(self, session_hash: str | None) -> str:
-        """The relay tab of one Gradio page (its session hash), made on first use."""
+        """The relay tab of one Gradio page, by its session hash. Made on first use."""
         key = session_hash or "-"
         with self._lock:
             tab = self.tab_by_session.get(key)
@@ -129,7 +138,7 @@ class DemoContext:
             return tab
 
     def player_src(self, tab: str, portrait: str | None = None) -> str:
-        """The player iframe's URL (relative to the Gradio page) for ``tab``."""
+        """The player iframe's URL for ``tab``, relative to the Gradio page."""
         query = {"url": f"ws?tab={tab}", "pipeline": self.choice.name,
                  "options": json.dumps(self.choice.start_options(self.config.video, portrait,
                                                                                  self.config.runtime))}
@@ -140,8 +149,9 @@ class DemoContext:
         return "fg/player.html?" + urlencode(query)
 
     def idle_face_png(self, portrait: str) -> bytes | None:
-        """PNG of the avatar ``portrait`` at rest: its bundle's portrait, the picture its frames are drawn
-        into. None when the server has no such avatar."""
+        """PNG of the avatar ``portrait`` at rest. None when the server has no such avatar.
+
+        It is its bundle's portrait, the picture its frames are drawn into."""
         if self.choice.name != "avatar":
             return None
         if portrait not in available_avatars():

@@ -1,24 +1,24 @@
 """The demo's relay: the embedded player ↔ the framegraph server, on the demo's own port.
 
-Over WebRTC (the player's default) the relay forwards the player's offer and taps the session it opens
-(:mod:`.webrtc_takes`); over the WebSocket (the fallback) it relays every message, as below.
+WebRTC is the player's default. Over it, the relay forwards the player's offer and taps the session it opens;
+see :mod:`.webrtc_takes`. The WebSocket is the fallback. Over it, the relay passes every message, as below.
 
-The Gradio page and its player come from one origin (the demo's host:port); the player's WebSocket goes
-to ``/fg/ws?tab=ID`` here, and :class:`Relay` passes every message through, unchanged, to a session on
-the in-process :class:`~framegraph.apps.server.StreamServer` (loopback, a port of its own). So the
-server's protocol, limits, slow-reader drops and glass-to-glass stamps all apply as they are; the relay
-adds three things:
+The Gradio page and its player come from one origin, the demo's host:port. The player's WebSocket goes to
+``/fg/ws?tab=ID`` here. :class:`Relay` passes every message through, unchanged, to a session on the in-process
+:class:`~framegraph.apps.server.StreamServer`. That server listens on loopback, on a port of its own. So the
+server's protocol, limits, slow-reader drops and glass-to-glass stamps all apply as they are. The relay adds
+three things:
 
-- **recording**: what the server sends the player (video + returned audio) is also written to an MP4
-  by :class:`~framegraph.apps.client.Recorder` (its own thread, bounded queue): the take the user saw and
-  heard, downloadable when the session ends;
-- **per-tab state**: each page load has a tab id; its current take (live stats from the server's
-  ``stats`` messages) and finished takes are looked up by the Gradio handlers of that tab;
-- **browser checks** before the upgrade: the page must come from this origin, and a demo bound to
-  loopback only answers a loopback ``Host`` (no DNS rebinding).
+- **recording**: what the server sends the player, video + returned audio, is also written to an MP4. The
+  writer is :class:`~framegraph.apps.client.Recorder`, on its own thread with a bounded queue. The MP4 is the
+  take the user saw and heard. It can be downloaded when the session ends.
+- **per-tab state**: each page load has a tab id. The Gradio handlers of that tab look up its current take and
+  its finished takes. The current take has live stats from the server's ``stats`` messages.
+- **browser checks** before the upgrade: the page must come from this origin. A demo bound to loopback only
+  answers a loopback ``Host``, against DNS rebinding.
 
-The relay holds no queue of its own: it awaits each send before reading the next message, so a slow
-browser backs up into the server's bounded outbox, which drops and counts as it does for any client.
+The relay holds no queue of its own. It awaits each send before reading the next message. So a slow browser
+backs up into the server's bounded outbox. That drops and counts as it does for any client.
 """
 from __future__ import annotations
 
@@ -93,9 +93,9 @@ class Relay:
     """Player connections → server sessions, one per connection, recorded per tab.
 
     Args:
-        upstream_url: the server's WebSocket URL (``ws://127.0.0.1:PORT/ws``).
+        upstream_url: the server's WebSocket URL, ``ws://127.0.0.1:PORT/ws``.
         takes_dir: where take MP4s are written.
-        bind_host: the demo's listening address (loopback: only loopback ``Host`` headers are served).
+        bind_host: the demo's listening address. On loopback, only loopback ``Host`` headers are served.
     """
 
     def __init__(self, upstream_url: str, takes_dir: str, bind_host: str = "127.0.0.1"):
@@ -118,7 +118,7 @@ class Relay:
         return self.tabs.get(tab_id or "")
 
     def forget_tab(self, tab_id: str) -> None:
-        """The page went away: its finished MP4s are deleted (a live take ends with its socket)."""
+        """The page went away: its finished MP4s are deleted. A live take ends with its socket."""
         tab = self.tabs.pop(tab_id, None)
         if tab is None:
             return
@@ -142,7 +142,7 @@ class Relay:
         return None
 
     async def handle(self, ws) -> None:
-        """Serve one player connection (a Starlette ``WebSocket``, not yet accepted)."""
+        """Serve one player connection, a Starlette ``WebSocket`` not yet accepted."""
         tab_id = ws.query_params.get("tab")
         why = self.refusal(ws.headers, tab_id)
         if why is not None:
@@ -205,8 +205,10 @@ class Relay:
 
     # ---- WebRTC: the offer passes through -----------------------------------------------------------
     async def handle_offer(self, request, path: str) -> tuple[int, bytes, str]:
-        """``POST /fg/webrtc/offer?tab=ID`` (``path`` ``webrtc/offer``) or ``GET /fg/webrtc/config``: checked
-        as a player connection, then forwarded to the server (:func:`.webrtc_takes.forward_offer`)."""
+        """``POST /fg/webrtc/offer?tab=ID`` or ``GET /fg/webrtc/config``, forwarded to the server.
+
+        For the offer, ``path`` is ``webrtc/offer``. The request is checked as a player connection first. Then
+        :func:`.webrtc_takes.forward_offer` forwards it."""
         from .webrtc_takes import forward_offer
 
         tab_id = request.query_params.get("tab")
@@ -224,14 +226,14 @@ class Relay:
         return await asyncio.to_thread(forward_offer, http_url, path, tab_id, body)
 
     def new_take(self, tab: Tab) -> Take:
-        """The tab's next take (its live one from now on)."""
+        """The tab's next take, its live one from now on."""
         tab.count += 1
         take = Take(tab.id, tab.count, os.path.join(self.takes_dir, f"take-{tab.id[:8]}-{tab.count}.mp4"))
         tab.live = take
         return take
 
     async def finish(self, take: Take) -> None:
-        """A WebRTC take's session ended (run on the relay's loop)."""
+        """A WebRTC take's session ended. Runs on the relay's loop."""
         await self._finish(self.tabs.get(take.tab) or Tab(take.tab), take)
 
     # ---- what passes through ------------------------------------------------------------------------
@@ -305,8 +307,9 @@ class Relay:
             del tab.finished[:-MAX_TAKES_PER_TAB]
 
     async def finish_take(self, tab_id: str, timeout_s: float = 15.0) -> Take | None:
-        """Stop the tab's live take (``stop``: buffered audio still plays out) and wait until its MP4 is
-        written; returns the newest finished take (None when there is none)."""
+        """Stop the tab's live take and wait until its MP4 is written.
+
+        ``stop`` lets buffered audio play out. Returns the newest finished take, or None when there is none."""
         tab = self.tab(tab_id)
         if tab is None:
             return None

@@ -1,18 +1,21 @@
-"""The Gradio page: the live player (an iframe of ``apps/web/player.html``) and the demo's controls.
+"""The Gradio page: the live player and the demo's controls.
 
-Gradio's own streaming video goes through HLS segments (seconds of delay), so the picture is our
-WebSocket player: JPEG frames drawn on a canvas as they arrive, returned audio scheduled by pts. The
-controls talk to it in two ways:
+The player is an iframe of ``apps/web/player.html``. Gradio's own streaming video goes through HLS segments,
+with seconds of delay. So the picture is our WebSocket player. It draws JPEG frames on a canvas as they arrive.
+It schedules returned audio by pts. The controls talk to it in two ways:
 
-- in the browser, through the player's ``window.fg`` (same origin): ``prepare`` inside the click (audio
-  unlocked, a session started while the clip is being made), ``feed(url)`` (stream a clip in real time),
-  ``interrupt``, ``config({state})``;
-- on the server, through the relay (:mod:`.relay`): the take's live ``stats`` for the readout, and
-  ``finish_take`` for the MP4.
+- in the browser, through the player's ``window.fg``, same origin. ``prepare`` runs inside the click: it
+  unlocks audio and starts a session while the clip is being made. ``feed(url)`` streams a clip in real time.
+  There are also ``interrupt`` and ``config({state})``.
+- on the server, through the relay, :mod:`.relay`. The readout gets the take's live ``stats``. ``finish_take``
+  gives the MP4.
 
-API (``gradio_client``): ``/take`` (text or an audio file → a recorded take, streamed through a fresh
-session in real time; returns the MP4 and a summary), ``/speak`` and ``/load_file`` (a clip for the page's
-player), ``/stop_take`` (the page's live take → its MP4; a warning when there is none).
+The API, for ``gradio_client``:
+
+- ``/take``: text or an audio file → a recorded take. It streams through a fresh session in real time. It
+  returns the MP4 and a summary.
+- ``/speak`` and ``/load_file``: a clip for the page's player.
+- ``/stop_take``: the page's live take → its MP4. A warning when there is none.
 """
 from __future__ import annotations
 
@@ -74,8 +77,9 @@ def _readout(take_summary: dict | None, ctx: DemoContext) -> str:
 
 
 def build_blocks(ctx: DemoContext) -> gr.Blocks:
-    """The demo's Gradio page: the layout (:func:`_layout`) and its events (:func:`_wire`) to the handlers
-    (:func:`_handlers`)."""
+    """The demo's Gradio page: the layout and its events, wired to the handlers.
+
+    See :func:`_layout`, :func:`_wire` and :func:`_handlers`."""
     voice_list = clips.voices()
     portrait_list = portraits()
     handlers = _handlers(ctx)
@@ -86,8 +90,11 @@ def build_blocks(ctx: DemoContext) -> gr.Blocks:
 
 
 def _handlers(ctx: DemoContext) -> SimpleNamespace:
-    """The page's event handlers, by name: the player per tab (load, unload, portrait), the clips for the page's
-    player (``speak``, ``load_file``), the take (``stop_take``, the readout's ``refresh``) and the API's ``take``."""
+    """The page's event handlers, by name.
+
+    They cover the player per tab: load, unload, portrait. They cover the clips for the page's player:
+    ``speak``, ``load_file``. They cover the take: ``stop_take`` and the readout's ``refresh``. And the API's
+    ``take``."""
     choice = ctx.choice
 
     def on_load(request: gr.Request):
@@ -103,7 +110,7 @@ def _handlers(ctx: DemoContext) -> SimpleNamespace:
         return player_html(ctx, ctx.tab_for(request.session_hash), portrait)  # a new player, a new session
 
     def speak(text: str, voice: str) -> str:
-        """Speak ``text`` with eSpeak NG; returns the clip's URL (relative to the page) for the player."""
+        """Speak ``text`` with eSpeak NG. Returns the clip's URL for the player, relative to the page."""
         try:
             samples = clips.speak(text, voice)
         except clips.ClipError as exc:
@@ -111,7 +118,7 @@ def _handlers(ctx: DemoContext) -> SimpleNamespace:
         return f"fg/clip/{ctx.clips.put(samples)}"
 
     def load_file(path: str | None) -> str:
-        """Decode an audio file to 16 kHz PCM; returns the clip's URL for the player."""
+        """Decode an audio file to 16 kHz PCM. Returns the clip's URL for the player."""
         try:
             samples = clips.load(path)
         except clips.ClipError as exc:
@@ -119,8 +126,9 @@ def _handlers(ctx: DemoContext) -> SimpleNamespace:
         return f"fg/clip/{ctx.clips.put(samples)}"
 
     async def stop_take(request: gr.Request):
-        """End this page's live take and return its MP4 (what the player showed, with its audio); with no
-        take yet, a warning in the page (:data:`NO_TAKE`) and nothing returned."""
+        """End this page's live take and return its MP4: what the player showed, with its audio.
+
+        With no take yet, it shows a warning in the page, :data:`NO_TAKE`, and returns nothing."""
         take = await ctx.relay.finish_take(ctx.tab_for(request.session_hash))
         if take is None:  # a message in the page (gr.Error would also print a traceback in the terminal)
             gr.Warning(NO_TAKE)
@@ -137,7 +145,7 @@ def _handlers(ctx: DemoContext) -> SimpleNamespace:
         return text, gr.skip(), shown
 
     async def take(text: str, voice: str, audio_file: str | None, portrait: str):
-        """A headless take: text (or an audio file) → a fresh session, streamed in real time → MP4."""
+        """A headless take: text or an audio file → a fresh session, streamed in real time → MP4."""
         try:
             samples = await asyncio.to_thread(lambda: clips.load(audio_file) if audio_file
                                               else clips.speak(text, voice))
@@ -163,8 +171,9 @@ def _handlers(ctx: DemoContext) -> SimpleNamespace:
 
 
 def _layout(ctx: DemoContext, voice_list: list[str], portrait_list: list[str]) -> SimpleNamespace:
-    """The page's components, made inside its ``gr.Blocks``: the player and readout, the controls, and the hidden
-    ones the events pass values through; returned by name."""
+    """The page's components, made inside its ``gr.Blocks``, returned by name.
+
+    They are the player and readout, the controls, and the hidden ones the events pass values through."""
     choice = ctx.choice
     gr.Markdown("## framegraph · live demo\nSpeak into the microphone, type text, or play a file: the "
                 "picture comes back over a WebSocket at sub-second delay (the readout on the picture "
@@ -206,7 +215,7 @@ def _layout(ctx: DemoContext, voice_list: list[str], portrait_list: list[str]) -
 
 
 def _wire(blocks: gr.Blocks, ui: SimpleNamespace, h: SimpleNamespace) -> None:
-    """The page's events: each control of ``ui`` to its handler in ``h`` (or to the player's JavaScript)."""
+    """The page's events: each control of ``ui`` to its handler in ``h``, or to the player's JavaScript."""
     blocks.load(h.on_load, outputs=ui.player, api_visibility="private")
     blocks.unload(h.on_unload)
     ui.portrait.change(h.change_portrait, inputs=ui.portrait, outputs=ui.player, api_visibility="private")

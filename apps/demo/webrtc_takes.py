@@ -1,13 +1,15 @@
 """The demo's player over WebRTC: its offer goes through the demo's port, its media straight to the server.
 
-The player (``apps/web/player.html``) sends its offer to ``/fg/webrtc/offer?tab=ID`` on the demo's own origin;
-:func:`forward_offer` passes it on, unchanged, to the in-process server's ``/webrtc/offer`` (with the tab in the
-query) and returns the server's answer. RTP and the data channel then run between the browser and the server
-(ICE host candidates: the demo's machine or its LAN; across NATs the player falls back to the relayed WebSocket).
-The relay still sees the take: the server calls :meth:`WebRtcTakes.on_session_opened` with each new session,
-and for one whose offer named a tab the session's transport is wrapped in a :class:`TappedTransport`, which
-hands the take what the server sends the page (``ready``, ``stats``, ``ended``; video and audio for the MP4) and
-lets the relay speak for the page (``stop``), as it does over the WebSocket.
+The player, ``apps/web/player.html``, sends its offer to ``/fg/webrtc/offer?tab=ID`` on the demo's own origin.
+:func:`forward_offer` passes it on, unchanged, to the in-process server's ``/webrtc/offer``. The tab goes in the
+query. It returns the server's answer. RTP and the data channel then run between the browser and the server.
+ICE uses host candidates: the demo's machine or its LAN. Across NATs the player falls back to the relayed
+WebSocket.
+
+The relay still sees the take. The server calls :meth:`WebRtcTakes.on_session_opened` with each new session.
+When the session's offer named a tab, its transport is wrapped in a :class:`TappedTransport`. That hands the take
+what the server sends the page: ``ready``, ``stats``, ``ended``, and video and audio for the MP4. It also lets
+the relay speak for the page with ``stop``, as it does over the WebSocket.
 """
 from __future__ import annotations
 
@@ -23,9 +25,10 @@ if TYPE_CHECKING:  # pragma: no cover
 
 
 class TappedTransport:
-    """A WebRTC session's transport (``inner``) that also reports to the relay's ``take``: every control message
-    and media item it sends, and its end. Runs on the server's event loop; the relay's own state is touched on
-    the relay's loop (``relay_loop``)."""
+    """A WebRTC session's transport, ``inner``, that also reports to the relay's ``take``.
+
+    It reports every control message and media item it sends, and its end. It runs on the server's event loop.
+    The relay's own state is touched on the relay's loop, ``relay_loop``."""
 
     def __init__(self, inner, relay: Relay, take: Take, relay_loop: asyncio.AbstractEventLoop):
         self.inner, self.relay, self.take, self.relay_loop = inner, relay, take, relay_loop
@@ -37,7 +40,7 @@ class TappedTransport:
         return getattr(self.inner, name)
 
     def inject(self, text: str, loop: asyncio.AbstractEventLoop) -> None:
-        """A control message as if the page had sent it (any thread; ``loop``: the server's)."""
+        """A control message as if the page had sent it. Any thread; ``loop`` is the server's."""
         loop.call_soon_threadsafe(self._injected.put_nowait, text)
 
     async def recv(self) -> str | bytes:
@@ -70,7 +73,7 @@ class TappedTransport:
         self.inner.abort()
 
     async def shut(self) -> None:
-        """The session is over (called last, by the WebRTC session's runner): the take is finished."""
+        """The session is over and the take is finished. The WebRTC session's runner calls it last."""
         if self._pending is not None:
             self._pending.cancel()
         await self.inner.shut()
@@ -88,7 +91,7 @@ class WebRtcTakes:
         self.server_loop: asyncio.AbstractEventLoop | None = None
 
     def on_session_opened(self, session) -> None:
-        """The server's hook (on its loop): a session whose offer names a known tab becomes that tab's take."""
+        """The server's hook, on its loop: a session whose offer names a known tab becomes that tab's take."""
         request = getattr(session.transport, "request", None)
         tab_id = parse_qs(urlsplit(getattr(request, "path", "")).query).get("tab", [None])[0]
         tab = self.relay.tab(tab_id)
@@ -99,7 +102,7 @@ class WebRtcTakes:
         session.transport = take.tap = TappedTransport(session.transport, self.relay, take, self.relay_loop)
 
     def stop(self, take: Take) -> None:
-        """``stop`` for the page, into the session (buffered audio still plays out)."""
+        """``stop`` for the page, into the session. Buffered audio still plays out."""
         if take.tap is not None and self.server_loop is not None:
             take.tap.inject(json.dumps({"type": "stop"}), self.server_loop)
 
@@ -109,8 +112,10 @@ class WebRtcTakes:
 
 
 def forward_offer(server_http_url: str, path: str, tab_id: str, body: bytes | None) -> tuple[int, bytes, str]:
-    """POST (``body``) or GET ``path`` (``webrtc/offer``, ``webrtc/config``) on the server, the tab in the query;
-    returns the status, body and content type of its answer (a refusal included)."""
+    """POST ``body`` to, or GET, ``path`` on the server, with the tab in the query.
+
+    ``path`` is ``webrtc/offer`` or ``webrtc/config``. Returns the status, body and content type of its answer,
+    a refusal included."""
     url = f"{server_http_url}{path}?tab={tab_id}"
     headers = {"Content-Type": "application/json"} if body is not None else {}
     req = urllib.request.Request(url, body, headers, method="POST" if body is not None else "GET")

@@ -1,21 +1,25 @@
-"""The avatar in a scene: audio drives the avatar branch, the camera drives the scene branch, and the two meet in a
-compositing stage on the audio clock.
+"""The avatar in a scene, in one graph.
+
+Audio drives the avatar branch. The camera drives the scene branch. The two meet in a compositing stage on the
+audio clock.
 
     audio ──▶ [the avatar's stages] ──video, alpha (h × w: the bundle's own size)────────┐
       │                                                                                  ▼
       │   camera ──▶ scene render (3DGS / 4DGS / NeRF, layers) ──video, depth, opacity, camera──▶ QuadInScene ──▶ sink
       └──────────────────────────────────────── audio ──────────────────────────────────────────────────────────▲
 
-Why an app: the joining stage (:class:`~framegraph.renderers.billboard.QuadInScene`) lives with the camera math in
-``renderers/`` and takes any picture with a matte; the avatar (``models/``) gives one (its ``"alpha"`` port,
-:attr:`~framegraph.models.avatar.RunSettings.alpha`). ``models`` and ``renderers`` do not import each other, so the
-graph that holds both is built here, in ``apps/``.
+Why an app: the joining stage is :class:`~framegraph.renderers.billboard.QuadInScene`. It lives with the camera
+math in ``renderers/``. It takes any picture with a matte. The avatar, in ``models/``, gives one: its ``"alpha"``
+port, :attr:`~framegraph.models.avatar.RunSettings.alpha`. ``models`` and ``renderers`` do not import each other.
+So the graph that holds both is built here, in ``apps/``.
 
-Clock: offline (``fast``) both branches make frame ``k`` at ``k / fps`` (the avatar's fps: the audio stamps its
-frames from sample counts, the camera from its frame index), and the compositor takes one frame of each in lock
-step, keeping the avatar's pts — the sound is muxed against those. Each stage runs on its own thread: the branches
-work in parallel, the slower one sets the pace. Live (the server's ``scene_avatar`` pipeline) the scene frames set
-the pace and the newest avatar frame is shown in each (:func:`build_scene_avatar_graph` with ``live``).
+Clock, offline (``fast``): both branches make frame ``k`` at ``k / fps``, the avatar's fps. The audio stamps its
+frames from sample counts. The camera stamps its frames from its frame index. The compositor takes one frame of
+each in lock step. It keeps the avatar's pts, and the sound is muxed against those. Each stage runs on its own
+thread. So the branches work in parallel, and the slower one sets the pace.
+
+Clock, live: this is the server's ``scene_avatar`` pipeline. The scene frames set the pace. Each shows the newest
+avatar frame. See :func:`build_scene_avatar_graph` with ``live``.
 """
 from __future__ import annotations
 
@@ -47,8 +51,10 @@ def check_place(scene: SceneFile, anchor) -> None:
 
 
 def placement_from(place, scene: SceneFile) -> Placement:
-    """``--place X,Y,Z[,YAW,HEIGHT]`` (3 or 5 numbers) as a :class:`Placement` in ``scene``, checked
-    (:func:`check_place`); the height defaults to :data:`HEIGHT_SHARE` of the scene's orbit distance."""
+    """``--place X,Y,Z[,YAW,HEIGHT]``, 3 or 5 numbers, as a :class:`Placement` in ``scene``.
+
+    It is checked by :func:`check_place`. The height defaults to :data:`HEIGHT_SHARE` of the scene's orbit
+    distance."""
     anchor = tuple(float(v) for v in place[:3])
     check_place(scene, anchor)
     if len(place) == 5:
@@ -57,7 +63,7 @@ def placement_from(place, scene: SceneFile) -> Placement:
 
 
 def open_scene_checked(path: str, time_duration=None) -> SceneFile:
-    """:func:`~framegraph.renderers.scene_file.open_scene`, any failure a ``ValueError`` naming the scene."""
+    """:func:`~framegraph.renderers.scene_file.open_scene`, with any failure a ``ValueError`` naming the scene."""
     try:
         return open_scene(path, time_duration=time_duration)
     except FileNotFoundError:
@@ -70,8 +76,9 @@ def open_scene_checked(path: str, time_duration=None) -> SceneFile:
 
 def camera_path(scene: SceneFile, camera_path_file: str | None, n_frames: int, width: int, height: int,
                 fps: float) -> CameraPath:
-    """The cameras: the scene's orbit over ``n_frames``, or a nerfstudio camera path at ``width × height`` (same
-    field of view; a shorter path loops)."""
+    """The cameras: the scene's orbit over ``n_frames``, or a nerfstudio camera path at ``width × height``.
+
+    A path keeps its field of view. A shorter path loops."""
     if camera_path_file is None:
         return scene.framing.orbit(n_frames, width, height, fps)
     path = load_nerfstudio_camera_path(camera_path_file)
@@ -84,8 +91,10 @@ def camera_path(scene: SceneFile, camera_path_file: str | None, n_frames: int, w
 
 @dataclass
 class SceneAvatarGraph:
-    """What :func:`build_scene_avatar_graph` made: the graph, the avatar's source and picture stage, the camera
-    source, the scene's render stage, the compositor and the sink (None when the caller connects ``quad``)."""
+    """What :func:`build_scene_avatar_graph` made.
+
+    That is the graph, the avatar's source and picture stage, and the camera source. It also holds the scene's
+    render stage, the compositor and the sink. The sink is None when the caller connects ``quad``."""
 
     graph: Graph
     audio: Stage
@@ -103,16 +112,19 @@ def build_scene_avatar_graph(scene: SceneFile, avatar: AvatarBundle, audio_sourc
                              live: bool = False, camera: CameraSource | None = None, shadow: float = 0.5,
                              time_scale: float = 1.0, runtime: str = "torch", onnx_dir: str | None = None,
                              torch_threads: int | None = None) -> SceneAvatarGraph:
-    """Both branches and the compositor in one graph (see the module docstring).
+    """Both branches and the compositor in one graph. See the module docstring.
 
     Args:
-        scene / avatar / audio_source: the scene, the bundle (with a matte), its audio (an ``"audio"`` source).
-        placement: where the avatar stands. width / height: the scene's (and the video's) size.
-        path / n_frames: the cameras (a path played at the avatar's fps, looping; ``n_frames`` of them), or ``camera``:
-            a ready camera source (live: pushed poses).
-        sink: where the composite goes (its ``"video"``; with an ``"audio"`` input it also gets the audio).
-        live: realtime: the avatar's newest frame is shown in each scene frame (its edges ``latest``), frames
-            late behind a newer one are dropped.
+        scene / avatar / audio_source: the scene, the bundle with a matte, and its audio, an ``"audio"`` source.
+        placement: where the avatar stands.
+        width: the width of the scene and the video.
+        height: their height.
+        path: the cameras' path, played at the avatar's fps, looping.
+        n_frames: how many cameras of it.
+        camera: a ready camera source instead of a path, such as live pushed poses.
+        sink: where the composite goes, to its ``"video"``. With an ``"audio"`` input it also gets the audio.
+        live: realtime. Each scene frame shows the avatar's newest frame; its edges are ``latest``. Frames late
+            behind a newer one are dropped.
     """
     fps = avatar.fps
     g = graph if graph is not None else Graph(Clock("realtime" if live else "fast"), name="scene-avatar")
@@ -136,8 +148,9 @@ def build_scene_avatar_graph(scene: SceneFile, avatar: AvatarBundle, audio_sourc
 
 def add_scene_branch(graph: Graph, scene: SceneFile, camera: CameraSource, *, width: int, height: int,
                      device: str = "cpu", live: bool = False, time_scale: float = 1.0) -> tuple[CameraSource, Stage]:
-    """The scene branch: ``camera`` (added when new) → the scene's render stage with its layers (depth, opacity,
-    camera), on :data:`BACKGROUND`; returns both."""
+    """The scene branch: ``camera`` → the scene's render stage, on :data:`BACKGROUND`. Returns both.
+
+    ``camera`` is added when new. The render stage makes its layers: depth, opacity, camera."""
     cams = camera if camera in graph.stages else graph.add(camera, max_in_flight=2 if live else None)
     render = graph.add(scene.render_stage(width=width, height=height, device=device, background=BACKGROUND,
                                           time_scale=time_scale, layers=True))
@@ -147,8 +160,10 @@ def add_scene_branch(graph: Graph, scene: SceneFile, camera: CameraSource, *, wi
 
 def place_picture(graph: Graph, picture: Stage, render: Stage, placement: Placement, *, image_size: tuple[int, int],
                   scene: SceneFile, shadow: float = 0.5, matte: bool = True, live: bool = False) -> QuadInScene:
-    """The compositor joining ``picture``'s ``"video"`` (and, with ``matte``, ``"alpha"``) to ``render``'s layers:
-    lock-step offline; live, the picture's edges are ``latest`` (each scene frame shows the newest picture)."""
+    """The compositor joining ``picture``'s ``"video"`` to ``render``'s layers.
+
+    With ``matte`` it joins ``"alpha"`` too. Offline it runs in lock step. Live, the picture's edges are
+    ``latest``, so each scene frame shows the newest picture."""
     quad = graph.add(QuadInScene(placement, image_size=image_size, frame_size=(render.height, render.width),
                                  background=scene.background(BACKGROUND), shadow=shadow, matte=matte))
     policy = "drop_oldest" if live else "block"
@@ -165,9 +180,10 @@ def render_scene_avatar(scene_path: str, avatar_dir: str, audio_path: str, out: 
                         place, camera_path_file: str | None = None, device: str | None = None,
                         preset: str = "offline", time_duration=None, time_scale: float = 1.0, runtime: str = "torch",
                         onnx_dir: str | None = None) -> tuple[Graph, MP4Sink, int]:
-    """``framegraph render --scene SCENE --avatar BUNDLE --audio SPEECH --place ...``: the offline graph (MP4 with
-    the speech), its sink and the frames it will write. The video lasts as long as the speech, at the avatar's
-    fps; ``place``: ``(x, y, z[, yaw, height])``."""
+    """``framegraph render --scene SCENE --avatar BUNDLE --audio SPEECH --place ...``: the offline graph.
+
+    Returns the graph, its sink and the frames it will write. The graph writes an MP4 with the speech. The video lasts
+    as long as the speech, at the avatar's fps. ``place`` is ``(x, y, z[, yaw, height])``."""
     device = device or default_device()
     scene = open_scene_checked(scene_path, time_duration)
     placement = placement_from(place, scene)

@@ -1,15 +1,16 @@
 """``framegraph bench NAME``: one front per benchmark, every one of the same shape.
 
-A bench is two modules. Its front, here (``commands/bench/NAME.py``), declares ``add_arguments(parser)`` (its
-options, ``--out FILE.json`` among them: :func:`add_out_argument`) and names its ``IMPLEMENTATION``, the module in
-``apps/bench/`` that measures, which exports:
+A bench is two modules. Its front lives here, in ``commands/bench/NAME.py``. The front declares
+``add_arguments(parser)``, the bench's options. ``--out FILE.json`` is among them; see :func:`add_out_argument`.
+The front also names its ``IMPLEMENTATION``. That is the module in ``apps/bench/`` that measures. It exports:
 
-- ``run(args) -> int``: measures, writes the JSON (``meta.bench_metadata(NAME)`` and its numbers) with the PNG of
-  its figure beside it (``meta.write_result``), prints a summary; returns the exit status;
-- ``figure(data, plt) -> matplotlib.figure.Figure``: its plot of one result, drawn from the JSON alone, so the PNG
-  beside the JSON and the bench's section in ``framegraph bench report`` are the same picture.
+- ``run(args) -> int``: measures, writes the JSON and prints a summary. It returns the exit status. The JSON holds
+  ``meta.bench_metadata(NAME)`` and the numbers. ``meta.write_result`` writes it, with the PNG of its figure
+  beside it.
+- ``figure(data, plt) -> matplotlib.figure.Figure``: its plot of one result, drawn from the JSON alone. So the
+  PNG beside the JSON and the bench's section in ``framegraph bench report`` are the same picture.
 
-A result names its bench (``"benchmark": NAME``, written by ``bench_metadata``); ``bench report`` draws it with
+A result names its bench: ``"benchmark": NAME``, written by ``bench_metadata``. ``bench report`` draws it with
 that bench's ``figure``. Adding a bench is its two modules and one line in :data:`BENCHES`.
 """
 from __future__ import annotations
@@ -59,10 +60,10 @@ SUBCOMMANDS = {name: (module, help_, None) for name, (module, help_) in {**BENCH
 
 
 def implementation(name: str):
-    """The module that measures bench ``name`` (its ``run`` and ``figure``), imported."""
+    """The module that measures bench ``name``, with its ``run`` and ``figure``, imported."""
     return importlib.import_module(importlib.import_module(BENCHES[name][0]).IMPLEMENTATION)
 
 
 def add_out_argument(p: argparse.ArgumentParser) -> None:
-    """``--out FILE.json``: where a bench writes its result (its figure goes beside it as ``FILE.png``)."""
+    """``--out FILE.json``: where a bench writes its result. Its figure goes beside it as ``FILE.png``."""
     p.add_argument("--out", required=True, help="JSON file to write (a PNG plot is written beside it)")

@@ -1,5 +1,6 @@
-"""``framegraph bench av_sync``: the A/V shift training would make on real clips, by the rule before and after the
-shape head's confirmation and the peak-inside-the-window test, with the head's fit at each lag."""
+"""``framegraph bench av_sync``: the A/V shift training would make on real clips. It compares two rules. The old one is
+the rule before the shape head's confirmation and the peak-inside-the-window test. The new one has both. It also records
+the head's fit at each lag."""
 from __future__ import annotations
 
 import argparse

@@ -1,12 +1,12 @@
-"""``framegraph bench avatar``: the talking avatar — time to first frame, FPS and stage p50/p99 per region
-size, concurrent sessions."""
+"""``framegraph bench avatar``: the talking avatar's speed. It measures time to first frame, FPS and stage p50/p99 per
+region size, and concurrent sessions."""
 from __future__ import annotations
 
 import argparse
 import os
 
 from framegraph import assets
-from framegraph.apps.argtypes import AVATAR_RUNTIMES, add_runtime_argument, runtime_list
+from framegraph.apps.argtypes import AVATAR_RUNTIMES, add_runtime_argument, positive_int, positive_ints, runtime_list
 
 from . import add_out_argument
 
@@ -15,21 +15,26 @@ DEFAULT_AVATAR = os.path.join(str(assets.ROOT), "avatars", "astronaut")
 IMPLEMENTATION = "framegraph.apps.bench.avatar"  # its run(args) and figure(data, plt)
 
 
+def _session_size(text: str) -> int | str:
+    """``--session-size``: ``"shipped"`` or a positive region side."""
+    return text if text == "shipped" else positive_int(text)
+
+
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out_argument(p)
     p.add_argument("--device", default=None, help="where the models run (default: cuda when available)")
     p.add_argument("--avatar", default=DEFAULT_AVATAR, help="the shipped bundle whose model class is measured "
                                                             "(default assets/avatars/astronaut)")
-    p.add_argument("--sizes", default=None, help="generated region sides, comma-separated (default 256,384,512; "
-                                                 "--quick: 64)")
+    p.add_argument("--sizes", type=positive_ints, default=None,
+                   help="generated region sides, comma-separated (default 256,384,512; --quick: 64)")
     p.add_argument("--shipped", action=argparse.BooleanOptionalAction, default=True,
                    help="also measure the shipped avatar itself at its native size (default: yes)")
     p.add_argument("--seconds", type=float, default=None,
                    help="speech for the steady-FPS run (default 20 on CUDA, 6 on CPU; --quick: 1)")
     p.add_argument("--repeats", type=int, default=None, help="warm TTFF sessions per mode (default 3; --quick: 1)")
-    p.add_argument("--sessions", default=None,
+    p.add_argument("--sessions", type=positive_ints, default=None,
                    help="concurrent session counts (default 1,2,4 on CUDA, 1,2 on CPU; --quick: 2)")
-    p.add_argument("--session-size", default=None,
+    p.add_argument("--session-size", type=_session_size, default=None,
                    help="region side of the sessions' avatar, or 'shipped' (default 384 on CUDA, shipped on CPU; "
                         "--quick: the first --sizes entry)")
     p.add_argument("--session-seconds", type=float, default=None,

@@ -1,5 +1,5 @@
-"""``framegraph bench avatar_int8``: each of the avatar's ONNX models in int8 against float32 — held-out quality,
-stage p50, the decision."""
+"""``framegraph bench avatar_int8``: each of the avatar's ONNX models in int8 against float32. It records held-out
+quality, stage p50, and the decision."""
 from __future__ import annotations
 
 import argparse

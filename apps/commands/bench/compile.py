@@ -1,5 +1,5 @@
-"""``framegraph bench compile``: every Triton kernel compiled offline for sm_89 / sm_90 / sm_120 — registers, spills,
-shared memory."""
+"""``framegraph bench compile``: every Triton kernel compiled offline for sm_89 / sm_90 / sm_120. It records registers,
+spills and shared memory."""
 from __future__ import annotations
 
 import argparse
@@ -9,7 +9,7 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class Target:
-    """A GPU architecture we compile for: compute capability (89 = sm_89), a GPU, its shared memory per block."""
+    """A GPU architecture we compile for: compute capability, a GPU, its shared memory per block. 89 is sm_89."""
 
     capability: int
     gpu: str

@@ -1,5 +1,5 @@
-"""``framegraph bench first_frame``: a session's first frame after preload (cold / warm, torch / compiled) against
-its steady per-frame latency, each configuration in a fresh process."""
+"""``framegraph bench first_frame``: a session's first frame after preload, against its steady per-frame latency. It
+covers cold and warm, torch and compiled. Each configuration runs in a fresh process."""
 from __future__ import annotations
 
 import argparse

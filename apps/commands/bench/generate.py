@@ -1,5 +1,5 @@
-"""``framegraph bench generate``: Wan / SANA-Video streamed end to end — FPS (denoise + decode + encode), first
-frame, stage p50/p99, peak memory."""
+"""``framegraph bench generate``: Wan / SANA-Video streamed end to end. It records FPS (denoise + decode + encode),
+first frame, stage p50/p99 and peak memory."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
-"""``framegraph bench launches``: host syncs, kernels and allocations per steady-state frame of every pipeline (the
-launch audit)."""
+"""``framegraph bench launches``: the launch audit. It counts host syncs, kernels and allocations per steady-state frame
+of every pipeline."""
 from __future__ import annotations
 
 import argparse

@@ -1,7 +1,8 @@
-"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine — its audio context live (Whisper on a sliding
-window) against MuseTalk's offline 30-s segments (agreement per layer, cost, how far a frame's context reaches), and
-one frame's speed at the real model size (UNet, decode, paste, end-to-end fps, first frame, share of the peak), and
-the step on ONNX Runtime against torch."""
+"""``framegraph bench musetalk``: MuseTalk 1.5 on this machine. It runs three parts. The first compares its audio
+context live with MuseTalk's offline 30-s segments. Live means Whisper on a sliding window. It records agreement per
+layer, cost, and how far a frame's context reaches. The second times one frame at the real model size. It records
+UNet, decode, paste, end-to-end fps, first frame and share of the peak. The third times the step on ONNX Runtime
+against torch."""
 from __future__ import annotations
 
 import argparse

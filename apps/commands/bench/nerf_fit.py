@@ -1,6 +1,7 @@
 """``framegraph bench nerf_fit``: fit-nerf on a real capture — steps/s and held-out PSNR against training time.
 
-Like ``framegraph fit-nerf``, it takes the NeRF's own options (``renderers/nerf_options.py``, torch-free)."""
+Like ``framegraph fit-nerf``, it takes the NeRF's own options. They are in ``renderers/nerf_options.py``,
+torch-free."""
 from __future__ import annotations
 
 import argparse

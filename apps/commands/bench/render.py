@@ -1,4 +1,4 @@
-"""``framegraph bench render``: 3DGS / 4DGS / NeRF render speed and peak memory per backend (and gsplat)."""
+"""``framegraph bench render``: 3DGS / 4DGS / NeRF render speed and peak memory per backend, and gsplat's."""
 from __future__ import annotations
 
 import argparse
@@ -21,7 +21,7 @@ IMPLEMENTATION = "framegraph.apps.bench.render"  # its run(args) and figure(data
 
 
 def _counts(text: str) -> list:
-    """``"100000,1e6,3e6"`` -> ``[100000, 1000000, 3000000]``; ``""`` or ``"none"`` -> ``[]``."""
+    """``"100000,1e6,3e6"`` -> ``[100000, 1000000, 3000000]``. ``""`` or ``"none"`` -> ``[]``."""
     if text.strip().lower() in ("", "none"):
         return []
     out = []

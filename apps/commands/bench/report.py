@@ -1,5 +1,5 @@
-"""``framegraph bench report``: benchmark JSON files collected into one HTML page (each drawn by its bench) and a
-summary PNG."""
+"""``framegraph bench report``: benchmark JSON files collected into one HTML page and a summary PNG. Each file is drawn
+by its bench."""
 from __future__ import annotations
 
 import argparse

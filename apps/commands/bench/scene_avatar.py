@@ -1,5 +1,5 @@
-"""``framegraph bench scene_avatar``: the talking avatar inside a 3D scene — each branch alone and the composite, FPS,
-per-branch work p50 and the first frame."""
+"""``framegraph bench scene_avatar``: the talking avatar inside a 3D scene. It runs each branch alone and the composite.
+It records FPS, per-branch work p50 and the first frame."""
 from __future__ import annotations
 
 from framegraph.apps.argtypes import SIZE_LIMIT, placement, positive_float, positive_int, video_size

@@ -1,5 +1,6 @@
-"""``framegraph bench server``: the streaming server — RSS over 100 sessions, latency over a 10-minute soak;
-``--cluster``: the Ray Serve cluster path; ``--transport websocket,webrtc``: the two transports side by side."""
+"""``framegraph bench server``: the streaming server. It records RSS over 100 sessions and latency over a 10-minute
+soak. ``--cluster`` measures the Ray Serve cluster path. ``--transport websocket,webrtc`` puts the two transports side
+by side."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
-"""``framegraph bench sessions``: many live sessions of one avatar at once, with and without the model service's
-batching: per-session fps, p95 glass-to-glass, aggregate fps, CPU time per frame."""
+"""``framegraph bench sessions``: many live sessions of one avatar at once. It runs with and without the model service's
+batching. It records per-session fps, p95 glass-to-glass, aggregate fps and CPU time per frame."""
 from __future__ import annotations
 
 import argparse

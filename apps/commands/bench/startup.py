@@ -1,5 +1,5 @@
-"""``framegraph bench startup``: how long each command takes from the shell, start-up included — ``--help``,
-``render --help``, ``info``, a 1-s test card and a 1-s avatar render."""
+"""``framegraph bench startup``: how long each command takes from the shell, start-up included. The commands are
+``--help``, ``render --help``, ``info``, a 1-s test card and a 1-s avatar render."""
 from __future__ import annotations
 
 import argparse

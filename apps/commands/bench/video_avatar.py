@@ -1,5 +1,6 @@
-"""``framegraph bench video_avatar``: a video avatar on a real clip — held-out lip sync, PSNR outside the mouth,
-FPS, first frame; with ``--people``, one change to what the mouth hears, before and after, on every person."""
+"""``framegraph bench video_avatar``: a video avatar on a real clip. It records held-out lip sync, PSNR outside the
+mouth, FPS and first frame. With ``--people`` it measures one change to what the mouth hears on every person, before and
+after."""
 from __future__ import annotations
 
 import argparse

@@ -1,5 +1,5 @@
-"""``framegraph bench whisper_features``: Whisper encoder features over a sliding window — each engine's cost per
-window and per second of audio, and how close each window's features come to the whole clip's."""
+"""``framegraph bench whisper_features``: Whisper encoder features over a sliding window. It records each engine's cost
+per window and per second of audio. It records how close each window's features come to the whole clip's."""
 from __future__ import annotations
 
 import argparse

@@ -39,6 +39,7 @@ It runs in float32 on a CPU, float16 on CUDA.
 
 The **onnx** part runs with ``--parts onnx``. It exports the same UNet step and VAE decoder to a temporary folder.
 Then it times one frame on torch and on ONNX Runtime, float32 on the CPU, each with ``--threads`` threads.
+The two are timed in turn, call after call.
 It reports both times, their ratio, the export's and the session's load time and the largest pixel difference.
 """
 from __future__ import annotations
@@ -249,9 +250,14 @@ def _onnx(args: argparse.Namespace, result: dict) -> None:
         ort = OrtStep(*graphs, {"context": [50, width], "files": files})
         load_s = time.perf_counter() - t0
         with torch.inference_mode():
-            torch_ms = _median_ms(lambda: step(latents, windows), args.speed_repeats, lambda: None)
-            onnx_ms = _median_ms(lambda: ort(latents, windows), args.speed_repeats, lambda: None)
-            level = int((ort(latents, windows).int() - step(latents, windows).int()).abs().max())
+            level = int((ort(latents, windows).int() - step(latents, windows).int()).abs().max())  # and warm
+            times = {"torch": [], "onnx": []}
+            for _ in range(args.speed_repeats):  # taken in turn, so a change of the machine's load meets both
+                for name, run in (("torch", step), ("onnx", ort)):
+                    t0 = time.perf_counter()
+                    run(latents, windows)
+                    times[name].append(1000 * (time.perf_counter() - t0))
+            torch_ms, onnx_ms = (statistics.median(times[k]) for k in ("torch", "onnx"))
     result["onnx"] = {"models": models, "device": "cpu", "dtype": "float32", "threads": args.threads, "batch": 1,
                       "torch_ms_per_frame": round(torch_ms, 1), "onnx_ms_per_frame": round(onnx_ms, 1),
                       "torch_over_onnx": round(torch_ms / onnx_ms, 3), "export_s": round(export_s, 1),

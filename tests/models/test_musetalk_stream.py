@@ -154,3 +154,42 @@ def test_avatar_eval_redraws_the_persons_real_frames_from_their_sound_and_measur
                  "--out", str(out)])
     err = capsys.readouterr().err
     assert code == 2 and "--steps: not for a MuseTalk avatar" in err, err
+
+
+def test_each_frame_shows_the_face_drawn_from_the_sound_of_its_own_time(bundle):
+    """A/V sync of the composite, frame by frame: beeps and silence streamed through the graph, then each picture
+    (outside the face: exactly a loop frame, which names it) redrawn by hand from the offline context of its own
+    frame, of the frame before and of the frame after: its own time's face is the one shown, every frame."""
+    from helpers import avatar_session
+
+    from framegraph.models.avatar.base import RunSettings
+    from framegraph.models.avatar.musetalk.engines import torch_engines
+    from framegraph.models.avatar.musetalk.hearing import live_context
+    from framegraph.models.avatar.musetalk.stages import MuseTalkFace
+
+    a = load_avatar(bundle)
+    beep = (9000 * np.sin(2 * np.pi * 700 * np.arange(RATE // 8) / RATE)).astype(np.int16)
+    audio = np.zeros(2 * RATE, np.int16)
+    for start in (0.5, 1.3):
+        audio[int(start * RATE):][:len(beep)] = beep
+    graph, sink = avatar_session(a, audio)
+    graph.run()
+    shown = torch.stack(sink.data())
+    n = int(np.ceil(len(audio) / 640))
+    assert len(shown) == n
+    eng = torch_engines(a, RunSettings())
+    context = live_context(eng.whisper, audio, a.fps, frames=n)
+    stage = MuseTalkFace(a, eng.step, tuple(context.shape[1:]))
+    x1, y1 = a.boxes[:, :2].min(0)
+    x2, y2 = a.boxes[:, 2:].max(0)
+    outside = torch.ones(shown.shape[1:3], dtype=torch.bool)
+    outside[y1:y2, x1:x2] = False
+    loop = a.frames.float()
+    for k in range(n):
+        i = int((loop[:, outside] - shown[k][outside].float()).abs().mean(dim=(1, 2)).argmin())
+        face = shown[k, y1:y2, x1:x2].int()
+        off = {j: (face - stage.picture(context[j], a.frames[i], i)[y1:y2, x1:x2].int()).abs()
+               for j in {max(k - 1, 0), k, min(k + 1, n - 1)}}
+        own = off.pop(k)
+        assert int(own.max()) <= 1, k  # its own time's face, within a level of rounding
+        assert all(own.float().mean() * 5 < d.float().mean() for d in off.values()), k  # not a neighbour's

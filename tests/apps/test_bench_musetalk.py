@@ -47,6 +47,6 @@ def test_bench_musetalk_onnx_times_the_step_on_torch_and_on_onnx_runtime_in_one_
     o = json.loads(out.read_text())["onnx"]
     assert o["models"] == "the user's files" and o["threads"] == 1 and o["batch"] == 1
     assert o["torch_ms_per_frame"] > 0 and o["onnx_ms_per_frame"] > 0 and o["export_s"] > 0
-    assert o["torch_over_onnx"] == round(o["torch_ms_per_frame"] / o["onnx_ms_per_frame"], 3)
+    assert abs(o["torch_over_onnx"] - o["torch_ms_per_frame"] / o["onnx_ms_per_frame"]) < 0.01
     assert o["max_pixel_difference"] <= 1  # the same faces, to a level of rounding
     assert (tmp_path / "onnx.png").stat().st_size > 0

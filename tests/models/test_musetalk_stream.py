@@ -66,9 +66,9 @@ def test_render_streams_the_bundle_the_face_redrawn_in_its_box_from_the_sound_of
 def test_runtimes_it_does_not_have_are_refused_with_a_sentence(bundle, tmp_path, capsys):
     wav = speech_between_silences(tmp_path, "Hi.")[0]
     code = main(["render", "--avatar", str(bundle), "--audio", str(wav), "--out", str(tmp_path / "x.mp4"),
-                 "--runtime", "compiled"])
+                 "--runtime", "onnx-int8"])
     err = capsys.readouterr().err
-    assert code == 2 and "avatar-musetalk runs on torch or onnx, not 'compiled'" in err, err
+    assert code == 2 and "avatar-musetalk runs on torch, compiled or onnx, not 'onnx-int8'" in err, err
 
 
 def test_the_face_stage_draws_the_step_of_the_shown_loop_frame_pasted_by_its_mask(bundle):

@@ -262,7 +262,7 @@ class Session:
             raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
                                                         f"pipeline per connection")
         try:
-            pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+            pipeline = pipelines.build(name, options, self.config.batching)  # ProtocolError: bad name, option, full
         except ProtocolError as exc:
             if exc.code != ErrorCode.FULL:
                 raise

@@ -188,7 +188,7 @@ async def handle_offer(server: StreamServer, request) -> object:
         if options.setdefault("codec", "h264") != "h264":
             raise ProtocolError(ErrorCode.BAD_OPTION, f"option 'codec' = {options['codec']!r}; over WebRTC the "
                                                       f"video codec is negotiated in the SDP (H.264 or VP8)")
-        pipeline = pipelines.build(name, options)
+        pipeline = pipelines.build(name, options, server.config.batching)
     except ValueError as exc:  # json
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.BAD_JSON, f"the offer body is not JSON ({exc})")

@@ -261,11 +261,44 @@ async def _connect(url: str, token: str | None):
         raise ClientError(f"cannot connect to {url}: {exc}") from None
 
 
+class _SentOn(Exception):
+    """A full cluster replica sent the session on to ``url``, another replica with room."""
+
+    def __init__(self, url: str):
+        super().__init__(url)
+        self.url = url
+
+
+async def _open(url: str, token: str | None, pipeline: str, options: dict | None, audio: np.ndarray | None,
+                hops: int = 3):
+    """Connect and start: ``(context manager, websocket, ready, when start was first sent in ns)``.
+
+    A full cluster replica may name another one, ``url`` in its ``full`` error. The session starts there.
+    """
+    t_start = None
+    for _ in range(hops + 1):
+        ws_cm, ws = await _connect(url, token)
+        t_start = t_start or time.monotonic_ns()
+        try:
+            return ws_cm, ws, await _start(ws, pipeline, options, audio), t_start
+        except _SentOn as sent:
+            url = sent.url
+            await ws_cm.__aexit__(None, None, None)
+        except BaseException as exc:
+            await ws_cm.__aexit__(None, None, None)
+            if isinstance(exc, (ProtocolError, ConnectionClosed)):
+                raise ClientError(f"session failed: {exc}") from None
+            raise
+    raise ClientError(f"full cluster replicas sent the session on {hops + 1} times; the last was {url}")
+
+
 async def _start(ws, pipeline: str, options: dict | None, audio: np.ndarray | None) -> dict:
     """Send ``start`` and wait for ``ready``. Returns its message. A refusal is a :class:`ClientError`."""
     await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": pipeline, "options": options or {}}))
     while True:
         msg = json.loads(await asyncio.wait_for(ws.recv(), 30))
+        if msg["type"] == "error" and msg["code"] == "full" and msg.get("url"):
+            raise _SentOn(msg["url"])
         if msg["type"] == "error":
             raise ClientError(f"server refused start: {msg['code']}: {msg['message']}")
         if msg["type"] == "ready":
@@ -439,10 +472,8 @@ async def stream_session(url: str, pipeline: str = "testcard", options: dict | N
             appended to it. Soak runs use it to look at latency over time.
     """
     tally, recorder = _Tally(), None
-    ws_cm, ws = await _connect(url, token)
+    ws_cm, ws, ready, t_start = await _open(url, token, pipeline, options, audio)
     try:
-        t_start = time.monotonic_ns()
-        ready = await _start(ws, pipeline, options, audio)
         video = ready["video"]
         if out:
             recorder = Recorder(out, width=video["width"], height=video["height"], fps=video["fps"],

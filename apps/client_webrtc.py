@@ -21,25 +21,17 @@ import json
 import time
 import urllib.error
 import urllib.request
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import numpy as np
 
 from framegraph.apps.server.protocol import AUDIO_SAMPLE_RATE, Kind, MediaHeader
+from framegraph.apps.server.webrtc import offer_url
 
 from . import client
 from .client import CHUNK_SAMPLES, ClientError, Recorder, _summary, _Tally
 
 __all__ = ["run", "offer_url", "post_offer", "stream_session_webrtc"]
-
-OFFER_PATH = "/webrtc/offer"
-
-
-def offer_url(ws_url: str) -> str:
-    """The offer endpoint of the server at ``ws_url``. Its query is kept, such as a token or a cluster ticket."""
-    parts = urlsplit(ws_url)
-    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
-    return urlunsplit((scheme, parts.netloc, OFFER_PATH, parts.query, ""))
 
 
 def post_offer(url: str, body: dict, token: str | None, hops: int = 3) -> dict:

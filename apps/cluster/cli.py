@@ -26,7 +26,8 @@ def settings_from_args(args: argparse.Namespace, gpus_in_cluster: float) -> Clus
                            min_replicas=args.min_replicas, max_replicas=args.max_replicas,
                            sessions_per_replica=args.sessions_per_replica, target_fill=args.target_fill,
                            cpus_per_replica=args.cpus_per_replica, gpus_per_replica=gpus, max_bundles=args.max_bundles,
-                           drain_grace_s=args.drain_grace, allowed_origins=tuple(args.allow_origin))
+                           drain_grace_s=args.drain_grace, allowed_origins=tuple(args.allow_origin),
+                           batching=args.batching == "on")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -8,6 +8,9 @@ Browsers do not follow redirects on WebSockets.
 So the page asks ``GET /place`` first, gets JSON ``{"url", "replica"}`` and connects there.
 When every live replica is full, or none is up, the answer is **503** with ``Retry-After``.
 It is never a wait.
+A replica whose model has no room for the session refuses it ``full`` at ``start`` or at the offer.
+It then asks :meth:`Gateway.place_elsewhere` for another replica, and sends the client there.
+Only when none has room does the client get the refusal.
 
 Placement reads the replicas' own reports, sent to :meth:`Gateway.report` every ``heartbeat_s``.
 They carry capacity, sessions and draining.
@@ -52,6 +55,7 @@ from framegraph.apps.server.http import (
 )
 from framegraph.apps.server.http_post import PostConnection
 from framegraph.apps.server.loop_thread import LoopThread
+from framegraph.apps.server.webrtc import offer_url
 
 from . import metrics
 from .settings import ClusterSettings
@@ -75,9 +79,13 @@ class ReplicaView:
     def alive(self, now: float, dead_after_s: float) -> bool:
         return now - self.seen <= dead_after_s
 
-    def free(self, now: float) -> int:
+    def reserved(self, now: float) -> int:
+        """Tickets handed out and not yet used or expired."""
         self.pending = {n: e for n, e in self.pending.items() if e > now}
-        return self.state["capacity"] - self.state["sessions"] - len(self.pending)
+        return len(self.pending)
+
+    def free(self, now: float) -> int:
+        return self.state["capacity"] - self.state["sessions"] - self.reserved(now)
 
 
 class Gateway:
@@ -92,6 +100,8 @@ class Gateway:
         self.replicas: dict[str, ReplicaView] = {}
         self.placed: collections.Counter = collections.Counter()
         self.rejected: collections.Counter = collections.Counter()
+        self.moved = 0  # sessions a full replica refused and the front door placed on another
+        self._refused: dict[str, tuple[float, frozenset[str]]] = {}  # ticket nonce -> (expiry, replicas that refused)
         self._lock = threading.Lock()
         self._listener = _Listener(self)
         self.url = self._listener.start()
@@ -110,10 +120,10 @@ class Gateway:
                 view.pending.pop(nonce, None)
 
     # ---- placement ------------------------------------------------------------------------------
-    def place(self) -> dict:
+    def place(self, exclude: frozenset[str] = frozenset()) -> dict:
         """Choose a replica and reserve a slot on it with a ticket.
 
-        It picks the live, non-draining replica with the most free slots.
+        It picks the live, non-draining replica with the most free slots, of those not in ``exclude``.
         Ties go to fewer sessions, then to the id.
         Returns ``{"url": ws URL with the ticket, "replica": id}``.
         Raises :class:`ClusterFull`.
@@ -123,7 +133,7 @@ class Gateway:
             live = [v for v in self.replicas.values()
                     if v.alive(now, self.settings.dead_after_s) and not v.state["draining"]]
             free = {v.state["id"]: v.free(now) for v in live}
-            ranked = sorted((v for v in live if free[v.state["id"]] > 0),
+            ranked = sorted((v for v in live if free[v.state["id"]] > 0 and v.state["id"] not in exclude),
                             key=lambda v: (-free[v.state["id"]], v.state["sessions"], v.state["id"]))
             if not ranked:
                 self.rejected["full" if live else "no_replica"] += 1
@@ -136,8 +146,30 @@ class Gateway:
                 raise ClusterFull("no replica answers (they stopped); retry shortly")
             ticket, nonce = issue(self.settings.secret, chosen.state["id"])
             chosen.pending[nonce] = now + TICKET_TTL_S
+            if exclude:
+                self._refused[nonce] = (now + TICKET_TTL_S, exclude)
             self.placed[chosen.state["id"]] += 1
             return {"url": f"{chosen.state['url']}?ticket={ticket}", "replica": chosen.state["id"]}
+
+    def place_elsewhere(self, replica: str, nonce: str | None) -> dict | None:
+        """Place again a session that ``replica`` refused ``full``: its model has no room there.
+
+        ``nonce`` is that of the ticket the session came with.
+        The replicas that refused the session before on its way are left out too, so it never goes round.
+        Returns :meth:`place`'s answer, or None when no other replica has a slot.
+        """
+        now = time.monotonic()
+        with self._lock:
+            self._refused = {n: (e, r) for n, (e, r) in self._refused.items() if e > now}
+            refused = self._refused.pop(nonce, (0.0, frozenset()))[1] | {replica}
+        try:
+            placed = self.place(exclude=refused)
+        except ClusterFull:
+            return None
+        with self._lock:
+            self.moved += 1
+        log.info("replica %s is full for a session: placed on replica %s", replica, placed["replica"])
+        return placed
 
     def _answers(self, view: ReplicaView, now: float) -> bool:
         """Whether a replica answers. A replica whose reports are late is probed.
@@ -163,11 +195,12 @@ class Gateway:
         now = time.monotonic()
         with self._lock:
             replicas = [{**{k: v for k, v in r.state.items() if k not in ("metrics", "redeemed")},
-                         "alive": r.alive(now, self.settings.dead_after_s), "pending": len(r.pending),
+                         "alive": r.alive(now, self.settings.dead_after_s), "pending": r.reserved(now),
                          "last_report_s": round(now - r.seen, 3), "placed": self.placed[r.state["id"]]}
                         for r in self.replicas.values()]
         return {"url": self.url, "sessions_per_replica": self.settings.sessions_per_replica,
-                "replicas": sorted(replicas, key=lambda r: r["id"]), "rejected": dict(self.rejected)}
+                "replicas": sorted(replicas, key=lambda r: r["id"]), "rejected": dict(self.rejected),
+                "moved": self.moved}
 
     def metrics_text(self) -> str:
         now = time.monotonic()
@@ -186,7 +219,9 @@ class Gateway:
                 + metrics.family("placed_total", "counter", "Sessions placed, by replica.",
                                  [({"replica": r}, n) for r, n in sorted(self.placed.items())])
                 + metrics.family("rejected_total", "counter", "Placements refused, by reason.",
-                                 [({"reason": r}, n) for r, n in sorted(self.rejected.items())]))
+                                 [({"reason": r}, n) for r, n in sorted(self.rejected.items())])
+                + metrics.family("moved_total", "counter", "Sessions a full replica refused, placed on another.",
+                                 [({}, self.moved)]))
 
     def __del__(self):
         if getattr(self, "_listener", None) is not None:
@@ -204,9 +239,8 @@ class Gateway:
             placed, refused = self._admit(request)
             if refused is not None:
                 return refused
-            where = urlsplit(placed["url"])  # ws://REPLICA:PORT/ws?ticket=T → http://REPLICA:PORT/webrtc/offer?ticket=T
-            location = f"http://{where.netloc}/webrtc/offer?{where.query}"
-            return response(307, f"placed on replica {placed['replica']}\n", extra={"Location": location})
+            return response(307, f"placed on replica {placed['replica']}\n",
+                            extra={"Location": offer_url(placed["url"])})
         if path in (WS_PATH, "/place"):
             if path == WS_PATH and not upgrade:
                 return response(426, "this is the WebSocket endpoint (protocol: apps/PROTOCOL.md)\n",

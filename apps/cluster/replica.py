@@ -8,6 +8,8 @@ Every frame goes from here to them directly.
 Only control flows through Serve:
 
 - The replica reports its state to the front door every ``heartbeat_s``: :meth:`state`.
+- A session refused ``full`` here, its model having no room, is placed elsewhere by the front door:
+  :meth:`_elsewhere`. The client is sent on there.
 - Serve asks it for autoscaling figures, the live sessions: :meth:`record_autoscaling_stats`.
 - Serve asks it for its health: :meth:`check_health`.
 - On scale-down Serve calls ``__del__``, where the replica drains: :meth:`drain`.
@@ -55,12 +57,13 @@ class Replica:
         bind = settings.host if is_loopback(settings.host) else "0.0.0.0"
         config = ServerConfig(host=bind, port=0, token=settings.secret, max_sessions=settings.sessions_per_replica,
                               web_root=None, stats_interval_s=settings.stats_interval_s,
-                              allowed_origins=settings.allowed_origins)
+                              allowed_origins=settings.allowed_origins, batching=settings.batching)
         started = time.monotonic()
         self.handle = serve_in_thread(config).start()
         self.server = self.handle.server
         self.tickets = TicketBook(settings.secret, self.id)
         self.server.redeem_ticket = self.tickets.redeem
+        self.server.place_elsewhere = self._elsewhere
         host = "127.0.0.1" if is_loopback(settings.host) else _node_ip()
         self.url = f"ws://{host}:{self.server.port}/ws"
         self.start_s = time.monotonic() - started
@@ -90,6 +93,18 @@ class Replica:
         """
         running = {nonce_of(query_value(s.transport.request, "ticket")) for s in list(self.server.sessions.values())}
         return sorted((running - {None}) | set(self.tickets.settled()))
+
+    def _elsewhere(self, ticket: str | None) -> str | None:
+        """Another replica's WebSocket URL, with a ticket, for a session refused ``full`` here. None: none has room.
+
+        The front door chooses it: :meth:`~.gateway.Gateway.place_elsewhere`.
+        """
+        try:
+            placed = self.gateway.place_elsewhere.remote(self.id, nonce_of(ticket)).result(timeout_s=5.0)
+        except Exception as exc:  # noqa: BLE001 - the front door may be restarting: the client gets the refusal
+            log.info("replica %s: no other replica for a session refused full: %s", self.id, exc)
+            return None
+        return None if placed is None else placed["url"]
 
     def record_autoscaling_stats(self) -> dict[str, float]:
         """Serve's custom autoscaling metric: the sessions this replica runs."""

@@ -27,6 +27,7 @@ class ClusterSettings:
             One late by more than two heartbeats is probed first. A dead process refuses at once.
         stats_interval_s: the replicas' per-session ``stats`` period, as for ``framegraph serve``.
         allowed_origins: browser origins allowed besides the front door's own.
+        batching: each replica's ``ServerConfig.batching``. A replica whose model is full sends a session on.
         secret: signs admission tickets. It is generated per cluster and never sent to clients.
     """
 
@@ -46,6 +47,7 @@ class ClusterSettings:
     dead_after_s: float = 5.0
     stats_interval_s: float = 1.0
     allowed_origins: tuple[str, ...] = ()
+    batching: bool = False
     secret: str = field(default_factory=lambda: secrets.token_hex(16))
 
     @property

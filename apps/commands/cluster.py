@@ -37,3 +37,6 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_config_argument(p, "--drain-grace", d, "drain_grace_s", "seconds a stopping replica's sessions may run on")
     p.add_argument("--allow-origin", action="append", default=[], metavar="ORIGIN",
                    help="browser origin allowed besides the front door's own (repeatable; '*' allows any)")
+    p.add_argument("--batching", choices=["on", "off"], default="off",
+                   help="on: as framegraph serve --batching on, per replica; a replica whose model is full sends "
+                        "the session on to another (default off)")

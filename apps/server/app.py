@@ -24,7 +24,7 @@ from websockets.asyncio.server import Server, serve
 from framegraph.stream import prometheus_text
 from framegraph.stream.telemetry import prometheus_family
 
-from . import pipelines, webrtc
+from . import http, pipelines, webrtc
 from .config import ServerConfig
 from .http import WS_PATH
 from .http_post import PostConnection
@@ -47,6 +47,8 @@ class StreamServer:
         self.errors: collections.Counter = collections.Counter()
         self.draining: str | None = None  # set: new sessions are refused with HTTP 503 and this text
         self.redeem_ticket: Callable[[str | None], bool] | None = None  # a cluster replica's ticket check
+        # a cluster replica's: the ticket of a session refused ``full`` → a WebSocket URL elsewhere, or None
+        self.place_elsewhere: Callable[[str | None], str | None] | None = None
         self.on_sessions_changed: Callable[[], None] | None = None  # called (on the loop) when one opens or ends
         # called (on the loop) with each new session before it runs: an embedding app may wrap its transport (the
         # Gradio demo records the WebRTC takes of its player this way)
@@ -160,6 +162,15 @@ class StreamServer:
         self._sessions_changed()
         log.info("session %s opened from %s", session.id, session.transport.remote_address)
         return session
+
+    async def elsewhere(self, request) -> str | None:
+        """Where a session this server refused ``full`` may go instead: a WebSocket URL, or None.
+
+        Only a cluster replica knows one: :attr:`place_elsewhere`. It blocks, so it runs off the loop.
+        """
+        if self.place_elsewhere is None:
+            return None
+        return await asyncio.to_thread(self.place_elsewhere, http.query_value(request, "ticket"))
 
     def keep(self, task: asyncio.Task) -> None:
         """Hold a WebRTC session's task until it ends. The loop keeps only weak references."""

@@ -18,7 +18,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                         max_message_bytes=args.max_message_bytes, max_messages_per_s=args.max_messages_per_s,
                         allowed_origins=tuple(args.allow_origin), web_root=args.web_root or None,
                         stats_interval_s=args.stats_interval, ice_servers=tuple(args.ice_server),
-                        webrtc=not args.no_webrtc)
+                        webrtc=not args.no_webrtc, batching=args.batching == "on")
 
 
 async def serve_until_signalled(config: ServerConfig) -> None:
@@ -40,6 +40,5 @@ def run(args: argparse.Namespace) -> int:
     config = config_from_args(args)
     config.validate()  # ValueError → "framegraph serve: error: ..." (exit 2)
     check_port_free(config.host, config.port)
-    pipelines.base.set_batching(args.batching == "on")
     asyncio.run(serve_until_signalled(config))
     return 0

@@ -45,6 +45,8 @@ class ServerConfig:
         webrtc_connect_timeout_s: a WebRTC peer must connect, ICE and DTLS, within this after its offer.
         webrtc_peer_timeout_s: a connected WebRTC peer that sent nothing at all this long is gone.
             It is sent an SCTP heartbeat after a third of it.
+        batching: sessions of one model share the process's model service, their calls in one batch.
+            A session the model has no room for is refused ``full``.
     """
 
     host: str = "127.0.0.1"
@@ -69,6 +71,7 @@ class ServerConfig:
     webrtc_offers_per_s: float = 5.0
     webrtc_connect_timeout_s: float = 5.0
     webrtc_peer_timeout_s: float = 4.5
+    batching: bool = False
 
     def validate(self) -> None:
         """Refuse unsafe or impossible settings with a message that says what to change."""

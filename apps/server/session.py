@@ -262,11 +262,14 @@ class Session:
             raise ProtocolError(ErrorCode.OUT_OF_ORDER, f"\"start\" while the session is {self.state}; one "
                                                         f"pipeline per connection")
         try:
-            pipeline = pipelines.build(name, options)  # ProtocolError: unknown pipeline, bad option
+            pipeline = pipelines.build(name, options, self.config.batching)  # ProtocolError: bad name, option, full
         except ProtocolError as exc:
             if exc.code != ErrorCode.FULL:
                 raise
-            self.send_error(exc)  # the model has no room now: the session ends, the client retries later
+            # the model has no room now: the session ends; the client goes to ``url`` (a cluster's other replica)
+            # or retries later
+            url = await self.server.elsewhere(self.transport.request)
+            self.send_error(exc, **({} if url is None else {"url": url}))
             await self._finish("full")
             return
         await self.launch(name, pipeline)
@@ -342,10 +345,10 @@ class Session:
         self.outbox.offer(Item(CONTROL, msg, replace_key="stats" if msg["type"] == "stats" else None),
                           front=front)
 
-    def send_error(self, exc: ProtocolError) -> None:
+    def send_error(self, exc: ProtocolError, **extra) -> None:
         self.counters["errors"] += 1
         self.server.count_error(exc.code)
-        self.send_control(exc.to_message())
+        self.send_control(exc.to_message(**extra))
 
     async def _send_loop(self) -> None:
         """The only writer of media: outbox → socket, until the outbox ends."""

@@ -42,7 +42,7 @@ import json
 import logging
 import time
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
+from urllib.parse import urlsplit, urlunsplit
 
 from websockets.datastructures import MultipleValuesError
 
@@ -65,6 +65,13 @@ MAX_OFFER_BYTES = 64 * 1024  # an offer with every codec and a few hundred candi
 INBOX = 64  # data-channel messages waiting for the session's receiver; more are dropped (counted)
 _STATUS = {ErrorCode.UNKNOWN_PIPELINE: 404, ErrorCode.TOO_LARGE: 413, ErrorCode.RATE_LIMITED: 429,
            ErrorCode.INTERNAL: 500, ErrorCode.PIPELINE_FAILED: 500, ErrorCode.FULL: 503}
+
+
+def offer_url(ws_url: str) -> str:
+    """The offer endpoint of the server at ``ws_url``. Its query, such as a token or a cluster ticket, is kept."""
+    parts = urlsplit(ws_url)
+    scheme = {"ws": "http", "wss": "https"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, OFFER_PATH, parts.query, ""))
 
 
 def process_request(server: StreamServer, connection, request):
@@ -188,12 +195,15 @@ async def handle_offer(server: StreamServer, request) -> object:
         if options.setdefault("codec", "h264") != "h264":
             raise ProtocolError(ErrorCode.BAD_OPTION, f"option 'codec' = {options['codec']!r}; over WebRTC the "
                                                       f"video codec is negotiated in the SDP (H.264 or VP8)")
-        pipeline = pipelines.build(name, options)
+        pipeline = pipelines.build(name, options, server.config.batching)
     except ValueError as exc:  # json
         server.count_rejected("webrtc_offer")
         return refusal(ErrorCode.BAD_JSON, f"the offer body is not JSON ({exc})")
     except ProtocolError as exc:
         server.count_rejected("full" if exc.code == ErrorCode.FULL else "webrtc_offer")
+        url = await server.elsewhere(request) if exc.code == ErrorCode.FULL else None
+        if url is not None:  # a cluster's other replica has room: the client posts the offer there
+            return response(307, "full here; placed on another replica\n", extra={"Location": offer_url(url)})
         return refusal(exc.code, exc.message, retry_after_s=exc.retry_after_s)
     return await _answer(server, request, name, pipeline, sdp, "audio" in receives)
 

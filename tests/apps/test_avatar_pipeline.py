@@ -122,21 +122,20 @@ def test_video_avatar_session_streams_its_own_frames_at_their_size(avatar_dir):
 
 
 def test_sessions_of_one_video_avatar_share_the_model_service_when_batching_is_on(avatar_dir, monkeypatch):
+    """Two servers in one process: the one with batching on shares the model service, the other does not."""
     from framegraph.apps.server.pipelines import base
 
     # the lane waits up to one frame (40 ms at 25 fps) for the other session's request: the two sessions' frames
     # are not in phase, and with the default 2 ms they meet only when the lane falls behind (a loaded CPU)
     monkeypatch.setattr(base, "_SERVICE", base.ModelService(window_ms=45.0))
-    base.set_batching(True)
-    try:
-        samples = tone(1.0, amp=0.3)
-        with running() as srv:
-            async def both():
-                return await asyncio.gather(*(speak(srv.url, {"portrait": "me"}, samples) for _ in range(2)))
+    samples = tone(1.0, amp=0.3)
+    with running(batching=True) as srv, running() as alone:
+        async def both():
+            return await asyncio.gather(*(speak(srv.url, {"portrait": "me"}, samples) for _ in range(2)),
+                                        speak(alone.url, {"portrait": "me"}, tone(0.3, amp=0.3)))
 
-            sessions = asyncio.run(both())
-    finally:
-        base.set_batching(False)
+        *sessions, (ready_alone, _) = asyncio.run(both())
+    assert ready_alone["batched"] is False
     for ready, got in sessions:  # each streams (a loaded CPU skips live frames it cannot make in time)
         assert ready["batched"] is True and len(got["video"]) >= 5
     (lane,) = base._SERVICE.lanes().values()

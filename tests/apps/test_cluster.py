@@ -1,6 +1,7 @@
 """framegraph on a real local Ray cluster (Ray Serve, CPU replicas, loopback): sessions spread by capacity
-and stay on one replica, a full cluster answers 503, the single server's rules hold through the front door,
-one Prometheus view, a killed replica, scaling with drain, autoscaling on live sessions."""
+and stay on one replica, a full cluster answers 503, a replica whose model is full sends the session on, the
+single server's rules hold through the front door, one Prometheus view, a killed replica, scaling with drain,
+autoscaling on live sessions."""
 import asyncio
 import json
 import os
@@ -8,8 +9,16 @@ import signal
 import time
 
 import pytest
-from helpers import wait_for
-from test_server_session import check_hostile_session, hostile_session, http_request, start
+from helpers import REPO, wait_for
+from test_server_session import (
+    check_hostile_session,
+    hostile_session,
+    http_request,
+    pcm_message,
+    receive_all,
+    start,
+    tone,
+)
 from websockets.asyncio.client import connect
 from websockets.exceptions import ConnectionClosed, InvalidStatus
 
@@ -25,17 +34,34 @@ pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    """Two CPU replicas of three session slots each, on a local Ray cluster of two cores."""
+def cluster(tmp_path_factory):
+    """Two CPU replicas of three session slots each, batching on, on a local Ray cluster of two cores.
+
+    Their avatars are the shipped ones and ``heavy``, a video avatar whose model holds one session.
+    The replicas' processes inherit ``FRAMEGRAPH_AVATARS`` from this one when Ray starts.
+    """
     import ray
 
+    from framegraph.models.avatar.video.bundle import random_video_avatar, save_video_avatar
+
+    avatars = tmp_path_factory.mktemp("avatars")
+    for shipped in (REPO / "assets" / "avatars").iterdir():
+        (avatars / shipped.name).symlink_to(shipped)
+    # wider than the trained bundles' generator, at a 256² region: on one thread a batch of 2 takes several frames
+    save_video_avatar(avatars / "heavy", random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128)))
     settings = ClusterSettings(port=0, replicas=2, sessions_per_replica=3, cpus_per_replica=0.5,
-                               drain_grace_s=GRACE_S, stats_interval_s=0.5)
-    c = start_cluster(settings, num_cpus=2)
+                               drain_grace_s=GRACE_S, stats_interval_s=0.5, batching=True)
+    before = os.environ.get("FRAMEGRAPH_AVATARS")
+    os.environ["FRAMEGRAPH_AVATARS"] = str(avatars)
     try:
+        c = start_cluster(settings, num_cpus=2)
         yield c
-    finally:
         c.stop()
+    finally:
+        if before is None:
+            os.environ.pop("FRAMEGRAPH_AVATARS", None)
+        else:
+            os.environ["FRAMEGRAPH_AVATARS"] = before
         if ray.is_initialized():
             ray.shutdown()
 
@@ -144,6 +170,115 @@ def test_a_full_cluster_answers_503_at_once_and_admits_again_when_a_slot_frees(c
     assert response.status_code == 503 and b"cluster full" in response.body and refused_in < 2.0
     assert place[0] == 503
     assert after.ended == "finished"
+
+
+async def hold_heavy(url: str, ready: asyncio.Event, stop: asyncio.Event) -> dict:
+    """A ``heavy`` avatar session through the front door, speaking and read from ``ready`` until ``stop``;
+    returns ``ready``."""
+    async with connect(url, open_timeout=20) as ws:
+        await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar", "options": HEAVY}))
+        msg = json.loads(await asyncio.wait_for(ws.recv(), 90))  # the first session warms its replica's lane
+        assert msg["type"] == "ready", msg
+        ready.set()
+        reading = asyncio.create_task(receive_all(ws, 300))
+        chunk, i = tone(0.02, amp=0.3), 0
+        while not stop.is_set():
+            await ws.send(pcm_message(i, chunk))
+            await asyncio.sleep(0.02)
+            i += 1
+        await ws.send(json.dumps({"type": "stop"}))
+        await reading
+    return msg
+
+
+async def refusals(url: str) -> list[dict]:
+    """Follow a ``heavy`` session that full replicas send on: each replica's ``error``, until one has no ``url``."""
+    errors = []
+    while url:
+        async with connect(url, open_timeout=20) as ws:
+            await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar", "options": HEAVY}))
+            errors.append(json.loads(await asyncio.wait_for(ws.recv(), 30)))
+        url = errors[-1].get("url")
+    return errors
+
+
+def post_following(url: str, body: dict) -> list[tuple[int, dict, bytes]]:
+    """POST ``body`` and follow each 307 by hand; ``(status, headers, body)`` of every answer."""
+    import urllib.error
+    import urllib.request
+
+    answers = []
+    while url:
+        req = urllib.request.Request(url, json.dumps(body).encode(), {"Content-Type": "application/json"},
+                                     method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                answers.append((r.status, dict(r.headers), r.read()))
+        except urllib.error.HTTPError as exc:
+            with exc:
+                answers.append((exc.code, dict(exc.headers), exc.read()))
+        url = answers[-1][1].get("Location") if answers[-1][0] == 307 else None
+    return answers
+
+
+HEAVY = {"avatar": "heavy"}
+
+
+def test_a_replica_whose_model_is_full_sends_the_session_on_and_a_cluster_all_full_refuses_it(cluster):
+    """The first replica's model holds one ``heavy`` session; a new one placed there lands on the second. With
+    both full, a session is refused ``full`` with its retry time, over the WebSocket and over WebRTC."""
+    pytest.importorskip("aiortc", reason="WebRTC needs aiortc: pip install 'framegraph[webrtc]'")
+    from prometheus_client.parser import text_string_to_metric_families
+    from test_server_webrtc import offer_text
+
+    from framegraph.apps.client import stream_session
+
+    def holding() -> list[str]:
+        return [r["id"] for r in cluster.live() if r["sessions"] == 1 and r["pending"] == 0]
+
+    def measured_full() -> set[str]:
+        """The replicas whose heavy lane has a session and has measured a batch of 2: no room for another."""
+        families = {f.name: f for f in text_string_to_metric_families(cluster.metrics())}
+        held = {s.labels["replica"] for s in getattr(families.get("framegraph_batch_sessions"), "samples", [])
+                if s.value >= 1}
+        two = {s.labels["replica"] for s in getattr(families.get("framegraph_batch_cost_ms"), "samples", [])
+               if s.labels["size"] == "2"}
+        return held & two
+
+    async def main():
+        ready, stop = asyncio.Event(), asyncio.Event()
+        first = asyncio.create_task(hold_heavy(cluster.url, ready, stop))
+        await asyncio.wait_for(ready.wait(), 120)
+        await asyncio.to_thread(wait_for, lambda: len(holding()) == 1, 10, "the first replica's report")
+        (full,) = await asyncio.to_thread(holding)
+        # two slots reserved on the other replica (a placement's ticket counts 10 s): the first has the most free
+        places = [json.loads((await asyncio.to_thread(http_request, cluster.http_url + "place"))[1])["replica"]
+                  for _ in range(2)]
+        second = asyncio.create_task(stream_session(cluster.url, "avatar", HEAVY, audio=tone(14.0, amp=0.3)))
+        # both lanes full, and the reservations expired: the other replica has slots for the refused sessions
+        await asyncio.to_thread(wait_for, lambda: len(measured_full()) == 2 and len(holding()) == 2, 60,
+                                "both replicas' lanes held")
+        before = await asyncio.to_thread(cluster.view)
+        ws_errors = await refusals(cluster.url)  # both full: sent on once, then refused
+        offers = await asyncio.to_thread(post_following, cluster.http_url + "webrtc/offer", {
+            "type": "offer", "sdp": await offer_text(), "pipeline": "avatar", "options": HEAVY})
+        after = await asyncio.to_thread(cluster.view)
+        stop.set()
+        return full, places, await first, await second, before, ws_errors, offers, after
+
+    full, places, ready, second, before, ws_errors, offers, after = asyncio.run(main())
+    (other,) = [r for r in after["replicas"] if r["alive"] and r["id"] != full]
+    assert places == [other["id"]] * 2 and ready["batched"] is True
+    # the second session: placed on the full replica, sent on by it, streamed by the other; its client saw no refusal
+    assert before["moved"] == 1 and f":{second['server_address'].rsplit(':', 1)[1]}/" in other["url"]
+    assert second["errors"] == [] and second["format"]["batched"] is True and second["video_frames"] > 0
+    first, last = ws_errors
+    assert first["code"] == last["code"] == "full" and first["url"] and "url" not in last
+    assert last["retry_after_s"] == 5.0 and "avatar 'heavy' is full on this server" in last["message"]
+    assert [status for status, _, _ in offers] == [307, 307, 503]  # the front door, the first full replica, the last
+    status, headers, body = offers[-1]
+    assert headers["Retry-After"] == "5" and json.loads(body)["code"] == "full"
+    assert after["moved"] == 3 and after["rejected"]["full"] == before["rejected"].get("full", 0) + 2
 
 
 def test_the_single_server_rules_hold_through_the_front_door(cluster):

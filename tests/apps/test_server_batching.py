@@ -44,50 +44,46 @@ def test_a_session_past_the_models_measured_capacity_is_refused_full_and_the_fir
     save_video_avatar(tmp_path / "heavy", random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128)))
     monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
     monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True))
-    base.set_batching(True)
     options = {"portrait": "heavy"}
-    try:
-        with running(stats_interval_s=0.25) as srv:
-            async def scenario():
-                first = asyncio.create_task(speak(srv.url, options, tone(4.0, amp=0.3)))
-                (lane,) = await _until(lambda: base._SERVICE.lanes().values() if any(
-                    ln.sessions for ln in base._SERVICE.lanes().values()) and all(
-                    ln.cost_ns for ln in base._SERVICE.lanes().values()) else None)
-                async with connect(srv.url) as ws:  # the second session: refused at its start, told when to retry
-                    await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
-                                              "options": options}))
-                    refused = [json.loads(m) for m in await _texts(ws)]
-                refused_ns = time.monotonic_ns()
-                offer = await asyncio.to_thread(_post, srv.http_url + "webrtc/offer", {
-                    "type": "offer", "sdp": await _offer_text(), "pipeline": "avatar", "options": options})
-                metrics = await asyncio.to_thread(_metrics, srv.http_url)
-                ready, got = await first
-                return lane, refused, refused_ns, offer, metrics, ready, got
+    with running(stats_interval_s=0.25, batching=True) as srv:
+        async def scenario():
+            first = asyncio.create_task(speak(srv.url, options, tone(4.0, amp=0.3)))
+            (lane,) = await _until(lambda: base._SERVICE.lanes().values() if any(
+                ln.sessions for ln in base._SERVICE.lanes().values()) and all(
+                ln.cost_ns for ln in base._SERVICE.lanes().values()) else None)
+            async with connect(srv.url) as ws:  # the second session: refused at its start, told when to retry
+                await ws.send(json.dumps({"type": "start", "version": 1, "pipeline": "avatar",
+                                          "options": options}))
+                refused = [json.loads(m) for m in await _texts(ws)]
+            refused_ns = time.monotonic_ns()
+            offer = await asyncio.to_thread(_post, srv.http_url + "webrtc/offer", {
+                "type": "offer", "sdp": await _offer_text(), "pipeline": "avatar", "options": options})
+            metrics = await asyncio.to_thread(_metrics, srv.http_url)
+            ready, got = await first
+            return lane, refused, refused_ns, offer, metrics, ready, got
 
-            lane, refused, refused_ns, offer, metrics, ready, got = asyncio.run(scenario())
-            assert ready["batched"] is True
-            error = refused[0]
-            assert error["type"] == "error" and error["code"] == "full" and error["retry_after_s"] == 5.0
-            assert "avatar 'heavy' is full on this server" in error["message"] and "a batch of 2" in error["message"]
-            assert refused[-1]["type"] == "ended" and not any(m["type"] == "ready" for m in refused)
-            status, headers, body = offer  # the same refusal over WebRTC: 503, Retry-After, the code
-            assert status == 503 and headers["Retry-After"] == "5" and body["code"] == "full"
-            assert f'framegraph_batch_sessions{{lane="{lane.name}"}} 1' in metrics
-            assert 'framegraph_server_errors_total{code="full"} 1' in metrics  # the WebSocket's error message
-            assert 'framegraph_server_rejected_total{reason="full"} 1' in metrics  # the offer
-            assert "framegraph_server_session_video_fps{session=" in metrics
-            # the first session went on streaming after the refusals: pictures of the sound it sent after them
-            after = [h for h, _, _ in got["video"] if h.capture_ns > refused_ns]
-            assert len(after) >= 3 and lane.stats.served >= len(got["video"])
-            assert lane.sessions == 0 and not lane.running  # its session ended: no thread left
+        lane, refused, refused_ns, offer, metrics, ready, got = asyncio.run(scenario())
+        assert ready["batched"] is True
+        error = refused[0]
+        assert error["type"] == "error" and error["code"] == "full" and error["retry_after_s"] == 5.0
+        assert "avatar 'heavy' is full on this server" in error["message"] and "a batch of 2" in error["message"]
+        assert refused[-1]["type"] == "ended" and not any(m["type"] == "ready" for m in refused)
+        status, headers, body = offer  # the same refusal over WebRTC: 503, Retry-After, the code
+        assert status == 503 and headers["Retry-After"] == "5" and body["code"] == "full"
+        assert f'framegraph_batch_sessions{{lane="{lane.name}"}} 1' in metrics
+        assert 'framegraph_server_errors_total{code="full"} 1' in metrics  # the WebSocket's error message
+        assert 'framegraph_server_rejected_total{reason="full"} 1' in metrics  # the offer
+        assert "framegraph_server_session_video_fps{session=" in metrics
+        # the first session went on streaming after the refusals: pictures of the sound it sent after them
+        after = [h for h, _, _ in got["video"] if h.capture_ns > refused_ns]
+        assert len(after) >= 3 and lane.stats.served >= len(got["video"])
+        assert lane.sessions == 0 and not lane.running  # its session ended: no thread left
 
-            async def again():  # the lane is empty again: a new session is admitted
-                return await speak(srv.url, options, tone(0.5, amp=0.3))
+        async def again():  # the lane is empty again: a new session is admitted
+            return await speak(srv.url, options, tone(0.5, amp=0.3))
 
-            ready, _ = asyncio.run(again())
-            assert ready["type"] == "ready" and ready["batched"] is True
-    finally:
-        base.set_batching(False)
+        ready, _ = asyncio.run(again())
+        assert ready["type"] == "ready" and ready["batched"] is True
 
 
 async def _until(probe, timeout_s: float = 60.0):
@@ -127,41 +123,37 @@ def test_a_session_whose_client_stops_reading_holds_up_nobody_on_the_lane(tmp_pa
     save_video_avatar(tmp_path / "me", random_video_avatar())
     monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
     monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True, window_ms=45.0))
-    base.set_batching(True)
     samples = tone(3.0, amp=0.3)
-    try:
-        with running(stats_interval_s=0.25) as srv:
-            async def scenario():
-                stalled = await non_reader(srv.url, srv.server.port)
-                await start(stalled, "avatar", portrait="me")  # reads "ready", then never again
+    with running(stats_interval_s=0.25, batching=True) as srv:
+        async def scenario():
+            stalled = await non_reader(srv.url, srv.server.port)
+            await start(stalled, "avatar", portrait="me")  # reads "ready", then never again
 
-                async def speak_unread():  # the stalled client keeps speaking (its frames fill its socket)
-                    for i in range(len(samples) // 320):
-                        await stalled.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
-                        await asyncio.sleep(0.02)
+            async def speak_unread():  # the stalled client keeps speaking (its frames fill its socket)
+                for i in range(len(samples) // 320):
+                    await stalled.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+                    await asyncio.sleep(0.02)
 
-                talking = asyncio.create_task(speak_unread())
-                async with connect(srv.url) as ws:  # the other client reads as it speaks
-                    ready = await start(ws, "avatar", portrait="me")
-                    reading = asyncio.create_task(receive_all(ws, 60))
-                    for i in range(len(samples) // 320):
-                        await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
-                        await asyncio.sleep(0.02)
-                    await ws.send(json.dumps({"type": "stop"}))
-                    got = await reading
-                await talking
-                metrics = await asyncio.to_thread(_metrics, srv.http_url)
-                stalled.transport.abort()
-                return ready, got, metrics
+            talking = asyncio.create_task(speak_unread())
+            async with connect(srv.url) as ws:  # the other client reads as it speaks
+                ready = await start(ws, "avatar", portrait="me")
+                reading = asyncio.create_task(receive_all(ws, 60))
+                for i in range(len(samples) // 320):
+                    await ws.send(pcm_message(i, samples[i * 320:(i + 1) * 320]))
+                    await asyncio.sleep(0.02)
+                await ws.send(json.dumps({"type": "stop"}))
+                got = await reading
+            await talking
+            metrics = await asyncio.to_thread(_metrics, srv.http_url)
+            stalled.transport.abort()
+            return ready, got, metrics
 
-            ready, got, metrics = asyncio.run(scenario())
-            (lane,) = base._SERVICE.lanes().values()
-        assert ready["batched"] is True
-        captured = [h.capture_ns for h, _, _ in got["video"]]
-        assert len(captured) >= 50  # of 75 frames (3 s at 25 fps): a loaded CPU skips some live
-        assert max(b - a for a, b in zip(captured, captured[1:])) < 0.5e9  # the reader's pictures never stalled
-        drops = [line for line in metrics.splitlines() if line.startswith("framegraph_server_send_drops_total")]
-        assert any(float(line.split()[-1]) > 0 for line in drops), drops  # the other did stop reading
-        assert lane.stats.served >= len(captured) and not lane.running
-    finally:
-        base.set_batching(False)
+        ready, got, metrics = asyncio.run(scenario())
+        (lane,) = base._SERVICE.lanes().values()
+    assert ready["batched"] is True
+    captured = [h.capture_ns for h, _, _ in got["video"]]
+    assert len(captured) >= 50  # of 75 frames (3 s at 25 fps): a loaded CPU skips some live
+    assert max(b - a for a, b in zip(captured, captured[1:])) < 0.5e9  # the reader's pictures never stalled
+    drops = [line for line in metrics.splitlines() if line.startswith("framegraph_server_send_drops_total")]
+    assert any(float(line.split()[-1]) > 0 for line in drops), drops  # the other did stop reading
+    assert lane.stats.served >= len(captured) and not lane.running

@@ -77,6 +77,14 @@ def test_binding_beyond_localhost_needs_a_token():
         config_from_args(p.parse_args(["--host", "0.0.0.0", "--token", ""])).validate()
 
 
+def test_serve_batching_is_the_servers_own_config():
+    import argparse
+    p = argparse.ArgumentParser()
+    add_arguments(p)
+    assert config_from_args(p.parse_args(["--batching", "on"])).batching is True
+    assert config_from_args(p.parse_args([])).batching is False
+
+
 def test_browser_origins_same_origin_and_configured_list_only():
     with running(allowed_origins=("https://app.example",)) as srv:
         url, port = srv.url, srv.server.port

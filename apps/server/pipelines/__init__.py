@@ -89,9 +89,10 @@ def describe(name: str) -> dict:
             **({"unavailable": why.reason} if why else {}), "options": s.options.schema()}
 
 
-def build(name: str, options: dict | None) -> Pipeline:
+def build(name: str, options: dict | None, batching: bool = False) -> Pipeline:
     """Build a fresh pipeline for one session.
 
+    ``batching`` is the server's :attr:`~..config.ServerConfig.batching`. Pipelines read it as ``opts.batching``.
     Raises :class:`ProtocolError` with ``unknown_pipeline`` or ``bad_option``.
     """
     s = spec(name)
@@ -100,7 +101,9 @@ def build(name: str, options: dict | None) -> Pipeline:
         log.warning("pipeline %r asked for but not available: %s", name, why.fix)
         raise ProtocolError(ErrorCode.UNKNOWN_PIPELINE, f"pipeline {name!r} is not available on this server: "
                                                         f"{why.reason}")
-    pipeline = s.build(s.options.parse(options, name))
+    opts = s.options.parse(options, name)
+    opts.batching = batching
+    pipeline = s.build(opts)
     pipeline.format = {"pipeline": name, **pipeline.format}
     pipeline.options = s.options
     pipeline.timing_indices()

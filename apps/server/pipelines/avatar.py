@@ -36,7 +36,8 @@ That is ``$FRAMEGRAPH_AVATARS``, default ``assets/avatars``.
 
 Bundles are loaded once per process and shared by the sessions: :func:`load_bundle`.
 The server has the pipeline only while its avatar folder holds a bundle: :func:`unavailable`.
-With ``framegraph serve --batching on``, sessions of one video avatar bundle share a model service.
+On a server with ``batching`` on, ``framegraph serve --batching on``, sessions of one video avatar bundle
+share a model service.
 That holds for runtime ``torch`` or ``onnx``, on the CPU.
 They run its generator in the server's :func:`~.base.model_service`, their frames' calls in one batch.
 A session that would push the model past its measured capacity is refused.
@@ -184,7 +185,7 @@ def build(opts: AvatarOptions) -> Pipeline:
                          ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
                          f"made before avatars had one)")
     # a kind with a batched engine on this runtime (the CPU only for now) shares the server's model service
-    batching = model_service() if device == "cpu" and \
+    batching = model_service(opts) if device == "cpu" and \
         runtime in models_runtime.runtimes(f"avatar-{avatar.kind}-batch") else None
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)

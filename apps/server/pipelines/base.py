@@ -2,8 +2,8 @@
 
 - :class:`Pipeline`: its graph and the handles the session feeds and reads.
 - :func:`add_video_out`: the video out every pipeline ends with.
-- :func:`model_service`: the server's one model service.
-  Sessions of one model are batched together when the server runs with ``--batching on``.
+- :func:`model_service`: the process's one model service.
+  Sessions of one model are batched together on a server whose config has ``batching`` on.
 """
 from __future__ import annotations
 
@@ -27,17 +27,11 @@ if TYPE_CHECKING:  # pragma: no cover - the camera checks pictures with the sess
 AUDIO_CHUNK = chunk_samples(AUDIO_SAMPLE_RATE, 20)  # 320 samples = 20 ms
 _SERVICE = ModelService(admit=True)  # no thread until a session opens a client; refuses one that would not fit
 FULL_RETRY_S = 5.0  # what a session refused for a full model is told to wait (``retry_after_s``)
-_BATCHING = [False]
 
 
-def set_batching(on: bool) -> None:
-    """Whether this server's sessions of one model share the model service. Set by ``framegraph serve --batching``."""
-    _BATCHING[0] = bool(on)
-
-
-def model_service() -> ModelService | None:
-    """The process's model service while batching is on, else None. See :func:`set_batching`."""
-    return _SERVICE if _BATCHING[0] else None
+def model_service(opts: Options) -> ModelService | None:
+    """The process's model service for a session of a server with ``batching`` on, else None."""
+    return _SERVICE if opts.batching else None
 
 
 def batching_metrics_text() -> str:

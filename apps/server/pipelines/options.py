@@ -349,6 +349,8 @@ def _refuse_unknown(values: dict, fields: list[dataclasses.Field], pipeline: str
 class Options:
     """Base of every pipeline's options dataclass. Its fields are made with :func:`option`."""
 
+    batching: ClassVar[bool] = False  # the server's, set by ``pipelines.build``: not a client's option
+
     @classmethod
     def parse(cls, values: dict | None, pipeline: str):
         """A client's ``start`` options, checked, as an instance.

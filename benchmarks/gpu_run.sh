@@ -37,7 +37,8 @@ CARRIED=${GPU_CARRIED:-benchmarks/gpu_carry.txt}  # GPU_CARRIED: another list (t
 GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
 GSPLAT_WAIT=${GSPLAT_WAIT:-120}
 LIMIT_BYTES=$((56 * 1024 * 1024))  # what a call carries is 64 MiB: 8 MiB are left as a margin
-DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server first_frame scene_avatar)
+DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server musetalk first_frame
+               scene_avatar)
 
 # ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
 R=${RESULTS:-/tmp/gpu_results/results}
@@ -63,6 +64,8 @@ step_command() {
                      --vae wan2.1 --compile --warm --out "$R/generate_sana_2b_compiled.json" ;;
     server) echo 90 "${fg[@]}" bench server --out "$R/server_avatar.json" --pipeline avatar --sessions 20 \
               --soak-seconds 30 ;;
+    musetalk) echo 90 "${fg[@]}" bench musetalk --parts speed --device cuda --batches 1,2,4,8,16 \
+                --out "$R/musetalk_speed.json" ;;
     first_frame) echo 120 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \
                    --frames 20 --video-region 208 ;;
     scene_avatar) echo 60 "${fg[@]}" bench scene_avatar --out "$R/scene_avatar.json" --size 1280x720 --seconds 6 ;;

@@ -18,7 +18,9 @@ def exported_video_avatar(tmp_path_factory):
 @pytest.fixture(scope="session")
 def musetalk_bundle(tmp_path_factory, astronaut_talking_clip):
     """A MuseTalk bundle of tiny random models in MuseTalk's layout, prepared from the astronaut's talking clip (4 s
-    loop, 1 s idle): its folder. Tests that change it work on a copy."""
+    loop, 1 s idle): its folder. Tests that change it work on a copy. Skipped without MediaPipe's face mesh (a GPU
+    machine's image may lack it)."""
+    pytest.importorskip("mediapipe", reason="preparing a person needs MediaPipe's face mesh")
     from helpers import tiny_musetalk_folder
 
     from framegraph.apps.cli import main

@@ -212,8 +212,8 @@ def test_speech_in_a_voice_the_person_never_recorded_follows_its_known_shapes():
 def test_typed_rows_put_the_phonemes_jaw_on_the_persons_speaking_range():
     """eSpeak sentences' shapes: while speaking, the phonemes' jaw standardised onto the person's openness mean
     and std; silent frames at rest; width and roundness on the person's own lines."""
+    from framegraph.models.avatar.video.espeak_rows import typed_rows
     from framegraph.models.avatar.video.train import _audio_encoder
-    from framegraph.models.avatar.video.typed import typed_rows
     from framegraph.models.synth import espeak_available
 
     if not espeak_available():

@@ -33,11 +33,11 @@ from framegraph.stream.quality import pearson
 from ..clips.io import ClipWriter, probe
 from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
+from ..video.espeak_rows import CHECK_SEED, CHECK_SENTENCES, typed_sentences
 from ..video.jaw import jaw_keep
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
 from ..video.train import track_faces
-from ..video.typed import CHECK_SEED, CHECK_SENTENCES, typed_sentences
 from .real import LandmarkMeter, real_summary, speech_per_frame
 
 

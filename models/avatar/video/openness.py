@@ -29,7 +29,7 @@ import torch
 
 from framegraph.models.face import FaceLandmarker
 
-from .jaw import jaw_keep
+from .jaw import kept_share
 from .lipsync import ShapeHead
 from .stages import MouthRegion
 
@@ -55,9 +55,9 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
         for k, frame in enumerate(tqdm(frames, desc="openness calibration", unit="frame", disable=not progress,
                                        dynamic_ncols=True)):
             box = [int(round(float(v))) for v in boxes[k]]
-            keep = jaw_keep(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
+            kept = kept_share(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
             drawn = region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,
-                                   torch.as_tensor(shapes[k], dtype=torch.float32), keep=keep).numpy()
+                                   torch.as_tensor(shapes[k], dtype=torch.float32), kept_share=kept).numpy()
             faces = marker.detect(drawn)
             if faces:
                 out[k] = faces[0].mouth_openness()

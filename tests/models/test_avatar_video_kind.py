@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import SR, astronaut, still, tone, write_video, write_wav
 
-from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side, texture_mask
+from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, box_side_for, model_size, paste_mask, texture_mask
 from framegraph.models.avatar.video.loop import LoopCursor, nearest_frames, pingpong_next
 from framegraph.stream.media import MediaError, read_video
 from framegraph.stream.quality import psnr
@@ -125,15 +125,15 @@ def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():
 
 # ---- region size and paste mask ------------------------------------------------------------------------
 def test_region_size_follows_the_face_and_is_capped():
-    assert region_side(101) == 112 and model_size(region_side(101)) == 112  # the video's own pixels
-    assert region_side(180) == model_size(region_side(180)) == 192
-    assert region_side(250) == model_size(region_side(250)) == MAX_MODEL_SIZE == 256
-    assert region_side(429) == 428 and model_size(region_side(429)) == 256  # a big face: 256², the speed cap
-    assert region_side(101, cap=64) == 100 and model_size(100, 64) == 64
+    assert box_side_for(101) == 112 and model_size(box_side_for(101)) == 112  # the video's own pixels
+    assert box_side_for(180) == model_size(box_side_for(180)) == 192
+    assert box_side_for(250) == model_size(box_side_for(250)) == MAX_MODEL_SIZE == 256
+    assert box_side_for(429) == 428 and model_size(box_side_for(429)) == 256  # a big face: 256², the speed cap
+    assert box_side_for(101, cap=64) == 100 and model_size(100, 64) == 64
     with pytest.raises(ValueError, match="the face is too small: its lower-face region is 48 px"):
-        model_size(region_side(48))
+        model_size(box_side_for(48))
     with pytest.raises(ValueError, match="its lower-face region is 60 px"):  # not rounded up into the minimum
-        model_size(region_side(60))
+        model_size(box_side_for(60))
 
 
 def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
@@ -434,7 +434,7 @@ def test_bundle_geometry_follows_the_face(talking):
     r, a = talking["report"], load_avatar(talking["bundle"])
     assert a.kind == "video" and (a.width, a.height) == (256, 256) and a.fps == 25
     assert 80 <= r["face_width_px"] <= 120  # the astronaut's face in the 256² photo
-    assert a.box_side == region_side(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
+    assert a.box_side == box_side_for(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
     assert len(a.frames) == 150 and r["train_frames"] == 240  # 6 s loop; the last 20 % held out
     # the person's matte was learnt from the frames, one per loop frame: the face opaque, the corners see-through
     assert a.matte is not None and a.matte.shape == (150, 256, 256)

@@ -73,7 +73,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     track = track_faces(iter(frames[a:b]), os.path.basename(clip))
     boxes = region_boxes(track.centres, avatar.box_side, W, H)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     meter, rows, out, ms = LandmarkMeter(), [], [], []
     try:
         for t in range(b):
@@ -85,7 +85,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             t0 = time.perf_counter()
             # kept below the frame's own jaw line, as the bundle's loop frames are
             kept = kept_share(track.jaws[t - a], box) if avatar.jaws is not None else None
-            gen = region.picture(frame, box, shape, kept_share=kept).numpy()
+            gen = mouth_region.picture(frame, box, shape, kept_share=kept).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:
@@ -122,7 +122,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
     hears speech in. ``drawn_silent_openness_mean`` is the rest. Raises ``EspeakNotFound`` without eSpeak NG."""
     said = typed_sentences(avatar.hear, avatar.fps, sentences, seed)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     meter, drawn, jaw, speaking, k = LandmarkMeter(), [], [], [], 0
     try:
         for feats, jaw_curve, spoken in said:
@@ -131,7 +131,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
                 i = k % len(avatar.frames)  # the loop's frames in turn (a plain walk: the cursor is not measured)
                 frame, box = avatar.frames[i], [int(v) for v in avatar.boxes[i]]
                 kept = kept_share(avatar.jaws[i], box) if avatar.jaws is not None else None
-                gen = region.picture(torch.from_numpy(np.asarray(frame)), box, shape, kept_share=kept).numpy()
+                gen = mouth_region.picture(torch.from_numpy(np.asarray(frame)), box, shape, kept_share=kept).numpy()
                 drawn.append(meter.measure(gen, np.asarray(frame))["lm_open"])
                 jaw.append(jaw_curve[t])
                 speaking.append(bool(spoken[t]))

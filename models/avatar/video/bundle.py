@@ -24,7 +24,7 @@ The folder holds::
     DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
                         (:mod:`.provenance`; bundles made by ``train --video``)
 
-Geometry comes from :func:`region_side`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The region is
+Geometry comes from :func:`box_side_for`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The box is
 a square of side ``L``. ``L`` is the face's width in px of the video. It is rounded up to a multiple of 16. The square
 is centred under the mouth. So it holds the lower face from below the nose to the chin. The model works on it at ``S`` =
 ``L``, the video's own pixels. ``S`` is capped at :data:`MAX_MODEL_SIZE`, 256. That is the speed cap. A 256² UNet runs
@@ -72,8 +72,8 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
                  "idle", "shape", "vad", "silence_gate", "whisper"}
 
 
-def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
-    """``L``: the region's side in px of the video, for a face ``face_width`` px wide.
+def box_side_for(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
+    """``L``: the box's side in px of the video, for a face ``face_width`` px wide.
 
     The even width is rounded up to a multiple of 16. That holds while it is at most ``cap``. So the model works on the
     video's own pixels, with no resampling. Resampling costs the lips much of their fine detail. Above the cap
@@ -84,7 +84,7 @@ def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
 
 
 def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
-    """``S``: the generator's region size for a region of ``side`` px.
+    """``S``: the side of the generator's square picture (``region_size``) for a box of ``side`` px.
 
     It is a multiple of 16, at most ``cap``. It is never larger than the source pixels, so there is no
     upscaling. Raises when under :data:`MIN_MODEL_SIZE`."""
@@ -245,7 +245,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
 
     @property
     def box_side(self) -> int:
-        """L: the region's side in px of the video."""
+        """L: the box's side in px of the video."""
         return int(round(float(self.boxes[0, 2])))
 
     @property
@@ -294,21 +294,22 @@ class VideoAvatar(PictureSize, MatteInFolder):
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
                                    jaws=self.jaws, kept_shares=self.kept_shares, device=device))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
-                                                  out_device=settings.video_device, matte=settings.alpha,
-                                                  torch_threads=settings.torch_threads, engine=engines.picture,
-                                                  generator_engine=generator, graphs=engines.graphs))
+        mouth_region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
+                                                        out_device=settings.video_device, matte=settings.alpha,
+                                                        torch_threads=settings.torch_threads, engine=engines.picture,
+                                                        generator_engine=generator, graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
-        graph.connect(loop, region, "frame", "frame", capacity=2)
-        graph.connect(loop, region, "box", "box", capacity=2)
+        graph.connect(loop, mouth_region, "frame", "frame", capacity=2)
+        graph.connect(loop, mouth_region, "box", "box", capacity=2)
         if self.jaws is not None:
-            graph.connect(loop, region, "kept_share", "kept_share", capacity=2)
-        graph.connect(shape, region, "shape", "shape", capacity=4)
+            graph.connect(loop, mouth_region, "kept_share", "kept_share", capacity=2)
+        graph.connect(shape, mouth_region, "shape", "shape", capacity=4)
         if settings.alpha:
-            graph.connect(loop, region, "alpha", "alpha", capacity=2)
-        return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
+            graph.connect(loop, mouth_region, "alpha", "alpha", capacity=2)
+        return AvatarStages(features, state, mouth_region,
+                            {"mouth_shape": shape, "loop": loop, "mouth_region": mouth_region})
 
     def person_matte(self) -> torch.Tensor:
         """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""
@@ -466,7 +467,7 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
     frames = torch.stack([torch.roll(image, int(s), dims=1) for s in shifts])
     mx, my, mw, mh = p.mouth_box
-    side = region_side(2.3 * mw)
+    side = box_side_for(2.3 * mw)
     centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
     boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
     t = np.linspace(0.0, 1.0, 13)  # a jaw line: from beside the mouth, down under the chin and up again
@@ -487,6 +488,6 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
                        jaws=jaws, vad=False)
 
 
-__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
+__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "box_side_for",
            "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
            "MIN_MODEL_SIZE", "MATTE_FILE"]

@@ -49,14 +49,14 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
     face was found in the drawn frame. ``progress``: a bar with its ETA."""
     from tqdm import tqdm
 
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     out = np.full(len(frames), np.nan)
     with FaceLandmarker(max_faces=1) as marker, torch.no_grad():
         for k, frame in enumerate(tqdm(frames, desc="openness calibration", unit="frame", disable=not progress,
                                        dynamic_ncols=True)):
             box = [int(round(float(v))) for v in boxes[k]]
             kept = kept_share(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
-            drawn = region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,
+            drawn = mouth_region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,
                                    torch.as_tensor(shapes[k], dtype=torch.float32), kept_share=kept).numpy()
             faces = marker.detect(drawn)
             if faces:

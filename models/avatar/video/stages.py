@@ -125,7 +125,7 @@ class MouthRegion(Stage):
         paste: ``float32 [S, S]``, the feathered paste-back alpha. It is 0 wherever ``mask`` is 0.
         reference: ``uint8 [S, S, 3]``.
         frame_size: ``(H, W)`` of the frames.
-        box_side: ``L``, the region's side in px of the frame.
+        box_side: ``L``, the box's side in px of the frame.
         texture: ``float32 [S, S]`` or None. It says where the frame's own finest detail replaces the generated
             picture's. That detail is stubble and pores, below about :data:`TEXTURE_SCALE` of the region's side.
             It covers the lower face away from the lips. The generator draws that fine texture only blurred
@@ -260,29 +260,29 @@ class MouthRegion(Stage):
 
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
-        """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
+        """The generated picture ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
         return self._generate(crop_frames(frame[None], tuple(int(v) for v in box), self.size), shape)
 
-    def _generate(self, region: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [1, S, S, 3]``, the box's pixels at the model's size → the redrawn ``uint8 [S, S, 3]``."""
-        x = region.permute(0, 3, 1, 2).float() / 255.0
+    def _generate(self, crop: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        """``crop uint8 [1, S, S, 3]``, the box's pixels at the model's size → the redrawn ``uint8 [S, S, 3]``."""
+        x = crop.permute(0, 3, 1, 2).float() / 255.0
         y = self.draw(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     @torch.inference_mode()
-    def lay_texture(self, frame: torch.Tensor, box, region: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, with ``frame``'s finest detail.
+    def lay_texture(self, frame: torch.Tensor, box, drawn: torch.Tensor) -> torch.Tensor:
+        """``drawn uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, with ``frame``'s finest detail.
 
         That detail lies below a Gaussian of ``TEXTURE_SCALE · L`` px. It is taken from ``frame``'s own pixels
         there, weighted by ``texture``."""
         x, y, L, _ = (int(v) for v in box)
-        return self._texture(frame[y:y + L, x:x + L], region)
+        return self._texture(frame[y:y + L, x:x + L], drawn)
 
-    def _texture(self, base: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
+    def _texture(self, base: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """:meth:`lay_texture` given the box's pixels ``base uint8 [L, L, 3]``."""
         L = self.side
         base = base.permute(2, 0, 1)[None].float()  # [1, 3, L, L]
-        gen = region.permute(2, 0, 1)[None].float()
+        gen = drawn.permute(2, 0, 1)[None].float()
         if gen.shape[-1] != L:
             gen = F.interpolate(gen, size=(L, L), mode="bilinear", align_corners=False)
         diff = base - gen  # fine(base) - fine(gen) = fine(base - gen): one blur
@@ -296,11 +296,11 @@ class MouthRegion(Stage):
         The frame's fine texture is laid over it where ``texture`` says. Nothing is pasted where ``kept_share`` keeps
         the frame. ``kept_share`` is ``float32 [L, L]`` or None: :func:`~.jaw.kept_share` of the frame's jaw line. This
         is what :meth:`process` emits."""
-        region = self.redraw(frame, box, shape)
+        drawn = self.redraw(frame, box, shape)
         if self.texture is not None:
-            region = self.lay_texture(frame, box, region)
+            drawn = self.lay_texture(frame, box, drawn)
         alpha = self.alpha if kept_share is None else self.alpha * (1 - kept_share)
-        return composite(frame, region, box, alpha, out=out)
+        return composite(frame, drawn, box, alpha, out=out)
 
     def window(self, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` it covers.
@@ -327,16 +327,16 @@ class MouthRegion(Stage):
         """:meth:`picture_at` without its grad mode. A runtime compiles this; it is called under inference mode."""
         rows, cols = self.window(box)
         base = frame[rows, cols]  # [L, L, 3]: the box's pixels
-        region = base[None]
+        crop = base[None]
         if self.side != self.size:  # the model's size, as crop_frames resizes
-            f = F.interpolate(region.permute(0, 3, 1, 2).float(), size=(self.size, self.size), mode="bilinear",
+            f = F.interpolate(crop.permute(0, 3, 1, 2).float(), size=(self.size, self.size), mode="bilinear",
                               align_corners=False, antialias=self.size < self.side)
-            region = f.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-        region = self._generate(region, shape)
+            crop = f.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        drawn = self._generate(crop, shape)
         if self.texture is not None:
-            region = self._texture(base, region)
+            drawn = self._texture(base, drawn)
         alpha = self.alpha if kept_share is None else self.alpha * (1 - kept_share)
-        blended = torch.lerp(base.float(), resize_region(region, self.side, self.side), alpha[:, :, None])
+        blended = torch.lerp(base.float(), resize_region(drawn, self.side, self.side), alpha[:, :, None])
         out = frame.clone() if out is None else out.copy_(frame)
         out[rows, cols] = blended.round_().clamp_(0, 255).to(torch.uint8)
         return out

@@ -62,10 +62,10 @@ from ..clips.prepare import MIN_SECONDS, prepare_video
 from .bundle import (
     MAX_MODEL_SIZE,
     VideoAvatar,
+    box_side_for,
     model_size,
     paste_mask,
     region_boxes,
-    region_side,
     save_video_avatar,
     shape_stats,
     texture_mask,
@@ -507,7 +507,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     n = len(track.found)
     n_train = n - int(round(cfg.holdout * n))
     H, W = prep.portrait["height"], prep.portrait["width"]
-    side = region_side(float(np.median(track.widths[:n_train])), cfg.max_region)
+    side = box_side_for(float(np.median(track.widths[:n_train])), cfg.max_region)
     size = model_size(side, cfg.max_region)
     _check_mouth_moves(path, track.shapes[:n_train, 0], cfg.min_mouth_motion)
     boxes = region_boxes(track.centres, side, W, H)

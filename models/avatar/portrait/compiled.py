@@ -1,7 +1,7 @@
 """The portrait avatar's compiled engines: runtime ``"compiled"``, from :mod:`framegraph.models.compile`.
 
-- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then the clean
-  block is appended. The stream state is updated in place. The step is one function of ``(noise, audio,
+- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then the
+  clean block is appended. The stream state is updated in place. The step is one function of ``(noise, audio,
   labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA graph per sampler-step
   count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the block's stream position is an input. It
   is computed outside the step. So neither graph depends on how far the stream has come.

@@ -137,8 +137,8 @@ class Node:
             copy.flags, copy.length = frame.flags, frame.length
             if self.stream is not None and copy.ready_event is not None:
                 copy.ready_event.record(self.stream)
-            ring.commit(copy)
-        rings[0].commit(frame)
+            ring.publish(copy)
+        rings[0].publish(frame)
 
     def _acquire_write(self, ring: Ring) -> Frame:
         """``ring.acquire_write()``. Its time blocked on a full ring is added to ``out_wait_ns``."""

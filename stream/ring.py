@@ -71,7 +71,7 @@ class Ring:
         self._closed = False
         self._aborted = False
         self.on_drop: Callable[[Frame], None] | None = None
-        self.frames_in = 0  # committed by the producer
+        self.frames_in = 0  # published by the producer
         self.frames_out = 0  # taken by the consumer
         self.drops = 0
 
@@ -108,7 +108,7 @@ class Ring:
         frame.reset_meta()
         return frame
 
-    def commit(self, frame: Frame) -> None:
+    def publish(self, frame: Frame) -> None:
         """Publish a written frame to the consumer. Under ``drop_newest`` a full ring drops it instead."""
         with self._lock:
             self.frames_in += 1

@@ -19,7 +19,7 @@ Random weights at the released configurations give the real speed, so no checkpo
 
 The graph is the one ``framegraph generate`` runs, with an H.264 encoder at its end:
 
-    NoiseSource → CausalDenoiser (len(timesteps) steps + 1 commit pass per chunk) → CausalVAEDecode → H264Encoder → sink
+    NoiseSource → CausalDenoiser (len(timesteps) steps + 1 append pass per chunk) → CausalVAEDecode → H264Encoder → sink
 
 It runs ``--chunks`` chunks on a fast clock. The first ``--warmup`` are excluded from the steady FPS. Recorded:
 

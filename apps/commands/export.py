@@ -9,7 +9,7 @@ IMPLEMENTATION = "framegraph.apps.export"  # its run(args) runs the command
 
 EPILOG = """\
     framegraph export --avatar DIR [--out DIR] [--int8 [dynamic|static]]
-        an avatar bundle's models (a portrait: audio encoder, DiT step and commit, VAE decoder; a video
+        an avatar bundle's models (a portrait: audio encoder, DiT step and append, VAE decoder; a video
         avatar: audio encoder and mouth generator), for
         render / bench / demo; default output DIR/onnx, where their --runtime onnx looks. --int8 also
         writes an int8 version of every file beside it (models/avatar/int8.py) for --runtime onnx-int8;

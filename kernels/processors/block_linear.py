@@ -17,21 +17,21 @@ A drop-in for ``SanaLinearAttnProcessor3_0``. That is the self-attention ``attn1
         for step in denoising_steps:           # re-read the same past while denoising a chunk ...
             set_update_state(procs, False)
             model(chunk, ...)
-        set_update_state(procs, True)          # ... and commit the chunk once (e.g. the clean pass)
+        set_update_state(procs, True)          # ... and append the chunk once (e.g. the clean pass)
         model(chunk_clean, ...)
     reset_block_linear_state(procs)            # barge-in / new stream
 
 State semantics: with ``stateful=True`` each call continues the stream held in ``processor.state``. That is
 a :class:`~framegraph.kernels.block_linear_attention.LinearAttentionState`. It is detached fp32
 ``[B, H, Dv, D]`` + ``[B, H, D]``. Its memory does not depend on stream length. ``processor.tokens_seen``
-counts the tokens committed. ``update_state=False`` reads the state without advancing it. ``reset()`` forgets
+counts the tokens appended. ``update_state=False`` reads the state without advancing it. ``reset()`` forgets
 it.
 
 RoPE positions must be absolute in the stream. The stock model recomputes its rotary table from frame 0 on
 every call. ``stream_rope=True`` replaces ``model.rope``, diffusers' ``WanRotaryPosEmbed``. In its place goes a
 :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed`. It returns the stock table's rows for frames
 ``[offset, offset + F)``, with ``offset = tokens_seen // tokens_per_frame``. The offset advances by a chunk's
-frames exactly when that chunk is committed, with ``update_state=True``. It stays during read-only passes. It
+frames exactly when that chunk is appended, with ``update_state=True``. It stays during read-only passes. It
 is 0 again after ``reset_block_linear_state``. Past the table's end it raises ``ValueError`` naming both
 numbers. The end is the model's ``rope_max_seq_len`` frames. Installing again without ``stream_rope`` puts the
 stock module back.
@@ -90,7 +90,7 @@ class BlockLinearAttnProcessor(AttnProcessor):
         self.backend = backend
         self.eps = eps
         self.state: LinearAttentionState | None = None
-        self.tokens_seen = 0  # tokens committed to the stream: the stream position
+        self.tokens_seen = 0  # tokens appended to the stream: the stream position
 
     def reset(self) -> None:
         """Forget the stream: the next call starts from an empty past, at position 0."""

@@ -7,8 +7,8 @@ those positions. It reads them from the stock module's own ``freqs_cos`` / ``fre
 the same dtype, device and ``[1, N, 1, D]`` layout. Height and width positions are unchanged.
 
 The offset is not stored here. It is the stream position of the attention processors it was given, divided by
-the tokens per frame. That position is their ``tokens_seen``. It advances only when a call commits its state.
-So the offset advances exactly on committing passes. It stays put on read-only ones. It returns to 0 on
+the tokens per frame. That position is their ``tokens_seen``. It advances only when a call appends to its state.
+So the offset advances exactly on appending passes. It stays put on read-only ones. It returns to 0 on
 ``reset()``.
 """
 from __future__ import annotations
@@ -25,7 +25,7 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
 
     Args:
         rope: the model's stock ``WanRotaryPosEmbed``. It is kept as ``self.rope``. Its buffers are used as is.
-        processors: objects with ``tokens_seen``, the tokens already committed to the stream. The model's
+        processors: objects with ``tokens_seen``, the tokens already appended to the stream. The model's
             stateful :class:`~framegraph.kernels.processors.BlockLinearAttnProcessor` s are such objects.
             All must agree. When empty, the offset is 0 unless passed to :meth:`forward`.
     """
@@ -58,12 +58,12 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         self.static = None
 
     def stream_tokens(self) -> int:
-        """Tokens committed to the stream so far. It is 0 for a fresh or reset stream."""
+        """Tokens appended to the stream so far. It is 0 for a fresh or reset stream."""
         positions = {p.tokens_seen for p in self.processors}
         if len(positions) > 1:
             raise ValueError(
                 f"StreamingRotaryPosEmbed: attention layers are at different stream positions "
-                f"{sorted(positions)} (tokens); commit and reset them together (set_update_state, "
+                f"{sorted(positions)} (tokens); append and reset them together (set_update_state, "
                 f"reset_block_linear_state)"
             )
         return positions.pop() if positions else 0

@@ -17,7 +17,7 @@ stock processor. The model is fed one *chunk* of latent frames per call, as in S
 
 Attention: the chunk's queries see every key the cache holds and every key of their own chunk. Inside a
 chunk attention is bidirectional. Across chunks it is causal. That is the "block-causal" mask with one block
-per chunk. Per layer, the cache keeps the keys and values of the committed frames. They are taken after RMS
+per chunk. Per layer, the cache keeps the keys and values of the appended frames. They are taken after RMS
 norm and rotary embedding. The first ``sink_frames`` of the stream stay for ever, as attention sinks. A
 rolling window keeps the most recent ones. That makes ``capacity_frames`` in all, in fixed preallocated
 storage.
@@ -35,8 +35,8 @@ storage.
 
 RoPE positions are absolute in the stream. The install wraps ``model.rope`` in a
 :class:`~framegraph.kernels.processors.StreamingRotaryPosEmbed`. It reads the processors' ``tokens_seen``,
-the committed tokens. So the chunk's frames get rows ``[frames committed, + chunk)``. Cached keys keep the
-positions they were committed with. A stream ends with a clear error at the rotary table's
+the appended tokens. So the chunk's frames get rows ``[frames appended, + chunk)``. Cached keys keep the
+positions they were appended with. A stream ends with a clear error at the rotary table's
 ``rope_max_seq_len`` latent frames.
 """
 from __future__ import annotations
@@ -56,10 +56,10 @@ ATTENTION = ("sdpa", "monarch")
 
 
 class KVCache:
-    """Keys and values of one attention layer's committed latent frames. For Monarch, also queries.
+    """Keys and values of one attention layer's appended latent frames. For Monarch, also queries.
 
     Args:
-        capacity_frames: committed frames kept: ``sink_frames`` + a rolling window of the most recent.
+        capacity_frames: appended frames kept: ``sink_frames`` + a rolling window of the most recent.
         sink_frames: the stream's first frames, never evicted.
 
     Storage is allocated by the first :meth:`write`. Then batch, heads, tokens per frame, head dim, chunk
@@ -67,7 +67,7 @@ class KVCache:
     ``[B, H, (capacity_frames + chunk_frames) * T, D]``, with ``T`` the tokens per latent frame. The last
     ``chunk_frames`` slots hold the chunk being denoised. So attention reads one contiguous view. Frames are
     kept in stream order: sinks first, then the window. ``frames`` counts the frames held. ``frames_seen``
-    counts the frames ever committed: the stream position.
+    counts the frames ever appended: the stream position.
     """
 
     def __init__(self, capacity_frames: int, sink_frames: int = 0) -> None:
@@ -115,7 +115,7 @@ class KVCache:
         """Put a chunk's ``q, k, v [B, H, Nc, D]`` after the frames held. Return views of ``[held, chunk]``.
 
         Returns ``q_all, k_all, v_all``, each ``[B, H, (frames + chunk_frames) * T, D]``. ``q_all`` is ``None``
-        unless ``keep_queries``. Nothing is committed. That is the job of :meth:`commit`.
+        unless ``keep_queries``. Nothing is appended. That is the job of :meth:`append`.
         """
         batch, heads, n_tokens, head_dim = k.shape
         if n_tokens % tokens_per_frame:
@@ -146,7 +146,7 @@ class KVCache:
             self.q[:, :, start:end] = q
         return (self.q[:, :, :end] if keep_queries else None), self.k[:, :, :end], self.v[:, :, :end]
 
-    def commit(self) -> None:
+    def append(self) -> None:
         """Keep the chunk last written. Evict the oldest window frames beyond ``capacity_frames``."""
         self.frames += self.chunk_frames
         self.frames_seen += self.chunk_frames
@@ -174,7 +174,7 @@ class WanCausalAttnProcessor(AttnProcessor):
         attention: ``"sdpa"``, exact, or ``"monarch"``, Monarch attention block-causal by chunk.
         num_iters: Monarch fitting iterations.
         backend: Monarch kernel backend, ``"auto" | "triton" | "torch"``.
-        update_state: commit this call's chunk to the cache, as the clean pass does. ``False`` reads only.
+        update_state: append this call's chunk to the cache, as the clean pass does. ``False`` reads only.
 
     The ``grid`` is the call's chunk after patching, ``(F, Hh, Ww)``. The forward pre-hook of
     :func:`install_wan_causal_processors` sets it before every model call.
@@ -202,7 +202,7 @@ class WanCausalAttnProcessor(AttnProcessor):
 
     @property
     def tokens_seen(self) -> int:
-        """Tokens committed to the stream. The :class:`StreamingRotaryPosEmbed` reads it for the frame offset."""
+        """Tokens appended to the stream. The :class:`StreamingRotaryPosEmbed` reads it for the frame offset."""
         return self.cache.frames_seen * (self.cache.tokens_per_frame or 0)
 
     def reset(self) -> None:
@@ -226,7 +226,7 @@ class WanCausalAttnProcessor(AttnProcessor):
     def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, rotary_emb=None) -> torch.Tensor:
         """The chunk's ``q, k, v [B, H, Nc, D]`` attend over ``[cache, chunk]``.
 
-        Commits the chunk if ``update_state``.
+        Appends the chunk if ``update_state``.
         """
         frames, height, width = self.grid
         monarch = self.attention == "monarch"
@@ -246,7 +246,7 @@ class WanCausalAttnProcessor(AttnProcessor):
         else:
             out = F.scaled_dot_product_attention(q, k_all, v_all)
         if self.update_state:
-            self.cache.commit()
+            self.cache.append()
         return out
 
 

@@ -3,9 +3,9 @@
     from framegraph.models.dit import AvatarDiT, Denoiser, generate
 
 - :class:`AvatarDiT` in ``model.py``: the diffusers-format ``PretrainedModel``. It predicts velocity. It has a
-  teacher-forced training call and ``init_stream`` / ``commit`` for streaming.
+  teacher-forced training call and ``init_stream`` / ``append`` for streaming.
 - :class:`DiTStreamState` in ``state.py``: per-layer fp32 linear-attention sums + FFN temporal caches.
-- :func:`generate_block`, :func:`generate` in ``generate.py``: few-step Euler denoising + commit.
+- :func:`generate_block`, :func:`generate` in ``generate.py``: few-step Euler denoising + append.
 - :class:`Denoiser` in ``stage.py``: the stream-graph stage. Features + state go in, latent chunks come out.
 
 Training follows the conventions of :mod:`framegraph.models.sampler`::

@@ -3,11 +3,11 @@
 A block runs in one of two modes:
 
 - **self** (:meth:`DiTBlock.forward_self`): the tokens attend block-causally to themselves. An optional streamed past,
-  a :class:`LayerStreamState`, comes first. It serves a streamed chunk: noisy while denoising, clean when committing
+  a :class:`LayerStreamState`, comes first. It serves a streamed chunk: noisy while denoising, clean when appending
   it. It also serves the clean pass of teacher forcing. It serves a whole noisy sequence too: diffusion forcing and
   the Monarch teacher.
 - **clean past** (:meth:`DiTBlock.forward_context`): teacher forcing. Noisy tokens of block ``b`` see their own block.
-  They also see the *clean* sequence's blocks ``< b``, as streaming does once those blocks were committed clean.
+  They also see the *clean* sequence's blocks ``< b``, as streaming does once those blocks were appended clean.
   Attention takes per-block prefix states of the clean pass. The batch is folded with the blocks, in one kernel call.
   The FFN's temporal conv reads clean features for earlier blocks.
 """

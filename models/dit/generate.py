@@ -1,4 +1,4 @@
-"""Generating a stream block by block: denoise with a few Euler steps, then commit the clean block."""
+"""Generating a stream block by block: denoise with a few Euler steps, then append the clean block."""
 from __future__ import annotations
 
 import torch
@@ -20,11 +20,11 @@ def generate_block(model: AvatarDiT, stream: DiTStreamState, noise: torch.Tensor
         steps / shift / renoise / generator: the sampler, :func:`~framegraph.models.sampler.sample_euler`.
 
     Returns:
-        the clean latents ``[B, C, frames_per_block, h, w]``, already committed to ``stream``.
+        the clean latents ``[B, C, frames_per_block, h, w]``, already appended to ``stream``.
     """
     x0 = sample_euler(lambda x, t: model(x, t, audio, state_label, stream=stream), noise, steps=steps,
                       shift=shift, renoise=renoise, generator=generator)
-    model.commit(x0, audio, state_label, stream)
+    model.append(x0, audio, state_label, stream)
     return x0
 
 

@@ -206,7 +206,7 @@ class GatedConvFFN(nn.Module):
         """Teacher forcing: frame ``f`` reads ``y`` for frames of its own block.
 
         For earlier blocks it reads ``y_clean``, the clean sequence at this layer.
-        That is what streaming sees once earlier blocks were committed clean. ``y, y_clean: [B, T, n, D]``.
+        That is what streaming sees once earlier blocks were appended clean. ``y, y_clean: [B, T, n, D]``.
         """
         k, T = self.temporal_kernel, y.shape[1]
         block = torch.arange(T, device=y.device) // frames_per_block

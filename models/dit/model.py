@@ -26,7 +26,7 @@ Three ways to call it; see :meth:`AvatarDiT.forward`:
 2. ``model(x_t, t, audio, state_label, ref, clean=x0)``: teacher forcing for training. Noisy block ``b`` sees the
    *clean* blocks ``< b``. This is exactly what streaming computes, in one parallel call.
 3. streaming: ``stream = model.init_stream(ref)``. Per block, call ``model(x_t, t, audio, state_label,
-   stream=stream)`` while denoising; it reads the state. Then ``model.commit(x0, audio, state_label, stream)`` runs
+   stream=stream)`` while denoising; it reads the state. Then ``model.append(x0, audio, state_label, stream)`` runs
    the clean block once more at ``t = 0`` to advance the state. This follows Self-Forcing and SANA-Video. Memory is
    flat however long the stream.
 
@@ -242,7 +242,7 @@ class AvatarDiT(PretrainedModel):
             ref: ``[B, C, h, w]`` or ``[C, h, w]`` reference latent. Not needed with ``stream``.
             clean: ``[B, C, T, h, w]`` clean latents of the same frames, for teacher forcing. Block ``b`` attends to
                 the clean blocks ``< b``. Gradients flow through both passes.
-            stream: a :class:`DiTStreamState` to continue. It is read only; see :meth:`commit`.
+            stream: a :class:`DiTStreamState` to continue. It is read only; see :meth:`append`.
             rope: streaming only. The rotary tables ``(cos, sin)`` of the block's positions. By default they are
                 computed from ``stream.frames``. The ONNX export passes them as graph inputs; see :meth:`stream_rope`.
 
@@ -333,9 +333,9 @@ class AvatarDiT(PretrainedModel):
         p = self.config.patch_size  # int(): under the ONNX tracer, sizes taken from shapes are tensors
         return Geometry(int(B), int(T), int(h) // p, int(w) // p, self.config.frames_per_block, tuple(rope))
 
-    def commit_step(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState,
+    def append_step(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState,
                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:
-        """What :meth:`commit` writes, without writing it.
+        """What :meth:`append` writes, without writing it.
 
         Per layer it gives ``kv, k_sum, ffn_cache``, then the new audio history.
         That is the order of the streamed part in :meth:`DiTStreamState.tensors`.
@@ -359,14 +359,14 @@ class AvatarDiT(PretrainedModel):
             history = seq[:, seq.shape[1] - P:]
         return out + [history]
 
-    def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState) -> None:
+    def append(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState) -> None:
         """Advance ``stream`` past clean latents ``x0 [B, C, T, h, w]``. ``T`` is a multiple of ``frames_per_block``.
 
         It runs one block-causal pass at ``t = 0``.
         It updates every layer's attention sums and FFN cache in place, detached.
         It also updates the audio history and the frame counter.
         """
-        new = self.commit_step(x0, audio, state_label, stream)
+        new = self.append_step(x0, audio, state_label, stream)
         for layer, i in zip(stream.layers, range(0, 3 * len(stream.layers), 3)):
             for t, v in zip(layer.tensors(), new[i:i + 3]):
                 t.copy_(v)

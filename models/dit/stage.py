@@ -7,7 +7,7 @@ There is one latent frame per video frame, since the VAE does not compress time.
 The stage collects ``T_chunk`` input frames. Then it generates their latents block by block.
 A block holds ``frames_per_block`` frames.
 Each block gets few-step Euler denoising from seeded noise.
-Then the clean block is committed to the :class:`~.state.DiTStreamState`.
+Then the clean block is appended to the :class:`~.state.DiTStreamState`.
 The stage emits one chunk whose ``pts`` is that of its first frame.
 Memory is flat however long the stream runs.
 
@@ -48,7 +48,7 @@ class DiTEngine(Protocol):
         """One block: ``noise [1, C, k, h, w]``, ``audio [1, k, F]``, ``labels [1, k, S]`` → clean latents ``[1, C, k,
         h, w]``.
 
-        The block is committed to the stream.
+        The block is appended to the stream.
         """
 
 

@@ -1,14 +1,14 @@
 """``DiTStreamState``: everything :class:`~.model.AvatarDiT` remembers of a stream, in constant memory.
 
 Per layer it holds the linear-attention state: fp32 ``kv [B, H, d, d]`` + ``k_sum [B, H, d]``.
-These sum over every committed token, so their size does not depend on how long the stream has run.
+These sum over every appended token, so their size does not depend on how long the stream has run.
 Per layer it also holds the FFN's temporal cache, ``[B, k-1, n, D]``.
 That cache is the features of the last ``temporal_kernel - 1`` frames.
 For the whole model it holds the last ``audio_past_frames`` audio feature vectors.
 It also holds the frame counter, which gives the RoPE positions.
 The identity is constant for the stream: the reference latent and its per-layer cross-attention keys/values.
 
-Only :meth:`AvatarDiT.commit` advances the state. It works in place: tensors keep their storage.
+Only :meth:`AvatarDiT.append` advances the state. It works in place: tensors keep their storage.
 So memory stays flat and addresses stay stable. Denoising calls read the state.
 """
 from __future__ import annotations
@@ -40,8 +40,8 @@ class DiTStreamState:
         ref_kv: per layer, the identity tokens' cross-attention keys/values ``([B, H, m, d], [B, H, m, d])``. None
             when the model has no identity tokens.
         layers: one :class:`LayerStreamState` per block.
-        audio_history: ``[B, audio_past_frames, F]`` audio features of the last committed frames.
-        frames: latent frames committed so far. It is the next chunk's first RoPE time position.
+        audio_history: ``[B, audio_past_frames, F]`` audio features of the last appended frames.
+        frames: latent frames appended so far. It is the next chunk's first RoPE time position.
     """
 
     ref: torch.Tensor

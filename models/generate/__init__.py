@@ -9,7 +9,7 @@
   calls in a :class:`WanDecodeState`.
 
 Both families offer ``generate_chunk`` and ``reset()``.
-``generate_chunk`` runs few-step flow matching over one chunk of latent frames, then a commit pass on the clean chunk.
+``generate_chunk`` runs few-step flow matching over one chunk of latent frames, then an append pass on the clean chunk.
 
 - :mod:`.family`: the family adapters behind one :class:`CausalStream`. :data:`FAMILIES` says how attention is made
   block-causal, how the cache is kept and trimmed, and which VAE.

@@ -15,8 +15,8 @@ The time, the latents and the prompt are copied into static buffers.
 The rotary table of the stream's position is pinned into buffers before each step.
 One graph is captured per state of the cache.
 For Wan that is per number of frames it holds, until it is full.
-For SANA it is before and after the first commit.
-The commit pass runs compiled, not graphed.
+For SANA it is before and after the first append.
+The append pass runs compiled, not graphed.
 
 **VAE decoder** (:class:`CompiledWanVAE`): :func:`~.vae.decode_chunk` with ``vae.decoder`` compiled.
 Its feature cache is a Python list the decoder rebinds.

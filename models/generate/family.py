@@ -22,10 +22,10 @@ family        attention made block-causal by        cache of the past (trimmed h
 Rotary positions count latent frames from the start of the stream.
 The stock rotary table ends at the model's ``rope_max_seq_len``.
 So a stream *re-anchors* before it gets there; see :meth:`CausalStream.reanchor`.
-The past is forgotten, and the last few clean chunks are committed again from position 0.
+The past is forgotten, and the last few clean chunks are appended again from position 0.
 So an endless stream keeps going with the same recent context.
 For Wan that is what its window held.
-The oldest chunk, recommitted, replaces the old sink frames.
+The oldest chunk, appended again, replaces the old sink frames.
 """
 from __future__ import annotations
 
@@ -61,7 +61,7 @@ def warp_timesteps(timesteps: Sequence[float], shift: float = SHIFT) -> list[flo
 class CausalStream:
     """One stream of latent chunks: a family's streamer behind one interface.
 
-    :class:`WanStream` and :class:`SanaStream` say how to generate, commit and count with it.
+    :class:`WanStream` and :class:`SanaStream` say how to generate, append and count with it.
 
     Args:
         streamer: a :class:`~.wan.WanCausal` or :class:`~.sana.SanaVideoStream` installed in ``model``.
@@ -88,8 +88,8 @@ class CausalStream:
 
     # ---- what a family's stream says --------------------------------------------------------------
     @property
-    def frames_committed(self) -> int:
-        """Latent frames committed since the stream or its last re-anchor started."""
+    def frames_seen(self) -> int:
+        """Latent frames appended since the stream or its last re-anchor started."""
         raise NotImplementedError
 
     def past_nbytes(self) -> int:
@@ -99,7 +99,7 @@ class CausalStream:
     def _generate(self, noise, embeds, mask, timesteps, renoise, generator) -> torch.Tensor:
         raise NotImplementedError
 
-    def _commit(self, clean, embeds, mask) -> None:
+    def _append(self, clean, embeds, mask) -> None:
         raise NotImplementedError
 
     def warm_chunks(self) -> int:
@@ -116,10 +116,10 @@ class CausalStream:
         self.recent = []
 
     def reanchor(self) -> None:
-        """Forget the past and commit the kept recent chunks again from position 0; see the module docs."""
+        """Forget the past and append the kept recent chunks again from position 0; see the module docs."""
         self.streamer.reset()
         for clean, embeds, mask in self.recent:
-            self._commit(clean, embeds, mask)
+            self._append(clean, embeds, mask)
         self.reanchors += 1
 
     def state_nbytes(self) -> int:
@@ -138,14 +138,14 @@ class CausalStream:
         renoise: bool = True,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The next chunk, committed to the past.
+        """The next chunk, appended to the past.
 
         Inputs are ``noise [B, C, F, h, w]``, ``prompt_embeds [B, L, D]`` and ``prompt_mask [B, L]``.
         ``noise`` is the chunk at ``timesteps[0]``.
         In the mask 1 means keep. SANA reads it; Wan's padding is zeros.
         Returns the clean chunk ``[B, C, F, h, w]``.
         """
-        if self.frames_committed + self.chunk_frames > self.max_frames:
+        if self.frames_seen + self.chunk_frames > self.max_frames:
             self.reanchor()
         clean = self._generate(noise, prompt_embeds, prompt_mask, list(timesteps), renoise, generator)
         self.recent = (self.recent + [(clean, prompt_embeds, prompt_mask)])[-self.anchor_chunks:]
@@ -156,7 +156,7 @@ class WanStream(CausalStream):
     """A :class:`~.wan.WanCausal` stream. The KV caches are its past. Wan reads no prompt mask."""
 
     @property
-    def frames_committed(self) -> int:
+    def frames_seen(self) -> int:
         return self.streamer.frames_seen
 
     def past_nbytes(self) -> int:
@@ -166,8 +166,8 @@ class WanStream(CausalStream):
     def _generate(self, noise, embeds, mask, timesteps, renoise, generator):
         return self.streamer.generate_chunk(embeds, noise, timesteps=timesteps, renoise=renoise, generator=generator)
 
-    def _commit(self, clean, embeds, mask):
-        self.streamer.commit(clean, embeds)
+    def _append(self, clean, embeds, mask):
+        self.streamer.append(clean, embeds)
 
     def warm_chunks(self) -> int:
         """The chunks that fill the KV cache, and one more.
@@ -183,8 +183,8 @@ class SanaStream(CausalStream):
     """A :class:`~.sana.SanaVideoStream` stream. Linear-attention sums and conv caches are its past."""
 
     @property
-    def frames_committed(self) -> int:
-        return self.streamer.frames_committed
+    def frames_seen(self) -> int:
+        return self.streamer.frames_seen
 
     def past_nbytes(self) -> int:
         return self.streamer.state_nbytes()
@@ -193,8 +193,8 @@ class SanaStream(CausalStream):
         return self.streamer.generate_chunk(noise, embeds, timesteps, prompt_mask=mask, renoise=renoise,
                                             generator=generator)
 
-    def _commit(self, clean, embeds, mask):
-        self.streamer.commit(clean, embeds, mask)
+    def _append(self, clean, embeds, mask):
+        self.streamer.append(clean, embeds, mask)
 
 
 class Family:

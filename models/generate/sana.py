@@ -9,7 +9,7 @@ The model is the stock ``diffusers.SanaVideoTransformer3DModel``.
 - every feed-forward's temporal convolution becomes a :class:`BlockCausalTemporalConv`. The stock one is
   ``GLUMBTempConv.conv_temp``, a centred ``(k, 1)`` conv over latent frames. The weights stay the same. But a frame
   sees its neighbours only inside its own block and the last ``k // 2`` frames before it. The frames after a block are
-  zeros. The last ``k // 2`` frames of the committed stream are its cache, ``[B, C, k // 2, N]``.
+  zeros. The last ``k // 2`` frames of the stream so far are its cache, ``[B, C, k // 2, N]``.
 
 A block is ``frames_per_block`` latent frames.
 Both the attention and the convolution are then causal across blocks and bidirectional inside one.
@@ -17,8 +17,8 @@ So a stream fed a whole number of blocks per call computes exactly what the mode
 ``tests/test_generate_sana_vae.py`` checks this.
 
 State semantics are those of the processors.
-A pass with ``commit=False``, a denoising step, reads the past and leaves it as it was.
-A pass with ``commit=True`` appends the chunk to it. That is the pass over the clean chunk, at ``t = 0``.
+A pass with ``append=False``, a denoising step, reads the past and leaves it as it was.
+A pass with ``append=True`` appends the chunk to it. That is the pass over the clean chunk, at ``t = 0``.
 :meth:`SanaVideoStream.reset` forgets the stream.
 The state's size does not depend on how long the stream has run; see :meth:`SanaVideoStream.state_nbytes`.
 The frame positions do.
@@ -74,9 +74,9 @@ class BlockCausalTemporalConv(torch.nn.Module):
         conv: the stock ``nn.Conv2d``, kept as ``self.conv`` and used as is. Its kernel is ``(k, 1)`` with ``k`` odd,
             padding ``(k // 2, 0)`` and stride 1.
         frames_per_block: frames per block. A call must hold whole blocks.
-        stateful: carry the last ``k // 2`` frames of committed input from call to call in ``self.cache``. The cache
+        stateful: carry the last ``k // 2`` frames of appended input from call to call in ``self.cache``. The cache
             is ``[B, C, k // 2, N]``, detached. ``False``: every call starts from an empty, zero past.
-        update_state: when ``stateful``, commit this call's frames to the cache. ``False``: read only.
+        update_state: when ``stateful``, append this call's frames to the cache. ``False``: read only.
     """
 
     def __init__(self, conv: torch.nn.Conv2d, frames_per_block: int, *, stateful: bool = True,
@@ -97,7 +97,7 @@ class BlockCausalTemporalConv(torch.nn.Module):
         self.context = k // 2  # frames of past (and of zero future) each block reads
         self.stateful = stateful
         self.update_state = update_state
-        self.cache: torch.Tensor | None = None  # [B, C, context, N]: the last committed frames
+        self.cache: torch.Tensor | None = None  # [B, C, context, N]: the last appended frames
 
     def reset(self) -> None:
         """Forget the stream: the next call starts from an empty past."""
@@ -233,14 +233,14 @@ class SanaVideoStream:
             conv.reset()
 
     @property
-    def frames_committed(self) -> int:
-        """Latent frames committed to the stream so far: the next chunk's first frame position."""
+    def frames_seen(self) -> int:
+        """Latent frames appended to the stream so far: the next chunk's first frame position."""
         return next(iter(self.processors.values())).tokens_seen // self.tokens_per_frame
 
     def graph_key(self) -> tuple:
         """What a captured velocity call depends on besides its inputs: where the past lives.
 
-        It is None before the first commit. From then on the storage is kept until :meth:`reset`.
+        It is None before the first append. From then on the storage is kept until :meth:`reset`.
         """
         state = next(iter(self.processors.values())).state
         conv = next(iter(self.convs.values())).cache
@@ -258,10 +258,10 @@ class SanaVideoStream:
         """Bytes of the stream's past: the same after the first chunk however long the stream runs."""
         return sum(t.numel() * t.element_size() for t in self.state_tensors())
 
-    def _set_commit(self, commit: bool) -> None:
-        set_update_state(self.processors, commit)
+    def _set_append(self, append: bool) -> None:
+        set_update_state(self.processors, append)
         for conv in self.convs.values():
-            conv.update_state = commit
+            conv.update_state = append
 
     # ------------------------------------------------------------------ passes
 
@@ -286,9 +286,9 @@ class SanaVideoStream:
                 f"(the text encoder's hidden states)"
             )
 
-    def _forward(self, latents, sigma, prompt_embeds, prompt_mask, commit: bool) -> torch.Tensor:
+    def _forward(self, latents, sigma, prompt_embeds, prompt_mask, append: bool) -> torch.Tensor:
         self._check(latents, prompt_embeds)
-        self._set_commit(commit)
+        self._set_append(append)
         timestep = (torch.as_tensor(sigma, dtype=torch.float32, device=latents.device) * NUM_TRAIN_TIMESTEPS)
         timestep = timestep.expand(latents.shape[0])
         return self.model(latents, prompt_embeds, timestep, encoder_attention_mask=prompt_mask).sample
@@ -302,12 +302,12 @@ class SanaVideoStream:
         ``prompt_embeds`` is ``[B, L, caption_channels]``. In ``prompt_mask [B, L]`` 1 means keep.
         The past is unchanged.
         """
-        return self._forward(latents, sigma, prompt_embeds, prompt_mask, commit=False)
+        return self._forward(latents, sigma, prompt_embeds, prompt_mask, append=False)
 
     @torch.no_grad()
-    def commit(self, clean: torch.Tensor, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> None:
+    def append(self, clean: torch.Tensor, prompt_embeds: torch.Tensor, prompt_mask: torch.Tensor | None = None) -> None:
         """Append a clean chunk ``[B, C, F, H, W]`` to the stream's past: one pass at ``t = 0``."""
-        self._forward(clean, 0.0, prompt_embeds, prompt_mask, commit=True)
+        self._forward(clean, 0.0, prompt_embeds, prompt_mask, append=True)
 
     @torch.no_grad()
     def generate_chunk(
@@ -320,7 +320,7 @@ class SanaVideoStream:
         renoise: bool = False,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """The next chunk of the stream: few-step flow matching from ``noise``, then a commit pass.
+        """The next chunk of the stream: few-step flow matching from ``noise``, then an append pass.
 
         Args:
             noise: ``[B, C, F, H, W]``, the chunk at its first timestep. ``F`` is whole blocks. For text-to-video it
@@ -341,5 +341,5 @@ class SanaVideoStream:
             lambda x, t: self.velocity(x, t, prompt_embeds, prompt_mask),
             noise, timesteps=sigmas, renoise=renoise, generator=generator,
         )
-        self.commit(clean, prompt_embeds, prompt_mask)
+        self.append(clean, prompt_embeds, prompt_mask)
         return clean

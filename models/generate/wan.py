@@ -13,10 +13,10 @@ What the family holds:
 
 - block-causal attention through :class:`~framegraph.kernels.processors.WanCausalAttnProcessor` on every
   self-attention. Each layer has one :class:`~framegraph.kernels.processors.KVCache`: ``sink_frames`` + a rolling
-  window, ``cache_frames`` committed latent frames in all.
+  window, ``cache_frames`` appended latent frames in all.
 - rotary positions absolute in the stream.
 - the sampling: few-step flow matching over one chunk; see :func:`~framegraph.models.sampler.sample_euler`. Then one
-  more model call at ``t = 0`` commits the clean chunk to the cache. So the cache is refreshed from the clean output,
+  more model call at ``t = 0`` appends the clean chunk to the cache. So the cache is refreshed from the clean output,
   not from the last noisy pass.
 
 The rest of the stock Wan transformer acts token by token, so it is causal as it is.
@@ -49,7 +49,7 @@ class WanCausal:
     Args:
         model: the Wan transformer. Its self-attention processors and ``rope`` are replaced until :meth:`uninstall`.
         chunk_frames: latent frames generated per chunk, one causal block. Self-Forcing uses 3.
-        cache_frames: committed latent frames the cache keeps per layer: sinks + rolling window.
+        cache_frames: appended latent frames the cache keeps per layer: sinks + rolling window.
         sink_frames: the stream's first latent frames, kept for ever as attention sinks.
         attention: ``"sdpa"`` for exact softmax, or ``"monarch"`` for block-causal Monarch attention.
         num_iters / backend: Monarch attention's fitting iterations and kernel backend.
@@ -95,7 +95,7 @@ class WanCausal:
 
     @property
     def frames_seen(self) -> int:
-        """Latent frames committed to the stream so far: the next chunk's first frame index."""
+        """Latent frames appended to the stream so far: the next chunk's first frame index."""
         return self.caches[0].frames_seen
 
     def graph_key(self) -> tuple:
@@ -126,8 +126,8 @@ class WanCausal:
         set_update_state(self.processors, False)
         return self.model(latents, t * NUM_TRAIN_TIMESTEPS, prompt_embeds, return_dict=False)[0]
 
-    def commit(self, clean: torch.Tensor, prompt_embeds: torch.Tensor) -> None:
-        """Commit a clean chunk ``[B, C, F_chunk, H, W]``.
+    def append(self, clean: torch.Tensor, prompt_embeds: torch.Tensor) -> None:
+        """Append a clean chunk ``[B, C, F_chunk, H, W]``.
 
         The model runs on it at ``t = 0``, and every layer keeps its keys and values.
         The oldest window frames beyond ``cache_frames`` are evicted.
@@ -150,11 +150,11 @@ class WanCausal:
         renoise: bool = True,
         generator: torch.Generator | None = None,
     ) -> torch.Tensor:
-        """Denoise one chunk from ``noise [B, C, F_chunk, H, W]`` and commit it. Returns the clean latents, same
+        """Denoise one chunk from ``noise [B, C, F_chunk, H, W]`` and append it. Returns the clean latents, same
         shape.
 
         ``timesteps`` is the decreasing few-step schedule on Wan's 0..1000 scale, e.g. ``[1000, 750, 500, 250]``.
-        Each takes one model call; the commit call follows.
+        Each takes one model call; the append call follows.
         ``renoise=True`` is Self-Forcing's sampler.
         Each step estimates ``x0`` and re-noises it to the next timestep with fresh noise from ``generator``.
         ``False``: deterministic Euler steps.
@@ -171,7 +171,7 @@ class WanCausal:
             lambda x, t: self.velocity(x, t, prompt_embeds), noise,
             timesteps=sigmas, renoise=renoise, generator=generator,
         )
-        self.commit(x0, prompt_embeds)
+        self.append(x0, prompt_embeds)
         return x0
 
     def _check_chunk(self, latents: torch.Tensor) -> None:

@@ -137,14 +137,14 @@ def test_streaming_rope_gives_the_stock_rows_for_later_frames():
 
 def stream(model, processors, chunks):
     """Streams model_inputs() by chunks of latent frames ``(start, stop)``: per chunk a read-only pass,
-    then the committing pass (same input, so equal outputs prove the read-only pass moved nothing).
-    Returns the committed outputs."""
+    then the appending pass (same input, so equal outputs prove the read-only pass moved nothing).
+    Returns the appended outputs."""
     latents, text, timestep = model_inputs()
     outs = []
     for start, stop in chunks:
         set_update_state(processors, False)  # e.g. a denoising step: reads the past
         peek = model(latents[:, :, start:stop], text, timestep).sample
-        set_update_state(processors, True)  # the commit: state and stream position advance
+        set_update_state(processors, True)  # the append: state and stream position advance
         outs.append(model(latents[:, :, start:stop], text, timestep).sample)
         torch.testing.assert_close(peek, outs[-1], rtol=0, atol=0)
     return outs
@@ -190,6 +190,6 @@ def test_streaming_past_the_rotary_table_is_refused():
     model = tiny_model(rope_max_seq_len=4)
     install_block_linear_processors(model, block_size=TOKENS_PER_FRAME, stateful=True, stream_rope=True)
     latents, text, timestep = model_inputs()
-    model(latents, text, timestep)  # commits frames [0, 3)
+    model(latents, text, timestep)  # appends frames [0, 3)
     with pytest.raises(ValueError, match=r"frames \[3, 5\) .* max_seq_len=4"):
         model(latents[:, :, :2], text, timestep)

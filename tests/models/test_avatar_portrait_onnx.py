@@ -1,5 +1,5 @@
 """The exported ONNX graphs run on ORT (zero-copy bindings, state carried) give the torch numbers, over a
-stream of chunks: audio encoder, DiT denoise + commit, VAE decode with its cache."""
+stream of chunks: audio encoder, DiT denoise + append, VAE decode with its cache."""
 import json
 import os
 
@@ -61,12 +61,12 @@ def test_dit_streamed_ort_equals_torch(exported):
         ort = OrtDiTStream(model, model.init_stream(ref), ex.graph("dit_velocity"), ex.graph("dit_commit"))
         addresses = [t.data_ptr() for s in ort.sets for t in s.tensors()]
         gen = torch.Generator().manual_seed(0)
-        for _ in range(4):  # several blocks: the state carried by the commits must match
+        for _ in range(4):  # several blocks: the state carried by the appends must match
             noise = torch.randn(1, c.latent_channels, k, *ref.shape[-2:], generator=gen)
             audio, label = torch.randn(1, k, c.audio_dim, generator=gen), torch.rand(1, k, c.state_dim, generator=gen)
             want = generate_block(model, torch_stream, noise, audio, label, steps=2)
             got = sample_euler(lambda x, t: ort.velocity(x, t, audio, label), noise, steps=2)
-            ort.commit(got, audio, label)
+            ort.append(got, audio, label)
             assert rel(got, want) <= 1e-4
         for a, b in zip(torch_stream.layers, ort.sets[ort.parity].layers):
             assert rel(b.attn.kv, a.attn.kv) <= 1e-4 and float(a.attn.kv.abs().max()) > 0
@@ -135,7 +135,7 @@ def test_dit_ort_reset_starts_the_stream_afresh(exported):
 
         def run(noise, audio, label):
             x0 = sample_euler(lambda x, t: ort.velocity(x, t, audio, label), noise, steps=1)
-            ort.commit(x0, audio, label)
+            ort.append(x0, audio, label)
             return x0
 
         first = run(*blocks[0])

@@ -15,7 +15,7 @@ import pytest
 import torch
 from helpers import SR, astronaut, still, tone, write_video, write_wav
 
-from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, model_size, paste_mask, region_side, texture_mask
+from framegraph.models.avatar.video.bundle import MAX_MODEL_SIZE, box_side_for, model_size, paste_mask, texture_mask
 from framegraph.models.avatar.video.loop import LoopCursor, nearest_frames, pingpong_next
 from framegraph.stream.media import MediaError, read_video
 from framegraph.stream.quality import psnr
@@ -125,15 +125,15 @@ def test_the_mouth_regions_picture_path_is_warmed_once_per_process_and_size():
 
 # ---- region size and paste mask ------------------------------------------------------------------------
 def test_region_size_follows_the_face_and_is_capped():
-    assert region_side(101) == 112 and model_size(region_side(101)) == 112  # the video's own pixels
-    assert region_side(180) == model_size(region_side(180)) == 192
-    assert region_side(250) == model_size(region_side(250)) == MAX_MODEL_SIZE == 256
-    assert region_side(429) == 428 and model_size(region_side(429)) == 256  # a big face: 256², the speed cap
-    assert region_side(101, cap=64) == 100 and model_size(100, 64) == 64
+    assert box_side_for(101) == 112 and model_size(box_side_for(101)) == 112  # the video's own pixels
+    assert box_side_for(180) == model_size(box_side_for(180)) == 192
+    assert box_side_for(250) == model_size(box_side_for(250)) == MAX_MODEL_SIZE == 256
+    assert box_side_for(429) == 428 and model_size(box_side_for(429)) == 256  # a big face: 256², the speed cap
+    assert box_side_for(101, cap=64) == 100 and model_size(100, 64) == 64
     with pytest.raises(ValueError, match="the face is too small: its lower-face region is 48 px"):
-        model_size(region_side(48))
+        model_size(box_side_for(48))
     with pytest.raises(ValueError, match="its lower-face region is 60 px"):  # not rounded up into the minimum
-        model_size(region_side(60))
+        model_size(box_side_for(60))
 
 
 def test_shape_head_swings_as_wide_as_the_person_and_rests_where_they_rest():
@@ -212,8 +212,8 @@ def test_speech_in_a_voice_the_person_never_recorded_follows_its_known_shapes():
 def test_typed_rows_put_the_phonemes_jaw_on_the_persons_speaking_range():
     """eSpeak sentences' shapes: while speaking, the phonemes' jaw standardised onto the person's openness mean
     and std; silent frames at rest; width and roundness on the person's own lines."""
+    from framegraph.models.avatar.video.espeak_rows import typed_rows
     from framegraph.models.avatar.video.train import _audio_encoder
-    from framegraph.models.avatar.video.typed import typed_rows
     from framegraph.models.synth import espeak_available
 
     if not espeak_available():
@@ -299,21 +299,21 @@ def test_texture_map_keeps_off_the_lips_and_ramps_up_inside_the_hidden_area():
 
 
 def test_the_base_frame_is_kept_at_and_below_its_jaw_line():
-    from framegraph.models.avatar.video.jaw import JAW_MARGIN, jaw_keep
+    from framegraph.models.avatar.video.jaw import JAW_MARGIN, kept_share
 
     a = np.linspace(0, np.pi, 13)  # a chin: the lower half of an ellipse, in px of a frame
     line = np.stack([180 + 50 * np.cos(a), 150 + 60 * np.sin(a)], 1)
     box = (100, 60, 160, 160)  # the region: x 100..260, y 60..220; the chin's lowest point at region (80, 150)
-    keep = jaw_keep(line, box)
-    assert keep.shape == (160, 160) and keep.min() == 0 and keep.max() == 1
+    share = kept_share(line, box)
+    assert share.shape == (160, 160) and share.min() == 0 and share.max() == 1
     below = 150 - int(JAW_MARGIN * 160)  # the cut: the jaw line raised by the margin
-    assert (keep[below:, 80] == 1).all(), "the jaw line itself and the collar under it: the frame's own"
-    assert (keep[:130, 80] == 0).all() and (keep[:80] == 0).all(), "the mouth and the lower face above: redrawn"
-    column = keep[:, 80]
+    assert (share[below:, 80] == 1).all(), "the jaw line itself and the collar under it: the frame's own"
+    assert (share[:130, 80] == 0).all() and (share[:80] == 0).all(), "the mouth and the lower face above: redrawn"
+    column = share[:, 80]
     assert (column.diff() >= -1e-6).all() and ((column > 0) & (column < 1)).sum() >= 3, "a ramp, not a cut"
-    assert keep[120, 5] == 1 and keep[120, 155] == 1, "past the jaw angles, below their height: kept too"
-    moved = jaw_keep(line + (0, 10), box)  # the head lower in the next frame: the kept part follows it
-    assert torch.equal(moved[10:, 80], keep[:-10, 80])
+    assert share[120, 5] == 1 and share[120, 155] == 1, "past the jaw angles, below their height: kept too"
+    moved = kept_share(line + (0, 10), box)  # the head lower in the next frame: the kept part follows it
+    assert torch.equal(moved[10:, 80], share[:-10, 80])
 
 
 def test_texture_map_is_saved_with_the_bundle_and_older_bundles_have_none(tmp_path):
@@ -434,7 +434,7 @@ def test_bundle_geometry_follows_the_face(talking):
     r, a = talking["report"], load_avatar(talking["bundle"])
     assert a.kind == "video" and (a.width, a.height) == (256, 256) and a.fps == 25
     assert 80 <= r["face_width_px"] <= 120  # the astronaut's face in the 256² photo
-    assert a.box_side == region_side(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
+    assert a.box_side == box_side_for(r["face_width_px"], cap=64) and a.region_size == model_size(a.box_side, 64) == 64
     assert len(a.frames) == 150 and r["train_frames"] == 240  # 6 s loop; the last 20 % held out
     # the person's matte was learnt from the frames, one per loop frame: the face opaque, the corners see-through
     assert a.matte is not None and a.matte.shape == (150, 256, 256)
@@ -513,20 +513,20 @@ def test_the_chin_and_collar_stay_the_frames_own_however_wide_the_mouth_opens(ta
     as in the frame; without the jaw lines (older bundles) the same picture redraws it."""
     from framegraph.models.avatar import load_avatar
     from framegraph.models.avatar.eval.real import jaw_edge_ratios
-    from framegraph.models.avatar.video.jaw import jaw_keep
+    from framegraph.models.avatar.video.jaw import kept_share
     from framegraph.models.avatar.video.stages import MouthRegion
     from framegraph.models.face import FaceLandmarker
 
     a = load_avatar(talking["bundle"])
     assert a.jaws is not None and a.jaws.shape == (len(a.frames), 13, 2)
     stage = MouthRegion.for_avatar(a)
-    assert "keep" in stage.inputs
+    assert "kept_share" in stage.inputs
     wide = torch.tensor([3.0, 0.0, 0.0])
     with FaceLandmarker(max_faces=1) as m:
         for i in (3, 60, 120):
             frame, box = a.frames[i], [int(v) for v in a.boxes[i]]
-            share = jaw_keep(a.jaws[i], box)
-            kept, redrawn = stage.picture(frame, box, wide, keep=share), stage.picture(frame, box, wide)
+            share = kept_share(a.jaws[i], box)
+            kept, redrawn = stage.picture(frame, box, wide, kept_share=share), stage.picture(frame, box, wide)
             x, y, L, _ = box
             keep = share == 1
             inner = (slice(y, y + L), slice(x, x + L))

@@ -76,19 +76,19 @@ def test_graphed_denoising_steps_equal_eager_on_cuda(family, open_kw):
 
 def test_graphed_video_avatar_picture_equals_eager_on_cuda():
     from framegraph.models.avatar.video.bundle import random_video_avatar
-    from framegraph.models.avatar.video.jaw import jaw_keep
+    from framegraph.models.avatar.video.jaw import kept_share
     from framegraph.models.avatar.video.stages import MouthRegion
 
     avatar = random_video_avatar(n_frames=4, region_size=64)
-    kw = dict(frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, device="cuda", keep=True)
+    kw = dict(frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, device="cuda", kept_share=True)
     eager = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, **kw)
     fast = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, graphs=True, **kw)
     for box, jaw in zip(avatar.boxes[:3], avatar.jaws):
         frame = torch.randint(0, 256, (avatar.height, avatar.width, 3), dtype=torch.uint8, device="cuda")
         ints = [int(round(float(v))) for v in box]
         b = torch.tensor(ints, dtype=torch.int32, device="cuda")
-        shape, keep = torch.randn(3, device="cuda"), jaw_keep(jaw, ints).cuda()
-        assert torch.equal(fast._step(frame, b, shape, keep), eager.picture_at(frame, b, shape, keep))
+        shape, kept = torch.randn(3, device="cuda"), kept_share(jaw, ints).cuda()
+        assert torch.equal(fast._step(frame, b, shape, kept), eager.picture_at(frame, b, shape, kept))
     assert fast._step.captured
 
 

@@ -113,22 +113,22 @@ def test_compiled_portrait_graph_renders_what_torch_renders(portrait):
 # ---- the video avatar ---------------------------------------------------------------------------------------------
 def test_compiled_video_avatar_picture_and_shape_equal_torch():
     from framegraph.models.avatar.video.bundle import random_video_avatar
-    from framegraph.models.avatar.video.jaw import jaw_keep
+    from framegraph.models.avatar.video.jaw import kept_share
     from framegraph.models.avatar.video.stages import MouthRegion, MouthShape
 
     avatar = random_video_avatar(n_frames=4, region_size=64)
     engines = runtime.engines("avatar-video", "compiled", avatar, type("S", (), {"cuda_graphs": None,
                                                                                   "device": "cpu"})())
-    kw = dict(frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, keep=True)
+    kw = dict(frame_size=(avatar.height, avatar.width), box_side=avatar.box_side, kept_share=True)
     eager = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, **kw)
     fast = MouthRegion(avatar.generator, avatar.mask, avatar.paste, avatar.reference, engine=engines.picture, **kw)
     g = torch.Generator().manual_seed(2)
     for box, jaw in zip(avatar.boxes[:3], avatar.jaws):
         frame = torch.randint(0, 256, (avatar.height, avatar.width, 3), dtype=torch.uint8, generator=g)
         b, shape = torch.tensor([int(round(float(v))) for v in box], dtype=torch.int32), torch.randn(3, generator=g)
-        keep = jaw_keep(jaw, b.tolist())  # below the jaw line the frame is kept
-        want = eager.picture_at(frame, b, shape, keep).float()
-        got = fast._direct(frame, b, shape, keep, out=torch.empty_like(frame)).float()
+        kept = kept_share(jaw, b.tolist())  # below the jaw line the frame is kept
+        want = eager.picture_at(frame, b, shape, kept).float()
+        got = fast._direct(frame, b, shape, kept, out=torch.empty_like(frame)).float()
         assert (got - want).abs().max() <= 1.0  # uint8: a rounding apart at most
     shape_eager = MouthShape(avatar.shape_head, avatar.rest_shape)
     shape_fast = MouthShape(avatar.shape_head, avatar.rest_shape, engine=engines.head)
@@ -165,7 +165,7 @@ def test_compiled_transformer_streams_what_torch_streams(family, open_kw, chunks
             want = eager.generate(noise, embeds, mask, generator=torch.Generator().manual_seed(chunk), **kw)
             got = fast.generate(noise, embeds, mask, generator=torch.Generator().manual_seed(chunk), **kw)
             assert rel(got, want) <= 1e-4, chunk
-    assert fast.frames_committed == eager.frames_committed == chunks * open_kw["chunk_frames"]
+    assert fast.frames_seen == eager.frames_seen == chunks * open_kw["chunk_frames"]
 
 
 def test_compiled_wan_vae_decoder_equals_torch():

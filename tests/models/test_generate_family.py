@@ -31,21 +31,21 @@ def test_streamed_vae_encode_equals_one_shot_encode():
 @torch.no_grad()
 def test_reanchoring_continues_from_the_recent_chunks(tmp_path):
     """A Wan stream at its 8-frame rotary table re-anchors: the next chunk is what a fresh stream gives after
-    committing the same recent chunks from position 0."""
+    appending the same recent chunks from position 0."""
     gm = load_generate_model(str(tiny_generate_folder(tmp_path / "wan", "wan", rope_max_seq_len=8)))
     stream = FAMILIES["wan"].open(gm.transformer, latent_size=(2, 2), chunk_frames=2, cache_frames=6, sink_frames=2)
     g = torch.Generator().manual_seed(0)
     embeds = torch.randn(1, 4, 16, generator=g)
     chunks = [stream.generate(torch.randn(1, 16, 2, 2, 2, generator=g), embeds, timesteps=[1000, 500], renoise=False)
               for _ in range(4)]
-    assert stream.reanchors == 0 and stream.frames_committed == 8
+    assert stream.reanchors == 0 and stream.frames_seen == 8
     noise = torch.randn(1, 16, 2, 2, 2, generator=g)
     after = stream.generate(noise, embeds, timesteps=[1000, 500], renoise=False)
-    assert stream.reanchors == 1 and stream.frames_committed == 2 * stream.anchor_chunks + 2
+    assert stream.reanchors == 1 and stream.frames_seen == 2 * stream.anchor_chunks + 2
     stream.streamer.uninstall()
     fresh = WanCausal(gm.transformer, chunk_frames=2, cache_frames=6, sink_frames=2)
     for clean in chunks[-stream.anchor_chunks:]:
-        fresh.commit(clean, embeds)
+        fresh.append(clean, embeds)
     torch.testing.assert_close(after, fresh.generate_chunk(embeds, noise, timesteps=[1000, 500], renoise=False))
 
 

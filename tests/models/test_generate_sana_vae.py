@@ -80,7 +80,7 @@ def stream_and_compare(clear_conv_cache: bool = False, chunks: int = 3) -> float
     recorder = Recorder(model)
     g = torch.Generator().manual_seed(1)
     sigmas = sigmas_from_timesteps(TIMESTEPS)
-    # One prompt: a streamed past keeps the prompt it was committed with, a single call has one prompt.
+    # One prompt: a streamed past keeps the prompt it was appended with, a single call has one prompt.
     text = torch.randn(1, TEXT_LEN, CAPTION, generator=g)
     past, worst = [], 0.0
     for c in range(chunks):
@@ -90,7 +90,7 @@ def stream_and_compare(clear_conv_cache: bool = False, chunks: int = 3) -> float
             for conv in stream.convs.values():
                 conv.reset()
         clean = stream.generate_chunk(noise, text, TIMESTEPS)
-        assert len(recorder.calls) == len(TIMESTEPS) + 1  # the steps, then the commit pass
+        assert len(recorder.calls) == len(TIMESTEPS) + 1  # the steps, then the append pass
         assert [t.item() for _, t, _ in recorder.calls] == TIMESTEPS + [0]
 
         def full_velocity(x, t):
@@ -105,9 +105,9 @@ def stream_and_compare(clear_conv_cache: bool = False, chunks: int = 3) -> float
         for s, s_next in zip(sigmas[:-1], sigmas[1:]):
             x = x + (s_next - s) * full_velocity(x, 1000 * s.item())
         worst = max(worst, relative_error(clean, x))
-        assert torch.equal(recorder.calls[-1][0], clean)  # the commit pass saw the clean chunk
+        assert torch.equal(recorder.calls[-1][0], clean)  # the append pass saw the clean chunk
         past.append(clean)
-    assert stream.frames_committed == chunks * BLOCK
+    assert stream.frames_seen == chunks * BLOCK
     return worst
 
 
@@ -148,11 +148,11 @@ def test_read_only_passes_leave_the_state_and_reset_restarts_the_stream():
     first = stream.generate_chunk(noise, text, TIMESTEPS)
     state = [t.clone() for t in stream.state_tensors()]
     v = stream.velocity(noise, 1.0, text)
-    assert all(torch.equal(a, b) for a, b in zip(state, stream.state_tensors())) and stream.frames_committed == BLOCK
+    assert all(torch.equal(a, b) for a, b in zip(state, stream.state_tensors())) and stream.frames_seen == BLOCK
     torch.testing.assert_close(stream.velocity(noise, 1.0, text), v, rtol=0, atol=0)
     stream.generate_chunk(noise, text, TIMESTEPS)
     stream.reset()
-    assert stream.state_tensors() == [] and stream.frames_committed == 0
+    assert stream.state_tensors() == [] and stream.frames_seen == 0
     torch.testing.assert_close(stream.generate_chunk(noise, text, TIMESTEPS), first, rtol=0, atol=0)
 
 
@@ -216,7 +216,7 @@ def test_endless_stream_keeps_its_state_size_constant():
         if c >= 2:  # after warm-up (the VAE's caches fill over the first two latent frames)
             sizes.add((tuple(t.numel() for t in stream.state_tensors()), stream.state_nbytes(),
                        tuple(t.numel() for t in decoder_state.tensors()), decoder_state.nbytes()))
-    assert len(sizes) == 1 and stream.frames_committed == 200
+    assert len(sizes) == 1 and stream.frames_seen == 200
     with pytest.raises(ValueError, match=r"frames \[256, 257\) .* max_seq_len=256"):
         for _ in range(57):
             stream.generate_chunk(torch.randn(1, C, 1, H, W, generator=g), text, [1000])
@@ -239,7 +239,7 @@ def test_bad_input_is_refused_clearly():
     for bad in ([], [500, 1000], [1000, 0], [1500], 1000):
         with pytest.raises(ValueError, match="timesteps="):
             stream.generate_chunk(torch.randn(1, C, BLOCK, H, W), text, bad)
-    assert stream.frames_committed == 0 and stream.state_tensors() == []  # nothing was committed
+    assert stream.frames_seen == 0 and stream.state_tensors() == []  # nothing was appended
     stream.generate_chunk(torch.randn(1, C, BLOCK, H, W), text, [1000])
     with pytest.raises(ValueError, match=r"batch size 2 differs from the streamed state's 1; call reset\(\)"):
         stream.generate_chunk(torch.randn(2, C, BLOCK, H, W), text.expand(2, -1, -1))

@@ -126,20 +126,20 @@ def test_streaming_block_by_block_equals_the_teacher_forced_full_sequence(patch,
             # denoising calls only read the state: a second call gives the same numbers
             again = model(noisy[:, :, sl], t[:, sl], audio[:, sl], label[:, sl], stream=stream)
             assert torch.equal(again, outs[-1])
-            model.commit(x0[:, :, sl], audio[:, sl], label[:, sl], stream)
+            model.append(x0[:, :, sl], audio[:, sl], label[:, sl], stream)
     assert stream.frames == T
     assert_close(torch.cat(outs, dim=2), full)
 
 
 @pytest.mark.parametrize("decay", [1.0, 0.7])
-def test_commit_in_one_call_equals_commit_block_by_block(decay):
+def test_append_in_one_call_equals_append_block_by_block(decay):
     model = tiny(frames_per_block=1, attention_decay=decay)
     x0, noisy, t, audio, label, ref = inputs(1, 4)
     with torch.no_grad():
         a, b = model.init_stream(ref), model.init_stream(ref)
-        model.commit(x0, audio, label, a)
+        model.append(x0, audio, label, a)
         for f in range(4):
-            model.commit(x0[:, :, f:f + 1], audio[:, f:f + 1], label[:, f:f + 1], b)
+            model.append(x0[:, :, f:f + 1], audio[:, f:f + 1], label[:, f:f + 1], b)
         for ta, tb in zip(a.tensors(), b.tensors()):
             assert_close(ta, tb)
 
@@ -169,7 +169,7 @@ def test_stream_state_memory_is_flat_however_long_the_stream():
         shapes0 = [tuple(t.shape) for t in stream.tensors()]
         ptrs0 = [t.data_ptr() for t in stream.tensors()]
         for _ in range(30):
-            model.commit(torch.randn_like(x0), torch.randn_like(audio), label, stream)
+            model.append(torch.randn_like(x0), torch.randn_like(audio), label, stream)
     assert stream.frames == 30
     assert stream.nbytes() == size0
     assert [tuple(t.shape) for t in stream.tensors()] == shapes0
@@ -187,7 +187,7 @@ def test_reset_starts_the_stream_over():
     with torch.inference_mode():
         stream = model.init_stream(ref)
         first = model(noisy[:, :, :1], t[:, :1], audio[:, :1], label[:, :1], stream=stream)
-        model.commit(x0, audio, label, stream)
+        model.append(x0, audio, label, stream)
         later = model(noisy[:, :, :1], t[:, :1], audio[:, :1], label[:, :1], stream=stream)
         stream.reset()
         after = model(noisy[:, :, :1], t[:, :1], audio[:, :1], label[:, :1], stream=stream)
@@ -276,7 +276,7 @@ def test_cuda_triton_kernels_match_the_torch_reference_and_stream():
         for s in range(0, 6, 2):
             sl = slice(s, s + 2)
             outs.append(auto(noisy[:, :, sl], t[:, sl], audio[:, sl], label[:, sl], stream=stream))
-            auto.commit(x0[:, :, sl], audio[:, sl], label[:, sl], stream)
+            auto.append(x0[:, :, sl], audio[:, sl], label[:, sl], stream)
         assert_close(torch.cat(outs, dim=2), full, 1e-4)
     auto(noisy, t, audio, label, ref, clean=x0).pow(2).mean().backward()
     assert all(p.grad is not None for p in auto.parameters())

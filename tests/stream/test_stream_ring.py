@@ -14,7 +14,7 @@ def put(ring, value):
     f = ring.acquire_write()
     f.data.fill_(value)
     f.seq = value
-    ring.commit(f)
+    ring.publish(f)
 
 
 def get(ring):

@@ -33,11 +33,11 @@ from framegraph.stream.quality import pearson
 from ..clips.io import ClipWriter, probe
 from ..clips.prepare import prepare_video
 from ..video.bundle import VideoAvatar, region_boxes
-from ..video.jaw import jaw_keep
+from ..video.espeak_rows import CHECK_SEED, CHECK_SENTENCES, typed_sentences
+from ..video.jaw import kept_share
 from ..video.stages import MouthRegion, MouthShape
 from ..video.sync import shift_audio
 from ..video.train import track_faces
-from ..video.typed import CHECK_SEED, CHECK_SENTENCES, typed_sentences
 from .real import LandmarkMeter, real_summary, speech_per_frame
 
 
@@ -73,7 +73,7 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
     track = track_faces(iter(frames[a:b]), os.path.basename(clip))
     boxes = region_boxes(track.centres, avatar.box_side, W, H)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     meter, rows, out, ms = LandmarkMeter(), [], [], []
     try:
         for t in range(b):
@@ -84,8 +84,8 @@ def evaluate_video_avatar(avatar: VideoAvatar, clip, *, start_s: float = 0.0, en
             box = [int(v) for v in boxes[t - a]]
             t0 = time.perf_counter()
             # kept below the frame's own jaw line, as the bundle's loop frames are
-            keep = jaw_keep(track.jaws[t - a], box) if avatar.jaws is not None else None
-            gen = region.picture(frame, box, shape, keep=keep).numpy()
+            kept = kept_share(track.jaws[t - a], box) if avatar.jaws is not None else None
+            gen = mouth_region.picture(frame, box, shape, kept_share=kept).numpy()
             ms.append(1000 * (time.perf_counter() - t0))
             rows.append({**meter.measure(gen, frames[t]), "shape_openness": float(shape[0])})
             if out_video is not None:
@@ -122,7 +122,7 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
     hears speech in. ``drawn_silent_openness_mean`` is the rest. Raises ``EspeakNotFound`` without eSpeak NG."""
     said = typed_sentences(avatar.hear, avatar.fps, sentences, seed)
     shape_stage = MouthShape(avatar.shape_head, avatar.rest_shape, gate=avatar.silence_gate)
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     meter, drawn, jaw, speaking, k = LandmarkMeter(), [], [], [], 0
     try:
         for feats, jaw_curve, spoken in said:
@@ -130,8 +130,8 @@ def evaluate_typed_text(avatar: VideoAvatar, *, sentences: int = CHECK_SENTENCES
                 shape = shape_stage.step(feats[t], bool(spoken[t]))
                 i = k % len(avatar.frames)  # the loop's frames in turn (a plain walk: the cursor is not measured)
                 frame, box = avatar.frames[i], [int(v) for v in avatar.boxes[i]]
-                keep = jaw_keep(avatar.jaws[i], box) if avatar.jaws is not None else None
-                gen = region.picture(torch.from_numpy(np.asarray(frame)), box, shape, keep=keep).numpy()
+                kept = kept_share(avatar.jaws[i], box) if avatar.jaws is not None else None
+                gen = mouth_region.picture(torch.from_numpy(np.asarray(frame)), box, shape, kept_share=kept).numpy()
                 drawn.append(meter.measure(gen, np.asarray(frame))["lm_open"])
                 jaw.append(jaw_curve[t])
                 speaking.append(bool(spoken[t]))

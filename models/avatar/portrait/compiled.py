@@ -1,7 +1,7 @@
 """The portrait avatar's compiled engines: runtime ``"compiled"``, from :mod:`framegraph.models.compile`.
 
-- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then comes
-  the commit of the clean block. The stream state is updated in place. The step is one function of ``(noise, audio,
+- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then the
+  clean block is appended. The stream state is updated in place. The step is one function of ``(noise, audio,
   labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA graph per sampler-step
   count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the block's stream position is an input. It
   is computed outside the step. So neither graph depends on how far the stream has come.
@@ -27,7 +27,7 @@ from .engines import PortraitEngines
 
 
 def streamed_tensors(stream) -> list[torch.Tensor]:
-    """The tensors :meth:`~framegraph.models.dit.AvatarDiT.commit_step` returns new values for, in its order.
+    """The tensors :meth:`~framegraph.models.dit.AvatarDiT.append_step` returns new values for, in its order.
 
     Per layer they are ``kv, k_sum, ffn_cache``. Then comes the audio history."""
     return [t for layer in stream.layers for t in layer.tensors()] + [stream.audio_history]
@@ -66,7 +66,7 @@ class CompiledDiT:
                 rope = (cos, sin)
                 x0 = sample_euler(lambda x, t: model(x, t, audio, labels, stream=stream, rope=rope), noise,
                                   timesteps=schedule)
-                for target, value in zip(targets, model.commit_step(x0, audio, labels, stream, rope=rope)):
+                for target, value in zip(targets, model.append_step(x0, audio, labels, stream, rope=rope)):
                     target.copy_(value)
                 return x0
 

@@ -67,15 +67,15 @@ class AvatarExport(CheckedExport):
 
 
 class OrtDiTStream:
-    """One DiT stream on ORT: :meth:`velocity` reads only, :meth:`commit` advances the state.
+    """One DiT stream on ORT: :meth:`velocity` reads only, :meth:`append` advances the state.
 
     ``stream`` is a fresh :class:`~framegraph.models.dit.state.DiTStreamState` from ``model.init_stream``.
     That runs in torch, once per stream, for the identity keys and values. Its tensors are set A of the state.
     Set B is a copy. ``x`` / ``audio`` / ``state_label`` are bound where they lie at each call."""
 
-    def __init__(self, model, stream, velocity: OrtGraph, commit: OrtGraph):
+    def __init__(self, model, stream, velocity: OrtGraph, append: OrtGraph):
         
-        self.model, self.velocity_graph, self.commit_graph = model, velocity, commit
+        self.model, self.velocity_graph, self.append_graph = model, velocity, append
         c = model.config
         h, w = stream.ref.shape[-2:]
         self.block = (1, c.latent_channels, c.frames_per_block, h, w)
@@ -86,11 +86,11 @@ class OrtDiTStream:
         self.v = torch.empty(self.block)
         self.names = dit_state_names(len(model.blocks), stream.ref_kv[0] is not None)
         self.vio = [self._bind(velocity, s) for s in self.sets]
-        self.cio = [self._bind(commit, s) for s in self.sets]
+        self.cio = [self._bind(append, s) for s in self.sets]
         for p in (0, 1):
             velocity.bind(self.vio[p], "velocity", self.v, output=True)
             for name, t in zip(dit_state_outputs(len(model.blocks)), self._streamed(self.sets[1 - p])):
-                commit.bind(self.cio[p], name, t, output=True)
+                append.bind(self.cio[p], name, t, output=True)
         self.parity = 0
 
     @staticmethod
@@ -121,9 +121,9 @@ class OrtDiTStream:
         g.run(io)
         return self.v
 
-    def commit(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> None:
+    def append(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor) -> None:
         """Advance the stream past the clean block ``x0``. It writes the other state set, which becomes current."""
-        io, g = self.cio[self.parity], self.commit_graph
+        io, g = self.cio[self.parity], self.append_graph
         keep = [v.float().contiguous() for v in (x0, audio, state_label)]  # alive until the run is done
         for name, v in zip(("x0", "audio", "state_label"), keep):
             g.bind(io, name, v)
@@ -145,14 +145,14 @@ class OrtDiTStream:
 class OrtDiT:
     """The :class:`~framegraph.models.dit.DiTEngine` on ONNX Runtime.
 
-    It runs the same few-step Euler sampler over the exported velocity call. Then it runs the exported commit. The
+    It runs the same few-step Euler sampler over the exported velocity call. Then it runs the exported append. The
     stream state is bound in place (:class:`OrtDiTStream`)."""
 
-    def __init__(self, model, velocity: OrtGraph, commit: OrtGraph):
+    def __init__(self, model, velocity: OrtGraph, append: OrtGraph):
         if model.dtype != torch.float32:
             raise ValueError(f"the ONNX Runtime DiT is float32; the model is {model.dtype}")
         self.model, self.ort = model, None
-        self.graphs = {"dit_velocity": velocity, "dit_commit": commit}
+        self.graphs = {"dit_velocity": velocity, "dit_commit": append}
 
     def start(self, reference: torch.Tensor) -> None:
         stream = self.model.init_stream(reference)  # torch, once per stream: the identity keys / values (set A)
@@ -163,7 +163,7 @@ class OrtDiT:
 
     def generate(self, noise, audio, labels, steps, shift):
         x0 = sample_euler(lambda x, t: self.ort.velocity(x, t, audio, labels), noise, steps=steps, shift=shift)
-        self.ort.commit(x0, audio, labels)
+        self.ort.append(x0, audio, labels)
         return x0
 
 

@@ -9,7 +9,7 @@
   ``x, t, audio, state_label``, the stream state and the block's rotary tables. The state is the reference latent and
   the audio history. Per layer it adds the linear-attention sums ``kv`` / ``k_sum`` and the FFN cache. It adds the
   identity keys / values. The output is ``velocity``. The state is read only.
-- ``dit_commit.onnx``: :meth:`AvatarDiT.commit_step`. The same state goes in and the advanced state comes out.
+- ``dit_commit.onnx``: :meth:`AvatarDiT.append_step`. The same state goes in and the advanced state comes out.
   The outputs are ``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``.
 - ``vae_first.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream. The latent and reference region
   go in. Frames and the whole decoder cache come out.
@@ -70,7 +70,7 @@ def dit_state_names(depth: int, identity: bool) -> list[str]:
 
 
 def dit_state_outputs(depth: int) -> list[str]:
-    """Names of the commit graph's outputs: the advanced state. See :meth:`AvatarDiT.commit_step`."""
+    """Names of the append graph's outputs: the advanced state. See :meth:`AvatarDiT.append_step`."""
     return [f"{n}_{i}_out" for i in range(depth) for n in ("kv", "k_sum", "ffn_cache")] + ["audio_history_out"]
 
 
@@ -99,7 +99,7 @@ class DiTVelocity(nn.Module):
         return self.model(x, t, audio, state_label, stream=stream, rope=(rest[-2], rest[-1]))
 
 
-class DiTCommit(nn.Module):
+class DiTAppend(nn.Module):
     """``(x0, audio, state_label, *state, rope_cos, rope_sin)`` → the advanced state."""
 
     def __init__(self, model):
@@ -108,7 +108,7 @@ class DiTCommit(nn.Module):
 
     def forward(self, x0, audio, state_label, ref, history, *rest):
         stream = stream_from_inputs(self.model, ref, history, list(rest[:-2]))
-        return tuple(self.model.commit_step(x0, audio, state_label, stream, rope=(rest[-2], rest[-1])))
+        return tuple(self.model.append_step(x0, audio, state_label, stream, rope=(rest[-2], rest[-1])))
 
 
 class VAEFirst(nn.Module):
@@ -177,8 +177,8 @@ def _export_dit(avatar, out_dir: str) -> dict:
     export_module(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"])
     cin = ["x0", "audio", "state_label"] + names
     couts = dit_state_outputs(len(model.blocks))
-    new = model.commit_step(x, audio, label, stream)
-    export_module(DiTCommit(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
+    new = model.append_step(x, audio, label, stream)
+    export_module(DiTAppend(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
     return {"dit_velocity": {"file": "dit_velocity.onnx", "inputs": io_entries(vin, vargs, DIT_MEANING),
                              "outputs": io_entries(["velocity"], [x], DIT_MEANING)},
             "dit_commit": {"file": "dit_commit.onnx", "inputs": io_entries(cin, (x, audio, label, *state), DIT_MEANING),

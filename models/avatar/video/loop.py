@@ -1,9 +1,9 @@
 """The video avatar's base frames: the person's own frames played back and forth.
 
     state [4] ──▶ VideoLoop ──frame uint8 [H, W, 3]──▶ ...
-                           ├──box   int32 [4]─────────▶   (the mouth region's box in that frame)
-                           └──keep  float32 [L, L]────▶   (the region kept from the frame: below its jaw line;
-                                                             with ``jaws``)
+                           ├──box   int32 [4]─────────────▶   (the mouth region's box in that frame)
+                           └──kept_share  float32 [L, L]──▶   (the share of the box kept from the frame: below its
+                                                                 jaw line; with ``jaws``)
 
 :class:`LoopCursor` is the plan, frame by frame. It is a **ping-pong** over the loop frames ``0 .. N-1``: ``0, 1, ...,
 N-1, N-2, ..., 1, 0, 1, ...``. Every step goes to a neighbouring frame of the recording. So head motion and blinks are
@@ -25,7 +25,7 @@ from framegraph.models.audio import SPEAKING
 from framegraph.models.audio.frontend import STATE_DIM
 from framegraph.stream import PortSpec, Stage
 
-from .jaw import jaw_keep
+from .jaw import kept_share
 
 
 def pingpong_next(i: int, step: int, lo: int, hi: int) -> tuple[int, int]:
@@ -108,18 +108,19 @@ class VideoLoop(Stage):
         idle / nearest_idle / fade: see :class:`LoopCursor`.
         mattes: ``uint8 [N, H, W]``, each frame's person matte, or None. Given, the matte of the frame shown
             leaves on an ``"alpha"`` port. In a cross-fade it is blended as the frames are.
-        jaws: ``float [N, M, 2]``, each frame's jaw line in px of the frame, or None. Given, a ``"keep"`` port sends the
-            frame's kept share of the box. It is :func:`~.jaw.jaw_keep` of the jaw line, blended as the frames are. It
-            is made here on the CPU. So the device path reads no value back. It is made once per loop frame and kept in
-            ``keeps``. A frame shown again sends the same share. A cross-fade's share is made as it comes.
-        keeps: where the drawn shares are kept: (loop frame, its box) -> ``float32 [L, L]``. Default: this
+        jaws: ``float [N, M, 2]``, each frame's jaw line in px of the frame, or None. Given, a ``"kept_share"`` port
+            sends the frame's kept share of the box. It is :func:`~.jaw.kept_share` of the jaw line, blended as the
+            frames are. It is made here on the CPU. So the device path reads no value back. It is made once per loop
+            frame and kept in ``kept_shares``. A frame shown again sends the same share. A cross-fade's share is made
+            as it comes.
+        kept_shares: where the drawn shares are kept: (loop frame, its box) -> ``float32 [L, L]``. Default: this
             stage's own dict. A bundle passes its own. So a later session finds the shares an earlier one drew.
         index: also send which loop frame is shown. It goes on an ``"index"`` port, ``int64 [1]`` on the CPU. In a
             cross-fade it is the one of larger weight. It serves a model that keeps something per loop frame.
 
     Ports: in ``"state"`` ``float32 [4]`` on the CPU. It means speaking when its one-hot says so. Out go
     ``"frame"`` ``uint8 [H, W, 3]`` and ``"box"`` ``int32 [4]``. With their options, ``"alpha"`` ``uint8 [H, W]``
-    and ``"keep"`` ``float32 [L, L]`` go out too. Outputs are on ``device`` and keep the state's pts and flags.
+    and ``"kept_share"`` ``float32 [L, L]`` go out too. Outputs are on ``device`` and keep the state's pts and flags.
     The loop frames stay on the CPU; each is uploaded as it is picked.
 
     A stream starts at the idle range's first frame. Streams start silent, so no cross-fade into it delays the
@@ -128,7 +129,7 @@ class VideoLoop(Stage):
     """
 
     def __init__(self, frames: torch.Tensor, boxes, idle: tuple[int, int], *, nearest_idle=None, fade: int = 4,
-                 mattes: torch.Tensor | None = None, jaws=None, keeps: dict[tuple, torch.Tensor] | None = None,
+                 mattes: torch.Tensor | None = None, jaws=None, kept_shares: dict[tuple, torch.Tensor] | None = None,
                  index: bool = False, device: str = "cpu", name: str = "loop"):
         super().__init__(name)
         self.frames = torch.as_tensor(frames)
@@ -149,14 +150,15 @@ class VideoLoop(Stage):
                                  f"[{len(self.frames)}, {H}, {W}]")
             self.mattes = mattes
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, device)
-        self.jaws = None  # float32 [N, M, 2] on the host: the keep share is drawn there (numpy, OpenCV)
+        self.jaws = None  # float32 [N, M, 2] on the host: the kept share is drawn there (numpy, OpenCV)
         if jaws is not None:
             self.jaws = np.asarray(jaws, np.float32)
             if self.jaws.ndim != 3 or len(self.jaws) != len(self.frames) or self.jaws.shape[2] != 2:
                 raise ValueError(f"VideoLoop: jaws are {list(self.jaws.shape)}; expected [{len(self.frames)}, M, 2]")
             L = int(round(float(self.boxes[0, 2])))
-            self.outputs["keep"] = PortSpec((L, L), torch.float32, device)
-        self._keeps = {} if keeps is None else keeps  # (loop frame, box) -> its keep share (drawing one takes ms)
+            self.outputs["kept_share"] = PortSpec((L, L), torch.float32, device)
+        # (loop frame, box) -> its kept share (drawing one takes ms)
+        self._kept_shares = {} if kept_shares is None else kept_shares
         if index:
             self.outputs["index"] = PortSpec((1,), torch.int64, "cpu")
 
@@ -170,7 +172,7 @@ class VideoLoop(Stage):
         frame, box = out.write("frame"), out.write("box")
         alpha = out.write("alpha") if self.mattes is not None else None
         if self.jaws is not None:
-            out.write("keep").data.copy_(self.keep(picks), non_blocking=True)
+            out.write("kept_share").data.copy_(self.kept_share(picks), non_blocking=True)
         if "index" in self.outputs:
             out.write("index").data.fill_(max(picks, key=lambda p: p[1])[0])
         if len(picks) == 1:
@@ -186,17 +188,17 @@ class VideoLoop(Stage):
         if alpha is not None:
             alpha.data.copy_(_blend(self.mattes, picks))
 
-    def keep(self, picks: list[tuple[int, float]]) -> torch.Tensor:
-        """``float32 [L, L]``: :func:`~.jaw.jaw_keep` of the blended jaw line at the blended box.
+    def kept_share(self, picks: list[tuple[int, float]]) -> torch.Tensor:
+        """``float32 [L, L]``: :func:`~.jaw.kept_share` of the blended jaw line at the blended box.
 
         It is blended as the frame of ``picks``, the cursor's ``(i, w)``, is blended."""
         box = np.round(sum(self.boxes[i].numpy() * w for i, w in picks))
         key = (picks[0][0], *box.astype(int).tolist())  # a frame's share at its box (a copy may move the boxes)
-        if len(picks) == 1 and key in self._keeps:
-            return self._keeps[key]
-        share = jaw_keep(sum(self.jaws[i] * w for i, w in picks), box)
+        if len(picks) == 1 and key in self._kept_shares:
+            return self._kept_shares[key]
+        share = kept_share(sum(self.jaws[i] * w for i, w in picks), box)
         if len(picks) == 1:
-            self._keeps[key] = share
+            self._kept_shares[key] = share
         return share
 
 

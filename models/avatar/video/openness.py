@@ -29,7 +29,7 @@ import torch
 
 from framegraph.models.face import FaceLandmarker
 
-from .jaw import jaw_keep
+from .jaw import kept_share
 from .lipsync import ShapeHead
 from .stages import MouthRegion
 
@@ -49,15 +49,15 @@ def drawn_openness(avatar, frames: np.ndarray, boxes: np.ndarray, shapes: torch.
     face was found in the drawn frame. ``progress``: a bar with its ETA."""
     from tqdm import tqdm
 
-    region = MouthRegion.for_avatar(avatar)
+    mouth_region = MouthRegion.for_avatar(avatar)
     out = np.full(len(frames), np.nan)
     with FaceLandmarker(max_faces=1) as marker, torch.no_grad():
         for k, frame in enumerate(tqdm(frames, desc="openness calibration", unit="frame", disable=not progress,
                                        dynamic_ncols=True)):
             box = [int(round(float(v))) for v in boxes[k]]
-            keep = jaw_keep(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
-            drawn = region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,
-                                   torch.as_tensor(shapes[k], dtype=torch.float32), keep=keep).numpy()
+            kept = kept_share(jaws[k], box) if jaws is not None and avatar.jaws is not None else None
+            drawn = mouth_region.picture(torch.from_numpy(np.ascontiguousarray(frame)), box,
+                                   torch.as_tensor(shapes[k], dtype=torch.float32), kept_share=kept).numpy()
             faces = marker.detect(drawn)
             if faces:
                 out[k] = faces[0].mouth_openness()

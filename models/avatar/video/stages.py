@@ -13,7 +13,7 @@ redraws it for the shape. The loop frame's own finest texture is laid over it aw
 map says where. The generator draws stubble and pores only blurred. The region is pasted back with the feathered alpha
 (:func:`framegraph.models.composite.composite`). Every pixel outside that alpha is the loop frame's own. So is
 everything below the loop frame's jaw line. That needs a bundle with the loop frames' jaw lines. The loop makes that
-mask (:func:`~.jaw.jaw_keep`). The chin and the collar are never redrawn.
+mask (:func:`~.jaw.kept_share`). The chin and the collar are never redrawn.
 """
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ class MouthRegion(Stage):
         paste: ``float32 [S, S]``, the feathered paste-back alpha. It is 0 wherever ``mask`` is 0.
         reference: ``uint8 [S, S, 3]``.
         frame_size: ``(H, W)`` of the frames.
-        box_side: ``L``, the region's side in px of the frame.
+        box_side: ``L``, the box's side in px of the frame.
         texture: ``float32 [S, S]`` or None. It says where the frame's own finest detail replaces the generated
             picture's. That detail is stubble and pores, below about :data:`TEXTURE_SCALE` of the region's side.
             It covers the lower face away from the lips. The generator draws that fine texture only blurred
@@ -150,12 +150,13 @@ class MouthRegion(Stage):
         graphs: replay the device path from a CUDA graph, on CUDA. Its inputs are copied into static buffers.
         matte: the frame's person matte comes in on ``"alpha"``. It leaves beside the picture, unchanged. The
             redrawn lower face lies inside the person. It is skipped with the frame.
-        keep: the frame's kept share of the box comes in on ``"keep"``. It is ``float32 [L, L]``, 1 at and below the
-            frame's jaw line (:func:`~.jaw.jaw_keep`). It is made by :class:`~.loop.VideoLoop` from a bundle's ``jaws``.
+        kept_share: the frame's kept share of the box comes in on ``"kept_share"``. It is ``float32 [L, L]``, 1 at
+            and below the frame's jaw line (:func:`~.jaw.kept_share`). :class:`~.loop.VideoLoop` makes it from a
+            bundle's ``jaws``.
             Nothing there is redrawn. False: the whole hidden area is, as in older bundles.
 
     Ports: in ``"frame"`` ``uint8 [H, W, 3]``, ``"box"`` ``int32 [4]`` and ``"shape"`` ``float32 [P]``. With their
-    options, ``"alpha"`` ``uint8 [H, W]`` and ``"keep"`` ``float32 [L, L]`` come in too. Out go ``"video"``
+    options, ``"alpha"`` ``uint8 [H, W]`` and ``"kept_share"`` ``float32 [L, L]`` come in too. Out go ``"video"``
     ``uint8 [H, W, 3]`` and, with ``matte``, ``"alpha"``. They carry the frame's pts and flags, on
     ``out_device``. The rest is on ``device``.
 
@@ -168,7 +169,7 @@ class MouthRegion(Stage):
                  *, frame_size: tuple[int, int], box_side: int, texture: torch.Tensor | None = None,
                  max_lag_ms: float | None = None, torch_threads: int | None = None, device: str = "cpu",
                  out_device: str | None = None, engine=None, generator_engine=None, graphs: bool = False,
-                 matte: bool = False, keep: bool = False, name: str = "mouth_region"):
+                 matte: bool = False, kept_share: bool = False, name: str = "mouth_region"):
         super().__init__(name)
         self.generator = generator.to(device).eval()
         self.draw = self.generator if generator_engine is None else generator_engine(self.generator)
@@ -202,8 +203,8 @@ class MouthRegion(Stage):
         if matte:
             self.inputs["alpha"] = PortSpec((H, W), torch.uint8, device)
             self.outputs["alpha"] = PortSpec((H, W), torch.uint8, out_device)
-        if keep:
-            self.inputs["keep"] = PortSpec((self.side, self.side), torch.float32, device)
+        if kept_share:
+            self.inputs["kept_share"] = PortSpec((self.side, self.side), torch.float32, device)
         # the picture is made on the device and copied down when the output is elsewhere (an encoder's CPU), and
         # made before its slot is taken when a batch may skip it
         self._scratch = None if out_device == self.device and not graphs and not self.batched else \
@@ -219,7 +220,7 @@ class MouthRegion(Stage):
         """The stage for a :class:`~.bundle.VideoAvatar` at its frames' size. ``kwargs`` are the rest."""
         return cls(avatar.generator, avatar.mask, avatar.paste, avatar.reference, frame_size=(avatar.height,
                    avatar.width), box_side=avatar.box_side, texture=avatar.texture,
-                   keep=avatar.jaws is not None, **kwargs)
+                   kept_share=avatar.jaws is not None, **kwargs)
 
     def setup(self, ctx):
         super().setup(ctx)
@@ -250,7 +251,7 @@ class MouthRegion(Stage):
         frame = torch.zeros(H, W, 3, dtype=torch.uint8, device=self.device)
         args = (frame, torch.tensor([0, 0, L, L], dtype=torch.int32, device=self.device),
                 torch.zeros(self.generator.config.shape_dim, device=self.device))
-        if "keep" in self.inputs:
+        if "kept_share" in self.inputs:
             args += (torch.zeros(L, L, device=self.device),)
         if self._step is not None:
             self._step(*args)
@@ -259,47 +260,47 @@ class MouthRegion(Stage):
 
     @torch.inference_mode()
     def redraw(self, frame: torch.Tensor, box, shape: torch.Tensor) -> torch.Tensor:
-        """The generated region ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
+        """The generated picture ``uint8 [S, S, 3]`` for ``frame [H, W, 3]`` at ``box`` (x, y, L, L)."""
         return self._generate(crop_frames(frame[None], tuple(int(v) for v in box), self.size), shape)
 
-    def _generate(self, region: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [1, S, S, 3]``, the box's pixels at the model's size → the redrawn ``uint8 [S, S, 3]``."""
-        x = region.permute(0, 3, 1, 2).float() / 255.0
+    def _generate(self, crop: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        """``crop uint8 [1, S, S, 3]``, the box's pixels at the model's size → the redrawn ``uint8 [S, S, 3]``."""
+        x = crop.permute(0, 3, 1, 2).float() / 255.0
         y = self.draw(x * (1 - self.mask), self.mask, self.reference, shape[None].float())
         return (y[0] * 255.0).round_().clamp_(0, 255).to(torch.uint8).permute(1, 2, 0)
 
     @torch.inference_mode()
-    def lay_texture(self, frame: torch.Tensor, box, region: torch.Tensor) -> torch.Tensor:
-        """``region uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, with ``frame``'s finest detail.
+    def lay_texture(self, frame: torch.Tensor, box, drawn: torch.Tensor) -> torch.Tensor:
+        """``drawn uint8 [S, S, 3]`` at the box's size ``uint8 [L, L, 3]``, with ``frame``'s finest detail.
 
         That detail lies below a Gaussian of ``TEXTURE_SCALE · L`` px. It is taken from ``frame``'s own pixels
         there, weighted by ``texture``."""
         x, y, L, _ = (int(v) for v in box)
-        return self._texture(frame[y:y + L, x:x + L], region)
+        return self._texture(frame[y:y + L, x:x + L], drawn)
 
-    def _texture(self, base: torch.Tensor, region: torch.Tensor) -> torch.Tensor:
+    def _texture(self, base: torch.Tensor, drawn: torch.Tensor) -> torch.Tensor:
         """:meth:`lay_texture` given the box's pixels ``base uint8 [L, L, 3]``."""
         L = self.side
         base = base.permute(2, 0, 1)[None].float()  # [1, 3, L, L]
-        gen = region.permute(2, 0, 1)[None].float()
+        gen = drawn.permute(2, 0, 1)[None].float()
         if gen.shape[-1] != L:
             gen = F.interpolate(gen, size=(L, L), mode="bilinear", align_corners=False)
         diff = base - gen  # fine(base) - fine(gen) = fine(base - gen): one blur
         out = gen + self.texture * (diff - gaussian_blur(diff, TEXTURE_SCALE * L))
         return out.round_().clamp_(0, 255).to(torch.uint8)[0].permute(1, 2, 0)
 
-    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, keep: torch.Tensor | None = None,
+    def picture(self, frame: torch.Tensor, box, shape: torch.Tensor, kept_share: torch.Tensor | None = None,
                 out: torch.Tensor | None = None) -> torch.Tensor:
         """``frame uint8 [H, W, 3]`` with its lower face at ``box`` redrawn for ``shape [P]`` and pasted back.
 
-        The frame's fine texture is laid over it where ``texture`` says. Nothing is pasted where ``keep`` keeps
-        the frame. ``keep`` is ``float32 [L, L]`` or None: :func:`~.jaw.jaw_keep` of the frame's jaw line. This
+        The frame's fine texture is laid over it where ``texture`` says. Nothing is pasted where ``kept_share`` keeps
+        the frame. ``kept_share`` is ``float32 [L, L]`` or None: :func:`~.jaw.kept_share` of the frame's jaw line. This
         is what :meth:`process` emits."""
-        region = self.redraw(frame, box, shape)
+        drawn = self.redraw(frame, box, shape)
         if self.texture is not None:
-            region = self.lay_texture(frame, box, region)
-        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
-        return composite(frame, region, box, alpha, out=out)
+            drawn = self.lay_texture(frame, box, drawn)
+        alpha = self.alpha if kept_share is None else self.alpha * (1 - kept_share)
+        return composite(frame, drawn, box, alpha, out=out)
 
     def window(self, box: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``box int [4]`` (x, y, L, L) on the device → the rows ``[L, 1]`` and columns ``[1, L]`` it covers.
@@ -314,28 +315,28 @@ class MouthRegion(Stage):
 
     @torch.inference_mode()
     def picture_at(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
-                   keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                   kept_share: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`picture` with the box a tensor on the device.
 
         The region is gathered and pasted back through index tensors (:meth:`window`). So nothing is read back
         to the host, and every shape is fixed."""
-        return self._picture(frame, box, shape, keep, out)
+        return self._picture(frame, box, shape, kept_share, out)
 
     def _picture(self, frame: torch.Tensor, box: torch.Tensor, shape: torch.Tensor,
-                 keep: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+                 kept_share: torch.Tensor | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
         """:meth:`picture_at` without its grad mode. A runtime compiles this; it is called under inference mode."""
         rows, cols = self.window(box)
         base = frame[rows, cols]  # [L, L, 3]: the box's pixels
-        region = base[None]
+        crop = base[None]
         if self.side != self.size:  # the model's size, as crop_frames resizes
-            f = F.interpolate(region.permute(0, 3, 1, 2).float(), size=(self.size, self.size), mode="bilinear",
+            f = F.interpolate(crop.permute(0, 3, 1, 2).float(), size=(self.size, self.size), mode="bilinear",
                               align_corners=False, antialias=self.size < self.side)
-            region = f.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
-        region = self._generate(region, shape)
+            crop = f.round_().clamp_(0, 255).to(torch.uint8).permute(0, 2, 3, 1)
+        drawn = self._generate(crop, shape)
         if self.texture is not None:
-            region = self._texture(base, region)
-        alpha = self.alpha if keep is None else self.alpha * (1 - keep)
-        blended = torch.lerp(base.float(), resize_region(region, self.side, self.side), alpha[:, :, None])
+            drawn = self._texture(base, drawn)
+        alpha = self.alpha if kept_share is None else self.alpha * (1 - kept_share)
+        blended = torch.lerp(base.float(), resize_region(drawn, self.side, self.side), alpha[:, :, None])
         out = frame.clone() if out is None else out.copy_(frame)
         out[rows, cols] = blended.round_().clamp_(0, 255).to(torch.uint8)
         return out
@@ -354,8 +355,8 @@ class MouthRegion(Stage):
             self.frames_skipped += 1
             return
         args = (frame.data, inputs["box"].data, inputs["shape"].data)
-        if "keep" in self.inputs:
-            args += (inputs["keep"].data,)
+        if "kept_share" in self.inputs:
+            args += (inputs["kept_share"].data,)
         if self._step is None:
             self._direct(*args, out=out.write("video").data)
         else:

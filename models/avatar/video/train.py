@@ -22,7 +22,7 @@ The pipeline::
              silent: the live shape follows the head with no voice gate (``silence_gate`` False); width and
              roundness then follow the predicted openness as in the person's frames (``follow_openness``);
              and a few eSpeak NG sentences with shapes set from their phonemes on the person's scale, so typed
-             text moves the mouth as the person would (:mod:`.typed`)
+             text moves the mouth as the person would (:mod:`.espeak_rows`)
           ─▶ the openness asked of the generator calibrated (:mod:`.openness`): loop frames redrawn for what the
              head asks from training frames' sound and measured with the landmarks; where the mouth is drawn less
              (or more) open than the person's in those frames, the head and the rest shape ask for that much more
@@ -62,14 +62,15 @@ from ..clips.prepare import MIN_SECONDS, prepare_video
 from .bundle import (
     MAX_MODEL_SIZE,
     VideoAvatar,
+    box_side_for,
     model_size,
     paste_mask,
     region_boxes,
-    region_side,
     save_video_avatar,
     shape_stats,
     texture_mask,
 )
+from .espeak_rows import TYPED_SENTENCES, typed_check, typed_rows
 from .features import CHOICES, candidates, fold_head
 from .generator import GENERATOR_STATE, say_estimate, train_generator
 from .lipsync import (
@@ -84,7 +85,6 @@ from .loop import nearest_frames
 from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openness_offset
 from .provenance import write_training_provenance
 from .sync import confirm_offset, estimate_av_offset, shift_frames
-from .typed import TYPED_SENTENCES, typed_check, typed_rows
 
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
@@ -507,7 +507,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     n = len(track.found)
     n_train = n - int(round(cfg.holdout * n))
     H, W = prep.portrait["height"], prep.portrait["width"]
-    side = region_side(float(np.median(track.widths[:n_train])), cfg.max_region)
+    side = box_side_for(float(np.median(track.widths[:n_train])), cfg.max_region)
     size = model_size(side, cfg.max_region)
     _check_mouth_moves(path, track.shapes[:n_train, 0], cfg.min_mouth_motion)
     boxes = region_boxes(track.centres, side, W, H)

@@ -10,7 +10,7 @@ import os
 import sys
 from pathlib import Path
 
-from framegraph.models.avatar import AvatarError, load_avatar
+from framegraph.models.avatar import AvatarError, RunSettings, load_avatar
 from framegraph.models.avatar.clips.prepare import prepare_video
 from framegraph.models.avatar.eval.real import track_clip
 from framegraph.models.avatar.eval.synthetic import evaluate_avatar
@@ -289,8 +289,8 @@ def run_eval(args: argparse.Namespace) -> int:
             if not os.path.isfile(os.path.join(args.dit, "config.json")):
                 raise ValueError(f"--dit {args.dit!r} holds no denoiser (config.json)")
             avatar.dit = AvatarDiT.from_pretrained(args.dit, low_cpu_mem_usage=False).eval()
-        metrics = evaluate_avatar(avatar, args.clip, args.truth, out_video=args.video, steps=args.steps,
-                                  progress=True, runtime=args.runtime, onnx_dir=args.onnx)
+        settings = RunSettings(runtime=args.runtime, steps=args.steps, onnx_dir=args.onnx)
+        metrics = evaluate_avatar(avatar, args.clip, args.truth, settings, out_video=args.video, progress=True)
     except (AvatarError, MediaError, ValueError, json.JSONDecodeError) as exc:
         print(f"framegraph avatar eval: error: {exc}", file=sys.stderr)
         return 2

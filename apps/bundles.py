@@ -65,7 +65,7 @@ def load_bundle_at(path) -> object:
     does not delay the first graph's first frame. Raises :class:`~framegraph.models.avatar.AvatarError` naming the
     missing or bad file."""
     from framegraph.models.audio.vad import SileroVAD  # the models: loaded on first use
-    from framegraph.models.avatar import PortraitAvatar, load_avatar, warm_avatar
+    from framegraph.models.avatar import PortraitAvatar, RunSettings, load_avatar, warm_avatar
     from framegraph.models.runtime import default_device, default_runtime
 
     path = os.path.abspath(os.fspath(path))
@@ -78,7 +78,7 @@ def load_bundle_at(path) -> object:
             if avatar.vad:
                 SileroVAD()
             # the sessions' first frames then cost what steady ones do (compiled: built and cached on disk)
-            warm_avatar(avatar, device=default_device(), runtime=default_runtime(default_device()))
+            warm_avatar(avatar, RunSettings(runtime=default_runtime(default_device()), device=default_device()))
             _cache[path] = avatar
             _load_s[path] = time.monotonic() - started
         _cache.move_to_end(path)

@@ -176,13 +176,13 @@ def run(args: argparse.Namespace) -> int:
                                                args.camera_path, args.device, args.preset, args.time_duration,
                                                args.time_scale)
     elif args.avatar:
-        from framegraph.models.avatar import render_avatar_graph  # heavy: the avatar's models
+        from framegraph.models.avatar import RunSettings, render_avatar_graph  # heavy: the avatar's models
 
         device = args.device or default_device(args.runtime)
-        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, device=device,
-                                                 preset=args.preset, size=args.size,
-                                                 runtime=compiled_or(args.compile, args.runtime, device),
-                                                 onnx_dir=args.onnx, alpha=args.alpha, background=args.background)
+        settings = RunSettings(runtime=compiled_or(args.compile, args.runtime, device), device=device,
+                               onnx_dir=args.onnx)
+        graph, sink, total = render_avatar_graph(args.avatar, args.audio, args.out, settings, preset=args.preset,
+                                                 size=args.size, alpha=args.alpha, background=args.background)
     else:
         graph, sink = build_testcard_graph(args.out, width, height, fps, args.seconds, args.preset)
         total = graph.stages[0].n_frames

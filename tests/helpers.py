@@ -102,14 +102,14 @@ def wait_for(predicate, timeout_s: float, what: str) -> None:
         time.sleep(0.02)
 
 
-def avatar_session(avatar, audio: np.ndarray, **graph_kw):
+def avatar_session(avatar, audio: np.ndarray, settings=None):
     """An avatar graph (not started) that speaks ``audio`` (int16 at 16 kHz, pushed whole) into a recording sink of
-    its video: ``(graph, sink)``; ``graph_kw``: more ``build_avatar_graph`` arguments."""
+    its video: ``(graph, sink)``; ``settings``: the run's ``RunSettings``, given whole to ``build_avatar_graph``."""
     from framegraph.models.avatar import build_avatar_graph
     from framegraph.stream.media import SAMPLE_RATE, PushAudioSource
 
     src = PushAudioSource(max_buffer_ms=int(1000 * len(audio) / SAMPLE_RATE) + 100)
-    ag = build_avatar_graph(avatar, src, audio_sink=None, **graph_kw)
+    ag = build_avatar_graph(avatar, src, audio_sink=None, settings=settings)
     sink = ag.graph.add(RecordingSink({"video": PortSpec((avatar.height, avatar.width, 3), torch.uint8)}))
     ag.graph.connect(ag.video, sink, "video", capacity=4)
     src.push(audio)

@@ -99,16 +99,16 @@ class AvatarSession:
                  steps: int | None = None, start_buffer_ms: float = 40.0, max_speech_s: float = 120.0,
                  video_delay_ms: float = 0.0, on_ready: Callable[[], None] | None = None, name: str = "avatar"):
         self.avatar = load_bundle_at(bundle) if isinstance(bundle, (str, os.PathLike)) else bundle
-        self.runtime = runtime
         # the runtime's engines made once now: an unknown runtime, one the bundle's kind lacks, or a missing or stale
         # export is refused here, naming what is expected (the export command)
-        models_runtime.engines(f"avatar-{self.avatar.kind}", runtime, self.avatar,
-                               RunSettings(runtime=runtime, onnx_dir=onnx_dir))
+        self.settings = RunSettings(runtime=runtime, device="cpu", steps=steps, live=True, torch_threads=1,
+                                    onnx_dir=onnx_dir)
+        models_runtime.engines(f"avatar-{self.avatar.kind}", runtime, self.avatar, self.settings)
         if fps is not None and not 1 <= fps <= 120:
             raise ValueError(f"fps={fps}; expected 1..120 frames per second")
         self.fps = float(fps or self.avatar.fps)
         self.width, self.height = self.avatar.width, self.avatar.height
-        self.onnx_dir, self.steps, self.name = onnx_dir, steps, name
+        self.name = name
         self.video_delay_ms = float(video_delay_ms)
         self.on_ready = on_ready
         self._source_args = dict(start_buffer_ms=start_buffer_ms, max_buffer_s=max_speech_s)
@@ -131,9 +131,8 @@ class AvatarSession:
         self.output = SessionOutput(self.source, size=(self.width, self.height), fps=a.fps, out_fps=self.fps,
                                     video_delay_s=self.video_delay_ms / 1000, emit=self._emit)
         self.avatar_graph = build_avatar_graph(
-            a, self.source, sink=self.output, audio_sink=self.output, graph=g, device="cpu", steps=self.steps,
-            live=True, max_in_flight=None, torch_threads=1, video_policy="drop_oldest", runtime=self.runtime,
-            onnx_dir=self.onnx_dir, name=self.name)
+            a, self.source, sink=self.output, audio_sink=self.output, graph=g, settings=self.settings,
+            max_in_flight=None, video_policy="drop_oldest", name=self.name)
         for edge in g.edges:  # the audio is the session's clock: models that fall behind never hold it back
             if edge.src is self.source and edge.dst is not self.output:
                 edge.policy = "drop_oldest"  # the chunks they missed are silence to them (AudioFeatures)

@@ -298,7 +298,7 @@ def _description(args, s: dict, cls: dict, device_name: str, audio: dict) -> dic
 
 
 def _graph_kw(backend: str, avatar, name: str, s: dict, args) -> dict:
-    """``build_avatar_graph`` arguments for ``backend``.
+    """The :class:`~framegraph.models.avatar.RunSettings` fields for ``backend``.
 
     For onnx and onnx-int8 it includes the export of ``avatar``. The export is made now, timed, into the run's
     temporary folder. For onnx-int8 it adds the int8 files the export picks by default. The shipped bundle uses

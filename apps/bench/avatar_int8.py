@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from framegraph.models.avatar import load_avatar
+from framegraph.models.avatar import RunSettings, load_avatar
 from framegraph.models.avatar.eval.synthetic import evaluate_avatar
 from framegraph.models.avatar.int8 import (
     MODES,
@@ -94,7 +94,7 @@ def _clips(args, tmp: str) -> list[tuple[str, str]]:
 def _quality(avatar, clips, kw: dict) -> dict:
     per = []
     for clip, truth in clips:
-        m = evaluate_avatar(avatar, clip, truth, real_measures=False, **kw)
+        m = evaluate_avatar(avatar, clip, truth, RunSettings(**kw), real_measures=False)
         per.append(
             {
                 "clip": os.path.basename(clip),
@@ -278,7 +278,7 @@ def side_by_side(fp32_dir: str, int8_dir: str, feeds: dict, frames: int, threads
 
 
 def _graph_kw(variant: dict) -> dict:
-    """``build_avatar_graph``'s arguments for a variant (its runtime, its export)."""
+    """The :class:`~framegraph.models.avatar.RunSettings` fields of a variant (its runtime, its export)."""
     return {"runtime": variant["backend"], "onnx_dir": variant["onnx_dir"]}
 
 

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 
 from framegraph.models.audio.features import FrameTiming
-from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar import RunSettings, build_avatar_graph
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import PushAudioSource
 
@@ -132,9 +132,9 @@ def _graph(avatar, device: str, *, clock: Literal["realtime", "fast"], frames: i
     src = PushAudioSource(max_buffer_ms=buffer_ms, name="mic", device="cpu")
     sink = _collect_sink(avatar.height, avatar.width, device, frames + 16)
 
-    kw = dict(live=True, video_policy="drop_oldest") if server_like else dict(video_policy="block")
-    ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, device=device,
-                            torch_threads=torch_threads, max_in_flight=8, name="avatar", **kw, **(graph_kw or {}))
+    settings = RunSettings(device=device, live=server_like, torch_threads=torch_threads, **(graph_kw or {}))
+    ag = build_avatar_graph(avatar, src, sink=sink, audio_sink=None, clock=clock, settings=settings, max_in_flight=8,
+                            video_policy="drop_oldest" if server_like else "block", name="avatar")
     timer = None
     if gpu_timing and device.startswith("cuda"):
         timer = _GpuStageTimer([ag.features, ag.state, *ag.stages.values()],
@@ -270,7 +270,7 @@ def measure_size(name: str, avatar, *, weights: str, device: str, ttff_audio: np
                  graph_kw: dict | None = None) -> dict:
     """One row: TTFF (cold, warm live, warm burst) and the steady run.
 
-    ``graph_kw``: extra ``build_avatar_graph`` arguments, ``runtime`` or ``onnx_dir``."""
+    ``graph_kw``: more :class:`~framegraph.models.avatar.RunSettings` fields, ``runtime`` or ``onnx_dir``."""
     timing = FrameTiming.of(avatar.audio, avatar.fps)
     need = timing.required_samples(0)
     wait_ms = 1000.0 * (math.ceil(need / CHUNK) - 1) * CHUNK / SAMPLE_RATE

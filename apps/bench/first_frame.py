@@ -55,7 +55,7 @@ import time
 
 import torch
 
-from framegraph.models.avatar import build_avatar_graph, load_avatar, warm_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, load_avatar, warm_avatar
 from framegraph.models.avatar.video.bundle import random_video_avatar
 from framegraph.models.generate import build_generate_graph, default_dtype
 from framegraph.models.runtime import default_device
@@ -92,11 +92,11 @@ def _avatar(args) -> dict:
         avatar = random_video_avatar(n_frames=16, region_size=args.video_region[0],
                                      generator_channels=(24, 48, 96, 96))
     cpu = args.device == "cpu"
-    kw = dict(device=args.device, runtime=args.runtime, torch_threads=1 if cpu else None)
-    warm_s = warm_avatar(avatar, **kw) if args.warm else None
+    settings = RunSettings(runtime=args.runtime, device=args.device, torch_threads=1 if cpu else None)
+    warm_s = warm_avatar(avatar, settings) if args.warm else None
     preload = time.perf_counter() - t0
     ag = build_avatar_graph(avatar, _audio_source(args.frames / avatar.fps + 0.3), audio_sink=None, max_in_flight=1,
-                            **kw)
+                            settings=settings)
     sink = ag.graph.add(Drain(ag.video.outputs["video"]))
     ag.graph.connect(ag.video, sink, "video", "video")
     return _session(ag.graph, sink, preload, warm_s, unit="frame")

@@ -51,7 +51,7 @@ from dataclasses import dataclass
 
 import torch
 
-from framegraph.models.avatar import build_avatar_graph, load_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, load_avatar
 from framegraph.models.avatar.video.bundle import random_video_avatar
 from framegraph.models.generate import build_generate_graph, default_dtype
 from framegraph.models.runtime import default_device
@@ -101,8 +101,9 @@ def _audio_source(seconds: float) -> IterableSource:
 
 def _avatar(avatar, args, device_stages: tuple[str, ...]) -> Built:
     graph = Graph(Clock("fast"), name="avatar")
+    settings = RunSettings(device=args.device, torch_threads=1 if args.device == "cpu" else None)
     ag = build_avatar_graph(avatar, _audio_source(args.frames / avatar.fps + 0.5), audio_sink=None, graph=graph,
-                            device=args.device, max_in_flight=4, torch_threads=1 if args.device == "cpu" else None)
+                            settings=settings, max_in_flight=4)
     graph.connect(ag.video, graph.add(Drain(ag.video.outputs["video"])), "video", "video")
     return Built(graph, [ag.features, ag.state, *ag.stages.values()], device_stages, "frame")
 

@@ -46,7 +46,7 @@ import torch
 
 from framegraph.apps.bundles import load_bundle_at
 from framegraph.apps.pipecat import FramegraphAvatar
-from framegraph.models.avatar import PortraitAvatar, build_avatar_graph
+from framegraph.models.avatar import PortraitAvatar, RunSettings, build_avatar_graph
 from framegraph.models.avatar.eval.synthetic import mouth_openness
 from framegraph.models.avatar.int8 import DEFAULT_INT8, DEFAULT_MODE, quantize_export
 from framegraph.models.avatar.portrait.onnx import export_avatar
@@ -133,9 +133,9 @@ def measure_bare(avatar, audio16: np.ndarray, n: int, runtime: str, onnx_dir: st
         g = Graph(Clock("realtime"), name=f"bare{i}")
         src = g.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
         sink = Arrivals(avatar.height, avatar.width)
-        build_avatar_graph(avatar, src, sink=sink, audio_sink=None, graph=g, device="cpu",
-                           torch_threads=1,
-                           video_policy="drop_oldest", live=True, runtime=runtime, onnx_dir=onnx_dir)
+        settings = RunSettings(runtime=runtime, device="cpu", live=True, torch_threads=1, onnx_dir=onnx_dir)
+        build_avatar_graph(avatar, src, sink=sink, audio_sink=None, graph=g, settings=settings,
+                           video_policy="drop_oldest")
         g.start()
         runs.append({"graph": g, "src": src, "sink": sink,
                      "pushed": np.zeros(math.ceil(len(audio16) / CHUNK), np.int64)})

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from framegraph import assets
-from framegraph.models.avatar import build_avatar_graph, load_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, load_avatar
 from framegraph.models.runtime import default_device
 from framegraph.renderers.stages import CameraSource
 from framegraph.stream import Clock, Graph, PortSpec, Stage
@@ -59,7 +59,7 @@ def _figures(report: dict, frames: int) -> dict:
 
 def _avatar_alone(avatar, wav: str) -> dict:
     g = Graph(Clock("fast"), name="avatar-alone")
-    ag = build_avatar_graph(avatar, AudioFileSource(wav), graph=g, audio_sink=None, alpha=True)
+    ag = build_avatar_graph(avatar, AudioFileSource(wav), graph=g, audio_sink=None, settings=RunSettings(alpha=True))
     sink = g.add(Discard((avatar.height, avatar.width, 3)))
     g.connect(ag.video, sink, "video", "video", capacity=4)
     return g.run()

@@ -14,7 +14,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar import RunSettings, build_avatar_graph
 from framegraph.models.avatar.video.lipsync import MouthGenerator
 from framegraph.stream import PortSpec, Stage
 from framegraph.stream.media import SAMPLE_RATE, AudioFileSource
@@ -41,7 +41,7 @@ def graph_speed(avatar, audio, seconds: float, warm_runs: int, runtime: str = "t
     def session(path: str) -> tuple[list[float], float]:  # the arrival times, the graph's start
         sink = _Arrivals(avatar.height, avatar.width)
         ag = build_avatar_graph(avatar, AudioFileSource(path), sink=sink, audio_sink=None, clock="fast",
-                                runtime=runtime, onnx_dir=onnx_dir, torch_threads=threads)
+                                settings=RunSettings(runtime=runtime, torch_threads=threads, onnx_dir=onnx_dir))
         t0 = time.monotonic()
         ag.graph.run()
         return sink.times, t0

@@ -26,7 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from framegraph.models.avatar import AvatarBundle, build_avatar_graph, load_avatar
+from framegraph.models.avatar import AvatarBundle, RunSettings, build_avatar_graph, load_avatar
 from framegraph.models.runtime import default_device
 from framegraph.renderers.billboard import Placement, QuadInScene
 from framegraph.renderers.cameras import CameraPath, load_nerfstudio_camera_path
@@ -130,8 +130,9 @@ def build_scene_avatar_graph(scene: SceneFile, avatar: AvatarBundle, audio_sourc
     g = graph if graph is not None else Graph(Clock("realtime" if live else "fast"), name="scene-avatar")
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=8)
     audio_sink = sink if sink is not None and "audio" in sink.inputs else None
-    ag = build_avatar_graph(avatar, src, audio_sink=audio_sink, graph=g, device=device if runtime == "torch" else "cpu",
-                            alpha=True, live=live, runtime=runtime, onnx_dir=onnx_dir, torch_threads=torch_threads,
+    settings = RunSettings(runtime=runtime, device=device if runtime == "torch" else "cpu", live=live,
+                           torch_threads=torch_threads, onnx_dir=onnx_dir, alpha=True)
+    ag = build_avatar_graph(avatar, src, audio_sink=audio_sink, graph=g, settings=settings,
                             video_policy="latest" if live else "block")
     if camera is None:
         camera = CameraSource(path, fps=fps, n_frames=n_frames)

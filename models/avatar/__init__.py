@@ -24,11 +24,10 @@ from __future__ import annotations
 from framegraph.stream.lazy import lazy_index
 
 _INDEX = {
-    **dict.fromkeys(("AVATAR_JSON", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages", "RunSettings",
-                     "StateOverride", "onnx_dir"), ".base"),
+    **dict.fromkeys(("AVATAR_JSON", "LIVE_MAX_LAG_MS", "STATE_MODES", "AvatarBundle", "AvatarError", "AvatarStages",
+                     "RunSettings", "StateOverride", "onnx_dir"), ".base"),
     **dict.fromkeys(("KINDS", "load_avatar"), ".bundle"),
-    **dict.fromkeys(("LIVE_MAX_LAG_MS", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar"),
-                    ".graph"),
+    **dict.fromkeys(("AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar"), ".graph"),
     **dict.fromkeys(("SMALL_VAE", "TINY_VAE", "PortraitAvatar", "random_avatar", "save_avatar"), ".portrait.bundle"),
     **dict.fromkeys(("VideoAvatar", "random_video_avatar", "save_video_avatar"), ".video.bundle"),
 }

@@ -31,6 +31,10 @@ if TYPE_CHECKING:  # pragma: no cover - a run's model service
 AVATAR_JSON = "avatar.json"
 StateMode = Literal["auto", "speaking", "listening", "idle"]  # the speaking state: the VAD's, or one held
 STATE_MODES: tuple[str, ...] = get_args(StateMode)
+# Live streams: a frame with a newer one waiting behind it, or whose audio arrived longer ago than this, is
+# skipped rather than generated late, so a machine slower than the stream shows fewer frames per second, each
+# from the freshest audio, never a growing delay (``max_lag_ms``, ``Stage.stale``).
+LIVE_MAX_LAG_MS = 250.0
 
 
 class AvatarError(ValueError):
@@ -39,7 +43,7 @@ class AvatarError(ValueError):
 
 @dataclass(frozen=True)
 class RunSettings:
-    """How one run uses a bundle: what :func:`~.graph.build_avatar_graph` was asked for.
+    """How one run uses a bundle: what :func:`~.graph.build_avatar_graph` takes whole.
 
     Attributes:
         runtime: where the models compute; see :mod:`framegraph.models.runtime`. A kind's engines are listed
@@ -54,13 +58,15 @@ class RunSettings:
             ``live``, None means the chunk's own duration.
         seed: noise seed of a kind that samples.
         torch_threads: intra-op threads of the heavy stages' worker threads. None: torch's setting.
-        max_lag_ms: live streams skip frames whose audio is older than this. None: none skipped.
+        max_lag_ms: live streams skip frames whose audio is older than this. None: none skipped. With ``live``,
+            None means :data:`LIVE_MAX_LAG_MS`.
         onnx_dir: the ONNX export for the ``onnx`` runtimes. None: ``<bundle>/onnx``.
         alpha: the picture's stage also sends the person matte, frame for frame with ``"video"``. It is
             ``"alpha"`` ``uint8 [height, width]``, 255 on the person. A bundle without a matte is refused, by
             ``required_matte``.
-        video_device: where the picture, the ``"video"`` output, goes. None: ``device``. Use ``"cpu"`` for an
-            encoder after a GPU run. The picture is then copied down without the GPU stages waiting.
+        video_device: where the picture, the ``"video"`` output, goes. None: ``device``, or the graph's sink's;
+            see :func:`~.graph.build_avatar_graph`. Use ``"cpu"`` for an encoder after a GPU run. The picture is
+            then copied down without the GPU stages waiting.
         cuda_graphs: for runtime ``"compiled"``, replay the per-frame steps from CUDA graphs. None: on CUDA.
             False: the compiled code alone, to time the two apart.
         batching: a :class:`~framegraph.stream.batching.ModelService`. The heavy model runs in one batch with other
@@ -81,6 +87,10 @@ class RunSettings:
     video_device: str | None = None
     cuda_graphs: bool | None = None
     batching: ModelService | None = None
+
+    def __post_init__(self):
+        if self.live and self.max_lag_ms is None:  # the one place a live run gets its default lag
+            object.__setattr__(self, "max_lag_ms", LIVE_MAX_LAG_MS)
 
 
 class StateOverride(Stage):
@@ -299,6 +309,6 @@ def load_part(root: Path, part: str, cls):
                           f"({type(exc).__name__}: {exc})") from None
 
 
-__all__ = ["AVATAR_JSON", "STATE_MODES", "AvatarError", "RunSettings", "StateOverride", "AvatarStages",
-           "add_audio_side", "AvatarBundle", "PictureSize", "MatteInFolder", "load_json", "load_part", "onnx_dir",
-           "read_matte_png", "write_matte_png"]
+__all__ = ["AVATAR_JSON", "STATE_MODES", "LIVE_MAX_LAG_MS", "AvatarError", "RunSettings", "StateOverride",
+           "AvatarStages", "add_audio_side", "AvatarBundle", "PictureSize", "MatteInFolder", "load_json", "load_part",
+           "onnx_dir", "read_matte_png", "write_matte_png"]

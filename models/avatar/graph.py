@@ -21,14 +21,13 @@ audio. That holds however long each stage takes. A stream of ``S`` samples makes
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
 from framegraph.models.composite import OverBackground
-from framegraph.models.runtime import Runtime, default_device
+from framegraph.models.runtime import default_device
 from framegraph.stream import Clock, Graph, Stage
-from framegraph.stream.batching import ModelService
 from framegraph.stream.clock import ClockMode
 from framegraph.stream.media import (
     SAMPLE_RATE,
@@ -44,11 +43,6 @@ from framegraph.stream.ring import Policy
 
 from .base import STATE_MODES, AvatarBundle, RunSettings, StateMode, StateOverride
 from .bundle import load_avatar
-
-# Live streams: a frame with a newer one waiting behind it, or whose audio arrived longer ago than this, is
-# skipped rather than generated late, so a machine slower than the stream shows fewer frames per second, each
-# from the freshest audio, never a growing delay (``max_lag_ms``, ``Stage.stale``).
-LIVE_MAX_LAG_MS = 250.0
 
 
 @dataclass
@@ -76,14 +70,9 @@ class AvatarGraph:
 
 
 def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | None = None, *,
-                       out: str | None = None, audio_sink: Stage | None | bool = True, graph: Graph | None = None,
-                       clock: ClockMode = "fast", device: str = "cpu", steps: int | None = None,
-                       vad: bool | None = None, live: bool = False, budget_ms: float | None = None,
-                       max_in_flight: int | None = 8, seed: int = 0, preset: str = "offline",
-                       torch_threads: int | None = None, video_policy: Policy = "block",
-                       max_lag_ms: float | None = None, runtime: Runtime = "torch", onnx_dir: str | None = None,
-                       alpha: bool = False,
-                       video_device: str | None = None, batching: ModelService | None = None,
+                       settings: RunSettings | None = None, out: str | None = None,
+                       audio_sink: Stage | None | bool = True, graph: Graph | None = None, clock: ClockMode = "fast",
+                       max_in_flight: int | None = 8, preset: str = "offline", video_policy: Policy = "block",
                        name: str = "avatar") -> AvatarGraph:
     """Build the avatar graph around ``audio_source``, for a bundle of any kind.
 
@@ -95,32 +84,19 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
         sink: the stage the picture's ``"video"`` goes to, e.g. an MP4Sink or an encoder. None with ``out``:
             an ``MP4Sink(out)`` at the avatar's size, with the audio. None without ``out``: the caller
             connects ``video`` itself.
+        settings: how the run uses the bundle, a :class:`~.base.RunSettings`, passed whole to its stages. None:
+            the defaults, torch on the CPU. Its ``video_device`` None means the device of the ``sink``'s video
+            input. With ``out`` it is the CPU. Else it is ``settings.device``.
         audio_sink: where the source's audio is echoed, to its ``"audio"`` input. True means ``sink``, when it
             has an audio input. It may be a stage. None or False means no echo.
         graph: add to this graph. Default: a new one on ``Clock(clock)``.
         max_in_flight: bound on frames between the source and the sinks.
         video_policy: ring policy into ``sink``. Use ``"drop_oldest"`` for a live encoder.
-        runtime: where the models compute; see :mod:`framegraph.models.runtime`. It is ``"torch"``. Portrait
-            bundles may also use ``"onnx"`` / ``"onnx-int8"``. Those run ONNX Runtime on the CPU from the
-            export in ``onnx_dir``. The default is ``<bundle>/onnx``, made by ``framegraph export``.
-        live: a live stream; see :class:`~.base.RunSettings`. ``max_lag_ms`` then defaults to
-            :data:`LIVE_MAX_LAG_MS`.
-        alpha: ``video`` also sends the person matte on its ``"alpha"`` port. The caller connects it. A bundle
-            without a matte is refused by its ``required_matte``.
-        batching: a :class:`~framegraph.stream.batching.ModelService` shared by the sessions. Their model calls
-            run in one batch. None: this session's calls run alone.
-        device / steps / vad / budget_ms / seed / torch_threads / max_lag_ms: the run's
-            :class:`~.base.RunSettings`. Each means what it means there. A kind uses those that apply to it.
-        video_device: where the picture goes. Default: the device of the ``sink``'s video input. With ``out``
-            it is the CPU. Else it is ``device``.
     """
-    if live and max_lag_ms is None:
-        max_lag_ms = LIVE_MAX_LAG_MS
-    if video_device is None:
-        video_device = sink.inputs["video"].device if sink is not None else "cpu" if out is not None else device
-    settings = RunSettings(runtime=runtime, device=device, vad=vad, steps=steps, live=live, budget_ms=budget_ms,
-                           seed=seed, torch_threads=torch_threads, max_lag_ms=max_lag_ms, onnx_dir=onnx_dir,
-                           alpha=alpha, video_device=video_device, batching=batching)
+    settings = settings if settings is not None else RunSettings()
+    if settings.video_device is None:
+        settings = replace(settings, video_device=sink.inputs["video"].device if sink is not None
+                           else "cpu" if out is not None else settings.device)
     g = graph if graph is not None else Graph(Clock(clock), name=name)
     src = audio_source if audio_source in g.stages else g.add(audio_source, max_in_flight=max_in_flight)
     parts = avatar.add_stages(g, src, settings)
@@ -140,15 +116,13 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
     return AvatarGraph(g, src, parts.features, parts.state, parts.stages, parts.video, sink, audio_sink or None)
 
 
-def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime = "torch", seconds: float = 0.3,
-                **graph_kw) -> float:
+def warm_avatar(avatar: AvatarBundle, settings: RunSettings | None = None, *, seconds: float = 0.3) -> float:
     """Warm a loaded bundle for the sessions that will use it; returns the seconds it took.
 
     This is the preload's second half. A short graph runs ``seconds`` of silence through every stage. It runs
-    at the session's shape on ``runtime``. So its kernels get their first calls. A compiled runtime compiles.
-    That is cached on disk, and a restart reads it back. A session started after it finds its models ready.
-    Its first frame then costs about what a steady frame does. ``graph_kw``: more :func:`build_avatar_graph`
-    arguments, such as ``steps`` and ``torch_threads``."""
+    at the session's shape with the sessions' ``settings``. So its kernels get their first calls. A compiled
+    runtime compiles. That is cached on disk, and a restart reads it back. A session started after it finds its
+    models ready. Its first frame then costs about what a steady frame does."""
     import time
 
     from framegraph.stream import PortSpec
@@ -158,40 +132,40 @@ def warm_avatar(avatar: AvatarBundle, *, device: str = "cpu", runtime: Runtime =
     n = max(2, math.ceil(seconds * SAMPLE_RATE / 320))
     silence = IterableSource(torch.zeros(n, 320, dtype=torch.int16), PortSpec((320,), torch.int16), port="audio",
                              fps=SAMPLE_RATE / 320, name="silence")
-    ag = build_avatar_graph(avatar, silence, audio_sink=None, device=device, runtime=runtime, name="warm-up",
-                            **graph_kw)
+    ag = build_avatar_graph(avatar, silence, audio_sink=None, settings=settings, name="warm-up")
     ag.graph.connect(ag.video, ag.graph.add(RecordingSink({"video": ag.video.outputs["video"]}, name="drop")))
     ag.graph.run()
     return time.perf_counter() - started
 
 
-def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None = None, steps: int | None = None,
-                        preset: str = "offline", size: tuple[int, int] | None = None, runtime: Runtime = "torch",
-                        onnx_dir: str | None = None, alpha: bool = False, background=None) -> tuple[Graph, Stage, int]:
+def render_avatar_graph(avatar_dir, audio_path, out: str, settings: RunSettings | None = None, *,
+                        preset: str = "offline", size: tuple[int, int] | None = None, alpha: bool = False,
+                        background=None) -> tuple[Graph, Stage, int]:
     """``framegraph render --avatar DIR --audio FILE --out FILE``.
 
     Returns the offline graph, on a fast clock with the video and the audio. It also returns its sink and the number of
     frames it will write. The count serves a progress bar.
 
+    ``settings``: the run's :class:`~.base.RunSettings`. None: torch, on
+    :func:`~framegraph.models.runtime.default_device`. The picture always goes to the CPU, for the codec.
+
     ``size`` is (width, height) of the video when it is not the avatar's. The picture is scaled to fit, aspect kept, by
     :class:`~framegraph.stream.media.ScaleVideo`. ``alpha``: a video with the person matte as its alpha channel. ``out``
     is then a ``.webm`` or ``.mov``, written by :class:`~framegraph.stream.media.AlphaVideoSink`. ``background``: the
     person over a colour ``(r, g, b)`` or a picture, to MP4. That is done by
-    :class:`~framegraph.models.composite.OverBackground`. ``runtime`` and
-    ``onnx_dir``: see :func:`build_avatar_graph`."""
-    device = device or default_device(runtime)
+    :class:`~framegraph.models.composite.OverBackground`."""
+    settings = replace(settings if settings is not None else RunSettings(device=default_device()), video_device="cpu")
     avatar = load_avatar(avatar_dir)
     total = math.ceil(len(decode_audio(audio_path)) * avatar.fps / SAMPLE_RATE)
     source = AudioFileSource(audio_path)
-    run = dict(device=device, steps=steps, runtime=runtime, onnx_dir=onnx_dir, video_device="cpu")
     if alpha or background is not None:
-        return _render_matted(avatar, source, out, alpha, background, preset, run) + (total,)
+        return _render_matted(avatar, source, out, alpha, background, preset, settings) + (total,)
     if size is None or tuple(size) == (avatar.width, avatar.height):
-        ag = build_avatar_graph(avatar, source, out=out, preset=preset, **run)
+        ag = build_avatar_graph(avatar, source, out=out, preset=preset, settings=settings)
         return ag.graph, ag.sink, total
     width, height = size
     sink = MP4Sink(out, width=width, height=height, fps=avatar.fps, audio_rate=SAMPLE_RATE, preset=preset)
-    ag = build_avatar_graph(avatar, source, audio_sink=sink, **run)
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, settings=settings)
     scale = ag.graph.add(ScaleVideo(src_size=(avatar.width, avatar.height), size=(width, height)))
     ag.graph.connect(ag.video, scale, "video", capacity=4)
     ag.graph.connect(scale, sink, "video")
@@ -199,7 +173,7 @@ def render_avatar_graph(avatar_dir, audio_path, out: str, *, device: str | None 
 
 
 def _render_matted(avatar: AvatarBundle, source: Stage, out: str, alpha: bool, background, preset: str,
-                   run: dict) -> tuple[Graph, Stage]:
+                   settings: RunSettings) -> tuple[Graph, Stage]:
     """The avatar's picture and matte → a file with alpha (``alpha``) or the picture over ``background`` → MP4."""
     W, H = avatar.width, avatar.height
     if alpha:
@@ -209,7 +183,7 @@ def _render_matted(avatar: AvatarBundle, source: Stage, out: str, alpha: bool, b
     else:
         sink = MP4Sink(out, width=W, height=H, fps=avatar.fps, audio_rate=SAMPLE_RATE, preset=preset)
         join, port = OverBackground(background, width=W, height=H), "video"
-    ag = build_avatar_graph(avatar, source, audio_sink=sink, alpha=True, **run)
+    ag = build_avatar_graph(avatar, source, audio_sink=sink, settings=replace(settings, alpha=True))
     ag.graph.add(join)
     ag.graph.connect(ag.video, join, "video", "video", capacity=4)
     ag.graph.connect(ag.video, join, "alpha", "alpha", capacity=4)
@@ -217,5 +191,4 @@ def _render_matted(avatar: AvatarBundle, source: Stage, out: str, alpha: bool, b
     return ag.graph, sink
 
 
-__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar", "STATE_MODES",
-           "LIVE_MAX_LAG_MS"]
+__all__ = ["StateOverride", "AvatarGraph", "build_avatar_graph", "render_avatar_graph", "warm_avatar", "STATE_MODES"]

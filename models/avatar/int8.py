@@ -25,6 +25,7 @@ from framegraph.models.synth import clip_seed, plan_clip
 from framegraph.stream import Stage
 from framegraph.stream.media import SAMPLE_RATE, PushAudioSource, decode_audio
 
+from .base import RunSettings
 from .graph import build_avatar_graph
 from .portrait.onnx import MODELS, PARTS, load_manifest
 
@@ -64,9 +65,7 @@ def record_inputs(avatar, export_dir: str, audio, *, seconds: float | None = Non
         sink=None,
         audio_sink=None,
         clock="fast",
-        runtime="onnx",
-        onnx_dir=export_dir,
-        budget_ms=None,
+        settings=RunSettings(runtime="onnx", onnx_dir=export_dir, budget_ms=None),
         video_policy="block",
     )
     graphs = {**ag.features.encode.graphs, **ag.stages["denoiser"].engine.graphs, **ag.stages["decode"].engine.graphs}

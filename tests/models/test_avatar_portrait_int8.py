@@ -13,7 +13,7 @@ from helpers import psnr_per_frame
 
 pytest.importorskip("onnx")
 
-from framegraph.models.avatar import build_avatar_graph, random_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, random_avatar
 from framegraph.models.avatar.int8 import (
     DEFAULT_INT8,
     DEFAULT_MODE,
@@ -76,9 +76,7 @@ def render(a, onnx_dir: str, backend: str, audio: np.ndarray) -> np.ndarray:
         sink=None,
         audio_sink=None,
         clock="fast",
-        runtime=backend,
-        onnx_dir=onnx_dir,
-        budget_ms=None,
+        settings=RunSettings(runtime=backend, onnx_dir=onnx_dir, budget_ms=None),
         video_policy="block",
     )
     sink = ag.graph.add(Frames(PortSpec((a.height, a.width, 3), torch.uint8, "cpu")))

@@ -212,7 +212,7 @@ def test_prepare_video_finds_the_mouth_and_keeps_picture_and_sound_in_sync(user_
 
 def test_train_cli_on_a_video_end_to_end_portrait_kind(user_video, tmp_path):
     from framegraph.apps.cli import main
-    from framegraph.models.avatar import load_avatar, render_avatar_graph
+    from framegraph.models.avatar import RunSettings, load_avatar, render_avatar_graph
     from framegraph.stream.progress import run_with_progress
 
     out = tmp_path / "me"
@@ -229,7 +229,7 @@ def test_train_cli_on_a_video_end_to_end_portrait_kind(user_video, tmp_path):
     assert report["clips"] == 2 and report["frames"] == 300
     # the bundle speaks: a few frames from half a second of audio
     wav = write_wav(tmp_path / "hi.wav", user_video["audio"][:SR // 2])
-    graph, sink, total = render_avatar_graph(out, wav, str(tmp_path / "hi.mp4"), device="cpu")
+    graph, sink, total = render_avatar_graph(out, wav, str(tmp_path / "hi.mp4"), RunSettings(device="cpu"))
     rep = run_with_progress(graph, sink, total, desc="render")
     assert not rep["interrupted"] and sink.frames_written == total >= 12
     assert read_video(tmp_path / "hi.mp4")["frames"].shape[1:] == (256, 256, 3)

@@ -8,7 +8,7 @@ from helpers import avatar_session
 
 pytest.importorskip("onnx")
 
-from framegraph.models.avatar import build_avatar_graph
+from framegraph.models.avatar import RunSettings, build_avatar_graph
 from framegraph.models.avatar.video.onnx import OrtBatchGenerator, OrtGenerator, load_manifest
 from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph
 from framegraph.models.onnx.trace import export_module
@@ -65,7 +65,7 @@ def test_an_export_without_the_batch_axis_is_refused(exported, tmp_path):
 
 
 def frames(avatar, audios, **kw):
-    runs = [avatar_session(avatar, audio, **kw) for audio in audios]
+    runs = [avatar_session(avatar, audio, RunSettings(**kw)) for audio in audios]
     for g, _ in runs:
         g.start()
     for g, _ in runs:
@@ -90,10 +90,10 @@ def test_sessions_on_onnx_through_one_service_get_their_own_frames(exported):
 def test_batching_on_the_compiled_runtime_is_refused_in_a_sentence(exported):
     avatar, _ = exported
     with pytest.raises(ValueError, match="avatar-video-batch runs on torch or onnx, not 'compiled'"):
-        build_avatar_graph(avatar, PushAudioSource(), runtime="compiled", batching=ModelService())
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
 
 
 def test_batching_on_a_gpu_is_refused_in_a_sentence(exported):
     avatar, _ = exported
     with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
-        build_avatar_graph(avatar, PushAudioSource(), device="cuda", batching=ModelService())
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", batching=ModelService()))

@@ -7,7 +7,7 @@ from helpers import avatar_session, psnr_per_frame
 
 pytest.importorskip("onnx")
 
-from framegraph.models.avatar import build_avatar_graph, random_video_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, random_video_avatar
 from framegraph.models.avatar.video.onnx import OrtGenerator, load_manifest
 from framegraph.models.onnx import CheckedExport, ExportError
 from framegraph.stream.media import SAMPLE_RATE, PushAudioSource
@@ -33,7 +33,7 @@ def test_the_exported_generator_draws_the_torch_picture(exported):
 
 
 def frames(avatar, audio: np.ndarray, **kw) -> np.ndarray:
-    graph, sink = avatar_session(avatar, audio, **kw)
+    graph, sink = avatar_session(avatar, audio, RunSettings(**kw))
     graph.run(timeout=120)
     return torch.stack(sink.data()).numpy()
 
@@ -52,8 +52,8 @@ def test_an_export_of_another_bundle_or_runtime_is_refused(exported, tmp_path):
     _, out = exported
     other = random_video_avatar(seed=1)
     with pytest.raises(ExportError, match="another or an older bundle.*framegraph export --avatar"):
-        build_avatar_graph(other, PushAudioSource(), runtime="onnx", onnx_dir=out)
+        build_avatar_graph(other, PushAudioSource(), settings=RunSettings(runtime="onnx", onnx_dir=out))
     with pytest.raises(ExportError, match="no ONNX export"):
-        build_avatar_graph(other, PushAudioSource(), runtime="onnx", onnx_dir=str(tmp_path))
+        build_avatar_graph(other, PushAudioSource(), settings=RunSettings(runtime="onnx", onnx_dir=str(tmp_path)))
     with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
-        build_avatar_graph(other, PushAudioSource(), runtime="onnx-int8", onnx_dir=out)
+        build_avatar_graph(other, PushAudioSource(), settings=RunSettings(runtime="onnx-int8", onnx_dir=out))

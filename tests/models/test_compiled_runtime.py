@@ -95,13 +95,13 @@ def test_compiled_vae_decoder_equals_torch_chunk_after_chunk(portrait):
 def test_compiled_portrait_graph_renders_what_torch_renders(portrait):
     """The whole avatar graph on runtime "compiled" (its audio side on torch) against runtime "torch"."""
     from framegraph.apps.bench.launches import _audio_source
-    from framegraph.models.avatar import build_avatar_graph
+    from framegraph.models.avatar import RunSettings, build_avatar_graph
     from framegraph.stream.record import RecordingSink
 
     frames = {}
     for name in ("torch", "compiled"):
-        ag = build_avatar_graph(portrait, _audio_source(0.6), audio_sink=None, runtime=name, torch_threads=1,
-                                steps=2)  # the step count the block-step test compiled
+        settings = RunSettings(runtime=name, torch_threads=1, steps=2)  # the step count the block-step test compiled
+        ag = build_avatar_graph(portrait, _audio_source(0.6), audio_sink=None, settings=settings)
         sink = ag.graph.add(RecordingSink({"video": ag.video.outputs["video"]}))
         ag.graph.connect(ag.video, sink, "video", "video")
         ag.graph.run()

@@ -226,11 +226,11 @@ def test_refine_cli_trains_only_the_decoder_into_a_new_bundle(clips, tmp_path, c
 
 
 def test_render_avatar_graph_counts_frames(bundle, tmp_path):
-    from framegraph.models.avatar import render_avatar_graph
+    from framegraph.models.avatar import RunSettings, render_avatar_graph
     from framegraph.stream.progress import run_with_progress
 
     wav = write_wav(tmp_path / "b.wav", 0.9)
-    graph, sink, total = render_avatar_graph(bundle, wav, str(tmp_path / "r.mp4"), device="cpu")
+    graph, sink, total = render_avatar_graph(bundle, wav, str(tmp_path / "r.mp4"), RunSettings(device="cpu"))
     assert total == 23
     report = run_with_progress(graph, sink, total, desc="render")
     assert not report["interrupted"] and sink.frames_written == total
@@ -330,3 +330,11 @@ def astronaut_eye_boxes():
     from framegraph.models.synth import astronaut_portrait
 
     return astronaut_portrait().eye_boxes
+
+
+def test_live_run_settings_skip_frames_older_than_the_live_lag_unless_told_otherwise():
+    from framegraph.models.avatar import LIVE_MAX_LAG_MS, RunSettings
+
+    assert RunSettings(live=True).max_lag_ms == LIVE_MAX_LAG_MS
+    assert RunSettings(live=True, max_lag_ms=80.0).max_lag_ms == 80.0
+    assert RunSettings().max_lag_ms is None  # offline: nothing skipped

@@ -101,7 +101,7 @@ def test_an_export_of_other_files_or_none_is_refused_with_the_command(exported, 
 
 
 def frames(avatar, audios, **kw):
-    runs = [avatar_session(avatar, audio, **kw) for audio in audios]
+    runs = [avatar_session(avatar, audio, RunSettings(**kw)) for audio in audios]
     for g, _ in runs:
         g.start()
     for g, _ in runs:
@@ -128,6 +128,6 @@ def test_sessions_through_one_service_get_their_own_frames(exported, runtime):
 def test_batching_on_a_runtime_without_a_batch_or_on_a_gpu_is_refused_in_a_sentence(exported):
     avatar, _ = exported
     with pytest.raises(ValueError, match="avatar-musetalk-batch runs on torch or onnx, not 'compiled'"):
-        build_avatar_graph(avatar, PushAudioSource(), runtime="compiled", batching=ModelService())
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
     with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
-        build_avatar_graph(avatar, PushAudioSource(), device="cuda", batching=ModelService())
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", batching=ModelService()))

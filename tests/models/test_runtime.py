@@ -3,7 +3,7 @@ import pytest
 import torch
 
 from framegraph.models import runtime
-from framegraph.models.avatar import build_avatar_graph, random_avatar, random_video_avatar
+from framegraph.models.avatar import RunSettings, build_avatar_graph, random_avatar, random_video_avatar
 from framegraph.models.dit import Denoiser, TorchDiT
 from framegraph.stream import Clock, Graph, IterableSource, PortSpec, RecordingSink
 from framegraph.stream.media import PushAudioSource
@@ -45,14 +45,15 @@ def test_the_default_device_follows_the_runtime(monkeypatch, gpu):
 
 def test_a_video_avatar_refuses_a_runtime_it_lacks():
     with pytest.raises(ValueError, match="avatar-video runs on torch, compiled or onnx, not 'onnx-int8'"):
-        build_avatar_graph(random_video_avatar(), PushAudioSource(), runtime="onnx-int8")
+        build_avatar_graph(random_video_avatar(), PushAudioSource(), settings=RunSettings(runtime="onnx-int8"))
 
 
 def test_an_onnx_runtime_without_an_export_names_the_export_command(tmp_path):
     from framegraph.models.onnx import ExportError
 
     with pytest.raises(ExportError, match="framegraph export --avatar"):
-        build_avatar_graph(random_avatar(), PushAudioSource(), runtime="onnx", onnx_dir=str(tmp_path))
+        build_avatar_graph(random_avatar(), PushAudioSource(),
+                           settings=RunSettings(runtime="onnx", onnx_dir=str(tmp_path)))
 
 
 class CountingDiT(TorchDiT):

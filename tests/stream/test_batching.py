@@ -10,7 +10,7 @@ import pytest
 import torch
 from helpers import avatar_session
 
-from framegraph.models.avatar import random_video_avatar
+from framegraph.models.avatar import RunSettings, random_video_avatar
 from framegraph.stream.batching import Cancelled, Full, Lane, Missed, ModelService
 from framegraph.stream.media import SAMPLE_RATE
 
@@ -32,7 +32,7 @@ def alone(avatar, audio) -> np.ndarray:
 
 
 def side_by_side(avatar, audios, service, cancel: int | None = None):
-    runs = [avatar_session(avatar, a, batching=service) for a in audios]
+    runs = [avatar_session(avatar, a, RunSettings(batching=service)) for a in audios]
     for graph, _ in runs:
         graph.start()
     if cancel is not None:
@@ -226,19 +226,20 @@ def test_a_service_that_admits_refuses_the_session_its_measured_cost_cannot_fit(
     # wider than the trained bundles' generator, at a 256² region: on one thread a batch of 2 takes several frames
     heavy = random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128))
     service = ModelService(admit=True)
-    first, _ = avatar_session(heavy, speech(150, 3.0), batching=service)
+    first, _ = avatar_session(heavy, speech(150, 3.0), RunSettings(batching=service))
     first.start()  # its setup opens its client and measures the lane's cost per batch size
     (lane,) = service.lanes().values()
     assert lane.sessions == 1 and lane.cost(2) > 40e6 and lane.capacity(25.0) <= 1
     with pytest.raises(Full, match=r"1 session\(s\) already fill this model's time on this machine \(a batch of 2 "
                                    r"is expected to take \d+\.\d ms, one frame at 25 fps is 40.0 ms\)"):
-        avatar_session(heavy, speech(180), batching=service)
+        avatar_session(heavy, speech(180), RunSettings(batching=service))
     service.admit = False  # a service that does not admit (a benchmark past capacity) gives every client
-    second, _ = avatar_session(heavy, speech(180, 0.2), batching=service)
+    second, _ = avatar_session(heavy, speech(180, 0.2), RunSettings(batching=service))
     second.cancel()
     service.admit = True
     first.cancel()
     first.join(60)
     assert lane.sessions == 0 and not lane.running
-    third, _ = avatar_session(heavy, speech(220, 0.2), batching=service)  # room again once the first has gone
+    # room again once the first has gone
+    third, _ = avatar_session(heavy, speech(220, 0.2), RunSettings(batching=service))
     third.cancel()

@@ -157,7 +157,7 @@ def _matte_out(graph: Graph, video, encoder, background, size: tuple[int, int]) 
 
 
 def build(opts: AvatarOptions) -> Pipeline:
-    from framegraph.models.avatar import build_avatar_graph  # heavy: the avatar's models
+    from framegraph.models.avatar import RunSettings, build_avatar_graph  # heavy: the avatar's models
 
     name = opts.avatar or default_avatar()
     try:
@@ -191,10 +191,10 @@ def build(opts: AvatarOptions) -> Pipeline:
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)
     try:
+        settings = RunSettings(runtime=runtime, device=device, steps=opts.steps, live=True, alpha=matted,
+                               torch_threads=1 if device == "cpu" else None, batching=batching)
         ag = build_avatar_graph(avatar, mic, sink=None if matted else encoder, audio_sink=sink, graph=graph,
-                                device=device, steps=opts.steps, live=True, alpha=matted,
-                                torch_threads=1 if device == "cpu" else None, video_policy="drop_oldest",
-                                runtime=runtime, batching=batching)
+                                settings=settings, video_policy="drop_oldest")
     except ValueError as exc:  # ExportError: no up-to-date export
         raise _refused(opts.key("runtime"), runtime, "'torch'", exc,
                        f"avatar {name!r} has no up-to-date {runtime} export on this server") from None

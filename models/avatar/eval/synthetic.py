@@ -55,6 +55,7 @@ from framegraph.stream.media import AudioFileSource, decode_audio, iter_video_fr
 from framegraph.stream.progress import run_with_progress
 from framegraph.stream.quality import pearson, psnr
 
+from ..base import RunSettings
 from ..graph import build_avatar_graph
 from ..portrait.bundle import PortraitAvatar
 from .real import PSNR_CAP_DB, LandmarkMeter, real_summary, speech_per_frame
@@ -274,17 +275,15 @@ def _column(rows: list[dict], key: str) -> np.ndarray:
     return np.array([r.get(key, np.nan) for r in rows], dtype=np.float64)
 
 
-def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, *, steps: int | None = None, vad: bool | None = None,
-                  seed: int = 0, progress: bool = False, meter: FrameMeter | None = None,
-                  total: int | None = None, runtime: str = "torch", onnx_dir: str | None = None) -> dict:
+def generate_clip(avatar: PortraitAvatar, audio_path, out_mp4, settings: RunSettings | None = None, *,
+                  progress: bool = False, meter: FrameMeter | None = None, total: int | None = None) -> dict:
     """Run the avatar graph on ``audio_path``, any file with audio, into ``out_mp4``.
 
-    ``meter`` also receives every composited frame, before the codec. ``runtime`` / ``onnx_dir``: where the
-    models compute; see :func:`~..graph.build_avatar_graph`. Returns the graph's report."""
+    ``settings``: the run's :class:`~..base.RunSettings`, such as its runtime and steps. ``meter`` also receives
+    every composited frame, before the codec. Returns the graph's report."""
 
 
-    ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), steps=steps, vad=vad,
-                            seed=seed, runtime=runtime, onnx_dir=onnx_dir)
+    ag = build_avatar_graph(avatar, AudioFileSource(audio_path), out=os.fspath(out_mp4), settings=settings)
     if meter is not None:
         ag.graph.add(meter)
         ag.graph.connect(ag.video, meter, "video", "video", capacity=4)
@@ -329,23 +328,24 @@ def _summary(rows: list[dict], jaw: np.ndarray | None, states: list) -> dict:
     }
 
 
-def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None, steps: int | None = None,
-                    seed: int = 0, progress: bool = False, minute_s: float = 60.0, codec_check_max_frames: int = 3000,
-                    runtime: str = "torch", onnx_dir: str | None = None, real_measures: bool = True) -> dict:
+def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, settings: RunSettings | None = None, *,
+                    out_video=None, progress: bool = False, minute_s: float = 60.0,
+                    codec_check_max_frames: int = 3000, real_measures: bool = True) -> dict:
     """Generate from ``clip``'s audio and measure it against ``truth``; see the module docstring.
 
     ``truth`` None means a real clip without a JSON. Then only the measures against its real frames run, with
     no mouth ground truth. Streams of more than two ``minute_s`` get a ``per_minute`` table and a ``drift``
     block. The drift is minute ``n`` minus minute 1. ``identity_ssim_mp4`` is the same measure on the written
-    H.264 file. It is computed for clips up to ``codec_check_max_frames`` frames. ``runtime`` / ``onnx_dir``:
-    where the models compute (:func:`~..graph.build_avatar_graph`). Use ``"onnx-int8"`` to measure the int8
-    export.
+    H.264 file. It is computed for clips up to ``codec_check_max_frames`` frames. ``settings``: the run's
+    :class:`~..base.RunSettings`, such as where the models compute. Use runtime ``"onnx-int8"`` to measure the
+    int8 export.
 
     ``real_measures`` False measures only the generated frames against the ground truth and the portrait. That is
     openness correlation, silence and identity. It skips the measures against the clip's real frames. Those are the
     ``real`` block, ``identity_ssim_real`` and the like. It skips the written MP4 too. It takes about a tenth of the
     time."""
 
+    settings = settings if settings is not None else RunSettings()
     if truth is None:  # a person's own clip: no ground truth, one entry per frame of the video
         truth = {"truth": False, "frames": [{"index": i} for i, _ in enumerate(iter_video_frames(clip))]}
     truth = json.loads(Path(truth).read_text()) if not isinstance(truth, dict) else truth
@@ -370,8 +370,7 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
         target = os.fspath(out_video) if out_video else os.path.join(tmp, "generated.mp4")
         t0 = time.monotonic()
         try:
-            generate_clip(avatar, clip, target, steps=steps, seed=seed, progress=progress, meter=meter,
-                          total=len(frames_gt), runtime=runtime, onnx_dir=onnx_dir)
+            generate_clip(avatar, clip, target, settings, progress=progress, meter=meter, total=len(frames_gt))
         finally:
             if landmarks is not None:
                 landmarks.close()
@@ -390,7 +389,8 @@ def evaluate_avatar(avatar: PortraitAvatar, clip, truth=None, *, out_video=None,
     jaw = np.array([float(f["jaw_open"]) for f in frames_gt[:n]]) if has_truth else None
     states = [f.get("state") for f in frames_gt[:n]]
     out = {"mouth_ground_truth": has_truth, "clip": os.fspath(clip), "frames_generated": int(len(meter.rows)),
-           "audio_in_output": has_audio, "steps": steps or avatar.steps, "runtime": runtime,
+           "audio_in_output": has_audio, "steps": settings.steps or avatar.steps,
+           "runtime": settings.runtime,
            "openness_estimator": "inner-mouth (dark) pixels / mouth width, px; see models/avatar/evaluate.py",
            "identity": "SSIM / PSNR vs the portrait in the face crop outside the mouth motion region, head pose "
                        "registered (affine ECC); generated frames measured before the video codec",

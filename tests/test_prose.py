@@ -86,7 +86,8 @@ def test_docstring_sentences_are_short(package):
     m = measure(package)
     longest = "\n".join(f"  {n} words, {path}: {s[:160]}" for n, _, path, s in m["longest"][:3])
     assert m["median_words"] <= MAX_MEDIAN_WORDS, \
-        f"{package}: median docstring sentence {m['median_words']} words (at most {MAX_MEDIAN_WORDS}); longest:\n{longest}"
+        f"{package}: median docstring sentence {m['median_words']} words (at most {MAX_MEDIAN_WORDS}); " \
+        f"longest:\n{longest}"
     assert m["parens_per_100_words"] <= MAX_PARENS_PER_100_WORDS, \
         f"{package}: {m['parens_per_100_words']:.1f} parentheses per 100 words (at most {MAX_PARENS_PER_100_WORDS})"
 

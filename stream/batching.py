@@ -53,6 +53,16 @@ ON_MISS: tuple[str, ...] = get_args(OnMiss)
 BUCKETS = (1, 2, 4, 8, 16)  # the batch sizes measured at warm-up, up to the lane's max_batch
 
 
+def frame_deadline_ns(frame, max_lag_ms: float | None, clock_mode: str) -> int | None:
+    """A live frame's deadline: its capture time plus the lag its stage allows, in monotonic ns.
+
+    It is None off a realtime clock, without a lag, or for a frame with no capture time.
+    """
+    if max_lag_ms is None or clock_mode != "realtime" or not frame.capture_ns:
+        return None
+    return int(frame.capture_ns + max_lag_ms * 1e6)
+
+
 class Missed(Exception):
     """The request's deadline passed before its computation could start, and its session's policy drops it."""
 
@@ -529,4 +539,5 @@ class ModelService:
                             "running": lane.running} for lane in self.lanes().values()}
 
 
-__all__ = ["ModelService", "Lane", "LaneStats", "BatchClient", "Missed", "Full", "Cancelled", "ON_MISS", "BUCKETS"]
+__all__ = ["ModelService", "Lane", "LaneStats", "BatchClient", "Missed", "Full", "Cancelled", "ON_MISS", "BUCKETS",
+           "frame_deadline_ns"]

@@ -117,6 +117,17 @@ def avatar_session(avatar, audio: np.ndarray, settings=None):
     return ag.graph, sink
 
 
+def sessions_frames(avatar, audios, settings=None, timeout_s: float = 300) -> list[np.ndarray]:
+    """Avatar sessions of ``audios`` run at once (:func:`avatar_session` each, with ``settings``): each one's video
+    frames, ``uint8 [N, H, W, 3]``."""
+    runs = [avatar_session(avatar, audio, settings) for audio in audios]
+    for g, _ in runs:
+        g.start()
+    for g, _ in runs:
+        g.join(timeout_s)
+    return [torch.stack(sink.data()).numpy() for _, sink in runs]
+
+
 def framegraph_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name.startswith("framegraph:")]
 

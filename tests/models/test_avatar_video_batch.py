@@ -4,7 +4,7 @@ get the frames each makes alone; an export without the batch axis is refused, na
 import numpy as np
 import pytest
 import torch
-from helpers import avatar_session
+from helpers import sessions_frames
 
 pytest.importorskip("onnx")
 
@@ -64,23 +64,14 @@ def test_an_export_without_the_batch_axis_is_refused(exported, tmp_path):
         OrtBatchGenerator(OrtGraph(path), avatar.region_size)
 
 
-def frames(avatar, audios, **kw):
-    runs = [avatar_session(avatar, audio, RunSettings(**kw)) for audio in audios]
-    for g, _ in runs:
-        g.start()
-    for g, _ in runs:
-        g.join(120)
-    return [torch.stack(sink.data()).numpy() for _, sink in runs]
-
-
 def test_sessions_on_onnx_through_one_service_get_their_own_frames(exported):
     avatar, out = exported
     t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
     audios = [(np.sin(2 * np.pi * f * t) * 6000 * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.int16)
               for f in (150, 200, 250)]
-    want = [frames(avatar, [a], runtime="onnx", onnx_dir=out)[0] for a in audios]
+    want = [sessions_frames(avatar, [a], RunSettings(runtime="onnx", onnx_dir=out))[0] for a in audios]
     service = ModelService()
-    got = frames(avatar, audios, runtime="onnx", onnx_dir=out, batching=service)
+    got = sessions_frames(avatar, audios, RunSettings(runtime="onnx", onnx_dir=out, batching=service))
     for g, w in zip(got, want):
         assert g.shape == w.shape and np.abs(g.astype(int) - w).max() <= 1  # rounding of a value ≤ 1e-5 apart
     (lane,) = service.lanes().values()

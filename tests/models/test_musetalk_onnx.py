@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 import torch
-from helpers import avatar_session, tiny_musetalk_folder, write_wav
+from helpers import sessions_frames, tiny_musetalk_folder, write_wav
 
 pytest.importorskip("onnx")
 
@@ -100,23 +100,14 @@ def test_an_export_of_other_files_or_none_is_refused_with_the_command(exported, 
         onnx_step(avatar, RunSettings(onnx_dir=str(broken)), threads=1)
 
 
-def frames(avatar, audios, **kw):
-    runs = [avatar_session(avatar, audio, RunSettings(**kw)) for audio in audios]
-    for g, _ in runs:
-        g.start()
-    for g, _ in runs:
-        g.join(300)
-    return [torch.stack(sink.data()).numpy() for _, sink in runs]
-
-
 @pytest.mark.parametrize("runtime", ["torch", "onnx"])
 def test_sessions_through_one_service_get_their_own_frames(exported, runtime):
     avatar, out = exported
     audios = [speech(None, text) for text in ("Quick brown foxes.", "Lazy dogs sleep.")]
     kw = {"runtime": runtime, "onnx_dir": out, "vad": False}
-    want = [frames(avatar, [a], **kw)[0] for a in audios]
+    want = [sessions_frames(avatar, [a], RunSettings(**kw))[0] for a in audios]
     service = ModelService()
-    got = frames(avatar, audios, batching=service, **kw)
+    got = sessions_frames(avatar, audios, RunSettings(batching=service, **kw))
     for g, w in zip(got, want):
         assert g.shape == w.shape and np.abs(g.astype(int) - w).max() <= 1
     n = min(len(g) for g in got)

@@ -21,7 +21,7 @@ from ..musetalk.engines import torch_engines
 from ..musetalk.face import blend_mask, crop_face, face_box, paste_face
 from ..musetalk.hearing import live_context
 from ..musetalk.prepare import loop_frames
-from ..musetalk.step import face_latents
+from ..musetalk.step import encode_faces, masked
 from ..video.sync import shift_audio
 from ..video.train import track_faces
 from .real import LandmarkMeter, real_summary, speech_per_frame
@@ -67,7 +67,7 @@ def evaluate_musetalk(avatar: MuseTalkAvatar, clip, *, start_s: float = 0.0, end
             ks = range(k, min(k + BATCH, b - a))
             t0 = time.perf_counter()
             crops = torch.from_numpy(np.stack([crop_face(frames[a + i], boxes[i]) for i in ks]))
-            hidden = face_latents(step.vae, crops.to(device))[:, :reference.shape[0]].to(dtype)
+            hidden = encode_faces(step.vae, masked(crops)).to(dtype)
             latents = torch.cat([hidden, reference.expand(len(ks), -1, -1, -1)], dim=1)
             faces = step(latents, context[k:k + len(ks)].to(device, dtype)).cpu()
             for j, i in enumerate(ks):

@@ -77,7 +77,7 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
     meta: dict = field(default_factory=dict)
     root: str | None = None
     matte: torch.Tensor | None = None
-    engines_cache: dict = field(default_factory=dict, repr=False)  # (device, dtype) → the loaded models (.engines)
+    engines_cache: dict = field(default_factory=dict, repr=False)  # what .engines and .onnx load or read once
 
     @property
     def portrait(self) -> torch.Tensor:

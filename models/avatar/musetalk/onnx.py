@@ -94,7 +94,10 @@ def load_manifest(export_dir: str, avatar, context_rows: int, width: int) -> dic
 
     Raises :class:`~framegraph.models.onnx.ExportError` naming the export command."""
     geo = geometry(avatar, context_rows, width)
-    return check_manifest(export_dir, fmt=FORMAT, want_hash=files_hash(avatar, geo), parts=PARTS,
+    key = ("files_hash", json.dumps(geo, sort_keys=True))  # the model files are read once per loaded bundle
+    if key not in avatar.engines_cache:
+        avatar.engines_cache[key] = files_hash(avatar, geo)
+    return check_manifest(export_dir, fmt=FORMAT, want_hash=avatar.engines_cache[key], parts=PARTS,
                           hint=_hint(export_dir), source="MuseTalk model", geometry=geo)
 
 

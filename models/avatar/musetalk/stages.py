@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from framegraph.stream import PortSpec, Stage
-from framegraph.stream.batching import BatchClient, Missed
+from framegraph.stream.batching import BatchClient, Missed, frame_deadline_ns
 
 from .face import paste_face
 
@@ -96,8 +96,7 @@ class MuseTalkFace(Stage):
             return
         i = int(inputs["index"].data[0])
         if self.batched:  # live: the frame's deadline is its audio's arrival plus the lag it allows
-            live = self.max_lag_ms is not None and self.ctx.clock.mode == "realtime" and frame.capture_ns
-            self.step.deadline_ns = int(frame.capture_ns + self.max_lag_ms * 1e6) if live else None
+            self.step.deadline_ns = frame_deadline_ns(frame, self.max_lag_ms, self.ctx.clock.mode)
         try:
             picture = self.picture(inputs["context"].data, frame.data, i)
         except Missed:

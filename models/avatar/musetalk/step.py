@@ -33,11 +33,16 @@ def masked(faces: torch.Tensor) -> torch.Tensor:
 
 
 @torch.inference_mode()
+def encode_faces(vae, faces: torch.Tensor) -> torch.Tensor:
+    """``uint8 [B, S, S, 3]`` → ``[B, C, S/f, S/f]``: the posterior's mean, times the VAE's scaling factor."""
+    pictures = to_unit(faces).to(vae.device, vae.dtype)
+    return vae.encode(pictures).latent_dist.mean * vae.config.scaling_factor
+
+
+@torch.inference_mode()
 def face_latents(vae, faces: torch.Tensor) -> torch.Tensor:
     """``[B, 2C, S/f, S/f]``: the masked faces' latents, then the faces' own. See the module docstring."""
-    scale = vae.config.scaling_factor
-    pictures = torch.cat([to_unit(masked(faces)), to_unit(faces)]).to(vae.device, vae.dtype)
-    latents = vae.encode(pictures).latent_dist.mean * scale
+    latents = encode_faces(vae, torch.cat([masked(faces), faces]))
     half = len(faces)
     return torch.cat([latents[:half], latents[half:]], dim=1)
 
@@ -67,4 +72,4 @@ class MuseTalkStep(nn.Module):
         return (image / 2 + 0.5).clamp(0, 1).mul(255).round().to(torch.uint8).permute(0, 2, 3, 1)
 
 
-__all__ = ["MuseTalkStep", "face_latents", "masked", "to_unit"]
+__all__ = ["MuseTalkStep", "encode_faces", "face_latents", "masked", "to_unit"]

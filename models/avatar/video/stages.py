@@ -29,7 +29,7 @@ from framegraph.models.graphs import GraphedStep
 from framegraph.models.vae import crop_frames
 from framegraph.models.vae.register import gaussian_blur
 from framegraph.stream import PortSpec, Stage
-from framegraph.stream.batching import BatchClient, Missed
+from framegraph.stream.batching import BatchClient, Missed, frame_deadline_ns
 
 from .lipsync import MouthGenerator, ShapeHead
 
@@ -361,8 +361,7 @@ class MouthRegion(Stage):
             self._direct(*args, out=out.write("video").data)
         else:
             if self.batched:
-                live = self.max_lag_ms is not None and self.ctx.clock.mode == "realtime" and frame.capture_ns
-                self.draw.deadline_ns = int(frame.capture_ns + self.max_lag_ms * 1e6) if live else None
+                self.draw.deadline_ns = frame_deadline_ns(frame, self.max_lag_ms, self.ctx.clock.mode)
             try:
                 picture = self._step(*args)  # into the scratch frame
             except Missed:

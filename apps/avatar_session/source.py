@@ -195,12 +195,12 @@ class SpeechSource(Pushed):
                 raise EndOfStream
             info = self._next_chunk()
             self._log.append(info)
+            self._sent += CHUNK  # under the lock: a barge-in from now on clears from the next chunk, not this one
         frame = out.write("audio")  # outside the lock: it may wait on backpressure
         frame.data.copy_(self._chunk)
         frame.length = CHUNK  # a short last chunk is padded: the graph's timeline stays on whole chunks
         frame.capture_ns = time.monotonic_ns()  # live from now: a queued segment is not "late" audio
         frame.pts = info.pts
-        self._sent += CHUNK
 
     def _next_chunk(self) -> ChunkInfo:
         """Under the lock: fill ``self._chunk`` with the next 20 ms and describe it."""

@@ -114,6 +114,7 @@ class FramegraphAvatar(FrameProcessor):
         self._ready: asyncio.Event | None = None
         self._pump_task: asyncio.Task | None = None
         self._epoch = 0  # bumped by each barge-in: a batch taken before it is not pushed
+        self._pushing = asyncio.Lock()  # one picture or sound goes out at a time; a barge-in waits for it
         self._held: dict[tuple[str, object], Frame] = {}  # ("started" | "ended", segment) → its TTS frame
         self._segment = None  # the segment TTS audio goes to now
         self._auto = itertools.count(1)
@@ -152,11 +153,12 @@ class FramegraphAvatar(FrameProcessor):
             await self._on_tts_stopped(frame)
         elif isinstance(frame, InterruptionFrame):
             self._interrupt()
-            # let the next processor take what this one pushed before the barge-in into its queue first: a system
-            # frame overtakes data frames still waiting in its input queue, and those would be handled after it;
-            # once queued behind, the interruption drops them there
-            await asyncio.sleep(0)
-            await self.push_frame(frame, direction)
+            # nothing of ours may follow the interruption: a picture or sound being pushed when it came is let go
+            # first. Then the next processor gets a turn to take it from its input queue into its process queue,
+            # where the interruption drops it; a system frame overtakes what still waits in the input queue.
+            async with self._pushing:
+                await asyncio.sleep(0)
+                await self.push_frame(frame, direction)
         elif isinstance(frame, (UserStartedSpeakingFrame, UserStoppedSpeakingFrame)):
             self._session.set_listening(isinstance(frame, UserStartedSpeakingFrame))
             await self.push_frame(frame, direction)
@@ -275,16 +277,17 @@ class FramegraphAvatar(FrameProcessor):
     async def _push_items(self, items: list) -> None:
         epoch = self._epoch
         for item in items:
-            if self._epoch != epoch:
-                return  # a barge-in came while this batch was going out: the session has the rest
-            if isinstance(item, VideoOut):
-                await self.push_frame(self._image_frame(item))
-            elif isinstance(item, AudioOut):
-                await self.push_frame(self._audio_frame(item))
-            elif isinstance(item, SegmentEvent):
-                held = self._held.pop((item.kind, item.segment), None)
-                if held is not None:
-                    await self.push_frame(held)
+            async with self._pushing:
+                if self._epoch != epoch:
+                    return  # a barge-in came while this batch was going out: the session has the rest
+                if isinstance(item, VideoOut):
+                    await self.push_frame(self._image_frame(item))
+                elif isinstance(item, AudioOut):
+                    await self.push_frame(self._audio_frame(item))
+                elif isinstance(item, SegmentEvent):
+                    held = self._held.pop((item.kind, item.segment), None)
+                    if held is not None:
+                        await self.push_frame(held)
 
     def _pts_ns(self, ticks: int) -> int:
         """Session pts in 48 kHz ticks → ns on the pipeline's clock."""

@@ -13,6 +13,7 @@ from test_server_session import running, tone
 
 from framegraph.apps.cli import main
 from framegraph.models.avatar import load_avatar
+from framegraph.stream import TICKS_PER_SECOND
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,9 @@ def test_a_server_session_streams_the_person_with_the_face_redrawn_and_takes_a_b
     with running() as srv:
         ready, got = asyncio.run(speak(srv.url, {"avatar": "muse"}, samples, {40: {"type": "interrupt"}}))
     assert ready["avatar"] == "muse" and (ready["video"]["width"], ready["video"]["height"]) == (256, 256)
-    assert len(got["video"]) >= 15  # 1.6 s at 25 fps; the tiny model on a loaded CPU skips some live
+    # 1.6 s at 25 fps: the tiny model on a 2-core CPU skips some live, but the picture never stops for long
+    seconds = np.array([h.pts for h, *_ in got["video"]]) / TICKS_PER_SECOND
+    assert len(seconds) >= 10 and seconds[-1] >= 1.0 and np.diff(seconds).max() < 0.4, seconds
     a = load_avatar(avatar_dir / "muse")
     x1, y1, x2, y2 = (int(v) for v in np.median(a.boxes, axis=0))
     picture = np.asarray(Image.open(io.BytesIO(got["video"][-1][1])).convert("RGB"), np.float64)

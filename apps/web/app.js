@@ -73,7 +73,7 @@ function resetMeasures() {
   Object.assign(m, { presentedAt: [], g2g: [], server: [], inputMs: [], drops: 0, skipped: 0, presented: 0,
                      received: 0, firstFrame: null, startedAt: performance.now(), stats: null, lastSeq: -1,
                      lastQueuedSeq: -1, audioOut: 0, ended: null, closed: null, errors: [], fedChunks: 0,
-                     clips: 0, configs: 0 });
+                     clips: 0, configs: 0, sentOn: 0 });
 }
 resetMeasures();
 
@@ -156,17 +156,24 @@ async function start(opts = {}) {
     placing = false;
   }
   if (!url || ws) return;
+  await connectTo(url, url !== target, 0);
+}
+
+// A full cluster replica names another one in its `full` error (`url`): the session starts there, at most this
+// many times over.
+const MAX_SENT_ON = 3;
+
+async function connectTo(url, placedElsewhere, sentOn) {
   playback.base = null;
   orbit.on = false;
   view.classList.remove("orbit");
   // Placed by a cluster's front door: the replica is another origin, whose offer endpoint a page may not read
   // (no CORS there yet), and a refused try would spend the placement's one-use ticket: the WebSocket then.
-  const placedElsewhere = url !== target;
   if (wantTransport === "webrtc" && !placedElsewhere && window.fgRtc && window.RTCPeerConnection &&
       await startRtc(url)) return;
   if (wantTransport === "webrtc" && placedElsewhere) log("placed on a cluster replica: over the WebSocket");
   live = "websocket";
-  ws = new WebSocket(url);
+  const link = ws = new WebSocket(url);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
     const options = sessionOptions();
@@ -178,6 +185,11 @@ async function start(opts = {}) {
     m.closed = ev.code;
     log(`closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`, ev.code === 1000 ? undefined : "err");
     teardown();
+    if (!link.sentOnTo) return;
+    if (sentOn >= MAX_SENT_ON) { log(`full replicas sent the session on ${sentOn + 1} times; try again later`, "err"); return; }
+    log(`full there; the session goes on to ${link.sentOnTo}`);
+    m.sentOn = sentOn + 1;
+    connectTo(new URL(link.sentOnTo), true, sentOn + 1);
   };
   ws.onerror = () => log("WebSocket error (is the server running? token?)", "err");
   setButtons(true);
@@ -282,6 +294,9 @@ async function onControl(msg) {
     if (msg.audio_in && useMic) await startMic().catch((e) => { log(`microphone: ${e.message}`, "err"); stop(); });
   } else if (msg.type === "stats") {
     m.stats = msg;
+  } else if (msg.type === "error" && msg.code === "full" && msg.url && ws && !ws.rtc) {
+    ws.sentOnTo = msg.url;  // not an error the user sees: the session starts there once this socket closes
+    log(`full here: ${msg.message}`);
   } else if (msg.type === "error") {
     m.errors.push(msg);
     log(`error ${msg.code}: ${msg.message}`, "err");
@@ -652,7 +667,7 @@ function stats() {
     input_latency_ms: pct(m.inputMs, 0.5),
     server_ms: { p50: pct(m.server, 0.5), p95: pct(m.server, 0.95) },
     poses_sent: orbit.sent, pose: orbit.on ? orbit.last : null, orbit: orbit.on ? { az: orbit.az, el: orbit.el, distance: orbit.distance } : null,
-    server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors,
+    server_stats: m.stats, ended: m.ended, closed: m.closed, errors: m.errors, sent_on: m.sentOn,
     mic: useMic, feeding: feeding(), fed_chunks: m.fedChunks, clips: m.clips, configs_sent: m.configs,
     poster: posterShown, camera: ws && ws.camera ? ws.camera.stats() : window.fgCamera ? window.fgCamera.stats() : null,
   };

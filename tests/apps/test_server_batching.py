@@ -8,6 +8,7 @@ import asyncio
 import json
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -157,3 +158,51 @@ def test_a_session_whose_client_stops_reading_holds_up_nobody_on_the_lane(tmp_pa
     drops = [line for line in metrics.splitlines() if line.startswith("framegraph_server_send_drops_total")]
     assert any(float(line.split()[-1]) > 0 for line in drops), drops  # the other did stop reading
     assert lane.stats.served >= len(captured) and not lane.running
+
+
+@pytest.mark.slow
+def test_the_page_refused_full_by_a_server_that_knows_another_starts_the_session_there(tmp_path, monkeypatch):
+    """A cluster replica whose model is full names another in its ``full`` error (``url``). The browser page goes
+    on there: the user sees the avatar from the other server, not an error. The two are real servers on loopback;
+    the first is told where the other is as a cluster replica is, through ``place_elsewhere``."""
+    import threading
+
+    from browser_util import Page, assert_not_blank, chromium, write_speech_wav
+    from helpers import wait_for
+    from server_util import running
+
+    from framegraph.apps.server.pipelines import base
+
+    save_video_avatar(tmp_path / "heavy", random_video_avatar(region_size=256, generator_channels=(32, 64, 128, 128)))
+    monkeypatch.setenv("FRAMEGRAPH_AVATARS", str(tmp_path))
+    monkeypatch.setattr(base, "_SERVICE", base.ModelService(admit=True))
+    write_speech_wav(tmp_path / "mic.wav")
+    options = {"portrait": "heavy"}
+    with running(stats_interval_s=0.25, batching=True) as full, \
+            running(allowed_origins=(full.http_url.rstrip("/"),)) as other:  # the page's origin is the first's
+        elsewhere = other.url
+        full.server.place_elsewhere = lambda ticket: elsewhere
+        holder = threading.Thread(target=lambda: asyncio.run(speak(full.url, options, tone(14.0, amp=0.3))))
+        holder.start()
+        try:
+            wait_for(lambda: any(ln.sessions and ln.cost_ns for ln in base._SERVICE.lanes().values()), 90,
+                     "the first session's lane to measure its cost")
+            page_url = f"{full.http_url}?transport=websocket&options={urllib.parse.quote(json.dumps(options))}"
+            with chromium(tmp_path / "mic.wav") as browser:
+                page = Page(browser, page_url, screenshot=tmp_path / "page.png")
+                try:
+                    page.start("avatar", size="", codec="jpeg")
+                    s = page.wait_stats(lambda s: s["presented"] >= 10, 60, "10 pictures from the other server")
+                    rgb = page.canvas_rgb()
+                    page.screenshot()
+                    log = page.page.inner_text("#log")
+                finally:
+                    page.close()
+        finally:
+            holder.join(60)
+    assert s["sent_on"] == 1 and s["errors"] == [] and s["pipeline"] == "avatar", s
+    assert "full here" in log and f"goes on to {elsewhere}" in log, log
+    assert full.server.rejected["full"] == 0 and full.server.errors["full"] == 1  # refused once, at its start
+    assert other.server.sessions_total == 1
+    assert_not_blank(rgb, "the avatar from the other server")
+    assert not page.errors, page.errors

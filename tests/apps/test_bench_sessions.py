@@ -1,5 +1,6 @@
-"""``framegraph bench sessions`` on the CPU: live sessions of a video avatar with and without the model service, and
-the portrait's rows with batching on saying it is not built; a wrong pipeline name is refused in a sentence."""
+"""``framegraph bench sessions`` on the CPU: live sessions of a video avatar with and without the model service, each
+run twice, and the portrait's rows with batching on saying it is not built; a wrong pipeline name is refused in a
+sentence."""
 import json
 
 import pytest
@@ -10,7 +11,8 @@ from framegraph.apps.cli import main
 def test_sessions_batched_and_alone_each_with_their_figures(tmp_path):
     out = tmp_path / "sessions.json"
     assert main(["bench", "sessions", "--pipeline", "video_avatar,avatar", "--sessions", "2", "--batching", "on,off",
-                 "--runtime", "torch", "--video-region", "64", "--seconds", "1", "--out", str(out)]) == 0
+                 "--runtime", "torch", "--video-region", "64", "--seconds", "1", "--repeat", "2",
+                 "--out", str(out)]) == 0
     data = json.loads(out.read_text())
     video = data["pipelines"]["video_avatar"]
     on, off = video["runs"]
@@ -19,6 +21,8 @@ def test_sessions_batched_and_alone_each_with_their_figures(tmp_path):
         assert len(run["per_session"]) == 2 and all(p["frames"] > 0 for p in run["per_session"])
         assert run["aggregate_fps"] == pytest.approx(sum(p["presented_fps"] for p in run["per_session"]))
         assert run["cpu_ms_per_frame"] > 0 and run["p95_ms_max"] > 0
+    for run in (on, off):  # two runs each: the row is the slower (the lower median), both runs' figure beside it
+        assert len(run["repeats_fps_min"]) == 2 and run["fps_min"] == min(run["repeats_fps_min"])
     assert on["service"]["served"] > 0 and set(on["service"]["cost_ms"]) >= {"1", "2"}
     assert "service" not in off
     portrait_on = data["pipelines"]["avatar"]["runs"][0]

@@ -30,8 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out_argument(p)
     p.add_argument("--pipeline", type=_names(PIPELINES, "--pipeline"), default=list(PIPELINES),
                    help="comma-separated, of avatar (the shipped portrait), video_avatar (default both)")
-    p.add_argument("--sessions", type=positive_ints, default=[1, 2, 4, 8],
-                   help="session counts, comma-separated (default 1,2,4,8)")
+    p.add_argument("--sessions", type=positive_ints, default=[1, 2, 3, 4, 8],
+                   help="session counts, comma-separated (default 1,2,3,4,8)")
     p.add_argument("--batching", type=_names(BATCHING, "--batching"), default=list(BATCHING),
                    help="on, off or on,off (default both): the sessions' model calls in one batch, or each alone")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="onnx", help="where the models run (default onnx)")
@@ -40,5 +40,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "widths and fresh weights: the cost does not depend on them)")
     p.add_argument("--avatar", default=None, help="the portrait bundle (default the shipped astronaut)")
     p.add_argument("--seconds", type=positive_float, default=6.0, help="seconds of speech per session (default 6)")
+    p.add_argument("--repeat", type=positive_int, default=1,
+                   help="runs per count and batching (default 1): with more, the row is the median run's by its "
+                        "slowest session, every run's slowest fps kept beside it. Near capacity single runs vary")
     p.add_argument("--torch-threads", type=positive_int, default=None,
-                   help="intra-op threads of each heavy stage and of the model service (default: half the cores)")
+                   help="intra-op threads of each heavy stage (default: torch's, every core); the model service's "
+                        "lane keeps torch's default, as in a server")

@@ -116,6 +116,7 @@ class AvatarSession:
         self._pending: list = []
         self._cleared = -1  # items before this pts are from before the last barge-in
         self._pending_video = 0
+        self._video_pts = -1  # the last picture queued: one older than it comes too late to be shown
         self.dropped_items = 0
         self._resamplers: dict = {}
         self.graph: Graph | None = None
@@ -243,6 +244,20 @@ class AvatarSession:
                 kept.append(VideoOut(item.pts, rest, False, item.source_pts, True, item.capture_ns))
         return kept
 
+    def _in_order(self, items: list) -> list:
+        """Under the lock: ``items`` less the pictures older than one already queued.
+
+        A barge-in queues the face at rest at once, from the caller's thread. The graph's thread may then hand over
+        a picture it made for an earlier frame. That picture gives way: the viewer never sees time run back."""
+        kept = []
+        for item in items:
+            if isinstance(item, VideoOut):
+                if item.pts <= self._video_pts:
+                    continue
+                self._video_pts = item.pts
+            kept.append(item)
+        return kept
+
     def set_listening(self, listening: bool) -> None:
         """The user is speaking. Between utterances the avatar shows its listening face, else its idle face."""
         if self.graph is not None:
@@ -263,7 +278,8 @@ class AvatarSession:
         The queue is bounded. A consumer that stopped taking loses the oldest."""
         limit = MAX_PENDING_S * self.fps
         with self._lock:
-            self._pending.extend(self._post_clear(items) if self._cleared >= 0 else items)
+            items = self._in_order(self._post_clear(items) if self._cleared >= 0 else items)
+            self._pending.extend(items)
             self._pending_video += sum(isinstance(i, VideoOut) for i in items)
             while self._pending_video > limit:
                 drop = self._pending.pop(0)

@@ -185,10 +185,10 @@ async function connectTo(url, placedElsewhere, sentOn) {
     m.closed = ev.code;
     log(`closed (${ev.code}${ev.reason ? " " + ev.reason : ""})`, ev.code === 1000 ? undefined : "err");
     teardown();
-    if (!link.sentOnTo) return;
+    if (!link.sentOnTo || link.stopped) return;
     if (sentOn >= MAX_SENT_ON) { log(`full replicas sent the session on ${sentOn + 1} times; try again later`, "err"); return; }
     log(`full there; the session goes on to ${link.sentOnTo}`);
-    m.sentOn = sentOn + 1;
+    Object.assign(m, { sentOn: sentOn + 1, ended: null, closed: null });  // the refused try was not the session
     connectTo(new URL(link.sentOnTo), true, sentOn + 1);
   };
   ws.onerror = () => log("WebSocket error (is the server running? token?)", "err");
@@ -258,6 +258,7 @@ function sessionOptions() {
 }
 
 function stop() {
+  if (ws) ws.stopped = true;  // a refused try is not followed elsewhere once the user stopped
   if (ws && ws.readyState === WebSocket.OPEN) ws.send(JSON.stringify({ type: "stop" }));
   stopMic();
   stopPump();

@@ -200,7 +200,7 @@ def test_the_page_refused_full_by_a_server_that_knows_another_starts_the_session
                     page.close()
         finally:
             holder.join(60)
-    assert s["sent_on"] == 1 and s["errors"] == [] and s["pipeline"] == "avatar", s
+    assert s["sent_on"] == 1 and s["errors"] == [] and s["pipeline"] == "avatar" and s["ended"] is None, s
     assert "full here" in log and f"goes on to {elsewhere}" in log, log
     assert full.server.rejected["full"] == 0 and full.server.errors["full"] == 1  # refused once, at its start
     assert other.server.sessions_total == 1

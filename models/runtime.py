@@ -37,6 +37,7 @@ FACTORIES: dict[str, dict[str, str]] = {
                         "compiled": f"{_M}.avatar.portrait.compiled:compiled_engines",
                         "onnx": f"{_M}.avatar.portrait.engines:onnx_engines",
                         "onnx-int8": f"{_M}.avatar.portrait.engines:onnx_int8_engines"},
+    "avatar-portrait-batch": {"torch": f"{_M}.avatar.portrait.engines:torch_batch"},  # steps ↦ a DiT block step
     "avatar-video": {"torch": f"{_M}.avatar.video.engines:torch_engines",
                      "compiled": f"{_M}.avatar.video.engines:compiled_engines",
                      "onnx": f"{_M}.avatar.video.onnx:onnx_engines"},
@@ -94,10 +95,23 @@ def check(model: str, runtime: str) -> str:
     return runtime
 
 
+def check_batched(model: str, runtime: str, device) -> str:
+    """``runtime`` if ``model``'s batched engine runs on it on ``device``. Else a ValueError.
+
+    Batching runs on the CPU for now. On a GPU the lane's thread would need each session's CUDA stream ordered
+    with events."""
+    check(model, runtime)
+    if str(device) != "cpu":
+        raise ValueError(f"batching runs on the CPU for now; got device {device!r} (run the sessions without "
+                         f"batching on a GPU)")
+    return runtime
+
+
 def engines(model: str, runtime: str, /, *args, **kwargs):
     """What ``model``'s factory for ``runtime`` builds from ``args`` and ``kwargs``. See :func:`check`."""
     module, name = FACTORIES[model][check(model, runtime)].split(":")
     return getattr(importlib.import_module(module), name)(*args, **kwargs)
 
 
-__all__ = ["Runtime", "RUNTIMES", "FACTORIES", "default_device", "default_runtime", "runtimes", "check", "engines"]
+__all__ = ["Runtime", "RUNTIMES", "FACTORIES", "default_device", "default_runtime", "runtimes", "check",
+           "check_batched", "engines"]

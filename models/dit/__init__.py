@@ -7,6 +7,7 @@
 - :class:`DiTStreamState` in ``state.py``: per-layer fp32 linear-attention sums + FFN temporal caches.
 - :func:`generate_block`, :func:`generate` in ``generate.py``: few-step Euler denoising + append.
 - :class:`Denoiser` in ``stage.py``: the stream-graph stage. Features + state go in, latent chunks come out.
+- ``batch.py``: many sessions' streams, one batch per block, through a model service's lane.
 
 Training follows the conventions of :mod:`framegraph.models.sampler`::
 

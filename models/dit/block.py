@@ -38,7 +38,8 @@ class Geometry:
     ``height x width`` is the token grid per frame, after patching.
     ``frames_per_block`` is the attention block.
     ``rope = (cos, sin)`` holds the rotary tables at absolute stream positions.
-    Each is ``float32 [frames * height * width, head_dim]``.
+    Each is ``float32 [frames * height * width, head_dim]``, or ``[batch, ...]`` of that.
+    The second is a table per row, for rows of streams at different positions: a batch of sessions.
     """
 
     batch: int
@@ -55,6 +56,10 @@ class Geometry:
     @property
     def block_tokens(self) -> int:
         return self.frames_per_block * self.tokens_per_frame
+
+    def rope_heads(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The tables broadcastable to ``[B, H, N, head_dim]``: ``[1, 1, N, d]`` or ``[B, 1, N, d]`` per row."""
+        return tuple(t[None, None] if t.dim() == 2 else t[:, None] for t in self.rope)
 
 
 @dataclass
@@ -132,7 +137,7 @@ class BlockCausalSelfAttention(nn.Module):
             return self._out(out, x.dtype), None, None
         if self.decay == 1.0:  # plain sums (Sana-Video): one kernel call carries the state across blocks
             out, new_state = block_linear_attention(q, k, v, block_size=geo.block_tokens,
-                                                    rope=(cos[None, None], sin[None, None]), state=state,
+                                                    rope=geo.rope_heads(), state=state,
                                                     backend=self.backend)
             prefix = self._prefix_states(k, v, geo, state)[0] if want_prefix else None
             return self._out(out, x.dtype), new_state, prefix
@@ -155,7 +160,7 @@ class BlockCausalSelfAttention(nn.Module):
         def fold(t):  # [B, H, N, d] -> [B * nb, H, bs, d]
             return t.reshape(B, H, nb, bs, t.shape[-1]).transpose(1, 2).reshape(B * nb, H, bs, t.shape[-1])
 
-        rope = tuple(t.reshape(1, nb, 1, bs, d).expand(B, nb, 1, bs, d).reshape(B * nb, 1, bs, d) for t in geo.rope)
+        rope = tuple(t.reshape(-1, nb, 1, bs, d).expand(B, nb, 1, bs, d).reshape(B * nb, 1, bs, d) for t in geo.rope)
         out, _ = block_linear_attention(fold(q), fold(k), fold(v), block_size=bs, rope=rope, state=prefix,
                                         backend=self.backend)
         out = out.reshape(B, nb, H, bs, -1).transpose(1, 2).reshape(B, H, N, -1)
@@ -174,7 +179,7 @@ class BlockCausalSelfAttention(nn.Module):
         B, H, N, d = k.shape
         nb, bs = N // geo.block_tokens, geo.block_tokens
         k_feat = F.relu(k.float())
-        k_rot = apply_rope(k_feat, geo.rope[0][None, None], geo.rope[1][None, None], backend="torch")
+        k_rot = apply_rope(k_feat, *geo.rope_heads(), backend="torch")
         own_kv = torch.einsum("bhnsv,bhnsd->bhnvd", v.float().reshape(B, H, nb, bs, -1), k_rot.reshape(B, H, nb, bs, d))
         own_ks = k_feat.reshape(B, H, nb, bs, d).sum(dim=3)  # [B, H, nb, d]
         if self.decay == 1.0:

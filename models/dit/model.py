@@ -245,6 +245,7 @@ class AvatarDiT(PretrainedModel):
             stream: a :class:`DiTStreamState` to continue. It is read only; see :meth:`append`.
             rope: streaming only. The rotary tables ``(cos, sin)`` of the block's positions. By default they are
                 computed from ``stream.frames``. The ONNX export passes them as graph inputs; see :meth:`stream_rope`.
+                ``[B, N, head_dim]`` tables give each row its own positions: a batch of sessions' streams.
 
         Returns:
             ``[B, C, T, h, w]`` predicted velocity, in x's dtype.

@@ -25,7 +25,9 @@ from typing import Protocol
 import torch
 
 from framegraph.stream import Flag, PortSpec, Stage
+from framegraph.stream.batching import Missed, frame_deadline_ns
 
+from .batch import BatchedDiT
 from .generate import generate_block
 from .model import AvatarDiT
 
@@ -100,7 +102,10 @@ class Denoiser(Stage):
             the stream, each chunk starts from the freshest audio. The frame rate drops instead of a queue growing;
             see :meth:`~framegraph.stream.Stage.stale`. None: every frame is generated, for offline rendering.
         engine: what computes. ``engine(model)`` → a :class:`DiTEngine`. The default is :class:`TorchDiT`. The runtime
-            registry, :mod:`framegraph.models.runtime`, makes the others.
+            registry, :mod:`framegraph.models.runtime`, makes the others. A :class:`~.batch.BatchedDiT` runs the
+            blocks in batches with other sessions'. Each block gets a deadline: live, the chunk's last audio's
+            arrival + ``max_lag_ms``. A chunk whose block cannot make it is skipped; ``frames_skipped`` counts its
+            frames.
 
     Ports: in ``"features"`` ``float32 [audio_dim]`` and ``"state"`` ``float32 [4]``.
     Out ``"latent"`` ``float32 [C, T_chunk, h, w]``.
@@ -124,6 +129,7 @@ class Denoiser(Stage):
                       else AvatarDiT.from_pretrained(model, low_cpu_mem_usage=False))
         self.model = self.model.to(device).eval()
         self.engine = engine(self.model)
+        self.batched = isinstance(self.engine, BatchedDiT)
         c = self.model.config
         if c.attention != "linear":
             raise ValueError(f"Denoiser: the model has attention={c.attention!r}; streaming needs attention='linear'")
@@ -193,6 +199,14 @@ class Denoiser(Stage):
         self.frames_skipped = 0
         self.steps_used = {}
 
+    def teardown(self) -> None:
+        if self.batched:
+            self.engine.close()
+
+    def interrupt(self) -> None:
+        if self.batched:
+            self.engine.cancel()  # a block waiting on the batch returns now
+
     def process(self, inputs, out):
         features, state = inputs["features"], inputs["state"]
         if self._count == 0 and self.stale(features, "features", self.max_lag_ms):
@@ -206,6 +220,8 @@ class Denoiser(Stage):
         self._flags |= features.flags & (Flag.INTERRUPTED | Flag.DISCONTINUITY)
         self._count += 1
         if self._count == self.chunk_frames:
+            if self.batched:
+                self.engine.deadline_ns = frame_deadline_ns(features, self.max_lag_ms, self.ctx.clock.mode)
             self._emit(out)
 
     def flush(self, out):
@@ -220,12 +236,19 @@ class Denoiser(Stage):
         c = self.model.config
         block, steps = c.frames_per_block, self.steps
         h, w = self.reference.shape[-2:]
-        frame = out.write("latent")
+        blocks = []
         with torch.inference_mode():
             for start in range(0, self.chunk_frames, block):
                 noise = torch.randn(1, c.latent_channels, block, h, w, generator=self._generator, device=self._device)
-                x0 = self.engine.generate(noise, self._features[None, start:start + block],
-                                          self._labels[None, start:start + block], steps, self.shift)
+                try:
+                    blocks.append(self.engine.generate(noise, self._features[None, start:start + block],
+                                                       self._labels[None, start:start + block], steps, self.shift))
+                except Missed:  # the batch could not take it in time: the chunk is skipped, its flags go on
+                    self.frames_skipped += self.chunk_frames
+                    self._count = 0
+                    return
+            frame = out.write("latent")
+            for start, x0 in zip(range(0, self.chunk_frames, block), blocks):
                 frame.data[:, start:start + block].copy_(x0[0])
         frame.pts = self._pts
         frame.flags = (frame.flags & ~(Flag.INTERRUPTED | Flag.DISCONTINUITY)) | self._flags

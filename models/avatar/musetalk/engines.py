@@ -121,10 +121,7 @@ def batched_step(service, avatar, settings):
     engine. The client asks at the avatar's frame rate. A service that admits raises
     :class:`~framegraph.stream.batching.Full` when one more such session would not fit. Raises
     :class:`ValueError` for a device other than the CPU."""
-    runtime.check("avatar-musetalk-batch", settings.runtime)
-    if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
-        raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
-                         f"without batching on a GPU)")
+    runtime.check_batched("avatar-musetalk-batch", settings.runtime, settings.device)
     key = ("avatar-musetalk step", id(avatar), settings.runtime, settings.onnx_dir)
     return service.client(key, lambda: runtime.engines("avatar-musetalk-batch", settings.runtime, avatar, settings),
                           build=True, name=f"musetalk-step-{settings.runtime}", fps=avatar.fps)

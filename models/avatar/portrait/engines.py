@@ -20,8 +20,10 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 
+from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.dit import TorchDiT
+from framegraph.models.dit.batch import BatchedDiT, BlockStep
 from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, default_threads
 from framegraph.models.onnx.manifest import check_int8_file, int8_parts
 from framegraph.models.sampler import sample_euler
@@ -193,5 +195,30 @@ def onnx_int8_engines(avatar, settings) -> PortraitEngines:
     return _ort_engines(avatar, settings, int8=True)
 
 
+def torch_batch(avatar, settings) -> Callable[[int], BlockStep]:
+    """``steps ↦`` the torch DiT's :class:`~framegraph.models.dit.batch.BlockStep` for a batch of streams."""
+    dit = avatar.dit.to(settings.device).eval()
+    return lambda steps: BlockStep(dit, steps=steps, shift=avatar.shift)
+
+
+def batched_dit(service, avatar, settings) -> Callable:
+    """The Denoiser's ``engine``: ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT` on ``service``.
+
+    There is one lane per sampler steps level. The lanes run this bundle's DiT on ``settings.runtime``, ``torch``,
+    on the CPU. A client asks at one block per ``frames_per_block`` frames. A service that admits raises
+    :class:`~framegraph.stream.batching.Full` when one more such session would not fit. Raises
+    :class:`ValueError` for a device other than the CPU."""
+    runtime.check_batched("avatar-portrait-batch", settings.runtime, settings.device)
+    steps_of = runtime.engines("avatar-portrait-batch", settings.runtime, avatar, settings)
+    rate = avatar.fps / avatar.dit.config.frames_per_block
+
+    def client_for(steps: int):
+        key = ("avatar-portrait dit", id(avatar.dit), settings.runtime, str(settings.device), steps, avatar.shift)
+        return service.client(key, lambda: steps_of(steps), build=True,
+                              name=f"portrait-dit-{steps}-steps-{settings.runtime}", fps=rate)
+
+    return lambda model: BatchedDiT(model, client_for)
+
+
 __all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines",
-           "onnx_engines", "onnx_int8_engines"]
+           "onnx_engines", "onnx_int8_engines", "torch_batch", "batched_dit"]

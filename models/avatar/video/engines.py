@@ -58,10 +58,7 @@ def batched_generator(service, avatar, settings):
     runs this bundle's generator on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. The first session
     builds the lane's engine. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
     more session at the avatar's frame rate would not fit."""
-    runtime.check("avatar-video-batch", settings.runtime)
-    if str(settings.device) != "cpu":  # the lane's thread would need the sessions' CUDA streams ordered with events
-        raise ValueError(f"batching runs on the CPU for now; got device {settings.device!r} (run the sessions "
-                         f"without batching on a GPU)")
+    runtime.check_batched("avatar-video-batch", settings.runtime, settings.device)
     key = ("avatar-video generator", id(avatar.generator), settings.runtime, str(settings.device),
            avatar.region_size, settings.onnx_dir)
 

@@ -22,8 +22,8 @@ Per run it records:
 
 ``video_avatar`` is a video avatar at ``--video-region``. It has the trained bundles' generator widths. Its
 weights are fresh, since the cost does not depend on them. ``avatar`` is the shipped portrait. Batching is built
-for the video avatar's generator, and for the portrait's DiT on torch. Its VAE decoder runs per session. The
-portrait's rows batched on ONNX Runtime say so, and measure nothing.
+for the video avatar's generator, and for the portrait's DiT and VAE decoder on torch. The portrait's rows
+batched on ONNX Runtime say so, and measure nothing.
 """
 from __future__ import annotations
 

@@ -77,7 +77,9 @@ class BatchedDiT:
         self.stream.reset()
 
     def client(self, steps: int):
-        """The opened client of the ``steps`` lane. Its lane measures its cost once, on this stream's rows."""
+        """The opened client of the ``steps`` lane. Its lane measures its cost once, on this stream's rows.
+
+        The :class:`~.stage.Denoiser` asks for each of its steps levels at setup."""
         client = self.clients.get(steps)
         if client is None:
             client = self.clients[steps] = self.client_for(steps)

@@ -187,6 +187,9 @@ class Denoiser(Stage):
         c = self.model.config
         with torch.inference_mode():
             self.engine.start(self.reference)
+            if self.batched:  # each steps level's lane measured now, before the stream: not mid-stream
+                for steps in self.levels:
+                    self.engine.client(steps)
         self._started = True
         self._generator = torch.Generator(device=self._device).manual_seed(self.seed)
         self._features = torch.zeros(self.chunk_frames, c.audio_dim, device=self._device)

@@ -12,6 +12,7 @@ The VAE is a causal autoencoder for the face region. It compresses 16× in space
 - :mod:`.train`: ``train_vae`` and its settings ``VAETrainConfig``. It has checkpoints, resume and held-out
   PSNR. It can train the decoder only, and add latent noise.
 - :mod:`.stage`: ``VAEDecode``. It maps latent chunks to face frames, with a pts per frame.
+- :mod:`.batch`: many sessions' decoder streams, one batch per chunk, through a model service's lane.
 """
 from .data import (
                    FaceClips,

@@ -148,6 +148,8 @@ class VAEDecode(ChunkDecodeStage):
         dtype: compute dtype of the decoder. Use ``torch.float16`` / ``bfloat16`` on a GPU for speed.
         reference: the identity reference region ``uint8 [H, W, 3]``. A ``reference_skip`` model requires it.
             Its features are computed at the start of each stream and kept in the cache.
+        engine: ``engine(model, reference)`` → a :class:`VAEEngine`. The default is :class:`TorchVAE`. A
+            :class:`~.batch.BatchedVAE` decodes in batches with other sessions'; its client ends with the stage.
 
     Ports: in ``"latent"`` ``float32 [C, chunk_frames, H/f, W/f]``; out ``"face"`` ``uint8 [H, W, 3]``.
     The output is RGB, one frame per write. Both are on ``device``.
@@ -183,6 +185,17 @@ class VAEDecode(ChunkDecodeStage):
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
         self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
         self.engine = engine(self.model, self.reference)
+        from .batch import BatchedVAE  # it builds on this module's TorchVAE
+
+        self.batched = isinstance(self.engine, BatchedVAE)
+
+    def teardown(self) -> None:
+        if self.batched:
+            self.engine.close()
+
+    def interrupt(self) -> None:
+        if self.batched:
+            self.engine.cancel()  # a chunk waiting on the batch returns now
 
     @torch.inference_mode()
     def process(self, inputs, out):

@@ -144,3 +144,23 @@ def test_sessions_of_one_video_avatar_share_the_model_service_when_batching_is_o
     text = base.batching_metrics_text()
     assert f'framegraph_batch_requests_served_total{{lane="{lane.name}"}} {lane.stats.served}' in text
     assert 'framegraph_batches_total{lane="' in text and "framegraph_batch_capacity_sessions" in text
+
+
+def test_portrait_sessions_share_the_dit_and_decoder_lanes_when_batching_is_on(avatar_dir, monkeypatch):
+    from framegraph.apps.server.pipelines import base
+
+    monkeypatch.setattr(base, "_SERVICE", base.ModelService(window_ms=45.0))  # as above: the frames meet
+    samples = tone(1.0, amp=0.3)
+    with running(batching=True) as srv:
+        async def both():
+            return await asyncio.gather(*(speak(srv.url, {"portrait": "astronaut", "steps": 1}, samples)
+                                          for _ in range(2)))
+
+        sessions = asyncio.run(both())
+    for ready, got in sessions:
+        assert ready["batched"] is True and ready["kind"] == "portrait" and len(got["video"]) >= 5
+    lanes = {lane.name: lane for lane in base._SERVICE.lanes().values()}
+    assert "portrait-vae-torch" in lanes and any(name.startswith("portrait-dit-") for name in lanes)
+    for lane in lanes.values():
+        assert lane.stats.failed == 0 and not lane.running  # no thread left
+    assert max(max(lane.stats.batches) for lane in lanes.values()) >= 2

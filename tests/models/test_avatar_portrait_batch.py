@@ -1,6 +1,7 @@
-"""The portrait's DiT in batches: streams at different positions, stacked, each get the block and the state they get
-alone (≤ 1e-5); live sessions through one model service get the frames each makes alone; a block the batch cannot
-start in time is refused and leaves its stream as it was."""
+"""The portrait's DiT and VAE decoder in batches: streams at different positions, stacked, each get the block and the
+state they get alone (≤ 1e-5), and decoder streams each their frames and cache; live sessions through one model
+service get the frames each makes alone; a block the batch cannot start in time is refused and leaves its stream
+as it was."""
 import time
 
 import numpy as np
@@ -10,9 +11,11 @@ from helpers import sessions_frames
 
 from framegraph import assets
 from framegraph.models.avatar import RunSettings, load_avatar, random_avatar
-from framegraph.models.avatar.portrait.engines import batched_dit
+from framegraph.models.avatar.portrait.engines import batched_engines
 from framegraph.models.dit import generate_block
 from framegraph.models.dit.batch import BatchedDiT, BlockStep
+from framegraph.models.vae import TorchVAE
+from framegraph.models.vae.batch import SHARED, DecodeStep
 from framegraph.stream.batching import Missed, ModelService
 from framegraph.stream.media import SAMPLE_RATE
 
@@ -62,6 +65,33 @@ def test_streams_at_different_positions_in_one_batch_each_get_what_they_get_alon
     assert [s.frames for s in streams] == [k, 4 * k, 8 * k]  # three positions: the rope went per row
 
 
+@torch.inference_mode()
+def test_decoder_streams_in_one_batch_each_get_their_frames_and_cache(astronaut):
+    vae, reference = astronaut.vae.eval(), astronaut.region()[0]
+    from framegraph.models.vae import uint8_to_frames
+
+    ref = uint8_to_frames(reference)[None]
+    c, t = astronaut.dit.config.latent_channels, astronaut.chunk_frames
+    h = w = astronaut.region_size // vae.spatial_compression
+    g = torch.Generator().manual_seed(5)
+    streams = []
+    for n in (1, 2, 4):  # decoders n chunks into their streams
+        engine = TorchVAE(vae, ref)
+        for _ in range(n):
+            engine.decode(torch.randn(1, c, t, h, w, generator=g))
+        streams.append(engine)
+    keys = sorted(k for k in streams[0].cache if not k.startswith(SHARED))
+    shared = {k: v[:1] for k, v in streams[0].cache.items() if k.startswith(SHARED)}
+    assert keys and shared  # a past of its own, and the reference's features
+    chunks = [torch.randn(1, c, t, h, w, generator=g) for _ in streams]
+    out = DecodeStep(vae, keys, shared)(torch.cat(chunks), *(torch.cat([s.cache[k] for s in streams]) for k in keys))
+    for i, (s, z) in enumerate(zip(streams, chunks)):
+        want = s.decode(z)  # alone
+        assert float((out[0][i:i + 1] - want).abs().max()) <= 1e-5
+        for k, got in zip(keys, out[1:]):
+            assert float((got[i:i + 1] - s.cache[k]).abs().max()) <= 1e-5
+
+
 def test_sessions_through_one_service_get_their_own_frames(astronaut):
     t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
     audios = [(np.sin(2 * np.pi * f * t) * a * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.int16)
@@ -75,14 +105,16 @@ def test_sessions_through_one_service_get_their_own_frames(astronaut):
         assert np.abs(g.astype(int) - w).max() <= 1  # rounding of a value ≤ 1e-5 apart
     moved = np.abs(got[0].astype(int) - got[2]).max(axis=(1, 2, 3))  # per frame, the largest change
     assert (moved > 40).sum() >= 5, "the speaking session's mouth is not the silent one's"
-    (lane,) = service.lanes().values()
-    assert max(lane.stats.batches) >= 2 and lane.stats.failed == 0 and not lane.running
+    lanes = {lane.name: lane for lane in service.lanes().values()}
+    assert set(lanes) == {"portrait-dit-1-steps-torch", "portrait-vae-torch"}
+    for lane in lanes.values():
+        assert max(lane.stats.batches) >= 2 and lane.stats.failed == 0 and not lane.running
 
 
 @torch.inference_mode()
 def test_a_block_the_batch_cannot_start_in_time_is_refused_and_the_stream_is_unchanged(astronaut):
     service = ModelService()
-    engine = batched_dit(service, astronaut, RunSettings(steps=1))(astronaut.dit)
+    engine = batched_engines(service, astronaut, RunSettings(steps=1))[0](astronaut.dit)
     assert isinstance(engine, BatchedDiT)
     engine.start(astronaut.reference_latent())
     try:

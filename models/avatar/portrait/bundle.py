@@ -52,7 +52,7 @@ from ..base import (
     read_matte_png,
     write_matte_png,
 )
-from .engines import batched_dit
+from .engines import batched_engines
 from .onnx import export_avatar
 
 FORMAT_VERSION = 1
@@ -154,12 +154,13 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         The chain is ``source`` → :class:`~framegraph.models.audio.AudioFeatures` →
         :class:`~framegraph.models.dit.Denoiser` → :class:`~framegraph.models.vae.VAEDecode` →
         :class:`~framegraph.models.composite.Composite`. The Composite pastes the face region into the portrait.
-        With ``settings.alpha`` it also sends the portrait's matte. ``settings.batching``: the DiT runs in
-        batches with other sessions' (:func:`~.engines.batched_dit`)."""
+        With ``settings.alpha`` it also sends the portrait's matte. ``settings.batching``: the DiT and the VAE
+        decoder run in batches with other sessions' (:func:`~.engines.batched_engines`)."""
         if settings.alpha:
             self.required_matte()
         engines = runtime.engines("avatar-portrait", settings.runtime, self, settings)
-        dit = engines.dit if settings.batching is None else batched_dit(settings.batching, self, settings)
+        dit, vae = (engines.dit, engines.vae) if settings.batching is None else \
+            batched_engines(settings.batching, self, settings)
         vad = self.vad if settings.vad is None else settings.vad
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       device=settings.device, engine=engines.audio),
@@ -172,7 +173,7 @@ class PortraitAvatar(PictureSize, MatteInFolder):
                                  budget_ms=budget_ms, device=settings.device, torch_threads=settings.torch_threads,
                                  max_lag_ms=settings.max_lag_ms, engine=dit))
         dec = graph.add(VAEDecode(self.vae, size=self.region_size, chunk_frames=self.chunk_frames, fps=self.fps,
-                                  device=settings.device, reference=self.region()[0], engine=engines.vae))
+                                  device=settings.device, reference=self.region()[0], engine=vae))
         comp = graph.add(self.composite(settings.device, alpha=settings.alpha, out_device=settings.video_device))
         graph.connect(features, den, "features", "features", capacity=8)
         graph.connect(state, den, "state", "state", capacity=8)

@@ -28,6 +28,7 @@ from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, defaul
 from framegraph.models.onnx.manifest import check_int8_file, int8_parts
 from framegraph.models.sampler import sample_euler
 from framegraph.models.vae import TorchVAE
+from framegraph.models.vae.batch import BatchedVAE, DecodeStep
 
 from ..base import onnx_dir
 from .onnx import MODELS, dit_state_names, dit_state_outputs, load_manifest
@@ -195,30 +196,46 @@ def onnx_int8_engines(avatar, settings) -> PortraitEngines:
     return _ort_engines(avatar, settings, int8=True)
 
 
-def torch_batch(avatar, settings) -> Callable[[int], BlockStep]:
-    """``steps ↦`` the torch DiT's :class:`~framegraph.models.dit.batch.BlockStep` for a batch of streams."""
-    dit = avatar.dit.to(settings.device).eval()
-    return lambda steps: BlockStep(dit, steps=steps, shift=avatar.shift)
+class PortraitBatch(NamedTuple):
+    """The batched engines of the lanes, by what tells one lane from another."""
+
+    dit: Callable[[int], BlockStep]  # sampler steps ↦ the DiT's block step
+    vae: Callable[[list[str], dict], DecodeStep]  # cache keys, shared entries ↦ the decoder's chunk step
 
 
-def batched_dit(service, avatar, settings) -> Callable:
-    """The Denoiser's ``engine``: ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT` on ``service``.
+def torch_batch(avatar, settings) -> PortraitBatch:
+    """The torch DiT's and VAE decoder's steps for a batch of streams."""
+    dit, vae = avatar.dit.to(settings.device).eval(), avatar.vae.to(settings.device).eval()
+    return PortraitBatch(dit=lambda steps: BlockStep(dit, steps=steps, shift=avatar.shift),
+                         vae=lambda keys, shared: DecodeStep(vae, keys, shared))
 
-    There is one lane per sampler steps level. The lanes run this bundle's DiT on ``settings.runtime``, ``torch``,
-    on the CPU. A client asks at one block per ``frames_per_block`` frames. A service that admits raises
-    :class:`~framegraph.stream.batching.Full` when one more such session would not fit. Raises
-    :class:`ValueError` for a device other than the CPU."""
+
+def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
+    """The Denoiser's and the VAEDecode's ``engine`` on ``service``'s lanes.
+
+    The first maps ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT`, the second ``(model, reference) ↦``
+    a :class:`~framegraph.models.vae.batch.BatchedVAE`. The DiT has one lane per sampler steps level, the decoder one.
+    They run this bundle's models on ``settings.runtime``, ``torch``, on the CPU. A DiT client asks at one block per
+    ``frames_per_block`` frames. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
+    more such session would not fit. Raises :class:`ValueError` for a device other than the CPU."""
     runtime.check_batched("avatar-portrait-batch", settings.runtime, settings.device)
-    steps_of = runtime.engines("avatar-portrait-batch", settings.runtime, avatar, settings)
+    steps = runtime.engines("avatar-portrait-batch", settings.runtime, avatar, settings)
     rate = avatar.fps / avatar.dit.config.frames_per_block
+    where = (settings.runtime, str(settings.device))
 
-    def client_for(steps: int):
-        key = ("avatar-portrait dit", id(avatar.dit), settings.runtime, str(settings.device), steps, avatar.shift)
-        return service.client(key, lambda: steps_of(steps), build=True,
-                              name=f"portrait-dit-{steps}-steps-{settings.runtime}", fps=rate)
+    def dit_client(n: int):
+        return service.client(("avatar-portrait dit", id(avatar.dit), *where, n, avatar.shift),
+                              lambda: steps.dit(n), build=True, name=f"portrait-dit-{n}-steps-{settings.runtime}",
+                              fps=rate)
 
-    return lambda model: BatchedDiT(model, client_for)
+    def vae_client(keys: list[str], shared: dict):  # no frame rate: the DiT's lane admits the session
+        return service.client(("avatar-portrait vae", id(avatar.vae), id(avatar), *where, tuple(keys)),
+                              lambda: steps.vae(keys, shared), build=True, name=f"portrait-vae-{settings.runtime}",
+                              on_miss="run")
+
+    return (lambda model: BatchedDiT(model, dit_client),
+            lambda model, reference: BatchedVAE(model, reference, vae_client))
 
 
 __all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines",
-           "onnx_engines", "onnx_int8_engines", "torch_batch", "batched_dit"]
+           "onnx_engines", "onnx_int8_engines", "PortraitBatch", "torch_batch", "batched_engines"]

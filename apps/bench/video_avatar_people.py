@@ -30,14 +30,17 @@ import torch
 from framegraph.apps.bundles import load_bundle_at
 from framegraph.models.avatar.eval.video import evaluate_video_avatar
 from framegraph.models.avatar.video.generator import GENERATOR_STATE
-from framegraph.models.avatar.video.train import train_video_avatar
+from framegraph.models.avatar.video.lipsync import GAIN_FOLDS
+from framegraph.models.avatar.video.train import VIDEO_CLIPS, train_video_avatar
 from framegraph.stream.media import decode_audio
 
 from .meta import bench_metadata, write_result
 from .video_avatar_speed import at_region, graph_speed
 
 KEEP_DROP = 0.03  # the most a person's held-out openness correlation may drop for a change to be kept
-CHANGES = ("whisper", "av_sync", "follow_openness")  # VideoTrainConfig's switches of the sound's side
+# VideoTrainConfig's fields of the sound's side: each change's setting off ('before') and on ('after', the default)
+CHANGES = {"whisper": (False, True), "av_sync": (False, True), "follow_openness": (False, True),
+           "gain_folds": (4, GAIN_FOLDS)}
 QUALITY = ("landmark_openness_corr", "landmark_openness_swing", "lips_sharpness_ratio", "mouth_sharpness_ratio",
            "silence")
 
@@ -67,13 +70,18 @@ def _person(video: str, args) -> dict:
     name = Path(video).stem
     root = Path(args.work) / name
     base = {"steps": args.steps, "holdout": args.holdout}
-    print(f"{name}: training 'before' ({args.change} off; the generator, {args.steps} steps)", file=sys.stderr)
-    before_report, before_min = _train(video, root / "before", {**base, args.change: False}, args.threads)
+    off, on = CHANGES[args.change]
+    print(f"{name}: training 'before' ({args.change} {off}; the generator, {args.steps} steps)", file=sys.stderr)
+    before_report, before_min = _train(video, root / "before", {**base, args.change: off}, args.threads)
     state = root / "before" / "train" / GENERATOR_STATE
     (root / "after" / "train").mkdir(parents=True, exist_ok=True)
     shutil.copy2(state, root / "after" / "train" / GENERATOR_STATE)  # the same generator: only the sound differs
-    print(f"{name}: training 'after' ({args.change} on; the generator continues as finished)", file=sys.stderr)
-    after_report, after_min = _train(video, root / "after", {**base, args.change: True}, args.threads)
+    # and the same prepared clips: the checkpoint holds to their pictures (libx264 may encode a frame of a width
+    # not a multiple of 16 differently run to run, so clips prepared afresh can differ by a few levels)
+    shutil.copytree(root / "before" / "train" / VIDEO_CLIPS, root / "after" / "train" / VIDEO_CLIPS,
+                    dirs_exist_ok=True)
+    print(f"{name}: training 'after' ({args.change} {on}; the generator continues as finished)", file=sys.stderr)
+    after_report, after_min = _train(video, root / "after", {**base, args.change: on}, args.threads)
     audio = decode_audio(video)
     out = {"person": name, "video": os.path.basename(video)}
     for side, report, minutes in (("before", before_report, before_min), ("after", after_report, after_min)):
@@ -120,8 +128,7 @@ def figure(data: dict, plt):
     xs = range(len(people))
     for dx, side, colour in ((-0.2, "before", "#a0a0a0"), (0.2, "after", "#4878a8")):
         vals = [p[side]["landmark_openness_corr"] or 0 for p in people]
-        ax.bar([x + dx for x in xs], vals, width=0.38, color=colour,
-               label=f"{data.get('change')} {'off' if side == 'before' else 'on'}")
+        ax.bar([x + dx for x in xs], vals, width=0.38, color=colour, label=f"{data.get('change')} {side}")
         for x, v in zip(xs, vals):
             ax.text(x + dx, v + 0.01, f"{v:.2f}", ha="center", va="bottom", fontsize=8)
     ax.set_xticks(list(xs), [p["person"] for p in people], fontsize=8)

@@ -41,7 +41,8 @@ def test_people_bench_trains_before_and_after_on_one_generator_and_judges_the_ch
 
     assert main(["bench", "video_avatar", "--people", str(astronaut_talking_clip), "--change", "steps",
                  "--out", str(out)]) == 2
-    assert "--change 'steps'; expected one of ['whisper', 'av_sync', 'follow_openness']" in capsys.readouterr().err
+    assert ("--change 'steps'; expected one of ['whisper', 'av_sync', 'follow_openness', 'gain_folds']"
+            in capsys.readouterr().err)
     assert main(["bench", "video_avatar", "--people", str(tmp_path / "none.mp4"), "--out", str(out)]) == 2
     assert "does not exist; expected a talking video of one person" in capsys.readouterr().err
     assert main(["bench", "video_avatar", "--out", str(out)]) == 2

@@ -19,8 +19,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                         "held-out tail; the change is kept only if nobody's openness correlation drops by more "
                         "than 0.03 (minutes per person: the training's, about 10 for a 20-s video on 2 threads)")
     p.add_argument("--change", default="whisper",
-                   help="with --people: the training switch compared, off then on: whisper (the mouth hears "
-                        "Whisper's features beside the encoder), av_sync, follow_openness (default whisper)")
+                   help="with --people: the training setting compared, off then on: whisper (the mouth hears "
+                        "Whisper's features beside the encoder), av_sync, follow_openness, gain_folds (the head's "
+                        "gain measured on 4 folds, then on 8) (default whisper)")
     p.add_argument("--work", default="people", help="with --people: where the bundles are trained (WORK/<video "
                                                      "name>/{before,after}; a finished one is continued; people)")
     p.add_argument("--steps", type=int, default=3000, help="with --people: the generator's training steps (3000)")

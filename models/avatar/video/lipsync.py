@@ -34,6 +34,7 @@ SHAPE_NAMES = ("openness", "width", "roundness")
 # RMS levels (share of full scale) of the no-speech clips the shape head learns to answer with the rest mouth
 QUIET_LEVELS = (0.0, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1)
 MAX_SHAPE_GAIN = 2.0  # the most the shape head's swing is scaled up to the person's own (fit_shape_head)
+GAIN_FOLDS = 8  # the contiguous folds the head's gain is measured on: each fit sees 7/8 of the frames, like the last
 
 
 def _conv(cin: int, cout: int, k: int = 3, stride: int = 1) -> nn.Conv2d:
@@ -146,7 +147,7 @@ def context_windows(features: torch.Tensor, context: int) -> torch.Tensor:
 def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int = 3,
                    ridge: float | None = None, folds: int = 4, quiet_features: list[torch.Tensor] = (),
                    rest: torch.Tensor | None = None, known: list[tuple[torch.Tensor, torch.Tensor]] = (),
-                   max_gain: float = MAX_SHAPE_GAIN) -> tuple[ShapeHead, dict]:
+                   max_gain: float = MAX_SHAPE_GAIN, gain_folds: int = GAIN_FOLDS) -> tuple[ShapeHead, dict]:
     """Ridge regression of ``shapes [T, P]`` on the causal windows of ``features [T, D]``.
 
     ``quiet_features``: feature sequences ``[T_i, D]`` of audio without speech. They are silence and noise at several
@@ -165,6 +166,8 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
     the person's. The fitted head is scaled by ``gain`` about the person's mean shape over ``shapes``. ``gain``
     is the measured first shape number's std / the folds' predictions' std. It lies within ``[1, max_gain]``.
     So the mouth opens as wide as the person's. On average it opens as far as theirs. The correlation is unchanged.
+    The gain's folds are ``gain_folds``, more than the ridge's. A fit on fewer frames swings less on new ones. So
+    each fold's fit should see nearly all the frames, as the final fit does.
 
     The quiet and known rows must still answer their shapes once scaled. So the final fit asks them for ``mean + (shape
     - mean) / gain``. Known rows have shapes that swing, unlike the rest shape. With them, the folds are fitted again,
@@ -194,13 +197,13 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         w = torch.linalg.solve(A, (Zt - zm).T @ (Yt - ym))
         return w, ym - zm @ w
 
-    scores, spreads = {}, {}
+    scores = {}
     grid = [ridge] if ridge is not None else [0.01, 0.03, 0.1, 0.3, 1.0, 3.0]
-    bounds = [round(i * len(Z) / folds) for i in range(folds + 1)]
 
-    def folds_predict(lam, gain=1.0):  # each fold predicted by a fit on the others (the extra rows in all)
+    def folds_predict(lam, gain=1.0, k=folds):  # each of k folds predicted by a fit on the others (extra rows in all)
+        bounds = [round(i * len(Z) / k) for i in range(k + 1)]
         preds = torch.zeros_like(Y)
-        for i in range(folds):
+        for i in range(k):
             val = torch.zeros(len(Z), dtype=torch.bool)
             val[bounds[i]:bounds[i + 1]] = True
             w, b = solve(Z[~val], Y[~val], lam, gain)
@@ -214,12 +217,11 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
     for lam in grid:
         preds = folds_predict(lam)
         scores[lam] = float(torch.corrcoef(torch.stack([preds[:, 0], Y[:, 0]]))[0, 1])
-        spreads[lam] = spread(preds)
     best = max(scores, key=lambda k: scores[k] if scores[k] == scores[k] else -2.0)
-    gain = spreads[best]
+    gain = spread(folds_predict(best, k=gain_folds))
     if len(known):  # their shapes swing: the folds measured with them asked for what the final fit asks for
         for _ in range(3):
-            gain = spread(folds_predict(best, gain))
+            gain = spread(folds_predict(best, gain, gain_folds))
     w, b = solve(Z, Y, best, gain)
     w, b = gain * w, gain * b + (1 - gain) * centre  # mean + gain · (prediction - mean), still one linear map
     head = ShapeHead(feature_dim=features.shape[1], context=context, shape_dim=shapes.shape[1])
@@ -229,8 +231,8 @@ def fit_shape_head(features: torch.Tensor, shapes: torch.Tensor, *, context: int
         head.linear.weight.copy_(w.T.float())
         head.linear.bias.copy_(b.float())
     return head.eval(), {"ridge": best, "cv_openness_corr": {str(k): round(v, 4) for k, v in scores.items()},
-                         "gain": round(gain, 4), "quiet_rows": sum(len(f) for f in quiet_features),
-                         "known_rows": sum(len(f) for f, _ in known)}
+                         "gain": round(gain, 4), "gain_folds": gain_folds,
+                         "quiet_rows": sum(len(f) for f in quiet_features), "known_rows": sum(len(f) for f, _ in known)}
 
 
 def openness_lines(shapes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -74,6 +74,7 @@ from .espeak_rows import TYPED_SENTENCES, typed_check, typed_rows
 from .features import CHOICES, candidates, fold_head
 from .generator import GENERATOR_STATE, say_estimate, train_generator
 from .lipsync import (
+    GAIN_FOLDS,
     SHAPE_NAMES,
     ShapeHead,
     context_windows,
@@ -86,6 +87,7 @@ from .openness import OPENNESS_FRAMES, calibrate_openness, drawn_openness, openn
 from .provenance import write_training_provenance
 from .sync import confirm_offset, estimate_av_offset, shift_frames
 
+VIDEO_CLIPS = "video_clips"  # in OUT/train: the prepared clips; a run of the same video and settings reuses them
 MAX_FACE_MISSES = 0.1  # frames where the landmarks fail (blur, a turn) are filled from neighbours, up to this share
 MIN_SPEECH = 0.1  # share of the video the VAD must hear speech in
 WHISPER_COMPUTE = "int8"  # the Whisper engine's compute type, in training as live (CTranslate2's fastest on a CPU)
@@ -118,6 +120,7 @@ class VideoTrainConfig:
     av_sync: bool = True
     whisper: bool = True
     follow_openness: bool = True
+    gain_folds: int = GAIN_FOLDS
     typed_sentences: int = TYPED_SENTENCES
     openness_frames: int = OPENNESS_FRAMES
     seed: int = 0
@@ -418,7 +421,7 @@ def _fit_sound(audio: np.ndarray, speech: np.ndarray | None, z: torch.Tensor, op
     for columns in candidates(joined[:n_train], d, CHOICES if whisper is not None else ("encoder",)):
         head, report = fit_shape_head(columns(joined[:n_train]).float(), z[:n_train], context=cfg.context,
                                       quiet_features=[columns(q).float() for q in quiet], rest=rest,
-                                      known=[(columns(f).float(), y) for f, y in typed])
+                                      known=[(columns(f).float(), y) for f, y in typed], gain_folds=cfg.gain_folds)
         fits[columns.name] = (max(v for v in report["cv_openness_corr"].values() if v == v), columns, head, report)
     chosen = max(fits, key=lambda k: fits[k][0])
     _, columns, head, report = fits[chosen]
@@ -491,7 +494,7 @@ def train_video_avatar(video, out_dir, *, face_box=None, mouth_box=None, audio_f
     checkpoint = out / "train" / GENERATOR_STATE
     if log:
         say_estimate(cfg, torch_threads, checkpoint, log, resume)
-    prep = prepare_video(path, out / "train" / "video_clips", face_box=face_box, mouth_box=mouth_box, region_size=64,
+    prep = prepare_video(path, out / "train" / VIDEO_CLIPS, face_box=face_box, mouth_box=mouth_box, region_size=64,
                          max_side=cfg.max_side, min_seconds=cfg.min_seconds, progress=progress)
     fps = prep.fps
     audio = clips_audio(prep.clips)

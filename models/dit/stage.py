@@ -239,6 +239,9 @@ class Denoiser(Stage):
         c = self.model.config
         block, steps = c.frames_per_block, self.steps
         h, w = self.reference.shape[-2:]
+        # alone, the slot comes first: the stage waits for room downstream, then works. Batched, a block may be
+        # refused (Missed), so the slot comes after the work.
+        frame = None if self.batched else out.write("latent")
         blocks = []
         with torch.inference_mode():
             for start in range(0, self.chunk_frames, block):
@@ -250,7 +253,7 @@ class Denoiser(Stage):
                     self.frames_skipped += self.chunk_frames
                     self._count = 0
                     return
-            frame = out.write("latent")
+            frame = out.write("latent") if frame is None else frame
             for start, x0 in zip(range(0, self.chunk_frames, block), blocks):
                 frame.data[:, start:start + block].copy_(x0[0])
         frame.pts = self._pts

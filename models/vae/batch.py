@@ -45,6 +45,8 @@ class BatchedVAE:
     streams with cache entries ``keys`` and shared entries ``shared``. The :class:`~.stage.VAEDecode` closes the
     engine at teardown and cancels it on interrupt."""
 
+    batched = True  # what VAEDecode looks for: it closes and cancels the engine's client
+
     def __init__(self, model: VideoVAE, reference: torch.Tensor | None,
                  client_for: Callable[[list[str], dict[str, torch.Tensor]], object]):
         self.alone = TorchVAE(model, reference)

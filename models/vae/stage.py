@@ -185,9 +185,7 @@ class VAEDecode(ChunkDecodeStage):
         self.inputs = {"latent": PortSpec((c, t, lh, lw), torch.float32, device)}
         self.outputs = {"face": PortSpec((h, w, 3), torch.uint8, device)}
         self.engine = engine(self.model, self.reference)
-        from .batch import BatchedVAE  # it builds on this module's TorchVAE
-
-        self.batched = isinstance(self.engine, BatchedVAE)
+        self.batched = getattr(self.engine, "batched", False)  # a .batch.BatchedVAE, whose client ends with the stage
 
     def teardown(self) -> None:
         if self.batched:

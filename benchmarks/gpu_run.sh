@@ -204,7 +204,8 @@ if [ -f ".whl/$GSPLAT_SDIST" ]; then
 fi
 python3 -m pip install -q --no-index --no-deps --no-build-isolation --no-compile --target /tmp/site . \
   > "$res/logs/install.log" 2>&1 || { cat "$res/logs/install.log"; pack; exit 1; }
-export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FRAMEGRAPH_CACHE=/tmp/framegraph-cache  # + /tmp/gsplat once built
+export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 FRAMEGRAPH_CACHE=/tmp/framegraph-cache PYTHONSAFEPATH=1
+# (+ /tmp/gsplat once built) PYTHONSAFEPATH: the checkout's kernels/ must not shadow the package "kernels" transformers imports
 [ -f .whl/silero_vad.onnx ] && export FRAMEGRAPH_SILERO_VAD=$PWD/.whl/silero_vad.onnx
 { nvidia-smi; python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__,
   torch.cuda.get_device_name())"; } > "$res/logs/machine.log" 2>&1

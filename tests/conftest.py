@@ -12,6 +12,11 @@ if not torch.cuda.is_available():
 
 import pytest
 
+# `python -m pytest` from the checkout puts its root on sys.path, where the folder kernels/ would shadow the
+# package of that name (Hugging Face's `kernels`, which transformers imports when it finds one). The package
+# under test is framegraph.*, installed; the folders themselves are never imported by their own names.
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
 sys.path.insert(0, os.path.dirname(__file__))
 
 # The models and kernels under test are small: on a CPU shared with other jobs one intra-op thread runs

@@ -28,7 +28,7 @@ import numpy as np
 
 from ..client import stream_session
 from ..server.app import ServerConfig, serve_in_thread
-from . import cluster, transport
+from . import transport
 from .measure import rss_bytes, summary_ms
 from .meta import bench_metadata, write_result
 from .speech import speech_like
@@ -87,6 +87,7 @@ def figure(data: dict, plt):
     A ``--cluster`` result is drawn by :func:`cluster.figure`. A ``--transport`` one is drawn by
     :func:`transport.figure`."""
     if data.get("cluster"):
+        from . import cluster  # Ray Serve, an extra: imported only for --cluster
         return cluster.figure(data, plt)
     if data.get("transport_comparison"):
         return transport.figure(data, plt)
@@ -108,6 +109,7 @@ def figure(data: dict, plt):
 
 def run(args: argparse.Namespace) -> int:
     if args.cluster:
+        from . import cluster
         return cluster.run(args)
     if args.transport:
         return transport.run(args)

@@ -86,12 +86,20 @@ def _events(fn, cache, n: int) -> list[float]:
 def _graphed(fn, cache, n: int) -> float | None:
     """ms per call from a CUDA graph of ``n`` (flush, op) pairs, less a graph of ``n`` flushes.
 
-    None when the op cannot be captured."""
+    None when the op cannot be captured. An op that syncs with the host is found by a run under
+    ``set_sync_debug_mode("error")``, before any capture: a capture that fails can leave the CUDA random
+    generator in capture state, and the next ``torch.randn`` on the device raises."""
+    stream = torch.cuda.Stream()
     try:
-        stream = torch.cuda.Stream()
+        torch.cuda.set_sync_debug_mode("error")
         with torch.cuda.stream(stream):
-            fn()  # warm on the capture stream
+            fn()  # warm on the capture stream; a host sync raises here
+    except RuntimeError:
+        return None
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
         torch.cuda.synchronize()
+    try:
         ops, flushes = torch.cuda.CUDAGraph(), torch.cuda.CUDAGraph()
         with torch.cuda.graph(ops, stream=stream):
             for _ in range(n):

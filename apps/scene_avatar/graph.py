@@ -165,8 +165,9 @@ def place_picture(graph: Graph, picture: Stage, render: Stage, placement: Placem
 
     With ``matte`` it joins ``"alpha"`` too. Offline it runs in lock step. Live, the picture's edges are
     ``latest``, so each scene frame shows the newest picture."""
+    device = picture.outputs["video"].device  # the blend runs where the picture arrives
     quad = graph.add(QuadInScene(placement, image_size=image_size, frame_size=(render.height, render.width),
-                                 background=scene.background(BACKGROUND), shadow=shadow, matte=matte))
+                                 background=scene.background(BACKGROUND), shadow=shadow, matte=matte, device=device))
     policy = "drop_oldest" if live else "block"
     for port in ("video", "depth", "opacity", "camera"):
         graph.connect(render, quad, port, port, capacity=2, policy=policy)

@@ -1,5 +1,7 @@
 """`framegraph bench server`: sessions against a real loopback server, RSS and soak latency in the JSON."""
 import json
+import subprocess
+import sys
 
 from framegraph.apps.cli import main
 
@@ -14,6 +16,20 @@ def test_bench_server_small_run(tmp_path):
     assert k["per_bin"] and k["fps"] > 0 and k["glass_to_glass"]["p50_ms"] < 1000
     assert r["device"] and r["command"].startswith("framegraph bench server")
     assert (tmp_path / "server.png").stat().st_size > 1000
+
+
+def test_bench_server_runs_without_the_cluster_and_webrtc_extras(tmp_path):
+    """The GPU machine has neither Ray nor aiortc: the plain bench needs neither (it once failed importing Ray)."""
+    out = tmp_path / "server.json"
+    code = ("import sys\n"
+            "for m in ('ray', 'aiortc'):\n"
+            "    sys.modules[m] = None  # import ray -> ImportError, as where it is not installed\n"
+            "from framegraph.apps.cli import main\n"
+            f"sys.exit(main(['bench', 'server', '--out', {str(out)!r}, '--sessions', '2', '--session-seconds', '0.5',"
+            " '--soak-seconds', '1']))\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=240, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(out.read_text())["soak"]["fps"] > 0
 
 
 def test_bench_server_cluster_small_run(tmp_path):

@@ -52,14 +52,19 @@ def test_graphed_portrait_engines_equal_torch_on_cuda():
 
 @pytest.mark.parametrize("family, open_kw", [("wan", {"chunk_frames": 1, "cache_frames": 3, "sink_frames": 1}),
                                              ("sana", {"chunk_frames": 2})])
-def test_graphed_denoising_steps_equal_eager_on_cuda(family, open_kw):
+def test_graphed_denoising_steps_equal_eager_on_cuda(family, open_kw, monkeypatch):
+    """Compiled and graphed against eager, and compiled alone against eager, so that a miss says which part differs
+    (on an H200, 2026-12-04: 0.0085 for Wan and 0.028 for SANA at the first chunk, with TF32 convolutions allowed)."""
     from framegraph.apps.bench.generate import build_model
+    from framegraph.models.compile import CompileSettings
     from framegraph.models.generate.compiled import GraphedVelocity, compile_stream
 
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", False)  # float32 convolutions in float32
     gm = build_model(family, "tiny", "cuda", torch.float32)
-    twin = copy.deepcopy(gm.transformer)
+    twin, plain = copy.deepcopy(gm.transformer), copy.deepcopy(gm.transformer)
     eager = gm.family.open(gm.transformer, latent_size=(8, 12), **open_kw)
     fast = compile_stream(gm.family.open(twin, latent_size=(8, 12), **open_kw))
+    compiled = compile_stream(gm.family.open(plain, latent_size=(8, 12), **open_kw), CompileSettings(cuda_graphs=False))
     assert isinstance(fast.streamer.velocity, GraphedVelocity) and fast.streamer.velocity.enabled
     g = torch.Generator(device="cuda").manual_seed(0)
     embeds = torch.randn(1, 6, gm.family.text_dim(gm.transformer), generator=g, device="cuda")
@@ -70,7 +75,10 @@ def test_graphed_denoising_steps_equal_eager_on_cuda(family, open_kw):
                                 device="cuda")
             want = eager.generate(noise, embeds, mask, timesteps=[1000, 750, 500], renoise=False)
             got = fast.generate(noise, embeds, mask, timesteps=[1000, 750, 500], renoise=False)
-            assert rel(got, want) <= 1e-3, chunk
+            alone = compiled.generate(noise, embeds, mask, timesteps=[1000, 750, 500], renoise=False)
+            misses = {"graphed": rel(got, want), "compiled alone": rel(alone, want),
+                      "graphed vs compiled": rel(got, alone)}
+            assert max(misses.values()) <= 1e-3, (chunk, misses)
     assert len(fast.streamer.velocity.graphs) >= 2  # one per state of the past met
 
 

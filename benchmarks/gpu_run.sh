@@ -55,7 +55,7 @@ step_command() {
               --seconds 8 --repeats 2 --session-seconds 6 ;;
     launches) echo 40 "${fg[@]}" bench launches --out "$R/launches.json" --frames 12 ;;
     render) echo 120 "${fg[@]}" bench render --out "$R/render.json" --backends triton --gaussians 1000000,3000000 \
-              --case-cap 50 ;;
+              --case-cap 50 --profile ;;
     render_gsplat) echo 90 "${fg[@]}" bench render --out "$R/render_gsplat.json" --sections 3dgs --backends triton \
                      --gaussians 1000000,3000000 --case-cap 40 --no-peaks ;;
     generate_wan) echo 200 "${fg[@]}" bench generate --family wan --config 1.3b --size 480x832 --steps 4 --chunks 6 \

@@ -24,6 +24,7 @@ from framegraph.stream.quality import psnr
 
 from ..commands.bench.render import DEFAULT_SCENE4D, Section
 from .measure import MemoryProbe, MiB, summary_ms, time_ms
+from .profile import profile_ops
 from .timing import do_bench
 
 FRAMES_PER_LOOP = 60  # 4DGS: scene time advances duration / 60 per frame
@@ -48,6 +49,13 @@ def _stats(times: list, frames_per_call: int) -> dict:
     return {"ms_per_frame_median": ms["p50_ms"], "ms_per_frame_p90": float(np.percentile(times, 90)),
             "ms_per_frame_min": min(times), "ms_per_frame_max": ms["max_ms"],
             "fps": 1000.0 * frames_per_call / ms["p50_ms"]}
+
+
+def _print_profile(p: dict) -> None:
+    busy = "" if p["device_busy_share"] is None else f", device busy {100 * p['device_busy_share']:.0f} %"
+    print(f"  profile: {p['wall_ms']:.2f} ms a frame{busy}; most time in:", flush=True)
+    for row in p["top"][:4]:
+        print(f"    {100 * row['share']:4.0f} %  {row['name'][:90]}", flush=True)
 
 
 def _json_number(v):
@@ -126,9 +134,13 @@ class Cases:
             entry.update({"iters": len(times), "warmup": warmup, "interpreted": interpreted, **mem})
             if not interpreted:
                 entry["timing"] = timing
+                if getattr(self.args, "profile", False):
+                    entry["profile"] = profile_ops(lambda: render(0), self.device)
             results[backend] = entry
             print(f"{case['name']}: {backend} {entry['ms_per_frame_median']:.2f} ms/frame "
                   f"({time.perf_counter() - started:.1f} s with warm-up)", flush=True)
+            if "profile" in entry:
+                _print_profile(entry["profile"])
 
         ref = "torch" if "torch" in images else next(iter(images), None)
         for backend, entry in results.items():

@@ -126,3 +126,17 @@ def test_bench_render_rejects_bad_arguments():
     with pytest.raises(SystemExit):
         parser.parse_args(["--out", "x.json", "--gaussians", "10,abc"])
     assert parser.parse_args(["--out", "x.json", "--gaussians", "1e5,3e6"]).gaussians == [100_000, 3_000_000]
+
+
+def test_bench_render_profile_names_where_the_time_goes(tmp_path, capsys):
+    """``--profile``: the torch reference's frame profiled; its ops' own host time adds up to at most the frame's,
+    the top op is a real torch op, and the share of the listed ops sums to at most 1."""
+    out = tmp_path / "render.json"
+    assert _run("--out", out, "--quick", "--device", "cpu", "--gaussians", "200", "--sections", "3dgs",
+                "--backends", "torch", "--profile") == 0
+    p = _strict_json(out)["results"]["torch"]["profile"]
+    assert p["calls"] == 3 and p["wall_ms"] > 0 and p["device_busy_share"] is None and p["device_ms"] == 0
+    assert len(p["top"]) == 8 and all(r["name"].startswith("aten::") or "::" in r["name"] for r in p["top"][:3])
+    assert sum(r["share"] for r in p["top"]) <= 1.0 + 1e-9
+    assert 0 < sum(r["host_ms"] for r in p["top"]) <= 1.5 * p["wall_ms"]
+    assert "profile:" in capsys.readouterr().out

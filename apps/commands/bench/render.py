@@ -96,5 +96,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="seconds one case may take, every backend included (default 120 on CUDA, 600 on a "
                         "CPU); a case over it is recorded as skipped and the run goes on")
     g.add_argument("--no-peaks", action="store_true", help="skip measuring the device's copy / matmul peaks")
+    g.add_argument("--profile", action="store_true",
+                   help="also profile 3 frames of each backend not interpreted (torch.profiler): the device's busy "
+                        "share and the ops that take the time, in the JSON")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--quick", action="store_true", help="tiny run (a smoke test, not a measurement)")

@@ -17,6 +17,7 @@ import pytest
 # under test is framegraph.*, installed; the folders themselves are never imported by their own names.
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.curdir) != ROOT]
+os.environ["PYTHONSAFEPATH"] = "1"  # the same for every `python -m ...` a test starts from the checkout
 sys.path.insert(0, os.path.dirname(__file__))
 
 # The models and kernels under test are small: on a CPU shared with other jobs one intra-op thread runs

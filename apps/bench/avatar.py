@@ -68,6 +68,7 @@ from framegraph.models.avatar.portrait.onnx import export_avatar, load_manifest
 from framegraph.models.dit import AvatarDiT
 from framegraph.models.runtime import default_device
 from framegraph.models.vae import VideoVAE
+from framegraph.stream.files import write_json
 
 from .avatar_measure import AVATAR_STAGES, CHUNK, SESSION_FPS_TOLERANCE, measure_sessions, measure_size
 from .measure import torch_threads
@@ -249,7 +250,11 @@ def run(args: argparse.Namespace) -> int:
         audio_info = {**audio_info, "seconds": s["seconds"], "samples": int(len(steady_audio)),
                       "sample_rate": SAMPLE_RATE, "chunk_ms": 1000 * CHUNK // SAMPLE_RATE}
         result.update(_description(args, s, cls, result["device"], audio_info))
-        result["sizes"], session_avatar = _measure_sizes(args, s, cls, steady_audio)
+        # each finished row is on disk at once: a run cut at a deadline (a GPU lease) keeps what it measured
+        def partial(rows):
+            write_json(args.out, {**result, "sizes": rows, "partial": "cut before the last row or the sessions"})
+
+        result["sizes"], session_avatar = _measure_sizes(args, s, cls, steady_audio, partial)
         by_backend = {b: _measure_sessions(args.device, s, session_avatar, b, args) for b in s["backends"]}
         result["sessions"] = by_backend[s["backends"][0]]
         result["sessions_by_backend"] = by_backend
@@ -325,10 +330,11 @@ def _row_name(name: str, backend: str, s: dict) -> str:
     return name if len(s["backends"]) == 1 and backend == "torch" else f"{name} {backend}"
 
 
-def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[list, tuple]:
+def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray, partial=lambda rows: None
+                   ) -> tuple[list, tuple]:
     """One row per ``--sizes`` entry (random weights) and one for the shipped avatar, per backend.
 
-    Also returns the sessions' avatar as ``(name, Avatar)``."""
+    ``partial(rows)`` is called after each row. Also returns the sessions' avatar as ``(name, Avatar)``."""
     ttff_audio, _ = speech(s["ttff_seconds"], seed=1)
     common = dict(device=args.device, ttff_audio=ttff_audio, steady_audio=steady_audio, repeats=s["repeats"],
                   torch_threads=s["torch_threads"], warmup_frames=s["warmup_frames"], log=_log)
@@ -340,6 +346,7 @@ def _measure_sizes(args, s: dict, cls: dict, steady_audio: np.ndarray) -> tuple[
             rows.append(measure_size(_row_name(str(size), b, s), avatar, weights="random, shipped architecture",
                                      graph_kw=_graph_kw(b, avatar, str(size), s, args), **common))
             rows[-1]["backend"] = b
+            partial(rows)
         if s["session_size"] == size:
             session_avatar = (str(size), avatar)
     shipped = None

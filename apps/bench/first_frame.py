@@ -59,6 +59,7 @@ from framegraph.models.avatar import RunSettings, build_avatar_graph, load_avata
 from framegraph.models.avatar.video.bundle import random_video_avatar
 from framegraph.models.generate import build_generate_graph, default_dtype
 from framegraph.models.runtime import default_device
+from framegraph.stream.files import write_json
 
 from ..commands.bench.first_frame import PIPELINES, RUNTIMES
 from .generate import build_model
@@ -154,7 +155,7 @@ def _configurations(pipelines, runtimes, video_regions):
 
 
 def _run_configuration(args, pipeline, runtime, warm, cache, region) -> dict:
-    cmd = [sys.executable, "-m", "framegraph.apps.cli", "bench", "first_frame", "--out", os.devnull, "--one",
+    cmd = [sys.executable, "-P", "-m", "framegraph.apps.cli", "bench", "first_frame", "--out", os.devnull, "--one",
            "--pipeline", pipeline, "--runtime", runtime, "--frames", str(args.frames), "--device", args.device,
            "--video-region", str(region or args.video_region[0]), "--config", args.config,
            "--size", "x".join(str(v) for v in args.size)] + (["--warm"] if warm else []) + (
@@ -239,6 +240,10 @@ def run(args: argparse.Namespace) -> int:
             cache = caches.setdefault(name, tempfile.mkdtemp(prefix=f"framegraph-bench-cache-{pipeline}-"))
             r = _summarise(_run_configuration(args, pipeline, runtime, warm, cache, region), args.warmup)
             runs[i].append(r | {"load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()]})
+            # each run on disk at once: a run cut at a deadline (a GPU lease) keeps what it measured
+            write_json(args.out, result | {"partial": "cut before the last run", "runs_so_far": [
+                {"pipeline": c[0], "runtime": c[1], "warm": c[2], "start": c[3], "video_region": c[4], "runs": t}
+                for c, t in zip(configurations, runs) if t]})
             print(f"  failed: {r['error'][-400:]}" if "error" in r else
                   f"  preload {r['preload_s']:.2f} s, first frame {r['first_frame_s'] * 1e3:.0f} ms (graph start "
                   f"{r['graph_start_s'] * 1e3:.1f} ms), steady {(r['steady_latency_s'] or 0) * 1e3:.0f} ms per "

@@ -37,6 +37,7 @@ from framegraph.kernels.monarch_attention.reference import token_causal_mask
 from framegraph.kernels.rope import apply_rope
 from framegraph.kernels.rope.reference import diffusers_apply_rotary_emb
 from framegraph.models.runtime import default_device
+from framegraph.stream.files import write_json
 
 from ..commands.bench.kernels import Op
 from .meta import bench_metadata, write_result
@@ -54,12 +55,15 @@ def run(args: argparse.Namespace) -> int:
 
     args.measured = None if args.no_peaks else measure_peaks(device)
     results = []
+    meta = bench_metadata("kernels")
     for op in args.ops:
         for backward in (False, True) if args.backward else (False,):
             print(f"{op} {'forward+backward' if backward else 'forward'} ...", flush=True)  # progress
             results.append(OP_BENCHES[op](args, device, dtype, backward))
+            # each case on disk at once: a run cut at a deadline (a GPU lease) keeps what it measured
+            write_json(args.out, meta | {"partial": "cut before the last case", "measured_peaks": args.measured,
+                                         "results": results})
 
-    meta = bench_metadata("kernels")
     report = meta | {
         "device": _device_name(device),
         "torch": meta["versions"]["torch"],

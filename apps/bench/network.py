@@ -150,7 +150,7 @@ def _veth(name: str, host: str, peer: str, impairment: Impairment | None) -> boo
 
 def _tun_relay(name: str, host: str, peer: str, impairment: Impairment) -> subprocess.Popen:
     """TUN devices ``{name}h`` here and ``{name}n`` in the namespace. A relay process makes and joins them."""
-    proc = subprocess.Popen([sys.executable, "-m", "framegraph.apps.bench.network", f"{name}h", f"{name}n",
+    proc = subprocess.Popen([sys.executable, "-P", "-m", "framegraph.apps.bench.network", f"{name}h", f"{name}n",
                              str(impairment.loss_percent), str(impairment.delay_ms), str(impairment.jitter_ms)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     line = proc.stdout.readline()
@@ -236,7 +236,7 @@ def server_process(link: Link | None = None, *args: str, start_timeout_s: float 
     Extra ``args`` are passed on. Off loopback it gets a random token, since such a server needs one."""
     token = None if link is None else os.urandom(8).hex()
     host = "127.0.0.1" if link is None else link.peer_address
-    cmd = [sys.executable, "-m", "framegraph.apps.cli", "serve", "--host", host, "--port", "0", *args]
+    cmd = [sys.executable, "-P", "-m", "framegraph.apps.cli", "serve", "--host", host, "--port", "0", *args]
     if token:
         cmd += ["--token", token]
     if link is not None:

@@ -39,7 +39,7 @@ TARGETS_S = {"help": 0.5, "render_help": 0.5, "info": 1.5, "render_testcard_1s":
 def _framegraph() -> list[str]:
     """The ``framegraph`` command: its script beside this interpreter, else ``python -m framegraph.apps.cli``."""
     script = os.path.join(os.path.dirname(sys.executable), "framegraph")
-    return [script] if os.path.isfile(script) else [sys.executable, "-m", "framegraph.apps.cli"]
+    return [script] if os.path.isfile(script) else [sys.executable, "-P", "-m", "framegraph.apps.cli"]
 
 
 def _commands(avatar: str, wav: str, tmp: str) -> dict[str, list[str]]:
@@ -66,7 +66,7 @@ def _timed(argv: list[str]) -> tuple[float, float]:
 
 def _imports(args: list[str]) -> dict:
     """One run under ``-X importtime``: whether torch was imported, and the seconds its top-level imports took."""
-    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "framegraph.apps.cli", *args], cwd=ROOT,
+    done = subprocess.run([sys.executable, "-P", "-X", "importtime", "-m", "framegraph.apps.cli", *args], cwd=ROOT,
                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     rows = [m.groups() for m in re.finditer(r"^import time:\s+\d+ \|\s+(\d+) \|( *)(\S+)$", done.stderr, re.M)]
     return {"imports_torch": any(name == "torch" for _, _, name in rows),

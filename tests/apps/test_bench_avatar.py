@@ -140,3 +140,20 @@ def test_bench_avatar_quick_both_backends_compares_them(tmp_path):
     with pytest.raises(SystemExit) as refused:  # argparse's error: exit status 2
         main(["bench", "avatar", "--quick", "--runtime", "torch,tensorrt", "--out", str(out)])
     assert refused.value.code == 2
+
+
+def test_a_run_cut_after_its_first_rows_leaves_them_on_disk(tmp_path, monkeypatch):
+    """A GPU step's deadline cut the avatar bench during its compiled rows and left no JSON (H200, 2026-12-04).
+    Each measured row is written at once: cut at the sessions (here by an interrupt), the rows are on disk."""
+    from framegraph.apps.bench import avatar as bench
+
+    def cut(*_args, **_kw):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(bench, "_measure_sessions", cut)
+    torch.set_num_threads(1)
+    out = tmp_path / "avatar.json"
+    assert main(["bench", "avatar", "--quick", "--no-shipped", "--out", str(out)]) == 130  # as at Ctrl-C
+    r = json.loads(out.read_text())
+    assert r["partial"] and [row["name"] for row in r["sizes"]] == ["64"]
+    assert _finite_positive(r["sizes"][0]["steady"]["fps"]) and r["command"].startswith("framegraph bench avatar")

@@ -34,27 +34,30 @@ class StreamingRotaryPosEmbed(torch.nn.Module):
         super().__init__()
         self.rope = rope
         self.processors = list(processors)
-        self.static: tuple[torch.Tensor, torch.Tensor] | None = None
+        self.static: tuple[torch.Tensor, torch.Tensor] | None = None  # while pinned: the buffers forward returns
+        self._buffers_pinned: tuple[torch.Tensor, torch.Tensor] | None = None  # kept across unpin
 
     def pin(self, hidden_states: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Compute the table of the stream's current position into fixed buffers.
 
         The latents are shaped like ``hidden_states``. The buffers are allocated at the first call and refilled
-        in place after. The method :meth:`forward` then returns them as they are. A CUDA graph captured around
-        the model reads the rows of whatever position the buffers hold. The method :meth:`unpin` goes back to
-        computing the table at every call.
+        in place after, across :meth:`unpin`. The method :meth:`forward` then returns them as they are. A CUDA
+        graph captured around the model reads the rows of whatever position the buffers hold. So the buffers
+        must outlive the graph: a new pair only comes with a new shape.
         """
-        self.static, static = None, self.static
+        self.static = None
         cos, sin = self.forward(hidden_states)
-        if static is None or static[0].shape != cos.shape:
-            static = (cos.clone(), sin.clone())
+        kept = self._buffers_pinned
+        if kept is None or (kept[0].shape, kept[0].dtype, kept[0].device) != (cos.shape, cos.dtype, cos.device):
+            kept = self._buffers_pinned = (cos.clone(), sin.clone())
         else:
-            static[0].copy_(cos)
-            static[1].copy_(sin)
-        self.static = static
-        return static
+            kept[0].copy_(cos)
+            kept[1].copy_(sin)
+        self.static = kept
+        return kept
 
     def unpin(self) -> None:
+        """Compute the table at every call again. The buffers stay for the next :meth:`pin`."""
         self.static = None
 
     def stream_tokens(self) -> int:

@@ -53,8 +53,9 @@ def test_graphed_portrait_engines_equal_torch_on_cuda():
 @pytest.mark.parametrize("family, open_kw", [("wan", {"chunk_frames": 1, "cache_frames": 3, "sink_frames": 1}),
                                              ("sana", {"chunk_frames": 2})])
 def test_graphed_denoising_steps_equal_eager_on_cuda(family, open_kw, monkeypatch):
-    """Compiled and graphed against eager, and compiled alone against eager, so that a miss says which part differs
-    (on an H200, 2026-12-04: 0.0085 for Wan and 0.028 for SANA at the first chunk, with TF32 convolutions allowed)."""
+    """Compiled and graphed against eager, and compiled alone against eager, so that a miss says which part differs.
+    On an H200 (2026-12-04) the graphed steps were 0.0085 (Wan) and 0.028 (SANA) off at the first chunk: the graphs
+    likely read rotary buffers a later pin had replaced (tests/kernels/test_kernels_processors.py holds that now)."""
     from framegraph.apps.bench.generate import build_model
     from framegraph.models.compile import CompileSettings
     from framegraph.models.generate.compiled import GraphedVelocity, compile_stream

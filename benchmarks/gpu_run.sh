@@ -13,8 +13,8 @@
 #   bash benchmarks/gpu_run.sh SECONDS [STEP ...] # on the GPU machine, from the checkout (.whl/ carried along)
 #
 # STEPs, in order (default: all but the last two): tests avatar launches render generate_wan kernels
-# generate_monarch generate_sana server first_frame scene_avatar render_gsplat soak (render_gsplat is added by
-# itself when gsplat's build finishes after the render step)
+# generate_monarch generate_sana server sessions musetalk first_frame scene_avatar render_gsplat soak
+# (render_gsplat is added by itself when gsplat's build finishes after the render step)
 #
 # .whl/ holds what a bare GPU image (Python 3.12, torch 2.11, triton 3.6, numpy, nvcc) lacks: the wheels listed
 # in WHEELS below (cp312 manylinux, each pinned, so what the registry serves next changes nothing), PyAV's
@@ -37,8 +37,8 @@ CARRIED=${GPU_CARRIED:-benchmarks/gpu_carry.txt}  # GPU_CARRIED: another list (t
 GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
 GSPLAT_WAIT=${GSPLAT_WAIT:-120}
 LIMIT_BYTES=$((56 * 1024 * 1024))  # what a call carries is 64 MiB: 8 MiB are left as a margin
-DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server musetalk first_frame
-               scene_avatar)
+DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server sessions musetalk
+               first_frame scene_avatar)
 
 # ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
 # Caps from the H200 run of 2026-12-04 (benchmarks/results/h200/gpu_run_2026-12-04.json): the gpu tests took
@@ -51,7 +51,7 @@ step_command() {
   case $1 in
     tests) echo 200 python3 -m pytest -q -p no:cacheprovider --timeout 120 -m gpu tests/kernels tests/renderers \
              tests/stream tests/models tests/apps ;;
-    avatar) echo 240 "${fg[@]}" bench avatar --out "$R/avatar.json" --runtime torch,compiled --sizes 256,384,512 \
+    avatar) echo 240 "${fg[@]}" bench avatar --out "$R/avatar.json" --runtime compiled,torch --sizes 384,512,256 \
               --seconds 8 --repeats 2 --session-seconds 6 ;;
     launches) echo 40 "${fg[@]}" bench launches --out "$R/launches.json" --frames 12 ;;
     render) echo 120 "${fg[@]}" bench render --out "$R/render.json" --backends triton --gaussians 1000000,3000000 \
@@ -68,6 +68,8 @@ step_command() {
                      --vae wan2.1 --compile --warm --out "$R/generate_sana_2b_compiled.json" ;;
     server) echo 90 "${fg[@]}" bench server --out "$R/server_avatar.json" --pipeline avatar --sessions 20 \
               --soak-seconds 30 ;;
+    sessions) echo 200 "${fg[@]}" bench sessions --out "$R/sessions.json" --runtime torch --device cuda \
+                --pipeline avatar,video_avatar --sessions 1,2,4,8,16 --batching on,off --seconds 6 ;;
     musetalk) echo 90 "${fg[@]}" bench musetalk --parts speed --device cuda --batches 1,2,4,8,16 \
                 --out "$R/musetalk_speed.json" ;;
     first_frame) echo 200 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \

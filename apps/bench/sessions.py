@@ -34,6 +34,7 @@ import tempfile
 from framegraph.models.avatar import load_avatar, random_video_avatar
 from framegraph.models.avatar.portrait.onnx import export_avatar
 from framegraph.models.avatar.video.onnx import export_video_avatar
+from framegraph.models.runtime import default_device
 from framegraph.stream.batching import ModelService
 
 from .avatar_measure import SESSION_FPS_TOLERANCE, measure_sessions
@@ -44,6 +45,11 @@ from .speech import speech
 TRAINED_WIDTHS = (24, 48, 96, 96)  # MouthGenerator's default channels: what trained video bundles have
 NOT_BUILT = ("the portrait's DiT is batched on torch only (its ONNX export has no batch axis yet): run it with "
              "--runtime torch")
+
+
+def _device(args) -> str:
+    """Where the sessions' torch models run. ONNX Runtime's run on the CPU."""
+    return "cpu" if args.runtime == "onnx" else (args.device or default_device())
 
 
 def _avatar(pipeline: str, args):
@@ -88,7 +94,8 @@ def _run_once(pipeline: str, n: int, batching: str, args, kw: dict, avatar, audi
     what = f"[{pipeline}] {n} session(s), batching {batching}" + (f", run {rep + 1} of {args.repeat}"
                                                                    if args.repeat > 1 else "")
     print(what, flush=True)
-    run = measure_sessions(avatar, n, args.seconds, "cpu", args.torch_threads, audio, {**kw, "batching": service})
+    run = measure_sessions(avatar, n, args.seconds, _device(args), args.torch_threads, audio,
+                           {**kw, "batching": service})
     run["batching"] = batching
     run["p95_ms_max"] = max((p["end_to_end_ms"]["p95_ms"] or 0.0) for p in run["per_session"])
     if service is not None:
@@ -113,7 +120,7 @@ def run(args: argparse.Namespace) -> int:
         "cpu_ms_per_frame": "the process's CPU time over the run / the frames all sessions presented",
         "audio": {**audio_info, "seconds": args.seconds}, "torch_threads": args.torch_threads,
         "repeat": f"{args.repeat} run(s) per row; a row is the median run by its slowest session's fps",
-        "cpus": os.cpu_count(), "load_at_start": os.getloadavg()[0]}
+        "cpus": os.cpu_count(), "load_at_start": os.getloadavg()[0], "session_device": _device(args)}
     with torch_threads(args.torch_threads), tempfile.TemporaryDirectory(prefix="fg-bench-sessions-") as tmp:
         result["pipelines"] = {p: _measure(p, args, tmp, audio) for p in args.pipeline}
     result["load_at_end"] = os.getloadavg()[0]

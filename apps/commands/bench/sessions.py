@@ -35,6 +35,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batching", type=_names(BATCHING, "--batching"), default=list(BATCHING),
                    help="on, off or on,off (default both): the sessions' model calls in one batch, or each alone")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="onnx", help="where the models run (default onnx)")
+    p.add_argument("--device", default=None,
+                   help="cpu or cuda, where torch runs the models (default: cuda when available; ONNX Runtime "
+                        "runs on the CPU)")
     p.add_argument("--video-region", type=positive_int, default=160,
                    help="the video avatar's region side, px (default 160; its generator has the trained bundles' "
                         "widths and fresh weights: the cost does not depend on them)")

@@ -36,9 +36,15 @@ What one session does never holds up another:
 - The lane never waits on a session. Results go into the client's buffer. The client reads it when it likes.
 
 No queue is unbounded. A client has one request in flight at a time.
+
+On CUDA each session's stage runs on its own stream, and the lane on its own. A request carries an event recorded
+on its caller's stream: the lane's stream waits for it before the batch. The row's copy into the client's buffer
+records another: the caller's stream waits for that one before it reads the result. No session's stream waits for
+the whole device.
 """
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
 from collections.abc import Callable, Hashable
@@ -79,15 +85,29 @@ class Cancelled(RingAborted):
 
 
 class _Request:
-    __slots__ = ("client", "inputs", "deadline_ns", "on_miss", "enqueued_ns")
+    __slots__ = ("client", "inputs", "deadline_ns", "on_miss", "enqueued_ns", "ready")
 
     def __init__(self, client, inputs, deadline_ns, on_miss):
         self.client, self.inputs, self.deadline_ns, self.on_miss = client, inputs, deadline_ns, on_miss
         self.enqueued_ns = time.monotonic_ns()
+        self.ready = _recorded(inputs[0].device) if inputs and inputs[0].is_cuda else None  # the inputs' writes
 
     def order(self) -> tuple:
         """Earliest deadline first. Requests without one come after, in arrival order."""
         return (self.deadline_ns is None, self.deadline_ns or 0, self.enqueued_ns)
+
+
+def _sync(tensors) -> None:
+    """Wait for the device of CUDA ``tensors``. Nothing on a CPU."""
+    if tensors and tensors[0].is_cuda:
+        torch.cuda.synchronize(tensors[0].device)
+
+
+def _recorded(device: torch.device) -> torch.cuda.Event:
+    """An event recorded now on the calling thread's current stream of ``device``."""
+    event = torch.cuda.Event()
+    event.record(torch.cuda.current_stream(device))
+    return event
 
 
 class LaneStats:
@@ -147,6 +167,7 @@ class Lane:
         self._pending: list[_Request] = []
         self._open = 0
         self._thread: threading.Thread | None = None
+        self._stream: torch.cuda.Stream | None = None  # the lane's own, for CUDA requests
 
     # ---- clients' side ---------------------------------------------------------------------------
     def attach(self) -> None:
@@ -254,8 +275,10 @@ class Lane:
             best = None
             for _ in range(repeats):
                 with self._engine, torch.inference_mode():
+                    _sync(batch)
                     t0 = time.perf_counter_ns()
                     self.run_batch(*batch)
+                    _sync(batch)  # on CUDA the time of the work, not of its launches
                     dt = time.perf_counter_ns() - t0
                 best = dt if best is None else min(best, dt)
             self.cost_ns[b] = float(best)
@@ -338,13 +361,26 @@ class Lane:
                 self._run(batch)
 
     def _run(self, batch: list[_Request]) -> None:
-        with self._engine:
-            self._run_locked(batch)
+        with self._engine, self._on_stream(batch) as stream:
+            if stream is not None:
+                for r in batch:
+                    stream.wait_event(r.ready)
+            self._run_locked(batch, stream)
 
-    def _run_locked(self, batch: list[_Request]) -> None:
+    def _on_stream(self, batch: list[_Request]):
+        """The lane's CUDA stream made current for a batch of CUDA requests; else nothing."""
+        if batch[0].ready is None:
+            return contextlib.nullcontext()
+        if self._stream is None:
+            self._stream = torch.cuda.Stream(device=batch[0].inputs[0].device)
+        return torch.cuda.stream(self._stream)
+
+    def _run_locked(self, batch: list[_Request], stream: torch.cuda.Stream | None = None) -> None:
         start = time.monotonic_ns()
         try:
             outs = self._call(batch)
+            if stream is not None:
+                stream.synchronize()  # the lane's thread waits for its own work: the cost is the work's
         except Exception as exc:  # noqa: BLE001 - the batch failed: each request alone, so only its cause hears it
             if len(batch) == 1:
                 self.stats.failed += 1
@@ -399,6 +435,7 @@ class BatchClient:
         self._lock = threading.Lock()
         self._request: _Request | None = None
         self._result: tuple[torch.Tensor, ...] | None = None
+        self._copied: torch.cuda.Event | None = None  # on CUDA: the result's copy, on the lane's stream
         self._error: BaseException | None = None
         self._cancelled = False
         self._opened = False
@@ -459,7 +496,9 @@ class BatchClient:
                 raise self._error
             if self._cancelled:
                 raise Cancelled(f"{self.lane.name}: the session was cancelled")
-            out = self._result
+            out, copied = self._result, self._copied
+        if copied is not None:
+            torch.cuda.current_stream(out[0].device).wait_event(copied)
         return out[0] if len(out) == 1 else out
 
     # ---- the lane's side ------------------------------------------------------------------------
@@ -471,6 +510,7 @@ class BatchClient:
                 self._result = tuple(torch.empty_like(r) for r in rows)
             for dst, src in zip(self._result, rows):
                 dst.copy_(src)
+            self._copied = _recorded(rows[0].device) if rows[0].is_cuda else None
             self._done.set()
 
     def _fail(self, error: BaseException, request: _Request) -> None:

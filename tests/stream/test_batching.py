@@ -243,3 +243,47 @@ def test_a_service_that_admits_refuses_the_session_its_measured_cost_cannot_fit(
     # room again once the first has gone
     third, _ = avatar_session(heavy, speech(220, 0.2), RunSettings(batching=service))
     third.cancel()
+
+
+@pytest.mark.gpu
+def test_on_cuda_each_session_stream_and_the_lanes_are_ordered_by_events():
+    """Sessions on their own CUDA streams write their inputs just before calling, and read the result at once. The
+    lane's stream waits for each request's writes, and each caller's stream waits for its row's copy, without a
+    device-wide wait. Every row is the session's own, on every call (a missing wait reads half-written inputs)."""
+    service = ModelService(max_batch=4, window_ms=5.0)
+    weight = torch.randn(1024, 1024, device="cuda") / 32
+
+    def run(x):
+        for _ in range(8):  # long enough on the lane's stream for a reader that did not wait to see stale rows
+            x = torch.tanh(x @ weight)
+        return x
+
+    errors, sessions = [], 4
+    start = threading.Barrier(sessions)
+
+    def session(i):
+        client = service.client(("cuda-order",), run, name="order")
+        client.open()
+        stream = torch.cuda.Stream()
+        g = torch.Generator(device="cuda").manual_seed(i)
+        start.wait()
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(20):
+                x = torch.randn(1, 1024, 1024, device="cuda", generator=g)
+                for _ in range(4):  # the inputs are still being written when the call is made
+                    x = torch.tanh(x @ weight)
+                got = client(x).clone()  # read on this stream right away
+                stream.synchronize()
+                want = run(x)
+                torch.cuda.synchronize()
+                errors.append((got - want).abs().max().item())
+        client.close()
+
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(sessions)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert len(errors) == 20 * sessions and max(errors) < 1e-3, max(errors)
+    (lane,) = service.lanes().values()
+    assert max(lane.stats.batches) > 1  # the calls were really batched

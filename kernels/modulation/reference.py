@@ -20,7 +20,8 @@ def norm_modulate(
     """``norm(x) * (1 + scale) + shift`` over the last dim of ``x [..., C]``. The result is in ``x.dtype``."""
     x32 = x.float()
     if norm == "layer":
-        normed = F.layer_norm(x32, x.shape[-1:], eps=eps)  # (x - mean) / sqrt(var + eps), no affine
+        # (x - mean) / sqrt(var + eps), no affine; int(): a constant for the ONNX tracer, whose other axes may vary
+        normed = F.layer_norm(x32, (int(x.shape[-1]),), eps=eps)
     else:  # "rms"
         normed = x32 * torch.rsqrt(x32.pow(2).mean(dim=-1, keepdim=True) + eps)
     if weight is not None:

@@ -258,9 +258,9 @@ class DiTBlock(nn.Module):
 
         h, y, (new_state, prefix) = self._attend(x, mods, geo, ref_kv, audio_tokens, attention)
         y_t, cache = self.ffn.temporal(y, state.ffn_cache if state is not None else None)
-        h = gate_residual(h, y_t.reshape(h.shape), mods[5], backend=self.backend)
+        h = gate_residual(h, y_t.reshape(-1, *h.shape[1:]), mods[5], backend=self.backend)  # -1: a traced batch
         context = CleanContext(prefix=prefix, ffn=y) if want_context else None
-        return h.reshape(x.shape), (new_state, cache), context
+        return h.reshape(-1, *x.shape[1:]), (new_state, cache), context
 
     def forward_context(self, x: torch.Tensor, mod: torch.Tensor, geo: Geometry, ref_kv, audio_tokens: torch.Tensor,
                         context: CleanContext) -> torch.Tensor:

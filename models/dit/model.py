@@ -332,7 +332,8 @@ class AvatarDiT(PretrainedModel):
         if rope is None:
             return self._geometry(B, T, h, w, stream.frames, stream.ref.device)
         p = self.config.patch_size  # int(): under the ONNX tracer, sizes taken from shapes are tensors
-        return Geometry(int(B), int(T), int(h) // p, int(w) // p, self.config.frames_per_block, tuple(rope))
+        B = B if torch.jit.is_tracing() else int(B)  # traced, the batch stays a size of the graph's inputs
+        return Geometry(B, int(T), int(h) // p, int(w) // p, self.config.frames_per_block, tuple(rope))
 
     def append_step(self, x0: torch.Tensor, audio: torch.Tensor, state_label: torch.Tensor, stream: DiTStreamState,
                     rope: tuple[torch.Tensor, torch.Tensor] | None = None) -> list[torch.Tensor]:

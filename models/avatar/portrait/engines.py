@@ -8,6 +8,9 @@
   (:mod:`framegraph.models.avatar.int8`). The classes :class:`OrtAudioEncoder`, :class:`OrtDiT` and the shared
   :class:`~framegraph.models.onnx.OrtVAEStream` hold each model's stream state as torch tensors bound to the sessions.
 
+Batched, model ``"avatar-portrait-batch"``: :func:`torch_batch` and :func:`onnx_batch` give the lanes' steps. The
+ONNX Runtime ones, :class:`OrtBlockStep` and :class:`OrtDecodeStep`, need the export's dynamic batch axis.
+
 Threads: each session gets intra-op threads. The audio encoder gets 1, for 20 ms chunks of small work. The DiT
 and the decoder get ``torch_threads`` each. The default is half the cores. They run side by side on successive
 frames. Two full-width pools would fight for the same cores.
@@ -24,7 +27,7 @@ from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.dit import TorchDiT
 from framegraph.models.dit.batch import BatchedDiT, BlockStep
-from framegraph.models.onnx import CheckedExport, OrtGraph, OrtVAEStream, default_threads
+from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph, OrtVAEStream, default_threads
 from framegraph.models.onnx.manifest import check_int8_file, int8_parts
 from framegraph.models.sampler import sample_euler
 from framegraph.models.vae import TorchVAE
@@ -104,7 +107,9 @@ class OrtDiTStream:
         io = graph.binding()
         flat = [t for layer in s.layers for t in layer.tensors()]
         flat += [t for kv in s.ref_kv if kv is not None for t in kv]
-        for name, t in zip(self.names, [s.ref, s.audio_history, *flat, *self.rope]):
+        rank = {i.name: len(i.shape) for i in graph.session.get_inputs()}.get("rope_cos", 2)
+        rope = [t[None] for t in self.rope] if rank == 3 else self.rope  # [1, N, d]: an export with a batch axis
+        for name, t in zip(self.names, [s.ref, s.audio_history, *flat, *rope]):
             graph.bind(io, name, t)
         return io
 
@@ -210,12 +215,117 @@ def torch_batch(avatar, settings) -> PortraitBatch:
                          vae=lambda keys, shared: DecodeStep(vae, keys, shared))
 
 
+def dynamic_batch(graph: OrtGraph) -> OrtGraph:
+    """``graph`` if its first input's batch axis is dynamic. Else an ExportError naming the command that re-exports."""
+    batch = graph.session.get_inputs()[0].shape[0]
+    if not isinstance(batch, str):
+        raise ExportError(f"{graph.path} runs one session at a time (batch axis fixed to {batch}); batching needs an "
+                          f"export with a dynamic batch axis: run `framegraph export --avatar BUNDLE` again")
+    return graph
+
+
+class OrtBlockStep:
+    """:class:`~framegraph.models.dit.batch.BlockStep` on ONNX Runtime: one block for each row, denoised and appended.
+
+    Called as ``BlockStep`` is, each input ``[B, ...]``. The sampler runs ``steps`` exported velocity calls, then the
+    exported append. Returns new tensors: the clean block ``[B, C, k, h, w]``, then each layer's new ``kv``,
+    ``k_sum`` and FFN cache, then the new audio history. Nothing passed in is changed."""
+
+    def __init__(self, model, velocity: OrtGraph, append: OrtGraph, *, steps: int, shift: float):
+        if model.dtype != torch.float32:
+            raise ValueError(f"the ONNX Runtime DiT is float32; the model is {model.dtype}")
+        self.model, self.steps, self.shift = model, steps, shift
+        self.velocity_graph, self.append_graph = dynamic_batch(velocity), dynamic_batch(append)
+        self.graphs = {"dit_velocity": velocity, "dit_commit": append}
+        self.vio, self.cio = velocity.binding(), append.binding()  # one each, bound anew at each call
+
+    def __call__(self, noise, audio, labels, cos, sin, *tensors):
+        depth = len(self.model.blocks)
+        state = [t.float().contiguous() for t in (*tensors, cos, sin)]  # alive until the runs are done
+        names = dit_state_names(depth, len(tensors) > 2 + 3 * depth)
+        audio, labels = audio.float().contiguous(), labels.float().contiguous()
+
+        def velocity(x, t):
+            g, io, v = self.velocity_graph, self.vio, torch.empty_like(x)
+            x = x.contiguous()
+            for name, value in zip(("x", "t", "audio", "state_label", *names), (x, t, audio, labels, *state)):
+                g.bind(io, name, value)
+            g.bind(io, "velocity", v, output=True)
+            g.run(io)
+            return v
+
+        x0 = sample_euler(velocity, noise.float().contiguous(), steps=self.steps, shift=self.shift).contiguous()
+        g, io = self.append_graph, self.cio
+        for name, value in zip(("x0", "audio", "state_label", *names), (x0, audio, labels, *state)):
+            g.bind(io, name, value)
+        new = [torch.empty_like(t) for t in [*tensors[2:2 + 3 * depth], tensors[1]]]
+        for name, t in zip(dit_state_outputs(depth), new):
+            g.bind(io, name, t, output=True)
+        g.run(io)
+        return (x0, *new)
+
+
+class OrtDecodeStep:
+    """:class:`~framegraph.models.vae.batch.DecodeStep` on ONNX Runtime: the exported ``vae_next`` for each row.
+
+    Called as ``(z, *entries)``, each ``[B, ...]``: the latents and the cache's ``keys`` entries, in order.
+    ``shared`` holds the reference's entries, batch 1, for every row. ``files`` is the manifest's. Returns new
+    tensors: the frames ``[B, 3, T, H, W]``, then each key's new entry."""
+
+    def __init__(self, graph: OrtGraph, files: dict, keys: list[str], shared: dict[str, torch.Tensor]):
+        self.graph, self.keys = dynamic_batch(graph), keys
+        self.graphs = {"vae_next": graph}
+        self.io = graph.binding()  # bound anew at each call
+        missing = sorted(set(keys) - set(files["vae_cache"]["temporal"]))
+        if missing:
+            raise ExportError(f"{graph.path} has no cache entries {missing}; run `framegraph export --avatar BUNDLE` "
+                              f"again")
+        self.shared = {k: v.float().contiguous() for k, v in shared.items()}
+        self.frames = next(o["shape"] for o in files["vae_next"]["outputs"] if o["name"] == "frames")[1:]
+
+    def __call__(self, z, *entries):
+        g, io = self.graph, self.io
+        z, entries = z.float().contiguous(), [t.float().contiguous() for t in entries]  # alive until the run is done
+        g.bind(io, "z", z)
+        for k, t in (*zip(self.keys, entries), *self.shared.items()):
+            g.bind(io, f"cache:{k}", t)
+        frames, new = torch.empty(z.shape[0], *self.frames), [torch.empty_like(t) for t in entries]
+        g.bind(io, "frames", frames, output=True)
+        for k, t in zip(self.keys, new):
+            g.bind(io, f"cache:{k}:out", t, output=True)
+        g.run(io)
+        return (frames, *new)
+
+
+def onnx_batch(avatar, settings) -> PortraitBatch:
+    """The exported DiT's and VAE decoder's steps for a batch of streams, checked against the bundle.
+
+    The graphs are made once, at the first lane's first call, and shared by the lanes. Each gets ``torch_threads``
+    intra-op threads, by default half the cores: the DiT's lane and the decoder's run side by side. An export
+    without the dynamic batch axis raises :class:`~framegraph.models.onnx.ExportError`, naming the command."""
+    if str(settings.device) != "cpu":
+        raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r}")
+    export = AvatarExport(onnx_dir(avatar, settings), avatar)
+    n, graphs = settings.torch_threads or default_threads(), {}
+
+    def graph(key: str) -> OrtGraph:
+        if key not in graphs:
+            graphs[key] = export.graph(key, n)
+        return graphs[key]
+
+    return PortraitBatch(
+        dit=lambda steps: OrtBlockStep(avatar.dit, graph("dit_velocity"), graph("dit_commit"), steps=steps,
+                                       shift=avatar.shift),
+        vae=lambda keys, shared: OrtDecodeStep(graph("vae_next"), export.manifest["files"], keys, shared))
+
+
 def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
     """The Denoiser's and the VAEDecode's ``engine`` on ``service``'s lanes.
 
     The first maps ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT`, the second ``(model, reference) ↦``
     a :class:`~framegraph.models.vae.batch.BatchedVAE`. The DiT has one lane per sampler steps level, the decoder one.
-    They run this bundle's models on ``settings.runtime``, ``torch``, on the CPU. A DiT client asks at one block per
+    They run this bundle's models on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. On ``onnx`` a stream's
+    first decoder chunk still decodes alone in torch: it starts the cache. A DiT client asks at one block per
     ``frames_per_block`` frames. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
     more such session would not fit. Raises :class:`ValueError` for a device other than the CPU."""
     runtime.check_batched("avatar-portrait-batch", settings.runtime, settings.device)
@@ -237,5 +347,6 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
             lambda model, reference: BatchedVAE(model, reference, vae_client))
 
 
-__all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines",
-           "onnx_engines", "onnx_int8_engines", "PortraitBatch", "torch_batch", "batched_engines"]
+__all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines", "onnx_engines",
+           "onnx_int8_engines", "PortraitBatch", "torch_batch", "dynamic_batch", "OrtBlockStep", "OrtDecodeStep",
+           "onnx_batch", "batched_engines"]

@@ -1,6 +1,8 @@
 """Export the portrait avatar's three stateful models to ONNX, every stream state an explicit input and output.
 
-:func:`export_avatar` writes these files. The bundle fixes their shapes: batch 1, its region size and chunk.
+:func:`export_avatar` writes these files. The bundle fixes their shapes: its region size and chunk. The batch is 1
+for the audio encoder and ``vae_first``. It is a dynamic axis ``B`` of the DiT's graphs and ``vae_next``: one session
+runs ``B = 1``, a batch of sessions runs :class:`~.engines.OrtBlockStep` and :class:`~.engines.OrtDecodeStep`.
 
 - ``audio.onnx``: the :class:`~framegraph.models.audio.AudioEncoder` conv stack, ``log_mel float32
   [1, n_mels, T] → features [1, D, T - R + 1]``. ``T`` is dynamic. The window holds the ``R - 1`` mel frames
@@ -8,18 +10,20 @@
 - ``dit_velocity.onnx``: one denoising call of :class:`~framegraph.models.dit.AvatarDiT` on a stream. Its inputs are
   ``x, t, audio, state_label``, the stream state and the block's rotary tables. The state is the reference latent and
   the audio history. Per layer it adds the linear-attention sums ``kv`` / ``k_sum`` and the FFN cache. It adds the
-  identity keys / values. The output is ``velocity``. The state is read only.
+  identity keys / values. The rotary tables are ``[B, N, head_dim]``, each row's positions. The output is
+  ``velocity``. The state is read only.
 - ``dit_commit.onnx``: :meth:`AvatarDiT.append_step`. The same state goes in and the advanced state comes out.
   The outputs are ``*_out``: per layer ``kv, k_sum, ffn_cache``, then ``audio_history``.
 - ``vae_first.onnx``: :meth:`VideoVAE.decode` of the first chunk of a stream. The latent and reference region
   go in. Frames and the whole decoder cache come out.
 - ``vae_next.onnx``: the same for the next chunks. The latent, temporal cache and reference features go in.
-  Frames and the next temporal cache come out.
+  Frames and the next temporal cache come out. The reference features stay batch 1, shared by every row.
 
 ``manifest.json`` has format :data:`FORMAT`, from :mod:`framegraph.models.onnx.manifest`. It records the
-opset and every input and output with its meaning and shape. It records the hash of the bundle the files came
-from. The export traces the models' readable torch path. That is the kernels' ``"torch"`` backend, from
-:mod:`framegraph.kernels.backend`.
+opset and every input and output with its meaning and shape, at batch 1. A file with the batch axis says
+``"batch": "dynamic"``. An export made before the axis, with rotary tables ``[N, head_dim]``, still runs single
+sessions. The manifest records the hash of the bundle the files came from. The export traces the models' readable
+torch path. That is the kernels' ``"torch"`` backend, from :mod:`framegraph.kernels.backend`.
 """
 from __future__ import annotations
 
@@ -170,19 +174,22 @@ def _export_dit(avatar, out_dir: str) -> dict:
     audio, label = torch.randn(1, k, c.audio_dim), torch.rand(1, k, c.state_dim)
     flat = [t for layer in stream.layers for t in layer.tensors()]
     flat += [t for kv in stream.ref_kv if kv is not None for t in kv]
-    state = [stream.ref, stream.audio_history, *flat, *model.stream_rope(stream)]
+    state = [stream.ref, stream.audio_history, *flat, *(t[None] for t in model.stream_rope(stream))]
     names = dit_state_names(len(model.blocks), stream.ref_kv[0] is not None)
     vin = ["x", "t", "audio", "state_label"] + names
     vargs = (x, torch.ones(1), audio, label, *state)
-    export_module(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"])
     cin = ["x0", "audio", "state_label"] + names
     couts = dit_state_outputs(len(model.blocks))
+    batch = {name: {0: "batch"} for name in (*vin, *cin, "velocity", *couts)}
+    export_module(DiTVelocity(model), vargs, os.path.join(out_dir, "dit_velocity.onnx"), vin, ["velocity"],
+                  dynamic_axes=batch)
     new = model.append_step(x, audio, label, stream)
-    export_module(DiTAppend(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts)
+    export_module(DiTAppend(model), (x, audio, label, *state), os.path.join(out_dir, "dit_commit.onnx"), cin, couts,
+                  dynamic_axes=batch)
     return {"dit_velocity": {"file": "dit_velocity.onnx", "inputs": io_entries(vin, vargs, DIT_MEANING),
-                             "outputs": io_entries(["velocity"], [x], DIT_MEANING)},
+                             "outputs": io_entries(["velocity"], [x], DIT_MEANING), "batch": "dynamic"},
             "dit_commit": {"file": "dit_commit.onnx", "inputs": io_entries(cin, (x, audio, label, *state), DIT_MEANING),
-                           "outputs": io_entries(couts, new, DIT_MEANING)}}
+                           "outputs": io_entries(couts, new, DIT_MEANING), "batch": "dynamic"}}
 
 
 def vae_cache_keys(vae, avatar) -> tuple[list[str], list[str], torch.Tensor | None]:
@@ -206,8 +213,9 @@ def _export_vae(avatar, out_dir: str) -> dict:
     export_module(VAEFirst(vae, keys), first_args, os.path.join(out_dir, "vae_first.onnx"), first_in, first_out)
     next_in = ["z"] + [f"cache:{k}" for k in keys]
     next_out = ["frames"] + [f"cache:{k}:out" for k in temporal]
+    batch = {name: {0: "batch"} for name in (*next_in[:1 + len(temporal)], *next_out)}  # not the reference's
     export_module(VAENext(vae, temporal, reference), (z, *(cache[k] for k in keys)),
-            os.path.join(out_dir, "vae_next.onnx"), next_in, next_out)
+                  os.path.join(out_dir, "vae_next.onnx"), next_in, next_out, dynamic_axes=batch)
     meaning = {"z": "normalised latent chunk", "reference": "identity reference region in [-1, 1]",
                "frames": "decoded frames in [-1, 1]", "cache:": "decoder cache entry (temporal conv past / "
                "reference features)"}
@@ -215,7 +223,8 @@ def _export_vae(avatar, out_dir: str) -> dict:
                           "outputs": io_entries(first_out, (frames, *(cache[k] for k in keys)), meaning)},
             "vae_next": {"file": "vae_next.onnx",
                          "inputs": io_entries(next_in, (z, *(cache[k] for k in keys)), meaning),
-                         "outputs": io_entries(next_out, (frames, *(cache[k] for k in temporal)), meaning)},
+                         "outputs": io_entries(next_out, (frames, *(cache[k] for k in temporal)), meaning),
+                         "batch": "dynamic"},
             "vae_cache": {"temporal": temporal, "reference": reference}}
 
 

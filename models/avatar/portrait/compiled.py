@@ -1,10 +1,12 @@
 """The portrait avatar's compiled engines: runtime ``"compiled"``, from :mod:`framegraph.models.compile`.
 
-- :class:`CompiledDiT` compiles one *block step*. That is the few-step Euler sampler over the streamed DiT. Then the
+- :class:`CompiledDiT` runs one *block step*. That is the few-step Euler sampler over the streamed DiT. Then the
   clean block is appended. The stream state is updated in place. The step is one function of ``(noise, audio,
-  labels, rope_cos, rope_sin)``. Inductor compiles it. On CUDA it is replayed from one CUDA graph per sampler-step
-  count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the block's stream position is an input. It
-  is computed outside the step. So neither graph depends on how far the stream has come.
+  labels, rope_cos, rope_sin)``. Inductor compiles the transformer layer once, :func:`compiled_layers`. Every
+  layer, every sampler step and the append run through that one compilation. On CUDA the step is replayed from one
+  CUDA graph per sampler-step count. The fallbacks' 4 → 2 → 1 steps each get theirs. The rotary table of the
+  block's stream position is an input. It is computed outside the step. So neither graph depends on how far the
+  stream has come.
 - :class:`CompiledVAE` compiles the decoder's steady step. That step decodes a chunk with the stream's cache.
   It writes the temporal cache back in place. On CUDA it is also graphed. A stream's first chunk has no cache
   yet; the reference features are computed then. It runs the torch model, once.
@@ -16,9 +18,14 @@ on its torch engine. It runs on the CPU on 20-ms chunks of varying length, in
 """
 from __future__ import annotations
 
+import copy
+import functools
+
 import torch
+from torch import nn
 
 from framegraph.models.compile import CompileSettings, compiled
+from framegraph.models.dit.block import DiTBlock
 from framegraph.models.graphs import GraphedStep
 from framegraph.models.sampler import host_schedule, sample_euler, timestep_schedule
 from framegraph.models.vae import remember_reference, stream_start
@@ -33,6 +40,32 @@ def streamed_tensors(stream) -> list[torch.Tensor]:
     return [t for layer in stream.layers for t in layer.tensors()] + [stream.audio_history]
 
 
+_LAYER: dict[CompileSettings, object] = {}  # DiTBlock.forward_self compiled, one per settings in the process
+
+
+def compiled_layers(model, settings: CompileSettings = CompileSettings()):
+    """A view of the DiT ``model`` whose layers run one compiled ``DiTBlock.forward_self``.
+
+    The view shares the model's parameters and buffers. The model itself stays as it is, so torch sessions of the
+    same bundle stay eager. The layer is compiled once per shape, for every layer and every pass.
+    It is ``model`` itself when ``settings.inductor`` is False.
+    """
+    if not settings.inductor:
+        return model
+    if settings not in _LAYER:
+        _LAYER[settings] = compiled(DiTBlock.forward_self, settings)
+    layer = _LAYER[settings]
+    view = copy.copy(model)
+    view._modules = dict(model._modules)
+    blocks = []
+    for block in model.blocks:
+        twin = copy.copy(block)  # the same parameters and submodules
+        twin.forward_self = functools.partial(layer, twin)
+        blocks.append(twin)
+    view._modules["blocks"] = nn.ModuleList(blocks)
+    return view
+
+
 class CompiledDiT:
     """The :class:`~framegraph.models.dit.DiTEngine` of the compiled runtime; see the module docs.
 
@@ -40,6 +73,7 @@ class CompiledDiT:
 
     def __init__(self, model, settings: CompileSettings = CompileSettings()):
         self.model, self.settings = model, settings
+        self.view = compiled_layers(model, settings)
         self.stream = None
         self.steps: dict[tuple[int, float], GraphedStep] = {}
         self.rope: tuple[torch.Tensor, torch.Tensor] | None = None
@@ -58,7 +92,7 @@ class CompiledDiT:
     def _step(self, steps: int, shift: float) -> GraphedStep:
         key = (steps, shift)
         if key not in self.steps:
-            model, stream = self.model, self.stream
+            model, stream = self.view, self.stream
             targets = streamed_tensors(stream)
             schedule = host_schedule(timestep_schedule(steps, shift))  # the torch engine's, as Python floats
 
@@ -70,7 +104,7 @@ class CompiledDiT:
                     target.copy_(value)
                 return x0
 
-            self.steps[key] = GraphedStep(compiled(block, self.settings), state=targets, pool=self.pool,
+            self.steps[key] = GraphedStep(block, state=targets, pool=self.pool,
                                           enabled=self.settings.graphs(stream.ref.device), name=f"dit {steps} steps")
         return self.steps[key]
 
@@ -130,4 +164,4 @@ def compiled_engines(avatar, settings) -> PortraitEngines:
                            vae=lambda model, reference: CompiledVAE(model, reference, options))
 
 
-__all__ = ["CompiledDiT", "CompiledVAE", "compiled_engines", "streamed_tensors"]
+__all__ = ["CompiledDiT", "CompiledVAE", "compiled_engines", "compiled_layers", "streamed_tensors"]

@@ -99,12 +99,15 @@ def check(model: str, runtime: str) -> str:
 def check_batched(model: str, runtime: str, device) -> str:
     """``runtime`` if ``model``'s batched engine runs on it on ``device``. Else a ValueError.
 
-    Batching runs on the CPU for now. On a GPU the lane's thread would need each session's CUDA stream ordered
-    with events."""
+    Torch's batches run on the CPU or on CUDA. There the lane orders each session's stream with events
+    (:mod:`framegraph.stream.batching`). ONNX Runtime's run on the CPU."""
+    import torch
+
     check(model, runtime)
-    if str(device) != "cpu":
-        raise ValueError(f"batching runs on the CPU for now; got device {device!r} (run the sessions without "
-                         f"batching on a GPU)")
+    kind = torch.device(device).type
+    if kind not in ("cpu", "cuda") or (kind == "cuda" and runtime != "torch"):
+        raise ValueError(f"batching on {runtime} runs on the CPU; got device {str(device)!r} (on a GPU batch the "
+                         f"sessions on torch, or run them without batching)")
     return runtime
 
 

@@ -132,12 +132,13 @@ class AvatarStages:
     First comes the audio side every kind has. ``features`` is an :class:`~framegraph.models.audio.AudioFeatures`,
     with ``"audio"`` in and ``"features"`` and ``"state"`` out. ``state`` is its :class:`StateOverride`. Then
     come the kind's own stages by name. ``video`` is the one of them with the ``"video"`` output,
-    ``uint8 [height, width, 3]``."""
+    ``uint8 [height, width, 3]``. ``batched``: its models run in the model service's batches."""
 
     features: Stage
     state: StateOverride
     video: Stage
     stages: dict[str, Stage] = field(default_factory=dict)
+    batched: bool = False
 
 
 def add_audio_side(graph: Graph, source: Stage, features: Stage, device: str) -> tuple[Stage, StateOverride]:

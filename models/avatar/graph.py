@@ -52,7 +52,8 @@ class AvatarGraph:
     It holds the graph and its source. It holds the audio side every kind has, ``features`` and ``state``. It
     holds the bundle's own stages by name, as ``stages``. A portrait has ``denoiser`` / ``decode`` /
     ``composite``. A video avatar has ``mouth_shape`` / ``loop`` / ``mouth_region``. ``video`` is the stage
-    with the ``"video"`` output. Then come the sinks, None when the caller connects the outputs."""
+    with the ``"video"`` output. Then come the sinks, None when the caller connects the outputs. ``batched``:
+    the models run in the model service's batches (asked for, and possible)."""
 
     graph: Graph
     source: Stage
@@ -62,6 +63,7 @@ class AvatarGraph:
     video: Stage
     sink: Stage | None
     audio_sink: Stage | None
+    batched: bool = False
 
     def set_state(self, mode: StateMode) -> None:
         """``auto`` (VAD) or a forced ``speaking`` / ``listening`` / ``idle``."""
@@ -113,7 +115,8 @@ def build_avatar_graph(avatar: AvatarBundle, audio_source: Stage, sink: Stage | 
         if audio_sink not in g.stages:
             g.add(audio_sink)
         g.connect(src, audio_sink, "audio", "audio", capacity=8)
-    return AvatarGraph(g, src, parts.features, parts.state, parts.stages, parts.video, sink, audio_sink or None)
+    return AvatarGraph(g, src, parts.features, parts.state, parts.stages, parts.video, sink, audio_sink or None,
+                       parts.batched)
 
 
 def warm_avatar(avatar: AvatarBundle, settings: RunSettings | None = None, *, seconds: float = 0.3) -> float:

@@ -165,3 +165,30 @@ def test_an_export_without_the_batch_axis_is_refused_and_still_runs_one_session(
         want = BlockStep(model, steps=1, shift=avatar.shift)(*block, *(t[None] for t in model.stream_rope(stream)),
                                                             *stream.tensors())[0]
         assert rel(alone.generate(*block, 1, avatar.shift), want) <= 1e-4
+
+
+def test_sessions_of_an_export_made_before_the_batch_axis_run_alone_and_the_log_says_why(exported, tmp_path,
+                                                                                       monkeypatch, caplog):
+    """A server that batches keeps serving a bundle whose export is older: its sessions run alone, as before."""
+    import json
+
+    from framegraph.models.avatar import build_avatar_graph
+    from framegraph.stream.media import PushAudioSource
+
+    avatar, _ = exported
+    fixed = portrait_onnx.export_module
+    monkeypatch.setattr(portrait_onnx, "export_module", lambda *args, dynamic_axes=None: fixed(*args))
+    export_avatar(avatar, str(tmp_path))
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    for entry in manifest["files"].values():
+        entry.pop("batch", None)  # as an older export's manifest
+    (tmp_path / "manifest.json").write_text(json.dumps(manifest))
+    service = ModelService()
+    settings = RunSettings(runtime="onnx", onnx_dir=str(tmp_path), steps=1, torch_threads=1, batching=service)
+    t = np.arange(SAMPLE_RATE // 2) / SAMPLE_RATE
+    audio = (np.sin(2 * np.pi * 200 * t) * 6000).astype(np.int16)
+    with caplog.at_level("WARNING"):
+        ag = build_avatar_graph(avatar, PushAudioSource(), settings=settings)
+        frames = sessions_frames(avatar, [audio], settings)[0]
+    assert not ag.batched and not service.lanes() and len(frames) >= 10
+    assert "has no batch axis, so its sessions run alone; run `framegraph export --avatar BUNDLE`" in caplog.text

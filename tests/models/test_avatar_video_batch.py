@@ -84,7 +84,8 @@ def test_batching_on_the_compiled_runtime_is_refused_in_a_sentence(exported):
         build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
 
 
-def test_batching_on_a_gpu_is_refused_in_a_sentence(exported):
+def test_batching_on_onnx_on_a_gpu_is_refused_in_a_sentence(exported):
     avatar, _ = exported
-    with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
-        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", batching=ModelService()))
+    with pytest.raises(ValueError, match="runs? on the CPU; got device 'cuda'"):
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", runtime="onnx",
+                                                                            batching=ModelService()))

@@ -116,9 +116,10 @@ def test_sessions_through_one_service_get_their_own_frames(exported, runtime):
     assert max(lane.stats.batches) >= 2 and not lane.running  # batches were formed; the lane ended with them
 
 
-def test_batching_on_a_runtime_without_a_batch_or_on_a_gpu_is_refused_in_a_sentence(exported):
+def test_batching_on_a_runtime_without_a_batch_or_onnx_on_a_gpu_is_refused_in_a_sentence(exported):
     avatar, _ = exported
     with pytest.raises(ValueError, match="avatar-musetalk-batch runs on torch or onnx, not 'compiled'"):
         build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
-    with pytest.raises(ValueError, match="batching runs on the CPU for now; got device 'cuda'"):
-        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", batching=ModelService()))
+    with pytest.raises(ValueError, match="runs? on the CPU; got device 'cuda'"):
+        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(device="cuda", runtime="onnx",
+                                                                            batching=ModelService()))

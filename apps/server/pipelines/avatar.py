@@ -216,7 +216,7 @@ def build(opts: AvatarOptions) -> Pipeline:
                             "background": opts.background if isinstance(opts.background, str) else
                             list(opts.background),
                             "runtime": runtime, "backend": runtime, "states": list(STATE_MODES),
-                            "batched": batching is not None})
+                            "batched": ag.batched})
 
 
 PIPELINE = PipelineSpec("avatar", "talking avatar driven by the client's microphone (state: auto | speaking | "

@@ -138,7 +138,8 @@ class MuseTalkAvatar(PictureSize, MatteInFolder):
         graph.connect(loop, face, "index", "index", capacity=2)
         if settings.alpha:
             graph.connect(loop, face, "alpha", "alpha", capacity=2)
-        return AvatarStages(features, state, face, {"loop": loop, "musetalk_face": face})
+        return AvatarStages(features, state, face, {"loop": loop, "musetalk_face": face},
+                            batched=settings.batching is not None)
 
 
 def save_musetalk_avatar(root, avatar: MuseTalkAvatar) -> str:

@@ -52,7 +52,7 @@ from ..base import (
     read_matte_png,
     write_matte_png,
 )
-from .engines import batched_engines
+from .engines import batched_engines, export_batches
 from .onnx import export_avatar
 
 FORMAT_VERSION = 1
@@ -159,8 +159,8 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         if settings.alpha:
             self.required_matte()
         engines = runtime.engines("avatar-portrait", settings.runtime, self, settings)
-        dit, vae = (engines.dit, engines.vae) if settings.batching is None else \
-            batched_engines(settings.batching, self, settings)
+        batched = settings.batching is not None and export_batches(self, settings)
+        dit, vae = batched_engines(settings.batching, self, settings) if batched else (engines.dit, engines.vae)
         vad = self.vad if settings.vad is None else settings.vad
         features, state = add_audio_side(graph, source, AudioFeatures(self.audio, fps=self.fps, vad=vad,
                                                                       device=settings.device, engine=engines.audio),
@@ -179,7 +179,8 @@ class PortraitAvatar(PictureSize, MatteInFolder):
         graph.connect(state, den, "state", "state", capacity=8)
         graph.connect(den, dec, "latent", "latent", capacity=2)
         graph.connect(dec, comp, "face", "face", capacity=max(2, self.chunk_frames + 1))
-        return AvatarStages(features, state, comp, {"denoiser": den, "decode": dec, "composite": comp})
+        return AvatarStages(features, state, comp, {"denoiser": den, "decode": dec, "composite": comp},
+                            batched=batched)
 
 
 def load_portrait_avatar(root, cfg: dict) -> PortraitAvatar:

@@ -17,6 +17,7 @@ frames. Two full-width pools would fight for the same cores.
 """
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -35,6 +36,8 @@ from framegraph.models.vae.batch import BatchedVAE, DecodeStep
 
 from ..base import onnx_dir
 from .onnx import MODELS, dit_state_names, dit_state_outputs, load_manifest
+
+log = logging.getLogger(__name__)
 
 if TYPE_CHECKING:  # pragma: no cover - the engines' argument and result types
     from framegraph.models.audio import AudioEncoder
@@ -319,6 +322,24 @@ def onnx_batch(avatar, settings) -> PortraitBatch:
         vae=lambda keys, shared: OrtDecodeStep(graph("vae_next"), export.manifest["files"], keys, shared))
 
 
+BATCHED_PARTS = ("dit_velocity", "dit_commit", "vae_next")  # the export's files a lane runs
+
+
+def export_batches(avatar, settings) -> bool:
+    """Whether the bundle's sessions can batch on ``settings.runtime``. Always on torch.
+
+    On ``onnx`` the export needs the dynamic batch axis. An older export says so in the log, with the command that
+    re-exports, and its sessions run alone as they did."""
+    if settings.runtime != "onnx":
+        return True
+    files = load_manifest(onnx_dir(avatar, settings), avatar)["files"]
+    if all(files[k].get("batch") == "dynamic" for k in BATCHED_PARTS):
+        return True
+    log.warning("%s: its ONNX export has no batch axis, so its sessions run alone; run `framegraph export --avatar "
+                "BUNDLE` again to batch them", onnx_dir(avatar, settings))
+    return False
+
+
 def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
     """The Denoiser's and the VAEDecode's ``engine`` on ``service``'s lanes.
 
@@ -349,4 +370,4 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
 
 __all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines", "onnx_engines",
            "onnx_int8_engines", "PortraitBatch", "torch_batch", "dynamic_batch", "OrtBlockStep", "OrtDecodeStep",
-           "onnx_batch", "batched_engines"]
+           "onnx_batch", "batched_engines", "export_batches"]

@@ -309,7 +309,8 @@ class VideoAvatar(PictureSize, MatteInFolder):
         if settings.alpha:
             graph.connect(loop, mouth_region, "alpha", "alpha", capacity=2)
         return AvatarStages(features, state, mouth_region,
-                            {"mouth_shape": shape, "loop": loop, "mouth_region": mouth_region})
+                            {"mouth_shape": shape, "loop": loop, "mouth_region": mouth_region},
+                            batched=settings.batching is not None)
 
     def person_matte(self) -> torch.Tensor:
         """The loop frames' person mattes, ``uint8 [N, H, W]`` (:func:`~framegraph.models.matte.person_mattes`)."""

@@ -41,7 +41,7 @@ DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarc
                first_frame scene_avatar)
 
 # ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
-# Caps from the H200 run of 2026-12-04 (benchmarks/results/h200/gpu_run_2026-12-04.json): the gpu tests took
+# Caps from the H200 run of 2026-12-04 (benchmarks/reports/gpu_run_h200_2026-12-04.json): the gpu tests took
 # 98 s with one cut at 40 s in Inductor; bench avatar's compiled cold session at 256² ran past 80 s; kernels'
 # first case and generate_wan's build and compile ran past 60 and 110 s; launches 37 s, render 47 s, gsplat's
 # build 114 s. 15 device-minutes hold about two calls: pick the steps, the rest waits for the next GPU.

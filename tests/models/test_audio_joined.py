@@ -97,6 +97,9 @@ def test_a_barge_in_keeps_the_two_sides_paired_frame_by_frame(models):
     both = torch.cat([torch.stack([f.data for f in ours.of("features")]),
                       torch.stack([f.data for f in theirs.of("features")])], 1)
     first, last = min(f[0] for f in flags), max(f[0] for f in flags)
-    steady = list(range(first - 1)) + list(range(last + 30, n))
+    # Whisper's side runs its look-ahead behind: the frames still waiting for it when the reset lands come from the
+    # fresh windows, yet the mark goes on the next frame out. Under load that was 2 frames before it (CI, 2026-12-04).
+    ahead = math.ceil(WINDOWS.lookahead_ms / 40)
+    steady = list(range(first - 1 - ahead)) + list(range(last + 30, n))
     assert len(steady) > 25
     assert (torch.stack([f.data for f in got])[steady] - both[steady]).abs().max() < 1e-4

@@ -17,7 +17,9 @@ frames. Two full-width pools would fight for the same cores.
 """
 from __future__ import annotations
 
+import json
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, NamedTuple
@@ -29,7 +31,7 @@ from framegraph.models.audio.onnx import OrtAudioEncoder
 from framegraph.models.dit import TorchDiT
 from framegraph.models.dit.batch import BatchedDiT, BlockStep
 from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph, OrtVAEStream, default_threads
-from framegraph.models.onnx.manifest import check_int8_file, int8_parts
+from framegraph.models.onnx.manifest import MANIFEST, check_int8_file, int8_parts
 from framegraph.models.sampler import sample_euler
 from framegraph.models.vae import TorchVAE
 from framegraph.models.vae.batch import BatchedVAE, DecodeStep
@@ -329,10 +331,12 @@ def export_batches(avatar, settings) -> bool:
     """Whether the bundle's sessions can batch on ``settings.runtime``. Always on torch.
 
     On ``onnx`` the export needs the dynamic batch axis. An older export says so in the log, with the command that
-    re-exports, and its sessions run alone as they did."""
+    re-exports, and its sessions run alone as they did. The manifest is read, not checked again: the session's
+    engines checked it against the bundle (hashing every weight) just before."""
     if settings.runtime != "onnx":
         return True
-    files = load_manifest(onnx_dir(avatar, settings), avatar)["files"]
+    with open(os.path.join(onnx_dir(avatar, settings), MANIFEST)) as f:
+        files = json.load(f)["files"]
     if all(files[k].get("batch") == "dynamic" for k in BATCHED_PARTS):
         return True
     log.warning("%s: its ONNX export has no batch axis, so its sessions run alone; run `framegraph export --avatar "

@@ -96,16 +96,21 @@ def check(model: str, runtime: str) -> str:
     return runtime
 
 
-def check_batched(model: str, runtime: str, device) -> str:
-    """``runtime`` if ``model``'s batched engine runs on it on ``device``. Else a ValueError.
+def batches(model: str, runtime: str, device) -> bool:
+    """Whether ``model`` has a batched engine on ``runtime`` that runs on ``device``.
 
     Torch's batches run on the CPU or on CUDA. There the lane orders each session's stream with events
     (:mod:`framegraph.stream.batching`). ONNX Runtime's run on the CPU."""
     import torch
 
-    check(model, runtime)
     kind = torch.device(device).type
-    if kind not in ("cpu", "cuda") or (kind == "cuda" and runtime != "torch"):
+    return runtime in runtimes(model) and (kind == "cpu" or (kind == "cuda" and runtime == "torch"))
+
+
+def check_batched(model: str, runtime: str, device) -> str:
+    """``runtime`` if ``model``'s batched engine runs on it on ``device`` (see :func:`batches`). Else a ValueError."""
+    check(model, runtime)
+    if not batches(model, runtime, device):
         raise ValueError(f"batching on {runtime} runs on the CPU; got device {str(device)!r} (on a GPU batch the "
                          f"sessions on torch, or run them without batching)")
     return runtime
@@ -118,4 +123,4 @@ def engines(model: str, runtime: str, /, *args, **kwargs):
 
 
 __all__ = ["Runtime", "RUNTIMES", "FACTORIES", "default_device", "default_runtime", "runtimes", "check",
-           "check_batched", "engines"]
+           "batches", "check_batched", "engines"]

@@ -21,6 +21,18 @@ def test_the_registry_lists_each_models_runtimes():
     assert runtime.default_runtime("cpu") == "torch" and runtime.default_runtime("cuda") == "compiled"
 
 
+def test_batched_engines_run_where_their_runtime_runs():
+    """The server batches a session where its model's batched engine runs: torch on the CPU or CUDA, ONNX Runtime
+    on the CPU; a runtime with no batched engine (the compiled one) never."""
+    where = {(r, d): runtime.batches("avatar-video-batch", r, d) for r in ("torch", "compiled", "onnx")
+             for d in ("cpu", "cuda", "cuda:1", "mps")}
+    assert {k for k, v in where.items() if v} == {("torch", "cpu"), ("onnx", "cpu"), ("torch", "cuda"),
+                                                  ("torch", "cuda:1")}
+    assert runtime.check_batched("avatar-video-batch", "torch", "cuda") == "torch"
+    with pytest.raises(ValueError, match="batching on onnx runs on the CPU; got device 'cuda'"):
+        runtime.check_batched("avatar-video-batch", "onnx", "cuda")
+
+
 def test_every_factory_the_registry_names_is_a_function_of_its_module():
     import importlib
     import inspect

@@ -184,9 +184,8 @@ def build(opts: AvatarOptions) -> Pipeline:
         raise bad_option("avatar", "background", opts.background if isinstance(opts.background, str) else
                          ",".join(map(str, opts.background)), f"portrait (avatar {name!r} has no person matte: it was "
                          f"made before avatars had one)")
-    # a kind with a batched engine on this runtime (the CPU only for now) shares the server's model service
-    batching = model_service(opts) if device == "cpu" and \
-        runtime in models_runtime.runtimes(f"avatar-{avatar.kind}-batch") else None
+    # a kind with a batched engine on this runtime and device shares the server's model service
+    batching = model_service(opts) if models_runtime.batches(f"avatar-{avatar.kind}-batch", runtime, device) else None
     graph = Graph(Clock("realtime"), name="avatar")
     mic = graph.add(PushAudioSource(max_buffer_ms=500, name="mic"), max_in_flight=8)
     encoder, sink = add_video_out(graph, opts, audio_chunk=AUDIO_CHUNK)

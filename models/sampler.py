@@ -25,7 +25,7 @@ Training pieces:
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 import torch
@@ -134,6 +134,7 @@ def sample_euler(
     time_shape: tuple[int, ...] | None = None,
     renoise: bool = False,
     generator: torch.Generator | None = None,
+    fresh: Sequence[torch.Tensor] | None = None,
 ) -> torch.Tensor:
     """Integrate the flow from noise at ``t = 1`` to data at ``t = 0`` with Euler steps.
 
@@ -153,6 +154,8 @@ def sample_euler(
             Instead of the deterministic Euler step, it estimates ``x0 = x_t - t v``.
             Then it re-noises it to the next time with fresh noise from ``generator``.
             Both coincide for one step.
+        fresh: with ``renoise``, the fresh noise of each re-noising step, in order, shaped like ``noise``, used
+            instead of drawing it from ``generator``. A batch of sessions hands in what each one's generator drew.
 
     Returns:
         the sample at ``t = 0``, shaped like ``noise``.
@@ -165,12 +168,14 @@ def sample_euler(
         raise ValueError(f"sample_euler: timesteps has {len(ts)} value(s); expected [steps + 1] (>= 2 values)")
     cond = dict(cond or {})
     x = noise
+    drawn = None if fresh is None else iter(fresh)
     for t, s in zip(ts[:-1], ts[1:]):
         v = velocity_fn(x, _full_time(t, x, time_shape), **cond)
         if renoise and s > 0:
             x0 = x - t * v
-            fresh = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype)
-            x = (1 - s) * x0 + s * fresh
+            eps = torch.randn(x.shape, generator=generator, device=x.device, dtype=x.dtype) if drawn is None \
+                else next(drawn)
+            x = (1 - s) * x0 + s * eps
         else:
             x = x + (s - t) * v  # float32 values: their difference is exact in a Python float, rounded as float32's
     return x

@@ -70,6 +70,8 @@ class CausalStream:
         anchor_chunks: clean chunks kept for :meth:`reanchor`. Memory is bounded to ``anchor_chunks`` chunks.
     """
 
+    batched = False  # a stream on batching lanes (.batch) has open / close / cancel for its clients
+
     def __init__(self, streamer, model: torch.nn.Module, *, chunk_frames: int, anchor_chunks: int) -> None:
         self.streamer = streamer
         self.model = model

@@ -26,7 +26,7 @@ from framegraph.stream.memory import keep_freed_memory
 from .checkpoint import GenerateModel
 from .family import SHIFT
 from .prompts import PromptBook
-from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, video_frames
+from .stages import CausalDenoiser, CausalVAEDecode, NoiseSource, VAEEncode, denoise_timesteps, video_frames
 
 __all__ = ["GenerateGraph", "build_generate_graph"]
 
@@ -114,6 +114,7 @@ def build_generate_graph(
     onnx_threads: int | None = None,
     denoiser_runtime: runtime.Runtime = "torch",
     cuda_graphs: bool | None = None,
+    batching=None,
     **options,
 ) -> GenerateGraph:
     """Build the graph, without a sink, for ``chunks`` chunks of ``size = (height, width)`` video.
@@ -130,6 +131,9 @@ def build_generate_graph(
       threads; None is half the cores. ``"compiled"`` compiles the decoder.
     - ``denoiser_runtime``: ``"torch"`` or ``"compiled"``. Compiled means the transformer's blocks are compiled. On
       CUDA its steps are also replayed from CUDA graphs, unless ``cuda_graphs=False``.
+    - ``batching``: a :class:`~framegraph.stream.batching.ModelService`. The denoiser's chunks then run on its
+      lane with every other session's of this model and shapes (SANA-Video on torch; :mod:`.batch`). The model is
+      the lane's from then on: give every batched session the same one.
     - ``options``: the family's. Wan takes ``attention``, ``cache_frames`` and ``sink_frames``. Both take ``backend``,
       the kernels' choice.
     """
@@ -141,10 +145,15 @@ def build_generate_graph(
     graph = Graph(clock or Clock("fast"), name=f"generate-{gm.family.name}")
     prompts = PromptBook(gm.family.text_dim(gm.transformer), gm.prompt_tokens, folder=gm.text_folder or gm.source,
                          device=device, encoder_dtype=default_dtype(device))
+    stream = None if batching is None else _batched_stream(
+        batching, gm, device=device, latent_size=latent_size, chunk_frames=chunk_frames,
+        denoiser_runtime=denoiser_runtime, timesteps=denoise_timesteps(timesteps, shift, strength),
+        chunks_per_s=fps / (r * chunk_frames), **options)
     denoiser = CausalDenoiser(gm.family, gm.transformer, prompts, latent_size=latent_size, chunk_frames=chunk_frames,
                               timesteps=timesteps, shift=shift, strength=strength, seed=seed, device=device,
-                              engine=runtime.engines("generate-denoiser", denoiser_runtime, cuda_graphs=cuda_graphs),
-                              **options)
+                              engine=None if stream is not None else
+                              runtime.engines("generate-denoiser", denoiser_runtime, cuda_graphs=cuda_graphs),
+                              stream=stream, **options)
     if prompt is not None or prompt_embeds is not None:
         denoiser.set_prompt(prompt, embeds_file=prompt_embeds)
     s = gm.vae.config.scale_factor_spatial
@@ -177,6 +186,20 @@ def build_generate_graph(
     graph.connect(denoiser, decode, "latent", capacity=1)
     frames = None if chunks is None else video_frames(chunks, chunk_frames, r)
     return GenerateGraph(graph, source or first, denoiser, decode, frames, fps)
+
+
+def _batched_stream(service, gm, *, device, latent_size, chunk_frames, denoiser_runtime, timesteps, chunks_per_s,
+                    **options):
+    """The denoiser's stream on ``service``'s lane; a ValueError for what has no batched engine."""
+    from .batch import batched_stream
+
+    if gm.family.name != "sana":
+        raise ValueError(f"batching runs SANA-Video streams (their past has one size); model {gm.source!r} is "
+                         f"{gm.family.name!r} (its KV cache grows per session): run its sessions without batching")
+    runtime.check_batched("generate-denoiser-batch", denoiser_runtime, device)
+    return batched_stream(service, gm.transformer, device=device, latent_size=latent_size, chunk_frames=chunk_frames,
+                          timesteps=timesteps, renoise=True, prompt_tokens=gm.prompt_tokens,
+                          chunks_per_s=chunks_per_s, **options)
 
 
 def file_source(path: str, frames: int | None, fps: float) -> VideoFileSource:

@@ -35,7 +35,7 @@ from .prompts import PromptBook
 from .vae import decode_chunk, encode_chunk, from_vae_scale, to_vae_scale
 
 __all__ = ["STRENGTH_MEANING", "CausalDenoiser", "CausalVAEDecode", "CausalVAEEngine", "NoiseSource", "TorchWanVAE",
-           "VAEEncode", "check_strength", "first_frame", "video_frames"]
+           "VAEEncode", "check_strength", "denoise_timesteps", "first_frame", "video_frames"]
 
 STRENGTH_MEANING = ("how much of the input video to change: the noise level it is taken to, in (0, 1] "
                     "(small: close to the input; 1: nothing of it is kept)")
@@ -52,6 +52,12 @@ def check_strength(value) -> float:
     if not ok:
         raise ValueError(f"strength={value!r}; expected a number in (0, 1]: {STRENGTH_MEANING}")
     return float(value)
+
+
+def denoise_timesteps(timesteps: Sequence[float], shift: float, strength: float | None) -> list[float]:
+    """The model timesteps a :class:`CausalDenoiser` samples: ``timesteps`` warped by ``shift``, scaled by the
+    video-to-video ``strength`` (None: 1)."""
+    return [t * (strength or 1.0) for t in warp_timesteps([float(t) for t in timesteps], shift)]
 
 
 def _synchronize(device: str) -> None:
@@ -178,6 +184,8 @@ class CausalDenoiser(Stage):
         options: family options. Wan takes ``attention``, ``cache_frames`` and ``sink_frames``. Both take ``backend``.
         engine: ``engine(stream)`` → the stream run on a runtime; see :mod:`framegraph.models.runtime`, model
             ``"generate-denoiser"``. None: the torch code as it is.
+        stream: a stream already open, instead of ``family.open(model)``: a session's rows on batching lanes,
+            :class:`~.batch.BatchedSanaStream`. ``model`` is then only read (config, dtype); ``engine`` must be None.
 
     Ports: in / out ``"latent"`` ``float32 [C, F, h, w]`` on the model's device.
 
@@ -194,14 +202,17 @@ class CausalDenoiser(Stage):
                  latent_size: tuple[int, int], chunk_frames: int,
                  timesteps: Sequence[float] = (1000, 750, 500, 250), shift: float = SHIFT,
                  strength: float | None = None, renoise: bool = True, seed: int = 0, device: str = "cpu",
-                 budget_ms: float | None = None, engine: Callable | None = None, name: str = "denoiser", **options):
+                 budget_ms: float | None = None, engine: Callable | None = None, stream=None,
+                 name: str = "denoiser", **options):
         super().__init__(name)
         strength = None if strength is None else check_strength(strength)
         self.family, self.model, self.prompts = family, model, prompts
-        self.stream = family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
+        if stream is not None and engine is not None:
+            raise ValueError("CausalDenoiser: a stream given (batched) runs on its lanes; give no engine with it")
+        self.stream = stream or family.open(model, latent_size=latent_size, chunk_frames=chunk_frames, **options)
         if engine is not None:  # the runtime (runtime "generate-denoiser": compiled blocks, CUDA-graphed steps)
             self.stream = engine(self.stream)
-        self.timesteps = [t * (strength or 1.0) for t in warp_timesteps([float(t) for t in timesteps], shift)]
+        self.timesteps = denoise_timesteps(timesteps, shift, strength)
         self.strength, self.renoise, self.seed = strength, renoise, seed
         self.device, self.budget_ms = str(device), budget_ms
         self.dtype = model.dtype  # diffusers: the dtype of the parameters not kept in float32
@@ -264,10 +275,16 @@ class CausalDenoiser(Stage):
             torch.ones(self.prompts.max_tokens, device=self.device))
         if chunks is None:
             chunks = self.stream.warm_chunks() if self.stream.compiled else 1
-        for _ in range(chunks):
-            noise = torch.randn((1, *shape), generator=self._generator, device=self.device)
-            self.stream.generate(noise.to(self.dtype), embeds[None].to(self.dtype), mask[None],
-                                 timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
+        if self.stream.batched:  # before the graph's setup: the lane's client is opened for the warm-up alone
+            self.stream.open()
+        try:
+            for _ in range(chunks):
+                noise = torch.randn((1, *shape), generator=self._generator, device=self.device)
+                self.stream.generate(noise.to(self.dtype), embeds[None].to(self.dtype), mask[None],
+                                     timesteps=self.timesteps, renoise=self.renoise, generator=self._generator)
+        finally:
+            if self.stream.batched:
+                self.stream.close()
         _synchronize(self.device)
         self.reset()
         return time.perf_counter() - started
@@ -275,8 +292,18 @@ class CausalDenoiser(Stage):
     # ---- stream -------------------------------------------------------------------------------
     def setup(self, ctx):
         super().setup(ctx)
+        if self.stream.batched:
+            self.stream.open()
         self.reset()
         self.chunks_out = 0
+
+    def teardown(self) -> None:
+        if self.stream.batched:
+            self.stream.close()
+
+    def interrupt(self) -> None:
+        if self.stream.batched:
+            self.stream.cancel()  # a chunk waiting on its batch returns now
 
     @torch.no_grad()
     def process(self, inputs, out):

@@ -248,6 +248,7 @@ class ModelPool:
         self.max_idle = max_idle
         self._idle: dict[object, list] = {}  # place → idle models of its newest version
         self._newest: dict[object, object] = {}  # place → the newest version taken
+        self._shared: dict[object, tuple] = {}  # place → (version, the model batched sessions share)
         self._lock = threading.Lock()
         self.loads = 0
 
@@ -269,6 +270,21 @@ class ModelPool:
             idle = self._idle.setdefault(place, [])
             if self._newest.get(place) == version and len(idle) < self.max_idle:
                 idle.append(model)
+
+    def shared(self, place, version, load: Callable[[], object]):
+        """The one model of ``(place, version)`` that batched sessions share, loaded on first use.
+
+        Their stream state lives in each session, not in the model, so it is never given back. A newer version
+        of the place replaces it for the sessions after.
+        """
+        with self._lock:
+            kept = self._shared.get(place)
+            if kept is not None and kept[0] == version:
+                return kept[1]
+            self.loads += 1
+            model = load()  # under the lock: two first sessions at once load it once
+            self._shared[place] = (version, model)
+            return model
 
     def idle(self, place) -> int:
         """How many models of ``place`` wait for a session."""

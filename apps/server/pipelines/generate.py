@@ -21,6 +21,9 @@ The pictures pace the stream:
 A chunk's frames leave the decoder at once.
 The session's video outbox holds a whole chunk: ``Pipeline.video_burst``.
 
+On a server with ``batching`` on, sessions of one SANA-Video folder share one loaded model and its lane.
+Each keeps its own past (:mod:`framegraph.models.generate.batch`). Wan's sessions run alone.
+
 Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS``.
 They are diffusers folders, as ``framegraph generate --model`` takes them.
 A client never sends a path. The options are :class:`GenerateOptions`.
@@ -41,12 +44,14 @@ import os
 from dataclasses import dataclass
 
 from framegraph.apps.argtypes import VAE_RUNTIMES
+from framegraph.models import runtime as models_runtime
 from framegraph.models.runtime import default_device, default_runtime
 from framegraph.stream import Clock
+from framegraph.stream.batching import Full
 
 from ..camera import CameraInput
 from ..protocol import ErrorCode, ProtocolError
-from .base import ModelPool, Pipeline, PipelineSpec, Unavailable, add_video_out
+from .base import FULL_RETRY_S, ModelPool, Pipeline, PipelineSpec, Unavailable, add_video_out, model_service
 from .options import (
     Choice,
     Decreasing,
@@ -61,7 +66,8 @@ from .options import (
 )
 
 log = logging.getLogger("framegraph.server")
-# loaded models, one per running session, kept for the next (a model holds its stream's state: never two sessions)
+# loaded models, one per running session, kept for the next (a model holds its stream's state: never two sessions);
+# batched SANA sessions share one (MODELS.shared): their pasts are their own
 MODELS = ModelPool()
 STRENGTH = ("how much of the input video to change: the noise level it is taken to, in (0, 1] (small: close to the "
             "input; 1: nothing of it is kept)")
@@ -197,16 +203,36 @@ def build(opts: GenerateOptions) -> Pipeline:
     folder = os.path.join(models_dir(), name)
     device = default_device(opts.runtime)
     place, version = (os.path.abspath(folder), str(device)), _files(folder)  # a changed folder loads anew
+    service = _batching(opts, folder, device)
+
+    def load():
+        return load_generate_model(folder, device=device, dtype=default_dtype(device))
+
     try:
-        gm = MODELS.take(place, version, lambda: load_generate_model(folder, device=device,
-                                                                     dtype=default_dtype(device)))
+        gm = MODELS.shared(place, version, load) if service is not None else MODELS.take(place, version, load)
     except (ValueError, OSError) as exc:
         raise _refused("model", name, "another of the server's models (this one does not load)", exc) from None
+    if service is not None:  # the model is the lane's: the sessions' pasts are their own
+        return _pipeline(opts, name, folder, device, gm, service=service, on_close=None)
     try:
         return _pipeline(opts, name, folder, device, gm, on_close=lambda: MODELS.give_back(place, version, gm))
     except BaseException:
         MODELS.give_back(place, version, gm)  # refused or failed before a session had it: the next one may use it
         raise
+
+
+def _batching(opts: GenerateOptions, folder: str, device: str):
+    """The model service for a session of this model on a server with ``batching`` on, where its chunk has a
+    batched engine (SANA-Video on torch); else None (Wan's KV cache grows per session: its sessions run alone)."""
+    from framegraph.models.generate.checkpoint import detect_family
+
+    service = model_service(opts)
+    if service is None or not models_runtime.batches("generate-denoiser-batch", "torch", device):
+        return None
+    try:
+        return service if detect_family(folder) == "sana" else None
+    except ValueError:
+        return None  # the load says what is wrong with the folder
 
 
 def _files(folder: str) -> tuple:
@@ -219,10 +245,12 @@ def _files(folder: str) -> tuple:
     return tuple(sorted(found))
 
 
-def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *, on_close) -> Pipeline:
+def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *, on_close,
+              service=None) -> Pipeline:
     """The session's graph on the loaded model ``gm``.
 
-    ``gm`` is taken from :data:`MODELS`. ``on_close`` gives it back.
+    ``gm`` is taken from :data:`MODELS`. ``on_close`` gives it back. With ``service`` the denoiser's chunks run
+    on its lane, and ``gm`` is the one all batched sessions share.
     """
     from framegraph.models.generate import build_generate_graph
     from framegraph.models.generate.onnx import default_wan_onnx_dir
@@ -242,10 +270,14 @@ def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *,
                                   seed=opts.seed, device=device, source=None if camera is None else camera.source,
                                   strength=opts.strength, clock=Clock("realtime"), fps=opts.fps, source_in_flight=2,
                                   vae_runtime=default_runtime(device) if opts.runtime == "torch" else opts.runtime,
-                                  denoiser_runtime=default_runtime(device),
+                                  denoiser_runtime="torch" if service is not None else default_runtime(device),
                                   onnx_dir=default_wan_onnx_dir(folder, size_hw, opts.chunk_frames),
+                                  batching=service,
                                   **({"attention": opts.attention} if gm.family.name == "wan" else {}))
         gg.warm()  # the session's first chunk then costs what a steady one does (compiled: built, cached)
+    except Full as exc:  # the model service's measured capacity: the sessions there keep their frame rate
+        raise ProtocolError(ErrorCode.FULL, f"model {name!r} is full on this server: {exc}; try again later or "
+                                            f"another server", retry_after_s=FULL_RETRY_S) from None
     except ExportError as exc:
         raise _refused(opts.key("runtime"), opts.runtime,
                        f"'torch' (model {name!r} has no up-to-date ONNX export of its VAE decoder for size "
@@ -275,7 +307,8 @@ def _pipeline(opts: GenerateOptions, name: str, folder: str, device: str, gm, *,
                     format={"video": opts.video_format(), "audio_out": None, "audio_in": None, "pose_in": False,
                             "model": name, "family": gm.family.name, "input": opts.input, "strength": opts.strength,
                             "chunk_frames": opts.chunk_frames, "timesteps": opts.timesteps, "device": device,
-                            "runtime": opts.runtime, "backend": opts.runtime}, on_close=on_close)
+                            "runtime": opts.runtime, "backend": opts.runtime, "batched": service is not None},
+                    on_close=on_close)
 
 
 PIPELINE = PipelineSpec("generate", "a causal video diffusion model (Wan 2.1, SANA-Video) generating endlessly from "

@@ -74,14 +74,20 @@ def test_the_next_session_finds_the_model_loaded_and_streams_what_a_fresh_one_di
 
     from framegraph.apps.server.pipelines.generate import MODELS
 
+    from server_util import wait_for
+
     n = FIRST + LATER
     _, first, _ = asyncio.run(session(server.url, n))
     loads = MODELS.loads
+    place = (os.path.abspath(generate_models / "tiny-wan"), "cpu")
+    # the session gives its model back once its graph has stopped, which may be just after its socket closed
+    wait_for(lambda: MODELS.idle(place) == 1, 10, "the first session's model given back")
     _, again, _ = asyncio.run(session(server.url, n))
     assert MODELS.loads == loads  # the model the first session gave back
     assert all(np.array_equal(a, b) for a, b in zip(first, again))
     weights = next((generate_models / "tiny-wan" / "transformer").glob("*.safetensors"))
     os.utime(weights)  # the files changed: the model is loaded from them again
+    wait_for(lambda: MODELS.idle(place) == 1, 10, "the second session's model given back")
     _, changed, _ = asyncio.run(session(server.url, n))
     assert MODELS.loads == loads + 1
     assert all(np.array_equal(a, b) for a, b in zip(first, changed))

@@ -72,9 +72,9 @@ def test_the_next_session_finds_the_model_loaded_and_streams_what_a_fresh_one_di
     changed on disk is loaded anew."""
     import os
 
-    from framegraph.apps.server.pipelines.generate import MODELS
-
     from server_util import wait_for
+
+    from framegraph.apps.server.pipelines.generate import MODELS
 
     n = FIRST + LATER
     _, first, _ = asyncio.run(session(server.url, n))

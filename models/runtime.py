@@ -51,7 +51,7 @@ FACTORIES: dict[str, dict[str, str]] = {
                               "onnx": f"{_M}.avatar.musetalk.onnx:onnx_batch"},
     "generate-denoiser": {"torch": f"{_M}.generate.compiled:torch_denoiser",
                           "compiled": f"{_M}.generate.compiled:compiled_denoiser"},
-    "generate-denoiser-batch": {"torch": f"{_M}.generate.batch:sana_chunk_step"},  # SANA's chunk, [B, ...]
+    "generate-denoiser-batch": {"torch": f"{_M}.generate.batch:chunk_step"},  # a chunk of each row, [B, ...]
     "generate-vae": {"torch": f"{_M}.generate.stages:torch_vae_engine",
                      "compiled": f"{_M}.generate.compiled:compiled_vae",
                      "onnx": f"{_M}.generate.onnx:onnx_vae_engine"},

@@ -24,7 +24,7 @@ PUBLIC = {
         "MonarchFactors", "monarch_attention", "monarch_factors", "monarch_matrix", "softmax_attention"
     ],
     "kernels.processors": [
-        "BlockLinearAttnProcessor", "KVCache", "MonarchAttnProcessor", "StreamingRotaryPosEmbed",
+        "BlockLinearAttnProcessor", "KVCache", "MonarchAttnProcessor", "RowsKVCache", "StreamingRotaryPosEmbed",
         "WanCausalAttnProcessor", "grid_from_latents", "install_block_linear_processors",
         "install_monarch_processors", "install_wan_causal_processors", "reset_block_linear_state",
         "set_update_state", "uninstall_wan_causal_processors"

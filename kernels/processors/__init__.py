@@ -9,6 +9,7 @@ from .monarch import MonarchAttnProcessor, grid_from_latents, install_monarch_pr
 from .streaming_rope import StreamingRotaryPosEmbed
 from .wan_causal import (
     KVCache,
+    RowsKVCache,
     WanCausalAttnProcessor,
     install_wan_causal_processors,
     uninstall_wan_causal_processors,
@@ -16,5 +17,5 @@ from .wan_causal import (
 
 __all__ = ["BlockLinearAttnProcessor", "install_block_linear_processors", "reset_block_linear_state",
            "set_update_state", "MonarchAttnProcessor", "grid_from_latents", "install_monarch_processors",
-           "StreamingRotaryPosEmbed", "KVCache", "WanCausalAttnProcessor", "install_wan_causal_processors",
-           "uninstall_wan_causal_processors"]
+           "StreamingRotaryPosEmbed", "KVCache", "RowsKVCache", "WanCausalAttnProcessor",
+           "install_wan_causal_processors", "uninstall_wan_causal_processors"]

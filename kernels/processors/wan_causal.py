@@ -49,7 +49,8 @@ from .common import AttnProcessor
 from .monarch import grid_from_latents
 from .streaming_rope import StreamingRotaryPosEmbed
 
-__all__ = ["KVCache", "WanCausalAttnProcessor", "install_wan_causal_processors", "uninstall_wan_causal_processors"]
+__all__ = ["KVCache", "RowsKVCache", "WanCausalAttnProcessor", "install_wan_causal_processors",
+           "uninstall_wan_causal_processors"]
 
 STOCK_PROCESSOR = "WanAttnProcessor"
 ATTENTION = ("sdpa", "monarch")
@@ -159,11 +160,71 @@ class KVCache:
                     buf[:, :, first:first + kept] = buf[:, :, first + drop * T:first + drop * T + kept].clone()
             self.frames = self.capacity_frames
 
+    def attn_mask(self) -> None:
+        """Every key :meth:`write` returned is a frame held or the chunk: no mask."""
+        return None
+
     def _layout(self) -> tuple:
         return (
             self.k.shape[0], self.k.shape[1], self.tokens_per_frame, self.k.shape[3], self.chunk_frames,
             self.k.dtype, self.k.device, self.q is not None,
         )
+
+
+class RowsKVCache:
+    """One layer's KV caches of many streams, a row each, for one batched call.
+
+    Args:
+        capacity_frames / sink_frames: as :class:`KVCache`'s, the same for every row.
+        k / v: ``[B, H, capacity_frames * T, D]``: each row's held frames first (sinks, then the window), in
+            stream order, the rest padding.
+        held: frames each row holds.
+
+    :meth:`write` returns ``[past, chunk]``, the padding included, and :meth:`attn_mask` hides the padding. So the
+    chunk's queries of row ``b`` see exactly what its own :class:`KVCache` holds. :meth:`append` keeps each row's
+    chunk after its held frames and evicts the oldest window frames, as :class:`KVCache` does. The passed tensors
+    are not changed. Positions are the caller's: the rows' rotary rows differ (a pinned table). SDPA only.
+    """
+
+    def __init__(self, capacity_frames: int, sink_frames: int, k: torch.Tensor, v: torch.Tensor, held: list[int]):
+        self.capacity_frames, self.sink_frames = capacity_frames, sink_frames
+        self.k, self.v, self.held = k, v, list(held)
+        self.tokens_per_frame = k.shape[2] // capacity_frames
+        self.frames_seen = 0  # the rows' own positions are the caller's
+        self._chunk: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def write(self, q, k, v, tokens_per_frame: int, keep_queries: bool):
+        if keep_queries:
+            raise ValueError("RowsKVCache: batched rows attend with SDPA; Monarch attention refits each stream's "
+                             "past and is not batched")
+        if tokens_per_frame != self.tokens_per_frame:
+            raise ValueError(f"RowsKVCache: {tokens_per_frame}-token frames; the rows' past has "
+                             f"{self.tokens_per_frame}-token frames")
+        self._chunk = (k, v)
+        return None, torch.cat([self.k, k], dim=2), torch.cat([self.v, v], dim=2)
+
+    def attn_mask(self) -> torch.Tensor:
+        """``bool [B, 1, 1, S]``: True for each row's held frames and the chunk, False for its padding."""
+        past, n = self.k.shape[2], self._chunk[0].shape[2]
+        slots = torch.arange(past + n, device=self.k.device)
+        held = torch.tensor(self.held, device=self.k.device)[:, None] * self.tokens_per_frame
+        return ((slots[None] < held) | (slots[None] >= past))[:, None, None, :]
+
+    def append(self) -> None:
+        """Keep each row's last written chunk after its held frames; beyond the capacity, evict the oldest window
+        frames."""
+        T, (ck, cv) = self.tokens_per_frame, self._chunk
+        sinks, window = self.sink_frames * T, (self.capacity_frames - self.sink_frames) * T
+        chunk = ck.shape[2] // T
+        k, v = self.k.clone(), self.v.clone()
+        for b, h in enumerate(self.held):
+            for dst, past, new in ((k, self.k, ck), (v, self.v, cv)):
+                row = torch.cat([past[b, :, :h * T], new[b]], dim=1)
+                if row.shape[1] > self.capacity_frames * T:
+                    row = torch.cat([row[:, :sinks], row[:, row.shape[1] - window:]], dim=1)
+                dst[b, :, :row.shape[1]] = row
+            self.held[b] = min(h + chunk, self.capacity_frames)
+        self.k, self.v = k, v
 
 
 class WanCausalAttnProcessor(AttnProcessor):
@@ -244,7 +305,7 @@ class WanCausalAttnProcessor(AttnProcessor):
                 block_causal=True, backend=self.backend,
             )[:, :, -q.shape[2]:]
         else:
-            out = F.scaled_dot_product_attention(q, k_all, v_all)
+            out = F.scaled_dot_product_attention(q, k_all, v_all, attn_mask=self.cache.attn_mask())
         if self.update_state:
             self.cache.append()
         return out

@@ -132,8 +132,8 @@ def build_generate_graph(
     - ``denoiser_runtime``: ``"torch"`` or ``"compiled"``. Compiled means the transformer's blocks are compiled. On
       CUDA its steps are also replayed from CUDA graphs, unless ``cuda_graphs=False``.
     - ``batching``: a :class:`~framegraph.stream.batching.ModelService`. The denoiser's chunks then run on its
-      lane with every other session's of this model and shapes (SANA-Video on torch; :mod:`.batch`). The model is
-      the lane's from then on: give every batched session the same one.
+      lane with every other session's of this model and shapes, on torch (:mod:`.batch`; Wan with SDPA). The model
+      is the lane's from then on: give every batched session the same one.
     - ``options``: the family's. Wan takes ``attention``, ``cache_frames`` and ``sink_frames``. Both take ``backend``,
       the kernels' choice.
     """
@@ -193,12 +193,9 @@ def _batched_stream(service, gm, *, device, latent_size, chunk_frames, denoiser_
     """The denoiser's stream on ``service``'s lane; a ValueError for what has no batched engine."""
     from .batch import batched_stream
 
-    if gm.family.name != "sana":
-        raise ValueError(f"batching runs SANA-Video streams (their past has one size); model {gm.source!r} is "
-                         f"{gm.family.name!r} (its KV cache grows per session): run its sessions without batching")
     runtime.check_batched("generate-denoiser-batch", denoiser_runtime, device)
-    return batched_stream(service, gm.transformer, device=device, latent_size=latent_size, chunk_frames=chunk_frames,
-                          timesteps=timesteps, renoise=True, prompt_tokens=gm.prompt_tokens,
+    return batched_stream(service, gm.family.name, gm.transformer, device=device, latent_size=latent_size,
+                          chunk_frames=chunk_frames, timesteps=timesteps, renoise=True, prompt_tokens=gm.prompt_tokens,
                           chunks_per_s=chunks_per_s, **options)
 
 

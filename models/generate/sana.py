@@ -335,11 +335,20 @@ class SanaVideoStream:
         Returns:
             the clean chunk ``[B, C, F, H, W]`` in the model's latent space, now part of the stream's past.
         """
-        sigmas = host_sigmas(timesteps)
-        self._check(noise, prompt_embeds)
-        clean = sample_euler(
-            lambda x, t: self.velocity(x, t, prompt_embeds, prompt_mask),
-            noise, timesteps=sigmas, renoise=renoise, generator=generator,
-        )
+        clean = self.denoise(noise, prompt_embeds, timesteps, prompt_mask=prompt_mask, renoise=renoise,
+                             generator=generator)
         self.append(clean, prompt_embeds, prompt_mask)
         return clean
+
+    @torch.no_grad()
+    def denoise(self, noise, prompt_embeds, timesteps=(1000, 750, 500, 250), *, prompt_mask=None,
+                renoise: bool = False, generator: torch.Generator | None = None,
+                fresh: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+        """:meth:`generate_chunk`'s sampling alone: the clean chunk, the past unchanged.
+
+        ``fresh`` is the re-noising noise drawn ahead; see :func:`~framegraph.models.sampler.sample_euler`.
+        """
+        sigmas = host_sigmas(timesteps)
+        self._check(noise, prompt_embeds)
+        return sample_euler(lambda x, t: self.velocity(x, t, prompt_embeds, prompt_mask), noise, timesteps=sigmas,
+                            renoise=renoise, generator=generator, fresh=fresh)

@@ -159,6 +159,19 @@ class WanCausal:
         Each step estimates ``x0`` and re-noises it to the next timestep with fresh noise from ``generator``.
         ``False``: deterministic Euler steps.
         """
+        x0 = self.denoise(prompt_embeds, noise, timesteps=timesteps, renoise=renoise, generator=generator)
+        self.append(x0, prompt_embeds)
+        return x0
+
+    @torch.no_grad()
+    def denoise(self, prompt_embeds: torch.Tensor, noise: torch.Tensor, *,
+                timesteps: Sequence[float] = DEFAULT_TIMESTEPS, renoise: bool = True,
+                generator: torch.Generator | None = None,
+                fresh: Sequence[torch.Tensor] | None = None) -> torch.Tensor:
+        """:meth:`generate_chunk`'s sampling alone: the clean chunk, the cache unchanged.
+
+        ``fresh`` is the re-noising noise drawn ahead; see :func:`~framegraph.models.sampler.sample_euler`.
+        """
         self._check_chunk(noise)
         ts = [float(np.float32(t)) for t in timesteps] + [0.0]  # host floats: no device read per step
         if len(ts) < 2 or any(a <= b for a, b in zip(ts, ts[1:])) or ts[0] > NUM_TRAIN_TIMESTEPS:
@@ -167,12 +180,8 @@ class WanCausal:
                 f"in (0, {NUM_TRAIN_TIMESTEPS}], e.g. {list(DEFAULT_TIMESTEPS)}"
             )
         sigmas = [float(np.float32(t) / np.float32(NUM_TRAIN_TIMESTEPS)) for t in ts]
-        x0 = sample_euler(
-            lambda x, t: self.velocity(x, t, prompt_embeds), noise,
-            timesteps=sigmas, renoise=renoise, generator=generator,
-        )
-        self.append(x0, prompt_embeds)
-        return x0
+        return sample_euler(lambda x, t: self.velocity(x, t, prompt_embeds), noise, timesteps=sigmas,
+                            renoise=renoise, generator=generator, fresh=fresh)
 
     def _check_chunk(self, latents: torch.Tensor) -> None:
         if not self.processors:

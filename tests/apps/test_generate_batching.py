@@ -1,8 +1,8 @@
 """Generate sessions batched on a real server (`framegraph serve --batching on`) over WebSockets on loopback.
 
-Two SANA-Video sessions at once, each with its own prompt and seed, share one loaded model and its lane: each
-sees the pictures it sees on a server without batching, and the lane ran their chunks as batches of two. A Wan
-model on the same server runs its sessions alone (its KV cache grows per session) and says so in its ready."""
+Two sessions at once of one model, SANA-Video's or Wan's, each with its own prompt and seed, share one loaded model
+and its lane: each sees the pictures it sees on a server without batching, and the lane ran their chunks as
+batches of two. Wan with Monarch attention on the same server runs alone and says so in its ready."""
 import asyncio
 import json
 
@@ -25,9 +25,9 @@ def models(tmp_path, monkeypatch):
     monkeypatch.setenv("FRAMEGRAPH_MODELS", str(tmp_path))
 
 
-def options(model: str, embeds: str, seed: int) -> dict:
+def options(model: str, embeds: str, seed: int, **more) -> dict:
     return {"model": model, "size": "48x32", "chunk_frames": 2, "timesteps": [1000, 500], "quality": 100,
-            "prompt_embeds": embeds, "seed": seed}
+            "prompt_embeds": embeds, "seed": seed, **more}
 
 
 async def session(url, opts: dict, n: int):
@@ -44,21 +44,24 @@ async def together(url, sessions, n):
     return await asyncio.gather(*(session(url, o, n) for o in sessions))
 
 
-def test_two_sana_sessions_share_one_lane_and_each_sees_its_own_pictures(models):
+@pytest.mark.parametrize("family", ["sana", "wan"])
+def test_two_sessions_of_one_model_share_one_lane_and_each_sees_its_own_pictures(models, family):
     from framegraph.apps.server.pipelines import base
 
     n = FIRST + 2 * LATER
-    sessions = [options("tiny-sana", "a.safetensors", 1), options("tiny-sana", "b.safetensors", 2)]
+    model = f"tiny-{family}"
+    sessions = [options(model, "a.safetensors", 1), options(model, "b.safetensors", 2)]
     with running(settle_s=15) as srv:
         alone = asyncio.run(together(srv.url, sessions, n))
     with running(settle_s=15, batching=True) as srv:
         batched = asyncio.run(together(srv.url, sessions, n))
-        wan_ready, _ = asyncio.run(session(srv.url, options("tiny-wan", "a.safetensors", 1), FIRST))
-        lanes = [ln for key, ln in base._SERVICE.lanes().items() if key[0] == "generate-sana chunk"]
+        lanes = [ln for key, ln in base._SERVICE.lanes().items() if key[:2] == ("generate chunk", family)]
+        if family == "wan":
+            monarch, _ = asyncio.run(session(srv.url, options(model, "a.safetensors", 1, attention="monarch"), FIRST))
+            assert monarch["batched"] is False
     for (ready_a, a), (ready_b, b) in zip(alone, batched):
-        assert ready_a["batched"] is False and ready_b["batched"] is True
+        assert ready_a["batched"] is False and ready_b["batched"] is True and ready_b["family"] == family
         assert a.shape == b.shape == (n, 32, 48, 3) and a.std() > 5  # a picture
         assert np.abs(a - b).mean() < 1.0, "a batched session's pictures differ from the same session alone"
     assert np.abs(batched[0][1] - batched[1][1]).mean() > 5  # and the two sessions' pictures are their own
     assert len(lanes) == 1 and max(lanes[0].stats.batches) == 2, [ln.stats.batches for ln in lanes]
-    assert wan_ready["batched"] is False and wan_ready["family"] == "wan"

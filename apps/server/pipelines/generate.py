@@ -21,8 +21,8 @@ The pictures pace the stream:
 A chunk's frames leave the decoder at once.
 The session's video outbox holds a whole chunk: ``Pipeline.video_burst``.
 
-On a server with ``batching`` on, sessions of one SANA-Video folder share one loaded model and its lane.
-Each keeps its own past (:mod:`framegraph.models.generate.batch`). Wan's sessions run alone.
+On a server with ``batching`` on, sessions of one model folder share one loaded model and its lane.
+Each keeps its own past (:mod:`framegraph.models.generate.batch`). Wan with Monarch attention runs alone.
 
 Models are found by *name* in the server's model folder, ``$FRAMEGRAPH_MODELS``.
 They are diffusers folders, as ``framegraph generate --model`` takes them.
@@ -67,7 +67,7 @@ from .options import (
 
 log = logging.getLogger("framegraph.server")
 # loaded models, one per running session, kept for the next (a model holds its stream's state: never two sessions);
-# batched SANA sessions share one (MODELS.shared): their pasts are their own
+# batched sessions share one (MODELS.shared): their pasts are their own
 MODELS = ModelPool()
 STRENGTH = ("how much of the input video to change: the noise level it is taken to, in (0, 1] (small: close to the "
             "input; 1: nothing of it is kept)")
@@ -223,16 +223,17 @@ def build(opts: GenerateOptions) -> Pipeline:
 
 def _batching(opts: GenerateOptions, folder: str, device: str):
     """The model service for a session of this model on a server with ``batching`` on, where its chunk has a
-    batched engine (SANA-Video on torch); else None (Wan's KV cache grows per session: its sessions run alone)."""
+    batched engine (torch; Wan with SDPA attention); else None: the session runs alone."""
     from framegraph.models.generate.checkpoint import detect_family
 
     service = model_service(opts)
     if service is None or not models_runtime.batches("generate-denoiser-batch", "torch", device):
         return None
     try:
-        return service if detect_family(folder) == "sana" else None
+        family = detect_family(folder)
     except ValueError:
         return None  # the load says what is wrong with the folder
+    return service if family == "sana" or opts.attention == "sdpa" else None  # Monarch refits each stream's past
 
 
 def _files(folder: str) -> tuple:

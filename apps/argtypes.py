@@ -169,19 +169,24 @@ def timesteps(text: str) -> list[float]:
     return values
 
 
-def runtime_list(choices: tuple[str, ...]):
-    """A type for ``--runtime A,B``: runtimes measured one after the other, each one of ``choices``.
+def name_list(choices: tuple[str, ...], option: str):
+    """A type for ``option A,B``: names measured one after the other, each one of ``choices``, none twice.
 
     The benches use it."""
 
     def parse(text: str) -> list[str]:
         names = [v.strip() for v in text.split(",") if v.strip()]
         if not names or any(n not in choices for n in names) or len(set(names)) != len(names):
-            raise argparse.ArgumentTypeError(f"--runtime {text!r}: expected some of {', '.join(choices)}, "
+            raise argparse.ArgumentTypeError(f"{option} {text!r}: expected some of {', '.join(choices)}, "
                                              f"comma-separated, e.g. {','.join(choices)}")
         return names
 
     return parse
+
+
+def runtime_list(choices: tuple[str, ...]):
+    """A type for ``--runtime A,B``: runtimes measured one after the other, each one of ``choices``."""
+    return name_list(choices, "--runtime")
 
 
 # Colour names a background may be given by (``--background``, the server's ``background`` option).

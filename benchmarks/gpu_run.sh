@@ -13,7 +13,8 @@
 #   bash benchmarks/gpu_run.sh SECONDS [STEP ...] # on the GPU machine, from the checkout (.whl/ carried along)
 #
 # STEPs, in order (default: all but the last two): tests avatar launches render generate_wan kernels
-# generate_monarch generate_sana server sessions musetalk first_frame scene_avatar render_gsplat soak
+# generate_monarch generate_sana server sessions generate_sessions musetalk first_frame scene_avatar render_gsplat
+# soak
 # (render_gsplat is added by itself when gsplat's build finishes after the render step)
 #
 # .whl/ holds what a bare GPU image (Python 3.12, torch 2.11, triton 3.6, numpy, nvcc) lacks: the wheels listed
@@ -37,8 +38,8 @@ CARRIED=${GPU_CARRIED:-benchmarks/gpu_carry.txt}  # GPU_CARRIED: another list (t
 GSPLAT_SDIST=gsplat-1.5.3-src.tar.gz  # the registry sdist, repacked by --prepare
 GSPLAT_WAIT=${GSPLAT_WAIT:-120}
 LIMIT_BYTES=$((56 * 1024 * 1024))  # what a call carries is 64 MiB: 8 MiB are left as a margin
-DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server sessions musetalk
-               first_frame scene_avatar)
+DEFAULT_STEPS=(tests avatar launches render generate_wan kernels generate_monarch generate_sana server sessions
+               generate_sessions musetalk first_frame scene_avatar)
 
 # ---- the steps: NAME CAP COMMAND... (the plan of the GPU issue, most valuable first) ---------------------------
 # Caps from the H200 run of 2026-12-04 (benchmarks/reports/gpu_run_h200_2026-12-04.json): the gpu tests took
@@ -70,6 +71,8 @@ step_command() {
               --soak-seconds 30 ;;
     sessions) echo 200 "${fg[@]}" bench sessions --out "$R/sessions.json" --runtime torch --device cuda \
                 --pipeline avatar,video_avatar --sessions 1,2,4,8,16 --batching on,off --seconds 6 ;;
+    generate_sessions) echo 150 "${fg[@]}" bench generate --family wan --config 1.3b --size 240x416 --steps 4 \
+                         --chunks 5 --vae wan2.1 --sessions 1,2,4,8 --out "$R/generate_sessions_wan_1.3b.json" ;;
     musetalk) echo 90 "${fg[@]}" bench musetalk --parts speed --device cuda --batches 1,2,4,8,16 \
                 --out "$R/musetalk_speed.json" ;;
     first_frame) echo 200 "${fg[@]}" bench first_frame --out "$R/first_frame.json" --pipelines avatar,video_avatar \

@@ -8,6 +8,8 @@
         --out benchmarks/results/cpu/generate_wan_tiny.json
     framegraph bench generate --family wan --config tiny --vae wan2.1 --size 64x96 --runtime torch,onnx \
         --out benchmarks/results/cpu/generate_vae_onnx.json
+    framegraph bench generate --family wan --config 1.3b --size 240x416 --vae wan2.1 --sessions 1,2,4,8 \
+        --out benchmarks/results/cuda/generate_sessions_wan_1.3b.json
 
 Random weights at the released configurations give the real speed, so no checkpoint is needed.
 
@@ -37,11 +39,18 @@ exported first with :mod:`framegraph.models.generate.onnx`, and ``export_s`` is 
 ``backends``, with ``vae_decode_p50_ms`` and ``fps_end_to_end`` side by side. ``--vae`` picks the decoder.
 ``tiny`` is the test suite's. ``wan2.1`` is ``AutoencoderKLWan``'s default configuration, the Wan 2.1 VAE. It
 gives the real decoder's cost, with whichever transformer ``--config`` names.
+
+``--sessions 1,2,4`` runs that many graphs at once, from threads, each with its own seed and prompt, per
+``--batching`` mode: ``on`` shares one model, its denoisers' chunks batched on the model service's lane
+(:mod:`framegraph.models.generate.batch`); ``off`` gives each session its own model, as a server lends them.
+Each row records every session's steady FPS, the slowest, their sum, each denoiser's p50 per chunk and the
+lane's batches by size and measured cost per size.
 """
 from __future__ import annotations
 
 import argparse
 import tempfile
+import threading
 import time
 
 import torch
@@ -172,6 +181,8 @@ def figure(data: dict, plt):
     """Per-stage work p50 / p99 of one run. A ``--runtime`` comparison is :func:`compare_figure`."""
     if "backends" in data:
         return compare_figure(data, plt)
+    if "sessions" in data:
+        return sessions_figure(data, plt)
     fig, ax = plt.subplots(figsize=(7, 3.5))
     names = list(data["stages"])
     ax.barh(names, [data["stages"][n]["p50_ms"] or 0 for n in names], label="p50")
@@ -201,8 +212,98 @@ def compare_figure(data: dict, plt):
     return fig
 
 
+def measure_sessions(args) -> dict:
+    """``--sessions``: per count and batching, that many graphs at once on the torch VAE; see :func:`_sessions`."""
+    rows = [_sessions(args, n, batching == "on") for batching in args.batching for n in args.sessions]
+    return {"family": args.family, "config": args.config, "size_hw": list(args.size), "steps": args.steps,
+            "chunk_frames": args.chunk_frames, "chunks": args.chunks, "warmup_chunks": args.warmup,
+            "attention": args.attention if args.family == "wan" else "block-linear", "sessions": rows}
+
+
+def _sessions(args, n: int, batched: bool) -> dict:
+    """``n`` graphs side by side from threads, on a fast clock: each one's steady FPS at its sink, the slowest,
+    the sum. Batched: one model, the denoisers on one lane. Alone: a model per session, as a server lends them."""
+    from framegraph.stream.batching import ModelService
+
+    device = args.device or default_device("torch")
+    dtype = default_dtype(device)
+    height, width = args.size
+    timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
+    options = {"attention": args.attention} if args.family == "wan" else {}
+    service = ModelService() if batched else None
+    shared = build_model(args.family, args.config, device, dtype, args.vae) if batched else None
+    graphs = []
+    for i in range(n):
+        gm = shared or build_model(args.family, args.config, device, dtype, args.vae)
+        gg = build_generate_graph(gm, size=(height, width), chunks=args.chunks, chunk_frames=args.chunk_frames,
+                                  timesteps=timesteps, device=device, seed=i, batching=service, **options)
+        embeds = torch.randn(gm.prompt_tokens, gm.family.text_dim(gm.transformer),
+                             generator=torch.Generator().manual_seed(i))
+        gg.denoiser.set_prompt_embeds(embeds, name=f"random prompt {i}")
+        gg.warm()
+        encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
+        sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
+        gg.graph.connect(gg.decode, encoder, capacity=8)
+        gg.graph.connect(encoder, sink, capacity=8)
+        graphs.append((gg, sink))
+    reports = [None] * n
+
+    def run_one(i):
+        reports[i] = graphs[i][0].graph.run()
+
+    threads = [threading.Thread(target=run_one, args=(i,), name=f"bench-session-{i}") for i in range(n)]
+    t0 = time.perf_counter()
+    with torch_threads(args.threads):
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    wall = time.perf_counter() - t0
+    r = graphs[0][0].decode.vae.config.scale_factor_temporal
+    steady_from = first_frame(args.warmup, args.chunk_frames, r)
+    fps = []
+    for _, sink in graphs:
+        steady = sink.times[steady_from:]
+        fps.append((len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None)
+    lanes = list(service.lanes().values()) if service is not None else []
+    row = {"sessions": n, "batching": "on" if batched else "off", "fps_per_session": fps,
+           "slowest_fps": min(f for f in fps if f is not None) if any(fps) else None,
+           "aggregate_fps": sum(f for f in fps if f is not None), "wall_s": wall,
+           "denoiser_p50_ms": [stage_times(rep)["denoiser"]["p50_ms"] for rep in reports],
+           "lane_batches": {str(b): c for b, c in sorted(lanes[0].stats.batches.items())} if lanes else None,
+           "lane_cost_ms": {str(b): ns / 1e6 for b, ns in sorted(lanes[0].cost_ns.items())} if lanes else None}
+    print(f"  {n} session(s), batching {row['batching']}: slowest {row['slowest_fps']:.2f} FPS, "
+          f"all {row['aggregate_fps']:.2f} FPS")
+    return row
+
+
+def sessions_figure(data: dict, plt):
+    """The slowest session's FPS and the sum over sessions, per count, batched and alone."""
+    fig, (a, b) = plt.subplots(1, 2, figsize=(8, 3))
+    for mode in ("on", "off"):
+        rows = [r for r in data["sessions"] if r["batching"] == mode]
+        if rows:
+            label = "batched" if mode == "on" else "alone"
+            a.plot([r["sessions"] for r in rows], [r["slowest_fps"] or 0 for r in rows], "o-", label=label)
+            b.plot([r["sessions"] for r in rows], [r["aggregate_fps"] for r in rows], "o-", label=label)
+    a.set_xlabel("sessions")
+    a.set_ylabel("slowest session, FPS")
+    b.set_xlabel("sessions")
+    b.set_ylabel("all sessions, FPS")
+    a.legend()
+    fig.suptitle(f"generate {data['family']} {data['config']} {data['size_hw'][0]}x{data['size_hw'][1]}: "
+                 f"sessions at once")
+    fig.tight_layout()
+    return fig
+
+
 def run(args: argparse.Namespace) -> int:
     meta = bench_metadata("generate")
+    if args.sessions:
+        result = {**meta, **measure_sessions(args)}
+        png = write_result(result, args.out, sessions_figure)
+        print(f"-> {args.out} (+ {png})")
+        return 0
     runs = {backend: measure(args, backend) for backend in args.runtime}
     if len(runs) == 1:
         result = {**meta, **runs[args.runtime[0]]}

@@ -41,3 +41,19 @@ def test_bench_generate_compares_the_vae_decoder_on_torch_and_onnx_in_one_run(tm
         assert data["fps_end_to_end"][name] == run["fps_end_to_end"] > 0
     assert data["backends"]["onnx"]["export_s"] > 0 and "export_s" not in data["backends"]["torch"]
     assert (tmp_path / "vae.png").stat().st_size > 1000
+
+
+def test_bench_generate_runs_sessions_at_once_batched_and_alone(tmp_path):
+    out = tmp_path / "sessions.json"
+    assert main(["bench", "generate", "--family", "wan", "--config", "tiny", "--size", "32x48", "--steps", "2",
+                 "--chunk-frames", "1", "--chunks", "4", "--sessions", "1,2", "--out", str(out)]) == 0
+    data = json.loads(out.read_text())
+    rows = {(r["sessions"], r["batching"]): r for r in data["sessions"]}
+    assert set(rows) == {(1, "on"), (2, "on"), (1, "off"), (2, "off")}
+    for r in rows.values():
+        assert len(r["fps_per_session"]) == r["sessions"] and all(f > 0 for f in r["fps_per_session"])
+        assert r["slowest_fps"] == min(r["fps_per_session"]) and r["aggregate_fps"] >= r["slowest_fps"]
+    batched = rows[2, "on"]["lane_batches"]
+    assert sum(int(b) * n for b, n in batched.items()) == 2 * (4 + 1)  # every chunk (and each warm-up's) ran there
+    assert rows[2, "off"]["lane_batches"] is None
+    assert (tmp_path / "sessions.png").stat().st_size > 1000

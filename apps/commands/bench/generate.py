@@ -4,7 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import SIZE_LIMIT, VAE_RUNTIMES, add_runtime_argument, positive_int, runtime_list, size_hw
+from framegraph.apps.argtypes import (
+    SIZE_LIMIT,
+    VAE_RUNTIMES,
+    add_runtime_argument,
+    name_list,
+    positive_int,
+    positive_ints,
+    runtime_list,
+    size_hw,
+)
 
 from . import add_out_argument
 
@@ -37,4 +46,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--warm", action="store_true",
                    help="warm the graph before it starts (GenerateGraph.warm: the model load's second half); "
                         "its time is recorded as warm_s and the first frame is then the first frame after preload")
+    p.add_argument("--sessions", type=positive_ints, default=None,
+                   help="sessions at once, comma-separated (e.g. 1,2,4): each count runs that many graphs side by "
+                        "side, each with its own seed and prompt, and records each one's FPS (default: one graph)")
+    p.add_argument("--batching", type=name_list(("on", "off"), "--batching"), default=["on", "off"],
+                   help="with --sessions: on (one model, the denoiser's chunks batched on the model service's lane), "
+                        "off (a model per session, each alone) or on,off (default)")
     add_out_argument(p)

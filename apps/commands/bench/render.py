@@ -6,7 +6,7 @@ import os
 from typing import Literal, get_args
 
 from framegraph import assets
-from framegraph.apps.argtypes import SIZE_LIMIT, size
+from framegraph.apps.argtypes import SIZE_LIMIT, name_list, size
 
 from . import add_out_argument
 
@@ -37,19 +37,9 @@ def _counts(text: str) -> list:
     return out
 
 
-def _names(choices):
-    def parse(text: str) -> list:
-        names = [s.strip().lower() for s in text.split(",") if s.strip()]
-        bad = sorted(set(names) - set(choices))
-        if bad or not names:
-            raise argparse.ArgumentTypeError(f"unknown {bad or text!r}; choose from {', '.join(choices)}")
-        return list(dict.fromkeys(names))
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out_argument(p)
-    p.add_argument("--sections", type=_names(SECTIONS), default=list(SECTIONS),
+    p.add_argument("--sections", type=name_list(SECTIONS, "--sections"), default=list(SECTIONS),
                    help="comma-separated: 3dgs, 4dgs, nerf (default all)")
     g = p.add_argument_group("3dgs")
     g.add_argument("--scene", help="INRIA .ply or .splat scene (default: random scenes of --gaussians sizes)")
@@ -79,7 +69,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--interpreted-nerf", action="store_true",
                    help="on CPU, run the Triton NeRF through the interpreter too (minutes per frame)")
     g = p.add_argument_group("timing")
-    g.add_argument("--backends", type=_names(BACKENDS), default=list(BACKENDS), help="comma-separated: torch, triton")
+    g.add_argument("--backends", type=name_list(BACKENDS, "--backends"), default=list(BACKENDS),
+                   help="comma-separated: torch, triton")
     g.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     g.add_argument("--warmup", type=int, default=None, help="untimed frames first (default 3 on CUDA, 1 on CPU)")
     g.add_argument("--iters", type=int, default=None, help="timed frames (default 20 on CUDA, 10 on CPU)")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from framegraph.apps.argtypes import positive_float, positive_int, positive_ints
+from framegraph.apps.argtypes import name_list, positive_float, positive_int, positive_ints
 
 from . import add_out_argument
 
@@ -14,25 +14,13 @@ BATCHING = ("on", "off")
 IMPLEMENTATION = "framegraph.apps.bench.sessions"  # its run(args) and figure(data, plt)
 
 
-def _names(allowed: tuple[str, ...], what: str):
-    def parse(text: str) -> list[str]:
-        names = [t.strip() for t in text.split(",") if t.strip()]
-        wrong = [n for n in names if n not in allowed]
-        if wrong or not names:
-            raise argparse.ArgumentTypeError(f"{what} {text!r}: expected a comma-separated list of "
-                                             f"{', '.join(allowed)}")
-        return names
-
-    return parse
-
-
 def add_arguments(p: argparse.ArgumentParser) -> None:
     add_out_argument(p)
-    p.add_argument("--pipeline", type=_names(PIPELINES, "--pipeline"), default=list(PIPELINES),
+    p.add_argument("--pipeline", type=name_list(PIPELINES, "--pipeline"), default=list(PIPELINES),
                    help="comma-separated, of avatar (the shipped portrait), video_avatar (default both)")
     p.add_argument("--sessions", type=positive_ints, default=[1, 2, 3, 4, 8],
                    help="session counts, comma-separated (default 1,2,3,4,8)")
-    p.add_argument("--batching", type=_names(BATCHING, "--batching"), default=list(BATCHING),
+    p.add_argument("--batching", type=name_list(BATCHING, "--batching"), default=list(BATCHING),
                    help="on, off or on,off (default both): the sessions' model calls in one batch, or each alone")
     p.add_argument("--runtime", choices=["torch", "onnx"], default="onnx", help="where the models run (default onnx)")
     p.add_argument("--device", default=None,

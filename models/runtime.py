@@ -43,6 +43,7 @@ FACTORIES: dict[str, dict[str, str]] = {
                      "compiled": f"{_M}.avatar.video.engines:compiled_engines",
                      "onnx": f"{_M}.avatar.video.onnx:onnx_engines"},
     "avatar-video-batch": {"torch": f"{_M}.avatar.video.engines:torch_batch",  # [B, ...] in and out
+                           "compiled": f"{_M}.avatar.video.engines:compiled_batch",  # per batch bucket
                            "onnx": f"{_M}.avatar.video.onnx:onnx_batch"},
     "avatar-musetalk": {"torch": f"{_M}.avatar.musetalk.engines:torch_engines",
                         "compiled": f"{_M}.avatar.musetalk.engines:compiled_engines",
@@ -100,12 +101,12 @@ def check(model: str, runtime: str) -> str:
 def batches(model: str, runtime: str, device) -> bool:
     """Whether ``model`` has a batched engine on ``runtime`` that runs on ``device``.
 
-    Torch's batches run on the CPU or on CUDA. There the lane orders each session's stream with events
-    (:mod:`framegraph.stream.batching`). ONNX Runtime's run on the CPU."""
+    Torch's batches, eager or compiled, run on the CPU or on CUDA. There the lane orders each session's stream with
+    events (:mod:`framegraph.stream.batching`). ONNX Runtime's run on the CPU."""
     import torch
 
     kind = torch.device(device).type
-    return runtime in runtimes(model) and (kind == "cpu" or (kind == "cuda" and runtime == "torch"))
+    return runtime in runtimes(model) and (kind == "cpu" or (kind == "cuda" and runtime in ("torch", "compiled")))
 
 
 def check_batched(model: str, runtime: str, device) -> str:
@@ -113,7 +114,7 @@ def check_batched(model: str, runtime: str, device) -> str:
     check(model, runtime)
     if not batches(model, runtime, device):
         raise ValueError(f"batching on {runtime} runs on the CPU; got device {str(device)!r} (on a GPU batch the "
-                         f"sessions on torch, or run them without batching)")
+                         f"sessions on torch or compiled, or run them without batching)")
     return runtime
 
 

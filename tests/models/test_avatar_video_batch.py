@@ -1,6 +1,7 @@
 """The video avatar's generator in batches: on torch and on ONNX Runtime (the export's dynamic batch axis) each row of
-a batch is what that session's call alone gives (≤ 1e-5); live sessions on ONNX Runtime through one model service
-get the frames each makes alone; an export without the batch axis is refused, naming the command."""
+a batch is what that session's call alone gives (≤ 1e-5), and on the compiled runtime, a compiled call per batch
+bucket, to Inductor's rounding; live sessions on ONNX Runtime through one model service get the frames each makes
+alone; an export without the batch axis is refused, naming the command."""
 import numpy as np
 import pytest
 import torch
@@ -78,10 +79,35 @@ def test_sessions_on_onnx_through_one_service_get_their_own_frames(exported):
     assert max(lane.stats.batches) >= 2
 
 
-def test_batching_on_the_compiled_runtime_is_refused_in_a_sentence(exported):
+@torch.no_grad()
+def test_compiled_buckets_give_each_row_its_own_picture(exported):
+    """On the compiled runtime a batch runs at its bucket's size, padded with copies of its last row: 1 row runs as
+    2, 3 as 4. Each real row is the eager generator's alone (Inductor's rounding apart); one compile per bucket."""
+    from framegraph.models.buckets import BucketedStep
+
     avatar, _ = exported
-    with pytest.raises(ValueError, match="avatar-video-batch runs on torch or onnx, not 'compiled'"):
-        build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
+    step = BucketedStep(avatar.generator, device="cpu", buckets=(2, 4), name="video-generator")
+    for n in (1, 3, 4):
+        inputs = batch(avatar, n)
+        got = step(*inputs)
+        assert got.shape[0] == n
+        for i in range(n):
+            want = avatar.generator(*(t[i:i + 1] for t in inputs))
+            assert float((got[i:i + 1] - want).abs().max()) <= 1e-4, (n, i)
+    assert sorted(step.steps) == [2, 4]
+    with pytest.raises(ValueError, match="a batch of 5 rows; the largest bucket is 4"):
+        step(*batch(avatar, 5))
+
+
+def test_batching_on_the_compiled_runtime_builds_a_lane_of_buckets(exported):
+    from framegraph.models.avatar.video.engines import compiled_batch
+    from framegraph.models.buckets import BucketedStep
+    from framegraph.stream.batching import BUCKETS
+
+    avatar, _ = exported
+    engine = compiled_batch(avatar, RunSettings(runtime="compiled"))
+    assert isinstance(engine, BucketedStep) and engine.buckets == list(BUCKETS) and not engine.graphs  # CPU: none
+    build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(runtime="compiled", batching=ModelService()))
 
 
 def test_batching_on_onnx_on_a_gpu_is_refused_in_a_sentence(exported):

@@ -22,12 +22,13 @@ def test_the_registry_lists_each_models_runtimes():
 
 
 def test_batched_engines_run_where_their_runtime_runs():
-    """The server batches a session where its model's batched engine runs: torch on the CPU or CUDA, ONNX Runtime
-    on the CPU; a runtime with no batched engine (the compiled one) never."""
-    where = {(r, d): runtime.batches("avatar-video-batch", r, d) for r in ("torch", "compiled", "onnx")
+    """The server batches a session where its model's batched engine runs: torch, eager or compiled, on the CPU or
+    CUDA, ONNX Runtime on the CPU; a runtime with no batched engine (int8) never."""
+    where = {(r, d): runtime.batches("avatar-video-batch", r, d) for r in ("torch", "compiled", "onnx", "onnx-int8")
              for d in ("cpu", "cuda", "cuda:1", "mps")}
-    assert {k for k, v in where.items() if v} == {("torch", "cpu"), ("onnx", "cpu"), ("torch", "cuda"),
-                                                  ("torch", "cuda:1")}
+    assert {k for k, v in where.items() if v} == {(r, d) for r in ("torch", "compiled") for d in ("cpu", "cuda",
+                                                                                                "cuda:1")} | {
+        ("onnx", "cpu")}
     assert runtime.check_batched("avatar-video-batch", "torch", "cuda") == "torch"
     with pytest.raises(ValueError, match="batching on onnx runs on the CPU; got device 'cuda'"):
         runtime.check_batched("avatar-video-batch", "onnx", "cuda")

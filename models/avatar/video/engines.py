@@ -6,8 +6,9 @@
   step is replayed from a CUDA graph.
 - ``onnx``: the audio encoder and the generator on ONNX Runtime (:mod:`.onnx`).
 
-Batched runs use model ``"avatar-video-batch"``, with runtimes ``torch`` and ``onnx``. The generator runs for a
-batch of sessions, ``[B, ...]`` in and out. A lane of a :class:`~framegraph.stream.batching.ModelService` runs
+Batched runs use model ``"avatar-video-batch"``, with runtimes ``torch``, ``compiled`` (one compiled call per
+batch bucket, graphed on CUDA: :mod:`framegraph.models.buckets`) and ``onnx``. The generator runs for a batch of
+sessions, ``[B, ...]`` in and out. A lane of a :class:`~framegraph.stream.batching.ModelService` runs
 it. :func:`batched_generator` hands each session's :class:`~.stages.MouthRegion` a client of that lane.
 """
 from __future__ import annotations
@@ -16,6 +17,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 from framegraph.models import runtime
+from framegraph.models.buckets import BucketedStep
 from framegraph.models.compile import CompileSettings, compiled
 
 if TYPE_CHECKING:  # pragma: no cover - the engines' argument types
@@ -51,11 +53,18 @@ def torch_batch(avatar, settings):
     return avatar.generator.to(settings.device).eval()
 
 
+def compiled_batch(avatar, settings) -> BucketedStep:
+    """The generator compiled once per batch bucket and, on CUDA, replayed from a CUDA graph per bucket."""
+    return BucketedStep(torch_batch(avatar, settings), device=settings.device,
+                        settings=CompileSettings(cuda_graphs=settings.cuda_graphs), name="video-generator")
+
+
 def batched_generator(service, avatar, settings):
     """``generator_engine`` for :class:`~.stages.MouthRegion`, on a batching lane.
 
     It maps ``generator ↦`` a :class:`~framegraph.stream.batching.BatchClient` of ``service``'s lane. The lane
-    runs this bundle's generator on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. The first session
+    runs this bundle's generator on ``settings.runtime``: ``torch`` or ``compiled`` on the CPU or CUDA, ``onnx`` on
+    the CPU. The first session
     builds the lane's engine. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
     more session at the avatar's frame rate would not fit."""
     runtime.check_batched("avatar-video-batch", settings.runtime, settings.device)
@@ -70,4 +79,4 @@ def batched_generator(service, avatar, settings):
     return client
 
 
-__all__ = ["VideoEngines", "torch_engines", "compiled_engines", "torch_batch", "batched_generator"]
+__all__ = ["VideoEngines", "torch_engines", "compiled_engines", "torch_batch", "compiled_batch", "batched_generator"]

@@ -38,6 +38,7 @@ FACTORIES: dict[str, dict[str, str]] = {
                         "onnx": f"{_M}.avatar.portrait.engines:onnx_engines",
                         "onnx-int8": f"{_M}.avatar.portrait.engines:onnx_int8_engines"},
     "avatar-portrait-batch": {"torch": f"{_M}.avatar.portrait.engines:torch_batch",  # the DiT's and VAE's steps
+                              "compiled": f"{_M}.avatar.portrait.engines:compiled_batch",  # per batch bucket
                               "onnx": f"{_M}.avatar.portrait.engines:onnx_batch"},
     "avatar-video": {"torch": f"{_M}.avatar.video.engines:torch_engines",
                      "compiled": f"{_M}.avatar.video.engines:compiled_engines",

@@ -92,6 +92,38 @@ def test_decoder_streams_in_one_batch_each_get_their_frames_and_cache(astronaut)
             assert float((got[i:i + 1] - s.cache[k]).abs().max()) <= 1e-5
 
 
+@pytest.mark.slow
+@torch.inference_mode()
+def test_compiled_steps_run_three_streams_as_a_bucket_of_four_each_as_alone():
+    """The compiled runtime's batched DiT step: three streams at different positions run as bucket 4 (a copy of the
+    last row added), compiled; each real row is the eager batch's (Inductor's rounding apart). The decoder's step is
+    bucketed the same way (models/buckets.py, tested on the video generator)."""
+    from framegraph.models.avatar.portrait.engines import compiled_batch
+
+    torch.manual_seed(0)
+    avatar = random_avatar(region_size=64, chunk_frames=2, dit_config={"frames_per_block": 2})
+    avatar.dit.final_proj.weight.normal_(0, 0.05)  # a zero head would make every row the same
+    model, reference = avatar.dit.eval(), avatar.reference_latent()
+    c, (h, w) = model.config, reference.shape[-2:]
+    k, g = c.frames_per_block, torch.Generator().manual_seed(3)
+    rows = []
+    for n in (0, 3, 5):
+        s = advanced_stream(model, reference, n, seed=n)
+        cos, sin = model.stream_rope(s)
+        rows.append((torch.randn(1, c.latent_channels, k, h, w, generator=g),
+                     torch.randn(1, k, c.audio_dim, generator=g), torch.rand(1, k, c.state_dim, generator=g),
+                     cos[None], sin[None], *s.tensors()))
+    inputs = tuple(torch.cat(parts) for parts in zip(*rows))
+    steps = compiled_batch(avatar, RunSettings(runtime="compiled"))
+    dit = steps.dit(2)
+    dit.buckets = [4]  # one compile here; the lane's runs 1, 2, 4, 8
+    want, got = BlockStep(model, steps=2, shift=avatar.shift)(*inputs), dit(*inputs)
+    assert len(got) == len(want) and all(a.shape == b.shape for a, b in zip(got, want)) and got[0].shape[0] == 3
+    for a, b in zip(got, want):
+        assert float((a - b).abs().max()) <= 1e-4 * max(1.0, float(b.abs().max()))
+    assert sorted(dit.steps) == [4]
+
+
 def test_sessions_through_one_service_get_their_own_frames(astronaut):
     t = np.arange(SAMPLE_RATE) / SAMPLE_RATE
     audios = [(np.sin(2 * np.pi * f * t) * a * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.int16)

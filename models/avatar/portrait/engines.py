@@ -28,6 +28,8 @@ import torch
 
 from framegraph.models import runtime
 from framegraph.models.audio.onnx import OrtAudioEncoder
+from framegraph.models.buckets import BucketedStep
+from framegraph.models.compile import CompileSettings
 from framegraph.models.dit import TorchDiT
 from framegraph.models.dit.batch import BatchedDiT, BlockStep
 from framegraph.models.onnx import CheckedExport, ExportError, OrtGraph, OrtVAEStream, default_threads
@@ -220,6 +222,16 @@ def torch_batch(avatar, settings) -> PortraitBatch:
                          vae=lambda keys, shared: DecodeStep(vae, keys, shared))
 
 
+def compiled_batch(avatar, settings) -> PortraitBatch:
+    """:func:`torch_batch`'s steps, each run per batch bucket: compiled once per bucket and, on CUDA, replayed
+    from a CUDA graph per bucket (:mod:`framegraph.models.buckets`)."""
+    steps, options = torch_batch(avatar, settings), CompileSettings(cuda_graphs=settings.cuda_graphs)
+    return PortraitBatch(
+        dit=lambda n: BucketedStep(steps.dit(n), device=settings.device, settings=options, name=f"portrait-dit-{n}"),
+        vae=lambda keys, shared: BucketedStep(steps.vae(keys, shared), device=settings.device, settings=options,
+                                              name="portrait-vae"))
+
+
 def dynamic_batch(graph: OrtGraph) -> OrtGraph:
     """``graph`` if its first input's batch axis is dynamic. Else an ExportError naming the command that re-exports."""
     batch = graph.session.get_inputs()[0].shape[0]
@@ -349,10 +361,11 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
 
     The first maps ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT`, the second ``(model, reference) ↦``
     a :class:`~framegraph.models.vae.batch.BatchedVAE`. The DiT has one lane per sampler steps level, the decoder one.
-    They run this bundle's models on ``settings.runtime``, ``torch`` or ``onnx``, on the CPU. On ``onnx`` a stream's
+    They run this bundle's models on ``settings.runtime``: ``torch`` or ``compiled`` on the CPU or CUDA, ``onnx`` on
+    the CPU. On ``onnx`` a stream's
     first decoder chunk still decodes alone in torch: it starts the cache. A DiT client asks at one block per
     ``frames_per_block`` frames. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
-    more such session would not fit. Raises :class:`ValueError` for a device other than the CPU."""
+    more such session would not fit. Raises :class:`ValueError` where its batched engine does not run."""
     runtime.check_batched("avatar-portrait-batch", settings.runtime, settings.device)
     steps = runtime.engines("avatar-portrait-batch", settings.runtime, avatar, settings)
     rate = avatar.fps / avatar.dit.config.frames_per_block
@@ -373,5 +386,5 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
 
 
 __all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines", "onnx_engines",
-           "onnx_int8_engines", "PortraitBatch", "torch_batch", "dynamic_batch", "OrtBlockStep", "OrtDecodeStep",
-           "onnx_batch", "batched_engines", "export_batches"]
+           "onnx_int8_engines", "PortraitBatch", "torch_batch", "compiled_batch", "dynamic_batch", "OrtBlockStep",
+           "OrtDecodeStep", "onnx_batch", "batched_engines", "export_batches"]

@@ -39,7 +39,8 @@ FACTORIES: dict[str, dict[str, str]] = {
                         "onnx-int8": f"{_M}.avatar.portrait.engines:onnx_int8_engines"},
     "avatar-portrait-batch": {"torch": f"{_M}.avatar.portrait.engines:torch_batch",  # the DiT's and VAE's steps
                               "compiled": f"{_M}.avatar.portrait.engines:compiled_batch",  # per batch bucket
-                              "onnx": f"{_M}.avatar.portrait.engines:onnx_batch"},
+                              "onnx": f"{_M}.avatar.portrait.engines:onnx_batch",
+                              "onnx-int8": f"{_M}.avatar.portrait.engines:onnx_int8_batch"},
     "avatar-video": {"torch": f"{_M}.avatar.video.engines:torch_engines",
                      "compiled": f"{_M}.avatar.video.engines:compiled_engines",
                      "onnx": f"{_M}.avatar.video.onnx:onnx_engines"},

@@ -192,3 +192,41 @@ def test_sessions_of_an_export_made_before_the_batch_axis_run_alone_and_the_log_
         frames = sessions_frames(avatar, [audio], settings)[0]
     assert not ag.batched and not service.lanes() and len(frames) >= 10
     assert "has no batch axis, so its sessions run alone; run `framegraph export --avatar BUNDLE`" in caplog.text
+
+
+@pytest.mark.slow
+def test_sessions_on_onnx_int8_through_one_service_get_their_own_frames(tmp_path, caplog):
+    """On ``onnx-int8`` with static scales the lanes run the int8 files. A value a row's neighbours move by 1e-6 may
+    round to the next int8 step, so a session's frames are its own alone to within int8's rounding: on average far
+    closer than int8 is to float32. With dynamic scales (each call's activations scaled over the whole batch) the
+    sessions run alone, and the log says why."""
+    from framegraph.models.avatar import build_avatar_graph
+    from framegraph.models.avatar.int8 import quantize_export
+    from framegraph.stream.media import PushAudioSource
+
+    avatar = random_avatar(region_size=64, chunk_frames=2, dit_config={"frames_per_block": 2})
+    folders = {mode: str(tmp_path / mode) for mode in ("static", "dynamic")}
+    for mode, folder in folders.items():
+        export_avatar(avatar, folder)
+        quantize_export(avatar, folder, mode, models=["dit", "vae"], calibration_seconds=1.0)
+    t = np.arange(SAMPLE_RATE // 2) / SAMPLE_RATE
+    audios = [(np.sin(2 * np.pi * f * t) * 6000 * (np.sin(2 * np.pi * 3 * t) > 0)).astype(np.int16)
+              for f in (150, 250)]
+    settings = dict(onnx_dir=folders["static"], steps=1, torch_threads=1)
+    want = [sessions_frames(avatar, [a], RunSettings(runtime="onnx-int8", **settings))[0] for a in audios]
+    fp32 = [sessions_frames(avatar, [a], RunSettings(runtime="onnx", **settings))[0] for a in audios]
+    service = ModelService()
+    got = sessions_frames(avatar, audios, RunSettings(runtime="onnx-int8", **settings, batching=service))
+    for a, b, c in zip(got, want, fp32):
+        assert a.shape == b.shape == c.shape and len(a) >= 10
+        batched, int8 = np.abs(a.astype(int) - b), np.abs(b.astype(int) - c)
+        assert batched.mean() < 0.25 * int8.mean() and batched.max() <= int8.max(), (batched.mean(), int8.mean())
+    lanes = {lane.name: lane for lane in service.lanes().values()}
+    assert set(lanes) == {"portrait-dit-1-steps-onnx-int8", "portrait-vae-onnx-int8"}
+    assert all(max(lane.stats.batches) >= 2 for lane in lanes.values())
+    service = ModelService()
+    with caplog.at_level("WARNING"):
+        ag = build_avatar_graph(avatar, PushAudioSource(), settings=RunSettings(
+            runtime="onnx-int8", onnx_dir=folders["dynamic"], steps=1, torch_threads=1, batching=service))
+    assert not ag.batched and not service.lanes()
+    assert "scale each call's activations (mode dynamic), so a batch would mix its sessions" in caplog.text

@@ -314,15 +314,16 @@ class OrtDecodeStep:
         return (frames, *new)
 
 
-def onnx_batch(avatar, settings) -> PortraitBatch:
+def onnx_batch(avatar, settings, *, int8: bool = False) -> PortraitBatch:
     """The exported DiT's and VAE decoder's steps for a batch of streams, checked against the bundle.
 
     The graphs are made once, at the first lane's first call, and shared by the lanes. Each gets ``torch_threads``
     intra-op threads, by default half the cores: the DiT's lane and the decoder's run side by side. An export
-    without the dynamic batch axis raises :class:`~framegraph.models.onnx.ExportError`, naming the command."""
+    without the dynamic batch axis raises :class:`~framegraph.models.onnx.ExportError`, naming the command.
+    ``int8``: the parts the export keeps in int8 run their int8 files, as :func:`onnx_int8_engines`'."""
     if str(settings.device) != "cpu":
         raise ValueError(f"the ONNX Runtime engines run on the CPU; got device {settings.device!r}")
-    export = AvatarExport(onnx_dir(avatar, settings), avatar)
+    export = AvatarExport(onnx_dir(avatar, settings), avatar, int8=int8)
     n, graphs = settings.torch_threads or default_threads(), {}
 
     def graph(key: str) -> OrtGraph:
@@ -336,24 +337,37 @@ def onnx_batch(avatar, settings) -> PortraitBatch:
         vae=lambda keys, shared: OrtDecodeStep(graph("vae_next"), export.manifest["files"], keys, shared))
 
 
+def onnx_int8_batch(avatar, settings) -> PortraitBatch:
+    """:func:`onnx_batch` on the int8 files. Their static scales treat each row alone."""
+    return onnx_batch(avatar, settings, int8=True)
+
+
 BATCHED_PARTS = ("dit_velocity", "dit_commit", "vae_next")  # the export's files a lane runs
 
 
 def export_batches(avatar, settings) -> bool:
     """Whether the bundle's sessions can batch on ``settings.runtime``. Always on torch.
 
-    On ``onnx`` the export needs the dynamic batch axis. An older export says so in the log, with the command that
-    re-exports, and its sessions run alone as they did. The manifest is read, not checked again: the session's
-    engines checked it against the bundle (hashing every weight) just before."""
-    if settings.runtime != "onnx":
+    On ``onnx`` and ``onnx-int8`` the export needs the dynamic batch axis. An older export says so in the log, with
+    the command that re-exports, and its sessions run alone as they did. On ``onnx-int8`` its int8 files need
+    static scales: dynamic int8 scales each call's activations over the whole batch, so one session's rows would
+    move another's. The manifest is read, not checked again: the session's engines checked it against the bundle
+    (hashing every weight) just before."""
+    if settings.runtime not in ("onnx", "onnx-int8"):
         return True
     with open(os.path.join(onnx_dir(avatar, settings), MANIFEST)) as f:
-        files = json.load(f)["files"]
-    if all(files[k].get("batch") == "dynamic" for k in BATCHED_PARTS):
-        return True
-    log.warning("%s: its ONNX export has no batch axis, so its sessions run alone; run `framegraph export --avatar "
-                "BUNDLE` again to batch them", onnx_dir(avatar, settings))
-    return False
+        manifest = json.load(f)
+    if not all(manifest["files"][k].get("batch") == "dynamic" for k in BATCHED_PARTS):
+        log.warning("%s: its ONNX export has no batch axis, so its sessions run alone; run `framegraph export "
+                    "--avatar BUNDLE` again to batch them", onnx_dir(avatar, settings))
+        return False
+    mode = manifest.get("int8", {}).get("mode")
+    if settings.runtime == "onnx-int8" and mode != "static":
+        log.warning("%s: its int8 files scale each call's activations (mode %s), so a batch would mix its sessions; "
+                    "they run alone (`framegraph export --avatar BUNDLE --int8` makes static ones)",
+                    onnx_dir(avatar, settings), mode)
+        return False
+    return True
 
 
 def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
@@ -361,8 +375,8 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
 
     The first maps ``model ↦`` a :class:`~framegraph.models.dit.batch.BatchedDiT`, the second ``(model, reference) ↦``
     a :class:`~framegraph.models.vae.batch.BatchedVAE`. The DiT has one lane per sampler steps level, the decoder one.
-    They run this bundle's models on ``settings.runtime``: ``torch`` or ``compiled`` on the CPU or CUDA, ``onnx`` on
-    the CPU. On ``onnx`` a stream's
+    They run this bundle's models on ``settings.runtime``: ``torch`` or ``compiled`` on the CPU or CUDA, ``onnx`` or
+    ``onnx-int8`` on the CPU. On ``onnx`` a stream's
     first decoder chunk still decodes alone in torch: it starts the cache. A DiT client asks at one block per
     ``frames_per_block`` frames. A service that admits raises :class:`~framegraph.stream.batching.Full` when one
     more such session would not fit. Raises :class:`ValueError` where its batched engine does not run."""
@@ -387,4 +401,4 @@ def batched_engines(service, avatar, settings) -> tuple[Callable, Callable]:
 
 __all__ = ["PortraitEngines", "AvatarExport", "OrtDiTStream", "OrtDiT", "torch_engines", "onnx_engines",
            "onnx_int8_engines", "PortraitBatch", "torch_batch", "compiled_batch", "dynamic_batch", "OrtBlockStep",
-           "OrtDecodeStep", "onnx_batch", "batched_engines", "export_batches"]
+           "OrtDecodeStep", "onnx_batch", "onnx_int8_batch", "batched_engines", "export_batches"]

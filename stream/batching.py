@@ -16,10 +16,12 @@ model, named by a key. A model is the same weights, runtime and shapes. The clie
 A request's deadline is the latest moment its computation may start. For a live stage that is its input's
 arrival plus the lag it allows. It is the moment the stage would skip the frame itself.
 
-Per tick the lane's thread takes the pending requests by deadline. The earliest comes first. A request without a
-deadline comes after those with one. The thread runs as many as one batch as finish no later than the earliest
-would alone, started at its deadline. ``run`` is called with each input concatenated on axis 0, ``[B, ...]``. It
-returns ``[B, ...]`` or a tuple of them. The thread copies each request's row into its client's own buffer.
+Per tick the lane's thread takes the pending requests of the session served longest ago first, then by deadline,
+the earliest first. Past the lane's capacity each session so gets a fair share; within it every request is served
+anyway. A request without a deadline comes after those with one. The thread runs as many as one batch as finish no
+later than the first would alone, started at its deadline. ``run`` is called with each input concatenated on
+axis 0, ``[B, ...]``. It returns ``[B, ...]`` or a tuple of them. The thread copies each request's row into its
+client's own buffer.
 
 A request whose deadline has passed is dropped with ``on_miss="drop"``. The client then raises :class:`Missed`
 and the stage skips the frame. With ``on_miss="run"`` it is run alone, late.
@@ -93,8 +95,10 @@ class _Request:
         self.ready = _recorded(inputs[0].device) if inputs and inputs[0].is_cuda else None  # the inputs' writes
 
     def order(self) -> tuple:
-        """Earliest deadline first. Requests without one come after, in arrival order."""
-        return (self.deadline_ns is None, self.deadline_ns or 0, self.enqueued_ns)
+        """The session served longest ago first, then the earliest deadline. Requests without one come after, in
+        arrival order. Past the lane's capacity that is a fair share each: no session's frames are dropped more
+        often than another's. Within it every request is served anyway."""
+        return (self.deadline_ns is None, self.client.served_ns, self.deadline_ns or 0, self.enqueued_ns)
 
 
 def _sync(tensors) -> None:
@@ -305,12 +309,9 @@ class Lane:
         """
         self._pending.sort(key=_Request.order)
         now = time.monotonic_ns()
-        dropped = []
-        while self._pending:
-            head = self._pending[0]
-            if head.deadline_ns is None or head.on_miss == "run" or now <= head.deadline_ns:
-                break
-            dropped.append(self._pending.pop(0))
+        late = [r.deadline_ns is not None and r.on_miss != "run" and now > r.deadline_ns for r in self._pending]
+        dropped = [r for r, d in zip(self._pending, late) if d]
+        self._pending = [r for r, d in zip(self._pending, late) if not d]
         if not self._pending:
             return [], dropped
         b = 1
@@ -436,6 +437,7 @@ class BatchClient:
         self._request: _Request | None = None
         self._result: tuple[torch.Tensor, ...] | None = None
         self._copied: torch.cuda.Event | None = None  # on CUDA: the result's copy, on the lane's stream
+        self.served_ns = 0  # when the lane last delivered to it: the lane serves the longest waiting first
         self._error: BaseException | None = None
         self._cancelled = False
         self._opened = False
@@ -510,6 +512,7 @@ class BatchClient:
                 self._result = tuple(torch.empty_like(r) for r in rows)
             for dst, src in zip(self._result, rows):
                 dst.copy_(src)
+            self.served_ns = time.monotonic_ns()
             self._copied = _recorded(rows[0].device) if rows[0].is_cuda else None
             self._done.set()
 

@@ -36,4 +36,4 @@ def test_a_pipeline_it_does_not_know_is_refused(capsys):
     with pytest.raises(SystemExit) as e:
         main(["bench", "sessions", "--pipeline", "scope", "--out", "x.json"])
     assert e.value.code == 2
-    assert "--pipeline 'scope': expected a comma-separated list of avatar, video_avatar" in capsys.readouterr().err
+    assert "--pipeline 'scope': expected some of avatar, video_avatar, comma-separated" in capsys.readouterr().err

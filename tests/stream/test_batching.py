@@ -1,7 +1,7 @@
 """The model service: sessions' graphs share one model, their calls run in batches on the lane's thread. Real engines
 (a video avatar's generator), real graphs and threads: each session's frames are those it makes alone; a session
-cancelled mid-batch, one whose request makes the batch fail, one whose deadline cannot be met hold up nobody; 20
-sessions leave no thread behind."""
+cancelled mid-batch, one whose request makes the batch fail, one whose deadline cannot be met hold up nobody;
+sessions past the lane's capacity get fair shares; 20 sessions leave no thread behind."""
 import threading
 import time
 
@@ -201,6 +201,45 @@ def test_a_cancelled_call_returns_at_once_and_the_next_session_runs(avatar):
     with torch.no_grad():
         assert torch.equal(clients[0](*requests[0]), avatar.generator(*requests[0]))
     clients[0].close()
+
+
+def test_sessions_past_the_lanes_capacity_get_fair_shares(avatar):
+    """Five live sessions each ask for a frame every period, due by the next, from a lane that runs two rows a batch
+    and four rows a period: past its capacity. Each gets the same share of frames (within 5 %), none starved; the
+    frames the lane could not start in time are dropped, about as many for each, and a stage skips the frames whose
+    time passed while it waited."""
+    service = ModelService(max_batch=2, window_ms=0)
+    clients = [service.client("generator", avatar.generator) for _ in range(5)]
+    requests = rows(avatar, 5)
+    lane = clients[0].lane
+    lane.warm(requests[0], sizes=(1, 2), repeats=5)
+    period_ns = int(2 * lane.cost(2))  # two batches of two a period: four of the five sessions' frames
+    served, missed = [0] * 5, [0] * 5
+    t0, end = time.monotonic_ns() + 10**8, time.monotonic_ns() + 10**8 + 2 * 10**9
+
+    def session(i):
+        k = 0
+        while (due := t0 + k * period_ns) < end:
+            time.sleep(max(0.0, (due - time.monotonic_ns()) / 1e9))
+            try:
+                clients[i](*requests[i], deadline_ns=due + period_ns)
+                served[i] += 1
+            except Missed:
+                missed[i] += 1
+            k = max(k + 1, (time.monotonic_ns() - t0) // period_ns + 1)  # the frames whose time passed: skipped
+
+    for c in clients:
+        c.open()
+    threads = [threading.Thread(target=session, args=(i,)) for i in range(5)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    for c in clients:
+        c.close()
+    mean = sum(served) / 5
+    assert mean > 20 and all(abs(n - mean) <= 0.05 * mean + 1 for n in served), (served, missed)
+    assert max(lane.stats.batches) == 2
 
 
 def test_twenty_sessions_leave_no_thread_behind(avatar):

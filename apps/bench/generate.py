@@ -104,6 +104,27 @@ def build_model(family: str, config: str, device: str, dtype: torch.dtype, vae: 
                          f"random weights, {family} {config}")
 
 
+def _schedule(args) -> tuple[list[float], dict]:
+    """``--steps`` timesteps, 1000 down in equal steps, and the family's graph options."""
+    timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
+    return timesteps, ({"attention": args.attention} if args.family == "wan" else {})
+
+
+def _timed_sink(gg, width: int, height: int) -> FrameTimes:
+    """An H.264 encoder after the graph's decoder and a :class:`FrameTimes` after it: the run's end to end."""
+    encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
+    sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
+    gg.graph.connect(gg.decode, encoder, capacity=8)
+    gg.graph.connect(encoder, sink, capacity=8)
+    return sink
+
+
+def _steady_fps(args, gg, times: list[float]) -> float | None:
+    """Encoded frames a second after the ``--warmup`` chunks."""
+    steady = times[first_frame(args.warmup, args.chunk_frames, gg.decode.vae.config.scale_factor_temporal):]
+    return (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None
+
+
 def measure(args, backend: str = "torch") -> dict:
     """One run of the graph with the VAE decoder on ``backend``.
 
@@ -112,8 +133,7 @@ def measure(args, backend: str = "torch") -> dict:
     dtype = default_dtype(device)
     gm = build_model(args.family, args.config, device, dtype, args.vae)
     height, width = args.size
-    timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
-    options = {"attention": args.attention} if args.family == "wan" else {}
+    timesteps, options = _schedule(args)
     export_s, tmp = None, None
     if backend == "onnx":
         tmp = tempfile.TemporaryDirectory(prefix="framegraph-bench-vae-")
@@ -139,10 +159,7 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
     gg.denoiser.set_prompt_embeds(torch.randn(gm.prompt_tokens, text_dim, generator=torch.Generator().manual_seed(1)),
                                   name="random prompt")
     warm_s = gg.warm() if args.warm else None
-    encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
-    sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
-    gg.graph.connect(gg.decode, encoder, capacity=8)
-    gg.graph.connect(encoder, sink, capacity=8)
+    sink = _timed_sink(gg, width, height)
     report = {}
 
     def run():
@@ -153,12 +170,8 @@ def _measure(args, gm, device, dtype, timesteps, backend, options) -> dict:
 
     with torch_threads(args.threads):
         memory = MemoryProbe(torch.device(device)).measure(run)
-    r = gm.vae.config.scale_factor_temporal
-
-    steady_from = first_frame(args.warmup, args.chunk_frames, r)
     times = sink.times
-    steady = times[steady_from:]
-    fps = (len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None
+    fps = _steady_fps(args, gg, times)
     stages = stage_times(report)
     return {
         "family": args.family, "config": args.config, "size_hw": [height, width], "steps": args.steps,
@@ -228,8 +241,7 @@ def _sessions(args, n: int, batched: bool) -> dict:
     device = args.device or default_device("torch")
     dtype = default_dtype(device)
     height, width = args.size
-    timesteps = [1000.0 * (args.steps - i) / args.steps for i in range(args.steps)]
-    options = {"attention": args.attention} if args.family == "wan" else {}
+    timesteps, options = _schedule(args)
     service = ModelService() if batched else None
     shared = build_model(args.family, args.config, device, dtype, args.vae) if batched else None
     graphs = []
@@ -241,11 +253,7 @@ def _sessions(args, n: int, batched: bool) -> dict:
                              generator=torch.Generator().manual_seed(i))
         gg.denoiser.set_prompt_embeds(embeds, name=f"random prompt {i}")
         gg.warm()
-        encoder = gg.graph.add(H264Encoder(width=width, height=height, fps=gg.fps, name="encode"))
-        sink = gg.graph.add(FrameTimes(encoder.outputs["h264"]))
-        gg.graph.connect(gg.decode, encoder, capacity=8)
-        gg.graph.connect(encoder, sink, capacity=8)
-        graphs.append((gg, sink))
+        graphs.append((gg, _timed_sink(gg, width, height)))
     reports = [None] * n
 
     def run_one(i):
@@ -259,12 +267,7 @@ def _sessions(args, n: int, batched: bool) -> dict:
         for t in threads:
             t.join()
     wall = time.perf_counter() - t0
-    r = graphs[0][0].decode.vae.config.scale_factor_temporal
-    steady_from = first_frame(args.warmup, args.chunk_frames, r)
-    fps = []
-    for _, sink in graphs:
-        steady = sink.times[steady_from:]
-        fps.append((len(steady) - 1) / (steady[-1] - steady[0]) if len(steady) > 1 else None)
+    fps = [_steady_fps(args, gg, sink.times) for gg, sink in graphs]
     lanes = list(service.lanes().values()) if service is not None else []
     row = {"sessions": n, "batching": "on" if batched else "off", "fps_per_session": fps,
            "slowest_fps": min(f for f in fps if f is not None) if any(fps) else None,

@@ -156,9 +156,16 @@ class WanChunkStep(ChunkStep):
     def _caches(self):
         return [p.cache for p in self.stream.streamer.processors.values()]
 
+    @property
+    def capacity_frames(self) -> int:
+        return self._caches()[0].capacity_frames
+
+    @property
+    def sink_frames(self) -> int:
+        return self._caches()[0].sink_frames
+
     def _shapes_after_one(self):
         cache = self._caches()[0]
-        self.capacity_frames, self.sink_frames = cache.capacity_frames, cache.sink_frames
         b, h, _, d = cache.k.shape
         return [(b, h, cache.capacity_frames * cache.tokens_per_frame, t.shape[3])
                 for _ in self._caches() for t in (cache.k, cache.v)]
